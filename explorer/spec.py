@@ -1,0 +1,162 @@
+"""The model: what convolution to trace (ConvSpec) and how to run it (Variant). No tinygrad imports here."""
+from __future__ import annotations
+import dataclasses, math, re
+from dataclasses import dataclass, field
+
+DTYPES = {"float32": 4, "float16": 2}
+TARGETS = ("cuda", "metal", "opencl", "clang", "llvm", "ptx", "wgsl")
+ALGOS = ("direct", "winograd")
+WINO_IMPLS = ("builtin", "explorer")
+TILES = ("F(4,3)", "F(2,3)")
+STAGINGS = ("staged", "fused", "single")
+CONSTS = ("symbolic", "materialized")
+DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes across input, weight and output
+
+class SpecError(ValueError):
+  """Bad user input: the message is one line a person can act on."""
+
+@dataclass(frozen=True)
+class ConvSpec:
+  batch: int
+  cin: int
+  cout: int
+  height: int
+  width: int
+  kernel: int
+  stride: int = 1
+  padding: int | None = None  # None: keep the spatial size (kernel//2)
+  groups: int = 1
+  dtype: str = "float32"
+
+  @property
+  def pad(self) -> int: return self.kernel // 2 if self.padding is None else self.padding
+  @property
+  def out_hw(self) -> tuple[int, int]:
+    return tuple((d + 2*self.pad - self.kernel) // self.stride + 1 for d in (self.height, self.width))  # type: ignore[return-value]
+  @property
+  def input_shape(self) -> tuple[int, ...]: return (self.batch, self.cin, self.height, self.width)
+  @property
+  def weight_shape(self) -> tuple[int, ...]: return (self.cout, self.cin // self.groups, self.kernel, self.kernel)
+  @property
+  def output_shape(self) -> tuple[int, ...]: return (self.batch, self.cout, *self.out_hw)
+  @property
+  def itemsize(self) -> int: return DTYPES[self.dtype]
+  @property
+  def tensor_bytes(self) -> int:
+    return sum(math.prod(s) for s in (self.input_shape, self.weight_shape, self.output_shape)) * self.itemsize
+  @property
+  def direct_flops(self) -> int:
+    """Multiply-adds of the direct convolution, counted as 2 FLOPs each."""
+    return 2 * math.prod(self.output_shape) * (self.cin // self.groups) * self.kernel * self.kernel
+
+  def validate(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> ConvSpec:
+    for name in ("batch", "cin", "cout", "height", "width", "kernel", "stride", "groups"):
+      if not isinstance(v := getattr(self, name), int) or isinstance(v, bool) or v < 1: raise SpecError(f"{name} must be a positive integer, got {v!r}")
+    if self.padding is not None and (not isinstance(self.padding, int) or self.padding < 0):
+      raise SpecError(f"padding must be a non-negative integer, got {self.padding!r}")
+    if self.dtype not in DTYPES: raise SpecError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+    if self.cin % self.groups or self.cout % self.groups:
+      raise SpecError(f"groups={self.groups} must divide both in channels ({self.cin}) and out channels ({self.cout})")
+    if min(self.height, self.width) + 2*self.pad < self.kernel:
+      raise SpecError(f"kernel {self.kernel}x{self.kernel} does not fit a {self.height}x{self.width} input with padding {self.pad}")
+    if self.tensor_bytes > memory_budget:
+      raise SpecError(f"tensors need {self.tensor_bytes/2**20:.1f} MiB, over the memory budget of {memory_budget/2**20:.1f} MiB")
+    return self
+
+  def label(self) -> str:
+    s = f"{self.batch}x{self.cin}->{self.cout} {self.height}x{self.width} k{self.kernel}"
+    if self.stride != 1: s += f" s{self.stride}"
+    if self.padding is not None and self.padding != self.kernel // 2: s += f" p{self.padding}"
+    if self.groups != 1: s += f" g{self.groups}"
+    return s + ("" if self.dtype == "float32" else f" {self.dtype}")
+
+  def to_dict(self) -> dict: return dataclasses.asdict(self)
+  @classmethod
+  def from_dict(cls, d: dict) -> ConvSpec:
+    if unknown := set(d) - {f.name for f in dataclasses.fields(cls)}: raise SpecError(f"unknown spec field(s): {', '.join(sorted(unknown))}")
+    return cls(**d)
+
+PRESETS: dict[str, ConvSpec] = {
+  # seed 000's cases
+  "small": ConvSpec(1, 3, 16, 32, 32, 3),
+  "medium": ConvSpec(8, 16, 32, 64, 64, 3),
+  "large": ConvSpec(16, 32, 64, 128, 128, 3),
+  "k5": ConvSpec(8, 16, 32, 64, 64, 5),
+  # seed 003's shapes
+  "wino8": ConvSpec(1, 8, 8, 32, 32, 3),
+  "wino16": ConvSpec(1, 16, 16, 32, 32, 3),
+  "wino32": ConvSpec(1, 32, 32, 64, 64, 3),
+}
+
+def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.items() if p == spec), None)
+
+OPT_RE = re.compile(r"^(heuristic|none|beam:([1-9][0-9]*))$")
+
+@dataclass(frozen=True)
+class Variant:
+  algo: str = "direct"
+  wino_impl: str = "builtin"
+  tile: str = "F(4,3)"
+  staging: str = "staged"
+  consts: str = "symbolic"
+  opt: str = "heuristic"
+  targets: tuple[str, ...] = ("cuda", "metal")
+  warmup: int = 2
+  repeats: int = 10
+  time: bool = True
+  fallback: bool = False  # run the direct algorithm (with a note) where Winograd does not apply
+  device: str | None = None  # None: tinygrad's default device on the host
+  notes: tuple[str, ...] = field(default=(), compare=False)
+
+  @property
+  def beam(self) -> int: return int(self.opt.split(":")[1]) if self.opt.startswith("beam:") else 0
+
+  def validate(self, max_repeats: int = 1000, max_beam: int = 8) -> Variant:
+    def one_of(name: str, allowed: tuple[str, ...]) -> None:
+      if getattr(self, name) not in allowed: raise SpecError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+    one_of("algo", ALGOS); one_of("wino_impl", WINO_IMPLS); one_of("tile", TILES); one_of("staging", STAGINGS); one_of("consts", CONSTS)
+    if not OPT_RE.match(self.opt): raise SpecError(f"opt must be heuristic, none or beam:N, got {self.opt!r}")
+    if self.beam > max_beam: raise SpecError(f"beam width {self.beam} is over the limit of {max_beam}")
+    if bad := [t for t in self.targets if t not in TARGETS]: raise SpecError(f"unknown target(s) {', '.join(bad)}; known: {', '.join(TARGETS)}")
+    if len(set(self.targets)) != len(self.targets): raise SpecError("targets are listed more than once")
+    if not 0 <= self.warmup <= max_repeats or not 1 <= self.repeats <= max_repeats:
+      raise SpecError(f"warmup must be 0..{max_repeats} and repeats 1..{max_repeats}")
+    if self.algo == "direct" and self.wino_impl != "builtin": raise SpecError("--wino-impl applies to --algo winograd only")
+    if self.algo == "winograd" and self.wino_impl == "builtin" and (self.tile, self.staging, self.consts) != ("F(4,3)", "staged", "symbolic"):
+      raise SpecError("the builtin Winograd (tinygrad's WINO=1) is F(4,3), staged, with symbolic constants; use --wino-impl explorer to vary them")
+    return self
+
+  def winograd_problem(self, spec: ConvSpec) -> str | None:
+    """Why Winograd does not apply to this spec, or None when it does."""
+    if self.algo != "winograd": return None
+    if spec.kernel != 3: return f"Winograd {self.tile} needs a 3x3 kernel, this one is {spec.kernel}x{spec.kernel}"
+    if spec.stride != 1: return f"Winograd needs stride 1, this one has stride {spec.stride}"
+    if self.wino_impl == "explorer" and spec.groups != 1: return "the explorer's Winograd supports groups=1 only"
+    return None
+
+  def resolve(self, spec: ConvSpec) -> Variant:
+    """Validate against the spec: a clear error, or with fallback the direct algorithm and a note saying so."""
+    self.validate()
+    spec.validate()
+    if (problem := self.winograd_problem(spec)) is None: return self
+    if not self.fallback: raise SpecError(f"{problem} (use --fallback to run the direct algorithm instead)")
+    return dataclasses.replace(self, algo="direct", wino_impl="builtin", tile="F(4,3)", staging="staged", consts="symbolic",
+                               notes=self.notes + (f"fell back to the direct algorithm: {problem}",))
+
+  def label(self) -> str:
+    if self.algo == "direct": s = "direct"
+    elif self.wino_impl == "builtin": s = "winograd builtin"
+    else: s = f"winograd {self.tile} {self.staging} {self.consts}"
+    return f"{s} opt={self.opt}"
+
+  def to_dict(self) -> dict:
+    d = dataclasses.asdict(self)
+    d["targets"], d["notes"] = list(self.targets), list(self.notes)
+    return d
+  @classmethod
+  def from_dict(cls, d: dict) -> Variant:
+    if unknown := set(d) - {f.name for f in dataclasses.fields(cls)}: raise SpecError(f"unknown variant field(s): {', '.join(sorted(unknown))}")
+    d = dict(d)
+    for k in ("targets", "notes"):
+      if k in d: d[k] = tuple(d[k])
+    return cls(**d)
