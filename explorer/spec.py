@@ -51,8 +51,9 @@ class ConvSpec:
 
   def validate(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> ConvSpec:
     for name in ("batch", "cin", "cout", "height", "width", "kernel", "stride", "groups"):
-      if not isinstance(v := getattr(self, name), int) or isinstance(v, bool) or v < 1: raise SpecError(f"{name} must be a positive integer, got {v!r}")
-    if self.padding is not None and (not isinstance(self.padding, int) or self.padding < 0):
+      if not isinstance(v := getattr(self, name), int) or isinstance(v, bool) or v < 1:
+        raise SpecError(f"{name} must be a positive integer, got {v!r}")
+    if self.padding is not None and (not isinstance(self.padding, int) or isinstance(self.padding, bool) or self.padding < 0):
       raise SpecError(f"padding must be a non-negative integer, got {self.padding!r}")
     if self.dtype not in DTYPES: raise SpecError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
     if self.cin % self.groups or self.cout % self.groups:
@@ -73,8 +74,7 @@ class ConvSpec:
   def to_dict(self) -> dict: return dataclasses.asdict(self)
   @classmethod
   def from_dict(cls, d: dict) -> ConvSpec:
-    if unknown := set(d) - {f.name for f in dataclasses.fields(cls)}: raise SpecError(f"unknown spec field(s): {', '.join(sorted(unknown))}")
-    return cls(**d)
+    return cls(**_checked_fields(cls, d, "spec"))
 
 PRESETS: dict[str, ConvSpec] = {
   # seed 000's cases
@@ -90,7 +90,14 @@ PRESETS: dict[str, ConvSpec] = {
 
 def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.items() if p == spec), None)
 
-OPT_RE = re.compile(r"^(heuristic|none|beam:([1-9][0-9]*))$")
+OPT_RE = re.compile(r"heuristic|none|beam:[1-9][0-9]*")
+
+def _checked_fields(cls: type, d: dict, what: str) -> dict:
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  if unknown := set(d) - set(fields): raise SpecError(f"unknown {what} field(s): {', '.join(sorted(unknown))}")
+  required = {n for n, f in fields.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+  if missing := required - set(d): raise SpecError(f"missing {what} field(s): {', '.join(sorted(missing))}")
+  return dict(d)
 
 @dataclass(frozen=True)
 class Variant:
@@ -115,15 +122,18 @@ class Variant:
     def one_of(name: str, allowed: tuple[str, ...]) -> None:
       if getattr(self, name) not in allowed: raise SpecError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
     one_of("algo", ALGOS); one_of("wino_impl", WINO_IMPLS); one_of("tile", TILES); one_of("staging", STAGINGS); one_of("consts", CONSTS)
-    if not OPT_RE.match(self.opt): raise SpecError(f"opt must be heuristic, none or beam:N, got {self.opt!r}")
+    if not isinstance(self.opt, str) or not OPT_RE.fullmatch(self.opt): raise SpecError(f"opt must be heuristic, none or beam:N, got {self.opt!r}")
     if self.beam > max_beam: raise SpecError(f"beam width {self.beam} is over the limit of {max_beam}")
+    if not self.targets: raise SpecError(f"name at least one render target: {', '.join(TARGETS)}")
     if bad := [t for t in self.targets if t not in TARGETS]: raise SpecError(f"unknown target(s) {', '.join(bad)}; known: {', '.join(TARGETS)}")
     if len(set(self.targets)) != len(self.targets): raise SpecError("targets are listed more than once")
-    if not 0 <= self.warmup <= max_repeats or not 1 <= self.repeats <= max_repeats:
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in (self.warmup, self.repeats)) \
+       or not 0 <= self.warmup <= max_repeats or not 1 <= self.repeats <= max_repeats:
       raise SpecError(f"warmup must be 0..{max_repeats} and repeats 1..{max_repeats}")
     if self.algo == "direct" and self.wino_impl != "builtin": raise SpecError("--wino-impl applies to --algo winograd only")
     if self.algo == "winograd" and self.wino_impl == "builtin" and (self.tile, self.staging, self.consts) != ("F(4,3)", "staged", "symbolic"):
-      raise SpecError("the builtin Winograd (tinygrad's WINO=1) is F(4,3), staged, with symbolic constants; use --wino-impl explorer to vary them")
+      raise SpecError("the builtin Winograd (tinygrad's WINO=1) is F(4,3), staged, with symbolic constants; "
+                      "use --wino-impl explorer to vary them")
     return self
 
   def winograd_problem(self, spec: ConvSpec) -> str | None:
@@ -155,8 +165,9 @@ class Variant:
     return d
   @classmethod
   def from_dict(cls, d: dict) -> Variant:
-    if unknown := set(d) - {f.name for f in dataclasses.fields(cls)}: raise SpecError(f"unknown variant field(s): {', '.join(sorted(unknown))}")
-    d = dict(d)
+    d = _checked_fields(cls, d, "variant")
     for k in ("targets", "notes"):
-      if k in d: d[k] = tuple(d[k])
+      if k in d:
+        if isinstance(d[k], str) or not isinstance(d[k], (list, tuple)): raise SpecError(f"{k} must be a list of strings, got {d[k]!r}")
+        d[k] = tuple(d[k])
     return cls(**d)

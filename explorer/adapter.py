@@ -1,0 +1,312 @@
+"""The one module that touches tinygrad internals. A tinygrad upgrade should only need changes here.
+
+Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment
+(VIZ=-1: record every named graph_rewrite without starting tinygrad's viewer; CCACHE=0: compile cold) must be set before.
+"""
+from __future__ import annotations
+import os
+for _k, _v in {"VIZ": "-1", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
+
+import atexit, collections, contextlib, io, pickle, re, time, zlib
+from dataclasses import dataclass, replace
+from typing import Any, Iterator
+import tinygrad
+from tinygrad import Device, Tensor
+from tinygrad.codegen import do_to_program, to_program
+from tinygrad.codegen.opt import tc
+from tinygrad.device import Compiler
+from tinygrad.dtype import AddrSpace
+from tinygrad.engine.realize import compile_linear, run_linear, time_call
+from tinygrad.helpers import Context, Target, ansistrip
+from tinygrad.renderer import Renderer
+from tinygrad.renderer.cstyle import ClangRenderer, CUDARenderer, MetalRenderer, OpenCLRenderer
+from tinygrad.renderer.llvmir import CPULLVMRenderer
+from tinygrad.renderer.ptx import PTXRenderer
+from tinygrad.renderer.wgsl import WGSLRenderer
+from tinygrad.uop import ops as uop_ops
+from tinygrad.uop.ops import GroupOp, Ops, RewriteTrace, UOp
+from tinygrad.uop.render import print_uops
+import tinygrad.device
+
+TINYGRAD_VERSION = getattr(tinygrad, "__version__", None) or __import__("importlib.metadata").metadata.version("tinygrad")
+
+# VIZ=-1 makes tinygrad pickle every rewrite and profile to /tmp at exit; the explorer keeps its own copy instead
+for _hook in (getattr(uop_ops, "print_match_stats", None), getattr(tinygrad.device, "finalize_profile", None)):
+  if _hook is not None: atexit.unregister(_hook)
+
+def tracking_enabled() -> bool: return uop_ops.TRACK_MATCH_STATS.value >= 2
+
+# ***** devices and renderers *****
+
+def default_device() -> str: return Device.DEFAULT
+
+def host_renderer(device: str) -> Renderer: return Device[device].renderer
+
+def _deviceless(cls: type[Renderer], target: Target, **attrs: Any) -> Renderer:
+  # render for a device this machine lacks: skip the class __init__ (it loads the device's compiler library) and set what it would
+  r = cls.__new__(cls)
+  Renderer.__init__(r, target)
+  for k, v in attrs.items(): setattr(r, k, v)
+  r.compiler = Compiler()  # tinygrad's base Compiler returns the source as the "binary": codegen stops at rendering
+  return r
+
+RENDER_TARGETS: dict[str, tuple[str, Any]] = {
+  "cuda": ("CUDA sm_90 (H100)", lambda: _deviceless(CUDARenderer, Target("CUDA", "CUDA", "sm_90"), tensor_cores=tc.get_cuda("sm_90"))),
+  "metal": ("Metal Apple9 (M3)", lambda: _deviceless(MetalRenderer, Target("METAL", "METAL", "Apple9"), tensor_cores=tc.metal)),
+  "opencl": ("OpenCL", lambda: _deviceless(OpenCLRenderer, Target("CL", "CL", ""))),
+  "clang": ("C (clang, x86_64)", lambda: _deviceless(ClangRenderer, Target("CPU", "CLANG", "x86_64"))),
+  "llvm": ("LLVM IR (x86_64)", lambda: _deviceless(CPULLVMRenderer, Target("CPU", "LLVM", "x86_64"))),
+  "ptx": ("PTX sm_90", lambda: _deviceless(PTXRenderer, Target("CUDA", "PTX", "sm_90"), tensor_cores=PTXRenderer.tc_sm80)),
+  "wgsl": ("WGSL (WebGPU)", lambda: _deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", ""))),
+}
+
+def render_target(name: str) -> Renderer: return RENDER_TARGETS[name][1]()
+
+# ***** options: the variant's optimization setting as tinygrad context *****
+
+def opt_context(opt: str) -> contextlib.AbstractContextManager:
+  if opt == "none": return Context(NOOPT=1, BEAM=0)
+  if opt.startswith("beam:"): return Context(NOOPT=0, BEAM=int(opt.split(":")[1]))
+  return Context(NOOPT=0, BEAM=0)
+
+# ***** rewrite tracking *****
+
+@dataclass(frozen=True)
+class Pass:
+  group: int      # index into the trace's rewrite groups
+  step: int       # index of this graph_rewrite inside its group
+  name: str
+  depth: int
+  matches: int
+  sink: int       # trace number of the graph this pass started from
+
+def tracking_mark() -> int: return len(uop_ops.tracked_keys)
+
+def passes_since(mark: int, base: int) -> list[tuple[str, list[Pass]]]:
+  """Each rewrite group (tinygrad's top-level tracked call: 'Schedule ...', one per kernel codegen) opened since mark, with its passes.
+  Group indices are relative to base, the mark the trace's rewrite blob starts from."""
+  return [(ansistrip(k.display_name), [Pass(g - base, j, r.name, r.depth, len(r.matches), r.sink) for j, r in enumerate(ctxs)])
+          for g, (k, ctxs) in enumerate(zip(uop_ops.tracked_keys[mark:], uop_ops.tracked_ctxs[mark:]), start=mark)]
+
+def export_rewrites(base: int) -> bytes:
+  """tinygrad's own RewriteTrace from base on, compressed: enough to rebuild any intermediate graph later, in another process."""
+  keys = [replace(k, ret=None, tb=None) for k in uop_ops.tracked_keys[base:]]  # ret may hold a renderer, which re-inits when unpickled
+  return zlib.compress(pickle.dumps(RewriteTrace(keys, uop_ops.tracked_ctxs[base:], uop_ops.uop_fields)), 1)
+
+def trace_num(u: UOp) -> int: return u.trace_num
+
+# ***** graphs: expand lazily from the rewrite blob, with tinygrad's own viewer code *****
+
+class RewriteBlob:
+  """A loaded rewrite trace. Rebuilding a graph replays tinygrad's recorded matches, so callers should cache results."""
+  def __init__(self, blob: bytes):
+    from tinygrad.viz.serve import VizData
+    self.data = VizData(pickle.loads(zlib.decompress(blob)))
+
+  def sink(self, trace_num: int) -> UOp:
+    from tinygrad.viz.serve import _reconstruct
+    return _reconstruct(self.data, trace_num)
+
+  def graph_of(self, trace_num: int) -> dict: return uop_graph(self, self.sink(trace_num))
+
+  def pass_steps(self, group: int, step: int, limit: int) -> Iterator[dict]:
+    """The graph before a pass, then after each of its first `limit` matches (changed nodes and the matching rule named)."""
+    from tinygrad.viz.serve import get_full_rewrite
+    for i, st in enumerate(get_full_rewrite(self.data, self.data.trace.rewrites[group][step])):
+      if i > limit: break
+      yield {"graph": _graph_from_viz(st["graph"]), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
+             "rule": None if st["upat"] is None else f"{st['upat'][0][0].split('/')[-1]}:{st['upat'][0][1]}"}
+
+  def pass_result(self, group: int, step: int) -> dict:
+    """The graph after all matches of a pass."""
+    last = None
+    for last in self.pass_steps(group, step, limit=1 << 30): pass
+    assert last is not None
+    return last["graph"]
+
+def uop_graph(blob: RewriteBlob, sink: UOp) -> dict:
+  from tinygrad.viz.serve import uop_to_json
+  return _graph_from_viz(uop_to_json(blob.data, sink))
+
+def _graph_from_viz(g: dict[int, dict]) -> dict:
+  nodes = [{"id": str(k), "label": ansistrip(v["label"]), "op": v["label"].split("\n", 1)[0], "color": v["color"],
+            "addrspace": v.get("addrspace")} for k, v in g.items() if not v["exclude"]]
+  keep = {n["id"] for n in nodes}
+  edges = [{"src": str(s), "dst": str(k), "idx": i} for k, v in g.items() if str(k) in keep for i, s in v["src"] if str(s) in keep]
+  return {"nodes": nodes, "edges": edges}
+
+# ***** tensor graph and scheduler *****
+
+def tensor_sink(out: Tensor) -> UOp: return out.uop.sink()
+
+def op_histogram(sink: UOp) -> dict[str, int]: return dict(collections.Counter(u.op.name for u in sink.toposort()))
+
+def schedule(out: Tensor) -> UOp:
+  """tinygrad's schedule: an Ops.LINEAR of CALLs (kernels and copies), exactly as Tensor.realize builds it."""
+  return out.schedule_linear()
+
+@dataclass(frozen=True)
+class Stage:
+  """One bufferize (Ops.STAGE) node of rangeify."""
+  shape: tuple[int, ...]
+  dtype: str
+  addrspace: str
+  removable: bool
+  src_op: str
+  nbytes: int
+
+def stages_in(sink: UOp) -> list[Stage]:
+  ret = []
+  for u in sink.toposort():
+    if u.op is not Ops.STAGE: continue
+    shape = tuple(int(s) for s in u.shape) if u._shape is not None else ()
+    opts = u.arg
+    n = 1
+    for s in shape: n *= s
+    ret.append(Stage(shape, u.dtype.name, getattr(getattr(opts, "addrspace", None), "name", "GLOBAL"),
+                     bool(getattr(opts, "removable", True)), u.src[0].op.name, n * u.dtype.itemsize))
+  return ret
+
+# pass names of rangeify in get_kernel_graph: STAGEs exist after apply rangeify; removable ones are fused away in DEBUF
+RANGEIFY_PASS, DEBUF_PASS, STAGE_TO_STORE_PASS = "apply rangeify", "symbolic+reduce_collapse+debuf", "stage to store"
+
+def stage_decisions(blob: RewriteBlob, passes: list[Pass]) -> dict:
+  """Which STAGEs rangeify created, which the debuf pass removed (fused) and which survived to become buffers.
+  Read off the graphs tinygrad recorded at the start of the debuf pass and of the pass after it."""
+  names = [p.name for p in passes]
+  if DEBUF_PASS not in names: return {"created": [], "kept": [], "fused": [], "note": "no rangeify pass was recorded"}
+  i = names.index(DEBUF_PASS)
+  after = next((p for p in passes[i+1:] if p.depth <= passes[i].depth), None)
+  created = stages_in(blob.sink(passes[i].sink))
+  kept = stages_in(blob.sink(after.sink)) if after is not None else stages_in(_pass_output(blob, passes[i]))
+  remaining = list(kept)
+  fused = []
+  for s in created:
+    match = next((k for k in remaining if (k.shape, k.dtype, k.addrspace) == (s.shape, s.dtype, s.addrspace)), None)
+    if match is None: fused.append(s)
+    else: remaining.remove(match)
+  realized = sum(1 for u in blob.sink((after or passes[i]).sink).toposort() if u.op is Ops.AFTER)
+  return {"created": created, "kept": kept, "fused": fused, "realized": realized, "debuf_matches": passes[i].matches}
+
+def _pass_output(blob: RewriteBlob, p: Pass) -> UOp:
+  from tinygrad.viz.serve import get_full_rewrite
+  last = None
+  for last in get_full_rewrite(blob.data, blob.data.trace.rewrites[p.group][p.step]): pass
+  return last["_sink"]
+
+# ***** the schedule's calls and buffers *****
+
+@dataclass
+class Call:
+  index: int
+  kind: str                 # "kernel" | "copy" | other tinygrad call kinds
+  ast: UOp
+  buffers: list[UOp]        # the call's buffer arguments, in slot order
+
+def calls(linear: UOp) -> list[Call]:
+  from tinygrad.engine.realize import get_call_arg_uops
+  ret = []
+  for i, c in enumerate(linear.src):
+    ast = c.src[0]
+    kind = "kernel" if ast.op in (Ops.SINK, Ops.PROGRAM) else ast.op.name.lower()
+    ret.append(Call(i, kind, ast, list(get_call_arg_uops(c))))
+  return ret
+
+def buffer_key(b: UOp) -> int: return id(b.buf_uop if b.op is not Ops.BUFFER else b)
+
+def buffer_facts(b: UOp) -> dict:
+  b = b.buf_uop if b.op is not Ops.BUFFER else b
+  return {"numel": int(b.max_numel()), "dtype": b.dtype.name, "nbytes": int(b.max_numel()) * b.dtype.itemsize,
+          "device": b.device if isinstance(b.device, str) else ",".join(b.device)}
+
+def tensor_buffer(t: Tensor) -> UOp: return t.uop.buf_uop
+
+def copy_ins_outs(call: Call) -> tuple[list[int], list[int]]: return [1], [0]
+
+def kernel_reads_writes(ast: UOp) -> tuple[list[int], list[int]]:
+  """Parameter slots a kernel AST loads from and stores to."""
+  outs, ins = set(), set()
+  for u in ast.toposort():
+    if u.op is Ops.STORE:
+      outs |= {p.arg.slot for p in u.src[0].toposort() if p.op is Ops.PARAM and p.arg.slot >= 0 and p.addrspace is AddrSpace.GLOBAL}
+  for u in ast.toposort():
+    if u.op is Ops.PARAM and u.arg.slot >= 0 and u.addrspace is AddrSpace.GLOBAL and u.arg.slot not in outs: ins.add(u.arg.slot)
+  return sorted(ins), sorted(outs)
+
+# ***** codegen *****
+
+class CompileTimer:
+  """Times the exact compile calls tinygrad makes for a renderer (around its compiler's compile method)."""
+  def __init__(self, renderer: Renderer):
+    self.seconds = 0.0
+    comp = renderer.compiler
+    inner = comp.compile
+    def timed(src: str) -> bytes:
+      st = time.perf_counter()
+      try: return inner(src)
+      finally: self.seconds += time.perf_counter() - st
+    self._comp, self._inner = comp, inner
+    comp.compile = timed  # type: ignore[method-assign]
+  def close(self) -> None: self._comp.compile = self._inner  # type: ignore[method-assign]
+
+def codegen_host(ast: UOp, renderer: Renderer) -> UOp:
+  """tinygrad's own to_program: the PROGRAM it caches is the one compile_linear/run_linear then run."""
+  return to_program(ast, renderer)
+
+def codegen_deviceless(ast: UOp, renderer: Renderer) -> UOp: return do_to_program(ast, renderer)
+
+def is_tinygrad_program(u: UOp) -> bool: return u.op is Ops.PROGRAM
+
+@dataclass
+class ProgramFacts:
+  name: str
+  global_size: list
+  local_size: list | None
+  flops: int
+  lds: int
+  mem: int
+  opts: list[str]
+  linear: list[str]
+  ops: dict[str, int]
+  source: str
+
+UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
+               "consts": lambda u: u.op is Ops.CONST, "ranges": lambda u: u.op is Ops.RANGE}
+
+def program_facts(prg: UOp) -> ProgramFacts:
+  sink = prg.src[0]
+  lin = next(s for s in prg.src if s.op is Ops.LINEAR).src
+  src = next((s.arg for s in prg.src if s.op is Ops.SOURCE), "")
+  est = sink.arg.estimates
+  counts = {k: sum(1 for u in lin if f(u)) for k, f in UOP_CLASSES.items()}
+  detail = collections.Counter(u.op.name for u in lin)
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf): print_uops(list(lin))
+  def num(x: Any) -> Any: return int(x) if isinstance(x, (int, float)) else str(x)
+  return ProgramFacts(ansistrip(prg.arg.name), [num(x) for x in prg.arg.global_size],
+                      None if prg.arg.local_size is None else [num(x) for x in prg.arg.local_size],
+                      int(est.ops) if est is not None else 0, int(est.lds) if est is not None else 0, int(est.mem) if est is not None else 0,
+                      [str(o) for o in sink.arg.applied_opts], ansistrip(buf.getvalue()).splitlines(), {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},
+                      src)
+
+def ast_uop_count(ast: UOp) -> int: return len(ast.toposort())
+
+# ***** runtime *****
+
+def compile_schedule(linear: UOp) -> UOp:
+  """tinygrad's compile_linear: lowers every kernel through to_program (its cache holds the programs codegen produced above)."""
+  return compile_linear(linear)
+
+def run_schedule(compiled: UOp) -> None: run_linear(compiled, wait=True)
+
+def call_timers(compiled: UOp) -> list[tuple[int, Iterator[float]]]:
+  """tinygrad's time_call for each kernel of the compiled schedule: each yields one synchronized run time in seconds."""
+  return [(i, time_call(c)) for i, c in enumerate(compiled.src) if c.src[0].op is Ops.PROGRAM]
+
+def realize_inputs(*ts: Tensor) -> None: Tensor.realize(*ts)
+
+def device_of(t: Tensor) -> str: return t.device if isinstance(t.device, str) else t.device[0]
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+def has_reduce(ast: UOp) -> bool: return any(u.op is Ops.REDUCE for u in ast.toposort())

@@ -1,0 +1,214 @@
+"""The trace engine: run one (spec, variant) through tinygrad's pipeline and record every stage as plain data.
+
+Call `capture` in a fresh process (explorer.worker does): tinygrad's rewrite tracking must be switched on before it is imported,
+and its caches and context variables must not leak between variants.
+"""
+from __future__ import annotations
+import datetime, platform, socket, statistics, time, traceback
+from typing import Any, Callable
+import numpy as np
+from explorer import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
+from explorer.reference import conv2d_reference, error_stats
+from explorer.spec import ConvSpec, Variant, preset_of
+
+SCHEMA = 1
+STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
+Progress = Callable[[str, str, str], None]  # (stage, "start"|"done"|"error", detail)
+
+def _quiet(stage: str, status: str, detail: str) -> None: pass
+
+class StageFailed(Exception): pass
+
+class Recorder:
+  """Runs the stages in order; a stage that raises is recorded (which stage, the error) and stops the trace there."""
+  def __init__(self, trace: dict, progress: Progress):
+    self.trace, self.progress = trace, progress
+
+  def run(self, stage: str, fn: Callable[[], Any]) -> Any:
+    self.progress(stage, "start", "")
+    st = time.perf_counter()
+    try: ret = fn()
+    except Exception as e:
+      self.trace["failures"].append({"stage": stage, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
+      self.trace["status"] = "error"
+      self.progress(stage, "error", f"{type(e).__name__}: {e}")
+      raise StageFailed(stage) from e
+    self.trace["stage_seconds"][stage] = time.perf_counter() - st
+    self.progress(stage, "done", f"{time.perf_counter() - st:.2f}s")
+    return ret
+
+def new_trace(spec: ConvSpec, variant: Variant, device: str) -> dict:
+  return {"schema": SCHEMA, "spec": spec.to_dict(), "preset": preset_of(spec), "variant": variant.to_dict(), "label": f"{spec.label()} | {variant.label()}",
+          "env": {"tinygrad": tg.TINYGRAD_VERSION, "device": device, "host": socket.gethostname(), "python": platform.python_version(),
+                  "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "tracking": tg.tracking_enabled()},
+          "status": "ok", "failures": [], "notes": list(variant.notes), "stage_seconds": {},
+          "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [], "kernels": [], "totals": {}, "error": None}
+
+def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_io: str | None = None) -> tuple[dict, bytes]:
+  """Trace one convolution. Returns the trace (JSON-ready) and the compressed rewrite blob that intermediate graphs expand from."""
+  variant = variant.resolve(spec)
+  device = variant.device or tg.default_device()
+  trace = new_trace(spec, variant, device)
+  base = tg.tracking_mark()
+  rec = Recorder(trace, progress)
+  try: _run_stages(rec, spec, variant, device, dump_io, base)
+  except StageFailed: pass
+  blob = tg.export_rewrites(base)
+  if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, blob)
+  return trace, blob
+
+def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int) -> None:
+  from tinygrad import Tensor, dtypes
+  from explorer.algorithms import build_conv
+  rng = np.random.default_rng(0)
+  x_np = rng.standard_normal(spec.input_shape).astype(spec.dtype)
+  w_np = (rng.standard_normal(spec.weight_shape) / np.sqrt(np.prod(spec.weight_shape[1:]))).astype(spec.dtype)
+  dtype = dtypes.float16 if spec.dtype == "float16" else dtypes.float32
+  x, w = Tensor(x_np, device=device, dtype=dtype), Tensor(w_np, device=device, dtype=dtype)
+  tg.realize_inputs(x, w)
+  trace = rec.trace
+  with tg.opt_context(variant.opt):
+    out = rec.run("tensor_graph", lambda: build_conv(x, w, spec, variant))
+    sink = tg.tensor_sink(out)
+    trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
+    linear = rec.run("schedule", lambda: _schedule(trace, out, base))
+    roles = {tg.buffer_key(tg.tensor_buffer(t)): role for t, role in ((x, "input"), (w, "weight"), (out, "output"))}
+    calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, roles, variant))
+    programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base))
+    rec.run("render", lambda: _render(trace, calls, variant.targets))
+    compiled = rec.run("run", lambda: _run(trace, linear, out, spec, x_np, w_np, dump_io))
+    if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs))
+  _totals(trace)
+
+def _schedule(trace: dict, out: Any, base: int) -> Any:
+  mark = tg.tracking_mark()
+  st = time.perf_counter()
+  linear = tg.schedule(out)
+  seconds = time.perf_counter() - st
+  groups = tg.passes_since(mark, base)
+  trace["scheduler"] = {"seconds": seconds, "groups": [{"name": n, "passes": [_pass_dict(p) for p in ps]} for n, ps in groups]}
+  trace["scheduler"]["passes"] = [p for g in trace["scheduler"]["groups"] if g["name"].startswith("Schedule") for p in g["passes"]]
+  return linear
+
+def _pass_dict(p: tg.Pass) -> dict: return {"group": p.group, "step": p.step, "name": p.name, "depth": p.depth, "matches": p.matches, "sink": p.sink}
+
+def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], variant: Variant) -> list[tg.Call]:
+  calls = tg.calls(linear)
+  buffers: dict[int, dict] = {}
+  def buf(b: Any) -> int:
+    k = tg.buffer_key(b)
+    if k not in buffers: buffers[k] = {"index": len(buffers), "name": f"buf{len(buffers)}", "role": roles.get(k, "intermediate"), **tg.buffer_facts(b),
+                                       "written_by": [], "read_by": []}
+    return buffers[k]["index"]
+  for c in calls:
+    ins, outs = tg.kernel_reads_writes(c.ast) if c.kind == "kernel" else tg.copy_ins_outs(c)
+    reads, writes = [buf(c.buffers[i]) for i in ins], [buf(c.buffers[i]) for i in outs]
+    trace["schedule"].append({"index": c.index, "kind": c.kind, "reads": reads, "writes": writes,
+                              "name": "copy" if c.kind == "copy" else None, "kernel": None})
+  for b in buffers.values(): b["written_by"], b["read_by"] = [], []
+  blist = sorted(buffers.values(), key=lambda b: b["index"])
+  for s in trace["schedule"]:
+    for i in s["writes"]: blist[i]["written_by"].append(s["index"])
+    for i in s["reads"]: blist[i]["read_by"].append(s["index"])
+  for b in blist:
+    if b["role"] == "intermediate" and any(trace["schedule"][i]["kind"] == "copy" for i in b["written_by"]): b["role"] = "constant"
+    if b["role"] == "intermediate" and not b["written_by"]: b["role"] = "constant"
+  trace["buffers"] = blist
+  for s in trace["schedule"]: s["role"] = _role(s, blist, calls[s["index"]], variant)
+  return calls
+
+def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
+  """What a kernel computes, from data flow: which of input/weight it reads, whether it reduces, whether it writes the output."""
+  if s["kind"] != "kernel": return s["kind"]
+  read_roles = {buffers[i]["role"] for i in s["reads"]}
+  writes_output = any(buffers[i]["role"] == "output" for i in s["writes"])
+  if variant.algo == "direct": return "conv" if writes_output else "prep"
+  parts = [name for name, hit in (("xhat", "input" in read_roles), ("ghat", "weight" in read_roles),
+                                   ("mhat", tg.has_reduce(call.ast)), ("out", writes_output)) if hit]
+  return "+".join(parts) or "other"
+
+def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int) -> dict[int, Any]:
+  renderer = tg.host_renderer(device)
+  programs = {}
+  for c in calls:
+    if c.kind != "kernel": continue
+    mark = tg.tracking_mark()
+    timer = tg.CompileTimer(renderer)
+    st = time.perf_counter()
+    try: prg = tg.codegen_host(c.ast, renderer)
+    finally: timer.close()
+    seconds = time.perf_counter() - st
+    facts = tg.program_facts(prg)
+    passes = [_pass_dict(p) for _, ps in tg.passes_since(mark, base) for p in ps]
+    s = trace["schedule"][c.index]
+    s["name"], s["kernel"] = facts.name, len(trace["kernels"])
+    trace["kernels"].append({"index": len(trace["kernels"]), "call": c.index, "name": facts.name, "role": s["role"], "kind": "kernel",
+                             "ast_uops": tg.ast_uop_count(c.ast), "ast_sink": tg.trace_num(c.ast), "linear_uops": facts.ops["total"],
+                             "ops": facts.ops, "opts": facts.opts, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds,
+                             "global_size": facts.global_size, "local_size": facts.local_size, "passes": passes, "uops_listing": facts.linear,
+                             "sources": {"host": facts.source}, "source_errors": {}, "codegen_s": seconds - timer.seconds, "compile_s": timer.seconds,
+                             "reads": s["reads"], "writes": s["writes"], "time_s": None})
+    programs[c.index] = prg
+  return programs
+
+def _render(trace: dict, calls: list[tg.Call], targets: tuple[str, ...]) -> None:
+  by_call = {k["call"]: k for k in trace["kernels"]}
+  for t in targets:
+    renderer = tg.render_target(t)
+    for c in calls:
+      if c.kind != "kernel": continue
+      k = by_call[c.index]
+      try: k["sources"][t] = tg.program_facts(tg.codegen_deviceless(c.ast, renderer)).source
+      except Exception as e: k["source_errors"][t] = f"{type(e).__name__}: {e}"
+
+def _run(trace: dict, linear: Any, out: Any, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, dump_io: str | None) -> Any:
+  compiled = tg.compile_schedule(linear)
+  tg.run_schedule(compiled)
+  got = out.numpy()
+  ref = conv2d_reference(x_np.astype(np.float64), w_np.astype(np.float64), spec.stride, spec.pad, spec.groups)
+  trace["error"] = error_stats(got.astype(np.float64), ref)
+  if dump_io is not None: _dump_io(dump_io, x_np, w_np, got)
+  return compiled
+
+def _dump_io(path: str, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+  import pathlib
+  p = pathlib.Path(path)
+  p.mkdir(parents=True, exist_ok=True)
+  for name, arr in (("input", x), ("weight", w), ("output", out)): np.save(p / f"{name}.npy", arr)
+
+def stats(xs: list[float]) -> dict:
+  return {"median": statistics.median(xs), "mean": statistics.fmean(xs), "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0,
+          "min": min(xs), "n": len(xs)}
+
+def _time(trace: dict, compiled: Any, variant: Variant, programs: dict) -> None:
+  """Warmup then repeats, interleaving the kernels so that drift hits all of them alike; total = the kernels of one repeat summed."""
+  timers = tg.call_timers(compiled)
+  per: dict[int, list[float]] = {i: [] for i, _ in timers}
+  totals = []
+  for r in range(variant.warmup + variant.repeats):
+    ts = [(i, next(gen)) for i, gen in timers]
+    if r < variant.warmup: continue
+    for i, t in ts: per[i].append(t)
+    totals.append(sum(t for _, t in ts))
+  by_call = {k["call"]: k for k in trace["kernels"]}
+  for i, xs in per.items(): by_call[i]["time_s"] = stats(xs)
+  trace["timing"] = {"device": trace["env"]["device"], "warmup": variant.warmup, "repeats": variant.repeats, "total_s": stats(totals) if totals else None}
+
+def _totals(trace: dict) -> None:
+  ks = trace["kernels"]
+  trace["totals"] = {"kernels": len(ks), "copies": sum(1 for s in trace["schedule"] if s["kind"] == "copy"), "buffers": len(trace["buffers"]),
+                     "flops": sum(k["flops"] for k in ks), "bytes": sum(k["bytes"] for k in ks), "compile_s": sum(k["compile_s"] for k in ks),
+                     "codegen_s": sum(k["codegen_s"] for k in ks), "time_s": (trace.get("timing") or {}).get("total_s")}
+
+def _record_stages(trace: dict, blob: bytes) -> None:
+  """Bufferize decisions, read off the rewrite trace (rebuilding only the two graphs needed)."""
+  try:
+    passes = [tg.Pass(p["group"], p["step"], p["name"], p["depth"], p["matches"], p["sink"]) for p in trace["scheduler"]["passes"]]
+    d = tg.stage_decisions(tg.RewriteBlob(blob), passes)
+  except Exception as e:
+    trace["failures"].append({"stage": "bufferize", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
+    return
+  def rows(xs: list) -> list[dict]: return [s.__dict__ | {"shape": list(s.shape)} for s in xs]
+  trace["scheduler"]["stages"] = {"created": rows(d["created"]), "kept": rows(d["kept"]), "fused": rows(d["fused"])}
+  # realized: buffers stored to directly (user .contiguous(), outputs) rather than through a STAGE
+  trace["scheduler"]["stage_counts"] = {**{k: len(d[k]) for k in ("created", "kept", "fused")}, "realized": d["realized"]}
