@@ -179,12 +179,12 @@ def stage_decisions(blob: RewriteBlob, passes: list[Pass]) -> dict:
   after = next((p for p in passes[i+1:] if p.depth <= passes[i].depth), None)
   created = stages_in(blob.sink(passes[i].sink))
   kept = stages_in(blob.sink(after.sink)) if after is not None else stages_in(_pass_output(blob, passes[i]))
-  remaining = list(kept)
-  fused = []
-  for s in created:
-    match = next((k for k in remaining if (k.shape, k.dtype, k.addrspace) == (s.shape, s.dtype, s.addrspace)), None)
-    if match is None: fused.append(s)
-    else: remaining.remove(match)
+  # STAGEs change identity as their sources are rewritten: pair survivors with their origin by ever looser signatures
+  unpaired_created, unpaired_kept = list(created), list(kept)
+  for sig in (lambda s: (s.shape, s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace)):
+    for k in list(unpaired_kept):
+      if (c := next((c for c in unpaired_created if sig(c) == sig(k)), None)) is not None: unpaired_created.remove(c); unpaired_kept.remove(k)
+  fused = unpaired_created
   realized = sum(1 for u in blob.sink((after or passes[i]).sink).toposort() if u.op is Ops.AFTER)
   return {"created": created, "kept": kept, "fused": fused, "realized": realized, "debuf_matches": passes[i].matches}
 
