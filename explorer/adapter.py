@@ -50,17 +50,17 @@ def _deviceless(cls: type[Renderer], target: Target, **attrs: Any) -> Renderer:
   r.compiler = Compiler()  # tinygrad's base Compiler returns the source as the "binary": codegen stops at rendering
   return r
 
-RENDER_TARGETS: dict[str, tuple[str, Any]] = {
-  "cuda": ("CUDA sm_90 (H100)", lambda: _deviceless(CUDARenderer, Target("CUDA", "CUDA", "sm_90"), tensor_cores=tc.get_cuda("sm_90"))),
-  "metal": ("Metal Apple9 (M3)", lambda: _deviceless(MetalRenderer, Target("METAL", "METAL", "Apple9"), tensor_cores=tc.metal)),
-  "opencl": ("OpenCL", lambda: _deviceless(OpenCLRenderer, Target("CL", "CL", ""))),
-  "clang": ("C (clang, x86_64)", lambda: _deviceless(ClangRenderer, Target("CPU", "CLANG", "x86_64"))),
-  "llvm": ("LLVM IR (x86_64)", lambda: _deviceless(CPULLVMRenderer, Target("CPU", "LLVM", "x86_64"))),
-  "ptx": ("PTX sm_90", lambda: _deviceless(PTXRenderer, Target("CUDA", "PTX", "sm_90"), tensor_cores=PTXRenderer.tc_sm80)),
-  "wgsl": ("WGSL (WebGPU)", lambda: _deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", ""))),
+RENDER_TARGETS: dict[str, Any] = {  # keys: explorer.spec.TARGETS
+  "cuda": lambda: _deviceless(CUDARenderer, Target("CUDA", "CUDA", "sm_90"), tensor_cores=tc.get_cuda("sm_90")),
+  "metal": lambda: _deviceless(MetalRenderer, Target("METAL", "METAL", "Apple9"), tensor_cores=tc.metal),
+  "opencl": lambda: _deviceless(OpenCLRenderer, Target("CL", "CL", "")),
+  "clang": lambda: _deviceless(ClangRenderer, Target("CPU", "CLANG", "x86_64")),
+  "llvm": lambda: _deviceless(CPULLVMRenderer, Target("CPU", "LLVM", "x86_64")),
+  "ptx": lambda: _deviceless(PTXRenderer, Target("CUDA", "PTX", "sm_90"), tensor_cores=PTXRenderer.tc_sm80),
+  "wgsl": lambda: _deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", "")),
 }
 
-def render_target(name: str) -> Renderer: return RENDER_TARGETS[name][1]()
+def render_target(name: str) -> Renderer: return RENDER_TARGETS[name]()
 
 # ***** options: the variant's optimization setting as tinygrad context *****
 

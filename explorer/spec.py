@@ -4,7 +4,9 @@ import dataclasses, math, re
 from dataclasses import dataclass, field
 
 DTYPES = {"float32": 4, "float16": 2}
-TARGETS = ("cuda", "metal", "opencl", "clang", "llvm", "ptx", "wgsl")
+TARGET_LABELS = {"cuda": "CUDA C for sm_90 (H100)", "metal": "Metal for Apple9 (M3)", "opencl": "OpenCL C", "clang": "C for clang (x86_64)",
+                 "llvm": "LLVM IR (x86_64)", "ptx": "PTX for sm_90", "wgsl": "WGSL (WebGPU)"}
+TARGETS = tuple(TARGET_LABELS)
 ALGOS = ("direct", "winograd")
 WINO_IMPLS = ("builtin", "explorer")
 TILES = ("F(4,3)", "F(2,3)")

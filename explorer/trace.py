@@ -64,11 +64,13 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
   x_np = rng.standard_normal(spec.input_shape).astype(spec.dtype)
   w_np = (rng.standard_normal(spec.weight_shape) / np.sqrt(np.prod(spec.weight_shape[1:]))).astype(spec.dtype)
   dtype = dtypes.float16 if spec.dtype == "float16" else dtypes.float32
-  x, w = Tensor(x_np, device=device, dtype=dtype), Tensor(w_np, device=device, dtype=dtype)
-  tg.realize_inputs(x, w)
+  def inputs_and_graph() -> tuple[Any, Any, Any]:
+    x, w = Tensor(x_np, device=device, dtype=dtype), Tensor(w_np, device=device, dtype=dtype)
+    tg.realize_inputs(x, w)
+    return x, w, build_conv(x, w, spec, variant)
   trace = rec.trace
   with tg.opt_context(variant.opt):
-    out = rec.run("tensor_graph", lambda: build_conv(x, w, spec, variant))
+    x, w, out = rec.run("tensor_graph", inputs_and_graph)
     sink = tg.tensor_sink(out)
     trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
     linear = rec.run("schedule", lambda: _schedule(trace, out, base))

@@ -1,0 +1,139 @@
+"""`kernel-explorer`: trace a convolution from the command line, list presets and targets, serve the web app."""
+from __future__ import annotations
+import argparse, json, sys
+from typing import Sequence
+from explorer.spec import PRESETS, TARGET_LABELS, TARGETS, TILES, STAGINGS, CONSTS, WINO_IMPLS, ConvSpec, SpecError, Variant
+
+class UsageError(Exception): pass
+
+class Parser(argparse.ArgumentParser):
+  def error(self, message: str) -> None:  # type: ignore[override]
+    raise UsageError(message)
+
+def _shape(s: str) -> tuple[int, ...]:
+  try: dims = tuple(int(x) for x in s.split(","))
+  except ValueError: raise argparse.ArgumentTypeError(f"--shape takes N,CIN,COUT,H,W,K as integers, got {s!r}") from None
+  if len(dims) != 6: raise argparse.ArgumentTypeError(f"--shape takes 6 integers N,CIN,COUT,H,W,K, got {len(dims)}")
+  return dims
+
+def add_case_args(p: argparse.ArgumentParser) -> None:
+  """The flags that pick a (spec, variant): shared by trace and the studies."""
+  g = p.add_mutually_exclusive_group()
+  g.add_argument("--preset", choices=sorted(PRESETS), help="a named shape (see `kernel-explorer presets`)")
+  g.add_argument("--shape", type=_shape, help="N,CIN,COUT,H,W,K")
+  p.add_argument("--stride", type=int, default=1)
+  p.add_argument("--padding", type=int, default=None, help="default: kernel//2 (keeps the spatial size)")
+  p.add_argument("--groups", type=int, default=1)
+  p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+  p.add_argument("--algo", choices=("direct", "winograd"), default="direct")
+  p.add_argument("--wino-impl", choices=WINO_IMPLS, default="builtin")
+  p.add_argument("--tile", choices=TILES, default="F(4,3)")
+  p.add_argument("--staging", choices=STAGINGS, default="staged")
+  p.add_argument("--consts", choices=CONSTS, default="symbolic")
+  p.add_argument("--fallback", action="store_true", help="run the direct algorithm (with a note) where Winograd does not apply")
+  p.add_argument("--opt", default="heuristic", help="heuristic (tinygrad's default), none (NOOPT) or beam:N")
+  p.add_argument("--target", default="cuda,metal", help=f"render targets, comma separated: {','.join(TARGETS)}")
+  p.add_argument("--repeats", type=int, default=10)
+  p.add_argument("--warmup", type=int, default=2)
+  p.add_argument("--no-time", action="store_true", help="skip timing")
+  p.add_argument("--device", default=None, help="tinygrad device to run on (default: tinygrad's default device)")
+  p.add_argument("--timeout", type=float, default=600.0, help="seconds before the trace worker is stopped")
+
+def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
+  if a.shape is not None:
+    n, cin, cout, h, w, k = a.shape
+    spec = ConvSpec(n, cin, cout, h, w, k, a.stride, a.padding, a.groups, a.dtype)
+  else:
+    base = PRESETS[a.preset or "small"]
+    spec = ConvSpec(base.batch, base.cin, base.cout, base.height, base.width, base.kernel, a.stride, a.padding, a.groups, a.dtype)
+  targets = tuple(t.strip() for t in a.target.split(",") if t.strip())
+  variant = Variant(a.algo, a.wino_impl, a.tile, a.staging, a.consts, a.opt, targets, a.warmup, a.repeats, not a.no_time, a.fallback, a.device)
+  return spec.validate(), variant.resolve(spec)
+
+# ***** output *****
+
+def si(x: float | None, unit: str = "") -> str:
+  if x is None: return "-"
+  for p, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    if abs(x) >= p: return f"{x/p:.2f}{s}{unit}"
+  return f"{x:.0f}{unit}"
+
+def ms(t: dict | None) -> str: return "-" if not t else f"{t['median']*1e3:.3f}"
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+  cells = [[str(c) for c in r] for r in rows]
+  widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+  line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+  return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, cells)])
+
+def summary(trace: dict) -> str:
+  out = [f"{trace['label']}   device={trace['env']['device']} tinygrad={trace['env']['tinygrad']}"]
+  out += [f"note: {n}" for n in trace["notes"]]
+  rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), f"{k['compile_s']*1e3:.1f}", ms(k["time_s"]))
+          for k in trace["kernels"]]
+  out.append(table(("kernel", "role", "ast uops", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows))
+  t, sc = trace["totals"], (trace.get("scheduler") or {}).get("stage_counts")
+  out.append(f"{t.get('kernels', 0)} kernels, {t.get('copies', 0)} copies, {t.get('buffers', 0)} buffers, {si(t.get('flops'))} FLOPs, "
+             f"total time {ms(t.get('time_s'))} ms")
+  if sc: out.append(f"STAGE (bufferize): {sc['created']} created, {sc['fused']} fused away, {sc['kept']} kept as buffers; {sc['realized']} realized stores")
+  if (e := trace.get("error")) is not None: out.append(f"max abs error {e['max_abs']:.3g} (rel {e['max_rel']:.3g}) vs float64 numpy")
+  out += [f"FAILED in {f['stage']}: {f['error']}" for f in trace["failures"]]
+  return "\n".join(out)
+
+# ***** commands *****
+
+def cmd_trace(a: argparse.Namespace) -> int:
+  from explorer.worker import run_trace
+  spec, variant = case_from_args(a)
+  progress = (lambda st, status, d: print(f"  {st:<13} {status} {d}", file=sys.stderr, flush=True)) if not a.quiet else None
+  res = run_trace(spec, variant, progress, timeout_s=a.timeout, dump_io=a.dump_io)
+  print(summary(res.trace))
+  if a.json:
+    with open(a.json, "w") as f: json.dump(res.trace, f, indent=1, default=str)
+    print(f"wrote {a.json}", file=sys.stderr)
+  return 0 if res.trace["status"] == "ok" else 1
+
+def cmd_presets(a: argparse.Namespace) -> int:
+  print(table(("name", "shape", "FLOPs (direct)"), [(n, p.label(), si(p.direct_flops)) for n, p in PRESETS.items()]))
+  return 0
+
+def cmd_targets(a: argparse.Namespace) -> int:
+  print(table(("target", "renders as"), list(TARGET_LABELS.items())))
+  return 0
+
+def cmd_serve(a: argparse.Namespace) -> int:
+  from explorer.web import serve
+  serve(a.host, a.port, a.db)
+  return 0
+
+def build_parser() -> argparse.ArgumentParser:
+  p = Parser(prog="kernel-explorer", description=__doc__)
+  sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+  t = sub.add_parser("trace", help="trace one convolution through tinygrad's pipeline")
+  add_case_args(t)
+  t.add_argument("--json", metavar="PATH", help="write the whole trace as JSON")
+  t.add_argument("--dump-io", metavar="DIR", help="write input, weight and output as .npy files")
+  t.add_argument("--quiet", action="store_true", help="no progress on stderr")
+  t.set_defaults(fn=cmd_trace)
+  sub.add_parser("presets", help="list the named shapes").set_defaults(fn=cmd_presets)
+  sub.add_parser("targets", help="list the render targets").set_defaults(fn=cmd_targets)
+  s = sub.add_parser("serve", help="serve the web app")
+  s.add_argument("--host", default="127.0.0.1")
+  s.add_argument("--port", type=int, default=8000)
+  s.add_argument("--db", default=None, help="SQLite file for stored traces")
+  s.set_defaults(fn=cmd_serve)
+  return p
+
+def main(argv: Sequence[str] | None = None) -> int:
+  from explorer.worker import TraceFailed
+  try:
+    a = build_parser().parse_args(argv)
+    return a.fn(a)
+  except (UsageError, SpecError, argparse.ArgumentTypeError) as e:
+    print(f"kernel-explorer: {e}", file=sys.stderr)
+    return 2
+  except TraceFailed as e:
+    print(f"kernel-explorer: trace failed: {e}", file=sys.stderr)
+    return 1
+
+if __name__ == "__main__": sys.exit(main())
