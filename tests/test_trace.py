@@ -1,0 +1,143 @@
+"""The trace engine on real tinygrad kernels: what it records, and that it records what tinygrad really does."""
+import json, subprocess, sys
+import numpy as np
+import pytest
+from explorer.cli import main
+from explorer.spec import PRESETS, TARGETS, ConvSpec, Variant
+from explorer.worker import TraceFailed, run_trace
+
+SOURCE_MARKERS = {"host": "void", "cuda": "__global__", "metal": "kernel void", "opencl": "__kernel", "clang": "void", "llvm": "define",
+                  "ptx": ".entry", "wgsl": "@compute"}
+
+@pytest.fixture(scope="module")
+def direct():
+  return run_trace(PRESETS["small"], Variant(targets=TARGETS, repeats=4)).trace
+
+@pytest.fixture(scope="module")
+def wino():
+  return run_trace(PRESETS["small"], Variant(algo="winograd", targets=("cuda",), repeats=3)).trace
+
+def test_trace_has_documented_keys(direct):
+  assert {"spec", "variant", "env", "kernels", "buffers", "totals", "error", "schedule", "scheduler", "tensor_graph"} <= set(direct)
+  k = direct["kernels"][0]
+  assert {"name", "role", "kind", "ast_uops", "linear_uops", "ops", "flops", "bytes", "global_size", "local_size", "sources", "compile_s",
+          "time_s", "opts", "passes", "uops_listing"} <= set(k)
+  assert set(k["time_s"]) == {"median", "mean", "std", "min", "n"} and k["time_s"]["n"] == 4
+  assert direct["env"]["tinygrad"] == "0.14.0" and direct["env"]["device"] == "CPU" and direct["env"]["tracking"]
+  json.dumps(direct)  # JSON-ready as is
+
+def test_direct_is_one_conv_kernel(direct):
+  assert direct["status"] == "ok", direct["failures"]
+  assert [k["role"] for k in direct["kernels"]] == ["conv"]
+  assert sorted(b["role"] for b in direct["buffers"]) == ["input", "output", "weight"]
+  assert direct["error"]["max_abs"] < 1e-4 * direct["error"]["ref_max_abs"]
+
+def test_every_target_renders_without_its_device(direct):
+  k = direct["kernels"][0]
+  assert not k["source_errors"]
+  for target, marker in SOURCE_MARKERS.items(): assert marker in k["sources"][target], target
+
+def test_op_histogram_and_estimates(direct):
+  k = direct["kernels"][0]
+  assert k["ops"]["alu"] > 0 and k["ops"]["loads"] > 0 and k["ops"]["stores"] > 0 and k["ops"]["ranges"] >= 0
+  assert k["ops"]["total"] == k["linear_uops"] == len(k["uops_listing"])
+  # tinygrad's Estimates counts every multiply and add: at least the direct conv's 2*MACs, plus the output's bias-free adds
+  assert k["flops"] >= PRESETS["small"].direct_flops
+  assert k["bytes"] >= 4 * (3*32*32 + 16*3*3*3 + 16*32*32)
+
+def test_winograd_builtin_stages_and_roles(wino):
+  assert wino["status"] == "ok", wino["failures"]
+  assert sorted(k["role"] for k in wino["kernels"]) == ["ghat", "mhat", "out", "xhat"]
+  sc = wino["scheduler"]["stage_counts"]
+  assert sc["created"] > sc["kept"] >= 1 and sc["fused"] == sc["created"] - sc["kept"]
+  assert any(p["name"] == "symbolic+reduce_collapse+debuf" for p in wino["scheduler"]["passes"])
+  intermediates = [b for b in wino["buffers"] if b["role"] == "intermediate"]
+  assert len(intermediates) == 3 and all(b["written_by"] and b["read_by"] for b in intermediates)
+  assert wino["error"]["max_abs"] < 1e-3 * wino["error"]["ref_max_abs"]
+
+def test_codegen_passes_recorded_per_kernel(wino):
+  for k in wino["kernels"]:
+    names = [p["name"] for p in k["passes"]]
+    assert "linearize/render" in names and len(names) > 10
+
+FIDELITY_SCRIPT = r"""
+import json, sys
+from tinygrad import Tensor
+from tinygrad.helpers import Context, ansistrip
+from tinygrad.codegen import to_program_cache
+from tinygrad.uop.ops import Ops
+import numpy as np
+spec = json.loads(sys.argv[1])
+rng = np.random.default_rng(0)
+x = Tensor(rng.standard_normal((spec["batch"], spec["cin"], spec["height"], spec["width"])).astype(np.float32)).realize()
+w = Tensor(rng.standard_normal((spec["cout"], spec["cin"], spec["kernel"], spec["kernel"])).astype(np.float32)).realize()
+n0 = len(to_program_cache)
+with Context(WINO=int(sys.argv[2])): out = x.conv2d(w, padding=spec["kernel"]//2)
+out.realize()
+progs = list(to_program_cache.values())[n0:]
+print(json.dumps({ansistrip(p.arg.name): next(s.arg for s in p.src if s.op is Ops.SOURCE) for p in progs}))
+"""
+
+@pytest.mark.parametrize("algo", ["direct", "winograd"])
+def test_fidelity_sources_are_what_tinygrad_compiles(algo, direct, wino):
+  """Plain tinygrad (no tracking, its own realize) compiles exactly the kernels and sources the trace shows for the host."""
+  trace = direct if algo == "direct" else wino
+  out = subprocess.run([sys.executable, "-c", FIDELITY_SCRIPT, json.dumps(trace["spec"]), str(int(algo == "winograd"))],
+                       capture_output=True, text=True, check=True, timeout=300)
+  plain = json.loads(out.stdout.strip().splitlines()[-1])
+  assert len(plain) == len(trace["kernels"])
+  assert plain == {k["name"]: k["sources"]["host"] for k in trace["kernels"]}
+
+def test_stage_failure_is_recorded_not_raised():
+  trace = run_trace(PRESETS["small"], Variant(device="NOSUCHDEVICE", time=False, targets=("cuda",))).trace
+  assert trace["status"] == "error"
+  assert trace["failures"][0]["stage"] == "tensor_graph" and "NOSUCHDEVICE" in trace["failures"][0]["error"].upper()
+
+def test_worker_time_limit():
+  with pytest.raises(TraceFailed, match="time limit"): run_trace(PRESETS["small"], Variant(time=False), timeout_s=0.05)
+
+def test_cli_trace_json_and_dump_io(tmp_path, capsys):
+  path, io = tmp_path / "t.json", tmp_path / "io"
+  assert main(["trace", "--shape", "1,2,4,9,9,3", "--no-time", "--target", "opencl", "--json", str(path), "--dump-io", str(io), "--quiet"]) == 0
+  assert "conv" in capsys.readouterr().out
+  trace = json.loads(path.read_text())
+  assert trace["kernels"][0]["time_s"] is None and "opencl" in trace["kernels"][0]["sources"]
+  x, w, out = (np.load(io / f"{n}.npy") for n in ("input", "weight", "output"))
+  # an independent check anyone could do: explicit loops over the padded input
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  ref = np.zeros(out.shape)
+  for i in range(9):
+    for j in range(9): ref[:, :, i, j] = np.einsum("ncyx,ocyx->no", xp[:, :, i:i+3, j:j+3], w)
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+@pytest.mark.parametrize("argv, message", [
+  (["trace", "--preset", "k5", "--algo", "winograd"], "3x3"),
+  (["trace", "--shape", "1,2,3"], "6 integers"),
+  (["trace", "--opt", "fast"], "heuristic"),
+  (["trace", "--target", "cuda,vulkan"], "vulkan"),
+  (["trace", "--preset", "nope"], "invalid choice"),
+  (["trace", "--shape", "1,3,4,8,8,3", "--groups", "2"], "groups"),
+])
+def test_cli_bad_input_exits_2_with_one_line(argv, message, capsys):
+  assert main(argv) == 2
+  err = capsys.readouterr().err.strip()
+  assert message in err and len(err.splitlines()) == 1
+
+def test_cli_fallback_note(capsys):
+  assert main(["trace", "--shape", "1,2,2,8,8,5", "--algo", "winograd", "--fallback", "--no-time", "--target", "cuda", "--quiet"]) == 0
+  assert "fell back to the direct algorithm" in capsys.readouterr().out
+
+def test_cli_lists(capsys):
+  assert main(["presets"]) == 0 and main(["targets"]) == 0
+  out = capsys.readouterr().out
+  assert all(n in out for n in PRESETS) and all(t in out for t in TARGETS)
+
+def test_spec_memory_budget_from_cli(capsys):
+  assert main(["trace", "--shape", "64,512,512,512,512,3"]) == 2
+  assert "memory budget" in capsys.readouterr().err
+
+def test_float16_trace():
+  spec = ConvSpec(1, 3, 4, 8, 8, 3, dtype="float16")
+  trace = run_trace(spec, Variant(time=False, targets=("cuda",))).trace
+  assert trace["status"] == "ok" and "half" in trace["kernels"][0]["sources"]["cuda"]
+  assert trace["error"]["max_rel"] < 1e-2
