@@ -23,4 +23,5 @@ def error_stats(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
   if out.shape != ref.shape: raise ValueError(f"shape mismatch: {out.shape} vs reference {ref.shape}")
   max_abs = float(np.max(np.abs(out - ref))) if out.size else 0.0
   ref_max_abs = float(np.max(np.abs(ref))) if ref.size else 0.0
-  return {"max_abs": max_abs, "max_rel": max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf")), "ref_max_abs": ref_max_abs}
+  max_rel = max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf"))
+  return {"max_abs": max_abs, "max_rel": max_rel, "ref_max_abs": ref_max_abs}

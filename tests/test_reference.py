@@ -1,0 +1,54 @@
+import itertools
+import numpy as np
+import pytest
+from explorer.reference import conv2d_reference, error_stats
+
+def conv2d_loops(x: np.ndarray, w: np.ndarray, stride: int, padding: int, groups: int) -> np.ndarray:
+  """The definition, one output element at a time."""
+  (n, _, h, wd), (cout, cin_g, kh, kw) = x.shape, w.shape
+  oh, ow = (h + 2*padding - kh) // stride + 1, (wd + 2*padding - kw) // stride + 1
+  out = np.zeros((n, cout, oh, ow))
+  for b, o, y, xx in itertools.product(range(n), range(cout), range(oh), range(ow)):
+    g = o // (cout // groups)
+    for c, ky, kx in itertools.product(range(cin_g), range(kh), range(kw)):
+      iy, ix = y*stride + ky - padding, xx*stride + kx - padding
+      if 0 <= iy < h and 0 <= ix < wd: out[b, o, y, xx] += float(x[b, g*cin_g + c, iy, ix]) * float(w[o, c, ky, kx])
+  return out
+
+@pytest.mark.parametrize("n,cin,cout,h,w,k,stride,padding,groups", [
+  (1, 1, 1, 3, 3, 3, 1, 0, 1),
+  (1, 2, 3, 5, 6, 3, 1, 1, 1),
+  (2, 3, 4, 7, 5, 3, 2, 1, 1),
+  (1, 4, 6, 6, 6, 3, 1, 1, 2),
+  (2, 4, 4, 5, 7, 1, 1, 0, 4),
+  (1, 2, 2, 8, 6, 5, 2, 2, 1),
+  (1, 3, 2, 4, 4, 3, 3, 2, 1),
+])
+def test_reference_matches_loops(n, cin, cout, h, w, k, stride, padding, groups):
+  rng = np.random.default_rng(n * 100 + cin * 10 + k)
+  x, wt = rng.standard_normal((n, cin, h, w)).astype(np.float32), rng.standard_normal((cout, cin // groups, k, k)).astype(np.float32)
+  ref = conv2d_reference(x, wt, stride, padding, groups)
+  assert ref.dtype == np.float64
+  np.testing.assert_allclose(ref, conv2d_loops(x, wt, stride, padding, groups), rtol=1e-12, atol=1e-12)
+
+def test_reference_identity_kernel():
+  x = np.arange(2*3*4*5, dtype=np.float64).reshape(2, 3, 4, 5)
+  w = np.zeros((3, 3, 3, 3)); w[[0, 1, 2], [0, 1, 2], 1, 1] = 1
+  np.testing.assert_array_equal(conv2d_reference(x, w, 1, 1, 1), x)
+
+def test_reference_rejects_bad_groups():
+  with pytest.raises(ValueError): conv2d_reference(np.zeros((1, 3, 4, 4)), np.zeros((2, 3, 3, 3)), groups=2)
+
+def test_error_stats():
+  s = error_stats(np.array([1.0, 2.5, -4.0]), np.array([1.0, 2.0, -3.0]))
+  assert s == {"max_abs": 1.0, "max_rel": 1.0 / 3.0, "ref_max_abs": 3.0}
+
+def test_error_stats_near_zero_reference():
+  # relative to the largest |ref|, not elementwise: a tiny reference value does not blow it up
+  s = error_stats(np.array([1e-3, 10.0]), np.array([1e-12, 10.0]))
+  assert s["max_rel"] == pytest.approx(1e-4)
+  assert error_stats(np.zeros(3), np.zeros(3))["max_rel"] == 0.0
+  assert error_stats(np.ones(3), np.zeros(3))["max_rel"] == float("inf")
+
+def test_error_stats_shape_mismatch():
+  with pytest.raises(ValueError): error_stats(np.zeros((2, 3)), np.zeros((3, 2)))
