@@ -310,3 +310,11 @@ def device_of(t: Tensor) -> str: return t.device if isinstance(t.device, str) el
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 def has_reduce(ast: UOp) -> bool: return any(u.op is Ops.REDUCE for u in ast.toposort())
+
+def compiler_name(device: str) -> str: return type(Device[device].compiler).__name__
+
+def fallback_reason(device: str) -> str | None:
+  """Seed 003 saw Metal hand a kernel to tinygrad's PYTHON interpreter (500x slower): say so instead of timing it silently."""
+  if Device.canonicalize(device).split(":")[0] == "PYTHON" or compiler_name(device) == "PythonCompiler":
+    return f"{device} runs kernels in tinygrad's Python interpreter (PythonCompiler): timings are not native"
+  return None

@@ -101,6 +101,17 @@ def cmd_targets(a: argparse.Namespace) -> int:
   print(table(("target", "renders as"), list(TARGET_LABELS.items())))
   return 0
 
+def cmd_study(a: argparse.Namespace) -> int:
+  from explorer.study import markdown, run_study
+  spec = PRESETS[a.preset].validate()
+  progress = (lambda st, status, d: print(f"  {d}", file=sys.stderr, flush=True)) if not a.quiet else None
+  study = run_study(a.kind, spec, repeats=a.repeats, warmup=a.warmup, tile=a.tile, device=a.device, progress=progress, timeout_s=a.timeout)
+  print(markdown(study))
+  path = a.json or f"study-{a.kind}-{a.preset}.json"
+  with open(path, "w") as f: json.dump(study, f, indent=1, default=str)
+  print(f"wrote {path}", file=sys.stderr)
+  return 0 if all(r["status"] == "ok" for r in study["rows"]) else 1
+
 def cmd_serve(a: argparse.Namespace) -> int:
   from explorer.web import serve
   serve(a.host, a.port, a.db)
@@ -117,6 +128,17 @@ def build_parser() -> argparse.ArgumentParser:
   t.set_defaults(fn=cmd_trace)
   sub.add_parser("presets", help="list the named shapes").set_defaults(fn=cmd_presets)
   sub.add_parser("targets", help="list the render targets").set_defaults(fn=cmd_targets)
+  st = sub.add_parser("study", help="redo a seed experiment: constants (seed 000) or fusion (seed 003)")
+  st.add_argument("kind", choices=("constants", "fusion"))
+  st.add_argument("--preset", choices=sorted(PRESETS), default="wino8")
+  st.add_argument("--tile", choices=TILES, default="F(4,3)")
+  st.add_argument("--repeats", type=int, default=20)
+  st.add_argument("--warmup", type=int, default=3)
+  st.add_argument("--device", default=None)
+  st.add_argument("--timeout", type=float, default=1800.0)
+  st.add_argument("--json", metavar="PATH", help="default: study-KIND-PRESET.json")
+  st.add_argument("--quiet", action="store_true")
+  st.set_defaults(fn=cmd_study)
   s = sub.add_parser("serve", help="serve the web app")
   s.add_argument("--host", default="127.0.0.1")
   s.add_argument("--port", type=int, default=8000)

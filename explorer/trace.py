@@ -49,6 +49,7 @@ def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_
   variant = variant.resolve(spec)
   device = variant.device or tg.default_device()
   trace = new_trace(spec, variant, device)
+  trace["env"]["compiler"], trace["env"]["fallback"] = _safe(lambda: tg.compiler_name(device)), _safe(lambda: tg.fallback_reason(device))
   base = tg.tracking_mark()
   rec = Recorder(trace, progress)
   try: _run_stages(rec, spec, variant, device, dump_io, base)
@@ -56,6 +57,10 @@ def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_
   blob = tg.export_rewrites(base)
   if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, blob)
   return trace, blob
+
+def _safe(fn: Callable[[], Any]) -> Any:
+  try: return fn()
+  except Exception as e: return f"unavailable: {type(e).__name__}: {e}"
 
 def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int) -> None:
   from tinygrad import Tensor, dtypes

@@ -2,7 +2,7 @@
 tracking is switched on before tinygrad is imported, and a hung or crashed trace cannot take the caller down."""
 from __future__ import annotations
 import multiprocessing as mp
-import os, queue, time, traceback
+import importlib, os, queue, time, traceback
 from dataclasses import dataclass, field
 from typing import Callable
 from explorer.spec import ConvSpec, Variant
@@ -19,25 +19,26 @@ class TraceResult:
   rewrites: bytes
   progress: list[tuple[str, str, str]] = field(default_factory=list)
 
-def _child(spec: dict, variant: dict, dump_io: str | None, out: mp.Queue) -> None:
+def _child(fn_path: str, kwargs: dict, env: dict[str, str], out: mp.Queue) -> None:
   try:
-    from explorer.trace import capture  # imports tinygrad: first time in this process
+    os.environ.update(env)  # before the target's imports bring in tinygrad
+    module, name = fn_path.split(":")
+    fn = getattr(importlib.import_module(module), name)
     def progress(stage: str, status: str, detail: str) -> None: out.put(("progress", (stage, status, detail)))
-    trace, blob = capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io)
-    out.put(("result", (trace, blob)))
-  except BaseException as e:  # noqa: BLE001 - anything the trace raises must reach the parent as data
+    out.put(("result", fn(progress=progress, **kwargs)))
+  except BaseException as e:  # noqa: BLE001 - anything the work raises must reach the parent as data
     out.put(("failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
   finally:
     out.close()
     out.join_thread()
   os._exit(0)  # skip tinygrad's atexit hooks (device finalizers, profile dumps): the result is already sent
 
-def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-              dump_io: str | None = None) -> TraceResult:
-  """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends."""
+def call_in_worker(fn_path: str, kwargs: dict, progress: Progress | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                   env: dict[str, str] | None = None) -> tuple[object, list[tuple[str, str, str]]]:
+  """Call module:function(progress=..., **kwargs) in a fresh spawned process; progress is relayed to this process."""
   ctx = mp.get_context("spawn")
   q: mp.Queue = ctx.Queue()
-  proc = ctx.Process(target=_child, args=(spec.to_dict(), variant.to_dict(), dump_io, q), daemon=True)
+  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env or {}, q), daemon=True)
   proc.start()
   seen: list[tuple[str, str, str]] = []
   deadline = time.monotonic() + timeout_s
@@ -45,14 +46,25 @@ def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None
     while True:
       try: kind, payload = q.get(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
       except queue.Empty:
-        if time.monotonic() > deadline: raise TraceFailed(f"trace exceeded its time limit of {timeout_s:.0f}s") from None
-        if not proc.is_alive() and q.empty(): raise TraceFailed(f"the trace worker died (exit code {proc.exitcode})") from None
+        if time.monotonic() > deadline: raise TraceFailed(f"the worker exceeded its time limit of {timeout_s:.0f}s") from None
+        if not proc.is_alive() and q.empty(): raise TraceFailed(f"the worker died (exit code {proc.exitcode})") from None
         continue
       if kind == "progress":
         seen.append(payload)
         if progress is not None: progress(*payload)
-      elif kind == "result": return TraceResult(payload[0], payload[1], seen)
-      else: raise TraceFailed(payload.splitlines()[0] if payload else "the trace failed")
+      elif kind == "result": return payload, seen
+      else: raise TraceFailed(payload.splitlines()[0] if payload else "the worker failed")
   finally:
     if proc.is_alive(): proc.kill()
     proc.join(timeout=5)
+
+def _capture(progress: Progress, spec: dict, variant: dict, dump_io: str | None) -> tuple[dict, bytes]:
+  from explorer.trace import capture  # imports tinygrad: first time in this process
+  return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io)
+
+def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+              dump_io: str | None = None) -> TraceResult:
+  """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends."""
+  (trace, blob), seen = call_in_worker("explorer.worker:_capture", {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": dump_io},
+                                       progress, timeout_s)  # type: ignore[misc]
+  return TraceResult(trace, blob, seen)

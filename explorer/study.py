@@ -1,0 +1,73 @@
+"""The seed studies as one command each: several variants traced (op counts, codegen) and then timed interleaved in ONE worker,
+so that their ratios hold on a noisy machine.
+
+  constants  seed 000: symbolic ("deviceless") vs materialized Winograd constants
+  fusion     seed 003: staged vs fused vs single (and tinygrad's builtin) Winograd
+"""
+from __future__ import annotations
+import dataclasses
+from typing import Callable
+from explorer.spec import ConvSpec, Variant
+from explorer.worker import Progress, call_in_worker, run_trace
+
+STUDY_VARIANTS: dict[str, list[tuple[str, Variant]]] = {
+  "constants": [("symbolic", Variant(algo="winograd", wino_impl="explorer", consts="symbolic")),
+                ("materialized", Variant(algo="winograd", wino_impl="explorer", consts="materialized"))],
+  "fusion": [("staged", Variant(algo="winograd", wino_impl="explorer", staging="staged")),
+             ("fused", Variant(algo="winograd", wino_impl="explorer", staging="fused")),
+             ("single", Variant(algo="winograd", wino_impl="explorer", staging="single")),
+             ("builtin", Variant(algo="winograd", wino_impl="builtin"))],
+}
+
+def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, tile: str = "F(4,3)", targets: tuple[str, ...] = ("cuda",),
+              device: str | None = None, progress: Progress | None = None, timeout_s: float = 1800) -> dict:
+  say: Callable[[str], None] = (lambda m: progress("study", "progress", m)) if progress else (lambda m: None)
+  variants = [(name, dataclasses.replace(v, tile=tile if v.wino_impl == "explorer" else v.tile, targets=targets, time=False, device=device))
+              for name, v in STUDY_VARIANTS[kind]]
+  traces = {}
+  for name, v in variants:
+    say(f"tracing {name}")
+    traces[name] = run_trace(spec, v.resolve(spec), timeout_s=timeout_s).trace
+  say(f"timing {len(variants)} variants interleaved, {warmup} warmup + {repeats} repeats")
+  timing, _ = call_in_worker("explorer.timing:time_interleaved", {"spec": spec.to_dict(), "variants": [v.to_dict() for _, v in variants],
+                             "warmup": warmup, "repeats": repeats}, timeout_s=timeout_s, env={"VIZ": "0"})
+  rows = [_row(name, traces[name], t) for (name, _), t in zip(variants, timing)]  # type: ignore[arg-type]
+  base = rows[0]["time_median_s"]
+  for r in rows: r["slowdown_vs_first"] = r["time_median_s"] / base if base else None
+  return {"study": kind, "spec": spec.to_dict(), "tile": tile, "repeats": repeats, "warmup": warmup, "rows": rows,
+          "traces": {n: _trace_summary(t) for n, t in traces.items()}}
+
+def _row(name: str, trace: dict, timing: dict) -> dict:
+  ks = trace["kernels"]
+  def total(key: str) -> int: return sum(k["ops"].get(key, 0) for k in ks)
+  return {"variant": name, "status": trace["status"], "kernels": len(ks), "copies": trace["totals"].get("copies", 0),
+          "buffers": trace["totals"].get("buffers", 0), "roles": [k["role"] for k in ks], "alu": total("alu"), "loads": total("loads"),
+          "consts": total("consts"), "linear_uops": total("total"), "flops": trace["totals"].get("flops", 0),
+          "codegen_s": trace["totals"].get("codegen_s", 0.0), "compile_s": trace["totals"].get("compile_s", 0.0),
+          "source_lines": sum(len(k["sources"]["host"].splitlines()) for k in ks),
+          "max_abs_error": (trace.get("error") or {}).get("max_abs"), "max_rel_error": (trace.get("error") or {}).get("max_rel"),
+          "time_median_s": timing["total_s"]["median"], "time_std_s": timing["total_s"]["std"], "time_min_s": timing["total_s"]["min"],
+          "time_n": timing["total_s"]["n"], "device": timing["device"], "compiler": timing["compiler"], "fallback": timing["fallback"],
+          "per_kernel": [{"name": k["name"], "role": k["role"], "alu": k["ops"]["alu"], "loads": k["ops"]["loads"], "consts": k["ops"]["consts"],
+                          "linear_uops": k["linear_uops"], "codegen_s": k["codegen_s"] + k["compile_s"]} for k in ks],
+          "failures": trace["failures"]}
+
+def _trace_summary(t: dict) -> dict: return {"label": t["label"], "status": t["status"], "totals": t["totals"], "error": t["error"]}
+
+def markdown(study: dict) -> str:
+  s = ConvSpec.from_dict(study["spec"])
+  head = f"### study {study['study']}: {s.label()}, {study['tile']}, device {study['rows'][0]['device']}, " \
+         f"{study['warmup']} warmup + {study['repeats']} interleaved repeats\n\n"
+  cols = ("variant", "kernels", "copies", "buffers", "ALU ops", "loads", "consts", "uops", "FLOPs", "codegen+compile ms", "source lines",
+          "run ms (median)", "std ms", "vs first", "max abs err", "fallback")
+  lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+  for r in study["rows"]:
+    lines.append("| " + " | ".join(str(c) for c in (r["variant"], r["kernels"], r["copies"], r["buffers"], r["alu"], r["loads"], r["consts"],
+      r["linear_uops"], r["flops"], f"{(r['codegen_s']+r['compile_s'])*1e3:.0f}", r["source_lines"], f"{r['time_median_s']*1e3:.4f}",
+      f"{r['time_std_s']*1e3:.4f}", f"{r['slowdown_vs_first']:.2f}x" if r["slowdown_vs_first"] else "-",
+      f"{r['max_abs_error']:.2g}" if r["max_abs_error"] is not None else "-", r["fallback"] or "no")) + " |")
+  per = ["", "Per kernel (ALU / loads / consts / uops / codegen+compile ms):", ""]
+  for r in study["rows"]:
+    per.append(f"- {r['variant']}: " + "; ".join(f"{k['role']} `{k['name']}` {k['alu']}/{k['loads']}/{k['consts']}/{k['linear_uops']}/"
+                                                  f"{k['codegen_s']*1e3:.0f}" for k in r["per_kernel"]))
+  return head + "\n".join(lines + per) + "\n"
