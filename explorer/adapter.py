@@ -286,7 +286,8 @@ def program_facts(prg: UOp) -> ProgramFacts:
   return ProgramFacts(ansistrip(prg.arg.name), [num(x) for x in prg.arg.global_size],
                       None if prg.arg.local_size is None else [num(x) for x in prg.arg.local_size],
                       int(est.ops) if est is not None else 0, int(est.lds) if est is not None else 0, int(est.mem) if est is not None else 0,
-                      [str(o) for o in sink.arg.applied_opts], ansistrip(buf.getvalue()).splitlines(), {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},
+                      [str(o) for o in sink.arg.applied_opts], ansistrip(buf.getvalue()).splitlines(),
+                      {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},
                       src)
 
 def ast_uop_count(ast: UOp) -> int: return len(ast.toposort())

@@ -38,7 +38,8 @@ class Recorder:
     return ret
 
 def new_trace(spec: ConvSpec, variant: Variant, device: str) -> dict:
-  return {"schema": SCHEMA, "spec": spec.to_dict(), "preset": preset_of(spec), "variant": variant.to_dict(), "label": f"{spec.label()} | {variant.label()}",
+  return {"schema": SCHEMA, "spec": spec.to_dict(), "preset": preset_of(spec), "variant": variant.to_dict(),
+          "label": f"{spec.label()} | {variant.label()}",
           "env": {"tinygrad": tg.TINYGRAD_VERSION, "device": device, "host": socket.gethostname(), "python": platform.python_version(),
                   "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "tracking": tg.tracking_enabled()},
           "status": "ok", "failures": [], "notes": list(variant.notes), "stage_seconds": {},
@@ -104,8 +105,9 @@ def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], variant: V
   buffers: dict[int, dict] = {}
   def buf(b: Any) -> int:
     k = tg.buffer_key(b)
-    if k not in buffers: buffers[k] = {"index": len(buffers), "name": f"buf{len(buffers)}", "role": roles.get(k, "intermediate"), **tg.buffer_facts(b),
-                                       "written_by": [], "read_by": []}
+    if k not in buffers:
+      buffers[k] = {"index": len(buffers), "name": f"buf{len(buffers)}", "role": roles.get(k, "intermediate"), **tg.buffer_facts(b),
+                    "written_by": [], "read_by": []}
     return buffers[k]["index"]
   for c in calls:
     ins, outs = tg.kernel_reads_writes(c.ast) if c.kind == "kernel" else tg.copy_ins_outs(c)
@@ -199,7 +201,8 @@ def _time(trace: dict, compiled: Any, variant: Variant, programs: dict) -> None:
     totals.append(sum(t for _, t in ts))
   by_call = {k["call"]: k for k in trace["kernels"]}
   for i, xs in per.items(): by_call[i]["time_s"] = stats(xs)
-  trace["timing"] = {"device": trace["env"]["device"], "warmup": variant.warmup, "repeats": variant.repeats, "total_s": stats(totals) if totals else None}
+  trace["timing"] = {"device": trace["env"]["device"], "warmup": variant.warmup, "repeats": variant.repeats,
+                     "total_s": stats(totals) if totals else None}
 
 def _totals(trace: dict) -> None:
   ks = trace["kernels"]
