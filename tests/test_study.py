@@ -1,0 +1,21 @@
+"""The seed studies end to end on a tiny shape: traced variants, interleaved timing in one worker, the markdown table."""
+import pytest
+from explorer.spec import ConvSpec
+from explorer.study import markdown, run_study
+
+@pytest.fixture(scope="module")
+def constants():
+  return run_study("constants", ConvSpec(1, 2, 2, 8, 8, 3), repeats=3, warmup=1)
+
+def test_constants_study_rows(constants):
+  sym, mat = constants["rows"]
+  assert (sym["variant"], mat["variant"]) == ("symbolic", "materialized")
+  assert sym["kernels"] == mat["kernels"] == 4
+  assert sym["copies"] == 0 and mat["copies"] == 3 and mat["buffers"] > sym["buffers"]
+  for r in (sym, mat):
+    assert r["status"] == "ok" and r["time_n"] == 3 and r["time_median_s"] > 0 and r["fallback"] is None
+    assert r["max_abs_error"] < 1e-4 and len(r["per_kernel"]) == 4
+
+def test_markdown_table_names_every_variant(constants):
+  md = markdown(constants)
+  assert "| symbolic |" in md and "| materialized |" in md and "device CPU" in md
