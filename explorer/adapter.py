@@ -319,3 +319,7 @@ def fallback_reason(device: str) -> str | None:
   if Device.canonicalize(device).split(":")[0] == "PYTHON" or compiler_name(device) == "PythonCompiler":
     return f"{device} runs kernels in tinygrad's Python interpreter (PythonCompiler): timings are not native"
   return None
+
+def untracked() -> contextlib.AbstractContextManager:
+  """Record no rewrites inside: for work whose passes the explorer does not show (renders for other targets)."""
+  return Context(TRACK_MATCH_STATS=0)

@@ -5,10 +5,12 @@ and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
 import datetime, platform, socket, statistics, time, traceback
+from concurrent.futures import Future
 from typing import Any, Callable
 import numpy as np
 from explorer import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.reference import conv2d_reference, error_stats
+from explorer.render_pool import RenderPool
 from explorer.spec import ConvSpec, Variant, preset_of
 
 SCHEMA = 1
@@ -53,8 +55,10 @@ def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_
   trace["env"]["compiler"], trace["env"]["fallback"] = _safe(lambda: tg.compiler_name(device)), _safe(lambda: tg.fallback_reason(device))
   base = tg.tracking_mark()
   rec = Recorder(trace, progress)
-  try: _run_stages(rec, spec, variant, device, dump_io, base)
+  pool = RenderPool()
+  try: _run_stages(rec, spec, variant, device, dump_io, base, pool)
   except StageFailed: pass
+  finally: pool.close()
   blob = tg.export_rewrites(base)
   if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, blob)
   return trace, blob
@@ -63,7 +67,7 @@ def _safe(fn: Callable[[], Any]) -> Any:
   try: return fn()
   except Exception as e: return f"unavailable: {type(e).__name__}: {e}"
 
-def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int) -> None:
+def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool) -> None:
   from tinygrad import Tensor, dtypes
   from explorer.algorithms import build_conv
   rng = np.random.default_rng(0)
@@ -82,8 +86,9 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
     linear = rec.run("schedule", lambda: _schedule(trace, out, base))
     roles = {tg.buffer_key(tg.tensor_buffer(t)): role for t, role in ((x, "input"), (w, "weight"), (out, "output"))}
     calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, roles, variant))
+    renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], variant.targets)  # overlaps with codegen and the run
     programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base))
-    rec.run("render", lambda: _render(trace, calls, variant.targets))
+    rec.run("render", lambda: _render(trace, calls, renders))
     compiled = rec.run("run", lambda: _run(trace, linear, out, spec, x_np, w_np, dump_io))
     if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs))
   _totals(trace)
@@ -160,15 +165,12 @@ def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int) -> dict[
     programs[c.index] = prg
   return programs
 
-def _render(trace: dict, calls: list[tg.Call], targets: tuple[str, ...]) -> None:
+def _render(trace: dict, calls: list[tg.Call], renders: Future) -> None:
+  kernels = [c for c in calls if c.kind == "kernel"]
   by_call = {k["call"]: k for k in trace["kernels"]}
-  for t in targets:
-    renderer = tg.render_target(t)
-    for c in calls:
-      if c.kind != "kernel": continue
-      k = by_call[c.index]
-      try: k["sources"][t] = tg.program_facts(tg.codegen_deviceless(c.ast, renderer)).source
-      except Exception as e: k["source_errors"][t] = f"{type(e).__name__}: {e}"
+  for c, per_target in zip(kernels, renders.result()):
+    k = by_call[c.index]
+    for t, (status, text) in per_target.items(): (k["sources"] if status == "ok" else k["source_errors"])[t] = text
 
 def _run(trace: dict, linear: Any, out: Any, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, dump_io: str | None) -> Any:
   compiled = tg.compile_schedule(linear)

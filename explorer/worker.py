@@ -38,7 +38,8 @@ def call_in_worker(fn_path: str, kwargs: dict, progress: Progress | None = None,
   """Call module:function(progress=..., **kwargs) in a fresh spawned process; progress is relayed to this process."""
   ctx = mp.get_context("spawn")
   q: mp.Queue = ctx.Queue()
-  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env or {}, q), daemon=True)
+  # not a daemon: a trace starts its own render process; killed below whatever happens
+  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env or {}, q), daemon=False)
   proc.start()
   seen: list[tuple[str, str, str]] = []
   deadline = time.monotonic() + timeout_s
