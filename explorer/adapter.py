@@ -269,6 +269,7 @@ class ProgramFacts:
   linear: list[str]
   ops: dict[str, int]
   source: str
+  storage: dict[str, int]   # buffers the kernel keeps on chip: registers and local (shared) memory
 
 UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
                "consts": lambda u: u.op is Ops.CONST, "ranges": lambda u: u.op is Ops.RANGE}
@@ -283,12 +284,16 @@ def program_facts(prg: UOp) -> ProgramFacts:
   buf = io.StringIO()
   with contextlib.redirect_stdout(buf): print_uops(list(lin))
   def num(x: Any) -> Any: return int(x) if isinstance(x, (int, float)) else str(x)
+  onchip = {sp: [u for u in lin if u.op is Ops.BUFFER and u.addrspace is sp] for sp in (AddrSpace.REG, AddrSpace.LOCAL)}
+  storage = {"reg_buffers": len(onchip[AddrSpace.REG]), "reg_values": sum(int(u.max_numel()) for u in onchip[AddrSpace.REG]),
+             "local_buffers": len(onchip[AddrSpace.LOCAL]),
+             "local_bytes": sum(int(u.max_numel()) * u.dtype.itemsize for u in onchip[AddrSpace.LOCAL])}
   return ProgramFacts(ansistrip(prg.arg.name), [num(x) for x in prg.arg.global_size],
                       None if prg.arg.local_size is None else [num(x) for x in prg.arg.local_size],
                       int(est.ops) if est is not None else 0, int(est.lds) if est is not None else 0, int(est.mem) if est is not None else 0,
                       [str(o) for o in sink.arg.applied_opts], ansistrip(buf.getvalue()).splitlines(),
                       {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},
-                      src)
+                      src, storage)
 
 def ast_uop_count(ast: UOp) -> int: return len(ast.toposort())
 

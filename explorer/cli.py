@@ -78,6 +78,7 @@ def summary(trace: dict) -> str:
   if sc: out.append(f"STAGE (bufferize): {sc['created']} created, {sc['fused']} fused away, {sc['kept']} kept as buffers; "
                     f"{sc['realized']} realized stores")
   if (e := trace.get("error")) is not None: out.append(f"max abs error {e['max_abs']:.3g} (rel {e['max_rel']:.3g}) vs float64 numpy")
+  out += [f"{k['name']}: {n}" for k in trace["kernels"] for n in k.get("notes", [])]
   out += [f"FAILED in {f['stage']}: {f['error']}" for f in trace["failures"]]
   return "\n".join(out)
 

@@ -161,9 +161,18 @@ def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int) -> dict[
                              "ops": facts.ops, "opts": facts.opts, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds,
                              "global_size": facts.global_size, "local_size": facts.local_size, "passes": passes, "uops_listing": facts.linear,
                              "sources": {"host": facts.source}, "source_errors": {}, "codegen_s": seconds - timer.seconds, "compile_s": timer.seconds,
-                             "reads": s["reads"], "writes": s["writes"], "time_s": None})
+                             "reads": s["reads"], "writes": s["writes"], "time_s": None, "storage": facts.storage,
+                             "notes": _kernel_notes(s["role"], facts.storage)})
     programs[c.index] = prg
   return programs
+
+def _kernel_notes(role: str, storage: dict[str, int]) -> list[str]:
+  notes = []
+  if "mhat" in role.split("+") and "out" in role.split("+"):
+    where = [f"{storage['reg_buffers']} register buffer(s), {storage['reg_values']} values"] if storage["reg_buffers"] else []
+    where += [f"local memory, {storage['local_bytes']} bytes"] if storage["local_buffers"] else []
+    notes.append("MHAT never reaches global memory: the reduce accumulates it " + (f"in {' and '.join(where)}" if where else "in scalar registers"))
+  return notes
 
 def _render(trace: dict, calls: list[tg.Call], renders: Future) -> None:
   kernels = [c for c in calls if c.kind == "kernel"]

@@ -141,3 +141,12 @@ def test_float16_trace():
   trace = run_trace(spec, Variant(time=False, targets=("cuda",))).trace
   assert trace["status"] == "ok" and "half" in trace["kernels"][0]["sources"]["cuda"]
   assert trace["error"]["max_rel"] < 1e-2
+
+@pytest.mark.parametrize("staging, roles", [("staged", ["ghat", "mhat", "out", "xhat"]), ("fused", ["ghat", "mhat+out", "xhat"]),
+                                            ("single", ["xhat+ghat+mhat+out"])])
+def test_explorer_winograd_roles_follow_data_flow(staging, roles):
+  trace = run_trace(ConvSpec(1, 2, 2, 8, 8, 3), Variant(algo="winograd", wino_impl="explorer", staging=staging, time=False, targets=("cuda",))).trace
+  assert trace["status"] == "ok", trace["failures"]
+  assert sorted(k["role"] for k in trace["kernels"]) == roles
+  fused = [k for k in trace["kernels"] if "mhat+out" in k["role"] or k["role"] == "xhat+ghat+mhat+out"]
+  assert all(any("never reaches global memory" in n for n in k["notes"]) for k in fused)
