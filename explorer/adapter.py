@@ -212,12 +212,17 @@ def calls(linear: UOp) -> list[Call]:
     ret.append(Call(i, kind, ast, list(get_call_arg_uops(c))))
   return ret
 
-def buffer_key(b: UOp) -> int: return id(b.buf_uop if b.op is not Ops.BUFFER else b)
+def buffer_key(b: UOp) -> int:
+  # the memory planner hands some kernels a view (e.g. a BITCAST) into a shared arena: each distinct view is one logical buffer
+  return id(b if b.op is not Ops.BUFFER else b.buf_uop)
 
 def buffer_facts(b: UOp) -> dict:
-  b = b.buf_uop if b.op is not Ops.BUFFER else b
-  return {"numel": int(b.max_numel()), "dtype": b.dtype.name, "nbytes": int(b.max_numel()) * b.dtype.itemsize,
-          "device": b.device if isinstance(b.device, str) else ",".join(b.device)}
+  arena = b.buf_uop
+  facts = {"numel": int(b.max_numel()), "dtype": b.dtype.name, "nbytes": int(b.max_numel()) * b.dtype.itemsize,
+           "device": arena.device if isinstance(arena.device, str) else ",".join(arena.device)}
+  if b.op is not Ops.BUFFER:
+    facts["planned"] = f"view ({b.op.name}) into a {int(arena.max_numel()) * arena.dtype.itemsize}-byte arena of the memory planner"
+  return facts
 
 def tensor_buffer(t: Tensor) -> UOp: return t.uop.buf_uop
 
