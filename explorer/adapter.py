@@ -38,7 +38,7 @@ def tracking_enabled() -> bool: return uop_ops.TRACK_MATCH_STATS.value >= 2
 
 # ***** devices and renderers *****
 
-def default_device() -> str: return Device.DEFAULT
+def default_device() -> str: return best_device()  # defined at the end of this module
 
 def host_renderer(device: str) -> Renderer: return Device[device].renderer
 
@@ -333,3 +333,57 @@ def fallback_reason(device: str) -> str | None:
 def untracked() -> contextlib.AbstractContextManager:
   """Record no rewrites inside: for work whose passes the explorer does not show (renders for other targets)."""
   return Context(TRACK_MATCH_STATS=0)
+
+# ***** devices on this host (GPU hosts) *****
+
+import ctypes, functools, glob, platform, subprocess
+
+# tinygrad's own order (tinygrad.device.ALL_DEVICES) kept to the explorer's backends: GPUs, then OpenCL, then the CPU.
+# The same order keeps best_device() equal to Device.DEFAULT, which tinygrad uses for anything made without a device.
+DEVICE_PREFERENCE = ("METAL", "AMD", "NV", "CUDA", "CL", "CPU")
+
+def _opens(device: str) -> bool:
+  try: return bool(Device[device].device)
+  except Exception: return False
+
+def available_devices() -> list[str]:
+  """The devices of DEVICE_PREFERENCE this host can open, best first. Opening a GPU creates a context on it: call this in a worker."""
+  return [d for d in DEVICE_PREFERENCE if _opens(d)]
+
+@functools.cache
+def best_device() -> str:
+  """DEV, when set, wins (tinygrad's rule); else the first device of DEVICE_PREFERENCE that opens."""
+  from tinygrad.helpers import DEV
+  if DEV.device: return Device.DEFAULT
+  return next((d for d in DEVICE_PREFERENCE if _opens(d)), Device.DEFAULT)
+
+def _cuda_name(dev: Any) -> str:
+  from tinygrad.runtime.autogen import cuda
+  cuda.cuDeviceGetName(buf := ctypes.create_string_buffer(256), 256, dev.cu_device)
+  return buf.value.decode()
+
+def _nvidia_proc_model() -> str:
+  for f in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
+    if (m := re.search(r"^Model:\s*(.+?)\s*$", open(f).read(), re.M)): return m.group(1)
+  raise LookupError("no /proc/driver/nvidia/gpus entry")
+
+def _metal_name(dev: Any) -> str:
+  from tinygrad.runtime.ops_metal import from_ns_str
+  return from_ns_str(dev.sysdevice.name())
+
+def cpu_model() -> str:
+  with contextlib.suppress(OSError):
+    if (m := re.search(r"^model name\s*:\s*(.+?)\s*$", open("/proc/cpuinfo").read(), re.M)): return m.group(1)
+  with contextlib.suppress(Exception):
+    if (name := subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True).stdout.strip()): return name
+  return platform.processor() or platform.machine()
+
+def device_name(device: str) -> str:
+  """The hardware's name as its driver reports it (CUDA, Metal, NVIDIA's /proc entry for NV) or the CPU model; else device and arch."""
+  base, dev = Device.canonicalize(device).split(":")[0], Device[device]
+  getters = {"CUDA": [lambda: _cuda_name(dev), _nvidia_proc_model], "NV": [_nvidia_proc_model], "METAL": [lambda: _metal_name(dev)],
+             "CPU": [cpu_model]}
+  for get in getters.get(base, []):
+    with contextlib.suppress(Exception):
+      if (name := get()): return name
+  return " ".join(x for x in (base, str(getattr(dev, "arch", "") or "")) if x)
