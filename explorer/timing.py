@@ -32,5 +32,6 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   for v, xs in zip(vs, totals):
     device = v.device or tg.default_device()
     compiler = tg.compiler_name(device)
-    out.append({"total_s": stats(xs), "device": device, "compiler": compiler, "fallback": tg.fallback_reason(device)})
+    # samples: the per-repeat totals, so callers can take ratios repeat by repeat (explorer.diff)
+    out.append({"total_s": stats(xs), "samples": xs, "device": device, "compiler": compiler, "fallback": tg.fallback_reason(device)})
   return out
