@@ -2,7 +2,7 @@
 tracking is switched on before tinygrad is imported, and a hung or crashed trace cannot take the caller down."""
 from __future__ import annotations
 import multiprocessing as mp
-import importlib, os, queue, time, traceback
+import importlib, os, pickle, queue, resource, signal, time, traceback
 from dataclasses import dataclass, field
 from typing import Callable
 from explorer.spec import ConvSpec, Variant
@@ -19,13 +19,22 @@ class TraceResult:
   rewrites: bytes
   progress: list[tuple[str, str, str]] = field(default_factory=list)
 
-def _child(fn_path: str, kwargs: dict, env: dict[str, str], out: mp.Queue) -> None:
+@dataclass(frozen=True)
+class Limits:
+  memory_mb: int = 0            # address-space limit of the worker (and the compilers it starts); 0: none
+  max_output_mb: float = 256.0  # largest pickled result
+
+def _child(fn_path: str, kwargs: dict, env: dict[str, str], limits: Limits, out: mp.Queue) -> None:
   try:
     os.environ.update(env)  # before the target's imports bring in tinygrad
+    if limits.memory_mb: resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb << 20, limits.memory_mb << 20))
     module, name = fn_path.split(":")
     fn = getattr(importlib.import_module(module), name)
     def progress(stage: str, status: str, detail: str) -> None: out.put(("progress", (stage, status, detail)))
-    out.put(("result", fn(progress=progress, **kwargs)))
+    result = pickle.dumps(fn(progress=progress, **kwargs))
+    if len(result) > limits.max_output_mb * 2**20:
+      raise TraceFailed(f"the result is {len(result)/2**20:.2f} MiB, over the output cap of {limits.max_output_mb:.2f} MiB")
+    out.put(("result", result))
   except BaseException as e:  # noqa: BLE001 - anything the work raises must reach the parent as data
     out.put(("failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
   finally:
@@ -34,12 +43,12 @@ def _child(fn_path: str, kwargs: dict, env: dict[str, str], out: mp.Queue) -> No
   os._exit(0)  # skip tinygrad's atexit hooks (device finalizers, profile dumps): the result is already sent
 
 def call_in_worker(fn_path: str, kwargs: dict, progress: Progress | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                   env: dict[str, str] | None = None) -> tuple[object, list[tuple[str, str, str]]]:
+                   env: dict[str, str] | None = None, limits: Limits = Limits()) -> tuple[object, list[tuple[str, str, str]]]:
   """Call module:function(progress=..., **kwargs) in a fresh spawned process; progress is relayed to this process."""
   ctx = mp.get_context("spawn")
   q: mp.Queue = ctx.Queue()
   # not a daemon: a trace starts its own render process; killed below whatever happens
-  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env or {}, q), daemon=False)
+  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env or {}, limits, q), daemon=False)
   proc.start()
   seen: list[tuple[str, str, str]] = []
   deadline = time.monotonic() + timeout_s
@@ -48,24 +57,33 @@ def call_in_worker(fn_path: str, kwargs: dict, progress: Progress | None = None,
       try: kind, payload = q.get(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
       except queue.Empty:
         if time.monotonic() > deadline: raise TraceFailed(f"the worker exceeded its time limit of {timeout_s:.0f}s") from None
-        if not proc.is_alive() and q.empty(): raise TraceFailed(f"the worker died (exit code {proc.exitcode})") from None
+        if not proc.is_alive() and q.empty():
+          limit = f"; it had a memory limit of {limits.memory_mb} MiB" if limits.memory_mb else ""
+          raise TraceFailed(_death(proc.exitcode) + limit) from None
         continue
       if kind == "progress":
         seen.append(payload)
         if progress is not None: progress(*payload)
-      elif kind == "result": return payload, seen
+      elif kind == "result": return pickle.loads(payload), seen
       else: raise TraceFailed(payload.splitlines()[0] if payload else "the worker failed")
   finally:
     if proc.is_alive(): proc.kill()
     proc.join(timeout=5)
+
+def _death(code: int | None) -> str:
+  if code is not None and code < 0:
+    try: name = signal.Signals(-code).name
+    except ValueError: name = f"signal {-code}"
+    return f"the worker was killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+  return f"the worker died (exit code {code})"
 
 def _capture(progress: Progress, spec: dict, variant: dict, dump_io: str | None) -> tuple[dict, bytes]:
   from explorer.trace import capture  # imports tinygrad: first time in this process
   return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io)
 
 def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-              dump_io: str | None = None) -> TraceResult:
+              dump_io: str | None = None, limits: Limits = Limits()) -> TraceResult:
   """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends."""
   (trace, blob), seen = call_in_worker("explorer.worker:_capture", {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": dump_io},
-                                       progress, timeout_s)  # type: ignore[misc]
+                                       progress, timeout_s, limits=limits)  # type: ignore[misc]
   return TraceResult(trace, blob, seen)

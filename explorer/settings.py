@@ -1,0 +1,59 @@
+"""Every limit and knob in one declarative table: environment variables KERNEL_EXPLORER_<NAME>, overridable by CLI flags.
+The README documents each one (a test checks that it does)."""
+from __future__ import annotations
+import os
+from dataclasses import dataclass, field, fields
+
+ENV_PREFIX = "KERNEL_EXPLORER_"
+
+@dataclass(frozen=True)
+class Setting:
+  name: str
+  default: int | float | str | None
+  help: str
+
+SETTINGS: tuple[Setting, ...] = (
+  Setting("db", None, "SQLite file for stored traces (default: $XDG_DATA_HOME/kernel-explorer/traces.sqlite3)"),
+  Setting("token", None, "access token required when binding beyond loopback (header X-Access-Token or cookie ke_token)"),
+  Setting("trace_timeout_s", 600.0, "wall-clock limit for one trace or study worker, in seconds"),
+  Setting("worker_memory_mb", 8192, "address-space limit of a worker process, in MiB (0: none)"),
+  Setting("max_output_mb", 256, "largest result a worker may send back (trace JSON plus rewrite blob), in MiB"),
+  Setting("memory_budget_mb", 2048, "largest input+weight+output tensor size a spec may ask for, in MiB"),
+  Setting("max_workers", 0, "trace workers running at once (0: the CPU count, at least 1)"),
+  Setting("max_queue", 16, "traces waiting for a worker before new ones get 503 with a Retry-After"),
+  Setting("queue_wait_s", 900.0, "a queued trace that waited longer than this is dropped with a message"),
+  Setting("max_repeats", 1000, "largest timing repeats or warmup a request may ask for"),
+  Setting("max_beam", 8, "largest BEAM width a request may ask for"),
+  Setting("max_body_bytes", 65536, "largest request body, in bytes (413 past it)"),
+  Setting("graph_node_limit", 400, "graphs with more nodes are simplified before layout, and the page says so"),
+  Setting("dot_timeout_s", 20.0, "time limit for one graphviz layout, in seconds"),
+)
+
+def _parse(s: Setting, raw: str) -> int | float | str:
+  if isinstance(s.default, bool) or s.default is None or isinstance(s.default, str): return raw
+  try: return type(s.default)(raw)
+  except ValueError: raise ValueError(f"{ENV_PREFIX}{s.name.upper()} must be a {type(s.default).__name__}, got {raw!r}") from None
+
+@dataclass(frozen=True)
+class Settings:
+  values: dict = field(default_factory=dict)
+
+  def __getattr__(self, name: str):
+    if name in ("values",) or name.startswith("__"): raise AttributeError(name)
+    if name not in BY_NAME: raise AttributeError(f"no setting {name!r}")
+    return self.values.get(name, BY_NAME[name].default)
+
+  @classmethod
+  def load(cls, env: dict[str, str] | None = None, **overrides) -> Settings:
+    """Defaults, then environment variables, then explicit overrides (CLI flags); None overrides are ignored."""
+    env = os.environ if env is None else env
+    values = {s.name: _parse(s, env[k]) for s in SETTINGS if (k := ENV_PREFIX + s.name.upper()) in env}
+    if unknown := set(overrides) - set(BY_NAME): raise ValueError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return cls(values)
+
+  @property
+  def workers(self) -> int: return self.max_workers or max(1, os.cpu_count() or 1)
+
+BY_NAME = {s.name: s for s in SETTINGS}
+assert not {f.name for f in fields(Settings)} & set(BY_NAME)
