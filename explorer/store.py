@@ -1,0 +1,134 @@
+"""SQLite store: finished traces (trace JSON + rewrite blob) keyed by a content hash, and a cache of laid-out graphs.
+
+No tinygrad imports here: the web server uses this module, and the server process must never import tinygrad.
+"""
+from __future__ import annotations
+import hashlib, importlib.metadata, json, os, pathlib, sqlite3, threading, time
+from typing import Any
+from explorer.spec import ConvSpec, Variant
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS traces (
+  id TEXT PRIMARY KEY,
+  created REAL NOT NULL,
+  preset TEXT,
+  label TEXT NOT NULL,
+  status TEXT NOT NULL,
+  summary TEXT NOT NULL,
+  trace TEXT NOT NULL,
+  rewrites BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS traces_created ON traces(created);
+CREATE TABLE IF NOT EXISTS graph_cache (
+  key TEXT PRIMARY KEY,
+  trace_id TEXT NOT NULL,
+  ref TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  body TEXT NOT NULL,
+  created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS graph_cache_trace ON graph_cache(trace_id);
+"""
+
+class StoreError(RuntimeError):
+  """A stored row cannot be read back (corrupt or from an incompatible version): the message says which and why."""
+
+def default_db_path() -> pathlib.Path:
+  base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+  return pathlib.Path(base) / "kernel-explorer" / "traces.sqlite3"
+
+def tinygrad_version() -> str:
+  try: return importlib.metadata.version("tinygrad")
+  except importlib.metadata.PackageNotFoundError: return "unknown"
+
+def trace_key(spec: ConvSpec, variant: Variant) -> str:
+  """Content hash of what determines a trace: spec, variant (notes aside), tinygrad version and device. Known before running."""
+  variant_fields = {k: v for k, v in variant.to_dict().items() if k != "notes"}
+  payload = {"spec": spec.to_dict(), "variant": variant_fields, "tinygrad": tinygrad_version(), "device": variant.device or "CPU"}
+  return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+def trace_summary(trace: dict) -> dict:
+  """The few fields the recent-traces list shows, kept in their own column so listing never parses whole traces."""
+  totals = trace.get("totals") or {}
+  return {"label": trace.get("label"), "preset": trace.get("preset"), "status": trace.get("status"), "kernels": totals.get("kernels"),
+          "time_s": (totals.get("time_s") or {}).get("median"), "algo": (trace.get("variant") or {}).get("algo"),
+          "device": (trace.get("env") or {}).get("device"), "failures": len(trace.get("failures") or [])}
+
+class Store:
+  """One SQLite file (WAL mode); one connection per thread."""
+  def __init__(self, path: str | os.PathLike | None = None):
+    self.path = pathlib.Path(path) if path is not None else default_db_path()
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    self._local = threading.local()
+    with self._conn() as c: c.executescript(SCHEMA)
+
+  def _conn(self) -> sqlite3.Connection:
+    conn = getattr(self._local, "conn", None)
+    if conn is None:
+      conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+      conn.execute("PRAGMA journal_mode=WAL")
+      conn.execute("PRAGMA synchronous=NORMAL")
+      self._local.conn = conn
+    return conn
+
+  def close(self) -> None:
+    if (conn := getattr(self._local, "conn", None)) is not None: conn.close(); self._local.conn = None
+
+  # ***** traces *****
+
+  def put_trace(self, trace_id: str, trace: dict, rewrites: bytes) -> None:
+    row = (trace_id, time.time(), trace.get("preset"), trace.get("label") or trace_id, trace.get("status") or "ok", json.dumps(trace_summary(trace)),
+           json.dumps(trace, default=str), rewrites)
+    self._conn().execute("INSERT OR REPLACE INTO traces (id, created, preset, label, status, summary, trace, rewrites) VALUES (?,?,?,?,?,?,?,?)", row)
+
+  def has_trace(self, trace_id: str) -> bool:
+    return self._conn().execute("SELECT 1 FROM traces WHERE id = ?", (trace_id,)).fetchone() is not None
+
+  def get_trace(self, trace_id: str) -> dict | None:
+    row = self._conn().execute("SELECT trace FROM traces WHERE id = ?", (trace_id,)).fetchone()
+    if row is None: return None
+    try: trace = json.loads(row[0])
+    except (json.JSONDecodeError, TypeError) as e: raise StoreError(f"stored trace {trace_id} is corrupt: its JSON does not parse ({e})") from None
+    if not isinstance(trace, dict) or "spec" not in trace or "kernels" not in trace:
+      raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
+    return trace
+
+  def get_rewrites(self, trace_id: str) -> bytes | None:
+    row = self._conn().execute("SELECT rewrites FROM traces WHERE id = ?", (trace_id,)).fetchone()
+    if row is None: return None
+    if not isinstance(row[0], bytes): raise StoreError(f"stored rewrite blob of trace {trace_id} is corrupt: not bytes")
+    return row[0]
+
+  def recent(self, limit: int = 50) -> list[dict]:
+    rows = self._conn().execute("SELECT id, created, preset, label, status, summary FROM traces ORDER BY created DESC LIMIT ?", (limit,)).fetchall()
+    ret = []
+    for trace_id, created, preset, label, status, summary in rows:
+      try: extra = json.loads(summary)
+      except json.JSONDecodeError: extra = {}
+      ret.append({**extra, "id": trace_id, "created": created, "preset": preset, "label": label, "status": status})
+    return ret
+
+  def delete_trace(self, trace_id: str) -> None:
+    c = self._conn()
+    c.execute("DELETE FROM traces WHERE id = ?", (trace_id,))
+    c.execute("DELETE FROM graph_cache WHERE trace_id = ?", (trace_id,))
+
+  # ***** graph cache: expanded graph JSON and laid-out SVG, per trace and graph reference *****
+
+  def put_cached(self, trace_id: str, ref: str, kind: str, body: Any) -> None:
+    text = body if isinstance(body, str) else json.dumps(body)
+    self._conn().execute("INSERT OR REPLACE INTO graph_cache (key, trace_id, ref, kind, body, created) VALUES (?,?,?,?,?,?)",
+                         (f"{trace_id}:{kind}:{ref}", trace_id, ref, kind, text, time.time()))
+
+  def get_cached(self, trace_id: str, ref: str, kind: str) -> str | None:
+    row = self._conn().execute("SELECT body FROM graph_cache WHERE key = ?", (f"{trace_id}:{kind}:{ref}",)).fetchone()
+    return None if row is None else row[0]
+
+  def get_cached_json(self, trace_id: str, ref: str, kind: str) -> Any:
+    if (text := self.get_cached(trace_id, ref, kind)) is None: return None
+    try: return json.loads(text)
+    except json.JSONDecodeError as e: raise StoreError(f"cached {kind} {ref} of trace {trace_id} is corrupt ({e})") from None
+
+  def clear_cache(self, trace_id: str | None = None) -> None:
+    if trace_id is None: self._conn().execute("DELETE FROM graph_cache")
+    else: self._conn().execute("DELETE FROM graph_cache WHERE trace_id = ?", (trace_id,))
