@@ -126,7 +126,8 @@ def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], variant: V
     for i in s["reads"]: blist[i]["read_by"].append(s["index"])
   for b in blist:
     if b["role"] == "intermediate" and any(trace["schedule"][i]["kind"] == "copy" for i in b["written_by"]): b["role"] = "constant"
-    if b["role"] == "intermediate" and not b["written_by"]: b["role"] = "constant"
+    if b["role"] == "intermediate" and not b["written_by"]:
+      b["role"] = "host" if b["read_by"] and all(trace["schedule"][i]["kind"] == "copy" for i in b["read_by"]) else "constant"
   trace["buffers"] = blist
   for s in trace["schedule"]: s["role"] = _role(s, blist, calls[s["index"]], variant)
   return calls

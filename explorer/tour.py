@@ -1,0 +1,144 @@
+"""Teaching tours: a sequence of steps through one trace (or a pair), each explained from the trace's own numbers.
+
+A step is {"id", "title", "view", "text"}: `view` names the page that shows it (the web app maps it to a URL), `text` is
+generated here from the data, never canned, so a different variant gives different sentences.
+"""
+from __future__ import annotations
+from dataclasses import replace
+from explorer.spec import ConvSpec, Variant
+
+ROLE_MEANING = {
+  "conv": "the whole convolution: each output sums input x weight over the input channels and the kernel window",
+  "xhat": "Winograd's input transform: each input tile d becomes Bt·d·B",
+  "ghat": "Winograd's weight transform: each 3x3 filter g becomes G·g·Gt",
+  "mhat": "the batched elementwise product of transformed tiles and filters, reduced over the input channels",
+  "out": "Winograd's output transform: At·m·A turns each transformed tile back into output pixels",
+}
+OPT_MEANING = {
+  "UPCAST": "computes several outputs per thread, in registers", "UNROLL": "unrolls a reduce loop", "LOCAL": "splits an axis into a workgroup",
+  "GROUP": "splits a reduce across threads of a group", "GROUPTOP": "splits a reduce across threads of a group",
+  "THREAD": "spreads an axis over CPU threads", "TC": "uses tensor cores", "PADTO": "pads an axis to a multiple", "SWAP": "swaps two axes",
+  "NOLOCALS": "uses no local memory",
+}
+
+def _si(x: float) -> str:
+  for p, s in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+    if abs(x) >= p: return f"{x/p:.2f} {s}"
+  return f"{x:.0f} "
+
+def _plural(n: int, word: str, many: str | None = None) -> str: return f"{n} {word if n == 1 else many or word + 's'}"
+
+def _role_text(role: str) -> str: return "; then ".join(ROLE_MEANING.get(p, p) for p in role.split("+"))
+
+def _opt_text(opts: list[str]) -> str:
+  if not opts: return "No optimizations were applied (opt=none, or nothing helped): the loops stay as the AST wrote them."
+  kinds = [o.split("OptOps.")[1].split(",")[0] if "OptOps." in o else o for o in opts]
+  parts = [f"{k} ({OPT_MEANING.get(k, 'an optimization')})" for k in dict.fromkeys(kinds)]
+  return f"{_plural(len(opts), 'optimization')} applied: {', '.join(parts)}."
+
+def _step(id: str, title: str, view: str, text: str) -> dict: return {"id": id, "title": title, "view": view, "text": text}
+
+def trace_tour(trace: dict) -> list[dict]:
+  """The pipeline, stage by stage, for one trace."""
+  spec, variant = ConvSpec.from_dict(trace["spec"]), Variant.from_dict(trace["variant"])
+  steps = [_tensor_step(trace, spec), *_scheduler_steps(trace), _constants_step(trace, variant)]
+  for k in trace["kernels"]: steps += _kernel_steps(trace, k, spec)
+  steps.append(_timing_step(trace, spec))
+  return [s for s in steps if s is not None]
+
+def _tensor_step(trace: dict, spec: ConvSpec) -> dict:
+  g = trace["tensor_graph"] or {"uops": 0, "ops": {}}
+  top = ", ".join(f"{n} {op}" for op, n in sorted(g["ops"].items(), key=lambda kv: -kv[1])[:4])
+  return _step("tensor", "Tensor graph", "graph/tensor",
+               f"The convolution {spec.label()} starts as a lazy tensor graph of {g['uops']} UOps (most common: {top}). Nothing has run yet: "
+               f"the {_si(spec.direct_flops)}FLOPs of a direct convolution are only a recipe at this point.")
+
+def _scheduler_steps(trace: dict) -> list[dict]:
+  sch = trace.get("scheduler") or {}
+  passes, counts = sch.get("passes", []), sch.get("stage_counts")
+  steps = [_step("rangeify", "Rangeify", "rangeify",
+                 f"tinygrad's scheduler ran {_plural(len(passes), 'named pass', 'named passes')} with "
+                 f"{sum(p['matches'] for p in passes)} pattern matches "
+                 f"in {sch.get('seconds', 0):.2f} s. Rangeify gives every op explicit loop ranges and puts a STAGE (bufferize) node wherever a "
+                 f"value might be written to memory.")]
+  if counts:
+    kept_bytes = sum(s["nbytes"] for s in sch["stages"]["kept"])
+    inter = [b for b in trace["buffers"] if b["role"] == "intermediate"]
+    steps.append(_step("bufferize", "Bufferize decisions", "bufferize",
+                       f"Rangeify created {_plural(counts['created'], 'STAGE node')}. The debuf pass removed {counts['fused']} of them: their "
+                       f"values are recomputed inline by the consumer instead of stored (fused). {counts['kept']} survived as buffers "
+                       f"({kept_bytes} bytes), and {counts['realized']} more stores are ones the program asked for (the output and any "
+                       f".contiguous()). In the end the kernels pass {_plural(len(inter), 'intermediate buffer')} "
+                       f"({sum(b['nbytes'] for b in inter)} bytes) through global memory."))
+  return steps
+
+def _constants_step(trace: dict, variant: Variant) -> dict | None:
+  if variant.algo != "winograd": return None
+  const_bufs = [b for b in trace["buffers"] if b["role"] == "constant"]
+  consts, loads = sum(k["ops"]["consts"] for k in trace["kernels"]), sum(k["ops"]["loads"] for k in trace["kernels"])
+  where = (f"they are {_plural(len(const_bufs), 'device buffer')} ({sum(b['nbytes'] for b in const_bufs)} bytes), copied from the host "
+           f"({_plural(trace['totals'].get('copies', 0), 'COPY')}) and loaded inside the kernels" if const_bufs else
+           "no buffer holds them: they are folded into the kernel code as immediates")
+  return _step("constants", "Where the constants went", "source",
+               f"The Winograd transform matrices are {variant.consts if variant.wino_impl == 'explorer' else 'symbolic'} here: {where}. "
+               f"Across the kernels the linearized code has {consts} CONST uops and {loads} loads.")
+
+def _kernel_steps(trace: dict, k: dict, spec: ConvSpec) -> list[dict]:
+  names = {b["index"]: f"{b['name']} ({b['role']})" for b in trace["buffers"]}
+  reads, writes = ", ".join(names[i] for i in k["reads"]) or "nothing", ", ".join(names[i] for i in k["writes"])
+  n = k["index"]
+  text = f"Kernel {k['name']} is {k['role']}: {_role_text(k['role'])}. It reads {reads} and writes {writes}. Its AST has {k['ast_uops']} UOps."
+  if k["role"] == "xhat":
+    total = trace["totals"].get("flops", 0)
+    text += (f" The whole Winograd schedule counts {_si(total)}FLOPs (tinygrad's Estimates) against {_si(spec.direct_flops)}FLOPs of "
+             f"multiply-adds for the direct convolution: {spec.direct_flops / total:.2f}x fewer." if total else "")
+  text += "".join(f" {note}." for note in k.get("notes", []))
+  codegen = sorted(k["passes"], key=lambda p: -p["matches"])[:3]
+  busiest = ", ".join(f"{p['name']} ({p['matches']} matches)" for p in codegen)
+  o = k["ops"]
+  return [
+    _step(f"k{n}-ast", f"Kernel {n}: {k['role']} AST", f"k/{n}", text),
+    _step(f"k{n}-codegen", f"Kernel {n}: codegen passes", f"k/{n}/passes",
+          f"Codegen ran {_plural(len(k['passes']), 'pass', 'passes')} on this kernel; the busiest were {busiest}. {_opt_text(k['opts'])} "
+          f"The launch is global {k['global_size']} x local {k['local_size']}."),
+    _step(f"k{n}-uops", f"Kernel {n}: linearized uops", f"k/{n}/uops",
+          f"The linearizer ordered {k['linear_uops']} uops: {o['alu']} ALU ops, {o['loads']} loads, {o['stores']} stores, {o['consts']} constants "
+          f"and {_plural(o['ranges'], 'loop')}. tinygrad estimates {_si(k['flops'])}FLOPs and {_si(k['bytes'])}B of memory traffic."),
+    _step(f"k{n}-source", f"Kernel {n}: source", f"k/{n}/source",
+          "The renderer turned those uops into " + ", ".join(f"{len(src.splitlines())} lines of {t}" for t, src in k["sources"].items()) + "."),
+  ]
+
+def _timing_step(trace: dict, spec: ConvSpec) -> dict:
+  total = (trace.get("totals") or {}).get("time_s")
+  if not total: return _step("timing", "Timings", "timings", "This trace was not timed (--no-time).")
+  share = ", ".join(f"{k['name']} {100 * k['time_s']['median'] / total['median']:.0f}%" for k in trace["kernels"] if k.get("time_s"))
+  err = trace.get("error") or {}
+  return _step("timing", "Timings", "timings",
+               f"On {trace['env']['device']} the kernels took {total['median']*1e3:.3f} ms (median of {total['n']}, std {total['std']*1e3:.3f} ms): "
+               f"{share}. That is {spec.direct_flops / total['median'] / 1e9:.2f} GFLOP/s of direct-convolution work. The output differs from a "
+               f"float64 numpy reference by at most {err.get('max_abs', float('nan')):.2g}.")
+
+# ***** built-in tours for the seed experiments: two traces side by side *****
+
+WINO = Variant(algo="winograd", wino_impl="explorer")
+BUILTIN_TOURS: dict[str, dict] = {
+  "constants": {"title": "Deviceless constants (seed 000)", "preset": "wino8", "a": WINO, "b": replace(WINO, consts="materialized")},
+  "fusion": {"title": "Staged vs fused Winograd (seed 003)", "preset": "wino8", "a": WINO, "b": replace(WINO, staging="fused")},
+  "winograd": {"title": "Direct vs Winograd", "preset": "small", "a": Variant(algo="direct"), "b": Variant(algo="winograd")},
+}
+
+def compare_tour(kind: str, a: dict, b: dict) -> list[dict]:
+  """A built-in tour: the story of A, the comparison with B, then the story of B."""
+  ta, tb = a["totals"], b["totals"]
+  la, lb = a["variant"], b["variant"]
+  def label(v: dict) -> str: return Variant.from_dict(v).label()
+  def side(t: dict, tr: dict) -> str:
+    return (f"{_plural(t['kernels'], 'kernel')} ({', '.join(k['role'] for k in tr['kernels'])}), {_plural(t.get('copies', 0), 'copy', 'copies')}, "
+            f"{_plural(t['buffers'], 'buffer')}, {_si(t['flops'])}FLOPs, {sum(k['ops']['alu'] for k in tr['kernels'])} ALU uops, "
+            f"{sum(k['ops']['loads'] for k in tr['kernels'])} loads")
+  text = f"A ({label(la)}): {side(ta, a)}. B ({label(lb)}): {side(tb, b)}."
+  if ta.get("time_s") and tb.get("time_s"):
+    text += f" Timed separately, B took {tb['time_s']['median'] / ta['time_s']['median']:.2f}x A's time (use the diff view for an interleaved ratio)."
+  first = [dict(s, id=f"a-{s['id']}", side="a") for s in trace_tour(a)]
+  second = [dict(s, id=f"b-{s['id']}", side="b") for s in trace_tour(b)]
+  return [*first, {"id": "compare", "title": f"{BUILTIN_TOURS[kind]['title']}: A against B", "view": "diff", "text": text, "side": "both"}, *second]
