@@ -90,10 +90,18 @@ def cmd_trace(a: argparse.Namespace) -> int:
   progress = (lambda st, status, d: print(f"  {st:<13} {status} {d}", file=sys.stderr, flush=True)) if not a.quiet else None
   res = run_trace(spec, variant, progress, timeout_s=a.timeout, dump_io=a.dump_io)
   print(summary(res.trace))
+  if a.roofline:
+    from explorer.roofline import roofline_report
+    print(roofline_report(res.trace))
   if a.json:
     with open(a.json, "w") as f: json.dump(res.trace, f, indent=1, default=str)
     print(f"wrote {a.json}", file=sys.stderr)
   return 0 if res.trace["status"] == "ok" else 1
+
+def cmd_devices(a: argparse.Namespace) -> int:
+  from explorer.roofline import devices_report
+  print(devices_report(probe=a.probe))
+  return 0
 
 def cmd_presets(a: argparse.Namespace) -> int:
   print(table(("name", "shape", "FLOPs (direct)"), [(n, p.label(), si(p.direct_flops)) for n, p in PRESETS.items()]))
@@ -127,9 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--json", metavar="PATH", help="write the whole trace as JSON")
   t.add_argument("--dump-io", metavar="DIR", help="write input, weight and output as .npy files")
   t.add_argument("--quiet", action="store_true", help="no progress on stderr")
+  t.add_argument("--roofline", action="store_true", help="also print each kernel against the device's peak FLOP/s and bandwidth")
   t.set_defaults(fn=cmd_trace)
   sub.add_parser("presets", help="list the named shapes").set_defaults(fn=cmd_presets)
   sub.add_parser("targets", help="list the render targets").set_defaults(fn=cmd_targets)
+  dv = sub.add_parser("devices", help="list the tinygrad devices this host can open, and the default")
+  dv.add_argument("--probe", action="store_true", help="measure each device's FP32 FLOP/s and bandwidth (refreshes the cache)")
+  dv.set_defaults(fn=cmd_devices)
   st = sub.add_parser("study", help="redo a seed experiment: constants (seed 000) or fusion (seed 003)")
   st.add_argument("kind", choices=("constants", "fusion"))
   st.add_argument("--preset", choices=sorted(PRESETS), default="wino8")
