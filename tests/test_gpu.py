@@ -1,0 +1,59 @@
+"""On an NVIDIA host: traces run and are timed on the GPU by default, and their roofline makes sense. Skipped where no NVIDIA GPU is.
+The device list comes from a subprocess: importing explorer.adapter here would switch on tinygrad's tracking in the pytest process."""
+import glob, json, os, shutil, subprocess, sys, xml.etree.ElementTree as ET
+import pytest
+from explorer import roofline as R
+from explorer.spec import PRESETS, Variant
+from explorer.worker import run_trace
+
+def _nvidia_devices() -> list[str]:
+  """CUDA/NV devices tinygrad opens here; cheap signs of an NVIDIA driver first, so CPU hosts pay nothing."""
+  if not (shutil.which("nvidia-smi") or os.path.exists("/dev/nvidiactl") or glob.glob("/proc/driver/nvidia/gpus/*")): return []
+  code = "import json; from explorer import adapter as tg; print(json.dumps(tg.available_devices()))"
+  try: out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, "VIZ": "0"})
+  except subprocess.TimeoutExpired: return []
+  try: return [d for d in json.loads(out.stdout.strip().splitlines()[-1]) if d in ("CUDA", "NV")]
+  except (ValueError, IndexError): return []
+
+NVIDIA = _nvidia_devices()
+GPU = "CUDA" if "CUDA" in NVIDIA else (NVIDIA[0] if NVIDIA else None)
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU is None, reason="no CUDA/NV device that tinygrad can open on this host")]
+
+@pytest.fixture(scope="module")
+def traced():
+  return run_trace(PRESETS["small"], Variant(targets=("cuda",), repeats=5, device=GPU)).trace
+
+@pytest.fixture(scope="module")
+def peaks():
+  return R.peaks_for(GPU)
+
+def test_default_device_is_the_gpu():
+  found = R.list_devices()
+  assert found["default"] in ("NV", "CUDA") or os.environ.get("DEV"), found
+  assert run_trace(PRESETS["small"], Variant(targets=("cuda",), time=False)).trace["env"]["device"] == found["default"]
+
+def test_trace_is_timed_on_the_gpu(traced):
+  assert traced["status"] == "ok", traced["failures"]
+  assert traced["env"]["device"] == GPU and traced["timing"]["device"] == GPU
+  assert traced["env"]["fallback"] is None
+  assert traced["error"]["max_abs"] < 1e-3 * traced["error"]["ref_max_abs"]
+  for k in traced["kernels"]:
+    assert k["time_s"]["n"] == 5 and 0 < k["time_s"]["min"] <= k["time_s"]["median"] < 1.0, k["time_s"]
+    assert "__global__" in k["sources"]["host"]  # tinygrad's CUDA renderer (CUDA and NV both use it)
+  assert traced["totals"]["time_s"]["median"] > 0
+
+def test_roofline_percentages(traced, peaks):
+  assert peaks["fp32"] and peaks["bw"], peaks
+  rl = R.roofline(traced, peaks)
+  for k in rl["kernels"]:
+    assert 0 < k["pct_compute"] <= 100 and 0 < k["pct_bandwidth"] <= 100, k
+    assert k["bound"] in ("memory", "compute") and k["intensity"] > 0
+  ET.fromstring(R.roofline_svg(rl))
+  assert "roofline:" in R.table_text(rl)
+
+def test_probe_on_the_gpu(peaks):
+  info = R.describe(GPU)
+  got = R.measured_peaks(info, refresh=True)
+  assert got["fp32"] > 1e12 and got["bw"] > 1e11, got  # any NVIDIA GPU tinygrad supports does better than 1 TFLOP/s and 100 GB/s
+  if (known := R.known_peaks(info["name"], info["device"])) is not None:  # a spec sheet is a ceiling: the probe stays below it
+    assert got["fp32"] <= 1.1 * known["fp32"] and got["bw"] <= 1.1 * known["bw"], (got, known)
