@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse, multiprocessing as mp, os, statistics, time
 
 def _bare(spec: dict, variant: dict, targets: tuple[str, ...], q: mp.Queue) -> None:
-  os.environ["VIZ"] = "0"  # before tinygrad is imported: no rewrite tracking, as a user's realize
+  os.environ["VIZ"] = "0"  # before tinygrad is imported: no rewrite tracking, as a plain realize
   os.environ["CCACHE"] = "0"
   from explorer import adapter as tg
   from explorer.algorithms import build_conv

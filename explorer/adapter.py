@@ -1,11 +1,16 @@
 """The one module that touches tinygrad internals. A tinygrad upgrade should only need changes here.
 
-Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment
-(VIZ=-1: record every named graph_rewrite without starting tinygrad's viewer; CCACHE=0: compile cold) must be set before.
+Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment must be
+set before. With VIZ unset (a trace worker), every named graph_rewrite is recorded (TRACK_MATCH_STATS=2) in this process
+(PARALLEL=0), without VIZ's profiling and stack traces, which cost more than the tracking itself. A process that sets VIZ gets
+tinygrad's own behaviour: VIZ=0 is a plain, untracked tinygrad (renders for other targets, timing, benchmarks' baselines).
+CCACHE=0 always: compile times are cold.
 """
 from __future__ import annotations
 import os
-for _k, _v in {"VIZ": "-1", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
+if "VIZ" not in os.environ:
+  for _k, _v in {"TRACK_MATCH_STATS": "2", "PARALLEL": "0"}.items(): os.environ.setdefault(_k, _v)
+os.environ.setdefault("CCACHE", "0")
 
 import atexit, collections, contextlib, io, pickle, re, time, zlib
 from dataclasses import dataclass, replace
@@ -30,7 +35,7 @@ import tinygrad.device
 
 TINYGRAD_VERSION = getattr(tinygrad, "__version__", None) or __import__("importlib.metadata").metadata.version("tinygrad")
 
-# VIZ=-1 makes tinygrad pickle every rewrite and profile to /tmp at exit; the explorer keeps its own copy instead
+# with tracking on, tinygrad pickles every rewrite (and any profile) to /tmp at exit; the explorer keeps its own copy instead
 for _hook in (getattr(uop_ops, "print_match_stats", None), getattr(tinygrad.device, "finalize_profile", None)):
   if _hook is not None: atexit.unregister(_hook)
 

@@ -14,22 +14,23 @@ def _init() -> None:
   os.environ["VIZ"] = "0"  # before tinygrad is imported in this process: no tracking
   import explorer.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules
 
-def _render_all(asts: list[Any], targets: tuple[str, ...]) -> list[dict[str, tuple[str, str]]]:
-  """Per kernel: target -> ("ok", source) | ("error", message)."""
+def _render_target(asts: list[Any], target: str) -> list[tuple[str, str]]:
+  """Per kernel: ("ok", source) | ("error", message)."""
   from explorer import adapter as tg
-  out: list[dict[str, tuple[str, str]]] = [{} for _ in asts]
-  for t in targets:
-    renderer = tg.render_target(t)
-    for i, ast in enumerate(asts):
-      try: out[i][t] = ("ok", tg.program_facts(tg.codegen_deviceless(ast, renderer)).source)
-      except Exception as e: out[i][t] = ("error", f"{type(e).__name__}: {e}")
+  renderer = tg.render_target(target)
+  out = []
+  for ast in asts:
+    try: out.append(("ok", tg.program_facts(tg.codegen_deviceless(ast, renderer)).source))
+    except Exception as e: out.append(("error", f"{type(e).__name__}: {e}"))
   return out
 
 class RenderPool:
-  def __init__(self) -> None:
-    self.pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_init)
-    self.pool.submit(int)  # start the process (and its imports) now
+  """One process per target (up to `processes`): once host codegen is done, the renders share both cores."""
+  def __init__(self, processes: int = 2) -> None:
+    self.pool = ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn"), initializer=_init)
+    for _ in range(processes): self.pool.submit(int)  # start the processes (and their imports) now
 
-  def submit(self, asts: list[Any], targets: tuple[str, ...]) -> Future: return self.pool.submit(_render_all, asts, targets)
+  def submit(self, asts: list[Any], targets: tuple[str, ...]) -> dict[str, Future]:
+    return {t: self.pool.submit(_render_target, asts, t) for t in targets}
 
   def close(self) -> None: self.pool.shutdown(wait=False, cancel_futures=True)

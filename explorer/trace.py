@@ -55,7 +55,7 @@ def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_
   trace["env"]["compiler"], trace["env"]["fallback"] = _safe(lambda: tg.compiler_name(device)), _safe(lambda: tg.fallback_reason(device))
   base = tg.tracking_mark()
   rec = Recorder(trace, progress)
-  pool = RenderPool()
+  pool = RenderPool(max(1, min(2, len(variant.targets))))
   try: _run_stages(rec, spec, variant, device, dump_io, base, pool)
   except StageFailed: pass
   finally: pool.close()
@@ -175,12 +175,13 @@ def _kernel_notes(role: str, storage: dict[str, int]) -> list[str]:
     notes.append("MHAT never reaches global memory: the reduce accumulates it " + (f"in {' and '.join(where)}" if where else "in scalar registers"))
   return notes
 
-def _render(trace: dict, calls: list[tg.Call], renders: Future) -> None:
+def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future]) -> None:
   kernels = [c for c in calls if c.kind == "kernel"]
   by_call = {k["call"]: k for k in trace["kernels"]}
-  for c, per_target in zip(kernels, renders.result()):
-    k = by_call[c.index]
-    for t, (status, text) in per_target.items(): (k["sources"] if status == "ok" else k["source_errors"])[t] = text
+  for t, fut in renders.items():
+    for c, (status, text) in zip(kernels, fut.result()):
+      k = by_call[c.index]
+      (k["sources"] if status == "ok" else k["source_errors"])[t] = text
 
 def _run(trace: dict, linear: Any, out: Any, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, dump_io: str | None) -> Any:
   compiled = tg.compile_schedule(linear)
