@@ -1,0 +1,226 @@
+"""Graph layout with graphviz `dot` on the server: UOp graphs (as explorer.adapter.RewriteBlob gives them) and the kernel graph.
+
+Plain data in, SVG text out. No tinygrad imports: the web server lays graphs out, worker processes expand them.
+"""
+from __future__ import annotations
+import collections, html, re, shutil, subprocess
+
+MAX_NODES = 400           # larger graphs are simplified, and the page says how
+HARD_MAX_NODES = 2500     # even with ?full=1
+DOT_TIMEOUT_S = 20.0
+LABEL_LINES, LABEL_WIDTH = 7, 56
+
+ALU_OPS = {"ADD", "SUB", "MUL", "IDIV", "FDIV", "MOD", "FLOORDIV", "FLOORMOD", "MAX", "NEG", "SHL", "SHR", "AND", "OR", "XOR", "CMPLT", "CMPNE",
+           "CMPEQ", "WHERE", "CAST", "BITCAST", "MULACC", "TRUNC", "THREEFRY"}
+INDEX_DTYPES = {"dtypes.weakint", "dtypes.index", "dtypes.int", "dtypes.long", "dtypes.uint", "dtypes.ulong", "dtypes.bool", "dtypes.short"}
+CONST_OPS = {"CONST", "VCONST", "DEFINE_VAR"}
+
+# what each op kind looks like; the adapter's colors are tinygrad VIZ's, these name the groups for the legend
+LEGEND_GROUPS = [("STAGE (bufferize)", ("STAGE",)), ("LOAD", ("LOAD",)), ("STORE", ("STORE",)), ("RANGE / END", ("RANGE", "END")),
+                 ("REDUCE", ("REDUCE",)), ("INDEX", ("INDEX",)), ("PARAM / BUFFER", ("PARAM", "BUFFER")), ("AFTER", ("AFTER",)),
+                 ("movement", ("RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP", "STACK")), ("ALU", tuple(sorted(ALU_OPS))),
+                 ("CONTIGUOUS", ("CONTIGUOUS", "CONTIGUOUS_BACKWARD")), ("SINK", ("SINK",))]
+# ops that must be easy to tell apart whatever the adapter's palette: drawn with a distinct shape too
+OP_SHAPES = {"STAGE": "box3d", "LOAD": "invhouse", "STORE": "house", "RANGE": "cds", "END": "octagon", "REDUCE": "doubleoctagon", "SINK": "oval"}
+
+class LayoutError(RuntimeError):
+  """graphviz could not lay the graph out (missing, too slow, failed): the message says which."""
+
+# ***** simplification: what to leave out of big graphs, said out loud *****
+
+def dtype_of(label: str) -> str | None: return next((ln for ln in label.split("\n")[1:] if ln.startswith("dtypes.")), None)
+
+def is_index_math(node: dict) -> bool:
+  return node["op"] in CONST_OPS or (node["op"] in ALU_OPS and dtype_of(node["label"]) in INDEX_DTYPES)
+
+def contract(graph: dict, drop: set[str]) -> dict:
+  """Remove nodes; each kept node gets edges from its nearest kept ancestors through removed ones (marked via=True)."""
+  srcs = collections.defaultdict(list)
+  for e in graph["edges"]: srcs[e["dst"]].append(e)
+  memo: dict[str, set[str]] = {}
+  def kept_ancestors(n: str) -> set[str]:
+    if n in memo: return memo[n]
+    memo[n] = set()
+    out: set[str] = set()
+    for e in srcs[n]: out |= kept_ancestors(e["src"]) if e["src"] in drop else {e["src"]}
+    memo[n] = out
+    return out
+  edges, seen = [], set()
+  for n in graph["nodes"]:
+    if n["id"] in drop: continue
+    for e in srcs[n["id"]]:
+      if e["src"] in drop: continue
+      edges.append(e); seen.add((e["src"], n["id"]))
+    for e in srcs[n["id"]]:
+      if e["src"] not in drop: continue
+      for a in sorted(kept_ancestors(e["src"])):
+        if (a, n["id"]) not in seen: seen.add((a, n["id"])); edges.append({"src": a, "dst": n["id"], "idx": e["idx"], "via": True})
+  return {**graph, "nodes": [n for n in graph["nodes"] if n["id"] not in drop], "edges": edges}
+
+def nearest_outputs(graph: dict, limit: int) -> set[str]:
+  """The `limit` nodes closest to the graph's outputs (nodes nothing consumes), breadth first against the edges."""
+  srcs = collections.defaultdict(list)
+  consumed = set()
+  for e in graph["edges"]: srcs[e["dst"]].append(e["src"]); consumed.add(e["src"])
+  frontier = [n["id"] for n in graph["nodes"] if n["id"] not in consumed]
+  keep: set[str] = set()
+  while frontier and len(keep) < limit:
+    nxt = []
+    for n in frontier:
+      if n in keep or len(keep) >= limit: continue
+      keep.add(n); nxt.extend(srcs[n])
+    frontier = nxt
+  return keep
+
+def simplify(graph: dict, max_nodes: int = MAX_NODES) -> tuple[dict, list[str]]:
+  """A graph dot can lay out and a person can read, and notes saying what was left out."""
+  total = len(graph["nodes"])
+  if total <= max_nodes: return graph, []
+  notes = []
+  drop = {n["id"] for n in graph["nodes"] if is_index_math(n)}
+  if drop:
+    graph = contract(graph, drop)
+    notes.append(f"The graph has {total:,} nodes (over {max_nodes}): {len(drop):,} index-arithmetic nodes (integer/bool ALU and constants) "
+                 "are collapsed; dashed edges pass through them.")
+  if len(graph["nodes"]) > max_nodes:
+    n_before = len(graph["nodes"])
+    keep = nearest_outputs(graph, max_nodes)
+    cut = {e["dst"] for e in graph["edges"] if e["dst"] in keep and e["src"] not in keep}
+    graph = {**graph, "nodes": [{**n, "truncated": n["id"] in cut} for n in graph["nodes"] if n["id"] in keep],
+             "edges": [e for e in graph["edges"] if e["src"] in keep and e["dst"] in keep]}
+    notes.append(f"Showing the {len(keep):,} nodes nearest the output of {n_before:,}; inputs of nodes with a dotted border are cut off.")
+  return graph, notes
+
+# ***** dot *****
+
+def _q(s: str) -> str: return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+def _short_label(label: str) -> str:
+  lines = [ln if len(ln) <= LABEL_WIDTH else ln[:LABEL_WIDTH - 1] + "…" for ln in label.split("\n")]
+  if len(lines) > LABEL_LINES: lines = lines[:LABEL_LINES - 1] + [f"… {len(lines) - LABEL_LINES + 1} more lines"]
+  return "\n".join(lines)
+
+def text_color(fill: str) -> str:
+  m = re.fullmatch(r"#?([0-9a-fA-F]{6})", fill or "")
+  if m is None: return "#111111"
+  r, g, b = (int(m.group(1)[i:i+2], 16) for i in (0, 2, 4))
+  return "#ffffff" if 0.299*r + 0.587*g + 0.114*b < 140 else "#111111"
+
+def _attrs(**kw: object) -> str: return ", ".join(f"{k}={_q(str(v))}" for k, v in kw.items() if v is not None)
+
+def uop_dot(graph: dict, highlight: set[str] | None = None, title: str = "") -> str:
+  highlight = highlight or set()
+  graph_attrs = _attrs(rankdir="TB", bgcolor="transparent", nodesep="0.18", ranksep="0.32", fontname="monospace", tooltip=title)
+  out = ["digraph G {", f"  graph [{graph_attrs}];",
+         "  node [shape=box, style=\"filled,rounded\", fontname=\"DejaVu Sans Mono,monospace\", fontsize=9, margin=\"0.08,0.04\", height=0.3];",
+         "  edge [color=\"#8a8f98\", arrowsize=0.5, penwidth=0.8];"]
+  for n in graph["nodes"]:
+    changed = n["id"] in highlight
+    style = "filled,rounded" + (",dotted" if n.get("truncated") else "") + (",bold" if changed else "")
+    classes = f"uop op-{n['op']}" + (" changed" if changed else "")
+    fill = n.get("color") or "#ffffff"
+    attrs = _attrs(label=_short_label(n["label"]), tooltip=n["label"], fillcolor=fill, fontcolor=text_color(fill), id="n" + n["id"],
+                   shape=OP_SHAPES.get(n["op"], "box"), style=style, color="#e5484d" if changed else (n.get("addrspace") or "#5c6370"),
+                   penwidth=3 if changed else 1.2, **{"class": classes})
+    out.append(f"  {_q(n['id'])} [{attrs}];")
+  for e in graph["edges"]:
+    attrs = _attrs(tooltip=f"src[{e['idx']}]", style="dashed" if e.get("via") else None)
+    out.append(f"  {_q(e['src'])} -> {_q(e['dst'])} [{attrs}];")
+  out.append("}")
+  return "\n".join(out)
+
+def legend(graph: dict) -> list[dict]:
+  """Op kinds present in the graph with the color the adapter gave them (most frequent first within a group)."""
+  colors: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+  for n in graph["nodes"]: colors[n["op"]][n.get("color") or "#ffffff"] += 1
+  ret = []
+  grouped = set()
+  for name, ops in LEGEND_GROUPS:
+    present = [op for op in ops if op in colors]
+    grouped.update(ops)
+    if present:
+      color = colors[present[0]].most_common(1)[0][0]
+      ret.append({"name": name, "color": color, "shape": OP_SHAPES.get(present[0], "box"), "count": sum(sum(colors[o].values()) for o in present)})
+  for op in sorted(set(colors) - grouped):
+    ret.append({"name": op, "color": colors[op].most_common(1)[0][0], "shape": OP_SHAPES.get(op, "box"), "count": sum(colors[op].values())})
+  return ret
+
+# ***** the kernel graph: kernels and the buffers between them, straight from the trace *****
+
+ROLE_COLORS = {"input": "#B0BDFF", "weight": "#c6b3ff", "output": "#9fe0a8", "intermediate": "#f3c27a", "constant": "#e0e0e0"}
+KERNEL_COLOR, COPY_COLOR = "#7DD3DF", "#d7a6d7"
+
+def fmt_bytes(n: float | None) -> str:
+  if n is None: return "–"
+  for unit in ("B", "KiB", "MiB", "GiB"):
+    if abs(n) < 1024 or unit == "GiB": return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    n /= 1024
+  return f"{n:.1f} GiB"
+
+def fmt_seconds(s: float | None) -> str:
+  if s is None: return "–"
+  if s < 1e-3: return f"{s*1e6:.1f} µs"
+  if s < 1: return f"{s*1e3:.2f} ms"
+  return f"{s:.2f} s"
+
+def kernel_graph(trace: dict) -> dict:
+  """Kernels (and copies) and buffers as one graph: writer call -> buffer -> reader call."""
+  nodes, edges = [], []
+  for b in trace.get("buffers") or []:
+    label = f"{b['name']}  [{b['role']}]\n{b['dtype']}[{b['numel']:,}]\n{fmt_bytes(b['nbytes'])} · GLOBAL · {b['device']}"
+    nodes.append({"id": f"b{b['index']}", "label": label, "op": "BUFFER", "kind": "buffer", "role": b["role"],
+                  "color": ROLE_COLORS.get(b["role"], "#ffffff"), "addrspace": "GLOBAL"})
+  kernels = trace.get("kernels") or []
+  for s in trace.get("schedule") or []:
+    k = kernels[s["kernel"]] if s.get("kernel") is not None else None
+    label = f"{s.get('name') or s['kind']}\n{s['kind']} #{s['index']} · {s.get('role') or ''}"
+    if k is not None: label += f"\n{k['linear_uops']} uops · {fmt_seconds((k.get('time_s') or {}).get('median'))}"
+    nodes.append({"id": f"c{s['index']}", "label": label, "op": s["kind"].upper(), "kind": s["kind"], "role": s.get("role"),
+                  "kernel": s.get("kernel"), "color": KERNEL_COLOR if s["kind"] == "kernel" else COPY_COLOR})
+    edges += [{"src": f"b{i}", "dst": f"c{s['index']}", "idx": j} for j, i in enumerate(s["reads"])]
+    edges += [{"src": f"c{s['index']}", "dst": f"b{i}", "idx": j} for j, i in enumerate(s["writes"])]
+  return {"nodes": nodes, "edges": edges}
+
+def kernel_graph_legend(graph: dict) -> list[dict]:
+  counts = collections.Counter(n["role"] if n["kind"] == "buffer" else n["kind"] for n in graph["nodes"])
+  rows = [{"name": f"{kind} call", "color": KERNEL_COLOR if kind == "kernel" else COPY_COLOR, "shape": "box", "count": counts[kind]}
+          for kind in ("kernel", "copy") if counts[kind]]
+  return rows + [{"name": f"{role} buffer", "color": color, "shape": "cylinder", "count": counts[role]}
+                 for role, color in ROLE_COLORS.items() if counts[role]]
+
+def kernel_graph_dot(graph: dict, trace_url: str) -> str:
+  out = ["digraph K {", "  graph [rankdir=LR, bgcolor=\"transparent\", nodesep=0.25, ranksep=0.45];",
+         "  node [fontname=\"DejaVu Sans Mono,monospace\", fontsize=10, style=\"filled\", margin=\"0.12,0.06\"];",
+         "  edge [color=\"#8a8f98\", arrowsize=0.6];"]
+  for n in graph["nodes"]:
+    if n["kind"] == "buffer":
+      attrs = _attrs(label=n["label"], shape="cylinder", fillcolor=n["color"], id=n["id"], tooltip=n["label"],
+                     **{"class": f"buffer role-{n['role']}"})
+    else:
+      href = f"{trace_url}/k/{n['kernel']}" if n.get("kernel") is not None else None
+      attrs = _attrs(label=n["label"], shape="box", style="filled,rounded", fillcolor=n["color"], id=n["id"], tooltip=n["label"], URL=href,
+                     target="_top", **{"class": f"call kind-{n['kind']}"})
+    out.append(f"  {_q(n['id'])} [{attrs}];")
+  out += [f"  {_q(e['src'])} -> {_q(e['dst'])};" for e in graph["edges"]]
+  out.append("}")
+  return "\n".join(out)
+
+# ***** running dot *****
+
+_PROLOG_RE = re.compile(r"^.*?(?=<svg)", re.S)
+_SIZE_RE = re.compile(r'<svg width="[^"]*" height="[^"]*"')
+
+def layout_svg(dot_src: str, timeout_s: float = DOT_TIMEOUT_S) -> str:
+  """Run graphviz dot; the SVG comes back without XML prolog and fixed size, ready to inline and to pan/zoom."""
+  exe = shutil.which("dot")
+  if exe is None: raise LayoutError("graphviz `dot` is not installed on the server (Debian: apt-get install graphviz)")
+  try: proc = subprocess.run([exe, "-Tsvg"], input=dot_src.encode(), capture_output=True, timeout=timeout_s, check=False)
+  except subprocess.TimeoutExpired:
+    raise LayoutError(f"graphviz dot did not finish the layout within {timeout_s:.0f}s; the graph is too large to draw") from None
+  if proc.returncode != 0:
+    raise LayoutError(f"graphviz dot failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace').strip().splitlines()[-1:] or ''}")
+  svg = _PROLOG_RE.sub("", proc.stdout.decode(errors="replace"), count=1)
+  svg = re.sub(r"<!--.*?-->\n?", "", svg, flags=re.S)
+  return _SIZE_RE.sub('<svg class="graph-svg" width="100%" height="100%"', svg, count=1)
+
+def escape(s: str) -> str: return html.escape(s, quote=True)

@@ -1,0 +1,271 @@
+/* Kernel Explorer pages: graph viewers (fetch view JSON + SVG, pan/zoom), pass stepper, tabs, copy, live progress, the trace form.
+   Plain ES2017, no build step. State that matters lives in the URL (?code=, ?pass=&at=). */
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+
+function setQuery(params, push = false) {
+  const url = new URL(window.location.href);
+  for (const [k, v] of Object.entries(params)) { if (v === null || v === undefined) url.searchParams.delete(k); else url.searchParams.set(k, v); }
+  (push ? history.pushState : history.replaceState).call(history, null, "", url);
+}
+
+async function fetchJSON(url) {
+  const r = await fetch(url, { headers: { Accept: "application/json" } });
+  let body = null;
+  try { body = await r.json(); } catch (e) { /* not JSON */ }
+  if (!r.ok) throw new Error((body && body.detail) || `${r.status} ${r.statusText}`);
+  return body;
+}
+
+/* ***** graph viewer ***** */
+
+class Viewer {
+  constructor(el) {
+    this.el = el; this.trace = el.dataset.trace; this.canvas = $(".viewer-canvas", el); this.pz = null; this.seq = 0; this.full = false;
+    $("[data-act=zoom-in]", el).addEventListener("click", () => this.pz && this.pz.zoomIn());
+    $("[data-act=zoom-out]", el).addEventListener("click", () => this.pz && this.pz.zoomOut());
+    $("[data-act=fit]", el).addEventListener("click", () => this.fit());
+    $("[data-act=full]", el).addEventListener("click", () => { this.full = true; this.show(this.ref); });
+    window.addEventListener("resize", () => { if (this.pz) { this.pz.resize(); this.fit(); } });
+  }
+
+  status(html, cls = "") {
+    this.canvas.innerHTML = `<div class="viewer-status ${cls}">${html}</div>`;
+  }
+
+  async show(ref) {
+    const seq = ++this.seq;
+    if (ref !== this.ref) this.full = false;
+    this.ref = ref; this.el.dataset.ref = ref;
+    if (this.pz) { this.pz.destroy(); this.pz = null; }
+    this.status('<span class="spinner"></span> Expanding and laying out the graph…');
+    $(".viewer-notes", this.el).innerHTML = ""; $(".viewer-legend", this.el).innerHTML = ""; $(".viewer-rule", this.el).innerHTML = "";
+    const q = this.full ? "?full=1&nodes=0" : "?nodes=0";
+    const base = `/api/traces/${this.trace}/graphs/${ref}`;
+    try {
+      const view = await fetchJSON(base + q);
+      if (seq !== this.seq) return;
+      this.describe(view);
+      const r = await fetch(view.svg_url);
+      if (!r.ok) { let d = `${r.status}`; try { d = (await r.json()).detail; } catch (e) { /* keep status */ } throw new Error(d); }
+      const svg = await r.text();
+      if (seq !== this.seq) return;
+      this.canvas.innerHTML = svg;
+      const el = $("svg", this.canvas);
+      if (window.svgPanZoom && el) {
+        this.pz = window.svgPanZoom(el, { zoomScaleSensitivity: 0.3, minZoom: 0.05, maxZoom: 40, fit: true, center: true, dblClickZoomEnabled: true });
+        this.fit();
+      }
+      this.el.dataset.loaded = ref;
+      this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
+    } catch (err) {
+      if (seq !== this.seq) return;
+      this.status(esc(err.message), "err");
+      this.el.dataset.loaded = "error";
+    }
+  }
+
+  fit() {
+    if (!this.pz) return;
+    this.pz.resize(); this.pz.fit(); this.pz.center();
+    if (this.pz.getZoom() > 1.6) this.pz.zoom(1.6);  // small graphs: do not blow them up
+  }
+
+  describe(view) {
+    if (view.title) $(".viewer-title", this.el).textContent = view.title;
+    const shown = view.shown_nodes === view.total_nodes ? `${view.total_nodes} nodes` : `${view.shown_nodes} of ${view.total_nodes} nodes`;
+    $(".viewer-stats", this.el).textContent = shown + (view.highlight && view.highlight.length ? ` · ${view.highlight.length} changed` : "");
+    $(".viewer-notes", this.el).innerHTML = (view.notes || []).map((n) => `<p>${esc(n)}</p>`).join("");
+    $("[data-act=full]", this.el).hidden = view.shown_nodes === view.total_nodes;
+    $("[data-act=svg]", this.el).href = view.svg_url;
+    $(".viewer-legend", this.el).innerHTML = (view.legend || []).map((l) =>
+      `<span><i class="swatch" style="background:${esc(l.color)}"></i>${esc(l.name)} <span class="mono">${l.count}</span></span>`).join("") +
+      (view.highlight && view.highlight.length ? '<span><i class="swatch" style="background:#fff;border:2px solid #e5484d"></i>changed</span>' : "");
+    if (view.rule || view.diff) {
+      const diff = (view.diff || []).map((ln) => `<span class="${ln.startsWith("+") ? "add" : ln.startsWith("-") ? "del" : ""}">${esc(ln)}</span>`).join("\n");
+      $(".viewer-rule", this.el).innerHTML = `<b>rule</b> <code>${esc(view.rule || "?")}</code>${diff ? `<pre>${diff}</pre>` : ""}`;
+    }
+  }
+}
+
+/* ***** pass stepper: ?pass=P&at=before|after|mJ ***** */
+
+class Stepper {
+  constructor(bar, viewer) {
+    this.bar = bar; this.viewer = viewer; this.prefix = bar.dataset.prefix; this.maxSteps = +bar.dataset.maxSteps;
+    this.list = document.getElementById(bar.dataset.list);
+    this.items = $$("a[data-pass]", this.list);
+    this.pass = +bar.dataset.pass; this.at = bar.dataset.at;
+    this.items.forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); this.go(+a.dataset.pass, "after"); }));
+    $$("[data-at-choice]", bar).forEach((r) => r.addEventListener("change", () => this.go(this.pass, r.value)));
+    $$("[data-step]", bar).forEach((b) => b.addEventListener("click", () => this.step(b.dataset.step)));
+    document.addEventListener("keydown", (e) => {
+      if (e.target.closest("input, textarea, select") || e.metaKey || e.ctrlKey || e.altKey) return;
+      const act = { j: "next-pass", k: "prev-pass", l: "next-match", h: "prev-match" }[e.key];
+      if (act) { e.preventDefault(); this.step(act); }
+    });
+    window.addEventListener("popstate", () => {
+      const u = new URL(window.location.href);
+      if (u.searchParams.has("pass")) this.go(+u.searchParams.get("pass"), u.searchParams.get("at") || "after", false);
+    });
+    this.render(); this.viewer.show(this.ref());
+    const active = this.items[this.pass];
+    if (active) active.scrollIntoView({ block: "center" });
+  }
+
+  ref() { return `${this.prefix}/${this.pass}/${this.at}`; }
+  matches() { return +(this.items[this.pass] ? this.items[this.pass].dataset.matches : 0); }
+  matchedOnly() { return this.list.classList.contains("matched-only"); }
+
+  go(pass, at, push = true) {
+    this.pass = pass; this.at = at;
+    setQuery({ pass, at }, push);
+    this.render(); this.viewer.show(this.ref());
+  }
+
+  step(act) {
+    const m = Math.min(this.matches(), this.maxSteps);
+    const cur = this.at.startsWith("m") ? +this.at.slice(1) : (this.at === "after" ? m + 1 : 0);
+    if (act === "next-pass" || act === "prev-pass") {
+      const dir = act === "next-pass" ? 1 : -1;
+      for (let i = this.pass + dir; i >= 0 && i < this.items.length; i += dir) {
+        if (!this.matchedOnly() || +this.items[i].dataset.matches > 0) { this.go(i, "after"); this.items[i].scrollIntoView({ block: "nearest" }); return; }
+      }
+    } else if (act === "next-match") {
+      if (cur < m) this.go(this.pass, `m${cur + 1}`); else if (cur === m) this.go(this.pass, "after");
+    } else if (act === "prev-match") {
+      if (cur > 1 && cur <= m) this.go(this.pass, `m${cur - 1}`); else if (cur > m) this.go(this.pass, m ? `m${m}` : "before"); else this.go(this.pass, "before");
+    }
+  }
+
+  render() {
+    this.items.forEach((a, i) => a.classList.toggle("active", i === this.pass));
+    const item = this.items[this.pass];
+    const m = this.matches(), steppable = Math.min(m, this.maxSteps);
+    $("[data-pos-pass]", this.bar).textContent = `${this.pass + 1} / ${this.items.length}`;
+    $("[data-pass-name]", this.bar).textContent = item ? `${item.dataset.name} · ${m} match${m === 1 ? "" : "es"}${m > this.maxSteps ? ` (first ${this.maxSteps} steppable)` : ""}` : "";
+    $$("[data-at-choice]", this.bar).forEach((r) => { r.checked = r.value === this.at; });
+    const pos = this.at.startsWith("m") ? this.at.slice(1) : (this.at === "before" ? "0" : "end");
+    $("[data-pos-match]", this.bar).textContent = steppable ? `${pos} / ${steppable}` : "–";
+    $("[data-step=prev-match]", this.bar).disabled = !steppable || this.at === "before";
+    $("[data-step=next-match]", this.bar).disabled = !steppable || this.at === "after";
+  }
+}
+
+/* ***** tabs (?code=...), copy ***** */
+
+function initTabs() {
+  $$("[data-tabs]").forEach((bar) => {
+    const param = bar.dataset.tabs, root = bar.parentElement;
+    $$("[data-tab]", bar).forEach((b) => b.addEventListener("click", () => {
+      $$("[data-tab]", bar).forEach((x) => x.classList.toggle("active", x === b));
+      $$("[data-panel]", root).forEach((p) => { p.hidden = p.dataset.panel !== b.dataset.tab; });
+      setQuery({ [param]: b.dataset.tab });
+    }));
+    const copy = $("[data-copy]", bar);
+    if (copy) copy.addEventListener("click", async () => {
+      const panel = $$("[data-panel]", root).find((p) => !p.hidden);
+      const raw = panel && $("[data-raw]", panel);
+      const text = raw ? (raw.value !== undefined ? raw.value : raw.textContent) : "";
+      try { await navigator.clipboard.writeText(text); } catch (e) {
+        const ta = document.createElement("textarea"); ta.value = text; document.body.appendChild(ta); ta.select(); document.execCommand("copy"); ta.remove();
+      }
+      copy.textContent = "Copied"; setTimeout(() => { copy.textContent = "Copy"; }, 1200);
+    });
+  });
+}
+
+/* ***** live progress of a running trace ***** */
+
+function initProgress() {
+  const box = $("#progress");
+  if (!box || !["queued", "running"].includes(box.dataset.status)) return;
+  const trace = box.dataset.trace;
+  const setStage = (s) => {
+    const li = $(`li[data-stage="${s.stage}"]`, box);
+    if (!li) return;
+    li.className = s.status;
+    li.firstElementChild.innerHTML = s.status === "running" ? '<span class="spinner"></span>' : `<span class="dot ${esc(s.status)}"></span>`;
+    $(".detail", li).textContent = s.detail || s.status;
+  };
+  const finish = (d) => {
+    if (d.status === "error" && d.error && !$("#job-error").textContent.includes(d.error)) {
+      $("#job-status").textContent = "error"; $("#job-status").className = "badge err";
+      const e = $("#job-error"); e.hidden = false; e.innerHTML = `<b>The trace failed:</b> ${esc(d.error)}`;
+      return;
+    }
+    window.location.reload();
+  };
+  if (window.EventSource) {
+    const es = new EventSource(`/api/traces/${trace}/events`);
+    es.addEventListener("snapshot", (e) => { const d = JSON.parse(e.data); (d.stages || []).forEach(setStage); $("#job-status").textContent = d.status; });
+    es.addEventListener("stage", (e) => setStage(JSON.parse(e.data)));
+    es.addEventListener("status", (e) => { $("#job-status").textContent = JSON.parse(e.data).status; });
+    es.addEventListener("done", (e) => { es.close(); finish(JSON.parse(e.data)); });
+    es.onerror = () => { es.close(); setTimeout(poll, 1000); };
+  } else poll();
+  async function poll() {
+    try {
+      const d = await fetchJSON(`/api/traces/${trace}/status`);
+      (d.stages || []).forEach(setStage);
+      if (d.status === "done" || d.status === "error") return finish(d);
+    } catch (e) { /* try again */ }
+    setTimeout(poll, 1000);
+  }
+}
+
+/* ***** the trace form: preset fills the shape, Winograd options only where they apply ***** */
+
+function initForm() {
+  const form = $("#trace-form");
+  if (!form) return;
+  const preset = $("#preset", form), shape = ["batch", "cin", "cout", "height", "width", "kernel", "stride", "padding", "groups", "dtype"];
+  const val = (name) => { const r = $(`input[name="${name}"]:checked`, form); return r ? r.value : null; };
+  preset.addEventListener("change", () => {
+    const opt = preset.selectedOptions[0];
+    if (!opt.dataset.spec) return;
+    const spec = JSON.parse(opt.dataset.spec);
+    for (const f of shape) {
+      if (f === "dtype") { const r = $(`input[name="dtype"][value="${spec.dtype}"]`, form); if (r) r.checked = true; continue; }
+      form.elements[f].value = spec[f] === null ? "" : spec[f];
+    }
+  });
+  for (const f of shape) $$(`[name="${f}"]`, form).forEach((el) => el.addEventListener("input", () => { preset.value = "custom"; }));
+  const sync = () => {
+    const wino = val("algo") === "winograd", explorer = wino && val("wino_impl") === "explorer";
+    $$('[data-seg="wino_impl"] input', form).forEach((i) => { i.disabled = !wino; });
+    for (const name of ["tile", "staging", "consts"]) $$(`[data-seg="${name}"] input`, form).forEach((i) => { i.disabled = !explorer; });
+    if (!wino) { const b = $('input[name="wino_impl"][value="builtin"]', form); if (b) b.checked = true; }
+    if (!explorer) for (const [n, v] of [["tile", "F(4,3)"], ["staging", "staged"], ["consts", "symbolic"]]) { const r = $(`input[name="${n}"][value="${v}"]`, form); if (r) r.checked = true; }
+    form.elements.beam.disabled = val("opt") !== "beam";
+  };
+  form.addEventListener("change", sync); sync();
+  form.addEventListener("submit", () => {
+    // disabled radios are not submitted: the server falls back to their defaults, which sync() already selected
+    $("#submit", form).disabled = true; $("#submit", form).textContent = "Starting…";
+  });
+}
+
+/* ***** boot ***** */
+
+document.addEventListener("DOMContentLoaded", () => {
+  const viewers = new Map($$(".viewer").map((el) => [el.id, new Viewer(el)]));
+  $$("[data-matched-only]").forEach((cb) => {
+    const list = document.getElementById(cb.dataset.matchedOnly);
+    const apply = () => list.classList.toggle("matched-only", cb.checked);
+    cb.addEventListener("change", apply);
+    const active = $("a.active", list);
+    if (active && active.classList.contains("zero")) cb.checked = false;
+    apply();
+  });
+  const stepped = new Set();
+  $$("[data-stepper]").forEach((bar) => {
+    const v = viewers.get("pass-graph");
+    if (v) { new Stepper(bar, v); stepped.add("pass-graph"); }
+  });
+  viewers.forEach((v, id) => { if (!stepped.has(id)) v.show(v.el.dataset.ref); });
+  initTabs(); initProgress(); initForm();
+});

@@ -1,0 +1,51 @@
+"""Graph expansion, run in the graph worker processes (a spawn-context ProcessPoolExecutor), never in the server process:
+rebuilding a graph from a trace's rewrite blob imports tinygrad (through explorer.adapter) and is CPU-heavy.
+Each worker keeps the last few loaded blobs, so stepping through one trace's passes loads its blob once."""
+from __future__ import annotations
+import collections, os
+from typing import Any
+
+BLOBS_KEPT = 2
+_blobs: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
+
+def init_worker() -> None:
+  """Before tinygrad is imported: no rewrite tracking here (VIZ=0), graph rebuilding only replays what a trace recorded."""
+  os.environ["VIZ"] = "0"
+
+def _blob(db_path: str, trace_id: str) -> Any:
+  key = (db_path, trace_id)
+  if key in _blobs:
+    _blobs.move_to_end(key)
+    return _blobs[key]
+  from explorer.adapter import RewriteBlob
+  from explorer.store import Store
+  data = Store(db_path).get_rewrites(trace_id)
+  if data is None: raise LookupError(f"trace {trace_id} has no stored rewrites")
+  _blobs[key] = RewriteBlob(data)
+  while len(_blobs) > BLOBS_KEPT: _blobs.popitem(last=False)
+  return _blobs[key]
+
+def sink_graph(db_path: str, trace_id: str, sink: int, compare_sink: int | None = None) -> dict:
+  """The graph of one recorded sink; with compare_sink, the ids of nodes it has that compare_sink's graph lacks.
+  Node ids are object ids: comparable only inside this process, while the blob holds the rebuilt UOps alive."""
+  blob = _blob(db_path, trace_id)
+  graph = blob.graph_of(sink)
+  new = None
+  if compare_sink is not None:
+    before = {n["id"] for n in blob.graph_of(compare_sink)["nodes"]}
+    new = [n["id"] for n in graph["nodes"] if n["id"] not in before]
+  return {"graph": graph, "new": new}
+
+def match_steps(db_path: str, trace_id: str, group: int, step: int, start: int, stop: int) -> list[dict]:
+  """Steps start..stop (0: before the pass, j: after its j-th match) of one pass; each with the ids it changed and the rule.
+  Replaying matches is quadratic in graph size, so callers fetch a window and cache it."""
+  blob = _blob(db_path, trace_id)
+  ret, first_ids = [], None
+  for j, st in enumerate(blob.pass_steps(group, step, stop)):
+    if j == 0: first_ids = {n["id"] for n in st["graph"]["nodes"]}
+    if j < start: continue
+    if j > stop: break
+    new = [n["id"] for n in st["graph"]["nodes"] if n["id"] not in first_ids] if first_ids is not None else []
+    ret.append({"index": j, "graph": st["graph"], "changed": st["changed"], "new": new, "rule": st["rule"],
+                "diff": [ln.rstrip("\n") for ln in st["diff"]] if st["diff"] else None})
+  return ret

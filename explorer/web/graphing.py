@@ -1,0 +1,214 @@
+"""Graph references, expansion in worker processes, simplification and layout, all cached in the store.
+
+A graph reference names one drawable graph of a trace, and is the tail of its URLs:
+  tensor                       the tensor graph handed to the scheduler
+  kernels                      the kernel graph: kernels and the buffers between them (from the trace alone, no expansion)
+  ast/{k}                      kernel k's AST as the scheduler made it
+  codegen/{k}/{p}/{at}         codegen pass p of kernel k; at = before | after | m{j} (after its j-th match)
+  rangeify/{p}/{at}            rangeify (scheduler) pass p, same `at`
+"""
+from __future__ import annotations
+import asyncio, concurrent.futures, multiprocessing as mp, re
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Callable
+from explorer import graphs
+from explorer.store import Store
+from explorer.web import expand
+
+MAX_STEPS = 60     # matches one can step through in a pass (each replays all before it)
+STEP_WINDOW = 6    # steps expanded per worker call, cached for the next clicks
+EXPAND_TIMEOUT_S = 180.0
+
+class GraphNotFound(LookupError):
+  """The reference names no graph of this trace."""
+
+class GraphUnavailable(RuntimeError):
+  """The graph exists but cannot be drawn (too many matches to replay, worker crashed or timed out, dot failed)."""
+
+REF_RE = re.compile(r"^(?:(tensor|kernels)|ast/(\d+)|codegen/(\d+)/(\d+)/(before|after|m\d+)|rangeify/(\d+)/(before|after|m\d+))$")
+
+@dataclass(frozen=True)
+class Ref:
+  kind: str                 # tensor | kernels | ast | codegen | rangeify
+  kernel: int | None = None
+  pass_index: int | None = None
+  at: str | None = None     # before | after | m{j}
+
+  @property
+  def match(self) -> int | None: return int(self.at[1:]) if self.at is not None and self.at.startswith("m") else None
+
+def parse_ref(ref: str) -> Ref:
+  if (m := REF_RE.match(ref)) is None: raise GraphNotFound(f"no graph {ref!r}: see the graph reference formats in the API docs")
+  if m.group(1): return Ref(m.group(1))
+  if m.group(2): return Ref("ast", kernel=int(m.group(2)))
+  if m.group(3): return Ref("codegen", kernel=int(m.group(3)), pass_index=int(m.group(4)), at=m.group(5))
+  return Ref("rangeify", pass_index=int(m.group(6)), at=m.group(7))
+
+def passes_of(trace: dict, ref: Ref) -> list[dict]:
+  if ref.kind == "rangeify": return ((trace.get("scheduler") or {}).get("passes")) or []
+  return kernel_of(trace, ref.kernel)["passes"]
+
+def kernel_of(trace: dict, k: int | None) -> dict:
+  kernels = trace.get("kernels") or []
+  if k is None or not 0 <= k < len(kernels): raise GraphNotFound(f"trace has no kernel {k} (it has {len(kernels)})")
+  return kernels[k]
+
+def next_pass(passes: list[dict], p: int) -> dict | None:
+  """The pass that runs after pass p has finished: the next one of its group at the same or a shallower depth."""
+  me = passes[p]
+  return next((q for q in passes[p+1:] if q["group"] == me["group"] and q["depth"] <= me["depth"]), None)
+
+def steppable(p: dict) -> int: return min(p["matches"], MAX_STEPS)
+
+def graph_title(trace: dict, ref: Ref) -> str:
+  if ref.kind == "tensor": return "Tensor graph"
+  if ref.kind == "kernels": return "Kernel graph"
+  if ref.kind == "ast": return f"AST of kernel {ref.kernel} {kernel_of(trace, ref.kernel)['name']}"
+  p = passes_of(trace, ref)[ref.pass_index]  # type: ignore[index]
+  where = {"before": "before", "after": "after"}.get(ref.at or "", f"after match {ref.match} of")
+  return f"{where} pass {ref.pass_index} “{p['name']}” ({p['matches']} matches)"
+
+class GraphService:
+  """Expands graphs in worker processes (one by default: it keeps the loaded rewrite blob warm) and lays them out with dot."""
+  def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, workers: int = 1,
+               expand_timeout_s: float = EXPAND_TIMEOUT_S):
+    self.store, self.node_limit, self.dot_timeout_s, self.workers, self.expand_timeout_s = store, node_limit, dot_timeout_s, workers, expand_timeout_s
+    self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+    self._inflight: dict[tuple, asyncio.Future] = {}
+    self._dot_slots: asyncio.Semaphore | None = None
+    self.expansions = 0  # worker calls made: tests check that cached graphs do not expand again
+
+  # ***** worker processes *****
+
+  def _get_pool(self) -> concurrent.futures.ProcessPoolExecutor:
+    if self._pool is None:
+      self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=expand.init_worker)
+    return self._pool
+
+  def _kill_pool(self) -> None:
+    pool, self._pool = self._pool, None
+    if pool is None: return
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+      if proc.is_alive(): proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+  def close(self) -> None: self._kill_pool()
+
+  async def _expand(self, fn: Callable[..., Any], *args: Any) -> Any:
+    self.expansions += 1
+    fut = self._get_pool().submit(fn, str(self.store.path), *args)
+    try: return await asyncio.wait_for(asyncio.wrap_future(fut), self.expand_timeout_s)
+    except asyncio.TimeoutError:
+      self._kill_pool()
+      raise GraphUnavailable(f"expanding the graph took over {self.expand_timeout_s:.0f}s; the worker was stopped") from None
+    except BrokenProcessPool:
+      self._kill_pool()
+      raise GraphUnavailable("the graph worker process died (out of memory?); try again") from None
+    except LookupError as e: raise GraphNotFound(str(e)) from None
+
+  async def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
+    """Identical concurrent requests share one computation."""
+    if (fut := self._inflight.get(key)) is not None: return await asyncio.shield(fut)
+    fut = asyncio.get_running_loop().create_task(make())
+    self._inflight[key] = fut
+    try: return await asyncio.shield(fut)
+    finally:
+      if fut.done(): self._inflight.pop(key, None)
+      else: fut.add_done_callback(lambda _: self._inflight.pop(key, None))
+
+  # ***** views: simplified graph + what to highlight + notes, cached as JSON *****
+
+  def _cache_key(self, ref: str, full: bool) -> str: return ref + ("+full" if full else "")
+
+  async def view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False) -> dict:
+    ref = parse_ref(ref_text)
+    self._check(trace, ref)
+    key = self._cache_key(ref_text, full)
+    if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cached
+    return await self._once((trace_id, key, "view"), lambda: self._make_view(trace_id, trace, ref, ref_text, full))
+
+  def _check(self, trace: dict, ref: Ref) -> None:
+    if ref.kind == "tensor" and not (trace.get("tensor_graph") or {}).get("sink"): raise GraphNotFound("this trace has no tensor graph")
+    if ref.kind == "ast": kernel_of(trace, ref.kernel)
+    if ref.kind in ("codegen", "rangeify"):
+      passes = passes_of(trace, ref)
+      if not 0 <= ref.pass_index < len(passes): raise GraphNotFound(f"there is no pass {ref.pass_index} (there are {len(passes)})")  # type: ignore[operator]
+      if (j := ref.match) is not None and not 1 <= j <= passes[ref.pass_index]["matches"]:  # type: ignore[index]
+        raise GraphNotFound(f"pass {ref.pass_index} has {passes[ref.pass_index]['matches']} matches, not {j}")  # type: ignore[index]
+
+  async def _make_view(self, trace_id: str, trace: dict, ref: Ref, ref_text: str, full: bool, got: tuple | None = None) -> dict:
+    raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref)
+    limit = graphs.HARD_MAX_NODES if full else self.node_limit
+    shown, simplify_notes = graphs.simplify(raw, limit)
+    keep = {n["id"] for n in shown["nodes"]}
+    view = {"ref": ref_text, "title": graph_title(trace, ref), "notes": notes + simplify_notes, "total_nodes": len(raw["nodes"]),
+            "shown_nodes": len(shown["nodes"]), "highlight": [h for h in highlight if h in keep],
+            "legend": graphs.kernel_graph_legend(shown) if ref.kind == "kernels" else graphs.legend(shown),
+            "rule": extra.get("rule"), "diff": extra.get("diff"), "nodes": shown["nodes"], "edges": shown["edges"], "full": full,
+            "simplified": bool(simplify_notes)}
+    await asyncio.to_thread(self.store.put_cached, trace_id, self._cache_key(ref_text, full), "view", view)
+    return view
+
+  async def _raw(self, trace_id: str, trace: dict, ref: Ref) -> tuple[dict, list[str], list[str], dict]:
+    """(graph, highlighted ids, notes, extra) straight from the trace or a worker."""
+    if ref.kind == "kernels": return graphs.kernel_graph(trace), [], [], {}
+    if ref.kind == "tensor": return (await self._expand(expand.sink_graph, trace_id, trace["tensor_graph"]["sink"]))["graph"], [], [], {}
+    if ref.kind == "ast": return (await self._expand(expand.sink_graph, trace_id, kernel_of(trace, ref.kernel)["ast_sink"]))["graph"], [], [], {}
+    passes = passes_of(trace, ref)
+    p = passes[ref.pass_index]  # type: ignore[index]
+    if ref.at == "before": return (await self._expand(expand.sink_graph, trace_id, p["sink"]))["graph"], [], [], {}
+    if ref.at == "after": return await self._after(trace_id, passes, ref.pass_index)  # type: ignore[arg-type]
+    return await self._match_step(trace_id, trace, ref, p)
+
+  async def _after(self, trace_id: str, passes: list[dict], i: int) -> tuple[dict, list[str], list[str], dict]:
+    p, q = passes[i], next_pass(passes, i)
+    if p["matches"] == 0:
+      return (await self._expand(expand.sink_graph, trace_id, p["sink"]))["graph"], [], ["This pass matched nothing: the graph is unchanged."], {}
+    if q is not None:
+      got = await self._expand(expand.sink_graph, trace_id, q["sink"], p["sink"])
+      note = (f"The graph after this pass is the one the next pass, “{q['name']}”, starts from; "
+              "nodes new since the start of this pass are outlined red.")
+      return got["graph"], got["new"], [note], {}
+    if p["matches"] > MAX_STEPS:
+      raise GraphUnavailable(f"this is the last pass of its group and it has {p['matches']} matches, over the {MAX_STEPS} the explorer replays; "
+                             "step through its first matches instead")
+    last = (await self._expand(expand.match_steps, trace_id, p["group"], p["step"], p["matches"], p["matches"]))[-1]
+    return last["graph"], last["new"], ["All matches replayed; nodes new since the start of this pass are outlined red."], {}
+
+  async def _match_step(self, trace_id: str, trace: dict, ref: Ref, p: dict) -> tuple[dict, list[str], list[str], dict]:
+    j = ref.match
+    assert j is not None
+    if j > MAX_STEPS: raise GraphUnavailable(f"only the first {MAX_STEPS} matches of a pass can be stepped through (replaying is quadratic)")
+    stop = min(j + STEP_WINDOW - 1, steppable(p))
+    steps = await self._expand(expand.match_steps, trace_id, p["group"], p["step"], j, stop)
+    base = ref_prefix(ref)
+    mine = None
+    for st in steps:  # cache the window's other steps as views too: the next clicks are free
+      got = (st["graph"], st["changed"], [f"Match {st['index']} of {p['matches']}: rule {st['rule']}; the nodes it changed are outlined red."],
+             {"rule": st["rule"], "diff": st["diff"]})
+      if st["index"] == j: mine = got
+      else: await self._make_view(trace_id, trace, Ref(ref.kind, ref.kernel, ref.pass_index, f"m{st['index']}"), f"{base}/m{st['index']}", False, got)
+    if mine is None: raise GraphUnavailable(f"match {j} could not be replayed")
+    return mine
+
+  # ***** SVG *****
+
+  async def svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "") -> str:
+    key = self._cache_key(ref_text, full)
+    if (cached := await asyncio.to_thread(self.store.get_cached, trace_id, key, "svg")) is not None: return cached
+    view = await self.view(trace_id, trace, ref_text, full)
+    return await self._once((trace_id, key, "svg"), lambda: self._layout(trace_id, key, view, trace_url))
+
+  async def _layout(self, trace_id: str, key: str, view: dict, trace_url: str) -> str:
+    if self._dot_slots is None: self._dot_slots = asyncio.Semaphore(2)
+    graph = {"nodes": view["nodes"], "edges": view["edges"]}
+    dot = graphs.kernel_graph_dot(graph, trace_url) if view["ref"] == "kernels" else graphs.uop_dot(graph, set(view["highlight"]), view["title"])
+    async with self._dot_slots:
+      try: svg = await asyncio.to_thread(graphs.layout_svg, dot, self.dot_timeout_s)
+      except graphs.LayoutError as e: raise GraphUnavailable(str(e)) from None
+    await asyncio.to_thread(self.store.put_cached, trace_id, key, "svg", svg)
+    return svg
+
+def ref_prefix(ref: Ref) -> str:
+  return f"codegen/{ref.kernel}/{ref.pass_index}" if ref.kind == "codegen" else f"rangeify/{ref.pass_index}"

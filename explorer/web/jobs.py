@@ -1,0 +1,133 @@
+"""Trace jobs: POST returns at once; explorer.worker.run_trace runs in a daemon thread (it spawns the tinygrad process itself),
+progress reaches the event loop through call_soon_threadsafe, and the finished trace lands in the store.
+Identical requests share one job: the job id is the store key."""
+from __future__ import annotations
+import asyncio, threading, time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from explorer.spec import ConvSpec, Variant
+from explorer.store import Store
+
+# explorer.trace.STAGES (not imported: the server process must not import tinygrad); tests check the two agree
+STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
+STAGE_TITLES = {"tensor_graph": "Tensor graph", "schedule": "Schedule (rangeify)", "kernel_graph": "Kernel graph", "codegen": "Codegen",
+                "render": "Render targets", "run": "Run + check", "timing": "Timing", "store": "Store"}
+
+def run_in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future:
+  """Like asyncio.to_thread, but the thread never holds up interpreter exit (a trace can run for minutes)."""
+  loop = asyncio.get_running_loop()
+  fut: asyncio.Future = loop.create_future()
+  def deliver(ok: bool, value: Any) -> None:
+    if fut.done(): return
+    if ok: fut.set_result(value)
+    else: fut.set_exception(value)
+  def body() -> None:
+    try: ret, ok = fn(), True
+    except BaseException as e: ret, ok = e, False  # noqa: BLE001 - handed to the awaiting coroutine
+    try: loop.call_soon_threadsafe(deliver, ok, ret)
+    except RuntimeError: pass  # the loop closed while we ran
+  threading.Thread(target=body, daemon=True, name="trace-job").start()
+  return fut
+
+@dataclass
+class Job:
+  id: str
+  spec: ConvSpec
+  variant: Variant
+  label: str
+  status: str = "queued"  # queued | running | done | error
+  error: str | None = None
+  stages: dict[str, dict] = field(default_factory=lambda: {s: {"stage": s, "status": "pending", "detail": ""} for s in STAGES})
+  events: list[dict] = field(default_factory=list)
+  created: float = field(default_factory=time.time)
+  finished: float | None = None
+  changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+  def emit(self, event: dict) -> None:
+    self.events.append(event)
+    self.changed.set()
+    self.changed = asyncio.Event()  # waiters hold the set one; the next change wakes new waiters
+
+  def on_progress(self, stage: str, status: str, detail: str) -> None:
+    if self.status == "queued": self.status = "running"
+    row = self.stages.setdefault(stage, {"stage": stage, "status": "pending", "detail": ""})
+    row["status"], row["detail"] = {"start": "running"}.get(status, status), detail
+    self.emit({"event": "stage", "stage": stage, "status": row["status"], "detail": detail})
+
+  def finish(self, status: str, error: str | None = None) -> None:
+    self.status, self.error, self.finished = status, error, time.time()
+    for row in self.stages.values():
+      if row["status"] == "running": row["status"] = "error" if status == "error" else "done"
+      elif row["status"] == "pending": row["status"] = "skipped"
+    self.emit({"event": "done", "status": status, "error": error})
+
+  def snapshot(self) -> dict:
+    return {"id": self.id, "status": self.status, "label": self.label, "stages": list(self.stages.values()), "error": self.error}
+
+class QueueFull(RuntimeError):
+  """Too many traces are waiting for a worker."""
+
+class JobManager:
+  """Runs at most `parallel` traces at once, queues up to `max_queue` more; finished jobs stay listed for `keep_s` seconds."""
+  def __init__(self, store: Store, parallel: int = 1, timeout_s: float = 600.0, keep_s: float = 3600.0,
+               runner: Callable[..., Any] | None = None, max_queue: int = 16, limits: Any = None):
+    self.store, self.timeout_s, self.keep_s, self.max_queue, self.limits = store, timeout_s, keep_s, max_queue, limits
+    self.jobs: dict[str, Job] = {}
+    self.tasks: set[asyncio.Task] = set()
+    self.runs = 0  # trace runs started: tests check that identical requests are not run twice
+    self._parallel = parallel
+    self._slots: asyncio.Semaphore | None = None
+    self._runner = runner
+
+  def get(self, job_id: str) -> Job | None:
+    self._forget_old()
+    return self.jobs.get(job_id)
+
+  def running(self) -> int: return sum(1 for j in self.jobs.values() if j.status in ("queued", "running"))
+
+  def submit(self, job_id: str, spec: ConvSpec, variant: Variant) -> Job:
+    """The job for this id: the one already queued or running, else a new one (the caller checked the store first)."""
+    if (job := self.jobs.get(job_id)) is not None and job.status in ("queued", "running"): return job
+    if sum(1 for j in self.jobs.values() if j.status == "queued") >= self.max_queue:
+      raise QueueFull(f"{self.max_queue} traces are already waiting for a worker; try again in a minute")
+    job = Job(job_id, spec, variant, f"{spec.label()} | {variant.label()}")
+    self.jobs[job_id] = job
+    task = asyncio.get_running_loop().create_task(self._run(job))
+    self.tasks.add(task)
+    task.add_done_callback(self.tasks.discard)
+    return job
+
+  async def _run(self, job: Job) -> None:
+    if self._slots is None: self._slots = asyncio.Semaphore(self._parallel)
+    loop = asyncio.get_running_loop()
+    async with self._slots:
+      job.status = "running"
+      job.emit({"event": "status", "status": "running"})
+      self.runs += 1
+      def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(job.on_progress, stage, status, detail)
+      try:
+        result = await run_in_daemon_thread(lambda: self._run_trace(job, progress))
+        await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites)
+      except Exception as e:  # TraceFailed and anything else: one line on the page
+        msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        job.finish("error", msg)
+        return
+      await asyncio.sleep(0)  # let queued progress callbacks land before the final event
+      failures = result.trace.get("failures") or []
+      job.finish("done", None if not failures else f"stage {failures[0]['stage']} failed: {failures[0]['error']}")
+
+  def _run_trace(self, job: Job, progress: Callable[[str, str, str], None]) -> Any:
+    if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
+    from explorer.worker import run_trace  # no tinygrad import: run_trace spawns the process that imports it
+    if self.limits is None: return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s)
+    return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s, limits=self.limits)
+
+  def _forget_old(self) -> None:
+    now = time.time()
+    for k in [k for k, j in self.jobs.items() if j.finished is not None and now - j.finished > self.keep_s]: del self.jobs[k]
+
+  async def wait_idle(self) -> None:
+    if self.tasks: await asyncio.gather(*self.tasks, return_exceptions=True)
+
+  def cancel_all(self) -> None:
+    for t in list(self.tasks): t.cancel()

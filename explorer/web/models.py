@@ -1,0 +1,119 @@
+"""Request and response models of the JSON API. Field bounds catch malformed input; explorer.spec's validation catches the rest."""
+from __future__ import annotations
+from typing import Any, Literal
+from pydantic import BaseModel, Field, model_validator
+from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, STAGINGS, TARGETS, TILES, WINO_IMPLS, ConvSpec, Variant
+
+Algo = Literal[ALGOS]  # type: ignore[valid-type]
+WinoImpl = Literal[WINO_IMPLS]  # type: ignore[valid-type]
+Tile = Literal[TILES]  # type: ignore[valid-type]
+Staging = Literal[STAGINGS]  # type: ignore[valid-type]
+Consts = Literal[CONSTS]  # type: ignore[valid-type]
+Target = Literal[TARGETS]  # type: ignore[valid-type]
+Dtype = Literal[tuple(DTYPES)]  # type: ignore[valid-type]
+PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+
+class SpecIn(BaseModel):
+  """A convolution: NCHW input, OIHW weight."""
+  model_config = {"extra": "forbid"}
+  batch: int = Field(ge=1, le=1024)
+  cin: int = Field(ge=1, le=4096)
+  cout: int = Field(ge=1, le=4096)
+  height: int = Field(ge=1, le=4096)
+  width: int = Field(ge=1, le=4096)
+  kernel: int = Field(ge=1, le=15)
+  stride: int = Field(default=1, ge=1, le=8)
+  padding: int | None = Field(default=None, ge=0, le=16)
+  groups: int = Field(default=1, ge=1, le=4096)
+  dtype: Dtype = "float32"
+
+  def to_spec(self) -> ConvSpec: return ConvSpec(**self.model_dump())
+
+class VariantIn(BaseModel):
+  """How to compute and run it."""
+  model_config = {"extra": "forbid"}
+  algo: Algo = "direct"
+  wino_impl: WinoImpl = "builtin"
+  tile: Tile = "F(4,3)"
+  staging: Staging = "staged"
+  consts: Consts = "symbolic"
+  opt: str = Field(default="heuristic", pattern=r"^(heuristic|none|beam:[1-9][0-9]*)$", max_length=16)
+  targets: list[Target] = Field(default=["cuda", "metal"], min_length=1, max_length=len(TARGETS))
+  warmup: int = Field(default=2, ge=0, le=1000)
+  repeats: int = Field(default=10, ge=1, le=1000)
+  time: bool = True
+  fallback: bool = False
+  device: str | None = Field(default=None, pattern=r"^[A-Z][A-Z0-9_:]*$", max_length=32)
+
+  def to_variant(self) -> Variant: return Variant(**{**self.model_dump(), "targets": tuple(self.targets)})
+
+class TraceRequest(BaseModel):
+  """Either a preset name or a full spec, and the variant."""
+  model_config = {"extra": "forbid", "json_schema_extra": {"examples": [{"preset": "small", "variant": {"algo": "winograd"}}]}}
+  preset: PresetName | None = None
+  spec: SpecIn | None = None
+  variant: VariantIn = Field(default_factory=VariantIn)
+
+  @model_validator(mode="after")
+  def _one_spec(self) -> TraceRequest:
+    if (self.preset is None) == (self.spec is None): raise ValueError("give exactly one of preset or spec")
+    return self
+
+  def to_spec(self) -> ConvSpec: return PRESETS[self.preset] if self.preset is not None else self.spec.to_spec()  # type: ignore[union-attr]
+
+class StageProgress(BaseModel):
+  model_config = {"extra": "forbid"}
+  stage: str
+  status: Literal["pending", "running", "done", "error", "skipped"]
+  detail: str = ""
+
+class TraceStatus(BaseModel):
+  """Where a trace stands: queued or running (with per-stage progress), done, or error (the one-line reason)."""
+  model_config = {"extra": "forbid"}
+  id: str
+  status: Literal["queued", "running", "done", "error"]
+  url: str
+  label: str | None = None
+  cached: bool = False
+  stages: list[StageProgress] = []
+  error: str | None = None
+
+class TraceSummary(BaseModel):
+  model_config = {"extra": "forbid"}
+  id: str
+  url: str
+  label: str
+  preset: str | None
+  status: str
+  created: float
+  kernels: int | None = None
+  time_s: float | None = None
+  algo: str | None = None
+  device: str | None = None
+  failures: int = 0
+
+class Health(BaseModel):
+  model_config = {"extra": "forbid"}
+  status: Literal["ok"]
+  version: str
+  tinygrad: str
+  db: str
+  tinygrad_imported: bool
+  jobs_running: int
+  dot: bool
+
+class GraphView(BaseModel):
+  """A graph as the pages draw it: maybe simplified (notes say how), with highlighted node ids and a legend."""
+  model_config = {"extra": "forbid"}
+  ref: str
+  title: str
+  notes: list[str] = []
+  total_nodes: int
+  shown_nodes: int
+  highlight: list[str] = []
+  legend: list[dict[str, Any]] = []
+  rule: str | None = None
+  diff: list[str] | None = None
+  svg_url: str
+  nodes: list[dict[str, Any]] | None = None
+  edges: list[dict[str, Any]] | None = None

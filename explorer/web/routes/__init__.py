@@ -1,0 +1,1 @@
+"""Routers: the JSON API, the pages and the docs."""
