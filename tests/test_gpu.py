@@ -19,6 +19,12 @@ NVIDIA = _nvidia_devices()
 GPU = "CUDA" if "CUDA" in NVIDIA else (NVIDIA[0] if NVIDIA else None)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU is None, reason="no CUDA/NV device that tinygrad can open on this host")]
 
+@pytest.fixture(scope="module", autouse=True)
+def cache_home(tmp_path_factory):
+  with pytest.MonkeyPatch.context() as mp:  # the probe's cache: not the user's
+    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+    yield
+
 @pytest.fixture(scope="module")
 def traced():
   return run_trace(PRESETS["small"], Variant(targets=("cuda",), repeats=5, device=GPU)).trace
