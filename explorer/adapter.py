@@ -12,7 +12,7 @@ if "VIZ" not in os.environ:
   for _k, _v in {"TRACK_MATCH_STATS": "2", "PARALLEL": "0"}.items(): os.environ.setdefault(_k, _v)
 os.environ.setdefault("CCACHE", "0")
 
-import atexit, collections, contextlib, io, pickle, re, time, zlib
+import atexit, collections, contextlib, ctypes, functools, glob, io, pickle, platform, re, subprocess, time, zlib
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 import tinygrad
@@ -340,8 +340,6 @@ def untracked() -> contextlib.AbstractContextManager:
   return Context(TRACK_MATCH_STATS=0)
 
 # ***** devices on this host (GPU hosts) *****
-
-import ctypes, functools, glob, platform, subprocess
 
 # tinygrad's own order (tinygrad.device.ALL_DEVICES) kept to the explorer's backends: GPUs, then OpenCL, then the CPU.
 # The same order keeps best_device() equal to Device.DEFAULT, which tinygrad uses for anything made without a device.
