@@ -41,10 +41,15 @@ def tinygrad_version() -> str:
   try: return importlib.metadata.version("tinygrad")
   except importlib.metadata.PackageNotFoundError: return "unknown"
 
+def device_key(variant: Variant) -> str:
+  """The device a trace will run on, as far as it is known without importing tinygrad: the variant's, else tinygrad's DEV
+  override, else "default" (the best device of this host; CPU here, a GPU on a GPU host, so not the same key as an explicit CPU)."""
+  return variant.device or os.environ.get("DEV") or "default"
+
 def trace_key(spec: ConvSpec, variant: Variant) -> str:
   """Content hash of what determines a trace: spec, variant (notes aside), tinygrad version and device. Known before running."""
-  variant_fields = {k: v for k, v in variant.to_dict().items() if k != "notes"}
-  payload = {"spec": spec.to_dict(), "variant": variant_fields, "tinygrad": tinygrad_version(), "device": variant.device or "CPU"}
+  variant_fields = {k: v for k, v in variant.to_dict().items() if k not in ("notes", "device")}
+  payload = {"spec": spec.to_dict(), "variant": variant_fields, "tinygrad": tinygrad_version(), "device": device_key(variant)}
   return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 def trace_summary(trace: dict) -> dict:

@@ -55,9 +55,14 @@ class Viewer {
       if (seq !== this.seq) return;
       this.canvas.innerHTML = svg;
       const el = $("svg", this.canvas);
+      if ("compact" in this.el.dataset && el && el.viewBox.baseVal) {  // short, wide graphs: a canvas as tall as the graph needs
+        const vb = el.viewBox.baseVal, w = this.canvas.clientWidth;
+        this.canvas.style.height = `${Math.round(Math.min(Math.max(w * vb.height / vb.width + 24, 160), window.innerHeight * 0.7))}px`;
+      }
       if (window.svgPanZoom && el) {
-        this.pz = window.svgPanZoom(el, { zoomScaleSensitivity: 0.3, minZoom: 0.05, maxZoom: 40, fit: true, center: true, dblClickZoomEnabled: true });
+        this.pz = window.svgPanZoom(el, { zoomScaleSensitivity: 0.3, minZoom: 0.02, maxZoom: 40, fit: true, center: true, dblClickZoomEnabled: true });
         this.fit();
+        this.focusOutput(el);
       }
       this.el.dataset.loaded = ref;
       this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
@@ -72,6 +77,17 @@ class Viewer {
     if (!this.pz) return;
     this.pz.resize(); this.pz.fit(); this.pz.center();
     if (this.pz.getZoom() > 1.6) this.pz.zoom(1.6);  // small graphs: do not blow them up
+  }
+
+  focusOutput(el) {
+    // graphs too big to read when fitted: zoom to a readable size around the output (the sink, drawn last) or the first changed node
+    if (!this.pz || this.pz.getSizes().realZoom >= 0.35) return;
+    const changed = $$("g.node.changed", el);
+    const target = (changed.length && changed.length <= 12 ? changed[0] : null) || $("g.node.op-SINK", el) || $$("g.node", el).pop();
+    if (!target) return;
+    this.pz.zoom(this.pz.getZoom() * 0.7 / this.pz.getSizes().realZoom);
+    const c = this.canvas.getBoundingClientRect(), t = target.getBoundingClientRect();
+    this.pz.panBy({ x: c.left + c.width / 2 - (t.left + t.width / 2), y: c.top + c.height * (target.classList.contains("changed") ? 0.5 : 0.8) - (t.top + t.height / 2) });
   }
 
   describe(view) {
@@ -112,11 +128,19 @@ class Stepper {
       if (u.searchParams.has("pass")) this.go(+u.searchParams.get("pass"), u.searchParams.get("at") || "after", false);
     });
     this.render(); this.viewer.show(this.ref());
-    const active = this.items[this.pass];
-    if (active) active.scrollIntoView({ block: "center" });
+    this.reveal(true);
   }
 
   ref() { return `${this.prefix}/${this.pass}/${this.at}`; }
+
+  reveal(center) {  // scroll the pass list (only the list, not the page) to the current pass
+    const a = this.items[this.pass];
+    if (!a || !a.offsetParent) return;
+    const top = a.offsetTop, h = this.list.clientHeight;
+    if (center) this.list.scrollTop = top - h / 2;
+    else if (top < this.list.scrollTop) this.list.scrollTop = top;
+    else if (top + a.offsetHeight > this.list.scrollTop + h) this.list.scrollTop = top + a.offsetHeight - h;
+  }
   matches() { return +(this.items[this.pass] ? this.items[this.pass].dataset.matches : 0); }
   matchedOnly() { return this.list.classList.contains("matched-only"); }
 
@@ -132,7 +156,7 @@ class Stepper {
     if (act === "next-pass" || act === "prev-pass") {
       const dir = act === "next-pass" ? 1 : -1;
       for (let i = this.pass + dir; i >= 0 && i < this.items.length; i += dir) {
-        if (!this.matchedOnly() || +this.items[i].dataset.matches > 0) { this.go(i, "after"); this.items[i].scrollIntoView({ block: "nearest" }); return; }
+        if (!this.matchedOnly() || +this.items[i].dataset.matches > 0) { this.go(i, "after"); this.reveal(false); return; }
       }
     } else if (act === "next-match") {
       if (cur < m) this.go(this.pass, `m${cur + 1}`); else if (cur === m) this.go(this.pass, "after");

@@ -2,12 +2,12 @@
 
 The server process never imports tinygrad: traces run in explorer.worker's processes, graphs expand in explorer.web.expand's."""
 from __future__ import annotations
-import asyncio, collections, threading
+import asyncio, collections, hmac, threading
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
@@ -74,12 +74,30 @@ def install_body_limit(app: FastAPI, max_bytes: int) -> None:
       return PlainTextResponse(f"request body over the limit of {max_bytes} bytes", 413)
     return await call_next(request)
 
+TOKEN_HEADER, TOKEN_COOKIE = "X-Access-Token", "ke_token"
+TOKEN_FREE = ("/static/", "/api/health")
+
+def install_token_check(app: FastAPI, token: str) -> None:
+  """Every request but static assets and the health check needs the token: header, cookie, or ?token= once (which sets the cookie)."""
+  @app.middleware("http")
+  async def check_token(request: Request, call_next):
+    if request.url.path.startswith(TOKEN_FREE): return await call_next(request)
+    given = request.headers.get(TOKEN_HEADER) or request.cookies.get(TOKEN_COOKIE) or ""
+    if (query := request.query_params.get("token")) is not None and hmac.compare_digest(query.encode(), token.encode()):
+      resp = RedirectResponse(str(request.url.remove_query_params("token")), status_code=303)
+      resp.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+      return resp
+    if not hmac.compare_digest(given.encode(), token.encode()):
+      return JSONResponse({"detail": f"access token required: send the {TOKEN_HEADER} header, or open /?token=... once in the browser"}, 401)
+    return await call_next(request)
+
 def worker_limits(settings: Settings) -> object:
   from explorer.worker import Limits  # explorer.worker imports no tinygrad
   return Limits(memory_mb=int(settings.worker_memory_mb), max_output_mb=float(settings.max_output_mb))
 
 def create_app(db_path: str | None = None, settings: Settings | None = None, runner=None, graph_workers: int = 1) -> FastAPI:
-  """The app over one SQLite store. runner replaces explorer.worker.run_trace (tests use it to count or fake runs)."""
+  """The app over one SQLite store. runner replaces explorer.worker.run_trace (tests use it to count or fake runs).
+  With settings.token set (KERNEL_EXPLORER_TOKEN) every request needs it."""
   settings = settings or Settings.load()
   store = Store(db_path or settings.db)
 
@@ -103,6 +121,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.add_middleware(GZipMiddleware, minimum_size=4096)
   install_body_limit(app, int(settings.max_body_bytes))
   install_error_handlers(app)
+  if settings.token: install_token_check(app, str(settings.token))
   app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
   from explorer.web.routes import api, docs, pages
   app.include_router(api.router)

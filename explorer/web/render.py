@@ -29,7 +29,8 @@ def highlighted(target: str, source: str) -> Markup:
   return Markup(highlight(source, lexer_for(target, source), FORMATTER))
 
 def pygments_css() -> str:
-  return FORMATTER.get_style_defs(".hl")
+  """The highlighting style, scoped to .hl (pygments also emits global pre/td rules, which would restyle the whole page)."""
+  return "\n".join(ln for ln in FORMATTER.get_style_defs(".hl").splitlines() if ln.startswith(".hl"))
 
 def fmt_count(n: Any) -> str: return "–" if n is None else f"{n:,}"
 

@@ -77,7 +77,7 @@ async def submit_form(request: Request) -> Response:
 
 # ***** trace pages *****
 
-def ribbon(trace: dict, trace_id: str, current: str) -> list[dict]:
+def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[dict]:
   """The pipeline as links: each stage with a one-line fact and whether it worked."""
   failed = {f["stage"] for f in trace.get("failures") or []}
   done = set(trace.get("stage_seconds") or {})
@@ -97,9 +97,10 @@ def ribbon(trace: dict, trace_id: str, current: str) -> list[dict]:
     ("source", "Source", f"{base}/k/0?code={first_target}" if kernels else base, f"{n_targets} targets + host", state("render")),
     ("timings", "Timings", f"{base}#timings", "–" if time_s is None else f"{time_s*1e6:.1f} µs total", state("run", "timing")),
   ]
-  return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": k == current} for k, t, u, f, s in rows]
+  current = (current,) if isinstance(current, str) else current
+  return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": k in current} for k, t, u, f, s in rows]
 
-async def trace_page(request: Request, trace_id: str, template: str, current: str, **ctx: Any) -> HTMLResponse:
+async def trace_page(request: Request, trace_id: str, template: str, current: str | tuple[str, ...], **ctx: Any) -> HTMLResponse:
   """A trace view; while the trace runs (or if it failed before storing anything) the progress page stands in, at the same URL."""
   trace = await deps.stored_trace(request, trace_id)
   if trace is None:
@@ -154,5 +155,5 @@ async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast
   tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k["sources"] or t in k.get("source_errors", {})]
   tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
   code = code if code in tabs else tabs[0]
-  return await trace_page(request, trace_id, "kernel.html", "source" if request.query_params.get("code") else "kernels", kernel=k, step=step,
+  return await trace_page(request, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step,
                           graph_mode="passes" if graph == "passes" else "ast", code=code, code_tabs=tabs)

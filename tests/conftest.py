@@ -1,0 +1,70 @@
+"""Shared fixtures for the web tests: one real `small` trace per session (through the app's own job path), a TestClient over
+a real SQLite file, and a live uvicorn server for the browser tests."""
+from __future__ import annotations
+import os, pathlib, socket, subprocess, sys, time
+import httpx
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO / "test-artifacts"
+SMALL_WINO = {"preset": "small", "variant": {"algo": "winograd"}}
+
+def wait_done(client, trace_id: str, timeout_s: float = 300.0) -> dict:
+  deadline = time.monotonic() + timeout_s
+  while time.monotonic() < deadline:
+    status = client.get(f"/api/traces/{trace_id}/status").json()
+    if status["status"] in ("done", "error"): return status
+    time.sleep(0.2)
+  raise TimeoutError(f"trace {trace_id} did not finish in {timeout_s}s")
+
+@pytest.fixture(scope="session")
+def web_db(tmp_path_factory) -> pathlib.Path:
+  return tmp_path_factory.mktemp("web") / "traces.sqlite3"
+
+@pytest.fixture(scope="session")
+def web_client(web_db):
+  from fastapi.testclient import TestClient
+  from explorer.settings import Settings
+  from explorer.web.app import create_app
+  app = create_app(str(web_db), settings=Settings.load(env={}))
+  with TestClient(app) as client: yield client
+
+@pytest.fixture(scope="session")
+def small_trace(web_client) -> str:
+  """The id of the `small` Winograd trace, run once for the session through POST /api/traces."""
+  r = web_client.post("/api/traces", json=SMALL_WINO)
+  assert r.status_code in (200, 202), r.text
+  status = wait_done(web_client, r.json()["id"])
+  assert status["status"] == "done", status
+  return status["id"]
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory):
+  """uvicorn in a subprocess on a free loopback port with a fresh database; yields the base URL."""
+  port, db = free_port(), tmp_path_factory.mktemp("live") / "traces.sqlite3"
+  env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
+  code = f"from explorer.web import serve; serve('127.0.0.1', {port}, {str(db)!r})"
+  log = open(tmp_path_factory.mktemp("live-log") / "server.log", "w+")
+  proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+  base = f"http://127.0.0.1:{port}"
+  try:
+    deadline = time.monotonic() + 60
+    while True:
+      try:
+        if httpx.get(f"{base}/api/health", timeout=2).status_code == 200: break
+      except httpx.HTTPError: pass
+      if proc.poll() is not None or time.monotonic() > deadline:
+        log.seek(0)
+        raise RuntimeError(f"the server did not start:\n{log.read()}")
+      time.sleep(0.2)
+    yield base
+  finally:
+    proc.terminate()
+    try: proc.wait(timeout=10)
+    except subprocess.TimeoutExpired: proc.kill()
+    log.close()

@@ -1,0 +1,99 @@
+"""explorer/store.py: keys known before running, round trips, restarts, corrupt rows, the graph cache, threads."""
+import importlib.metadata, json, sqlite3, threading
+import pytest
+from explorer.spec import PRESETS, Variant
+from explorer.store import Store, StoreError, default_db_path, trace_key, trace_summary
+
+def fake_trace(label: str = "1x3->16 32x32 k3 | direct opt=heuristic", status: str = "ok") -> dict:
+  return {"spec": PRESETS["small"].to_dict(), "preset": "small", "variant": Variant().to_dict(), "label": label, "status": status,
+          "env": {"device": "CPU"}, "failures": [], "kernels": [{"index": 0}], "totals": {"kernels": 1, "time_s": {"median": 1e-5}}}
+
+def test_key_is_known_before_running_and_ignores_notes():
+  spec = PRESETS["small"]
+  k = trace_key(spec, Variant())
+  assert len(k) == 16 and all(c in "0123456789abcdef" for c in k)
+  assert trace_key(spec, Variant(notes=("a note",))) == k
+  assert trace_key(spec, Variant(algo="winograd")) != k
+  assert trace_key(spec, Variant(device="CUDA")) != k
+  assert trace_key(spec, Variant(device="CUDA")) == trace_key(spec, Variant(device="CUDA", notes=("x",)))
+  assert trace_key(PRESETS["wino8"], Variant()) != k
+
+def test_default_device_key_follows_dev(monkeypatch):
+  monkeypatch.delenv("DEV", raising=False)
+  k = trace_key(PRESETS["small"], Variant())
+  monkeypatch.setenv("DEV", "CUDA")
+  assert trace_key(PRESETS["small"], Variant()) == trace_key(PRESETS["small"], Variant(device="CUDA")) != k
+
+def test_key_follows_the_installed_tinygrad(monkeypatch):
+  k = trace_key(PRESETS["small"], Variant())
+  monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9")
+  assert trace_key(PRESETS["small"], Variant()) != k
+
+def test_round_trip_and_restart(tmp_path):
+  path = tmp_path / "t.sqlite3"
+  s = Store(path)
+  s.put_trace("abc", fake_trace(), b"\x00blob")
+  s.put_cached("abc", "tensor", "svg", "<svg/>")
+  s.close()
+  s2 = Store(path)  # a new process would do the same: it is a file
+  assert s2.get_trace("abc")["label"].startswith("1x3->16")
+  assert s2.get_rewrites("abc") == b"\x00blob"
+  assert s2.get_cached("abc", "tensor", "svg") == "<svg/>"
+  assert s2.has_trace("abc") and not s2.has_trace("nope")
+  assert s2.get_trace("nope") is None and s2.get_rewrites("nope") is None
+
+def test_wal_mode(tmp_path):
+  s = Store(tmp_path / "t.sqlite3")
+  assert s._conn().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+def test_recent_lists_newest_first_with_summary(tmp_path):
+  s = Store(tmp_path / "t.sqlite3")
+  s.put_trace("one", fake_trace("first"), b"")
+  s.put_trace("two", fake_trace("second", status="error"), b"")
+  rows = s.recent()
+  assert [r["id"] for r in rows] == ["two", "one"]
+  assert rows[0]["status"] == "error" and rows[1]["kernels"] == 1 and rows[1]["time_s"] == 1e-5
+  assert len(s.recent(limit=1)) == 1
+  assert trace_summary(fake_trace())["device"] == "CPU"
+
+def test_corrupt_row_is_rejected_clearly(tmp_path):
+  path = tmp_path / "t.sqlite3"
+  s = Store(path)
+  s.put_trace("bad", fake_trace(), b"")
+  with sqlite3.connect(path) as c: c.execute("UPDATE traces SET trace = ? WHERE id = ?", ("{not json", "bad"))
+  with pytest.raises(StoreError, match="stored trace bad is corrupt: its JSON does not parse"): s.get_trace("bad")
+  with sqlite3.connect(path) as c: c.execute("UPDATE traces SET trace = ? WHERE id = ?", (json.dumps([1, 2]), "bad"))
+  with pytest.raises(StoreError, match="not a Kernel Explorer trace"): s.get_trace("bad")
+  s.put_cached("bad", "tensor", "view", "{oops")
+  with pytest.raises(StoreError, match="corrupt"): s.get_cached_json("bad", "tensor", "view")
+
+def test_delete_and_clear_cache(tmp_path):
+  s = Store(tmp_path / "t.sqlite3")
+  s.put_trace("a", fake_trace(), b"")
+  s.put_cached("a", "tensor", "svg", "x"); s.put_cached("a", "ast/0", "view", {"n": 1})
+  assert s.get_cached_json("a", "ast/0", "view") == {"n": 1}
+  s.clear_cache("a")
+  assert s.get_cached("a", "tensor", "svg") is None
+  s.put_cached("a", "tensor", "svg", "x")
+  s.delete_trace("a")
+  assert not s.has_trace("a") and s.get_cached("a", "tensor", "svg") is None
+
+def test_one_connection_per_thread(tmp_path):
+  s = Store(tmp_path / "t.sqlite3")
+  errors = []
+  def work(i: int) -> None:
+    try:
+      for j in range(20):
+        s.put_trace(f"t{i}-{j}", fake_trace(f"trace {i} {j}"), bytes([i, j]))
+        assert s.get_rewrites(f"t{i}-{j}") == bytes([i, j])
+    except Exception as e: errors.append(e)
+  threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+  for t in threads: t.start()
+  for t in threads: t.join()
+  assert not errors and len(s.recent(limit=500)) == 80
+
+def test_default_path_follows_xdg(monkeypatch, tmp_path):
+  monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+  assert default_db_path() == tmp_path / "kernel-explorer" / "traces.sqlite3"
+  monkeypatch.delenv("XDG_DATA_HOME")
+  assert str(default_db_path()).endswith(".local/share/kernel-explorer/traces.sqlite3")

@@ -1,0 +1,334 @@
+"""The web app through FastAPI's TestClient: a real `small` trace in a real SQLite file (session fixture), jobs, progress,
+graphs, pages, invalid input, unknown ids, and the rule that the server process never imports tinygrad."""
+from __future__ import annotations
+import ast, json, pathlib, subprocess, sys, textwrap, threading, time
+from types import SimpleNamespace
+import pytest
+from fastapi.testclient import TestClient
+from explorer import graphs
+from explorer.settings import Settings
+from explorer.spec import PRESETS
+from explorer.store import Store
+from explorer.web.app import create_app
+from explorer.web.jobs import STAGES
+from conftest import REPO, SMALL_WINO, wait_done
+
+# ***** a fake runner: jobs without tinygrad, to see queueing, joining and live progress *****
+
+def minimal_trace(label: str = "fake") -> dict:
+  return {"spec": PRESETS["small"].to_dict(), "preset": "small", "variant": {"algo": "direct", "targets": ["cuda"]}, "label": label, "status": "ok",
+          "env": {"device": "CPU", "tinygrad": "0.14.0", "host": "h", "python": "3.11", "created": "now"}, "failures": [], "notes": [],
+          "stage_seconds": {s: 0.01 for s in STAGES}, "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [], "kernels": [],
+          "totals": {"kernels": 0, "buffers": 0, "copies": 0, "flops": 0, "bytes": 0, "compile_s": 0, "codegen_s": 0, "time_s": None}, "error": None}
+
+class GatedRunner:
+  """Reports each stage, then waits for release() before returning."""
+  def __init__(self):
+    self.calls, self.gate = 0, threading.Event()
+  def __call__(self, spec, variant, progress, timeout_s):
+    self.calls += 1
+    for i, stage in enumerate(STAGES):
+      progress(stage, "start", "")
+      if i == 2: assert self.gate.wait(30), "never released"
+      progress(stage, "done", "0.01s")
+    return SimpleNamespace(trace=minimal_trace(spec.label()), rewrites=b"")
+  def release(self): self.gate.set()
+
+@pytest.fixture
+def fake(tmp_path):
+  runner = GatedRunner()
+  app = create_app(str(tmp_path / "fake.sqlite3"), settings=Settings.load(env={}, max_workers=1, max_queue=1, max_body_bytes=4096), runner=runner)
+  with TestClient(app) as client:
+    try: yield client, runner, app
+    finally: runner.release()
+
+def test_stages_match_the_engine():
+  tree = ast.parse((REPO / "explorer" / "trace.py").read_text())
+  assigns = [n for n in tree.body if isinstance(n, ast.Assign)]
+  engine = next(ast.literal_eval(n.value) for n in assigns if any(getattr(t, "id", "") == "STAGES" for t in n.targets))
+  assert tuple(engine) == STAGES
+
+def test_post_returns_at_once_and_identical_requests_share_one_job(fake):
+  client, runner, app = fake
+  t0 = time.monotonic()
+  r = client.post("/api/traces", json={"preset": "small"})
+  assert r.status_code == 202 and time.monotonic() - t0 < 2
+  first = r.json()
+  assert first["status"] in ("queued", "running") and first["url"] == f"/t/{first['id']}"
+  again = client.post("/api/traces", json={"spec": PRESETS["small"].to_dict()})  # the same convolution, spelled out
+  assert again.status_code == 202 and again.json()["id"] == first["id"]
+  deadline = time.monotonic() + 10
+  while (s := client.get(f"/api/traces/{first['id']}/status").json())["stages"][2]["status"] != "running":
+    assert time.monotonic() < deadline
+    time.sleep(0.05)
+  assert [x["status"] for x in s["stages"][:3]] == ["done", "done", "running"]
+  page = client.get(f"/t/{first['id']}")
+  assert page.status_code == 200 and 'id="progress"' in page.text and "Kernel graph" in page.text
+  assert client.get(f"/api/traces/{first['id']}").status_code == 409  # still running
+  runner.release()
+  assert wait_done(client, first["id"])["status"] == "done"
+  assert runner.calls == 1 and app.state.jobs.runs == 1
+  cached = client.post("/api/traces", json={"preset": "small"})
+  assert cached.status_code == 200 and cached.json()["cached"] and runner.calls == 1
+
+def test_live_progress_over_server_sent_events(fake):
+  client, runner, _ = fake
+  trace_id = client.post("/api/traces", json={"preset": "wino8"}).json()["id"]
+  threading.Timer(0.5, runner.release).start()
+  events = []
+  with client.stream("GET", f"/api/traces/{trace_id}/events") as r:
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    for line in r.iter_lines():
+      if line.startswith("event: "): events.append(line[7:])
+      if line.startswith("data: ") and events[-1] == "stage": assert json.loads(line[6:])["stage"] in STAGES
+  assert events[0] == "snapshot" and events[-1] == "done" and "stage" in events
+
+def test_queue_full_is_503_and_body_limit_413(fake):
+  client, runner, _ = fake
+  assert client.post("/api/traces", json={"preset": "small"}).status_code == 202   # runs (one worker)
+  time.sleep(0.3)
+  assert client.post("/api/traces", json={"preset": "wino8"}).status_code == 202   # queued
+  full = client.post("/api/traces", json={"preset": "wino16"})
+  assert full.status_code == 503 and "waiting" in full.json()["detail"] and full.headers["retry-after"]
+  big = client.post("/api/traces", content=b"{" + b" " * 5000 + b"}", headers={"content-type": "application/json"})
+  assert big.status_code == 413
+
+def test_failed_trace_shows_its_error(tmp_path):
+  from explorer.worker import TraceFailed
+  def failing(spec, variant, progress, timeout_s):
+    progress("tensor_graph", "start", "")
+    raise TraceFailed("the worker was killed by SIGKILL (out of memory?)")
+  app = create_app(str(tmp_path / "f.sqlite3"), settings=Settings.load(env={}), runner=failing)
+  with TestClient(app) as client:
+    trace_id = client.post("/api/traces", json={"preset": "small"}).json()["id"]
+    status = wait_done(client, trace_id)
+    assert status["status"] == "error" and "SIGKILL" in status["error"]
+    assert status["stages"][0]["status"] == "error" and status["stages"][1]["status"] == "skipped"
+    page = client.get(f"/t/{trace_id}")
+    assert page.status_code == 200 and "The trace failed" in page.text and "SIGKILL" in page.text
+
+# ***** the real `small` Winograd trace *****
+
+def test_trace_json(web_client, small_trace):
+  r = web_client.get(f"/api/traces/{small_trace}")
+  assert r.status_code == 200
+  t = r.json()
+  assert t["id"] == small_trace and t["status"] == "ok" and t["preset"] == "small" and t["variant"]["algo"] == "winograd"
+  assert len(t["kernels"]) >= 3 and all("sources" not in k and "cuda" in k["targets"] for k in t["kernels"])
+  assert t["scheduler"]["stage_counts"]["created"] > 0 and "passes" not in t["scheduler"]
+  raw = web_client.get(f"/api/traces/{small_trace}/raw").json()
+  assert "cuda" in raw["kernels"][0]["sources"] and raw["scheduler"]["passes"]
+
+def test_identical_request_is_a_cache_hit(web_client, small_trace):
+  runs = web_client.app.state.jobs.runs
+  r = web_client.post("/api/traces", json=SMALL_WINO)
+  assert r.status_code == 200 and r.json()["id"] == small_trace and r.json()["cached"] and r.json()["status"] == "done"
+  assert web_client.app.state.jobs.runs == runs
+
+def test_status_and_events_of_a_stored_trace(web_client, small_trace):
+  s = web_client.get(f"/api/traces/{small_trace}/status").json()
+  assert s["status"] == "done" and [x["stage"] for x in s["stages"]] == list(STAGES) and all(x["status"] == "done" for x in s["stages"])
+  text = web_client.get(f"/api/traces/{small_trace}/events").text
+  assert text.startswith("event: snapshot") and "event: done" in text
+
+def test_listing_presets_targets_health(web_client, small_trace):
+  assert any(r["id"] == small_trace and r["kernels"] >= 3 for r in web_client.get("/api/traces").json())
+  assert web_client.get("/api/presets").json()["small"]["cin"] == 3
+  assert {t["name"] for t in web_client.get("/api/targets").json()} >= {"cuda", "metal", "ptx", "wgsl"}
+  h = web_client.get("/api/health").json()
+  assert h["status"] == "ok" and h["tinygrad"] == "0.14.0" and h["dot"]
+
+def test_kernel_bufferize_rangeify_json(web_client, small_trace):
+  k = web_client.get(f"/api/traces/{small_trace}/kernels/0").json()
+  assert {"cuda", "metal", "host"} <= set(k["sources"]) and k["uops_listing"] and k["passes"]
+  assert len(web_client.get(f"/api/traces/{small_trace}/kernels").json()) >= 3
+  b = web_client.get(f"/api/traces/{small_trace}/bufferize").json()
+  assert b["stage_counts"]["kept"] == len(b["stages"]["kept"]) and {x["role"] for x in b["buffers"]} >= {"input", "weight", "output"}
+  rg = web_client.get(f"/api/traces/{small_trace}/rangeify").json()
+  assert any(p["name"] == "symbolic+reduce_collapse+debuf" for p in rg["passes"])
+
+def debuf_pass(client, trace_id) -> int:
+  passes = client.get(f"/api/traces/{trace_id}/rangeify").json()["passes"]
+  return next(p["index"] for p in passes if p["name"] == "symbolic+reduce_collapse+debuf")
+
+def test_graphs_json_svg_and_cache(web_client, small_trace):
+  gs = web_client.app.state.graphs
+  p = debuf_pass(web_client, small_trace)
+  codegen = next(i for i, q in enumerate(web_client.get(f"/api/traces/{small_trace}/kernels/0").json()["passes"]) if q["matches"])
+  for ref in ("tensor", "kernels", "ast/0", f"rangeify/{p}/before", f"rangeify/{p}/after", f"rangeify/{p}/m2", f"codegen/0/{codegen}/after",
+              f"codegen/0/{codegen}/m1"):
+    view = web_client.get(f"/api/traces/{small_trace}/graphs/{ref}")
+    assert view.status_code == 200, (ref, view.text)
+    v = view.json()
+    assert v["nodes"] and v["shown_nodes"] <= graphs.MAX_NODES and v["legend"] and v["svg_url"].endswith(".svg")
+    if "/m" in ref: assert v["rule"] and v["highlight"]
+    svg = web_client.get(v["svg_url"])
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml") and svg.text.startswith("<svg")
+  kernels_svg = web_client.get(f"/api/traces/{small_trace}/graphs/kernels.svg").text
+  assert f"/t/{small_trace}/k/0" in kernels_svg  # kernel nodes link to their pages
+  before = gs.expansions
+  for ref in ("tensor", "ast/0", f"rangeify/{p}/m2", f"rangeify/{p}/m3"):  # m3 came with m2's window
+    assert web_client.get(f"/api/traces/{small_trace}/graphs/{ref}.svg").status_code == 200
+  assert gs.expansions == before
+  light = web_client.get(f"/api/traces/{small_trace}/graphs/tensor?nodes=0").json()
+  assert "nodes" not in light and light["total_nodes"] > 0
+
+@pytest.mark.parametrize("ref", ["bogus", "ast/99", "rangeify/99999/after", "codegen/0/0/m99999", "codegen/99/0/before", "rangeify/0/sideways"])
+def test_unknown_graphs_404(web_client, small_trace, ref):
+  r = web_client.get(f"/api/traces/{small_trace}/graphs/{ref}")
+  assert r.status_code == 404 and r.json()["detail"]
+
+def test_pages(web_client, small_trace):
+  base = f"/t/{small_trace}"
+  checks = {"/": ["trace-form", "small", "winograd", "F(2,3)", "beam", "Recent traces", small_trace],
+            base: ["Kernels", "kernel-table", "GFLOP/s", "Tensor graph", "Rangeify", "Kernel graph", "Timings", "max error", "tinygrad"],
+            f"{base}/bufferize": ["STAGE table", "fused (removed)", "kept → buffer", 'data-ref="kernels"', "GLOBAL"],
+            f"{base}/graph/tensor": ['data-ref="tensor"', "RESHAPE"],
+            f"{base}/rangeify": ["symbolic+reduce_collapse+debuf", "data-stepper", "matched only"],
+            f"{base}/k/0": ['data-ref="ast/0"', 'data-tab="cuda"', 'data-tab="metal"', 'class="hl"', "Copy", "UOps"],
+            f"{base}/k/1?graph=passes&code=metal&pass=3&at=before": ['data-prefix="codegen/1"', 'data-pass="3"', 'data-at="before"'],
+            f"{base}/rangeify?pass=2&at=m1": ['data-pass="2"']}
+  for url, needles in checks.items():
+    r = web_client.get(url)
+    assert r.status_code == 200, url
+    for n in needles: assert n in r.text, (url, n)
+  metal = web_client.get(f"{base}/k/0?code=metal").text  # the asked tab is the one shown
+  assert 'data-panel="cuda" hidden' in metal and 'data-panel="metal" hidden' not in metal
+  assert web_client.get(f"{base}/k/99").status_code == 404
+  assert web_client.get("/assets/pygments.css").text.startswith(".hl")
+
+def test_form_post_redirects_to_the_trace(web_client, small_trace):
+  form = {"preset": "small", "algo": "winograd", "wino_impl": "builtin", "opt": "heuristic", "targets": ["cuda", "metal"], "warmup": "2",
+          "repeats": "10", "time": "1"}
+  r = web_client.post("/t", data=form, follow_redirects=False)
+  assert r.status_code == 303 and r.headers["location"] == f"/t/{small_trace}"
+  shape = {"batch": "-1", "cin": "3", "cout": "16", "height": "32", "width": "32", "kernel": "3"}
+  bad = web_client.post("/t", data={**form, "preset": "custom", **shape})
+  assert bad.status_code == 422 and "Cannot trace that" in bad.text and "batch" in bad.text
+  k5 = web_client.post("/t", data={**form, "preset": "k5"})
+  assert k5.status_code == 422 and "3x3 kernel" in k5.text
+
+INVALID = [
+  ({}, "give exactly one of preset or spec"),
+  ({"preset": "small", "spec": PRESETS["small"].to_dict()}, "exactly one"),
+  ({"preset": "huge"}, "preset"),
+  ({"spec": {**PRESETS["small"].to_dict(), "batch": 0}}, "spec.batch"),
+  ({"spec": {**PRESETS["small"].to_dict(), "colour": "red"}}, "colour"),
+  ({"spec": {k: v for k, v in PRESETS["small"].to_dict().items() if k != "cin"}}, "spec.cin"),
+  ({"spec": {**PRESETS["small"].to_dict(), "groups": 2}}, "groups=2 must divide"),
+  ({"spec": {**PRESETS["small"].to_dict(), "batch": 1024, "cin": 4096, "height": 4096, "width": 4096}}, "memory budget"),
+  ({"preset": "small", "variant": {"algo": "fft"}}, "variant.algo"),
+  ({"preset": "small", "variant": {"targets": []}}, "variant.targets"),
+  ({"preset": "small", "variant": {"targets": ["vulkan"]}}, "variant.targets"),
+  ({"preset": "small", "variant": {"targets": ["cuda", "cuda"]}}, "more than once"),
+  ({"preset": "small", "variant": {"opt": "beam:99"}}, "beam width 99"),
+  ({"preset": "small", "variant": {"opt": "fast"}}, "variant.opt"),
+  ({"preset": "small", "variant": {"repeats": 0}}, "variant.repeats"),
+  ({"preset": "small", "variant": {"algo": "winograd", "tile": "F(2,3)"}}, "builtin Winograd"),
+  ({"preset": "k5", "variant": {"algo": "winograd"}}, "3x3 kernel"),
+  ({"preset": "small", "variant": {"wino_impl": "explorer"}}, "--wino-impl applies to --algo winograd only"),
+  ({"preset": "small", "variant": {"device": "cpu; rm -rf"}}, "variant.device"),
+]
+
+@pytest.mark.parametrize("body,message", INVALID)
+def test_invalid_input_is_422_with_a_readable_message(web_client, body, message):
+  r = web_client.post("/api/traces", json=body)
+  assert r.status_code == 422, r.text
+  assert message in r.json()["detail"], r.json()["detail"]
+
+def test_malformed_json_is_422(web_client):
+  r = web_client.post("/api/traces", content=b"{not json", headers={"content-type": "application/json"})
+  assert r.status_code == 422 and r.json()["detail"]
+
+@pytest.mark.parametrize("url", ["/api/traces/nope", "/api/traces/nope/raw", "/api/traces/nope/status", "/api/traces/nope/events",
+                                 "/api/traces/nope/kernels", "/api/traces/nope/kernels/0", "/api/traces/nope/bufferize", "/api/traces/nope/rangeify",
+                                 "/api/traces/nope/graphs", "/api/traces/nope/graphs/tensor", "/api/traces/nope/graphs/tensor.svg"])
+def test_unknown_ids_404(web_client, url):
+  r = web_client.get(url)
+  assert r.status_code == 404 and "nope" in r.json()["detail"]
+
+def test_unknown_pages_404_as_html(web_client):
+  for url in ("/t/nope", "/t/nope/bufferize", "/t/nope/k/0", "/t/nope/rangeify", "/t/nope/graph/tensor"):
+    r = web_client.get(url, headers={"accept": "text/html"})
+    assert r.status_code == 404 and "Not found" in r.text and r.headers["content-type"].startswith("text/html")
+
+def test_corrupt_row_is_a_clear_error_and_a_new_request_heals_it(tmp_path):
+  runner = GatedRunner(); runner.release()
+  app = create_app(str(tmp_path / "c.sqlite3"), settings=Settings.load(env={}), runner=runner)
+  with TestClient(app) as client:
+    trace_id = client.post("/api/traces", json={"preset": "small"}).json()["id"]
+    wait_done(client, trace_id)
+    app.state.traces.forget(trace_id)
+    app.state.store._conn().execute("UPDATE traces SET trace = '{broken' WHERE id = ?", (trace_id,))
+    r = client.get(f"/api/traces/{trace_id}")
+    assert r.status_code == 500 and "corrupt" in r.json()["detail"] and trace_id in r.json()["detail"]
+    assert client.post("/api/traces", json={"preset": "small"}).status_code == 202  # dropped and traced again
+    assert wait_done(client, trace_id)["status"] == "done" and runner.calls == 2
+
+def test_docs_are_served_offline(web_client):
+  html = web_client.get("/docs").text
+  assert "/static/vendor/swagger-ui-5.35.0/swagger-ui-bundle.js" in html and "cdn" not in html.lower()
+  assert web_client.get("/static/vendor/swagger-ui-5.35.0/swagger-ui-bundle.js").status_code == 200
+  assert web_client.get("/static/vendor/svg-pan-zoom-3.6.2.min.js").status_code == 200
+  spec = web_client.get("/openapi.json").json()
+  assert "/api/traces/{trace_id}/graphs/{ref}" in spec["paths"] and "/api/traces/{trace_id}/events" in spec["paths"]
+
+def test_access_token(tmp_path):
+  app = create_app(str(tmp_path / "t.sqlite3"), settings=Settings.load(env={}, token="s3cret"))
+  with TestClient(app) as client:
+    assert client.get("/api/health").status_code == 200
+    assert client.get("/api/traces").status_code == 401 and client.get("/").status_code == 401
+    assert client.get("/api/traces", headers={"X-Access-Token": "s3cret"}).status_code == 200
+    assert client.get("/?token=wrong").status_code == 401
+    r = client.get("/?token=s3cret", follow_redirects=False)
+    assert r.status_code == 303 and "token" not in r.headers["location"]
+    assert client.get("/").status_code == 200  # the cookie set above
+
+def test_serving_beyond_loopback_needs_a_token(monkeypatch):
+  from explorer.web import serve
+  monkeypatch.delenv("KERNEL_EXPLORER_TOKEN", raising=False)
+  with pytest.raises(SystemExit, match="access token"): serve("0.0.0.0", 1)
+
+# ***** graphs.py: simplification and dot limits *****
+
+def chain_graph(n: int) -> dict:
+  op = lambda i: "ADD" if i % 2 else "MUL"
+  dtype = lambda i: "dtypes.weakint" if i % 3 == 0 else "dtypes.float"
+  nodes = [{"id": str(i), "label": f"{op(i)}\n{dtype(i)}", "op": op(i), "color": "#ffffc0"} for i in range(n)]
+  return {"nodes": nodes, "edges": [{"src": str(i), "dst": str(i + 1), "idx": 0} for i in range(n - 1)]}
+
+def test_big_graphs_are_simplified_and_say_so():
+  g, notes = graphs.simplify(chain_graph(2000), 400)
+  assert len(g["nodes"]) <= 400 and len(notes) == 2 and "index-arithmetic" in notes[0] and "nearest the output" in notes[1]
+  assert any(e.get("via") for e in g["edges"])  # contracted through the removed index math
+  assert str(1999) in {n["id"] for n in g["nodes"]}  # the output is kept
+  small, none = graphs.simplify(chain_graph(50), 400)
+  assert small == chain_graph(50) and none == []
+
+def test_dot_timeout_is_a_clear_error():
+  g, _ = graphs.simplify(chain_graph(3000), 3000)
+  with pytest.raises(graphs.LayoutError, match="did not finish the layout within"): graphs.layout_svg(graphs.uop_dot(g), timeout_s=0.01)
+
+# ***** the server process never imports tinygrad *****
+
+def test_server_process_never_imports_tinygrad(web_db, small_trace):
+  script = textwrap.dedent(f"""
+    import sys
+    from fastapi.testclient import TestClient
+    from explorer.settings import Settings
+    from explorer.web.app import create_app
+    app = create_app({str(web_db)!r}, settings=Settings.load(env={{}}))
+    with TestClient(app) as c:
+      for url in ("/", "/t/{small_trace}", "/t/{small_trace}/bufferize", "/t/{small_trace}/k/0", "/t/{small_trace}/rangeify",
+                  "/api/traces/{small_trace}/graphs/ast/1.svg", "/api/traces/{small_trace}/graphs/ast/1.svg?full=1", "/api/health"):
+        assert c.get(url).status_code == 200, url
+      assert app.state.graphs.expansions >= 1  # expanded in a worker process
+      assert c.get("/api/health").json()["tinygrad_imported"] is False
+    assert "tinygrad" not in sys.modules and "explorer.adapter" not in sys.modules, "the server imported tinygrad"
+    print("ok")
+  """)
+  r = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+def test_store_survives_a_restart(web_db, small_trace):
+  assert Store(pathlib.Path(web_db)).get_trace(small_trace)["preset"] == "small"
