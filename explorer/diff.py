@@ -1,0 +1,342 @@
+"""Diff two traces: kernels matched by role and data flow (not by position), the buffers only one side has, per-pair op, uop,
+FLOP and byte deltas, an aligned source diff, a structural UOp graph diff, interleaved re-timing and the outputs compared.
+
+Matching: each kernel covers a set of Winograd stages, its role split on "+" (`conv` covers the whole chain xhat, ghat,
+mhat, out). Kernels covering the same stages pair one to one, ties broken by data flow (which roles and stages they read
+from, which roles they write). The rest group by overlapping stages: one kernel against several is a fusion (`mhat+out`
+against `mhat` and `out`), `conv` against a chain is a fold; kernels that share no stage are one side's only.
+Buffers pair by role and by the kernel groups that write and read them, so an intermediate that lives inside a fused
+group (MHAT), or a materialized constant, shows on one side only.
+
+No tinygrad here: what needs it runs in a fresh worker (explorer.diff_worker, explorer.timing).
+"""
+from __future__ import annotations
+import difflib, hashlib, statistics
+from collections import Counter, defaultdict
+from typing import Any
+from explorer.worker import DEFAULT_TIMEOUT_S, TraceFailed, call_in_worker
+
+CHAIN = ("xhat", "ghat", "mhat", "out")
+OP_KEYS = ("alu", "loads", "stores", "consts", "ranges", "total")
+SCALAR_KEYS = ("ast_uops", "linear_uops", "flops", "bytes")
+
+def role_parts(role: str) -> frozenset[str]: return frozenset(CHAIN) if role == "conv" else frozenset(role.split("+"))
+
+def _and(xs: list[str]) -> str: return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
+
+# ***** one side's data flow *****
+
+class Side:
+  """A trace's kernels and buffers, indexed for matching."""
+  def __init__(self, trace: dict):
+    self.trace, self.kernels, self.buffers, self.sched = trace, trace.get("kernels", []), trace.get("buffers", []), trace.get("schedule", [])
+
+  def writers(self, b: dict) -> list[dict]: return [self.sched[i] for i in b["written_by"]]
+  def readers(self, b: dict) -> list[dict]: return [self.sched[i] for i in b["read_by"]]
+
+  def upstream(self, k: dict) -> frozenset[str]:
+    """Where a kernel's reads come from: the roles of external buffers, the stages of the kernels that wrote the others."""
+    out: set[str] = set()
+    for i in k["reads"]:
+      b = self.buffers[i]
+      if b["role"] != "intermediate": out.add(b["role"])
+      for s in self.writers(b):
+        if s["kind"] == "kernel" and s["kernel"] is not None: out |= {f"from:{p}" for p in role_parts(self.kernels[s["kernel"]]["role"])}
+    return frozenset(out)
+
+  def written_roles(self, k: dict) -> frozenset[str]: return frozenset(self.buffers[i]["role"] for i in k["writes"])
+  def written_bytes(self, k: dict) -> int: return sum(self.buffers[i]["nbytes"] for i in k["writes"])
+
+  def copy_bytes(self) -> int: return sum(self.buffers[i]["nbytes"] for s in self.sched if s["kind"] == "copy" for i in s["writes"])
+
+# ***** kernel matching *****
+
+def _pair_score(sa: Side, ka: dict, sb: Side, kb: dict) -> float:
+  return len(sa.upstream(ka) ^ sb.upstream(kb)) + len(sa.written_roles(ka) ^ sb.written_roles(kb)) \
+    + 0.5 * (sa.written_bytes(ka) != sb.written_bytes(kb))
+
+def match_kernels(sa: Side, sb: Side) -> list[tuple[list[int], list[int]]]:
+  """Groups of (A kernel indices, B kernel indices): pairs covering the same stages first, then groups of overlapping stages."""
+  groups: list[tuple[list[int], list[int]]] = []
+  left_a, left_b = set(range(len(sa.kernels))), set(range(len(sb.kernels)))
+  by_parts: dict[frozenset, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+  for i, k in enumerate(sa.kernels): by_parts[role_parts(k["role"])][0].append(i)
+  for j, k in enumerate(sb.kernels): by_parts[role_parts(k["role"])][1].append(j)
+  for ias, jbs in by_parts.values():
+    # same stages on both sides: the data flow decides who pairs with whom, then the schedule order
+    cands = sorted((_pair_score(sa, sa.kernels[i], sb, sb.kernels[j]), abs(ias.index(i) - jbs.index(j)), i, j) for i in ias for j in jbs)
+    for *_, i, j in cands:
+      if i in left_a and j in left_b: groups.append(([i], [j])); left_a.remove(i); left_b.remove(j)
+  # what is left groups by overlapping stages (union-find over both sides' kernels)
+  parent: dict[tuple[str, int], tuple[str, int]] = {n: n for n in [("a", i) for i in left_a] + [("b", j) for j in left_b]}
+  def find(n: tuple[str, int]) -> tuple[str, int]:
+    while parent[n] != n: n = parent[n]
+    return n
+  for i in left_a:
+    for j in left_b:
+      if role_parts(sa.kernels[i]["role"]) & role_parts(sb.kernels[j]["role"]): parent[find(("a", i))] = find(("b", j))
+  comps: dict[tuple[str, int], tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+  for n in sorted(parent): comps[find(n)][0 if n[0] == "a" else 1].append(n[1])
+  groups += list(comps.values())
+  def order(g: tuple[list[int], list[int]]) -> tuple[float, float]:
+    return (min((sa.kernels[i]["call"] for i in g[0]), default=float("inf")), min((sb.kernels[j]["call"] for j in g[1]), default=float("inf")))
+  return sorted(((sorted(a, key=lambda i: sa.kernels[i]["call"]), sorted(b, key=lambda j: sb.kernels[j]["call"])) for a, b in groups), key=order)
+
+def _relation(ra: list[str], rb: list[str]) -> tuple[str, str | None, str]:
+  """(relation, the side that fused or folded, a sentence)."""
+  if not rb: return "a_only", None, f"{_and(ra)} only in A"
+  if not ra: return "b_only", None, f"{_and(rb)} only in B"
+  if ("conv" in ra) != ("conv" in rb):
+    side, one, many = ("a", ra, rb) if "conv" in ra else ("b", rb, ra)
+    other = "B" if side == "a" else "A"
+    return "folded", side, f"{_and(many)} ({other}) fold into {_and(one)} ({side.upper()})"
+  if len(ra) == len(rb) == 1: return ("same" if ra == rb else "changed"), None, f"{ra[0]} matches {rb[0]}" if ra == rb else f"{ra[0]} became {rb[0]}"
+  if len(ra) == 1 or len(rb) == 1:
+    side, one, many = ("a", ra, rb) if len(ra) == 1 else ("b", rb, ra)
+    if role_parts(one[0]) >= frozenset().union(*map(role_parts, many)):
+      return "fused", side, f"{_and(many)} fused into {one[0]} in {side.upper()}"
+  return "regrouped", None, f"{_and(ra)} (A) regrouped as {_and(rb)} (B)"
+
+# ***** per group: metrics, sources, graphs *****
+
+def _metrics(ks: list[dict]) -> dict:
+  m: dict[str, Any] = {k: sum(x.get(k) or 0 for x in ks) for k in SCALAR_KEYS}
+  ops: Counter = Counter()
+  for x in ks: ops.update({k: v for k, v in x["ops"].items() if k in OP_KEYS or k.startswith("op:")})
+  m.update({k: ops.get(k, 0) for k in OP_KEYS}, **{k: v for k, v in sorted(ops.items()) if k.startswith("op:")})
+  times = [x["time_s"]["median"] for x in ks if x.get("time_s")]
+  m["time_s"] = sum(times) if times and len(times) == len(ks) else None
+  return m
+
+def metric_delta(a: dict, b: dict) -> dict:
+  keys = list(dict.fromkeys([*a, *b]))
+  return {k: (b.get(k, 0) if k.startswith("op:") else b[k]) - (a.get(k, 0) if k.startswith("op:") else a[k])
+          for k in keys if k != "time_s" or (a.get(k) is not None and b.get(k) is not None)}
+
+def source_rows(a: str, b: str) -> list[dict]:
+  """Aligned rows for a side-by-side view: {a, b, kind: same|changed|a_only|b_only, a_no, b_no} (1-based line numbers)."""
+  al, bl = a.splitlines(), b.splitlines()
+  rows = []
+  for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, al, bl, autojunk=False).get_opcodes():
+    for d in range(max(i2 - i1, j2 - j1)):
+      i, j = i1 + d, j1 + d
+      ina, inb = i < i2, j < j2
+      kind = "same" if op == "equal" else "changed" if ina and inb else "a_only" if ina else "b_only"
+      rows.append({"a": al[i] if ina else None, "b": bl[j] if inb else None, "kind": kind,
+                   "a_no": i + 1 if ina else None, "b_no": j + 1 if inb else None})
+  return rows
+
+def _group_source(ks: list[dict], target: str) -> tuple[str, list[dict]]:
+  """The sources of a group's kernels joined by a blank line, and where each kernel starts (1-based line)."""
+  parts, line, texts = [], 1, []
+  for k in ks:
+    text = k["sources"].get(target, "")
+    parts.append({"kernel": k["index"], "name": k["name"], "first_line": line, "lines": len(text.splitlines())})
+    texts.append(text.rstrip("\n"))
+    line += len(text.splitlines()) + 1
+  return "\n\n".join(texts), parts
+
+def _source_diff(ka: list[dict], kb: list[dict], target: str) -> dict:
+  note = None
+  if not all(target in k["sources"] for k in ka + kb):
+    missing = sorted({k["name"] for k in ka + kb if target not in k["sources"]})
+    note, target = f"no {target} source for {', '.join(missing)}: showing each side's host source", "host"
+  (a, pa), (b, pb) = _group_source(ka, target), _group_source(kb, target)
+  rows = source_rows(a, b)
+  return {"target": target, "note": note, "rows": rows, "counts": dict(Counter(r["kind"] for r in rows)), "a_parts": pa, "b_parts": pb}
+
+def node_signatures(graph: dict) -> dict[str, str]:
+  """Canonical signature per node: its label (kernel names dropped) and the multiset of its inputs' signatures."""
+  ins: dict[str, list[str]] = defaultdict(list)
+  for e in graph["edges"]: ins[e["dst"]].append(e["src"])
+  labels = {n["id"]: ("SINK" if n["op"] == "SINK" else n["label"]) for n in graph["nodes"]}
+  sig: dict[str, str] = {}
+  for n in _topo(labels, ins):
+    sig[n] = hashlib.sha1(repr((labels[n], sorted(sig[s] for s in ins[n] if s in sig))).encode()).hexdigest()[:16]
+  return sig
+
+def _topo(labels: dict[str, str], ins: dict[str, list[str]]) -> list[str]:
+  order, done = [], set()
+  for root in labels:
+    stack = [(root, False)]
+    while stack:
+      n, expanded = stack.pop()
+      if n in done or n not in labels: continue
+      if expanded: done.add(n); order.append(n); continue
+      stack.append((n, True))
+      stack += [(s, False) for s in ins[n] if s not in done]
+  return order
+
+def graph_diff(ga: list[dict], gb: list[dict]) -> dict:
+  """Nodes (by canonical signature, as multisets) only in A's kernel graphs and only in B's. A changed leaf changes every node
+  above it; `frontier` lists the differing nodes whose inputs all exist on both sides: where the change starts."""
+  def side(gs: list[dict]) -> tuple[Counter, list[tuple[str, dict, list[str]]]]:
+    nodes = []
+    for g in gs:
+      sig, ins = node_signatures(g), defaultdict(list)
+      for e in g["edges"]: ins[e["dst"]].append(e["src"])
+      nodes += [(sig[n["id"]], n, [sig[s] for s in ins[n["id"]] if s in sig]) for n in g["nodes"]]
+    return Counter(s for s, _, _ in nodes), nodes
+  (ca, na), (cb, nb) = side(ga), side(gb)
+  common = ca & cb
+  def only(c: Counter, nodes: list, other: Counter) -> list[dict]:
+    extra, out = c - other, []
+    for s, n, in_sigs in reversed(nodes):  # the excess copies of a signature: the last ones seen
+      if extra[s] > 0:
+        extra[s] -= 1
+        out.append({"id": n["id"], "op": n["op"], "label": n["label"], "frontier": all(x in common for x in in_sigs)})
+    return out[::-1]
+  oa, ob = only(ca, na, cb), only(cb, nb, ca)
+  return {"a_nodes": sum(ca.values()), "b_nodes": sum(cb.values()), "common": sum(common.values()), "only_a": oa, "only_b": ob,
+          "only_a_ops": dict(Counter(n["op"] for n in oa)), "only_b_ops": dict(Counter(n["op"] for n in ob)),
+          "frontier_a": sum(n["frontier"] for n in oa), "frontier_b": sum(n["frontier"] for n in ob)}
+
+# ***** buffers *****
+
+def _who(side: Side, si: int, groups_of: dict[int, int], reading: bool) -> list[str]:
+  s = side.sched[si]
+  if s["kind"] == "kernel": return [f"g{groups_of[s['kernel']]}"]
+  if not reading: return [s["kind"]]
+  # a copy reads it: it is for whoever reads the copy's destination
+  return [f"{s['kind']}>{w}" for o in s["writes"] for r in side.buffers[o]["read_by"] for w in _who(side, r, groups_of, True)]
+
+def _buffer_key(side: Side, b: dict, groups_of: dict[int, int]) -> tuple:
+  if b["role"] in ("input", "weight", "output"): return (b["role"],)
+  writers = sorted({w for i in b["written_by"] for w in _who(side, i, groups_of, False)})
+  readers = sorted({w for i in b["read_by"] for w in _who(side, i, groups_of, True)})
+  return (b["role"], tuple(writers), tuple(readers))
+
+def _buffer_info(side: Side, b: dict) -> dict:
+  def names(idx: list[int]) -> list[str]:
+    return [side.kernels[side.sched[i]["kernel"]]["role"] if side.sched[i]["kind"] == "kernel" else side.sched[i]["kind"] for i in idx]
+  def final_readers(bb: dict) -> list[str]:  # through copies: the kernels that read what the copies write
+    return [n for i in bb["read_by"] for n in (names([i]) if side.sched[i]["kind"] == "kernel" else
+                                                 [x for o in side.sched[i]["writes"] for x in final_readers(side.buffers[o])])]
+  w, r = names(b["written_by"]), names(b["read_by"])
+  what = b["role"] if b["role"] != "intermediate" else f"intermediate {'+'.join(w)} -> {'+'.join(r)}"
+  if b["role"] == "constant": what = f"constant for {'+'.join(final_readers(b)) or '-'}" + ("" if w else f" (on {b['device']}, copied in)")
+  return {"index": b["index"], "name": b["name"], "role": b["role"], "what": what, "nbytes": b["nbytes"], "numel": b["numel"],
+          "dtype": b["dtype"], "device": b["device"], "written_by": w, "read_by": r}
+
+def match_buffers(sa: Side, sb: Side, ga: dict[int, int], gb: dict[int, int]) -> dict:
+  keyed: dict[tuple, tuple[list[dict], list[dict]]] = defaultdict(lambda: ([], []))
+  for b in sa.buffers: keyed[_buffer_key(sa, b, ga)][0].append(b)
+  for b in sb.buffers: keyed[_buffer_key(sb, b, gb)][1].append(b)
+  matched, only_a, only_b = [], [], []
+  for bas, bbs in keyed.values():
+    bas, bbs = sorted(bas, key=lambda b: b["nbytes"]), sorted(bbs, key=lambda b: b["nbytes"])
+    for x, y in zip(bas, bbs):
+      matched.append({"a": _buffer_info(sa, x), "b": _buffer_info(sb, y), "nbytes_delta": y["nbytes"] - x["nbytes"]})
+    only_a += [_buffer_info(sa, x) for x in bas[len(bbs):]]
+    only_b += [_buffer_info(sb, y) for y in bbs[len(bas):]]
+  return {"matched": sorted(matched, key=lambda m: m["a"]["index"]), "only_a": sorted(only_a, key=lambda b: b["index"]),
+          "only_b": sorted(only_b, key=lambda b: b["index"])}
+
+# ***** the diff *****
+
+def _totals(side: Side) -> dict:
+  t, ks = side.trace, side.kernels
+  kb, cb = sum(k["bytes"] for k in ks), side.copy_bytes()
+  return {"kernels": len(ks), "copies": sum(1 for s in side.sched if s["kind"] == "copy"), "buffers": len(side.buffers),
+          "buffer_bytes": sum(b["nbytes"] for b in side.buffers), "flops": sum(k["flops"] for k in ks), "kernel_bytes": kb, "copy_bytes": cb,
+          "bytes_moved": kb + cb, "ast_uops": sum(k["ast_uops"] for k in ks), "linear_uops": sum(k["linear_uops"] for k in ks),
+          "stage_counts": (t.get("scheduler") or {}).get("stage_counts")}
+
+def _about(t: dict) -> dict:
+  return {"label": t.get("label"), "status": t.get("status"), "spec": t.get("spec"), "variant": t.get("variant"), "device": t["env"]["device"],
+          "host": t["env"].get("host"), "tinygrad": t["env"].get("tinygrad"), "error": t.get("error"), "failures": t.get("failures", [])}
+
+def _kref(k: dict) -> dict: return {"index": k["index"], "call": k["call"], "name": k["name"], "role": k["role"]}
+
+def diff_traces(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda",
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+  """The structural diff of two traces (JSON-ready). With both rewrite blobs, each group also gets a UOp graph diff (in a worker)."""
+  sa, sb = Side(a), Side(b)
+  groups = match_kernels(sa, sb)
+  ga = {i: g for g, (ias, _) in enumerate(groups) for i in ias}
+  gb = {j: g for g, (_, jbs) in enumerate(groups) for j in jbs}
+  out_groups = []
+  for g, (ias, jbs) in enumerate(groups):
+    ka, kb = [sa.kernels[i] for i in ias], [sb.kernels[j] for j in jbs]
+    relation, side, sentence = _relation([k["role"] for k in ka], [k["role"] for k in kb])
+    ma, mb = _metrics(ka), _metrics(kb)
+    src = _source_diff(ka, kb, target)
+    identical = relation == "same" and {**ma, "time_s": 0} == {**mb, "time_s": 0} and all(r["kind"] == "same" for r in src["rows"])
+    out_groups.append({"index": g, "relation": relation, "side": side, "describe": sentence, "identical": identical,
+                       "a": [_kref(k) for k in ka], "b": [_kref(k) for k in kb], "metrics": {"a": ma, "b": mb, "delta": metric_delta(ma, mb)},
+                       "source": src, "graph": None})
+  notes = []
+  if a_rewrites is not None and b_rewrites is not None: _attach_graphs(out_groups, sa, sb, a_rewrites, b_rewrites, timeout_s, notes)
+  else: notes.append("no rewrite blobs: no structural graph diff")
+  ta, tb = _totals(sa), _totals(sb)
+  return {"a": _about(a), "b": _about(b), "target": target, "specs_match": a.get("spec") == b.get("spec"),
+          "variant_changes": {k: [v, (b.get("variant") or {}).get(k)] for k, v in (a.get("variant") or {}).items()
+                              if k not in ("notes",) and (b.get("variant") or {}).get(k) != v},
+          "groups": out_groups, "kernel_group": {"a": [ga[i] for i in range(len(sa.kernels))], "b": [gb[j] for j in range(len(sb.kernels))]},
+          "fusions": [g["describe"] for g in out_groups if g["relation"] in ("fused", "folded", "regrouped")],
+          "buffers": match_buffers(sa, sb, ga, gb), "totals": {"a": ta, "b": tb, "delta": _totals_delta(ta, tb)},
+          "timing": None, "numerics": None, "notes": notes}
+
+def _totals_delta(ta: dict, tb: dict) -> dict: return {k: tb[k] - ta[k] for k, v in ta.items() if isinstance(v, (int, float))}
+
+def _attach_graphs(groups: list[dict], sa: Side, sb: Side, a_blob: bytes, b_blob: bytes, timeout_s: float, notes: list[str]) -> None:
+  a_sinks, b_sinks = [k["ast_sink"] for k in sa.kernels], [k["ast_sink"] for k in sb.kernels]
+  try:
+    (gra, grb), _ = call_in_worker("explorer.diff_worker:kernel_graphs", {"a_blob": a_blob, "b_blob": b_blob, "a_sinks": a_sinks,
+                                   "b_sinks": b_sinks}, timeout_s=timeout_s, env={"VIZ": "0"})  # type: ignore[misc]
+  except TraceFailed as e:
+    notes.append(f"graph diff failed: {e}")
+    return
+  for g in groups:
+    g["graph"] = graph_diff([gra[sa.kernels[k["index"]]["ast_sink"]] for k in g["a"]], [grb[sb.kernels[k["index"]]["ast_sink"]] for k in g["b"]])
+
+# ***** measured: timing and outputs, each in one worker *****
+
+def _comparable(a: dict, b: dict) -> str | None:
+  if a.get("spec") != b.get("spec"): return "the specs differ"
+  if a["env"]["device"] != b["env"]["device"]: return f"the devices differ ({a['env']['device']} vs {b['env']['device']})"
+  return None
+
+def _variant_on(t: dict) -> dict: return {**t["variant"], "device": t["env"]["device"]}
+
+def _quantile(xs: list[float], q: float) -> float:
+  xs = sorted(xs)
+  pos = q * (len(xs) - 1)
+  lo = int(pos)
+  return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (pos - lo)
+
+def ratio_stats(a: list[float], b: list[float]) -> dict:
+  """B/A repeat by repeat (an interleaved repeat runs both): the median ratio with its quartiles and range."""
+  rs = [y / x for x, y in zip(a, b) if x > 0]
+  if not rs: return {"n": 0}
+  q1, q3 = _quantile(rs, 0.25), _quantile(rs, 0.75)
+  return {"median": statistics.median(rs), "q1": q1, "q3": q3, "iqr": q3 - q1, "min": min(rs), "max": max(rs), "n": len(rs)}
+
+def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmup: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+  """Time A and B interleaved (A, B, A, B...) in one fresh worker, tracking off; the ratio B/A with its spread."""
+  if (why := _comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not timed: {why}"}
+  try:
+    args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)], "warmup": warmup, "repeats": repeats}
+    (ra, rb), _ = call_in_worker("explorer.timing:time_interleaved", args, timeout_s=timeout_s, env={"VIZ": "0"})  # type: ignore[misc]
+  except TraceFailed as e: return {"compared": False, "reason": f"timing failed: {e}"}
+  ma, mb = ra["total_s"]["median"], rb["total_s"]["median"]
+  return {"compared": True, "device": ra["device"], "compiler": ra["compiler"], "fallback": ra["fallback"] or rb["fallback"], "warmup": warmup,
+          "repeats": repeats, "a_total_s": ra["total_s"], "b_total_s": rb["total_s"], "ratio": ratio_stats(ra["samples"], rb["samples"]),
+          "ratio_of_medians": mb / ma if ma > 0 else None}
+
+def compare_outputs(a_trace: dict, b_trace: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+  """Both variants run on the traces' seeded inputs in one worker: how far apart their outputs are."""
+  if (why := _comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not compared: {why}"}
+  try:
+    args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)]}
+    res, _ = call_in_worker("explorer.diff_worker:output_difference", args, timeout_s=timeout_s, env={"VIZ": "0"})
+  except TraceFailed as e: return {"compared": False, "reason": f"output comparison failed: {e}"}
+  return {"compared": True, **res}  # type: ignore[dict-item]
+
+def full_diff(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda", time: bool = True,
+              repeats: int = 20, warmup: int = 3, numerics: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+  """diff_traces, plus the interleaved timing and the output comparison."""
+  d = diff_traces(a, b, a_rewrites, b_rewrites, target, timeout_s)
+  if time: d["timing"] = remeasure_interleaved(a, b, repeats, warmup, timeout_s)
+  if numerics: d["numerics"] = compare_outputs(a, b, timeout_s)
+  return d

@@ -1,0 +1,37 @@
+"""The halves of explorer.diff that need tinygrad: explorer.diff calls them through explorer.worker.call_in_worker (with VIZ=0)."""
+from __future__ import annotations
+import numpy as np
+from explorer import adapter as tg  # first: sets tinygrad's environment before tinygrad is imported
+from explorer.spec import ConvSpec, Variant
+
+def kernel_graphs(progress, a_blob: bytes, b_blob: bytes, a_sinks: list[int], b_sinks: list[int]) -> tuple[dict, dict]:
+  """The kernel AST graphs ({nodes, edges}) of each side, rebuilt from its rewrite blob, by trace number."""
+  a, b = tg.RewriteBlob(a_blob), tg.RewriteBlob(b_blob)
+  return {n: a.graph_of(n) for n in a_sinks}, {n: b.graph_of(n) for n in b_sinks}
+
+def seeded_inputs(spec: ConvSpec) -> tuple[np.ndarray, np.ndarray]:
+  """The input and weight every trace runs on (the same draws as explorer.trace._run_stages)."""
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal(spec.input_shape).astype(spec.dtype)
+  w = (rng.standard_normal(spec.weight_shape) / np.sqrt(np.prod(spec.weight_shape[1:]))).astype(spec.dtype)
+  return x, w
+
+def _output(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarray) -> np.ndarray:
+  from tinygrad import Tensor, dtypes
+  from explorer.algorithms import build_conv
+  device = variant.device or tg.default_device()
+  dtype = dtypes.float16 if spec.dtype == "float16" else dtypes.float32
+  with tg.opt_context(variant.opt):
+    x, w = Tensor(x_np, device=device, dtype=dtype), Tensor(w_np, device=device, dtype=dtype)
+    tg.realize_inputs(x, w)
+    return build_conv(x, w, spec, variant.resolve(spec)).numpy().astype(np.float64)
+
+def output_difference(progress, spec: dict, variants: list[dict]) -> dict:
+  """Run both variants on the seeded inputs in this one process and compare their outputs."""
+  s = ConvSpec.from_dict(spec)
+  x, w = seeded_inputs(s)
+  a, b = (_output(s, Variant.from_dict(v), x, w) for v in variants)
+  diff = np.abs(a - b)
+  scale = float(max(np.abs(a).max(), np.abs(b).max(), np.finfo(np.float64).tiny))
+  return {"max_abs": float(diff.max()), "mean_abs": float(diff.mean()), "max_rel": float(diff.max()) / scale, "scale": scale,
+          "argmax": [int(i) for i in np.unravel_index(int(diff.argmax()), diff.shape)], "shape": list(a.shape)}
