@@ -39,7 +39,7 @@ class Viewer {
   async show(ref) {
     const seq = ++this.seq;
     if (ref !== this.ref) this.full = false;
-    this.ref = ref; this.el.dataset.ref = ref;
+    this.ref = ref; this.el.dataset.ref = ref; delete this.el.dataset.loaded;
     if (this.pz) { this.pz.destroy(); this.pz = null; }
     this.status('<span class="spinner"></span> Expanding and laying out the graph…');
     $(".viewer-notes", this.el).innerHTML = ""; $(".viewer-legend", this.el).innerHTML = ""; $(".viewer-rule", this.el).innerHTML = "";
@@ -62,7 +62,8 @@ class Viewer {
       if (window.svgPanZoom && el) {
         this.pz = window.svgPanZoom(el, { zoomScaleSensitivity: 0.3, minZoom: 0.02, maxZoom: 40, fit: true, center: true, dblClickZoomEnabled: true });
         this.fit();
-        this.focusOutput(el);
+        await this.focusOutput(el);
+        if (seq !== this.seq) return;
       }
       this.el.dataset.loaded = ref;
       this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
@@ -79,13 +80,14 @@ class Viewer {
     if (this.pz.getZoom() > 1.6) this.pz.zoom(1.6);  // small graphs: do not blow them up
   }
 
-  focusOutput(el) {
+  async focusOutput(el) {
     // graphs too big to read when fitted: zoom to a readable size around the output (the sink, drawn last) or the first changed node
     if (!this.pz || this.pz.getSizes().realZoom >= 0.35) return;
     const changed = $$("g.node.changed", el);
     const target = (changed.length && changed.length <= 12 ? changed[0] : null) || $("g.node.op-SINK", el) || $$("g.node", el).pop();
     if (!target) return;
     this.pz.zoom(this.pz.getZoom() * 0.7 / this.pz.getSizes().realZoom);
+    await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));  // svg-pan-zoom applies transforms on the next frame
     const c = this.canvas.getBoundingClientRect(), t = target.getBoundingClientRect();
     this.pz.panBy({ x: c.left + c.width / 2 - (t.left + t.width / 2), y: c.top + c.height * (target.classList.contains("changed") ? 0.5 : 0.8) - (t.top + t.height / 2) });
   }

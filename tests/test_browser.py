@@ -1,0 +1,134 @@
+"""The web app in a real browser (Debian's chromium through playwright) against a live uvicorn server with a fresh database:
+submit `small` from the home form, watch its progress, then the trace, the bufferize view, graphs and source tabs.
+Screenshots land in test-artifacts/ (gitignored)."""
+from __future__ import annotations
+import os, re
+import pytest
+from conftest import ARTIFACTS
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")]
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync"]
+GRAPH_TIMEOUT_MS = 120_000
+
+@pytest.fixture(scope="module")
+def browser():
+  sync_api = pytest.importorskip("playwright.sync_api")
+  with sync_api.sync_playwright() as p:
+    b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    yield b
+    b.close()
+
+@pytest.fixture(scope="module")
+def errors() -> list[str]: return []
+
+@pytest.fixture(scope="module")
+def page(browser, errors):
+  ARTIFACTS.mkdir(exist_ok=True)
+  pg = browser.new_page(viewport={"width": 1500, "height": 950})
+  pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+  pg.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+  yield pg
+  pg.close()
+
+def shot(pg, name: str) -> None: pg.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+def wait_graphs(pg) -> None:
+  """Every graph viewer on the page has its SVG (or its error) in place."""
+  pg.wait_for_function("() => [...document.querySelectorAll('.viewer')].every(v => v.dataset.loaded)", timeout=GRAPH_TIMEOUT_MS)
+  for v in pg.query_selector_all(".viewer"): assert v.get_attribute("data-loaded") != "error", v.inner_text()
+
+@pytest.fixture(scope="module")
+def submitted(live_server, page) -> dict:
+  """Submit the `small` preset with Winograd from the home form; record what the progress page showed."""
+  page.goto(live_server + "/")
+  assert page.locator("#preset").input_value() == "small"
+  page.click("label:has(input[name=algo][value=winograd])")
+  assert page.is_disabled("input[name=tile][value='F(2,3)']")  # the builtin Winograd has one tile: the form says so
+  shot(page, "browser_home")
+  page.click("#submit")
+  page.wait_for_url(re.compile(r".*/t/[0-9a-f]{16}$"))
+  trace_id = page.url.rsplit("/", 1)[1]
+  progress = page.locator("#progress").count() > 0
+  seen: set[str] = set()
+  if progress:
+    page.wait_for_selector("#stages li.running, #stages li.done", timeout=60_000)
+    seen = set(page.eval_on_selector_all("#stages li", "els => els.map(e => e.className)"))
+    shot(page, "browser_progress")
+  page.wait_for_selector("#kernel-table", timeout=300_000)  # the page reloads itself when the trace is done
+  shot(page, "browser_trace")
+  return {"base": live_server, "id": trace_id, "progress": progress, "seen": seen}
+
+def test_submit_watch_progress_then_the_trace(submitted, page):
+  assert submitted["progress"] and submitted["seen"] & {"running", "done"}
+  rows = page.locator("#kernel-table tbody tr")
+  assert rows.count() >= 3
+  assert "winograd" in page.locator(".trace-title h1").inner_text()
+  assert page.locator(".ribbon a").count() == 6 and page.locator(".ribbon .dot.error").count() == 0
+  assert page.locator("#kernel-table .bar span").count() >= 3  # time bars
+
+def test_bufferize_view(submitted, page):
+  page.click(".ribbon a[data-stage=bufferize]")
+  page.wait_for_url(f"**/t/{submitted['id']}/bufferize")
+  wait_graphs(page)
+  n_buffers = page.locator("#buffer-table tbody tr").count()
+  n_kernels = page.locator("#kernel-graph svg g.node.call").count()
+  assert n_buffers >= 5 and n_kernels >= 3
+  assert page.locator("#kernel-graph svg g.node.buffer").count() == n_buffers
+  assert page.locator("#stage-table tbody tr").count() == int(page.inner_text("#stages-created"))
+  assert page.locator("#stage-table .badge.kept").count() == int(page.inner_text("#stages-kept")) >= 1
+  shot(page, "browser_bufferize")
+  page.click("#kernel-graph svg g.node.call >> nth=0")  # kernel nodes link to their pages
+  page.wait_for_url(re.compile(r".*/k/\d+$"))
+
+def test_kernel_graph_and_source_tabs(submitted, page):
+  page.goto(f"{submitted['base']}/t/{submitted['id']}/k/1")
+  wait_graphs(page)
+  assert page.locator("#ast-graph svg g.node").count() > 20
+  legend = page.inner_text("#ast-graph .viewer-legend")
+  assert "STORE" in legend and "RANGE" in legend and "INDEX" in legend
+  page.click("[data-tab=metal]")
+  assert "code=metal" in page.url
+  metal = page.locator("[data-panel=metal]")
+  assert metal.is_visible() and "kernel void" in metal.inner_text() and not page.locator("[data-panel=cuda]").is_visible()
+  shot(page, "browser_kernel_metal")
+  page.click("[data-tab=cuda]")
+  assert "code=cuda" in page.url and "__global__" in page.locator("[data-panel=cuda]").inner_text()
+  shot(page, "browser_kernel_cuda")
+  page.goto(f"{submitted['base']}/t/{submitted['id']}/k/1?code=metal")  # the URL keeps the tab
+  assert page.locator("[data-panel=metal]").is_visible()
+
+def test_codegen_pass_stepper(submitted, page):
+  page.goto(f"{submitted['base']}/t/{submitted['id']}/k/1?graph=passes")
+  wait_graphs(page)
+  assert page.locator("#passes a.active").count() == 1
+  page.click("[data-step=prev-match]")  # from "after" back to the last steppable match
+  page.wait_for_url(re.compile(r".*at=m\d+"))
+  wait_graphs(page)
+  assert page.locator("#pass-graph svg g.node.changed").count() >= 1
+  assert "rule" in page.inner_text("#pass-graph .viewer-rule")
+  shot(page, "browser_codegen_step")
+  page.keyboard.press("j")  # next pass with matches
+  page.wait_for_function("() => new URL(location.href).searchParams.get('at') === 'after'")
+  wait_graphs(page)
+
+def test_rangeify_and_tensor_graph(submitted, page):
+  page.goto(f"{submitted['base']}/t/{submitted['id']}/rangeify")
+  wait_graphs(page)
+  assert "debuf" in page.inner_text("#passes a.active")
+  assert "changed" in page.inner_text("#pass-graph .viewer-stats")
+  shot(page, "browser_rangeify")
+  page.goto(f"{submitted['base']}/t/{submitted['id']}/graph/tensor")
+  wait_graphs(page)
+  assert page.locator("#tensor-graph svg g.node").count() > 50
+  shot(page, "browser_tensor")
+
+def test_api_docs_render_offline(submitted, page):
+  page.goto(f"{submitted['base']}/docs")
+  page.wait_for_selector(".swagger-ui .opblock", timeout=30_000)
+  assert page.locator(".opblock").count() >= 10
+  shot(page, "browser_docs")
+
+def test_no_errors_in_the_browser_console(submitted, errors):
+  assert not errors, errors
