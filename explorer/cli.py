@@ -122,6 +122,19 @@ def cmd_study(a: argparse.Namespace) -> int:
   print(f"wrote {path}", file=sys.stderr)
   return 0 if all(r["status"] == "ok" for r in study["rows"]) else 1
 
+def cmd_diff(a: argparse.Namespace) -> int:
+  from concurrent.futures import ThreadPoolExecutor
+  from explorer.diff import full_diff, load_side, summary as diff_summary
+  def say(side: str): return (lambda st, status, d: print(f"  {side} {st:<13} {status} {d}", file=sys.stderr, flush=True)) if not a.quiet else None
+  with ThreadPoolExecutor(2) as pool:  # flag sets trace in two workers at once
+    (ta, ba, _), (tb, bb, _) = pool.map(lambda sd: load_side(sd[0], a.target, a.db, a.timeout, say(sd[1])), ((a.a, "A"), (a.b, "B")))
+  d = full_diff(ta, tb, ba, bb, a.target, time=not a.no_time, repeats=a.repeats, warmup=a.warmup, timeout_s=a.timeout)
+  print(diff_summary(d))
+  if a.json:
+    with open(a.json, "w") as f: json.dump(d, f, indent=1, default=str)
+    print(f"wrote {a.json}", file=sys.stderr)
+  return 0 if ta["status"] == tb["status"] == "ok" else 1
+
 def cmd_serve(a: argparse.Namespace) -> int:
   from explorer.web import serve
   serve(a.host, a.port, a.db)
@@ -153,6 +166,18 @@ def build_parser() -> argparse.ArgumentParser:
   st.add_argument("--json", metavar="PATH", help="default: study-KIND-PRESET.json")
   st.add_argument("--quiet", action="store_true")
   st.set_defaults(fn=cmd_study)
+  df = sub.add_parser("diff", help="diff two variants: kernels matched by role and data flow, buffers, sources, timing, outputs")
+  df.add_argument("a", metavar="A", help="a trace JSON file, a quoted flag set (\"--preset wino8 --algo winograd ...\") or a stored trace id")
+  df.add_argument("b", metavar="B", help="the same, for the other side")
+  df.add_argument("--target", choices=TARGETS, default="cuda", help="the source to diff")
+  df.add_argument("--json", metavar="PATH", help="write the whole diff as JSON")
+  df.add_argument("--no-time", action="store_true", help="skip the interleaved re-timing")
+  df.add_argument("--repeats", type=int, default=20)
+  df.add_argument("--warmup", type=int, default=3)
+  df.add_argument("--db", default=None, help="SQLite file of stored traces (for trace ids)")
+  df.add_argument("--timeout", type=float, default=600.0, help="seconds for each worker")
+  df.add_argument("--quiet", action="store_true", help="no progress on stderr")
+  df.set_defaults(fn=cmd_diff)
   s = sub.add_parser("serve", help="serve the web app")
   s.add_argument("--host", default="127.0.0.1")
   s.add_argument("--port", type=int, default=8000)

@@ -19,6 +19,7 @@ from explorer.worker import DEFAULT_TIMEOUT_S, TraceFailed, call_in_worker
 CHAIN = ("xhat", "ghat", "mhat", "out")
 OP_KEYS = ("alu", "loads", "stores", "consts", "ranges", "total")
 SCALAR_KEYS = ("ast_uops", "linear_uops", "flops", "bytes")
+NOT_SCHEDULE = ("notes", "targets", "warmup", "repeats", "time")  # variant fields that do not change what runs
 
 def role_parts(role: str) -> frozenset[str]: return frozenset(CHAIN) if role == "conv" else frozenset(role.split("+"))
 
@@ -214,7 +215,8 @@ def _buffer_info(side: Side, b: dict) -> dict:
                                                  [x for o in side.sched[i]["writes"] for x in final_readers(side.buffers[o])])]
   w, r = names(b["written_by"]), names(b["read_by"])
   what = b["role"] if b["role"] != "intermediate" else f"intermediate {'+'.join(w)} -> {'+'.join(r)}"
-  if b["role"] == "constant": what = f"constant for {'+'.join(final_readers(b)) or '-'}" + ("" if w else f" (on {b['device']}, copied in)")
+  if b["role"] in ("constant", "host"):
+    what = f"constant for {'+'.join(final_readers(b)) or '-'}" + (" (the host copy)" if b["role"] == "host" or not w else "")
   return {"index": b["index"], "name": b["name"], "role": b["role"], "what": what, "nbytes": b["nbytes"], "numel": b["numel"],
           "dtype": b["dtype"], "device": b["device"], "written_by": w, "read_by": r}
 
@@ -246,7 +248,7 @@ def _about(t: dict) -> dict:
   return {"label": t.get("label"), "status": t.get("status"), "spec": t.get("spec"), "variant": t.get("variant"), "device": t["env"]["device"],
           "host": t["env"].get("host"), "tinygrad": t["env"].get("tinygrad"), "error": t.get("error"), "failures": t.get("failures", [])}
 
-def _kref(k: dict) -> dict: return {"index": k["index"], "call": k["call"], "name": k["name"], "role": k["role"]}
+def _kref(k: dict) -> dict: return {"index": k["index"], "call": k["call"], "name": k["name"], "role": k["role"], "notes": k.get("notes", [])}
 
 def diff_traces(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda",
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
@@ -271,7 +273,7 @@ def diff_traces(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: b
   ta, tb = _totals(sa), _totals(sb)
   return {"a": _about(a), "b": _about(b), "target": target, "specs_match": a.get("spec") == b.get("spec"),
           "variant_changes": {k: [v, (b.get("variant") or {}).get(k)] for k, v in (a.get("variant") or {}).items()
-                              if k not in ("notes",) and (b.get("variant") or {}).get(k) != v},
+                              if k not in NOT_SCHEDULE and (b.get("variant") or {}).get(k) != v},
           "groups": out_groups, "kernel_group": {"a": [ga[i] for i in range(len(sa.kernels))], "b": [gb[j] for j in range(len(sb.kernels))]},
           "fusions": [g["describe"] for g in out_groups if g["relation"] in ("fused", "folded", "regrouped")],
           "buffers": match_buffers(sa, sb, ga, gb), "totals": {"a": ta, "b": tb, "delta": _totals_delta(ta, tb)},
@@ -340,3 +342,89 @@ def full_diff(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: byt
   if time: d["timing"] = remeasure_interleaved(a, b, repeats, warmup, timeout_s)
   if numerics: d["numerics"] = compare_outputs(a, b, timeout_s)
   return d
+
+# ***** the command line's side: what A and B name, and the printed summary *****
+
+def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+              progress: Any = None) -> tuple[dict, bytes | None, str]:
+  """A trace from a JSON file, a quoted flag set (traced now, without timing: the diff re-times), or a stored trace id.
+  Returns (trace, rewrite blob or None, what it was)."""
+  import os, shlex
+  from explorer.spec import SpecError
+  if os.path.isfile(arg): return _load_file(arg), None, f"file {arg}"
+  if arg.lstrip().startswith("-"):
+    from explorer.cli import Parser, add_case_args, case_from_args
+    from explorer.worker import run_trace
+    p = Parser(prog="kernel-explorer diff (flag set)")
+    add_case_args(p)
+    tokens = shlex.split(arg)
+    a = p.parse_args(tokens)
+    if not any(t == "--target" or t.startswith("--target=") for t in tokens): a.target = target
+    elif target not in a.target.split(","): a.target += f",{target}"
+    a.no_time = True
+    spec, variant = case_from_args(a)
+    res = run_trace(spec, variant, progress, timeout_s=a.timeout)
+    return res.trace, res.rewrites, f"flags {arg.strip()}"
+  from explorer.store import Store
+  store = Store(db)
+  if (trace := store.get_trace(arg)) is None:
+    raise SpecError(f"{arg!r} is not a trace file, not a flag set (those start with -), and not a trace id stored in {store.path}")
+  return trace, store.get_rewrites(arg), f"stored trace {arg}"
+
+def _load_file(path: str) -> dict:
+  import json
+  from explorer.spec import SpecError
+  try:
+    with open(path) as f: t = json.load(f)
+  except (OSError, json.JSONDecodeError) as e: raise SpecError(f"cannot read the trace file {path}: {e}") from None
+  if isinstance(t, dict) and "trace" in t and "kernels" not in t: t = t["trace"]  # a wrapped trace (the web API's shape)
+  if not isinstance(t, dict) or not {"spec", "kernels", "buffers", "schedule", "env"} <= set(t):
+    raise SpecError(f"{path} is not a Kernel Explorer trace (run `kernel-explorer trace ... --json PATH`)")
+  return t
+
+def _signed(x: float | None, fmt: Any = str) -> str:
+  if x is None: return "-"
+  return ("+" if x > 0 else "") + fmt(x) if x else "0"
+
+def _si_bytes(x: float) -> str:
+  from explorer.cli import si
+  return si(x, "B")
+
+def summary(d: dict) -> str:
+  from explorer.cli import si, table
+  out = [f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
+  if d["variant_changes"]: out.append("changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d["variant_changes"].items()))
+  if not d["specs_match"]: out.append("note: the specs differ (no timing or output comparison)")
+  def ks(refs: list[dict]) -> str: return ", ".join(f"{k['name']} ({k['role']})" for k in refs) or "-"
+  rows = []
+  for g in d["groups"]:
+    dl = g["metrics"]["delta"]
+    rel = g["relation"] + (" (identical)" if g["identical"] else "")
+    gr = "-" if g["graph"] is None else f"{len(g['graph']['only_a'])}/{len(g['graph']['only_b'])}"
+    rows.append((ks(g["a"]), ks(g["b"]), rel, _signed(dl["alu"]), _signed(dl["loads"]), _signed(dl["flops"], si),
+                 _signed(dl["bytes"], _si_bytes), gr))
+  out += ["", "kernels, matched by role and data flow:",
+          table(("A kernel(s)", "B kernel(s)", "relation", "d ALU", "d loads", "d FLOPs", "d bytes", "AST nodes only A/B"), rows)]
+  out += [f"  {s}" for s in d["fusions"]]
+  for side in ("a", "b"):
+    for b in d["buffers"][f"only_{side}"]: out.append(f"only in {side.upper()}: {b['name']} {b['what']}, {si(b['nbytes'], 'B')} on {b['device']}")
+  out.append("")
+  ta, tb = d["totals"]["a"], d["totals"]["b"]
+  for key, fmt in (("kernels", str), ("copies", str), ("buffers", str), ("flops", si), ("bytes_moved", _si_bytes)):
+    out.append(f"{key.replace('_', ' ')}: {fmt(ta[key])} -> {fmt(tb[key])} ({_signed(tb[key] - ta[key], fmt)})")
+  out += [_timing_line(d.get("timing")), _numerics_line(d.get("numerics"))]
+  out += [f"note: {n}" for n in d["notes"]]
+  return "\n".join(x for x in out if x is not None)
+
+def _timing_line(t: dict | None) -> str | None:
+  if t is None: return None
+  if not t["compared"]: return f"timing: {t['reason']}"
+  r = t["ratio"]
+  line = f"timing: B/A = {r['median']:.3f}x, median of {r['n']} interleaved repeats (IQR {r['q1']:.3f}-{r['q3']:.3f}, " \
+         f"range {r['min']:.3f}-{r['max']:.3f}); A {t['a_total_s']['median']*1e3:.4f} ms, B {t['b_total_s']['median']*1e3:.4f} ms on {t['device']}"
+  return line + (f" ({t['fallback']})" if t.get("fallback") else "")
+
+def _numerics_line(n: dict | None) -> str | None:
+  if n is None: return None
+  if not n["compared"]: return f"outputs: {n['reason']}"
+  return f"outputs: max abs difference {n['max_abs']:.3g} ({n['max_rel']:.3g} of the largest |output| {n['scale']:.3g})"
