@@ -196,7 +196,7 @@ def graph_diff(ga: list[dict], gb: list[dict]) -> dict:
 
 def _who(side: Side, si: int, groups_of: dict[int, int], reading: bool) -> list[str]:
   s = side.sched[si]
-  if s["kind"] == "kernel": return [f"g{groups_of[s['kernel']]}"]
+  if s["kind"] == "kernel": return [f"g{groups_of[s['kernel']]}" if s["kernel"] is not None else f"unbuilt:{s.get('role')}"]
   if not reading: return [s["kind"]]
   # a copy reads it: it is for whoever reads the copy's destination
   return [f"{s['kind']}>{w}" for o in s["writes"] for r in side.buffers[o]["read_by"] for w in _who(side, r, groups_of, True)]
@@ -208,8 +208,8 @@ def _buffer_key(side: Side, b: dict, groups_of: dict[int, int]) -> tuple:
   return (b["role"], tuple(writers), tuple(readers))
 
 def _buffer_info(side: Side, b: dict) -> dict:
-  def names(idx: list[int]) -> list[str]:
-    return [side.kernels[side.sched[i]["kernel"]]["role"] if side.sched[i]["kind"] == "kernel" else side.sched[i]["kind"] for i in idx]
+  def names(idx: list[int]) -> list[str]:  # a kernel's role (from the schedule: a failed trace may not have built every kernel)
+    return [side.sched[i].get("role") or "kernel" if side.sched[i]["kind"] == "kernel" else side.sched[i]["kind"] for i in idx]
   def final_readers(bb: dict) -> list[str]:  # through copies: the kernels that read what the copies write
     return [n for i in bb["read_by"] for n in (names([i]) if side.sched[i]["kind"] == "kernel" else
                                                  [x for o in side.sched[i]["writes"] for x in final_readers(side.buffers[o])])]
@@ -395,6 +395,8 @@ def summary(d: dict) -> str:
   out = [f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
   if d["variant_changes"]: out.append("changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d["variant_changes"].items()))
   if not d["specs_match"]: out.append("note: the specs differ (no timing or output comparison)")
+  for side in ("a", "b"):
+    out += [f"{side.upper()} FAILED in {f['stage']}: {f['error']} (the diff covers what it recorded)" for f in d[side]["failures"]]
   def ks(refs: list[dict]) -> str: return ", ".join(f"{k['name']} ({k['role']})" for k in refs) or "-"
   rows = []
   for g in d["groups"]:
