@@ -11,7 +11,7 @@ group (MHAT), or a materialized constant, shows on one side only.
 No tinygrad here: what needs it runs in a fresh worker (explorer.diff_worker, explorer.timing).
 """
 from __future__ import annotations
-import difflib, hashlib, statistics
+import difflib, hashlib, os, statistics
 from collections import Counter, defaultdict
 from typing import Any
 from explorer.worker import DEFAULT_TIMEOUT_S, TraceFailed, call_in_worker
@@ -349,8 +349,7 @@ def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: 
               progress: Any = None) -> tuple[dict, bytes | None, str]:
   """A trace from a JSON file, a quoted flag set (traced now, without timing: the diff re-times), or a stored trace id.
   Returns (trace, rewrite blob or None, what it was)."""
-  import os, shlex
-  from explorer.spec import SpecError
+  import shlex
   if os.path.isfile(arg): return _load_file(arg), None, f"file {arg}"
   if arg.lstrip().startswith("-"):
     from explorer.cli import Parser, add_case_args, case_from_args
@@ -359,17 +358,26 @@ def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: 
     add_case_args(p)
     tokens = shlex.split(arg)
     a = p.parse_args(tokens)
-    if not any(t == "--target" or t.startswith("--target=") for t in tokens): a.target = target
+    def given(flag: str) -> bool: return any(t == flag or t.startswith(f"{flag}=") for t in tokens)
+    if not given("--target"): a.target = target
     elif target not in a.target.split(","): a.target += f",{target}"
     a.no_time = True
     spec, variant = case_from_args(a)
-    res = run_trace(spec, variant, progress, timeout_s=a.timeout)
+    res = run_trace(spec, variant, progress, timeout_s=a.timeout if given("--timeout") else timeout_s)
     return res.trace, res.rewrites, f"flags {arg.strip()}"
-  from explorer.store import Store
-  store = Store(db)
-  if (trace := store.get_trace(arg)) is None:
-    raise SpecError(f"{arg!r} is not a trace file, not a flag set (those start with -), and not a trace id stored in {store.path}")
-  return trace, store.get_rewrites(arg), f"stored trace {arg}"
+  return _load_stored(arg, db)
+
+def _load_stored(trace_id: str, db: str | None) -> tuple[dict, bytes | None, str]:
+  from explorer.spec import SpecError
+  from explorer.store import Store, StoreError, default_db_path
+  path = db or default_db_path()
+  what = f"{trace_id!r} is not a trace file, not a flag set (those start with -)"
+  if not os.path.isfile(path): raise SpecError(f"{what}, and there is no trace store at {path}")
+  try:
+    store = Store(path)
+    if (trace := store.get_trace(trace_id)) is None: raise SpecError(f"{what}, and not a trace id stored in {path}")
+    return trace, store.get_rewrites(trace_id), f"stored trace {trace_id}"
+  except StoreError as e: raise SpecError(str(e)) from None
 
 def _load_file(path: str) -> dict:
   import json
