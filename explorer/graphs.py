@@ -6,7 +6,8 @@ from __future__ import annotations
 import collections, html, re, shutil, subprocess
 
 MAX_NODES = 400           # larger graphs are simplified, and the page says how
-HARD_MAX_NODES = 2500     # even with ?full=1
+HARD_MAX_NODES = 1000     # even with ?full=1: beyond this dot takes more than DOT_TIMEOUT_S on a 2-core machine
+FAST_LAYOUT_NODES = 400   # above this, dot trades some crossing minimization for speed (24 s -> 4 s at 600 nodes)
 DOT_TIMEOUT_S = 20.0
 LABEL_LINES, LABEL_WIDTH = 7, 56
 
@@ -110,7 +111,8 @@ def _attrs(**kw: object) -> str: return ", ".join(f"{k}={_q(str(v))}" for k, v i
 
 def uop_dot(graph: dict, highlight: set[str] | None = None, title: str = "") -> str:
   highlight = highlight or set()
-  graph_attrs = _attrs(rankdir="TB", bgcolor="transparent", nodesep="0.18", ranksep="0.32", fontname="monospace", tooltip=title)
+  fast = {"mclimit": "0.2", "nslimit": "2", "nslimit1": "2"} if len(graph["nodes"]) > FAST_LAYOUT_NODES else {}
+  graph_attrs = _attrs(rankdir="TB", bgcolor="transparent", nodesep="0.18", ranksep="0.32", fontname="monospace", tooltip=title, **fast)
   out = ["digraph G {", f"  graph [{graph_attrs}];",
          "  node [shape=box, style=\"filled,rounded\", fontname=\"DejaVu Sans Mono,monospace\", fontsize=9, margin=\"0.08,0.04\", height=0.3];",
          "  edge [color=\"#8a8f98\", arrowsize=0.5, penwidth=0.8];"]

@@ -107,6 +107,25 @@ def test_failed_trace_shows_its_error(tmp_path):
     page = client.get(f"/t/{trace_id}")
     assert page.status_code == 200 and "The trace failed" in page.text and "SIGKILL" in page.text
 
+def test_a_failed_stage_shows_on_the_trace_page(tmp_path):
+  def stage_fails(spec, variant, progress, timeout_s):
+    progress("tensor_graph", "start", ""); progress("tensor_graph", "done", "0.01s")
+    progress("schedule", "start", ""); progress("schedule", "error", "RuntimeError: rangeify broke")
+    failure = {"stage": "schedule", "error": "RuntimeError: rangeify broke", "traceback": "Traceback ...\nRuntimeError"}
+    trace = minimal_trace() | {"status": "error", "stage_seconds": {"tensor_graph": 0.01}, "failures": [failure]}
+    return SimpleNamespace(trace=trace, rewrites=b"")
+  app = create_app(str(tmp_path / "s.sqlite3"), settings=Settings.load(env={}), runner=stage_fails)
+  with TestClient(app) as client:
+    trace_id = client.post("/api/traces", json={"preset": "small"}).json()["id"]
+    status = wait_done(client, trace_id)
+    assert status["status"] == "done" and "schedule failed" in status["error"]
+    assert [s["status"] for s in status["stages"][:3]] == ["done", "error", "skipped"]
+    page = client.get(f"/t/{trace_id}").text
+    assert "Stage Schedule (rangeify) failed" in page and "rangeify broke" in page and 'class="dot error"' in page
+    for url in (f"/t/{trace_id}/bufferize", f"/t/{trace_id}/rangeify", f"/t/{trace_id}/graph/tensor"):
+      assert client.get(url).status_code == 200, url
+    assert client.get(f"/api/traces/{trace_id}/graphs/tensor").status_code == 404  # no tensor graph was recorded
+
 # ***** the real `small` Winograd trace *****
 
 def test_trace_json(web_client, small_trace):

@@ -97,7 +97,7 @@ class Viewer {
     const shown = view.shown_nodes === view.total_nodes ? `${view.total_nodes} nodes` : `${view.shown_nodes} of ${view.total_nodes} nodes`;
     $(".viewer-stats", this.el).textContent = shown + (view.highlight && view.highlight.length ? ` · ${view.highlight.length} changed` : "");
     $(".viewer-notes", this.el).innerHTML = (view.notes || []).map((n) => `<p>${esc(n)}</p>`).join("");
-    $("[data-act=full]", this.el).hidden = view.shown_nodes === view.total_nodes;
+    $("[data-act=full]", this.el).hidden = this.full || view.shown_nodes === view.total_nodes;
     $("[data-act=svg]", this.el).href = view.svg_url;
     $(".viewer-legend", this.el).innerHTML = (view.legend || []).map((l) =>
       `<span><i class="swatch" style="background:${esc(l.color)}"></i>${esc(l.name)} <span class="mono">${l.count}</span></span>`).join("") +
