@@ -1,16 +1,16 @@
 """The one module that touches tinygrad internals. A tinygrad upgrade should only need changes here.
 
 Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment must be
-set before. With VIZ unset (a trace worker), every named graph_rewrite is recorded (TRACK_MATCH_STATS=2) in this process
-(PARALLEL=0), without VIZ's profiling and stack traces, which cost more than the tracking itself. A process that sets VIZ gets
-tinygrad's own behaviour: VIZ=0 is a plain, untracked tinygrad (renders for other targets, timing, benchmarks' baselines).
-CCACHE=0 always: compile times are cold.
+set before. With VIZ unset (a trace worker), every named graph_rewrite is recorded (TRACK_MATCH_STATS=2), without VIZ's
+profiling and stack traces, which cost more than the tracking itself. A process that sets VIZ gets tinygrad's own behaviour:
+VIZ=0 is a plain, untracked tinygrad (renders for other targets, timing, benchmarks' baselines). Always PARALLEL=0 (compile
+in this process) and CCACHE=0 (compile times are cold).
 """
 from __future__ import annotations
 import os
-if "VIZ" not in os.environ:
-  for _k, _v in {"TRACK_MATCH_STATS": "2", "PARALLEL": "0"}.items(): os.environ.setdefault(_k, _v)
-os.environ.setdefault("CCACHE", "0")
+if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
+# compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
+for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
 
 import atexit, collections, contextlib, ctypes, functools, glob, io, pickle, platform, re, subprocess, time, zlib
 from dataclasses import dataclass, replace

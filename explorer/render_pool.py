@@ -33,4 +33,4 @@ class RenderPool:
   def submit(self, asts: list[Any], targets: tuple[str, ...]) -> dict[str, Future]:
     return {t: self.pool.submit(_render_target, asts, t) for t in targets}
 
-  def close(self) -> None: self.pool.shutdown(wait=False, cancel_futures=True)
+  def close(self) -> None: self.pool.shutdown(wait=True, cancel_futures=True)  # let the processes exit cleanly: nothing leaks

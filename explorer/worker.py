@@ -2,7 +2,8 @@
 tracking is switched on before tinygrad is imported, and a hung or crashed trace cannot take the caller down."""
 from __future__ import annotations
 import multiprocessing as mp
-import importlib, os, pickle, queue, resource, signal, time, traceback
+import importlib, os, pickle, resource, signal, time, traceback
+from multiprocessing.connection import Connection
 from dataclasses import dataclass, field
 from typing import Callable
 from explorer.spec import ConvSpec, Variant
@@ -24,43 +25,42 @@ class Limits:
   memory_mb: int = 0            # address-space limit of the worker (and the compilers it starts); 0: none
   max_output_mb: float = 256.0  # largest pickled result
 
-def _child(fn_path: str, kwargs: dict, env: dict[str, str], limits: Limits, out: mp.Queue) -> None:
+def _child(fn_path: str, kwargs: dict, env: dict[str, str], limits: Limits, out: Connection) -> None:
   try:
     os.environ.update(env)  # before the target's imports bring in tinygrad
     if limits.memory_mb: resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb << 20, limits.memory_mb << 20))
     module, name = fn_path.split(":")
     fn = getattr(importlib.import_module(module), name)
-    def progress(stage: str, status: str, detail: str) -> None: out.put(("progress", (stage, status, detail)))
+    def progress(stage: str, status: str, detail: str) -> None: out.send(("progress", (stage, status, detail)))
     result = pickle.dumps(fn(progress=progress, **kwargs))
     if len(result) > limits.max_output_mb * 2**20:
       raise TraceFailed(f"the result is {len(result)/2**20:.2f} MiB, over the output cap of {limits.max_output_mb:.2f} MiB")
-    out.put(("result", result))
+    out.send(("result", result))
   except BaseException as e:  # noqa: BLE001 - anything the work raises must reach the parent as data
-    out.put(("failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+    out.send(("failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
   finally:
     out.close()
-    out.join_thread()
-  os._exit(0)  # skip tinygrad's atexit hooks (device finalizers, profile dumps): the result is already sent
 
 def call_in_worker(fn_path: str, kwargs: dict, progress: Progress | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                    env: dict[str, str] | None = None, limits: Limits = Limits()) -> tuple[object, list[tuple[str, str, str]]]:
   """Call module:function(progress=..., **kwargs) in a fresh spawned process; progress is relayed to this process."""
   ctx = mp.get_context("spawn")
-  q: mp.Queue = ctx.Queue()
+  recv, send = ctx.Pipe(duplex=False)  # a pipe, not a Queue: no semaphores for a killed worker to leak
   # not a daemon: a trace starts its own render process; killed below whatever happens
-  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env or {}, limits, q), daemon=False)
+  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env or {}, limits, send), daemon=False)
   proc.start()
+  send.close()
   seen: list[tuple[str, str, str]] = []
   deadline = time.monotonic() + timeout_s
   try:
     while True:
-      try: kind, payload = q.get(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
-      except queue.Empty:
-        if time.monotonic() > deadline: raise TraceFailed(f"the worker exceeded its time limit of {timeout_s:.0f}s") from None
-        if not proc.is_alive() and q.empty():
-          limit = f"; it had a memory limit of {limits.memory_mb} MiB" if limits.memory_mb else ""
-          raise TraceFailed(_death(proc.exitcode) + limit) from None
+      if not recv.poll(min(0.5, max(0.01, deadline - time.monotonic()))):
+        if time.monotonic() > deadline: raise TraceFailed(f"the worker exceeded its time limit of {timeout_s:.0f}s")
         continue
+      try: kind, payload = recv.recv()
+      except EOFError:  # the worker is gone without a word
+        proc.join(timeout=5)
+        raise TraceFailed(_death(proc.exitcode) + (f"; it had a memory limit of {limits.memory_mb} MiB" if limits.memory_mb else "")) from None
       if kind == "progress":
         seen.append(payload)
         if progress is not None: progress(*payload)
@@ -69,6 +69,7 @@ def call_in_worker(fn_path: str, kwargs: dict, progress: Progress | None = None,
   finally:
     if proc.is_alive(): proc.kill()
     proc.join(timeout=5)
+    recv.close()
 
 def _death(code: int | None) -> str:
   if code is not None and code < 0:
