@@ -115,11 +115,11 @@ async def trace_overview(request: Request, trace_id: str) -> HTMLResponse:
 
 @router.get("/t/{trace_id}/bufferize", response_class=HTMLResponse)
 async def bufferize(request: Request, trace_id: str) -> HTMLResponse:
-  return await trace_page(request, trace_id, "bufferize.html", "bufferize")
+  return await trace_page(request, trace_id, "bufferize.html", "bufferize", api=f"/api/traces/{trace_id}/bufferize")
 
 @router.get("/t/{trace_id}/graph/tensor", response_class=HTMLResponse)
 async def tensor_graph(request: Request, trace_id: str) -> HTMLResponse:
-  return await trace_page(request, trace_id, "tensor.html", "tensor")
+  return await trace_page(request, trace_id, "tensor.html", "tensor", api=f"/api/traces/{trace_id}/graphs/tensor")
 
 def pick_pass(passes: list[dict], asked: int | None, preferred: str | None = None) -> int:
   if asked is not None and 0 <= asked < len(passes): return asked
@@ -143,7 +143,7 @@ async def rangeify(request: Request, trace_id: str, at: str | None = None) -> HT
   trace = await deps.stored_trace(request, trace_id)
   passes = ((trace or {}).get("scheduler") or {}).get("passes") or []
   step = stepper(passes, "rangeify", int(asked) if asked and asked.isdigit() else None, at, preferred="symbolic+reduce_collapse+debuf")
-  return await trace_page(request, trace_id, "rangeify.html", "rangeify", step=step)
+  return await trace_page(request, trace_id, "rangeify.html", "rangeify", step=step, api=f"/api/traces/{trace_id}/rangeify")
 
 @router.get("/t/{trace_id}/k/{n}", response_class=HTMLResponse)
 async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast", code: str | None = None, at: str | None = None) -> HTMLResponse:
@@ -155,5 +155,5 @@ async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast
   tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k["sources"] or t in k.get("source_errors", {})]
   tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
   code = code if code in tabs else tabs[0]
-  return await trace_page(request, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step,
+  return await trace_page(request, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step, api=f"/api/traces/{trace_id}/kernels/{n}",
                           graph_mode="passes" if graph == "passes" else "ast", code=code, code_tabs=tabs)
