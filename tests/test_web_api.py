@@ -93,6 +93,17 @@ def test_queue_full_is_503_and_body_limit_413(fake):
   big = client.post("/api/traces", content=b"{" + b" " * 5000 + b"}", headers={"content-type": "application/json"})
   assert big.status_code == 413
 
+def test_a_trace_queued_too_long_is_dropped_with_a_message(tmp_path):
+  runner = GatedRunner()
+  app = create_app(str(tmp_path / "q.sqlite3"), settings=Settings.load(env={}, max_workers=1, queue_wait_s=0.5), runner=runner)
+  with TestClient(app) as client:
+    try:
+      client.post("/api/traces", json={"preset": "small"})
+      waiting = client.post("/api/traces", json={"preset": "wino8"}).json()["id"]
+      status = wait_done(client, waiting, timeout_s=10)
+      assert status["status"] == "error" and "waited over" in status["error"] and runner.calls == 1
+    finally: runner.release()
+
 def test_failed_trace_shows_its_error(tmp_path):
   from explorer.worker import TraceFailed
   def failing(spec, variant, progress, timeout_s):

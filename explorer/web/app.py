@@ -114,7 +114,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.state.store = store
   app.state.traces = TraceCache(store)
   app.state.jobs = JobManager(store, parallel=settings.workers, timeout_s=float(settings.trace_timeout_s), runner=runner,
-                              max_queue=int(settings.max_queue), limits=worker_limits(settings))
+                              max_queue=int(settings.max_queue), limits=worker_limits(settings), queue_wait_s=float(settings.queue_wait_s))
   app.state.graphs = GraphService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                   workers=graph_workers)
   app.state.templates = make_templates()

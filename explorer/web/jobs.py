@@ -70,8 +70,9 @@ class QueueFull(RuntimeError):
 class JobManager:
   """Runs at most `parallel` traces at once, queues up to `max_queue` more; finished jobs stay listed for `keep_s` seconds."""
   def __init__(self, store: Store, parallel: int = 1, timeout_s: float = 600.0, keep_s: float = 3600.0,
-               runner: Callable[..., Any] | None = None, max_queue: int = 16, limits: Any = None):
+               runner: Callable[..., Any] | None = None, max_queue: int = 16, limits: Any = None, queue_wait_s: float = 900.0):
     self.store, self.timeout_s, self.keep_s, self.max_queue, self.limits = store, timeout_s, keep_s, max_queue, limits
+    self.queue_wait_s = queue_wait_s
     self.jobs: dict[str, Job] = {}
     self.tasks: set[asyncio.Task] = set()
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
@@ -99,22 +100,30 @@ class JobManager:
 
   async def _run(self, job: Job) -> None:
     if self._slots is None: self._slots = asyncio.Semaphore(self._parallel)
+    try: await asyncio.wait_for(self._slots.acquire(), self.queue_wait_s)
+    except asyncio.TimeoutError:
+      job.finish("error", f"waited over {self.queue_wait_s:.0f}s for a free worker and was dropped; try again when the server is less busy")
+      return
+    try: await self._work(job)
+    finally: self._slots.release()
+
+  async def _work(self, job: Job) -> None:
+    """Run the trace (holding a worker slot) and store it; a failure becomes the job's one-line error."""
     loop = asyncio.get_running_loop()
-    async with self._slots:
-      job.status = "running"
-      job.emit({"event": "status", "status": "running"})
-      self.runs += 1
-      def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(job.on_progress, stage, status, detail)
-      try:
-        result = await run_in_daemon_thread(lambda: self._run_trace(job, progress))
-        await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites)
-      except Exception as e:  # TraceFailed and anything else: one line on the page
-        msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        job.finish("error", msg)
-        return
-      await asyncio.sleep(0)  # let queued progress callbacks land before the final event
-      failures = result.trace.get("failures") or []
-      job.finish("done", None if not failures else f"stage {failures[0]['stage']} failed: {failures[0]['error']}")
+    job.status = "running"
+    job.emit({"event": "status", "status": "running"})
+    self.runs += 1
+    def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(job.on_progress, stage, status, detail)
+    try:
+      result = await run_in_daemon_thread(lambda: self._run_trace(job, progress))
+      await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites)
+    except Exception as e:  # TraceFailed and anything else: one line on the page
+      msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      job.finish("error", msg)
+      return
+    await asyncio.sleep(0)  # let queued progress callbacks land before the final event
+    failures = result.trace.get("failures") or []
+    job.finish("done", None if not failures else f"stage {failures[0]['stage']} failed: {failures[0]['error']}")
 
   def _run_trace(self, job: Job, progress: Callable[[str, str, str], None]) -> Any:
     if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
