@@ -93,7 +93,15 @@ class GraphService:
       if proc.is_alive(): proc.kill()
     pool.shutdown(wait=False, cancel_futures=True)
 
-  def close(self) -> None: self._kill_pool()
+  def close(self) -> None:
+    """At shutdown: let idle workers exit on their own (no leaked semaphores), kill any still busy after a moment."""
+    pool, self._pool = self._pool, None
+    if pool is None: return
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs: proc.join(timeout=2)
+    for proc in procs:
+      if proc.is_alive(): proc.kill()
 
   async def _expand(self, fn: Callable[..., Any], *args: Any) -> Any:
     self.expansions += 1
