@@ -118,6 +118,20 @@ def peaks_for(device: str | None = None, probe: str = "auto", refresh: bool = Fa
   need = probe == "always" or (probe == "auto" and (known is None or known["fp32"] is None or known["bw"] is None))
   return merge_peaks(info, known, measured_peaks(info, refresh) if need else None, prefer_measured=probe == "always")
 
+def peaks_of_trace(trace: dict) -> dict | None:
+  """Peaks for the hardware a trace ran on, without touching any device: the spec sheet, completed by a probe measured earlier on
+  this host (the cache); None when neither has a compute and a bandwidth figure."""
+  env = trace["env"]
+  info = {"device": env["device"], "name": env.get("device_name") or env["device"], "host": env["host"], "tinygrad": env["tinygrad"]}
+  peaks = merge_peaks(info, known_peaks(info["name"], info["device"]), _load_cache().get(_cache_key(info)))
+  return peaks if peaks.get("fp32") and peaks.get("bw") else None
+
+def probe_for_trace(trace: dict, timeout_s: float = 300.0) -> dict:
+  """Measure (in a worker) and cache the peaks of the device a trace ran on; it must be a device of this host."""
+  env = trace["env"]
+  return measured_peaks({"device": env["device"], "name": env.get("device_name") or env["device"], "host": env["host"], "tinygrad": env["tinygrad"]},
+                        refresh=True, timeout_s=timeout_s)
+
 # ***** the roofline of a trace *****
 
 def compute_key(dtype: str, tensor_cores: bool) -> str:

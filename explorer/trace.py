@@ -53,6 +53,7 @@ def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_
   device = variant.device or tg.default_device()
   trace = new_trace(spec, variant, device)
   trace["env"]["compiler"], trace["env"]["fallback"] = _safe(lambda: tg.compiler_name(device)), _safe(lambda: tg.fallback_reason(device))
+  trace["env"]["device_name"] = _safe(lambda: tg.device_name(device))  # the hardware, for its roofline
   base = tg.tracking_mark()
   rec = Recorder(trace, progress)
   pool = RenderPool(max(1, min(2, len(variant.targets))))

@@ -96,6 +96,7 @@ def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[d
     ("kernels", "Kernels", f"{base}/k/0" if kernels else base, f"{len(kernels)} kernels · codegen", state("codegen")),
     ("source", "Source", f"{base}/k/0?code={first_target}" if kernels else base, f"{n_targets} targets + host", state("render")),
     ("timings", "Timings", f"{base}#timings", "–" if time_s is None else f"{time_s*1e6:.1f} µs total", state("run", "timing")),
+    ("roofline", "Roofline", f"{base}/roofline", f"on {(trace.get('env') or {}).get('device', '–')}", state("timing")),
   ]
   current = (current,) if isinstance(current, str) else current
   return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": k in current} for k, t, u, f, s in rows]
