@@ -28,6 +28,15 @@ CREATE TABLE IF NOT EXISTS graph_cache (
   created REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS graph_cache_trace ON graph_cache(trace_id);
+CREATE TABLE IF NOT EXISTS annotations (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  trace_id TEXT NOT NULL,
+  anchor_kind TEXT NOT NULL,
+  anchor TEXT NOT NULL,
+  text TEXT NOT NULL,
+  created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS annotations_trace ON annotations(trace_id);
 """
 
 class StoreError(RuntimeError):
@@ -117,6 +126,7 @@ class Store:
     c = self._conn()
     c.execute("DELETE FROM traces WHERE id = ?", (trace_id,))
     c.execute("DELETE FROM graph_cache WHERE trace_id = ?", (trace_id,))
+    c.execute("DELETE FROM annotations WHERE trace_id = ?", (trace_id,))
 
   # ***** graph cache: expanded graph JSON and laid-out SVG, per trace and graph reference *****
 
@@ -137,3 +147,30 @@ class Store:
   def clear_cache(self, trace_id: str | None = None) -> None:
     if trace_id is None: self._conn().execute("DELETE FROM graph_cache")
     else: self._conn().execute("DELETE FROM graph_cache WHERE trace_id = ?", (trace_id,))
+
+  # ***** annotations: a teacher's notes pinned to a tour step, a graph node or a source line of a trace *****
+
+  def annotations(self, trace_id: str) -> list[dict]:
+    """The trace's notes, oldest first: {id, trace_id, anchor_kind (step|node|line), anchor, text, created}."""
+    rows = self._conn().execute("SELECT id, trace_id, anchor_kind, anchor, text, created FROM annotations WHERE trace_id = ? ORDER BY created, id",
+                                (trace_id,)).fetchall()
+    return [dict(zip(("id", "trace_id", "anchor_kind", "anchor", "text", "created"), r)) for r in rows]
+
+  def add_annotation(self, trace_id: str, anchor_kind: str, anchor: str, text: str, max_per_trace: int | None = None) -> dict | None:
+    """Stores one note; None (and nothing stored) when the trace already has max_per_trace notes."""
+    c, now = self._conn(), time.time()
+    c.execute("BEGIN IMMEDIATE")
+    try:
+      if max_per_trace is not None and c.execute("SELECT count(*) FROM annotations WHERE trace_id = ?", (trace_id,)).fetchone()[0] >= max_per_trace:
+        c.execute("ROLLBACK")
+        return None
+      cur = c.execute("INSERT INTO annotations (trace_id, anchor_kind, anchor, text, created) VALUES (?,?,?,?,?)",
+                      (trace_id, anchor_kind, anchor, text, now))
+      c.execute("COMMIT")
+    except BaseException:
+      c.execute("ROLLBACK")
+      raise
+    return {"id": cur.lastrowid, "trace_id": trace_id, "anchor_kind": anchor_kind, "anchor": anchor, "text": text, "created": now}
+
+  def delete_annotation(self, trace_id: str, note_id: int) -> bool:
+    return self._conn().execute("DELETE FROM annotations WHERE trace_id = ? AND id = ?", (trace_id, note_id)).rowcount > 0
