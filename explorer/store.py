@@ -28,6 +28,16 @@ CREATE TABLE IF NOT EXISTS graph_cache (
   created REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS graph_cache_trace ON graph_cache(trace_id);
+CREATE TABLE IF NOT EXISTS diff_cache (
+  key TEXT PRIMARY KEY,
+  a TEXT NOT NULL,
+  b TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  body TEXT NOT NULL,
+  created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS diff_cache_a ON diff_cache(a);
+CREATE INDEX IF NOT EXISTS diff_cache_b ON diff_cache(b);
 CREATE TABLE IF NOT EXISTS annotations (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   trace_id TEXT NOT NULL,
@@ -63,10 +73,19 @@ def trace_key(spec: ConvSpec, variant: Variant) -> str:
 
 def trace_summary(trace: dict) -> dict:
   """The few fields the recent-traces list shows, kept in their own column so listing never parses whole traces."""
-  totals = trace.get("totals") or {}
+  totals, variant = trace.get("totals") or {}, trace.get("variant") or {}
   return {"label": trace.get("label"), "preset": trace.get("preset"), "status": trace.get("status"), "kernels": totals.get("kernels"),
-          "time_s": (totals.get("time_s") or {}).get("median"), "algo": (trace.get("variant") or {}).get("algo"),
-          "device": (trace.get("env") or {}).get("device"), "failures": len(trace.get("failures") or [])}
+          "time_s": (totals.get("time_s") or {}).get("median"), "algo": variant.get("algo"), "device": (trace.get("env") or {}).get("device"),
+          "failures": len(trace.get("failures") or []), "tinygrad": (trace.get("env") or {}).get("tinygrad"),
+          **{k: variant.get(k) for k in VARIANT_FILTERS if k != "algo"}, "targets": variant.get("targets")}
+
+# library search: fields kept in the summary column (older rows: read from the trace itself)
+VARIANT_FILTERS = ("algo", "wino_impl", "tile", "staging", "consts", "opt")
+
+def _field(name: str) -> str:
+  return f"COALESCE(json_extract(summary, '$.{name}'), json_extract(trace, '$.variant.{name}'))"
+
+def _like(text: str) -> str: return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 class Store:
   """One SQLite file (WAL mode); one connection per thread."""
@@ -115,18 +134,51 @@ class Store:
 
   def recent(self, limit: int = 50) -> list[dict]:
     rows = self._conn().execute("SELECT id, created, preset, label, status, summary FROM traces ORDER BY created DESC LIMIT ?", (limit,)).fetchall()
-    ret = []
-    for trace_id, created, preset, label, status, summary in rows:
-      try: extra = json.loads(summary)
-      except json.JSONDecodeError: extra = {}
-      ret.append({**extra, "id": trace_id, "created": created, "preset": preset, "label": label, "status": status})
-    return ret
+    return [self._row(*r) for r in rows]
 
-  def delete_trace(self, trace_id: str) -> None:
+  @staticmethod
+  def _row(trace_id: str, created: float, preset: str | None, label: str, status: str, summary: str) -> dict:
+    try: extra = json.loads(summary)
+    except json.JSONDecodeError: extra = {}
+    return {**(extra if isinstance(extra, dict) else {}), "id": trace_id, "created": created, "preset": preset, "label": label, "status": status}
+
+  def search(self, text: str | None = None, preset: str | None = None, device: str | None = None, status: str | None = None,
+             limit: int = 25, offset: int = 0, **variant: str | None) -> tuple[list[dict], int]:
+    """Stored traces, newest first, filtered by label/id text, preset, device, status and variant fields (opt=beam: any width).
+    Returns (one page of rows shaped like recent(), the number of matches)."""
+    if unknown := set(variant) - set(VARIANT_FILTERS): raise ValueError(f"unknown filter(s): {', '.join(sorted(unknown))}")
+    where, args = [], []
+    if text: where.append("(label LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')"); args += [_like(text), _like(text)]
+    if preset: where.append("preset IS ?" if preset != "custom" else "preset IS NULL"); args += [preset] if preset != "custom" else []
+    if status: where.append("status = ?"); args.append(status)
+    if device: where.append("json_extract(summary, '$.device') = ?"); args.append(device)
+    for k, v in variant.items():
+      if not v: continue
+      if k == "opt" and v == "beam": where.append(f"{_field(k)} LIKE 'beam:%'")
+      else: where.append(f"{_field(k)} = ?"); args.append(v)
+    cond = f"WHERE {' AND '.join(where)}" if where else ""
     c = self._conn()
-    c.execute("DELETE FROM traces WHERE id = ?", (trace_id,))
+    total = c.execute(f"SELECT COUNT(*) FROM traces {cond}", args).fetchone()[0]
+    rows = c.execute(f"SELECT id, created, preset, label, status, summary FROM traces {cond} ORDER BY created DESC LIMIT ? OFFSET ?",
+                     [*args, limit, offset]).fetchall()
+    return [self._row(*r) for r in rows], total
+
+  def facets(self) -> dict[str, list[str]]:
+    """The values each library filter takes in this store (for its drop-downs)."""
+    c, out = self._conn(), {}
+    for name, expr in [("preset", "COALESCE(preset, 'custom')"), ("device", "json_extract(summary, '$.device')"), ("status", "status"),
+                       *((k, _field(k)) for k in VARIANT_FILTERS)]:
+      out[name] = sorted(str(v) for (v,) in c.execute(f"SELECT DISTINCT {expr} FROM traces").fetchall() if v is not None)
+    return out
+
+  def delete_trace(self, trace_id: str) -> bool:
+    """Drop a trace with its cached graphs and every cached diff it is a side of. False: there was no such trace."""
+    c = self._conn()
+    gone = c.execute("DELETE FROM traces WHERE id = ?", (trace_id,)).rowcount > 0
     c.execute("DELETE FROM graph_cache WHERE trace_id = ?", (trace_id,))
+    c.execute("DELETE FROM diff_cache WHERE a = ? OR b = ?", (trace_id, trace_id))
     c.execute("DELETE FROM annotations WHERE trace_id = ?", (trace_id,))
+    return gone
 
   # ***** graph cache: expanded graph JSON and laid-out SVG, per trace and graph reference *****
 
@@ -174,3 +226,19 @@ class Store:
 
   def delete_annotation(self, trace_id: str, note_id: int) -> bool:
     return self._conn().execute("DELETE FROM annotations WHERE trace_id = ? AND id = ?", (trace_id, note_id)).rowcount > 0
+
+  # ***** diff cache: structural diffs, graph diffs, timings and output comparisons of two traces *****
+
+  def put_diff(self, a: str, b: str, kind: str, body: Any) -> None:
+    self._conn().execute("INSERT OR REPLACE INTO diff_cache (key, a, b, kind, body, created) VALUES (?,?,?,?,?,?)",
+                         (f"{a}:{b}:{kind}", a, b, kind, json.dumps(body, default=str), time.time()))
+
+  def get_diff(self, a: str, b: str, kind: str) -> Any:
+    row = self._conn().execute("SELECT body FROM diff_cache WHERE key = ?", (f"{a}:{b}:{kind}",)).fetchone()
+    if row is None: return None
+    try: return json.loads(row[0])
+    except (json.JSONDecodeError, TypeError) as e: raise StoreError(f"cached diff {kind} of traces {a} and {b} is corrupt ({e})") from None
+
+  def clear_diffs(self, a: str | None = None, b: str | None = None) -> None:
+    if a is None: self._conn().execute("DELETE FROM diff_cache")
+    else: self._conn().execute("DELETE FROM diff_cache WHERE a = ? AND b = ?", (a, b if b is not None else a))

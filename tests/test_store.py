@@ -97,3 +97,44 @@ def test_default_path_follows_xdg(monkeypatch, tmp_path):
   assert default_db_path() == tmp_path / "kernel-explorer" / "traces.sqlite3"
   monkeypatch.delenv("XDG_DATA_HOME")
   assert str(default_db_path()).endswith(".local/share/kernel-explorer/traces.sqlite3")
+
+# ***** the library: search, pagination, facets; the diff cache *****
+
+def variant_trace(i: int) -> dict:
+  t = fake_trace(f"trace {i} | winograd 50%_done")
+  t["variant"] = {**t["variant"], "algo": "winograd", "staging": "fused" if i % 3 == 0 else "staged", "opt": "beam:2" if i % 5 == 0 else "heuristic"}
+  return t
+
+def test_search_filters_and_pages(tmp_path):
+  s = Store(tmp_path / "t.sqlite3")
+  for i in range(12): s.put_trace(f"id{i:02d}", variant_trace(i), b"")
+  rows, total = s.search(staging="fused", limit=2)
+  assert total == 4 and [r["id"] for r in rows] == ["id09", "id06"] and rows[0]["staging"] == "fused" and rows[0]["opt"] == "heuristic"
+  assert [r["id"] for r in s.search(staging="fused", limit=2, offset=2)[0]] == ["id03", "id00"]
+  assert s.search(opt="beam")[1] == 3 and s.search(opt="beam:2", staging="fused")[1] == 1 and s.search(opt="beam:4")[1] == 0
+  assert s.search(text="trace 1")[1] == 3 and s.search(text="id0")[1] == 10 and s.search(text="50%_d")[1] == 12 and s.search(text="0%x")[1] == 0
+  assert s.search(preset="small", algo="winograd", device="CPU", status="ok")[1] == 12 and s.search(preset="custom")[1] == 0
+  with pytest.raises(ValueError, match="unknown filter"): s.search(colour="red")
+  f = s.facets()
+  assert f["staging"] == ["fused", "staged"] and f["opt"] == ["beam:2", "heuristic"] and f["preset"] == ["small"]
+
+def test_search_reads_older_rows_from_the_trace(tmp_path):
+  path = tmp_path / "t.sqlite3"
+  s = Store(path)
+  s.put_trace("old", variant_trace(3), b"")
+  with sqlite3.connect(path) as c: c.execute("UPDATE traces SET summary = ? WHERE id = 'old'", (json.dumps({"label": "x"}),))  # before these fields
+  assert s.search(staging="fused")[1] == 1 and s.search(staging="staged")[1] == 0
+
+def test_diff_cache_round_trip_restart_delete_and_corruption(tmp_path):
+  path = tmp_path / "t.sqlite3"
+  s = Store(path)
+  for t in ("a", "b", "c"): s.put_trace(t, fake_trace(), b"")
+  s.put_diff("a", "b", "diff:cuda", {"groups": [1, 2]}); s.put_diff("c", "a", "timing", {"compared": True})
+  s.close()
+  s2 = Store(path)
+  assert s2.get_diff("a", "b", "diff:cuda") == {"groups": [1, 2]} and s2.get_diff("b", "a", "diff:cuda") is None
+  assert s2.delete_trace("a") and not s2.delete_trace("a")
+  assert s2.get_diff("a", "b", "diff:cuda") is None and s2.get_diff("c", "a", "timing") is None  # either side's deletion drops it
+  s2.put_diff("b", "c", "numerics", {})
+  with sqlite3.connect(path) as c: c.execute("UPDATE diff_cache SET body = '{oops' WHERE a = 'b'")
+  with pytest.raises(StoreError, match="cached diff numerics of traces b and c is corrupt"): s2.get_diff("b", "c", "numerics")
