@@ -147,8 +147,13 @@ def tensor_sink(out: Tensor) -> UOp: return out.uop.sink()
 def op_histogram(sink: UOp) -> dict[str, int]: return dict(collections.Counter(u.op.name for u in sink.toposort()))
 
 def schedule(out: Tensor) -> UOp:
-  """tinygrad's schedule: an Ops.LINEAR of CALLs (kernels and copies), exactly as Tensor.realize builds it."""
-  return out.schedule_linear()
+  """tinygrad's schedule: an Ops.LINEAR of CALLs (kernels and copies), exactly as Tensor.realize builds it. Under BEAM, the kernels
+  are marked for beam search here, as compile_linear would mark them, so that the programs codegen shows are the ones that run."""
+  from tinygrad.engine.realize import pm_beam
+  from tinygrad.helpers import BEAM
+  from tinygrad.uop.ops import graph_rewrite
+  linear = out.schedule_linear()
+  return graph_rewrite(linear, pm_beam, ctx=BEAM.value, walk=True) if BEAM.value >= 1 else linear
 
 @dataclass(frozen=True)
 class Stage:
@@ -314,6 +319,10 @@ def compile_schedule(linear: UOp) -> UOp:
   return compile_linear(linear)
 
 def run_schedule(compiled: UOp) -> None: run_linear(compiled, wait=True)
+
+def compiled_sources(compiled: UOp) -> list[str]:
+  """The source of every program in a compiled schedule, in order: what tinygrad will run."""
+  return [next(s.arg for s in c.src[0].src if s.op is Ops.SOURCE) for c in compiled.src if c.src[0].op is Ops.PROGRAM]
 
 def call_timers(compiled: UOp) -> list[tuple[int, Iterator[float]]]:
   """tinygrad's time_call for each kernel of the compiled schedule: each yields one synchronized run time in seconds."""

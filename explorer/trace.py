@@ -26,8 +26,9 @@ class Recorder:
   def __init__(self, trace: dict, progress: Progress):
     self.trace, self.progress = trace, progress
 
-  def run(self, stage: str, fn: Callable[[], Any]) -> Any:
-    self.progress(stage, "start", "")
+  def run(self, stage: str, fn: Callable[[], Any], detail: str = "") -> Any:
+    """detail goes with the start: the timing stage names its device there (explorer.worker waits for that device's lock)."""
+    self.progress(stage, "start", detail)
     st = time.perf_counter()
     try: ret = fn()
     except Exception as e:
@@ -91,7 +92,7 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
     programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base))
     rec.run("render", lambda: _render(trace, calls, renders))
     compiled = rec.run("run", lambda: _run(trace, linear, out, spec, x_np, w_np, dump_io))
-    if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs))
+    if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs), detail=device)
   _totals(trace)
 
 def _schedule(trace: dict, out: Any, base: int) -> Any:
@@ -186,6 +187,8 @@ def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future]) -> No
 
 def _run(trace: dict, linear: Any, out: Any, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, dump_io: str | None) -> Any:
   compiled = tg.compile_schedule(linear)
+  if tg.compiled_sources(compiled) != [k["sources"]["host"] for k in trace["kernels"]]:
+    raise RuntimeError("tinygrad compiled other programs than the ones codegen recorded: the trace would not show what runs")
   tg.run_schedule(compiled)
   got = out.numpy()
   ref = conv2d_reference(x_np.astype(np.float64), w_np.astype(np.float64), spec.stride, spec.pad, spec.groups)

@@ -150,3 +150,10 @@ def test_explorer_winograd_roles_follow_data_flow(staging, roles):
   assert sorted(k["role"] for k in trace["kernels"]) == roles
   fused = [k for k in trace["kernels"] if "mhat+out" in k["role"] or k["role"] == "xhat+ghat+mhat+out"]
   assert all(any("never reaches global memory" in n for n in k["notes"]) for k in fused)
+
+def test_beam_programs_shown_are_the_ones_that_run():
+  """Under BEAM the kernels are searched once, at codegen; the run stage checks that tinygrad then runs exactly those programs."""
+  spec = ConvSpec(1, 2, 4, 8, 8, 3)
+  beam, plain = (run_trace(spec, Variant(opt=opt, targets=("cuda",), repeats=2)).trace for opt in ("beam:1", "heuristic"))
+  assert beam["status"] == "ok" and "run" in beam["stage_seconds"], beam["failures"]
+  assert beam["kernels"][0]["opts"] != plain["kernels"][0]["opts"]
