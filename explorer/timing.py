@@ -24,10 +24,12 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   vs = [Variant.from_dict(v).resolve(s) for v in variants]
   timers = [_prepare(s, v, x_np, w_np) for v in vs]
   totals: list[list[float]] = [[] for _ in vs]
+  progress("timing", "start", ",".join(sorted({v.device or tg.default_device() for v in vs})))  # waits for the devices' locks
   for r in range(warmup + repeats):
     for i, ts in enumerate(timers):
       t = sum(next(gen) for _, gen in ts)
       if r >= warmup: totals[i].append(t)
+  progress("timing", "done", f"{warmup} warmup + {repeats} repeats")
   out = []
   for v, xs in zip(vs, totals):
     device = v.device or tg.default_device()
