@@ -27,6 +27,8 @@ SETTINGS: tuple[Setting, ...] = (
   Setting("max_body_bytes", 65536, "largest request body, in bytes (413 past it)"),
   Setting("graph_node_limit", 400, "graphs with more nodes are simplified before layout, and the page says so"),
   Setting("dot_timeout_s", 20.0, "time limit for one graphviz layout, in seconds"),
+  Setting("graph_timeout_s", 180.0, "wall-clock limit for expanding one graph in a graph worker, in seconds (the worker is replaced past it)"),
+  Setting("max_graph_queue", 32, "graph expansions waiting for a graph worker before new ones get 503 with a Retry-After"),
 )
 
 def _parse(s: Setting, raw: str) -> int | float | str:
