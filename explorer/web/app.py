@@ -123,9 +123,10 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   install_error_handlers(app)
   if settings.token: install_token_check(app, str(settings.token))
   app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-  from explorer.web.routes import api, docs, pages, roofline
+  from explorer.web.routes import api, docs, pages, roofline, tours
   app.include_router(api.router)
   app.include_router(pages.router)
   app.include_router(roofline.router)
   app.include_router(docs.router)
+  tours.install(app)
   return app

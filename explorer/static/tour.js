@@ -1,0 +1,290 @@
+/* Teaching tours on every page: large-font mode (?big=1, remembered in localStorage), the "?" glossary panel, keyboard steps on tour pages,
+   the progress of a built-in tour's two traces, and annotations (notes on steps, graph nodes and source lines).
+   Loaded in <head>: the big-font class is set before the page paints. Note text is only ever set with textContent. */
+"use strict";
+
+(function () {
+  const BIG_KEY = "ke-big";
+  const asked = new URLSearchParams(window.location.search).get("big");
+  let stored = null;
+  try { stored = window.localStorage.getItem(BIG_KEY); } catch (e) { /* storage blocked */ }
+  if (asked === "1" || (asked !== "0" && stored === "1")) document.documentElement.classList.add("big");
+  if (asked === "1" || asked === "0") { try { window.localStorage.setItem(BIG_KEY, asked); } catch (e) { /* storage blocked */ } }
+})();
+
+const tq = (sel, root = document) => root.querySelector(sel);
+const tqa = (sel, root = document) => Array.from(root.querySelectorAll(sel));
+const typing = (el) => !!(el && el.closest && el.closest("input, textarea, select, [contenteditable=''], [contenteditable=true]"));
+
+function el(tag, attrs = {}, text = null) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== null) e.textContent = text;
+  return e;
+}
+
+async function api(url, opts = {}) {
+  const r = await fetch(url, { headers: { Accept: "application/json", "Content-Type": "application/json" }, ...opts });
+  if (r.status === 204) return null;
+  let body = null;
+  try { body = await r.json(); } catch (e) { /* not JSON */ }
+  if (!r.ok) throw new Error((body && body.detail) || `${r.status} ${r.statusText}`);
+  return body;
+}
+
+/* ***** large-font mode: <html class="big">, in the URL while on ***** */
+
+function setBig(on) {
+  document.documentElement.classList.toggle("big", on);
+  try { window.localStorage.setItem("ke-big", on ? "1" : "0"); } catch (e) { /* storage blocked */ }
+  const url = new URL(window.location.href);
+  if (on) url.searchParams.set("big", "1"); else url.searchParams.delete("big");
+  history.replaceState(history.state, "", url);
+  tqa("[data-big-toggle]").forEach((b) => b.setAttribute("aria-pressed", String(on)));
+  tqa("a[href]").forEach((a) => {  // in-app links keep the mode, so a shared link opens the same way
+    if (!a.getAttribute("href").startsWith("/") || a.getAttribute("href").startsWith("/api/") || a.getAttribute("href").startsWith("/static/")) return;
+    const u = new URL(a.href);
+    if (on) u.searchParams.set("big", "1"); else u.searchParams.delete("big");
+    a.setAttribute("href", u.pathname + u.search + u.hash);
+  });
+  window.dispatchEvent(new Event("resize"));  // graph viewers refit
+}
+
+/* ***** glossary panel ***** */
+
+function toggleGlossary(open) {
+  const panel = tq("#glossary-panel");
+  if (!panel) return;
+  const show = open === undefined ? panel.hidden : open;
+  panel.hidden = !show;
+  if (show) tq(".glossary-close", panel).focus();
+}
+
+/* ***** tour keyboard: → / j next, ← / k previous ***** */
+
+function initTourKeys() {
+  const tour = tq("[data-tour]");
+  if (!tour) return;
+  const cur = tq(".tour-steps a.current");
+  if (cur) cur.scrollIntoView({ block: "nearest" });
+  document.addEventListener("keydown", (e) => {
+    if (typing(e.target) || e.metaKey || e.ctrlKey || e.altKey || e.defaultPrevented) return;
+    const dir = { ArrowRight: "next", j: "next", ArrowLeft: "prev", k: "prev" }[e.key];
+    const url = dir && tour.dataset[dir];
+    if (!url) return;
+    e.preventDefault();
+    window.location.href = url;
+  });
+}
+
+/* ***** a built-in tour's two traces: progress, then the tour ***** */
+
+function initTourProgress() {
+  const box = tq("[data-tour-progress]");
+  if (!box) return;
+  const jobs = tqa("[data-job]", box);
+  const pending = () => jobs.filter((j) => ["queued", "running"].includes(j.dataset.status));
+  async function poll() {
+    for (const job of pending()) {
+      try {
+        const d = await api(`/api/traces/${job.dataset.job}/status`);
+        job.dataset.status = d.status;
+        const badge = tq("[data-job-status]", job);
+        badge.textContent = d.status; badge.className = `badge ${d.status === "error" ? "err" : d.status === "done" ? "ok" : "info"}`;
+        for (const s of d.stages || []) {
+          const li = tq(`li[data-stage="${s.stage}"]`, job);
+          if (!li) continue;
+          li.className = s.status;
+          li.firstElementChild.replaceChildren(s.status === "running" ? el("span", { class: "spinner" }) : el("span", { class: `dot ${s.status}` }));
+          tq(".detail", li).textContent = s.detail || s.status;
+        }
+        if (d.status === "error") {
+          const err = tq("[data-job-error]", job);
+          err.hidden = false; err.replaceChildren(el("b", {}, "The trace failed: "), document.createTextNode(d.error || "unknown error"));
+        }
+      } catch (e) { /* try again */ }
+    }
+    if (jobs.some((j) => j.dataset.status === "error")) return;
+    if (!pending().length) { window.location.reload(); return; }
+    setTimeout(poll, 1000);
+  }
+  if (pending().length) setTimeout(poll, 500);
+}
+
+/* ***** annotations ***** */
+
+const Notes = {
+  byTrace: new Map(),  // trace id -> Promise<list of notes>
+  load(trace) {
+    if (!this.byTrace.has(trace)) this.byTrace.set(trace, api(`/api/traces/${trace}/annotations`).catch(() => []));
+    return this.byTrace.get(trace);
+  },
+  async add(trace, note) {
+    const list = await this.load(trace);
+    list.push(note);
+    refreshAnchored(trace);
+  },
+  async remove(trace, id) {
+    await api(`/api/traces/${trace}/annotations/${id}`, { method: "DELETE" });
+    const list = await this.load(trace);
+    const i = list.findIndex((n) => n.id === id);
+    if (i >= 0) list.splice(i, 1);
+    refreshAnchored(trace);
+  },
+};
+
+function parseLine(anchor) { const m = /^(\d+):([a-z]+):(\d+)$/.exec(anchor); return m ? { kernel: +m[1], target: m[2], line: +m[3] } : null; }
+function parseNode(anchor) { const i = anchor.lastIndexOf("#"); return i < 0 ? null : { ref: anchor.slice(0, i), node: +anchor.slice(i + 1) }; }
+function describe(n) {
+  if (n.anchor_kind === "node") { const p = parseNode(n.anchor); return p ? `node ${p.node}` : n.anchor; }
+  if (n.anchor_kind === "line") { const p = parseLine(n.anchor); return p ? `${p.target === "uops" ? "UOps" : p.target} line ${p.line}` : n.anchor; }
+  return "step";
+}
+
+function noteItem(trace, n, where = "") {
+  const li = el("li", { "data-note-id": String(n.id) });
+  li.append(el("span", { class: "note-pin" }, "✎"));
+  if (where) li.append(el("span", { class: "note-where" }, where));
+  li.append(el("span", { class: "note-text" }, n.text));
+  const del = el("button", { type: "button", class: "small", "data-note-delete": "", title: "delete this note" }, "×");
+  li.append(del);
+  return li;
+}
+
+function onDelete(e) {
+  const btn = e.target.closest("[data-note-delete]");
+  if (!btn) return;
+  const li = btn.closest("li[data-note-id]"), list = btn.closest("[data-trace]");
+  Notes.remove(list.dataset.trace, +li.dataset.noteId).then(() => {
+    tqa(`li[data-note-id="${li.dataset.noteId}"]`).forEach((x) => x.remove());
+  }).catch((err) => window.alert(err.message));
+}
+
+function graphNodes(viewer) { return tqa("svg g.node", viewer); }
+
+function markGraph(viewer, notes) {
+  const ref = viewer.dataset.loaded;
+  if (!ref || ref === "error") return;
+  const nodes = graphNodes(viewer);
+  nodes.forEach((g) => { g.classList.remove("annotated"); tqa(".node-note", g).forEach((x) => x.remove()); });
+  for (const n of notes) {
+    const p = n.anchor_kind === "node" && parseNode(n.anchor);
+    if (!p || p.ref !== ref || !nodes[p.node]) continue;
+    const g = nodes[p.node], box = g.getBBox();
+    g.classList.add("annotated");
+    const pin = document.createElementNS("http://www.w3.org/2000/svg", "text");
+    pin.setAttribute("class", "node-note"); pin.setAttribute("x", String(box.x + box.width - 2)); pin.setAttribute("y", String(box.y + 2));
+    pin.textContent = "✎";
+    const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+    title.textContent = n.text;
+    pin.append(title);
+    g.append(pin);
+  }
+}
+
+function markLines(kernel, notes) {
+  tqa(".line-note").forEach((x) => x.remove());
+  tqa(".tab-panel[data-panel] .noted").forEach((x) => x.classList.remove("noted"));
+  for (const n of notes) {
+    const p = n.anchor_kind === "line" && parseLine(n.anchor);
+    if (!p || p.kernel !== kernel) continue;
+    const panel = tq(`.tab-panel[data-panel="${p.target}"]`);
+    if (!panel) continue;
+    let at = tq(`a[id="L-${p.line}"]`, panel);
+    if (!at && p.target === "uops") at = uopsLine(panel, p.line);
+    if (!at) continue;
+    const pin = el("span", { class: "line-note", title: n.text, "data-note-id": String(n.id) }, `✎ ${n.text.length > 60 ? n.text.slice(0, 59) + "…" : n.text}`);
+    at.after(pin);
+  }
+}
+
+function uopsLine(panel, line) {
+  // the UOp listing is plain text: split it into per-line anchors once (text nodes only, so nothing is parsed as HTML)
+  const pre = tq("pre.listing", panel);
+  if (!pre) return null;
+  if (!pre.dataset.split) {
+    const lines = pre.textContent.split("\n");
+    pre.replaceChildren(...lines.flatMap((ln, i) => [el("a", { id: `L-${i + 1}` }), document.createTextNode(ln + (i < lines.length - 1 ? "\n" : ""))]));
+    pre.dataset.split = "1";
+  }
+  return tq(`a[id="L-${line}"]`, pre);
+}
+
+async function refreshAnchored(trace) {
+  const notes = await Notes.load(trace);
+  tqa(`[data-anchored-notes][data-trace="${trace}"]`).forEach((ul) => {
+    const kernel = ul.dataset.kernel === undefined ? null : +ul.dataset.kernel, ref = ul.dataset.graphRef;
+    const mine = notes.filter((n) => (n.anchor_kind === "node" && ref && parseNode(n.anchor) && parseNode(n.anchor).ref === ref) ||
+                                     (n.anchor_kind === "line" && kernel !== null && parseLine(n.anchor) && parseLine(n.anchor).kernel === kernel));
+    ul.replaceChildren(...mine.map((n) => noteItem(trace, n, describe(n))));
+    if (kernel !== null) markLines(kernel, notes);
+  });
+  tqa(`.viewer[data-trace="${trace}"]`).forEach((v) => markGraph(v, notes));
+}
+
+function initNoteForm(form) {
+  const trace = form.dataset.trace, kind = tq("[name=anchor_kind]", form), err = tq(".note-error", form);
+  const sync = () => tqa("[data-for]", form).forEach((x) => { x.hidden = x.dataset.for !== kind.value; });
+  kind.addEventListener("change", sync); sync();
+  const pick = (viewer, g) => {  // clicking a node of the form's graph pins the note there
+    if (!form.dataset.graphRef || viewer.dataset.loaded !== form.dataset.graphRef) return;
+    const i = graphNodes(viewer).indexOf(g);
+    if (i < 0 || !tq("[name=node]", form)) return;
+    kind.value = "node"; sync();
+    tq("[name=node]", form).value = String(i);
+    graphNodes(viewer).forEach((x) => x.classList.toggle("picked", x === g));
+  };
+  tqa(`.viewer[data-trace="${trace}"]`).forEach((v) => v.addEventListener("click", (e) => {
+    const g = e.target.closest && e.target.closest("g.node");
+    if (g && !g.classList.contains("call")) pick(v, g);
+  }));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    err.textContent = "";
+    const text = tq("[name=text]", form).value.trim();
+    let anchor = form.dataset.stepAnchor;
+    if (kind.value === "node") anchor = `${form.dataset.graphRef}#${tq("[name=node]", form).value}`;
+    if (kind.value === "line") anchor = `${form.dataset.kernel}:${tq("[name=target]", form).value}:${tq("[name=line]", form).value}`;
+    if (!text) { err.textContent = "write the note first"; return; }
+    if (kind.value === "node" && !tq("[name=node]", form).value) { err.textContent = "click a node in the graph (or type its number)"; return; }
+    if (kind.value === "line" && !tq("[name=line]", form).value) { err.textContent = "give the line number"; return; }
+    try {
+      const note = await api(`/api/traces/${trace}/annotations`, { method: "POST", body: JSON.stringify({ anchor_kind: kind.value, anchor, text }) });
+      tq("[name=text]", form).value = "";
+      if (note.anchor_kind === "step") {
+        const list = tq(`[data-note-list][data-trace="${trace}"]`);
+        if (list) list.append(noteItem(trace, note));
+      }
+      await Notes.add(trace, note);
+    } catch (e2) { err.textContent = e2.message; }
+  });
+}
+
+function initNotes() {
+  document.addEventListener("click", onDelete);
+  tqa("[data-note-form]").forEach(initNoteForm);
+  const traces = new Set(tqa("[data-anchored-notes]").map((x) => x.dataset.trace));
+  tqa(".viewer[data-trace]").forEach((v) => {
+    v.addEventListener("graph-loaded", () => Notes.load(v.dataset.trace).then((notes) => markGraph(v, notes)));
+    if (tq("[data-anchored-notes]") || tq("[data-note-form]")) traces.add(v.dataset.trace);
+  });
+  traces.forEach((t) => refreshAnchored(t));
+}
+
+/* ***** boot ***** */
+
+document.addEventListener("DOMContentLoaded", () => {
+  tqa("[data-big-toggle]").forEach((b) => {
+    b.setAttribute("aria-pressed", String(document.documentElement.classList.contains("big")));
+    b.addEventListener("click", () => setBig(!document.documentElement.classList.contains("big")));
+  });
+  if (document.documentElement.classList.contains("big")) setBig(true);  // links carry the mode
+  tqa("[data-glossary]").forEach((a) => a.addEventListener("click", (e) => { if (tq("#glossary-panel")) { e.preventDefault(); toggleGlossary(); } }));
+  tqa(".glossary-close").forEach((b) => b.addEventListener("click", () => toggleGlossary(false)));
+  document.addEventListener("keydown", (e) => {
+    if (typing(e.target) || e.metaKey || e.ctrlKey || e.altKey) return;
+    if (e.key === "?") { e.preventDefault(); toggleGlossary(); }
+    else if (e.key === "Escape") toggleGlossary(false);
+  });
+  initTourKeys(); initTourProgress(); initNotes();
+});

@@ -1,0 +1,293 @@
+"""Teaching tours on the web: a trace's tour (/t/{id}/tour?step=), the built-in tours of the seed experiments (/tours/{kind}?a=&b=&step=),
+annotations (a teacher's notes pinned to a tour step, a UOp graph node or a source line) and the glossary page.
+
+Steps and their explanations come from explorer.tour (pure python, no tinygrad); each step shows its text next to the real view it names."""
+from __future__ import annotations
+import asyncio, re, urllib.parse
+from typing import Any, Literal
+from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, Field
+from explorer.spec import PRESETS, SpecError
+from explorer.store import trace_key
+from explorer.tour import BUILTIN_TOURS, compare_tour, trace_tour
+from explorer.web import deps
+from explorer.web.graphing import REF_RE
+from explorer.web.jobs import STAGE_TITLES, QueueFull
+from explorer.web.models import TraceRequest, TraceStatus, VariantIn
+from explorer.web.routes.pages import page, pick_pass, trace_page
+
+router = APIRouter()
+MAX_NOTE_CHARS, MAX_NOTES_PER_TRACE = 2000, 200
+
+# ***** steps: ids, URLs, and the view each one embeds *****
+
+def tour_steps(trace: dict) -> list[dict]:
+  try: return trace_tour(trace)
+  except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+    raise HTTPException(409, f"this trace cannot be toured (incomplete: {type(e).__name__} {e})") from None
+
+def pair_steps(kind: str, a: dict, b: dict) -> list[dict]:
+  try: return compare_tour(kind, a, b)
+  except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+    raise HTTPException(409, f"these traces cannot be toured (incomplete: {type(e).__name__} {e})") from None
+
+def with_query(path: str, **params: Any) -> str:
+  q = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+  return f"{path}?{q}" if q else path
+
+def trace_tour_url(trace_id: str, step: str | None = None, big: bool = False) -> str:
+  return with_query(f"{deps.trace_url(trace_id)}/tour", step=step, big=1 if big else None)
+
+def pair_tour_url(kind: str, a: str, b: str, step: str | None = None, big: bool = False) -> str:
+  return with_query(f"/tours/{kind}", a=a, b=b, step=step, big=1 if big else None)
+
+def view_url(trace_id: str, trace: dict, view: str) -> str:
+  """The full page a step's view names (the tour embeds a part of it)."""
+  base = deps.trace_url(trace_id)
+  if view == "timings": return f"{base}#timings"
+  if view == "source": return f"{base}/k/0?code=host" if trace.get("kernels") else base
+  if m := re.fullmatch(r"k/(\d+)(?:/(passes|uops|source))?", view):
+    n, part = m.group(1), m.group(2)
+    if part == "passes": return f"{base}/k/{n}?graph=passes"
+    if part == "uops": return f"{base}/k/{n}?code=uops"
+    return f"{base}/k/{n}"
+  return f"{base}/{view}"
+
+def step_api(trace_id: str, trace: dict, steps: list[dict], url_of) -> list[dict]:
+  return [{**s, "url": url_of(s["id"]), "view_url": view_url(trace_id, trace, s["view"]) if s["view"] != "diff" else None} for s in steps]
+
+def step_index(steps: list[dict], asked: str | None) -> int:
+  return next((i for i, s in enumerate(steps) if s["id"] == asked), 0)
+
+def note_anchor(step_id: str) -> str:
+  """The step anchor a note is stored under: the trace's own step id (a pair tour prefixes a-/b-)."""
+  return step_id[2:] if step_id[:2] in ("a-", "b-") else step_id
+
+def embed(trace_id: str, trace: dict, view: str) -> dict:
+  """What the tour shows next to a step's text: the kind of embed and the data it needs."""
+  kernels = trace.get("kernels") or []
+  if view == "graph/tensor": return {"kind": "graph", "ref": "tensor", "title": "Tensor graph (the UOp graph handed to the scheduler)"}
+  if view == "rangeify":
+    passes = (trace.get("scheduler") or {}).get("passes") or []
+    if not passes: return {"kind": "none"}
+    p = pick_pass(passes, None, preferred="symbolic+reduce_collapse+debuf")
+    top = sorted(({"index": i, **q} for i, q in enumerate(passes)), key=lambda q: -q["matches"])[:8]
+    return {"kind": "rangeify", "ref": f"rangeify/{p}/after", "pass": {"index": p, **passes[p]}, "top": top}
+  if view == "bufferize": return {"kind": "bufferize"}
+  if view == "timings": return {"kind": "timings"}
+  if view == "source": return {"kind": "constants"}
+  if (m := re.fullmatch(r"k/(\d+)(?:/(passes|uops|source))?", view)) and int(m.group(1)) < len(kernels):
+    k = kernels[int(m.group(1))]
+    part = m.group(2) or "ast"
+    if part == "passes":
+      top = sorted(({"index": i, **q} for i, q in enumerate(k.get("passes") or [])), key=lambda q: -q["matches"])[:10]
+      return {"kind": "passes", "kernel": k, "top": top}
+    if part == "source":
+      tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k.get("sources", {})]
+      tabs += [t for t in k.get("sources", {}) if t not in tabs]
+      return {"kind": "source", "kernel": k, "tabs": tabs}
+    if part == "uops": return {"kind": "uops", "kernel": k}
+    return {"kind": "graph", "ref": f"ast/{k['index']}", "kernel": k, "title": f"AST of kernel {k['index']} {k['name']}"}
+  return {"kind": "none"}
+
+# ***** a trace's tour *****
+
+@router.get("/api/traces/{trace_id}/tour", tags=["tours"], summary="The trace's teaching tour: steps explained from its own numbers")
+async def get_trace_tour(request: Request, trace_id: str) -> dict:
+  trace = await deps.trace_or_404(request, trace_id)
+  steps = tour_steps(trace)
+  return {"trace_id": trace_id, "label": trace.get("label"), "steps": step_api(trace_id, trace, steps, lambda s: trace_tour_url(trace_id, s))}
+
+def big_asked(request: Request) -> bool: return request.query_params.get("big") == "1"
+
+@router.get("/t/{trace_id}/tour", response_class=HTMLResponse, include_in_schema=False)
+async def trace_tour_page(request: Request, trace_id: str, step: str | None = None) -> HTMLResponse:
+  trace = await deps.stored_trace(request, trace_id)
+  if trace is None: return await trace_page(request, trace_id, "tour.html", ())
+  steps = tour_steps(trace)
+  notes = await asyncio.to_thread(request.app.state.store.annotations, trace_id)
+  big = big_asked(request)
+  ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, big), {"": (trace_id, trace)}, {"": notes})
+  return await trace_page(request, trace_id, "tour.html", (), api=f"/api/traces/{trace_id}/tour", pair=None, **ctx)
+
+def note_key(step: dict, traces: dict[str, tuple[str, dict]]) -> tuple[str, str]:
+  """(which trace, which step anchor) a step's notes are stored under: a pair tour's a-/b- steps under their own trace's step id,
+  its comparison step under trace A as compare-{B's id}."""
+  side = step.get("side", "")
+  if side == "both": return "a", f"compare-{traces['b'][0]}"
+  return side, note_anchor(step["id"])
+
+def tour_context(steps: list[dict], asked: str | None, url_of, traces: dict[str, tuple[str, dict]], notes: dict[str, list[dict]]) -> dict:
+  """The template's view of one step: the step list, this step, its neighbours, the trace it is about, its embed and notes."""
+  def step_notes(s: dict) -> list[dict]:
+    side, anchor = note_key(s, traces)
+    return [n for n in notes.get(side, []) if n["anchor_kind"] == "step" and n["anchor"] == anchor]
+  i = step_index(steps, asked)
+  cur = steps[i]
+  side, anchor = note_key(cur, traces)
+  trace_id, trace = traces[side]
+  view = {"kind": "diff"} if cur["view"] == "diff" else embed(trace_id, trace, cur["view"])
+  return {"steps": [{**s, "url": url_of(s["id"]), "notes": len(step_notes(s))} for s in steps], "index": i, "cur": cur,
+          "prev_url": url_of(steps[i - 1]["id"]) if i > 0 else None, "next_url": url_of(steps[i + 1]["id"]) if i + 1 < len(steps) else None,
+          "view": view, "view_url": None if cur["view"] == "diff" else view_url(trace_id, trace, cur["view"]), "step_trace_id": trace_id,
+          "step_trace": trace, "step_anchor": anchor, "step_notes": step_notes(cur), "max_note_chars": MAX_NOTE_CHARS}
+
+# ***** built-in tours: two traces, started (or reused) with one click *****
+
+def tour_or_404(kind: str) -> dict:
+  if kind not in BUILTIN_TOURS: raise HTTPException(404, f"no built-in tour {kind!r} (there are {', '.join(BUILTIN_TOURS)})")
+  return BUILTIN_TOURS[kind]
+
+def tour_request(preset: str, variant: Any) -> TraceRequest:
+  fields = {k: v for k, v in variant.to_dict().items() if k in VariantIn.model_fields}
+  return TraceRequest.model_validate({"preset": preset, "variant": fields})
+
+def tour_ids(kind: str) -> tuple[str, str]:
+  t = tour_or_404(kind)
+  return trace_key(PRESETS[t["preset"]], t["a"]), trace_key(PRESETS[t["preset"]], t["b"])
+
+def builtin_tours() -> list[dict]:
+  """The built-in tours as the home page and GET /api/tours list them."""
+  ret = []
+  for kind, t in BUILTIN_TOURS.items():
+    a, b = tour_ids(kind)
+    ret.append({"kind": kind, "title": t["title"], "preset": t["preset"], "preset_label": PRESETS[t["preset"]].label(), "a_label": t["a"].label(),
+                "b_label": t["b"].label(), "a": a, "b": b, "url": pair_tour_url(kind, a, b)})
+  return ret
+
+async def start_tour(request: Request, kind: str) -> tuple[dict, dict]:
+  t = tour_or_404(kind)
+  try:
+    a, _ = await deps.submit(request, tour_request(t["preset"], t["a"]))
+    b, _ = await deps.submit(request, tour_request(t["preset"], t["b"]))
+  except QueueFull as e: raise HTTPException(503, str(e), headers={"Retry-After": "60"}) from None
+  except SpecError as e: raise HTTPException(422, str(e)) from None
+  return a, b
+
+class TourStart(BaseModel):
+  kind: str
+  url: str
+  a: TraceStatus
+  b: TraceStatus
+
+@router.get("/api/tours", tags=["tours"], summary="The built-in tours (seed experiments): preset, the two variants, their trace ids")
+async def list_tours() -> list[dict]:
+  return builtin_tours()
+
+@router.post("/api/tours/{kind}", tags=["tours"], response_model=TourStart, status_code=202,
+             summary="Start a built-in tour's two traces (or reuse the stored ones)", responses={200: {"description": "both already stored"}})
+async def api_start_tour(request: Request, kind: str) -> Any:
+  a, b = await start_tour(request, kind)
+  body = {"kind": kind, "url": pair_tour_url(kind, a["id"], b["id"]), "a": a, "b": b}
+  return JSONResponse(body, status_code=200 if a["status"] == b["status"] == "done" else 202)
+
+@router.get("/api/tours/{kind}", tags=["tours"], summary="A built-in tour's steps over two traces (a and b default to the tour's own)")
+async def api_pair_tour(request: Request, kind: str, a: str | None = None, b: str | None = None) -> dict:
+  da, db = tour_ids(kind)
+  a, b = a or da, b or db
+  ta, tb = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
+  steps = pair_steps(kind, ta, tb)
+  def url_of(s: str) -> str: return pair_tour_url(kind, a, b, s)
+  out = []
+  for s in steps:
+    tid, tr = (b, tb) if s.get("side") == "b" else (a, ta)
+    out.append({**s, "url": url_of(s["id"]), "view_url": view_url(tid, tr, s["view"]) if s["view"] != "diff" else None})
+  return {"kind": kind, "title": BUILTIN_TOURS[kind]["title"], "a": a, "b": b, "steps": out}
+
+@router.post("/tours/{kind}", include_in_schema=False)
+async def form_start_tour(request: Request, kind: str) -> Response:
+  """The home page's one-click button: start both traces, then the tour page (it shows their progress until both are stored)."""
+  a, b = await start_tour(request, kind)
+  return RedirectResponse(pair_tour_url(kind, a["id"], b["id"], big=big_asked(request)), status_code=303)
+
+@router.get("/tours/{kind}", response_class=HTMLResponse, include_in_schema=False)
+async def pair_tour_page(request: Request, kind: str, a: str | None = None, b: str | None = None, step: str | None = None) -> Response:
+  t = tour_or_404(kind)
+  if a is None or b is None:
+    da, db = tour_ids(kind)
+    return RedirectResponse(pair_tour_url(kind, a or da, b or db, step, big_asked(request)), status_code=303)
+  ta, tb = await deps.stored_trace(request, a), await deps.stored_trace(request, b)
+  if ta is None or tb is None:
+    statuses = [await deps.status_of(request, x) or {"id": x, "status": "error", "error": f"no trace {x}", "stages": []} for x in (a, b)]
+    return page(request, "tour_progress.html", kind=kind, tour=t, statuses=statuses, stage_titles=STAGE_TITLES)
+  steps = pair_steps(kind, ta, tb)
+  store = request.app.state.store
+  notes = {"a": await asyncio.to_thread(store.annotations, a), "b": await asyncio.to_thread(store.annotations, b)}
+  big = big_asked(request)
+  ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, big), {"a": (a, ta), "b": (b, tb)}, notes)
+  return page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
+              api=f"/api/tours/{kind}?a={a}&b={b}", **ctx)
+
+# ***** annotations *****
+
+NODE_RE = re.compile(r"^(?P<ref>[a-z0-9/]+)#(?P<node>\d{1,6})$")
+LINE_RE = re.compile(r"^(?P<kernel>\d{1,4}):(?P<target>[a-z]{1,12}):(?P<line>\d{1,7})$")
+COMPARE_RE = re.compile(r"^compare-[0-9a-f]{16}$")
+
+class AnnotationIn(BaseModel):
+  """A note pinned to a tour step (anchor: the step id, e.g. `k0-ast`), a UOp graph node (`{graph ref}#{node}`: `ast/1#12` is the 13th node
+  drawn in kernel 1's AST graph) or a source line (`{kernel}:{target}:{line}`: `1:cuda:12`; target `uops` for the UOp listing)."""
+  model_config = {"extra": "forbid", "str_strip_whitespace": True}
+  anchor_kind: Literal["step", "node", "line"]
+  anchor: str = Field(min_length=1, max_length=120)
+  text: str = Field(min_length=1, max_length=MAX_NOTE_CHARS)
+
+class Annotation(BaseModel):
+  id: int
+  trace_id: str
+  anchor_kind: Literal["step", "node", "line"]
+  anchor: str
+  text: str
+  created: float
+
+def check_anchor(trace: dict, kind: str, anchor: str) -> None:
+  """422 unless the anchor names something this trace renders."""
+  kernels = trace.get("kernels") or []
+  if kind == "step":
+    if COMPARE_RE.match(anchor) or anchor in {s["id"] for s in tour_steps(trace)}: return
+    raise HTTPException(422, f"anchor: this trace's tour has no step {anchor!r}")
+  if kind == "node":
+    if (m := NODE_RE.match(anchor)) is None or not REF_RE.match(m.group("ref")):
+      raise HTTPException(422, "anchor: a node anchor is {graph ref}#{node number}, e.g. ast/0#12")
+    if (k := re.fullmatch(r"ast/(\d+)", m.group("ref"))) and int(k.group(1)) >= len(kernels):
+      raise HTTPException(422, f"anchor: the trace has no kernel {k.group(1)}")
+    return
+  if (m := LINE_RE.match(anchor)) is None: raise HTTPException(422, "anchor: a line anchor is {kernel}:{target}:{line}, e.g. 0:cuda:12")
+  n, target, line = int(m.group("kernel")), m.group("target"), int(m.group("line"))
+  if n >= len(kernels): raise HTTPException(422, f"anchor: the trace has no kernel {n}")
+  text = "\n".join(kernels[n].get("uops_listing") or []) if target == "uops" else (kernels[n].get("sources") or {}).get(target)
+  if text is None: raise HTTPException(422, f"anchor: kernel {n} has no {target} source")
+  if not 1 <= line <= (lines := len(text.splitlines())): raise HTTPException(422, f"anchor: the {target} source of kernel {n} has {lines} lines")
+
+@router.get("/api/traces/{trace_id}/annotations", tags=["annotations"], response_model=list[Annotation], summary="A trace's notes")
+async def list_annotations(request: Request, trace_id: str) -> list[dict]:
+  await deps.trace_or_404(request, trace_id)
+  return await asyncio.to_thread(request.app.state.store.annotations, trace_id)
+
+@router.post("/api/traces/{trace_id}/annotations", tags=["annotations"], response_model=Annotation, status_code=201,
+             summary="Pin a note to a tour step, a graph node or a source line",
+             responses={409: {"description": f"the trace already has {MAX_NOTES_PER_TRACE} notes"}, 422: {"description": "bad anchor or text"}})
+async def add_annotation(request: Request, trace_id: str, body: AnnotationIn) -> dict:
+  trace = await deps.trace_or_404(request, trace_id)
+  check_anchor(trace, body.anchor_kind, body.anchor)
+  note = await asyncio.to_thread(request.app.state.store.add_annotation, trace_id, body.anchor_kind, body.anchor, body.text, MAX_NOTES_PER_TRACE)
+  if note is None: raise HTTPException(409, f"trace {trace_id} already has {MAX_NOTES_PER_TRACE} notes; delete some first")
+  return note
+
+@router.delete("/api/traces/{trace_id}/annotations/{note_id}", tags=["annotations"], status_code=204, summary="Delete a note")
+async def delete_annotation(request: Request, trace_id: str, note_id: int) -> Response:
+  if not await asyncio.to_thread(request.app.state.store.delete_annotation, trace_id, note_id):
+    raise HTTPException(404, f"trace {trace_id} has no note {note_id}")
+  return Response(status_code=204)
+
+# ***** glossary *****
+
+@router.get("/glossary", response_class=HTMLResponse, include_in_schema=False)
+async def glossary(request: Request) -> HTMLResponse:
+  return page(request, "glossary.html")
+
+def install(app: FastAPI) -> None:
+  """Routes, and the built-in tours as a template global (the home page lists them)."""
+  app.include_router(router)
+  app.state.templates.env.globals.update(builtin_tours=builtin_tours, max_note_chars=MAX_NOTE_CHARS)
