@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
@@ -17,6 +17,7 @@ from explorer.spec import SpecError
 from explorer.store import Store, StoreError
 from explorer.web.graphing import GraphService
 from explorer.web.jobs import JobManager
+from explorer.web.limits import install_limits
 from explorer.web.render import STATIC_DIR, make_templates
 
 class TraceCache:
@@ -67,13 +68,6 @@ def install_error_handlers(app: FastAPI) -> None:
   app.add_exception_handler(StoreError, store_error)  # type: ignore[arg-type]
   app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
 
-def install_body_limit(app: FastAPI, max_bytes: int) -> None:
-  @app.middleware("http")
-  async def limit_body(request: Request, call_next):
-    if int(request.headers.get("content-length") or 0) > max_bytes:
-      return PlainTextResponse(f"request body over the limit of {max_bytes} bytes", 413)
-    return await call_next(request)
-
 TOKEN_HEADER, TOKEN_COOKIE = "X-Access-Token", "ke_token"
 TOKEN_FREE = ("/static/", "/api/health")
 
@@ -116,10 +110,11 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.state.jobs = JobManager(store, parallel=settings.workers, timeout_s=float(settings.trace_timeout_s), runner=runner,
                               max_queue=int(settings.max_queue), limits=worker_limits(settings), queue_wait_s=float(settings.queue_wait_s))
   app.state.graphs = GraphService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
-                                  workers=graph_workers)
+                                  workers=graph_workers, expand_timeout_s=float(settings.graph_timeout_s), memory_mb=int(settings.worker_memory_mb),
+                                  max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue))
   app.state.templates = make_templates()
   app.add_middleware(GZipMiddleware, minimum_size=4096)
-  install_body_limit(app, int(settings.max_body_bytes))
+  install_limits(app, int(settings.max_body_bytes))  # body and URL size, cross-site posts, Host on loopback, safety headers
   install_error_handlers(app)
   if settings.token: install_token_check(app, str(settings.token))
   app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -8,13 +8,13 @@ A graph reference names one drawable graph of a trace, and is the tail of its UR
   rangeify/{p}/{at}            rangeify (scheduler) pass p, same `at`
 """
 from __future__ import annotations
-import asyncio, concurrent.futures, multiprocessing as mp, re
-from concurrent.futures.process import BrokenProcessPool
+import asyncio, re
 from dataclasses import dataclass
 from typing import Any, Callable
 from explorer import graphs
 from explorer.store import Store
 from explorer.web import expand
+from explorer.web.pool import OutputTooLarge, PoolBusy, PoolFailed, WorkerPool
 
 MAX_STEPS = 60     # matches one can step through in a pass (each replays all before it)
 STEP_WINDOW = 6    # steps expanded per worker call, cached for the next clicks
@@ -25,6 +25,9 @@ class GraphNotFound(LookupError):
 
 class GraphUnavailable(RuntimeError):
   """The graph exists but cannot be drawn (too many matches to replay, worker crashed or timed out, dot failed)."""
+
+class GraphBusy(GraphUnavailable):
+  """Too many expansions are waiting for a graph worker: try again shortly (503 with Retry-After)."""
 
 REF_RE = re.compile(r"^(?:(tensor|kernels)|ast/(\d+)|codegen/(\d+)/(\d+)/(before|after|m\d+)|rangeify/(\d+)/(before|after|m\d+))$")
 
@@ -72,47 +75,22 @@ def graph_title(trace: dict, ref: Ref) -> str:
 class GraphService:
   """Expands graphs in worker processes (one by default: it keeps the loaded rewrite blob warm) and lays them out with dot."""
   def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, workers: int = 1,
-               expand_timeout_s: float = EXPAND_TIMEOUT_S):
+               expand_timeout_s: float = EXPAND_TIMEOUT_S, memory_mb: int = 0, max_output_mb: float = 256.0, max_waiting: int = 32):
     self.store, self.node_limit, self.dot_timeout_s, self.workers, self.expand_timeout_s = store, node_limit, dot_timeout_s, workers, expand_timeout_s
-    self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+    self.pool = WorkerPool(workers, expand.init_worker, memory_mb, max_output_mb, expand_timeout_s, max_waiting)
     self._inflight: dict[tuple, asyncio.Future] = {}
     self._dot_slots: asyncio.Semaphore | None = None
     self.expansions = 0  # worker calls made: tests check that cached graphs do not expand again
 
-  # ***** worker processes *****
+  # ***** worker processes (explorer.web.pool: limits, and a dead or hung worker replaced) *****
 
-  def _get_pool(self) -> concurrent.futures.ProcessPoolExecutor:
-    if self._pool is None:
-      self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=expand.init_worker)
-    return self._pool
-
-  def _kill_pool(self) -> None:
-    pool, self._pool = self._pool, None
-    if pool is None: return
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
-      if proc.is_alive(): proc.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
-
-  def close(self) -> None:
-    """At shutdown: let idle workers exit on their own (no leaked semaphores), kill any still busy after a moment."""
-    pool, self._pool = self._pool, None
-    if pool is None: return
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in procs: proc.join(timeout=2)
-    for proc in procs:
-      if proc.is_alive(): proc.kill()
+  def close(self) -> None: self.pool.close()
 
   async def _expand(self, fn: Callable[..., Any], *args: Any) -> Any:
     self.expansions += 1
-    fut = self._get_pool().submit(fn, str(self.store.path), *args)
-    try: return await asyncio.wait_for(asyncio.wrap_future(fut), self.expand_timeout_s)
-    except asyncio.TimeoutError:
-      self._kill_pool()
-      raise GraphUnavailable(f"expanding the graph took over {self.expand_timeout_s:.0f}s; the worker was stopped") from None
-    except BrokenProcessPool:
-      self._kill_pool()
-      raise GraphUnavailable("the graph worker process died (out of memory?); try again") from None
+    try: return await self.pool.call(fn, str(self.store.path), *args)
+    except PoolBusy as e: raise GraphBusy(str(e)) from None
+    except (PoolFailed, OutputTooLarge) as e: raise GraphUnavailable(f"expanding the graph failed: {e}") from None
     except LookupError as e: raise GraphNotFound(str(e)) from None
 
   async def _once(self, key: tuple, make: Callable[[], Any]) -> Any:

@@ -8,7 +8,7 @@ from explorer import __version__
 from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
 from explorer.web import deps
-from explorer.web.graphing import GraphNotFound, GraphUnavailable, MAX_STEPS
+from explorer.web.graphing import GraphBusy, GraphNotFound, GraphUnavailable, MAX_STEPS
 from explorer.web.jobs import QueueFull
 from explorer.web.models import GraphView, Health, TraceRequest, TraceStatus, TraceSummary
 from explorer.web.render import TARGET_LABELS
@@ -117,18 +117,20 @@ def graph_errors(fn: Any) -> Any:
   async def wrapped(*args: Any, **kwargs: Any) -> Any:
     try: return await fn(*args, **kwargs)
     except GraphNotFound as e: raise HTTPException(404, str(e)) from None
+    except GraphBusy as e: raise HTTPException(503, str(e), headers={"Retry-After": "5"}) from None
     except GraphUnavailable as e: raise HTTPException(409, str(e)) from None
   return wrapped
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}.svg", summary="A graph laid out by graphviz (SVG)",
-            response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}, 404: {}, 409: {"description": "cannot be drawn"}})
+            response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}, 404: {}, 409: {"description": "cannot be drawn"},
+                                                503: {"description": "graph workers busy"}})
 async def get_graph_svg(request: Request, trace_id: str, ref: str, full: bool = False) -> Response:
   trace = await deps.trace_or_404(request, trace_id)
   svg = await graph_errors(request.app.state.graphs.svg)(trace_id, trace, ref, full, deps.trace_url(trace_id))
   return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}", response_model=GraphView, response_model_exclude_none=True, summary="A graph as JSON",
-            responses={404: {}, 409: {"description": "cannot be drawn"}})
+            responses={404: {}, 409: {"description": "cannot be drawn"}, 503: {"description": "graph workers busy"}})
 async def get_graph(request: Request, trace_id: str, ref: str, full: bool = False, nodes: bool = True) -> dict:
   """ref: tensor | kernels | ast/{k} | codegen/{k}/{p}/{before|after|m<j>} | rangeify/{p}/{before|after|m<j>}.
   Graphs over the node limit are simplified (notes say how); full=1 lifts the limit. nodes=0 leaves nodes and edges out."""

@@ -64,16 +64,18 @@ def validation_message(e: ValidationError) -> str:
 @router.post("/t", response_class=HTMLResponse)
 async def submit_form(request: Request) -> Response:
   form = urllib.parse.parse_qs((await request.body()).decode(errors="replace"), keep_blank_values=True)
-  values, error = {**FORM_DEFAULTS, **{k: v[-1] for k, v in form.items()}, "targets": form.get("targets", [])}, None
+  values, error, busy = {**FORM_DEFAULTS, **{k: v[-1] for k, v in form.items()}, "targets": form.get("targets", [])}, None, False
   try:
     values, req = form_to_request(form)
     status, _ = await deps.submit(request, req)
     return RedirectResponse(status["url"], status_code=303)
   except ValidationError as e: error = validation_message(e)
   except SpecError as e: error = str(e)
-  except QueueFull as e: error = str(e)
+  except QueueFull as e: error, busy = str(e), True
   recent = await asyncio.to_thread(request.app.state.store.recent, 30)
-  return page(request, "home.html", status_code=422, **home_context(recent, values, error))
+  resp = page(request, "home.html", status_code=503 if busy else 422, **home_context(recent, values, error))
+  if busy: resp.headers["Retry-After"] = "60"
+  return resp
 
 # ***** trace pages *****
 
