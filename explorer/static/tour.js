@@ -135,8 +135,8 @@ const Notes = {
 
 function parseLine(anchor) { const m = /^(\d+):([a-z]+):(\d+)$/.exec(anchor); return m ? { kernel: +m[1], target: m[2], line: +m[3] } : null; }
 function parseNode(anchor) { const i = anchor.lastIndexOf("#"); return i < 0 ? null : { ref: anchor.slice(0, i), node: +anchor.slice(i + 1) }; }
-function describe(n) {
-  if (n.anchor_kind === "node") { const p = parseNode(n.anchor); return p ? `node ${p.node}` : n.anchor; }
+function describe(n, ops = []) {
+  if (n.anchor_kind === "node") { const p = parseNode(n.anchor); return p ? `node ${p.node}${ops[p.node] ? ` ${ops[p.node]}` : ""}` : n.anchor; }
   if (n.anchor_kind === "line") { const p = parseLine(n.anchor); return p ? `${p.target === "uops" ? "UOps" : p.target} line ${p.line}` : n.anchor; }
   return "step";
 }
@@ -160,20 +160,32 @@ function onDelete(e) {
   }).catch((err) => window.alert(err.message));
 }
 
-function graphNodes(viewer) { return tqa("svg g.node", viewer); }
+/* A node anchor counts nodes in the graph view's own order (GET /api/traces/{id}/graphs/{ref}: nodes[i]), which does not change when the
+   graph is expanded again; graphviz draws them in another order, so the SVG's g#n{id} are looked up by the view's ids. */
+const views = new Map();  // "trace|ref" -> Promise<{ids, ops}>
+function viewNodes(trace, ref) {
+  const key = `${trace}|${ref}`;
+  if (!views.has(key)) {
+    views.set(key, api(`/api/traces/${trace}/graphs/${ref}`).then((v) => ({ ids: v.nodes.map((n) => n.id), ops: v.nodes.map((n) => n.op) }))
+      .catch(() => ({ ids: [], ops: [] })));
+  }
+  return views.get(key);
+}
 
-function markGraph(viewer, notes) {
-  const ref = viewer.dataset.loaded;
+async function markGraph(viewer, notes) {
+  const ref = viewer.dataset.loaded, trace = viewer.dataset.trace;
   if (!ref || ref === "error") return;
-  const nodes = graphNodes(viewer);
-  nodes.forEach((g) => { g.classList.remove("annotated"); tqa(".node-note", g).forEach((x) => x.remove()); });
-  for (const n of notes) {
-    const p = n.anchor_kind === "node" && parseNode(n.anchor);
-    if (!p || p.ref !== ref || !nodes[p.node]) continue;
-    const g = nodes[p.node], box = g.getBBox();
+  tqa("g.node.annotated", viewer).forEach((g) => { g.classList.remove("annotated"); tqa(".node-note", g).forEach((x) => x.remove()); });
+  const mine = notes.filter((n) => n.anchor_kind === "node" && parseNode(n.anchor) && parseNode(n.anchor).ref === ref);
+  if (!mine.length) return;
+  const { ids } = await viewNodes(trace, ref);
+  for (const n of mine) {
+    const i = parseNode(n.anchor).node, g = ids[i] !== undefined && tq(`g.node[id="n${ids[i]}"]`, viewer);
+    if (!g) continue;
+    const box = g.getBBox();
     g.classList.add("annotated");
     const pin = document.createElementNS("http://www.w3.org/2000/svg", "text");
-    pin.setAttribute("class", "node-note"); pin.setAttribute("x", String(box.x + box.width - 2)); pin.setAttribute("y", String(box.y + 2));
+    pin.setAttribute("class", "node-note"); pin.setAttribute("x", String(box.x + box.width - 4)); pin.setAttribute("y", String(box.y + 4));
     pin.textContent = "✎";
     const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
     title.textContent = n.text;
@@ -216,7 +228,9 @@ async function refreshAnchored(trace) {
     const kernel = ul.dataset.kernel === undefined ? null : +ul.dataset.kernel, ref = ul.dataset.graphRef;
     const mine = notes.filter((n) => (n.anchor_kind === "node" && ref && parseNode(n.anchor) && parseNode(n.anchor).ref === ref) ||
                                      (n.anchor_kind === "line" && kernel !== null && parseLine(n.anchor) && parseLine(n.anchor).kernel === kernel));
-    ul.replaceChildren(...mine.map((n) => noteItem(trace, n, describe(n))));
+    const render = (ops) => ul.replaceChildren(...mine.map((n) => noteItem(trace, n, describe(n, ops))));
+    render([]);
+    if (ref && mine.some((n) => n.anchor_kind === "node")) viewNodes(trace, ref).then((v) => render(v.ops));
     if (kernel !== null) markLines(kernel, notes);
   });
   tqa(`.viewer[data-trace="${trace}"]`).forEach((v) => markGraph(v, notes));
@@ -226,13 +240,14 @@ function initNoteForm(form) {
   const trace = form.dataset.trace, kind = tq("[name=anchor_kind]", form), err = tq(".note-error", form);
   const sync = () => tqa("[data-for]", form).forEach((x) => { x.hidden = x.dataset.for !== kind.value; });
   kind.addEventListener("change", sync); sync();
-  const pick = (viewer, g) => {  // clicking a node of the form's graph pins the note there
-    if (!form.dataset.graphRef || viewer.dataset.loaded !== form.dataset.graphRef) return;
-    const i = graphNodes(viewer).indexOf(g);
-    if (i < 0 || !tq("[name=node]", form)) return;
+  const pick = async (viewer, g) => {  // clicking a node of the form's graph pins the note there
+    if (!form.dataset.graphRef || viewer.dataset.loaded !== form.dataset.graphRef || !tq("[name=node]", form)) return;
+    const i = (await viewNodes(trace, form.dataset.graphRef)).ids.indexOf(g.id.slice(1));
+    if (i < 0) return;
     kind.value = "node"; sync();
     tq("[name=node]", form).value = String(i);
-    graphNodes(viewer).forEach((x) => x.classList.toggle("picked", x === g));
+    tqa("g.node.picked", viewer).forEach((x) => x.classList.remove("picked"));
+    g.classList.add("picked");
   };
   tqa(`.viewer[data-trace="${trace}"]`).forEach((v) => v.addEventListener("click", (e) => {
     const g = e.target.closest && e.target.closest("g.node");
