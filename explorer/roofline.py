@@ -96,7 +96,9 @@ def measured_peaks(info: dict, refresh: bool = False, timeout_s: float = 300.0) 
   from explorer.worker import call_in_worker
   key = _cache_key(info)
   if not refresh and (hit := _load_cache().get(key)) is not None: return hit
-  got: dict = call_in_worker("explorer.probe:measure", {"device": info["device"]}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]  # type: ignore[assignment]
+  # a measurement: the device's lock for the whole run, so that no trace or study times on it meanwhile (explorer.devicelock)
+  got: dict = call_in_worker("explorer.probe:measure", {"device": info["device"]}, env={"VIZ": "0"}, timeout_s=timeout_s,  # type: ignore[assignment]
+                             exclusive=info["device"])[0]
   _store_cache(key, got)
   return got
 

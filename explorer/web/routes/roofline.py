@@ -5,6 +5,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from explorer import roofline as rf
 from explorer.web import deps
+from explorer.web.jobs import run_in_daemon_thread
 from explorer.web.routes.pages import trace_page
 
 router = APIRouter()
@@ -27,7 +28,12 @@ async def probe(request: Request, trace_id: str) -> dict:
   """Measure the peaks of the trace's device with a short probe in a worker (bandwidth and FP32), and cache them."""
   trace = await deps.trace_or_404(request, trace_id)
   if trace["env"]["host"] != socket.gethostname(): raise HTTPException(409, f"the trace ran on {trace['env']['host']}, not on this host")
-  try: peaks = await asyncio.to_thread(rf.probe_for_trace, trace, request.app.state.settings.trace_timeout_s)
+  # one probe per device at a time (concurrent requests share it), in a daemon thread: not in the loop's small shared thread pool
+  if (inflight := getattr(request.app.state, "probes", None)) is None: inflight = request.app.state.probes = {}
+  if (fut := inflight.get(device := trace["env"]["device"])) is None:
+    fut = inflight[device] = run_in_daemon_thread(lambda: rf.probe_for_trace(trace, request.app.state.settings.trace_timeout_s))
+    fut.add_done_callback(lambda _: inflight.pop(device, None))
+  try: peaks = await asyncio.shield(fut)
   except Exception as e: raise HTTPException(503, f"the probe failed: {e}") from None
   return {"measured": peaks}
 
