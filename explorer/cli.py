@@ -1,7 +1,7 @@
 """`kernel-explorer`: trace a convolution from the command line, list presets and targets, serve the web app."""
 from __future__ import annotations
 import argparse, json, sys
-from typing import Sequence
+from typing import Callable, Sequence
 from explorer.spec import PRESETS, TARGET_LABELS, TARGETS, TILES, STAGINGS, CONSTS, WINO_IMPLS, ConvSpec, SpecError, Variant
 
 class UsageError(Exception): pass
@@ -136,9 +136,31 @@ def cmd_diff(a: argparse.Namespace) -> int:
   return 0 if ta["status"] == tb["status"] == "ok" else 1
 
 def cmd_serve(a: argparse.Namespace) -> int:
+  from explorer.settings import SETTINGS
   from explorer.web import serve
-  serve(a.host, a.port, a.db)
+  try: serve(a.host, a.port, a.db, **{st.name: getattr(a, f"set_{st.name}") for st in SETTINGS if hasattr(a, f"set_{st.name}")})
+  except ValueError as e: raise UsageError(str(e)) from None  # a KERNEL_EXPLORER_* variable that does not parse
   return 0
+
+def _not_negative(kind: type) -> Callable[[str], object]:
+  def parse(raw: str) -> object:
+    try: value = kind(raw)
+    except ValueError: raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {raw!r}") from None
+    if kind is not str and value < 0: raise argparse.ArgumentTypeError(f"must not be negative, got {raw!r}")
+    return value
+  return parse
+
+SECRET_OR_SHARED = ("token", "db")  # the token only from the environment (flags show in ps); --db is serve's own flag
+
+def add_settings_flags(p: argparse.ArgumentParser) -> None:
+  """One flag per setting of explorer.settings (--max-queue N for KERNEL_EXPLORER_MAX_QUEUE); a flag wins over the environment."""
+  from explorer.settings import ENV_PREFIX, SETTINGS
+  g = p.add_argument_group("limits and settings (each also an environment variable; see the README's settings table)")
+  for st in SETTINGS:
+    if st.name in SECRET_OR_SHARED: continue
+    kind = type(st.default) if isinstance(st.default, (int, float)) else str
+    g.add_argument(f"--{st.name.replace('_', '-')}", dest=f"set_{st.name}", type=_not_negative(kind), default=None, metavar=kind.__name__.upper(),
+                   help=f"{st.help} [{ENV_PREFIX}{st.name.upper()}, default {st.default}]".replace("%", "%%"))
 
 def build_parser() -> argparse.ArgumentParser:
   p = Parser(prog="kernel-explorer", description=__doc__)
@@ -182,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
   s.add_argument("--host", default="127.0.0.1")
   s.add_argument("--port", type=int, default=8000)
   s.add_argument("--db", default=None, help="SQLite file for stored traces")
+  add_settings_flags(s)
   s.set_defaults(fn=cmd_serve)
   return p
 

@@ -33,8 +33,10 @@ SETTINGS: tuple[Setting, ...] = (
 
 def _parse(s: Setting, raw: str) -> int | float | str:
   if isinstance(s.default, bool) or s.default is None or isinstance(s.default, str): return raw
-  try: return type(s.default)(raw)
+  try: value = type(s.default)(raw)
   except ValueError: raise ValueError(f"{ENV_PREFIX}{s.name.upper()} must be a {type(s.default).__name__}, got {raw!r}") from None
+  if value < 0: raise ValueError(f"{ENV_PREFIX}{s.name.upper()} must not be negative, got {raw!r}")
+  return value
 
 @dataclass(frozen=True)
 class Settings:

@@ -1,6 +1,7 @@
 """The Kernel Explorer web app. Imports stay lazy: graph worker processes import explorer.web.expand without loading FastAPI."""
 from __future__ import annotations
-from typing import TYPE_CHECKING
+import ipaddress, os, sys
+from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
   from fastapi import FastAPI
 
@@ -10,12 +11,33 @@ def create_app(db_path: str | None = None) -> FastAPI:
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
-def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None) -> None:
-  """Run the web server (uvicorn) until interrupted. Listening beyond loopback needs an access token (KERNEL_EXPLORER_TOKEN)."""
+def is_loopback(host: str) -> bool:
+  if host.strip("[]") in LOOPBACK: return True
+  try: return ipaddress.ip_address(host.strip("[]")).is_loopback
+  except ValueError: return False
+
+def startup_message(host: str, port: int, settings: Any) -> str:
+  shown = f"[{host}]" if ":" in host else host
+  if settings.token:
+    access = (f"every request needs the access token (KERNEL_EXPLORER_TOKEN): the X-Access-Token header or the ke_token cookie; "
+              f"in a browser open http://{shown}:{port}/?token=... once")
+  else: access = "loopback only, no access token (to listen beyond loopback, set KERNEL_EXPLORER_TOKEN)"
+  limits = (f"limits: {settings.workers} trace workers, {settings.max_queue} queued, {settings.trace_timeout_s:.0f}s and "
+            f"{settings.worker_memory_mb} MiB per worker, {settings.max_body_bytes} byte bodies (kernel-explorer serve --help lists them all)")
+  return f"kernel-explorer: serving on http://{shown}:{port}; {access}\nkernel-explorer: {limits}"
+
+def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None, **overrides: Any) -> None:
+  """Run the web server (uvicorn) until interrupted. Listening beyond loopback needs an access token (KERNEL_EXPLORER_TOKEN).
+  overrides: settings by name (the CLI's flags), exported as KERNEL_EXPLORER_* too, so that every worker's defaults agree."""
   import uvicorn
-  from explorer.settings import Settings
-  settings = Settings.load()
-  if host not in LOOPBACK and not settings.token:
+  from explorer.settings import ENV_PREFIX, Settings
+  settings = Settings.load(**overrides)
+  if not is_loopback(host) and not settings.token:
     raise SystemExit(f"kernel-explorer: listening on {host} (beyond loopback) needs an access token: set KERNEL_EXPLORER_TOKEN")
+  os.environ.update({ENV_PREFIX + name.upper(): str(v) for name, v in overrides.items() if v is not None})
   from explorer.web.app import create_app as _create_app
-  uvicorn.run(_create_app(db_path, settings=settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=3)
+  from explorer.web.limits import restrict_to_loopback
+  app = _create_app(db_path, settings=settings)
+  if is_loopback(host): restrict_to_loopback(app, host)  # DNS rebinding: a page elsewhere cannot reach us under its own name
+  print(startup_message(host, port, settings), file=sys.stderr, flush=True)
+  uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3)

@@ -94,6 +94,6 @@ def install_limits(app: FastAPI, max_body_bytes: int) -> LimitConfig:
   app.state.request_limits = config
   return config
 
-def restrict_to_loopback(app: FastAPI) -> None:
-  """Called by `serve` when it listens on loopback: only requests whose Host header names loopback are answered."""
-  app.state.request_limits.allowed_hosts = LOOPBACK_HOSTS
+def restrict_to_loopback(app: FastAPI, bound: str = "127.0.0.1") -> None:
+  """Called by `serve` when it listens on loopback: only requests whose Host header names loopback (or the address bound) are answered."""
+  app.state.request_limits.allowed_hosts = (*LOOPBACK_HOSTS, host_name(bound if ":" not in bound else f"[{bound.strip('[]')}]"))
