@@ -65,11 +65,17 @@ def defined(fn: Callable[[Any], str]) -> Callable[[Any], str]:
   """A formatting filter that reads a missing value (jinja's Undefined) as None: failed traces lack whole sections."""
   return lambda x, *a: fn(None if isinstance(x, jinja2.Undefined) else x, *a)
 
+HTML_SAFE_JSON = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"})
+
+def tojson_compact(x: Any) -> Markup:
+  """JSON safe in a single-quoted HTML attribute or a <script>: <, >, & and ' escaped as JSON \\u escapes, as jinja's tojson does."""
+  return Markup(json.dumps(x, separators=(",", ":")).translate(HTML_SAFE_JSON))
+
 def make_templates() -> Jinja2Templates:
   t = Jinja2Templates(directory=str(TEMPLATES_DIR))
   t.env.filters.update({k: defined(f) for k, f in dict(bytes=fmt_bytes, seconds=fmt_seconds, count=fmt_count, flops=fmt_flops, size=fmt_size,
                                                         ago=fmt_ago).items()})
-  t.env.filters["tojson_compact"] = lambda x: Markup(json.dumps(x, separators=(",", ":")))
+  t.env.filters["tojson_compact"] = tojson_compact
   t.env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
                        highlighted=highlighted)
   t.env.trim_blocks = t.env.lstrip_blocks = True
