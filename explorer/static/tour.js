@@ -207,6 +207,8 @@ function markLines(kernel, notes) {
     if (!at) continue;
     const pin = el("span", { class: "line-note", title: n.text, "data-note-id": String(n.id) }, `✎ ${n.text.length > 60 ? n.text.slice(0, 59) + "…" : n.text}`);
     at.after(pin);
+    const gutter = tqa("td.linenos pre > span", panel)[p.line - 1];
+    if (gutter) { gutter.classList.add("noted"); gutter.title = n.text; }
   }
 }
 
@@ -275,6 +277,31 @@ function initNoteForm(form) {
   });
 }
 
+function noteLink(trace, n) {
+  const base = `/t/${trace}`;
+  if (n.anchor_kind === "step") return `${base}/tour?step=${encodeURIComponent(n.anchor)}`;
+  if (n.anchor_kind === "line") { const p = parseLine(n.anchor); return p ? `${base}/k/${p.kernel}?code=${p.target}` : base; }
+  const p = parseNode(n.anchor), k = p && /^ast\/(\d+)$/.exec(p.ref);
+  if (k) return `${base}/k/${k[1]}`;
+  return p && p.ref === "tensor" ? `${base}/graph/tensor` : base;
+}
+
+async function initTraceNotes() {
+  const box = tq("[data-trace-notes]");
+  if (!box) return;
+  const trace = box.dataset.trace, notes = await Notes.load(trace);
+  if (!notes.length) return;
+  tq("[data-trace-notes-count]", box).textContent = String(notes.length);
+  tq("ul", box).replaceChildren(...notes.map((n) => {
+    const li = noteItem(trace, n), where = el("a", { class: "note-where", href: noteLink(trace, n) },
+      n.anchor_kind === "step" ? `step ${n.anchor}` : n.anchor_kind === "node" ? `node ${n.anchor}` : `line ${n.anchor}`);
+    li.insertBefore(where, li.children[1]);
+    return li;
+  }));
+  box.dataset.trace = trace;
+  box.hidden = false;
+}
+
 function initNotes() {
   document.addEventListener("click", onDelete);
   tqa("[data-note-form]").forEach(initNoteForm);
@@ -284,6 +311,7 @@ function initNotes() {
     if (tq("[data-anchored-notes]") || tq("[data-note-form]")) traces.add(v.dataset.trace);
   });
   traces.forEach((t) => refreshAnchored(t));
+  initTraceNotes();
 }
 
 /* ***** boot ***** */

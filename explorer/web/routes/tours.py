@@ -217,7 +217,11 @@ async def pair_tour_page(request: Request, kind: str, a: str | None = None, b: s
   big = big_asked(request)
   ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, big), {"a": (a, ta), "b": (b, tb)}, notes)
   return page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
-              api=f"/api/tours/{kind}?a={a}&b={b}", **ctx)
+              api=f"/api/tours/{kind}?a={a}&b={b}", diff_url=diff_url(request, a, b), **ctx)
+
+def diff_url(request: Request, a: str, b: str) -> str | None:
+  """The diff page of the pair, where this server has one."""
+  return f"/diff/{a}/{b}" if any(getattr(r, "path", "") == "/diff/{a}/{b}" for r in request.app.routes) else None
 
 # ***** annotations *****
 
@@ -226,8 +230,9 @@ LINE_RE = re.compile(r"^(?P<kernel>\d{1,4}):(?P<target>[a-z]{1,12}):(?P<line>\d{
 COMPARE_RE = re.compile(r"^compare-[0-9a-f]{16}$")
 
 class AnnotationIn(BaseModel):
-  """A note pinned to a tour step (anchor: the step id, e.g. `k0-ast`), a UOp graph node (`{graph ref}#{node}`: `ast/1#12` is the 13th node
-  drawn in kernel 1's AST graph) or a source line (`{kernel}:{target}:{line}`: `1:cuda:12`; target `uops` for the UOp listing)."""
+  """A note pinned to a tour step (anchor: the step id, e.g. `k0-ast`; a pair tour's comparison step: `compare-{B's id}` on trace A),
+  a UOp graph node (`{graph ref}#{i}`: `ast/1#12` is nodes[12] of GET /api/traces/{id}/graphs/ast/1) or a source line
+  (`{kernel}:{target}:{line}`: `1:cuda:12`, 1-based; target `uops` for the linearized UOp listing)."""
   model_config = {"extra": "forbid", "str_strip_whitespace": True}
   anchor_kind: Literal["step", "node", "line"]
   anchor: str = Field(min_length=1, max_length=120)

@@ -1,0 +1,188 @@
+"""Teaching tours in a real browser (Debian's chromium through playwright) against a live server with a fresh database: the home page's
+one-click tour (progress, then the tour), a whole tour walked with the keyboard, reload at a step, large-font mode, the glossary panel,
+and notes on a step, a graph node and a source line that survive a reload and show on the kernel page. Screenshots: test-artifacts/tour_*.png."""
+from __future__ import annotations
+import os, re
+import pytest
+from conftest import ARTIFACTS
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")]
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync"]
+GRAPH_TIMEOUT_MS = 120_000
+
+@pytest.fixture(scope="module")
+def browser():
+  sync_api = pytest.importorskip("playwright.sync_api")
+  with sync_api.sync_playwright() as p:
+    b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    yield b
+    b.close()
+
+@pytest.fixture(scope="module")
+def errors() -> list[str]: return []
+
+@pytest.fixture(scope="module")
+def page(browser, errors):
+  ARTIFACTS.mkdir(exist_ok=True)
+  pg = browser.new_page(viewport={"width": 1500, "height": 950})
+  pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+  pg.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+  yield pg
+  pg.close()
+
+def shot(pg, name: str) -> None: pg.screenshot(path=str(ARTIFACTS / f"tour_{name}.png"))
+
+def wait_graphs(pg) -> None:
+  pg.wait_for_function("() => [...document.querySelectorAll('.viewer')].every(v => v.dataset.loaded)", timeout=GRAPH_TIMEOUT_MS)
+  for v in pg.query_selector_all(".viewer"): assert v.get_attribute("data-loaded") != "error", v.inner_text()
+
+def step_of(pg) -> str | None: return pg.evaluate("() => new URL(location.href).searchParams.get('step')")
+
+@pytest.fixture(scope="module")
+def tour(live_server, page) -> dict:
+  """One click on the home page's "Direct vs Winograd" tour: both traces run, the progress page follows them, then the tour opens."""
+  page.goto(live_server + "/")
+  page.click("[data-tour-start=winograd]")
+  page.wait_for_url(re.compile(r".*/tours/winograd\?a=[0-9a-f]{16}&b=[0-9a-f]{16}$"))
+  progress = page.locator("#tour-progress").count() > 0
+  if progress:
+    page.wait_for_selector("#tour-progress li.running, #tour-progress li.done", timeout=60_000)
+    shot(page, "progress")
+  page.wait_for_selector("#tour", timeout=300_000)  # reloads itself when both traces are stored
+  a, b = re.search(r"a=([0-9a-f]{16})&b=([0-9a-f]{16})", page.url).groups()
+  return {"base": live_server, "a": a, "b": b, "progress": progress, "url": page.url}
+
+def test_one_click_tour_from_the_home_page(tour, page):
+  assert tour["progress"]
+  assert page.locator(".tour-steps li").count() == 30 and page.locator(".tour-steps a.current").get_attribute("data-step-id") == "a-tensor"
+  wait_graphs(page)
+  shot(page, "pair_first")
+  page.goto(tour["url"] + "&step=compare")
+  assert "1 kernel (conv)" in page.inner_text("#step-text") and page.locator("#tour-ab-table").is_visible()
+  shot(page, "pair_compare")
+
+def test_walk_a_whole_tour_with_the_keyboard(tour, page):
+  page.goto(f"{tour['base']}/t/{tour['a']}/tour")
+  ids = page.eval_on_selector_all(".tour-steps a", "els => els.map(e => e.dataset.stepId)")
+  assert ids[0] == "tensor" and ids[-1] == "timing" and len(ids) >= 7
+  texts = set()
+  for i, key in zip(range(1, len(ids)), ["ArrowRight", "j"] * len(ids)):
+    page.keyboard.press(key)
+    page.wait_for_function(f"() => new URL(location.href).searchParams.get('step') === {ids[i]!r}")
+    assert page.locator(".tour-steps a.current").get_attribute("data-step-id") == ids[i]
+    assert page.inner_text("#tour-pos") == f"{i + 1} / {len(ids)}"
+    texts.add(page.inner_text("#step-text"))
+  assert len(texts) == len(ids) - 1  # each step explains something else
+  page.keyboard.press("ArrowRight")  # the last step stays
+  page.wait_for_timeout(300)
+  assert step_of(page) == ids[-1]
+  page.keyboard.press("k")
+  page.wait_for_function(f"() => new URL(location.href).searchParams.get('step') === {ids[-2]!r}")
+  page.keyboard.press("ArrowLeft")
+  page.wait_for_function(f"() => new URL(location.href).searchParams.get('step') === {ids[-3]!r}")
+  page.reload()  # a reload (and so a shared link) opens at the same step
+  assert step_of(page) == ids[-3] and page.locator(".tour-steps a.current").get_attribute("data-step-id") == ids[-3]
+  page.focus(".note-form textarea")  # keys typed into a note stay there
+  page.keyboard.type("jk")
+  page.keyboard.press("ArrowRight")
+  assert step_of(page) == ids[-3] and page.input_value(".note-form textarea") == "jk"
+  page.fill(".note-form textarea", "")
+  page.goto(f"{tour['base']}/t/{tour['a']}/tour?step=k0-ast")
+  wait_graphs(page)
+  assert page.locator("#tour-graph svg g.node").count() > 20
+  shot(page, "step_ast")
+
+def test_large_font_mode(tour, page):
+  page.goto(f"{tour['base']}/t/{tour['b']}/tour?step=bufferize")
+  size = lambda: float(page.eval_on_selector("#step-text", "e => parseFloat(getComputedStyle(e).fontSize)"))
+  small = size()
+  page.click("[data-big-toggle]")
+  assert page.evaluate("() => document.documentElement.classList.contains('big')") and "big=1" in page.url and size() > small * 1.3
+  assert "big=1" in page.get_attribute("#tour-next", "href")
+  wait_graphs(page)
+  shot(page, "big")
+  page.reload()
+  assert size() > small * 1.3
+  page.goto(f"{tour['base']}/t/{tour['b']}/tour?step=timing")  # remembered without the URL parameter, which comes back
+  assert size() > small * 1.3 and "big=1" in page.url
+  page.click("[data-big-toggle]")
+  assert size() == small and "big" not in page.url
+  page.goto(f"{tour['base']}/t/{tour['b']}/tour?step=timing")
+  assert size() == small
+
+def test_glossary_from_every_view(tour, page):
+  for url in (f"/t/{tour['b']}/tour?step=k2-uops", f"/t/{tour['b']}/k/2", "/"):
+    page.goto(tour["base"] + url)
+    assert page.locator("#glossary-panel").is_hidden()
+    page.keyboard.press("?")
+    assert page.locator("#glossary-panel").is_visible() and "RANGE" in page.inner_text("#glossary-panel")
+    if url.endswith("k2-uops"): shot(page, "glossary")
+    page.keyboard.press("Escape")
+    assert page.locator("#glossary-panel").is_hidden()
+    page.click("header [data-glossary]")
+    assert page.locator("#glossary-panel").is_visible()
+    page.click("#glossary-panel .glossary-close")
+    assert page.locator("#glossary-panel").is_hidden()
+  page.goto(tour["base"] + "/glossary")
+  assert "STAGE / bufferize" in page.inner_text("#glossary")
+
+def pin(page, text: str) -> None:
+  page.fill(".note-form textarea", text)
+  page.click(".note-form button[type=submit]")
+
+def test_notes_on_a_step_a_node_and_a_line(tour, page):
+  base, b = tour["base"], tour["b"]
+  page.goto(f"{base}/t/{b}/tour?step=k1-ast")
+  wait_graphs(page)
+  hostile = '<img src=x onerror="window.__pwned=1">xhat tiles'
+  pin(page, hostile)
+  page.wait_for_selector("#step-notes li")
+  assert page.inner_text("#step-notes li .note-text") == hostile
+  page.locator("#tour-graph svg g.node.op-STORE").first.dispatch_event("click")  # click a node: the form pins to it
+  page.wait_for_function("() => document.querySelector('.note-form [name=anchor_kind]').value === 'node'")
+  assert page.input_value(".note-form [name=node]") != "" and page.locator("#tour-graph svg g.node.picked").count() == 1
+  pin(page, "the store of xhat")
+  page.wait_for_selector("#tour-graph svg g.node.annotated")
+  assert "the store of xhat" in page.inner_text("[data-anchored-notes]") and "STORE" in page.inner_text("[data-anchored-notes]")
+  page.reload()
+  wait_graphs(page)
+  page.wait_for_selector("#tour-graph svg g.node.annotated")
+  assert page.inner_text("#step-notes li .note-text") == hostile and page.evaluate("() => window.__pwned") is None
+  assert page.locator(".tour-steps a.current .note-count").inner_text() == "✎1"
+  shot(page, "notes")
+
+  page.goto(f"{base}/t/{b}/tour?step=k1-source")
+  page.select_option(".note-form [name=anchor_kind]", "line")
+  page.select_option(".note-form [name=target]", "cuda")
+  page.fill(".note-form [name=line]", "6")
+  pin(page, "one thread per tile")
+  page.wait_for_selector(".tab-panel[data-panel=cuda] .line-note")
+  page.reload()
+  page.wait_for_selector(".tab-panel[data-panel=cuda] .line-note")
+  assert "one thread per tile" in page.inner_text(".tab-panel[data-panel=cuda]")
+  assert page.evaluate("() => document.querySelector('.line-note').previousElementSibling.id") == "L-6"
+  assert page.locator(".tab-panel[data-panel=cuda] td.linenos span.noted").inner_text().strip() == "6"
+  shot(page, "line_note")
+
+  page.goto(f"{base}/t/{b}")  # the permalink lists every note, linked to where it is pinned
+  page.wait_for_selector("#trace-notes li")
+  assert page.locator("#trace-notes li").count() == 3 and page.inner_text("#trace-notes [data-trace-notes-count]") == "3"
+  assert page.get_attribute("#trace-notes li >> nth=0 >> a.note-where", "href") == f"/t/{b}/tour?step=k1-ast"
+
+  page.goto(f"{base}/t/{b}/k/1?code=cuda")  # the kernel page shows the node and line notes where they are drawn
+  wait_graphs(page)
+  page.wait_for_selector("#ast-graph svg g.node.annotated")
+  page.wait_for_selector("#code-panel .line-note")
+  notes = page.inner_text("#kernel-notes")
+  assert "the store of xhat" in notes and "one thread per tile" in notes and "cuda line 6" in notes
+  shot(page, "kernel_notes")
+  for _ in range(2): page.locator("#kernel-notes [data-note-delete]").first.click()
+  page.wait_for_function("() => !document.querySelector('#kernel-notes li')")
+  page.reload()
+  wait_graphs(page)
+  assert page.locator("#kernel-notes li").count() == 0 and page.locator("#code-panel .line-note").count() == 0
+
+def test_no_errors_in_the_browser_console(tour, errors):
+  assert not errors, errors
