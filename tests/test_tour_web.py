@@ -36,6 +36,10 @@ def test_tour_texts_come_from_each_traces_numbers(web_client, pair):
     assert f"{k0['linear_uops']} uops" in steps["k0-uops"]["text"] and f"{k0['ops']['alu']} ALU ops" in steps["k0-uops"]["text"]
     assert f"created {tr['scheduler']['stage_counts']['created']} STAGE" in steps["bufferize"]["text"]
   assert direct["tensor"]["text"] != wino["tensor"]["text"] and direct["k0-uops"]["text"] != wino["k0-uops"]["text"]
+  for k in ("a", "b"):  # and the page serves the same sentences
+    uops = raw[k]["tensor_graph"]["uops"]
+    assert f"lazy tensor graph of {uops} UOps" in web_client.get(f"/t/{pair[k]}/tour?step=tensor").text
+  assert raw["a"]["tensor_graph"]["uops"] != raw["b"]["tensor_graph"]["uops"]
   assert "constants" in wino and "constants" not in direct and "k3-ast" in wino and "k1-ast" not in direct
   assert wino["k0-ast"]["view_url"] == f"/t/{pair['b']}/k/0" and wino["k0-source"]["url"] == f"/t/{pair['b']}/tour?step=k0-source"
 
