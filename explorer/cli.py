@@ -135,6 +135,17 @@ def cmd_diff(a: argparse.Namespace) -> int:
     print(f"wrote {a.json}", file=sys.stderr)
   return 0 if ta["status"] == tb["status"] == "ok" else 1
 
+def cmd_export(a: argparse.Namespace) -> int:
+  from explorer.export import export_file
+  say = (lambda m: print(f"  {m}", file=sys.stderr, flush=True)) if not a.quiet else (lambda m: None)
+  text = export_file(a.source, a.format, a.db, a.timeout, say=say)
+  if a.output == "-": sys.stdout.write(text)
+  else:
+    path = a.output or f"{a.source.rsplit('/', 1)[-1].removesuffix('.json')}.{a.format}"
+    with open(path, "w") as f: f.write(text)
+    print(f"wrote {path}", file=sys.stderr)
+  return 0
+
 def cmd_serve(a: argparse.Namespace) -> int:
   from explorer.settings import SETTINGS
   from explorer.web import serve
@@ -200,6 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
   df.add_argument("--timeout", type=float, default=600.0, help="seconds for each worker")
   df.add_argument("--quiet", action="store_true", help="no progress on stderr")
   df.set_defaults(fn=cmd_diff)
+  ex = sub.add_parser("export", help="export a stored trace or a trace JSON file as one self-contained HTML file (or JSON)")
+  ex.add_argument("source", metavar="ID|JSON_FILE", help="a stored trace id or a trace JSON file")
+  ex.add_argument("--format", choices=("html", "json"), default="html")
+  ex.add_argument("-o", "--output", metavar="PATH", help="default: ID.html (or .json) here; - for stdout")
+  ex.add_argument("--db", default=None, help="SQLite file of stored traces (for trace ids)")
+  ex.add_argument("--timeout", type=float, default=600.0, help="seconds for the worker that expands graphs")
+  ex.add_argument("--quiet", action="store_true", help="no progress on stderr")
+  ex.set_defaults(fn=cmd_export)
   s = sub.add_parser("serve", help="serve the web app")
   s.add_argument("--host", default="127.0.0.1")
   s.add_argument("--port", type=int, default=8000)

@@ -314,24 +314,26 @@ def ratio_stats(a: list[float], b: list[float]) -> dict:
   q1, q3 = _quantile(rs, 0.25), _quantile(rs, 0.75)
   return {"median": statistics.median(rs), "q1": q1, "q3": q3, "iqr": q3 - q1, "min": min(rs), "max": max(rs), "n": len(rs)}
 
-def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmup: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
-  """Time A and B interleaved (A, B, A, B...) in one fresh worker, tracking off; the ratio B/A with its spread."""
+def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmup: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S,
+                          progress: Any = None) -> dict:
+  """Time A and B interleaved (A, B, A, B...) in one fresh worker, tracking off; the ratio B/A with its spread.
+  progress(stage, status, detail) hears the worker: compiling each variant, waiting for the device, the repeats."""
   if (why := _comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not timed: {why}"}
   try:
     args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)], "warmup": warmup, "repeats": repeats}
-    (ra, rb), _ = call_in_worker("explorer.timing:time_interleaved", args, timeout_s=timeout_s, env={"VIZ": "0"})  # type: ignore[misc]
+    (ra, rb), _ = call_in_worker("explorer.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})  # type: ignore[misc]
   except TraceFailed as e: return {"compared": False, "reason": f"timing failed: {e}"}
   ma, mb = ra["total_s"]["median"], rb["total_s"]["median"]
   return {"compared": True, "device": ra["device"], "compiler": ra["compiler"], "fallback": ra["fallback"] or rb["fallback"], "warmup": warmup,
           "repeats": repeats, "a_total_s": ra["total_s"], "b_total_s": rb["total_s"], "ratio": ratio_stats(ra["samples"], rb["samples"]),
           "ratio_of_medians": mb / ma if ma > 0 else None}
 
-def compare_outputs(a_trace: dict, b_trace: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+def compare_outputs(a_trace: dict, b_trace: dict, timeout_s: float = DEFAULT_TIMEOUT_S, progress: Any = None) -> dict:
   """Both variants run on the traces' seeded inputs in one worker: how far apart their outputs are."""
   if (why := _comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not compared: {why}"}
   try:
     args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)]}
-    res, _ = call_in_worker("explorer.diff_worker:output_difference", args, timeout_s=timeout_s, env={"VIZ": "0"})
+    res, _ = call_in_worker("explorer.diff_worker:output_difference", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
   except TraceFailed as e: return {"compared": False, "reason": f"output comparison failed: {e}"}
   return {"compared": True, **res}  # type: ignore[dict-item]
 

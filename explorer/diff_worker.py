@@ -30,7 +30,10 @@ def output_difference(progress, spec: dict, variants: list[dict]) -> dict:
   """Run both variants on the seeded inputs in this one process and compare their outputs."""
   s = ConvSpec.from_dict(spec)
   x, w = seeded_inputs(s)
-  a, b = (_output(s, Variant.from_dict(v), x, w) for v in variants)
+  progress("run", "start", "running A on the seeded inputs")
+  a = _output(s, Variant.from_dict(variants[0]), x, w)
+  progress("run", "start", "running B on the seeded inputs")
+  b = _output(s, Variant.from_dict(variants[1]), x, w)
   diff = np.abs(a - b)
   scale = float(max(np.abs(a).max(), np.abs(b).max(), np.finfo(np.float64).tiny))
   return {"max_abs": float(diff.max()), "mean_abs": float(diff.mean()), "max_rel": float(diff.max()) / scale, "scale": scale,

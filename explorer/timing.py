@@ -22,10 +22,15 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   rng = np.random.default_rng(0)
   x_np, w_np = rng.standard_normal(s.input_shape).astype(s.dtype), rng.standard_normal(s.weight_shape).astype(s.dtype)
   vs = [Variant.from_dict(v).resolve(s) for v in variants]
-  timers = [_prepare(s, v, x_np, w_np) for v in vs]
+  timers = []
+  for i, v in enumerate(vs):
+    progress("compile", "start", f"compiling variant {i + 1} of {len(vs)}")
+    timers.append(_prepare(s, v, x_np, w_np))
   totals: list[list[float]] = [[] for _ in vs]
   progress("timing", "start", ",".join(sorted({v.device or tg.default_device() for v in vs})))  # waits for the devices' locks
+  every = max(1, (warmup + repeats) // 10)  # about ten progress reports, outside the timed kernels
   for r in range(warmup + repeats):
+    if r % every == 0: progress("timing", "running", f"{'warmup' if r < warmup else 'repeat'} {r + 1} of {warmup + repeats}")
     for i, ts in enumerate(timers):
       t = sum(next(gen) for _, gen in ts)
       if r >= warmup: totals[i].append(t)

@@ -295,3 +295,17 @@ document.addEventListener("DOMContentLoaded", () => {
   viewers.forEach((v, id) => { if (!stepped.has(id)) v.show(v.el.dataset.ref); });
   initTabs(); initProgress(); initForm();
 });
+
+/* ***** "compare with..." on trace pages: the menu loads its picks on first open ***** */
+
+document.addEventListener("DOMContentLoaded", () => {
+  $$("details.compare-menu[data-src]").forEach((menu) => menu.addEventListener("toggle", async () => {
+    if (!menu.open || menu.dataset.loaded) return;
+    menu.dataset.loaded = "1";
+    const pop = $(".compare-pop", menu);
+    try {
+      const r = await fetch(menu.dataset.src, { headers: { Accept: "text/html" } });
+      if (r.ok) pop.innerHTML = await r.text();
+    } catch (e) { /* keep the plain link */ }
+  }));
+});

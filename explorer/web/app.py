@@ -15,9 +15,11 @@ from explorer import __version__
 from explorer.settings import Settings
 from explorer.spec import SpecError
 from explorer.store import Store, StoreError
+from explorer.web.diffing import DiffService
 from explorer.web.graphing import GraphService
 from explorer.web.jobs import JobManager
 from explorer.web.limits import install_limits
+from explorer.web.provenance import provenance
 from explorer.web.render import STATIC_DIR, make_templates
 
 class TraceCache:
@@ -99,6 +101,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     app.state.jobs.cancel_all()
+    app.state.diffs.cancel_all()
     await asyncio.to_thread(app.state.graphs.close)
 
   app = FastAPI(title="Kernel Explorer", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan,
@@ -112,7 +115,10 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.state.graphs = GraphService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                   workers=graph_workers, expand_timeout_s=float(settings.graph_timeout_s), memory_mb=int(settings.worker_memory_mb),
                                   max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue))
+  app.state.diffs = DiffService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
+                                timeout_s=float(settings.trace_timeout_s))
   app.state.templates = make_templates()
+  app.state.templates.env.globals["provenance"] = provenance
   app.add_middleware(GZipMiddleware, minimum_size=4096)
   install_limits(app, int(settings.max_body_bytes))  # body and URL size, cross-site posts, Host on loopback, safety headers
   install_error_handlers(app)
@@ -124,4 +130,6 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.include_router(roofline.router)
   app.include_router(docs.router)
   tours.install(app)
+  from explorer.web.routes import diff, library
+  for r in (library.api, diff.api, library.router, diff.router): app.include_router(r)
   return app

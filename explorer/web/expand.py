@@ -8,6 +8,9 @@ from typing import Any
 BLOBS_KEPT = 2
 _blobs: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
 
+class BlobUnreadable(RuntimeError):
+  """The stored rewrite blob does not load with this process's tinygrad (recorded by another version, or damaged)."""
+
 def init_worker() -> None:
   """Before tinygrad is imported: no rewrite tracking here (VIZ=0), graph rebuilding only replays what a trace recorded."""
   os.environ["VIZ"] = "0"
@@ -17,11 +20,14 @@ def _blob(db_path: str, trace_id: str) -> Any:
   if key in _blobs:
     _blobs.move_to_end(key)
     return _blobs[key]
-  from explorer.adapter import RewriteBlob
+  from explorer.adapter import TINYGRAD_VERSION, RewriteBlob
   from explorer.store import Store
   data = Store(db_path).get_rewrites(trace_id)
   if data is None: raise LookupError(f"trace {trace_id} has no stored rewrites")
-  _blobs[key] = RewriteBlob(data)
+  try: _blobs[key] = RewriteBlob(data)
+  except Exception as e:
+    raise BlobUnreadable(f"this server's tinygrad {TINYGRAD_VERSION} cannot load the stored rewrites of trace {trace_id} "
+                         f"({type(e).__name__}: {str(e)[:200]})") from None
   while len(_blobs) > BLOBS_KEPT: _blobs.popitem(last=False)
   return _blobs[key]
 

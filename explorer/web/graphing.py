@@ -112,7 +112,15 @@ class GraphService:
     self._check(trace, ref)
     key = self._cache_key(ref_text, full)
     if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cached
-    return await self._once((trace_id, key, "view"), lambda: self._make_view(trace_id, trace, ref, ref_text, full))
+    try: return await self._once((trace_id, key, "view"), lambda: self._make_view(trace_id, trace, ref, ref_text, full))
+    except expand.BlobUnreadable as e: return await asyncio.to_thread(self._stored_view, trace_id, ref_text, str(e))
+
+  def _stored_view(self, trace_id: str, ref_text: str, why: str) -> dict:
+    """The rewrites do not load here: the same graph as cached earlier (with or without the node limit), said so; else a clear error."""
+    for key in (self._cache_key(ref_text, False), self._cache_key(ref_text, True)):
+      if (cached := self.store.get_cached_json(trace_id, key, "view")) is not None:
+        return {**cached, "notes": [f"{why}: this is the layout the store cached when the graph was last expanded."] + cached.get("notes", [])}
+    raise GraphUnavailable(f"{why}, and the store holds no earlier layout of this graph")
 
   def _check(self, trace: dict, ref: Ref) -> None:
     if ref.kind == "tensor" and not (trace.get("tensor_graph") or {}).get("sink"): raise GraphNotFound("this trace has no tensor graph")

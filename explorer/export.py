@@ -1,0 +1,128 @@
+"""Export a trace: as JSON (the trace exactly as stored, with its annotations) or as ONE self-contained HTML file that opens offline:
+summary, kernel table, bufferize tables, the tensor graph, kernel graph and every kernel's AST as inline SVG, each kernel's source
+per target (highlighted), timings and annotations. CSS and JS are inlined; nothing refers to a server, a CDN or another file.
+
+No tinygrad here. The web server hands over graphs laid out by its GraphService (and cache); the command line takes cached layouts
+from the store and expands the rest from the rewrite blob in a worker (explorer.export_worker), laid out with the local graphviz.
+"""
+from __future__ import annotations
+import datetime, json, os, re
+from typing import Any, Callable
+from explorer import __version__, graphs
+
+GraphBlock = dict  # {"ref", "title", "svg" | None, "notes": [...], "error": str | None, "shown_nodes", "total_nodes"}
+
+def graph_refs(trace: dict) -> list[str]:
+  """The graphs an export draws: the tensor graph (when recorded), the kernel graph, each kernel's AST."""
+  refs = ["tensor"] if (trace.get("tensor_graph") or {}).get("sink") else []
+  return refs + ["kernels"] + [f"ast/{k['index']}" for k in trace.get("kernels") or []]
+
+def annotations_of(store: Any, trace_id: str) -> list[dict]:
+  """The annotations hook: the notes the store keeps for this trace (Store.annotations), [] where it keeps none."""
+  fn = getattr(store, "annotations", None)
+  if store is None or fn is None: return []
+  try: return list(fn(trace_id))
+  except Exception: return []  # an export never fails over its notes
+
+def export_json(trace: dict, annotations: list[dict] | None = None) -> str:
+  """The trace as stored (what `trace --json` writes and `diff`/`export` read back), plus its annotations when it has any."""
+  return json.dumps({**trace, "annotations": annotations} if annotations else trace, indent=1, default=str)
+
+# ***** making the HTML self-contained *****
+
+_ID_RE = re.compile(r'\bid="([^"]+)"')
+_KERNEL_LINK_RE = re.compile(r'((?:xlink:)?href)="[^"#]*/k/(\d+)"')
+_OTHER_LINK_RE = re.compile(r'\s(?:xlink:)?href="(?!#)[^"]*"')
+
+def localize_svg(svg: str, prefix: str) -> str:
+  """A server SVG made fit to inline several in one file: ids prefixed (unique), kernel links to the kernel's section, no other links."""
+  svg = _ID_RE.sub(lambda m: f'id="{prefix}-{m.group(1)}"', svg)
+  svg = _KERNEL_LINK_RE.sub(lambda m: f'{m.group(1)}="#kernel-{m.group(2)}"', svg)
+  return _OTHER_LINK_RE.sub("", svg)
+
+def _static(name: str) -> str:
+  from explorer.web.render import STATIC_DIR
+  return (STATIC_DIR / name).read_text()
+
+def inline_assets() -> dict[str, str]:
+  from explorer.web.render import pygments_css
+  return {"css": _static("explorer.css") + "\n" + pygments_css(), "panzoom": _static("vendor/svg-pan-zoom-3.6.2.min.js")}
+
+def render_html(trace: dict, trace_id: str, graph_blocks: dict[str, GraphBlock], annotations: list[dict] | None = None,
+                origin: str = "") -> str:
+  """The standalone page. graph_blocks: by graph reference (graph_refs), each laid out or with the reason it is not."""
+  from markupsafe import Markup
+  from explorer.web.render import make_templates
+  env = make_templates().env
+  blocks = {ref: {**b, "svg": Markup(localize_svg(b["svg"], "g" + re.sub(r"\W", "-", ref))) if b.get("svg") else None}
+            for ref, b in graph_blocks.items()}
+  assets = {k: Markup(v) for k, v in inline_assets().items()}
+  exported = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  return env.get_template("export.html").render(trace=trace, trace_id=trace_id, graphs=blocks, annotations=annotations or [],
+                                                assets=assets, exported=exported, origin=origin, version=__version__)
+
+# ***** the command line: graphs from the store's cache, else expanded in a worker and laid out here *****
+
+def load(arg: str, db: str | None = None) -> tuple[dict, str, bytes | None, Any]:
+  """(trace, id, rewrite blob or None, store or None) for a JSON trace file or a stored trace id."""
+  from explorer.spec import SpecError
+  from explorer.store import Store, StoreError, default_db_path
+  if os.path.isfile(arg):
+    from explorer.diff import _load_file
+    trace = _load_file(arg)
+    return trace, os.path.splitext(os.path.basename(arg))[0], None, None
+  path = db or default_db_path()
+  what = f"{arg!r} is not a trace file"
+  if not os.path.isfile(path): raise SpecError(f"{what}, and there is no trace store at {path}")
+  try:
+    store = Store(path)
+    if (trace := store.get_trace(arg)) is None: raise SpecError(f"{what}, and not a trace id stored in {path}")
+    return trace, arg, store.get_rewrites(arg), store
+  except StoreError as e: raise SpecError(str(e)) from None
+
+def local_graphs(trace: dict, trace_id: str, blob: bytes | None, store: Any = None, node_limit: int = graphs.MAX_NODES,
+                 timeout_s: float = 600.0, say: Callable[[str], None] = lambda s: None) -> dict[str, GraphBlock]:
+  """Every export graph: the server's cached layout where the store has one, else built here (UOp graphs from the blob, in a worker)."""
+  from explorer.web.graphing import graph_title, parse_ref
+  out: dict[str, GraphBlock] = {}
+  missing: dict[str, int] = {}
+  for ref in graph_refs(trace):
+    title = graph_title(trace, parse_ref(ref))
+    view = store.get_cached_json(trace_id, ref, "view") if store is not None else None
+    svg = store.get_cached(trace_id, ref, "svg") if store is not None else None
+    if view is not None and svg is not None:
+      out[ref] = {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None,
+                  "shown_nodes": view["shown_nodes"], "total_nodes": view["total_nodes"]}
+    elif ref == "kernels": out[ref] = _laid_out(ref, title, graphs.kernel_graph(trace), node_limit, trace_id)
+    elif blob is None: out[ref] = _failed(ref, title, "no rewrite blob (a JSON trace file keeps none): export a stored trace id for its UOp graphs")
+    else: missing[ref] = trace["tensor_graph"]["sink"] if ref == "tensor" else trace["kernels"][int(ref.split("/")[1])]["ast_sink"]
+  if missing:
+    say(f"expanding {len(missing)} graph(s) from the rewrite blob")
+    from explorer.worker import TraceFailed, call_in_worker
+    why = ""
+    try:
+      got, _ = call_in_worker("explorer.export_worker:sink_graphs", {"blob": blob, "sinks": sorted(set(missing.values()))}, timeout_s=timeout_s,
+                              env={"VIZ": "0"})
+    except TraceFailed as e: got, why = {}, f"the rewrite blob could not be expanded here: {e}"
+    for ref, sink in missing.items():
+      title = graph_title(trace, parse_ref(ref))
+      out[ref] = _laid_out(ref, title, got[sink], node_limit, trace_id) if sink in got else _failed(ref, title, why)
+  return {ref: out[ref] for ref in graph_refs(trace)}
+
+def _failed(ref: str, title: str, why: str) -> GraphBlock:
+  return {"ref": ref, "title": title, "svg": None, "notes": [], "error": why, "shown_nodes": 0, "total_nodes": 0}
+
+def _laid_out(ref: str, title: str, raw: dict, node_limit: int, trace_id: str) -> GraphBlock:
+  shown, notes = graphs.simplify(raw, node_limit)
+  dot = graphs.kernel_graph_dot(shown, f"/t/{trace_id}") if ref == "kernels" else graphs.uop_dot(shown, set(), title)
+  try: svg = graphs.layout_svg(dot)
+  except graphs.LayoutError as e: return {**_failed(ref, title, str(e)), "total_nodes": len(raw["nodes"])}
+  return {"ref": ref, "title": title, "svg": svg, "notes": notes, "error": None, "shown_nodes": len(shown["nodes"]), "total_nodes": len(raw["nodes"])}
+
+def export_file(arg: str, fmt: str = "html", db: str | None = None, timeout_s: float = 600.0, say: Callable[[str], None] = lambda s: None) -> str:
+  """The export of a stored trace id or a JSON trace file, as text."""
+  trace, trace_id, blob, store = load(arg, db)
+  notes = annotations_of(store, trace_id) if store is not None else list(trace.get("annotations") or [])
+  if fmt == "json": return export_json({k: v for k, v in trace.items() if k != "annotations"}, notes)
+  return render_html(trace, trace_id, local_graphs(trace, trace_id, blob, store, timeout_s=timeout_s, say=say), notes,
+                     origin=f"stored trace {trace_id}" if store is not None else f"trace file {arg}")

@@ -1,0 +1,121 @@
+/* The diff page: folded source runs, the UOp graph diff (an HTML fragment computed in a worker), pan/zoom on its drawings, and the
+   two measurements (interleaved re-timing, outputs compared) as background jobs polled for progress. Uses explorer.js's $, $$, esc. */
+"use strict";
+
+function panZoom(root) {
+  $$(".diff-graph", root).forEach((box) => {
+    const svg = $("svg", box);
+    if (!svg || !window.svgPanZoom || box.dataset.pz) return;
+    box.dataset.pz = "1";
+    const pz = window.svgPanZoom(svg, { zoomScaleSensitivity: 0.3, minZoom: 0.02, maxZoom: 40, fit: true, center: true });
+    const fit = () => { pz.resize(); pz.fit(); pz.center(); if (pz.getZoom() > 1.6) pz.zoom(1.6); };
+    fit();
+    if (pz.getSizes().realZoom < 0.35) {  // too small to read when fitted: zoom in around the first outlined node (or the sink)
+      const target = $("g.node.changed", svg) || $("g.node.op-SINK", svg);
+      pz.zoom(pz.getZoom() * 0.7 / pz.getSizes().realZoom);
+      if (target) requestAnimationFrame(() => requestAnimationFrame(() => {
+        const c = box.querySelector(".viewer-canvas").getBoundingClientRect(), t = target.getBoundingClientRect();
+        pz.panBy({ x: c.left + c.width / 2 - (t.left + t.width / 2), y: c.top + c.height / 2 - (t.top + t.height / 2) });
+      }));
+    }
+    $$("[data-act]", box).forEach((b) => b.addEventListener("click", () => {
+      if (b.dataset.act === "zoom-in") pz.zoomIn(); else if (b.dataset.act === "zoom-out") pz.zoomOut(); else fit();
+    }));
+  });
+}
+
+async function loadGraphs(root) {
+  if (root.dataset.graphsCached === "yes") { panZoom(document); return; }
+  let html;
+  try {
+    const r = await fetch(root.dataset.graphsUrl, { headers: { Accept: "text/html" } });
+    if (!r.ok) { let d = `${r.status}`; try { d = (await r.json()).detail; } catch (e) { /* keep status */ } throw new Error(d); }
+    html = await r.text();
+  } catch (err) {
+    $$(".graph-pending").forEach((p) => { p.className = "alert err"; p.textContent = `The graph diff failed: ${err.message}`; });
+    return;
+  }
+  const box = document.createElement("div");
+  box.innerHTML = html;
+  const error = $("[data-graph-error]", box);
+  $$(".graph-diff").forEach((slot) => {
+    const g = $(`[data-graph-group="${slot.dataset.group}"]`, box);
+    slot.innerHTML = "";
+    if (g) slot.appendChild(g); else if (error) slot.appendChild(error.cloneNode(true));
+    const cell = $(`[data-graph-count="${slot.dataset.group}"]`);
+    if (cell) cell.textContent = g ? `${g.dataset.onlyA} / ${g.dataset.onlyB}` : "–";
+  });
+  document.body.dataset.graphs = "loaded";
+  panZoom(document);
+}
+
+/* ***** measurements ***** */
+
+const fmtS = (s) => (s == null ? "–" : s < 1e-3 ? `${(s * 1e6).toFixed(1)} µs` : s < 1 ? `${(s * 1e3).toFixed(3)} ms` : `${s.toFixed(2)} s`);
+const fmtG = (x) => (x == null ? "–" : Math.abs(x) >= 1e-3 && Math.abs(x) < 1e4 ? x.toPrecision(4) : x.toExponential(2));
+
+function resultHTML(kind, r) {
+  if (!r.compared) return `<span class="muted">${esc(r.reason)}</span>`;
+  const when = r.measured ? ` <span class="muted small">· measured ${esc(new Date(r.measured * 1000).toLocaleString())}, tinygrad ${esc(r.tinygrad || "?")}</span>` : "";
+  if (kind === "timing") {
+    const q = r.ratio;
+    return `<div><span class="ratio">B/A = ${q.median.toFixed(3)}×</span> <span class="muted">median of ${q.n} interleaved repeats</span></div>` +
+      `<div class="small">spread: IQR ${q.q1.toFixed(3)}–${q.q3.toFixed(3)}, range ${q.min.toFixed(3)}–${q.max.toFixed(3)} · ` +
+      `A ${fmtS(r.a_total_s.median)}, B ${fmtS(r.b_total_s.median)} on ${esc(r.device)} (${esc(r.compiler)})` +
+      `${r.fallback ? ` · <span class="badge warn">${esc(r.fallback)}</span>` : ""} · ${r.warmup} warmup + ${r.repeats} repeats${when}</div>`;
+  }
+  return `<div><span class="ratio">max |A−B| = ${fmtG(r.max_abs)}</span> <span class="muted">(${fmtG(r.max_rel)} of the largest |output| ${fmtG(r.scale)})</span></div>` +
+    `<div class="small">mean |A−B| ${fmtG(r.mean_abs)} · largest at [${(r.argmax || []).join(", ")}] of shape [${(r.shape || []).join(", ")}]${when}</div>`;
+}
+
+class Measure {
+  constructor(el) {
+    this.el = el; this.kind = el.dataset.kind; this.api = el.dataset.api; this.body = $(".measure-body", el); this.button = $("[data-start]", el);
+    this.button.addEventListener("click", () => this.start());
+    const state = JSON.parse(el.dataset.state || "{}");
+    this.render(state);
+    if (["queued", "running"].includes(state.status)) this.poll();
+    else if ("auto" in el.dataset && state.status === "none") this.start();
+  }
+
+  render(s) {
+    this.el.dataset.status = s.status;
+    this.button.disabled = ["queued", "running"].includes(s.status);
+    if (s.status === "none") this.body.innerHTML = '<span class="muted">Not measured yet.</span>';
+    else if (s.status === "queued" || s.status === "running")
+      this.body.innerHTML = `<span class="spinner"></span> ${esc(s.detail || s.status)} <span class="muted small">${s.elapsed_s != null ? `${s.elapsed_s}s` : ""}</span>`;
+    else if (s.status === "error") this.body.innerHTML = `<span class="source-error" style="padding:0">${esc(s.error)}</span>`;
+    else this.body.innerHTML = resultHTML(this.kind, s.result);
+  }
+
+  async start() {
+    const reps = $("[data-repeats]", this.el);
+    const q = reps ? `?repeats=${encodeURIComponent(reps.value)}` : "";
+    try {
+      const r = await fetch(this.api + q, { method: "POST", headers: { Accept: "application/json" } });
+      const body = await r.json();
+      if (!r.ok) throw new Error(body.detail || r.status);
+      this.render(body); this.poll();
+    } catch (err) { this.render({ status: "error", error: err.message }); }
+  }
+
+  async poll() {
+    for (;;) {
+      await new Promise((r) => setTimeout(r, 700));
+      let s;
+      try { s = await fetchJSON(this.api); } catch (err) { this.render({ status: "error", error: err.message }); return; }
+      this.render(s);
+      if (!["queued", "running"].includes(s.status)) return;
+    }
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $$("[data-unfold]").forEach((b) => b.addEventListener("click", () => {
+    const toggle = b.closest("tbody");
+    toggle.nextElementSibling.hidden = false; toggle.remove();
+  }));
+  $$(".measure").forEach((el) => new Measure(el));
+  const root = $("#diff-root");
+  if (root) loadGraphs(root);
+});

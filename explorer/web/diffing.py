@@ -1,0 +1,223 @@
+"""The diff pages' work, off the event loop. The structural diff (explorer.diff.diff_traces, kernels matched by role and data flow)
+runs in a thread; the UOp graph diff rebuilds both sides' kernel ASTs in a worker (explorer.diff_worker) and draws each differing
+kernel with the nodes only its side has highlighted; the two measurements (interleaved re-timing, outputs compared) are background
+jobs with progress, one at a time. Every result is cached in the store (Store.put_diff), keyed by the two trace ids."""
+from __future__ import annotations
+import asyncio, functools, time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from markupsafe import Markup, escape
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from explorer import graphs
+from explorer.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows
+from explorer.store import Store, tinygrad_version
+from explorer.web.jobs import run_in_daemon_thread
+from explorer.web.render import lexer_for
+
+MEASURES = ("timing", "numerics")
+LINE_FORMATTER = HtmlFormatter(nowrap=True)
+
+# ***** the structural diff, with sources of two targets side by side where asked *****
+
+def _joined(ks: list[dict], target: str) -> tuple[str, list[dict]]:
+  """A group's sources joined by a blank line, and where each kernel starts (1-based line)."""
+  parts, texts, line = [], [], 1
+  for k in ks:
+    text = (k.get("sources") or {}).get(target, "").rstrip("\n")
+    parts.append({"kernel": k["index"], "name": k["name"], "first_line": line, "lines": len(text.splitlines())})
+    texts.append(text)
+    line += len(text.splitlines()) + 1
+  return "\n\n".join(texts), parts
+
+def cross_source(ka: list[dict], kb: list[dict], ta: str, tb: str) -> dict:
+  """A's source for target ta against B's for tb (the same trace on both sides compares two renderers)."""
+  note = None
+  if not all(ta in (k.get("sources") or {}) for k in ka) or not all(tb in (k.get("sources") or {}) for k in kb):
+    note, ta, tb = "a side has no source for its target: showing host sources", "host", "host"
+  (a, pa), (b, pb) = _joined(ka, ta), _joined(kb, tb)
+  rows = source_rows(a, b)
+  return {"target": ta, "target_b": tb, "note": note, "rows": rows, "counts": dict(Counter(r["kind"] for r in rows)), "a_parts": pa, "b_parts": pb}
+
+def build_diff(a: dict, b: dict, ta: str, tb: str) -> dict:
+  """diff_traces without rewrite blobs (the graph diff comes separately), with B's source for target tb."""
+  d = diff_traces(a, b, None, None, ta)
+  d["notes"] = [n for n in d["notes"] if not n.startswith("no rewrite blobs")]
+  d["target_b"] = tb
+  for g in d["groups"]:
+    src = g["source"]
+    if tb != ta: g["source"] = src = cross_source([a["kernels"][k["index"]] for k in g["a"]], [b["kernels"][k["index"]] for k in g["b"]], ta, tb)
+    src.setdefault("target_b", src["target"])
+  return d
+
+@functools.lru_cache(maxsize=64)
+def highlighted_lines(target: str, text: str) -> tuple[Markup, ...]:
+  """Each line of a source, highlighted on its own (pygments closes its spans at line ends), for side-by-side rows."""
+  lexer = lexer_for(target, text)
+  lexer.stripnl, lexer.ensurenl = False, True
+  return tuple(Markup(x) for x in highlight(text, lexer, LINE_FORMATTER).split("\n"))
+
+def side_by_side(src: dict, a_kernels: list[dict], b_kernels: list[dict]) -> list[dict]:
+  """The source rows with each side's line highlighted (an HTML string per cell)."""
+  la = highlighted_lines(src["target"], _joined(a_kernels, src["target"])[0])
+  lb = highlighted_lines(src["target_b"], _joined(b_kernels, src["target_b"])[0])
+  def cell(lines: tuple[Markup, ...], no: int | None, raw: str | None) -> Markup | None:
+    if no is None: return None
+    return lines[no - 1] if no - 1 < len(lines) else escape(raw or "")
+  return [{**r, "a_html": cell(la, r["a_no"], r["a"]), "b_html": cell(lb, r["b_no"], r["b"])} for r in src["rows"]]
+
+def fold(rows: list[dict], context: int = 3, min_run: int = 10) -> list[dict]:
+  """Segments of rows: runs of identical lines longer than min_run, away from a change by more than context, come folded."""
+  near = [False] * len(rows)
+  for i, r in enumerate(rows):
+    if r["kind"] != "same":
+      for j in range(max(0, i - context), min(len(rows), i + context + 1)): near[j] = True
+  segs: list[dict] = []
+  for r, keep in zip(rows, near):
+    folded = r["kind"] == "same" and not keep
+    if not segs or segs[-1]["folded"] != folded: segs.append({"folded": folded, "rows": []})
+    segs[-1]["rows"].append(r)
+  out: list[dict] = []
+  for sg in segs:  # short folds are not worth a click
+    if sg["folded"] and len(sg["rows"]) < min_run: sg["folded"] = False
+    if out and not out[-1]["folded"] and not sg["folded"]: out[-1]["rows"] += sg["rows"]
+    else: out.append(sg)
+  return out
+
+# ***** measurements: background jobs *****
+
+@dataclass
+class MeasureJob:
+  kind: str
+  status: str = "queued"  # queued | running | done | error
+  detail: str = "waiting for the measurement slot"
+  result: dict | None = None
+  error: str | None = None
+  started: float = field(default_factory=time.time)
+  finished: float | None = None
+
+  def note(self, stage: str, status: str, detail: str) -> None:
+    self.status, self.detail = "running", detail or f"{stage} {status}"
+
+  def snapshot(self) -> dict:
+    return {"kind": self.kind, "status": self.status, "detail": self.detail, "result": self.result, "error": self.error,
+            "elapsed_s": round((self.finished or time.time()) - self.started, 1)}
+
+class DiffService:
+  def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, timeout_s: float = 600.0):
+    self.store, self.node_limit, self.dot_timeout_s, self.timeout_s = store, node_limit, dot_timeout_s, timeout_s
+    self.jobs: dict[tuple[str, str, str], MeasureJob] = {}
+    self.tasks: set[asyncio.Task] = set()
+    self.graph_runs = 0  # worker calls for graph diffs: tests check the cache
+    self._inflight: dict[tuple, asyncio.Future] = {}
+    self._slot: asyncio.Semaphore | None = None
+    self._dot_slots: asyncio.Semaphore | None = None
+
+  async def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
+    if (fut := self._inflight.get(key)) is None:
+      fut = self._inflight[key] = asyncio.get_running_loop().create_task(make())
+      fut.add_done_callback(lambda _: self._inflight.pop(key, None))
+    return await asyncio.shield(fut)
+
+  # ***** structural *****
+
+  async def structural(self, a_id: str, a: dict, b_id: str, b: dict, ta: str, tb: str) -> dict:
+    kind = f"diff:{ta}:{tb}"
+    if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cached
+    async def make() -> dict:
+      d = await asyncio.to_thread(build_diff, a, b, ta, tb)
+      await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, d)
+      return d
+    return await self._once((a_id, b_id, kind), make)
+
+  # ***** the UOp graph diff, drawn *****
+
+  async def cached_graphs(self, a_id: str, b_id: str) -> dict | None: return await asyncio.to_thread(self.store.get_diff, a_id, b_id, "graphs")
+
+  async def graph_diff(self, a_id: str, a: dict, b_id: str, b: dict, groups: list[dict]) -> dict:
+    """{error, groups: [{index, graph (nodes only in A / B), drawings {a: [...], b: [...]}}]}: cached once it worked."""
+    if (cached := await self.cached_graphs(a_id, b_id)) is not None: return cached
+    return await self._once((a_id, b_id, "graphs"), lambda: self._make_graphs(a_id, a, b_id, b, groups))
+
+  async def _make_graphs(self, a_id: str, a: dict, b_id: str, b: dict, groups: list[dict]) -> dict:
+    from explorer.worker import TraceFailed, call_in_worker
+    blobs = await asyncio.to_thread(lambda: (self.store.get_rewrites(a_id), self.store.get_rewrites(b_id)))
+    if any(not x for x in blobs): return {"error": "a side has no stored rewrite blob: no UOp graph diff", "groups": []}
+    sinks = {s: [k["ast_sink"] for k in t["kernels"] if k.get("ast_sink") is not None] for s, t in (("a", a), ("b", b))}
+    args = {"a_blob": blobs[0], "b_blob": blobs[1], "a_sinks": sinks["a"], "b_sinks": sinks["b"]}
+    self.graph_runs += 1
+    try: (gra, grb), _ = await run_in_daemon_thread(lambda: call_in_worker("explorer.diff_worker:kernel_graphs", args, timeout_s=self.timeout_s,
+                                                                            env={"VIZ": "0"}))
+    except TraceFailed as e: return {"error": f"this server could not rebuild the kernels' UOp graphs: {e}", "groups": []}
+    out = []
+    for g in groups:
+      ka, kb = [a["kernels"][k["index"]] for k in g["a"]], [b["kernels"][k["index"]] for k in g["b"]]
+      ga, gb = [gra[k["ast_sink"]] for k in ka], [grb[k["ast_sink"]] for k in kb]
+      gd = graph_diff(ga, gb)
+      drawings: dict[str, list[dict]] = {"a": [], "b": []}
+      if gd["only_a"] or gd["only_b"]:
+        for side, ks, gs in (("a", ka, ga), ("b", kb, gb)):
+          ids = {n["id"] for n in gd[f"only_{side}"]}
+          for i, (k, raw) in enumerate(zip(ks, gs)): drawings[side].append(await self._draw(k, raw, ids, f"d{g['index']}{side}{i}", side))
+      out.append({"index": g["index"], "graph": gd, "drawings": drawings})
+    res = {"error": None, "groups": out}
+    await asyncio.to_thread(self.store.put_diff, a_id, b_id, "graphs", res)
+    return res
+
+  async def _draw(self, k: dict, raw: dict, ids: set[str], prefix: str, side: str) -> dict:
+    from explorer.export import localize_svg
+    shown, notes = graphs.simplify(raw, self.node_limit)
+    keep = {n["id"] for n in shown["nodes"]}
+    mine = ids & {n["id"] for n in raw["nodes"]}
+    hl = mine & keep
+    if len(hl) < len(mine): notes.append(f"{len(mine) - len(hl)} of the {len(mine)} nodes only in {side.upper()} are left out of the drawing; "
+                                         "the list below has them all.")
+    title = f"{side.upper()}: {k['name']} ({k['role']})"
+    info = {"kernel": k["index"], "name": k["name"], "role": k["role"], "title": title, "notes": notes, "differing": len(mine),
+            "highlighted": len(hl), "nodes": len(raw["nodes"]), "svg": None, "error": None}
+    if self._dot_slots is None: self._dot_slots = asyncio.Semaphore(2)
+    async with self._dot_slots:
+      try: svg = await asyncio.to_thread(graphs.layout_svg, graphs.uop_dot(shown, hl, title), self.dot_timeout_s)
+      except graphs.LayoutError as e: return {**info, "error": str(e)}
+    return {**info, "svg": localize_svg(svg, prefix)}
+
+  # ***** measurements *****
+
+  def measure_status(self, a_id: str, b_id: str, kind: str) -> dict:
+    """The job's state while it runs (or failed), else the cached result, else status none."""
+    job = self.jobs.get((a_id, b_id, kind))
+    if job is not None and job.status in ("queued", "running", "error"): return job.snapshot()
+    if (cached := self.store.get_diff(a_id, b_id, kind)) is not None:
+      return {"kind": kind, "status": "done", "detail": "", "result": cached, "error": None, "elapsed_s": None}
+    if job is not None: return job.snapshot()  # done, but not comparable: the reason is in its result
+    return {"kind": kind, "status": "none", "detail": "", "result": None, "error": None, "elapsed_s": None}
+
+  def start_measure(self, a_id: str, a: dict, b_id: str, b: dict, kind: str, repeats: int = 20, warmup: int = 3) -> dict:
+    key = (a_id, b_id, kind)
+    if (job := self.jobs.get(key)) is not None and job.status in ("queued", "running"): return job.snapshot()
+    job = self.jobs[key] = MeasureJob(kind)
+    task = asyncio.get_running_loop().create_task(self._measure(job, a_id, a, b_id, b, repeats, warmup))
+    self.tasks.add(task)
+    task.add_done_callback(self.tasks.discard)
+    return job.snapshot()
+
+  async def _measure(self, job: MeasureJob, a_id: str, a: dict, b_id: str, b: dict, repeats: int, warmup: int) -> None:
+    loop = asyncio.get_running_loop()
+    def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(job.note, stage, status, detail)
+    if self._slot is None: self._slot = asyncio.Semaphore(1)
+    async with self._slot:  # one measurement at a time: two at once would time each other
+      job.status, job.detail = "running", "starting a worker"
+      if job.kind == "timing": work = lambda: remeasure_interleaved(a, b, repeats, warmup, self.timeout_s, progress)
+      else: work = lambda: compare_outputs(a, b, self.timeout_s, progress)
+      try: result = await run_in_daemon_thread(work)
+      except Exception as e:
+        job.status, job.error, job.finished = "error", (str(e).strip().splitlines() or [type(e).__name__])[0], time.time()
+        return
+    await asyncio.sleep(0)  # progress callbacks queued by the worker thread land before the result
+    result = {**result, "measured": time.time(), "tinygrad": tinygrad_version()}
+    if result.get("compared"): await asyncio.to_thread(self.store.put_diff, a_id, b_id, job.kind, result)
+    job.status, job.result, job.detail, job.finished = "done", result, "", time.time()
+
+  def cancel_all(self) -> None:
+    for t in list(self.tasks): t.cancel()

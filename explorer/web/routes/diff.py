@@ -1,0 +1,205 @@
+"""Diff two stored traces: /diff?a=&b= (a picker while one is missing), the permalink /diff/{a}/{b}?target=&target_b=, its JSON twin
+/api/diff/{a}/{b}, and the two measurements as background jobs (/api/diff/{a}/{b}/timing and /numerics). "Compare with..." on every
+trace page lists quick picks (the same spec with one variant field flipped, or two targets of the same trace) and stored traces."""
+from __future__ import annotations
+import asyncio
+from typing import Any
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import ValidationError
+from explorer.spec import PRESETS, SpecError
+from explorer.store import trace_key
+from explorer.web import deps
+from explorer.web.diffing import MEASURES, fold, side_by_side
+from explorer.web.jobs import STAGE_TITLES, QueueFull
+from explorer.web.models import TraceRequest
+from explorer.web.render import TARGET_LABELS
+
+router = APIRouter(include_in_schema=False)
+api = APIRouter(prefix="/api", tags=["diff"])
+VARIANT_KEYS = ("algo", "wino_impl", "tile", "staging", "consts", "opt", "targets", "warmup", "repeats", "time", "fallback", "device")
+
+def diff_url(a: str, b: str, target: str | None = None, target_b: str | None = None) -> str:
+  q = "&".join(f"{k}={v}" for k, v in (("target", target), ("target_b", target_b)) if v)
+  return f"/diff/{a}/{b}" + (f"?{q}" if q else "")
+
+# ***** quick picks: the same spec with one thing changed *****
+
+def request_of(trace: dict, **changes: Any) -> dict:
+  """A trace request for this trace's spec and variant, with changes."""
+  v = {k: trace["variant"][k] for k in VARIANT_KEYS if k in (trace.get("variant") or {})}
+  v["targets"] = list(v.get("targets") or ["cuda"])
+  preset = trace.get("preset")
+  base = {"preset": preset} if preset in PRESETS and PRESETS[preset].to_dict() == trace["spec"] else {"spec": trace["spec"]}
+  return {**base, "variant": {**v, **changes}}
+
+def flips(trace: dict) -> list[tuple[str, str, dict]]:
+  """(name, label, variant changes) of the variants worth comparing with this one."""
+  v = trace.get("variant") or {}
+  out = []
+  if v.get("algo") == "winograd" and v.get("wino_impl") == "explorer":
+    other = {"staged": "fused", "fused": "staged", "single": "staged"}[v.get("staging", "staged")]
+    out.append(("staging", f"{v.get('staging')} → {other}", {"staging": other}))
+    other = "materialized" if v.get("consts") == "symbolic" else "symbolic"
+    out.append(("consts", f"{v.get('consts')} → {other} constants", {"consts": other}))
+    other = "F(2,3)" if v.get("tile") == "F(4,3)" else "F(4,3)"
+    out.append(("tile", f"tile {v.get('tile')} → {other}", {"tile": other}))
+  if v.get("algo") == "direct":
+    out.append(("algo", "direct → Winograd (builtin)", {"algo": "winograd", "wino_impl": "builtin"}))
+    out.append(("algo-explorer", "direct → Winograd (explorer, staged)", {"algo": "winograd", "wino_impl": "explorer"}))
+  else:
+    out.append(("algo", "Winograd → direct", {"algo": "direct", "wino_impl": "builtin", "tile": "F(4,3)", "staging": "staged", "consts": "symbolic"}))
+  opt = v.get("opt", "heuristic")
+  if opt == "heuristic": out += [("opt", "heuristic → BEAM 2", {"opt": "beam:2"}), ("opt-none", "heuristic → no optimization", {"opt": "none"})]
+  else: out.append(("opt", f"{opt} → heuristic", {"opt": "heuristic"}))
+  return out
+
+def quick_picks(request: Request, trace_id: str, trace: dict) -> list[dict]:
+  """Each pick with the id its trace has (or will have) and whether it is stored; picks the server would refuse are left out."""
+  store, settings = request.app.state.store, request.app.state.settings
+  picks = []
+  for name, label, changes in flips(trace):
+    try:
+      spec, variant = deps.resolve_request(TraceRequest.model_validate(request_of(trace, **changes)), settings)
+    except (ValidationError, SpecError): continue
+    key = trace_key(spec, variant)
+    picks.append({"name": name, "label": label, "id": key, "stored": store.has_trace(key), "url": diff_url(trace_id, key)})
+  targets = list((trace.get("variant") or {}).get("targets") or [])
+  if len(targets) >= 2:
+    ta, tb = targets[:2]
+    picks.append({"name": "targets", "label": f"{TARGET_LABELS.get(ta, ta)} vs {TARGET_LABELS.get(tb, tb)} source", "id": trace_id, "stored": True,
+                  "url": diff_url(trace_id, trace_id, ta, tb)})
+  return picks
+
+async def picker_context(request: Request, a: str, q: str | None) -> dict:
+  """Quick picks for trace a, and stored traces to pick from (those of the same convolution first)."""
+  trace = await deps.trace_or_404(request, a)
+  picks = await asyncio.to_thread(quick_picks, request, a, trace)
+  rows, total = await asyncio.to_thread(request.app.state.store.search, text=q or None, limit=40)
+  conv = (trace.get("label") or "").split(" | ")[0]
+  rows = sorted((r for r in rows if r["id"] != a), key=lambda r: not (r.get("label") or "").startswith(conv + " |"))
+  return {"a": a, "trace_a": trace, "picks": picks, "stored": rows, "total": total, "q": q or "", "conv": conv}
+
+@router.get("/diff/pick/{a}", response_class=HTMLResponse)
+async def picker_fragment(request: Request, a: str, q: str | None = Query(None, max_length=200)) -> HTMLResponse:
+  """The "compare with..." menu of a trace page (an HTML fragment)."""
+  ctx = await picker_context(request, a, q)
+  return request.app.state.templates.TemplateResponse(request, "_partials/diff_picker.html", ctx)
+
+@router.get("/diff", response_class=HTMLResponse)
+async def diff_query(request: Request, a: str | None = Query(None, max_length=64), b: str | None = Query(None, max_length=64),
+                     target: str | None = Query(None, max_length=16), target_b: str | None = Query(None, max_length=16),
+                     q: str | None = Query(None, max_length=200)) -> Response:
+  if a and b: return RedirectResponse(diff_url(a, b, target, target_b), status_code=303)
+  if not a and not b:
+    return request.app.state.templates.TemplateResponse(request, "diff_pick.html", {"a": None, "stored": [], "picks": [], "q": q or ""})
+  ctx = await picker_context(request, a or b or "", q)
+  return request.app.state.templates.TemplateResponse(request, "diff_pick.html", ctx)
+
+@router.post("/diff/quick", response_class=HTMLResponse)
+async def quick_pick(request: Request) -> Response:
+  """Start (or find) the trace of a quick pick, then show the diff (a progress page while B runs)."""
+  import urllib.parse
+  form = {k: v[-1] for k, v in urllib.parse.parse_qs((await request.body()).decode(errors="replace")).items()}
+  a = form.get("a", "")
+  trace = await deps.trace_or_404(request, a)
+  pick = next((f for f in flips(trace) if f[0] == form.get("pick")), None)
+  if pick is None: raise HTTPException(422, f"no quick pick {form.get('pick')!r} for trace {a}")
+  try: status, _ = await deps.submit(request, TraceRequest.model_validate(request_of(trace, **pick[2])))
+  except (ValidationError, SpecError) as e: raise HTTPException(422, f"cannot trace that variant: {e}") from None
+  except QueueFull as e: raise HTTPException(503, str(e)) from None
+  return RedirectResponse(diff_url(a, status["id"]), status_code=303)
+
+# ***** the diff page *****
+
+def targets_of(a: dict, b: dict) -> list[str]:
+  ts = list(dict.fromkeys([*((a.get("variant") or {}).get("targets") or []), *((b.get("variant") or {}).get("targets") or [])]))
+  return ts + ["host"]
+
+async def side_or_progress(request: Request, trace_id: str) -> dict | HTMLResponse:
+  """The stored trace, or (while it runs) the progress page in its place: it reloads this URL when the trace is done."""
+  if (trace := await deps.stored_trace(request, trace_id)) is not None: return trace
+  status = await deps.status_of(request, trace_id)
+  if status is None: raise HTTPException(404, f"no trace {trace_id}")
+  ctx = {"trace_id": trace_id, "status": status, "stage_titles": STAGE_TITLES}
+  return request.app.state.templates.TemplateResponse(request, "progress.html", ctx)
+
+def pick_targets(a: dict, b: dict, target: str | None, target_b: str | None) -> tuple[str, str]:
+  ts = targets_of(a, b)
+  ta = target if target in ts else ts[0]
+  return ta, target_b if target_b in ts else ta
+
+def group_kernels(trace: dict, refs: list[dict]) -> list[dict]: return [trace["kernels"][k["index"]] for k in refs]
+
+@router.get("/diff/{a}/{b}", response_class=HTMLResponse)
+async def diff_page(request: Request, a: str, b: str, target: str | None = Query(None, max_length=16),
+                    target_b: str | None = Query(None, max_length=16)) -> Response:
+  ta_trace = await side_or_progress(request, a)
+  if not isinstance(ta_trace, dict): return ta_trace
+  tb_trace = await side_or_progress(request, b)
+  if not isinstance(tb_trace, dict): return tb_trace
+  ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
+  diffs = request.app.state.diffs
+  d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb)
+  rows = await asyncio.to_thread(lambda: [fold(side_by_side(g["source"], group_kernels(ta_trace, g["a"]), group_kernels(tb_trace, g["b"])))
+                                          for g in d["groups"]])
+  gr = await diffs.cached_graphs(a, b)
+  measures = {k: await asyncio.to_thread(diffs.measure_status, a, b, k) for k in MEASURES}
+  ctx = {"a": a, "b": b, "ta": ta_trace, "tb": tb_trace, "d": d, "rows": rows, "graphs": gr, "measures": measures, "target": ta, "target_b": tb,
+         "targets": targets_of(ta_trace, tb_trace), "diff_url": diff_url, "comparable": comparable(ta_trace, tb_trace)}
+  return request.app.state.templates.TemplateResponse(request, "diff.html", ctx)
+
+def comparable(a: dict, b: dict) -> str | None:
+  """Why the two cannot be timed or run against each other here, or None."""
+  if a.get("spec") != b.get("spec"): return "the specs differ"
+  da, db = (a.get("env") or {}).get("device"), (b.get("env") or {}).get("device")
+  return f"they ran on different devices ({da} and {db})" if da != db else None
+
+@router.get("/diff/{a}/{b}/graphs", response_class=HTMLResponse)
+async def graphs_fragment(request: Request, a: str, b: str) -> HTMLResponse:
+  """The UOp graph diff of every matched group (an HTML fragment the diff page loads: it may take a worker's few seconds)."""
+  ta_trace, tb_trace = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
+  d = await request.app.state.diffs.structural(a, ta_trace, b, tb_trace, *pick_targets(ta_trace, tb_trace, None, None))
+  gr = await request.app.state.diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"])
+  return request.app.state.templates.TemplateResponse(request, "_partials/diff_graphs.html", {"graphs": gr, "d": d})
+
+# ***** JSON *****
+
+def api_graphs(gr: dict | None) -> dict | None:
+  """The graph diff without its drawings' SVG (the page has them)."""
+  if gr is None: return None
+  return {"error": gr.get("error"), "groups": [{"index": g["index"], "graph": g["graph"]} for g in gr.get("groups", [])]}
+
+@api.get("/diff/{a}/{b}", summary="Diff two stored traces: kernels matched by role and data flow, buffers, metrics, sources, graphs, measurements")
+async def diff_json(request: Request, a: str, b: str, target: str | None = Query(None, max_length=16),
+                    target_b: str | None = Query(None, max_length=16),
+                    graphs: bool = Query(True, description="compute the UOp graph diff if it is not cached (a worker, a few seconds)")) -> dict:
+  """The structural diff (explorer.diff.diff_traces) with each group's UOp graph diff (`graph`), the cached interleaved timing and
+  output comparison (null until measured: POST .../timing or .../numerics) and `target`/`target_b` (the sources diffed)."""
+  ta_trace, tb_trace = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
+  ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
+  diffs = request.app.state.diffs
+  d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb)
+  gr = await (diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"]) if graphs else diffs.cached_graphs(a, b))
+  by_group = {g["index"]: g["graph"] for g in (gr or {}).get("groups", [])}
+  measured = {k: (await asyncio.to_thread(diffs.measure_status, a, b, k)).get("result") for k in MEASURES}
+  notes = d["notes"] + ([gr["error"]] if gr and gr.get("error") else [])
+  return {**d, "groups": [{**g, "graph": by_group.get(g["index"])} for g in d["groups"]], "timing": measured["timing"],
+          "numerics": measured["numerics"], "notes": notes, "url": diff_url(a, b, ta, tb)}
+
+@api.get("/diff/{a}/{b}/{kind}", summary="A measurement of two traces: its job's progress, or its cached result")
+async def measure_status(request: Request, a: str, b: str, kind: str) -> dict:
+  if kind not in MEASURES: raise HTTPException(404, f"no measurement {kind!r}: timing or numerics")
+  await deps.trace_or_404(request, a); await deps.trace_or_404(request, b)
+  return await asyncio.to_thread(request.app.state.diffs.measure_status, a, b, kind)
+
+@api.post("/diff/{a}/{b}/{kind}", status_code=202, summary="Start a measurement: interleaved re-timing (A, B, A, B...) or the outputs compared")
+async def start_measure(request: Request, a: str, b: str, kind: str, repeats: int = Query(20, ge=1, le=1000),
+                        warmup: int = Query(3, ge=0, le=1000)) -> Any:
+  """Runs in one worker off the event loop, one measurement at a time; poll GET for progress. The result is cached in the store."""
+  if kind not in MEASURES: raise HTTPException(404, f"no measurement {kind!r}: timing or numerics")
+  ta_trace, tb_trace = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
+  if (why := comparable(ta_trace, tb_trace)) is not None: raise HTTPException(409, f"cannot measure these two together: {why}")
+  max_repeats = int(request.app.state.settings.max_repeats)
+  if repeats > max_repeats or warmup > max_repeats: raise HTTPException(422, f"repeats and warmup are limited to {max_repeats}")
+  return JSONResponse(request.app.state.diffs.start_measure(a, ta_trace, b, tb_trace, kind, repeats, warmup), status_code=202)

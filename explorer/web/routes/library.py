@@ -1,0 +1,143 @@
+"""The library of stored traces: /traces (search by label text, preset and variant fields, paginated; delete with a confirmation),
+its JSON twin /api/library, DELETE /api/traces/{id}, and each trace's exports: /t/{id}/export.json and /t/{id}/export.html
+(one self-contained file, explorer.export)."""
+from __future__ import annotations
+import asyncio, math, socket
+from typing import Any
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import BaseModel
+from explorer import export
+from explorer.store import VARIANT_FILTERS
+from explorer.web import deps
+from explorer.web.graphing import GraphNotFound, GraphUnavailable
+
+router = APIRouter(include_in_schema=False)
+api = APIRouter(prefix="/api", tags=["library"])
+FILTERS = ("preset", *VARIANT_FILTERS, "device", "status")
+PER_PAGE = 25
+
+class LibraryItem(BaseModel):
+  id: str
+  url: str
+  label: str
+  preset: str | None = None
+  status: str
+  created: float
+  kernels: int | None = None
+  time_s: float | None = None
+  algo: str | None = None
+  wino_impl: str | None = None
+  tile: str | None = None
+  staging: str | None = None
+  consts: str | None = None
+  opt: str | None = None
+  targets: list[str] | None = None
+  device: str | None = None
+  tinygrad: str | None = None
+  failures: int = 0
+
+class LibraryPage(BaseModel):
+  total: int
+  page: int
+  pages: int
+  per_page: int
+  items: list[LibraryItem]
+
+class Deleted(BaseModel):
+  id: str
+  deleted: bool
+
+def filters_of(request: Request) -> dict[str, str]:
+  return {k: v.strip()[:64] for k in FILTERS if (v := request.query_params.get(k)) and v.strip()}
+
+async def search(request: Request, q: str | None, filters: dict[str, str], page: int, per_page: int) -> dict:
+  rows, total = await asyncio.to_thread(request.app.state.store.search, text=q or None, limit=per_page, offset=(page - 1) * per_page, **filters)
+  keys = set(LibraryItem.model_fields)
+  items = [{k: v for k, v in {**r, "url": deps.trace_url(r["id"])}.items() if k in keys} for r in rows]
+  return {"total": total, "page": page, "pages": max(1, math.ceil(total / per_page)), "per_page": per_page, "items": items}
+
+@api.get("/library", response_model=LibraryPage, summary="Stored traces: search and pages")
+async def library_json(request: Request, q: str | None = Query(None, max_length=200, description="text in the label or id"),
+                       preset: str | None = Query(None, max_length=64, description="a preset name, or custom"),
+                       algo: str | None = None, wino_impl: str | None = None, tile: str | None = None, staging: str | None = None,
+                       consts: str | None = None, opt: str | None = Query(None, description="heuristic, none, beam (any width) or beam:N"),
+                       device: str | None = None, status: str | None = None, page: int = Query(1, ge=1, le=100000),
+                       per_page: int = Query(PER_PAGE, ge=1, le=200)) -> dict:
+  """Newest first. Every filter is an exact match but q (a substring of the label or id) and opt=beam."""
+  return await search(request, q, filters_of(request), page, per_page)
+
+@api.delete("/traces/{trace_id}", response_model=Deleted, summary="Delete a stored trace (with its cached graphs, diffs and annotations)",
+            responses={404: {"description": "no such trace"}, 409: {"description": "the trace is still running"}})
+async def delete_trace_json(request: Request, trace_id: str) -> dict:
+  return await delete(request, trace_id)
+
+async def delete(request: Request, trace_id: str) -> dict:
+  job = request.app.state.jobs.get(trace_id)
+  if job is not None and job.status in ("queued", "running"): raise HTTPException(409, f"trace {trace_id} is still {job.status}")
+  gone = await asyncio.to_thread(request.app.state.store.delete_trace, trace_id)
+  request.app.state.traces.forget(trace_id)
+  if not gone: raise HTTPException(404, f"no trace {trace_id}")
+  return {"id": trace_id, "deleted": True}
+
+# ***** pages *****
+
+def page_links(request: Request, page: int, pages: int) -> dict[str, str | None]:
+  def at(n: int) -> str: return str(request.url.include_query_params(page=n).remove_query_params("deleted"))
+  return {"prev": at(page - 1) if page > 1 else None, "next": at(page + 1) if page < pages else None}
+
+@router.get("/traces", response_class=HTMLResponse)
+async def library_page(request: Request, q: str | None = Query(None, max_length=200), page: int = Query(1, ge=1, le=100000),
+                       deleted: str | None = Query(None, max_length=64)) -> HTMLResponse:
+  filters = filters_of(request)
+  res = await search(request, q, filters, page, PER_PAGE)
+  facets = await asyncio.to_thread(request.app.state.store.facets)
+  ctx = {"res": res, "q": q or "", "filters": filters, "facets": facets, "names": FILTERS, "links": page_links(request, res["page"], res["pages"]),
+         "deleted": deleted}
+  return request.app.state.templates.TemplateResponse(request, "library.html", ctx)
+
+@router.get("/traces/{trace_id}/delete", response_class=HTMLResponse)
+async def confirm_delete(request: Request, trace_id: str) -> HTMLResponse:
+  trace = await deps.trace_or_404(request, trace_id)
+  notes = await asyncio.to_thread(export.annotations_of, request.app.state.store, trace_id)
+  return request.app.state.templates.TemplateResponse(request, "library_delete.html", {"trace": trace, "trace_id": trace_id, "n_notes": len(notes)})
+
+@router.post("/traces/{trace_id}/delete")
+async def delete_page(request: Request, trace_id: str) -> Response:
+  form = (await request.body()).decode(errors="replace")
+  if "confirm=yes" not in form.split("&"): raise HTTPException(422, "confirm the deletion: the form sends confirm=yes")
+  await delete(request, trace_id)
+  return RedirectResponse(f"/traces?deleted={trace_id}", status_code=303)
+
+# ***** exports *****
+
+def attachment(name: str, download: bool) -> dict[str, str]:
+  return {"Content-Disposition": f'{"attachment" if download else "inline"}; filename="{name}"'}
+
+@router.get("/t/{trace_id}/export.json")
+async def export_json(request: Request, trace_id: str, download: bool = True) -> Response:
+  trace = await deps.trace_or_404(request, trace_id)
+  notes = await asyncio.to_thread(export.annotations_of, request.app.state.store, trace_id)
+  body = await asyncio.to_thread(export.export_json, trace, notes)
+  return Response(body, media_type="application/json", headers=attachment(f"kernel-explorer-{trace_id}.json", download))
+
+async def graph_block(request: Request, trace_id: str, trace: dict, ref: str) -> dict:
+  """One export graph through the server's GraphService: its cache, its node limit, its layout."""
+  gs = request.app.state.graphs
+  try:
+    view = await gs.view(trace_id, trace, ref)
+    svg = await gs.svg(trace_id, trace, ref, False, deps.trace_url(trace_id))
+  except (GraphNotFound, GraphUnavailable) as e:
+    return {"ref": ref, "title": ref, "svg": None, "notes": [], "error": str(e), "shown_nodes": 0, "total_nodes": 0}
+  return {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None, "shown_nodes": view["shown_nodes"],
+          "total_nodes": view["total_nodes"]}
+
+@router.get("/t/{trace_id}/export.html")
+async def export_html(request: Request, trace_id: str, download: bool = True) -> Response:
+  """The trace as ONE self-contained HTML file: inline CSS, JS and SVG, no reference to this server, opens offline."""
+  trace = await deps.trace_or_404(request, trace_id)
+  blocks: dict[str, Any] = {}
+  for ref in export.graph_refs(trace): blocks[ref] = await graph_block(request, trace_id, trace, ref)
+  notes = await asyncio.to_thread(export.annotations_of, request.app.state.store, trace_id)
+  html = await asyncio.to_thread(export.render_html, trace, trace_id, blocks, notes, f"the Kernel Explorer server on {socket.gethostname()}")
+  return Response(html, media_type="text/html; charset=utf-8", headers=attachment(f"kernel-explorer-{trace_id}.html", download))
