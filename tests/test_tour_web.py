@@ -74,6 +74,7 @@ def test_every_step_renders_its_view(web_client, pair):
 def test_builtin_tour_pair(web_client, pair):
   r = web_client.get(pair["url"] + "&step=compare")
   assert r.status_code == 200 and 'id="tour-ab-table"' in r.text and 'data-step="compare"' in r.text
+  assert 'href="/diff/%s/%s"' % (pair["a"], pair["b"]) in r.text
   api = web_client.get(f"/api/tours/winograd?a={pair['a']}&b={pair['b']}").json()
   ids = [s["id"] for s in api["steps"]]
   assert ids[0] == "a-tensor" and "compare" in ids and ids[-1] == "b-timing"

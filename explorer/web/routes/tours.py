@@ -217,11 +217,11 @@ async def pair_tour_page(request: Request, kind: str, a: str | None = None, b: s
   big = big_asked(request)
   ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, big), {"a": (a, ta), "b": (b, tb)}, notes)
   return page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
-              api=f"/api/tours/{kind}?a={a}&b={b}", diff_url=diff_url(request, a, b), **ctx)
+              api=f"/api/tours/{kind}?a={a}&b={b}", diff_url=diff_url(a, b), **ctx)
 
-def diff_url(request: Request, a: str, b: str) -> str | None:
-  """The diff page of the pair, where this server has one."""
-  return f"/diff/{a}/{b}" if any(getattr(r, "path", "") == "/diff/{a}/{b}" for r in request.app.routes) else None
+def diff_url(a: str, b: str) -> str:
+  """The pair's diff page (explorer/web/routes/diff.py): matched kernels, sources, graphs, an interleaved timing."""
+  return f"/diff/{a}/{b}"
 
 # ***** annotations *****
 
