@@ -1,0 +1,103 @@
+"""Exports: the trace as JSON, and as ONE self-contained HTML file (inline CSS, JS and SVG) that a browser opens from a file:// URL
+with no server running and no network request; from the web app and from `kernel-explorer export`."""
+from __future__ import annotations
+import json, os, re
+import pytest
+from fastapi.testclient import TestClient
+from explorer.cli import main
+from explorer.settings import Settings
+from explorer.store import Store
+from explorer.web.app import create_app
+from conftest import ARTIFACTS
+from stored_traces import stored_pair
+
+CHROMIUM = "/usr/bin/chromium"
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+  """The staged trace (with an annotation) exported through the web app, once for the module."""
+  db, staged, _ = stored_pair()
+  store = Store(db)
+  if not store.annotations(staged): store.add_annotation(staged, "step", "schedule", "MHAT stays a buffer between mhat and out")
+  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
+    page, js = client.get(f"/t/{staged}/export.html"), client.get(f"/t/{staged}/export.json")
+  path = tmp_path_factory.mktemp("export") / f"{staged}.html"
+  path.write_text(page.text)
+  return {"db": db, "id": staged, "page": page, "json": js, "path": path, "trace": store.get_trace(staged)}
+
+def external_refs(html: str) -> list[str]:
+  """Anything that would make a browser fetch or navigate away: src/href to anything but an anchor or data:, stylesheet links, imports."""
+  refs = re.findall(r'\b(?:src|href|xlink:href|action)="(?!#|data:)([^"]*)"', html)
+  refs += re.findall(r"<link\b[^>]*>", html) + re.findall(r"@import|url\((?!['\"]?(?:#|data:))", html)
+  return refs
+
+def test_json_export_is_the_stored_trace_with_its_annotations(exported):
+  r = exported["json"]
+  assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+  assert r.headers["content-disposition"] == f'attachment; filename="kernel-explorer-{exported["id"]}.json"'
+  body = r.json()
+  assert body["annotations"][0]["text"] == "MHAT stays a buffer between mhat and out"
+  assert {k: v for k, v in body.items() if k != "annotations"} == exported["trace"]
+
+def test_html_export_is_self_contained(exported):
+  r, html = exported["page"], exported["page"].text
+  assert r.status_code == 200 and r.headers["content-disposition"].startswith("attachment;") and html.startswith("<!doctype html>")
+  assert external_refs(html) == [], external_refs(html)[:5]
+  assert "/static/" not in html and "cdn" not in html.lower() and "<script src" not in html
+  trace = exported["trace"]
+  assert html.count("<svg") == 2 + len(trace["kernels"])  # tensor graph, kernel graph, each kernel's AST
+  assert all(f'id="kernel-{k["index"]}"' in html for k in trace["kernels"]) and 'href="#kernel-0"' in html  # kernel graph links stay inside
+  text = re.sub(r"<[^>]+>", "", html)
+  assert "__global__" in text and "kernel void" in text and 'class="hl"' in html  # CUDA and Metal, highlighted
+  assert "MHAT stays a buffer between mhat and out" in html and 'id="stage-table"' in html and 'id="buffer-table"' in html
+  assert Store(exported["db"]).get_cached(exported["id"], "ast/0", "svg") is not None  # the server's own layouts, cached
+
+def test_cli_export_html_json_and_from_a_file(exported, tmp_path, capsys):
+  db, trace_id = exported["db"], exported["id"]
+  out = tmp_path / "t.html"
+  assert main(["export", trace_id, "--db", str(db), "-o", str(out), "--quiet"]) == 0
+  html = out.read_text()
+  assert external_refs(html) == [] and html.count("<svg") == 2 + len(exported["trace"]["kernels"]) and "MHAT stays a buffer" in html
+  assert main(["export", trace_id, "--db", str(db), "--format", "json", "-o", str(tmp_path / "t.json"), "--quiet"]) == 0
+  as_json = json.loads((tmp_path / "t.json").read_text())
+  assert as_json["annotations"] and as_json["kernels"] == exported["trace"]["kernels"]
+  plain = tmp_path / "plain.json"
+  plain.write_text(json.dumps(exported["trace"]))
+  assert main(["export", str(plain), "-o", str(tmp_path / "plain.html"), "--quiet"]) == 0
+  from_file = (tmp_path / "plain.html").read_text()
+  assert from_file.count("<svg") == 1 and "no rewrite blob" in from_file  # the kernel graph; UOp graphs need the stored blob
+  assert main(["export", "nope", "--db", str(db), "--quiet"]) == 2 and "not a trace id stored in" in capsys.readouterr().err
+
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")
+def test_the_html_file_opens_offline_in_a_browser(exported):
+  sync_api = pytest.importorskip("playwright.sync_api")
+  ARTIFACTS.mkdir(exist_ok=True)
+  with sync_api.sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+    page = browser.new_page(viewport={"width": 1500, "height": 950})
+    requests, errors = [], []
+    def only_files(route) -> None:  # anything that is not the file itself fails, and is counted
+      if route.request.url.startswith("file://"): return route.continue_()
+      requests.append(route.request.url)
+      route.abort()
+    page.route("**/*", only_files)
+    page.on("request", lambda req: None if req.url.startswith(("file://", "data:")) else requests.append(req.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(exported["path"].as_uri())
+    page.wait_for_load_state("load")
+    assert page.locator("#kernel-table tbody tr").count() == len(exported["trace"]["kernels"])
+    assert "winograd" in page.locator(".trace-title h1").inner_text()
+    graph = page.locator(".export-graph[data-ref=kernels] svg")
+    assert graph.is_visible() and graph.locator("g.node").count() > 4
+    page.screenshot(path=str(ARTIFACTS / "export_offline.png"))
+    section = page.locator("#kernel-1")
+    section.scroll_into_view_if_needed()
+    section.locator("[data-tab=metal]").click()
+    assert "kernel void" in section.locator("[data-panel=metal]").inner_text() and not section.locator("[data-panel=cuda]").is_visible()
+    assert section.locator(".export-graph svg g.node").count() > 10
+    page.screenshot(path=str(ARTIFACTS / "export_offline_kernel.png"))
+    assert page.locator("#annotations").inner_text().count("MHAT stays a buffer") == 1
+    browser.close()
+  assert requests == [] and errors == [], (requests, errors)
