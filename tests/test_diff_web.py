@@ -1,0 +1,173 @@
+"""The diff pages on real tiny traces (the explorer's Winograd, staged against fused): kernels matched by role and data flow
+(xhat with xhat, ghat with ghat, mhat and out against mhat+out), the UOp graph diff drawn and cached, sources per target and
+across two targets, the measurements as background jobs (cached), quick picks, and the page in a real browser."""
+from __future__ import annotations
+import os, re, subprocess, sys, time
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from explorer.settings import Settings
+from explorer.store import Store
+from explorer.web.app import create_app
+from conftest import ARTIFACTS, REPO, free_port, wait_done
+from stored_traces import copy_trace, stored_pair
+
+CHROMIUM = "/usr/bin/chromium"
+
+@pytest.fixture(scope="module")
+def pair():
+  db, staged, fused = stored_pair()
+  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client: yield client, db, staged, fused
+
+def roles(g: dict) -> tuple[tuple[str, ...], tuple[str, ...]]: return tuple(k["role"] for k in g["a"]), tuple(k["role"] for k in g["b"])
+
+def wait_measure(client, url: str, timeout_s: float = 240) -> dict:
+  deadline = time.monotonic() + timeout_s
+  while (s := client.get(url).json())["status"] in ("queued", "running"):
+    assert time.monotonic() < deadline, s
+    time.sleep(0.3)
+  return s
+
+def test_api_matches_staged_and_fused_by_role_and_data_flow(pair):
+  client, db, staged, fused = pair
+  r = client.get(f"/api/diff/{staged}/{fused}")
+  assert r.status_code == 200, r.text
+  d = r.json()
+  groups = {roles(g): g for g in d["groups"]}
+  assert set(groups) == {(("xhat",), ("xhat",)), (("ghat",), ("ghat",)), (("mhat", "out"), ("mhat+out",))}
+  assert groups[(("xhat",), ("xhat",))]["relation"] == groups[(("ghat",), ("ghat",))]["relation"] == "same"
+  fused_group = groups[(("mhat", "out"), ("mhat+out",))]
+  assert fused_group["relation"] == "fused" and d["fusions"] == ["mhat and out fused into mhat+out in B"]
+  assert [b["what"] for b in d["buffers"]["only_a"]] == ["intermediate mhat -> out"] and d["buffers"]["only_b"] == []
+  assert d["totals"]["delta"]["kernels"] == -1 and d["totals"]["a"]["bytes_moved"] > d["totals"]["b"]["bytes_moved"]
+  gd = fused_group["graph"]
+  assert gd["only_a"] and gd["only_b"] and gd["only_a_ops"]["STORE"] == 2 and gd["only_b_ops"]["STORE"] == 1
+  assert groups[(("xhat",), ("xhat",))]["graph"]["only_a"] == [] and d["url"] == f"/diff/{staged}/{fused}?target=cuda&target_b=cuda"
+  store = Store(db)
+  assert store.get_diff(staged, fused, "graphs") is not None and store.get_diff(staged, fused, "diff:cuda:cuda") is not None
+  runs = client.app.state.diffs.graph_runs
+  assert client.get(f"/api/diff/{staged}/{fused}?target=metal").json()["groups"][2]["graph"]["only_a"]  # graphs: from the cache
+  assert client.app.state.diffs.graph_runs == runs
+
+def test_diff_page_and_permalinks(pair):
+  client, _, staged, fused = pair
+  r = client.get(f"/diff?a={staged}&b={fused}&target=metal", follow_redirects=False)
+  assert r.status_code == 303 and r.headers["location"] == f"/diff/{staged}/{fused}?target=metal"
+  page = client.get(f"/diff/{staged}/{fused}").text
+  for needle in ('id="groups-table"', "mhat and out fused into mhat+out in B", "intermediate mhat -&gt; out", "staging staged → fused",
+                 'class="rel rel-fused"', 'data-kind="timing"', 'data-kind="numerics"', 'class="sbs hl"', "UOp graph diff"):
+    assert needle in page, needle
+  text = re.sub(r"<[^>]+>", "", page)
+  assert "__global__" in text and "kernel void" not in text
+  metal = re.sub(r"<[^>]+>", "", client.get(f"/diff/{staged}/{fused}?target=metal").text)
+  assert "kernel void" in metal and "__global__" not in metal
+  both = re.sub(r"<[^>]+>", "", client.get(f"/diff/{staged}/{staged}?target=cuda&target_b=metal").text)  # one trace, two renderers
+  assert "__global__" in both and "kernel void" in both and "source CUDA → Metal" in both
+  for url in (f"/diff/{staged}/nope", f"/api/diff/nope/{fused}", f"/api/diff/{staged}/{fused}/speed"):
+    assert client.get(url).status_code == 404, url
+
+def test_measurements_run_in_the_background_and_are_cached(pair):
+  client, db, staged, fused = pair
+  base = f"/api/diff/{staged}/{fused}"
+  assert client.get(f"{base}/numerics").json()["status"] in ("none", "done")
+  started = client.post(f"{base}/numerics")
+  assert started.status_code == 202 and started.json()["status"] in ("queued", "running")
+  n = wait_measure(client, f"{base}/numerics")
+  assert n["status"] == "done" and n["result"]["compared"] and n["result"]["max_rel"] < 1e-4 and n["result"]["shape"] == [1, 2, 8, 8]
+  assert client.post(f"{base}/timing", params={"repeats": 3, "warmup": 1}).status_code == 202
+  t = wait_measure(client, f"{base}/timing")
+  assert t["status"] == "done" and t["result"]["compared"] and t["result"]["ratio"]["n"] == 3 and t["result"]["device"] == "CPU"
+  r = t["result"]["ratio"]
+  assert 0 < r["min"] <= r["q1"] <= r["median"] <= r["q3"] <= r["max"]
+  store = Store(db)
+  assert store.get_diff(staged, fused, "timing")["repeats"] == 3 and store.get_diff(staged, fused, "numerics")["compared"]
+  d = client.get(base).json()
+  assert d["timing"]["ratio"]["n"] == 3 and d["numerics"]["compared"]
+  copy_trace(db, fused, "f0f0f0f0f0f0f0f0", device="CUDA")
+  assert client.post(f"/api/diff/{staged}/f0f0f0f0f0f0f0f0/timing").status_code == 409  # not on the same device
+  assert client.post(f"{base}/timing", params={"repeats": 5000}).status_code == 422
+
+def test_compare_with_quick_picks(pair):
+  client, _, staged, fused = pair
+  menu = client.get(f"/diff/pick/{staged}").text
+  assert f'href="/diff/{staged}/{fused}"' in menu and "staged → fused" in menu  # stored: a link
+  assert 'name="pick" value="consts"' in menu and "trace it" in menu  # not stored: traced on demand
+  assert f"/diff/{staged}/{staged}?target=cuda&amp;target_b=metal" in menu  # two targets of this trace
+  assert 'id="compare-menu"' in client.get(f"/t/{staged}").text and 'data-src="/diff/pick/' in client.get(f"/t/{staged}/bufferize").text
+  r = client.post("/diff/quick", data={"a": staged, "pick": "consts"}, follow_redirects=False)
+  assert r.status_code == 303 and r.headers["location"].startswith(f"/diff/{staged}/")
+  other = r.headers["location"].rsplit("/", 1)[1]
+  page = client.get(r.headers["location"])
+  assert page.status_code == 200 and ('id="progress"' in page.text or 'id="groups-table"' in page.text)  # B runs first, at the same URL
+  assert wait_done(client, other)["status"] == "done"
+  d = client.get(f"/api/diff/{staged}/{other}?graphs=0").json()
+  assert d["variant_changes"] == {"consts": ["symbolic", "materialized"]} and {g["relation"] for g in d["groups"]} == {"same"}
+  assert client.post("/diff/quick", data={"a": staged, "pick": "bogus"}).status_code == 422
+
+# ***** in the browser *****
+
+@pytest.fixture(scope="module")
+def server(pair, tmp_path_factory):
+  _, db, _, _ = pair
+  port = free_port()
+  env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
+  log = open(tmp_path_factory.mktemp("diff-live") / "server.log", "w+")
+  proc = subprocess.Popen([sys.executable, "-c", f"from explorer.web import serve; serve('127.0.0.1', {port}, {str(db)!r})"], cwd=REPO, env=env,
+                          stdout=log, stderr=subprocess.STDOUT)
+  base = f"http://127.0.0.1:{port}"
+  try:
+    deadline = time.monotonic() + 60
+    while True:
+      try:
+        if httpx.get(f"{base}/api/health", timeout=2).status_code == 200: break
+      except httpx.HTTPError: pass
+      assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+      time.sleep(0.2)
+    yield base
+  finally:
+    proc.terminate()
+    try: proc.wait(timeout=10)
+    except subprocess.TimeoutExpired: proc.kill()
+    log.close()
+
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")
+def test_diff_page_in_the_browser(pair, server):
+  _, _, staged, fused = pair
+  sync_api = pytest.importorskip("playwright.sync_api")
+  ARTIFACTS.mkdir(exist_ok=True)
+  with sync_api.sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+    page = browser.new_page(viewport={"width": 1500, "height": 950})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(f"{server}/t/{staged}")
+    page.click("#compare-menu summary")
+    page.wait_for_selector("#diff-picker [data-pick=staging]")
+    page.screenshot(path=str(ARTIFACTS / "diff_compare_menu.png"))
+    page.click("#diff-picker [data-pick=staging]")
+    page.wait_for_url(f"**/diff/{staged}/{fused}")
+    rows = page.locator("#groups-table tbody tr")
+    assert rows.count() == 3 and "fused" in rows.nth(2).inner_text() and "mhat+out" in rows.nth(2).inner_text()
+    page.wait_for_function("() => !document.querySelector('.graph-pending')", timeout=120_000)
+    assert page.locator("#group-2 .diff-graph svg g.node.changed").count() > 0  # nodes only one side has, outlined
+    assert page.locator("[data-graph-count='2']").inner_text() != "…"
+    page.wait_for_function("() => document.querySelector('#measure-numerics').dataset.status === 'done'", timeout=120_000)
+    assert "max |A−B|" in page.inner_text("#measure-numerics")
+    page.screenshot(path=str(ARTIFACTS / "diff_page.png"))
+    page.click("#target-tabs a[data-target=metal]")
+    page.wait_for_url(re.compile(r".*target=metal"))
+    src = page.locator("#group-2 .source-diff")
+    assert "kernel void" in src.inner_text() and page.locator("#target-tabs a.active").inner_text() == "Metal"
+    assert src.locator("tr.b_only").count() > 0 and src.locator("tr.changed").count() > 0
+    unfold = page.locator("#group-0 [data-unfold]")
+    assert unfold.count() == 1 and page.locator("#group-0 tbody.folded").count() == 1
+    unfold.click()
+    assert page.locator("#group-0 tbody.folded").is_visible()
+    page.locator("#group-2").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "diff_source_metal.png"))
+    page.locator("#graph-diff-2").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "diff_graphs.png"))
+    browser.close()
+  assert not errors, errors
