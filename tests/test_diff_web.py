@@ -171,3 +171,6 @@ def test_diff_page_in_the_browser(pair, server):
     page.screenshot(path=str(ARTIFACTS / "diff_graphs.png"))
     browser.close()
   assert not errors, errors
+  for url in ("/traces", f"/t/{staged}/export.html", f"/api/diff/{staged}/{fused}", f"/diff/pick/{staged}"):
+    assert httpx.get(server + url, timeout=120).status_code == 200, url
+  assert httpx.get(f"{server}/api/health").json()["tinygrad_imported"] is False  # the graph diff and measurements ran in workers
