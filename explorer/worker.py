@@ -37,19 +37,21 @@ class TraceResult:
 class Limits:
   memory_mb: int = 0            # data limit of the worker and each process it starts, and of their resident total; 0: none
   max_output_mb: float = 256.0  # largest pickled result
+  nice: int = 0                 # CPU priority below the caller's (a nice increment), inherited by the processes it starts
 
   @classmethod
   def from_settings(cls, settings: object = None) -> Limits:
     """KERNEL_EXPLORER_WORKER_MEMORY_MB and KERNEL_EXPLORER_MAX_OUTPUT_MB (explorer.settings), or those of the settings given."""
     from explorer.settings import Settings
     s = settings if settings is not None else Settings.load()
-    return cls(memory_mb=int(s.worker_memory_mb), max_output_mb=float(s.max_output_mb))  # type: ignore[attr-defined]
+    return cls(memory_mb=int(s.worker_memory_mb), max_output_mb=float(s.max_output_mb), nice=int(s.worker_nice))  # type: ignore[attr-defined]
 
 def _child(fn_path: str, kwargs: dict, env: dict[str, str], limits: Limits, out: Connection, gate: Connection) -> None:
   try:
     os.setpgid(0, 0)  # a process group of its own: the parent measures and kills the worker with everything it starts
     os.environ.update(env)  # before the target's imports bring in tinygrad
     if limits.memory_mb: resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_mb << 20, limits.memory_mb << 20))
+    if limits.nice: os.nice(limits.nice)
     module, name = fn_path.split(":")
     fn = getattr(importlib.import_module(module), name)
     def progress(stage: str, status: str, detail: str) -> None:

@@ -1,4 +1,4 @@
-"""Work that goes wrong on purpose, run by tests/test_worker.py in real worker processes."""
+"""Work that goes wrong on purpose, and a stand-in timing stage: run by tests/test_worker.py and tests/test_hardening.py in real workers."""
 import ctypes, os, signal, time
 
 def segfault(progress) -> None: ctypes.string_at(0)
@@ -17,19 +17,12 @@ def measure(progress, device: str, log: str, hold_s: float, name: str) -> str:
   with open(log, "a") as f: f.write(f"{name} {start} {time.time()}\n")
   progress("timing", "done", "")
   return name
-def fake_capture(progress, spec: dict, variant: dict, dump_io=None) -> tuple[dict, bytes]:
-  """explorer.worker._capture's shape without tinygrad: each stage reported, the timing stage asking for the CPU device."""
-  for stage in ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing"):
-    progress(stage, "start", "CPU" if stage == "timing" else "")
-    progress(stage, "done", "0.01s")
-  return {"spec": spec, "variant": variant}, b""
-def grow(progress, mb: int) -> int:
-  """Touches memory a page at a time in small pieces: each allocation passes the data limit's check until the total is over it."""
-  chunks = [bytearray(1 << 20) for _ in range(mb)]
-  time.sleep(30)
-  return len(chunks)
-def spawn_hog(progress, mb: int) -> None:
-  """A child process (in the worker's process group) that holds memory: the parent's watch sees the whole group."""
+def spawn_hog(progress, mb: int, n: int) -> None:
+  """n child processes (in the worker's process group), each holding mb MiB of touched memory: each under the data limit, together over it."""
   import subprocess, sys
-  subprocess.Popen([sys.executable, "-c", f"import time; x = bytearray({mb} << 20); time.sleep(60)"])
+  kids = [subprocess.Popen([sys.executable, "-c", f"import time; x = b'1' * ({mb} << 20); time.sleep(60)"]) for _ in range(n)]
+  progress("hog", "start", ",".join(str(k.pid) for k in kids))
   time.sleep(60)
+def assertion(progress) -> None:
+  progress("tensor_graph", "start", "")
+  raise AssertionError("an assertion inside tinygrad, say")

@@ -40,4 +40,6 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
   app = _create_app(db_path, settings=settings)
   if is_loopback(host): restrict_to_loopback(app, host)  # DNS rebinding: a page elsewhere cannot reach us under its own name
   print(startup_message(host, port, settings), file=sys.stderr, flush=True)
-  uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3)
+  # keep-alive beyond uvicorn's 5 s: on a busy loop a client's next request could meet a connection closed as idle
+  uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3, timeout_keep_alive=30,
+              limit_concurrency=int(settings.max_connections) or None)

@@ -57,7 +57,9 @@ def wants_html(request: Request) -> bool:
 
 def install_error_handlers(app: FastAPI) -> None:
   async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-    return JSONResponse({"detail": readable_errors(exc), "errors": [{k: v for k, v in e.items() if k != "ctx"} for e in exc.errors()]}, 422)
+    # without ctx and input: they may hold what JSON cannot encode (a non-JSON body arrives as bytes), and need not be echoed back
+    return JSONResponse({"detail": readable_errors(exc), "errors": [{k: v for k, v in e.items() if k not in ("ctx", "input")} for e in exc.errors()]},
+                        422)
   async def spec_error(request: Request, exc: SpecError) -> JSONResponse: return JSONResponse({"detail": str(exc)}, 422)
   async def store_error(request: Request, exc: StoreError) -> JSONResponse: return JSONResponse({"detail": str(exc)}, 500)
   async def http_error(request: Request, exc: StarletteHTTPException):
@@ -114,7 +116,8 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
                               max_queue=int(settings.max_queue), limits=worker_limits(settings), queue_wait_s=float(settings.queue_wait_s))
   app.state.graphs = GraphService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                   workers=graph_workers, expand_timeout_s=float(settings.graph_timeout_s), memory_mb=int(settings.worker_memory_mb),
-                                  max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue))
+                                  max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue),
+                                  nice=int(settings.worker_nice))
   app.state.diffs = DiffService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                 timeout_s=float(settings.trace_timeout_s))
   app.state.templates = make_templates()

@@ -75,9 +75,9 @@ def graph_title(trace: dict, ref: Ref) -> str:
 class GraphService:
   """Expands graphs in worker processes (one by default: it keeps the loaded rewrite blob warm) and lays them out with dot."""
   def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, workers: int = 1,
-               expand_timeout_s: float = EXPAND_TIMEOUT_S, memory_mb: int = 0, max_output_mb: float = 256.0, max_waiting: int = 32):
+               expand_timeout_s: float = EXPAND_TIMEOUT_S, memory_mb: int = 0, max_output_mb: float = 256.0, max_waiting: int = 32, nice: int = 0):
     self.store, self.node_limit, self.dot_timeout_s, self.workers, self.expand_timeout_s = store, node_limit, dot_timeout_s, workers, expand_timeout_s
-    self.pool = WorkerPool(workers, expand.init_worker, memory_mb, max_output_mb, expand_timeout_s, max_waiting)
+    self.pool = WorkerPool(workers, expand.init_worker, memory_mb, max_output_mb, expand_timeout_s, max_waiting, nice)
     self._inflight: dict[tuple, asyncio.Future] = {}
     self._dot_slots: asyncio.Semaphore | None = None
     self.expansions = 0  # worker calls made: tests check that cached graphs do not expand again

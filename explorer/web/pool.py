@@ -1,10 +1,11 @@
 """A spawn-context process pool for work the server process must not do itself (graph expansion imports tinygrad), under the
-worker limits: a wall-clock limit per call, counted from when a process takes it (the pool is replaced past it), a data limit
-per process (RLIMIT_DATA), a cap on each pickled result, and a bound on calls waiting for a process (PoolBusy past it).
+worker limits: a lower CPU priority than the server's, a wall-clock limit per call counted from when a process takes it (the pool
+is replaced past it), a data limit per process (RLIMIT_DATA), a cap on each pickled result, and a bound on calls waiting for a
+process (PoolBusy past it).
 A pool whose process died (killed, out of memory, a segfault: BrokenProcessPool) is replaced: the call that was running fails
 with a clear message, and every later call runs on fresh processes."""
 from __future__ import annotations
-import asyncio, concurrent.futures, multiprocessing as mp, pickle, resource
+import asyncio, concurrent.futures, multiprocessing as mp, os, pickle, resource
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
@@ -17,8 +18,9 @@ class PoolFailed(RuntimeError):
 class OutputTooLarge(RuntimeError):
   """The call's result is over the output cap (raised in the worker process)."""
 
-def _init(memory_mb: int, initializer: Callable[[], None] | None) -> None:
+def _init(memory_mb: int, nice: int, initializer: Callable[[], None] | None) -> None:
   if memory_mb: resource.setrlimit(resource.RLIMIT_DATA, (memory_mb << 20, memory_mb << 20))
+  if nice: os.nice(nice)
   if initializer is not None: initializer()
 
 def _capped(max_bytes: int, fn: Callable[..., Any], *args: Any) -> Any:
@@ -29,8 +31,9 @@ def _capped(max_bytes: int, fn: Callable[..., Any], *args: Any) -> Any:
 
 class WorkerPool:
   def __init__(self, workers: int = 1, initializer: Callable[[], None] | None = None, memory_mb: int = 0, max_output_mb: float = 256.0,
-               timeout_s: float = 180.0, max_waiting: int = 32):
+               timeout_s: float = 180.0, max_waiting: int = 32, nice: int = 0):
     self.workers, self.initializer, self.memory_mb, self.timeout_s, self.max_waiting = workers, initializer, memory_mb, timeout_s, max_waiting
+    self.nice = nice
     self.max_bytes = int(max_output_mb * 2**20)
     self.replaced = 0  # pools thrown away after a death or a timeout: tests check recovery
     self._pool: concurrent.futures.ProcessPoolExecutor | None = None
@@ -41,10 +44,11 @@ class WorkerPool:
     return list((getattr(self._pool, "_processes", None) or {}).values())
 
   def _get(self) -> concurrent.futures.ProcessPoolExecutor:
-    if self._pool is not None and getattr(self._pool, "_broken", False): self.kill()  # a process died while idle
+    if self._pool is not None and (getattr(self._pool, "_broken", False) or not all(p.is_alive() for p in self.processes())):
+      self.kill()  # a process died while idle
     if self._pool is None:
       self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=_init,
-                                                          initargs=(self.memory_mb, self.initializer))
+                                                          initargs=(self.memory_mb, self.nice, self.initializer))
     return self._pool
 
   async def call(self, fn: Callable[..., Any], *args: Any) -> Any:

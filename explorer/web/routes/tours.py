@@ -5,7 +5,7 @@ Steps and their explanations come from explorer.tour (pure python, no tinygrad);
 from __future__ import annotations
 import asyncio, re, urllib.parse
 from typing import Any, Literal
-from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Path, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 from explorer.spec import PRESETS, SpecError
@@ -281,7 +281,7 @@ async def add_annotation(request: Request, trace_id: str, body: AnnotationIn) ->
   return note
 
 @router.delete("/api/traces/{trace_id}/annotations/{note_id}", tags=["annotations"], status_code=204, summary="Delete a note")
-async def delete_annotation(request: Request, trace_id: str, note_id: int) -> Response:
+async def delete_annotation(request: Request, trace_id: str, note_id: int = Path(ge=1, le=2**63 - 1)) -> Response:  # SQLite's INTEGER
   if not await asyncio.to_thread(request.app.state.store.delete_annotation, trace_id, note_id):
     raise HTTPException(404, f"trace {trace_id} has no note {note_id}")
   return Response(status_code=204)
