@@ -95,7 +95,9 @@ def local_graphs(trace: dict, trace_id: str, blob: bytes | None, store: Any = No
                   "shown_nodes": view["shown_nodes"], "total_nodes": view["total_nodes"]}
     elif ref == "kernels": out[ref] = _laid_out(ref, title, graphs.kernel_graph(trace), node_limit, trace_id)
     elif blob is None: out[ref] = _failed(ref, title, "no rewrite blob (a JSON trace file keeps none): export a stored trace id for its UOp graphs")
-    else: missing[ref] = trace["tensor_graph"]["sink"] if ref == "tensor" else trace["kernels"][int(ref.split("/")[1])]["ast_sink"]
+    elif (sink := trace["tensor_graph"]["sink"] if ref == "tensor" else trace["kernels"][int(ref.split("/")[1])].get("ast_sink")) is None:
+      out[ref] = _failed(ref, title, "the trace recorded no graph here")
+    else: missing[ref] = sink
   if missing:
     say(f"expanding {len(missing)} graph(s) from the rewrite blob")
     from explorer.worker import TraceFailed, call_in_worker

@@ -174,3 +174,18 @@ def test_diff_page_in_the_browser(pair, server):
   for url in ("/traces", f"/t/{staged}/export.html", f"/api/diff/{staged}/{fused}", f"/diff/pick/{staged}"):
     assert httpx.get(server + url, timeout=120).status_code == 200, url
   assert httpx.get(f"{server}/api/health").json()["tinygrad_imported"] is False  # the graph diff and measurements ran in workers
+
+def test_a_trace_that_failed_early_still_diffs_and_exports(pair):
+  client, db, staged, fused = pair
+  trace = Store(db).get_trace(staged)
+  broken = {**trace, "status": "error", "failures": [{"stage": "codegen", "error": "RuntimeError: boom"}],
+            "kernels": [{k: v for k, v in kern.items() if k != "ast_sink" or kern["index"] < 2} for kern in trace["kernels"]]}
+  Store(db).put_trace("bad0bad0bad0bad0", broken, Store(db).get_rewrites(staged))
+  d = client.get(f"/api/diff/bad0bad0bad0bad0/{fused}").json()
+  graphs = {tuple(k["role"] for k in g["a"]): g["graph"] for g in d["groups"]}
+  assert graphs[("mhat", "out")] is None and graphs[("xhat",)] is not None
+  page = client.get(f"/diff/bad0bad0bad0bad0/{fused}")
+  assert page.status_code == 200 and "A FAILED" not in page.text and "stage failure" in page.text
+  assert client.get(f"/diff/bad0bad0bad0bad0/{fused}/graphs").status_code == 200
+  export = client.get("/t/bad0bad0bad0bad0/export.html")
+  assert export.status_code == 200 and "Stage codegen failed" in export.text

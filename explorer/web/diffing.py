@@ -153,6 +153,9 @@ class DiffService:
     out = []
     for g in groups:
       ka, kb = [a["kernels"][k["index"]] for k in g["a"]], [b["kernels"][k["index"]] for k in g["b"]]
+      if any(k.get("ast_sink") not in gra for k in ka) or any(k.get("ast_sink") not in grb for k in kb):  # a trace that failed early
+        out.append({"index": g["index"], "graph": None, "drawings": {"a": [], "b": []}})
+        continue
       ga, gb = [gra[k["ast_sink"]] for k in ka], [grb[k["ast_sink"]] for k in kb]
       gd = graph_diff(ga, gb)
       drawings: dict[str, list[dict]] = {"a": [], "b": []}

@@ -127,7 +127,7 @@ async def graph_block(request: Request, trace_id: str, trace: dict, ref: str) ->
   try:
     view = await gs.view(trace_id, trace, ref)
     svg = await gs.svg(trace_id, trace, ref, False, deps.trace_url(trace_id))
-  except (GraphNotFound, GraphUnavailable) as e:
+  except (GraphNotFound, GraphUnavailable, KeyError, TypeError) as e:  # an export never fails over one graph (a failed trace lacks some)
     return {"ref": ref, "title": ref, "svg": None, "notes": [], "error": str(e), "shown_nodes": 0, "total_nodes": 0}
   return {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None, "shown_nodes": view["shown_nodes"],
           "total_nodes": view["total_nodes"]}
