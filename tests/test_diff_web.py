@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from explorer.settings import Settings
 from explorer.store import Store
 from explorer.web.app import create_app
+from explorer.web.diffing import CACHE_V, GRAPHS
 from conftest import ARTIFACTS, REPO, free_port, wait_done
 from stored_traces import copy_trace, stored_pair
 
@@ -44,7 +45,7 @@ def test_api_matches_staged_and_fused_by_role_and_data_flow(pair):
   assert gd["only_a"] and gd["only_b"] and gd["only_a_ops"]["STORE"] == 2 and gd["only_b_ops"]["STORE"] == 1
   assert groups[(("xhat",), ("xhat",))]["graph"]["only_a"] == [] and d["url"] == f"/diff/{staged}/{fused}?target=cuda&target_b=cuda"
   store = Store(db)
-  assert store.get_diff(staged, fused, "graphs") is not None and store.get_diff(staged, fused, "diff:cuda:cuda") is not None
+  assert store.get_diff(staged, fused, GRAPHS) is not None and store.get_diff(staged, fused, f"diff:{CACHE_V}:cuda:cuda") is not None
   runs = client.app.state.diffs.graph_runs
   assert client.get(f"/api/diff/{staged}/{fused}?target=metal").json()["groups"][2]["graph"]["only_a"]  # graphs: from the cache
   assert client.app.state.diffs.graph_runs == runs

@@ -10,13 +10,15 @@ from typing import Any, Callable
 from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
-from explorer import graphs
+from explorer import __version__, graphs
 from explorer.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows
 from explorer.store import Store, tinygrad_version
 from explorer.web.jobs import run_in_daemon_thread
 from explorer.web.render import lexer_for
 
 MEASURES = ("timing", "numerics")
+CACHE_V = f"v{__version__}"  # computed diffs are cached per explorer version (an engine fix must not serve stale diffs); measurements are not
+GRAPHS = f"graphs:{CACHE_V}"
 LINE_FORMATTER = HtmlFormatter(nowrap=True)
 
 # ***** the structural diff, with sources of two targets side by side where asked *****
@@ -123,7 +125,7 @@ class DiffService:
   # ***** structural *****
 
   async def structural(self, a_id: str, a: dict, b_id: str, b: dict, ta: str, tb: str) -> dict:
-    kind = f"diff:{ta}:{tb}"
+    kind = f"diff:{CACHE_V}:{ta}:{tb}"
     if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cached
     async def make() -> dict:
       d = await asyncio.to_thread(build_diff, a, b, ta, tb)
@@ -133,12 +135,12 @@ class DiffService:
 
   # ***** the UOp graph diff, drawn *****
 
-  async def cached_graphs(self, a_id: str, b_id: str) -> dict | None: return await asyncio.to_thread(self.store.get_diff, a_id, b_id, "graphs")
+  async def cached_graphs(self, a_id: str, b_id: str) -> dict | None: return await asyncio.to_thread(self.store.get_diff, a_id, b_id, GRAPHS)
 
   async def graph_diff(self, a_id: str, a: dict, b_id: str, b: dict, groups: list[dict]) -> dict:
     """{error, groups: [{index, graph (nodes only in A / B), drawings {a: [...], b: [...]}}]}: cached once it worked."""
     if (cached := await self.cached_graphs(a_id, b_id)) is not None: return cached
-    return await self._once((a_id, b_id, "graphs"), lambda: self._make_graphs(a_id, a, b_id, b, groups))
+    return await self._once((a_id, b_id, GRAPHS), lambda: self._make_graphs(a_id, a, b_id, b, groups))
 
   async def _make_graphs(self, a_id: str, a: dict, b_id: str, b: dict, groups: list[dict]) -> dict:
     from explorer.worker import TraceFailed, call_in_worker
@@ -165,7 +167,7 @@ class DiffService:
           for i, (k, raw) in enumerate(zip(ks, gs)): drawings[side].append(await self._draw(k, raw, ids, f"d{g['index']}{side}{i}", side))
       out.append({"index": g["index"], "graph": gd, "drawings": drawings})
     res = {"error": None, "groups": out}
-    await asyncio.to_thread(self.store.put_diff, a_id, b_id, "graphs", res)
+    await asyncio.to_thread(self.store.put_diff, a_id, b_id, GRAPHS, res)
     return res
 
   async def _draw(self, k: dict, raw: dict, ids: set[str], prefix: str, side: str) -> dict:
