@@ -3,7 +3,7 @@ another trace completes and /api/health keeps answering; graph workers are repla
 device; every input is bounded; bodies, URLs, cross-site posts and foreign Host headers are refused; the token is required beyond
 loopback; annotations are escaped wherever they render; no user data is ever evaluated or unpickled; every setting is documented."""
 from __future__ import annotations
-import ast, os, pathlib, signal, sqlite3, threading, time
+import ast, logging, os, pathlib, signal, sqlite3, threading, time
 import pytest
 from fastapi.testclient import TestClient
 from explorer.devicelock import DeviceLock
@@ -292,6 +292,10 @@ def test_serving_beyond_loopback_needs_the_token_and_says_so(tmp_path, monkeypat
   with TestClient(got["app"]) as client:
     assert client.get("/api/traces").status_code == 401 and client.get("/api/traces", headers={"X-Access-Token": "t0ken"}).status_code == 200
     assert client.get("/api/health", headers={"host": "example.org"}).status_code == 200  # beyond loopback: any Host, with the token
+  access = logging.getLogger("uvicorn.access")  # the link that sets the cookie carries the token: the access log does not
+  args = ("10.0.0.2:5", "GET", "/?token=t0ken", "1.1", 303)
+  line = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d', args, None)
+  assert access.filter(line) and "t0ken" not in line.getMessage() and "token=***" in line.getMessage()
 
 def test_loopback_serving_pins_the_host_header(tmp_path, captured_serve):
   got, said = captured_serve("127.0.0.1", 8000, str(tmp_path / "b.sqlite3"))
@@ -386,7 +390,9 @@ def test_annotations_are_escaped_everywhere(copied):
     assert api.headers["content-type"].startswith("application/json") and api.json()[0]["text"] == PAYLOAD
     pages = [r.path.replace("{trace_id}", trace_id).replace("{n}", "0") for r in app.routes
              if getattr(r, "path", "").startswith("/t/{trace_id}") and "GET" in (getattr(r, "methods", None) or ())]
-    pages = [p for p in pages if "{" not in p] + [f"/t/{trace_id}/tour?step={step}"]
+    kinds = [t["kind"] for t in client.get("/api/tours").json()]
+    pages = [p for p in pages if "{" not in p] + [f"/t/{trace_id}/tour?step={step}", f"/diff/{trace_id}/{trace_id}", "/traces", "/",
+                                                  f"/traces/{trace_id}/delete"] + [f"/tours/{k}?a={trace_id}&b={trace_id}" for k in kinds]
     escaped = 0
     for url in pages:
       page = client.get(url)

@@ -36,10 +36,11 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
     raise SystemExit(f"kernel-explorer: listening on {host} (beyond loopback) needs an access token: set KERNEL_EXPLORER_TOKEN")
   os.environ.update({ENV_PREFIX + name.upper(): str(v) for name, v in overrides.items() if v is not None})
   from explorer.web.app import create_app as _create_app
-  from explorer.web.limits import restrict_to_loopback
+  from explorer.web.limits import redact_access_log, restrict_to_loopback
   app = _create_app(db_path, settings=settings)
   if is_loopback(host): restrict_to_loopback(app, host)  # DNS rebinding: a page elsewhere cannot reach us under its own name
   print(startup_message(host, port, settings), file=sys.stderr, flush=True)
+  redact_access_log()
   # keep-alive beyond uvicorn's 5 s: on a busy loop a client's next request could meet a connection closed as idle
   uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3, timeout_keep_alive=30,
               limit_concurrency=int(settings.max_connections) or None)

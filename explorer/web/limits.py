@@ -7,7 +7,7 @@
   reach it under a name of its own;
 - every response says nosniff, no framing, and sends no referrer to other sites."""
 from __future__ import annotations
-import json
+import json, logging, re
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
@@ -97,3 +97,16 @@ def install_limits(app: FastAPI, max_body_bytes: int) -> LimitConfig:
 def restrict_to_loopback(app: FastAPI, bound: str = "127.0.0.1") -> None:
   """Called by `serve` when it listens on loopback: only requests whose Host header names loopback (or the address bound) are answered."""
   app.state.request_limits.allowed_hosts = (*LOOPBACK_HOSTS, host_name(bound if ":" not in bound else f"[{bound.strip('[]')}]"))
+
+class RedactToken(logging.Filter):
+  """The access log shows `?token=...` (the link that sets the cookie) as `?token=***`: the token stays out of log files."""
+  def filter(self, record: logging.LogRecord) -> bool:
+    if isinstance(record.args, tuple) and any(isinstance(a, str) and "token=" in a for a in record.args):
+      record.args = tuple(TOKEN_IN_QUERY.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
+    return True
+
+TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
+
+def redact_access_log() -> None:
+  log = logging.getLogger("uvicorn.access")
+  if not any(isinstance(f, RedactToken) for f in log.filters): log.addFilter(RedactToken())
