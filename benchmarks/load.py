@@ -8,7 +8,7 @@
 Everything runs on this machine (server, workers and clients share its cores), so figures are for the whole box under load.
 """
 from __future__ import annotations
-import argparse, asyncio, os, pathlib, random, socket, subprocess, sys, tempfile, time
+import argparse, asyncio, os, pathlib, random, shutil, socket, subprocess, sys, tempfile, time
 import httpx
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -165,5 +165,6 @@ def main() -> int:
     server.terminate()
     try: server.wait(timeout=15)
     except subprocess.TimeoutExpired: server.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == "__main__": sys.exit(main())
