@@ -115,6 +115,7 @@ class DiffService:
     self._inflight: dict[tuple, asyncio.Future] = {}
     self._slot: asyncio.Semaphore | None = None
     self._dot_slots: asyncio.Semaphore | None = None
+    self._graph_slots: asyncio.Semaphore | None = None
 
   async def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
     if (fut := self._inflight.get(key)) is None:
@@ -149,8 +150,11 @@ class DiffService:
     sinks = {s: [k["ast_sink"] for k in t["kernels"] if k.get("ast_sink") is not None] for s, t in (("a", a), ("b", b))}
     args = {"a_blob": blobs[0], "b_blob": blobs[1], "a_sinks": sinks["a"], "b_sinks": sinks["b"]}
     self.graph_runs += 1
-    try: (gra, grb), _ = await run_in_daemon_thread(lambda: call_in_worker("explorer.diff_worker:kernel_graphs", args, timeout_s=self.timeout_s,
-                                                                            env={"VIZ": "0"}))
+    if self._graph_slots is None: self._graph_slots = asyncio.Semaphore(1)  # one graph-diff worker at a time, however many pairs are asked
+    try:
+      async with self._graph_slots:
+        (gra, grb), _ = await run_in_daemon_thread(lambda: call_in_worker("explorer.diff_worker:kernel_graphs", args, timeout_s=self.timeout_s,
+                                                                          env={"VIZ": "0"}))
     except TraceFailed as e: return {"error": f"this server could not rebuild the kernels' UOp graphs: {e}", "groups": []}
     out = []
     for g in groups:
