@@ -65,7 +65,7 @@ def install_error_handlers(app: FastAPI) -> None:
   async def http_error(request: Request, exc: StarletteHTTPException):
     if wants_html(request):
       ctx = {"status": exc.status_code, "message": exc.detail}
-      return app.state.templates.TemplateResponse(request, "error.html", ctx, status_code=exc.status_code)
+      return await app.state.templates.render(request, "error.html", ctx, status_code=exc.status_code)
     return JSONResponse({"detail": exc.detail}, exc.status_code, headers=getattr(exc, "headers", None))
   app.add_exception_handler(RequestValidationError, validation)  # type: ignore[arg-type]
   app.add_exception_handler(SpecError, spec_error)  # type: ignore[arg-type]

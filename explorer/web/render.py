@@ -1,8 +1,10 @@
 """Templates, number formatting and source highlighting for the pages."""
 from __future__ import annotations
-import functools, json, pathlib, re, time
+import asyncio, functools, json, pathlib, re, time
 from typing import Any, Callable
 import jinja2
+from fastapi import Request
+from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 from pygments import highlight
@@ -71,8 +73,15 @@ def tojson_compact(x: Any) -> Markup:
   """JSON safe in a single-quoted HTML attribute or a <script>: <, >, & and ' escaped as JSON \\u escapes, as jinja's tojson does."""
   return Markup(json.dumps(x, separators=(",", ":")).translate(HTML_SAFE_JSON))
 
-def make_templates() -> Jinja2Templates:
-  t = Jinja2Templates(directory=str(TEMPLATES_DIR))
+class Templates(Jinja2Templates):
+  async def render(self, request: Request, name: str, ctx: dict, status_code: int = 200) -> HTMLResponse:
+    """Render in a thread: a heavy page (highlighted sources, big tables) must not hold the event loop that every other request,
+    /api/health included, is waiting on."""
+    html = await asyncio.to_thread(self.get_template(name).render, {"request": request, **ctx})
+    return HTMLResponse(html, status_code)
+
+def make_templates() -> Templates:
+  t = Templates(directory=str(TEMPLATES_DIR))
   t.env.filters.update({k: defined(f) for k, f in dict(bytes=fmt_bytes, seconds=fmt_seconds, count=fmt_count, flops=fmt_flops, size=fmt_size,
                                                         ago=fmt_ago).items()})
   t.env.filters["tojson_compact"] = tojson_compact

@@ -84,7 +84,7 @@ async def picker_context(request: Request, a: str, q: str | None) -> dict:
 async def picker_fragment(request: Request, a: str, q: str | None = Query(None, max_length=200)) -> HTMLResponse:
   """The "compare with..." menu of a trace page (an HTML fragment)."""
   ctx = await picker_context(request, a, q)
-  return request.app.state.templates.TemplateResponse(request, "_partials/diff_picker.html", ctx)
+  return await request.app.state.templates.render(request, "_partials/diff_picker.html", ctx)
 
 @router.get("/diff", response_class=HTMLResponse)
 async def diff_query(request: Request, a: str | None = Query(None, max_length=64), b: str | None = Query(None, max_length=64),
@@ -92,9 +92,9 @@ async def diff_query(request: Request, a: str | None = Query(None, max_length=64
                      q: str | None = Query(None, max_length=200)) -> Response:
   if a and b: return RedirectResponse(diff_url(a, b, target, target_b), status_code=303)
   if not a and not b:
-    return request.app.state.templates.TemplateResponse(request, "diff_pick.html", {"a": None, "stored": [], "picks": [], "q": q or ""})
+    return await request.app.state.templates.render(request, "diff_pick.html", {"a": None, "stored": [], "picks": [], "q": q or ""})
   ctx = await picker_context(request, a or b or "", q)
-  return request.app.state.templates.TemplateResponse(request, "diff_pick.html", ctx)
+  return await request.app.state.templates.render(request, "diff_pick.html", ctx)
 
 @router.post("/diff/quick", response_class=HTMLResponse)
 async def quick_pick(request: Request) -> Response:
@@ -122,7 +122,7 @@ async def side_or_progress(request: Request, trace_id: str) -> dict | HTMLRespon
   status = await deps.status_of(request, trace_id)
   if status is None: raise HTTPException(404, f"no trace {trace_id}")
   ctx = {"trace_id": trace_id, "status": status, "stage_titles": STAGE_TITLES}
-  return request.app.state.templates.TemplateResponse(request, "progress.html", ctx)
+  return await request.app.state.templates.render(request, "progress.html", ctx)
 
 def pick_targets(a: dict, b: dict, target: str | None, target_b: str | None) -> tuple[str, str]:
   ts = targets_of(a, b)
@@ -147,7 +147,7 @@ async def diff_page(request: Request, a: str, b: str, target: str | None = Query
   measures = {k: await asyncio.to_thread(diffs.measure_status, a, b, k) for k in MEASURES}
   ctx = {"a": a, "b": b, "ta": ta_trace, "tb": tb_trace, "d": d, "rows": rows, "graphs": gr, "measures": measures, "target": ta, "target_b": tb,
          "targets": targets_of(ta_trace, tb_trace), "diff_url": diff_url, "comparable": comparable(ta_trace, tb_trace)}
-  return request.app.state.templates.TemplateResponse(request, "diff.html", ctx)
+  return await request.app.state.templates.render(request, "diff.html", ctx)
 
 def comparable(a: dict, b: dict) -> str | None:
   """Why the two cannot be timed or run against each other here, or None."""
@@ -161,7 +161,7 @@ async def graphs_fragment(request: Request, a: str, b: str) -> HTMLResponse:
   ta_trace, tb_trace = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
   d = await request.app.state.diffs.structural(a, ta_trace, b, tb_trace, *pick_targets(ta_trace, tb_trace, None, None))
   gr = await request.app.state.diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"])
-  return request.app.state.templates.TemplateResponse(request, "_partials/diff_graphs.html", {"graphs": gr, "d": d})
+  return await request.app.state.templates.render(request, "_partials/diff_graphs.html", {"graphs": gr, "d": d})
 
 # ***** JSON *****
 

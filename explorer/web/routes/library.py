@@ -94,13 +94,13 @@ async def library_page(request: Request, q: str | None = Query(None, max_length=
   facets = await asyncio.to_thread(request.app.state.store.facets)
   ctx = {"res": res, "q": q or "", "filters": filters, "facets": facets, "names": FILTERS, "links": page_links(request, res["page"], res["pages"]),
          "deleted": deleted}
-  return request.app.state.templates.TemplateResponse(request, "library.html", ctx)
+  return await request.app.state.templates.render(request, "library.html", ctx)
 
 @router.get("/traces/{trace_id}/delete", response_class=HTMLResponse)
 async def confirm_delete(request: Request, trace_id: str) -> HTMLResponse:
   trace = await deps.trace_or_404(request, trace_id)
   notes = await asyncio.to_thread(export.annotations_of, request.app.state.store, trace_id)
-  return request.app.state.templates.TemplateResponse(request, "library_delete.html", {"trace": trace, "trace_id": trace_id, "n_notes": len(notes)})
+  return await request.app.state.templates.render(request, "library_delete.html", {"trace": trace, "trace_id": trace_id, "n_notes": len(notes)})
 
 @router.post("/traces/{trace_id}/delete")
 async def delete_page(request: Request, trace_id: str) -> Response:

@@ -15,8 +15,8 @@ from explorer.web.render import pygments_css
 router = APIRouter(include_in_schema=False)
 PYGMENTS_CSS = pygments_css()
 
-def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
-  return request.app.state.templates.TemplateResponse(request, name, ctx, status_code=status_code)
+async def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
+  return await request.app.state.templates.render(request, name, ctx, status_code=status_code)
 
 @router.get("/assets/pygments.css")
 async def pygments_stylesheet() -> Response:
@@ -35,7 +35,7 @@ def home_context(recent: list[dict], values: dict | None = None, error: str | No
 @router.get("/", response_class=HTMLResponse)
 async def home(request: Request) -> HTMLResponse:
   recent = await asyncio.to_thread(request.app.state.store.recent, 30)
-  return page(request, "home.html", **home_context(recent))
+  return await page(request, "home.html", **home_context(recent))
 
 SPEC_FIELDS = ("batch", "cin", "cout", "height", "width", "kernel", "stride", "padding", "groups")
 
@@ -73,7 +73,7 @@ async def submit_form(request: Request) -> Response:
   except SpecError as e: error = str(e)
   except QueueFull as e: error, busy = str(e), True
   recent = await asyncio.to_thread(request.app.state.store.recent, 30)
-  resp = page(request, "home.html", status_code=503 if busy else 422, **home_context(recent, values, error))
+  resp = await page(request, "home.html", status_code=503 if busy else 422, **home_context(recent, values, error))
   if busy: resp.headers["Retry-After"] = "60"
   return resp
 
@@ -109,8 +109,8 @@ async def trace_page(request: Request, trace_id: str, template: str, current: st
   if trace is None:
     status = await deps.status_of(request, trace_id)
     if status is None: raise HTTPException(404, f"no trace {trace_id}")
-    return page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES)
-  return page(request, template, trace=trace, trace_id=trace_id, ribbon=ribbon(trace, trace_id, current), base=deps.trace_url(trace_id), **ctx)
+    return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES)
+  return await page(request, template, trace=trace, trace_id=trace_id, ribbon=ribbon(trace, trace_id, current), base=deps.trace_url(trace_id), **ctx)
 
 @router.get("/t/{trace_id}", response_class=HTMLResponse)
 async def trace_overview(request: Request, trace_id: str) -> HTMLResponse:

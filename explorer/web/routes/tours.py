@@ -210,13 +210,13 @@ async def pair_tour_page(request: Request, kind: str, a: str | None = None, b: s
   ta, tb = await deps.stored_trace(request, a), await deps.stored_trace(request, b)
   if ta is None or tb is None:
     statuses = [await deps.status_of(request, x) or {"id": x, "status": "error", "error": f"no trace {x}", "stages": []} for x in (a, b)]
-    return page(request, "tour_progress.html", kind=kind, tour=t, statuses=statuses, stage_titles=STAGE_TITLES)
+    return await page(request, "tour_progress.html", kind=kind, tour=t, statuses=statuses, stage_titles=STAGE_TITLES)
   steps = pair_steps(kind, ta, tb)
   store = request.app.state.store
   notes = {"a": await asyncio.to_thread(store.annotations, a), "b": await asyncio.to_thread(store.annotations, b)}
   big = big_asked(request)
   ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, big), {"a": (a, ta), "b": (b, tb)}, notes)
-  return page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
+  return await page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
               api=f"/api/tours/{kind}?a={a}&b={b}", diff_url=diff_url(a, b), **ctx)
 
 def diff_url(a: str, b: str) -> str:
@@ -290,7 +290,7 @@ async def delete_annotation(request: Request, trace_id: str, note_id: int = Path
 
 @router.get("/glossary", response_class=HTMLResponse, include_in_schema=False)
 async def glossary(request: Request) -> HTMLResponse:
-  return page(request, "glossary.html")
+  return await page(request, "glossary.html")
 
 def install(app: FastAPI) -> None:
   """Routes, and the built-in tours as a template global (the home page lists them)."""
