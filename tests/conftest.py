@@ -1,7 +1,8 @@
 """Shared fixtures for the web tests: one real `small` trace per session (through the app's own job path), a TestClient over
 a real SQLite file, and a live uvicorn server for the browser tests."""
 from __future__ import annotations
-import os, pathlib, socket, subprocess, sys, time
+import contextlib, os, pathlib, socket, subprocess, sys, time
+from typing import Iterator
 import httpx
 import pytest
 
@@ -43,13 +44,13 @@ def free_port() -> int:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
 
-@pytest.fixture(scope="module")
-def live_server(tmp_path_factory):
-  """uvicorn in a subprocess on a free loopback port with a fresh database; yields the base URL."""
-  port, db = free_port(), tmp_path_factory.mktemp("live") / "traces.sqlite3"
+@contextlib.contextmanager
+def running_server(db: pathlib.Path, log_dir: pathlib.Path) -> Iterator[str]:
+  """uvicorn in a subprocess on a free loopback port over db; yields the base URL, stops the server after."""
+  port = free_port()
   env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
   code = f"from explorer.web import serve; serve('127.0.0.1', {port}, {str(db)!r})"
-  log = open(tmp_path_factory.mktemp("live-log") / "server.log", "w+")
+  log = open(log_dir / "server.log", "w+")
   proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
   base = f"http://127.0.0.1:{port}"
   try:
@@ -68,3 +69,46 @@ def live_server(tmp_path_factory):
     try: proc.wait(timeout=10)
     except subprocess.TimeoutExpired: proc.kill()
     log.close()
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory):
+  """A live server with a fresh database; yields the base URL."""
+  with running_server(tmp_path_factory.mktemp("live") / "traces.sqlite3", tmp_path_factory.mktemp("live-log")) as base: yield base
+
+# ***** the browser: Debian's chromium through playwright *****
+
+CHROMIUM = "/usr/bin/chromium"
+# without the background-networking flags chromium keeps dialing out, and this machine's closed network refuses it
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")
+GRAPH_TIMEOUT_MS = 120_000
+
+def launch_chromium(playwright):
+  return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+
+@pytest.fixture(scope="module")
+def browser():
+  sync_api = pytest.importorskip("playwright.sync_api")
+  with sync_api.sync_playwright() as p:
+    b = launch_chromium(p)
+    yield b
+    b.close()
+
+@pytest.fixture(scope="module")
+def errors() -> list[str]: return []
+
+@pytest.fixture(scope="module")
+def page(browser, errors):
+  """One page for a test module; page errors and console errors are collected in `errors`."""
+  ARTIFACTS.mkdir(exist_ok=True)
+  pg = browser.new_page(viewport={"width": 1500, "height": 950})
+  pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+  pg.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+  yield pg
+  pg.close()
+
+def wait_graphs(pg) -> None:
+  """Every graph viewer on the page has its SVG (or its error) in place."""
+  pg.wait_for_function("() => [...document.querySelectorAll('.viewer')].every(v => v.dataset.loaded)", timeout=GRAPH_TIMEOUT_MS)
+  for v in pg.query_selector_all(".viewer"): assert v.get_attribute("data-loaded") != "error", v.inner_text()

@@ -2,42 +2,13 @@
 submit `small` from the home form, watch its progress, then the trace, the bufferize view, graphs and source tabs.
 Screenshots land in test-artifacts/ (gitignored)."""
 from __future__ import annotations
-import os, re
+import re
 import pytest
-from conftest import ARTIFACTS
+from conftest import ARTIFACTS, needs_chromium, wait_graphs
 
-CHROMIUM = "/usr/bin/chromium"
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync"]
-GRAPH_TIMEOUT_MS = 120_000
-
-@pytest.fixture(scope="module")
-def browser():
-  sync_api = pytest.importorskip("playwright.sync_api")
-  with sync_api.sync_playwright() as p:
-    b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-    yield b
-    b.close()
-
-@pytest.fixture(scope="module")
-def errors() -> list[str]: return []
-
-@pytest.fixture(scope="module")
-def page(browser, errors):
-  ARTIFACTS.mkdir(exist_ok=True)
-  pg = browser.new_page(viewport={"width": 1500, "height": 950})
-  pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-  pg.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-  yield pg
-  pg.close()
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 def shot(pg, name: str) -> None: pg.screenshot(path=str(ARTIFACTS / f"{name}.png"))
-
-def wait_graphs(pg) -> None:
-  """Every graph viewer on the page has its SVG (or its error) in place."""
-  pg.wait_for_function("() => [...document.querySelectorAll('.viewer')].every(v => v.dataset.loaded)", timeout=GRAPH_TIMEOUT_MS)
-  for v in pg.query_selector_all(".viewer"): assert v.get_attribute("data-loaded") != "error", v.inner_text()
 
 @pytest.fixture(scope="module")
 def submitted(live_server, page) -> dict:

@@ -2,7 +2,7 @@
 (xhat with xhat, ghat with ghat, mhat and out against mhat+out), the UOp graph diff drawn and cached, sources per target and
 across two targets, the measurements as background jobs (cached), quick picks, and the page in a real browser."""
 from __future__ import annotations
-import os, re, subprocess, sys, time
+import re, time
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -10,10 +10,9 @@ from explorer.settings import Settings
 from explorer.store import Store
 from explorer.web.app import create_app
 from explorer.web.diffing import CACHE_V, GRAPHS
-from conftest import ARTIFACTS, REPO, free_port, wait_done
+from conftest import ARTIFACTS, launch_chromium, needs_chromium, running_server, wait_done
 from stored_traces import copy_trace, stored_pair
 
-CHROMIUM = "/usr/bin/chromium"
 
 @pytest.fixture(scope="module")
 def pair():
@@ -109,36 +108,16 @@ def test_compare_with_quick_picks(pair):
 
 @pytest.fixture(scope="module")
 def server(pair, tmp_path_factory):
-  _, db, _, _ = pair
-  port = free_port()
-  env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
-  log = open(tmp_path_factory.mktemp("diff-live") / "server.log", "w+")
-  proc = subprocess.Popen([sys.executable, "-c", f"from explorer.web import serve; serve('127.0.0.1', {port}, {str(db)!r})"], cwd=REPO, env=env,
-                          stdout=log, stderr=subprocess.STDOUT)
-  base = f"http://127.0.0.1:{port}"
-  try:
-    deadline = time.monotonic() + 60
-    while True:
-      try:
-        if httpx.get(f"{base}/api/health", timeout=2).status_code == 200: break
-      except httpx.HTTPError: pass
-      assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
-      time.sleep(0.2)
-    yield base
-  finally:
-    proc.terminate()
-    try: proc.wait(timeout=10)
-    except subprocess.TimeoutExpired: proc.kill()
-    log.close()
+  with running_server(pair[1], tmp_path_factory.mktemp("diff-live")) as base: yield base
 
 @pytest.mark.browser
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")
+@needs_chromium
 def test_diff_page_in_the_browser(pair, server):
   _, _, staged, fused = pair
   sync_api = pytest.importorskip("playwright.sync_api")
   ARTIFACTS.mkdir(exist_ok=True)
   with sync_api.sync_playwright() as p:
-    browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+    browser = launch_chromium(p)
     page = browser.new_page(viewport={"width": 1500, "height": 950})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))

@@ -1,17 +1,16 @@
 """Exports: the trace as JSON, and as ONE self-contained HTML file (inline CSS, JS and SVG) that a browser opens from a file:// URL
 with no server running and no network request; from the web app and from `kernel-explorer export`."""
 from __future__ import annotations
-import json, os, re
+import json, re
 import pytest
 from fastapi.testclient import TestClient
 from explorer.cli import main
 from explorer.settings import Settings
 from explorer.store import Store
 from explorer.web.app import create_app
-from conftest import ARTIFACTS
+from conftest import ARTIFACTS, launch_chromium, needs_chromium
 from stored_traces import stored_pair
 
-CHROMIUM = "/usr/bin/chromium"
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
@@ -69,12 +68,12 @@ def test_cli_export_html_json_and_from_a_file(exported, tmp_path, capsys):
   assert main(["export", "nope", "--db", str(db), "--quiet"]) == 2 and "not a trace id stored in" in capsys.readouterr().err
 
 @pytest.mark.browser
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")
+@needs_chromium
 def test_the_html_file_opens_offline_in_a_browser(exported):
   sync_api = pytest.importorskip("playwright.sync_api")
   ARTIFACTS.mkdir(exist_ok=True)
   with sync_api.sync_playwright() as p:
-    browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+    browser = launch_chromium(p)
     page = browser.new_page(viewport={"width": 1500, "height": 950})
     requests, errors = [], []
     def only_files(route) -> None:  # anything that is not the file itself fails, and is counted
