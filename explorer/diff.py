@@ -352,7 +352,9 @@ def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: 
   """A trace from a JSON file, a quoted flag set (traced now, without timing: the diff re-times), or a stored trace id.
   Returns (trace, rewrite blob or None, what it was)."""
   import shlex
-  if os.path.isfile(arg): return _load_file(arg), None, f"file {arg}"
+  if os.path.isfile(arg):
+    from explorer.store import load_trace_file
+    return load_trace_file(arg), None, f"file {arg}"
   if arg.lstrip().startswith("-"):
     from explorer.cli import Parser, add_case_args, case_from_args
     from explorer.worker import run_trace
@@ -370,27 +372,10 @@ def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: 
   return _load_stored(arg, db)
 
 def _load_stored(trace_id: str, db: str | None) -> tuple[dict, bytes | None, str]:
-  from explorer.spec import SpecError
-  from explorer.store import Store, StoreError, default_db_path
-  path = db or default_db_path()
-  what = f"{trace_id!r} is not a trace file, not a flag set (those start with -)"
-  if not os.path.isfile(path): raise SpecError(f"{what}, and there is no trace store at {path}")
-  try:
-    store = Store(path)
-    if (trace := store.get_trace(trace_id)) is None: raise SpecError(f"{what}, and not a trace id stored in {path}")
-    return trace, store.get_rewrites(trace_id), f"stored trace {trace_id}"
-  except StoreError as e: raise SpecError(str(e)) from None
+  from explorer.store import find_stored
+  _, trace, blob = find_stored(trace_id, db, f"{trace_id!r} is not a trace file, not a flag set (those start with -)")
+  return trace, blob, f"stored trace {trace_id}"
 
-def _load_file(path: str) -> dict:
-  import json
-  from explorer.spec import SpecError
-  try:
-    with open(path) as f: t = json.load(f)
-  except (OSError, json.JSONDecodeError) as e: raise SpecError(f"cannot read the trace file {path}: {e}") from None
-  if isinstance(t, dict) and "trace" in t and "kernels" not in t: t = t["trace"]  # a wrapped trace (the web API's shape)
-  if not isinstance(t, dict) or not {"spec", "kernels", "buffers", "schedule", "env"} <= set(t):
-    raise SpecError(f"{path} is not a Kernel Explorer trace (run `kernel-explorer trace ... --json PATH`)")
-  return t
 
 def _signed(x: float | None, fmt: Any = str) -> str:
   if x is None: return "-"

@@ -65,20 +65,10 @@ def render_html(trace: dict, trace_id: str, graph_blocks: dict[str, GraphBlock],
 
 def load(arg: str, db: str | None = None) -> tuple[dict, str, bytes | None, Any]:
   """(trace, id, rewrite blob or None, store or None) for a JSON trace file or a stored trace id."""
-  from explorer.spec import SpecError
-  from explorer.store import Store, StoreError, default_db_path
-  if os.path.isfile(arg):
-    from explorer.diff import _load_file
-    trace = _load_file(arg)
-    return trace, os.path.splitext(os.path.basename(arg))[0], None, None
-  path = db or default_db_path()
-  what = f"{arg!r} is not a trace file"
-  if not os.path.isfile(path): raise SpecError(f"{what}, and there is no trace store at {path}")
-  try:
-    store = Store(path)
-    if (trace := store.get_trace(arg)) is None: raise SpecError(f"{what}, and not a trace id stored in {path}")
-    return trace, arg, store.get_rewrites(arg), store
-  except StoreError as e: raise SpecError(str(e)) from None
+  from explorer.store import find_stored, load_trace_file
+  if os.path.isfile(arg): return load_trace_file(arg), os.path.splitext(os.path.basename(arg))[0], None, None
+  store, trace, blob = find_stored(arg, db, f"{arg!r} is not a trace file")
+  return trace, arg, blob, store
 
 def local_graphs(trace: dict, trace_id: str, blob: bytes | None, store: Any = None, node_limit: int = graphs.MAX_NODES,
                  timeout_s: float = 600.0, say: Callable[[str], None] = lambda s: None) -> dict[str, GraphBlock]:

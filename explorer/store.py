@@ -5,7 +5,7 @@ No tinygrad imports here: the web server uses this module, and the server proces
 from __future__ import annotations
 import hashlib, importlib.metadata, json, os, pathlib, sqlite3, threading, time
 from typing import Any
-from explorer.spec import ConvSpec, Variant
+from explorer.spec import ConvSpec, SpecError, Variant
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -242,3 +242,26 @@ class Store:
   def clear_diffs(self, a: str | None = None, b: str | None = None) -> None:
     if a is None: self._conn().execute("DELETE FROM diff_cache")
     else: self._conn().execute("DELETE FROM diff_cache WHERE a = ? AND b = ?", (a, b if b is not None else a))
+
+# ***** a trace named on the command line: a JSON file or a stored id (both kernel-explorer diff and export take either) *****
+
+def load_trace_file(path: str) -> dict:
+  """A trace JSON file, as `kernel-explorer trace --json` or the web API writes it; SpecError (one line) when it is not one."""
+  try:
+    with open(path) as f: t = json.load(f)
+  except (OSError, json.JSONDecodeError) as e: raise SpecError(f"cannot read the trace file {path}: {e}") from None
+  if isinstance(t, dict) and "trace" in t and "kernels" not in t: t = t["trace"]  # a wrapped trace (the web API's shape)
+  if not isinstance(t, dict) or not {"spec", "kernels", "buffers", "schedule", "env"} <= set(t):
+    raise SpecError(f"{path} is not a Kernel Explorer trace (run `kernel-explorer trace ... --json PATH`)")
+  return t
+
+def find_stored(trace_id: str, db: str | None, what: str) -> tuple[Store, dict, bytes | None]:
+  """The store, the trace and its rewrite blob for an argument that names a stored trace id; SpecError ("{what}, and ...") when
+  there is none, or when its row is corrupt."""
+  path = db or default_db_path()
+  if not os.path.isfile(path): raise SpecError(f"{what}, and there is no trace store at {path}")
+  try:
+    store = Store(path)
+    if (trace := store.get_trace(trace_id)) is None: raise SpecError(f"{what}, and not a trace id stored in {path}")
+    return store, trace, store.get_rewrites(trace_id)
+  except StoreError as e: raise SpecError(str(e)) from None
