@@ -122,13 +122,6 @@ class RewriteBlob:
       yield {"graph": _graph_from_viz(st["graph"]), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
              "rule": None if st["upat"] is None else f"{st['upat'][0][0].split('/')[-1]}:{st['upat'][0][1]}"}
 
-  def pass_result(self, group: int, step: int) -> dict:
-    """The graph after all matches of a pass."""
-    last = None
-    for last in self.pass_steps(group, step, limit=1 << 30): pass
-    assert last is not None
-    return last["graph"]
-
 def uop_graph(blob: RewriteBlob, sink: UOp) -> dict:
   from tinygrad.viz.serve import uop_to_json
   return _graph_from_viz(uop_to_json(blob.data, sink))
@@ -270,8 +263,6 @@ def codegen_host(ast: UOp, renderer: Renderer) -> UOp:
 
 def codegen_deviceless(ast: UOp, renderer: Renderer) -> UOp: return do_to_program(ast, renderer)
 
-def is_tinygrad_program(u: UOp) -> bool: return u.op is Ops.PROGRAM
-
 @dataclass
 class ProgramFacts:
   name: str
@@ -330,9 +321,7 @@ def call_timers(compiled: UOp) -> list[tuple[int, Iterator[float]]]:
 
 def realize_inputs(*ts: Tensor) -> None: Tensor.realize(*ts)
 
-def device_of(t: Tensor) -> str: return t.device if isinstance(t.device, str) else t.device[0]
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 def has_reduce(ast: UOp) -> bool: return any(u.op is Ops.REDUCE for u in ast.toposort())
 
@@ -343,10 +332,6 @@ def fallback_reason(device: str) -> str | None:
   if Device.canonicalize(device).split(":")[0] == "PYTHON" or compiler_name(device) == "PythonCompiler":
     return f"{device} runs kernels in tinygrad's Python interpreter (PythonCompiler): timings are not native"
   return None
-
-def untracked() -> contextlib.AbstractContextManager:
-  """Record no rewrites inside: for work whose passes the explorer does not show (renders for other targets)."""
-  return Context(TRACK_MATCH_STATS=0)
 
 # ***** devices on this host (GPU hosts) *****
 

@@ -109,23 +109,21 @@ def _pass_dict(p: tg.Pass) -> dict: return {"group": p.group, "step": p.step, "n
 
 def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], variant: Variant) -> list[tg.Call]:
   calls = tg.calls(linear)
-  buffers: dict[int, dict] = {}
+  index: dict[int, int] = {}
+  blist: list[dict] = []
   def buf(b: Any) -> int:
-    k = tg.buffer_key(b)
-    if k not in buffers:
-      buffers[k] = {"index": len(buffers), "name": f"buf{len(buffers)}", "role": roles.get(k, "intermediate"), **tg.buffer_facts(b),
-                    "written_by": [], "read_by": []}
-    return buffers[k]["index"]
+    if (k := tg.buffer_key(b)) not in index:
+      index[k] = len(blist)
+      blist.append({"index": len(blist), "name": f"buf{len(blist)}", "role": roles.get(k, "intermediate"), **tg.buffer_facts(b),
+                    "written_by": [], "read_by": []})
+    return index[k]
   for c in calls:
     ins, outs = tg.kernel_reads_writes(c.ast) if c.kind == "kernel" else tg.copy_ins_outs(c)
     reads, writes = [buf(c.buffers[i]) for i in ins], [buf(c.buffers[i]) for i in outs]
+    for i in writes: blist[i]["written_by"].append(c.index)
+    for i in reads: blist[i]["read_by"].append(c.index)
     trace["schedule"].append({"index": c.index, "kind": c.kind, "reads": reads, "writes": writes,
                               "name": "copy" if c.kind == "copy" else None, "kernel": None})
-  for b in buffers.values(): b["written_by"], b["read_by"] = [], []
-  blist = sorted(buffers.values(), key=lambda b: b["index"])
-  for s in trace["schedule"]:
-    for i in s["writes"]: blist[i]["written_by"].append(s["index"])
-    for i in s["reads"]: blist[i]["read_by"].append(s["index"])
   for b in blist:
     if b["role"] == "intermediate" and any(trace["schedule"][i]["kind"] == "copy" for i in b["written_by"]): b["role"] = "constant"
     if b["role"] == "intermediate" and not b["written_by"]:
