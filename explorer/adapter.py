@@ -16,6 +16,7 @@ import atexit, collections, contextlib, ctypes, functools, glob, io, pickle, pla
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 import tinygrad
+from explorer.spec import COMPUTE_DEVICES
 from tinygrad import Device, Tensor
 from tinygrad.codegen import do_to_program, to_program
 from tinygrad.codegen.opt import tc
@@ -337,7 +338,7 @@ def fallback_reason(device: str) -> str | None:
 
 # tinygrad's own order (tinygrad.device.ALL_DEVICES) kept to the explorer's backends: GPUs, then OpenCL, then the CPU.
 # The same order keeps best_device() equal to Device.DEFAULT, which tinygrad uses for anything made without a device.
-DEVICE_PREFERENCE = ("METAL", "AMD", "NV", "CUDA", "CL", "CPU")
+DEVICE_PREFERENCE = COMPUTE_DEVICES
 
 def _opens(device: str) -> bool:
   try: return bool(Device[device].device)

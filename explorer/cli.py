@@ -1,8 +1,9 @@
 """`kernel-explorer`: trace a convolution from the command line, list presets and targets, serve the web app."""
 from __future__ import annotations
-import argparse, json, sys
+import argparse, json, signal, sys, threading
 from typing import Callable, Sequence
-from explorer.spec import PRESETS, TARGET_LABELS, TARGETS, TILES, STAGINGS, CONSTS, WINO_IMPLS, ConvSpec, SpecError, Variant
+from explorer.spec import (COMPUTE_DEVICES, CONSTS, PRESETS, STAGINGS, TARGET_LABELS, TARGETS, TILES, WINO_IMPLS, ConvSpec, SpecError, Variant,
+                           device_problem)
 
 class UsageError(Exception): pass
 
@@ -47,6 +48,9 @@ def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
     base = PRESETS[a.preset or "small"]
     spec = ConvSpec(base.batch, base.cin, base.cout, base.height, base.width, base.kernel, a.stride, a.padding, a.groups, a.dtype)
   targets = tuple(t.strip() for t in a.target.split(",") if t.strip())
+  if a.device is not None and device_problem(a.device) is not None:  # the CLI may use any tinygrad device; the server offers only these
+    print(f"kernel-explorer: warning: {a.device} is none of the compute devices {', '.join(COMPUTE_DEVICES)}: it may read or write files, "
+          "open sockets or emulate kernels (timings would not be native)", file=sys.stderr)
   variant = Variant(a.algo, a.wino_impl, a.tile, a.staging, a.consts, a.opt, targets, a.warmup, a.repeats, not a.no_time, a.fallback, a.device)
   return spec.validate(), variant.resolve(spec)
 
@@ -153,6 +157,11 @@ def cmd_serve(a: argparse.Namespace) -> int:
   except ValueError as e: raise UsageError(str(e)) from None  # a KERNEL_EXPLORER_* variable that does not parse
   return 0
 
+def cmd_token(a: argparse.Namespace) -> int:
+  import secrets
+  print(secrets.token_urlsafe(24))  # 32 characters: export KERNEL_EXPLORER_TOKEN=$(kernel-explorer token)
+  return 0
+
 def _not_negative(kind: type) -> Callable[[str], object]:
   def parse(raw: str) -> object:
     try: value = kind(raw)
@@ -219,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
   ex.add_argument("--timeout", type=float, default=600.0, help="seconds for the worker that expands graphs")
   ex.add_argument("--quiet", action="store_true", help="no progress on stderr")
   ex.set_defaults(fn=cmd_export)
+  sub.add_parser("token", help="print a fresh access token for KERNEL_EXPLORER_TOKEN (32 random characters)").set_defaults(fn=cmd_token)
   s = sub.add_parser("serve", help="serve the web app")
   s.add_argument("--host", default="127.0.0.1")
   s.add_argument("--port", type=int, default=8000)
@@ -227,7 +237,21 @@ def build_parser() -> argparse.ArgumentParser:
   s.set_defaults(fn=cmd_serve)
   return p
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+def stop_on_signal(signum: int, frame: object) -> None:
+  """Every running worker's process group is killed before the command exits (its `finally` blocks run too)."""
+  from explorer.worker import stop_all
+  stop_all()
+  raise SystemExit(128 + signum)
+
 def main(argv: Sequence[str] | None = None) -> int:
+  before = {sig: signal.signal(sig, stop_on_signal) for sig in STOP_SIGNALS} if threading.current_thread() is threading.main_thread() else {}
+  try: return _run(argv)  # `serve`: uvicorn takes the signals over while it runs, then gives them back
+  finally:
+    for sig, handler in before.items(): signal.signal(sig, handler)
+
+def _run(argv: Sequence[str] | None) -> int:
   from explorer.worker import TraceFailed
   try:
     a = build_parser().parse_args(argv)

@@ -9,8 +9,11 @@ import multiprocessing as mp
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
+from explorer import lifeline
 
-def _init() -> None:
+def _init(parent_pid: int) -> None:
+  lifeline.die_with_parent(parent_pid)  # the trace worker's group is killed whole; a worker that dies takes its renders along too
+  lifeline.watch(parent_pid)
   os.environ["VIZ"] = "0"  # before tinygrad is imported in this process: no tracking
   import explorer.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules
 
@@ -27,7 +30,7 @@ def _render_target(asts: list[Any], target: str) -> list[tuple[str, str]]:
 class RenderPool:
   """One process per target (up to `processes`): once host codegen is done, the renders share both cores."""
   def __init__(self, processes: int = 2) -> None:
-    self.pool = ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn"), initializer=_init)
+    self.pool = ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(os.getpid(),))
     for _ in range(processes): self.pool.submit(int)  # start the processes (and their imports) now
 
   def submit(self, asts: list[Any], targets: tuple[str, ...]) -> dict[str, Future]:

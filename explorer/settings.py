@@ -26,14 +26,21 @@ SETTINGS: tuple[Setting, ...] = (
   Setting("max_repeats", 1000, "largest timing repeats or warmup a request may ask for"),
   Setting("max_beam", 8, "largest BEAM width a request may ask for"),
   Setting("max_body_bytes", 65536, "largest request body, in bytes (413 past it)"),
-  Setting("max_connections", 256, "connections served at once (open event streams included) before new ones get 503"),
+  Setting("max_connections", 256, "requests served at once (open event streams included; idle connections and /api/health aside) "
+          "before new ones get 503"),
+  Setting("request_head_timeout_s", 5.0, "a connection must send a whole request head within this many seconds of opening (or of its last "
+          "response plus the 30 s keep-alive), else it is closed: idle and half-sent sockets are never held"),
   Setting("graph_node_limit", 400, "graphs with more nodes are simplified before layout, and the page says so"),
   Setting("dot_timeout_s", 20.0, "time limit for one graphviz layout, in seconds"),
   Setting("graph_timeout_s", 180.0, "wall-clock limit for expanding one graph in a graph worker, in seconds (the worker is replaced past it)"),
   Setting("max_graph_queue", 32, "graph expansions waiting for a graph worker before new ones get 503 with a Retry-After"),
 )
 
+MIN_TOKEN_CHARS = 16
+
 def _parse(s: Setting, raw: str) -> int | float | str:
+  if s.name == "token" and len(raw) < MIN_TOKEN_CHARS:
+    raise ValueError(f"{ENV_PREFIX}TOKEN must be at least {MIN_TOKEN_CHARS} characters; `kernel-explorer token` prints a fresh one")
   if isinstance(s.default, bool) or s.default is None or isinstance(s.default, str): return raw
   try: value = type(s.default)(raw)
   except ValueError: raise ValueError(f"{ENV_PREFIX}{s.name.upper()} must be a {type(s.default).__name__}, got {raw!r}") from None
@@ -55,7 +62,7 @@ class Settings:
     env = os.environ if env is None else env
     values = {s.name: _parse(s, env[k]) for s in SETTINGS if (k := ENV_PREFIX + s.name.upper()) in env}
     if unknown := set(overrides) - set(BY_NAME): raise ValueError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    values.update({k: _parse(BY_NAME[k], v) if isinstance(v, str) else v for k, v in overrides.items() if v is not None})
     return cls(values)
 
   @property

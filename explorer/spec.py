@@ -2,6 +2,7 @@
 from __future__ import annotations
 import dataclasses, math, re
 from dataclasses import dataclass, field
+from typing import Sequence
 
 DTYPES = {"float32": 4, "float16": 2}
 TARGET_LABELS = {"cuda": "CUDA C for sm_90 (H100)", "metal": "Metal for Apple9 (M3)", "opencl": "OpenCL C", "clang": "C for clang (x86_64)",
@@ -91,6 +92,19 @@ PRESETS: dict[str, ConvSpec] = {
 }
 
 def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.items() if p == spec), None)
+
+# tinygrad devices that compute on real hardware, best first (tinygrad's own order). Every other device is never offered to a web
+# request: DISK, TINYFS and NPY read and write files or open sockets, PYTHON emulates kernels in Python, NULL runs nothing.
+COMPUTE_DEVICES = ("METAL", "AMD", "NV", "CUDA", "CL", "CPU")
+DEVICE_RE = re.compile(r"([A-Z][A-Z0-9_]*)(:[0-9]{1,2})?")  # a device and, on multi-GPU hosts, its index: CUDA, CUDA:1
+
+def device_problem(device: str, offered: Sequence[str] = COMPUTE_DEVICES) -> str | None:
+  """Why `device` may not be used (None: it may): it must be one of `offered`, or one of them with an index (CUDA:1)."""
+  allowed = ", ".join(offered) or "none"
+  if not isinstance(device, str) or not (m := DEVICE_RE.fullmatch(device)):
+    return f"device must be a device name such as CPU or CUDA:1; this server offers: {allowed}"
+  if m.group(1) not in offered: return f"device {m.group(1)} is not offered here; this server offers: {allowed}"
+  return None
 
 OPT_RE = re.compile(r"heuristic|none|beam:[1-9][0-9]*")
 

@@ -4,7 +4,7 @@ No tinygrad imports here: the web server uses this module, and the server proces
 """
 from __future__ import annotations
 import hashlib, importlib.metadata, json, os, pathlib, sqlite3, threading, time
-from typing import Any
+from typing import Any, Callable
 from explorer.spec import ConvSpec, SpecError, Variant
 
 SCHEMA = """
@@ -47,7 +47,20 @@ CREATE TABLE IF NOT EXISTS annotations (
   created REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS annotations_trace ON annotations(trace_id);
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY,
+  status TEXT NOT NULL,
+  label TEXT NOT NULL,
+  request TEXT NOT NULL,
+  owner TEXT NOT NULL,
+  error TEXT,
+  created REAL NOT NULL,
+  started REAL,
+  finished REAL
+);
 """
+JOB_FIELDS = ("id", "status", "label", "request", "owner", "error", "created", "started", "finished")
+UNFINISHED = ("queued", "running")
 
 class StoreError(RuntimeError):
   """A stored row cannot be read back (corrupt or from an incompatible version): the message says which and why."""
@@ -148,7 +161,8 @@ class Store:
     Returns (one page of rows shaped like recent(), the number of matches)."""
     if unknown := set(variant) - set(VARIANT_FILTERS): raise ValueError(f"unknown filter(s): {', '.join(sorted(unknown))}")
     where, args = [], []
-    if text: where.append("(label LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')"); args += [_like(text), _like(text)]
+    if text and "\x00" in text: where.append("0")  # SQLite's LIKE ends a pattern at NUL ("%" matched all); no label holds one
+    elif text: where.append("(label LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')"); args += [_like(text), _like(text)]
     if preset: where.append("preset IS ?" if preset != "custom" else "preset IS NULL"); args += [preset] if preset != "custom" else []
     if status: where.append("status = ?"); args.append(status)
     if device: where.append("json_extract(summary, '$.device') = ?"); args.append(device)
@@ -178,7 +192,38 @@ class Store:
     c.execute("DELETE FROM graph_cache WHERE trace_id = ?", (trace_id,))
     c.execute("DELETE FROM diff_cache WHERE a = ? OR b = ?", (trace_id, trace_id))
     c.execute("DELETE FROM annotations WHERE trace_id = ?", (trace_id,))
+    if gone: c.execute("DELETE FROM jobs WHERE id = ?", (trace_id,))  # its finished job's status goes with it (GET .../status: 404)
     return gone
+
+  # ***** jobs: every accepted trace request, written when accepted: queued -> running -> done | error | interrupted *****
+
+  def put_job(self, job_id: str, label: str, request: dict, owner: str) -> None:
+    """A job accepted now (a re-run replaces the row of the earlier attempt)."""
+    self._conn().execute("INSERT OR REPLACE INTO jobs (id, status, label, request, owner, created) VALUES (?, 'queued', ?, ?, ?, ?)",
+                         (job_id, label, json.dumps(request), owner, time.time()))
+
+  def job_started(self, job_id: str) -> None:
+    self._conn().execute("UPDATE jobs SET status = 'running', started = ? WHERE id = ?", (time.time(), job_id))
+
+  def job_finished(self, job_id: str, status: str, error: str | None = None) -> None:
+    self._conn().execute("UPDATE jobs SET status = ?, error = ?, finished = ? WHERE id = ?", (status, error, time.time(), job_id))
+
+  def get_job(self, job_id: str) -> dict | None:
+    row = self._conn().execute(f"SELECT {', '.join(JOB_FIELDS)} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None: return None
+    job = dict(zip(JOB_FIELDS, row))
+    try: job["request"] = json.loads(job["request"])
+    except json.JSONDecodeError: job["request"] = None
+    return job
+
+  def interrupt_jobs(self, owner_gone: Callable[[str], bool], error: str) -> int:
+    """Marks queued and running jobs whose owner process is gone as interrupted; returns how many."""
+    c = self._conn()
+    rows = c.execute(f"SELECT id, owner FROM jobs WHERE status IN {UNFINISHED}").fetchall()
+    gone = [job_id for job_id, owner in rows if owner_gone(owner)]
+    for job_id in gone: c.execute(f"UPDATE jobs SET status = 'interrupted', error = ?, finished = ? WHERE id = ? AND status IN {UNFINISHED}",
+                                  (error, time.time(), job_id))
+    return len(gone)
 
   # ***** graph cache: expanded graph JSON and laid-out SVG, per trace and graph reference *****
 

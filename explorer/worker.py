@@ -16,12 +16,14 @@ from contextlib import suppress
 from multiprocessing.connection import Connection
 from dataclasses import dataclass, field
 from typing import Callable
+from explorer import lifeline
 from explorer.devicelock import HeldLocks
+from explorer.lifeline import group_rss_mb
 from explorer.spec import ConvSpec, Variant
 
 DEFAULT_TIMEOUT_S = 600.0
 GATED_STAGE = "timing"  # its start waits for the device lock
-WATCH_S = 0.5           # how often the parent reads the worker group's memory
+WATCH_S = lifeline.WATCH_S  # how often the parent reads the worker group's memory
 Progress = Callable[[str, str, str], None]
 
 class TraceFailed(RuntimeError):
@@ -46,9 +48,12 @@ class Limits:
     s = settings if settings is not None else Settings.load()
     return cls(memory_mb=int(s.worker_memory_mb), max_output_mb=float(s.max_output_mb), nice=int(s.worker_nice))  # type: ignore[attr-defined]
 
-def _child(fn_path: str, kwargs: dict, env: dict[str, str], limits: Limits, out: Connection, gate: Connection) -> None:
+def _child(fn_path: str, kwargs: dict, env: dict[str, str], limits: Limits, out: Connection, gate: Connection, parent_pid: int,
+           deadline: float) -> None:
   try:
     os.setpgid(0, 0)  # a process group of its own: the parent measures and kills the worker with everything it starts
+    lifeline.die_with_parent(parent_pid)
+    lifeline.watch(parent_pid, deadline, limits.memory_mb, own_group=True)  # the limits hold if the parent is SIGKILLed or hangs
     os.environ.update(env)  # before the target's imports bring in tinygrad
     if limits.memory_mb: resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_mb << 20, limits.memory_mb << 20))
     if limits.nice: os.nice(limits.nice)
@@ -70,10 +75,10 @@ def _child(fn_path: str, kwargs: dict, env: dict[str, str], limits: Limits, out:
 
 def call_in_worker(fn_path: str, kwargs: dict, progress: Progress | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                    env: dict[str, str] | None = None, limits: Limits | None = None,
-                   exclusive: str | None = None) -> tuple[object, list[tuple[str, str, str]]]:
+                   exclusive: str | None = None, live: dict | None = None) -> tuple[object, list[tuple[str, str, str]]]:
   """Call module:function(progress=..., **kwargs) in a fresh spawned process; progress is relayed to this process.
   exclusive: a device whose lock is held for the whole run (a measurement from start to end). Waiting for a device lock counts
-  against timeout_s."""
+  against timeout_s. live: a dict that holds the worker process by pid while it runs (besides LIVE), for its owner to stop."""
   limits = limits if limits is not None else Limits.from_settings()
   deadline = time.monotonic() + timeout_s
   held = HeldLocks()
@@ -84,17 +89,18 @@ def call_in_worker(fn_path: str, kwargs: dict, progress: Progress | None = None,
       raise TraceFailed(f"the worker exceeded its time limit of {timeout_s:.0f}s waiting for the {busy} device (other measurements held it)")
   try:
     if exclusive: take(exclusive)
-    return _supervise(fn_path, kwargs, progress, timeout_s, deadline, env or {}, limits, held, take, keep=bool(exclusive))
+    return _supervise(fn_path, kwargs, progress, timeout_s, deadline, env or {}, limits, held, take, keep=bool(exclusive), live=live)
   finally: held.release()
 
 def _supervise(fn_path: str, kwargs: dict, progress: Progress | None, timeout_s: float, deadline: float, env: dict[str, str], limits: Limits,
-               held: HeldLocks, take: Callable[[str], None], keep: bool) -> tuple[object, list[tuple[str, str, str]]]:
+               held: HeldLocks, take: Callable[[str], None], keep: bool, live: dict | None) -> tuple[object, list[tuple[str, str, str]]]:
   ctx = mp.get_context("spawn")
   recv, send = ctx.Pipe(duplex=False)  # pipes, not Queues: no semaphores for a killed worker to leak
   gate_recv, gate_send = ctx.Pipe(duplex=False)
   # not a daemon: a trace starts its own render processes; its whole process group is killed below whatever happens
-  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env, limits, send, gate_recv), daemon=False)
+  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env, limits, send, gate_recv, os.getpid(), deadline), daemon=False)
   proc.start()
+  for registry in (LIVE, live if live is not None else {}): registry[proc.pid] = proc  # type: ignore[index]
   send.close(); gate_recv.close()
   seen: list[tuple[str, str, str]] = []
   next_watch = time.monotonic() + WATCH_S
@@ -124,6 +130,7 @@ def _supervise(fn_path: str, kwargs: dict, progress: Progress | None, timeout_s:
     proc.join(timeout=0.5 if proc.is_alive() else 0)  # a worker that sent its result is exiting
     kill_group(proc)  # and whatever is left: the worker if it hangs, render processes orphaned by a crash, a hung compiler
     proc.join(timeout=5)
+    for registry in (LIVE, live if live is not None else {}): registry.pop(proc.pid, None)  # type: ignore[arg-type]
     recv.close(); gate_send.close()
 
 def _death(code: int | None) -> str:
@@ -133,32 +140,18 @@ def _death(code: int | None) -> str:
     return f"the worker was killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
   return f"the worker died (exit code {code})"
 
-# ***** the worker's process group: it and everything it starts, orphans of a crash included (Linux /proc; elsewhere no reading) *****
+# ***** the worker's process group: it and everything it starts, orphans of a crash included *****
 
-def group_members(pgid: int) -> list[int]:
-  members = []
-  with suppress(OSError):
-    for d in os.listdir("/proc"):
-      if not d.isdigit(): continue
-      try:
-        with open(f"/proc/{d}/stat") as f: stat = f.read()
-      except OSError: continue
-      if int(stat[stat.rfind(")") + 2:].split()[2]) == pgid: members.append(int(d))
-  return members
-
-def group_rss_mb(pgid: int) -> float:
-  """Resident memory of every process in the group, in MiB."""
-  total = 0
-  for p in group_members(pgid):
-    try:
-      with open(f"/proc/{p}/statm") as f: total += int(f.read().split()[1])
-    except (OSError, ValueError, IndexError): pass
-  return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+LIVE: dict[int, mp.process.BaseProcess] = {}  # this process's running workers by pid: stop_all() ends them at a signal or shutdown
 
 def kill_group(proc: mp.process.BaseProcess) -> None:
   """SIGKILL the worker's group (a pid that leads a live group is never reused), and the worker if it had no time to make its group."""
   with suppress(OSError): os.killpg(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
   if proc.is_alive(): proc.kill()
+
+def stop_all() -> None:
+  """SIGKILL every running worker's group (safe in a signal handler): the caller is exiting, and no worker outlives it."""
+  for proc in list(LIVE.values()): kill_group(proc)
 
 # ***** traces *****
 
@@ -167,8 +160,8 @@ def _capture(progress: Progress, spec: dict, variant: dict, dump_io: str | None)
   return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io)
 
 def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-              dump_io: str | None = None, limits: Limits | None = None) -> TraceResult:
+              dump_io: str | None = None, limits: Limits | None = None, live: dict | None = None) -> TraceResult:
   """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends."""
   (trace, blob), seen = call_in_worker("explorer.worker:_capture", {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": dump_io},
-                                       progress, timeout_s, limits=limits)  # type: ignore[misc]
+                                       progress, timeout_s, limits=limits, live=live)  # type: ignore[misc]
   return TraceResult(trace, blob, seen)

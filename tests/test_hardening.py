@@ -256,19 +256,19 @@ def test_queue_full_on_the_form_is_503_with_retry_after(tmp_path):
 # ***** exposure: the access token, loopback, what the server says at start *****
 
 def test_the_token_is_required_and_compared_in_constant_time(tmp_path, monkeypatch):
-  import explorer.web.app as web_app
+  import explorer.web.access as access
   compared = []
-  real = web_app.hmac.compare_digest
-  monkeypatch.setattr(web_app.hmac, "compare_digest", lambda a, b: compared.append(1) or real(a, b))
-  app = create_app(str(tmp_path / "t.sqlite3"), settings=Settings.load(env={}, token="s3cret-token"), runner=lambda *a: None)
+  real = access.hmac.compare_digest
+  monkeypatch.setattr(access.hmac, "compare_digest", lambda a, b: compared.append(1) or real(a, b))
+  app = create_app(str(tmp_path / "t.sqlite3"), settings=Settings.load(env={}, token="s3cret-token-0123456789"), runner=lambda *a: None)
   with TestClient(app) as client:
     assert client.get("/api/health").status_code == 200
-    for headers in ({}, {"X-Access-Token": "wrong"}, {"X-Access-Token": "s3cret-tokenX"}, {"X-Access-Token": "s3cret-toke"}):
+    for headers in ({}, {"X-Access-Token": "wrong"}, {"X-Access-Token": "s3cret-token-0123456789X"}, {"X-Access-Token": "s3cret-token-012345678"}):
       assert client.get("/api/traces", headers=headers).status_code == 401
       assert client.post("/api/traces", json={"preset": "small"}, headers=headers).status_code == 401
     assert app.state.jobs.runs == 0 and compared
-    assert client.get("/api/traces", headers={"X-Access-Token": "s3cret-token"}).status_code == 200
-    client.cookies.set("ke_token", "s3cret-token")
+    assert client.get("/api/traces", headers={"X-Access-Token": "s3cret-token-0123456789"}).status_code == 200
+    client.cookies.set("ke_token", "s3cret-token-0123456789")
     assert client.get("/").status_code == 200
 
 @pytest.fixture
@@ -286,16 +286,17 @@ def captured_serve(monkeypatch, capsys):
 
 def test_serving_beyond_loopback_needs_the_token_and_says_so(tmp_path, monkeypatch, captured_serve):
   with pytest.raises(SystemExit, match="needs an access token"): captured_serve("0.0.0.0", 8000, str(tmp_path / "a.sqlite3"))
-  monkeypatch.setenv("KERNEL_EXPLORER_TOKEN", "t0ken")
+  monkeypatch.setenv("KERNEL_EXPLORER_TOKEN", "t0ken-t0ken-t0ken-1")
   got, said = captured_serve("0.0.0.0", 8000, str(tmp_path / "a.sqlite3"))
-  assert got["host"] == "0.0.0.0" and "every request needs the access token" in said and "t0ken" not in said
+  assert got["host"] == "0.0.0.0" and "every request needs the access token" in said and "t0ken-t0ken-t0ken-1" not in said
   with TestClient(got["app"]) as client:
-    assert client.get("/api/traces").status_code == 401 and client.get("/api/traces", headers={"X-Access-Token": "t0ken"}).status_code == 200
+    assert client.get("/api/traces").status_code == 401
+    assert client.get("/api/traces", headers={"X-Access-Token": "t0ken-t0ken-t0ken-1"}).status_code == 200
     assert client.get("/api/health", headers={"host": "example.org"}).status_code == 200  # beyond loopback: any Host, with the token
   access = logging.getLogger("uvicorn.access")  # the link that sets the cookie carries the token: the access log does not
-  args = ("10.0.0.2:5", "GET", "/?token=t0ken", "1.1", 303)
+  args = ("10.0.0.2:5", "GET", "/?token=t0ken-t0ken-t0ken-1", "1.1", 303)
   line = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d', args, None)
-  assert access.filter(line) and "t0ken" not in line.getMessage() and "token=***" in line.getMessage()
+  assert access.filter(line) and "t0ken-t0ken-t0ken-1" not in line.getMessage() and "token=***" in line.getMessage()
 
 def test_loopback_serving_pins_the_host_header(tmp_path, captured_serve):
   got, said = captured_serve("127.0.0.1", 8000, str(tmp_path / "b.sqlite3"))

@@ -304,13 +304,13 @@ def test_docs_are_served_offline(web_client):
   assert "/api/traces/{trace_id}/graphs/{ref}" in spec["paths"] and "/api/traces/{trace_id}/events" in spec["paths"]
 
 def test_access_token(tmp_path):
-  app = create_app(str(tmp_path / "t.sqlite3"), settings=Settings.load(env={}, token="s3cret"))
+  app = create_app(str(tmp_path / "t.sqlite3"), settings=Settings.load(env={}, token="s3cret-token-0123456789"))
   with TestClient(app) as client:
     assert client.get("/api/health").status_code == 200
     assert client.get("/api/traces").status_code == 401 and client.get("/").status_code == 401
-    assert client.get("/api/traces", headers={"X-Access-Token": "s3cret"}).status_code == 200
+    assert client.get("/api/traces", headers={"X-Access-Token": "s3cret-token-0123456789"}).status_code == 200
     assert client.get("/?token=wrong").status_code == 401
-    r = client.get("/?token=s3cret", follow_redirects=False)
+    r = client.get("/?token=s3cret-token-0123456789", follow_redirects=False)
     assert r.status_code == 303 and "token" not in r.headers["location"]
     assert client.get("/").status_code == 200  # the cookie set above
 

@@ -237,7 +237,7 @@ function initProgress() {
     try {
       const d = await fetchJSON(`/api/traces/${trace}/status`);
       (d.stages || []).forEach(setStage);
-      if (d.status === "done" || d.status === "error") return finish(d);
+      if (["done", "error", "interrupted"].includes(d.status)) return finish(d);
     } catch (e) { /* try again */ }
     setTimeout(poll, 1000);
   }

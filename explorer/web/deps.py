@@ -1,14 +1,22 @@
 """Lookups the API and the pages share: a trace or its job by id, its status, request resolution."""
 from __future__ import annotations
 import asyncio
+from typing import Sequence
 from fastapi import HTTPException, Request
 from explorer.settings import Settings
-from explorer.spec import ConvSpec, Variant
+from explorer.spec import COMPUTE_DEVICES, ConvSpec, SpecError, Variant, device_problem
 from explorer.store import trace_key
-from explorer.web.jobs import STAGES, Job
+from explorer.web.access import has_token, is_loopback
+from explorer.web.devices import DevicesUnavailable
+from explorer.web.jobs import STAGES, Job, stored_job_status
 from explorer.web.models import TraceRequest
 
 def trace_url(trace_id: str) -> str: return f"/t/{trace_id}"
+
+def trusted(request: Request) -> bool:
+  """A token holder (when the server has a token), else a loopback client: those may see server details such as paths."""
+  if token := request.app.state.settings.token: return has_token(request, str(token))
+  return request.client is None or is_loopback(request.client.host)
 
 async def stored_trace(request: Request, trace_id: str) -> dict | None:
   return await asyncio.to_thread(request.app.state.traces.get, trace_id)
@@ -48,19 +56,29 @@ async def status_of(request: Request, trace_id: str) -> dict | None:
     error = f"stage {failures[0]['stage']} failed: {failures[0]['error']}" if failures else None
     return {"id": trace_id, "status": "done", "url": trace_url(trace_id), "label": trace.get("label"), "cached": True,
             "stages": stages_of_trace(trace), "error": error}
-  return job_status(job) if job is not None else None
+  if job is not None: return job_status(job)
+  row = await asyncio.to_thread(request.app.state.store.get_job, trace_id)  # failed, interrupted, or another server's
+  return {**stored_job_status(row), "url": trace_url(trace_id), "cached": False} if row is not None else None
 
-def resolve_request(req: TraceRequest, settings: Settings) -> tuple[ConvSpec, Variant]:
-  """Spec and variant, validated with this server's limits (SpecError -> 422). The variant is kept as asked: the key hashes it."""
+def resolve_request(req: TraceRequest, settings: Settings, offered: Sequence[str] = COMPUTE_DEVICES) -> tuple[ConvSpec, Variant]:
+  """Spec and variant, validated with this server's limits and devices (SpecError -> 422). The variant is kept as asked: the key
+  hashes it."""
+  if req.variant.device is not None and (why := device_problem(req.variant.device, offered)) is not None: raise SpecError(f"variant.device: {why}")
   spec, variant = req.to_spec(), req.variant.to_variant()
   spec.validate(memory_budget=int(settings.memory_budget_mb) << 20)
   variant.validate(max_repeats=int(settings.max_repeats), max_beam=int(settings.max_beam))
   variant.resolve(spec)  # raises where Winograd does not apply and fallback is off
   return spec, variant
 
+async def offered_devices(request: Request) -> list[str]:
+  try: return await request.app.state.devices.offered()
+  except DevicesUnavailable as e: raise HTTPException(503, str(e), headers={"Retry-After": "30"}) from None
+
 async def submit(request: Request, req: TraceRequest) -> tuple[dict, bool]:
   """Start (or join, or serve from the store) the trace of this request. Returns (status, started_now)."""
-  spec, variant = resolve_request(req, request.app.state.settings)
+  resolve_request(req, request.app.state.settings)  # a device outside COMPUTE_DEVICES is refused before any device is opened
+  offered = await offered_devices(request) if req.variant.device is not None else COMPUTE_DEVICES
+  spec, variant = resolve_request(req, request.app.state.settings, offered)
   trace_id = trace_key(spec, variant)
   store, jobs = request.app.state.store, request.app.state.jobs
   if await asyncio.to_thread(store.has_trace, trace_id):
@@ -72,8 +90,17 @@ async def submit(request: Request, req: TraceRequest) -> tuple[dict, bool]:
       request.app.state.traces.forget(trace_id)
   existing = jobs.get(trace_id)
   joined = existing is not None and existing.status in ("queued", "running")
-  job = jobs.submit(trace_id, spec, variant)
+  job = await jobs.submit(trace_id, spec, variant, req.model_dump(mode="json", exclude_defaults=True))
   return job_status(job), not joined
+
+async def rerun(request: Request, trace_id: str) -> tuple[dict, bool]:
+  """Submit an accepted job's stored request again (an interrupted or failed one); a stored trace is served as it is."""
+  if (row := await asyncio.to_thread(request.app.state.store.get_job, trace_id)) is None or row["request"] is None:
+    if await stored_trace(request, trace_id) is not None: return (await status_of(request, trace_id)) or {}, False
+    raise HTTPException(404, f"no trace {trace_id}")
+  try: req = TraceRequest.model_validate(row["request"])
+  except ValueError as e: raise HTTPException(409, f"the stored request of {trace_id} no longer validates: {str(e).splitlines()[0]}") from None
+  return await submit(request, req)
 
 def light_trace(trace_id: str, trace: dict) -> dict:
   """The trace without the heavy per-kernel fields (sources, UOp listings, passes): those are under /kernels/{n}."""

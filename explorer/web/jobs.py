@@ -1,12 +1,40 @@
 """Trace jobs: POST returns at once; explorer.worker.run_trace runs in a daemon thread (it spawns the tinygrad process itself),
 progress reaches the event loop through call_soon_threadsafe, and the finished trace lands in the store.
-Identical requests share one job: the job id is the store key."""
+Identical requests share one job: the job id is the store key.
+
+Jobs are durable: each is written to the store's jobs table when accepted (with its request), and again as it starts and ends.
+A server that stops (SIGTERM) marks its unfinished jobs interrupted; one that died (SIGKILL) has them marked by the next server
+that opens the store and finds their owner process gone. Every accepted id keeps answering, and an interrupted one re-runs from
+its stored request with one click (POST /api/traces/{id}/rerun)."""
 from __future__ import annotations
-import asyncio, threading, time
+import asyncio, os, socket, threading, time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from explorer.spec import ConvSpec, Variant
 from explorer.store import Store
+
+INTERRUPTED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
+
+def _start_time(pid: int) -> str | None:
+  """The process's start time in clock ticks since boot (Linux): with the pid, it names one process for good."""
+  try:
+    with open(f"/proc/{pid}/stat") as f: stat = f.read()
+    return stat[stat.rfind(")") + 2:].split()[19]
+  except (OSError, IndexError): return None
+
+def this_owner() -> str:
+  return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid()) or '?'}"
+
+def owner_gone(owner: str) -> bool:
+  """True when the process that owned a job has ended (a job of another host is never judged gone from here)."""
+  host, pid, started = (owner.rsplit(":", 2) + ["", ""])[:3]
+  if host != socket.gethostname() or not pid.isdigit(): return False
+  if started != "?": return _start_time(int(pid)) != started
+  try: os.kill(int(pid), 0)
+  except ProcessLookupError: return True
+  except PermissionError: pass
+  return False
 
 # explorer.trace.STAGES (not imported: the server process must not import tinygrad); tests check the two agree
 STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
@@ -35,7 +63,7 @@ class Job:
   spec: ConvSpec
   variant: Variant
   label: str
-  status: str = "queued"  # queued | running | done | error
+  status: str = "queued"  # queued | running | done | error | interrupted
   error: str | None = None
   stages: dict[str, dict] = field(default_factory=lambda: {s: {"stage": s, "status": "pending", "detail": ""} for s in STAGES})
   events: list[dict] = field(default_factory=list)
@@ -57,12 +85,18 @@ class Job:
   def finish(self, status: str, error: str | None = None) -> None:
     self.status, self.error, self.finished = status, error, time.time()
     for row in self.stages.values():
-      if row["status"] == "running": row["status"] = "error" if status == "error" else "done"
+      if row["status"] == "running": row["status"] = "done" if status == "done" else "error"
       elif row["status"] == "pending": row["status"] = "skipped"
     self.emit({"event": "done", "status": status, "error": error})
 
   def snapshot(self) -> dict:
     return {"id": self.id, "status": self.status, "label": self.label, "stages": list(self.stages.values()), "error": self.error}
+
+def stored_job_status(row: dict) -> dict:
+  """The status of a job known only from the store: one that failed, was interrupted, or runs in another server process."""
+  stages = [{"stage": s, "status": "pending" if row["status"] in ("queued", "running") else "skipped", "detail": ""} for s in STAGES]
+  error = INTERRUPTED.format(id=row["id"]) if row["status"] == "interrupted" else row.get("error")
+  return {"id": row["id"], "status": row["status"], "label": row["label"], "stages": stages, "error": error}
 
 class QueueFull(RuntimeError):
   """Too many traces are waiting for a worker."""
@@ -76,9 +110,16 @@ class JobManager:
     self.jobs: dict[str, Job] = {}
     self.tasks: set[asyncio.Task] = set()
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
+    self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.worker registers them)
+    self.owner = this_owner()
     self._parallel = parallel
     self._slots: asyncio.Semaphore | None = None
     self._runner = runner
+    self._writer = ThreadPoolExecutor(1, thread_name_prefix="job-store")  # job rows written in order, off the event loop
+    self.interrupted_at_start = store.interrupt_jobs(owner_gone, INTERRUPTED)  # jobs of a server that died
+
+  async def _write(self, fn: Callable[..., Any], *args: Any) -> None:
+    await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
   def get(self, job_id: str) -> Job | None:
     self._forget_old()
@@ -86,13 +127,15 @@ class JobManager:
 
   def running(self) -> int: return sum(1 for j in self.jobs.values() if j.status in ("queued", "running"))
 
-  def submit(self, job_id: str, spec: ConvSpec, variant: Variant) -> Job:
-    """The job for this id: the one already queued or running, else a new one (the caller checked the store first)."""
+  async def submit(self, job_id: str, spec: ConvSpec, variant: Variant, request: dict) -> Job:
+    """The job for this id: the one already queued or running, else a new one, written to the store (with the request that
+    re-runs it) before this returns (the caller checked the store for a finished trace first)."""
     if (job := self.jobs.get(job_id)) is not None and job.status in ("queued", "running"): return job
-    if sum(1 for j in self.jobs.values() if j.status == "queued") >= self.max_queue:
+    if self.running() >= self._parallel + self.max_queue:  # the free workers take jobs at once; max_queue more may wait
       raise QueueFull(f"{self.max_queue} traces are already waiting for a worker; try again in a minute")
     job = Job(job_id, spec, variant, f"{spec.label()} | {variant.label()}")
     self.jobs[job_id] = job
+    await self._write(self.store.put_job, job_id, job.label, request, self.owner)
     task = asyncio.get_running_loop().create_task(self._run(job))
     self.tasks.add(task)
     task.add_done_callback(self.tasks.discard)
@@ -102,10 +145,15 @@ class JobManager:
     if self._slots is None: self._slots = asyncio.Semaphore(self._parallel)
     try: await asyncio.wait_for(self._slots.acquire(), self.queue_wait_s)
     except asyncio.TimeoutError:
-      job.finish("error", f"waited over {self.queue_wait_s:.0f}s for a free worker and was dropped; try again when the server is less busy")
+      await self._finish(job, "error", f"waited over {self.queue_wait_s:.0f}s for a free worker and was dropped; "
+                                       "try again when the server is less busy")
       return
     try: await self._work(job)
     finally: self._slots.release()
+
+  async def _finish(self, job: Job, status: str, error: str | None = None) -> None:
+    job.finish(status, error)
+    await self._write(self.store.job_finished, job.id, status, error)
 
   async def _work(self, job: Job) -> None:
     """Run the trace (holding a worker slot) and store it; a failure becomes the job's one-line error."""
@@ -113,23 +161,23 @@ class JobManager:
     job.status = "running"
     job.emit({"event": "status", "status": "running"})
     self.runs += 1
+    await self._write(self.store.job_started, job.id)
     def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(job.on_progress, stage, status, detail)
     try:
       result = await run_in_daemon_thread(lambda: self._run_trace(job, progress))
       await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites)
     except Exception as e:  # TraceFailed and anything else: one line on the page
-      msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
-      job.finish("error", msg)
+      if job.status == "interrupted": return  # the server is stopping: its workers were killed on purpose
+      await self._finish(job, "error", (str(e).strip().splitlines() or [type(e).__name__])[0])
       return
     await asyncio.sleep(0)  # let queued progress callbacks land before the final event
     failures = result.trace.get("failures") or []
-    job.finish("done", None if not failures else f"stage {failures[0]['stage']} failed: {failures[0]['error']}")
+    await self._finish(job, "done", None if not failures else f"stage {failures[0]['stage']} failed: {failures[0]['error']}")
 
   def _run_trace(self, job: Job, progress: Callable[[str, str, str], None]) -> Any:
     if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
     from explorer.worker import run_trace  # no tinygrad import: run_trace spawns the process that imports it
-    if self.limits is None: return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s)
-    return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s, limits=self.limits)
+    return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s, limits=self.limits, live=self.live)
 
   def _forget_old(self) -> None:
     now = time.time()
@@ -138,5 +186,13 @@ class JobManager:
   async def wait_idle(self) -> None:
     if self.tasks: await asyncio.gather(*self.tasks, return_exceptions=True)
 
-  def cancel_all(self) -> None:
+  def shutdown(self) -> None:
+    """The server is stopping: unfinished jobs are marked interrupted (in the store too) and their workers' groups killed."""
+    from explorer.worker import kill_group
+    for job in self.jobs.values():
+      if job.status in ("queued", "running"):
+        job.finish("interrupted", INTERRUPTED.format(id=job.id))
+        self.store.job_finished(job.id, "interrupted", job.error)
+    for proc in list(self.live.values()): kill_group(proc)
     for t in list(self.tasks): t.cancel()
+    self._writer.shutdown(wait=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio, concurrent.futures, multiprocessing as mp, os, pickle, resource
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
+from explorer import lifeline
 
 class PoolBusy(RuntimeError):
   """Too many calls are waiting for a process."""
@@ -18,7 +19,9 @@ class PoolFailed(RuntimeError):
 class OutputTooLarge(RuntimeError):
   """The call's result is over the output cap (raised in the worker process)."""
 
-def _init(memory_mb: int, nice: int, initializer: Callable[[], None] | None) -> None:
+def _init(parent_pid: int, memory_mb: int, nice: int, initializer: Callable[[], None] | None) -> None:
+  lifeline.die_with_parent(parent_pid)  # a server that is SIGKILLed leaves no graph worker behind
+  lifeline.watch(parent_pid)
   if memory_mb: resource.setrlimit(resource.RLIMIT_DATA, (memory_mb << 20, memory_mb << 20))
   if nice: os.nice(nice)
   if initializer is not None: initializer()
@@ -48,7 +51,7 @@ class WorkerPool:
       self.kill()  # a process died while idle
     if self._pool is None:
       self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=_init,
-                                                          initargs=(self.memory_mb, self.nice, self.initializer))
+                                                          initargs=(os.getpid(), self.memory_mb, self.nice, self.initializer))
     return self._pool
 
   async def call(self, fn: Callable[..., Any], *args: Any) -> Any:

@@ -1,0 +1,31 @@
+"""The devices this server offers to requests: the compute devices this host opens, as `kernel-explorer devices` lists them.
+Listing opens each device, which imports tinygrad (never in the server process), so it runs once in a worker and is kept."""
+from __future__ import annotations
+import asyncio
+from typing import Callable
+from explorer.spec import COMPUTE_DEVICES
+
+class DevicesUnavailable(RuntimeError):
+  """The worker that lists the devices failed."""
+
+def list_in_worker(timeout_s: float) -> list[str]:
+  from explorer.roofline import list_devices  # no tinygrad: the listing runs in a worker
+  return [d["device"] for d in list_devices(timeout_s)["devices"]]
+
+class DeviceCatalog:
+  def __init__(self, timeout_s: float = 120.0, lister: Callable[[float], list[str]] = list_in_worker):
+    self.timeout_s, self.lister = timeout_s, lister
+    self._offered: list[str] | None = None
+    self._lock: asyncio.Lock | None = None
+
+  async def offered(self) -> list[str]:
+    """Listed on first use (concurrent callers share the one listing); a failed listing is not kept, the next call tries again."""
+    if self._offered is not None: return self._offered
+    if self._lock is None: self._lock = asyncio.Lock()
+    async with self._lock:
+      if self._offered is None:
+        from explorer.web.jobs import run_in_daemon_thread
+        try: found = await run_in_daemon_thread(lambda: self.lister(self.timeout_s))
+        except Exception as e: raise DevicesUnavailable(f"could not list this host's devices: {str(e).splitlines()[0] if str(e) else e!r}") from None
+        self._offered = [d for d in found if d in COMPUTE_DEVICES]
+    return self._offered

@@ -1,0 +1,247 @@
+"""Lifecycle and exposure faults, each as it was found: a device name that wrote files, idle sockets that locked every client out,
+workers that outlived a SIGKILLed server or a SIGTERMed CLI, jobs forgotten across a restart, trace workers at the server's own
+priority, a queue that admitted fewer jobs than it should, and the small ones (paths in /api/health, cross-site GETs that start
+work, short tokens, NUL in a search). Real servers in subprocesses, real workers, real signals."""
+from __future__ import annotations
+import os, pathlib, signal, socket, subprocess, sys, threading, time
+from types import SimpleNamespace
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from explorer.lifeline import group_members
+from explorer.settings import Settings
+from explorer.store import Store
+from explorer.web.app import create_app
+from conftest import REPO, free_port, wait_done
+
+# a trace that runs for a minute: a thousand timed repeats of the medium direct conv (killed long before)
+SLOW = {"preset": "medium", "variant": {"algo": "direct", "targets": ["cuda"], "warmup": 0, "repeats": 1000}}
+QUICK = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"targets": ["cuda"], "repeats": 2}}
+
+@pytest.fixture(autouse=True)
+def private_locks(tmp_path, monkeypatch):
+  monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+
+def wait_for(what: str, check, timeout_s: float, every_s: float = 0.1):
+  deadline = time.monotonic() + timeout_s
+  while time.monotonic() < deadline:
+    if (got := check()): return got
+    time.sleep(every_s)
+  raise AssertionError(f"{what} within {timeout_s}s")
+
+def stat_of(pid: int) -> list[str] | None:
+  try:
+    with open(f"/proc/{pid}/stat") as f: stat = f.read()
+  except OSError: return None
+  return stat[stat.rfind(")") + 2:].split()
+
+def worker_groups(parent: int) -> list[int]:
+  """Trace workers started by `parent`: its children that lead a process group of their own."""
+  out = []
+  for d in os.listdir("/proc"):
+    if d.isdigit() and (st := stat_of(int(d))) is not None and int(st[1]) == parent and int(st[2]) == int(d) and st[0] != "Z": out.append(int(d))
+  return out
+
+class Server:
+  """`kernel-explorer serve` in a subprocess over one database; start() again after a kill is a restart."""
+  def __init__(self, db: pathlib.Path, log: pathlib.Path, **env: str):
+    self.db, self.log, self.port = db, log, free_port()
+    self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}, **env}
+    self.proc: subprocess.Popen | None = None
+
+  @property
+  def base(self) -> str: return f"http://127.0.0.1:{self.port}"
+
+  def start(self) -> Server:
+    cmd = [sys.executable, "-m", "explorer.cli", "serve", "--port", str(self.port), "--db", str(self.db)]
+    self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
+    def up() -> bool:
+      assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
+      try: return httpx.get(f"{self.base}/api/health", timeout=2).status_code == 200
+      except httpx.HTTPError: return False
+    wait_for("the server answers", up, 60, 0.2)
+    return self
+
+  def stop(self) -> None:
+    if self.proc is not None and self.proc.poll() is None:
+      self.proc.kill()
+      self.proc.wait()
+
+def post(base: str, body: dict) -> str:
+  r = httpx.post(f"{base}/api/traces", json=body, timeout=30)
+  assert r.status_code in (200, 202), r.text
+  return r.json()["id"]
+
+def status(base: str, trace_id: str) -> dict:
+  r = httpx.get(f"{base}/api/traces/{trace_id}/status", timeout=30)
+  assert r.status_code == 200, r.text
+  return r.json()
+
+@pytest.fixture
+def server(tmp_path):
+  made: list[Server] = []
+  def make(**env: str) -> Server:
+    made.append(s := Server(tmp_path / "traces.sqlite3", tmp_path / "server.log", **env))
+    return s.start()
+  yield make
+  for s in made: s.stop()
+
+# ***** 0: devices from a list; idle sockets close and count for nothing *****
+
+@pytest.mark.parametrize("device", ["DISK:KE_WRITTEN_BY_A_REQUEST", "TINYFS:127.0.0.1:9", "PYTHON", "NULL", "CPU/../x", "cpu"])
+def test_a_device_outside_the_servers_list_is_refused_and_touches_nothing(tmp_path, device):
+  app = create_app(str(tmp_path / "d.sqlite3"), settings=Settings.load(env={}), runner=lambda *a: pytest.fail("a trace ran"))
+  with TestClient(app) as client:
+    r = client.post("/api/traces", json={"preset": "small", "variant": {"device": device}})
+    assert r.status_code == 422, r.text
+    assert "CPU" in r.json()["detail"] and app.state.jobs.runs == 0
+  assert not (REPO / "KE_WRITTEN_BY_A_REQUEST").exists() and not pathlib.Path("KE_WRITTEN_BY_A_REQUEST").exists()
+
+def test_only_the_devices_this_host_opens_are_offered(tmp_path):
+  """The list is what a worker finds on the host (CPU here): a compute device the host lacks is refused too, naming the offer."""
+  app = create_app(str(tmp_path / "d.sqlite3"), settings=Settings.load(env={}))
+  with TestClient(app) as client:
+    r = client.post("/api/traces", json={"preset": "small", "variant": {"device": "METAL", "time": False}})
+    assert r.status_code == 422 and "this server offers: CPU" in r.json()["detail"], r.text
+    ok = client.post("/api/traces", json={**QUICK, "variant": {**QUICK["variant"], "device": "CPU"}})
+    assert ok.status_code == 202, ok.text
+    assert wait_done(client, ok.json()["id"], 120)["status"] == "done"
+
+def test_the_cli_may_use_other_devices_with_a_warning():
+  out = subprocess.run([sys.executable, "-m", "explorer.cli", "trace", "--shape", "1,1,1,4,4,3", "--device", "PYTHON", "--no-time", "--target", "cuda",
+                        "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert "warning: PYTHON is none of the compute devices" in out.stderr, out.stderr
+
+def test_idle_and_half_sent_sockets_lock_nobody_out(server):
+  s = server(KERNEL_EXPLORER_REQUEST_HEAD_TIMEOUT_S="3")
+  socks = []
+  for i in range(300):
+    sk = socket.create_connection(("127.0.0.1", s.port))
+    if i % 3 == 0: sk.sendall(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # a head never finished
+    socks.append(sk)
+  try:
+    st = time.monotonic()
+    r = httpx.get(f"{s.base}/api/health", timeout=5)
+    assert r.status_code == 200 and time.monotonic() - st < 1.0, (r.status_code, time.monotonic() - st)
+    assert httpx.get(f"{s.base}/api/presets", timeout=5).status_code == 200  # not only health: requests are counted, not sockets
+    time.sleep(5)  # past the head timeout: the server closed every one of them
+    for sk in socks:
+      sk.settimeout(2)
+      assert sk.recv(1) == b""
+  finally:
+    for sk in socks: sk.close()
+
+# ***** 1, 2: no worker outlives its server or its CLI *****
+
+def running_worker(s: Server, trace_id: str) -> int:
+  wait_for("the trace runs", lambda: status(s.base, trace_id)["status"] == "running", 60)
+  assert s.proc is not None
+  return wait_for("a worker group appears", lambda: (worker_groups(s.proc.pid) or [None])[0], 60)
+
+def test_a_sigkilled_servers_workers_die_and_its_jobs_answer_after_a_restart(server):
+  s = server(KERNEL_EXPLORER_MAX_WORKERS="1")
+  slow, queued = post(s.base, SLOW), post(s.base, QUICK)
+  pgid = running_worker(s, slow)
+  wait_for("the trace reaches its run stage", lambda: any(x["stage"] == "run" and x["status"] != "pending" for x in status(s.base, slow)["stages"]), 120)
+  assert status(s.base, queued)["status"] == "queued"
+  s.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+  s.proc.wait()  # type: ignore[union-attr]
+  wait_for("the worker's whole group is gone", lambda: not group_members(pgid), 10)
+  s.start()  # a restart over the same store: every accepted id answers, none 404
+  for trace_id in (slow, queued):
+    got = status(s.base, trace_id)
+    assert got["status"] == "interrupted" and "rerun" in got["error"], got
+    assert "Re-run this trace" in httpx.get(f"{s.base}/t/{trace_id}", timeout=30).text
+  r = httpx.post(f"{s.base}/api/traces/{queued}/rerun", timeout=30)  # the one click: the stored request runs again
+  assert r.status_code == 202 and r.json()["id"] == queued, r.text
+  assert wait_for("the re-run finishes", lambda: status(s.base, queued)["status"] in ("done", "error") and status(s.base, queued), 120)["status"] == "done"
+
+def test_a_sigtermed_server_stops_its_workers_and_marks_its_jobs(server):
+  s = server(KERNEL_EXPLORER_MAX_WORKERS="1")
+  slow, queued = post(s.base, SLOW), post(s.base, QUICK)
+  pgid = running_worker(s, slow)
+  s.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+  s.proc.wait(timeout=20)  # type: ignore[union-attr]
+  assert not group_members(pgid), "a worker outlived its server's SIGTERM"
+  store = Store(s.db)
+  assert {store.get_job(i)["status"] for i in (slow, queued)} == {"interrupted"}  # marked by the server itself as it stopped
+
+def test_a_sigtermed_cli_leaves_no_worker(tmp_path):
+  cmd = [sys.executable, "-m", "explorer.cli", "trace", "--preset", "medium", "--target", "cuda", "--warmup", "0", "--repeats", "1000", "--quiet"]
+  cli = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+  pgid = wait_for("the CLI starts a worker", lambda: (worker_groups(cli.pid) or [None])[0], 60)
+  time.sleep(3)  # its render processes are up
+  members = group_members(pgid)
+  cli.send_signal(signal.SIGTERM)
+  assert cli.wait(timeout=10) == 128 + signal.SIGTERM
+  wait_for("every process of the worker's group is gone", lambda: not group_members(pgid), 5)
+  assert len(members) >= 1
+
+def test_a_worker_enforces_its_own_limits_without_its_parent(tmp_path):
+  """The watchdog alone (no supervising parent): past its deadline, and past its memory limit, the worker stops its own group."""
+  code = ("import os, time, sys; from explorer import lifeline; os.setpgid(0, 0); "
+          "lifeline.watch(os.getppid(), deadline=time.monotonic() + {d}, memory_mb={m}, own_group=True); "
+          "x = bytearray({b} << 20) if {b} else None; x and x.__setitem__(slice(None, None, 4096), b'1' * len(x[::4096])); time.sleep(60)")
+  for d, m, b in ((1, 0, 0), (600, 200, 400)):
+    st = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", code.format(d=d, m=m, b=b)], cwd=REPO, timeout=30)
+    assert p.returncode == -signal.SIGKILL and time.monotonic() - st < 12, (d, m, b, p.returncode)
+
+# ***** 4: priorities *****
+
+def test_web_trace_workers_run_at_worker_nice(tmp_path):
+  app = create_app(str(tmp_path / "n.sqlite3"), settings=Settings.load(env={}, worker_nice=7))
+  with TestClient(app) as client:
+    client.post("/api/traces", json=SLOW)
+    pid = wait_for("a trace worker", lambda: next(iter(app.state.jobs.live), None), 60)
+    assert os.getpriority(os.PRIO_PROCESS, pid) - os.getpriority(os.PRIO_PROCESS, 0) == 7
+  wait_for("the worker is stopped with the app", lambda: not group_members(pid), 10)
+
+# ***** 6: the small ones *****
+
+def test_the_queue_admits_workers_plus_max_queue_in_a_burst(tmp_path):
+  release = threading.Event()
+  def blocked(spec, variant, progress, timeout_s):
+    release.wait(30)
+    return SimpleNamespace(trace={"status": "ok", "failures": [], "spec": spec.to_dict(), "kernels": []}, rewrites=b"")
+  app = create_app(str(tmp_path / "q.sqlite3"), settings=Settings.load(env={}, max_workers=2, max_queue=1), runner=blocked)
+  with TestClient(app) as client:
+    codes = [client.post("/api/traces", json={**QUICK, "variant": {"repeats": r}}).status_code for r in (1, 2, 3, 4)]
+    release.set()
+  assert codes == [202, 202, 202, 503]
+
+def test_health_shows_paths_only_to_the_trusted(tmp_path):
+  app = create_app(str(tmp_path / "h.sqlite3"), settings=Settings.load(env={}), runner=lambda *a: None)
+  with TestClient(app) as client:  # TestClient's address is not loopback
+    assert "db" not in client.get("/api/health").json()
+  token = "a-token-of-enough-length"
+  app = create_app(str(tmp_path / "h.sqlite3"), settings=Settings.load(env={}, token=token), runner=lambda *a: None)
+  with TestClient(app) as client:
+    assert "db" not in client.get("/api/health").json()
+    assert client.get("/api/health", headers={"X-Access-Token": token}).json()["db"].endswith("h.sqlite3")
+
+def test_cross_site_gets_that_start_work_are_refused(web_client, small_trace):
+  graph = f"/api/traces/{small_trace}/graphs/ast/0.svg"
+  img = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors", "sec-fetch-dest": "image"}
+  for url in (graph, f"/diff/{small_trace}/{small_trace}", f"/api/diff/{small_trace}/{small_trace}", f"/t/{small_trace}/export.html"):
+    r = web_client.get(url, headers=img)
+    assert r.status_code == 403 and "starts work" in r.text, (url, r.status_code)
+  assert web_client.get(f"/t/{small_trace}", headers=img).status_code == 200  # a page that starts nothing
+  followed = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-user": "?1"}  # a person clicked a link
+  assert web_client.get(graph, headers=followed).status_code == 200
+  assert web_client.get(graph, headers={"sec-fetch-site": "same-origin"}).status_code == 200
+
+def test_tokens_are_long_and_the_cli_makes_them():
+  with pytest.raises(ValueError, match="at least 16 characters"): Settings.load(env={"KERNEL_EXPLORER_TOKEN": "short"})
+  with pytest.raises(ValueError, match="at least 16 characters"): Settings.load(env={}, token="x")
+  out = subprocess.run([sys.executable, "-m", "explorer.cli", "token"], cwd=REPO, capture_output=True, text=True, timeout=60)
+  tok = out.stdout.strip()
+  assert out.returncode == 0 and len(tok) >= 32 and Settings.load(env={}, token=tok).token == tok
+  bad = subprocess.run([sys.executable, "-m", "explorer.cli", "serve", "--host", "0.0.0.0"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "KERNEL_EXPLORER_TOKEN": "short"})
+  assert bad.returncode == 2 and "at least 16 characters" in bad.stderr
+
+def test_a_nul_in_a_search_matches_nothing(web_client, small_trace):
+  assert web_client.get("/api/library", params={"q": "winograd"}).json()["total"] >= 1
+  assert web_client.get("/api/library", params={"q": "wino\x00"}).json()["total"] == 0
+  assert web_client.get("/api/library", params={"q": "\x00"}).json()["total"] == 0
