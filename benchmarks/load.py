@@ -61,6 +61,7 @@ def cached_urls(trace_id: str) -> list[str]:
 class Recorder:
   def __init__(self) -> None:
     self.latencies: list[float] = []
+    self.by_url: dict[str, list[float]] = {}
     self.errors: dict[str, int] = {}
 
   def error(self, what: str) -> None: self.errors[what] = self.errors.get(what, 0) + 1
@@ -75,7 +76,8 @@ async def client_loop(client: httpx.AsyncClient, urls: list[str], until: float, 
       await r.aread()
       if r.status_code != 200: rec.error(f"{r.status_code} {url}")
     except httpx.HTTPError as e: rec.error(f"{type(e).__name__} {e!s:.80} {url}")
-    rec.latencies.append(time.monotonic() - st)
+    rec.latencies.append(took := time.monotonic() - st)
+    rec.by_url.setdefault(url, []).append(took)
 
 async def health_probe(base: str, until: float, busy: asyncio.Event, out: list[tuple[float, bool]]) -> None:
   """Its own connection, one request every 100 ms; each sample says whether cold traces were running."""
@@ -105,7 +107,8 @@ async def phase1(base: str, urls: list[str], clients: int, seconds: float, cold:
                          run_cold(base, cold, 2.0, busy, done))
     wall = time.monotonic() - st
   busy_health = [x for x, b in health if b]
-  return {"requests": len(rec.latencies), "wall_s": wall, "rps": len(rec.latencies) / seconds, "p50": pct(rec.latencies, 0.5),
+  slowest = sorted(((pct(v, 0.99), u) for u, v in rec.by_url.items()), reverse=True)[:4]
+  return {"slowest": slowest, "requests": len(rec.latencies), "wall_s": wall, "rps": len(rec.latencies) / seconds, "p50": pct(rec.latencies, 0.5),
           "p99": pct(rec.latencies, 0.99), "errors": rec.errors, "health_busy_p50": pct(busy_health, 0.5), "health_busy_p99": pct(busy_health, 0.99),
           "health_samples": len(busy_health), "cold": done}
 
@@ -149,6 +152,7 @@ def main() -> int:
     p1 = asyncio.run(phase1(base, urls, a.clients, a.seconds, COLD[:a.cold]))
     print(f"  {p1['requests']} requests, {p1['rps']:.0f} req/s, p50 {ms(p1['p50'])} ms, p99 {ms(p1['p99'])} ms, errors {sum(p1['errors'].values())}")
     for what, n in sorted(p1["errors"].items()): print(f"    {n} x {what}")
+    print("  slowest URLs (p99): " + ", ".join(f"{u} {ms(t)} ms" for t, u in p1["slowest"]))
     print(f"  /api/health while cold traces ran: p50 {ms(p1['health_busy_p50'])} ms, p99 {ms(p1['health_busy_p99'])} ms "
           f"({p1['health_samples']} samples)")
     print("  cold traces: " + ", ".join(f"{s} in {t:.1f} s" for _, t, s in p1["cold"]))

@@ -1,0 +1,55 @@
+"""Finished responses of stored traces, kept in memory: a stored trace never changes, so its pages and JSON are rendered (and
+gzipped) once and then served as bytes. Pure ASGI, between the request limits (outside) and GZip (inside).
+
+Only the views of a trace that depend on that trace alone are kept (CACHEABLE); anything dynamic on those pages (notes, the
+compare-with menu, progress) is fetched by their scripts from URLs that are not kept. A view is kept only when its trace was
+stored before the request began, so a progress page that stands in for a running trace is never kept. A state-changing request
+that names a trace (a note, a delete) drops that trace's entries first."""
+from __future__ import annotations
+import collections, re
+from typing import Any, Callable
+from explorer.web.limits import Receive, Scope, Send, UNSAFE_METHODS
+
+CACHEABLE = re.compile(r"/t/(?P<a>[0-9a-f]{16})(/bufferize|/graph/tensor|/rangeify|/k/\d+)?"
+                       r"|/api/traces/(?P<b>[0-9a-f]{16})(/raw|/kernels(/\d+)?|/bufferize|/rangeify|/graphs(/.+)?)?")
+NAMES_TRACE = re.compile(r"/(?:t|traces|api/traces)/([0-9a-f]{16})(?:/|$)")
+
+class ResponseCache:
+  def __init__(self, app: Any, is_stored: Callable[[str], bool], state: Any = None, max_bytes: int = 64 << 20, max_entry_bytes: int = 8 << 20):
+    self.app, self.is_stored, self.max_bytes, self.max_entry_bytes = app, is_stored, max_bytes, max_entry_bytes
+    self.entries: collections.OrderedDict[tuple[str, bytes, bool], tuple[str, list[dict]]] = collections.OrderedDict()
+    self.size = 0
+    self.hits = self.misses = 0
+    if state is not None: state.response_cache = self  # the app's handle on it (tests read its counters)
+
+  def forget(self, trace_id: str) -> None:
+    for key in [k for k, (tid, _) in self.entries.items() if tid == trace_id]: self._drop(key)
+
+  def _drop(self, key: tuple[str, bytes, bool]) -> None:
+    _, msgs = self.entries.pop(key)
+    self.size -= sum(len(m.get("body", b"")) for m in msgs)
+
+  async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http": return await self.app(scope, receive, send)
+    path = scope["path"]
+    if scope["method"] in UNSAFE_METHODS and (named := NAMES_TRACE.match(path)): self.forget(named.group(1))
+    if scope["method"] != "GET" or not (m := CACHEABLE.fullmatch(path)): return await self.app(scope, receive, send)
+    gzip = any(k == b"accept-encoding" and b"gzip" in v for k, v in scope["headers"])
+    key, trace_id = (path, scope["query_string"], gzip), m.group("a") or m.group("b")
+    if (hit := self.entries.get(key)) is not None:
+      self.entries.move_to_end(key)
+      self.hits += 1
+      for msg in hit[1]: await send(msg)
+      return
+    self.misses += 1
+    if not self.is_stored(trace_id): return await self.app(scope, receive, send)  # a progress page stands in: never kept
+    msgs: list[dict] = []
+    async def keep(msg: dict) -> None:
+      msgs.append(msg)
+      await send(msg)
+    await self.app(scope, receive, keep)
+    body = sum(len(m.get("body", b"")) for m in msgs)
+    if msgs and msgs[0].get("status") == 200 and not msgs[-1].get("more_body") and body <= self.max_entry_bytes:
+      self.entries[key] = (trace_id, msgs)
+      self.size += body
+      while self.size > self.max_bytes and self.entries: self._drop(next(iter(self.entries)))

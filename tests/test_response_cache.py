@@ -1,0 +1,44 @@
+"""The response cache: a stored trace's views are rendered once and served as bytes; a progress page is never kept; a note or a
+delete drops the trace's entries."""
+from __future__ import annotations
+import threading
+from fastapi.testclient import TestClient
+from explorer.settings import Settings
+from explorer.web.app import create_app
+from conftest import wait_done
+
+def test_a_stored_traces_views_are_served_from_memory(web_client, small_trace):
+  cache = web_client.app.state.response_cache
+  for url in (f"/t/{small_trace}", f"/t/{small_trace}/k/0", f"/api/traces/{small_trace}/kernels/0", f"/api/traces/{small_trace}/graphs/kernels.svg"):
+    first = web_client.get(url)
+    hits = cache.hits
+    again = web_client.get(url)
+    assert first.status_code == again.status_code == 200 and again.content == first.content and cache.hits == hits + 1, url
+    assert again.headers["x-content-type-options"] == "nosniff"  # the safety headers are added outside the cache
+  hits = cache.hits
+  web_client.get(f"/api/traces/{small_trace}/status"), web_client.get(f"/api/traces/{small_trace}/annotations")
+  assert cache.hits == hits  # dynamic views are never kept
+
+def test_a_note_drops_the_traces_entries(web_client, small_trace):
+  cache = web_client.app.state.response_cache
+  web_client.get(f"/t/{small_trace}")
+  assert any(tid == small_trace for tid, _ in cache.entries.values())
+  r = web_client.post(f"/api/traces/{small_trace}/annotations", json={"anchor_kind": "line", "anchor": "0:uops:1", "text": "cache test"})
+  assert r.status_code == 201, r.text
+  assert not any(tid == small_trace for tid, _ in cache.entries.values())
+  web_client.delete(f"/api/traces/{small_trace}/annotations/{r.json()['id']}")
+
+def test_a_progress_page_is_never_kept(tmp_path):
+  release = threading.Event()
+  def blocked(spec, variant, progress, timeout_s):
+    release.wait(30)
+    from tests.test_fuzz import stub_runner
+    return stub_runner(spec, variant, progress, timeout_s)
+  app = create_app(str(tmp_path / "p.sqlite3"), settings=Settings.load(env={}), runner=blocked)
+  with TestClient(app) as client:
+    trace_id = client.post("/api/traces", json={"preset": "small"}).json()["id"]
+    assert "progress" in client.get(f"/t/{trace_id}").text and "progress" in client.get(f"/t/{trace_id}").text
+    release.set()
+    assert wait_done(client, trace_id, 30)["status"] == "done"
+    page = client.get(f"/t/{trace_id}").text
+    assert 'id="progress"' not in page, "a progress page was served from the cache after the trace was stored"
