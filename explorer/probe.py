@@ -55,12 +55,19 @@ def fma(device: str, n: int, chains: int, length: int, budget_s: float) -> dict:
   return {"elements": n, "chains": chains, "length": length, "flops": flops, "time_s": t, "runs": runs, "flops_per_s": flops / t}
 
 def measure(progress: Any = None, device: str | None = None, budget_s: float = 0.5) -> dict:
-  """Measured peaks of the device: float32 FLOP/s (fma chain) and memory bandwidth (a large copy-add), with the runs behind them."""
+  """Measured peaks of the device: float32 FLOP/s (fma chain) and memory bandwidth (a large copy-add), with the runs behind them.
+  progress hears each step ("probe", "running", what it measures now)."""
+  def say(detail: str) -> None:
+    if progress is not None: progress("probe", "running", detail)
+  say("opening the device")
   info = describe(device=device)
   d = info["device"]
   cpu = d.split(":")[0] == "CPU"
   st = time.perf_counter()
   # arrays well beyond the last-level cache (H100: 50 MB of L2)
-  bw = bandwidth(d, 1 << (24 if cpu else 26), budget_s)
-  fp = fma(d, 1 << (18 if cpu else 26), 16, 16, budget_s)
+  n_bw, n_fp = 1 << (24 if cpu else 26), 1 << (18 if cpu else 26)
+  say(f"memory bandwidth on {d}: a copy-add over {8 * n_bw >> 20} MiB")
+  bw = bandwidth(d, n_bw, budget_s)
+  say(f"FP32 FLOP/s on {d}: multiply-add chains over {n_fp} elements")
+  fp = fma(d, n_fp, 16, 16, budget_s)
   return {**info, "fp32": fp["flops_per_s"], "bw": bw["bytes_per_s"], "probe": {"bandwidth": bw, "fma": fp, "seconds": time.perf_counter() - st}}

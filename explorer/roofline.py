@@ -6,7 +6,7 @@ device facts and the probe run in a worker (explorer.probe).
 """
 from __future__ import annotations
 import html, json, math, os, pathlib, re, tempfile
-from typing import Any
+from typing import Any, Callable
 
 COMPUTE_KEYS = ("fp32", "fp16", "tf32_tc", "fp16_tc")  # vector FP32/FP16, dense tensor-core TF32/FP16 (FP32 accumulate)
 LABELS = {"fp32": "FP32", "fp16": "FP16", "tf32_tc": "TF32 tensor cores", "fp16_tc": "FP16 tensor cores"}
@@ -91,14 +91,15 @@ def list_devices(timeout_s: float = 120.0) -> dict:
   from explorer.worker import call_in_worker
   return call_in_worker("explorer.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]  # type: ignore[return-value]
 
-def measured_peaks(info: dict, refresh: bool = False, timeout_s: float = 300.0) -> dict:
-  """The probe's FP32 FLOP/s and bandwidth for the device info describes: from the cache, else measured in a worker and cached."""
+def measured_peaks(info: dict, refresh: bool = False, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> dict:
+  """The probe's FP32 FLOP/s and bandwidth for the device info describes: from the cache, else measured in a worker and cached.
+  progress(stage, status, detail) hears what the worker measures, and its wait for the device."""
   from explorer.worker import call_in_worker
   key = _cache_key(info)
   if not refresh and (hit := _load_cache().get(key)) is not None: return hit
   # a measurement: the device's lock for the whole run, so that no trace or study times on it meanwhile (explorer.devicelock)
-  got: dict = call_in_worker("explorer.probe:measure", {"device": info["device"]}, env={"VIZ": "0"}, timeout_s=timeout_s,  # type: ignore[assignment]
-                             exclusive=info["device"])[0]
+  got: dict = call_in_worker("explorer.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},  # type: ignore[assignment]
+                             timeout_s=timeout_s, exclusive=info["device"])[0]
   _store_cache(key, got)
   return got
 
@@ -128,11 +129,11 @@ def peaks_of_trace(trace: dict) -> dict | None:
   peaks = merge_peaks(info, known_peaks(info["name"], info["device"]), _load_cache().get(_cache_key(info)))
   return peaks if peaks.get("fp32") and peaks.get("bw") else None
 
-def probe_for_trace(trace: dict, timeout_s: float = 300.0) -> dict:
+def probe_for_trace(trace: dict, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> dict:
   """Measure (in a worker) and cache the peaks of the device a trace ran on; it must be a device of this host."""
   env = trace["env"]
   return measured_peaks({"device": env["device"], "name": env.get("device_name") or env["device"], "host": env["host"], "tinygrad": env["tinygrad"]},
-                        refresh=True, timeout_s=timeout_s)
+                        refresh=True, timeout_s=timeout_s, progress=progress)
 
 # ***** the roofline of a trace *****
 

@@ -108,8 +108,8 @@ def test_only_the_devices_this_host_opens_are_offered(tmp_path):
     assert wait_done(client, ok.json()["id"], 120)["status"] == "done"
 
 def test_the_cli_may_use_other_devices_with_a_warning():
-  out = subprocess.run([sys.executable, "-m", "explorer.cli", "trace", "--shape", "1,1,1,4,4,3", "--device", "PYTHON", "--no-time", "--target", "cuda",
-                        "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  cmd = [sys.executable, "-m", "explorer.cli", "trace", "--shape", "1,1,1,4,4,3", "--device", "PYTHON", "--no-time", "--target", "cuda", "--quiet"]
+  out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert "warning: PYTHON is none of the compute devices" in out.stderr, out.stderr
 
 def test_idle_and_half_sent_sockets_lock_nobody_out(server):
@@ -142,7 +142,8 @@ def test_a_sigkilled_servers_workers_die_and_its_jobs_answer_after_a_restart(ser
   s = server(KERNEL_EXPLORER_MAX_WORKERS="1")
   slow, queued = post(s.base, SLOW), post(s.base, QUICK)
   pgid = running_worker(s, slow)
-  wait_for("the trace reaches its run stage", lambda: any(x["stage"] == "run" and x["status"] != "pending" for x in status(s.base, slow)["stages"]), 120)
+  ran = lambda: any(x["stage"] == "run" and x["status"] != "pending" for x in status(s.base, slow)["stages"])
+  wait_for("the trace reaches its run stage", ran, 120)
   assert status(s.base, queued)["status"] == "queued"
   s.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
   s.proc.wait()  # type: ignore[union-attr]
@@ -154,7 +155,8 @@ def test_a_sigkilled_servers_workers_die_and_its_jobs_answer_after_a_restart(ser
     assert "Re-run this trace" in httpx.get(f"{s.base}/t/{trace_id}", timeout=30).text
   r = httpx.post(f"{s.base}/api/traces/{queued}/rerun", timeout=30)  # the one click: the stored request runs again
   assert r.status_code == 202 and r.json()["id"] == queued, r.text
-  assert wait_for("the re-run finishes", lambda: status(s.base, queued)["status"] in ("done", "error") and status(s.base, queued), 120)["status"] == "done"
+  finished = lambda: (got := status(s.base, queued))["status"] in ("done", "error") and got
+  assert wait_for("the re-run finishes", finished, 120)["status"] == "done"
 
 def test_a_sigtermed_server_stops_its_workers_and_marks_its_jobs(server):
   s = server(KERNEL_EXPLORER_MAX_WORKERS="1")

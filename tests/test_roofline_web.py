@@ -1,4 +1,5 @@
 """The roofline page: no peaks until the device is probed (a CPU has no spec-sheet entry), then per-kernel percentages and a plot."""
+import time
 import pytest
 
 @pytest.fixture
@@ -9,9 +10,23 @@ def test_roofline_needs_peaks_then_probe_fills_them(web_client, small_trace, emp
   page = web_client.get(f"/t/{small_trace}/roofline")
   assert page.status_code == 200 and "no probe measured on this host yet" in page.text and "Measure this device" in page.text
   assert web_client.get(f"/api/traces/{small_trace}/roofline").status_code == 409
-  r = web_client.post(f"/api/traces/{small_trace}/roofline/probe")
-  assert r.status_code == 200, r.text
-  assert r.json()["measured"]["fp32"] > 0 and r.json()["measured"]["bw"] > 0
+  url = f"/api/traces/{small_trace}/roofline/probe"
+  assert web_client.get(url).json()["status"] == "none"  # no probe of CPU yet
+  t0 = time.monotonic()
+  r = web_client.post(url)
+  assert r.status_code == 202 and time.monotonic() - t0 < 5, r.text  # a job: it answers at once
+  probe = r.json()
+  assert probe["status"] in ("queued", "running") and probe["device"] == "CPU" and probe["url"] == url, probe
+  again = web_client.post(url).json()  # one probe per device at a time: a second request shares it
+  assert again["id"] == probe["id"], again
+  details = set()
+  while probe["status"] in ("queued", "running") and time.monotonic() - t0 < 300:
+    time.sleep(0.2)
+    probe = web_client.get(url).json()
+    details.add(probe["detail"])
+  assert probe["status"] == "done", probe
+  assert probe["result"]["fp32"] > 0 and probe["result"]["bw"] > 0 and probe["error"] is None
+  assert any("bandwidth" in d for d in details) or any("FP32" in d for d in details), details  # progress from the worker
   rl = web_client.get(f"/api/traces/{small_trace}/roofline").json()
   assert len(rl["kernels"]) == 4 and all(0 < k["pct_compute"] and 0 < k["pct_bandwidth"] for k in rl["kernels"])
   page = web_client.get(f"/t/{small_trace}/roofline").text

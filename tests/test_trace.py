@@ -154,6 +154,7 @@ def test_explorer_winograd_roles_follow_data_flow(staging, roles):
 def test_beam_programs_shown_are_the_ones_that_run():
   """Under BEAM the kernels are searched once, at codegen; the run stage checks that tinygrad then runs exactly those programs."""
   spec = ConvSpec(1, 2, 4, 8, 8, 3)
-  beam, plain = (run_trace(spec, Variant(opt=opt, targets=("cuda",), repeats=2)).trace for opt in ("beam:1", "heuristic"))
+  beam, none = (run_trace(spec, Variant(opt=opt, targets=("cuda",), repeats=2)).trace for opt in ("beam:1", "none"))
   assert beam["status"] == "ok" and "run" in beam["stage_seconds"], beam["failures"]
-  assert beam["kernels"][0]["opts"] != plain["kernels"][0]["opts"]
+  # the search applied opts (it may well land on the heuristic's choice, so compare with none)
+  assert beam["kernels"][0]["opts"] and beam["kernels"][0]["opts"] != none["kernels"][0]["opts"]

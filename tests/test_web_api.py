@@ -10,6 +10,7 @@ from explorer.settings import Settings
 from explorer.spec import PRESETS
 from explorer.store import Store
 from explorer.web.app import create_app
+from explorer.web.models import ValidationErrorBody
 from explorer.web.jobs import STAGES
 from conftest import REPO, SMALL_WINO, wait_done
 
@@ -265,10 +266,16 @@ def test_invalid_input_is_422_with_a_readable_message(web_client, body, message)
   r = web_client.post("/api/traces", json=body)
   assert r.status_code == 422, r.text
   assert message in r.json()["detail"], r.json()["detail"]
+  ValidationErrorBody.model_validate(r.json())  # the documented 422 body: errors per field, empty where the server refuses the request
 
 def test_malformed_json_is_422(web_client):
   r = web_client.post("/api/traces", content=b"{not json", headers={"content-type": "application/json"})
-  assert r.status_code == 422 and r.json()["detail"]
+  assert r.status_code == 422 and r.json()["detail"] and r.json()["errors"][0]["type"] == "json_invalid"
+
+def test_a_method_the_path_lacks_is_405_with_every_method_it_has(web_client):
+  for method, url, allow in (("PUT", "/api/traces/nope", "GET, DELETE"), ("PATCH", "/api/traces", "GET, POST"), ("DELETE", "/t", "POST")):
+    r = web_client.request(method, url)
+    assert r.status_code == 405 and r.headers["allow"] == allow, (method, url, r.headers)
 
 @pytest.mark.parametrize("url", ["/api/traces/nope", "/api/traces/nope/raw", "/api/traces/nope/status", "/api/traces/nope/events",
                                  "/api/traces/nope/kernels", "/api/traces/nope/kernels/0", "/api/traces/nope/bufferize", "/api/traces/nope/rangeify",

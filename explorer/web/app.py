@@ -2,19 +2,23 @@
 
 The server process never imports tinygrad: traces run in explorer.worker's processes, graphs expand in explorer.web.expand's."""
 from __future__ import annotations
-import asyncio, collections, hmac, threading
+import asyncio, collections, threading
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
+from starlette.routing import Match
 from explorer import __version__
 from explorer.settings import Settings
 from explorer.spec import SpecError
 from explorer.store import Store, StoreError
+from explorer.web.access import install_token_check
+from explorer.web.cache import ResponseCache
+from explorer.web.devices import DeviceCatalog
 from explorer.web.diffing import DiffService
 from explorer.web.graphing import GraphService
 from explorer.web.jobs import JobManager
@@ -55,45 +59,64 @@ def readable_errors(exc: RequestValidationError) -> str:
 def wants_html(request: Request) -> bool:
   return not request.url.path.startswith("/api/") and "text/html" in request.headers.get("accept", "text/html")
 
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+  """The methods some route answers at this path. Starlette's 405 names only the first route whose path matched (GET /api/traces/{id}
+  and DELETE /api/traces/{id} are two routes)."""
+  def answers(method: str) -> bool:
+    scope = {"type": "http", "method": method, "path": path, "root_path": "", "headers": [], "query_string": b""}
+    return any(r.matches(dict(scope))[0] == Match.FULL for r in app.router.routes)
+  return [m for m in METHODS if answers(m)]
+
+def error_body(exc: StarletteHTTPException) -> dict:
+  """{"detail"}, and every 422 also has "errors" (empty: the request was well-formed, the server refuses what it asks)."""
+  return {"detail": exc.detail, "errors": []} if exc.status_code == 422 else {"detail": exc.detail}
+
 def install_error_handlers(app: FastAPI) -> None:
+  """Every error as its documented body (explorer.web.models: ErrorBody, and ValidationErrorBody for 422), or as the error page where
+  a browser asks for a page; a 405 with the Allow header of every route at its path."""
   async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-    # without ctx and input: they may hold what JSON cannot encode (a non-JSON body arrives as bytes), and need not be echoed back
-    return JSONResponse({"detail": readable_errors(exc), "errors": [{k: v for k, v in e.items() if k not in ("ctx", "input")} for e in exc.errors()]},
-                        422)
-  async def spec_error(request: Request, exc: SpecError) -> JSONResponse: return JSONResponse({"detail": str(exc)}, 422)
+    # pydantic's type, loc and msg; not ctx and input: they may hold what JSON cannot encode (a non-JSON body arrives as bytes)
+    errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
+    return JSONResponse({"detail": readable_errors(exc), "errors": errors}, 422)
+  async def spec_error(request: Request, exc: SpecError) -> JSONResponse: return JSONResponse({"detail": str(exc), "errors": []}, 422)
   async def store_error(request: Request, exc: StoreError) -> JSONResponse: return JSONResponse({"detail": str(exc)}, 500)
   async def http_error(request: Request, exc: StarletteHTTPException):
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405 and "Allow" in headers: headers["Allow"] = ", ".join(allowed_methods(app, request.url.path))
     if wants_html(request):
       ctx = {"status": exc.status_code, "message": exc.detail}
-      return await app.state.templates.render(request, "error.html", ctx, status_code=exc.status_code)
-    return JSONResponse({"detail": exc.detail}, exc.status_code, headers=getattr(exc, "headers", None))
+      resp = await app.state.templates.render(request, "error.html", ctx, status_code=exc.status_code)
+      resp.headers.update(headers)
+      return resp
+    return JSONResponse(error_body(exc), exc.status_code, headers=headers or None)
   app.add_exception_handler(RequestValidationError, validation)  # type: ignore[arg-type]
   app.add_exception_handler(SpecError, spec_error)  # type: ignore[arg-type]
   app.add_exception_handler(StoreError, store_error)  # type: ignore[arg-type]
   app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+  document_errors(app)
 
-TOKEN_HEADER, TOKEN_COOKIE = "X-Access-Token", "ke_token"
-TOKEN_FREE = ("/static/", "/api/health")
-
-def install_token_check(app: FastAPI, token: str) -> None:
-  """Every request but static assets and the health check needs the token: header, cookie, or ?token= once (which sets the cookie)."""
-  @app.middleware("http")
-  async def check_token(request: Request, call_next):
-    if request.url.path.startswith(TOKEN_FREE): return await call_next(request)
-    given = request.headers.get(TOKEN_HEADER) or request.cookies.get(TOKEN_COOKIE) or ""
-    if (query := request.query_params.get("token")) is not None and hmac.compare_digest(query.encode(), token.encode()):
-      resp = RedirectResponse(str(request.url.remove_query_params("token")), status_code=303)
-      resp.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
-      return resp
-    if not hmac.compare_digest(given.encode(), token.encode()):
-      return JSONResponse({"detail": f"access token required: send the {TOKEN_HEADER} header, or open /?token=... once in the browser"}, 401)
-    return await call_next(request)
+def document_errors(app: FastAPI) -> None:
+  """The schema lists what each operation declares (explorer.web.models.documented): FastAPI's own 422 (HTTPValidationError, a body
+  this app never sends) goes, from operations that declare none too (their parameters cannot fail validation: plain strings)."""
+  generate = app.openapi
+  def openapi() -> dict:
+    schema = generate()
+    for ops in schema.get("paths", {}).values():
+      for op in ops.values():
+        body = op.get("responses", {}).get("422", {}).get("content", {}).get("application/json", {}).get("schema", {})
+        if body.get("$ref", "").endswith("/HTTPValidationError"): del op["responses"]["422"]
+    for name in ("HTTPValidationError", "ValidationError"): schema.get("components", {}).get("schemas", {}).pop(name, None)
+    return schema
+  app.openapi = openapi  # type: ignore[method-assign]
 
 def worker_limits(settings: Settings) -> object:
   from explorer.worker import Limits  # explorer.worker imports no tinygrad
-  return Limits(memory_mb=int(settings.worker_memory_mb), max_output_mb=float(settings.max_output_mb))
+  return Limits.from_settings(settings)  # worker_nice included: trace workers run below the server's priority
 
-def create_app(db_path: str | None = None, settings: Settings | None = None, runner=None, graph_workers: int = 1) -> FastAPI:
+def create_app(db_path: str | None = None, settings: Settings | None = None, runner=None, graph_workers: int = 1,
+               devices: DeviceCatalog | None = None) -> FastAPI:
   """The app over one SQLite store. runner replaces explorer.worker.run_trace (tests use it to count or fake runs).
   With settings.token set (KERNEL_EXPLORER_TOKEN) every request needs it."""
   settings = settings or Settings.load()
@@ -102,7 +125,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   @asynccontextmanager
   async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
-    app.state.jobs.cancel_all()
+    app.state.jobs.shutdown()  # unfinished jobs marked interrupted, their workers' groups killed
     app.state.diffs.cancel_all()
     await asyncio.to_thread(app.state.graphs.close)
 
@@ -120,10 +143,13 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
                                   nice=int(settings.worker_nice))
   app.state.diffs = DiffService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                 timeout_s=float(settings.trace_timeout_s))
+  app.state.devices = devices if devices is not None else DeviceCatalog(timeout_s=min(120.0, float(settings.trace_timeout_s)))
   app.state.templates = make_templates()
   app.state.templates.env.globals["provenance"] = provenance
   app.add_middleware(GZipMiddleware, minimum_size=4096)
-  install_limits(app, int(settings.max_body_bytes))  # body and URL size, cross-site posts, Host on loopback, safety headers
+  app.add_middleware(ResponseCache, is_stored=store.has_trace, state=app.state)  # outside GZip: kept gzipped
+  # body and URL size, requests in flight, cross-site posts, Host on loopback, safety headers
+  install_limits(app, int(settings.max_body_bytes), int(settings.max_connections))
   install_error_handlers(app)
   if settings.token: install_token_check(app, str(settings.token))
   app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

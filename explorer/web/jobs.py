@@ -115,10 +115,11 @@ class JobManager:
     self._parallel = parallel
     self._slots: asyncio.Semaphore | None = None
     self._runner = runner
-    self._writer = ThreadPoolExecutor(1, thread_name_prefix="job-store")  # job rows written in order, off the event loop
+    self._writer: ThreadPoolExecutor | None = None  # job rows written in order, off the event loop
     self.interrupted_at_start = store.interrupt_jobs(owner_gone, INTERRUPTED)  # jobs of a server that died
 
   async def _write(self, fn: Callable[..., Any], *args: Any) -> None:
+    if self._writer is None: self._writer = ThreadPoolExecutor(1, thread_name_prefix="job-store")
     await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
   def get(self, job_id: str) -> Job | None:
@@ -195,4 +196,5 @@ class JobManager:
         self.store.job_finished(job.id, "interrupted", job.error)
     for proc in list(self.live.values()): kill_group(proc)
     for t in list(self.tasks): t.cancel()
-    self._writer.shutdown(wait=True)
+    if self._writer is not None: self._writer.shutdown(wait=True)
+    self._writer = None  # a restarted lifespan (tests restart an app) gets a fresh one

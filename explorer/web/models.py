@@ -43,13 +43,16 @@ class VariantIn(BaseModel):
   repeats: int = Field(default=10, ge=1, le=1000)
   time: bool = True
   fallback: bool = False
-  device: str | None = Field(default=None, pattern=r"^[A-Z][A-Z0-9_:]*$", max_length=32)
+  device: str | None = Field(default=None, max_length=32, description="a device this server offers (GET /api/devices); default: the best one")
 
   def to_variant(self) -> Variant: return Variant(**{**self.model_dump(), "targets": tuple(self.targets)})
 
 class TraceRequest(BaseModel):
   """Either a preset name or a full spec, and the variant."""
-  model_config = {"extra": "forbid", "json_schema_extra": {"examples": [{"preset": "small", "variant": {"algo": "winograd"}}]}}
+  # oneOf: exactly one of preset (a string) and spec (an object) is given and not null, as _one_spec checks
+  model_config = {"extra": "forbid", "json_schema_extra": {"examples": [{"preset": "small", "variant": {"algo": "winograd"}}],
+                                                           "oneOf": [{"required": ["preset"], "properties": {"preset": {"type": "string"}}},
+                                                                     {"required": ["spec"], "properties": {"spec": {"type": "object"}}}]}}
   preset: PresetName | None = None
   spec: SpecIn | None = None
   variant: VariantIn = Field(default_factory=VariantIn)
@@ -68,10 +71,11 @@ class StageProgress(BaseModel):
   detail: str = ""
 
 class TraceStatus(BaseModel):
-  """Where a trace stands: queued or running (with per-stage progress), done, or error (the one-line reason)."""
+  """Where a trace stands: queued or running (with per-stage progress), done, error (the one-line reason), or interrupted (the
+  server stopped first: POST /api/traces/{id}/rerun runs it again)."""
   model_config = {"extra": "forbid"}
   id: str
-  status: Literal["queued", "running", "done", "error"]
+  status: Literal["queued", "running", "done", "error", "interrupted"]
   url: str
   label: str | None = None
   cached: bool = False
@@ -97,7 +101,7 @@ class Health(BaseModel):
   status: Literal["ok"]
   version: str
   tinygrad: str
-  db: str
+  db: str | None = None  # the store's path: to loopback clients of a token-free server, and to token holders only
   tinygrad_imported: bool
   jobs_running: int
   dot: bool
@@ -117,3 +121,51 @@ class GraphView(BaseModel):
   svg_url: str
   nodes: list[dict[str, Any]] | None = None
   edges: list[dict[str, Any]] | None = None
+
+# ***** errors: their bodies, and the statuses each operation documents *****
+
+class ErrorBody(BaseModel):
+  """Every error but a 422: what went wrong, in one line."""
+  detail: str
+
+class FieldError(BaseModel):
+  """One request field that failed validation: pydantic's error type, where (`["body", "spec", "cin"]`, `["query", "limit"]`) and why."""
+  type: str
+  loc: list[str | int]
+  msg: str
+
+class ValidationErrorBody(BaseModel):
+  """A 422: a malformed request (`errors`: one per field that failed validation) or a well-formed one this server refuses (a spec over
+  the memory budget, a note anchored to what the trace lacks: `errors` is empty). `detail` says it all in one line."""
+  detail: str
+  errors: list[FieldError]
+
+# answered before the operation runs (explorer/web/limits.py, the access token check), so every operation may answer them
+GUARDS = {400: "the Content-Length header is not a number",
+          401: "the server requires an access token (KERNEL_EXPLORER_TOKEN) and the request has none or a wrong one",
+          403: "a Host header that does not name loopback on a loopback-only server, or a request from another site that would change or start "
+               "something (POST, DELETE; GETs that lay out graphs, diff or export)",
+          413: "the request body is over max_body_bytes",
+          414: "the URL is over 8 KiB",
+          503: "the server is serving max_connections requests already (Retry-After)"}
+NOT_FOUND = {404: "no trace with this id", 409: "the trace is still queued or running"}
+
+def documented(errors: dict[int, str] | None = None, guards: tuple[int, ...] = tuple(GUARDS)) -> dict[int | str, dict[str, Any]]:
+  """An operation's `responses`: its own error statuses (with what each means there) and the guards', each with its body model."""
+  errors = errors or {}
+  def why(code: int) -> str: return "; or ".join(w for w in (errors.get(code), GUARDS.get(code) if code in guards else None) if w)
+  return {code: {"model": ValidationErrorBody if code == 422 else ErrorBody, "description": why(code)} for code in sorted({*errors, *guards})}
+
+class ProbeStatus(BaseModel):
+  """The roofline probe of a trace's device: queued, running (`detail` says what it measures now), done (`result`: the peaks measured,
+  cached for every trace of that device), error (`error`: why), or none (no probe of the device has run on this server: no `id`).
+  One probe per device runs at a time; requests meanwhile share it."""
+  model_config = {"extra": "forbid"}
+  id: str | None
+  device: str
+  status: Literal["queued", "running", "done", "error", "none"]
+  detail: str = ""
+  url: str
+  result: dict[str, Any] | None = None
+  error: str | None = None
+  elapsed_s: float

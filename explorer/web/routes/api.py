@@ -10,27 +10,37 @@ from explorer.store import tinygrad_version
 from explorer.web import deps
 from explorer.web.graphing import GraphBusy, GraphNotFound, GraphUnavailable, MAX_STEPS
 from explorer.web.jobs import QueueFull
-from explorer.web.models import GraphView, Health, TraceRequest, TraceStatus, TraceSummary
+from explorer.web.models import NOT_FOUND, GraphView, Health, TraceRequest, TraceStatus, TraceSummary, documented
 from explorer.web.render import TARGET_LABELS
 
 router = APIRouter(prefix="/api", tags=["api"])
 
-@router.get("/health", response_model=Health, summary="Server health")
+@router.get("/health", response_model=Health, response_model_exclude_none=True, summary="Server health",
+            responses=documented(guards=(400, 403, 413, 414)))  # no token needed, never over the in-flight limit
 async def health(request: Request) -> dict:
-  return {"status": "ok", "version": __version__, "tinygrad": tinygrad_version(), "db": str(request.app.state.store.path),
-          "tinygrad_imported": "tinygrad" in sys.modules, "jobs_running": request.app.state.jobs.running(), "dot": shutil.which("dot") is not None}
+  """Liveness and versions; the store's path only to those trusted with it (a loopback client of a token-free server, a token holder)."""
+  out = {"status": "ok", "version": __version__, "tinygrad": tinygrad_version(), "tinygrad_imported": "tinygrad" in sys.modules,
+         "jobs_running": request.app.state.jobs.running(), "dot": shutil.which("dot") is not None}
+  return out | ({"db": str(request.app.state.store.path)} if deps.trusted(request) else {})
 
-@router.get("/presets", summary="Preset convolutions")
+@router.get("/presets", summary="Preset convolutions", responses=documented())
 async def presets() -> dict[str, dict]:
   return {name: {**spec.to_dict(), "label": spec.label()} for name, spec in PRESETS.items()}
 
-@router.get("/targets", summary="Render targets")
+@router.get("/devices", summary="The devices a trace may name", responses=documented({503: "the worker that lists this host's devices failed"}))
+async def devices(request: Request) -> dict[str, list[str]]:
+  """The compute devices this host opens, best first (`kernel-explorer devices` lists the same); a trace's variant.device must be one
+  of them (an index may follow: CUDA:1). Devices that read or write files, open sockets or emulate (DISK, TINYFS, PYTHON, NULL) never are."""
+  return {"devices": await deps.offered_devices(request)}
+
+@router.get("/targets", summary="Render targets", responses=documented())
 async def targets() -> list[dict]:
   return [{"name": t, "label": TARGET_LABELS.get(t, t)} for t in TARGETS]
 
 @router.post("/traces", response_model=TraceStatus, status_code=202, summary="Start a trace (or get the stored one)",
              responses={200: {"model": TraceStatus, "description": "already stored: served from the store"},
-                        422: {"description": "invalid spec or variant"}, 503: {"description": "too many traces queued"}})
+                        **documented({400: "the body is not text (UTF-8)", 422: "an invalid request, or a spec or variant this server refuses",
+                                      503: "too many traces queued, or this host's devices could not be listed (Retry-After)"})})
 async def create_trace(request: Request, body: TraceRequest) -> Any:
   """Returns at once with the trace id (a hash of spec, variant, tinygrad version and device). Identical requests share one job;
   a stored trace comes back with status done (HTTP 200) without running again."""
@@ -38,21 +48,34 @@ async def create_trace(request: Request, body: TraceRequest) -> Any:
   except QueueFull as e: raise HTTPException(503, str(e), headers={"Retry-After": "60"}) from None
   return JSONResponse(status, status_code=202 if status["status"] != "done" else 200)
 
-@router.get("/traces", response_model=list[TraceSummary], summary="Recent traces")
+@router.post("/traces/{trace_id}/rerun", response_model=TraceStatus, status_code=202, summary="Run an accepted trace request again",
+             responses={200: {"model": TraceStatus, "description": "already stored: served from the store"},
+                        **documented({404: "no job or trace with this id", 409: "the stored request no longer validates",
+                                      422: "a spec or variant this server now refuses",
+                                      503: "too many traces queued, or this host's devices could not be listed (Retry-After)"})})
+async def rerun_trace(request: Request, trace_id: str) -> Any:
+  """Re-submits the request stored with the job (an interrupted or failed one); the status says where it stands now."""
+  try: status, _ = await deps.rerun(request, trace_id)
+  except QueueFull as e: raise HTTPException(503, str(e), headers={"Retry-After": "60"}) from None
+  return JSONResponse(status, status_code=202 if status["status"] != "done" else 200)
+
+@router.get("/traces", response_model=list[TraceSummary], summary="Recent traces", responses=documented({422: "limit out of range"}))
 async def list_traces(request: Request, limit: int = Query(50, ge=1, le=500)) -> list[dict]:
   rows = await asyncio.to_thread(request.app.state.store.recent, limit)
   keys = set(TraceSummary.model_fields)
   return [{k: v for k, v in {**r, "url": deps.trace_url(r["id"])}.items() if k in keys} for r in rows]
 
-@router.get("/traces/{trace_id}", summary="A trace (light: kernel sources, UOp listings and passes are under /kernels/{n})")
+@router.get("/traces/{trace_id}", summary="A trace (light: kernel sources, UOp listings and passes are under /kernels/{n})",
+            responses=documented(NOT_FOUND))
 async def get_trace(request: Request, trace_id: str) -> dict:
   return deps.light_trace(trace_id, await deps.trace_or_404(request, trace_id))
 
-@router.get("/traces/{trace_id}/raw", summary="The trace exactly as stored")
+@router.get("/traces/{trace_id}/raw", summary="The trace exactly as stored", responses=documented(NOT_FOUND))
 async def get_raw_trace(request: Request, trace_id: str) -> dict:
   return await deps.trace_or_404(request, trace_id)
 
-@router.get("/traces/{trace_id}/status", response_model=TraceStatus, summary="Job status with per-stage progress")
+@router.get("/traces/{trace_id}/status", response_model=TraceStatus, summary="Job status with per-stage progress",
+            responses=documented({404: NOT_FOUND[404]}))
 async def get_status(request: Request, trace_id: str) -> dict:
   if (status := await deps.status_of(request, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
   return status
@@ -60,7 +83,7 @@ async def get_status(request: Request, trace_id: str) -> dict:
 def sse(event: str, data: Any) -> str: return f"event: {event}\ndata: {json.dumps(data)}\n\n"
 
 @router.get("/traces/{trace_id}/events", summary="Live progress as server-sent events",
-            response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})
+            response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}, **documented({404: NOT_FOUND[404]})})
 async def events(request: Request, trace_id: str) -> StreamingResponse:
   """Events: `snapshot` (the whole status, first), `stage` (a stage started, finished or failed), `status`, then `done` (last)."""
   if (status := await deps.status_of(request, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
@@ -82,29 +105,31 @@ async def events(request: Request, trace_id: str) -> StreamingResponse:
       if await request.is_disconnected(): return
   return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-@router.get("/traces/{trace_id}/kernels", summary="The trace's kernels (light)")
+@router.get("/traces/{trace_id}/kernels", summary="The trace's kernels (light)", responses=documented(NOT_FOUND))
 async def list_kernels(request: Request, trace_id: str) -> list[dict]:
   return deps.light_trace(trace_id, await deps.trace_or_404(request, trace_id))["kernels"]
 
-@router.get("/traces/{trace_id}/kernels/{n}", summary="One kernel: facts, codegen passes, linearized UOps, source per target")
+@router.get("/traces/{trace_id}/kernels/{n}", summary="One kernel: facts, codegen passes, linearized UOps, source per target",
+            responses=documented({**NOT_FOUND, 404: "no trace with this id, or no kernel n in it", 422: "n is not an integer"}))
 async def get_kernel(request: Request, trace_id: str, n: int) -> dict:
   trace = await deps.trace_or_404(request, trace_id)
   return {**deps.kernel_or_404(trace, n), "graphs": {"ast": f"ast/{n}", "pass": f"codegen/{n}/{{pass}}/{{before|after|m<j>}}"}}
 
-@router.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph")
+@router.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
+            responses=documented(NOT_FOUND))
 async def get_bufferize(request: Request, trace_id: str) -> dict:
   trace = await deps.trace_or_404(request, trace_id)
   sched = trace.get("scheduler") or {}
   return {"stages": sched.get("stages"), "stage_counts": sched.get("stage_counts"), "buffers": trace.get("buffers"),
           "schedule": trace.get("schedule"), "graph": "kernels"}
 
-@router.get("/traces/{trace_id}/rangeify", summary="The scheduler's rangeify passes with match counts")
+@router.get("/traces/{trace_id}/rangeify", summary="The scheduler's rangeify passes with match counts", responses=documented(NOT_FOUND))
 async def get_rangeify(request: Request, trace_id: str) -> dict:
   trace = await deps.trace_or_404(request, trace_id)
   passes = (trace.get("scheduler") or {}).get("passes") or []
   return {"passes": [{"index": i, **p} for i, p in enumerate(passes)], "max_steps": MAX_STEPS, "graph": "rangeify/{pass}/{before|after|m<j>}"}
 
-@router.get("/traces/{trace_id}/graphs", summary="The graphs of a trace, by reference")
+@router.get("/traces/{trace_id}/graphs", summary="The graphs of a trace, by reference", responses=documented(NOT_FOUND))
 async def list_graphs(request: Request, trace_id: str) -> dict:
   trace = await deps.trace_or_404(request, trace_id)
   n_rangeify = len((trace.get("scheduler") or {}).get("passes") or [])
@@ -112,6 +137,9 @@ async def list_graphs(request: Request, trace_id: str) -> dict:
   return {"tensor": "tensor", "kernels": "kernels", "ast": [f"ast/{k['index']}" for k in kernels],
           "codegen": {k["index"]: f"codegen/{k['index']}/0..{len(k.get('passes') or []) - 1}/{{before|after|m<j>}}" for k in kernels},
           "rangeify": f"rangeify/0..{n_rangeify - 1}/{{before|after|m<j>}}", "svg": "append .svg to a graph URL for its layout"}
+
+GRAPH_ERRORS = {404: "no trace with this id, or no such graph in it", 409: "the trace is still queued or running, or the graph cannot be drawn",
+                422: "full or nodes is not a boolean", 503: "the graph workers are busy (Retry-After)"}
 
 def graph_errors(fn: Any) -> Any:
   async def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -122,15 +150,14 @@ def graph_errors(fn: Any) -> Any:
   return wrapped
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}.svg", summary="A graph laid out by graphviz (SVG)",
-            response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}, 404: {}, 409: {"description": "cannot be drawn"},
-                                                503: {"description": "graph workers busy"}})
+            response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}, **documented(GRAPH_ERRORS)})
 async def get_graph_svg(request: Request, trace_id: str, ref: str, full: bool = False) -> Response:
   trace = await deps.trace_or_404(request, trace_id)
   svg = await graph_errors(request.app.state.graphs.svg)(trace_id, trace, ref, full, deps.trace_url(trace_id))
   return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}", response_model=GraphView, response_model_exclude_none=True, summary="A graph as JSON",
-            responses={404: {}, 409: {"description": "cannot be drawn"}, 503: {"description": "graph workers busy"}})
+            responses=documented(GRAPH_ERRORS))
 async def get_graph(request: Request, trace_id: str, ref: str, full: bool = False, nodes: bool = True) -> dict:
   """ref: tensor | kernels | ast/{k} | codegen/{k}/{p}/{before|after|m<j>} | rangeify/{p}/{before|after|m<j>}.
   Graphs over the node limit are simplified (notes say how); full=1 lifts the limit. nodes=0 leaves nodes and edges out."""

@@ -12,7 +12,7 @@ from explorer.store import trace_key
 from explorer.web import deps
 from explorer.web.diffing import MEASURES, fold, side_by_side
 from explorer.web.jobs import STAGE_TITLES, QueueFull
-from explorer.web.models import TraceRequest
+from explorer.web.models import TraceRequest, documented
 from explorer.web.render import TARGET_LABELS
 
 router = APIRouter(include_in_schema=False)
@@ -170,7 +170,10 @@ def api_graphs(gr: dict | None) -> dict | None:
   if gr is None: return None
   return {"error": gr.get("error"), "groups": [{"index": g["index"], "graph": g["graph"]} for g in gr.get("groups", [])]}
 
-@api.get("/diff/{a}/{b}", summary="Diff two stored traces: kernels matched by role and data flow, buffers, metrics, sources, graphs, measurements")
+TWO = {404: "no trace a or no trace b", 409: "trace a or b is still queued or running"}
+
+@api.get("/diff/{a}/{b}", summary="Diff two stored traces: kernels matched by role and data flow, buffers, metrics, sources, graphs, measurements",
+         responses=documented({**TWO, 422: "a query parameter out of its bounds"}))
 async def diff_json(request: Request, a: str, b: str, target: str | None = Query(None, max_length=16),
                     target_b: str | None = Query(None, max_length=16),
                     graphs: bool = Query(True, description="compute the UOp graph diff if it is not cached (a worker, a few seconds)")) -> dict:
@@ -187,13 +190,17 @@ async def diff_json(request: Request, a: str, b: str, target: str | None = Query
   return {**d, "groups": [{**g, "graph": by_group.get(g["index"])} for g in d["groups"]], "timing": measured["timing"],
           "numerics": measured["numerics"], "notes": notes, "url": diff_url(a, b, ta, tb)}
 
-@api.get("/diff/{a}/{b}/{kind}", summary="A measurement of two traces: its job's progress, or its cached result")
+@api.get("/diff/{a}/{b}/{kind}", summary="A measurement of two traces: its job's progress, or its cached result",
+         responses=documented({**TWO, 404: "no such measurement (timing or numerics), or no trace a or b"}))
 async def measure_status(request: Request, a: str, b: str, kind: str) -> dict:
   if kind not in MEASURES: raise HTTPException(404, f"no measurement {kind!r}: timing or numerics")
   await deps.trace_or_404(request, a); await deps.trace_or_404(request, b)
   return await asyncio.to_thread(request.app.state.diffs.measure_status, a, b, kind)
 
-@api.post("/diff/{a}/{b}/{kind}", status_code=202, summary="Start a measurement: interleaved re-timing (A, B, A, B...) or the outputs compared")
+@api.post("/diff/{a}/{b}/{kind}", status_code=202, summary="Start a measurement: interleaved re-timing (A, B, A, B...) or the outputs compared",
+          responses=documented({404: "no such measurement (timing or numerics), or no trace a or b",
+                                409: "trace a or b is still queued or running, or the two cannot be measured together (specs or devices differ)",
+                                422: "repeats or warmup out of bounds"}))
 async def start_measure(request: Request, a: str, b: str, kind: str, repeats: int = Query(20, ge=1, le=1000),
                         warmup: int = Query(3, ge=0, le=1000)) -> Any:
   """Runs in one worker off the event loop, one measurement at a time; poll GET for progress. The result is cached in the store."""

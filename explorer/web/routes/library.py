@@ -11,6 +11,7 @@ from explorer import export
 from explorer.store import VARIANT_FILTERS
 from explorer.web import deps
 from explorer.web.graphing import GraphNotFound, GraphUnavailable
+from explorer.web.models import documented
 
 router = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api", tags=["library"])
@@ -57,7 +58,8 @@ async def search(request: Request, q: str | None, filters: dict[str, str], page:
   items = [{k: v for k, v in {**r, "url": deps.trace_url(r["id"])}.items() if k in keys} for r in rows]
   return {"total": total, "page": page, "pages": max(1, math.ceil(total / per_page)), "per_page": per_page, "items": items}
 
-@api.get("/library", response_model=LibraryPage, summary="Stored traces: search and pages")
+@api.get("/library", response_model=LibraryPage, summary="Stored traces: search and pages",
+         responses=documented({422: "a query parameter out of its bounds"}))
 async def library_json(request: Request, q: str | None = Query(None, max_length=200, description="text in the label or id"),
                        preset: str | None = Query(None, max_length=64, description="a preset name, or custom"),
                        algo: str | None = None, wino_impl: str | None = None, tile: str | None = None, staging: str | None = None,
@@ -68,7 +70,7 @@ async def library_json(request: Request, q: str | None = Query(None, max_length=
   return await search(request, q, filters_of(request), page, per_page)
 
 @api.delete("/traces/{trace_id}", response_model=Deleted, summary="Delete a stored trace (with its cached graphs, diffs and annotations)",
-            responses={404: {"description": "no such trace"}, 409: {"description": "the trace is still running"}})
+            responses=documented({404: "no trace with this id", 409: "the trace is still queued or running"}))
 async def delete_trace_json(request: Request, trace_id: str) -> dict:
   return await delete(request, trace_id)
 
@@ -77,6 +79,7 @@ async def delete(request: Request, trace_id: str) -> dict:
   if job is not None and job.status in ("queued", "running"): raise HTTPException(409, f"trace {trace_id} is still {job.status}")
   gone = await asyncio.to_thread(request.app.state.store.delete_trace, trace_id)
   request.app.state.traces.forget(trace_id)
+  if gone: request.app.state.jobs.jobs.pop(trace_id, None)  # the finished job's status goes with its trace (GET .../status: 404)
   if not gone: raise HTTPException(404, f"no trace {trace_id}")
   return {"id": trace_id, "deleted": True}
 

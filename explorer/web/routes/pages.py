@@ -77,6 +77,13 @@ async def submit_form(request: Request) -> Response:
   if busy: resp.headers["Retry-After"] = "60"
   return resp
 
+@router.post("/t/{trace_id}/rerun", response_class=HTMLResponse)
+async def rerun_form(request: Request, trace_id: str) -> Response:
+  """The Re-run button of an interrupted or failed trace: submit its stored request again and follow it."""
+  try: status, _ = await deps.rerun(request, trace_id)
+  except QueueFull as e: raise HTTPException(503, str(e), headers={"Retry-After": "60"}) from None
+  return RedirectResponse(status.get("url") or deps.trace_url(trace_id), status_code=303)
+
 # ***** trace pages *****
 
 def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[dict]:

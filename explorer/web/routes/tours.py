@@ -14,7 +14,7 @@ from explorer.tour import BUILTIN_TOURS, compare_tour, trace_tour
 from explorer.web import deps
 from explorer.web.graphing import REF_RE
 from explorer.web.jobs import STAGE_TITLES, QueueFull
-from explorer.web.models import TraceRequest, TraceStatus, VariantIn
+from explorer.web.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
 from explorer.web.routes.pages import page, pick_pass, trace_page
 
 router = APIRouter()
@@ -93,7 +93,8 @@ def embed(trace_id: str, trace: dict, view: str) -> dict:
 
 # ***** a trace's tour *****
 
-@router.get("/api/traces/{trace_id}/tour", tags=["tours"], summary="The trace's teaching tour: steps explained from its own numbers")
+@router.get("/api/traces/{trace_id}/tour", tags=["tours"], summary="The trace's teaching tour: steps explained from its own numbers",
+            responses=documented({**NOT_FOUND, 409: "the trace is still queued or running, or too incomplete to tour"}))
 async def get_trace_tour(request: Request, trace_id: str) -> dict:
   trace = await deps.trace_or_404(request, trace_id)
   steps = tour_steps(trace)
@@ -171,18 +172,24 @@ class TourStart(BaseModel):
   a: TraceStatus
   b: TraceStatus
 
-@router.get("/api/tours", tags=["tours"], summary="The built-in tours (seed experiments): preset, the two variants, their trace ids")
+@router.get("/api/tours", tags=["tours"], summary="The built-in tours (seed experiments): preset, the two variants, their trace ids",
+            responses=documented())
 async def list_tours() -> list[dict]:
   return builtin_tours()
 
 @router.post("/api/tours/{kind}", tags=["tours"], response_model=TourStart, status_code=202,
-             summary="Start a built-in tour's two traces (or reuse the stored ones)", responses={200: {"description": "both already stored"}})
+             summary="Start a built-in tour's two traces (or reuse the stored ones)",
+             responses={200: {"model": TourStart, "description": "both already stored"},
+                        **documented({404: "no built-in tour of this kind", 422: "a variant this server refuses",
+                                      503: "too many traces queued, or this host's devices could not be listed (Retry-After)"})})
 async def api_start_tour(request: Request, kind: str) -> Any:
   a, b = await start_tour(request, kind)
   body = {"kind": kind, "url": pair_tour_url(kind, a["id"], b["id"]), "a": a, "b": b}
   return JSONResponse(body, status_code=200 if a["status"] == b["status"] == "done" else 202)
 
-@router.get("/api/tours/{kind}", tags=["tours"], summary="A built-in tour's steps over two traces (a and b default to the tour's own)")
+@router.get("/api/tours/{kind}", tags=["tours"], summary="A built-in tour's steps over two traces (a and b default to the tour's own)",
+            responses=documented({404: "no built-in tour of this kind, or no trace a or b",
+                                  409: "trace a or b is still queued or running, or too incomplete to tour"}))
 async def api_pair_tour(request: Request, kind: str, a: str | None = None, b: str | None = None) -> dict:
   da, db = tour_ids(kind)
   a, b = a or da, b or db
@@ -265,14 +272,17 @@ def check_anchor(trace: dict, kind: str, anchor: str) -> None:
   if text is None: raise HTTPException(422, f"anchor: kernel {n} has no {target} source")
   if not 1 <= line <= (lines := len(text.splitlines())): raise HTTPException(422, f"anchor: the {target} source of kernel {n} has {lines} lines")
 
-@router.get("/api/traces/{trace_id}/annotations", tags=["annotations"], response_model=list[Annotation], summary="A trace's notes")
+@router.get("/api/traces/{trace_id}/annotations", tags=["annotations"], response_model=list[Annotation], summary="A trace's notes",
+            responses=documented(NOT_FOUND))
 async def list_annotations(request: Request, trace_id: str) -> list[dict]:
   await deps.trace_or_404(request, trace_id)
   return await asyncio.to_thread(request.app.state.store.annotations, trace_id)
 
 @router.post("/api/traces/{trace_id}/annotations", tags=["annotations"], response_model=Annotation, status_code=201,
              summary="Pin a note to a tour step, a graph node or a source line",
-             responses={409: {"description": f"the trace already has {MAX_NOTES_PER_TRACE} notes"}, 422: {"description": "bad anchor or text"}})
+             responses=documented({400: "the body is not text (UTF-8)", **NOT_FOUND,
+                                   409: f"the trace is still queued or running, or already has {MAX_NOTES_PER_TRACE} notes",
+                                   422: "an invalid note, or an anchor that names nothing in this trace"}))
 async def add_annotation(request: Request, trace_id: str, body: AnnotationIn) -> dict:
   trace = await deps.trace_or_404(request, trace_id)
   check_anchor(trace, body.anchor_kind, body.anchor)
@@ -280,7 +290,8 @@ async def add_annotation(request: Request, trace_id: str, body: AnnotationIn) ->
   if note is None: raise HTTPException(409, f"trace {trace_id} already has {MAX_NOTES_PER_TRACE} notes; delete some first")
   return note
 
-@router.delete("/api/traces/{trace_id}/annotations/{note_id}", tags=["annotations"], status_code=204, summary="Delete a note")
+@router.delete("/api/traces/{trace_id}/annotations/{note_id}", tags=["annotations"], status_code=204, summary="Delete a note",
+               responses=documented({404: "the trace has no such note", 422: "note_id is not a positive integer"}))
 async def delete_annotation(request: Request, trace_id: str, note_id: int = Path(ge=1, le=2**63 - 1)) -> Response:  # SQLite's INTEGER
   if not await asyncio.to_thread(request.app.state.store.delete_annotation, trace_id, note_id):
     raise HTTPException(404, f"trace {trace_id} has no note {note_id}")
