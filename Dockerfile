@@ -32,7 +32,9 @@ ENV UV_PYTHON_INSTALL_DIR=/opt/python UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1 UV
 RUN uv venv --python 3.11 /opt/venv
 
 COPY . /src
-RUN uv pip install --python /opt/venv/bin/python /src && rm -rf /src
+# the hash-checked versions the project was tested with (requirements.lock), then the package without resolving anything again
+RUN uv pip install --python /opt/venv/bin/python --require-hashes -r /src/requirements.lock && \
+    uv pip install --python /opt/venv/bin/python --no-deps /src && rm -rf /src
 
 # build-time check, no GPU needed: tinygrad finds NVRTC and compiles a float16 kernel for sm_90 (fails the build otherwise)
 RUN python -c "from tinygrad.runtime.support.compiler_cuda import NVRTCCompiler as C; \

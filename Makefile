@@ -1,5 +1,6 @@
 # Kernel Explorer. `make serve` and `make test` work on a fresh Debian machine and are idempotent:
-# they apt-install what is missing, create .venv and pip-install only when pyproject.toml changed.
+# they apt-install what is missing, create .venv and pip-install (the hashed versions of requirements.lock) only when
+# pyproject.toml or the lock changed.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -7,6 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kernel-explorer-installed
+LOCK := requirements-test.lock  # the runtime's pins (requirements.lock, what the Docker image installs) plus the test tools'
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
@@ -14,7 +16,7 @@ BENCH ?= $(wildcard benchmarks/*.py)
 BENCH_ARGS ?=
 APT_PACKAGES ?= clang graphviz chromium fonts-dejavu-core
 
-.PHONY: setup sysdeps serve test lint bench clean distclean
+.PHONY: setup sysdeps serve test lint lock bench clean distclean
 
 setup: sysdeps $(STAMP)
 
@@ -40,20 +42,32 @@ $(PY): | sysdeps
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: $(PYTHON) is $$($(PYTHON) --version 2>&1); Kernel Explorer needs Python 3.11+ (make PYTHON=/path/to/python3.11)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-# reinstall only when pyproject.toml is newer than the stamp; never download playwright's browsers (tests use /usr/bin/chromium)
-$(STAMP): pyproject.toml | $(PY)
-	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+# the exact, hash-checked versions of requirements.lock, then the package itself (no dependency resolution at install time);
+# reinstall only when the lock or pyproject.toml is newer than the stamp; never download playwright's browsers (tests use /usr/bin/chromium)
+$(STAMP): pyproject.toml $(LOCK) | $(PY)
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -q --disable-pip-version-check --require-hashes -r $(LOCK)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . || \
+	  $(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
+
+# refresh requirements.lock and requirements-test.lock from pyproject.toml's bounds (newest versions within them), with hashes; then `make test`
+LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --upgrade
+lock: | $(PY)
+	$(PY) -m pip install -q --disable-pip-version-check uv
+	$(VENV)/bin/uv pip compile pyproject.toml $(LOCK_FLAGS) -o requirements.lock
+	$(VENV)/bin/uv pip compile pyproject.toml --extra test $(LOCK_FLAGS) -o requirements-test.lock
 
 serve: setup
 	$(VENV)/bin/kernel-explorer serve --host $(HOST) --port $(PORT)
 
+# style, types and the architecture's import contracts (pyproject.toml's [tool.importlinter]; ARCHITECTURE.md)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # pytest's exit code 5 (no tests collected) fails like any other
-test: setup
-	$(VENV)/bin/ruff check .
+test: setup lint
 	@rc=0; $(PY) -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "error: pytest collected no tests" >&2; fi; exit $$rc
 
@@ -62,7 +76,7 @@ bench: setup
 	@for f in $(BENCH); do echo "== $$f"; $(PY) $$f $(BENCH_ARGS); done
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .ruff_cache test-artifacts
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache .import_linter_cache test-artifacts
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean

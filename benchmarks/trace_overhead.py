@@ -10,8 +10,8 @@ import argparse, multiprocessing as mp, os, statistics, time
 def _bare(spec: dict, variant: dict, targets: tuple[str, ...], q: mp.Queue) -> None:
   os.environ["VIZ"] = "0"  # before tinygrad is imported: no rewrite tracking, as a plain realize
   os.environ["CCACHE"] = "0"
-  from explorer import adapter as tg
-  from explorer.algorithms import build_conv
+  from explorer.capture import adapter as tg
+  from explorer.capture.algorithms import build_conv
   from explorer.spec import ConvSpec, Variant
   from tinygrad import Tensor
   s, v = ConvSpec(**spec), Variant.from_dict(variant)
@@ -28,7 +28,7 @@ def _bare(spec: dict, variant: dict, targets: tuple[str, ...], q: mp.Queue) -> N
 
 def _traced(spec: dict, variant: dict, q: mp.Queue) -> None:
   from explorer.spec import ConvSpec, Variant
-  from explorer.trace import capture
+  from explorer.capture.trace import capture
   st = time.perf_counter()
   trace, _ = capture(ConvSpec(**spec), Variant.from_dict(variant))
   assert trace["status"] == "ok", trace["failures"]

@@ -41,7 +41,7 @@ def main() -> int:
   ap.add_argument("--repeats", type=int, default=40)
   a = ap.parse_args()
   from fastapi.testclient import TestClient
-  from explorer import graphs
+  from explorer.present import graphs
   from explorer.settings import Settings
   from explorer.web.app import create_app
   db = a.db or str(pathlib.Path(tempfile.mkdtemp(prefix="ke-bench-")) / "traces.sqlite3")

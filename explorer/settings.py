@@ -1,72 +1,88 @@
-"""Every limit and knob in one declarative table: environment variables KERNEL_EXPLORER_<NAME>, overridable by CLI flags.
-The README documents each one (a test checks that it does)."""
+"""Every limit and knob in one declarative table (pydantic-settings): environment variables KERNEL_EXPLORER_<NAME>, overridable
+by CLI flags (`kernel-explorer serve` has one per setting). The README documents each one (a test checks that it does)."""
 from __future__ import annotations
 import os
-from dataclasses import dataclass, field, fields
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Mapping
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "KERNEL_EXPLORER_"
-
-@dataclass(frozen=True)
-class Setting:
-  name: str
-  default: int | float | str | None
-  help: str
-
-SETTINGS: tuple[Setting, ...] = (
-  Setting("db", None, "SQLite file for stored traces (default: $XDG_DATA_HOME/kernel-explorer/traces.sqlite3)"),
-  Setting("token", None, "access token required when binding beyond loopback (header X-Access-Token or cookie ke_token)"),
-  Setting("trace_timeout_s", 600.0, "wall-clock limit for one worker (a trace, a study variant, a diff measurement, a probe), in seconds"),
-  Setting("worker_memory_mb", 8192, "memory limit of a worker: each of its processes' data size and their resident total, in MiB (0: none)"),
-  Setting("worker_nice", 10, "workers run this much below the server's CPU priority (a Unix nice increment; 0: same): pages stay responsive"),
-  Setting("max_output_mb", 256, "largest result a worker may send back (trace JSON plus rewrite blob), in MiB"),
-  Setting("memory_budget_mb", 2048, "largest input+weight+output tensor size a spec may ask for, in MiB"),
-  Setting("max_workers", 0, "trace workers running at once (0: the CPU count, at least 1)"),
-  Setting("max_queue", 16, "traces waiting for a worker before new ones get 503 with a Retry-After"),
-  Setting("queue_wait_s", 900.0, "a queued trace that waited longer than this is dropped with a message"),
-  Setting("max_repeats", 1000, "largest timing repeats or warmup a request may ask for"),
-  Setting("max_beam", 8, "largest BEAM width a request may ask for"),
-  Setting("max_body_bytes", 65536, "largest request body, in bytes (413 past it)"),
-  Setting("max_connections", 256, "requests served at once (open event streams included; idle connections and /api/health aside) "
-          "before new ones get 503"),
-  Setting("request_head_timeout_s", 5.0, "a connection must send a whole request head within this many seconds of opening (or of its last "
-          "response plus the 30 s keep-alive), else it is closed: idle and half-sent sockets are never held"),
-  Setting("graph_node_limit", 400, "graphs with more nodes are simplified before layout, and the page says so"),
-  Setting("dot_timeout_s", 20.0, "time limit for one graphviz layout, in seconds"),
-  Setting("graph_timeout_s", 180.0, "wall-clock limit for expanding one graph in a graph worker, in seconds (the worker is replaced past it)"),
-  Setting("max_graph_queue", 32, "graph expansions waiting for a graph worker before new ones get 503 with a Retry-After"),
-)
-
 MIN_TOKEN_CHARS = 16
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("explorer_settings_environ", default=None)
 
-def _parse(s: Setting, raw: str) -> int | float | str:
-  if s.name == "token" and len(raw) < MIN_TOKEN_CHARS:
-    raise ValueError(f"{ENV_PREFIX}TOKEN must be at least {MIN_TOKEN_CHARS} characters; `kernel-explorer token` prints a fresh one")
-  if isinstance(s.default, bool) or s.default is None or isinstance(s.default, str): return raw
-  try: value = type(s.default)(raw)
-  except ValueError: raise ValueError(f"{ENV_PREFIX}{s.name.upper()} must be a {type(s.default).__name__}, got {raw!r}") from None
-  if value < 0: raise ValueError(f"{ENV_PREFIX}{s.name.upper()} must not be negative, got {raw!r}")
-  return value
+class _Environ(EnvSettingsSource):
+  """The process environment, or the mapping Settings.load was given (tests pass {} to ignore the host's variables)."""
+  def _load_env_vars(self) -> Mapping[str, str | None]:
+    if (env := _ENVIRON.get()) is None: return super()._load_env_vars()
+    return {k.lower(): v for k, v in env.items()}
 
-@dataclass(frozen=True)
-class Settings:
-  values: dict = field(default_factory=dict)
+class Settings(BaseSettings):
+  model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
-  def __getattr__(self, name: str):
-    if name in ("values",) or name.startswith("__"): raise AttributeError(name)
-    if name not in BY_NAME: raise AttributeError(f"no setting {name!r}")
-    return self.values.get(name, BY_NAME[name].default)
+  db: str | None = Field(None, description="SQLite file for stored traces (default: $XDG_DATA_HOME/kernel-explorer/traces.sqlite3)")
+  token: str | None = Field(None, min_length=MIN_TOKEN_CHARS, description="access token required when binding beyond loopback "
+                            "(header X-Access-Token or cookie ke_token); at least 16 characters: `kernel-explorer token` prints one")
+  trace_timeout_s: float = Field(600.0, ge=0, description="wall-clock limit for one worker (a trace, a study variant, a diff measurement, "
+                                 "a probe), in seconds")
+  worker_memory_mb: int = Field(8192, ge=0, description="memory limit of a worker: each of its processes' data size and their resident "
+                                "total, in MiB (0: none)")
+  worker_nice: int = Field(10, ge=0, description="workers run this much below the server's CPU priority (a Unix nice increment; 0: same): "
+                           "pages stay responsive")
+  max_output_mb: int = Field(256, ge=0, description="largest result a worker may send back (trace JSON plus rewrite blob), in MiB")
+  memory_budget_mb: int = Field(2048, ge=0, description="largest input+weight+output tensor size a spec may ask for, in MiB")
+  max_workers: int = Field(0, ge=0, description="trace workers running at once (0: the CPU count, at least 1)")
+  max_queue: int = Field(16, ge=0, description="traces waiting for a worker before new ones get 503 with a Retry-After")
+  queue_wait_s: float = Field(900.0, ge=0, description="a queued trace that waited longer than this is dropped with a message")
+  max_repeats: int = Field(1000, ge=0, description="largest timing repeats or warmup a request may ask for")
+  max_beam: int = Field(8, ge=0, description="largest BEAM width a request may ask for")
+  max_body_bytes: int = Field(65536, ge=0, description="largest request body, in bytes (413 past it)")
+  max_connections: int = Field(256, ge=0, description="requests served at once (open event streams included; idle connections and "
+                               "/api/health aside) before new ones get 503")
+  request_head_timeout_s: float = Field(5.0, ge=0, description="a connection must send a whole request head within this many seconds of "
+                                        "opening (or of its last response plus the 30 s keep-alive), else it is closed: idle and half-sent "
+                                        "sockets are never held")
+  graph_node_limit: int = Field(400, ge=0, description="graphs with more nodes are simplified before layout, and the page says so")
+  dot_timeout_s: float = Field(20.0, ge=0, description="time limit for one graphviz layout, in seconds")
+  graph_timeout_s: float = Field(180.0, ge=0, description="wall-clock limit for expanding one graph in a graph worker, in seconds (the "
+                                 "worker is replaced past it)")
+  max_graph_queue: int = Field(32, ge=0, description="graph expansions waiting for a graph worker before new ones get 503 with a Retry-After")
 
   @classmethod
-  def load(cls, env: dict[str, str] | None = None, **overrides) -> Settings:
-    """Defaults, then environment variables, then explicit overrides (CLI flags); None overrides are ignored."""
-    env = os.environ if env is None else env
-    values = {s.name: _parse(s, env[k]) for s in SETTINGS if (k := ENV_PREFIX + s.name.upper()) in env}
-    if unknown := set(overrides) - set(BY_NAME): raise ValueError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-    values.update({k: _parse(BY_NAME[k], v) if isinstance(v, str) else v for k, v in overrides.items() if v is not None})
-    return cls(values)
+  def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                 env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                 file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+    return init_settings, _Environ(settings_cls)  # explicit values (flags) win over the environment; no .env or secret files
+
+  @classmethod
+  def load(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Defaults, then environment variables (os.environ, or env), then explicit overrides (CLI flags; None is ignored). A bad value
+    raises ValueError naming its variable."""
+    if unknown := set(overrides) - set(cls.model_fields): raise ValueError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    token = _ENVIRON.set(env)
+    try: return cls(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as e: raise ValueError(_first_error(e)) from None
+    finally: _ENVIRON.reset(token)
 
   @property
   def workers(self) -> int: return self.max_workers or max(1, os.cpu_count() or 1)
 
-BY_NAME = {s.name: s for s in SETTINGS}
-assert not {f.name for f in fields(Settings)} & set(BY_NAME)
+def _first_error(e: ValidationError) -> str:
+  err = e.errors()[0]
+  name = ENV_PREFIX + str(err["loc"][0]).upper() if err.get("loc") else "a setting"
+  if err.get("type") == "string_too_short" and name.endswith("TOKEN"):
+    return f"{name} must be at least {MIN_TOKEN_CHARS} characters; `kernel-explorer token` prints a fresh one"
+  return f"{name}: {err['msg']}, got {err.get('input')!r}"
+
+@dataclass(frozen=True)
+class Setting:
+  """One row of the settings table (the README's, and `serve --help`'s)."""
+  name: str
+  default: int | float | str | None
+  help: str
+  kind: type
+
+def _kind(annotation: Any) -> type: return annotation if annotation in (int, float) else str
+
+SETTINGS: tuple[Setting, ...] = tuple(Setting(name, f.default, f.description or "", _kind(f.annotation)) for name, f in Settings.model_fields.items())

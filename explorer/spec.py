@@ -93,6 +93,9 @@ PRESETS: dict[str, ConvSpec] = {
 
 def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.items() if p == spec), None)
 
+# the stages of a trace, in order: explorer.capture.trace records them, the web's jobs and the CLI report their progress
+STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
+
 # tinygrad devices that compute on real hardware, best first (tinygrad's own order). Every other device is never offered to a web
 # request: DISK, TINYFS and NPY read and write files or open sockets, PYTHON emulates kernels in Python, NULL runs nothing.
 COMPUTE_DEVICES = ("METAL", "AMD", "NV", "CUDA", "CL", "CPU")

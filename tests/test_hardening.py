@@ -3,15 +3,16 @@ another trace completes and /api/health keeps answering; graph workers are repla
 device; every input is bounded; bodies, URLs, cross-site posts and foreign Host headers are refused; the token is required beyond
 loopback; annotations are escaped wherever they render; no user data is ever evaluated or unpickled; every setting is documented."""
 from __future__ import annotations
-import ast, logging, os, pathlib, signal, sqlite3, threading, time
+import ast, dataclasses, logging, os, pathlib, signal, sqlite3, threading, time
 import pytest
 from fastapi.testclient import TestClient
-from explorer.devicelock import DeviceLock
+from explorer.capture.devicelock import DeviceLock
 from explorer.settings import ENV_PREFIX, SETTINGS, Settings
 from explorer.spec import ConvSpec
 from explorer.store import Store
 from explorer.web.app import create_app
-from explorer.worker import Limits, TraceFailed, call_in_worker, run_trace
+from explorer.capture.workers import Limits, WorkerFailed, call_in_worker
+from explorer.capture.run import run_trace
 from conftest import REPO, wait_done
 
 TINY = {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}
@@ -74,7 +75,7 @@ def test_memory_of_the_whole_worker_group_is_watched():
   pids: list[int] = []
   def progress(stage: str, status: str, detail: str) -> None:
     if stage == "hog": pids.extend(int(p) for p in detail.split(","))
-  with pytest.raises(TraceFailed, match="over the memory limit of 400 MiB; it was stopped"):
+  with pytest.raises(WorkerFailed, match="over the memory limit of 400 MiB; it was stopped"):
     call_in_worker("tests.worker_faults:spawn_hog", {"mb": 250, "n": 2}, progress, timeout_s=60, limits=Limits(memory_mb=400))
   assert len(pids) == 2
   time.sleep(0.2)
@@ -152,14 +153,14 @@ def test_graph_workers_are_replaced_when_they_die_or_hang(copied):
     for p in wait_for_worker(pool):  # killed while idle: noticed before the next call, which does not fail
       p.kill(); p.join()
     assert client.get(f"{url}/ast/1").status_code == 200 and pool.replaced == 2
-    pool.timeout_s = 0.2  # hangs past its limit (a cold process takes longer than this to import tinygrad)
+    pool.limits = dataclasses.replace(pool.limits, timeout_s=0.2)  # hangs past its limit (a cold process takes longer to import tinygrad)
     pool.kill()
     r = client.get(f"{url}/ast/2")
     assert r.status_code == 409 and "took over" in r.json()["detail"]
-    pool.timeout_s, pool.max_bytes = 120, 1000  # a result over the output cap
+    pool.limits = dataclasses.replace(pool.limits, timeout_s=120, max_output_mb=1000 / 2**20)  # a result over the output cap
     r = client.get(f"{url}/tensor")
     assert r.status_code == 409 and "output cap" in r.json()["detail"]
-    pool.max_bytes = 256 << 20
+    pool.limits = dataclasses.replace(pool.limits, max_output_mb=256)
     assert client.get(f"{url}/tensor").status_code == 200 and client.get("/api/health").status_code == 200
 
 def test_graph_requests_past_the_waiting_bound_get_503(copied):
@@ -240,7 +241,7 @@ def test_queue_full_on_the_form_is_503_with_retry_after(tmp_path):
   gate = threading.Event()
   def slow(spec, variant, progress, timeout_s):
     assert gate.wait(30)
-    raise TraceFailed("stopped by the test")
+    raise WorkerFailed("stopped by the test")
   app = create_app(str(tmp_path / "q.sqlite3"), settings=Settings.load(env={}, max_workers=1, max_queue=1), runner=slow)
   with TestClient(app) as client:
     try:
@@ -316,7 +317,7 @@ def test_every_setting_is_documented_in_the_readme():
   assert not rows - names, f"the README documents settings that do not exist: {sorted(rows - names)}"
 
 def test_every_setting_is_a_serve_flag(captured_serve, tmp_path):
-  from explorer.cli import SECRET_OR_SHARED, build_parser
+  from explorer.cli.main import SECRET_OR_SHARED, build_parser
   flags = {a.dest for a in build_parser()._subparsers._group_actions[0].choices["serve"]._actions}  # type: ignore[union-attr]
   assert {f"set_{s.name}" for s in SETTINGS if s.name not in SECRET_OR_SHARED} <= flags
   got, said = captured_serve("127.0.0.1", 8000, str(tmp_path / "c.sqlite3"), max_queue=3, trace_timeout_s=30.0)
@@ -325,17 +326,19 @@ def test_every_setting_is_a_serve_flag(captured_serve, tmp_path):
   assert os.environ["KERNEL_EXPLORER_MAX_QUEUE"] == "3" and Limits.from_settings() == Limits.from_settings(s)  # workers agree
 
 def test_settings_are_checked():
-  with pytest.raises(ValueError, match="KERNEL_EXPLORER_MAX_QUEUE must be a int"): Settings.load(env={"KERNEL_EXPLORER_MAX_QUEUE": "lots"})
-  with pytest.raises(ValueError, match="must not be negative"): Settings.load(env={"KERNEL_EXPLORER_WORKER_MEMORY_MB": "-1"})
+  with pytest.raises(ValueError, match="KERNEL_EXPLORER_MAX_QUEUE: Input should be a valid integer"):
+    Settings.load(env={"KERNEL_EXPLORER_MAX_QUEUE": "lots"})
+  with pytest.raises(ValueError, match="KERNEL_EXPLORER_WORKER_MEMORY_MB: Input should be greater than or equal to 0"):
+    Settings.load(env={"KERNEL_EXPLORER_WORKER_MEMORY_MB": "-1"})
   with pytest.raises(ValueError, match="unknown setting"): Settings.load(env={}, max_qeue=3)
 
 # ***** nothing a client sends is evaluated or unpickled *****
 
 DANGEROUS = {"eval", "exec", "compile", "__import__", "pickle.loads", "pickle.load", "marshal.loads", "yaml.load", "shelve.open", "dill.loads",
              "importlib.import_module", "os.system", "subprocess.getoutput"}
-ALLOWED = {("explorer/worker.py", "pickle.loads"),            # the result our own worker process sent back
-           ("explorer/worker.py", "importlib.import_module"),  # the worker's target: a constant module path (checked below)
-           ("explorer/adapter.py", "pickle.loads")}            # a rewrite blob our workers recorded (checked below: only they store one)
+ALLOWED = {("explorer/capture/workers.py", "pickle.loads"),            # the result our own worker process sent back
+           ("explorer/capture/workers.py", "importlib.import_module"),  # the worker's target: a constant module path (checked below)
+           ("explorer/capture/adapter.py", "pickle.loads")}            # a rewrite blob our workers recorded (checked below: only they store one)
 
 def dotted(node: ast.AST) -> str | None:
   """a.b.c for a chain of names and attributes, else None."""

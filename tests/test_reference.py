@@ -1,7 +1,7 @@
 import itertools
 import numpy as np
 import pytest
-from explorer.reference import conv2d_reference, error_stats
+from explorer.capture.reference import conv2d_reference, error_stats
 
 def conv2d_loops(x: np.ndarray, w: np.ndarray, stride: int, padding: int, groups: int) -> np.ndarray:
   """The definition, one output element at a time."""

@@ -3,7 +3,7 @@ Nothing here imports tinygrad: device facts and the probe run in worker processe
 import math, subprocess, sys, time
 import xml.etree.ElementTree as ET
 import pytest
-from explorer import roofline as R
+from explorer.analysis import roofline as R
 from explorer.cli import main
 
 @pytest.fixture(autouse=True)
@@ -124,5 +124,5 @@ def test_cli_devices_and_trace_roofline(capsys):
   assert "no timings" in capsys.readouterr().out
 
 def test_roofline_module_does_not_import_tinygrad():
-  code = "import sys, explorer.roofline, explorer.cli; sys.exit('tinygrad' in sys.modules or 'explorer.adapter' in sys.modules)"
+  code = "import sys, explorer.analysis.roofline, explorer.cli; sys.exit('tinygrad' in sys.modules or 'explorer.capture.adapter' in sys.modules)"
   assert subprocess.run([sys.executable, "-c", code]).returncode == 0

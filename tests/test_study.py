@@ -1,7 +1,7 @@
 """The seed studies end to end on a tiny shape: traced variants, interleaved timing in one worker, the markdown table."""
 import pytest
 from explorer.spec import ConvSpec
-from explorer.study import markdown, run_study
+from explorer.analysis.study import markdown, run_study
 
 @pytest.fixture(scope="module")
 def constants():

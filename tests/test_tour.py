@@ -1,8 +1,8 @@
 """Tour texts are computed from the trace: change the variant and the sentences change with the numbers."""
 import pytest
 from explorer.spec import ConvSpec, Variant
-from explorer.tour import compare_tour, trace_tour
-from explorer.worker import run_trace
+from explorer.present.tour import compare_tour, trace_tour
+from explorer.capture.run import run_trace
 
 SPEC = ConvSpec(1, 2, 2, 8, 8, 3)
 

@@ -1,10 +1,11 @@
 """The trace engine on real tinygrad kernels: what it records, and that it records what tinygrad really does."""
-import json, subprocess, sys
+import json, os, subprocess, sys
 import numpy as np
 import pytest
 from explorer.cli import main
 from explorer.spec import PRESETS, TARGETS, ConvSpec, Variant
-from explorer.worker import TraceFailed, run_trace
+from explorer.capture.workers import WorkerFailed
+from explorer.capture.run import run_trace
 
 SOURCE_MARKERS = {"host": "void", "cuda": "__global__", "metal": "kernel void", "opencl": "__kernel", "clang": "void", "llvm": "define",
                   "ptx": ".entry", "wgsl": "@compute"}
@@ -82,8 +83,9 @@ print(json.dumps({ansistrip(p.arg.name): next(s.arg for s in p.src if s.op is Op
 def test_fidelity_sources_are_what_tinygrad_compiles(algo, direct, wino):
   """Plain tinygrad (no tracking, its own realize) compiles exactly the kernels and sources the trace shows for the host."""
   trace = direct if algo == "direct" else wino
+  plain_env = {k: v for k, v in os.environ.items() if k not in ("VIZ", "TRACK_MATCH_STATS")}  # importing the adapter here set them
   out = subprocess.run([sys.executable, "-c", FIDELITY_SCRIPT, json.dumps(trace["spec"]), str(int(algo == "winograd"))],
-                       capture_output=True, text=True, check=True, timeout=300)
+                       capture_output=True, text=True, check=True, timeout=300, env=plain_env)
   plain = json.loads(out.stdout.strip().splitlines()[-1])
   assert len(plain) == len(trace["kernels"])
   assert plain == {k["name"]: k["sources"]["host"] for k in trace["kernels"]}
@@ -94,7 +96,7 @@ def test_stage_failure_is_recorded_not_raised():
   assert trace["failures"][0]["stage"] == "tensor_graph" and "NOSUCHDEVICE" in trace["failures"][0]["error"].upper()
 
 def test_worker_time_limit():
-  with pytest.raises(TraceFailed, match="time limit"): run_trace(PRESETS["small"], Variant(time=False), timeout_s=0.05)
+  with pytest.raises(WorkerFailed, match="time limit"): run_trace(PRESETS["small"], Variant(time=False), timeout_s=0.05)
 
 def test_cli_trace_json_and_dump_io(tmp_path, capsys):
   path, io = tmp_path / "t.json", tmp_path / "io"

@@ -5,7 +5,7 @@ import ast, json, pathlib, subprocess, sys, textwrap, threading, time
 from types import SimpleNamespace
 import pytest
 from fastapi.testclient import TestClient
-from explorer import graphs
+from explorer.present import graphs
 from explorer.settings import Settings
 from explorer.spec import PRESETS
 from explorer.store import Store
@@ -44,10 +44,11 @@ def fake(tmp_path):
     finally: runner.release()
 
 def test_stages_match_the_engine():
-  tree = ast.parse((REPO / "explorer" / "trace.py").read_text())
-  assigns = [n for n in tree.body if isinstance(n, ast.Assign)]
-  engine = next(ast.literal_eval(n.value) for n in assigns if any(getattr(t, "id", "") == "STAGES" for t in n.targets))
-  assert tuple(engine) == STAGES
+  """The stages the engine runs (rec.run("stage", ...) in explorer/capture/trace.py), in order, are the ones the jobs report."""
+  tree = ast.parse((REPO / "explorer" / "capture" / "trace.py").read_text())
+  runs = [n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "run"
+          and n.args and isinstance(n.args[0], ast.Constant)]
+  assert tuple(sorted(set(runs), key=runs.index)) == STAGES
 
 def test_post_returns_at_once_and_identical_requests_share_one_job(fake):
   client, runner, app = fake
@@ -106,10 +107,10 @@ def test_a_trace_queued_too_long_is_dropped_with_a_message(tmp_path):
     finally: runner.release()
 
 def test_failed_trace_shows_its_error(tmp_path):
-  from explorer.worker import TraceFailed
+  from explorer.capture.workers import WorkerFailed
   def failing(spec, variant, progress, timeout_s):
     progress("tensor_graph", "start", "")
-    raise TraceFailed("the worker was killed by SIGKILL (out of memory?)")
+    raise WorkerFailed("the worker was killed by SIGKILL (out of memory?)")
   app = create_app(str(tmp_path / "f.sqlite3"), settings=Settings.load(env={}), runner=failing)
   with TestClient(app) as client:
     trace_id = client.post("/api/traces", json={"preset": "small"}).json()["id"]
@@ -361,7 +362,7 @@ def test_server_process_never_imports_tinygrad(web_db, small_trace):
         assert c.get(url).status_code == 200, url
       assert app.state.graphs.expansions >= 1  # expanded in a worker process
       assert c.get("/api/health").json()["tinygrad_imported"] is False
-    assert "tinygrad" not in sys.modules and "explorer.adapter" not in sys.modules, "the server imported tinygrad"
+    assert "tinygrad" not in sys.modules and "explorer.capture.adapter" not in sys.modules, "the server imported tinygrad"
     print("ok")
   """)
   r = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -2,9 +2,9 @@ import math, re
 import numpy as np
 import pytest
 from tinygrad import Tensor, dtypes
-from explorer.algorithms import build_conv
-from explorer.algorithms.winograd import WINOGRAD_MATRICES, winograd_explorer
-from explorer.reference import conv2d_reference, error_stats
+from explorer.capture.algorithms import build_conv
+from explorer.capture.algorithms.winograd import WINOGRAD_MATRICES, winograd_explorer
+from explorer.capture.reference import conv2d_reference, error_stats
 from explorer.spec import ConvSpec, Variant
 
 # batch 2, cin != cout, H and W no multiple of either tile (so padding up to whole tiles and the final shrink are exercised)

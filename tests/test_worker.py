@@ -1,7 +1,8 @@
 """Workers that crash, hang, run out of memory or answer too much give a clear error; the next worker is fine."""
 import pytest
 from explorer.spec import ConvSpec, Variant
-from explorer.worker import Limits, TraceFailed, call_in_worker, run_trace
+from explorer.capture.workers import Limits, WorkerFailed, call_in_worker
+from explorer.capture.run import run_trace
 
 @pytest.mark.parametrize("fn, limits, timeout, message", [
   ("segfault", Limits(), 60, "SIGSEGV"),
@@ -11,7 +12,7 @@ from explorer.worker import Limits, TraceFailed, call_in_worker, run_trace
   ("big_result", Limits(max_output_mb=1), 60, "output cap"),
 ])
 def test_fault_gives_clear_error(fn, limits, timeout, message):
-  with pytest.raises(TraceFailed, match=message): call_in_worker(f"tests.worker_faults:{fn}", {}, timeout_s=timeout, limits=limits)
+  with pytest.raises(WorkerFailed, match=message): call_in_worker(f"tests.worker_faults:{fn}", {}, timeout_s=timeout, limits=limits)
   seen = []
   assert call_in_worker("tests.worker_faults:fine", {"n": 21}, progress=lambda *a: seen.append(a))[0] == 42 and seen == [("work", "done", "21")]
 

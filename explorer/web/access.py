@@ -1,7 +1,8 @@
 """Who may use the server: the access token required beyond loopback, and who counts as trusted with server details."""
 from __future__ import annotations
 import hmac
-from fastapi import FastAPI, Request
+from typing import Awaitable, Callable
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 from explorer.web import is_loopback as is_loopback
 
@@ -14,7 +15,7 @@ def has_token(request: Request, token: str) -> bool:
 def install_token_check(app: FastAPI, token: str) -> None:
   """Every request but static assets and the health check needs the token: header, cookie, or ?token= once (which sets the cookie)."""
   @app.middleware("http")
-  async def check_token(request: Request, call_next):
+  async def check_token(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
     if request.url.path.startswith(TOKEN_FREE): return await call_next(request)
     if (query := request.query_params.get("token")) is not None and hmac.compare_digest(query.encode(), token.encode()):
       resp = RedirectResponse(str(request.url.remove_query_params("token")), status_code=303)

@@ -1,6 +1,6 @@
 """The FastAPI app: JSON API under /api, server-rendered pages, vendored static assets and offline OpenAPI docs.
 
-The server process never imports tinygrad: traces run in explorer.worker's processes, graphs expand in explorer.web.expand's."""
+The server process never imports tinygrad: traces run in explorer.capture.workers's processes, graphs expand in explorer.web.expand's."""
 from __future__ import annotations
 import asyncio, collections, threading
 from contextlib import asynccontextmanager
@@ -112,12 +112,12 @@ def document_errors(app: FastAPI) -> None:
   app.openapi = openapi  # type: ignore[method-assign]
 
 def worker_limits(settings: Settings) -> object:
-  from explorer.worker import Limits  # explorer.worker imports no tinygrad
+  from explorer.capture.workers import Limits  # explorer.capture.workers imports no tinygrad
   return Limits.from_settings(settings)  # worker_nice included: trace workers run below the server's priority
 
 def create_app(db_path: str | None = None, settings: Settings | None = None, runner=None, graph_workers: int = 1,
                devices: DeviceCatalog | None = None) -> FastAPI:
-  """The app over one SQLite store. runner replaces explorer.worker.run_trace (tests use it to count or fake runs).
+  """The app over one SQLite store. runner replaces explorer.capture.run.run_trace (tests use it to count or fake runs).
   With settings.token set (KERNEL_EXPLORER_TOKEN) every request needs it."""
   settings = settings or Settings.load()
   store = Store(db_path or settings.db)

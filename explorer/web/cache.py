@@ -10,6 +10,8 @@ import collections, re
 from typing import Any, Callable
 from explorer.web.limits import Receive, Scope, Send, UNSAFE_METHODS
 
+Message = dict[str, Any]  # an ASGI message
+
 CACHEABLE = re.compile(r"/t/(?P<a>[0-9a-f]{16})(/bufferize|/graph/tensor|/rangeify|/k/\d+)?"
                        r"|/api/traces/(?P<b>[0-9a-f]{16})(/raw|/kernels(/\d+)?|/bufferize|/rangeify|/graphs(/.+)?)?")
 NAMES_TRACE = re.compile(r"/(?:t|traces|api/traces)/([0-9a-f]{16})(?:/|$)")
@@ -17,7 +19,7 @@ NAMES_TRACE = re.compile(r"/(?:t|traces|api/traces)/([0-9a-f]{16})(?:/|$)")
 class ResponseCache:
   def __init__(self, app: Any, is_stored: Callable[[str], bool], state: Any = None, max_bytes: int = 64 << 20, max_entry_bytes: int = 8 << 20):
     self.app, self.is_stored, self.max_bytes, self.max_entry_bytes = app, is_stored, max_bytes, max_entry_bytes
-    self.entries: collections.OrderedDict[tuple[str, bytes, bool], tuple[str, list[dict]]] = collections.OrderedDict()
+    self.entries: collections.OrderedDict[tuple[str, bytes, bool], tuple[str, list[Message]]] = collections.OrderedDict()
     self.size = 0
     self.hits = self.misses = 0
     if state is not None: state.response_cache = self  # the app's handle on it (tests read its counters)
@@ -30,10 +32,14 @@ class ResponseCache:
     self.size -= sum(len(m.get("body", b"")) for m in msgs)
 
   async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["type"] != "http": return await self.app(scope, receive, send)
+    if scope["type"] != "http":
+      await self.app(scope, receive, send)
+      return
     path = scope["path"]
     if scope["method"] in UNSAFE_METHODS and (named := NAMES_TRACE.match(path)): self.forget(named.group(1))
-    if scope["method"] != "GET" or not (m := CACHEABLE.fullmatch(path)): return await self.app(scope, receive, send)
+    if scope["method"] != "GET" or not (m := CACHEABLE.fullmatch(path)):
+      await self.app(scope, receive, send)
+      return
     gzip = any(k == b"accept-encoding" and b"gzip" in v for k, v in scope["headers"])
     key, trace_id = (path, scope["query_string"], gzip), m.group("a") or m.group("b")
     if (hit := self.entries.get(key)) is not None:
@@ -42,9 +48,11 @@ class ResponseCache:
       for msg in hit[1]: await send(msg)
       return
     self.misses += 1
-    if not self.is_stored(trace_id): return await self.app(scope, receive, send)  # a progress page stands in: never kept
-    msgs: list[dict] = []
-    async def keep(msg: dict) -> None:
+    if not self.is_stored(trace_id):  # a progress page stands in: never kept
+      await self.app(scope, receive, send)
+      return
+    msgs: list[Message] = []
+    async def keep(msg: Message) -> None:
       msgs.append(msg)
       await send(msg)
     await self.app(scope, receive, keep)

@@ -9,7 +9,7 @@ class DevicesUnavailable(RuntimeError):
   """The worker that lists the devices failed."""
 
 def list_in_worker(timeout_s: float) -> list[str]:
-  from explorer.roofline import list_devices  # no tinygrad: the listing runs in a worker
+  from explorer.analysis.roofline import list_devices  # no tinygrad: the listing runs in a worker
   return [d["device"] for d in list_devices(timeout_s)["devices"]]
 
 class DeviceCatalog:

@@ -1,5 +1,5 @@
-"""The diff pages' work, off the event loop. The structural diff (explorer.diff.diff_traces, kernels matched by role and data flow)
-runs in a thread; the UOp graph diff rebuilds both sides' kernel ASTs in a worker (explorer.diff_worker) and draws each differing
+"""The diff pages' work, off the event loop. The structural diff (explorer.analysis.diff.diff_traces, kernels matched by role and data flow)
+runs in a thread; the UOp graph diff rebuilds both sides' kernel ASTs in a worker (explorer.analysis.diff_worker) and draws each differing
 kernel with the nodes only its side has highlighted; the two measurements (interleaved re-timing, outputs compared) are background
 jobs with progress, one at a time. Every result is cached in the store (Store.put_diff), keyed by the two trace ids."""
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Any, Callable
 from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
-from explorer import __version__, graphs
-from explorer.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows
+from explorer import __version__
+from explorer.present import graphs
+from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows
 from explorer.store import Store, tinygrad_version
 from explorer.web.jobs import run_in_daemon_thread
 from explorer.web.render import lexer_for
@@ -144,7 +145,7 @@ class DiffService:
     return await self._once((a_id, b_id, GRAPHS), lambda: self._make_graphs(a_id, a, b_id, b, groups))
 
   async def _make_graphs(self, a_id: str, a: dict, b_id: str, b: dict, groups: list[dict]) -> dict:
-    from explorer.worker import TraceFailed, call_in_worker
+    from explorer.capture.workers import WorkerFailed, call_in_worker
     blobs = await asyncio.to_thread(lambda: (self.store.get_rewrites(a_id), self.store.get_rewrites(b_id)))
     if any(not x for x in blobs): return {"error": "a side has no stored rewrite blob: no UOp graph diff", "groups": []}
     sinks = {s: [k["ast_sink"] for k in t["kernels"] if k.get("ast_sink") is not None] for s, t in (("a", a), ("b", b))}
@@ -153,9 +154,9 @@ class DiffService:
     if self._graph_slots is None: self._graph_slots = asyncio.Semaphore(1)  # one graph-diff worker at a time, however many pairs are asked
     try:
       async with self._graph_slots:
-        (gra, grb), _ = await run_in_daemon_thread(lambda: call_in_worker("explorer.diff_worker:kernel_graphs", args, timeout_s=self.timeout_s,
-                                                                          env={"VIZ": "0"}))
-    except TraceFailed as e: return {"error": f"this server could not rebuild the kernels' UOp graphs: {e}", "groups": []}
+        work = lambda: call_in_worker("explorer.analysis.diff_worker:kernel_graphs", args, timeout_s=self.timeout_s, env={"VIZ": "0"})
+        (gra, grb), _ = await run_in_daemon_thread(work)
+    except WorkerFailed as e: return {"error": f"this server could not rebuild the kernels' UOp graphs: {e}", "groups": []}
     out = []
     for g in groups:
       ka, kb = [a["kernels"][k["index"]] for k in g["a"]], [b["kernels"][k["index"]] for k in g["b"]]
@@ -175,7 +176,7 @@ class DiffService:
     return res
 
   async def _draw(self, k: dict, raw: dict, ids: set[str], prefix: str, side: str) -> dict:
-    from explorer.export import localize_svg
+    from explorer.present.export import localize_svg
     shown, notes = graphs.simplify(raw, self.node_limit)
     keep = {n["id"] for n in shown["nodes"]}
     mine = ids & {n["id"] for n in raw["nodes"]}

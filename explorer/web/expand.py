@@ -1,5 +1,5 @@
 """Graph expansion, run in the graph worker processes (a spawn-context ProcessPoolExecutor), never in the server process:
-rebuilding a graph from a trace's rewrite blob imports tinygrad (through explorer.adapter) and is CPU-heavy.
+rebuilding a graph from a trace's rewrite blob imports tinygrad (through explorer.capture.adapter) and is CPU-heavy.
 Each worker keeps the last few loaded blobs, so stepping through one trace's passes loads its blob once."""
 from __future__ import annotations
 import collections, os
@@ -20,7 +20,7 @@ def _blob(db_path: str, trace_id: str) -> Any:
   if key in _blobs:
     _blobs.move_to_end(key)
     return _blobs[key]
-  from explorer.adapter import TINYGRAD_VERSION, RewriteBlob
+  from explorer.capture.adapter import TINYGRAD_VERSION, RewriteBlob
   from explorer.store import Store
   data = Store(db_path).get_rewrites(trace_id)
   if data is None: raise LookupError(f"trace {trace_id} has no stored rewrites")

@@ -1,6 +1,5 @@
-"""Graph references, expansion in worker processes, simplification and layout, all cached in the store.
-
-A graph reference names one drawable graph of a trace, and is the tail of its URLs:
+"""Graphs for the server: expansion in worker processes, simplification and layout, all cached in the store. A graph
+reference (explorer.present.graphs) names one drawable graph of a trace, and is the tail of its URLs:
   tensor                       the tensor graph handed to the scheduler
   kernels                      the kernel graph: kernels and the buffers between them (from the trace alone, no expansion)
   ast/{k}                      kernel k's AST as the scheduler made it
@@ -8,54 +7,25 @@ A graph reference names one drawable graph of a trace, and is the tail of its UR
   rangeify/{p}/{at}            rangeify (scheduler) pass p, same `at`
 """
 from __future__ import annotations
-import asyncio, re
-from dataclasses import dataclass
+import asyncio
 from typing import Any, Callable
-from explorer import graphs
+from explorer.present import graphs
+from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
+                                     passes_of)
 from explorer.store import Store
 from explorer.web import expand
-from explorer.web.pool import OutputTooLarge, PoolBusy, PoolFailed, WorkerPool
+from explorer.capture.pool import WorkerPool
+from explorer.capture.workers import Limits, WorkerFailed, WorkersBusy
 
 MAX_STEPS = 60     # matches one can step through in a pass (each replays all before it)
 STEP_WINDOW = 6    # steps expanded per worker call, cached for the next clicks
 EXPAND_TIMEOUT_S = 180.0
-
-class GraphNotFound(LookupError):
-  """The reference names no graph of this trace."""
 
 class GraphUnavailable(RuntimeError):
   """The graph exists but cannot be drawn (too many matches to replay, worker crashed or timed out, dot failed)."""
 
 class GraphBusy(GraphUnavailable):
   """Too many expansions are waiting for a graph worker: try again shortly (503 with Retry-After)."""
-
-REF_RE = re.compile(r"^(?:(tensor|kernels)|ast/(\d+)|codegen/(\d+)/(\d+)/(before|after|m\d+)|rangeify/(\d+)/(before|after|m\d+))$")
-
-@dataclass(frozen=True)
-class Ref:
-  kind: str                 # tensor | kernels | ast | codegen | rangeify
-  kernel: int | None = None
-  pass_index: int | None = None
-  at: str | None = None     # before | after | m{j}
-
-  @property
-  def match(self) -> int | None: return int(self.at[1:]) if self.at is not None and self.at.startswith("m") else None
-
-def parse_ref(ref: str) -> Ref:
-  if (m := REF_RE.match(ref)) is None: raise GraphNotFound(f"no graph {ref!r}: see the graph reference formats in the API docs")
-  if m.group(1): return Ref(m.group(1))
-  if m.group(2): return Ref("ast", kernel=int(m.group(2)))
-  if m.group(3): return Ref("codegen", kernel=int(m.group(3)), pass_index=int(m.group(4)), at=m.group(5))
-  return Ref("rangeify", pass_index=int(m.group(6)), at=m.group(7))
-
-def passes_of(trace: dict, ref: Ref) -> list[dict]:
-  if ref.kind == "rangeify": return ((trace.get("scheduler") or {}).get("passes")) or []
-  return kernel_of(trace, ref.kernel)["passes"]
-
-def kernel_of(trace: dict, k: int | None) -> dict:
-  kernels = trace.get("kernels") or []
-  if k is None or not 0 <= k < len(kernels): raise GraphNotFound(f"trace has no kernel {k} (it has {len(kernels)})")
-  return kernels[k]
 
 def next_pass(passes: list[dict], p: int) -> dict | None:
   """The pass that runs after pass p has finished: the next one of its group at the same or a shallower depth."""
@@ -64,33 +34,25 @@ def next_pass(passes: list[dict], p: int) -> dict | None:
 
 def steppable(p: dict) -> int: return min(p["matches"], MAX_STEPS)
 
-def graph_title(trace: dict, ref: Ref) -> str:
-  if ref.kind == "tensor": return "Tensor graph"
-  if ref.kind == "kernels": return "Kernel graph"
-  if ref.kind == "ast": return f"AST of kernel {ref.kernel} {kernel_of(trace, ref.kernel)['name']}"
-  p = passes_of(trace, ref)[ref.pass_index]  # type: ignore[index]
-  where = {"before": "before", "after": "after"}.get(ref.at or "", f"after match {ref.match} of")
-  return f"{where} pass {ref.pass_index} “{p['name']}” ({p['matches']} matches)"
-
 class GraphService:
   """Expands graphs in worker processes (one by default: it keeps the loaded rewrite blob warm) and lays them out with dot."""
   def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, workers: int = 1,
                expand_timeout_s: float = EXPAND_TIMEOUT_S, memory_mb: int = 0, max_output_mb: float = 256.0, max_waiting: int = 32, nice: int = 0):
     self.store, self.node_limit, self.dot_timeout_s, self.workers, self.expand_timeout_s = store, node_limit, dot_timeout_s, workers, expand_timeout_s
-    self.pool = WorkerPool(workers, expand.init_worker, memory_mb, max_output_mb, expand_timeout_s, max_waiting, nice)
+    self.pool = WorkerPool(workers, Limits(expand_timeout_s, memory_mb, max_output_mb, nice), expand.init_worker, max_waiting)
     self._inflight: dict[tuple, asyncio.Future] = {}
     self._dot_slots: asyncio.Semaphore | None = None
     self.expansions = 0  # worker calls made: tests check that cached graphs do not expand again
 
-  # ***** worker processes (explorer.web.pool: limits, and a dead or hung worker replaced) *****
+  # ***** worker processes (explorer.capture.pool: limits, and a dead or hung worker replaced) *****
 
   def close(self) -> None: self.pool.close()
 
   async def _expand(self, fn: Callable[..., Any], *args: Any) -> Any:
     self.expansions += 1
     try: return await self.pool.call(fn, str(self.store.path), *args)
-    except PoolBusy as e: raise GraphBusy(str(e)) from None
-    except (PoolFailed, OutputTooLarge) as e: raise GraphUnavailable(f"expanding the graph failed: {e}") from None
+    except WorkersBusy as e: raise GraphBusy(str(e)) from None
+    except WorkerFailed as e: raise GraphUnavailable(f"expanding the graph failed: {e}") from None
     except LookupError as e: raise GraphNotFound(str(e)) from None
 
   async def _once(self, key: tuple, make: Callable[[], Any]) -> Any:

@@ -1,4 +1,4 @@
-"""Trace jobs: POST returns at once; explorer.worker.run_trace runs in a daemon thread (it spawns the tinygrad process itself),
+"""Trace jobs: POST returns at once; explorer.capture.run.run_trace runs in a daemon thread (it spawns the tinygrad process itself),
 progress reaches the event loop through call_soon_threadsafe, and the finished trace lands in the store.
 Identical requests share one job: the job id is the store key.
 
@@ -11,7 +11,7 @@ import asyncio, os, socket, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from explorer.spec import ConvSpec, Variant
+from explorer.spec import STAGES, ConvSpec, Variant
 from explorer.store import Store
 
 INTERRUPTED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
@@ -36,8 +36,6 @@ def owner_gone(owner: str) -> bool:
   except PermissionError: pass
   return False
 
-# explorer.trace.STAGES (not imported: the server process must not import tinygrad); tests check the two agree
-STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
 STAGE_TITLES = {"tensor_graph": "Tensor graph", "schedule": "Schedule (rangeify)", "kernel_graph": "Kernel graph", "codegen": "Codegen",
                 "render": "Render targets", "run": "Run + check", "timing": "Timing", "store": "Store"}
 
@@ -110,7 +108,7 @@ class JobManager:
     self.jobs: dict[str, Job] = {}
     self.tasks: set[asyncio.Task] = set()
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
-    self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.worker registers them)
+    self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.capture.workers registers them)
     self.owner = this_owner()
     self._parallel = parallel
     self._slots: asyncio.Semaphore | None = None
@@ -167,7 +165,7 @@ class JobManager:
     try:
       result = await run_in_daemon_thread(lambda: self._run_trace(job, progress))
       await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites)
-    except Exception as e:  # TraceFailed and anything else: one line on the page
+    except Exception as e:  # WorkerFailed and anything else: one line on the page
       if job.status == "interrupted": return  # the server is stopping: its workers were killed on purpose
       await self._finish(job, "error", (str(e).strip().splitlines() or [type(e).__name__])[0])
       return
@@ -177,7 +175,7 @@ class JobManager:
 
   def _run_trace(self, job: Job, progress: Callable[[str, str, str], None]) -> Any:
     if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
-    from explorer.worker import run_trace  # no tinygrad import: run_trace spawns the process that imports it
+    from explorer.capture.run import run_trace  # no tinygrad import: run_trace spawns the process that imports it
     return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s, limits=self.limits, live=self.live)
 
   def _forget_old(self) -> None:
@@ -189,7 +187,7 @@ class JobManager:
 
   def shutdown(self) -> None:
     """The server is stopping: unfinished jobs are marked interrupted (in the store too) and their workers' groups killed."""
-    from explorer.worker import kill_group
+    from explorer.capture.workers import kill_group
     for job in self.jobs.values():
       if job.status in ("queued", "running"):
         job.finish("interrupted", INTERRUPTED.format(id=job.id))

@@ -1,17 +1,14 @@
 """Request and response models of the JSON API. Field bounds catch malformed input; explorer.spec's validation catches the rest."""
 from __future__ import annotations
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, model_validator
 from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, STAGINGS, TARGETS, TILES, WINO_IMPLS, ConvSpec, Variant
 
-Algo = Literal[ALGOS]  # type: ignore[valid-type]
-WinoImpl = Literal[WINO_IMPLS]  # type: ignore[valid-type]
-Tile = Literal[TILES]  # type: ignore[valid-type]
-Staging = Literal[STAGINGS]  # type: ignore[valid-type]
-Consts = Literal[CONSTS]  # type: ignore[valid-type]
-Target = Literal[TARGETS]  # type: ignore[valid-type]
-Dtype = Literal[tuple(DTYPES)]  # type: ignore[valid-type]
-PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings
+  Algo = str; WinoImpl = str; Tile = str; Staging = str; Consts = str; Target = str; Dtype = str; PresetName = str  # noqa: E702
+else:  # to pydantic (and the OpenAPI schema) they are enums
+  Algo, WinoImpl, Tile, Staging, Consts, Target = (Literal[c] for c in (ALGOS, WINO_IMPLS, TILES, STAGINGS, CONSTS, TARGETS))
+  Dtype, PresetName = Literal[tuple(DTYPES)], Literal[tuple(PRESETS)]
 
 class SpecIn(BaseModel):
   """A convolution: NCHW input, OIHW weight."""

@@ -3,7 +3,8 @@ from __future__ import annotations
 import asyncio, json, shutil, sys
 from typing import Any, AsyncIterator
 from fastapi import APIRouter, HTTPException, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer import __version__
 from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
@@ -80,17 +81,18 @@ async def get_status(request: Request, trace_id: str) -> dict:
   if (status := await deps.status_of(request, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
   return status
 
-def sse(event: str, data: Any) -> str: return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+def sse(event: str, data: Any) -> ServerSentEvent: return ServerSentEvent(json.dumps(data), event=event)
 
 @router.get("/traces/{trace_id}/events", summary="Live progress as server-sent events",
-            response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}, **documented({404: NOT_FOUND[404]})})
-async def events(request: Request, trace_id: str) -> StreamingResponse:
-  """Events: `snapshot` (the whole status, first), `stage` (a stage started, finished or failed), `status`, then `done` (last)."""
+            response_class=EventSourceResponse, responses={200: {"content": {"text/event-stream": {}}}, **documented({404: NOT_FOUND[404]})})
+async def events(request: Request, trace_id: str) -> EventSourceResponse:
+  """Events: `snapshot` (the whole status, first), `stage` (a stage started, finished or failed), `status`, then `done` (last); a
+  comment every 10 s keeps idle connections open (sse-starlette, which also ends the stream when the client goes or the server stops)."""
   if (status := await deps.status_of(request, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
   job = request.app.state.jobs.get(trace_id)
-  async def stream() -> AsyncIterator[str]:
+  async def stream() -> AsyncIterator[ServerSentEvent]:
     yield sse("snapshot", status)
-    if job is None or status["status"] in ("done", "error"):
+    if job is None or status["status"] not in ("queued", "running"):
       yield sse("done", {"status": status["status"], "error": status.get("error")})
       return
     seen = len(job.events)
@@ -100,10 +102,8 @@ async def events(request: Request, trace_id: str) -> StreamingResponse:
         ev = job.events[seen]; seen += 1
         yield sse(ev["event"], ev)
         if ev["event"] == "done": return
-      try: await asyncio.wait_for(waiter.wait(), timeout=10)
-      except asyncio.TimeoutError: yield ": keepalive\n\n"
-      if await request.is_disconnected(): return
-  return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+      await waiter.wait()
+  return EventSourceResponse(stream(), ping=10, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 @router.get("/traces/{trace_id}/kernels", summary="The trace's kernels (light)", responses=documented(NOT_FOUND))
 async def list_kernels(request: Request, trace_id: str) -> list[dict]:

@@ -177,7 +177,7 @@ TWO = {404: "no trace a or no trace b", 409: "trace a or b is still queued or ru
 async def diff_json(request: Request, a: str, b: str, target: str | None = Query(None, max_length=16),
                     target_b: str | None = Query(None, max_length=16),
                     graphs: bool = Query(True, description="compute the UOp graph diff if it is not cached (a worker, a few seconds)")) -> dict:
-  """The structural diff (explorer.diff.diff_traces) with each group's UOp graph diff (`graph`), the cached interleaved timing and
+  """The structural diff (explorer.analysis.diff.diff_traces) with each group's UOp graph diff (`graph`), the cached interleaved timing and
   output comparison (null until measured: POST .../timing or .../numerics) and `target`/`target_b` (the sources diffed)."""
   ta_trace, tb_trace = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
   ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)

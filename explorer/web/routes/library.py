@@ -1,13 +1,13 @@
 """The library of stored traces: /traces (search by label text, preset and variant fields, paginated; delete with a confirmation),
 its JSON twin /api/library, DELETE /api/traces/{id}, and each trace's exports: /t/{id}/export.json and /t/{id}/export.html
-(one self-contained file, explorer.export)."""
+(one self-contained file, explorer.present.export)."""
 from __future__ import annotations
 import asyncio, math, socket
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel
-from explorer import export
+from explorer.present import export
 from explorer.store import VARIANT_FILTERS
 from explorer.web import deps
 from explorer.web.graphing import GraphNotFound, GraphUnavailable

@@ -1,7 +1,7 @@
 """Teaching tours on the web: a trace's tour (/t/{id}/tour?step=), the built-in tours of the seed experiments (/tours/{kind}?a=&b=&step=),
 annotations (a teacher's notes pinned to a tour step, a UOp graph node or a source line) and the glossary page.
 
-Steps and their explanations come from explorer.tour (pure python, no tinygrad); each step shows its text next to the real view it names."""
+Steps and their explanations come from explorer.present.tour (pure python, no tinygrad); each step shows its text next to the real view it names."""
 from __future__ import annotations
 import asyncio, re, urllib.parse
 from typing import Any, Literal
@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel, Field
 from explorer.spec import PRESETS, SpecError
 from explorer.store import trace_key
-from explorer.tour import BUILTIN_TOURS, compare_tour, trace_tour
+from explorer.present.tour import BUILTIN_TOURS, compare_tour, trace_tour
 from explorer.web import deps
 from explorer.web.graphing import REF_RE
 from explorer.web.jobs import STAGE_TITLES, QueueFull

@@ -1,9 +1,9 @@
 """Device facts and a measured roofline probe, run on the device through tinygrad. Call these in a worker with VIZ=0
-(explorer.worker.call_in_worker): they import tinygrad through the adapter, and opening a GPU creates a context on it."""
+(explorer.capture.workers.call_in_worker): they import tinygrad through the adapter, and opening a GPU creates a context on it."""
 from __future__ import annotations
 import time
 from typing import Any, Callable
-from explorer import adapter as tg  # first: sets tinygrad's environment before tinygrad is imported
+from explorer.capture import adapter as tg  # first: sets tinygrad's environment before tinygrad is imported
 
 def _safe(fn: Callable[[], Any]) -> Any:
   try: return fn()
@@ -32,8 +32,7 @@ def _best_time(out: Any, budget_s: float, min_runs: int = 3, max_runs: int = 50)
   return min(ts), len(ts)
 
 def _filled(n: int, device: str) -> Any:
-  from tinygrad import Tensor
-  x = Tensor.full((n,), 1.0, device=device).contiguous()
+  x = tg.Tensor.full((n,), 1.0, device=device).contiguous()
   tg.realize_inputs(x)
   return x
 

@@ -16,8 +16,7 @@ import atexit, collections, contextlib, ctypes, functools, glob, io, pickle, pla
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 import tinygrad
-from explorer.spec import COMPUTE_DEVICES
-from tinygrad import Device, Tensor
+from tinygrad import Device, Tensor, dtypes
 from tinygrad.codegen import do_to_program, to_program
 from tinygrad.codegen.opt import tc
 from tinygrad.device import Compiler
@@ -33,6 +32,10 @@ from tinygrad.uop import ops as uop_ops
 from tinygrad.uop.ops import GroupOp, Ops, RewriteTrace, UOp
 from tinygrad.uop.render import print_uops
 import tinygrad.device
+from explorer.spec import COMPUTE_DEVICES
+
+# the public names the rest of the explorer uses: it imports tinygrad only through this module
+__all__ = ["Context", "Device", "Tensor", "dtypes"]
 
 TINYGRAD_VERSION = getattr(tinygrad, "__version__", None) or __import__("importlib.metadata").metadata.version("tinygrad")
 
@@ -196,6 +199,7 @@ def _pass_output(blob: RewriteBlob, p: Pass) -> UOp:
   from tinygrad.viz.serve import get_full_rewrite
   last = None
   for last in get_full_rewrite(blob.data, blob.data.trace.rewrites[p.group][p.step]): pass
+  assert last is not None, f"pass {p.name} replayed no graph"
   return last["_sink"]
 
 # ***** the schedule's calls and buffers *****

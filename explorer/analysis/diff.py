@@ -8,13 +8,13 @@ against `mhat` and `out`), `conv` against a chain is a fold; kernels that share 
 Buffers pair by role and by the kernel groups that write and read them, so an intermediate that lives inside a fused
 group (MHAT), or a materialized constant, shows on one side only.
 
-No tinygrad here: what needs it runs in a fresh worker (explorer.diff_worker, explorer.timing).
+No tinygrad here: what needs it runs in a fresh worker (explorer.analysis.diff_worker, explorer.capture.timing).
 """
 from __future__ import annotations
-import difflib, hashlib, os, statistics
+import difflib, hashlib, statistics
 from collections import Counter, defaultdict
 from typing import Any
-from explorer.worker import DEFAULT_TIMEOUT_S, TraceFailed, call_in_worker
+from explorer.capture.workers import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
 
 CHAIN = ("xhat", "ghat", "mhat", "out")
 OP_KEYS = ("alu", "loads", "stores", "consts", "ranges", "total")
@@ -267,7 +267,7 @@ def diff_traces(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: b
     out_groups.append({"index": g, "relation": relation, "side": side, "describe": sentence, "identical": identical,
                        "a": [_kref(k) for k in ka], "b": [_kref(k) for k in kb], "metrics": {"a": ma, "b": mb, "delta": metric_delta(ma, mb)},
                        "source": src, "graph": None})
-  notes = []
+  notes: list[str] = []
   if a_rewrites is not None and b_rewrites is not None: _attach_graphs(out_groups, sa, sb, a_rewrites, b_rewrites, timeout_s, notes)
   else: notes.append("no rewrite blobs: no structural graph diff")
   ta, tb = _totals(sa), _totals(sb)
@@ -284,9 +284,9 @@ def _totals_delta(ta: dict, tb: dict) -> dict: return {k: tb[k] - ta[k] for k, v
 def _attach_graphs(groups: list[dict], sa: Side, sb: Side, a_blob: bytes, b_blob: bytes, timeout_s: float, notes: list[str]) -> None:
   a_sinks, b_sinks = [k["ast_sink"] for k in sa.kernels], [k["ast_sink"] for k in sb.kernels]
   try:
-    (gra, grb), _ = call_in_worker("explorer.diff_worker:kernel_graphs", {"a_blob": a_blob, "b_blob": b_blob, "a_sinks": a_sinks,
-                                   "b_sinks": b_sinks}, timeout_s=timeout_s, env={"VIZ": "0"})  # type: ignore[misc]
-  except TraceFailed as e:
+    (gra, grb), _ = call_in_worker("explorer.analysis.diff_worker:kernel_graphs", {"a_blob": a_blob, "b_blob": b_blob, "a_sinks": a_sinks,
+                                   "b_sinks": b_sinks}, timeout_s=timeout_s, env={"VIZ": "0"})
+  except WorkerFailed as e:
     notes.append(f"graph diff failed: {e}")
     return
   for g in groups:
@@ -321,8 +321,8 @@ def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmu
   if (why := _comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not timed: {why}"}
   try:
     args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)], "warmup": warmup, "repeats": repeats}
-    (ra, rb), _ = call_in_worker("explorer.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})  # type: ignore[misc]
-  except TraceFailed as e: return {"compared": False, "reason": f"timing failed: {e}"}
+    (ra, rb), _ = call_in_worker("explorer.capture.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
+  except WorkerFailed as e: return {"compared": False, "reason": f"timing failed: {e}"}
   ma, mb = ra["total_s"]["median"], rb["total_s"]["median"]
   return {"compared": True, "device": ra["device"], "compiler": ra["compiler"], "fallback": ra["fallback"] or rb["fallback"], "warmup": warmup,
           "repeats": repeats, "a_total_s": ra["total_s"], "b_total_s": rb["total_s"], "ratio": ratio_stats(ra["samples"], rb["samples"]),
@@ -333,60 +333,40 @@ def compare_outputs(a_trace: dict, b_trace: dict, timeout_s: float = DEFAULT_TIM
   if (why := _comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not compared: {why}"}
   try:
     args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)]}
-    res, _ = call_in_worker("explorer.diff_worker:output_difference", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
-  except TraceFailed as e: return {"compared": False, "reason": f"output comparison failed: {e}"}
-  return {"compared": True, **res}  # type: ignore[dict-item]
+    res, _ = call_in_worker("explorer.analysis.diff_worker:output_difference", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
+  except WorkerFailed as e: return {"compared": False, "reason": f"output comparison failed: {e}"}
+  return {"compared": True, **res}
+
+DIFF_STEPS = ("structure", "timing", "outputs")
 
 def full_diff(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda", time: bool = True,
-              repeats: int = 20, warmup: int = 3, numerics: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
-  """diff_traces, plus the interleaved timing and the output comparison."""
+              repeats: int = 20, warmup: int = 3, numerics: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
+              progress: Any = None) -> dict:
+  """diff_traces, plus the interleaved timing and the output comparison; progress hears of each of DIFF_STEPS (done or skipped)."""
+  step = progress or (lambda stage, status, detail: None)
+  step("structure", "start", "kernels matched, graphs rebuilt in a worker")
   d = diff_traces(a, b, a_rewrites, b_rewrites, target, timeout_s)
+  step("structure", "done", f"{len(d['groups'])} groups")
+  step("timing", "start" if time else "skipped", f"A and B interleaved, {warmup} warmup + {repeats} repeats" if time else "")
   if time: d["timing"] = remeasure_interleaved(a, b, repeats, warmup, timeout_s)
+  if time: step("timing", "done", "")
+  step("outputs", "start" if numerics else "skipped", "")
   if numerics: d["numerics"] = compare_outputs(a, b, timeout_s)
+  if numerics: step("outputs", "done", "")
   return d
 
-# ***** the command line's side: what A and B name, and the printed summary *****
-
-def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-              progress: Any = None) -> tuple[dict, bytes | None, str]:
-  """A trace from a JSON file, a quoted flag set (traced now, without timing: the diff re-times), or a stored trace id.
-  Returns (trace, rewrite blob or None, what it was)."""
-  import shlex
-  if os.path.isfile(arg):
-    from explorer.store import load_trace_file
-    return load_trace_file(arg), None, f"file {arg}"
-  if arg.lstrip().startswith("-"):
-    from explorer.cli import Parser, add_case_args, case_from_args
-    from explorer.worker import run_trace
-    p = Parser(prog="kernel-explorer diff (flag set)")
-    add_case_args(p)
-    tokens = shlex.split(arg)
-    a = p.parse_args(tokens)
-    def given(flag: str) -> bool: return any(t == flag or t.startswith(f"{flag}=") for t in tokens)
-    if not given("--target"): a.target = target
-    elif target not in a.target.split(","): a.target += f",{target}"
-    a.no_time = True
-    spec, variant = case_from_args(a)
-    res = run_trace(spec, variant, progress, timeout_s=a.timeout if given("--timeout") else timeout_s)
-    return res.trace, res.rewrites, f"flags {arg.strip()}"
-  return _load_stored(arg, db)
-
-def _load_stored(trace_id: str, db: str | None) -> tuple[dict, bytes | None, str]:
-  from explorer.store import find_stored
-  _, trace, blob = find_stored(trace_id, db, f"{trace_id!r} is not a trace file, not a flag set (those start with -)")
-  return trace, blob, f"stored trace {trace_id}"
-
+# ***** the printed summary *****
 
 def _signed(x: float | None, fmt: Any = str) -> str:
   if x is None: return "-"
   return ("+" if x > 0 else "") + fmt(x) if x else "0"
 
 def _si_bytes(x: float) -> str:
-  from explorer.cli import si
+  from explorer.text import si
   return si(x, "B")
 
 def summary(d: dict) -> str:
-  from explorer.cli import si, table
+  from explorer.text import si, table
   out = [f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
   if d["variant_changes"]: out.append("changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d["variant_changes"].items()))
   if not d["specs_match"]: out.append("note: the specs differ (no timing or output comparison)")
@@ -409,7 +389,7 @@ def summary(d: dict) -> str:
   ta, tb = d["totals"]["a"], d["totals"]["b"]
   for key, fmt in (("kernels", str), ("copies", str), ("buffers", str), ("flops", si), ("bytes_moved", _si_bytes)):
     out.append(f"{key.replace('_', ' ')}: {fmt(ta[key])} -> {fmt(tb[key])} ({_signed(tb[key] - ta[key], fmt)})")
-  out += [_timing_line(d.get("timing")), _numerics_line(d.get("numerics"))]
+  out += [line for line in (_timing_line(d.get("timing")), _numerics_line(d.get("numerics"))) if line is not None]
   out += [f"note: {n}" for n in d["notes"]]
   return "\n".join(x for x in out if x is not None)
 

@@ -1,9 +1,10 @@
-"""Graph layout with graphviz `dot` on the server: UOp graphs (as explorer.adapter.RewriteBlob gives them) and the kernel graph.
+"""Graph layout with graphviz `dot` on the server: UOp graphs (as explorer.capture.adapter.RewriteBlob gives them) and the kernel graph.
 
 Plain data in, SVG text out. No tinygrad imports: the web server lays graphs out, worker processes expand them.
 """
 from __future__ import annotations
 import collections, html, re, shutil, subprocess
+from dataclasses import dataclass
 
 MAX_NODES = 400           # larger graphs are simplified, and the page says how
 HARD_MAX_NODES = 1000     # even with ?full=1: beyond this dot takes more than DOT_TIMEOUT_S on a 2-core machine
@@ -136,7 +137,7 @@ def legend(graph: dict) -> list[dict]:
   colors: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
   for n in graph["nodes"]: colors[n["op"]][n.get("color") or "#ffffff"] += 1
   ret = []
-  grouped = set()
+  grouped: set[str] = set()
   for name, ops in LEGEND_GROUPS:
     present = [op for op in ops if op in colors]
     grouped.update(ops)
@@ -226,3 +227,44 @@ def layout_svg(dot_src: str, timeout_s: float = DOT_TIMEOUT_S) -> str:
   return _SIZE_RE.sub('<svg class="graph-svg" width="100%" height="100%"', svg, count=1)
 
 def escape(s: str) -> str: return html.escape(s, quote=True)
+
+# ***** graph references: the tail of a graph's URLs (see explorer.web.graphing) *****
+
+class GraphNotFound(LookupError):
+  """The reference names no graph of this trace."""
+
+REF_RE = re.compile(r"^(?:(tensor|kernels)|ast/(\d+)|codegen/(\d+)/(\d+)/(before|after|m\d+)|rangeify/(\d+)/(before|after|m\d+))$")
+
+@dataclass(frozen=True)
+class Ref:
+  kind: str                 # tensor | kernels | ast | codegen | rangeify
+  kernel: int | None = None
+  pass_index: int | None = None
+  at: str | None = None     # before | after | m{j}
+
+  @property
+  def match(self) -> int | None: return int(self.at[1:]) if self.at is not None and self.at.startswith("m") else None
+
+def parse_ref(ref: str) -> Ref:
+  if (m := REF_RE.match(ref)) is None: raise GraphNotFound(f"no graph {ref!r}: see the graph reference formats in the API docs")
+  if m.group(1): return Ref(m.group(1))
+  if m.group(2): return Ref("ast", kernel=int(m.group(2)))
+  if m.group(3): return Ref("codegen", kernel=int(m.group(3)), pass_index=int(m.group(4)), at=m.group(5))
+  return Ref("rangeify", pass_index=int(m.group(6)), at=m.group(7))
+
+def passes_of(trace: dict, ref: Ref) -> list[dict]:
+  if ref.kind == "rangeify": return ((trace.get("scheduler") or {}).get("passes")) or []
+  return kernel_of(trace, ref.kernel)["passes"]
+
+def kernel_of(trace: dict, k: int | None) -> dict:
+  kernels = trace.get("kernels") or []
+  if k is None or not 0 <= k < len(kernels): raise GraphNotFound(f"trace has no kernel {k} (it has {len(kernels)})")
+  return kernels[k]
+
+def graph_title(trace: dict, ref: Ref) -> str:
+  if ref.kind == "tensor": return "Tensor graph"
+  if ref.kind == "kernels": return "Kernel graph"
+  if ref.kind == "ast": return f"AST of kernel {ref.kernel} {kernel_of(trace, ref.kernel)['name']}"
+  p = passes_of(trace, ref)[ref.pass_index]  # type: ignore[index]
+  where = {"before": "before", "after": "after"}.get(ref.at or "", f"after match {ref.match} of")
+  return f"{where} pass {ref.pass_index} “{p['name']}” ({p['matches']} matches)"

@@ -6,9 +6,9 @@ so that their ratios hold on a noisy machine.
 """
 from __future__ import annotations
 import dataclasses
-from typing import Callable
 from explorer.spec import ConvSpec, Variant
-from explorer.worker import Progress, call_in_worker, run_trace
+from explorer.capture.workers import Progress, call_in_worker
+from explorer.capture.run import run_trace
 
 STUDY_VARIANTS: dict[str, list[tuple[str, Variant]]] = {
   "constants": [("symbolic", Variant(algo="winograd", wino_impl="explorer", consts="symbolic")),
@@ -19,19 +19,25 @@ STUDY_VARIANTS: dict[str, list[tuple[str, Variant]]] = {
              ("builtin", Variant(algo="winograd", wino_impl="builtin"))],
 }
 
+def study_steps(kind: str) -> list[str]:
+  """The steps run_study reports, in order: one trace per variant, then the interleaved timing."""
+  return [f"trace {name}" for name, _ in STUDY_VARIANTS[kind]] + ["timing"]
+
 def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, tile: str = "F(4,3)", targets: tuple[str, ...] = ("cuda",),
               device: str | None = None, progress: Progress | None = None, timeout_s: float = 1800) -> dict:
-  say: Callable[[str], None] = (lambda m: progress("study", "progress", m)) if progress else (lambda m: None)
+  step: Progress = progress or (lambda stage, status, detail: None)
   variants = [(name, dataclasses.replace(v, tile=tile if v.wino_impl == "explorer" else v.tile, targets=targets, time=False, device=device))
               for name, v in STUDY_VARIANTS[kind]]
   traces = {}
   for name, v in variants:
-    say(f"tracing {name}")
+    step(f"trace {name}", "start", "tracing")
     traces[name] = run_trace(spec, v.resolve(spec), timeout_s=timeout_s).trace
-  say(f"timing {len(variants)} variants interleaved, {warmup} warmup + {repeats} repeats")
-  timing, _ = call_in_worker("explorer.timing:time_interleaved", {"spec": spec.to_dict(), "variants": [v.to_dict() for _, v in variants],
+    step(f"trace {name}", "done", traces[name]["status"])
+  step("timing", "start", f"{len(variants)} variants interleaved, {warmup} warmup + {repeats} repeats")
+  timing, _ = call_in_worker("explorer.capture.timing:time_interleaved", {"spec": spec.to_dict(), "variants": [v.to_dict() for _, v in variants],
                              "warmup": warmup, "repeats": repeats}, timeout_s=timeout_s, env={"VIZ": "0"})
-  rows = [_row(name, traces[name], t) for (name, _), t in zip(variants, timing)]  # type: ignore[arg-type]
+  step("timing", "done", "")
+  rows = [_row(name, traces[name], t) for (name, _), t in zip(variants, timing)]
   base = rows[0]["time_median_s"]
   for r in rows: r["slowdown_vs_first"] = r["time_median_s"] / base if base else None
   return {"study": kind, "spec": spec.to_dict(), "tile": tile, "repeats": repeats, "warmup": warmup, "rows": rows,

@@ -1,6 +1,6 @@
 """The trace engine: run one (spec, variant) through tinygrad's pipeline and record every stage as plain data.
 
-Call `capture` in a fresh process (explorer.worker does): tinygrad's rewrite tracking must be switched on before it is imported,
+Call `capture` in a fresh process (explorer.capture.workers does): tinygrad's rewrite tracking must be switched on before it is imported,
 and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
@@ -8,13 +8,12 @@ import datetime, platform, socket, statistics, time, traceback
 from concurrent.futures import Future
 from typing import Any, Callable
 import numpy as np
-from explorer import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
-from explorer.reference import conv2d_reference, error_stats
-from explorer.render_pool import RenderPool
+from explorer.capture import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
+from explorer.capture.reference import conv2d_reference, error_stats
+from explorer.capture.renders import RenderPool
 from explorer.spec import ConvSpec, Variant, preset_of
 
 SCHEMA = 1
-STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
 Progress = Callable[[str, str, str], None]  # (stage, "start"|"done"|"error", detail)
 
 def _quiet(stage: str, status: str, detail: str) -> None: pass
@@ -27,7 +26,7 @@ class Recorder:
     self.trace, self.progress = trace, progress
 
   def run(self, stage: str, fn: Callable[[], Any], detail: str = "") -> Any:
-    """detail goes with the start: the timing stage names its device there (explorer.worker waits for that device's lock)."""
+    """detail goes with the start: the timing stage names its device there (explorer.capture.workers waits for that device's lock)."""
     self.progress(stage, "start", detail)
     st = time.perf_counter()
     try: ret = fn()
@@ -70,8 +69,8 @@ def _safe(fn: Callable[[], Any]) -> Any:
   except Exception as e: return f"unavailable: {type(e).__name__}: {e}"
 
 def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool) -> None:
-  from tinygrad import Tensor, dtypes
-  from explorer.algorithms import build_conv
+  Tensor, dtypes = tg.Tensor, tg.dtypes
+  from explorer.capture.algorithms import build_conv
   rng = np.random.default_rng(0)
   x_np = rng.standard_normal(spec.input_shape).astype(spec.dtype)
   w_np = (rng.standard_normal(spec.weight_shape) / np.sqrt(np.prod(spec.weight_shape[1:]))).astype(spec.dtype)

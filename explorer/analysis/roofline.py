@@ -2,7 +2,7 @@
 
 Peaks come from vendor spec sheets for known GPUs (matched by the driver's device name) and, for anything else (every CPU,
 unlisted GPUs, MIG slices), from a probe measured on the device itself through tinygrad, cached per device. No tinygrad here:
-device facts and the probe run in a worker (explorer.probe).
+device facts and the probe run in a worker (explorer.capture.probe).
 """
 from __future__ import annotations
 import html, json, math, os, pathlib, re, tempfile
@@ -84,21 +84,21 @@ def _store_cache(key: str, value: dict) -> None:
 
 def describe(device: str | None = None, timeout_s: float = 120.0) -> dict:
   """Device, hardware name, compiler, host (in a worker: it opens the device)."""
-  from explorer.worker import call_in_worker
-  return call_in_worker("explorer.probe:describe", {"device": device}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]  # type: ignore[return-value]
+  from explorer.capture.workers import call_in_worker
+  return call_in_worker("explorer.capture.probe:describe", {"device": device}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
 
 def list_devices(timeout_s: float = 120.0) -> dict:
-  from explorer.worker import call_in_worker
-  return call_in_worker("explorer.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]  # type: ignore[return-value]
+  from explorer.capture.workers import call_in_worker
+  return call_in_worker("explorer.capture.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
 
 def measured_peaks(info: dict, refresh: bool = False, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> dict:
   """The probe's FP32 FLOP/s and bandwidth for the device info describes: from the cache, else measured in a worker and cached.
   progress(stage, status, detail) hears what the worker measures, and its wait for the device."""
-  from explorer.worker import call_in_worker
+  from explorer.capture.workers import call_in_worker
   key = _cache_key(info)
   if not refresh and (hit := _load_cache().get(key)) is not None: return hit
-  # a measurement: the device's lock for the whole run, so that no trace or study times on it meanwhile (explorer.devicelock)
-  got: dict = call_in_worker("explorer.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},  # type: ignore[assignment]
+  # a measurement: the device's lock for the whole run, so that no trace or study times on it meanwhile (explorer.capture.devicelock)
+  got: dict = call_in_worker("explorer.capture.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},
                              timeout_s=timeout_s, exclusive=info["device"])[0]
   _store_cache(key, got)
   return got
@@ -186,7 +186,7 @@ def rate(x: float | None, unit: str) -> str:
   return f"{x / p:.4g} {s}{unit}"
 
 def table_text(rl: dict) -> str:
-  from explorer.cli import table
+  from explorer.text import table
   p, src = rl["peaks"], rl["sources"]
   head = [f"roofline: {rl['name']} ({rl['device']}{', ' + rl['model'] if rl['model'] else ''}), {rl['dtype']}"]
   for r in rl["plot"]["roofs"]: head.append(f"  {r['label']}: {rate(r['flops_per_s'], 'FLOP/s')} [{src.get(r['key'])}]")
@@ -204,7 +204,7 @@ def roofline_report(trace: dict, probe: str = "auto") -> str:
 
 def devices_report(probe: bool = False) -> str:
   """What `kernel-explorer devices` prints: each device this host opens, the default, spec-sheet and measured peaks."""
-  from explorer.cli import table
+  from explorer.text import table
   found, rows = list_devices(), []
   for d in found["devices"]:
     known = known_peaks(d["name"], d["device"]) or {}

@@ -2,12 +2,12 @@
 from __future__ import annotations
 from typing import Any
 import numpy as np
-from explorer import adapter as tg
+from explorer.capture import adapter as tg
 from explorer.spec import ConvSpec, Variant
 
 def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarray) -> list[tuple[int, Any]]:
-  from tinygrad import Tensor
-  from explorer.algorithms import build_conv
+  Tensor = tg.Tensor
+  from explorer.capture.algorithms import build_conv
   device = variant.device or tg.default_device()
   with tg.opt_context(variant.opt):
     x, w = Tensor(x_np, device=device), Tensor(w_np, device=device)
@@ -17,7 +17,7 @@ def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarra
 
 def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, repeats: int) -> list[dict]:
   """A, B, C, A, B, C...: each repeat runs every variant's kernels once, so drift on a shared machine hits all variants alike."""
-  from explorer.trace import stats
+  from explorer.capture.trace import stats
   s = ConvSpec.from_dict(spec)
   rng = np.random.default_rng(0)
   x_np, w_np = rng.standard_normal(s.input_shape).astype(s.dtype), rng.standard_normal(s.weight_shape).astype(s.dtype)
@@ -39,6 +39,6 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   for v, xs in zip(vs, totals):
     device = v.device or tg.default_device()
     compiler = tg.compiler_name(device)
-    # samples: the per-repeat totals, so callers can take ratios repeat by repeat (explorer.diff)
+    # samples: the per-repeat totals, so callers can take ratios repeat by repeat (explorer.analysis.diff)
     out.append({"total_s": stats(xs), "samples": xs, "device": device, "compiler": compiler, "fallback": tg.fallback_reason(device)})
   return out

@@ -1,9 +1,11 @@
 """`kernel-explorer`: trace a convolution from the command line, list presets and targets, serve the web app."""
 from __future__ import annotations
-import argparse, json, signal, sys, threading
-from typing import Callable, Sequence
-from explorer.spec import (COMPUTE_DEVICES, CONSTS, PRESETS, STAGINGS, TARGET_LABELS, TARGETS, TILES, WINO_IMPLS, ConvSpec, SpecError, Variant,
-                           device_problem)
+import argparse, json, os, signal, sys, threading
+from typing import Any, Callable, Sequence
+from explorer.cli.progress import StepBars
+from explorer.text import ms, si, table
+from explorer.spec import (COMPUTE_DEVICES, CONSTS, PRESETS, STAGES, STAGINGS, TARGET_LABELS, TARGETS, TILES, WINO_IMPLS, ConvSpec, SpecError,
+                           Variant, device_problem)
 
 class UsageError(Exception): pass
 
@@ -56,20 +58,6 @@ def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
 
 # ***** output *****
 
-def si(x: float | None, unit: str = "") -> str:
-  if x is None: return "-"
-  for p, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-    if abs(x) >= p: return f"{x/p:.2f}{s}{unit}"
-  return f"{x:.0f}{unit}"
-
-def ms(t: dict | None) -> str: return "-" if not t else f"{t['median']*1e3:.3f}"
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-  cells = [[str(c) for c in r] for r in rows]
-  widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-  line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-  return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, cells)])
-
 def summary(trace: dict) -> str:
   out = [f"{trace['label']}   device={trace['env']['device']} tinygrad={trace['env']['tinygrad']}"]
   out += [f"note: {n}" for n in trace["notes"]]
@@ -89,13 +77,12 @@ def summary(trace: dict) -> str:
 # ***** commands *****
 
 def cmd_trace(a: argparse.Namespace) -> int:
-  from explorer.worker import run_trace
+  from explorer.capture.run import run_trace
   spec, variant = case_from_args(a)
-  progress = (lambda st, status, d: print(f"  {st:<13} {status} {d}", file=sys.stderr, flush=True)) if not a.quiet else None
-  res = run_trace(spec, variant, progress, timeout_s=a.timeout, dump_io=a.dump_io)
+  with StepBars(a.quiet) as bars: res = run_trace(spec, variant, bars.bar("", STAGES), timeout_s=a.timeout, dump_io=a.dump_io)
   print(summary(res.trace))
   if a.roofline:
-    from explorer.roofline import roofline_report
+    from explorer.analysis.roofline import roofline_report
     print(roofline_report(res.trace))
   if a.json:
     with open(a.json, "w") as f: json.dump(res.trace, f, indent=1, default=str)
@@ -103,7 +90,7 @@ def cmd_trace(a: argparse.Namespace) -> int:
   return 0 if res.trace["status"] == "ok" else 1
 
 def cmd_devices(a: argparse.Namespace) -> int:
-  from explorer.roofline import devices_report
+  from explorer.analysis.roofline import devices_report
   print(devices_report(probe=a.probe))
   return 0
 
@@ -116,23 +103,56 @@ def cmd_targets(a: argparse.Namespace) -> int:
   return 0
 
 def cmd_study(a: argparse.Namespace) -> int:
-  from explorer.study import markdown, run_study
+  from explorer.analysis.study import markdown, run_study, study_steps
   spec = PRESETS[a.preset].validate()
-  progress = (lambda st, status, d: print(f"  {d}", file=sys.stderr, flush=True)) if not a.quiet else None
-  study = run_study(a.kind, spec, repeats=a.repeats, warmup=a.warmup, tile=a.tile, device=a.device, progress=progress, timeout_s=a.timeout)
+  with StepBars(a.quiet) as bars:
+    progress = bars.bar(f"study {a.kind}", study_steps(a.kind))
+    study = run_study(a.kind, spec, repeats=a.repeats, warmup=a.warmup, tile=a.tile, device=a.device, progress=progress, timeout_s=a.timeout)
   print(markdown(study))
   path = a.json or f"study-{a.kind}-{a.preset}.json"
   with open(path, "w") as f: json.dump(study, f, indent=1, default=str)
   print(f"wrote {path}", file=sys.stderr)
   return 0 if all(r["status"] == "ok" for r in study["rows"]) else 1
 
+# ***** diff: what A and B name *****
+
+def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: float = 600.0,
+              progress: Any = None) -> tuple[dict, bytes | None, str]:
+  """A trace from a JSON file, a quoted flag set (traced now, without timing: the diff re-times), or a stored trace id.
+  Returns (trace, rewrite blob or None, what it was)."""
+  import shlex
+  if os.path.isfile(arg):
+    from explorer.store import load_trace_file
+    return load_trace_file(arg), None, f"file {arg}"
+  if arg.lstrip().startswith("-"):
+    from explorer.capture.run import run_trace
+    p = Parser(prog="kernel-explorer diff (flag set)")
+    add_case_args(p)
+    tokens = shlex.split(arg)
+    a = p.parse_args(tokens)
+    def given(flag: str) -> bool: return any(t == flag or t.startswith(f"{flag}=") for t in tokens)
+    if not given("--target"): a.target = target
+    elif target not in a.target.split(","): a.target += f",{target}"
+    a.no_time = True
+    spec, variant = case_from_args(a)
+    res = run_trace(spec, variant, progress, timeout_s=a.timeout if given("--timeout") else timeout_s)
+    return res.trace, res.rewrites, f"flags {arg.strip()}"
+  return _load_stored(arg, db)
+
+def _load_stored(trace_id: str, db: str | None) -> tuple[dict, bytes | None, str]:
+  from explorer.store import find_stored
+  _, trace, blob = find_stored(trace_id, db, f"{trace_id!r} is not a trace file, not a flag set (those start with -)")
+  return trace, blob, f"stored trace {trace_id}"
+
 def cmd_diff(a: argparse.Namespace) -> int:
   from concurrent.futures import ThreadPoolExecutor
-  from explorer.diff import full_diff, load_side, summary as diff_summary
-  def say(side: str): return (lambda st, status, d: print(f"  {side} {st:<13} {status} {d}", file=sys.stderr, flush=True)) if not a.quiet else None
-  with ThreadPoolExecutor(2) as pool:  # flag sets trace in two workers at once
-    (ta, ba, _), (tb, bb, _) = pool.map(lambda sd: load_side(sd[0], a.target, a.db, a.timeout, say(sd[1])), ((a.a, "A"), (a.b, "B")))
-  d = full_diff(ta, tb, ba, bb, a.target, time=not a.no_time, repeats=a.repeats, warmup=a.warmup, timeout_s=a.timeout)
+  from explorer.analysis.diff import DIFF_STEPS, full_diff, summary as diff_summary
+  with StepBars(a.quiet) as bars:
+    with ThreadPoolExecutor(2) as pool:  # flag sets trace in two workers at once
+      sides = ((a.a, bars.bar("A", STAGES)), (a.b, bars.bar("B", STAGES)))
+      (ta, ba, _), (tb, bb, _) = pool.map(lambda side: load_side(side[0], a.target, a.db, a.timeout, side[1]), sides)
+    d = full_diff(ta, tb, ba, bb, a.target, time=not a.no_time, repeats=a.repeats, warmup=a.warmup, timeout_s=a.timeout,
+                  progress=bars.bar("A vs B", DIFF_STEPS))
   print(diff_summary(d))
   if a.json:
     with open(a.json, "w") as f: json.dump(d, f, indent=1, default=str)
@@ -140,7 +160,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
   return 0 if ta["status"] == tb["status"] == "ok" else 1
 
 def cmd_export(a: argparse.Namespace) -> int:
-  from explorer.export import export_file
+  from explorer.present.export import export_file
   say = (lambda m: print(f"  {m}", file=sys.stderr, flush=True)) if not a.quiet else (lambda m: None)
   text = export_file(a.source, a.format, a.db, a.timeout, say=say)
   if a.output == "-": sys.stdout.write(text)
@@ -178,8 +198,8 @@ def add_settings_flags(p: argparse.ArgumentParser) -> None:
   g = p.add_argument_group("limits and settings (each also an environment variable; see the README's settings table)")
   for st in SETTINGS:
     if st.name in SECRET_OR_SHARED: continue
-    kind = type(st.default) if isinstance(st.default, (int, float)) else str
-    g.add_argument(f"--{st.name.replace('_', '-')}", dest=f"set_{st.name}", type=_not_negative(kind), default=None, metavar=kind.__name__.upper(),
+    flag, kind = f"--{st.name.replace('_', '-')}", st.kind
+    g.add_argument(flag, dest=f"set_{st.name}", type=_not_negative(kind), default=None, metavar=kind.__name__.upper(),
                    help=f"{st.help} [{ENV_PREFIX}{st.name.upper()}, default {st.default}]".replace("%", "%%"))
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,7 +261,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 def stop_on_signal(signum: int, frame: object) -> None:
   """Every running worker's process group is killed before the command exits (its `finally` blocks run too)."""
-  from explorer.worker import stop_all
+  from explorer.capture.workers import stop_all
   stop_all()
   raise SystemExit(128 + signum)
 
@@ -252,14 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig, handler in before.items(): signal.signal(sig, handler)
 
 def _run(argv: Sequence[str] | None) -> int:
-  from explorer.worker import TraceFailed
+  from explorer.capture.workers import WorkerFailed
   try:
     a = build_parser().parse_args(argv)
     return a.fn(a)
   except (UsageError, SpecError, argparse.ArgumentTypeError) as e:
     print(f"kernel-explorer: {e}", file=sys.stderr)
     return 2
-  except TraceFailed as e:
+  except WorkerFailed as e:
     print(f"kernel-explorer: trace failed: {e}", file=sys.stderr)
     return 1
 

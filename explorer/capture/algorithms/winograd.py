@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 import numpy as np
-from tinygrad import Tensor
+from explorer.capture.adapter import Tensor
 from explorer.spec import ConvSpec
 
 Matrix = list[list[float]]

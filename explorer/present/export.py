@@ -3,12 +3,13 @@ summary, kernel table, bufferize tables, the tensor graph, kernel graph and ever
 per target (highlighted), timings and annotations. CSS and JS are inlined; nothing refers to a server, a CDN or another file.
 
 No tinygrad here. The web server hands over graphs laid out by its GraphService (and cache); the command line takes cached layouts
-from the store and expands the rest from the rewrite blob in a worker (explorer.export_worker), laid out with the local graphviz.
+from the store and expands the rest from the rewrite blob in a worker (explorer.present.export_worker), laid out with the local graphviz.
 """
 from __future__ import annotations
 import datetime, json, os, re
 from typing import Any, Callable
-from explorer import __version__, graphs
+from explorer import __version__
+from explorer.present import graphs
 
 GraphBlock = dict  # {"ref", "title", "svg" | None, "notes": [...], "error": str | None, "shown_nodes", "total_nodes"}
 
@@ -41,19 +42,19 @@ def localize_svg(svg: str, prefix: str) -> str:
   return _OTHER_LINK_RE.sub("", svg)
 
 def _static(name: str) -> str:
-  from explorer.web.render import STATIC_DIR
+  from explorer.present.render import STATIC_DIR
   return (STATIC_DIR / name).read_text()
 
 def inline_assets() -> dict[str, str]:
-  from explorer.web.render import pygments_css
+  from explorer.present.render import pygments_css
   return {"css": _static("explorer.css") + "\n" + pygments_css(), "panzoom": _static("vendor/svg-pan-zoom-3.6.2.min.js")}
 
 def render_html(trace: dict, trace_id: str, graph_blocks: dict[str, GraphBlock], annotations: list[dict] | None = None,
                 origin: str = "") -> str:
   """The standalone page. graph_blocks: by graph reference (graph_refs), each laid out or with the reason it is not."""
   from markupsafe import Markup
-  from explorer.web.render import make_templates
-  env = make_templates().env
+  from explorer.present.render import environment
+  env = environment()
   blocks = {ref: {**b, "svg": Markup(localize_svg(b["svg"], "g" + re.sub(r"\W", "-", ref))) if b.get("svg") else None}
             for ref, b in graph_blocks.items()}
   assets = {k: Markup(v) for k, v in inline_assets().items()}
@@ -73,7 +74,7 @@ def load(arg: str, db: str | None = None) -> tuple[dict, str, bytes | None, Any]
 def local_graphs(trace: dict, trace_id: str, blob: bytes | None, store: Any = None, node_limit: int = graphs.MAX_NODES,
                  timeout_s: float = 600.0, say: Callable[[str], None] = lambda s: None) -> dict[str, GraphBlock]:
   """Every export graph: the server's cached layout where the store has one, else built here (UOp graphs from the blob, in a worker)."""
-  from explorer.web.graphing import graph_title, parse_ref
+  from explorer.present.graphs import graph_title, parse_ref
   out: dict[str, GraphBlock] = {}
   missing: dict[str, int] = {}
   for ref in graph_refs(trace):
@@ -90,12 +91,12 @@ def local_graphs(trace: dict, trace_id: str, blob: bytes | None, store: Any = No
     else: missing[ref] = sink
   if missing:
     say(f"expanding {len(missing)} graph(s) from the rewrite blob")
-    from explorer.worker import TraceFailed, call_in_worker
+    from explorer.capture.workers import WorkerFailed, call_in_worker
     why = ""
     try:
-      got, _ = call_in_worker("explorer.export_worker:sink_graphs", {"blob": blob, "sinks": sorted(set(missing.values()))}, timeout_s=timeout_s,
-                              env={"VIZ": "0"})
-    except TraceFailed as e: got, why = {}, f"the rewrite blob could not be expanded here: {e}"
+      got, _ = call_in_worker("explorer.present.export_worker:sink_graphs", {"blob": blob, "sinks": sorted(set(missing.values()))},
+                              timeout_s=timeout_s, env={"VIZ": "0"})
+    except WorkerFailed as e: got, why = {}, f"the rewrite blob could not be expanded here: {e}"
     for ref, sink in missing.items():
       title = graph_title(trace, parse_ref(ref))
       out[ref] = _laid_out(ref, title, got[sink], node_limit, trace_id) if sink in got else _failed(ref, title, why)

@@ -5,21 +5,18 @@ overlap with scheduling, host codegen and the run instead of adding to them. The
 the explorer shows codegen passes for the host only.
 """
 from __future__ import annotations
-import multiprocessing as mp
 import os
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from typing import Any
-from explorer import lifeline
+from explorer.capture.pool import WorkerPool
 
-def _init(parent_pid: int) -> None:
-  lifeline.die_with_parent(parent_pid)  # the trace worker's group is killed whole; a worker that dies takes its renders along too
-  lifeline.watch(parent_pid)
+def _init() -> None:
   os.environ["VIZ"] = "0"  # before tinygrad is imported in this process: no tracking
-  import explorer.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules
+  import explorer.capture.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules
 
 def _render_target(asts: list[Any], target: str) -> list[tuple[str, str]]:
   """Per kernel: ("ok", source) | ("error", message)."""
-  from explorer import adapter as tg
+  from explorer.capture import adapter as tg
   renderer = tg.render_target(target)
   out = []
   for ast in asts:
@@ -28,12 +25,12 @@ def _render_target(asts: list[Any], target: str) -> list[tuple[str, str]]:
   return out
 
 class RenderPool:
-  """One process per target (up to `processes`): once host codegen is done, the renders share both cores."""
+  """One process per target (up to `processes`): once host codegen is done, the renders share both cores. They run inside the trace
+  worker, under its limits: its data limit and priority are inherited, and its process group (and watchdog) bounds them."""
   def __init__(self, processes: int = 2) -> None:
-    self.pool = ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(os.getpid(),))
-    for _ in range(processes): self.pool.submit(int)  # start the processes (and their imports) now
+    self.pool = WorkerPool(processes, initializer=_init).start()
 
   def submit(self, asts: list[Any], targets: tuple[str, ...]) -> dict[str, Future]:
     return {t: self.pool.submit(_render_target, asts, t) for t in targets}
 
-  def close(self) -> None: self.pool.shutdown(wait=True, cancel_futures=True)  # let the processes exit cleanly: nothing leaks
+  def close(self) -> None: self.pool.close(wait=True)  # let the processes exit cleanly: nothing leaks

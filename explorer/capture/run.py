@@ -1,0 +1,24 @@
+"""A trace in a worker: run_trace is what the CLI, the web's jobs, the studies and the diff call; trace_in_worker is the function the
+worker runs (it imports tinygrad, through explorer.capture.trace, for the first time in that process)."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from typing import Any
+from explorer.capture.workers import Limits, Live, Progress, call_in_worker
+from explorer.spec import ConvSpec, Variant
+
+@dataclass
+class TraceResult:
+  trace: dict[str, Any]
+  rewrites: bytes
+  progress: list[tuple[str, str, str]] = field(default_factory=list)
+
+def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str, Any], dump_io: str | None) -> tuple[dict[str, Any], bytes]:
+  from explorer.capture.trace import capture
+  return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io)
+
+def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
+              dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None) -> TraceResult:
+  """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends."""
+  (trace, blob), seen = call_in_worker("explorer.capture.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
+                                       "dump_io": dump_io}, progress, timeout_s, limits=limits, live=live)
+  return TraceResult(trace, blob, seen)

@@ -1,0 +1,189 @@
+"""Work out of process, one way: every trace, render, diff measurement, export graph, device probe and graph layout runs in a
+worker process under one set of Limits (wall-clock time, memory, output size, CPU priority) and fails with one vocabulary
+(WorkerFailed and its kinds). Two shapes: call_in_worker starts a fresh process per call (a trace: tinygrad's caches and context
+variables cannot leak between variants, and tracking is switched on before tinygrad is imported), and explorer.capture.pool
+keeps warm processes for many short calls (renders inside a trace, graph layout in the server). Both enter their limits with
+enter_limits and die with their parent (explorer.capture.lifeline).
+
+Memory: RLIMIT_DATA in each process (inherited by what it starts: render processes, compilers), so a big allocation fails there
+with MemoryError, plus a watch on the resident memory of the worker's whole process group. Not RLIMIT_AS: GPU runtimes (CUDA,
+tinygrad's NV) reserve terabytes of address space they never touch.
+
+Why our own supervision and not pebble or loky: a trace worker reports progress while it runs and stops at a gate until its
+parent holds the device's timing lock (explorer.capture.devicelock: progress("timing", "start", DEVICE) waits for it); it leads a
+process group whose every member (render processes, a hung compiler) is killed with it and whose resident total is watched; and it
+must die when its parent does. Neither library offers a progress channel with a gate, group kill or group memory watch; the pool
+(explorer.capture.pool) does build on the standard library's ProcessPoolExecutor."""
+from __future__ import annotations
+import multiprocessing as mp
+import importlib, os, pickle, resource, signal, time, traceback
+from contextlib import suppress
+from multiprocessing.connection import Connection
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+from explorer.capture import lifeline
+from explorer.capture.devicelock import HeldLocks
+from explorer.capture.lifeline import group_rss_mb
+
+DEFAULT_TIMEOUT_S = 600.0
+GATED_STAGE = "timing"  # its start waits for the device lock
+WATCH_S = lifeline.WATCH_S  # how often the parent reads the worker group's memory
+Progress = Callable[[str, str, str], None]
+Live = dict[int, mp.process.BaseProcess]  # running workers by pid
+
+# ***** one error vocabulary: the message is one line a page or a terminal shows as it is *****
+
+class WorkerFailed(RuntimeError):
+  """Work out of process failed: the work raised (the message is its first line), or one of the kinds below."""
+
+class WorkerTimedOut(WorkerFailed):
+  """Past its wall-clock limit (waiting for a device lock counts); it was stopped."""
+
+class WorkerOutOfMemory(WorkerFailed):
+  """Its processes together went over the memory limit; they were stopped."""
+
+class WorkerCrashed(WorkerFailed):
+  """It died without a word: a signal (a segfault, SIGKILL, the kernel's OOM killer) or an exit."""
+
+class OutputTooLarge(WorkerFailed):
+  """Its result is over the output cap."""
+
+class WorkersBusy(WorkerFailed):
+  """Too many calls are already waiting for a worker (a pool's bound): try again shortly."""
+
+# ***** one set of limits *****
+
+@dataclass(frozen=True)
+class Limits:
+  timeout_s: float = DEFAULT_TIMEOUT_S  # wall-clock limit of one call
+  memory_mb: int = 0                   # data limit of the worker and each process it starts, and of their resident total; 0: none
+  max_output_mb: float = 256.0         # largest pickled result
+  nice: int = 0                        # CPU priority below the caller's (a nice increment), inherited by the processes it starts
+
+  @classmethod
+  def from_settings(cls, settings: Any = None, timeout_s: float | None = None) -> Limits:
+    """trace_timeout_s (or timeout_s), worker_memory_mb, max_output_mb and worker_nice of the settings (default: the environment's)."""
+    from explorer.settings import Settings
+    s = settings if settings is not None else Settings.load()
+    return cls(float(timeout_s if timeout_s is not None else s.trace_timeout_s), int(s.worker_memory_mb), float(s.max_output_mb),
+               int(s.worker_nice))
+
+  def with_timeout(self, timeout_s: float | None) -> Limits: return self if timeout_s is None else replace(self, timeout_s=float(timeout_s))
+
+  def check_output(self, nbytes: int) -> None:
+    if nbytes > self.max_output_mb * 2**20:
+      raise OutputTooLarge(f"the result is {nbytes / 2**20:.2f} MiB, over the output cap of {self.max_output_mb:.2f} MiB")
+
+def enter_limits(limits: Limits, parent_pid: int, deadline: float | None = None, own_group: bool = False) -> None:
+  """Called first in every worker process: die with the parent, the data limit, the priority, and the watchdog that keeps the time
+  and memory limits when the parent cannot (own_group: this process leads a group of its own, stopped and measured whole)."""
+  lifeline.die_with_parent(parent_pid)
+  lifeline.watch(parent_pid, deadline, limits.memory_mb, own_group=own_group)
+  if limits.memory_mb: resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_mb << 20, limits.memory_mb << 20))
+  if limits.nice: os.nice(limits.nice)
+
+def _child(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Limits, out: Connection, gate: Connection, parent_pid: int,
+           deadline: float) -> None:
+  try:
+    os.setpgid(0, 0)  # a process group of its own: the parent measures and kills the worker with everything it starts
+    enter_limits(limits, parent_pid, deadline, own_group=True)  # they hold if the parent is SIGKILLed or hangs
+    os.environ.update(env)  # before the target's imports bring in tinygrad
+    module, name = fn_path.split(":")
+    fn = getattr(importlib.import_module(module), name)
+    def progress(stage: str, status: str, detail: str) -> None:
+      if stage == GATED_STAGE and status == "start":
+        out.send(("gate", detail))  # detail: the device(s) about to be timed
+        if gate.recv() != "go": raise WorkerFailed("the parent did not let the timing stage start")
+      out.send(("progress", (stage, status, detail)))
+    result = pickle.dumps(fn(progress=progress, **kwargs))
+    limits.check_output(len(result))
+    out.send(("result", result))
+  except OutputTooLarge as e:
+    with suppress(OSError): out.send(("too large", str(e)))
+  except BaseException as e:  # noqa: BLE001 - anything the work raises must reach the parent as data
+    with suppress(OSError): out.send(("failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+  finally:
+    out.close()
+
+def call_in_worker(fn_path: str, kwargs: dict[str, Any], progress: Progress | None = None, timeout_s: float | None = None,
+                   env: dict[str, str] | None = None, limits: Limits | None = None,
+                   exclusive: str | None = None, live: Live | None = None) -> tuple[Any, list[tuple[str, str, str]]]:
+  """Call module:function(progress=..., **kwargs) in a fresh spawned process; progress is relayed to this process.
+  limits: default Limits.from_settings(); timeout_s overrides its time limit. exclusive: a device whose lock is held for the whole
+  run (a measurement from start to end). Waiting for a device lock counts against the time limit. live: a dict that holds the
+  worker process by pid while it runs (besides LIVE), for its owner to stop."""
+  limits = (limits if limits is not None else Limits.from_settings()).with_timeout(timeout_s)
+  timeout_s = limits.timeout_s
+  deadline = time.monotonic() + timeout_s
+  held = HeldLocks()
+  def waiting(dev: str) -> None:
+    if progress is not None: progress(GATED_STAGE, "start", f"waiting for the {dev} device: another measurement is running")
+  def take(devices: str) -> None:
+    if (busy := held.acquire(devices, deadline, waiting)) is not None:
+      raise WorkerTimedOut(f"the worker exceeded its time limit of {timeout_s:.0f}s waiting for the {busy} device (other measurements held it)")
+  try:
+    if exclusive: take(exclusive)
+    return _supervise(fn_path, kwargs, progress, timeout_s, deadline, env or {}, limits, held, take, keep=bool(exclusive), live=live)
+  finally: held.release()
+
+def _supervise(fn_path: str, kwargs: dict[str, Any], progress: Progress | None, timeout_s: float, deadline: float, env: dict[str, str],
+               limits: Limits, held: HeldLocks, take: Callable[[str], None], keep: bool, live: Live | None) -> tuple[Any, list[tuple[str, str, str]]]:
+  ctx = mp.get_context("spawn")
+  recv, send = ctx.Pipe(duplex=False)  # pipes, not Queues: no semaphores for a killed worker to leak
+  gate_recv, gate_send = ctx.Pipe(duplex=False)
+  # not a daemon: a trace starts its own render processes; its whole process group is killed below whatever happens
+  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env, limits, send, gate_recv, os.getpid(), deadline), daemon=False)
+  proc.start()
+  for registry in (LIVE, live if live is not None else {}): registry[proc.pid] = proc  # type: ignore[index]
+  send.close(); gate_recv.close()
+  seen: list[tuple[str, str, str]] = []
+  next_watch = time.monotonic() + WATCH_S
+  try:
+    while True:
+      if time.monotonic() >= next_watch:
+        next_watch = time.monotonic() + WATCH_S
+        if limits.memory_mb and (rss := group_rss_mb(proc.pid)) > limits.memory_mb:  # type: ignore[arg-type]
+          raise WorkerOutOfMemory(f"the worker's processes used {rss:.0f} MiB, over the memory limit of {limits.memory_mb} MiB; it was stopped")
+      if not recv.poll(min(WATCH_S, max(0.01, deadline - time.monotonic()))):
+        if time.monotonic() > deadline: raise WorkerTimedOut(f"the worker exceeded its time limit of {timeout_s:.0f}s")
+        continue
+      try: kind, payload = recv.recv()
+      except EOFError:  # the worker is gone without a word
+        proc.join(timeout=5)
+        raise WorkerCrashed(_death(proc.exitcode) + (f"; it had a memory limit of {limits.memory_mb} MiB" if limits.memory_mb else "")) from None
+      if kind == "gate":
+        take(payload)
+        gate_send.send("go")
+      elif kind == "progress":
+        seen.append(payload)
+        if progress is not None: progress(*payload)
+        if payload[0] == GATED_STAGE and payload[1] in ("done", "error") and not keep: held.release()
+      elif kind == "result": return pickle.loads(payload), seen  # our own worker's pickle, never a client's bytes
+      elif kind == "too large": raise OutputTooLarge(payload)
+      else: raise WorkerFailed(payload.splitlines()[0] if payload else "the worker failed")
+  finally:
+    proc.join(timeout=0.5 if proc.is_alive() else 0)  # a worker that sent its result is exiting
+    kill_group(proc)  # and whatever is left: the worker if it hangs, render processes orphaned by a crash, a hung compiler
+    proc.join(timeout=5)
+    for registry in (LIVE, live if live is not None else {}): registry.pop(proc.pid, None)  # type: ignore[arg-type]
+    recv.close(); gate_send.close()
+
+def _death(code: int | None) -> str:
+  if code is not None and code < 0:
+    try: name = signal.Signals(-code).name
+    except ValueError: name = f"signal {-code}"
+    return f"the worker was killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+  return f"the worker died (exit code {code})"
+
+# ***** the worker's process group: it and everything it starts, orphans of a crash included *****
+
+LIVE: Live = {}  # this process's running workers by pid: stop_all() ends them at a signal or shutdown
+
+def kill_group(proc: mp.process.BaseProcess) -> None:
+  """SIGKILL the worker's group (a pid that leads a live group is never reused), and the worker if it had no time to make its group."""
+  with suppress(OSError): os.killpg(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
+  if proc.is_alive(): proc.kill()
+
+def stop_all() -> None:
+  """SIGKILL every running worker's group (safe in a signal handler): the caller is exiting, and no worker outlives it."""
+  for proc in list(LIVE.values()): kill_group(proc)

@@ -1,0 +1,2 @@
+"""`kernel-explorer`: the command line."""
+from explorer.cli.main import main as main

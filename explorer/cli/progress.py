@@ -1,0 +1,37 @@
+"""Progress of the CLI's slow steps on stderr: rich progress bars on a terminal (one bar per trace or study, advancing as each stage
+finishes), one plain line per event anywhere else (a log, CI, a test's captured stderr), nothing with --quiet."""
+from __future__ import annotations
+import sys
+from types import TracebackType
+from typing import Callable, Sequence
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+Callback = Callable[[str, str, str], None]
+FINISHED = ("done", "error", "skipped")
+
+class StepBars:
+  def __init__(self, quiet: bool = False, console: Console | None = None) -> None:
+    self.quiet, self.console = quiet, console or Console(stderr=True)
+    self.bars: Progress | None = None
+
+  def __enter__(self) -> StepBars:
+    if not self.quiet and self.console.is_terminal:
+      self.bars = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           TextColumn("{task.fields[detail]}", style="dim"), console=self.console)
+      self.bars.start()
+    return self
+
+  def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    if self.bars is not None: self.bars.stop()
+
+  def bar(self, label: str, steps: Sequence[str]) -> Callback | None:
+    """A progress callback (step, status, detail) for work whose steps are `steps`; None with --quiet."""
+    if self.quiet: return None
+    if self.bars is None:
+      prefix = f"{label} " if label else ""
+      return lambda step, status, detail: print(f"  {prefix}{step:<13} {status} {detail}", file=sys.stderr, flush=True)
+    bars, task = self.bars, self.bars.add_task(label or "trace", total=len(steps), detail="")
+    def update(step: str, status: str, detail: str) -> None:
+      bars.update(task, description=f"{label} {step}".strip(), detail=detail[:80], advance=1 if status in FINISHED and step in steps else 0)
+    return update

@@ -1,0 +1,82 @@
+"""Templates, number formatting and source highlighting, shared by the web pages and the self-contained export (no FastAPI)."""
+from __future__ import annotations
+import functools, json, pathlib, re, time
+from typing import Any, Callable
+import jinja2
+from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexer import Lexer
+from pygments.lexers import CLexer, CppLexer, CudaLexer, LlvmLexer, PtxLexer, TextLexer, WgslLexer
+from explorer.present.graphs import fmt_bytes, fmt_seconds
+
+TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"
+STATIC_DIR = pathlib.Path(__file__).resolve().parent.parent / "static"
+
+TARGET_LABELS = {"host": "Host", "cuda": "CUDA", "metal": "Metal", "opencl": "OpenCL", "clang": "C (clang)", "llvm": "LLVM IR", "ptx": "PTX",
+                 "wgsl": "WGSL"}
+LEXERS: dict[str, type[Lexer]] = {"cuda": CudaLexer, "metal": CppLexer, "opencl": CLexer, "clang": CLexer, "llvm": LlvmLexer, "ptx": PtxLexer,
+                                  "wgsl": WgslLexer}
+FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False, linenos="table", lineanchors="L", anchorlinenos=False, wrapcode=True)
+
+def lexer_for(target: str, source: str) -> Lexer:
+  if target == "host": return LlvmLexer() if re.search(r"^\s*define\s", source, re.M) else CLexer()
+  return LEXERS.get(target, TextLexer)()
+
+@functools.lru_cache(maxsize=256)
+def highlighted(target: str, source: str) -> Markup:
+  return Markup(highlight(source, lexer_for(target, source), FORMATTER))
+
+def pygments_css() -> str:
+  """The highlighting style, scoped to .hl (pygments also emits global pre/td rules, which would restyle the whole page)."""
+  return "\n".join(ln for ln in FORMATTER.get_style_defs(".hl").splitlines() if ln.startswith(".hl"))
+
+def fmt_count(n: Any) -> str: return "–" if n is None else f"{n:,}"
+
+def fmt_flops(n: float | None) -> str:
+  if n is None: return "–"
+  for unit, div in (("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+    if n >= div: return f"{n/div:.2f} {unit}"
+  return f"{n:.0f} FLOP"
+
+def fmt_rate(n: float | None, unit: str) -> str: return "–" if n is None else f"{n:.2f} {unit}" if n < 100 else f"{n:.0f} {unit}"
+
+def kernel_time(k: dict) -> float | None: return (k.get("time_s") or {}).get("median")
+
+def gflops(k: dict) -> float | None:
+  t = kernel_time(k)
+  return k["flops"] / t / 1e9 if t and k.get("flops") else None
+
+def gbps(k: dict) -> float | None:
+  t = kernel_time(k)
+  return k["bytes"] / t / 1e9 if t and k.get("bytes") else None
+
+def fmt_size(xs: list | None) -> str: return "–" if not xs else "×".join(str(x) for x in xs)
+
+def fmt_ago(ts: float | None) -> str:
+  if ts is None: return "–"
+  d = max(0.0, time.time() - ts)
+  for unit, s in (("d", 86400), ("h", 3600), ("min", 60)):
+    if d >= s: return f"{d // s:.0f} {unit} ago"
+  return "just now"
+
+def defined(fn: Callable[..., str]) -> Callable[..., str]:
+  """A formatting filter that reads a missing value (jinja's Undefined) as None: failed traces lack whole sections."""
+  return lambda x, *a: fn(None if isinstance(x, jinja2.Undefined) else x, *a)
+
+HTML_SAFE_JSON = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"})
+
+def tojson_compact(x: Any) -> Markup:
+  """JSON safe in a single-quoted HTML attribute or a <script>: <, >, & and ' escaped as JSON \\u escapes, as jinja's tojson does."""
+  return Markup(json.dumps(x, separators=(",", ":")).translate(HTML_SAFE_JSON))
+
+def environment() -> jinja2.Environment:
+  """The Jinja environment of explorer/templates with the formatting filters and globals every page and the export use."""
+  env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=jinja2.select_autoescape(), trim_blocks=True,
+                           lstrip_blocks=True)
+  formats: dict[str, Callable[..., str]] = dict(bytes=fmt_bytes, seconds=fmt_seconds, count=fmt_count, flops=fmt_flops, size=fmt_size, ago=fmt_ago)
+  env.filters.update({k: defined(f) for k, f in formats.items()})
+  env.filters["tojson_compact"] = tojson_compact
+  env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
+                     highlighted=highlighted)
+  return env

@@ -1,0 +1,28 @@
+"""Text for terminals and summaries, shared by the CLI and the analyses that print reports: SI units, milliseconds, tables
+(rendered by rich, without colour or markup, so they read the same in a terminal, a log and a test)."""
+from __future__ import annotations
+import io
+from typing import Sequence
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+def si(x: float | None, unit: str = "") -> str:
+  if x is None: return "-"
+  for p, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    if abs(x) >= p: return f"{x/p:.2f}{s}{unit}"
+  return f"{x:.0f}{unit}"
+
+def ms(t: dict[str, float] | None) -> str:
+  """A timing record's median in milliseconds."""
+  return "-" if not t else f"{t['median']*1e3:.3f}"
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+  """Left-aligned first column, right-aligned numbers; cells are plain text (a kernel name or an opt list is never read as markup)."""
+  t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+  for i, h in enumerate(headers): t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+  for r in rows: t.add_row(*(Text(str(c)) for c in r))
+  out = io.StringIO()
+  Console(file=out, width=100_000, color_system=None, force_terminal=False).print(t)
+  return "\n".join(line.rstrip() for line in out.getvalue().splitlines() if line.strip())
