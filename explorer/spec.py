@@ -8,6 +8,11 @@ DTYPES = {"float32": 4, "float16": 2}
 TARGET_LABELS = {"cuda": "CUDA C for sm_90 (H100)", "metal": "Metal for Apple9 (M3)", "opencl": "OpenCL C", "clang": "C for clang (x86_64)",
                  "llvm": "LLVM IR (x86_64)", "ptx": "PTX for sm_90", "wgsl": "WGSL (WebGPU)"}
 TARGETS = tuple(TARGET_LABELS)
+# the architecture each target renders for, as its device would configure its renderer: CUDA and PTX follow Variant.cuda_arch, Metal
+# Variant.metal_arch (with that arch's tensor cores); OpenCL's is the device's extension string (none: half is emulated)
+CUDA_ARCHES = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+METAL_ARCHES = ("Apple7", "Apple8", "Apple9")
+FIXED_ARCHES = {"opencl": "", "clang": "x86_64", "llvm": "x86_64", "wgsl": ""}
 ALGOS = ("direct", "winograd")
 WINO_IMPLS = ("builtin", "explorer")
 TILES = ("F(4,3)", "F(2,3)")
@@ -132,6 +137,8 @@ class Variant:
   time: bool = True
   fallback: bool = False  # run the direct algorithm (with a note) where Winograd does not apply
   device: str | None = None  # None: tinygrad's default device on the host
+  cuda_arch: str = "sm_90"   # the arch the cuda and ptx targets render and compile for
+  metal_arch: str = "Apple9"
   notes: tuple[str, ...] = field(default=(), compare=False)
 
   @property
@@ -146,6 +153,7 @@ class Variant:
     if not self.targets: raise SpecError(f"name at least one render target: {', '.join(TARGETS)}")
     if bad := [t for t in self.targets if t not in TARGETS]: raise SpecError(f"unknown target(s) {', '.join(bad)}; known: {', '.join(TARGETS)}")
     if len(set(self.targets)) != len(self.targets): raise SpecError("targets are listed more than once")
+    one_of("cuda_arch", CUDA_ARCHES); one_of("metal_arch", METAL_ARCHES)
     if any(not isinstance(v, int) or isinstance(v, bool) for v in (self.warmup, self.repeats)) \
        or not 0 <= self.warmup <= max_repeats or not 1 <= self.repeats <= max_repeats:
       raise SpecError(f"warmup must be 0..{max_repeats} and repeats 1..{max_repeats}")
@@ -171,6 +179,10 @@ class Variant:
     if not self.fallback: raise SpecError(f"{problem} (use --fallback to run the direct algorithm instead)")
     return dataclasses.replace(self, algo="direct", wino_impl="builtin", tile="F(4,3)", staging="staged", consts="symbolic",
                                notes=self.notes + (f"fell back to the direct algorithm: {problem}",))
+
+  def arch(self, target: str) -> str:
+    """The architecture `target` renders for under this variant."""
+    return {"cuda": self.cuda_arch, "ptx": self.cuda_arch, "metal": self.metal_arch}.get(target, FIXED_ARCHES.get(target, ""))
 
   def label(self) -> str:
     if self.algo == "direct": s = "direct"

@@ -14,7 +14,7 @@ for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k
 
 import atexit, collections, contextlib, ctypes, functools, glob, io, pickle, platform, re, subprocess, time, zlib
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 import tinygrad
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.codegen import do_to_program, to_program
@@ -59,17 +59,40 @@ def _deviceless(cls: type[Renderer], target: Target, **attrs: Any) -> Renderer:
   r.compiler = Compiler()  # tinygrad's base Compiler returns the source as the "binary": codegen stops at rendering
   return r
 
-RENDER_TARGETS: dict[str, Any] = {  # keys: explorer.spec.TARGETS
-  "cuda": lambda: _deviceless(CUDARenderer, Target("CUDA", "CUDA", "sm_90"), tensor_cores=tc.get_cuda("sm_90")),
-  "metal": lambda: _deviceless(MetalRenderer, Target("METAL", "METAL", "Apple9"), tensor_cores=tc.metal),
-  "opencl": lambda: _deviceless(OpenCLRenderer, Target("CL", "CL", "")),
-  "clang": lambda: _deviceless(ClangRenderer, Target("CPU", "CLANG", "x86_64")),
-  "llvm": lambda: _deviceless(CPULLVMRenderer, Target("CPU", "LLVM", "x86_64")),
-  "ptx": lambda: _deviceless(PTXRenderer, Target("CUDA", "PTX", "sm_90"), tensor_cores=PTXRenderer.tc_sm80),
-  "wgsl": lambda: _deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", "")),
-}
+def _metal_tensor_cores(arch: str) -> list:  # as MetalRenderer.__init__: Apple7 (M1) and later
+  return tc.metal if arch.startswith("Apple") and arch[5:].isdigit() and int(arch[5:]) >= 7 else []
 
-def render_target(name: str) -> Renderer: return RENDER_TARGETS[name]()
+# each target's renderer as its device would configure it for arch (keys: explorer.spec.TARGETS; arches: explorer.spec.TARGET_ARCHES).
+# CUDA keeps device "CUDA" in its Target: tinygrad's TF32 tensor-core rule checks it.
+RENDER_TARGETS: dict[str, Any] = {
+  "cuda": lambda arch: _deviceless(CUDARenderer, Target("CUDA", "CUDA", arch), tensor_cores=tc.get_cuda(arch)),
+  "metal": lambda arch: _deviceless(MetalRenderer, Target("METAL", "METAL", arch), tensor_cores=_metal_tensor_cores(arch)),
+  "opencl": lambda arch: _deviceless(OpenCLRenderer, Target("CL", "CL", arch)),
+  "clang": lambda arch: _deviceless(ClangRenderer, Target("CPU", "CLANG", arch)),
+  "llvm": lambda arch: _deviceless(CPULLVMRenderer, Target("CPU", "LLVM", arch)),
+  "ptx": lambda arch: _deviceless(PTXRenderer, Target("CUDA", "PTX", arch), tensor_cores=PTXRenderer.tc_sm80 if int(arch[3:]) >= 80 else []),
+  "wgsl": lambda arch: _deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", arch)),
+}
+TARGET_OF_RENDERER = {ClangRenderer: "clang", CPULLVMRenderer: "llvm", CUDARenderer: "cuda", PTXRenderer: "ptx", MetalRenderer: "metal",
+                      OpenCLRenderer: "opencl", WGSLRenderer: "wgsl"}
+
+def render_target(name: str, arch: str) -> Renderer: return RENDER_TARGETS[name](arch)
+
+def target_name(renderer: Renderer) -> str:
+  """The explorer's name for the target a renderer renders (the host's own renderer included): clang, cuda, ..."""
+  return next((n for cls, n in TARGET_OF_RENDERER.items() if type(renderer) is cls), type(renderer).__name__.removesuffix("Renderer").lower())
+
+def renderer_arch(renderer: Renderer) -> str: return renderer.target.arch
+
+def without_beam(ast: UOp) -> tuple[UOp, int]:
+  """The kernel with its BEAM width cleared (a deviceless target cannot time candidates: heuristic opts instead) and that width."""
+  beam = getattr(ast.arg, "beam", 0) or 0
+  return (ast.replace(arg=replace(ast.arg, beam=0)) if beam else ast), beam
+
+def fill_ptx(src: str, arch: str) -> str:
+  """The PTX tinygrad's PTXCompiler hands to ptxas: its VERSION and TARGET placeholders filled (runtime/support/compiler_cuda.py)."""
+  from tinygrad.runtime.support.compiler_cuda import PTXCompiler
+  return PTXCompiler(arch).compile(src).decode()
 
 # ***** options: the variant's optimization setting as tinygrad context *****
 
@@ -389,3 +412,29 @@ def device_name(device: str) -> str:
     with contextlib.suppress(Exception):
       if (name := get()): return name
   return " ".join(x for x in (base, str(getattr(dev, "arch", "") or "")) if x)
+
+# ***** NVRTC (NVIDIA's wheel), through tinygrad's own bindings: CUDA compile facts without a GPU *****
+
+def nvrtc_compiler() -> Callable[[str, str], dict] | None:
+  """A compile function (source, arch) -> {ok, compiler, log, ptx, cubin}, when NVRTC's library loads (NVRTC_PATH set before this
+  module was imported; explorer.capture.renders sets it from the wheel); None otherwise."""
+  try:
+    from tinygrad.runtime.autogen import nvrtc
+    from tinygrad.runtime.support.compiler_cuda import _get_bytes, nvrtc_check
+    from tinygrad.helpers import to_char_p_p
+    nvrtc.nvrtcVersion(major := ctypes.c_int(), minor := ctypes.c_int())
+  except Exception: return None
+  name = f"NVRTC {major.value}.{minor.value}"
+  include = os.environ.get("KERNEL_EXPLORER_CUDA_INCLUDE")  # the wheel's cuda_fp16.h: NVRTC does not build it in
+  def compile(src: str, arch: str) -> dict:
+    opts = [f"--gpu-architecture={arch}", "-Xptxas", "-v"] + ([f"-I{include}"] if include else [])
+    nvrtc_check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog := nvrtc.nvrtcProgram()), src.encode(), b"<null>", 0, None, None))
+    try:
+      rc = nvrtc.nvrtcCompileProgram(prog, len(opts), to_char_p_p([o.encode() for o in opts]))
+      log = _get_bytes(prog, nvrtc.nvrtcGetProgramLog, nvrtc.nvrtcGetProgramLogSize, nvrtc_check).decode(errors="replace").rstrip("\0 \n")
+      if rc != 0: return {"ok": False, "compiler": name, "log": log}
+      ptx = _get_bytes(prog, nvrtc.nvrtcGetPTX, nvrtc.nvrtcGetPTXSize, nvrtc_check).rstrip(b"\0").decode()
+      cubin = _get_bytes(prog, nvrtc.nvrtcGetCUBIN, nvrtc.nvrtcGetCUBINSize, nvrtc_check)
+      return {"ok": True, "compiler": name, "log": log, "ptx": ptx, "cubin": cubin}
+    finally: nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
+  return compile

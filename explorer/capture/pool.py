@@ -20,8 +20,10 @@ def _capped(limits: Limits, fn: Callable[..., Any], *args: Any) -> Any:
   return result
 
 class WorkerPool:
-  def __init__(self, workers: int = 1, limits: Limits = Limits(), initializer: Callable[[], None] | None = None, max_waiting: int = 32):
+  def __init__(self, workers: int = 1, limits: Limits = Limits(), initializer: Callable[[], None] | None = None, max_waiting: int = 32,
+               max_tasks_per_child: int | None = None):
     self.workers, self.limits, self.initializer, self.max_waiting = workers, limits, initializer, max_waiting
+    self.max_tasks_per_child = max_tasks_per_child  # 1: a fresh process per call (nothing a call cached leaks into the next)
     self.replaced = 0  # pools thrown away after a death or a timeout: tests check recovery
     self._pool: concurrent.futures.ProcessPoolExecutor | None = None
     self._slots: asyncio.Semaphore | None = None
@@ -40,7 +42,8 @@ class WorkerPool:
       self.kill()  # a process died while idle
     if self._pool is None:
       self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=_init,
-                                                          initargs=(os.getpid(), self.limits, self.initializer))
+                                                          initargs=(os.getpid(), self.limits, self.initializer),
+                                                          max_tasks_per_child=self.max_tasks_per_child)
     return self._pool
 
   def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:

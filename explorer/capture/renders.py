@@ -1,9 +1,12 @@
-"""Render kernels for other targets in a second process while the trace process does host codegen.
+"""Every target of a trace as a whole pipeline, in processes beside the host's: each kernel's AST goes through tinygrad's codegen with
+the target's renderer (configured for its arch, as its device would), under the variant's optimization setting, with rewrite tracking,
+and then through a real compiler of this machine where one is here (explorer.capture.compilers). The record per kernel and target is
+what the host's is: name, opts, global and local size, linearized UOps, op histogram, Estimates, the codegen passes with their match
+counts, the source, and the compile facts.
 
-The renders share nothing with the host pipeline but the kernel ASTs (UOps pickle by value), so on a 2-core machine they
-overlap with scheduling, host codegen and the run instead of adding to them. The render process records no rewrites:
-the explorer shows codegen passes for the host only.
-"""
+The renders share nothing with the host pipeline but the kernel ASTs (UOps pickle by value), so on a 2-core machine they overlap with
+scheduling, host codegen and the run instead of adding to them. BEAM needs the device to time its candidates: a deviceless target
+gets heuristic opts, and its record says so."""
 from __future__ import annotations
 import os
 from concurrent.futures import Future
@@ -11,26 +14,49 @@ from typing import Any
 from explorer.capture.pool import WorkerPool
 
 def _init() -> None:
-  os.environ["VIZ"] = "0"  # before tinygrad is imported in this process: no tracking
-  import explorer.capture.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules
+  from explorer.capture import compilers
+  if (lib := compilers.nvrtc_library()) is not None: os.environ.setdefault("NVRTC_PATH", str(lib))  # read when tinygrad is imported
+  if (header := compilers._nvidia_file("*/include/cuda_fp16.h")) is not None: os.environ["KERNEL_EXPLORER_CUDA_INCLUDE"] = str(header.parent)
+  import explorer.capture.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules (tracking stays on: inherited)
 
-def _render_target(asts: list[Any], target: str) -> list[tuple[str, str]]:
-  """Per kernel: ("ok", source) | ("error", message)."""
-  from explorer.capture import adapter as tg
-  renderer = tg.render_target(target)
-  out = []
-  for ast in asts:
-    try: out.append(("ok", tg.program_facts(tg.codegen_deviceless(ast, renderer)).source))
-    except Exception as e: out.append(("error", f"{type(e).__name__}: {e}"))
+BEAM_NOTE = "BEAM needs the device to time its candidates: this deviceless target got tinygrad's heuristic opts"
+
+def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: list[str]) -> dict[str, Any]:
+  """One kernel on one target, in the trace's schema (explorer/schema: TargetRecord); the host's record has the same fields."""
+  return {"name": facts.name, "arch": arch, "opts": facts.opts, "global_size": facts.global_size, "local_size": facts.local_size,
+          "linear_uops": facts.ops["total"], "ops": facts.ops, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds, "passes": passes,
+          "uops_listing": facts.linear, "source": facts.source, "notes": notes, "compile": None}
+
+def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: bool = True) -> list[dict[str, Any]]:
+  """Per kernel: its target record, or {"error": message} where codegen failed."""
+  from explorer.capture import adapter as tg, compilers
+  renderer, base, out = tg.render_target(target, arch), tg.tracking_mark(), []
+  nvrtc = tg.nvrtc_compiler() if compile and target == "cuda" else None
+  with tg.opt_context(opt):
+    for ast in asts:
+      ast, beam = tg.without_beam(ast)
+      mark = tg.tracking_mark()
+      try: prg = tg.codegen_deviceless(ast, renderer)
+      except Exception as e:
+        out.append({"error": f"{type(e).__name__}: {e}"})
+        continue
+      passes = [{"name": p.name, "depth": p.depth, "matches": p.matches} for _, ps in tg.passes_since(mark, base) for p in ps]
+      rec = target_record(tg.program_facts(prg), passes, arch, [BEAM_NOTE] if beam else [])
+      if compile:
+        ptx = tg.fill_ptx(rec["source"], arch) if target == "ptx" else None
+        rec["compile"] = compilers.compile_target(target, rec["source"], arch, compilers.block_threads(rec["local_size"]), ptx, nvrtc)
+      out.append(rec)
   return out
 
 class RenderPool:
-  """One process per target (up to `processes`): once host codegen is done, the renders share both cores. They run inside the trace
-  worker, under its limits: its data limit and priority are inherited, and its process group (and watchdog) bounds them."""
+  """A fresh process per target, up to `processes` at once: tinygrad caches rewrites per process, so a target rendered after another
+  in the same process would record fewer passes. They run inside the trace worker, under its limits: its data limit and priority are
+  inherited, and its process group (and watchdog) bounds them."""
   def __init__(self, processes: int = 2) -> None:
-    self.pool = WorkerPool(processes, initializer=_init).start()
+    self.pool = WorkerPool(processes, initializer=_init, max_tasks_per_child=1)
 
-  def submit(self, asts: list[Any], targets: tuple[str, ...]) -> dict[str, Future]:
-    return {t: self.pool.submit(_render_target, asts, t) for t in targets}
+  def submit(self, asts: list[Any], targets: dict[str, str], opt: str) -> dict[str, Future]:
+    """targets: name -> arch. Each target's records for every kernel, as futures."""
+    return {t: self.pool.submit(_render_target, asts, t, arch, opt) for t, arch in targets.items()}
 
   def close(self) -> None: self.pool.close(wait=True)  # let the processes exit cleanly: nothing leaks

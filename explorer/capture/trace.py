@@ -10,10 +10,11 @@ from typing import Any, Callable
 import numpy as np
 from explorer.capture import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.capture.reference import conv2d_reference, error_stats
-from explorer.capture.renders import RenderPool
+from explorer.capture import compilers
+from explorer.capture.renders import RenderPool, target_record
 from explorer.spec import ConvSpec, Variant, preset_of
 
-SCHEMA = 1
+SCHEMA = 2  # 2: kernels[i].targets[T], a whole record per target (explorer/schema.py); 1: sources per target only
 Progress = Callable[[str, str, str], None]  # (stage, "start"|"done"|"error", detail)
 
 def _quiet(stage: str, status: str, detail: str) -> None: pass
@@ -87,9 +88,11 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
     linear = rec.run("schedule", lambda: _schedule(trace, out, base))
     roles = {tg.buffer_key(tg.tensor_buffer(t)): role for t, role in ((x, "input"), (w, "weight"), (out, "output"))}
     calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, roles, variant))
-    renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], variant.targets)  # overlaps with codegen and the run
+    host = tg.host_renderer(device)
+    others = {t: variant.arch(t) for t in variant.targets if t != tg.target_name(host)}  # the host's own target is its record
+    renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], others, variant.opt)  # overlaps with codegen and the run
     programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base))
-    rec.run("render", lambda: _render(trace, calls, renders))
+    rec.run("render", lambda: _render(trace, calls, renders, host))
     compiled = rec.run("run", lambda: _run(trace, linear, out, spec, x_np, w_np, dump_io))
     if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs), detail=device)
   _totals(trace)
@@ -162,7 +165,8 @@ def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int) -> dict[
                              "global_size": facts.global_size, "local_size": facts.local_size, "passes": passes, "uops_listing": facts.linear,
                              "sources": {"host": facts.source}, "source_errors": {}, "codegen_s": seconds - timer.seconds, "compile_s": timer.seconds,
                              "reads": s["reads"], "writes": s["writes"], "time_s": None, "storage": facts.storage,
-                             "notes": _kernel_notes(s["role"], facts.storage)})
+                             "notes": _kernel_notes(s["role"], facts.storage), "host_target": (host := tg.target_name(renderer)),
+                             "targets": {host: target_record(facts, passes, tg.renderer_arch(renderer), [])}})
     programs[c.index] = prg
   return programs
 
@@ -174,13 +178,18 @@ def _kernel_notes(role: str, storage: dict[str, int]) -> list[str]:
     notes.append("MHAT never reaches global memory: the reduce accumulates it " + (f"in {' and '.join(where)}" if where else "in scalar registers"))
   return notes
 
-def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future]) -> None:
+def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], host: Any) -> None:
+  """Every target's records (rendered beside codegen), and the host's compile facts; `sources` keeps each target's source too."""
   kernels = [c for c in calls if c.kind == "kernel"]
   by_call = {k["call"]: k for k in trace["kernels"]}
+  for k in trace["kernels"]:
+    rec = k["targets"][k["host_target"]]
+    rec["compile"] = compilers.compile_target(k["host_target"], rec["source"], rec["arch"], compilers.block_threads(rec["local_size"]))
   for t, fut in renders.items():
-    for c, (status, text) in zip(kernels, fut.result()):
+    for c, got in zip(kernels, fut.result()):
       k = by_call[c.index]
-      (k["sources"] if status == "ok" else k["source_errors"])[t] = text
+      if "error" in got: k["source_errors"][t] = got["error"]
+      else: k["targets"][t], k["sources"][t] = got, got["source"]
 
 def _run(trace: dict, linear: Any, out: Any, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, dump_io: str | None) -> Any:
   compiled = tg.compile_schedule(linear)

@@ -33,6 +33,16 @@ def kernel_or_404(trace: dict, n: int) -> dict:
   if not 0 <= n < len(kernels): raise HTTPException(404, f"trace has no kernel {n} (it has {len(kernels)})")
   return kernels[n]
 
+TARGET_FIELDS = ("name", "opts", "global_size", "local_size", "linear_uops", "ops", "flops", "bytes", "lds", "passes", "uops_listing")
+
+def host_target(kernel: dict) -> str: return kernel.get("host_target") or "host"
+
+def target_records(kernel: dict) -> dict[str, dict]:
+  """Every target's record of a kernel (kernels[i].targets); a trace of schema 1 has the host's only, made from its kernel fields."""
+  if kernel.get("targets"): return kernel["targets"]
+  return {"host": {**{f: kernel.get(f) for f in TARGET_FIELDS}, "source": (kernel.get("sources") or {}).get("host", ""), "arch": None,
+                   "notes": ["recorded before per-target records (trace schema 1): the other targets have their source only"], "compile": None}}
+
 def stages_of_trace(trace: dict) -> list[dict]:
   failed = {f["stage"]: f["error"] for f in trace.get("failures") or []}
   seconds = trace.get("stage_seconds") or {}

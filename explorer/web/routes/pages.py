@@ -156,14 +156,19 @@ async def rangeify(request: Request, trace_id: str, at: str | None = None) -> HT
   return await trace_page(request, trace_id, "rangeify.html", "rangeify", step=step, api=f"/api/traces/{trace_id}/rangeify")
 
 @router.get("/t/{trace_id}/k/{n}", response_class=HTMLResponse)
-async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast", code: str | None = None, at: str | None = None) -> HTMLResponse:
+async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast", code: str | None = None, at: str | None = None,
+                      target: str | None = None) -> HTMLResponse:
   trace = await deps.stored_trace(request, trace_id)
   if trace is None: return await trace_page(request, trace_id, "kernel.html", "kernels")
   k = deps.kernel_or_404(trace, n)
+  records = deps.target_records(k)
+  target = target if target in records else deps.host_target(k)
+  rec = records[target]
   asked = request.query_params.get("pass")
   step = stepper(k.get("passes") or [], f"codegen/{n}", int(asked) if asked and asked.isdigit() else None, at)
   tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k["sources"] or t in k.get("source_errors", {})]
   tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
-  code = code if code in tabs else tabs[0]
+  tabs += ["compiled"] if (rec.get("compile") or {}).get("disasm") else []
+  code = code if code in tabs else target if target in tabs else tabs[0]
   return await trace_page(request, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step, api=f"/api/traces/{trace_id}/kernels/{n}",
-                          graph_mode="passes" if graph == "passes" else "ast", code=code, code_tabs=tabs)
+                          graph_mode="passes" if graph == "passes" else "ast", code=code, code_tabs=tabs, target=target, rec=rec, records=records)
