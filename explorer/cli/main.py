@@ -4,8 +4,8 @@ import argparse, json, os, signal, sys, threading
 from typing import Any, Callable, Sequence
 from explorer.cli.progress import StepBars
 from explorer.text import ms, si, table
-from explorer.spec import (COMPUTE_DEVICES, CONSTS, PRESETS, STAGES, STAGINGS, TARGET_LABELS, TARGETS, TILES, WINO_IMPLS, ConvSpec, SpecError,
-                           Variant, device_problem)
+from explorer.spec import (COMPUTE_DEVICES, CONSTS, CUDA_ARCHES, METAL_ARCHES, PRESETS, STAGES, STAGINGS, TARGET_LABELS, TARGETS, TILES,
+                           WINO_IMPLS, ConvSpec, SpecError, Variant, device_problem)
 
 class UsageError(Exception): pass
 
@@ -40,6 +40,8 @@ def add_case_args(p: argparse.ArgumentParser) -> None:
   p.add_argument("--warmup", type=int, default=2)
   p.add_argument("--no-time", action="store_true", help="skip timing")
   p.add_argument("--device", default=None, help="tinygrad device to run on (default: tinygrad's default device)")
+  p.add_argument("--cuda-arch", choices=CUDA_ARCHES, default="sm_90", help="the arch the cuda and ptx targets render and compile for")
+  p.add_argument("--metal-arch", choices=METAL_ARCHES, default="Apple9", help="the GPU family the metal target renders for")
   p.add_argument("--timeout", type=float, default=600.0, help="seconds before the trace worker is stopped")
 
 def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
@@ -53,7 +55,8 @@ def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
   if a.device is not None and device_problem(a.device) is not None:  # the CLI may use any tinygrad device; the server offers only these
     print(f"kernel-explorer: warning: {a.device} is none of the compute devices {', '.join(COMPUTE_DEVICES)}: it may read or write files, "
           "open sockets or emulate kernels (timings would not be native)", file=sys.stderr)
-  variant = Variant(a.algo, a.wino_impl, a.tile, a.staging, a.consts, a.opt, targets, a.warmup, a.repeats, not a.no_time, a.fallback, a.device)
+  variant = Variant(a.algo, a.wino_impl, a.tile, a.staging, a.consts, a.opt, targets, a.warmup, a.repeats, not a.no_time, a.fallback, a.device,
+                    a.cuda_arch, a.metal_arch)
   return spec.validate(), variant.resolve(spec)
 
 # ***** output *****

@@ -2,13 +2,15 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, model_validator
-from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, STAGINGS, TARGETS, TILES, WINO_IMPLS, ConvSpec, Variant
+from explorer.spec import ALGOS, CONSTS, CUDA_ARCHES, DTYPES, METAL_ARCHES, PRESETS, STAGINGS, TARGETS, TILES, WINO_IMPLS, ConvSpec, Variant
 
 if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings
   Algo = str; WinoImpl = str; Tile = str; Staging = str; Consts = str; Target = str; Dtype = str; PresetName = str  # noqa: E702
+  CudaArch = str; MetalArch = str  # noqa: E702
 else:  # to pydantic (and the OpenAPI schema) they are enums
   Algo, WinoImpl, Tile, Staging, Consts, Target = (Literal[c] for c in (ALGOS, WINO_IMPLS, TILES, STAGINGS, CONSTS, TARGETS))
   Dtype, PresetName = Literal[tuple(DTYPES)], Literal[tuple(PRESETS)]
+  CudaArch, MetalArch = Literal[CUDA_ARCHES], Literal[METAL_ARCHES]
 
 class SpecIn(BaseModel):
   """A convolution: NCHW input, OIHW weight."""
@@ -41,6 +43,8 @@ class VariantIn(BaseModel):
   time: bool = True
   fallback: bool = False
   device: str | None = Field(default=None, max_length=32, description="a device this server offers (GET /api/devices); default: the best one")
+  cuda_arch: CudaArch = Field(default="sm_90", description="the arch the cuda and ptx targets render and compile for")
+  metal_arch: MetalArch = Field(default="Apple9", description="the GPU family the metal target renders for")
 
   def to_variant(self) -> Variant: return Variant(**{**self.model_dump(), "targets": tuple(self.targets)})
 
@@ -166,3 +170,63 @@ class ProbeStatus(BaseModel):
   result: dict[str, Any] | None = None
   error: str | None = None
   elapsed_s: float
+
+# ***** the trace's per-target records (trace schema 2): kernels[i].targets[T], one per target, the host's under its own target name *****
+
+class Occupancy(BaseModel):
+  """Theoretical occupancy of the kernel's block on its arch: resident warps over the SM's maximum, and what limits them."""
+  occupancy: float
+  warps_per_sm: int
+  max_warps_per_sm: int
+  blocks_per_sm: int
+  block_threads: int
+  limited_by: list[str]
+
+class Disassembly(BaseModel):
+  kind: str  # e.g. "SASS (cuobjdump -sass)", "PTX (nvcc -ptx)", "x86-64 assembly (clang, tinygrad's CPU flags)"
+  text: str
+
+class CompileFacts(BaseModel):
+  """The source compiled by a real compiler of the machine that traced it. ok: True compiled, False failed (message: the compiler's
+  error), None not compiled (message: which compiler is missing and how to install it, or why none can run here). CUDA and PTX add
+  ptxas' report (per thread registers, spills, shared memory, stack) and the occupancy."""
+  ok: bool | None
+  compiler: str | None
+  message: str
+  registers: int | None = None
+  barriers: int | None = None
+  spill_store_bytes: int | None = None
+  spill_load_bytes: int | None = None
+  shared_bytes: int | None = None
+  stack_bytes: int | None = None
+  occupancy: Occupancy | None = None
+  disasm: Disassembly | None = None
+
+class PassRecord(BaseModel):
+  """A codegen pass: tinygrad's graph_rewrite name, its nesting depth and how many rewrites matched (the host's also carry group/step/
+  sink, which address its graphs in the trace's rewrite blob)."""
+  name: str
+  depth: int
+  matches: int
+  group: int | None = None
+  step: int | None = None
+  sink: int | None = None
+
+class TargetRecord(BaseModel):
+  """One kernel as one target's pipeline made it: its renderer configured for `arch`, the variant's opt setting (BEAM needs the device:
+  a deviceless target gets heuristic opts, and notes say so), tinygrad's Estimates from its linearized UOps, and the source."""
+  name: str
+  arch: str | None
+  opts: list[str]
+  global_size: list[int | str]
+  local_size: list[int | str] | None
+  linear_uops: int
+  ops: dict[str, int]
+  flops: int
+  bytes: int
+  lds: int | None = None
+  passes: list[PassRecord]
+  uops_listing: list[str]
+  source: str
+  notes: list[str] = []
+  compile: CompileFacts | None = None

@@ -11,7 +11,7 @@ from explorer.store import tinygrad_version
 from explorer.web import deps
 from explorer.web.graphing import GraphBusy, GraphNotFound, GraphUnavailable, MAX_STEPS
 from explorer.web.jobs import QueueFull
-from explorer.web.models import NOT_FOUND, GraphView, Health, TraceRequest, TraceStatus, TraceSummary, documented
+from explorer.web.models import NOT_FOUND, GraphView, Health, TargetRecord, TraceRequest, TraceStatus, TraceSummary, documented
 from explorer.web.render import TARGET_LABELS
 
 router = APIRouter(prefix="/api", tags=["api"])
@@ -112,8 +112,19 @@ async def list_kernels(request: Request, trace_id: str) -> list[dict]:
 @router.get("/traces/{trace_id}/kernels/{n}", summary="One kernel: facts, codegen passes, linearized UOps, source per target",
             responses=documented({**NOT_FOUND, 404: "no trace with this id, or no kernel n in it", 422: "n is not an integer"}))
 async def get_kernel(request: Request, trace_id: str, n: int) -> dict:
+  """The kernel's host fields, `sources` per target and `targets` (trace schema 2): each target's whole record, as
+  /kernels/{n}/targets/{target} documents it."""
   trace = await deps.trace_or_404(request, trace_id)
   return {**deps.kernel_or_404(trace, n), "graphs": {"ast": f"ast/{n}", "pass": f"codegen/{n}/{{pass}}/{{before|after|m<j>}}"}}
+
+@router.get("/traces/{trace_id}/kernels/{n}/targets/{target}", response_model=TargetRecord, response_model_exclude_none=True,
+            summary="One kernel on one target: name, opts, dims, UOps, Estimates, passes, source and compile facts",
+            responses=documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it, or no record of this target (the detail "
+                                  "lists the targets it has)", 422: "n is not an integer"}))
+async def get_kernel_target(request: Request, trace_id: str, n: int, target: str) -> dict:
+  records = deps.target_records(deps.kernel_or_404(await deps.trace_or_404(request, trace_id), n))
+  if target not in records: raise HTTPException(404, f"kernel {n} has no record for target {target!r}; it has: {', '.join(records)}")
+  return records[target]
 
 @router.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
             responses=documented(NOT_FOUND))

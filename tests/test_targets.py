@@ -1,0 +1,148 @@
+"""Every target is a whole pipeline: per-target kernel names, launch dims and sources equal what plain tinygrad 0.14 makes with a
+renderer configured the same way (built here, in a subprocess, independently of the explorer's code), the opt setting reaches every
+target, BEAM falls back to heuristic opts with a note, and the CUDA compile facts equal ptxas -v on the same source and arch."""
+from __future__ import annotations
+import json, os, re, shutil, subprocess, sys, tempfile
+import pytest
+from fastapi.testclient import TestClient
+from explorer.capture.compilers import occupancy, parse_ptxas
+from explorer.capture.run import run_trace
+from explorer.settings import Settings
+from explorer.spec import PRESETS, Variant
+from explorer.web.app import create_app
+from conftest import wait_done
+
+GPU_TARGETS = ("cuda", "ptx", "metal", "opencl", "wgsl")
+
+PLAIN_CODEGEN = r"""
+import json, sys
+from tinygrad import Tensor
+from tinygrad.codegen import do_to_program
+from tinygrad.codegen.opt import tc
+from tinygrad.device import Compiler
+from tinygrad.helpers import Context, Target, ansistrip
+from tinygrad.renderer import Renderer
+from tinygrad.renderer.cstyle import CUDARenderer, MetalRenderer, OpenCLRenderer
+from tinygrad.renderer.ptx import PTXRenderer
+from tinygrad.renderer.wgsl import WGSLRenderer
+from tinygrad.uop.ops import Ops
+spec, wino, opt, arch = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def deviceless(cls, target, **attrs):  # the renderer as its device would configure it, without the device's compiler library
+  r = cls.__new__(cls); Renderer.__init__(r, target)
+  for k, v in attrs.items(): setattr(r, k, v)
+  r.compiler = Compiler(); return r
+renderers = {"cuda": deviceless(CUDARenderer, Target("CUDA", "CUDA", arch), tensor_cores=tc.get_cuda(arch)),
+             "ptx": deviceless(PTXRenderer, Target("CUDA", "PTX", arch), tensor_cores=PTXRenderer.tc_sm80),
+             "metal": deviceless(MetalRenderer, Target("METAL", "METAL", "Apple9"), tensor_cores=tc.metal),
+             "opencl": deviceless(OpenCLRenderer, Target("CL", "CL", "")), "wgsl": deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", ""))}
+x = Tensor.empty(spec["batch"], spec["cin"], spec["height"], spec["width"])
+w = Tensor.empty(spec["cout"], spec["cin"] // spec["groups"], spec["kernel"], spec["kernel"])
+with Context(WINO=wino): out = x.conv2d(w, padding=spec["kernel"] // 2, groups=spec["groups"])
+asts = [c.src[0] for c in out.schedule_linear().src if c.src[0].op is Ops.SINK]
+got = {}
+with Context(NOOPT=int(opt == "none")):
+  for name, r in renderers.items():
+    progs = [do_to_program(a, r) for a in asts]
+    got[name] = [[ansistrip(p.arg.name), list(p.arg.global_size), None if p.arg.local_size is None else list(p.arg.local_size),
+                  next(s.arg for s in p.src if s.op is Ops.SOURCE)] for p in progs]
+print(json.dumps(got))
+"""
+
+def plain_codegen(spec: dict, wino: bool, opt: str, arch: str = "sm_90") -> dict:
+  env = {k: v for k, v in os.environ.items() if k not in ("VIZ", "TRACK_MATCH_STATS")}
+  out = subprocess.run([sys.executable, "-c", PLAIN_CODEGEN, json.dumps(spec), str(int(wino)), opt, arch], capture_output=True, text=True,
+                       timeout=600, env=env)
+  assert out.returncode == 0, out.stderr[-2000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+CASES = {"small direct": ("small", Variant(targets=GPU_TARGETS, time=False)),
+         "wino8 builtin": ("wino8", Variant(algo="winograd", targets=GPU_TARGETS, time=False)),
+         "wino8 direct NOOPT": ("wino8", Variant(opt="none", targets=GPU_TARGETS, time=False)),
+         "medium direct sm_80": ("medium", Variant(targets=("cuda", "ptx"), time=False, cuda_arch="sm_80"))}
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_targets_kernels_are_what_tinygrad_makes_for_that_renderer(case):
+  preset, variant = CASES[case]
+  trace = run_trace(PRESETS[preset], variant).trace
+  assert trace["status"] == "ok" and trace["schema"] == 2, trace["failures"]
+  plain = plain_codegen(trace["spec"], variant.algo == "winograd", variant.opt, variant.cuda_arch)
+  for target in variant.targets:
+    ours = [[k["targets"][target][f] for f in ("name", "global_size", "local_size", "source")] for k in trace["kernels"]]
+    assert ours == plain[target], f"{case}: {target} differs from plain tinygrad"
+    assert all(k["targets"][target]["arch"] == variant.arch(target) and k["targets"][target]["passes"] for k in trace["kernels"])
+
+def test_the_opt_setting_reaches_every_target():
+  """The issue's case: wino8 direct with NOOPT renders r_8_32_32_8_3_3 for CUDA (it rendered heuristic opts before)."""
+  trace = run_trace(PRESETS["wino8"], Variant(opt="none", targets=("cuda", "metal", "opencl"), time=False)).trace
+  for t in ("clang", "cuda", "metal", "opencl"):
+    assert trace["kernels"][0]["targets"][t]["name"] == "r_8_32_32_8_3_3" and trace["kernels"][0]["targets"][t]["opts"] == [], t
+
+def test_beam_on_a_deviceless_target_is_heuristic_with_a_note():
+  trace = run_trace(PRESETS["small"], Variant(opt="beam:1", targets=("cuda",), repeats=2)).trace
+  assert trace["status"] == "ok", trace["failures"]
+  cuda = trace["kernels"][0]["targets"]["cuda"]
+  assert any("BEAM needs the device" in n for n in cuda["notes"]) and cuda["opts"]
+  heuristic = run_trace(PRESETS["small"], Variant(targets=("cuda",), time=False)).trace["kernels"][0]["targets"]["cuda"]
+  assert cuda["name"] == heuristic["name"] and cuda["opts"] == heuristic["opts"]
+
+needs_cuda_tools = pytest.mark.skipif(not (shutil.which("nvcc") and shutil.which("ptxas")),
+                                      reason="no CUDA compiler here (nvcc and ptxas); pip install 'kernel-explorer[cuda]' for NVRTC")
+
+@needs_cuda_tools
+def test_cuda_registers_are_what_ptxas_reports():
+  """Every CUDA kernel of a trace, compiled here again by nvcc -ptx then ptxas -v for the same arch: the registers and spills the
+  trace reports are ptxas' own."""
+  trace = run_trace(PRESETS["wino8"], Variant(algo="winograd", wino_impl="explorer", staging="fused", targets=("cuda",), time=False)).trace
+  for k in trace["kernels"]:
+    rec = k["targets"]["cuda"]
+    with tempfile.TemporaryDirectory() as d:
+      with open(f"{d}/k.cu", "w") as f: f.write(rec["source"])
+      subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", f"{d}/k.ptx", f"{d}/k.cu"], check=True, capture_output=True, timeout=120)
+      report = subprocess.run(["ptxas", "-arch=sm_90", "-v", "-o", f"{d}/k.cubin", f"{d}/k.ptx"], check=True, capture_output=True, text=True,
+                              timeout=120).stderr
+    regs = int(re.search(r"Used (\d+) registers", report).group(1))
+    assert rec["compile"]["ok"] and rec["compile"]["registers"] == regs, (k["name"], rec["compile"], report)
+    assert rec["compile"]["spill_store_bytes"] == parse_ptxas(report)["spill_store_bytes"]
+    if rec["local_size"]: assert rec["compile"]["occupancy"]["block_threads"] == eval("*".join(map(str, rec["local_size"])))  # noqa: S307
+
+def test_occupancy_follows_the_calculators_rules():
+  assert occupancy("sm_90", 64, 128)["occupancy"] == 0.5 and occupancy("sm_90", 64, 128)["limited_by"] == ["registers"]
+  assert occupancy("sm_86", 64, 128)["warps_per_sm"] == 32 and occupancy("sm_86", 64, 128)["max_warps_per_sm"] == 48
+  assert occupancy("sm_90", 255, 128)["occupancy"] == 8 / 64
+  assert occupancy("sm_90", 32, 1)["limited_by"] == ["blocks"]  # 1-thread blocks: the block cap, not registers
+  assert occupancy("sm_80", 32, 256, 49153)["occupancy"] == 0  # over the 48 KB of static shared memory a block may have
+
+def test_compile_facts_say_what_ran_or_what_is_missing():
+  trace = run_trace(PRESETS["small"], Variant(targets=("metal", "wgsl", "opencl"), time=False)).trace
+  k = trace["kernels"][0]["targets"]
+  assert k["metal"]["compile"]["ok"] is None and "macOS" in k["metal"]["compile"]["message"]
+  assert k["wgsl"]["compile"]["ok"] is None and k["wgsl"]["compile"]["message"]
+  if shutil.which("clang"):
+    assert k["opencl"]["compile"]["ok"] and k["opencl"]["compile"]["compiler"].startswith("clang")
+    assert k["clang"]["compile"]["ok"] and "assembly" in k["clang"]["compile"]["disasm"]["kind"]
+
+def test_bad_archs_are_refused(tmp_path):
+  from explorer.cli import main
+  assert main(["trace", "--preset", "small", "--cuda-arch", "sm_99", "--no-time", "--quiet"]) == 2
+  app = create_app(str(tmp_path / "a.sqlite3"), settings=Settings.load(env={}), runner=lambda *a: pytest.fail("a trace ran"))
+  with TestClient(app) as client:
+    r = client.post("/api/traces", json={"preset": "small", "variant": {"cuda_arch": "sm_99"}})
+    assert r.status_code == 422 and "sm_90" in r.text
+
+def test_the_kernel_page_switches_every_figure_to_the_target(tmp_path):
+  app = create_app(str(tmp_path / "k.sqlite3"), settings=Settings.load(env={}))
+  with TestClient(app) as client:
+    trace_id = client.post("/api/traces", json={"preset": "small", "variant": {"targets": ["cuda", "metal"], "time": False}}).json()["id"]
+    assert wait_done(client, trace_id, 300)["status"] == "done"
+    trace = client.get(f"/api/traces/{trace_id}/raw").json()
+    host, cuda = trace["kernels"][0]["targets"]["clang"], trace["kernels"][0]["targets"]["cuda"]
+    assert host["local_size"] != cuda["local_size"]  # the issue's case: host 2x1x1 / none, CUDA 16x8 threads
+    for target, rec in (("clang", host), ("cuda", cuda)):
+      page = client.get(f"/t/{trace_id}/k/0?target={target}").text
+      dims = re.search(r'id="dims">([^<]*)<', page).group(1)
+      assert dims == f"{'×'.join(map(str, rec['global_size']))} × {'×'.join(map(str, rec['local_size']))}", (target, dims)
+      assert rec["name"] in page and f'data-target="{target}"' in page
+      api = client.get(f"/api/traces/{trace_id}/kernels/0/targets/{target}")
+      assert api.status_code == 200 and api.json()["name"] == rec["name"]
+    r = client.get(f"/api/traces/{trace_id}/kernels/0/targets/wgsl")
+    assert r.status_code == 404 and "cuda" in r.json()["detail"]
