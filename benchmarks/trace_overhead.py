@@ -23,7 +23,7 @@ def _bare(spec: dict, variant: dict, targets: tuple[str, ...], q: mp.Queue) -> N
     for ast in kernels: tg.codegen_host(ast, tg.host_renderer(tg.default_device()))
     host = time.perf_counter() - st
     for t in targets:
-      for ast in kernels: tg.codegen_deviceless(ast, tg.render_target(t))
+      for ast in kernels: tg.codegen_deviceless(ast, tg.render_target(t, v.arch(t)))
   q.put((host, time.perf_counter() - st))
 
 def _traced(spec: dict, variant: dict, q: mp.Queue) -> None:

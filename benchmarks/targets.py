@@ -1,0 +1,38 @@
+"""The cost of each extra target: a cold trace (no timing) with the host's target alone against the same trace with one more target
+(its codegen with tracking, in its own process, plus its compile facts where a compiler is here), interleaved in one run, medians.
+
+  python benchmarks/targets.py [--preset wino8] [--algo winograd] [--repeats 3]
+
+Everything shares this machine's cores: the extra target's process overlaps host codegen and the run, so on 2 cores the ratio is
+what a user waits, not the extra CPU time."""
+from __future__ import annotations
+import argparse, dataclasses, statistics, sys, time
+
+def main() -> int:
+  from explorer.capture import adapter  # noqa: F401 - only to name the host's target below (this benchmark process never traces)
+  from explorer.capture.adapter import default_device, host_renderer, target_name
+  from explorer.capture.run import run_trace
+  from explorer.spec import PRESETS, TARGETS, Variant
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--preset", choices=sorted(PRESETS), default="wino8")
+  ap.add_argument("--algo", choices=("direct", "winograd"), default="winograd")
+  ap.add_argument("--repeats", type=int, default=3)
+  a = ap.parse_args()
+  host = target_name(host_renderer(default_device()))
+  base = Variant(algo=a.algo, targets=(host,), time=False)
+  variants = {"host only": base} | {f"+ {t}": dataclasses.replace(base, targets=(host, t)) for t in TARGETS if t != host}
+  times: dict[str, list[float]] = {name: [] for name in variants}
+  for r in range(a.repeats):
+    for name, v in variants.items():  # interleaved: drift and noise hit every variant alike
+      st = time.perf_counter()
+      trace = run_trace(PRESETS[a.preset], v).trace
+      times[name].append(time.perf_counter() - st)
+      assert trace["status"] == "ok", trace["failures"]
+    print(f"  repeat {r + 1}/{a.repeats} done", file=sys.stderr, flush=True)
+  ref = statistics.median(times["host only"])
+  print(f"{a.preset} {a.algo}, host target {host}, cold traces without timing, median of {a.repeats}:")
+  print(f"{'trace':<12} {'wall s':>8} {'x host only':>12}")
+  for name, ts in times.items(): print(f"{name:<12} {statistics.median(ts):>8.2f} {statistics.median(ts) / ref:>12.2f}")
+  return 0
+
+if __name__ == "__main__": sys.exit(main())
