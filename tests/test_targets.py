@@ -146,3 +146,17 @@ def test_the_kernel_page_switches_every_figure_to_the_target(tmp_path):
       assert api.status_code == 200 and api.json()["name"] == rec["name"]
     r = client.get(f"/api/traces/{trace_id}/kernels/0/targets/wgsl")
     assert r.status_code == 404 and "cuda" in r.json()["detail"]
+
+@needs_cuda_tools
+def test_a_diff_on_cuda_compares_cuda_kernels_registers_included():
+  """Staged vs fused explorer Winograd, diffed on CUDA: each group's figures are the CUDA records' (not the host's), and the fused
+  MHAT+out kernel needs more registers than the staged MHAT and output kernels."""
+  from explorer.analysis.diff import full_diff
+  runs = {s: run_trace(PRESETS["wino8"], Variant(algo="winograd", wino_impl="explorer", staging=s, targets=("cuda",), time=False))
+          for s in ("staged", "fused")}
+  d = full_diff(runs["staged"].trace, runs["fused"].trace, None, None, "cuda", time=False, numerics=False)
+  fused = next(g for g in d["groups"] if g["relation"] == "fused")
+  cuda_uops = sum(k["targets"]["cuda"]["linear_uops"] for k in runs["fused"].trace["kernels"] if k["index"] in [x["index"] for x in fused["b"]])
+  assert fused["metrics"]["b"]["linear_uops"] == cuda_uops
+  assert fused["metrics"]["a"]["registers"] < fused["metrics"]["b"]["registers"], fused["metrics"]
+  assert "registers" in fused["metrics"]["delta"]

@@ -100,19 +100,32 @@ def _relation(ra: list[str], rb: list[str]) -> tuple[str, str | None, str]:
 
 # ***** per group: metrics, sources, graphs *****
 
-def _metrics(ks: list[dict]) -> dict:
-  m: dict[str, Any] = {k: sum(x.get(k) or 0 for x in ks) for k in SCALAR_KEYS}
+def _on(k: dict, target: str) -> dict:
+  """The kernel as `target` made it (its per-target record, trace schema 2), else its host fields."""
+  return {**k, **rec} if (rec := (k.get("targets") or {}).get(target)) is not None else k
+
+def _metrics(ks: list[dict], target: str = "host") -> dict:
+  """A group's figures on `target`: uops, FLOPs, bytes and op counts summed; from its compile facts (where a compiler ran) the most
+  registers any kernel uses, the spill bytes summed and the lowest occupancy; the host's measured time."""
+  recs = [_on(k, target) for k in ks]
+  m: dict[str, Any] = {k: sum(x.get(k) or 0 for x in recs) for k in SCALAR_KEYS}
   ops: Counter = Counter()
-  for x in ks: ops.update({k: v for k, v in x["ops"].items() if k in OP_KEYS or k.startswith("op:")})
+  for x in recs: ops.update({k: v for k, v in x["ops"].items() if k in OP_KEYS or k.startswith("op:")})
   m.update({k: ops.get(k, 0) for k in OP_KEYS}, **{k: v for k, v in sorted(ops.items()) if k.startswith("op:")})
+  facts = [x.get("compile") or {} for x in recs]
+  have = lambda key: all(f.get(key) is not None for f in facts) and bool(facts)
+  m["registers"] = max(f["registers"] for f in facts) if have("registers") else None
+  m["spill_bytes"] = sum(f["spill_store_bytes"] + f["spill_load_bytes"] for f in facts) if have("registers") else None
+  m["occupancy"] = min(f["occupancy"]["occupancy"] for f in facts) if have("occupancy") else None
   times = [x["time_s"]["median"] for x in ks if x.get("time_s")]
   m["time_s"] = sum(times) if times and len(times) == len(ks) else None
   return m
 
 def metric_delta(a: dict, b: dict) -> dict:
+  """b - a per figure; a figure one side lacks (no compile facts, no timing) has no delta."""
   keys = list(dict.fromkeys([*a, *b]))
   return {k: (b.get(k, 0) if k.startswith("op:") else b[k]) - (a.get(k, 0) if k.startswith("op:") else a[k])
-          for k in keys if k != "time_s" or (a.get(k) is not None and b.get(k) is not None)}
+          for k in keys if k.startswith("op:") or (a.get(k) is not None and b.get(k) is not None)}
 
 def source_rows(a: str, b: str) -> list[dict]:
   """Aligned rows for a side-by-side view: {a, b, kind: same|changed|a_only|b_only, a_no, b_no} (1-based line numbers)."""
@@ -261,7 +274,7 @@ def diff_traces(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: b
   for g, (ias, jbs) in enumerate(groups):
     ka, kb = [sa.kernels[i] for i in ias], [sb.kernels[j] for j in jbs]
     relation, side, sentence = _relation([k["role"] for k in ka], [k["role"] for k in kb])
-    ma, mb = _metrics(ka), _metrics(kb)
+    ma, mb = _metrics(ka, target), _metrics(kb, target)
     src = _source_diff(ka, kb, target)
     identical = relation == "same" and {**ma, "time_s": 0} == {**mb, "time_s": 0} and all(r["kind"] == "same" for r in src["rows"])
     out_groups.append({"index": g, "relation": relation, "side": side, "describe": sentence, "identical": identical,
@@ -378,10 +391,12 @@ def summary(d: dict) -> str:
     dl = g["metrics"]["delta"]
     rel = g["relation"] + (" (identical)" if g["identical"] else "")
     gr = "-" if g["graph"] is None else f"{len(g['graph']['only_a'])}/{len(g['graph']['only_b'])}"
+    ma, mb = g["metrics"]["a"], g["metrics"]["b"]
+    regs = "-" if ma.get("registers") is None or mb.get("registers") is None else f"{ma['registers']} -> {mb['registers']}"
     rows.append((ks(g["a"]), ks(g["b"]), rel, _signed(dl["alu"]), _signed(dl["loads"]), _signed(dl["flops"], si),
-                 _signed(dl["bytes"], _si_bytes), gr))
-  out += ["", "kernels, matched by role and data flow:",
-          table(("A kernel(s)", "B kernel(s)", "relation", "d ALU", "d loads", "d FLOPs", "d bytes", "AST nodes only A/B"), rows)]
+                 _signed(dl["bytes"], _si_bytes), regs, gr))
+  out += ["", f"kernels, matched by role and data flow ({d['target']} figures):",
+          table(("A kernel(s)", "B kernel(s)", "relation", "d ALU", "d loads", "d FLOPs", "d bytes", "registers", "AST nodes only A/B"), rows)]
   out += [f"  {s}" for s in d["fusions"]]
   for side in ("a", "b"):
     for b in d["buffers"][f"only_{side}"]: out.append(f"only in {side.upper()}: {b['name']} {b['what']}, {si(b['nbytes'], 'B')} on {b['device']}")
