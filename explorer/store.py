@@ -47,6 +47,12 @@ CREATE TABLE IF NOT EXISTS annotations (
   created REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS annotations_trace ON annotations(trace_id);
+CREATE TABLE IF NOT EXISTS target_rewrites (
+  trace_id TEXT NOT NULL,
+  target TEXT NOT NULL,
+  rewrites BLOB NOT NULL,
+  PRIMARY KEY (trace_id, target)
+);
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY,
   status TEXT NOT NULL,
@@ -124,10 +130,21 @@ class Store:
 
   # ***** traces *****
 
-  def put_trace(self, trace_id: str, trace: dict, rewrites: bytes) -> None:
+  def put_trace(self, trace_id: str, trace: dict, rewrites: bytes, target_rewrites: dict[str, bytes] | None = None) -> None:
+    """The trace, the host's rewrite blob and each other target's, in one transaction: a stored trace is never half-written."""
     row = (trace_id, time.time(), trace.get("preset"), trace.get("label") or trace_id, trace.get("status") or "ok", json.dumps(trace_summary(trace)),
            json.dumps(trace, default=str), rewrites)
-    self._conn().execute("INSERT OR REPLACE INTO traces (id, created, preset, label, status, summary, trace, rewrites) VALUES (?,?,?,?,?,?,?,?)", row)
+    c = self._conn()
+    c.execute("BEGIN IMMEDIATE")
+    try:
+      c.execute("INSERT OR REPLACE INTO traces (id, created, preset, label, status, summary, trace, rewrites) VALUES (?,?,?,?,?,?,?,?)", row)
+      c.execute("DELETE FROM target_rewrites WHERE trace_id = ?", (trace_id,))
+      c.executemany("INSERT INTO target_rewrites (trace_id, target, rewrites) VALUES (?,?,?)",
+                    [(trace_id, t, b) for t, b in (target_rewrites or {}).items()])
+      c.execute("COMMIT")
+    except BaseException:
+      c.execute("ROLLBACK")
+      raise
 
   def has_trace(self, trace_id: str) -> bool:
     return self._conn().execute("SELECT 1 FROM traces WHERE id = ?", (trace_id,)).fetchone() is not None
@@ -141,8 +158,10 @@ class Store:
       raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
     return trace
 
-  def get_rewrites(self, trace_id: str) -> bytes | None:
-    row = self._conn().execute("SELECT rewrites FROM traces WHERE id = ?", (trace_id,)).fetchone()
+  def get_rewrites(self, trace_id: str, target: str | None = None) -> bytes | None:
+    """The host's rewrite blob, or (target) that target's."""
+    if target is None: row = self._conn().execute("SELECT rewrites FROM traces WHERE id = ?", (trace_id,)).fetchone()
+    else: row = self._conn().execute("SELECT rewrites FROM target_rewrites WHERE trace_id = ? AND target = ?", (trace_id, target)).fetchone()
     if row is None: return None
     if not isinstance(row[0], bytes): raise StoreError(f"stored rewrite blob of trace {trace_id} is corrupt: not bytes")
     return row[0]
@@ -194,6 +213,7 @@ class Store:
     c.execute("DELETE FROM graph_cache WHERE trace_id = ?", (trace_id,))
     c.execute("DELETE FROM diff_cache WHERE a = ? OR b = ?", (trace_id, trace_id))
     c.execute("DELETE FROM annotations WHERE trace_id = ?", (trace_id,))
+    c.execute("DELETE FROM target_rewrites WHERE trace_id = ?", (trace_id,))
     if gone: c.execute("DELETE FROM jobs WHERE id = ?", (trace_id,))  # its finished job's status goes with it (GET .../status: 404)
     return gone
 

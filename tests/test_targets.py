@@ -160,3 +160,20 @@ def test_a_diff_on_cuda_compares_cuda_kernels_registers_included():
   assert fused["metrics"]["b"]["linear_uops"] == cuda_uops
   assert fused["metrics"]["a"]["registers"] < fused["metrics"]["b"]["registers"], fused["metrics"]
   assert "registers" in fused["metrics"]["delta"]
+
+def test_every_targets_codegen_steps_are_browsable(tmp_path):
+  """Each target's codegen ran in its own process and kept its rewrite blob: its passes expand like the host's (codegen@T/...)."""
+  app = create_app(str(tmp_path / "b.sqlite3"), settings=Settings.load(env={}))
+  with TestClient(app) as client:
+    trace_id = client.post("/api/traces", json={"preset": "small", "variant": {"targets": ["cuda", "metal"], "time": False}}).json()["id"]
+    assert wait_done(client, trace_id, 300)["status"] == "done"
+    for target in ("cuda", "metal"):
+      rec = client.get(f"/api/traces/{trace_id}/kernels/0/targets/{target}").json()
+      p = next(i for i, q in enumerate(rec["passes"]) if q["matches"])
+      for at in ("before", "after", "m1"):
+        r = client.get(f"/api/traces/{trace_id}/graphs/codegen@{target}/0/{p}/{at}?nodes=0")
+        assert r.status_code == 200 and target in r.json()["title"] and r.json()["total_nodes"] > 0, (target, at, r.text[:200])
+      assert client.get(f"/api/traces/{trace_id}/graphs/codegen@{target}/0/{p}/after.svg").status_code == 200
+      page = client.get(f"/t/{trace_id}/k/0?target={target}&graph=passes").text
+      assert f'data-prefix="codegen@{target}/0"' in page
+    assert client.get(f"/api/traces/{trace_id}/graphs/codegen@wgsl/0/0/after").status_code == 404

@@ -19,6 +19,10 @@ def _init() -> None:
   if (header := compilers._nvidia_file("*/include/cuda_fp16.h")) is not None: os.environ["KERNEL_EXPLORER_CUDA_INCLUDE"] = str(header.parent)
   import explorer.capture.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules (tracking stays on: inherited)
 
+def pass_record(p: Any) -> dict[str, Any]:
+  """A codegen pass as the trace records it: name, depth, matches, and where its graphs are in its rewrite blob (group, step, sink)."""
+  return {"group": p.group, "step": p.step, "name": p.name, "depth": p.depth, "matches": p.matches, "sink": p.sink}
+
 BEAM_NOTE = "BEAM needs the device to time its candidates: this deviceless target got tinygrad's heuristic opts"
 
 def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: list[str]) -> dict[str, Any]:
@@ -27,8 +31,9 @@ def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: li
           "linear_uops": facts.ops["total"], "ops": facts.ops, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds, "passes": passes,
           "uops_listing": facts.linear, "source": facts.source, "notes": notes, "compile": None}
 
-def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: bool = True) -> list[dict[str, Any]]:
-  """Per kernel: its target record, or {"error": message} where codegen failed."""
+def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: bool = True) -> tuple[list[dict[str, Any]], bytes]:
+  """Per kernel: its target record, or {"error": message} where codegen failed; and this process's rewrite blob, which the records'
+  passes address (group, step, sink), so that every target's codegen steps can be expanded like the host's."""
   from explorer.capture import adapter as tg, compilers
   renderer, base, out = tg.render_target(target, arch), tg.tracking_mark(), []
   nvrtc = tg.nvrtc_compiler() if compile and target == "cuda" else None
@@ -40,13 +45,13 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: b
       except Exception as e:
         out.append({"error": f"{type(e).__name__}: {e}"})
         continue
-      passes = [{"name": p.name, "depth": p.depth, "matches": p.matches} for _, ps in tg.passes_since(mark, base) for p in ps]
+      passes = [pass_record(p) for _, ps in tg.passes_since(mark, base) for p in ps]
       rec = target_record(tg.program_facts(prg), passes, arch, [BEAM_NOTE] if beam else [])
       if compile:
         ptx = tg.fill_ptx(rec["source"], arch) if target == "ptx" else None
         rec["compile"] = compilers.compile_target(target, rec["source"], arch, compilers.block_threads(rec["local_size"]), ptx, nvrtc)
       out.append(rec)
-  return out
+  return out, tg.export_rewrites(base)
 
 class RenderPool:
   """A fresh process per target, up to `processes` at once: tinygrad caches rewrites per process, so a target rendered after another

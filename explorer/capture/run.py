@@ -9,16 +9,18 @@ from explorer.spec import ConvSpec, Variant
 @dataclass
 class TraceResult:
   trace: dict[str, Any]
-  rewrites: bytes
+  rewrites: bytes                                                        # the host's rewrite blob
   progress: list[tuple[str, str, str]] = field(default_factory=list)
+  target_rewrites: dict[str, bytes] = field(default_factory=dict)        # each other target's, by target name
 
-def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str, Any], dump_io: str | None) -> tuple[dict[str, Any], bytes]:
+def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str, Any],
+                    dump_io: str | None) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
   from explorer.capture.trace import capture
   return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io)
 
 def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
               dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None) -> TraceResult:
   """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends."""
-  (trace, blob), seen = call_in_worker("explorer.capture.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
+  (trace, blob, blobs), seen = call_in_worker("explorer.capture.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
                                        "dump_io": dump_io}, progress, timeout_s, limits=limits, live=live)
-  return TraceResult(trace, blob, seen)
+  return TraceResult(trace, blob, seen, blobs)

@@ -11,7 +11,7 @@ import numpy as np
 from explorer.capture import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.capture.reference import conv2d_reference, error_stats
 from explorer.capture import compilers
-from explorer.capture.renders import RenderPool, target_record
+from explorer.capture.renders import RenderPool, pass_record, target_record
 from explorer.spec import ConvSpec, Variant, preset_of
 
 SCHEMA = 2  # 2: kernels[i].targets[T], a whole record per target (explorer/schema.py); 1: sources per target only
@@ -48,8 +48,9 @@ def new_trace(spec: ConvSpec, variant: Variant, device: str) -> dict:
           "status": "ok", "failures": [], "notes": list(variant.notes), "stage_seconds": {},
           "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [], "kernels": [], "totals": {}, "error": None}
 
-def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_io: str | None = None) -> tuple[dict, bytes]:
-  """Trace one convolution. Returns the trace (JSON-ready) and the compressed rewrite blob that intermediate graphs expand from."""
+def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_io: str | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
+  """Trace one convolution. Returns the trace (JSON-ready), the compressed rewrite blob the host's graphs expand from, and each other
+  target's (its codegen ran in a process of its own)."""
   variant = variant.resolve(spec)
   device = variant.device or tg.default_device()
   trace = new_trace(spec, variant, device)
@@ -58,18 +59,20 @@ def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_
   base = tg.tracking_mark()
   rec = Recorder(trace, progress)
   pool = RenderPool(max(1, min(2, len(variant.targets))))
-  try: _run_stages(rec, spec, variant, device, dump_io, base, pool)
+  blobs: dict[str, bytes] = {}
+  try: _run_stages(rec, spec, variant, device, dump_io, base, pool, blobs)
   except StageFailed: pass
   finally: pool.close()
   blob = tg.export_rewrites(base)
   if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, blob)
-  return trace, blob
+  return trace, blob, blobs
 
 def _safe(fn: Callable[[], Any]) -> Any:
   try: return fn()
   except Exception as e: return f"unavailable: {type(e).__name__}: {e}"
 
-def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool) -> None:
+def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool,
+                blobs: dict[str, bytes]) -> None:
   Tensor, dtypes = tg.Tensor, tg.dtypes
   from explorer.capture.algorithms import build_conv
   rng = np.random.default_rng(0)
@@ -92,7 +95,7 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
     others = {t: variant.arch(t) for t in variant.targets if t != tg.target_name(host)}  # the host's own target is its record
     renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], others, variant.opt)  # overlaps with codegen and the run
     programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base))
-    rec.run("render", lambda: _render(trace, calls, renders, host))
+    rec.run("render", lambda: _render(trace, calls, renders, blobs))
     compiled = rec.run("run", lambda: _run(trace, linear, out, spec, x_np, w_np, dump_io))
     if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs), detail=device)
   _totals(trace)
@@ -103,11 +106,10 @@ def _schedule(trace: dict, out: Any, base: int) -> Any:
   linear = tg.schedule(out)
   seconds = time.perf_counter() - st
   groups = tg.passes_since(mark, base)
-  trace["scheduler"] = {"seconds": seconds, "groups": [{"name": n, "passes": [_pass_dict(p) for p in ps]} for n, ps in groups]}
+  trace["scheduler"] = {"seconds": seconds, "groups": [{"name": n, "passes": [pass_record(p) for p in ps]} for n, ps in groups]}
   trace["scheduler"]["passes"] = [p for g in trace["scheduler"]["groups"] if g["name"].startswith("Schedule") for p in g["passes"]]
   return linear
 
-def _pass_dict(p: tg.Pass) -> dict: return {"group": p.group, "step": p.step, "name": p.name, "depth": p.depth, "matches": p.matches, "sink": p.sink}
 
 def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], variant: Variant) -> list[tg.Call]:
   calls = tg.calls(linear)
@@ -156,7 +158,7 @@ def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int) -> dict[
     finally: timer.close()
     seconds = time.perf_counter() - st
     facts = tg.program_facts(prg)
-    passes = [_pass_dict(p) for _, ps in tg.passes_since(mark, base) for p in ps]
+    passes = [pass_record(p) for _, ps in tg.passes_since(mark, base) for p in ps]
     s = trace["schedule"][c.index]
     s["name"], s["kernel"] = facts.name, len(trace["kernels"])
     trace["kernels"].append({"index": len(trace["kernels"]), "call": c.index, "name": facts.name, "role": s["role"], "kind": "kernel",
@@ -178,15 +180,17 @@ def _kernel_notes(role: str, storage: dict[str, int]) -> list[str]:
     notes.append("MHAT never reaches global memory: the reduce accumulates it " + (f"in {' and '.join(where)}" if where else "in scalar registers"))
   return notes
 
-def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], host: Any) -> None:
-  """Every target's records (rendered beside codegen), and the host's compile facts; `sources` keeps each target's source too."""
+def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], blobs: dict[str, bytes]) -> None:
+  """Every target's records (rendered beside codegen) and rewrite blob, and the host's compile facts; `sources` keeps each target's
+  source too."""
   kernels = [c for c in calls if c.kind == "kernel"]
   by_call = {k["call"]: k for k in trace["kernels"]}
   for k in trace["kernels"]:
     rec = k["targets"][k["host_target"]]
     rec["compile"] = compilers.compile_target(k["host_target"], rec["source"], rec["arch"], compilers.block_threads(rec["local_size"]))
   for t, fut in renders.items():
-    for c, got in zip(kernels, fut.result()):
+    records, blobs[t] = fut.result()
+    for c, got in zip(kernels, records):
       k = by_call[c.index]
       if "error" in got: k["source_errors"][t] = got["error"]
       else: k["targets"][t], k["sources"][t] = got, got["source"]

@@ -233,7 +233,7 @@ def escape(s: str) -> str: return html.escape(s, quote=True)
 class GraphNotFound(LookupError):
   """The reference names no graph of this trace."""
 
-REF_RE = re.compile(r"^(?:(tensor|kernels)|ast/(\d+)|codegen/(\d+)/(\d+)/(before|after|m\d+)|rangeify/(\d+)/(before|after|m\d+))$")
+REF_RE = re.compile(r"^(?:(tensor|kernels)|ast/(\d+)|codegen(?:@([a-z]+))?/(\d+)/(\d+)/(before|after|m\d+)|rangeify/(\d+)/(before|after|m\d+))$")
 
 @dataclass(frozen=True)
 class Ref:
@@ -241,6 +241,7 @@ class Ref:
   kernel: int | None = None
   pass_index: int | None = None
   at: str | None = None     # before | after | m{j}
+  target: str | None = None # codegen of another target than the host's (codegen@cuda/...): its passes and rewrite blob
 
   @property
   def match(self) -> int | None: return int(self.at[1:]) if self.at is not None and self.at.startswith("m") else None
@@ -249,12 +250,16 @@ def parse_ref(ref: str) -> Ref:
   if (m := REF_RE.match(ref)) is None: raise GraphNotFound(f"no graph {ref!r}: see the graph reference formats in the API docs")
   if m.group(1): return Ref(m.group(1))
   if m.group(2): return Ref("ast", kernel=int(m.group(2)))
-  if m.group(3): return Ref("codegen", kernel=int(m.group(3)), pass_index=int(m.group(4)), at=m.group(5))
-  return Ref("rangeify", pass_index=int(m.group(6)), at=m.group(7))
+  if m.group(4): return Ref("codegen", kernel=int(m.group(4)), pass_index=int(m.group(5)), at=m.group(6), target=m.group(3))
+  return Ref("rangeify", pass_index=int(m.group(7)), at=m.group(8))
 
 def passes_of(trace: dict, ref: Ref) -> list[dict]:
   if ref.kind == "rangeify": return ((trace.get("scheduler") or {}).get("passes")) or []
-  return kernel_of(trace, ref.kernel)["passes"]
+  k = kernel_of(trace, ref.kernel)
+  if ref.target is None: return k["passes"]
+  if (rec := (k.get("targets") or {}).get(ref.target)) is None or not all("group" in p for p in rec["passes"]):
+    raise GraphNotFound(f"kernel {ref.kernel} has no browsable {ref.target} passes in this trace")
+  return rec["passes"]
 
 def kernel_of(trace: dict, k: int | None) -> dict:
   kernels = trace.get("kernels") or []
@@ -267,4 +272,4 @@ def graph_title(trace: dict, ref: Ref) -> str:
   if ref.kind == "ast": return f"AST of kernel {ref.kernel} {kernel_of(trace, ref.kernel)['name']}"
   p = passes_of(trace, ref)[ref.pass_index]  # type: ignore[index]
   where = {"before": "before", "after": "after"}.get(ref.at or "", f"after match {ref.match} of")
-  return f"{where} pass {ref.pass_index} “{p['name']}” ({p['matches']} matches)"
+  return f"{where} {ref.target + ' ' if ref.target else ''}pass {ref.pass_index} “{p['name']}” ({p['matches']} matches)"

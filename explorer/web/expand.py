@@ -6,7 +6,7 @@ import collections, os
 from typing import Any
 
 BLOBS_KEPT = 2
-_blobs: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
+_blobs: collections.OrderedDict[tuple[str, str, str | None], Any] = collections.OrderedDict()
 
 class BlobUnreadable(RuntimeError):
   """The stored rewrite blob does not load with this process's tinygrad (recorded by another version, or damaged)."""
@@ -15,15 +15,16 @@ def init_worker() -> None:
   """Before tinygrad is imported: no rewrite tracking here (VIZ=0), graph rebuilding only replays what a trace recorded."""
   os.environ["VIZ"] = "0"
 
-def _blob(db_path: str, trace_id: str) -> Any:
-  key = (db_path, trace_id)
+def _blob(db_path: str, trace_id: str, target: str | None = None) -> Any:
+  """The trace's rewrite blob: the host's, or (target) the one that target's codegen process recorded."""
+  key = (db_path, trace_id, target)
   if key in _blobs:
     _blobs.move_to_end(key)
     return _blobs[key]
   from explorer.capture.adapter import TINYGRAD_VERSION, RewriteBlob
   from explorer.store import Store
-  data = Store(db_path).get_rewrites(trace_id)
-  if data is None: raise LookupError(f"trace {trace_id} has no stored rewrites")
+  data = Store(db_path).get_rewrites(trace_id, target)
+  if data is None: raise LookupError(f"trace {trace_id} has no stored rewrites" + (f" for {target}" if target else ""))
   try: _blobs[key] = RewriteBlob(data)
   except Exception as e:
     raise BlobUnreadable(f"this server's tinygrad {TINYGRAD_VERSION} cannot load the stored rewrites of trace {trace_id} "
@@ -31,10 +32,10 @@ def _blob(db_path: str, trace_id: str) -> Any:
   while len(_blobs) > BLOBS_KEPT: _blobs.popitem(last=False)
   return _blobs[key]
 
-def sink_graph(db_path: str, trace_id: str, sink: int, compare_sink: int | None = None) -> dict:
+def sink_graph(db_path: str, trace_id: str, sink: int, compare_sink: int | None = None, target: str | None = None) -> dict:
   """The graph of one recorded sink; with compare_sink, the ids of nodes it has that compare_sink's graph lacks.
   Node ids are object ids: comparable only inside this process, while the blob holds the rebuilt UOps alive."""
-  blob = _blob(db_path, trace_id)
+  blob = _blob(db_path, trace_id, target)
   graph = blob.graph_of(sink)
   new = None
   if compare_sink is not None:
@@ -42,10 +43,10 @@ def sink_graph(db_path: str, trace_id: str, sink: int, compare_sink: int | None 
     new = [n["id"] for n in graph["nodes"] if n["id"] not in before]
   return {"graph": graph, "new": new}
 
-def match_steps(db_path: str, trace_id: str, group: int, step: int, start: int, stop: int) -> list[dict]:
+def match_steps(db_path: str, trace_id: str, group: int, step: int, start: int, stop: int, target: str | None = None) -> list[dict]:
   """Steps start..stop (0: before the pass, j: after its j-th match) of one pass; each with the ids it changed and the rule.
   Replaying matches is quadratic in graph size, so callers fetch a window and cache it."""
-  blob = _blob(db_path, trace_id)
+  blob = _blob(db_path, trace_id, target)
   ret, first_ids = [], None
   for j, st in enumerate(blob.pass_steps(group, step, stop)):
     if j == 0: first_ids = {n["id"] for n in st["graph"]["nodes"]}

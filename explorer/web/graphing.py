@@ -4,6 +4,7 @@ reference (explorer.present.graphs) names one drawable graph of a trace, and is 
   kernels                      the kernel graph: kernels and the buffers between them (from the trace alone, no expansion)
   ast/{k}                      kernel k's AST as the scheduler made it
   codegen/{k}/{p}/{at}         codegen pass p of kernel k; at = before | after | m{j} (after its j-th match)
+  codegen@{target}/{k}/{p}/{at}  the same for another target's codegen (its own process and rewrite blob): codegen@cuda/0/5/after
   rangeify/{p}/{at}            rangeify (scheduler) pass p, same `at`
 """
 from __future__ import annotations
@@ -113,23 +114,24 @@ class GraphService:
     if ref.kind == "ast": return (await self._expand(expand.sink_graph, trace_id, kernel_of(trace, ref.kernel)["ast_sink"]))["graph"], [], [], {}
     passes = passes_of(trace, ref)
     p = passes[ref.pass_index]  # type: ignore[index]
-    if ref.at == "before": return (await self._expand(expand.sink_graph, trace_id, p["sink"]))["graph"], [], [], {}
-    if ref.at == "after": return await self._after(trace_id, passes, ref.pass_index)  # type: ignore[arg-type]
+    if ref.at == "before": return (await self._expand(expand.sink_graph, trace_id, p["sink"], None, ref.target))["graph"], [], [], {}
+    if ref.at == "after": return await self._after(trace_id, passes, ref.pass_index, ref.target)  # type: ignore[arg-type]
     return await self._match_step(trace_id, trace, ref, p)
 
-  async def _after(self, trace_id: str, passes: list[dict], i: int) -> tuple[dict, list[str], list[str], dict]:
+  async def _after(self, trace_id: str, passes: list[dict], i: int, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
     p, q = passes[i], next_pass(passes, i)
     if p["matches"] == 0:
-      return (await self._expand(expand.sink_graph, trace_id, p["sink"]))["graph"], [], ["This pass matched nothing: the graph is unchanged."], {}
+      graph = (await self._expand(expand.sink_graph, trace_id, p["sink"], None, target))["graph"]
+      return graph, [], ["This pass matched nothing: the graph is unchanged."], {}
     if q is not None:
-      got = await self._expand(expand.sink_graph, trace_id, q["sink"], p["sink"])
+      got = await self._expand(expand.sink_graph, trace_id, q["sink"], p["sink"], target)
       note = (f"The graph after this pass is the one the next pass, “{q['name']}”, starts from; "
               "nodes new since the start of this pass are outlined red.")
       return got["graph"], got["new"], [note], {}
     if p["matches"] > MAX_STEPS:
       raise GraphUnavailable(f"this is the last pass of its group and it has {p['matches']} matches, over the {MAX_STEPS} the explorer replays; "
                              "step through its first matches instead")
-    last = (await self._expand(expand.match_steps, trace_id, p["group"], p["step"], p["matches"], p["matches"]))[-1]
+    last = (await self._expand(expand.match_steps, trace_id, p["group"], p["step"], p["matches"], p["matches"], target))[-1]
     return last["graph"], last["new"], ["All matches replayed; nodes new since the start of this pass are outlined red."], {}
 
   async def _match_step(self, trace_id: str, trace: dict, ref: Ref, p: dict) -> tuple[dict, list[str], list[str], dict]:
@@ -137,14 +139,15 @@ class GraphService:
     assert j is not None
     if j > MAX_STEPS: raise GraphUnavailable(f"only the first {MAX_STEPS} matches of a pass can be stepped through (replaying is quadratic)")
     stop = min(j + STEP_WINDOW - 1, steppable(p))
-    steps = await self._expand(expand.match_steps, trace_id, p["group"], p["step"], j, stop)
+    steps = await self._expand(expand.match_steps, trace_id, p["group"], p["step"], j, stop, ref.target)
     base = ref_prefix(ref)
     mine = None
     for st in steps:  # cache the window's other steps as views too: the next clicks are free
       got = (st["graph"], st["changed"], [f"Match {st['index']} of {p['matches']}: rule {st['rule']}; the nodes it changed are outlined red."],
              {"rule": st["rule"], "diff": st["diff"]})
       if st["index"] == j: mine = got
-      else: await self._make_view(trace_id, trace, Ref(ref.kind, ref.kernel, ref.pass_index, f"m{st['index']}"), f"{base}/m{st['index']}", False, got)
+      else: await self._make_view(trace_id, trace, Ref(ref.kind, ref.kernel, ref.pass_index, f"m{st['index']}", ref.target), f"{base}/m{st['index']}",
+                                  False, got)
     if mine is None: raise GraphUnavailable(f"match {j} could not be replayed")
     return mine
 
@@ -167,4 +170,5 @@ class GraphService:
     return svg
 
 def ref_prefix(ref: Ref) -> str:
-  return f"codegen/{ref.kernel}/{ref.pass_index}" if ref.kind == "codegen" else f"rangeify/{ref.pass_index}"
+  if ref.kind == "rangeify": return f"rangeify/{ref.pass_index}"
+  return f"codegen{'@' + ref.target if ref.target else ''}/{ref.kernel}/{ref.pass_index}"

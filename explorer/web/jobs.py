@@ -164,7 +164,7 @@ class JobManager:
     def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(job.on_progress, stage, status, detail)
     try:
       result = await run_in_daemon_thread(lambda: self._run_trace(job, progress))
-      await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites)
+      await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites, getattr(result, "target_rewrites", None))
     except Exception as e:  # WorkerFailed and anything else: one line on the page
       if job.status == "interrupted": return  # the server is stopping: its workers were killed on purpose
       await self._finish(job, "error", (str(e).strip().splitlines() or [type(e).__name__])[0])

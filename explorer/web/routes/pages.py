@@ -165,7 +165,9 @@ async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast
   target = target if target in records else deps.host_target(k)
   rec = records[target]
   asked = request.query_params.get("pass")
-  step = stepper(k.get("passes") or [], f"codegen/{n}", int(asked) if asked and asked.isdigit() else None, at)
+  browsable = target == deps.host_target(k) or all("group" in p for p in rec.get("passes") or [])  # trace schema 1: host passes only
+  prefix, passes = (f"codegen/{n}", k.get("passes") or []) if target == deps.host_target(k) else (f"codegen@{target}/{n}", rec["passes"])
+  step = stepper(passes if browsable else [], prefix, int(asked) if asked and asked.isdigit() else None, at)
   tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k["sources"] or t in k.get("source_errors", {})]
   tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
   tabs += ["compiled"] if (rec.get("compile") or {}).get("disasm") else []
