@@ -146,6 +146,28 @@ class Store:
       c.execute("ROLLBACK")
       raise
 
+  def add_targets(self, trace_id: str, records: dict[str, list[dict]], target_rewrites: dict[str, bytes]) -> dict | None:
+    """Targets computed after the trace (on first request): each kernel's record per target and each target's rewrite blob, added to
+    the stored trace in one transaction. Returns the updated trace (None: it is gone)."""
+    c = self._conn()
+    c.execute("BEGIN IMMEDIATE")
+    try:
+      if (trace := self.get_trace(trace_id)) is None:
+        c.execute("ROLLBACK")
+        return None
+      for t, recs in records.items():
+        for k, rec in zip(trace["kernels"], recs):
+          if "error" in rec: k.setdefault("source_errors", {})[t] = rec["error"]
+          else: k.setdefault("targets", {})[t], k.setdefault("sources", {})[t] = rec, rec["source"]
+      c.execute("UPDATE traces SET trace = ? WHERE id = ?", (json.dumps(trace, default=str), trace_id))
+      c.executemany("INSERT OR REPLACE INTO target_rewrites (trace_id, target, rewrites) VALUES (?,?,?)",
+                    [(trace_id, t, b) for t, b in target_rewrites.items()])
+      c.execute("COMMIT")
+    except BaseException:
+      c.execute("ROLLBACK")
+      raise
+    return trace
+
   def has_trace(self, trace_id: str) -> bool:
     return self._conn().execute("SELECT 1 FROM traces WHERE id = ?", (trace_id,)).fetchone() is not None
 

@@ -177,3 +177,35 @@ def test_every_targets_codegen_steps_are_browsable(tmp_path):
       page = client.get(f"/t/{trace_id}/k/0?target={target}&graph=passes").text
       assert f'data-prefix="codegen@{target}/0"' in page
     assert client.get(f"/api/traces/{trace_id}/graphs/codegen@wgsl/0/0/after").status_code == 404
+
+def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path):
+  """Rebuilt from the stored rewrite blob and rendered in a worker: the same record an eager trace makes; the second request is
+  served from the store; the page follows the job (and is not cached while it runs)."""
+  app = create_app(str(tmp_path / "l.sqlite3"), settings=Settings.load(env={}))
+  body = {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}}
+  eager = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda", "metal"), time=False)).trace
+  with TestClient(app) as client:
+    trace_id = client.post("/api/traces", json=body).json()["id"]
+    assert wait_done(client, trace_id, 300)["status"] == "done"
+    page = client.get(f"/t/{trace_id}/k/1?target=metal")
+    assert 'data-pending-target="metal"' in page.text and page.headers["cache-control"] == "no-store"
+    url = f"/api/traces/{trace_id}/kernels/1/targets/metal"
+    got = wait_for_target(client, url)
+    assert [got[f] for f in ("name", "global_size", "local_size", "source")] == \
+           [eager["kernels"][1]["targets"]["metal"][f] for f in ("name", "global_size", "local_size", "source")]
+    computed = app.state.targets.computed
+    assert client.get(url).status_code == 200 and app.state.targets.computed == computed == 1
+    page = client.get(f"/t/{trace_id}/k/1?target=metal").text
+    assert "data-pending-target" not in page and got["name"] in page
+    assert "metal" in client.get(f"/api/traces/{trace_id}/kernels/1").json()["sources"]
+    assert client.get(f"/api/traces/{trace_id}/graphs/codegen@metal/1/0/after?nodes=0").status_code == 200
+    assert client.get(f"/api/traces/{trace_id}/kernels/1/targets/nosuch").status_code == 404
+
+def wait_for_target(client, url: str, timeout_s: float = 300) -> dict:
+  import time
+  deadline = time.monotonic() + timeout_s
+  while (r := client.get(url)).status_code == 202:
+    assert r.json()["status"] in ("queued", "running") and time.monotonic() < deadline, r.json()
+    time.sleep(0.5)
+  assert r.status_code == 200, r.text
+  return r.json()

@@ -24,3 +24,19 @@ def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None
   (trace, blob, blobs), seen = call_in_worker("explorer.capture.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
                                        "dump_io": dump_io}, progress, timeout_s, limits=limits, live=live)
   return TraceResult(trace, blob, seen, blobs)
+
+def targets_in_worker(progress: Progress, blob: bytes, sinks: list[int], targets: dict[str, str], opt: str) -> dict[str, Any]:
+  """Targets a trace did not ask for, computed later from its stored rewrite blob: each kernel's AST rebuilt from the blob, then every
+  target through explorer.capture.renders as a cold trace would. Returns {target: (records, rewrite blob)}."""
+  from explorer.capture import adapter as tg
+  from explorer.capture.renders import RenderPool
+  asts = [tg.RewriteBlob(blob).sink(s) for s in sinks]
+  pool = RenderPool(max(1, min(2, len(targets))))
+  try:
+    out = {}
+    for t, fut in pool.submit(asts, targets, opt).items():
+      progress("render", "start", t)
+      out[t] = fut.result()
+      progress("render", "done", t)
+    return out
+  finally: pool.close()

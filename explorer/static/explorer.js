@@ -243,6 +243,24 @@ function initProgress() {
   }
 }
 
+/* ***** a target computed on first request: follow its job, reload when it is stored ***** */
+
+function initPendingTarget() {
+  const box = $("#pending-target");
+  if (!box || box.classList.contains("err")) return;
+  const poll = async () => {
+    try {
+      const r = await fetch(box.dataset.poll);
+      if (r.status === 200) { window.location.reload(); return; }
+      const d = await r.json();
+      if (r.status === 202) { $("[data-pending-detail]", box).textContent = d.detail || d.status; }
+      else { box.className = "alert err"; box.textContent = d.detail || `${r.status}`; return; }
+    } catch (e) { /* try again */ }
+    setTimeout(poll, 1000);
+  };
+  setTimeout(poll, 1000);
+}
+
 /* ***** the trace form: preset fills the shape, Winograd options only where they apply ***** */
 
 function initForm() {
@@ -293,7 +311,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (v) { new Stepper(bar, v); stepped.add("pass-graph"); }
   });
   viewers.forEach((v, id) => { if (!stepped.has(id)) v.show(v.el.dataset.ref); });
-  initTabs(); initProgress(); initForm();
+  initTabs(); initProgress(); initForm(); initPendingTarget();
 });
 
 /* ***** "compare with..." on trace pages: the menu loads its picks on first open ***** */

@@ -19,6 +19,8 @@ from explorer.store import Store, StoreError
 from explorer.web.access import install_token_check
 from explorer.web.cache import ResponseCache
 from explorer.web.devices import DeviceCatalog
+from explorer.web.targets import TargetService
+from explorer.capture.workers import Limits
 from explorer.web.diffing import DiffService
 from explorer.web.graphing import GraphService
 from explorer.web.jobs import JobManager
@@ -111,6 +113,11 @@ def document_errors(app: FastAPI) -> None:
     return schema
   app.openapi = openapi  # type: ignore[method-assign]
 
+def forget_trace(app: FastAPI, trace_id: str) -> None:
+  """A stored trace changed (a target was added to it): what was parsed or rendered from it before is dropped."""
+  app.state.traces.forget(trace_id)
+  if (cache := getattr(app.state, "response_cache", None)) is not None: cache.forget(trace_id)
+
 def worker_limits(settings: Settings) -> object:
   from explorer.capture.workers import Limits  # explorer.capture.workers imports no tinygrad
   return Limits.from_settings(settings)  # worker_nice included: trace workers run below the server's priority
@@ -127,6 +134,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     yield
     app.state.jobs.shutdown()  # unfinished jobs marked interrupted, their workers' groups killed
     app.state.diffs.cancel_all()
+    app.state.targets.cancel_all()
     await asyncio.to_thread(app.state.graphs.close)
 
   app = FastAPI(title="Kernel Explorer", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan,
@@ -143,6 +151,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
                                   nice=int(settings.worker_nice))
   app.state.diffs = DiffService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                 timeout_s=float(settings.trace_timeout_s))
+  app.state.targets = TargetService(store, Limits.from_settings(settings), on_stored=lambda trace_id: forget_trace(app, trace_id))
   app.state.devices = devices if devices is not None else DeviceCatalog(timeout_s=min(120.0, float(settings.trace_timeout_s)))
   app.state.templates = make_templates()
   app.state.templates.env.globals["provenance"] = provenance

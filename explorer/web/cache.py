@@ -2,7 +2,8 @@
 gzipped) once and then served as bytes. Pure ASGI, between the request limits (outside) and GZip (inside).
 
 Only the views of a trace that depend on that trace alone are kept (CACHEABLE); anything dynamic on those pages (notes, the
-compare-with menu, progress) is fetched by their scripts from URLs that are not kept. A view is kept only when its trace was
+compare-with menu, progress) is fetched by their scripts from URLs that are not kept, and a response that says Cache-Control: no-store
+(a kernel page while a target is being computed for it) is never kept. A view is kept only when its trace was
 stored before the request began, so a progress page that stands in for a running trace is never kept. A state-changing request
 that names a trace (a note, a delete) drops that trace's entries first."""
 from __future__ import annotations
@@ -22,9 +23,12 @@ class ResponseCache:
     self.entries: collections.OrderedDict[tuple[str, bytes, bool], tuple[str, list[Message]]] = collections.OrderedDict()
     self.size = 0
     self.hits = self.misses = 0
+    self.generation: dict[str, int] = {}  # per trace, bumped by forget
     if state is not None: state.response_cache = self  # the app's handle on it (tests read its counters)
 
   def forget(self, trace_id: str) -> None:
+    """Drop the trace's entries; a response being rendered from it meanwhile is not kept either (its generation is past)."""
+    self.generation[trace_id] = self.generation.get(trace_id, 0) + 1
     for key in [k for k, (tid, _) in self.entries.items() if tid == trace_id]: self._drop(key)
 
   def _drop(self, key: tuple[str, bytes, bool]) -> None:
@@ -52,12 +56,15 @@ class ResponseCache:
       await self.app(scope, receive, send)
       return
     msgs: list[Message] = []
+    generation = self.generation.get(trace_id, 0)
     async def keep(msg: Message) -> None:
       msgs.append(msg)
       await send(msg)
     await self.app(scope, receive, keep)
     body = sum(len(m.get("body", b"")) for m in msgs)
-    if msgs and msgs[0].get("status") == 200 and not msgs[-1].get("more_body") and body <= self.max_entry_bytes:
+    no_store = any(k.lower() == b"cache-control" and b"no-store" in v for k, v in msgs[0].get("headers", [])) if msgs else True
+    fresh = self.generation.get(trace_id, 0) == generation
+    if msgs and msgs[0].get("status") == 200 and fresh and not no_store and not msgs[-1].get("more_body") and body <= self.max_entry_bytes:
       self.entries[key] = (trace_id, msgs)
       self.size += body
       while self.size > self.max_bytes and self.entries: self._drop(next(iter(self.entries)))

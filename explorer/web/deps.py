@@ -3,11 +3,13 @@ from __future__ import annotations
 import asyncio
 from typing import Sequence
 from fastapi import HTTPException, Request
+from fastapi.responses import JSONResponse
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, ConvSpec, SpecError, Variant, device_problem
+from explorer.spec import COMPUTE_DEVICES, TARGETS, ConvSpec, SpecError, Variant, device_problem
 from explorer.store import trace_key
 from explorer.web.access import has_token, is_loopback
 from explorer.web.devices import DevicesUnavailable
+from explorer.web.targets import TargetUnavailable
 from explorer.web.jobs import STAGES, Job, stored_job_status
 from explorer.web.models import TraceRequest
 
@@ -42,6 +44,17 @@ def target_records(kernel: dict) -> dict[str, dict]:
   if kernel.get("targets"): return kernel["targets"]
   return {"host": {**{f: kernel.get(f) for f in TARGET_FIELDS}, "source": (kernel.get("sources") or {}).get("host", ""), "arch": None,
                    "notes": ["recorded before per-target records (trace schema 1): the other targets have their source only"], "compile": None}}
+
+async def target_job(request: Request, trace_id: str, trace: dict, target: str) -> JSONResponse:
+  """Start (or follow) computing `target` for a stored trace: 202 with the job while it runs; the error as a 409 if it failed."""
+  service = request.app.state.targets
+  if (job := service.status(trace_id, target)) is None:  # (a done job whose target the trace read here lacks: stored since, poll again)
+    try: job = service.start(trace_id, trace, target)
+    except TargetUnavailable as e: raise HTTPException(404 if target not in TARGETS else 409, str(e)) from None
+  if job["status"] == "error":
+    service.forget(trace_id, target)  # said once; the next request tries again
+    raise HTTPException(409, f"computing {target} failed: {job['error']}")
+  return JSONResponse(job, status_code=202)
 
 def stages_of_trace(trace: dict) -> list[dict]:
   failed = {f["stage"]: f["error"] for f in trace.get("failures") or []}

@@ -230,3 +230,11 @@ class TargetRecord(BaseModel):
   source: str
   notes: list[str] = []
   compile: CompileFacts | None = None
+
+class TargetJob(BaseModel):
+  """A target the trace did not ask for, being computed on first request (202): poll the same URL; 200 brings the record."""
+  target: str
+  status: Literal["queued", "running", "done", "error"]
+  detail: str = ""
+  error: str | None = None
+  started: float

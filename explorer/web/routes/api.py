@@ -11,7 +11,7 @@ from explorer.store import tinygrad_version
 from explorer.web import deps
 from explorer.web.graphing import GraphBusy, GraphNotFound, GraphUnavailable, MAX_STEPS
 from explorer.web.jobs import QueueFull
-from explorer.web.models import NOT_FOUND, GraphView, Health, TargetRecord, TraceRequest, TraceStatus, TraceSummary, documented
+from explorer.web.models import NOT_FOUND, GraphView, Health, TargetJob, TargetRecord, TraceRequest, TraceStatus, TraceSummary, documented
 from explorer.web.render import TARGET_LABELS
 
 router = APIRouter(prefix="/api", tags=["api"])
@@ -119,12 +119,18 @@ async def get_kernel(request: Request, trace_id: str, n: int) -> dict:
 
 @router.get("/traces/{trace_id}/kernels/{n}/targets/{target}", response_model=TargetRecord, response_model_exclude_none=True,
             summary="One kernel on one target: name, opts, dims, UOps, Estimates, passes, source and compile facts",
-            responses=documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it, or no record of this target (the detail "
-                                  "lists the targets it has)", 422: "n is not an integer"}))
-async def get_kernel_target(request: Request, trace_id: str, n: int, target: str) -> dict:
-  records = deps.target_records(deps.kernel_or_404(await deps.trace_or_404(request, trace_id), n))
-  if target not in records: raise HTTPException(404, f"kernel {n} has no record for target {target!r}; it has: {', '.join(records)}")
-  return records[target]
+            responses={202: {"model": TargetJob, "description": "a target the trace did not ask for, being computed now: poll this URL"},
+                       **documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it, or an unknown target (the detail lists "
+                                     "the known ones)", 409: "the trace is still running, or this target cannot be computed for it "
+                                     "(recorded before per-target records, or its computation failed: the detail says why)",
+                                     422: "n is not an integer"})})
+async def get_kernel_target(request: Request, trace_id: str, n: int, target: str) -> Any:
+  """A target the trace did not ask for is computed on this first request, in a worker, and stored with the trace: 202 with the job's
+  progress until it is, then 200 with the record (every later request too, at once)."""
+  trace = await deps.trace_or_404(request, trace_id)
+  records = deps.target_records(deps.kernel_or_404(trace, n))
+  if target in records: return records[target]
+  return await deps.target_job(request, trace_id, trace, target)
 
 @router.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
             responses=documented(NOT_FOUND))

@@ -162,6 +162,10 @@ async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast
   if trace is None: return await trace_page(request, trace_id, "kernel.html", "kernels")
   k = deps.kernel_or_404(trace, n)
   records = deps.target_records(k)
+  pending, pending_error = (target if target in TARGETS and target not in records else None), None
+  if pending is not None:  # computed on this first request, in a worker; the page follows it and reloads when it is stored
+    try: await deps.target_job(request, trace_id, trace, pending)
+    except HTTPException as e: pending_error = e.detail
   target = target if target in records else deps.host_target(k)
   rec = records[target]
   asked = request.query_params.get("pass")
@@ -172,5 +176,8 @@ async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast
   tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
   tabs += ["compiled"] if (rec.get("compile") or {}).get("disasm") else []
   code = code if code in tabs else target if target in tabs else tabs[0]
-  return await trace_page(request, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step, api=f"/api/traces/{trace_id}/kernels/{n}",
-                          graph_mode="passes" if graph == "passes" else "ast", code=code, code_tabs=tabs, target=target, rec=rec, records=records)
+  resp = await trace_page(request, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step, api=f"/api/traces/{trace_id}/kernels/{n}",
+                          graph_mode="passes" if graph == "passes" else "ast", code=code, code_tabs=tabs, target=target, rec=rec, records=records,
+                          all_targets=TARGETS, pending=pending, pending_error=pending_error)
+  if pending: resp.headers["Cache-Control"] = "no-store"  # the page changes when the target is stored
+  return resp
