@@ -144,8 +144,9 @@ def test_the_kernel_page_switches_every_figure_to_the_target(tmp_path):
       assert rec["name"] in page and f'data-target="{target}"' in page
       api = client.get(f"/api/traces/{trace_id}/kernels/0/targets/{target}")
       assert api.status_code == 200 and api.json()["name"] == rec["name"]
-    r = client.get(f"/api/traces/{trace_id}/kernels/0/targets/wgsl")
-    assert r.status_code == 404 and "cuda" in r.json()["detail"]
+    table = client.get(f"/t/{trace_id}?target=cuda").text  # the trace page's kernel table turns to the target too
+    assert f'>{cuda["name"]}</a>' in table and f'>{host["name"]}</a>' not in table
+    assert f'>{host["name"]}</a>' in client.get(f"/t/{trace_id}").text
 
 @needs_cuda_tools
 def test_a_diff_on_cuda_compares_cuda_kernels_registers_included():

@@ -120,8 +120,16 @@ async def trace_page(request: Request, trace_id: str, template: str, current: st
   return await page(request, template, trace=trace, trace_id=trace_id, ribbon=ribbon(trace, trace_id, current), base=deps.trace_url(trace_id), **ctx)
 
 @router.get("/t/{trace_id}", response_class=HTMLResponse)
-async def trace_overview(request: Request, trace_id: str) -> HTMLResponse:
-  return await trace_page(request, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES)
+async def trace_overview(request: Request, trace_id: str, target: str | None = None) -> HTMLResponse:
+  """The overview; ?target=T turns the kernel table's figures (names, dims, uops, Estimates, registers) to that target's records."""
+  trace = await deps.stored_trace(request, trace_id)
+  kernels = (trace or {}).get("kernels") or []
+  available = list(dict.fromkeys(t for k in kernels for t in deps.target_records(k)))
+  host = deps.host_target(kernels[0]) if kernels else None
+  target = target if target in available else host
+  views = [deps.target_records(k).get(target or "", {}) for k in kernels]
+  return await trace_page(request, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES, table_target=target, table_targets=available,
+                          views=views, host_target=host)
 
 @router.get("/t/{trace_id}/bufferize", response_class=HTMLResponse)
 async def bufferize(request: Request, trace_id: str) -> HTMLResponse:
