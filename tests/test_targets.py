@@ -10,7 +10,7 @@ from explorer.capture.run import run_trace
 from explorer.settings import Settings
 from explorer.spec import PRESETS, Variant
 from explorer.web.app import create_app
-from conftest import wait_done
+from conftest import REPO, wait_done
 
 GPU_TARGETS = ("cuda", "ptx", "metal", "opencl", "wgsl")
 
@@ -26,7 +26,8 @@ from tinygrad.renderer.cstyle import CUDARenderer, MetalRenderer, OpenCLRenderer
 from tinygrad.renderer.ptx import PTXRenderer
 from tinygrad.renderer.wgsl import WGSLRenderer
 from tinygrad.uop.ops import Ops
-spec, wino, opt, arch = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+spec, variant = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+wino, opt, arch = int(variant["algo"] == "winograd"), variant["opt"], variant["cuda_arch"]
 def deviceless(cls, target, **attrs):  # the renderer as its device would configure it, without the device's compiler library
   r = cls.__new__(cls); Renderer.__init__(r, target)
   for k, v in attrs.items(): setattr(r, k, v)
@@ -37,7 +38,12 @@ renderers = {"cuda": deviceless(CUDARenderer, Target("CUDA", "CUDA", arch), tens
              "opencl": deviceless(OpenCLRenderer, Target("CL", "CL", "")), "wgsl": deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", ""))}
 x = Tensor.empty(spec["batch"], spec["cin"], spec["height"], spec["width"])
 w = Tensor.empty(spec["cout"], spec["cin"] // spec["groups"], spec["kernel"], spec["kernel"])
-with Context(WINO=wino): out = x.conv2d(w, padding=spec["kernel"] // 2, groups=spec["groups"])
+if variant["wino_impl"] == "explorer":  # the explorer's own Winograd is the program under test; its codegen below is plain tinygrad's
+  from explorer.capture.algorithms import build_conv
+  from explorer.spec import ConvSpec, Variant
+  out = build_conv(x, w, ConvSpec(**spec), Variant.from_dict(variant))
+else:
+  with Context(WINO=wino): out = x.conv2d(w, padding=spec["kernel"] // 2, groups=spec["groups"])
 asts = [c.src[0] for c in out.schedule_linear().src if c.src[0].op is Ops.SINK]
 got = {}
 with Context(NOOPT=int(opt == "none")):
@@ -48,15 +54,18 @@ with Context(NOOPT=int(opt == "none")):
 print(json.dumps(got))
 """
 
-def plain_codegen(spec: dict, wino: bool, opt: str, arch: str = "sm_90") -> dict:
-  env = {k: v for k, v in os.environ.items() if k not in ("VIZ", "TRACK_MATCH_STATS")}
-  out = subprocess.run([sys.executable, "-c", PLAIN_CODEGEN, json.dumps(spec), str(int(wino)), opt, arch], capture_output=True, text=True,
-                       timeout=600, env=env)
+def plain_codegen(spec: dict, variant: dict) -> dict:
+  env = {**{k: v for k, v in os.environ.items() if k != "TRACK_MATCH_STATS"}, "VIZ": "0"}  # no tracking: plain tinygrad
+  out = subprocess.run([sys.executable, "-c", PLAIN_CODEGEN, json.dumps(spec), json.dumps(variant)], capture_output=True, text=True,
+                       timeout=600, env=env, cwd=REPO)
   assert out.returncode == 0, out.stderr[-2000:]
   return json.loads(out.stdout.strip().splitlines()[-1])
 
-CASES = {"small direct": ("small", Variant(targets=GPU_TARGETS, time=False)),
-         "wino8 builtin": ("wino8", Variant(algo="winograd", targets=GPU_TARGETS, time=False)),
+# every preset's direct conv, tinygrad's builtin Winograd on every 3x3 preset, the explorer's staged and fused Winograd, NOOPT, sm_80
+CASES = {**{f"{p} direct": (p, Variant(targets=GPU_TARGETS, time=False)) for p in PRESETS},
+         **{f"{p} builtin": (p, Variant(algo="winograd", targets=GPU_TARGETS, time=False)) for p, s in PRESETS.items() if s.kernel == 3},
+         **{f"{p} explorer {st}": (p, Variant(algo="winograd", wino_impl="explorer", staging=st, targets=GPU_TARGETS, time=False))
+            for p in ("wino8", "medium") for st in ("staged", "fused")},
          "wino8 direct NOOPT": ("wino8", Variant(opt="none", targets=GPU_TARGETS, time=False)),
          "medium direct sm_80": ("medium", Variant(targets=("cuda", "ptx"), time=False, cuda_arch="sm_80"))}
 
@@ -65,7 +74,7 @@ def test_each_targets_kernels_are_what_tinygrad_makes_for_that_renderer(case):
   preset, variant = CASES[case]
   trace = run_trace(PRESETS[preset], variant).trace
   assert trace["status"] == "ok" and trace["schema"] == 2, trace["failures"]
-  plain = plain_codegen(trace["spec"], variant.algo == "winograd", variant.opt, variant.cuda_arch)
+  plain = plain_codegen(trace["spec"], trace["variant"])
   for target in variant.targets:
     ours = [[k["targets"][target][f] for f in ("name", "global_size", "local_size", "source")] for k in trace["kernels"]]
     assert ours == plain[target], f"{case}: {target} differs from plain tinygrad"
