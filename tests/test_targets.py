@@ -219,3 +219,17 @@ def wait_for_target(client, url: str, timeout_s: float = 300) -> dict:
     time.sleep(0.5)
   assert r.status_code == 200, r.text
   return r.json()
+
+def test_a_compiler_that_hangs_or_crashes_is_one_kernels_result(tmp_path, monkeypatch):
+  from explorer.capture import compilers
+  for name, body in (("clang", "sleep 30"), ("nvcc", "kill -SEGV $$")):
+    (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+    (tmp_path / name).chmod(0o755)
+  monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+  monkeypatch.setattr(compilers, "TIMEOUT_S", 0.5)
+  compilers.version.cache_clear()
+  hung = compilers.compile_target("clang", "int main(){}", "x86_64", None)
+  assert hung["ok"] is False and "did not finish within" in hung["message"]
+  crashed = compilers.compile_target("cuda", "extern \"C\" __global__ void k() {}", "sm_90", 128)
+  assert crashed["ok"] is False and crashed["message"]
+  compilers.version.cache_clear()
