@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.routing import Match
 from explorer import __version__
+from explorer.capture.workers import Limits  # imports no tinygrad
 from explorer.settings import Settings
 from explorer.spec import SpecError
 from explorer.store import Store, StoreError
@@ -20,7 +21,6 @@ from explorer.web.access import install_token_check
 from explorer.web.cache import ResponseCache
 from explorer.web.devices import DeviceCatalog
 from explorer.web.targets import TargetService
-from explorer.capture.workers import Limits
 from explorer.web.diffing import DiffService
 from explorer.web.graphing import GraphService
 from explorer.web.jobs import JobManager
@@ -118,10 +118,6 @@ def forget_trace(app: FastAPI, trace_id: str) -> None:
   app.state.traces.forget(trace_id)
   if (cache := getattr(app.state, "response_cache", None)) is not None: cache.forget(trace_id)
 
-def worker_limits(settings: Settings) -> object:
-  from explorer.capture.workers import Limits  # explorer.capture.workers imports no tinygrad
-  return Limits.from_settings(settings)  # worker_nice included: trace workers run below the server's priority
-
 def create_app(db_path: str | None = None, settings: Settings | None = None, runner=None, graph_workers: int = 1,
                devices: DeviceCatalog | None = None) -> FastAPI:
   """The app over one SQLite store. runner replaces explorer.capture.run.run_trace (tests use it to count or fake runs).
@@ -144,7 +140,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.state.store = store
   app.state.traces = TraceCache(store)
   app.state.jobs = JobManager(store, parallel=settings.workers, timeout_s=float(settings.trace_timeout_s), runner=runner,
-                              max_queue=int(settings.max_queue), limits=worker_limits(settings), queue_wait_s=float(settings.queue_wait_s))
+                              max_queue=int(settings.max_queue), limits=Limits.from_settings(settings), queue_wait_s=float(settings.queue_wait_s))
   app.state.graphs = GraphService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                   workers=graph_workers, expand_timeout_s=float(settings.graph_timeout_s), memory_mb=int(settings.worker_memory_mb),
                                   max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue),
