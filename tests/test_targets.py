@@ -233,3 +233,18 @@ def test_a_compiler_that_hangs_or_crashes_is_one_kernels_result(tmp_path, monkey
   crashed = compilers.compile_target("cuda", "extern \"C\" __global__ void k() {}", "sm_90", 128)
   assert crashed["ok"] is False and crashed["message"]
   compilers.version.cache_clear()
+
+def test_a_trace_of_the_previous_schema_still_opens(tmp_path):
+  """Schema 1 (sources per target only): its kernel page, table and API show the host record; other targets say why they cannot."""
+  from explorer.store import Store
+  trace = run_trace(PRESETS["small"], Variant(targets=("cuda",), time=False))
+  kernels = [{k: v for k, v in kern.items() if k not in ("targets", "host_target")} for kern in trace.trace["kernels"]]
+  old = {**trace.trace, "schema": 1, "kernels": kernels}
+  Store(tmp_path / "o.sqlite3").put_trace("0123456789abcdef", old, trace.rewrites)
+  app = create_app(str(tmp_path / "o.sqlite3"), settings=Settings.load(env={}))
+  with TestClient(app) as client:
+    for url in ("/t/0123456789abcdef", "/t/0123456789abcdef/k/0", "/t/0123456789abcdef/k/0?target=cuda&graph=passes"):
+      assert client.get(url).status_code == 200, url
+    assert client.get("/api/traces/0123456789abcdef/kernels/0/targets/host").json()["name"] == old["kernels"][0]["name"]
+    r = client.get("/api/traces/0123456789abcdef/kernels/0/targets/cuda")
+    assert r.status_code == 409 and "trace it again" in r.json()["detail"]

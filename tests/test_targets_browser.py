@@ -1,0 +1,32 @@
+"""The kernel page's target switcher in a real browser (Debian's chromium): one click turns every figure to the target, and a target
+the trace did not ask for is computed while the page shows its progress, then shown."""
+from __future__ import annotations
+import re, time
+import httpx
+import pytest
+from conftest import ARTIFACTS, needs_chromium
+
+pytestmark = [pytest.mark.browser, needs_chromium]
+
+@pytest.fixture(scope="module")
+def traced(live_server) -> str:
+  r = httpx.post(f"{live_server}/api/traces", json={"preset": "small", "variant": {"targets": ["cuda"], "time": False}}, timeout=60)
+  trace_id, deadline = r.json()["id"], time.monotonic() + 300
+  while httpx.get(f"{live_server}/api/traces/{trace_id}/status", timeout=60).json()["status"] not in ("done", "error"):
+    assert time.monotonic() < deadline
+    time.sleep(0.5)
+  return trace_id
+
+def test_the_switcher_turns_the_page_to_the_target(live_server, traced, page, errors):
+  page.goto(f"{live_server}/t/{traced}/k/0")
+  host_dims = page.locator("#dims").inner_text()
+  page.click("#target-switcher a[data-target=cuda]")
+  page.wait_for_url(re.compile(r".*target=cuda.*"))
+  assert page.locator("#target-facts").get_attribute("data-target") == "cuda"
+  assert page.locator("#dims").inner_text() == "2×4×1 × 16×8×1" != host_dims  # the issue's case: CUDA's 16x8 threads, not the host's
+  assert "compile:" in page.locator("#compile-facts").inner_text()
+  page.screenshot(path=str(ARTIFACTS / "targets_cuda.png"))
+  page.click("#target-switcher a[data-target=opencl]")  # not traced: computed now, the page follows, then reloads with it
+  page.wait_for_selector("#target-facts[data-target=opencl]", timeout=300_000)
+  assert "opencl kernel" in page.locator("#target-facts").inner_text().lower() and not page.locator("#pending-target").count()
+  assert not errors, errors
