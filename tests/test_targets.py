@@ -248,3 +248,15 @@ def test_a_trace_of_the_previous_schema_still_opens(tmp_path):
     assert client.get("/api/traces/0123456789abcdef/kernels/0/targets/host").json()["name"] == old["kernels"][0]["name"]
     r = client.get("/api/traces/0123456789abcdef/kernels/0/targets/cuda")
     assert r.status_code == 409 and "trace it again" in r.json()["detail"]
+
+def test_register_pressure_picks_out_the_fused_kernel():
+  """Liveness over the linear UOps (targets[T].pressure): on the medium preset the fused explorer Winograd's MHAT+out kernel holds more
+  values at once than the staged variant's output kernel; the peak is where the curve says."""
+  peaks = {}
+  for staging in ("staged", "fused"):
+    trace = run_trace(PRESETS["medium"], Variant(algo="winograd", wino_impl="explorer", staging=staging, targets=("clang",), time=False)).trace
+    for k in trace["kernels"]:
+      p = k["targets"]["clang"]["pressure"]
+      assert max(v for _, v in p["curve"]) == p["max_live"] and len(p["curve"]) <= 512 and p["ssa_values"] > 0
+      peaks[(staging, k["role"])] = p["max_live"]
+  assert peaks[("fused", "mhat+out")] > peaks[("staged", "out")], peaks

@@ -29,7 +29,7 @@ def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: li
   """One kernel on one target, in the trace's schema (explorer/schema: TargetRecord); the host's record has the same fields."""
   return {"name": facts.name, "arch": arch, "opts": facts.opts, "global_size": facts.global_size, "local_size": facts.local_size,
           "linear_uops": facts.ops["total"], "ops": facts.ops, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds, "passes": passes,
-          "uops_listing": facts.linear, "source": facts.source, "notes": notes, "compile": None}
+          "uops_listing": facts.linear, "source": facts.source, "pressure": facts.pressure, "notes": notes, "compile": None}
 
 def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: bool = True) -> tuple[list[dict[str, Any]], bytes]:
   """Per kernel: its target record, or {"error": message} where codegen failed; and this process's rewrite blob, which the records'

@@ -212,6 +212,22 @@ class PassRecord(BaseModel):
   step: int | None = None
   sink: int | None = None
 
+class LiveRange(BaseModel):
+  uop: int    # where the value is defined (index in the linear UOps)
+  op: str
+  until: int  # its last use, extended to the END of any loop it is used in
+  lanes: int
+
+class Pressure(BaseModel):
+  """Register pressure from the linearized UOps: values live at once (a value from its definition to its last use, extended to the END
+  of a loop it is used in; a vector once per lane, a register array once per element), the peak and where, the curve (at most 512
+  [uop index, live] points, each the peak of its stretch) and the longest live ranges."""
+  ssa_values: int
+  max_live: int
+  max_live_at: int
+  curve: list[list[int]]
+  longest: list[LiveRange]
+
 class TargetRecord(BaseModel):
   """One kernel as one target's pipeline made it: its renderer configured for `arch`, the variant's opt setting (BEAM needs the device:
   a deviceless target gets heuristic opts, and notes say so), tinygrad's Estimates from its linearized UOps, and the source."""
@@ -228,6 +244,7 @@ class TargetRecord(BaseModel):
   passes: list[PassRecord]
   uops_listing: list[str]
   source: str
+  pressure: Pressure | None = None
   notes: list[str] = []
   compile: CompileFacts | None = None
 
