@@ -169,6 +169,7 @@ def test_a_diff_on_cuda_compares_cuda_kernels_registers_included():
   cuda_uops = sum(k["targets"]["cuda"]["linear_uops"] for k in runs["fused"].trace["kernels"] if k["index"] in [x["index"] for x in fused["b"]])
   assert fused["metrics"]["b"]["linear_uops"] == cuda_uops
   assert fused["metrics"]["a"]["registers"] < fused["metrics"]["b"]["registers"], fused["metrics"]
+  assert fused["metrics"]["a"]["max_live"] < fused["metrics"]["b"]["max_live"]  # "did pressure go up?" answered in one view
   assert "registers" in fused["metrics"]["delta"]
 
 def test_every_targets_codegen_steps_are_browsable(tmp_path):

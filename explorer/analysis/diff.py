@@ -105,8 +105,8 @@ def _on(k: dict, target: str) -> dict:
   return {**k, **rec} if (rec := (k.get("targets") or {}).get(target)) is not None else k
 
 def _metrics(ks: list[dict], target: str = "host") -> dict:
-  """A group's figures on `target`: uops, FLOPs, bytes and op counts summed; from its compile facts (where a compiler ran) the most
-  registers any kernel uses, the spill bytes summed and the lowest occupancy; the host's measured time."""
+  """A group's figures on `target`: uops, FLOPs, bytes and op counts summed; the highest peak of live values; from its compile facts
+  (where a compiler ran) the most registers any kernel uses, the spill bytes summed and the lowest occupancy; the host's measured time."""
   recs = [_on(k, target) for k in ks]
   m: dict[str, Any] = {k: sum(x.get(k) or 0 for x in recs) for k in SCALAR_KEYS}
   ops: Counter = Counter()
@@ -117,6 +117,8 @@ def _metrics(ks: list[dict], target: str = "host") -> dict:
   m["registers"] = max(f["registers"] for f in facts) if have("registers") else None
   m["spill_bytes"] = sum(f["spill_store_bytes"] + f["spill_load_bytes"] for f in facts) if have("registers") else None
   m["occupancy"] = min(f["occupancy"]["occupancy"] for f in facts) if have("occupancy") else None
+  peaks = [(x.get("pressure") or {}).get("max_live") for x in recs]
+  m["max_live"] = max(peaks) if peaks and None not in peaks else None  # the group's highest register pressure (trace schema 2)
   times = [x["time_s"]["median"] for x in ks if x.get("time_s")]
   m["time_s"] = sum(times) if times and len(times) == len(ks) else None
   return m
@@ -392,11 +394,12 @@ def summary(d: dict) -> str:
     rel = g["relation"] + (" (identical)" if g["identical"] else "")
     gr = "-" if g["graph"] is None else f"{len(g['graph']['only_a'])}/{len(g['graph']['only_b'])}"
     ma, mb = g["metrics"]["a"], g["metrics"]["b"]
-    regs = "-" if ma.get("registers") is None or mb.get("registers") is None else f"{ma['registers']} -> {mb['registers']}"
+    def a_to_b(key: str) -> str: return "-" if ma.get(key) is None or mb.get(key) is None else f"{ma[key]} -> {mb[key]}"
     rows.append((ks(g["a"]), ks(g["b"]), rel, _signed(dl["alu"]), _signed(dl["loads"]), _signed(dl["flops"], si),
-                 _signed(dl["bytes"], _si_bytes), regs, gr))
+                 _signed(dl["bytes"], _si_bytes), a_to_b("max_live"), a_to_b("registers"), gr))
   out += ["", f"kernels, matched by role and data flow ({d['target']} figures):",
-          table(("A kernel(s)", "B kernel(s)", "relation", "d ALU", "d loads", "d FLOPs", "d bytes", "registers", "AST nodes only A/B"), rows)]
+          table(("A kernel(s)", "B kernel(s)", "relation", "d ALU", "d loads", "d FLOPs", "d bytes", "peak live", "registers", "AST nodes only A/B"),
+                rows)]
   out += [f"  {s}" for s in d["fusions"]]
   for side in ("a", "b"):
     for b in d["buffers"][f"only_{side}"]: out.append(f"only in {side.upper()}: {b['name']} {b['what']}, {si(b['nbytes'], 'B')} on {b['device']}")
