@@ -261,3 +261,24 @@ def test_register_pressure_picks_out_the_fused_kernel():
       assert max(v for _, v in p["curve"]) == p["max_live"] and len(p["curve"]) <= 512 and p["ssa_values"] > 0
       peaks[(staging, k["role"])] = p["max_live"]
   assert peaks[("fused", "mhat+out")] > peaks[("staged", "out")], peaks
+
+def test_spec_checks_run_on_every_stage_and_keep_every_violation(tmp_path):
+  """tinygrad's own specs over the tensor graph, the kernel graph, each kernel AST and each target's program; a graph that breaks a
+  spec has every bad UOp listed (type_verify would stop at the first) and its stage turns red."""
+  trace = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda",), time=False)).trace
+  assert {s: (c["spec"], c["ok"]) for s, c in trace["spec_checks"].items()} == {"tensor_graph": ("spec_tensor", True),
+                                                                                 "kernel_graph": ("spec_kernel_graph", True)}
+  assert all(k["spec"]["ast"]["ok"] and k["spec"]["program"]["ok"] and k["targets"]["cuda"]["spec"]["ok"] for k in trace["kernels"])
+  assert all(c["checked"] > 0 for c in trace["spec_checks"].values())
+  check = r"""
+from explorer.capture import adapter as tg
+from tinygrad.uop.ops import UOp, Ops
+bad = UOp(Ops.ADD, tg.dtypes.float, (UOp(Ops.CONST, tg.dtypes.int, arg=1), UOp(Ops.CONST, tg.dtypes.float, arg=2.0)))
+import json; print(json.dumps(tg.spec_check([bad.sink()], "program")))
+"""
+  got = json.loads(subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True, cwd=REPO, timeout=120).stdout)
+  assert not got["ok"] and got["violation_count"] == 2 and [v["op"] for v in got["violations"]] == ["CONST", "ADD"]
+  assert "UOp verification failed" in got["violations"][1]["message"]
+  from explorer.web.routes.pages import ribbon
+  broken = {**trace, "spec_checks": {**trace["spec_checks"], "kernel_graph": {**trace["spec_checks"]["kernel_graph"], "ok": False}}}
+  assert next(r for r in ribbon(broken, "x", "overview") if r["key"] == "bufferize")["state"] == "error"

@@ -117,8 +117,8 @@ def _metrics(ks: list[dict], target: str = "host") -> dict:
   m["registers"] = max(f["registers"] for f in facts) if have("registers") else None
   m["spill_bytes"] = sum(f["spill_store_bytes"] + f["spill_load_bytes"] for f in facts) if have("registers") else None
   m["occupancy"] = min(f["occupancy"]["occupancy"] for f in facts) if have("occupancy") else None
-  peaks = [(x.get("pressure") or {}).get("max_live") for x in recs]
-  m["max_live"] = max(peaks) if peaks and None not in peaks else None  # the group's highest register pressure (trace schema 2)
+  peaks: list[int] = [p for x in recs if (p := (x.get("pressure") or {}).get("max_live")) is not None]
+  m["max_live"] = max(peaks) if peaks and len(peaks) == len(recs) else None  # the group's highest register pressure (trace schema 2)
   times = [x["time_s"]["median"] for x in ks if x.get("time_s")]
   m["time_s"] = sum(times) if times and len(times) == len(ks) else None
   return m

@@ -309,6 +309,30 @@ class ProgramFacts:
 UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
                "consts": lambda u: u.op is Ops.CONST, "ranges": lambda u: u.op is Ops.RANGE}
 
+# ***** spec checks: tinygrad's own specs (tinygrad/uop/spec.py), every UOp checked, every violation kept *****
+
+MAX_VIOLATIONS = 50
+SPECS = {"tensor": "spec_tensor", "kernel_graph": "spec_kernel_graph", "program": "spec_program"}
+
+def spec_check(roots: list[UOp], spec: str, enter_calls: bool = True) -> dict:
+  """Run one of tinygrad's spec PatternMatchers over every UOp under roots, as type_verify does, but recording each UOp no rule accepts
+  (with type_verify's message) instead of raising at the first. Returns {spec, ok, checked, violations (at most MAX_VIOLATIONS),
+  violation_count}."""
+  from tinygrad.uop import spec as specs
+  matcher = getattr(specs, SPECS[spec])
+  lst = list(dict.fromkeys(u for r in roots for u in r.toposort(enter_calls=enter_calls)))
+  bad = []
+  with Context(TRACK_MATCH_STATS=0):
+    for i, u in enumerate(lst):
+      if matcher.rewrite(u) is not True:
+        bad.append({"index": i, "op": u.op.name, "dtype": str(u.dtype), "trace_num": trace_num(u), "message": f"UOp verification failed at "
+                    f"{i} on {u.op} {u.dtype} {len(u.src)} {[(x.op, x.dtype, x.arg) for x in u.src]} {u.arg}"[:400]})
+  return {"spec": SPECS[spec], "ok": not bad, "checked": len(lst), "violations": bad[:MAX_VIOLATIONS], "violation_count": len(bad)}
+
+def schedule_calls(linear: UOp) -> list[UOp]: return list(linear.src)  # the kernel graph's calls (tinygrad checks them before linearizing)
+
+def program_sink(prg: UOp) -> UOp: return prg.src[0]
+
 # ***** register pressure: values live at once over the linear order (what a register allocator has to fit) *****
 
 CURVE_POINTS = 512

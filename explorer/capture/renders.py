@@ -47,6 +47,7 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: b
         continue
       passes = [pass_record(p) for _, ps in tg.passes_since(mark, base) for p in ps]
       rec = target_record(tg.program_facts(prg), passes, arch, [BEAM_NOTE] if beam else [])
+      rec["spec"] = tg.spec_check([tg.program_sink(prg)], "program")
       if compile:
         ptx = tg.fill_ptx(rec["source"], arch) if target == "ptx" else None
         rec["compile"] = compilers.compile_target(target, rec["source"], arch, compilers.block_threads(rec["local_size"]), ptx, nvrtc)

@@ -88,9 +88,11 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
     x, w, out = rec.run("tensor_graph", inputs_and_graph)
     sink = tg.tensor_sink(out)
     trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
+    trace["spec_checks"] = {"tensor_graph": tg.spec_check([sink], "tensor")}  # tinygrad's own specs, every UOp (models.SpecCheck)
     linear = rec.run("schedule", lambda: _schedule(trace, out, base))
     roles = {tg.buffer_key(tg.tensor_buffer(t)): role for t, role in ((x, "input"), (w, "weight"), (out, "output"))}
     calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, roles, variant))
+    trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
     host = tg.host_renderer(device)
     others = {t: variant.arch(t) for t in variant.targets if t != tg.target_name(host)}  # the host's own target is its record
     renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], others, variant.opt)  # overlaps with codegen and the run
@@ -169,6 +171,7 @@ def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int) -> dict[
                              "reads": s["reads"], "writes": s["writes"], "time_s": None, "storage": facts.storage,
                              "notes": _kernel_notes(s["role"], facts.storage), "host_target": (host := tg.target_name(renderer)),
                              "targets": {host: target_record(facts, passes, tg.renderer_arch(renderer), [])}})
+    trace["kernels"][-1]["spec"] = {"ast": tg.spec_check([c.ast], "tensor"), "program": tg.spec_check([tg.program_sink(prg)], "program")}
     programs[c.index] = prg
   return programs
 

@@ -228,6 +228,23 @@ class Pressure(BaseModel):
   curve: list[list[int]]
   longest: list[LiveRange]
 
+class SpecViolation(BaseModel):
+  index: int       # in the checked graph's toposort
+  op: str
+  dtype: str
+  trace_num: int   # the UOp's number in the trace's rewrite blob
+  message: str     # type_verify's
+
+class SpecCheck(BaseModel):
+  """One of tinygrad's spec PatternMatchers (tinygrad/uop/spec.py) run over every UOp of a graph, each violation kept (type_verify stops
+  at the first): spec_tensor on the tensor graph and the kernel ASTs, spec_kernel_graph on the schedule's calls, spec_program on each
+  target's program."""
+  spec: str
+  ok: bool
+  checked: int
+  violations: list[SpecViolation]
+  violation_count: int
+
 class TargetRecord(BaseModel):
   """One kernel as one target's pipeline made it: its renderer configured for `arch`, the variant's opt setting (BEAM needs the device:
   a deviceless target gets heuristic opts, and notes say so), tinygrad's Estimates from its linearized UOps, and the source."""
@@ -245,6 +262,7 @@ class TargetRecord(BaseModel):
   uops_listing: list[str]
   source: str
   pressure: Pressure | None = None
+  spec: SpecCheck | None = None
   notes: list[str] = []
   compile: CompileFacts | None = None
 

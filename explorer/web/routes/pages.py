@@ -89,6 +89,8 @@ async def rerun_form(request: Request, trace_id: str) -> Response:
 def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[dict]:
   """The pipeline as links: each stage with a one-line fact and whether it worked."""
   failed = {f["stage"] for f in trace.get("failures") or []}
+  failed |= {stage for stage, check in (trace.get("spec_checks") or {}).items() if not check.get("ok", True)}  # a spec violation is red too
+  failed |= {"codegen" for k in trace.get("kernels") or [] for check in (k.get("spec") or {}).values() if not check.get("ok", True)}
   done = set(trace.get("stage_seconds") or {})
   def state(*stages: str) -> str: return "error" if failed & set(stages) else "done" if set(stages) <= done else "skipped"
   sched, totals, kernels = trace.get("scheduler") or {}, trace.get("totals") or {}, trace.get("kernels") or []
