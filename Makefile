@@ -46,8 +46,7 @@ $(PY): | sysdeps
 # reinstall only when the lock or pyproject.toml is newer than the stamp; never download playwright's browsers (tests use /usr/bin/chromium)
 $(STAMP): pyproject.toml $(LOCK) | $(PY)
 	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -q --disable-pip-version-check --require-hashes -r $(LOCK)
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . || \
-	  $(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
 
 # refresh requirements.lock and requirements-test.lock from pyproject.toml's bounds (newest versions within them), with hashes; then `make test`

@@ -278,12 +278,15 @@ def captured_serve(monkeypatch, capsys):
   import uvicorn
   got: dict = {}
   monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: got.update(app=app, host=host, port=port))
-  for s in SETTINGS: monkeypatch.delenv(ENV_PREFIX + s.name.upper(), raising=False)  # and undone after: serve exports its flags
+  for s in SETTINGS: monkeypatch.delenv(ENV_PREFIX + s.name.upper(), raising=False)
+  saved = dict(os.environ)
   def serve(*args, **kwargs) -> tuple[dict, str]:
     from explorer.web import serve as _serve
     _serve(*args, **kwargs)
     return got, capsys.readouterr().err
-  return serve
+  yield serve
+  os.environ.clear()  # serve exports its flags (KERNEL_EXPLORER_*): none may reach the tests after this one
+  os.environ.update(saved)
 
 def test_serving_beyond_loopback_needs_the_token_and_says_so(tmp_path, monkeypatch, captured_serve):
   with pytest.raises(SystemExit, match="needs an access token"): captured_serve("0.0.0.0", 8000, str(tmp_path / "a.sqlite3"))

@@ -188,9 +188,11 @@ def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], blobs
   source too."""
   kernels = [c for c in calls if c.kind == "kernel"]
   by_call = {k["call"]: k for k in trace["kernels"]}
+  asked = trace["variant"]["targets"]
   for k in trace["kernels"]:
     rec = k["targets"][k["host_target"]]
     rec["compile"] = compilers.compile_target(k["host_target"], rec["source"], rec["arch"], compilers.block_threads(rec["local_size"]))
+    if k["host_target"] in asked: k["sources"][k["host_target"]] = rec["source"]  # asked for the host's own target: its record
   for t, fut in renders.items():
     records, blobs[t] = fut.result()
     for c, got in zip(kernels, records):
