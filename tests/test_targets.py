@@ -282,3 +282,29 @@ import json; print(json.dumps(tg.spec_check([bad.sink()], "program")))
   from explorer.web.routes.pages import ribbon
   broken = {**trace, "spec_checks": {**trace["spec_checks"], "kernel_graph": {**trace["spec_checks"]["kernel_graph"], "ok": False}}}
   assert next(r for r in ribbon(broken, "x", "overview") if r["key"] == "bufferize")["state"] == "error"
+
+def test_loop_splits_are_recorded_with_the_rule_read_from_tinygrad(tmp_path):
+  """tinygrad's "split ranges" pass cuts the builtin Winograd output kernel's 32-wide loops into 8 x 4: the record names the loops, what
+  they became, and the rule as it stands in tinygrad's file (read when the trace ran, not a copied string)."""
+  import inspect
+  from tinygrad.codegen import simplify
+  run = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda",), time=False))
+  trace = run.trace
+  out = next(k for k in trace["kernels"] if k["role"] == "out")
+  for target in ("clang", "cuda"):
+    splits = out["targets"][target]["loop_splits"]
+    assert splits and all(s["pass"] == "split ranges" for s in splits), target
+    for s in splits:
+      for r in s["ranges"]:
+        became = [n["size"] for n in s["into"] if n["axis"] == r["axis"]]
+        assert len(became) == 2 and became[0] * became[1] == r["size"], (r, became)
+      path, line = s["rule"].split(":")
+      assert s["rule_source"].splitlines()[0] == inspect.getsource(simplify).splitlines()[int(line) - 1]
+  assert not any(k["targets"]["cuda"]["loop_splits"] for k in trace["kernels"] if k["role"] == "ghat")
+  app = create_app(str(tmp_path / "s.sqlite3"), settings=Settings.load(env={}))
+  from explorer.store import Store
+  Store(tmp_path / "s.sqlite3").put_trace("00000000000000aa", run.trace, run.rewrites)
+  with TestClient(app) as client:
+    n = next(k["index"] for k in run.trace["kernels"] if k["role"] == "out")
+    assert 'id="loop-splits"' in client.get(f"/t/00000000000000aa/k/{n}?target=cuda").text
+    assert client.get(f"/api/traces/00000000000000aa/kernels/{n}/targets/cuda").json()["loop_splits"][0]["pass"] == "split ranges"

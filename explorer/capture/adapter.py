@@ -309,6 +309,43 @@ class ProgramFacts:
 UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
                "consts": lambda u: u.op is Ops.CONST, "ranges": lambda u: u.op is Ops.RANGE}
 
+# ***** loop splitting: where tinygrad's "split ranges" pass (pm_split_ranges, codegen/simplify.py) cut a loop *****
+
+def rule_source(loc: tuple[str, int]) -> str:
+  """A PatternMatcher rule's source as it stands in tinygrad's file: from its line until its parentheses close."""
+  import linecache
+  path, line = loc
+  out, depth = [], 0
+  for n in range(line, line + 12):
+    if not (text := linecache.getline(path, n)): break
+    out.append(text.rstrip())
+    depth += text.count("(") - text.count(")")
+    if depth <= 0: break
+  return "\n".join(out)
+
+def _range_fact(u: UOp) -> dict:
+  size = u.src[0].arg if u.src and u.src[0].op is Ops.CONST else str(u.src[0]) if u.src else None
+  kind = str(u.arg[-1]).split(".")[-1] if isinstance(u.arg, tuple) else ""
+  return {"axis": u.arg[0] if isinstance(u.arg, tuple) else u.arg, "size": size, "kind": kind}
+
+def loop_splits(mark: int) -> list[dict]:
+  """Each match of a "split ranges" pass since mark: the loop(s) it cut (axis, trip count, kind), the loops they became, the rule (its
+  file:line and source, read from tinygrad now). tinygrad records the pass's rewrite of the kernel; the cut ranges are what the graph
+  lost and the new ranges what it gained."""
+  from tinygrad.viz.serve import VizData, _reconstruct
+  data, out = None, []
+  for g in range(mark, len(uop_ops.tracked_ctxs)):
+    for step, r in enumerate(uop_ops.tracked_ctxs[g]):
+      if r.name != "split ranges" or not r.matches: continue
+      if data is None: data = VizData(RewriteTrace(uop_ops.tracked_keys, uop_ops.tracked_ctxs, uop_ops.uop_fields))
+      for before, after, loc, _ in r.matches:
+        rb, ra = ({u for u in _reconstruct(data, n).toposort() if u.op is Ops.RANGE} for n in (before, after))
+        if rb == ra: continue  # a match of the pass that cut nothing (it also flattens ranges)
+        out.append({"pass": r.name, "step": step, "ranges": sorted((_range_fact(u) for u in rb - ra), key=str),
+                    "into": sorted((_range_fact(u) for u in ra - rb), key=str), "rule": f"{loc[0].split('tinygrad/')[-1]}:{loc[1]}",
+                    "rule_source": rule_source(loc)})
+  return out
+
 # ***** spec checks: tinygrad's own specs (tinygrad/uop/spec.py), every UOp checked, every violation kept *****
 
 MAX_VIOLATIONS = 50

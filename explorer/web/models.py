@@ -245,6 +245,22 @@ class SpecCheck(BaseModel):
   violations: list[SpecViolation]
   violation_count: int
 
+class LoopRange(BaseModel):
+  axis: int | str
+  size: int | str | None
+  kind: str
+
+class LoopSplit(BaseModel):
+  """Where a range-splitting rewrite cut loops (0.14's "split ranges" pass, pm_split_ranges in tinygrad/codegen/simplify.py): the loops
+  it cut, the loops they became, and the rule, with its source read from tinygrad's file when the trace ran."""
+  model_config = {"populate_by_name": True}
+  pass_: str = Field(alias="pass")
+  step: int
+  ranges: list[LoopRange]
+  into: list[LoopRange]
+  rule: str
+  rule_source: str
+
 class TargetRecord(BaseModel):
   """One kernel as one target's pipeline made it: its renderer configured for `arch`, the variant's opt setting (BEAM needs the device:
   a deviceless target gets heuristic opts, and notes say so), tinygrad's Estimates from its linearized UOps, and the source."""
@@ -263,6 +279,7 @@ class TargetRecord(BaseModel):
   source: str
   pressure: Pressure | None = None
   spec: SpecCheck | None = None
+  loop_splits: list[LoopSplit] = []
   notes: list[str] = []
   compile: CompileFacts | None = None
 
