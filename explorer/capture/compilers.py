@@ -49,18 +49,18 @@ def parse_ptxas(log: str) -> Facts:
 
 # ***** tools *****
 
-def _nvidia_file(pattern: str) -> pathlib.Path | None:
+def nvidia_file(pattern: str) -> pathlib.Path | None:
   """A file of NVIDIA's pip wheels (the `nvidia` namespace package), e.g. "*/lib/libnvrtc.so.*"."""
   spec = importlib.util.find_spec("nvidia")
   for root in (spec.submodule_search_locations or []) if spec is not None else []:
     for p in sorted(pathlib.Path(root).glob(pattern)): return p
   return None
 
-def nvrtc_library() -> pathlib.Path | None: return _nvidia_file("*/lib/libnvrtc.so.*[0-9]")
+def nvrtc_library() -> pathlib.Path | None: return nvidia_file("*/lib/libnvrtc.so.*[0-9]")
 
 def tool(name: str) -> str | None:
   """A compiler on PATH, or in NVIDIA's wheels (ptxas, cuobjdump, nvdisasm)."""
-  return shutil.which(name) or (str(p) if (p := _nvidia_file(f"*/bin/{name}")) is not None else None)
+  return shutil.which(name) or (str(p) if (p := nvidia_file(f"*/bin/{name}")) is not None else None)
 
 @functools.cache
 def version(exe: str) -> str:

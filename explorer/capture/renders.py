@@ -16,7 +16,7 @@ from explorer.capture.pool import WorkerPool
 def _init() -> None:
   from explorer.capture import compilers
   if (lib := compilers.nvrtc_library()) is not None: os.environ.setdefault("NVRTC_PATH", str(lib))  # read when tinygrad is imported
-  if (header := compilers._nvidia_file("*/include/cuda_fp16.h")) is not None: os.environ["KERNEL_EXPLORER_CUDA_INCLUDE"] = str(header.parent)
+  if (header := compilers.nvidia_file("*/include/cuda_fp16.h")) is not None: os.environ["KERNEL_EXPLORER_CUDA_INCLUDE"] = str(header.parent)
   import explorer.capture.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules (tracking stays on: inherited)
 
 def pass_record(p: Any) -> dict[str, Any]:
@@ -26,7 +26,7 @@ def pass_record(p: Any) -> dict[str, Any]:
 BEAM_NOTE = "BEAM needs the device to time its candidates: this deviceless target got tinygrad's heuristic opts"
 
 def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: list[str], loop_splits: list[dict[str, Any]]) -> dict[str, Any]:
-  """One kernel on one target, in the trace's schema (explorer/schema: TargetRecord); the host's record has the same fields."""
+  """One kernel on one target, in the trace's schema (explorer.web.models.TargetRecord); the host's record has the same fields."""
   return {"name": facts.name, "arch": arch, "opts": facts.opts, "global_size": facts.global_size, "local_size": facts.local_size,
           "linear_uops": facts.ops["total"], "ops": facts.ops, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds, "passes": passes,
           "uops_listing": facts.linear, "source": facts.source, "pressure": facts.pressure, "loop_splits": loop_splits, "notes": notes,
