@@ -108,6 +108,11 @@ def _field(name: str) -> str:
 
 def _like(text: str) -> str: return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
+def add_target_record(kernel: dict, target: str, rec: dict) -> None:
+  """One kernel's record for `target` (or {"error": ...} where its codegen failed), with its source kept in `sources` too."""
+  if "error" in rec: kernel.setdefault("source_errors", {})[target] = rec["error"]
+  else: kernel.setdefault("targets", {})[target], kernel.setdefault("sources", {})[target] = rec, rec["source"]
+
 class Store:
   """One SQLite file (WAL mode); one connection per thread."""
   def __init__(self, path: str | os.PathLike | None = None):
@@ -156,9 +161,7 @@ class Store:
         c.execute("ROLLBACK")
         return None
       for t, recs in records.items():
-        for k, rec in zip(trace["kernels"], recs):
-          if "error" in rec: k.setdefault("source_errors", {})[t] = rec["error"]
-          else: k.setdefault("targets", {})[t], k.setdefault("sources", {})[t] = rec, rec["source"]
+        for k, rec in zip(trace["kernels"], recs): add_target_record(k, t, rec)
       c.execute("UPDATE traces SET trace = ? WHERE id = ?", (json.dumps(trace, default=str), trace_id))
       c.executemany("INSERT OR REPLACE INTO target_rewrites (trace_id, target, rewrites) VALUES (?,?,?)",
                     [(trace_id, t, b) for t, b in target_rewrites.items()])

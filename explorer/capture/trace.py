@@ -13,6 +13,7 @@ from explorer.capture.reference import conv2d_reference, error_stats
 from explorer.capture import compilers
 from explorer.capture.renders import RenderPool, pass_record, target_record
 from explorer.spec import ConvSpec, Variant, preset_of
+from explorer.store import add_target_record
 
 SCHEMA = 2  # 2: kernels[i].targets[T], a whole record per target (explorer/schema.py); 1: sources per target only
 Progress = Callable[[str, str, str], None]  # (stage, "start"|"done"|"error", detail)
@@ -195,10 +196,7 @@ def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], blobs
     if k["host_target"] in asked: k["sources"][k["host_target"]] = rec["source"]  # asked for the host's own target: its record
   for t, fut in renders.items():
     records, blobs[t] = fut.result()
-    for c, got in zip(kernels, records):
-      k = by_call[c.index]
-      if "error" in got: k["source_errors"][t] = got["error"]
-      else: k["targets"][t], k["sources"][t] = got, got["source"]
+    for c, got in zip(kernels, records): add_target_record(by_call[c.index], t, got)
 
 def _run(trace: dict, linear: Any, out: Any, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, dump_io: str | None) -> Any:
   compiled = tg.compile_schedule(linear)
