@@ -116,6 +116,23 @@ def device_problem(device: str, offered: Sequence[str] = COMPUTE_DEVICES) -> str
 
 OPT_RE = re.compile(r"heuristic|none|beam:[1-9][0-9]*")
 
+@dataclass(frozen=True)
+class RewriteInfo:
+  usage: str    # how a variant names it
+  summary: str  # one line
+  point: str    # where in codegen it runs: "sink" (the graph the linearizer is handed) or "linear" (the linearized order)
+
+# the custom rewrites a variant may add to codegen (explorer.capture.rewrites implements them), after the codegen notes (seed 004)
+REWRITES = {
+  "sink-loads": RewriteInfo("sink-loads", "move each LOAD down to just before its first use (never past a store, loop or branch mark), "
+                            "shortening live ranges: the notes' load sinking, done on the linear order tinygrad's linearizer chose", "linear"),
+  "peel": RewriteInfo("peel:N", "peel the first N iterations of each kernel's outermost loop into a loop of their own (the notes' "
+                      "generic loop peeler; 0.14's own cutting is the split ranges pass)", "sink"),
+  "drop-end": RewriteInfo("drop-end", "remove the END of each kernel's outermost loop: the notes' \"missing .end()\", a teaching case "
+                          "that must fail (the loop's closing brace is never rendered)", "sink"),
+}
+REWRITE_RE = re.compile(r"sink-loads|drop-end|peel:[1-9][0-9]{0,3}")
+
 def _checked_fields(cls: type, d: dict, what: str) -> dict:
   fields = {f.name: f for f in dataclasses.fields(cls)}
   if unknown := set(d) - set(fields): raise SpecError(f"unknown {what} field(s): {', '.join(sorted(unknown))}")
@@ -139,6 +156,8 @@ class Variant:
   device: str | None = None  # None: tinygrad's default device on the host
   cuda_arch: str = "sm_90"   # the arch the cuda and ptx targets render and compile for
   metal_arch: str = "Apple9"
+  rewrites: tuple[str, ...] = ()     # custom codegen rewrites by name (REWRITES), applied in this order
+  rewrite_file: str | None = None    # a user's rewrite file: the CLI only (the server never runs user code)
   notes: tuple[str, ...] = field(default=(), compare=False)
 
   @property
@@ -154,6 +173,9 @@ class Variant:
     if bad := [t for t in self.targets if t not in TARGETS]: raise SpecError(f"unknown target(s) {', '.join(bad)}; known: {', '.join(TARGETS)}")
     if len(set(self.targets)) != len(self.targets): raise SpecError("targets are listed more than once")
     one_of("cuda_arch", CUDA_ARCHES); one_of("metal_arch", METAL_ARCHES)
+    if bad := [r for r in self.rewrites if not isinstance(r, str) or not REWRITE_RE.fullmatch(r)]:
+      raise SpecError(f"unknown rewrite(s) {', '.join(map(repr, bad))}; known: {', '.join(i.usage for i in REWRITES.values())}")
+    if len({r.split(':')[0] for r in self.rewrites}) != len(self.rewrites): raise SpecError("a rewrite is listed more than once")
     if any(not isinstance(v, int) or isinstance(v, bool) for v in (self.warmup, self.repeats)) \
        or not 0 <= self.warmup <= max_repeats or not 1 <= self.repeats <= max_repeats:
       raise SpecError(f"warmup must be 0..{max_repeats} and repeats 1..{max_repeats}")
@@ -188,16 +210,16 @@ class Variant:
     if self.algo == "direct": s = "direct"
     elif self.wino_impl == "builtin": s = "winograd builtin"
     else: s = f"winograd {self.tile} {self.staging} {self.consts}"
-    return f"{s} opt={self.opt}"
+    return f"{s} opt={self.opt}" + "".join(f" +{r}" for r in self.rewrites) + (f" +file:{self.rewrite_file}" if self.rewrite_file else "")
 
   def to_dict(self) -> dict:
     d = dataclasses.asdict(self)
-    d["targets"], d["notes"] = list(self.targets), list(self.notes)
+    d["targets"], d["notes"], d["rewrites"] = list(self.targets), list(self.notes), list(self.rewrites)
     return d
   @classmethod
   def from_dict(cls, d: dict) -> Variant:
     d = _checked_fields(cls, d, "variant")
-    for k in ("targets", "notes"):
+    for k in ("targets", "notes", "rewrites"):
       if k in d:
         if isinstance(d[k], str) or not isinstance(d[k], (list, tuple)): raise SpecError(f"{k} must be a list of strings, got {d[k]!r}")
         d[k] = tuple(d[k])

@@ -87,7 +87,7 @@ def device_key(variant: Variant) -> str:
 def trace_key(spec: ConvSpec, variant: Variant) -> str:
   """Content hash of what determines a trace: spec, variant (notes aside), tinygrad version and device. Known before running."""
   # fields added since the first release count only when they differ from their default, so earlier ids stay the same
-  later = {"cuda_arch": "sm_90", "metal_arch": "Apple9"}
+  later: dict[str, Any] = {"cuda_arch": "sm_90", "metal_arch": "Apple9", "rewrites": [], "rewrite_file": None}
   variant_fields = {k: v for k, v in variant.to_dict().items() if k not in ("notes", "device") and later.get(k, object()) != v}
   payload = {"spec": spec.to_dict(), "variant": variant_fields, "tinygrad": tinygrad_version(), "device": device_key(variant)}
   return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

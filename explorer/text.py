@@ -18,10 +18,11 @@ def ms(t: dict[str, float] | None) -> str:
   """A timing record's median in milliseconds."""
   return "-" if not t else f"{t['median']*1e3:.3f}"
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-  """Left-aligned first column, right-aligned numbers; cells are plain text (a kernel name or an opt list is never read as markup)."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], text_columns: int = 1) -> str:
+  """The first text_columns left-aligned, the rest (numbers) right-aligned; cells are plain text (a kernel name or an opt list is never
+  read as markup)."""
   t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-  for i, h in enumerate(headers): t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+  for i, h in enumerate(headers): t.add_column(h, justify="left" if i < text_columns else "right", no_wrap=True)
   for r in rows: t.add_row(*(Text(str(c)) for c in r))
   out = io.StringIO()
   Console(file=out, width=100_000, color_system=None, force_terminal=False).print(t)

@@ -12,30 +12,30 @@ if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 # compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
 for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
 
-import atexit, collections, contextlib, ctypes, functools, glob, io, pickle, platform, re, subprocess, time, zlib
+import atexit, collections, contextlib, ctypes, functools, glob, io, pickle, platform, re, subprocess, sys, tempfile, time, zlib
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 import tinygrad
 from tinygrad import Device, Tensor, dtypes
-from tinygrad.codegen import do_to_program, to_program
+from tinygrad.codegen import do_linearize, do_to_program, full_rewrite_to_sink, pm_to_program, to_program, to_program_cache, to_program_key
 from tinygrad.codegen.opt import tc
 from tinygrad.device import Compiler
 from tinygrad.dtype import AddrSpace
 from tinygrad.engine.realize import compile_linear, run_linear, time_call
-from tinygrad.helpers import Context, Target, ansistrip
+from tinygrad.helpers import Context, Target, TracingKey, ansistrip
 from tinygrad.renderer import Renderer
 from tinygrad.renderer.cstyle import ClangRenderer, CUDARenderer, MetalRenderer, OpenCLRenderer
 from tinygrad.renderer.llvmir import CPULLVMRenderer
 from tinygrad.renderer.ptx import PTXRenderer
 from tinygrad.renderer.wgsl import WGSLRenderer
 from tinygrad.uop import ops as uop_ops
-from tinygrad.uop.ops import GroupOp, Ops, RewriteTrace, UOp
+from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, PatternMatcher, ProgramInfo, RewriteTrace, UOp, UPat, graph_rewrite, rewrite_group
 from tinygrad.uop.render import print_uops
 import tinygrad.device
 from explorer.spec import COMPUTE_DEVICES
 
 # the public names the rest of the explorer uses: it imports tinygrad only through this module
-__all__ = ["Context", "Device", "Tensor", "dtypes"]
+__all__ = ["AddrSpace", "Context", "Device", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes"]
 
 TINYGRAD_VERSION = getattr(tinygrad, "__version__", None) or __import__("importlib.metadata").metadata.version("tinygrad")
 
@@ -271,25 +271,89 @@ def kernel_reads_writes(ast: UOp) -> tuple[list[int], list[int]]:
 
 # ***** codegen *****
 
+class CompileFailed(RuntimeError):
+  """The host's compiler rejected a kernel: its message (what the compiler wrote to stderr) and the source it was given."""
+  def __init__(self, message: str, source: str):
+    super().__init__(message)
+    self.source = source
+
+@contextlib.contextmanager
+def _stderr_to(f: Any) -> Iterator[None]:
+  """fd 2 (which a compiler subprocess inherits) into the file f while the block runs."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  os.dup2(f.fileno(), 2)
+  try: yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+
 class CompileTimer:
-  """Times the exact compile calls tinygrad makes for a renderer (around its compiler's compile method)."""
+  """Times the exact compile calls tinygrad makes for a renderer (around its compiler's compile method); a failed compile raises
+  CompileFailed with the compiler's own message."""
   def __init__(self, renderer: Renderer):
     self.seconds = 0.0
     comp = renderer.compiler
     inner = comp.compile
     def timed(src: str) -> bytes:
       st = time.perf_counter()
-      try: return inner(src)
-      finally: self.seconds += time.perf_counter() - st
+      with tempfile.TemporaryFile("w+") as err:
+        try:
+          with _stderr_to(err): return inner(src)
+        except Exception as e:
+          err.seek(0)
+          said = "\n".join(err.read().splitlines()[:40])
+          raise CompileFailed(f"{type(comp).__name__} rejected the kernel: " + (said or f"{type(e).__name__}: {e}"), src) from e
+        finally: self.seconds += time.perf_counter() - st
     self._comp, self._inner = comp, inner
     comp.compile = timed  # type: ignore[method-assign]
   def close(self) -> None: self._comp.compile = self._inner  # type: ignore[method-assign]
 
-def codegen_host(ast: UOp, renderer: Renderer) -> UOp:
-  """tinygrad's own to_program: the PROGRAM it caches is the one compile_linear/run_linear then run."""
-  return to_program(ast, renderer)
+def codegen_host(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite] = ()) -> UOp:
+  """tinygrad's own to_program: the PROGRAM it caches is the one compile_linear/run_linear then run. With rewrites, the rewritten
+  PROGRAM goes into that cache under the kernel's key, so the schedule runs what was rewritten."""
+  if not rewrites: return to_program(ast, renderer)
+  to_program_cache[to_program_key(ast, renderer)] = prg = _to_program_rewritten(ast, renderer, tuple(rewrites))
+  return prg
 
-def codegen_deviceless(ast: UOp, renderer: Renderer) -> UOp: return do_to_program(ast, renderer)
+def codegen_deviceless(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite] = ()) -> UOp:
+  return _to_program_rewritten(ast, renderer, tuple(rewrites)) if rewrites else do_to_program(ast, renderer)
+
+# ***** custom rewrites: extra named passes in codegen (explorer.capture.rewrites holds the catalogue) *****
+# tinygrad 0.14 has no Renderer.pre_matcher (the codegen notes' hook); its Renderer.extra_matcher runs inside the "final rewrite" pass
+# among tinygrad's own rules. So a rewrite runs as a graph_rewrite pass of its own, at one of two points: "sink", on the graph
+# full_rewrite_to_sink hands the linearizer, or "linear", on PROGRAM(sink, LINEAR) before rendering (tinygrad renders a LINEAR in the
+# order given; its linearizer is what places loads).
+
+REWRITE_PASS = "explorer rewrite {}"  # the name of a custom rewrite's pass
+
+@dataclass(frozen=True)
+class Rewrite:
+  name: str                                 # as the variant names it: sink-loads, peel:2, a file's name
+  point: str                                # "sink" or "linear"
+  matcher: PatternMatcher
+  context: Callable[[UOp], Any] = lambda root: None  # the rewrite's ctx, from the graph it is about to rewrite
+
+  @property
+  def pass_name(self) -> str: return REWRITE_PASS.format(self.name)
+
+_pm_linearize = PatternMatcher([(UPat(Ops.PROGRAM, src=(UPat(Ops.SINK, name="sink"),), name="prg"), do_linearize)])
+
+def _apply(root: UOp, rewrites: Sequence[Rewrite], point: str, renderer: Renderer) -> UOp:
+  for r in rewrites:
+    if r.point == point: root = graph_rewrite(root, r.matcher, ctx=r.context(root), name=r.pass_name)
+  return root
+
+@rewrite_group(name=lambda ast, renderer, rewrites, ret, **_: TracingKey((k := ret.src[0].arg).name, (k.function_name, ast, ret.key), ret=renderer))
+@Context(ALLOW_DEVICE_USAGE=0)
+def _to_program_rewritten(ast: UOp, renderer: Renderer, rewrites: tuple[Rewrite, ...]) -> UOp:
+  """do_to_program with the rewrites' passes in it: full_rewrite_to_sink, the "sink" rewrites, linearize, the "linear" rewrites,
+  then tinygrad's pm_to_program (Estimates, render, compile) on the result."""
+  sink = _apply(full_rewrite_to_sink(ast, renderer, optimize=ast.tag is None), rewrites, "sink", renderer)
+  prg = UOp(Ops.PROGRAM, src=(sink,), arg=ProgramInfo.from_sink(sink, renderer.target))
+  if any(r.point == "linear" for r in rewrites):
+    prg = _apply(graph_rewrite(prg, _pm_linearize, ctx=renderer, name="linearize"), rewrites, "linear", renderer)
+  return graph_rewrite(prg, pm_to_program, ctx=renderer, name="linearize/render")
 
 @dataclass
 class ProgramFacts:
@@ -323,10 +387,19 @@ def rule_source(loc: tuple[str, int]) -> str:
     if depth <= 0: break
   return "\n".join(out)
 
-def _range_fact(u: UOp) -> dict:
-  size = u.src[0].arg if u.src and u.src[0].op is Ops.CONST else str(u.src[0]) if u.src else None
+def _range_fact(u: UOp) -> tuple[tuple[str, Any], ...]:
+  n = u.src[0].src[0] if u.src and u.src[0].op is Ops.CAST and u.src[0].src[0].op is Ops.CONST else u.src[0] if u.src else None
+  size = None if n is None else n.arg if n.op is Ops.CONST else str(n)
   kind = str(u.arg[-1]).split(".")[-1] if isinstance(u.arg, tuple) else ""
-  return {"axis": u.arg[0] if isinstance(u.arg, tuple) else u.arg, "size": size, "kind": kind}
+  return (("axis", u.arg[0] if isinstance(u.arg, tuple) else u.arg), ("size", size), ("kind", kind))
+
+def _rule_file(path: str) -> str:
+  """tinygrad's rules by their path in tinygrad (codegen/simplify.py), the explorer's own by theirs (explorer/capture/rewrites.py)."""
+  return path.split("tinygrad/")[-1] if "/tinygrad/" in path else "explorer/" + path.split("/explorer/")[-1]
+
+def _splits_loops(pass_name: str) -> bool:
+  """tinygrad's "split ranges" pass, and the explorer's peel:N rewrite (explorer.capture.rewrites)."""
+  return pass_name == "split ranges" or pass_name.startswith(REWRITE_PASS.format("peel:"))
 
 def loop_splits(mark: int) -> list[dict]:
   """Each match of a "split ranges" pass since mark: the loop(s) it cut (axis, trip count, kind), the loops they became, the rule (its
@@ -336,14 +409,15 @@ def loop_splits(mark: int) -> list[dict]:
   data, out = None, []
   for g in range(mark, len(uop_ops.tracked_ctxs)):
     for step, r in enumerate(uop_ops.tracked_ctxs[g]):
-      if r.name != "split ranges" or not r.matches: continue
+      if not _splits_loops(r.name) or not r.matches: continue
       if data is None: data = VizData(RewriteTrace(uop_ops.tracked_keys, uop_ops.tracked_ctxs, uop_ops.uop_fields))
       for before, after, loc, _ in r.matches:
-        rb, ra = ({u for u in _reconstruct(data, n).toposort() if u.op is Ops.RANGE} for n in (before, after))
-        if rb == ra: continue  # a match of the pass that cut nothing (it also flattens ranges)
-        out.append({"pass": r.name, "step": step, "ranges": sorted((_range_fact(u) for u in rb - ra), key=str),
-                    "into": sorted((_range_fact(u) for u in ra - rb), key=str), "rule": f"{loc[0].split('tinygrad/')[-1]}:{loc[1]}",
-                    "rule_source": rule_source(loc)})
+        fb, fa = (collections.Counter(_range_fact(u) for u in _reconstruct(data, n).toposort() if u.op is Ops.RANGE) for n in (before, after))
+        if fb == fa: continue  # a match of the pass that cut nothing (it also flattens ranges)
+        # the loops it cut and the ones they became; a loop nested in a peeled one is copied, not cut, and is left out of both
+        out.append({"pass": r.name, "step": step, "ranges": [dict(f) for f in sorted(fb - fa, key=str)],
+                    "into": [dict(f) for f in sorted(fa - fb, key=str) if f not in fb],
+                    "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc)})
   return out
 
 # ***** spec checks: tinygrad's own specs (tinygrad/uop/spec.py), every UOp checked, every violation kept *****

@@ -32,17 +32,21 @@ def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: li
           "uops_listing": facts.linear, "source": facts.source, "pressure": facts.pressure, "loop_splits": loop_splits, "notes": notes,
           "compile": None}
 
-def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: bool = True) -> tuple[list[dict[str, Any]], bytes]:
+def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: bool = True, rewrites: tuple[str, ...] = (),
+                   rewrite_file: str | None = None) -> tuple[list[dict[str, Any]], bytes]:
   """Per kernel: its target record, or {"error": message} where codegen failed; and this process's rewrite blob, which the records'
-  passes address (group, step, sink), so that every target's codegen steps can be expanded like the host's."""
+  passes address (group, step, sink), so that every target's codegen steps can be expanded like the host's. `rewrites` (and a
+  rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.capture.rewrites)."""
   from explorer.capture import adapter as tg, compilers
+  from explorer.capture.rewrites import build
   renderer, base, out = tg.render_target(target, arch), tg.tracking_mark(), []
+  custom = build(rewrites, rewrite_file)
   nvrtc = tg.nvrtc_compiler() if compile and target == "cuda" else None
   with tg.opt_context(opt):
     for ast in asts:
       ast, beam = tg.without_beam(ast)
       mark = tg.tracking_mark()
-      try: prg = tg.codegen_deviceless(ast, renderer)
+      try: prg = tg.codegen_deviceless(ast, renderer, custom)
       except Exception as e:
         out.append({"error": f"{type(e).__name__}: {e}"})
         continue
@@ -62,8 +66,9 @@ class RenderPool:
   def __init__(self, processes: int = 2) -> None:
     self.pool = WorkerPool(processes, initializer=_init, max_tasks_per_child=1)
 
-  def submit(self, asts: list[Any], targets: dict[str, str], opt: str) -> dict[str, Future]:
+  def submit(self, asts: list[Any], targets: dict[str, str], opt: str, rewrites: tuple[str, ...] = (),
+             rewrite_file: str | None = None) -> dict[str, Future]:
     """targets: name -> arch. Each target's records for every kernel, as futures."""
-    return {t: self.pool.submit(_render_target, asts, t, arch, opt) for t, arch in targets.items()}
+    return {t: self.pool.submit(_render_target, asts, t, arch, opt, True, rewrites, rewrite_file) for t, arch in targets.items()}
 
   def close(self) -> None: self.pool.close(wait=True)  # let the processes exit cleanly: nothing leaks

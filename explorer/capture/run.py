@@ -25,7 +25,8 @@ def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None
                                        "dump_io": dump_io}, progress, timeout_s, limits=limits, live=live)
   return TraceResult(trace, blob, seen, blobs)
 
-def targets_in_worker(progress: Progress, blob: bytes, sinks: list[int], targets: dict[str, str], opt: str) -> dict[str, Any]:
+def targets_in_worker(progress: Progress, blob: bytes, sinks: list[int], targets: dict[str, str], opt: str,
+                      rewrites: tuple[str, ...] = ()) -> dict[str, Any]:
   """Targets a trace did not ask for, computed later from its stored rewrite blob: each kernel's AST rebuilt from the blob, then every
   target through explorer.capture.renders as a cold trace would. Returns {target: (records, rewrite blob)}."""
   from explorer.capture import adapter as tg
@@ -34,7 +35,7 @@ def targets_in_worker(progress: Progress, blob: bytes, sinks: list[int], targets
   pool = RenderPool(max(1, min(2, len(targets))))
   try:
     out = {}
-    for t, fut in pool.submit(asts, targets, opt).items():
+    for t, fut in pool.submit(asts, targets, opt, tuple(rewrites)).items():
       progress("render", "start", t)
       out[t] = fut.result()
       progress("render", "done", t)

@@ -12,7 +12,7 @@ from explorer.capture import adapter as tg  # first: sets tinygrad's tracking en
 from explorer.capture.reference import conv2d_reference, error_stats
 from explorer.capture import compilers
 from explorer.capture.renders import RenderPool, pass_record, target_record
-from explorer.spec import ConvSpec, Variant, preset_of
+from explorer.spec import REWRITES, ConvSpec, Variant, preset_of
 from explorer.store import add_target_record
 
 SCHEMA = 2  # 2: kernels[i].targets[T], a whole record per target (explorer/schema.py); 1: sources per target only
@@ -33,7 +33,9 @@ class Recorder:
     st = time.perf_counter()
     try: ret = fn()
     except Exception as e:
-      self.trace["failures"].append({"stage": stage, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
+      failure = {"stage": stage, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}
+      if isinstance(getattr(e, "source", None), str): failure["source"] = e.source  # the kernel source a compiler rejected
+      self.trace["failures"].append(failure)
       self.trace["status"] = "error"
       self.progress(stage, "error", f"{type(e).__name__}: {e}")
       raise StageFailed(stage) from e
@@ -47,7 +49,20 @@ def new_trace(spec: ConvSpec, variant: Variant, device: str) -> dict:
           "env": {"tinygrad": tg.TINYGRAD_VERSION, "device": device, "host": socket.gethostname(), "python": platform.python_version(),
                   "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "tracking": tg.tracking_enabled()},
           "status": "ok", "failures": [], "notes": list(variant.notes), "stage_seconds": {},
-          "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [], "kernels": [], "totals": {}, "error": None}
+          "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [], "kernels": [], "totals": {}, "error": None,
+          "rewrites": _rewrites_record(variant)}
+
+MAX_REWRITE_FILE = 64 << 10
+
+def _rewrites_record(variant: Variant) -> list[dict]:
+  """The variant's custom rewrites as the trace shows them: name, where in codegen, summary, and the source that ran."""
+  from explorer.capture.catalogue import rewrite_source
+  out = [{"name": r, "point": (i := REWRITES[r.split(":")[0]]).point, "summary": i.summary, "source": rewrite_source(r)} for r in variant.rewrites]
+  if (path := variant.rewrite_file) is not None:
+    try: text = open(path).read(MAX_REWRITE_FILE)
+    except OSError as e: text = f"(cannot read {path}: {e.strerror or e})"
+    out.append({"name": f"file:{path.rsplit('/', 1)[-1]}", "point": "from the file", "summary": f"the user's rewrite file {path}", "source": text})
+  return out
 
 def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_io: str | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
   """Trace one convolution. Returns the trace (JSON-ready), the compressed rewrite blob the host's graphs expand from, and each other
@@ -96,8 +111,8 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
     trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
     host = tg.host_renderer(device)
     others = {t: variant.arch(t) for t in variant.targets if t != tg.target_name(host)}  # the host's own target is its record
-    renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], others, variant.opt)  # overlaps with codegen and the run
-    programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base))
+    renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], others, variant.opt, variant.rewrites, variant.rewrite_file)
+    programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base, variant))  # the renders overlap with codegen and the run
     rec.run("render", lambda: _render(trace, calls, renders, blobs))
     compiled = rec.run("run", lambda: _run(trace, linear, out, spec, x_np, w_np, dump_io))
     if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs), detail=device)
@@ -149,15 +164,16 @@ def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
                                    ("mhat", tg.has_reduce(call.ast)), ("out", writes_output)) if hit]
   return "+".join(parts) or "other"
 
-def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int) -> dict[int, Any]:
-  renderer = tg.host_renderer(device)
+def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int, variant: Variant) -> dict[int, Any]:
+  from explorer.capture.rewrites import build
+  renderer, custom = tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
   programs = {}
   for c in calls:
     if c.kind != "kernel": continue
     mark = tg.tracking_mark()
     timer = tg.CompileTimer(renderer)
     st = time.perf_counter()
-    try: prg = tg.codegen_host(c.ast, renderer)
+    try: prg = tg.codegen_host(c.ast, renderer, custom)
     finally: timer.close()
     seconds = time.perf_counter() - st
     facts = tg.program_facts(prg)

@@ -42,6 +42,10 @@ def add_case_args(p: argparse.ArgumentParser) -> None:
   p.add_argument("--device", default=None, help="tinygrad device to run on (default: tinygrad's default device)")
   p.add_argument("--cuda-arch", choices=CUDA_ARCHES, default="sm_90", help="the arch the cuda and ptx targets render and compile for")
   p.add_argument("--metal-arch", choices=METAL_ARCHES, default="Apple9", help="the GPU family the metal target renders for")
+  p.add_argument("--rewrite", default="", metavar="NAME[,NAME...]",
+                 help="custom codegen rewrites, applied in this order (see `kernel-explorer rewrites`): sink-loads, peel:N, drop-end")
+  p.add_argument("--rewrite-file", metavar="PATH.py", default=None,
+                 help="your own rewrite: a Python file defining `matcher`, a tinygrad PatternMatcher (and optionally point = 'sink' or 'linear')")
   p.add_argument("--timeout", type=float, default=600.0, help="seconds before the trace worker is stopped")
 
 def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
@@ -55,8 +59,10 @@ def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
   if a.device is not None and device_problem(a.device) is not None:  # the CLI may use any tinygrad device; the server offers only these
     print(f"kernel-explorer: warning: {a.device} is none of the compute devices {', '.join(COMPUTE_DEVICES)}: it may read or write files, "
           "open sockets or emulate kernels (timings would not be native)", file=sys.stderr)
+  rewrites = tuple(r.strip() for r in a.rewrite.split(",") if r.strip())
+  if a.rewrite_file is not None and not os.path.isfile(a.rewrite_file): raise SpecError(f"--rewrite-file: no such file: {a.rewrite_file}")
   variant = Variant(a.algo, a.wino_impl, a.tile, a.staging, a.consts, a.opt, targets, a.warmup, a.repeats, not a.no_time, a.fallback, a.device,
-                    a.cuda_arch, a.metal_arch)
+                    a.cuda_arch, a.metal_arch, rewrites, None if a.rewrite_file is None else os.path.abspath(a.rewrite_file))
   return spec.validate(), variant.resolve(spec)
 
 # ***** output *****
@@ -103,6 +109,13 @@ def cmd_presets(a: argparse.Namespace) -> int:
 
 def cmd_targets(a: argparse.Namespace) -> int:
   print(table(("target", "renders as"), list(TARGET_LABELS.items())))
+  return 0
+
+def cmd_rewrites(a: argparse.Namespace) -> int:
+  from explorer.capture.catalogue import catalogue
+  rows = catalogue()
+  print(table(("rewrite", "runs on", "what it does"), [(r["usage"], r["point"], r["summary"]) for r in rows], text_columns=3))
+  for r in rows if a.source else []: print(f"\n# {r['usage']}\n{r['source']}")
   return 0
 
 def cmd_study(a: argparse.Namespace) -> int:
@@ -217,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
   t.set_defaults(fn=cmd_trace)
   sub.add_parser("presets", help="list the named shapes").set_defaults(fn=cmd_presets)
   sub.add_parser("targets", help="list the render targets").set_defaults(fn=cmd_targets)
+  rw = sub.add_parser("rewrites", help="list the custom codegen rewrites a trace may add (--rewrite)")
+  rw.add_argument("--source", action="store_true", help="also print each one's PatternMatcher and functions")
+  rw.set_defaults(fn=cmd_rewrites)
   dv = sub.add_parser("devices", help="list the tinygrad devices this host can open, and the default")
   dv.add_argument("--probe", action="store_true", help="measure each device's FP32 FLOP/s and bandwidth (refreshes the cache)")
   dv.set_defaults(fn=cmd_devices)

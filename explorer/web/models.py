@@ -1,8 +1,9 @@
 """Request and response models of the JSON API. Field bounds catch malformed input; explorer.spec's validation catches the rest."""
 from __future__ import annotations
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, model_validator
-from explorer.spec import ALGOS, CONSTS, CUDA_ARCHES, DTYPES, METAL_ARCHES, PRESETS, STAGINGS, TARGETS, TILES, WINO_IMPLS, ConvSpec, Variant
+from explorer.spec import (ALGOS, CONSTS, CUDA_ARCHES, DTYPES, METAL_ARCHES, PRESETS, REWRITE_RE, REWRITES, STAGINGS, TARGETS, TILES, WINO_IMPLS,
+                           ConvSpec, Variant)
 
 if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings
   Algo = str; WinoImpl = str; Tile = str; Staging = str; Consts = str; Target = str; Dtype = str; PresetName = str  # noqa: E702
@@ -11,6 +12,7 @@ else:  # to pydantic (and the OpenAPI schema) they are enums
   Algo, WinoImpl, Tile, Staging, Consts, Target = (Literal[c] for c in (ALGOS, WINO_IMPLS, TILES, STAGINGS, CONSTS, TARGETS))
   Dtype, PresetName = Literal[tuple(DTYPES)], Literal[tuple(PRESETS)]
   CudaArch, MetalArch = Literal[CUDA_ARCHES], Literal[METAL_ARCHES]
+RewriteName = Annotated[str, Field(pattern=f"^({REWRITE_RE.pattern})$", max_length=16)]
 
 class SpecIn(BaseModel):
   """A convolution: NCHW input, OIHW weight."""
@@ -45,8 +47,19 @@ class VariantIn(BaseModel):
   device: str | None = Field(default=None, max_length=32, description="a device this server offers (GET /api/devices); default: the best one")
   cuda_arch: CudaArch = Field(default="sm_90", description="the arch the cuda and ptx targets render and compile for")
   metal_arch: MetalArch = Field(default="Apple9", description="the GPU family the metal target renders for")
+  rewrites: list[RewriteName] = Field(default=[], max_length=len(REWRITES),
+                                      description="custom codegen rewrites, applied in this order (GET /api/rewrites): sink-loads, peel:N, drop-end")
+  rewrite_file: None = Field(default=None, description="refused: a user's rewrite file runs user code, which only the CLI does (--rewrite-file)")
 
-  def to_variant(self) -> Variant: return Variant(**{**self.model_dump(), "targets": tuple(self.targets)})
+  @model_validator(mode="before")
+  @classmethod
+  def _no_user_code(cls, data: Any) -> Any:
+    if isinstance(data, dict) and data.get("rewrite_file") is not None:
+      raise ValueError("rewrite_file is the CLI's alone (kernel-explorer trace --rewrite-file): this server never runs user code; "
+                       "variant.rewrites names the catalogue's rewrites (GET /api/rewrites)")
+    return data
+
+  def to_variant(self) -> Variant: return Variant(**{**self.model_dump(), "targets": tuple(self.targets), "rewrites": tuple(self.rewrites)})
 
 class TraceRequest(BaseModel):
   """Either a preset name or a full spec, and the variant."""

@@ -29,6 +29,8 @@ class TargetService:
     if target not in TARGETS: raise TargetUnavailable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
     if (trace.get("schema") or 1) < 2 or not all(k.get("ast_sink") is not None for k in trace.get("kernels") or []):
       raise TargetUnavailable("this trace was recorded before per-target records: trace it again to see other targets")
+    if (trace.get("variant") or {}).get("rewrite_file"):
+      raise TargetUnavailable("this trace ran a user's rewrite file, and the server never runs user code: render more targets with the CLI")
     key = (trace_id, target)
     if (job := self.jobs.get(key)) is not None and job["status"] in ("queued", "running"): return job
     job = self.jobs[key] = {"target": target, "status": "queued", "detail": f"{target} waits for a worker", "error": None,
@@ -46,7 +48,7 @@ class TargetService:
       loop.call_soon_threadsafe(job.update, {"status": "running", "detail": f"{detail}: {stage} {status}"})
     variant = Variant.from_dict(trace["variant"])
     args: dict[str, Any] = {"blob": None, "sinks": [k["ast_sink"] for k in trace["kernels"]], "targets": {target: variant.arch(target)},
-                            "opt": variant.opt}
+                            "opt": variant.opt, "rewrites": list(variant.rewrites)}
     try:
       args["blob"] = await asyncio.to_thread(self.store.get_rewrites, trace_id)
       if args["blob"] is None: raise WorkerFailed(f"trace {trace_id} has no stored rewrites to rebuild its kernels from")

@@ -6,6 +6,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer import __version__
+from explorer.capture.catalogue import catalogue
 from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
 from explorer.web import deps
@@ -37,6 +38,13 @@ async def devices(request: Request) -> dict[str, list[str]]:
 @router.get("/targets", summary="Render targets", responses=documented())
 async def targets() -> list[dict]:
   return [{"name": t, "label": TARGET_LABELS.get(t, t)} for t in TARGETS]
+
+@router.get("/rewrites", summary="Custom codegen rewrites a trace may add (variant.rewrites)", responses=documented())
+async def rewrites() -> list[dict[str, str]]:
+  """The catalogue: each rewrite's name, how a variant names it (usage), where in codegen it runs (point: "sink", the graph the
+  linearizer is handed; "linear", the linearized order), what it does, and its PatternMatcher and functions as they stand in the
+  explorer's source. A user's own rewrite file is the CLI's alone (`--rewrite-file`): this server never runs user code."""
+  return catalogue()
 
 @router.post("/traces", response_model=TraceStatus, status_code=202, summary="Start a trace (or get the stored one)",
              responses={200: {"model": TraceStatus, "description": "already stored: served from the store"},
