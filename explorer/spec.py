@@ -210,7 +210,8 @@ class Variant:
     if self.algo == "direct": s = "direct"
     elif self.wino_impl == "builtin": s = "winograd builtin"
     else: s = f"winograd {self.tile} {self.staging} {self.consts}"
-    return f"{s} opt={self.opt}" + "".join(f" +{r}" for r in self.rewrites) + (f" +file:{self.rewrite_file}" if self.rewrite_file else "")
+    extra = [*self.rewrites, *([f"file:{self.rewrite_file.rsplit('/', 1)[-1]}"] if self.rewrite_file else [])]
+    return f"{s} opt={self.opt}" + "".join(f" +{r}" for r in extra)
 
   def to_dict(self) -> dict:
     d = dataclasses.asdict(self)

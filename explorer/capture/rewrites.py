@@ -2,7 +2,7 @@
 terms): each is a tinygrad PatternMatcher run as a named pass of its own (explorer.capture.adapter.Rewrite says where), so its matches,
 rule and before/after graphs are recorded like any of tinygrad's passes. explorer.capture.catalogue shows this file's source of each."""
 from __future__ import annotations
-import itertools, runpy
+import functools, itertools, runpy
 from dataclasses import dataclass
 from typing import Any, Sequence
 from explorer.capture.adapter import Ops, PatternMatcher, Rewrite, UOp, UPat
@@ -24,9 +24,9 @@ def sink_loads(lin: list[UOp]) -> list[UOp]:
   out: list[UOp] = []
   for i, u in enumerate(lin):
     here = waiting.pop(i, [])
-    j = first_use.get(u)
+    user = first_use.get(u)
     # a load right before its user goes through `waiting` too: loads bound for one user keep their order (so this is idempotent)
-    if u.op is Ops.LOAD and j is not None and fences[j] == fences[i + 1]: waiting.setdefault(j, []).extend([*here, u])
+    if u.op is Ops.LOAD and user is not None and fences[user] == fences[i + 1]: waiting.setdefault(user, []).extend([*here, u])
     else: out.extend([*here, u])
   return out
 
@@ -61,10 +61,12 @@ def peel(ctx: LoopContext, e: UOp) -> UOp | None:
   head = r.replace(src=(UOp.cconst(ctx.keep, r.dtype), *r.src[1:]))
   head_end = e.src[0].substitute({r: head}).end(head)
   tail = r.replace(src=(UOp.cconst(int(r.vmax) + 1 - ctx.keep, r.dtype), *r.src[1:], head_end), arg=(ctx.new_axis, *r.arg[1:]))
-  body = e.src[0].substitute({r: (shifted := tail + UOp.cconst(ctx.keep, r.dtype))})
+  shifted: UOp = tail + UOp.cconst(ctx.keep, r.dtype)
+  body = e.src[0].substitute({r: shifted})
   marks = {u: u.replace(src=tuple(tail if s is shifted else s for s in u.src))
            for u in body.toposort() if u.op in (Ops.RANGE, Ops.AFTER) and shifted in u.src}
-  return (body.substitute(marks) if marks else body).end(tail)
+  looped: UOp = (body.substitute(marks) if marks else body).end(tail)
+  return looped
 
 pm_peel = PatternMatcher([(UPat(Ops.END, name="e"), peel)])
 
@@ -81,7 +83,7 @@ def catalogue_rewrite(name: str) -> Rewrite:
   """A rewrite by the name a variant gives it (explorer.spec.REWRITE_RE has checked it)."""
   if name == "sink-loads": return Rewrite(name, "linear", pm_sink_loads)
   if name == "drop-end": return Rewrite(name, "sink", pm_drop_end, outermost_loop)
-  if name.startswith("peel:"): return Rewrite(name, "sink", pm_peel, lambda sink, n=int(name[5:]): outermost_loop(sink, n))
+  if name.startswith("peel:"): return Rewrite(name, "sink", pm_peel, functools.partial(outermost_loop, keep=int(name[5:])))
   raise SpecError(f"unknown rewrite {name!r}")
 
 def file_rewrite(path: str) -> Rewrite:

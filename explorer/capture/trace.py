@@ -34,7 +34,7 @@ class Recorder:
     try: ret = fn()
     except Exception as e:
       failure = {"stage": stage, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}
-      if isinstance(getattr(e, "source", None), str): failure["source"] = e.source  # the kernel source a compiler rejected
+      if isinstance(e, tg.CompileFailed): failure["source"] = e.source  # the kernel source the compiler rejected
       self.trace["failures"].append(failure)
       self.trace["status"] = "error"
       self.progress(stage, "error", f"{type(e).__name__}: {e}")
