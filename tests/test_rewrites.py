@@ -151,3 +151,22 @@ def test_stored_ids_without_rewrites_are_unchanged():
   payload = {"spec": spec.to_dict(), "variant": before, "tinygrad": tinygrad_version(), "device": device_key(v)}
   assert trace_key(spec, v) == hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
   assert trace_key(spec, v) != trace_key(spec, dataclasses.replace(v, rewrites=("sink-loads",)))
+
+def test_spec_violations_are_marked_on_the_graph_nodes(tmp_path, wino8_runs):
+  """A stage's spec violations (trace numbers of the rejected UOps) fill those nodes red in its graphs. tinygrad's own pipeline passes
+  its specs, so the violation here is planted on the recorded tensor graph's SINK and on the kernel AST's: the plumbing from a
+  recorded trace number to the node drawn is what is checked, with real blobs."""
+  run = wino8_runs[""]
+  trace = json.loads(json.dumps(run.trace))
+  kernel = trace["kernels"][0]
+  for check, num in ((trace["spec_checks"]["tensor_graph"], trace["tensor_graph"]["sink"]), (kernel["spec"]["ast"], kernel["ast_sink"])):
+    check.update(ok=False, violation_count=1, violations=[{"index": 0, "op": "SINK", "dtype": "void", "trace_num": num, "message": "planted"}])
+  Store(tmp_path / "s.sqlite3").put_trace("00000000000000cc", trace, run.rewrites, run.target_rewrites)
+  with TestClient(create_app(str(tmp_path / "s.sqlite3"), settings=Settings.load(env={}))) as client:
+    for ref in ("tensor", "ast/0"):
+      view = client.get(f"/api/traces/00000000000000cc/graphs/{ref}").json()
+      (bad,) = view["violations"]
+      assert next(n for n in view["nodes"] if n["id"] == bad)["op"] == "SINK" and any("spec rejects" in n for n in view["notes"])
+      svg = client.get(f"/api/traces/00000000000000cc/graphs/{ref}.svg").text
+      assert svg.count("spec&#45;violation") == 1 and f'id="n{bad}"' in svg  # graphviz writes - as &#45;
+    assert client.get("/api/traces/00000000000000cc/graphs/codegen/0/0/before").json()["violations"] == []

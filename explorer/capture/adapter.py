@@ -141,6 +141,15 @@ class RewriteBlob:
 
   def graph_of(self, trace_num: int) -> dict: return uop_graph(self, self.sink(trace_num))
 
+  def node_ids(self, trace_nums: list[int]) -> list[str]:
+    """The graph node ids (uop_graph's) of recorded UOps: rebuilt UOps are interned, so while a graph of this blob holds its UOps,
+    rebuilding one of them gives the same object."""
+    out = []
+    for n in trace_nums:
+      try: out.append(str(id(self.sink(n))))
+      except (KeyError, IndexError): pass  # a UOp the blob does not hold
+    return out
+
   def pass_steps(self, group: int, step: int, limit: int) -> Iterator[dict]:
     """The graph before a pass, then after each of its first `limit` matches (changed nodes and the matching rule named)."""
     from tinygrad.viz.serve import get_full_rewrite

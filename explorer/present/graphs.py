@@ -110,8 +110,9 @@ def text_color(fill: str) -> str:
 
 def _attrs(**kw: object) -> str: return ", ".join(f"{k}={_q(str(v))}" for k, v in kw.items() if v is not None)
 
-def uop_dot(graph: dict, highlight: set[str] | None = None, title: str = "") -> str:
-  highlight = highlight or set()
+def uop_dot(graph: dict, highlight: set[str] | None = None, title: str = "", violations: set[str] | None = None) -> str:
+  """violations: nodes tinygrad's spec rejected, filled red and dashed."""
+  highlight, violations = highlight or set(), violations or set()
   fast = {"mclimit": "0.2", "nslimit": "2", "nslimit1": "2"} if len(graph["nodes"]) > FAST_LAYOUT_NODES else {}
   graph_attrs = _attrs(rankdir="TB", bgcolor="transparent", nodesep="0.18", ranksep="0.32", fontname="monospace", tooltip=title, **fast)
   out = ["digraph G {", f"  graph [{graph_attrs}];",
@@ -120,8 +121,9 @@ def uop_dot(graph: dict, highlight: set[str] | None = None, title: str = "") -> 
   for n in graph["nodes"]:
     changed = n["id"] in highlight
     style = "filled,rounded" + (",dotted" if n.get("truncated") else "") + (",bold" if changed else "")
-    classes = f"uop op-{n['op']}" + (" changed" if changed else "")
-    fill = n.get("color") or "#ffffff"
+    classes = f"uop op-{n['op']}" + (" changed" if changed else "") + (" spec-violation" if (bad := n["id"] in violations) else "")
+    fill = "#ffb3b3" if bad else n.get("color") or "#ffffff"
+    if bad: style += ",dashed"
     attrs = _attrs(label=_short_label(n["label"]), tooltip=n["label"], fillcolor=fill, fontcolor=text_color(fill), id="n" + n["id"],
                    shape=OP_SHAPES.get(n["op"], "box"), style=style, color="#e5484d" if changed else (n.get("addrspace") or "#5c6370"),
                    penwidth=3 if changed else 1.2, **{"class": classes})
@@ -265,6 +267,16 @@ def kernel_of(trace: dict, k: int | None) -> dict:
   kernels = trace.get("kernels") or []
   if k is None or not 0 <= k < len(kernels): raise GraphNotFound(f"trace has no kernel {k} (it has {len(kernels)})")
   return kernels[k]
+
+def spec_violations(trace: dict, ref: Ref) -> list[int]:
+  """The trace numbers of the UOps tinygrad's spec rejected in the stage a graph belongs to (a graph marks those it contains)."""
+  if ref.kind == "tensor": check = (trace.get("spec_checks") or {}).get("tensor_graph")
+  elif ref.kind == "ast": check = (kernel_of(trace, ref.kernel).get("spec") or {}).get("ast")
+  elif ref.kind == "codegen":
+    k = kernel_of(trace, ref.kernel)
+    check = (k.get("spec") or {}).get("program") if ref.target is None else ((k.get("targets") or {}).get(ref.target) or {}).get("spec")
+  else: check = None
+  return [v["trace_num"] for v in (check or {}).get("violations") or [] if isinstance(v.get("trace_num"), int)]
 
 def graph_title(trace: dict, ref: Ref) -> str:
   if ref.kind == "tensor": return "Tensor graph"

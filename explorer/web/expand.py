@@ -32,16 +32,19 @@ def _blob(db_path: str, trace_id: str, target: str | None = None) -> Any:
   while len(_blobs) > BLOBS_KEPT: _blobs.popitem(last=False)
   return _blobs[key]
 
-def sink_graph(db_path: str, trace_id: str, sink: int, compare_sink: int | None = None, target: str | None = None) -> dict:
-  """The graph of one recorded sink; with compare_sink, the ids of nodes it has that compare_sink's graph lacks.
-  Node ids are object ids: comparable only inside this process, while the blob holds the rebuilt UOps alive."""
+def sink_graph(db_path: str, trace_id: str, sink: int, compare_sink: int | None = None, target: str | None = None,
+               marks: list[int] | None = None) -> dict:
+  """The graph of one recorded sink; with compare_sink, the ids of nodes it has that compare_sink's graph lacks; with marks (trace
+  numbers), the ids of those UOps ("marked"). Node ids are object ids: comparable only inside this process, while the blob holds the
+  rebuilt UOps alive."""
   blob = _blob(db_path, trace_id, target)
   graph = blob.graph_of(sink)
+  marked = [i for i in blob.node_ids(marks or []) if i in {n["id"] for n in graph["nodes"]}]
   new = None
   if compare_sink is not None:
     before = {n["id"] for n in blob.graph_of(compare_sink)["nodes"]}
     new = [n["id"] for n in graph["nodes"] if n["id"] not in before]
-  return {"graph": graph, "new": new}
+  return {"graph": graph, "new": new, "marked": marked}
 
 def match_steps(db_path: str, trace_id: str, group: int, step: int, start: int, stop: int, target: str | None = None) -> list[dict]:
   """Steps start..stop (0: before the pass, j: after its j-th match) of one pass; each with the ids it changed and the rule.

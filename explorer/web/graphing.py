@@ -12,7 +12,7 @@ import asyncio
 from typing import Any, Callable
 from explorer.present import graphs
 from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
-                                     passes_of)
+                                     passes_of, spec_violations)
 from explorer.store import Store
 from explorer.web import expand
 from explorer.capture.pool import WorkerPool
@@ -103,6 +103,7 @@ class GraphService:
             "shown_nodes": len(shown["nodes"]), "highlight": [h for h in highlight if h in keep],
             "legend": graphs.kernel_graph_legend(shown) if ref.kind == "kernels" else graphs.legend(shown),
             "rule": extra.get("rule"), "diff": extra.get("diff"), "nodes": shown["nodes"], "edges": shown["edges"], "full": full,
+            "violations": [v for v in extra.get("violations") or [] if v in keep],
             "simplified": bool(simplify_notes)}
     await asyncio.to_thread(self.store.put_cached, trace_id, self._cache_key(ref_text, full), "view", view)
     return view
@@ -110,11 +111,16 @@ class GraphService:
   async def _raw(self, trace_id: str, trace: dict, ref: Ref) -> tuple[dict, list[str], list[str], dict]:
     """(graph, highlighted ids, notes, extra) straight from the trace or a worker."""
     if ref.kind == "kernels": return graphs.kernel_graph(trace), [], [], {}
-    if ref.kind == "tensor": return (await self._expand(expand.sink_graph, trace_id, trace["tensor_graph"]["sink"]))["graph"], [], [], {}
-    if ref.kind == "ast": return (await self._expand(expand.sink_graph, trace_id, kernel_of(trace, ref.kernel)["ast_sink"]))["graph"], [], [], {}
+    marks = spec_violations(trace, ref)
+    async def marked(sink: int, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
+      got = await self._expand(expand.sink_graph, trace_id, sink, None, target, marks)
+      note = [f"{len(got['marked'])} node(s) filled red: tinygrad's spec rejects them (the stage's spec check)."] if got.get("marked") else []
+      return got["graph"], [], note, {"violations": got.get("marked") or []}
+    if ref.kind == "tensor": return await marked(trace["tensor_graph"]["sink"])
+    if ref.kind == "ast": return await marked(kernel_of(trace, ref.kernel)["ast_sink"])
     passes = passes_of(trace, ref)
     p = passes[ref.pass_index]  # type: ignore[index]
-    if ref.at == "before": return (await self._expand(expand.sink_graph, trace_id, p["sink"], None, ref.target))["graph"], [], [], {}
+    if ref.at == "before": return await marked(p["sink"], ref.target)
     if ref.at == "after": return await self._after(trace_id, passes, ref.pass_index, ref.target)  # type: ignore[arg-type]
     return await self._match_step(trace_id, trace, ref, p)
 
@@ -162,7 +168,8 @@ class GraphService:
   async def _layout(self, trace_id: str, key: str, view: dict, trace_url: str) -> str:
     if self._dot_slots is None: self._dot_slots = asyncio.Semaphore(2)
     graph = {"nodes": view["nodes"], "edges": view["edges"]}
-    dot = graphs.kernel_graph_dot(graph, trace_url) if view["ref"] == "kernels" else graphs.uop_dot(graph, set(view["highlight"]), view["title"])
+    dot = graphs.kernel_graph_dot(graph, trace_url) if view["ref"] == "kernels" else \
+      graphs.uop_dot(graph, set(view["highlight"]), view["title"], set(view.get("violations") or []))
     async with self._dot_slots:
       try: svg = await asyncio.to_thread(graphs.layout_svg, dot, self.dot_timeout_s)
       except graphs.LayoutError as e: raise GraphUnavailable(str(e)) from None

@@ -129,6 +129,7 @@ class GraphView(BaseModel):
   total_nodes: int
   shown_nodes: int
   highlight: list[str] = []
+  violations: list[str] = Field(default=[], description="ids of the nodes tinygrad's spec rejects in this graph's stage (filled red)")
   legend: list[dict[str, Any]] = []
   rule: str | None = None
   diff: list[str] | None = None
