@@ -170,3 +170,12 @@ def test_spec_violations_are_marked_on_the_graph_nodes(tmp_path, wino8_runs):
       svg = client.get(f"/api/traces/00000000000000cc/graphs/{ref}.svg").text
       assert svg.count("spec&#45;violation") == 1 and f'id="n{bad}"' in svg  # graphviz writes - as &#45;
     assert client.get("/api/traces/00000000000000cc/graphs/codegen/0/0/before").json()["violations"] == []
+
+def test_the_diff_answers_did_pressure_go_down(wino8_direct):
+  """sink-loads vs none in one view: the matched kernel's peak live values (and registers where ptxas is here) A -> B."""
+  from explorer.analysis.diff import diff_traces, summary
+  d = diff_traces(wino8_direct[""], wino8_direct["sink-loads"], target="cuda")
+  (g,) = d["groups"]
+  a, b = g["metrics"]["a"], g["metrics"]["b"]
+  assert b["max_live"] < a["max_live"] and d["variant_changes"]["rewrites"] == [[], ["sink-loads"]]
+  assert f"{a['max_live']} -> {b['max_live']}" in summary(d)
