@@ -135,6 +135,8 @@ def test_the_server_lists_the_catalogue_and_refuses_user_code(tmp_path, wino8_ru
     assert client.post("/api/traces", json={"preset": "small", "variant": {"rewrites": ["peel:0"]}}).status_code == 422
     page = client.get("/t/00000000000000bb/k/0?target=cuda").text
     assert 'data-rewrite="sink-loads"' in page and "<b>1</b> match in this kernel" in page
+    line = run.trace["kernels"][0]["targets"]["cuda"]["pressure"]["max_live_line"]
+    assert f'href="#L-{line}" id="peak-line"' in page and f'id="L-{line}"' in page  # the peak links to its source line
     assert 'name="rewrites" value="peel"' in client.get("/").text
     form = "preset=small&algo=direct&opt=heuristic&targets=cuda&warmup=0&repeats=1&rewrites=peel&peel=3&rewrites=sink-loads"
     from explorer.web.routes.pages import form_to_request
@@ -179,3 +181,24 @@ def test_the_diff_answers_did_pressure_go_down(wino8_direct):
   a, b = g["metrics"]["a"], g["metrics"]["b"]
   assert b["max_live"] < a["max_live"] and d["variant_changes"]["rewrites"] == [[], ["sink-loads"]]
   assert f"{a['max_live']} -> {b['max_live']}" in summary(d)
+
+def test_line_map_covers_every_body_line_of_the_c_like_targets(wino8_runs):
+  """targets[T].line_map, captured from the renderer as it renders: every non-blank line of the kernel body is mapped, every index is a
+  linear UOp, and the pressure peak has its source line; targets without a C-style renderer say why they have no map."""
+  run = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda", "metal", "opencl", "ptx"), time=False))
+  for k in run.trace["kernels"]:
+    for target, rec in k["targets"].items():
+      if target == "ptx":
+        assert rec["line_map"] is None and "C-style" in rec["line_map_note"]
+        continue
+      lines = rec["source"].split("\n")
+      head = next(i for i, ln in enumerate(lines) if k["targets"][target]["name"] in ln and ln.rstrip().endswith("{"))
+      end = max(i for i, ln in enumerate(lines) if ln.rstrip() == "}")  # the function's closing brace
+      body = [i + 1 for i in range(head + 1, end) if lines[i].strip()]
+      mapped = {ln: ix for ln, ix in rec["line_map"]}
+      assert set(body) <= set(mapped), (target, [lines[i - 1] for i in set(body) - set(mapped)][:5])
+      assert all(0 <= i < rec["linear_uops"] and ix for ix in mapped.values() for i in ix)
+      assert rec["pressure"]["max_live_line"] in mapped
+  store_loads = [ln for ln, ix in k["targets"]["cuda"]["line_map"] if "= (*(" in k["targets"]["cuda"]["source"].split("\n")[ln - 1]]
+  listing = k["targets"]["cuda"]["uops_listing"]
+  assert store_loads and all(any("LOAD" in listing[i] for i in dict(k["targets"]["cuda"]["line_map"])[ln]) for ln in store_loads)

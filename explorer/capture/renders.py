@@ -25,12 +25,17 @@ def pass_record(p: Any) -> dict[str, Any]:
 
 BEAM_NOTE = "BEAM needs the device to time its candidates: this deviceless target got tinygrad's heuristic opts"
 
-def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: list[str], loop_splits: list[dict[str, Any]]) -> dict[str, Any]:
-  """One kernel on one target, in the trace's schema (explorer.web.models.TargetRecord); the host's record has the same fields."""
+def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: list[str], loop_splits: list[dict[str, Any]],
+                  line_map: tuple[list[list[Any]] | None, str | None] = (None, None)) -> dict[str, Any]:
+  """One kernel on one target, in the trace's schema (explorer.web.models.TargetRecord); the host's record has the same fields.
+  line_map: (adapter.line_map's [[source line, [uop indexes]], ...] or None, why there is none)."""
+  from explorer.capture import adapter as tg
+  lines, why = line_map
+  pressure = {**facts.pressure, "max_live_line": tg.peak_line(facts.pressure, lines)}
   return {"name": facts.name, "arch": arch, "opts": facts.opts, "global_size": facts.global_size, "local_size": facts.local_size,
           "linear_uops": facts.ops["total"], "ops": facts.ops, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds, "passes": passes,
-          "uops_listing": facts.linear, "source": facts.source, "pressure": facts.pressure, "loop_splits": loop_splits, "notes": notes,
-          "compile": None}
+          "uops_listing": facts.linear, "source": facts.source, "pressure": pressure, "loop_splits": loop_splits, "notes": notes,
+          "line_map": lines, "line_map_note": why, "compile": None}
 
 def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: bool = True, rewrites: tuple[str, ...] = (),
                    rewrite_file: str | None = None) -> tuple[list[dict[str, Any]], bytes]:
@@ -51,7 +56,7 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: b
         out.append({"error": f"{type(e).__name__}: {e}"})
         continue
       passes = [pass_record(p) for _, ps in tg.passes_since(mark, base) for p in ps]
-      rec = target_record(tg.program_facts(prg), passes, arch, [BEAM_NOTE] if beam else [], tg.loop_splits(mark))
+      rec = target_record(tg.program_facts(prg), passes, arch, [BEAM_NOTE] if beam else [], tg.loop_splits(mark), tg.line_map(prg, renderer))
       rec["spec"] = tg.spec_check([tg.program_sink(prg)], "program")
       if compile:
         ptx = tg.fill_ptx(rec["source"], arch) if target == "ptx" else None

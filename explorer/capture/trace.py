@@ -187,7 +187,8 @@ def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int, variant:
                              "sources": {"host": facts.source}, "source_errors": {}, "codegen_s": seconds - timer.seconds, "compile_s": timer.seconds,
                              "reads": s["reads"], "writes": s["writes"], "time_s": None, "storage": facts.storage,
                              "notes": _kernel_notes(s["role"], facts.storage), "host_target": (host := tg.target_name(renderer)),
-                             "targets": {host: target_record(facts, passes, tg.renderer_arch(renderer), [], tg.loop_splits(mark))}})
+                             "targets": {host: target_record(facts, passes, tg.renderer_arch(renderer), [], tg.loop_splits(mark),
+                                                                             tg.line_map(prg, renderer))}})
     trace["kernels"][-1]["spec"] = {"ast": tg.spec_check([c.ast], "tensor"), "program": tg.spec_check([tg.program_sink(prg)], "program")}
     programs[c.index] = prg
   return programs

@@ -241,6 +241,7 @@ class Pressure(BaseModel):
   max_live_at: int
   curve: list[list[int]]
   longest: list[LiveRange]
+  max_live_line: int | None = Field(default=None, description="the source line of the peak (from line_map; none where there is no map)")
 
 class SpecViolation(BaseModel):
   index: int       # in the checked graph's toposort
@@ -294,6 +295,9 @@ class TargetRecord(BaseModel):
   pressure: Pressure | None = None
   spec: SpecCheck | None = None
   loop_splits: list[LoopSplit] = []
+  line_map: list[tuple[int, list[int]]] | None = Field(default=None, description="[source line (1-based), [indexes into the linear UOps]] for "
+    "every line of the kernel body: the UOps whose rendering turn wrote the line, and those inlined into it")
+  line_map_note: str | None = Field(default=None, description="why there is no line map (renderers other than the C-style ones)")
   notes: list[str] = []
   compile: CompileFacts | None = None
 
