@@ -202,3 +202,15 @@ def test_line_map_covers_every_body_line_of_the_c_like_targets(wino8_runs):
   store_loads = [ln for ln, ix in k["targets"]["cuda"]["line_map"] if "= (*(" in k["targets"]["cuda"]["source"].split("\n")[ln - 1]]
   listing = k["targets"]["cuda"]["uops_listing"]
   assert store_loads and all(any("LOAD" in listing[i] for i in dict(k["targets"]["cuda"]["line_map"])[ln]) for ln in store_loads)
+
+def test_the_codegen_tour_tells_the_pressure_story(wino8_direct):
+  """The built-in tour for the codegen notes (seed 004): direct wino8 without and with sink-loads; its comparison step gives each
+  side's peak live values (and registers where ptxas is here), and each kernel's uops step says where the peak is."""
+  from explorer.present.tour import BUILTIN_TOURS, compare_tour
+  assert BUILTIN_TOURS["codegen"]["b"].rewrites == ("sink-loads",)
+  steps = compare_tour("codegen", wino8_direct[""], wino8_direct["sink-loads"])
+  compare = next(s for s in steps if s["id"] == "compare")["text"]
+  (na, a), (nb, b) = ((r["name"], r["pressure"]["max_live"]) for r in (_kernel(wino8_direct[x])["targets"]["cuda"] for x in ("", "sink-loads")))
+  assert f"Peak live values on cuda: A {na} {a}" in compare and f"B {nb} {b}" in compare and na != _kernel(wino8_direct[""])["name"]
+  uops = next(s for s in steps if s["id"] == "a-k0-uops")["text"]
+  assert "values are live at once" in uops and "source line" in uops

@@ -103,10 +103,19 @@ def _kernel_steps(trace: dict, k: dict, spec: ConvSpec) -> list[dict]:
           f"The launch is global {k['global_size']} x local {k['local_size']}."),
     _step(f"k{n}-uops", f"Kernel {n}: linearized uops", f"k/{n}/uops",
           f"The linearizer ordered {k['linear_uops']} uops: {o['alu']} ALU ops, {o['loads']} loads, {o['stores']} stores, {o['consts']} constants "
-          f"and {_plural(o['ranges'], 'loop')}. tinygrad estimates {_si(k['flops'])}FLOPs and {_si(k['bytes'])}B of memory traffic."),
+          f"and {_plural(o['ranges'], 'loop')}. tinygrad estimates {_si(k['flops'])}FLOPs and {_si(k['bytes'])}B of memory traffic."
+          + _pressure_text(k)),
     _step(f"k{n}-source", f"Kernel {n}: source", f"k/{n}/source",
           "The renderer turned those uops into " + ", ".join(f"{len(src.splitlines())} lines of {t}" for t, src in k["sources"].items()) + "."),
   ]
+
+def _pressure_text(k: dict) -> str:
+  rec = (k.get("targets") or {}).get(k.get("host_target") or "") or {}
+  if not (p := rec.get("pressure")): return ""
+  where = f" (source line {p['max_live_line']})" if p.get("max_live_line") else ""
+  regs = (rec.get("compile") or {}).get("registers")
+  return (f" At most {p['max_live']} values are live at once, at uop {p['max_live_at']}{where}: what the register allocator has to fit"
+          + (f"; the compiler used {regs} registers per thread." if regs is not None else "."))
 
 def _timing_step(trace: dict, spec: ConvSpec) -> dict:
   total = (trace.get("totals") or {}).get("time_s")
@@ -125,7 +134,17 @@ BUILTIN_TOURS: dict[str, dict] = {
   "constants": {"title": "Deviceless constants (seed 000)", "preset": "wino8", "a": WINO, "b": replace(WINO, consts="materialized")},
   "fusion": {"title": "Staged vs fused Winograd (seed 003)", "preset": "wino8", "a": WINO, "b": replace(WINO, staging="fused")},
   "winograd": {"title": "Direct vs Winograd", "preset": "small", "a": Variant(algo="direct"), "b": Variant(algo="winograd")},
+  "codegen": {"title": "Load sinking and register pressure (seed 004)", "preset": "wino8", "a": Variant(algo="direct"),
+              "b": Variant(algo="direct", rewrites=("sink-loads",))},
 }
+
+def _peaks(tr: dict, target: str) -> list[str]:
+  out = []
+  for k in tr["kernels"]:
+    rec = (k.get("targets") or {}).get(target) or {}
+    if (p := rec.get("pressure")): out.append(f"{rec['name']} {p['max_live']}" + (f" ({rec['compile']['registers']} registers)"
+                                                                              if (rec.get("compile") or {}).get("registers") is not None else ""))
+  return out
 
 def compare_tour(kind: str, a: dict, b: dict) -> list[dict]:
   """A built-in tour: the story of A, the comparison with B, then the story of B."""
@@ -139,6 +158,11 @@ def compare_tour(kind: str, a: dict, b: dict) -> list[dict]:
   text = f"A ({label(la)}): {side(ta, a)}. B ({label(lb)}): {side(tb, b)}."
   if ta.get("time_s") and tb.get("time_s"):
     text += f" Timed separately, B took {tb['time_s']['median'] / ta['time_s']['median']:.2f}x A's time (use the diff view for an interleaved ratio)."
+  kernels = a["kernels"] + b["kernels"]
+  everywhere = [t for t in ("cuda", *(b.get("variant") or {}).get("targets", [])) if all(t in (k.get("targets") or {}) for k in kernels)]
+  target = everywhere[0] if everywhere else None
+  if target and (pa := _peaks(a, target)) and (pb := _peaks(b, target)):
+    text += f" Peak live values on {target}: A {', '.join(pa)}; B {', '.join(pb)}."
   first = [dict(s, id=f"a-{s['id']}", side="a") for s in trace_tour(a)]
   second = [dict(s, id=f"b-{s['id']}", side="b") for s in trace_tour(b)]
   return [*first, {"id": "compare", "title": f"{BUILTIN_TOURS[kind]['title']}: A against B", "view": "diff", "text": text, "side": "both"}, *second]
