@@ -12,7 +12,7 @@ if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 # compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
 for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
 
-import atexit, collections, contextlib, ctypes, functools, glob, io, pickle, platform, re, subprocess, sys, tempfile, time, zlib
+import atexit, collections, contextlib, ctypes, difflib, functools, glob, io, linecache, pickle, platform, re, subprocess, sys, tempfile, time, zlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 import tinygrad
@@ -157,6 +157,35 @@ class RewriteBlob:
       if i > limit: break
       yield {"graph": _graph_from_viz(st["graph"]), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
              "rule": None if st["upat"] is None else f"{st['upat'][0][0].split('/')[-1]}:{st['upat'][0][1]}"}
+
+  def pass_record(self, group: int, step: int) -> dict:
+    """Where in tinygrad a pass was called (the graph_rewrite call's file:line and its code) and how many matches it recorded."""
+    r = self.data.trace.rewrites[group][step]
+    return {"name": r.name, "call": f"{_rule_file(r.loc[0])}:{r.loc[1]}", "call_code": linecache.getline(r.loc[0], r.loc[1]).strip(),
+            "total": len(r.matches), "bottom_up": r.bottom_up, "depth": r.depth}
+
+  def matches(self, group: int, step: int, offset: int, limit: int, depth: int = 3) -> list[dict]:
+    """Matches offset+1..offset+limit of a pass (every one tinygrad recorded), each with its rule (file:line and the UPat's source as
+    it stands in its file), the time the match took, and the rewritten UOp before and after: graphs `depth` sources deep and the
+    text diff of their Python forms (tinygrad's pyrender, as its viewer diffs them). No replay of the pass: each match is rebuilt alone."""
+    from tinygrad.viz.serve import _reconstruct, pystr, uop_to_json
+    out = []
+    for i, (before, after, loc, seconds) in enumerate(self.data.trace.rewrites[group][step].matches[offset:offset + limit], start=offset + 1):
+      u0, u1 = _reconstruct(self.data, before, depth), _reconstruct(self.data, after, depth)
+      diff = list(difflib.unified_diff(pystr(u0).splitlines(), pystr(u1).splitlines(), lineterm=""))[2:]  # no ---/+++ header
+      out.append({"index": i, "op": u0.op.name, "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": _rule_source_cached(loc),
+                  "time_s": seconds, "error": u1.arg if u1.op is Ops.REWRITE_ERROR else None, "diff": diff,
+                  "before": _graph_from_viz(uop_to_json(self.data, u0)), "after": _graph_from_viz(uop_to_json(self.data, u1))})
+    return out
+
+  def python(self, trace_num: int, max_lines: int = 4000) -> tuple[str, bool]:
+    """A recorded graph as Python (tinygrad's pyrender, what its viewer shows), cut at max_lines; and whether it was cut."""
+    from tinygrad.viz.serve import pystr
+    lines = pystr(self.sink(trace_num)).splitlines()
+    return "\n".join(lines[:max_lines]), len(lines) > max_lines
+
+@functools.cache
+def _rule_source_cached(loc: tuple[str, int]) -> str: return rule_source(loc)
 
 def uop_graph(blob: RewriteBlob, sink: UOp) -> dict:
   from tinygrad.viz.serve import uop_to_json
@@ -386,7 +415,6 @@ UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is 
 
 def rule_source(loc: tuple[str, int]) -> str:
   """A PatternMatcher rule's source as it stands in tinygrad's file: from its line until its parentheses close."""
-  import linecache
   path, line = loc
   out, depth = [], 0
   for n in range(line, line + 12):

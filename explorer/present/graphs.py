@@ -268,6 +268,15 @@ def kernel_of(trace: dict, k: int | None) -> dict:
   if k is None or not 0 <= k < len(kernels): raise GraphNotFound(f"trace has no kernel {k} (it has {len(kernels)})")
   return kernels[k]
 
+def find_pass(trace: dict, group: int, step: int, target: str | None = None) -> dict:
+  """The pass record (group, step) addresses in the blob of `target` (None: the host's): a scheduler pass or a kernel's codegen pass."""
+  kernels = trace.get("kernels") or []
+  if target is None: passes = [*((trace.get("scheduler") or {}).get("passes") or []), *(p for k in kernels for p in k.get("passes") or [])]
+  else: passes = [p for k in kernels for p in ((k.get("targets") or {}).get(target) or {}).get("passes") or []]
+  if (p := next((p for p in passes if p.get("group") == group and p.get("step") == step), None)) is None:
+    raise GraphNotFound(f"this trace records no pass {group}/{step}" + (f" for {target}" if target else ""))
+  return p
+
 def spec_violations(trace: dict, ref: Ref) -> list[int]:
   """The trace numbers of the UOps tinygrad's spec rejected in the stage a graph belongs to (a graph marks those it contains)."""
   if ref.kind == "tensor": check = (trace.get("spec_checks") or {}).get("tensor_graph")

@@ -17,7 +17,8 @@ TARGET_LABELS = {"host": "Host", "cuda": "CUDA", "metal": "Metal", "opencl": "Op
                  "wgsl": "WGSL"}
 LEXERS: dict[str, type[Lexer]] = {"cuda": CudaLexer, "metal": CppLexer, "opencl": CLexer, "clang": CLexer, "llvm": LlvmLexer, "ptx": PtxLexer,
                                   "wgsl": WgslLexer}
-FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False, linenos="table", lineanchors="L", anchorlinenos=False, wrapcode=True)
+# each line an anchor (#L-12, the permalink) inside a span (S-12, what the line map colours)
+FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False, linenos="table", lineanchors="L", linespans="S", anchorlinenos=False, wrapcode=True)
 
 def lexer_for(target: str, source: str) -> Lexer:
   if target == "host": return LlvmLexer() if re.search(r"^\s*define\s", source, re.M) else CLexer()
@@ -26,6 +27,12 @@ def lexer_for(target: str, source: str) -> Lexer:
 @functools.lru_cache(maxsize=256)
 def highlighted(target: str, source: str) -> Markup:
   return Markup(highlight(source, lexer_for(target, source), FORMATTER))
+
+_RUNS = re.compile(r" {2,}")
+
+def compact_uop(line: str) -> str:
+  """A print_uops line without its column padding and the Ops./dtypes. prefixes (for the narrow pane beside a source)."""
+  return _RUNS.sub("  ", line.replace("Ops.", "").replace("dtypes.", "")).rstrip()
 
 def pygments_css() -> str:
   """The highlighting style, scoped to .hl (pygments also emits global pre/td rules, which would restyle the whole page)."""
@@ -77,6 +84,7 @@ def environment() -> jinja2.Environment:
   formats: dict[str, Callable[..., str]] = dict(bytes=fmt_bytes, seconds=fmt_seconds, count=fmt_count, flops=fmt_flops, size=fmt_size, ago=fmt_ago)
   env.filters.update({k: defined(f) for k, f in formats.items()})
   env.filters["tojson_compact"] = tojson_compact
+  env.filters["compact_uop"] = compact_uop
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
                      highlighted=highlighted)
   return env

@@ -120,8 +120,17 @@ class Stepper {
     this.items.forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); this.go(+a.dataset.pass, "after"); }));
     $$("[data-at-choice]", bar).forEach((r) => r.addEventListener("change", () => this.go(this.pass, r.value)));
     $$("[data-step]", bar).forEach((b) => b.addEventListener("click", () => this.step(b.dataset.step)));
+    const goto = $("[data-goto-match]", bar);
+    if (goto) goto.addEventListener("change", () => {
+      const n = Math.round(+goto.value);
+      if (n >= 1 && n <= this.matches()) { this.go(this.pass, `m${n}`); goto.blur(); }
+    });
+    const panel = $("[data-match-list]");
+    this.matchList = panel && bar.dataset.trace ? new MatchList(panel, this) : null;
     document.addEventListener("keydown", (e) => {
-      if (e.target.closest("input, textarea, select") || e.metaKey || e.ctrlKey || e.altKey) return;
+      // a radio or checkbox keeps the keys (clicking "before" must not stop j/k); a field one types into takes them
+      const typing = e.target.closest("textarea, select, input:not([type=radio]):not([type=checkbox]):not([type=button])");
+      if (typing || e.metaKey || e.ctrlKey || e.altKey) return;
       const act = { j: "next-pass", k: "prev-pass", l: "next-match", h: "prev-match" }[e.key];
       if (act) { e.preventDefault(); this.step(act); }
     });
@@ -152,8 +161,11 @@ class Stepper {
     this.render(); this.viewer.show(this.ref());
   }
 
+  current() { return this.at.startsWith("m") ? +this.at.slice(1) : 0; }
+  item() { return this.items[this.pass]; }
+
   step(act) {
-    const m = Math.min(this.matches(), this.maxSteps);
+    const m = this.matches();
     const cur = this.at.startsWith("m") ? +this.at.slice(1) : (this.at === "after" ? m + 1 : 0);
     if (act === "next-pass" || act === "prev-pass") {
       const dir = act === "next-pass" ? 1 : -1;
@@ -170,15 +182,145 @@ class Stepper {
   render() {
     this.items.forEach((a, i) => a.classList.toggle("active", i === this.pass));
     const item = this.items[this.pass];
-    const m = this.matches(), steppable = Math.min(m, this.maxSteps);
+    const m = this.matches(), steppable = m;
     $("[data-pos-pass]", this.bar).textContent = `${this.pass + 1} / ${this.items.length}`;
-    $("[data-pass-name]", this.bar).textContent = item ? `${item.dataset.name} · ${m} match${m === 1 ? "" : "es"}${m > this.maxSteps ? ` (first ${this.maxSteps} steppable)` : ""}` : "";
+    $("[data-pass-name]", this.bar).textContent = item ? `${item.dataset.name} · ${m} match${m === 1 ? "" : "es"}${m > this.maxSteps ? ` (whole graph for the first ${this.maxSteps}, then each match's own UOps)` : ""}` : "";
+    const goto = $("[data-goto-match]", this.bar);
+    if (goto) { goto.max = m; goto.disabled = !m; goto.placeholder = m ? `1..${m}` : "–"; }
+    if (this.matchList) this.matchList.show();
     $$("[data-at-choice]", this.bar).forEach((r) => { r.checked = r.value === this.at; });
     const pos = this.at.startsWith("m") ? this.at.slice(1) : (this.at === "before" ? "0" : "end");
     $("[data-pos-match]", this.bar).textContent = steppable ? `${pos} / ${steppable}` : "–";
     $("[data-step=prev-match]", this.bar).disabled = !steppable || this.at === "before";
     $("[data-step=next-match]", this.bar).disabled = !steppable || this.at === "after";
   }
+}
+
+/* ***** every match of the current pass, a page at a time ***** */
+
+const MATCH_PAGE = 100;
+
+class MatchList {
+  constructor(panel, stepper) {
+    this.panel = panel; this.stepper = stepper; this.key = null; this.offset = 0; this.total = 0;
+    $$("[data-match-page]", panel).forEach((b) => b.addEventListener("click", () => {
+      const off = this.offset + (b.dataset.matchPage === "next" ? MATCH_PAGE : -MATCH_PAGE);
+      if (off >= 0 && off < this.total) this.load(off);
+    }));
+    $("[data-pass-python]", panel).addEventListener("click", () => this.python());
+  }
+
+  url(kind, extra = "") {
+    const item = this.stepper.item(), target = this.stepper.bar.dataset.target;
+    return `/api/traces/${this.stepper.bar.dataset.trace}/rewrites/${item.dataset.group}/${item.dataset.step}/${kind}?` +
+      (target ? `target=${encodeURIComponent(target)}&` : "") + extra;
+  }
+
+  show() {  // the page holding the current match, loaded when the pass or the page changes
+    const item = this.stepper.item();
+    if (!item || item.dataset.group === "" || item.dataset.group === undefined) { this.panel.hidden = true; return; }
+    this.panel.hidden = false;
+    const cur = this.stepper.current(), offset = cur ? Math.floor((cur - 1) / MATCH_PAGE) * MATCH_PAGE : 0;
+    const key = `${this.stepper.pass}`;
+    if (key !== this.key) { $("[data-pass-python-text]", this.panel).hidden = true; }
+    if (key !== this.key || (cur && offset !== this.offset)) { this.key = key; this.load(offset); } else this.mark();
+  }
+
+  async load(offset) {
+    const body = $("tbody", this.panel), key = this.key;
+    this.offset = offset; this.total = this.stepper.matches();
+    if (!this.total) { body.innerHTML = '<tr><td colspan="5" class="muted">This pass matched nothing.</td></tr>'; this.head(null); return; }
+    body.innerHTML = '<tr><td colspan="5" class="muted">loading the matches…</td></tr>';
+    let got;
+    try { got = await fetchJSON(this.url("matches", `offset=${offset}&limit=${MATCH_PAGE}`)); } catch (e) {
+      if (key === this.key) body.innerHTML = `<tr><td colspan="5" class="err">${esc(e.message)}</td></tr>`;
+      return;
+    }
+    if (key !== this.key || offset !== this.offset) return;  // the user moved on
+    this.head(got);
+    body.innerHTML = got.matches.map((m) => {
+      const diff = m.diff.map((ln) => `<span class="${ln.startsWith("+") ? "add" : ln.startsWith("-") ? "del" : ""}">${esc(ln)}</span>`).join("\n");
+      return `<tr data-match="${m.index}"><td><a href="?pass=${this.stepper.pass}&amp;at=m${m.index}" data-go="${m.index}">${m.index}</a></td>` +
+        `<td class="mono">${esc(m.op)}</td><td><details><summary><code>${esc(m.rule)}</code></summary><pre class="listing">${esc(m.rule_source)}</pre></details>` +
+        (m.error ? `<div class="err small">${esc(m.error)}</div>` : "") + `</td><td class="num mono">${fmtMicros(m.time_s)}</td>` +
+        `<td><details><summary class="muted">${m.diff.length} lines</summary><pre class="diff">${diff}</pre></details></td></tr>`;
+    }).join("");
+    $$("a[data-go]", body).forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); this.stepper.go(this.stepper.pass, `m${a.dataset.go}`); }));
+    this.mark();
+  }
+
+  head(got) {
+    $("[data-match-call]", this.panel).textContent = got ? `${got.total} in all · run at ${got.call}: ${got.call_code}` : "";
+    const end = Math.min(this.offset + MATCH_PAGE, this.total);
+    $("[data-match-range]", this.panel).textContent = this.total ? ` ${this.offset + 1}–${end} of ${this.total} ` : "";
+    $("[data-match-page=prev]", this.panel).disabled = this.offset === 0;
+    $("[data-match-page=next]", this.panel).disabled = end >= this.total;
+  }
+
+  mark() {
+    const cur = this.stepper.current();
+    $$("tr[data-match]", this.panel).forEach((tr) => tr.classList.toggle("current", +tr.dataset.match === cur));
+  }
+
+  async python() {
+    const pre = $("[data-pass-python-text]", this.panel);
+    if (!pre.hidden) { pre.hidden = true; return; }
+    pre.hidden = false; pre.textContent = "loading…";
+    try {
+      const got = await fetchJSON(this.url("python"));
+      pre.textContent = got.python + (got.cut ? "\n# ... cut here (the graph is longer)" : "");
+    } catch (e) { pre.textContent = e.message; }
+  }
+}
+
+function fmtMicros(s) { return s >= 1e-3 ? `${(s * 1e3).toFixed(2)} ms` : `${(s * 1e6).toFixed(1)} µs`; }
+
+/* ***** line maps: a source line and the linear UOps that made it, tied by colour (as Compiler Explorer ties source and asm) ***** */
+
+const LINE_COLOURS = 8;
+
+function initLineMaps() {
+  $$(".line-mapped").forEach((box) => {
+    const uopsOf = new Map(), linesOf = new Map();
+    for (const [line, uops] of JSON.parse(box.dataset.lineMap)) {
+      uopsOf.set(line, uops);
+      for (const u of uops) { if (!linesOf.has(u)) linesOf.set(u, []); linesOf.get(u).push(line); }
+    }
+    const lineEl = (n) => box.querySelector(`.lm-source [id="S-${n}"]`);
+    const rowEl = (u) => box.querySelector(`.uop-row[data-uop="${u}"]`);
+    for (const [line, uops] of uopsOf) {
+      const c = `lm-c${line % LINE_COLOURS}`, el = lineEl(line);
+      if (el) { el.classList.add("lm-line", c); el.dataset.line = line; }
+      for (const u of uops) { const r = rowEl(u); if (r && !r.dataset.colour) { r.classList.add(c); r.dataset.colour = c; } }
+    }
+    let pinned = null;
+    const light = (lines, uops, scroll) => {
+      $$(".lm-hot", box).forEach((e) => e.classList.remove("lm-hot"));
+      lines.forEach((n) => { const e = lineEl(n); if (e) e.classList.add("lm-hot"); });
+      uops.forEach((u) => { const e = rowEl(u); if (e) e.classList.add("lm-hot"); });
+      if (scroll) {
+        const r = uops.length && rowEl(uops[0]), l = lines.length && lineEl(lines[0]);
+        if (r) r.scrollIntoView({ block: "nearest" });
+        if (l) l.scrollIntoView({ block: "nearest" });
+      }
+    };
+    const fromLine = (e) => { const el = e.target.closest(".lm-line"); return el ? +el.dataset.line : null; };
+    const fromUop = (e) => { const el = e.target.closest(".uop-row"); return el ? +el.dataset.uop : null; };
+    const show = (line, uop, scroll) => {
+      if (line !== null) light([line], uopsOf.get(line) || [], scroll);
+      else if (uop !== null) light(linesOf.get(uop) || [], [uop], scroll);
+    };
+    box.addEventListener("mouseover", (e) => { if (!pinned) show(fromLine(e), fromUop(e), false); });
+    box.addEventListener("mouseleave", () => { if (!pinned) light([], [], false); });
+    box.addEventListener("click", (e) => {
+      const line = fromLine(e), uop = fromUop(e);
+      if (line === null && uop === null) return;
+      const key = line !== null ? `l${line}` : `u${uop}`;
+      pinned = pinned === key ? null : key;
+      box.classList.toggle("lm-pinned", pinned !== null);
+      if (pinned) show(line, uop, true); else light([], [], false);
+    });
+  });
 }
 
 /* ***** tabs (?code=...), copy ***** */
@@ -311,7 +453,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (v) { new Stepper(bar, v); stepped.add("pass-graph"); }
   });
   viewers.forEach((v, id) => { if (!stepped.has(id)) v.show(v.el.dataset.ref); });
-  initTabs(); initProgress(); initForm(); initPendingTarget();
+  initTabs(); initProgress(); initForm(); initPendingTarget(); initLineMaps();
 });
 
 /* ***** "compare with..." on trace pages: the menu loads its picks on first open ***** */

@@ -59,3 +59,13 @@ def match_steps(db_path: str, trace_id: str, group: int, step: int, start: int, 
     ret.append({"index": j, "graph": st["graph"], "changed": st["changed"], "new": new, "rule": st["rule"],
                 "diff": [ln.rstrip("\n") for ln in st["diff"]] if st["diff"] else None})
   return ret
+
+def pass_matches(db_path: str, trace_id: str, group: int, step: int, offset: int, limit: int, target: str | None = None) -> dict:
+  """One page of a pass's matches (explorer.capture.adapter.RewriteBlob.matches) and where the pass was called."""
+  blob = _blob(db_path, trace_id, target)
+  return {**blob.pass_record(group, step), "offset": offset, "matches": blob.matches(group, step, offset, limit)}
+
+def pass_python(db_path: str, trace_id: str, sink: int, target: str | None = None) -> dict:
+  """The graph a pass started from, as Python (tinygrad's pyrender)."""
+  text, cut = _blob(db_path, trace_id, target).python(sink)
+  return {"python": text, "cut": cut}

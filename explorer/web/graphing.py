@@ -12,7 +12,7 @@ import asyncio
 from typing import Any, Callable
 from explorer.present import graphs
 from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
-                                     passes_of, spec_violations)
+                                     find_pass, passes_of, spec_violations)
 from explorer.store import Store
 from explorer.web import expand
 from explorer.capture.pool import WorkerPool
@@ -143,7 +143,7 @@ class GraphService:
   async def _match_step(self, trace_id: str, trace: dict, ref: Ref, p: dict) -> tuple[dict, list[str], list[str], dict]:
     j = ref.match
     assert j is not None
-    if j > MAX_STEPS: raise GraphUnavailable(f"only the first {MAX_STEPS} matches of a pass can be stepped through (replaying is quadratic)")
+    if j > MAX_STEPS: return await self._local_match(trace_id, trace, ref, p, j)
     stop = min(j + STEP_WINDOW - 1, steppable(p))
     steps = await self._expand(expand.match_steps, trace_id, p["group"], p["step"], j, stop, ref.target)
     base = ref_prefix(ref)
@@ -156,6 +156,38 @@ class GraphService:
                                   False, got)
     if mine is None: raise GraphUnavailable(f"match {j} could not be replayed")
     return mine
+
+  async def _local_match(self, trace_id: str, trace: dict, ref: Ref, p: dict, j: int) -> tuple[dict, list[str], list[str], dict]:
+    """Past the first MAX_STEPS matches the whole graph is not replayed (each step replays every match before it): the view is the
+    rewritten UOp itself, what the rule returned three sources deep, with its root outlined and the diff from what it matched."""
+    got = await self.matches(trace_id, trace, p["group"], p["step"], j - 1, 1, ref.target)
+    (m,) = got["matches"]
+    after = m["after"]
+    consumed = {e["src"] for e in after["edges"]}
+    roots = [n["id"] for n in after["nodes"] if n["id"] not in consumed]
+    note = (f"Match {j} of {p['matches']}: rule {m['rule']}. Past the first {MAX_STEPS} matches the explorer does not replay the whole graph "
+            f"(each step would replay every match before it): this is what the rule returned, three sources deep, its root outlined; "
+            f"the diff is from the UOp it matched.")
+    return after, roots, [note], {"rule": m["rule"], "diff": m["diff"]}
+
+  # ***** every match of a pass, and its graph as Python *****
+
+  async def matches(self, trace_id: str, trace: dict, group: int, step: int, offset: int, limit: int, target: str | None) -> dict:
+    p = find_pass(trace, group, step, target)
+    if offset > p["matches"]: raise GraphNotFound(f"pass {group}/{step} has {p['matches']} matches: offset {offset} is past them")
+    key = f"matches/{target or ''}/{group}/{step}/{offset}/{limit}"
+    if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cached
+    got = await self._once((trace_id, key), lambda: self._expand(expand.pass_matches, trace_id, group, step, offset, limit, target))
+    await asyncio.to_thread(self.store.put_cached, trace_id, key, "view", got)
+    return got
+
+  async def python(self, trace_id: str, trace: dict, group: int, step: int, target: str | None) -> dict:
+    p = find_pass(trace, group, step, target)
+    key = f"python/{target or ''}/{group}/{step}"
+    if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cached
+    got = await self._once((trace_id, key), lambda: self._expand(expand.pass_python, trace_id, p["sink"], target))
+    await asyncio.to_thread(self.store.put_cached, trace_id, key, "view", got)
+    return got
 
   # ***** SVG *****
 

@@ -137,6 +137,29 @@ class GraphView(BaseModel):
   nodes: list[dict[str, Any]] | None = None
   edges: list[dict[str, Any]] | None = None
 
+class Match(BaseModel):
+  """One match of a rewrite pass: the rule, the time tinygrad measured for it, the rewritten UOp before and after."""
+  index: int = Field(description="1-based, in the order tinygrad recorded the matches")
+  op: str = Field(description="the op of the UOp the rule matched")
+  rule: str = Field(description="file:line of the UPat (tinygrad's files by their path in tinygrad, the explorer's by theirs)")
+  rule_source: str = Field(description="the rule as it stands in its file")
+  time_s: float = Field(description="the time the match took, as tinygrad recorded it")
+  error: str | None = Field(default=None, description="the rule raised: its error (tinygrad's REWRITE_ERROR)")
+  diff: list[str] = Field(description="unified diff of the rewritten UOp's Python form (pyrender), before -> after, three sources deep")
+  before: dict[str, Any] = Field(description="the matched UOp's graph, three sources deep (nodes, edges)")
+  after: dict[str, Any] = Field(description="what the rule returned, three sources deep")
+
+class PassMatches(BaseModel):
+  """A page of one pass's matches, and where in tinygrad the pass ran."""
+  name: str
+  call: str = Field(description="file:line of the graph_rewrite call that ran this pass")
+  call_code: str = Field(description="that line of code")
+  total: int = Field(description="every match the pass recorded")
+  bottom_up: bool
+  depth: int
+  offset: int
+  matches: list[Match]
+
 # ***** errors: their bodies, and the statuses each operation documents *****
 
 class ErrorBody(BaseModel):

@@ -12,7 +12,8 @@ from explorer.store import tinygrad_version
 from explorer.web import deps
 from explorer.web.graphing import GraphBusy, GraphNotFound, GraphUnavailable, MAX_STEPS
 from explorer.web.jobs import QueueFull
-from explorer.web.models import NOT_FOUND, GraphView, Health, TargetJob, TargetRecord, TraceRequest, TraceStatus, TraceSummary, documented
+from explorer.web.models import (NOT_FOUND, GraphView, Health, PassMatches, TargetJob, TargetRecord, TraceRequest, TraceStatus, TraceSummary,
+                                 documented)
 from explorer.web.render import TARGET_LABELS
 
 router = APIRouter(prefix="/api", tags=["api"])
@@ -173,6 +174,32 @@ def graph_errors(fn: Any) -> Any:
     except GraphBusy as e: raise HTTPException(503, str(e), headers={"Retry-After": "5"}) from None
     except GraphUnavailable as e: raise HTTPException(409, str(e)) from None
   return wrapped
+
+MAX_MATCHES_PAGE = 500
+
+def _blob_target(trace: dict, target: str | None) -> str | None:
+  """None (the host's blob) for the host's own target; else the target, which must be one the trace recorded."""
+  host = ((trace.get("kernels") or [{}])[0]).get("host_target")
+  if target is None or target == host: return None
+  if target not in TARGETS: raise HTTPException(404, f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+  return target
+
+@router.get("/traces/{trace_id}/rewrites/{group}/{step}/matches", response_model=PassMatches, summary="Every match of one rewrite pass, paged",
+            responses=documented({**GRAPH_ERRORS, 422: "offset or limit out of range"}))
+async def pass_matches(request: Request, trace_id: str, group: int, step: int, offset: int = Query(0, ge=0),
+                       limit: int = Query(100, ge=1, le=MAX_MATCHES_PAGE), target: str | None = None) -> dict:
+  """group and step as in the trace's pass records (`passes[i].group`, `.step`; a target's passes with ?target=). Each match: its rule
+  (file:line and the UPat's source as it stands in its file), the time tinygrad measured for it, the rewritten UOp before and after
+  (graphs three sources deep) and the text diff of their Python forms. `total` is the pass's recorded match count; `call` is where
+  in tinygrad the pass was run (the graph_rewrite call)."""
+  trace = await deps.trace_or_404(request, trace_id)
+  return await graph_errors(request.app.state.graphs.matches)(trace_id, trace, group, step, offset, limit, _blob_target(trace, target))
+
+@router.get("/traces/{trace_id}/rewrites/{group}/{step}/python", summary="The graph a pass started from, as Python (tinygrad's pyrender)",
+            responses=documented(GRAPH_ERRORS))
+async def pass_python(request: Request, trace_id: str, group: int, step: int, target: str | None = None) -> dict:
+  trace = await deps.trace_or_404(request, trace_id)
+  return await graph_errors(request.app.state.graphs.python)(trace_id, trace, group, step, _blob_target(trace, target))
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}.svg", summary="A graph laid out by graphviz (SVG)",
             response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}, **documented(GRAPH_ERRORS)})

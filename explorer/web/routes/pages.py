@@ -151,21 +151,24 @@ def pick_pass(passes: list[dict], asked: int | None, preferred: str | None = Non
 
 def pick_at(at: str | None, p: dict | None) -> str:
   if at in ("before", "after"): return at
-  if at and at.startswith("m") and at[1:].isdigit() and p is not None and 1 <= int(at[1:]) <= min(p["matches"], MAX_STEPS): return at
+  if at and at.startswith("m") and at[1:].isdigit() and p is not None and 1 <= int(at[1:]) <= p["matches"]: return at
   return "after"
 
-def stepper(passes: list[dict], prefix: str, asked_pass: int | None, asked_at: str | None, preferred: str | None = None) -> dict:
+def stepper(passes: list[dict], prefix: str, asked_pass: int | None, asked_at: str | None, preferred: str | None = None, trace_id: str = "",
+            blob_target: str | None = None) -> dict:
+  """blob_target: whose rewrite blob the passes address (None: the host's), for the match list's API calls."""
   i = pick_pass(passes, asked_pass, preferred) if passes else 0
   p = passes[i] if passes else None
   return {"passes": [{"index": j, **q} for j, q in enumerate(passes)], "pass": i, "at": pick_at(asked_at, p), "prefix": prefix,
-          "max_steps": MAX_STEPS}
+          "max_steps": MAX_STEPS, "trace_id": trace_id, "blob_target": blob_target}
 
 @router.get("/t/{trace_id}/rangeify", response_class=HTMLResponse)
 async def rangeify(request: Request, trace_id: str, at: str | None = None) -> HTMLResponse:
   asked = request.query_params.get("pass")
   trace = await deps.stored_trace(request, trace_id)
   passes = ((trace or {}).get("scheduler") or {}).get("passes") or []
-  step = stepper(passes, "rangeify", int(asked) if asked and asked.isdigit() else None, at, preferred="symbolic+reduce_collapse+debuf")
+  step = stepper(passes, "rangeify", int(asked) if asked and asked.isdigit() else None, at, preferred="symbolic+reduce_collapse+debuf",
+                 trace_id=trace_id)
   return await trace_page(request, trace_id, "rangeify.html", "rangeify", step=step, api=f"/api/traces/{trace_id}/rangeify")
 
 @router.get("/t/{trace_id}/k/{n}", response_class=HTMLResponse)
@@ -184,7 +187,8 @@ async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast
   asked = request.query_params.get("pass")
   browsable = target == deps.host_target(k) or all("group" in p for p in rec.get("passes") or [])  # trace schema 1: host passes only
   prefix, passes = (f"codegen/{n}", k.get("passes") or []) if target == deps.host_target(k) else (f"codegen@{target}/{n}", rec["passes"])
-  step = stepper(passes if browsable else [], prefix, int(asked) if asked and asked.isdigit() else None, at)
+  step = stepper(passes if browsable else [], prefix, int(asked) if asked and asked.isdigit() else None, at, trace_id=trace_id,
+                 blob_target=None if target == deps.host_target(k) else target)
   tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k["sources"] or t in k.get("source_errors", {})]
   tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
   tabs += ["compiled"] if (rec.get("compile") or {}).get("disasm") else []

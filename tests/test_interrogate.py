@@ -1,0 +1,65 @@
+"""Every match of every pass through the API: paged with `total` equal to the pass's recorded match count, for the host's passes and a
+target's, each match with its rule's source, time and before/after; a pass's graph as Python; stepping past the replay window."""
+from __future__ import annotations
+import re
+import pytest
+from fastapi.testclient import TestClient
+from explorer.capture.run import run_trace
+from explorer.settings import Settings
+from explorer.spec import PRESETS, Variant
+from explorer.store import Store
+from explorer.web.app import create_app
+from explorer.web.graphing import MAX_STEPS
+
+TID = "00000000000000dd"
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+  run = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda",), time=False))
+  db = tmp_path_factory.mktemp("interrogate") / "s.sqlite3"
+  Store(db).put_trace(TID, run.trace, run.rewrites, run.target_rewrites)
+  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as c:
+    c.trace = run.trace  # type: ignore[attr-defined]
+    yield c
+
+def _url(p: dict, what: str = "matches") -> str: return f"/api/traces/{TID}/rewrites/{p['group']}/{p['step']}/{what}"
+
+def test_every_match_of_a_pass_pages_through_with_its_rule(client):
+  p = next(p for k in client.trace["kernels"] for p in k["passes"] if 120 < p["matches"] < 800)  # more than one page
+  seen = []
+  for offset in range(0, p["matches"], 100):
+    got = client.get(_url(p), params={"offset": offset, "limit": 100}).json()
+    assert got["total"] == p["matches"] and got["name"] == p["name"] and got["offset"] == offset
+    seen += got["matches"]
+  assert [m["index"] for m in seen] == list(range(1, p["matches"] + 1))
+  assert re.fullmatch(r"codegen/__init__\.py:\d+", got["call"]) and "graph_rewrite(" in got["call_code"]
+  for m in seen:
+    assert re.fullmatch(r"[\w/]+\.py:\d+", m["rule"]) and m["rule_source"].strip() and m["time_s"] >= 0
+    assert m["before"]["nodes"] and m["after"]["nodes"]
+  assert any("UPat" in m["rule_source"] for m in seen) and any(ln.startswith(("+", "-")) for m in seen for ln in m["diff"])
+
+def test_a_targets_passes_have_their_own_matches(client):
+  rec = client.trace["kernels"][0]["targets"]["cuda"]
+  big = max(rec["passes"], key=lambda q: q["matches"])
+  got = client.get(_url(big), params={"target": "cuda", "offset": big["matches"] - 3, "limit": 50}).json()
+  assert got["total"] == big["matches"] > 1000 and [m["index"] for m in got["matches"]] == list(range(big["matches"] - 2, big["matches"] + 1))
+  host = client.trace["kernels"][0]["host_target"]
+  assert client.get(_url(client.trace["kernels"][0]["passes"][0]), params={"target": host}).status_code == 200  # the host's own name: its blob
+
+def test_past_the_replay_window_a_step_shows_the_match_itself(client):
+  rec = client.trace["kernels"][0]["targets"]["cuda"]
+  i, big = max(enumerate(rec["passes"]), key=lambda q: q[1]["matches"])
+  view = client.get(f"/api/traces/{TID}/graphs/codegen@cuda/0/{i}/m{big['matches']}").json()
+  assert big["matches"] > MAX_STEPS and view["nodes"] and view["highlight"] and view["rule"]
+  assert f"Match {big['matches']} of {big['matches']}" in view["notes"][0]
+
+def test_a_pass_as_python_and_the_errors(client):
+  p = client.trace["kernels"][0]["passes"][0]
+  got = client.get(_url(p, "python")).json()
+  assert "UOp" in got["python"] and isinstance(got["cut"], bool)
+  assert client.get(f"/api/traces/{TID}/rewrites/9999/0/matches").status_code == 404
+  assert client.get(_url(p), params={"limit": 0}).status_code == 422
+  assert client.get(_url(p), params={"limit": 501}).status_code == 422
+  assert client.get(_url(p), params={"offset": p["matches"] + 1}).status_code == 404
+  assert client.get(_url(p), params={"target": "nosuch"}).status_code == 404
+  assert client.get(f"/api/traces/ffffffffffffffff/rewrites/0/0/matches").status_code == 404

@@ -1,0 +1,66 @@
+"""Questioning what the pages show, in a real browser (Debian's chromium): a source line lights up the linear UOps that made it and the
+reverse; every match of a pass with over a thousand of them is reachable, each with its rule's source; keyboard stepping survives a
+click on the before/after radio."""
+from __future__ import annotations
+import re, time
+import httpx
+import pytest
+from conftest import ARTIFACTS, needs_chromium, wait_graphs
+
+pytestmark = [pytest.mark.browser, needs_chromium]
+
+@pytest.fixture(scope="module")
+def traced(live_server) -> str:
+  """wino8 with the builtin Winograd, CUDA rendered: its xhat kernel's devectorize pass has over a thousand matches."""
+  r = httpx.post(f"{live_server}/api/traces", json={"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}},
+                 timeout=60)
+  trace_id, deadline = r.json()["id"], time.monotonic() + 300
+  while httpx.get(f"{live_server}/api/traces/{trace_id}/status", timeout=60).json()["status"] not in ("done", "error"):
+    assert time.monotonic() < deadline
+    time.sleep(0.5)
+  return trace_id
+
+def test_a_source_line_lights_its_uops_and_back(live_server, traced, page, errors):
+  rec = httpx.get(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda", timeout=60).json()
+  source = rec["source"].split("\n")
+  line, uops = next((ln, ix) for ln, ix in rec["line_map"] if "= (*(" in source[ln - 1])  # a line that loads
+  page.goto(f"{live_server}/t/{traced}/k/0?target=cuda&code=cuda")
+  box = page.locator("[data-panel=cuda] .line-mapped")
+  box.locator(f'[id="S-{line}"]').click()
+  hot = box.locator(".uop-row.lm-hot")
+  assert sorted(int(x) for x in hot.evaluate_all("rows => rows.map(r => r.dataset.uop)")) == uops
+  assert any("LOAD" in t for t in hot.all_inner_texts())
+  assert box.locator(f'[id="S-{line}"]').get_attribute("class").count("lm-hot") == 1
+  page.screenshot(path=str(ARTIFACTS / "line_map.png"))
+  box.locator(f'[id="S-{line}"]').click()  # unpin
+  assert box.locator(".lm-hot").count() == 0
+  u = max(uops)  # the line's own load, say: which lines did it go into?
+  box.locator(f'.uop-row[data-uop="{u}"]').click()
+  lines = sorted(int(x) for x in box.locator(".lm-source .lm-hot").evaluate_all("els => els.map(e => e.dataset.line)"))
+  assert line in lines and lines == sorted(ln for ln, ix in rec["line_map"] if u in ix)
+  assert not errors, errors
+
+def test_every_match_is_reachable_with_its_rule(live_server, traced, page, errors):
+  rec = httpx.get(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda", timeout=60).json()
+  p, big = max(enumerate(rec["passes"]), key=lambda ip: ip[1]["matches"])
+  assert big["matches"] > 1000, big
+  page.goto(f"{live_server}/t/{traced}/k/0?target=cuda&graph=passes&pass={p}&at=after")
+  wait_graphs(page)
+  page.wait_for_selector("[data-match-list] tr[data-match]")
+  assert f"{big['matches']} in all" in page.locator("[data-match-call]").inner_text()
+  goto = page.locator("[data-goto-match]")
+  goto.fill(str(big["matches"]))
+  goto.press("Enter")
+  page.wait_for_url(re.compile(rf".*at=m{big['matches']}.*"))
+  wait_graphs(page)
+  assert f"Match {big['matches']} of {big['matches']}" in page.locator("#pass-graph .viewer-notes").inner_text()
+  row = page.locator(f"[data-match-list] tr.current[data-match='{big['matches']}']")
+  row.wait_for()
+  row.locator("details").first.click()
+  assert "UPat" in row.locator("pre.listing").inner_text()  # the rule's source, not only its file:line
+  page.screenshot(path=str(ARTIFACTS / "matches_last.png"))
+  page.click("label:has([data-at-choice][value=before])")  # clicking the radio used to swallow the keys
+  page.wait_for_url(re.compile(r".*at=before.*"))
+  page.keyboard.press("j")
+  page.wait_for_url(re.compile(rf".*pass=(?!{p}&)\d+.*"))
+  assert not errors, errors
