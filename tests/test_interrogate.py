@@ -62,4 +62,4 @@ def test_a_pass_as_python_and_the_errors(client):
   assert client.get(_url(p), params={"limit": 501}).status_code == 422
   assert client.get(_url(p), params={"offset": p["matches"] + 1}).status_code == 404
   assert client.get(_url(p), params={"target": "nosuch"}).status_code == 404
-  assert client.get(f"/api/traces/ffffffffffffffff/rewrites/0/0/matches").status_code == 404
+  assert client.get("/api/traces/ffffffffffffffff/rewrites/0/0/matches").status_code == 404
