@@ -64,3 +64,29 @@ def test_every_match_is_reachable_with_its_rule(live_server, traced, page, error
   page.keyboard.press("j")
   page.wait_for_url(re.compile(rf".*pass=(?!{p}&)\d+.*"))
   assert not errors, errors
+
+def test_a_graph_can_be_searched_and_a_node_questioned(live_server, traced, page, errors):
+  view = httpx.get(f"{live_server}/api/traces/{traced}/graphs/ast/1", timeout=120).json()
+  loads = [n for n in view["nodes"] if "index" in n["label"].lower()]  # what the search matches: the label text
+  page.goto(f"{live_server}/t/{traced}/k/1")
+  wait_graphs(page)
+  viewer = page.locator(".viewer").first
+  viewer.locator("[data-act=search]").fill("INDEX")
+  assert len(loads) > 1
+  assert viewer.locator("[data-hits]").inner_text() == f"1 / {len(loads)}" and viewer.locator("g.node.hit").count() == len(loads)
+  viewer.locator("[data-act=search]").press("Enter")
+  assert viewer.locator("[data-hits]").inner_text() == f"2 / {len(loads)}"
+  sel = viewer.locator("g.node.selected")
+  node = sel.get_attribute("id")[1:]
+  ins = [e for e in view["edges"] if e["dst"] == node]
+  outs = [e for e in view["edges"] if e["src"] == node]
+  assert viewer.locator("g.node.parent").count() == len({e["src"] for e in ins})
+  assert viewer.locator("g.node.child").count() == len({e["dst"] for e in outs})
+  assert viewer.locator("g.edge.parent").count() == len(ins) and viewer.locator("g.edge.child").count() == len(outs)
+  detail = viewer.locator(".viewer-detail")
+  assert detail.is_visible() and f"node {node}" in detail.inner_text()
+  page.screenshot(path=str(ARTIFACTS / "graph_question.png"))
+  if outs:  # a user's link selects that user
+    detail.locator("a[data-node]").last.click()
+    assert viewer.locator("g.node.selected").get_attribute("id") == f"n{outs[-1]['dst']}" or viewer.locator("g.node.selected").count() == 1
+  assert not errors, errors

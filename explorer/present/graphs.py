@@ -129,7 +129,7 @@ def uop_dot(graph: dict, highlight: set[str] | None = None, title: str = "", vio
                    penwidth=3 if changed else 1.2, **{"class": classes})
     out.append(f"  {_q(n['id'])} [{attrs}];")
   for e in graph["edges"]:
-    attrs = _attrs(tooltip=f"src[{e['idx']}]", style="dashed" if e.get("via") else None)
+    attrs = _attrs(tooltip=f"src[{e['idx']}]", style="dashed" if e.get("via") else None, id=f"e{e['src']}-{e['dst']}")
     out.append(f"  {_q(e['src'])} -> {_q(e['dst'])} [{attrs}];")
   out.append("}")
   return "\n".join(out)

@@ -29,7 +29,78 @@ class Viewer {
     $("[data-act=zoom-out]", el).addEventListener("click", () => this.pz && this.pz.zoomOut());
     $("[data-act=fit]", el).addEventListener("click", () => this.fit());
     $("[data-act=full]", el).addEventListener("click", () => { this.full = true; this.show(this.ref); });
-    window.addEventListener("resize", () => { if (this.pz) { this.pz.resize(); this.fit(); } });
+    window.addEventListener("resize", () => { if (this.pz) this.pz.resize(); });  // keep the user's zoom and pan
+    const search = $("[data-act=search]", el);
+    search.addEventListener("input", () => this.find(search.value));
+    search.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); this.nextHit(e.shiftKey ? -1 : 1); } });
+    this.canvas.addEventListener("click", (e) => {
+      const g = e.target.closest("g.node");
+      if (g && g.id.startsWith("n") && this.graph) this.select(g.id.slice(1));
+    });
+  }
+
+  /* the graph's nodes and edges (from the view JSON): search, selection, parents and children */
+  index(view) {
+    this.graph = null; this.hits = []; this.hit = -1;
+    if (!view.nodes) return;
+    const byId = new Map(view.nodes.map((n) => [n.id, n])), parents = new Map(), children = new Map();
+    for (const e of view.edges || []) {
+      if (!parents.has(e.dst)) parents.set(e.dst, []);
+      if (!children.has(e.src)) children.set(e.src, []);
+      parents.get(e.dst).push(e); children.get(e.src).push(e);
+    }
+    this.graph = { byId, parents, children };
+    const q = $("[data-act=search]", this.el).value;
+    if (q) this.find(q);
+  }
+
+  nodeEl(id) { return this.canvas.querySelector(`g.node[id="n${CSS.escape(id)}"]`); }
+
+  find(q) {
+    $$("g.node.hit", this.canvas).forEach((g) => g.classList.remove("hit"));
+    const out = $("[data-hits]", this.el);
+    q = q.trim().toLowerCase();
+    if (!q || !this.graph) { this.hits = []; out.textContent = ""; return; }
+    this.hits = [...this.graph.byId.values()].filter((n) => n.id === q || n.label.toLowerCase().includes(q)).map((n) => n.id);
+    this.hits.forEach((id) => { const g = this.nodeEl(id); if (g) g.classList.add("hit"); });
+    this.hit = -1;
+    out.textContent = this.hits.length ? `${this.hits.length} hit${this.hits.length === 1 ? "" : "s"}` : "no hit";
+    if (this.hits.length) this.nextHit(1);
+  }
+
+  nextHit(dir) {
+    if (!this.hits.length) return;
+    this.hit = (this.hit + dir + this.hits.length) % this.hits.length;
+    $("[data-hits]", this.el).textContent = `${this.hit + 1} / ${this.hits.length}`;
+    this.select(this.hits[this.hit]);
+  }
+
+  panTo(g) {
+    if (!this.pz || !g) return;
+    const c = this.canvas.getBoundingClientRect(), t = g.getBoundingClientRect();
+    this.pz.panBy({ x: c.left + c.width / 2 - (t.left + t.width / 2), y: c.top + c.height / 2 - (t.top + t.height / 2) });
+  }
+
+  select(id) {
+    const n = this.graph && this.graph.byId.get(id);
+    $$(".selected, .parent, .child", this.canvas).forEach((x) => x.classList.remove("selected", "parent", "child"));
+    const box = $(".viewer-detail", this.el);
+    if (!n) { box.hidden = true; return; }
+    const ins = this.graph.parents.get(id) || [], outs = this.graph.children.get(id) || [];
+    const g = this.nodeEl(id);
+    if (g) g.classList.add("selected");
+    for (const e of ins) { const p = this.nodeEl(e.src), ed = this.canvas.querySelector(`g.edge[id="e${CSS.escape(e.src)}-${CSS.escape(id)}"]`); if (p) p.classList.add("parent"); if (ed) ed.classList.add("parent"); }
+    for (const e of outs) { const c = this.nodeEl(e.dst), ed = this.canvas.querySelector(`g.edge[id="e${CSS.escape(id)}-${CSS.escape(e.dst)}"]`); if (c) c.classList.add("child"); if (ed) ed.classList.add("child"); }
+    this.panTo(g);
+    const link = (nid, extra) => { const m = this.graph.byId.get(nid); return `<a href="#" data-node="${esc(nid)}">${esc(m ? m.op : nid)}</a>${extra}`; };
+    const [op, ...rest] = n.label.split("\n");
+    box.hidden = false;
+    box.innerHTML = `<div><b>${esc(op)}</b> <span class="muted mono">node ${esc(id)}</span> <button type="button" class="small" data-close>×</button></div>` +
+      `<pre class="listing">${esc(rest.join("\n")) || "(no arg)"}</pre>` +
+      `<div class="small"><span class="muted">sources:</span> ${ins.sort((a, b) => a.idx - b.idx).map((e) => link(e.src, `<sub>${e.idx}</sub>`)).join(", ") || "none"}</div>` +
+      `<div class="small"><span class="muted">users:</span> ${outs.map((e) => link(e.dst, "")).join(", ") || "none (an output)"}</div>`;
+    $$("a[data-node]", box).forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); this.select(a.dataset.node); }));
+    $("[data-close]", box).addEventListener("click", () => this.select(null));
   }
 
   status(html, cls = "") {
@@ -43,12 +114,13 @@ class Viewer {
     if (this.pz) { this.pz.destroy(); this.pz = null; }
     this.status('<span class="spinner"></span> Expanding and laying out the graph…');
     $(".viewer-notes", this.el).innerHTML = ""; $(".viewer-legend", this.el).innerHTML = ""; $(".viewer-rule", this.el).innerHTML = "";
-    const q = this.full ? "?full=1&nodes=0" : "?nodes=0";
+    const q = this.full ? "?full=1" : "";  // with its nodes and edges: search, selection, parents and children
     const base = `/api/traces/${this.trace}/graphs/${ref}`;
     try {
       const view = await fetchJSON(base + q);
       if (seq !== this.seq) return;
       this.describe(view);
+      this.index(view);
       const r = await fetch(view.svg_url);
       if (!r.ok) { let d = `${r.status}`; try { d = (await r.json()).detail; } catch (e) { /* keep status */ } throw new Error(d); }
       const svg = await r.text();
@@ -66,6 +138,8 @@ class Viewer {
         if (seq !== this.seq) return;
       }
       this.el.dataset.loaded = ref;
+      const query = $("[data-act=search]", this.el).value;
+      if (query) this.find(query);
       this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
     } catch (err) {
       if (seq !== this.seq) return;
