@@ -116,6 +116,17 @@ def device_problem(device: str, offered: Sequence[str] = COMPUTE_DEVICES) -> str
 
 OPT_RE = re.compile(r"heuristic|none|beam:[1-9][0-9]*")
 
+# the largest error a trace's output may have against the float64 reference, relative to the reference's largest magnitude (error_stats'
+# max_rel): float16 keeps 11 bits, and Winograd's transforms amplify rounding, F(4,3) more than F(2,3)
+ERROR_TOLERANCE = {("direct", "float32"): 1e-5, ("F(2,3)", "float32"): 1e-4, ("F(4,3)", "float32"): 1e-3,
+                   ("direct", "float16"): 5e-3, ("F(2,3)", "float16"): 5e-3, ("F(4,3)", "float16"): 5e-2}
+
+def error_tolerance(variant_dict: dict, dtype: str) -> tuple[float, str]:
+  """The tolerance a trace's error is judged against, and what it is for ("F(4,3) float32")."""
+  if variant_dict.get("algo") != "winograd": kind = "direct"
+  else: kind = "F(4,3)" if variant_dict.get("wino_impl") == "builtin" else variant_dict.get("tile", "F(4,3)")
+  return ERROR_TOLERANCE[(kind, dtype)], f"{kind} {dtype}"
+
 @dataclass(frozen=True)
 class RewriteInfo:
   usage: str    # how a variant names it

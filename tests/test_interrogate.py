@@ -63,3 +63,15 @@ def test_a_pass_as_python_and_the_errors(client):
   assert client.get(_url(p), params={"offset": p["matches"] + 1}).status_code == 404
   assert client.get(_url(p), params={"target": "nosuch"}).status_code == 404
   assert client.get("/api/traces/ffffffffffffffff/rewrites/0/0/matches").status_code == 404
+
+def test_pages_read_right(client):
+  """A mistyped page address gets the error page; passes are numbered as the pass list numbers them (from 1); the output error is
+  shown against the tolerance it is judged by."""
+  r = client.get(f"/t/{TID}/k/abc", headers={"accept": "text/html"})
+  assert r.status_code == 422 and r.headers["content-type"].startswith("text/html") and "integer" in r.text
+  assert client.get(f"/api/traces/{TID}/kernels/abc").headers["content-type"].startswith("application/json")
+  assert client.get(f"/api/traces/{TID}/graphs/codegen/0/0/before").json()["title"].startswith("before pass 1 ")
+  page = client.get(f"/t/{TID}").text
+  err = client.trace["error"]
+  assert err["tolerance_for"] == "F(4,3) float32" and err["within"] and err["tolerance"] == 1e-3
+  assert 'id="error-judged"' in page and "≤ 1e-03, F(4,3) float32" in page

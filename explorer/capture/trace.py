@@ -12,7 +12,7 @@ from explorer.capture import adapter as tg  # first: sets tinygrad's tracking en
 from explorer.capture.reference import conv2d_reference, error_stats
 from explorer.capture import compilers
 from explorer.capture.renders import RenderPool, pass_record, target_record
-from explorer.spec import REWRITES, ConvSpec, Variant, preset_of
+from explorer.spec import REWRITES, ConvSpec, Variant, error_tolerance, preset_of
 from explorer.store import add_target_record
 
 SCHEMA = 2  # 2: kernels[i].targets[T], a whole record per target (explorer/schema.py); 1: sources per target only
@@ -223,6 +223,8 @@ def _run(trace: dict, linear: Any, out: Any, spec: ConvSpec, x_np: np.ndarray, w
   got = out.numpy()
   ref = conv2d_reference(x_np.astype(np.float64), w_np.astype(np.float64), spec.stride, spec.pad, spec.groups)
   trace["error"] = error_stats(got.astype(np.float64), ref)
+  tolerance, judged = error_tolerance(trace["variant"], spec.dtype)
+  trace["error"].update(tolerance=tolerance, tolerance_for=judged, within=trace["error"]["max_rel"] <= tolerance)
   if dump_io is not None: _dump_io(dump_io, x_np, w_np, got)
   return compiled
 

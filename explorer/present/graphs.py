@@ -293,4 +293,5 @@ def graph_title(trace: dict, ref: Ref) -> str:
   if ref.kind == "ast": return f"AST of kernel {ref.kernel} {kernel_of(trace, ref.kernel)['name']}"
   p = passes_of(trace, ref)[ref.pass_index]  # type: ignore[index]
   where = {"before": "before", "after": "after"}.get(ref.at or "", f"after match {ref.match} of")
-  return f"{where} {ref.target + ' ' if ref.target else ''}pass {ref.pass_index} “{p['name']}” ({p['matches']} matches)"
+  # numbered from 1, as the pass list shows them
+  return f"{where} {ref.target + ' ' if ref.target else ''}pass {(ref.pass_index or 0) + 1} “{p['name']}” ({p['matches']} matches)"

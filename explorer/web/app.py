@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
@@ -78,7 +78,9 @@ def error_body(exc: StarletteHTTPException) -> dict:
 def install_error_handlers(app: FastAPI) -> None:
   """Every error as its documented body (explorer.web.models: ErrorBody, and ValidationErrorBody for 422), or as the error page where
   a browser asks for a page; a 405 with the Allow header of every route at its path."""
-  async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+  async def validation(request: Request, exc: RequestValidationError) -> Response:
+    if wants_html(request):  # a mistyped page address (/t/x/k/abc): the error page, not a JSON body
+      return await app.state.templates.render(request, "error.html", {"status": 422, "message": readable_errors(exc)}, status_code=422)
     # pydantic's type, loc and msg; not ctx and input: they may hold what JSON cannot encode (a non-JSON body arrives as bytes)
     errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
     return JSONResponse({"detail": readable_errors(exc), "errors": errors}, 422)

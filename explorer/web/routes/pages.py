@@ -5,6 +5,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from pydantic import ValidationError
+from explorer.present.graphs import fmt_seconds
 from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, REWRITES, STAGINGS, TARGETS, TILES, WINO_IMPLS, SpecError, Variant
 from explorer.web import deps
 from explorer.web.graphing import MAX_STEPS
@@ -109,7 +110,7 @@ def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[d
      state("kernel_graph")),
     ("kernels", "Kernels", f"{base}/k/0" if kernels else base, f"{len(kernels)} kernels · codegen", state("codegen")),
     ("source", "Source", f"{base}/k/0?code={first_target}" if kernels else base, f"{n_targets} targets + host", state("render")),
-    ("timings", "Timings", f"{base}#timings", "–" if time_s is None else f"{time_s*1e6:.1f} µs total", state("run", "timing")),
+    ("timings", "Timings", f"{base}#timings", "–" if time_s is None else f"{fmt_seconds(time_s)} total", state("run", "timing")),
     ("roofline", "Roofline", f"{base}/roofline", f"on {(trace.get('env') or {}).get('device', '–')}", state("timing")),
   ]
   current = (current,) if isinstance(current, str) else current
