@@ -102,6 +102,9 @@ def test_compare_with_quick_picks(pair):
   assert wait_done(client, other)["status"] == "done"
   d = client.get(f"/api/diff/{staged}/{other}?graphs=0").json()
   assert d["variant_changes"] == {"consts": ["symbolic", "materialized"]} and {g["relation"] for g in d["groups"]} == {"same"}
+  changed = [g for g in d["groups"] if not g["identical"]]
+  labels = re.findall(r'<span class="rel rel-same">([^<]*)</span>', client.get(f"/diff/{staged}/{other}").text)
+  assert changed and labels.count("same role, changed") >= len(changed) and "same" not in labels  # a changed kernel never reads "same"
   assert client.post("/diff/quick", data={"a": staged, "pick": "bogus"}).status_code == 422
 
 # ***** in the browser *****

@@ -15,7 +15,7 @@ TID = "00000000000000dd"
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-  run = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda",), time=False))
+  run = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda", "ptx"), time=False))
   db = tmp_path_factory.mktemp("interrogate") / "s.sqlite3"
   Store(db).put_trace(TID, run.trace, run.rewrites, run.target_rewrites)
   with TestClient(create_app(str(db), settings=Settings.load(env={}))) as c:
@@ -75,3 +75,11 @@ def test_pages_read_right(client):
   err = client.trace["error"]
   assert err["tolerance_for"] == "F(4,3) float32" and err["within"] and err["tolerance"] == 1e-3
   assert 'id="error-judged"' in page and "≤ 1e-03, F(4,3) float32" in page
+
+def test_the_ptx_view_shows_what_tinygrad_compiles(client):
+  rec = client.get(f"/api/traces/{TID}/kernels/0/targets/ptx").json()
+  assert ".version VERSION" in rec["source"] and ".target TARGET" in rec["source"]  # the renderer's output, as recorded
+  assert "VERSION" not in rec["compiled_source"] and ".target sm_90" in rec["compiled_source"]
+  page = client.get(f"/t/{TID}/k/0?target=ptx&code=ptx").text
+  panel = page.split('data-panel="ptx"')[1].split('data-panel=')[0]
+  assert "placeholders filled" in panel and "VERSION" not in panel

@@ -83,6 +83,12 @@ def match_kernels(sa: Side, sb: Side) -> list[tuple[list[int], list[int]]]:
     return (min((sa.kernels[i]["call"] for i in g[0]), default=float("inf")), min((sb.kernels[j]["call"] for j in g[1]), default=float("inf")))
   return sorted(((sorted(a, key=lambda i: sa.kernels[i]["call"]), sorted(b, key=lambda j: sb.kernels[j]["call"])) for a, b in groups), key=order)
 
+def relation_label(group: dict) -> str:
+  """How a matched group reads: "same" only for kernels whose figures and code are identical; same roles with other code read
+  "same role, changed"."""
+  if group["relation"] != "same": return group["relation"]
+  return "identical" if group["identical"] else "same role, changed"
+
 def _relation(ra: list[str], rb: list[str]) -> tuple[str, str | None, str]:
   """(relation, the side that fused or folded, a sentence)."""
   if not rb: return "a_only", None, f"{_and(ra)} only in A"
@@ -391,7 +397,7 @@ def summary(d: dict) -> str:
   rows = []
   for g in d["groups"]:
     dl = g["metrics"]["delta"]
-    rel = g["relation"] + (" (identical)" if g["identical"] else "")
+    rel = relation_label(g)
     gr = "-" if g["graph"] is None else f"{len(g['graph']['only_a'])}/{len(g['graph']['only_b'])}"
     ma, mb = g["metrics"]["a"], g["metrics"]["b"]
     def a_to_b(key: str) -> str: return "-" if ma.get(key) is None or mb.get(key) is None else f"{ma[key]} -> {mb[key]}"

@@ -60,6 +60,7 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: b
       rec["spec"] = tg.spec_check([tg.program_sink(prg)], "program")
       if compile:
         ptx = tg.fill_ptx(rec["source"], arch) if target == "ptx" else None
+        if ptx is not None: rec["compiled_source"] = ptx  # what tinygrad's PTXCompiler hands ptxas: the pages show this
         rec["compile"] = compilers.compile_target(target, rec["source"], arch, compilers.block_threads(rec["local_size"]), ptx, nvrtc)
       out.append(rec)
   return out, tg.export_rewrites(base)

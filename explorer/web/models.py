@@ -320,6 +320,8 @@ class TargetRecord(BaseModel):
   loop_splits: list[LoopSplit] = []
   line_map: list[tuple[int, list[int]]] | None = Field(default=None, description="[source line (1-based), [indexes into the linear UOps]] for "
     "every line of the kernel body: the UOps whose rendering turn wrote the line, and those inlined into it")
+  compiled_source: str | None = Field(default=None, description="the source as tinygrad's compiler hands it on, where that differs "
+    "(PTX: the VERSION and TARGET placeholders filled)")
   line_map_note: str | None = Field(default=None, description="why there is no line map (renderers other than the C-style ones)")
   notes: list[str] = []
   compile: CompileFacts | None = None

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
+from explorer.analysis.diff import relation_label
 from explorer.spec import PRESETS, SpecError
 from explorer.store import trace_key
 from explorer.web import deps
@@ -146,7 +147,7 @@ async def diff_page(request: Request, a: str, b: str, target: str | None = Query
   gr = await diffs.cached_graphs(a, b)
   measures = {k: await asyncio.to_thread(diffs.measure_status, a, b, k) for k in MEASURES}
   ctx = {"a": a, "b": b, "ta": ta_trace, "tb": tb_trace, "d": d, "rows": rows, "graphs": gr, "measures": measures, "target": ta, "target_b": tb,
-         "targets": targets_of(ta_trace, tb_trace), "diff_url": diff_url, "comparable": comparable(ta_trace, tb_trace)}
+         "targets": targets_of(ta_trace, tb_trace), "diff_url": diff_url, "comparable": comparable(ta_trace, tb_trace), "rel_label": relation_label}
   return await request.app.state.templates.render(request, "diff.html", ctx)
 
 def comparable(a: dict, b: dict) -> str | None:
