@@ -75,6 +75,9 @@ def test_builtin_tour_pair(web_client, pair):
   r = web_client.get(pair["url"] + "&step=compare")
   assert r.status_code == 200 and 'id="tour-ab-table"' in r.text and 'data-step="compare"' in r.text
   assert 'href="/diff/%s/%s"' % (pair["a"], pair["b"]) in r.text
+  first = web_client.get(pair["url"]).text  # the first step offers the comparison from its contents
+  contents = first.split('id="tour-contents"')[1].split("</nav>")[0]
+  assert 'id="tour-compare-link"' in contents and "step=compare" in contents and "direct" in contents and "winograd" in contents
   api = web_client.get(f"/api/tours/winograd?a={pair['a']}&b={pair['b']}").json()
   ids = [s["id"] for s in api["steps"]]
   assert ids[0] == "a-tensor" and "compare" in ids and ids[-1] == "b-timing"
