@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib, hashlib, statistics
 from collections import Counter, defaultdict
 from typing import Any
+from explorer.analysis import memory
 from explorer.capture.workers import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
 
 CHAIN = ("xhat", "ghat", "mhat", "out")
@@ -298,7 +299,7 @@ def diff_traces(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: b
           "groups": out_groups, "kernel_group": {"a": [ga[i] for i in range(len(sa.kernels))], "b": [gb[j] for j in range(len(sb.kernels))]},
           "fusions": [g["describe"] for g in out_groups if g["relation"] in ("fused", "folded", "regrouped")],
           "buffers": match_buffers(sa, sb, ga, gb), "totals": {"a": ta, "b": tb, "delta": _totals_delta(ta, tb)},
-          "timing": None, "numerics": None, "notes": notes}
+          "memory": memory.compare(a, b), "timing": None, "numerics": None, "notes": notes}
 
 def _totals_delta(ta: dict, tb: dict) -> dict: return {k: tb[k] - ta[k] for k, v in ta.items() if isinstance(v, (int, float))}
 
@@ -413,6 +414,9 @@ def summary(d: dict) -> str:
   ta, tb = d["totals"]["a"], d["totals"]["b"]
   for key, fmt in (("kernels", str), ("copies", str), ("buffers", str), ("flops", si), ("bytes_moved", _si_bytes)):
     out.append(f"{key.replace('_', ' ')}: {fmt(ta[key])} -> {fmt(tb[key])} ({_signed(tb[key] - ta[key], fmt)})")
+  if (mm := d.get("memory")) is not None:
+    out.append(f"memory peak: {_si_bytes(mm['a']['peak_bytes'])} -> {_si_bytes(mm['b']['peak_bytes'])} "
+               f"(intermediates {_si_bytes(mm['a']['intermediate_bytes'])} -> {_si_bytes(mm['b']['intermediate_bytes'])})")
   out += [line for line in (_timing_line(d.get("timing")), _numerics_line(d.get("numerics"))) if line is not None]
   out += [f"note: {n}" for n in d["notes"]]
   return "\n".join(x for x in out if x is not None)

@@ -6,6 +6,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer import __version__
+from explorer.analysis import memory
 from explorer.capture.catalogue import catalogue
 from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
@@ -147,7 +148,7 @@ async def get_bufferize(request: Request, trace_id: str) -> dict:
   trace = await deps.trace_or_404(request, trace_id)
   sched = trace.get("scheduler") or {}
   return {"stages": sched.get("stages"), "stage_counts": sched.get("stage_counts"), "buffers": trace.get("buffers"),
-          "schedule": trace.get("schedule"), "graph": "kernels"}
+          "schedule": trace.get("schedule"), "graph": "kernels", "memory": memory.timeline(trace)}
 
 @router.get("/traces/{trace_id}/rangeify", summary="The scheduler's rangeify passes with match counts", responses=documented(NOT_FOUND))
 async def get_rangeify(request: Request, trace_id: str) -> dict:

@@ -5,6 +5,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from pydantic import ValidationError
+from explorer.analysis import memory
 from explorer.present.graphs import fmt_seconds
 from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, REWRITES, STAGINGS, TARGETS, TILES, WINO_IMPLS, SpecError, Variant
 from explorer.web import deps
@@ -139,7 +140,9 @@ async def trace_overview(request: Request, trace_id: str, target: str | None = N
 
 @router.get("/t/{trace_id}/bufferize", response_class=HTMLResponse)
 async def bufferize(request: Request, trace_id: str) -> HTMLResponse:
-  return await trace_page(request, trace_id, "bufferize.html", "bufferize", api=f"/api/traces/{trace_id}/bufferize")
+  trace = await deps.stored_trace(request, trace_id)
+  return await trace_page(request, trace_id, "bufferize.html", "bufferize", api=f"/api/traces/{trace_id}/bufferize",
+                          memory=memory.timeline(trace) if trace else None)
 
 @router.get("/t/{trace_id}/graph/tensor", response_class=HTMLResponse)
 async def tensor_graph(request: Request, trace_id: str) -> HTMLResponse:

@@ -1,0 +1,37 @@
+"""The schedule's memory over time: each buffer is alive from the call that first writes it to the last call that reads it, and the
+bytes alive at each step of the schedule give the peak. Read off a trace's buffers and schedule (no tinygrad).
+
+The program's own buffers (input, weight, output) exist before and after the schedule, so they are alive throughout; an intermediate
+lives only between its writer and its last reader, and those are what fusing removes."""
+from __future__ import annotations
+from typing import Any
+
+HELD = ("input", "weight", "output")  # the program holds these for the whole schedule
+
+def timeline(trace: dict[str, Any]) -> dict[str, Any]:
+  """{steps: [{index, kind, name, live_bytes, live: [buffer indexes]}], buffers: [{index, name, role, nbytes, start, end}], peak_bytes,
+  peak_step, intermediate_bytes, held_bytes}. A step is one call of the schedule (a kernel or a copy)."""
+  sched, bufs = trace.get("schedule") or [], trace.get("buffers") or []
+  last = max(len(sched) - 1, 0)
+  spans = []
+  for b in bufs:
+    if b["role"] in HELD: start, end = 0, last
+    else:
+      start = min(b["written_by"], default=0)
+      end = max([*b["read_by"], *b["written_by"]], default=last)
+    spans.append({"index": b["index"], "name": b["name"], "role": b["role"], "nbytes": b["nbytes"], "start": start, "end": end})
+  steps = []
+  for s in sched:
+    live = [x["index"] for x in spans if x["start"] <= s["index"] <= x["end"]]
+    steps.append({"index": s["index"], "kind": s["kind"], "name": s.get("name") or s["kind"], "role": s.get("role"),
+                  "live": live, "live_bytes": sum(spans[i]["nbytes"] for i in live)})
+  peak = max(steps, key=lambda s: s["live_bytes"], default=None)
+  return {"steps": steps, "buffers": spans, "peak_bytes": peak["live_bytes"] if peak else 0, "peak_step": peak["index"] if peak else None,
+          "intermediate_bytes": sum(x["nbytes"] for x in spans if x["role"] == "intermediate"),
+          "held_bytes": sum(x["nbytes"] for x in spans if x["role"] in HELD)}
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+  """Two traces' timelines and what B saves against A (positive: B needs less)."""
+  ta, tb = timeline(a), timeline(b)
+  return {"a": ta, "b": tb, "peak_saved": ta["peak_bytes"] - tb["peak_bytes"],
+          "intermediate_saved": ta["intermediate_bytes"] - tb["intermediate_bytes"]}
