@@ -83,3 +83,18 @@ def test_the_ptx_view_shows_what_tinygrad_compiles(client):
   page = client.get(f"/t/{TID}/k/0?target=ptx&code=ptx").text
   panel = page.split('data-panel="ptx"')[1].split('data-panel=')[0]
   assert "placeholders filled" in panel and "VERSION" not in panel
+
+def test_every_stage_has_its_fate_its_buffer_and_its_node(client):
+  """Fused, kept or realized: each row with bytes, the buffer it became (with its writer and readers) and a link to its node."""
+  st, counts = client.trace["scheduler"]["stages"], client.trace["scheduler"]["stage_counts"]
+  assert len(st["realized"]) == counts["realized"] == 3 and len(st["kept"]) == counts["kept"] == 1 and len(st["fused"]) == counts["fused"]
+  bufs = client.trace["buffers"]
+  for row in st["kept"] + st["realized"]:
+    b = bufs[row["buffer"]]
+    assert b["nbytes"] == row["nbytes"] and isinstance(row["num"], int)
+  assert {bufs[r["buffer"]]["role"] for r in st["realized"]} >= {"output"}
+  page = client.get(f"/t/{TID}/bufferize").text
+  assert page.count('data-fate="realized"') == 3 and page.count('data-fate="kept"') == 1
+  assert f'/rangeify?pass={st["debuf_pass"]}&amp;at=after&amp;node={st["realized"][0]["num"]}' in page
+  view = client.get(f"/api/traces/{TID}/graphs/rangeify/{st['debuf_pass']}/after?full=1").json()
+  assert any(n.get("num") == st["realized"][0]["num"] for n in view["nodes"])  # the node the link selects is in that graph

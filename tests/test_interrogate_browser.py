@@ -90,3 +90,16 @@ def test_a_graph_can_be_searched_and_a_node_questioned(live_server, traced, page
     detail.locator("a[data-node]").last.click()
     assert viewer.locator("g.node.selected").get_attribute("id") == f"n{outs[-1]['dst']}" or viewer.locator("g.node.selected").count() == 1
   assert not errors, errors
+
+def test_a_stage_row_leads_to_its_node(live_server, traced, page, errors):
+  st = httpx.get(f"{live_server}/api/traces/{traced}/raw", timeout=60).json()["scheduler"]["stages"]
+  page.goto(f"{live_server}/t/{traced}/bufferize")
+  row = page.locator('#stage-table tr[data-fate="kept"]').first
+  assert row.locator("a[href*='/k/']").count() >= 1  # the kernels that write and read the buffer it became
+  row.locator("a", has_text="graph").click()
+  page.wait_for_url(re.compile(rf".*/rangeify\?pass={st['debuf_pass']}&at=after&node={st['kept'][0]['num']}"))
+  wait_graphs(page)
+  page.wait_for_selector("#pass-graph g.node.selected")
+  detail = page.locator("#pass-graph .viewer-detail").inner_text()
+  assert "STAGE" in detail, detail
+  assert not errors, errors

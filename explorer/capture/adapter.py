@@ -12,7 +12,7 @@ if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 # compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
 for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
 
-import atexit, collections, contextlib, ctypes, difflib, functools, glob, io, linecache, pickle, platform, re, subprocess, sys, tempfile, time, zlib
+import atexit, collections, contextlib, ctypes, difflib, functools, glob, io, linecache, math, pickle, platform, re, subprocess, sys, tempfile, time, zlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 import tinygrad
@@ -141,6 +141,10 @@ class RewriteBlob:
 
   def graph_of(self, trace_num: int) -> dict: return uop_graph(self, self.sink(trace_num))
 
+  def nums(self) -> dict[int, int]:
+    """id(UOp) -> trace number, for every UOp rebuilt so far (whole graphs rebuilt from the blob are kept by tinygrad's VizData)."""
+    return {id(u): n for n, u in self.data.all_uops.items()}
+
   def node_ids(self, trace_nums: list[int]) -> list[str]:
     """The graph node ids (uop_graph's) of recorded UOps: rebuilt UOps are interned, so while a graph of this blob holds its UOps,
     rebuilding one of them gives the same object."""
@@ -189,7 +193,11 @@ def _rule_source_cached(loc: tuple[str, int]) -> str: return rule_source(loc)
 
 def uop_graph(blob: RewriteBlob, sink: UOp) -> dict:
   from tinygrad.viz.serve import uop_to_json
-  return _graph_from_viz(uop_to_json(blob.data, sink))
+  g = _graph_from_viz(uop_to_json(blob.data, sink))
+  nums = blob.nums()
+  for n in g["nodes"]:
+    if (num := nums.get(int(n["id"]))) is not None: n["num"] = num  # the recorded UOp's trace number: stable across graphs and processes
+  return g
 
 def _graph_from_viz(g: dict[int, dict]) -> dict:
   nodes = [{"id": str(k), "label": ansistrip(v["label"]), "op": v["label"].split("\n", 1)[0], "color": v["color"],
@@ -222,8 +230,10 @@ class Stage:
   removable: bool
   src_op: str
   nbytes: int
+  num: int | None = None  # its trace number in the rewrite blob: the graph pages select the node by it
 
-def stages_in(sink: UOp) -> list[Stage]:
+def stages_in(sink: UOp, blob: RewriteBlob | None = None) -> list[Stage]:
+  nums = blob.nums() if blob is not None else {}
   ret = []
   for u in sink.toposort():
     if u.op is not Ops.STAGE: continue
@@ -232,7 +242,20 @@ def stages_in(sink: UOp) -> list[Stage]:
     n = 1
     for s in shape: n *= s
     ret.append(Stage(shape, u.dtype.name, getattr(getattr(opts, "addrspace", None), "name", "GLOBAL"),
-                     bool(getattr(opts, "removable", True)), u.src[0].op.name, n * u.dtype.itemsize))
+                     bool(getattr(opts, "removable", True)), u.src[0].op.name, n * u.dtype.itemsize, nums.get(id(u))))
+  return ret
+
+def realized_in(sink: UOp, blob: RewriteBlob) -> list[Stage]:
+  """The boundaries stored to directly rather than through a STAGE (outputs, .contiguous()): each AFTER of a buffer, as a Stage row."""
+  nums, ret = blob.nums(), []
+  for u in sink.toposort():
+    if u.op is not Ops.AFTER or not u.src: continue
+    buf, dt = u.src[0], getattr(u.src[0].dtype, "base", u.src[0].dtype)
+    shape = tuple(int(x) for x in buf.shape) if buf._shape is not None else (int(buf.max_numel()),)
+    stored = u.src[1] if len(u.src) > 1 else buf
+    while stored.op in (Ops.END, Ops.GROUP, Ops.AFTER) and stored.src: stored = stored.src[0]  # down to the STORE
+    src_op = stored.src[1].op.name if stored.op is Ops.STORE and len(stored.src) > 1 else stored.op.name
+    ret.append(Stage(shape, dt.name, "GLOBAL", False, src_op, math.prod(shape) * dt.itemsize, nums.get(id(u))))
   return ret
 
 # pass names of rangeify in get_kernel_graph: STAGEs exist after apply rangeify; removable ones are fused away in DEBUF
@@ -245,16 +268,17 @@ def stage_decisions(blob: RewriteBlob, passes: list[Pass]) -> dict:
   if DEBUF_PASS not in names: return {"created": [], "kept": [], "fused": [], "note": "no rangeify pass was recorded"}
   i = names.index(DEBUF_PASS)
   after = next((p for p in passes[i+1:] if p.depth <= passes[i].depth), None)
-  created = stages_in(blob.sink(passes[i].sink))
-  kept = stages_in(blob.sink(after.sink)) if after is not None else stages_in(_pass_output(blob, passes[i]))
+  created = stages_in(blob.sink(passes[i].sink), blob)
+  kept = stages_in(blob.sink(after.sink), blob) if after is not None else stages_in(_pass_output(blob, passes[i]), blob)
   # STAGEs change identity as their sources are rewritten: pair survivors with their origin by ever looser signatures
   unpaired_created, unpaired_kept = list(created), list(kept)
   for sig in (lambda s: (s.shape, s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace)):
     for k in list(unpaired_kept):
       if (c := next((c for c in unpaired_created if sig(c) == sig(k)), None)) is not None: unpaired_created.remove(c); unpaired_kept.remove(k)
   fused = unpaired_created
-  realized = sum(1 for u in blob.sink((after or passes[i]).sink).toposort() if u.op is Ops.AFTER)
-  return {"created": created, "kept": kept, "fused": fused, "realized": realized, "debuf_matches": passes[i].matches}
+  realized = realized_in(blob.sink((after or passes[i]).sink), blob)
+  return {"created": created, "kept": kept, "fused": fused, "realized": len(realized), "realized_rows": realized, "debuf_matches": passes[i].matches,
+          "debuf_pass": i}
 
 def _pass_output(blob: RewriteBlob, p: Pass) -> UOp:
   from tinygrad.viz.serve import get_full_rewrite

@@ -259,6 +259,16 @@ def _totals(trace: dict) -> None:
                      "flops": sum(k["flops"] for k in ks), "bytes": sum(k["bytes"] for k in ks), "compile_s": sum(k["compile_s"] for k in ks),
                      "codegen_s": sum(k["codegen_s"] for k in ks), "time_s": (trace.get("timing") or {}).get("total_s")}
 
+def _link_buffers(trace: dict) -> None:
+  """Each kept or realized STAGE row gets the schedule buffer it became (`buffer`: an index into trace.buffers, None where none
+  matches): kept ones among the intermediates, realized ones among the rest, by dtype and bytes, in order."""
+  stages, free = trace["scheduler"]["stages"], list(trace["buffers"])
+  for fate, roles in (("kept", ("intermediate",)), ("realized", ("output", "intermediate", "constant"))):
+    for row in stages[fate]:
+      b = next((b for b in free if b["role"] in roles and b["nbytes"] == row["nbytes"] and b["dtype"].endswith(row["dtype"])), None)
+      row["buffer"] = None if b is None else b["index"]
+      if b is not None: free.remove(b)
+
 def _record_stages(trace: dict, blob: bytes) -> None:
   """Bufferize decisions, read off the rewrite trace (rebuilding only the two graphs needed)."""
   try:
@@ -268,6 +278,8 @@ def _record_stages(trace: dict, blob: bytes) -> None:
     trace["failures"].append({"stage": "bufferize", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
     return
   def rows(xs: list) -> list[dict]: return [s.__dict__ | {"shape": list(s.shape)} for s in xs]
-  trace["scheduler"]["stages"] = {"created": rows(d["created"]), "kept": rows(d["kept"]), "fused": rows(d["fused"])}
+  trace["scheduler"]["stages"] = {"created": rows(d["created"]), "kept": rows(d["kept"]), "fused": rows(d["fused"]),
+                                  "realized": rows(d["realized_rows"]), "debuf_pass": d["debuf_pass"]}
+  _link_buffers(trace)
   # realized: buffers stored to directly (user .contiguous(), outputs) rather than through a STAGE
   trace["scheduler"]["stage_counts"] = {**{k: len(d[k]) for k in ("created", "kept", "fused")}, "realized": d["realized"]}

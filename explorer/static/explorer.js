@@ -140,6 +140,11 @@ class Viewer {
       this.el.dataset.loaded = ref;
       const query = $("[data-act=search]", this.el).value;
       if (query) this.find(query);
+      const want = new URL(window.location.href).searchParams.get("node");  // ?node=<trace number>: select that UOp (STAGE table links)
+      if (want && this.graph) {
+        const n = [...this.graph.byId.values()].find((x) => String(x.num) === want);
+        if (n) this.select(n.id);
+      }
       this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
     } catch (err) {
       if (seq !== this.seq) return;
