@@ -12,7 +12,8 @@ if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 # compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
 for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
 
-import atexit, collections, contextlib, ctypes, difflib, functools, glob, io, linecache, math, pickle, platform, re, subprocess, sys, tempfile, time, zlib
+import atexit, collections, contextlib, ctypes, difflib, functools, glob, io, linecache, math, pickle, platform, re, subprocess, sys, tempfile
+import time, zlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 import tinygrad
