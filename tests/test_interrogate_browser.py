@@ -103,3 +103,33 @@ def test_a_stage_row_leads_to_its_node(live_server, traced, page, errors):
   detail = page.locator("#pass-graph .viewer-detail").inner_text()
   assert "STAGE" in detail, detail
   assert not errors, errors
+
+def test_passes_can_be_filtered_scrubbed_and_a_node_followed(live_server, traced, page, errors):
+  rec = httpx.get(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda", timeout=60).json()
+  last = next(i for i, p in enumerate(rec["passes"]) if p["name"] == "linearize/render")
+  page.goto(f"{live_server}/t/{traced}/k/0?target=cuda&graph=passes&pass={last}&at=before&code=cuda")
+  wait_graphs(page)
+  # a source line lights its UOps in this graph (the sink codegen hands the linearizer holds the linear UOps)
+  line, uops = next((ln, ix) for ln, ix in rec["line_map"] if "= (*(" in rec["source"].split("\n")[ln - 1])
+  page.locator(f'[data-panel=cuda] [id="S-{line}"]').click()
+  in_graph = {n["num"] for n in httpx.get(f"{live_server}/api/traces/{traced}/graphs/codegen@cuda/0/{last}/before", timeout=60).json()["nodes"]
+              if "num" in n}
+  linked = page.locator("#pass-graph g.node.linked").count()
+  assert linked == len({rec["linear_nums"][u] for u in uops} & in_graph) > 0
+  page.locator(f'[data-panel=cuda] [id="S-{line}"]').click()  # unpin
+  # the filter box keeps the passes whose name has the text
+  page.fill("[data-pass-filter]", "symbolic")
+  shown = [t for t in page.locator("#passes a[data-pass]:visible").all_inner_texts()]
+  assert shown and all("symbolic" in t for t in shown)
+  page.fill("[data-pass-filter]", "")
+  # a node selected in one pass stays selected in the next where it survives
+  page.locator("#pass-graph g.node.op-SINK").first.click()
+  num = page.evaluate("() => viewers.get('pass-graph').keepNum")
+  assert isinstance(num, int)
+  slider = page.locator("[data-pass-slider]")
+  slider.evaluate(f"(s) => {{ s.value = {last - 1}; s.dispatchEvent(new Event('input')); }}")
+  page.wait_for_url(re.compile(rf".*pass={last - 1}&.*"))
+  wait_graphs(page)
+  still = page.evaluate("() => { const v = viewers.get('pass-graph'); return [...v.graph.byId.values()].some(n => n.num === v.keepNum); }")
+  assert still == (page.locator("#pass-graph g.node.selected").count() == 1)
+  assert not errors, errors

@@ -432,6 +432,7 @@ class ProgramFacts:
   source: str
   storage: dict[str, int]   # buffers the kernel keeps on chip: registers and local (shared) memory
   pressure: dict            # liveness over the linear order (see pressure)
+  nums: list[int]           # each linear UOp's trace number in the rewrite blob: the graph pages find them by it
 
 UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
                "consts": lambda u: u.op is Ops.CONST, "ranges": lambda u: u.op is Ops.RANGE}
@@ -563,7 +564,7 @@ def program_facts(prg: UOp) -> ProgramFacts:
                       int(est.ops) if est is not None else 0, int(est.lds) if est is not None else 0, int(est.mem) if est is not None else 0,
                       [str(o) for o in sink.arg.applied_opts], ansistrip(buf.getvalue()).splitlines(),
                       {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},
-                      src, storage, pressure(list(lin)))
+                      src, storage, pressure(list(lin)), [trace_num(u) for u in lin])
 
 def ast_uop_count(ast: UOp) -> int: return len(ast.toposort())
 

@@ -35,7 +35,7 @@ def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: li
   return {"name": facts.name, "arch": arch, "opts": facts.opts, "global_size": facts.global_size, "local_size": facts.local_size,
           "linear_uops": facts.ops["total"], "ops": facts.ops, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds, "passes": passes,
           "uops_listing": facts.linear, "source": facts.source, "pressure": pressure, "loop_splits": loop_splits, "notes": notes,
-          "line_map": lines, "line_map_note": why, "compile": None}
+          "line_map": lines, "line_map_note": why, "linear_nums": facts.nums, "compile": None}
 
 def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: bool = True, rewrites: tuple[str, ...] = (),
                    rewrite_file: str | None = None) -> tuple[list[dict[str, Any]], bytes]:

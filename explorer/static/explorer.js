@@ -83,6 +83,8 @@ class Viewer {
 
   select(id) {
     const n = this.graph && this.graph.byId.get(id);
+    this.keepNum = n && n.num != null ? n.num : null;
+    this.el.dispatchEvent(new CustomEvent("node-selected", { detail: n || null }));
     $$(".selected, .parent, .child", this.canvas).forEach((x) => x.classList.remove("selected", "parent", "child"));
     const box = $(".viewer-detail", this.el);
     if (!n) { box.hidden = true; return; }
@@ -140,7 +142,8 @@ class Viewer {
       this.el.dataset.loaded = ref;
       const query = $("[data-act=search]", this.el).value;
       if (query) this.find(query);
-      const want = new URL(window.location.href).searchParams.get("node");  // ?node=<trace number>: select that UOp (STAGE table links)
+      // select by trace number: ?node= (STAGE table links), else the node selected in the previous graph where it survives
+      const want = new URL(window.location.href).searchParams.get("node") || (this.keepNum != null ? String(this.keepNum) : null);
       if (want && this.graph) {
         const n = [...this.graph.byId.values()].find((x) => String(x.num) === want);
         if (n) this.select(n.id);
@@ -204,6 +207,8 @@ class Stepper {
       const n = Math.round(+goto.value);
       if (n >= 1 && n <= this.matches()) { this.go(this.pass, `m${n}`); goto.blur(); }
     });
+    const slider = $("[data-pass-slider]", bar);
+    if (slider) slider.addEventListener("input", () => this.go(+slider.value, this.at.startsWith("m") ? "after" : this.at));
     const panel = $("[data-match-list]");
     this.matchList = panel && bar.dataset.trace ? new MatchList(panel, this) : null;
     document.addEventListener("keydown", (e) => {
@@ -266,6 +271,8 @@ class Stepper {
     $("[data-pass-name]", this.bar).textContent = item ? `${item.dataset.name} · ${m} match${m === 1 ? "" : "es"}${m > this.maxSteps ? ` (whole graph for the first ${this.maxSteps}, then each match's own UOps)` : ""}` : "";
     const goto = $("[data-goto-match]", this.bar);
     if (goto) { goto.max = m; goto.disabled = !m; goto.placeholder = m ? `1..${m}` : "–"; }
+    const slider = $("[data-pass-slider]", this.bar);
+    if (slider) slider.value = this.pass;
     if (this.matchList) this.matchList.show();
     $$("[data-at-choice]", this.bar).forEach((r) => { r.checked = r.value === this.at; });
     const pos = this.at.startsWith("m") ? this.at.slice(1) : (this.at === "before" ? "0" : "end");
@@ -373,10 +380,18 @@ function initLineMaps() {
       for (const u of uops) { const r = rowEl(u); if (r && !r.dataset.colour) { r.classList.add(c); r.dataset.colour = c; } }
     }
     let pinned = null;
+    const nums = JSON.parse(box.dataset.nums || "[]"), uopOfNum = new Map(nums.map((n, i) => [n, i]));
+    const graph = box.dataset.graph && document.getElementById(box.dataset.graph);
     const light = (lines, uops, scroll) => {
       $$(".lm-hot", box).forEach((e) => e.classList.remove("lm-hot"));
       lines.forEach((n) => { const e = lineEl(n); if (e) e.classList.add("lm-hot"); });
       uops.forEach((u) => { const e = rowEl(u); if (e) e.classList.add("lm-hot"); });
+      if (graph) {  // the same UOps in the pass graph, where it shows them (the graphs after codegen's last passes)
+        const want = new Set(uops.map((u) => String(nums[u])));
+        const v = viewers.get(graph.id);
+        $$("g.node.linked", graph).forEach((g) => g.classList.remove("linked"));
+        if (v && v.graph) for (const n of v.graph.byId.values()) if (want.has(String(n.num))) { const g = v.nodeEl(n.id); if (g) g.classList.add("linked"); }
+      }
       if (scroll) {
         const r = uops.length && rowEl(uops[0]), l = lines.length && lineEl(lines[0]);
         if (r) r.scrollIntoView({ block: "nearest" });
@@ -389,6 +404,11 @@ function initLineMaps() {
       if (line !== null) light([line], uopsOf.get(line) || [], scroll);
       else if (uop !== null) light(linesOf.get(uop) || [], [uop], scroll);
     };
+    if (graph) graph.addEventListener("node-selected", (e) => {  // a node of the pass graph that is a linear UOp: its lines
+      const u = e.detail && uopOfNum.get(e.detail.num);
+      if (u === undefined || u === null) return;
+      pinned = `u${u}`; box.classList.add("lm-pinned"); show(null, u, true);
+    });
     box.addEventListener("mouseover", (e) => { if (!pinned) show(fromLine(e), fromUop(e), false); });
     box.addEventListener("mouseleave", () => { if (!pinned) light([], [], false); });
     box.addEventListener("click", (e) => {
@@ -516,8 +536,17 @@ function initForm() {
 
 /* ***** boot ***** */
 
+const viewers = new Map();  // every graph viewer on the page, by element id
+
 document.addEventListener("DOMContentLoaded", () => {
-  const viewers = new Map($$(".viewer").map((el) => [el.id, new Viewer(el)]));
+  $$(".viewer").forEach((el) => viewers.set(el.id, new Viewer(el)));
+  $$("[data-pass-filter]").forEach((box) => {
+    const list = document.getElementById(box.dataset.passFilter);
+    box.addEventListener("input", () => {
+      const q = box.value.trim().toLowerCase();
+      $$("a[data-pass]", list).forEach((a) => a.classList.toggle("filtered-out", !!q && !a.dataset.name.toLowerCase().includes(q)));
+    });
+  });
   $$("[data-matched-only]").forEach((cb) => {
     const list = document.getElementById(cb.dataset.matchedOnly);
     const apply = () => list.classList.toggle("matched-only", cb.checked);

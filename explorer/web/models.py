@@ -322,6 +322,7 @@ class TargetRecord(BaseModel):
     "every line of the kernel body: the UOps whose rendering turn wrote the line, and those inlined into it")
   compiled_source: str | None = Field(default=None, description="the source as tinygrad's compiler hands it on, where that differs "
     "(PTX: the VERSION and TARGET placeholders filled)")
+  linear_nums: list[int] | None = Field(default=None, description="each linear UOp's trace number: graph nodes carry it as `num`")
   line_map_note: str | None = Field(default=None, description="why there is no line map (renderers other than the C-style ones)")
   notes: list[str] = []
   compile: CompileFacts | None = None
