@@ -98,3 +98,10 @@ def test_every_stage_has_its_fate_its_buffer_and_its_node(client):
   assert f'/rangeify?pass={st["debuf_pass"]}&amp;at=after&amp;node={st["realized"][0]["num"]}' in page
   view = client.get(f"/api/traces/{TID}/graphs/rangeify/{st['debuf_pass']}/after?full=1").json()
   assert any(n.get("num") == st["realized"][0]["num"] for n in view["nodes"])  # the node the link selects is in that graph
+
+def test_index_arithmetic_can_be_hidden_or_shown(client):
+  ref = f"/api/traces/{TID}/graphs/ast/1"
+  shown, hidden = client.get(ref, params={"index": "show"}).json(), client.get(ref, params={"index": "hide"}).json()
+  assert hidden["shown_nodes"] < shown["shown_nodes"] == shown["total_nodes"] and any("as asked" in n for n in hidden["notes"])
+  assert "index=hide" in hidden["svg_url"] and client.get(hidden["svg_url"]).status_code == 200
+  assert client.get(ref, params={"index": "bogus"}).status_code == 422

@@ -74,16 +74,19 @@ def nearest_outputs(graph: dict, limit: int) -> set[str]:
     frontier = nxt
   return keep
 
-def simplify(graph: dict, max_nodes: int = MAX_NODES) -> tuple[dict, list[str]]:
-  """A graph dot can lay out and a person can read, and notes saying what was left out."""
+INDEX_MODES = ("auto", "hide", "show")  # index arithmetic: collapsed over the node limit, always, or never
+
+def simplify(graph: dict, max_nodes: int = MAX_NODES, index: str = "auto") -> tuple[dict, list[str]]:
+  """A graph dot can lay out and a person can read, and notes saying what was left out. (CONSTs are never nodes: tinygrad's viewer
+  folds them into their users' labels.)"""
   total = len(graph["nodes"])
-  if total <= max_nodes: return graph, []
+  if total <= max_nodes and index != "hide": return graph, []
   notes = []
-  drop = {n["id"] for n in graph["nodes"] if is_index_math(n)}
+  drop = {n["id"] for n in graph["nodes"] if is_index_math(n)} if index != "show" else set()
   if drop:
     graph = contract(graph, drop)
-    notes.append(f"The graph has {total:,} nodes (over {max_nodes}): {len(drop):,} index-arithmetic nodes (integer/bool ALU and constants) "
-                 "are collapsed; dashed edges pass through them.")
+    why = "as asked" if index == "hide" else f"the graph has {total:,} nodes, over {max_nodes}"
+    notes.append(f"{len(drop):,} index-arithmetic nodes (integer/bool ALU and constants) are collapsed ({why}); dashed edges pass through them.")
   if len(graph["nodes"]) > max_nodes:
     n_before = len(graph["nodes"])
     keep = nearest_outputs(graph, max_nodes)

@@ -30,6 +30,8 @@ class Viewer {
     $("[data-act=fit]", el).addEventListener("click", () => this.fit());
     $("[data-act=full]", el).addEventListener("click", () => { this.full = true; this.show(this.ref); });
     window.addEventListener("resize", () => { if (this.pz) this.pz.resize(); });  // keep the user's zoom and pan
+    const index = $("[data-act=index]", el);
+    if (index) index.addEventListener("change", () => this.show(this.ref, true));
     const search = $("[data-act=search]", el);
     search.addEventListener("input", () => this.find(search.value));
     search.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); this.nextHit(e.shiftKey ? -1 : 1); } });
@@ -109,14 +111,15 @@ class Viewer {
     this.canvas.innerHTML = `<div class="viewer-status ${cls}">${html}</div>`;
   }
 
-  async show(ref) {
+  async show(ref, keepFull = false) {
     const seq = ++this.seq;
-    if (ref !== this.ref) this.full = false;
+    if (ref !== this.ref && !keepFull) this.full = false;
     this.ref = ref; this.el.dataset.ref = ref; delete this.el.dataset.loaded;
     if (this.pz) { this.pz.destroy(); this.pz = null; }
     this.status('<span class="spinner"></span> Expanding and laying out the graph…');
     $(".viewer-notes", this.el).innerHTML = ""; $(".viewer-legend", this.el).innerHTML = ""; $(".viewer-rule", this.el).innerHTML = "";
-    const q = this.full ? "?full=1" : "";  // with its nodes and edges: search, selection, parents and children
+    const idx = $("[data-act=index]", this.el), mode = idx ? idx.value : "auto";
+    const q = "?" + [this.full ? "full=1" : "", mode !== "auto" ? `index=${mode}` : ""].filter(Boolean).join("&");  // with nodes and edges
     const base = `/api/traces/${this.trace}/graphs/${ref}`;
     try {
       const view = await fetchJSON(base + q);

@@ -68,14 +68,16 @@ class GraphService:
 
   # ***** views: simplified graph + what to highlight + notes, cached as JSON *****
 
-  def _cache_key(self, ref: str, full: bool) -> str: return ref + ("+full" if full else "")
+  def _cache_key(self, ref: str, full: bool, index: str = "auto") -> str:
+    return ref + ("+full" if full else "") + ("" if index == "auto" else f"+index={index}")
 
-  async def view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False) -> dict:
+  async def view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, index: str = "auto") -> dict:
+    """index: collapse index arithmetic "auto" (over the node limit), "hide" (always) or "show" (never)."""
     ref = parse_ref(ref_text)
     self._check(trace, ref)
-    key = self._cache_key(ref_text, full)
+    key = self._cache_key(ref_text, full, index)
     if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cached
-    try: return await self._once((trace_id, key, "view"), lambda: self._make_view(trace_id, trace, ref, ref_text, full))
+    try: return await self._once((trace_id, key, "view"), lambda: self._make_view(trace_id, trace, ref, ref_text, full, index=index))
     except expand.BlobUnreadable as e: return await asyncio.to_thread(self._stored_view, trace_id, ref_text, str(e))
 
   def _stored_view(self, trace_id: str, ref_text: str, why: str) -> dict:
@@ -94,18 +96,19 @@ class GraphService:
       if (j := ref.match) is not None and not 1 <= j <= passes[ref.pass_index]["matches"]:  # type: ignore[index]
         raise GraphNotFound(f"pass {ref.pass_index} has {passes[ref.pass_index]['matches']} matches, not {j}")  # type: ignore[index]
 
-  async def _make_view(self, trace_id: str, trace: dict, ref: Ref, ref_text: str, full: bool, got: tuple | None = None) -> dict:
+  async def _make_view(self, trace_id: str, trace: dict, ref: Ref, ref_text: str, full: bool, got: tuple | None = None,
+                       index: str = "auto") -> dict:
     raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref)
     limit = graphs.HARD_MAX_NODES if full else self.node_limit
-    shown, simplify_notes = graphs.simplify(raw, limit)
+    shown, simplify_notes = graphs.simplify(raw, limit, index)
     keep = {n["id"] for n in shown["nodes"]}
     view = {"ref": ref_text, "title": graph_title(trace, ref), "notes": notes + simplify_notes, "total_nodes": len(raw["nodes"]),
             "shown_nodes": len(shown["nodes"]), "highlight": [h for h in highlight if h in keep],
             "legend": graphs.kernel_graph_legend(shown) if ref.kind == "kernels" else graphs.legend(shown),
             "rule": extra.get("rule"), "diff": extra.get("diff"), "nodes": shown["nodes"], "edges": shown["edges"], "full": full,
             "violations": [v for v in extra.get("violations") or [] if v in keep],
-            "simplified": bool(simplify_notes)}
-    await asyncio.to_thread(self.store.put_cached, trace_id, self._cache_key(ref_text, full), "view", view)
+            "simplified": bool(simplify_notes), "index": index}
+    await asyncio.to_thread(self.store.put_cached, trace_id, self._cache_key(ref_text, full, index), "view", view)
     return view
 
   async def _raw(self, trace_id: str, trace: dict, ref: Ref) -> tuple[dict, list[str], list[str], dict]:
@@ -191,10 +194,10 @@ class GraphService:
 
   # ***** SVG *****
 
-  async def svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "") -> str:
-    key = self._cache_key(ref_text, full)
+  async def svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto") -> str:
+    key = self._cache_key(ref_text, full, index)
     if (cached := await asyncio.to_thread(self.store.get_cached, trace_id, key, "svg")) is not None: return cached
-    view = await self.view(trace_id, trace, ref_text, full)
+    view = await self.view(trace_id, trace, ref_text, full, index)
     return await self._once((trace_id, key, "svg"), lambda: self._layout(trace_id, key, view, trace_url))
 
   async def _layout(self, trace_id: str, key: str, view: dict, trace_url: str) -> str:

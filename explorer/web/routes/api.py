@@ -1,7 +1,7 @@
 """The JSON API: one endpoint per page, plus job status and live progress (server-sent events)."""
 from __future__ import annotations
 import asyncio, json, shutil, sys
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Literal
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -177,6 +177,7 @@ def graph_errors(fn: Any) -> Any:
   return wrapped
 
 MAX_MATCHES_PAGE = 500
+IndexMode = Literal["auto", "hide", "show"]  # explorer.present.graphs.INDEX_MODES
 
 def _blob_target(trace: dict, target: str | None) -> str | None:
   """None (the host's blob) for the host's own target; else the target, which must be one the trace recorded."""
@@ -204,19 +205,20 @@ async def pass_python(request: Request, trace_id: str, group: int, step: int, ta
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}.svg", summary="A graph laid out by graphviz (SVG)",
             response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}, **documented(GRAPH_ERRORS)})
-async def get_graph_svg(request: Request, trace_id: str, ref: str, full: bool = False) -> Response:
+async def get_graph_svg(request: Request, trace_id: str, ref: str, full: bool = False, index: IndexMode = "auto") -> Response:
   trace = await deps.trace_or_404(request, trace_id)
-  svg = await graph_errors(request.app.state.graphs.svg)(trace_id, trace, ref, full, deps.trace_url(trace_id))
+  svg = await graph_errors(request.app.state.graphs.svg)(trace_id, trace, ref, full, deps.trace_url(trace_id), index)
   return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}", response_model=GraphView, response_model_exclude_none=True, summary="A graph as JSON",
             responses=documented(GRAPH_ERRORS))
-async def get_graph(request: Request, trace_id: str, ref: str, full: bool = False, nodes: bool = True) -> dict:
+async def get_graph(request: Request, trace_id: str, ref: str, full: bool = False, nodes: bool = True, index: IndexMode = "auto") -> dict:
   """ref: tensor | kernels | ast/{k} | codegen/{k}/{p}/{before|after|m<j>} | rangeify/{p}/{before|after|m<j>}.
   Graphs over the node limit are simplified (notes say how); full=1 lifts the limit. nodes=0 leaves nodes and edges out."""
   trace = await deps.trace_or_404(request, trace_id)
-  view = await graph_errors(request.app.state.graphs.view)(trace_id, trace, ref, full)
-  svg_url = f"/api/traces/{trace_id}/graphs/{ref}.svg" + ("?full=1" if full else "")
+  view = await graph_errors(request.app.state.graphs.view)(trace_id, trace, ref, full, index)
+  query = "&".join(q for q in ("full=1" if full else "", "" if index == "auto" else f"index={index}") if q)
+  svg_url = f"/api/traces/{trace_id}/graphs/{ref}.svg" + (f"?{query}" if query else "")
   out = {k: v for k, v in view.items() if k in GraphView.model_fields} | {"svg_url": svg_url}
   if not nodes: out["nodes"] = out["edges"] = None
   return out
