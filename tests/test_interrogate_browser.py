@@ -133,3 +133,17 @@ def test_passes_can_be_filtered_scrubbed_and_a_node_followed(live_server, traced
   still = page.evaluate("() => { const v = viewers.get('pass-graph'); return [...v.graph.byId.values()].some(n => n.num === v.keepNum); }")
   assert still == (page.locator("#pass-graph g.node.selected").count() == 1)
   assert not errors, errors
+
+def test_graph_labels_are_readable_and_follow_the_font_control(live_server, traced, page, errors):
+  """A big graph opens zoomed so its labels are readable (not fitted into 5 px text); the presenter's big-font mode makes them bigger."""
+  js = "() => { const h = [...document.querySelectorAll('#ast-graph g.node text')].map(t => t.getBoundingClientRect().height).filter(x => x > 0);" \
+       " h.sort((a, b) => a - b); return h[Math.floor(h.length / 2)]; }"
+  sizes = {}
+  for big in ("0", "1"):
+    page.goto(f"{live_server}/t/{traced}/k/1?big={big}")
+    wait_graphs(page)
+    page.wait_for_timeout(300)
+    sizes[big] = page.evaluate(js)
+  assert sizes["0"] >= 9 and sizes["1"] > sizes["0"], sizes
+  page.goto(f"{live_server}/t/{traced}/k/1?big=0")  # leave the mode off for the other tests
+  assert not errors, errors

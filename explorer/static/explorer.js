@@ -166,12 +166,14 @@ class Viewer {
   }
 
   async focusOutput(el) {
-    // graphs too big to read when fitted: zoom to a readable size around the output (the sink, drawn last) or the first changed node
-    if (!this.pz || this.pz.getSizes().realZoom >= 0.35) return;
+    // graphs too big to read when fitted: zoom so labels are readable (about 11 px; larger in the presenter's big-font mode) around
+    // the output (the sink, drawn last) or the first changed node; Fit still shows the whole graph
+    const readable = document.documentElement.classList.contains("big") ? 1.3 : 0.9;
+    if (!this.pz || this.pz.getSizes().realZoom >= readable) return;
     const changed = $$("g.node.changed", el);
     const target = (changed.length && changed.length <= 12 ? changed[0] : null) || $("g.node.op-SINK", el) || $$("g.node", el).pop();
     if (!target) return;
-    this.pz.zoom(this.pz.getZoom() * 0.7 / this.pz.getSizes().realZoom);
+    this.pz.zoom(this.pz.getZoom() * readable / this.pz.getSizes().realZoom);
     await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));  // svg-pan-zoom applies transforms on the next frame
     const c = this.canvas.getBoundingClientRect(), t = target.getBoundingClientRect();
     this.pz.panBy({ x: c.left + c.width / 2 - (t.left + t.width / 2), y: c.top + c.height * (target.classList.contains("changed") ? 0.5 : 0.8) - (t.top + t.height / 2) });
