@@ -137,6 +137,7 @@ def test_the_server_lists_the_catalogue_and_refuses_user_code(tmp_path, wino8_ru
     assert 'data-rewrite="sink-loads"' in page and "<b>1</b> match in this kernel" in page
     line = run.trace["kernels"][0]["targets"]["cuda"]["pressure"]["max_live_line"]
     assert f'href="#L-{line}" id="peak-line"' in page and f'id="L-{line}"' in page  # the peak links to its source line
+    assert 'id="longest-ranges"' in page
     assert 'name="rewrites" value="peel"' in client.get("/").text
     form = "preset=small&algo=direct&opt=heuristic&targets=cuda&warmup=0&repeats=1&rewrites=peel&peel=3&rewrites=sink-loads"
     from explorer.web.routes.pages import form_to_request
@@ -199,6 +200,8 @@ def test_line_map_covers_every_body_line_of_the_c_like_targets(wino8_runs):
       assert set(body) <= set(mapped), (target, [lines[i - 1] for i in set(body) - set(mapped)][:5])
       assert all(0 <= i < rec["linear_uops"] and ix for ix in mapped.values() for i in ix)
       assert rec["pressure"]["max_live_line"] in mapped
+      for r in rec["pressure"]["longest"]:  # each long live range names the line that defines it
+        assert r["line"] in mapped and (r["uop"] in mapped[r["line"]] or all(r["uop"] not in ix for ix in mapped.values()))
   store_loads = [ln for ln, ix in k["targets"]["cuda"]["line_map"] if "= (*(" in k["targets"]["cuda"]["source"].split("\n")[ln - 1]]
   listing = k["targets"]["cuda"]["uops_listing"]
   assert store_loads and all(any("LOAD" in listing[i] for i in dict(k["targets"]["cuda"]["line_map"])[ln]) for ln in store_loads)

@@ -615,11 +615,18 @@ def line_map(prg: UOp, renderer: Renderer) -> tuple[list[list[Any]] | None, str 
     for ln in ls: by_line[ln].append(pos[u])
   return [[ln, sorted(ix)] for ln, ix in sorted(by_line.items())], None
 
-def peak_line(pressure: dict, lines: list[list[Any]] | None) -> int | None:
-  """The source line of the pressure peak: the line of the peak's UOp, or of the nearest UOp before it that has one."""
+def source_line(uop: int, lines: list[list[Any]] | None) -> int | None:
+  """The source line of a linear UOp: its own (the first it appears in), or that of the nearest UOp before it that has one."""
   if not lines: return None
-  line_of = {i: ln for ln, ix in lines for i in ix}
-  return next((line_of[i] for i in range(pressure["max_live_at"], -1, -1) if i in line_of), None)
+  line_of: dict[int, int] = {}
+  for ln, ix in lines:
+    for i in ix: line_of.setdefault(i, ln)
+  return next((line_of[i] for i in range(uop, -1, -1) if i in line_of), None)
+
+def with_lines(pressure: dict, lines: list[list[Any]] | None) -> dict:
+  """The pressure record with source lines: of the peak (max_live_line) and of each longest live range's definition."""
+  return {**pressure, "max_live_line": source_line(pressure["max_live_at"], lines),
+          "longest": [{**r, "line": source_line(r["uop"], lines)} for r in pressure["longest"]]}
 
 # ***** runtime *****
 

@@ -31,7 +31,7 @@ def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: li
   line_map: (adapter.line_map's [[source line, [uop indexes]], ...] or None, why there is none)."""
   from explorer.capture import adapter as tg
   lines, why = line_map
-  pressure = {**facts.pressure, "max_live_line": tg.peak_line(facts.pressure, lines)}
+  pressure = tg.with_lines(facts.pressure, lines)
   return {"name": facts.name, "arch": arch, "opts": facts.opts, "global_size": facts.global_size, "local_size": facts.local_size,
           "linear_uops": facts.ops["total"], "ops": facts.ops, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds, "passes": passes,
           "uops_listing": facts.linear, "source": facts.source, "pressure": pressure, "loop_splits": loop_splits, "notes": notes,

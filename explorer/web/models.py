@@ -254,6 +254,7 @@ class LiveRange(BaseModel):
   op: str
   until: int  # its last use, extended to the END of any loop it is used in
   lanes: int
+  line: int | None = None  # the source line that defines it (from line_map)
 
 class Pressure(BaseModel):
   """Register pressure from the linearized UOps: values live at once (a value from its definition to its last use, extended to the END
