@@ -147,3 +147,26 @@ def test_graph_labels_are_readable_and_follow_the_font_control(live_server, trac
   assert sizes["0"] >= 9 and sizes["1"] > sizes["0"], sizes
   page.goto(f"{live_server}/t/{traced}/k/1?big=0")  # leave the mode off for the other tests
   assert not errors, errors
+
+STABLE_JS = """() => { const v = viewers.get('pass-graph'), out = {};
+  for (const n of v.graph.byId.values()) { if (n.num == null) continue; const g = v.nodeEl(n.id); if (!g) continue;
+    const r = g.getBoundingClientRect(); out[n.num] = [r.left + r.width / 2, r.top + r.height / 2]; }
+  return out; }"""
+
+def test_stepping_keeps_surviving_uops_in_place(live_server, traced, page, errors):
+  """With the stable layout, the UOps two consecutive graphs share stay where they were on screen (iongraph's idea); new ones are
+  placed beside them. Measured over a step from one pass to the next."""
+  rec = httpx.get(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda", timeout=60).json()
+  p = next(i for i, q in enumerate(rec["passes"]) if q["name"] == "add gpudims")
+  page.goto(f"{live_server}/t/{traced}/k/0?target=cuda&graph=passes&pass={p}&at=before")
+  wait_graphs(page)
+  before = page.evaluate(STABLE_JS)
+  page.click("label:has([data-at-choice][value=after])")
+  page.wait_for_url(re.compile(r".*at=after.*"))
+  page.wait_for_function("() => document.querySelector('#pass-graph').dataset.loaded && document.querySelector('#pass-graph').dataset.stable === '1'")
+  after = page.evaluate(STABLE_JS)
+  shared = [k for k in before if k in after]
+  moved = sorted(max(abs(before[k][0] - after[k][0]), abs(before[k][1] - after[k][1])) for k in shared)
+  page.screenshot(path=str(ARTIFACTS / "stable_step.png"))
+  assert len(shared) >= 5 and moved[len(moved) // 2] < 2 and moved[int(len(moved) * 0.9)] < 4, (len(shared), moved)
+  assert not errors, errors

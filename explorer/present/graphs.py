@@ -3,7 +3,7 @@
 Plain data in, SVG text out. No tinygrad imports: the web server lays graphs out, worker processes expand them.
 """
 from __future__ import annotations
-import collections, html, re, shutil, subprocess
+import collections, html, os, re, shutil, subprocess, tempfile
 from dataclasses import dataclass
 
 MAX_NODES = 400           # larger graphs are simplified, and the page says how
@@ -218,18 +218,104 @@ def kernel_graph_dot(graph: dict, trace_url: str) -> str:
 _PROLOG_RE = re.compile(r"^.*?(?=<svg)", re.S)
 _SIZE_RE = re.compile(r'<svg width="[^"]*" height="[^"]*"')
 
-def layout_svg(dot_src: str, timeout_s: float = DOT_TIMEOUT_S) -> str:
-  """Run graphviz dot; the SVG comes back without XML prolog and fixed size, ready to inline and to pan/zoom."""
-  exe = shutil.which("dot")
-  if exe is None: raise LayoutError("graphviz `dot` is not installed on the server (Debian: apt-get install graphviz)")
-  try: proc = subprocess.run([exe, "-Tsvg"], input=dot_src.encode(), capture_output=True, timeout=timeout_s, check=False)
-  except subprocess.TimeoutExpired:
-    raise LayoutError(f"graphviz dot did not finish the layout within {timeout_s:.0f}s; the graph is too large to draw") from None
-  if proc.returncode != 0:
-    raise LayoutError(f"graphviz dot failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace').strip().splitlines()[-1:] or ''}")
-  svg = _PROLOG_RE.sub("", proc.stdout.decode(errors="replace"), count=1)
+def _graphviz(tool: str, dot_src: str, timeout_s: float, *args: str) -> dict[str, str]:
+  """Run a graphviz tool once and render its layout as SVG and as plain text (node positions). Returns {"svg", "plain"}."""
+  exe = shutil.which(tool)
+  if exe is None: raise LayoutError(f"graphviz `{tool}` is not installed on the server (Debian: apt-get install graphviz)")
+  with tempfile.TemporaryDirectory(prefix="ke-layout-") as tmp:
+    out = {fmt: os.path.join(tmp, f"out.{fmt}") for fmt in ("svg", "plain")}
+    try: proc = subprocess.run([exe, *args, "-Tsvg", "-o", out["svg"], "-Tplain", "-o", out["plain"]], input=dot_src.encode(),
+                               capture_output=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+      raise LayoutError(f"graphviz {tool} did not finish the layout within {timeout_s:.0f}s; the graph is too large to draw") from None
+    if proc.returncode != 0:
+      raise LayoutError(f"graphviz {tool} failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace').strip().splitlines()[-1:] or ''}")
+    return {fmt: open(path, encoding="utf-8", errors="replace").read() for fmt, path in out.items()}
+
+def _clean_svg(svg: str) -> str:
+  """Without XML prolog, comments and fixed size: ready to inline and to pan/zoom."""
+  svg = _PROLOG_RE.sub("", svg, count=1)
   svg = re.sub(r"<!--.*?-->\n?", "", svg, flags=re.S)
   return _SIZE_RE.sub('<svg class="graph-svg" width="100%" height="100%"', svg, count=1)
+
+def node_positions(plain: str) -> dict[str, tuple[float, float]]:
+  """Node centers in points from graphviz's plain output (`node NAME X Y W H ...`, inches)."""
+  return {k: (x, y) for k, (x, y, _, _) in node_boxes(plain).items()}
+
+def node_boxes(plain: str) -> dict[str, tuple[float, float, float, float]]:
+  """Node centers and sizes in points from graphviz's plain output."""
+  out = {}
+  for line in plain.splitlines():
+    parts = line.split()
+    if len(parts) >= 6 and parts[0] == "node": out[parts[1].strip('"')] = tuple(float(v) * 72 for v in parts[2:6])  # type: ignore[assignment]
+  return out
+
+def layout_svg(dot_src: str, timeout_s: float = DOT_TIMEOUT_S) -> str:
+  """Run graphviz dot: the SVG, ready to inline."""
+  return layout(dot_src, timeout_s)[0]
+
+def layout(dot_src: str, timeout_s: float = DOT_TIMEOUT_S) -> tuple[str, dict[str, tuple[float, float]]]:
+  """dot's layout: the SVG and each node's center in points."""
+  got = _graphviz("dot", dot_src, timeout_s)
+  return _clean_svg(got["svg"]), node_positions(got["plain"])
+
+def _unoverlap(pos: dict[str, tuple[float, float]], sizes: dict[str, tuple[float, float]], fixed: set[str], gap: float = 6) -> None:
+  """Move the nodes not in `fixed` right, one by one from the top, until none overlaps a node placed before it."""
+  placed = [i for i in pos if i in fixed]
+  for i in sorted((i for i in pos if i not in fixed), key=lambda i: (-pos[i][1], pos[i][0])):
+    x, y = pos[i]
+    w, h = sizes.get(i, (40, 20))
+    for _ in range(400):
+      hit = next((j for j in placed if abs(pos[j][0] - x) < (w + sizes.get(j, (40, 20))[0]) / 2 + gap
+                  and abs(pos[j][1] - y) < (h + sizes.get(j, (40, 20))[1]) / 2 + gap), None)
+      if hit is None: break
+      x = pos[hit][0] + (w + sizes.get(hit, (40, 20))[0]) / 2 + gap + 0.5  # a little past the limit: rounding must not keep it touching
+    pos[i] = (x, y)
+    placed.append(i)
+
+# ***** stable layout: stepping from one graph to the next, the UOps both hold keep their place (after SpiderMonkey's iongraph) *****
+
+def _anchored(graph: dict, fresh: dict[str, tuple[float, float]], anchor: dict[int, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+  """Where each node goes: a UOp the previous graph held (same trace number) where it was; a new one where dot put it relative to
+  its nearest such neighbour (so it lands beside what it replaced); with no such neighbour, dot's place shifted as the survivors are."""
+  at = {n["id"]: anchor[n["num"]] for n in graph["nodes"] if n.get("num") in anchor and n["id"] in fresh}
+  if not at: return fresh
+  shift_x = sum(at[i][0] - fresh[i][0] for i in at) / len(at)
+  shift_y = sum(at[i][1] - fresh[i][1] for i in at) / len(at)
+  near: dict[str, list[str]] = collections.defaultdict(list)
+  for e in graph["edges"]:
+    near[e["src"]].append(e["dst"])
+    near[e["dst"]].append(e["src"])
+  def nearest_kept(i: str) -> str | None:
+    seen, frontier = {i}, [i]
+    for _ in range(4):  # breadth first, a few steps out
+      frontier = [m for f in frontier for m in near[f] if m not in seen]
+      seen.update(frontier)
+      if (hit := next((m for m in frontier if m in at), None)) is not None: return hit
+    return None
+  out = {}
+  for i, (x, y) in fresh.items():
+    if i in at: out[i] = at[i]
+    elif (hit := nearest_kept(i)) is not None: out[i] = (at[hit][0] + x - fresh[hit][0], at[hit][1] + y - fresh[hit][1])
+    else: out[i] = (x + shift_x, y + shift_y)
+  return out
+
+def stable_layout(graph: dict, dot_src: str, anchor: dict[int, tuple[float, float]], timeout_s: float = DOT_TIMEOUT_S) \
+    -> tuple[str, dict[str, tuple[float, float]]]:
+  """Lay graph out so the UOps it shares with the previous graph (anchor: trace number -> center, points) keep their place: dot
+  places everything, each node is moved to its anchored place (_anchored), and neato draws it there, removing overlaps and routing
+  the edges. Returns the SVG and the final centers."""
+  boxes = node_boxes(_graphviz("dot", dot_src, timeout_s)["plain"])
+  fresh = {k: (x, y) for k, (x, y, _, _) in boxes.items()}
+  pos = _anchored(graph, fresh, anchor)
+  kept = {n["id"] for n in graph["nodes"] if n.get("num") in anchor}
+  _unoverlap(pos, {k: (w, h) for k, (_, _, w, h) in boxes.items()}, kept)
+  pinned = re.sub(r'^  "([^"]+)" \[', lambda m: f'  "{m.group(1)}" [pos="{pos[m.group(1)][0]:.1f},{pos[m.group(1)][1]:.1f}!", '
+                  if m.group(1) in pos else m.group(0), dot_src, flags=re.M)
+  many = len(graph["nodes"]) > FAST_LAYOUT_NODES
+  pinned = pinned.replace("digraph G {", f'digraph G {{\n  graph [splines="{"polyline" if many else "true"}"];', 1)
+  got = _graphviz("neato", pinned, timeout_s, "-n2")  # positions as given, edges routed around the nodes
+  return _clean_svg(got["svg"]), node_positions(got["plain"])
 
 def escape(s: str) -> str: return html.escape(s, quote=True)
 

@@ -83,7 +83,7 @@ class Viewer {
     this.pz.panBy({ x: c.left + c.width / 2 - (t.left + t.width / 2), y: c.top + c.height / 2 - (t.top + t.height / 2) });
   }
 
-  select(id) {
+  select(id, pan = true) {
     const n = this.graph && this.graph.byId.get(id);
     this.keepNum = n && n.num != null ? n.num : null;
     this.el.dispatchEvent(new CustomEvent("node-selected", { detail: n || null }));
@@ -95,7 +95,7 @@ class Viewer {
     if (g) g.classList.add("selected");
     for (const e of ins) { const p = this.nodeEl(e.src), ed = this.canvas.querySelector(`g.edge[id="e${CSS.escape(e.src)}-${CSS.escape(id)}"]`); if (p) p.classList.add("parent"); if (ed) ed.classList.add("parent"); }
     for (const e of outs) { const c = this.nodeEl(e.dst), ed = this.canvas.querySelector(`g.edge[id="e${CSS.escape(id)}-${CSS.escape(e.dst)}"]`); if (c) c.classList.add("child"); if (ed) ed.classList.add("child"); }
-    this.panTo(g);
+    if (pan) this.panTo(g);
     const link = (nid, extra) => { const m = this.graph.byId.get(nid); return `<a href="#" data-node="${esc(nid)}">${esc(m ? m.op : nid)}</a>${extra}`; };
     const [op, ...rest] = n.label.split("\n");
     box.hidden = false;
@@ -111,9 +111,22 @@ class Viewer {
     this.canvas.innerHTML = `<div class="viewer-status ${cls}">${html}</div>`;
   }
 
-  async show(ref, keepFull = false) {
+  /* where each recorded UOp is on screen now (by trace number), and the zoom: a stable step puts the survivors back there */
+  screenState() {
+    if (!this.pz || !this.graph) return null;
+    const at = new Map();
+    for (const n of this.graph.byId.values()) {
+      if (n.num == null) continue;
+      const g = this.nodeEl(n.id);
+      if (g) { const r = g.getBoundingClientRect(); at.set(n.num, { x: r.left + r.width / 2, y: r.top + r.height / 2 }); }
+    }
+    return { realZoom: this.pz.getSizes().realZoom, at };
+  }
+
+  async show(ref, keepFull = false, stableFrom = null) {
     const seq = ++this.seq;
     if (ref !== this.ref && !keepFull) this.full = false;
+    const before = stableFrom ? this.screenState() : null;
     this.ref = ref; this.el.dataset.ref = ref; delete this.el.dataset.loaded;
     if (this.pz) { this.pz.destroy(); this.pz = null; }
     this.status('<span class="spinner"></span> Expanding and laying out the graph…');
@@ -126,7 +139,8 @@ class Viewer {
       if (seq !== this.seq) return;
       this.describe(view);
       this.index(view);
-      const r = await fetch(view.svg_url);
+      const svgUrl = stableFrom && before ? `${view.svg_url}${view.svg_url.includes("?") ? "&" : "?"}stable_from=${encodeURIComponent(stableFrom)}` : view.svg_url;
+      const r = await fetch(svgUrl);
       if (!r.ok) { let d = `${r.status}`; try { d = (await r.json()).detail; } catch (e) { /* keep status */ } throw new Error(d); }
       const svg = await r.text();
       if (seq !== this.seq) return;
@@ -139,7 +153,7 @@ class Viewer {
       if (window.svgPanZoom && el) {
         this.pz = window.svgPanZoom(el, { zoomScaleSensitivity: 0.3, minZoom: 0.02, maxZoom: 40, fit: true, center: true, dblClickZoomEnabled: true });
         this.fit();
-        await this.focusOutput(el);
+        if (!(before && await this.restore(before))) await this.focusOutput(el);
         if (seq !== this.seq) return;
       }
       this.el.dataset.loaded = ref;
@@ -149,14 +163,30 @@ class Viewer {
       const want = new URL(window.location.href).searchParams.get("node") || (this.keepNum != null ? String(this.keepNum) : null);
       if (want && this.graph) {
         const n = [...this.graph.byId.values()].find((x) => String(x.num) === want);
-        if (n) this.select(n.id);
+        if (n) this.select(n.id, !before);
       }
+      this.el.dataset.stable = before ? "1" : "";
       this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
     } catch (err) {
       if (seq !== this.seq) return;
       this.status(esc(err.message), "err");
       this.el.dataset.loaded = "error";
     }
+  }
+
+  async restore(before) {  // the previous zoom, panned so the UOps both graphs hold are where they were on screen (median shift)
+    const both = this.graph ? [...this.graph.byId.values()].filter((n) => n.num != null && before.at.has(n.num) && this.nodeEl(n.id)) : [];
+    if (!both.length) return false;
+    this.pz.zoom(this.pz.getZoom() * before.realZoom / this.pz.getSizes().realZoom);  // the same scale on screen (zoom is relative to the fit)
+    await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+    const dx = [], dy = [];
+    for (const n of both) {
+      const was = before.at.get(n.num), now = this.nodeEl(n.id).getBoundingClientRect();
+      dx.push(was.x - (now.left + now.width / 2)); dy.push(was.y - (now.top + now.height / 2));
+    }
+    const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    this.pz.panBy({ x: median(dx), y: median(dy) });
+    return true;
   }
 
   fit() {
@@ -245,9 +275,11 @@ class Stepper {
   matchedOnly() { return this.list.classList.contains("matched-only"); }
 
   go(pass, at, push = true) {
+    const from = this.ref();
     this.pass = pass; this.at = at;
     setQuery({ pass, at }, push);
-    this.render(); this.viewer.show(this.ref());
+    const stable = $("[data-stable-layout]", this.bar);
+    this.render(); this.viewer.show(this.ref(), false, stable && stable.checked && from !== this.ref() ? from : null);
   }
 
   current() { return this.at.startsWith("m") ? +this.at.slice(1) : 0; }

@@ -194,21 +194,31 @@ class GraphService:
 
   # ***** SVG *****
 
-  async def svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto") -> str:
+  async def svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
+                stable_from: str | None = None) -> str:
+    """The graph's SVG (cached). stable_from: the graph shown before it; the UOps both hold keep the place they had there (laid out
+    anew each time, not cached: it depends on that earlier layout)."""
     key = self._cache_key(ref_text, full, index)
-    if (cached := await asyncio.to_thread(self.store.get_cached, trace_id, key, "svg")) is not None: return cached
     view = await self.view(trace_id, trace, ref_text, full, index)
+    if stable_from is not None and view["ref"] != "kernels":
+      anchor = await asyncio.to_thread(self.store.get_cached_json, trace_id, self._cache_key(stable_from, full, index), "pos")
+      if anchor: return await self._layout(trace_id, key, view, trace_url, {int(k): tuple(v) for k, v in anchor.items()})
+    if (cached := await asyncio.to_thread(self.store.get_cached, trace_id, key, "svg")) is not None: return cached
     return await self._once((trace_id, key, "svg"), lambda: self._layout(trace_id, key, view, trace_url))
 
-  async def _layout(self, trace_id: str, key: str, view: dict, trace_url: str) -> str:
+  async def _layout(self, trace_id: str, key: str, view: dict, trace_url: str, anchor: dict | None = None) -> str:
     if self._dot_slots is None: self._dot_slots = asyncio.Semaphore(2)
     graph = {"nodes": view["nodes"], "edges": view["edges"]}
     dot = graphs.kernel_graph_dot(graph, trace_url) if view["ref"] == "kernels" else \
       graphs.uop_dot(graph, set(view["highlight"]), view["title"], set(view.get("violations") or []))
     async with self._dot_slots:
-      try: svg = await asyncio.to_thread(graphs.layout_svg, dot, self.dot_timeout_s)
+      try: svg, pos = await asyncio.to_thread(lambda: graphs.stable_layout(graph, dot, anchor, self.dot_timeout_s) if anchor
+                                                  else graphs.layout(dot, self.dot_timeout_s))
       except graphs.LayoutError as e: raise GraphUnavailable(str(e)) from None
-    await asyncio.to_thread(self.store.put_cached, trace_id, key, "svg", svg)
+    num = {n["id"]: n["num"] for n in view["nodes"] if n.get("num") is not None}
+    # where each recorded UOp was drawn: the next graph stepped to from this one can keep them there
+    await asyncio.to_thread(self.store.put_cached, trace_id, key, "pos", {num[i]: xy for i, xy in pos.items() if i in num})
+    if anchor is None: await asyncio.to_thread(self.store.put_cached, trace_id, key, "svg", svg)
     return svg
 
 def ref_prefix(ref: Ref) -> str:

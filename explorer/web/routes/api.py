@@ -11,7 +11,7 @@ from explorer.capture.catalogue import catalogue
 from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
 from explorer.web import deps
-from explorer.web.graphing import GraphBusy, GraphNotFound, GraphUnavailable, MAX_STEPS
+from explorer.web.graphing import REF_RE, GraphBusy, GraphNotFound, GraphUnavailable, MAX_STEPS
 from explorer.web.jobs import QueueFull
 from explorer.web.models import (NOT_FOUND, GraphView, Health, PassMatches, TargetJob, TargetRecord, TraceRequest, TraceStatus, TraceSummary,
                                  documented)
@@ -205,10 +205,13 @@ async def pass_python(request: Request, trace_id: str, group: int, step: int, ta
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}.svg", summary="A graph laid out by graphviz (SVG)",
             response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}, **documented(GRAPH_ERRORS)})
-async def get_graph_svg(request: Request, trace_id: str, ref: str, full: bool = False, index: IndexMode = "auto") -> Response:
+async def get_graph_svg(request: Request, trace_id: str, ref: str, full: bool = False, index: IndexMode = "auto",
+                        stable_from: str | None = Query(None, max_length=200, description="the graph shown before this one: the UOps both hold "
+                                                        "keep their place (a fresh layout, not cached)")) -> Response:
   trace = await deps.trace_or_404(request, trace_id)
-  svg = await graph_errors(request.app.state.graphs.svg)(trace_id, trace, ref, full, deps.trace_url(trace_id), index)
-  return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
+  if stable_from is not None and not REF_RE.match(stable_from): raise HTTPException(404, f"stable_from names no graph: {stable_from!r}")
+  svg = await graph_errors(request.app.state.graphs.svg)(trace_id, trace, ref, full, deps.trace_url(trace_id), index, stable_from)
+  return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "no-store" if stable_from else "public, max-age=86400"})
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}", response_model=GraphView, response_model_exclude_none=True, summary="A graph as JSON",
             responses=documented(GRAPH_ERRORS))
