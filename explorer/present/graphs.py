@@ -247,7 +247,9 @@ def node_boxes(plain: str) -> dict[str, tuple[float, float, float, float]]:
   out = {}
   for line in plain.splitlines():
     parts = line.split()
-    if len(parts) >= 6 and parts[0] == "node": out[parts[1].strip('"')] = tuple(float(v) * 72 for v in parts[2:6])  # type: ignore[assignment]
+    if len(parts) >= 6 and parts[0] == "node":
+      x, y, w, h = (float(v) * 72 for v in parts[2:6])
+      out[parts[1].strip('"')] = (x, y, w, h)
   return out
 
 def layout_svg(dot_src: str, timeout_s: float = DOT_TIMEOUT_S) -> str:
