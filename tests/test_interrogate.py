@@ -19,7 +19,7 @@ def client(tmp_path_factory):
   db = tmp_path_factory.mktemp("interrogate") / "s.sqlite3"
   Store(db).put_trace(TID, run.trace, run.rewrites, run.target_rewrites)
   with TestClient(create_app(str(db), settings=Settings.load(env={}))) as c:
-    c.trace = run.trace  # type: ignore[attr-defined]
+    c.trace, c.store = run.trace, Store(db)  # type: ignore[attr-defined]
     yield c
 
 def _url(p: dict, what: str = "matches") -> str: return f"/api/traces/{TID}/rewrites/{p['group']}/{p['step']}/{what}"
@@ -105,3 +105,19 @@ def test_index_arithmetic_can_be_hidden_or_shown(client):
   assert hidden["shown_nodes"] < shown["shown_nodes"] == shown["total_nodes"] and any("as asked" in n for n in hidden["notes"])
   assert "index=hide" in hidden["svg_url"] and client.get(hidden["svg_url"]).status_code == 200
   assert client.get(ref, params={"index": "bogus"}).status_code == 422
+
+def test_match_steps_carry_trace_numbers_and_lay_out_stably(client):
+  """Stepping match by match, the UOps a step leaves alone keep their number, so the stable layout can keep them in place."""
+  rec = client.trace["kernels"][0]["targets"]["cuda"]
+  i = next(i for i, p in enumerate(rec["passes"]) if 3 <= p["matches"] <= 60)
+  base = f"/api/traces/{TID}/graphs/codegen@cuda/0/{i}"
+  m1, m2 = client.get(f"{base}/m1").json(), client.get(f"{base}/m2").json()
+  shared = {n["num"] for n in m1["nodes"] if "num" in n} & {n["num"] for n in m2["nodes"] if "num" in n}
+  assert shared
+  assert client.get(f"{base}/m1.svg").status_code == 200  # lays m1 out and keeps where its UOps went
+  r = client.get(f"{base}/m2.svg", params={"stable_from": f"codegen@cuda/0/{i}/m1"})
+  assert r.status_code == 200 and r.headers["cache-control"] == "no-store" and r.text.startswith("<svg")
+  p1, p2 = (client.store.get_cached_json(TID, f"codegen@cuda/0/{i}/{m}", "pos") for m in ("m1", "m2"))
+  kept = [k for k in p1 if k in p2]
+  assert kept and all(abs(p1[k][0] - p2[k][0]) < 0.5 and abs(p1[k][1] - p2[k][1]) < 0.5 for k in kept)  # drawn where they were
+  assert client.get(f"{base}/m2.svg", params={"stable_from": "nonsense"}).status_code == 404

@@ -160,7 +160,7 @@ class RewriteBlob:
     from tinygrad.viz.serve import get_full_rewrite
     for i, st in enumerate(get_full_rewrite(self.data, self.data.trace.rewrites[group][step])):
       if i > limit: break
-      yield {"graph": _graph_from_viz(st["graph"]), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
+      yield {"graph": _with_nums(_graph_from_viz(st["graph"]), self.nums()), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
              "rule": None if st["upat"] is None else f"{st['upat'][0][0].split('/')[-1]}:{st['upat'][0][1]}"}
 
   def pass_record(self, group: int, step: int) -> dict:
@@ -194,10 +194,12 @@ def _rule_source_cached(loc: tuple[str, int]) -> str: return rule_source(loc)
 
 def uop_graph(blob: RewriteBlob, sink: UOp) -> dict:
   from tinygrad.viz.serve import uop_to_json
-  g = _graph_from_viz(uop_to_json(blob.data, sink))
-  nums = blob.nums()
+  return _with_nums(_graph_from_viz(uop_to_json(blob.data, sink)), blob.nums())
+
+def _with_nums(g: dict, nums: dict[int, int]) -> dict:
+  """Each node that is a recorded UOp gets its trace number (`num`): stable across graphs and processes, unlike the node ids."""
   for n in g["nodes"]:
-    if (num := nums.get(int(n["id"]))) is not None: n["num"] = num  # the recorded UOp's trace number: stable across graphs and processes
+    if (num := nums.get(int(n["id"]))) is not None: n["num"] = num
   return g
 
 def _graph_from_viz(g: dict[int, dict]) -> dict:
