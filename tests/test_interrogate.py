@@ -121,3 +121,19 @@ def test_match_steps_carry_trace_numbers_and_lay_out_stably(client):
   kept = [k for k in p1 if k in p2]
   assert kept and all(abs(p1[k][0] - p2[k][0]) < 0.5 and abs(p1[k][1] - p2[k][1]) < 0.5 for k in kept)  # drawn where they were
   assert client.get(f"{base}/m2.svg", params={"stable_from": "nonsense"}).status_code == 404
+
+def test_a_cut_off_node_can_be_opened(client, tmp_path):
+  """Over the node limit the graph keeps the nodes nearest its output; opening a cut-off node (by trace number) adds its inputs.
+  A server with a 40-node limit, so that wino8's kernel graphs are over it."""
+  db = tmp_path / "small-limit.sqlite3"
+  src = client.store
+  Store(db).put_trace(TID, src.get_trace(TID), src.get_rewrites(TID), {"cuda": src.get_rewrites(TID, "cuda")})
+  with TestClient(create_app(str(db), settings=Settings.load(env={}, graph_node_limit=40))) as small:
+    ref = f"/api/traces/{TID}/graphs/codegen@cuda/0/0/before"
+    view = small.get(ref, params={"index": "show"}).json()
+    cut = [n for n in view["nodes"] if n.get("truncated") and "num" in n]
+    assert view["shown_nodes"] < view["total_nodes"] and cut
+    opened = small.get(ref, params={"index": "show", "expand": str(cut[0]["num"])}).json()
+    assert opened["shown_nodes"] > view["shown_nodes"] and any("Opened 1 cut-off node" in n for n in opened["notes"])
+    assert f"expand={cut[0]['num']}" in opened["svg_url"] and small.get(opened["svg_url"]).status_code == 200
+    assert small.get(ref, params={"expand": "x"}).status_code == 422

@@ -74,9 +74,21 @@ def nearest_outputs(graph: dict, limit: int) -> set[str]:
     frontier = nxt
   return keep
 
+EXPAND_DEPTH = 2  # levels of inputs an opened cut-off node shows
 INDEX_MODES = ("auto", "hide", "show")  # index arithmetic: collapsed over the node limit, always, or never
 
-def simplify(graph: dict, max_nodes: int = MAX_NODES, index: str = "auto") -> tuple[dict, list[str]]:
+def ancestors(graph: dict, roots: set[str], depth: int) -> set[str]:
+  """The inputs of roots, and theirs, `depth` levels up."""
+  srcs = collections.defaultdict(list)
+  for e in graph["edges"]: srcs[e["dst"]].append(e["src"])
+  out: set[str] = set()
+  frontier = set(roots)
+  for _ in range(depth):
+    frontier = {s for f in frontier for s in srcs[f]} - out
+    out |= frontier
+  return out
+
+def simplify(graph: dict, max_nodes: int = MAX_NODES, index: str = "auto", expand: frozenset[int] = frozenset()) -> tuple[dict, list[str]]:
   """A graph dot can lay out and a person can read, and notes saying what was left out. (CONSTs are never nodes: tinygrad's viewer
   folds them into their users' labels.)"""
   total = len(graph["nodes"])
@@ -90,6 +102,10 @@ def simplify(graph: dict, max_nodes: int = MAX_NODES, index: str = "auto") -> tu
   if len(graph["nodes"]) > max_nodes:
     n_before = len(graph["nodes"])
     keep = nearest_outputs(graph, max_nodes)
+    opened = {n["id"] for n in graph["nodes"] if n.get("num") in expand}
+    if opened:  # the nodes asked to be opened, and their inputs two levels up
+      keep |= opened | ancestors(graph, opened, EXPAND_DEPTH)
+      notes.append(f"Opened {len(opened)} cut-off node(s): their inputs {EXPAND_DEPTH} levels up are shown too.")
     cut = {e["dst"] for e in graph["edges"] if e["dst"] in keep and e["src"] not in keep}
     graph = {**graph, "nodes": [{**n, "truncated": n["id"] in cut} for n in graph["nodes"] if n["id"] in keep],
              "edges": [e for e in graph["edges"] if e["src"] in keep and e["dst"] in keep]}

@@ -102,7 +102,10 @@ class Viewer {
     box.innerHTML = `<div><b>${esc(op)}</b> <span class="muted mono">node ${esc(id)}</span> <button type="button" class="small" data-close>×</button></div>` +
       `<pre class="listing">${esc(rest.join("\n")) || "(no arg)"}</pre>` +
       `<div class="small"><span class="muted">sources:</span> ${ins.sort((a, b) => a.idx - b.idx).map((e) => link(e.src, `<sub>${e.idx}</sub>`)).join(", ") || "none"}</div>` +
-      `<div class="small"><span class="muted">users:</span> ${outs.map((e) => link(e.dst, "")).join(", ") || "none (an output)"}</div>`;
+      `<div class="small"><span class="muted">users:</span> ${outs.map((e) => link(e.dst, "")).join(", ") || "none (an output)"}</div>` +
+      (n.truncated && n.num != null ? '<button type="button" class="small" data-open-inputs>show its inputs (cut off here)</button>' : "");
+    const open = $("[data-open-inputs]", box);
+    if (open) open.addEventListener("click", () => { (this.opened = this.opened || new Set()).add(n.num); this.show(this.ref, true); });
     $$("a[data-node]", box).forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); this.select(a.dataset.node); }));
     $("[data-close]", box).addEventListener("click", () => this.select(null));
   }
@@ -125,14 +128,15 @@ class Viewer {
 
   async show(ref, keepFull = false, stableFrom = null) {
     const seq = ++this.seq;
-    if (ref !== this.ref && !keepFull) this.full = false;
+    if (ref !== this.ref && !keepFull) { this.full = false; this.opened = new Set(); }
     const before = stableFrom ? this.screenState() : null;
     this.ref = ref; this.el.dataset.ref = ref; delete this.el.dataset.loaded;
     if (this.pz) { this.pz.destroy(); this.pz = null; }
     this.status('<span class="spinner"></span> Expanding and laying out the graph…');
     $(".viewer-notes", this.el).innerHTML = ""; $(".viewer-legend", this.el).innerHTML = ""; $(".viewer-rule", this.el).innerHTML = "";
     const idx = $("[data-act=index]", this.el), mode = idx ? idx.value : "auto";
-    const q = "?" + [this.full ? "full=1" : "", mode !== "auto" ? `index=${mode}` : ""].filter(Boolean).join("&");  // with nodes and edges
+    const opened = [...(this.opened || [])].sort((a, b) => a - b).join(",");
+    const q = "?" + [this.full ? "full=1" : "", mode !== "auto" ? `index=${mode}` : "", opened ? `expand=${opened}` : ""].filter(Boolean).join("&");
     const base = `/api/traces/${this.trace}/graphs/${ref}`;
     try {
       const view = await fetchJSON(base + q);

@@ -68,16 +68,19 @@ class GraphService:
 
   # ***** views: simplified graph + what to highlight + notes, cached as JSON *****
 
-  def _cache_key(self, ref: str, full: bool, index: str = "auto") -> str:
-    return ref + ("+full" if full else "") + ("" if index == "auto" else f"+index={index}")
+  def _cache_key(self, ref: str, full: bool, index: str = "auto", opened: frozenset[int] = frozenset()) -> str:
+    return ref + ("+full" if full else "") + ("" if index == "auto" else f"+index={index}") + \
+      (f"+expand={','.join(map(str, sorted(opened)))}" if opened else "")
 
-  async def view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, index: str = "auto") -> dict:
-    """index: collapse index arithmetic "auto" (over the node limit), "hide" (always) or "show" (never)."""
+  async def view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, index: str = "auto",
+                 opened: frozenset[int] = frozenset()) -> dict:
+    """index: collapse index arithmetic "auto" (over the node limit), "hide" (always) or "show" (never). opened: trace numbers of
+    cut-off nodes to open (their inputs shown)."""
     ref = parse_ref(ref_text)
     self._check(trace, ref)
-    key = self._cache_key(ref_text, full, index)
+    key = self._cache_key(ref_text, full, index, opened)
     if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cached
-    try: return await self._once((trace_id, key, "view"), lambda: self._make_view(trace_id, trace, ref, ref_text, full, index=index))
+    try: return await self._once((trace_id, key, "view"), lambda: self._make_view(trace_id, trace, ref, ref_text, full, index=index, opened=opened))
     except expand.BlobUnreadable as e: return await asyncio.to_thread(self._stored_view, trace_id, ref_text, str(e))
 
   def _stored_view(self, trace_id: str, ref_text: str, why: str) -> dict:
@@ -97,10 +100,10 @@ class GraphService:
         raise GraphNotFound(f"pass {ref.pass_index} has {passes[ref.pass_index]['matches']} matches, not {j}")  # type: ignore[index]
 
   async def _make_view(self, trace_id: str, trace: dict, ref: Ref, ref_text: str, full: bool, got: tuple | None = None,
-                       index: str = "auto") -> dict:
+                       index: str = "auto", opened: frozenset[int] = frozenset()) -> dict:
     raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref)
     limit = graphs.HARD_MAX_NODES if full else self.node_limit
-    shown, simplify_notes = graphs.simplify(raw, limit, index)
+    shown, simplify_notes = graphs.simplify(raw, limit, index, opened)
     keep = {n["id"] for n in shown["nodes"]}
     view = {"ref": ref_text, "title": graph_title(trace, ref), "notes": notes + simplify_notes, "total_nodes": len(raw["nodes"]),
             "shown_nodes": len(shown["nodes"]), "highlight": [h for h in highlight if h in keep],
@@ -108,7 +111,7 @@ class GraphService:
             "rule": extra.get("rule"), "diff": extra.get("diff"), "nodes": shown["nodes"], "edges": shown["edges"], "full": full,
             "violations": [v for v in extra.get("violations") or [] if v in keep],
             "simplified": bool(simplify_notes), "index": index}
-    await asyncio.to_thread(self.store.put_cached, trace_id, self._cache_key(ref_text, full, index), "view", view)
+    await asyncio.to_thread(self.store.put_cached, trace_id, self._cache_key(ref_text, full, index, opened), "view", view)
     return view
 
   async def _raw(self, trace_id: str, trace: dict, ref: Ref) -> tuple[dict, list[str], list[str], dict]:
@@ -195,13 +198,13 @@ class GraphService:
   # ***** SVG *****
 
   async def svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
-                stable_from: str | None = None) -> str:
+                stable_from: str | None = None, opened: frozenset[int] = frozenset()) -> str:
     """The graph's SVG (cached). stable_from: the graph shown before it; the UOps both hold keep the place they had there (laid out
     anew each time, not cached: it depends on that earlier layout)."""
-    key = self._cache_key(ref_text, full, index)
-    view = await self.view(trace_id, trace, ref_text, full, index)
+    key = self._cache_key(ref_text, full, index, opened)
+    view = await self.view(trace_id, trace, ref_text, full, index, opened)
     if stable_from is not None and view["ref"] != "kernels":
-      anchor = await asyncio.to_thread(self.store.get_cached_json, trace_id, self._cache_key(stable_from, full, index), "pos")
+      anchor = await asyncio.to_thread(self.store.get_cached_json, trace_id, self._cache_key(stable_from, full, index, opened), "pos")
       if anchor: return await self._layout(trace_id, key, view, trace_url, {int(k): tuple(v) for k, v in anchor.items()})
     if (cached := await asyncio.to_thread(self.store.get_cached, trace_id, key, "svg")) is not None: return cached
     return await self._once((trace_id, key, "svg"), lambda: self._layout(trace_id, key, view, trace_url))

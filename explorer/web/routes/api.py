@@ -178,6 +178,10 @@ def graph_errors(fn: Any) -> Any:
 
 MAX_MATCHES_PAGE = 500
 IndexMode = Literal["auto", "hide", "show"]  # explorer.present.graphs.INDEX_MODES
+EXPAND_QUERY = Query(None, max_length=400, pattern=r"^[0-9]{1,12}(,[0-9]{1,12}){0,31}$",
+                     description="trace numbers (nodes[i].num) of cut-off nodes to open: their inputs two levels up are shown")
+
+def _expand_nums(expand: str | None) -> frozenset[int]: return frozenset(int(x) for x in expand.split(",")) if expand else frozenset()
 
 def _blob_target(trace: dict, target: str | None) -> str | None:
   """None (the host's blob) for the host's own target; else the target, which must be one the trace recorded."""
@@ -207,20 +211,25 @@ async def pass_python(request: Request, trace_id: str, group: int, step: int, ta
             response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}, **documented(GRAPH_ERRORS)})
 async def get_graph_svg(request: Request, trace_id: str, ref: str, full: bool = False, index: IndexMode = "auto",
                         stable_from: str | None = Query(None, max_length=200, description="the graph shown before this one: the UOps both hold "
-                                                        "keep their place (a fresh layout, not cached)")) -> Response:
+                                                        "keep their place (a fresh layout, not cached)"),
+                        expand: str | None = EXPAND_QUERY) -> Response:
   trace = await deps.trace_or_404(request, trace_id)
   if stable_from is not None and not REF_RE.match(stable_from): raise HTTPException(404, f"stable_from names no graph: {stable_from!r}")
-  svg = await graph_errors(request.app.state.graphs.svg)(trace_id, trace, ref, full, deps.trace_url(trace_id), index, stable_from)
+  svg = await graph_errors(request.app.state.graphs.svg)(trace_id, trace, ref, full, deps.trace_url(trace_id), index, stable_from,
+                                                         _expand_nums(expand))
   return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "no-store" if stable_from else "public, max-age=86400"})
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}", response_model=GraphView, response_model_exclude_none=True, summary="A graph as JSON",
             responses=documented(GRAPH_ERRORS))
-async def get_graph(request: Request, trace_id: str, ref: str, full: bool = False, nodes: bool = True, index: IndexMode = "auto") -> dict:
+async def get_graph(request: Request, trace_id: str, ref: str, full: bool = False, nodes: bool = True, index: IndexMode = "auto",
+                    expand: str | None = EXPAND_QUERY) -> dict:
   """ref: tensor | kernels | ast/{k} | codegen/{k}/{p}/{before|after|m<j>} | rangeify/{p}/{before|after|m<j>}.
   Graphs over the node limit are simplified (notes say how); full=1 lifts the limit. nodes=0 leaves nodes and edges out."""
   trace = await deps.trace_or_404(request, trace_id)
-  view = await graph_errors(request.app.state.graphs.view)(trace_id, trace, ref, full, index)
-  query = "&".join(q for q in ("full=1" if full else "", "" if index == "auto" else f"index={index}") if q)
+  opened = _expand_nums(expand)
+  view = await graph_errors(request.app.state.graphs.view)(trace_id, trace, ref, full, index, opened)
+  query = "&".join(q for q in ("full=1" if full else "", "" if index == "auto" else f"index={index}",
+                               f"expand={','.join(map(str, sorted(opened)))}" if opened else "") if q)
   svg_url = f"/api/traces/{trace_id}/graphs/{ref}.svg" + (f"?{query}" if query else "")
   out = {k: v for k, v in view.items() if k in GraphView.model_fields} | {"svg_url": svg_url}
   if not nodes: out["nodes"] = out["edges"] = None
