@@ -137,3 +137,18 @@ def test_a_cut_off_node_can_be_opened(client, tmp_path):
     assert opened["shown_nodes"] > view["shown_nodes"] and any("Opened 1 cut-off node" in n for n in opened["notes"])
     assert f"expand={cut[0]['num']}" in opened["svg_url"] and small.get(opened["svg_url"]).status_code == 200
     assert small.get(ref, params={"expand": "x"}).status_code == 422
+
+def test_trace_numbers_order_uops_by_the_pass_that_made_them(client):
+  """What the node pane's "made by" rests on: the nodes new after a pass (the view outlines them) are numbered after the graph the
+  pass started from and no later than the graph the next pass starts from."""
+  rec = client.trace["kernels"][0]["targets"]["cuda"]
+  passes = rec["passes"]
+  checked = 0
+  for i, p in enumerate(passes[:-1]):
+    if not p["matches"] or p["depth"] or passes[i + 1]["depth"]: continue
+    view = client.get(f"/api/traces/{TID}/graphs/codegen@cuda/0/{i}/after", params={"index": "show", "full": 1}).json()
+    new = [n["num"] for n in view["nodes"] if n["id"] in set(view["highlight"]) and "num" in n]
+    assert all(p["sink"] < num <= passes[i + 1]["sink"] for num in new), (p["name"], p["sink"], passes[i + 1]["sink"], new[:5])
+    checked += len(new)
+    if checked > 200: break
+  assert checked > 20

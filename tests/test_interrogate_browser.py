@@ -126,6 +126,7 @@ def test_passes_can_be_filtered_scrubbed_and_a_node_followed(live_server, traced
   page.locator("#pass-graph g.node.op-SINK").first.click()
   num = page.evaluate("() => viewers.get('pass-graph').keepNum")
   assert isinstance(num, int)
+  assert re.search(r"made( by)?:", page.locator("#pass-graph .viewer-detail").inner_text())  # which pass made this UOp
   slider = page.locator("[data-pass-slider]")
   slider.evaluate(f"(s) => {{ s.value = {last - 1}; s.dispatchEvent(new Event('input')); }}")
   page.wait_for_url(re.compile(rf".*pass={last - 1}&.*"))

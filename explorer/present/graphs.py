@@ -74,6 +74,7 @@ def nearest_outputs(graph: dict, limit: int) -> set[str]:
     frontier = nxt
   return keep
 
+STABLE_SPLINE_NODES = 120  # stable layouts of bigger graphs draw straight edges (neato's spline routing would take seconds)
 EXPAND_DEPTH = 2  # levels of inputs an opened cut-off node shows
 INDEX_MODES = ("auto", "hide", "show")  # index arithmetic: collapsed over the node limit, always, or never
 
@@ -330,8 +331,9 @@ def stable_layout(graph: dict, dot_src: str, anchor: dict[int, tuple[float, floa
   _unoverlap(pos, {k: (w, h) for k, (_, _, w, h) in boxes.items()}, kept)
   pinned = re.sub(r'^  "([^"]+)" \[', lambda m: f'  "{m.group(1)}" [pos="{pos[m.group(1)][0]:.1f},{pos[m.group(1)][1]:.1f}!", '
                   if m.group(1) in pos else m.group(0), dot_src, flags=re.M)
-  many = len(graph["nodes"]) > FAST_LAYOUT_NODES
-  pinned = pinned.replace("digraph G {", f'digraph G {{\n  graph [splines="{"polyline" if many else "true"}"];', 1)
+  # neato routes splines around every node, which grows fast with the graph: straight edges past STABLE_SPLINE_NODES
+  splines = "true" if len(graph["nodes"]) <= STABLE_SPLINE_NODES else "line"
+  pinned = pinned.replace("digraph G {", f'digraph G {{\n  graph [splines="{splines}"];', 1)
   got = _graphviz("neato", pinned, timeout_s, "-n2")  # positions as given, edges routed around the nodes
   return _clean_svg(got["svg"]), node_positions(got["plain"])
 

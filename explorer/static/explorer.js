@@ -41,6 +41,18 @@ class Viewer {
     });
   }
 
+  /* where a UOp first appeared: tinygrad numbers a UOp when a pass starts from a graph holding it or records it as a match's result,
+     so a number between two passes' starting graphs was made by the first of them (the pass list carries each pass's sink number) */
+  origin(n) {
+    const items = $$(".pass-list a[data-pass][data-sink]").filter((a) => a.dataset.sink !== "");
+    if (n.num == null || !items.length) return "";
+    const first = +items[0].dataset.sink;
+    if (n.num <= first) return `<div class="small"><span class="muted">made:</span> before codegen (it is in the graph the first pass starts from) · trace number ${n.num}</div>`;
+    let by = null;
+    for (const a of items) if (+a.dataset.sink < n.num) by = a;
+    return by ? `<div class="small"><span class="muted">made by:</span> pass ${+by.dataset.pass + 1} <a href="?pass=${by.dataset.pass}&amp;at=after">${esc(by.dataset.name)}</a> (or the one it nests in) · trace number ${n.num}</div>` : "";
+  }
+
   /* the graph's nodes and edges (from the view JSON): search, selection, parents and children */
   index(view) {
     this.graph = null; this.hits = []; this.hit = -1;
@@ -63,7 +75,7 @@ class Viewer {
     const out = $("[data-hits]", this.el);
     q = q.trim().toLowerCase();
     if (!q || !this.graph) { this.hits = []; out.textContent = ""; return; }
-    this.hits = [...this.graph.byId.values()].filter((n) => n.id === q || n.label.toLowerCase().includes(q)).map((n) => n.id);
+    this.hits = [...this.graph.byId.values()].filter((n) => n.id === q || String(n.num) === q || n.label.toLowerCase().includes(q)).map((n) => n.id);
     this.hits.forEach((id) => { const g = this.nodeEl(id); if (g) g.classList.add("hit"); });
     this.hit = -1;
     out.textContent = this.hits.length ? `${this.hits.length} hit${this.hits.length === 1 ? "" : "s"}` : "no hit";
@@ -100,7 +112,7 @@ class Viewer {
     const [op, ...rest] = n.label.split("\n");
     box.hidden = false;
     box.innerHTML = `<div><b>${esc(op)}</b> <span class="muted mono">node ${esc(id)}</span> <button type="button" class="small" data-close>×</button></div>` +
-      `<pre class="listing">${esc(rest.join("\n")) || "(no arg)"}</pre>` +
+      `<pre class="listing">${esc(rest.join("\n")) || "(no arg)"}</pre>` + this.origin(n) +
       `<div class="small"><span class="muted">sources:</span> ${ins.sort((a, b) => a.idx - b.idx).map((e) => link(e.src, `<sub>${e.idx}</sub>`)).join(", ") || "none"}</div>` +
       `<div class="small"><span class="muted">users:</span> ${outs.map((e) => link(e.dst, "")).join(", ") || "none (an output)"}</div>` +
       (n.truncated && n.num != null ? '<button type="button" class="small" data-open-inputs>show its inputs (cut off here)</button>' : "");

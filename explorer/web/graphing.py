@@ -217,7 +217,9 @@ class GraphService:
     async with self._dot_slots:
       try: svg, pos = await asyncio.to_thread(lambda: graphs.stable_layout(graph, dot, anchor, self.dot_timeout_s) if anchor
                                                   else graphs.layout(dot, self.dot_timeout_s))
-      except graphs.LayoutError as e: raise GraphUnavailable(str(e)) from None
+      except graphs.LayoutError as e:
+        if anchor is None: raise GraphUnavailable(str(e)) from None
+        return await self._layout(trace_id, key, view, trace_url)  # the stable layout failed: the graph laid out on its own
     num = {n["id"]: n["num"] for n in view["nodes"] if n.get("num") is not None}
     # where each recorded UOp was drawn: the next graph stepped to from this one can keep them there
     await asyncio.to_thread(self.store.put_cached, trace_id, key, "pos", {num[i]: xy for i, xy in pos.items() if i in num})
