@@ -18,6 +18,15 @@ def wait_done(client, trace_id: str, timeout_s: float = 300.0) -> dict:
     time.sleep(0.2)
   raise TimeoutError(f"trace {trace_id} did not finish in {timeout_s}s")
 
+def trace_on(base: str, body: dict, timeout_s: float = 300.0) -> str:
+  """POST a trace to a live server and wait until it is done (or failed); its id."""
+  r = httpx.post(f"{base}/api/traces", json=body, timeout=60)
+  trace_id, deadline = r.json()["id"], time.monotonic() + timeout_s
+  while httpx.get(f"{base}/api/traces/{trace_id}/status", timeout=60).json()["status"] not in ("done", "error"):
+    assert time.monotonic() < deadline, f"trace {trace_id} did not finish in {timeout_s}s"
+    time.sleep(0.5)
+  return trace_id
+
 @pytest.fixture(scope="session")
 def web_db(tmp_path_factory) -> pathlib.Path:
   return tmp_path_factory.mktemp("web") / "traces.sqlite3"

@@ -2,23 +2,17 @@
 reverse; every match of a pass with over a thousand of them is reachable, each with its rule's source; keyboard stepping survives a
 click on the before/after radio."""
 from __future__ import annotations
-import re, time
+import re
 import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, wait_graphs
+from conftest import ARTIFACTS, needs_chromium, trace_on, wait_graphs
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
 @pytest.fixture(scope="module")
 def traced(live_server) -> str:
   """wino8 with the builtin Winograd, CUDA rendered: its xhat kernel's devectorize pass has over a thousand matches."""
-  r = httpx.post(f"{live_server}/api/traces", json={"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}},
-                 timeout=60)
-  trace_id, deadline = r.json()["id"], time.monotonic() + 300
-  while httpx.get(f"{live_server}/api/traces/{trace_id}/status", timeout=60).json()["status"] not in ("done", "error"):
-    assert time.monotonic() < deadline
-    time.sleep(0.5)
-  return trace_id
+  return trace_on(live_server, {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}})
 
 def test_a_source_line_lights_its_uops_and_back(live_server, traced, page, errors):
   rec = httpx.get(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda", timeout=60).json()

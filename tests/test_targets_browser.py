@@ -1,21 +1,15 @@
 """The kernel page's target switcher in a real browser (Debian's chromium): one click turns every figure to the target, and a target
 the trace did not ask for is computed while the page shows its progress, then shown."""
 from __future__ import annotations
-import re, time
-import httpx
+import re
 import pytest
-from conftest import ARTIFACTS, needs_chromium
+from conftest import ARTIFACTS, needs_chromium, trace_on
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
 @pytest.fixture(scope="module")
 def traced(live_server) -> str:
-  r = httpx.post(f"{live_server}/api/traces", json={"preset": "small", "variant": {"targets": ["cuda"], "time": False}}, timeout=60)
-  trace_id, deadline = r.json()["id"], time.monotonic() + 300
-  while httpx.get(f"{live_server}/api/traces/{trace_id}/status", timeout=60).json()["status"] not in ("done", "error"):
-    assert time.monotonic() < deadline
-    time.sleep(0.5)
-  return trace_id
+  return trace_on(live_server, {"preset": "small", "variant": {"targets": ["cuda"], "time": False}})
 
 def test_the_switcher_turns_the_page_to_the_target(live_server, traced, page, errors):
   page.goto(f"{live_server}/t/{traced}/k/0")
