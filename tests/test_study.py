@@ -19,3 +19,17 @@ def test_constants_study_rows(constants):
 def test_markdown_table_names_every_variant(constants):
   md = markdown(constants)
   assert "| symbolic |" in md and "| materialized |" in md and "device CPU" in md
+
+def test_a_study_compares_with_intervals_and_a_test(constants):
+  """The second variant against the first from the paired interleaved repeats: median ratio in its bootstrap interval, a signed-rank
+  p-value, the spread ratio; no claim for a shape the documents did not measure."""
+  time, spread = constants["comparisons"]
+  assert (time["a"], time["b"], time["figure"], spread["figure"]) == ("symbolic", "materialized", "time", "spread")
+  assert time["ci_low"] <= time["ratio"] <= time["ci_high"] and 0 <= time["p_value"] <= 1 and time["verdict"] == "no claim"
+  sym, mat = constants["rows"]
+  assert len(sym["samples"]) == len(mat["samples"]) == 3
+  assert "| symbolic | materialized | time |" in markdown(constants)
+
+def test_the_documents_claims_are_b_over_a_ratios():
+  from explorer.analysis.study import CLAIMS
+  assert abs(CLAIMS["constants"]["medium"]["time"] - 1.0139) < 1e-4 and CLAIMS["constants"]["large"]["spread"] == 10
