@@ -15,7 +15,7 @@ METAL_ARCHES = ("Apple7", "Apple8", "Apple9")
 FIXED_ARCHES = {"opencl": "", "clang": "x86_64", "llvm": "x86_64", "wgsl": ""}
 ALGOS = ("direct", "winograd")
 WINO_IMPLS = ("builtin", "explorer")
-TILES = ("F(4,3)", "F(2,3)")
+TILES = ("F(4,3)", "F(2,3)", "F(2,5)", "F(4,5)")  # F(m,r): m x m outputs per tile of an r x r kernel; the 5x5 ones are generated
 STAGINGS = ("staged", "fused", "single")
 CONSTS = ("symbolic", "materialized")
 DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes across input, weight and output
@@ -119,7 +119,9 @@ OPT_RE = re.compile(r"heuristic|none|beam:[1-9][0-9]*")
 # the largest error a trace's output may have against the float64 reference, relative to the reference's largest magnitude (error_stats'
 # max_rel): float16 keeps 11 bits, and Winograd's transforms amplify rounding, F(4,3) more than F(2,3)
 ERROR_TOLERANCE = {("direct", "float32"): 1e-5, ("F(2,3)", "float32"): 1e-4, ("F(4,3)", "float32"): 1e-3,
-                   ("direct", "float16"): 5e-3, ("F(2,3)", "float16"): 5e-3, ("F(4,3)", "float16"): 5e-2}
+                   ("F(2,5)", "float32"): 1e-4, ("F(4,5)", "float32"): 1e-3,
+                   ("direct", "float16"): 5e-3, ("F(2,3)", "float16"): 5e-3, ("F(4,3)", "float16"): 5e-2,
+                   ("F(2,5)", "float16"): 2e-2, ("F(4,5)", "float16"): 5e-2}
 
 def error_tolerance(variant_dict: dict, dtype: str) -> tuple[float, str]:
   """The tolerance a trace's error is judged against, and what it is for ("F(4,3) float32")."""
@@ -199,7 +201,10 @@ class Variant:
   def winograd_problem(self, spec: ConvSpec) -> str | None:
     """Why Winograd does not apply to this spec, or None when it does."""
     if self.algo != "winograd": return None
-    if spec.kernel != 3: return f"Winograd {self.tile} needs a 3x3 kernel, this one is {spec.kernel}x{spec.kernel}"
+    r = int(self.tile.strip("F()").split(",")[1]) if self.wino_impl == "explorer" else 3
+    if spec.kernel != r:
+      tile = self.tile if self.wino_impl == "explorer" else "tinygrad's builtin F(4,3)"
+      return f"Winograd {tile} needs a {r}x{r} kernel, this one is {spec.kernel}x{spec.kernel}"
     if spec.stride != 1: return f"Winograd needs stride 1, this one has stride {spec.stride}"
     if self.wino_impl == "explorer" and spec.groups != 1: return "the explorer's Winograd supports groups=1 only"
     return None

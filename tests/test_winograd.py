@@ -112,10 +112,50 @@ def test_rejects_bad_arguments(data, bad):
   x, w, _ = data
   with pytest.raises(ValueError): winograd_explorer(x, w, SPEC, **{"tile": "F(4,3)", "staging": "staged", "consts": "symbolic", **bad})
 
-def test_rejects_non_3x3():
+def test_rejects_a_kernel_the_tile_is_not_for():
   spec = ConvSpec(1, 2, 2, 8, 8, 5)
   x, w, _ = inputs(spec)
-  with pytest.raises(ValueError): winograd_explorer(x, w, spec)
+  with pytest.raises(ValueError, match="needs a 3x3 kernel"): winograd_explorer(x, w, spec)
+  x, w, _ = inputs(SPEC)
+  with pytest.raises(ValueError, match="needs a 5x5 kernel"): winograd_explorer(x, w, SPEC, "F(2,5)")
+
+# ***** 5x5: transforms generated from interpolation points (Cook-Toom) *****
+
+SPEC5 = ConvSpec(2, 3, 4, 11, 9, 5)  # H and W no multiple of either tile
+
+@pytest.mark.parametrize("tile", ["F(2,5)", "F(4,5)"])
+@pytest.mark.parametrize("staging,consts", [("staged", "symbolic"), ("fused", "materialized"), ("single", "symbolic")])
+def test_5x5_numerics(tile, staging, consts):
+  x, w, ref = inputs(SPEC5, seed=5)
+  out = winograd_explorer(x, w, SPEC5, tile, staging, consts)
+  assert out.shape == SPEC5.output_shape
+  assert error_stats(out.numpy(), ref)["max_rel"] < TOL[(tile, "float32")]
+
+@pytest.mark.parametrize("tile", ["F(2,5)", "F(4,5)"])
+def test_5x5_float16_and_padding(tile):
+  spec = ConvSpec(1, 3, 4, 10, 12, 5, dtype="float16")
+  x, w, ref = inputs(spec, seed=6)
+  o = winograd_explorer(x, w, spec, tile, "staged", "symbolic").numpy()
+  assert np.isfinite(o).all() and error_stats(o, ref)["max_rel"] < TOL[(tile, "float16")]
+  spec = ConvSpec(1, 2, 3, 7, 6, 5, padding=0)
+  x, w, ref = inputs(spec, seed=7)
+  assert error_stats(winograd_explorer(x, w, spec, tile, "fused", "symbolic").numpy(), ref)["max_rel"] < TOL[(tile, "float32")]
+
+def test_generated_transforms_compute_a_correlation():
+  """The 1-D identity y = At ((G g) * (Bt d)) for random taps and inputs, for the generated 5x5 tiles and for a generated F(2,3) and
+  F(4,3) (which need not equal the typed-in ones, only compute the same)."""
+  from explorer.capture.algorithms.cook_toom import cook_toom
+  rng = np.random.default_rng(0)
+  for m, r in ((2, 3), (4, 3), (2, 5), (4, 5), (6, 3)):
+    bt, g, at = (np.array(x) for x in cook_toom(m, r))
+    taps, d = rng.standard_normal(r), rng.standard_normal(m + r - 1)
+    assert np.allclose(at @ ((g @ taps) * (bt @ d)), [taps @ d[i:i + r] for i in range(m)], atol=1e-9), (m, r)
+  assert WINOGRAD_MATRICES["F(4,5)"] == cook_toom(4, 5)
+
+def test_the_5x5_preset_runs_as_winograd():
+  assert Variant(algo="winograd", wino_impl="explorer", tile="F(4,5)").winograd_problem(ConvSpec(1, 2, 2, 8, 8, 5)) is None
+  assert "needs a 3x3 kernel" in Variant(algo="winograd").winograd_problem(ConvSpec(1, 2, 2, 8, 8, 5))
+  assert "needs a 5x5 kernel" in Variant(algo="winograd", wino_impl="explorer", tile="F(2,5)").winograd_problem(SPEC)
 
 def test_builtin_wino_via_build_conv():
   spec = ConvSpec(1, 3, 4, 12, 12, 3)

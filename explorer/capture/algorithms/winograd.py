@@ -1,4 +1,5 @@
-"""The explorer's own Winograd convolution F(m x m, 3x3), built with tinygrad's public Tensor API only.
+"""The explorer's own Winograd convolution F(m x m, r x r) (r = 3, or 5 with generated transforms), built with tinygrad's public Tensor
+API only.
 
 Shapes (m = output tile, a = m+2 = input tile, t = tiles along H and W):
   d    (a, a, N, C, th, tw)     input tiles, the padded input unfolded with stride m
@@ -33,6 +34,7 @@ import math
 from typing import Callable
 import numpy as np
 from explorer.capture.adapter import Tensor
+from explorer.capture.algorithms.cook_toom import cook_toom
 from explorer.spec import ConvSpec
 
 Matrix = list[list[float]]
@@ -45,7 +47,11 @@ WINOGRAD_MATRICES: dict[str, tuple[Matrix, Matrix, Matrix]] = {
              [[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]],
              [[1, 1, 1, 0], [0, 1, -1, -1]]),
 }
+# 5x5 kernels: generated from interpolation points (explorer.capture.algorithms.cook_toom)
+WINOGRAD_MATRICES |= {f"F({m},5)": cook_toom(m, 5) for m in (2, 4)}
 STAGINGS, CONSTS = ("staged", "fused", "single"), ("symbolic", "materialized")
+
+def taps(tile: str) -> int: return int(tile.strip("F()").split(",")[1])  # F(4,3) -> 3: the kernel size a tile is for
 
 # a column source: k -> the k-th column of a matrix as a 1-D Tensor (length = the matrix's rows)
 Columns = Callable[[int], Tensor]
@@ -68,29 +74,32 @@ def apply_matrix(t: Tensor, cols: Columns, nrows: int, ncols: int, dims: int = 2
     ret = sum(terms[1:], terms[0]).transpose(0, dim)
   return ret
 
-def input_tiles(x: Tensor, m: int, pad: int) -> tuple[Tensor, tuple[int, int]]:
-  """(a, a, N, C, th, tw) overlapping input tiles; the input is padded by `pad` and then up to whole output tiles."""
-  out_hw = tuple(d + 2 * pad - 2 for d in x.shape[2:])
+def input_tiles(x: Tensor, m: int, pad: int, r: int = 3) -> tuple[Tensor, tuple[int, int]]:
+  """(a, a, N, C, th, tw) overlapping input tiles (a = m + r - 1); the input is padded by `pad` and then up to whole output tiles."""
+  out_hw = tuple(d + 2 * pad - (r - 1) for d in x.shape[2:])
   tiles = tuple(math.ceil(o / m) for o in out_hw)
   xp = x.pad(((0, 0), (0, 0), *((pad, pad + t * m - o) for t, o in zip(tiles, out_hw))))
-  d = xp.unfold(2, m + 2, m).unfold(3, m + 2, m)  # unfold appends the window axis: (N, C, th, tw, a, a)
+  d = xp.unfold(2, m + r - 1, m).unfold(3, m + r - 1, m)  # unfold appends the window axis: (N, C, th, tw, a, a)
   return d.permute(4, 5, 0, 1, 2, 3), out_hw  # type: ignore[return-value]
 
 def winograd_explorer(x: Tensor, w: Tensor, spec: ConvSpec, tile: str = "F(4,3)", staging: str = "staged", consts: str = "symbolic") -> Tensor:
-  """The lazy NCHW output of the 3x3, stride 1, groups 1 convolution of x by w with the Winograd tile, staging and constants given."""
+  """The lazy NCHW output of the rxr (the tile's r), stride 1, groups 1 convolution of x by w with the Winograd tile, staging and
+  constants given."""
   if tile not in WINOGRAD_MATRICES: raise ValueError(f"tile must be one of {', '.join(WINOGRAD_MATRICES)}, got {tile!r}")
   if staging not in STAGINGS: raise ValueError(f"staging must be one of {', '.join(STAGINGS)}, got {staging!r}")
   if consts not in CONSTS: raise ValueError(f"consts must be one of {', '.join(CONSTS)}, got {consts!r}")
-  if w.shape[2:] != (3, 3) or spec.stride != 1 or spec.groups != 1: raise ValueError("the explorer's Winograd needs a 3x3 kernel, stride 1, groups 1")
+  r = taps(tile)
+  if w.shape[2:] != (r, r) or spec.stride != 1 or spec.groups != 1:
+    raise ValueError(f"the explorer's Winograd {tile} needs a {r}x{r} kernel, stride 1, groups 1")
   mats = WINOGRAD_MATRICES[tile]
   m, a = len(mats[2]), len(mats[0])
   bt, g, at = (symbolic_columns(mat, x.dtype) if consts == "symbolic" else materialized_columns(mat, x.device, x.dtype) for mat in mats)
   stage = (lambda t: t) if staging == "single" else (lambda t: t.contiguous())
 
-  d, out_hw = input_tiles(x, m, spec.pad)
+  d, out_hw = input_tiles(x, m, spec.pad, r)
   (n, c), (th, tw), k = d.shape[2:4], d.shape[4:], w.shape[0]
   xhat = stage(apply_matrix(d, bt, a, a)).reshape(a, a, n, 1, c, th, tw)
-  ghat = stage(apply_matrix(w.permute(2, 3, 0, 1), g, a, 3)).reshape(a, a, 1, k, c, 1, 1)
+  ghat = stage(apply_matrix(w.permute(2, 3, 0, 1), g, a, r)).reshape(a, a, 1, k, c, 1, 1)
   if staging == "staged": y = apply_matrix((xhat * ghat).sum(4).contiguous(), at, m, a)  # (m, m, N, K, th, tw)
   else: y = apply_matrix(xhat * ghat, at, m, a).sum(4)  # the output transform inside the reduce over C
   # (m, m, N, K, th, tw) -> (N, K, th, m, tw, m) -> NCHW, cut to the output size
