@@ -33,3 +33,17 @@ def test_a_study_compares_with_intervals_and_a_test(constants):
 def test_the_documents_claims_are_b_over_a_ratios():
   from explorer.analysis.study import CLAIMS
   assert abs(CLAIMS["constants"]["medium"]["time"] - 1.0139) < 1e-4 and CLAIMS["constants"]["large"]["spread"] == 10
+
+def test_a_study_runs_every_case_and_a_5x5_one_honestly():
+  """The JSON contract: {"cases": [{"preset", "rows", "comparisons", "identical_kernels"}]}. A 5x5 case runs the explorer's generated
+  F(4,5) Winograd (different kernels per constant mode) and, as the document's setting, tinygrad's builtin path, which falls back to
+  the direct kernels: identical by construction."""
+  from explorer.analysis.study import run_studies
+  study = run_studies("constants", [("tiny3", ConvSpec(1, 2, 2, 8, 8, 3)), ("tiny5", ConvSpec(1, 2, 2, 8, 8, 5))], repeats=3, warmup=1)
+  cases = study["cases"]
+  assert [(c["preset"], c["tile"]) for c in cases] == [("tiny3", "F(4,3)"), ("tiny5", "F(4,5)"), ("tiny5", "F(4,3)")]
+  assert [c["identical_kernels"] for c in cases] == [False, False, True]
+  for c in cases:
+    assert {"rows", "comparisons", "identical_kernels"} <= set(c) and all(r["status"] == "ok" and r["max_abs_error"] < 1e-3 for r in c["rows"])
+    assert [x["figure"] for x in c["comparisons"]] == ["time", "spread"]
+  assert "identical" in cases[2]["case"] and "noise by construction" in markdown(cases[2])

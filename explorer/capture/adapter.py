@@ -570,6 +570,10 @@ def program_facts(prg: UOp) -> ProgramFacts:
 
 def ast_uop_count(ast: UOp) -> int: return len(ast.toposort())
 
+def ast_key(ast: UOp) -> str:
+  """The kernel AST's content hash (tinygrad's UOp key, its KernelInfo name aside): equal keys, identical kernels."""
+  return (ast.replace(arg=KernelInfo()) if ast.op is Ops.SINK and isinstance(ast.arg, KernelInfo) else ast).key.hex()
+
 # ***** line maps: which linear UOps made each source line, captured from the renderer as it renders *****
 
 class _LineTracker:

@@ -181,7 +181,8 @@ def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int, variant:
     s = trace["schedule"][c.index]
     s["name"], s["kernel"] = facts.name, len(trace["kernels"])
     trace["kernels"].append({"index": len(trace["kernels"]), "call": c.index, "name": facts.name, "role": s["role"], "kind": "kernel",
-                             "ast_uops": tg.ast_uop_count(c.ast), "ast_sink": tg.trace_num(c.ast), "linear_uops": facts.ops["total"],
+                             "ast_uops": tg.ast_uop_count(c.ast), "ast_sink": tg.trace_num(c.ast), "ast_key": tg.ast_key(c.ast),
+                             "linear_uops": facts.ops["total"],
                              "ops": facts.ops, "opts": facts.opts, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds,
                              "global_size": facts.global_size, "local_size": facts.local_size, "passes": passes, "uops_listing": facts.linear,
                              "sources": {"host": facts.source}, "source_errors": {}, "codegen_s": seconds - timer.seconds, "compile_s": timer.seconds,

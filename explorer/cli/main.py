@@ -119,16 +119,18 @@ def cmd_rewrites(a: argparse.Namespace) -> int:
   return 0
 
 def cmd_study(a: argparse.Namespace) -> int:
-  from explorer.analysis.study import markdown, run_study, study_steps
-  spec = PRESETS[a.preset].validate()
+  from explorer.analysis.study import DEFAULT_PRESETS, markdown, run_studies, study_steps
+  presets = [a.preset] if a.preset else [p.strip() for p in a.presets.split(",") if p.strip()] if a.presets else list(DEFAULT_PRESETS[a.kind])
+  if bad := [p for p in presets if p not in PRESETS]: raise SpecError(f"unknown preset(s) {', '.join(bad)}; known: {', '.join(PRESETS)}")
   with StepBars(a.quiet) as bars:
     progress = bars.bar(f"study {a.kind}", study_steps(a.kind))
-    study = run_study(a.kind, spec, repeats=a.repeats, warmup=a.warmup, tile=a.tile, device=a.device, progress=progress, timeout_s=a.timeout)
-  print(markdown(study))
-  path = a.json or f"study-{a.kind}-{a.preset}.json"
+    study = run_studies(a.kind, [(p, PRESETS[p].validate()) for p in presets], repeats=a.repeats, warmup=a.warmup, tile=a.tile,
+                        device=a.device, progress=progress, timeout_s=a.timeout)
+  for case in study["cases"]: print(markdown(case))
+  path = a.json or f"study-{a.kind}.json"
   with open(path, "w") as f: json.dump(study, f, indent=1, default=str)
   print(f"wrote {path}", file=sys.stderr)
-  return 0 if all(r["status"] == "ok" for r in study["rows"]) else 1
+  return 0 if all(r["status"] == "ok" for case in study["cases"] for r in case["rows"]) else 1
 
 # ***** diff: what A and B name *****
 
@@ -238,13 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
   dv.set_defaults(fn=cmd_devices)
   st = sub.add_parser("study", help="redo a seed experiment: constants (seed 000) or fusion (seed 003)")
   st.add_argument("kind", choices=("constants", "fusion"))
-  st.add_argument("--preset", choices=sorted(PRESETS), default="wino8")
-  st.add_argument("--tile", choices=TILES, default="F(4,3)")
+  st.add_argument("--presets", default=None, metavar="NAME[,NAME...]",
+                  help="the cases (default: the document's: small,medium,large,k5 for constants; wino8,wino16,wino32 for fusion)")
+  st.add_argument("--preset", choices=sorted(PRESETS), default=None, help="one case (the same as --presets NAME)")
+  st.add_argument("--tile", choices=TILES, default=None, help="the explorer's tile (default: F(4,3) for 3x3 kernels, F(4,5) for 5x5)")
   st.add_argument("--repeats", type=int, default=20)
   st.add_argument("--warmup", type=int, default=3)
   st.add_argument("--device", default=None)
   st.add_argument("--timeout", type=float, default=1800.0)
-  st.add_argument("--json", metavar="PATH", help="default: study-KIND-PRESET.json")
+  st.add_argument("--json", metavar="PATH", help="default: study-KIND.json")
   st.add_argument("--quiet", action="store_true")
   st.set_defaults(fn=cmd_study)
   df = sub.add_parser("diff", help="diff two variants: kernels matched by role and data flow, buffers, sources, timing, outputs")
