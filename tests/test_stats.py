@@ -3,7 +3,7 @@ enumeration on a small sample, and verdicts that follow the intervals."""
 from __future__ import annotations
 import itertools, math
 import numpy as np
-from explorer.analysis import stats
+from explorer import stats
 
 def test_a_clear_speedup_is_reproduced_and_noise_is_not():
   rng = np.random.default_rng(1)

@@ -1,6 +1,6 @@
 """The seed studies end to end on a tiny shape: traced variants, interleaved timing in one worker, the markdown table."""
 import pytest
-from explorer.spec import ConvSpec
+from explorer.spec import ConvSpec, Variant
 from explorer.analysis.study import markdown, run_study
 
 @pytest.fixture(scope="module")
@@ -47,3 +47,15 @@ def test_a_study_runs_every_case_and_a_5x5_one_honestly():
     assert {"rows", "comparisons", "identical_kernels"} <= set(c) and all(r["status"] == "ok" and r["max_abs_error"] < 1e-3 for r in c["rows"])
     assert [x["figure"] for x in c["comparisons"]] == ["time", "spread"]
   assert "identical" in cases[2]["case"] and "noise by construction" in markdown(cases[2])
+
+def test_adaptive_sampling_stops_when_the_interval_is_narrow_or_the_budget_is_spent():
+  """Timing a variant against itself converges quickly to a narrow interval around 1; an impossible width stops at the budget."""
+  from explorer.analysis.study import run_study
+  spec = ConvSpec(1, 2, 2, 8, 8, 3)
+  same = [("direct", Variant(algo="direct")), ("direct again", Variant(algo="direct"))]
+  wide = run_study("constants", spec, repeats=10, warmup=1, variants=same, ci_width=0.5, budget_s=60)
+  assert wide["sampling"]["ended"] == "converged" and wide["sampling"]["repeats"] >= 10 and wide["identical_kernels"]
+  time = wide["comparisons"][0]
+  assert time["ci_high"] - time["ci_low"] <= 0.5 and abs(time["ratio"] - 1) < 0.2  # the same kernels: a ratio near 1
+  narrow = run_study("constants", spec, repeats=10, warmup=1, variants=same, ci_width=1e-9, budget_s=2)
+  assert narrow["sampling"]["ended"] == "budget" and narrow["sampling"]["repeats"] > 10

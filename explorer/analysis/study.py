@@ -7,7 +7,7 @@ so that their ratios hold on a noisy machine.
 from __future__ import annotations
 import dataclasses
 from typing import Sequence
-from explorer.analysis import stats
+from explorer import stats
 from explorer.spec import ConvSpec, Variant
 from explorer.capture.workers import Progress, call_in_worker
 from explorer.capture.run import run_trace
@@ -32,7 +32,7 @@ def tile_for(spec: ConvSpec, tile: str | None) -> str:
 
 def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int = 20, warmup: int = 3, tile: str | None = None,
                 targets: tuple[str, ...] = ("cuda",), device: str | None = None, progress: Progress | None = None,
-                timeout_s: float = 1800) -> dict:
+                timeout_s: float = 1800, ci_width: float | None = None, budget_s: float | None = None) -> dict:
   """Every case of a study (presets: (name, spec) pairs; a name in CLAIMS brings the document's figures): {"study", "cases": [{"preset",
   "rows", "comparisons", "identical_kernels", ...}]}. For a 5x5 case of the
   constants study a second case times tinygrad's builtin path (it falls back to the direct kernels) against direct: identical
@@ -43,11 +43,12 @@ def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int
     # the documents measured tinygrad's 3x3 Winograd; a 5x5 kernel ran direct there, so their 5x5 figure belongs to the builtin case
     mine = claim if spec.kernel == 3 else None
     cases.append({"preset": preset, "case": f"the explorer's Winograd {tile_for(spec, tile)}",
-                  **run_study(kind, spec, repeats, warmup, tile_for(spec, tile), targets, device, progress, timeout_s, claim=mine)})
+                  **run_study(kind, spec, repeats, warmup, tile_for(spec, tile), targets, device, progress, timeout_s, claim=mine,
+                              ci_width=ci_width, budget_s=budget_s)})
     if kind == "constants" and spec.kernel != 3:
       cases.append({"preset": preset, "case": "tinygrad's builtin path (falls back to direct): identical kernels by construction",
                     **run_study(kind, spec, repeats, warmup, "F(4,3)", targets, device, progress, timeout_s, variants=NOISE_PAIR,
-                                claim={"time": claim["time"]} if claim else None)})
+                                claim={"time": claim["time"]} if claim else None, ci_width=ci_width, budget_s=budget_s)})
   return {"study": kind, "cases": cases}
 
 def study_steps(kind: str) -> list[str]:
@@ -56,8 +57,10 @@ def study_steps(kind: str) -> list[str]:
 
 def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, tile: str = "F(4,3)", targets: tuple[str, ...] = ("cuda",),
               device: str | None = None, progress: Progress | None = None, timeout_s: float = 1800,
-              variants: list[tuple[str, Variant]] | None = None, claim: dict[str, float] | None = None) -> dict:
-  """claim: the document's figures for this case as B/A ratios (CLAIMS), to give each comparison a verdict."""
+              variants: list[tuple[str, Variant]] | None = None, claim: dict[str, float] | None = None,
+              ci_width: float | None = None, budget_s: float | None = None) -> dict:
+  """claim: the document's figures for this case as B/A ratios (CLAIMS), to give each comparison a verdict. ci_width: sample past
+  `repeats` until each ratio's 95% interval is narrower than this, or budget_s is spent."""
   step: Progress = progress or (lambda stage, status, detail: None)
   claim = claim or {}
   variants = [(name, dataclasses.replace(v, tile=tile if v.wino_impl == "explorer" else v.tile, targets=targets, time=False, device=device))
@@ -69,7 +72,8 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
     step(f"trace {name}", "done", traces[name]["status"])
   step("timing", "start", f"{len(variants)} variants interleaved, {warmup} warmup + {repeats} repeats")
   timing, _ = call_in_worker("explorer.capture.timing:time_interleaved", {"spec": spec.to_dict(), "variants": [v.to_dict() for _, v in variants],
-                             "warmup": warmup, "repeats": repeats}, timeout_s=timeout_s, env={"VIZ": "0"})
+                             "warmup": warmup, "repeats": repeats, "target_width": ci_width, "budget_s": budget_s},
+                             timeout_s=timeout_s, env={"VIZ": "0"})
   step("timing", "done", "")
   rows = [_row(name, traces[name], t) for (name, _), t in zip(variants, timing)]
   base = rows[0]["time_median_s"]
@@ -78,7 +82,8 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
                  for c in stats.compare(rows[0]["samples"], r["samples"], claim.get("time"), claim.get("spread"))]
   keys = [[k.get("ast_key") for k in t["kernels"]] for t in traces.values()]
   return {"study": kind, "spec": spec.to_dict(), "tile": tile, "repeats": repeats, "warmup": warmup, "rows": rows,
-          "comparisons": comparisons, "identical_kernels": all(k == keys[0] for k in keys) and None not in keys[0],
+          "comparisons": comparisons, "sampling": timing[0].get("sampling"),
+          "identical_kernels": all(k == keys[0] for k in keys) and None not in keys[0],
           "traces": {n: _trace_summary(t) for n, t in traces.items()}}
 
 # the seed documents' figures, as B/A ratios of the study's second variant against its first (below 1: B faster or steadier).

@@ -1,8 +1,10 @@
 """Interleaved timing of several variants in one process (run it in a fresh worker with tracking off: VIZ=0)."""
 from __future__ import annotations
+import time
 from typing import Any
 import numpy as np
 from explorer.capture import adapter as tg
+from explorer import stats
 from explorer.spec import ConvSpec, Variant
 
 def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarray) -> list[tuple[int, Any]]:
@@ -15,9 +17,28 @@ def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarra
     compiled = tg.compile_schedule(tg.schedule(build_conv(x, w, spec, variant)))
     return tg.call_timers(compiled)
 
-def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, repeats: int) -> list[dict]:
-  """A, B, C, A, B, C...: each repeat runs every variant's kernels once, so drift on a shared machine hits all variants alike."""
-  from explorer.capture.trace import stats
+CHECK_EVERY = 10  # repeats between two looks at the intervals when sampling adaptively
+
+def _stop(totals: list[list[float]], done: int, repeats: int, width: float | None, budget_s: float | None, max_repeats: int,
+          elapsed: float) -> str | None:
+  """Why to stop sampling after `done` timed repeats (None: go on)."""
+  if done < repeats: return None
+  if width is None: return "repeats"
+  if done % CHECK_EVERY == 0 and converged(totals, width): return "converged"
+  if done >= max(repeats, max_repeats): return "max repeats"
+  if budget_s is not None and elapsed > budget_s: return "budget"
+  return None
+
+def converged(totals: list[list[float]], width: float) -> bool:
+  """Every variant's paired B/A median ratio against the first has a 95% interval narrower than width."""
+  return all((c := stats.median_ratio(totals[0], t))["ci_high"] - c["ci_low"] <= width for t in totals[1:])
+
+def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, repeats: int, target_width: float | None = None,
+                     budget_s: float | None = None, max_repeats: int = 1000) -> list[dict]:
+  """A, B, C, A, B, C...: each repeat runs every variant's kernels once, so drift on a shared machine hits all variants alike.
+  Adaptive (target_width): after `repeats`, keep sampling until each ratio's 95% interval is narrower than target_width, the time
+  budget is spent or max_repeats are done; each result says how it ended (`sampling`)."""
+  from explorer.capture.trace import stats as trace_stats
   s = ConvSpec.from_dict(spec)
   rng = np.random.default_rng(0)
   x_np, w_np = rng.standard_normal(s.input_shape).astype(s.dtype), rng.standard_normal(s.weight_shape).astype(s.dtype)
@@ -29,16 +50,21 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   totals: list[list[float]] = [[] for _ in vs]
   progress("timing", "start", ",".join(sorted({v.device or tg.default_device() for v in vs})))  # waits for the devices' locks
   every = max(1, (warmup + repeats) // 10)  # about ten progress reports, outside the timed kernels
-  for r in range(warmup + repeats):
-    if r % every == 0: progress("timing", "running", f"{'warmup' if r < warmup else 'repeat'} {r + 1} of {warmup + repeats}")
+  start, r = time.perf_counter(), 0
+  while (ended := _stop(totals, r - warmup, repeats, target_width, budget_s, max_repeats, time.perf_counter() - start)) is None:
+    if r % every == 0:
+      progress("timing", "running", f"{'warmup' if r < warmup else 'repeat'} {r + 1}" + ("" if target_width else f" of {warmup + repeats}"))
     for i, ts in enumerate(timers):
       t = sum(next(gen) for _, gen in ts)
       if r >= warmup: totals[i].append(t)
-  progress("timing", "done", f"{warmup} warmup + {repeats} repeats")
+    r += 1
+  progress("timing", "done", f"{warmup} warmup + {r - warmup} repeats ({ended})")
+  sampling = {"repeats": r - warmup, "ended": ended, "target_width": target_width, "budget_s": budget_s}
   out = []
   for v, xs in zip(vs, totals):
     device = v.device or tg.default_device()
     compiler = tg.compiler_name(device)
     # samples: the per-repeat totals, so callers can take ratios repeat by repeat (explorer.analysis.diff)
-    out.append({"total_s": stats(xs), "samples": xs, "device": device, "compiler": compiler, "fallback": tg.fallback_reason(device)})
+    out.append({"total_s": trace_stats(xs), "samples": xs, "device": device, "compiler": compiler, "fallback": tg.fallback_reason(device),
+                "sampling": sampling})
   return out

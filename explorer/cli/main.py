@@ -125,7 +125,7 @@ def cmd_study(a: argparse.Namespace) -> int:
   with StepBars(a.quiet) as bars:
     progress = bars.bar(f"study {a.kind}", study_steps(a.kind))
     study = run_studies(a.kind, [(p, PRESETS[p].validate()) for p in presets], repeats=a.repeats, warmup=a.warmup, tile=a.tile,
-                        device=a.device, progress=progress, timeout_s=a.timeout)
+                        device=a.device, progress=progress, timeout_s=a.timeout, ci_width=a.ci_width, budget_s=a.budget_s)
   for case in study["cases"]: print(markdown(case))
   path = a.json or f"study-{a.kind}.json"
   with open(path, "w") as f: json.dump(study, f, indent=1, default=str)
@@ -244,7 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
                   help="the cases (default: the document's: small,medium,large,k5 for constants; wino8,wino16,wino32 for fusion)")
   st.add_argument("--preset", choices=sorted(PRESETS), default=None, help="one case (the same as --presets NAME)")
   st.add_argument("--tile", choices=TILES, default=None, help="the explorer's tile (default: F(4,3) for 3x3 kernels, F(4,5) for 5x5)")
-  st.add_argument("--repeats", type=int, default=20)
+  st.add_argument("--repeats", type=int, default=20, help="timed repeats (the minimum, with --ci-width)")
+  st.add_argument("--ci-width", type=float, default=None, metavar="W",
+                  help="keep sampling until every B/A ratio's 95%% interval is narrower than W (e.g. 0.01), or --budget-s runs out")
+  st.add_argument("--budget-s", type=float, default=300.0, help="time budget of the adaptive sampling per case, in seconds")
   st.add_argument("--warmup", type=int, default=3)
   st.add_argument("--device", default=None)
   st.add_argument("--timeout", type=float, default=1800.0)
