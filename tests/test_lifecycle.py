@@ -196,7 +196,9 @@ def test_web_trace_workers_run_at_worker_nice(tmp_path):
   with TestClient(app) as client:
     client.post("/api/traces", json=SLOW)
     pid = wait_for("a trace worker", lambda: next(iter(app.state.jobs.live), None), 60)
-    assert os.getpriority(os.PRIO_PROCESS, pid) - os.getpriority(os.PRIO_PROCESS, 0) == 7
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    # the worker lowers its own priority as it enters its limits, a moment after it is listed: on a loaded machine, a while after
+    wait_for("the worker runs at worker_nice", lambda: os.getpriority(os.PRIO_PROCESS, pid) - own == 7, 30)
   wait_for("the worker is stopped with the app", lambda: not group_members(pid), 10)
 
 # ***** 6: the small ones *****
