@@ -12,8 +12,8 @@ if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 # compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
 for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
 
-import atexit, collections, contextlib, ctypes, difflib, functools, glob, io, linecache, math, pickle, platform, re, subprocess, sys, tempfile
-import time, zlib
+import atexit, collections, contextlib, ctypes, difflib, functools, glob, io, itertools, linecache, math, pickle, platform, re, subprocess
+import sys, tempfile, time, zlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 import tinygrad
@@ -178,7 +178,7 @@ class RewriteBlob:
     for i, (before, after, loc, seconds) in enumerate(self.data.trace.rewrites[group][step].matches[offset:offset + limit], start=offset + 1):
       u0, u1 = _reconstruct(self.data, before, depth), _reconstruct(self.data, after, depth)
       diff = list(difflib.unified_diff(pystr(u0).splitlines(), pystr(u1).splitlines(), lineterm=""))[2:]  # no ---/+++ header
-      out.append({"index": i, "op": u0.op.name, "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": _rule_source_cached(loc),
+      out.append({"index": i, "op": u0.op.name, "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc),
                   "time_s": seconds, "error": u1.arg if u1.op is Ops.REWRITE_ERROR else None, "diff": diff,
                   "before": _graph_from_viz(uop_to_json(self.data, u0)), "after": _graph_from_viz(uop_to_json(self.data, u1))})
     return out
@@ -188,9 +188,6 @@ class RewriteBlob:
     from tinygrad.viz.serve import pystr
     lines = pystr(self.sink(trace_num)).splitlines()
     return "\n".join(lines[:max_lines]), len(lines) > max_lines
-
-@functools.cache
-def _rule_source_cached(loc: tuple[str, int]) -> str: return rule_source(loc)
 
 def uop_graph(blob: RewriteBlob, sink: UOp) -> dict:
   from tinygrad.viz.serve import uop_to_json
@@ -404,7 +401,7 @@ class Rewrite:
 
 _pm_linearize = PatternMatcher([(UPat(Ops.PROGRAM, src=(UPat(Ops.SINK, name="sink"),), name="prg"), do_linearize)])
 
-def _apply(root: UOp, rewrites: Sequence[Rewrite], point: str, renderer: Renderer) -> UOp:
+def _apply(root: UOp, rewrites: Sequence[Rewrite], point: str) -> UOp:
   for r in rewrites:
     if r.point == point: root = graph_rewrite(root, r.matcher, ctx=r.context(root), name=r.pass_name)
   return root
@@ -414,10 +411,10 @@ def _apply(root: UOp, rewrites: Sequence[Rewrite], point: str, renderer: Rendere
 def _to_program_rewritten(ast: UOp, renderer: Renderer, rewrites: tuple[Rewrite, ...]) -> UOp:
   """do_to_program with the rewrites' passes in it: full_rewrite_to_sink, the "sink" rewrites, linearize, the "linear" rewrites,
   then tinygrad's pm_to_program (Estimates, render, compile) on the result."""
-  sink = _apply(full_rewrite_to_sink(ast, renderer, optimize=ast.tag is None), rewrites, "sink", renderer)
+  sink = _apply(full_rewrite_to_sink(ast, renderer, optimize=ast.tag is None), rewrites, "sink")
   prg = UOp(Ops.PROGRAM, src=(sink,), arg=ProgramInfo.from_sink(sink, renderer.target))
   if any(r.point == "linear" for r in rewrites):
-    prg = _apply(graph_rewrite(prg, _pm_linearize, ctx=renderer, name="linearize"), rewrites, "linear", renderer)
+    prg = _apply(graph_rewrite(prg, _pm_linearize, ctx=renderer, name="linearize"), rewrites, "linear")
   return graph_rewrite(prg, pm_to_program, ctx=renderer, name="linearize/render")
 
 @dataclass
@@ -441,6 +438,7 @@ UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is 
 
 # ***** loop splitting: where tinygrad's "split ranges" pass (pm_split_ranges, codegen/simplify.py) cut a loop *****
 
+@functools.cache
 def rule_source(loc: tuple[str, int]) -> str:
   """A PatternMatcher rule's source as it stands in tinygrad's file: from its line until its parentheses close."""
   path, line = loc
@@ -606,7 +604,7 @@ def line_map(prg: UOp, renderer: Renderer) -> tuple[list[list[Any]] | None, str 
   body = "\n".join(tracker.kernel)
   if not body or (at := source.find(body)) < 0: return None, "the kernel body was not found in the source"
   first, pos = source.count("\n", 0, at) + 1, {u: i for i, u in enumerate(lin)}
-  starts = [first + sum(e.count("\n") + 1 for e in tracker.kernel[:k]) for k in range(len(tracker.kernel) + 1)]
+  starts = list(itertools.accumulate((e.count("\n") + 1 for e in tracker.kernel), initial=first))  # the first line of each entry
   ends = [n for _, n in tracker.turns[1:]] + [len(tracker.kernel)]
   lines: dict[UOp, set[int]] = {}
   for (u, n), end in zip(tracker.turns, ends):
