@@ -144,6 +144,10 @@ REWRITES = {
   "drop-end": RewriteInfo("drop-end", "remove the END of each kernel's outermost loop: the notes' \"missing .end()\", a teaching case "
                           "that must fail (the loop's closing brace is never rendered)", "sink"),
 }
+def rewrite_file_name(path: str) -> str:
+  """How a user's rewrite file is named: in the variant's label, its codegen pass (explorer rewrite NAME) and the trace's record."""
+  return f"file:{path.rsplit('/', 1)[-1]}"
+
 REWRITE_RE = re.compile(r"sink-loads|drop-end|peel:[1-9][0-9]{0,3}")
 
 def _checked_fields(cls: type, d: dict, what: str) -> dict:
@@ -226,7 +230,7 @@ class Variant:
     if self.algo == "direct": s = "direct"
     elif self.wino_impl == "builtin": s = "winograd builtin"
     else: s = f"winograd {self.tile} {self.staging} {self.consts}"
-    extra = [*self.rewrites, *([f"file:{self.rewrite_file.rsplit('/', 1)[-1]}"] if self.rewrite_file else [])]
+    extra = [*self.rewrites, *([rewrite_file_name(self.rewrite_file)] if self.rewrite_file else [])]
     return f"{s} opt={self.opt}" + "".join(f" +{r}" for r in extra)
 
   def to_dict(self) -> dict:

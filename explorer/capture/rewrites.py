@@ -6,7 +6,7 @@ import functools, itertools, runpy
 from dataclasses import dataclass
 from typing import Any, Sequence
 from explorer.capture.adapter import Ops, PatternMatcher, Rewrite, UOp, UPat
-from explorer.spec import SpecError
+from explorer.spec import SpecError, rewrite_file_name
 
 # ***** sink-loads: each LOAD moved down to just before its first use, within its block *****
 
@@ -94,7 +94,7 @@ def file_rewrite(path: str) -> Rewrite:
   if not isinstance(matcher := module.get("matcher"), PatternMatcher):
     raise SpecError(f"{path} must define `matcher`, a tinygrad PatternMatcher (got {type(matcher).__name__})")
   if (point := module.get("point", "sink")) not in ("sink", "linear"): raise SpecError(f"{path}: point must be 'sink' or 'linear', got {point!r}")
-  return Rewrite(f"file:{path.rsplit('/', 1)[-1]}", point, matcher)
+  return Rewrite(rewrite_file_name(path), point, matcher)
 
 def build(names: Sequence[str], file: str | None = None) -> list[Rewrite]:
   return [catalogue_rewrite(n) for n in names] + ([file_rewrite(file)] if file else [])

@@ -12,7 +12,7 @@ from explorer.capture import adapter as tg  # first: sets tinygrad's tracking en
 from explorer.capture.reference import conv2d_reference, error_stats
 from explorer.capture import compilers
 from explorer.capture.renders import RenderPool, pass_record, target_record
-from explorer.spec import REWRITES, ConvSpec, Variant, error_tolerance, preset_of
+from explorer.spec import REWRITES, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
 
 SCHEMA = 2  # 2: kernels[i].targets[T], a whole record per target (explorer/schema.py); 1: sources per target only
@@ -61,7 +61,7 @@ def _rewrites_record(variant: Variant) -> list[dict]:
   if (path := variant.rewrite_file) is not None:
     try: text = open(path).read(MAX_REWRITE_FILE)
     except OSError as e: text = f"(cannot read {path}: {e.strerror or e})"
-    out.append({"name": f"file:{path.rsplit('/', 1)[-1]}", "point": "from the file", "summary": f"the user's rewrite file {path}", "source": text})
+    out.append({"name": rewrite_file_name(path), "point": "from the file", "summary": f"the user's rewrite file {path}", "source": text})
   return out
 
 def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_io: str | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
