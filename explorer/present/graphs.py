@@ -322,8 +322,8 @@ def _anchored(graph: dict, fresh: dict[str, tuple[float, float]], anchor: dict[i
 def stable_layout(graph: dict, dot_src: str, anchor: dict[int, tuple[float, float]], timeout_s: float = DOT_TIMEOUT_S) \
     -> tuple[str, dict[str, tuple[float, float]]]:
   """Lay graph out so the UOps it shares with the previous graph (anchor: trace number -> center, points) keep their place: dot
-  places everything, each node is moved to its anchored place (_anchored), and neato draws it there, removing overlaps and routing
-  the edges. Returns the SVG and the final centers."""
+  places everything, each node is moved to its anchored place (_anchored), new nodes are pushed off the ones placed before them
+  (_unoverlap), and neato draws them there and routes the edges. Returns the SVG and the final centers."""
   boxes = node_boxes(_graphviz("dot", dot_src, timeout_s)["plain"])
   fresh = {k: (x, y) for k, (x, y, _, _) in boxes.items()}
   pos = _anchored(graph, fresh, anchor)

@@ -181,17 +181,18 @@ class GraphService:
   async def matches(self, trace_id: str, trace: dict, group: int, step: int, offset: int, limit: int, target: str | None) -> dict:
     p = find_pass(trace, group, step, target)
     if offset > p["matches"]: raise GraphNotFound(f"pass {group}/{step} has {p['matches']} matches: offset {offset} is past them")
-    key = f"matches/{target or ''}/{group}/{step}/{offset}/{limit}"
-    if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cached
-    got = await self._once((trace_id, key), lambda: self._expand(expand.pass_matches, trace_id, group, step, offset, limit, target))
-    await asyncio.to_thread(self.store.put_cached, trace_id, key, "view", got)
-    return got
+    return await self._stored(trace_id, f"matches/{target or ''}/{group}/{step}/{offset}/{limit}",
+                              lambda: self._expand(expand.pass_matches, trace_id, group, step, offset, limit, target))
 
   async def python(self, trace_id: str, trace: dict, group: int, step: int, target: str | None) -> dict:
     p = find_pass(trace, group, step, target)
-    key = f"python/{target or ''}/{group}/{step}"
+    return await self._stored(trace_id, f"python/{target or ''}/{group}/{step}",
+                              lambda: self._expand(expand.pass_python, trace_id, p["sink"], target))
+
+  async def _stored(self, trace_id: str, key: str, make: Callable[[], Any]) -> Any:
+    """The store's cached answer for key, or make's (computed once for concurrent callers, then stored)."""
     if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cached
-    got = await self._once((trace_id, key), lambda: self._expand(expand.pass_python, trace_id, p["sink"], target))
+    got = await self._once((trace_id, key), make)
     await asyncio.to_thread(self.store.put_cached, trace_id, key, "view", got)
     return got
 
@@ -202,11 +203,13 @@ class GraphService:
     """The graph's SVG (cached). stable_from: the graph shown before it; the UOps both hold keep the place they had there (laid out
     anew each time, not cached: it depends on that earlier layout)."""
     key = self._cache_key(ref_text, full, index, opened)
-    view = await self.view(trace_id, trace, ref_text, full, index, opened)
-    if stable_from is not None and view["ref"] != "kernels":
+    if stable_from is not None and ref_text != "kernels":
       anchor = await asyncio.to_thread(self.store.get_cached_json, trace_id, self._cache_key(stable_from, full, index, opened), "pos")
-      if anchor: return await self._layout(trace_id, key, view, trace_url, {int(k): tuple(v) for k, v in anchor.items()})
+      if anchor:
+        view = await self.view(trace_id, trace, ref_text, full, index, opened)
+        return await self._layout(trace_id, key, view, trace_url, {int(k): tuple(v) for k, v in anchor.items()})
     if (cached := await asyncio.to_thread(self.store.get_cached, trace_id, key, "svg")) is not None: return cached
+    view = await self.view(trace_id, trace, ref_text, full, index, opened)
     return await self._once((trace_id, key, "svg"), lambda: self._layout(trace_id, key, view, trace_url))
 
   async def _layout(self, trace_id: str, key: str, view: dict, trace_url: str, anchor: dict | None = None) -> str:
