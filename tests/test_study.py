@@ -59,3 +59,9 @@ def test_adaptive_sampling_stops_when_the_interval_is_narrow_or_the_budget_is_sp
   assert time["ci_high"] - time["ci_low"] <= 0.5 and abs(time["ratio"] - 1) < 0.2  # the same kernels: a ratio near 1
   narrow = run_study("constants", spec, repeats=10, warmup=1, variants=same, ci_width=1e-9, budget_s=2)
   assert narrow["sampling"]["ended"] == "budget" and narrow["sampling"]["repeats"] > 10
+
+def test_the_progress_bar_counts_every_case():
+  from explorer.analysis.study import study_steps
+  three, five = ConvSpec(1, 2, 2, 8, 8, 3), ConvSpec(1, 2, 2, 8, 8, 5)
+  assert study_steps("constants", [three]) == study_steps("constants") == ["trace symbolic", "trace materialized", "timing"]
+  assert len(study_steps("constants", [three, five])) == 3 + 3 + 3  # the 5x5 case brings its builtin-path case

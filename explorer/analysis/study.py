@@ -34,9 +34,9 @@ def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int
                 targets: tuple[str, ...] = ("cuda",), device: str | None = None, progress: Progress | None = None,
                 timeout_s: float = 1800, ci_width: float | None = None, budget_s: float | None = None) -> dict:
   """Every case of a study (presets: (name, spec) pairs; a name in CLAIMS brings the document's figures): {"study", "cases": [{"preset",
-  "rows", "comparisons", "identical_kernels", ...}]}. For a 5x5 case of the
-  constants study a second case times tinygrad's builtin path (it falls back to the direct kernels) against direct: identical
-  kernels, so any difference between them is noise by construction, and its interval shows how big that noise is."""
+  "rows", "comparisons", "identical_kernels", ...}]}. For a 5x5 case of the constants study a second case times tinygrad's builtin
+  path (it falls back to the direct kernels) against direct: identical kernels, so any difference between them is noise by
+  construction, and its interval shows how big that noise is."""
   cases = []
   for preset, spec in presets:
     claim = CLAIMS.get(kind, {}).get(preset)
@@ -45,15 +45,20 @@ def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int
     cases.append({"preset": preset, "case": f"the explorer's Winograd {tile_for(spec, tile)}",
                   **run_study(kind, spec, repeats, warmup, tile_for(spec, tile), targets, device, progress, timeout_s, claim=mine,
                               ci_width=ci_width, budget_s=budget_s)})
-    if kind == "constants" and spec.kernel != 3:
+    if _noise_case(kind, spec):
       cases.append({"preset": preset, "case": "tinygrad's builtin path (falls back to direct): identical kernels by construction",
                     **run_study(kind, spec, repeats, warmup, "F(4,3)", targets, device, progress, timeout_s, variants=NOISE_PAIR,
                                 claim={"time": claim["time"]} if claim else None, ci_width=ci_width, budget_s=budget_s)})
   return {"study": kind, "cases": cases}
 
-def study_steps(kind: str) -> list[str]:
-  """The steps run_study reports, in order: one trace per variant, then the interleaved timing."""
-  return [f"trace {name}" for name, _ in STUDY_VARIANTS[kind]] + ["timing"]
+def _noise_case(kind: str, spec: ConvSpec) -> bool: return kind == "constants" and spec.kernel != 3
+
+def study_steps(kind: str, specs: Sequence[ConvSpec] = ()) -> list[str]:
+  """The steps run_study reports, in order: one trace per variant, then the interleaved timing; with specs, those of every case
+  run_studies runs for them."""
+  def steps(variants: list[tuple[str, Variant]]) -> list[str]: return [f"trace {name}" for name, _ in variants] + ["timing"]
+  if not specs: return steps(STUDY_VARIANTS[kind])
+  return [s for spec in specs for s in steps(STUDY_VARIANTS[kind]) + (steps(NOISE_PAIR) if _noise_case(kind, spec) else [])]
 
 def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, tile: str = "F(4,3)", targets: tuple[str, ...] = ("cuda",),
               device: str | None = None, progress: Progress | None = None, timeout_s: float = 1800,

@@ -123,7 +123,7 @@ def cmd_study(a: argparse.Namespace) -> int:
   presets = [a.preset] if a.preset else [p.strip() for p in a.presets.split(",") if p.strip()] if a.presets else list(DEFAULT_PRESETS[a.kind])
   if bad := [p for p in presets if p not in PRESETS]: raise SpecError(f"unknown preset(s) {', '.join(bad)}; known: {', '.join(PRESETS)}")
   with StepBars(a.quiet) as bars:
-    progress = bars.bar(f"study {a.kind}", study_steps(a.kind))
+    progress = bars.bar(f"study {a.kind}", study_steps(a.kind, [PRESETS[p] for p in presets]))
     study = run_studies(a.kind, [(p, PRESETS[p].validate()) for p in presets], repeats=a.repeats, warmup=a.warmup, tile=a.tile,
                         device=a.device, progress=progress, timeout_s=a.timeout, ci_width=a.ci_width, budget_s=a.budget_s)
   for case in study["cases"]: print(markdown(case))
