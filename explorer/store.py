@@ -64,9 +64,23 @@ CREATE TABLE IF NOT EXISTS jobs (
   started REAL,
   finished REAL
 );
+CREATE TABLE IF NOT EXISTS studies (
+  id TEXT PRIMARY KEY,
+  kind TEXT NOT NULL,
+  label TEXT NOT NULL,
+  status TEXT NOT NULL,
+  request TEXT NOT NULL,
+  owner TEXT NOT NULL,
+  result TEXT,
+  error TEXT,
+  created REAL NOT NULL,
+  finished REAL
+);
+CREATE INDEX IF NOT EXISTS studies_created ON studies(created);
 """
 JOB_FIELDS = ("id", "status", "label", "request", "owner", "error", "created", "started", "finished")
 UNFINISHED = ("queued", "running")
+STUDY_FIELDS = ("id", "kind", "label", "status", "request", "owner", "error", "created", "finished")
 
 class StoreError(RuntimeError):
   """A stored row cannot be read back (corrupt or from an incompatible version): the message says which and why."""
@@ -270,6 +284,36 @@ class Store:
     gone = [job_id for job_id, owner in rows if owner_gone(owner)]
     for job_id in gone: c.execute(f"UPDATE jobs SET status = 'interrupted', error = ?, finished = ? WHERE id = ? AND status IN {UNFINISHED}",
                                   (error, time.time(), job_id))
+    return len(gone)
+
+  # ***** studies (explorer.analysis.study): accepted -> running -> done | error | interrupted; a done one keeps its result for good *****
+
+  def put_study(self, study_id: str, kind: str, label: str, request: dict, owner: str) -> None:
+    self._conn().execute("INSERT INTO studies (id, kind, label, status, request, owner, created) VALUES (?, ?, ?, 'running', ?, ?, ?)",
+                         (study_id, kind, label, json.dumps(request), owner, time.time()))
+
+  def study_finished(self, study_id: str, status: str, result: dict | None = None, error: str | None = None) -> None:
+    self._conn().execute("UPDATE studies SET status = ?, result = ?, error = ?, finished = ? WHERE id = ?",
+                         (status, None if result is None else json.dumps(result, default=str), error, time.time(), study_id))
+
+  def get_study(self, study_id: str) -> dict | None:
+    row = self._conn().execute(f"SELECT {', '.join(STUDY_FIELDS)}, result FROM studies WHERE id = ?", (study_id,)).fetchone()
+    if row is None: return None
+    study = dict(zip(STUDY_FIELDS + ("result",), row))
+    try: study["request"], study["result"] = json.loads(study["request"]), study["result"] and json.loads(study["result"])
+    except json.JSONDecodeError as e: raise StoreError(f"study {study_id} is corrupt ({e})") from None
+    return study
+
+  def recent_studies(self, limit: int = 50) -> list[dict]:
+    """Newest first, without their results."""
+    rows = self._conn().execute(f"SELECT {', '.join(STUDY_FIELDS)} FROM studies ORDER BY created DESC LIMIT ?", (limit,)).fetchall()
+    return [{**dict(zip(STUDY_FIELDS, r)), "request": json.loads(r[4])} for r in rows]
+
+  def interrupt_studies(self, owner_gone: Callable[[str], bool], error: str) -> int:
+    """Marks running studies whose owner process is gone as interrupted; returns how many."""
+    c = self._conn()
+    gone = [i for i, owner in c.execute("SELECT id, owner FROM studies WHERE status = 'running'").fetchall() if owner_gone(owner)]
+    for study_id in gone: self.study_finished(study_id, "interrupted", error=error)
     return len(gone)
 
   # ***** graph cache: expanded graph JSON and laid-out SVG, per trace and graph reference *****

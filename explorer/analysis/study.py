@@ -6,7 +6,7 @@ so that their ratios hold on a noisy machine.
 """
 from __future__ import annotations
 import dataclasses
-from typing import Sequence
+from typing import Any, Callable, Sequence
 from explorer import stats
 from explorer.spec import ConvSpec, Variant
 from explorer.capture.workers import Progress, call_in_worker
@@ -24,6 +24,8 @@ STUDY_VARIANTS: dict[str, list[tuple[str, Variant]]] = {
 # the documents' cases: seed 000 measured small, medium, large and a 5x5 kernel; seed 003 its three shapes
 DEFAULT_PRESETS = {"constants": ("small", "medium", "large", "k5"), "fusion": ("wino8", "wino16", "wino32")}
 # tinygrad's builtin Winograd does not apply to a 5x5 kernel: in seed 000's setting both constant modes ran the same direct kernels
+# called with each variant's finished trace (explorer.capture.run.TraceResult); returns where it was kept (a stored trace's id), or None
+KeepTrace = Callable[[ConvSpec, Variant, Any], str | None]
 NOISE_PAIR = [("builtin (falls back to direct)", Variant(algo="winograd", fallback=True)), ("direct", Variant(algo="direct"))]
 
 def tile_for(spec: ConvSpec, tile: str | None) -> str:
@@ -32,7 +34,7 @@ def tile_for(spec: ConvSpec, tile: str | None) -> str:
 
 def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int = 20, warmup: int = 3, tile: str | None = None,
                 targets: tuple[str, ...] = ("cuda",), device: str | None = None, progress: Progress | None = None,
-                timeout_s: float = 1800, ci_width: float | None = None, budget_s: float | None = None) -> dict:
+                timeout_s: float = 1800, ci_width: float | None = None, budget_s: float | None = None, keep: KeepTrace | None = None) -> dict:
   """Every case of a study (presets: (name, spec) pairs; a name in CLAIMS brings the document's figures): {"study", "cases": [{"preset",
   "rows", "comparisons", "identical_kernels", ...}]}. For a 5x5 case of the constants study a second case times tinygrad's builtin
   path (it falls back to the direct kernels) against direct: identical kernels, so any difference between them is noise by
@@ -44,12 +46,15 @@ def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int
     mine = claim if spec.kernel == 3 else None
     cases.append({"preset": preset, "case": f"the explorer's Winograd {tile_for(spec, tile)}",
                   **run_study(kind, spec, repeats, warmup, tile_for(spec, tile), targets, device, progress, timeout_s, claim=mine,
-                              ci_width=ci_width, budget_s=budget_s)})
+                              ci_width=ci_width, budget_s=budget_s, keep=keep)})
     if _noise_case(kind, spec):
       cases.append({"preset": preset, "case": "tinygrad's builtin path (falls back to direct): identical kernels by construction",
                     **run_study(kind, spec, repeats, warmup, "F(4,3)", targets, device, progress, timeout_s, variants=NOISE_PAIR,
-                                claim={"time": claim["time"]} if claim else None, ci_width=ci_width, budget_s=budget_s)})
+                                claim=_only(claim, "time") if claim else None, ci_width=ci_width, budget_s=budget_s, keep=keep)})
   return {"study": kind, "cases": cases}
+
+def _only(claim: dict[str, Any], *figures: str) -> dict[str, Any]:
+  return {**{f: claim[f] for f in figures if f in claim}, "says": {f: w for f, w in claim.get("says", {}).items() if f in figures}}
 
 def _noise_case(kind: str, spec: ConvSpec) -> bool: return kind == "constants" and spec.kernel != 3
 
@@ -63,45 +68,69 @@ def study_steps(kind: str, specs: Sequence[ConvSpec] = ()) -> list[str]:
 def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, tile: str = "F(4,3)", targets: tuple[str, ...] = ("cuda",),
               device: str | None = None, progress: Progress | None = None, timeout_s: float = 1800,
               variants: list[tuple[str, Variant]] | None = None, claim: dict[str, float] | None = None,
-              ci_width: float | None = None, budget_s: float | None = None) -> dict:
+              ci_width: float | None = None, budget_s: float | None = None, keep: KeepTrace | None = None) -> dict:
   """claim: the document's figures for this case as B/A ratios (CLAIMS), to give each comparison a verdict. ci_width: sample past
-  `repeats` until each ratio's 95% interval is narrower than this, or budget_s is spent."""
+  `repeats` until each ratio's 95% interval is narrower than this, or budget_s is spent. keep: called with each variant's trace; a row
+  names the id it returns (trace_id)."""
   step: Progress = progress or (lambda stage, status, detail: None)
   claim = claim or {}
   variants = [(name, dataclasses.replace(v, tile=tile if v.wino_impl == "explorer" else v.tile, targets=targets, time=False, device=device))
               for name, v in (variants or STUDY_VARIANTS[kind])]
-  traces = {}
+  traces, kept = {}, {}
   for name, v in variants:
     step(f"trace {name}", "start", "tracing")
-    traces[name] = run_trace(spec, v.resolve(spec), timeout_s=timeout_s).trace
+    result = run_trace(spec, v.resolve(spec), timeout_s=timeout_s)
+    traces[name], kept[name] = result.trace, keep(spec, v.resolve(spec), result) if keep is not None else None
     step(f"trace {name}", "done", traces[name]["status"])
   step("timing", "start", f"{len(variants)} variants interleaved, {warmup} warmup + {repeats} repeats")
   timing, _ = call_in_worker("explorer.capture.timing:time_interleaved", {"spec": spec.to_dict(), "variants": [v.to_dict() for _, v in variants],
                              "warmup": warmup, "repeats": repeats, "target_width": ci_width, "budget_s": budget_s},
-                             timeout_s=timeout_s, env={"VIZ": "0"})
+                             progress=lambda _stage, _status, detail: step("timing", "running", detail), timeout_s=timeout_s, env={"VIZ": "0"})
   step("timing", "done", "")
-  rows = [_row(name, traces[name], t) for (name, _), t in zip(variants, timing)]
+  rows = [{**_row(name, traces[name], t), "trace_id": kept[name]} for (name, _), t in zip(variants, timing)]
   base = rows[0]["time_median_s"]
   for r in rows: r["slowdown_vs_first"] = r["time_median_s"] / base if base else None
   comparisons = [{"a": rows[0]["variant"], "b": r["variant"], **c} for r in rows[1:]
-                 for c in stats.compare(rows[0]["samples"], r["samples"], claim.get("time"), claim.get("spread"))]
+                 for c in stats.compare(rows[0]["samples"], r["samples"], claim_for(claim, r["variant"], "time"),
+                                        claim_for(claim, r["variant"], "spread"))]
   keys = [[k.get("ast_key") for k in t["kernels"]] for t in traces.values()]
-  return {"study": kind, "spec": spec.to_dict(), "tile": tile, "repeats": repeats, "warmup": warmup, "rows": rows,
+  return {"study": kind, "spec": spec.to_dict(), "tile": tile, "repeats": repeats, "warmup": warmup, "rows": rows, "claim": claim,
           "comparisons": comparisons, "sampling": timing[0].get("sampling"),
           "identical_kernels": all(k == keys[0] for k in keys) and None not in keys[0],
           "traces": {n: _trace_summary(t) for n, t in traces.items()}}
 
-# the seed documents' figures, as B/A ratios of the study's second variant against its first (below 1: B faster or steadier).
-# Seed 000 (symbolic first, materialized second): symbolic was 1.37% (medium), 2.33% (large) and 5.64% (5x5) faster, and on large
-# its timing standard deviation was 90% lower.
-CLAIMS: dict[str, dict[str, dict[str, float]]] = {
-  "constants": {"medium": {"time": 1 / (1 - 0.0137)}, "large": {"time": 1 / (1 - 0.0233), "spread": 1 / 0.1}, "k5": {"time": 1 / (1 - 0.0564)}},
+# the seed documents' figures, as B/A ratios of a variant (`of`; default: every one) against the study's first (below 1: B faster or
+# steadier), and their words where they gave no number.
+# Seed 000 (symbolic first, materialized second): symbolic was 1.37% (medium), 2.33% (large) and 5.64% (5x5) faster, on large its timing
+# standard deviation was 90% lower, and its graph went "from hundreds to dozens" of operations.
+# Seed 003 (staged first): the fused kernel ran 564x, 470x and 575x slower and compiled 93x, 47x and 100x slower (Metal fell back to
+# tinygrad's Python emulator: "PYTHON: using PythonCompiler").
+def seed_000(faster_pct: float | None = None, std_lower_pct: float | None = None) -> dict[str, Any]:
+  """Seed 000's figures for a case: symbolic faster by a percentage, its std lower by one; the ratios B/A with its own words."""
+  claim: dict[str, Any] = {"says": {"graph": "symbolic: dozens of operations; materialized: hundreds"}}
+  if faster_pct is not None: claim["time"], claim["says"]["time"] = 1 / (1 - faster_pct / 100), f"symbolic {faster_pct}% faster"
+  if std_lower_pct is not None: claim["spread"], claim["says"]["spread"] = 1 / (1 - std_lower_pct / 100), f"symbolic's std {std_lower_pct}% lower"
+  return claim
+
+def seed_003(slower: float, compile_slower: float) -> dict[str, Any]:
+  """Seed 003's figures for a shape: the fused kernel against the staged baseline."""
+  return {"of": "fused", "time": slower, "compile": compile_slower,
+          "says": {"time": f"fused {slower:.0f}x slower (Python fallback)", "compile": f"fused {compile_slower:.0f}x slower"}}
+
+CLAIMS: dict[str, dict[str, dict[str, Any]]] = {
+  "constants": {"small": seed_000(), "medium": seed_000(1.37), "large": seed_000(2.33, 90), "k5": seed_000(5.64)},
+  "fusion": {"wino8": seed_003(564, 93), "wino16": seed_003(470, 47), "wino32": seed_003(575, 100)},
 }
+
+def claim_for(claim: dict[str, Any], variant: str, figure: str) -> Any:
+  """The document's figure for this variant against the first, if it made one."""
+  return claim.get(figure) if claim.get("of", variant) == variant else None
 
 def _row(name: str, trace: dict, timing: dict) -> dict:
   ks = trace["kernels"]
   def total(key: str) -> int: return sum(k["ops"].get(key, 0) for k in ks)
-  return {"variant": name, "status": trace["status"], "kernels": len(ks), "copies": trace["totals"].get("copies", 0),
+  return {"variant": name, "status": trace["status"], "kernels": len(ks), "graph_uops": (trace.get("tensor_graph") or {}).get("uops"),
+          "copies": trace["totals"].get("copies", 0),
           "buffers": trace["totals"].get("buffers", 0), "roles": [k["role"] for k in ks], "alu": total("alu"), "loads": total("loads"),
           "consts": total("consts"), "linear_uops": total("total"), "flops": trace["totals"].get("flops", 0),
           "codegen_s": trace["totals"].get("codegen_s", 0.0), "compile_s": trace["totals"].get("compile_s", 0.0),

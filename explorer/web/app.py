@@ -24,6 +24,7 @@ from explorer.web.targets import TargetService
 from explorer.web.diffing import DiffService
 from explorer.web.graphing import GraphService
 from explorer.web.jobs import JobManager
+from explorer.web.studies import StudyService
 from explorer.web.limits import install_limits
 from explorer.web.provenance import provenance
 from explorer.web.render import STATIC_DIR, make_templates
@@ -131,6 +132,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     app.state.jobs.shutdown()  # unfinished jobs marked interrupted, their workers' groups killed
+    app.state.studies.shutdown()
     app.state.diffs.cancel_all()
     app.state.targets.cancel_all()
     await asyncio.to_thread(app.state.graphs.close)
@@ -150,6 +152,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.state.diffs = DiffService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                 timeout_s=float(settings.trace_timeout_s))
   app.state.targets = TargetService(store, Limits.from_settings(settings), on_stored=lambda trace_id: forget_trace(app, trace_id))
+  app.state.studies = StudyService(store, on_stored=lambda trace_id: forget_trace(app, trace_id))
   app.state.devices = devices if devices is not None else DeviceCatalog(timeout_s=min(120.0, float(settings.trace_timeout_s)))
   app.state.templates = make_templates()
   app.state.templates.env.globals["provenance"] = provenance
@@ -166,6 +169,6 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.include_router(roofline.router)
   app.include_router(docs.router)
   tours.install(app)
-  from explorer.web.routes import diff, library
-  for r in (library.api, diff.api, library.router, diff.router): app.include_router(r)
+  from explorer.web.routes import diff, library, studies
+  for r in (library.api, diff.api, studies.api, library.router, diff.router, studies.router): app.include_router(r)
   return app

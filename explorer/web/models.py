@@ -335,3 +335,43 @@ class TargetJob(BaseModel):
   detail: str = ""
   error: str | None = None
   started: float
+
+# ***** studies: a seed document's experiment, every case, timed interleaved with intervals and verdicts *****
+
+StudyKind = Literal["constants", "fusion"]
+
+class StudyRequest(BaseModel):
+  """A study: `constants` (seed 000: symbolic vs materialized Winograd constants) or `fusion` (seed 003: staged, fused, single and
+  builtin Winograd). Its cases: `presets` and/or custom `specs` (neither: the document's own cases)."""
+  model_config = {"extra": "forbid", "json_schema_extra": {"examples": [{"kind": "constants", "presets": ["small"], "repeats": 20}]}}
+  kind: StudyKind
+  presets: list[PresetName] = Field(default=[], max_length=8, description="default (with no specs): small,medium,large,k5 or wino8,wino16,wino32")
+  specs: list[SpecIn] = Field(default=[], max_length=8, description="custom shapes, run after the presets")
+  repeats: int = Field(default=20, ge=3, le=1000, description="timed interleaved repeats (the minimum, with ci_width)")
+  warmup: int = Field(default=3, ge=0, le=100)
+  ci_width: float | None = Field(default=0.02, gt=0, le=1, description="sample past `repeats` until every B/A interval is narrower than this "
+                                                                        "(null: exactly `repeats`)")
+  budget_s: float = Field(default=120, ge=1, le=3600, description="the adaptive sampling's time budget per case, in seconds")
+  tile: Tile | None = Field(default=None, description="the explorer's tile (default: F(4,3) for 3x3 kernels, F(4,5) for 5x5)")
+  targets: list[Target] = Field(default=["cuda"], min_length=1, max_length=len(TARGETS))
+  device: str | None = Field(default=None, max_length=32, description="a device this server offers (GET /api/devices); default: the best one")
+
+class StudyStatus(BaseModel):
+  """Where a study stands: running (`step` of `steps`, what it does now in `detail`), done (`result`: the JSON the CLI writes, and
+  `table`: every case's figures beside the document's), error, or interrupted (the server stopped first)."""
+  model_config = {"extra": "forbid"}
+  id: str
+  kind: StudyKind
+  label: str
+  status: Literal["running", "done", "error", "interrupted"]
+  url: str
+  step: int = 0
+  steps: int = 0
+  current: str = ""
+  detail: str = ""
+  error: str | None = None
+  created: float
+  elapsed_s: float
+  request: dict[str, Any]
+  result: dict[str, Any] | None = None
+  table: list[dict[str, Any]] | None = None

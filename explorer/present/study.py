@@ -1,0 +1,141 @@
+"""A study as the documents laid it out: one row per case and figure, the document's number beside the measured ratio, its 95% interval,
+the rank test's p-value and the verdict; and a server-rendered SVG per case of every variant's time distribution (box and samples)
+with the paired B/A ratios, their interval, 1 (no difference) and the document's figure. Pure Python: no tinygrad, no JS."""
+from __future__ import annotations
+import html, math
+from typing import Any, Sequence
+import numpy as np
+from explorer.spec import ConvSpec
+
+def _ratio(x: float | None) -> str: return "-" if x is None or not math.isfinite(x) else f"{x:.4g}x"
+
+FIGURES = {"time": "run time, median of B/A per repeat", "spread": "standard deviation, B over A", "compile": "codegen + compile, B over A",
+           "graph": "tensor graph UOps, A -> B", "uops": "linear UOps (all kernels), A -> B"}
+
+def _says(case: dict, variant: str, figure: str) -> str:
+  """The document's words for this figure of this variant (against the case's first), or "-"."""
+  claim = case.get("claim") or {}
+  return claim.get("says", {}).get(figure, "-") if claim.get("of", variant) == variant else "-"
+
+def _interval(lo: float | None, hi: float | None) -> str:
+  return "-" if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) else f"{lo:.4g}–{hi:.4g}"
+
+def document_rows(study: dict) -> list[dict[str, Any]]:
+  """Every case's figures in one table, the document's words beside each. The paired figures (time, spread) carry an interval, a
+  p-value (time) and a verdict; the trace figures (compile time, UOp counts) come from one trace per variant, so they have none."""
+  rows = []
+  for n, case in enumerate(study["cases"]):
+    where = {"case": n, "preset": case["preset"], "shape": ConvSpec.from_dict(case["spec"]).label(), "setting": case.get("case", "")}
+    def row(a: str, b: str, figure: str, measured: str, interval: str = "-", p: float | None = None, verdict: str = "-") -> dict[str, Any]:
+      return {**where, "a": a, "b": b, "figure": FIGURES[figure], "document": _says(case, b, figure), "measured": measured,
+              "interval": interval, "p_value": p, "verdict": verdict}
+    rows += [row(c["a"], c["b"], c["figure"], _ratio(c["ratio"]), _interval(c["ci_low"], c["ci_high"]), c["p_value"], c["verdict"])
+             for c in case["comparisons"]]
+    first = case["rows"][0]
+    for r in case["rows"][1:]:
+      build_a, build_b = first["codegen_s"] + first["compile_s"], r["codegen_s"] + r["compile_s"]
+      rows.append(row(first["variant"], r["variant"], "compile", _ratio(build_b / build_a if build_a else None), "one trace each"))
+      rows += [row(first["variant"], r["variant"], figure, f"{first[key]} -> {r[key]}", "counted")
+               for key, figure in (("graph_uops", "graph"), ("linear_uops", "uops")) if first.get(key) is not None]
+  return rows
+
+# ***** the plot *****
+
+W, LABEL_W, ROW_H, PAD = 760, 190, 34, 28
+
+def _scale(lo: float, hi: float, x0: float, x1: float):
+  span = (hi - lo) or abs(hi) or 1.0
+  lo, hi = lo - span * 0.05, hi + span * 0.05
+  return lambda v: x0 + (v - lo) / (hi - lo) * (x1 - x0)
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+  step = 10 ** math.floor(math.log10(((hi - lo) or abs(hi) or 1.0) / n))
+  step *= next(m for m in (1, 2, 5, 10) if (hi - lo) / (step * m) <= n)
+  return [t for t in np.arange(math.ceil(lo / step) * step, hi + step / 2, step)]
+
+def _box(y: float, xs: Sequence[float], x_of, cls: str) -> list[str]:
+  """A box from the quartiles, whiskers to the furthest sample within 1.5 IQR, every sample a dot (spread over the row's height)."""
+  v = np.sort(np.asarray(xs, dtype=np.float64))
+  q1, med, q3 = np.quantile(v, [0.25, 0.5, 0.75])
+  iqr = q3 - q1
+  lo_w, hi_w = v[v >= q1 - 1.5 * iqr].min(), v[v <= q3 + 1.5 * iqr].max()
+  h = ROW_H * 0.55
+  out = [f'<line class="whisker" x1="{x_of(lo_w):.1f}" x2="{x_of(hi_w):.1f}" y1="{y:.1f}" y2="{y:.1f}"/>',
+         f'<rect class="box {cls}" x="{x_of(q1):.1f}" y="{y - h / 2:.1f}" width="{max(x_of(q3) - x_of(q1), 1):.1f}" height="{h:.1f}"/>',
+         f'<line class="median" x1="{x_of(med):.1f}" x2="{x_of(med):.1f}" y1="{y - h / 2:.1f}" y2="{y + h / 2:.1f}"/>']
+  jitter = np.random.default_rng(0).uniform(-h / 2.5, h / 2.5, len(xs))
+  out += [f'<circle class="sample" cx="{x_of(x):.1f}" cy="{y + j:.1f}" r="1.6"/>' for x, j in zip(xs, jitter)]
+  return out
+
+def _axis(y: float, x_of, lo: float, hi: float, unit: str) -> list[str]:
+  out = [f'<line class="axis" x1="{LABEL_W}" x2="{W - PAD}" y1="{y:.1f}" y2="{y:.1f}"/>']
+  for t in _ticks(lo, hi):
+    out += [f'<line class="tick" x1="{x_of(t):.1f}" x2="{x_of(t):.1f}" y1="{y:.1f}" y2="{y + 4:.1f}"/>',
+            f'<text class="tick" x="{x_of(t):.1f}" y="{y + 16:.1f}" text-anchor="middle">{t:.4g}{unit}</text>']
+  return out
+
+def distribution_svg(case: dict) -> str:
+  """Top: each variant's time per repeat (ms). Bottom: each B's ratio to A per repeat, the 95% interval of its median (band), 1 and
+  the document's figure (dashed), so a verdict can be read off the picture."""
+  rows, esc = case["rows"], html.escape
+  times = [np.asarray(r["samples"], dtype=np.float64) * 1e3 for r in rows]
+  ratios = [np.asarray(r["samples"], dtype=np.float64) / np.asarray(rows[0]["samples"], dtype=np.float64) for r in rows[1:]]
+  comps = [c for c in case["comparisons"] if c["figure"] == "time"]
+  n_top, n_bot = len(rows), len(ratios)
+  top_h, bot_h = n_top * ROW_H + 40, n_bot * ROW_H + 40
+  height = PAD + top_h + 24 + bot_h
+  out = [f'<svg class="study-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="{W}" height="{height}" role="img" '
+         f'aria-label="time distribution per variant, {esc(case["preset"])}">',
+         f'<text class="title" x="8" y="16">time per repeat (ms), {sum(len(t) for t in times) // max(n_top, 1)} paired repeats</text>']
+  lo, hi = float(min(t.min() for t in times)), float(max(t.max() for t in times))
+  x_of = _scale(lo, hi, LABEL_W, W - PAD)
+  for i, (r, t) in enumerate(zip(rows, times)):
+    y = PAD + 10 + i * ROW_H + ROW_H / 2
+    out += [f'<text class="label" x="{LABEL_W - 8}" y="{y + 4:.1f}" text-anchor="end">{esc(r["variant"])}</text>', *_box(y, list(t), x_of, f"v{i}")]
+  out += _axis(PAD + 10 + n_top * ROW_H + 4, x_of, lo, hi, "")
+  if not ratios: return "\n".join(out + ["</svg>"])
+  base = PAD + top_h + 24
+  out.append(f'<text class="title" x="8" y="{base - 4:.1f}">each variant / {esc(rows[0]["variant"])}, per repeat · band: 95% interval of the '
+             'median · line: 1 (no difference) · dashed: the document</text>')
+  marks = [1.0] + [v for c in comps for v in (c["ci_low"], c["ci_high"], c["claim"]) if v is not None and math.isfinite(v) and v < 50]
+  lo, hi = min(float(min(r.min() for r in ratios)), *marks), max(float(max(r.max() for r in ratios)), *marks)
+  x_of = _scale(lo, hi, LABEL_W, W - PAD)
+  top, bottom = base + 6, base + 6 + n_bot * ROW_H
+  for i, (r, c) in enumerate(zip(ratios, comps)):
+    y = base + 6 + i * ROW_H + ROW_H / 2
+    band = max(x_of(c["ci_high"]) - x_of(c["ci_low"]), 1.5)
+    why = f'median {c["ratio"]:.4f}, 95% interval {c["ci_low"]:.4f}–{c["ci_high"]:.4f}: {esc(c["verdict"])}'
+    out += [f'<text class="label" x="{LABEL_W - 8}" y="{y + 4:.1f}" text-anchor="end">{esc(c["b"])}</text>',
+            f'<rect class="ci" x="{x_of(c["ci_low"]):.1f}" y="{y - ROW_H / 2 + 2:.1f}" width="{band:.1f}" height="{ROW_H - 4}">'
+            f'<title>{why}</title></rect>',
+            *_box(y, list(r), x_of, f"v{i + 1}")]
+    if c["claim"] is not None and lo <= c["claim"] <= hi:
+      out.append(f'<line class="claim" x1="{x_of(c["claim"]):.1f}" x2="{x_of(c["claim"]):.1f}" y1="{y - ROW_H / 2:.1f}" y2="{y + ROW_H / 2:.1f}">'
+                 f'<title>the document: {c["claim"]:.4f}</title></line>')
+  out.append(f'<line class="one" x1="{x_of(1.0):.1f}" x2="{x_of(1.0):.1f}" y1="{top:.1f}" y2="{bottom:.1f}"/>')
+  out += _axis(bottom + 4, x_of, lo, hi, "x")
+  return "\n".join(out + ["</svg>"])
+
+# ***** the page's cases, and the offline export *****
+
+def sampling_text(case: dict) -> str:
+  s = case.get("sampling") or {}
+  why = {"converged": f"every interval narrower than {s.get('target_width')}", "budget": f"the {s.get('budget_s')}s budget was spent",
+         "max repeats": "the most repeats allowed", "repeats": "the repeats asked for"}.get(s.get("ended", ""), s.get("ended", ""))
+  return f"{case['warmup']} warmup + {s.get('repeats', case['repeats'])} interleaved repeats, stopped at {why}"
+
+def case_views(result: dict) -> list[dict[str, Any]]:
+  """Each case with what the page draws: its shape's label, how its sampling ended, its plot."""
+  return [{**c, "shape": ConvSpec.from_dict(c["spec"]).label(), "sampling_text": sampling_text(c), "svg": distribution_svg(c)}
+          for c in result["cases"]]
+
+def render_export(status: dict, origin: str) -> str:
+  """A finished study as ONE self-contained HTML file: inline CSS and SVG, no script, no link that leaves it."""
+  import datetime
+  from markupsafe import Markup
+  from explorer import __version__
+  from explorer.present.export import inline_assets
+  from explorer.present.render import environment
+  exported = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  return environment().get_template("study_export.html").render(s=status, cases=case_views(status["result"]), css=Markup(inline_assets()["css"]),
+                                                                 exported=exported, origin=origin, version=__version__)

@@ -1,0 +1,120 @@
+"""Studies on the web: one at a time per server (two would time against each other), run in a daemon thread by
+explorer.analysis.study.run_studies, which spawns the trace and timing workers itself. Each is written to the store when accepted and
+again when it ends, with its result: the permalink /studies/{id} keeps answering after a restart. Each variant's trace is stored too,
+so the study's page links to the kernels it timed."""
+from __future__ import annotations
+import asyncio, threading, time, uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from explorer.analysis.study import DEFAULT_PRESETS, run_studies, study_steps
+from explorer.present.study import document_rows
+from explorer.spec import PRESETS, ConvSpec, Variant
+from explorer.store import Store, trace_key
+from explorer.web.jobs import owner_gone, run_in_daemon_thread, this_owner
+
+INTERRUPTED = "the server stopped before this study finished; start it again from the studies page"
+
+class StudyBusy(RuntimeError):
+  """A study is running already: its id is the message."""
+
+def one_line(e: BaseException) -> str: return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+def study_url(study_id: str) -> str: return f"/studies/{study_id}"
+
+def cases_of(kind: str, presets: list[str], specs: list[ConvSpec]) -> list[tuple[str, ConvSpec]]:
+  """(name, spec) per case: the presets asked for, then the custom shapes (named by their shape); neither: the document's cases."""
+  if not presets and not specs: presets = list(DEFAULT_PRESETS[kind])
+  return [(p, PRESETS[p]) for p in presets] + [(s.label(), s) for s in specs]
+
+def label_of(kind: str, cases: list[tuple[str, ConvSpec]]) -> str: return f"{kind}: {', '.join(name for name, _ in cases)}"
+
+@dataclass
+class StudyRun:
+  """A study this server is running: its progress, from run_studies's callback."""
+  id: str
+  kind: str
+  label: str
+  request: dict
+  steps: int
+  step: int = 0
+  current: str = "starting"
+  detail: str = ""
+  status: str = "running"  # running | done | error | interrupted
+  error: str | None = None
+  created: float = field(default_factory=time.time)
+  finished: float | None = None
+
+  def note(self, step: str, status: str, detail: str) -> None:
+    if self.finished is not None: return
+    self.current, self.detail = step, detail
+    if status in ("done", "error"): self.step = min(self.step + 1, self.steps)
+
+  def snapshot(self) -> dict[str, Any]:
+    return {"id": self.id, "kind": self.kind, "label": self.label, "status": self.status, "url": study_url(self.id), "step": self.step,
+            "steps": self.steps, "current": self.current, "detail": self.detail, "error": self.error, "created": self.created,
+            "elapsed_s": round((self.finished or time.time()) - self.created, 1), "request": self.request}
+
+def stored_status(row: dict) -> dict[str, Any]:
+  """A study known from the store: done (with its result and table), failed, interrupted, or running in another server process."""
+  result = row.get("result")
+  return {"id": row["id"], "kind": row["kind"], "label": row["label"], "status": row["status"], "url": study_url(row["id"]), "error": row["error"],
+          "created": row["created"], "elapsed_s": round((row["finished"] or time.time()) - row["created"], 1), "request": row["request"],
+          "result": result, "table": document_rows(result) if result else None}
+
+class StudyService:
+  def __init__(self, store: Store, on_stored: Callable[[str], None] = lambda trace_id: None):
+    self.store, self.on_stored = store, on_stored
+    self.runs: dict[str, StudyRun] = {}
+    self.owner = this_owner()
+    self._lock = threading.Lock()
+    self.interrupted_at_start = store.interrupt_studies(owner_gone, INTERRUPTED)
+
+  def running(self) -> StudyRun | None: return next((r for r in self.runs.values() if r.status == "running"), None)
+
+  def start(self, kind: str, cases: list[tuple[str, ConvSpec]], request: dict, params: dict[str, Any]) -> StudyRun:
+    """Accept a study and start it (call from the event loop); StudyBusy while another one runs. params: run_studies's keywords."""
+    with self._lock:
+      if (busy := self.running()) is not None: raise StudyBusy(busy.id)
+      run = StudyRun(uuid.uuid4().hex[:12], kind, label_of(kind, cases), request, len(study_steps(kind, [s for _, s in cases])))
+      self.runs[run.id] = run
+    self.store.put_study(run.id, kind, run.label, request, self.owner)
+    loop = asyncio.get_running_loop()
+    def progress(step: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(run.note, step, status, detail)
+    def body() -> None:  # stores the outcome itself: a result can be megabytes, which the event loop should not write
+      try: result = run_studies(kind, cases, progress=progress, keep=self._keep, **params)
+      except Exception as e:
+        if run.status == "running": self.store.study_finished(run.id, "error", error=one_line(e))
+        raise
+      if run.status == "running": self.store.study_finished(run.id, "done", result)
+    run_in_daemon_thread(body).add_done_callback(lambda fut: self._end(run, fut))
+    return run
+
+  def _keep(self, spec: ConvSpec, variant: Variant, result: Any) -> str:
+    """Store a variant's trace (its page is linked from the study's) and return its id."""
+    trace_id = trace_key(spec, variant)
+    self.store.put_trace(trace_id, result.trace, result.rewrites, getattr(result, "target_rewrites", None))
+    self.on_stored(trace_id)
+    return trace_id
+
+  def _end(self, run: StudyRun, fut: asyncio.Future) -> None:
+    if run.status != "running": return  # interrupted: the server is stopping
+    run.finished = time.time()
+    if fut.cancelled(): run.status, run.error = "error", "cancelled"
+    elif (e := fut.exception()) is not None: run.status, run.error = "error", one_line(e)
+    else: run.status, run.step = "done", run.steps
+
+  def status(self, study_id: str) -> dict[str, Any] | None:
+    """Where the study stands: this server's run while it runs, else the store's row (None: unknown id)."""
+    run = self.runs.get(study_id)
+    if run is not None and run.status == "running": return run.snapshot()
+    row = self.store.get_study(study_id)
+    return stored_status(row) if row is not None else None
+
+  def recent(self, limit: int = 50) -> list[dict[str, Any]]: return self.store.recent_studies(limit)
+
+  def shutdown(self) -> None:
+    """The server is stopping: a running study is marked interrupted (its workers die with this process: explorer.capture.lifeline)."""
+    for run in self.runs.values():
+      if run.status == "running":
+        run.status, run.error, run.finished = "interrupted", INTERRUPTED, time.time()
+        self.store.study_finished(run.id, "interrupted", error=INTERRUPTED)
