@@ -69,7 +69,7 @@ def _box(y: float, xs: Sequence[float], x_of, cls: str) -> list[str]:
 
 def _axis(y: float, x_of, lo: float, hi: float, unit: str) -> list[str]:
   out = [f'<line class="axis" x1="{LABEL_W}" x2="{W - PAD}" y1="{y:.1f}" y2="{y:.1f}"/>']
-  for t in _ticks(lo, hi):
+  for t in (t for t in _ticks(lo, hi) if LABEL_W <= x_of(t) <= W - PAD):
     out += [f'<line class="tick" x1="{x_of(t):.1f}" x2="{x_of(t):.1f}" y1="{y:.1f}" y2="{y + 4:.1f}"/>',
             f'<text class="tick" x="{x_of(t):.1f}" y="{y + 16:.1f}" text-anchor="middle">{t:.4g}{unit}</text>']
   return out

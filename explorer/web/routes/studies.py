@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from explorer.analysis.study import DEFAULT_PRESETS
 from explorer.present.study import case_views, render_export
-from explorer.spec import PRESETS, SpecError, device_problem
+from explorer.spec import COMPUTE_DEVICES, PRESETS, SpecError, device_problem
 from explorer.web import deps
 from explorer.web.models import StudyRequest, StudyStatus, documented
 from explorer.web.routes.library import attachment
@@ -33,8 +33,9 @@ async def start_study(request: Request, body: StudyRequest) -> JSONResponse:
   """Returns at once; GET the returned url's API twin (/api/studies/{id}) for progress. Takes as long as its cases' traces plus up to
   budget_s of timing per case."""
   settings = request.app.state.settings
-  if body.device is not None and (why := device_problem(body.device, await deps.offered_devices(request))) is not None:
-    raise SpecError(f"device: {why}")
+  if body.device is not None:  # a device outside COMPUTE_DEVICES is refused before any device is opened
+    for offered in (COMPUTE_DEVICES, None):
+      if (why := device_problem(body.device, offered or await deps.offered_devices(request))) is not None: raise SpecError(f"device: {why}")
   specs = [s.to_spec() for s in body.specs]
   for s in specs: s.validate(memory_budget=int(settings.memory_budget_mb) << 20)
   if body.repeats > int(settings.max_repeats): raise SpecError(f"repeats: at most {settings.max_repeats} on this server")
