@@ -66,3 +66,17 @@ def test_the_progress_bar_counts_every_case():
   three, five = ConvSpec(1, 2, 2, 8, 8, 3), ConvSpec(1, 2, 2, 8, 8, 5)
   assert study_steps("constants", [three]) == study_steps("constants") == ["trace symbolic", "trace materialized", "timing"]
   assert len(study_steps("constants", [three, five])) == 3 + 3 + 3  # the 5x5 case brings its builtin-path case
+
+def test_the_cli_writes_the_json_contract_the_documents_table_and_an_offline_page(tmp_path):
+  import json, subprocess, sys
+  out, page = tmp_path / "s.json", tmp_path / "s.html"
+  run = subprocess.run([sys.executable, "-m", "explorer", "study", "constants", "--preset", "small", "--repeats", "4", "--warmup", "1",
+                        "--json", str(out), "--html", str(page), "--quiet"], capture_output=True, text=True, timeout=600)
+  assert run.returncode == 0, run.stderr
+  study = json.loads(out.read_text())
+  (case,) = study["cases"]
+  assert case["preset"] == "small" and case["identical_kernels"] is False and {r["variant"] for r in case["rows"]} == {"symbolic", "materialized"}
+  for c in case["comparisons"]: assert {"figure", "ratio", "ci_low", "ci_high", "p_value", "verdict", "claim"} <= set(c)
+  assert "the documents' figures, measured again" in run.stdout and "| small | symbolic | materialized | tensor graph UOps" in run.stdout
+  html = page.read_text()
+  assert '<svg class="study-plot"' in html and "<script" not in html

@@ -1,6 +1,6 @@
 """`kernel-explorer`: trace a convolution from the command line, list presets and targets, serve the web app."""
 from __future__ import annotations
-import argparse, json, os, signal, sys, threading
+import argparse, json, os, pathlib, signal, socket, sys, threading
 from typing import Any, Callable, Sequence
 from explorer.cli.progress import StepBars
 from explorer.text import ms, si, table
@@ -120,6 +120,7 @@ def cmd_rewrites(a: argparse.Namespace) -> int:
 
 def cmd_study(a: argparse.Namespace) -> int:
   from explorer.analysis.study import DEFAULT_PRESETS, markdown, run_studies, study_steps
+  from explorer.present.study import document_markdown, document_rows, render_export
   presets = [a.preset] if a.preset else [p.strip() for p in a.presets.split(",") if p.strip()] if a.presets else list(DEFAULT_PRESETS[a.kind])
   if bad := [p for p in presets if p not in PRESETS]: raise SpecError(f"unknown preset(s) {', '.join(bad)}; known: {', '.join(PRESETS)}")
   with StepBars(a.quiet) as bars:
@@ -127,9 +128,15 @@ def cmd_study(a: argparse.Namespace) -> int:
     study = run_studies(a.kind, [(p, PRESETS[p].validate()) for p in presets], repeats=a.repeats, warmup=a.warmup, tile=a.tile,
                         device=a.device, progress=progress, timeout_s=a.timeout, ci_width=a.ci_width, budget_s=a.budget_s)
   for case in study["cases"]: print(markdown(case))
+  print(document_markdown(study))
   path = a.json or f"study-{a.kind}.json"
   with open(path, "w") as f: json.dump(study, f, indent=1, default=str)
   print(f"wrote {path}", file=sys.stderr)
+  if a.html:
+    status = {"id": pathlib.Path(a.html).stem, "label": f"{a.kind}: {', '.join(presets)}", "request": {"argv": sys.argv[1:]}, "result": study,
+              "table": document_rows(study)}
+    pathlib.Path(a.html).write_text(render_export(status, f"kernel-explorer study on {socket.gethostname()}"))
+    print(f"wrote {a.html}", file=sys.stderr)
   return 0 if all(r["status"] == "ok" for case in study["cases"] for r in case["rows"]) else 1
 
 # ***** diff: what A and B name *****
@@ -252,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
   st.add_argument("--device", default=None)
   st.add_argument("--timeout", type=float, default=1800.0)
   st.add_argument("--json", metavar="PATH", help="default: study-KIND.json")
+  st.add_argument("--html", metavar="PATH", help="also write the study as one offline HTML file (tables and plots, as the web page shows it)")
   st.add_argument("--quiet", action="store_true")
   st.set_defaults(fn=cmd_study)
   df = sub.add_parser("diff", help="diff two variants: kernels matched by role and data flow, buffers, sources, timing, outputs")

@@ -139,3 +139,13 @@ def render_export(status: dict, origin: str) -> str:
   exported = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
   return environment().get_template("study_export.html").render(s=status, cases=case_views(status["result"]), css=Markup(inline_assets()["css"]),
                                                                  exported=exported, origin=origin, version=__version__)
+
+def document_markdown(study: dict) -> str:
+  """document_rows as one markdown table: what the CLI prints after a study's cases."""
+  cols = ("case", "A", "B", "figure", "the document", "measured", "95% interval", "p", "verdict")
+  lines = [f"### study {study['study']}: the documents' figures, measured again", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+  for r in document_rows(study):
+    p = "-" if r["p_value"] is None else f"{r['p_value']:.2g}"
+    lines.append("| " + " | ".join(str(x) for x in (r["preset"], r["a"], r["b"], r["figure"], r["document"], r["measured"], r["interval"], p,
+                                                      r["verdict"])) + " |")
+  return "\n".join(lines) + "\n"
