@@ -4,7 +4,7 @@ the schema does not list: 405 with the right Allow) and fuzzed cases, valid and 
 schemathesis infers (POST /api/traces -> GET /api/traces/{id}/... -> DELETE /api/traces/{id} -> GET again) for use_after_free and
 ensure_resource_availability. ignored_auth and object_level_authorization run and pass by having nothing to check: the schema
 declares no security scheme (the access token is a deployment switch; 401 is documented on every operation but /api/health).
-schemathesis.toml says why two operations may refuse schema-valid requests with 422; nothing else is relaxed.
+schemathesis.toml says why three operations may refuse schema-valid requests with 422; nothing else is relaxed.
 
 Bounded: 25 fuzzed examples per operation (besides its examples and coverage cases) and 50 stateful scenarios of up to 8 steps, so
 the file takes well under a few minutes on 2 cores. No trace runs for real: the runner is a stub that stores a small fake trace at
@@ -25,8 +25,8 @@ from explorer.web.jobs import STAGES
 
 EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 STATEFUL = settings(max_examples=50, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-CONFIG = SchemathesisConfig.from_path(pathlib.Path(__file__).parent.parent / "schemathesis.toml")  # why two operations may answer 422
-SEMANTIC_OPS = ("POST /api/traces", "POST /api/traces/{trace_id}/annotations")
+CONFIG = SchemathesisConfig.from_path(pathlib.Path(__file__).parent.parent / "schemathesis.toml")  # why three operations may answer 422
+SEMANTIC_OPS = ("POST /api/traces", "POST /api/traces/{trace_id}/annotations", "POST /api/studies")
 
 def stub_runner(spec, variant, progress, timeout_s):
   """Every stage reported, a minimal trace returned: jobs finish at once and nothing imports tinygrad."""
@@ -37,10 +37,15 @@ def stub_runner(spec, variant, progress, timeout_s):
            "totals": {"kernels": 0, "buffers": 0, "copies": 0, "flops": 0, "bytes": 0, "compile_s": 0, "codegen_s": 0, "time_s": None}, "error": None}
   return SimpleNamespace(trace=trace, rewrites=b"")
 
+def stub_study(kind, cases, progress=None, **params):
+  """A study that ends at once with no cases: the API's answers, not tinygrad's timings, are under test."""
+  return {"study": kind, "cases": []}
+
 FUZZ_SETTINGS = Settings.load(env={}, max_queue=100000)
 
 def fuzz_app(db_path: str):
-  return create_app(db_path, settings=FUZZ_SETTINGS, runner=stub_runner, devices=DeviceCatalog(lister=lambda timeout_s: ["CPU"]))
+  return create_app(db_path, settings=FUZZ_SETTINGS, runner=stub_runner, devices=DeviceCatalog(lister=lambda timeout_s: ["CPU"]),
+                    study_runner=stub_study)
 
 def fresh_app():
   return fuzz_app(str(pathlib.Path(tempfile.mkdtemp(prefix="ke-fuzz-")) / "fuzz.sqlite3"))
@@ -82,7 +87,7 @@ def settle(app, timeout_s: float = 60.0) -> None:
   """Until the app's trace jobs and measurements are over: the next step meets a stored trace, not a queued one, so a scenario's
   responses (and the links hypothesis follows from them) do not depend on timing, and hypothesis can replay it."""
   deadline = time.monotonic() + timeout_s
-  while (app.state.jobs.tasks or app.state.diffs.tasks) and time.monotonic() < deadline: time.sleep(0.005)
+  while (app.state.jobs.tasks or app.state.diffs.tasks or app.state.studies.running()) and time.monotonic() < deadline: time.sleep(0.005)
 
 class StatefulAPI(schema.as_state_machine()):  # type: ignore[misc]
   """Each scenario on a fresh app (a clean store): POST /api/traces, then what its links lead to, every check after each step."""
@@ -99,7 +104,7 @@ def test_the_fuzz_covers_the_api_with_every_check():
   ops = [result.ok() for result in schema.get_all_operations()]
   paths = {op.path for op in ops}
   assert {"/api/traces", "/api/traces/{trace_id}/graphs/{ref}", "/api/traces/{trace_id}/kernels/{n}", "/api/traces/{trace_id}/annotations",
-          "/api/traces/{trace_id}/roofline/probe"} <= paths
+          "/api/traces/{trace_id}/roofline/probe", "/api/studies", "/api/studies/{study_id}"} <= paths
   real = {op.label for op in ops if op.method == "get" and "{trace_id}" in op.path}
   assert {result.ok().label for result in real_schema.get_all_operations()} == real
   load_all_checks()

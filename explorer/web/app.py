@@ -122,8 +122,9 @@ def forget_trace(app: FastAPI, trace_id: str) -> None:
   if (cache := getattr(app.state, "response_cache", None)) is not None: cache.forget(trace_id)
 
 def create_app(db_path: str | None = None, settings: Settings | None = None, runner=None, graph_workers: int = 1,
-               devices: DeviceCatalog | None = None) -> FastAPI:
-  """The app over one SQLite store. runner replaces explorer.capture.run.run_trace (tests use it to count or fake runs).
+               devices: DeviceCatalog | None = None, study_runner=None) -> FastAPI:
+  """The app over one SQLite store. runner replaces explorer.capture.run.run_trace, study_runner explorer.analysis.study.run_studies
+  (tests use them to count or fake runs).
   With settings.token set (KERNEL_EXPLORER_TOKEN) every request needs it."""
   settings = settings or Settings.load()
   store = Store(db_path or settings.db)
@@ -152,7 +153,8 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.state.diffs = DiffService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                 timeout_s=float(settings.trace_timeout_s))
   app.state.targets = TargetService(store, Limits.from_settings(settings), on_stored=lambda trace_id: forget_trace(app, trace_id))
-  app.state.studies = StudyService(store, on_stored=lambda trace_id: forget_trace(app, trace_id))
+  app.state.studies = StudyService(store, on_stored=lambda trace_id: forget_trace(app, trace_id),
+                                    runner=study_runner)
   app.state.devices = devices if devices is not None else DeviceCatalog(timeout_s=min(120.0, float(settings.trace_timeout_s)))
   app.state.templates = make_templates()
   app.state.templates.env.globals["provenance"] = provenance

@@ -62,8 +62,9 @@ def stored_status(row: dict) -> dict[str, Any]:
           "result": result, "table": document_rows(result) if result else None}
 
 class StudyService:
-  def __init__(self, store: Store, on_stored: Callable[[str], None] = lambda trace_id: None):
-    self.store, self.on_stored = store, on_stored
+  def __init__(self, store: Store, on_stored: Callable[[str], None] = lambda trace_id: None, runner: Callable[..., dict] | None = None):
+    """runner replaces explorer.analysis.study.run_studies (the API's fuzz test answers at once without tinygrad)."""
+    self.store, self.on_stored, self.runner = store, on_stored, runner or run_studies
     self.runs: dict[str, StudyRun] = {}
     self.owner = this_owner()
     self._lock = threading.Lock()
@@ -81,7 +82,7 @@ class StudyService:
     loop = asyncio.get_running_loop()
     def progress(step: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(run.note, step, status, detail)
     def body() -> None:  # stores the outcome itself: a result can be megabytes, which the event loop should not write
-      try: result = run_studies(kind, cases, progress=progress, keep=self._keep, **params)
+      try: result = self.runner(kind, cases, progress=progress, keep=self._keep, **params)
       except Exception as e:
         if run.status == "running": self.store.study_finished(run.id, "error", error=one_line(e))
         raise
