@@ -62,8 +62,16 @@ def verdict(ci_low: float, ci_high: float, claim: float | None) -> str:
   if ci_low > 1: return "reproduced" if claim > 1 else "opposite"
   return "not reproduced"
 
+def claim_position(ci_low: float, ci_high: float, claim: float | None) -> str | None:
+  """Where the document's figure lies against the measured interval: a verdict of direction says nothing of size (a claimed 1.4% gain
+  "reproduced" by a measured 12% one is a different effect)."""
+  if claim is None or not (math.isfinite(ci_low) and math.isfinite(ci_high)): return None
+  return "below" if claim < ci_low else "above" if claim > ci_high else "inside"
+
 def compare(a: Sequence[float], b: Sequence[float], claim_time: float | None = None, claim_spread: float | None = None) -> list[dict[str, Any]]:
   """The two figures the seed documents claim for a variant pair: time (B/A median) and spread (std B / std A)."""
   t, s = median_ratio(a, b), spread_ratio(a, b)
-  return [{"figure": "time", **t, "p_value": signed_rank_p(a, b), "claim": claim_time, "verdict": verdict(t["ci_low"], t["ci_high"], claim_time)},
-          {"figure": "spread", **s, "p_value": None, "claim": claim_spread, "verdict": verdict(s["ci_low"], s["ci_high"], claim_spread)}]
+  return [{"figure": "time", **t, "p_value": signed_rank_p(a, b), "claim": claim_time, "verdict": verdict(t["ci_low"], t["ci_high"], claim_time),
+           "claim_position": claim_position(t["ci_low"], t["ci_high"], claim_time)},
+          {"figure": "spread", **s, "p_value": None, "claim": claim_spread, "verdict": verdict(s["ci_low"], s["ci_high"], claim_spread),
+           "claim_position": claim_position(s["ci_low"], s["ci_high"], claim_spread)}]

@@ -14,6 +14,9 @@ def test_a_clear_speedup_is_reproduced_and_noise_is_not():
   assert t_fast["ci_high"] < 1 and abs(t_fast["ratio"] - 0.95) < 0.01 and t_fast["p_value"] < 1e-6 and t_fast["verdict"] == "reproduced"
   assert t_same["ci_low"] < 1 < t_same["ci_high"] and t_same["p_value"] > 0.01 and t_same["verdict"] == "not reproduced"
   assert stats.compare(fast, a, claim_time=0.97)[0]["verdict"] == "opposite"
+  # the direction is reproduced; the size is told apart: a claimed 3% gain lies above a measured 5% one's interval
+  assert t_fast["claim_position"] == "above" and stats.compare(a, fast, claim_time=0.95)[0]["claim_position"] == "inside"
+  assert stats.compare(a, fast)[0]["claim_position"] is None
 
 def test_spread_ratio_sees_a_90_percent_drop():
   rng = np.random.default_rng(2)

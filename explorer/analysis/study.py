@@ -148,8 +148,9 @@ def _trace_summary(t: dict) -> dict: return {"label": t["label"], "status": t["s
 def markdown(study: dict) -> str:
   s = ConvSpec.from_dict(study["spec"])
   case = f" ({study['case']})" if study.get("case") else ""
+  repeats = (study.get("sampling") or {}).get("repeats", study["repeats"])
   head = f"### study {study['study']}: {s.label()}{case}, {study['tile']}, device {study['rows'][0]['device']}, " \
-         f"{study['warmup']} warmup + {study['repeats']} interleaved repeats\n\n"
+         f"{study['warmup']} warmup + {repeats} interleaved repeats\n\n"
   cols = ("variant", "kernels", "copies", "buffers", "ALU ops", "loads", "consts", "uops", "FLOPs", "codegen+compile ms", "source lines",
           "run ms (median)", "std ms", "vs first", "max abs err", "fallback")
   lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

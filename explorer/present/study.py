@@ -12,6 +12,10 @@ def _ratio(x: float | None) -> str: return "-" if x is None or not math.isfinite
 FIGURES = {"time": "run time, median of B/A per repeat", "spread": "standard deviation, B over A", "compile": "codegen + compile, B over A",
            "graph": "tensor graph UOps, A -> B", "uops": "linear UOps (all kernels), A -> B"}
 
+# where the document's figure lies against the measured interval
+SIZE = {"inside": "the document's figure is inside the interval", "below": "the document's figure is below the interval",
+        "above": "the document's figure is above the interval"}
+
 def _says(case: dict, variant: str, figure: str) -> str:
   """The document's words for this figure of this variant (against the case's first), or "-"."""
   claim = case.get("claim") or {}
@@ -28,9 +32,9 @@ def document_rows(study: dict) -> list[dict[str, Any]]:
     where = {"case": n, "preset": case["preset"], "shape": ConvSpec.from_dict(case["spec"]).label(), "setting": case.get("case", "")}
     def row(a: str, b: str, figure: str, measured: str, interval: str = "-", p: float | None = None, verdict: str = "-") -> dict[str, Any]:
       return {**where, "a": a, "b": b, "figure": FIGURES[figure], "document": _says(case, b, figure), "measured": measured,
-              "interval": interval, "p_value": p, "verdict": verdict}
+              "interval": interval, "p_value": p, "verdict": verdict, "size": ""}
     rows += [row(c["a"], c["b"], c["figure"], _ratio(c["ratio"]), _interval(c["ci_low"], c["ci_high"]), c["p_value"], c["verdict"])
-             for c in case["comparisons"]]
+             | {"size": SIZE.get(c.get("claim_position") or "", "")} for c in case["comparisons"]]
     first = case["rows"][0]
     for r in case["rows"][1:]:
       build_a, build_b = first["codegen_s"] + first["compile_s"], r["codegen_s"] + r["compile_s"]
@@ -146,6 +150,7 @@ def document_markdown(study: dict) -> str:
   lines = [f"### study {study['study']}: the documents' figures, measured again", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for r in document_rows(study):
     p = "-" if r["p_value"] is None else f"{r['p_value']:.2g}"
+    verdict = f"{r['verdict']} ({r['size']})" if r["size"] else r["verdict"]
     lines.append("| " + " | ".join(str(x) for x in (r["preset"], r["a"], r["b"], r["figure"], r["document"], r["measured"], r["interval"], p,
-                                                      r["verdict"])) + " |")
+                                                      verdict)) + " |")
   return "\n".join(lines) + "\n"
