@@ -195,6 +195,18 @@ def cmd_export(a: argparse.Namespace) -> int:
     print(f"wrote {path}", file=sys.stderr)
   return 0
 
+def cmd_repro(a: argparse.Namespace) -> int:
+  from explorer.present.export import load
+  from explorer.present.repro import repro_script
+  trace, trace_id, _, _ = load(a.source, a.db)
+  text = repro_script(trace, trace_id)
+  if a.output == "-": sys.stdout.write(text)
+  else:
+    path = a.output or f"repro-{trace_id}.py"
+    with open(path, "w") as f: f.write(text)
+    print(f"wrote {path}: run it with python {path}", file=sys.stderr)
+  return 0
+
 def cmd_serve(a: argparse.Namespace) -> int:
   from explorer.settings import SETTINGS
   from explorer.web import serve
@@ -282,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
   ex.add_argument("--timeout", type=float, default=600.0, help="seconds for the worker that expands graphs")
   ex.add_argument("--quiet", action="store_true", help="no progress on stderr")
   ex.set_defaults(fn=cmd_export)
+  rp = sub.add_parser("repro", help="write a standalone script that reproduces a trace with tinygrad alone (to file in tinygrad's tracker)")
+  rp.add_argument("source", metavar="ID|JSON_FILE", help="a stored trace id or a trace JSON file")
+  rp.add_argument("-o", "--output", metavar="PATH", help="default: repro-ID.py here; - for stdout")
+  rp.add_argument("--db", default=None, help="SQLite file of stored traces (for trace ids)")
+  rp.set_defaults(fn=cmd_repro)
   sub.add_parser("token", help="print a fresh access token for KERNEL_EXPLORER_TOKEN (32 random characters)").set_defaults(fn=cmd_token)
   s = sub.add_parser("serve", help="serve the web app")
   s.add_argument("--host", default="127.0.0.1")

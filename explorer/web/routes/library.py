@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio, math, socket
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from pydantic import BaseModel
 from explorer.present import export
+from explorer.present.repro import repro_script
 from explorer.store import VARIANT_FILTERS
 from explorer.web import deps
 from explorer.web.graphing import GraphNotFound, GraphUnavailable
-from explorer.web.models import documented
+from explorer.web.models import NOT_FOUND, documented
 
 router = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api", tags=["library"])
@@ -134,6 +135,13 @@ async def graph_block(request: Request, trace_id: str, trace: dict, ref: str) ->
     return {"ref": ref, "title": ref, "svg": None, "notes": [], "error": str(e), "shown_nodes": 0, "total_nodes": 0}
   return {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None, "shown_nodes": view["shown_nodes"],
           "total_nodes": view["total_nodes"]}
+
+@api.get("/traces/{trace_id}/repro.py", tags=["traces"], response_class=PlainTextResponse,
+            summary="A standalone Python script that reproduces the trace with tinygrad alone (DEBUG=2 prints each kernel)",
+            responses=documented(NOT_FOUND))
+async def repro(request: Request, trace_id: str, download: bool = True) -> Response:
+  trace = await deps.trace_or_404(request, trace_id)
+  return PlainTextResponse(repro_script(trace, trace_id), headers=attachment(f"repro-{trace_id}.py", download))
 
 @router.get("/t/{trace_id}/export.html")
 async def export_html(request: Request, trace_id: str, download: bool = True) -> Response:
