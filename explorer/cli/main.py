@@ -184,27 +184,23 @@ def cmd_diff(a: argparse.Namespace) -> int:
     print(f"wrote {a.json}", file=sys.stderr)
   return 0 if ta["status"] == tb["status"] == "ok" else 1
 
+def write_out(text: str, output: str | None, default: str, hint: str = "") -> None:
+  """text to `output` (- for stdout), else to the default path here, saying where on stderr."""
+  if output == "-": sys.stdout.write(text); return
+  with open(path := output or default, "w") as f: f.write(text)
+  print(f"wrote {path}{hint.format(path=path)}", file=sys.stderr)
+
 def cmd_export(a: argparse.Namespace) -> int:
   from explorer.present.export import export_file
   say = (lambda m: print(f"  {m}", file=sys.stderr, flush=True)) if not a.quiet else (lambda m: None)
-  text = export_file(a.source, a.format, a.db, a.timeout, say=say)
-  if a.output == "-": sys.stdout.write(text)
-  else:
-    path = a.output or f"{a.source.rsplit('/', 1)[-1].removesuffix('.json')}.{a.format}"
-    with open(path, "w") as f: f.write(text)
-    print(f"wrote {path}", file=sys.stderr)
+  write_out(export_file(a.source, a.format, a.db, a.timeout, say=say), a.output, f"{a.source.rsplit('/', 1)[-1].removesuffix('.json')}.{a.format}")
   return 0
 
 def cmd_repro(a: argparse.Namespace) -> int:
   from explorer.present.export import load
   from explorer.present.repro import repro_script
   trace, trace_id, _, _ = load(a.source, a.db)
-  text = repro_script(trace, trace_id)
-  if a.output == "-": sys.stdout.write(text)
-  else:
-    path = a.output or f"repro-{trace_id}.py"
-    with open(path, "w") as f: f.write(text)
-    print(f"wrote {path}: run it with python {path}", file=sys.stderr)
+  write_out(repro_script(trace, trace_id), a.output, f"repro-{trace_id}.py", ": run it with python {path}")
   return 0
 
 def cmd_serve(a: argparse.Namespace) -> int:
