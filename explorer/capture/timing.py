@@ -30,8 +30,9 @@ def _stop(totals: list[list[float]], done: int, repeats: int, width: float | Non
   return None
 
 def converged(totals: list[list[float]], width: float) -> bool:
-  """Every variant's paired B/A median ratio against the first has a 95% interval narrower than width."""
-  return all((c := stats.median_ratio(totals[0], t))["ci_high"] - c["ci_low"] <= width for t in totals[1:])
+  """Every variant's paired B/A median ratio against the first has a 95% interval narrower than width, relative to the ratio (0.02:
+  1.00-1.02 around 1, 9.9-10.1 around 10: a tenfold slowdown needs no finer absolute resolution than a 1% effect)."""
+  return all((c := stats.median_ratio(totals[0], t))["ci_high"] - c["ci_low"] <= width * c["ratio"] for t in totals[1:])
 
 def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, repeats: int, target_width: float | None = None,
                      budget_s: float | None = None, max_repeats: int = 1000) -> list[dict]:

@@ -261,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
   st.add_argument("--tile", choices=TILES, default=None, help="the explorer's tile (default: F(4,3) for 3x3 kernels, F(4,5) for 5x5)")
   st.add_argument("--repeats", type=int, default=20, help="timed repeats (the minimum, with --ci-width)")
   st.add_argument("--ci-width", type=float, default=None, metavar="W",
-                  help="keep sampling until every B/A ratio's 95%% interval is narrower than W (e.g. 0.01), or --budget-s runs out")
+                  help="keep sampling until every B/A ratio's 95%% interval is narrower than W times the ratio (e.g. 0.01), or "
+                       "--budget-s runs out")
   st.add_argument("--budget-s", type=float, default=300.0, help="time budget of the adaptive sampling per case, in seconds")
   st.add_argument("--warmup", type=int, default=3)
   st.add_argument("--device", default=None)
