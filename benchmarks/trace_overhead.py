@@ -1,66 +1,84 @@
-"""Trace overhead: a full cold trace (capture + render two targets, no timing) against the bare tinygrad pipeline for the same
-program (schedule + host codegen), both cold in fresh processes, measured side by side in one run. Target: ratio <= 1.3.
+"""Trace overhead: the explorer's cold trace against tinygrad's own capture of the same program, side by side in one run.
 
-Also printed: the same bare pipeline plus rendering the same two targets, i.e. the work a trace cannot avoid, so the cost of
-tracking itself is visible apart from the cost of the extra renders.
+  explorer  `kernel-explorer trace --preset P ... --target cuda --no-time --json -`: the host pipeline and one more target, the
+            program run once and checked against the float64 reference (every process the command starts)
+  tinygrad  `VIZ=-1 python repro.py`: the same program as the trace's reproducer (explorer/present/repro.py) with tinygrad's rewrite
+            tracking and profile on and no viewer, which is what a user runs instead
+
+Each side is a fresh command (interpreter start and imports included), the sides interleaved round by round so that drift on a
+shared machine hits both alike; medians. Memory is the peak, over the run, of the resident memory summed over the command's whole
+process tree (sampled every 20 ms from /proc). Targets (issue 18): wall <= 1.0x and memory <= 1.5x on medium and large builtin
+Winograd; the large explorer fused variant under 30 s, or within 1.1x of tinygrad alone.
+
+  python benchmarks/trace_overhead.py [--cases medium:builtin,large:builtin,large:fused] [--rounds 3]
 """
 from __future__ import annotations
-import argparse, multiprocessing as mp, os, statistics, time
+import argparse, os, pathlib, statistics, subprocess, sys, tempfile, time
 
-def _bare(spec: dict, variant: dict, targets: tuple[str, ...], q: mp.Queue) -> None:
-  os.environ["VIZ"] = "0"  # before tinygrad is imported: no rewrite tracking, as a plain realize
-  os.environ["CCACHE"] = "0"
-  from explorer.capture import adapter as tg
-  from explorer.capture.algorithms import build_conv
-  from explorer.spec import ConvSpec, Variant
-  from tinygrad import Tensor
-  s, v = ConvSpec(**spec), Variant.from_dict(variant)
-  x, w = Tensor.randn(*s.input_shape).realize(), Tensor.randn(*s.weight_shape).realize()
+CASES = {"builtin": ["--algo", "winograd"], "direct": ["--algo", "direct"],
+         "fused": ["--algo", "winograd", "--wino-impl", "explorer", "--staging", "fused"]}
+CLEAN = ("VIZ", "TRACK_MATCH_STATS", "DEBUG", "WINO", "NOOPT", "BEAM", "DEV", "PROFILE")
+
+def tree_rss_mb(root: int) -> float:
+  """Resident memory of root and all its descendants, in MiB (Linux /proc)."""
+  children: dict[int, list[int]] = {}
+  for d in os.listdir("/proc"):
+    if not d.isdigit(): continue
+    try:
+      with open(f"/proc/{d}/stat") as f: stat = f.read()
+      children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(d))
+    except OSError: continue
+  total, todo = 0, [root]
+  while todo:
+    pid = todo.pop()
+    todo += children.get(pid, [])
+    try:
+      with open(f"/proc/{pid}/statm") as f: total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError: continue
+  return total / 2**20
+
+def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+  """(wall seconds, peak MiB over the process tree) of one command run to its end."""
   st = time.perf_counter()
-  with tg.opt_context(v.opt):
-    linear = tg.schedule(build_conv(x, w, s, v))
-    kernels = [c.ast for c in tg.calls(linear) if c.kind == "kernel"]
-    for ast in kernels: tg.codegen_host(ast, tg.host_renderer(tg.default_device()))
-    host = time.perf_counter() - st
-    for t in targets:
-      for ast in kernels: tg.codegen_deviceless(ast, tg.render_target(t, v.arch(t)))
-  q.put((host, time.perf_counter() - st))
+  proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  peak = 0.0
+  while proc.poll() is None:
+    peak = max(peak, tree_rss_mb(proc.pid))
+    time.sleep(0.02)
+  wall = time.perf_counter() - st
+  if proc.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.read()[-2000:]}")
+  return wall, peak
 
-def _traced(spec: dict, variant: dict, q: mp.Queue) -> None:
-  from explorer.spec import ConvSpec, Variant
-  from explorer.capture.trace import capture
-  st = time.perf_counter()
-  trace, _ = capture(ConvSpec(**spec), Variant.from_dict(variant))
-  assert trace["status"] == "ok", trace["failures"]
-  q.put(time.perf_counter() - st)
-
-def in_fresh_process(fn, *args):
-  ctx = mp.get_context("spawn")
-  q = ctx.Queue()
-  p = ctx.Process(target=fn, args=(*args, q))
-  p.start()
-  ret = q.get(timeout=1800)
-  p.join()
-  return ret
+def repro_for(preset: str, flags: list[str], env: dict[str, str], workdir: pathlib.Path) -> pathlib.Path:
+  """tinygrad's side: the reproducer of a (quick, untimed, host-only) trace of the same program."""
+  trace_json = workdir / f"{preset}-{flags[-1]}.json"
+  subprocess.run([sys.executable, "-m", "explorer", "trace", "--preset", preset, *flags, "--target", "clang", "--no-time", "--quiet",
+                  "--json", str(trace_json)], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  path = workdir / f"repro-{preset}-{flags[-1]}.py"
+  subprocess.run([sys.executable, "-m", "explorer", "repro", str(trace_json), "-o", str(path)], env=env, check=True, stderr=subprocess.DEVNULL)
+  return path
 
 def main() -> None:
-  from explorer.spec import PRESETS, Variant
-  ap = argparse.ArgumentParser(description=__doc__)
-  ap.add_argument("--presets", default="small,wino8,medium")
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--cases", default="medium:builtin,large:builtin,large:fused", help="PRESET:builtin|direct|fused, comma separated")
   ap.add_argument("--rounds", type=int, default=3)
   a = ap.parse_args()
-  targets = ("cuda", "metal")
-  print("| preset | algo | bare schedule+codegen s | bare + 2 renders s | full trace s | trace / bare | trace / (bare + renders) |")
+  env = {k: v for k, v in os.environ.items() if k not in CLEAN}
+  workdir = pathlib.Path(tempfile.mkdtemp(prefix="ke-overhead-"))
+  print("| case | explorer wall s | tinygrad VIZ=-1 wall s | wall ratio | explorer peak MiB | tinygrad peak MiB | memory ratio |")
   print("|---|---|---|---|---|---|---|")
-  for name in a.presets.split(","):
-    for algo in ("direct", "winograd"):
-      v = Variant(algo=algo, targets=targets, time=False).to_dict()
-      bare, bare_r, full = [], [], []
-      for _ in range(a.rounds):  # interleaved, so drift on a shared machine hits both alike
-        h, hr = in_fresh_process(_bare, PRESETS[name].to_dict(), v, targets)
-        bare.append(h); bare_r.append(hr)
-        full.append(in_fresh_process(_traced, PRESETS[name].to_dict(), v))
-      b, br, f = statistics.median(bare), statistics.median(bare_r), statistics.median(full)
-      print(f"| {name} | {algo} | {b:.2f} | {br:.2f} | {f:.2f} | {f/b:.2f} | {f/br:.2f} |", flush=True)
+  for case in a.cases.split(","):
+    preset, algo = case.split(":")
+    flags = CASES[algo]
+    script = repro_for(preset, flags, env, workdir)
+    ours = [sys.executable, "-m", "explorer", "trace", "--preset", preset, *flags, "--target", "cuda", "--no-time", "--quiet",
+            "--json", str(workdir / "out.json")]
+    theirs = [sys.executable, str(script)]
+    runs: dict[str, list[tuple[float, float]]] = {"ours": [], "theirs": []}
+    for _ in range(a.rounds):
+      runs["ours"].append(measure(ours, env))
+      runs["theirs"].append(measure(theirs, {**env, "VIZ": "-1", "DEBUG": "0"}))
+    (w1, m1), (w2, m2) = ((statistics.median(x for x, _ in r), statistics.median(m for _, m in r)) for r in (runs["ours"], runs["theirs"]))
+    print(f"| {case} | {w1:.1f} | {w2:.1f} | {w1 / w2:.2f} | {m1:.0f} | {m2:.0f} | {m1 / m2:.2f} |", flush=True)
 
 if __name__ == "__main__": main()
