@@ -1,0 +1,121 @@
+"""The Python API: trace a convolution from a script or a notebook, then look at it inline, in a file or in the browser.
+
+    from explorer import api
+    t = api.trace("small", algo="winograd", targets=("cuda",))  # a preset name, a ConvSpec or its dict; Variant's fields
+    t                                    # in Jupyter: the facts, the kernel table, the kernel graph, every kernel's sources
+    t.save("t.json")                     # the trace JSON, as `kernel-explorer trace --json` writes it
+    t.store()                            # into the explorer's SQLite store: its permalink id
+    t.open()                             # stored, then shown in the browser (a local server is started if none answers)
+    t.diff(api.trace("small", algo="direct"))   # kernels matched by role and data flow, sources and metrics compared
+
+Like the CLI, the trace runs in a worker process (tinygrad's rewrite tracking is set before tinygrad is imported there), so this
+process never imports tinygrad and a notebook may import tinygrad itself, first or not.
+"""
+from __future__ import annotations
+import json, os, pathlib, subprocess, sys, time, urllib.request, webbrowser
+from dataclasses import dataclass, field
+from typing import Any
+from explorer.spec import PRESETS, ConvSpec, SpecError, Variant
+
+def _spec_of(conv: str | ConvSpec | dict) -> ConvSpec:
+  if isinstance(conv, ConvSpec): return conv.validate()
+  if isinstance(conv, dict): return ConvSpec.from_dict(conv).validate()
+  if conv not in PRESETS: raise SpecError(f"unknown preset {conv!r}; known: {', '.join(PRESETS)} (or pass a ConvSpec)")
+  return PRESETS[conv]
+
+def trace(conv: str | ConvSpec | dict, timeout_s: float = 600.0, **variant: Any) -> Trace:
+  """Trace one convolution (a preset name, a ConvSpec or its dict) computed as `variant` says (explorer.spec.Variant's fields:
+  algo, wino_impl, tile, staging, consts, opt, targets, time, repeats, device, rewrites...)."""
+  from explorer.capture.run import run_trace
+  spec = _spec_of(conv)
+  v = Variant(**{**variant, "targets": tuple(variant.get("targets", Variant().targets)), "rewrites": tuple(variant.get("rewrites", ()))})
+  result = run_trace(spec, v.resolve(spec), timeout_s=timeout_s)
+  return Trace(result.trace, result.rewrites, getattr(result, "target_rewrites", None) or {}, v)
+
+@dataclass
+class Trace:
+  """A finished trace: `data` is the trace JSON (explorer/web/models.py and the README describe it), `rewrites` the rewrite blob its
+  UOp graphs expand from."""
+  data: dict
+  rewrites: bytes
+  target_rewrites: dict[str, bytes] = field(default_factory=dict)
+  variant: Variant | None = None  # as asked: the store keys a trace by it
+
+  @property
+  def id(self) -> str:
+    from explorer.store import trace_key
+    return trace_key(ConvSpec.from_dict(self.data["spec"]), self.variant or Variant.from_dict(self.data["variant"]))
+
+  @property
+  def kernels(self) -> list[dict]: return self.data["kernels"]
+
+  @property
+  def ok(self) -> bool: return self.data["status"] == "ok"
+
+  def save(self, path: str | os.PathLike) -> pathlib.Path:
+    p = pathlib.Path(path)
+    p.write_text(json.dumps(self.data, indent=1, default=str))
+    return p
+
+  def store(self, db: str | os.PathLike | None = None) -> str:
+    """Into the explorer's store (the server's default, or db): returns the id, whose page is /t/{id}."""
+    from explorer.store import Store
+    Store(db).put_trace(self.id, self.data, self.rewrites, self.target_rewrites)
+    return self.id
+
+  def open(self, db: str | os.PathLike | None = None, port: int = 8000, browser: bool = True) -> str:
+    """Store, then show the trace's page: a server already answering on 127.0.0.1:port is reused, else one is started over the same
+    store (it keeps running after this process). Returns the page's URL."""
+    trace_id = self.store(db)
+    base = ensure_server(port, db)
+    url = f"{base}/t/{trace_id}"
+    if browser: webbrowser.open(url)
+    return url
+
+  def diff(self, other: Trace, target: str = "cuda") -> Diff:
+    """This trace (A) against other (B): kernels matched by role and data flow, fused stages, buffers, sources and metrics."""
+    from explorer.analysis.diff import diff_traces, summary
+    d = diff_traces(self.data, other.data, self.rewrites, other.rewrites, target)
+    return Diff(d, summary(d))
+
+  def html(self) -> str:
+    """The notebook view as HTML (the export's facts and kernel table, the kernel graph, the sources); no script, nothing fetched."""
+    from markupsafe import Markup
+    from explorer.present import graphs
+    from explorer.present.export import localize_svg
+    from explorer.present.render import environment, pygments_css
+    try: kernel_graph = Markup(localize_svg(graphs.layout_svg(graphs.kernel_graph_dot(graphs.kernel_graph(self.data), "")), "kg"))
+    except Exception: kernel_graph = None  # graphviz missing or the layout failed: the rest still shows  # noqa: BLE001
+    return environment().get_template("notebook.html").render(trace=self.data, trace_id=self.id, kernel_graph=kernel_graph,
+                                                              pygments_css=Markup(pygments_css()))
+
+  def _repr_html_(self) -> str: return self.html()
+
+  def __repr__(self) -> str:
+    return f"<explorer.api.Trace {self.data['label']}: {len(self.kernels)} kernels, {self.data['status']}>"
+
+@dataclass
+class Diff:
+  data: dict
+  text: str
+  def __str__(self) -> str: return self.text
+  def _repr_html_(self) -> str:
+    import html
+    return f"<pre>{html.escape(self.text)}</pre>"
+
+def _answers(base: str) -> bool:
+  try:
+    with urllib.request.urlopen(f"{base}/api/health", timeout=2) as r: return r.status == 200
+  except OSError: return False
+
+def ensure_server(port: int = 8000, db: str | os.PathLike | None = None, wait_s: float = 60.0) -> str:
+  """The base URL of a Kernel Explorer answering on 127.0.0.1:port, started (detached, over db) if none does."""
+  base = f"http://127.0.0.1:{port}"
+  if _answers(base): return base
+  cmd = [sys.executable, "-m", "explorer", "serve", "--port", str(port), *(["--db", str(db)] if db is not None else [])]
+  subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+  deadline = time.monotonic() + wait_s
+  while not _answers(base):
+    if time.monotonic() > deadline: raise RuntimeError(f"started `{' '.join(cmd)}` but nothing answered on {base} within {wait_s:.0f}s")
+    time.sleep(0.3)
+  return base

@@ -1,0 +1,51 @@
+"""The Python API (explorer.api) on a real tiny trace: its id is the store's key, it saves, stores, diffs, renders inline, and opens
+its page on a local server that it starts when none answers."""
+from __future__ import annotations
+import html, json, os, signal, time
+import httpx
+import pytest
+from conftest import free_port
+from explorer import api
+from explorer.spec import ConvSpec, SpecError
+from explorer.store import Store
+
+TINY = ConvSpec(1, 2, 2, 8, 8, 3)
+
+@pytest.fixture(scope="module")
+def wino():
+  return api.trace(TINY, algo="winograd", wino_impl="explorer", targets=("cuda",), warmup=1, repeats=3)
+
+def test_a_trace_is_the_same_record_the_cli_writes(wino, tmp_path):
+  assert wino.ok and len(wino.kernels) == 4 and "cuda" in wino.kernels[0]["sources"]
+  path = wino.save(tmp_path / "t.json")
+  assert json.loads(path.read_text())["label"] == wino.data["label"]
+  db = tmp_path / "s.sqlite3"
+  assert wino.store(db) == wino.id and Store(db).get_trace(wino.id)["kernels"][0]["name"] == wino.kernels[0]["name"]
+
+def test_the_inline_view_has_facts_kernels_graph_and_sources(wino):
+  view = wino._repr_html_()
+  assert 'class="ke-nb"' in view[:400]
+  assert all(k["name"] in view for k in wino.kernels) and "<svg" in view and 'class="hl"' in view and "<script" not in view
+
+def test_diff_of_two_traces(wino):
+  direct = api.trace(TINY, algo="direct", targets=("cuda",), time=False)
+  d = wino.diff(direct)
+  assert tuple(d.data["variant_changes"]["algo"]) == ("winograd", "direct")
+  assert "matched by role" in str(d) and html.escape(str(d)) in d._repr_html_()
+
+def test_bad_input_is_one_clear_error():
+  with pytest.raises(SpecError, match="unknown preset 'nope'"): api.trace("nope")
+  with pytest.raises(SpecError): api.trace(TINY, algo="winograd", wino_impl="explorer", tile="F(2,5)")
+
+def test_open_starts_a_server_when_none_answers(wino, tmp_path):
+  port, db = free_port(), tmp_path / "open.sqlite3"
+  url = wino.open(db=db, port=port, browser=False)
+  try:
+    assert url == f"http://127.0.0.1:{port}/t/{wino.id}" and httpx.get(url, timeout=60).status_code == 200
+    assert wino.open(db=db, port=port, browser=False) == url  # reused, not started twice
+  finally:
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+      try: cmd = open(f"/proc/{pid}/cmdline").read().split("\0")
+      except OSError: continue
+      if "serve" in cmd and str(port) in cmd: os.kill(pid, signal.SIGTERM)
+    time.sleep(0.5)
