@@ -57,18 +57,30 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
   step *= next(m for m in (1, 2, 5, 10) if (hi - lo) / (step * m) <= n)
   return [t for t in np.arange(math.ceil(lo / step) * step, hi + step / 2, step)]
 
-def _box(y: float, xs: Sequence[float], x_of, cls: str) -> list[str]:
-  """A box from the quartiles, whiskers to the furthest sample within 1.5 IQR, every sample a dot (spread over the row's height)."""
-  v = np.sort(np.asarray(xs, dtype=np.float64))
-  q1, med, q3 = np.quantile(v, [0.25, 0.5, 0.75])
+def _whiskers(xs: Sequence[float] | np.ndarray) -> tuple[float, float]:
+  """The furthest samples within 1.5 IQR of the quartiles: the plot's range (outliers would squeeze every box into a corner)."""
+  v = np.asarray(xs, dtype=np.float64)
+  q1, q3 = np.quantile(v, [0.25, 0.75])
   iqr = q3 - q1
-  lo_w, hi_w = v[v >= q1 - 1.5 * iqr].min(), v[v <= q3 + 1.5 * iqr].max()
+  return float(v[v >= q1 - 1.5 * iqr].min()), float(v[v <= q3 + 1.5 * iqr].max())
+
+def _box(y: float, xs: Sequence[float], x_of, cls: str, lo: float, hi: float) -> list[str]:
+  """A box from the quartiles, whiskers to the furthest sample within 1.5 IQR, every sample a dot (spread over the row's height);
+  samples beyond the plot's range [lo, hi] sit hollow on its edge, counted."""
+  v = np.asarray(xs, dtype=np.float64)
+  q1, med, q3 = np.quantile(v, [0.25, 0.5, 0.75])
+  lo_w, hi_w = _whiskers(xs)
   h = ROW_H * 0.55
   out = [f'<line class="whisker" x1="{x_of(lo_w):.1f}" x2="{x_of(hi_w):.1f}" y1="{y:.1f}" y2="{y:.1f}"/>',
          f'<rect class="box {cls}" x="{x_of(q1):.1f}" y="{y - h / 2:.1f}" width="{max(x_of(q3) - x_of(q1), 1):.1f}" height="{h:.1f}"/>',
          f'<line class="median" x1="{x_of(med):.1f}" x2="{x_of(med):.1f}" y1="{y - h / 2:.1f}" y2="{y + h / 2:.1f}"/>']
   jitter = np.random.default_rng(0).uniform(-h / 2.5, h / 2.5, len(xs))
-  out += [f'<circle class="sample" cx="{x_of(x):.1f}" cy="{y + j:.1f}" r="1.6"/>' for x, j in zip(xs, jitter)]
+  for x, j in zip(v, jitter):
+    inside = lo <= x <= hi
+    out.append(f'<circle class="sample{"" if inside else " out"}" cx="{x_of(min(max(x, lo), hi)):.1f}" cy="{y + j:.1f}" r="1.6">'
+               f'<title>{x:.4g}</title></circle>')
+  for n, side in ((int((v < lo).sum()), lo), (int((v > hi).sum()), hi)):
+    if n: out.append(f'<text class="tick" x="{x_of(side):.1f}" y="{y - h / 2 - 2:.1f}" text-anchor="middle">{n} beyond</text>')
   return out
 
 def _axis(y: float, x_of, lo: float, hi: float, unit: str) -> list[str]:
@@ -91,18 +103,19 @@ def distribution_svg(case: dict) -> str:
   out = [f'<svg class="study-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="{W}" height="{height}" role="img" '
          f'aria-label="time distribution per variant, {esc(case["preset"])}">',
          f'<text class="title" x="8" y="16">time per repeat (ms), {sum(len(t) for t in times) // max(n_top, 1)} paired repeats</text>']
-  lo, hi = float(min(t.min() for t in times)), float(max(t.max() for t in times))
+  lo, hi = min(_whiskers(t)[0] for t in times), max(_whiskers(t)[1] for t in times)
   x_of = _scale(lo, hi, LABEL_W, W - PAD)
   for i, (r, t) in enumerate(zip(rows, times)):
     y = PAD + 10 + i * ROW_H + ROW_H / 2
-    out += [f'<text class="label" x="{LABEL_W - 8}" y="{y + 4:.1f}" text-anchor="end">{esc(r["variant"])}</text>', *_box(y, list(t), x_of, f"v{i}")]
+    out += [f'<text class="label" x="{LABEL_W - 8}" y="{y + 4:.1f}" text-anchor="end">{esc(r["variant"])}</text>',
+            *_box(y, list(t), x_of, f"v{i}", lo, hi)]
   out += _axis(PAD + 10 + n_top * ROW_H + 4, x_of, lo, hi, "")
   if not ratios: return "\n".join(out + ["</svg>"])
   base = PAD + top_h + 24
   out.append(f'<text class="title" x="8" y="{base - 4:.1f}">each variant / {esc(rows[0]["variant"])}, per repeat · band: 95% interval of the '
              'median · line: 1 (no difference) · dashed: the document</text>')
   marks = [1.0] + [v for c in comps for v in (c["ci_low"], c["ci_high"], c["claim"]) if v is not None and math.isfinite(v) and v < 50]
-  lo, hi = min(float(min(r.min() for r in ratios)), *marks), max(float(max(r.max() for r in ratios)), *marks)
+  lo, hi = min(*(_whiskers(r)[0] for r in ratios), *marks), max(*(_whiskers(r)[1] for r in ratios), *marks)
   x_of = _scale(lo, hi, LABEL_W, W - PAD)
   top, bottom = base + 6, base + 6 + n_bot * ROW_H
   for i, (r, c) in enumerate(zip(ratios, comps)):
@@ -110,9 +123,9 @@ def distribution_svg(case: dict) -> str:
     band = max(x_of(c["ci_high"]) - x_of(c["ci_low"]), 1.5)
     why = f'median {c["ratio"]:.4f}, 95% interval {c["ci_low"]:.4f}–{c["ci_high"]:.4f}: {esc(c["verdict"])}'
     out += [f'<text class="label" x="{LABEL_W - 8}" y="{y + 4:.1f}" text-anchor="end">{esc(c["b"])}</text>',
+            *_box(y, list(r), x_of, f"v{i + 1}", lo, hi),  # the interval over the box: it is what the verdict reads
             f'<rect class="ci" x="{x_of(c["ci_low"]):.1f}" y="{y - ROW_H / 2 + 2:.1f}" width="{band:.1f}" height="{ROW_H - 4}">'
-            f'<title>{why}</title></rect>',
-            *_box(y, list(r), x_of, f"v{i + 1}")]
+            f'<title>{why}</title></rect>']
     if c["claim"] is not None and lo <= c["claim"] <= hi:
       out.append(f'<line class="claim" x1="{x_of(c["claim"]):.1f}" x2="{x_of(c["claim"]):.1f}" y1="{y - ROW_H / 2:.1f}" y2="{y + ROW_H / 2:.1f}">'
                  f'<title>the document: {c["claim"]:.4f}</title></line>')
