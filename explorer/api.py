@@ -8,11 +8,13 @@
     t.open()                             # stored, then shown in the browser (a local server is started if none answers)
     t.diff(api.trace("small", algo="direct"))   # kernels matched by role and data flow, sources and metrics compared
 
-Like the CLI, the trace runs in a worker process (tinygrad's rewrite tracking is set before tinygrad is imported there), so this
-process never imports tinygrad and a notebook may import tinygrad itself, first or not.
+`trace` runs in a worker process, as the CLI does. `capture` records any tinygrad program in this process: tinygrad decides at import
+whether it records rewrites, so importing this module before tinygrad turns its recording on (TRACK_MATCH_STATS=2, for the whole
+process: tinygrad then keeps every rewrite it makes, which costs memory and about twice the codegen time).
 """
 from __future__ import annotations
 import json, os, pathlib, subprocess, sys, time, urllib.request, webbrowser
+if "tinygrad" not in sys.modules and "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 from dataclasses import dataclass, field
 from typing import Any
 from explorer.spec import PRESETS, ConvSpec, SpecError, Variant
@@ -43,8 +45,10 @@ class Trace:
 
   @property
   def id(self) -> str:
-    from explorer.store import trace_key
-    return trace_key(ConvSpec.from_dict(self.data["spec"]), self.variant or Variant.from_dict(self.data["variant"]))
+    """The store's key: of the spec and the variant as asked, for a convolution; of the kernels run, for a captured program."""
+    from explorer.store import key_of, trace_key
+    if self.data.get("spec") is None or self.variant is None: return key_of(self.data)
+    return trace_key(ConvSpec.from_dict(self.data["spec"]), self.variant)
 
   @property
   def kernels(self) -> list[dict]: return self.data["kernels"]
@@ -102,6 +106,43 @@ class Diff:
   def _repr_html_(self) -> str:
     import html
     return f"<pre>{html.escape(self.text)}</pre>"
+
+class capture(Trace):
+  """Trace whatever tinygrad program runs inside the block, in this process:
+
+      with capture(targets=("cuda", "metal")) as t:
+          y = model(x); y.realize()
+      t                    # the last realize that ran a kernel (t.traces: every realize, in order)
+
+  Every realize (and .numpy(), which realizes) with something to compute goes through the explorer's pipeline and is recorded like a
+  convolution's trace: tensor graph, schedule and STAGE decisions, kernels per target with their passes, sources, the run, timings
+  when time=True. reference: arrays to check the realized tensors against (in order), judged by rel_tolerance.
+
+  tinygrad decides at import whether it records rewrites: import the explorer before tinygrad (or set TRACK_MATCH_STATS=2), else
+  entering the block fails at once and says so."""
+  def __init__(self, name: str | None = None, targets: tuple[str, ...] = ("cuda",), time: bool = False, opt: str = "heuristic",
+               warmup: int = 2, repeats: int = 10, reference: Any = None, rel_tolerance: float = 1e-5):
+    import inspect
+    caller = inspect.stack()[1]
+    self.name = name or f"{pathlib.Path(caller.filename).name}:{caller.lineno}"
+    super().__init__({}, b"", {}, None)
+    self._variant = Variant(targets=tuple(targets), time=time, opt=opt, warmup=warmup, repeats=repeats).validate()
+    self._reference, self._tolerance = reference, rel_tolerance
+    self.traces: list[Trace] = []
+    self._capturing: Any = None
+
+  def __enter__(self) -> capture:
+    from explorer.capture.program import Capturing
+    self._capturing = Capturing(self.name, self._variant, reference=self._reference, rel_tolerance=self._tolerance).__enter__()
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    self._capturing.__exit__(*exc)
+    self.traces = [Trace(t, blob, blobs) for t, blob, blobs in self._capturing.results]
+    if exc[0] is not None: return
+    if not self.traces: raise RuntimeError("nothing was realized inside the capture block: call .realize() (or .numpy()) on the tensors to trace")
+    main = next((t for t in reversed(self.traces) if t.kernels), self.traces[-1])
+    self.data, self.rewrites, self.target_rewrites = main.data, main.rewrites, main.target_rewrites
 
 def _answers(base: str) -> bool:
   try:

@@ -106,11 +106,24 @@ def trace_key(spec: ConvSpec, variant: Variant) -> str:
   payload = {"spec": spec.to_dict(), "variant": variant_fields, "tinygrad": tinygrad_version(), "device": device_key(variant)}
   return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
+def program_key(trace: dict) -> str:
+  """A captured program's id: the content hash of its name, the kernels it ran (their AST keys), the variant, tinygrad and device."""
+  payload = {"program": (trace.get("program") or {}).get("name"), "kernels": [k.get("ast_key") for k in trace["kernels"]],
+             "variant": {k: v for k, v in trace["variant"].items() if k != "notes"}, "tinygrad": trace["env"]["tinygrad"],
+             "device": trace["env"]["device"]}
+  return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+def key_of(trace: dict) -> str:
+  """The id a recorded trace is stored under: trace_key for a convolution, program_key for a captured program."""
+  if trace.get("spec") is None: return program_key(trace)
+  return trace_key(ConvSpec.from_dict(trace["spec"]), Variant.from_dict(trace["variant"]))
+
 def trace_summary(trace: dict) -> dict:
   """The few fields the recent-traces list shows, kept in their own column so listing never parses whole traces."""
   totals, variant = trace.get("totals") or {}, trace.get("variant") or {}
   return {"label": trace.get("label"), "preset": trace.get("preset"), "status": trace.get("status"), "kernels": totals.get("kernels"),
-          "time_s": (totals.get("time_s") or {}).get("median"), "algo": variant.get("algo"), "device": (trace.get("env") or {}).get("device"),
+          "time_s": (totals.get("time_s") or {}).get("median"),
+          "algo": "program" if trace.get("program") else variant.get("algo"), "device": (trace.get("env") or {}).get("device"),
           "failures": len(trace.get("failures") or []), "tinygrad": (trace.get("env") or {}).get("tinygrad"),
           **{k: variant.get(k) for k in VARIANT_FILTERS if k != "algo"}, "targets": variant.get("targets")}
 

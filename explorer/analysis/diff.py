@@ -316,10 +316,13 @@ def _attach_graphs(groups: list[dict], sa: Side, sb: Side, a_blob: bytes, b_blob
 
 # ***** measured: timing and outputs, each in one worker *****
 
-def _comparable(a: dict, b: dict) -> str | None:
+def comparable(a: dict, b: dict) -> str | None:
+  """Why the two cannot be timed or run against each other here (rebuilt from their specs, on one device), or None."""
+  if a.get("spec") is None or b.get("spec") is None:
+    return "a captured program cannot be rebuilt here: time it when capturing it (capture(time=True), or trace --script without --no-time)"
   if a.get("spec") != b.get("spec"): return "the specs differ"
-  if a["env"]["device"] != b["env"]["device"]: return f"the devices differ ({a['env']['device']} vs {b['env']['device']})"
-  return None
+  da, db = (a.get("env") or {}).get("device"), (b.get("env") or {}).get("device")
+  return f"they ran on different devices ({da} and {db})" if da != db else None
 
 def _variant_on(t: dict) -> dict: return {**t["variant"], "device": t["env"]["device"]}
 
@@ -340,7 +343,7 @@ def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmu
                           progress: Any = None) -> dict:
   """Time A and B interleaved (A, B, A, B...) in one fresh worker, tracking off; the ratio B/A with its spread.
   progress(stage, status, detail) hears the worker: compiling each variant, waiting for the device, the repeats."""
-  if (why := _comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not timed: {why}"}
+  if (why := comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not timed: {why}"}
   try:
     args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)], "warmup": warmup, "repeats": repeats}
     (ra, rb), _ = call_in_worker("explorer.capture.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
@@ -352,7 +355,7 @@ def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmu
 
 def compare_outputs(a_trace: dict, b_trace: dict, timeout_s: float = DEFAULT_TIMEOUT_S, progress: Any = None) -> dict:
   """Both variants run on the traces' seeded inputs in one worker: how far apart their outputs are."""
-  if (why := _comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not compared: {why}"}
+  if (why := comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not compared: {why}"}
   try:
     args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)]}
     res, _ = call_in_worker("explorer.analysis.diff_worker:output_difference", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})

@@ -46,6 +46,33 @@ for _hook in (getattr(uop_ops, "print_match_stats", None), getattr(tinygrad.devi
 
 def tracking_enabled() -> bool: return uop_ops.TRACK_MATCH_STATS.value >= 2
 
+def tracking_possible() -> bool:
+  """tinygrad records matches only with the PatternMatcher it swaps in at import when tracking is on: a process that imported tinygrad
+  without it (a notebook that imported tinygrad first) cannot record a pass's matches, whatever it sets later."""
+  return uop_ops.PatternMatcher is getattr(uop_ops, "TrackedPatternMatcher", None)
+
+def tensor_device(t: Tensor) -> str: return t.device if isinstance(t.device, str) else ",".join(t.device or ())
+
+def pending(ts: Sequence[Tensor]) -> list[Tensor]:
+  """The tensors a realize of ts would compute (as Tensor.realize chooses them): not yet backed by a buffer, not virtual."""
+  return [t for t in ts if not t.uop.is_virtual and not t.uop.has_buffer_identity()]
+
+@contextlib.contextmanager
+def on_realize(hook: Callable[[list[Tensor]], None]) -> Iterator[None]:
+  """While inside, every Tensor.realize with something to compute calls hook(those tensors) instead (hook must realize them); a
+  realize from inside the hook (reading a result back) is tinygrad's own."""
+  original, busy = Tensor.realize, [False]
+  def realize(self: Tensor, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
+    todo = pending((self, *lst))
+    if busy[0] or not todo: return original(self, *lst, do_update_stats=do_update_stats)
+    busy[0] = True
+    try: hook(todo)
+    finally: busy[0] = False
+    return self
+  Tensor.realize = realize  # type: ignore[method-assign]
+  try: yield
+  finally: Tensor.realize = original  # type: ignore[method-assign]
+
 # ***** devices and renderers *****
 
 def default_device() -> str: return best_device()  # defined at the end of this module
@@ -208,17 +235,17 @@ def _graph_from_viz(g: dict[int, dict]) -> dict:
 
 # ***** tensor graph and scheduler *****
 
-def tensor_sink(out: Tensor) -> UOp: return out.uop.sink()
+def tensor_sink(*outs: Tensor) -> UOp: return UOp.sink(*[o.uop for o in outs])
 
 def op_histogram(sink: UOp) -> dict[str, int]: return dict(collections.Counter(u.op.name for u in sink.toposort()))
 
-def schedule(out: Tensor) -> UOp:
+def schedule(*outs: Tensor) -> UOp:
   """tinygrad's schedule: an Ops.LINEAR of CALLs (kernels and copies), exactly as Tensor.realize builds it. Under BEAM, the kernels
   are marked for beam search here, as compile_linear would mark them, so that the programs codegen shows are the ones that run."""
   from tinygrad.engine.realize import pm_beam
   from tinygrad.helpers import BEAM
   from tinygrad.uop.ops import graph_rewrite
-  linear = out.schedule_linear()
+  linear = Tensor.schedule_linear(*outs)
   return graph_rewrite(linear, pm_beam, ctx=BEAM.value, walk=True) if BEAM.value >= 1 else linear
 
 @dataclass(frozen=True)

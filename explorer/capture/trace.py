@@ -6,6 +6,7 @@ and its caches and context variables must not leak between variants.
 from __future__ import annotations
 import datetime, platform, socket, statistics, time, traceback
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
 from explorer.capture import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
@@ -43,9 +44,11 @@ class Recorder:
     self.progress(stage, "done", f"{time.perf_counter() - st:.2f}s")
     return ret
 
-def new_trace(spec: ConvSpec, variant: Variant, device: str) -> dict:
-  return {"schema": SCHEMA, "spec": spec.to_dict(), "preset": preset_of(spec), "variant": variant.to_dict(),
-          "label": f"{spec.label()} | {variant.label()}",
+def new_trace(spec: ConvSpec | None, variant: Variant, device: str, program: dict | None = None) -> dict:
+  """A trace about to be recorded: of a convolution (spec), or of any tinygrad program (program: its name, source and outputs)."""
+  label = f"{spec.label()} | {variant.label()}" if spec is not None else f"{program['name'] if program else 'program'} | opt={variant.opt}"
+  return {"schema": SCHEMA, "spec": spec.to_dict() if spec is not None else None, "preset": preset_of(spec) if spec is not None else None,
+          "program": program, "variant": variant.to_dict(), "label": label,
           "env": {"tinygrad": tg.TINYGRAD_VERSION, "device": device, "host": socket.gethostname(), "python": platform.python_version(),
                   "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "tracking": tg.tracking_enabled()},
           "status": "ok", "failures": [], "notes": list(variant.notes), "stage_seconds": {},
@@ -69,14 +72,19 @@ def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_
   target's (its codegen ran in a process of its own)."""
   variant = variant.resolve(spec)
   device = variant.device or tg.default_device()
-  trace = new_trace(spec, variant, device)
+  return record(new_trace(spec, variant, device), variant, device, progress,
+                lambda rec, base, pool, blobs: _run_stages(rec, spec, variant, device, dump_io, base, pool, blobs))
+
+Stages = Callable[[Recorder, int, RenderPool, dict[str, bytes]], None]
+
+def record(trace: dict, variant: Variant, device: str, progress: Progress, stages: Stages) -> tuple[dict, bytes, dict[str, bytes]]:
+  """Run the stages into `trace`, the other targets' renders beside them; then the rewrite blob and the bufferize decisions."""
   trace["env"]["compiler"], trace["env"]["fallback"] = _safe(lambda: tg.compiler_name(device)), _safe(lambda: tg.fallback_reason(device))
   trace["env"]["device_name"] = _safe(lambda: tg.device_name(device))  # the hardware, for its roofline
   base = tg.tracking_mark()
-  rec = Recorder(trace, progress)
   pool = RenderPool(max(1, min(2, len(variant.targets))))
   blobs: dict[str, bytes] = {}
-  try: _run_stages(rec, spec, variant, device, dump_io, base, pool, blobs)
+  try: stages(Recorder(trace, progress), base, pool, blobs)
   except StageFailed: pass
   finally: pool.close()
   blob = tg.export_rewrites(base)
@@ -87,8 +95,18 @@ def _safe(fn: Callable[[], Any]) -> Any:
   try: return fn()
   except Exception as e: return f"unavailable: {type(e).__name__}: {e}"
 
+@dataclass
+class Program:
+  """What the pipeline traces: the tensors to realize (their graph built, nothing realized yet), each known buffer's role, what each
+  kernel computes, and how to check the outputs (None: no reference, nothing to check against)."""
+  outs: list[Any]
+  roles: Callable[[], dict[int, str]]                # buffer key -> input, weight, output...: asked once the schedule exists
+  kernel_role: Callable[[dict, list[dict], Any], str]  # (schedule row, buffers, call) -> role
+  check: Callable[[dict, list[np.ndarray]], None] | None = None
+
 def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool,
                 blobs: dict[str, bytes]) -> None:
+  """The convolution: seeded inputs, the variant's algorithm, roles from its data flow, the float64 reference."""
   Tensor, dtypes = tg.Tensor, tg.dtypes
   from explorer.capture.algorithms import build_conv
   rng = np.random.default_rng(0)
@@ -99,29 +117,35 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
     x, w = Tensor(x_np, device=device, dtype=dtype), Tensor(w_np, device=device, dtype=dtype)
     tg.realize_inputs(x, w)
     return x, w, build_conv(x, w, spec, variant)
-  trace = rec.trace
   with tg.opt_context(variant.opt):
     x, w, out = rec.run("tensor_graph", inputs_and_graph)
-    sink = tg.tensor_sink(out)
-    trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
-    trace["spec_checks"] = {"tensor_graph": tg.spec_check([sink], "tensor")}  # tinygrad's own specs, every UOp (models.SpecCheck)
-    linear = rec.run("schedule", lambda: _schedule(trace, out, base))
-    roles = {tg.buffer_key(tg.tensor_buffer(t)): role for t, role in ((x, "input"), (w, "weight"), (out, "output"))}
-    calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, roles, variant))
-    trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
-    host = tg.host_renderer(device)
-    others = {t: variant.arch(t) for t in variant.targets if t != tg.target_name(host)}  # the host's own target is its record
-    renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], others, variant.opt, variant.rewrites, variant.rewrite_file)
-    programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base, variant))  # the renders overlap with codegen and the run
-    rec.run("render", lambda: _render(trace, calls, renders, blobs))
-    compiled = rec.run("run", lambda: _run(trace, linear, out, spec, x_np, w_np, dump_io))
-    if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs), detail=device)
+    roles = lambda: {tg.buffer_key(tg.tensor_buffer(t)): role for t, role in ((x, "input"), (w, "weight"), (out, "output"))}
+    check = lambda trace, got: _check_conv(trace, spec, x_np, w_np, got[0], dump_io)
+    pipeline(rec, Program([out], roles, lambda s, buffers, call: _role(s, buffers, call, variant), check), variant, device, base, pool, blobs)
+
+def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, base: int, pool: RenderPool, blobs: dict[str, bytes]) -> None:
+  """Every stage after the tensor graph is built: schedule, kernel graph, codegen (with the other targets rendered beside it), the run
+  and its check, timing."""
+  trace = rec.trace
+  sink = tg.tensor_sink(*program.outs)
+  trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
+  trace["spec_checks"] = {"tensor_graph": tg.spec_check([sink], "tensor")}  # tinygrad's own specs, every UOp (models.SpecCheck)
+  linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base))
+  calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role))
+  trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
+  host = tg.host_renderer(device)
+  others = {t: variant.arch(t) for t in variant.targets if t != tg.target_name(host)}  # the host's own target is its record
+  renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], others, variant.opt, variant.rewrites, variant.rewrite_file)
+  programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base, variant))  # the renders overlap with codegen and the run
+  rec.run("render", lambda: _render(trace, calls, renders, blobs))
+  compiled = rec.run("run", lambda: _run(trace, linear, program))
+  if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs), detail=device)
   _totals(trace)
 
-def _schedule(trace: dict, out: Any, base: int) -> Any:
+def _schedule(trace: dict, outs: list[Any], base: int) -> Any:
   mark = tg.tracking_mark()
   st = time.perf_counter()
-  linear = tg.schedule(out)
+  linear = tg.schedule(*outs)
   seconds = time.perf_counter() - st
   groups = tg.passes_since(mark, base)
   trace["scheduler"] = {"seconds": seconds, "groups": [{"name": n, "passes": [pass_record(p) for p in ps]} for n, ps in groups]}
@@ -129,7 +153,7 @@ def _schedule(trace: dict, out: Any, base: int) -> Any:
   return linear
 
 
-def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], variant: Variant) -> list[tg.Call]:
+def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], kernel_role: Callable[[dict, list[dict], Any], str]) -> list[tg.Call]:
   calls = tg.calls(linear)
   index: dict[int, int] = {}
   blist: list[dict] = []
@@ -151,12 +175,12 @@ def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], variant: V
     if b["role"] == "intermediate" and not b["written_by"]:
       b["role"] = "host" if b["read_by"] and all(trace["schedule"][i]["kind"] == "copy" for i in b["read_by"]) else "constant"
   trace["buffers"] = blist
-  for s in trace["schedule"]: s["role"] = _role(s, blist, calls[s["index"]], variant)
+  for s in trace["schedule"]: s["role"] = kernel_role(s, blist, calls[s["index"]]) if s["kind"] == "kernel" else s["kind"]
   return calls
 
 def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
-  """What a kernel computes, from data flow: which of input/weight it reads, whether it reduces, whether it writes the output."""
-  if s["kind"] != "kernel": return s["kind"]
+  """What a convolution's kernel computes, from data flow: which of input/weight it reads, whether it reduces, whether it writes the
+  output."""
   read_roles = {buffers[i]["role"] for i in s["reads"]}
   writes_output = any(buffers[i]["role"] == "output" for i in s["writes"])
   if variant.algo == "direct": return "conv" if writes_output else "prep"
@@ -216,18 +240,20 @@ def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], blobs
     records, blobs[t] = fut.result()
     for c, got in zip(kernels, records): add_target_record(by_call[c.index], t, got)
 
-def _run(trace: dict, linear: Any, out: Any, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, dump_io: str | None) -> Any:
+def _run(trace: dict, linear: Any, program: Program) -> Any:
   compiled = tg.compile_schedule(linear)
   if tg.compiled_sources(compiled) != [k["sources"]["host"] for k in trace["kernels"]]:
     raise RuntimeError("tinygrad compiled other programs than the ones codegen recorded: the trace would not show what runs")
   tg.run_schedule(compiled)
-  got = out.numpy()
+  if program.check is not None: program.check(trace, [o.numpy() for o in program.outs])
+  return compiled
+
+def _check_conv(trace: dict, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, got: np.ndarray, dump_io: str | None) -> None:
   ref = conv2d_reference(x_np.astype(np.float64), w_np.astype(np.float64), spec.stride, spec.pad, spec.groups)
   trace["error"] = error_stats(got.astype(np.float64), ref)
   tolerance, judged = error_tolerance(trace["variant"], spec.dtype)
   trace["error"].update(tolerance=tolerance, tolerance_for=judged, within=trace["error"]["max_rel"] <= tolerance)
   if dump_io is not None: _dump_io(dump_io, x_np, w_np, got)
-  return compiled
 
 def _dump_io(path: str, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
   import pathlib

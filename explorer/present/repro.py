@@ -26,6 +26,7 @@ def _conv(spec: ConvSpec, variant: Variant) -> list[str]:
 
 def repro_script(trace: dict, trace_id: str) -> str:
   """The script. Running it prints tinygrad's own DEBUG=2 line for every kernel, the output's shape and a checksum."""
+  if trace.get("spec") is None: return program_script(trace, trace_id)
   spec, variant = ConvSpec.from_dict(trace["spec"]), Variant.from_dict(trace["variant"])
   env = environment(trace)
   explorer = variant.wino_impl == "explorer" and variant.algo == "winograd"
@@ -57,3 +58,13 @@ def repro_script(trace: dict, trace_id: str) -> str:
     'print("output", y.shape, "sum", float(np.float64(y).sum()))',
   ]
   return "\n".join(lines) + "\n"
+
+def program_script(trace: dict, trace_id: str) -> str:
+  """A captured program's reproducer: its own source where the capture kept it (a --script run), with the environment set."""
+  program, env = trace.get("program") or {}, environment(trace)
+  env.pop("WINO", None)
+  head = [f"# Reproduces Kernel Explorer trace {trace_id}: {trace.get('label', '')}, recorded with tinygrad {trace['env'].get('tinygrad', '?')}",
+          "import os", *[f"os.environ.setdefault({k!r}, {v!r})" for k, v in env.items()]]
+  if program.get("source"): return "\n".join(head + ["# the program's source, as `kernel-explorer trace --script` ran it:", program["source"]]) + "\n"
+  return "\n".join(head + ["# The program was captured from Python (explorer.api.capture): its source was not kept. Run your code after",
+                           "# the lines above (DEBUG=2 prints each kernel tinygrad runs)."]) + "\n"

@@ -13,7 +13,10 @@ ROLE_MEANING = {
   "ghat": "Winograd's weight transform: each 3x3 filter g becomes G·g·Gt",
   "mhat": "the batched elementwise product of transformed tiles and filters, reduced over the input channels",
   "out": "Winograd's output transform: At·m·A turns each transformed tile back into output pixels",
+  # a captured program's kernels (explorer.capture.program): what they are, not which convolution step
+  "reduce": "a reduction: each output accumulates over a loop", "elementwise": "elementwise work: each output from its own inputs",
 }
+PROGRAM_ROLE_MEANING = {"out": "it writes a tensor the program realized"}
 OPT_MEANING = {
   "UPCAST": "computes several outputs per thread, in registers", "UNROLL": "unrolls a reduce loop", "LOCAL": "splits an axis into a workgroup",
   "GROUP": "splits a reduce across threads of a group", "GROUPTOP": "splits a reduce across threads of a group",
@@ -28,7 +31,9 @@ def _si(x: float) -> str:
 
 def _plural(n: int, word: str, many: str | None = None) -> str: return f"{n} {word if n == 1 else many or word + 's'}"
 
-def _role_text(role: str) -> str: return "; then ".join(ROLE_MEANING.get(p, p) for p in role.split("+"))
+def _role_text(role: str, program: bool = False) -> str:
+  meaning = {**ROLE_MEANING, **PROGRAM_ROLE_MEANING} if program else ROLE_MEANING
+  return "; then ".join(meaning.get(p, p) for p in role.split("+"))
 
 def _opt_text(opts: list[str]) -> str:
   if not opts: return "No optimizations were applied (opt=none, or nothing helped): the loops stay as the AST wrote them."
@@ -39,19 +44,21 @@ def _opt_text(opts: list[str]) -> str:
 def _step(id: str, title: str, view: str, text: str) -> dict: return {"id": id, "title": title, "view": view, "text": text}
 
 def trace_tour(trace: dict) -> list[dict]:
-  """The pipeline, stage by stage, for one trace."""
-  spec, variant = ConvSpec.from_dict(trace["spec"]), Variant.from_dict(trace["variant"])
+  """The pipeline, stage by stage, for one trace (of a convolution, or of a captured program: spec None)."""
+  spec, variant = ConvSpec.from_dict(trace["spec"]) if trace.get("spec") else None, Variant.from_dict(trace["variant"])
   steps = [_tensor_step(trace, spec), *_scheduler_steps(trace), _constants_step(trace, variant)]
   for k in trace["kernels"]: steps += _kernel_steps(trace, k, spec)
   steps.append(_timing_step(trace, spec))
   return [s for s in steps if s is not None]
 
-def _tensor_step(trace: dict, spec: ConvSpec) -> dict:
+def _tensor_step(trace: dict, spec: ConvSpec | None) -> dict:
   g = trace["tensor_graph"] or {"uops": 0, "ops": {}}
   top = ", ".join(f"{n} {op}" for op, n in sorted(g["ops"].items(), key=lambda kv: -kv[1])[:4])
+  what = f"The convolution {spec.label()}" if spec is not None else f"The program {trace['program']['name']}"
+  recipe = (f"the {_si(spec.direct_flops)}FLOPs of a direct convolution are only a recipe at this point." if spec is not None else
+            "what it computes is only a recipe at this point.")
   return _step("tensor", "Tensor graph", "graph/tensor",
-               f"The convolution {spec.label()} starts as a lazy tensor graph of {g['uops']} UOps (most common: {top}). Nothing has run yet: "
-               f"the {_si(spec.direct_flops)}FLOPs of a direct convolution are only a recipe at this point.")
+               f"{what} starts as a lazy tensor graph of {g['uops']} UOps (most common: {top}). Nothing has run yet: {recipe}")
 
 def _scheduler_steps(trace: dict) -> list[dict]:
   sch = trace.get("scheduler") or {}
@@ -83,12 +90,13 @@ def _constants_step(trace: dict, variant: Variant) -> dict | None:
                f"The Winograd transform matrices are {variant.consts if variant.wino_impl == 'explorer' else 'symbolic'} here: {where}. "
                f"Across the kernels the linearized code has {consts} CONST uops and {loads} loads.")
 
-def _kernel_steps(trace: dict, k: dict, spec: ConvSpec) -> list[dict]:
+def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None) -> list[dict]:
   names = {b["index"]: f"{b['name']} ({b['role']})" for b in trace["buffers"]}
   reads, writes = ", ".join(names[i] for i in k["reads"]) or "nothing", ", ".join(names[i] for i in k["writes"])
   n = k["index"]
-  text = f"Kernel {k['name']} is {k['role']}: {_role_text(k['role'])}. It reads {reads} and writes {writes}. Its AST has {k['ast_uops']} UOps."
-  if k["role"] == "xhat":
+  text = (f"Kernel {k['name']} is {k['role']}: {_role_text(k['role'], spec is None)}. It reads {reads} and writes {writes}. "
+          f"Its AST has {k['ast_uops']} UOps.")
+  if k["role"] == "xhat" and spec is not None:
     total = trace["totals"].get("flops", 0)
     text += (f" The whole Winograd schedule counts {_si(total)}FLOPs (tinygrad's Estimates) against {_si(spec.direct_flops)}FLOPs of "
              f"multiply-adds for the direct convolution: {spec.direct_flops / total:.2f}x fewer." if total else "")
@@ -117,15 +125,17 @@ def _pressure_text(k: dict) -> str:
   return (f" At most {p['max_live']} values are live at once, at uop {p['max_live_at']}{where}: what the register allocator has to fit"
           + (f"; the compiler used {regs} registers per thread." if regs is not None else "."))
 
-def _timing_step(trace: dict, spec: ConvSpec) -> dict:
+def _timing_step(trace: dict, spec: ConvSpec | None) -> dict:
   total = (trace.get("totals") or {}).get("time_s")
   if not total: return _step("timing", "Timings", "timings", "This trace was not timed (--no-time).")
   share = ", ".join(f"{k['name']} {100 * k['time_s']['median'] / total['median']:.0f}%" for k in trace["kernels"] if k.get("time_s"))
   err = trace.get("error") or {}
+  rate = f" That is {spec.direct_flops / total['median'] / 1e9:.2f} GFLOP/s of direct-convolution work." if spec is not None else ""
+  checked = (f" The output differs from its reference ({err.get('tolerance_for', 'a float64 numpy reference')}) by at most "
+             f"{err.get('max_abs', float('nan')):.2g}." if err else " No reference was given, so the outputs were not checked.")
   return _step("timing", "Timings", "timings",
                f"On {trace['env']['device']} the kernels took {total['median']*1e3:.3f} ms (median of {total['n']}, std {total['std']*1e3:.3f} ms): "
-               f"{share}. That is {spec.direct_flops / total['median'] / 1e9:.2f} GFLOP/s of direct-convolution work. The output differs from a "
-               f"float64 numpy reference by at most {err.get('max_abs', float('nan')):.2g}.")
+               f"{share}.{rate}{checked}")
 
 # ***** built-in tours for the seed experiments: two traces side by side *****
 

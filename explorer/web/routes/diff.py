@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
-from explorer.analysis.diff import relation_label
+from explorer.analysis.diff import comparable, relation_label
 from explorer.spec import PRESETS, SpecError
 from explorer.store import trace_key
 from explorer.web import deps
@@ -149,12 +149,6 @@ async def diff_page(request: Request, a: str, b: str, target: str | None = Query
   ctx = {"a": a, "b": b, "ta": ta_trace, "tb": tb_trace, "d": d, "rows": rows, "graphs": gr, "measures": measures, "target": ta, "target_b": tb,
          "targets": targets_of(ta_trace, tb_trace), "diff_url": diff_url, "comparable": comparable(ta_trace, tb_trace), "rel_label": relation_label}
   return await request.app.state.templates.render(request, "diff.html", ctx)
-
-def comparable(a: dict, b: dict) -> str | None:
-  """Why the two cannot be timed or run against each other here, or None."""
-  if a.get("spec") != b.get("spec"): return "the specs differ"
-  da, db = (a.get("env") or {}).get("device"), (b.get("env") or {}).get("device")
-  return f"they ran on different devices ({da} and {db})" if da != db else None
 
 @router.get("/diff/{a}/{b}/graphs", response_class=HTMLResponse)
 async def graphs_fragment(request: Request, a: str, b: str) -> HTMLResponse:
