@@ -12,6 +12,7 @@ class TraceResult:
   rewrites: bytes                                                        # the host's rewrite blob
   progress: list[tuple[str, str, str]] = field(default_factory=list)
   target_rewrites: dict[str, bytes] = field(default_factory=dict)        # each other target's, by target name
+  others: list[dict[str, Any]] = field(default_factory=list)              # a script's every realize, in order (run_script)
 
 def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str, Any],
                     dump_io: str | None) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
@@ -24,6 +25,15 @@ def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None
   (trace, blob, blobs), seen = call_in_worker("explorer.capture.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
                                        "dump_io": dump_io}, progress, timeout_s, limits=limits, live=live)
   return TraceResult(trace, blob, seen, blobs)
+
+def run_script(path: str, fn: str | None, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
+               limits: Limits | None = None) -> TraceResult:
+  """Run a tinygrad script (or its function fn) in a fresh worker, every realize traced (explorer.capture.program); the result is the
+  last realize that ran a kernel, and `others` every realize's trace, in order."""
+  results, seen = call_in_worker("explorer.capture.program:script_in_worker", {"path": path, "fn": fn, "variant": variant.to_dict()},
+                                 progress, timeout_s, limits=limits)
+  trace, blob, blobs = next((r for r in reversed(results) if r[0]["kernels"]), results[-1])
+  return TraceResult(trace, blob, seen, blobs, others=[r[0] for r in results])
 
 def targets_in_worker(progress: Progress, blob: bytes, sinks: list[int], targets: dict[str, str], opt: str,
                       rewrites: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -86,9 +86,16 @@ def summary(trace: dict) -> str:
 # ***** commands *****
 
 def cmd_trace(a: argparse.Namespace) -> int:
-  from explorer.capture.run import run_trace
-  spec, variant = case_from_args(a)
-  with StepBars(a.quiet) as bars: res = run_trace(spec, variant, bars.bar("", STAGES), timeout_s=a.timeout, dump_io=a.dump_io)
+  from explorer.capture.run import run_script, run_trace
+  if a.script is not None:
+    if a.preset or a.shape: raise UsageError("--script traces the script's own tensors: leave out --preset and --shape")
+    if not os.path.isfile(a.script): raise SpecError(f"--script: no such file: {a.script}")
+    _, variant = case_from_args(a)
+    with StepBars(a.quiet) as bars: res = run_script(os.path.abspath(a.script), a.script_fn, variant, bars.bar("", STAGES), timeout_s=a.timeout)
+  else:
+    if a.script_fn is not None: raise UsageError("--fn names a function of --script")
+    spec, variant = case_from_args(a)
+    with StepBars(a.quiet) as bars: res = run_trace(spec, variant, bars.bar("", STAGES), timeout_s=a.timeout, dump_io=a.dump_io)
   print(summary(res.trace))
   if a.roofline:
     from explorer.analysis.roofline import roofline_report
@@ -238,8 +245,11 @@ def add_settings_flags(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
   p = Parser(prog="kernel-explorer", description=__doc__)
   sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
-  t = sub.add_parser("trace", help="trace one convolution through tinygrad's pipeline")
+  t = sub.add_parser("trace", help="trace one convolution (or, with --script, any tinygrad program) through tinygrad's pipeline")
   add_case_args(t)
+  t.add_argument("--script", metavar="PATH.py", help="trace what a tinygrad script realizes (its last realize that ran a kernel) instead of "
+                 "a convolution; it runs in a worker with the usual limits (CLI only: the server never runs user code)")
+  t.add_argument("--fn", dest="script_fn", metavar="NAME", help="with --script: call the script's function NAME() instead of running it as __main__")
   t.add_argument("--json", metavar="PATH", help="write the whole trace as JSON")
   t.add_argument("--dump-io", metavar="DIR", help="write input, weight and output as .npy files")
   t.add_argument("--quiet", action="store_true", help="no progress on stderr")

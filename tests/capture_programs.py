@@ -1,0 +1,42 @@
+"""Programs the capture tests run in fresh processes (the explorer imported before tinygrad, as a user's script does)."""
+from __future__ import annotations
+import json, sys
+
+def conv_bias_relu(x, w, b): return x.conv2d(w, b, padding=1).relu()
+
+def inputs(seed: int = 0):
+  import numpy as np
+  from tinygrad import Tensor
+  rng = np.random.default_rng(seed)
+  return [Tensor(rng.standard_normal(s).astype(np.float32)).realize() for s in ((1, 4, 16, 16), (8, 4, 3, 3), (8,))]
+
+def tinygrads_own() -> dict:
+  """The same program through plain tinygrad (no tracking, no explorer): the programs compile_linear compiles, by name and source."""
+  from tinygrad import Tensor
+  from tinygrad.engine.realize import compile_linear
+  from tinygrad.uop.ops import Ops
+  from tinygrad.helpers import ansistrip
+  x, w, b = inputs()
+  compiled = compile_linear(Tensor.schedule_linear(conv_bias_relu(x, w, b)))
+  prgs = [c.src[0] for c in compiled.src if c.src[0].op is Ops.PROGRAM]
+  return {"names": [ansistrip(p.arg.name) for p in prgs], "sources": [next(s.arg for s in p.src if s.op is Ops.SOURCE) for p in prgs]}
+
+def captured(db: str) -> dict:
+  from explorer.api import capture  # before tinygrad: it turns tinygrad's rewrite tracking on
+  import numpy as np
+  x, w, b = inputs()
+  ref = np.maximum(0, conv_ref(x.numpy(), w.numpy(), b.numpy()))
+  with capture(name="conv+bias+relu", targets=("cuda",), reference=[ref], rel_tolerance=1e-4) as t:
+    y = conv_bias_relu(x, w, b)
+    y.realize()
+  return {"id": t.store(db), "names": [k["name"] for k in t.kernels], "sources": [k["sources"]["host"] for k in t.kernels],
+          "roles": [k["role"] for k in t.kernels], "cuda": all("cuda" in k["sources"] for k in t.kernels), "error": t.data["error"],
+          "passes": sum(p["matches"] for k in t.kernels for p in k["passes"]), "realizes": len(t.traces), "value": float(y.numpy().sum()),
+          "program": t.data["program"]}
+
+def conv_ref(x, w, b):
+  from explorer.capture.reference import conv2d_reference
+  return conv2d_reference(x.astype("float64"), w.astype("float64"), 1, 1, 1) + b.astype("float64")[None, :, None, None]
+
+if __name__ == "__main__":
+  print(json.dumps(tinygrads_own() if sys.argv[1] == "plain" else captured(sys.argv[2])))

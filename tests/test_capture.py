@@ -1,0 +1,112 @@
+"""Any tinygrad program, traced (explorer.api.capture in the user's process; kernel-explorer trace --script in a worker): the recorded
+kernels are tinygrad's own for the same program (names and host sources, against plain tinygrad in a process of its own), the trace
+has the usual schema (passes with matches, other targets, the check against the user's reference) and every page serves it; what
+cannot work says so at once (tinygrad imported first without tracking, a script that raises or never ends, and no worker is left)."""
+from __future__ import annotations
+import json, os, pathlib, subprocess, sys, textwrap, time, uuid
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("VIZ", "TRACK_MATCH_STATS", "DEBUG", "NOOPT", "BEAM", "WINO")}
+
+def run_json(*args: str) -> dict:
+  r = subprocess.run([sys.executable, str(HERE / "capture_programs.py"), *args], capture_output=True, text=True, timeout=300, env=CLEAN_ENV,
+                     cwd=HERE.parent)
+  assert r.returncode == 0, r.stderr[-3000:]
+  return json.loads(r.stdout.strip().splitlines()[-1])
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> pathlib.Path: return tmp_path_factory.mktemp("capture") / "s.sqlite3"
+
+@pytest.fixture(scope="module")
+def captured(db) -> dict: return run_json("captured", str(db))
+
+def test_a_captured_program_runs_tinygrads_own_kernels(captured):
+  own = run_json("plain")
+  assert captured["names"] == own["names"] and captured["sources"] == own["sources"]
+  assert captured["roles"] == ["reduce+out"] and captured["cuda"] and captured["passes"] > 100 and captured["realizes"] == 1
+  assert captured["error"]["within"] and captured["error"]["tolerance_for"] == "the user's reference"
+  assert captured["value"] > 0 and captured["program"]["outputs"] == [{"shape": [1, 8, 16, 16], "dtype": "dtypes.float"}]
+
+def test_every_page_serves_a_captured_program(captured, db):
+  from fastapi.testclient import TestClient
+  from explorer.settings import Settings
+  from explorer.web.app import create_app
+  tid = captured["id"]
+  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
+    for url in (f"/t/{tid}", f"/t/{tid}/k/0", f"/t/{tid}/k/0?code=cuda", f"/t/{tid}/graph/tensor", f"/t/{tid}/bufferize", f"/t/{tid}/tour",
+                f"/t/{tid}/export.html", f"/diff/{tid}/{tid}", "/traces"):
+      r = client.get(url, headers={"accept": "text/html"})
+      assert r.status_code == 200, (url, r.text[:300])
+    assert "conv+bias+relu" in client.get(f"/t/{tid}").text
+    tour = client.get(f"/api/traces/{tid}/tour").json()["steps"]
+    assert "The program conv+bias+relu" in tour[0]["text"]
+    assert "cannot be rebuilt" in client.get(f"/diff/{tid}/{tid}").text  # no re-measure of a captured program
+
+def test_tinygrad_imported_first_fails_at_once_and_says_what_to_do():
+  code = textwrap.dedent("""
+    import tinygrad
+    from explorer.api import capture
+    from tinygrad import Tensor
+    with capture() as t: Tensor.ones(4).contiguous().realize()
+  """)
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
+  assert r.returncode != 0 and "import the explorer first" in r.stderr and "TRACK_MATCH_STATS=2" in r.stderr
+
+TWO_LAYERS = """
+import numpy as np
+from tinygrad import Tensor
+
+def two_layers():
+  rng = np.random.default_rng(0)
+  x = Tensor(rng.standard_normal((2, 8, 16, 16)).astype(np.float32))
+  w1, w2 = (Tensor(rng.standard_normal(s).astype(np.float32)) for s in ((8, 8, 3, 3), (16, 8, 3, 3)))
+  return x.conv2d(w1, padding=1).relu().conv2d(w2, padding=1).relu()
+
+if __name__ == "__main__":
+  two_layers().realize()
+"""
+
+def cli(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "explorer", "trace", *args], capture_output=True, text=True, timeout=timeout,
+                        env=env or CLEAN_ENV)
+
+def test_a_script_traces_in_a_worker_like_tinygrad_runs_it(tmp_path):
+  script = tmp_path / "layers.py"
+  script.write_text(TWO_LAYERS)
+  r = cli("--script", str(script), "--target", "cuda", "--no-time", "--quiet", "--json", str(tmp_path / "t.json"))
+  assert r.returncode == 0, r.stderr
+  trace = json.loads((tmp_path / "t.json").read_text())
+  assert trace["program"]["name"] == "layers.py" and trace["program"]["source"] == TWO_LAYERS and trace["spec"] is None
+  assert [k["role"] for k in trace["kernels"]] == ["reduce", "reduce+out"] and trace["scheduler"]["stage_counts"]["kept"] == 1
+  plain = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from layers import two_layers\n"
+                          "from tinygrad import Tensor\nfrom tinygrad.engine.realize import compile_linear\nfrom tinygrad.uop.ops import Ops\n"
+                          "from tinygrad.helpers import ansistrip\nc = compile_linear(Tensor.schedule_linear(two_layers()))\n"
+                          "print([ansistrip(x.src[0].arg.name) for x in c.src if x.src[0].op is Ops.PROGRAM])"],
+                         capture_output=True, text=True, timeout=300, env=CLEAN_ENV)
+  assert plain.stdout.strip() == str([k["name"] for k in trace["kernels"]])
+  fn = cli("--script", str(script), "--fn", "two_layers", "--no-time", "--quiet")  # a function that builds and does not realize
+  assert fn.returncode == 1 and "realized nothing" in fn.stderr
+
+def leftovers(mark: str) -> list[int]:
+  """Processes still alive that the marked command started (they inherit its environment)."""
+  found = []
+  for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+    try:
+      with open(f"/proc/{pid}/environ", "rb") as f:
+        if f"KE_TEST_MARK={mark}".encode() in f.read(): found.append(int(pid))
+    except OSError: continue
+  return found
+
+@pytest.mark.parametrize("body,limit,said", [("raise ValueError('the user bug')", 120, "ValueError: the user bug"),
+                                             ("import time\nwhile True: time.sleep(1)", 5, "time limit of 5s")])
+def test_a_script_that_raises_or_never_ends_gives_one_clear_line_and_leaves_nothing(tmp_path, body, limit, said):
+  script = tmp_path / "bad.py"
+  script.write_text(body + "\n")
+  mark = uuid.uuid4().hex
+  st = time.monotonic()
+  r = cli("--script", str(script), "--quiet", "--timeout", str(limit), env={**CLEAN_ENV, "KE_TEST_MARK": mark})
+  assert r.returncode == 1 and said in r.stderr and "Traceback" not in r.stderr
+  assert time.monotonic() - st < limit + 60
+  time.sleep(0.5)
+  assert leftovers(mark) == []
