@@ -38,5 +38,15 @@ def conv_ref(x, w, b):
   from explorer.capture.reference import conv2d_reference
   return conv2d_reference(x.astype("float64"), w.astype("float64"), 1, 1, 1) + b.astype("float64")[None, :, None, None]
 
+def with_and_without_contiguous(db: str) -> dict:
+  """"My layer with and without .contiguous()": two captures, stored, and their diff from Python."""
+  from explorer.api import capture
+  x, w, b = inputs()
+  with capture(name="layer") as plain: conv_bias_relu(x, w, b).realize()
+  with capture(name="layer, contiguous") as staged: x.conv2d(w, b, padding=1).contiguous().relu().realize()
+  d = plain.diff(staged)
+  return {"a": plain.store(db), "b": staged.store(db), "kernels": [len(plain.kernels), len(staged.kernels)], "diff": str(d)}
+
 if __name__ == "__main__":
-  print(json.dumps(tinygrads_own() if sys.argv[1] == "plain" else captured(sys.argv[2])))
+  what = {"plain": lambda: tinygrads_own(), "captured": lambda: captured(sys.argv[2]), "contiguous": lambda: with_and_without_contiguous(sys.argv[2])}
+  print(json.dumps(what[sys.argv[1]]()))

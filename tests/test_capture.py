@@ -43,6 +43,17 @@ def test_every_page_serves_a_captured_program(captured, db):
     assert "The program conv+bias+relu" in tour[0]["text"]
     assert "cannot be rebuilt" in client.get(f"/diff/{tid}/{tid}").text  # no re-measure of a captured program
 
+def test_a_diff_of_my_layer_with_and_without_contiguous(db):
+  got = run_json("contiguous", str(db))
+  assert got["kernels"] == [1, 2] and "matched by role" in got["diff"]
+  from fastapi.testclient import TestClient
+  from explorer.settings import Settings
+  from explorer.web.app import create_app
+  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
+    page = client.get(f"/diff/{got['a']}/{got['b']}", headers={"accept": "text/html"})
+    assert page.status_code == 200 and "layer, contiguous" in page.text
+    assert client.get(f"/api/diff/{got['a']}/{got['b']}").json()["b"]["label"].startswith("layer, contiguous")
+
 def test_tinygrad_imported_first_fails_at_once_and_says_what_to_do():
   code = textwrap.dedent("""
     import tinygrad

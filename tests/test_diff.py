@@ -116,7 +116,8 @@ def test_interleaved_timing_ratio_with_spread(staged_fused, runs):
   r = t["ratio"]
   assert r["n"] == 5 and 0 < r["min"] <= r["q1"] <= r["median"] <= r["q3"] <= r["max"] and r["iqr"] == pytest.approx(r["q3"] - r["q1"])
   other = {**runs["fused"].trace, "env": {**runs["fused"].trace["env"], "device": "CUDA"}}
-  assert remeasure_interleaved(runs["staged"].trace, other) == {"compared": False, "reason": "not timed: they ran on different devices (CPU and CUDA)"}
+  why = "not timed: they ran on different devices (CPU and CUDA)"
+  assert remeasure_interleaved(runs["staged"].trace, other) == {"compared": False, "reason": why}
 
 def test_outputs_of_two_correct_variants_agree(staged_fused, runs):
   n = staged_fused["numerics"]
