@@ -90,12 +90,19 @@ def test_a_script_traces_in_a_worker_like_tinygrad_runs_it(tmp_path):
   trace = json.loads((tmp_path / "t.json").read_text())
   assert trace["program"]["name"] == "layers.py" and trace["program"]["source"] == TWO_LAYERS and trace["spec"] is None
   assert [k["role"] for k in trace["kernels"]] == ["reduce", "reduce+out"] and trace["scheduler"]["stage_counts"]["kept"] == 1
-  plain = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from layers import two_layers\n"
-                          "from tinygrad import Tensor\nfrom tinygrad.engine.realize import compile_linear\nfrom tinygrad.uop.ops import Ops\n"
-                          "from tinygrad.helpers import ansistrip\nc = compile_linear(Tensor.schedule_linear(two_layers()))\n"
-                          "print([ansistrip(x.src[0].arg.name) for x in c.src if x.src[0].op is Ops.PROGRAM])"],
-                         capture_output=True, text=True, timeout=300, env=CLEAN_ENV)
-  assert plain.stdout.strip() == str([k["name"] for k in trace["kernels"]])
+  code = textwrap.dedent(f"""
+    import json, sys
+    sys.path.insert(0, {str(tmp_path)!r})
+    from layers import two_layers
+    from tinygrad import Tensor
+    from tinygrad.engine.realize import compile_linear
+    from tinygrad.helpers import ansistrip
+    from tinygrad.uop.ops import Ops
+    prgs = [c.src[0] for c in compile_linear(Tensor.schedule_linear(two_layers())).src if c.src[0].op is Ops.PROGRAM]
+    print(json.dumps([[ansistrip(p.arg.name), next(s.arg for s in p.src if s.op is Ops.SOURCE)] for p in prgs]))
+  """)
+  plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=CLEAN_ENV)
+  assert json.loads(plain.stdout) == [[k["name"], k["sources"]["host"]] for k in trace["kernels"]]  # tinygrad's own programs
   fn = cli("--script", str(script), "--fn", "two_layers", "--no-time", "--quiet")  # a function that builds and does not realize
   assert fn.returncode == 1 and "realized nothing" in fn.stderr
 
