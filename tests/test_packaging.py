@@ -1,0 +1,40 @@
+"""Packaging as the ecosystem expects: the wheel (built offline from this checkout) carries the templates, static files and vendored
+libraries, the `kernel-explorer` command and the extras; installed on its own, it renders a page and answers `python -m explorer`."""
+from __future__ import annotations
+import os, pathlib, shutil, subprocess, sys, zipfile
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> pathlib.Path:
+  out = tmp_path_factory.mktemp("wheel")
+  src = out / "src"  # a copy: the build writes build/ and *.egg-info where it runs, and a stale build/ would hide missing files
+  shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "dist", "test-artifacts", "__pycache__", "*.egg-info",
+                                                             ".*_cache"))
+  r = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
+                     capture_output=True, text=True, timeout=300, cwd=out)
+  assert r.returncode == 0, r.stderr[-2000:]
+  (whl,) = out.glob("kernel_explorer-*.whl")
+  return whl
+
+def test_the_wheel_carries_everything_the_pages_need(wheel):
+  names = set(zipfile.ZipFile(wheel).namelist())
+  for need in ("explorer/templates/base.html", "explorer/templates/notebook.html", "explorer/templates/_partials/kernel_table.html",
+               "explorer/static/explorer.css", "explorer/static/study.js", "explorer/static/vendor/svg-pan-zoom-3.6.2.min.js", "explorer/api.py"):
+    assert need in names, need
+  meta = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
+  entry = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
+  assert {"Provides-Extra: cuda", "Provides-Extra: notebook", "Provides-Extra: test"} <= set(meta.splitlines())
+  assert "kernel-explorer = explorer.cli:main" in entry
+
+def test_installed_alone_it_renders_and_runs(wheel, tmp_path):
+  target = tmp_path / "site"
+  subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True, timeout=300)
+  env = {**os.environ, "PYTHONPATH": str(target)}
+  code = ("import explorer, explorer.present.render as r; assert explorer.__file__.startswith(%r), explorer.__file__; "
+          "print(r.environment().get_template('notebook.html').filename)") % str(target)
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+  assert r.returncode == 0 and r.stdout.strip().startswith(str(target)), r.stderr
+  help_ = subprocess.run([sys.executable, "-m", "explorer", "--help"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+  assert help_.returncode == 0 and "trace" in help_.stdout and "study" in help_.stdout
