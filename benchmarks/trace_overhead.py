@@ -5,6 +5,9 @@
   tinygrad  `VIZ=-1 python repro.py`: the same program as the trace's reproducer (explorer/present/repro.py) with tinygrad's rewrite
             tracking and profile on and no viewer, which is what a user runs instead
 
+Also printed per case: where the explorer's wall time goes, by stage (the trace's own stage_seconds; the rest is interpreter start,
+imports, device init and the worker's and render processes' start-up).
+
 Each side is a fresh command (interpreter start and imports included), the sides interleaved round by round so that drift on a
 shared machine hits both alike; medians. Memory is the peak, over the run, of the resident memory summed over the command's whole
 process tree (sampled every 20 ms from /proc). Targets (issue 18): wall <= 1.0x and memory <= 1.5x on medium and large builtin
@@ -13,7 +16,7 @@ Winograd; the large explorer fused variant under 30 s, or within 1.1x of tinygra
   python benchmarks/trace_overhead.py [--cases medium:builtin,large:builtin,large:fused] [--rounds 3]
 """
 from __future__ import annotations
-import argparse, os, pathlib, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, pathlib, statistics, subprocess, sys, tempfile, time
 
 CASES = {"builtin": ["--algo", "winograd"], "direct": ["--algo", "direct"],
          "fused": ["--algo", "winograd", "--wino-impl", "explorer", "--staging", "fused"]}
@@ -65,6 +68,8 @@ def main() -> None:
   a = ap.parse_args()
   env = {k: v for k, v in os.environ.items() if k not in CLEAN}
   workdir = pathlib.Path(tempfile.mkdtemp(prefix="ke-overhead-"))
+  stages: dict[str, list[dict[str, float]]] = {}
+  walls: dict[str, float] = {}
   print("| case | explorer wall s | tinygrad VIZ=-1 wall s | wall ratio | explorer peak MiB | tinygrad peak MiB | memory ratio |")
   print("|---|---|---|---|---|---|---|")
   for case in a.cases.split(","):
@@ -77,8 +82,17 @@ def main() -> None:
     runs: dict[str, list[tuple[float, float]]] = {"ours": [], "theirs": []}
     for _ in range(a.rounds):
       runs["ours"].append(measure(ours, env))
+      stages.setdefault(case, []).append(json.loads((workdir / "out.json").read_text())["stage_seconds"])
       runs["theirs"].append(measure(theirs, {**env, "VIZ": "-1", "DEBUG": "0"}))
     (w1, m1), (w2, m2) = ((statistics.median(x for x, _ in r), statistics.median(m for _, m in r)) for r in (runs["ours"], runs["theirs"]))
+    walls[case] = w1
     print(f"| {case} | {w1:.1f} | {w2:.1f} | {w1 / w2:.2f} | {m1:.0f} | {m2:.0f} | {m1 / m2:.2f} |", flush=True)
+  names = list(dict.fromkeys(k for rs in stages.values() for r in rs for k in r))
+  print("\nwhere the explorer's time goes (medians, s; other = start-up, imports, device init, processes):\n")
+  print("| case | " + " | ".join(names) + " | other |")
+  print("|---|" + "---|" * (len(names) + 1))
+  for case, rs in stages.items():
+    med = {k: statistics.median(r.get(k, 0.0) for r in rs) for k in names}
+    print(f"| {case} | " + " | ".join(f"{med[k]:.2f}" for k in names) + f" | {walls[case] - sum(med.values()):.2f} |")
 
 if __name__ == "__main__": main()

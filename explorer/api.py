@@ -107,7 +107,8 @@ class Diff:
     import html
     return f"<pre>{html.escape(self.text)}</pre>"
 
-class capture(Trace):
+def capture(name: str | None = None, targets: tuple[str, ...] = ("cuda",), time: bool = False, opt: str = "heuristic", warmup: int = 2,
+            repeats: int = 10, reference: Any = None, rel_tolerance: float = 1e-5) -> Captured:
   """Trace whatever tinygrad program runs inside the block, in this process:
 
       with capture(targets=("cuda", "metal")) as t:
@@ -116,22 +117,25 @@ class capture(Trace):
 
   Every realize (and .numpy(), which realizes) with something to compute goes through the explorer's pipeline and is recorded like a
   convolution's trace: tensor graph, schedule and STAGE decisions, kernels per target with their passes, sources, the run, timings
-  when time=True. reference: arrays to check the realized tensors against (in order), judged by rel_tolerance.
+  when time=True. reference: arrays to check the realized tensors against (in order), judged by rel_tolerance. name: default, the
+  caller's file:line.
 
   tinygrad decides at import whether it records rewrites: import the explorer before tinygrad (or set TRACK_MATCH_STATS=2), else
   entering the block fails at once and says so."""
-  def __init__(self, name: str | None = None, targets: tuple[str, ...] = ("cuda",), time: bool = False, opt: str = "heuristic",
-               warmup: int = 2, repeats: int = 10, reference: Any = None, rel_tolerance: float = 1e-5):
-    import inspect
-    caller = inspect.stack()[1]
-    self.name = name or f"{pathlib.Path(caller.filename).name}:{caller.lineno}"
+  import inspect
+  caller = inspect.stack()[1]
+  variant = Variant(targets=tuple(targets), time=time, opt=opt, warmup=warmup, repeats=repeats).validate()
+  return Captured(name or f"{pathlib.Path(caller.filename).name}:{caller.lineno}", variant, reference, rel_tolerance)
+
+class Captured(Trace):
+  """A capture block's result: after the block, the Trace of its last realize that ran a kernel; `traces`, every realize's."""
+  def __init__(self, name: str, variant: Variant, reference: Any, rel_tolerance: float):
     super().__init__({}, b"", {}, None)
-    self._variant = Variant(targets=tuple(targets), time=time, opt=opt, warmup=warmup, repeats=repeats).validate()
-    self._reference, self._tolerance = reference, rel_tolerance
+    self.name, self._variant, self._reference, self._tolerance = name, variant, reference, rel_tolerance
     self.traces: list[Trace] = []
     self._capturing: Any = None
 
-  def __enter__(self) -> capture:
+  def __enter__(self) -> Captured:
     from explorer.capture.program import Capturing
     self._capturing = Capturing(self.name, self._variant, reference=self._reference, rel_tolerance=self._tolerance).__enter__()
     return self
