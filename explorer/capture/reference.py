@@ -3,19 +3,24 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+CHUNK_BYTES = 64 << 20  # the float64 windows einsum materializes, per batch chunk: the large preset's whole batch would be 1.2 GiB
+
 def conv2d_reference(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0, groups: int = 1) -> np.ndarray:
-  """Cross-correlation like torch/tinygrad conv2d (NCHW input, (cout, cin//groups, kh, kw) weight), computed in float64."""
-  x, w = np.asarray(x, dtype=np.float64), np.asarray(w, dtype=np.float64)
+  """Cross-correlation like torch/tinygrad conv2d (NCHW input, (cout, cin//groups, kh, kw) weight), computed in float64, a few images
+  at a time (CHUNK_BYTES of windows each)."""
+  x, w = np.asarray(x), np.asarray(w)
   (n, cin, _, _), (cout, cin_g, kh, kw) = x.shape, w.shape
   if cin != cin_g * groups or cout % groups: raise ValueError(f"input {x.shape} and weight {w.shape} do not match groups={groups}")
-  xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-  # (n, cin, oh, ow, kh, kw) windows, strided
-  win = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
-  oh, ow = win.shape[2:4]
-  win = win.reshape(n, groups, cin_g, oh, ow, kh, kw)
-  wg = w.reshape(groups, cout // groups, cin_g, kh, kw)
-  out = np.einsum("ngchwyx,gocyx->ngohw", win, wg, optimize=True)
-  return out.reshape(n, cout, oh, ow)
+  wg = w.astype(np.float64).reshape(groups, cout // groups, cin_g, kh, kw)
+  oh, ow = ((d + 2 * padding - k) // stride + 1 for d, k in zip(x.shape[2:], (kh, kw)))
+  out = np.empty((n, cout, oh, ow), dtype=np.float64)
+  step = max(1, CHUNK_BYTES // max(1, cin * oh * ow * kh * kw * 8))
+  for i in range(0, n, step):
+    xp = np.pad(np.asarray(x[i:i + step], dtype=np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    win = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]  # (b, cin, oh, ow, kh, kw) windows, strided
+    win = win.reshape(len(xp), groups, cin_g, oh, ow, kh, kw)
+    out[i:i + step] = np.einsum("ngchwyx,gocyx->ngohw", win, wg, optimize=True).reshape(len(xp), cout, oh, ow)
+  return out
 
 def error_stats(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
   """Errors of out against ref. max_rel is max_abs relative to the largest |ref| (not elementwise), so values near zero do not blow it up."""
