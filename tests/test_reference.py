@@ -63,4 +63,4 @@ def test_the_reference_in_batch_chunks_equals_the_whole_batch_at_once(monkeypatc
   whole = reference.conv2d_reference(x, w, stride=2, padding=1, groups=2)
   monkeypatch.setattr(reference, "CHUNK_BYTES", 1)  # one image per chunk
   chunked = reference.conv2d_reference(x, w, stride=2, padding=1, groups=2)
-  assert whole.shape == chunked.shape == (5, 6, 4, 4) and np.allclose(chunked, whole, rtol=1e-13, atol=1e-13)
+  assert whole.shape == chunked.shape == (5, 6, 5, 4) and np.allclose(chunked, whole, rtol=1e-13, atol=1e-13)
