@@ -12,7 +12,7 @@ if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 # compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
 for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
 
-import atexit, collections, contextlib, ctypes, difflib, functools, glob, io, itertools, linecache, math, pickle, platform, re, subprocess
+import atexit, collections, contextlib, ctypes, difflib, functools, glob, itertools, linecache, math, pickle, platform, re, subprocess
 import sys, tempfile, time, zlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
@@ -30,8 +30,8 @@ from tinygrad.renderer.llvmir import CPULLVMRenderer
 from tinygrad.renderer.ptx import PTXRenderer
 from tinygrad.renderer.wgsl import WGSLRenderer
 from tinygrad.uop import ops as uop_ops
-from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, PatternMatcher, ProgramInfo, RewriteTrace, UOp, UPat, graph_rewrite, rewrite_group
-from tinygrad.uop.render import print_uops
+from tinygrad.uop.ops import (GroupOp, KernelInfo, Ops, PatternMatcher, ProgramInfo, RewriteTrace, UOp, UPat, graph_rewrite, multirange_str,
+                              rewrite_group)
 import tinygrad.device
 from explorer.spec import COMPUTE_DEVICES
 
@@ -572,6 +572,14 @@ def pressure(lin: list[UOp]) -> dict:
   return {"ssa_values": len(last), "max_live": curve[peak_at] if curve else 0, "max_live_at": peak_at, "curve": points,
           "longest": [{"uop": i, "op": lin[i].op.name, "until": last[i], "lanes": _lanes(lin[i])} for i in longest]}
 
+def uops_listing(lin: Sequence[UOp]) -> list[str]:
+  """tinygrad's print_uops, line for line (without colour), in linear time: print_uops looks each source up in the list itself, which
+  took minutes on the large fused Winograd kernel (16,808 uops)."""
+  index = {u: i for i, u in enumerate(lin)}
+  def src(x: UOp) -> Any: return (index[x] if x.op is not Ops.CONST else f"{x.val}") if x in index else "--"
+  return [ansistrip(f"{i:4d} {str(u.op):20s}: {multirange_str(u.ranges, color=True, pad=10)} {str(u.dtype):40s} "
+                    f"{str([src(x) for x in u.src]):32s} {u.arg}") for i, u in enumerate(lin)]
+
 def program_facts(prg: UOp) -> ProgramFacts:
   sink = prg.src[0]
   lin = next(s for s in prg.src if s.op is Ops.LINEAR).src
@@ -579,8 +587,6 @@ def program_facts(prg: UOp) -> ProgramFacts:
   est = sink.arg.estimates
   counts = {k: sum(1 for u in lin if f(u)) for k, f in UOP_CLASSES.items()}
   detail = collections.Counter(u.op.name for u in lin)
-  buf = io.StringIO()
-  with contextlib.redirect_stdout(buf): print_uops(list(lin))
   def num(x: Any) -> Any: return int(x) if isinstance(x, (int, float)) else str(x)
   onchip = {sp: [u for u in lin if u.op is Ops.BUFFER and u.addrspace is sp] for sp in (AddrSpace.REG, AddrSpace.LOCAL)}
   storage = {"reg_buffers": len(onchip[AddrSpace.REG]), "reg_values": sum(int(u.max_numel()) for u in onchip[AddrSpace.REG]),
@@ -589,7 +595,7 @@ def program_facts(prg: UOp) -> ProgramFacts:
   return ProgramFacts(ansistrip(prg.arg.name), [num(x) for x in prg.arg.global_size],
                       None if prg.arg.local_size is None else [num(x) for x in prg.arg.local_size],
                       int(est.ops) if est is not None else 0, int(est.lds) if est is not None else 0, int(est.mem) if est is not None else 0,
-                      [str(o) for o in sink.arg.applied_opts], ansistrip(buf.getvalue()).splitlines(),
+                      [str(o) for o in sink.arg.applied_opts], uops_listing(lin),
                       {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},
                       src, storage, pressure(list(lin)), [trace_num(u) for u in lin])
 
