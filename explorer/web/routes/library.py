@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio, math, socket
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel
 from explorer.present import export
 from explorer.present.repro import repro_script
@@ -136,12 +136,12 @@ async def graph_block(request: Request, trace_id: str, trace: dict, ref: str) ->
   return {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None, "shown_nodes": view["shown_nodes"],
           "total_nodes": view["total_nodes"]}
 
-@api.get("/traces/{trace_id}/repro.py", tags=["traces"], response_class=PlainTextResponse,
+@api.get("/traces/{trace_id}/repro.py", tags=["traces"], response_class=Response,
             summary="A standalone Python script that reproduces the trace with tinygrad alone (DEBUG=2 prints each kernel)",
-            responses=documented(NOT_FOUND))
-async def repro(request: Request, trace_id: str, download: bool = True) -> Response:
+            responses={200: {"content": {"text/x-python": {}}}, **documented(NOT_FOUND)})
+async def repro(request: Request, trace_id: str) -> Response:
   trace = await deps.trace_or_404(request, trace_id)
-  return PlainTextResponse(repro_script(trace, trace_id), headers=attachment(f"repro-{trace_id}.py", download))
+  return Response(repro_script(trace, trace_id), media_type="text/x-python; charset=utf-8", headers=attachment(f"repro-{trace_id}.py", True))
 
 @router.get("/t/{trace_id}/export.html")
 async def export_html(request: Request, trace_id: str, download: bool = True) -> Response:
