@@ -341,7 +341,12 @@ DANGEROUS = {"eval", "exec", "compile", "__import__", "pickle.loads", "pickle.lo
              "importlib.import_module", "os.system", "subprocess.getoutput"}
 ALLOWED = {("explorer/capture/workers.py", "pickle.loads"),            # the result our own worker process sent back
            ("explorer/capture/workers.py", "importlib.import_module"),  # the worker's target: a constant module path (checked below)
-           ("explorer/capture/adapter.py", "pickle.loads")}            # a rewrite blob our workers recorded (checked below: only they store one)
+           ("explorer/capture/adapter.py", "pickle.loads"),             # a rewrite blob our workers recorded (checked below: only they store one)
+           # `kernel-explorer trace --script`: the user's own script, in a worker, from the command line only (checked below)
+           ("explorer/capture/program.py", "compile"), ("explorer/capture/program.py", "exec")}
+# where a trace and its rewrite blob may be stored: a finished trace job's worker result, a study's own workers' traces, and the Python
+# API's (the user's own process, into their own store)
+STORES_TRACES = {"explorer/web/jobs.py", "explorer/web/studies.py", "explorer/api.py"}
 
 def dotted(node: ast.AST) -> str | None:
   """a.b.c for a chain of names and attributes, else None."""
@@ -366,8 +371,11 @@ def test_no_user_data_is_evaluated_or_unpickled():
         assert isinstance(node.args[0], ast.Constant) and node.args[0].value.startswith("explorer."), f"{where}:{node.lineno}"
       if name.split(".")[-1] in ("run", "Popen", "call", "check_output", "check_call") and name.startswith("subprocess"):
         assert not any(k.arg == "shell" for k in node.keywords), f"{where}:{node.lineno} runs a shell"
-    for node in ast.walk(ast.parse(p.read_text())):  # rewrite blobs reach the store only as a finished job's worker result
-      if isinstance(node, ast.Attribute) and node.attr == "put_trace": assert where == "explorer/web/jobs.py", f"{where}:{node.lineno} stores a trace"
+    for node in ast.walk(ast.parse(p.read_text())):  # rewrite blobs reach the store only from our own workers or the user's own process
+      if isinstance(node, ast.Attribute) and node.attr == "put_trace": assert where in STORES_TRACES, f"{where}:{node.lineno} stores a trace"
+      if isinstance(node, ast.Constant) and node.value == "explorer.capture.program:script_in_worker":
+        assert where == "explorer/capture/run.py", f"{where}:{node.lineno} runs a user's script"
+      if isinstance(node, ast.Name) and node.id == "run_script": assert where in ("explorer/capture/run.py", "explorer/cli/main.py"), where
 
 def test_no_endpoint_accepts_uploads(web_client):
   spec = web_client.get("/openapi.json").json()
