@@ -44,10 +44,12 @@ def fake(tmp_path):
     finally: runner.release()
 
 def test_stages_match_the_engine():
-  """The stages the engine runs (rec.run("stage", ...) in explorer/capture/trace.py), in order, are the ones the jobs report."""
+  """The stages the engine runs (rec.run("stage", ...) in explorer/capture/trace.py, in source order: the convolution's tensor graph,
+  then the pipeline's), in order, are the ones the jobs report."""
   tree = ast.parse((REPO / "explorer" / "capture" / "trace.py").read_text())
-  runs = [n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "run"
-          and n.args and isinstance(n.args[0], ast.Constant)]
+  calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "run" and n.args
+                  and isinstance(n.args[0], ast.Constant)), key=lambda n: n.lineno)
+  runs = [n.args[0].value for n in calls]
   assert tuple(sorted(set(runs), key=runs.index)) == STAGES
 
 def test_post_returns_at_once_and_identical_requests_share_one_job(fake):
