@@ -145,7 +145,8 @@ class Captured(Trace):
     self.traces = [Trace(t, blob, blobs) for t, blob, blobs in self._capturing.results]
     if exc[0] is not None: return
     if not self.traces: raise RuntimeError("nothing was realized inside the capture block: call .realize() (or .numpy()) on the tensors to trace")
-    main = next((t for t in reversed(self.traces) if t.kernels), self.traces[-1])
+    from explorer.capture.run import main_realize
+    main = self.traces[main_realize([t.data for t in self.traces])]
     self.data, self.rewrites, self.target_rewrites = main.data, main.rewrites, main.target_rewrites
 
 def _answers(base: str) -> bool:

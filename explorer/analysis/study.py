@@ -79,8 +79,8 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
   traces, kept = {}, {}
   for name, v in variants:
     step(f"trace {name}", "start", "tracing")
-    result = run_trace(spec, v.resolve(spec), timeout_s=timeout_s)
-    traces[name], kept[name] = result.trace, keep(spec, v.resolve(spec), result) if keep is not None else None
+    result = run_trace(spec, resolved := v.resolve(spec), timeout_s=timeout_s)
+    traces[name], kept[name] = result.trace, keep(spec, resolved, result) if keep is not None else None
     step(f"trace {name}", "done", traces[name]["status"])
   step("timing", "start", f"{len(variants)} variants interleaved, {warmup} warmup + {repeats} repeats")
   timing, _ = call_in_worker("explorer.capture.timing:time_interleaved", {"spec": spec.to_dict(), "variants": [v.to_dict() for _, v in variants],

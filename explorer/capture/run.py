@@ -32,8 +32,12 @@ def run_script(path: str, fn: str | None, variant: Variant, progress: Progress |
   last realize that ran a kernel, and `others` every realize's trace, in order."""
   results, seen = call_in_worker("explorer.capture.program:script_in_worker", {"path": path, "fn": fn, "variant": variant.to_dict()},
                                  progress, timeout_s, limits=limits)
-  trace, blob, blobs = next((r for r in reversed(results) if r[0]["kernels"]), results[-1])
+  trace, blob, blobs = results[main_realize([r[0] for r in results])]
   return TraceResult(trace, blob, seen, blobs, others=[r[0] for r in results])
+
+def main_realize(traces: list[dict[str, Any]]) -> int:
+  """Which of a program's realizes stands for it: the last that ran a kernel (a final read-back may only copy), else the last."""
+  return next((i for i in reversed(range(len(traces))) if traces[i]["kernels"]), len(traces) - 1)
 
 def targets_in_worker(progress: Progress, blob: bytes, sinks: list[int], targets: dict[str, str], opt: str,
                       rewrites: tuple[str, ...] = ()) -> dict[str, Any]:
