@@ -341,7 +341,7 @@ def ratio_stats(a: list[float], b: list[float]) -> dict:
 
 def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmup: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S,
                           progress: Any = None) -> dict:
-  """Time A and B interleaved (A, B, A, B...) in one fresh worker, tracking off; the ratio B/A with its spread.
+  """Time A and B interleaved (A, B, B, A...) in one fresh worker, tracking off; the ratio B/A with its spread.
   progress(stage, status, detail) hears the worker: compiling each variant, waiting for the device, the repeats."""
   if (why := comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not timed: {why}"}
   try:

@@ -17,6 +17,11 @@ def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarra
     compiled = tg.compile_schedule(tg.schedule(build_conv(x, w, spec, variant)))
     return tg.call_timers(compiled)
 
+def _order(n: int, repeat: int) -> list[int]:
+  """Counterbalanced: on a CPU a microsecond kernel that runs second in a repeat is steadily 15-30% faster or slower than the same
+  kernel run first (caches, frequency), which a fixed order would report as a difference between identical variants."""
+  return list(range(n)) if repeat % 2 == 0 else list(range(n))[::-1]
+
 CHECK_EVERY = 10  # repeats between two looks at the intervals when sampling adaptively
 
 def _stop(totals: list[list[float]], done: int, repeats: int, width: float | None, budget_s: float | None, max_repeats: int,
@@ -36,7 +41,8 @@ def converged(totals: list[list[float]], width: float) -> bool:
 
 def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, repeats: int, target_width: float | None = None,
                      budget_s: float | None = None, max_repeats: int = 1000) -> list[dict]:
-  """A, B, C, A, B, C...: each repeat runs every variant's kernels once, so drift on a shared machine hits all variants alike.
+  """A, B, C, C, B, A...: each repeat runs every variant's kernels once, so drift on a shared machine hits all variants alike, and
+  every other repeat in reverse, so running first (or right after another variant) favours none of them.
   Adaptive (target_width): after `repeats`, keep sampling until each ratio's 95% interval is narrower than target_width, the time
   budget is spent or max_repeats are done; each result says how it ended (`sampling`)."""
   from explorer.capture.trace import stats as trace_stats
@@ -55,8 +61,8 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   while (ended := _stop(totals, r - warmup, repeats, target_width, budget_s, max_repeats, time.perf_counter() - start)) is None:
     if r % every == 0:
       progress("timing", "running", f"{'warmup' if r < warmup else 'repeat'} {r + 1}" + ("" if target_width else f" of {warmup + repeats}"))
-    for i, ts in enumerate(timers):
-      t = sum(next(gen) for _, gen in ts)
+    for i in _order(len(timers), r):
+      t = sum(next(gen) for _, gen in timers[i])
       if r >= warmup: totals[i].append(t)
     r += 1
   progress("timing", "done", f"{warmup} warmup + {r - warmup} repeats ({ended})")

@@ -192,7 +192,7 @@ async def measure_status(request: Request, a: str, b: str, kind: str) -> dict:
   await deps.trace_or_404(request, a); await deps.trace_or_404(request, b)
   return await asyncio.to_thread(request.app.state.diffs.measure_status, a, b, kind)
 
-@api.post("/diff/{a}/{b}/{kind}", status_code=202, summary="Start a measurement: interleaved re-timing (A, B, A, B...) or the outputs compared",
+@api.post("/diff/{a}/{b}/{kind}", status_code=202, summary="Start a measurement: interleaved re-timing (A, B, B, A...) or the outputs compared",
           responses=documented({404: "no such measurement (timing or numerics), or no trace a or b",
                                 409: "trace a or b is still queued or running, or the two cannot be measured together (specs or devices differ)",
                                 422: "repeats or warmup out of bounds"}))
