@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse, dataclasses, statistics, sys, time
 
 def main() -> int:
-  from explorer.capture import adapter  # noqa: F401 - only to name the host's target below (this benchmark process never traces)
-  from explorer.capture.adapter import default_device, host_renderer, target_name
-  from explorer.capture.run import run_trace
+  from explorer.tracing import adapter  # noqa: F401 - only to name the host's target below (this benchmark process never traces)
+  from explorer.tracing.adapter import default_device, host_renderer, target_name
+  from explorer.tracing.run import run_trace
   from explorer.spec import PRESETS, TARGETS, Variant
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--preset", choices=sorted(PRESETS), default="wino8")

@@ -1,2 +1,17 @@
-"""Kernel Explorer: trace a convolution through tinygrad's pipeline and show every stage."""
+"""Kernel Explorer: trace a convolution (or any tinygrad program) through tinygrad's pipeline and show every stage.
+
+The Python API's names are here too, loaded on first use so that `import explorer` (the CLI, the server) never imports tinygrad:
+
+    from explorer import capture        # any tinygrad program, in this process (explorer.api.capture)
+    from explorer import trace, Trace   # a convolution, in a worker; the result
+"""
+from typing import Any
 __version__ = "0.1.0"
+
+API = ("capture", "trace", "Trace", "Captured")
+
+def __getattr__(name: str) -> Any:
+  if name in API:
+    from explorer import api
+    return getattr(api, name)
+  raise AttributeError(f"module 'explorer' has no attribute {name!r}")

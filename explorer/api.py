@@ -1,12 +1,12 @@
 """The Python API: trace a convolution from a script or a notebook, then look at it inline, in a file or in the browser.
 
-    from explorer import api
-    t = api.trace("small", algo="winograd", targets=("cuda",))  # a preset name, a ConvSpec or its dict; Variant's fields
+    from explorer import capture, trace   # the same names as explorer.api's, loaded on first use (explorer/__init__.py)
+    t = trace("small", algo="winograd", targets=("cuda",))  # a preset name, a ConvSpec or its dict; Variant's fields
     t                                    # in Jupyter: the facts, the kernel table, the kernel graph, every kernel's sources
     t.save("t.json")                     # the trace JSON, as `kernel-explorer trace --json` writes it
     t.store()                            # into the explorer's SQLite store: its permalink id
     t.open()                             # stored, then shown in the browser (a local server is started if none answers)
-    t.diff(api.trace("small", algo="direct"))   # kernels matched by role and data flow, sources and metrics compared
+    t.diff(trace("small", algo="direct"))   # kernels matched by role and data flow, sources and metrics compared
 
 `trace` runs in a worker process, as the CLI does. `capture` records any tinygrad program in this process: tinygrad decides at import
 whether it records rewrites, so importing this module before tinygrad turns its recording on (TRACK_MATCH_STATS=2, for the whole
@@ -28,7 +28,7 @@ def _spec_of(conv: str | ConvSpec | dict) -> ConvSpec:
 def trace(conv: str | ConvSpec | dict, timeout_s: float = 600.0, **variant: Any) -> Trace:
   """Trace one convolution (a preset name, a ConvSpec or its dict) computed as `variant` says (explorer.spec.Variant's fields:
   algo, wino_impl, tile, staging, consts, opt, targets, time, repeats, device, rewrites...)."""
-  from explorer.capture.run import run_trace
+  from explorer.tracing.run import run_trace
   spec = _spec_of(conv)
   v = Variant(**{**variant, "targets": tuple(variant.get("targets", Variant().targets)), "rewrites": tuple(variant.get("rewrites", ()))})
   result = run_trace(spec, v.resolve(spec), timeout_s=timeout_s)
@@ -136,7 +136,7 @@ class Captured(Trace):
     self._capturing: Any = None
 
   def __enter__(self) -> Captured:
-    from explorer.capture.program import Capturing
+    from explorer.tracing.program import Capturing
     self._capturing = Capturing(self.name, self._variant, reference=self._reference, rel_tolerance=self._tolerance).__enter__()
     return self
 
@@ -145,7 +145,7 @@ class Captured(Trace):
     self.traces = [Trace(t, blob, blobs) for t, blob, blobs in self._capturing.results]
     if exc[0] is not None: return
     if not self.traces: raise RuntimeError("nothing was realized inside the capture block: call .realize() (or .numpy()) on the tensors to trace")
-    from explorer.capture.run import main_realize
+    from explorer.tracing.run import main_realize
     main = self.traces[main_realize([t.data for t in self.traces])]
     self.data, self.rewrites, self.target_rewrites = main.data, main.rewrites, main.target_rewrites
 

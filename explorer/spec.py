@@ -98,7 +98,7 @@ PRESETS: dict[str, ConvSpec] = {
 
 def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.items() if p == spec), None)
 
-# the stages of a trace, in order: explorer.capture.trace records them, the web's jobs and the CLI report their progress
+# the stages of a trace, in order: explorer.tracing.trace records them, the web's jobs and the CLI report their progress
 STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
 
 # tinygrad devices that compute on real hardware, best first (tinygrad's own order). Every other device is never offered to a web
@@ -135,7 +135,7 @@ class RewriteInfo:
   summary: str  # one line
   point: str    # where in codegen it runs: "sink" (the graph the linearizer is handed) or "linear" (the linearized order)
 
-# the custom rewrites a variant may add to codegen (explorer.capture.rewrites implements them), after the codegen notes (seed 004)
+# the custom rewrites a variant may add to codegen (explorer.tracing.rewrites implements them), after the codegen notes (seed 004)
 REWRITES = {
   "sink-loads": RewriteInfo("sink-loads", "move each LOAD down to just before its first use (never past a store, loop or branch mark), "
                             "shortening live ranges: the notes' load sinking, done on the linear order tinygrad's linearizer chose", "linear"),

@@ -22,7 +22,7 @@ def tinygrads_own() -> dict:
   return {"names": [ansistrip(p.arg.name) for p in prgs], "sources": [next(s.arg for s in p.src if s.op is Ops.SOURCE) for p in prgs]}
 
 def captured(db: str) -> dict:
-  from explorer.api import capture  # before tinygrad: it turns tinygrad's rewrite tracking on
+  from explorer import capture  # before tinygrad: it turns tinygrad's rewrite tracking on
   import numpy as np
   x, w, b = inputs()
   ref = np.maximum(0, conv_ref(x.numpy(), w.numpy(), b.numpy()))
@@ -35,7 +35,7 @@ def captured(db: str) -> dict:
           "program": t.data["program"]}
 
 def conv_ref(x, w, b):
-  from explorer.capture.reference import conv2d_reference
+  from explorer.tracing.reference import conv2d_reference
   return conv2d_reference(x.astype("float64"), w.astype("float64"), 1, 1, 1) + b.astype("float64")[None, :, None, None]
 
 def with_and_without_contiguous(db: str) -> dict:

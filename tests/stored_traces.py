@@ -19,7 +19,7 @@ def stored_pair() -> tuple[pathlib.Path, str, str]:
   """(database, staged id, fused id): traced in two workers at once, the first time only."""
   if not _made:
     from explorer.store import Store, trace_key
-    from explorer.capture.run import run_trace
+    from explorer.tracing.run import run_trace
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-stored-"))
     atexit.register(shutil.rmtree, tmp, True)
     db, store = tmp / "traces.sqlite3", None

@@ -49,3 +49,13 @@ def test_open_starts_a_server_when_none_answers(wino, tmp_path):
       except OSError: continue
       if "serve" in cmd and str(port) in cmd: os.kill(pid, signal.SIGTERM)
     time.sleep(0.5)
+
+def test_the_api_is_importable_from_the_package_without_loading_tinygrad_until_used():
+  import subprocess, sys
+  code = ("import sys, explorer; assert 'tinygrad' not in sys.modules and 'explorer.api' not in sys.modules\n"
+          "from explorer import capture, trace, Trace; from explorer import api\n"
+          "assert (capture, trace, Trace) == (api.capture, api.trace, api.Trace)\n"
+          "try: from explorer import nothing\nexcept ImportError as e: print(e)")
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr
+  assert "cannot import name 'nothing'" in r.stdout

@@ -57,7 +57,7 @@ def test_a_diff_of_my_layer_with_and_without_contiguous(db):
 def test_tinygrad_imported_first_fails_at_once_and_says_what_to_do():
   code = textwrap.dedent("""
     import tinygrad
-    from explorer.api import capture
+    from explorer import capture
     from tinygrad import Tensor
     with capture() as t: Tensor.ones(4).contiguous().realize()
   """)

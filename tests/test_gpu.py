@@ -1,15 +1,15 @@
 """On an NVIDIA host: traces run and are timed on the GPU by default, and their roofline makes sense. Skipped where no NVIDIA GPU is.
-The device list comes from a subprocess: importing explorer.capture.adapter here would switch on tinygrad's tracking in the pytest process."""
+The device list comes from a subprocess: importing explorer.tracing.adapter here would switch on tinygrad's tracking in the pytest process."""
 import glob, json, os, shutil, subprocess, sys, xml.etree.ElementTree as ET
 import pytest
 from explorer.analysis import roofline as R
 from explorer.spec import PRESETS, Variant
-from explorer.capture.run import run_trace
+from explorer.tracing.run import run_trace
 
 def _nvidia_devices() -> list[str]:
   """CUDA/NV devices tinygrad opens here; cheap signs of an NVIDIA driver first, so CPU hosts pay nothing."""
   if not (shutil.which("nvidia-smi") or os.path.exists("/dev/nvidiactl") or glob.glob("/proc/driver/nvidia/gpus/*")): return []
-  code = "import json; from explorer.capture import adapter as tg; print(json.dumps(tg.available_devices()))"
+  code = "import json; from explorer.tracing import adapter as tg; print(json.dumps(tg.available_devices()))"
   try: out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, "VIZ": "0"})
   except subprocess.TimeoutExpired: return []
   try: return [d for d in json.loads(out.stdout.strip().splitlines()[-1]) if d in ("CUDA", "NV")]

@@ -6,13 +6,13 @@ from __future__ import annotations
 import ast, dataclasses, logging, os, pathlib, signal, sqlite3, threading, time
 import pytest
 from fastapi.testclient import TestClient
-from explorer.capture.devicelock import DeviceLock
+from explorer.tracing.devicelock import DeviceLock
 from explorer.settings import ENV_PREFIX, SETTINGS, Settings
 from explorer.spec import ConvSpec
 from explorer.store import Store
 from explorer.web.app import create_app
-from explorer.capture.workers import Limits, WorkerFailed, call_in_worker
-from explorer.capture.run import run_trace
+from explorer.tracing.workers import Limits, WorkerFailed, call_in_worker
+from explorer.tracing.run import run_trace
 from conftest import REPO, wait_done
 
 TINY = {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}
@@ -339,11 +339,11 @@ def test_settings_are_checked():
 
 DANGEROUS = {"eval", "exec", "compile", "__import__", "pickle.loads", "pickle.load", "marshal.loads", "yaml.load", "shelve.open", "dill.loads",
              "importlib.import_module", "os.system", "subprocess.getoutput"}
-ALLOWED = {("explorer/capture/workers.py", "pickle.loads"),            # the result our own worker process sent back
-           ("explorer/capture/workers.py", "importlib.import_module"),  # the worker's target: a constant module path (checked below)
-           ("explorer/capture/adapter.py", "pickle.loads"),             # a rewrite blob our workers recorded (checked below: only they store one)
+ALLOWED = {("explorer/tracing/workers.py", "pickle.loads"),            # the result our own worker process sent back
+           ("explorer/tracing/workers.py", "importlib.import_module"),  # the worker's target: a constant module path (checked below)
+           ("explorer/tracing/adapter.py", "pickle.loads"),             # a rewrite blob our workers recorded (checked below: only they store one)
            # `kernel-explorer trace --script`: the user's own script, in a worker, from the command line only (checked below)
-           ("explorer/capture/program.py", "compile"), ("explorer/capture/program.py", "exec")}
+           ("explorer/tracing/program.py", "compile"), ("explorer/tracing/program.py", "exec")}
 # where a trace and its rewrite blob may be stored: a finished trace job's worker result, a study's own workers' traces, and the Python
 # API's (the user's own process, into their own store)
 STORES_TRACES = {"explorer/web/jobs.py", "explorer/web/studies.py", "explorer/api.py"}
@@ -373,9 +373,9 @@ def test_no_user_data_is_evaluated_or_unpickled():
         assert not any(k.arg == "shell" for k in node.keywords), f"{where}:{node.lineno} runs a shell"
     for node in ast.walk(ast.parse(p.read_text())):  # rewrite blobs reach the store only from our own workers or the user's own process
       if isinstance(node, ast.Attribute) and node.attr == "put_trace": assert where in STORES_TRACES, f"{where}:{node.lineno} stores a trace"
-      if isinstance(node, ast.Constant) and node.value == "explorer.capture.program:script_in_worker":
-        assert where == "explorer/capture/run.py", f"{where}:{node.lineno} runs a user's script"
-      if isinstance(node, ast.Name) and node.id == "run_script": assert where in ("explorer/capture/run.py", "explorer/cli/main.py"), where
+      if isinstance(node, ast.Constant) and node.value == "explorer.tracing.program:script_in_worker":
+        assert where == "explorer/tracing/run.py", f"{where}:{node.lineno} runs a user's script"
+      if isinstance(node, ast.Name) and node.id == "run_script": assert where in ("explorer/tracing/run.py", "explorer/cli/main.py"), where
 
 def test_no_endpoint_accepts_uploads(web_client):
   spec = web_client.get("/openapi.json").json()

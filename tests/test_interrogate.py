@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 import pytest
 from fastapi.testclient import TestClient
-from explorer.capture.run import run_trace
+from explorer.tracing.run import run_trace
 from explorer.settings import Settings
 from explorer.spec import PRESETS, Variant
 from explorer.store import Store

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from explorer.capture.lifeline import group_members
+from explorer.tracing.lifeline import group_members
 from explorer.settings import Settings
 from explorer.store import Store
 from explorer.web.app import create_app
@@ -181,7 +181,7 @@ def test_a_sigtermed_cli_leaves_no_worker(tmp_path):
 
 def test_a_worker_enforces_its_own_limits_without_its_parent(tmp_path):
   """The watchdog alone (no supervising parent): past its deadline, and past its memory limit, the worker stops its own group."""
-  code = ("import os, time, sys; from explorer.capture import lifeline; os.setpgid(0, 0); "
+  code = ("import os, time, sys; from explorer.tracing import lifeline; os.setpgid(0, 0); "
           "lifeline.watch(os.getppid(), deadline=time.monotonic() + {d}, memory_mb={m}, own_group=True); "
           "x = bytearray({b} << 20) if {b} else None; x and x.__setitem__(slice(None, None, 4096), b'1' * len(x[::4096])); time.sleep(60)")
   for d, m, b in ((1, 0, 0), (600, 200, 400)):

@@ -1,7 +1,7 @@
 import itertools
 import numpy as np
 import pytest
-from explorer.capture.reference import conv2d_reference, error_stats
+from explorer.tracing.reference import conv2d_reference, error_stats
 
 def conv2d_loops(x: np.ndarray, w: np.ndarray, stride: int, padding: int, groups: int) -> np.ndarray:
   """The definition, one output element at a time."""
@@ -57,7 +57,7 @@ def test_the_reference_in_batch_chunks_equals_the_whole_batch_at_once(monkeypatc
   """Chunked over the batch (so the large preset's windows stay near CHUNK_BYTES instead of 1.2 GiB): the same numbers, to float64's
   last digits (einsum may sum in another order for another batch size)."""
   import numpy as np
-  from explorer.capture import reference
+  from explorer.tracing import reference
   rng = np.random.default_rng(3)
   x, w = rng.standard_normal((5, 4, 9, 7)), rng.standard_normal((6, 2, 3, 3))
   whole = reference.conv2d_reference(x, w, stride=2, padding=1, groups=2)

@@ -1,4 +1,4 @@
-"""Custom codegen rewrites (explorer/capture/rewrites.py): each runs as a named pass of real tinygrad codegen on every target and on the
+"""Custom codegen rewrites (explorer/tracing/rewrites.py): each runs as a named pass of real tinygrad codegen on every target and on the
 host, whose rewritten programs then run and are checked against numpy; sink-loads lowers peak live values, peel:N splits a loop and
 keeps the output right, drop-end fails at a named stage with the compiler's own message; the server lists the catalogue and never
 runs a user's rewrite file."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json, os, shutil, subprocess, sys
 import pytest
 from fastapi.testclient import TestClient
-from explorer.capture.run import TraceResult, run_trace
+from explorer.tracing.run import TraceResult, run_trace
 from explorer.settings import Settings
 from explorer.spec import PRESETS, REWRITES, SpecError, Variant
 from explorer.store import Store
@@ -15,8 +15,8 @@ from conftest import REPO
 
 SINK_LOADS_CHECK = r"""
 import json
-from explorer.capture import adapter as tg
-from explorer.capture.rewrites import FENCES, sink_loads
+from explorer.tracing import adapter as tg
+from explorer.tracing.rewrites import FENCES, sink_loads
 from explorer.spec import PRESETS
 s = PRESETS["wino8"]
 x, w = tg.Tensor.empty(s.batch, s.cin, s.height, s.width), tg.Tensor.empty(s.cout, s.cin, s.kernel, s.kernel)
@@ -81,7 +81,7 @@ def test_peel_splits_the_outer_loop_and_keeps_the_output_right(wino8_direct):
     assert len(peeled) == 1, rec["loop_splits"]
     (cut,), into = peeled[0]["ranges"], peeled[0]["into"]
     assert sorted(r["size"] for r in into) == sorted([2, cut["size"] - 2]), peeled[0]
-    assert peeled[0]["rule"].startswith("explorer/capture/rewrites.py:") and "pm_peel" in peeled[0]["rule_source"]
+    assert peeled[0]["rule"].startswith("explorer/tracing/rewrites.py:") and "pm_peel" in peeled[0]["rule_source"]
     spec = rec.get("spec") or _kernel(trace)["spec"]["program"]  # the host's own record keeps its checks on the kernel
     assert spec["ok"] and rec["source"].count("for (") == _kernel(wino8_direct[""])["targets"][target]["source"].count("for (") + 1 + \
       (0 if target == "cuda" else 2)  # clang's two loops nested in the peeled one are copied with it

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json, os, re, shutil, subprocess, sys, tempfile
 import pytest
 from fastapi.testclient import TestClient
-from explorer.capture.compilers import occupancy, parse_ptxas
-from explorer.capture.run import run_trace
+from explorer.tracing.compilers import occupancy, parse_ptxas
+from explorer.tracing.run import run_trace
 from explorer.settings import Settings
 from explorer.spec import PRESETS, Variant
 from explorer.web.app import create_app
@@ -39,7 +39,7 @@ renderers = {"cuda": deviceless(CUDARenderer, Target("CUDA", "CUDA", arch), tens
 x = Tensor.empty(spec["batch"], spec["cin"], spec["height"], spec["width"])
 w = Tensor.empty(spec["cout"], spec["cin"] // spec["groups"], spec["kernel"], spec["kernel"])
 if variant["wino_impl"] == "explorer":  # the explorer's own Winograd is the program under test; its codegen below is plain tinygrad's
-  from explorer.capture.algorithms import build_conv
+  from explorer.tracing.algorithms import build_conv
   from explorer.spec import ConvSpec, Variant
   out = build_conv(x, w, ConvSpec(**spec), Variant.from_dict(variant))
 else:
@@ -222,7 +222,7 @@ def wait_for_target(client, url: str, timeout_s: float = 300) -> dict:
   return r.json()
 
 def test_a_compiler_that_hangs_or_crashes_is_one_kernels_result(tmp_path, monkeypatch):
-  from explorer.capture import compilers
+  from explorer.tracing import compilers
   for name, body in (("clang", "sleep 30"), ("nvcc", "kill -SEGV $$")):
     (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
     (tmp_path / name).chmod(0o755)
@@ -271,7 +271,7 @@ def test_spec_checks_run_on_every_stage_and_keep_every_violation(tmp_path):
   assert all(k["spec"]["ast"]["ok"] and k["spec"]["program"]["ok"] and k["targets"]["cuda"]["spec"]["ok"] for k in trace["kernels"])
   assert all(c["checked"] > 0 for c in trace["spec_checks"].values())
   check = r"""
-from explorer.capture import adapter as tg
+from explorer.tracing import adapter as tg
 from tinygrad.uop.ops import UOp, Ops
 bad = UOp(Ops.ADD, tg.dtypes.float, (UOp(Ops.CONST, tg.dtypes.int, arg=1), UOp(Ops.CONST, tg.dtypes.float, arg=2.0)))
 import json; print(json.dumps(tg.spec_check([bad.sink()], "program")))

@@ -182,7 +182,7 @@ def test_tour_pages_never_import_tinygrad(web_db, pair):
       for url in ("/t/{pair['b']}/tour?step=k1-source", "{pair['url']}&step=compare", "/api/traces/{pair['b']}/tour", "/api/tours", "/glossary",
                   "/api/traces/{pair['b']}/annotations"):
         assert c.get(url).status_code == 200, url
-    assert "tinygrad" not in sys.modules and "explorer.capture.adapter" not in sys.modules, "the server imported tinygrad"
+    assert "tinygrad" not in sys.modules and "explorer.tracing.adapter" not in sys.modules, "the server imported tinygrad"
     print("ok")
   """)
   r = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)

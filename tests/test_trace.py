@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from explorer.cli import main
 from explorer.spec import PRESETS, TARGETS, ConvSpec, Variant
-from explorer.capture.workers import WorkerFailed
-from explorer.capture.run import run_trace
+from explorer.tracing.workers import WorkerFailed
+from explorer.tracing.run import run_trace
 
 SOURCE_MARKERS = {"host": "void", "cuda": "__global__", "metal": "kernel void", "opencl": "__kernel", "clang": "void", "llvm": "define",
                   "ptx": ".entry", "wgsl": "@compute"}

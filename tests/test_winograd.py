@@ -2,9 +2,9 @@ import math, re
 import numpy as np
 import pytest
 from tinygrad import Tensor, dtypes
-from explorer.capture.algorithms import build_conv
-from explorer.capture.algorithms.winograd import WINOGRAD_MATRICES, winograd_explorer
-from explorer.capture.reference import conv2d_reference, error_stats
+from explorer.tracing.algorithms import build_conv
+from explorer.tracing.algorithms.winograd import WINOGRAD_MATRICES, winograd_explorer
+from explorer.tracing.reference import conv2d_reference, error_stats
 from explorer.spec import ERROR_TOLERANCE, ConvSpec, Variant
 
 # batch 2, cin != cout, H and W no multiple of either tile (so padding up to whole tiles and the final shrink are exercised)
@@ -144,7 +144,7 @@ def test_5x5_float16_and_padding(tile):
 def test_generated_transforms_compute_a_correlation():
   """The 1-D identity y = At ((G g) * (Bt d)) for random taps and inputs, for the generated 5x5 tiles and for a generated F(2,3) and
   F(4,3) (which need not equal the typed-in ones, only compute the same)."""
-  from explorer.capture.algorithms.cook_toom import cook_toom
+  from explorer.tracing.algorithms.cook_toom import cook_toom
   rng = np.random.default_rng(0)
   for m, r in ((2, 3), (4, 3), (2, 5), (4, 5), (6, 3)):
     bt, g, at = (np.array(x) for x in cook_toom(m, r))

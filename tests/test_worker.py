@@ -1,8 +1,8 @@
 """Workers that crash, hang, run out of memory or answer too much give a clear error; the next worker is fine."""
 import pytest
 from explorer.spec import ConvSpec, Variant
-from explorer.capture.workers import Limits, WorkerFailed, call_in_worker
-from explorer.capture.run import run_trace
+from explorer.tracing.workers import Limits, WorkerFailed, call_in_worker
+from explorer.tracing.run import run_trace
 
 @pytest.mark.parametrize("fn, limits, timeout, message", [
   ("segfault", Limits(), 60, "SIGSEGV"),

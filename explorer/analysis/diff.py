@@ -8,14 +8,14 @@ against `mhat` and `out`), `conv` against a chain is a fold; kernels that share 
 Buffers pair by role and by the kernel groups that write and read them, so an intermediate that lives inside a fused
 group (MHAT), or a materialized constant, shows on one side only.
 
-No tinygrad here: what needs it runs in a fresh worker (explorer.analysis.diff_worker, explorer.capture.timing).
+No tinygrad here: what needs it runs in a fresh worker (explorer.analysis.diff_worker, explorer.tracing.timing).
 """
 from __future__ import annotations
 import difflib, hashlib, statistics
 from collections import Counter, defaultdict
 from typing import Any
 from explorer.analysis import memory
-from explorer.capture.workers import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
+from explorer.tracing.workers import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
 
 CHAIN = ("xhat", "ghat", "mhat", "out")
 OP_KEYS = ("alu", "loads", "stores", "consts", "ranges", "total")
@@ -346,7 +346,7 @@ def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmu
   if (why := comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not timed: {why}"}
   try:
     args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)], "warmup": warmup, "repeats": repeats}
-    (ra, rb), _ = call_in_worker("explorer.capture.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
+    (ra, rb), _ = call_in_worker("explorer.tracing.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
   except WorkerFailed as e: return {"compared": False, "reason": f"timing failed: {e}"}
   ma, mb = ra["total_s"]["median"], rb["total_s"]["median"]
   return {"compared": True, "device": ra["device"], "compiler": ra["compiler"], "fallback": ra["fallback"] or rb["fallback"], "warmup": warmup,

@@ -1,7 +1,7 @@
-"""The halves of explorer.analysis.diff that need tinygrad, called through explorer.capture.workers.call_in_worker (with VIZ=0)."""
+"""The halves of explorer.analysis.diff that need tinygrad, called through explorer.tracing.workers.call_in_worker (with VIZ=0)."""
 from __future__ import annotations
 import numpy as np
-from explorer.capture import adapter as tg  # first: sets tinygrad's environment before tinygrad is imported
+from explorer.tracing import adapter as tg  # first: sets tinygrad's environment before tinygrad is imported
 from explorer.spec import ConvSpec, Variant
 
 def kernel_graphs(progress, a_blob: bytes, b_blob: bytes, a_sinks: list[int], b_sinks: list[int]) -> tuple[dict, dict]:
@@ -10,7 +10,7 @@ def kernel_graphs(progress, a_blob: bytes, b_blob: bytes, a_sinks: list[int], b_
   return {n: a.graph_of(n) for n in a_sinks}, {n: b.graph_of(n) for n in b_sinks}
 
 def seeded_inputs(spec: ConvSpec) -> tuple[np.ndarray, np.ndarray]:
-  """The input and weight every trace runs on (the same draws as explorer.capture.trace._run_stages)."""
+  """The input and weight every trace runs on (the same draws as explorer.tracing.trace._run_stages)."""
   rng = np.random.default_rng(0)
   x = rng.standard_normal(spec.input_shape).astype(spec.dtype)
   w = (rng.standard_normal(spec.weight_shape) / np.sqrt(np.prod(spec.weight_shape[1:]))).astype(spec.dtype)
@@ -18,7 +18,7 @@ def seeded_inputs(spec: ConvSpec) -> tuple[np.ndarray, np.ndarray]:
 
 def _output(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarray) -> np.ndarray:
   Tensor, dtypes = tg.Tensor, tg.dtypes
-  from explorer.capture.algorithms import build_conv
+  from explorer.tracing.algorithms import build_conv
   device = variant.device or tg.default_device()
   dtype = dtypes.float16 if spec.dtype == "float16" else dtypes.float32
   with tg.opt_context(variant.opt):

@@ -2,7 +2,7 @@
 
 Peaks come from vendor spec sheets for known GPUs (matched by the driver's device name) and, for anything else (every CPU,
 unlisted GPUs, MIG slices), from a probe measured on the device itself through tinygrad, cached per device. No tinygrad here:
-device facts and the probe run in a worker (explorer.capture.probe).
+device facts and the probe run in a worker (explorer.tracing.probe).
 """
 from __future__ import annotations
 import html, json, math, os, pathlib, re, tempfile
@@ -84,21 +84,21 @@ def _store_cache(key: str, value: dict) -> None:
 
 def describe(device: str | None = None, timeout_s: float = 120.0) -> dict:
   """Device, hardware name, compiler, host (in a worker: it opens the device)."""
-  from explorer.capture.workers import call_in_worker
-  return call_in_worker("explorer.capture.probe:describe", {"device": device}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
+  from explorer.tracing.workers import call_in_worker
+  return call_in_worker("explorer.tracing.probe:describe", {"device": device}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
 
 def list_devices(timeout_s: float = 120.0) -> dict:
-  from explorer.capture.workers import call_in_worker
-  return call_in_worker("explorer.capture.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
+  from explorer.tracing.workers import call_in_worker
+  return call_in_worker("explorer.tracing.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
 
 def measured_peaks(info: dict, refresh: bool = False, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> dict:
   """The probe's FP32 FLOP/s and bandwidth for the device info describes: from the cache, else measured in a worker and cached.
   progress(stage, status, detail) hears what the worker measures, and its wait for the device."""
-  from explorer.capture.workers import call_in_worker
+  from explorer.tracing.workers import call_in_worker
   key = _cache_key(info)
   if not refresh and (hit := _load_cache().get(key)) is not None: return hit
-  # a measurement: the device's lock for the whole run, so that no trace or study times on it meanwhile (explorer.capture.devicelock)
-  got: dict = call_in_worker("explorer.capture.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},
+  # a measurement: the device's lock for the whole run, so that no trace or study times on it meanwhile (explorer.tracing.devicelock)
+  got: dict = call_in_worker("explorer.tracing.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},
                              timeout_s=timeout_s, exclusive=info["device"])[0]
   _store_cache(key, got)
   return got

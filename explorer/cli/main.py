@@ -86,7 +86,7 @@ def summary(trace: dict) -> str:
 # ***** commands *****
 
 def cmd_trace(a: argparse.Namespace) -> int:
-  from explorer.capture.run import run_script, run_trace
+  from explorer.tracing.run import run_script, run_trace
   if a.script is not None:
     if a.preset or a.shape: raise UsageError("--script traces the script's own tensors: leave out --preset and --shape")
     if not os.path.isfile(a.script): raise SpecError(f"--script: no such file: {a.script}")
@@ -119,7 +119,7 @@ def cmd_targets(a: argparse.Namespace) -> int:
   return 0
 
 def cmd_rewrites(a: argparse.Namespace) -> int:
-  from explorer.capture.catalogue import catalogue
+  from explorer.tracing.catalogue import catalogue
   rows = catalogue()
   print(table(("rewrite", "runs on", "what it does"), [(r["usage"], r["point"], r["summary"]) for r in rows], text_columns=3))
   for r in rows if a.source else []: print(f"\n# {r['usage']}\n{r['source']}")
@@ -157,7 +157,7 @@ def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: 
     from explorer.store import load_trace_file
     return load_trace_file(arg), None, f"file {arg}"
   if arg.lstrip().startswith("-"):
-    from explorer.capture.run import run_trace
+    from explorer.tracing.run import run_trace
     p = Parser(prog="kernel-explorer diff (flag set)")
     add_case_args(p)
     tokens = shlex.split(arg)
@@ -319,7 +319,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 def stop_on_signal(signum: int, frame: object) -> None:
   """Every running worker's process group is killed before the command exits (its `finally` blocks run too)."""
-  from explorer.capture.workers import stop_all
+  from explorer.tracing.workers import stop_all
   stop_all()
   raise SystemExit(128 + signum)
 
@@ -330,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig, handler in before.items(): signal.signal(sig, handler)
 
 def _run(argv: Sequence[str] | None) -> int:
-  from explorer.capture.workers import WorkerFailed
+  from explorer.tracing.workers import WorkerFailed
   try:
     a = build_parser().parse_args(argv)
     return a.fn(a)

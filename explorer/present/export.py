@@ -91,7 +91,7 @@ def local_graphs(trace: dict, trace_id: str, blob: bytes | None, store: Any = No
     else: missing[ref] = sink
   if missing:
     say(f"expanding {len(missing)} graph(s) from the rewrite blob")
-    from explorer.capture.workers import WorkerFailed, call_in_worker
+    from explorer.tracing.workers import WorkerFailed, call_in_worker
     why = ""
     try:
       got, _ = call_in_worker("explorer.present.export_worker:sink_graphs", {"blob": blob, "sinks": sorted(set(missing.values()))},

@@ -1,6 +1,6 @@
 """The half of explorer.present.export that needs tinygrad: called through call_in_worker (with VIZ=0)."""
 from __future__ import annotations
-from explorer.capture import adapter as tg  # first: sets tinygrad's environment before tinygrad is imported
+from explorer.tracing import adapter as tg  # first: sets tinygrad's environment before tinygrad is imported
 
 def sink_graphs(progress, blob: bytes, sinks: list[int]) -> dict[int, dict]:
   """The UOp graphs ({nodes, edges}) of recorded sinks, rebuilt from a trace's rewrite blob, by trace number."""

@@ -1,4 +1,4 @@
-"""Graph layout with graphviz `dot` on the server: UOp graphs (as explorer.capture.adapter.RewriteBlob gives them) and the kernel graph.
+"""Graph layout with graphviz `dot` on the server: UOp graphs (as explorer.tracing.adapter.RewriteBlob gives them) and the kernel graph.
 
 Plain data in, SVG text out. No tinygrad imports: the web server lays graphs out, worker processes expand them.
 """

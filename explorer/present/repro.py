@@ -19,7 +19,7 @@ def environment(trace: dict) -> dict[str, str]:
 
 def _conv(spec: ConvSpec, variant: Variant) -> list[str]:
   if variant.algo == "winograd" and variant.wino_impl == "explorer":
-    return ["from explorer.capture.algorithms.winograd import winograd_explorer  # the explorer's Winograd (not in tinygrad)",
+    return ["from explorer.tracing.algorithms.winograd import winograd_explorer  # the explorer's Winograd (not in tinygrad)",
             f"out = winograd_explorer(x, w, SPEC, tile={variant.tile!r}, staging={variant.staging!r}, consts={variant.consts!r})"]
   return [f"out = x.conv2d(w, stride={spec.stride}, padding={spec.pad}, groups={spec.groups})"
           + ("  # WINO=1: tinygrad's builtin Winograd" if variant.algo == "winograd" else "")]

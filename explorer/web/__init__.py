@@ -39,7 +39,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
   from explorer.web.app import create_app as _create_app
   from explorer.web.limits import redact_access_log, restrict_to_loopback
   from explorer.web.protocol import protocol_with
-  from explorer.capture.workers import stop_all
+  from explorer.tracing.workers import stop_all
   app = _create_app(db_path, settings=settings)
   if is_loopback(host): restrict_to_loopback(app, host)  # DNS rebinding: a page elsewhere cannot reach us under its own name
   print(startup_message(host, port, settings), file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """The FastAPI app: JSON API under /api, server-rendered pages, vendored static assets and offline OpenAPI docs.
 
-The server process never imports tinygrad: traces run in explorer.capture.workers's processes, graphs expand in explorer.web.expand's."""
+The server process never imports tinygrad: traces run in explorer.tracing.workers's processes, graphs expand in explorer.web.expand's."""
 from __future__ import annotations
 import asyncio, collections, threading
 from contextlib import asynccontextmanager
@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.routing import Match
 from explorer import __version__
-from explorer.capture.workers import Limits  # imports no tinygrad
+from explorer.tracing.workers import Limits  # imports no tinygrad
 from explorer.settings import Settings
 from explorer.spec import SpecError
 from explorer.store import Store, StoreError
@@ -123,7 +123,7 @@ def forget_trace(app: FastAPI, trace_id: str) -> None:
 
 def create_app(db_path: str | None = None, settings: Settings | None = None, runner=None, graph_workers: int = 1,
                devices: DeviceCatalog | None = None, study_runner=None) -> FastAPI:
-  """The app over one SQLite store. runner replaces explorer.capture.run.run_trace, study_runner explorer.analysis.study.run_studies
+  """The app over one SQLite store. runner replaces explorer.tracing.run.run_trace, study_runner explorer.analysis.study.run_studies
   (tests use them to count or fake runs).
   With settings.token set (KERNEL_EXPLORER_TOKEN) every request needs it."""
   settings = settings or Settings.load()

@@ -145,7 +145,7 @@ class DiffService:
     return await self._once((a_id, b_id, GRAPHS), lambda: self._make_graphs(a_id, a, b_id, b, groups))
 
   async def _make_graphs(self, a_id: str, a: dict, b_id: str, b: dict, groups: list[dict]) -> dict:
-    from explorer.capture.workers import WorkerFailed, call_in_worker
+    from explorer.tracing.workers import WorkerFailed, call_in_worker
     blobs = await asyncio.to_thread(lambda: (self.store.get_rewrites(a_id), self.store.get_rewrites(b_id)))
     if any(not x for x in blobs): return {"error": "a side has no stored rewrite blob: no UOp graph diff", "groups": []}
     sinks = {s: [k["ast_sink"] for k in t["kernels"] if k.get("ast_sink") is not None] for s, t in (("a", a), ("b", b))}

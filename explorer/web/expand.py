@@ -1,5 +1,5 @@
 """Graph expansion, run in the graph worker processes (a spawn-context ProcessPoolExecutor), never in the server process:
-rebuilding a graph from a trace's rewrite blob imports tinygrad (through explorer.capture.adapter) and is CPU-heavy.
+rebuilding a graph from a trace's rewrite blob imports tinygrad (through explorer.tracing.adapter) and is CPU-heavy.
 Each worker keeps the last few loaded blobs, so stepping through one trace's passes loads its blob once."""
 from __future__ import annotations
 import collections, os
@@ -21,7 +21,7 @@ def _blob(db_path: str, trace_id: str, target: str | None = None) -> Any:
   if key in _blobs:
     _blobs.move_to_end(key)
     return _blobs[key]
-  from explorer.capture.adapter import TINYGRAD_VERSION, RewriteBlob
+  from explorer.tracing.adapter import TINYGRAD_VERSION, RewriteBlob
   from explorer.store import Store
   data = Store(db_path).get_rewrites(trace_id, target)
   if data is None: raise LookupError(f"trace {trace_id} has no stored rewrites" + (f" for {target}" if target else ""))
@@ -61,7 +61,7 @@ def match_steps(db_path: str, trace_id: str, group: int, step: int, start: int, 
   return ret
 
 def pass_matches(db_path: str, trace_id: str, group: int, step: int, offset: int, limit: int, target: str | None = None) -> dict:
-  """One page of a pass's matches (explorer.capture.adapter.RewriteBlob.matches) and where the pass was called."""
+  """One page of a pass's matches (explorer.tracing.adapter.RewriteBlob.matches) and where the pass was called."""
   blob = _blob(db_path, trace_id, target)
   return {**blob.pass_record(group, step), "offset": offset, "matches": blob.matches(group, step, offset, limit)}
 

@@ -15,8 +15,8 @@ from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNot
                                      find_pass, passes_of, spec_violations)
 from explorer.store import Store
 from explorer.web import expand
-from explorer.capture.pool import WorkerPool
-from explorer.capture.workers import Limits, WorkerFailed, WorkersBusy
+from explorer.tracing.pool import WorkerPool
+from explorer.tracing.workers import Limits, WorkerFailed, WorkersBusy
 
 MAX_STEPS = 60     # matches one can step through in a pass (each replays all before it)
 STEP_WINDOW = 6    # steps expanded per worker call, cached for the next clicks
@@ -45,7 +45,7 @@ class GraphService:
     self._dot_slots: asyncio.Semaphore | None = None
     self.expansions = 0  # worker calls made: tests check that cached graphs do not expand again
 
-  # ***** worker processes (explorer.capture.pool: limits, and a dead or hung worker replaced) *****
+  # ***** worker processes (explorer.tracing.pool: limits, and a dead or hung worker replaced) *****
 
   def close(self) -> None: self.pool.close()
 

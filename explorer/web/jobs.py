@@ -1,4 +1,4 @@
-"""Trace jobs: POST returns at once; explorer.capture.run.run_trace runs in a daemon thread (it spawns the tinygrad process itself),
+"""Trace jobs: POST returns at once; explorer.tracing.run.run_trace runs in a daemon thread (it spawns the tinygrad process itself),
 progress reaches the event loop through call_soon_threadsafe, and the finished trace lands in the store.
 Identical requests share one job: the job id is the store key.
 
@@ -108,7 +108,7 @@ class JobManager:
     self.jobs: dict[str, Job] = {}
     self.tasks: set[asyncio.Task] = set()
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
-    self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.capture.workers registers them)
+    self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.tracing.workers registers them)
     self.owner = this_owner()
     self._parallel = parallel
     self._slots: asyncio.Semaphore | None = None
@@ -175,7 +175,7 @@ class JobManager:
 
   def _run_trace(self, job: Job, progress: Callable[[str, str, str], None]) -> Any:
     if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
-    from explorer.capture.run import run_trace  # no tinygrad import: run_trace spawns the process that imports it
+    from explorer.tracing.run import run_trace  # no tinygrad import: run_trace spawns the process that imports it
     return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s, limits=self.limits, live=self.live)
 
   def _forget_old(self) -> None:
@@ -187,7 +187,7 @@ class JobManager:
 
   def shutdown(self) -> None:
     """The server is stopping: unfinished jobs are marked interrupted (in the store too) and their workers' groups killed."""
-    from explorer.capture.workers import kill_group
+    from explorer.tracing.workers import kill_group
     for job in self.jobs.values():
       if job.status in ("queued", "running"):
         job.finish("interrupted", INTERRUPTED.format(id=job.id))

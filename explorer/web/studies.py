@@ -114,7 +114,7 @@ class StudyService:
   def recent(self, limit: int = 50) -> list[dict[str, Any]]: return self.store.recent_studies(limit)
 
   def shutdown(self) -> None:
-    """The server is stopping: a running study is marked interrupted (its workers die with this process: explorer.capture.lifeline)."""
+    """The server is stopping: a running study is marked interrupted (its workers die with this process: explorer.tracing.lifeline)."""
     for run in self.runs.values():
       if run.status == "running":
         run.status, run.error, run.finished = "interrupted", INTERRUPTED, time.time()

@@ -1,11 +1,11 @@
 """Targets on first request: a trace computes its host and the targets it asked for; any other target of a stored trace is computed
-when a page or the API first asks for it, in a worker (explorer.capture.run:targets_in_worker) that rebuilds the kernels' ASTs from
+when a page or the API first asks for it, in a worker (explorer.tracing.run:targets_in_worker) that rebuilds the kernels' ASTs from
 the trace's rewrite blob and renders them as a cold trace would, then stored with the trace, so the next request is instant.
 Identical requests share one job; jobs of one trace are stored one at a time (each adds its target to the stored trace)."""
 from __future__ import annotations
 import asyncio, time
 from typing import Any, Callable
-from explorer.capture.workers import Limits, WorkerFailed
+from explorer.tracing.workers import Limits, WorkerFailed
 from explorer.spec import TARGETS, Variant
 from explorer.store import Store
 
@@ -41,7 +41,7 @@ class TargetService:
     return job
 
   async def _run(self, trace_id: str, trace: dict, target: str, job: dict[str, Any]) -> None:
-    from explorer.capture.workers import call_in_worker
+    from explorer.tracing.workers import call_in_worker
     from explorer.web.jobs import run_in_daemon_thread
     loop = asyncio.get_running_loop()
     def progress(stage: str, status: str, detail: str) -> None:
@@ -54,7 +54,7 @@ class TargetService:
       if args["blob"] is None: raise WorkerFailed(f"trace {trace_id} has no stored rewrites to rebuild its kernels from")
       job.update(status="running", detail=f"rendering {target} in a worker")
       self.computed += 1
-      got, _ = await run_in_daemon_thread(lambda: call_in_worker("explorer.capture.run:targets_in_worker", args, progress, limits=self.limits))
+      got, _ = await run_in_daemon_thread(lambda: call_in_worker("explorer.tracing.run:targets_in_worker", args, progress, limits=self.limits))
       records, blob = got[target]
       async with self._locks.setdefault(trace_id, asyncio.Lock()):
         await asyncio.to_thread(self.store.add_targets, trace_id, {target: records}, {target: blob})

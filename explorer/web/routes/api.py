@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer import __version__
 from explorer.analysis import memory
-from explorer.capture.catalogue import catalogue
+from explorer.tracing.catalogue import catalogue
 from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
 from explorer.web import deps

@@ -9,7 +9,7 @@ from explorer.web import deps
 from explorer.web.jobs import run_in_daemon_thread
 from explorer.web.models import NOT_FOUND, ProbeStatus, documented
 from explorer.web.routes.pages import trace_page
-from explorer.capture.workers import GATED_STAGE  # already imported by the server (explorer.capture.pool)
+from explorer.tracing.workers import GATED_STAGE  # already imported by the server (explorer.tracing.pool)
 
 router = APIRouter()
 
@@ -33,7 +33,7 @@ async def roofline_json(request: Request, trace_id: str) -> dict:
 
 @dataclass
 class Probe:
-  """One run of the roofline probe on a device (bandwidth and FP32, explorer.capture.probe.measure, in a worker)."""
+  """One run of the roofline probe on a device (bandwidth and FP32, explorer.tracing.probe.measure, in a worker)."""
   device: str
   id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
   status: str = "queued"  # queued | running | done | error

@@ -33,8 +33,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 import numpy as np
-from explorer.capture.adapter import Tensor
-from explorer.capture.algorithms.cook_toom import cook_toom
+from explorer.tracing.adapter import Tensor
+from explorer.tracing.algorithms.cook_toom import cook_toom
 from explorer.spec import ConvSpec
 
 Matrix = list[list[float]]
@@ -47,7 +47,7 @@ WINOGRAD_MATRICES: dict[str, tuple[Matrix, Matrix, Matrix]] = {
              [[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]],
              [[1, 1, 1, 0], [0, 1, -1, -1]]),
 }
-# 5x5 kernels: generated from interpolation points (explorer.capture.algorithms.cook_toom)
+# 5x5 kernels: generated from interpolation points (explorer.tracing.algorithms.cook_toom)
 WINOGRAD_MATRICES |= {f"F({m},5)": cook_toom(m, 5) for m in (2, 4)}
 STAGINGS, CONSTS = ("staged", "fused", "single"), ("symbolic", "materialized")
 

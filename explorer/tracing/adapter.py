@@ -408,7 +408,7 @@ def codegen_host(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite] = ())
 def codegen_deviceless(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite] = ()) -> UOp:
   return _to_program_rewritten(ast, renderer, tuple(rewrites)) if rewrites else do_to_program(ast, renderer)
 
-# ***** custom rewrites: extra named passes in codegen (explorer.capture.rewrites holds the catalogue) *****
+# ***** custom rewrites: extra named passes in codegen (explorer.tracing.rewrites holds the catalogue) *****
 # tinygrad 0.14 has no Renderer.pre_matcher (the codegen notes' hook); its Renderer.extra_matcher runs inside the "final rewrite" pass
 # among tinygrad's own rules. So a rewrite runs as a graph_rewrite pass of its own, at one of two points: "sink", on the graph
 # full_rewrite_to_sink hands the linearizer, or "linear", on PROGRAM(sink, LINEAR) before rendering (tinygrad renders a LINEAR in the
@@ -484,11 +484,11 @@ def _range_fact(u: UOp) -> tuple[tuple[str, Any], ...]:
   return (("axis", u.arg[0] if isinstance(u.arg, tuple) else u.arg), ("size", size), ("kind", kind))
 
 def _rule_file(path: str) -> str:
-  """tinygrad's rules by their path in tinygrad (codegen/simplify.py), the explorer's own by theirs (explorer/capture/rewrites.py)."""
+  """tinygrad's rules by their path in tinygrad (codegen/simplify.py), the explorer's own by theirs (explorer/tracing/rewrites.py)."""
   return path.split("tinygrad/")[-1] if "/tinygrad/" in path else "explorer/" + path.split("/explorer/")[-1]
 
 def _splits_loops(pass_name: str) -> bool:
-  """tinygrad's "split ranges" pass, and the explorer's peel:N rewrite (explorer.capture.rewrites)."""
+  """tinygrad's "split ranges" pass, and the explorer's peel:N rewrite (explorer.tracing.rewrites)."""
   return pass_name == "split ranges" or pass_name.startswith(REWRITE_PASS.format("peel:"))
 
 def loop_splits(mark: int) -> list[dict]:
@@ -751,7 +751,7 @@ def device_name(device: str) -> str:
 
 def nvrtc_compiler() -> Callable[[str, str], dict] | None:
   """A compile function (source, arch) -> {ok, compiler, log, ptx, cubin}, when NVRTC's library loads (NVRTC_PATH set before this
-  module was imported; explorer.capture.renders sets it from the wheel); None otherwise."""
+  module was imported; explorer.tracing.renders sets it from the wheel); None otherwise."""
   try:
     from tinygrad.runtime.autogen import nvrtc
     from tinygrad.runtime.support.compiler_cuda import _get_bytes, nvrtc_check

@@ -17,7 +17,7 @@ POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), 3, -3)  # small poin
 
 @functools.cache
 def cook_toom(m: int, r: int) -> tuple[Matrix, Matrix, Matrix]:
-  """(Bt, G, At) of F(m, r), as the explorer's Winograd applies them (explorer.capture.algorithms.winograd)."""
+  """(Bt, G, At) of F(m, r), as the explorer's Winograd applies them (explorer.tracing.algorithms.winograd)."""
   a = m + r - 1
   if a - 1 > len(POINTS): raise ValueError(f"F({m},{r}) needs {a - 1} interpolation points; {len(POINTS)} are defined")
   p = [Fraction(x) for x in POINTS[:a - 1]]

@@ -1,9 +1,9 @@
 """A trace in a worker: run_trace is what the CLI, the web's jobs, the studies and the diff call; trace_in_worker is the function the
-worker runs (it imports tinygrad, through explorer.capture.trace, for the first time in that process)."""
+worker runs (it imports tinygrad, through explorer.tracing.trace, for the first time in that process)."""
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
-from explorer.capture.workers import Limits, Live, Progress, call_in_worker
+from explorer.tracing.workers import Limits, Live, Progress, call_in_worker
 from explorer.spec import ConvSpec, Variant
 
 @dataclass
@@ -16,21 +16,21 @@ class TraceResult:
 
 def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str, Any],
                     dump_io: str | None) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
-  from explorer.capture.trace import capture
+  from explorer.tracing.trace import capture
   return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io)
 
 def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
               dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None) -> TraceResult:
   """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends."""
-  (trace, blob, blobs), seen = call_in_worker("explorer.capture.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
+  (trace, blob, blobs), seen = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
                                        "dump_io": dump_io}, progress, timeout_s, limits=limits, live=live)
   return TraceResult(trace, blob, seen, blobs)
 
 def run_script(path: str, fn: str | None, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
                limits: Limits | None = None) -> TraceResult:
-  """Run a tinygrad script (or its function fn) in a fresh worker, every realize traced (explorer.capture.program); the result is the
+  """Run a tinygrad script (or its function fn) in a fresh worker, every realize traced (explorer.tracing.program); the result is the
   last realize that ran a kernel, and `others` every realize's trace, in order."""
-  results, seen = call_in_worker("explorer.capture.program:script_in_worker", {"path": path, "fn": fn, "variant": variant.to_dict()},
+  results, seen = call_in_worker("explorer.tracing.program:script_in_worker", {"path": path, "fn": fn, "variant": variant.to_dict()},
                                  progress, timeout_s, limits=limits)
   trace, blob, blobs = results[main_realize([r[0] for r in results])]
   return TraceResult(trace, blob, seen, blobs, others=[r[0] for r in results])
@@ -42,9 +42,9 @@ def main_realize(traces: list[dict[str, Any]]) -> int:
 def targets_in_worker(progress: Progress, blob: bytes, sinks: list[int], targets: dict[str, str], opt: str,
                       rewrites: tuple[str, ...] = ()) -> dict[str, Any]:
   """Targets a trace did not ask for, computed later from its stored rewrite blob: each kernel's AST rebuilt from the blob, then every
-  target through explorer.capture.renders as a cold trace would. Returns {target: (records, rewrite blob)}."""
-  from explorer.capture import adapter as tg
-  from explorer.capture.renders import RenderPool
+  target through explorer.tracing.renders as a cold trace would. Returns {target: (records, rewrite blob)}."""
+  from explorer.tracing import adapter as tg
+  from explorer.tracing.renders import RenderPool
   asts = [tg.RewriteBlob(blob).sink(s) for s in sinks]
   pool = RenderPool(max(1, min(2, len(targets))))
   try:

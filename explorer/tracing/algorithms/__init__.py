@@ -1,6 +1,6 @@
 """The tensor programs the explorer traces: each builds the convolution's output Tensor lazily (nothing is realized here)."""
 from __future__ import annotations
-from explorer.capture.adapter import Context, Tensor
+from explorer.tracing.adapter import Context, Tensor
 from explorer.spec import ConvSpec, Variant
 
 def direct(x: Tensor, w: Tensor, spec: ConvSpec) -> Tensor:
@@ -14,5 +14,5 @@ def build_conv(x: Tensor, w: Tensor, spec: ConvSpec, variant: Variant) -> Tensor
   """The output Tensor for (spec, variant); variant must already be resolved against spec (Variant.resolve)."""
   if variant.algo == "direct": return direct(x, w, spec)
   if variant.wino_impl == "builtin": return winograd_builtin(x, w, spec)
-  from explorer.capture.algorithms.winograd import winograd_explorer
+  from explorer.tracing.algorithms.winograd import winograd_explorer
   return winograd_explorer(x, w, spec, tile=variant.tile, staging=variant.staging, consts=variant.consts)

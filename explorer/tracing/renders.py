@@ -1,6 +1,6 @@
 """Every target of a trace as a whole pipeline, in processes beside the host's: each kernel's AST goes through tinygrad's codegen with
 the target's renderer (configured for its arch, as its device would), under the variant's optimization setting, with rewrite tracking,
-and then through a real compiler of this machine where one is here (explorer.capture.compilers). The record per kernel and target is
+and then through a real compiler of this machine where one is here (explorer.tracing.compilers). The record per kernel and target is
 what the host's is: name, opts, global and local size, linearized UOps, op histogram, Estimates, the codegen passes with their match
 counts, the source, and the compile facts.
 
@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 from concurrent.futures import Future
 from typing import Any
-from explorer.capture.pool import WorkerPool
+from explorer.tracing.pool import WorkerPool
 
 def _init() -> None:
-  from explorer.capture import compilers
+  from explorer.tracing import compilers
   if (lib := compilers.nvrtc_library()) is not None: os.environ.setdefault("NVRTC_PATH", str(lib))  # read when tinygrad is imported
   if (header := compilers.nvidia_file("*/include/cuda_fp16.h")) is not None: os.environ["KERNEL_EXPLORER_CUDA_INCLUDE"] = str(header.parent)
-  import explorer.capture.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules (tracking stays on: inherited)
+  import explorer.tracing.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules (tracking stays on: inherited)
 
 def pass_record(p: Any) -> dict[str, Any]:
   """A codegen pass as the trace records it: name, depth, matches, and where its graphs are in its rewrite blob (group, step, sink)."""
@@ -29,7 +29,7 @@ def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: li
                   line_map: tuple[list[list[Any]] | None, str | None] = (None, None)) -> dict[str, Any]:
   """One kernel on one target, in the trace's schema (explorer.web.models.TargetRecord); the host's record has the same fields.
   line_map: (adapter.line_map's [[source line, [uop indexes]], ...] or None, why there is none)."""
-  from explorer.capture import adapter as tg
+  from explorer.tracing import adapter as tg
   lines, why = line_map
   pressure = tg.with_lines(facts.pressure, lines)
   return {"name": facts.name, "arch": arch, "opts": facts.opts, "global_size": facts.global_size, "local_size": facts.local_size,
@@ -41,9 +41,9 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: b
                    rewrite_file: str | None = None) -> tuple[list[dict[str, Any]], bytes]:
   """Per kernel: its target record, or {"error": message} where codegen failed; and this process's rewrite blob, which the records'
   passes address (group, step, sink), so that every target's codegen steps can be expanded like the host's. `rewrites` (and a
-  rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.capture.rewrites)."""
-  from explorer.capture import adapter as tg, compilers
-  from explorer.capture.rewrites import build
+  rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.tracing.rewrites)."""
+  from explorer.tracing import adapter as tg, compilers
+  from explorer.tracing.rewrites import build
   renderer, base, out = tg.render_target(target, arch), tg.tracking_mark(), []
   custom = build(rewrites, rewrite_file)
   nvrtc = tg.nvrtc_compiler() if compile and target == "cuda" else None

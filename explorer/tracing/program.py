@@ -8,9 +8,9 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Sequence
 import numpy as np
-from explorer.capture import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
-from explorer.capture.reference import error_stats
-from explorer.capture.trace import Program, Progress, _quiet, new_trace, pipeline, record
+from explorer.tracing import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
+from explorer.tracing.reference import error_stats
+from explorer.tracing.trace import Program, Progress, _quiet, new_trace, pipeline, record
 from explorer.spec import Variant
 
 NOT_TRACKING = ("tinygrad was imported before the explorer with rewrite tracking off, so its passes' matches cannot be recorded "

@@ -3,13 +3,13 @@ from __future__ import annotations
 import time
 from typing import Any
 import numpy as np
-from explorer.capture import adapter as tg
+from explorer.tracing import adapter as tg
 from explorer import stats
 from explorer.spec import ConvSpec, Variant
 
 def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarray) -> list[tuple[int, Any]]:
   Tensor = tg.Tensor
-  from explorer.capture.algorithms import build_conv
+  from explorer.tracing.algorithms import build_conv
   device = variant.device or tg.default_device()
   with tg.opt_context(variant.opt):
     x, w = Tensor(x_np, device=device), Tensor(w_np, device=device)
@@ -45,7 +45,7 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   every other repeat in reverse, so running first (or right after another variant) favours none of them.
   Adaptive (target_width): after `repeats`, keep sampling until each ratio's 95% interval is narrower than target_width, the time
   budget is spent or max_repeats are done; each result says how it ended (`sampling`)."""
-  from explorer.capture.trace import stats as trace_stats
+  from explorer.tracing.trace import stats as trace_stats
   s = ConvSpec.from_dict(spec)
   rng = np.random.default_rng(0)
   x_np, w_np = rng.standard_normal(s.input_shape).astype(s.dtype), rng.standard_normal(s.weight_shape).astype(s.dtype)

@@ -1,4 +1,4 @@
-"""Warm worker processes for many short calls, under explorer.capture.workers' Limits and error vocabulary: a spawn-context
+"""Warm worker processes for many short calls, under explorer.tracing.workers' Limits and error vocabulary: a spawn-context
 ProcessPoolExecutor whose processes enter their limits first (the data limit, a lower CPU priority, death with the parent) and
 whose results are capped. Two uses: `submit` (renders for other targets inside a trace worker, which the worker's own limits and
 process group already bound) and `call` (graph layout in the server: a wall-clock limit per call counted from when a process takes
@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio, concurrent.futures, multiprocessing as mp, os, pickle
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
-from explorer.capture.workers import Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
+from explorer.tracing.workers import Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
 
 def _init(parent_pid: int, limits: Limits, initializer: Callable[[], None] | None) -> None:
   enter_limits(limits, parent_pid)  # a parent that dies (a SIGKILLed server, a killed trace worker) takes its pool along

@@ -1,19 +1,19 @@
 """Work out of process, one way: every trace, render, diff measurement, export graph, device probe and graph layout runs in a
 worker process under one set of Limits (wall-clock time, memory, output size, CPU priority) and fails with one vocabulary
 (WorkerFailed and its kinds). Two shapes: call_in_worker starts a fresh process per call (a trace: tinygrad's caches and context
-variables cannot leak between variants, and tracking is switched on before tinygrad is imported), and explorer.capture.pool
+variables cannot leak between variants, and tracking is switched on before tinygrad is imported), and explorer.tracing.pool
 keeps warm processes for many short calls (renders inside a trace, graph layout in the server). Both enter their limits with
-enter_limits and die with their parent (explorer.capture.lifeline).
+enter_limits and die with their parent (explorer.tracing.lifeline).
 
 Memory: RLIMIT_DATA in each process (inherited by what it starts: render processes, compilers), so a big allocation fails there
 with MemoryError, plus a watch on the resident memory of the worker's whole process group. Not RLIMIT_AS: GPU runtimes (CUDA,
 tinygrad's NV) reserve terabytes of address space they never touch.
 
 Why our own supervision and not pebble or loky: a trace worker reports progress while it runs and stops at a gate until its
-parent holds the device's timing lock (explorer.capture.devicelock: progress("timing", "start", DEVICE) waits for it); it leads a
+parent holds the device's timing lock (explorer.tracing.devicelock: progress("timing", "start", DEVICE) waits for it); it leads a
 process group whose every member (render processes, a hung compiler) is killed with it and whose resident total is watched; and it
 must die when its parent does. Neither library offers a progress channel with a gate, group kill or group memory watch; the pool
-(explorer.capture.pool) does build on the standard library's ProcessPoolExecutor."""
+(explorer.tracing.pool) does build on the standard library's ProcessPoolExecutor."""
 from __future__ import annotations
 import multiprocessing as mp
 import importlib, os, pickle, resource, signal, time, traceback
@@ -21,9 +21,9 @@ from contextlib import suppress
 from multiprocessing.connection import Connection
 from dataclasses import dataclass, replace
 from typing import Any, Callable
-from explorer.capture import lifeline
-from explorer.capture.devicelock import HeldLocks
-from explorer.capture.lifeline import group_rss_mb
+from explorer.tracing import lifeline
+from explorer.tracing.devicelock import HeldLocks
+from explorer.tracing.lifeline import group_rss_mb
 
 DEFAULT_TIMEOUT_S = 600.0
 GATED_STAGE = "timing"  # its start waits for the device lock

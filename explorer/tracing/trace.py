@@ -1,6 +1,6 @@
 """The trace engine: run one (spec, variant) through tinygrad's pipeline and record every stage as plain data.
 
-Call `capture` in a fresh process (explorer.capture.workers does): tinygrad's rewrite tracking must be switched on before it is imported,
+Call `capture` in a fresh process (explorer.tracing.workers does): tinygrad's rewrite tracking must be switched on before it is imported,
 and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
@@ -9,10 +9,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
-from explorer.capture import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
-from explorer.capture.reference import conv2d_reference, error_stats
-from explorer.capture import compilers
-from explorer.capture.renders import RenderPool, pass_record, target_record
+from explorer.tracing import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
+from explorer.tracing.reference import conv2d_reference, error_stats
+from explorer.tracing import compilers
+from explorer.tracing.renders import RenderPool, pass_record, target_record
 from explorer.spec import REWRITES, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
 
@@ -29,7 +29,7 @@ class Recorder:
     self.trace, self.progress = trace, progress
 
   def run(self, stage: str, fn: Callable[[], Any], detail: str = "") -> Any:
-    """detail goes with the start: the timing stage names its device there (explorer.capture.workers waits for that device's lock)."""
+    """detail goes with the start: the timing stage names its device there (explorer.tracing.workers waits for that device's lock)."""
     self.progress(stage, "start", detail)
     st = time.perf_counter()
     try: ret = fn()
@@ -59,7 +59,7 @@ MAX_REWRITE_FILE = 64 << 10
 
 def _rewrites_record(variant: Variant) -> list[dict]:
   """The variant's custom rewrites as the trace shows them: name, where in codegen, summary, and the source that ran."""
-  from explorer.capture.catalogue import rewrite_source
+  from explorer.tracing.catalogue import rewrite_source
   out = [{"name": r, "point": (i := REWRITES[r.split(":")[0]]).point, "summary": i.summary, "source": rewrite_source(r)} for r in variant.rewrites]
   if (path := variant.rewrite_file) is not None:
     try: text = open(path).read(MAX_REWRITE_FILE)
@@ -108,7 +108,7 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
                 blobs: dict[str, bytes]) -> None:
   """The convolution: seeded inputs, the variant's algorithm, roles from its data flow, the float64 reference."""
   Tensor, dtypes = tg.Tensor, tg.dtypes
-  from explorer.capture.algorithms import build_conv
+  from explorer.tracing.algorithms import build_conv
   rng = np.random.default_rng(0)
   x_np = rng.standard_normal(spec.input_shape).astype(spec.dtype)
   w_np = (rng.standard_normal(spec.weight_shape) / np.sqrt(np.prod(spec.weight_shape[1:]))).astype(spec.dtype)
@@ -189,7 +189,7 @@ def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
   return "+".join(parts) or "other"
 
 def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int, variant: Variant) -> dict[int, Any]:
-  from explorer.capture.rewrites import build
+  from explorer.tracing.rewrites import build
   renderer, custom = tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
   programs = {}
   for c in calls:
