@@ -14,7 +14,7 @@ PORT ?= 8000
 PYTEST_ARGS ?=
 BENCH ?= $(wildcard benchmarks/*.py)
 BENCH_ARGS ?=
-APT_PACKAGES ?= clang graphviz chromium fonts-dejavu-core
+APT_PACKAGES ?= clang graphviz chromium fonts-dejavu-core redis-server
 
 .PHONY: setup sysdeps serve test lint lock bench clean distclean
 
@@ -53,8 +53,8 @@ $(STAMP): pyproject.toml $(LOCK) | $(PY)
 LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --upgrade
 lock: | $(PY)
 	$(PY) -m pip install -q --disable-pip-version-check uv
-	$(VENV)/bin/uv pip compile pyproject.toml $(LOCK_FLAGS) -o requirements.lock
-	$(VENV)/bin/uv pip compile pyproject.toml --extra test $(LOCK_FLAGS) -o requirements-test.lock
+	$(VENV)/bin/uv pip compile pyproject.toml --extra queue $(LOCK_FLAGS) -o requirements.lock
+	$(VENV)/bin/uv pip compile pyproject.toml --extra queue --extra test $(LOCK_FLAGS) -o requirements-test.lock
 
 serve: setup
 	$(VENV)/bin/kernel-explorer serve --host $(HOST) --port $(PORT)

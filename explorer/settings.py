@@ -32,6 +32,9 @@ class Settings(BaseSettings):
                            "pages stay responsive")
   max_output_mb: int = Field(256, ge=0, description="largest result a worker may send back (trace JSON plus rewrite blob), in MiB")
   memory_budget_mb: int = Field(2048, ge=0, description="largest input+weight+output tensor size a spec may ask for, in MiB")
+  queue: str | None = Field(None, description="Redis URL of a job queue (redis://[:password@]host:6379/0): traces, studies and diff "
+                           "measurements then run on `kernel-explorer worker` processes, on any machine, instead of this server's "
+                           "own workers")
   max_workers: int = Field(0, ge=0, description="trace workers running at once (0: the CPU count, at least 1)")
   max_queue: int = Field(16, ge=0, description="traces waiting for a worker before new ones get 503 with a Retry-After")
   queue_wait_s: float = Field(900.0, ge=0, description="a queued trace that waited longer than this is dropped with a message")

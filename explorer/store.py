@@ -290,6 +290,11 @@ class Store:
     except json.JSONDecodeError: job["request"] = None
     return job
 
+  def unfinished_jobs(self, owner: str) -> list[dict]:
+    """The queued and running jobs of this owner, oldest first."""
+    ids = [i for (i,) in self._conn().execute(f"SELECT id FROM jobs WHERE status IN {UNFINISHED} AND owner = ? ORDER BY created", (owner,))]
+    return [job for i in ids if (job := self.get_job(i)) is not None]
+
   def interrupt_jobs(self, owner_gone: Callable[[str], bool], error: str) -> int:
     """Marks queued and running jobs whose owner process is gone as interrupted; returns how many."""
     c = self._conn()

@@ -217,6 +217,23 @@ def cmd_serve(a: argparse.Namespace) -> int:
   except ValueError as e: raise UsageError(str(e)) from None  # a KERNEL_EXPLORER_* variable that does not parse
   return 0
 
+def cmd_worker(a: argparse.Namespace) -> int:
+  from explorer.queue.protocol import NEEDS_EXTRA, QueueUnavailable
+  from explorer.settings import Settings
+  try:
+    from explorer.queue.client import QueueClient
+    from explorer.queue.worker import detect_devices, serve
+  except ImportError: raise UsageError(NEEDS_EXTRA) from None
+  try: url = Settings.load(queue=a.queue).queue
+  except ValueError as e: raise UsageError(str(e)) from None
+  if not url: raise UsageError("worker needs the job queue's URL: --queue redis://HOST:6379/0 (or KERNEL_EXPLORER_QUEUE)")
+  for d in a.device:
+    if (why := device_problem(d)) is not None: raise UsageError(f"--device: {why}")
+  if a.concurrency < 1: raise UsageError("--concurrency must be at least 1")
+  try: QueueClient(url).ping()
+  except QueueUnavailable as e: raise UsageError(str(e)) from None
+  return serve(url, a.device or detect_devices(), a.concurrency, a.name, a.burst)
+
 def cmd_token(a: argparse.Namespace) -> int:
   import secrets
   print(secrets.token_urlsafe(24))  # 32 characters: export KERNEL_EXPLORER_TOKEN=$(kernel-explorer token)
@@ -306,6 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
   rp.add_argument("-o", "--output", metavar="PATH", help="default: repro-ID.py here; - for stdout")
   rp.add_argument("--db", default=None, help="SQLite file of stored traces (for trace ids)")
   rp.set_defaults(fn=cmd_repro)
+  wk = sub.add_parser("worker", help="run the jobs of servers started with --queue on this machine's devices (RQ over Redis)")
+  wk.add_argument("--queue", metavar="URL", help="the job queue: redis://[:PASSWORD@]HOST:6379/0 [KERNEL_EXPLORER_QUEUE; keep a password "
+                  "there, out of ps]")
+  wk.add_argument("--device", action="append", default=[], metavar="DEVICE",
+                  help="a device this worker offers (repeatable; default: every device this machine opens, best first)")
+  wk.add_argument("--concurrency", type=int, default=1, metavar="N", help="worker processes (each runs one job at a time)")
+  wk.add_argument("--name", default=None, help="the worker's name in traces and logs (default HOST.PID)")
+  wk.add_argument("--burst", action="store_true", help="exit once the queues are empty")
+  wk.set_defaults(fn=cmd_worker)
   sub.add_parser("token", help="print a fresh access token for KERNEL_EXPLORER_TOKEN (32 random characters)").set_defaults(fn=cmd_token)
   s = sub.add_parser("serve", help="serve the web app")
   s.add_argument("--host", default="127.0.0.1")

@@ -4,7 +4,7 @@ The server process never imports tinygrad: traces run in explorer.tracing.worker
 from __future__ import annotations
 import asyncio, collections, threading
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -19,7 +19,9 @@ from explorer.spec import SpecError
 from explorer.store import Store, StoreError
 from explorer.web.access import install_token_check
 from explorer.web.cache import ResponseCache
-from explorer.web.devices import DeviceCatalog
+from explorer.queue.protocol import NEEDS_EXTRA
+from explorer.web.deps import stored_request
+from explorer.web.devices import DeviceCatalog, QueueDevices
 from explorer.web.targets import TargetService
 from explorer.web.diffing import DiffService
 from explorer.web.graphing import GraphService
@@ -121,6 +123,11 @@ def forget_trace(app: FastAPI, trace_id: str) -> None:
   app.state.traces.forget(trace_id)
   if (cache := getattr(app.state, "response_cache", None)) is not None: cache.forget(trace_id)
 
+def _queue_client(url: str) -> Any:
+  try: from explorer.queue.client import QueueClient
+  except ImportError: raise ValueError(NEEDS_EXTRA) from None
+  return QueueClient(url)
+
 def create_app(db_path: str | None = None, settings: Settings | None = None, runner=None, graph_workers: int = 1,
                devices: DeviceCatalog | None = None, study_runner=None) -> FastAPI:
   """The app over one SQLite store. runner replaces explorer.tracing.run.run_trace, study_runner explorer.analysis.study.run_studies
@@ -131,6 +138,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
 
   @asynccontextmanager
   async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    app.state.jobs.resume_queued(stored_request)  # with a job queue: the traces it still runs for this server's earlier life
     yield
     app.state.jobs.shutdown()  # unfinished jobs marked interrupted, their workers' groups killed
     app.state.studies.shutdown()
@@ -144,18 +152,20 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.state.settings = settings
   app.state.store = store
   app.state.traces = TraceCache(store)
-  app.state.jobs = JobManager(store, parallel=settings.workers, timeout_s=float(settings.trace_timeout_s), runner=runner,
-                              max_queue=int(settings.max_queue), limits=Limits.from_settings(settings), queue_wait_s=float(settings.queue_wait_s))
+  queue = _queue_client(str(settings.queue)) if settings.queue else None
+  # with a job queue this server only follows jobs: the queue's workers are the limit, and max_queue bounds what waits there
+  parallel = settings.workers if queue is None else int(settings.max_queue) + 1
+  app.state.jobs = JobManager(store, parallel=parallel, timeout_s=float(settings.trace_timeout_s), runner=runner, max_queue=int(settings.max_queue),
+                              limits=Limits.from_settings(settings), queue_wait_s=float(settings.queue_wait_s), queue=queue)
   app.state.graphs = GraphService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                   workers=graph_workers, expand_timeout_s=float(settings.graph_timeout_s), memory_mb=int(settings.worker_memory_mb),
                                   max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue),
                                   nice=int(settings.worker_nice))
   app.state.diffs = DiffService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
-                                timeout_s=float(settings.trace_timeout_s))
+                                timeout_s=float(settings.trace_timeout_s), queue=queue)
   app.state.targets = TargetService(store, Limits.from_settings(settings), on_stored=lambda trace_id: forget_trace(app, trace_id))
-  app.state.studies = StudyService(store, on_stored=lambda trace_id: forget_trace(app, trace_id),
-                                    runner=study_runner)
-  app.state.devices = devices if devices is not None else DeviceCatalog(timeout_s=min(120.0, float(settings.trace_timeout_s)))
+  app.state.studies = StudyService(store, on_stored=lambda trace_id: forget_trace(app, trace_id), runner=study_runner, queue=queue)
+  app.state.devices = devices or (QueueDevices(queue) if queue is not None else DeviceCatalog(timeout_s=min(120.0, float(settings.trace_timeout_s))))
   app.state.templates = make_templates()
   app.state.templates.env.globals["provenance"] = provenance
   app.add_middleware(GZipMiddleware, minimum_size=4096)

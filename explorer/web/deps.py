@@ -97,10 +97,15 @@ async def offered_devices(request: Request) -> list[str]:
   try: return await request.app.state.devices.offered()
   except DevicesUnavailable as e: raise HTTPException(503, str(e), headers={"Retry-After": "30"}) from None
 
+async def accepted_devices(request: Request) -> list[str]:
+  """The devices a request may name (explorer.web.devices: this host's, or every one when queue workers run the jobs)."""
+  try: return await request.app.state.devices.accepted()
+  except DevicesUnavailable as e: raise HTTPException(503, str(e), headers={"Retry-After": "30"}) from None
+
 async def submit(request: Request, req: TraceRequest) -> tuple[dict, bool]:
   """Start (or join, or serve from the store) the trace of this request. Returns (status, started_now)."""
   resolve_request(req, request.app.state.settings)  # a device outside COMPUTE_DEVICES is refused before any device is opened
-  offered = await offered_devices(request) if req.variant.device is not None else COMPUTE_DEVICES
+  offered = await accepted_devices(request) if req.variant.device is not None else COMPUTE_DEVICES
   spec, variant = resolve_request(req, request.app.state.settings, offered)
   trace_id = trace_key(spec, variant)
   store, jobs = request.app.state.store, request.app.state.jobs
@@ -115,6 +120,11 @@ async def submit(request: Request, req: TraceRequest) -> tuple[dict, bool]:
   joined = existing is not None and existing.status in ("queued", "running")
   job = await jobs.submit(trace_id, spec, variant, req.model_dump(mode="json", exclude_defaults=True))
   return job_status(job), not joined
+
+def stored_request(request: dict) -> tuple[ConvSpec, Variant]:
+  """A job's stored request as its spec and variant (it validated when it was accepted)."""
+  req = TraceRequest.model_validate(request)
+  return req.to_spec(), req.variant.to_variant()
 
 async def rerun(request: Request, trace_id: str) -> tuple[dict, bool]:
   """Submit an accepted job's stored request again (an interrupted or failed one); a stored trace is served as it is."""

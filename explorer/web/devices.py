@@ -3,7 +3,10 @@ Listing opens each device, which imports tinygrad (never in the server process),
 from __future__ import annotations
 import asyncio
 from typing import Callable
+from typing import TYPE_CHECKING
+from explorer.queue.protocol import QueueUnavailable
 from explorer.spec import COMPUTE_DEVICES
+if TYPE_CHECKING: from explorer.queue.client import QueueClient
 
 class DevicesUnavailable(RuntimeError):
   """The worker that lists the devices failed."""
@@ -29,3 +32,19 @@ class DeviceCatalog:
         except Exception as e: raise DevicesUnavailable(f"could not list this host's devices: {str(e).splitlines()[0] if str(e) else e!r}") from None
         self._offered = [d for d in found if d in COMPUTE_DEVICES]
     return self._offered
+
+  async def accepted(self) -> list[str]:
+    """The devices a request may name: those this host offers."""
+    return await self.offered()
+
+class QueueDevices:
+  """The devices of a server whose jobs run on queue workers (settings.queue): offered, those some registered worker offers now;
+  accepted, every compute device (a job for a device no worker offers waits in the queue and says so)."""
+  def __init__(self, client: QueueClient):
+    self.client = client
+
+  async def offered(self) -> list[str]:
+    try: return await asyncio.to_thread(self.client.offered)
+    except QueueUnavailable as e: raise DevicesUnavailable(str(e)) from None
+
+  async def accepted(self) -> list[str]: return list(COMPUTE_DEVICES)

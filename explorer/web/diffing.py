@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio, functools, time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -14,8 +14,10 @@ from explorer import __version__
 from explorer.present import graphs
 from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows
 from explorer.store import Store, tinygrad_version
+from explorer.web import remote
 from explorer.web.jobs import run_in_daemon_thread
 from explorer.web.render import lexer_for
+if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 MEASURES = ("timing", "numerics")
 CACHE_V = f"v{__version__}"  # computed diffs are cached per explorer version (an engine fix must not serve stale diffs); measurements are not
@@ -108,8 +110,10 @@ class MeasureJob:
             "elapsed_s": round((self.finished or time.time()) - self.started, 1)}
 
 class DiffService:
-  def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, timeout_s: float = 600.0):
-    self.store, self.node_limit, self.dot_timeout_s, self.timeout_s = store, node_limit, dot_timeout_s, timeout_s
+  def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, timeout_s: float = 600.0,
+               queue: QueueClient | None = None):
+    """With queue, measurements run on a job queue worker that offers the traces' device; graph diffs stay on this server."""
+    self.store, self.node_limit, self.dot_timeout_s, self.timeout_s, self.queue = store, node_limit, dot_timeout_s, timeout_s, queue
     self.jobs: dict[tuple[str, str, str], MeasureJob] = {}
     self.tasks: set[asyncio.Task] = set()
     self.graph_runs = 0  # worker calls for graph diffs: tests check the cache
@@ -218,7 +222,10 @@ class DiffService:
     if self._slot is None: self._slot = asyncio.Semaphore(1)
     async with self._slot:  # one measurement at a time: two at once would time each other
       job.status, job.detail = "running", "starting a worker"
-      if job.kind == "timing": work = lambda: remeasure_interleaved(a, b, repeats, warmup, self.timeout_s, progress)
+      if self.queue is not None:
+        queue, rq_id = self.queue, f"measure-{a_id}-{b_id}-{job.kind}"
+        work = lambda: remote.measure(queue, rq_id, job.kind, a, b, repeats, warmup, self.timeout_s, progress)
+      elif job.kind == "timing": work = lambda: remeasure_interleaved(a, b, repeats, warmup, self.timeout_s, progress)
       else: work = lambda: compare_outputs(a, b, self.timeout_s, progress)
       try: result = await run_in_daemon_thread(work)
       except Exception as e:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio, os, socket, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+from explorer.queue.protocol import QueueUnavailable
 from explorer.spec import STAGES, ConvSpec, Variant
 from explorer.store import Store
+from explorer.web import remote
+if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 INTERRUPTED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
 
@@ -36,7 +39,8 @@ def owner_gone(owner: str) -> bool:
   except PermissionError: pass
   return False
 
-STAGE_TITLES = {"tensor_graph": "Tensor graph", "schedule": "Schedule (rangeify)", "kernel_graph": "Kernel graph", "codegen": "Codegen",
+STAGE_TITLES = {"queue": "Job queue",
+                "tensor_graph": "Tensor graph", "schedule": "Schedule (rangeify)", "kernel_graph": "Kernel graph", "codegen": "Codegen",
                 "render": "Render targets", "run": "Run + check", "timing": "Timing", "store": "Store"}
 
 def run_in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future:
@@ -75,7 +79,9 @@ class Job:
     self.changed = asyncio.Event()  # waiters hold the set one; the next change wakes new waiters
 
   def on_progress(self, stage: str, status: str, detail: str) -> None:
-    if self.status == "queued": self.status = "running"
+    if self.status == "queued" and stage != "queue":  # "queue": the job queue's word on a job still waiting
+      self.status = "running"
+      self.emit({"event": "status", "status": "running"})
     row = self.stages.setdefault(stage, {"stage": stage, "status": "pending", "detail": ""})
     row["status"], row["detail"] = {"start": "running"}.get(status, status), detail
     self.emit({"event": "stage", "stage": stage, "status": row["status"], "detail": detail})
@@ -97,19 +103,25 @@ def stored_job_status(row: dict) -> dict:
   return {"id": row["id"], "status": row["status"], "label": row["label"], "stages": stages, "error": error}
 
 class QueueFull(RuntimeError):
-  """Too many traces are waiting for a worker."""
+  """No trace can be accepted now: too many are waiting for a worker, or the job queue's broker does not answer (503 either way)."""
+
+QUEUE_OWNER = "queue"  # the owner of a job run by the job queue's workers: no server process owns it, a restarted server follows it
 
 class JobManager:
   """Runs at most `parallel` traces at once, queues up to `max_queue` more; finished jobs stay listed for `keep_s` seconds."""
   def __init__(self, store: Store, parallel: int = 1, timeout_s: float = 600.0, keep_s: float = 3600.0,
-               runner: Callable[..., Any] | None = None, max_queue: int = 16, limits: Any = None, queue_wait_s: float = 900.0):
+               runner: Callable[..., Any] | None = None, max_queue: int = 16, limits: Any = None, queue_wait_s: float = 900.0,
+               queue: QueueClient | None = None):
+    """With queue, traces run on the job queue's workers (explorer.web.remote) and outlive this server: they are followed again
+    when it restarts (resume_queued) instead of being marked interrupted."""
+    self.queue = queue
     self.store, self.timeout_s, self.keep_s, self.max_queue, self.limits = store, timeout_s, keep_s, max_queue, limits
     self.queue_wait_s = queue_wait_s
     self.jobs: dict[str, Job] = {}
     self.tasks: set[asyncio.Task] = set()
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
     self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.tracing.workers registers them)
-    self.owner = this_owner()
+    self.owner = QUEUE_OWNER if queue is not None else this_owner()
     self._parallel = parallel
     self._slots: asyncio.Semaphore | None = None
     self._runner = runner
@@ -132,13 +144,34 @@ class JobManager:
     if (job := self.jobs.get(job_id)) is not None and job.status in ("queued", "running"): return job
     if self.running() >= self._parallel + self.max_queue:  # the free workers take jobs at once; max_queue more may wait
       raise QueueFull(f"{self.max_queue} traces are already waiting for a worker; try again in a minute")
-    job = Job(job_id, spec, variant, f"{spec.label()} | {variant.label()}")
-    self.jobs[job_id] = job
+    if self.queue is not None:
+      try: await asyncio.to_thread(self.queue.ping)
+      except QueueUnavailable as e: raise QueueFull(str(e)) from None
+    job = self._new_job(job_id, spec, variant, f"{spec.label()} | {variant.label()}")
     await self._write(self.store.put_job, job_id, job.label, request, self.owner)
-    task = asyncio.get_running_loop().create_task(self._run(job))
+    self._start(self._run(job))
+    return job
+
+  def _new_job(self, job_id: str, spec: ConvSpec, variant: Variant, label: str) -> Job:
+    job = self.jobs[job_id] = Job(job_id, spec, variant, label)
+    if self.queue is not None: job.stages = {"queue": {"stage": "queue", "status": "pending", "detail": ""}, **job.stages}
+    return job
+
+  def _start(self, work: Any) -> None:
+    task = asyncio.get_running_loop().create_task(work)
     self.tasks.add(task)
     task.add_done_callback(self.tasks.discard)
-    return job
+
+  def resume_queued(self, resolve: Callable[[dict], tuple[ConvSpec, Variant]]) -> int:
+    """Follow again the traces this server had on the job queue before it restarted (call from the event loop); resolve turns a
+    stored request into its spec and variant. Returns how many."""
+    if self.queue is None: return 0
+    rows = self.store.unfinished_jobs(QUEUE_OWNER)
+    for row in rows:
+      spec, variant = resolve(row["request"])
+      job = self._new_job(row["id"], spec, variant, row["label"])
+      self._start(self._work(job, resume=True))
+    return len(rows)
 
   async def _run(self, job: Job) -> None:
     if self._slots is None: self._slots = asyncio.Semaphore(self._parallel)
@@ -154,16 +187,17 @@ class JobManager:
     job.finish(status, error)
     await self._write(self.store.job_finished, job.id, status, error)
 
-  async def _work(self, job: Job) -> None:
+  async def _work(self, job: Job, resume: bool = False) -> None:
     """Run the trace (holding a worker slot) and store it; a failure becomes the job's one-line error."""
     loop = asyncio.get_running_loop()
-    job.status = "running"
-    job.emit({"event": "status", "status": "running"})
+    if self.queue is None:  # on the job queue it is queued until a worker takes it (its first stage's progress)
+      job.status = "running"
+      job.emit({"event": "status", "status": "running"})
     self.runs += 1
     await self._write(self.store.job_started, job.id)
     def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(job.on_progress, stage, status, detail)
     try:
-      result = await run_in_daemon_thread(lambda: self._run_trace(job, progress))
+      result = await run_in_daemon_thread(lambda: self._run_trace(job, progress, resume))
       await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites, getattr(result, "target_rewrites", None))
     except Exception as e:  # WorkerFailed and anything else: one line on the page
       if job.status == "interrupted": return  # the server is stopping: its workers were killed on purpose
@@ -173,8 +207,11 @@ class JobManager:
     failures = result.trace.get("failures") or []
     await self._finish(job, "done", None if not failures else f"stage {failures[0]['stage']} failed: {failures[0]['error']}")
 
-  def _run_trace(self, job: Job, progress: Callable[[str, str, str], None]) -> Any:
+  def _run_trace(self, job: Job, progress: Callable[[str, str, str], None], resume: bool = False) -> Any:
     if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
+    if self.queue is not None:
+      if resume: return remote.resume_trace(self.queue, job.id, progress)
+      return remote.run_trace(self.queue, job.id, job.spec, job.variant, progress, self.timeout_s)
     from explorer.tracing.run import run_trace  # no tinygrad import: run_trace spawns the process that imports it
     return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s, limits=self.limits, live=self.live)
 
@@ -186,10 +223,11 @@ class JobManager:
     if self.tasks: await asyncio.gather(*self.tasks, return_exceptions=True)
 
   def shutdown(self) -> None:
-    """The server is stopping: unfinished jobs are marked interrupted (in the store too) and their workers' groups killed."""
+    """The server is stopping: unfinished jobs are marked interrupted (in the store too) and their workers' groups killed. Jobs on
+    the queue go on: the next server follows them."""
     from explorer.tracing.workers import kill_group
     for job in self.jobs.values():
-      if job.status in ("queued", "running"):
+      if job.status in ("queued", "running") and self.queue is None:
         job.finish("interrupted", INTERRUPTED.format(id=job.id))
         self.store.job_finished(job.id, "interrupted", job.error)
     for proc in list(self.live.values()): kill_group(proc)

@@ -5,12 +5,14 @@ so the study's page links to the kernels it timed."""
 from __future__ import annotations
 import asyncio, threading, time, uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from explorer.analysis.study import DEFAULT_PRESETS, run_studies, study_steps
 from explorer.present.study import document_rows
 from explorer.spec import PRESETS, ConvSpec, Variant
 from explorer.store import Store, trace_key
+from explorer.web import remote
 from explorer.web.jobs import owner_gone, run_in_daemon_thread, this_owner
+if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 INTERRUPTED = "the server stopped before this study finished; start it again from the studies page"
 
@@ -62,9 +64,11 @@ def stored_status(row: dict) -> dict[str, Any]:
           "result": result, "table": document_rows(result) if result else None}
 
 class StudyService:
-  def __init__(self, store: Store, on_stored: Callable[[str], None] = lambda trace_id: None, runner: Callable[..., dict] | None = None):
-    """runner replaces explorer.analysis.study.run_studies (the API's fuzz test answers at once without tinygrad)."""
-    self.store, self.on_stored, self.runner = store, on_stored, runner or run_studies
+  def __init__(self, store: Store, on_stored: Callable[[str], None] = lambda trace_id: None, runner: Callable[..., dict] | None = None,
+               queue: QueueClient | None = None):
+    """runner replaces explorer.analysis.study.run_studies (the API's fuzz test answers at once without tinygrad); with queue, a
+    study runs on a job queue worker that offers its device."""
+    self.store, self.on_stored, self.runner, self.queue = store, on_stored, runner or run_studies, queue
     self.runs: dict[str, StudyRun] = {}
     self.owner = this_owner()
     self._lock = threading.Lock()
@@ -82,7 +86,9 @@ class StudyService:
     loop = asyncio.get_running_loop()
     def progress(step: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(run.note, step, status, detail)
     def body() -> None:  # stores the outcome itself: a result can be megabytes, which the event loop should not write
-      try: result = self.runner(kind, cases, progress=progress, keep=self._keep, **params)
+      try:
+        if self.queue is not None: result = remote.run_study(self.queue, run.id, kind, cases, progress, self._keep, params)
+        else: result = self.runner(kind, cases, progress=progress, keep=self._keep, **params)
       except Exception as e:
         if run.status == "running": self.store.study_finished(run.id, "error", error=one_line(e))
         raise

@@ -12,6 +12,7 @@ from explorer.spec import PRESETS, SpecError
 from explorer.store import trace_key
 from explorer.web import deps
 from explorer.web.diffing import MEASURES, fold, side_by_side
+from explorer.queue.protocol import QueueUnavailable
 from explorer.web.jobs import STAGE_TITLES, QueueFull
 from explorer.web.models import TraceRequest, documented
 from explorer.web.render import TARGET_LABELS
@@ -195,7 +196,7 @@ async def measure_status(request: Request, a: str, b: str, kind: str) -> dict:
 @api.post("/diff/{a}/{b}/{kind}", status_code=202, summary="Start a measurement: interleaved re-timing (A, B, B, A...) or the outputs compared",
           responses=documented({404: "no such measurement (timing or numerics), or no trace a or b",
                                 409: "trace a or b is still queued or running, or the two cannot be measured together (specs or devices differ)",
-                                422: "repeats or warmup out of bounds"}))
+                                422: "repeats or warmup out of bounds", 503: "the job queue does not answer (Retry-After)"}))
 async def start_measure(request: Request, a: str, b: str, kind: str, repeats: int = Query(20, ge=1, le=1000),
                         warmup: int = Query(3, ge=0, le=1000)) -> Any:
   """Runs in one worker off the event loop, one measurement at a time; poll GET for progress. The result is cached in the store."""
@@ -204,4 +205,7 @@ async def start_measure(request: Request, a: str, b: str, kind: str, repeats: in
   if (why := comparable(ta_trace, tb_trace)) is not None: raise HTTPException(409, f"cannot measure these two together: {why}")
   max_repeats = int(request.app.state.settings.max_repeats)
   if repeats > max_repeats or warmup > max_repeats: raise HTTPException(422, f"repeats and warmup are limited to {max_repeats}")
+  if (queue := request.app.state.diffs.queue) is not None:
+    try: await asyncio.to_thread(queue.ping)
+    except QueueUnavailable as e: raise HTTPException(503, str(e), headers={"Retry-After": "30"}) from None
   return JSONResponse(request.app.state.diffs.start_measure(a, ta_trace, b, tb_trace, kind, repeats, warmup), status_code=202)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from explorer.analysis.study import DEFAULT_PRESETS
 from explorer.present.study import case_views, render_export
+from explorer.queue.protocol import QueueUnavailable
 from explorer.spec import COMPUTE_DEVICES, PRESETS, SpecError, device_problem
 from explorer.web import deps
 from explorer.web.models import StudyRequest, StudyStatus, documented
@@ -28,20 +29,23 @@ async def study_or_404(request: Request, study_id: str) -> dict[str, Any]:
 @api.post("/studies", response_model=StudyStatus, status_code=202, summary="Start a study: every case traced, then timed interleaved",
           responses=documented({409: "a study is running already (the detail names it): one at a time, or they would time each other",
                                 422: "a malformed request, a shape over this server's memory budget, or a device it does not offer",
-                                503: "this host's devices could not be listed (Retry-After)"}))
+                                503: "this host's devices could not be listed, or the job queue does not answer (Retry-After)"}))
 async def start_study(request: Request, body: StudyRequest) -> JSONResponse:
   """Returns at once; GET the returned url's API twin (/api/studies/{id}) for progress. Takes as long as its cases' traces plus up to
   budget_s of timing per case."""
   settings = request.app.state.settings
   if body.device is not None:  # a device outside COMPUTE_DEVICES is refused before any device is opened
     for offered in (COMPUTE_DEVICES, None):
-      if (why := device_problem(body.device, offered or await deps.offered_devices(request))) is not None: raise SpecError(f"device: {why}")
+      if (why := device_problem(body.device, offered or await deps.accepted_devices(request))) is not None: raise SpecError(f"device: {why}")
   specs = [s.to_spec() for s in body.specs]
   for s in specs: s.validate(memory_budget=int(settings.memory_budget_mb) << 20)
   if body.repeats > int(settings.max_repeats): raise SpecError(f"repeats: at most {settings.max_repeats} on this server")
   params = {"repeats": body.repeats, "warmup": body.warmup, "tile": body.tile, "targets": tuple(body.targets), "device": body.device,
             "ci_width": body.ci_width, "budget_s": body.budget_s,
             "timeout_s": float(settings.trace_timeout_s) + body.budget_s}  # per worker: a trace, or a case's timing with its budget
+  if (queue := service(request).queue) is not None:
+    try: await asyncio.to_thread(queue.ping)
+    except QueueUnavailable as e: raise HTTPException(503, str(e), headers={"Retry-After": "30"}) from None
   try: run = service(request).start(body.kind, cases_of(body.kind, list(body.presets), specs), body.model_dump(mode="json"), params)
   except StudyBusy as e:
     raise HTTPException(409, f"study {e} is running ({study_url(str(e))}); one runs at a time: start this one when it ends") from None

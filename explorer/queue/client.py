@@ -1,0 +1,124 @@
+"""The server's side of the queue: enqueue a job on its device's queue, follow it (progress from its meta, a dead worker from its
+heartbeat), retry it once when its worker died, and hand back its result. Every call blocks: the server runs them in a thread.
+
+A job's RQ id is chosen by the caller (`trace-<trace id>` for traces) with its attempt appended, so a server that restarts finds
+the jobs it had enqueued and follows them again (`resume`)."""
+from __future__ import annotations
+import time
+from typing import Any, Callable
+import redis
+from rq import Queue, Worker
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+from explorer.queue.protocol import (BEAT_TTL_S, JOBS, RESULT_TTL_S, QueueJobFailed, QueueUnavailable, beat_key, device_of, queue_name,
+                                     safe_url)
+
+Progress = Callable[[str, str, str], None]
+POLL_S = 0.3
+BROKER_PATIENCE_S = 60.0  # a broker that stays away this long while a job runs fails the job (it can be re-run when it is back)
+ATTEMPTS = 2              # a job whose worker died is retried once
+
+class QueueClient:
+  """One broker (a redis:// URL; its password stays out of every message)."""
+  def __init__(self, url: str, connect_timeout_s: float = 3.0):
+    self.url, self.where = url, safe_url(url)
+    self.connection = redis.Redis.from_url(url, socket_connect_timeout=connect_timeout_s, socket_timeout=30, health_check_interval=10)
+
+  def _queue(self, device: str | None) -> Queue:
+    return Queue(queue_name(device), connection=self.connection, serializer=JSONSerializer)
+
+  def ping(self) -> None:
+    """Raise QueueUnavailable unless the broker answers."""
+    try: self.connection.ping()
+    except redis.RedisError as e: raise QueueUnavailable(f"the job queue at {self.where} does not answer ({e}); try again when it is back") from None
+
+  def workers(self) -> list[dict[str, Any]]:
+    """The registered workers: name, host, state, and the devices they offer."""
+    out = []
+    for w in Worker.all(connection=self.connection):
+      names = w.queue_names()
+      out.append({"name": w.name, "host": w.hostname, "state": w.get_state(), "devices": [d for d in map(device_of, names) if d],
+                  "any": queue_name(None) in names})
+    return out
+
+  def offered(self) -> list[str]:
+    """Every device some registered worker offers."""
+    try: return sorted({d for w in self.workers() for d in w["devices"]})
+    except redis.RedisError as e: raise QueueUnavailable(f"the job queue at {self.where} does not answer ({e})") from None
+
+  def _serves(self, device: str | None) -> bool:
+    return any((device in w["devices"]) if device else w["any"] for w in self.workers())
+
+  def run(self, kind: str, kwargs: dict[str, Any], device: str | None, job_id: str, progress: Progress, timeout_s: float) -> Any:
+    """Enqueue the job (any earlier job of this id is dropped) and follow it to its result."""
+    self.ping()
+    for attempt in range(1, ATTEMPTS + 1): self._drop(f"{job_id}-{attempt}")
+    self._enqueue(kind, kwargs, device, job_id, 1, timeout_s)
+    return self.resume(job_id, progress)
+
+  def resume(self, job_id: str, progress: Progress) -> Any:
+    """Follow the latest attempt of the job job_id to its result (a server that restarted calls this for the jobs it had)."""
+    attempt = next((a for a in range(ATTEMPTS, 0, -1) if self._fetch(f"{job_id}-{a}") is not None), None)
+    if attempt is None: raise QueueJobFailed(f"the queue at {self.where} no longer holds job {job_id}")
+    while True:
+      job = self._fetch(f"{job_id}-{attempt}")
+      if job is None: raise QueueJobFailed(f"the queue at {self.where} lost job {job_id}")
+      outcome = self._follow(job, progress)
+      if outcome != "worker died": return outcome
+      if attempt == ATTEMPTS:
+        raise QueueJobFailed(f"the worker running it died ({job.worker_name or 'unknown'}), on attempt {attempt} of {ATTEMPTS}")
+      progress("queue", "start", f"worker {job.worker_name} died; the job is queued again for another worker (attempt {attempt + 1} of {ATTEMPTS})")
+      attempt += 1
+      self._enqueue(job.meta["kind"], job.kwargs, job.meta.get("device"), job_id, attempt, job.meta["timeout_s"])
+
+  def _enqueue(self, kind: str, kwargs: dict[str, Any], device: str | None, job_id: str, attempt: int, timeout_s: float) -> Job:
+    meta: dict[str, Any] = {"kind": kind, "device": device, "attempt": attempt, "timeout_s": timeout_s, "progress": []}
+    return self._queue(device).enqueue(JOBS[kind], kwargs=kwargs, job_id=f"{job_id}-{attempt}", job_timeout=int(timeout_s) + 120,
+                                       result_ttl=RESULT_TTL_S, failure_ttl=RESULT_TTL_S, meta=meta)
+
+  def _fetch(self, rq_id: str) -> Job | None:
+    try: return Job.fetch(rq_id, connection=self.connection, serializer=JSONSerializer)
+    except NoSuchJobError: return None
+
+  def _drop(self, rq_id: str) -> None:
+    if (job := self._fetch(rq_id)) is not None: job.delete()
+
+  def _follow(self, job: Job, progress: Progress) -> Any:
+    """The job's result, its progress relayed meanwhile; "worker died" when its heartbeat stopped."""
+    seen, said, silent_since, away_since = 0, "", None, None
+    while True:
+      try:
+        job.refresh()  # status, meta and worker name
+        status, meta = job.get_status(refresh=False), job.meta
+        beating = bool(self.connection.exists(beat_key(job.id)))
+        serves = self._serves(meta.get("device")) if status == JobStatus.QUEUED else True
+        away_since = None
+      except redis.RedisError as e:
+        away_since = away_since or time.monotonic()
+        if time.monotonic() - away_since > BROKER_PATIENCE_S: raise QueueJobFailed(f"the job queue at {self.where} went away: {e}") from None
+        time.sleep(1.0)
+        continue
+      events = meta.get("progress", [])
+      for stage, state, detail in events[seen:]: progress(stage, state, detail)
+      seen = len(events)
+      if status == JobStatus.FINISHED: return job.return_value()
+      if status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
+        raise QueueJobFailed(meta.get("error") or _last_line(job) or f"the job {status.value}")
+      if status == JobStatus.QUEUED:
+        now = f"no worker offers {meta.get('device') or 'any device'}; the job waits in the queue until one starts" if not serves else \
+              f"waiting in {queue_name(meta.get('device'))} for a free worker"
+      elif status == JobStatus.STARTED: now = f"taken by worker {job.worker_name}"
+      else: now = said
+      if now != said: progress("queue", "done" if status == JobStatus.STARTED else "start", now)
+      said = now
+      if status == JobStatus.STARTED and not beating:  # a worker that died mid-job stops beating; a slow one does not
+        silent_since = silent_since or time.monotonic()
+        if time.monotonic() - silent_since > BEAT_TTL_S: return "worker died"
+      else: silent_since = None
+      time.sleep(POLL_S)
+
+def _last_line(job: Job) -> str | None:
+  result = job.latest_result()
+  text = (getattr(result, "exc_string", None) or "").strip()
+  return text.splitlines()[-1] if text else None

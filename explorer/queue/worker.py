@@ -1,0 +1,60 @@
+"""`kernel-explorer worker`: RQ workers that take the explorer's jobs for this machine's devices.
+
+Each worker process listens on one queue per device it offers (explorer:CUDA, ...) and on explorer:any, the jobs that name no
+device (they run on the worker's first device). It runs the explorer's job functions only (explorer.queue.protocol.JOBS), reads
+payloads with RQ's JSON serializer (never pickle), and runs each job in its own process (SimpleWorker: the job itself spawns the
+tinygrad process with its limits). --concurrency N starts N such processes."""
+from __future__ import annotations
+import logging, os, signal, socket, subprocess, sys
+from typing import Any
+import redis
+from rq import Queue, SimpleWorker
+from rq.exceptions import DeserializationError
+from rq.job import Job
+from rq.serializers import JSONSerializer
+from explorer.queue import jobs
+from explorer.queue.protocol import JOBS, queue_name, safe_url
+
+WORKER_TTL_S = 30  # an idle worker's registration expires this long after its last heartbeat
+
+class ExplorerWorker(SimpleWorker):
+  """An RQ worker that runs the explorer's jobs and refuses any other function a queue hands it."""
+  def perform_job(self, job: Job, queue: Queue) -> bool:
+    try: name = job.func_name
+    except DeserializationError: name = None  # not JSON (RQ's default pickle): never unpickled here
+    if name not in JOBS.values():
+      why = (f"refused: {name!r} is not one of the explorer's jobs ({', '.join(sorted(JOBS.values()))})" if name is not None else
+             "refused: the job's payload is not JSON (explorer jobs are enqueued with RQ's JSONSerializer)")
+      job.meta["error"] = why
+      job.save_meta()
+      self.handle_job_failure(job=job, queue=queue, started_job_registry=queue.started_job_registry, exc_string=why)
+      return False
+    return super().perform_job(job, queue)
+
+def detect_devices(timeout_s: float = 120.0) -> list[str]:
+  """The compute devices this machine opens, best first (listed in a worker process: opening a device imports tinygrad)."""
+  from explorer.analysis.roofline import list_devices
+  return [d["device"] for d in list_devices(timeout_s)["devices"]]
+
+def work(url: str, devices: list[str], name: str | None = None, burst: bool = False) -> None:
+  """One worker in this process, until SIGTERM (after its job) or, with burst, until its queues are empty."""
+  connection = redis.Redis.from_url(url)
+  queues = [Queue(queue_name(d), connection=connection, serializer=JSONSerializer) for d in [*devices, None]]
+  jobs.DEVICES[:] = devices
+  worker = ExplorerWorker(queues, connection=connection, serializer=JSONSerializer, worker_ttl=WORKER_TTL_S,
+                          name=name or f"{socket.gethostname()}.{os.getpid()}")
+  worker.work(burst=burst, with_scheduler=False, logging_level=logging.getLevelName(logging.WARNING))
+
+def serve(url: str, devices: list[str], concurrency: int = 1, name: str | None = None, burst: bool = False) -> int:
+  """concurrency workers: this process alone for one, else that many child processes (SIGTERM and SIGINT reach them all)."""
+  print(f"kernel-explorer worker: {concurrency} x [{', '.join(devices)} + any jobs] from {safe_url(url)}", file=sys.stderr, flush=True)
+  if concurrency == 1:
+    work(url, devices, name, burst)
+    return 0
+  base = name or f"{socket.gethostname()}.{os.getpid()}"
+  argv = [sys.executable, "-m", "explorer", "worker", "--queue", url, "--concurrency", "1", *(a for d in devices for a in ("--device", d))]
+  children = [subprocess.Popen([*argv, "--name", f"{base}.{i}", *(["--burst"] if burst else [])]) for i in range(concurrency)]
+  def forward(sig: int, _: Any) -> None:
+    for c in children: c.send_signal(sig)
+  for sig in (signal.SIGTERM, signal.SIGINT): signal.signal(sig, forward)
+  return max(c.wait() for c in children)

@@ -1,0 +1,201 @@
+"""Device workers over a job queue: a real redis-server (Debian's; `make test` installs it, and these tests skip, saying why, where it
+is absent), real `kernel-explorer worker` processes and real servers started with --queue."""
+from __future__ import annotations
+import contextlib, os, pathlib, shutil, signal, subprocess, sys, time
+from typing import Any, Iterator
+import httpx
+import pytest
+from conftest import REPO, free_port, running_server
+
+REDIS_SERVER = shutil.which("redis-server")
+pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server on PATH (Debian: apt-get install redis-server; make test installs it)")
+TINY = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"algo": "direct"}}
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
+
+def tiny(cout: int = 2, **variant: Any) -> dict:
+  return {"spec": {**TINY["spec"], "cout": cout}, "variant": {**TINY["variant"], **variant}}
+
+@contextlib.contextmanager
+def redis_server(workdir: pathlib.Path) -> Iterator[str]:
+  """A throwaway redis-server on a free loopback port (no persistence); yields its URL."""
+  import redis
+  port = free_port()
+  proc = subprocess.Popen([str(REDIS_SERVER), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                           "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  url = f"redis://127.0.0.1:{port}/0"
+  try:
+    deadline = time.monotonic() + 20
+    while True:
+      try:
+        if redis.Redis.from_url(url).ping(): break
+      except redis.RedisError:
+        if time.monotonic() > deadline: raise
+        time.sleep(0.1)
+    yield url
+  finally:
+    proc.kill()
+    proc.wait()
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> Iterator[str]:
+  with redis_server(tmp_path_factory.mktemp("redis")) as url: yield url
+
+@contextlib.contextmanager
+def worker(url: str, name: str, log_dir: pathlib.Path, *flags: str) -> Iterator[subprocess.Popen]:
+  """`kernel-explorer worker` in a session of its own (killing the session is a machine going away); registered before it yields."""
+  from explorer.queue.client import QueueClient
+  log = open(log_dir / f"worker-{name}.log", "w")
+  proc = subprocess.Popen([sys.executable, "-m", "explorer", "worker", "--queue", url, "--device", "CPU", "--name", name, *flags], cwd=REPO,
+                          env=ENV, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+  try:
+    deadline = time.monotonic() + 60
+    while "--burst" not in flags and not any(w["name"] == name for w in QueueClient(url).workers()):
+      assert proc.poll() is None and time.monotonic() < deadline, (log_dir / f"worker-{name}.log").read_text()
+      time.sleep(0.2)
+    yield proc
+  finally:
+    with contextlib.suppress(ProcessLookupError): os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    log.close()
+
+def submit(base: str, body: dict) -> str:
+  r = httpx.post(f"{base}/api/traces", json=body, timeout=60)
+  assert r.status_code == 202, r.text
+  return r.json()["id"]
+
+def status(base: str, trace_id: str) -> dict: return httpx.get(f"{base}/api/traces/{trace_id}/status", timeout=60).json()
+
+def wait_for(base: str, trace_id: str, timeout_s: float = 240.0) -> dict:
+  deadline = time.monotonic() + timeout_s
+  while (s := status(base, trace_id))["status"] not in ("done", "error"):
+    assert time.monotonic() < deadline, f"trace {trace_id} still {s}"
+    time.sleep(0.3)
+  return s
+
+def ran_on(base: str, trace_id: str) -> dict: return httpx.get(f"{base}/api/traces/{trace_id}", timeout=60).json()["env"]["ran_on"]
+
+def test_a_trace_submitted_over_http_runs_on_a_worker_process(broker, tmp_path):
+  with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "w1", tmp_path):
+    assert httpx.get(f"{base}/api/devices", timeout=60).json() == {"devices": ["CPU"]}  # what the registered workers offer
+    trace_id = submit(base, TINY)
+    assert wait_for(base, trace_id)["status"] == "done"
+    where = ran_on(base, trace_id)
+    assert where["worker"] == "w1" and where["host"] and where["pid"]
+    assert httpx.get(f"{base}/api/traces/{trace_id}", timeout=60).json()["env"]["device"] == "CPU"
+    assert "worker w1" in httpx.get(f"{base}/t/{trace_id}", timeout=60).text  # the page says where it ran
+
+def test_two_workers_share_a_batch_of_jobs(broker, tmp_path):
+  with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "a", tmp_path), worker(broker, "b", tmp_path):
+    ids = [submit(base, tiny(cout=c)) for c in (2, 3, 4, 5)]
+    assert all(wait_for(base, i)["status"] == "done" for i in ids)
+    assert {ran_on(base, i)["worker"] for i in ids} == {"a", "b"}
+
+def test_a_job_for_a_device_no_worker_offers_waits_and_says_so(broker, tmp_path):
+  with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "cpu-only", tmp_path):
+    trace_id = submit(base, tiny(device="METAL"))
+    deadline = time.monotonic() + 30
+    while not (s := status(base, trace_id))["stages"][0]["detail"]: assert time.monotonic() < deadline, s
+    assert s["status"] == "queued" and s["stages"][0]["stage"] == "queue"
+    assert s["stages"][0]["detail"] == "no worker offers METAL; the job waits in the queue until one starts"
+
+def test_a_worker_killed_mid_trace_is_retried_on_another(broker, tmp_path):
+  """The machine running the job goes away (its worker's whole session SIGKILLed): its heartbeat stops, the server notices within
+  seconds and queues the job again; another worker finishes it. Without a second attempt left, the job fails saying why."""
+  with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base:
+    with worker(broker, "doomed", tmp_path) as doomed:
+      trace_id = submit(base, tiny(cout=6, time=True, repeats=200))
+      deadline = time.monotonic() + 120
+      while not any(st["stage"] != "queue" and st["status"] != "pending" for st in status(base, trace_id)["stages"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+      os.killpg(doomed.pid, signal.SIGKILL)
+      killed = time.monotonic()
+    with worker(broker, "rescuer", tmp_path):
+      assert wait_for(base, trace_id)["status"] == "done"
+      assert ran_on(base, trace_id)["worker"] == "rescuer" and time.monotonic() - killed < 120
+
+def test_a_job_whose_workers_all_die_fails_with_a_clear_message(broker, tmp_path):
+  from explorer.queue.client import ATTEMPTS
+  with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base:
+    trace_id = submit(base, tiny(cout=7, time=True, repeats=200))
+    for attempt in range(ATTEMPTS):
+      with worker(broker, f"doomed{attempt}", tmp_path) as doomed:
+        deadline = time.monotonic() + 120
+        while not (f"doomed{attempt}" in (s := status(base, trace_id))["stages"][0]["detail"] and s["status"] == "running"):
+          assert time.monotonic() < deadline, s
+          time.sleep(0.1)
+        os.killpg(doomed.pid, signal.SIGKILL)
+    final = wait_for(base, trace_id, timeout_s=120)
+    assert final["status"] == "error" and f"the worker running it died (doomed{ATTEMPTS - 1}), on attempt {ATTEMPTS} of {ATTEMPTS}" in final["error"]
+
+def test_a_restarted_server_follows_the_jobs_it_had_queued(broker, tmp_path):
+  db = tmp_path / "s.sqlite3"
+  with running_server(db, tmp_path, "first.log", queue=broker) as base:
+    trace_id = submit(base, tiny(cout=8))  # no worker yet: it waits in the queue
+  with running_server(db, tmp_path, "second.log", queue=broker) as base:
+    assert status(base, trace_id)["status"] in ("queued", "running")
+    with worker(broker, "late", tmp_path):
+      assert wait_for(base, trace_id)["status"] == "done" and ran_on(base, trace_id)["worker"] == "late"
+
+def test_studies_and_diff_measurements_run_on_a_worker(broker, tmp_path):
+  with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "lab", tmp_path):
+    a, b = submit(base, TINY), submit(base, tiny(algo="winograd"))
+    assert wait_for(base, a)["status"] == wait_for(base, b)["status"] == "done"
+    r = httpx.post(f"{base}/api/diff/{a}/{b}/timing?repeats=5&warmup=1", timeout=60)
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 240
+    while (m := httpx.get(f"{base}/api/diff/{a}/{b}/timing", timeout=60).json())["status"] not in ("done", "error"):
+      assert time.monotonic() < deadline, m
+      time.sleep(0.5)
+    assert m["status"] == "done" and m["result"]["compared"] and m["result"]["ran_on"]["worker"] == "lab"
+    r = httpx.post(f"{base}/api/studies", json={"kind": "constants", "specs": [TINY["spec"]], "repeats": 3, "warmup": 1}, timeout=60)
+    assert r.status_code == 202, r.text
+    study = r.json()["id"]
+    deadline = time.monotonic() + 400
+    while (st := httpx.get(f"{base}/api/studies/{study}", timeout=60).json())["status"] == "running":
+      assert time.monotonic() < deadline, st
+      time.sleep(0.5)
+    assert st["status"] == "done", st
+    assert st["result"]["ran_on"]["worker"] == "lab" and st["result"]["cases"][0]["rows"][0]["device"] == "CPU"
+    trace_ids = [r["trace_id"] for c in st["result"]["cases"] for r in c["rows"]]
+    assert trace_ids and all(httpx.get(f"{base}/api/traces/{t}", timeout=60).status_code == 200 for t in trace_ids)  # stored here
+
+def test_the_worker_runs_only_the_explorers_jobs(broker, tmp_path):
+  """A queue is a way into every worker: a job naming any other function is failed unrun, and a payload that is not JSON (RQ's
+  default pickle) is never unpickled."""
+  import redis
+  from rq import Queue
+  from rq.job import Job
+  from rq.serializers import JSONSerializer
+  from explorer.queue.protocol import queue_name
+  connection = redis.Redis.from_url(broker)
+  marker = tmp_path / "ran"
+  evil = Queue(queue_name(None), connection=connection, serializer=JSONSerializer).enqueue("pathlib.Path.touch", str(marker))
+  pickled = Queue(queue_name("CPU"), connection=connection).enqueue("pathlib.Path.touch", str(marker))
+  with worker(broker, "guard", tmp_path, "--burst") as proc: proc.wait(timeout=60)
+  assert proc.returncode == 0 and not marker.exists()
+  job = Job.fetch(evil.id, connection=connection, serializer=JSONSerializer)
+  assert job.get_status() == "failed" and job.meta["error"].startswith("refused: 'pathlib.Path.touch' is not one of the explorer's jobs")
+  job = Job.fetch(pickled.id, connection=connection, serializer=JSONSerializer)
+  assert job.get_status() == "failed" and job.meta["error"].startswith("refused: the job's payload is not JSON")
+
+def test_a_broker_gone_gives_503_with_a_reason_and_keeps_what_is_stored(tmp_path):
+  db = tmp_path / "s.sqlite3"
+  with redis_server(tmp_path) as url, running_server(db, tmp_path, queue=url) as base:
+    with worker(url, "w", tmp_path):
+      kept = submit(base, TINY)
+      assert wait_for(base, kept)["status"] == "done"
+  with running_server(db, tmp_path, "after.log", queue=url) as base:  # the same server set-up, its broker gone
+    r = httpx.post(f"{base}/api/traces", json=tiny(cout=9), timeout=60)
+    assert r.status_code == 503 and "does not answer" in r.json()["detail"] and "redis://127.0.0.1" in r.json()["detail"]
+    assert httpx.get(f"{base}/api/traces/{kept}", timeout=60).status_code == 200
+    r = httpx.post(f"{base}/api/studies", json={"kind": "constants", "specs": [TINY["spec"]]}, timeout=60)
+    assert r.status_code == 503 and "does not answer" in r.json()["detail"]
+
+def test_the_worker_command_says_what_is_wrong(tmp_path):
+  port = free_port()  # nothing listens there
+  run = subprocess.run([sys.executable, "-m", "explorer", "worker", "--queue", f"redis://:secret@127.0.0.1:{port}/0"], cwd=REPO, env=ENV,
+                       capture_output=True, text=True, timeout=60)
+  assert run.returncode != 0 and "does not answer" in run.stderr and "secret" not in run.stderr and "Traceback" not in run.stderr
+  run = subprocess.run([sys.executable, "-m", "explorer", "worker"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
+  assert run.returncode != 0 and "--queue" in run.stderr and "Traceback" not in run.stderr
