@@ -322,6 +322,11 @@ class Store:
     except json.JSONDecodeError as e: raise StoreError(f"study {study_id} is corrupt ({e})") from None
     return study
 
+  def running_studies(self, owner: str) -> list[dict]:
+    """The running studies of this owner, oldest first (without results)."""
+    ids = [i for (i,) in self._conn().execute("SELECT id FROM studies WHERE status = 'running' AND owner = ? ORDER BY created", (owner,))]
+    return [study for i in ids if (study := self.get_study(i)) is not None]
+
   def recent_studies(self, limit: int = 50) -> list[dict]:
     """Newest first, without their results."""
     rows = self._conn().execute(f"SELECT {', '.join(STUDY_FIELDS)} FROM studies ORDER BY created DESC LIMIT ?", (limit,)).fetchall()

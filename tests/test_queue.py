@@ -131,11 +131,18 @@ def test_a_job_whose_workers_all_die_fails_with_a_clear_message(broker, tmp_path
 def test_a_restarted_server_follows_the_jobs_it_had_queued(broker, tmp_path):
   db = tmp_path / "s.sqlite3"
   with running_server(db, tmp_path, "first.log", queue=broker) as base:
-    trace_id = submit(base, tiny(cout=8))  # no worker yet: it waits in the queue
+    trace_id = submit(base, tiny(cout=8))  # no worker yet: they wait in the queue
+    r = httpx.post(f"{base}/api/studies", json={"kind": "constants", "specs": [tiny(cout=3)["spec"]], "repeats": 3, "warmup": 1}, timeout=60)
+    study = r.json()["id"]
   with running_server(db, tmp_path, "second.log", queue=broker) as base:
     assert status(base, trace_id)["status"] in ("queued", "running")
     with worker(broker, "late", tmp_path):
       assert wait_for(base, trace_id)["status"] == "done" and ran_on(base, trace_id)["worker"] == "late"
+      deadline = time.monotonic() + 400
+      while (st := httpx.get(f"{base}/api/studies/{study}", timeout=60).json())["status"] == "running":
+        assert time.monotonic() < deadline, st
+        time.sleep(0.5)
+      assert st["status"] == "done" and st["result"]["ran_on"]["worker"] == "late", st
 
 def test_studies_and_diff_measurements_run_on_a_worker(broker, tmp_path):
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "lab", tmp_path):

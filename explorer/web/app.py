@@ -138,7 +138,8 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
 
   @asynccontextmanager
   async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    app.state.jobs.resume_queued(stored_request)  # with a job queue: the traces it still runs for this server's earlier life
+    app.state.jobs.resume_queued(stored_request)  # with a job queue: what it still runs for this server's earlier life
+    app.state.studies.resume_queued()
     yield
     app.state.jobs.shutdown()  # unfinished jobs marked interrupted, their workers' groups killed
     app.state.studies.shutdown()

@@ -28,7 +28,13 @@ def run_study(client: QueueClient, study_id: str, kind: str, cases: Sequence[tup
   """explorer.analysis.study.run_studies on a worker with the study's device; each variant's trace comes back and is kept here."""
   timeout_s = float(params.get("timeout_s", 1800)) * (3 * len(cases) + 1)  # each case: its variants' traces and its timing
   args = {"kind": kind, "cases": [[name, spec.to_dict()] for name, spec in cases], "params": {**params, "targets": list(params.get("targets", ()))}}
-  out = client.run("study", args, params.get("device"), f"study-{study_id}", progress, timeout_s)
+  return _study_result(client.run("study", args, params.get("device"), f"study-{study_id}", progress, timeout_s), keep)
+
+def resume_study(client: QueueClient, study_id: str, progress: Progress, keep: Callable[..., str]) -> dict:
+  """A study this server had enqueued before it restarted."""
+  return _study_result(client.resume(f"study-{study_id}", progress), keep)
+
+def _study_result(out: dict[str, Any], keep: Callable[..., str]) -> dict:
   for t in out["traces"]: keep(ConvSpec.from_dict(t["spec"]), Variant.from_dict(t["variant"]), _trace_result(t))
   result: dict = out["result"]
   return result

@@ -3,7 +3,7 @@ explorer.analysis.study.run_studies, which spawns the trace and timing workers i
 again when it ends, with its result: the permalink /studies/{id} keeps answering after a restart. Each variant's trace is stored too,
 so the study's page links to the kernels it timed."""
 from __future__ import annotations
-import asyncio, threading, time, uuid
+import asyncio, functools, threading, time, uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 from explorer.analysis.study import DEFAULT_PRESETS, run_studies, study_steps
@@ -11,9 +11,10 @@ from explorer.present.study import document_rows
 from explorer.spec import PRESETS, ConvSpec, Variant
 from explorer.store import Store, trace_key
 from explorer.web import remote
-from explorer.web.jobs import owner_gone, run_in_daemon_thread, this_owner
+from explorer.web.jobs import QUEUE_OWNER, owner_gone, run_in_daemon_thread, this_owner
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
+Progress = Callable[[str, str, str], None]
 INTERRUPTED = "the server stopped before this study finished; start it again from the studies page"
 
 class StudyBusy(RuntimeError):
@@ -70,7 +71,7 @@ class StudyService:
     study runs on a job queue worker that offers its device."""
     self.store, self.on_stored, self.runner, self.queue = store, on_stored, runner or run_studies, queue
     self.runs: dict[str, StudyRun] = {}
-    self.owner = this_owner()
+    self.owner = QUEUE_OWNER if queue is not None else this_owner()
     self._lock = threading.Lock()
     self.interrupted_at_start = store.interrupt_studies(owner_gone, INTERRUPTED)
 
@@ -83,18 +84,35 @@ class StudyService:
       run = StudyRun(uuid.uuid4().hex[:12], kind, label_of(kind, cases), request, len(study_steps(kind, [s for _, s in cases])))
       self.runs[run.id] = run
     self.store.put_study(run.id, kind, run.label, request, self.owner)
+    def work(progress: Progress) -> dict:
+      if self.queue is not None: return remote.run_study(self.queue, run.id, kind, cases, progress, self._keep, params)
+      return self.runner(kind, cases, progress=progress, keep=self._keep, **params)
+    self._launch(run, work)
+    return run
+
+  def resume_queued(self) -> int:
+    """Follow again the studies this server had on the job queue before it restarted (call from the event loop)."""
+    if self.queue is None: return 0
+    rows = self.store.running_studies(QUEUE_OWNER)
+    for row in rows:
+      specs = [ConvSpec.from_dict(s) for s in row["request"].get("specs", [])]
+      cases = cases_of(row["kind"], list(row["request"].get("presets", [])), specs)
+      steps = len(study_steps(row["kind"], [s for _, s in cases]))
+      run = self.runs[row["id"]] = StudyRun(row["id"], row["kind"], row["label"], row["request"], steps)
+      self._launch(run, functools.partial(remote.resume_study, self.queue, run.id, keep=self._keep))
+    return len(rows)
+
+  def _launch(self, run: StudyRun, work: Callable[[Progress], dict]) -> None:
+    """work(progress) in a daemon thread, its outcome stored by that thread (a result can be megabytes: not on the event loop)."""
     loop = asyncio.get_running_loop()
     def progress(step: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(run.note, step, status, detail)
-    def body() -> None:  # stores the outcome itself: a result can be megabytes, which the event loop should not write
-      try:
-        if self.queue is not None: result = remote.run_study(self.queue, run.id, kind, cases, progress, self._keep, params)
-        else: result = self.runner(kind, cases, progress=progress, keep=self._keep, **params)
+    def body() -> None:
+      try: result = work(progress)
       except Exception as e:
         if run.status == "running": self.store.study_finished(run.id, "error", error=one_line(e))
         raise
       if run.status == "running": self.store.study_finished(run.id, "done", result)
     run_in_daemon_thread(body).add_done_callback(lambda fut: self._end(run, fut))
-    return run
 
   def _keep(self, spec: ConvSpec, variant: Variant, result: Any) -> str:
     """Store a variant's trace (its page is linked from the study's) and return its id."""
@@ -120,8 +138,9 @@ class StudyService:
   def recent(self, limit: int = 50) -> list[dict[str, Any]]: return self.store.recent_studies(limit)
 
   def shutdown(self) -> None:
-    """The server is stopping: a running study is marked interrupted (its workers die with this process: explorer.tracing.lifeline)."""
+    """The server is stopping: a running study is marked interrupted (its workers die with this process: explorer.tracing.lifeline).
+    One on the job queue goes on: the next server follows it."""
     for run in self.runs.values():
-      if run.status == "running":
+      if run.status == "running" and self.queue is None:
         run.status, run.error, run.finished = "interrupted", INTERRUPTED, time.time()
         self.store.study_finished(run.id, "interrupted", error=INTERRUPTED)
