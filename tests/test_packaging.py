@@ -38,3 +38,18 @@ def test_installed_alone_it_renders_and_runs(wheel, tmp_path):
   assert r.returncode == 0 and r.stdout.strip().startswith(str(target)), r.stderr
   help_ = subprocess.run([sys.executable, "-m", "explorer", "--help"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
   assert help_.returncode == 0 and "trace" in help_.stdout and "study" in help_.stdout
+
+def test_the_compose_file_runs_commands_that_exist():
+  """docker-compose.yml (server, Redis, a CPU worker): every explorer command in it parses with the CLI's own parser, and the server
+  and the workers share one queue URL, with the broker's password."""
+  import yaml
+  from explorer.cli.main import build_parser
+  compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+  services = compose["services"]
+  assert {"redis", "server", "cpu-worker"} <= set(services)
+  for name in ("server", "cpu-worker"):
+    command = services[name]["command"]
+    assert command[0] == "kernel-explorer"
+    build_parser().parse_args(command[1:])
+    assert services[name]["environment"]["KERNEL_EXPLORER_QUEUE"] == "redis://:${REDIS_PASSWORD}@redis:6379/0"
+  assert "--requirepass" in services["redis"]["command"] and "worker" in services["cpu-worker"]["command"]

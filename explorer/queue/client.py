@@ -11,13 +11,14 @@ from rq import Queue, Worker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
-from explorer.queue.protocol import (BEAT_TTL_S, JOBS, RESULT_TTL_S, QueueJobFailed, QueueUnavailable, beat_key, device_of, queue_name,
+from explorer.queue.protocol import (BEAT_S, JOBS, RESULT_TTL_S, QueueJobFailed, QueueUnavailable, beat_key, device_of, queue_name,
                                      safe_url)
 
 Progress = Callable[[str, str, str], None]
 POLL_S = 0.3
 BROKER_PATIENCE_S = 60.0  # a broker that stays away this long while a job runs fails the job (it can be re-run when it is back)
 ATTEMPTS = 2              # a job whose worker died is retried once
+WORKER_DIED = object()
 
 class QueueClient:
   """One broker (a redis:// URL; its password stays out of every message)."""
@@ -65,7 +66,7 @@ class QueueClient:
       job = self._fetch(f"{job_id}-{attempt}")
       if job is None: raise QueueJobFailed(f"the queue at {self.where} lost job {job_id}")
       outcome = self._follow(job, progress)
-      if outcome != "worker died": return outcome
+      if outcome is not WORKER_DIED: return outcome
       if attempt == ATTEMPTS:
         raise QueueJobFailed(f"the worker running it died ({job.worker_name or 'unknown'}), on attempt {attempt} of {ATTEMPTS}")
       progress("queue", "start", f"worker {job.worker_name} died; the job is queued again for another worker (attempt {attempt + 1} of {ATTEMPTS})")
@@ -85,7 +86,7 @@ class QueueClient:
     if (job := self._fetch(rq_id)) is not None: job.delete()
 
   def _follow(self, job: Job, progress: Progress) -> Any:
-    """The job's result, its progress relayed meanwhile; "worker died" when its heartbeat stopped."""
+    """The job's result, its progress relayed meanwhile; WORKER_DIED when its heartbeat stopped."""
     seen, said, silent_since, away_since = 0, "", None, None
     while True:
       try:
@@ -112,9 +113,9 @@ class QueueClient:
       else: now = said
       if now != said: progress("queue", "done" if status == JobStatus.STARTED else "start", now)
       said = now
-      if status == JobStatus.STARTED and not beating:  # a worker that died mid-job stops beating; a slow one does not
+      if status == JobStatus.STARTED and not beating:  # a worker that died mid-job stops beating (its key expires); a slow one does not
         silent_since = silent_since or time.monotonic()
-        if time.monotonic() - silent_since > BEAT_TTL_S: return "worker died"
+        if time.monotonic() - silent_since > BEAT_S: return WORKER_DIED  # not a job that started a moment ago, before its first beat
       else: silent_since = None
       time.sleep(POLL_S)
 

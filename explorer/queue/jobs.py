@@ -83,6 +83,8 @@ def study(kind: str, cases: list[list[Any]], params: dict[str, Any]) -> dict[str
       return trace_key(spec, variant)
     known = {"repeats", "warmup", "tile", "targets", "device", "ci_width", "budget_s", "timeout_s"}
     if unknown := set(params) - known: raise SpecError(f"unknown study parameters: {', '.join(sorted(unknown))}")
+    if max(params.get("repeats", 0), params.get("warmup", 0)) > (most := int(Settings.load().max_repeats)):
+      raise SpecError(f"repeats and warmup: at most {most} on this worker")
     params = {**params, "targets": tuple(params.get("targets", ("cuda",))), "device": params.get("device") or (DEVICES[0] if DEVICES else None)}
     result = run_studies(kind, specs, progress=report, keep=keep, **params)
     return {"result": {**result, "ran_on": ran_on()}, "traces": kept}

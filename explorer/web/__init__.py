@@ -25,6 +25,10 @@ def startup_message(host: str, port: int, settings: Any) -> str:
   else: access = "loopback only, no access token (to listen beyond loopback, set KERNEL_EXPLORER_TOKEN)"
   limits = (f"limits: {settings.workers} trace workers, {settings.max_queue} queued, {settings.trace_timeout_s:.0f}s and "
             f"{settings.worker_memory_mb} MiB per worker, {settings.max_body_bytes} byte bodies (kernel-explorer serve --help lists them all)")
+  if settings.queue:
+    from explorer.queue.protocol import safe_url
+    limits = (f"jobs run on the workers of the job queue at {safe_url(settings.queue)} (kernel-explorer worker); "
+              f"{settings.max_queue} may wait, {settings.trace_timeout_s:.0f}s each")
   return f"kernel-explorer: serving on http://{shown}:{port}; {access}\nkernel-explorer: {limits}"
 
 def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None, **overrides: Any) -> None:

@@ -31,10 +31,12 @@ async def health(request: Request) -> dict:
 async def presets() -> dict[str, dict]:
   return {name: {**spec.to_dict(), "label": spec.label()} for name, spec in PRESETS.items()}
 
-@router.get("/devices", summary="The devices a trace may name", responses=documented({503: "the worker that lists this host's devices failed"}))
+@router.get("/devices", summary="The devices a trace may name",
+            responses=documented({503: "the worker that lists this host's devices failed, or the job queue does not answer"}))
 async def devices(request: Request) -> dict[str, list[str]]:
   """The compute devices this host opens, best first (`kernel-explorer devices` lists the same); a trace's variant.device must be one
-  of them (an index may follow: CUDA:1). Devices that read or write files, open sockets or emulate (DISK, TINYFS, PYTHON, NULL) never are."""
+  of them (an index may follow: CUDA:1). Devices that read or write files, open sockets or emulate (DISK, TINYFS, PYTHON, NULL) never are.
+  With a job queue (settings.queue): the devices its registered workers offer; a trace may then name any compute device."""
   return {"devices": await deps.offered_devices(request)}
 
 @router.get("/targets", summary="Render targets", responses=documented())
@@ -51,7 +53,8 @@ async def rewrites() -> list[dict[str, str]]:
 @router.post("/traces", response_model=TraceStatus, status_code=202, summary="Start a trace (or get the stored one)",
              responses={200: {"model": TraceStatus, "description": "already stored: served from the store"},
                         **documented({400: "the body is not text (UTF-8)", 422: "an invalid request, or a spec or variant this server refuses",
-                                      503: "too many traces queued, or this host's devices could not be listed (Retry-After)"})})
+                                      503: "too many traces queued, this host's devices could not be listed, or the job queue "
+                                           "does not answer (Retry-After)"})})
 async def create_trace(request: Request, body: TraceRequest) -> Any:
   """Returns at once with the trace id (a hash of spec, variant, tinygrad version and device). Identical requests share one job;
   a stored trace comes back with status done (HTTP 200) without running again."""
@@ -63,7 +66,8 @@ async def create_trace(request: Request, body: TraceRequest) -> Any:
              responses={200: {"model": TraceStatus, "description": "already stored: served from the store"},
                         **documented({404: "no job or trace with this id", 409: "the stored request no longer validates",
                                       422: "a spec or variant this server now refuses",
-                                      503: "too many traces queued, or this host's devices could not be listed (Retry-After)"})})
+                                      503: "too many traces queued, this host's devices could not be listed, or the job queue "
+                                           "does not answer (Retry-After)"})})
 async def rerun_trace(request: Request, trace_id: str) -> Any:
   """Re-submits the request stored with the job (an interrupted or failed one); the status says where it stands now."""
   try: status, _ = await deps.rerun(request, trace_id)

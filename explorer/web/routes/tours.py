@@ -181,7 +181,8 @@ async def list_tours() -> list[dict]:
              summary="Start a built-in tour's two traces (or reuse the stored ones)",
              responses={200: {"model": TourStart, "description": "both already stored"},
                         **documented({404: "no built-in tour of this kind", 422: "a variant this server refuses",
-                                      503: "too many traces queued, or this host's devices could not be listed (Retry-After)"})})
+                                      503: "too many traces queued, this host's devices could not be listed, or the job queue "
+                                           "does not answer (Retry-After)"})})
 async def api_start_tour(request: Request, kind: str) -> Any:
   a, b = await start_tour(request, kind)
   body = {"kind": kind, "url": pair_tour_url(kind, a["id"], b["id"]), "a": a, "b": b}
