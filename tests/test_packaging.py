@@ -1,7 +1,7 @@
 """Packaging as the ecosystem expects: the wheel (built offline from this checkout) carries the templates, static files and vendored
 libraries, the `kernel-explorer` command and the extras; installed on its own, it renders a page and answers `python -m explorer`."""
 from __future__ import annotations
-import os, pathlib, shutil, subprocess, sys, zipfile
+import os, pathlib, shutil, subprocess, sys, textwrap, zipfile
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -53,3 +53,21 @@ def test_the_compose_file_runs_commands_that_exist():
     build_parser().parse_args(command[1:])
     assert services[name]["environment"]["KERNEL_EXPLORER_QUEUE"] == "redis://:${REDIS_PASSWORD}@redis:6379/0"
   assert "--requirepass" in services["redis"]["command"] and "worker" in services["cpu-worker"]["command"]
+
+def test_without_the_queue_extra_a_queue_says_what_to_install(tmp_path):
+  """rq and redis are the [queue] extra: the server without a queue never imports them, and asking for a queue without them says
+  what to install instead of a traceback."""
+  block = "import sys; sys.modules['rq'] = sys.modules['redis'] = None\n"
+  serve = block + textwrap.dedent(f"""
+    from explorer.settings import Settings
+    from explorer.web.app import create_app
+    create_app({str(tmp_path / 'a.sqlite3')!r}, settings=Settings.load(env={{}}))  # no queue: fine
+    try: create_app({str(tmp_path / 'b.sqlite3')!r}, settings=Settings.load(env={{}}, queue="redis://127.0.0.1:1/0"))
+    except ValueError as e: print(e)
+  """)
+  run = subprocess.run([sys.executable, "-c", serve], capture_output=True, text=True, timeout=120, cwd=REPO)
+  assert run.returncode == 0, run.stderr
+  assert "pip install 'kernel-explorer[queue]'" in run.stdout
+  worker = block + "from explorer.cli import main; sys.exit(main(['worker', '--queue', 'redis://127.0.0.1:1/0']))"
+  run = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=120, cwd=REPO)
+  assert run.returncode == 2 and "pip install 'kernel-explorer[queue]'" in run.stderr and "Traceback" not in run.stderr
