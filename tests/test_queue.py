@@ -5,7 +5,7 @@ import contextlib, os, pathlib, shutil, signal, subprocess, sys, time
 from typing import Any, Iterator
 import httpx
 import pytest
-from conftest import REPO, free_port, running_server
+from conftest import REPO, free_port, needs_chromium, running_server
 
 REDIS_SERVER = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server on PATH (Debian: apt-get install redis-server; make test installs it)")
@@ -206,3 +206,19 @@ def test_the_worker_command_says_what_is_wrong(tmp_path):
   assert run.returncode != 0 and "does not answer" in run.stderr and "secret" not in run.stderr and "Traceback" not in run.stderr
   run = subprocess.run([sys.executable, "-m", "explorer", "worker"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
   assert run.returncode != 0 and "--queue" in run.stderr and "Traceback" not in run.stderr
+
+@needs_chromium
+def test_the_browser_follows_a_queued_trace_to_its_page(broker, tmp_path, page, errors):
+  """The progress page works as it does locally: the job queue's row while no worker serves it, then the stages live as a worker
+  runs it, then the trace's page, which says where it ran."""
+  with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base:
+    trace_id = submit(base, tiny(cout=10))
+    page.goto(f"{base}/t/{trace_id}")
+    row = page.locator('#stages li[data-stage="queue"]')
+    assert row.locator(".name").inner_text() == "Job queue"
+    page.wait_for_function("() => document.querySelector('#stages li[data-stage=queue] .detail').textContent.includes('no worker offers')",
+                           timeout=30_000)
+    with worker(broker, "shown", tmp_path):
+      page.wait_for_selector("#ran-on", timeout=240_000)
+      assert "worker shown" in page.locator("#ran-on").inner_text()
+  assert not errors, errors

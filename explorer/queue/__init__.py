@@ -6,4 +6,4 @@ needs from a queue is small and must be dependable: named queues (one per device
 (job meta), results kept in Redis for a server that restarts, and a JSON serializer, so nothing a worker reads from the broker is
 ever unpickled. RQ gives exactly that on Redis alone; Celery brings a larger runtime and its own process model, Dramatiq needs
 middleware for results and progress. What RQ does not give, a dead worker noticed in seconds rather than at its job's timeout, is
-a heartbeat key per running job (explorer.queue.protocol)."""
+a heartbeat key per worker (explorer.queue.protocol)."""

@@ -1,5 +1,5 @@
 """The server's side of the queue: enqueue a job on its device's queue, follow it (progress from its meta, a dead worker from its
-heartbeat), retry it once when its worker died, and hand back its result. Every call blocks: the server runs them in a thread.
+missing heartbeat), retry it once when its worker died, and hand back its result. Every call blocks: the server runs them in a thread.
 
 A job's RQ id is chosen by the caller (`trace-<trace id>` for traces) with its attempt appended, so a server that restarts finds
 the jobs it had enqueued and follows them again (`resume`)."""
@@ -35,9 +35,10 @@ class QueueClient:
     except redis.RedisError as e: raise QueueUnavailable(f"the job queue at {self.where} does not answer ({e}); try again when it is back") from None
 
   def workers(self) -> list[dict[str, Any]]:
-    """The registered workers: name, host, state, and the devices they offer."""
+    """The live workers (registered, their heartbeat key there): name, host, state, and the devices they offer."""
     out = []
     for w in Worker.all(connection=self.connection):
+      if not self._alive(w.name): continue
       names = w.queue_names()
       out.append({"name": w.name, "host": w.hostname, "state": w.get_state(), "devices": [d for d in map(device_of, names) if d],
                   "any": queue_name(None) in names})
@@ -47,6 +48,8 @@ class QueueClient:
     """Every device some registered worker offers."""
     try: return sorted({d for w in self.workers() for d in w["devices"]})
     except redis.RedisError as e: raise QueueUnavailable(f"the job queue at {self.where} does not answer ({e})") from None
+
+  def _alive(self, worker_name: str | None) -> bool: return worker_name is not None and bool(self.connection.exists(beat_key(worker_name)))
 
   def _serves(self, device: str | None) -> bool:
     return any((device in w["devices"]) if device else w["any"] for w in self.workers())
@@ -87,37 +90,44 @@ class QueueClient:
 
   def _follow(self, job: Job, progress: Progress) -> Any:
     """The job's result, its progress relayed meanwhile; WORKER_DIED when its heartbeat stopped."""
-    seen, said, silent_since, away_since = 0, "", None, None
+    seen, said, silent_since, away_since = 0, None, None, None
     while True:
-      try:
-        job.refresh()  # status, meta and worker name
-        status, meta = job.get_status(refresh=False), job.meta
-        beating = bool(self.connection.exists(beat_key(job.id)))
-        serves = self._serves(meta.get("device")) if status == JobStatus.QUEUED else True
-        away_since = None
+      try: status, beating, serves = self._look(job)
       except redis.RedisError as e:
         away_since = away_since or time.monotonic()
         if time.monotonic() - away_since > BROKER_PATIENCE_S: raise QueueJobFailed(f"the job queue at {self.where} went away: {e}") from None
         time.sleep(1.0)
         continue
-      events = meta.get("progress", [])
+      away_since = None
+      events = job.meta.get("progress", [])
       for stage, state, detail in events[seen:]: progress(stage, state, detail)
       seen = len(events)
       if status == JobStatus.FINISHED: return job.return_value()
       if status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
-        raise QueueJobFailed(meta.get("error") or _last_line(job) or f"the job {status.value}")
-      if status == JobStatus.QUEUED:
-        now = f"no worker offers {meta.get('device') or 'any device'}; the job waits in the queue until one starts" if not serves else \
-              f"waiting in {queue_name(meta.get('device'))} for a free worker"
-      elif status == JobStatus.STARTED: now = f"taken by worker {job.worker_name}"
-      else: now = said
-      if now != said: progress("queue", "done" if status == JobStatus.STARTED else "start", now)
-      said = now
-      if status == JobStatus.STARTED and not beating:  # a worker that died mid-job stops beating (its key expires); a slow one does not
+        raise QueueJobFailed(job.meta.get("error") or _last_line(job) or f"the job {status.value}")
+      if (word := _queue_word(job, status, serves)) not in (None, said):
+        progress("queue", "done" if status == JobStatus.STARTED else "start", word)
+        said = word
+      if status == JobStatus.STARTED and not beating:  # a worker that died mid-job stops beating (its key expires); a busy one does not
         silent_since = silent_since or time.monotonic()
         if time.monotonic() - silent_since > BEAT_S: return WORKER_DIED  # not a job that started a moment ago, before its first beat
       else: silent_since = None
       time.sleep(POLL_S)
+
+  def _look(self, job: Job) -> tuple[JobStatus, bool, bool]:
+    """The job refreshed (status, meta, worker): its status, whether its worker is alive, whether a live worker serves its queue."""
+    job.refresh()
+    status = job.get_status(refresh=False)
+    serves = status != JobStatus.QUEUED or self._serves(job.meta.get("device"))
+    return status, self._alive(job.worker_name), serves
+
+def _queue_word(job: Job, status: JobStatus, serves: bool) -> str | None:
+  """The job queue's row on the progress page while the job waits or once a worker took it."""
+  device = job.meta.get("device")
+  if status == JobStatus.QUEUED and not serves: return f"no worker offers {device or 'any device'}; the job waits in the queue until one starts"
+  if status == JobStatus.QUEUED: return f"waiting in {queue_name(device)} for a free worker"
+  if status == JobStatus.STARTED: return f"taken by worker {job.worker_name}"
+  return None
 
 def _last_line(job: Job) -> str | None:
   result = job.latest_result()

@@ -1,12 +1,12 @@
 """The jobs a queue worker runs (explorer.queue.protocol.JOBS names them; nothing else runs). Each validates its JSON payload, runs
 the same function the server runs locally (the trace, study or measurement spawns its own tinygrad worker process with the usual
-limits), reports progress into the RQ job's meta while it runs, refreshes its heartbeat key, and returns JSON: bytes as base64."""
+limits), reports progress into the RQ job's meta while it runs, and returns JSON: bytes as base64."""
 from __future__ import annotations
 import dataclasses, os, socket, threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 from rq import get_current_job
-from explorer.queue.protocol import BEAT_S, BEAT_TTL_S, b64, beat_key
+from explorer.queue.protocol import b64
 from explorer.settings import Settings
 from explorer.spec import ConvSpec, SpecError, Variant
 
@@ -21,31 +21,21 @@ def ran_on() -> dict[str, Any]:
 
 @contextmanager
 def running() -> Iterator[Report]:
-  """The job's progress reporter, with its heartbeat refreshed in a thread until the job returns (or the worker dies, and the key
-  expires BEAT_TTL_S later: that is how the server tells a dead worker from a slow job)."""
+  """The job's progress reporter: each report lands in the RQ job's meta, where the server reads it. A failure's first line lands
+  there too (the traceback stays in the worker's log and RQ's failed job)."""
   job = get_current_job()
   if job is None: raise RuntimeError("explorer.queue.jobs run inside an RQ worker")
-  key, done = beat_key(job.id), threading.Event()
-  def beat() -> None: job.connection.set(key, job.worker_name or "?", ex=BEAT_TTL_S)
-  def beating() -> None:
-    while not done.wait(BEAT_S): beat()
-  beat()  # the first beat before any work: the server may look at once
-  threading.Thread(target=beating, daemon=True, name="heartbeat").start()
   lock = threading.Lock()  # run_trace's progress comes from the thread reading its worker's pipe
   def report(stage: str, status: str, detail: str) -> None:
     with lock:
       job.meta.setdefault("progress", []).append([stage, status, detail])
       job.save_meta()
-  try:
-    yield report
-  except Exception as e:  # the server shows one line; the traceback stays in the worker's log and RQ's failed job
+  try: yield report
+  except Exception as e:
     with lock:
       job.meta["error"] = (str(e).strip().splitlines() or [type(e).__name__])[0]
       job.save_meta()
     raise
-  finally:
-    done.set()
-    job.connection.delete(key)
 
 def _validated(spec: dict[str, Any], variant: dict[str, Any]) -> tuple[ConvSpec, Variant]:
   settings = Settings.load()

@@ -1,4 +1,4 @@
-"""What the server and the workers agree on: queue names, the job functions a worker may run, the heartbeat key of a running job,
+"""What the server and the workers agree on: queue names, the job functions a worker may run, the heartbeat key of a live worker,
 and how bytes travel in JSON. Imports neither rq nor tinygrad."""
 from __future__ import annotations
 import base64, urllib.parse
@@ -16,10 +16,10 @@ def device_of(queue: str) -> str | None:
 # the only functions a worker runs (explorer.queue.worker refuses any other job it is handed)
 JOBS = {"trace": "explorer.queue.jobs.trace", "study": "explorer.queue.jobs.study", "measure": "explorer.queue.jobs.measure"}
 
-BEAT_S = 3.0      # a running job's worker refreshes its heartbeat key this often...
+BEAT_S = 3.0      # a worker process refreshes its heartbeat key this often, idle or busy...
 BEAT_TTL_S = 12   # ...and the key expires this long after the last refresh: a worker that died is noticed within seconds
 
-def beat_key(job_id: str) -> str: return f"{PREFIX}:beat:{job_id}"
+def beat_key(worker_name: str) -> str: return f"{PREFIX}:alive:{worker_name}"
 
 class QueueUnavailable(RuntimeError):
   """The broker does not answer (or the [queue] extra, rq and redis, is not installed)."""

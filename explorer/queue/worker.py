@@ -5,7 +5,7 @@ device (they run on the worker's first device). It runs the explorer's job funct
 payloads with RQ's JSON serializer (never pickle), and runs each job in its own process (SimpleWorker: the job itself spawns the
 tinygrad process with its limits). --concurrency N starts N such processes."""
 from __future__ import annotations
-import logging, os, signal, socket, subprocess, sys
+import contextlib, logging, os, signal, socket, subprocess, sys, threading
 from typing import Any
 import redis
 from rq import Queue, SimpleWorker
@@ -13,7 +13,7 @@ from rq.exceptions import DeserializationError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 from explorer.queue import jobs
-from explorer.queue.protocol import JOBS, queue_name, safe_url
+from explorer.queue.protocol import BEAT_S, BEAT_TTL_S, JOBS, beat_key, queue_name, safe_url
 
 WORKER_TTL_S = 30  # an idle worker's registration expires this long after its last heartbeat
 
@@ -43,7 +43,19 @@ def work(url: str, devices: list[str], name: str | None = None, burst: bool = Fa
   jobs.DEVICES[:] = devices
   worker = ExplorerWorker(queues, connection=connection, serializer=JSONSerializer, worker_ttl=WORKER_TTL_S,
                           name=name or f"{socket.gethostname()}.{os.getpid()}")
-  worker.work(burst=burst, with_scheduler=False, logging_level=logging.getLevelName(logging.WARNING))
+  done = threading.Event()
+  threading.Thread(target=beat, args=(connection, worker.name, done), daemon=True, name="heartbeat").start()
+  try: worker.work(burst=burst, with_scheduler=False, logging_level=logging.getLevelName(logging.WARNING))
+  finally:
+    done.set()
+    connection.delete(beat_key(worker.name))
+
+def beat(connection: redis.Redis, name: str, done: threading.Event) -> None:
+  """This worker's heartbeat, idle or busy (a job runs in the main thread): when the process dies the key expires BEAT_TTL_S later,
+  and the server takes it as gone (RQ's own registration outlives a busy worker by its job's whole timeout)."""
+  while True:
+    with contextlib.suppress(redis.RedisError): connection.set(beat_key(name), "1", ex=BEAT_TTL_S)
+    if done.wait(BEAT_S): return
 
 def serve(url: str, devices: list[str], concurrency: int = 1, name: str | None = None, burst: bool = False) -> int:
   """concurrency workers: this process alone for one, else that many child processes (SIGTERM and SIGINT reach them all)."""
