@@ -49,7 +49,7 @@ def worker(url: str, name: str, log_dir: pathlib.Path, *flags: str) -> Iterator[
                           env=ENV, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
   try:
     deadline = time.monotonic() + 60
-    while "--burst" not in flags and not any(w["name"] == name for w in QueueClient(url).workers()):
+    while "--burst" not in flags and not any(w["name"] == name or w["name"].startswith(f"{name}.") for w in QueueClient(url).workers()):
       assert proc.poll() is None and time.monotonic() < deadline, (log_dir / f"worker-{name}.log").read_text()
       time.sleep(0.2)
     yield proc
@@ -85,10 +85,11 @@ def test_a_trace_submitted_over_http_runs_on_a_worker_process(broker, tmp_path):
     assert "worker w1" in httpx.get(f"{base}/t/{trace_id}", timeout=60).text  # the page says where it ran
 
 def test_two_workers_share_a_batch_of_jobs(broker, tmp_path):
-  with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "a", tmp_path), worker(broker, "b", tmp_path):
+  """`--concurrency 2`: two worker processes (NAME.0 and NAME.1) under one command."""
+  with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "pair", tmp_path, "--concurrency", "2"):
     ids = [submit(base, tiny(cout=c)) for c in (2, 3, 4, 5)]
     assert all(wait_for(base, i)["status"] == "done" for i in ids)
-    assert {ran_on(base, i)["worker"] for i in ids} == {"a", "b"}
+    assert {ran_on(base, i)["worker"] for i in ids} == {"pair.0", "pair.1"}
 
 def test_a_job_for_a_device_no_worker_offers_waits_and_says_so(broker, tmp_path):
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "cpu-only", tmp_path):
