@@ -52,14 +52,14 @@ def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
   if proc.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.read()[-2000:]}")
   return wall, peak
 
-def repro_for(preset: str, flags: list[str], env: dict[str, str], workdir: pathlib.Path) -> pathlib.Path:
-  """tinygrad's side: the reproducer of a (quick, untimed, host-only) trace of the same program."""
+def repro_for(preset: str, flags: list[str], env: dict[str, str], workdir: pathlib.Path) -> tuple[pathlib.Path, str]:
+  """tinygrad's side: the reproducer of a (quick, untimed, host-only) trace of the same program; and the device it pins."""
   trace_json = workdir / f"{preset}-{flags[-1]}.json"
   subprocess.run([sys.executable, "-m", "explorer", "trace", "--preset", preset, *flags, "--target", "clang", "--no-time", "--quiet",
                   "--json", str(trace_json)], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   path = workdir / f"repro-{preset}-{flags[-1]}.py"
   subprocess.run([sys.executable, "-m", "explorer", "repro", str(trace_json), "-o", str(path)], env=env, check=True, stderr=subprocess.DEVNULL)
-  return path
+  return path, json.loads(trace_json.read_text())["env"]["device"]
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,9 +75,10 @@ def main() -> None:
   for case in a.cases.split(","):
     preset, algo = case.split(":")
     flags = CASES[algo]
-    script = repro_for(preset, flags, env, workdir)
+    script, device = repro_for(preset, flags, env, workdir)
+    # the reproducer pins its device (DEV=...), so the explorer is told it too: neither side searches every backend for a default
     ours = [sys.executable, "-m", "explorer", "trace", "--preset", preset, *flags, "--target", "cuda", "--no-time", "--quiet",
-            "--json", str(workdir / "out.json")]
+            "--device", device, "--json", str(workdir / "out.json")]
     theirs = [sys.executable, str(script)]
     runs: dict[str, list[tuple[float, float]]] = {"ours": [], "theirs": []}
     for _ in range(a.rounds):

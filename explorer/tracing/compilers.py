@@ -113,13 +113,13 @@ def compile_cuda(src: str, arch: str, block: int | None, nvrtc: Callable[[str, s
   with tempfile.TemporaryDirectory() as d:
     cu, cubin = pathlib.Path(d) / "k.cu", pathlib.Path(d) / "k.cubin"
     cu.write_text(src)
-    rc, _, err = _run([nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-o", str(cubin), str(cu)])
+    # -keep leaves the PTX it made on the way beside the cubin: one front-end run, not a second `nvcc -ptx`
+    rc, _, err = _run([nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-keep", "-keep-dir", d, "-o", str(cubin), str(cu)])
     compiler = f"nvcc {version(nvcc)}"
     if rc != 0: return _failed(compiler, err)
     facts = _cuda_facts(err, arch, block, compiler)
-    rc, _, _ = _run([nvcc, f"-arch={arch}", "-ptx", "-o", str(pathlib.Path(d) / "k.ptx"), str(cu)])
-    ptx = (pathlib.Path(d) / "k.ptx").read_text() if rc == 0 else ""
-    facts["disasm"] = _sass(cubin) or ({"kind": "PTX (nvcc -ptx)", "text": _clip(ptx)} if ptx else None)
+    ptx = (pathlib.Path(d) / "k.ptx").read_text() if (pathlib.Path(d) / "k.ptx").exists() else ""
+    facts["disasm"] = _sass(cubin) or ({"kind": "PTX (nvcc)", "text": _clip(ptx)} if ptx else None)
     return facts
 
 def compile_ptx(filled: str, arch: str, block: int | None) -> Facts:

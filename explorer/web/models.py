@@ -220,7 +220,7 @@ class Occupancy(BaseModel):
   limited_by: list[str]
 
 class Disassembly(BaseModel):
-  kind: str  # e.g. "SASS (cuobjdump -sass)", "PTX (nvcc -ptx)", "x86-64 assembly (clang, tinygrad's CPU flags)"
+  kind: str  # e.g. "SASS (cuobjdump -sass)", "PTX (nvcc)", "x86-64 assembly (clang, tinygrad's CPU flags)"
   text: str
 
 class CompileFacts(BaseModel):
