@@ -223,3 +223,8 @@ def test_the_browser_follows_a_queued_trace_to_its_page(broker, tmp_path, page, 
       page.wait_for_selector("#ran-on", timeout=240_000)
       assert "worker shown" in page.locator("#ran-on").inner_text()
   assert not errors, errors
+
+def test_a_device_with_an_index_goes_to_its_devices_queue():
+  from explorer.queue.protocol import device_of, queue_name
+  assert queue_name("CUDA:1") == queue_name("CUDA") == "explorer:CUDA" and queue_name(None) == "explorer:any"
+  assert device_of("explorer:CUDA") == "CUDA" and device_of("explorer:any") is None and device_of("other:CUDA") is None

@@ -41,7 +41,7 @@ class QueueClient:
       if not self._alive(w.name): continue
       names = w.queue_names()
       out.append({"name": w.name, "host": w.hostname, "state": w.get_state(), "devices": [d for d in map(device_of, names) if d],
-                  "any": queue_name(None) in names})
+                  "queues": names})
     return out
 
   def offered(self) -> list[str]:
@@ -52,7 +52,7 @@ class QueueClient:
   def _alive(self, worker_name: str | None) -> bool: return worker_name is not None and bool(self.connection.exists(beat_key(worker_name)))
 
   def _serves(self, device: str | None) -> bool:
-    return any((device in w["devices"]) if device else w["any"] for w in self.workers())
+    return any(queue_name(device) in w["queues"] for w in self.workers())
 
   def run(self, kind: str, kwargs: dict[str, Any], device: str | None, job_id: str, progress: Progress, timeout_s: float) -> Any:
     """Enqueue the job (any earlier job of this id is dropped) and follow it to its result."""

@@ -6,7 +6,9 @@ import base64, urllib.parse
 ANY = "any"  # the queue of jobs that name no device: every worker takes them, on its default device
 PREFIX = "explorer"
 
-def queue_name(device: str | None) -> str: return f"{PREFIX}:{device or ANY}"
+def queue_name(device: str | None) -> str:
+  """The queue of a device's jobs, by the device's name: CUDA:1 goes where CUDA workers listen."""
+  return f"{PREFIX}:{device.split(':')[0] if device else ANY}"
 
 def device_of(queue: str) -> str | None:
   """The device a queue's jobs need (None: any); None too for a queue that is not the explorer's."""
