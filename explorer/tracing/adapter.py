@@ -46,6 +46,11 @@ for _hook in (getattr(uop_ops, "print_match_stats", None), getattr(tinygrad.devi
 
 def tracking_enabled() -> bool: return uop_ops.TRACK_MATCH_STATS.value >= 2
 
+def tracking() -> contextlib.AbstractContextManager:
+  """Every named graph_rewrite recorded with its matches while inside (TRACK_MATCH_STATS=2, read at each rewrite): a process whose
+  environment asked for less (TRACK_MATCH_STATS=1 or PROFILE=1 still swap the tracked PatternMatcher in) records whole passes too."""
+  return Context(TRACK_MATCH_STATS=max(2, uop_ops.TRACK_MATCH_STATS.value))
+
 def tracking_possible() -> bool:
   """tinygrad records matches only with the PatternMatcher it swaps in at import when tracking is on: a process that imported tinygrad
   without it (a notebook that imported tinygrad first) cannot record a pass's matches, whatever it sets later."""

@@ -17,7 +17,8 @@ def _init() -> None:
   from explorer.tracing import compilers
   if (lib := compilers.nvrtc_library()) is not None: os.environ.setdefault("NVRTC_PATH", str(lib))  # read when tinygrad is imported
   if (header := compilers.nvidia_file("*/include/cuda_fp16.h")) is not None: os.environ["KERNEL_EXPLORER_CUDA_INCLUDE"] = str(header.parent)
-  import explorer.tracing.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules (tracking stays on: inherited)
+  if "VIZ" not in os.environ: os.environ["TRACK_MATCH_STATS"] = "2"  # every render records its passes, whatever the user's environment
+  import explorer.tracing.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules
 
 def pass_record(p: Any) -> dict[str, Any]:
   """A codegen pass as the trace records it: name, depth, matches, and where its graphs are in its rewrite blob (group, step, sink)."""

@@ -84,9 +84,11 @@ def record(trace: dict, variant: Variant, device: str, progress: Progress, stage
   base = tg.tracking_mark()
   pool = RenderPool(max(1, min(2, len(variant.targets))))
   blobs: dict[str, bytes] = {}
-  try: stages(Recorder(trace, progress), base, pool, blobs)
-  except StageFailed: pass
-  finally: pool.close()
+  with tg.tracking():
+    trace["env"]["tracking"] = tg.tracking_enabled()
+    try: stages(Recorder(trace, progress), base, pool, blobs)
+    except StageFailed: pass
+    finally: pool.close()
   blob = tg.export_rewrites(base)
   if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, blob)
   return trace, blob, blobs
