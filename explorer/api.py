@@ -122,22 +122,25 @@ def capture(name: str | None = None, targets: tuple[str, ...] = ("cuda",), time:
 
   tinygrad decides at import whether it records rewrites: import the explorer before tinygrad (or set TRACK_MATCH_STATS=2), else
   entering the block fails at once and says so."""
-  import inspect
+  import inspect, linecache
   caller = inspect.stack()[1]
   variant = Variant(targets=tuple(targets), time=time, opt=opt, warmup=warmup, repeats=repeats).validate()
-  return Captured(name or f"{pathlib.Path(caller.filename).name}:{caller.lineno}", variant, reference, rel_tolerance)
+  source = "".join(linecache.getlines(caller.filename)) or None  # the caller's file, or its notebook cell: for the reproducer
+  return Captured(name or f"{pathlib.Path(caller.filename).name}:{caller.lineno}", variant, reference, rel_tolerance, source, caller.lineno)
 
 class Captured(Trace):
   """A capture block's result: after the block, the Trace of its last realize that ran a kernel; `traces`, every realize's."""
-  def __init__(self, name: str, variant: Variant, reference: Any, rel_tolerance: float):
+  def __init__(self, name: str, variant: Variant, reference: Any, rel_tolerance: float, source: str | None = None, line: int | None = None):
     super().__init__({}, b"", {}, None)
     self.name, self._variant, self._reference, self._tolerance = name, variant, reference, rel_tolerance
+    self._source, self._origin = source, {"kind": "capture", "line": line}
     self.traces: list[Trace] = []
     self._capturing: Any = None
 
   def __enter__(self) -> Captured:
     from explorer.tracing.program import Capturing
-    self._capturing = Capturing(self.name, self._variant, reference=self._reference, rel_tolerance=self._tolerance).__enter__()
+    self._capturing = Capturing(self.name, self._variant, source=self._source, reference=self._reference, rel_tolerance=self._tolerance,
+                                origin=self._origin).__enter__()
     return self
 
   def __exit__(self, *exc: Any) -> None:

@@ -128,3 +128,61 @@ def test_a_script_that_raises_or_never_ends_gives_one_clear_line_and_leaves_noth
   assert time.monotonic() - st < limit + 60
   time.sleep(0.5)
   assert leftovers(mark) == []
+
+MY_SCRIPT = "from explorer import capture  # first: tinygrad records its rewrites\n" + \
+  TWO_LAYERS.replace('if __name__ == "__main__":\n  two_layers().realize()\n', "") + """
+import json, sys
+
+with capture(name="two layers", targets=("cuda",)) as t:
+  y = two_layers()
+  y.realize()
+print(json.dumps({"id": t.store(sys.argv[1]), "names": [k["name"] for k in t.kernels], "roles": [k["role"] for k in t.kernels],
+                  "passes": sum(p["matches"] for k in t.kernels for p in k["passes"]), "origin": t.data["program"]["origin"]}))
+"""
+
+def test_two_layers_captured_from_python_reproduce_on_tinygrad_alone(tmp_path):
+  """The two-layer program through `from explorer import capture` in the user's own script; its reproducer (the script, the capture
+  replaced by a stand-in) runs on tinygrad alone and runs the same kernels."""
+  from test_repro import kernels_named, run_script
+  (script := tmp_path / "mine.py").write_text(MY_SCRIPT)
+  db = tmp_path / "s.sqlite3"
+  r = subprocess.run([sys.executable, str(script), str(db)], capture_output=True, text=True, timeout=300, env=CLEAN_ENV, cwd=HERE.parent)
+  assert r.returncode == 0, r.stderr[-3000:]
+  got = json.loads(r.stdout.strip().splitlines()[-1])
+  line = MY_SCRIPT.splitlines().index('with capture(name="two layers", targets=("cuda",)) as t:') + 1
+  assert got["roles"] == ["reduce", "reduce+out"] and got["passes"] > 100 and got["origin"] == {"kind": "capture", "line": line}
+  repro = subprocess.run([sys.executable, "-m", "explorer", "repro", got["id"], "--db", str(db), "-o", "-"], capture_output=True, text=True,
+                         timeout=120)
+  assert repro.returncode == 0, repro.stderr
+  assert "from explorer" not in repro.stdout and "print(json.dumps" not in repro.stdout  # tinygrad alone; the block is the end
+  assert kernels_named(run_script(repro.stdout, tmp_path), got["names"]) == got["names"]
+
+def test_a_script_function_traces_and_its_reproducer_calls_it(tmp_path):
+  from test_repro import kernels_named, run_script
+  realizing = TWO_LAYERS.replace("return x.conv2d", "y = x.conv2d").replace(".relu()\n\nif", ".relu()\n  y.realize()\n\nif")
+  (script := tmp_path / "layers.py").write_text(realizing)
+  r = cli("--script", str(script), "--fn", "two_layers", "--target", "cuda", "--no-time", "--quiet", "--json", str(tmp_path / "t.json"))
+  assert r.returncode == 0, r.stderr
+  trace = json.loads((tmp_path / "t.json").read_text())
+  assert trace["program"]["name"] == "two_layers" and trace["program"]["origin"] == {"kind": "script", "fn": "two_layers"}
+  names = [k["name"] for k in trace["kernels"]]
+  assert len(names) == 2
+  repro = subprocess.run([sys.executable, "-m", "explorer", "repro", str(tmp_path / "t.json"), "-o", "-"], capture_output=True, text=True,
+                         timeout=120)
+  assert repro.returncode == 0 and "namespace['two_layers']()" in repro.stdout, repro.stderr
+  assert kernels_named(run_script(repro.stdout, tmp_path), names) == names
+
+def test_a_capture_records_whole_passes_whatever_tracking_level_the_environment_asked(tmp_path):
+  """TRACK_MATCH_STATS=1 still swaps tinygrad's tracked matcher in, but records no pass: the capture raises it to 2 for its pipeline."""
+  code = textwrap.dedent("""
+    import json
+    from explorer import capture
+    from tinygrad import Tensor
+    with capture(targets=("cuda",)) as t: (Tensor.ones(4, 4).contiguous() @ Tensor.ones(4, 4).contiguous()).realize()
+    print(json.dumps({"host": sum(len(k["passes"]) for k in t.kernels), "cuda": sum(len(k["targets"]["cuda"]["passes"]) for k in t.kernels),
+                      "tracking": t.data["env"]["tracking"]}))
+  """)
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**CLEAN_ENV, "TRACK_MATCH_STATS": "1"})
+  assert r.returncode == 0, r.stderr[-3000:]
+  got = json.loads(r.stdout.strip().splitlines()[-1])
+  assert got["host"] > 10 and got["cuda"] > 10 and got["tracking"] is True

@@ -60,11 +60,58 @@ def repro_script(trace: dict, trace_id: str) -> str:
   return "\n".join(lines) + "\n"
 
 def program_script(trace: dict, trace_id: str) -> str:
-  """A captured program's reproducer: its own source where the capture kept it (a --script run), with the environment set."""
+  """A captured program's reproducer, with the environment set: a --script run's source as it ran (its --fn called as the worker
+  called it), or the file (or notebook cell) that held an `explorer.capture` block, with the explorer's names replaced by a stand-in
+  so that the block runs on tinygrad alone."""
   program, env = trace.get("program") or {}, environment(trace)
   env.pop("WINO", None)
   head = [f"# Reproduces Kernel Explorer trace {trace_id}: {trace.get('label', '')}, recorded with tinygrad {trace['env'].get('tinygrad', '?')}",
           "import os", *[f"os.environ.setdefault({k!r}, {v!r})" for k, v in env.items()]]
-  if program.get("source"): return "\n".join(head + ["# the program's source, as `kernel-explorer trace --script` ran it:", program["source"]]) + "\n"
-  return "\n".join(head + ["# The program was captured from Python (explorer.api.capture): its source was not kept. Run your code after",
-                           "# the lines above (DEBUG=2 prints each kernel tinygrad runs)."]) + "\n"
+  source, origin = program.get("source"), program.get("origin") or {"kind": "script", "fn": None}
+  if source and origin["kind"] == "script" and origin.get("fn"):
+    body = ["# the program's source, run as `kernel-explorer trace --script --fn` ran it: as a module, then its function",
+            f"SOURCE = {source!r}", "namespace = {'__name__': 'explorer_script'}",
+            "exec(compile(SOURCE, 'script.py', 'exec'), namespace)", f"namespace[{origin['fn']!r}]()"]
+    return "\n".join(head + body) + "\n"
+  if source and origin["kind"] == "script":
+    return "\n".join(head + ["# the program's source, as `kernel-explorer trace --script` ran it:", source]) + "\n"
+  if source and (plain := without_explorer(source, origin.get("line"))) is not None:
+    return "\n".join(head + ["# the code that held the capture block, the explorer's names standing in for nothing (and, where the block",
+                              "# is at the top level, nothing after it: the block realized every kernel of the trace):",
+                              *CAPTURE_STAND_IN, plain]) + "\n"
+  return "\n".join(head + ["# The program was captured from Python (explorer.api.capture) and its source could not be read back. Run",
+                           "# your code after the lines above (DEBUG=2 prints each kernel tinygrad runs)."]) + "\n"
+
+CAPTURE_STAND_IN = [
+  "import contextlib, types",
+  "class _Captured:  # what explorer.api.capture gave: here the block runs on tinygrad alone, and what it returned does nothing",
+  "  traces: list = []",
+  "  def __getattr__(self, name): return lambda *args, **kwargs: None",
+  "@contextlib.contextmanager",
+  "def _capture(*args, **kwargs): yield _Captured()",
+  "_explorer = types.SimpleNamespace(capture=_capture, api=types.SimpleNamespace(capture=_capture))",
+]
+
+def without_explorer(source: str, line: int | None = None) -> str | None:
+  """source with each import of the explorer replaced by the stand-in's names (CAPTURE_STAND_IN) and, where the capture block starting
+  at `line` is a top-level statement, nothing after that block; None where it does not parse or imports more from the explorer than
+  `capture` (that program needs the explorer itself)."""
+  import ast
+  try: tree = ast.parse(source)
+  except SyntaxError: return None
+  lines = source.splitlines()
+  block = next((n for n in tree.body if isinstance(n, ast.With) and line is not None and n.lineno <= line <= n.body[0].lineno), None)
+  if block is not None: del lines[block.end_lineno or len(lines):]
+  imports = (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and n.lineno <= len(lines))
+  for node in sorted(imports, key=lambda n: -n.lineno):
+    if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "explorer":
+      if any(a.name != "capture" for a in node.names): return None
+      bound = [f"{a.asname or a.name} = _capture" for a in node.names]
+    elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "explorer" for a in node.names):
+      if len(node.names) > 1 or node.names[0].name not in ("explorer", "explorer.api"): return None
+      a = node.names[0]
+      bound = [f"{a.asname} = _explorer{'.api' if a.name == 'explorer.api' else ''}" if a.asname else "explorer = _explorer"]
+    else: continue
+    indent = lines[node.lineno - 1][:node.col_offset]
+    lines[node.lineno - 1:node.end_lineno] = [indent + "; ".join(bound)]
+  return "\n".join(lines)

@@ -35,13 +35,15 @@ def reference_check(reference: Sequence[np.ndarray], rel_tolerance: float) -> Ca
   return check
 
 def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progress = _quiet, source: str | None = None,
-                  reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5) -> tuple[dict, bytes, dict[str, bytes]]:
-  """Trace the realize of `outs` (tensors whose graphs are built, not yet realized)."""
+                  reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5,
+                  origin: dict[str, Any] | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
+  """Trace the realize of `outs` (tensors whose graphs are built, not yet realized). origin: how the program ran, for its reproducer
+  ({"kind": "script", "fn": NAME or None} or {"kind": "capture", "line": the with statement's line in `source`})."""
   if not tg.tracking_possible(): raise CaptureUnavailable(NOT_TRACKING)
   devices = {tg.tensor_device(o) for o in outs}
   if len(devices) != 1: raise ValueError(f"the realized tensors live on {len(devices)} devices ({', '.join(sorted(devices))}): trace one at a time")
   device = devices.pop()
-  info = {"name": name, "source": source, "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outs]}
+  info = {"name": name, "source": source, "origin": origin, "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outs]}
   trace = new_trace(None, variant, device, info)
   roles = lambda: {tg.buffer_key(tg.tensor_buffer(o)): "output" for o in outs}
   check = reference_check(reference, rel_tolerance) if reference is not None else None
@@ -52,8 +54,8 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
 class Capturing:
   """Record every realize inside the block: `results` gets one (trace, blob, target blobs) per realize that computed something."""
   def __init__(self, name: str, variant: Variant, progress: Progress = _quiet, source: str | None = None,
-               reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5):
-    self.name, self.variant, self.progress, self.source = name, variant, progress, source
+               reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5, origin: dict[str, Any] | None = None):
+    self.name, self.variant, self.progress, self.source, self.origin = name, variant, progress, source, origin
     self.reference, self.rel_tolerance = reference, rel_tolerance
     self.results: list[tuple[dict, bytes, dict[str, bytes]]] = []
     self._hook: Any = None
@@ -61,7 +63,7 @@ class Capturing:
   def _on_realize(self, outs: list[Any]) -> None:
     n = len(self.results)
     name = self.name if n == 0 else f"{self.name} (realize {n + 1})"
-    self.results.append(trace_outputs(outs, name, self.variant, self.progress, self.source, self.reference, self.rel_tolerance))
+    self.results.append(trace_outputs(outs, name, self.variant, self.progress, self.source, self.reference, self.rel_tolerance, self.origin))
     trace = self.results[-1][0]
     if "run" not in trace["stage_seconds"]:  # scheduled (the tensors now name their buffers) but never run: say so, never read zeros
       f = (trace["failures"] or [{"stage": "?", "error": "unknown"}])[0]
@@ -82,7 +84,7 @@ def script_in_worker(progress: Progress, path: str, fn: str | None, variant: dic
   source = open(path).read()
   code = compile(source, path, "exec")
   namespace: dict[str, Any] = {"__name__": "__main__" if fn is None else "explorer_script", "__file__": path, "__builtins__": __builtins__}
-  with Capturing(fn or path.rsplit("/", 1)[-1], Variant.from_dict(variant), progress, source) as cap:
+  with Capturing(fn or path.rsplit("/", 1)[-1], Variant.from_dict(variant), progress, source, origin={"kind": "script", "fn": fn}) as cap:
     exec(code, namespace)  # noqa: S102 - the user's own script, from the command line only (the server never runs user code)
     if fn is not None:
       if not callable(target := namespace.get(fn)): raise ValueError(f"{path} defines no function {fn!r}")
