@@ -27,6 +27,8 @@ def test_a_builtin_winograd_trace_reproduces_with_tinygrad_alone(web_client, sma
   script = r.text
   assert "os.environ.setdefault('WINO', '1')" in script and "explorer" not in script.split('"""', 2)[2]  # tinygrad alone
   trace = web_client.get(f"/api/traces/{small_trace}").json()
+  page = web_client.get(f"/t/{small_trace}", headers={"accept": "text/html"}).text
+  assert f'href="/api/traces/{small_trace}/repro.py" id="repro"' in page  # the button on every trace page
   names = [k["name"] for k in trace["kernels"]]
   out = run_script(script, tmp_path)
   assert kernels_named(out, names) == names and "output (1, 16, 32, 32)" in out

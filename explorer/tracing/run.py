@@ -36,7 +36,7 @@ def run_script(path: str, fn: str | None, variant: Variant, progress: Progress |
   """Run a tinygrad script (or its function fn) in a fresh worker, every realize traced (explorer.tracing.program); the result is the
   last realize that ran a kernel, and `others` every realize's trace, in order."""
   results, seen = call_in_worker("explorer.tracing.program:script_in_worker", {"path": path, "fn": fn, "variant": variant.to_dict()},
-                                 progress, timeout_s, limits=limits)
+                                 progress, timeout_s, env=device_env(variant), limits=limits)
   trace, blob, blobs = results[main_realize([r[0] for r in results])]
   return TraceResult(trace, blob, seen, blobs, others=[r[0] for r in results])
 
