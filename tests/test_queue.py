@@ -95,7 +95,9 @@ def test_a_job_for_a_device_no_worker_offers_waits_and_says_so(broker, tmp_path)
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "cpu-only", tmp_path):
     trace_id = submit(base, tiny(device="METAL"))
     deadline = time.monotonic() + 30
-    while not (s := status(base, trace_id))["stages"][0]["detail"]: assert time.monotonic() < deadline, s
+    while not (s := status(base, trace_id))["stages"][0]["detail"]:
+      assert time.monotonic() < deadline, s
+      time.sleep(0.2)
     assert s["status"] == "queued" and s["stages"][0]["stage"] == "queue"
     assert s["stages"][0]["detail"] == "no worker offers METAL; the job waits in the queue until one starts"
 
