@@ -26,11 +26,13 @@ def captured(db: str) -> dict:
   import numpy as np
   x, w, b = inputs()
   ref = np.maximum(0, conv_ref(x.numpy(), w.numpy(), b.numpy()))
-  with capture(name="conv+bias+relu", targets=("cuda",), reference=[ref], rel_tolerance=1e-4) as t:
+  with capture(name="conv+bias+relu", targets=("cuda", "metal"), time=True, repeats=3, reference=[ref], rel_tolerance=1e-4) as t:
     y = conv_bias_relu(x, w, b)
     y.realize()
   return {"id": t.store(db), "names": [k["name"] for k in t.kernels], "sources": [k["sources"]["host"] for k in t.kernels],
           "roles": [k["role"] for k in t.kernels], "cuda": all("cuda" in k["sources"] for k in t.kernels), "error": t.data["error"],
+          "metal": all("kernel void" in k["sources"].get("metal", "") for k in t.kernels),
+          "timed": all(k["time_s"]["n"] == 3 for k in t.kernels) and t.data["timing"]["repeats"] == 3,
           "passes": sum(p["matches"] for k in t.kernels for p in k["passes"]), "realizes": len(t.traces), "value": float(y.numpy().sum()),
           "program": t.data["program"]}
 
@@ -45,7 +47,10 @@ def with_and_without_contiguous(db: str) -> dict:
   with capture(name="layer") as plain: conv_bias_relu(x, w, b).realize()
   with capture(name="layer, contiguous") as staged: x.conv2d(w, b, padding=1).contiguous().relu().realize()
   d = plain.diff(staged)
-  return {"a": plain.store(db), "b": staged.store(db), "kernels": [len(plain.kernels), len(staged.kernels)], "diff": str(d)}
+  from explorer.present.tour import compare_tour
+  tour = compare_tour("constants", plain.data, staged.data)
+  return {"a": plain.store(db), "b": staged.store(db), "kernels": [len(plain.kernels), len(staged.kernels)], "diff": str(d),
+          "compare": next(s["text"] for s in tour if s["id"] == "compare")}
 
 if __name__ == "__main__":
   what = {"plain": lambda: tinygrads_own(), "captured": lambda: captured(sys.argv[2]), "contiguous": lambda: with_and_without_contiguous(sys.argv[2])}

@@ -25,6 +25,7 @@ def test_a_captured_program_runs_tinygrads_own_kernels(captured):
   own = run_json("plain")
   assert captured["names"] == own["names"] and captured["sources"] == own["sources"]
   assert captured["roles"] == ["reduce+out"] and captured["cuda"] and captured["passes"] > 100 and captured["realizes"] == 1
+  assert captured["metal"] and captured["timed"]  # the README's capture(targets=("cuda", "metal"), time=True)
   assert captured["error"]["within"] and captured["error"]["tolerance_for"] == "the user's reference"
   assert captured["value"] > 0 and captured["program"]["outputs"] == [{"shape": [1, 8, 16, 16], "dtype": "dtypes.float"}]
 
@@ -46,6 +47,7 @@ def test_every_page_serves_a_captured_program(captured, db):
 def test_a_diff_of_my_layer_with_and_without_contiguous(db):
   got = run_json("contiguous", str(db))
   assert got["kernels"] == [1, 2] and "matched by role" in got["diff"]
+  assert got["compare"].startswith("A (layer): ") and "B (layer, contiguous): " in got["compare"]  # a pair tour names the programs
   from fastapi.testclient import TestClient
   from explorer.settings import Settings
   from explorer.web.app import create_app

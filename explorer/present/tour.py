@@ -159,13 +159,13 @@ def _peaks(tr: dict, target: str) -> list[str]:
 def compare_tour(kind: str, a: dict, b: dict) -> list[dict]:
   """A built-in tour: the story of A, the comparison with B, then the story of B."""
   ta, tb = a["totals"], b["totals"]
-  la, lb = a["variant"], b["variant"]
-  def label(v: dict) -> str: return Variant.from_dict(v).label()
+  def label(tr: dict) -> str:  # a captured program is named by its program, a convolution by its variant
+    return tr["program"]["name"] if tr.get("spec") is None and tr.get("program") else Variant.from_dict(tr["variant"]).label()
   def side(t: dict, tr: dict) -> str:
     return (f"{_plural(t['kernels'], 'kernel')} ({', '.join(k['role'] for k in tr['kernels'])}), {_plural(t.get('copies', 0), 'copy', 'copies')}, "
             f"{_plural(t['buffers'], 'buffer')}, {_si(t['flops'])}FLOPs, {sum(k['ops']['alu'] for k in tr['kernels'])} ALU uops, "
             f"{sum(k['ops']['loads'] for k in tr['kernels'])} loads")
-  text = f"A ({label(la)}): {side(ta, a)}. B ({label(lb)}): {side(tb, b)}."
+  text = f"A ({label(a)}): {side(ta, a)}. B ({label(b)}): {side(tb, b)}."
   if ta.get("time_s") and tb.get("time_s"):
     text += f" Timed separately, B took {tb['time_s']['median'] / ta['time_s']['median']:.2f}x A's time (use the diff view for an interleaved ratio)."
   kernels = a["kernels"] + b["kernels"]
