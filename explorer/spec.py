@@ -19,6 +19,8 @@ TILES = ("F(4,3)", "F(2,3)", "F(2,5)", "F(4,5)")  # F(m,r): m x m outputs per ti
 STAGINGS = ("staged", "fused", "single")
 CONSTS = ("symbolic", "materialized")
 DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes across input, weight and output
+# a study's adaptive sampling, the CLI's and the web's default: go on until each B/A ratio's 95% interval is at most 2% of the ratio wide
+STUDY_CI_WIDTH = 0.02
 
 class SpecError(ValueError):
   """Bad user input: the message is one line a person can act on."""

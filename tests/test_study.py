@@ -72,11 +72,12 @@ def test_the_cli_writes_the_json_contract_the_documents_table_and_an_offline_pag
   import json, subprocess, sys
   out, page = tmp_path / "s.json", tmp_path / "s.html"
   run = subprocess.run([sys.executable, "-m", "explorer", "study", "constants", "--preset", "small", "--repeats", "4", "--warmup", "1",
-                        "--json", str(out), "--html", str(page), "--quiet"], capture_output=True, text=True, timeout=600)
+                        "--ci-width", "0", "--json", str(out), "--html", str(page), "--quiet"], capture_output=True, text=True, timeout=600)
   assert run.returncode == 0, run.stderr
   study = json.loads(out.read_text())
   (case,) = study["cases"]
   assert case["preset"] == "small" and case["identical_kernels"] is False and {r["variant"] for r in case["rows"]} == {"symbolic", "materialized"}
+  assert case["sampling"]["ended"] == "repeats" and case["sampling"]["repeats"] == 4  # --ci-width 0: exactly --repeats
   for c in case["comparisons"]: assert {"figure", "ratio", "ci_low", "ci_high", "p_value", "verdict", "claim"} <= set(c)
   assert "the documents' figures, measured again" in run.stdout and "| small | symbolic | materialized | tensor graph UOps" in run.stdout
   html = page.read_text()
@@ -89,3 +90,13 @@ def test_the_repeats_are_counterbalanced():
   orders = [_order(3, r) for r in range(4)]
   assert orders == [[0, 1, 2], [2, 1, 0], [0, 1, 2], [2, 1, 0]]
   assert all(sum(o.index(v) for o in orders) == sum(range(3)) * 4 // 3 for v in range(3))  # the same mean position for each
+
+def test_the_cli_and_the_web_sample_adaptively_by_default_with_one_width():
+  """`study` without --ci-width samples to the same interval width as the web form; --ci-width 0 turns it off, below 0 is refused."""
+  from explorer.cli.main import build_parser, main
+  from explorer.spec import STUDY_CI_WIDTH
+  from explorer.web.models import StudyRequest
+  assert STUDY_CI_WIDTH > 0
+  assert build_parser().parse_args(["study", "constants"]).ci_width == STUDY_CI_WIDTH == StudyRequest(kind="constants").ci_width
+  assert build_parser().parse_args(["study", "constants", "--ci-width", "0"]).ci_width == 0
+  assert main(["study", "constants", "--ci-width", "-1", "--quiet"]) == 2

@@ -152,3 +152,8 @@ def test_finished_studies_keep_their_results_in_the_store(tmp_path):
   assert [s["id"] for s in store.recent_studies()] == ["b", "a"]
   assert store.get_study("a")["result"] == {"study": "fusion", "cases": []} and store.get_study("b")["status"] == "running"
   assert store.get_study("c") is None
+
+def test_the_forms_interval_width_is_the_clis_default(web_client):
+  from explorer.spec import STUDY_CI_WIDTH
+  page = web_client.get("/studies", headers={"accept": "text/html"})
+  assert page.status_code == 200 and f'name="ci_width" value="{STUDY_CI_WIDTH}"' in page.text

@@ -4,8 +4,8 @@ import argparse, json, os, pathlib, signal, socket, sys, threading
 from typing import Any, Callable, Sequence
 from explorer.cli.progress import StepBars
 from explorer.text import ms, si, table
-from explorer.spec import (COMPUTE_DEVICES, CONSTS, CUDA_ARCHES, METAL_ARCHES, PRESETS, STAGES, STAGINGS, TARGET_LABELS, TARGETS, TILES,
-                           WINO_IMPLS, ConvSpec, SpecError, Variant, device_problem)
+from explorer.spec import (COMPUTE_DEVICES, CONSTS, CUDA_ARCHES, METAL_ARCHES, PRESETS, STAGES, STAGINGS, STUDY_CI_WIDTH, TARGET_LABELS, TARGETS,
+                           TILES, WINO_IMPLS, ConvSpec, SpecError, Variant, device_problem)
 
 class UsageError(Exception): pass
 
@@ -130,10 +130,11 @@ def cmd_study(a: argparse.Namespace) -> int:
   from explorer.present.study import document_markdown, document_rows, render_export
   presets = [a.preset] if a.preset else [p.strip() for p in a.presets.split(",") if p.strip()] if a.presets else list(DEFAULT_PRESETS[a.kind])
   if bad := [p for p in presets if p not in PRESETS]: raise SpecError(f"unknown preset(s) {', '.join(bad)}; known: {', '.join(PRESETS)}")
+  if a.ci_width < 0: raise SpecError(f"--ci-width must be positive, or 0 for exactly --repeats; got {a.ci_width}")
   with StepBars(a.quiet) as bars:
     progress = bars.bar(f"study {a.kind}", study_steps(a.kind, [PRESETS[p] for p in presets]))
     study = run_studies(a.kind, [(p, PRESETS[p].validate()) for p in presets], repeats=a.repeats, warmup=a.warmup, tile=a.tile,
-                        device=a.device, progress=progress, timeout_s=a.timeout, ci_width=a.ci_width, budget_s=a.budget_s)
+                        device=a.device, progress=progress, timeout_s=a.timeout, ci_width=a.ci_width or None, budget_s=a.budget_s)
   for case in study["cases"]: print(markdown(case))
   print(document_markdown(study))
   path = a.json or f"study-{a.kind}.json"
@@ -287,9 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
   st.add_argument("--preset", choices=sorted(PRESETS), default=None, help="one case (the same as --presets NAME)")
   st.add_argument("--tile", choices=TILES, default=None, help="the explorer's tile (default: F(4,3) for 3x3 kernels, F(4,5) for 5x5)")
   st.add_argument("--repeats", type=int, default=20, help="timed repeats (the minimum, with --ci-width)")
-  st.add_argument("--ci-width", type=float, default=None, metavar="W",
-                  help="keep sampling until every B/A ratio's 95%% interval is narrower than W times the ratio (e.g. 0.01), or "
-                       "--budget-s runs out")
+  st.add_argument("--ci-width", type=float, default=STUDY_CI_WIDTH, metavar="W",
+                  help="keep sampling past --repeats until every B/A ratio's 95%% interval is narrower than W times the ratio, or "
+                       "--budget-s runs out (default: %(default)s; 0: exactly --repeats)")
   st.add_argument("--budget-s", type=float, default=300.0, help="time budget of the adaptive sampling per case, in seconds")
   st.add_argument("--warmup", type=int, default=3)
   st.add_argument("--device", default=None)

@@ -2,8 +2,8 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, model_validator
-from explorer.spec import (ALGOS, CONSTS, CUDA_ARCHES, DTYPES, METAL_ARCHES, PRESETS, REWRITE_RE, REWRITES, STAGINGS, TARGETS, TILES, WINO_IMPLS,
-                           ConvSpec, Variant)
+from explorer.spec import (ALGOS, CONSTS, CUDA_ARCHES, DTYPES, METAL_ARCHES, PRESETS, REWRITE_RE, REWRITES, STAGINGS, STUDY_CI_WIDTH, TARGETS, TILES,
+                           WINO_IMPLS, ConvSpec, Variant)
 
 if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings
   Algo = str; WinoImpl = str; Tile = str; Staging = str; Consts = str; Target = str; Dtype = str; PresetName = str  # noqa: E702
@@ -349,8 +349,8 @@ class StudyRequest(BaseModel):
   specs: list[SpecIn] = Field(default=[], max_length=8, description="custom shapes, run after the presets")
   repeats: int = Field(default=20, ge=3, le=1000, description="timed interleaved repeats (the minimum, with ci_width)")
   warmup: int = Field(default=3, ge=0, le=100)
-  ci_width: float | None = Field(default=0.02, gt=0, le=1, description="sample past `repeats` until every B/A interval is narrower than this, "
-                                                                        "relative to the ratio (null: exactly `repeats`)")
+  ci_width: float | None = Field(default=STUDY_CI_WIDTH, gt=0, le=1, description="sample past `repeats` until every B/A interval is narrower "
+                                 "than this, relative to the ratio (null: exactly `repeats`); the CLI's `--ci-width` has the same default")
   budget_s: float = Field(default=120, ge=1, le=3600, description="the adaptive sampling's time budget per case, in seconds")
   tile: Tile | None = Field(default=None, description="the explorer's tile (default: F(4,3) for 3x3 kernels, F(4,5) for 5x5)")
   targets: list[Target] = Field(default=["cuda"], min_length=1, max_length=len(TARGETS))

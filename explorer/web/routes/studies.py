@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from explorer.analysis.study import DEFAULT_PRESETS
 from explorer.present.study import case_views, render_export
 from explorer.queue.protocol import QueueUnavailable
-from explorer.spec import COMPUTE_DEVICES, PRESETS, SpecError, device_problem
+from explorer.spec import COMPUTE_DEVICES, PRESETS, STUDY_CI_WIDTH, SpecError, device_problem
 from explorer.web import deps
 from explorer.web.models import StudyRequest, StudyStatus, documented
 from explorer.web.routes.library import attachment
@@ -65,7 +65,7 @@ async def list_studies(request: Request, limit: int = Query(50, ge=1, le=500)) -
 async def studies_page(request: Request) -> HTMLResponse:
   studies = await asyncio.to_thread(service(request).recent, 50)
   return await page(request, "studies.html", studies=studies, running=service(request).running(), kinds=KINDS, defaults=DEFAULT_PRESETS,
-                    presets={n: s.label() for n, s in PRESETS.items()}, device=None)
+                    presets={n: s.label() for n, s in PRESETS.items()}, device=None, ci_width=STUDY_CI_WIDTH)
 
 @router.get("/studies/{study_id}", response_class=HTMLResponse, include_in_schema=False)
 async def study_page(request: Request, study_id: str) -> HTMLResponse:
