@@ -41,12 +41,14 @@ def broker(tmp_path_factory) -> Iterator[str]:
   with redis_server(tmp_path_factory.mktemp("redis")) as url: yield url
 
 @contextlib.contextmanager
-def worker(url: str, name: str, log_dir: pathlib.Path, *flags: str) -> Iterator[subprocess.Popen]:
-  """`kernel-explorer worker` in a session of its own (killing the session is a machine going away); registered before it yields."""
+def worker(url: str, name: str, log_dir: pathlib.Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+  """`kernel-explorer worker` in a session of its own (killing the session is a machine going away); registered before it yields.
+  env: more environment variables (with KERNEL_EXPLORER_QUEUE the URL is not on the command line)."""
   from explorer.queue.client import QueueClient
   log = open(log_dir / f"worker-{name}.log", "w")
-  proc = subprocess.Popen([sys.executable, "-m", "explorer", "worker", "--queue", url, "--device", "CPU", "--name", name, *flags], cwd=REPO,
-                          env=ENV, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+  where = [] if "KERNEL_EXPLORER_QUEUE" in (env or {}) else ["--queue", url]
+  proc = subprocess.Popen([sys.executable, "-m", "explorer", "worker", *where, "--device", "CPU", "--name", name, *flags], cwd=REPO,
+                          env={**ENV, **(env or {})}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
   try:
     deadline = time.monotonic() + 60
     while "--burst" not in flags and not any(w["name"] == name or w["name"].startswith(f"{name}.") for w in QueueClient(url).workers()):
@@ -188,6 +190,40 @@ def test_the_worker_runs_only_the_explorers_jobs(broker, tmp_path):
   assert job.get_status() == "failed" and job.meta["error"].startswith("refused: 'pathlib.Path.touch' is not one of the explorer's jobs")
   job = Job.fetch(pickled.id, connection=connection, serializer=JSONSerializer)
   assert job.get_status() == "failed" and job.meta["error"].startswith("refused: the job's payload is not JSON")
+
+def test_the_worker_refuses_jobs_carrying_callbacks_webhooks_or_reruns(broker, tmp_path):
+  """RQ imports and calls a job's success, failure and stopped callbacks by the names in its hash, sends its webhooks, and runs it
+  again or later for retries, repeats and dependencies: an explorer job carrying any of them is failed unrun, and nothing it names
+  is imported, called or sent."""
+  import redis, socket
+  from rq import Callback, Queue, Repeat, Retry
+  from rq.job import Dependency, Job
+  from rq.serializers import JSONSerializer
+  from rq.webhook import Webhook
+  from explorer.queue.protocol import JOBS, queue_name
+  marker = tmp_path / "hit"
+  (tmp_path / "rider.py").write_text(f"def hit(*args, **kwargs): open({str(marker)!r}, 'a').write('hit')\n")
+  hook = socket.create_server(("127.0.0.1", 0))
+  hook.setblocking(False)
+  connection = redis.Redis.from_url(broker)
+  q = Queue(queue_name("CPU"), connection=connection, serializer=JSONSerializer)
+  good, bad = {**TINY, "timeout_s": 120}, {"spec": {}, "variant": {}, "timeout_s": 120}  # bad: fails at once, which fires failure riders
+  first = q.enqueue(JOBS["trace"], kwargs=bad)
+  riders = {"a success callback": q.enqueue(JOBS["trace"], kwargs=good, on_success=Callback("rider.hit")),
+            "a failure callback": q.enqueue(JOBS["trace"], kwargs=bad, on_failure=Callback("rider.hit")),
+            "a stopped callback": q.enqueue(JOBS["trace"], kwargs=bad, on_stopped=Callback("rider.hit")),
+            "webhooks": q.enqueue(JOBS["trace"], kwargs=bad, webhooks=[Webhook(f"http://127.0.0.1:{hook.getsockname()[1]}/", "failed")]),
+            "retries": q.enqueue(JOBS["trace"], kwargs=bad, retry=Retry(max=3)),
+            "repeats": q.enqueue(JOBS["trace"], kwargs=good, repeat=Repeat(times=3)),
+            "dependencies": q.enqueue(JOBS["trace"], kwargs=good, depends_on=Dependency([first], allow_failure=True)),
+            "positional arguments": q.enqueue(JOBS["trace"], TINY["spec"], TINY["variant"], 120)}
+  with worker(broker, "picky", tmp_path, "--burst", env={"PYTHONPATH": str(tmp_path)}) as proc: proc.wait(timeout=120)
+  assert proc.returncode == 0 and not marker.exists()
+  with pytest.raises(BlockingIOError): hook.accept()  # no webhook connected
+  for rider, job in riders.items():
+    job = Job.fetch(job.id, connection=connection, serializer=JSONSerializer)
+    assert job.get_status() == "failed" and job.meta["error"].startswith(f"refused: the job carries {rider}"), (rider, job.meta)
+  assert Job.fetch(first.id, connection=connection, serializer=JSONSerializer).get_status() == "failed"  # an explorer job, run
 
 def test_a_broker_gone_gives_503_with_a_reason_and_keeps_what_is_stored(tmp_path):
   db = tmp_path / "s.sqlite3"

@@ -18,18 +18,28 @@ from explorer.queue.protocol import BEAT_S, BEAT_TTL_S, JOBS, beat_key, queue_na
 WORKER_TTL_S = 30  # an idle worker's registration expires this long after its last heartbeat
 
 class ExplorerWorker(SimpleWorker):
-  """An RQ worker that runs the explorer's jobs and refuses any other function a queue hands it."""
+  """An RQ worker that runs the explorer's jobs and refuses any other job a queue hands it."""
   def perform_job(self, job: Job, queue: Queue) -> bool:
-    try: name = job.func_name
-    except DeserializationError: name = None  # not JSON (RQ's default pickle): never unpickled here
-    if name not in JOBS.values():
-      why = (f"refused: {name!r} is not one of the explorer's jobs ({', '.join(sorted(JOBS.values()))})" if name is not None else
-             "refused: the job's payload is not JSON (explorer jobs are enqueued with RQ's JSONSerializer)")
-      job.meta["error"] = why
-      job.save_meta()
-      self.handle_job_failure(job=job, queue=queue, started_job_registry=queue.started_job_registry, exc_string=why)
-      return False
-    return super().perform_job(job, queue)
+    if (why := refusal(job)) is None: return super().perform_job(job, queue)
+    job.meta["error"] = why
+    job.save_meta()
+    job.webhooks, job.retries_left, job.repeats_left = [], None, None  # refused: nothing RQ does after a failure either
+    self.handle_job_failure(job=job, queue=queue, started_job_registry=queue.started_job_registry, exc_string=why)
+    return False
+
+def refusal(job: Job) -> str | None:
+  """Why this worker will not run the job (None: it runs it). It runs what the explorer's server enqueues and nothing else: one of
+  protocol.JOBS with JSON keyword arguments, and nothing beside it that RQ would import and call (success, failure and stopped
+  callbacks, named in the job hash), send (webhooks) or run again or later (retries, repeats, dependencies)."""
+  try: name, instance, args = job.func_name, job.instance, job.args
+  except DeserializationError: return "refused: the job's payload is not JSON (explorer jobs are enqueued with RQ's JSONSerializer)"
+  if name not in JOBS.values(): return f"refused: {name!r} is not one of the explorer's jobs ({', '.join(sorted(JOBS.values()))})"
+  beside = {"a success callback": job._success_callback_name, "a failure callback": job._failure_callback_name,
+            "a stopped callback": job._stopped_callback_name, "webhooks": job.webhooks, "dependencies": job._dependency_ids,
+            "retries": job.retries_left, "repeats": job.repeats_left, "an instance to call": instance, "positional arguments": args}
+  if carried := [what for what, value in beside.items() if value]:
+    return f"refused: the job carries {', '.join(carried)}; explorer jobs carry none (only their keyword payload)"
+  return None
 
 def detect_devices(timeout_s: float = 120.0) -> list[str]:
   """The compute devices this machine opens, best first (listed in a worker process: opening a device imports tinygrad)."""
