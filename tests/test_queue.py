@@ -225,6 +225,55 @@ def test_the_worker_refuses_jobs_carrying_callbacks_webhooks_or_reruns(broker, t
     assert job.get_status() == "failed" and job.meta["error"].startswith(f"refused: the job carries {rider}"), (rider, job.meta)
   assert Job.fetch(first.id, connection=connection, serializer=JSONSerializer).get_status() == "failed"  # an explorer job, run
 
+STUDY = {"kind": "constants", "cases": [["tiny", TINY["spec"]]], "params": {"repeats": 3, "warmup": 1, "tile": None, "targets": ["cuda"],
+         "device": None, "ci_width": 0.02, "budget_s": 120, "timeout_s": 720}}
+MEASURE = {"kind": "timing", "a": {**TINY, "env": {"device": "CPU"}}, "b": {**TINY, "env": {"device": "CPU"}}, "repeats": 5, "warmup": 1,
+           "timeout_s": 600}
+OUT_OF_BOUNDS = [  # (job, a payload with one field past what the server allows, the worker's words): its settings are the defaults
+  ("trace", {**TINY, "timeout_s": 100000}, "timeout_s must be a number in (0, 600] on this worker, got 100000"),
+  ("trace", {**tiny(repeats=10**6), "timeout_s": 60}, "warmup must be 0..1000 and repeats 1..1000"),
+  ("trace", {**tiny(rewrite_file="/tmp/rw.py"), "timeout_s": 60}, "variant.rewrite_file runs user code, which a worker never does"),
+  ("trace", {**tiny(device="METAL"), "timeout_s": 60}, "device: device METAL is not offered here; this worker offers: CPU"),
+  ("measure", {**MEASURE, "timeout_s": -1}, "timeout_s must be a number in (0, 600] on this worker, got -1"),
+  ("measure", {**MEASURE, "repeats": 5000}, "warmup must be 0..1000 and repeats 1..1000"),
+  ("measure", {**MEASURE, "kind": "rm"}, "unknown measurement 'rm'"),
+  ("measure", {**MEASURE, "b": {**TINY, "env": {"device": "CPU;x"}}}, "device: device must be a device name"),
+  ("study", {**STUDY, "params": {**STUDY["params"], "budget_s": 1e9}}, "budget_s must be a number in [1, 3600] on this worker, got 1000000000.0"),
+  ("study", {**STUDY, "params": {**STUDY["params"], "timeout_s": 1e9}}, "timeout_s must be a number in (0, 720] on this worker, got 1000000000.0"),
+  ("study", {**STUDY, "params": {**STUDY["params"], "ci_width": 5}}, "ci_width must be a number in (0, 1] on this worker, got 5"),
+  ("study", {**STUDY, "params": {**STUDY["params"], "repeats": 2}}, "repeats must be a number in [3, 1000] on this worker, got 2"),
+  ("study", {**STUDY, "params": {**STUDY["params"], "warmup": 500}}, "warmup must be a number in [0, 100] on this worker, got 500"),
+  ("study", {**STUDY, "params": {**STUDY["params"], "targets": ["nope"]}}, "unknown target(s) nope"),
+  ("study", {**STUDY, "params": {**STUDY["params"], "tile": "F(9,9)"}}, "tile must be one of"),
+  ("study", {**STUDY, "params": {**STUDY["params"], "device": "METAL"}}, "device: device METAL is not offered here"),
+  ("study", {**STUDY, "cases": STUDY["cases"] * 17}, "a study has 1 to 16 cases"),
+]
+
+def test_a_payload_past_the_servers_bounds_is_refused_saying_which(broker, tmp_path):
+  """Whoever writes to the broker could ask a worker for anything the server would refuse: every numeric field is bounded by the
+  worker's own settings (and the studies' request bounds), the spec and variant validated as the server validates them."""
+  import redis
+  from rq import Queue
+  from rq.job import Job
+  from rq.serializers import JSONSerializer
+  from explorer.queue.protocol import JOBS, queue_name
+  connection = redis.Redis.from_url(broker)
+  q = Queue(queue_name("CPU"), connection=connection, serializer=JSONSerializer)
+  jobs = [(why, q.enqueue(JOBS[kind], kwargs=kwargs)) for kind, kwargs, why in OUT_OF_BOUNDS]
+  with worker(broker, "bounded", tmp_path, "--burst") as proc: proc.wait(timeout=120)
+  for why, job in jobs:
+    job = Job.fetch(job.id, connection=connection, serializer=JSONSerializer)
+    assert job.get_status() == "failed" and why in job.meta["error"], (why, job.meta.get("error"))
+
+def test_the_workers_study_bounds_are_the_servers():
+  from explorer.queue.jobs import MAX_CASES, STUDY_BOUNDS
+  from explorer.web.models import StudyRequest
+  fields = StudyRequest.model_json_schema()["properties"]
+  for name, (least, most) in STUDY_BOUNDS.items():
+    bounds = next(b for b in fields[name].get("anyOf", [fields[name]]) if b.get("type") != "null")
+    assert (bounds.get("minimum", bounds.get("exclusiveMinimum")), bounds["maximum"]) == (least, most), name
+  assert MAX_CASES == fields["presets"]["maxItems"] + fields["specs"]["maxItems"]
+
 def test_a_broker_gone_gives_503_with_a_reason_and_keeps_what_is_stored(tmp_path):
   db = tmp_path / "s.sqlite3"
   with redis_server(tmp_path) as url, running_server(db, tmp_path, queue=url) as base:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 from rq import get_current_job
 from explorer.queue.protocol import b64
 from explorer.settings import Settings
-from explorer.spec import ConvSpec, SpecError, Variant
+from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, SpecError, Variant, device_problem
 
 Report = Callable[[str, str, str], None]
 
@@ -37,12 +37,53 @@ def running() -> Iterator[Report]:
       job.save_meta()
     raise
 
+# a study's bounds beside Variant's, as the server's StudyRequest declares them (a test checks they agree); repeats and warmup are
+# capped by max_repeats too, and ci_width is above 0 (or null: exactly `repeats`)
+STUDY_BOUNDS: dict[str, tuple[float, float]] = {"repeats": (3, 1000), "warmup": (0, 100), "budget_s": (1, 3600), "ci_width": (0, 1)}
+STUDY_PARAMS = ("repeats", "warmup", "tile", "targets", "device", "ci_width", "budget_s", "timeout_s")
+MAX_CASES = 16  # 8 presets and 8 shapes (StudyRequest)
+
+def _within(name: str, value: Any, least: float, most: float, above: bool = False) -> float:
+  """value, a number in [least, most] ((least, most] with above), else SpecError naming the bounds."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not (least < value if above else least <= value) or not value <= most:
+    raise SpecError(f"{name} must be a number in {'(' if above else '['}{least:g}, {most:g}] on this worker, got {value!r}")
+  return float(value)
+
+def _timeout(value: Any, extra_s: float = 0.0) -> float:
+  """A job's timeout_s: at most this worker's trace_timeout_s (plus a study's budget_s), as the server's own limit is."""
+  return _within("timeout_s", value, 0, float(Settings.load().trace_timeout_s) + extra_s, above=True)
+
+def _device(device: Any) -> str | None:
+  """A job's device: None, or one this worker offers (CUDA:1 for CUDA)."""
+  offered = [d.split(":")[0] for d in DEVICES] or list(COMPUTE_DEVICES)
+  if device is not None and (why := device_problem(device, offered)) is not None: raise SpecError(f"device: {why.replace('server', 'worker')}")
+  return device
+
 def _validated(spec: dict[str, Any], variant: dict[str, Any]) -> tuple[ConvSpec, Variant]:
+  """Spec and variant as the server validates a request: this worker's limits and devices, and no user code."""
   settings = Settings.load()
+  if not isinstance(spec, dict) or not isinstance(variant, dict): raise SpecError("spec and variant must be JSON objects")
   s, v = ConvSpec.from_dict(spec), Variant.from_dict(variant)
   s.validate(memory_budget=int(settings.memory_budget_mb) << 20)
   v.validate(max_repeats=int(settings.max_repeats), max_beam=int(settings.max_beam))
+  if v.rewrite_file is not None: raise SpecError("variant.rewrite_file runs user code, which a worker never does (it is the CLI's alone)")
+  _device(v.device)
   return s, v
+
+def _study_params(params: Any) -> dict[str, Any]:
+  """A study's parameters, bounded as the server bounds them: repeats, warmup, tile and targets through Variant's validation, then
+  STUDY_BOUNDS, the timeout and the device."""
+  if not isinstance(params, dict) or set(params) != set(STUDY_PARAMS):
+    raise SpecError(f"study parameters: exactly {', '.join(STUDY_PARAMS)}, got {', '.join(sorted(params)) if isinstance(params, dict) else params!r}")
+  if not isinstance(params["targets"], list): raise SpecError(f"targets must be a list of target names, got {params['targets']!r}")
+  most, b = int(Settings.load().max_repeats), STUDY_BOUNDS
+  Variant(algo="winograd", wino_impl="explorer", tile=params["tile"] or TILES[0], targets=tuple(params["targets"]), warmup=params["warmup"],
+          repeats=params["repeats"]).validate(max_repeats=most)
+  _within("repeats", params["repeats"], b["repeats"][0], min(b["repeats"][1], most))
+  _within("warmup", params["warmup"], b["warmup"][0], min(b["warmup"][1], most))
+  if params["ci_width"] is not None: _within("ci_width", params["ci_width"], *b["ci_width"], above=True)
+  _timeout(params["timeout_s"], _within("budget_s", params["budget_s"], *b["budget_s"]))
+  return {**params, "targets": tuple(params["targets"]), "device": _device(params["device"]) or (DEVICES[0] if DEVICES else None)}
 
 def _limits() -> Any:
   from explorer.tracing.workers import Limits
@@ -54,7 +95,7 @@ def trace(spec: dict[str, Any], variant: dict[str, Any], timeout_s: float) -> di
   with running() as report:
     s, v = _validated(spec, variant)
     if v.device is None and DEVICES: v = dataclasses.replace(v, device=DEVICES[0])
-    result = run_trace(s, v, progress=report, timeout_s=timeout_s, limits=_limits())
+    result = run_trace(s, v, progress=report, timeout_s=_timeout(timeout_s), limits=_limits())
     result.trace.setdefault("env", {})["ran_on"] = ran_on()
     return {"trace": result.trace, "rewrites": b64(result.rewrites), "target_rewrites": {t: b64(b) for t, b in result.target_rewrites.items()}}
 
@@ -62,20 +103,17 @@ def study(kind: str, cases: list[list[Any]], params: dict[str, Any]) -> dict[str
   """A whole study (explorer.analysis.study.run_studies) on this worker's device; each variant's trace comes back to be stored."""
   from explorer.analysis.study import DEFAULT_PRESETS, run_studies
   from explorer.store import trace_key
-  if kind not in DEFAULT_PRESETS: raise SpecError(f"unknown study {kind!r}")
   with running() as report:
+    if kind not in DEFAULT_PRESETS: raise SpecError(f"unknown study {kind!r}")
+    if not isinstance(cases, list) or not 1 <= len(cases) <= MAX_CASES: raise SpecError(f"a study has 1 to {MAX_CASES} cases")
     specs = [(str(name), ConvSpec.from_dict(spec).validate(memory_budget=int(Settings.load().memory_budget_mb) << 20)) for name, spec in cases]
+    params = _study_params(params)
     kept: list[dict[str, Any]] = []
     def keep(spec: ConvSpec, variant: Variant, result: Any) -> str:
       result.trace.setdefault("env", {})["ran_on"] = ran_on()
       kept.append({"spec": spec.to_dict(), "variant": variant.to_dict(), "trace": result.trace, "rewrites": b64(result.rewrites),
                    "target_rewrites": {t: b64(b) for t, b in result.target_rewrites.items()}})
       return trace_key(spec, variant)
-    known = {"repeats", "warmup", "tile", "targets", "device", "ci_width", "budget_s", "timeout_s"}
-    if unknown := set(params) - known: raise SpecError(f"unknown study parameters: {', '.join(sorted(unknown))}")
-    if max(params.get("repeats", 0), params.get("warmup", 0)) > (most := int(Settings.load().max_repeats)):
-      raise SpecError(f"repeats and warmup: at most {most} on this worker")
-    params = {**params, "targets": tuple(params.get("targets", ("cuda",))), "device": params.get("device") or (DEVICES[0] if DEVICES else None)}
     result = run_studies(kind, specs, progress=report, keep=keep, **params)
     return {"result": {**result, "ran_on": ran_on()}, "traces": kept}
 
@@ -83,9 +121,13 @@ def measure(kind: str, a: dict[str, Any], b: dict[str, Any], repeats: int, warmu
   """A diff's measurement (interleaved re-timing, or the outputs compared) of two traces' variants, rebuilt from their specs."""
   from explorer.analysis.diff import compare_outputs, remeasure_interleaved
   with running() as report:
+    if kind not in ("timing", "numerics"): raise SpecError(f"unknown measurement {kind!r}")
+    Variant(warmup=warmup, repeats=repeats).validate(max_repeats=int(Settings.load().max_repeats))
+    timeout_s = _timeout(timeout_s)
     for side in (a, b):
+      if not isinstance(side, dict) or not isinstance(side.get("env"), dict): raise SpecError("a and b must be traces (spec, variant, env)")
+      _device(side["env"].get("device"))
       if side.get("spec") is not None: _validated(side["spec"], side["variant"])
     if kind == "timing": result = remeasure_interleaved(a, b, repeats, warmup, timeout_s, report)
-    elif kind == "numerics": result = compare_outputs(a, b, timeout_s, report)
-    else: raise SpecError(f"unknown measurement {kind!r}")
+    else: result = compare_outputs(a, b, timeout_s, report)
     return {**result, "ran_on": ran_on()}
