@@ -37,12 +37,13 @@ def test_the_documents_claims_are_b_over_a_ratios():
 
 def test_a_study_runs_every_case_and_a_5x5_one_honestly():
   """The JSON contract: {"cases": [{"preset", "rows", "comparisons", "identical_kernels"}]}. A 5x5 case runs the explorer's generated
-  F(4,5) Winograd (different kernels per constant mode) and, as the document's setting, tinygrad's builtin path, which falls back to
-  the direct kernels: identical by construction."""
+  Winograd (F(2,5) asked for: it applies to the 5x5 case only; different kernels per constant mode) and, as the document's setting,
+  tinygrad's builtin path, which falls back to the direct kernels: identical by construction."""
   from explorer.analysis.study import run_studies
-  study = run_studies("constants", [("tiny3", ConvSpec(1, 2, 2, 8, 8, 3)), ("tiny5", ConvSpec(1, 2, 2, 8, 8, 5))], repeats=3, warmup=1)
+  study = run_studies("constants", [("tiny3", ConvSpec(1, 2, 2, 8, 8, 3)), ("tiny5", ConvSpec(1, 2, 2, 8, 8, 5))], repeats=3, warmup=1,
+                      tile="F(2,5)")
   cases = study["cases"]
-  assert [(c["preset"], c["tile"]) for c in cases] == [("tiny3", "F(4,3)"), ("tiny5", "F(4,5)"), ("tiny5", "F(4,3)")]
+  assert [(c["preset"], c["tile"]) for c in cases] == [("tiny3", "F(4,3)"), ("tiny5", "F(2,5)"), ("tiny5", "F(4,3)")]
   assert [c["identical_kernels"] for c in cases] == [False, False, True]
   for c in cases:
     assert {"rows", "comparisons", "identical_kernels"} <= set(c) and all(r["status"] == "ok" and r["max_abs_error"] < 1e-3 for r in c["rows"])
@@ -100,3 +101,15 @@ def test_the_cli_and_the_web_sample_adaptively_by_default_with_one_width():
   assert build_parser().parse_args(["study", "constants"]).ci_width == STUDY_CI_WIDTH == StudyRequest(kind="constants").ci_width
   assert build_parser().parse_args(["study", "constants", "--ci-width", "0"]).ci_width == 0
   assert main(["study", "constants", "--ci-width", "-1", "--quiet"]) == 2
+
+def test_a_tile_applies_to_the_cases_it_fits_and_one_that_fits_none_is_refused(capsys):
+  from explorer.analysis.study import run_studies, tile_for
+  from explorer.cli.main import main
+  from explorer.spec import PRESETS, SpecError
+  three, five = PRESETS["small"], PRESETS["k5"]
+  assert (tile_for(three, None), tile_for(five, None)) == ("F(4,3)", "F(4,5)")
+  assert (tile_for(three, "F(2,5)"), tile_for(five, "F(2,5)"), tile_for(three, "F(2,3)")) == ("F(4,3)", "F(2,5)", "F(2,3)")
+  assert main(["study", "constants", "--presets", "small,medium", "--tile", "F(2,5)", "--quiet"]) == 2  # before any trace
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and "F(2,5) is for 5x5 kernels" in err and "small: 3x3" in err
+  with pytest.raises(SpecError, match="no case has one"): run_studies("constants", [("small", three)], tile="F(4,5)")

@@ -96,6 +96,8 @@ def test_bad_requests_get_one_line_answers(web_client):
   r = web_client.post("/api/studies", json={"kind": "constants", "specs": [{**TINY, "batch": 1024, "cin": 4096, "height": 4096, "width": 4096}]})
   assert r.status_code == 422 and "memory" in r.json()["detail"]
   assert web_client.post("/api/studies", json={"kind": "constants", "repeats": 2}).status_code == 422
+  r = web_client.post("/api/studies", json={"kind": "constants", "presets": ["small"], "tile": "F(2,5)"})  # a 5x5 tile, a 3x3 case
+  assert r.status_code == 422 and "5x5 kernels" in r.json()["detail"]
   assert web_client.post("/api/studies", json={"kind": "constants", "device": "DISK"}).status_code == 422
   assert web_client.get("/api/studies/nope").status_code == 404
   page = web_client.get("/studies/nope", headers={"accept": "text/html"})

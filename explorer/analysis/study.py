@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 from explorer import stats
-from explorer.spec import ConvSpec, Variant
+from explorer.spec import ConvSpec, SpecError, Variant
 from explorer.tracing.workers import Progress, call_in_worker
 from explorer.tracing.run import run_trace
 
@@ -28,9 +28,17 @@ DEFAULT_PRESETS = {"constants": ("small", "medium", "large", "k5"), "fusion": ("
 KeepTrace = Callable[[ConvSpec, Variant, Any], str | None]
 NOISE_PAIR = [("builtin (falls back to direct)", Variant(algo="winograd", fallback=True)), ("direct", Variant(algo="direct"))]
 
+def tile_fits(tile: str, spec: ConvSpec) -> bool: return tile.endswith(f",{spec.kernel})")  # F(m,r) is for an r x r kernel
+
 def tile_for(spec: ConvSpec, tile: str | None) -> str:
-  """The explorer's tile for this kernel size: as asked, else F(4,r)."""
-  return tile if tile is not None else f"F(4,{spec.kernel})"
+  """The explorer's tile for this kernel size: as asked where it fits the kernel, else F(4,r) (a study's cases may mix 3x3 and 5x5)."""
+  return tile if tile is not None and tile_fits(tile, spec) else f"F(4,{spec.kernel})"
+
+def tile_problem(tile: str | None, cases: Sequence[tuple[str, ConvSpec]]) -> str | None:
+  """Why a tile cannot apply to a study (None: it fits at least one case; the others keep their F(4,r))."""
+  if tile is None or any(tile_fits(tile, spec) for _, spec in cases): return None
+  r = tile.rstrip(")").split(",")[-1]
+  return f"tile {tile} is for {r}x{r} kernels and no case has one ({', '.join(f'{n}: {s.kernel}x{s.kernel}' for n, s in cases)})"
 
 def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int = 20, warmup: int = 3, tile: str | None = None,
                 targets: tuple[str, ...] = ("cuda",), device: str | None = None, progress: Progress | None = None,
@@ -39,6 +47,7 @@ def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int
   "rows", "comparisons", "identical_kernels", ...}]}. For a 5x5 case of the constants study a second case times tinygrad's builtin
   path (it falls back to the direct kernels) against direct: identical kernels, so any difference between them is noise by
   construction, and its interval shows how big that noise is."""
+  if (why := tile_problem(tile, presets)) is not None: raise SpecError(why)
   cases = []
   for preset, spec in presets:
     claim = CLAIMS.get(kind, {}).get(preset)

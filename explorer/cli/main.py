@@ -126,11 +126,14 @@ def cmd_rewrites(a: argparse.Namespace) -> int:
   return 0
 
 def cmd_study(a: argparse.Namespace) -> int:
-  from explorer.analysis.study import DEFAULT_PRESETS, markdown, run_studies, study_steps
+  from explorer.analysis.study import DEFAULT_PRESETS, markdown, run_studies, study_steps, tile_fits, tile_problem
   from explorer.present.study import document_markdown, document_rows, render_export
   presets = [a.preset] if a.preset else [p.strip() for p in a.presets.split(",") if p.strip()] if a.presets else list(DEFAULT_PRESETS[a.kind])
   if bad := [p for p in presets if p not in PRESETS]: raise SpecError(f"unknown preset(s) {', '.join(bad)}; known: {', '.join(PRESETS)}")
   if a.ci_width < 0: raise SpecError(f"--ci-width must be positive, or 0 for exactly --repeats; got {a.ci_width}")
+  if (why := tile_problem(a.tile, [(p, PRESETS[p]) for p in presets])) is not None: raise SpecError(f"--{why}")
+  if a.tile and (other := [p for p in presets if not tile_fits(a.tile, PRESETS[p])]):
+    print(f"--tile {a.tile} applies to {', '.join(p for p in presets if p not in other)}; {', '.join(other)} keep F(4,r)", file=sys.stderr)
   with StepBars(a.quiet) as bars:
     progress = bars.bar(f"study {a.kind}", study_steps(a.kind, [PRESETS[p] for p in presets]))
     study = run_studies(a.kind, [(p, PRESETS[p].validate()) for p in presets], repeats=a.repeats, warmup=a.warmup, tile=a.tile,
@@ -286,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
   st.add_argument("--presets", default=None, metavar="NAME[,NAME...]",
                   help="the cases (default: the document's: small,medium,large,k5 for constants; wino8,wino16,wino32 for fusion)")
   st.add_argument("--preset", choices=sorted(PRESETS), default=None, help="one case (the same as --presets NAME)")
-  st.add_argument("--tile", choices=TILES, default=None, help="the explorer's tile (default: F(4,3) for 3x3 kernels, F(4,5) for 5x5)")
+  st.add_argument("--tile", choices=TILES, default=None,
+                  help="the explorer's tile, for the cases whose kernel it fits (F(m,r): r x r); the other cases, and the default: F(4,r)")
   st.add_argument("--repeats", type=int, default=20, help="timed repeats (the minimum, with --ci-width)")
   st.add_argument("--ci-width", type=float, default=STUDY_CI_WIDTH, metavar="W",
                   help="keep sampling past --repeats until every B/A ratio's 95%% interval is narrower than W times the ratio, or "

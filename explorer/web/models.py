@@ -352,7 +352,8 @@ class StudyRequest(BaseModel):
   ci_width: float | None = Field(default=STUDY_CI_WIDTH, gt=0, le=1, description="sample past `repeats` until every B/A interval is narrower "
                                  "than this, relative to the ratio (null: exactly `repeats`); the CLI's `--ci-width` has the same default")
   budget_s: float = Field(default=120, ge=1, le=3600, description="the adaptive sampling's time budget per case, in seconds")
-  tile: Tile | None = Field(default=None, description="the explorer's tile (default: F(4,3) for 3x3 kernels, F(4,5) for 5x5)")
+  tile: Tile | None = Field(default=None, description="the explorer's tile, for the cases whose kernel it fits (F(m,r): r x r); "
+                             "the other cases, and the default: F(4,3) for 3x3 kernels, F(4,5) for 5x5")
   targets: list[Target] = Field(default=["cuda"], min_length=1, max_length=len(TARGETS))
   device: str | None = Field(default=None, max_length=32, description="a device this server offers (GET /api/devices); default: the best one")
 

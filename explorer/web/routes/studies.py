@@ -6,7 +6,7 @@ import asyncio, socket
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from explorer.analysis.study import DEFAULT_PRESETS
+from explorer.analysis.study import DEFAULT_PRESETS, tile_problem
 from explorer.present.study import case_views, render_export
 from explorer.queue.protocol import QueueUnavailable
 from explorer.spec import COMPUTE_DEVICES, PRESETS, STUDY_CI_WIDTH, SpecError, device_problem
@@ -46,7 +46,9 @@ async def start_study(request: Request, body: StudyRequest) -> JSONResponse:
   if (queue := service(request).queue) is not None:
     try: await asyncio.to_thread(queue.ping)
     except QueueUnavailable as e: raise HTTPException(503, str(e), headers={"Retry-After": "30"}) from None
-  try: run = service(request).start(body.kind, cases_of(body.kind, list(body.presets), specs), body.model_dump(mode="json"), params)
+  cases = cases_of(body.kind, list(body.presets), specs)
+  if (why := tile_problem(body.tile, cases)) is not None: raise SpecError(why)
+  try: run = service(request).start(body.kind, cases, body.model_dump(mode="json"), params)
   except StudyBusy as e:
     raise HTTPException(409, f"study {e} is running ({study_url(str(e))}); one runs at a time: start this one when it ends") from None
   return JSONResponse(run.snapshot(), status_code=202)
