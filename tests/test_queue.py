@@ -16,13 +16,15 @@ def tiny(cout: int = 2, **variant: Any) -> dict:
   return {"spec": {**TINY["spec"], "cout": cout}, "variant": {**TINY["variant"], **variant}}
 
 @contextlib.contextmanager
-def redis_server(workdir: pathlib.Path) -> Iterator[str]:
-  """A throwaway redis-server on a free loopback port (no persistence); yields its URL."""
+def redis_server(workdir: pathlib.Path, port: int | None = None, password: str | None = None) -> Iterator[str]:
+  """A throwaway redis-server on a loopback port (a free one by default; no persistence unless shut down with SHUTDOWN SAVE, which a
+  later one in workdir loads); yields its URL."""
   import redis
-  port = free_port()
+  port = port or free_port()
   proc = subprocess.Popen([str(REDIS_SERVER), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                           "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  url = f"redis://127.0.0.1:{port}/0"
+                           "--dir", str(workdir), *(["--requirepass", password] if password else [])],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  url = f"redis://{f':{password}@' if password else ''}127.0.0.1:{port}/0"
   try:
     deadline = time.monotonic() + 20
     while True:
@@ -273,6 +275,29 @@ def test_the_workers_study_bounds_are_the_servers():
     bounds = next(b for b in fields[name].get("anyOf", [fields[name]]) if b.get("type") != "null")
     assert (bounds.get("minimum", bounds.get("exclusiveMinimum")), bounds["maximum"]) == (least, most), name
   assert MAX_CASES == fields["presets"]["maxItems"] + fields["specs"]["maxItems"]
+
+def test_worker_processes_get_the_brokers_password_from_the_environment_not_their_command_line(tmp_path):
+  """--concurrency N starts N child processes: the URL reaches them in KERNEL_EXPLORER_QUEUE, as the README says to give it, never
+  on a command line (ps shows those to every user of the machine)."""
+  from explorer.queue.client import QueueClient
+  secret = f"pw-{os.getpid()}-{time.time_ns()}"
+  with redis_server(tmp_path, password=secret) as url, \
+       worker(url, "hush", tmp_path, "--concurrency", "2", env={"KERNEL_EXPLORER_QUEUE": url}) as proc:
+    deadline = time.monotonic() + 60
+    while {w["name"] for w in QueueClient(url).workers()} != {"hush.0", "hush.1"}:  # both children reached the broker
+      assert time.monotonic() < deadline
+      time.sleep(0.2)
+    cmdlines = {pid: pathlib.Path(f"/proc/{pid}/cmdline").read_bytes() for pid in session_pids(proc.pid)}
+    assert sum(b"hush." in c for c in cmdlines.values()) == 2, cmdlines  # the parent and its two children
+    assert not [c for c in cmdlines.values() if secret.encode() in c], cmdlines
+
+def session_pids(sid: int) -> list[int]:
+  """The processes of a session (a worker started in one of its own, with its children)."""
+  out = []
+  for entry in pathlib.Path("/proc").iterdir():
+    with contextlib.suppress(OSError, ValueError):
+      if entry.name.isdigit() and os.getsid(int(entry.name)) == sid: out.append(int(entry.name))
+  return out
 
 def test_a_broker_gone_gives_503_with_a_reason_and_keeps_what_is_stored(tmp_path):
   db = tmp_path / "s.sqlite3"

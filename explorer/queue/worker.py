@@ -3,7 +3,8 @@
 Each worker process listens on one queue per device it offers (explorer:CUDA, ...) and on explorer:any, the jobs that name no
 device (they run on the worker's first device). It runs the explorer's job functions only (explorer.queue.protocol.JOBS), reads
 payloads with RQ's JSON serializer (never pickle), and runs each job in its own process (SimpleWorker: the job itself spawns the
-tinygrad process with its limits). --concurrency N starts N such processes."""
+tinygrad process with its limits). --concurrency N starts N such processes, the broker's URL in their environment (KERNEL_EXPLORER_QUEUE):
+a password on their command lines would show in ps."""
 from __future__ import annotations
 import contextlib, logging, os, signal, socket, subprocess, sys, threading
 from typing import Any
@@ -14,6 +15,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from explorer.queue import jobs
 from explorer.queue.protocol import BEAT_S, BEAT_TTL_S, JOBS, beat_key, queue_name, safe_url
+from explorer.settings import ENV_PREFIX
 
 WORKER_TTL_S = 30  # an idle worker's registration expires this long after its last heartbeat
 
@@ -74,8 +76,9 @@ def serve(url: str, devices: list[str], concurrency: int = 1, name: str | None =
     work(url, devices, name, burst)
     return 0
   base = name or f"{socket.gethostname()}.{os.getpid()}"
-  argv = [sys.executable, "-m", "explorer", "worker", "--queue", url, "--concurrency", "1", *(a for d in devices for a in ("--device", d))]
-  children = [subprocess.Popen([*argv, "--name", f"{base}.{i}", *(["--burst"] if burst else [])]) for i in range(concurrency)]
+  argv = [sys.executable, "-m", "explorer", "worker", "--concurrency", "1", *(a for d in devices for a in ("--device", d))]
+  env = {**os.environ, f"{ENV_PREFIX}QUEUE": url}  # not on the command line: its password would show in ps
+  children = [subprocess.Popen([*argv, "--name", f"{base}.{i}", *(["--burst"] if burst else [])], env=env) for i in range(concurrency)]
   def forward(sig: int, _: Any) -> None:
     for c in children: c.send_signal(sig)
   for sig in (signal.SIGTERM, signal.SIGINT): signal.signal(sig, forward)
