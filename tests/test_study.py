@@ -80,7 +80,8 @@ def test_the_cli_writes_the_json_contract_the_documents_table_and_an_offline_pag
   assert case["preset"] == "small" and case["identical_kernels"] is False and {r["variant"] for r in case["rows"]} == {"symbolic", "materialized"}
   assert case["sampling"]["ended"] == "repeats" and case["sampling"]["repeats"] == 4  # --ci-width 0: exactly --repeats
   for c in case["comparisons"]: assert {"figure", "ratio", "ci_low", "ci_high", "p_value", "verdict", "claim"} <= set(c)
-  assert "the documents' figures, measured again" in run.stdout and "| small | symbolic | materialized | tensor graph UOps" in run.stdout
+  assert "the documents' figures, measured again" in run.stdout
+  assert "| small | 1x3->16 32x32 k3 | symbolic | materialized | tensor graph UOps" in run.stdout
   html = page.read_text()
   assert '<svg class="study-plot"' in html and "<script" not in html
 

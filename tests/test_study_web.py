@@ -123,10 +123,14 @@ def synthetic_case(claim: float | None) -> dict:
   b = [x * 1.2 for x in a]
   return {"preset": "p", "case": "", "spec": {**TINY, "stride": 1, "padding": None, "groups": 1, "dtype": "float32"}, "tile": "F(4,3)",
           "warmup": 1, "repeats": 6, "sampling": {"repeats": 6, "ended": "repeats"}, "claim": {"time": claim, "says": {"time": "B 20% slower"}},
-          "rows": [{"variant": "A", "samples": a, "codegen_s": 1.0, "compile_s": 0.0, "graph_uops": 300, "linear_uops": 100},
-                   {"variant": "B", "samples": b, "codegen_s": 2.0, "compile_s": 0.0, "graph_uops": 30, "linear_uops": 90}],
+          "rows": [{"variant": "A", "samples": a, "codegen_s": 1.0, "compile_s": 0.0, "graph_uops": 300, "linear_uops": 100,
+                    "time_median_s": 0.0023, "time_std_s": 0.0001},
+                   {"variant": "B", "samples": b, "codegen_s": 2.0, "compile_s": 0.0, "graph_uops": 30, "linear_uops": 90,
+                    "time_median_s": 0.00276, "time_std_s": 0.00012}],
           "comparisons": [{"a": "A", "b": "B", "figure": "time", "ratio": 1.2, "ci_low": 1.19, "ci_high": 1.21, "p_value": 0.03, "claim": claim,
-                           "verdict": "reproduced"}]}
+                           "verdict": "reproduced"},
+                          {"a": "A", "b": "B", "figure": "spread", "ratio": 1.2, "ci_low": 0.8, "ci_high": 1.6, "p_value": None, "claim": None,
+                           "verdict": "no claim"}]}
 
 def test_the_plot_draws_boxes_samples_the_interval_and_the_claim():
   from explorer.present.study import distribution_svg
@@ -140,10 +144,16 @@ def test_the_table_puts_the_documents_words_beside_each_figure():
   rows = document_rows({"cases": [synthetic_case(1.25)]})
   by_figure = {r["figure"]: r for r in rows}
   time_row = by_figure["run time, median of B/A per repeat"]
-  shown = (time_row["document"], time_row["measured"], time_row["interval"], time_row["verdict"])
-  assert shown == ("B 20% slower", "1.2x", "1.19–1.21", "reproduced")
-  assert by_figure["codegen + compile, B over A"]["measured"] == "2x"
-  assert by_figure["tensor graph UOps, A -> B"]["measured"] == "300 -> 30"
+  shown = (time_row["document"], time_row["a_value"], time_row["b_value"], time_row["measured"], time_row["interval"], time_row["verdict"])
+  assert shown == ("B 20% slower", "median 2.3 ms", "median 2.76 ms", "1.2x", "1.19–1.21", "reproduced")  # as 003's table: A, B, B/A
+  assert (by_figure["standard deviation, B over A"]["a_value"], by_figure["standard deviation, B over A"]["b_value"]) == ("std 0.1 ms", "std 0.12 ms")
+  build = by_figure["codegen + compile, B over A"]
+  assert (build["a_value"], build["b_value"], build["measured"]) == ("1000 ms", "2000 ms", "2x")
+  graph = by_figure["tensor graph UOps, A -> B"]
+  assert (graph["a_value"], graph["b_value"], graph["measured"]) == ("300", "30", "0.1x")
+  from explorer.present.study import document_markdown
+  assert "| p | 1x2->2 8x8 k3 | A | B | run time, median of B/A per repeat | B 20% slower | median 2.3 ms | median 2.76 ms | 1.2x |" \
+    in document_markdown({"study": "constants", "cases": [synthetic_case(1.25)]})
 
 def test_finished_studies_keep_their_results_in_the_store(tmp_path):
   store = Store(tmp_path / "s.sqlite3")

@@ -24,23 +24,37 @@ def _says(case: dict, variant: str, figure: str) -> str:
 def _interval(lo: float | None, hi: float | None) -> str:
   return "-" if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) else f"{lo:.4g}–{hi:.4g}"
 
+def _ms(x: float | None) -> str: return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.4g} ms"
+
+# what each paired figure's A and B columns show: the variant's own value behind the ratio (a row's key, in seconds)
+ABSOLUTE = {"time": ("time_median_s", "median "), "spread": ("time_std_s", "std ")}
+
+def _absolute(row: dict, figure: str) -> str:
+  key, what = ABSOLUTE.get(figure, ("", ""))
+  return what + _ms(row.get(key)) if row.get(key) is not None else "-"
+
 def document_rows(study: dict) -> list[dict[str, Any]]:
-  """Every case's figures in one table, the document's words beside each. The paired figures (time, spread) carry an interval, a
-  p-value (time) and a verdict; the trace figures (compile time, UOp counts) come from one trace per variant, so they have none."""
+  """Every case's figures in one table, the document's words beside each, laid out as the documents' own tables: each variant's
+  absolute value (A, B: its median time, its std, its count) beside their ratio. The paired figures (time, spread) carry an interval,
+  a p-value (time) and a verdict; the trace figures (compile time, UOp counts) come from one trace per variant, so they have none."""
   rows = []
   for n, case in enumerate(study["cases"]):
     where = {"case": n, "preset": case["preset"], "shape": ConvSpec.from_dict(case["spec"]).label(), "setting": case.get("case", "")}
-    def row(a: str, b: str, figure: str, measured: str, interval: str = "-", p: float | None = None, verdict: str = "-") -> dict[str, Any]:
-      return {**where, "a": a, "b": b, "figure": FIGURES[figure], "document": _says(case, b, figure), "measured": measured,
-              "interval": interval, "p_value": p, "verdict": verdict, "size": ""}
-    rows += [row(c["a"], c["b"], c["figure"], _ratio(c["ratio"]), _interval(c["ci_low"], c["ci_high"]), c["p_value"], c["verdict"])
-             | {"size": SIZE.get(c.get("claim_position") or "", "")} for c in case["comparisons"]]
+    by_name = {r["variant"]: r for r in case["rows"]}
+    def row(a: str, b: str, figure: str, measured: str, a_value: str, b_value: str, interval: str = "-", p: float | None = None,
+            verdict: str = "-") -> dict[str, Any]:
+      return {**where, "a": a, "b": b, "figure": FIGURES[figure], "document": _says(case, b, figure), "a_value": a_value, "b_value": b_value,
+              "measured": measured, "interval": interval, "p_value": p, "verdict": verdict, "size": ""}
+    rows += [row(c["a"], c["b"], c["figure"], _ratio(c["ratio"]), _absolute(by_name[c["a"]], c["figure"]), _absolute(by_name[c["b"]], c["figure"]),
+                 _interval(c["ci_low"], c["ci_high"]), c["p_value"], c["verdict"]) | {"size": SIZE.get(c.get("claim_position") or "", "")}
+             for c in case["comparisons"]]
     first = case["rows"][0]
     for r in case["rows"][1:]:
       build_a, build_b = first["codegen_s"] + first["compile_s"], r["codegen_s"] + r["compile_s"]
-      rows.append(row(first["variant"], r["variant"], "compile", _ratio(build_b / build_a if build_a else None), "one trace each"))
-      rows += [row(first["variant"], r["variant"], figure, f"{first[key]} -> {r[key]}", "counted")
-               for key, figure in (("graph_uops", "graph"), ("linear_uops", "uops")) if first.get(key) is not None]
+      rows.append(row(first["variant"], r["variant"], "compile", _ratio(build_b / build_a if build_a else None), _ms(build_a), _ms(build_b),
+                      "one trace each"))
+      rows += [row(first["variant"], r["variant"], figure, _ratio(r[key] / first[key] if first[key] else None), str(first[key]), str(r[key]),
+                   "counted") for key, figure in (("graph_uops", "graph"), ("linear_uops", "uops")) if first.get(key) is not None]
   return rows
 
 # ***** the plot *****
@@ -159,11 +173,11 @@ def render_export(status: dict, origin: str) -> str:
 
 def document_markdown(study: dict) -> str:
   """document_rows as one markdown table: what the CLI prints after a study's cases."""
-  cols = ("case", "A", "B", "figure", "the document", "measured", "95% interval", "p", "verdict")
+  cols = ("case", "shape", "A", "B", "figure", "the document", "A value", "B value", "B/A", "95% interval", "p", "verdict")
   lines = [f"### study {study['study']}: the documents' figures, measured again", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for r in document_rows(study):
     p = "-" if r["p_value"] is None else f"{r['p_value']:.2g}"
     verdict = f"{r['verdict']} ({r['size']})" if r["size"] else r["verdict"]
-    lines.append("| " + " | ".join(str(x) for x in (r["preset"], r["a"], r["b"], r["figure"], r["document"], r["measured"], r["interval"], p,
-                                                      verdict)) + " |")
+    lines.append("| " + " | ".join(str(x) for x in (r["preset"], r["shape"], r["a"], r["b"], r["figure"], r["document"], r["a_value"],
+                                                      r["b_value"], r["measured"], r["interval"], p, verdict)) + " |")
   return "\n".join(lines) + "\n"
