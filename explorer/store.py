@@ -304,6 +304,12 @@ class Store:
                                   (error, time.time(), job_id))
     return len(gone)
 
+  def reopen_jobs(self, owner: str, error: str) -> int:
+    """Jobs of this owner that were interrupted with this error (queued on a job queue, seen by a server without one) are queued
+    again, for a server with the job queue to follow; returns how many."""
+    return self._conn().execute("UPDATE jobs SET status = 'queued', error = NULL, finished = NULL WHERE owner = ? AND status = 'interrupted' "
+                                "AND error = ?", (owner, error)).rowcount
+
   # ***** studies (explorer.analysis.study): accepted -> running -> done | error | interrupted; a done one keeps its result for good *****
 
   def put_study(self, study_id: str, kind: str, label: str, request: dict, owner: str) -> None:
@@ -338,6 +344,11 @@ class Store:
     gone = [i for i, owner in c.execute("SELECT id, owner FROM studies WHERE status = 'running'").fetchall() if owner_gone(owner)]
     for study_id in gone: self.study_finished(study_id, "interrupted", error=error)
     return len(gone)
+
+  def reopen_studies(self, owner: str, error: str) -> int:
+    """Studies of this owner that were interrupted with this error run again, as far as the store says (reopen_jobs' twin)."""
+    return self._conn().execute("UPDATE studies SET status = 'running', error = NULL, finished = NULL WHERE owner = ? AND status = 'interrupted' "
+                                "AND error = ?", (owner, error)).rowcount
 
   # ***** graph cache: expanded graph JSON and laid-out SVG, per trace and graph reference *****
 

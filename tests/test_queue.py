@@ -151,6 +151,39 @@ def test_a_restarted_server_follows_the_jobs_it_had_queued(broker, tmp_path):
         time.sleep(0.5)
       assert st["status"] == "done" and st["result"]["ran_on"]["worker"] == "late", st
 
+def test_a_server_restarted_while_its_broker_is_down_keeps_its_jobs_queued_until_the_broker_is_back(tmp_path):
+  import redis
+  db, port = tmp_path / "s.sqlite3", free_port()
+  with redis_server(tmp_path, port=port) as url:
+    with running_server(db, tmp_path, "first.log", queue=url) as base: trace_id = submit(base, tiny(cout=11))
+    redis.Redis.from_url(url).shutdown(save=True)  # the broker goes away, its jobs saved in tmp_path
+  with running_server(db, tmp_path, "second.log", queue=url) as base:
+    deadline = time.monotonic() + 60
+    while "does not answer" not in (s := status(base, trace_id))["stages"][0]["detail"]:
+      assert time.monotonic() < deadline, s
+      time.sleep(0.2)
+    assert s["status"] == "queued" and s["error"] is None and "the job stays queued and is followed again once it answers" in s["stages"][0]["detail"]
+    with redis_server(tmp_path, port=port), worker(url, "back", tmp_path):  # the broker is back, with its jobs
+      assert wait_for(base, trace_id)["status"] == "done" and ran_on(base, trace_id)["worker"] == "back"
+
+def test_a_server_without_the_queue_marks_the_jobs_queued_on_it_interrupted_saying_how_to_follow_them(broker, tmp_path):
+  db = tmp_path / "s.sqlite3"
+  with running_server(db, tmp_path, "queued.log", queue=broker) as base:
+    trace_id = submit(base, tiny(cout=12))  # no worker: it waits in the queue
+    r = httpx.post(f"{base}/api/studies", json={"kind": "constants", "specs": [tiny(cout=5)["spec"]], "repeats": 3, "warmup": 1}, timeout=60)
+    study = r.json()["id"]
+  with running_server(db, tmp_path, "local.log") as base:  # the same store, no --queue
+    s = status(base, trace_id)
+    assert s["status"] == "interrupted" and s["error"].startswith("this trace was queued on a job queue, which this server does not use: "
+                                                                  "restart it with --queue URL to follow it there"), s
+    assert f"/api/traces/{trace_id}/rerun" in s["error"]
+    st = httpx.get(f"{base}/api/studies/{study}", timeout=60).json()
+    assert st["status"] == "interrupted" and "restart it with --queue URL" in st["error"], st
+  with running_server(db, tmp_path, "again.log", queue=broker) as base:  # with the queue again: followed
+    assert httpx.get(f"{base}/api/studies/{study}", timeout=60).json()["status"] == "running"
+    with worker(broker, "follower", tmp_path):
+      assert wait_for(base, trace_id)["status"] == "done" and ran_on(base, trace_id)["worker"] == "follower"
+
 def test_studies_and_diff_measurements_run_on_a_worker(broker, tmp_path):
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "lab", tmp_path):
     a, b = submit(base, TINY), submit(base, tiny(algo="winograd"))

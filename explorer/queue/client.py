@@ -5,7 +5,7 @@ A job's RQ id is chosen by the caller (`trace-<trace id>` for traces) with its a
 the jobs it had enqueued and follows them again (`resume`)."""
 from __future__ import annotations
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 import redis
 from rq import Queue, Worker
 from rq.exceptions import NoSuchJobError
@@ -18,7 +18,9 @@ Progress = Callable[[str, str, str], None]
 POLL_S = 0.3
 BROKER_PATIENCE_S = 60.0  # a broker that stays away this long while a job runs fails the job (it can be re-run when it is back)
 ATTEMPTS = 2              # a job whose worker died is retried once
+BROKER_RETRY_S = 2.0      # a job followed again after a restart asks an absent broker this often
 WORKER_DIED = object()
+T = TypeVar("T")
 
 class QueueClient:
   """One broker (a redis:// URL; its password stays out of every message)."""
@@ -62,11 +64,13 @@ class QueueClient:
     return self.resume(job_id, progress)
 
   def resume(self, job_id: str, progress: Progress) -> Any:
-    """Follow the latest attempt of the job job_id to its result (a server that restarted calls this for the jobs it had)."""
-    attempt = next((a for a in range(ATTEMPTS, 0, -1) if self._fetch(f"{job_id}-{a}") is not None), None)
+    """Follow the latest attempt of the job job_id to its result (a server that restarted calls this for the jobs it had; while its
+    broker does not answer, the job stays queued and its progress says why)."""
+    def latest() -> int | None: return next((a for a in range(ATTEMPTS, 0, -1) if self._fetch(f"{job_id}-{a}") is not None), None)
+    attempt = self._when_up(latest, progress)
     if attempt is None: raise QueueJobFailed(f"the queue at {self.where} no longer holds job {job_id}")
     while True:
-      job = self._fetch(f"{job_id}-{attempt}")
+      job = self._when_up(lambda: self._fetch(f"{job_id}-{attempt}"), progress)
       if job is None: raise QueueJobFailed(f"the queue at {self.where} lost job {job_id}")
       outcome = self._follow(job, progress)
       if outcome is not WORKER_DIED: return outcome
@@ -75,6 +79,18 @@ class QueueClient:
       progress("queue", "start", f"worker {job.worker_name} died; the job is queued again for another worker (attempt {attempt + 1} of {ATTEMPTS})")
       attempt += 1
       self._enqueue(job.meta["kind"], job.kwargs, job.meta.get("device"), job_id, attempt, job.meta["timeout_s"])
+
+  def _when_up(self, look: Callable[[], T], progress: Progress) -> T:
+    """look(), tried again every few seconds for as long as the broker does not answer (a server restarted before its broker was
+    back): the job's progress says so once, and the job stays queued."""
+    said = False
+    while True:
+      try: return look()
+      except redis.RedisError as e:
+        if not said: progress("queue", "start", f"the job queue at {self.where} does not answer ({e}); the job stays queued and is followed "
+                                                "again once it answers")
+        said = True
+        time.sleep(BROKER_RETRY_S)
 
   def _enqueue(self, kind: str, kwargs: dict[str, Any], device: str | None, job_id: str, attempt: int, timeout_s: float) -> Job:
     meta: dict[str, Any] = {"kind": kind, "device": device, "attempt": attempt, "timeout_s": timeout_s, "progress": []}

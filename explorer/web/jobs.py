@@ -18,6 +18,8 @@ from explorer.web import remote
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 INTERRUPTED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
+QUEUED_ELSEWHERE = ("this trace was queued on a job queue, which this server does not use: restart it with --queue URL to follow it there, "
+                    "or re-run it here from its page (one click) or with POST /api/traces/{id}/rerun")
 
 def _start_time(pid: int) -> str | None:
   """The process's start time in clock ticks since boot (Linux): with the pid, it names one process for good."""
@@ -99,13 +101,21 @@ class Job:
 def stored_job_status(row: dict) -> dict:
   """The status of a job known only from the store: one that failed, was interrupted, or runs in another server process."""
   stages = [{"stage": s, "status": "pending" if row["status"] in ("queued", "running") else "skipped", "detail": ""} for s in STAGES]
-  error = INTERRUPTED.format(id=row["id"]) if row["status"] == "interrupted" else row.get("error")
+  error = (row.get("error") or INTERRUPTED).replace("{id}", row["id"]) if row["status"] == "interrupted" else row.get("error")
   return {"id": row["id"], "status": row["status"], "label": row["label"], "stages": stages, "error": error}
 
 class QueueFull(RuntimeError):
   """No trace can be accepted now: too many are waiting for a worker, or the job queue's broker does not answer (503 either way)."""
 
 QUEUE_OWNER = "queue"  # the owner of a job run by the job queue's workers: no server process owns it, a restarted server follows it
+
+def queue_jobs_seen(store: Store, with_queue: bool) -> int:
+  """Jobs a server with a job queue left on it: a server without one marks them interrupted, saying how to follow them (they stay
+  queued, on the queue); a server with one takes them back, to follow them. Returns how many this server marked."""
+  if with_queue:
+    store.reopen_jobs(QUEUE_OWNER, QUEUED_ELSEWHERE)
+    return 0
+  return store.interrupt_jobs(lambda owner: owner == QUEUE_OWNER, QUEUED_ELSEWHERE)
 
 class JobManager:
   """Runs at most `parallel` traces at once, queues up to `max_queue` more; finished jobs stay listed for `keep_s` seconds."""
@@ -126,7 +136,7 @@ class JobManager:
     self._slots: asyncio.Semaphore | None = None
     self._runner = runner
     self._writer: ThreadPoolExecutor | None = None  # job rows written in order, off the event loop
-    self.interrupted_at_start = store.interrupt_jobs(owner_gone, INTERRUPTED)  # jobs of a server that died
+    self.interrupted_at_start = store.interrupt_jobs(owner_gone, INTERRUPTED) + queue_jobs_seen(store, queue is not None)
 
   async def _write(self, fn: Callable[..., Any], *args: Any) -> None:
     if self._writer is None: self._writer = ThreadPoolExecutor(1, thread_name_prefix="job-store")

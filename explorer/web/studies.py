@@ -16,6 +16,8 @@ if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] e
 
 Progress = Callable[[str, str, str], None]
 INTERRUPTED = "the server stopped before this study finished; start it again from the studies page"
+QUEUED_ELSEWHERE = ("this study was queued on a job queue, which this server does not use: restart it with --queue URL to follow it there, "
+                    "or start it again here from the studies page")
 
 class StudyBusy(RuntimeError):
   """A study is running already: its id is the message."""
@@ -74,6 +76,8 @@ class StudyService:
     self.owner = QUEUE_OWNER if queue is not None else this_owner()
     self._lock = threading.Lock()
     self.interrupted_at_start = store.interrupt_studies(owner_gone, INTERRUPTED)
+    if queue is not None: store.reopen_studies(QUEUE_OWNER, QUEUED_ELSEWHERE)  # as explorer.web.jobs.queue_jobs_seen does for traces
+    else: self.interrupted_at_start += store.interrupt_studies(lambda owner: owner == QUEUE_OWNER, QUEUED_ELSEWHERE)
 
   def running(self) -> StudyRun | None: return next((r for r in self.runs.values() if r.status == "running"), None)
 
