@@ -62,6 +62,14 @@ def verdict(ci_low: float, ci_high: float, claim: float | None) -> str:
   if ci_low > 1: return "reproduced" if claim > 1 else "opposite"
   return "not reproduced"
 
+def count_verdict(a: float, b: float, claim: float | None) -> str:
+  """Exact counts (operations: no noise, so no interval) against a claimed ratio B/A taken as a threshold: "reproduced" when B/A is at
+  least as far from 1 as the claim on its side, "opposite" when it lies on the other side of 1, "not reproduced" between (or at 1)."""
+  if claim is None or claim == 1 or a <= 0: return "no claim"
+  r = b / a
+  if claim > 1: return "reproduced" if r >= claim else "opposite" if r < 1 else "not reproduced"
+  return "reproduced" if r <= claim else "opposite" if r > 1 else "not reproduced"
+
 def claim_position(ci_low: float, ci_high: float, claim: float | None) -> str | None:
   """Where the document's figure lies against the measured interval: a verdict of direction says nothing of size (a claimed 1.4% gain
   "reproduced" by a measured 12% one is a different effect)."""

@@ -40,3 +40,11 @@ def test_signed_rank_p_agrees_with_exact_enumeration():
     a = np.ones(14)
     assert math.isclose(stats.signed_rank_p(a, a + d), _exact_p(d), abs_tol=0.02), shift
   assert stats.signed_rank_p([1, 2, 3], [1, 2, 3]) == 1.0
+
+def test_exact_counts_are_judged_against_the_claims_threshold():
+  """Seed 000's "hundreds to dozens": B (materialized) at least 2x A (symbolic)'s operations."""
+  assert stats.count_verdict(40, 300, 2.0) == "reproduced" and stats.count_verdict(100, 200, 2.0) == "reproduced"
+  assert stats.count_verdict(278, 300, 2.0) == "not reproduced" and stats.count_verdict(61, 61, 2.0) == "not reproduced"
+  assert stats.count_verdict(300, 278, 2.0) == "opposite"
+  assert stats.count_verdict(300, 100, 0.5) == "reproduced" and stats.count_verdict(300, 200, 0.5) == "not reproduced"
+  assert stats.count_verdict(300, 301, 0.5) == "opposite" and stats.count_verdict(300, 30, None) == "no claim"

@@ -30,6 +30,24 @@ def test_a_study_compares_with_intervals_and_a_test(constants):
   assert len(sym["samples"]) == len(mat["samples"]) == 3
   assert "| symbolic | materialized | time |" in markdown(constants)
 
+def test_op_counts_are_compared_per_kernel_with_a_verdict(constants):
+  """Exact counts, no interval: the tensor graph, all kernels, and each kernel by role, judged against seed 000's "hundreds to
+  dozens" (materialized at least 2x symbolic) when the case has that claim."""
+  from explorer import stats
+  from explorer.analysis.study import CLAIMS, HUNDREDS_TO_DOZENS, count_comparisons
+  sym, mat = constants["rows"]
+  counts = constants["counts"]
+  assert [(c["figure"], c["kernel"]) for c in counts] == [("graph", None), ("uops", None)] + [("uops", k["role"]) for k in sym["per_kernel"]]
+  assert (counts[0]["a_count"], counts[0]["b_count"]) == (sym["graph_uops"], mat["graph_uops"])
+  of_mat = {k["role"]: k["linear_uops"] for k in mat["per_kernel"]}  # by role: materialized schedules xhat first, symbolic ghat
+  assert [c["b_count"] for c in counts[2:]] == [of_mat[k["role"]] for k in sym["per_kernel"]]
+  assert all(c["verdict"] == "no claim" for c in counts)  # a shape the document did not measure
+  judged = count_comparisons(sym, mat, CLAIMS["constants"]["medium"])
+  assert all(c["claim"] == HUNDREDS_TO_DOZENS and c["verdict"] == stats.count_verdict(c["a_count"], c["b_count"], 2.0) for c in judged)
+  assert judged[0]["verdict"] in ("reproduced", "not reproduced", "opposite")
+  fused = {**mat, "variant": "fused", "per_kernel": mat["per_kernel"][1:]}  # other kernels: the totals only
+  assert [c["kernel"] for c in count_comparisons(sym, fused, {})] == [None, None]
+
 def test_the_documents_claims_are_b_over_a_ratios():
   from explorer.analysis.study import CLAIMS
   assert abs(CLAIMS["constants"]["medium"]["time"] - 1.0139) < 1e-4 and abs(CLAIMS["constants"]["large"]["spread"] - 10) < 1e-9

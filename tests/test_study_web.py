@@ -155,6 +155,17 @@ def test_the_table_puts_the_documents_words_beside_each_figure():
   assert "| p | 1x2->2 8x8 k3 | A | B | run time, median of B/A per repeat | B 20% slower | median 2.3 ms | median 2.76 ms | 1.2x |" \
     in document_markdown({"study": "constants", "cases": [synthetic_case(1.25)]})
 
+def test_the_table_gives_exact_counts_a_verdict_against_the_threshold():
+  from explorer.present.study import document_markdown, document_rows
+  case = synthetic_case(None) | {"claim": {"uops": 2.0, "says": {"uops": "A: dozens; B: hundreds"}},
+                                 "counts": [{"a": "A", "b": "B", "figure": "uops", "kernel": "xhat", "a_count": 40, "b_count": 120, "ratio": 3.0,
+                                             "claim": 2.0, "verdict": "reproduced"}]}
+  (row,) = [r for r in document_rows({"cases": [case]}) if "UOps" in r["figure"]]
+  shown = (row["figure"], row["document"], row["a_value"], row["b_value"], row["measured"], row["interval"], row["verdict"], row["size"])
+  assert shown == ("linear UOps, xhat kernel, A -> B", "A: dozens; B: hundreds", "40", "120", "3x", "exact count", "reproduced",
+                   "the claim: B/A at least 2")
+  assert "| exact count | - | reproduced (the claim: B/A at least 2) |" in document_markdown({"study": "constants", "cases": [case]})
+
 def test_finished_studies_keep_their_results_in_the_store(tmp_path):
   store = Store(tmp_path / "s.sqlite3")
   store.put_study("a", "fusion", "fusion: wino8", {"kind": "fusion"}, "h:1:1")

@@ -10,7 +10,7 @@ from explorer.spec import ConvSpec
 def _ratio(x: float | None) -> str: return "-" if x is None or not math.isfinite(x) else f"{x:.4g}x"
 
 FIGURES = {"time": "run time, median of B/A per repeat", "spread": "standard deviation, B over A", "compile": "codegen + compile, B over A",
-           "graph": "tensor graph UOps, A -> B", "uops": "linear UOps (all kernels), A -> B"}
+           "graph": "tensor graph UOps, A -> B", "uops": "linear UOps (all kernels), A -> B", "kernel": "linear UOps, {} kernel, A -> B"}
 
 # where the document's figure lies against the measured interval
 SIZE = {"inside": "the document's figure is inside the interval", "below": "the document's figure is below the interval",
@@ -36,7 +36,8 @@ def _absolute(row: dict, figure: str) -> str:
 def document_rows(study: dict) -> list[dict[str, Any]]:
   """Every case's figures in one table, the document's words beside each, laid out as the documents' own tables: each variant's
   absolute value (A, B: its median time, its std, its count) beside their ratio. The paired figures (time, spread) carry an interval,
-  a p-value (time) and a verdict; the trace figures (compile time, UOp counts) come from one trace per variant, so they have none."""
+  a p-value (time) and a verdict; the counts (UOps) are exact, so their verdict compares B/A with the document's threshold; the
+  trace's compile time comes from one trace per variant, so it has none."""
   rows = []
   for n, case in enumerate(study["cases"]):
     where = {"case": n, "preset": case["preset"], "shape": ConvSpec.from_dict(case["spec"]).label(), "setting": case.get("case", "")}
@@ -45,6 +46,11 @@ def document_rows(study: dict) -> list[dict[str, Any]]:
             verdict: str = "-") -> dict[str, Any]:
       return {**where, "a": a, "b": b, "figure": FIGURES[figure], "document": _says(case, b, figure), "a_value": a_value, "b_value": b_value,
               "measured": measured, "interval": interval, "p_value": p, "verdict": verdict, "size": ""}
+    def counted(c: dict) -> dict[str, Any]:
+      r = row(c["a"], c["b"], c["figure"], _ratio(c["ratio"]), str(c["a_count"]), str(c["b_count"]), "exact count", None, c["verdict"])
+      if c["kernel"] is not None: r["figure"] = FIGURES["kernel"].format(c["kernel"])
+      return r | {"size": f"the claim: B/A at least {c['claim']:g}" if c["claim"] is not None and c["claim"] > 1 else
+                          f"the claim: B/A at most {c['claim']:g}" if c["claim"] is not None else ""}
     rows += [row(c["a"], c["b"], c["figure"], _ratio(c["ratio"]), _absolute(by_name[c["a"]], c["figure"]), _absolute(by_name[c["b"]], c["figure"]),
                  _interval(c["ci_low"], c["ci_high"]), c["p_value"], c["verdict"]) | {"size": SIZE.get(c.get("claim_position") or "", "")}
              for c in case["comparisons"]]
@@ -53,8 +59,10 @@ def document_rows(study: dict) -> list[dict[str, Any]]:
       build_a, build_b = first["codegen_s"] + first["compile_s"], r["codegen_s"] + r["compile_s"]
       rows.append(row(first["variant"], r["variant"], "compile", _ratio(build_b / build_a if build_a else None), _ms(build_a), _ms(build_b),
                       "one trace each"))
-      rows += [row(first["variant"], r["variant"], figure, _ratio(r[key] / first[key] if first[key] else None), str(first[key]), str(r[key]),
-                   "counted") for key, figure in (("graph_uops", "graph"), ("linear_uops", "uops")) if first.get(key) is not None]
+      if "counts" not in case:  # a study stored before counts had verdicts
+        rows += [row(first["variant"], r["variant"], figure, _ratio(r[key] / first[key] if first[key] else None), str(first[key]), str(r[key]),
+                     "counted") for key, figure in (("graph_uops", "graph"), ("linear_uops", "uops")) if first.get(key) is not None]
+    rows += [counted(c) for c in case.get("counts", [])]
   return rows
 
 # ***** the plot *****
