@@ -178,9 +178,10 @@ class Store:
       c.execute("ROLLBACK")
       raise
 
-  def add_targets(self, trace_id: str, records: dict[str, list[dict]], target_rewrites: dict[str, bytes]) -> dict | None:
+  def add_targets(self, trace_id: str, records: dict[str, list[dict]], target_rewrites: dict[str, bytes], ran_by: str | None = None) -> dict | None:
     """Targets computed after the trace (on first request): each kernel's record per target and each target's rewrite blob, added to
-    the stored trace in one transaction. Returns the updated trace (None: it is gone)."""
+    the stored trace in one transaction, and where they were computed (ran_by, NAME@HOST: env.ran_on.targets). Returns the updated
+    trace (None: it is gone)."""
     c = self._conn()
     c.execute("BEGIN IMMEDIATE")
     try:
@@ -189,6 +190,7 @@ class Store:
         return None
       for t, recs in records.items():
         for k, rec in zip(trace["kernels"], recs): add_target_record(k, t, rec)
+      if ran_by is not None: trace.setdefault("env", {}).setdefault("ran_on", {}).setdefault("targets", {}).update(dict.fromkeys(records, ran_by))
       c.execute("UPDATE traces SET trace = ? WHERE id = ?", (json.dumps(trace, default=str), trace_id))
       c.executemany("INSERT OR REPLACE INTO target_rewrites (trace_id, target, rewrites) VALUES (?,?,?)",
                     [(trace_id, t, b) for t, b in target_rewrites.items()])

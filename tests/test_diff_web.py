@@ -2,7 +2,7 @@
 (xhat with xhat, ghat with ghat, mhat and out against mhat+out), the UOp graph diff drawn and cached, sources per target and
 across two targets, the measurements as background jobs (cached), quick picks, and the page in a real browser."""
 from __future__ import annotations
-import re, time
+import os, re, socket, time
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -74,6 +74,7 @@ def test_measurements_run_in_the_background_and_are_cached(pair):
   assert started.status_code == 202 and started.json()["status"] in ("queued", "running")
   n = wait_measure(client, f"{base}/numerics")
   assert n["status"] == "done" and n["result"]["compared"] and n["result"]["max_rel"] < 1e-4 and n["result"]["shape"] == [1, 2, 8, 8]
+  assert n["result"]["ran_on"]["by"] == f"{os.getpid()}@{socket.gethostname()}"  # measured by this server's process (in the test's)
   assert client.post(f"{base}/timing", params={"repeats": 3, "warmup": 1}).status_code == 202
   t = wait_measure(client, f"{base}/timing")
   assert t["status"] == "done" and t["result"]["compared"] and t["result"]["ratio"]["n"] == 3 and t["result"]["device"] == "CPU"

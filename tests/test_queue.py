@@ -1,11 +1,12 @@
 """Device workers over a job queue: a real redis-server (Debian's; `make test` installs it, and these tests skip, saying why, where it
 is absent), real `kernel-explorer worker` processes and real servers started with --queue."""
 from __future__ import annotations
-import contextlib, os, pathlib, shutil, signal, subprocess, sys, time
+import contextlib, os, pathlib, re, shutil, signal, socket, subprocess, sys, time
 from typing import Any, Iterator
 import httpx
 import pytest
 from conftest import REPO, free_port, needs_chromium, running_server
+from explorer.spec import STAGES
 
 REDIS_SERVER = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server on PATH (Debian: apt-get install redis-server; make test installs it)")
@@ -84,9 +85,20 @@ def test_a_trace_submitted_over_http_runs_on_a_worker_process(broker, tmp_path):
     trace_id = submit(base, TINY)
     assert wait_for(base, trace_id)["status"] == "done"
     where = ran_on(base, trace_id)
-    assert where["worker"] == "w1" and where["host"] and where["pid"]
+    assert where["worker"] == "w1" and where["host"] and where["pid"] and where["by"] == f"w1@{where['host']}"
+    assert where["stages"] == {s: f"w1@{where['host']}" for s in STAGES}  # every stage of the trace ran on the worker
     assert httpx.get(f"{base}/api/traces/{trace_id}", timeout=60).json()["env"]["device"] == "CPU"
-    assert "worker w1" in httpx.get(f"{base}/t/{trace_id}", timeout=60).text  # the page says where it ran
+    assert f"ran on <b>w1@{where['host']}</b></span>" in httpx.get(f"{base}/t/{trace_id}", timeout=60).text  # the page says where
+    r = httpx.get(f"{base}/api/traces/{trace_id}/kernels/0/targets/opencl", timeout=60)  # a target added later: on the server
+    deadline = time.monotonic() + 240
+    while r.status_code == 202:
+      assert time.monotonic() < deadline, r.json()
+      time.sleep(0.3)
+      r = httpx.get(f"{base}/api/traces/{trace_id}/kernels/0/targets/opencl", timeout=60)
+    server = ran_on(base, trace_id)["targets"]["opencl"]
+    assert r.status_code == 200 and re.fullmatch(rf"\d+@{re.escape(socket.gethostname())}", server) and server != f"{where['pid']}@{where['host']}"
+    page = httpx.get(f"{base}/t/{trace_id}", timeout=60).text
+    assert f"ran on <b>w1@{where['host']}</b> (every stage), <b>{server}</b> (OpenCL target)</span>" in page
 
 def test_two_workers_share_a_batch_of_jobs(broker, tmp_path):
   """`--concurrency 2`: two worker processes (NAME.0 and NAME.1) under one command."""
@@ -194,7 +206,7 @@ def test_studies_and_diff_measurements_run_on_a_worker(broker, tmp_path):
     while (m := httpx.get(f"{base}/api/diff/{a}/{b}/timing", timeout=60).json())["status"] not in ("done", "error"):
       assert time.monotonic() < deadline, m
       time.sleep(0.5)
-    assert m["status"] == "done" and m["result"]["compared"] and m["result"]["ran_on"]["worker"] == "lab"
+    assert m["status"] == "done" and m["result"]["compared"] and m["result"]["ran_on"]["by"] == f"lab@{socket.gethostname()}"
     r = httpx.post(f"{base}/api/studies", json={"kind": "constants", "specs": [TINY["spec"]], "repeats": 3, "warmup": 1}, timeout=60)
     assert r.status_code == 202, r.text
     study = r.json()["id"]
@@ -230,7 +242,7 @@ def test_the_worker_refuses_jobs_carrying_callbacks_webhooks_or_reruns(broker, t
   """RQ imports and calls a job's success, failure and stopped callbacks by the names in its hash, sends its webhooks, and runs it
   again or later for retries, repeats and dependencies: an explorer job carrying any of them is failed unrun, and nothing it names
   is imported, called or sent."""
-  import redis, socket
+  import redis
   from rq import Callback, Queue, Repeat, Retry
   from rq.job import Dependency, Job
   from rq.serializers import JSONSerializer
@@ -366,7 +378,7 @@ def test_the_browser_follows_a_queued_trace_to_its_page(broker, tmp_path, page, 
                            timeout=30_000)
     with worker(broker, "shown", tmp_path):
       page.wait_for_selector("#ran-on", timeout=240_000)
-      assert "worker shown" in page.locator("#ran-on").inner_text()
+      assert page.locator("#ran-on").inner_text().startswith("ran on shown@")
   assert not errors, errors
 
 def test_a_device_with_an_index_goes_to_its_devices_queue():

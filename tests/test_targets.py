@@ -212,6 +212,24 @@ def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path
     assert client.get(f"/api/traces/{trace_id}/graphs/codegen@metal/1/0/after?nodes=0").status_code == 200
     assert client.get(f"/api/traces/{trace_id}/kernels/1/targets/nosuch").status_code == 404
 
+def test_a_local_trace_records_where_each_part_ran(tmp_path):
+  """Without a job queue every part runs under the server's process: each stage the trace ran, and a target added on first request,
+  name it as PID@HOST (a queue worker's traces name it as NAME@HOST: test_queue); the page's facts row says so in one place."""
+  import socket
+  from explorer.spec import STAGES
+  app = create_app(str(tmp_path / "l.sqlite3"), settings=Settings.load(env={}))
+  body = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"targets": ["cuda"], "repeats": 2}}
+  here = f"{os.getpid()}@{socket.gethostname()}"
+  with TestClient(app) as client:
+    trace_id = client.post("/api/traces", json=body).json()["id"]
+    assert wait_done(client, trace_id, 300)["status"] == "done"
+    ran_on = client.get(f"/api/traces/{trace_id}").json()["env"]["ran_on"]
+    assert ran_on == {"worker": None, "host": socket.gethostname(), "pid": os.getpid(), "by": here, "stages": dict.fromkeys(STAGES, here)}
+    assert f"ran on <b>{here}</b></span>" in client.get(f"/t/{trace_id}").text
+    wait_for_target(client, f"/api/traces/{trace_id}/kernels/0/targets/metal")
+    assert client.get(f"/api/traces/{trace_id}").json()["env"]["ran_on"]["targets"] == {"metal": here}
+    assert f"ran on <b>{here}</b> (every stage, Metal target)</span>" in client.get(f"/t/{trace_id}").text
+
 def wait_for_target(client, url: str, timeout_s: float = 300) -> dict:
   import time
   deadline = time.monotonic() + timeout_s

@@ -71,6 +71,19 @@ def defined(fn: Callable[..., str]) -> Callable[..., str]:
   """A formatting filter that reads a missing value (jinja's Undefined) as None: failed traces lack whole sections."""
   return lambda x, *a: fn(None if isinstance(x, jinja2.Undefined) else x, *a)
 
+def ran_on_parts(ran_on: dict | None) -> list[tuple[str, str]]:
+  """Where a trace's parts ran (env.ran_on), compactly: (NAME@HOST, which parts) per place, the trace's own first; one place for
+  all its stages is "every stage", and the only place names no parts. A trace recorded before per-part records names one place."""
+  if not ran_on: return []
+  stages, targets = ran_on.get("stages") or {}, ran_on.get("targets") or {}
+  if not stages and ran_on.get("host"): return [(f"{ran_on.get('worker') or ran_on.get('pid')}@{ran_on['host']}", "")]
+  places: dict[str, list[str]] = {}
+  for stage, by in stages.items(): places.setdefault(by, []).append(stage.replace("_", " "))
+  if len(places) == 1: places = {by: ["every stage"] for by in places}
+  for target, by in targets.items(): places.setdefault(by, []).append(f"{TARGET_LABELS.get(target, target)} target")
+  if len(places) == 1 and not targets: return [(by, "") for by in places]
+  return [(by, ", ".join(parts)) for by, parts in places.items()]
+
 HTML_SAFE_JSON = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"})
 
 def tojson_compact(x: Any) -> Markup:
@@ -86,5 +99,5 @@ def environment() -> jinja2.Environment:
   env.filters["tojson_compact"] = tojson_compact
   env.filters["compact_uop"] = compact_uop
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
-                     highlighted=highlighted)
+                     highlighted=highlighted, ran_on_parts=ran_on_parts)
   return env

@@ -2,7 +2,7 @@
 the same function the server runs locally (the trace, study or measurement spawns its own tinygrad worker process with the usual
 limits), reports progress into the RQ job's meta while it runs, and returns JSON: bytes as base64."""
 from __future__ import annotations
-import dataclasses, os, socket, threading
+import dataclasses, threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 from rq import get_current_job
@@ -14,10 +14,10 @@ Report = Callable[[str, str, str], None]
 
 DEVICES: list[str] = []  # this worker's devices, best first (explorer.queue.worker sets them): a job that names none runs on the first
 
-def ran_on() -> dict[str, Any]:
-  """Which worker ran a job: recorded in every trace and result it returns."""
+def worker_name() -> str | None:
+  """The name of the worker running this job: every trace and result a job returns records it (explorer.tracing.run.ran_here)."""
   job = get_current_job()
-  return {"worker": job.worker_name if job is not None else None, "host": socket.gethostname(), "pid": os.getpid()}
+  return job.worker_name if job is not None else None
 
 @contextmanager
 def running() -> Iterator[Report]:
@@ -91,18 +91,19 @@ def _limits() -> Any:
 
 def trace(spec: dict[str, Any], variant: dict[str, Any], timeout_s: float) -> dict[str, Any]:
   """One trace, as the server's JobManager runs it: the trace JSON and its rewrite blobs."""
-  from explorer.tracing.run import run_trace
+  from explorer.tracing.run import record_ran_on, run_trace
   with running() as report:
     s, v = _validated(spec, variant)
     if v.device is None and DEVICES: v = dataclasses.replace(v, device=DEVICES[0])
     result = run_trace(s, v, progress=report, timeout_s=_timeout(timeout_s), limits=_limits())
-    result.trace.setdefault("env", {})["ran_on"] = ran_on()
+    record_ran_on(result.trace, worker_name())
     return {"trace": result.trace, "rewrites": b64(result.rewrites), "target_rewrites": {t: b64(b) for t, b in result.target_rewrites.items()}}
 
 def study(kind: str, cases: list[list[Any]], params: dict[str, Any]) -> dict[str, Any]:
   """A whole study (explorer.analysis.study.run_studies) on this worker's device; each variant's trace comes back to be stored."""
   from explorer.analysis.study import DEFAULT_PRESETS, run_studies
   from explorer.store import trace_key
+  from explorer.tracing.run import ran_here, record_ran_on
   with running() as report:
     if kind not in DEFAULT_PRESETS: raise SpecError(f"unknown study {kind!r}")
     if not isinstance(cases, list) or not 1 <= len(cases) <= MAX_CASES: raise SpecError(f"a study has 1 to {MAX_CASES} cases")
@@ -110,16 +111,17 @@ def study(kind: str, cases: list[list[Any]], params: dict[str, Any]) -> dict[str
     params = _study_params(params)
     kept: list[dict[str, Any]] = []
     def keep(spec: ConvSpec, variant: Variant, result: Any) -> str:
-      result.trace.setdefault("env", {})["ran_on"] = ran_on()
+      record_ran_on(result.trace, worker_name())
       kept.append({"spec": spec.to_dict(), "variant": variant.to_dict(), "trace": result.trace, "rewrites": b64(result.rewrites),
                    "target_rewrites": {t: b64(b) for t, b in result.target_rewrites.items()}})
       return trace_key(spec, variant)
     result = run_studies(kind, specs, progress=report, keep=keep, **params)
-    return {"result": {**result, "ran_on": ran_on()}, "traces": kept}
+    return {"result": {**result, "ran_on": ran_here(worker_name())}, "traces": kept}
 
 def measure(kind: str, a: dict[str, Any], b: dict[str, Any], repeats: int, warmup: int, timeout_s: float) -> dict[str, Any]:
   """A diff's measurement (interleaved re-timing, or the outputs compared) of two traces' variants, rebuilt from their specs."""
   from explorer.analysis.diff import compare_outputs, remeasure_interleaved
+  from explorer.tracing.run import ran_here
   with running() as report:
     if kind not in ("timing", "numerics"): raise SpecError(f"unknown measurement {kind!r}")
     Variant(warmup=warmup, repeats=repeats).validate(max_repeats=int(Settings.load().max_repeats))
@@ -130,4 +132,4 @@ def measure(kind: str, a: dict[str, Any], b: dict[str, Any], repeats: int, warmu
       if side.get("spec") is not None: _validated(side["spec"], side["variant"])
     if kind == "timing": result = remeasure_interleaved(a, b, repeats, warmup, timeout_s, report)
     else: result = compare_outputs(a, b, timeout_s, report)
-    return {**result, "ran_on": ran_on()}
+    return {**result, "ran_on": ran_here(worker_name())}

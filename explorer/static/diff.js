@@ -56,7 +56,8 @@ const fmtG = (x) => (x == null ? "–" : Math.abs(x) >= 1e-3 && Math.abs(x) < 1e
 
 function resultHTML(kind, r) {
   if (!r.compared) return `<span class="muted">${esc(r.reason)}</span>`;
-  const when = r.measured ? ` <span class="muted small">· measured ${esc(new Date(r.measured * 1000).toLocaleString())}, tinygrad ${esc(r.tinygrad || "?")}</span>` : "";
+  const where = r.ran_on ? ` by ${esc(r.ran_on.by || `${r.ran_on.worker}@${r.ran_on.host}`)}` : "";  // NAME@HOST: a queue worker, else PID@HOST
+  const when = r.measured ? ` <span class="muted small" data-ran-on>· measured ${esc(new Date(r.measured * 1000).toLocaleString())}${where}, tinygrad ${esc(r.tinygrad || "?")}</span>` : "";
   if (kind === "timing") {
     const q = r.ratio;
     return `<div><span class="ratio">B/A = ${q.median.toFixed(3)}×</span> <span class="muted">median of ${q.n} interleaved repeats</span></div>` +

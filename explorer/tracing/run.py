@@ -1,10 +1,11 @@
 """A trace in a worker: run_trace is what the CLI, the web's jobs, the studies and the diff call; trace_in_worker is the function the
 worker runs (it imports tinygrad, through explorer.tracing.trace, for the first time in that process)."""
 from __future__ import annotations
+import os, socket
 from dataclasses import dataclass, field
 from typing import Any
 from explorer.tracing.workers import Limits, Live, Progress, call_in_worker
-from explorer.spec import ConvSpec, Variant
+from explorer.spec import STAGES, ConvSpec, Variant
 
 @dataclass
 class TraceResult:
@@ -24,7 +25,21 @@ def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None
   """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends."""
   (trace, blob, blobs), seen = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
                                        "dump_io": dump_io}, progress, timeout_s, env=device_env(variant), limits=limits, live=live)
-  return TraceResult(trace, blob, seen, blobs)
+  return TraceResult(record_ran_on(trace), blob, seen, blobs)
+
+def ran_here(worker: str | None = None) -> dict[str, Any]:
+  """This process as a trace or a result records where a part ran: the job queue's worker (None: a server's or a command's own
+  process), host and pid, and `by`, in one word: NAME@HOST for a worker, PID@HOST otherwise."""
+  host, pid = socket.gethostname(), os.getpid()
+  return {"worker": worker, "host": host, "pid": pid, "by": f"{worker or pid}@{host}"}
+
+def record_ran_on(trace: dict[str, Any], worker: str | None = None) -> dict[str, Any]:
+  """env.ran_on: which process ran the trace (ran_here) and `stages`, each stage it ran (done or failed) -> NAME@HOST. A part added
+  later records itself beside them: `targets`, target -> NAME@HOST (explorer.store.add_targets)."""
+  here, failed = ran_here(worker), {f.get("stage") for f in trace.get("failures") or []}
+  ran = [s for s in STAGES if s in (trace.get("stage_seconds") or {}) or s in failed]
+  trace.setdefault("env", {})["ran_on"] = {**here, "stages": {s: here["by"] for s in ran}}
+  return trace
 
 def device_env(variant: Variant) -> dict[str, str]:
   """DEV set to the variant's device (its name: DEV's own syntax reads "CUDA:1" differently): tinygrad then opens that device as its
@@ -38,7 +53,7 @@ def run_script(path: str, fn: str | None, variant: Variant, progress: Progress |
   results, seen = call_in_worker("explorer.tracing.program:script_in_worker", {"path": path, "fn": fn, "variant": variant.to_dict()},
                                  progress, timeout_s, env=device_env(variant), limits=limits)
   trace, blob, blobs = results[main_realize([r[0] for r in results])]
-  return TraceResult(trace, blob, seen, blobs, others=[r[0] for r in results])
+  return TraceResult(trace, blob, seen, blobs, others=[record_ran_on(r[0]) for r in results])
 
 def main_realize(traces: list[dict[str, Any]]) -> int:
   """Which of a program's realizes stands for it: the last that ran a kernel (a final read-back may only copy), else the last."""

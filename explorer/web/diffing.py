@@ -14,6 +14,7 @@ from explorer import __version__
 from explorer.present import graphs
 from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows
 from explorer.store import Store, tinygrad_version
+from explorer.tracing.run import ran_here
 from explorer.web import remote
 from explorer.web.jobs import run_in_daemon_thread
 from explorer.web.render import lexer_for
@@ -232,7 +233,7 @@ class DiffService:
         job.status, job.error, job.finished = "error", (str(e).strip().splitlines() or [type(e).__name__])[0], time.time()
         return
     await asyncio.sleep(0)  # progress callbacks queued by the worker thread land before the result
-    result = {**result, "measured": time.time(), "tinygrad": tinygrad_version()}
+    result = {"ran_on": ran_here(), **result, "measured": time.time(), "tinygrad": tinygrad_version()}  # a worker's result names it
     if result.get("compared"): await asyncio.to_thread(self.store.put_diff, a_id, b_id, job.kind, result)
     job.status, job.result, job.detail, job.finished = "done", result, "", time.time()
 

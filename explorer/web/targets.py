@@ -1,6 +1,7 @@
 """Targets on first request: a trace computes its host and the targets it asked for; any other target of a stored trace is computed
 when a page or the API first asks for it, in a worker (explorer.tracing.run:targets_in_worker) that rebuilds the kernels' ASTs from
-the trace's rewrite blob and renders them as a cold trace would, then stored with the trace, so the next request is instant.
+the trace's rewrite blob and renders them as a cold trace would, then stored with the trace (with where it ran: this server's
+process, env.ran_on.targets), so the next request is instant.
 Identical requests share one job; jobs of one trace are stored one at a time (each adds its target to the stored trace)."""
 from __future__ import annotations
 import asyncio, time
@@ -41,6 +42,7 @@ class TargetService:
     return job
 
   async def _run(self, trace_id: str, trace: dict, target: str, job: dict[str, Any]) -> None:
+    from explorer.tracing.run import ran_here
     from explorer.tracing.workers import call_in_worker
     from explorer.web.jobs import run_in_daemon_thread
     loop = asyncio.get_running_loop()
@@ -57,7 +59,7 @@ class TargetService:
       got, _ = await run_in_daemon_thread(lambda: call_in_worker("explorer.tracing.run:targets_in_worker", args, progress, limits=self.limits))
       records, blob = got[target]
       async with self._locks.setdefault(trace_id, asyncio.Lock()):
-        await asyncio.to_thread(self.store.add_targets, trace_id, {target: records}, {target: blob})
+        await asyncio.to_thread(self.store.add_targets, trace_id, {target: records}, {target: blob}, ran_here()["by"])
       self.on_stored(trace_id)
       job.update(status="done", detail=f"{target} computed in {time.time() - job['started']:.1f}s")
     except Exception as e:

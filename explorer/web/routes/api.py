@@ -83,6 +83,9 @@ async def list_traces(request: Request, limit: int = Query(50, ge=1, le=500)) ->
 @router.get("/traces/{trace_id}", summary="A trace (light: kernel sources, UOp listings and passes are under /kernels/{n})",
             responses=documented(NOT_FOUND))
 async def get_trace(request: Request, trace_id: str) -> dict:
+  """The stored trace (the README's "What a trace records"). `env.ran_on` says where each part ran: `worker`, `host` and `pid` of the
+  process that ran it, `stages` (each stage it ran: NAME@HOST for a job queue worker, PID@HOST for a server's own process) and
+  `targets` (each target added on first request, on the server)."""
   return deps.light_trace(trace_id, await deps.trace_or_404(request, trace_id))
 
 @router.get("/traces/{trace_id}/raw", summary="The trace exactly as stored", responses=documented(NOT_FOUND))
