@@ -21,6 +21,10 @@ CONSTS = ("symbolic", "materialized")
 DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes across input, weight and output
 # a study's adaptive sampling, the CLI's and the web's default: go on until each B/A ratio's 95% interval is at most 2% of the ratio wide
 STUDY_CI_WIDTH = 0.02
+# a study's compile time: one trace per variant is one sample, too few for an interval, so the timing worker compiles each variant's
+# kernel sources this many times more (the device's compiler, uncached, interleaved as the run times are). 10 pairs suffice for the
+# signed-rank test; the cost is 10 compiles of every variant (about 2 minutes for the fusion study's wino32 on a 2-core CPU)
+STUDY_COMPILE_REPEATS = 10
 
 class SpecError(ValueError):
   """Bad user input: the message is one line a person can act on."""

@@ -76,10 +76,15 @@ def claim_position(ci_low: float, ci_high: float, claim: float | None) -> str | 
   if claim is None or not (math.isfinite(ci_low) and math.isfinite(ci_high)): return None
   return "below" if claim < ci_low else "above" if claim > ci_high else "inside"
 
+def compare_medians(a: Sequence[float], b: Sequence[float], figure: str, claim: float | None = None) -> dict[str, Any]:
+  """One paired figure (run time, compile time): the B/A median with its interval, the signed-rank p-value, the verdict."""
+  t = median_ratio(a, b)
+  return {"figure": figure, **t, "p_value": signed_rank_p(a, b), "claim": claim, "verdict": verdict(t["ci_low"], t["ci_high"], claim),
+          "claim_position": claim_position(t["ci_low"], t["ci_high"], claim)}
+
 def compare(a: Sequence[float], b: Sequence[float], claim_time: float | None = None, claim_spread: float | None = None) -> list[dict[str, Any]]:
-  """The two figures the seed documents claim for a variant pair: time (B/A median) and spread (std B / std A)."""
-  t, s = median_ratio(a, b), spread_ratio(a, b)
-  return [{"figure": "time", **t, "p_value": signed_rank_p(a, b), "claim": claim_time, "verdict": verdict(t["ci_low"], t["ci_high"], claim_time),
-           "claim_position": claim_position(t["ci_low"], t["ci_high"], claim_time)},
+  """The two figures the seed documents claim for a variant pair's run times: time (B/A median) and spread (std B / std A)."""
+  s = spread_ratio(a, b)
+  return [compare_medians(a, b, "time", claim_time),
           {"figure": "spread", **s, "p_value": None, "claim": claim_spread, "verdict": verdict(s["ci_low"], s["ci_high"], claim_spread),
            "claim_position": claim_position(s["ci_low"], s["ci_high"], claim_spread)}]

@@ -5,7 +5,7 @@ from explorer.analysis.study import markdown, run_study
 
 @pytest.fixture(scope="module")
 def constants():
-  return run_study("constants", ConvSpec(1, 2, 2, 8, 8, 3), repeats=3, warmup=1)
+  return run_study("constants", ConvSpec(1, 2, 2, 8, 8, 3), repeats=3, warmup=1, compile_repeats=4)
 
 def test_constants_study_rows(constants):
   sym, mat = constants["rows"]
@@ -23,12 +23,26 @@ def test_markdown_table_names_every_variant(constants):
 def test_a_study_compares_with_intervals_and_a_test(constants):
   """The second variant against the first from the paired interleaved repeats: median ratio in its bootstrap interval, a signed-rank
   p-value, the spread ratio; no claim for a shape the documents did not measure."""
-  time, spread = constants["comparisons"]
-  assert (time["a"], time["b"], time["figure"], spread["figure"]) == ("symbolic", "materialized", "time", "spread")
+  time, spread, compile_ = constants["comparisons"]
+  assert (time["a"], time["b"], time["figure"], spread["figure"], compile_["figure"]) == ("symbolic", "materialized", "time", "spread", "compile")
   assert time["ci_low"] <= time["ratio"] <= time["ci_high"] and 0 <= time["p_value"] <= 1 and time["verdict"] == "no claim"
   sym, mat = constants["rows"]
   assert len(sym["samples"]) == len(mat["samples"]) == 3
   assert "| symbolic | materialized | time |" in markdown(constants)
+
+def test_compile_time_is_measured_repeatedly_and_compared_like_run_time(constants):
+  """One trace per variant is one compile: the timing worker compiles every kernel's source again (uncached, interleaved), and the
+  paired compile times get an interval, a p-value and a verdict as run times do."""
+  from explorer.analysis.study import markdown
+  sym, mat = constants["rows"]
+  assert len(sym["compile_samples"]) == len(mat["compile_samples"]) == 4 and min(sym["compile_samples"] + mat["compile_samples"]) > 0
+  assert abs(sym["compile_median_s"] - sum(sorted(sym["compile_samples"])[1:3]) / 2) < 1e-12
+  (comp,) = [c for c in constants["comparisons"] if c["figure"] == "compile"]
+  assert (comp["a"], comp["b"], comp["verdict"]) == ("symbolic", "materialized", "no claim")
+  assert comp["ci_low"] <= comp["ratio"] <= comp["ci_high"] and 0 <= comp["p_value"] <= 1
+  ratios = sorted(b / a for a, b in zip(sym["compile_samples"], mat["compile_samples"]))
+  assert abs(comp["ratio"] - (ratios[1] + ratios[2]) / 2) < 1e-12  # the median of the paired ratios
+  assert "every kernel compiled 4 more times" in markdown(constants) and "| symbolic | materialized | compile |" in markdown(constants)
 
 def test_op_counts_are_compared_per_kernel_with_a_verdict(constants):
   """Exact counts, no interval: the tensor graph, all kernels, and each kernel by role, judged against seed 000's "hundreds to
@@ -59,13 +73,13 @@ def test_a_study_runs_every_case_and_a_5x5_one_honestly():
   tinygrad's builtin path, which falls back to the direct kernels: identical by construction."""
   from explorer.analysis.study import run_studies
   study = run_studies("constants", [("tiny3", ConvSpec(1, 2, 2, 8, 8, 3)), ("tiny5", ConvSpec(1, 2, 2, 8, 8, 5))], repeats=3, warmup=1,
-                      tile="F(2,5)")
+                      tile="F(2,5)", compile_repeats=3)
   cases = study["cases"]
   assert [(c["preset"], c["tile"]) for c in cases] == [("tiny3", "F(4,3)"), ("tiny5", "F(2,5)"), ("tiny5", "F(4,3)")]
   assert [c["identical_kernels"] for c in cases] == [False, False, True]
   for c in cases:
     assert {"rows", "comparisons", "identical_kernels"} <= set(c) and all(r["status"] == "ok" and r["max_abs_error"] < 1e-3 for r in c["rows"])
-    assert [x["figure"] for x in c["comparisons"]] == ["time", "spread"]
+    assert [x["figure"] for x in c["comparisons"]] == ["time", "spread", "compile"]
   assert "identical" in cases[2]["case"] and "noise by construction" in markdown(cases[2])
 
 def test_adaptive_sampling_stops_when_the_interval_is_narrow_or_the_budget_is_spent():
@@ -74,11 +88,12 @@ def test_adaptive_sampling_stops_when_the_interval_is_narrow_or_the_budget_is_sp
   from explorer.analysis.study import run_study
   spec = ConvSpec(1, 8, 8, 32, 32, 3)
   same = [("direct", Variant(algo="direct")), ("direct again", Variant(algo="direct"))]
-  wide = run_study("constants", spec, repeats=10, warmup=1, variants=same, ci_width=0.5, budget_s=60)
+  wide = run_study("constants", spec, repeats=10, warmup=1, variants=same, ci_width=0.5, budget_s=60, compile_repeats=0)
   assert wide["sampling"]["ended"] == "converged" and wide["sampling"]["repeats"] >= 10 and wide["identical_kernels"]
   time = wide["comparisons"][0]
   assert time["ci_high"] - time["ci_low"] <= 0.5 and abs(time["ratio"] - 1) < 0.2  # the same kernels: a ratio near 1
-  narrow = run_study("constants", spec, repeats=10, warmup=1, variants=same, ci_width=1e-9, budget_s=2)
+  assert [c["figure"] for c in wide["comparisons"]] == ["time", "spread"] and wide["rows"][0]["compile_samples"] == []  # none asked for
+  narrow = run_study("constants", spec, repeats=10, warmup=1, variants=same, ci_width=1e-9, budget_s=2, compile_repeats=0)
   assert narrow["sampling"]["ended"] == "budget" and narrow["sampling"]["repeats"] > 10
 
 def test_the_progress_bar_counts_every_case():
@@ -91,13 +106,16 @@ def test_the_cli_writes_the_json_contract_the_documents_table_and_an_offline_pag
   import json, subprocess, sys
   out, page = tmp_path / "s.json", tmp_path / "s.html"
   run = subprocess.run([sys.executable, "-m", "explorer", "study", "constants", "--preset", "small", "--repeats", "4", "--warmup", "1",
-                        "--ci-width", "0", "--json", str(out), "--html", str(page), "--quiet"], capture_output=True, text=True, timeout=600)
+                        "--ci-width", "0", "--compile-repeats", "3", "--json", str(out), "--html", str(page), "--quiet"],
+                       capture_output=True, text=True, timeout=600)
   assert run.returncode == 0, run.stderr
   study = json.loads(out.read_text())
   (case,) = study["cases"]
   assert case["preset"] == "small" and case["identical_kernels"] is False and {r["variant"] for r in case["rows"]} == {"symbolic", "materialized"}
   assert case["sampling"]["ended"] == "repeats" and case["sampling"]["repeats"] == 4  # --ci-width 0: exactly --repeats
   for c in case["comparisons"]: assert {"figure", "ratio", "ci_low", "ci_high", "p_value", "verdict", "claim"} <= set(c)
+  assert [c["figure"] for c in case["comparisons"]] == ["time", "spread", "compile"] and len(case["rows"][0]["compile_samples"]) == 3
+  assert "| compile time (the device's compiler on every kernel's source, uncached), median of B/A per repeat | - | median " in run.stdout
   assert "the documents' figures, measured again" in run.stdout
   assert "| small | 1x3->16 32x32 k3 | symbolic | materialized | tensor graph UOps" in run.stdout
   html = page.read_text()

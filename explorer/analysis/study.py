@@ -5,10 +5,10 @@ so that their ratios hold on a noisy machine.
   fusion     seed 003: staged vs fused vs single (and tinygrad's builtin) Winograd
 """
 from __future__ import annotations
-import dataclasses
+import dataclasses, statistics
 from typing import Any, Callable, Sequence
 from explorer import stats
-from explorer.spec import ConvSpec, SpecError, Variant
+from explorer.spec import STUDY_COMPILE_REPEATS, ConvSpec, SpecError, Variant
 from explorer.tracing.workers import Progress, call_in_worker
 from explorer.tracing.run import run_trace
 
@@ -42,7 +42,8 @@ def tile_problem(tile: str | None, cases: Sequence[tuple[str, ConvSpec]]) -> str
 
 def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int = 20, warmup: int = 3, tile: str | None = None,
                 targets: tuple[str, ...] = ("cuda",), device: str | None = None, progress: Progress | None = None,
-                timeout_s: float = 1800, ci_width: float | None = None, budget_s: float | None = None, keep: KeepTrace | None = None) -> dict:
+                timeout_s: float = 1800, ci_width: float | None = None, budget_s: float | None = None, keep: KeepTrace | None = None,
+                compile_repeats: int | None = None) -> dict:
   """Every case of a study (presets: (name, spec) pairs; a name in CLAIMS brings the document's figures): {"study", "cases": [{"preset",
   "rows", "comparisons", "identical_kernels", ...}]}. For a 5x5 case of the constants study a second case times tinygrad's builtin
   path (it falls back to the direct kernels) against direct: identical kernels, so any difference between them is noise by
@@ -55,11 +56,12 @@ def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int
     mine = claim if spec.kernel == 3 else None
     cases.append({"preset": preset, "case": f"the explorer's Winograd {tile_for(spec, tile)}",
                   **run_study(kind, spec, repeats, warmup, tile_for(spec, tile), targets, device, progress, timeout_s, claim=mine,
-                              ci_width=ci_width, budget_s=budget_s, keep=keep)})
+                              ci_width=ci_width, budget_s=budget_s, keep=keep, compile_repeats=compile_repeats)})
     if _noise_case(kind, spec):
       cases.append({"preset": preset, "case": "tinygrad's builtin path (falls back to direct): identical kernels by construction",
                     **run_study(kind, spec, repeats, warmup, "F(4,3)", targets, device, progress, timeout_s, variants=NOISE_PAIR,
-                                claim=_only(claim, "time") if claim else None, ci_width=ci_width, budget_s=budget_s, keep=keep)})
+                                claim=_only(claim, "time") if claim else None, ci_width=ci_width, budget_s=budget_s, keep=keep,
+                                compile_repeats=compile_repeats)})
   return {"study": kind, "cases": cases}
 
 def _only(claim: dict[str, Any], *figures: str) -> dict[str, Any]:
@@ -77,11 +79,14 @@ def study_steps(kind: str, specs: Sequence[ConvSpec] = ()) -> list[str]:
 def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, tile: str = "F(4,3)", targets: tuple[str, ...] = ("cuda",),
               device: str | None = None, progress: Progress | None = None, timeout_s: float = 1800,
               variants: list[tuple[str, Variant]] | None = None, claim: dict[str, float] | None = None,
-              ci_width: float | None = None, budget_s: float | None = None, keep: KeepTrace | None = None) -> dict:
+              ci_width: float | None = None, budget_s: float | None = None, keep: KeepTrace | None = None,
+              compile_repeats: int | None = None) -> dict:
   """claim: the document's figures for this case as B/A ratios (CLAIMS), to give each comparison a verdict. ci_width: sample past
   `repeats` until each ratio's 95% interval is narrower than this, or budget_s is spent. keep: called with each variant's trace; a row
-  names the id it returns (trace_id)."""
+  names the id it returns (trace_id). compile_repeats (default spec.STUDY_COMPILE_REPEATS; 0: none): how many times the timing worker compiles
+  every variant's kernel sources again, interleaved, for the compile-time comparison."""
   step: Progress = progress or (lambda stage, status, detail: None)
+  compile_repeats = STUDY_COMPILE_REPEATS if compile_repeats is None else compile_repeats
   claim = claim or {}
   variants = [(name, dataclasses.replace(v, tile=tile if v.wino_impl == "explorer" else v.tile, targets=targets, time=False, device=device))
               for name, v in (variants or STUDY_VARIANTS[kind])]
@@ -93,18 +98,18 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
     step(f"trace {name}", "done", traces[name]["status"])
   step("timing", "start", f"{len(variants)} variants interleaved, {warmup} warmup + {repeats} repeats")
   timing, _ = call_in_worker("explorer.tracing.timing:time_interleaved", {"spec": spec.to_dict(), "variants": [v.to_dict() for _, v in variants],
-                             "warmup": warmup, "repeats": repeats, "target_width": ci_width, "budget_s": budget_s},
+                             "warmup": warmup, "repeats": repeats, "target_width": ci_width, "budget_s": budget_s,
+                             "compile_repeats": compile_repeats},
                              progress=lambda _stage, _status, detail: step("timing", "running", detail), timeout_s=timeout_s, env={"VIZ": "0"})
   step("timing", "done", "")
   rows = [{**_row(name, traces[name], t), "trace_id": kept[name]} for (name, _), t in zip(variants, timing)]
   base = rows[0]["time_median_s"]
   for r in rows: r["slowdown_vs_first"] = r["time_median_s"] / base if base else None
-  comparisons = [{"a": rows[0]["variant"], "b": r["variant"], **c} for r in rows[1:]
-                 for c in stats.compare(rows[0]["samples"], r["samples"], claim_for(claim, r["variant"], "time"),
-                                        claim_for(claim, r["variant"], "spread"))]
+  comparisons = [c for r in rows[1:] for c in _compare(rows[0], r, claim)]
   keys = [[k.get("ast_key") for k in t["kernels"]] for t in traces.values()]
   counts = [c for r in rows[1:] for c in count_comparisons(rows[0], r, claim)]
-  return {"study": kind, "spec": spec.to_dict(), "tile": tile, "repeats": repeats, "warmup": warmup, "rows": rows, "claim": claim,
+  return {"study": kind, "spec": spec.to_dict(), "tile": tile, "repeats": repeats, "warmup": warmup, "compile_repeats": compile_repeats,
+          "rows": rows, "claim": claim,
           "comparisons": comparisons, "counts": counts, "sampling": timing[0].get("sampling"),
           "identical_kernels": all(k == keys[0] for k in keys) and None not in keys[0],
           "traces": {n: _trace_summary(t) for n, t in traces.items()}}
@@ -143,6 +148,13 @@ def claim_for(claim: dict[str, Any], variant: str, figure: str) -> Any:
   """The document's figure for this variant against the first, if it made one."""
   return claim.get(figure) if claim.get("of", variant) == variant else None
 
+def _compare(a: dict, b: dict, claim: dict[str, Any]) -> list[dict[str, Any]]:
+  """B's paired samples against A's: run time and its spread, and compile time where the timing worker compiled them again."""
+  out = stats.compare(a["samples"], b["samples"], claim_for(claim, b["variant"], "time"), claim_for(claim, b["variant"], "spread"))
+  if a["compile_samples"] and b["compile_samples"]:
+    out.append(stats.compare_medians(a["compile_samples"], b["compile_samples"], "compile", claim_for(claim, b["variant"], "compile")))
+  return [{"a": a["variant"], "b": b["variant"], **c} for c in out]
+
 def count_comparisons(a: dict, b: dict, claim: dict[str, Any]) -> list[dict[str, Any]]:
   """B's operation counts against A's, exact (one trace each, no noise), with a verdict against the document's threshold
   (stats.count_verdict): the tensor graph's UOps, all kernels' linearized UOps, and each kernel's where both have the same kernels
@@ -172,7 +184,8 @@ def _row(name: str, trace: dict, timing: dict) -> dict:
           "max_abs_error": (trace.get("error") or {}).get("max_abs"), "max_rel_error": (trace.get("error") or {}).get("max_rel"),
           "time_median_s": timing["total_s"]["median"], "time_std_s": timing["total_s"]["std"], "time_min_s": timing["total_s"]["min"],
           "time_n": timing["total_s"]["n"], "samples": timing["samples"], "device": timing["device"], "compiler": timing["compiler"],
-          "fallback": timing["fallback"],
+          "fallback": timing["fallback"], "compile_samples": (cs := timing.get("compile_samples") or []),
+          "compile_median_s": float(statistics.median(cs)) if cs else None,
           "per_kernel": [{"name": k["name"], "role": k["role"], "alu": k["ops"]["alu"], "loads": k["ops"]["loads"], "consts": k["ops"]["consts"],
                           "linear_uops": k["linear_uops"], "codegen_s": k["codegen_s"] + k["compile_s"]} for k in ks],
           "failures": trace["failures"]}
@@ -183,22 +196,25 @@ def markdown(study: dict) -> str:
   s = ConvSpec.from_dict(study["spec"])
   case = f" ({study['case']})" if study.get("case") else ""
   repeats = (study.get("sampling") or {}).get("repeats", study["repeats"])
+  compiles = f", every kernel compiled {study['compile_repeats']} more times" if study.get("compile_repeats") else ""
   head = f"### study {study['study']}: {s.label()}{case}, {study['tile']}, device {study['rows'][0]['device']}, " \
-         f"{study['warmup']} warmup + {repeats} interleaved repeats\n\n"
+         f"{study['warmup']} warmup + {repeats} interleaved repeats{compiles}\n\n"
   cols = ("variant", "kernels", "copies", "buffers", "ALU ops", "loads", "consts", "uops", "FLOPs", "codegen+compile ms", "source lines",
-          "run ms (median)", "std ms", "vs first", "max abs err", "fallback")
+          "run ms (median)", "std ms", "vs first", "compile ms (median)", "max abs err", "fallback")
   lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for r in study["rows"]:
     lines.append("| " + " | ".join(str(c) for c in (r["variant"], r["kernels"], r["copies"], r["buffers"], r["alu"], r["loads"], r["consts"],
       r["linear_uops"], r["flops"], f"{(r['codegen_s']+r['compile_s'])*1e3:.0f}", r["source_lines"], f"{r['time_median_s']*1e3:.4f}",
       f"{r['time_std_s']*1e3:.4f}", f"{r['slowdown_vs_first']:.2f}x" if r["slowdown_vs_first"] else "-",
+      f"{r['compile_median_s']*1e3:.1f}" if r.get("compile_median_s") is not None else "-",
       f"{r['max_abs_error']:.2g}" if r["max_abs_error"] is not None else "-", r["fallback"] or "no")) + " |")
   per = ["", "Per kernel (ALU / loads / consts / uops / codegen+compile ms):", ""]
   for r in study["rows"]:
     per.append(f"- {r['variant']}: " + "; ".join(f"{k['role']} `{k['name']}` {k['alu']}/{k['loads']}/{k['consts']}/{k['linear_uops']}/"
                                                   f"{k['codegen_s']*1e3:.0f}" for k in r["per_kernel"]))
-  cmp = ["", f"Comparisons (paired interleaved repeats; median B/A with its {stats.CONFIDENCE:.0%} bootstrap interval; Wilcoxon signed-rank "
-         "p-value; std B / std A):", "", "| A | B | figure | B/A | interval | p | claim | verdict |", "|---|---|---|---|---|---|---|---|"]
+  cmp = ["", f"Comparisons (paired interleaved repeats of run time and of compile time; median B/A with its {stats.CONFIDENCE:.0%} bootstrap "
+         "interval; Wilcoxon signed-rank p-value; std B / std A):", "", "| A | B | figure | B/A | interval | p | claim | verdict |",
+         "|---|---|---|---|---|---|---|---|"]
   def num(x: float | None, fmt: str) -> str: return "-" if x is None else format(x, fmt)
   for c in study.get("comparisons", []):
     cmp.append(f"| {c['a']} | {c['b']} | {c['figure']} | {c['ratio']:.4f} | {c['ci_low']:.4f}–{c['ci_high']:.4f} | {num(c['p_value'], '.2g')} | "

@@ -4,8 +4,8 @@ import argparse, json, os, pathlib, signal, socket, sys, threading
 from typing import Any, Callable, Sequence
 from explorer.cli.progress import StepBars
 from explorer.text import ms, si, table
-from explorer.spec import (COMPUTE_DEVICES, CONSTS, CUDA_ARCHES, METAL_ARCHES, PRESETS, STAGES, STAGINGS, STUDY_CI_WIDTH, TARGET_LABELS, TARGETS,
-                           TILES, WINO_IMPLS, ConvSpec, SpecError, Variant, device_problem)
+from explorer.spec import (COMPUTE_DEVICES, CONSTS, CUDA_ARCHES, METAL_ARCHES, PRESETS, STAGES, STAGINGS, STUDY_CI_WIDTH,
+                           STUDY_COMPILE_REPEATS, TARGET_LABELS, TARGETS, TILES, WINO_IMPLS, ConvSpec, SpecError, Variant, device_problem)
 
 class UsageError(Exception): pass
 
@@ -130,6 +130,7 @@ def cmd_study(a: argparse.Namespace) -> int:
   from explorer.present.study import document_markdown, document_rows, render_export
   presets = [a.preset] if a.preset else [p.strip() for p in a.presets.split(",") if p.strip()] if a.presets else list(DEFAULT_PRESETS[a.kind])
   if bad := [p for p in presets if p not in PRESETS]: raise SpecError(f"unknown preset(s) {', '.join(bad)}; known: {', '.join(PRESETS)}")
+  if a.compile_repeats < 0: raise SpecError(f"--compile-repeats must be 0 or more; got {a.compile_repeats}")
   if a.ci_width < 0: raise SpecError(f"--ci-width must be positive, or 0 for exactly --repeats; got {a.ci_width}")
   if (why := tile_problem(a.tile, [(p, PRESETS[p]) for p in presets])) is not None: raise SpecError(f"--{why}")
   if a.tile and (other := [p for p in presets if not tile_fits(a.tile, PRESETS[p])]):
@@ -137,7 +138,8 @@ def cmd_study(a: argparse.Namespace) -> int:
   with StepBars(a.quiet) as bars:
     progress = bars.bar(f"study {a.kind}", study_steps(a.kind, [PRESETS[p] for p in presets]))
     study = run_studies(a.kind, [(p, PRESETS[p].validate()) for p in presets], repeats=a.repeats, warmup=a.warmup, tile=a.tile,
-                        device=a.device, progress=progress, timeout_s=a.timeout, ci_width=a.ci_width or None, budget_s=a.budget_s)
+                        device=a.device, progress=progress, timeout_s=a.timeout, ci_width=a.ci_width or None, budget_s=a.budget_s,
+                        compile_repeats=a.compile_repeats)
   for case in study["cases"]: print(markdown(case))
   print(document_markdown(study))
   path = a.json or f"study-{a.kind}.json"
@@ -296,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
                   help="keep sampling past --repeats until every B/A ratio's 95%% interval is narrower than W times the ratio, or "
                        "--budget-s runs out (default: %(default)s; 0: exactly --repeats)")
   st.add_argument("--budget-s", type=float, default=300.0, help="time budget of the adaptive sampling per case, in seconds")
+  st.add_argument("--compile-repeats", type=int, default=STUDY_COMPILE_REPEATS, metavar="N",
+                  help="after the run times, compile every variant's kernel sources N more times, interleaved, for compile time's interval "
+                       "(default: %(default)s; 0: compile time from the traces only, without an interval)")
   st.add_argument("--warmup", type=int, default=3)
   st.add_argument("--device", default=None)
   st.add_argument("--timeout", type=float, default=1800.0)

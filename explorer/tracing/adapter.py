@@ -688,6 +688,14 @@ def call_timers(compiled: UOp) -> list[tuple[int, Iterator[float]]]:
 
 def realize_inputs(*ts: Tensor) -> None: Tensor.realize(*ts)
 
+def compile_seconds(device: str, sources: Sequence[str]) -> float:
+  """Seconds the device's compiler takes to compile these kernel sources, each afresh: its compile, not compile_cached (whose disk
+  cache would answer a repeat without compiling)."""
+  compiler = Device[device].compiler
+  st = time.perf_counter()
+  for src in sources: compiler.compile(src)
+  return time.perf_counter() - st
+
 
 
 def has_reduce(ast: UOp) -> bool: return any(u.op is Ops.REDUCE for u in ast.toposort())
