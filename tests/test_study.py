@@ -1,4 +1,5 @@
 """The seed studies end to end on a tiny shape: traced variants, interleaved timing in one worker, the markdown table."""
+import numpy as np
 import pytest
 from explorer.spec import ConvSpec, Variant
 from explorer.analysis.study import markdown, run_study
@@ -150,3 +151,30 @@ def test_a_tile_applies_to_the_cases_it_fits_and_one_that_fits_none_is_refused(c
   err = capsys.readouterr().err.strip()
   assert len(err.splitlines()) == 1 and "F(2,5) is for 5x5 kernels" in err and "small: 3x3" in err
   with pytest.raises(SpecError, match="no case has one"): run_studies("constants", [("small", three)], tile="F(4,5)")
+
+def test_a_named_presets_claim_reaches_a_verdict_computed_from_the_measurement(monkeypatch):
+  """End to end through CLAIMS: a claim for the cheap `small` preset (seed 000's medium figures, and a compile figure) is looked up by
+  run_studies, and every verdict is the one its measured interval (or exact counts) gives: none is passed through."""
+  from explorer import stats
+  from explorer.analysis.study import CLAIMS, HUNDREDS_TO_DOZENS, run_studies, seed_000
+  from explorer.present.study import document_rows
+  from explorer.spec import PRESETS
+  claim = seed_000(1.37, 90)
+  claim = {**claim, "compile": 1.5, "says": {**claim["says"], "compile": "materialized compiles 1.5x slower"}}
+  monkeypatch.setitem(CLAIMS["constants"], "small", claim)
+  (case,) = run_studies("constants", [("small", PRESETS["small"])], repeats=10, warmup=1, compile_repeats=4)["cases"]
+  by_figure = {c["figure"]: c for c in case["comparisons"]}
+  for figure, claimed in (("time", 1 / (1 - 0.0137)), ("spread", 10.0), ("compile", 1.5)):
+    c = by_figure[figure]
+    assert c["claim"] == pytest.approx(claimed) and c["verdict"] in ("reproduced", "not reproduced", "opposite")
+    assert c["verdict"] == stats.verdict(c["ci_low"], c["ci_high"], claimed)  # from the interval measured just now
+    assert c["claim_position"] == stats.claim_position(c["ci_low"], c["ci_high"], claimed)
+  sym, mat = case["rows"]
+  assert by_figure["time"]["ratio"] == pytest.approx(float(np.median(np.asarray(mat["samples"]) / np.asarray(sym["samples"]))))
+  graph = case["counts"][0]
+  assert (graph["figure"], graph["a_count"], graph["b_count"]) == ("graph", sym["graph_uops"], mat["graph_uops"])
+  assert graph["verdict"] == stats.count_verdict(sym["graph_uops"], mat["graph_uops"], HUNDREDS_TO_DOZENS) != "no claim"
+  rows = {r["figure"]: r for r in document_rows({"cases": [case]})}
+  time_row = rows["run time, median of B/A per repeat"]
+  assert (time_row["document"], time_row["verdict"]) == ("symbolic 1.37% faster", by_figure["time"]["verdict"])
+  assert rows["tensor graph UOps, A -> B"]["verdict"] == graph["verdict"]
