@@ -74,7 +74,7 @@ def _study_params(params: Any) -> dict[str, Any]:
   """A study's parameters, bounded as the server bounds them: repeats, warmup, tile and targets through Variant's validation, then
   STUDY_BOUNDS, the timeout and the device."""
   if not isinstance(params, dict) or set(params) != set(STUDY_PARAMS):
-    raise SpecError(f"study parameters: exactly {', '.join(STUDY_PARAMS)}, got {', '.join(sorted(params)) if isinstance(params, dict) else params!r}")
+    raise SpecError(f"study parameters: exactly {', '.join(STUDY_PARAMS)}, got {sorted(params) if isinstance(params, dict) else params!r}")
   if not isinstance(params["targets"], list): raise SpecError(f"targets must be a list of target names, got {params['targets']!r}")
   most, b = int(Settings.load().max_repeats), STUDY_BOUNDS
   Variant(algo="winograd", wino_impl="explorer", tile=params["tile"] or TILES[0], targets=tuple(params["targets"]), warmup=params["warmup"],
