@@ -26,7 +26,9 @@ def _says(case: dict, variant: str, figure: str) -> str:
 def _interval(lo: float | None, hi: float | None) -> str:
   return "-" if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) else f"{lo:.4g}–{hi:.4g}"
 
-def _ms(x: float | None) -> str: return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.4g} ms"
+def _ms(x: float | None) -> str:
+  """4 significant digits, never an exponent: 0.1217 ms, 368.4 ms, 39530 ms."""
+  return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.4g} ms" if x < 10 else f"{x * 1e3:.0f} ms"
 
 # what each paired figure's A and B columns show: the variant's own value behind the ratio (a row's key, in seconds)
 ABSOLUTE = {"time": ("time_median_s", "median "), "spread": ("time_std_s", "std "), "compile": ("compile_median_s", "median ")}
