@@ -16,41 +16,85 @@ Winograd; the large explorer fused variant under 30 s, or within 1.1x of tinygra
   python benchmarks/trace_overhead.py [--cases medium:builtin,large:builtin,large:fused] [--rounds 3]
 """
 from __future__ import annotations
-import argparse, json, os, pathlib, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, pathlib, re, statistics, subprocess, sys, tempfile, time
+from dataclasses import dataclass
 
 CASES = {"builtin": ["--algo", "winograd"], "direct": ["--algo", "direct"],
          "fused": ["--algo", "winograd", "--wino-impl", "explorer", "--staging", "fused"]}
 CLEAN = ("VIZ", "TRACK_MATCH_STATS", "DEBUG", "WINO", "NOOPT", "BEAM", "DEV", "PROFILE")
 
-def tree_rss_mb(root: int) -> float:
-  """Resident memory of root and all its descendants, in MiB (Linux /proc)."""
+PAGE, TICK = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
+
+def _read(path: str) -> str:
+  with open(path) as f: return f.read()
+
+def _tree(root: int) -> dict[int, int]:
+  """root and all its descendants, each with its depth under root (Linux /proc)."""
   children: dict[int, list[int]] = {}
   for d in os.listdir("/proc"):
     if not d.isdigit(): continue
-    try:
-      with open(f"/proc/{d}/stat") as f: stat = f.read()
-      children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(d))
+    try: stat = _read(f"/proc/{d}/stat")
     except OSError: continue
-  total, todo = 0, [root]
+    children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(d))
+  depth, todo = {root: 0}, [root]
   while todo:
     pid = todo.pop()
-    todo += children.get(pid, [])
-    try:
-      with open(f"/proc/{pid}/statm") as f: total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError: continue
-  return total / 2**20
+    for c in children.get(pid, []): depth[c] = depth[pid] + 1; todo.append(c)
+  return depth
 
-def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-  """(wall seconds, peak MiB over the process tree) of one command run to its end."""
+def role(pid: int, depth: int) -> str:
+  """What a process of either side is, from its command line and its depth under the command."""
+  try: cmd = _read(f"/proc/{pid}/cmdline").split("\0")
+  except OSError: return "?"
+  if depth == 0: return "command"
+  if any("resource_tracker" in c for c in cmd): return "resource tracker"
+  if any("spawn_main" in c for c in cmd): return "trace worker" if depth == 1 else "render process"
+  return "compilers (" + os.path.basename(cmd[0]) + ")" if cmd[0] else "?"
+
+@dataclass
+class Proc:
+  role: str
+  cpu_s: float = 0.0
+  peak_mib: float = 0.0
+
+@dataclass
+class Run:
+  wall_s: float
+  peak_rss_mib: float   # the peak over the run of resident memory summed over the process tree
+  peak_pss_mib: float   # the same with each shared page divided among the processes that share it (smaps_rollup's Pss)
+  cpu_s: float          # user + system time of the whole tree (the command's rusage: every process it and its children waited for)
+  procs: dict[int, Proc]  # as last sampled: a process shorter than a tick may be missed, so these sum to a little less than cpu_s
+
+def _pss_kib(pid: int) -> int:
+  m = re.search(r"^Pss:\s+(\d+) kB", _read(f"/proc/{pid}/smaps_rollup"), re.M)
+  return int(m.group(1)) if m else 0
+
+def measure(cmd: list[str], env: dict[str, str]) -> Run:
+  """One command run to its end: wall time, the peaks summed over its process tree (sampled every 20 ms), and per process the CPU
+  time it used (user + system, as last seen) and its peak resident memory."""
   st = time.perf_counter()
   proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-  peak = 0.0
-  while proc.poll() is None:
-    peak = max(peak, tree_rss_mb(proc.pid))
+  run = Run(0.0, 0.0, 0.0, 0.0, {})
+  while True:
+    done, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    if done: break
+    rss = pss = 0.0
+    for pid, depth in _tree(proc.pid).items():
+      try:
+        stat, pages = _read(f"/proc/{pid}/stat"), int(_read(f"/proc/{pid}/statm").split()[1])
+        pss += _pss_kib(pid) / 1024
+      except OSError: continue
+      p = run.procs.setdefault(pid, Proc(role(pid, depth)))
+      fields = stat[stat.rfind(")") + 2:].split()
+      p.cpu_s = max(p.cpu_s, (int(fields[11]) + int(fields[12])) / TICK)  # its own user and system time
+      p.peak_mib = max(p.peak_mib, pages * PAGE / 2**20)
+      rss += pages * PAGE / 2**20
+    run.peak_rss_mib, run.peak_pss_mib = max(run.peak_rss_mib, rss), max(run.peak_pss_mib, pss)
     time.sleep(0.02)
-  wall = time.perf_counter() - st
+  run.wall_s, run.cpu_s = time.perf_counter() - st, usage.ru_utime + usage.ru_stime
+  proc.returncode = os.waitstatus_to_exitcode(status)
   if proc.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.read()[-2000:]}")
-  return wall, peak
+  return run
 
 def repro_for(preset: str, flags: list[str], env: dict[str, str], workdir: pathlib.Path) -> tuple[pathlib.Path, str]:
   """tinygrad's side: the reproducer of a (quick, untimed, host-only) trace of the same program; and the device it pins."""
@@ -69,9 +113,10 @@ def main() -> None:
   env = {k: v for k, v in os.environ.items() if k not in CLEAN}
   workdir = pathlib.Path(tempfile.mkdtemp(prefix="ke-overhead-"))
   stages: dict[str, list[dict[str, float]]] = {}
-  walls: dict[str, float] = {}
-  print("| case | explorer wall s | tinygrad VIZ=-1 wall s | wall ratio | explorer peak MiB | tinygrad peak MiB | memory ratio |")
-  print("|---|---|---|---|---|---|---|")
+  results: dict[str, dict[str, list[Run]]] = {}
+  print("| case | explorer wall s | tinygrad VIZ=-1 wall s | wall ratio | explorer peak MiB | tinygrad peak MiB | memory ratio "
+        "| PSS ratio | explorer CPU s | tinygrad CPU s |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
   for case in a.cases.split(","):
     preset, algo = case.split(":")
     flags = CASES[algo]
@@ -80,20 +125,43 @@ def main() -> None:
     ours = [sys.executable, "-m", "explorer", "trace", "--preset", preset, *flags, "--target", "cuda", "--no-time", "--quiet",
             "--device", device, "--json", str(workdir / "out.json")]
     theirs = [sys.executable, str(script)]
-    runs: dict[str, list[tuple[float, float]]] = {"ours": [], "theirs": []}
+    runs = results[case] = {"explorer": [], "tinygrad": []}
     for _ in range(a.rounds):
-      runs["ours"].append(measure(ours, env))
+      runs["explorer"].append(measure(ours, env))
       stages.setdefault(case, []).append(json.loads((workdir / "out.json").read_text())["stage_seconds"])
-      runs["theirs"].append(measure(theirs, {**env, "VIZ": "-1", "DEBUG": "0"}))
-    (w1, m1), (w2, m2) = ((statistics.median(x for x, _ in r), statistics.median(m for _, m in r)) for r in (runs["ours"], runs["theirs"]))
-    walls[case] = w1
-    print(f"| {case} | {w1:.1f} | {w2:.1f} | {w1 / w2:.2f} | {m1:.0f} | {m2:.0f} | {m1 / m2:.2f} |", flush=True)
+      runs["tinygrad"].append(measure(theirs, {**env, "VIZ": "-1", "DEBUG": "0"}))
+    med = {side: {f: statistics.median(getattr(r, f) for r in rs) for f in ("wall_s", "peak_rss_mib", "peak_pss_mib", "cpu_s")}
+           for side, rs in runs.items()}
+    e, t = med["explorer"], med["tinygrad"]
+    print(f"| {case} | {e['wall_s']:.1f} | {t['wall_s']:.1f} | {e['wall_s'] / t['wall_s']:.2f} | {e['peak_rss_mib']:.0f} | "
+          f"{t['peak_rss_mib']:.0f} | {e['peak_rss_mib'] / t['peak_rss_mib']:.2f} | {e['peak_pss_mib'] / t['peak_pss_mib']:.2f} | "
+          f"{e['cpu_s']:.1f} | {t['cpu_s']:.1f} |", flush=True)
+  print_stages(stages, {case: statistics.median(r.wall_s for r in rs["explorer"]) for case, rs in results.items()})
+  print_processes(results)
+
+def print_stages(stages: dict[str, list[dict[str, float]]], walls: dict[str, float]) -> None:
   names = list(dict.fromkeys(k for rs in stages.values() for r in rs for k in r))
-  print("\nwhere the explorer's time goes (medians, s; other = start-up, imports, device init, processes):\n")
+  print("\nwhere the explorer's wall time goes (the trace worker's stages, medians, s; other = the command's and the worker's start-up, "
+        "imports, device init, the bufferize decisions and the rewrite blob after the stages):\n")
   print("| case | " + " | ".join(names) + " | other |")
   print("|---|" + "---|" * (len(names) + 1))
   for case, rs in stages.items():
     med = {k: statistics.median(r.get(k, 0.0) for r in rs) for k in names}
     print(f"| {case} | " + " | ".join(f"{med[k]:.2f}" for k in names) + f" | {walls[case] - sum(med.values()):.2f} |")
+
+def print_processes(results: dict[str, dict[str, list[Run]]]) -> None:
+  """Per case, side and kind of process: CPU seconds and the largest peak resident memory of one such process (medians over rounds)."""
+  print("\nwhere the CPU time and memory go, per kind of process (medians over rounds; CPU s summed over the processes of a kind, "
+        "peak MiB of the largest; 2 cores, so the explorer's processes overlap):\n")
+  print("| case | side | process | CPU s | peak MiB |")
+  print("|---|---|---|---|---|")
+  for case, sides in results.items():
+    for side, rs in sides.items():
+      kinds = list(dict.fromkeys(p.role.split(" (")[0] for r in rs for p in r.procs.values()))
+      for kind in kinds:
+        of = [[p for p in r.procs.values() if p.role.split(" (")[0] == kind] for r in rs]
+        cpu = statistics.median(sum(p.cpu_s for p in ps) for ps in of)
+        peak = statistics.median(max((p.peak_mib for p in ps), default=0.0) for ps in of)
+        print(f"| {case} | {side} | {kind} | {cpu:.2f} | {peak:.0f} |")
 
 if __name__ == "__main__": main()

@@ -64,3 +64,18 @@ def test_the_reference_in_batch_chunks_equals_the_whole_batch_at_once(monkeypatc
   monkeypatch.setattr(reference, "CHUNK_BYTES", 1)  # one image per chunk
   chunked = reference.conv2d_reference(x, w, stride=2, padding=1, groups=2)
   assert whole.shape == chunked.shape == (5, 6, 5, 4) and np.allclose(chunked, whole, rtol=1e-13, atol=1e-13)
+
+def test_conv2d_error_streams_the_reference_and_agrees_with_the_whole(monkeypatch):
+  """The trace's check (conv2d_error) goes chunk by chunk over the batch and finds what error_stats finds against the whole reference:
+  the same largest error, wherever in the batch it is, and a float32 output is compared without a float64 copy of it."""
+  from explorer.tracing import reference
+  rng = np.random.default_rng(3)
+  x, w = rng.standard_normal((5, 4, 9, 9)).astype(np.float32), rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+  whole = reference.conv2d_reference(x.astype(np.float64), w.astype(np.float64), 2, 1, 2)
+  out = whole.astype(np.float32)
+  out[3, 1, 2, 2] += 0.5  # in the fourth image: a later chunk
+  monkeypatch.setattr(reference, "CHUNK_BYTES", 1)  # one image per chunk
+  got = reference.conv2d_error(out, x, w, 2, 1, 2)
+  assert got == pytest.approx(error_stats(out.astype(np.float64), whole), rel=1e-12)
+  assert got["max_abs"] == pytest.approx(0.5, abs=1e-6)
+  with pytest.raises(ValueError, match="shape mismatch"): reference.conv2d_error(out[:4], x, w, 2, 1, 2)

@@ -1,32 +1,57 @@
 """A numpy-only float64 convolution to check every algorithm's numbers against. No tinygrad imports here."""
 from __future__ import annotations
+from typing import Iterator
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
-CHUNK_BYTES = 64 << 20  # the float64 windows einsum materializes, per batch chunk: the large preset's whole batch would be 1.2 GiB
+CHUNK_BYTES = 16 << 20  # a batch chunk's float64 working set (its padded input, one tap's copy of it, the output and a term)
 
-def conv2d_reference(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0, groups: int = 1) -> np.ndarray:
-  """Cross-correlation like torch/tinygrad conv2d (NCHW input, (cout, cin//groups, kh, kw) weight), computed in float64, a few images
-  at a time (CHUNK_BYTES of windows each)."""
+def conv2d_reference_chunks(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0,
+                            groups: int = 1) -> Iterator[tuple[slice, np.ndarray]]:
+  """Cross-correlation like torch/tinygrad conv2d (NCHW input, (cout, cin//groups, kh, kw) weight), computed in float64 a few images
+  at a time: (batch slice, its float64 output) per chunk of about CHUNK_BYTES. Each chunk sums one matrix product per filter tap, so
+  no image's windows are materialized (kh*kw times its input), and a float32 input is converted a chunk at a time, never whole."""
   x, w = np.asarray(x), np.asarray(w)
-  (n, cin, _, _), (cout, cin_g, kh, kw) = x.shape, w.shape
+  (n, cin, h, wd), (cout, cin_g, kh, kw) = x.shape, w.shape
   if cin != cin_g * groups or cout % groups: raise ValueError(f"input {x.shape} and weight {w.shape} do not match groups={groups}")
   wg = w.astype(np.float64).reshape(groups, cout // groups, cin_g, kh, kw)
-  oh, ow = ((d + 2 * padding - k) // stride + 1 for d, k in zip(x.shape[2:], (kh, kw)))
-  out = np.empty((n, cout, oh, ow), dtype=np.float64)
-  step = max(1, CHUNK_BYTES // max(1, cin * oh * ow * kh * kw * 8))
+  _, _, oh, ow = conv2d_shape(x.shape, w.shape, stride, padding)
+  per_image = (cin * ((h + 2 * padding) * (wd + 2 * padding) + oh * ow) + 2 * cout * oh * ow) * 8
+  step = max(1, CHUNK_BYTES // max(1, per_image))
   for i in range(0, n, step):
     xp = np.pad(np.asarray(x[i:i + step], dtype=np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    win = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]  # (b, cin, oh, ow, kh, kw) windows, strided
-    win = win.reshape(len(xp), groups, cin_g, oh, ow, kh, kw)
-    out[i:i + step] = np.einsum("ngchwyx,gocyx->ngohw", win, wg, optimize=True).reshape(len(xp), cout, oh, ow)
+    xg, out = xp.reshape(len(xp), groups, cin_g, *xp.shape[2:]), np.zeros((len(xp), groups, cout // groups, oh, ow))
+    for ky in range(kh):
+      for kx in range(kw):
+        tap = xg[:, :, :, ky:ky + stride * (oh - 1) + 1:stride, kx:kx + stride * (ow - 1) + 1:stride]  # (b, g, c, oh, ow)
+        out += np.einsum("ngchw,goc->ngohw", tap, wg[..., ky, kx], optimize=True)
+    yield slice(i, i + len(xp)), out.reshape(len(xp), cout, oh, ow)
+
+def conv2d_shape(x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: int = 1, padding: int = 0) -> tuple[int, int, int, int]:
+  (n, _, h, w), (cout, _, kh, kw) = x_shape, w_shape
+  return n, cout, (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
+
+def conv2d_reference(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0, groups: int = 1) -> np.ndarray:
+  """The whole float64 reference output (conv2d_reference_chunks assembled)."""
+  out = np.empty(conv2d_shape(np.shape(x), np.shape(w), stride, padding), dtype=np.float64)
+  for rows, chunk in conv2d_reference_chunks(x, w, stride, padding, groups): out[rows] = chunk
   return out
+
+def conv2d_error(out: np.ndarray, x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0, groups: int = 1) -> dict[str, float]:
+  """error_stats of out against the float64 reference, chunk by chunk: neither the whole reference nor a float64 copy of out is held."""
+  if out.shape != (want := conv2d_shape(x.shape, w.shape, stride, padding)): raise ValueError(f"shape mismatch: {out.shape} vs reference {want}")
+  max_abs = ref_max_abs = 0.0
+  for rows, ref in conv2d_reference_chunks(x, w, stride, padding, groups):
+    if ref.size == 0: continue
+    max_abs = max(max_abs, float(np.max(np.abs(np.asarray(out[rows], dtype=np.float64) - ref))))
+    ref_max_abs = max(ref_max_abs, float(np.max(np.abs(ref))))
+  return _relative(max_abs, ref_max_abs)
 
 def error_stats(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
   """Errors of out against ref. max_rel is max_abs relative to the largest |ref| (not elementwise), so values near zero do not blow it up."""
   out, ref = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
   if out.shape != ref.shape: raise ValueError(f"shape mismatch: {out.shape} vs reference {ref.shape}")
-  max_abs = float(np.max(np.abs(out - ref))) if out.size else 0.0
-  ref_max_abs = float(np.max(np.abs(ref))) if ref.size else 0.0
+  return _relative(float(np.max(np.abs(out - ref))) if out.size else 0.0, float(np.max(np.abs(ref))) if ref.size else 0.0)
+
+def _relative(max_abs: float, ref_max_abs: float) -> dict[str, float]:
   max_rel = max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf"))
   return {"max_abs": max_abs, "max_rel": max_rel, "ref_max_abs": ref_max_abs}

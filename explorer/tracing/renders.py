@@ -8,9 +8,9 @@ The renders share nothing with the host pipeline but the kernel ASTs (UOps pickl
 scheduling, host codegen and the run instead of adding to them. BEAM needs the device to time its candidates: a deviceless target
 gets heuristic opts, and its record says so."""
 from __future__ import annotations
-import os
-from concurrent.futures import Future
-from typing import Any
+import os, threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Iterable
 from explorer.tracing.pool import WorkerPool
 
 def _init() -> None:
@@ -45,10 +45,12 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: b
   rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.tracing.rewrites)."""
   from explorer.tracing import adapter as tg, compilers
   from explorer.tracing.rewrites import build
-  renderer, base, out = tg.render_target(target, arch), tg.tracking_mark(), []
+  renderer, base = tg.render_target(target, arch), tg.tracking_mark()
+  out: list[dict[str, Any]] = []
+  facts: dict[int, Future] = {}
   custom = build(rewrites, rewrite_file)
   nvrtc = tg.nvrtc_compiler() if compile and target == "cuda" else None
-  with tg.opt_context(opt):
+  with tg.opt_context(opt), ThreadPoolExecutor(1) as compiles:  # each kernel compiles (a subprocess, NVRTC) beside the next's codegen
     for ast in asts:
       ast, beam = tg.without_beam(ast)
       mark = tg.tracking_mark()
@@ -62,20 +64,53 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: b
       if compile:
         ptx = tg.fill_ptx(rec["source"], arch) if target == "ptx" else None
         if ptx is not None: rec["compiled_source"] = ptx  # what tinygrad's PTXCompiler hands ptxas: the pages show this
-        rec["compile"] = compilers.compile_target(target, rec["source"], arch, compilers.block_threads(rec["local_size"]), ptx, nvrtc)
+        facts[len(out)] = compiles.submit(compilers.compile_target, target, rec["source"], arch, compilers.block_threads(rec["local_size"]),
+                                          ptx, nvrtc)
       out.append(rec)
+  for i, fut in facts.items(): out[i]["compile"] = fut.result()
   return out, tg.export_rewrites(base)
 
 class RenderPool:
   """A fresh process per target, up to `processes` at once: tinygrad caches rewrites per process, so a target rendered after another
-  in the same process would record fewer passes. They run inside the trace worker, under its limits: its data limit and priority are
-  inherited, and its process group (and watchdog) bounds them."""
-  def __init__(self, processes: int = 2) -> None:
-    self.pool = WorkerPool(processes, initializer=_init, max_tasks_per_child=1)
+  in the same process would record fewer passes. The first targets' processes start when the pool is made, so that their interpreter
+  start and tinygrad's import overlap with the trace's device set-up and schedule; a later target's starts when an earlier one is
+  done. They run inside the trace worker, under its limits: its data limit and priority are inherited, and its process group (and
+  watchdog) bounds them."""
+  def __init__(self, targets: Iterable[str] = (), processes: int = 2) -> None:
+    self.processes, self.pools, self._lock = processes, {t: WorkerPool(1, initializer=_init) for t in targets}, threading.Lock()
+    for pool in list(self.pools.values())[:processes]: pool.start()
+
+  def _pool(self, target: str) -> WorkerPool:
+    with self._lock: return self.pools.setdefault(target, WorkerPool(1, initializer=_init))
 
   def submit(self, asts: list[Any], targets: dict[str, str], opt: str, rewrites: tuple[str, ...] = (),
              rewrite_file: str | None = None) -> dict[str, Future]:
-    """targets: name -> arch. Each target's records for every kernel, as futures."""
-    return {t: self.pool.submit(_render_target, asts, t, arch, opt, True, rewrites, rewrite_file) for t, arch in targets.items()}
+    """targets: name -> arch. Each target's records for every kernel, as futures; at most `processes` targets render at once."""
+    futures: dict[str, Future] = {t: Future() for t in targets}
+    waiting = list(targets.items())
+    def next_target() -> None:
+      with self._lock:
+        if not waiting: return
+        t, arch = waiting.pop(0)
+      try: fut = self._pool(t).submit(_render_target, asts, t, arch, opt, True, rewrites, rewrite_file)
+      except Exception as e:  # a pool that cannot start a process: that target's error, the others go on
+        futures[t].set_exception(e)
+        return next_target()
+      def settle(f: Future, t: str = t) -> None:
+        _settle(futures[t], f)
+        next_target()
+      fut.add_done_callback(settle)
+    for _ in range(self.processes): next_target()
+    return futures
 
-  def close(self) -> None: self.pool.close(wait=True)  # let the processes exit cleanly: nothing leaks
+  def done(self, target: str) -> None:
+    """Let a target's process exit once its records are in: it holds tinygrad and every kernel's graphs."""
+    if (pool := self.pools.get(target)) is not None: pool.close(wait=True)
+
+  def close(self) -> None:
+    for pool in list(self.pools.values()): pool.close(wait=True)  # let the processes exit cleanly: nothing leaks
+
+def _settle(into: Future, fut: Future) -> None:
+  if fut.cancelled(): into.cancel()
+  elif (e := fut.exception()) is not None: into.set_exception(e)
+  else: into.set_result(fut.result())

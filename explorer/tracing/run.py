@@ -66,12 +66,13 @@ def targets_in_worker(progress: Progress, blob: bytes, sinks: list[int], targets
   from explorer.tracing import adapter as tg
   from explorer.tracing.renders import RenderPool
   asts = [tg.RewriteBlob(blob).sink(s) for s in sinks]
-  pool = RenderPool(max(1, min(2, len(targets))))
+  pool = RenderPool(targets, max(1, min(2, len(targets))))
   try:
     out = {}
     for t, fut in pool.submit(asts, targets, opt, tuple(rewrites)).items():
       progress("render", "start", t)
       out[t] = fut.result()
+      pool.done(t)
       progress("render", "done", t)
     return out
   finally: pool.close()

@@ -5,12 +5,12 @@ and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
 import datetime, platform, socket, statistics, time, traceback
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
 from explorer.tracing import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
-from explorer.tracing.reference import conv2d_reference, error_stats
+from explorer.tracing.reference import conv2d_error
 from explorer.tracing import compilers
 from explorer.tracing.renders import RenderPool, pass_record, target_record
 from explorer.spec import REWRITES, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
@@ -82,7 +82,9 @@ def record(trace: dict, variant: Variant, device: str, progress: Progress, stage
   trace["env"]["compiler"], trace["env"]["fallback"] = _safe(lambda: tg.compiler_name(device)), _safe(lambda: tg.fallback_reason(device))
   trace["env"]["device_name"] = _safe(lambda: tg.device_name(device))  # the hardware, for its roofline
   base = tg.tracking_mark()
-  pool = RenderPool(max(1, min(2, len(variant.targets))))
+  try: warm = _other_targets(variant, device)
+  except Exception: warm = {}  # the pipeline meets the device's error in its stage
+  pool = RenderPool(warm, max(1, min(2, len(variant.targets))))  # the renders' processes start now, beside the schedule
   blobs: dict[str, bytes] = {}
   with tg.tracking():
     trace["env"]["tracking"] = tg.tracking_enabled()
@@ -92,6 +94,11 @@ def record(trace: dict, variant: Variant, device: str, progress: Progress, stage
   blob = tg.export_rewrites(base)
   if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, blob)
   return trace, blob, blobs
+
+def _other_targets(variant: Variant, device: str) -> dict[str, str]:
+  """The variant's targets but the host's own (its record is the host codegen's), each with its arch."""
+  host = tg.target_name(tg.host_renderer(device))
+  return {t: variant.arch(t) for t in variant.targets if t != host}
 
 def _safe(fn: Callable[[], Any]) -> Any:
   try: return fn()
@@ -135,11 +142,12 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role))
   trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
-  host = tg.host_renderer(device)
-  others = {t: variant.arch(t) for t in variant.targets if t != tg.target_name(host)}  # the host's own target is its record
-  renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], others, variant.opt, variant.rewrites, variant.rewrite_file)
-  programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base, variant))  # the renders overlap with codegen and the run
-  rec.run("render", lambda: _render(trace, calls, renders, blobs))
+  renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], _other_targets(variant, device), variant.opt, variant.rewrites,
+                        variant.rewrite_file)
+  with ThreadPoolExecutor(1) as compiles:  # the host's compile facts (a compiler subprocess per kernel) beside the next kernel's codegen
+    compiled: dict[int, Future] = {}
+    programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base, variant, compiles, compiled))  # beside the renders
+    rec.run("render", lambda: _render(trace, calls, renders, pool, compiled, blobs))
   compiled = rec.run("run", lambda: _run(trace, linear, program))
   if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs), detail=device)
   _totals(trace)
@@ -190,7 +198,9 @@ def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
                                    ("mhat", tg.has_reduce(call.ast)), ("out", writes_output)) if hit]
   return "+".join(parts) or "other"
 
-def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int, variant: Variant) -> dict[int, Any]:
+def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int, variant: Variant, compiles: ThreadPoolExecutor,
+             compiled: dict[int, Future]) -> dict[int, Any]:
+  """Each kernel through the host's codegen, recorded; its compile facts are made in `compiles`, into `compiled` by kernel index."""
   from explorer.tracing.rewrites import build
   renderer, custom = tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
   programs = {}
@@ -217,6 +227,9 @@ def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int, variant:
                              "targets": {host: target_record(facts, passes, tg.renderer_arch(renderer), [], tg.loop_splits(mark),
                                                                              tg.line_map(prg, renderer))}})
     trace["kernels"][-1]["spec"] = {"ast": tg.spec_check([c.ast], "tensor"), "program": tg.spec_check([tg.program_sink(prg)], "program")}
+    rec = trace["kernels"][-1]["targets"][host]
+    compiled[len(trace["kernels"]) - 1] = compiles.submit(compilers.compile_target, host, rec["source"], rec["arch"],
+                                                       compilers.block_threads(rec["local_size"]))
     programs[c.index] = prg
   return programs
 
@@ -228,7 +241,8 @@ def _kernel_notes(role: str, storage: dict[str, int]) -> list[str]:
     notes.append("MHAT never reaches global memory: the reduce accumulates it " + (f"in {' and '.join(where)}" if where else "in scalar registers"))
   return notes
 
-def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], blobs: dict[str, bytes]) -> None:
+def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], pool: RenderPool, compiled: dict[int, Future],
+            blobs: dict[str, bytes]) -> None:
   """Every target's records (rendered beside codegen) and rewrite blob, and the host's compile facts; `sources` keeps each target's
   source too."""
   kernels = [c for c in calls if c.kind == "kernel"]
@@ -236,10 +250,11 @@ def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], blobs
   asked = trace["variant"]["targets"]
   for k in trace["kernels"]:
     rec = k["targets"][k["host_target"]]
-    rec["compile"] = compilers.compile_target(k["host_target"], rec["source"], rec["arch"], compilers.block_threads(rec["local_size"]))
+    rec["compile"] = compiled[k["index"]].result()
     if k["host_target"] in asked: k["sources"][k["host_target"]] = rec["source"]  # asked for the host's own target: its record
   for t, fut in renders.items():
     records, blobs[t] = fut.result()
+    pool.done(t)
     for c, got in zip(kernels, records): add_target_record(by_call[c.index], t, got)
 
 def _run(trace: dict, linear: Any, program: Program) -> Any:
@@ -251,8 +266,7 @@ def _run(trace: dict, linear: Any, program: Program) -> Any:
   return compiled
 
 def _check_conv(trace: dict, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, got: np.ndarray, dump_io: str | None) -> None:
-  ref = conv2d_reference(x_np.astype(np.float64), w_np.astype(np.float64), spec.stride, spec.pad, spec.groups)
-  trace["error"] = error_stats(got.astype(np.float64), ref)
+  trace["error"] = conv2d_error(got, x_np, w_np, spec.stride, spec.pad, spec.groups)
   tolerance, judged = error_tolerance(trace["variant"], spec.dtype)
   trace["error"].update(tolerance=tolerance, tolerance_for=judged, within=trace["error"]["max_rel"] <= tolerance)
   if dump_io is not None: _dump_io(dump_io, x_np, w_np, got)
