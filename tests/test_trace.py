@@ -160,3 +160,20 @@ def test_beam_programs_shown_are_the_ones_that_run():
   assert beam["status"] == "ok" and "run" in beam["stage_seconds"], beam["failures"]
   # the search applied opts (it may well land on the heuristic's choice, so compare with none)
   assert beam["kernels"][0]["opts"] and beam["kernels"][0]["opts"] != none["kernels"][0]["opts"]
+
+def test_tinygrads_own_seconds_per_stage_and_kernels_as_they_finish(wino):
+  """tinygrad_seconds: the part of each stage spent in tinygrad's own calls, never more than the stage, codegen's equal to the kernels'
+  own codegen and compile seconds; the explorer's records and the render wait are none of it. The progress names every kernel as
+  its codegen ends; the page and the CLI say the share."""
+  own, secs = wino["tinygrad_seconds"], wino["stage_seconds"]
+  assert set(own) <= set(secs) and {"tensor_graph", "schedule", "codegen", "run", "timing"} <= set(own)
+  assert all(0 < own[s] <= secs[s] for s in own)
+  assert own["codegen"] == pytest.approx(sum(k["codegen_s"] + k["compile_s"] for k in wino["kernels"]), rel=0.05, abs=0.02)
+  assert "render" not in own and "kernel_graph" not in own
+  events = []
+  trace = run_trace(PRESETS["small"], Variant(algo="winograd", targets=("cuda",), time=False), progress=lambda *e: events.append(e)).trace
+  done = [d for s, st, d in events if s == "codegen" and st == "start" and "kernels:" in d]
+  assert [d.split(":")[0] for d in done] == [f"{i} of 4 kernels" for i in range(1, 5)]
+  assert [d.split(": ")[1].split(" in ")[0] for d in done] == [k["name"] for k in trace["kernels"]]
+  from explorer.cli.main import summary
+  assert f"tinygrad's own calls {sum(trace['tinygrad_seconds'].values()):.2f}s" in summary(trace)

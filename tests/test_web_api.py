@@ -143,6 +143,20 @@ def test_a_failed_stage_shows_on_the_trace_page(tmp_path):
 
 # ***** the real `small` Winograd trace *****
 
+def test_trace_page_says_how_much_was_tinygrads_own(web_client, small_trace):
+  """The Timings panel: each stage's seconds split into tinygrad's own calls and the explorer's, and the total share, from the trace's
+  tinygrad_seconds; a trace recorded before them shows the seconds alone."""
+  t = web_client.get(f"/api/traces/{small_trace}").json()
+  own, secs = t["tinygrad_seconds"], t["stage_seconds"]
+  page = web_client.get(f"/t/{small_trace}").text
+  assert f"<b>{sum(own.values()):.2f} s</b> of the {sum(secs.values()):.2f} s these stages took" in page
+  assert f'<td class="num">{secs["codegen"]:.3f}</td><td class="num">{own["codegen"]:.3f}</td>' in page
+  assert f'<td class="num">{secs["render"]:.3f}</td><td class="num">0.000</td><td class="num">{secs["render"]:.3f}</td>' in page
+  assert f"<b>{sum(own.values()):.2f} s</b>" in web_client.get(f"/t/{small_trace}/export.html").text  # the offline page too
+  from explorer.present.render import environment
+  before = environment().get_template("_partials/stage_seconds.html").render(tr={"stage_seconds": secs}, titles={})
+  assert "tinygrad's own" not in before and f'<td class="num">{secs["codegen"]:.3f}</td></tr>' in before
+
 def test_trace_json(web_client, small_trace):
   r = web_client.get(f"/api/traces/{small_trace}")
   assert r.status_code == 200

@@ -79,6 +79,9 @@ def summary(trace: dict) -> str:
   if sc: out.append(f"STAGE (bufferize): {sc['created']} created, {sc['fused']} fused away, {sc['kept']} kept as buffers; "
                     f"{sc['realized']} realized stores")
   if (e := trace.get("error")) is not None: out.append(f"max abs error {e['max_abs']:.3g} (rel {e['max_rel']:.3g}) vs float64 numpy")
+  if (own := trace.get("tinygrad_seconds")) is not None and (secs := trace.get("stage_seconds")):
+    out.append(f"stages took {sum(secs.values()):.2f}s, tinygrad's own calls {sum(own.values()):.2f}s of them (" +
+               ", ".join(f"{s} {own.get(s, 0.0):.2f}/{v:.2f}" for s, v in secs.items()) + ")")
   out += [f"{k['name']}: {n}" for k in trace["kernels"] for n in k.get("notes", [])]
   out += [f"FAILED in {f['stage']}: {f['error']}" for f in trace["failures"]]
   return "\n".join(out)

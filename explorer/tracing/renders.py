@@ -8,7 +8,7 @@ The renders share nothing with the host pipeline but the kernel ASTs (UOps pickl
 scheduling, host codegen and the run instead of adding to them. BEAM needs the device to time its candidates: a deviceless target
 gets heuristic opts, and its record says so."""
 from __future__ import annotations
-import os, threading
+import contextlib, os, threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable
 from explorer.tracing.pool import WorkerPool
@@ -78,6 +78,9 @@ class RenderPool:
   watchdog) bounds them."""
   def __init__(self, targets: Iterable[str] = (), processes: int = 2) -> None:
     self.processes, self.pools, self._lock = processes, {t: WorkerPool(1, initializer=_init) for t in targets}, threading.Lock()
+    # a later target's process is started from this thread, which lives as long as the pool: a process dies with the thread that
+    # started it (PR_SET_PDEATHSIG), and the thread that learns of a finished target is that target's pool's, soon gone
+    self._launcher = ThreadPoolExecutor(1)
     for pool in list(self.pools.values())[:processes]: pool.start()
 
   def _pool(self, target: str) -> WorkerPool:
@@ -98,7 +101,7 @@ class RenderPool:
         return next_target()
       def settle(f: Future, t: str = t) -> None:
         _settle(futures[t], f)
-        next_target()
+        with contextlib.suppress(RuntimeError): self._launcher.submit(next_target)  # RuntimeError: the pool is closing
       fut.add_done_callback(settle)
     for _ in range(self.processes): next_target()
     return futures
@@ -108,6 +111,7 @@ class RenderPool:
     if (pool := self.pools.get(target)) is not None: pool.close(wait=True)
 
   def close(self) -> None:
+    self._launcher.shutdown(wait=True, cancel_futures=True)
     for pool in list(self.pools.values()): pool.close(wait=True)  # let the processes exit cleanly: nothing leaks
 
 def _settle(into: Future, fut: Future) -> None:

@@ -4,10 +4,10 @@ Call `capture` in a fresh process (explorer.tracing.workers does): tinygrad's re
 and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
-import datetime, platform, socket, statistics, time, traceback
+import contextlib, datetime, platform, socket, statistics, time, traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 import numpy as np
 from explorer.tracing import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.reference import conv2d_error
@@ -23,10 +23,22 @@ def _quiet(stage: str, status: str, detail: str) -> None: pass
 
 class StageFailed(Exception): pass
 
+class TinygradClock:
+  """The seconds each stage spends inside tinygrad's own calls (building the graph, scheduling, codegen, compiling, running, timing):
+  what tinygrad pays without the explorer too, under VIZ=-1 or not. The rest of a stage's seconds is the explorer's (its records, line
+  maps, spec checks, the reference check, waiting for other targets), so a page can say which of the two a slow trace waited for."""
+  def __init__(self, trace: dict) -> None: self.seconds: dict[str, float] = trace.setdefault("tinygrad_seconds", {})
+
+  @contextlib.contextmanager
+  def __call__(self, stage: str) -> Iterator[None]:
+    st = time.perf_counter()
+    try: yield
+    finally: self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - st
+
 class Recorder:
   """Runs the stages in order; a stage that raises is recorded (which stage, the error) and stops the trace there."""
   def __init__(self, trace: dict, progress: Progress):
-    self.trace, self.progress = trace, progress
+    self.trace, self.progress, self.tinygrad = trace, progress, TinygradClock(trace)
 
   def run(self, stage: str, fn: Callable[[], Any], detail: str = "") -> Any:
     """detail goes with the start: the timing stage names its device there (explorer.tracing.workers waits for that device's lock)."""
@@ -123,9 +135,10 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
   w_np = (rng.standard_normal(spec.weight_shape) / np.sqrt(np.prod(spec.weight_shape[1:]))).astype(spec.dtype)
   dtype = dtypes.float16 if spec.dtype == "float16" else dtypes.float32
   def inputs_and_graph() -> tuple[Any, Any, Any]:
-    x, w = Tensor(x_np, device=device, dtype=dtype), Tensor(w_np, device=device, dtype=dtype)
-    tg.realize_inputs(x, w)
-    return x, w, build_conv(x, w, spec, variant)
+    with rec.tinygrad("tensor_graph"):
+      x, w = Tensor(x_np, device=device, dtype=dtype), Tensor(w_np, device=device, dtype=dtype)
+      tg.realize_inputs(x, w)
+      return x, w, build_conv(x, w, spec, variant)
   with tg.opt_context(variant.opt):
     x, w, out = rec.run("tensor_graph", inputs_and_graph)
     roles = lambda: {tg.buffer_key(tg.tensor_buffer(t)): role for t, role in ((x, "input"), (w, "weight"), (out, "output"))}
@@ -139,23 +152,23 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   sink = tg.tensor_sink(*program.outs)
   trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
   trace["spec_checks"] = {"tensor_graph": tg.spec_check([sink], "tensor")}  # tinygrad's own specs, every UOp (models.SpecCheck)
-  linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base))
+  linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role))
   trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
   renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], _other_targets(variant, device), variant.opt, variant.rewrites,
                         variant.rewrite_file)
   with ThreadPoolExecutor(1) as compiles:  # the host's compile facts (a compiler subprocess per kernel) beside the next kernel's codegen
     compiled: dict[int, Future] = {}
-    programs = rec.run("codegen", lambda: _codegen(trace, calls, device, base, variant, compiles, compiled))  # beside the renders
+    programs = rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant, compiles, compiled))  # beside the renders
     rec.run("render", lambda: _render(trace, calls, renders, pool, compiled, blobs))
-  compiled = rec.run("run", lambda: _run(trace, linear, program))
-  if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs), detail=device)
+  compiled = rec.run("run", lambda: _run(trace, linear, program, rec.tinygrad))
+  if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
   _totals(trace)
 
-def _schedule(trace: dict, outs: list[Any], base: int) -> Any:
+def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock) -> Any:
   mark = tg.tracking_mark()
   st = time.perf_counter()
-  linear = tg.schedule(*outs)
+  with tinygrad("schedule"): linear = tg.schedule(*outs)
   seconds = time.perf_counter() - st
   groups = tg.passes_since(mark, base)
   trace["scheduler"] = {"seconds": seconds, "groups": [{"name": n, "passes": [pass_record(p) for p in ps]} for n, ps in groups]}
@@ -198,18 +211,20 @@ def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
                                    ("mhat", tg.has_reduce(call.ast)), ("out", writes_output)) if hit]
   return "+".join(parts) or "other"
 
-def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int, variant: Variant, compiles: ThreadPoolExecutor,
+def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, variant: Variant, compiles: ThreadPoolExecutor,
              compiled: dict[int, Future]) -> dict[int, Any]:
-  """Each kernel through the host's codegen, recorded; its compile facts are made in `compiles`, into `compiled` by kernel index."""
+  """Each kernel through the host's codegen, recorded; its compile facts are made in `compiles`, into `compiled` by kernel index. The
+  progress says each kernel as it is done, with its seconds."""
   from explorer.tracing.rewrites import build
-  renderer, custom = tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
-  programs = {}
+  trace, renderer, custom = rec.trace, tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
+  programs, total = {}, sum(1 for c in calls if c.kind == "kernel")
   for c in calls:
     if c.kind != "kernel": continue
     mark = tg.tracking_mark()
     timer = tg.CompileTimer(renderer)
     st = time.perf_counter()
-    try: prg = tg.codegen_host(c.ast, renderer, custom)
+    try:
+      with rec.tinygrad("codegen"): prg = tg.codegen_host(c.ast, renderer, custom)
     finally: timer.close()
     seconds = time.perf_counter() - st
     facts = tg.program_facts(prg)
@@ -227,10 +242,12 @@ def _codegen(trace: dict, calls: list[tg.Call], device: str, base: int, variant:
                              "targets": {host: target_record(facts, passes, tg.renderer_arch(renderer), [], tg.loop_splits(mark),
                                                                              tg.line_map(prg, renderer))}})
     trace["kernels"][-1]["spec"] = {"ast": tg.spec_check([c.ast], "tensor"), "program": tg.spec_check([tg.program_sink(prg)], "program")}
-    rec = trace["kernels"][-1]["targets"][host]
-    compiled[len(trace["kernels"]) - 1] = compiles.submit(compilers.compile_target, host, rec["source"], rec["arch"],
-                                                       compilers.block_threads(rec["local_size"]))
+    own = trace["kernels"][-1]["targets"][host]
+    compiled[len(trace["kernels"]) - 1] = compiles.submit(compilers.compile_target, host, own["source"], own["arch"],
+                                                       compilers.block_threads(own["local_size"]))
     programs[c.index] = prg
+    rec.progress("codegen", "start", f"{len(trace['kernels'])} of {total} kernels: {facts.name} in {seconds:.2f}s "
+                                     f"(tinygrad's codegen and compile)")
   return programs
 
 def _kernel_notes(role: str, storage: dict[str, int]) -> list[str]:
@@ -257,12 +274,14 @@ def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], pool:
     pool.done(t)
     for c, got in zip(kernels, records): add_target_record(by_call[c.index], t, got)
 
-def _run(trace: dict, linear: Any, program: Program) -> Any:
-  compiled = tg.compile_schedule(linear)
+def _run(trace: dict, linear: Any, program: Program, tinygrad: TinygradClock) -> Any:
+  with tinygrad("run"): compiled = tg.compile_schedule(linear)
   if tg.compiled_sources(compiled) != [k["sources"]["host"] for k in trace["kernels"]]:
     raise RuntimeError("tinygrad compiled other programs than the ones codegen recorded: the trace would not show what runs")
-  tg.run_schedule(compiled)
-  if program.check is not None: program.check(trace, [o.numpy() for o in program.outs])
+  with tinygrad("run"):
+    tg.run_schedule(compiled)
+    outs = [o.numpy() for o in program.outs] if program.check is not None else []
+  if program.check is not None: program.check(trace, outs)
   return compiled
 
 def _check_conv(trace: dict, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, got: np.ndarray, dump_io: str | None) -> None:
@@ -281,13 +300,13 @@ def stats(xs: list[float]) -> dict:
   return {"median": statistics.median(xs), "mean": statistics.fmean(xs), "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0,
           "min": min(xs), "n": len(xs)}
 
-def _time(trace: dict, compiled: Any, variant: Variant, programs: dict) -> None:
+def _time(trace: dict, compiled: Any, variant: Variant, programs: dict, tinygrad: TinygradClock) -> None:
   """Warmup then repeats, interleaving the kernels so that drift hits all of them alike; total = the kernels of one repeat summed."""
   timers = tg.call_timers(compiled)
   per: dict[int, list[float]] = {i: [] for i, _ in timers}
   totals = []
   for r in range(variant.warmup + variant.repeats):
-    ts = [(i, next(gen)) for i, gen in timers]
+    with tinygrad("timing"): ts = [(i, next(gen)) for i, gen in timers]
     if r < variant.warmup: continue
     for i, t in ts: per[i].append(t)
     totals.append(sum(t for _, t in ts))
