@@ -117,6 +117,9 @@ def main() -> None:
   ap.add_argument("--rounds", type=int, default=3)
   a = ap.parse_args()
   env = {k: v for k, v in os.environ.items() if k not in CLEAN}
+  # the explorer's modules compiled to bytecode once, as a wheel install leaves them (tinygrad's are, by pip): otherwise, where
+  # PYTHONDONTWRITEBYTECODE is set, each of the explorer's processes compiles them from source again, which the capture never does
+  subprocess.run([sys.executable, "-m", "compileall", "-q", str(pathlib.Path(__file__).parents[1] / "explorer")], check=True)
   workdir = pathlib.Path(tempfile.mkdtemp(prefix="ke-overhead-"))
   stages: dict[str, list[dict[str, float]]] = {}
   results: dict[str, dict[str, list[Run]]] = {}
