@@ -166,11 +166,17 @@ def print_processes(results: dict[str, dict[str, list[Run]]]) -> None:
   print("|---|---|---|---|---|")
   for case, sides in results.items():
     for side, rs in sides.items():
-      kinds = list(dict.fromkeys(p.role.split(" (")[0] for r in rs for p in r.procs.values()))
+      kinds = list(dict.fromkeys(p.role.split(" (")[0] for r in rs for p in r.procs.values() if p.role != "?"))  # "?": gone when read
       for kind in kinds:
         of = [[p for p in r.procs.values() if p.role.split(" (")[0] == kind] for r in rs]
         cpu = statistics.median(sum(p.cpu_s for p in ps) for ps in of)
         peak = statistics.median(max((p.peak_mib for p in ps), default=0.0) for ps in of)
-        print(f"| {case} | {side} | {kind} | {cpu:.2f} | {peak:.0f} |")
+        if cpu or peak: print(f"| {case} | {side} | {kind} | {cpu:.2f} | {peak:.0f} |")
+  print("\nthe floor wall ratio without the explorer's compile facts (its CPU time less its compilers', over every core): what dropping "
+        "them from the cold trace could reach at best\n")
+  for case, sides in results.items():
+    e, t = sides["explorer"], sides["tinygrad"]
+    cpu = statistics.median(r.cpu_s - sum(p.cpu_s for p in r.procs.values() if p.role.startswith("compilers")) for r in e)
+    print(f"- {case}: {cpu / CORES / statistics.median(r.wall_s for r in t):.2f}")
 
 if __name__ == "__main__": main()
