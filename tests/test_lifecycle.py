@@ -179,6 +179,16 @@ def test_a_sigtermed_cli_leaves_no_worker(tmp_path):
   wait_for("every process of the worker's group is gone", lambda: not group_members(pgid), 5)
   assert len(members) >= 1
 
+def test_a_cli_that_ends_normally_leaves_no_process(tmp_path):
+  """A trace command in a session of its own: once it has exited, no process of that session is left, not its worker, its renders,
+  nor multiprocessing's resource tracker (which would otherwise exit after the command, an orphan, and be a zombie until init reaps it)."""
+  cmd = [sys.executable, "-m", "explorer.cli", "trace", "--preset", "small", "--target", "cuda,metal", "--no-time", "--quiet"]
+  cli = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                         env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+  assert cli.wait(timeout=300) == 0, cli.stderr.read()  # type: ignore[union-attr]
+  left = subprocess.run(["ps", "-s", str(cli.pid), "-o", "pid=,stat=,args="], capture_output=True, text=True).stdout.strip()
+  assert not left, f"left behind by the command: {left}"
+
 def test_a_worker_enforces_its_own_limits_without_its_parent(tmp_path):
   """The watchdog alone (no supervising parent): past its deadline, and past its memory limit, the worker stops its own group."""
   code = ("import os, time, sys; from explorer.tracing import lifeline; os.setpgid(0, 0); "

@@ -367,6 +367,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   try: return _run(argv)  # `serve`: uvicorn takes the signals over while it runs, then gives them back
   finally:
     for sig, handler in before.items(): signal.signal(sig, handler)
+    stop_resource_tracker()
+
+def stop_resource_tracker() -> None:
+  """multiprocessing's resource tracker (started with the first worker) exits only when it reads EOF, after this command has exited:
+  an orphan for a moment, or a zombie where the init process is slow to reap. Stop it and reap it now, so that nothing outlives the
+  command."""
+  from multiprocessing import resource_tracker
+  if (stop := getattr(resource_tracker._resource_tracker, "_stop", None)) is not None: stop()
 
 def _run(argv: Sequence[str] | None) -> int:
   from explorer.tracing.workers import WorkerFailed
