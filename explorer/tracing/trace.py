@@ -158,9 +158,9 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], _other_targets(variant, device), variant.opt, variant.rewrites,
                         variant.rewrite_file)
   with ThreadPoolExecutor(1) as compiles:  # the host's compile facts (a compiler subprocess per kernel) beside the next kernel's codegen
-    compiled: dict[int, Future] = {}
-    programs = rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant, compiles, compiled))  # beside the renders
-    rec.run("render", lambda: _render(trace, calls, renders, pool, compiled, blobs))
+    host_facts: dict[int, Future] = {}
+    programs = rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant, compiles, host_facts))  # beside the renders
+    rec.run("render", lambda: _render(trace, calls, renders, pool, host_facts, blobs))
   compiled = rec.run("run", lambda: _run(trace, linear, program, rec.tinygrad))
   if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
   _totals(trace)
@@ -212,8 +212,8 @@ def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
   return "+".join(parts) or "other"
 
 def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, variant: Variant, compiles: ThreadPoolExecutor,
-             compiled: dict[int, Future]) -> dict[int, Any]:
-  """Each kernel through the host's codegen, recorded; its compile facts are made in `compiles`, into `compiled` by kernel index. The
+             host_facts: dict[int, Future]) -> dict[int, Any]:
+  """Each kernel through the host's codegen, recorded; its compile facts are made in `compiles`, into `host_facts` by kernel index. The
   progress says each kernel as it is done, with its seconds."""
   from explorer.tracing.rewrites import build
   trace, renderer, custom = rec.trace, tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
@@ -243,7 +243,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
                                                                              tg.line_map(prg, renderer))}})
     trace["kernels"][-1]["spec"] = {"ast": tg.spec_check([c.ast], "tensor"), "program": tg.spec_check([tg.program_sink(prg)], "program")}
     own = trace["kernels"][-1]["targets"][host]
-    compiled[len(trace["kernels"]) - 1] = compiles.submit(compilers.compile_target, host, own["source"], own["arch"],
+    host_facts[len(trace["kernels"]) - 1] = compiles.submit(compilers.compile_target, host, own["source"], own["arch"],
                                                        compilers.block_threads(own["local_size"]))
     programs[c.index] = prg
     rec.progress("codegen", "start", f"{len(trace['kernels'])} of {total} kernels: {facts.name} in {seconds:.2f}s "
@@ -258,7 +258,7 @@ def _kernel_notes(role: str, storage: dict[str, int]) -> list[str]:
     notes.append("MHAT never reaches global memory: the reduce accumulates it " + (f"in {' and '.join(where)}" if where else "in scalar registers"))
   return notes
 
-def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], pool: RenderPool, compiled: dict[int, Future],
+def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], pool: RenderPool, host_facts: dict[int, Future],
             blobs: dict[str, bytes]) -> None:
   """Every target's records (rendered beside codegen) and rewrite blob, and the host's compile facts; `sources` keeps each target's
   source too."""
@@ -267,7 +267,7 @@ def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], pool:
   asked = trace["variant"]["targets"]
   for k in trace["kernels"]:
     rec = k["targets"][k["host_target"]]
-    rec["compile"] = compiled[k["index"]].result()
+    rec["compile"] = host_facts[k["index"]].result()
     if k["host_target"] in asked: k["sources"][k["host_target"]] = rec["source"]  # asked for the host's own target: its record
   for t, fut in renders.items():
     records, blobs[t] = fut.result()
