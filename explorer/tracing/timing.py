@@ -60,6 +60,7 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   rng = np.random.default_rng(0)
   x_np, w_np = rng.standard_normal(s.input_shape).astype(s.dtype), rng.standard_normal(s.weight_shape).astype(s.dtype)
   vs = [Variant.from_dict(v).resolve(s) for v in variants]
+  devices = [v.device or tg.default_device() for v in vs]
   timers, sources = [], []
   for i, v in enumerate(vs):
     progress("compile", "start", f"compiling variant {i + 1} of {len(vs)}")
@@ -67,7 +68,7 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
     timers.append(timer)
     sources.append(src)
   totals: list[list[float]] = [[] for _ in vs]
-  progress("timing", "start", ",".join(sorted({v.device or tg.default_device() for v in vs})))  # waits for the devices' locks
+  progress("timing", "start", ",".join(sorted(set(devices))))  # waits for the devices' locks
   every = max(1, (warmup + repeats) // 10)  # about ten progress reports, outside the timed kernels
   start, r = time.perf_counter(), 0
   while (ended := _stop(totals, r - warmup, repeats, target_width, budget_s, max_repeats, time.perf_counter() - start)) is None:
@@ -79,7 +80,6 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
     r += 1
   progress("timing", "done", f"{warmup} warmup + {r - warmup} repeats ({ended})")
   sampling = {"repeats": r - warmup, "ended": ended, "target_width": target_width, "budget_s": budget_s}
-  devices = [v.device or tg.default_device() for v in vs]
   if compile_repeats: progress("compile timing", "start", f"every variant's kernels compiled {compile_repeats} times, interleaved")
   compiles = time_compiles(devices, sources, compile_repeats)
   out = []
