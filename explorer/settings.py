@@ -35,6 +35,9 @@ class Settings(BaseSettings):
   queue: str | None = Field(None, description="Redis URL of a job queue (redis://[:password@]host:6379/0): traces, studies and diff "
                            "measurements then run on `kernel-explorer worker` processes, on any machine, instead of this server's "
                            "own workers")
+  queue_secret: str | None = Field(None, min_length=MIN_TOKEN_CHARS, description="a secret the server and its queue workers share (at least "
+                                  "16 characters): each worker signs its results with it (HMAC-SHA256) and the server refuses a result that is "
+                                  "not signed with it, so a worker without it, or anyone else who can write to the broker, cannot answer a job")
   max_workers: int = Field(0, ge=0, description="trace workers running at once (0: the CPU count, at least 1)")
   max_queue: int = Field(16, ge=0, description="traces waiting for a worker before new ones get 503 with a Retry-After")
   queue_wait_s: float = Field(900.0, ge=0, description="a queued trace that waited longer than this is dropped with a message")
@@ -74,7 +77,7 @@ class Settings(BaseSettings):
 def _first_error(e: ValidationError) -> str:
   err = e.errors()[0]
   name = ENV_PREFIX + str(err["loc"][0]).upper() if err.get("loc") else "a setting"
-  if err.get("type") == "string_too_short" and name.endswith("TOKEN"):
+  if err.get("type") == "string_too_short" and name.endswith(("TOKEN", "SECRET")):
     return f"{name} must be at least {MIN_TOKEN_CHARS} characters; `kernel-explorer token` prints a fresh one"
   return f"{name}: {err['msg']}, got {err.get('input')!r}"
 

@@ -104,6 +104,10 @@ PRESETS: dict[str, ConvSpec] = {
 
 def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.items() if p == spec), None)
 
+# a rewrite blob's first bytes: tinygrad's rewrite log as plain data (explorer.tracing.adapter.encode_rewrite_log), the only kind that
+# may arrive from outside a process (a queue worker's result); the store's older blobs are pickles and lack it
+REWRITE_LOG_MAGIC = b"kernel-explorer rewrite log 1\n"
+
 # the stages of a trace, in order: explorer.tracing.trace records them, the web's jobs and the CLI report their progress
 STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
 
@@ -112,12 +116,26 @@ STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run"
 COMPUTE_DEVICES = ("METAL", "AMD", "NV", "CUDA", "CL", "CPU")
 DEVICE_RE = re.compile(r"([A-Z][A-Z0-9_]*)(:[0-9]{1,2})?")  # a device and, on multi-GPU hosts, its index: CUDA, CUDA:1
 
-def device_problem(device: str, offered: Sequence[str] = COMPUTE_DEVICES) -> str | None:
-  """Why `device` may not be used (None: it may): it must be one of `offered`, or one of them with an index (CUDA:1)."""
-  allowed = ", ".join(offered) or "none"
+SINGLE_INSTANCE = ("CPU",)  # tinygrad opens one of these: CPU:1 would compute what CPU does, under another trace id
+
+def normalize_device(device: str) -> str:
+  """The one name tinygrad means by `device` (its Device.canonicalize, made strict): an index 0 goes (CPU:0 and CPU:00 are CPU), another
+  loses its leading zeros (CUDA:01 is CUDA:1); SpecError for what is no device name, or for an index on a device of one instance."""
   if not isinstance(device, str) or not (m := DEVICE_RE.fullmatch(device)):
-    return f"device must be a device name such as CPU or CUDA:1; this server offers: {allowed}"
-  if m.group(1) not in offered: return f"device {m.group(1)} is not offered here; this server offers: {allowed}"
+    raise SpecError(f"device must be a device name such as CPU or CUDA:1, got {device!r:.40}")
+  name, index = m.group(1), int(m.group(2)[1:]) if m.group(2) else 0
+  if index == 0: return name
+  if name in SINGLE_INSTANCE: raise SpecError(f"device {device}: {name} has one instance; name it {name}")
+  return f"{name}:{index}"
+
+def device_problem(device: str, offered: Sequence[str] = COMPUTE_DEVICES) -> str | None:
+  """Why `device` may not be used (None: it may): it must be a device name that is its own normal form (normalize_device) and one of
+  `offered`, or one of them with an index (CUDA:1)."""
+  allowed = ", ".join(offered) or "none"
+  try: normal = normalize_device(device)
+  except SpecError as e: return f"{e}; this server offers: {allowed}"
+  if normal != device: return f"device {device} is {normal}: name it so"
+  if normal.split(":")[0] not in offered: return f"device {normal.split(':')[0]} is not offered here; this server offers: {allowed}"
   return None
 
 OPT_RE = re.compile(r"heuristic|none|beam:[1-9][0-9]*")
@@ -196,6 +214,8 @@ class Variant:
     if bad := [t for t in self.targets if t not in TARGETS]: raise SpecError(f"unknown target(s) {', '.join(bad)}; known: {', '.join(TARGETS)}")
     if len(set(self.targets)) != len(self.targets): raise SpecError("targets are listed more than once")
     one_of("cuda_arch", CUDA_ARCHES); one_of("metal_arch", METAL_ARCHES)
+    if self.device is not None and normalize_device(self.device) != self.device:
+      raise SpecError(f"device {self.device} is {normalize_device(self.device)}: name it so")
     if bad := [r for r in self.rewrites if not isinstance(r, str) or not REWRITE_RE.fullmatch(r)]:
       raise SpecError(f"unknown rewrite(s) {', '.join(map(repr, bad))}; known: {', '.join(i.usage for i in REWRITES.values())}")
     if len({r.split(':')[0] for r in self.rewrites}) != len(self.rewrites): raise SpecError("a rewrite is listed more than once")

@@ -425,7 +425,8 @@ def load_trace_file(path: str) -> dict:
   if isinstance(t, dict) and "trace" in t and "kernels" not in t: t = t["trace"]  # a wrapped trace (the web API's shape)
   if not isinstance(t, dict) or not {"spec", "kernels", "buffers", "schedule", "env"} <= set(t):
     raise SpecError(f"{path} is not a Kernel Explorer trace (run `kernel-explorer trace ... --json PATH`)")
-  return t
+  from explorer.schema import validate_trace  # pydantic: only where a file is read
+  return dict(validate_trace({k: v for k, v in t.items() if k not in ("id", "url")}, path))  # a file is data from elsewhere: checked
 
 def find_stored(trace_id: str, db: str | None, what: str) -> tuple[Store, dict, bytes | None]:
   """The store, the trace and its rewrite blob for an argument that names a stored trace id; SpecError ("{what}, and ...") when

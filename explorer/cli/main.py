@@ -5,7 +5,8 @@ from typing import Any, Callable, Sequence
 from explorer.cli.progress import StepBars
 from explorer.text import ms, si, table
 from explorer.spec import (COMPUTE_DEVICES, CONSTS, CUDA_ARCHES, METAL_ARCHES, PRESETS, STAGES, STAGINGS, STUDY_CI_WIDTH,
-                           STUDY_COMPILE_REPEATS, TARGET_LABELS, TARGETS, TILES, WINO_IMPLS, ConvSpec, SpecError, Variant, device_problem)
+                           STUDY_COMPILE_REPEATS, TARGET_LABELS, TARGETS, TILES, WINO_IMPLS, ConvSpec, SpecError, Variant, device_problem,
+                           normalize_device)
 
 class UsageError(Exception): pass
 
@@ -56,6 +57,7 @@ def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
     base = PRESETS[a.preset or "small"]
     spec = ConvSpec(base.batch, base.cin, base.cout, base.height, base.width, base.kernel, a.stride, a.padding, a.groups, a.dtype)
   targets = tuple(t.strip() for t in a.target.split(",") if t.strip())
+  if a.device is not None: a.device = normalize_device(a.device)  # CPU:0 is CPU: one computation, one trace id
   if a.device is not None and device_problem(a.device) is not None:  # the CLI may use any tinygrad device; the server offers only these
     print(f"kernel-explorer: warning: {a.device} is none of the compute devices {', '.join(COMPUTE_DEVICES)}: it may read or write files, "
           "open sockets or emulate kernels (timings would not be native)", file=sys.stderr)
@@ -236,6 +238,8 @@ def cmd_worker(a: argparse.Namespace) -> int:
   try: url = Settings.load(queue=a.queue).queue
   except ValueError as e: raise UsageError(str(e)) from None
   if not url: raise UsageError("worker needs the job queue's URL: --queue redis://HOST:6379/0 (or KERNEL_EXPLORER_QUEUE)")
+  try: a.device = [normalize_device(d) for d in a.device]
+  except SpecError as e: raise UsageError(f"--device: {e}") from None
   for d in a.device:
     if (why := device_problem(d)) is not None: raise UsageError(f"--device: {why}")
   if a.concurrency < 1: raise UsageError("--concurrency must be at least 1")

@@ -3,45 +3,72 @@ inputs (seeded as the trace seeded them), the same convolution, and the environm
 WINO, NOOPT, BEAM, DEBUG=2 so that tinygrad prints each kernel it runs). A finding can be filed in tinygrad's issue tracker as is.
 
 The explorer's own Winograd and its custom codegen rewrites are not in tinygrad: a script for such a trace imports them from the
-explorer package, and says so at its top. Pure text: no tinygrad here."""
+explorer package, and says so at its top. Pure text: no tinygrad here.
+
+A trace may come from elsewhere (a shared file, a queue worker): nothing of it lands in the script as code. Its spec and variant pass
+their own validation (numbers, and names from fixed lists), every other value is written as a Python literal (repr), and its text
+(label, device, id) reaches the docstring and comments only through `docstring` and `comment`, which cannot be broken out of. A
+captured program's reproducer is that program's own source, as the trace recorded it: `program_script` says so at its top."""
 from __future__ import annotations
-import math
-from explorer.spec import ConvSpec, Variant
+import math, re
+from explorer.spec import ConvSpec, SpecError, Variant, normalize_device
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+def comment(text: object, limit: int = 300) -> str:
+  """text for a # comment: one line of printable characters (no newline, carriage return or line separator can end the comment)."""
+  return _UNPRINTABLE.sub(" ", str(text))[:limit]
+
+def docstring(text: str) -> str:
+  """A triple-quoted literal of text: backslashes and double quotes escaped, so no sequence of its characters ends the string early;
+  control characters but newlines dropped."""
+  clean = _UNPRINTABLE.sub(lambda m: m.group(0) if m.group(0) == "\n" else " ", text)
+  return '"""' + clean.replace("\\", "\\\\").replace('"', '\\"') + '"""'
+
+def checked(trace: dict) -> tuple[ConvSpec | None, Variant, str]:
+  """The trace's spec (None for a captured program), variant and device, each through its own validation (SpecError, one line)."""
+  try:
+    spec = ConvSpec.from_dict(dict(trace["spec"])).validate(memory_budget=1 << 62) if trace.get("spec") is not None else None
+    variant = Variant.from_dict(dict(trace["variant"])).validate(max_repeats=1 << 30, max_beam=1 << 10)
+    device = normalize_device(trace["env"]["device"])
+  except (KeyError, TypeError, AttributeError) as e: raise SpecError(f"the trace lacks what a reproducer needs ({type(e).__name__}: {e})") from None
+  return spec, variant, device
 
 def environment(trace: dict) -> dict[str, str]:
-  """The variables tinygrad reads that this trace depends on."""
-  variant = Variant.from_dict(trace["variant"])
-  env = {"DEV": trace["env"]["device"], "DEBUG": "2"}
+  """The variables tinygrad reads that this trace depends on (DEV names the device's kind: tinygrad reads DEV=CUDA:1 as CUDA's renderer
+  "1", so an index goes on the tensors instead)."""
+  _, variant, device = checked(trace)
+  env = {"DEV": device.split(":")[0], "DEBUG": "2"}
   if variant.algo == "winograd" and variant.wino_impl == "builtin": env["WINO"] = "1"
   if variant.opt == "none": env["NOOPT"] = "1"
-  elif variant.opt.startswith("beam:"): env["BEAM"] = variant.opt.split(":")[1]
+  elif variant.opt.startswith("beam:"): env["BEAM"] = str(variant.beam)
   return env
 
 def _conv(spec: ConvSpec, variant: Variant) -> list[str]:
   if variant.algo == "winograd" and variant.wino_impl == "explorer":
     return ["from explorer.tracing.algorithms.winograd import winograd_explorer  # the explorer's Winograd (not in tinygrad)",
             f"out = winograd_explorer(x, w, SPEC, tile={variant.tile!r}, staging={variant.staging!r}, consts={variant.consts!r})"]
-  return [f"out = x.conv2d(w, stride={spec.stride}, padding={spec.pad}, groups={spec.groups})"
+  return [f"out = x.conv2d(w, stride={int(spec.stride)!r}, padding={int(spec.pad)!r}, groups={int(spec.groups)!r})"
           + ("  # WINO=1: tinygrad's builtin Winograd" if variant.algo == "winograd" else "")]
 
 def repro_script(trace: dict, trace_id: str) -> str:
   """The script. Running it prints tinygrad's own DEBUG=2 line for every kernel, the output's shape and a checksum."""
-  if trace.get("spec") is None: return program_script(trace, trace_id)
-  spec, variant = ConvSpec.from_dict(trace["spec"]), Variant.from_dict(trace["variant"])
+  spec, variant, device = checked(trace)
+  if spec is None: return program_script(trace, trace_id)
   env = environment(trace)
   explorer = variant.wino_impl == "explorer" and variant.algo == "winograd"
   needs = ("It needs the explorer package (pip install kernel-explorer) for the explorer's own Winograd; tinygrad alone runs the rest."
            if explorer else "It needs tinygrad and numpy only.")
-  lost = [f"# Not reproduced here: the custom codegen rewrites {', '.join(variant.rewrites)} (the explorer runs them as extra passes)."] \
+  lost = [f"# Not reproduced here: the custom codegen rewrites {comment(', '.join(variant.rewrites))} (the explorer runs them as extra passes)."] \
          if variant.rewrites or variant.rewrite_file else []
   spec_line = ["from explorer.spec import ConvSpec", f"SPEC = ConvSpec.from_dict({spec.to_dict()!r})"] if explorer else []
+  on = f", device={device!r}" if ":" in device else ""  # an index: DEV names the kind only
+  about = (f"Reproduces Kernel Explorer trace {trace_id}: {trace.get('label', '')}\nrecorded with tinygrad {trace['env'].get('tinygrad', '?')} on "
+           f"{device}. {needs}\n\nRun it as it is (it sets the variables below unless they are set already), or e.g. "
+           + " ".join(f"{k}={v}" for k, v in env.items()) + " python this.py")
   lines = [
     "#!/usr/bin/env python3",
-    f'"""Reproduces Kernel Explorer trace {trace_id}: {trace.get("label", "")}',
-    f"recorded with tinygrad {trace['env'].get('tinygrad', '?')} on {trace['env'].get('device', '?')}. {needs}",
-    "",
-    "Run it as it is (it sets the variables below unless they are set already), or e.g. " + " ".join(f"{k}={v}" for k, v in env.items())
-    + ' python this.py"""',
+    docstring(about),
     *lost,
     "import os",
     *[f"os.environ.setdefault({k!r}, {v!r})" for k, v in env.items()],
@@ -50,8 +77,8 @@ def repro_script(trace: dict, trace_id: str) -> str:
     *spec_line,
     "",
     "rng = np.random.default_rng(0)  # the trace's inputs",
-    f"x = Tensor(rng.standard_normal({spec.input_shape!r}).astype({spec.dtype!r}))",
-    f"w = Tensor((rng.standard_normal({spec.weight_shape!r}) / np.sqrt({math.prod(spec.weight_shape[1:])})).astype({spec.dtype!r}))",
+    f"x = Tensor(rng.standard_normal({spec.input_shape!r}).astype({spec.dtype!r}){on})",
+    f"w = Tensor((rng.standard_normal({spec.weight_shape!r}) / np.sqrt({math.prod(spec.weight_shape[1:])!r})).astype({spec.dtype!r}){on})",
     "Tensor.realize(x, w)",
     *_conv(spec, variant),
     "y = out.numpy()  # DEBUG=2: tinygrad prints each kernel as it runs",
@@ -59,19 +86,23 @@ def repro_script(trace: dict, trace_id: str) -> str:
   ]
   return "\n".join(lines) + "\n"
 
+RUNS_PROGRAM = ("# This script runs the program's own source, as the trace recorded it (a captured program's reproducer is that program):",
+                "# read it before you run it, as you would any script you were sent.")
+
 def program_script(trace: dict, trace_id: str) -> str:
   """A captured program's reproducer, with the environment set: a --script run's source as it ran (its --fn called as the worker
   called it), or the file (or notebook cell) that held an `explorer.capture` block, with the explorer's names replaced by a stand-in
-  so that the block runs on tinygrad alone."""
+  so that the block runs on tinygrad alone. It runs that source: it says so at its top."""
   program, env = trace.get("program") or {}, environment(trace)
   env.pop("WINO", None)
-  head = [f"# Reproduces Kernel Explorer trace {trace_id}: {trace.get('label', '')}, recorded with tinygrad {trace['env'].get('tinygrad', '?')}",
-          "import os", *[f"os.environ.setdefault({k!r}, {v!r})" for k, v in env.items()]]
+  about = (f"Reproduces Kernel Explorer trace {trace_id}: {trace.get('label', '')}, recorded with tinygrad {trace['env'].get('tinygrad', '?')}")
+  head = [docstring(about), *RUNS_PROGRAM, "import os", *[f"os.environ.setdefault({k!r}, {v!r})" for k, v in env.items()]]
   source, origin = program.get("source"), program.get("origin") or {"kind": "script", "fn": None}
+  if not isinstance(source, str): source = None
   if source and origin["kind"] == "script" and origin.get("fn"):
     body = ["# the program's source, run as `kernel-explorer trace --script --fn` ran it: as a module, then its function",
             f"SOURCE = {source!r}", "namespace = {'__name__': 'explorer_script'}",
-            "exec(compile(SOURCE, 'script.py', 'exec'), namespace)", f"namespace[{origin['fn']!r}]()"]
+            "exec(compile(SOURCE, 'script.py', 'exec'), namespace)", f"namespace[{str(origin['fn'])!r}]()"]
     return "\n".join(head + body) + "\n"
   if source and origin["kind"] == "script":
     return "\n".join(head + ["# the program's source, as `kernel-explorer trace --script` ran it:", source]) + "\n"

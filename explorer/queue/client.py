@@ -12,7 +12,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from explorer.queue.protocol import (BEAT_S, JOBS, RESULT_TTL_S, QueueJobFailed, QueueUnavailable, beat_key, device_of, queue_name,
-                                     safe_url)
+                                     safe_url, unseal)
 
 Progress = Callable[[str, str, str], None]
 POLL_S = 0.3
@@ -23,9 +23,10 @@ WORKER_DIED = object()
 T = TypeVar("T")
 
 class QueueClient:
-  """One broker (a redis:// URL; its password stays out of every message)."""
-  def __init__(self, url: str, connect_timeout_s: float = 3.0):
-    self.url, self.where = url, safe_url(url)
+  """One broker (a redis:// URL; its password stays out of every message). With a secret (settings.queue_secret) a result counts
+  only when its worker signed it with that secret (explorer.queue.protocol.unseal); max_result_bytes bounds each rewrite blob."""
+  def __init__(self, url: str, connect_timeout_s: float = 3.0, secret: str | None = None, max_result_bytes: int = 256 << 20):
+    self.url, self.where, self.secret, self.max_result_bytes = url, safe_url(url), secret, max_result_bytes
     self.connection = redis.Redis.from_url(url, socket_connect_timeout=connect_timeout_s, socket_timeout=30, health_check_interval=10)
 
   def _queue(self, device: str | None) -> Queue:
@@ -118,7 +119,7 @@ class QueueClient:
       events = job.meta.get("progress", [])
       for stage, state, detail in events[seen:]: progress(stage, state, detail)
       seen = len(events)
-      if status == JobStatus.FINISHED: return job.return_value()
+      if status == JobStatus.FINISHED: return unseal(job.return_value(), self.secret)
       if status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
         raise QueueJobFailed(job.meta.get("error") or _last_line(job) or f"the job {status.value}")
       if (word := _queue_word(job, status, serves)) not in (None, said):

@@ -6,9 +6,9 @@ import dataclasses, threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 from rq import get_current_job
-from explorer.queue.protocol import b64
+from explorer.queue.protocol import b64, seal
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, SpecError, Variant, device_problem
+from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, SpecError, Variant, device_problem, normalize_device
 
 Report = Callable[[str, str, str], None]
 
@@ -54,9 +54,10 @@ def _timeout(value: Any, extra_s: float = 0.0) -> float:
   return _within("timeout_s", value, 0, float(Settings.load().trace_timeout_s) + extra_s, above=True)
 
 def _device(device: Any) -> str | None:
-  """A job's device: None, or one this worker offers (CUDA:1 for CUDA)."""
+  """A job's device: None, or one this worker offers (CUDA:1 for CUDA), in its normal form."""
   offered = [d.split(":")[0] for d in DEVICES] or list(COMPUTE_DEVICES)
-  if device is not None and (why := device_problem(device, offered)) is not None: raise SpecError(f"device: {why.replace('server', 'worker')}")
+  if device is None: return None
+  if (why := device_problem(device := normalize_device(device), offered)) is not None: raise SpecError(f"device: {why.replace('server', 'worker')}")
   return device
 
 def _validated(spec: dict[str, Any], variant: dict[str, Any]) -> tuple[ConvSpec, Variant]:
@@ -97,7 +98,8 @@ def trace(spec: dict[str, Any], variant: dict[str, Any], timeout_s: float) -> di
     if v.device is None and DEVICES: v = dataclasses.replace(v, device=DEVICES[0])
     result = run_trace(s, v, progress=report, timeout_s=_timeout(timeout_s), limits=_limits())
     record_ran_on(result.trace, worker_name())
-    return {"trace": result.trace, "rewrites": b64(result.rewrites), "target_rewrites": {t: b64(b) for t, b in result.target_rewrites.items()}}
+    return seal({"trace": result.trace, "rewrites": b64(result.rewrites), "target_rewrites": {t: b64(b) for t, b in result.target_rewrites.items()}},
+                Settings.load().queue_secret)
 
 def study(kind: str, cases: list[list[Any]], params: dict[str, Any]) -> dict[str, Any]:
   """A whole study (explorer.analysis.study.run_studies) on this worker's device; each variant's trace comes back to be stored."""
@@ -116,7 +118,7 @@ def study(kind: str, cases: list[list[Any]], params: dict[str, Any]) -> dict[str
                    "target_rewrites": {t: b64(b) for t, b in result.target_rewrites.items()}})
       return trace_key(spec, variant)
     result = run_studies(kind, specs, progress=report, keep=keep, **params)
-    return {"result": {**result, "ran_on": ran_here(worker_name())}, "traces": kept}
+    return seal({"result": {**result, "ran_on": ran_here(worker_name())}, "traces": kept}, Settings.load().queue_secret)
 
 def measure(kind: str, a: dict[str, Any], b: dict[str, Any], repeats: int, warmup: int, timeout_s: float) -> dict[str, Any]:
   """A diff's measurement (interleaved re-timing, or the outputs compared) of two traces' variants, rebuilt from their specs."""
@@ -132,4 +134,4 @@ def measure(kind: str, a: dict[str, Any], b: dict[str, Any], repeats: int, warmu
       if side.get("spec") is not None: _validated(side["spec"], side["variant"])
     if kind == "timing": result = remeasure_interleaved(a, b, repeats, warmup, timeout_s, report)
     else: result = compare_outputs(a, b, timeout_s, report)
-    return {**result, "ran_on": ran_here(worker_name())}
+    return seal({**result, "ran_on": ran_here(worker_name())}, Settings.load().queue_secret)

@@ -12,28 +12,29 @@ if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 # compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
 for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
 
-import atexit, collections, contextlib, ctypes, difflib, functools, glob, itertools, linecache, math, pickle, platform, re, subprocess
-import sys, tempfile, time, zlib
+import atexit, collections, collections.abc, contextlib, ctypes, dataclasses, difflib, enum, functools, glob, io, itertools, linecache, math
+import pickle, platform, re, subprocess, sys, tempfile, time, zlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 import tinygrad
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.codegen import do_linearize, do_to_program, full_rewrite_to_sink, pm_to_program, to_program, to_program_cache, to_program_key
-from tinygrad.codegen.opt import tc
+from tinygrad.codegen.opt import Opt, OptOps, tc
 from tinygrad.device import Compiler
-from tinygrad.dtype import AddrSpace
+from tinygrad.dtype import AddrSpace, ConstFloat, DType, Invalid, InvalidType
 from tinygrad.engine.realize import compile_linear, run_linear, time_call
-from tinygrad.helpers import Context, Target, TracingKey, ansistrip
-from tinygrad.renderer import Renderer
+from tinygrad.helpers import Context, Metadata, Target, TracingKey, ansistrip
+from tinygrad.renderer import Estimates, Renderer
 from tinygrad.renderer.cstyle import ClangRenderer, CUDARenderer, MetalRenderer, OpenCLRenderer
 from tinygrad.renderer.llvmir import CPULLVMRenderer
 from tinygrad.renderer.ptx import PTXRenderer
 from tinygrad.renderer.wgsl import WGSLRenderer
 from tinygrad.uop import ops as uop_ops
-from tinygrad.uop.ops import (GroupOp, KernelInfo, Ops, PatternMatcher, ProgramInfo, RewriteTrace, UOp, UPat, graph_rewrite, multirange_str,
-                              rewrite_group)
+from tinygrad.schedule.indexing import BufferizeOpts
+from tinygrad.uop.ops import (AxisType, CallInfo, GroupOp, KernelInfo, Ops, ParamArg, PatternMatcher, ProgramInfo, RewriteTrace, TrackedGraphRewrite,
+                              UOp, UPat, graph_rewrite, multirange_str, rewrite_group)
 import tinygrad.device
-from explorer.spec import COMPUTE_DEVICES
+from explorer.spec import COMPUTE_DEVICES, REWRITE_LOG_MAGIC
 
 # the public names the rest of the explorer uses: it imports tinygrad only through this module
 __all__ = ["AddrSpace", "Context", "Device", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes"]
@@ -154,19 +155,225 @@ def passes_since(mark: int, base: int) -> list[tuple[str, list[Pass]]]:
           for g, (k, ctxs) in enumerate(zip(uop_ops.tracked_keys[mark:], uop_ops.tracked_ctxs[mark:]), start=mark)]
 
 def export_rewrites(base: int) -> bytes:
-  """tinygrad's own RewriteTrace from base on, compressed: enough to rebuild any intermediate graph later, in another process."""
-  keys = [replace(k, ret=None, tb=None) for k in uop_ops.tracked_keys[base:]]  # ret may hold a renderer, which re-inits when unpickled
-  return zlib.compress(pickle.dumps(RewriteTrace(keys, uop_ops.tracked_ctxs[base:], uop_ops.uop_fields)), 1)
+  """tinygrad's own RewriteTrace from base on, as data (encode_rewrite_log): enough to rebuild any intermediate graph later, in
+  another process. ret and tb stay behind (ret may hold a renderer, tb is VIZ's Python stack)."""
+  keys = [replace(k, ret=None, tb=None) for k in uop_ops.tracked_keys[base:]]
+  return encode_rewrite_log(RewriteTrace(keys, uop_ops.tracked_ctxs[base:], uop_ops.uop_fields))
 
 def trace_num(u: UOp) -> int: return u.trace_num
 
-# ***** graphs: expand lazily from the rewrite blob, with tinygrad's own viewer code *****
+# ***** graphs: expand lazily from the rewrite blob, with tinygrad# ***** the rewrite log as data: what a trace stores and what may cross a wire *****
+# A rewrite blob is tinygrad's RewriteTrace written as plain data (numbers, strings, bytes, lists and dicts), never as pickled objects:
+# loading one builds each object itself, from a fixed list of tinygrad's data classes, with the blob's values as their fields. A blob
+# from outside this process (a queue worker's result, a stored row) can name no function and no other class, so loading it runs no
+# code of its choosing and alters no class or shared instance (the BUILD opcode of a pickle could).
+
+MAX_REWRITE_LOG_BYTES = 2 << 30  # a blob expands to at most this much (the largest seen: about 50 MiB, BEAM on a small Winograd)
+# tinygrad's data classes a recorded UOp's arg or tag may hold (read off the blobs of every preset, target, opt setting and a captured
+# training step), each rebuilt from its fields in order; and the enums, by member name
+LOG_CLASSES: dict[str, type] = {c.__name__: c for c in (KernelInfo, ProgramInfo, CallInfo, ParamArg, Opt, Estimates, BufferizeOpts, Target,
+                                                         Metadata)}
+LOG_ENUMS: dict[str, type[enum.Enum]] = {c.__name__: c for c in (Ops, AddrSpace, AxisType, OptOps)}
+_PLAIN = (type(None), bool, int, float, str, bytes)  # exact types: ConstFloat is a float subclass, and is tagged
+
+class BlobRefused(ValueError):
+  """A rewrite blob that is not one the explorer wrote: the message is one line."""
+
+class _Encoder:
+  """One RewriteTrace as plain data: each UOp's op and dtype by their index in a table, an arg or tag as its value, with tuples as
+  lists and every other object as a dict ({"u": trace number} for a UOp, {"d": dtype index}, {"e": enum, "n": member},
+  {"c": class, "a": [fields]}, {"f": float} for a ConstFloat, {"i": 1} for Invalid, {"s": [...]} for a frozenset). An object of any
+  other class is kept as its repr ({"r": text}) and counted in `unstored`."""
+  def __init__(self) -> None:
+    self.dtypes: dict[DType, int] = {}
+    self.unstored: collections.Counter[str] = collections.Counter()
+
+  def dtype(self, d: DType) -> int: return self.dtypes.setdefault(d, len(self.dtypes))
+
+  def value(self, x: Any) -> Any:
+    t = type(x)
+    if t in _PLAIN: return x
+    if t is tuple: return [self.value(e) for e in x]
+    if t is UOp: return {"u": x.trace_num}
+    if t is DType: return {"d": self.dtype(x)}
+    if t is ConstFloat: return {"f": float(x)}
+    if t is InvalidType: return {"i": 1}
+    if t is frozenset: return {"s": [self.value(e) for e in x]}
+    if LOG_ENUMS.get(t.__name__) is t: return {"e": t.__name__, "n": x.name}
+    if LOG_CLASSES.get(t.__name__) is t: return {"c": t.__name__, "a": [self.value(getattr(x, f.name)) for f in dataclasses.fields(x)]}
+    self.unstored[f"{t.__module__}.{t.__name__}"] += 1
+    return {"r": repr(x)[:400]}
+
+def encode_rewrite_log(log: RewriteTrace) -> bytes:
+  enc, fields = _Encoder(), log.uop_fields
+  ops = {o: i for i, o in enumerate(Ops)}
+  keys = [[k.display_name, enc.value(tuple(k.keys))] for k in log.keys]
+  rewrites = [[[enc.value(getattr(r, f.name)) if f.name != "matches" else [[a, b, enc.value(loc), t] for a, b, loc, t in r.matches]
+                for f in dataclasses.fields(r)] for r in group] for group in log.rewrites]
+  columns: dict[str, list] = {"num": [], "op": [], "dtype": [], "src": [], "arg": [], "tag": [], "meta": []}
+  done = 0
+  while done < len(fields):  # a UOp in an arg is numbered (and recorded) as it is met: those are written in the next round
+    for num, (op, dtype, src, arg, tag, *meta) in list(fields.items())[done:]:
+      columns["num"].append(num); columns["op"].append(ops[op]); columns["dtype"].append(enc.dtype(dtype)); columns["src"].append(src)
+      columns["arg"].append(arg if type(arg) in _PLAIN else enc.value(arg)); columns["tag"].append(tag if tag is None else enc.value(tag))
+      columns["meta"].append(enc.value(meta[0]) if meta else None)
+      done += 1
+  if enc.unstored: ENCODER_UNSTORED.update(enc.unstored)
+  body = {"ops": [o.name for o in ops], "dtypes": [[d.priority, d.bitsize, d.name, d.fmt] for d in enc.dtypes], "keys": keys, "rewrites": rewrites,
+          "fields": columns, "rewrite_fields": [f.name for f in dataclasses.fields(TrackedGraphRewrite)]}
+  return REWRITE_LOG_MAGIC + zlib.compress(pickle.dumps(body, protocol=5), 1)
+
+ENCODER_UNSTORED: collections.Counter[str] = collections.Counter()  # classes kept as their repr in this process (tests check it stays empty)
+
+class _DataOnly(pickle.Unpickler):
+  """Plain data only: any class or function a pickle names is refused before it is looked up."""
+  def find_class(self, module: str, name: str) -> Any:
+    raise BlobRefused(f"the rewrite blob names {module}.{name}: a rewrite log is plain data, so nothing was loaded")
+  def persistent_load(self, pid: Any) -> Any: raise BlobRefused("the rewrite blob asks for a persistent object: nothing was loaded")
+
+def _refused(why: str) -> BlobRefused: return BlobRefused(f"the rewrite blob is not one the explorer wrote: {why}")
+
+def _check(ok: bool, why: str) -> None:
+  if not ok: raise _refused(why)
+
+class _LogFields(collections.abc.Mapping):
+  """A rewrite log's UOp fields by trace number, each decoded when first read (tinygrad's viewer reads uop_fields[n] only)."""
+  def __init__(self, body: dict[str, Any]):
+    cols = body["fields"]
+    _check(isinstance(cols, dict) and all(isinstance(cols.get(c), list) and len(cols[c]) == len(cols["num"]) for c in
+                                          ("num", "op", "dtype", "src", "arg", "tag", "meta")), "its UOp fields are not columns of one length")
+    self.cols, self.row = cols, {n: i for i, n in enumerate(cols["num"]) if type(n) is int}
+    _check(len(self.row) == len(cols["num"]), "a UOp's trace number is not a whole number, or repeats")
+    _check(isinstance(body["ops"], list) and all(isinstance(n, str) and n in Ops.__members__ for n in body["ops"]), "it names an op tinygrad lacks")
+    self.ops = [Ops[n] for n in body["ops"]]
+    _check(isinstance(body["dtypes"], list) and all(isinstance(d, list) and len(d) == 4 and type(d[0]) is int and type(d[1]) is int
+                                                   and isinstance(d[2], str) and (d[3] is None or isinstance(d[3], str)) for d in body["dtypes"]),
+           "a dtype is not (priority, bits, name, format)")
+    self.dtypes = [DType(*d) for d in body["dtypes"]]
+    self.decoded: dict[int, tuple] = {}
+    self.built: dict[int, UOp] = {}
+
+  def __len__(self) -> int: return len(self.row)
+  def __iter__(self) -> Iterator[int]: return iter(self.row)
+  def __getitem__(self, num: int) -> tuple:
+    if (got := self.decoded.get(num)) is not None: return got
+    i, c = self.row[num], self.cols
+    op, dtype, src = c["op"][i], c["dtype"][i], c["src"][i]
+    _check(type(op) is int and 0 <= op < len(self.ops) and type(dtype) is int and 0 <= dtype < len(self.dtypes), f"UOp {num} has no such op or dtype")
+    _check(type(src) is tuple and all(type(s) is int and s in self.row for s in src), f"UOp {num} has a source the log lacks")
+    got = (self.ops[op], self.dtypes[dtype], src, self.value(c["arg"][i]), self.value(c["tag"][i]))
+    if c["meta"][i] is not None: got += (self.value(c["meta"][i]),)
+    self.decoded[num] = got
+    return got
+
+  def uop(self, num: int) -> UOp:
+    """The recorded UOp with every source (built bottom-up without recursion: graphs can be thousands of UOps deep)."""
+    _check(type(num) is int and num in self.row, f"it refers to UOp {num!r}, which it lacks")
+    todo = [num]
+    while todo:
+      n = todo[-1]
+      if n in self.built: todo.pop(); continue
+      op, dtype, src, arg, tag, *meta = self[n]
+      if missing := [s for s in src if s not in self.built]: todo.extend(missing); continue
+      self.built[n] = UOp(op, dtype, tuple(self.built[s] for s in src), arg, tag, *meta)
+      todo.pop()
+    return self.built[num]
+
+  def value(self, x: Any) -> Any:
+    t = type(x)
+    if t in _PLAIN: return x
+    if t is list: return tuple(self.value(e) for e in x)
+    _check(t is dict and len(x) in (1, 2), f"a value of type {t.__name__} is not plain data")
+    if "u" in x: return self.uop(x["u"])
+    if "d" in x:
+      _check(type(x["d"]) is int and 0 <= x["d"] < len(self.dtypes), "a dtype index is out of range")
+      return self.dtypes[x["d"]]
+    if "f" in x and type(x["f"]) is float: return ConstFloat(x["f"])
+    if "i" in x: return Invalid
+    if "s" in x and type(x["s"]) is list: return frozenset(self.value(e) for e in x["s"])
+    if "r" in x and type(x["r"]) is str: return x["r"]
+    if "e" in x:
+      kind = LOG_ENUMS.get(x["e"]) if isinstance(x["e"], str) else None
+      member = kind.__members__.get(x.get("n")) if kind is not None and isinstance(x.get("n"), str) else None
+      _check(member is not None, f"no enum member {x!r:.80}")
+      return member
+    if "c" in x:
+      cls, args = LOG_CLASSES.get(x["c"]), x.get("a")
+      _check(cls is not None and type(args) is list and len(args) == len(dataclasses.fields(cls)),
+             f"no class of the rewrite log is {x.get('c')!r:.60} with those fields")
+      try: return cls(*(self.value(a) for a in args))  # type: ignore[misc]
+      except (TypeError, ValueError) as e: raise _refused(f"{x['c']} does not take those fields ({e})") from None
+    raise _refused(f"a value {x!r:.80} is not plain data")
+
+def decode_rewrite_log(blob: bytes) -> RewriteTrace:
+  """A rewrite blob back as tinygrad's RewriteTrace (UOp fields decoded as they are read); BlobRefused, one line, for anything that is not
+  plain data of the shape encode_rewrite_log writes. A blob from before this format (a pickled RewriteTrace) loads through
+  load_legacy_rewrite_log."""
+  if not blob.startswith(REWRITE_LOG_MAGIC): return load_legacy_rewrite_log(blob)
+  try:
+    inflate = zlib.decompressobj()
+    data = inflate.decompress(blob[len(REWRITE_LOG_MAGIC):], MAX_REWRITE_LOG_BYTES)
+    _check(not inflate.unconsumed_tail, f"it expands past {MAX_REWRITE_LOG_BYTES >> 20} MiB")
+    body = _DataOnly(io.BytesIO(data)).load()
+  except BlobRefused: raise
+  except (zlib.error, pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, RecursionError, MemoryError) as e:
+    raise _refused(f"{type(e).__name__}: {str(e)[:120]}") from None
+  _check(isinstance(body, dict) and {"ops", "dtypes", "keys", "rewrites", "fields", "rewrite_fields"} <= set(body), "it lacks a part of the log")
+  names = [f.name for f in dataclasses.fields(TrackedGraphRewrite)]
+  _check(body["rewrite_fields"] == names, f"its rewrites have the fields {body['rewrite_fields']!r:.100}, tinygrad's have {names}")
+  fields = _LogFields(body)
+  _check(isinstance(body["keys"], list) and all(isinstance(k, list) and len(k) == 2 and isinstance(k[0], str) for k in body["keys"]),
+         "a key is malformed")
+  keys = [TracingKey(name, tuple(fields.value(v)) if isinstance(v, list) else (), None, None) for name, v in body["keys"]]
+  _check(isinstance(body["rewrites"], list) and all(isinstance(g, list) and all(isinstance(r, list) and len(r) == len(names) for r in g)
+                                                     for g in body["rewrites"]), "a rewrite is malformed")
+  def rewrite(r: list) -> TrackedGraphRewrite:
+    got = dict(zip(names, r))
+    _check(isinstance(got["matches"], list) and all(isinstance(m, list) and len(m) == 4 and m[0] in fields.row and m[1] in fields.row
+                                                    and type(m[3]) is float for m in got["matches"]), "a rewrite's matches are malformed")
+    _check(type(got["sink"]) is int and got["sink"] in fields.row, "a rewrite starts from a UOp the log lacks")
+    got = {k: tuple(tuple(m[:2]) + (fields.value(m[2]), m[3]) for m in v) if k == "matches" else fields.value(v) for k, v in got.items()}
+    got["matches"] = list(got["matches"])
+    return TrackedGraphRewrite(**got)
+  return RewriteTrace(keys, [[rewrite(r) for r in g] for g in body["rewrites"]], fields)  # type: ignore[arg-type]
+
+# the classes a pickled RewriteTrace (the blobs of traces stored before the data format) may name, by module
+LEGACY_LOG_CLASSES: dict[str, frozenset[str]] = {
+  "tinygrad.uop.ops": frozenset({"RewriteTrace", "TrackedGraphRewrite", "UOp", "KernelInfo", "ProgramInfo", "CallInfo", "ParamArg", "AxisType"}),
+  "tinygrad.uop": frozenset({"Ops"}), "tinygrad.dtype": frozenset({"DType", "AddrSpace", "ConstFloat", "InvalidType"}),
+  "tinygrad.helpers": frozenset({"TracingKey", "Target", "Metadata"}), "tinygrad.codegen.opt": frozenset({"Opt", "OptOps"}),
+  "tinygrad.renderer": frozenset({"Estimates"}), "tinygrad.schedule.indexing": frozenset({"BufferizeOpts"}),
+}
+
+class _LegacyUnpickler(pickle.Unpickler):
+  def find_class(self, module: str, name: str) -> Any:
+    if name in LEGACY_LOG_CLASSES.get(module, ()): return super().find_class(module, name)
+    raise BlobRefused(f"the rewrite blob names {module}.{name}, which is not among the classes tinygrad's rewrite log holds: nothing was loaded")
+  def persistent_load(self, pid: Any) -> Any: raise BlobRefused("the rewrite blob asks for a persistent object: nothing was loaded")
+
+def load_legacy_rewrite_log(blob: bytes) -> RewriteTrace:
+  """A pickled RewriteTrace (traces stored before the data format), through an unpickler that admits only LEGACY_LOG_CLASSES: a name
+  outside them (os.system, a Buffer, a renderer) is refused before it is looked up. Such a pickle could still set attributes of those
+  classes in this process; the store's own rows are the only source of such blobs (a queue result must be data: explorer.schema)."""
+  try:
+    inflate = zlib.decompressobj()
+    data = inflate.decompress(blob, MAX_REWRITE_LOG_BYTES)
+    _check(not inflate.unconsumed_tail, f"it expands past {MAX_REWRITE_LOG_BYTES >> 20} MiB")
+    log = _LegacyUnpickler(io.BytesIO(data)).load()
+  except BlobRefused: raise
+  except (zlib.error, pickle.UnpicklingError, EOFError, TypeError, ValueError, AttributeError, IndexError, KeyError, RecursionError) as e:
+    raise _refused(f"{type(e).__name__}: {str(e)[:120]}") from None
+  _check(isinstance(log, RewriteTrace) and isinstance(log.keys, list) and isinstance(log.rewrites, list) and isinstance(log.uop_fields, dict),
+         f"it holds a {type(log).__name__}, not tinygrad's rewrite log")
+  return log
 
 class RewriteBlob:
   """A loaded rewrite trace. Rebuilding a graph replays tinygrad's recorded matches, so callers should cache results."""
   def __init__(self, blob: bytes):
     from tinygrad.viz.serve import VizData
-    self.data = VizData(pickle.loads(zlib.decompress(blob)))
+    log = decode_rewrite_log(blob)
+    self.data = VizData(log)
+    if isinstance(log.uop_fields, _LogFields): self.data.all_uops.update(log.uop_fields.built)
 
   def sink(self, trace_num: int) -> UOp:
     from tinygrad.viz.serve import _reconstruct

@@ -123,10 +123,10 @@ def forget_trace(app: FastAPI, trace_id: str) -> None:
   app.state.traces.forget(trace_id)
   if (cache := getattr(app.state, "response_cache", None)) is not None: cache.forget(trace_id)
 
-def _queue_client(url: str) -> Any:
+def _queue_client(settings: Settings) -> Any:
   try: from explorer.queue.client import QueueClient
   except ImportError: raise ValueError(NEEDS_EXTRA) from None
-  return QueueClient(url)
+  return QueueClient(str(settings.queue), secret=settings.queue_secret, max_result_bytes=int(settings.max_output_mb) << 20)
 
 def create_app(db_path: str | None = None, settings: Settings | None = None, runner=None, graph_workers: int = 1,
                devices: DeviceCatalog | None = None, study_runner=None) -> FastAPI:
@@ -153,7 +153,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.state.settings = settings
   app.state.store = store
   app.state.traces = TraceCache(store)
-  queue = _queue_client(str(settings.queue)) if settings.queue else None
+  queue = _queue_client(settings) if settings.queue else None
   # with a job queue this server only follows jobs: the queue's workers are the limit, and max_queue bounds what waits there
   parallel = settings.workers if queue is None else int(settings.max_queue) + 1
   app.state.jobs = JobManager(store, parallel=parallel, timeout_s=float(settings.trace_timeout_s), runner=runner, max_queue=int(settings.max_queue),

@@ -1,11 +1,11 @@
 """Lookups the API and the pages share: a trace or its job by id, its status, request resolution."""
 from __future__ import annotations
-import asyncio
+import asyncio, dataclasses
 from typing import Sequence
 from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, TARGETS, ConvSpec, SpecError, Variant, device_problem
+from explorer.spec import COMPUTE_DEVICES, TARGETS, ConvSpec, SpecError, Variant, device_problem, normalize_device
 from explorer.store import trace_key
 from explorer.web.access import has_token, is_loopback
 from explorer.web.devices import DevicesUnavailable
@@ -84,10 +84,14 @@ async def status_of(request: Request, trace_id: str) -> dict | None:
   return {**stored_job_status(row), "url": trace_url(trace_id), "cached": False} if row is not None else None
 
 def resolve_request(req: TraceRequest, settings: Settings, offered: Sequence[str] = COMPUTE_DEVICES) -> tuple[ConvSpec, Variant]:
-  """Spec and variant, validated with this server's limits and devices (SpecError -> 422). The variant is kept as asked: the key
-  hashes it."""
-  if req.variant.device is not None and (why := device_problem(req.variant.device, offered)) is not None: raise SpecError(f"variant.device: {why}")
+  """Spec and variant, validated with this server's limits and devices (SpecError -> 422). The variant is kept as asked, its device
+  normalized (CPU:0 is CPU): the key hashes it."""
   spec, variant = req.to_spec(), req.variant.to_variant()
+  if variant.device is not None:
+    try: device = normalize_device(variant.device)
+    except SpecError as e: raise SpecError(f"variant.device: {e}") from None
+    if (why := device_problem(device, offered)) is not None: raise SpecError(f"variant.device: {why}")
+    variant = dataclasses.replace(variant, device=device)
   spec.validate(memory_budget=int(settings.memory_budget_mb) << 20)
   variant.validate(max_repeats=int(settings.max_repeats), max_beam=int(settings.max_beam))
   variant.resolve(spec)  # raises where Winograd does not apply and fallback is off
@@ -102,11 +106,23 @@ async def accepted_devices(request: Request) -> list[str]:
   try: return await request.app.state.devices.accepted()
   except DevicesUnavailable as e: raise HTTPException(503, str(e), headers={"Retry-After": "30"}) from None
 
+async def checked_device(request: Request, device: str, field: str) -> str:
+  """device in its normal form (CPU:0 is CPU), when this server accepts it; else SpecError (422) naming what it accepts. This host's
+  devices are listed (once, in a worker) only for the name of a compute device, or to say what is accepted."""
+  async def accepted() -> str:
+    try: return ", ".join(await request.app.state.devices.accepted()) or "none"
+    except DevicesUnavailable: return "this host's compute devices (they could not be listed just now)"
+  try: normal = normalize_device(device)
+  except SpecError as e: raise SpecError(f"{field}: {e}; this server accepts: {await accepted()}") from None
+  if normal.split(":")[0] not in COMPUTE_DEVICES:
+    raise SpecError(f"{field}: device {normal.split(':')[0]} is not offered here; this server accepts: {await accepted()}")
+  if (why := device_problem(normal, await accepted_devices(request))) is not None: raise SpecError(f"{field}: {why}")
+  return normal
+
 async def submit(request: Request, req: TraceRequest) -> tuple[dict, bool]:
   """Start (or join, or serve from the store) the trace of this request. Returns (status, started_now)."""
-  resolve_request(req, request.app.state.settings)  # a device outside COMPUTE_DEVICES is refused before any device is opened
-  offered = await accepted_devices(request) if req.variant.device is not None else COMPUTE_DEVICES
-  spec, variant = resolve_request(req, request.app.state.settings, offered)
+  device = await checked_device(request, req.variant.device, "variant.device") if req.variant.device is not None else None
+  spec, variant = resolve_request(req, request.app.state.settings, [device.split(":")[0]] if device else COMPUTE_DEVICES)
   trace_id = trace_key(spec, variant)
   store, jobs = request.app.state.store, request.app.state.jobs
   if await asyncio.to_thread(store.has_trace, trace_id):

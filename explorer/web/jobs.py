@@ -220,7 +220,7 @@ class JobManager:
   def _run_trace(self, job: Job, progress: Callable[[str, str, str], None], resume: bool = False) -> Any:
     if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
     if self.queue is not None:
-      if resume: return remote.resume_trace(self.queue, job.id, progress)
+      if resume: return remote.resume_trace(self.queue, job.id, progress, job.spec, job.variant)
       return remote.run_trace(self.queue, job.id, job.spec, job.variant, progress, self.timeout_s)
     from explorer.tracing.run import run_trace  # no tinygrad import: run_trace spawns the process that imports it
     return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s, limits=self.limits, live=self.live)

@@ -1,42 +1,74 @@
 """The server's jobs run on queue workers (settings.queue): the same calls as the local ones (run_trace, run_studies, a diff's
-measurement) with the same progress and results, through explorer.queue.client. Results come back whole and the server stores them,
-so a stored trace is never half-written."""
+measurement) with the same progress and results, through explorer.queue.client. Results come back whole and are checked before the
+server keeps anything (explorer.queue.protocol: signed where the queue has a secret, the trace against its schema, rewrite blobs as
+data, and the computation the one that was asked for), so a stored trace is never half-written and never a worker's invention."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Sequence
-from explorer.queue.protocol import unb64
-from explorer.spec import ConvSpec, Variant
+from explorer.queue.protocol import ResultRefused, plain_json, trace_result
+from explorer.spec import ConvSpec, SpecError, Variant
 from explorer.tracing.run import TraceResult
 if TYPE_CHECKING: from explorer.queue.client import QueueClient
 
 Progress = Callable[[str, str, str], None]
 
-def _trace_result(out: dict[str, Any]) -> TraceResult:
-  return TraceResult(out["trace"], unb64(out["rewrites"]), target_rewrites={t: unb64(b) for t, b in out["target_rewrites"].items()})
+def _same_computation(trace: dict[str, Any], spec: ConvSpec, variant: Variant) -> None:
+  """The trace is of the asked spec and variant (the worker may fill in its device and a fallback's note), else ResultRefused."""
+  try: asked = variant.resolve(spec)
+  except SpecError: asked = variant
+  got = Variant.from_dict(trace["variant"])
+  def comparable(v: Variant) -> dict[str, Any]: return {k: x for k, x in v.to_dict().items() if k not in ("device", "notes")}
+  if trace["spec"] != spec.to_dict() or comparable(got) != comparable(asked) or (variant.device is not None and got.device != variant.device):
+    raise ResultRefused(f"the worker answered with a trace of {trace['label'][:200]!r}, not of the {spec.label()} | {variant.label()} asked for: "
+                        "refused, nothing kept")
+
+def _trace_result(client: QueueClient, out: Any, spec: ConvSpec | None = None, variant: Variant | None = None) -> TraceResult:
+  trace, blob, blobs = trace_result(out, client.max_result_bytes)
+  if spec is not None and variant is not None: _same_computation(dict(trace), spec, variant)
+  return TraceResult(dict(trace), blob, target_rewrites=blobs)
 
 def run_trace(client: QueueClient, trace_id: str, spec: ConvSpec, variant: Variant, progress: Progress, timeout_s: float) -> TraceResult:
   """The trace on a worker that offers its device (any worker when it names none)."""
   out = client.run("trace", {"spec": spec.to_dict(), "variant": variant.to_dict(), "timeout_s": timeout_s}, variant.device,
                    f"trace-{trace_id}", progress, timeout_s)
-  return _trace_result(out)
+  return _trace_result(client, out, spec, variant)
 
-def resume_trace(client: QueueClient, trace_id: str, progress: Progress) -> TraceResult:
-  """A trace this server had enqueued before it restarted."""
-  return _trace_result(client.resume(f"trace-{trace_id}", progress))
+def resume_trace(client: QueueClient, trace_id: str, progress: Progress, spec: ConvSpec | None = None,
+                 variant: Variant | None = None) -> TraceResult:
+  """A trace this server had enqueued before it restarted (spec and variant: its stored request, which the result must match)."""
+  return _trace_result(client, client.resume(f"trace-{trace_id}", progress), spec, variant)
 
 def run_study(client: QueueClient, study_id: str, kind: str, cases: Sequence[tuple[str, ConvSpec]], progress: Progress,
               keep: Callable[..., str], params: dict[str, Any]) -> dict:
   """explorer.analysis.study.run_studies on a worker with the study's device; each variant's trace comes back and is kept here."""
   timeout_s = float(params.get("timeout_s", 1800)) * (3 * len(cases) + 1)  # each case: its variants' traces and its timing
   args = {"kind": kind, "cases": [[name, spec.to_dict()] for name, spec in cases], "params": {**params, "targets": list(params.get("targets", ()))}}
-  return _study_result(client.run("study", args, params.get("device"), f"study-{study_id}", progress, timeout_s), keep)
+  return _study_result(client, client.run("study", args, params.get("device"), f"study-{study_id}", progress, timeout_s), keep, kind,
+                       [spec for _, spec in cases])
 
-def resume_study(client: QueueClient, study_id: str, progress: Progress, keep: Callable[..., str]) -> dict:
+def resume_study(client: QueueClient, study_id: str, progress: Progress, keep: Callable[..., str], kind: str | None = None,
+                 specs: Sequence[ConvSpec] | None = None) -> dict:
   """A study this server had enqueued before it restarted."""
-  return _study_result(client.resume(f"study-{study_id}", progress), keep)
+  return _study_result(client, client.resume(f"study-{study_id}", progress), keep, kind, specs)
 
-def _study_result(out: dict[str, Any], keep: Callable[..., str]) -> dict:
-  for t in out["traces"]: keep(ConvSpec.from_dict(t["spec"]), Variant.from_dict(t["variant"]), _trace_result(t))
-  result: dict = out["result"]
+STUDY_TRACE_KEYS = {"spec", "variant", "trace", "rewrites", "target_rewrites"}
+
+def _study_result(client: QueueClient, out: Any, keep: Callable[..., str], kind: str | None, specs: Sequence[ConvSpec] | None) -> dict:
+  """Every variant's trace checked (as a trace job's result, and of one of the study's cases) before any is kept; then the table."""
+  if not isinstance(out, dict) or set(out) != {"result", "traces"} or not isinstance(out["traces"], list):
+    raise ResultRefused("the worker's result is not a study's result (result, traces): refused, nothing kept")
+  result = plain_json(out["result"], "the worker's study result")
+  if not isinstance(result, dict) or (kind is not None and result.get("study") != kind) or not isinstance(result.get("cases"), list):
+    raise ResultRefused(f"the worker's study result is not a {kind or 'study'} study's table: refused, nothing kept")
+  checked = []
+  for t in out["traces"]:
+    if not isinstance(t, dict) or set(t) != STUDY_TRACE_KEYS:
+      raise ResultRefused("a trace of the worker's study result is malformed: refused, nothing kept")
+    res = _trace_result(client, {k: t[k] for k in ("trace", "rewrites", "target_rewrites")})
+    try: spec, variant = ConvSpec.from_dict(res.trace["spec"]), Variant.from_dict(res.trace["variant"])
+    except (SpecError, TypeError) as e: raise ResultRefused(f"a trace of the worker's study result: {e}") from None
+    if specs is not None and spec not in specs: raise ResultRefused(f"the worker's study traced {spec.label()}, which is not one of its cases")
+    checked.append((spec, variant, res))
+  for spec, variant, res in checked: keep(spec, variant, res)
   return result
 
 def _slim(trace: dict[str, Any]) -> dict[str, Any]:
@@ -47,5 +79,7 @@ def measure(client: QueueClient, job_id: str, kind: str, a: dict, b: dict, repea
             progress: Progress) -> dict:
   """A diff's measurement on a worker with A's device (comparable traces ran on one device)."""
   args = {"kind": kind, "a": _slim(a), "b": _slim(b), "repeats": repeats, "warmup": warmup, "timeout_s": timeout_s}
-  out: dict = client.run("measure", args, (a.get("env") or {}).get("device"), job_id, progress, timeout_s)
+  out = plain_json(client.run("measure", args, (a.get("env") or {}).get("device"), job_id, progress, timeout_s), "the worker's measurement")
+  if not isinstance(out, dict) or not isinstance(out.get("compared"), bool) or not isinstance(out.get("ran_on"), dict):
+    raise ResultRefused("the worker's result is not a measurement (compared, ran_on, ...): refused, nothing kept")
   return out

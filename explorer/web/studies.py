@@ -103,7 +103,8 @@ class StudyService:
       cases = cases_of(row["kind"], list(row["request"].get("presets", [])), specs)
       steps = len(study_steps(row["kind"], [s for _, s in cases]))
       run = self.runs[row["id"]] = StudyRun(row["id"], row["kind"], row["label"], row["request"], steps)
-      self._launch(run, functools.partial(remote.resume_study, self.queue, run.id, keep=self._keep))
+      self._launch(run, functools.partial(remote.resume_study, self.queue, run.id, keep=self._keep, kind=row["kind"],
+                                          specs=[s for _, s in cases]))
     return len(rows)
 
   def _launch(self, run: StudyRun, work: Callable[[Progress], dict]) -> None:

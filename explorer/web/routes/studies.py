@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from explorer.analysis.study import DEFAULT_PRESETS, tile_problem
 from explorer.present.study import case_views, render_export
 from explorer.queue.protocol import QueueUnavailable
-from explorer.spec import COMPUTE_DEVICES, PRESETS, STUDY_CI_WIDTH, SpecError, device_problem
+from explorer.spec import PRESETS, STUDY_CI_WIDTH, SpecError
 from explorer.web import deps
 from explorer.web.models import StudyRequest, StudyStatus, documented
 from explorer.web.routes.library import attachment
@@ -34,9 +34,7 @@ async def start_study(request: Request, body: StudyRequest) -> JSONResponse:
   """Returns at once; GET the returned url's API twin (/api/studies/{id}) for progress. Takes as long as its cases' traces plus up to
   budget_s of timing per case."""
   settings = request.app.state.settings
-  if body.device is not None:  # a device outside COMPUTE_DEVICES is refused before any device is opened
-    for offered in (COMPUTE_DEVICES, None):
-      if (why := device_problem(body.device, offered or await deps.accepted_devices(request))) is not None: raise SpecError(f"device: {why}")
+  if body.device is not None: body = body.model_copy(update={"device": await deps.checked_device(request, body.device, "device")})
   specs = [s.to_spec() for s in body.specs]
   for s in specs: s.validate(memory_budget=int(settings.memory_budget_mb) << 20)
   if body.repeats > int(settings.max_repeats): raise SpecError(f"repeats: at most {settings.max_repeats} on this server")

@@ -1,0 +1,433 @@
+"""The trace, typed: every record the engine writes (explorer.tracing.trace) and every reader reads, as TypedDicts (a trace stays a plain
+dict: JSON in, JSON out, no conversion on the hot path), and `validate_trace`, which checks a trace from outside this process (a queue
+worker's result, a trace file) as strictly as a request: every field's type, no unknown field, bounded strings, and its spec, variant
+and device through their own validation. Imports nothing from the explorer but the model (explorer.spec)."""
+from __future__ import annotations
+import functools, math
+from typing import Annotated, Any, Literal
+from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, with_config
+from typing_extensions import NotRequired, TypedDict
+from explorer.spec import DEVICE_RE, STAGES, TARGETS, ConvSpec, SpecError, Variant
+
+SCHEMA = 2  # 2: kernels[i].targets[T], a whole record per target; 1: sources per target only (a loader reads both)
+
+Name = Annotated[str, StringConstraints(max_length=256)]       # kernel, op, dtype, role, target and pass names
+Line = Annotated[str, StringConstraints(max_length=8192)]      # labels, notes, one-line messages, rules
+Text = Annotated[str, StringConstraints(max_length=64 << 20)]  # sources, listings, tracebacks, a program's source
+Count = Annotated[int, Field(ge=0)]
+Seconds = Annotated[float, Field(ge=0)]
+Size = list[int | Name]  # a launch dimension is a number, or a symbolic one's text
+
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+def _device(d: str) -> str:
+  if not DEVICE_RE.fullmatch(d): raise ValueError(f"{d!r:.60} is not a device name such as CPU or CUDA:1")
+  return d
+
+Device = Annotated[Name, AfterValidator(_device)]
+
+# ***** what a kernel is, on one target *****
+
+@with_config(STRICT)
+class Pass(TypedDict):
+  """A rewrite pass: tinygrad's graph_rewrite name, its nesting depth, how many rewrites matched, and where its graphs are in the
+  rewrite blob that recorded it (group, step, sink)."""
+  name: Name
+  depth: Count
+  matches: Count
+  group: NotRequired[Count | None]
+  step: NotRequired[Count | None]
+  sink: NotRequired[Count | None]
+
+@with_config(STRICT)
+class PassGroup(TypedDict):
+  name: Line
+  passes: list[Pass]
+
+@with_config(STRICT)
+class Occupancy(TypedDict):
+  occupancy: float
+  warps_per_sm: Count
+  max_warps_per_sm: Count
+  blocks_per_sm: Count
+  block_threads: Count
+  limited_by: list[Name]
+
+@with_config(STRICT)
+class Disassembly(TypedDict):
+  kind: Line
+  text: Text
+
+@with_config(STRICT)
+class CompileFacts(TypedDict):
+  """The source compiled by a real compiler of the machine that traced it: ok True (compiled), False (failed: message is the
+  compiler's error) or None (not compiled: message says why)."""
+  ok: bool | None
+  compiler: Line | None
+  message: Text
+  registers: NotRequired[Count | None]
+  barriers: NotRequired[Count | None]
+  stack_bytes: NotRequired[Count | None]
+  spill_store_bytes: NotRequired[Count | None]
+  spill_load_bytes: NotRequired[Count | None]
+  shared_bytes: NotRequired[Count | None]
+  occupancy: NotRequired[Occupancy | None]
+  disasm: NotRequired[Disassembly | None]
+
+@with_config(STRICT)
+class LiveRange(TypedDict):
+  uop: NotRequired[Count]
+  op: NotRequired[Name]
+  until: Count
+  lanes: Count
+  line: NotRequired[Count | None]
+
+@with_config(STRICT)
+class Pressure(TypedDict):
+  ssa_values: Count
+  max_live: Count
+  max_live_at: int
+  curve: list[list[int]]
+  longest: list[LiveRange]
+  max_live_line: NotRequired[Count | None]
+
+@with_config(STRICT)
+class SpecViolation(TypedDict):
+  index: Count
+  op: Name
+  dtype: Name
+  trace_num: int
+  message: Text
+
+@with_config(STRICT)
+class SpecCheck(TypedDict):
+  spec: Name
+  ok: bool
+  checked: Count
+  violations: list[SpecViolation]
+  violation_count: Count
+
+@with_config(STRICT)
+class LoopRange(TypedDict):
+  axis: int | Name
+  size: int | Line | None
+  kind: Name
+
+LoopSplit = TypedDict("LoopSplit", {"pass": Name, "step": Count, "ranges": list[LoopRange], "into": list[LoopRange], "rule": Line,
+                                    "rule_source": Text})
+LoopSplit.__pydantic_config__ = STRICT  # type: ignore[attr-defined]
+
+@with_config(STRICT)
+class TargetRecord(TypedDict):
+  """One kernel as one target's pipeline made it (the host's record has the same fields)."""
+  name: Name
+  arch: Name | None
+  opts: list[Line]
+  global_size: Size
+  local_size: Size | None
+  linear_uops: Count
+  ops: dict[Name, Count]
+  flops: int
+  bytes: int
+  lds: NotRequired[int | None]
+  passes: list[Pass]
+  uops_listing: list[Text]
+  source: Text
+  pressure: NotRequired[Pressure | None]
+  spec: NotRequired[SpecCheck | None]
+  loop_splits: NotRequired[list[LoopSplit]]
+  line_map: NotRequired[list[Annotated[tuple[Count, list[Count]], Field(strict=False)]] | None]  # JSON has no tuples
+  line_map_note: NotRequired[Line | None]
+  linear_nums: NotRequired[list[int] | None]
+  compiled_source: NotRequired[Text | None]
+  notes: list[Line]
+  compile: CompileFacts | None
+
+@with_config(STRICT)
+class TimeStats(TypedDict):
+  median: float
+  mean: float
+  std: float
+  min: float
+  n: Count
+
+@with_config(STRICT)
+class Storage(TypedDict):
+  reg_buffers: Count
+  reg_values: Count
+  local_buffers: Count
+  local_bytes: Count
+
+@with_config(STRICT)
+class KernelSpec(TypedDict):
+  ast: SpecCheck
+  program: SpecCheck
+
+@with_config(STRICT)
+class Kernel(TypedDict):
+  """One kernel of the schedule: what it computes (role, reads, writes), its AST, and its record per target (`targets`, the host's under
+  host_target); the host record's fields are repeated at the top for the readers of schema 1."""
+  index: Count
+  call: Count
+  name: Name
+  role: Name
+  kind: Name
+  ast_uops: Count
+  ast_sink: int | None
+  ast_key: NotRequired[Name]
+  linear_uops: Count
+  ops: dict[Name, Count]
+  opts: list[Line]
+  flops: int
+  bytes: int
+  lds: NotRequired[int | None]
+  global_size: Size
+  local_size: Size | None
+  passes: list[Pass]
+  uops_listing: list[Text]
+  sources: dict[Name, Text]
+  source_errors: dict[Name, Text]
+  codegen_s: float
+  compile_s: float
+  reads: list[Count]
+  writes: list[Count]
+  time_s: TimeStats | None
+  storage: NotRequired[Storage]
+  notes: list[Line]
+  host_target: NotRequired[Name]
+  targets: NotRequired[dict[Name, TargetRecord]]
+  spec: NotRequired[KernelSpec]
+
+# ***** the schedule *****
+
+@with_config(STRICT)
+class ScheduleRow(TypedDict):
+  index: Count
+  kind: Name
+  reads: list[Count]
+  writes: list[Count]
+  name: Name | None
+  kernel: Count | None
+  role: Name
+
+@with_config(STRICT)
+class Buffer(TypedDict):
+  index: Count
+  name: Name
+  role: Name
+  numel: Count
+  dtype: Name
+  nbytes: Count
+  device: Name
+  written_by: list[Count]
+  read_by: list[Count]
+  planned: NotRequired[Line]
+
+@with_config(STRICT)
+class StageRow(TypedDict):
+  """One bufferize (Ops.STAGE) of rangeify, or a buffer stored to directly (realized)."""
+  shape: list[int]
+  dtype: Name
+  addrspace: Name
+  removable: bool
+  src_op: Name
+  nbytes: Count
+  num: int | None
+  buffer: NotRequired[Count | None]
+
+@with_config(STRICT)
+class Stages(TypedDict):
+  created: list[StageRow]
+  kept: list[StageRow]
+  fused: list[StageRow]
+  realized: list[StageRow]
+  debuf_pass: Count
+
+@with_config(STRICT)
+class Scheduler(TypedDict):
+  seconds: Seconds
+  groups: list[PassGroup]
+  passes: list[Pass]
+  stages: NotRequired[Stages]
+  stage_counts: NotRequired[dict[Name, Count]]
+
+@with_config(STRICT)
+class TensorGraph(TypedDict):
+  uops: Count
+  ops: dict[Name, Count]
+  sink: int | None
+
+# ***** the run *****
+
+@with_config(STRICT)
+class Failure(TypedDict):
+  stage: Name
+  error: Text
+  traceback: NotRequired[Text]
+  source: NotRequired[Text]
+
+@with_config(STRICT)
+class CheckError(TypedDict):
+  max_abs: float
+  max_rel: float
+  ref_max_abs: float
+  tolerance: float
+  tolerance_for: Line
+  within: bool
+
+@with_config(STRICT)
+class Timing(TypedDict):
+  device: Device
+  warmup: Count
+  repeats: Count
+  total_s: TimeStats | None
+
+@with_config(STRICT)
+class Totals(TypedDict):
+  kernels: Count
+  copies: Count
+  buffers: Count
+  flops: int
+  bytes: int
+  compile_s: float
+  codegen_s: float
+  time_s: TimeStats | None
+
+@with_config(STRICT)
+class RanOn(TypedDict):
+  worker: Name | None
+  host: Name
+  pid: Count
+  by: Name
+  stages: dict[Name, Name]
+  targets: NotRequired[dict[Name, Name]]
+
+@with_config(STRICT)
+class Env(TypedDict):
+  tinygrad: Name
+  device: Device
+  host: Name
+  python: Name
+  created: Name
+  tracking: bool
+  compiler: NotRequired[Line | None]
+  fallback: NotRequired[Line | None]
+  device_name: NotRequired[Line | None]
+  ran_on: NotRequired[RanOn]
+
+@with_config(STRICT)
+class RewriteRecord(TypedDict):
+  """A custom codegen rewrite the variant added: its name, where it ran, what it does and the source that ran."""
+  name: Name
+  point: Name
+  summary: Line
+  source: Text
+
+@with_config(STRICT)
+class Output(TypedDict):
+  shape: list[int]
+  dtype: Name
+
+@with_config(STRICT)
+class Origin(TypedDict):
+  kind: Literal["script", "capture"]
+  fn: NotRequired[Name | None]
+  line: NotRequired[Count | None]
+
+@with_config(STRICT)
+class ProgramInfo(TypedDict):
+  """A captured program (explorer.tracing.program): its name, its source as it ran, how it ran, and the tensors it realized."""
+  name: Line
+  source: Text | None
+  origin: Origin | None
+  outputs: list[Output]
+
+@with_config(STRICT)
+class SpecRecord(TypedDict):
+  """explorer.spec.ConvSpec as JSON."""
+  batch: int
+  cin: int
+  cout: int
+  height: int
+  width: int
+  kernel: int
+  stride: int
+  padding: int | None
+  groups: int
+  dtype: Name
+
+@with_config(STRICT)
+class VariantRecord(TypedDict):
+  """explorer.spec.Variant as JSON (the fields added since the first traces may be missing: their defaults apply)."""
+  algo: Name
+  wino_impl: Name
+  tile: Name
+  staging: Name
+  consts: Name
+  opt: Name
+  targets: list[Name]
+  warmup: int
+  repeats: int
+  time: bool
+  fallback: bool
+  device: Device | None
+  cuda_arch: NotRequired[Name]
+  metal_arch: NotRequired[Name]
+  rewrites: NotRequired[list[Name]]
+  rewrite_file: NotRequired[Line | None]
+  notes: list[Line]
+
+def _spec(d: SpecRecord | None) -> SpecRecord | None:
+  try:
+    if d is not None: ConvSpec.from_dict(dict(d)).validate(memory_budget=1 << 62)  # the shape's sense; its size is the runner's to bound
+  except SpecError as e: raise ValueError(str(e)) from None
+  return d
+
+def _variant(d: VariantRecord) -> VariantRecord:
+  try: Variant.from_dict(dict(d)).validate(max_repeats=1 << 30, max_beam=1 << 10)
+  except SpecError as e: raise ValueError(str(e)) from None
+  return d
+
+@with_config(STRICT)
+class Trace(TypedDict):
+  """One trace: a convolution (spec) or a captured program (program), through every stage."""
+  schema: Annotated[int, Field(ge=1, le=SCHEMA)]
+  spec: Annotated[SpecRecord | None, AfterValidator(_spec)]
+  preset: Name | None
+  program: ProgramInfo | None
+  variant: Annotated[VariantRecord, AfterValidator(_variant)]
+  label: Line
+  env: Env
+  status: Literal["ok", "error"]
+  failures: list[Failure]
+  notes: list[Line]
+  stage_seconds: dict[Name, Seconds]
+  tinygrad_seconds: NotRequired[dict[Name, Seconds]]
+  tensor_graph: TensorGraph | None
+  scheduler: Scheduler | None
+  schedule: list[ScheduleRow]
+  buffers: list[Buffer]
+  kernels: list[Kernel]
+  totals: Totals | dict[str, Any]
+  error: CheckError | None
+  rewrites: list[RewriteRecord]
+  spec_checks: NotRequired[dict[Name, SpecCheck]]
+  timing: NotRequired[Timing]
+
+@functools.cache
+def _trace_adapter() -> TypeAdapter[Trace]: return TypeAdapter(Trace)
+
+def validate_trace(data: Any, what: str = "the trace") -> Trace:
+  """`data` as a trace, checked as a request is (SpecError, one line, naming the first field that fails); a trace from outside this
+  process goes through here before anything stores, shows or runs it."""
+  try: trace = _trace_adapter().validate_python(data)
+  except ValidationError as e:
+    err = e.errors()[0]
+    where = ".".join(str(x) for x in err.get("loc", ()) if not str(x).startswith("function-after")) or "its top level"
+    raise SpecError(f"{what} is not a Kernel Explorer trace of this version: {where}: {err['msg']}"[:500]) from None
+  if not set(trace["stage_seconds"]) <= set(STAGES): raise SpecError(f"{what} names a stage this version lacks: {sorted(trace['stage_seconds'])}")
+  if any(t not in TARGETS for k in trace["kernels"] for t in k.get("targets") or {}):
+    raise SpecError(f"{what} has a record for a target this version lacks")
+  if any(isinstance(x, float) and not math.isfinite(x) for x in (trace["totals"].get("flops"), trace["totals"].get("bytes"))):
+    raise SpecError(f"{what} has totals that are not finite")
+  return trace
