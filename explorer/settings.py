@@ -40,6 +40,8 @@ class Settings(BaseSettings):
                                   "not signed with it, so a worker without it, or anyone else who can write to the broker, cannot answer a job")
   max_workers: int = Field(0, ge=0, description="trace workers running at once (0: the CPU count, at least 1)")
   max_queue: int = Field(16, ge=0, description="traces waiting for a worker before new ones get 503 with a Retry-After")
+  max_jobs_per_client: int = Field(4, ge=0, description="traces one client address may have running or waiting at once (0: no limit); "
+                                   "past it a new trace gets 429 with a Retry-After, so one client cannot take every worker and queue slot")
   queue_wait_s: float = Field(900.0, ge=0, description="a queued trace that waited longer than this is dropped with a message")
   max_repeats: int = Field(1000, ge=0, description="largest timing repeats or warmup a request may ask for")
   max_beam: int = Field(8, ge=0, description="largest BEAM width a request may ask for")
@@ -49,6 +51,12 @@ class Settings(BaseSettings):
   request_head_timeout_s: float = Field(5.0, ge=0, description="a connection must send a whole request head within this many seconds of "
                                         "opening (or of its last response plus the 30 s keep-alive), else it is closed: idle and half-sent "
                                         "sockets are never held")
+  request_body_timeout_s: float = Field(10.0, ge=0, description="a request's whole body must arrive within this many seconds of its head "
+                                        "(else 408 and the connection is closed); bodies are read before a request counts against "
+                                        "max_connections, so slow bodies hold no request slot (0: no deadline)")
+  max_streams: int = Field(64, ge=0, description="live progress streams (server-sent events) open at once, beside max_connections; past it a "
+                           "page polls instead (0: no limit)")
+  max_streams_per_client: int = Field(8, ge=0, description="live progress streams one client address may hold open at once (0: no limit)")
   graph_node_limit: int = Field(400, ge=0, description="graphs with more nodes are simplified before layout, and the page says so")
   dot_timeout_s: float = Field(20.0, ge=0, description="time limit for one graphviz layout, in seconds")
   graph_timeout_s: float = Field(180.0, ge=0, description="wall-clock limit for expanding one graph in a graph worker, in seconds (the "

@@ -110,6 +110,8 @@ class QueueClient:
     seen, said, silent_since, away_since = 0, None, None, None
     while True:
       try: status, beating, serves = self._look(job)
+      except NoSuchJobError:  # the broker came back without its data (restarted without persistence)
+        raise QueueJobFailed(f"the job queue at {self.where} lost this job (its broker restarted without its data); run it again") from None
       except redis.RedisError as e:
         away_since = away_since or time.monotonic()
         if time.monotonic() - away_since > BROKER_PATIENCE_S: raise QueueJobFailed(f"the job queue at {self.where} went away: {e}") from None

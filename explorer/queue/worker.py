@@ -48,19 +48,49 @@ def detect_devices(timeout_s: float = 120.0) -> list[str]:
   from explorer.analysis.roofline import list_devices
   return [d["device"] for d in list_devices(timeout_s)["devices"]]
 
+BROKER_BACKOFF_S = (1.0, 30.0)  # a worker whose broker went away asks again after 1 s, then twice as long each time, up to 30 s
+
 def work(url: str, devices: list[str], name: str | None = None, burst: bool = False) -> None:
-  """One worker in this process, until SIGTERM (after its job) or, with burst, until its queues are empty."""
-  connection = redis.Redis.from_url(url)
-  queues = [Queue(queue_name(d), connection=connection, serializer=JSONSerializer) for d in [*devices, None]]
+  """One worker in this process, until SIGTERM (after its job) or, with burst, until its queues are empty. A broker that goes away
+  does not end it: it asks again with backoff (saying so on stderr) and takes jobs again once the broker answers."""
   jobs.DEVICES[:] = devices
-  worker = ExplorerWorker(queues, connection=connection, serializer=JSONSerializer, worker_ttl=WORKER_TTL_S,
-                          name=name or f"{socket.gethostname()}.{os.getpid()}")
-  done = threading.Event()
-  threading.Thread(target=beat, args=(connection, worker.name, done), daemon=True, name="heartbeat").start()
-  try: worker.work(burst=burst, with_scheduler=False, logging_level=logging.getLevelName(logging.WARNING))
-  finally:
-    done.set()
-    connection.delete(beat_key(worker.name))
+  name = name or f"{socket.gethostname()}.{os.getpid()}"
+  while True:
+    connection = redis.Redis.from_url(url)
+    queues = [Queue(queue_name(d), connection=connection, serializer=JSONSerializer) for d in [*devices, None]]
+    worker = ExplorerWorker(queues, connection=connection, serializer=JSONSerializer, worker_ttl=WORKER_TTL_S, name=name)
+    done = threading.Event()
+    threading.Thread(target=beat, args=(connection, worker.name, done), daemon=True, name="heartbeat").start()
+    try: worker.work(burst=burst, with_scheduler=False, logging_level=logging.getLevelName(logging.WARNING))
+    except redis.RedisError: pass  # its registration or its teardown met the absent broker: waited for below
+    except ValueError as e:  # our own registration outlived a broker restart (it persisted): ours to clear
+      if "active worker" not in str(e): raise
+      with contextlib.suppress(redis.RedisError): connection.delete(worker.key)
+      continue
+    finally:
+      done.set()
+      with contextlib.suppress(redis.RedisError): connection.delete(beat_key(worker.name))
+    if burst or worker._stop_requested or not wait_for_broker(connection, url, name): return
+
+def wait_for_broker(connection: redis.Redis, url: str, name: str) -> bool:
+  """After the worker loop stopped on its own: ask the broker with backoff until it answers (True), or until SIGTERM or SIGINT (False).
+  A worker loop that stopped while its broker answers is restarted at once, saying why."""
+  stop = threading.Event()
+  for sig in (signal.SIGTERM, signal.SIGINT): signal.signal(sig, lambda *_: stop.set())
+  delay, said = BROKER_BACKOFF_S[0], False
+  while True:
+    try:
+      connection.ping()
+      again = f"the job queue at {safe_url(url)} answers again; taking jobs" if said else \
+        "its worker loop stopped while the job queue answers (see the error above); starting it again"
+      print(f"kernel-explorer worker {name}: {again}", file=sys.stderr, flush=True)
+      return True
+    except redis.RedisError as e:
+      print(f"kernel-explorer worker {name}: the job queue at {safe_url(url)} does not answer ({e}); asking again in {delay:.0f} s",
+            file=sys.stderr, flush=True)
+      said = True
+    if stop.wait(delay): return False
+    delay = min(delay * 2, BROKER_BACKOFF_S[1])
 
 def beat(connection: redis.Redis, name: str, done: threading.Event) -> None:
   """This worker's heartbeat, idle or busy (a job runs in the main thread): when the process dies the key expires BEAT_TTL_S later,

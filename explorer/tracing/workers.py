@@ -16,7 +16,7 @@ must die when its parent does. Neither library offers a progress channel with a 
 (explorer.tracing.pool) does build on the standard library's ProcessPoolExecutor."""
 from __future__ import annotations
 import multiprocessing as mp
-import importlib, os, pickle, resource, signal, time, traceback
+import glob, importlib, os, pickle, resource, shutil, signal, tempfile, time, traceback
 from contextlib import suppress
 from multiprocessing.connection import Connection
 from dataclasses import dataclass, replace
@@ -88,6 +88,7 @@ def _child(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Li
     os.setpgid(0, 0)  # a process group of its own: the parent measures and kills the worker with everything it starts
     enter_limits(limits, parent_pid, deadline, own_group=True)  # they hold if the parent is SIGKILLed or hangs
     os.environ.update(env)  # before the target's imports bring in tinygrad
+    tempfile.tempdir = None  # read TMPDIR again: this worker's scratch directory
     module, name = fn_path.split(":")
     fn = getattr(importlib.import_module(module), name)
     def progress(stage: str, status: str, detail: str) -> None:
@@ -126,8 +127,30 @@ def call_in_worker(fn_path: str, kwargs: dict[str, Any], progress: Progress | No
     return _supervise(fn_path, kwargs, progress, timeout_s, deadline, env or {}, limits, held, take, keep=bool(exclusive), live=live)
   finally: held.release()
 
+SCRATCH_PREFIX = "kernel-explorer-worker-"
+
+def scratch_dir() -> str:
+  """A fresh temporary directory for one worker, named after this process: the worker and everything it starts (a compiler's -keep
+  files, NVRTC's) write their temporary files there (TMPDIR), and it goes when the worker ends, however it ends. Directories that
+  processes gone before they could clean up left behind (a SIGKILLed server) are removed here, the first time."""
+  global _swept
+  if not _swept:
+    _swept = True
+    for d in glob.glob(os.path.join(tempfile.gettempdir(), f"{SCRATCH_PREFIX}*-*")):
+      pid = os.path.basename(d)[len(SCRATCH_PREFIX):].split("-", 1)[0]
+      if pid.isdigit() and not os.path.exists(f"/proc/{pid}"): shutil.rmtree(d, ignore_errors=True)
+  return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+_swept = False
+
 def _supervise(fn_path: str, kwargs: dict[str, Any], progress: Progress | None, timeout_s: float, deadline: float, env: dict[str, str],
                limits: Limits, held: HeldLocks, take: Callable[[str], None], keep: bool, live: Live | None) -> tuple[Any, list[tuple[str, str, str]]]:
+  scratch = scratch_dir()
+  try: return _supervised(fn_path, kwargs, progress, timeout_s, deadline, {**env, "TMPDIR": scratch}, limits, held, take, keep, live)
+  finally: shutil.rmtree(scratch, ignore_errors=True)
+
+def _supervised(fn_path: str, kwargs: dict[str, Any], progress: Progress | None, timeout_s: float, deadline: float, env: dict[str, str],
+                limits: Limits, held: HeldLocks, take: Callable[[str], None], keep: bool,
+                live: Live | None) -> tuple[Any, list[tuple[str, str, str]]]:
   ctx = mp.get_context("spawn")
   recv, send = ctx.Pipe(duplex=False)  # pipes, not Queues: no semaphores for a killed worker to leak
   gate_recv, gate_send = ctx.Pipe(duplex=False)

@@ -25,9 +25,9 @@ from explorer.web.devices import DeviceCatalog, QueueDevices
 from explorer.web.targets import TargetService
 from explorer.web.diffing import DiffService
 from explorer.web.graphing import GraphService
-from explorer.web.jobs import JobManager
+from explorer.web.jobs import ClientBusy, JobManager, QueueFull, busy_answer
 from explorer.web.studies import StudyService
-from explorer.web.limits import install_limits
+from explorer.web.limits import install_limits, stream_paths
 from explorer.web.provenance import provenance
 from explorer.web.render import STATIC_DIR, make_templates
 
@@ -98,6 +98,14 @@ def install_error_handlers(app: FastAPI) -> None:
       resp.headers.update(headers)
       return resp
     return JSONResponse(error_body(exc), exc.status_code, headers=headers or None)
+  async def busy(request: Request, exc: QueueFull | ClientBusy) -> Response:
+    status, after = busy_answer(exc)
+    return await http_error(request, StarletteHTTPException(status, str(exc), headers={"Retry-After": after}))
+  async def failed(request: Request, exc: Exception) -> Response:  # a bug: its one line, never a traceback (the log has it)
+    return JSONResponse({"detail": f"the server failed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"}, 500)
+  app.add_exception_handler(QueueFull, busy)  # type: ignore[arg-type]
+  app.add_exception_handler(ClientBusy, busy)  # type: ignore[arg-type]
+  app.add_exception_handler(Exception, failed)
   app.add_exception_handler(RequestValidationError, validation)  # type: ignore[arg-type]
   app.add_exception_handler(SpecError, spec_error)  # type: ignore[arg-type]
   app.add_exception_handler(StoreError, store_error)  # type: ignore[arg-type]
@@ -157,7 +165,8 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   # with a job queue this server only follows jobs: the queue's workers are the limit, and max_queue bounds what waits there
   parallel = settings.workers if queue is None else int(settings.max_queue) + 1
   app.state.jobs = JobManager(store, parallel=parallel, timeout_s=float(settings.trace_timeout_s), runner=runner, max_queue=int(settings.max_queue),
-                              limits=Limits.from_settings(settings), queue_wait_s=float(settings.queue_wait_s), queue=queue)
+                              limits=Limits.from_settings(settings), queue_wait_s=float(settings.queue_wait_s), queue=queue,
+                              max_per_client=int(settings.max_jobs_per_client))
   app.state.graphs = GraphService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s),
                                   workers=graph_workers, expand_timeout_s=float(settings.graph_timeout_s), memory_mb=int(settings.worker_memory_mb),
                                   max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue),
@@ -172,7 +181,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.add_middleware(GZipMiddleware, minimum_size=4096)
   app.add_middleware(ResponseCache, is_stored=store.has_trace, state=app.state)  # outside GZip: kept gzipped
   # body and URL size, requests in flight, cross-site posts, Host on loopback, safety headers
-  install_limits(app, int(settings.max_body_bytes), int(settings.max_connections))
+  install_limits(app, settings)
   install_error_handlers(app)
   if settings.token: install_token_check(app, str(settings.token))
   app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
@@ -184,4 +193,5 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   tours.install(app)
   from explorer.web.routes import diff, library, studies
   for r in (library.api, diff.api, studies.api, library.router, diff.router, studies.router): app.include_router(r)
+  app.state.request_limits.stream_paths = stream_paths(app)
   return app

@@ -12,6 +12,7 @@ from explorer.web.devices import DevicesUnavailable
 from explorer.web.targets import TargetUnavailable
 from explorer.web.jobs import STAGES, Job, stored_job_status
 from explorer.web.models import TraceRequest
+from explorer.web.work import WorkGate
 
 def trace_url(trace_id: str) -> str: return f"/t/{trace_id}"
 
@@ -45,11 +46,13 @@ def target_records(kernel: dict) -> dict[str, dict]:
   return {"host": {**{f: kernel.get(f) for f in TARGET_FIELDS}, "source": (kernel.get("sources") or {}).get("host", ""), "arch": None,
                    "notes": ["recorded before per-target records (trace schema 1): the other targets have their source only"], "compile": None}}
 
-async def target_job(request: Request, trace_id: str, trace: dict, target: str) -> JSONResponse:
-  """Start (or follow) computing `target` for a stored trace: 202 with the job while it runs; the error as a 409 if it failed."""
+async def target_job(request: Request, trace_id: str, trace: dict, target: str, work: WorkGate) -> JSONResponse:
+  """Start (or follow) computing `target` for a stored trace: 202 with the job while it runs; the error as a 409 if it failed. Starting
+  one needs the request's permit (403 cross-site); following one that runs does not."""
   service = request.app.state.targets
   if (job := service.status(trace_id, target)) is None:  # (a done job whose target the trace read here lacks: stored since, poll again)
-    try: job = service.start(trace_id, trace, target)
+    if target not in TARGETS: raise HTTPException(404, f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    try: job = service.start(trace_id, trace, target, work.permit())
     except TargetUnavailable as e: raise HTTPException(404 if target not in TARGETS else 409, str(e)) from None
   if job["status"] == "error":
     service.forget(trace_id, target)  # said once; the next request tries again
@@ -134,7 +137,8 @@ async def submit(request: Request, req: TraceRequest) -> tuple[dict, bool]:
       request.app.state.traces.forget(trace_id)
   existing = jobs.get(trace_id)
   joined = existing is not None and existing.status in ("queued", "running")
-  job = await jobs.submit(trace_id, spec, variant, req.model_dump(mode="json", exclude_defaults=True))
+  client = request.client.host if request.client else None
+  job = await jobs.submit(trace_id, spec, variant, req.model_dump(mode="json", exclude_defaults=True), client)
   return job_status(job), not joined
 
 def stored_request(request: dict) -> tuple[ConvSpec, Variant]:

@@ -18,6 +18,7 @@ from explorer.tracing.run import ran_here
 from explorer.web import remote
 from explorer.web.jobs import run_in_daemon_thread
 from explorer.web.render import lexer_for
+from explorer.web.work import WorkPermit
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 MEASURES = ("timing", "numerics")
@@ -131,7 +132,7 @@ class DiffService:
 
   # ***** structural *****
 
-  async def structural(self, a_id: str, a: dict, b_id: str, b: dict, ta: str, tb: str) -> dict:
+  async def structural(self, a_id: str, a: dict, b_id: str, b: dict, ta: str, tb: str, permit: WorkPermit) -> dict:
     kind = f"diff:{CACHE_V}:{ta}:{tb}"
     if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cached
     async def make() -> dict:
@@ -144,7 +145,7 @@ class DiffService:
 
   async def cached_graphs(self, a_id: str, b_id: str) -> dict | None: return await asyncio.to_thread(self.store.get_diff, a_id, b_id, GRAPHS)
 
-  async def graph_diff(self, a_id: str, a: dict, b_id: str, b: dict, groups: list[dict]) -> dict:
+  async def graph_diff(self, a_id: str, a: dict, b_id: str, b: dict, groups: list[dict], permit: WorkPermit) -> dict:
     """{error, groups: [{index, graph (nodes only in A / B), drawings {a: [...], b: [...]}}]}: cached once it worked."""
     if (cached := await self.cached_graphs(a_id, b_id)) is not None: return cached
     return await self._once((a_id, b_id, GRAPHS), lambda: self._make_graphs(a_id, a, b_id, b, groups))

@@ -17,6 +17,7 @@ from explorer.store import Store
 from explorer.web import expand
 from explorer.tracing.pool import WorkerPool
 from explorer.tracing.workers import Limits, WorkerFailed, WorkersBusy
+from explorer.web.work import WorkPermit
 
 MAX_STEPS = 60     # matches one can step through in a pass (each replays all before it)
 STEP_WINDOW = 6    # steps expanded per worker call, cached for the next clicks
@@ -72,8 +73,25 @@ class GraphService:
     return ref + ("+full" if full else "") + ("" if index == "auto" else f"+index={index}") + \
       (f"+expand={','.join(map(str, sorted(opened)))}" if opened else "")
 
+  # the public calls start work (a worker's expansion, a layout): each takes the request's WorkPermit (explorer.web.work)
+
   async def view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, index: str = "auto",
-                 opened: frozenset[int] = frozenset()) -> dict:
+                 opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> dict:
+    return await self._view(trace_id, trace, ref_text, full, index, opened)
+
+  async def svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
+                stable_from: str | None = None, opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> str:
+    return await self._svg(trace_id, trace, ref_text, full, trace_url, index, stable_from, opened)
+
+  async def matches(self, trace_id: str, trace: dict, group: int, step: int, offset: int, limit: int, target: str | None, *,
+                    permit: WorkPermit) -> dict:
+    return await self._matches(trace_id, trace, group, step, offset, limit, target)
+
+  async def python(self, trace_id: str, trace: dict, group: int, step: int, target: str | None, *, permit: WorkPermit) -> dict:
+    return await self._python(trace_id, trace, group, step, target)
+
+  async def _view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, index: str = "auto",
+                  opened: frozenset[int] = frozenset()) -> dict:
     """index: collapse index arithmetic "auto" (over the node limit), "hide" (always) or "show" (never). opened: trace numbers of
     cut-off nodes to open (their inputs shown)."""
     ref = parse_ref(ref_text)
@@ -166,7 +184,7 @@ class GraphService:
   async def _local_match(self, trace_id: str, trace: dict, ref: Ref, p: dict, j: int) -> tuple[dict, list[str], list[str], dict]:
     """Past the first MAX_STEPS matches the whole graph is not replayed (each step replays every match before it): the view is the
     rewritten UOp itself, what the rule returned three sources deep, with its root outlined and the diff from what it matched."""
-    got = await self.matches(trace_id, trace, p["group"], p["step"], j - 1, 1, ref.target)
+    got = await self._matches(trace_id, trace, p["group"], p["step"], j - 1, 1, ref.target)
     (m,) = got["matches"]
     after = m["after"]
     consumed = {e["src"] for e in after["edges"]}
@@ -178,13 +196,13 @@ class GraphService:
 
   # ***** every match of a pass, and its graph as Python *****
 
-  async def matches(self, trace_id: str, trace: dict, group: int, step: int, offset: int, limit: int, target: str | None) -> dict:
+  async def _matches(self, trace_id: str, trace: dict, group: int, step: int, offset: int, limit: int, target: str | None) -> dict:
     p = find_pass(trace, group, step, target)
     if offset > p["matches"]: raise GraphNotFound(f"pass {group}/{step} has {p['matches']} matches: offset {offset} is past them")
     return await self._stored(trace_id, f"matches/{target or ''}/{group}/{step}/{offset}/{limit}",
                               lambda: self._expand(expand.pass_matches, trace_id, group, step, offset, limit, target))
 
-  async def python(self, trace_id: str, trace: dict, group: int, step: int, target: str | None) -> dict:
+  async def _python(self, trace_id: str, trace: dict, group: int, step: int, target: str | None) -> dict:
     p = find_pass(trace, group, step, target)
     return await self._stored(trace_id, f"python/{target or ''}/{group}/{step}",
                               lambda: self._expand(expand.pass_python, trace_id, p["sink"], target))
@@ -198,18 +216,18 @@ class GraphService:
 
   # ***** SVG *****
 
-  async def svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
-                stable_from: str | None = None, opened: frozenset[int] = frozenset()) -> str:
+  async def _svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
+                 stable_from: str | None = None, opened: frozenset[int] = frozenset()) -> str:
     """The graph's SVG (cached). stable_from: the graph shown before it; the UOps both hold keep the place they had there (laid out
     anew each time, not cached: it depends on that earlier layout)."""
     key = self._cache_key(ref_text, full, index, opened)
     if stable_from is not None and ref_text != "kernels":
       anchor = await asyncio.to_thread(self.store.get_cached_json, trace_id, self._cache_key(stable_from, full, index, opened), "pos")
       if anchor:
-        view = await self.view(trace_id, trace, ref_text, full, index, opened)
+        view = await self._view(trace_id, trace, ref_text, full, index, opened)
         return await self._layout(trace_id, key, view, trace_url, {int(k): tuple(v) for k, v in anchor.items()})
     if (cached := await asyncio.to_thread(self.store.get_cached, trace_id, key, "svg")) is not None: return cached
-    view = await self.view(trace_id, trace, ref_text, full, index, opened)
+    view = await self._view(trace_id, trace, ref_text, full, index, opened)
     return await self._once((trace_id, key, "svg"), lambda: self._layout(trace_id, key, view, trace_url))
 
   async def _layout(self, trace_id: str, key: str, view: dict, trace_url: str, anchor: dict | None = None) -> str:

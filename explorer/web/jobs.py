@@ -73,6 +73,7 @@ class Job:
   events: list[dict] = field(default_factory=list)
   created: float = field(default_factory=time.time)
   finished: float | None = None
+  client: str | None = None  # the address that asked for it (max_jobs_per_client)
   changed: asyncio.Event = field(default_factory=asyncio.Event)
 
   def emit(self, event: dict) -> None:
@@ -107,6 +108,13 @@ def stored_job_status(row: dict) -> dict:
 class QueueFull(RuntimeError):
   """No trace can be accepted now: too many are waiting for a worker, or the job queue's broker does not answer (503 either way)."""
 
+class ClientBusy(RuntimeError):
+  """This client has its share of traces running or waiting already (429): its next one waits until one of them ends."""
+
+def busy_answer(e: QueueFull | ClientBusy) -> tuple[int, str]:
+  """The HTTP status and Retry-After (seconds) of a refusal for want of room: one place, for the app's handler and the form."""
+  return (429, "30") if isinstance(e, ClientBusy) else (503, "60")
+
 QUEUE_OWNER = "queue"  # the owner of a job run by the job queue's workers: no server process owns it, a restarted server follows it
 
 def queue_jobs_seen(store: Store, with_queue: bool) -> int:
@@ -121,12 +129,12 @@ class JobManager:
   """Runs at most `parallel` traces at once, queues up to `max_queue` more; finished jobs stay listed for `keep_s` seconds."""
   def __init__(self, store: Store, parallel: int = 1, timeout_s: float = 600.0, keep_s: float = 3600.0,
                runner: Callable[..., Any] | None = None, max_queue: int = 16, limits: Any = None, queue_wait_s: float = 900.0,
-               queue: QueueClient | None = None):
+               queue: QueueClient | None = None, max_per_client: int = 0):
     """With queue, traces run on the job queue's workers (explorer.web.remote) and outlive this server: they are followed again
     when it restarts (resume_queued) instead of being marked interrupted."""
     self.queue = queue
     self.store, self.timeout_s, self.keep_s, self.max_queue, self.limits = store, timeout_s, keep_s, max_queue, limits
-    self.queue_wait_s = queue_wait_s
+    self.queue_wait_s, self.max_per_client = queue_wait_s, max_per_client
     self.jobs: dict[str, Job] = {}
     self.tasks: set[asyncio.Task] = set()
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
@@ -148,16 +156,21 @@ class JobManager:
 
   def running(self) -> int: return sum(1 for j in self.jobs.values() if j.status in ("queued", "running"))
 
-  async def submit(self, job_id: str, spec: ConvSpec, variant: Variant, request: dict) -> Job:
+  async def submit(self, job_id: str, spec: ConvSpec, variant: Variant, request: dict, client: str | None = None) -> Job:
     """The job for this id: the one already queued or running, else a new one, written to the store (with the request that
-    re-runs it) before this returns (the caller checked the store for a finished trace first)."""
+    re-runs it) before this returns (the caller checked the store for a finished trace first). client: the address that asked,
+    held to max_per_client jobs running or waiting (ClientBusy past it; joining a running job is free)."""
     if (job := self.jobs.get(job_id)) is not None and job.status in ("queued", "running"): return job
     if self.running() >= self._parallel + self.max_queue:  # the free workers take jobs at once; max_queue more may wait
       raise QueueFull(f"{self.max_queue} traces are already waiting for a worker; try again in a minute")
+    if client is not None and self.max_per_client and \
+       (mine := sum(1 for j in self.jobs.values() if j.client == client and j.status in ("queued", "running"))) >= self.max_per_client:
+      raise ClientBusy(f"this client has {mine} traces running or waiting, its share (max_jobs_per_client); try again when one is done")
     if self.queue is not None:
       try: await asyncio.to_thread(self.queue.ping)
       except QueueUnavailable as e: raise QueueFull(str(e)) from None
     job = self._new_job(job_id, spec, variant, f"{spec.label()} | {variant.label()}")
+    job.client = client
     await self._write(self.store.put_job, job_id, job.label, request, self.owner)
     self._start(self._run(job))
     return job

@@ -182,10 +182,12 @@ class ValidationErrorBody(BaseModel):
 GUARDS = {400: "the Content-Length header is not a number",
           401: "the server requires an access token (KERNEL_EXPLORER_TOKEN) and the request has none or a wrong one",
           403: "a Host header that does not name loopback on a loopback-only server, or a request from another site that would change or start "
-               "something (POST, DELETE; GETs that lay out graphs, diff or export)",
+               "something (POST, DELETE; GETs that would start work: a target's codegen, a graph layout, a diff, an export)",
+          408: "the request body did not arrive within request_body_timeout_s of its head",
           413: "the request body is over max_body_bytes",
           414: "the URL is over 8 KiB",
-          503: "the server is serving max_connections requests already (Retry-After)"}
+          500: "the server failed (a bug): the detail is its one line, the server's log has the rest",
+          503: "the server is serving max_connections requests already, or max_connections x 4 bodies are still arriving (Retry-After)"}
 NOT_FOUND = {404: "no trace with this id", 409: "the trace is still queued or running"}
 
 def documented(errors: dict[int, str] | None = None, guards: tuple[int, ...] = tuple(GUARDS)) -> dict[int | str, dict[str, Any]]:

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from explorer.tracing.workers import Limits, WorkerFailed
 from explorer.spec import TARGETS, Variant
 from explorer.store import Store
+from explorer.web.work import WorkPermit
 
 class TargetUnavailable(RuntimeError):
   """This target cannot be computed for this trace (an unknown target, a trace recorded before per-target records)."""
@@ -25,8 +26,9 @@ class TargetService:
 
   def forget(self, trace_id: str, target: str) -> None: self.jobs.pop((trace_id, target), None)
 
-  def start(self, trace_id: str, trace: dict, target: str) -> dict[str, Any]:
-    """The job computing `target` for this stored trace (the running one, or a new one); TargetUnavailable when it cannot be."""
+  def start(self, trace_id: str, trace: dict, target: str, permit: WorkPermit) -> dict[str, Any]:
+    """The job computing `target` for this stored trace (the running one, or a new one); TargetUnavailable when it cannot be. It
+    starts a worker: the request's permit (explorer.web.work) says it may."""
     if target not in TARGETS: raise TargetUnavailable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
     if (trace.get("schema") or 1) < 2 or not all(k.get("ast_sink") is not None for k in trace.get("kernels") or []):
       raise TargetUnavailable("this trace was recorded before per-target records: trace it again to see other targets")

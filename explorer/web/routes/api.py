@@ -1,6 +1,6 @@
 """The JSON API: one endpoint per page, plus job status and live progress (server-sent events)."""
 from __future__ import annotations
-import asyncio, json, shutil, sys
+import asyncio, functools, json, shutil, sys
 from typing import Any, AsyncIterator, Literal
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -12,19 +12,22 @@ from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
 from explorer.web import deps
 from explorer.web.graphing import REF_RE, GraphBusy, GraphNotFound, GraphUnavailable, MAX_STEPS
-from explorer.web.jobs import QueueFull
 from explorer.web.models import (NOT_FOUND, GraphView, Health, PassMatches, TargetJob, TargetRecord, TraceRequest, TraceStatus, TraceSummary,
                                  documented)
 from explorer.web.render import TARGET_LABELS
+from explorer.web.work import Work
 
 router = APIRouter(prefix="/api", tags=["api"])
+
+@functools.cache
+def has_dot() -> bool: return shutil.which("dot") is not None  # a PATH walk: once, not on every health check
 
 @router.get("/health", response_model=Health, response_model_exclude_none=True, summary="Server health",
             responses=documented(guards=(400, 403, 413, 414)))  # no token needed, never over the in-flight limit
 async def health(request: Request) -> dict:
   """Liveness and versions; the store's path only to those trusted with it (a loopback client of a token-free server, a token holder)."""
   out = {"status": "ok", "version": __version__, "tinygrad": tinygrad_version(), "tinygrad_imported": "tinygrad" in sys.modules,
-         "jobs_running": request.app.state.jobs.running(), "dot": shutil.which("dot") is not None}
+         "jobs_running": request.app.state.jobs.running(), "dot": has_dot()}
   return out | ({"db": str(request.app.state.store.path)} if deps.trusted(request) else {})
 
 @router.get("/presets", summary="Preset convolutions", responses=documented())
@@ -53,25 +56,25 @@ async def rewrites() -> list[dict[str, str]]:
 @router.post("/traces", response_model=TraceStatus, status_code=202, summary="Start a trace (or get the stored one)",
              responses={200: {"model": TraceStatus, "description": "already stored: served from the store"},
                         **documented({400: "the body is not text (UTF-8)", 422: "an invalid request, or a spec or variant this server refuses",
+                                      429: "this client has max_jobs_per_client traces running or waiting (Retry-After)",
                                       503: "too many traces queued, this host's devices could not be listed, or the job queue "
                                            "does not answer (Retry-After)"})})
 async def create_trace(request: Request, body: TraceRequest) -> Any:
   """Returns at once with the trace id (a hash of spec, variant, tinygrad version and device). Identical requests share one job;
   a stored trace comes back with status done (HTTP 200) without running again."""
-  try: status, started = await deps.submit(request, body)
-  except QueueFull as e: raise HTTPException(503, str(e), headers={"Retry-After": "60"}) from None
+  status, started = await deps.submit(request, body)
   return JSONResponse(status, status_code=202 if status["status"] != "done" else 200)
 
 @router.post("/traces/{trace_id}/rerun", response_model=TraceStatus, status_code=202, summary="Run an accepted trace request again",
              responses={200: {"model": TraceStatus, "description": "already stored: served from the store"},
                         **documented({404: "no job or trace with this id", 409: "the stored request no longer validates",
+                                      429: "this client has max_jobs_per_client traces running or waiting (Retry-After)",
                                       422: "a spec or variant this server now refuses",
                                       503: "too many traces queued, this host's devices could not be listed, or the job queue "
                                            "does not answer (Retry-After)"})})
 async def rerun_trace(request: Request, trace_id: str) -> Any:
   """Re-submits the request stored with the job (an interrupted or failed one); the status says where it stands now."""
-  try: status, _ = await deps.rerun(request, trace_id)
-  except QueueFull as e: raise HTTPException(503, str(e), headers={"Retry-After": "60"}) from None
+  status, _ = await deps.rerun(request, trace_id)
   return JSONResponse(status, status_code=202 if status["status"] != "done" else 200)
 
 @router.get("/traces", response_model=list[TraceSummary], summary="Recent traces", responses=documented({422: "limit out of range"}))
@@ -101,7 +104,10 @@ async def get_status(request: Request, trace_id: str) -> dict:
 def sse(event: str, data: Any) -> ServerSentEvent: return ServerSentEvent(json.dumps(data), event=event)
 
 @router.get("/traces/{trace_id}/events", summary="Live progress as server-sent events",
-            response_class=EventSourceResponse, responses={200: {"content": {"text/event-stream": {}}}, **documented({404: NOT_FOUND[404]})})
+            response_class=EventSourceResponse, responses={200: {"content": {"text/event-stream": {}}},
+                                                           **documented({404: NOT_FOUND[404], 503: "max_streams live progress streams are "
+                                                                         "open, or max_streams_per_client of this client's (Retry-After): "
+                                                                         "poll /status instead"})})
 async def events(request: Request, trace_id: str) -> EventSourceResponse:
   """Events: `snapshot` (the whole status, first), `stage` (a stage started, finished or failed), `status`, then `done` (last); a
   comment every 10 s keeps idle connections open (sse-starlette, which also ends the stream when the client goes or the server stops)."""
@@ -141,13 +147,13 @@ async def get_kernel(request: Request, trace_id: str, n: int) -> dict:
                                      "the known ones)", 409: "the trace is still running, or this target cannot be computed for it "
                                      "(recorded before per-target records, or its computation failed: the detail says why)",
                                      422: "n is not an integer"})})
-async def get_kernel_target(request: Request, trace_id: str, n: int, target: str) -> Any:
+async def get_kernel_target(request: Request, trace_id: str, n: int, target: str, work: Work) -> Any:
   """A target the trace did not ask for is computed on this first request, in a worker, and stored with the trace: 202 with the job's
   progress until it is, then 200 with the record (every later request too, at once)."""
   trace = await deps.trace_or_404(request, trace_id)
   records = deps.target_records(deps.kernel_or_404(trace, n))
   if target in records: return records[target]
-  return await deps.target_job(request, trace_id, trace, target)
+  return await deps.target_job(request, trace_id, trace, target, work)
 
 @router.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
             responses=documented(NOT_FOUND))
@@ -199,42 +205,43 @@ def _blob_target(trace: dict, target: str | None) -> str | None:
 
 @router.get("/traces/{trace_id}/rewrites/{group}/{step}/matches", response_model=PassMatches, summary="Every match of one rewrite pass, paged",
             responses=documented({**GRAPH_ERRORS, 422: "offset or limit out of range"}))
-async def pass_matches(request: Request, trace_id: str, group: int, step: int, offset: int = Query(0, ge=0),
+async def pass_matches(request: Request, trace_id: str, group: int, step: int, work: Work, offset: int = Query(0, ge=0),
                        limit: int = Query(100, ge=1, le=MAX_MATCHES_PAGE), target: str | None = None) -> dict:
   """group and step as in the trace's pass records (`passes[i].group`, `.step`; a target's passes with ?target=). Each match: its rule
   (file:line and the UPat's source as it stands in its file), the time tinygrad measured for it, the rewritten UOp before and after
   (graphs three sources deep) and the text diff of their Python forms. `total` is the pass's recorded match count; `call` is where
   in tinygrad the pass was run (the graph_rewrite call)."""
   trace = await deps.trace_or_404(request, trace_id)
-  return await graph_errors(request.app.state.graphs.matches)(trace_id, trace, group, step, offset, limit, _blob_target(trace, target))
+  return await graph_errors(request.app.state.graphs.matches)(trace_id, trace, group, step, offset, limit, _blob_target(trace, target),
+                                                              permit=work.permit())
 
 @router.get("/traces/{trace_id}/rewrites/{group}/{step}/python", summary="The graph a pass started from, as Python (tinygrad's pyrender)",
             responses=documented(GRAPH_ERRORS))
-async def pass_python(request: Request, trace_id: str, group: int, step: int, target: str | None = None) -> dict:
+async def pass_python(request: Request, trace_id: str, group: int, step: int, work: Work, target: str | None = None) -> dict:
   trace = await deps.trace_or_404(request, trace_id)
-  return await graph_errors(request.app.state.graphs.python)(trace_id, trace, group, step, _blob_target(trace, target))
+  return await graph_errors(request.app.state.graphs.python)(trace_id, trace, group, step, _blob_target(trace, target), permit=work.permit())
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}.svg", summary="A graph laid out by graphviz (SVG)",
             response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}, **documented(GRAPH_ERRORS)})
-async def get_graph_svg(request: Request, trace_id: str, ref: str, full: bool = False, index: IndexMode = "auto",
+async def get_graph_svg(request: Request, trace_id: str, ref: str, work: Work, full: bool = False, index: IndexMode = "auto",
                         stable_from: str | None = Query(None, max_length=200, description="the graph shown before this one: the UOps both hold "
                                                         "keep their place (a fresh layout, not cached)"),
                         expand: str | None = EXPAND_QUERY) -> Response:
   trace = await deps.trace_or_404(request, trace_id)
   if stable_from is not None and not REF_RE.match(stable_from): raise HTTPException(404, f"stable_from names no graph: {stable_from!r}")
   svg = await graph_errors(request.app.state.graphs.svg)(trace_id, trace, ref, full, deps.trace_url(trace_id), index, stable_from,
-                                                         _expand_nums(expand))
+                                                         _expand_nums(expand), permit=work.permit())
   return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "no-store" if stable_from else "public, max-age=86400"})
 
 @router.get("/traces/{trace_id}/graphs/{ref:path}", response_model=GraphView, response_model_exclude_none=True, summary="A graph as JSON",
             responses=documented(GRAPH_ERRORS))
-async def get_graph(request: Request, trace_id: str, ref: str, full: bool = False, nodes: bool = True, index: IndexMode = "auto",
+async def get_graph(request: Request, trace_id: str, ref: str, work: Work, full: bool = False, nodes: bool = True, index: IndexMode = "auto",
                     expand: str | None = EXPAND_QUERY) -> dict:
   """ref: tensor | kernels | ast/{k} | codegen/{k}/{p}/{before|after|m<j>} | rangeify/{p}/{before|after|m<j>}.
   Graphs over the node limit are simplified (notes say how); full=1 lifts the limit. nodes=0 leaves nodes and edges out."""
   trace = await deps.trace_or_404(request, trace_id)
   opened = _expand_nums(expand)
-  view = await graph_errors(request.app.state.graphs.view)(trace_id, trace, ref, full, index, opened)
+  view = await graph_errors(request.app.state.graphs.view)(trace_id, trace, ref, full, index, opened, permit=work.permit())
   query = "&".join(q for q in ("full=1" if full else "", "" if index == "auto" else f"index={index}",
                                f"expand={','.join(map(str, sorted(opened)))}" if opened else "") if q)
   svg_url = f"/api/traces/{trace_id}/graphs/{ref}.svg" + (f"?{query}" if query else "")

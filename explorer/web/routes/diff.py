@@ -13,9 +13,10 @@ from explorer.store import trace_key
 from explorer.web import deps
 from explorer.web.diffing import MEASURES, fold, side_by_side
 from explorer.queue.protocol import QueueUnavailable
-from explorer.web.jobs import STAGE_TITLES, QueueFull
+from explorer.web.jobs import STAGE_TITLES
 from explorer.web.models import TraceRequest, documented
 from explorer.web.render import TARGET_LABELS
+from explorer.web.work import Work
 
 router = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api", tags=["diff"])
@@ -109,7 +110,6 @@ async def quick_pick(request: Request) -> Response:
   if pick is None: raise HTTPException(422, f"no quick pick {form.get('pick')!r} for trace {a}")
   try: status, _ = await deps.submit(request, TraceRequest.model_validate(request_of(trace, **pick[2])))
   except (ValidationError, SpecError) as e: raise HTTPException(422, f"cannot trace that variant: {e}") from None
-  except QueueFull as e: raise HTTPException(503, str(e)) from None
   return RedirectResponse(diff_url(a, status["id"]), status_code=303)
 
 # ***** the diff page *****
@@ -134,7 +134,7 @@ def pick_targets(a: dict, b: dict, target: str | None, target_b: str | None) -> 
 def group_kernels(trace: dict, refs: list[dict]) -> list[dict]: return [trace["kernels"][k["index"]] for k in refs]
 
 @router.get("/diff/{a}/{b}", response_class=HTMLResponse)
-async def diff_page(request: Request, a: str, b: str, target: str | None = Query(None, max_length=16),
+async def diff_page(request: Request, a: str, b: str, work: Work, target: str | None = Query(None, max_length=16),
                     target_b: str | None = Query(None, max_length=16)) -> Response:
   ta_trace = await side_or_progress(request, a)
   if not isinstance(ta_trace, dict): return ta_trace
@@ -142,7 +142,7 @@ async def diff_page(request: Request, a: str, b: str, target: str | None = Query
   if not isinstance(tb_trace, dict): return tb_trace
   ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
   diffs = request.app.state.diffs
-  d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb)
+  d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb, work.permit())
   rows = await asyncio.to_thread(lambda: [fold(side_by_side(g["source"], group_kernels(ta_trace, g["a"]), group_kernels(tb_trace, g["b"])))
                                           for g in d["groups"]])
   gr = await diffs.cached_graphs(a, b)
@@ -152,11 +152,12 @@ async def diff_page(request: Request, a: str, b: str, target: str | None = Query
   return await request.app.state.templates.render(request, "diff.html", ctx)
 
 @router.get("/diff/{a}/{b}/graphs", response_class=HTMLResponse)
-async def graphs_fragment(request: Request, a: str, b: str) -> HTMLResponse:
+async def graphs_fragment(request: Request, a: str, b: str, work: Work) -> HTMLResponse:
   """The UOp graph diff of every matched group (an HTML fragment the diff page loads: it may take a worker's few seconds)."""
   ta_trace, tb_trace = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
-  d = await request.app.state.diffs.structural(a, ta_trace, b, tb_trace, *pick_targets(ta_trace, tb_trace, None, None))
-  gr = await request.app.state.diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"])
+  permit = work.permit()
+  d = await request.app.state.diffs.structural(a, ta_trace, b, tb_trace, *pick_targets(ta_trace, tb_trace, None, None), permit)
+  gr = await request.app.state.diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"], permit)
   return await request.app.state.templates.render(request, "_partials/diff_graphs.html", {"graphs": gr, "d": d})
 
 # ***** JSON *****
@@ -170,7 +171,7 @@ TWO = {404: "no trace a or no trace b", 409: "trace a or b is still queued or ru
 
 @api.get("/diff/{a}/{b}", summary="Diff two stored traces: kernels matched by role and data flow, buffers, metrics, sources, graphs, measurements",
          responses=documented({**TWO, 422: "a query parameter out of its bounds"}))
-async def diff_json(request: Request, a: str, b: str, target: str | None = Query(None, max_length=16),
+async def diff_json(request: Request, a: str, b: str, work: Work, target: str | None = Query(None, max_length=16),
                     target_b: str | None = Query(None, max_length=16),
                     graphs: bool = Query(True, description="compute the UOp graph diff if it is not cached (a worker, a few seconds)")) -> dict:
   """The structural diff (explorer.analysis.diff.diff_traces) with each group's UOp graph diff (`graph`), the cached interleaved timing and
@@ -178,8 +179,9 @@ async def diff_json(request: Request, a: str, b: str, target: str | None = Query
   ta_trace, tb_trace = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
   ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
   diffs = request.app.state.diffs
-  d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb)
-  gr = await (diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"]) if graphs else diffs.cached_graphs(a, b))
+  permit = work.permit()
+  d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb, permit)
+  gr = await (diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"], permit) if graphs else diffs.cached_graphs(a, b))
   by_group = {g["index"]: g["graph"] for g in (gr or {}).get("groups", [])}
   measured = {k: (await asyncio.to_thread(diffs.measure_status, a, b, k)).get("result") for k in MEASURES}
   notes = d["notes"] + ([gr["error"]] if gr and gr.get("error") else [])

@@ -13,6 +13,7 @@ from explorer.store import VARIANT_FILTERS
 from explorer.web import deps
 from explorer.web.graphing import GraphNotFound, GraphUnavailable
 from explorer.web.models import NOT_FOUND, documented
+from explorer.web.work import Work, WorkPermit
 
 router = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api", tags=["library"])
@@ -125,12 +126,12 @@ async def export_json(request: Request, trace_id: str, download: bool = True) ->
   body = await asyncio.to_thread(export.export_json, trace, notes)
   return Response(body, media_type="application/json", headers=attachment(f"kernel-explorer-{trace_id}.json", download))
 
-async def graph_block(request: Request, trace_id: str, trace: dict, ref: str) -> dict:
+async def graph_block(request: Request, trace_id: str, trace: dict, ref: str, permit: WorkPermit) -> dict:
   """One export graph through the server's GraphService: its cache, its node limit, its layout."""
   gs = request.app.state.graphs
   try:
-    view = await gs.view(trace_id, trace, ref)
-    svg = await gs.svg(trace_id, trace, ref, False, deps.trace_url(trace_id))
+    view = await gs.view(trace_id, trace, ref, permit=permit)
+    svg = await gs.svg(trace_id, trace, ref, False, deps.trace_url(trace_id), permit=permit)
   except (GraphNotFound, GraphUnavailable, KeyError, TypeError) as e:  # an export never fails over one graph (a failed trace lacks some)
     return {"ref": ref, "title": ref, "svg": None, "notes": [], "error": str(e), "shown_nodes": 0, "total_nodes": 0}
   return {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None, "shown_nodes": view["shown_nodes"],
@@ -144,11 +145,12 @@ async def repro(request: Request, trace_id: str) -> Response:
   return Response(repro_script(trace, trace_id), media_type="text/x-python; charset=utf-8", headers=attachment(f"repro-{trace_id}.py", True))
 
 @router.get("/t/{trace_id}/export.html")
-async def export_html(request: Request, trace_id: str, download: bool = True) -> Response:
+async def export_html(request: Request, trace_id: str, work: Work, download: bool = True) -> Response:
   """The trace as ONE self-contained HTML file: inline CSS, JS and SVG, no reference to this server, opens offline."""
   trace = await deps.trace_or_404(request, trace_id)
   blocks: dict[str, Any] = {}
-  for ref in export.graph_refs(trace): blocks[ref] = await graph_block(request, trace_id, trace, ref)
+  permit = work.permit()
+  for ref in export.graph_refs(trace): blocks[ref] = await graph_block(request, trace_id, trace, ref, permit)
   notes = await asyncio.to_thread(export.annotations_of, request.app.state.store, trace_id)
   html = await asyncio.to_thread(export.render_html, trace, trace_id, blocks, notes, f"the Kernel Explorer server on {socket.gethostname()}")
   return Response(html, media_type="text/html; charset=utf-8", headers=attachment(f"kernel-explorer-{trace_id}.html", download))

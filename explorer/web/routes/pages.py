@@ -10,9 +10,10 @@ from explorer.present.graphs import fmt_seconds
 from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, REWRITES, STAGINGS, TARGETS, TILES, WINO_IMPLS, SpecError, Variant
 from explorer.web import deps
 from explorer.web.graphing import MAX_STEPS
-from explorer.web.jobs import STAGE_TITLES, QueueFull
+from explorer.web.jobs import STAGE_TITLES, ClientBusy, QueueFull, busy_answer
 from explorer.web.models import TraceRequest
 from explorer.web.render import pygments_css
+from explorer.web.work import Work
 
 router = APIRouter(include_in_schema=False)
 PYGMENTS_CSS = pygments_css()
@@ -68,25 +69,25 @@ def validation_message(e: ValidationError) -> str:
 @router.post("/t", response_class=HTMLResponse)
 async def submit_form(request: Request) -> Response:
   form = urllib.parse.parse_qs((await request.body()).decode(errors="replace"), keep_blank_values=True)
-  values, error, busy = {**FORM_DEFAULTS, **{k: v[-1] for k, v in form.items()}, "targets": form.get("targets", []),
-                         "rewrites": form.get("rewrites", [])}, None, False
+  values, error = {**FORM_DEFAULTS, **{k: v[-1] for k, v in form.items()}, "targets": form.get("targets", []),
+                   "rewrites": form.get("rewrites", [])}, None
+  busy: tuple[int, str] | None = None
   try:
     values, req = form_to_request(form)
     status, _ = await deps.submit(request, req)
     return RedirectResponse(status["url"], status_code=303)
   except ValidationError as e: error = validation_message(e)
   except SpecError as e: error = str(e)
-  except QueueFull as e: error, busy = str(e), True
+  except (QueueFull, ClientBusy) as e: error, busy = str(e), busy_answer(e)
   recent = await asyncio.to_thread(request.app.state.store.recent, 30)
-  resp = await page(request, "home.html", status_code=503 if busy else 422, **home_context(recent, values, error))
-  if busy: resp.headers["Retry-After"] = "60"
+  resp = await page(request, "home.html", status_code=busy[0] if busy else 422, **home_context(recent, values, error))
+  if busy: resp.headers["Retry-After"] = busy[1]
   return resp
 
 @router.post("/t/{trace_id}/rerun", response_class=HTMLResponse)
 async def rerun_form(request: Request, trace_id: str) -> Response:
   """The Re-run button of an interrupted or failed trace: submit its stored request again and follow it."""
-  try: status, _ = await deps.rerun(request, trace_id)
-  except QueueFull as e: raise HTTPException(503, str(e), headers={"Retry-After": "60"}) from None
+  status, _ = await deps.rerun(request, trace_id)
   return RedirectResponse(status.get("url") or deps.trace_url(trace_id), status_code=303)
 
 # ***** trace pages *****
@@ -176,7 +177,7 @@ async def rangeify(request: Request, trace_id: str, at: str | None = None) -> HT
   return await trace_page(request, trace_id, "rangeify.html", "rangeify", step=step, api=f"/api/traces/{trace_id}/rangeify")
 
 @router.get("/t/{trace_id}/k/{n}", response_class=HTMLResponse)
-async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast", code: str | None = None, at: str | None = None,
+async def kernel_page(request: Request, trace_id: str, n: int, work: Work, graph: str = "ast", code: str | None = None, at: str | None = None,
                       target: str | None = None) -> HTMLResponse:
   trace = await deps.stored_trace(request, trace_id)
   if trace is None: return await trace_page(request, trace_id, "kernel.html", "kernels")
@@ -184,7 +185,7 @@ async def kernel_page(request: Request, trace_id: str, n: int, graph: str = "ast
   records = deps.target_records(k)
   pending, pending_error = (target if target in TARGETS and target not in records else None), None
   if pending is not None:  # computed on this first request, in a worker; the page follows it and reloads when it is stored
-    try: await deps.target_job(request, trace_id, trace, pending)
+    try: await deps.target_job(request, trace_id, trace, pending, work)
     except HTTPException as e: pending_error = e.detail
   target = target if target in records else deps.host_target(k)
   rec = records[target]

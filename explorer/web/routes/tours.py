@@ -13,7 +13,7 @@ from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, compare_tour, trace_tour
 from explorer.web import deps
 from explorer.web.graphing import REF_RE
-from explorer.web.jobs import STAGE_TITLES, QueueFull
+from explorer.web.jobs import STAGE_TITLES
 from explorer.web.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
 from explorer.web.routes.pages import page, pick_pass, trace_page
 
@@ -162,7 +162,6 @@ async def start_tour(request: Request, kind: str) -> tuple[dict, dict]:
   try:
     a, _ = await deps.submit(request, tour_request(t["preset"], t["a"]))
     b, _ = await deps.submit(request, tour_request(t["preset"], t["b"]))
-  except QueueFull as e: raise HTTPException(503, str(e), headers={"Retry-After": "60"}) from None
   except SpecError as e: raise HTTPException(422, str(e)) from None
   return a, b
 
@@ -181,6 +180,7 @@ async def list_tours() -> list[dict]:
              summary="Start a built-in tour's two traces (or reuse the stored ones)",
              responses={200: {"model": TourStart, "description": "both already stored"},
                         **documented({404: "no built-in tour of this kind", 422: "a variant this server refuses",
+                                      429: "this client has max_jobs_per_client traces running or waiting (Retry-After)",
                                       503: "too many traces queued, this host's devices could not be listed, or the job queue "
                                            "does not answer (Retry-After)"})})
 async def api_start_tour(request: Request, kind: str) -> Any:

@@ -1,0 +1,34 @@
+"""Work a GET may start: a worker's run (a target's codegen, a graph's expansion), a layout, a diff, an export. A web page elsewhere
+must not make a visitor's browser start such work by the hundred, so a route that may start work takes a `Work` gate and asks it for a
+permit just before it does; the gate refuses one (403) to a request from another site, unless a person followed a link to it (a
+top-level navigation the user started). The services that start work take a WorkPermit, which only a gate makes: a route cannot start
+work without going through one (mypy checks the calls; tests/test_work.py walks every route cross-site). Unsafe methods (POST, DELETE)
+are refused cross-site before any route runs (explorer.web.limits)."""
+from __future__ import annotations
+from dataclasses import dataclass
+from typing import Annotated
+from fastapi import Depends, HTTPException, Request
+from explorer.web.limits import cross_site, followed_link
+
+@dataclass(frozen=True)
+class WorkPermit:
+  """A request's leave to start work: made by WorkGate.permit alone."""
+  path: str
+
+class WorkGate:
+  def __init__(self, request: Request):
+    self.request = request
+    self.permits = 0
+
+  def permit(self) -> WorkPermit:
+    """A permit for this request; 403 when it came from another site and no person followed a link to it."""
+    headers = self.request.headers
+    if cross_site(headers) and not followed_link(headers):
+      raise HTTPException(403, "cross-site request refused: this URL starts work (a target's codegen, a graph layout, a diff, an export); "
+                               "open it from this server's pages")
+    self.permits += 1
+    return WorkPermit(self.request.url.path)
+
+def work_gate(request: Request) -> WorkGate: return WorkGate(request)
+
+Work = Annotated[WorkGate, Depends(work_gate)]
