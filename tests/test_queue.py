@@ -385,3 +385,54 @@ def test_a_device_with_an_index_goes_to_its_devices_queue():
   from explorer.queue.protocol import device_of, queue_name
   assert queue_name("CUDA:1") == queue_name("CUDA") == "explorer:CUDA" and queue_name(None) == "explorer:any"
   assert device_of("explorer:CUDA") == "CUDA" and device_of("explorer:any") is None and device_of("other:CUDA") is None
+
+def test_a_worker_outlives_its_broker(tmp_path):
+  """redis-server SIGKILLed under an idle worker for a few seconds: the worker says so, asks again with backoff and, once a broker
+  answers on that address again, takes the next job. (RQ's dequeue retries a refused connection itself; a broker lost in any other
+  call ends RQ's loop, and explorer.queue.worker.work starts it again once the broker answers.)"""
+  port = free_port()
+  broker_ = redis_server(tmp_path, port=port)
+  url = broker_.__enter__()
+  stubborn = worker(url, "stubborn", tmp_path)
+  w, log = stubborn.__enter__(), tmp_path / "worker-stubborn.log"
+  try:
+    broker_.__exit__(None, None, None)  # SIGKILL
+    deadline = time.monotonic() + 30
+    while not any(said in log.read_text() for said in ("does not answer", "could not connect to Redis")):  # ours, or RQ's own retry
+      assert w.poll() is None and time.monotonic() < deadline, log.read_text()
+      time.sleep(0.2)
+    time.sleep(3)
+    assert w.poll() is None, log.read_text()
+    with redis_server(tmp_path, port=port), running_server(tmp_path / "s.sqlite3", tmp_path, queue=url) as base:
+      trace_id = submit(base, tiny(cout=9))
+      assert wait_for(base, trace_id, timeout_s=120)["status"] == "done" and ran_on(base, trace_id)["worker"] == "stubborn", log.read_text()
+  finally: stubborn.__exit__(None, None, None)
+
+def test_a_worker_whose_broker_dies_mid_job_comes_back(tmp_path):
+  """The broker dies while the worker runs a job (its progress cannot be saved, RQ's loop ends): the worker says the broker does not
+  answer, asks again with backoff, and takes jobs again once a broker answers; the server, restarted with the broker, says in words
+  what became of the job the broker lost."""
+  port = free_port()
+  broker_ = redis_server(tmp_path, port=port)
+  url = broker_.__enter__()
+  hardy = worker(url, "hardy", tmp_path)
+  w, log = hardy.__enter__(), tmp_path / "worker-hardy.log"
+  try:
+    with running_server(tmp_path / "s.sqlite3", tmp_path, "first.log", queue=url) as base:
+      lost = submit(base, tiny(cout=13, time=True, repeats=300))
+      deadline = time.monotonic() + 120
+      while not any(st["stage"] != "queue" and st["status"] != "pending" for st in status(base, lost)["stages"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+      broker_.__exit__(None, None, None)  # SIGKILL, mid-job
+      deadline = time.monotonic() + 60
+      while "does not answer" not in log.read_text():
+        assert w.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+      with redis_server(tmp_path, port=port):
+        answer = wait_for(base, lost, timeout_s=180)
+        assert answer["status"] == "error" and "lost this job" in answer["error"] and "No such job" not in answer["error"], answer
+        trace_id = submit(base, tiny(cout=14))
+        assert wait_for(base, trace_id, timeout_s=120)["status"] == "done" and ran_on(base, trace_id)["worker"] == "hardy", log.read_text()
+        assert "answers again; taking jobs" in log.read_text()
+  finally: hardy.__exit__(None, None, None)

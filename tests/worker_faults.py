@@ -26,3 +26,10 @@ def spawn_hog(progress, mb: int, n: int) -> None:
 def assertion(progress) -> None:
   progress("tensor_graph", "start", "")
   raise AssertionError("an assertion inside tinygrad, say")
+def scratch(progress) -> None:
+  """A temporary directory made the usual way, then a hang: the worker is killed with its files still there."""
+  import tempfile
+  d = tempfile.mkdtemp()
+  open(os.path.join(d, "kept.ptx"), "w").write("x" * 1000)
+  progress("scratch", "start", d)
+  time.sleep(3600)

@@ -116,9 +116,9 @@ async def checked_device(request: Request, device: str, field: str) -> str:
     try: return ", ".join(await request.app.state.devices.accepted()) or "none"
     except DevicesUnavailable: return "this host's compute devices (they could not be listed just now)"
   try: normal = normalize_device(device)
-  except SpecError as e: raise SpecError(f"{field}: {e}; this server accepts: {await accepted()}") from None
+  except SpecError as e: raise SpecError(f"{field}: {e}; this server offers: {await accepted()}") from None
   if normal.split(":")[0] not in COMPUTE_DEVICES:
-    raise SpecError(f"{field}: device {normal.split(':')[0]} is not offered here; this server accepts: {await accepted()}")
+    raise SpecError(f"{field}: device {normal.split(':')[0]} is not offered here; this server offers: {await accepted()}")
   if (why := device_problem(normal, await accepted_devices(request))) is not None: raise SpecError(f"{field}: {why}")
   return normal
 

@@ -119,6 +119,7 @@ class DiffService:
     self.jobs: dict[tuple[str, str, str], MeasureJob] = {}
     self.tasks: set[asyncio.Task] = set()
     self.graph_runs = 0  # worker calls for graph diffs: tests check the cache
+    self.structural_runs = 0  # structural diffs computed (not served from the store)
     self._inflight: dict[tuple, asyncio.Future] = {}
     self._slot: asyncio.Semaphore | None = None
     self._dot_slots: asyncio.Semaphore | None = None
@@ -136,6 +137,7 @@ class DiffService:
     kind = f"diff:{CACHE_V}:{ta}:{tb}"
     if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cached
     async def make() -> dict:
+      self.structural_runs += 1
       d = await asyncio.to_thread(build_diff, a, b, ta, tb)
       await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, d)
       return d

@@ -191,10 +191,10 @@ class RequestLimits:
 
 def stream_paths(app: FastAPI) -> re.Pattern[str] | None:
   """The paths of the routes that answer an event stream (response_class EventSourceResponse), as one pattern."""
-  from fastapi.routing import APIRoute
+  from fastapi.routing import APIRoute, iter_route_contexts  # included routers are lazy: app.routes alone does not list their routes
   from sse_starlette import EventSourceResponse
-  found = [re.sub(r"\(\?P<\w+>", "(?:", r.path_regex.pattern.removeprefix("^").removesuffix("$")) for r in app.routes
-           if isinstance(r, APIRoute) and r.response_class is EventSourceResponse]
+  found = [re.sub(r"\(\?P<\w+>", "(?:", r.path_regex.pattern.removeprefix("^").removesuffix("$")) for r in iter_route_contexts(app.routes)
+           if isinstance(r.original_route, APIRoute) and r.response_class is EventSourceResponse]
   return re.compile("|".join(f"(?:{p})" for p in found)) if found else None
 
 def install_limits(app: FastAPI, settings: Any) -> LimitConfig:

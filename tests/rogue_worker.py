@@ -1,0 +1,31 @@
+"""A rogue queue worker: the explorer's own worker loop (a real RQ worker on a real broker) whose trace job answers with what an
+attacker who can write to the broker would send instead of a trace. Run by tests/test_wire.py:
+
+  python tests/rogue_worker.py URL TRACE_JSON MARKER SECRET
+
+What it sends depends on the asked spec's cout: 2, a spec whose stride is Python; 3, a pickled rewrite blob that would touch MARKER;
+4, the same pickle behind the data format's first bytes; 5, a well-formed result signed with a secret other than SECRET; any other, a
+well-formed result signed with SECRET."""
+import base64, json, pathlib, pickle, sys, zlib
+from explorer.queue import jobs, worker
+from explorer.queue.protocol import b64, seal
+from explorer.spec import REWRITE_LOG_MAGIC
+
+URL, TRACE, MARKER, SECRET = sys.argv[1:5]
+
+class Touch:
+  """Unpickled, it creates MARKER: the proof that a payload ran."""
+  def __reduce__(self): return (pathlib.Path.touch, (pathlib.Path(MARKER),))
+
+def answer(spec: dict, variant: dict, timeout_s: float) -> dict:
+  trace = {**json.load(open(TRACE)), "spec": spec, "variant": variant}
+  blob = base64.b64decode(json.load(open(TRACE + ".blob")))
+  cout, secret = spec["cout"], SECRET
+  if cout == 2: trace["spec"] = {**spec, "stride": f"1); __import__('pathlib').Path({MARKER!r}).touch(); dict(a=1"}
+  if cout == 3: blob = zlib.compress(pickle.dumps(Touch()))
+  if cout == 4: blob = REWRITE_LOG_MAGIC + zlib.compress(pickle.dumps(Touch()))
+  if cout == 5: secret = "not-the-servers-secret"
+  return seal({"trace": trace, "rewrites": b64(blob), "target_rewrites": {}}, secret)
+
+jobs.trace = answer  # what RQ calls for "explorer.queue.jobs.trace" in this process
+worker.work(URL, ["CPU"], "rogue")

@@ -1,0 +1,21 @@
+"""What many tests share: the app's routes walked whole (FastAPI includes routers lazily, so app.routes alone lists them as
+_IncludedRouter wrappers, not as routes), each GET's path filled with real arguments."""
+from __future__ import annotations
+import re
+from typing import Any, Iterator
+
+def routes(app: Any) -> Iterator[Any]:
+  """Every route of the app, included routers' too (fastapi.routing.iter_route_contexts): path, methods, endpoint."""
+  from fastapi.routing import iter_route_contexts
+  yield from iter_route_contexts(app.routes)
+
+def get_paths(app: Any) -> list[str]:
+  """The path of every GET route (docs and static files aside), as declared: /api/traces/{trace_id}/kernels/{n}..."""
+  return sorted({r.path for r in routes(app) if r.path and "GET" in (r.methods or ()) and not r.path.startswith(("/static", "/docs", "/openapi"))})
+
+def filled(path: str, trace_id: str, **more: str) -> str:
+  """path with its parameters filled: the trace (and a diff's both sides) is trace_id, kernel 0, its tensor graph, pass 0/0, the WGSL
+  target (one no trace asks for), a diff's timing and the tour "constants"; `more` overrides any of them by name."""
+  values = {"trace_id": trace_id, "a": trace_id, "b": trace_id, "n": "0", "ref": "tensor", "group": "0", "step": "0", "target": "wgsl",
+            "study_id": "0", "note_id": "1", "kind": "timing" if path.startswith("/api/diff") else "constants", **more}
+  return re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: values[m.group(1)], path)
