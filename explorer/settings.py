@@ -46,8 +46,8 @@ class Settings(BaseSettings):
   max_repeats: int = Field(1000, ge=0, description="largest timing repeats or warmup a request may ask for")
   max_beam: int = Field(8, ge=0, description="largest BEAM width a request may ask for")
   max_body_bytes: int = Field(65536, ge=0, description="largest request body, in bytes (413 past it)")
-  max_connections: int = Field(256, ge=0, description="requests served at once (open event streams included; idle connections and "
-                               "/api/health aside) before new ones get 503")
+  max_connections: int = Field(256, ge=0, description="requests served at once (idle connections, bodies still arriving, event "
+                               "streams and /api/health aside: they have limits of their own) before new ones get 503")
   request_head_timeout_s: float = Field(5.0, ge=0, description="a connection must send a whole request head within this many seconds of "
                                         "opening (or of its last response plus the 30 s keep-alive), else it is closed: idle and half-sent "
                                         "sockets are never held")

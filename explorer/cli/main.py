@@ -260,7 +260,7 @@ def _not_negative(kind: type) -> Callable[[str], object]:
     return value
   return parse
 
-SECRET_OR_SHARED = ("token", "db")  # the token only from the environment (flags show in ps); --db is serve's own flag
+SECRET_OR_SHARED = ("token", "queue_secret", "db")  # secrets only from the environment (flags show in ps); --db is serve's own flag
 
 def add_settings_flags(p: argparse.ArgumentParser) -> None:
   """One flag per setting of explorer.settings (--max-queue N for KERNEL_EXPLORER_MAX_QUEUE); a flag wins over the environment."""
