@@ -34,7 +34,7 @@ def free_port() -> int:
 
 def start_server(db: pathlib.Path, port: int, log: pathlib.Path) -> subprocess.Popen:
   env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
-  code = f"from explorer.web import serve; serve('127.0.0.1', {port}, {str(db)!r})"
+  code = f"from explorer.web.serving import serve; serve('127.0.0.1', {port}, {str(db)!r})"
   proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
   deadline = time.monotonic() + 60
   while True:

@@ -26,7 +26,8 @@ def start_redis(workdir: pathlib.Path) -> tuple[subprocess.Popen, str]:
 
 def start_server(db: pathlib.Path, port: int, queue: str, log: pathlib.Path) -> subprocess.Popen:
   env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
-  code = f"from explorer.web import serve; serve('127.0.0.1', {port}, {str(db)!r}, queue={queue!r})"
+  # one client queues the whole batch: no per-client share
+  code = f"from explorer.web.serving import serve; serve('127.0.0.1', {port}, {str(db)!r}, queue={queue!r}, max_jobs_per_client=0)"
   proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
   for _ in range(300):
     try:

@@ -6,7 +6,6 @@ The Python API's names are here too, loaded on first use so that `import explore
     from explorer import trace, Trace   # a convolution, in a worker; the result
 """
 from typing import Any
-__version__ = "0.1.0"
 
 API = ("capture", "trace", "Trace", "Captured")
 
@@ -14,4 +13,7 @@ def __getattr__(name: str) -> Any:
   if name in API:
     from explorer import api
     return getattr(api, name)
+  if name == "__version__":
+    from explorer.version import __version__
+    return __version__
   raise AttributeError(f"module 'explorer' has no attribute {name!r}")

@@ -59,7 +59,7 @@ def running_server(db: pathlib.Path, log_dir: pathlib.Path, log_name: str = "ser
   base URL, stops the server after (SIGTERM)."""
   port = free_port()
   env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
-  code = f"from explorer.web import serve; serve('127.0.0.1', {port}, {str(db)!r}, **{settings!r})"
+  code = f"from explorer.web.serving import serve; serve('127.0.0.1', {port}, {str(db)!r}, **{settings!r})"
   log = open(log_dir / log_name, "w+")
   proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
   base = f"http://127.0.0.1:{port}"

@@ -274,14 +274,14 @@ def test_the_token_is_required_and_compared_in_constant_time(tmp_path, monkeypat
 
 @pytest.fixture
 def captured_serve(monkeypatch, capsys):
-  """explorer.web.serve up to uvicorn.run: the app it would serve, where, and what it printed."""
+  """explorer.web.serving.serve up to uvicorn.run: the app it would serve, where, and what it printed."""
   import uvicorn
   got: dict = {}
   monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: got.update(app=app, host=host, port=port))
   for s in SETTINGS: monkeypatch.delenv(ENV_PREFIX + s.name.upper(), raising=False)
   saved = dict(os.environ)
   def serve(*args, **kwargs) -> tuple[dict, str]:
-    from explorer.web import serve as _serve
+    from explorer.web.serving import serve as _serve
     _serve(*args, **kwargs)
     return got, capsys.readouterr().err
   yield serve

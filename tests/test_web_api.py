@@ -339,7 +339,7 @@ def test_access_token(tmp_path):
     assert client.get("/").status_code == 200  # the cookie set above
 
 def test_serving_beyond_loopback_needs_a_token(monkeypatch):
-  from explorer.web import serve
+  from explorer.web.serving import serve
   monkeypatch.delenv("KERNEL_EXPLORER_TOKEN", raising=False)
   with pytest.raises(SystemExit, match="access token"): serve("0.0.0.0", 1)
 

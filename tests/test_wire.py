@@ -3,13 +3,12 @@ loaded as data; a trace file reaches a reproducer only as literals; slow bodies 
 starts nothing; one device, one name; workers outlive their broker. Real servers, a real redis-server, a real rogue RQ worker."""
 from __future__ import annotations
 import base64, contextlib, json, os, pathlib, socket, subprocess, sys, threading, time
-from types import SimpleNamespace
 from typing import Iterator
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from conftest import REPO, running_server
-from test_queue import REDIS_SERVER, broker  # noqa: F401 - the module's real redis-server
+from test_queue import REDIS_SERVER, broker as broker  # the module's real redis-server (a fixture)
 from support import filled, get_paths
 from explorer.settings import Settings
 from explorer.spec import ConvSpec, Variant
@@ -125,7 +124,8 @@ def test_a_crafted_trace_file_reaches_repro_as_text_alone(real_trace, tmp_path):
   ran = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
   assert ran.returncode == 0 and "output (1, 2, 8, 8)" in ran.stdout and not marker.exists(), ran.stderr[-2000:]
   for field, value, why in (("env", {**trace["env"], "device": f'CPU"""; {payload}'}, "env.device"),
-                            ("spec", {**trace["spec"], "stride": f"1); __import__('pathlib').Path({str(marker)!r}).touch(); dict(a=1"}, "spec.stride")):
+                            ("spec", {**trace["spec"], "stride": f"1); __import__('pathlib').Path({str(marker)!r}).touch(); dict(a=1"},
+                             "spec.stride")):
     crafted.write_text(json.dumps({**trace, field: value}))
     out = subprocess.run(cli, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and why in out.stderr and "Traceback" not in out.stderr, out.stderr

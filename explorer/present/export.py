@@ -8,7 +8,7 @@ from the store and expands the rest from the rewrite blob in a worker (explorer.
 from __future__ import annotations
 import datetime, json, os, re
 from typing import Any, Callable
-from explorer import __version__
+from explorer.version import __version__
 from explorer.present import graphs
 
 GraphBlock = dict  # {"ref", "title", "svg" | None, "notes": [...], "error": str | None, "shown_nodes", "total_nodes"}

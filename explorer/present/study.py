@@ -178,7 +178,7 @@ def render_export(status: dict, origin: str) -> str:
   """A finished study as ONE self-contained HTML file: inline CSS and SVG, no script, no link that leaves it."""
   import datetime
   from markupsafe import Markup
-  from explorer import __version__
+  from explorer.version import __version__
   from explorer.present.export import inline_assets
   from explorer.present.render import environment
   exported = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

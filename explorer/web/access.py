@@ -1,10 +1,16 @@
 """Who may use the server: the access token required beyond loopback, and who counts as trusted with server details."""
 from __future__ import annotations
-import hmac
+import hmac, ipaddress
 from typing import Awaitable, Callable
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
-from explorer.web import is_loopback as is_loopback
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+def is_loopback(host: str) -> bool:
+  if host.strip("[]") in LOOPBACK: return True
+  try: return ipaddress.ip_address(host.strip("[]")).is_loopback
+  except ValueError: return False
 
 TOKEN_HEADER, TOKEN_COOKIE = "X-Access-Token", "ke_token"
 TOKEN_FREE = ("/static/", "/api/health")

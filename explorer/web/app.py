@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.routing import Match
-from explorer import __version__
+from explorer.version import __version__
 from explorer.tracing.workers import Limits  # imports no tinygrad
 from explorer.settings import Settings
 from explorer.spec import SpecError

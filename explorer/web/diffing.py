@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
-from explorer import __version__
+from explorer.version import __version__
 from explorer.present import graphs
 from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows
 from explorer.store import Store, tinygrad_version

@@ -5,7 +5,7 @@ from typing import Any, AsyncIterator, Literal
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from explorer import __version__
+from explorer.version import __version__
 from explorer.analysis import memory
 from explorer.tracing.catalogue import catalogue
 from explorer.spec import PRESETS, TARGETS

@@ -1,0 +1,43 @@
+"""Serving the app: uvicorn on a host and port, loopback-only unless an access token is set, with the request limits and the start-up
+message; `kernel-explorer serve` calls `serve`."""
+from __future__ import annotations
+import os, sys
+from typing import Any
+from explorer.web.access import is_loopback
+
+def startup_message(host: str, port: int, settings: Any) -> str:
+  shown = f"[{host}]" if ":" in host else host
+  if settings.token:
+    access = (f"every request needs the access token (KERNEL_EXPLORER_TOKEN): the X-Access-Token header or the ke_token cookie; "
+              f"in a browser open http://{shown}:{port}/?token=... once")
+  else: access = "loopback only, no access token (to listen beyond loopback, set KERNEL_EXPLORER_TOKEN)"
+  limits = (f"limits: {settings.workers} trace workers, {settings.max_queue} queued, {settings.trace_timeout_s:.0f}s and "
+            f"{settings.worker_memory_mb} MiB per worker, {settings.max_body_bytes} byte bodies (kernel-explorer serve --help lists them all)")
+  if settings.queue:
+    from explorer.queue.protocol import safe_url
+    limits = (f"jobs run on the workers of the job queue at {safe_url(settings.queue)} (kernel-explorer worker); "
+              f"{settings.max_queue} may wait, {settings.trace_timeout_s:.0f}s each")
+  return f"kernel-explorer: serving on http://{shown}:{port}; {access}\nkernel-explorer: {limits}"
+
+def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None, **overrides: Any) -> None:
+  """Run the web server (uvicorn) until interrupted. Listening beyond loopback needs an access token (KERNEL_EXPLORER_TOKEN).
+  overrides: settings by name (the CLI's flags), exported as KERNEL_EXPLORER_* too, so that every worker's defaults agree."""
+  import uvicorn
+  from explorer.settings import ENV_PREFIX, Settings
+  settings = Settings.load(**overrides)
+  if not is_loopback(host) and not settings.token:
+    raise SystemExit(f"kernel-explorer: listening on {host} (beyond loopback) needs an access token: set KERNEL_EXPLORER_TOKEN")
+  os.environ.update({ENV_PREFIX + name.upper(): str(v) for name, v in overrides.items() if v is not None})
+  from explorer.web.app import create_app as _create_app
+  from explorer.web.limits import redact_access_log, restrict_to_loopback
+  from explorer.web.protocol import protocol_with
+  from explorer.tracing.workers import stop_all
+  app = _create_app(db_path, settings=settings)
+  if is_loopback(host): restrict_to_loopback(app, host)  # DNS rebinding: a page elsewhere cannot reach us under its own name
+  print(startup_message(host, port, settings), file=sys.stderr, flush=True)
+  redact_access_log()
+  # keep-alive beyond uvicorn's 5 s: on a busy loop a client's next request could meet a connection closed as idle.
+  # No limit_concurrency: uvicorn counts idle sockets in it; requests in flight are limited by explorer.web.limits instead.
+  try: uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3, timeout_keep_alive=30,
+                   http=protocol_with(float(settings.request_head_timeout_s)))
+  finally: stop_all()  # diff measurements and probes still running (trace jobs were stopped by the app's shutdown)
