@@ -104,10 +104,6 @@ PRESETS: dict[str, ConvSpec] = {
 
 def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.items() if p == spec), None)
 
-# a rewrite blob's first bytes: tinygrad's rewrite log as plain data (explorer.tracing.adapter.encode_rewrite_log), the only kind that
-# may arrive from outside a process (a queue worker's result); the store's older blobs are pickles and lack it
-REWRITE_LOG_MAGIC = b"kernel-explorer rewrite log 1\n"
-
 # the stages of a trace, in order: explorer.tracing.trace records them, the web's jobs and the CLI report their progress
 STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
 

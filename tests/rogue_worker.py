@@ -4,12 +4,12 @@ attacker who can write to the broker would send instead of a trace. Run by tests
   python tests/rogue_worker.py URL TRACE_JSON MARKER SECRET
 
 What it sends depends on the asked spec's cout: 2, a spec whose stride is Python; 3, a pickled rewrite blob that would touch MARKER;
-4, the same pickle behind the data format's first bytes; 5, a well-formed result signed with a secret other than SECRET; any other, a
-well-formed result signed with SECRET."""
+4, the same pickle behind the data format's first bytes; 5, a well-formed result signed with a secret other than SECRET; 6, the data
+format holding a string, not a rewrite log; any other, a well-formed result signed with SECRET."""
 import base64, json, pathlib, pickle, sys, zlib
 from explorer.queue import jobs, worker
 from explorer.queue.protocol import b64, seal
-from explorer.spec import REWRITE_LOG_MAGIC
+from explorer.blob import MAGIC as REWRITE_LOG_MAGIC
 
 URL, TRACE, MARKER, SECRET = sys.argv[1:5]
 
@@ -25,6 +25,7 @@ def answer(spec: dict, variant: dict, timeout_s: float) -> dict:
   if cout == 3: blob = zlib.compress(pickle.dumps(Touch()))
   if cout == 4: blob = REWRITE_LOG_MAGIC + zlib.compress(pickle.dumps(Touch()))
   if cout == 5: secret = "not-the-servers-secret"
+  if cout == 6: blob = REWRITE_LOG_MAGIC + zlib.compress(pickle.dumps("just a string"))
   return seal({"trace": trace, "rewrites": b64(blob), "target_rewrites": {}}, secret)
 
 jobs.trace = answer  # what RQ calls for "explorer.queue.jobs.trace" in this process

@@ -4,8 +4,9 @@ tinygrad."""
 from __future__ import annotations
 import base64, binascii, hashlib, hmac, json, urllib.parse
 from typing import Any
+from explorer.blob import BlobRefused, read_plain
 from explorer.schema import Trace, validate_trace
-from explorer.spec import REWRITE_LOG_MAGIC, TARGETS, SpecError
+from explorer.spec import TARGETS, SpecError
 
 ANY = "any"  # the queue of jobs that name no device: every worker takes them, on its default device
 PREFIX = "explorer"
@@ -69,7 +70,9 @@ def blob_of(text: Any, what: str, max_bytes: int) -> bytes:
     raise ResultRefused(f"{what} is not base64 text of at most {max_bytes >> 20} MiB")
   try: data = base64.b64decode(text.encode(), validate=True)
   except (binascii.Error, ValueError): raise ResultRefused(f"{what} is not base64") from None
-  if not data.startswith(REWRITE_LOG_MAGIC): raise ResultRefused(f"{what} is not a rewrite log in the explorer's data format: refused, nothing kept")
+  try: body = read_plain(data)  # plain data, or refused: a blob kept here never holds an object to build
+  except BlobRefused as e: raise ResultRefused(f"{what} is not a rewrite log in the explorer's data format ({e}): refused, nothing kept") from None
+  if not isinstance(body, dict) or "fields" not in body: raise ResultRefused(f"{what} is not a rewrite log: refused, nothing kept")
   return data
 
 MAX_TEXT = 1 << 20  # the longest string a study table or a measurement may hold (a case's label, a verdict, a note)

@@ -13,7 +13,7 @@ if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
 
 import atexit, collections, collections.abc, contextlib, ctypes, dataclasses, difflib, enum, functools, glob, io, itertools, linecache, math
-import pickle, platform, re, subprocess, sys, tempfile, time, zlib
+import pickle, platform, re, subprocess, sys, tempfile, time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 import tinygrad
@@ -34,7 +34,8 @@ from tinygrad.schedule.indexing import BufferizeOpts
 from tinygrad.uop.ops import (AxisType, CallInfo, GroupOp, KernelInfo, Ops, ParamArg, PatternMatcher, ProgramInfo, RewriteTrace, TrackedGraphRewrite,
                               UOp, UPat, graph_rewrite, multirange_str, rewrite_group)
 import tinygrad.device
-from explorer.spec import COMPUTE_DEVICES, REWRITE_LOG_MAGIC
+from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, read_plain, refused, write_plain
+from explorer.spec import COMPUTE_DEVICES
 
 # the public names the rest of the explorer uses: it imports tinygrad only through this module
 __all__ = ["AddrSpace", "Context", "Device", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes"]
@@ -168,16 +169,12 @@ def trace_num(u: UOp) -> int: return u.trace_num
 # from outside this process (a queue worker's result, a stored row) can name no function and no other class, so loading it runs no
 # code of its choosing and alters no class or shared instance (the BUILD opcode of a pickle could).
 
-MAX_REWRITE_LOG_BYTES = 2 << 30  # a blob expands to at most this much (the largest seen: about 50 MiB, BEAM on a small Winograd)
 # tinygrad's data classes a recorded UOp's arg or tag may hold (read off the blobs of every preset, target, opt setting and a captured
 # training step), each rebuilt from its fields in order; and the enums, by member name
 LOG_CLASSES: dict[str, type] = {c.__name__: c for c in (KernelInfo, ProgramInfo, CallInfo, ParamArg, Opt, Estimates, BufferizeOpts, Target,
                                                          Metadata)}
 LOG_ENUMS: dict[str, type[enum.Enum]] = {c.__name__: c for c in (Ops, AddrSpace, AxisType, OptOps)}
 _PLAIN = (type(None), bool, int, float, str, bytes)  # exact types: ConstFloat is a float subclass, and is tagged
-
-class BlobRefused(ValueError):
-  """A rewrite blob that is not one the explorer wrote: the message is one line."""
 
 class _Encoder:
   """One RewriteTrace as plain data: each UOp's op and dtype by their index in a table, an arg or tag as its value, with tuples as
@@ -221,20 +218,12 @@ def encode_rewrite_log(log: RewriteTrace) -> bytes:
   if enc.unstored: ENCODER_UNSTORED.update(enc.unstored)
   body = {"ops": [o.name for o in ops], "dtypes": [[d.priority, d.bitsize, d.name, d.fmt] for d in enc.dtypes], "keys": keys, "rewrites": rewrites,
           "fields": columns, "rewrite_fields": [f.name for f in dataclasses.fields(TrackedGraphRewrite)]}
-  return REWRITE_LOG_MAGIC + zlib.compress(pickle.dumps(body, protocol=5), 1)
+  return write_plain(body)
 
 ENCODER_UNSTORED: collections.Counter[str] = collections.Counter()  # classes kept as their repr in this process (tests check it stays empty)
 
-class _DataOnly(pickle.Unpickler):
-  """Plain data only: any class or function a pickle names is refused before it is looked up."""
-  def find_class(self, module: str, name: str) -> Any:
-    raise BlobRefused(f"the rewrite blob names {module}.{name}: a rewrite log is plain data, so nothing was loaded")
-  def persistent_load(self, pid: Any) -> Any: raise BlobRefused("the rewrite blob asks for a persistent object: nothing was loaded")
-
-def _refused(why: str) -> BlobRefused: return BlobRefused(f"the rewrite blob is not one the explorer wrote: {why}")
-
 def _check(ok: bool, why: str) -> None:
-  if not ok: raise _refused(why)
+  if not ok: raise refused(why)
 
 class _LogFields(collections.abc.Mapping):
   """A rewrite log's UOp fields by trace number, each decoded when first read (tinygrad's viewer reads uop_fields[n] only)."""
@@ -302,22 +291,15 @@ class _LogFields(collections.abc.Mapping):
       _check(cls is not None and type(args) is list and len(args) == len(dataclasses.fields(cls)),
              f"no class of the rewrite log is {x.get('c')!r:.60} with those fields")
       try: return cls(*(self.value(a) for a in args))  # type: ignore[misc]
-      except (TypeError, ValueError) as e: raise _refused(f"{x['c']} does not take those fields ({e})") from None
-    raise _refused(f"a value {x!r:.80} is not plain data")
+      except (TypeError, ValueError) as e: raise refused(f"{x['c']} does not take those fields ({e})") from None
+    raise refused(f"a value {x!r:.80} is not plain data")
 
 def decode_rewrite_log(blob: bytes) -> RewriteTrace:
   """A rewrite blob back as tinygrad's RewriteTrace (UOp fields decoded as they are read); BlobRefused, one line, for anything that is not
   plain data of the shape encode_rewrite_log writes. A blob from before this format (a pickled RewriteTrace) loads through
   load_legacy_rewrite_log."""
   if not blob.startswith(REWRITE_LOG_MAGIC): return load_legacy_rewrite_log(blob)
-  try:
-    inflate = zlib.decompressobj()
-    data = inflate.decompress(blob[len(REWRITE_LOG_MAGIC):], MAX_REWRITE_LOG_BYTES)
-    _check(not inflate.unconsumed_tail, f"it expands past {MAX_REWRITE_LOG_BYTES >> 20} MiB")
-    body = _DataOnly(io.BytesIO(data)).load()
-  except BlobRefused: raise
-  except (zlib.error, pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, RecursionError, MemoryError) as e:
-    raise _refused(f"{type(e).__name__}: {str(e)[:120]}") from None
+  body = read_plain(blob)
   _check(isinstance(body, dict) and {"ops", "dtypes", "keys", "rewrites", "fields", "rewrite_fields"} <= set(body), "it lacks a part of the log")
   names = [f.name for f in dataclasses.fields(TrackedGraphRewrite)]
   _check(body["rewrite_fields"] == names, f"its rewrites have the fields {body['rewrite_fields']!r:.100}, tinygrad's have {names}")
@@ -355,14 +337,10 @@ def load_legacy_rewrite_log(blob: bytes) -> RewriteTrace:
   """A pickled RewriteTrace (traces stored before the data format), through an unpickler that admits only LEGACY_LOG_CLASSES: a name
   outside them (os.system, a Buffer, a renderer) is refused before it is looked up. Such a pickle could still set attributes of those
   classes in this process; the store's own rows are the only source of such blobs (a queue result must be data: explorer.schema)."""
-  try:
-    inflate = zlib.decompressobj()
-    data = inflate.decompress(blob, MAX_REWRITE_LOG_BYTES)
-    _check(not inflate.unconsumed_tail, f"it expands past {MAX_REWRITE_LOG_BYTES >> 20} MiB")
-    log = _LegacyUnpickler(io.BytesIO(data)).load()
+  try: log = _LegacyUnpickler(io.BytesIO(inflate(blob))).load()
   except BlobRefused: raise
-  except (zlib.error, pickle.UnpicklingError, EOFError, TypeError, ValueError, AttributeError, IndexError, KeyError, RecursionError) as e:
-    raise _refused(f"{type(e).__name__}: {str(e)[:120]}") from None
+  except (pickle.UnpicklingError, EOFError, TypeError, ValueError, AttributeError, IndexError, KeyError, RecursionError) as e:
+    raise refused(f"{type(e).__name__}: {str(e)[:120]}") from None
   _check(isinstance(log, RewriteTrace) and isinstance(log.keys, list) and isinstance(log.rewrites, list) and isinstance(log.uop_fields, dict),
          f"it holds a {type(log).__name__}, not tinygrad's rewrite log")
   return log
