@@ -3,7 +3,7 @@
 No tinygrad imports here: the web server uses this module, and the server process must never import tinygrad.
 """
 from __future__ import annotations
-import functools, hashlib, importlib.metadata, json, os, pathlib, sqlite3, threading, time
+import hashlib, importlib.metadata, json, os, pathlib, sqlite3, threading, time
 from typing import Any, Callable
 from explorer.spec import ConvSpec, SpecError, Variant
 
@@ -89,7 +89,6 @@ def default_db_path() -> pathlib.Path:
   base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
   return pathlib.Path(base) / "kernel-explorer" / "traces.sqlite3"
 
-@functools.cache
 def tinygrad_version() -> str:
   try: return importlib.metadata.version("tinygrad")
   except importlib.metadata.PackageNotFoundError: return "unknown"

@@ -57,7 +57,9 @@ def _device(device: Any) -> str | None:
   """A job's device: None, or one this worker offers (CUDA:1 for CUDA), in its normal form."""
   offered = [d.split(":")[0] for d in DEVICES] or list(COMPUTE_DEVICES)
   if device is None: return None
-  if (why := device_problem(device := normalize_device(device), offered)) is not None: raise SpecError(f"device: {why.replace('server', 'worker')}")
+  try: device = normalize_device(device)
+  except SpecError as e: raise SpecError(f"device: {e}") from None
+  if (why := device_problem(device, offered)) is not None: raise SpecError(f"device: {why.replace('server', 'worker')}")
   return device
 
 def _validated(spec: dict[str, Any], variant: dict[str, Any]) -> tuple[ConvSpec, Variant]:

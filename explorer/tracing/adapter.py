@@ -312,7 +312,7 @@ def decode_rewrite_log(blob: bytes) -> RewriteTrace:
   def rewrite(r: list) -> TrackedGraphRewrite:
     got = dict(zip(names, r))
     _check(isinstance(got["matches"], list) and all(isinstance(m, list) and len(m) == 4 and m[0] in fields.row and m[1] in fields.row
-                                                    and type(m[3]) is float for m in got["matches"]), "a rewrite's matches are malformed")
+                                                    and type(m[3]) in (int, float) for m in got["matches"]), "a rewrite's matches are malformed")
     _check(type(got["sink"]) is int and got["sink"] in fields.row, "a rewrite starts from a UOp the log lacks")
     got = {k: tuple(tuple(m[:2]) + (fields.value(m[2]), m[3]) for m in v) if k == "matches" else fields.value(v) for k, v in got.items()}
     got["matches"] = list(got["matches"])

@@ -22,11 +22,14 @@ router = APIRouter(prefix="/api", tags=["api"])
 @functools.cache
 def has_dot() -> bool: return shutil.which("dot") is not None  # a PATH walk: once, not on every health check
 
+@functools.cache
+def tinygrad_installed() -> str: return tinygrad_version()  # package metadata read once, not on every health check
+
 @router.get("/health", response_model=Health, response_model_exclude_none=True, summary="Server health",
             responses=documented(guards=(400, 403, 413, 414)))  # no token needed, never over the in-flight limit
 async def health(request: Request) -> dict:
   """Liveness and versions; the store's path only to those trusted with it (a loopback client of a token-free server, a token holder)."""
-  out = {"status": "ok", "version": __version__, "tinygrad": tinygrad_version(), "tinygrad_imported": "tinygrad" in sys.modules,
+  out = {"status": "ok", "version": __version__, "tinygrad": tinygrad_installed(), "tinygrad_imported": "tinygrad" in sys.modules,
          "jobs_running": request.app.state.jobs.running(), "dot": has_dot()}
   return out | ({"db": str(request.app.state.store.path)} if deps.trusted(request) else {})
 
