@@ -10,6 +10,16 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
 SMALL_WINO = {"preset": "small", "variant": {"algo": "winograd"}}
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+  """schemathesis's items of one test share its node id (tests/test_fuzz.py::test_api_conforms_to_its_schema for every operation):
+  pytest-xdist schedules by node id, so it would run one operation of each. Each gets an id of its own, from its name (which names the
+  operation); tests/test_fuzz.py checks that every operation runs."""
+  seen: dict[str, int] = {}
+  for item in items: seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
+  from _pytest.nodeid import coerce_node_id  # pytest 9 keeps a node's id as a NodeId
+  for item in items:
+    if seen[item.nodeid] > 1: item._id = coerce_node_id(f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}")
+
 def wait_done(client, trace_id: str, timeout_s: float = 300.0) -> dict:
   deadline = time.monotonic() + timeout_s
   while time.monotonic() < deadline:
