@@ -107,7 +107,7 @@ class Diff:
     import html
     return f"<pre>{html.escape(self.text)}</pre>"
 
-def capture(name: str | None = None, targets: tuple[str, ...] = ("cuda",), time: bool = False, opt: str = "heuristic", warmup: int = 2,
+def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool = False, opt: str = "heuristic", warmup: int = 2,
             repeats: int = 10, reference: Any = None, rel_tolerance: float = 1e-5) -> Captured:
   """Trace whatever tinygrad program runs inside the block, in this process:
 

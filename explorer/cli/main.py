@@ -36,7 +36,8 @@ def add_case_args(p: argparse.ArgumentParser) -> None:
   p.add_argument("--consts", choices=CONSTS, default="symbolic")
   p.add_argument("--fallback", action="store_true", help="run the direct algorithm (with a note) where Winograd does not apply")
   p.add_argument("--opt", default="heuristic", help="heuristic (tinygrad's default), none (NOOPT) or beam:N")
-  p.add_argument("--target", default="cuda,metal", help=f"render targets, comma separated: {','.join(TARGETS)}")
+  p.add_argument("--target", default="", help=f"other render targets, comma separated: {','.join(TARGETS)} (the host's own is always "
+                 "rendered; a stored trace computes any other when a page first shows it)")
   p.add_argument("--repeats", type=int, default=10)
   p.add_argument("--warmup", type=int, default=2)
   p.add_argument("--no-time", action="store_true", help="skip timing")

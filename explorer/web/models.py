@@ -39,7 +39,8 @@ class VariantIn(BaseModel):
   staging: Staging = "staged"
   consts: Consts = "symbolic"
   opt: str = Field(default="heuristic", pattern=r"^(heuristic|none|beam:[1-9][0-9]*)$", max_length=16)
-  targets: list[Target] = Field(default=["cuda", "metal"], min_length=1, max_length=len(TARGETS))
+  targets: list[Target] = Field(default=[], max_length=len(TARGETS), description="other targets to render with the trace (the host's own "
+                                "always is); any other is computed when a page or GET .../kernels/{n}/targets/{target} first asks for it")
   warmup: int = Field(default=2, ge=0, le=1000)
   repeats: int = Field(default=10, ge=1, le=1000)
   time: bool = True
@@ -349,8 +350,8 @@ class StudyRequest(BaseModel):
   kind: StudyKind
   presets: list[PresetName] = Field(default=[], max_length=8, description="default (with no specs): small,medium,large,k5 or wino8,wino16,wino32")
   specs: list[SpecIn] = Field(default=[], max_length=8, description="custom shapes, run after the presets")
-  repeats: int = Field(default=20, ge=3, le=1000, description="timed interleaved repeats (the minimum, with ci_width)")
-  warmup: int = Field(default=3, ge=0, le=100)
+  repeats: int = Field(default=20, ge=3, le=1000, strict=True, description="timed interleaved repeats (the minimum, with ci_width)")
+  warmup: int = Field(default=3, ge=0, le=100, strict=True)  # strict: false is no count of warmups
   ci_width: float | None = Field(default=STUDY_CI_WIDTH, gt=0, le=1, description="sample past `repeats` until every B/A interval is narrower "
                                  "than this, relative to the ratio (null: exactly `repeats`); the CLI's `--ci-width` has the same default")
   budget_s: float = Field(default=120, ge=1, le=3600, description="the adaptive sampling's time budget per case, in seconds")
