@@ -12,6 +12,7 @@ LOCK := requirements-test.lock  # the runtime's pins (requirements.lock, what th
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= auto  # pytest-xdist processes (auto: one per core); 0 runs the suite in one process
 BENCH ?= $(wildcard benchmarks/*.py)
 BENCH_ARGS ?=
 APT_PACKAGES ?= clang graphviz chromium fonts-dejavu-core
@@ -68,9 +69,10 @@ lint: $(STAMP)
 # the job queue's tests start a real redis-server (serving needs none: the queue is optional, `serve --queue URL`); the same for
 # its benchmark
 test bench: APT_PACKAGES += redis-server
-# pytest's exit code 5 (no tests collected) fails like any other
+# pytest's exit code 5 (no tests collected) fails like any other. The suite runs on every core (pytest-xdist, work stealing: most
+# tests wait on worker processes of their own); README "Testing" says how to run a part of it
 test: setup lint
-	@rc=0; $(PY) -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "error: pytest collected no tests" >&2; fi; exit $$rc
 
 bench: setup

@@ -8,7 +8,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
-SMALL_WINO = {"preset": "small", "variant": {"algo": "winograd"}}
+SMALL_WINO = {"preset": "small", "variant": {"algo": "winograd", "targets": ["cuda", "metal"]}}  # the pages' other targets, asked for
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
   """schemathesis's items of one test share its node id (tests/test_fuzz.py::test_api_conforms_to_its_schema for every operation):

@@ -17,6 +17,8 @@ def submitted(live_server, page) -> dict:
   assert page.locator("#preset").input_value() == "small"
   page.click("label:has(input[name=algo][value=winograd])")
   assert page.is_disabled("input[name=tile][value='F(2,3)']")  # the builtin Winograd has one tile: the form says so
+  assert not page.is_checked("input[name=targets][value=cuda]")  # by default the host's own target only; the kernel tabs below ask for two
+  for t in ("cuda", "metal"): page.check(f"input[name=targets][value={t}]")
   shot(page, "browser_home")
   page.click("#submit")
   page.wait_for_url(re.compile(r".*/t/[0-9a-f]{16}$"))

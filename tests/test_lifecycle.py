@@ -124,9 +124,9 @@ def test_idle_and_half_sent_sockets_lock_nobody_out(server):
     r = httpx.get(f"{s.base}/api/health", timeout=5)
     assert r.status_code == 200 and time.monotonic() - st < 1.0, (r.status_code, time.monotonic() - st)
     assert httpx.get(f"{s.base}/api/presets", timeout=5).status_code == 200  # not only health: requests are counted, not sockets
-    time.sleep(5)  # past the head timeout: the server closed every one of them
-    for sk in socks:
-      sk.settimeout(2)
+    closed_by = time.monotonic() + 3 + 2  # the head timeout, and the server's margin to act on it
+    for sk in socks:  # each read waits for its socket's close: the first about 3 s, the rest at once
+      sk.settimeout(max(0.1, closed_by - time.monotonic()))
       assert sk.recv(1) == b""
   finally:
     for sk in socks: sk.close()
@@ -172,8 +172,7 @@ def test_a_sigtermed_cli_leaves_no_worker(tmp_path):
   cmd = [sys.executable, "-m", "explorer.cli", "trace", "--preset", "medium", "--target", "cuda", "--warmup", "0", "--repeats", "1000", "--quiet"]
   cli = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
   pgid = wait_for("the CLI starts a worker", lambda: (worker_groups(cli.pid) or [None])[0], 60)
-  time.sleep(3)  # its render processes are up
-  members = group_members(pgid)
+  members = wait_for("its render process is up", lambda: len(m := group_members(pgid)) >= 2 and m, 30)
   cli.send_signal(signal.SIGTERM)
   assert cli.wait(timeout=10) == 128 + signal.SIGTERM
   wait_for("every process of the worker's group is gone", lambda: not group_members(pgid), 5)

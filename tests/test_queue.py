@@ -9,7 +9,8 @@ from conftest import REPO, free_port, needs_chromium, running_server
 from explorer.spec import STAGES
 
 REDIS_SERVER = shutil.which("redis-server")
-pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server on PATH (Debian: apt-get install redis-server; make test installs it)")
+NO_REDIS = "no redis-server on PATH (Debian: apt-get install redis-server; make test installs it)"
+pytestmark = [pytest.mark.queue, pytest.mark.skipif(REDIS_SERVER is None, reason=NO_REDIS)]
 TINY = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"algo": "direct"}}
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
 

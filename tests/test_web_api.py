@@ -266,7 +266,6 @@ INVALID = [
   ({"spec": {**PRESETS["small"].to_dict(), "groups": 2}}, "groups=2 must divide"),
   ({"spec": {**PRESETS["small"].to_dict(), "batch": 1024, "cin": 4096, "height": 4096, "width": 4096}}, "memory budget"),
   ({"preset": "small", "variant": {"algo": "fft"}}, "variant.algo"),
-  ({"preset": "small", "variant": {"targets": []}}, "variant.targets"),
   ({"preset": "small", "variant": {"targets": ["vulkan"]}}, "variant.targets"),
   ({"preset": "small", "variant": {"targets": ["cuda", "cuda"]}}, "more than once"),
   ({"preset": "small", "variant": {"opt": "beam:99"}}, "beam width 99"),

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from conftest import REPO, running_server
-from test_queue import REDIS_SERVER, broker as broker  # the module's real redis-server (a fixture)
+from test_queue import NO_REDIS, REDIS_SERVER, broker as broker  # the module's real redis-server (a fixture)
 from support import filled, get_paths
 from explorer.settings import Settings
 from explorer.spec import ConvSpec, Variant
@@ -53,8 +53,9 @@ def rogue(url: str, trace: pathlib.Path, marker: pathlib.Path, secret: str, log_
     proc.wait()
     log.close()
 
-needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server on PATH (Debian: apt-get install redis-server; make test installs it)")
+needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason=NO_REDIS)
 
+@pytest.mark.queue
 @needs_redis
 def test_a_rogue_workers_answers_are_refused_or_stay_inert(broker, real_trace, tmp_path):
   """The server refuses a result that is not a trace of the asked computation, a blob that is not plain data in the data format (a

@@ -139,13 +139,15 @@ def _timing_step(trace: dict, spec: ConvSpec | None) -> dict:
 
 # ***** built-in tours for the seed experiments: two traces side by side *****
 
-WINO = Variant(algo="winograd", wino_impl="explorer")
+TOUR_TARGETS = ("cuda", "metal")  # the tours read GPU code (CUDA's registers, Metal's source) beside the host's: asked for with the trace
+WINO = Variant(algo="winograd", wino_impl="explorer", targets=TOUR_TARGETS)
 BUILTIN_TOURS: dict[str, dict] = {
   "constants": {"title": "Deviceless constants (seed 000)", "preset": "wino8", "a": WINO, "b": replace(WINO, consts="materialized")},
   "fusion": {"title": "Staged vs fused Winograd (seed 003)", "preset": "wino8", "a": WINO, "b": replace(WINO, staging="fused")},
-  "winograd": {"title": "Direct vs Winograd", "preset": "small", "a": Variant(algo="direct"), "b": Variant(algo="winograd")},
-  "codegen": {"title": "Load sinking and register pressure (seed 004)", "preset": "wino8", "a": Variant(algo="direct"),
-              "b": Variant(algo="direct", rewrites=("sink-loads",))},
+  "winograd": {"title": "Direct vs Winograd", "preset": "small", "a": Variant(algo="direct", targets=TOUR_TARGETS),
+               "b": Variant(algo="winograd", targets=TOUR_TARGETS)},
+  "codegen": {"title": "Load sinking and register pressure (seed 004)", "preset": "wino8", "a": Variant(algo="direct", targets=TOUR_TARGETS),
+              "b": Variant(algo="direct", rewrites=("sink-loads",), targets=TOUR_TARGETS)},
 }
 
 def _peaks(tr: dict, target: str) -> list[str]:
