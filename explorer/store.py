@@ -93,10 +93,15 @@ def tinygrad_version() -> str:
   try: return importlib.metadata.version("tinygrad")
   except importlib.metadata.PackageNotFoundError: return "unknown"
 
+# tinygrad's DEV override as this process started with it: tinygrad itself sets DEV in the environment once it has picked a default
+# device in this process (for the processes it spawns), which a capture() in a notebook does, and a trace's id must not change then
+DEV_AT_START = os.environ.get("DEV")
+
 def device_key(variant: Variant) -> str:
   """The device a trace will run on, as far as it is known without importing tinygrad: the variant's, else tinygrad's DEV
-  override, else "default" (the best device of this host; CPU here, a GPU on a GPU host, so not the same key as an explicit CPU)."""
-  return variant.device or os.environ.get("DEV") or "default"
+  override (as the process started), else "default" (the best device of this host; CPU here, a GPU on a GPU host, so not the same
+  key as an explicit CPU)."""
+  return variant.device or DEV_AT_START or "default"
 
 def trace_key(spec: ConvSpec, variant: Variant) -> str:
   """Content hash of what determines a trace: spec, variant (notes aside), tinygrad version and device. Known before running."""

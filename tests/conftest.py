@@ -20,16 +20,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
   for item in items:
     if seen[item.nodeid] > 1: item._id = coerce_node_id(f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}")
 
-@pytest.fixture(autouse=True)
-def dev_unchanged():
-  """tinygrad sets DEV in this process's environment when a test here opens its default device (Device._select_device, for the
-  processes it spawns), and a trace's id reads DEV (explorer.store.device_key): no test may leave it changed for the next."""
-  before = os.environ.get("DEV")
-  yield
-  if os.environ.get("DEV") != before:
-    if before is None: os.environ.pop("DEV", None)
-    else: os.environ["DEV"] = before
-
 def wait_done(client, trace_id: str, timeout_s: float = 300.0) -> dict:
   deadline = time.monotonic() + timeout_s
   while time.monotonic() < deadline:

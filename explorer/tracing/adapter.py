@@ -184,20 +184,21 @@ class _Encoder:
   def __init__(self) -> None:
     self.dtypes: dict[DType, int] = {}
     self.unstored: collections.Counter[str] = collections.Counter()
+    self.by_type: dict[type, Callable[[Any], Any]] = {  # one lookup per value: a big trace records millions of UOp fields
+      tuple: lambda x: [e if type(e) in _PLAIN else self.value(e) for e in x], UOp: lambda x: {"u": x.trace_num},
+      DType: lambda x: {"d": self.dtype(x)}, ConstFloat: lambda x: {"f": float(x)}, InvalidType: lambda x: {"i": 1},
+      frozenset: lambda x: {"s": [self.value(e) for e in x]},
+      **{c: lambda x: {"e": type(x).__name__, "n": x.name} for c in LOG_ENUMS.values()},
+      **{c: lambda x: {"c": type(x).__name__, "a": [self.value(getattr(x, f.name)) for f in dataclasses.fields(x)]} for c in LOG_CLASSES.values()}}
 
-  def dtype(self, d: DType) -> int: return self.dtypes.setdefault(d, len(self.dtypes))
+  def dtype(self, d: DType) -> int:
+    if (i := self.dtypes.get(d)) is None: i = self.dtypes[d] = len(self.dtypes)
+    return i
 
   def value(self, x: Any) -> Any:
     t = type(x)
     if t in _PLAIN: return x
-    if t is tuple: return [self.value(e) for e in x]
-    if t is UOp: return {"u": x.trace_num}
-    if t is DType: return {"d": self.dtype(x)}
-    if t is ConstFloat: return {"f": float(x)}
-    if t is InvalidType: return {"i": 1}
-    if t is frozenset: return {"s": [self.value(e) for e in x]}
-    if LOG_ENUMS.get(t.__name__) is t: return {"e": t.__name__, "n": x.name}
-    if LOG_CLASSES.get(t.__name__) is t: return {"c": t.__name__, "a": [self.value(getattr(x, f.name)) for f in dataclasses.fields(x)]}
+    if (encode := self.by_type.get(t)) is not None: return encode(x)
     self.unstored[f"{t.__module__}.{t.__name__}"] += 1
     return {"r": repr(x)[:400]}
 
@@ -210,11 +211,17 @@ def encode_rewrite_log(log: RewriteTrace) -> bytes:
   columns: dict[str, list] = {"num": [], "op": [], "dtype": [], "src": [], "arg": [], "tag": [], "meta": []}
   done = 0
   while done < len(fields):  # a UOp in an arg is numbered (and recorded) as it is met: those are written in the next round
-    for num, (op, dtype, src, arg, tag, *meta) in list(fields.items())[done:]:
-      columns["num"].append(num); columns["op"].append(ops[op]); columns["dtype"].append(enc.dtype(dtype)); columns["src"].append(src)
-      columns["arg"].append(arg if type(arg) in _PLAIN else enc.value(arg)); columns["tag"].append(tag if tag is None else enc.value(tag))
-      columns["meta"].append(enc.value(meta[0]) if meta else None)
-      done += 1
+    nums = list(fields)[done:]
+    rows = [fields[n] for n in nums]
+    done += len(nums)
+    # column by column (a training step records millions of UOps): most args and tags are plain or None, and written as they are
+    columns["num"] += nums
+    columns["op"] += map(ops.__getitem__, (r[0] for r in rows))
+    columns["dtype"] += map(enc.dtype, (r[1] for r in rows))
+    columns["src"] += (r[2] for r in rows)
+    columns["arg"] += (a if type(a) in _PLAIN else enc.value(a) for a in (r[3] for r in rows))
+    columns["tag"] += (t if t is None else enc.value(t) for t in (r[4] for r in rows))
+    columns["meta"] += (enc.value(r[5]) if len(r) > 5 else None for r in rows)
   if enc.unstored: ENCODER_UNSTORED.update(enc.unstored)
   body = {"ops": [o.name for o in ops], "dtypes": [[d.priority, d.bitsize, d.name, d.fmt] for d in enc.dtypes], "keys": keys, "rewrites": rewrites,
           "fields": columns, "rewrite_fields": [f.name for f in dataclasses.fields(TrackedGraphRewrite)]}
