@@ -1,5 +1,5 @@
 """explorer/store.py: keys known before running, round trips, restarts, corrupt rows, the graph cache, threads."""
-import importlib.metadata, json, sqlite3, threading
+import importlib.metadata, json, os, sqlite3, threading
 import pytest
 from explorer.spec import PRESETS, Variant
 from explorer.store import Store, StoreError, default_db_path, trace_key, trace_summary
@@ -18,16 +18,26 @@ def test_key_is_known_before_running_and_ignores_notes():
   assert trace_key(spec, Variant(device="CUDA")) == trace_key(spec, Variant(device="CUDA", notes=("x",)))
   assert trace_key(PRESETS["wino8"], Variant()) != k
 
-def test_default_device_key_follows_dev(monkeypatch):
-  monkeypatch.delenv("DEV", raising=False)
-  k = trace_key(PRESETS["small"], Variant())
-  monkeypatch.setenv("DEV", "CUDA")
-  assert trace_key(PRESETS["small"], Variant()) == trace_key(PRESETS["small"], Variant(device="CUDA")) != k
+def test_default_device_key_follows_dev():
+  """A process started with DEV=CUDA (`DEV=CUDA kernel-explorer serve`) keys a request that names no device as CUDA."""
+  import subprocess, sys
+  code = "from explorer.store import trace_key; from explorer.spec import PRESETS, Variant; print(trace_key(PRESETS['small'], Variant()))"
+  def key_with(dev: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "DEV"} | ({"DEV": dev} if dev else {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, timeout=60).stdout.strip()
+  assert key_with("CUDA") == trace_key(PRESETS["small"], Variant(device="CUDA")) != key_with(None)
 
 def test_key_follows_the_installed_tinygrad(monkeypatch):
   k = trace_key(PRESETS["small"], Variant())
   monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9")
   assert trace_key(PRESETS["small"], Variant()) != k
+
+def test_an_id_does_not_follow_a_dev_set_later(monkeypatch):
+  """tinygrad sets DEV in its process's environment once it picks a default device (a capture() in a notebook does): an id asked for
+  after that is the id asked for before."""
+  k = trace_key(PRESETS["small"], Variant())
+  monkeypatch.setenv("DEV", "CPU")
+  assert trace_key(PRESETS["small"], Variant()) == k
 
 def test_round_trip_and_restart(tmp_path):
   path = tmp_path / "t.sqlite3"

@@ -212,16 +212,19 @@ def encode_rewrite_log(log: RewriteTrace) -> bytes:
   done = 0
   while done < len(fields):  # a UOp in an arg is numbered (and recorded) as it is met: those are written in the next round
     nums = list(fields)[done:]
-    rows = [fields[n] for n in nums]
     done += len(nums)
-    # column by column (a training step records millions of UOps): most args and tags are plain or None, and written as they are
+    # one pass, names bound locally: a training step records millions of UOps, and most args and tags are plain (written as they are)
+    op_col, dt_col, src_col, arg_col, tag_col, meta_col = (columns[c] for c in ("op", "dtype", "src", "arg", "tag", "meta"))
     columns["num"] += nums
-    columns["op"] += map(ops.__getitem__, (r[0] for r in rows))
-    columns["dtype"] += map(enc.dtype, (r[1] for r in rows))
-    columns["src"] += (r[2] for r in rows)
-    columns["arg"] += (a if type(a) in _PLAIN else enc.value(a) for a in (r[3] for r in rows))
-    columns["tag"] += (t if t is None else enc.value(t) for t in (r[4] for r in rows))
-    columns["meta"] += (enc.value(r[5]) if len(r) > 5 else None for r in rows)
+    op_index, dtype, value, plain, dtypes = ops.__getitem__, enc.dtype, enc.value, _PLAIN, enc.dtypes
+    for n in nums:
+      row = fields[n]
+      op_col.append(op_index(row[0]))
+      dt_col.append(i if (i := dtypes.get(row[1])) is not None else dtype(row[1]))
+      src_col.append(row[2])
+      arg_col.append(a if type(a := row[3]) in plain else value(a))
+      tag_col.append(None if (t := row[4]) is None else value(t))
+      meta_col.append(value(row[5]) if len(row) > 5 else None)
   if enc.unstored: ENCODER_UNSTORED.update(enc.unstored)
   body = {"ops": [o.name for o in ops], "dtypes": [[d.priority, d.bitsize, d.name, d.fmt] for d in enc.dtypes], "keys": keys, "rewrites": rewrites,
           "fields": columns, "rewrite_fields": [f.name for f in dataclasses.fields(TrackedGraphRewrite)]}
