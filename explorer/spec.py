@@ -2,7 +2,7 @@
 from __future__ import annotations
 import dataclasses, math, re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 DTYPES = {"float32": 4, "float16": 2}
 TARGET_LABELS = {"cuda": "CUDA C for sm_90 (H100)", "metal": "Metal for Apple9 (M3)", "opencl": "OpenCL C", "clang": "C for clang (x86_64)",
@@ -178,23 +178,47 @@ def _checked_fields(cls: type, d: dict, what: str) -> dict:
   return dict(d)
 
 @dataclass(frozen=True)
+class Knob:
+  """How one field of Variant is offered, declared once beside the field: the API's request model (explorer.web.models), the CLI's
+  flags (explorer.cli.main), the form's defaults and the trace ids (explorer.store.trace_key) are derived from it."""
+  help: str
+  choices: tuple[str, ...] | None = None  # the names the field takes (its type on the API: an enum)
+  bounds: tuple[int, int] | None = None   # an integer field's least and most (the settings may bound it further)
+  pattern: str | None = None              # a string field's form (the API's pattern)
+  max_length: int | None = None           # a string's, or a list's, longest
+  cli: str = "value"                      # how the CLI reads it: "value", "list" (comma separated), "switch" (--flag), "negated" (--no-flag)
+  flag: str | None = None                 # the CLI's flag, when not --field-name
+  cli_help: str | None = None             # the CLI flag's help, when not `help` (a negated flag's)
+  web: str = "offered"                    # "offered" on the API, or "refused" (only null is accepted: the CLI's alone)
+  since_first: bool = False               # added after the first release: a trace id counts it only when it is not its default
+
+def knob(default: Any, help: str, **how: Any) -> Any:
+  return field(default=default, metadata={"knob": Knob(help, **how)})
+
+@dataclass(frozen=True)
 class Variant:
-  algo: str = "direct"
-  wino_impl: str = "builtin"
-  tile: str = "F(4,3)"
-  staging: str = "staged"
-  consts: str = "symbolic"
-  opt: str = "heuristic"
-  targets: tuple[str, ...] = ()  # other targets rendered with the trace; the host's own always is, and any other on first view
-  warmup: int = 2
-  repeats: int = 10
-  time: bool = True
-  fallback: bool = False  # run the direct algorithm (with a note) where Winograd does not apply
-  device: str | None = None  # None: tinygrad's default device on the host
-  cuda_arch: str = "sm_90"   # the arch the cuda and ptx targets render and compile for
-  metal_arch: str = "Apple9"
-  rewrites: tuple[str, ...] = ()     # custom codegen rewrites by name (REWRITES), applied in this order
-  rewrite_file: str | None = None    # a user's rewrite file: the CLI only (the server never runs user code)
+  """How to compute and run a convolution. Every field but notes is a Knob (above)."""
+  algo: str = knob("direct", "direct convolution, or Winograd", choices=ALGOS)
+  wino_impl: str = knob("builtin", "whose Winograd: tinygrad's builtin (WINO=1) or the explorer's (every tile, staging and constant mode)",
+                        choices=WINO_IMPLS)
+  tile: str = knob("F(4,3)", "the explorer's Winograd tile F(m,r): m x m outputs of an r x r kernel", choices=TILES)
+  staging: str = knob("staged", "the explorer's Winograd: transforms in kernels of their own (staged), fused into the product, or one kernel",
+                      choices=STAGINGS)
+  consts: str = knob("symbolic", "the explorer's Winograd transform constants: symbolic (deviceless) or materialized", choices=CONSTS)
+  opt: str = knob("heuristic", "heuristic (tinygrad's default), none (NOOPT) or beam:N", pattern=f"^({OPT_RE.pattern})$", max_length=16)
+  targets: tuple[str, ...] = knob((), "other render targets, besides the host's own (which is always rendered); a stored trace computes any "
+                                  "other when a page first shows it", choices=TARGETS, max_length=len(TARGETS), cli="list", flag="--target")
+  warmup: int = knob(2, "untimed runs before the timed ones", bounds=(0, 1000))
+  repeats: int = knob(10, "timed runs of every kernel, interleaved", bounds=(1, 1000))
+  time: bool = knob(True, "time every kernel, interleaved (warmup, then repeats)", cli="negated", cli_help="skip timing")
+  fallback: bool = knob(False, "run the direct algorithm (with a note) where Winograd does not apply", cli="switch")
+  device: str | None = knob(None, "the device to run on (default: the best one; a server offers GET /api/devices)", max_length=32)
+  cuda_arch: str = knob("sm_90", "the arch the cuda and ptx targets render and compile for", choices=CUDA_ARCHES, since_first=True)
+  metal_arch: str = knob("Apple9", "the GPU family the metal target renders for", choices=METAL_ARCHES, since_first=True)
+  rewrites: tuple[str, ...] = knob((), "custom codegen rewrites, applied in this order: sink-loads, peel:N, drop-end",
+                                   pattern=f"^({REWRITE_RE.pattern})$", max_length=len(REWRITES), cli="list", flag="--rewrite", since_first=True)
+  rewrite_file: str | None = knob(None, "your own rewrite: a Python file defining `matcher`, a tinygrad PatternMatcher (and optionally point = "
+                                  "'sink' or 'linear'); the CLI's alone, a server never runs user code", web="refused", since_first=True)
   notes: tuple[str, ...] = field(default=(), compare=False)
 
   @property
@@ -266,3 +290,7 @@ class Variant:
         if isinstance(d[k], str) or not isinstance(d[k], (list, tuple)): raise SpecError(f"{k} must be a list of strings, got {d[k]!r}")
         d[k] = tuple(d[k])
     return cls(**d)
+
+def knobs() -> dict[str, tuple[Any, Knob]]:
+  """Every knob of Variant by field name: (its default, its Knob), in the fields' order."""
+  return {f.name: (f.default, f.metadata["knob"]) for f in dataclasses.fields(Variant) if "knob" in f.metadata}

@@ -148,3 +148,23 @@ def test_diff_cache_round_trip_restart_delete_and_corruption(tmp_path):
   s2.put_diff("b", "c", "numerics", {})
   with sqlite3.connect(path) as c: c.execute("UPDATE diff_cache SET body = '{oops' WHERE a = 'b'")
   with pytest.raises(StoreError, match="cached diff numerics of traces b and c is corrupt"): s2.get_diff("b", "c", "numerics")
+
+# ids of known variants, as the store has keyed them since they were first recorded (tinygrad 0.14.0, no DEV): a change to Variant's
+# fields, defaults or knobs that re-keys them fails here instead of silently orphaning every stored trace
+KNOWN_IDS = [
+  ("PRESETS['small'], Variant()", "bf842d83f8db9160"),
+  ("PRESETS['small'], Variant(algo='winograd', targets=('cuda', 'metal'))", "bea726df2d4eaa57"),
+  ("PRESETS['wino8'], Variant(algo='winograd', wino_impl='explorer', staging='fused', consts='materialized', opt='beam:2', targets=('cuda',), "
+   "repeats=3, warmup=0)", "2ac12918166c532e"),
+  ("ConvSpec(2, 4, 8, 9, 9, 3, stride=2, groups=2, dtype='float16'), Variant(opt='none', time=False, fallback=True, cuda_arch='sm_80', "
+   "targets=('ptx', 'wgsl'))", "e172f39c2b517622"),
+  ("PRESETS['wino8'], Variant(rewrites=('sink-loads', 'peel:2'), device='CPU', metal_arch='Apple7')", "33a7468ad129fa55"),
+]
+
+def test_known_variants_keep_their_ids():
+  import subprocess, sys
+  code = ("import json; from explorer.store import trace_key; from explorer.spec import PRESETS, ConvSpec, Variant\n"
+          f"print(json.dumps([{', '.join(f'trace_key({case})' for case, _ in KNOWN_IDS)}]))")
+  env = {k: v for k, v in os.environ.items() if k != "DEV"}  # ids keyed with no DEV override
+  got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, timeout=60).stdout)
+  assert got == [i for _, i in KNOWN_IDS]

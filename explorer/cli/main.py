@@ -4,9 +4,8 @@ import argparse, json, os, pathlib, signal, socket, sys, threading
 from typing import Any, Callable, Sequence
 from explorer.cli.progress import StepBars
 from explorer.text import ms, si, table
-from explorer.spec import (COMPUTE_DEVICES, CONSTS, CUDA_ARCHES, METAL_ARCHES, PRESETS, STAGES, STAGINGS, STUDY_CI_WIDTH,
-                           STUDY_COMPILE_REPEATS, TARGET_LABELS, TARGETS, TILES, WINO_IMPLS, ConvSpec, SpecError, Variant, device_problem,
-                           normalize_device)
+from explorer.spec import (COMPUTE_DEVICES, PRESETS, STAGES, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TARGET_LABELS, TARGETS, TILES, ConvSpec,
+                           Knob, SpecError, Variant, device_problem, knobs, normalize_device)
 
 class UsageError(Exception): pass
 
@@ -29,26 +28,28 @@ def add_case_args(p: argparse.ArgumentParser) -> None:
   p.add_argument("--padding", type=int, default=None, help="default: kernel//2 (keeps the spatial size)")
   p.add_argument("--groups", type=int, default=1)
   p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
-  p.add_argument("--algo", choices=("direct", "winograd"), default="direct")
-  p.add_argument("--wino-impl", choices=WINO_IMPLS, default="builtin")
-  p.add_argument("--tile", choices=TILES, default="F(4,3)")
-  p.add_argument("--staging", choices=STAGINGS, default="staged")
-  p.add_argument("--consts", choices=CONSTS, default="symbolic")
-  p.add_argument("--fallback", action="store_true", help="run the direct algorithm (with a note) where Winograd does not apply")
-  p.add_argument("--opt", default="heuristic", help="heuristic (tinygrad's default), none (NOOPT) or beam:N")
-  p.add_argument("--target", default="", help=f"other render targets, comma separated: {','.join(TARGETS)} (the host's own is always "
-                 "rendered; a stored trace computes any other when a page first shows it)")
-  p.add_argument("--repeats", type=int, default=10)
-  p.add_argument("--warmup", type=int, default=2)
-  p.add_argument("--no-time", action="store_true", help="skip timing")
-  p.add_argument("--device", default=None, help="tinygrad device to run on (default: tinygrad's default device)")
-  p.add_argument("--cuda-arch", choices=CUDA_ARCHES, default="sm_90", help="the arch the cuda and ptx targets render and compile for")
-  p.add_argument("--metal-arch", choices=METAL_ARCHES, default="Apple9", help="the GPU family the metal target renders for")
-  p.add_argument("--rewrite", default="", metavar="NAME[,NAME...]",
-                 help="custom codegen rewrites, applied in this order (see `kernel-explorer rewrites`): sink-loads, peel:N, drop-end")
-  p.add_argument("--rewrite-file", metavar="PATH.py", default=None,
-                 help="your own rewrite: a Python file defining `matcher`, a tinygrad PatternMatcher (and optionally point = 'sink' or 'linear')")
+  add_variant_args(p)
   p.add_argument("--timeout", type=float, default=600.0, help="seconds before the trace worker is stopped")
+
+def flag_of(name: str, k: Knob) -> str: return k.flag or ("--no-" if k.cli == "negated" else "--") + name.replace("_", "-")
+
+def add_variant_args(p: argparse.ArgumentParser) -> None:
+  """One flag per knob of explorer.spec.Variant, from its declaration: its help, choices and default."""
+  for name, (default, k) in knobs().items():
+    flag = flag_of(name, k)
+    if k.cli in ("switch", "negated"): p.add_argument(flag, action="store_true", help=k.cli_help or k.help)
+    elif k.cli == "list":
+      p.add_argument(flag, default=",".join(default), metavar="NAME[,NAME...]",
+                     help=f"{k.help} (comma separated{': ' + ', '.join(k.choices) if k.choices else ''})")
+    else: p.add_argument(flag, type=int if k.bounds else str, choices=k.choices, default=default, help=k.help)
+
+def variant_from_args(a: argparse.Namespace) -> dict[str, Any]:
+  """The knobs' values as the flags of add_variant_args gave them."""
+  out: dict[str, Any] = {}
+  for name, (_, k) in knobs().items():
+    got = getattr(a, flag_of(name, k).removeprefix("--").replace("-", "_"))
+    out[name] = (not got) if k.cli == "negated" else tuple(x.strip() for x in got.split(",") if x.strip()) if k.cli == "list" else got
+  return out
 
 def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
   if a.shape is not None:
@@ -57,16 +58,15 @@ def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
   else:
     base = PRESETS[a.preset or "small"]
     spec = ConvSpec(base.batch, base.cin, base.cout, base.height, base.width, base.kernel, a.stride, a.padding, a.groups, a.dtype)
-  targets = tuple(t.strip() for t in a.target.split(",") if t.strip())
-  if a.device is not None: a.device = normalize_device(a.device)  # CPU:0 is CPU: one computation, one trace id
-  if a.device is not None and device_problem(a.device) is not None:  # the CLI may use any tinygrad device; the server offers only these
-    print(f"kernel-explorer: warning: {a.device} is none of the compute devices {', '.join(COMPUTE_DEVICES)}: it may read or write files, "
-          "open sockets or emulate kernels (timings would not be native)", file=sys.stderr)
-  rewrites = tuple(r.strip() for r in a.rewrite.split(",") if r.strip())
-  if a.rewrite_file is not None and not os.path.isfile(a.rewrite_file): raise SpecError(f"--rewrite-file: no such file: {a.rewrite_file}")
-  variant = Variant(a.algo, a.wino_impl, a.tile, a.staging, a.consts, a.opt, targets, a.warmup, a.repeats, not a.no_time, a.fallback, a.device,
-                    a.cuda_arch, a.metal_arch, rewrites, None if a.rewrite_file is None else os.path.abspath(a.rewrite_file))
-  return spec.validate(), variant.resolve(spec)
+  v = variant_from_args(a)
+  if v["device"] is not None: v["device"] = normalize_device(v["device"])  # CPU:0 is CPU: one computation, one trace id
+  if v["device"] is not None and device_problem(v["device"]) is not None:  # the CLI may use any tinygrad device; the server offers only these
+    print(f"kernel-explorer: warning: {v['device']} is none of the compute devices {', '.join(COMPUTE_DEVICES)}: it may read or write "
+          "files, open sockets or emulate kernels (timings would not be native)", file=sys.stderr)
+  if (path := v["rewrite_file"]) is not None:
+    if not os.path.isfile(path): raise SpecError(f"--rewrite-file: no such file: {path}")
+    v["rewrite_file"] = os.path.abspath(path)
+  return spec.validate(), Variant(**v).resolve(spec)
 
 # ***** output *****
 

@@ -124,7 +124,8 @@ async def checked_device(request: Request, device: str, field: str) -> str:
 
 async def submit(request: Request, req: TraceRequest) -> tuple[dict, bool]:
   """Start (or join, or serve from the store) the trace of this request. Returns (status, started_now)."""
-  device = await checked_device(request, req.variant.device, "variant.device") if req.variant.device is not None else None
+  asked = req.variant.to_variant().device
+  device = await checked_device(request, asked, "variant.device") if asked is not None else None
   spec, variant = resolve_request(req, request.app.state.settings, [device.split(":")[0]] if device else COMPUTE_DEVICES)
   trace_id = trace_key(spec, variant)
   store, jobs = request.app.state.store, request.app.state.jobs

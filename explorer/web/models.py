@@ -1,18 +1,14 @@
 """Request and response models of the JSON API. Field bounds catch malformed input; explorer.spec's validation catches the rest."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
-from pydantic import BaseModel, Field, model_validator
-from explorer.spec import (ALGOS, CONSTS, CUDA_ARCHES, DTYPES, METAL_ARCHES, PRESETS, REWRITE_RE, REWRITES, STAGINGS, STUDY_CI_WIDTH, TARGETS, TILES,
-                           WINO_IMPLS, ConvSpec, Variant)
+from pydantic import BaseModel, Field, create_model, model_validator
+from explorer.spec import DTYPES, PRESETS, STUDY_CI_WIDTH, TARGETS, TILES, ConvSpec, Knob, Variant, knobs
 
 if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings
-  Algo = str; WinoImpl = str; Tile = str; Staging = str; Consts = str; Target = str; Dtype = str; PresetName = str  # noqa: E702
-  CudaArch = str; MetalArch = str  # noqa: E702
+  Tile = str; Target = str; Dtype = str; PresetName = str  # noqa: E702
 else:  # to pydantic (and the OpenAPI schema) they are enums
-  Algo, WinoImpl, Tile, Staging, Consts, Target = (Literal[c] for c in (ALGOS, WINO_IMPLS, TILES, STAGINGS, CONSTS, TARGETS))
+  Tile, Target = Literal[TILES], Literal[TARGETS]
   Dtype, PresetName = Literal[tuple(DTYPES)], Literal[tuple(PRESETS)]
-  CudaArch, MetalArch = Literal[CUDA_ARCHES], Literal[METAL_ARCHES]
-RewriteName = Annotated[str, Field(pattern=f"^({REWRITE_RE.pattern})$", max_length=16)]
 
 class SpecIn(BaseModel):
   """A convolution: NCHW input, OIHW weight."""
@@ -30,27 +26,9 @@ class SpecIn(BaseModel):
 
   def to_spec(self) -> ConvSpec: return ConvSpec(**self.model_dump())
 
-class VariantIn(BaseModel):
-  """How to compute and run it."""
+class VariantFields(BaseModel):
+  """What every request's variant shares; its fields come from explorer.spec.Variant's knobs (VariantIn below)."""
   model_config = {"extra": "forbid"}
-  algo: Algo = "direct"
-  wino_impl: WinoImpl = "builtin"
-  tile: Tile = "F(4,3)"
-  staging: Staging = "staged"
-  consts: Consts = "symbolic"
-  opt: str = Field(default="heuristic", pattern=r"^(heuristic|none|beam:[1-9][0-9]*)$", max_length=16)
-  targets: list[Target] = Field(default=[], max_length=len(TARGETS), description="other targets to render with the trace (the host's own "
-                                "always is); any other is computed when a page or GET .../kernels/{n}/targets/{target} first asks for it")
-  warmup: int = Field(default=2, ge=0, le=1000)
-  repeats: int = Field(default=10, ge=1, le=1000)
-  time: bool = True
-  fallback: bool = False
-  device: str | None = Field(default=None, max_length=32, description="a device this server offers (GET /api/devices); default: the best one")
-  cuda_arch: CudaArch = Field(default="sm_90", description="the arch the cuda and ptx targets render and compile for")
-  metal_arch: MetalArch = Field(default="Apple9", description="the GPU family the metal target renders for")
-  rewrites: list[RewriteName] = Field(default=[], max_length=len(REWRITES),
-                                      description="custom codegen rewrites, applied in this order (GET /api/rewrites): sink-loads, peel:N, drop-end")
-  rewrite_file: None = Field(default=None, description="refused: a user's rewrite file runs user code, which only the CLI does (--rewrite-file)")
 
   @model_validator(mode="before")
   @classmethod
@@ -60,7 +38,24 @@ class VariantIn(BaseModel):
                        "variant.rewrites names the catalogue's rewrites (GET /api/rewrites)")
     return data
 
-  def to_variant(self) -> Variant: return Variant(**{**self.model_dump(), "targets": tuple(self.targets), "rewrites": tuple(self.rewrites)})
+  def to_variant(self) -> Variant:
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in self.model_dump().items()}
+    return Variant(**fields)
+
+def _variant_field(default: Any, k: Knob) -> tuple[Any, Any]:
+  """One request field of a Variant knob: its type (an enum of its choices, a bounded integer, a string of its pattern), its default
+  and its description, as the OpenAPI schema shows them."""
+  if k.web == "refused": return None, Field(default=None, description=f"refused: {k.help}")
+  one: Any = Literal[k.choices] if k.choices else Annotated[str, Field(pattern=k.pattern, max_length=16)] if k.pattern and k.cli == "list" \
+    else bool if isinstance(default, bool) else int if isinstance(default, int) else str
+  if k.cli == "list": return list[one], Field(default=list(default), max_length=k.max_length, description=k.help)
+  if k.bounds is not None: return int, Field(default=default, ge=k.bounds[0], le=k.bounds[1], description=k.help)
+  if default is None: return str | None, Field(default=None, max_length=k.max_length, description=k.help)
+  return one, Field(default=default, pattern=k.pattern if one is str else None, max_length=k.max_length, description=k.help)
+
+if TYPE_CHECKING: VariantIn = VariantFields
+else: VariantIn = create_model("VariantIn", __base__=VariantFields, __doc__="How to compute and run it.",
+                               **{name: _variant_field(d, k) for name, (d, k) in knobs().items()})
 
 class TraceRequest(BaseModel):
   """Either a preset name or a full spec, and the variant."""
