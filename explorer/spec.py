@@ -177,6 +177,8 @@ def _checked_fields(cls: type, d: dict, what: str) -> dict:
   if missing := required - set(d): raise SpecError(f"missing {what} field(s): {', '.join(sorted(missing))}")
   return dict(d)
 
+NOT_SET = object()
+
 @dataclass(frozen=True)
 class Knob:
   """How one field of Variant is offered, declared once beside the field: the API's request model (explorer.web.models), the CLI's
@@ -190,7 +192,8 @@ class Knob:
   flag: str | None = None                 # the CLI's flag, when not --field-name
   cli_help: str | None = None             # the CLI flag's help, when not `help` (a negated flag's)
   web: str = "offered"                    # "offered" on the API, or "refused" (only null is accepted: the CLI's alone)
-  since_first: bool = False               # added after the first release: a trace id counts it only when it is not its default
+  unkeyed: Any = NOT_SET                  # a field added after the first release: the value a trace id leaves out (its default when it was
+                                          # added, so that earlier ids stay the same; never its current default, which may change)
 
 def knob(default: Any, help: str, **how: Any) -> Any:
   return field(default=default, metadata={"knob": Knob(help, **how)})
@@ -213,12 +216,12 @@ class Variant:
   time: bool = knob(True, "time every kernel, interleaved (warmup, then repeats)", cli="negated", cli_help="skip timing")
   fallback: bool = knob(False, "run the direct algorithm (with a note) where Winograd does not apply", cli="switch")
   device: str | None = knob(None, "the device to run on (default: the best one; a server offers GET /api/devices)", max_length=32)
-  cuda_arch: str = knob("sm_90", "the arch the cuda and ptx targets render and compile for", choices=CUDA_ARCHES, since_first=True)
-  metal_arch: str = knob("Apple9", "the GPU family the metal target renders for", choices=METAL_ARCHES, since_first=True)
+  cuda_arch: str = knob("sm_90", "the arch the cuda and ptx targets render and compile for", choices=CUDA_ARCHES, unkeyed="sm_90")
+  metal_arch: str = knob("Apple9", "the GPU family the metal target renders for", choices=METAL_ARCHES, unkeyed="Apple9")
   rewrites: tuple[str, ...] = knob((), "custom codegen rewrites, applied in this order: sink-loads, peel:N, drop-end",
-                                   pattern=f"^({REWRITE_RE.pattern})$", max_length=len(REWRITES), cli="list", flag="--rewrite", since_first=True)
+                                   pattern=f"^({REWRITE_RE.pattern})$", max_length=len(REWRITES), cli="list", flag="--rewrite", unkeyed=())
   rewrite_file: str | None = knob(None, "your own rewrite: a Python file defining `matcher`, a tinygrad PatternMatcher (and optionally point = "
-                                  "'sink' or 'linear'); the CLI's alone, a server never runs user code", web="refused", since_first=True)
+                                  "'sink' or 'linear'); the CLI's alone, a server never runs user code", web="refused", unkeyed=None)
   notes: tuple[str, ...] = field(default=(), compare=False)
 
   @property

@@ -5,7 +5,7 @@ No tinygrad imports here: the web server uses this module, and the server proces
 from __future__ import annotations
 import hashlib, importlib.metadata, json, os, pathlib, sqlite3, threading, time
 from typing import Any, Callable
-from explorer.spec import ConvSpec, SpecError, Variant, knobs
+from explorer.spec import NOT_SET, ConvSpec, SpecError, Variant, knobs
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -105,8 +105,8 @@ def device_key(variant: Variant) -> str:
 
 def trace_key(spec: ConvSpec, variant: Variant) -> str:
   """Content hash of what determines a trace: spec, variant (notes aside), tinygrad version and device. Known before running."""
-  # fields added since the first release (Knob.since_first) count only when they differ from their default: earlier ids stay the same
-  later = {name: list(d) if isinstance(d, tuple) else d for name, (d, k) in knobs().items() if k.since_first}
+  # fields added since the first release count only off the value they had then (Knob.unkeyed): earlier ids stay the same
+  later = {name: list(k.unkeyed) if isinstance(k.unkeyed, tuple) else k.unkeyed for name, (_, k) in knobs().items() if k.unkeyed is not NOT_SET}
   variant_fields = {k: v for k, v in variant.to_dict().items() if k not in ("notes", "device") and later.get(k, object()) != v}
   payload = {"spec": spec.to_dict(), "variant": variant_fields, "tinygrad": tinygrad_version(), "device": device_key(variant)}
   return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
