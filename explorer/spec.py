@@ -181,7 +181,7 @@ NOT_SET = object()
 
 @dataclass(frozen=True)
 class Knob:
-  """How one field of Variant is offered, declared once beside the field: the API's request model (explorer.web.models), the CLI's
+  """How one field of Variant is offered, declared once beside the field: the API's request model (explorer.web.http.models), the CLI's
   flags (explorer.cli.main), the form's defaults and the trace ids (explorer.store.trace_key) are derived from it."""
   help: str
   choices: tuple[str, ...] | None = None  # the names the field takes (its type on the API: an enum)

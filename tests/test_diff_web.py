@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from explorer.settings import Settings
 from explorer.store import Store
 from explorer.web.app import create_app
-from explorer.web.diffing import CACHE_V, GRAPHS
+from explorer.web.services.diffs import CACHE_V, GRAPHS
 from conftest import ARTIFACTS, launch_chromium, needs_chromium, running_server, wait_done
 from stored_traces import copy_trace, stored_pair
 

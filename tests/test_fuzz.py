@@ -20,8 +20,8 @@ from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 from explorer.settings import Settings
 from explorer.web.app import create_app
-from explorer.web.devices import DeviceCatalog
-from explorer.web.jobs import STAGES
+from explorer.web.services.devices import DeviceCatalog
+from explorer.web.services.traces import STAGES
 
 EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 STATEFUL = settings(max_examples=50, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)

@@ -257,7 +257,7 @@ def test_queue_full_on_the_form_is_503_with_retry_after(tmp_path):
 # ***** exposure: the access token, loopback, what the server says at start *****
 
 def test_the_token_is_required_and_compared_in_constant_time(tmp_path, monkeypatch):
-  import explorer.web.access as access
+  import explorer.web.http.access as access
   compared = []
   real = access.hmac.compare_digest
   monkeypatch.setattr(access.hmac, "compare_digest", lambda a, b: compared.append(1) or real(a, b))

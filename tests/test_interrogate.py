@@ -9,7 +9,7 @@ from explorer.settings import Settings
 from explorer.spec import PRESETS, Variant
 from explorer.store import Store
 from explorer.web.app import create_app
-from explorer.web.graphing import MAX_STEPS
+from explorer.web.services.graphs import MAX_STEPS
 
 TID = "00000000000000dd"
 

@@ -5,7 +5,7 @@ import pytest
 from fastapi.testclient import TestClient
 from explorer.settings import Settings
 from explorer.store import Store
-from explorer.web import provenance
+from explorer.web.services import provenance
 from explorer.web.app import create_app
 from stored_traces import copy_trace, stored_pair
 

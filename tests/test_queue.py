@@ -315,7 +315,7 @@ def test_a_payload_past_the_servers_bounds_is_refused_saying_which(broker, tmp_p
 
 def test_the_workers_study_bounds_are_the_servers():
   from explorer.queue.jobs import MAX_CASES, STUDY_BOUNDS
-  from explorer.web.models import StudyRequest
+  from explorer.web.http.models import StudyRequest
   fields = StudyRequest.model_json_schema()["properties"]
   for name, (least, most) in STUDY_BOUNDS.items():
     bounds = next(b for b in fields[name].get("anyOf", [fields[name]]) if b.get("type") != "null")

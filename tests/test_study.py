@@ -134,7 +134,7 @@ def test_the_cli_and_the_web_sample_adaptively_by_default_with_one_width():
   """`study` without --ci-width samples to the same interval width as the web form; --ci-width 0 turns it off, below 0 is refused."""
   from explorer.cli.main import build_parser, main
   from explorer.spec import STUDY_CI_WIDTH
-  from explorer.web.models import StudyRequest
+  from explorer.web.http.models import StudyRequest
   assert STUDY_CI_WIDTH > 0
   assert build_parser().parse_args(["study", "constants"]).ci_width == STUDY_CI_WIDTH == StudyRequest(kind="constants").ci_width
   assert build_parser().parse_args(["study", "constants", "--ci-width", "0"]).ci_width == 0

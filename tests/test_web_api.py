@@ -10,8 +10,8 @@ from explorer.settings import Settings
 from explorer.spec import PRESETS
 from explorer.store import Store
 from explorer.web.app import create_app
-from explorer.web.models import ValidationErrorBody
-from explorer.web.jobs import STAGES
+from explorer.web.http.models import ValidationErrorBody
+from explorer.web.services.traces import STAGES
 from conftest import REPO, SMALL_WINO, wait_done
 
 # ***** a fake runner: jobs without tinygrad, to see queueing, joining and live progress *****

@@ -207,7 +207,7 @@ def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
   """Every GET route, asked for a fresh copy of a trace (nothing cached) the way a page elsewhere would (an image, a fetch): nothing
   starts (no target, graph expansion, diff or job), and each route that takes a work gate answers 403 saying why."""
   from stored_traces import copy_trace
-  from explorer.web.work import WorkGate
+  from explorer.web.http.work import WorkGate
   import inspect
   fresh = "cf0000000000000a"
   copy_trace(web_db, small_trace, fresh)
@@ -236,8 +236,8 @@ def test_a_device_has_one_name(tmp_path):
   app = create_app(str(tmp_path / "d.sqlite3"), settings=Settings.load(env={}), runner=lambda *a: pytest.fail("nothing should run here"))
   with TestClient(app, raise_server_exceptions=False) as client:
     from explorer.store import trace_key
-    from explorer.web.deps import resolve_request
-    from explorer.web.models import TraceRequest
+    from explorer.web.http.deps import resolve_request
+    from explorer.web.http.models import TraceRequest
     ids = {d: trace_key(*resolve_request(TraceRequest.model_validate({"preset": "small", "variant": {"device": d}}), Settings.load(env={})))
            for d in ("CPU", "CPU:0", "CPU:00")}
     assert len(set(ids.values())) == 1, ids

@@ -339,7 +339,7 @@ def stable_layout(graph: dict, dot_src: str, anchor: dict[int, tuple[float, floa
 
 def escape(s: str) -> str: return html.escape(s, quote=True)
 
-# ***** graph references: the tail of a graph's URLs (see explorer.web.graphing) *****
+# ***** graph references: the tail of a graph's URLs (see explorer.web.services.graphs) *****
 
 class GraphNotFound(LookupError):
   """The reference names no graph of this trace."""

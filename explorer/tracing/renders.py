@@ -28,7 +28,7 @@ BEAM_NOTE = "BEAM needs the device to time its candidates: this deviceless targe
 
 def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: list[str], loop_splits: list[dict[str, Any]],
                   line_map: tuple[list[list[Any]] | None, str | None] = (None, None)) -> dict[str, Any]:
-  """One kernel on one target, in the trace's schema (explorer.web.models.TargetRecord); the host's record has the same fields.
+  """One kernel on one target, in the trace's schema (explorer.web.http.models.TargetRecord); the host's record has the same fields.
   line_map: (adapter.line_map's [[source line, [uop indexes]], ...] or None, why there is none)."""
   from explorer.tracing import adapter as tg
   lines, why = line_map

@@ -1,6 +1,6 @@
 """The FastAPI app: JSON API under /api, server-rendered pages, vendored static assets and offline OpenAPI docs.
 
-The server process never imports tinygrad: traces run in explorer.tracing.workers's processes, graphs expand in explorer.web.expand's."""
+The server process never imports tinygrad: traces run in explorer.tracing.workers's processes, graphs expand in explorer.present.expand_worker's."""
 from __future__ import annotations
 import asyncio, collections, threading
 from contextlib import asynccontextmanager
@@ -17,19 +17,19 @@ from explorer.tracing.workers import Limits  # imports no tinygrad
 from explorer.settings import Settings
 from explorer.spec import SpecError
 from explorer.store import Store, StoreError
-from explorer.web.access import install_token_check
-from explorer.web.cache import ResponseCache
+from explorer.web.http.access import install_token_check
+from explorer.web.http.cache import ResponseCache
 from explorer.queue.protocol import NEEDS_EXTRA
-from explorer.web.deps import stored_request
-from explorer.web.devices import DeviceCatalog, QueueDevices
-from explorer.web.targets import TargetService
-from explorer.web.diffing import DiffService
-from explorer.web.graphing import GraphService
-from explorer.web.jobs import ClientBusy, JobManager, QueueFull, busy_answer
-from explorer.web.studies import StudyService
-from explorer.web.limits import install_limits, stream_paths
-from explorer.web.provenance import provenance
-from explorer.web.render import STATIC_DIR, make_templates
+from explorer.web.http.deps import stored_request
+from explorer.web.services.devices import DeviceCatalog, QueueDevices
+from explorer.web.services.targets import TargetService
+from explorer.web.services.diffs import DiffService
+from explorer.web.services.graphs import GraphService
+from explorer.web.services.traces import ClientBusy, JobManager, QueueFull, busy_answer
+from explorer.web.services.studies import StudyService
+from explorer.web.http.limits import install_limits, stream_paths
+from explorer.web.services.provenance import provenance
+from explorer.web.http.templates import STATIC_DIR, make_templates
 
 class TraceCache:
   """Parsed traces by id, most recent few: a cached trace page should not parse its JSON again."""
@@ -79,7 +79,7 @@ def error_body(exc: StarletteHTTPException) -> dict:
   return {"detail": exc.detail, "errors": []} if exc.status_code == 422 else {"detail": exc.detail}
 
 def install_error_handlers(app: FastAPI) -> None:
-  """Every error as its documented body (explorer.web.models: ErrorBody, and ValidationErrorBody for 422), or as the error page where
+  """Every error as its documented body (explorer.web.http.models: ErrorBody, and ValidationErrorBody for 422), or as the error page where
   a browser asks for a page; a 405 with the Allow header of every route at its path."""
   async def validation(request: Request, exc: RequestValidationError) -> Response:
     if wants_html(request):  # a mistyped page address (/t/x/k/abc): the error page, not a JSON body
@@ -113,7 +113,7 @@ def install_error_handlers(app: FastAPI) -> None:
   document_errors(app)
 
 def document_errors(app: FastAPI) -> None:
-  """The schema lists what each operation declares (explorer.web.models.documented): FastAPI's own 422 (HTTPValidationError, a body
+  """The schema lists what each operation declares (explorer.web.http.models.documented): FastAPI's own 422 (HTTPValidationError, a body
   this app never sends) goes, from operations that declare none too (their parameters cannot fail validation: plain strings)."""
   generate = app.openapi
   def openapi() -> dict:

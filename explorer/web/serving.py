@@ -3,7 +3,7 @@ message; `kernel-explorer serve` calls `serve`."""
 from __future__ import annotations
 import os, sys
 from typing import Any
-from explorer.web.access import is_loopback
+from explorer.web.http.access import is_loopback
 
 def startup_message(host: str, port: int, settings: Any) -> str:
   shown = f"[{host}]" if ":" in host else host
@@ -29,15 +29,15 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
     raise SystemExit(f"kernel-explorer: listening on {host} (beyond loopback) needs an access token: set KERNEL_EXPLORER_TOKEN")
   os.environ.update({ENV_PREFIX + name.upper(): str(v) for name, v in overrides.items() if v is not None})
   from explorer.web.app import create_app as _create_app
-  from explorer.web.limits import redact_access_log, restrict_to_loopback
-  from explorer.web.protocol import protocol_with
+  from explorer.web.http.limits import redact_access_log, restrict_to_loopback
+  from explorer.web.http.h11 import protocol_with
   from explorer.tracing.workers import stop_all
   app = _create_app(db_path, settings=settings)
   if is_loopback(host): restrict_to_loopback(app, host)  # DNS rebinding: a page elsewhere cannot reach us under its own name
   print(startup_message(host, port, settings), file=sys.stderr, flush=True)
   redact_access_log()
   # keep-alive beyond uvicorn's 5 s: on a busy loop a client's next request could meet a connection closed as idle.
-  # No limit_concurrency: uvicorn counts idle sockets in it; requests in flight are limited by explorer.web.limits instead.
+  # No limit_concurrency: uvicorn counts idle sockets in it; requests in flight are limited by explorer.web.http.limits instead.
   try: uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3, timeout_keep_alive=30,
                    http=protocol_with(float(settings.request_head_timeout_s)))
   finally: stop_all()  # diff measurements and probes still running (trace jobs were stopped by the app's shutdown)

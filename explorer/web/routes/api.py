@@ -10,12 +10,12 @@ from explorer.analysis import memory
 from explorer.tracing.catalogue import catalogue
 from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
-from explorer.web import deps
-from explorer.web.graphing import REF_RE, GraphBusy, GraphNotFound, GraphUnavailable, MAX_STEPS
-from explorer.web.models import (NOT_FOUND, GraphView, Health, PassMatches, TargetJob, TargetRecord, TraceRequest, TraceStatus, TraceSummary,
+from explorer.web.http import deps
+from explorer.web.services.graphs import REF_RE, GraphBusy, GraphNotFound, GraphUnavailable, MAX_STEPS
+from explorer.web.http.models import (NOT_FOUND, GraphView, Health, PassMatches, TargetJob, TargetRecord, TraceRequest, TraceStatus, TraceSummary,
                                  documented)
-from explorer.web.render import TARGET_LABELS
-from explorer.web.work import Work
+from explorer.web.http.templates import TARGET_LABELS
+from explorer.web.http.work import Work
 
 router = APIRouter(prefix="/api", tags=["api"])
 

@@ -10,13 +10,13 @@ from pydantic import ValidationError
 from explorer.analysis.diff import comparable, relation_label
 from explorer.spec import PRESETS, SpecError
 from explorer.store import trace_key
-from explorer.web import deps
-from explorer.web.diffing import MEASURES, fold, side_by_side
+from explorer.web.http import deps
+from explorer.web.services.diffs import MEASURES, fold, side_by_side
 from explorer.queue.protocol import QueueUnavailable
-from explorer.web.jobs import STAGE_TITLES
-from explorer.web.models import TraceRequest, documented
-from explorer.web.render import TARGET_LABELS
-from explorer.web.work import Work
+from explorer.web.services.traces import STAGE_TITLES
+from explorer.web.http.models import TraceRequest, documented
+from explorer.web.http.templates import TARGET_LABELS
+from explorer.web.http.work import Work
 
 router = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api", tags=["diff"])

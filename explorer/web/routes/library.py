@@ -10,10 +10,11 @@ from pydantic import BaseModel
 from explorer.present import export
 from explorer.present.repro import repro_script
 from explorer.store import VARIANT_FILTERS
-from explorer.web import deps
-from explorer.web.graphing import GraphNotFound, GraphUnavailable
-from explorer.web.models import NOT_FOUND, documented
-from explorer.web.work import Work, WorkPermit
+from explorer.web.http import deps
+from explorer.web.services.graphs import GraphNotFound, GraphUnavailable
+from explorer.web.http.models import NOT_FOUND, documented
+from explorer.web.http.work import Work
+from explorer.web.services.permit import WorkPermit
 
 router = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api", tags=["library"])

@@ -8,12 +8,12 @@ from pydantic import ValidationError
 from explorer.analysis import memory
 from explorer.present.graphs import fmt_seconds
 from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, REWRITES, STAGINGS, TARGETS, TILES, WINO_IMPLS, SpecError, Variant
-from explorer.web import deps
-from explorer.web.graphing import MAX_STEPS
-from explorer.web.jobs import STAGE_TITLES, ClientBusy, QueueFull, busy_answer
-from explorer.web.models import TraceRequest
-from explorer.web.render import pygments_css
-from explorer.web.work import Work
+from explorer.web.http import deps
+from explorer.web.services.graphs import MAX_STEPS
+from explorer.web.services.traces import STAGE_TITLES, ClientBusy, QueueFull, busy_answer
+from explorer.web.http.models import TraceRequest
+from explorer.web.http.templates import pygments_css
+from explorer.web.http.work import Work
 
 router = APIRouter(include_in_schema=False)
 PYGMENTS_CSS = pygments_css()

@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from explorer.analysis import roofline as rf
-from explorer.web import deps
-from explorer.web.jobs import run_in_daemon_thread
-from explorer.web.models import NOT_FOUND, ProbeStatus, documented
+from explorer.web.http import deps
+from explorer.web.services.traces import run_in_daemon_thread
+from explorer.web.http.models import NOT_FOUND, ProbeStatus, documented
 from explorer.web.routes.pages import trace_page
 from explorer.tracing.workers import GATED_STAGE  # already imported by the server (explorer.tracing.pool)
 

@@ -10,11 +10,11 @@ from explorer.analysis.study import DEFAULT_PRESETS, tile_problem
 from explorer.present.study import case_views, render_export
 from explorer.queue.protocol import QueueUnavailable
 from explorer.spec import PRESETS, STUDY_CI_WIDTH, SpecError
-from explorer.web import deps
-from explorer.web.models import StudyRequest, StudyStatus, documented
+from explorer.web.http import deps
+from explorer.web.http.models import StudyRequest, StudyStatus, documented
 from explorer.web.routes.library import attachment
 from explorer.web.routes.pages import page
-from explorer.web.studies import StudyBusy, StudyService, cases_of, study_url
+from explorer.web.services.studies import StudyBusy, StudyService, cases_of, study_url
 
 api = APIRouter(prefix="/api", tags=["studies"])
 router = APIRouter()

@@ -11,10 +11,10 @@ from pydantic import BaseModel, Field
 from explorer.spec import PRESETS, SpecError
 from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, compare_tour, trace_tour
-from explorer.web import deps
-from explorer.web.graphing import REF_RE
-from explorer.web.jobs import STAGE_TITLES
-from explorer.web.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
+from explorer.web.http import deps
+from explorer.web.services.graphs import REF_RE
+from explorer.web.services.traces import STAGE_TITLES
+from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
 from explorer.web.routes.pages import page, pick_pass, trace_page
 
 router = APIRouter()

@@ -14,10 +14,10 @@ from explorer.present import graphs
 from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
                                      find_pass, passes_of, spec_violations)
 from explorer.store import Store
-from explorer.web import expand
+from explorer.present import expand_worker as expand
 from explorer.tracing.pool import WorkerPool
 from explorer.tracing.workers import Limits, WorkerFailed, WorkersBusy
-from explorer.web.work import WorkPermit
+from explorer.web.services.permit import WorkPermit
 
 MAX_STEPS = 60     # matches one can step through in a pass (each replays all before it)
 STEP_WINDOW = 6    # steps expanded per worker call, cached for the next clicks
@@ -73,7 +73,7 @@ class GraphService:
     return ref + ("+full" if full else "") + ("" if index == "auto" else f"+index={index}") + \
       (f"+expand={','.join(map(str, sorted(opened)))}" if opened else "")
 
-  # the public calls start work (a worker's expansion, a layout): each takes the request's WorkPermit (explorer.web.work)
+  # the public calls start work (a worker's expansion, a layout): each takes the request's WorkPermit (explorer.web.http.work)
 
   async def view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, index: str = "auto",
                  opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> dict:

@@ -3,17 +3,12 @@ must not make a visitor's browser start such work by the hundred, so a route tha
 permit just before it does; the gate refuses one (403) to a request from another site, unless a person followed a link to it (a
 top-level navigation the user started). The services that start work take a WorkPermit, which only a gate makes: a route cannot start
 work without going through one (mypy checks the calls; tests/test_work.py walks every route cross-site). Unsafe methods (POST, DELETE)
-are refused cross-site before any route runs (explorer.web.limits)."""
+are refused cross-site before any route runs (explorer.web.http.limits)."""
 from __future__ import annotations
-from dataclasses import dataclass
 from typing import Annotated
 from fastapi import Depends, HTTPException, Request
-from explorer.web.limits import cross_site, followed_link
-
-@dataclass(frozen=True)
-class WorkPermit:
-  """A request's leave to start work: made by WorkGate.permit alone."""
-  path: str
+from explorer.web.http.limits import cross_site, followed_link
+from explorer.web.services.permit import WorkPermit
 
 class WorkGate:
   def __init__(self, request: Request):

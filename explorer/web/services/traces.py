@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from explorer.queue.protocol import QueueUnavailable
 from explorer.spec import STAGES, ConvSpec, Variant
 from explorer.store import Store
-from explorer.web import remote
+from explorer.web.services import remote
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 INTERRUPTED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
@@ -130,7 +130,7 @@ class JobManager:
   def __init__(self, store: Store, parallel: int = 1, timeout_s: float = 600.0, keep_s: float = 3600.0,
                runner: Callable[..., Any] | None = None, max_queue: int = 16, limits: Any = None, queue_wait_s: float = 900.0,
                queue: QueueClient | None = None, max_per_client: int = 0):
-    """With queue, traces run on the job queue's workers (explorer.web.remote) and outlive this server: they are followed again
+    """With queue, traces run on the job queue's workers (explorer.web.services.remote) and outlive this server: they are followed again
     when it restarts (resume_queued) instead of being marked interrupted."""
     self.queue = queue
     self.store, self.timeout_s, self.keep_s, self.max_queue, self.limits = store, timeout_s, keep_s, max_queue, limits

@@ -10,8 +10,8 @@ from explorer.analysis.study import DEFAULT_PRESETS, run_studies, study_steps
 from explorer.present.study import document_rows
 from explorer.spec import PRESETS, ConvSpec, Variant
 from explorer.store import Store, trace_key
-from explorer.web import remote
-from explorer.web.jobs import QUEUE_OWNER, owner_gone, run_in_daemon_thread, this_owner
+from explorer.web.services import remote
+from explorer.web.services.traces import QUEUE_OWNER, owner_gone, run_in_daemon_thread, this_owner
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 Progress = Callable[[str, str, str], None]
@@ -76,7 +76,7 @@ class StudyService:
     self.owner = QUEUE_OWNER if queue is not None else this_owner()
     self._lock = threading.Lock()
     self.interrupted_at_start = store.interrupt_studies(owner_gone, INTERRUPTED)
-    if queue is not None: store.reopen_studies(QUEUE_OWNER, QUEUED_ELSEWHERE)  # as explorer.web.jobs.queue_jobs_seen does for traces
+    if queue is not None: store.reopen_studies(QUEUE_OWNER, QUEUED_ELSEWHERE)  # as explorer.web.services.traces.queue_jobs_seen does for traces
     else: self.interrupted_at_start += store.interrupt_studies(lambda owner: owner == QUEUE_OWNER, QUEUED_ELSEWHERE)
 
   def running(self) -> StudyRun | None: return next((r for r in self.runs.values() if r.status == "running"), None)

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from explorer.tracing.workers import Limits, WorkerFailed
 from explorer.spec import TARGETS, Variant
 from explorer.store import Store
-from explorer.web.work import WorkPermit
+from explorer.web.services.permit import WorkPermit
 
 class TargetUnavailable(RuntimeError):
   """This target cannot be computed for this trace (an unknown target, a trace recorded before per-target records)."""
@@ -28,7 +28,7 @@ class TargetService:
 
   def start(self, trace_id: str, trace: dict, target: str, permit: WorkPermit) -> dict[str, Any]:
     """The job computing `target` for this stored trace (the running one, or a new one); TargetUnavailable when it cannot be. It
-    starts a worker: the request's permit (explorer.web.work) says it may."""
+    starts a worker: the request's permit (explorer.web.http.work) says it may."""
     if target not in TARGETS: raise TargetUnavailable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
     if (trace.get("schema") or 1) < 2 or not all(k.get("ast_sink") is not None for k in trace.get("kernels") or []):
       raise TargetUnavailable("this trace was recorded before per-target records: trace it again to see other targets")
@@ -46,7 +46,7 @@ class TargetService:
   async def _run(self, trace_id: str, trace: dict, target: str, job: dict[str, Any]) -> None:
     from explorer.tracing.run import ran_here
     from explorer.tracing.workers import call_in_worker
-    from explorer.web.jobs import run_in_daemon_thread
+    from explorer.web.services.traces import run_in_daemon_thread
     loop = asyncio.get_running_loop()
     def progress(stage: str, status: str, detail: str) -> None:
       loop.call_soon_threadsafe(job.update, {"status": "running", "detail": f"{detail}: {stage} {status}"})

@@ -27,7 +27,7 @@ class DeviceCatalog:
     if self._lock is None: self._lock = asyncio.Lock()
     async with self._lock:
       if self._offered is None:
-        from explorer.web.jobs import run_in_daemon_thread
+        from explorer.web.services.traces import run_in_daemon_thread
         try: found = await run_in_daemon_thread(lambda: self.lister(self.timeout_s))
         except Exception as e: raise DevicesUnavailable(f"could not list this host's devices: {str(e).splitlines()[0] if str(e) else e!r}") from None
         self._offered = [d for d in found if d in COMPUTE_DEVICES]

@@ -9,7 +9,7 @@ that names a trace (a note, a delete) drops that trace's entries first."""
 from __future__ import annotations
 import collections, re
 from typing import Any, Callable
-from explorer.web.limits import Receive, Scope, Send, UNSAFE_METHODS
+from explorer.web.http.limits import Receive, Scope, Send, UNSAFE_METHODS
 
 Message = dict[str, Any]  # an ASGI message
 

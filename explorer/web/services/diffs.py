@@ -15,10 +15,10 @@ from explorer.present import graphs
 from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.run import ran_here
-from explorer.web import remote
-from explorer.web.jobs import run_in_daemon_thread
-from explorer.web.render import lexer_for
-from explorer.web.work import WorkPermit
+from explorer.web.services import remote
+from explorer.web.services.traces import run_in_daemon_thread
+from explorer.present.render import lexer_for
+from explorer.web.services.permit import WorkPermit
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 MEASURES = ("timing", "numerics")

@@ -4,12 +4,12 @@
   its head (408 and the connection closed past it): a client that sends part of a body and then nothing holds no request slot;
 - a URL over MAX_URL_BYTES is refused with 414;
 - past max_in_flight requests being served (/api/health and live progress streams aside) new ones get 503: requests are counted,
-  not sockets, so idle connections lock nobody out (explorer.web.protocol closes them);
+  not sockets, so idle connections lock nobody out (explorer.web.http.h11 closes them);
 - live progress streams (server-sent events: the routes that answer text/event-stream) have their own caps, in all and per client
   address, so open streams cannot take the request slots either; past them a stream gets 503 and the page polls instead;
 - a state-changing request (POST, PUT, PATCH, DELETE) from another site is refused with 403: its Origin (or Sec-Fetch-Site)
   must be this server, so a web page elsewhere cannot start traces or post notes through the user's browser; a GET that starts work
-  is refused the same way by its route (explorer.web.work), unless a person followed a link to it;
+  is refused the same way by its route (explorer.web.http.work), unless a person followed a link to it;
 - when the server listens on loopback only, the Host header must name loopback (403 otherwise): a DNS-rebinding page cannot
   reach it under a name of its own;
 - every response says nosniff, no framing, and sends no referrer to other sites."""

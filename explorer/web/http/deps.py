@@ -7,12 +7,12 @@ from fastapi.responses import JSONResponse
 from explorer.settings import Settings
 from explorer.spec import COMPUTE_DEVICES, TARGETS, ConvSpec, SpecError, Variant, device_problem, normalize_device
 from explorer.store import trace_key
-from explorer.web.access import has_token, is_loopback
-from explorer.web.devices import DevicesUnavailable
-from explorer.web.targets import TargetUnavailable
-from explorer.web.jobs import STAGES, Job, stored_job_status
-from explorer.web.models import TraceRequest
-from explorer.web.work import WorkGate
+from explorer.web.http.access import has_token, is_loopback
+from explorer.web.services.devices import DevicesUnavailable
+from explorer.web.services.targets import TargetUnavailable
+from explorer.web.services.traces import STAGES, Job, stored_job_status
+from explorer.web.http.models import TraceRequest
+from explorer.web.http.work import WorkGate
 
 def trace_url(trace_id: str) -> str: return f"/t/{trace_id}"
 
@@ -105,7 +105,7 @@ async def offered_devices(request: Request) -> list[str]:
   except DevicesUnavailable as e: raise HTTPException(503, str(e), headers={"Retry-After": "30"}) from None
 
 async def accepted_devices(request: Request) -> list[str]:
-  """The devices a request may name (explorer.web.devices: this host's, or every one when queue workers run the jobs)."""
+  """The devices a request may name (explorer.web.services.devices: this host's, or every one when queue workers run the jobs)."""
   try: return await request.app.state.devices.accepted()
   except DevicesUnavailable as e: raise HTTPException(503, str(e), headers={"Retry-After": "30"}) from None
 

@@ -1,7 +1,7 @@
 """uvicorn's h11 protocol with a deadline on every request head. uvicorn holds a connection that has sent nothing (or half a
 request head) for as long as the client keeps it open, and such sockets counted against its concurrency limit: 256 idle sockets
 locked every client out. Here a connection must send a whole request head within head_timeout_s of opening, or of its last
-response plus the keep-alive time, else it is closed. Requests in flight are limited by explorer.web.limits, not sockets."""
+response plus the keep-alive time, else it is closed. Requests in flight are limited by explorer.web.http.limits, not sockets."""
 from __future__ import annotations
 import asyncio
 from uvicorn.protocols.http.h11_impl import H11Protocol
