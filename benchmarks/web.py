@@ -60,12 +60,12 @@ def main() -> int:
         print(f"  {name:>7} {url.replace(trace_id, '{id}'):<38} {ms(xs)}   {verdict}")
       cold = []
       for _ in range(5):
-        app.state.traces.forget(trace_id)
+        app.state.services.traces.forget(trace_id)
         cold += timed_get(client, f"/t/{trace_id}", 1)
       print(f"  {name:>7} /t/{{id}} with its trace JSON parsed again from SQLite   {ms(cold)}")
     print(f"\n== graph layout of {a.preset}/{a.algo} (graphviz dot, node limit {graphs.MAX_NODES})")
     trace = client.get(f"/api/traces/{big}/raw").json()
-    app.state.store.clear_cache(big)  # expand every graph afresh (the worker keeps the rewrite blob loaded)
+    app.state.services.store.clear_cache(big)  # expand every graph afresh (the worker keeps the rewrite blob loaded)
     refs = ["tensor", "kernels"] + [f"ast/{k['index']}" for k in trace["kernels"]]
     for k in trace["kernels"]:  # the biggest codegen graph: the program at the end of codegen
       if k["passes"]: refs.append(f"codegen/{k['index']}/{len(k['passes']) - 1}/before")

@@ -431,3 +431,23 @@ def validate_trace(data: Any, what: str = "the trace") -> Trace:
   if any(isinstance(x, float) and not math.isfinite(x) for x in (trace["totals"].get("flops"), trace["totals"].get("bytes"))):
     raise SpecError(f"{what} has totals that are not finite")
   return trace
+
+# ***** reading a trace: the one accessor for a kernel's record on a target *****
+
+HOST_TARGET_OF_SCHEMA_1 = "host"  # a trace of schema 1 knew its host's target by this name only
+TARGET_FIELDS = ("name", "opts", "global_size", "local_size", "linear_uops", "ops", "flops", "bytes", "lds", "passes", "uops_listing")
+
+def host_target(kernel: Kernel | dict[str, Any]) -> str:
+  """The target of the host's own record (clang on a CPU, cuda on an NVIDIA GPU...)."""
+  return str(kernel.get("host_target") or HOST_TARGET_OF_SCHEMA_1)
+
+def target_records(kernel: Kernel | dict[str, Any]) -> dict[str, TargetRecord]:
+  """Every target's record of a kernel (kernels[i].targets); a trace of schema 1 has the host's only, made from its kernel fields."""
+  if (records := kernel.get("targets")): return records
+  return {HOST_TARGET_OF_SCHEMA_1: {**{f: kernel.get(f) for f in TARGET_FIELDS}, "source": (kernel.get("sources") or {}).get("host", ""),  # type: ignore[typeddict-item]
+          "arch": None, "notes": ["recorded before per-target records (trace schema 1): the other targets have their source only"], "compile": None}}
+
+def target_record(kernel: Kernel | dict[str, Any], target: str | None = None) -> TargetRecord | None:
+  """A kernel's record on `target` (None: the host's own), or None where the trace has none (yet: another target is computed on first
+  view)."""
+  return target_records(kernel).get(target or host_target(kernel))

@@ -5,6 +5,7 @@ import contextlib, os, pathlib, socket, subprocess, sys, time
 from typing import Iterator
 import httpx
 import pytest
+from support import app_over
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
@@ -44,9 +45,7 @@ def web_db(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def web_client(web_db):
   from fastapi.testclient import TestClient
-  from explorer.settings import Settings
-  from explorer.web.app import create_app
-  app = create_app(str(web_db), settings=Settings.load(env={}))
+  app = app_over(str(web_db))
   with TestClient(app) as client: yield client
 
 @pytest.fixture(scope="session")

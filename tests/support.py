@@ -1,8 +1,18 @@
-"""What many tests share: the app's routes walked whole (FastAPI includes routers lazily, so app.routes alone lists them as
-_IncludedRouter wrappers, not as routes), each GET's path filled with real arguments."""
+"""What many tests share: an app over a store file with settings from the arguments alone (never the environment), the app's routes
+walked whole (FastAPI includes routers lazily, so app.routes alone lists them as _IncludedRouter wrappers, not as routes), each GET's
+path filled with real arguments."""
 from __future__ import annotations
-import re
+import os, re
 from typing import Any, Iterator
+
+def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, study_runner: Any = None, graph_workers: int = 1,
+             **settings: Any) -> Any:
+  """The app over the SQLite file db; settings: Settings fields (max_workers=1...), the rest their defaults whatever the environment
+  says. runner and study_runner replace the trace and study runs (tests count or fake them)."""
+  from explorer.settings import Settings
+  from explorer.web.app import create_app
+  return create_app(str(db), settings=Settings.load(env={}, **settings), runner=runner, devices=devices, study_runner=study_runner,
+                    graph_workers=graph_workers)
 
 def routes(app: Any) -> Iterator[Any]:
   """Every route of the app, included routers' too (fastapi.routing.iter_route_contexts): path, methods, endpoint."""

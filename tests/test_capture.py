@@ -5,6 +5,7 @@ cannot work says so at once (tinygrad imported first without tracking, a script 
 from __future__ import annotations
 import json, os, pathlib, subprocess, sys, textwrap, time, uuid
 import pytest
+from support import app_over
 
 HERE = pathlib.Path(__file__).resolve().parent
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("VIZ", "TRACK_MATCH_STATS", "DEBUG", "NOOPT", "BEAM", "WINO")}
@@ -31,10 +32,8 @@ def test_a_captured_program_runs_tinygrads_own_kernels(captured):
 
 def test_every_page_serves_a_captured_program(captured, db):
   from fastapi.testclient import TestClient
-  from explorer.settings import Settings
-  from explorer.web.app import create_app
   tid = captured["id"]
-  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
+  with TestClient(app_over(str(db))) as client:
     for url in (f"/t/{tid}", f"/t/{tid}/k/0", f"/t/{tid}/k/0?code=cuda", f"/t/{tid}/graph/tensor", f"/t/{tid}/bufferize", f"/t/{tid}/tour",
                 f"/t/{tid}/export.html", f"/diff/{tid}/{tid}", "/traces"):
       r = client.get(url, headers={"accept": "text/html"})
@@ -49,9 +48,7 @@ def test_a_diff_of_my_layer_with_and_without_contiguous(db):
   assert got["kernels"] == [1, 2] and "matched by role" in got["diff"]
   assert got["compare"].startswith("A (layer): ") and "B (layer, contiguous): " in got["compare"]  # a pair tour names the programs
   from fastapi.testclient import TestClient
-  from explorer.settings import Settings
-  from explorer.web.app import create_app
-  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
+  with TestClient(app_over(str(db))) as client:
     page = client.get(f"/diff/{got['a']}/{got['b']}", headers={"accept": "text/html"})
     assert page.status_code == 200 and "layer, contiguous" in page.text
     assert client.get(f"/api/diff/{got['a']}/{got['b']}").json()["b"]["label"].startswith("layer, contiguous")

@@ -6,18 +6,17 @@ import os, re, socket, time
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from explorer.settings import Settings
 from explorer.store import Store
-from explorer.web.app import create_app
 from explorer.web.services.diffs import CACHE_V, GRAPHS
 from conftest import ARTIFACTS, launch_chromium, needs_chromium, running_server, wait_done
 from stored_traces import copy_trace, stored_pair
+from support import app_over
 
 
 @pytest.fixture(scope="module")
 def pair():
   db, staged, fused = stored_pair()
-  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client: yield client, db, staged, fused
+  with TestClient(app_over(str(db))) as client: yield client, db, staged, fused
 
 def roles(g: dict) -> tuple[tuple[str, ...], tuple[str, ...]]: return tuple(k["role"] for k in g["a"]), tuple(k["role"] for k in g["b"])
 
@@ -45,9 +44,9 @@ def test_api_matches_staged_and_fused_by_role_and_data_flow(pair):
   assert groups[(("xhat",), ("xhat",))]["graph"]["only_a"] == [] and d["url"] == f"/diff/{staged}/{fused}?target=cuda&target_b=cuda"
   store = Store(db)
   assert store.get_diff(staged, fused, GRAPHS) is not None and store.get_diff(staged, fused, f"diff:{CACHE_V}:cuda:cuda") is not None
-  runs = client.app.state.diffs.graph_runs
+  runs = client.app.state.services.diffs.graph_runs
   assert client.get(f"/api/diff/{staged}/{fused}?target=metal").json()["groups"][2]["graph"]["only_a"]  # graphs: from the cache
-  assert client.app.state.diffs.graph_runs == runs
+  assert client.app.state.services.diffs.graph_runs == runs
 
 def test_diff_page_and_permalinks(pair):
   client, _, staged, fused = pair

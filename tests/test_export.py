@@ -5,11 +5,10 @@ import json, re
 import pytest
 from fastapi.testclient import TestClient
 from explorer.cli import main
-from explorer.settings import Settings
 from explorer.store import Store
-from explorer.web.app import create_app
 from conftest import ARTIFACTS, launch_chromium, needs_chromium
 from stored_traces import stored_pair
+from support import app_over
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +17,7 @@ def exported(tmp_path_factory):
   db, staged, _ = stored_pair()
   store = Store(db)
   if not store.annotations(staged): store.add_annotation(staged, "step", "schedule", "MHAT stays a buffer between mhat and out")
-  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
+  with TestClient(app_over(str(db))) as client:
     page, js = client.get(f"/t/{staged}/export.html"), client.get(f"/t/{staged}/export.json")
   path = tmp_path_factory.mktemp("export") / f"{staged}.html"
   path.write_text(page.text)

@@ -87,7 +87,9 @@ def settle(app, timeout_s: float = 60.0) -> None:
   """Until the app's trace jobs and measurements are over: the next step meets a stored trace, not a queued one, so a scenario's
   responses (and the links hypothesis follows from them) do not depend on timing, and hypothesis can replay it."""
   deadline = time.monotonic() + timeout_s
-  while (app.state.jobs.tasks or app.state.diffs.tasks or app.state.studies.running()) and time.monotonic() < deadline: time.sleep(0.005)
+  svc = app.state.services
+  def busy() -> bool: return bool(svc.jobs.tasks.running or svc.jobs.followed.running or svc.diffs.measures.running or svc.studies.running())
+  while busy() and time.monotonic() < deadline: time.sleep(0.005)
 
 class StatefulAPI(schema.as_state_machine()):  # type: ignore[misc]
   """Each scenario on a fresh app (a clean store): POST /api/traces, then what its links lead to, every check after each step."""

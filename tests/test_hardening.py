@@ -14,6 +14,7 @@ from explorer.web.app import create_app
 from explorer.tracing.workers import Limits, WorkerFailed, call_in_worker
 from explorer.tracing.run import run_trace
 from conftest import REPO, wait_done
+from support import app_over
 
 TINY = {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}
 FAST = {"targets": ["cuda"], "warmup": 1, "repeats": 3}
@@ -107,7 +108,7 @@ def test_a_real_trace_job_waits_for_its_device(tmp_path):
   held = DeviceLock("CPU")
   assert held.try_acquire()
   try:
-    app = create_app(str(tmp_path / "d.sqlite3"), settings=Settings.load(env={}))
+    app = app_over(str(tmp_path / "d.sqlite3"))
     with TestClient(app) as client:
       trace_id = post(client, {"spec": TINY, "variant": {**FAST, "device": "CPU"}})
       deadline = time.monotonic() + 120
@@ -140,9 +141,9 @@ def wait_for_worker(pool, timeout_s: float = 30.0) -> list:
 
 def test_graph_workers_are_replaced_when_they_die_or_hang(copied):
   db, trace_id = copied
-  app = create_app(db, settings=Settings.load(env={}))
+  app = app_over(db)
   with TestClient(app) as client:
-    pool, url = app.state.graphs.pool, f"/api/traces/{trace_id}/graphs"
+    pool, url = app.state.services.graphs.pool, f"/api/traces/{trace_id}/graphs"
     got: dict = {}
     t = threading.Thread(target=lambda: got.update(r=client.get(f"{url}/ast/0")))
     t.start()
@@ -165,12 +166,12 @@ def test_graph_workers_are_replaced_when_they_die_or_hang(copied):
 
 def test_graph_requests_past_the_waiting_bound_get_503(copied):
   db, trace_id = copied
-  app = create_app(db, settings=Settings.load(env={}, max_graph_queue=0))
+  app = app_over(db, max_graph_queue=0)
   with TestClient(app) as client:
     got: dict = {}
     t = threading.Thread(target=lambda: got.update(r=client.get(f"/api/traces/{trace_id}/graphs/ast/0")))
     t.start()
-    wait_for_worker(app.state.graphs.pool)
+    wait_for_worker(app.state.services.graphs.pool)
     busy = client.get(f"/api/traces/{trace_id}/graphs/ast/1")
     t.join()
     assert busy.status_code == 503 and busy.headers["retry-after"] and "waiting" in busy.json()["detail"]
@@ -209,7 +210,7 @@ def test_every_field_is_bounded(limited, body, where):
   client, app = limited
   r = client.post("/api/traces", json=body)
   assert r.status_code == 422 and where in r.json()["detail"], r.text
-  assert app.state.jobs.runs == 0
+  assert app.state.services.jobs.runs == 0
 
 def test_bodies_and_urls_are_limited(limited):
   client, _ = limited
@@ -242,7 +243,7 @@ def test_queue_full_on_the_form_is_503_with_retry_after(tmp_path):
   def slow(spec, variant, progress, timeout_s):
     assert gate.wait(30)
     raise WorkerFailed("stopped by the test")
-  app = create_app(str(tmp_path / "q.sqlite3"), settings=Settings.load(env={}, max_workers=1, max_queue=1), runner=slow)
+  app = app_over(str(tmp_path / "q.sqlite3"), max_workers=1, max_queue=1, runner=slow)
   with TestClient(app) as client:
     try:
       assert client.post("/api/traces", json={"preset": "small"}).status_code == 202  # runs
@@ -261,13 +262,13 @@ def test_the_token_is_required_and_compared_in_constant_time(tmp_path, monkeypat
   compared = []
   real = access.hmac.compare_digest
   monkeypatch.setattr(access.hmac, "compare_digest", lambda a, b: compared.append(1) or real(a, b))
-  app = create_app(str(tmp_path / "t.sqlite3"), settings=Settings.load(env={}, token="s3cret-token-0123456789"), runner=lambda *a: None)
+  app = app_over(str(tmp_path / "t.sqlite3"), token="s3cret-token-0123456789", runner=lambda *a: None)
   with TestClient(app) as client:
     assert client.get("/api/health").status_code == 200
     for headers in ({}, {"X-Access-Token": "wrong"}, {"X-Access-Token": "s3cret-token-0123456789X"}, {"X-Access-Token": "s3cret-token-012345678"}):
       assert client.get("/api/traces", headers=headers).status_code == 401
       assert client.post("/api/traces", json={"preset": "small"}, headers=headers).status_code == 401
-    assert app.state.jobs.runs == 0 and compared
+    assert app.state.services.jobs.runs == 0 and compared
     assert client.get("/api/traces", headers={"X-Access-Token": "s3cret-token-0123456789"}).status_code == 200
     client.cookies.set("ke_token", "s3cret-token-0123456789")
     assert client.get("/").status_code == 200
@@ -324,8 +325,8 @@ def test_every_setting_is_a_serve_flag(captured_serve, tmp_path):
   flags = {a.dest for a in build_parser()._subparsers._group_actions[0].choices["serve"]._actions}  # type: ignore[union-attr]
   assert {f"set_{s.name}" for s in SETTINGS if s.name not in SECRET_OR_SHARED} <= flags
   got, said = captured_serve("127.0.0.1", 8000, str(tmp_path / "c.sqlite3"), max_queue=3, trace_timeout_s=30.0)
-  s = got["app"].state.settings
-  assert s.max_queue == 3 and s.trace_timeout_s == 30.0 and got["app"].state.jobs.max_queue == 3 and "3 queued" in said
+  s = got["app"].state.services.settings
+  assert s.max_queue == 3 and s.trace_timeout_s == 30.0 and got["app"].state.services.jobs.max_queue == 3 and "3 queued" in said
   assert os.environ["KERNEL_EXPLORER_MAX_QUEUE"] == "3" and Limits.from_settings() == Limits.from_settings(s)  # workers agree
 
 def test_settings_are_checked():
@@ -345,7 +346,7 @@ ALLOWED = {("explorer/tracing/workers.py", "pickle.loads"),            # the res
            ("explorer/tracing/program.py", "compile"), ("explorer/tracing/program.py", "exec")}
 # where a trace and its rewrite blob may be stored: a finished trace job's worker result, a study's own workers' traces, and the Python
 # API's (the user's own process, into their own store)
-STORES_TRACES = {"explorer/web/jobs.py", "explorer/web/studies.py", "explorer/api.py"}
+STORES_TRACES = {"explorer/web/services/traces.py", "explorer/web/services/studies.py", "explorer/api.py"}
 
 def dotted(node: ast.AST) -> str | None:
   """a.b.c for a chain of names and attributes, else None."""
@@ -404,7 +405,7 @@ PAYLOAD = "<script>alert('x')</script><img src=x onerror=alert(1)>"
 
 def test_annotations_are_escaped_everywhere(copied):
   db, trace_id = copied
-  app = create_app(db, settings=Settings.load(env={}))
+  app = app_over(db)
   with TestClient(app) as client:
     tour = client.get(f"/api/traces/{trace_id}/tour")
     assert tour.status_code == 200, "the annotations API is expected beside the tours (explorer/web/routes/tours.py)"

@@ -5,11 +5,10 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 from explorer.tracing.run import run_trace
-from explorer.settings import Settings
 from explorer.spec import PRESETS, Variant
 from explorer.store import Store
-from explorer.web.app import create_app
 from explorer.web.services.graphs import MAX_STEPS
+from support import app_over
 
 TID = "00000000000000dd"
 
@@ -18,7 +17,7 @@ def client(tmp_path_factory):
   run = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda", "ptx"), time=False))
   db = tmp_path_factory.mktemp("interrogate") / "s.sqlite3"
   Store(db).put_trace(TID, run.trace, run.rewrites, run.target_rewrites)
-  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as c:
+  with TestClient(app_over(str(db))) as c:
     c.trace, c.store = run.trace, Store(db)  # type: ignore[attr-defined]
     yield c
 
@@ -128,7 +127,7 @@ def test_a_cut_off_node_can_be_opened(client, tmp_path):
   db = tmp_path / "small-limit.sqlite3"
   src = client.store
   Store(db).put_trace(TID, src.get_trace(TID), src.get_rewrites(TID), {"cuda": src.get_rewrites(TID, "cuda")})
-  with TestClient(create_app(str(db), settings=Settings.load(env={}, graph_node_limit=40))) as small:
+  with TestClient(app_over(str(db), graph_node_limit=40)) as small:
     ref = f"/api/traces/{TID}/graphs/codegen@cuda/0/0/before"
     view = small.get(ref, params={"index": "show"}).json()
     cut = [n for n in view["nodes"] if n.get("truncated") and "num" in n]

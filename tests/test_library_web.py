@@ -3,16 +3,15 @@
 from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
-from explorer.settings import Settings
 from explorer.store import Store
 from explorer.web.services import provenance
-from explorer.web.app import create_app
 from stored_traces import copy_trace, stored_pair
+from support import app_over
 
 @pytest.fixture(scope="module")
 def lib():
   db, staged, fused = stored_pair()
-  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client: yield client, db, staged, fused
+  with TestClient(app_over(str(db))) as client: yield client, db, staged, fused
 
 def test_library_lists_searches_and_pages(lib):
   client, db, staged, fused = lib
@@ -54,7 +53,7 @@ def test_permalink_reproduces_the_stored_trace_after_a_restart(lib):
   stored = Store(db).get_trace(staged)
   assert client.get(f"/api/traces/{staged}/raw").json() == stored
   page = client.get(f"/t/{staged}").text
-  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as again:  # a new server over the same file
+  with TestClient(app_over(str(db))) as again:  # a new server over the same file
     assert again.get(f"/api/traces/{staged}/raw").json() == stored
     table = lambda html: html[html.index('id="kernel-table"'):html.index("</table>", html.index('id="kernel-table"'))]
     assert table(again.get(f"/t/{staged}").text) == table(page)

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from explorer.tracing.lifeline import group_members
 from explorer.settings import Settings
 from explorer.store import Store
-from explorer.web.app import create_app
 from conftest import REPO, free_port, wait_done
+from support import app_over
 
 # a trace that runs for a minute: a thousand timed repeats of the medium direct conv (killed long before)
 SLOW = {"preset": "medium", "variant": {"algo": "direct", "targets": ["cuda"], "warmup": 0, "repeats": 1000}}
@@ -90,16 +90,16 @@ def server(tmp_path):
 
 @pytest.mark.parametrize("device", ["DISK:KE_WRITTEN_BY_A_REQUEST", "TINYFS:127.0.0.1:9", "PYTHON", "NULL", "CPU/../x", "cpu"])
 def test_a_device_outside_the_servers_list_is_refused_and_touches_nothing(tmp_path, device):
-  app = create_app(str(tmp_path / "d.sqlite3"), settings=Settings.load(env={}), runner=lambda *a: pytest.fail("a trace ran"))
+  app = app_over(str(tmp_path / "d.sqlite3"), runner=lambda *a: pytest.fail("a trace ran"))
   with TestClient(app) as client:
     r = client.post("/api/traces", json={"preset": "small", "variant": {"device": device}})
     assert r.status_code == 422, r.text
-    assert "CPU" in r.json()["detail"] and app.state.jobs.runs == 0
+    assert "CPU" in r.json()["detail"] and app.state.services.jobs.runs == 0
   assert not (REPO / "KE_WRITTEN_BY_A_REQUEST").exists() and not pathlib.Path("KE_WRITTEN_BY_A_REQUEST").exists()
 
 def test_only_the_devices_this_host_opens_are_offered(tmp_path):
   """The list is what a worker finds on the host (CPU here): a compute device the host lacks is refused too, naming the offer."""
-  app = create_app(str(tmp_path / "d.sqlite3"), settings=Settings.load(env={}))
+  app = app_over(str(tmp_path / "d.sqlite3"))
   with TestClient(app) as client:
     r = client.post("/api/traces", json={"preset": "small", "variant": {"device": "METAL", "time": False}})
     assert r.status_code == 422 and "this server offers: CPU" in r.json()["detail"], r.text
@@ -201,10 +201,10 @@ def test_a_worker_enforces_its_own_limits_without_its_parent(tmp_path):
 # ***** 4: priorities *****
 
 def test_web_trace_workers_run_at_worker_nice(tmp_path):
-  app = create_app(str(tmp_path / "n.sqlite3"), settings=Settings.load(env={}, worker_nice=7))
+  app = app_over(str(tmp_path / "n.sqlite3"), worker_nice=7)
   with TestClient(app) as client:
     client.post("/api/traces", json=SLOW)
-    pid = wait_for("a trace worker", lambda: next(iter(app.state.jobs.live), None), 60)
+    pid = wait_for("a trace worker", lambda: next(iter(app.state.services.jobs.live), None), 60)
     own = os.getpriority(os.PRIO_PROCESS, 0)
     # the worker lowers its own priority as it enters its limits, a moment after it is listed: on a loaded machine, a while after
     wait_for("the worker runs at worker_nice", lambda: os.getpriority(os.PRIO_PROCESS, pid) - own == 7, 30)
@@ -217,18 +217,18 @@ def test_the_queue_admits_workers_plus_max_queue_in_a_burst(tmp_path):
   def blocked(spec, variant, progress, timeout_s):
     release.wait(30)
     return SimpleNamespace(trace={"status": "ok", "failures": [], "spec": spec.to_dict(), "kernels": []}, rewrites=b"")
-  app = create_app(str(tmp_path / "q.sqlite3"), settings=Settings.load(env={}, max_workers=2, max_queue=1), runner=blocked)
+  app = app_over(str(tmp_path / "q.sqlite3"), max_workers=2, max_queue=1, runner=blocked)
   with TestClient(app) as client:
     codes = [client.post("/api/traces", json={**QUICK, "variant": {"repeats": r}}).status_code for r in (1, 2, 3, 4)]
     release.set()
   assert codes == [202, 202, 202, 503]
 
 def test_health_shows_paths_only_to_the_trusted(tmp_path):
-  app = create_app(str(tmp_path / "h.sqlite3"), settings=Settings.load(env={}), runner=lambda *a: None)
+  app = app_over(str(tmp_path / "h.sqlite3"), runner=lambda *a: None)
   with TestClient(app) as client:  # TestClient's address is not loopback
     assert "db" not in client.get("/api/health").json()
   token = "a-token-of-enough-length"
-  app = create_app(str(tmp_path / "h.sqlite3"), settings=Settings.load(env={}, token=token), runner=lambda *a: None)
+  app = app_over(str(tmp_path / "h.sqlite3"), token=token, runner=lambda *a: None)
   with TestClient(app) as client:
     assert "db" not in client.get("/api/health").json()
     assert client.get("/api/health", headers={"X-Access-Token": token}).json()["db"].endswith("h.sqlite3")

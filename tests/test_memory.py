@@ -3,10 +3,9 @@ from real traces; shown on the kernel-graph page and side by side in the diff.""
 from __future__ import annotations
 from fastapi.testclient import TestClient
 from explorer.analysis import memory
-from explorer.settings import Settings
 from explorer.store import Store
-from explorer.web.app import create_app
 from stored_traces import stored_pair
+from support import app_over
 
 def _by_hand(trace: dict) -> tuple[int, int]:
   """Peak and the step it is at, counted plainly: at each call, every buffer already written (or the program's own) and still read."""
@@ -35,7 +34,7 @@ def test_staged_against_fused():
 
 def test_pages_show_the_timeline():
   db, staged, fused = stored_pair()
-  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
+  with TestClient(app_over(str(db))) as client:
     page = client.get(f"/t/{staged}/bufferize").text
     m = client.get(f"/api/traces/{staged}/bufferize").json()["memory"]
     assert f'data-peak="{m["peak_bytes"]}"' in page and page.count('class="mem-bar') == len(m["buffers"])

@@ -3,9 +3,8 @@ delete drops the trace's entries."""
 from __future__ import annotations
 import threading
 from fastapi.testclient import TestClient
-from explorer.settings import Settings
-from explorer.web.app import create_app
 from conftest import wait_done
+from support import app_over
 
 def test_a_stored_traces_views_are_served_from_memory(web_client, small_trace):
   cache = web_client.app.state.response_cache
@@ -34,7 +33,7 @@ def test_a_progress_page_is_never_kept(tmp_path):
     release.wait(30)
     from tests.test_fuzz import stub_runner
     return stub_runner(spec, variant, progress, timeout_s)
-  app = create_app(str(tmp_path / "p.sqlite3"), settings=Settings.load(env={}), runner=blocked)
+  app = app_over(str(tmp_path / "p.sqlite3"), runner=blocked)
   with TestClient(app) as client:
     trace_id = client.post("/api/traces", json={"preset": "small"}).json()["id"]
     assert "progress" in client.get(f"/t/{trace_id}").text and "progress" in client.get(f"/t/{trace_id}").text

@@ -7,11 +7,10 @@ import json, os, shutil, subprocess, sys
 import pytest
 from fastapi.testclient import TestClient
 from explorer.tracing.run import TraceResult, run_trace
-from explorer.settings import Settings
 from explorer.spec import PRESETS, REWRITES, SpecError, Variant
 from explorer.store import Store
-from explorer.web.app import create_app
 from conftest import REPO
+from support import app_over
 
 SINK_LOADS_CHECK = r"""
 import json
@@ -123,7 +122,7 @@ def test_variant_validates_rewrites():
   assert set(REWRITES) == {"sink-loads", "peel", "drop-end"}
 
 def test_the_server_lists_the_catalogue_and_refuses_user_code(tmp_path, wino8_runs):
-  app = create_app(str(tmp_path / "s.sqlite3"), settings=Settings.load(env={}))
+  app = app_over(str(tmp_path / "s.sqlite3"))
   run = wino8_runs["sink-loads"]
   Store(tmp_path / "s.sqlite3").put_trace("00000000000000bb", run.trace, run.rewrites, run.target_rewrites)
   with TestClient(app) as client:
@@ -140,7 +139,7 @@ def test_the_server_lists_the_catalogue_and_refuses_user_code(tmp_path, wino8_ru
     assert 'id="longest-ranges"' in page
     assert 'name="rewrites" value="peel"' in client.get("/").text
     form = "preset=small&algo=direct&opt=heuristic&targets=cuda&warmup=0&repeats=1&rewrites=peel&peel=3&rewrites=sink-loads"
-    from explorer.web.routes.pages import form_to_request
+    from explorer.web.routes.home import form_to_request
     import urllib.parse
     _, req = form_to_request(urllib.parse.parse_qs(form))
     assert req.variant.rewrites == ["peel:3", "sink-loads"]
@@ -165,7 +164,7 @@ def test_spec_violations_are_marked_on_the_graph_nodes(tmp_path, wino8_runs):
   for check, num in ((trace["spec_checks"]["tensor_graph"], trace["tensor_graph"]["sink"]), (kernel["spec"]["ast"], kernel["ast_sink"])):
     check.update(ok=False, violation_count=1, violations=[{"index": 0, "op": "SINK", "dtype": "void", "trace_num": num, "message": "planted"}])
   Store(tmp_path / "s.sqlite3").put_trace("00000000000000cc", trace, run.rewrites, run.target_rewrites)
-  with TestClient(create_app(str(tmp_path / "s.sqlite3"), settings=Settings.load(env={}))) as client:
+  with TestClient(app_over(str(tmp_path / "s.sqlite3"))) as client:
     for ref in ("tensor", "ast/0"):
       view = client.get(f"/api/traces/00000000000000cc/graphs/{ref}").json()
       (bad,) = view["violations"]

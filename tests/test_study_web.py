@@ -8,6 +8,7 @@ import httpx
 import pytest
 from conftest import ARTIFACTS, needs_chromium
 from explorer.store import Store
+from support import app_over
 
 TINY = {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}
 STUDY_ID = re.compile(r"/studies/([0-9a-f]{12})$")
@@ -108,11 +109,9 @@ def test_a_study_outlives_its_server_as_interrupted(tmp_path):
   """A study whose server died is marked interrupted by the next server over the same store; its permalink says so, and it is not
   exported (only a finished study is)."""
   from fastapi.testclient import TestClient
-  from explorer.settings import Settings
-  from explorer.web.app import create_app
   db = tmp_path / "s.sqlite3"
   Store(db).put_study("0123456789ab", "constants", "constants: small", {"kind": "constants"}, f"{socket.gethostname()}:999999999:1")
-  with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
+  with TestClient(app_over(str(db))) as client:
     s = client.get("/api/studies/0123456789ab").json()
     assert s["status"] == "interrupted" and "start it again" in s["error"]
     assert client.get("/api/studies").json()[0]["status"] == "interrupted"

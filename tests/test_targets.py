@@ -7,10 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 from explorer.tracing.compilers import occupancy, parse_ptxas
 from explorer.tracing.run import run_trace
-from explorer.settings import Settings
 from explorer.spec import PRESETS, Variant
-from explorer.web.app import create_app
 from conftest import REPO, wait_done
+from support import app_over
 
 GPU_TARGETS = ("cuda", "ptx", "metal", "opencl", "wgsl")
 
@@ -133,13 +132,13 @@ def test_compile_facts_say_what_ran_or_what_is_missing():
 def test_bad_archs_are_refused(tmp_path):
   from explorer.cli import main
   assert main(["trace", "--preset", "small", "--cuda-arch", "sm_99", "--no-time", "--quiet"]) == 2
-  app = create_app(str(tmp_path / "a.sqlite3"), settings=Settings.load(env={}), runner=lambda *a: pytest.fail("a trace ran"))
+  app = app_over(str(tmp_path / "a.sqlite3"), runner=lambda *a: pytest.fail("a trace ran"))
   with TestClient(app) as client:
     r = client.post("/api/traces", json={"preset": "small", "variant": {"cuda_arch": "sm_99"}})
     assert r.status_code == 422 and "sm_90" in r.text
 
 def test_the_kernel_page_switches_every_figure_to_the_target(tmp_path):
-  app = create_app(str(tmp_path / "k.sqlite3"), settings=Settings.load(env={}))
+  app = app_over(str(tmp_path / "k.sqlite3"))
   with TestClient(app) as client:
     trace_id = client.post("/api/traces", json={"preset": "small", "variant": {"targets": ["cuda", "metal"], "time": False}}).json()["id"]
     assert wait_done(client, trace_id, 300)["status"] == "done"
@@ -174,7 +173,7 @@ def test_a_diff_on_cuda_compares_cuda_kernels_registers_included():
 
 def test_every_targets_codegen_steps_are_browsable(tmp_path):
   """Each target's codegen ran in its own process and kept its rewrite blob: its passes expand like the host's (codegen@T/...)."""
-  app = create_app(str(tmp_path / "b.sqlite3"), settings=Settings.load(env={}))
+  app = app_over(str(tmp_path / "b.sqlite3"))
   with TestClient(app) as client:
     trace_id = client.post("/api/traces", json={"preset": "small", "variant": {"targets": ["cuda", "metal"], "time": False}}).json()["id"]
     assert wait_done(client, trace_id, 300)["status"] == "done"
@@ -192,7 +191,7 @@ def test_every_targets_codegen_steps_are_browsable(tmp_path):
 def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path):
   """Rebuilt from the stored rewrite blob and rendered in a worker: the same record an eager trace makes; the second request is
   served from the store; the page follows the job (and is not cached while it runs)."""
-  app = create_app(str(tmp_path / "l.sqlite3"), settings=Settings.load(env={}))
+  app = app_over(str(tmp_path / "l.sqlite3"))
   body = {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}}
   eager = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda", "metal"), time=False)).trace
   with TestClient(app) as client:
@@ -204,8 +203,8 @@ def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path
     got = wait_for_target(client, url)
     assert [got[f] for f in ("name", "global_size", "local_size", "source")] == \
            [eager["kernels"][1]["targets"]["metal"][f] for f in ("name", "global_size", "local_size", "source")]
-    computed = app.state.targets.computed
-    assert client.get(url).status_code == 200 and app.state.targets.computed == computed == 1
+    computed = app.state.services.targets.computed
+    assert client.get(url).status_code == 200 and app.state.services.targets.computed == computed == 1
     page = client.get(f"/t/{trace_id}/k/1?target=metal").text
     assert "data-pending-target" not in page and got["name"] in page
     assert "metal" in client.get(f"/api/traces/{trace_id}/kernels/1").json()["sources"]
@@ -217,7 +216,7 @@ def test_a_local_trace_records_where_each_part_ran(tmp_path):
   name it as PID@HOST (a queue worker's traces name it as NAME@HOST: test_queue); the page's facts row says so in one place."""
   import socket
   from explorer.spec import STAGES
-  app = create_app(str(tmp_path / "l.sqlite3"), settings=Settings.load(env={}))
+  app = app_over(str(tmp_path / "l.sqlite3"))
   body = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"targets": ["cuda"], "repeats": 2}}
   here = f"{os.getpid()}@{socket.gethostname()}"
   with TestClient(app) as client:
@@ -260,7 +259,7 @@ def test_a_trace_of_the_previous_schema_still_opens(tmp_path):
   kernels = [{k: v for k, v in kern.items() if k not in ("targets", "host_target")} for kern in trace.trace["kernels"]]
   old = {**trace.trace, "schema": 1, "kernels": kernels}
   Store(tmp_path / "o.sqlite3").put_trace("0123456789abcdef", old, trace.rewrites)
-  app = create_app(str(tmp_path / "o.sqlite3"), settings=Settings.load(env={}))
+  app = app_over(str(tmp_path / "o.sqlite3"))
   with TestClient(app) as client:
     for url in ("/t/0123456789abcdef", "/t/0123456789abcdef/k/0", "/t/0123456789abcdef/k/0?target=cuda&graph=passes"):
       assert client.get(url).status_code == 200, url
@@ -297,7 +296,7 @@ import json; print(json.dumps(tg.spec_check([bad.sink()], "program")))
   got = json.loads(subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True, cwd=REPO, timeout=120).stdout)
   assert not got["ok"] and got["violation_count"] == 2 and [v["op"] for v in got["violations"]] == ["CONST", "ADD"]
   assert "UOp verification failed" in got["violations"][1]["message"]
-  from explorer.web.routes.pages import ribbon
+  from explorer.web.routes.common import ribbon
   broken = {**trace, "spec_checks": {**trace["spec_checks"], "kernel_graph": {**trace["spec_checks"]["kernel_graph"], "ok": False}}}
   assert next(r for r in ribbon(broken, "x", "overview") if r["key"] == "bufferize")["state"] == "error"
 
@@ -319,7 +318,7 @@ def test_loop_splits_are_recorded_with_the_rule_read_from_tinygrad(tmp_path):
       path, line = s["rule"].split(":")
       assert s["rule_source"].splitlines()[0] == inspect.getsource(simplify).splitlines()[int(line) - 1]
   assert not any(k["targets"]["cuda"]["loop_splits"] for k in trace["kernels"] if k["role"] == "ghat")
-  app = create_app(str(tmp_path / "s.sqlite3"), settings=Settings.load(env={}))
+  app = app_over(str(tmp_path / "s.sqlite3"))
   from explorer.store import Store
   Store(tmp_path / "s.sqlite3").put_trace("00000000000000aa", run.trace, run.rewrites)
   with TestClient(app) as client:

@@ -114,7 +114,7 @@ def test_annotations_round_trip(web_client, pair):
   assert web_client.delete(f"{url}/{made[1].json()['id']}").status_code == 204
   assert web_client.delete(f"{url}/{made[1].json()['id']}").status_code == 404
   assert len(web_client.get(url).json()) == len(listed) - 1
-  assert Store(web_client.app.state.store.path).annotations(tid)[-1]["text"] == "first uop"  # the store method exports use
+  assert Store(web_client.app.state.services.store.path).annotations(tid)[-1]["text"] == "first uop"  # the store method exports use
   for r in made: web_client.delete(f"{url}/{r.json()['id']}")
 
 def test_annotation_text_is_escaped(web_client, pair):

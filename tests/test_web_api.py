@@ -6,13 +6,12 @@ from types import SimpleNamespace
 import pytest
 from fastapi.testclient import TestClient
 from explorer.present import graphs
-from explorer.settings import Settings
 from explorer.spec import PRESETS
 from explorer.store import Store
-from explorer.web.app import create_app
 from explorer.web.http.models import ValidationErrorBody
 from explorer.web.services.traces import STAGES
 from conftest import REPO, SMALL_WINO, wait_done
+from support import app_over
 
 # ***** a fake runner: jobs without tinygrad, to see queueing, joining and live progress *****
 
@@ -38,7 +37,7 @@ class GatedRunner:
 @pytest.fixture
 def fake(tmp_path):
   runner = GatedRunner()
-  app = create_app(str(tmp_path / "fake.sqlite3"), settings=Settings.load(env={}, max_workers=1, max_queue=1, max_body_bytes=4096), runner=runner)
+  app = app_over(str(tmp_path / "fake.sqlite3"), max_workers=1, max_queue=1, max_body_bytes=4096, runner=runner)
   with TestClient(app) as client:
     try: yield client, runner, app
     finally: runner.release()
@@ -71,7 +70,7 @@ def test_post_returns_at_once_and_identical_requests_share_one_job(fake):
   assert client.get(f"/api/traces/{first['id']}").status_code == 409  # still running
   runner.release()
   assert wait_done(client, first["id"])["status"] == "done"
-  assert runner.calls == 1 and app.state.jobs.runs == 1
+  assert runner.calls == 1 and app.state.services.jobs.runs == 1
   cached = client.post("/api/traces", json={"preset": "small"})
   assert cached.status_code == 200 and cached.json()["cached"] and runner.calls == 1
 
@@ -99,7 +98,7 @@ def test_queue_full_is_503_and_body_limit_413(fake):
 
 def test_a_trace_queued_too_long_is_dropped_with_a_message(tmp_path):
   runner = GatedRunner()
-  app = create_app(str(tmp_path / "q.sqlite3"), settings=Settings.load(env={}, max_workers=1, queue_wait_s=0.5), runner=runner)
+  app = app_over(str(tmp_path / "q.sqlite3"), max_workers=1, queue_wait_s=0.5, runner=runner)
   with TestClient(app) as client:
     try:
       client.post("/api/traces", json={"preset": "small"})
@@ -113,7 +112,7 @@ def test_failed_trace_shows_its_error(tmp_path):
   def failing(spec, variant, progress, timeout_s):
     progress("tensor_graph", "start", "")
     raise WorkerFailed("the worker was killed by SIGKILL (out of memory?)")
-  app = create_app(str(tmp_path / "f.sqlite3"), settings=Settings.load(env={}), runner=failing)
+  app = app_over(str(tmp_path / "f.sqlite3"), runner=failing)
   with TestClient(app) as client:
     trace_id = client.post("/api/traces", json={"preset": "small"}).json()["id"]
     status = wait_done(client, trace_id)
@@ -129,7 +128,7 @@ def test_a_failed_stage_shows_on_the_trace_page(tmp_path):
     failure = {"stage": "schedule", "error": "RuntimeError: rangeify broke", "traceback": "Traceback ...\nRuntimeError"}
     trace = minimal_trace() | {"status": "error", "stage_seconds": {"tensor_graph": 0.01}, "failures": [failure]}
     return SimpleNamespace(trace=trace, rewrites=b"")
-  app = create_app(str(tmp_path / "s.sqlite3"), settings=Settings.load(env={}), runner=stage_fails)
+  app = app_over(str(tmp_path / "s.sqlite3"), runner=stage_fails)
   with TestClient(app) as client:
     trace_id = client.post("/api/traces", json={"preset": "small"}).json()["id"]
     status = wait_done(client, trace_id)
@@ -168,10 +167,10 @@ def test_trace_json(web_client, small_trace):
   assert "cuda" in raw["kernels"][0]["sources"] and raw["scheduler"]["passes"]
 
 def test_identical_request_is_a_cache_hit(web_client, small_trace):
-  runs = web_client.app.state.jobs.runs
+  runs = web_client.app.state.services.jobs.runs
   r = web_client.post("/api/traces", json=SMALL_WINO)
   assert r.status_code == 200 and r.json()["id"] == small_trace and r.json()["cached"] and r.json()["status"] == "done"
-  assert web_client.app.state.jobs.runs == runs
+  assert web_client.app.state.services.jobs.runs == runs
 
 def test_status_and_events_of_a_stored_trace(web_client, small_trace):
   s = web_client.get(f"/api/traces/{small_trace}/status").json()
@@ -200,7 +199,7 @@ def debuf_pass(client, trace_id) -> int:
   return next(p["index"] for p in passes if p["name"] == "symbolic+reduce_collapse+debuf")
 
 def test_graphs_json_svg_and_cache(web_client, small_trace):
-  gs = web_client.app.state.graphs
+  gs = web_client.app.state.services.graphs
   p = debuf_pass(web_client, small_trace)
   codegen = next(i for i, q in enumerate(web_client.get(f"/api/traces/{small_trace}/kernels/0").json()["passes"]) if q["matches"])
   for ref in ("tensor", "kernels", "ast/0", f"rangeify/{p}/before", f"rangeify/{p}/after", f"rangeify/{p}/m2", f"codegen/0/{codegen}/after",
@@ -307,12 +306,12 @@ def test_unknown_pages_404_as_html(web_client):
 
 def test_corrupt_row_is_a_clear_error_and_a_new_request_heals_it(tmp_path):
   runner = GatedRunner(); runner.release()
-  app = create_app(str(tmp_path / "c.sqlite3"), settings=Settings.load(env={}), runner=runner)
+  app = app_over(str(tmp_path / "c.sqlite3"), runner=runner)
   with TestClient(app) as client:
     trace_id = client.post("/api/traces", json={"preset": "small"}).json()["id"]
     wait_done(client, trace_id)
-    app.state.traces.forget(trace_id)
-    app.state.store._conn().execute("UPDATE traces SET trace = '{broken' WHERE id = ?", (trace_id,))
+    app.state.services.traces.forget(trace_id)
+    app.state.services.store._conn().execute("UPDATE traces SET trace = '{broken' WHERE id = ?", (trace_id,))
     r = client.get(f"/api/traces/{trace_id}")
     assert r.status_code == 500 and "corrupt" in r.json()["detail"] and trace_id in r.json()["detail"]
     assert client.post("/api/traces", json={"preset": "small"}).status_code == 202  # dropped and traced again
@@ -327,7 +326,7 @@ def test_docs_are_served_offline(web_client):
   assert "/api/traces/{trace_id}/graphs/{ref}" in spec["paths"] and "/api/traces/{trace_id}/events" in spec["paths"]
 
 def test_access_token(tmp_path):
-  app = create_app(str(tmp_path / "t.sqlite3"), settings=Settings.load(env={}, token="s3cret-token-0123456789"))
+  app = app_over(str(tmp_path / "t.sqlite3"), token="s3cret-token-0123456789")
   with TestClient(app) as client:
     assert client.get("/api/health").status_code == 200
     assert client.get("/api/traces").status_code == 401 and client.get("/").status_code == 401
@@ -375,7 +374,7 @@ def test_server_process_never_imports_tinygrad(web_db, small_trace):
       for url in ("/", "/t/{small_trace}", "/t/{small_trace}/bufferize", "/t/{small_trace}/k/0", "/t/{small_trace}/rangeify",
                   "/api/traces/{small_trace}/graphs/ast/1.svg", "/api/traces/{small_trace}/graphs/ast/1.svg?full=1", "/api/health"):
         assert c.get(url).status_code == 200, url
-      assert app.state.graphs.expansions >= 1  # expanded in a worker process
+      assert app.state.services.graphs.expansions >= 1  # expanded in a worker process
       assert c.get("/api/health").json()["tinygrad_imported"] is False
     assert "tinygrad" not in sys.modules and "explorer.tracing.adapter" not in sys.modules, "the server imported tinygrad"
     print("ok")

@@ -9,11 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 from conftest import REPO, running_server
 from test_queue import NO_REDIS, REDIS_SERVER, broker as broker  # the module's real redis-server (a fixture)
-from support import filled, get_paths
+from support import app_over, filled, get_paths
 from explorer.settings import Settings
 from explorer.spec import ConvSpec, Variant
 from explorer.store import Store
-from explorer.web.app import create_app
 
 TINY_SPEC = {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}
 
@@ -78,7 +77,7 @@ def test_a_rogue_workers_answers_are_refused_or_stay_inert(broker, real_trace, t
     graph = httpx.get(f"{base}/api/traces/{trace_id}/graphs/tensor", timeout=120)
     assert graph.status_code == 409 and "names pathlib" in graph.json()["detail"] and "nothing was loaded" in graph.json()["detail"], graph.text
     answers = {}
-    for path in get_paths(create_app(str(tmp_path / "routes.sqlite3"), settings=Settings.load(env={}))):
+    for path in get_paths(app_over(str(tmp_path / "routes.sqlite3"))):
       url = filled(path, trace_id)
       r = httpx.get(f"{base}{url}", timeout=120)
       answers[url] = r.status_code
@@ -178,8 +177,7 @@ def test_event_streams_have_caps_of_their_own(tmp_path):
   from test_web_api import GatedRunner
   import uvicorn
   runner = GatedRunner()
-  app = create_app(str(tmp_path / "s.sqlite3"), settings=Settings.load(env={}, max_streams_per_client=3, max_streams=5, max_connections=2),
-                   runner=runner)
+  app = app_over(str(tmp_path / "s.sqlite3"), max_streams_per_client=3, max_streams=5, max_connections=2, runner=runner)
   server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=(port := __import__("conftest").free_port()), log_level="warning"))
   thread = threading.Thread(target=server.run, daemon=True)
   thread.start()
@@ -212,7 +210,7 @@ def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
   fresh = "cf0000000000000a"
   copy_trace(web_db, small_trace, fresh)
   app, cross = web_client.app, {"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors", "sec-fetch-dest": "image"}
-  st = app.state
+  st = app.state.services
   def counters() -> tuple: return st.targets.computed, st.graphs.expansions, st.diffs.graph_runs, st.diffs.structural_runs, st.jobs.runs
   before, gated = counters(), 0
   from support import routes
@@ -233,7 +231,7 @@ def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
 # ***** 4: one device, one name *****
 
 def test_a_device_has_one_name(tmp_path):
-  app = create_app(str(tmp_path / "d.sqlite3"), settings=Settings.load(env={}), runner=lambda *a: pytest.fail("nothing should run here"))
+  app = app_over(str(tmp_path / "d.sqlite3"), runner=lambda *a: pytest.fail("nothing should run here"))
   with TestClient(app, raise_server_exceptions=False) as client:
     from explorer.store import trace_key
     from explorer.web.http.deps import resolve_request
@@ -258,7 +256,7 @@ def test_a_reproducer_names_a_device_tinygrad_reads(real_trace):
 def test_one_client_gets_its_share_of_the_queue(tmp_path):
   from test_web_api import GatedRunner
   runner = GatedRunner()
-  app = create_app(str(tmp_path / "c.sqlite3"), settings=Settings.load(env={}, max_jobs_per_client=2, max_workers=1), runner=runner)
+  app = app_over(str(tmp_path / "c.sqlite3"), max_jobs_per_client=2, max_workers=1, runner=runner)
   with TestClient(app) as client:
     try:
       first = [client.post("/api/traces", json=tiny(c)) for c in (2, 3)]
@@ -270,8 +268,8 @@ def test_one_client_gets_its_share_of_the_queue(tmp_path):
     finally: runner.release()
 
 def test_a_bug_answers_one_line_of_json(tmp_path):
-  app = create_app(str(tmp_path / "e.sqlite3"), settings=Settings.load(env={}))
-  app.state.store.put_trace("badc0ffee0000000", {"spec": None, "label": "x", "kernels": "not a list", "env": {}}, b"")  # a bug's stand-in
+  app = app_over(str(tmp_path / "e.sqlite3"))
+  app.state.services.store.put_trace("badc0ffee0000000", {"spec": None, "label": "x", "kernels": "not a list", "env": {}}, b"")  # a bug's stand-in
   with TestClient(app, raise_server_exceptions=False) as client:
     r = client.get("/api/traces/badc0ffee0000000")
     assert r.status_code == 500 and r.headers["content-type"] == "application/json", r.text
@@ -285,3 +283,41 @@ def test_a_killed_workers_scratch_files_go_with_it():
   (made,) = seen
   assert "kernel-explorer-worker-" in made and not os.path.exists(made)
   assert not os.path.exists(os.path.dirname(made)), "the worker's scratch directory outlived it"
+
+def busy_kinds() -> list[type]:
+  """Every Busy the services raise (each module imported, so each subclass is defined)."""
+  import importlib, pkgutil
+  import explorer.web.services as services
+  from explorer.web.services.lifecycle import Busy
+  for m in pkgutil.iter_modules(services.__path__): importlib.import_module(f"explorer.web.services.{m.name}")
+  kinds, todo = [], [Busy]
+  while todo: kinds.append(kind := todo.pop()); todo += kind.__subclasses__()
+  return kinds
+
+def test_every_refusal_for_lack_of_room_says_when_to_come_back(tmp_path):
+  """A 503 or 429 always carries Retry-After: the services raise Busy (each kind answered through the app's one handler, as JSON and
+  as the error page), the request limits answer their own with the header, and no route writes a 503 or 429 by hand."""
+  import ast
+  from fastapi import APIRouter
+  kinds = busy_kinds()
+  assert {k.__name__ for k in kinds} >= {"Busy", "QueueFull", "ClientBusy", "QueueDown", "GraphBusy", "DevicesUnavailable"}
+  app, router = app_over(tmp_path / "b.sqlite3"), APIRouter()
+  for i, kind in enumerate(kinds):
+    def raiser(kind: type = kind) -> None: raise kind(f"no room ({kind.__name__})")
+    router.add_api_route(f"/api/busy/{i}", raiser)
+    router.add_api_route(f"/busy/{i}", raiser)
+  app.include_router(router)
+  with TestClient(app) as client:
+    for i, kind in enumerate(kinds):
+      for path, accept in ((f"/api/busy/{i}", "application/json"), (f"/busy/{i}", "text/html")):
+        r = client.get(path, headers={"accept": accept})
+        assert r.status_code == kind.status and r.headers["retry-after"] == str(kind.retry_after_s), (kind, path, r.text[:200])
+        assert f"no room ({kind.__name__})" in r.text
+  for path in (REPO / "explorer").rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if not isinstance(node, ast.Call) or len(node.args) < 2: continue
+      name, status = ast.unparse(node.func), node.args[1] if ast.unparse(node.func) == "respond" else node.args[0]
+      if not isinstance(status, ast.Constant) or status.value not in (429, 503): continue
+      where = f"{path.relative_to(REPO)}:{node.lineno}"
+      assert name == "respond", f"{where}: {name} answers {status.value} by hand; raise a Busy (explorer.web.services.lifecycle)"
+      assert len(node.args) >= 4 and "retry-after" in ast.unparse(node.args[3]), f"{where}: a {status.value} without Retry-After"

@@ -11,27 +11,27 @@ from explorer.analysis.diff import comparable, relation_label
 from explorer.spec import PRESETS, SpecError
 from explorer.store import trace_key
 from explorer.web.http import deps
-from explorer.web.services.diffs import MEASURES, fold, side_by_side
-from explorer.queue.protocol import QueueUnavailable
-from explorer.web.services.traces import STAGE_TITLES
+from explorer.web.http.deps import ServicesDep
 from explorer.web.http.models import TraceRequest, documented
 from explorer.web.http.templates import TARGET_LABELS
 from explorer.web.http.work import Work
+from explorer.web.routes.common import page
+from explorer.web.services.diffs import MEASURES, fold, side_by_side
+from explorer.web.services.registry import Services
+from explorer.web.services.remote import queue_answers
+from explorer.web.services.traces import STAGE_TITLES
+from explorer.web.urls import diff_url
 
 router = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api", tags=["diff"])
 VARIANT_KEYS = ("algo", "wino_impl", "tile", "staging", "consts", "opt", "targets", "warmup", "repeats", "time", "fallback", "device")
-
-def diff_url(a: str, b: str, target: str | None = None, target_b: str | None = None) -> str:
-  q = "&".join(f"{k}={v}" for k, v in (("target", target), ("target_b", target_b)) if v)
-  return f"/diff/{a}/{b}" + (f"?{q}" if q else "")
 
 # ***** quick picks: the same spec with one thing changed *****
 
 def request_of(trace: dict, **changes: Any) -> dict:
   """A trace request for this trace's spec and variant, with changes."""
   v = {k: trace["variant"][k] for k in VARIANT_KEYS if k in (trace.get("variant") or {})}
-  v["targets"] = list(v.get("targets") or ["cuda"])
+  v["targets"] = list(v.get("targets") or [])
   preset = trace.get("preset")
   base = {"preset": preset} if preset in PRESETS and PRESETS[preset].to_dict() == trace["spec"] else {"spec": trace["spec"]}
   return {**base, "variant": {**v, **changes}}
@@ -57,9 +57,9 @@ def flips(trace: dict) -> list[tuple[str, str, dict]]:
   else: out.append(("opt", f"{opt} → heuristic", {"opt": "heuristic"}))
   return out
 
-def quick_picks(request: Request, trace_id: str, trace: dict) -> list[dict]:
+def quick_picks(svc: Services, trace_id: str, trace: dict) -> list[dict]:
   """Each pick with the id its trace has (or will have) and whether it is stored; picks the server would refuse are left out."""
-  store, settings = request.app.state.store, request.app.state.settings
+  store, settings = svc.store, svc.settings
   picks = []
   for name, label, changes in flips(trace):
     try:
@@ -74,41 +74,38 @@ def quick_picks(request: Request, trace_id: str, trace: dict) -> list[dict]:
                   "url": diff_url(trace_id, trace_id, ta, tb)})
   return picks
 
-async def picker_context(request: Request, a: str, q: str | None) -> dict:
+async def picker_context(svc: Services, a: str, q: str | None) -> dict:
   """Quick picks for trace a, and stored traces to pick from (those of the same convolution first)."""
-  trace = await deps.trace_or_404(request, a)
-  picks = await asyncio.to_thread(quick_picks, request, a, trace)
-  rows, total = await asyncio.to_thread(request.app.state.store.search, text=q or None, limit=40)
+  trace = await deps.trace_of(svc, a)
+  picks = await asyncio.to_thread(quick_picks, svc, a, trace)
+  rows, total = await asyncio.to_thread(svc.store.search, text=q or None, limit=40)
   conv = (trace.get("label") or "").split(" | ")[0]
   rows = sorted((r for r in rows if r["id"] != a), key=lambda r: not (r.get("label") or "").startswith(conv + " |"))
   return {"a": a, "trace_a": trace, "picks": picks, "stored": rows, "total": total, "q": q or "", "conv": conv}
 
 @router.get("/diff/pick/{a}", response_class=HTMLResponse)
-async def picker_fragment(request: Request, a: str, q: str | None = Query(None, max_length=200)) -> HTMLResponse:
+async def picker_fragment(request: Request, a: str, svc: ServicesDep, q: str | None = Query(None, max_length=200)) -> HTMLResponse:
   """The "compare with..." menu of a trace page (an HTML fragment)."""
-  ctx = await picker_context(request, a, q)
-  return await request.app.state.templates.render(request, "_partials/diff_picker.html", ctx)
+  return await page(request, "_partials/diff_picker.html", **await picker_context(svc, a, q))
 
 @router.get("/diff", response_class=HTMLResponse)
-async def diff_query(request: Request, a: str | None = Query(None, max_length=64), b: str | None = Query(None, max_length=64),
+async def diff_query(request: Request, svc: ServicesDep, a: str | None = Query(None, max_length=64), b: str | None = Query(None, max_length=64),
                      target: str | None = Query(None, max_length=16), target_b: str | None = Query(None, max_length=16),
                      q: str | None = Query(None, max_length=200)) -> Response:
   if a and b: return RedirectResponse(diff_url(a, b, target, target_b), status_code=303)
-  if not a and not b:
-    return await request.app.state.templates.render(request, "diff_pick.html", {"a": None, "stored": [], "picks": [], "q": q or ""})
-  ctx = await picker_context(request, a or b or "", q)
-  return await request.app.state.templates.render(request, "diff_pick.html", ctx)
+  if not a and not b: return await page(request, "diff_pick.html", a=None, stored=[], picks=[], q=q or "")
+  return await page(request, "diff_pick.html", **await picker_context(svc, a or b or "", q))
 
 @router.post("/diff/quick", response_class=HTMLResponse)
-async def quick_pick(request: Request) -> Response:
+async def quick_pick(request: Request, svc: ServicesDep) -> Response:
   """Start (or find) the trace of a quick pick, then show the diff (a progress page while B runs)."""
   import urllib.parse
   form = {k: v[-1] for k, v in urllib.parse.parse_qs((await request.body()).decode(errors="replace")).items()}
   a = form.get("a", "")
-  trace = await deps.trace_or_404(request, a)
+  trace = await deps.trace_of(svc, a)
   pick = next((f for f in flips(trace) if f[0] == form.get("pick")), None)
   if pick is None: raise HTTPException(422, f"no quick pick {form.get('pick')!r} for trace {a}")
-  try: status, _ = await deps.submit(request, TraceRequest.model_validate(request_of(trace, **pick[2])))
+  try: status, _ = await deps.submit(svc, TraceRequest.model_validate(request_of(trace, **pick[2])), deps.client_of(request))
   except (ValidationError, SpecError) as e: raise HTTPException(422, f"cannot trace that variant: {e}") from None
   return RedirectResponse(diff_url(a, status["id"]), status_code=303)
 
@@ -118,13 +115,12 @@ def targets_of(a: dict, b: dict) -> list[str]:
   ts = list(dict.fromkeys([*((a.get("variant") or {}).get("targets") or []), *((b.get("variant") or {}).get("targets") or [])]))
   return ts + ["host"]
 
-async def side_or_progress(request: Request, trace_id: str) -> dict | HTMLResponse:
+async def side_or_progress(request: Request, svc: Services, trace_id: str) -> dict | HTMLResponse:
   """The stored trace, or (while it runs) the progress page in its place: it reloads this URL when the trace is done."""
-  if (trace := await deps.stored_trace(request, trace_id)) is not None: return trace
-  status = await deps.status_of(request, trace_id)
+  if (trace := await deps.stored_trace(svc, trace_id)) is not None: return trace
+  status = await deps.status_of(svc, trace_id)
   if status is None: raise HTTPException(404, f"no trace {trace_id}")
-  ctx = {"trace_id": trace_id, "status": status, "stage_titles": STAGE_TITLES}
-  return await request.app.state.templates.render(request, "progress.html", ctx)
+  return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES)
 
 def pick_targets(a: dict, b: dict, target: str | None, target_b: str | None) -> tuple[str, str]:
   ts = targets_of(a, b)
@@ -134,31 +130,31 @@ def pick_targets(a: dict, b: dict, target: str | None, target_b: str | None) -> 
 def group_kernels(trace: dict, refs: list[dict]) -> list[dict]: return [trace["kernels"][k["index"]] for k in refs]
 
 @router.get("/diff/{a}/{b}", response_class=HTMLResponse)
-async def diff_page(request: Request, a: str, b: str, work: Work, target: str | None = Query(None, max_length=16),
+async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Work, target: str | None = Query(None, max_length=16),
                     target_b: str | None = Query(None, max_length=16)) -> Response:
-  ta_trace = await side_or_progress(request, a)
+  ta_trace = await side_or_progress(request, svc, a)
   if not isinstance(ta_trace, dict): return ta_trace
-  tb_trace = await side_or_progress(request, b)
+  tb_trace = await side_or_progress(request, svc, b)
   if not isinstance(tb_trace, dict): return tb_trace
   ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
-  diffs = request.app.state.diffs
+  diffs = svc.diffs
   d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb, work.permit())
   rows = await asyncio.to_thread(lambda: [fold(side_by_side(g["source"], group_kernels(ta_trace, g["a"]), group_kernels(tb_trace, g["b"])))
                                           for g in d["groups"]])
   gr = await diffs.cached_graphs(a, b)
   measures = {k: await asyncio.to_thread(diffs.measure_status, a, b, k) for k in MEASURES}
-  ctx = {"a": a, "b": b, "ta": ta_trace, "tb": tb_trace, "d": d, "rows": rows, "graphs": gr, "measures": measures, "target": ta, "target_b": tb,
-         "targets": targets_of(ta_trace, tb_trace), "diff_url": diff_url, "comparable": comparable(ta_trace, tb_trace), "rel_label": relation_label}
-  return await request.app.state.templates.render(request, "diff.html", ctx)
+  return await page(request, "diff.html", a=a, b=b, ta=ta_trace, tb=tb_trace, d=d, rows=rows, graphs=gr, measures=measures, target=ta,
+                    target_b=tb, targets=targets_of(ta_trace, tb_trace), diff_url=diff_url, comparable=comparable(ta_trace, tb_trace),
+                    rel_label=relation_label)
 
 @router.get("/diff/{a}/{b}/graphs", response_class=HTMLResponse)
-async def graphs_fragment(request: Request, a: str, b: str, work: Work) -> HTMLResponse:
+async def graphs_fragment(request: Request, a: str, b: str, svc: ServicesDep, work: Work) -> HTMLResponse:
   """The UOp graph diff of every matched group (an HTML fragment the diff page loads: it may take a worker's few seconds)."""
-  ta_trace, tb_trace = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
+  ta_trace, tb_trace = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
   permit = work.permit()
-  d = await request.app.state.diffs.structural(a, ta_trace, b, tb_trace, *pick_targets(ta_trace, tb_trace, None, None), permit)
-  gr = await request.app.state.diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"], permit)
-  return await request.app.state.templates.render(request, "_partials/diff_graphs.html", {"graphs": gr, "d": d})
+  d = await svc.diffs.structural(a, ta_trace, b, tb_trace, *pick_targets(ta_trace, tb_trace, None, None), permit)
+  gr = await svc.diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"], permit)
+  return await page(request, "_partials/diff_graphs.html", graphs=gr, d=d)
 
 # ***** JSON *****
 
@@ -171,14 +167,14 @@ TWO = {404: "no trace a or no trace b", 409: "trace a or b is still queued or ru
 
 @api.get("/diff/{a}/{b}", summary="Diff two stored traces: kernels matched by role and data flow, buffers, metrics, sources, graphs, measurements",
          responses=documented({**TWO, 422: "a query parameter out of its bounds"}))
-async def diff_json(request: Request, a: str, b: str, work: Work, target: str | None = Query(None, max_length=16),
+async def diff_json(a: str, b: str, svc: ServicesDep, work: Work, target: str | None = Query(None, max_length=16),
                     target_b: str | None = Query(None, max_length=16),
                     graphs: bool = Query(True, description="compute the UOp graph diff if it is not cached (a worker, a few seconds)")) -> dict:
   """The structural diff (explorer.analysis.diff.diff_traces) with each group's UOp graph diff (`graph`), the cached interleaved timing and
   output comparison (null until measured: POST .../timing or .../numerics) and `target`/`target_b` (the sources diffed)."""
-  ta_trace, tb_trace = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
+  ta_trace, tb_trace = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
   ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
-  diffs = request.app.state.diffs
+  diffs = svc.diffs
   permit = work.permit()
   d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb, permit)
   gr = await (diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"], permit) if graphs else diffs.cached_graphs(a, b))
@@ -190,24 +186,22 @@ async def diff_json(request: Request, a: str, b: str, work: Work, target: str | 
 
 @api.get("/diff/{a}/{b}/{kind}", summary="A measurement of two traces: its job's progress, or its cached result",
          responses=documented({**TWO, 404: "no such measurement (timing or numerics), or no trace a or b"}))
-async def measure_status(request: Request, a: str, b: str, kind: str) -> dict:
+async def measure_status(a: str, b: str, kind: str, svc: ServicesDep) -> dict:
   if kind not in MEASURES: raise HTTPException(404, f"no measurement {kind!r}: timing or numerics")
-  await deps.trace_or_404(request, a); await deps.trace_or_404(request, b)
-  return await asyncio.to_thread(request.app.state.diffs.measure_status, a, b, kind)
+  await deps.trace_of(svc, a); await deps.trace_of(svc, b)
+  return await asyncio.to_thread(svc.diffs.measure_status, a, b, kind)
 
 @api.post("/diff/{a}/{b}/{kind}", status_code=202, summary="Start a measurement: interleaved re-timing (A, B, B, A...) or the outputs compared",
           responses=documented({404: "no such measurement (timing or numerics), or no trace a or b",
                                 409: "trace a or b is still queued or running, or the two cannot be measured together (specs or devices differ)",
                                 422: "repeats or warmup out of bounds", 503: "the job queue does not answer (Retry-After)"}))
-async def start_measure(request: Request, a: str, b: str, kind: str, repeats: int = Query(20, ge=1, le=1000),
+async def start_measure(a: str, b: str, kind: str, svc: ServicesDep, repeats: int = Query(20, ge=1, le=1000),
                         warmup: int = Query(3, ge=0, le=1000)) -> Any:
   """Runs in one worker off the event loop, one measurement at a time; poll GET for progress. The result is cached in the store."""
   if kind not in MEASURES: raise HTTPException(404, f"no measurement {kind!r}: timing or numerics")
-  ta_trace, tb_trace = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
+  ta_trace, tb_trace = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
   if (why := comparable(ta_trace, tb_trace)) is not None: raise HTTPException(409, f"cannot measure these two together: {why}")
-  max_repeats = int(request.app.state.settings.max_repeats)
+  max_repeats = int(svc.settings.max_repeats)
   if repeats > max_repeats or warmup > max_repeats: raise HTTPException(422, f"repeats and warmup are limited to {max_repeats}")
-  if (queue := request.app.state.diffs.queue) is not None:
-    try: await asyncio.to_thread(queue.ping)
-    except QueueUnavailable as e: raise HTTPException(503, str(e), headers={"Retry-After": "30"}) from None
-  return JSONResponse(request.app.state.diffs.start_measure(a, ta_trace, b, tb_trace, kind, repeats, warmup), status_code=202)
+  await queue_answers(svc.diffs.queue)
+  return JSONResponse(svc.diffs.start_measure(a, ta_trace, b, tb_trace, kind, repeats, warmup), status_code=202)

@@ -10,11 +10,14 @@ from pydantic import BaseModel
 from explorer.present import export
 from explorer.present.repro import repro_script
 from explorer.store import VARIANT_FILTERS
-from explorer.web.http import deps
-from explorer.web.services.graphs import GraphNotFound, GraphUnavailable
+from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, documented
 from explorer.web.http.work import Work
+from explorer.web.routes.common import attachment, page as render
+from explorer.web.services.graphs import GraphBusy, GraphNotFound, GraphUnavailable
 from explorer.web.services.permit import WorkPermit
+from explorer.web.services.registry import Services
+from explorer.web.urls import trace_url
 
 router = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api", tags=["library"])
@@ -55,35 +58,35 @@ class Deleted(BaseModel):
 def filters_of(request: Request) -> dict[str, str]:
   return {k: v.strip()[:64] for k in FILTERS if (v := request.query_params.get(k)) and v.strip()}
 
-async def search(request: Request, q: str | None, filters: dict[str, str], page: int, per_page: int) -> dict:
-  rows, total = await asyncio.to_thread(request.app.state.store.search, text=q or None, limit=per_page, offset=(page - 1) * per_page, **filters)
+async def search(svc: Services, q: str | None, filters: dict[str, str], at: int, per_page: int) -> dict:
+  rows, total = await asyncio.to_thread(svc.store.search, text=q or None, limit=per_page, offset=(at - 1) * per_page, **filters)
   keys = set(LibraryItem.model_fields)
-  items = [{k: v for k, v in {**r, "url": deps.trace_url(r["id"])}.items() if k in keys} for r in rows]
-  return {"total": total, "page": page, "pages": max(1, math.ceil(total / per_page)), "per_page": per_page, "items": items}
+  items = [{k: v for k, v in {**r, "url": trace_url(r["id"])}.items() if k in keys} for r in rows]
+  return {"total": total, "page": at, "pages": max(1, math.ceil(total / per_page)), "per_page": per_page, "items": items}
 
 @api.get("/library", response_model=LibraryPage, summary="Stored traces: search and pages",
          responses=documented({422: "a query parameter out of its bounds"}))
-async def library_json(request: Request, q: str | None = Query(None, max_length=200, description="text in the label or id"),
+async def library_json(request: Request, svc: ServicesDep, q: str | None = Query(None, max_length=200, description="text in the label or id"),
                        preset: str | None = Query(None, max_length=64, description="a preset name, or custom"),
                        algo: str | None = None, wino_impl: str | None = None, tile: str | None = None, staging: str | None = None,
                        consts: str | None = None, opt: str | None = Query(None, description="heuristic, none, beam (any width) or beam:N"),
                        device: str | None = None, status: str | None = None, page: int = Query(1, ge=1, le=100000),
                        per_page: int = Query(PER_PAGE, ge=1, le=200)) -> dict:
   """Newest first. Every filter is an exact match but q (a substring of the label or id) and opt=beam."""
-  return await search(request, q, filters_of(request), page, per_page)
+  return await search(svc, q, filters_of(request), page, per_page)
 
 @api.delete("/traces/{trace_id}", response_model=Deleted, summary="Delete a stored trace (with its cached graphs, diffs and annotations)",
             responses=documented({404: "no trace with this id", 409: "the trace is still queued or running"}))
-async def delete_trace_json(request: Request, trace_id: str) -> dict:
-  return await delete(request, trace_id)
+async def delete_trace_json(trace_id: str, svc: ServicesDep) -> dict:
+  return await delete(svc, trace_id)
 
-async def delete(request: Request, trace_id: str) -> dict:
-  job = request.app.state.jobs.get(trace_id)
-  if job is not None and job.status in ("queued", "running"): raise HTTPException(409, f"trace {trace_id} is still {job.status}")
-  gone = await asyncio.to_thread(request.app.state.store.delete_trace, trace_id)
-  request.app.state.traces.forget(trace_id)
-  if gone: request.app.state.jobs.jobs.pop(trace_id, None)  # the finished job's status goes with its trace (GET .../status: 404)
+async def delete(svc: Services, trace_id: str) -> dict:
+  job = svc.jobs.get(trace_id)
+  if job is not None and job.active: raise HTTPException(409, f"trace {trace_id} is still {job.status}")
+  gone = await asyncio.to_thread(svc.store.delete_trace, trace_id)
+  svc.forget(trace_id)
   if not gone: raise HTTPException(404, f"no trace {trace_id}")
+  svc.jobs.forget(trace_id)  # the finished job's status goes with its trace (GET .../status: 404)
   return {"id": trace_id, "deleted": True}
 
 # ***** pages *****
@@ -93,47 +96,40 @@ def page_links(request: Request, page: int, pages: int) -> dict[str, str | None]
   return {"prev": at(page - 1) if page > 1 else None, "next": at(page + 1) if page < pages else None}
 
 @router.get("/traces", response_class=HTMLResponse)
-async def library_page(request: Request, q: str | None = Query(None, max_length=200), page: int = Query(1, ge=1, le=100000),
+async def library_page(request: Request, svc: ServicesDep, q: str | None = Query(None, max_length=200), page: int = Query(1, ge=1, le=100000),
                        deleted: str | None = Query(None, max_length=64)) -> HTMLResponse:
   filters = filters_of(request)
-  res = await search(request, q, filters, page, PER_PAGE)
-  facets = await asyncio.to_thread(request.app.state.store.facets)
-  ctx = {"res": res, "q": q or "", "filters": filters, "facets": facets, "names": FILTERS, "links": page_links(request, res["page"], res["pages"]),
-         "deleted": deleted}
-  return await request.app.state.templates.render(request, "library.html", ctx)
+  res = await search(svc, q, filters, page, PER_PAGE)
+  facets = await asyncio.to_thread(svc.store.facets)
+  return await render(request, "library.html", res=res, q=q or "", filters=filters, facets=facets, names=FILTERS,
+                      links=page_links(request, res["page"], res["pages"]), deleted=deleted)
 
 @router.get("/traces/{trace_id}/delete", response_class=HTMLResponse)
-async def confirm_delete(request: Request, trace_id: str) -> HTMLResponse:
-  trace = await deps.trace_or_404(request, trace_id)
-  notes = await asyncio.to_thread(export.annotations_of, request.app.state.store, trace_id)
-  return await request.app.state.templates.render(request, "library_delete.html", {"trace": trace, "trace_id": trace_id, "n_notes": len(notes)})
+async def confirm_delete(request: Request, trace_id: str, trace: StoredTrace, svc: ServicesDep) -> HTMLResponse:
+  notes = await asyncio.to_thread(export.annotations_of, svc.store, trace_id)
+  return await render(request, "library_delete.html", trace=trace, trace_id=trace_id, n_notes=len(notes))
 
 @router.post("/traces/{trace_id}/delete")
-async def delete_page(request: Request, trace_id: str) -> Response:
+async def delete_page(request: Request, trace_id: str, svc: ServicesDep) -> Response:
   form = (await request.body()).decode(errors="replace")
   if "confirm=yes" not in form.split("&"): raise HTTPException(422, "confirm the deletion: the form sends confirm=yes")
-  await delete(request, trace_id)
+  await delete(svc, trace_id)
   return RedirectResponse(f"/traces?deleted={trace_id}", status_code=303)
 
 # ***** exports *****
 
-def attachment(name: str, download: bool) -> dict[str, str]:
-  return {"Content-Disposition": f'{"attachment" if download else "inline"}; filename="{name}"'}
-
 @router.get("/t/{trace_id}/export.json")
-async def export_json(request: Request, trace_id: str, download: bool = True) -> Response:
-  trace = await deps.trace_or_404(request, trace_id)
-  notes = await asyncio.to_thread(export.annotations_of, request.app.state.store, trace_id)
+async def export_json(trace_id: str, trace: StoredTrace, svc: ServicesDep, download: bool = True) -> Response:
+  notes = await asyncio.to_thread(export.annotations_of, svc.store, trace_id)
   body = await asyncio.to_thread(export.export_json, trace, notes)
   return Response(body, media_type="application/json", headers=attachment(f"kernel-explorer-{trace_id}.json", download))
 
-async def graph_block(request: Request, trace_id: str, trace: dict, ref: str, permit: WorkPermit) -> dict:
+async def graph_block(svc: Services, trace_id: str, trace: dict, ref: str, permit: WorkPermit) -> dict:
   """One export graph through the server's GraphService: its cache, its node limit, its layout."""
-  gs = request.app.state.graphs
   try:
-    view = await gs.view(trace_id, trace, ref, permit=permit)
-    svg = await gs.svg(trace_id, trace, ref, False, deps.trace_url(trace_id), permit=permit)
-  except (GraphNotFound, GraphUnavailable, KeyError, TypeError) as e:  # an export never fails over one graph (a failed trace lacks some)
+    view = await svc.graphs.view(trace_id, trace, ref, permit=permit)
+    svg = await svc.graphs.svg(trace_id, trace, ref, False, trace_url(trace_id), permit=permit)
+  except (GraphNotFound, GraphUnavailable, GraphBusy, KeyError, TypeError) as e:  # an export never fails over one graph (a failed trace lacks some)
     return {"ref": ref, "title": ref, "svg": None, "notes": [], "error": str(e), "shown_nodes": 0, "total_nodes": 0}
   return {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None, "shown_nodes": view["shown_nodes"],
           "total_nodes": view["total_nodes"]}
@@ -141,17 +137,15 @@ async def graph_block(request: Request, trace_id: str, trace: dict, ref: str, pe
 @api.get("/traces/{trace_id}/repro.py", tags=["traces"], response_class=Response,
             summary="A standalone Python script that reproduces the trace with tinygrad alone (DEBUG=2 prints each kernel)",
             responses={200: {"content": {"text/x-python": {}}}, **documented(NOT_FOUND)})
-async def repro(request: Request, trace_id: str) -> Response:
-  trace = await deps.trace_or_404(request, trace_id)
+async def repro(trace_id: str, trace: StoredTrace) -> Response:
   return Response(repro_script(trace, trace_id), media_type="text/x-python; charset=utf-8", headers=attachment(f"repro-{trace_id}.py", True))
 
 @router.get("/t/{trace_id}/export.html")
-async def export_html(request: Request, trace_id: str, work: Work, download: bool = True) -> Response:
+async def export_html(trace_id: str, trace: StoredTrace, svc: ServicesDep, work: Work, download: bool = True) -> Response:
   """The trace as ONE self-contained HTML file: inline CSS, JS and SVG, no reference to this server, opens offline."""
-  trace = await deps.trace_or_404(request, trace_id)
   blocks: dict[str, Any] = {}
   permit = work.permit()
-  for ref in export.graph_refs(trace): blocks[ref] = await graph_block(request, trace_id, trace, ref, permit)
-  notes = await asyncio.to_thread(export.annotations_of, request.app.state.store, trace_id)
+  for ref in export.graph_refs(trace): blocks[ref] = await graph_block(svc, trace_id, trace, ref, permit)
+  notes = await asyncio.to_thread(export.annotations_of, svc.store, trace_id)
   html = await asyncio.to_thread(export.render_html, trace, trace_id, blocks, notes, f"the Kernel Explorer server on {socket.gethostname()}")
   return Response(html, media_type="text/html; charset=utf-8", headers=attachment(f"kernel-explorer-{trace_id}.html", download))

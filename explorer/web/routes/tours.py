@@ -3,19 +3,22 @@ annotations (a teacher's notes pinned to a tour step, a UOp graph node or a sour
 
 Steps and their explanations come from explorer.present.tour (pure python, no tinygrad); each step shows its text next to the real view it names."""
 from __future__ import annotations
-import asyncio, re, urllib.parse
+import asyncio, re
 from typing import Any, Literal
-from fastapi import APIRouter, FastAPI, HTTPException, Path, Request
+from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 from explorer.spec import PRESETS, SpecError
 from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, compare_tour, trace_tour
 from explorer.web.http import deps
-from explorer.web.services.graphs import REF_RE
-from explorer.web.services.traces import STAGE_TITLES
+from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
-from explorer.web.routes.pages import page, pick_pass, trace_page
+from explorer.web.routes.common import page, pick_pass, trace_page
+from explorer.web.services.graphs import REF_RE
+from explorer.web.services.registry import Services
+from explorer.web.services.traces import STAGE_TITLES
+from explorer.web.urls import diff_url, pair_tour_url, trace_tour_url, trace_url
 
 router = APIRouter()
 MAX_NOTE_CHARS, MAX_NOTES_PER_TRACE = 2000, 200
@@ -32,19 +35,9 @@ def pair_steps(kind: str, a: dict, b: dict) -> list[dict]:
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"these traces cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
-def with_query(path: str, **params: Any) -> str:
-  q = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
-  return f"{path}?{q}" if q else path
-
-def trace_tour_url(trace_id: str, step: str | None = None, big: bool = False) -> str:
-  return with_query(f"{deps.trace_url(trace_id)}/tour", step=step, big=1 if big else None)
-
-def pair_tour_url(kind: str, a: str, b: str, step: str | None = None, big: bool = False) -> str:
-  return with_query(f"/tours/{kind}", a=a, b=b, step=step, big=1 if big else None)
-
 def view_url(trace_id: str, trace: dict, view: str) -> str:
   """The full page a step's view names (the tour embeds a part of it)."""
-  base = deps.trace_url(trace_id)
+  base = trace_url(trace_id)
   if view == "timings": return f"{base}#timings"
   if view == "source": return f"{base}/k/0?code=host" if trace.get("kernels") else base
   if m := re.fullmatch(r"k/(\d+)(?:/(passes|uops|source))?", view):
@@ -95,22 +88,21 @@ def embed(trace_id: str, trace: dict, view: str) -> dict:
 
 @router.get("/api/traces/{trace_id}/tour", tags=["tours"], summary="The trace's teaching tour: steps explained from its own numbers",
             responses=documented({**NOT_FOUND, 409: "the trace is still queued or running, or too incomplete to tour"}))
-async def get_trace_tour(request: Request, trace_id: str) -> dict:
-  trace = await deps.trace_or_404(request, trace_id)
+async def get_trace_tour(trace_id: str, trace: StoredTrace) -> dict:
   steps = tour_steps(trace)
   return {"trace_id": trace_id, "label": trace.get("label"), "steps": step_api(trace_id, trace, steps, lambda s: trace_tour_url(trace_id, s))}
 
 def big_asked(request: Request) -> bool: return request.query_params.get("big") == "1"
 
 @router.get("/t/{trace_id}/tour", response_class=HTMLResponse, include_in_schema=False)
-async def trace_tour_page(request: Request, trace_id: str, step: str | None = None) -> HTMLResponse:
-  trace = await deps.stored_trace(request, trace_id)
-  if trace is None: return await trace_page(request, trace_id, "tour.html", ())
+async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, step: str | None = None) -> HTMLResponse:
+  trace = await deps.stored_trace(svc, trace_id)
+  if trace is None: return await trace_page(request, svc, trace_id, "tour.html", ())
   steps = tour_steps(trace)
-  notes = await asyncio.to_thread(request.app.state.store.annotations, trace_id)
+  notes = await asyncio.to_thread(svc.store.annotations, trace_id)
   big = big_asked(request)
   ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, big), {"": (trace_id, trace)}, {"": notes})
-  return await trace_page(request, trace_id, "tour.html", (), api=f"/api/traces/{trace_id}/tour", pair=None, **ctx)
+  return await trace_page(request, svc, trace_id, "tour.html", (), api=f"/api/traces/{trace_id}/tour", pair=None, **ctx)
 
 def note_key(step: dict, traces: dict[str, tuple[str, dict]]) -> tuple[str, str]:
   """(which trace, which step anchor) a step's notes are stored under: a pair tour's a-/b- steps under their own trace's step id,
@@ -157,11 +149,12 @@ def builtin_tours() -> list[dict]:
                 "b_label": t["b"].label(), "a": a, "b": b, "url": pair_tour_url(kind, a, b)})
   return ret
 
-async def start_tour(request: Request, kind: str) -> tuple[dict, dict]:
+async def start_tour(request: Request, svc: Services, kind: str) -> tuple[dict, dict]:
   t = tour_or_404(kind)
+  client = deps.client_of(request)
   try:
-    a, _ = await deps.submit(request, tour_request(t["preset"], t["a"]))
-    b, _ = await deps.submit(request, tour_request(t["preset"], t["b"]))
+    a, _ = await deps.submit(svc, tour_request(t["preset"], t["a"]), client)
+    b, _ = await deps.submit(svc, tour_request(t["preset"], t["b"]), client)
   except SpecError as e: raise HTTPException(422, str(e)) from None
   return a, b
 
@@ -183,18 +176,18 @@ async def list_tours() -> list[dict]:
                                       429: "this client has max_jobs_per_client traces running or waiting (Retry-After)",
                                       503: "too many traces queued, this host's devices could not be listed, or the job queue "
                                            "does not answer (Retry-After)"})})
-async def api_start_tour(request: Request, kind: str) -> Any:
-  a, b = await start_tour(request, kind)
+async def api_start_tour(request: Request, kind: str, svc: ServicesDep) -> Any:
+  a, b = await start_tour(request, svc, kind)
   body = {"kind": kind, "url": pair_tour_url(kind, a["id"], b["id"]), "a": a, "b": b}
   return JSONResponse(body, status_code=200 if a["status"] == b["status"] == "done" else 202)
 
 @router.get("/api/tours/{kind}", tags=["tours"], summary="A built-in tour's steps over two traces (a and b default to the tour's own)",
             responses=documented({404: "no built-in tour of this kind, or no trace a or b",
                                   409: "trace a or b is still queued or running, or too incomplete to tour"}))
-async def api_pair_tour(request: Request, kind: str, a: str | None = None, b: str | None = None) -> dict:
+async def api_pair_tour(kind: str, svc: ServicesDep, a: str | None = None, b: str | None = None) -> dict:
   da, db = tour_ids(kind)
   a, b = a or da, b or db
-  ta, tb = await deps.trace_or_404(request, a), await deps.trace_or_404(request, b)
+  ta, tb = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
   steps = pair_steps(kind, ta, tb)
   def url_of(s: str) -> str: return pair_tour_url(kind, a, b, s)
   out = []
@@ -204,32 +197,28 @@ async def api_pair_tour(request: Request, kind: str, a: str | None = None, b: st
   return {"kind": kind, "title": BUILTIN_TOURS[kind]["title"], "a": a, "b": b, "steps": out}
 
 @router.post("/tours/{kind}", include_in_schema=False)
-async def form_start_tour(request: Request, kind: str) -> Response:
+async def form_start_tour(request: Request, kind: str, svc: ServicesDep) -> Response:
   """The home page's one-click button: start both traces, then the tour page (it shows their progress until both are stored)."""
-  a, b = await start_tour(request, kind)
+  a, b = await start_tour(request, svc, kind)
   return RedirectResponse(pair_tour_url(kind, a["id"], b["id"], big=big_asked(request)), status_code=303)
 
 @router.get("/tours/{kind}", response_class=HTMLResponse, include_in_schema=False)
-async def pair_tour_page(request: Request, kind: str, a: str | None = None, b: str | None = None, step: str | None = None) -> Response:
+async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, a: str | None = None, b: str | None = None,
+                         step: str | None = None) -> Response:
   t = tour_or_404(kind)
   if a is None or b is None:
     da, db = tour_ids(kind)
     return RedirectResponse(pair_tour_url(kind, a or da, b or db, step, big_asked(request)), status_code=303)
-  ta, tb = await deps.stored_trace(request, a), await deps.stored_trace(request, b)
+  ta, tb = await deps.stored_trace(svc, a), await deps.stored_trace(svc, b)
   if ta is None or tb is None:
-    statuses = [await deps.status_of(request, x) or {"id": x, "status": "error", "error": f"no trace {x}", "stages": []} for x in (a, b)]
+    statuses = [await deps.status_of(svc, x) or {"id": x, "status": "error", "error": f"no trace {x}", "stages": []} for x in (a, b)]
     return await page(request, "tour_progress.html", kind=kind, tour=t, statuses=statuses, stage_titles=STAGE_TITLES)
   steps = pair_steps(kind, ta, tb)
-  store = request.app.state.store
-  notes = {"a": await asyncio.to_thread(store.annotations, a), "b": await asyncio.to_thread(store.annotations, b)}
+  notes = {"a": await asyncio.to_thread(svc.store.annotations, a), "b": await asyncio.to_thread(svc.store.annotations, b)}
   big = big_asked(request)
   ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, big), {"a": (a, ta), "b": (b, tb)}, notes)
   return await page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
               api=f"/api/tours/{kind}?a={a}&b={b}", diff_url=diff_url(a, b), **ctx)
-
-def diff_url(a: str, b: str) -> str:
-  """The pair's diff page (explorer/web/routes/diff.py): matched kernels, sources, graphs, an interleaved timing."""
-  return f"/diff/{a}/{b}"
 
 # ***** annotations *****
 
@@ -275,26 +264,24 @@ def check_anchor(trace: dict, kind: str, anchor: str) -> None:
 
 @router.get("/api/traces/{trace_id}/annotations", tags=["annotations"], response_model=list[Annotation], summary="A trace's notes",
             responses=documented(NOT_FOUND))
-async def list_annotations(request: Request, trace_id: str) -> list[dict]:
-  await deps.trace_or_404(request, trace_id)
-  return await asyncio.to_thread(request.app.state.store.annotations, trace_id)
+async def list_annotations(trace_id: str, trace: StoredTrace, svc: ServicesDep) -> list[dict]:
+  return await asyncio.to_thread(svc.store.annotations, trace_id)
 
 @router.post("/api/traces/{trace_id}/annotations", tags=["annotations"], response_model=Annotation, status_code=201,
              summary="Pin a note to a tour step, a graph node or a source line",
              responses=documented({400: "the body is not text (UTF-8)", **NOT_FOUND,
                                    409: f"the trace is still queued or running, or already has {MAX_NOTES_PER_TRACE} notes",
                                    422: "an invalid note, or an anchor that names nothing in this trace"}))
-async def add_annotation(request: Request, trace_id: str, body: AnnotationIn) -> dict:
-  trace = await deps.trace_or_404(request, trace_id)
+async def add_annotation(trace_id: str, body: AnnotationIn, trace: StoredTrace, svc: ServicesDep) -> dict:
   check_anchor(trace, body.anchor_kind, body.anchor)
-  note = await asyncio.to_thread(request.app.state.store.add_annotation, trace_id, body.anchor_kind, body.anchor, body.text, MAX_NOTES_PER_TRACE)
+  note = await asyncio.to_thread(svc.store.add_annotation, trace_id, body.anchor_kind, body.anchor, body.text, MAX_NOTES_PER_TRACE)
   if note is None: raise HTTPException(409, f"trace {trace_id} already has {MAX_NOTES_PER_TRACE} notes; delete some first")
   return note
 
 @router.delete("/api/traces/{trace_id}/annotations/{note_id}", tags=["annotations"], status_code=204, summary="Delete a note",
                responses=documented({404: "the trace has no such note", 422: "note_id is not a positive integer"}))
-async def delete_annotation(request: Request, trace_id: str, note_id: int = Path(ge=1, le=2**63 - 1)) -> Response:  # SQLite's INTEGER
-  if not await asyncio.to_thread(request.app.state.store.delete_annotation, trace_id, note_id):
+async def delete_annotation(trace_id: str, svc: ServicesDep, note_id: int = Path(ge=1, le=2**63 - 1)) -> Response:  # SQLite's INTEGER
+  if not await asyncio.to_thread(svc.store.delete_annotation, trace_id, note_id):
     raise HTTPException(404, f"trace {trace_id} has no note {note_id}")
   return Response(status_code=204)
 
@@ -304,7 +291,4 @@ async def delete_annotation(request: Request, trace_id: str, note_id: int = Path
 async def glossary(request: Request) -> HTMLResponse:
   return await page(request, "glossary.html")
 
-def install(app: FastAPI) -> None:
-  """Routes, and the built-in tours as a template global (the home page lists them)."""
-  app.include_router(router)
-  app.state.templates.env.globals.update(builtin_tours=builtin_tours, max_note_chars=MAX_NOTE_CHARS)
+TEMPLATE_GLOBALS = {"builtin_tours": builtin_tours, "max_note_chars": MAX_NOTE_CHARS}  # the home page lists the built-in tours

@@ -6,10 +6,11 @@ from typing import Callable
 from typing import TYPE_CHECKING
 from explorer.queue.protocol import QueueUnavailable
 from explorer.spec import COMPUTE_DEVICES
+from explorer.web.services.lifecycle import Busy, run_in_daemon_thread
 if TYPE_CHECKING: from explorer.queue.client import QueueClient
 
-class DevicesUnavailable(RuntimeError):
-  """The worker that lists the devices failed."""
+class DevicesUnavailable(Busy):
+  """The worker that lists the devices failed, or the job queue's broker does not answer (503: try again shortly)."""
 
 def list_in_worker(timeout_s: float) -> list[str]:
   from explorer.analysis.roofline import list_devices  # no tinygrad: the listing runs in a worker
@@ -27,7 +28,6 @@ class DeviceCatalog:
     if self._lock is None: self._lock = asyncio.Lock()
     async with self._lock:
       if self._offered is None:
-        from explorer.web.services.traces import run_in_daemon_thread
         try: found = await run_in_daemon_thread(lambda: self.lister(self.timeout_s))
         except Exception as e: raise DevicesUnavailable(f"could not list this host's devices: {str(e).splitlines()[0] if str(e) else e!r}") from None
         self._offered = [d for d in found if d in COMPUTE_DEVICES]

@@ -5,7 +5,7 @@ jobs with progress, one at a time. Every result is cached in the store (Store.pu
 from __future__ import annotations
 import asyncio, functools, time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 from markupsafe import Markup, escape
 from pygments import highlight
@@ -16,7 +16,7 @@ from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, rem
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.run import ran_here
 from explorer.web.services import remote
-from explorer.web.services.traces import run_in_daemon_thread
+from explorer.web.services.lifecycle import Progress, Task, Tasks, run_in_daemon_thread
 from explorer.present.render import lexer_for
 from explorer.web.services.permit import WorkPermit
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
@@ -95,33 +95,23 @@ def fold(rows: list[dict], context: int = 3, min_run: int = 10) -> list[dict]:
 # ***** measurements: background jobs *****
 
 @dataclass
-class MeasureJob:
-  kind: str
-  status: str = "queued"  # queued | running | done | error
-  detail: str = "waiting for the measurement slot"
-  result: dict | None = None
-  error: str | None = None
-  started: float = field(default_factory=time.time)
-  finished: float | None = None
+class MeasureJob(Task):
+  kind: str = ""
 
-  def note(self, stage: str, status: str, detail: str) -> None:
-    self.status, self.detail = "running", detail or f"{stage} {status}"
-
-  def snapshot(self) -> dict:
+  def view(self) -> dict[str, Any]:
+    """The measurement as GET /api/diff/{a}/{b}/{kind} shows it."""
     return {"kind": self.kind, "status": self.status, "detail": self.detail, "result": self.result, "error": self.error,
-            "elapsed_s": round((self.finished or time.time()) - self.started, 1)}
+            "elapsed_s": self.elapsed_s}
 
 class DiffService:
   def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, timeout_s: float = 600.0,
                queue: QueueClient | None = None):
     """With queue, measurements run on a job queue worker that offers the traces' device; graph diffs stay on this server."""
     self.store, self.node_limit, self.dot_timeout_s, self.timeout_s, self.queue = store, node_limit, dot_timeout_s, timeout_s, queue
-    self.jobs: dict[tuple[str, str, str], MeasureJob] = {}
-    self.tasks: set[asyncio.Task] = set()
+    self.measures: Tasks[MeasureJob] = Tasks(parallel=1)  # one measurement at a time: two at once would time each other
     self.graph_runs = 0  # worker calls for graph diffs: tests check the cache
     self.structural_runs = 0  # structural diffs computed (not served from the store)
     self._inflight: dict[tuple, asyncio.Future] = {}
-    self._slot: asyncio.Semaphore | None = None
     self._dot_slots: asyncio.Semaphore | None = None
     self._graph_slots: asyncio.Semaphore | None = None
 
@@ -204,41 +194,27 @@ class DiffService:
 
   def measure_status(self, a_id: str, b_id: str, kind: str) -> dict:
     """The job's state while it runs (or failed), else the cached result, else status none."""
-    job = self.jobs.get((a_id, b_id, kind))
-    if job is not None and job.status in ("queued", "running", "error"): return job.snapshot()
+    job = self.measures.get((a_id, b_id, kind))
+    if job is not None and job.status in ("queued", "running", "error"): return job.view()
     if (cached := self.store.get_diff(a_id, b_id, kind)) is not None:
       return {"kind": kind, "status": "done", "detail": "", "result": cached, "error": None, "elapsed_s": None}
-    if job is not None: return job.snapshot()  # done, but not comparable: the reason is in its result
+    if job is not None: return job.view()  # done, but not comparable: the reason is in its result
     return {"kind": kind, "status": "none", "detail": "", "result": None, "error": None, "elapsed_s": None}
 
   def start_measure(self, a_id: str, a: dict, b_id: str, b: dict, kind: str, repeats: int = 20, warmup: int = 3) -> dict:
-    key = (a_id, b_id, kind)
-    if (job := self.jobs.get(key)) is not None and job.status in ("queued", "running"): return job.snapshot()
-    job = self.jobs[key] = MeasureJob(kind)
-    task = asyncio.get_running_loop().create_task(self._measure(job, a_id, a, b_id, b, repeats, warmup))
-    self.tasks.add(task)
-    task.add_done_callback(self.tasks.discard)
-    return job.snapshot()
-
-  async def _measure(self, job: MeasureJob, a_id: str, a: dict, b_id: str, b: dict, repeats: int, warmup: int) -> None:
-    loop = asyncio.get_running_loop()
-    def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(job.note, stage, status, detail)
-    if self._slot is None: self._slot = asyncio.Semaphore(1)
-    async with self._slot:  # one measurement at a time: two at once would time each other
-      job.status, job.detail = "running", "starting a worker"
+    def work(job: MeasureJob, progress: Progress) -> dict:
       if self.queue is not None:
-        queue, rq_id = self.queue, f"measure-{a_id}-{b_id}-{job.kind}"
-        work = lambda: remote.measure(queue, rq_id, job.kind, a, b, repeats, warmup, self.timeout_s, progress)
-      elif job.kind == "timing": work = lambda: remeasure_interleaved(a, b, repeats, warmup, self.timeout_s, progress)
-      else: work = lambda: compare_outputs(a, b, self.timeout_s, progress)
-      try: result = await run_in_daemon_thread(work)
-      except Exception as e:
-        job.status, job.error, job.finished = "error", (str(e).strip().splitlines() or [type(e).__name__])[0], time.time()
-        return
-    await asyncio.sleep(0)  # progress callbacks queued by the worker thread land before the result
-    result = {"ran_on": ran_here(), **result, "measured": time.time(), "tinygrad": tinygrad_version()}  # a worker's result names it
-    if result.get("compared"): await asyncio.to_thread(self.store.put_diff, a_id, b_id, job.kind, result)
-    job.status, job.result, job.detail, job.finished = "done", result, "", time.time()
+        return remote.measure(self.queue, f"measure-{a_id}-{b_id}-{kind}", kind, a, b, repeats, warmup, self.timeout_s, progress)
+      if kind == "timing": return remeasure_interleaved(a, b, repeats, warmup, self.timeout_s, progress)
+      return compare_outputs(a, b, self.timeout_s, progress)
+    async def kept(job: MeasureJob, result: dict) -> dict:
+      result = {"ran_on": ran_here(), **result, "measured": time.time(), "tinygrad": tinygrad_version()}  # a worker's result names it
+      if result.get("compared"): await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, result)
+      return result
+    return self.measures.start((a_id, b_id, kind), MeasureJob(kind=kind, detail="waiting for the measurement slot"), work,
+                               started=self._starting, kept=kept).view()
 
-  def cancel_all(self) -> None:
-    for t in list(self.tasks): t.cancel()
+  @staticmethod
+  async def _starting(job: MeasureJob) -> None: job.detail = "starting a worker"
+
+  def cancel_all(self) -> None: self.measures.cancel_all()

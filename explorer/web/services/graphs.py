@@ -17,6 +17,7 @@ from explorer.store import Store
 from explorer.present import expand_worker as expand
 from explorer.tracing.pool import WorkerPool
 from explorer.tracing.workers import Limits, WorkerFailed, WorkersBusy
+from explorer.web.services.lifecycle import Busy
 from explorer.web.services.permit import WorkPermit
 
 MAX_STEPS = 60     # matches one can step through in a pass (each replays all before it)
@@ -26,8 +27,9 @@ EXPAND_TIMEOUT_S = 180.0
 class GraphUnavailable(RuntimeError):
   """The graph exists but cannot be drawn (too many matches to replay, worker crashed or timed out, dot failed)."""
 
-class GraphBusy(GraphUnavailable):
+class GraphBusy(Busy):
   """Too many expansions are waiting for a graph worker: try again shortly (503 with Retry-After)."""
+  retry_after_s = 5
 
 def next_pass(passes: list[dict], p: int) -> dict | None:
   """The pass that runs after pass p has finished: the next one of its group at the same or a shallower depth."""

@@ -3,13 +3,24 @@ measurement) with the same progress and results, through explorer.queue.client. 
 server keeps anything (explorer.queue.protocol: signed where the queue has a secret, the trace against its schema, rewrite blobs as
 data, and the computation the one that was asked for), so a stored trace is never half-written and never a worker's invention."""
 from __future__ import annotations
+import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Sequence
-from explorer.queue.protocol import ResultRefused, plain_json, trace_result
+from explorer.queue.protocol import QueueUnavailable, ResultRefused, plain_json, trace_result
 from explorer.spec import ConvSpec, SpecError, Variant
 from explorer.tracing.run import TraceResult
+from explorer.web.services.lifecycle import Busy
 if TYPE_CHECKING: from explorer.queue.client import QueueClient
 
 Progress = Callable[[str, str, str], None]
+
+class QueueDown(Busy):
+  """The job queue's broker does not answer: nothing can be handed to its workers now (503, try again shortly)."""
+
+async def queue_answers(client: QueueClient | None) -> None:
+  """Before work is accepted for the queue: QueueDown unless its broker answers (no queue: nothing to ask)."""
+  if client is None: return
+  try: await asyncio.to_thread(client.ping)
+  except QueueUnavailable as e: raise QueueDown(str(e)) from None
 
 def _same_computation(trace: dict[str, Any], spec: ConvSpec, variant: Variant) -> None:
   """The trace is of the asked spec and variant (the worker may fill in its device and a fallback's note), else ResultRefused."""

@@ -3,7 +3,7 @@ explorer.analysis.study.run_studies, which spawns the trace and timing workers i
 again when it ends, with its result: the permalink /studies/{id} keeps answering after a restart. Each variant's trace is stored too,
 so the study's page links to the kernels it timed."""
 from __future__ import annotations
-import asyncio, functools, threading, time, uuid
+import asyncio, threading, time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 from explorer.analysis.study import DEFAULT_PRESETS, run_studies, study_steps
@@ -11,20 +11,20 @@ from explorer.present.study import document_rows
 from explorer.spec import PRESETS, ConvSpec, Variant
 from explorer.store import Store, trace_key
 from explorer.web.services import remote
-from explorer.web.services.traces import QUEUE_OWNER, owner_gone, run_in_daemon_thread, this_owner
+from explorer.web.services.lifecycle import ERROR, INTERRUPTED, RUNNING, Progress, Task, Tasks
+from explorer.web.services.traces import QUEUE_OWNER, owner_gone, this_owner
+from explorer.web.urls import study_url
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
-Progress = Callable[[str, str, str], None]
-INTERRUPTED = "the server stopped before this study finished; start it again from the studies page"
+STOPPED = "the server stopped before this study finished; start it again from the studies page"
 QUEUED_ELSEWHERE = ("this study was queued on a job queue, which this server does not use: restart it with --queue URL to follow it there, "
                     "or start it again here from the studies page")
 
 class StudyBusy(RuntimeError):
-  """A study is running already: its id is the message."""
-
-def one_line(e: BaseException) -> str: return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-def study_url(study_id: str) -> str: return f"/studies/{study_id}"
+  """A study is running already (409: studies run one at a time, or they would time each other)."""
+  def __init__(self, study_id: str):
+    super().__init__(f"study {study_id} is running ({study_url(study_id)}); one runs at a time: start this one when it ends")
+    self.study_id = study_id
 
 def cases_of(kind: str, presets: list[str], specs: list[ConvSpec]) -> list[tuple[str, ConvSpec]]:
   """(name, spec) per case: the presets asked for, then the custom shapes (named by their shape); neither: the document's cases."""
@@ -34,30 +34,25 @@ def cases_of(kind: str, presets: list[str], specs: list[ConvSpec]) -> list[tuple
 def label_of(kind: str, cases: list[tuple[str, ConvSpec]]) -> str: return f"{kind}: {', '.join(name for name, _ in cases)}"
 
 @dataclass
-class StudyRun:
-  """A study this server is running: its progress, from run_studies's callback."""
-  id: str
-  kind: str
-  label: str
-  request: dict
-  steps: int
+class StudyRun(Task):
+  """A study this server is running: its progress, from run_studies's callback (a study has no queue: it runs from the start)."""
+  kind: str = ""
+  label: str = ""
+  request: dict = field(default_factory=dict)
+  steps: int = 0
   step: int = 0
   current: str = "starting"
-  detail: str = ""
-  status: str = "running"  # running | done | error | interrupted
-  error: str | None = None
-  created: float = field(default_factory=time.time)
-  finished: float | None = None
+  status: str = RUNNING
 
   def note(self, step: str, status: str, detail: str) -> None:
     if self.finished is not None: return
     self.current, self.detail = step, detail
     if status in ("done", "error"): self.step = min(self.step + 1, self.steps)
 
-  def snapshot(self) -> dict[str, Any]:
+  def view(self) -> dict[str, Any]:
     return {"id": self.id, "kind": self.kind, "label": self.label, "status": self.status, "url": study_url(self.id), "step": self.step,
             "steps": self.steps, "current": self.current, "detail": self.detail, "error": self.error, "created": self.created,
-            "elapsed_s": round((self.finished or time.time()) - self.created, 1), "request": self.request}
+            "elapsed_s": self.elapsed_s, "request": self.request}
 
 def stored_status(row: dict) -> dict[str, Any]:
   """A study known from the store: done (with its result and table), failed, interrupted, or running in another server process."""
@@ -72,27 +67,25 @@ class StudyService:
     """runner replaces explorer.analysis.study.run_studies (the API's fuzz test answers at once without tinygrad); with queue, a
     study runs on a job queue worker that offers its device."""
     self.store, self.on_stored, self.runner, self.queue = store, on_stored, runner or run_studies, queue
-    self.runs: dict[str, StudyRun] = {}
+    self.tasks: Tasks[StudyRun] = Tasks()
     self.owner = QUEUE_OWNER if queue is not None else this_owner()
     self._lock = threading.Lock()
-    self.interrupted_at_start = store.interrupt_studies(owner_gone, INTERRUPTED)
+    self.interrupted_at_start = store.interrupt_studies(owner_gone, STOPPED)
     if queue is not None: store.reopen_studies(QUEUE_OWNER, QUEUED_ELSEWHERE)  # as explorer.web.services.traces.queue_jobs_seen does for traces
     else: self.interrupted_at_start += store.interrupt_studies(lambda owner: owner == QUEUE_OWNER, QUEUED_ELSEWHERE)
 
-  def running(self) -> StudyRun | None: return next((r for r in self.runs.values() if r.status == "running"), None)
+  def running(self) -> StudyRun | None: return next(iter(self.tasks.active()), None)
 
   def start(self, kind: str, cases: list[tuple[str, ConvSpec]], request: dict, params: dict[str, Any]) -> StudyRun:
     """Accept a study and start it (call from the event loop); StudyBusy while another one runs. params: run_studies's keywords."""
     with self._lock:
       if (busy := self.running()) is not None: raise StudyBusy(busy.id)
-      run = StudyRun(uuid.uuid4().hex[:12], kind, label_of(kind, cases), request, len(study_steps(kind, [s for _, s in cases])))
-      self.runs[run.id] = run
-    self.store.put_study(run.id, kind, run.label, request, self.owner)
-    def work(progress: Progress) -> dict:
-      if self.queue is not None: return remote.run_study(self.queue, run.id, kind, cases, progress, self._keep, params)
-      return self.runner(kind, cases, progress=progress, keep=self._keep, **params)
-    self._launch(run, work)
-    return run
+      run = StudyRun(kind=kind, label=label_of(kind, cases), request=request, steps=len(study_steps(kind, [s for _, s in cases])))
+      self.store.put_study(run.id, kind, run.label, request, self.owner)
+      def work(run: StudyRun, progress: Progress) -> dict:
+        if self.queue is not None: return remote.run_study(self.queue, run.id, kind, cases, progress, self._keep, params)
+        return self.runner(kind, cases, progress=progress, keep=self._keep, **params)
+      return self._launch(run, work)
 
   def resume_queued(self) -> int:
     """Follow again the studies this server had on the job queue before it restarted (call from the event loop)."""
@@ -101,23 +94,21 @@ class StudyService:
     for row in rows:
       specs = [ConvSpec.from_dict(s) for s in row["request"].get("specs", [])]
       cases = cases_of(row["kind"], list(row["request"].get("presets", [])), specs)
-      steps = len(study_steps(row["kind"], [s for _, s in cases]))
-      run = self.runs[row["id"]] = StudyRun(row["id"], row["kind"], row["label"], row["request"], steps)
-      self._launch(run, functools.partial(remote.resume_study, self.queue, run.id, keep=self._keep, kind=row["kind"],
-                                          specs=[s for _, s in cases]))
+      run = StudyRun(id=row["id"], kind=row["kind"], label=row["label"], request=row["request"],
+                     steps=len(study_steps(row["kind"], [s for _, s in cases])))
+      queue, kind = self.queue, row["kind"]
+      self._launch(run, lambda run, progress: remote.resume_study(queue, run.id, progress, keep=self._keep, kind=kind, specs=[s for _, s in cases]))
     return len(rows)
 
-  def _launch(self, run: StudyRun, work: Callable[[Progress], dict]) -> None:
-    """work(progress) in a daemon thread, its outcome stored by that thread (a result can be megabytes: not on the event loop)."""
-    loop = asyncio.get_running_loop()
-    def progress(step: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(run.note, step, status, detail)
-    def body() -> None:
-      try: result = work(progress)
-      except Exception as e:
-        if run.status == "running": self.store.study_finished(run.id, "error", error=one_line(e))
-        raise
-      if run.status == "running": self.store.study_finished(run.id, "done", result)
-    run_in_daemon_thread(body).add_done_callback(lambda fut: self._end(run, fut))
+  def _launch(self, run: StudyRun, work: Callable[[StudyRun, Progress], dict]) -> StudyRun:
+    """work in a daemon thread; its outcome stored (a result can be megabytes: off the event loop)."""
+    async def kept(run: StudyRun, result: dict) -> dict:
+      await asyncio.to_thread(self.store.study_finished, run.id, "done", result)
+      run.step = run.steps
+      return result
+    async def ended(run: StudyRun) -> None:
+      if run.status == ERROR: await asyncio.to_thread(self.store.study_finished, run.id, "error", None, run.error)
+    return self.tasks.start(run.id, run, work, kept=kept, ended=ended)
 
   def _keep(self, spec: ConvSpec, variant: Variant, result: Any) -> str:
     """Store a variant's trace (its page is linked from the study's) and return its id."""
@@ -126,17 +117,10 @@ class StudyService:
     self.on_stored(trace_id)
     return trace_id
 
-  def _end(self, run: StudyRun, fut: asyncio.Future) -> None:
-    if run.status != "running": return  # interrupted: the server is stopping
-    run.finished = time.time()
-    if fut.cancelled(): run.status, run.error = "error", "cancelled"
-    elif (e := fut.exception()) is not None: run.status, run.error = "error", one_line(e)
-    else: run.status, run.step = "done", run.steps
-
   def status(self, study_id: str) -> dict[str, Any] | None:
     """Where the study stands: this server's run while it runs, else the store's row (None: unknown id)."""
-    run = self.runs.get(study_id)
-    if run is not None and run.status == "running": return run.snapshot()
+    run = self.tasks.get(study_id)
+    if run is not None and run.active: return run.view()
     row = self.store.get_study(study_id)
     return stored_status(row) if row is not None else None
 
@@ -145,7 +129,7 @@ class StudyService:
   def shutdown(self) -> None:
     """The server is stopping: a running study is marked interrupted (its workers die with this process: explorer.tracing.lifeline).
     One on the job queue goes on: the next server follows it."""
-    for run in self.runs.values():
-      if run.status == "running" and self.queue is None:
-        run.status, run.error, run.finished = "interrupted", INTERRUPTED, time.time()
-        self.store.study_finished(run.id, "interrupted", error=INTERRUPTED)
+    for run in self.tasks.active():
+      if self.queue is None:
+        run.finish(INTERRUPTED, error=STOPPED)
+        self.store.study_finished(run.id, INTERRUPTED, error=STOPPED)

@@ -7,17 +7,17 @@ A server that stops (SIGTERM) marks its unfinished jobs interrupted; one that di
 that opens the store and finds their owner process gone. Every accepted id keeps answering, and an interrupted one re-runs from
 its stored request with one click (POST /api/traces/{id}/rerun)."""
 from __future__ import annotations
-import asyncio, os, socket, threading, time
+import asyncio, os, socket, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
-from explorer.queue.protocol import QueueUnavailable
 from explorer.spec import STAGES, ConvSpec, Variant
 from explorer.store import Store
 from explorer.web.services import remote
+from explorer.web.services.lifecycle import DONE, INTERRUPTED, QUEUED, RUNNING, Busy, Task, Tasks
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
-INTERRUPTED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
+STOPPED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
 QUEUED_ELSEWHERE = ("this trace was queued on a job queue, which this server does not use: restart it with --queue URL to follow it there, "
                     "or re-run it here from its page (one click) or with POST /api/traces/{id}/rerun")
 
@@ -45,35 +45,17 @@ STAGE_TITLES = {"queue": "Job queue",
                 "tensor_graph": "Tensor graph", "schedule": "Schedule (rangeify)", "kernel_graph": "Kernel graph", "codegen": "Codegen",
                 "render": "Render targets", "run": "Run + check", "timing": "Timing", "store": "Store"}
 
-def run_in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future:
-  """Like asyncio.to_thread, but the thread never holds up interpreter exit (a trace can run for minutes)."""
-  loop = asyncio.get_running_loop()
-  fut: asyncio.Future = loop.create_future()
-  def deliver(ok: bool, value: Any) -> None:
-    if fut.done(): return
-    if ok: fut.set_result(value)
-    else: fut.set_exception(value)
-  def body() -> None:
-    try: ret, ok = fn(), True
-    except BaseException as e: ret, ok = e, False  # noqa: BLE001 - handed to the awaiting coroutine
-    try: loop.call_soon_threadsafe(deliver, ok, ret)
-    except RuntimeError: pass  # the loop closed while we ran
-  threading.Thread(target=body, daemon=True, name="trace-job").start()
-  return fut
-
 @dataclass
-class Job:
-  id: str
-  spec: ConvSpec
-  variant: Variant
-  label: str
-  status: str = "queued"  # queued | running | done | error | interrupted
-  error: str | None = None
+class Job(Task):
+  """A trace job: the lifecycle's task with the trace's stages (each pending, running, done, error or skipped) and its progress as
+  events, for the live progress stream."""
+  spec: ConvSpec = field(default_factory=lambda: ConvSpec(1, 1, 1, 1, 1, 1))
+  variant: Variant = field(default_factory=Variant)
+  label: str = ""
   stages: dict[str, dict] = field(default_factory=lambda: {s: {"stage": s, "status": "pending", "detail": ""} for s in STAGES})
   events: list[dict] = field(default_factory=list)
-  created: float = field(default_factory=time.time)
-  finished: float | None = None
   client: str | None = None  # the address that asked for it (max_jobs_per_client)
+  failed: str | None = None  # the stage that failed in a trace that was stored all the same: its job is done, with this error
   changed: asyncio.Event = field(default_factory=asyncio.Event)
 
   def emit(self, event: dict) -> None:
@@ -81,39 +63,41 @@ class Job:
     self.changed.set()
     self.changed = asyncio.Event()  # waiters hold the set one; the next change wakes new waiters
 
-  def on_progress(self, stage: str, status: str, detail: str) -> None:
-    if self.status == "queued" and stage != "queue":  # "queue": the job queue's word on a job still waiting
-      self.status = "running"
-      self.emit({"event": "status", "status": "running"})
+  def start_running(self) -> None:
+    if self.status == QUEUED:
+      self.status = RUNNING
+      self.emit({"event": "status", "status": RUNNING})
+
+  def note(self, stage: str, status: str, detail: str) -> None:
+    if stage != "queue": self.start_running()  # "queue": the job queue's word on a job still waiting
     row = self.stages.setdefault(stage, {"stage": stage, "status": "pending", "detail": ""})
     row["status"], row["detail"] = {"start": "running"}.get(status, status), detail
     self.emit({"event": "stage", "stage": stage, "status": row["status"], "detail": detail})
 
-  def finish(self, status: str, error: str | None = None) -> None:
-    self.status, self.error, self.finished = status, error, time.time()
+  def finish(self, status: str, result: Any = None, error: str | None = None) -> None:
+    super().finish(status, result, error or (self.failed if status == DONE else None))
     for row in self.stages.values():
-      if row["status"] == "running": row["status"] = "done" if status == "done" else "error"
+      if row["status"] == "running": row["status"] = "done" if status == DONE else "error"
       elif row["status"] == "pending": row["status"] = "skipped"
-    self.emit({"event": "done", "status": status, "error": error})
+    self.emit({"event": "done", "status": status, "error": self.error})
 
-  def snapshot(self) -> dict:
+  def view(self) -> dict:
+    """The job as GET /api/traces/{id}/status shows it (explorer.web.http.models.TraceStatus, less its url)."""
     return {"id": self.id, "status": self.status, "label": self.label, "stages": list(self.stages.values()), "error": self.error}
 
 def stored_job_status(row: dict) -> dict:
   """The status of a job known only from the store: one that failed, was interrupted, or runs in another server process."""
   stages = [{"stage": s, "status": "pending" if row["status"] in ("queued", "running") else "skipped", "detail": ""} for s in STAGES]
-  error = (row.get("error") or INTERRUPTED).replace("{id}", row["id"]) if row["status"] == "interrupted" else row.get("error")
+  error = (row.get("error") or STOPPED).replace("{id}", row["id"]) if row["status"] == INTERRUPTED else row.get("error")
   return {"id": row["id"], "status": row["status"], "label": row["label"], "stages": stages, "error": error}
 
-class QueueFull(RuntimeError):
-  """No trace can be accepted now: too many are waiting for a worker, or the job queue's broker does not answer (503 either way)."""
+class QueueFull(Busy):
+  """No trace can be accepted now: too many are waiting for a worker."""
+  retry_after_s = 60
 
-class ClientBusy(RuntimeError):
-  """This client has its share of traces running or waiting already (429): its next one waits until one of them ends."""
-
-def busy_answer(e: QueueFull | ClientBusy) -> tuple[int, str]:
-  """The HTTP status and Retry-After (seconds) of a refusal for want of room: one place, for the app's handler and the form."""
-  return (429, "30") if isinstance(e, ClientBusy) else (503, "60")
+class ClientBusy(Busy):
+  """This client has its share of traces running or waiting already: its next one waits until one of them ends."""
+  status = 429
 
 QUEUE_OWNER = "queue"  # the owner of a job run by the job queue's workers: no server process owns it, a restarted server follows it
 
@@ -134,56 +118,53 @@ class JobManager:
     when it restarts (resume_queued) instead of being marked interrupted."""
     self.queue = queue
     self.store, self.timeout_s, self.keep_s, self.max_queue, self.limits = store, timeout_s, keep_s, max_queue, limits
-    self.queue_wait_s, self.max_per_client = queue_wait_s, max_per_client
-    self.jobs: dict[str, Job] = {}
-    self.tasks: set[asyncio.Task] = set()
+    self.max_per_client = max_per_client
+    self.tasks: Tasks[Job] = Tasks(parallel, queue_wait_s)  # the free workers take jobs at once; max_queue more may wait
+    self.followed: Tasks[Job] = Tasks()  # jobs a restarted server follows on the job queue: their workers are the queue's
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
     self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.tracing.workers registers them)
     self.owner = QUEUE_OWNER if queue is not None else this_owner()
     self._parallel = parallel
-    self._slots: asyncio.Semaphore | None = None
     self._runner = runner
     self._writer: ThreadPoolExecutor | None = None  # job rows written in order, off the event loop
-    self.interrupted_at_start = store.interrupt_jobs(owner_gone, INTERRUPTED) + queue_jobs_seen(store, queue is not None)
+    self.interrupted_at_start = store.interrupt_jobs(owner_gone, STOPPED) + queue_jobs_seen(store, queue is not None)
 
   async def _write(self, fn: Callable[..., Any], *args: Any) -> None:
     if self._writer is None: self._writer = ThreadPoolExecutor(1, thread_name_prefix="job-store")
     await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
+  def _all(self) -> list[Job]: return [*self.tasks.tasks.values(), *self.followed.tasks.values()]
+
   def get(self, job_id: str) -> Job | None:
     self._forget_old()
-    return self.jobs.get(job_id)
+    return self.tasks.get(job_id) or self.followed.get(job_id)
 
-  def running(self) -> int: return sum(1 for j in self.jobs.values() if j.status in ("queued", "running"))
+  def running(self) -> int: return sum(1 for j in self._all() if j.active)
+
+  def forget(self, job_id: str) -> None:
+    """A finished job's status goes (its trace was deleted)."""
+    for tasks in (self.tasks, self.followed):
+      if (job := tasks.get(job_id)) is not None and not job.active: tasks.forget(job_id)
 
   async def submit(self, job_id: str, spec: ConvSpec, variant: Variant, request: dict, client: str | None = None) -> Job:
     """The job for this id: the one already queued or running, else a new one, written to the store (with the request that
     re-runs it) before this returns (the caller checked the store for a finished trace first). client: the address that asked,
     held to max_per_client jobs running or waiting (ClientBusy past it; joining a running job is free)."""
-    if (job := self.jobs.get(job_id)) is not None and job.status in ("queued", "running"): return job
+    if (job := self.get(job_id)) is not None and job.active: return job
     if self.running() >= self._parallel + self.max_queue:  # the free workers take jobs at once; max_queue more may wait
       raise QueueFull(f"{self.max_queue} traces are already waiting for a worker; try again in a minute")
     if client is not None and self.max_per_client and \
-       (mine := sum(1 for j in self.jobs.values() if j.client == client and j.status in ("queued", "running"))) >= self.max_per_client:
+       (mine := sum(1 for j in self._all() if j.client == client and j.active)) >= self.max_per_client:
       raise ClientBusy(f"this client has {mine} traces running or waiting, its share (max_jobs_per_client); try again when one is done")
-    if self.queue is not None:
-      try: await asyncio.to_thread(self.queue.ping)
-      except QueueUnavailable as e: raise QueueFull(str(e)) from None
-    job = self._new_job(job_id, spec, variant, f"{spec.label()} | {variant.label()}")
-    job.client = client
+    await remote.queue_answers(self.queue)
+    job = self._new_job(job_id, spec, variant, f"{spec.label()} | {variant.label()}", client)
     await self._write(self.store.put_job, job_id, job.label, request, self.owner)
-    self._start(self._run(job))
-    return job
+    return self._launch(self.tasks, job)
 
-  def _new_job(self, job_id: str, spec: ConvSpec, variant: Variant, label: str) -> Job:
-    job = self.jobs[job_id] = Job(job_id, spec, variant, label)
+  def _new_job(self, job_id: str, spec: ConvSpec, variant: Variant, label: str, client: str | None = None) -> Job:
+    job = Job(id=job_id, spec=spec, variant=variant, label=label, client=client, running_on_turn=False)
     if self.queue is not None: job.stages = {"queue": {"stage": "queue", "status": "pending", "detail": ""}, **job.stages}
     return job
-
-  def _start(self, work: Any) -> None:
-    task = asyncio.get_running_loop().create_task(work)
-    self.tasks.add(task)
-    task.add_done_callback(self.tasks.discard)
 
   def resume_queued(self, resolve: Callable[[dict], tuple[ConvSpec, Variant]]) -> int:
     """Follow again the traces this server had on the job queue before it restarted (call from the event loop); resolve turns a
@@ -192,43 +173,21 @@ class JobManager:
     rows = self.store.unfinished_jobs(QUEUE_OWNER)
     for row in rows:
       spec, variant = resolve(row["request"])
-      job = self._new_job(row["id"], spec, variant, row["label"])
-      self._start(self._work(job, resume=True))
+      self._launch(self.followed, self._new_job(row["id"], spec, variant, row["label"]), resume=True)
     return len(rows)
 
-  async def _run(self, job: Job) -> None:
-    if self._slots is None: self._slots = asyncio.Semaphore(self._parallel)
-    try: await asyncio.wait_for(self._slots.acquire(), self.queue_wait_s)
-    except asyncio.TimeoutError:
-      await self._finish(job, "error", f"waited over {self.queue_wait_s:.0f}s for a free worker and was dropped; "
-                                       "try again when the server is less busy")
-      return
-    try: await self._work(job)
-    finally: self._slots.release()
-
-  async def _finish(self, job: Job, status: str, error: str | None = None) -> None:
-    job.finish(status, error)
-    await self._write(self.store.job_finished, job.id, status, error)
-
-  async def _work(self, job: Job, resume: bool = False) -> None:
-    """Run the trace (holding a worker slot) and store it; a failure becomes the job's one-line error."""
-    loop = asyncio.get_running_loop()
-    if self.queue is None:  # on the job queue it is queued until a worker takes it (its first stage's progress)
-      job.status = "running"
-      job.emit({"event": "status", "status": "running"})
-    self.runs += 1
-    await self._write(self.store.job_started, job.id)
-    def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(job.on_progress, stage, status, detail)
-    try:
-      result = await run_in_daemon_thread(lambda: self._run_trace(job, progress, resume))
+  def _launch(self, tasks: Tasks[Job], job: Job, resume: bool = False) -> Job:
+    """Run the trace (once a worker slot is free) and store it; a failure becomes the job's one-line error, every change its row."""
+    async def started(job: Job) -> None:
+      if self.queue is None: job.start_running()  # on the job queue it is queued until a worker takes it (its first stage's progress)
+      self.runs += 1
+      await self._write(self.store.job_started, job.id)
+    async def kept(job: Job, result: Any) -> Any:
       await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites, getattr(result, "target_rewrites", None))
-    except Exception as e:  # WorkerFailed and anything else: one line on the page
-      if job.status == "interrupted": return  # the server is stopping: its workers were killed on purpose
-      await self._finish(job, "error", (str(e).strip().splitlines() or [type(e).__name__])[0])
-      return
-    await asyncio.sleep(0)  # let queued progress callbacks land before the final event
-    failures = result.trace.get("failures") or []
-    await self._finish(job, "done", None if not failures else f"stage {failures[0]['stage']} failed: {failures[0]['error']}")
+      if failures := result.trace.get("failures") or []: job.failed = f"stage {failures[0]['stage']} failed: {failures[0]['error']}"
+      return None  # stored: the job keeps no copy
+    async def ended(job: Job) -> None: await self._write(self.store.job_finished, job.id, job.status, job.error)
+    return tasks.start(job.id, job, lambda job, progress: self._run_trace(job, progress, resume), started, kept, ended)
 
   def _run_trace(self, job: Job, progress: Callable[[str, str, str], None], resume: bool = False) -> Any:
     if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
@@ -240,20 +199,23 @@ class JobManager:
 
   def _forget_old(self) -> None:
     now = time.time()
-    for k in [k for k, j in self.jobs.items() if j.finished is not None and now - j.finished > self.keep_s]: del self.jobs[k]
+    for tasks in (self.tasks, self.followed):
+      for k in [k for k, j in tasks.tasks.items() if j.finished is not None and now - j.finished > self.keep_s]: tasks.forget(k)
 
   async def wait_idle(self) -> None:
-    if self.tasks: await asyncio.gather(*self.tasks, return_exceptions=True)
+    running = [*self.tasks.running, *self.followed.running]
+    if running: await asyncio.gather(*running, return_exceptions=True)
 
   def shutdown(self) -> None:
     """The server is stopping: unfinished jobs are marked interrupted (in the store too) and their workers' groups killed. Jobs on
     the queue go on: the next server follows them."""
     from explorer.tracing.workers import kill_group
-    for job in self.jobs.values():
-      if job.status in ("queued", "running") and self.queue is None:
-        job.finish("interrupted", INTERRUPTED.format(id=job.id))
-        self.store.job_finished(job.id, "interrupted", job.error)
+    for job in self._all():
+      if job.active and self.queue is None:
+        job.finish(INTERRUPTED, error=STOPPED.format(id=job.id))
+        self.store.job_finished(job.id, INTERRUPTED, job.error)
     for proc in list(self.live.values()): kill_group(proc)
-    for t in list(self.tasks): t.cancel()
+    self.tasks.cancel_all()
+    self.followed.cancel_all()
     if self._writer is not None: self._writer.shutdown(wait=True)
     self._writer = None  # a restarted lifespan (tests restart an app) gets a fresh one

@@ -1,0 +1,95 @@
+"""Every error as the client asked for it: the documented JSON body (explorer.web.http.models: ErrorBody, and ValidationErrorBody for
+422), or the error page where a browser asks for a page. The services raise their own exceptions and know nothing of HTTP; this is the
+one place that says what status each one is:
+  Busy (no room for the work now)                  its status (503, or 429 for one client's share) with Retry-After
+  GraphNotFound (the reference names no graph)     404
+  GraphUnavailable, TargetUnavailable, StudyBusy   409: it exists, or could, but not now or not here
+  SpecError (a request the server refuses)         422
+  StoreError, any other exception                  500, one line: never a traceback (the log has it)"""
+from __future__ import annotations
+from typing import Any, Awaitable, Callable
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from explorer.spec import SpecError
+from explorer.store import StoreError
+from explorer.web.http.templates import Templates
+from explorer.web.services.graphs import GraphNotFound, GraphUnavailable
+from explorer.web.services.lifecycle import Busy, one_line
+from explorer.web.services.studies import StudyBusy
+from explorer.web.services.targets import TargetUnavailable
+
+STATUS_OF: dict[type[Exception], int] = {GraphNotFound: 404, GraphUnavailable: 409, TargetUnavailable: 409, StudyBusy: 409}
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+def readable_errors(exc: RequestValidationError) -> str:
+  """pydantic's error list as one line: where, then what."""
+  parts = []
+  for e in exc.errors():
+    loc = ".".join(str(x) for x in e.get("loc", ()) if x not in ("body", "query", "path"))
+    parts.append(f"{loc}: {e.get('msg')}" if loc else str(e.get("msg")))
+  return "; ".join(parts) or "invalid request"
+
+def wants_html(request: Request) -> bool:
+  return not request.url.path.startswith("/api/") and "text/html" in request.headers.get("accept", "text/html")
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+  """The methods some route answers at this path. Starlette's 405 names only the first route whose path matched (GET /api/traces/{id}
+  and DELETE /api/traces/{id} are two routes)."""
+  def answers(method: str) -> bool:
+    scope = {"type": "http", "method": method, "path": path, "root_path": "", "headers": [], "query_string": b""}
+    return any(r.matches(dict(scope))[0] == Match.FULL for r in app.router.routes)
+  return [m for m in METHODS if answers(m)]
+
+def error_body(exc: StarletteHTTPException) -> dict:
+  """{"detail"}, and every 422 also has "errors" (empty: the request was well-formed, the server refuses what it asks)."""
+  return {"detail": exc.detail, "errors": []} if exc.status_code == 422 else {"detail": exc.detail}
+
+def as_http(exc: Exception) -> StarletteHTTPException:
+  """A service's exception as the HTTP error it is answered with."""
+  if isinstance(exc, Busy): return StarletteHTTPException(exc.status, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
+  status = next(s for kind, s in STATUS_OF.items() if isinstance(exc, kind))
+  return StarletteHTTPException(status, str(exc))
+
+def install_error_handlers(app: FastAPI, templates: Templates) -> None:
+  async def page(request: Request, status: int, message: str) -> Response:
+    return await templates.render(request, "error.html", {"status": status, "message": message}, status_code=status)
+  async def validation(request: Request, exc: RequestValidationError) -> Response:
+    if wants_html(request): return await page(request, 422, readable_errors(exc))  # a mistyped page address (/t/x/k/abc)
+    # pydantic's type, loc and msg; not ctx and input: they may hold what JSON cannot encode (a non-JSON body arrives as bytes)
+    errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
+    return JSONResponse({"detail": readable_errors(exc), "errors": errors}, 422)
+  async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405 and "Allow" in headers: headers["Allow"] = ", ".join(allowed_methods(app, request.url.path))
+    if wants_html(request):
+      resp = await page(request, exc.status_code, str(exc.detail))
+      resp.headers.update(headers)
+      return resp
+    return JSONResponse(error_body(exc), exc.status_code, headers=headers or None)
+  async def service_error(request: Request, exc: Exception) -> Response: return await http_error(request, as_http(exc))
+  async def refused(request: Request, exc: SpecError) -> Response: return await http_error(request, StarletteHTTPException(422, str(exc)))
+  async def failed(request: Request, exc: Exception) -> Response:  # a bug, or the store failing
+    return JSONResponse({"detail": f"the server failed: {type(exc).__name__}: {one_line(exc)[:300]}"}, 500)
+  async def store_error(request: Request, exc: StoreError) -> Response: return JSONResponse({"detail": str(exc)}, 500)
+  handlers: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] = {
+    Busy: service_error, **{kind: service_error for kind in STATUS_OF}, SpecError: refused, StoreError: store_error,
+    RequestValidationError: validation, StarletteHTTPException: http_error, Exception: failed}
+  for kind, handler in handlers.items(): app.add_exception_handler(kind, handler)
+  document_errors(app)
+
+def document_errors(app: FastAPI) -> None:
+  """The schema lists what each operation declares (explorer.web.http.models.documented): FastAPI's own 422 (HTTPValidationError, a body
+  this app never sends) goes, from operations that declare none too (their parameters cannot fail validation: plain strings)."""
+  generate = app.openapi
+  def openapi() -> dict:
+    schema = generate()
+    for ops in schema.get("paths", {}).values():
+      for op in ops.values():
+        body = op.get("responses", {}).get("422", {}).get("content", {}).get("application/json", {}).get("schema", {})
+        if body.get("$ref", "").endswith("/HTTPValidationError"): del op["responses"]["422"]
+    for name in ("HTTPValidationError", "ValidationError"): schema.get("components", {}).get("schemas", {}).pop(name, None)
+    return schema
+  app.openapi = openapi  # type: ignore[method-assign]

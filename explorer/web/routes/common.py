@@ -1,0 +1,77 @@
+"""What the pages share: rendering one (off the event loop), a trace's page with its pipeline ribbon (the progress page in its place
+while the trace runs), and the pass stepper of the rangeify and codegen pages."""
+from __future__ import annotations
+from typing import Any, Mapping, Sequence
+from fastapi import HTTPException, Request
+from fastapi.responses import HTMLResponse
+from explorer.present.graphs import fmt_seconds
+from explorer.web.http import deps
+from explorer.web.services.graphs import MAX_STEPS
+from explorer.web.services.registry import Services
+from explorer.web.services.traces import STAGE_TITLES
+from explorer.web.urls import kernel_url, trace_url
+
+async def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
+  return await deps.templates(request).render(request, name, ctx, status_code=status_code)
+
+def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[dict]:
+  """The pipeline as links: each stage with a one-line fact and whether it worked."""
+  failed = {f["stage"] for f in trace.get("failures") or []}
+  failed |= {stage for stage, check in (trace.get("spec_checks") or {}).items() if not check.get("ok", True)}  # a spec violation is red too
+  failed |= {"codegen" for k in trace.get("kernels") or [] for check in (k.get("spec") or {}).values() if not check.get("ok", True)}
+  done = set(trace.get("stage_seconds") or {})
+  def state(*stages: str) -> str: return "error" if failed & set(stages) else "done" if set(stages) <= done else "skipped"
+  sched, totals, kernels = trace.get("scheduler") or {}, trace.get("totals") or {}, trace.get("kernels") or []
+  counts = sched.get("stage_counts") or {}
+  targets = (trace.get("variant") or {}).get("targets") or []
+  n_targets, first_target = len(targets), (targets or ["host"])[0]
+  time_s = (totals.get("time_s") or {}).get("median")
+  base, n_buffers = trace_url(trace_id), len(trace.get("buffers") or [])
+  rows = [
+    ("tensor", "Tensor graph", f"{base}/graph/tensor", f"{(trace.get('tensor_graph') or {}).get('uops', '–')} uops", state("tensor_graph")),
+    ("rangeify", "Rangeify", f"{base}/rangeify", f"{len(sched.get('passes') or [])} passes · {counts.get('created', 0)} STAGEs", state("schedule")),
+    ("bufferize", "Kernel graph", f"{base}/bufferize", f"{counts.get('kept', 0)} kept · {counts.get('fused', 0)} fused · {n_buffers} buffers",
+     state("kernel_graph")),
+    ("kernels", "Kernels", kernel_url(trace_id, 0) if kernels else base, f"{len(kernels)} kernels · codegen", state("codegen")),
+    ("source", "Source", kernel_url(trace_id, 0, code=first_target) if kernels else base, f"{n_targets} targets + host", state("render")),
+    ("timings", "Timings", f"{base}#timings", "–" if time_s is None else f"{fmt_seconds(time_s)} total", state("run", "timing")),
+    ("roofline", "Roofline", f"{base}/roofline", f"on {(trace.get('env') or {}).get('device', '–')}", state("timing")),
+  ]
+  current = (current,) if isinstance(current, str) else current
+  return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": k in current} for k, t, u, f, s in rows]
+
+async def trace_page(request: Request, svc: Services, trace_id: str, template: str, current: str | tuple[str, ...], **ctx: Any) -> HTMLResponse:
+  """A trace view; while the trace runs (or if it failed before storing anything) the progress page stands in, at the same URL."""
+  trace = await deps.stored_trace(svc, trace_id)
+  if trace is None:
+    status = await deps.status_of(svc, trace_id)
+    if status is None: raise HTTPException(404, f"no trace {trace_id}")
+    return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES)
+  return await page(request, template, trace=trace, trace_id=trace_id, ribbon=ribbon(trace, trace_id, current), base=trace_url(trace_id), **ctx)
+
+def attachment(name: str, download: bool) -> dict[str, str]:
+  """The Content-Disposition of an export: a download, or shown in the browser."""
+  return {"Content-Disposition": f'{"attachment" if download else "inline"}; filename="{name}"'}
+
+def pick_pass(passes: Sequence[Mapping[str, Any]], asked: int | None, preferred: str | None = None) -> int:
+  if asked is not None and 0 <= asked < len(passes): return asked
+  if preferred is not None and (i := next((i for i, p in enumerate(passes) if p["name"] == preferred), None)) is not None: return i
+  return next((i for i, p in enumerate(passes) if p["matches"]), 0)
+
+def pick_at(at: str | None, p: Mapping[str, Any] | None) -> str:
+  if at in ("before", "after"): return at
+  if at and at.startswith("m") and at[1:].isdigit() and p is not None and 1 <= int(at[1:]) <= p["matches"]: return at
+  return "after"
+
+def stepper(passes: Sequence[Mapping[str, Any]], prefix: str, asked_pass: int | None, asked_at: str | None, preferred: str | None = None,
+            trace_id: str = "", blob_target: str | None = None) -> dict:
+  """blob_target: whose rewrite blob the passes address (None: the host's), for the match list's API calls."""
+  i = pick_pass(passes, asked_pass, preferred) if passes else 0
+  p = passes[i] if passes else None
+  return {"passes": [{"index": j, **q} for j, q in enumerate(passes)], "pass": i, "at": pick_at(asked_at, p), "prefix": prefix,
+          "max_steps": MAX_STEPS, "trace_id": trace_id, "blob_target": blob_target}
+
+def asked_pass(request: Request) -> int | None:
+  """?pass=N: not a parameter of its own (its name is Python's keyword)."""
+  asked = request.query_params.get("pass")
+  return int(asked) if asked and asked.isdigit() else None

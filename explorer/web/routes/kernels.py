@@ -1,0 +1,70 @@
+"""A kernel: its page (graphs, passes, source per target, the UOp listing) and its JSON; a target the trace did not ask for is computed
+when the page or its record's URL first asks for it (that starts work: the request's permit)."""
+from __future__ import annotations
+from typing import Any
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import HTMLResponse
+from explorer.schema import host_target, target_records
+from explorer.spec import TARGETS
+from explorer.web.http import deps
+from explorer.web.http.deps import ServicesDep, StoredTrace
+from explorer.web.http.models import NOT_FOUND, TargetJob, TargetRecord, documented
+from explorer.web.http.work import Work
+from explorer.web.routes.common import asked_pass, stepper, trace_page
+from explorer.web.urls import trace_api_url
+
+api = APIRouter(prefix="/api", tags=["api"])
+router = APIRouter(include_in_schema=False)
+
+@api.get("/traces/{trace_id}/kernels", summary="The trace's kernels (light)", responses=documented(NOT_FOUND))
+async def list_kernels(trace_id: str, trace: StoredTrace) -> list[dict]:
+  return deps.light_trace(trace_id, trace)["kernels"]
+
+@api.get("/traces/{trace_id}/kernels/{n}", summary="One kernel: facts, codegen passes, linearized UOps, source per target",
+         responses=documented({**NOT_FOUND, 404: "no trace with this id, or no kernel n in it", 422: "n is not an integer"}))
+async def get_kernel(trace: StoredTrace, n: int) -> dict:
+  """The kernel's host fields, `sources` per target and `targets` (trace schema 2): each target's whole record, as
+  /kernels/{n}/targets/{target} documents it."""
+  return {**deps.kernel_or_404(trace, n), "graphs": {"ast": f"ast/{n}", "pass": f"codegen/{n}/{{pass}}/{{before|after|m<j>}}"}}
+
+@api.get("/traces/{trace_id}/kernels/{n}/targets/{target}", response_model=TargetRecord, response_model_exclude_none=True,
+         summary="One kernel on one target: name, opts, dims, UOps, Estimates, passes, source and compile facts",
+         responses={202: {"model": TargetJob, "description": "a target the trace did not ask for, being computed now: poll this URL"},
+                    **documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it, or an unknown target (the detail lists "
+                                  "the known ones)", 409: "the trace is still running, or this target cannot be computed for it "
+                                  "(recorded before per-target records, or its computation failed: the detail says why)",
+                                  422: "n is not an integer"})})
+async def get_kernel_target(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
+  """A target the trace did not ask for is computed on this first request, in a worker, and stored with the trace: 202 with the job's
+  progress until it is, then 200 with the record (every later request too, at once)."""
+  records = target_records(deps.kernel_or_404(trace, n))
+  if target in records: return records[target]
+  return await deps.target_job(svc, trace_id, trace, target, work)
+
+@router.get("/t/{trace_id}/k/{n}", response_class=HTMLResponse)
+async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep, work: Work, graph: str = "ast", code: str | None = None,
+                      at: str | None = None, target: str | None = None) -> HTMLResponse:
+  trace = await deps.stored_trace(svc, trace_id)
+  if trace is None: return await trace_page(request, svc, trace_id, "kernel.html", "kernels")
+  k = deps.kernel_or_404(trace, n)
+  records = target_records(k)
+  pending, pending_error = (target if target in TARGETS and target not in records else None), None
+  if pending is not None:  # computed on this first request, in a worker; the page follows it and reloads when it is stored
+    try: await deps.target_job(svc, trace_id, trace, pending, work)
+    except HTTPException as e: pending_error = e.detail
+  host = host_target(k)
+  target = target if target in records else host
+  rec = records[target]
+  browsable = target == host or all("group" in p for p in rec.get("passes") or [])  # trace schema 1: host passes only
+  prefix, passes = (f"codegen/{n}", k.get("passes") or []) if target == host else (f"codegen@{target}/{n}", rec["passes"])
+  step = stepper(passes if browsable else [], prefix, asked_pass(request), at, trace_id=trace_id, blob_target=None if target == host else target)
+  tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k["sources"] or t in k.get("source_errors", {})]
+  tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
+  tabs += ["compiled"] if (compiled := rec.get("compile")) and compiled.get("disasm") else []
+  code = code if code in tabs else target if target in tabs else tabs[0]
+  resp = await trace_page(request, svc, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step,
+                          api=f"{trace_api_url(trace_id)}/kernels/{n}", graph_mode="passes" if graph == "passes" else "ast", code=code,
+                          code_tabs=tabs, target=target, rec=rec, records=records, all_targets=TARGETS, pending=pending,
+                          pending_error=pending_error)
+  if pending: resp.headers["Cache-Control"] = "no-store"  # the page changes when the target is stored
+  return resp

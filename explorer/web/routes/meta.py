@@ -1,0 +1,60 @@
+"""What the server offers: its health, the presets, devices, targets and custom rewrites a trace may name, and the stylesheet of the
+highlighted sources."""
+from __future__ import annotations
+import functools, shutil, sys
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, Response
+from explorer.spec import PRESETS, TARGETS
+from explorer.store import tinygrad_version
+from explorer.tracing.catalogue import catalogue
+from explorer.version import __version__
+from explorer.web.http import deps
+from explorer.web.http.deps import ServicesDep
+from explorer.web.http.models import Health, documented
+from explorer.web.http.templates import TARGET_LABELS, pygments_css
+
+router = APIRouter(prefix="/api", tags=["api"])
+assets = APIRouter(include_in_schema=False)
+
+@functools.cache
+def has_dot() -> bool: return shutil.which("dot") is not None  # a PATH walk: once, not on every health check
+
+@functools.cache
+def tinygrad_installed() -> str: return tinygrad_version()  # package metadata read once, not on every health check
+
+@router.get("/health", response_model=Health, response_model_exclude_none=True, summary="Server health",
+            responses=documented(guards=(400, 403, 413, 414)))  # no token needed, never over the in-flight limit
+async def health(request: Request, svc: ServicesDep) -> dict:
+  """Liveness and versions; the store's path only to those trusted with it (a loopback client of a token-free server, a token holder)."""
+  out = {"status": "ok", "version": __version__, "tinygrad": tinygrad_installed(), "tinygrad_imported": "tinygrad" in sys.modules,
+         "jobs_running": svc.jobs.running(), "dot": has_dot()}
+  return out | ({"db": str(svc.store.path)} if deps.trusted(request, svc.settings) else {})
+
+@router.get("/presets", summary="Preset convolutions", responses=documented())
+async def presets() -> dict[str, dict]:
+  return {name: {**spec.to_dict(), "label": spec.label()} for name, spec in PRESETS.items()}
+
+@router.get("/devices", summary="The devices a trace may name",
+            responses=documented({503: "the worker that lists this host's devices failed, or the job queue does not answer (Retry-After)"}))
+async def devices(svc: ServicesDep) -> dict[str, list[str]]:
+  """The compute devices this host opens, best first (`kernel-explorer devices` lists the same); a trace's variant.device must be one
+  of them (an index may follow: CUDA:1). Devices that read or write files, open sockets or emulate (DISK, TINYFS, PYTHON, NULL) never are.
+  With a job queue (settings.queue): the devices its registered workers offer; a trace may then name any compute device."""
+  return {"devices": await svc.devices.offered()}
+
+@router.get("/targets", summary="Render targets", responses=documented())
+async def targets() -> list[dict]:
+  return [{"name": t, "label": TARGET_LABELS.get(t, t)} for t in TARGETS]
+
+@router.get("/rewrites", summary="Custom codegen rewrites a trace may add (variant.rewrites)", responses=documented())
+async def rewrites() -> list[dict[str, str]]:
+  """The catalogue: each rewrite's name, how a variant names it (usage), where in codegen it runs (point: "sink", the graph the
+  linearizer is handed; "linear", the linearized order), what it does, and its PatternMatcher and functions as they stand in the
+  explorer's source. A user's own rewrite file is the CLI's alone (`--rewrite-file`): this server never runs user code."""
+  return catalogue()
+
+PYGMENTS_CSS = pygments_css()
+
+@assets.get("/assets/pygments.css")
+async def pygments_stylesheet() -> Response:
+  return PlainTextResponse(PYGMENTS_CSS, media_type="text/css", headers={"Cache-Control": "public, max-age=86400"})

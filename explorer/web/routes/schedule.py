@@ -1,0 +1,44 @@
+"""What the scheduler did: the tensor graph it was handed, its rangeify passes, and the bufferize decisions (STAGEs created, fused and
+kept; buffers; the kernel graph), each page beside its JSON."""
+from __future__ import annotations
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+from explorer.analysis import memory
+from explorer.web.http import deps
+from explorer.web.http.deps import ServicesDep, StoredTrace
+from explorer.web.http.models import NOT_FOUND, documented
+from explorer.web.routes.common import asked_pass, stepper, trace_page
+from explorer.web.services.graphs import MAX_STEPS
+from explorer.web.urls import graph_api_url, trace_api_url
+
+api = APIRouter(prefix="/api", tags=["api"])
+router = APIRouter(include_in_schema=False)
+
+@router.get("/t/{trace_id}/graph/tensor", response_class=HTMLResponse)
+async def tensor_graph(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
+  return await trace_page(request, svc, trace_id, "tensor.html", "tensor", api=graph_api_url(trace_id, "tensor"))
+
+@router.get("/t/{trace_id}/rangeify", response_class=HTMLResponse)
+async def rangeify(request: Request, trace_id: str, svc: ServicesDep, at: str | None = None) -> HTMLResponse:
+  trace = await deps.stored_trace(svc, trace_id)
+  passes = ((trace or {}).get("scheduler") or {}).get("passes") or []
+  step = stepper(passes, "rangeify", asked_pass(request), at, preferred="symbolic+reduce_collapse+debuf", trace_id=trace_id)
+  return await trace_page(request, svc, trace_id, "rangeify.html", "rangeify", step=step, api=f"{trace_api_url(trace_id)}/rangeify")
+
+@api.get("/traces/{trace_id}/rangeify", summary="The scheduler's rangeify passes with match counts", responses=documented(NOT_FOUND))
+async def get_rangeify(trace: StoredTrace) -> dict:
+  passes = (trace.get("scheduler") or {}).get("passes") or []
+  return {"passes": [{"index": i, **p} for i, p in enumerate(passes)], "max_steps": MAX_STEPS, "graph": "rangeify/{pass}/{before|after|m<j>}"}
+
+@router.get("/t/{trace_id}/bufferize", response_class=HTMLResponse)
+async def bufferize(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
+  trace = await deps.stored_trace(svc, trace_id)
+  return await trace_page(request, svc, trace_id, "bufferize.html", "bufferize", api=f"{trace_api_url(trace_id)}/bufferize",
+                          memory=memory.timeline(trace) if trace else None)
+
+@api.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
+         responses=documented(NOT_FOUND))
+async def get_bufferize(trace: StoredTrace) -> dict:
+  sched = trace.get("scheduler") or {}
+  return {"stages": sched.get("stages"), "stage_counts": sched.get("stage_counts"), "buffers": trace.get("buffers"),
+          "schedule": trace.get("schedule"), "graph": "kernels", "memory": memory.timeline(trace)}

@@ -1,0 +1,107 @@
+"""A trace: starting one (the API, and a stored request run again), its status and live progress, its overview page and its JSON."""
+from __future__ import annotations
+import asyncio, json
+from typing import Any, AsyncIterator, Mapping
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from explorer.schema import host_target, target_records
+from explorer.web.http import deps
+from explorer.web.http.deps import ServicesDep, StoredTrace
+from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
+from explorer.web.routes.common import trace_page
+from explorer.web.services.traces import STAGE_TITLES
+from explorer.web.urls import trace_url
+
+api = APIRouter(prefix="/api", tags=["api"])
+router = APIRouter(include_in_schema=False)
+
+BUSY = {429: "this client has max_jobs_per_client traces running or waiting (Retry-After)",
+        503: "too many traces queued, this host's devices could not be listed, or the job queue does not answer (Retry-After)"}
+
+@api.post("/traces", response_model=TraceStatus, status_code=202, summary="Start a trace (or get the stored one)",
+          responses={200: {"model": TraceStatus, "description": "already stored: served from the store"},
+                     **documented({400: "the body is not text (UTF-8)",
+                                   422: "an invalid request, or a spec or variant this server refuses", **BUSY})})
+async def create_trace(request: Request, body: TraceRequest, svc: ServicesDep) -> Any:
+  """Returns at once with the trace id (a hash of spec, variant, tinygrad version and device). Identical requests share one job;
+  a stored trace comes back with status done (HTTP 200) without running again."""
+  status, _ = await deps.submit(svc, body, deps.client_of(request))
+  return JSONResponse(status, status_code=202 if status["status"] != "done" else 200)
+
+@api.post("/traces/{trace_id}/rerun", response_model=TraceStatus, status_code=202, summary="Run an accepted trace request again",
+          responses={200: {"model": TraceStatus, "description": "already stored: served from the store"},
+                     **documented({404: "no job or trace with this id", 409: "the stored request no longer validates",
+                                   422: "a spec or variant this server now refuses", **BUSY})})
+async def rerun_trace(request: Request, trace_id: str, svc: ServicesDep) -> Any:
+  """Re-submits the request stored with the job (an interrupted or failed one); the status says where it stands now."""
+  status, _ = await deps.rerun(svc, trace_id, deps.client_of(request))
+  return JSONResponse(status, status_code=202 if status["status"] != "done" else 200)
+
+@router.post("/t/{trace_id}/rerun", response_class=HTMLResponse)
+async def rerun_form(request: Request, trace_id: str, svc: ServicesDep) -> Response:
+  """The Re-run button of an interrupted or failed trace: submit its stored request again and follow it."""
+  status, _ = await deps.rerun(svc, trace_id, deps.client_of(request))
+  return RedirectResponse(status.get("url") or trace_url(trace_id), status_code=303)
+
+@api.get("/traces", response_model=list[TraceSummary], summary="Recent traces", responses=documented({422: "limit out of range"}))
+async def list_traces(svc: ServicesDep, limit: int = Query(50, ge=1, le=500)) -> list[dict]:
+  rows = await asyncio.to_thread(svc.store.recent, limit)
+  keys = set(TraceSummary.model_fields)
+  return [{k: v for k, v in {**r, "url": trace_url(r["id"])}.items() if k in keys} for r in rows]
+
+@api.get("/traces/{trace_id}", summary="A trace (light: kernel sources, UOp listings and passes are under /kernels/{n})",
+         responses=documented(NOT_FOUND))
+async def get_trace(trace_id: str, trace: StoredTrace) -> dict:
+  """The stored trace (the README's "What a trace records"). `env.ran_on` says where each part ran: `worker`, `host` and `pid` of the
+  process that ran it, `stages` (each stage it ran: NAME@HOST for a job queue worker, PID@HOST for a server's own process) and
+  `targets` (each target added on first request, on the server)."""
+  return deps.light_trace(trace_id, trace)
+
+@api.get("/traces/{trace_id}/raw", summary="The trace exactly as stored", responses=documented(NOT_FOUND))
+async def get_raw_trace(trace: StoredTrace) -> dict: return trace
+
+@api.get("/traces/{trace_id}/status", response_model=TraceStatus, summary="Job status with per-stage progress",
+         responses=documented({404: NOT_FOUND[404]}))
+async def get_status(trace_id: str, svc: ServicesDep) -> dict:
+  if (status := await deps.status_of(svc, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
+  return status
+
+def sse(event: str, data: Any) -> ServerSentEvent: return ServerSentEvent(json.dumps(data), event=event)
+
+@api.get("/traces/{trace_id}/events", summary="Live progress as server-sent events",
+         response_class=EventSourceResponse, responses={200: {"content": {"text/event-stream": {}}},
+                                                        **documented({404: NOT_FOUND[404], 503: "max_streams live progress streams are "
+                                                                      "open, or max_streams_per_client of this client's (Retry-After): "
+                                                                      "poll /status instead"})})
+async def events(trace_id: str, svc: ServicesDep) -> EventSourceResponse:
+  """Events: `snapshot` (the whole status, first), `stage` (a stage started, finished or failed), `status`, then `done` (last); a
+  comment every 10 s keeps idle connections open (sse-starlette, which also ends the stream when the client goes or the server stops)."""
+  if (status := await deps.status_of(svc, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
+  job = svc.jobs.get(trace_id)
+  async def stream() -> AsyncIterator[ServerSentEvent]:
+    yield sse("snapshot", status)
+    if job is None or status["status"] not in ("queued", "running"):
+      yield sse("done", {"status": status["status"], "error": status.get("error")})
+      return
+    seen = len(job.events)
+    while True:
+      waiter = job.changed
+      while seen < len(job.events):
+        ev = job.events[seen]; seen += 1
+        yield sse(ev["event"], ev)
+        if ev["event"] == "done": return
+      await waiter.wait()
+  return EventSourceResponse(stream(), ping=10, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+@router.get("/t/{trace_id}", response_class=HTMLResponse)
+async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, target: str | None = None) -> HTMLResponse:
+  """The overview; ?target=T turns the kernel table's figures (names, dims, uops, Estimates, registers) to that target's records."""
+  trace = await deps.stored_trace(svc, trace_id)
+  kernels = (trace or {}).get("kernels") or []
+  available = list(dict.fromkeys(t for k in kernels for t in target_records(k)))
+  host = host_target(kernels[0]) if kernels else None
+  target = target if target in available else host
+  views: list[Mapping[str, Any]] = [target_records(k).get(target or "", {}) for k in kernels]
+  return await trace_page(request, svc, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES, table_target=target, table_targets=available,
+                          views=views, host_target=host)

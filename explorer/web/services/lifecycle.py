@@ -1,0 +1,133 @@
+"""One lifecycle for the server's background work: a trace job, a study, a target computed on first view, a diff's measurement, a
+roofline probe. Each is a Task: queued -> running -> done | error | interrupted, with a one-line detail of what it does now, a
+one-line error, and its times. Tasks runs them: identical work (one key) shares one task, at most `parallel` run at once (the rest
+wait their turn, queued), the work itself runs in a daemon thread (it spawns its worker processes) and reports progress into the task
+from there. A service with no room for more work raises Busy; the HTTP edge answers it, one handler for all, with its status and a
+Retry-After."""
+from __future__ import annotations
+import asyncio, threading, time, uuid
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
+
+QUEUED, RUNNING, DONE, ERROR, INTERRUPTED = "queued", "running", "done", "error", "interrupted"
+ACTIVE = (QUEUED, RUNNING)
+Progress = Callable[[str, str, str], None]  # (stage, "start" | "done" | "error", detail)
+
+def one_line(e: BaseException) -> str:
+  """An error as a page or a terminal shows it: its first line, never a traceback."""
+  return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+class Busy(RuntimeError):
+  """No room for this work now: answered with `status` (503, or 429 for one client's share) and Retry-After `retry_after_s`."""
+  status, retry_after_s = 503, 30
+
+  def __init__(self, message: str, retry_after_s: int | None = None):
+    super().__init__(message)
+    if retry_after_s is not None: self.retry_after_s = retry_after_s
+
+@dataclass
+class Task:
+  """One piece of background work."""
+  id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+  status: str = QUEUED
+  detail: str = ""
+  error: str | None = None
+  result: Any = None
+  created: float = field(default_factory=time.time)
+  finished: float | None = None
+  running_on_turn: bool = field(default=True, repr=False)  # running once its turn comes (a trace on a job queue waits for a worker)
+
+  @property
+  def active(self) -> bool: return self.status in ACTIVE
+
+  def note(self, stage: str, status: str, detail: str) -> None:
+    """Progress from the work: it runs, and this is what it does now."""
+    if self.active: self.status, self.detail = RUNNING, detail or f"{stage} {status}"
+
+  def finish(self, status: str, result: Any = None, error: str | None = None) -> None:
+    self.status, self.result, self.error, self.finished = status, result, error, time.time()
+    if status != RUNNING: self.detail = "" if status == DONE else self.detail
+
+  @property
+  def elapsed_s(self) -> float: return round((self.finished or time.time()) - self.created, 1)
+
+  def snapshot(self) -> dict[str, Any]:
+    return {"id": self.id, "status": self.status, "detail": self.detail, "error": self.error, "elapsed_s": self.elapsed_s}
+
+def run_in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future:
+  """Like asyncio.to_thread, but the thread never holds up interpreter exit (a trace can run for minutes)."""
+  loop = asyncio.get_running_loop()
+  fut: asyncio.Future = loop.create_future()
+  def deliver(ok: bool, value: Any) -> None:
+    if fut.done(): return
+    if ok: fut.set_result(value)
+    else: fut.set_exception(value)
+  def body() -> None:
+    try: ret, ok = fn(), True
+    except BaseException as e: ret, ok = e, False  # noqa: BLE001 - handed to the awaiting coroutine
+    try: loop.call_soon_threadsafe(deliver, ok, ret)
+    except RuntimeError: pass  # the loop closed while we ran
+  threading.Thread(target=body, daemon=True, name="task").start()
+  return fut
+
+T = TypeVar("T", bound=Task)
+Hook = Callable[[T], Awaitable[None]]
+
+class Tasks(Generic[T]):
+  """Tasks by key, run in the background (start from the event loop)."""
+  def __init__(self, parallel: int | None = None, wait_s: float | None = None):
+    """parallel: how many run at once (None: no limit); wait_s: how long a task may wait for its turn before it fails, saying so."""
+    self.parallel, self.wait_s = parallel, wait_s
+    self.tasks: dict[Hashable, T] = {}
+    self.running: set[asyncio.Task] = set()
+    self._slots: asyncio.Semaphore | None = None
+
+  def get(self, key: Hashable) -> T | None: return self.tasks.get(key)
+
+  def active(self) -> list[T]: return [t for t in self.tasks.values() if t.active]
+
+  def forget(self, key: Hashable) -> None: self.tasks.pop(key, None)
+
+  def start(self, key: Hashable, task: T, work: Callable[[T, Progress], Any], started: Hook | None = None,
+            kept: Callable[[T, Any], Awaitable[Any]] | None = None, ended: Hook | None = None) -> T:
+    """The task of this key when one is queued or running (identical work is shared), else `task`, started: once its turn comes,
+    started(task), then work(task, progress) in a daemon thread, kept(task, result) (what is kept of it: stored, say), and ended(task)
+    whatever the outcome. A failure anywhere is the task's one-line error."""
+    if (current := self.tasks.get(key)) is not None and current.active: return current
+    self.tasks[key] = task
+    job = asyncio.get_running_loop().create_task(self._run(task, work, started, kept, ended))
+    self.running.add(job)
+    job.add_done_callback(self.running.discard)
+    return task
+
+  async def _run(self, task: T, work: Callable[[T, Progress], Any], started: Hook | None, kept: Callable[[T, Any], Awaitable[Any]] | None,
+                 ended: Hook | None) -> None:
+    if self.parallel is not None and self._slots is None: self._slots = asyncio.Semaphore(self.parallel)
+    try:
+      if self._slots is not None:
+        try: await asyncio.wait_for(self._slots.acquire(), self.wait_s)
+        except asyncio.TimeoutError:
+          task.finish(ERROR, error=f"waited over {self.wait_s:.0f}s for a free worker and was dropped; try again when the server is less busy")
+          return
+      try: await self._work(task, work, started, kept)
+      finally:
+        if self._slots is not None: self._slots.release()
+    finally:
+      if ended is not None and task.status != INTERRUPTED: await ended(task)
+
+  async def _work(self, task: T, work: Callable[[T, Progress], Any], started: Hook | None, kept: Callable[[T, Any], Awaitable[Any]] | None) -> None:
+    loop = asyncio.get_running_loop()
+    def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(task.note, stage, status, detail)
+    try:
+      if task.running_on_turn and task.status == QUEUED: task.status = RUNNING
+      if started is not None: await started(task)
+      result = await run_in_daemon_thread(lambda: work(task, progress))
+      await asyncio.sleep(0)  # progress the work's thread queued lands before the outcome
+      if kept is not None: result = await kept(task, result)
+    except Exception as e:
+      if task.status != INTERRUPTED: task.finish(ERROR, error=one_line(e))  # interrupted: the server stopped it on purpose
+      return
+    if task.status != INTERRUPTED: task.finish(DONE, result)
+
+  def cancel_all(self) -> None:
+    for job in list(self.running): job.cancel()
