@@ -32,7 +32,7 @@ def trace(conv: str | ConvSpec | dict, timeout_s: float = 600.0, **variant: Any)
   spec = _spec_of(conv)
   v = Variant(**{**variant, "targets": tuple(variant.get("targets", Variant().targets)), "rewrites": tuple(variant.get("rewrites", ()))})
   result = run_trace(spec, v.resolve(spec), timeout_s=timeout_s)
-  return Trace(result.trace, result.rewrites, getattr(result, "target_rewrites", None) or {}, v)
+  return Trace(result.trace, result.rewrites, result.target_rewrites, v)
 
 @dataclass
 class Trace:

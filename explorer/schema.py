@@ -7,9 +7,8 @@ import functools, math
 from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, with_config
 from typing_extensions import NotRequired, TypedDict
-from explorer.spec import DEVICE_RE, STAGES, TARGETS, ConvSpec, SpecError, Variant
+from explorer.spec import DEVICE_RE, STAGES, TARGETS, TRACE_SCHEMA, ConvSpec, SpecError, Variant
 
-SCHEMA = 2  # 2: kernels[i].targets[T], a whole record per target; 1: sources per target only (a loader reads both)
 
 Name = Annotated[str, StringConstraints(max_length=256)]       # kernel, op, dtype, role, target and pass names
 Line = Annotated[str, StringConstraints(max_length=8192)]      # labels, notes, one-line messages, rules
@@ -46,6 +45,7 @@ class PassGroup(TypedDict):
 
 @with_config(STRICT)
 class Occupancy(TypedDict):
+  """Theoretical occupancy of the kernel's block on its arch: resident warps over the SM's maximum, and what limits them."""
   occupancy: float
   warps_per_sm: Count
   max_warps_per_sm: Count
@@ -55,13 +55,15 @@ class Occupancy(TypedDict):
 
 @with_config(STRICT)
 class Disassembly(TypedDict):
-  kind: Line
+  """The compiled kernel as its compiler shows it."""
+  kind: Line  # e.g. "SASS (cuobjdump -sass)", "PTX (nvcc)", "x86-64 assembly (clang, tinygrad's CPU flags)"
   text: Text
 
 @with_config(STRICT)
 class CompileFacts(TypedDict):
-  """The source compiled by a real compiler of the machine that traced it: ok True (compiled), False (failed: message is the
-  compiler's error) or None (not compiled: message says why)."""
+  """The source compiled by a real compiler of the machine that traced it. ok: True compiled, False failed (message: the compiler's
+  error), None not compiled (message: which compiler is missing and how to install it, or why none can run here). CUDA and PTX add
+  ptxas' report (per thread registers, spills, shared memory, stack) and the occupancy."""
   ok: bool | None
   compiler: Line | None
   message: Text
@@ -76,14 +78,18 @@ class CompileFacts(TypedDict):
 
 @with_config(STRICT)
 class LiveRange(TypedDict):
-  uop: NotRequired[Count]
+  """A value's live range in the linear UOps."""
+  uop: NotRequired[Count]          # where the value is defined (index in the linear UOps)
   op: NotRequired[Name]
-  until: Count
+  until: Count                     # its last use, extended to the END of any loop it is used in
   lanes: Count
-  line: NotRequired[Count | None]
+  line: NotRequired[Count | None]  # the source line that defines it (from line_map)
 
 @with_config(STRICT)
 class Pressure(TypedDict):
+  """Register pressure from the linearized UOps: values live at once (a value from its definition to its last use, extended to the END
+  of a loop it is used in; a vector once per lane, a register array once per element), the peak and where (max_live_line: its source
+  line, from line_map), the curve (at most 512 [uop index, live] points, each the peak of its stretch) and the longest live ranges."""
   ssa_values: Count
   max_live: Count
   max_live_at: int
@@ -93,14 +99,18 @@ class Pressure(TypedDict):
 
 @with_config(STRICT)
 class SpecViolation(TypedDict):
-  index: Count
+  """One UOp a spec refused."""
+  index: Count     # in the checked graph's toposort
   op: Name
   dtype: Name
-  trace_num: int
-  message: Text
+  trace_num: int   # the UOp's number in the trace's rewrite blob
+  message: Text    # type_verify's
 
 @with_config(STRICT)
 class SpecCheck(TypedDict):
+  """One of tinygrad's spec PatternMatchers (tinygrad/uop/spec.py) run over every UOp of a graph, each violation kept (type_verify stops
+  at the first): spec_tensor on the tensor graph and the kernel ASTs, spec_kernel_graph on the schedule's calls, spec_program on each
+  target's program."""
   spec: Name
   ok: bool
   checked: Count
@@ -109,6 +119,7 @@ class SpecCheck(TypedDict):
 
 @with_config(STRICT)
 class LoopRange(TypedDict):
+  """A loop: its axis, its size (a number, or a symbolic size's text) and its kind."""
   axis: int | Name
   size: int | Line | None
   kind: Name
@@ -116,10 +127,17 @@ class LoopRange(TypedDict):
 LoopSplit = TypedDict("LoopSplit", {"pass": Name, "step": Count, "ranges": list[LoopRange], "into": list[LoopRange], "rule": Line,
                                     "rule_source": Text})
 LoopSplit.__pydantic_config__ = STRICT  # type: ignore[attr-defined]
+LoopSplit.__doc__ = """Where a range-splitting rewrite cut loops (0.14's "split ranges" pass, pm_split_ranges in tinygrad/codegen/simplify.py):
+the loops it cut, the loops they became, and the rule, with its source read from tinygrad's file when the trace ran."""
 
 @with_config(STRICT)
 class TargetRecord(TypedDict):
-  """One kernel as one target's pipeline made it (the host's record has the same fields)."""
+  """One kernel as one target's pipeline made it (the host's record has the same fields): its renderer configured for `arch`, the
+  variant's opt setting (BEAM needs the device: a deviceless target gets heuristic opts, and notes say so), tinygrad's Estimates from
+  its linearized UOps, and the source. line_map: [source line (1-based), [indexes into the linear UOps]] for every line of the kernel
+  body (the UOps whose rendering turn wrote the line, and those inlined into it), or line_map_note says why there is none;
+  linear_nums: each linear UOp's trace number (graph nodes carry it as `num`); compiled_source: the source as tinygrad's compiler
+  hands it on, where that differs (PTX: the VERSION and TARGET placeholders filled)."""
   name: Name
   arch: Name | None
   opts: list[Line]
@@ -391,7 +409,7 @@ def _variant(d: VariantRecord) -> VariantRecord:
 @with_config(STRICT)
 class Trace(TypedDict):
   """One trace: a convolution (spec) or a captured program (program), through every stage."""
-  schema: Annotated[int, Field(ge=1, le=SCHEMA)]
+  schema: Annotated[int, Field(ge=1, le=TRACE_SCHEMA)]
   spec: Annotated[SpecRecord | None, AfterValidator(_spec)]
   preset: Name | None
   program: ProgramInfo | None

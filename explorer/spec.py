@@ -105,6 +105,7 @@ PRESETS: dict[str, ConvSpec] = {
 def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.items() if p == spec), None)
 
 # the stages of a trace, in order: explorer.tracing.trace records them, the web's jobs and the CLI report their progress
+TRACE_SCHEMA = 2  # a trace's layout: 2, kernels[i].targets[T], a whole record per target; 1, sources per target only (both are read)
 STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
 
 # tinygrad devices that compute on real hardware, best first (tinygrad's own order). Every other device is never offered to a web

@@ -14,6 +14,22 @@ def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, stu
   return create_app(str(db), settings=Settings.load(env={}, **settings), runner=runner, devices=devices, study_runner=study_runner,
                     graph_workers=graph_workers)
 
+def minimal_trace(spec: Any = None, variant: Any = None, label: str | None = None) -> dict[str, Any]:
+  """A stored trace of nothing: every stage done in no time, no kernels. What a fake runner returns, so that jobs finish at once and no
+  test process imports tinygrad; spec and variant: a ConvSpec and a Variant (the small preset and the default variant otherwise)."""
+  from explorer.spec import PRESETS, STAGES, Variant
+  spec, variant = spec or PRESETS["small"], variant or Variant()
+  return {"schema": 2, "spec": spec.to_dict(), "preset": None, "variant": variant.to_dict(), "label": label or f"{spec.label()} | {variant.label()}",
+          "status": "ok", "env": {"device": "CPU", "tinygrad": "0.14.0", "host": "fake", "python": "3.11", "created": "now"}, "failures": [],
+          "notes": [], "stage_seconds": {s: 0.0 for s in STAGES}, "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [],
+          "kernels": [], "totals": {"kernels": 0, "buffers": 0, "copies": 0, "flops": 0, "bytes": 0, "compile_s": 0, "codegen_s": 0, "time_s": None},
+          "error": None}
+
+def fake_result(trace: dict[str, Any]) -> Any:
+  """A run's result as run_trace returns it (explorer.tracing.run.TraceResult), of this trace and no rewrite blob."""
+  from explorer.tracing.run import TraceResult
+  return TraceResult(trace, b"")
+
 def routes(app: Any) -> Iterator[Any]:
   """Every route of the app, included routers' too (fastapi.routing.iter_route_contexts): path, methods, endpoint."""
   from fastapi.routing import iter_route_contexts

@@ -12,7 +12,6 @@ once, and the device list is fixed. The real-trace test pins {trace_id} to the s
 so the GET operations see fuzzed refs, kernel numbers and queries on a real trace, expanding graphs in real workers."""
 from __future__ import annotations
 import pathlib, sqlite3, tempfile, time
-from types import SimpleNamespace
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -23,6 +22,7 @@ from explorer.web.app import create_app
 from explorer.web.services.devices import DeviceCatalog
 from explorer.web.services.traces import STAGES
 
+from support import fake_result, minimal_trace
 EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 STATEFUL = settings(max_examples=50, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 CONFIG = SchemathesisConfig.from_path(pathlib.Path(__file__).parent.parent / "schemathesis.toml")  # why three operations may answer 422
@@ -31,11 +31,7 @@ SEMANTIC_OPS = ("POST /api/traces", "POST /api/traces/{trace_id}/annotations", "
 def stub_runner(spec, variant, progress, timeout_s):
   """Every stage reported, a minimal trace returned: jobs finish at once and nothing imports tinygrad."""
   for stage in STAGES: progress(stage, "done", "0.00s")
-  trace = {"spec": spec.to_dict(), "preset": None, "variant": variant.to_dict(), "label": f"{spec.label()} | {variant.label()}", "status": "ok",
-           "env": {"device": "CPU", "tinygrad": "0.14.0", "host": "fuzz", "python": "3.11", "created": "now"}, "failures": [], "notes": [],
-           "stage_seconds": {s: 0.0 for s in STAGES}, "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [], "kernels": [],
-           "totals": {"kernels": 0, "buffers": 0, "copies": 0, "flops": 0, "bytes": 0, "compile_s": 0, "codegen_s": 0, "time_s": None}, "error": None}
-  return SimpleNamespace(trace=trace, rewrites=b"")
+  return fake_result(minimal_trace(spec, variant))
 
 def stub_study(kind, cases, progress=None, **params):
   """A study that ends at once with no cases: the API's answers, not tinygrad's timings, are under test."""

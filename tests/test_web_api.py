@@ -2,7 +2,6 @@
 graphs, pages, invalid input, unknown ids, and the rule that the server process never imports tinygrad."""
 from __future__ import annotations
 import ast, json, pathlib, subprocess, sys, textwrap, threading, time
-from types import SimpleNamespace
 import pytest
 from fastapi.testclient import TestClient
 from explorer.present import graphs
@@ -11,15 +10,9 @@ from explorer.store import Store
 from explorer.web.http.models import ValidationErrorBody
 from explorer.web.services.traces import STAGES
 from conftest import REPO, SMALL_WINO, wait_done
-from support import app_over
+from support import app_over, fake_result, minimal_trace
 
 # ***** a fake runner: jobs without tinygrad, to see queueing, joining and live progress *****
-
-def minimal_trace(label: str = "fake") -> dict:
-  return {"spec": PRESETS["small"].to_dict(), "preset": "small", "variant": {"algo": "direct", "targets": ["cuda"]}, "label": label, "status": "ok",
-          "env": {"device": "CPU", "tinygrad": "0.14.0", "host": "h", "python": "3.11", "created": "now"}, "failures": [], "notes": [],
-          "stage_seconds": {s: 0.01 for s in STAGES}, "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [], "kernels": [],
-          "totals": {"kernels": 0, "buffers": 0, "copies": 0, "flops": 0, "bytes": 0, "compile_s": 0, "codegen_s": 0, "time_s": None}, "error": None}
 
 class GatedRunner:
   """Reports each stage, then waits for release() before returning."""
@@ -31,7 +24,7 @@ class GatedRunner:
       progress(stage, "start", "")
       if i == 2: assert self.gate.wait(30), "never released"
       progress(stage, "done", "0.01s")
-    return SimpleNamespace(trace=minimal_trace(spec.label()), rewrites=b"")
+    return fake_result(minimal_trace(label=spec.label()))
   def release(self): self.gate.set()
 
 @pytest.fixture
@@ -127,7 +120,7 @@ def test_a_failed_stage_shows_on_the_trace_page(tmp_path):
     progress("schedule", "start", ""); progress("schedule", "error", "RuntimeError: rangeify broke")
     failure = {"stage": "schedule", "error": "RuntimeError: rangeify broke", "traceback": "Traceback ...\nRuntimeError"}
     trace = minimal_trace() | {"status": "error", "stage_seconds": {"tensor_graph": 0.01}, "failures": [failure]}
-    return SimpleNamespace(trace=trace, rewrites=b"")
+    return fake_result(trace)
   app = app_over(str(tmp_path / "s.sqlite3"), runner=stage_fails)
   with TestClient(app) as client:
     trace_id = client.post("/api/traces", json={"preset": "small"}).json()["id"]

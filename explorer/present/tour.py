@@ -5,6 +5,7 @@ generated here from the data, never canned, so a different variant gives differe
 """
 from __future__ import annotations
 from dataclasses import replace
+from explorer.schema import target_record
 from explorer.spec import ConvSpec, Variant
 
 ROLE_MEANING = {
@@ -118,10 +119,9 @@ def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None) -> list[dict]:
   ]
 
 def _pressure_text(k: dict) -> str:
-  rec = (k.get("targets") or {}).get(k.get("host_target") or "") or {}
-  if not (p := rec.get("pressure")): return ""
+  if (rec := target_record(k)) is None or not (p := rec.get("pressure")): return ""
   where = f" (source line {p['max_live_line']})" if p.get("max_live_line") else ""
-  regs = (rec.get("compile") or {}).get("registers")
+  regs = compiled.get("registers") if (compiled := rec.get("compile")) else None
   return (f" At most {p['max_live']} values are live at once, at uop {p['max_live_at']}{where}: what the register allocator has to fit"
           + (f"; the compiler used {regs} registers per thread." if regs is not None else "."))
 

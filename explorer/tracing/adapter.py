@@ -13,7 +13,7 @@ if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
 
 import atexit, collections, collections.abc, contextlib, ctypes, dataclasses, difflib, enum, functools, glob, io, itertools, linecache, math
-import pickle, platform, re, subprocess, sys, tempfile, time
+import pickle, platform, re, subprocess, sys, tempfile, time, typing
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 import tinygrad
@@ -36,6 +36,8 @@ from tinygrad.uop.ops import (AxisType, CallInfo, GroupOp, KernelInfo, Ops, Para
 import tinygrad.device
 from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, read_plain, refused, write_plain
 from explorer.spec import COMPUTE_DEVICES
+if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
+  from explorer.schema import LoopRange, LoopSplit, Pressure, SpecCheck, SpecViolation, Storage
 
 # the public names the rest of the explorer uses: it imports tinygrad only through this module
 __all__ = ["AddrSpace", "Context", "Device", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes"]
@@ -656,8 +658,8 @@ class ProgramFacts:
   linear: list[str]
   ops: dict[str, int]
   source: str
-  storage: dict[str, int]   # buffers the kernel keeps on chip: registers and local (shared) memory
-  pressure: dict            # liveness over the linear order (see pressure)
+  storage: Storage          # buffers the kernel keeps on chip: registers and local (shared) memory
+  pressure: Pressure        # liveness over the linear order (see pressure)
   nums: list[int]           # each linear UOp's trace number in the rewrite blob: the graph pages find them by it
 
 UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
@@ -677,11 +679,15 @@ def rule_source(loc: tuple[str, int]) -> str:
     if depth <= 0: break
   return "\n".join(out)
 
-def _range_fact(u: UOp) -> tuple[tuple[str, Any], ...]:
+RangeFact = tuple[Any, Any, str]  # a loop's axis, size and kind, hashable (loops are counted)
+
+def _range_fact(u: UOp) -> RangeFact:
   n = u.src[0].src[0] if u.src and u.src[0].op is Ops.CAST and u.src[0].src[0].op is Ops.CONST else u.src[0] if u.src else None
   size = None if n is None else n.arg if n.op is Ops.CONST else str(n)
   kind = str(u.arg[-1]).split(".")[-1] if isinstance(u.arg, tuple) else ""
-  return (("axis", u.arg[0] if isinstance(u.arg, tuple) else u.arg), ("size", size), ("kind", kind))
+  return (u.arg[0] if isinstance(u.arg, tuple) else u.arg, size, kind)
+
+def _loop_range(f: RangeFact) -> LoopRange: return {"axis": f[0], "size": f[1], "kind": f[2]}
 
 def _rule_file(path: str) -> str:
   """tinygrad's rules by their path in tinygrad (codegen/simplify.py), the explorer's own by theirs (explorer/tracing/rewrites.py)."""
@@ -691,12 +697,13 @@ def _splits_loops(pass_name: str) -> bool:
   """tinygrad's "split ranges" pass, and the explorer's peel:N rewrite (explorer.tracing.rewrites)."""
   return pass_name == "split ranges" or pass_name.startswith(REWRITE_PASS.format("peel:"))
 
-def loop_splits(mark: int) -> list[dict]:
+def loop_splits(mark: int) -> list[LoopSplit]:
   """Each match of a "split ranges" pass since mark: the loop(s) it cut (axis, trip count, kind), the loops they became, the rule (its
   file:line and source, read from tinygrad now). tinygrad records the pass's rewrite of the kernel; the cut ranges are what the graph
   lost and the new ranges what it gained."""
   from tinygrad.viz.serve import VizData, _reconstruct
-  data, out = None, []
+  data = None
+  out: list[LoopSplit] = []
   for g in range(mark, len(uop_ops.tracked_ctxs)):
     for step, r in enumerate(uop_ops.tracked_ctxs[g]):
       if not _splits_loops(r.name) or not r.matches: continue
@@ -705,8 +712,8 @@ def loop_splits(mark: int) -> list[dict]:
         fb, fa = (collections.Counter(_range_fact(u) for u in _reconstruct(data, n).toposort() if u.op is Ops.RANGE) for n in (before, after))
         if fb == fa: continue  # a match of the pass that cut nothing (it also flattens ranges)
         # the loops it cut and the ones they became; a loop nested in a peeled one is copied, not cut, and is left out of both
-        out.append({"pass": r.name, "step": step, "ranges": [dict(f) for f in sorted(fb - fa, key=str)],
-                    "into": [dict(f) for f in sorted(fa - fb, key=str) if f not in fb],
+        out.append({"pass": r.name, "step": step, "ranges": [_loop_range(f) for f in sorted(fb - fa, key=str)],
+                    "into": [_loop_range(f) for f in sorted(fa - fb, key=str) if f not in fb],
                     "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc)})
   return out
 
@@ -715,14 +722,14 @@ def loop_splits(mark: int) -> list[dict]:
 MAX_VIOLATIONS = 50
 SPECS = {"tensor": "spec_tensor", "kernel_graph": "spec_kernel_graph", "program": "spec_program"}
 
-def spec_check(roots: list[UOp], spec: str, enter_calls: bool = True) -> dict:
+def spec_check(roots: list[UOp], spec: str, enter_calls: bool = True) -> SpecCheck:
   """Run one of tinygrad's spec PatternMatchers over every UOp under roots, as type_verify does, but recording each UOp no rule accepts
   (with type_verify's message) instead of raising at the first. Returns {spec, ok, checked, violations (at most MAX_VIOLATIONS),
   violation_count}."""
   from tinygrad.uop import spec as specs
   matcher = getattr(specs, SPECS[spec])
   lst = list(dict.fromkeys(u for r in roots for u in r.toposort(enter_calls=enter_calls)))
-  bad = []
+  bad: list[SpecViolation] = []
   with Context(TRACK_MATCH_STATS=0):
     for i, u in enumerate(lst):
       if matcher.rewrite(u) is not True:
@@ -747,7 +754,7 @@ def _lanes(u: UOp) -> int:
   if u.op is Ops.BUFFER: return int(u.max_numel()) if u.addrspace is AddrSpace.REG else 0  # a register array holds its elements
   return max(1, int(getattr(u.dtype, "count", 1)))
 
-def pressure(lin: list[UOp]) -> dict:
+def pressure(lin: list[UOp]) -> Pressure:
   """Liveness over the linearized UOps: a value is live from its definition to its last use, extended to the END of any loop it is
   used in that started after it was defined (the loop reads it every iteration); a vector counts once per lane, a register array
   once per element. Returns ssa_values, max_live (lanes), max_live_at (uop index), the curve (at most CURVE_POINTS [uop index, live]
@@ -789,7 +796,7 @@ def program_facts(prg: UOp) -> ProgramFacts:
   detail = collections.Counter(u.op.name for u in lin)
   def num(x: Any) -> Any: return int(x) if isinstance(x, (int, float)) else str(x)
   onchip = {sp: [u for u in lin if u.op is Ops.BUFFER and u.addrspace is sp] for sp in (AddrSpace.REG, AddrSpace.LOCAL)}
-  storage = {"reg_buffers": len(onchip[AddrSpace.REG]), "reg_values": sum(int(u.max_numel()) for u in onchip[AddrSpace.REG]),
+  storage: Storage = {"reg_buffers": len(onchip[AddrSpace.REG]), "reg_values": sum(int(u.max_numel()) for u in onchip[AddrSpace.REG]),
              "local_buffers": len(onchip[AddrSpace.LOCAL]),
              "local_bytes": sum(int(u.max_numel()) * u.dtype.itemsize for u in onchip[AddrSpace.LOCAL])}
   return ProgramFacts(ansistrip(prg.arg.name), [num(x) for x in prg.arg.global_size],
@@ -821,7 +828,9 @@ class _LineTracker:
     self.turns.append((u, len(kernel) if isinstance(kernel, list) else -1))
     return self.inner.rewrite(u, ctx)
 
-def line_map(prg: UOp, renderer: Renderer) -> tuple[list[list[Any]] | None, str | None]:
+LineMap = list[tuple[int, list[int]]]  # [(source line, [linear uop indexes]), ...]
+
+def line_map(prg: UOp, renderer: Renderer) -> tuple[LineMap | None, str | None]:
   """[[source line (1-based), [linear uop indexes]], ...] for every line of the kernel body, or None and why. The program's linear
   UOps are rendered again by a copy of its renderer whose string_rewrite is a _LineTracker; the map is kept only if that render is
   the program's source, character for character."""
@@ -850,9 +859,9 @@ def line_map(prg: UOp, renderer: Renderer) -> tuple[list[list[Any]] | None, str 
   by_line: dict[int, list[int]] = collections.defaultdict(list)
   for u, ls in lines.items():
     for ln in ls: by_line[ln].append(pos[u])
-  return [[ln, sorted(ix)] for ln, ix in sorted(by_line.items())], None
+  return [(ln, sorted(ix)) for ln, ix in sorted(by_line.items())], None
 
-def source_line(uop: int, lines: list[list[Any]] | None) -> int | None:
+def source_line(uop: int, lines: LineMap | None) -> int | None:
   """The source line of a linear UOp: its own (the first it appears in), or that of the nearest UOp before it that has one."""
   if not lines: return None
   line_of: dict[int, int] = {}
@@ -860,7 +869,7 @@ def source_line(uop: int, lines: list[list[Any]] | None) -> int | None:
     for i in ix: line_of.setdefault(i, ln)
   return next((line_of[i] for i in range(uop, -1, -1) if i in line_of), None)
 
-def with_lines(pressure: dict, lines: list[list[Any]] | None) -> dict:
+def with_lines(pressure: Pressure, lines: LineMap | None) -> Pressure:
   """The pressure record with source lines: of the peak (max_live_line) and of each longest live range's definition."""
   return {**pressure, "max_live_line": source_line(pressure["max_live_at"], lines),
           "longest": [{**r, "line": source_line(r["uop"], lines)} for r in pressure["longest"]]}

@@ -10,8 +10,11 @@ gets heuristic opts, and its record says so."""
 from __future__ import annotations
 import contextlib, os, threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 from explorer.tracing.pool import WorkerPool
+if TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of trace workers
+  from explorer.schema import LoopSplit, Pass, TargetRecord
+  from explorer.tracing.adapter import LineMap
 
 def _init() -> None:
   from explorer.tracing import compilers
@@ -20,15 +23,17 @@ def _init() -> None:
   if "VIZ" not in os.environ: os.environ["TRACK_MATCH_STATS"] = "2"  # every render records its passes, whatever the user's environment
   import explorer.tracing.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules
 
-def pass_record(p: Any) -> dict[str, Any]:
+def pass_record(p: Any) -> Pass:
   """A codegen pass as the trace records it: name, depth, matches, and where its graphs are in its rewrite blob (group, step, sink)."""
   return {"group": p.group, "step": p.step, "name": p.name, "depth": p.depth, "matches": p.matches, "sink": p.sink}
 
+RenderFailed = dict[str, str]  # {"error": the one-line reason a kernel's codegen failed on this target}
+
 BEAM_NOTE = "BEAM needs the device to time its candidates: this deviceless target got tinygrad's heuristic opts"
 
-def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: list[str], loop_splits: list[dict[str, Any]],
-                  line_map: tuple[list[list[Any]] | None, str | None] = (None, None)) -> dict[str, Any]:
-  """One kernel on one target, in the trace's schema (explorer.web.http.models.TargetRecord); the host's record has the same fields.
+def target_record(facts: Any, passes: list[Pass], arch: str, notes: list[str], loop_splits: list[LoopSplit],
+                  line_map: tuple[LineMap | None, str | None] = (None, None)) -> TargetRecord:
+  """One kernel on one target, in the trace's schema (explorer.schema.TargetRecord); the host's record has the same fields.
   line_map: (adapter.line_map's [[source line, [uop indexes]], ...] or None, why there is none)."""
   from explorer.tracing import adapter as tg
   lines, why = line_map
@@ -39,15 +44,15 @@ def target_record(facts: Any, passes: list[dict[str, Any]], arch: str, notes: li
           "line_map": lines, "line_map_note": why, "linear_nums": facts.nums, "compile": None}
 
 def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: bool = True, rewrites: tuple[str, ...] = (),
-                   rewrite_file: str | None = None) -> tuple[list[dict[str, Any]], bytes]:
+                   rewrite_file: str | None = None) -> tuple[list[TargetRecord | RenderFailed], bytes]:
   """Per kernel: its target record, or {"error": message} where codegen failed; and this process's rewrite blob, which the records'
   passes address (group, step, sink), so that every target's codegen steps can be expanded like the host's. `rewrites` (and a
   rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.tracing.rewrites)."""
   from explorer.tracing import adapter as tg, compilers
   from explorer.tracing.rewrites import build
   renderer, base = tg.render_target(target, arch), tg.tracking_mark()
-  out: list[dict[str, Any]] = []
-  facts: dict[int, Future] = {}
+  out: list[TargetRecord | RenderFailed] = []
+  facts: dict[int, tuple[TargetRecord, Future]] = {}
   custom = build(rewrites, rewrite_file)
   nvrtc = tg.nvrtc_compiler() if compile and target == "cuda" else None
   with tg.opt_context(opt), ThreadPoolExecutor(1) as compiles:  # each kernel compiles (a subprocess, NVRTC) beside the next's codegen
@@ -64,10 +69,10 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: b
       if compile:
         ptx = tg.fill_ptx(rec["source"], arch) if target == "ptx" else None
         if ptx is not None: rec["compiled_source"] = ptx  # what tinygrad's PTXCompiler hands ptxas: the pages show this
-        facts[len(out)] = compiles.submit(compilers.compile_target, target, rec["source"], arch, compilers.block_threads(rec["local_size"]),
-                                          ptx, nvrtc)
+        facts[len(out)] = rec, compiles.submit(compilers.compile_target, target, rec["source"], arch,
+                                               compilers.block_threads(rec["local_size"]), ptx, nvrtc)
       out.append(rec)
-  for i, fut in facts.items(): out[i]["compile"] = fut.result()
+  for rec, fut in facts.values(): rec["compile"] = fut.result()
   return out, tg.export_rewrites(base)
 
 class RenderPool:

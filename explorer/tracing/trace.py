@@ -7,16 +7,16 @@ from __future__ import annotations
 import contextlib, datetime, platform, socket, statistics, time, traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 import numpy as np
 from explorer.tracing import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.reference import conv2d_error
 from explorer.tracing import compilers
 from explorer.tracing.renders import RenderPool, pass_record, target_record
-from explorer.spec import REWRITES, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
+from explorer.spec import REWRITES, TRACE_SCHEMA, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
+if TYPE_CHECKING: from explorer.schema import Kernel, Storage, TimeStats  # types only: pydantic stays out of trace workers
 
-SCHEMA = 2  # 2: kernels[i].targets[T], a whole record per target (explorer/schema.py); 1: sources per target only
 Progress = Callable[[str, str, str], None]  # (stage, "start"|"done"|"error", detail)
 
 def _quiet(stage: str, status: str, detail: str) -> None: pass
@@ -59,7 +59,7 @@ class Recorder:
 def new_trace(spec: ConvSpec | None, variant: Variant, device: str, program: dict | None = None) -> dict:
   """A trace about to be recorded: of a convolution (spec), or of any tinygrad program (program: its name, source and outputs)."""
   label = f"{spec.label()} | {variant.label()}" if spec is not None else f"{program['name'] if program else 'program'} | opt={variant.opt}"
-  return {"schema": SCHEMA, "spec": spec.to_dict() if spec is not None else None, "preset": preset_of(spec) if spec is not None else None,
+  return {"schema": TRACE_SCHEMA, "spec": spec.to_dict() if spec is not None else None, "preset": preset_of(spec) if spec is not None else None,
           "program": program, "variant": variant.to_dict(), "label": label,
           "env": {"tinygrad": tg.TINYGRAD_VERSION, "device": device, "host": socket.gethostname(), "python": platform.python_version(),
                   "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "tracking": tg.tracking_enabled()},
@@ -151,7 +151,7 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   trace = rec.trace
   sink = tg.tensor_sink(*program.outs)
   trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
-  trace["spec_checks"] = {"tensor_graph": tg.spec_check([sink], "tensor")}  # tinygrad's own specs, every UOp (models.SpecCheck)
+  trace["spec_checks"] = {"tensor_graph": tg.spec_check([sink], "tensor")}  # tinygrad's own specs, every UOp (schema.SpecCheck)
   linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role))
   trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
@@ -217,6 +217,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
   progress says each kernel as it is done, with its seconds."""
   from explorer.tracing.rewrites import build
   trace, renderer, custom = rec.trace, tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
+  arch = tg.renderer_arch(renderer)
   programs, total = {}, sum(1 for c in calls if c.kind == "kernel")
   for c in calls:
     if c.kind != "kernel": continue
@@ -231,7 +232,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
     passes = [pass_record(p) for _, ps in tg.passes_since(mark, base) for p in ps]
     s = trace["schedule"][c.index]
     s["name"], s["kernel"] = facts.name, len(trace["kernels"])
-    trace["kernels"].append({"index": len(trace["kernels"]), "call": c.index, "name": facts.name, "role": s["role"], "kind": "kernel",
+    kernel: Kernel = {"index": len(trace["kernels"]), "call": c.index, "name": facts.name, "role": s["role"], "kind": "kernel",
                              "ast_uops": tg.ast_uop_count(c.ast), "ast_sink": tg.trace_num(c.ast), "ast_key": tg.ast_key(c.ast),
                              "linear_uops": facts.ops["total"],
                              "ops": facts.ops, "opts": facts.opts, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds,
@@ -239,18 +240,19 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
                              "sources": {"host": facts.source}, "source_errors": {}, "codegen_s": seconds - timer.seconds, "compile_s": timer.seconds,
                              "reads": s["reads"], "writes": s["writes"], "time_s": None, "storage": facts.storage,
                              "notes": _kernel_notes(s["role"], facts.storage), "host_target": (host := tg.target_name(renderer)),
-                             "targets": {host: target_record(facts, passes, tg.renderer_arch(renderer), [], tg.loop_splits(mark),
-                                                                             tg.line_map(prg, renderer))}})
-    trace["kernels"][-1]["spec"] = {"ast": tg.spec_check([c.ast], "tensor"), "program": tg.spec_check([tg.program_sink(prg)], "program")}
-    own = trace["kernels"][-1]["targets"][host]
-    host_facts[len(trace["kernels"]) - 1] = compiles.submit(compilers.compile_target, host, own["source"], own["arch"],
+                             "targets": {host: target_record(facts, passes, arch, [], tg.loop_splits(mark),
+                                                                             tg.line_map(prg, renderer))}}
+    kernel["spec"] = {"ast": tg.spec_check([c.ast], "tensor"), "program": tg.spec_check([tg.program_sink(prg)], "program")}
+    trace["kernels"].append(kernel)
+    own = kernel["targets"][host]
+    host_facts[len(trace["kernels"]) - 1] = compiles.submit(compilers.compile_target, host, own["source"], arch,
                                                        compilers.block_threads(own["local_size"]))
     programs[c.index] = prg
     rec.progress("codegen", "start", f"{len(trace['kernels'])} of {total} kernels: {facts.name} in {seconds:.2f}s "
                                      f"(tinygrad's codegen and compile)")
   return programs
 
-def _kernel_notes(role: str, storage: dict[str, int]) -> list[str]:
+def _kernel_notes(role: str, storage: Storage) -> list[str]:
   notes = []
   if "mhat" in role.split("+") and "out" in role.split("+"):
     where = [f"{storage['reg_buffers']} register buffer(s), {storage['reg_values']} values"] if storage["reg_buffers"] else []
@@ -296,7 +298,7 @@ def _dump_io(path: str, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
   p.mkdir(parents=True, exist_ok=True)
   for name, arr in (("input", x), ("weight", w), ("output", out)): np.save(p / f"{name}.npy", arr)
 
-def stats(xs: list[float]) -> dict:
+def stats(xs: list[float]) -> TimeStats:
   return {"median": statistics.median(xs), "mean": statistics.fmean(xs), "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0,
           "min": min(xs), "n": len(xs)}
 

@@ -3,6 +3,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, create_model, model_validator
 from explorer.spec import DTYPES, PRESETS, STUDY_CI_WIDTH, TARGETS, TILES, ConvSpec, Knob, Variant, knobs
+# the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
+from explorer.schema import (CompileFacts as CompileFacts, Disassembly as Disassembly, LiveRange as LiveRange, LoopRange as LoopRange,
+                             LoopSplit as LoopSplit, Occupancy as Occupancy, Pass as Pass, Pressure as Pressure, SpecCheck as SpecCheck,
+                             SpecViolation as SpecViolation, TargetRecord as TargetRecord)
 
 if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings
   Tile = str; Target = str; Dtype = str; PresetName = str  # noqa: E702
@@ -205,126 +209,6 @@ class ProbeStatus(BaseModel):
   result: dict[str, Any] | None = None
   error: str | None = None
   elapsed_s: float
-
-# ***** the trace's per-target records (trace schema 2): kernels[i].targets[T], one per target, the host's under its own target name *****
-
-class Occupancy(BaseModel):
-  """Theoretical occupancy of the kernel's block on its arch: resident warps over the SM's maximum, and what limits them."""
-  occupancy: float
-  warps_per_sm: int
-  max_warps_per_sm: int
-  blocks_per_sm: int
-  block_threads: int
-  limited_by: list[str]
-
-class Disassembly(BaseModel):
-  kind: str  # e.g. "SASS (cuobjdump -sass)", "PTX (nvcc)", "x86-64 assembly (clang, tinygrad's CPU flags)"
-  text: str
-
-class CompileFacts(BaseModel):
-  """The source compiled by a real compiler of the machine that traced it. ok: True compiled, False failed (message: the compiler's
-  error), None not compiled (message: which compiler is missing and how to install it, or why none can run here). CUDA and PTX add
-  ptxas' report (per thread registers, spills, shared memory, stack) and the occupancy."""
-  ok: bool | None
-  compiler: str | None
-  message: str
-  registers: int | None = None
-  barriers: int | None = None
-  spill_store_bytes: int | None = None
-  spill_load_bytes: int | None = None
-  shared_bytes: int | None = None
-  stack_bytes: int | None = None
-  occupancy: Occupancy | None = None
-  disasm: Disassembly | None = None
-
-class PassRecord(BaseModel):
-  """A codegen pass: tinygrad's graph_rewrite name, its nesting depth and how many rewrites matched (the host's also carry group/step/
-  sink, which address its graphs in the trace's rewrite blob)."""
-  name: str
-  depth: int
-  matches: int
-  group: int | None = None
-  step: int | None = None
-  sink: int | None = None
-
-class LiveRange(BaseModel):
-  uop: int    # where the value is defined (index in the linear UOps)
-  op: str
-  until: int  # its last use, extended to the END of any loop it is used in
-  lanes: int
-  line: int | None = None  # the source line that defines it (from line_map)
-
-class Pressure(BaseModel):
-  """Register pressure from the linearized UOps: values live at once (a value from its definition to its last use, extended to the END
-  of a loop it is used in; a vector once per lane, a register array once per element), the peak and where, the curve (at most 512
-  [uop index, live] points, each the peak of its stretch) and the longest live ranges."""
-  ssa_values: int
-  max_live: int
-  max_live_at: int
-  curve: list[list[int]]
-  longest: list[LiveRange]
-  max_live_line: int | None = Field(default=None, description="the source line of the peak (from line_map; none where there is no map)")
-
-class SpecViolation(BaseModel):
-  index: int       # in the checked graph's toposort
-  op: str
-  dtype: str
-  trace_num: int   # the UOp's number in the trace's rewrite blob
-  message: str     # type_verify's
-
-class SpecCheck(BaseModel):
-  """One of tinygrad's spec PatternMatchers (tinygrad/uop/spec.py) run over every UOp of a graph, each violation kept (type_verify stops
-  at the first): spec_tensor on the tensor graph and the kernel ASTs, spec_kernel_graph on the schedule's calls, spec_program on each
-  target's program."""
-  spec: str
-  ok: bool
-  checked: int
-  violations: list[SpecViolation]
-  violation_count: int
-
-class LoopRange(BaseModel):
-  axis: int | str
-  size: int | str | None
-  kind: str
-
-class LoopSplit(BaseModel):
-  """Where a range-splitting rewrite cut loops (0.14's "split ranges" pass, pm_split_ranges in tinygrad/codegen/simplify.py): the loops
-  it cut, the loops they became, and the rule, with its source read from tinygrad's file when the trace ran."""
-  model_config = {"populate_by_name": True}
-  pass_: str = Field(alias="pass")
-  step: int
-  ranges: list[LoopRange]
-  into: list[LoopRange]
-  rule: str
-  rule_source: str
-
-class TargetRecord(BaseModel):
-  """One kernel as one target's pipeline made it: its renderer configured for `arch`, the variant's opt setting (BEAM needs the device:
-  a deviceless target gets heuristic opts, and notes say so), tinygrad's Estimates from its linearized UOps, and the source."""
-  name: str
-  arch: str | None
-  opts: list[str]
-  global_size: list[int | str]
-  local_size: list[int | str] | None
-  linear_uops: int
-  ops: dict[str, int]
-  flops: int
-  bytes: int
-  lds: int | None = None
-  passes: list[PassRecord]
-  uops_listing: list[str]
-  source: str
-  pressure: Pressure | None = None
-  spec: SpecCheck | None = None
-  loop_splits: list[LoopSplit] = []
-  line_map: list[tuple[int, list[int]]] | None = Field(default=None, description="[source line (1-based), [indexes into the linear UOps]] for "
-    "every line of the kernel body: the UOps whose rendering turn wrote the line, and those inlined into it")
-  compiled_source: str | None = Field(default=None, description="the source as tinygrad's compiler hands it on, where that differs "
-    "(PTX: the VERSION and TARGET placeholders filled)")
-  linear_nums: list[int] | None = Field(default=None, description="each linear UOp's trace number: graph nodes carry it as `num`")
-  line_map_note: str | None = Field(default=None, description="why there is no line map (renderers other than the C-style ones)")
-  notes: list[str] = []
-  compile: CompileFacts | None = None
 
 class TargetJob(BaseModel):
   """A target the trace did not ask for, being computed on first request (202): poll the same URL; 200 brings the record."""

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from explorer.analysis.diff import comparable, relation_label
-from explorer.spec import PRESETS, SpecError
+from explorer.spec import PRESETS, SpecError, knobs
 from explorer.store import trace_key
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep
@@ -24,13 +24,13 @@ from explorer.web.urls import diff_url
 
 router = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api", tags=["diff"])
-VARIANT_KEYS = ("algo", "wino_impl", "tile", "staging", "consts", "opt", "targets", "warmup", "repeats", "time", "fallback", "device")
+OFFERED = tuple(name for name, (_, k) in knobs().items() if k.web == "offered")  # the variant fields a request may set
 
 # ***** quick picks: the same spec with one thing changed *****
 
 def request_of(trace: dict, **changes: Any) -> dict:
   """A trace request for this trace's spec and variant, with changes."""
-  v = {k: trace["variant"][k] for k in VARIANT_KEYS if k in (trace.get("variant") or {})}
+  v = {k: trace["variant"][k] for k in OFFERED if k in (trace.get("variant") or {})}
   v["targets"] = list(v.get("targets") or [])
   preset = trace.get("preset")
   base = {"preset": preset} if preset in PRESETS and PRESETS[preset].to_dict() == trace["spec"] else {"spec": trace["spec"]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Literal
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
+from explorer.schema import host_target
 from explorer.spec import TARGETS
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, GraphView, PassMatches, documented
@@ -24,8 +25,8 @@ def expand_nums(expand: str | None) -> frozenset[int]: return frozenset(int(x) f
 
 def blob_target(trace: dict, target: str | None) -> str | None:
   """None (the host's blob) for the host's own target; else the target, which must be one the trace recorded."""
-  host = ((trace.get("kernels") or [{}])[0]).get("host_target")
-  if target is None or target == host: return None
+  kernels = trace.get("kernels") or []
+  if target is None or (kernels and target == host_target(kernels[0])): return None
   if target not in TARGETS: raise HTTPException(404, f"unknown target {target!r}; known: {', '.join(TARGETS)}")
   return target
 

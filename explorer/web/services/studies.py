@@ -113,7 +113,7 @@ class StudyService:
   def _keep(self, spec: ConvSpec, variant: Variant, result: Any) -> str:
     """Store a variant's trace (its page is linked from the study's) and return its id."""
     trace_id = trace_key(spec, variant)
-    self.store.put_trace(trace_id, result.trace, result.rewrites, getattr(result, "target_rewrites", None))
+    self.store.put_trace(trace_id, result.trace, result.rewrites, result.target_rewrites)
     self.on_stored(trace_id)
     return trace_id
 

@@ -183,7 +183,7 @@ class JobManager:
       self.runs += 1
       await self._write(self.store.job_started, job.id)
     async def kept(job: Job, result: Any) -> Any:
-      await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites, getattr(result, "target_rewrites", None))
+      await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites, result.target_rewrites)
       if failures := result.trace.get("failures") or []: job.failed = f"stage {failures[0]['stage']} failed: {failures[0]['error']}"
       return None  # stored: the job keeps no copy
     async def ended(job: Job) -> None: await self._write(self.store.job_finished, job.id, job.status, job.error)
