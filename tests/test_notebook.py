@@ -5,7 +5,9 @@ import pytest
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parent.parent / "examples" / "symbolic_constants.ipynb"
 
+@pytest.mark.slow
 def test_the_example_notebook_runs_and_shows_traces_inline():
+  """Slow: a real Jupyter kernel starts and runs the example notebook's traces."""
   nbformat = pytest.importorskip("nbformat", reason="the notebook extra (pip install .[notebook]) is not installed")
   nbclient = pytest.importorskip("nbclient", reason="the notebook extra (pip install .[notebook]) is not installed")
   nb = nbformat.read(NOTEBOOK, as_version=4)

@@ -134,7 +134,9 @@ def test_a_worker_killed_mid_trace_is_retried_on_another(broker, tmp_path):
       assert wait_for(base, trace_id)["status"] == "done"
       assert ran_on(base, trace_id)["worker"] == "rescuer" and time.monotonic() - killed < 120
 
+@pytest.mark.slow
 def test_a_job_whose_workers_all_die_fails_with_a_clear_message(broker, tmp_path):
+  """Slow: a worker is started and SIGKILLed mid-job once per attempt, and RQ notices each death only after its heartbeat lapses."""
   from explorer.queue.client import ATTEMPTS
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base:
     trace_id = submit(base, tiny(cout=7, time=True, repeats=200))
@@ -148,7 +150,9 @@ def test_a_job_whose_workers_all_die_fails_with_a_clear_message(broker, tmp_path
     final = wait_for(base, trace_id, timeout_s=120)
     assert final["status"] == "error" and f"the worker running it died (doomed{ATTEMPTS - 1}), on attempt {ATTEMPTS} of {ATTEMPTS}" in final["error"]
 
+@pytest.mark.slow
 def test_a_restarted_server_follows_the_jobs_it_had_queued(broker, tmp_path):
+  """Slow: two real servers in turn (each starts its process and database) and a worker that traces the jobs the first one queued."""
   db = tmp_path / "s.sqlite3"
   with running_server(db, tmp_path, "first.log", queue=broker) as base:
     trace_id = submit(base, tiny(cout=8))  # no worker yet: they wait in the queue
@@ -197,7 +201,9 @@ def test_a_server_without_the_queue_marks_the_jobs_queued_on_it_interrupted_sayi
     with worker(broker, "follower", tmp_path):
       assert wait_for(base, trace_id)["status"] == "done" and ran_on(base, trace_id)["worker"] == "follower"
 
+@pytest.mark.slow
 def test_studies_and_diff_measurements_run_on_a_worker(broker, tmp_path):
+  """Slow: two traces, a study (two traces and their timing) and a diff measurement, each a job a real worker takes from redis."""
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "lab", tmp_path):
     a, b = submit(base, TINY), submit(base, tiny(algo="winograd"))
     assert wait_for(base, a)["status"] == wait_for(base, b)["status"] == "done"

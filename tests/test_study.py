@@ -68,10 +68,12 @@ def test_the_documents_claims_are_b_over_a_ratios():
   assert abs(CLAIMS["constants"]["medium"]["time"] - 1.0139) < 1e-4 and abs(CLAIMS["constants"]["large"]["spread"] - 10) < 1e-9
   assert CLAIMS["fusion"]["wino8"]["of"] == "fused" and CLAIMS["constants"]["k5"]["says"]["time"] == "symbolic 5.64% faster"
 
+@pytest.mark.slow
 def test_a_study_runs_every_case_and_a_5x5_one_honestly():
   """The JSON contract: {"cases": [{"preset", "rows", "comparisons", "identical_kernels"}]}. A 5x5 case runs the explorer's generated
   Winograd (F(2,5) asked for: it applies to the 5x5 case only; different kernels per constant mode) and, as the document's setting,
-  tinygrad's builtin path, which falls back to the direct kernels: identical by construction."""
+  tinygrad's builtin path, which falls back to the direct kernels: identical by construction. Slow: three cases, each two traces
+  and their interleaved timing, every kernel compiled three more times."""
   from explorer.analysis.study import run_studies
   study = run_studies("constants", [("tiny3", ConvSpec(1, 2, 2, 8, 8, 3)), ("tiny5", ConvSpec(1, 2, 2, 8, 8, 5))], repeats=3, warmup=1,
                       tile="F(2,5)", compile_repeats=3)
@@ -83,9 +85,11 @@ def test_a_study_runs_every_case_and_a_5x5_one_honestly():
     assert [x["figure"] for x in c["comparisons"]] == ["time", "spread", "compile"]
   assert "identical" in cases[2]["case"] and "noise by construction" in markdown(cases[2])
 
+@pytest.mark.slow
 def test_adaptive_sampling_stops_when_the_interval_is_narrow_or_the_budget_is_spent():
   """Timing a variant against itself converges quickly to a narrow interval around 1; an impossible width stops at the budget.
-  A 50 us kernel: two copies of a 3 us one differ by up to 40% on a CPU (placement), which no sampling removes."""
+  A 50 us kernel: two copies of a 3 us one differ by up to 40% on a CPU (placement), which no sampling removes. Slow: the second
+  study runs until its 2 s budget is spent, by design, after two traces."""
   from explorer.analysis.study import run_study
   spec = ConvSpec(1, 8, 8, 32, 32, 3)
   same = [("direct", Variant(algo="direct")), ("direct again", Variant(algo="direct"))]
@@ -152,9 +156,11 @@ def test_a_tile_applies_to_the_cases_it_fits_and_one_that_fits_none_is_refused(c
   assert len(err.splitlines()) == 1 and "F(2,5) is for 5x5 kernels" in err and "small: 3x3" in err
   with pytest.raises(SpecError, match="no case has one"): run_studies("constants", [("small", three)], tile="F(4,5)")
 
+@pytest.mark.slow
 def test_a_named_presets_claim_reaches_a_verdict_computed_from_the_measurement(monkeypatch):
   """End to end through CLAIMS: a claim for the cheap `small` preset (seed 000's medium figures, and a compile figure) is looked up by
-  run_studies, and every verdict is the one its measured interval (or exact counts) gives: none is passed through."""
+  run_studies, and every verdict is the one its measured interval (or exact counts) gives: none is passed through. Slow: a whole
+  study (two traces, timing, compiles) through the public entry point."""
   from explorer import stats
   from explorer.analysis.study import CLAIMS, HUNDREDS_TO_DOZENS, run_studies, seed_000
   from explorer.present.study import document_rows

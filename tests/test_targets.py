@@ -68,8 +68,11 @@ CASES = {**{f"{p} direct": (p, Variant(targets=GPU_TARGETS, time=False)) for p i
          "wino8 direct NOOPT": ("wino8", Variant(opt="none", targets=GPU_TARGETS, time=False)),
          "medium direct sm_80": ("medium", Variant(targets=("cuda", "ptx"), time=False, cuda_arch="sm_80"))}
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_each_targets_kernels_are_what_tinygrad_makes_for_that_renderer(case):
+  """Slow: each case is five targets' codegen twice, the trace's and plain tinygrad's in a process of its own (tinygrad takes about 4 s
+  per target for the fused medium Winograd kernel)."""
   preset, variant = CASES[case]
   trace = run_trace(PRESETS[preset], variant).trace
   assert trace["status"] == "ok" and trace["schema"] == 2, trace["failures"]
@@ -188,9 +191,11 @@ def test_every_targets_codegen_steps_are_browsable(tmp_path):
       assert f'data-prefix="codegen@{target}/0"' in page
     assert client.get(f"/api/traces/{trace_id}/graphs/codegen@wgsl/0/0/after").status_code == 404
 
+@pytest.mark.slow
 def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path):
   """Rebuilt from the stored rewrite blob and rendered in a worker: the same record an eager trace makes; the second request is
-  served from the store; the page follows the job (and is not cached while it runs)."""
+  served from the store; the page follows the job (and is not cached while it runs). Slow: an eager trace (two targets) to compare
+  with, a served trace, then the lazy target's codegen in a worker."""
   app = app_over(str(tmp_path / "l.sqlite3"))
   body = {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}}
   eager = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda", "metal"), time=False)).trace

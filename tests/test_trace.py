@@ -177,3 +177,18 @@ def test_tinygrads_own_seconds_per_stage_and_kernels_as_they_finish(wino):
   assert [d.split(": ")[1].split(" in ")[0] for d in done] == [k["name"] for k in trace["kernels"]]
   from explorer.cli.main import summary
   assert f"tinygrad's own calls {sum(trace['tinygrad_seconds'].values()):.2f}s" in summary(trace)
+
+def test_a_trace_that_names_no_device_tells_the_next_workers_which_one_to_open(monkeypatch):
+  """tinygrad tries every backend in turn for its default device in each new process; the first trace's answer is handed to the next
+  workers as DEV (the same device, found once), unless DEV is set here."""
+  from explorer.tracing import run
+  monkeypatch.delenv("DEV", raising=False)
+  monkeypatch.setattr(run, "_default_device", {})
+  assert run.device_env(Variant()) == {}
+  tiny, v = ConvSpec(1, 2, 2, 8, 8, 3), Variant(time=False, targets=())
+  first = run_trace(tiny, v).trace["env"]["device"]
+  assert run.device_env(Variant()) == {"DEV": first} and run.device_env() == {"DEV": first}
+  assert run_trace(tiny, v).trace["env"]["device"] == first
+  assert run.device_env(Variant(device="CPU:0")) == {"DEV": "CPU"}
+  monkeypatch.setenv("DEV", "CPU")
+  assert run.device_env(Variant()) == {}

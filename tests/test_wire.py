@@ -143,6 +143,7 @@ def test_a_crafted_trace_file_reaches_repro_as_text_alone(real_trace, tmp_path):
 
 # ***** 2: slow bodies and open streams hold no request slot *****
 
+@pytest.mark.slow
 def test_slow_bodies_lock_nobody_out_and_meet_their_deadline(tmp_path):
   """260 connections send a head and part of a 60000-byte body, then nothing, for 20 s: every page answers within a second all the
   while (their bodies hold no request slot, and 260 > max_connections); past request_body_timeout_s each gets a 408 and is closed."""

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 from explorer import stats
 from explorer.spec import STUDY_COMPILE_REPEATS, ConvSpec, SpecError, Variant
 from explorer.tracing.workers import Progress, call_in_worker
-from explorer.tracing.run import run_trace
+from explorer.tracing.run import device_env, run_trace
 
 STUDY_VARIANTS: dict[str, list[tuple[str, Variant]]] = {
   "constants": [("symbolic", Variant(algo="winograd", wino_impl="explorer", consts="symbolic")),
@@ -100,7 +100,8 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
   timing, _ = call_in_worker("explorer.tracing.timing:time_interleaved", {"spec": spec.to_dict(), "variants": [v.to_dict() for _, v in variants],
                              "warmup": warmup, "repeats": repeats, "target_width": ci_width, "budget_s": budget_s,
                              "compile_repeats": compile_repeats},
-                             progress=lambda _stage, _status, detail: step("timing", "running", detail), timeout_s=timeout_s, env={"VIZ": "0"})
+                             progress=lambda _stage, _status, detail: step("timing", "running", detail), timeout_s=timeout_s,
+                             env={"VIZ": "0", **device_env()})
   step("timing", "done", "")
   rows = [{**_row(name, traces[name], t), "trace_id": kept[name]} for (name, _), t in zip(variants, timing)]
   base = rows[0]["time_median_s"]

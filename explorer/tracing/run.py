@@ -25,6 +25,7 @@ def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None
   """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends."""
   (trace, blob, blobs), seen = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
                                        "dump_io": dump_io}, progress, timeout_s, env=device_env(variant), limits=limits, live=live)
+  _learn_default_device(variant, trace)
   return TraceResult(record_ran_on(trace), blob, seen, blobs)
 
 def ran_here(worker: str | None = None) -> dict[str, Any]:
@@ -41,10 +42,19 @@ def record_ran_on(trace: dict[str, Any], worker: str | None = None) -> dict[str,
   trace.setdefault("env", {})["ran_on"] = {**here, "stages": {s: here["by"] for s in ran}}
   return trace
 
-def device_env(variant: Variant) -> dict[str, str]:
-  """DEV set to the variant's device (its name: DEV's own syntax reads "CUDA:1" differently): tinygrad then opens that device as its
-  default instead of trying every backend for one (about 0.6 s per process on a CPU-only machine), in the worker and its renders."""
-  return {"DEV": variant.device.split(":")[0]} if variant.device else {}
+# this host's default device, as the first trace that named none found it (tinygrad tries every backend in turn for one)
+_default_device: dict[str, str] = {}
+
+def device_env(variant: Variant | None = None) -> dict[str, str]:
+  """DEV set to the variant's device (its name: DEV's own syntax reads "CUDA:1" differently), or, for a variant that names none, to the
+  default device an earlier trace of this process found: tinygrad then opens that device as its default instead of trying every backend
+  for one (about 0.5 s per process on a CPU-only machine), in the worker and its renders. DEV set in this process's environment wins."""
+  if variant is not None and variant.device: return {"DEV": variant.device.split(":")[0]}
+  return {"DEV": _default_device["device"]} if "DEV" not in os.environ and "device" in _default_device else {}
+
+def _learn_default_device(variant: Variant, trace: dict[str, Any]) -> None:
+  if not variant.device and isinstance(device := trace.get("env", {}).get("device"), str) and device:
+    _default_device.setdefault("device", device.split(":")[0])
 
 def run_script(path: str, fn: str | None, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
                limits: Limits | None = None) -> TraceResult:
@@ -53,6 +63,7 @@ def run_script(path: str, fn: str | None, variant: Variant, progress: Progress |
   results, seen = call_in_worker("explorer.tracing.program:script_in_worker", {"path": path, "fn": fn, "variant": variant.to_dict()},
                                  progress, timeout_s, env=device_env(variant), limits=limits)
   trace, blob, blobs = results[main_realize([r[0] for r in results])]
+  _learn_default_device(variant, trace)
   return TraceResult(trace, blob, seen, blobs, others=[record_ran_on(r[0]) for r in results])
 
 def main_realize(traces: list[dict[str, Any]]) -> int:
