@@ -89,9 +89,17 @@ def default_db_path() -> pathlib.Path:
   base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
   return pathlib.Path(base) / "kernel-explorer" / "traces.sqlite3"
 
+_installed: list[tuple[str, str]] = []  # (the metadata directory tinygrad's version was read from, that version)
+
 def tinygrad_version() -> str:
-  try: return importlib.metadata.version("tinygrad")
+  """The installed tinygrad's version, which trace ids follow. Package metadata is read again only once the directory it was read
+  from is gone (an upgrade replaces it): finding it walks sys.path, which cost a third of the server's time under load (every home
+  page keys the built-in tours)."""
+  if _installed and os.path.isdir(_installed[0][0]): return _installed[0][1]
+  try: dist = importlib.metadata.distribution("tinygrad")
   except importlib.metadata.PackageNotFoundError: return "unknown"
+  if (where := getattr(dist, "_path", None)) is not None: _installed[:] = [(str(where), dist.version)]
+  return dist.version
 
 # tinygrad's DEV override as this process started with it: tinygrad itself sets DEV in the environment once it has picked a default
 # device in this process (for the processes it spawns), which a capture() in a notebook does, and a trace's id must not change then

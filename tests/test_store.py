@@ -27,10 +27,20 @@ def test_default_device_key_follows_dev():
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, timeout=60).stdout.strip()
   assert key_with("CUDA") == trace_key(PRESETS["small"], Variant(device="CUDA")) != key_with(None)
 
-def test_key_follows_the_installed_tinygrad(monkeypatch):
+def test_key_follows_the_installed_tinygrad(monkeypatch, tmp_path):
+  """Metadata is read once while the distribution it came from is installed, and again after an upgrade replaced it."""
+  from explorer import store
   k = trace_key(PRESETS["small"], Variant())
-  monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9")
-  assert trace_key(PRESETS["small"], Variant()) != k
+  def no_reads(name: str) -> None: raise AssertionError("package metadata read again")
+  monkeypatch.setattr(importlib.metadata, "distribution", no_reads)
+  assert trace_key(PRESETS["small"], Variant()) == k
+  old = tmp_path / "tinygrad-0.14.0.dist-info"
+  old.mkdir()
+  monkeypatch.setattr(store, "_installed", [(str(old), "0.14.0")])
+  monkeypatch.setattr(importlib.metadata, "distribution", lambda name: type("Dist", (), {"version": "9.9.9", "_path": tmp_path / "new"})())
+  assert trace_key(PRESETS["small"], Variant()) == k  # still installed
+  old.rmdir()  # upgraded: the next id reads the new version
+  assert trace_key(PRESETS["small"], Variant()) != k and store.tinygrad_version() == "9.9.9"
 
 def test_an_id_does_not_follow_a_dev_set_later(monkeypatch):
   """tinygrad sets DEV in its process's environment once it picks a default device (a capture() in a notebook does): an id asked for

@@ -18,8 +18,10 @@ from explorer.web.services.registry import Services
 from explorer.web.services.targets import TargetUnavailable
 from explorer.web.services.traces import STAGES, Job, stored_job_status
 
-def services(request: Request) -> Services: return request.app.state.services
-def templates(request: Request) -> Templates: return request.app.state.templates
+# async: FastAPI runs a plain `def` dependency in its thread pool, where every request would queue behind the pages being rendered
+async def services(request: Request) -> Services: return request.app.state.services
+def templates_of(request: Request) -> Templates: return request.app.state.templates
+async def templates(request: Request) -> Templates: return templates_of(request)
 
 ServicesDep = Annotated[Services, Depends(services)]
 TemplatesDep = Annotated[Templates, Depends(templates)]

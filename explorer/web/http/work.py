@@ -24,6 +24,6 @@ class WorkGate:
     self.permits += 1
     return WorkPermit(self.request.url.path)
 
-def work_gate(request: Request) -> WorkGate: return WorkGate(request)
+async def work_gate(request: Request) -> WorkGate: return WorkGate(request)  # async: no thread pool hop (deps.services)
 
 Work = Annotated[WorkGate, Depends(work_gate)]

@@ -12,7 +12,7 @@ from explorer.web.services.traces import STAGE_TITLES
 from explorer.web.urls import kernel_url, trace_url
 
 async def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
-  return await deps.templates(request).render(request, name, ctx, status_code=status_code)
+  return await deps.templates_of(request).render(request, name, ctx, status_code=status_code)
 
 def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[dict]:
   """The pipeline as links: each stage with a one-line fact and whether it worked."""
