@@ -53,8 +53,9 @@ with Context(NOOPT=int(opt == "none")):
 print(json.dumps(got))
 """
 
-def plain_codegen(spec: dict, variant: dict) -> dict:
-  env = {**{k: v for k, v in os.environ.items() if k != "TRACK_MATCH_STATS"}, "VIZ": "0"}  # no tracking: plain tinygrad
+def plain_codegen(spec: dict, variant: dict, device: str) -> dict:
+  """Plain tinygrad (no tracking) on the trace's device (DEV: it opens that one instead of trying every backend for it)."""
+  env = {**{k: v for k, v in os.environ.items() if k != "TRACK_MATCH_STATS"}, "VIZ": "0", "DEV": device}
   out = subprocess.run([sys.executable, "-c", PLAIN_CODEGEN, json.dumps(spec), json.dumps(variant)], capture_output=True, text=True,
                        timeout=600, env=env, cwd=REPO)
   assert out.returncode == 0, out.stderr[-2000:]
@@ -76,7 +77,7 @@ def test_each_targets_kernels_are_what_tinygrad_makes_for_that_renderer(case):
   preset, variant = CASES[case]
   trace = run_trace(PRESETS[preset], variant).trace
   assert trace["status"] == "ok" and trace["schema"] == 2, trace["failures"]
-  plain = plain_codegen(trace["spec"], trace["variant"])
+  plain = plain_codegen(trace["spec"], trace["variant"], trace["env"]["device"])
   for target in variant.targets:
     ours = [[k["targets"][target][f] for f in ("name", "global_size", "local_size", "source")] for k in trace["kernels"]]
     assert ours == plain[target], f"{case}: {target} differs from plain tinygrad"
