@@ -377,3 +377,13 @@ def test_server_process_never_imports_tinygrad(web_db, small_trace):
 
 def test_store_survives_a_restart(web_db, small_trace):
   assert Store(pathlib.Path(web_db)).get_trace(small_trace)["preset"] == "small"
+
+def test_no_terminal_colours_reach_a_page_or_its_json(web_client, small_trace):
+  """tinygrad colours kernel names for its terminal, and a KernelInfo's repr in a UOp listing or a graph label carries them escaped."""
+  last = len(web_client.get(f"/api/traces/{small_trace}/kernels/0").json()["passes"]) - 1
+  for url in (f"/api/traces/{small_trace}", f"/api/traces/{small_trace}/kernels/0", f"/t/{small_trace}/k/0", f"/t/{small_trace}/k/0?target=cuda",
+              f"/api/traces/{small_trace}/graphs/codegen/0/{last}/after", f"/api/traces/{small_trace}/graphs/codegen/0/0/before",
+              f"/api/traces/{small_trace}/graphs/ast/0"):
+    r = web_client.get(url)
+    assert r.status_code == 200, (url, r.status_code)
+    assert not any(colour in r.text for colour in ("\x1b", "\\x1b", "\\u001b", "[90m", "[0m")), url

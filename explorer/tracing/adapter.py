@@ -429,7 +429,7 @@ def _with_nums(g: dict, nums: dict[int, int]) -> dict:
   return g
 
 def _graph_from_viz(g: dict[int, dict]) -> dict:
-  nodes = [{"id": str(k), "label": ansistrip(v["label"]), "op": v["label"].split("\n", 1)[0], "color": v["color"],
+  nodes = [{"id": str(k), "label": plain(v["label"]), "op": v["label"].split("\n", 1)[0], "color": v["color"],
             "addrspace": v.get("addrspace")} for k, v in g.items() if not v["exclude"]]
   keep = {n["id"] for n in nodes}
   edges = [{"src": str(s), "dst": str(k), "idx": i} for k, v in g.items() if str(k) in keep for i, s in v["src"] if str(s) in keep]
@@ -779,12 +779,18 @@ def pressure(lin: list[UOp]) -> Pressure:
   return {"ssa_values": len(last), "max_live": curve[peak_at] if curve else 0, "max_live_at": peak_at, "curve": points,
           "longest": [{"uop": i, "op": lin[i].op.name, "until": last[i], "lanes": _lanes(lin[i])} for i in longest]}
 
+_REPR_ANSI = re.compile(r"\\x1b\[[0-9;]*m")
+
+def plain(text: str) -> str:
+  """Text without terminal colours: tinygrad colours kernel names, and a KernelInfo's repr carries them escaped ('r\\x1b[90m_...')."""
+  return _REPR_ANSI.sub("", ansistrip(text))
+
 def uops_listing(lin: Sequence[UOp]) -> list[str]:
   """tinygrad's print_uops, line for line (without colour), in linear time: print_uops looks each source up in the list itself, which
   took minutes on the large fused Winograd kernel (16,808 uops)."""
   index = {u: i for i, u in enumerate(lin)}
   def src(x: UOp) -> Any: return (index[x] if x.op is not Ops.CONST else f"{x.val}") if x in index else "--"
-  return [ansistrip(f"{i:4d} {str(u.op):20s}: {multirange_str(u.ranges, color=True, pad=10)} {str(u.dtype):40s} "
+  return [plain(f"{i:4d} {str(u.op):20s}: {multirange_str(u.ranges, color=True, pad=10)} {str(u.dtype):40s} "
                     f"{str([src(x) for x in u.src]):32s} {u.arg}") for i, u in enumerate(lin)]
 
 def program_facts(prg: UOp) -> ProgramFacts:
