@@ -5,7 +5,7 @@ No tinygrad imports here: the web server uses this module, and the server proces
 from __future__ import annotations
 import hashlib, importlib.metadata, json, os, pathlib, sqlite3, threading, time
 from typing import Any, Callable
-from explorer.spec import NOT_SET, ConvSpec, SpecError, Variant, knobs
+from explorer.spec import ENRICH_FACTS, NOT_SET, ConvSpec, SpecError, Variant, knobs
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -52,6 +52,15 @@ CREATE TABLE IF NOT EXISTS target_rewrites (
   target TEXT NOT NULL,
   rewrites BLOB NOT NULL,
   PRIMARY KEY (trace_id, target)
+);
+CREATE TABLE IF NOT EXISTS enrichments (
+  trace_id TEXT NOT NULL,
+  kernel INTEGER NOT NULL,
+  target TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  value TEXT NOT NULL,
+  created REAL NOT NULL,
+  PRIMARY KEY (trace_id, kernel, target, kind)
 );
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY,
@@ -184,6 +193,7 @@ class Store:
     try:
       c.execute("INSERT OR REPLACE INTO traces (id, created, preset, label, status, summary, trace, rewrites) VALUES (?,?,?,?,?,?,?,?)", row)
       c.execute("DELETE FROM target_rewrites WHERE trace_id = ?", (trace_id,))
+      c.execute("DELETE FROM enrichments WHERE trace_id = ?", (trace_id,))  # they were the replaced trace's
       c.executemany("INSERT INTO target_rewrites (trace_id, target, rewrites) VALUES (?,?,?)",
                     [(trace_id, t, b) for t, b in (target_rewrites or {}).items()])
       c.execute("COMMIT")
@@ -223,6 +233,40 @@ class Store:
     except (json.JSONDecodeError, TypeError) as e: raise StoreError(f"stored trace {trace_id} is corrupt: its JSON does not parse ({e})") from None
     if not isinstance(trace, dict) or "spec" not in trace or "kernels" not in trace:
       raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
+    return self._enriched(trace_id, trace)
+
+  # ***** enrichments: what was computed for a stored trace after it ran (explorer.tracing.enrich), a row per kernel, target and kind *****
+
+  def put_enrichments(self, trace_id: str, kind: str, values: dict[tuple[int, str], Any]) -> bool:
+    """{(kernel, target): value} of one kind, in one transaction; False (nothing kept) when the trace is gone."""
+    c, now = self._conn(), time.time()
+    c.execute("BEGIN IMMEDIATE")
+    try:
+      if not self.has_trace(trace_id):
+        c.execute("ROLLBACK")
+        return False
+      c.executemany("INSERT OR REPLACE INTO enrichments (trace_id, kernel, target, kind, value, created) VALUES (?,?,?,?,?,?)",
+                    [(trace_id, k, t, kind, json.dumps(v), now) for (k, t), v in values.items()])
+      c.execute("COMMIT")
+    except BaseException:
+      c.execute("ROLLBACK")
+      raise
+    return True
+
+  def enrichments(self, trace_id: str, kind: str) -> dict[tuple[int, str], Any]:
+    rows = self._conn().execute("SELECT kernel, target, value FROM enrichments WHERE trace_id = ? AND kind = ?", (trace_id, kind)).fetchall()
+    out = {}
+    for kernel, target, value in rows:
+      try: out[(int(kernel), str(target))] = json.loads(value)
+      except (json.JSONDecodeError, TypeError, ValueError): continue  # a corrupt row is computed again on the next view
+    return out
+
+  def _enriched(self, trace_id: str, trace: dict) -> dict:
+    """The stored trace with its compile facts on their records (TargetRecord.compile)."""
+    kernels = {k.get("index"): k for k in trace["kernels"] if isinstance(k, dict)}
+    for (kernel, target), facts in self.enrichments(trace_id, ENRICH_FACTS).items():
+      rec = ((kernels.get(kernel) or {}).get("targets") or {}).get(target)
+      if isinstance(rec, dict) and isinstance(facts, dict): rec["compile"] = facts
     return trace
 
   def get_rewrites(self, trace_id: str, target: str | None = None) -> bytes | None:
@@ -281,6 +325,7 @@ class Store:
     c.execute("DELETE FROM diff_cache WHERE a = ? OR b = ?", (trace_id, trace_id))
     c.execute("DELETE FROM annotations WHERE trace_id = ?", (trace_id,))
     c.execute("DELETE FROM target_rewrites WHERE trace_id = ?", (trace_id,))
+    c.execute("DELETE FROM enrichments WHERE trace_id = ?", (trace_id,))
     if gone: c.execute("DELETE FROM jobs WHERE id = ?", (trace_id,))  # its finished job's status goes with it (GET .../status: 404)
     return gone
 

@@ -1,8 +1,8 @@
 """Every target of a trace as a whole pipeline, in processes beside the host's: each kernel's AST goes through tinygrad's codegen with
 the target's renderer (configured for its arch, as its device would), under the variant's optimization setting, with rewrite tracking,
-and then through a real compiler of this machine where one is here (explorer.tracing.compilers). The record per kernel and target is
+. The record per kernel and target is
 what the host's is: name, opts, global and local size, linearized UOps, op histogram, Estimates, the codegen passes with their match
-counts, the source, and the compile facts.
+counts, the source. Compile facts are not made here: they are an enrichment (explorer.tracing.enrich), computed when first asked for.
 
 The renders share nothing with the host pipeline but the kernel ASTs (UOps pickle by value), so on a 2-core machine they overlap with
 scheduling, host codegen and the run instead of adding to them. BEAM needs the device to time its candidates: a deviceless target
@@ -17,9 +17,6 @@ if TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of
   from explorer.tracing.adapter import LineMap
 
 def _init() -> None:
-  from explorer.tracing import compilers
-  if (lib := compilers.nvrtc_library()) is not None: os.environ.setdefault("NVRTC_PATH", str(lib))  # read when tinygrad is imported
-  if (header := compilers.nvidia_file("*/include/cuda_fp16.h")) is not None: os.environ["KERNEL_EXPLORER_CUDA_INCLUDE"] = str(header.parent)
   if "VIZ" not in os.environ: os.environ["TRACK_MATCH_STATS"] = "2"  # every render records its passes, whatever the user's environment
   import explorer.tracing.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules
 
@@ -43,19 +40,17 @@ def target_record(facts: Any, passes: list[Pass], arch: str, notes: list[str], l
           "uops_listing": facts.linear, "source": facts.source, "pressure": pressure, "loop_splits": loop_splits, "notes": notes,
           "line_map": lines, "line_map_note": why, "linear_nums": facts.nums, "compile": None}
 
-def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: bool = True, rewrites: tuple[str, ...] = (),
+def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: tuple[str, ...] = (),
                    rewrite_file: str | None = None) -> tuple[list[TargetRecord | RenderFailed], bytes]:
   """Per kernel: its target record, or {"error": message} where codegen failed; and this process's rewrite blob, which the records'
   passes address (group, step, sink), so that every target's codegen steps can be expanded like the host's. `rewrites` (and a
   rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.tracing.rewrites)."""
-  from explorer.tracing import adapter as tg, compilers
+  from explorer.tracing import adapter as tg
   from explorer.tracing.rewrites import build
   renderer, base = tg.render_target(target, arch), tg.tracking_mark()
   out: list[TargetRecord | RenderFailed] = []
-  facts: dict[int, tuple[TargetRecord, Future]] = {}
   custom = build(rewrites, rewrite_file)
-  nvrtc = tg.nvrtc_compiler() if compile and target == "cuda" else None
-  with tg.opt_context(opt), ThreadPoolExecutor(1) as compiles:  # each kernel compiles (a subprocess, NVRTC) beside the next's codegen
+  with tg.opt_context(opt):
     for ast in asts:
       ast, beam = tg.without_beam(ast)
       mark = tg.tracking_mark()
@@ -66,13 +61,8 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, compile: b
       passes = [pass_record(p) for _, ps in tg.passes_since(mark, base) for p in ps]
       rec = target_record(tg.program_facts(prg), passes, arch, [BEAM_NOTE] if beam else [], tg.loop_splits(mark), tg.line_map(prg, renderer))
       rec["spec"] = tg.spec_check([tg.program_sink(prg)], "program")
-      if compile:
-        ptx = tg.fill_ptx(rec["source"], arch) if target == "ptx" else None
-        if ptx is not None: rec["compiled_source"] = ptx  # what tinygrad's PTXCompiler hands ptxas: the pages show this
-        facts[len(out)] = rec, compiles.submit(compilers.compile_target, target, rec["source"], arch,
-                                               compilers.block_threads(rec["local_size"]), ptx, nvrtc)
+      if target == "ptx": rec["compiled_source"] = tg.fill_ptx(rec["source"], arch)  # what tinygrad's PTXCompiler hands ptxas
       out.append(rec)
-  for rec, fut in facts.values(): rec["compile"] = fut.result()
   return out, tg.export_rewrites(base)
 
 class RenderPool:
@@ -100,7 +90,7 @@ class RenderPool:
       with self._lock:
         if not waiting: return
         t, arch = waiting.pop(0)
-      try: fut = self._pool(t).submit(_render_target, asts, t, arch, opt, True, rewrites, rewrite_file)
+      try: fut = self._pool(t).submit(_render_target, asts, t, arch, opt, rewrites, rewrite_file)
       except Exception as e:  # a pool that cannot start a process: that target's error, the others go on
         futures[t].set_exception(e)
         return next_target()

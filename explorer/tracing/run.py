@@ -21,11 +21,15 @@ def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str,
   return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io)
 
 def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
-              dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None) -> TraceResult:
-  """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends."""
+              dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None, facts: bool = False) -> TraceResult:
+  """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends. facts: then
+  every record's compile facts too, asked for now (explorer.tracing.enrich; by default they are computed when first viewed)."""
   (trace, blob, blobs), seen = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
                                        "dump_io": dump_io}, progress, timeout_s, env=device_env(variant), limits=limits, live=live)
   _learn_default_device(variant, trace)
+  if facts:
+    from explorer.tracing.enrich import add_facts
+    add_facts(trace, progress=progress, limits=limits)
   return TraceResult(record_ran_on(trace), blob, seen, blobs)
 
 def ran_here(worker: str | None = None) -> dict[str, Any]:

@@ -5,13 +5,12 @@ and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
 import contextlib, datetime, platform, socket, statistics, time, traceback
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 import numpy as np
 from explorer.tracing import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.reference import conv2d_error
-from explorer.tracing import compilers
 from explorer.tracing.renders import RenderPool, pass_record, target_record
 from explorer.spec import REWRITES, TRACE_SCHEMA, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
@@ -157,10 +156,8 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
   renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], _other_targets(variant, device), variant.opt, variant.rewrites,
                         variant.rewrite_file)
-  with ThreadPoolExecutor(1) as compiles:  # the host's compile facts (a compiler subprocess per kernel) beside the next kernel's codegen
-    host_facts: dict[int, Future] = {}
-    programs = rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant, compiles, host_facts))  # beside the renders
-    rec.run("render", lambda: _render(trace, calls, renders, pool, host_facts, blobs))
+  programs = rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant))  # beside the renders
+  rec.run("render", lambda: _render(trace, calls, renders, pool, blobs))
   compiled = rec.run("run", lambda: _run(trace, linear, program, rec.tinygrad))
   if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
   _totals(trace)
@@ -211,10 +208,9 @@ def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
                                    ("mhat", tg.has_reduce(call.ast)), ("out", writes_output)) if hit]
   return "+".join(parts) or "other"
 
-def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, variant: Variant, compiles: ThreadPoolExecutor,
-             host_facts: dict[int, Future]) -> dict[int, Any]:
-  """Each kernel through the host's codegen, recorded; its compile facts are made in `compiles`, into `host_facts` by kernel index. The
-  progress says each kernel as it is done, with its seconds."""
+def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, variant: Variant) -> dict[int, Any]:
+  """Each kernel through the host's codegen, recorded (its compile facts are an enrichment: explorer.tracing.enrich). The progress says
+  each kernel as it is done, with its seconds."""
   from explorer.tracing.rewrites import build
   trace, renderer, custom = rec.trace, tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
   arch = tg.renderer_arch(renderer)
@@ -244,9 +240,6 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
                                                                              tg.line_map(prg, renderer))}}
     kernel["spec"] = {"ast": tg.spec_check([c.ast], "tensor"), "program": tg.spec_check([tg.program_sink(prg)], "program")}
     trace["kernels"].append(kernel)
-    own = kernel["targets"][host]
-    host_facts[len(trace["kernels"]) - 1] = compiles.submit(compilers.compile_target, host, own["source"], arch,
-                                                       compilers.block_threads(own["local_size"]))
     programs[c.index] = prg
     rec.progress("codegen", "start", f"{len(trace['kernels'])} of {total} kernels: {facts.name} in {seconds:.2f}s "
                                      f"(tinygrad's codegen and compile)")
@@ -260,17 +253,14 @@ def _kernel_notes(role: str, storage: Storage) -> list[str]:
     notes.append("MHAT never reaches global memory: the reduce accumulates it " + (f"in {' and '.join(where)}" if where else "in scalar registers"))
   return notes
 
-def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], pool: RenderPool, host_facts: dict[int, Future],
-            blobs: dict[str, bytes]) -> None:
-  """Every target's records (rendered beside codegen) and rewrite blob, and the host's compile facts; `sources` keeps each target's
-  source too."""
+def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], pool: RenderPool, blobs: dict[str, bytes]) -> None:
+  """Every target's records (rendered beside codegen) and rewrite blob; `sources` keeps each target's source too."""
   kernels = [c for c in calls if c.kind == "kernel"]
   by_call = {k["call"]: k for k in trace["kernels"]}
   asked = trace["variant"]["targets"]
   for k in trace["kernels"]:
-    rec = k["targets"][k["host_target"]]
-    rec["compile"] = host_facts[k["index"]].result()
-    if k["host_target"] in asked: k["sources"][k["host_target"]] = rec["source"]  # asked for the host's own target: its record
+    host = k["host_target"]
+    if host in asked: k["sources"][host] = k["targets"][host]["source"]  # asked for the host's own target: its record
   for t, fut in renders.items():
     records, blobs[t] = fut.result()
     pool.done(t)
