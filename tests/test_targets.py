@@ -104,7 +104,8 @@ needs_cuda_tools = pytest.mark.skipif(not (shutil.which("nvcc") and shutil.which
 def test_cuda_registers_are_what_ptxas_reports():
   """Every CUDA kernel of a trace, compiled here again by nvcc -ptx then ptxas -v for the same arch: the registers and spills the
   trace reports are ptxas' own."""
-  trace = run_trace(PRESETS["wino8"], Variant(algo="winograd", wino_impl="explorer", staging="fused", targets=("cuda",), time=False)).trace
+  trace = run_trace(PRESETS["wino8"], Variant(algo="winograd", wino_impl="explorer", staging="fused", targets=("cuda",), time=False),
+                    facts=True).trace
   for k in trace["kernels"]:
     rec = k["targets"]["cuda"]
     with tempfile.TemporaryDirectory() as d:
@@ -125,7 +126,7 @@ def test_occupancy_follows_the_calculators_rules():
   assert occupancy("sm_80", 32, 256, 49153)["occupancy"] == 0  # over the 48 KB of static shared memory a block may have
 
 def test_compile_facts_say_what_ran_or_what_is_missing():
-  trace = run_trace(PRESETS["small"], Variant(targets=("metal", "wgsl", "opencl"), time=False)).trace
+  trace = run_trace(PRESETS["small"], Variant(targets=("metal", "wgsl", "opencl"), time=False), facts=True).trace
   k = trace["kernels"][0]["targets"]
   assert k["metal"]["compile"]["ok"] is None and "macOS" in k["metal"]["compile"]["message"]
   assert k["wgsl"]["compile"]["ok"] is None and k["wgsl"]["compile"]["message"]

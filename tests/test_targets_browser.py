@@ -1,7 +1,7 @@
 """The kernel page's target switcher in a real browser (Debian's chromium): one click turns every figure to the target, and a target
 the trace did not ask for is computed while the page shows its progress, then shown."""
 from __future__ import annotations
-import re
+import re, shutil
 import pytest
 from conftest import ARTIFACTS, needs_chromium, trace_on
 
@@ -19,6 +19,14 @@ def test_the_switcher_turns_the_page_to_the_target(live_server, traced, page, er
   assert page.locator("#target-facts").get_attribute("data-target") == "cuda"
   assert page.locator("#dims").inner_text() == "2×4×1 × 16×8×1" != host_dims  # the issue's case: CUDA's 16x8 threads, not the host's
   assert "compile:" in page.locator("#compile-facts").inner_text()
+  page.evaluate("window.stillThisPage = true")
+  # compile facts are computed on this first view: the placeholder becomes the facts, and the Compiled tab its disassembly, in place
+  page.wait_for_selector("#compile-facts:not([data-facts-poll])", timeout=120_000)
+  assert page.evaluate("window.stillThisPage === true")  # filled in, not reloaded
+  if shutil.which("nvcc"):
+    assert re.search(r"\d+ registers/thread", page.locator("#compile-facts").inner_text()), page.locator("#compile-facts").inner_text()
+    page.click("#code-panel [data-tab=compiled]")
+    assert "SASS" in page.locator("#compiled-pane").inner_text() or "PTX" in page.locator("#compiled-pane").inner_text()
   page.screenshot(path=str(ARTIFACTS / "targets_cuda.png"))
   page.click("#target-switcher a[data-target=opencl]")  # not traced: computed now, the page follows, then reloads with it
   page.wait_for_selector("#target-facts[data-target=opencl]", timeout=300_000)

@@ -204,7 +204,7 @@ def test_event_streams_have_caps_of_their_own(tmp_path):
 
 def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
   """Every GET route, asked for a fresh copy of a trace (nothing cached) the way a page elsewhere would (an image, a fetch): nothing
-  starts (no target, graph expansion, diff or job), and each route that takes a work gate answers 403 saying why."""
+  starts (no target, compile facts, graph expansion, diff or job), and each route that takes a work gate answers 403 saying why."""
   from stored_traces import copy_trace
   from explorer.web.http.work import WorkGate
   import inspect
@@ -212,7 +212,9 @@ def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
   copy_trace(web_db, small_trace, fresh)
   app, cross = web_client.app, {"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors", "sec-fetch-dest": "image"}
   st = app.state.services
-  def counters() -> tuple: return st.targets.computed, st.graphs.expansions, st.diffs.graph_runs, st.diffs.structural_runs, st.jobs.runs
+  def counters() -> tuple:
+    return (st.targets.computed, st.enrichments.computed, st.graphs.expansions, st.diffs.graph_runs, st.diffs.structural_runs,
+            st.jobs.runs)
   before, gated = counters(), 0
   from support import routes
   for r in routes(app):
@@ -226,6 +228,7 @@ def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
   assert gated >= 9
   kernel = web_client.get(f"/t/{fresh}/k/0?target=wgsl", headers=cross)
   assert kernel.status_code == 200 and "starts work" in kernel.text and st.targets.status(fresh, "wgsl") is None
+  assert st.enrichments.status(fresh, "clang", (0,)) is None and counters() == before
   followed = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-user": "?1"}  # a person clicked a link
   assert web_client.get(f"/api/traces/{fresh}/kernels/0/targets/wgsl", headers=followed).status_code == 202
 

@@ -367,9 +367,12 @@ DIFF_STEPS = ("structure", "timing", "outputs")
 def full_diff(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda", time: bool = True,
               repeats: int = 20, warmup: int = 3, numerics: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
               progress: Any = None) -> dict:
-  """diff_traces, plus the interleaved timing and the output comparison; progress hears of each of DIFF_STEPS (done or skipped)."""
+  """diff_traces, plus the interleaved timing and the output comparison; progress hears of each of DIFF_STEPS (done or skipped). The
+  target's compile facts (registers) are computed first where a side lacks them (explorer.tracing.enrich)."""
+  from explorer.tracing.enrich import add_facts
   step = progress or (lambda stage, status, detail: None)
-  step("structure", "start", "kernels matched, graphs rebuilt in a worker")
+  step("structure", "start", f"{target} compile facts where missing, kernels matched, graphs rebuilt in a worker")
+  for t in (a, b): add_facts(t, [target], timeout_s=timeout_s)
   d = diff_traces(a, b, a_rewrites, b_rewrites, target, timeout_s)
   step("structure", "done", f"{len(d['groups'])} groups")
   step("timing", "start" if time else "skipped", f"A and B interleaved, {warmup} warmup + {repeats} repeats" if time else "")

@@ -555,6 +555,33 @@ function initPendingTarget() {
   setTimeout(poll, 1000);
 }
 
+/* ***** compile facts computed on first view: follow the job, then put the stored facts in place (no reload) ***** */
+
+function initPendingFacts() {
+  const box = $("#compile-facts[data-facts-poll]");
+  if (!box) return;
+  const fail = (text) => { box.innerHTML = ""; box.append(Object.assign(document.createElement("span"), { className: "muted", textContent: `compile: ${text}` })); };
+  const fill = async () => {
+    const html = await (await fetch(box.dataset.factsFragment)).text();
+    const got = new DOMParser().parseFromString(html, "text/html");
+    for (const id of ["compile-facts", "compiled-pane"]) {
+      const now = document.getElementById(id), fresh = got.getElementById(id);
+      if (now && fresh) now.replaceWith(document.importNode(fresh, true));
+    }
+  };
+  const poll = async () => {
+    try {
+      const r = await fetch(box.dataset.factsPoll);
+      if (r.status === 200) { await fill(); return; }
+      const d = await r.json();
+      if (r.status === 202) { const at = $("[data-facts-detail]", box); if (at) at.textContent = d.detail || d.status; }
+      else { fail(d.detail || `${r.status}`); return; }
+    } catch (e) { /* try again */ }
+    setTimeout(poll, 700);
+  };
+  setTimeout(poll, 500);
+}
+
 /* ***** the trace form: preset fills the shape, Winograd options only where they apply ***** */
 
 function initForm() {
@@ -614,7 +641,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (v) { new Stepper(bar, v); stepped.add("pass-graph"); }
   });
   viewers.forEach((v, id) => { if (!stepped.has(id)) v.show(v.el.dataset.ref); });
-  initTabs(); initProgress(); initForm(); initPendingTarget(); initLineMaps();
+  initTabs(); initProgress(); initForm(); initPendingTarget(); initPendingFacts(); initLineMaps();
 });
 
 /* ***** "compare with..." on trace pages: the menu loads its picks on first open ***** */

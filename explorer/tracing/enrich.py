@@ -37,10 +37,11 @@ def facts_in_worker(progress: Progress, jobs: list[Job]) -> list[dict[str, Any]]
   progress("compile", "done", f"{len(jobs)} compiled")
   return out
 
-def compute_facts(jobs: list[Job], progress: Progress | None = None, limits: Limits | None = None) -> dict[tuple[int, str], dict[str, Any]]:
+def compute_facts(jobs: list[Job], progress: Progress | None = None, limits: Limits | None = None,
+                  timeout_s: float | None = None) -> dict[tuple[int, str], dict[str, Any]]:
   """The jobs' compile facts, computed in a fresh worker: {(kernel, target): facts}."""
   if not jobs: return {}
-  got, _ = call_in_worker("explorer.tracing.enrich:facts_in_worker", {"jobs": jobs}, progress, limits=limits)
+  got, _ = call_in_worker("explorer.tracing.enrich:facts_in_worker", {"jobs": jobs}, progress, timeout_s, limits=limits)
   return {(j["kernel"], j["target"]): f for j, f in zip(jobs, got)}
 
 def set_facts(trace: dict[str, Any], facts: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any]:
@@ -51,6 +52,6 @@ def set_facts(trace: dict[str, Any], facts: dict[tuple[int, str], dict[str, Any]
   return trace
 
 def add_facts(trace: dict[str, Any], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
-              progress: Progress | None = None, limits: Limits | None = None) -> dict[str, Any]:
+              progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> dict[str, Any]:
   """Compile facts for the records that lack them (these targets and kernels; default all), computed in a worker and set in place."""
-  return set_facts(trace, compute_facts(facts_jobs(trace, targets, kernels), progress, limits))
+  return set_facts(trace, compute_facts(facts_jobs(trace, targets, kernels), progress, limits, timeout_s))

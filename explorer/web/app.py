@@ -27,6 +27,7 @@ from explorer.web.services.probes import Probes
 from explorer.web.services.provenance import provenance
 from explorer.web.services.registry import Services, TraceCache
 from explorer.web.services.studies import StudyService
+from explorer.web.services.enrichments import EnrichmentService
 from explorer.web.services.targets import TargetService
 from explorer.web.services.traces import JobManager
 
@@ -45,7 +46,8 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
   limits, timeout_s = Limits.from_settings(settings), float(settings.trace_timeout_s)
   # with a job queue this server only follows jobs: the queue's workers are the limit, and max_queue bounds what waits there
   parallel = settings.workers if queue is None else int(settings.max_queue) + 1
-  def changed(trace_id: str) -> None: svc.forget(trace_id)  # a target or a study stored into a trace
+  def changed(trace_id: str) -> None: svc.forget(trace_id)  # a target, an enrichment or a study stored into a trace
+  enrichments = EnrichmentService(store, limits, on_stored=changed)
   svc = Services(
     settings=settings, store=store, traces=TraceCache(store),
     jobs=JobManager(store, parallel=parallel, timeout_s=timeout_s, runner=runner, max_queue=int(settings.max_queue), limits=limits,
@@ -54,8 +56,8 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
                         expand_timeout_s=float(settings.graph_timeout_s), memory_mb=int(settings.worker_memory_mb),
                         max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue), nice=int(settings.worker_nice)),
     diffs=DiffService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s), timeout_s=timeout_s,
-                      queue=queue),
-    targets=TargetService(store, limits, on_stored=changed),
+                      queue=queue, with_facts=enrichments.with_facts),
+    targets=TargetService(store, limits, on_stored=changed), enrichments=enrichments,
     studies=StudyService(store, on_stored=changed, runner=study_runner, queue=queue),
     devices=devices or (QueueDevices(queue) if queue is not None else DeviceCatalog(timeout_s=min(120.0, timeout_s))),
     probes=Probes(timeout_s))
@@ -79,6 +81,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     svc.studies.shutdown()
     svc.diffs.cancel_all()
     svc.targets.cancel_all()
+    svc.enrichments.cancel_all()
     svc.probes.cancel_all()
     await asyncio.to_thread(svc.graphs.close)
 

@@ -15,6 +15,7 @@ from explorer.web.http.templates import Templates
 from explorer.web.urls import trace_url
 from explorer.web.http.work import WorkGate
 from explorer.web.services.registry import Services
+from explorer.web.services.enrichments import EnrichmentUnavailable
 from explorer.web.services.targets import TargetUnavailable
 from explorer.web.services.traces import STAGES, Job, stored_job_status
 
@@ -60,6 +61,17 @@ async def target_job(svc: Services, trace_id: str, trace: dict, target: str, wor
   if job.status == "error":
     svc.targets.forget(trace_id, target)  # said once; the next request tries again
     raise HTTPException(409, f"computing {target} failed: {job.error}")
+  return JSONResponse(job.view(), status_code=202)
+
+async def facts_job(svc: Services, trace_id: str, trace: dict, target: str, n: int, work: WorkGate) -> JSONResponse:
+  """Start (or follow) computing kernel n's compile facts on `target`: 202 with the job while it runs; its error as a 409 if it failed."""
+  kernels = (n,)
+  if (job := svc.enrichments.status(trace_id, target, kernels)) is None:
+    try: job = svc.enrichments.start_facts(trace_id, trace, target, kernels, work.permit())
+    except EnrichmentUnavailable as e: raise HTTPException(409, str(e)) from None
+  if job.status == "error":
+    svc.enrichments.forget(trace_id, target, kernels)  # said once; the next request tries again
+    raise HTTPException(409, f"compiling kernel {n} for {target} failed: {job.error}")
   return JSONResponse(job.view(), status_code=202)
 
 def stages_of_trace(trace: dict) -> list[dict]:

@@ -218,6 +218,16 @@ class TargetJob(BaseModel):
   error: str | None = None
   started: float
 
+class EnrichmentJob(BaseModel):
+  """An enrichment being computed on first request (202), here a kernel's compile facts on a target: poll the same URL; 200 brings it."""
+  kind: Literal["facts"]
+  target: str
+  kernels: list[int]
+  status: Literal["queued", "running", "done", "error"]
+  detail: str = ""
+  error: str | None = None
+  started: float
+
 # ***** studies: a seed document's experiment, every case, timed interleaved with intervals and verdicts *****
 
 StudyKind = Literal["constants", "fusion"]

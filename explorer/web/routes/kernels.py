@@ -7,8 +7,8 @@ from fastapi.responses import HTMLResponse
 from explorer.schema import host_target, target_records
 from explorer.spec import TARGETS
 from explorer.web.http import deps
-from explorer.web.http.deps import ServicesDep, StoredTrace
-from explorer.web.http.models import NOT_FOUND, TargetJob, TargetRecord, documented
+from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
+from explorer.web.http.models import NOT_FOUND, CompileFacts, EnrichmentJob, TargetJob, TargetRecord, documented
 from explorer.web.http.work import Work
 from explorer.web.routes.common import asked_pass, stepper, trace_page
 from explorer.web.urls import trace_api_url
@@ -41,6 +41,28 @@ async def get_kernel_target(trace_id: str, trace: StoredTrace, n: int, target: s
   if target in records: return records[target]
   return await deps.target_job(svc, trace_id, trace, target, work)
 
+@api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/facts", response_model=CompileFacts,
+         summary="One kernel's compile facts on one target (registers, spills, occupancy, disassembly), computed on first request",
+         responses={202: {"model": EnrichmentJob, "description": "being computed now, in a worker: poll this URL"},
+                    **documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it", 409: "the trace is still running, it has "
+                                  "no record of this kernel on this target (compute the target first), or compiling failed (the detail "
+                                  "says why)", 422: "n is not an integer"})})
+async def get_kernel_facts(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
+  """A trace records no compile facts while it runs: they are computed on this first request (a real compiler of this machine, in a
+  worker) and stored with the trace: 202 with the job's progress until they are, then 200 (every later request too, at once)."""
+  rec = target_records(deps.kernel_or_404(trace, n)).get(target)
+  if rec is not None and rec.get("compile") is not None: return rec["compile"]
+  return await deps.facts_job(svc, trace_id, trace, target, n, work)
+
+@router.get("/t/{trace_id}/k/{n}/facts", response_class=HTMLResponse)
+async def kernel_facts_fragment(request: Request, trace_id: str, n: int, trace: StoredTrace, target: str | None = None) -> HTMLResponse:
+  """The kernel page's compile facts and disassembly, as the page shows them: what its placeholder is replaced by once computed."""
+  k = deps.kernel_or_404(trace, n)
+  records = target_records(k)
+  target = target if target in records else host_target(k)
+  return templates_of(request).TemplateResponse(request, "_compile_facts.html", {"rec": records[target], "target": target,
+                                                                                 "facts_pending": False, "facts_error": None})
+
 @router.get("/t/{trace_id}/k/{n}", response_class=HTMLResponse)
 async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep, work: Work, graph: str = "ast", code: str | None = None,
                       at: str | None = None, target: str | None = None) -> HTMLResponse:
@@ -55,16 +77,20 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   host = host_target(k)
   target = target if target in records else host
   rec = records[target]
+  facts_pending, facts_error = rec.get("compile") is None and not pending, None
+  if facts_pending:  # computed on this first view, in a worker; the page fills them in when they are stored
+    try: await deps.facts_job(svc, trace_id, trace, target, n, work)
+    except HTTPException as e: facts_pending, facts_error = False, e.detail
   browsable = target == host or all("group" in p for p in rec.get("passes") or [])  # trace schema 1: host passes only
   prefix, passes = (f"codegen/{n}", k.get("passes") or []) if target == host else (f"codegen@{target}/{n}", rec["passes"])
   step = stepper(passes if browsable else [], prefix, asked_pass(request), at, trace_id=trace_id, blob_target=None if target == host else target)
   tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k["sources"] or t in k.get("source_errors", {})]
   tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
-  tabs += ["compiled"] if (compiled := rec.get("compile")) and compiled.get("disasm") else []
+  tabs += ["compiled"] if facts_pending or ((compiled := rec.get("compile")) and compiled.get("disasm")) else []
   code = code if code in tabs else target if target in tabs else tabs[0]
   resp = await trace_page(request, svc, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step,
                           api=f"{trace_api_url(trace_id)}/kernels/{n}", graph_mode="passes" if graph == "passes" else "ast", code=code,
                           code_tabs=tabs, target=target, rec=rec, records=records, all_targets=TARGETS, pending=pending,
-                          pending_error=pending_error)
-  if pending: resp.headers["Cache-Control"] = "no-store"  # the page changes when the target is stored
+                          pending_error=pending_error, facts_pending=facts_pending, facts_error=facts_error)
+  if pending or facts_pending: resp.headers["Cache-Control"] = "no-store"  # the page changes when the target or the facts are stored
   return resp

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio, functools, time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -22,6 +22,7 @@ from explorer.web.services.permit import WorkPermit
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 MEASURES = ("timing", "numerics")
+WithFacts = Callable[[str, dict, str, WorkPermit], Awaitable[dict]]
 CACHE_V = f"v{__version__}"  # computed diffs are cached per explorer version (an engine fix must not serve stale diffs); measurements are not
 GRAPHS = f"graphs:{CACHE_V}"
 LINE_FORMATTER = HtmlFormatter(nowrap=True)
@@ -105,9 +106,11 @@ class MeasureJob(Task):
 
 class DiffService:
   def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, timeout_s: float = 600.0,
-               queue: QueueClient | None = None):
-    """With queue, measurements run on a job queue worker that offers the traces' device; graph diffs stay on this server."""
+               queue: QueueClient | None = None, with_facts: WithFacts | None = None):
+    """With queue, measurements run on a job queue worker that offers the traces' device; graph diffs stay on this server. with_facts:
+    a stored trace with its compile facts on a target computed where missing (EnrichmentService.with_facts): registers are compared."""
     self.store, self.node_limit, self.dot_timeout_s, self.timeout_s, self.queue = store, node_limit, dot_timeout_s, timeout_s, queue
+    self.with_facts = with_facts
     self.measures: Tasks[MeasureJob] = Tasks(parallel=1)  # one measurement at a time: two at once would time each other
     self.graph_runs = 0  # worker calls for graph diffs: tests check the cache
     self.structural_runs = 0  # structural diffs computed (not served from the store)
@@ -127,7 +130,9 @@ class DiffService:
     kind = f"diff:{CACHE_V}:{ta}:{tb}"
     if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cached
     async def make() -> dict:
+      nonlocal a, b
       self.structural_runs += 1
+      if self.with_facts is not None: a, b = await self.with_facts(a_id, a, ta, permit), await self.with_facts(b_id, b, ta, permit)
       d = await asyncio.to_thread(build_diff, a, b, ta, tb)
       await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, d)
       return d

@@ -9,6 +9,7 @@ from explorer.store import Store
 if TYPE_CHECKING:
   from explorer.web.services.devices import DeviceCatalog, QueueDevices
   from explorer.web.services.diffs import DiffService
+  from explorer.web.services.enrichments import EnrichmentService
   from explorer.web.services.graphs import GraphService
   from explorer.web.services.probes import Probes
   from explorer.web.services.studies import StudyService
@@ -46,6 +47,7 @@ class Services:
   graphs: GraphService
   diffs: DiffService
   targets: TargetService                    # targets a trace did not ask for, computed on first view
+  enrichments: EnrichmentService            # compile facts, computed on first view
   studies: StudyService
   devices: DeviceCatalog | QueueDevices
   probes: Probes                            # roofline probes, one per device

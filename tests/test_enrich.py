@@ -1,0 +1,64 @@
+"""Compile facts are an enrichment (explorer.tracing.enrich): a trace compiles nothing beyond what tinygrad runs; a kernel's facts on a
+target are computed when its page or its API URL first asks, for that kernel alone, once however many ask at the same time, stored in
+the enrichments table and served from it after."""
+from __future__ import annotations
+import copy, shutil, time
+from concurrent.futures import ThreadPoolExecutor
+import pytest
+from conftest import wait_done
+from explorer.spec import ENRICH_FACTS
+from explorer.tracing.enrich import add_facts
+
+@pytest.fixture(scope="module")
+def traced(web_client) -> str:
+  r = web_client.post("/api/traces", json={"preset": "small", "variant": {"targets": ["cuda", "ptx"], "time": False}})
+  status = wait_done(web_client, r.json()["id"])
+  assert status["status"] == "done", status
+  return status["id"]
+
+def _facts(client, url: str, timeout_s: float = 120) -> dict:
+  deadline = time.monotonic() + timeout_s
+  while (r := client.get(url)).status_code == 202:
+    assert r.json()["kind"] == ENRICH_FACTS and time.monotonic() < deadline, r.json()
+    time.sleep(0.1)
+  assert r.status_code == 200, r.text
+  return r.json()
+
+def test_a_kernels_facts_are_computed_once_on_first_request_and_for_it_alone(web_client, traced):
+  svc = web_client.app.state.services
+  trace = svc.store.get_trace(traced)
+  assert all(rec["compile"] is None for k in trace["kernels"] for rec in k["targets"].values())  # the trace compiled nothing more
+  assert svc.store.enrichments(traced, ENRICH_FACTS) == {}
+  url, before = f"/api/traces/{traced}/kernels/0/targets/cuda/facts", svc.enrichments.computed
+  with ThreadPoolExecutor(2) as pool: firsts = list(pool.map(lambda _: web_client.get(url), range(2)))  # two first views at once
+  assert [r.status_code for r in firsts] == [202, 202], [r.text for r in firsts]
+  facts = _facts(web_client, url)
+  assert svc.enrichments.computed == before + 1 and set(svc.store.enrichments(traced, ENRICH_FACTS)) == {(0, "cuda")}
+  assert _facts(web_client, url) == facts and svc.enrichments.computed == before + 1  # served from the store after
+  # what the trace JSON and the kernel record say now, and what the same records compiled here (the CLI's path) give
+  stored = web_client.get(f"/api/traces/{traced}/kernels/0/targets/cuda").json()["compile"]
+  here = add_facts(copy.deepcopy(trace), ["cuda"], [0])["kernels"][0]["targets"]["cuda"]["compile"]
+  assert stored == facts == here
+  again = web_client.get(f"/api/traces/{traced}/raw").json()
+  assert [t for k in again["kernels"] for t, rec in k["targets"].items() if rec["compile"] is not None] == ["cuda"]
+  if shutil.which("nvcc"): assert facts["ok"] and facts["registers"] > 0 and facts["occupancy"]["block_threads"] > 0
+
+def test_the_kernel_page_starts_its_facts_and_shows_them_once_stored(web_client, traced):
+  page = web_client.get(f"/t/{traced}/k/0?target=ptx").text
+  assert "compiling this kernel for" in page and 'id="compiled-pane"' in page and "data-facts-poll" in page
+  facts = _facts(web_client, f"/api/traces/{traced}/kernels/0/targets/ptx/facts")
+  fragment = web_client.get(f"/t/{traced}/k/0/facts?target=ptx").text
+  page = web_client.get(f"/t/{traced}/k/0?target=ptx").text
+  assert "compiling this kernel" not in page and "data-facts-poll" not in page
+  if facts["ok"]:
+    assert f"<b>{facts['registers']}</b> registers/thread" in fragment and f"<b>{facts['registers']}</b> registers/thread" in page
+  else: assert facts["message"].split(":")[0] in fragment
+
+def test_a_cross_site_view_starts_no_compile(web_client, traced):
+  svc = web_client.app.state.services
+  before = svc.enrichments.computed
+  r = web_client.get(f"/api/traces/{traced}/kernels/0/targets/clang/facts", headers={"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors",
+                                                                                                 "sec-fetch-dest": "image"})
+  assert r.status_code == 403 and svc.enrichments.computed == before and svc.enrichments.status(traced, "clang", (0,)) is None
+  r = web_client.get(f"/api/traces/{traced}/kernels/9/targets/clang/facts")
+  assert r.status_code == 404, r.text
