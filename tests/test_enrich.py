@@ -2,7 +2,7 @@
 target are computed when its page or its API URL first asks, for that kernel alone, once however many ask at the same time, stored in
 the enrichments table and served from it after."""
 from __future__ import annotations
-import copy, shutil, time
+import copy, json, shutil, time
 from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import wait_done
@@ -62,3 +62,34 @@ def test_a_cross_site_view_starts_no_compile(web_client, traced):
   assert r.status_code == 403 and svc.enrichments.computed == before and svc.enrichments.status(traced, "clang", (0,)) is None
   r = web_client.get(f"/api/traces/{traced}/kernels/9/targets/clang/facts")
   assert r.status_code == 404, r.text
+
+# ***** the CLI: `trace --facts` asks for them now, `enrich` fills them in later (a trace file, or a stored trace with more targets) *****
+
+def test_the_cli_computes_facts_when_asked_and_enrich_fills_in_later(tmp_path, capsys):
+  from explorer.cli.main import main
+  from explorer.store import Store
+  from explorer.tracing.run import run_trace
+  from explorer.spec import PRESETS, Variant
+  path = tmp_path / "t.json"
+  assert main(["trace", "--preset", "small", "--no-time", "--target", "cuda", "--json", str(path), "--quiet"]) == 0
+  assert "compile facts" not in capsys.readouterr().out
+  written = json.loads(path.read_text())
+  assert all(rec["compile"] is None for k in written["kernels"] for rec in k["targets"].values())
+  assert main(["enrich", str(path), "--facts", "--target", "cuda", "--quiet"]) == 0
+  said, enriched = capsys.readouterr().out, json.loads(path.read_text())
+  facts = enriched["kernels"][0]["targets"]["cuda"]["compile"]
+  assert facts is not None and enriched["kernels"][0]["targets"]["clang"]["compile"] is None  # cuda only, as asked
+  assert said.startswith("cuda compile facts: " + enriched["kernels"][0]["targets"]["cuda"]["name"])
+  if shutil.which("nvcc"): assert f"{facts['registers']} registers" in said
+  assert main(["enrich", str(path), "--facts", "--kernel", "7", "--quiet"]) == 2 and "--kernel" in capsys.readouterr().err
+  assert main(["enrich", str(path), "--facts", "--target", "fortran", "--quiet"]) == 2 and "unknown fortran" in capsys.readouterr().err
+  assert main(["enrich", str(path), "--target", "opencl", "--quiet"]) == 2 and "no rewrite blob" in capsys.readouterr().err
+  # a stored trace: a target it lacks is rendered from its rewrite blob and stored, then its facts are kept in the store
+  db = tmp_path / "s.sqlite3"
+  run = run_trace(PRESETS["small"], Variant(time=False))
+  Store(db).put_trace("ab00000000000001", run.trace, run.rewrites, run.target_rewrites)
+  assert main(["enrich", "ab00000000000001", "--db", str(db), "--target", "opencl", "--facts", "--quiet"]) == 0
+  stored = Store(db).get_trace("ab00000000000001")
+  assert stored["kernels"][0]["targets"]["opencl"]["compile"] is not None and set(Store(db).enrichments("ab00000000000001", ENRICH_FACTS)) == {
+    (k["index"], "opencl") for k in stored["kernels"]}
+  assert "opencl compile facts:" in capsys.readouterr().out

@@ -372,7 +372,7 @@ def full_diff(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: byt
   from explorer.tracing.enrich import add_facts
   step = progress or (lambda stage, status, detail: None)
   step("structure", "start", f"{target} compile facts where missing, kernels matched, graphs rebuilt in a worker")
-  for t in (a, b): add_facts(t, [target], timeout_s=timeout_s)
+  a, b = (add_facts(t, [target], timeout_s=timeout_s) for t in (a, b))
   d = diff_traces(a, b, a_rewrites, b_rewrites, target, timeout_s)
   step("structure", "done", f"{len(d['groups'])} groups")
   step("timing", "start" if time else "skipped", f"A and B interleaved, {warmup} warmup + {repeats} repeats" if time else "")

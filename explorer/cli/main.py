@@ -86,8 +86,19 @@ def summary(trace: dict) -> str:
     out.append(f"stages took {sum(secs.values()):.2f}s, tinygrad's own calls {sum(own.values()):.2f}s of them (" +
                ", ".join(f"{s} {own.get(s, 0.0):.2f}/{v:.2f}" for s, v in secs.items()) + ")")
   out += [f"{k['name']}: {n}" for k in trace["kernels"] for n in k.get("notes", [])]
+  out += [f"{t} compile facts: " + ", ".join(facts) for t, facts in compile_facts(trace).items()]
   out += [f"FAILED in {f['stage']}: {f['error']}" for f in trace["failures"]]
   return "\n".join(out)
+
+def compile_facts(trace: dict) -> dict[str, list[str]]:
+  """Per target, each kernel's compile facts where they were computed (registers, or what the compiler said)."""
+  out: dict[str, list[str]] = {}
+  for k in trace["kernels"]:
+    for t, rec in (k.get("targets") or {}).items():
+      if (c := rec.get("compile")) is None: continue
+      said = f"{c['registers']} registers" if c.get("registers") is not None else "ok" if c.get("ok") else (c.get("message") or "").split(":")[0]
+      out.setdefault(t, []).append(f"{rec['name']} {said}")
+  return out
 
 # ***** commands *****
 
@@ -102,6 +113,9 @@ def cmd_trace(a: argparse.Namespace) -> int:
     if a.script_fn is not None: raise UsageError("--fn names a function of --script")
     spec, variant = case_from_args(a)
     with StepBars(a.quiet) as bars: res = run_trace(spec, variant, bars.bar("", STAGES), timeout_s=a.timeout, dump_io=a.dump_io)
+  if a.facts:
+    from explorer.tracing.enrich import add_facts
+    with StepBars(a.quiet) as bars: res.trace = add_facts(res.trace, progress=bars.bar("compile facts", ("compile",)), timeout_s=a.timeout)
   print(summary(res.trace))
   if a.roofline:
     from explorer.analysis.roofline import roofline_report
@@ -203,6 +217,52 @@ def cmd_diff(a: argparse.Namespace) -> int:
     print(f"wrote {a.json}", file=sys.stderr)
   return 0 if ta["status"] == tb["status"] == "ok" else 1
 
+def cmd_enrich(a: argparse.Namespace) -> int:
+  """Fill in what a trace computes only when asked: other targets (a stored trace: rebuilt from its rewrite blob) and compile facts."""
+  from explorer.present.export import load
+  from explorer.tracing.enrich import add_facts, compute_facts, facts_jobs
+  from explorer.spec import ENRICH_FACTS
+  trace, trace_id, blob, store = load(a.source, a.db)
+  targets = [t.strip() for t in a.target.split(",") if t.strip()] if a.target else None
+  if unknown := [t for t in targets or () if t not in TARGETS]:
+    raise SpecError(f"--target: unknown {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+  try: kernels = [int(n) for n in a.kernel.split(",")] if a.kernel else None
+  except ValueError: raise UsageError(f"--kernel takes kernel numbers, N[,N...], got {a.kernel!r}") from None
+  if missing := [n for n in kernels or () if not 0 <= n < len(trace["kernels"])]:
+    raise SpecError(f"--kernel: the trace has kernels 0 to {len(trace['kernels']) - 1}, not {', '.join(map(str, missing))}")
+  lacking = [t for t in targets or () if any(t not in (k.get("targets") or {}) for k in trace["kernels"])]
+  with StepBars(a.quiet) as bars:
+    if lacking:
+      if store is None: raise SpecError(f"{a.source} is a trace file, which keeps no rewrite blob to render {', '.join(lacking)} from: trace "
+                                        "again with --target, or enrich a stored trace id")
+      _add_targets(store, trace_id, trace, blob, lacking, a.timeout, bars.bar("targets", ("render",)))
+      trace = store.get_trace(trace_id)
+    if a.facts:
+      progress = bars.bar("compile facts", ("compile",))
+      if store is None: trace = add_facts(trace, targets, kernels, progress, timeout_s=a.timeout)
+      else:
+        got = compute_facts(facts_jobs(trace, targets, kernels), progress, timeout_s=a.timeout)
+        store.put_enrichments(trace_id, ENRICH_FACTS, got)
+        trace = store.get_trace(trace_id)
+  print("\n".join(f"{t} compile facts: " + ", ".join(facts) for t, facts in compile_facts(trace).items()) or "no compile facts")
+  if store is None:
+    with open(path := a.output or a.source, "w") as f: json.dump(trace, f, indent=1, default=str)
+    print(f"wrote {path}", file=sys.stderr)
+  elif a.output:
+    with open(a.output, "w") as f: json.dump(trace, f, indent=1, default=str)
+    print(f"wrote {a.output}", file=sys.stderr)
+  return 0
+
+def _add_targets(store: Any, trace_id: str, trace: dict, blob: bytes | None, targets: list[str], timeout_s: float, progress: Any) -> None:
+  from explorer.tracing.run import ran_here
+  from explorer.tracing.workers import call_in_worker
+  if blob is None: raise SpecError(f"trace {trace_id} has no stored rewrite blob to render other targets from")
+  variant = Variant.from_dict(trace["variant"])
+  args = {"blob": blob, "sinks": [k["ast_sink"] for k in trace["kernels"]], "targets": {t: variant.arch(t) for t in targets},
+          "opt": variant.opt, "rewrites": list(variant.rewrites)}
+  got, _ = call_in_worker("explorer.tracing.run:targets_in_worker", args, progress, timeout_s)
+  store.add_targets(trace_id, {t: got[t][0] for t in targets}, {t: got[t][1] for t in targets}, ran_here()["by"])
+
 def write_out(text: str, output: str | None, default: str, hint: str = "") -> None:
   """text to `output` (- for stdout), else to the default path here, saying where on stderr."""
   if output == "-": sys.stdout.write(text); return
@@ -285,7 +345,20 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--dump-io", metavar="DIR", help="write input, weight and output as .npy files")
   t.add_argument("--quiet", action="store_true", help="no progress on stderr")
   t.add_argument("--roofline", action="store_true", help="also print each kernel against the device's peak FLOP/s and bandwidth")
+  t.add_argument("--facts", action="store_true", help="also compile every kernel for every target now (registers, spills, occupancy, "
+                 "disassembly), with this machine's compilers; by default they are computed when a page or `enrich` asks")
   t.set_defaults(fn=cmd_trace)
+  en = sub.add_parser("enrich", help="fill in what a trace computes only when asked: other targets' records, compile facts")
+  en.add_argument("source", metavar="ID|JSON_FILE", help="a stored trace id (kept in the store) or a trace JSON file (written back)")
+  en.add_argument("--target", metavar="NAME[,NAME...]", help="these targets (rendered first where the trace lacks them: stored traces "
+                  "only); default: every target the trace has")
+  en.add_argument("--facts", action="store_true", help="compile facts of each kernel on those targets")
+  en.add_argument("--kernel", metavar="N[,N...]", help="only these kernels (default: all)")
+  en.add_argument("-o", "--output", metavar="PATH", help="also (a trace file: instead) write the enriched trace JSON here")
+  en.add_argument("--db", default=None, help="SQLite file of stored traces (for trace ids)")
+  en.add_argument("--timeout", type=float, default=600.0, help="seconds for each worker")
+  en.add_argument("--quiet", action="store_true", help="no progress on stderr")
+  en.set_defaults(fn=cmd_enrich)
   sub.add_parser("presets", help="list the named shapes").set_defaults(fn=cmd_presets)
   sub.add_parser("targets", help="list the render targets").set_defaults(fn=cmd_targets)
   rw = sub.add_parser("rewrites", help="list the custom codegen rewrites a trace may add (--rewrite)")

@@ -44,14 +44,18 @@ def compute_facts(jobs: list[Job], progress: Progress | None = None, limits: Lim
   got, _ = call_in_worker("explorer.tracing.enrich:facts_in_worker", {"jobs": jobs}, progress, timeout_s, limits=limits)
   return {(j["kernel"], j["target"]): f for j, f in zip(jobs, got)}
 
-def set_facts(trace: dict[str, Any], facts: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any]:
-  """The facts on their records (kernels[kernel].targets[target].compile), in place; the trace."""
-  by_index = {k["index"]: k for k in trace.get("kernels") or []}
-  for (kernel, target), f in facts.items():
-    if (rec := (by_index.get(kernel, {}).get("targets") or {}).get(target)) is not None: rec["compile"] = f
-  return trace
+def with_facts(trace: dict[str, Any], facts: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any]:
+  """The trace with the facts on their records (kernels[kernel].targets[target].compile): a copy along the changed records' paths,
+  the trace given is left as it was (callers share traces)."""
+  if not facts: return trace
+  kernels = []
+  for k in trace.get("kernels") or []:
+    if mine := {t: f for (n, t), f in facts.items() if n == k.get("index") and t in (k.get("targets") or {})}:
+      k = {**k, "targets": {t: {**rec, "compile": mine[t]} if t in mine else rec for t, rec in k["targets"].items()}}
+    kernels.append(k)
+  return {**trace, "kernels": kernels}
 
 def add_facts(trace: dict[str, Any], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
               progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> dict[str, Any]:
-  """Compile facts for the records that lack them (these targets and kernels; default all), computed in a worker and set in place."""
-  return set_facts(trace, compute_facts(facts_jobs(trace, targets, kernels), progress, limits, timeout_s))
+  """The trace with compile facts on the records that lacked them (these targets and kernels; default all), computed in a worker."""
+  return with_facts(trace, compute_facts(facts_jobs(trace, targets, kernels), progress, limits, timeout_s))

@@ -29,7 +29,7 @@ def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None
   _learn_default_device(variant, trace)
   if facts:
     from explorer.tracing.enrich import add_facts
-    add_facts(trace, progress=progress, limits=limits)
+    trace = add_facts(trace, progress=progress, limits=limits)
   return TraceResult(record_ran_on(trace), blob, seen, blobs)
 
 def ran_here(worker: str | None = None) -> dict[str, Any]:

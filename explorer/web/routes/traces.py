@@ -58,7 +58,7 @@ async def get_trace(trace_id: str, trace: StoredTrace) -> dict:
   `targets` (each target added on first request, on the server)."""
   return deps.light_trace(trace_id, trace)
 
-@api.get("/traces/{trace_id}/raw", summary="The trace as stored, with what was computed for it since (compile facts)", responses=documented(NOT_FOUND))
+@api.get("/traces/{trace_id}/raw", summary="The trace as stored, with compile facts computed since", responses=documented(NOT_FOUND))
 async def get_raw_trace(trace: StoredTrace) -> dict: return trace
 
 @api.get("/traces/{trace_id}/status", response_model=TraceStatus, summary="Job status with per-stage progress",
