@@ -44,6 +44,8 @@ def redis_server(workdir: pathlib.Path, port: int | None = None, password: str |
 def broker(tmp_path_factory) -> Iterator[str]:
   with redis_server(tmp_path_factory.mktemp("redis")) as url: yield url
 
+QUICK_DEATH = ("--heartbeat-ttl", "5")  # a killed worker is taken as gone 5 s after its last heartbeat (12 s by default)
+
 @contextlib.contextmanager
 def worker(url: str, name: str, log_dir: pathlib.Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
   """`kernel-explorer worker` in a session of its own (killing the session is a machine going away); registered before it yields.
@@ -122,7 +124,7 @@ def test_a_worker_killed_mid_trace_is_retried_on_another(broker, tmp_path):
   """The machine running the job goes away (its worker's whole session SIGKILLed): its heartbeat stops, the server notices within
   seconds and queues the job again; another worker finishes it. Without a second attempt left, the job fails saying why."""
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base:
-    with worker(broker, "doomed", tmp_path) as doomed:
+    with worker(broker, "doomed", tmp_path, *QUICK_DEATH) as doomed:
       trace_id = submit(base, tiny(cout=6, time=True, repeats=200))
       deadline = time.monotonic() + 120
       while not any(st["stage"] != "queue" and st["status"] != "pending" for st in status(base, trace_id)["stages"]):
@@ -136,12 +138,13 @@ def test_a_worker_killed_mid_trace_is_retried_on_another(broker, tmp_path):
 
 @pytest.mark.slow
 def test_a_job_whose_workers_all_die_fails_with_a_clear_message(broker, tmp_path):
-  """Slow: a worker is started and SIGKILLed mid-job once per attempt, and RQ notices each death only after its heartbeat lapses."""
+  """Slow: a worker is started and SIGKILLed mid-job once per attempt, and each death is noticed only after its heartbeat lapses (5 s
+  here: QUICK_DEATH)."""
   from explorer.queue.client import ATTEMPTS
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base:
     trace_id = submit(base, tiny(cout=7, time=True, repeats=200))
     for attempt in range(ATTEMPTS):
-      with worker(broker, f"doomed{attempt}", tmp_path) as doomed:
+      with worker(broker, f"doomed{attempt}", tmp_path, *QUICK_DEATH) as doomed:
         deadline = time.monotonic() + 120
         while not (f"doomed{attempt}" in (s := status(base, trace_id))["stages"][0]["detail"] and s["status"] == "running"):
           assert time.monotonic() < deadline, s
@@ -443,3 +446,9 @@ def test_a_worker_whose_broker_dies_mid_job_comes_back(tmp_path):
         assert wait_for(base, trace_id, timeout_s=120)["status"] == "done" and ran_on(base, trace_id)["worker"] == "hardy", log.read_text()
         assert "answers again; taking jobs" in log.read_text()
   finally: hardy.__exit__(None, None, None)
+
+def test_a_workers_heartbeat_ttl_is_bounded(capsys):
+  from explorer.cli.main import main
+  for bad in ("1", "301", "soon"):
+    assert main(["worker", "--queue", "redis://127.0.0.1:1/0", "--heartbeat-ttl", bad]) == 2
+    assert "--heartbeat-ttl" in capsys.readouterr().err

@@ -290,7 +290,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
   return 0
 
 def cmd_worker(a: argparse.Namespace) -> int:
-  from explorer.queue.protocol import NEEDS_EXTRA, QueueUnavailable
+  from explorer.queue.protocol import BEAT_TTL_S, NEEDS_EXTRA, QueueUnavailable
   from explorer.settings import Settings
   try:
     from explorer.queue.client import QueueClient
@@ -306,7 +306,7 @@ def cmd_worker(a: argparse.Namespace) -> int:
   if a.concurrency < 1: raise UsageError("--concurrency must be at least 1")
   try: QueueClient(url).ping()
   except QueueUnavailable as e: raise UsageError(str(e)) from None
-  return serve(url, a.device or detect_devices(), a.concurrency, a.name, a.burst)
+  return serve(url, a.device or detect_devices(), a.concurrency, a.name, a.burst, a.heartbeat_ttl or BEAT_TTL_S)
 
 def cmd_token(a: argparse.Namespace) -> int:
   import secrets
@@ -332,6 +332,12 @@ def add_settings_flags(p: argparse.ArgumentParser) -> None:
     flag, kind = f"--{st.name.replace('_', '-')}", st.kind
     g.add_argument(flag, dest=f"set_{st.name}", type=_not_negative(kind), default=None, metavar=kind.__name__.upper(),
                    help=f"{st.help} [{ENV_PREFIX}{st.name.upper()}, default {st.default}]".replace("%", "%%"))
+
+def _heartbeat_ttl(s: str) -> float:
+  try: ttl = float(s)
+  except ValueError: raise argparse.ArgumentTypeError(f"--heartbeat-ttl takes seconds, got {s!r}") from None
+  if not 2 <= ttl <= 300: raise argparse.ArgumentTypeError(f"--heartbeat-ttl is 2 to 300 seconds, got {s}")
+  return ttl
 
 def build_parser() -> argparse.ArgumentParser:
   p = Parser(prog="kernel-explorer", description=__doc__)
@@ -422,6 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
   wk.add_argument("--concurrency", type=int, default=1, metavar="N", help="worker processes (each runs one job at a time)")
   wk.add_argument("--name", default=None, help="the worker's name in traces and logs (default HOST.PID)")
   wk.add_argument("--burst", action="store_true", help="exit once the queues are empty")
+  wk.add_argument("--heartbeat-ttl", type=_heartbeat_ttl, default=None, metavar="SECONDS",
+                  help="a server takes this worker as gone this long after its last heartbeat (it died) and retries its job "
+                       "(default: explorer.queue.protocol.BEAT_TTL_S, 12)")
   wk.set_defaults(fn=cmd_worker)
   sub.add_parser("token", help="print a fresh access token for KERNEL_EXPLORER_TOKEN (32 random characters)").set_defaults(fn=cmd_token)
   s = sub.add_parser("serve", help="serve the web app")

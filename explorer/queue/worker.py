@@ -50,9 +50,10 @@ def detect_devices(timeout_s: float = 120.0) -> list[str]:
 
 BROKER_BACKOFF_S = (1.0, 30.0)  # a worker whose broker went away asks again after 1 s, then twice as long each time, up to 30 s
 
-def work(url: str, devices: list[str], name: str | None = None, burst: bool = False) -> None:
+def work(url: str, devices: list[str], name: str | None = None, burst: bool = False, beat_ttl_s: float = BEAT_TTL_S) -> None:
   """One worker in this process, until SIGTERM (after its job) or, with burst, until its queues are empty. A broker that goes away
-  does not end it: it asks again with backoff (saying so on stderr) and takes jobs again once the broker answers."""
+  does not end it: it asks again with backoff (saying so on stderr) and takes jobs again once the broker answers. beat_ttl_s: how
+  soon after this process dies the server takes it as gone."""
   jobs.DEVICES[:] = devices
   name = name or f"{socket.gethostname()}.{os.getpid()}"
   while True:
@@ -60,7 +61,7 @@ def work(url: str, devices: list[str], name: str | None = None, burst: bool = Fa
     queues = [Queue(queue_name(d), connection=connection, serializer=JSONSerializer) for d in [*devices, None]]
     worker = ExplorerWorker(queues, connection=connection, serializer=JSONSerializer, worker_ttl=WORKER_TTL_S, name=name)
     done = threading.Event()
-    threading.Thread(target=beat, args=(connection, worker.name, done), daemon=True, name="heartbeat").start()
+    threading.Thread(target=beat, args=(connection, worker.name, done, beat_ttl_s), daemon=True, name="heartbeat").start()
     try: worker.work(burst=burst, with_scheduler=False, logging_level=logging.getLevelName(logging.WARNING))
     except redis.RedisError: pass  # its registration or its teardown met the absent broker: waited for below
     except ValueError as e:  # our own registration outlived a broker restart (it persisted): ours to clear
@@ -92,21 +93,24 @@ def wait_for_broker(connection: redis.Redis, url: str, name: str) -> bool:
     if stop.wait(delay): return False
     delay = min(delay * 2, BROKER_BACKOFF_S[1])
 
-def beat(connection: redis.Redis, name: str, done: threading.Event) -> None:
-  """This worker's heartbeat, idle or busy (a job runs in the main thread): when the process dies the key expires BEAT_TTL_S later,
-  and the server takes it as gone (RQ's own registration outlives a busy worker by its job's whole timeout)."""
+def beat(connection: redis.Redis, name: str, done: threading.Event, ttl_s: float = BEAT_TTL_S) -> None:
+  """This worker's heartbeat, idle or busy (a job runs in the main thread): when the process dies the key expires ttl_s later, and
+  the server takes it as gone (RQ's own registration outlives a busy worker by its job's whole timeout). It is refreshed four times
+  per ttl_s (at most every BEAT_S), so a beat that a busy machine delays does not let it lapse."""
   while True:
-    with contextlib.suppress(redis.RedisError): connection.set(beat_key(name), "1", ex=BEAT_TTL_S)
-    if done.wait(BEAT_S): return
+    with contextlib.suppress(redis.RedisError): connection.set(beat_key(name), "1", px=int(ttl_s * 1000))
+    if done.wait(min(BEAT_S, ttl_s / 4)): return
 
-def serve(url: str, devices: list[str], concurrency: int = 1, name: str | None = None, burst: bool = False) -> int:
+def serve(url: str, devices: list[str], concurrency: int = 1, name: str | None = None, burst: bool = False,
+          beat_ttl_s: float = BEAT_TTL_S) -> int:
   """concurrency workers: this process alone for one, else that many child processes (SIGTERM and SIGINT reach them all)."""
   print(f"kernel-explorer worker: {concurrency} x [{', '.join(devices)} + any jobs] from {safe_url(url)}", file=sys.stderr, flush=True)
   if concurrency == 1:
-    work(url, devices, name, burst)
+    work(url, devices, name, burst, beat_ttl_s)
     return 0
   base = name or f"{socket.gethostname()}.{os.getpid()}"
-  argv = [sys.executable, "-m", "explorer", "worker", "--concurrency", "1", *(a for d in devices for a in ("--device", d))]
+  argv = [sys.executable, "-m", "explorer", "worker", "--concurrency", "1", "--heartbeat-ttl", str(beat_ttl_s),
+          *(a for d in devices for a in ("--device", d))]
   env = {**os.environ, f"{ENV_PREFIX}QUEUE": url}  # not on the command line: its password would show in ps
   children = [subprocess.Popen([*argv, "--name", f"{base}.{i}", *(["--burst"] if burst else [])], env=env) for i in range(concurrency)]
   def forward(sig: int, _: Any) -> None:
