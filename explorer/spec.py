@@ -138,6 +138,22 @@ def device_problem(device: str, offered: Sequence[str] = COMPUTE_DEVICES) -> str
 
 OPT_RE = re.compile(r"heuristic|none|beam:[1-9][0-9]*")
 
+# ***** opts by hand (explorer.tracing.handopts): tinygrad's Opt(op, axis, arg) written OP:AXIS:ARG, UPCAST:0:4 *****
+OPT_OPS = ("TC", "UPCAST", "UNROLL", "LOCAL", "THREAD", "GROUP", "GROUPTOP", "NOLOCALS", "PADTO", "SWAP")  # tinygrad's OptOps
+HAND_OPT_RE = re.compile(rf"({'|'.join(OPT_OPS)}):([0-9]{{1,2}})?:(-?[0-9]{{1,5}}(,-?[0-9]{{1,5}}){{0,2}})?")
+MAX_HAND_OPTS = 16
+OPTS_FROM = ("current", "none", "heuristic")  # where a hand schedule starts: the kernel's own opts, none, or tinygrad's heuristic's
+
+def hand_opts(opts: Sequence[str], start: str = "current") -> tuple[str, ...]:
+  """Opts as a user wrote them, checked as text (tinygrad judges them in a worker); SpecError says which one is not an opt."""
+  if start not in OPTS_FROM: raise SpecError(f"from must be one of {', '.join(OPTS_FROM)}, got {start!r}")
+  if len(opts) > MAX_HAND_OPTS: raise SpecError(f"at most {MAX_HAND_OPTS} opts, got {len(opts)}")
+  out = tuple(o.strip().upper() for o in opts if isinstance(o, str) and o.strip())
+  if len(out) != len(opts): raise SpecError("an opt is empty or not text")
+  for o in out:
+    if not HAND_OPT_RE.fullmatch(o): raise SpecError(f"{o[:40]!r} is not an opt: OP:AXIS:ARG with OP one of {', '.join(OPT_OPS)} (UPCAST:0:4)")
+  return out
+
 # the largest error a trace's output may have against the float64 reference, relative to the reference's largest magnitude (error_stats'
 # max_rel): float16 keeps 11 bits, and Winograd's transforms amplify rounding, F(4,3) more than F(2,3)
 ERROR_TOLERANCE = {("direct", "float32"): 1e-5, ("F(2,3)", "float32"): 1e-4, ("F(4,3)", "float32"): 1e-3,

@@ -86,6 +86,14 @@ def ran_on_parts(ran_on: dict | None) -> list[tuple[str, str]]:
 
 HTML_SAFE_JSON = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"})
 
+_OLD_OPT = re.compile(r"Opt\(op=OptOps\.(\w+), axis=(\w+), arg=(.*)\)")
+
+def opt_label(opt: str) -> str:
+  """An applied opt as OP:AXIS:ARG (traces record it so; older ones kept tinygrad's repr, Opt(op=OptOps.UPCAST, axis=0, arg=4))."""
+  if not (m := _OLD_OPT.fullmatch(opt)): return opt
+  op, axis, arg = m.groups()
+  return f"{op}:{'' if axis == 'None' else axis}:{'' if arg == 'None' else arg.strip('()').replace(' ', '')}"
+
 def tojson_compact(x: Any) -> Markup:
   """JSON safe in a single-quoted HTML attribute or a <script>: <, >, & and ' escaped as JSON \\u escapes, as jinja's tojson does."""
   return Markup(json.dumps(x, separators=(",", ":")).translate(HTML_SAFE_JSON))
@@ -98,6 +106,7 @@ def environment() -> jinja2.Environment:
   env.filters.update({k: defined(f) for k, f in formats.items()})
   env.filters["tojson_compact"] = tojson_compact
   env.filters["compact_uop"] = compact_uop
+  env.filters["opt_label"] = opt_label
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
                      highlighted=highlighted, ran_on_parts=ran_on_parts)
   return env

@@ -5,6 +5,7 @@ generated here from the data, never canned, so a different variant gives differe
 """
 from __future__ import annotations
 from dataclasses import replace
+from explorer.present.render import opt_label
 from explorer.schema import target_record
 from explorer.spec import ConvSpec, Variant
 
@@ -38,7 +39,7 @@ def _role_text(role: str, program: bool = False) -> str:
 
 def _opt_text(opts: list[str]) -> str:
   if not opts: return "No optimizations were applied (opt=none, or nothing helped): the loops stay as the AST wrote them."
-  kinds = [o.split("OptOps.")[1].split(",")[0] if "OptOps." in o else o for o in opts]
+  kinds = [opt_label(o).split(":")[0] for o in opts]
   parts = [f"{k} ({OPT_MEANING.get(k, 'an optimization')})" for k in dict.fromkeys(kinds)]
   return f"{_plural(len(opts), 'optimization')} applied: {', '.join(parts)}."
 

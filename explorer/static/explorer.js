@@ -582,6 +582,60 @@ function initPendingFacts() {
   setTimeout(poll, 500);
 }
 
+/* ***** schedule it yourself: opts as chips, applied in a worker (POST), the result beside the original ***** */
+
+function initOpts() {
+  const panel = $("#opts-panel");
+  if (!panel) return;
+  const status = $("#opts-status", panel), out = $("#opts-out", panel), chips = $("#opts-chips", panel), input = $("#opts-add", panel);
+  const split = (text) => (text || "").split(",").map((o) => o.trim().toUpperCase()).filter(Boolean);
+  let opts = split(panel.dataset.current);
+  const say = (text, error) => { status.textContent = text; status.className = `small ${error ? "err" : "muted"}`; };
+  const draw = () => {
+    chips.replaceChildren(...opts.map((o, i) => {
+      const chip = Object.assign(document.createElement("button"), { type: "button", className: "chip", textContent: `${o} ×`, title: `remove ${o}` });
+      chip.dataset.opt = o;
+      chip.addEventListener("click", () => { opts.splice(i, 1); draw(); });
+      return chip;
+    }));
+    if (!opts.length) chips.textContent = "none";
+  };
+  const query = (start, list) => `target=${encodeURIComponent(panel.dataset.target)}&opts=${encodeURIComponent(list.join(","))}&from=${start}`;
+  const show = async (start, list) => {
+    const r = await fetch(`${panel.dataset.fragment}?${query(start, list)}`);
+    out.innerHTML = await r.text();
+    const result = $("#opts-result", out);
+    if (result) { opts = split(result.dataset.opts); draw(); }
+    $$("[data-add-opt]", out).forEach((b) => b.addEventListener("click", () => { opts.push(b.dataset.addOpt); draw(); apply("none", opts); }));
+    say(`applied: ${opts.join(", ") || "no opts"}`);
+  };
+  const apply = async (start, list) => {
+    say("asking a worker for tinygrad's codegen with these opts…");
+    const body = JSON.stringify({ target: panel.dataset.target, opts: list, from: start });
+    let r = await fetch(panel.dataset.api, { method: "POST", headers: { "Content-Type": "application/json" }, body });
+    while (r.status === 202) {
+      const d = await r.json();
+      say(d.detail || d.status);
+      await new Promise((ok) => setTimeout(ok, 500));
+      r = await fetch(`${panel.dataset.api}?${query(start, list)}`);
+    }
+    if (r.status !== 200) { const d = await r.json().catch(() => ({})); say(d.detail || `failed (${r.status})`, true); return; }
+    await show(start, list);
+  };
+  const add = () => { const o = input.value.trim().toUpperCase(); if (o) { opts.push(o); input.value = ""; draw(); } };
+  $("#opts-add-button", panel).addEventListener("click", add);
+  input.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); add(); } });
+  $("#opts-apply", panel).addEventListener("click", () => apply("none", opts));
+  $$("[data-opts-from]", panel).forEach((b) => b.addEventListener("click", () => {
+    const start = b.dataset.optsFrom;
+    if (start === "current") { opts = split(panel.dataset.current); draw(); apply("none", opts); }
+    else if (start === "none") { opts = []; draw(); apply("none", opts); }
+    else apply("heuristic", []);
+  }));
+  draw();
+  if (panel.dataset.asked !== undefined) { opts = split(panel.dataset.asked); draw(); apply(panel.dataset.askedFrom || "none", opts); }
+}
+
 /* ***** the trace form: preset fills the shape, Winograd options only where they apply ***** */
 
 function initForm() {
@@ -641,7 +695,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (v) { new Stepper(bar, v); stepped.add("pass-graph"); }
   });
   viewers.forEach((v, id) => { if (!stepped.has(id)) v.show(v.el.dataset.ref); });
-  initTabs(); initProgress(); initForm(); initPendingTarget(); initPendingFacts(); initLineMaps();
+  initTabs(); initProgress(); initForm(); initPendingTarget(); initPendingFacts(); initOpts(); initLineMaps();
 });
 
 /* ***** "compare with..." on trace pages: the menu loads its picks on first open ***** */

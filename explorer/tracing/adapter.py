@@ -610,6 +610,72 @@ def codegen_host(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite] = ())
 def codegen_deviceless(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite] = ()) -> UOp:
   return _to_program_rewritten(ast, renderer, tuple(rewrites)) if rewrites else do_to_program(ast, renderer)
 
+# ***** opts by hand: tinygrad's Opt(op, axis, arg), written "UPCAST:0:4", applied as apply_opts applies a kernel's opts_to_apply *****
+
+OPT_OPS = tuple(o.name for o in OptOps)
+
+class OptRefused(ValueError):
+  """Text that is no opt, or an opt tinygrad refuses for this kernel at this point (its KernelOptError's message)."""
+
+def opt_text(o: Opt) -> str:
+  """UPCAST:0:4, LOCAL:1:8, TC:0:-1,2,1 (TC's arg is a tuple), NOLOCALS:: (no axis, no arg)."""
+  arg = ",".join(map(str, o.arg)) if isinstance(o.arg, tuple) else "" if o.arg is None else str(o.arg)
+  return f"{o.op.name}:{'' if o.axis is None else o.axis}:{arg}"
+
+def parse_opt(text: str) -> Opt:
+  op, _, rest = text.strip().partition(":")
+  axis, _, arg = rest.partition(":")
+  if op.upper() not in OPT_OPS: raise OptRefused(f"{text!r}: no such opt; tinygrad's are {', '.join(OPT_OPS)} (written OP:AXIS:ARG, UPCAST:0:4)")
+  try:
+    args = tuple(int(x) for x in arg.split(",")) if arg else ()
+    return Opt(OptOps[op.upper()], int(axis) if axis else None, args if len(args) > 1 else args[0] if args else None)
+  except ValueError: raise OptRefused(f"{text!r}: the axis and the argument are integers (OP:AXIS:ARG, UPCAST:0:4)") from None
+
+def _scheduler(ast: UOp, renderer: Renderer, opts: Sequence[Opt]) -> Any:
+  """tinygrad's Scheduler for the kernel, as apply_opts starts it, with these opts applied in order (OptRefused names the one refused)."""
+  from tinygrad.codegen.opt import KernelOptError
+  from tinygrad.codegen.opt.postrange import Scheduler
+  k = Scheduler(ast.replace(arg=replace(ast.arg, opts_to_apply=None, applied_opts=())) if isinstance(ast.arg, KernelInfo) else ast, renderer)
+  k.convert_loop_to_global()
+  for i, o in enumerate(opts):
+    which = f"{opt_text(o)} (opt {i + 1} of {len(opts)})"
+    try: k.apply_opt(o)
+    except KernelOptError as e: raise OptRefused(f"{which}: {ansistrip(str(e)) or 'tinygrad refused it'}") from None
+    except (AssertionError, IndexError, ValueError) as e:  # an axis out of range fails before tinygrad's own checks
+      raise OptRefused(f"{which}: {type(e).__name__}: {ansistrip(str(e))}") from None
+  return k
+
+def heuristic_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
+  """The opts tinygrad's heuristic (hand_coded_optimizations) picks for the kernel on this renderer."""
+  from tinygrad.codegen.opt.heuristic import hand_coded_optimizations
+  return list(hand_coded_optimizations(_scheduler(ast, renderer, [])).applied_opts)
+
+def legal_opts(ast: UOp, renderer: Renderer, opts: Sequence[Opt]) -> list[Opt]:
+  """The opts tinygrad's BEAM search would try next after these (get_kernel_actions: the legal ones within its upcast and local caps)."""
+  from tinygrad.codegen.opt.search import actions, get_kernel_actions
+  return [actions[i - 1] for i in get_kernel_actions(_scheduler(ast, renderer, opts), include_0=False)]
+
+def with_opts(ast: UOp, opts: Sequence[Opt]) -> UOp:
+  """The kernel with exactly these opts to apply (tinygrad's KernelInfo.opts_to_apply: neither the heuristic nor BEAM runs)."""
+  info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+  return ast.replace(arg=replace(info, opts_to_apply=tuple(opts), applied_opts=(), beam=0))
+
+def kernel_timers(asts: Sequence[UOp], renderer: Renderer, device: str) -> list[Iterator[float]]:
+  """tinygrad's time_call for each of these variants of one kernel, compiled for the device and run on the same fresh buffers of its
+  parameters' sizes (as BEAM times a candidate, at full size): each yields one synchronized run time in seconds."""
+  from tinygrad.codegen.opt.postrange import args_from_ast
+  rawbufs, var_vals = args_from_ast(asts[0], device)
+  args = [UOp.from_buffer(b.ensure_allocated()) for b in rawbufs]
+  timers = []
+  for ast in asts:
+    on_device = ast.substitute({p: p.replace(arg=replace(p.arg, device=device)) for p in ast.toposort() if p.op is Ops.PARAM})
+    timers.append(time_call(do_to_program(on_device, renderer).call(*args), var_vals))
+  return timers
+
+def check_opts(ast: UOp, renderer: Renderer, opts: Sequence[Opt]) -> None:
+  """OptRefused (tinygrad's reason) unless every opt applies, in order, before codegen runs."""
+  _scheduler(ast, renderer, opts)
+
 # ***** custom rewrites: extra named passes in codegen (explorer.tracing.rewrites holds the catalogue) *****
 # tinygrad 0.14 has no Renderer.pre_matcher (the codegen notes' hook); its Renderer.extra_matcher runs inside the "final rewrite" pass
 # among tinygrad's own rules. So a rewrite runs as a graph_rewrite pass of its own, at one of two points: "sink", on the graph
@@ -808,7 +874,7 @@ def program_facts(prg: UOp) -> ProgramFacts:
   return ProgramFacts(ansistrip(prg.arg.name), [num(x) for x in prg.arg.global_size],
                       None if prg.arg.local_size is None else [num(x) for x in prg.arg.local_size],
                       int(est.ops) if est is not None else 0, int(est.lds) if est is not None else 0, int(est.mem) if est is not None else 0,
-                      [str(o) for o in sink.arg.applied_opts], uops_listing(lin),
+                      [opt_text(o) for o in sink.arg.applied_opts], uops_listing(lin),
                       {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},
                       src, storage, pressure(list(lin)), [trace_num(u) for u in lin])
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, create_model, model_validator
-from explorer.spec import DTYPES, PRESETS, STUDY_CI_WIDTH, TARGETS, TILES, ConvSpec, Knob, Variant, knobs
+from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TARGETS, TILES, ConvSpec, Knob, Variant, knobs
 # the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
 from explorer.schema import (CompileFacts as CompileFacts, Disassembly as Disassembly, LiveRange as LiveRange, LoopRange as LoopRange,
                              LoopSplit as LoopSplit, Occupancy as Occupancy, Pass as Pass, Pressure as Pressure, SpecCheck as SpecCheck,
@@ -227,6 +227,48 @@ class EnrichmentJob(BaseModel):
   detail: str = ""
   error: str | None = None
   started: float
+
+class HandOptsRequest(BaseModel):
+  """A kernel scheduled by hand: opts OP:AXIS:ARG (tinygrad's Opt), applied after the start's opts, on a target."""
+  target: str | None = Field(None, max_length=16, description="a render target (default: the trace's own)")
+  opts: list[str] = Field(default_factory=list, max_length=MAX_HAND_OPTS, description="e.g. [\"UPCAST:0:4\", \"LOCAL:1:8\"]")
+  start: Literal["current", "none", "heuristic"] = Field("current", alias="from", description="the kernel's current opts on the target, "
+                                                         "none, or tinygrad's heuristic's, before `opts`")
+  model_config = {"populate_by_name": True, "extra": "forbid"}
+
+class OptsJob(BaseModel):
+  """A hand schedule being computed (202): poll GET .../opts with the same target, opts and from; 200 brings the result."""
+  kind: Literal["opts"]
+  kernel: int
+  target: str
+  start: str = Field(alias="from")
+  opts: list[str]
+  status: Literal["queued", "running", "done", "error"]
+  detail: str = ""
+  error: str | None = None
+  started: float
+
+class OptsTiming(BaseModel):
+  """The original (A) and the hand schedule (B) timed in interleaved pairs on the trace's device: B/A's median and 95% interval."""
+  device: str
+  repeats: int
+  a_median_s: float
+  b_median_s: float
+  ratio: float
+  ci_low: float
+  ci_high: float
+  a_samples: list[float]
+  b_samples: list[float]
+
+class HandSchedule(BaseModel):
+  """The kernel with the opts applied: its record on the target (as a trace records one), the opts tinygrad would let BEAM try next
+  (get_kernel_actions), and the timing where it ran on the trace's device."""
+  target: str
+  start: str
+  opts: list[str]
+  record: TargetRecord
+  next: list[str]
+  timing: OptsTiming | None = None
 
 # ***** studies: a seed document's experiment, every case, timed interleaved with intervals and verdicts *****
 

@@ -2,10 +2,10 @@
 when the page or its record's URL first asks for it (that starts work: the request's permit)."""
 from __future__ import annotations
 from typing import Any
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from explorer.schema import host_target, target_records
-from explorer.spec import TARGETS
+from explorer.spec import TARGETS, SpecError, hand_opts
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, CompileFacts, EnrichmentJob, TargetJob, TargetRecord, documented
@@ -65,7 +65,9 @@ async def kernel_facts_fragment(request: Request, trace_id: str, n: int, trace: 
 
 @router.get("/t/{trace_id}/k/{n}", response_class=HTMLResponse)
 async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep, work: Work, graph: str = "ast", code: str | None = None,
-                      at: str | None = None, target: str | None = None) -> HTMLResponse:
+                      at: str | None = None, target: str | None = None, opts: str | None = Query(None, max_length=400),
+                      opts_from: str = Query("none", alias="from", max_length=16)) -> HTMLResponse:
+  """opts (OP:AXIS:ARG,...) and from: a hand schedule's permalink: the Opts panel opens on it and (its script) asks for it."""
   trace = await deps.stored_trace(svc, trace_id)
   if trace is None: return await trace_page(request, svc, trace_id, "kernel.html", "kernels")
   k = deps.kernel_or_404(trace, n)
@@ -91,6 +93,13 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   resp = await trace_page(request, svc, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step,
                           api=f"{trace_api_url(trace_id)}/kernels/{n}", graph_mode="passes" if graph == "passes" else "ast", code=code,
                           code_tabs=tabs, target=target, rec=rec, records=records, all_targets=TARGETS, pending=pending,
-                          pending_error=pending_error, facts_pending=facts_pending, facts_error=facts_error)
+                          pending_error=pending_error, facts_pending=facts_pending, facts_error=facts_error,
+                          asked_opts=_asked_opts(opts, opts_from), asked_from=opts_from)
   if pending or facts_pending: resp.headers["Cache-Control"] = "no-store"  # the page changes when the target or the facts are stored
   return resp
+
+def _asked_opts(opts: str | None, start: str) -> str | None:
+  """A permalink's opts as the panel's script takes them (None: none asked, or text that is no opt list: the panel starts empty)."""
+  if opts is None: return None
+  try: return ",".join(hand_opts([o for o in opts.split(",") if o.strip()], start))
+  except SpecError: return None

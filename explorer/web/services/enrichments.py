@@ -1,12 +1,13 @@
 """Enrichments of stored traces, computed when a page or the API first needs them (explorer.tracing.enrich): compile facts of a kernel
-on a target, for one kernel when its page opens, for every kernel when a diff compares registers. Each computation is a Task in a
+on a target, for one kernel when its page opens, for every kernel when a diff compares registers; and a kernel scheduled by hand
+(explorer.tracing.handopts: opts a user picked, on a target, timed against the original on the trace's device). Each computation is a Task in a
 worker, stored in its own transaction (Store.put_enrichments: a row per kernel, target and kind) and served from the store after.
 Identical requests share one task; a server that stops mid-way has stored nothing of it, and the next view computes it again."""
 from __future__ import annotations
 import asyncio, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from explorer.spec import ENRICH_FACTS, TARGETS
+from explorer.spec import ENRICH_FACTS, TARGETS, Variant
 from explorer.store import Store
 from explorer.tracing.workers import Limits
 from explorer.web.services.lifecycle import DONE, ERROR, Progress, Task, Tasks
@@ -26,10 +27,31 @@ class FactsTask(Task):
     return {"kind": ENRICH_FACTS, "target": self.target, "kernels": list(self.kernels), "status": self.status, "detail": self.detail,
             "error": self.error, "started": self.started}
 
+OPTS = "opts"  # the enrichment kind of a hand schedule: "opts:{start}:{OP:AXIS:ARG,...}" per kernel and target
+
+def opts_kind(start: str, opts: tuple[str, ...]) -> str: return f"{OPTS}:{start}:{','.join(opts)}"
+
+class OptsRefused(ValueError):
+  """tinygrad refused one of the opts (its KernelOptError's reason, one line)."""
+
+@dataclass
+class OptsTask(Task):
+  kernel: int = 0
+  target: str = ""
+  start: str = "current"
+  opts: tuple[str, ...] = ()
+  started: float = field(default_factory=time.time)
+
+  def view(self) -> dict[str, Any]:
+    """The job as GET .../opts shows it while it runs (explorer.web.http.models.OptsJob)."""
+    return {"kind": OPTS, "kernel": self.kernel, "target": self.target, "from": self.start, "opts": list(self.opts), "status": self.status,
+            "detail": self.detail, "error": self.error, "started": self.started}
+
 class EnrichmentService:
   def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str], None]):
     self.store, self.limits, self.on_stored = store, limits, on_stored
     self.tasks: Tasks[FactsTask] = Tasks(parallel=2)
+    self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=1)  # one hand schedule at a time: each may time kernels on the device
     self.computed = 0  # worker runs: tests check that concurrent and later requests compute nothing more
 
   @staticmethod
@@ -73,4 +95,52 @@ class EnrichmentService:
     if task.status != DONE: return trace
     return await asyncio.to_thread(self.store.get_trace, trace_id) or trace
 
-  def cancel_all(self) -> None: self.tasks.cancel_all()
+  # ***** hand schedules *****
+
+  def stored_opts(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> dict | None:
+    return self.store.enrichments(trace_id, opts_kind(start, opts)).get((n, target))
+
+  def opts_status(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> OptsTask | None:
+    return self.opts_tasks.get((trace_id, n, target, opts_kind(start, opts)))
+
+  def forget_opts(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> None:
+    self.opts_tasks.forget((trace_id, n, target, opts_kind(start, opts)))
+
+  def start_opts(self, trace_id: str, trace: dict, n: int, target: str, start: str, opts: tuple[str, ...], permit: WorkPermit,
+                 on_device: bool = True) -> OptsTask:
+    """The task scheduling kernel n by hand on `target` (opts checked as text: explorer.spec.hand_opts); on the trace's own target and
+    device (on_device: this server runs that device) it is timed against the original too. EnrichmentUnavailable when it cannot be."""
+    from explorer.schema import host_target, target_records
+    if target not in TARGETS: raise EnrichmentUnavailable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    kernel = next((k for k in trace.get("kernels") or [] if k.get("index") == n), None)
+    if kernel is None or kernel.get("ast_sink") is None: raise EnrichmentUnavailable(f"kernel {n} has no AST recorded to schedule again")
+    if (trace.get("variant") or {}).get("rewrite_file"):
+      raise EnrichmentUnavailable("this trace ran a user's rewrite file, and the server never runs user code: use the CLI")
+    rec: dict[str, Any] = dict(target_records(kernel).get(target) or {})
+    current = rec.get("opts")
+    if current is None and start == "current": raise EnrichmentUnavailable(f"kernel {n} has no {target} record: open that target first")
+    variant = trace.get("variant") or {}
+    arch = rec.get("arch") or Variant.from_dict(variant).arch(target)
+    own = target == host_target(kernel) and on_device
+    device = str((trace.get("env") or {}).get("device") or "") or None
+    args = {"sink": kernel["ast_sink"], "target": target, "arch": arch, "device": device if own else None, "current": list(current or []),
+            "opts": list(opts), "start": start, "time": own and not variant.get("rewrites")}
+    def work(task: OptsTask, progress: Progress) -> Any:
+      from explorer.tracing.workers import WorkerFailed, call_in_worker
+      if (blob := self.store.get_rewrites(trace_id)) is None: raise WorkerFailed(f"trace {trace_id} has no stored rewrites to rebuild kernel {n}")
+      self.computed += 1
+      try: got, _ = call_in_worker("explorer.tracing.handopts:opts_in_worker", {**args, "blob": blob}, progress, limits=self.limits,
+                                   exclusive=args["device"] if args["time"] else None)
+      except WorkerFailed as e:
+        if str(e).startswith("OptRefused: "): raise OptsRefused(str(e).removeprefix("OptRefused: ")) from None
+        raise
+      return got
+    async def kept(task: OptsTask, got: Any) -> dict:
+      await asyncio.to_thread(self.store.put_enrichments, trace_id, opts_kind(start, opts), {(n, target): got})
+      return got
+    task = OptsTask(kernel=n, target=target, start=start, opts=opts, detail=f"{target} codegen waits for a worker")
+    return self.opts_tasks.start((trace_id, n, target, opts_kind(start, opts)), task, work, kept=kept)
+
+  def cancel_all(self) -> None:
+    self.tasks.cancel_all()
+    self.opts_tasks.cancel_all()

