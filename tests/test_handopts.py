@@ -2,9 +2,9 @@
 do_to_program gives for the same opts (in a subprocess, renderers built independently), a bad opt is refused with tinygrad's reason,
 the host target is timed against the original, and the kernel page's Opts panel applies a chip and shows the new registers."""
 from __future__ import annotations
-import json, subprocess, sys, time
+import json, shutil, subprocess, sys, time
 import pytest
-from conftest import REPO, wait_done
+from conftest import ARTIFACTS, REPO, needs_chromium, wait_done
 
 PLAIN_OPTS = r"""
 import json, sys
@@ -96,3 +96,34 @@ def test_the_heuristics_opts_are_the_kernels_own(web_client, traced):
   assert r.status_code == 200, r.text
   own = trace["kernels"][0]["targets"]["cuda"]
   assert r.json()["opts"] == own["opts"] and r.json()["record"]["source"] == own["source"]
+
+@pytest.mark.browser
+@needs_chromium
+def test_the_opts_panel_applies_a_chip_and_shows_the_new_registers(live_server, page, errors):
+  from conftest import trace_on
+  trace_id = trace_on(live_server, {"preset": "small", "variant": {"targets": ["cuda"], "time": False}})
+  page.goto(f"{live_server}/t/{trace_id}/k/0?target=cuda")
+  page.click("#opts-panel summary")
+  page.click("#opts-panel [data-opts-from=none]")  # start over from no opts: the kernel as its AST wrote it
+  page.wait_for_selector("#opts-result", timeout=180_000)
+  assert page.locator("#opts-chips").inner_text() == "none"
+  first = page.locator("#opts-result").inner_text()
+  page.locator("#opts-result [data-add-opt='UPCAST:0:4']").click()  # a chip tinygrad offers next: added and applied
+  page.wait_for_selector("#opts-result[data-opts='UPCAST:0:4']", timeout=180_000)
+  assert "UPCAST:0:4" in page.locator("#opts-chips").inner_text() and page.locator("#opts-result").inner_text() != first
+  registers = page.locator("#opts-result [data-opts-registers]").inner_text()
+  if shutil.which("nvcc"): assert registers.isdigit(), registers
+  assert page.locator("#opts-result .opts-diff").count() == 1
+  assert not errors, errors
+  page.fill("#opts-add", "UPCAST:0:7")
+  page.click("#opts-add-button")
+  page.click("#opts-apply")
+  page.wait_for_selector("#opts-status.err", timeout=180_000)
+  assert "can't divide" in page.locator("#opts-status").inner_text()  # tinygrad's reason, one line
+  assert all("status of 422" in e for e in errors), errors  # the refusal's answer, which the browser logs
+  errors.clear()
+  permalink = page.locator("#opts-result [data-opts-permalink]").get_attribute("href")
+  page.goto(f"{live_server}/t/{trace_id}/k/0{permalink}")
+  page.wait_for_selector("#opts-result[data-opts='UPCAST:0:4']", timeout=60_000)
+  page.screenshot(path=str(ARTIFACTS / "opts_panel.png"))
+  assert not errors, errors
