@@ -56,6 +56,10 @@ class Trace:
   @property
   def ok(self) -> bool: return self.data["status"] == "ok"
 
+  def kernel(self, n: int) -> Kernel:
+    if not 0 <= n < len(self.kernels): raise IndexError(f"the trace has kernels 0 to {len(self.kernels) - 1}, not {n}")
+    return Kernel(self, n)
+
   def save(self, path: str | os.PathLike) -> pathlib.Path:
     p = pathlib.Path(path)
     p.write_text(json.dumps(self.data, indent=1, default=str))
@@ -97,6 +101,33 @@ class Trace:
 
   def __repr__(self) -> str:
     return f"<explorer.api.Trace {self.data['label']}: {len(self.kernels)} kernels, {self.data['status']}>"
+
+@dataclass
+class Kernel:
+  """One kernel of a trace: `data` is its record (kernels[n] of the trace JSON)."""
+  trace: Trace
+  index: int
+
+  @property
+  def data(self) -> dict: return self.trace.kernels[self.index]
+
+  def with_opts(self, opts: list[str] | tuple[str, ...], target: str | None = None, start: str = "current", time: bool = True) -> dict:
+    """This kernel scheduled by hand: tinygrad's opts ("UPCAST:0:4", "LOCAL:1:8") applied after `start`'s (its current opts on the
+    target, "none" or "heuristic") by tinygrad's own apply_opts, in a worker. Returns {target, start, opts, record (a target record
+    like the trace's own), next (the opts BEAM could try next), timing (on the trace's own target: B/A against the original)}.
+    SpecError with tinygrad's reason when an opt does not apply."""
+    from explorer.schema import host_target
+    from explorer.spec import hand_opts
+    from explorer.tracing.handopts import Unschedulable, schedule
+    from explorer.tracing.workers import WorkerFailed
+    target = target or host_target(self.data)
+    try: return schedule(self.trace.data, self.trace.rewrites, self.index, target, hand_opts(list(opts), start), start, time)
+    except Unschedulable as e: raise SpecError(str(e)) from None
+    except WorkerFailed as e:
+      if str(e).startswith("OptRefused: "): raise SpecError(f"tinygrad refused {str(e).removeprefix('OptRefused: ')}") from None
+      raise
+
+  def __repr__(self) -> str: return f"<explorer.api.Kernel {self.index} of {self.trace.data['label']}: {self.data['name']}>"
 
 @dataclass
 class Diff:

@@ -127,3 +127,28 @@ def test_the_opts_panel_applies_a_chip_and_shows_the_new_registers(live_server, 
   page.wait_for_selector("#opts-result[data-opts='UPCAST:0:4']", timeout=60_000)
   page.screenshot(path=str(ARTIFACTS / "opts_panel.png"))
   assert not errors, errors
+
+def test_the_cli_and_the_python_api_schedule_by_hand(tmp_path, capsys):
+  from explorer.api import trace
+  from explorer.cli.main import main
+  from explorer.spec import SpecError
+  t = trace("small", targets=("cuda",), time=False)
+  opts = ["UPCAST:0:4", "LOCAL:1:8"]
+  got = t.kernel(0).with_opts(opts, target="cuda", start="none", time=False)
+  want = plain_tinygrad(t.data["spec"], opts, "cuda")["cuda"]
+  assert [got["record"][f] for f in ("name", "global_size", "local_size", "source")] == want and got["opts"] == opts
+  with pytest.raises(SpecError, match="can't divide"): t.kernel(0).with_opts(["UPCAST:0:7"], target="cuda", start="none")
+  db = tmp_path / "s.sqlite3"
+  trace_id = t.store(db)
+  out_json = tmp_path / "o.json"
+  assert main(["opts", trace_id, "--db", str(db), "--target", "cuda", *(a for o in opts for a in ("--opt", o)), "--from", "none",
+               "--json", str(out_json), "--quiet"]) == 0
+  said = capsys.readouterr().out
+  assert got["record"]["name"] in said and "registers" in said and "not timed" in said
+  assert json.loads(out_json.read_text())["record"]["source"] == got["record"]["source"]
+  assert main(["opts", trace_id, "--db", str(db), "--opt", "UPCAST:0:2", "--quiet"]) == 0  # the host's own target: timed here
+  assert "time on CPU:" in capsys.readouterr().out
+  assert main(["opts", trace_id, "--db", str(db), "--target", "cuda", "--opt", "UPCAST:0:7", "--from", "none", "--quiet"]) == 2
+  err = capsys.readouterr().err
+  assert "tinygrad refused UPCAST:0:7" in err and "Traceback" not in err
+  assert main(["opts", trace_id, "--db", str(db), "--opt", "upcast:zero", "--quiet"]) == 2 and "not an opt" in capsys.readouterr().err

@@ -253,6 +253,49 @@ def cmd_enrich(a: argparse.Namespace) -> int:
     print(f"wrote {a.output}", file=sys.stderr)
   return 0
 
+def cmd_opts(a: argparse.Namespace) -> int:
+  """A kernel of a stored trace scheduled by hand: tinygrad's opts applied by its own apply_opts, the result beside the original."""
+  from explorer.present.export import load
+  from explorer.schema import host_target, target_records
+  from explorer.spec import hand_opts
+  from explorer.tracing.handopts import Unschedulable, schedule
+  from explorer.tracing.workers import WorkerFailed
+  trace, _, blob, store = load(a.source, a.db)
+  if store is None or blob is None:
+    raise SpecError(f"{a.source} is a trace file, which keeps no rewrite blob to rebuild its kernels from: pass a stored trace id")
+  if not 0 <= a.kernel < len(trace["kernels"]): raise SpecError(f"--kernel: the trace has kernels 0 to {len(trace['kernels']) - 1}")
+  kernel = trace["kernels"][a.kernel]
+  target, opts = a.target or host_target(kernel), hand_opts(a.opt, a.start)
+  with StepBars(a.quiet) as bars:
+    try: got = schedule(trace, blob, a.kernel, target, opts, a.start, not a.no_time, bars.bar("opts", ("codegen", "compile", "timing")),
+                        a.timeout)
+    except Unschedulable as e: raise SpecError(str(e)) from None
+    except WorkerFailed as e:
+      if str(e).startswith("OptRefused: "): raise SpecError(f"tinygrad refused {str(e).removeprefix('OptRefused: ')}") from None
+      raise
+  print(opts_summary(dict(target_records(kernel).get(target) or {}), got))
+  if a.json:
+    with open(a.json, "w") as f: json.dump(got, f, indent=1, default=str)
+    print(f"wrote {a.json}", file=sys.stderr)
+  return 0
+
+def opts_summary(own: dict, got: dict) -> str:
+  """The hand schedule beside the kernel's own record: a table, then the time ratio where it was timed."""
+  rec = got["record"]
+  def regs(r: dict) -> str: return "—" if (n := (r.get("compile") or {}).get("registers")) is None else str(n)
+  rows = [("kernel", own.get("name", "—"), rec["name"]), ("opts", ", ".join(own.get("opts") or []) or "none", ", ".join(got["opts"]) or "none"),
+          ("global x local", f"{own.get('global_size')} x {own.get('local_size')}", f"{rec['global_size']} x {rec['local_size']}"),
+          ("linear uops", own.get("linear_uops", "—"), rec["linear_uops"]),
+          ("peak live values", (own.get("pressure") or {}).get("max_live", "—"), (rec.get("pressure") or {}).get("max_live", "—")),
+          ("registers", regs(own), regs(rec))]
+  out = [f"{got['target']}: scheduled by hand", table(("", "original", "by hand"), rows)]
+  if (t := got.get("timing")) is not None:
+    out.append(f"time on {t['device']}: {t['ratio']:.2f}x the original's (95% interval {t['ci_low']:.2f}-{t['ci_high']:.2f}; medians "
+               f"{t['a_median_s'] * 1e3:.4f} and {t['b_median_s'] * 1e3:.4f} ms, {t['repeats']} interleaved pairs)")
+  else: out.append("not timed (only the trace's own target runs here, on its device; --no-time skips it)")
+  if got.get("next"): out.append(f"tinygrad would let BEAM try next: {' '.join(got['next'])}")
+  return "\n".join(out)
+
 def _add_targets(store: Any, trace_id: str, trace: dict, blob: bytes | None, targets: list[str], timeout_s: float, progress: Any) -> None:
   from explorer.tracing.run import ran_here
   from explorer.tracing.workers import call_in_worker
@@ -365,6 +408,19 @@ def build_parser() -> argparse.ArgumentParser:
   en.add_argument("--timeout", type=float, default=600.0, help="seconds for each worker")
   en.add_argument("--quiet", action="store_true", help="no progress on stderr")
   en.set_defaults(fn=cmd_enrich)
+  op = sub.add_parser("opts", help="schedule a kernel by hand: tinygrad's opts (UPCAST:0:4...) applied to a stored trace's kernel")
+  op.add_argument("source", metavar="ID", help="a stored trace id (its rewrite blob rebuilds the kernel)")
+  op.add_argument("--kernel", type=int, default=0, metavar="N", help="the kernel (default 0)")
+  op.add_argument("--target", metavar="NAME", help="a render target (default: the trace's own, which is also timed against the original)")
+  op.add_argument("--opt", action="append", default=[], metavar="OP:AXIS:ARG", help="an opt to apply, in order (repeat it): UPCAST:0:4, LOCAL:1:8")
+  op.add_argument("--from", dest="start", choices=("current", "none", "heuristic"), default="current",
+                  help="the opts before --opt: the kernel's own on the target, none, or tinygrad's heuristic's (default current)")
+  op.add_argument("--no-time", action="store_true", help="do not time it against the original")
+  op.add_argument("--json", metavar="PATH", help="write the result (the record, the next opts, the timing) as JSON")
+  op.add_argument("--db", default=None, help="SQLite file of stored traces")
+  op.add_argument("--timeout", type=float, default=600.0, help="seconds for the worker")
+  op.add_argument("--quiet", action="store_true", help="no progress on stderr")
+  op.set_defaults(fn=cmd_opts)
   sub.add_parser("presets", help="list the named shapes").set_defaults(fn=cmd_presets)
   sub.add_parser("targets", help="list the render targets").set_defaults(fn=cmd_targets)
   rw = sub.add_parser("rewrites", help="list the custom codegen rewrites a trace may add (--rewrite)")

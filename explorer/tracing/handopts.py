@@ -7,7 +7,39 @@ import os
 from typing import Any
 from explorer.tracing.workers import Progress
 
+class Unschedulable(ValueError):
+  """This kernel cannot be scheduled again here (no AST recorded, no record on the target to start from, a user's rewrite file)."""
+
 WARMUP, REPEATS = 3, 30  # the interleaved timing: warm-up runs, then timed pairs (original, hand-scheduled; every other pair reversed)
+
+def opts_args(trace: dict[str, Any], n: int, target: str, start: str, opts: tuple[str, ...], on_device: bool = True) -> dict[str, Any]:
+  """What opts_in_worker needs for kernel n of this trace (but the rewrite blob); on the trace's own target, with on_device (this
+  process can open the trace's device), it is timed too. Unschedulable says why it cannot be."""
+  from explorer.schema import host_target, target_records
+  from explorer.spec import TARGETS, Variant
+  if target not in TARGETS: raise Unschedulable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+  kernel = next((k for k in trace.get("kernels") or [] if k.get("index") == n), None)
+  if kernel is None or kernel.get("ast_sink") is None: raise Unschedulable(f"kernel {n} has no AST recorded to schedule again")
+  variant = trace.get("variant") or {}
+  if variant.get("rewrite_file"): raise Unschedulable("this trace ran a user's rewrite file, which a hand schedule does not run")
+  rec: dict[str, Any] = dict(target_records(kernel).get(target) or {})
+  if "opts" not in rec and start == "current": raise Unschedulable(f"kernel {n} has no {target} record to start from: compute that target first")
+  own = target == host_target(kernel) and on_device
+  device = str((trace.get("env") or {}).get("device") or "") or None
+  return {"sink": kernel["ast_sink"], "target": target, "arch": rec.get("arch") or Variant.from_dict(variant).arch(target),
+          "device": device if own else None, "current": list(rec.get("opts") or []), "opts": list(opts), "start": start,
+          "time": own and device is not None and not variant.get("rewrites")}
+
+def schedule(trace: dict[str, Any], blob: bytes, n: int, target: str, opts: tuple[str, ...], start: str = "current", time: bool = True,
+             progress: Progress | None = None, timeout_s: float | None = None) -> dict[str, Any]:
+  """Kernel n of a trace (its rewrite blob beside it) scheduled by hand, in a worker: explorer.web.http.models.HandSchedule's fields.
+  Raises Unschedulable, or WorkerFailed (OptRefused: tinygrad's reason in its message) when an opt does not apply."""
+  from explorer.tracing.workers import call_in_worker
+  args = opts_args(trace, n, target, start, opts)
+  args["time"] = args["time"] and time
+  got, _ = call_in_worker("explorer.tracing.handopts:opts_in_worker", {**args, "blob": blob}, progress, timeout_s,
+                          exclusive=args["device"] if args["time"] else None)
+  return dict(got)
 
 def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch: str, device: str | None, current: list[str],
                    opts: list[str], start: str = "current", time: bool = False) -> dict[str, Any]:

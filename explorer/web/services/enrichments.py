@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from explorer.spec import ENRICH_FACTS, TARGETS, Variant
+from explorer.spec import ENRICH_FACTS, TARGETS
 from explorer.store import Store
 from explorer.tracing.workers import Limits
 from explorer.web.services.lifecycle import DONE, ERROR, Progress, Task, Tasks
@@ -110,21 +110,9 @@ class EnrichmentService:
                  on_device: bool = True) -> OptsTask:
     """The task scheduling kernel n by hand on `target` (opts checked as text: explorer.spec.hand_opts); on the trace's own target and
     device (on_device: this server runs that device) it is timed against the original too. EnrichmentUnavailable when it cannot be."""
-    from explorer.schema import host_target, target_records
-    if target not in TARGETS: raise EnrichmentUnavailable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
-    kernel = next((k for k in trace.get("kernels") or [] if k.get("index") == n), None)
-    if kernel is None or kernel.get("ast_sink") is None: raise EnrichmentUnavailable(f"kernel {n} has no AST recorded to schedule again")
-    if (trace.get("variant") or {}).get("rewrite_file"):
-      raise EnrichmentUnavailable("this trace ran a user's rewrite file, and the server never runs user code: use the CLI")
-    rec: dict[str, Any] = dict(target_records(kernel).get(target) or {})
-    current = rec.get("opts")
-    if current is None and start == "current": raise EnrichmentUnavailable(f"kernel {n} has no {target} record: open that target first")
-    variant = trace.get("variant") or {}
-    arch = rec.get("arch") or Variant.from_dict(variant).arch(target)
-    own = target == host_target(kernel) and on_device
-    device = str((trace.get("env") or {}).get("device") or "") or None
-    args = {"sink": kernel["ast_sink"], "target": target, "arch": arch, "device": device if own else None, "current": list(current or []),
-            "opts": list(opts), "start": start, "time": own and not variant.get("rewrites")}
+    from explorer.tracing.handopts import Unschedulable, opts_args
+    try: args = opts_args(trace, n, target, start, opts, on_device)
+    except Unschedulable as e: raise EnrichmentUnavailable(str(e)) from None
     def work(task: OptsTask, progress: Progress) -> Any:
       from explorer.tracing.workers import WorkerFailed, call_in_worker
       if (blob := self.store.get_rewrites(trace_id)) is None: raise WorkerFailed(f"trace {trace_id} has no stored rewrites to rebuild kernel {n}")
