@@ -182,6 +182,31 @@ class KernelSpec(TypedDict):
   program: SpecCheck
 
 @with_config(STRICT)
+class BeamCandidate(TypedDict):
+  """One candidate tinygrad's BEAM search timed: its opts, its time (the least of its runs) and round, and whether it was kept."""
+  opts: list[Line]
+  time_s: float
+  round: Count
+  kept: bool
+
+@with_config(STRICT)
+class BeamRound(TypedDict):
+  round: Count
+  timed: Count
+  best_s: float
+  kept: Count
+
+@with_config(STRICT)
+class BeamRecord(TypedDict):
+  """What BEAM tried for a kernel on the trace's device (kernels[i].beam): every timed candidate by round, and the winner's path."""
+  width: Count
+  rounds: list[BeamRound]
+  candidates: list[BeamCandidate]
+  chosen: list[Line]
+  path: list[list[Line]]
+  note: Line
+
+@with_config(STRICT)
 class Kernel(TypedDict):
   """One kernel of the schedule: what it computes (role, reads, writes), its AST, and its record per target (`targets`, the host's under
   host_target); the host record's fields are repeated at the top for the readers of schema 1."""
@@ -215,6 +240,7 @@ class Kernel(TypedDict):
   host_target: NotRequired[Name]
   targets: NotRequired[dict[Name, TargetRecord]]
   spec: NotRequired[KernelSpec]
+  beam: NotRequired[BeamRecord]
 
 # ***** the schedule *****
 

@@ -153,13 +153,35 @@ def test_explorer_winograd_roles_follow_data_flow(staging, roles):
   fused = [k for k in trace["kernels"] if "mhat+out" in k["role"] or k["role"] == "xhat+ghat+mhat+out"]
   assert all(any("never reaches global memory" in n for n in k["notes"]) for k in fused)
 
-def test_beam_programs_shown_are_the_ones_that_run():
-  """Under BEAM the kernels are searched once, at codegen; the run stage checks that tinygrad then runs exactly those programs."""
+def test_beam_programs_shown_are_the_ones_that_run_and_what_it_tried_is_recorded(tmp_path):
+  """Under BEAM the kernels are searched once, at codegen; the run stage checks that tinygrad then runs exactly those programs. What
+  BEAM timed is kept per kernel (kernels[i].beam): at least two candidates, rounds of one more opt each, the winner's path ending in the
+  kernel's applied opts; the CUDA render gets those opts where CUDA accepts them, and says so."""
   spec = ConvSpec(1, 2, 4, 8, 8, 3)
-  beam, none = (run_trace(spec, Variant(opt=opt, targets=("cuda",), repeats=2)).trace for opt in ("beam:1", "none"))
+  beam_run, none_run = (run_trace(spec, Variant(opt=opt, targets=("cuda",), repeats=2)) for opt in ("beam:2", "none"))
+  beam, none = beam_run.trace, none_run.trace
   assert beam["status"] == "ok" and "run" in beam["stage_seconds"], beam["failures"]
   # the search applied opts (it may well land on the heuristic's choice, so compare with none)
   assert beam["kernels"][0]["opts"] and beam["kernels"][0]["opts"] != none["kernels"][0]["opts"]
+  for k in beam["kernels"]:
+    b = k["beam"]
+    assert b["width"] == 2 and len(b["candidates"]) >= 2 and b["chosen"] == k["opts"] and b["path"][-1] == k["opts"]
+    assert all(c["round"] == len(c["opts"]) and c["time_s"] > 0 for c in b["candidates"])
+    assert [r["round"] for r in b["rounds"]] == sorted({c["round"] for c in b["candidates"]}) and all(r["kept"] <= 2 for r in b["rounds"][:-1])
+    assert all(any(c["opts"] == p and c["kept"] for c in b["candidates"]) for p in b["path"])  # every step of the path was timed and kept
+    cuda = k["targets"]["cuda"]
+    applied = any("the opts BEAM chose on the trace's device, applied here" in n for n in cuda["notes"])
+    assert applied == (cuda["opts"] == k["opts"]) and (applied or any("not legal here" in n for n in cuda["notes"])), cuda["notes"]
+  # the kernel page draws it: a dot per candidate, each a link to it as a hand schedule, the winner's path
+  from fastapi.testclient import TestClient
+  from explorer.store import Store
+  from support import app_over
+  Store(tmp_path / "b.sqlite3").put_trace("be00000000000001", beam, beam_run.rewrites, beam_run.target_rewrites)
+  with TestClient(app_over(str(tmp_path / "b.sqlite3"))) as client:
+    page = client.get("/t/be00000000000001/k/0").text
+  b = beam["kernels"][0]["beam"]
+  assert "What BEAM tried" in page and page.count("data-beam-candidate=") == len(b["candidates"])
+  assert f'opts={",".join(b["chosen"])}&amp;from=none#opts-panel' in page and '<path d="M' in page
 
 def test_tinygrads_own_seconds_per_stage_and_kernels_as_they_finish(wino):
   """tinygrad_seconds: the part of each stage spent in tinygrad's own calls, never more than the stage, codegen's equal to the kernels'

@@ -8,6 +8,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
 from pygments.lexers import CLexer, CppLexer, CudaLexer, LlvmLexer, PtxLexer, TextLexer, WgslLexer
+from explorer.present.beam import beam_plot
 from explorer.present.graphs import fmt_bytes, fmt_seconds
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"
@@ -107,6 +108,7 @@ def environment() -> jinja2.Environment:
   env.filters["tojson_compact"] = tojson_compact
   env.filters["compact_uop"] = compact_uop
   env.filters["opt_label"] = opt_label
+  env.globals["beam_plot"] = beam_plot
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
                      highlighted=highlighted, ran_on_parts=ran_on_parts)
   return env

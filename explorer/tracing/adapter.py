@@ -672,6 +672,25 @@ def kernel_timers(asts: Sequence[UOp], renderer: Renderer, device: str) -> list[
     timers.append(time_call(do_to_program(on_device, renderer).call(*args), var_vals))
   return timers
 
+MAX_BEAM_CANDIDATES = 4000  # recorded per kernel: a wide BEAM on a big kernel times thousands
+
+@contextlib.contextmanager
+def recording_beam() -> Iterator[list[tuple[list[str], float]]]:
+  """Every candidate tinygrad's beam_search times while inside, in order: (its opts, the least of its run times). Candidates it never
+  times (code identical to an earlier one's, a failed compile, 1000x the least compute) are not in it, as they are not in its choice.
+  The disk cache of BEAM results is off inside (CACHELEVEL=0): a cached answer would time nothing."""
+  from tinygrad.codegen.opt import search
+  timed: list[tuple[list[str], float]] = []
+  original = search._time_program
+  def timer(prg: UOp, *args: Any, **kwargs: Any) -> list[float]:
+    tms = original(prg, *args, **kwargs)
+    if len(timed) < MAX_BEAM_CANDIDATES: timed.append(([opt_text(o) for o in prg.src[0].arg.applied_opts], min(tms)))
+    return tms
+  search._time_program = timer
+  try:
+    with Context(CACHELEVEL=0): yield timed
+  finally: search._time_program = original
+
 def check_opts(ast: UOp, renderer: Renderer, opts: Sequence[Opt]) -> None:
   """OptRefused (tinygrad's reason) unless every opt applies, in order, before codegen runs."""
   _scheduler(ast, renderer, opts)

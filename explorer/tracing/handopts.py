@@ -4,13 +4,31 @@ dims, linear UOps, Estimates, passes, source, line map, pressure, compile facts)
 the trace's own device, the kernel's time measured interleaved with its original opts. Run in a worker (it imports tinygrad)."""
 from __future__ import annotations
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from explorer.tracing.workers import Progress
+if TYPE_CHECKING: from explorer.schema import BeamCandidate, BeamRecord, BeamRound  # types only: pydantic stays out of trace workers
 
 class Unschedulable(ValueError):
   """This kernel cannot be scheduled again here (no AST recorded, no record on the target to start from, a user's rewrite file)."""
 
 WARMUP, REPEATS = 3, 30  # the interleaved timing: warm-up runs, then timed pairs (original, hand-scheduled; every other pair reversed)
+
+BEAM_NOTE = ("each time is the least of up to 3 runs at BEAM's test size (its global size capped at 65,536 threads), BEAM's own measure; "
+             "candidates whose code repeats an earlier one's, that fail to compile or need 1000x the least compute are not timed, as in "
+             "tinygrad; a round keeps the `width` fastest, and the search ends when no candidate is faster by 0.01 us")
+
+def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[str]) -> BeamRecord:
+  """kernels[i].beam (explorer.schema.BeamRecord) from what tinygrad's beam_search timed (adapter.recording_beam): a candidate's round
+  is its number of opts (each round adds one), and it was kept when a later round's candidate starts with its opts or it won."""
+  by_round: dict[int, list[tuple[list[str], float]]] = {}
+  for opts, t in timed: by_round.setdefault(len(opts), []).append((opts, t))
+  def kept(opts: list[str]) -> bool:
+    return opts == chosen[:len(opts)] or any(o[:len(opts)] == opts for o, _ in by_round.get(len(opts) + 1, []))
+  candidates: list[BeamCandidate] = [{"opts": o, "time_s": t, "round": len(o), "kept": kept(o)} for o, t in timed]
+  rounds: list[BeamRound] = [{"round": r, "timed": len(cs), "best_s": min(t for _, t in cs), "kept": sum(1 for o, _ in cs if kept(o))}
+            for r, cs in sorted(by_round.items())]
+  return {"width": width, "rounds": rounds, "candidates": candidates, "chosen": chosen, "path": [chosen[:i] for i in range(1, len(chosen) + 1)],
+          "note": BEAM_NOTE}
 
 def opts_args(trace: dict[str, Any], n: int, target: str, start: str, opts: tuple[str, ...], on_device: bool = True) -> dict[str, Any]:
   """What opts_in_worker needs for kernel n of this trace (but the rewrite blob); on the trace's own target, with on_device (this

@@ -41,29 +41,41 @@ def target_record(facts: Any, passes: list[Pass], arch: str, notes: list[str], l
           "line_map": lines, "line_map_note": why, "linear_nums": facts.nums, "compile": None}
 
 def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: tuple[str, ...] = (),
-                   rewrite_file: str | None = None) -> tuple[list[TargetRecord | RenderFailed], bytes]:
+                   rewrite_file: str | None = None, beam_opts: list[list[str]] | None = None) -> tuple[list[TargetRecord | RenderFailed], bytes]:
   """Per kernel: its target record, or {"error": message} where codegen failed; and this process's rewrite blob, which the records'
   passes address (group, step, sink), so that every target's codegen steps can be expanded like the host's. `rewrites` (and a
-  rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.tracing.rewrites)."""
+  rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.tracing.rewrites). beam_opts: each kernel's opts
+  that BEAM chose on the device, applied here where tinygrad accepts them for this target (else the heuristic's: the notes say which)."""
   from explorer.tracing import adapter as tg
   from explorer.tracing.rewrites import build
   renderer, base = tg.render_target(target, arch), tg.tracking_mark()
   out: list[TargetRecord | RenderFailed] = []
   custom = build(rewrites, rewrite_file)
   with tg.opt_context(opt):
-    for ast in asts:
+    for i, ast in enumerate(asts):
       ast, beam = tg.without_beam(ast)
+      notes = [BEAM_NOTE] if beam else []
+      if beam and beam_opts is not None: ast, notes = _beam_choice(ast, renderer, beam_opts[i])
       mark = tg.tracking_mark()
       try: prg = tg.codegen_deviceless(ast, renderer, custom)
       except Exception as e:
         out.append({"error": f"{type(e).__name__}: {e}"})
         continue
       passes = [pass_record(p) for _, ps in tg.passes_since(mark, base) for p in ps]
-      rec = target_record(tg.program_facts(prg), passes, arch, [BEAM_NOTE] if beam else [], tg.loop_splits(mark), tg.line_map(prg, renderer))
+      rec = target_record(tg.program_facts(prg), passes, arch, notes, tg.loop_splits(mark), tg.line_map(prg, renderer))
       rec["spec"] = tg.spec_check([tg.program_sink(prg)], "program")
       if target == "ptx": rec["compiled_source"] = tg.fill_ptx(rec["source"], arch)  # what tinygrad's PTXCompiler hands ptxas
       out.append(rec)
   return out, tg.export_rewrites(base)
+
+def _beam_choice(ast: Any, renderer: Any, opts: list[str]) -> tuple[Any, list[str]]:
+  """The kernel with the opts BEAM chose on the device, where this target's tinygrad accepts them; else as it was (the heuristic's)."""
+  from explorer.tracing import adapter as tg
+  chosen = [tg.parse_opt(o) for o in opts]
+  try: tg.check_opts(ast, renderer, chosen)
+  except tg.OptRefused as e: return ast, [f"{BEAM_NOTE}: BEAM's choice on the device ({', '.join(opts) or 'no opts'}) is not legal here: {e}"]
+  return tg.with_opts(ast, chosen), [f"the opts BEAM chose on the trace's device, applied here: {', '.join(opts) or 'no opts'} (this target "
+                                     "was not searched: BEAM needs the device to time its candidates)"]
 
 class RenderPool:
   """A fresh process per target, up to `processes` at once: tinygrad caches rewrites per process, so a target rendered after another
@@ -82,15 +94,16 @@ class RenderPool:
     with self._lock: return self.pools.setdefault(target, WorkerPool(1, initializer=_init))
 
   def submit(self, asts: list[Any], targets: dict[str, str], opt: str, rewrites: tuple[str, ...] = (),
-             rewrite_file: str | None = None) -> dict[str, Future]:
-    """targets: name -> arch. Each target's records for every kernel, as futures; at most `processes` targets render at once."""
+             rewrite_file: str | None = None, beam_opts: list[list[str]] | None = None) -> dict[str, Future]:
+    """targets: name -> arch. Each target's records for every kernel, as futures; at most `processes` targets render at once.
+    beam_opts: per kernel, the opts BEAM chose on the device (_render_target)."""
     futures: dict[str, Future] = {t: Future() for t in targets}
     waiting = list(targets.items())
     def next_target() -> None:
       with self._lock:
         if not waiting: return
         t, arch = waiting.pop(0)
-      try: fut = self._pool(t).submit(_render_target, asts, t, arch, opt, rewrites, rewrite_file)
+      try: fut = self._pool(t).submit(_render_target, asts, t, arch, opt, rewrites, rewrite_file, beam_opts)
       except Exception as e:  # a pool that cannot start a process: that target's error, the others go on
         futures[t].set_exception(e)
         return next_target()

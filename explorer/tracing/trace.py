@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import numpy as np
 from explorer.tracing import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.reference import conv2d_error
+from explorer.tracing.handopts import beam_record
 from explorer.tracing.renders import RenderPool, pass_record, target_record
 from explorer.spec import REWRITES, TRACE_SCHEMA, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
@@ -154,9 +155,13 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role))
   trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
-  renders = pool.submit([c.ast for c in calls if c.kind == "kernel"], _other_targets(variant, device), variant.opt, variant.rewrites,
-                        variant.rewrite_file)
-  programs = rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant))  # beside the renders
+  asts, targets, beam = [c.ast for c in calls if c.kind == "kernel"], _other_targets(variant, device), variant.opt.startswith("beam:")
+  # the other targets render beside host codegen; under BEAM after it, with the opts BEAM chose on the device where they are legal there
+  renders = {} if beam else pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file)
+  programs = rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant))
+  if beam:
+    chosen = [k["opts"] for k in trace["kernels"]] if len(trace["kernels"]) == len(asts) else None  # None: codegen failed, heuristic
+    renders = pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, chosen)
   rec.run("render", lambda: _render(trace, calls, renders, pool, blobs))
   compiled = rec.run("run", lambda: _run(trace, linear, program, rec.tinygrad))
   if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
@@ -220,8 +225,9 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
     mark = tg.tracking_mark()
     timer = tg.CompileTimer(renderer)
     st = time.perf_counter()
+    beam: contextlib.AbstractContextManager[list] = tg.recording_beam() if variant.opt.startswith("beam:") else contextlib.nullcontext([])
     try:
-      with rec.tinygrad("codegen"): prg = tg.codegen_host(c.ast, renderer, custom)
+      with rec.tinygrad("codegen"), beam as timed: prg = tg.codegen_host(c.ast, renderer, custom)
     finally: timer.close()
     seconds = time.perf_counter() - st
     facts = tg.program_facts(prg)
@@ -239,6 +245,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
                              "targets": {host: target_record(facts, passes, arch, [], tg.loop_splits(mark),
                                                                              tg.line_map(prg, renderer))}}
     kernel["spec"] = {"ast": tg.spec_check([c.ast], "tensor"), "program": tg.spec_check([tg.program_sink(prg)], "program")}
+    if timed: kernel["beam"] = beam_record(timed, int(variant.opt.split(":")[1]), facts.opts)
     trace["kernels"].append(kernel)
     programs[c.index] = prg
     rec.progress("codegen", "start", f"{len(trace['kernels'])} of {total} kernels: {facts.name} in {seconds:.2f}s "
