@@ -152,3 +152,23 @@ def test_the_cli_and_the_python_api_schedule_by_hand(tmp_path, capsys):
   err = capsys.readouterr().err
   assert "tinygrad refused UPCAST:0:7" in err and "Traceback" not in err
   assert main(["opts", trace_id, "--db", str(db), "--opt", "upcast:zero", "--quiet"]) == 2 and "not an opt" in capsys.readouterr().err
+
+def test_two_schedules_diff_and_a_schedule_joins_the_tour(web_client, traced):
+  one, two = (["UPCAST:0:4"], ["UPCAST:0:4", "LOCAL:1:8"])
+  a, b = (_schedule(web_client, traced, {"target": "cuda", "opts": o, "from": "none"}) for o in (one, two))
+  assert a.status_code == b.status_code == 200, (a.text, b.text)
+  ra, rb = a.json()["record"], b.json()["record"]
+  asked = {"target": "cuda", "opts": ",".join(two), "from": "none", "vs": one[0], "vs_from": "none"}  # two against one: A is a schedule
+  frag = web_client.get(f"/t/{traced}/k/0/opts", params=asked).text
+  assert "A: by hand: UPCAST:0:4" in frag and ra["name"] in frag and rb["name"] in frag and "--- by hand: UPCAST:0:4" in frag
+  pin = web_client.post(f"/api/traces/{traced}/kernels/0/opts/tour", json={"target": "cuda", "opts": two, "from": "none"})
+  assert pin.status_code == 200 and pin.json()["pinned"] >= 1, pin.text
+  never = {"target": "cuda", "opts": ["LOCAL:0:2"], "from": "none"}
+  assert web_client.post(f"/api/traces/{traced}/kernels/0/opts/tour", json=never).status_code == 404
+  steps = web_client.get(f"/api/traces/{traced}/tour").json()["steps"]
+  step = next(s for s in steps if s["title"] == "Kernel 0 by hand: UPCAST:0:4, LOCAL:1:8")
+  own = web_client.get(f"/api/traces/{traced}/kernels/0/targets/cuda").json()
+  live = f"peak live values {own['pressure']['max_live']} -> {rb['pressure']['max_live']}"
+  assert rb["name"] in step["text"] and live in step["text"] and "embed" not in step
+  page = web_client.get(f"/t/{traced}/tour", params={"step": step["id"]}).text
+  assert 'id="opts-result"' in page and "open it on the kernel page" in page and rb["name"] in page

@@ -5,6 +5,7 @@ generated here from the data, never canned, so a different variant gives differe
 """
 from __future__ import annotations
 from dataclasses import replace
+from typing import Any
 from explorer.present.render import opt_label
 from explorer.schema import target_record
 from explorer.spec import ConvSpec, Variant
@@ -118,6 +119,28 @@ def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None) -> list[dict]:
     _step(f"k{n}-source", f"Kernel {n}: source", f"k/{n}/source",
           "The renderer turned those uops into " + ", ".join(f"{len(src.splitlines())} lines of {t}" for t, src in k["sources"].items()) + "."),
   ]
+
+def hand_schedule_steps(trace: dict, schedules: list[dict]) -> list[dict]:
+  """A step per hand schedule pinned to the trace's tour (explorer.web.services.enrichments.tour_schedules), after the trace's own
+  steps: the kernel with those opts beside its original, in numbers. Each step carries what its view shows (`embed`)."""
+  kernels, out = trace.get("kernels") or [], []
+  for i, sch in enumerate(schedules):
+    n, target, got = sch["kernel"], sch["target"], sch["result"]
+    if n >= len(kernels): continue
+    own, rec = dict((kernels[n].get("targets") or {}).get(target) or {}), got["record"]
+    def fig(r: dict, key: str) -> Any:
+      return (r.get("pressure") or {}).get("max_live") if key == "live" else (r.get("compile") or {}).get("registers")
+    figures = [f"{label} {fig(own, key)} -> {fig(rec, key)}" for label, key in (("peak live values", "live"), ("registers", "regs"))
+               if fig(own, key) is not None and fig(rec, key) is not None]
+    text = (f"Scheduled by hand on {target}: {', '.join(got['opts']) or 'no opts'} (tinygrad's apply_opts) instead of "
+            f"{', '.join(own.get('opts') or []) or 'no opts'}. The kernel becomes {rec['name']}, global {rec['global_size']} x local "
+            f"{rec['local_size']}, {rec['linear_uops']} linear uops (was {own.get('linear_uops')})")
+    text += (f"; {', '.join(figures)}." if figures else ".")
+    if (t := got.get("timing")) is not None:
+      text += f" On {t['device']} it takes {t['ratio']:.2f}x the original's time (95% interval {t['ci_low']:.2f}-{t['ci_high']:.2f})."
+    out.append({**_step(f"k{n}-opts-{i}", f"Kernel {n} by hand: {', '.join(got['opts']) or 'no opts'}", f"k/{n}", text),
+                "embed": {"kind": "opts", "own": own, "got": got, "target": target, "kernel": n}})
+  return out
 
 def _pressure_text(k: dict) -> str:
   if (rec := target_record(k)) is None or not (p := rec.get("pressure")): return ""

@@ -600,13 +600,28 @@ function initOpts() {
     }));
     if (!opts.length) chips.textContent = "none";
   };
+  let vs = null, shown = null;  // vs: another schedule to compare with (A; else the original); shown: the schedule on screen
   const query = (start, list) => `target=${encodeURIComponent(panel.dataset.target)}&opts=${encodeURIComponent(list.join(","))}&from=${start}`;
   const show = async (start, list) => {
-    const r = await fetch(`${panel.dataset.fragment}?${query(start, list)}`);
+    const r = await fetch(`${panel.dataset.fragment}?${query(start, list)}${vs !== null ? `&vs=${encodeURIComponent(vs.opts)}&vs_from=${vs.start}` : ""}`);
     out.innerHTML = await r.text();
+    shown = { start, opts: [...list] };
     const result = $("#opts-result", out);
     if (result) { opts = split(result.dataset.opts); draw(); }
     $$("[data-add-opt]", out).forEach((b) => b.addEventListener("click", () => { opts.push(b.dataset.addOpt); draw(); apply("none", opts); }));
+    $$("[data-opts-as-a]", out).forEach((b) => b.addEventListener("click", () => {
+      vs = b.dataset.optsAsA === "this" ? { start: shown.start, opts: shown.opts.join(",") } : null;
+      show(shown.start, shown.opts);
+    }));
+    const pin = $("[data-opts-tour]", out);
+    if (pin) pin.addEventListener("click", async () => {
+      const body = JSON.stringify({ target: panel.dataset.target, opts: shown.opts, from: shown.start });
+      const r = await fetch(`${panel.dataset.api}/tour`, { method: "POST", headers: { "Content-Type": "application/json" }, body });
+      const d = await r.json().catch(() => ({}));
+      const said = $("[data-opts-tour-said]", out);
+      if (!r.ok) { said.textContent = d.detail || `failed (${r.status})`; return; }
+      said.replaceChildren("added: ", Object.assign(document.createElement("a"), { href: d.tour, textContent: "the tour" }), ` (${d.pinned} of this kernel's)`);
+    });
     say(`applied: ${opts.join(", ") || "no opts"}`);
   };
   const apply = async (start, list) => {

@@ -1,7 +1,7 @@
 """Scheduling a kernel by hand: POST its opts (a job, in a worker: tinygrad's own apply_opts), GET the result, and the kernel page's
 Opts panel fragment (the result beside the kernel's own record: name, dims, registers, peak live values, UOps, time ratio, source diff)."""
 from __future__ import annotations
-import difflib
+import asyncio, difflib
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -12,6 +12,7 @@ from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, HandOptsRequest, HandSchedule, OptsJob, documented
 from explorer.web.http.work import Work
 from explorer.web.services.enrichments import EnrichmentUnavailable
+from explorer.web.urls import trace_tour_url
 
 api = APIRouter(prefix="/api", tags=["api"])
 router = APIRouter(include_in_schema=False)
@@ -60,18 +61,38 @@ async def get_opts(trace_id: str, trace: StoredTrace, n: int, svc: ServicesDep, 
     raise HTTPException(404, f"kernel {n} was not scheduled with these opts on {_target(k, target)}: POST them first")
   return got
 
+@api.post("/traces/{trace_id}/kernels/{n}/opts/tour", summary="Pin a computed hand schedule to the trace's tour (a step of its own)",
+          responses=documented({**NOT_FOUND, 404: "no trace, no kernel n, or this schedule was not computed (POST .../opts first)",
+                                422: "an opt is not OP:AXIS:ARG"}))
+async def pin_to_tour(trace_id: str, trace: StoredTrace, n: int, body: HandOptsRequest, svc: ServicesDep) -> dict:
+  k = deps.kernel_or_404(trace, n)
+  target, opts = _target(k, body.target), hand_opts(body.opts, body.start)
+  if svc.enrichments.stored_opts(trace_id, n, target, body.start, opts) is None:
+    raise HTTPException(404, f"kernel {n} was not scheduled with these opts on {target}: POST .../opts first")
+  pins = await asyncio.to_thread(svc.enrichments.add_to_tour, trace_id, n, target, body.start, opts)
+  return {"tour": trace_tour_url(trace_id), "pinned": len(pins)}
+
+def side_by_side(own: dict, got: dict, own_label: str) -> dict:
+  """What opts_result.html shows: the hand schedule (B) beside A (the kernel's own record, or another schedule) and their source diff."""
+  diff = list(difflib.unified_diff((own.get("source") or "").splitlines(), got["record"]["source"].splitlines(), own_label, "by hand",
+                                   lineterm="", n=2))
+  return {"own": own, "got": got, "own_label": own_label, "diff": diff}
+
 @router.get("/t/{trace_id}/k/{n}/opts", response_class=HTMLResponse)
 async def opts_fragment(request: Request, trace_id: str, trace: StoredTrace, n: int, svc: ServicesDep, target: str | None = None,
-                        opts: str | None = Query(None, max_length=400), start: str = Query("current", alias="from")) -> HTMLResponse:
-  """The Opts panel's result: the hand schedule beside the kernel's own record on the target."""
+                        opts: str | None = Query(None, max_length=400), start: str = Query("current", alias="from"),
+                        vs: str | None = Query(None, max_length=400), vs_from: str = Query("none", max_length=16)) -> HTMLResponse:
+  """The Opts panel's result: the hand schedule beside the kernel's own record on the target, or (vs, vs_from) beside another hand
+  schedule of it, computed earlier: two schedules diffed."""
   k = deps.kernel_or_404(trace, n)
   target = _target(k, target)
-  try: wanted = _opts(opts)
+  try: wanted, other = _opts(opts), None if vs is None else _opts(vs)
   except SpecError as e: raise HTTPException(422, str(e)) from None
   got = svc.enrichments.stored_opts(trace_id, n, target, start, wanted)
   if got is None: raise HTTPException(404, "not computed yet: POST the opts first")
-  own: dict[str, Any] = dict(target_records(k).get(target) or {})
-  diff = list(difflib.unified_diff((own.get("source") or "").splitlines(), got["record"]["source"].splitlines(), "original", "by hand",
-                                   lineterm="", n=2))
+  against = None if other is None else svc.enrichments.stored_opts(trace_id, n, target, vs_from, other)
+  own: dict[str, Any] = dict(against["record"] if against is not None else target_records(k).get(target) or {})
+  label = "original" if against is None else f"by hand: {', '.join(against['opts']) or 'no opts'}"
   return templates_of(request).TemplateResponse(request, "_partials/opts_result.html",
-                                                {"own": own, "got": got, "target": target, "diff": diff, "trace_id": trace_id, "n": n})
+                                                {**side_by_side(own, got, label), "target": target, "trace_id": trace_id, "n": n,
+                                                 "vs": None if against is None else ",".join(against["opts"])})

@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel, Field
 from explorer.spec import PRESETS, SpecError
 from explorer.store import trace_key
-from explorer.present.tour import BUILTIN_TOURS, compare_tour, trace_tour
+from explorer.present.tour import BUILTIN_TOURS, compare_tour, hand_schedule_steps, trace_tour
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
@@ -48,7 +48,8 @@ def view_url(trace_id: str, trace: dict, view: str) -> str:
   return f"{base}/{view}"
 
 def step_api(trace_id: str, trace: dict, steps: list[dict], url_of) -> list[dict]:
-  return [{**s, "url": url_of(s["id"]), "view_url": view_url(trace_id, trace, s["view"]) if s["view"] != "diff" else None} for s in steps]
+  return [{**{k: v for k, v in s.items() if k != "embed"}, "url": url_of(s["id"]),
+           "view_url": view_url(trace_id, trace, s["view"]) if s["view"] != "diff" else None} for s in steps]
 
 def step_index(steps: list[dict], asked: str | None) -> int:
   return next((i for i, s in enumerate(steps) if s["id"] == asked), 0)
@@ -88,17 +89,21 @@ def embed(trace_id: str, trace: dict, view: str) -> dict:
 
 @router.get("/api/traces/{trace_id}/tour", tags=["tours"], summary="The trace's teaching tour: steps explained from its own numbers",
             responses=documented({**NOT_FOUND, 409: "the trace is still queued or running, or too incomplete to tour"}))
-async def get_trace_tour(trace_id: str, trace: StoredTrace) -> dict:
-  steps = tour_steps(trace)
+async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep) -> dict:
+  steps = await _trace_steps(svc, trace_id, trace)
   return {"trace_id": trace_id, "label": trace.get("label"), "steps": step_api(trace_id, trace, steps, lambda s: trace_tour_url(trace_id, s))}
 
 def big_asked(request: Request) -> bool: return request.query_params.get("big") == "1"
+
+async def _trace_steps(svc: Any, trace_id: str, trace: dict) -> list[dict]:
+  """The trace's own steps, then a step per hand schedule pinned to its tour (the Opts panel's "add to the trace's tour")."""
+  return tour_steps(trace) + hand_schedule_steps(trace, await asyncio.to_thread(svc.enrichments.tour_schedules, trace_id))
 
 @router.get("/t/{trace_id}/tour", response_class=HTMLResponse, include_in_schema=False)
 async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, step: str | None = None) -> HTMLResponse:
   trace = await deps.stored_trace(svc, trace_id)
   if trace is None: return await trace_page(request, svc, trace_id, "tour.html", ())
-  steps = tour_steps(trace)
+  steps = await _trace_steps(svc, trace_id, trace)
   notes = await asyncio.to_thread(svc.store.annotations, trace_id)
   big = big_asked(request)
   ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, big), {"": (trace_id, trace)}, {"": notes})
@@ -120,7 +125,7 @@ def tour_context(steps: list[dict], asked: str | None, url_of, traces: dict[str,
   cur = steps[i]
   side, anchor = note_key(cur, traces)
   trace_id, trace = traces[side]
-  view = {"kind": "diff"} if cur["view"] == "diff" else embed(trace_id, trace, cur["view"])
+  view = cur.get("embed") or ({"kind": "diff"} if cur["view"] == "diff" else embed(trace_id, trace, cur["view"]))
   return {"steps": [{**s, "url": url_of(s["id"]), "notes": len(step_notes(s))} for s in steps], "index": i, "cur": cur,
           "prev_url": url_of(steps[i - 1]["id"]) if i > 0 else None, "next_url": url_of(steps[i + 1]["id"]) if i + 1 < len(steps) else None,
           "view": view, "view_url": None if cur["view"] == "diff" else view_url(trace_id, trace, cur["view"]), "step_trace_id": trace_id,

@@ -4,7 +4,7 @@ on a target, for one kernel when its page opens, for every kernel when a diff co
 worker, stored in its own transaction (Store.put_enrichments: a row per kernel, target and kind) and served from the store after.
 Identical requests share one task; a server that stops mid-way has stored nothing of it, and the next view computes it again."""
 from __future__ import annotations
-import asyncio, time
+import asyncio, threading, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from explorer.spec import ENRICH_FACTS, TARGETS
@@ -29,6 +29,8 @@ class FactsTask(Task):
 
 OPTS = "opts"  # the enrichment kind of a hand schedule: "opts:{start}:{OP:AXIS:ARG,...}" per kernel and target
 
+TOUR = "tour:opts"  # the hand schedules pinned to a trace's tour, per kernel and target: [[start, [opts...]], ...]
+
 def opts_kind(start: str, opts: tuple[str, ...]) -> str: return f"{OPTS}:{start}:{','.join(opts)}"
 
 class OptsRefused(ValueError):
@@ -52,6 +54,7 @@ class EnrichmentService:
     self.store, self.limits, self.on_stored = store, limits, on_stored
     self.tasks: Tasks[FactsTask] = Tasks(parallel=2)
     self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=1)  # one hand schedule at a time: each may time kernels on the device
+    self._pins = threading.Lock()
     self.computed = 0  # worker runs: tests check that concurrent and later requests compute nothing more
 
   @staticmethod
@@ -128,6 +131,24 @@ class EnrichmentService:
       return got
     task = OptsTask(kernel=n, target=target, start=start, opts=opts, detail=f"{target} codegen waits for a worker")
     return self.opts_tasks.start((trace_id, n, target, opts_kind(start, opts)), task, work, kept=kept)
+
+  def add_to_tour(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> list[list]:
+    """Pin a computed hand schedule to the trace's tour (a step of its own, after the trace's steps); the kernel's pins, in order."""
+    with self._pins:
+      pins = self.store.enrichments(trace_id, TOUR).get((n, target)) or []
+      if [start, list(opts)] not in pins: pins.append([start, list(opts)])
+      self.store.put_enrichments(trace_id, TOUR, {(n, target): pins})
+    self.on_stored(trace_id)
+    return pins
+
+  def tour_schedules(self, trace_id: str) -> list[dict]:
+    """Every hand schedule pinned to the trace's tour, with its stored result: [{kernel, target, start, opts, result}]."""
+    out = []
+    for (n, target), pins in sorted(self.store.enrichments(trace_id, TOUR).items()):
+      for start, opts in pins if isinstance(pins, list) else []:
+        if (got := self.stored_opts(trace_id, n, target, str(start), tuple(opts))) is not None:
+          out.append({"kernel": n, "target": target, "start": start, "opts": list(opts), "result": got})
+    return out
 
   def cancel_all(self) -> None:
     self.tasks.cancel_all()
