@@ -142,7 +142,21 @@ OPT_RE = re.compile(r"heuristic|none|beam:[1-9][0-9]*")
 OPT_OPS = ("TC", "UPCAST", "UNROLL", "LOCAL", "THREAD", "GROUP", "GROUPTOP", "NOLOCALS", "PADTO", "SWAP")  # tinygrad's OptOps
 HAND_OPT_RE = re.compile(rf"({'|'.join(OPT_OPS)}):([0-9]{{1,2}})?:(-?[0-9]{{1,5}}(,-?[0-9]{{1,5}}){{0,2}})?")
 MAX_HAND_OPTS = 16
+HAND_OPTS_QUERY = rf"^({HAND_OPT_RE.pattern}(,{HAND_OPT_RE.pattern}){{0,{MAX_HAND_OPTS - 1}}})?$"  # opts in a URL, comma separated
+_OPT_SPLIT = re.compile(rf",(?=(?:{'|'.join(OPT_OPS)}):)", re.IGNORECASE)  # a comma that starts an opt (TC's argument has commas too)
+
+def split_opts(text: str | None) -> list[str]:
+  """Opts as a URL writes them, UPCAST:0:4,TC:0:-1,2,1,LOCAL:1:8, one by one."""
+  return [o for o in _OPT_SPLIT.split(text or "") if o.strip()]
 OPTS_FROM = ("current", "none", "heuristic")  # where a hand schedule starts: the kernel's own opts, none, or tinygrad's heuristic's
+
+_OPT_REPR = re.compile(r"Opt\(op=OptOps\.(\w+), axis=(\w+), arg=(.*)\)")
+
+def opt_label(opt: str) -> str:
+  """An applied opt as OP:AXIS:ARG (traces record it so; older ones kept tinygrad's repr, Opt(op=OptOps.UPCAST, axis=0, arg=4))."""
+  if not (m := _OPT_REPR.fullmatch(opt)): return opt
+  op, axis, arg = m.groups()
+  return f"{op}:{'' if axis == 'None' else axis}:{'' if arg == 'None' else arg.strip('()').replace(' ', '').rstrip(',')}"
 
 def hand_opts(opts: Sequence[str], start: str = "current") -> tuple[str, ...]:
   """Opts as a user wrote them, checked as text (tinygrad judges them in a worker); SpecError says which one is not an opt."""

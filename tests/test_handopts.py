@@ -77,6 +77,9 @@ def test_hand_opts_give_what_tinygrad_gives_for_them_on_cuda_and_the_host(web_cl
   assert [hrec["name"], hrec["global_size"], hrec["local_size"], hrec["source"]] == plain_tinygrad(trace["spec"], opts[:1], "clang")["clang"]
   assert timing["device"] == "CPU" and len(timing["a_samples"]) == len(timing["b_samples"]) == timing["repeats"]
   assert timing["ci_low"] <= timing["ratio"] <= timing["ci_high"] and timing["b_median_s"] > 0
+  check = host.json()["check"]  # it runs, over the same seeded inputs as the original, and writes the same values
+  spec = trace["spec"]
+  assert check["same"] and check["values"] == spec["batch"] * spec["cout"] * spec["height"] * spec["width"] and check["max_abs_diff"] < 1e-4
   again = web_client.post(f"/api/traces/{traced}/kernels/0/opts", json={"target": "clang", "opts": opts[:1], "from": "none"})
   assert again.status_code == 200 and again.json() == host.json()  # stored: asked again, answered at once
 

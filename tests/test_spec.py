@@ -283,3 +283,16 @@ def test_from_dict_does_not_mutate_input():
   d = {"targets": ["cuda"], "notes": ["x"]}
   Variant.from_dict(d)
   assert d == {"targets": ["cuda"], "notes": ["x"]}
+
+def test_hand_opts_are_checked_as_text_and_split_as_urls_write_them():
+  from explorer.spec import HAND_OPTS_QUERY, hand_opts, opt_label, split_opts
+  import re
+  assert split_opts("UPCAST:0:4,TC:0:-1,2,1,local:1:8") == ["UPCAST:0:4", "TC:0:-1,2,1", "local:1:8"]
+  assert hand_opts(split_opts("UPCAST:0:4,TC:0:-1,2,1,local:1:8"), "none") == ("UPCAST:0:4", "TC:0:-1,2,1", "LOCAL:1:8")
+  assert hand_opts(["NOLOCALS::"]) == ("NOLOCALS::",) and split_opts(None) == []
+  for bad, says in ((["UPCAST:0"], "not an opt"), (["FOO:0:4"], "not an opt"), (["UPCAST:0:4"] * 17, "at most 16"), ([""], "empty")):
+    raises_one_line(lambda: hand_opts(bad), says)
+  raises_one_line(lambda: hand_opts([], "beam"), "from must be one of current, none, heuristic")
+  assert re.fullmatch(HAND_OPTS_QUERY, "UPCAST:0:4,TC:0:-1,2,1") and not re.fullmatch(HAND_OPTS_QUERY, "UPCAST:0:4;LOCAL:1:8")
+  assert opt_label("Opt(op=OptOps.UPCAST, axis=0, arg=4)") == "UPCAST:0:4" and opt_label("Opt(op=OptOps.TC, axis=0, arg=(-1, 2, 1))") == "TC:0:-1,2,1"
+  assert opt_label("Opt(op=OptOps.NOLOCALS, axis=None, arg=None)") == "NOLOCALS::" and opt_label("LOCAL:1:8") == "LOCAL:1:8"

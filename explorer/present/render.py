@@ -9,6 +9,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
 from pygments.lexers import CLexer, CppLexer, CudaLexer, LlvmLexer, PtxLexer, TextLexer, WgslLexer
 from explorer.present.beam import beam_plot
+from explorer.spec import opt_label
 from explorer.present.graphs import fmt_bytes, fmt_seconds
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"
@@ -86,14 +87,6 @@ def ran_on_parts(ran_on: dict | None) -> list[tuple[str, str]]:
   return [(by, ", ".join(parts)) for by, parts in places.items()]
 
 HTML_SAFE_JSON = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"})
-
-_OLD_OPT = re.compile(r"Opt\(op=OptOps\.(\w+), axis=(\w+), arg=(.*)\)")
-
-def opt_label(opt: str) -> str:
-  """An applied opt as OP:AXIS:ARG (traces record it so; older ones kept tinygrad's repr, Opt(op=OptOps.UPCAST, axis=0, arg=4))."""
-  if not (m := _OLD_OPT.fullmatch(opt)): return opt
-  op, axis, arg = m.groups()
-  return f"{op}:{'' if axis == 'None' else axis}:{'' if arg == 'None' else arg.strip('()').replace(' ', '')}"
 
 def tojson_compact(x: Any) -> Markup:
   """JSON safe in a single-quoted HTML attribute or a <script>: <, >, & and ' escaped as JSON \\u escapes, as jinja's tojson does."""

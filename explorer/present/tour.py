@@ -6,9 +6,8 @@ generated here from the data, never canned, so a different variant gives differe
 from __future__ import annotations
 from dataclasses import replace
 from typing import Any
-from explorer.present.render import opt_label
 from explorer.schema import target_record
-from explorer.spec import ConvSpec, Variant
+from explorer.spec import ConvSpec, Variant, opt_label
 
 ROLE_MEANING = {
   "conv": "the whole convolution: each output sums input x weight over the input channels and the kernel window",

@@ -588,7 +588,7 @@ function initOpts() {
   const panel = $("#opts-panel");
   if (!panel) return;
   const status = $("#opts-status", panel), out = $("#opts-out", panel), chips = $("#opts-chips", panel), input = $("#opts-add", panel);
-  const split = (text) => (text || "").split(",").map((o) => o.trim().toUpperCase()).filter(Boolean);
+  const split = (text) => (text || "").split(/,(?=[A-Za-z]+:)/).map((o) => o.trim().toUpperCase()).filter(Boolean);  // TC:0:-1,2,1 keeps its commas
   let opts = split(panel.dataset.current);
   const say = (text, error) => { status.textContent = text; status.className = `small ${error ? "err" : "muted"}`; };
   const draw = () => {

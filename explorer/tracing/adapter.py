@@ -660,6 +660,29 @@ def with_opts(ast: UOp, opts: Sequence[Opt]) -> UOp:
   info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
   return ast.replace(arg=replace(info, opts_to_apply=tuple(opts), applied_opts=(), beam=0))
 
+def _on_device(ast: UOp, device: str) -> UOp:
+  return ast.substitute({p: p.replace(arg=replace(p.arg, device=device)) for p in ast.toposort() if p.op is Ops.PARAM})
+
+def kernel_outputs(asts: Sequence[UOp], renderer: Renderer, device: str, seed: int = 0) -> list[list[Any]] | None:
+  """Each variant of one kernel run once on the device over the same inputs (seeded random values in every buffer it has): the
+  values of every buffer it writes, per variant, as numpy arrays. None where a buffer's dtype has no numpy twin."""
+  import numpy as np
+  from tinygrad.codegen.opt.postrange import args_from_ast
+  from tinygrad.dtype import _to_np_dtype
+  slots = sorted(p.arg.slot for p in asts[0].backward_slice if p.op is Ops.PARAM and p.arg.slot >= 0)
+  _, written = kernel_reads_writes(asts[0])
+  rng, start, out = np.random.default_rng(seed), None, []
+  for ast in asts:
+    shapes, var_vals = args_from_ast(ast, device)
+    if any(_to_np_dtype(b.dtype) is None for b in shapes): return None
+    if start is None:
+      start = [(rng.standard_normal(b.size) if dtypes.is_float(b.dtype) else rng.integers(0, 8, b.size)).astype(_to_np_dtype(b.dtype))
+               for b in shapes]
+    bufs = [tinygrad.device.Buffer(device, b.size, b.dtype, initial_value=data.tobytes()) for b, data in zip(shapes, start)]
+    next(time_call(do_to_program(_on_device(ast, device), renderer).call(*[UOp.from_buffer(b) for b in bufs]), var_vals))
+    out.append([bufs[slots.index(s)].numpy().copy() for s in written])
+  return out
+
 def kernel_timers(asts: Sequence[UOp], renderer: Renderer, device: str) -> list[Iterator[float]]:
   """tinygrad's time_call for each of these variants of one kernel, compiled for the device and run on the same fresh buffers of its
   parameters' sizes (as BEAM times a candidate, at full size): each yields one synchronized run time in seconds."""
@@ -667,9 +690,7 @@ def kernel_timers(asts: Sequence[UOp], renderer: Renderer, device: str) -> list[
   rawbufs, var_vals = args_from_ast(asts[0], device)
   args = [UOp.from_buffer(b.ensure_allocated()) for b in rawbufs]
   timers = []
-  for ast in asts:
-    on_device = ast.substitute({p: p.replace(arg=replace(p.arg, device=device)) for p in ast.toposort() if p.op is Ops.PARAM})
-    timers.append(time_call(do_to_program(on_device, renderer).call(*args), var_vals))
+  for ast in asts: timers.append(time_call(do_to_program(_on_device(ast, device), renderer).call(*args), var_vals))
   return timers
 
 MAX_BEAM_CANDIDATES = 4000  # recorded per kernel: a wide BEAM on a big kernel times thousands

@@ -13,7 +13,7 @@ class Unschedulable(ValueError):
 
 WARMUP, REPEATS = 3, 30  # the interleaved timing: warm-up runs, then timed pairs (original, hand-scheduled; every other pair reversed)
 
-BEAM_NOTE = ("each time is the least of up to 3 runs at BEAM's test size (its global size capped at 65,536 threads), BEAM's own measure; "
+BEAM_RECORD_NOTE = ("each time is the least of up to 3 runs at BEAM's test size (its global size capped at 65,536 threads), BEAM's own measure; "
              "candidates whose code repeats an earlier one's, that fail to compile or need 1000x the least compute are not timed, as in "
              "tinygrad; a round keeps the `width` fastest, and the search ends when no candidate is faster by 0.01 us")
 
@@ -28,13 +28,13 @@ def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[s
   rounds: list[BeamRound] = [{"round": r, "timed": len(cs), "best_s": min(t for _, t in cs), "kept": sum(1 for o, _ in cs if kept(o))}
             for r, cs in sorted(by_round.items())]
   return {"width": width, "rounds": rounds, "candidates": candidates, "chosen": chosen, "path": [chosen[:i] for i in range(1, len(chosen) + 1)],
-          "note": BEAM_NOTE}
+          "note": BEAM_RECORD_NOTE}
 
 def opts_args(trace: dict[str, Any], n: int, target: str, start: str, opts: tuple[str, ...], on_device: bool = True) -> dict[str, Any]:
   """What opts_in_worker needs for kernel n of this trace (but the rewrite blob); on the trace's own target, with on_device (this
   process can open the trace's device), it is timed too. Unschedulable says why it cannot be."""
   from explorer.schema import host_target, target_records
-  from explorer.spec import TARGETS, Variant
+  from explorer.spec import TARGETS, Variant, opt_label
   if target not in TARGETS: raise Unschedulable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
   kernel = next((k for k in trace.get("kernels") or [] if k.get("index") == n), None)
   if kernel is None or kernel.get("ast_sink") is None: raise Unschedulable(f"kernel {n} has no AST recorded to schedule again")
@@ -45,8 +45,8 @@ def opts_args(trace: dict[str, Any], n: int, target: str, start: str, opts: tupl
   own = target == host_target(kernel) and on_device
   device = str((trace.get("env") or {}).get("device") or "") or None
   return {"sink": kernel["ast_sink"], "target": target, "arch": rec.get("arch") or Variant.from_dict(variant).arch(target),
-          "device": device if own else None, "current": list(rec.get("opts") or []), "opts": list(opts), "start": start,
-          "time": own and device is not None and not variant.get("rewrites")}
+          "device": device if own else None, "current": [opt_label(o) for o in rec.get("opts") or []], "opts": list(opts),
+          "start": start, "time": own and device is not None, "rewrites": list(variant.get("rewrites") or [])}
 
 def schedule(trace: dict[str, Any], blob: bytes, n: int, target: str, opts: tuple[str, ...], start: str = "current", time: bool = True,
              progress: Progress | None = None, timeout_s: float | None = None) -> dict[str, Any]:
@@ -60,7 +60,7 @@ def schedule(trace: dict[str, Any], blob: bytes, n: int, target: str, opts: tupl
   return dict(got)
 
 def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch: str, device: str | None, current: list[str],
-                   opts: list[str], start: str = "current", time: bool = False) -> dict[str, Any]:
+                   opts: list[str], start: str = "current", time: bool = False, rewrites: list[str] | None = None) -> dict[str, Any]:
   """The kernel (its AST rebuilt from the trace's rewrite blob) with opts = the start's opts (the kernel's current ones on this target,
   none, or the heuristic's) then `opts`, on `target`. device: the trace's device when target is its own (then it can run), else None.
   Raises OptRefused (tinygrad's reason) for an opt that does not apply."""
@@ -79,6 +79,7 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   passes = [pass_record(p) for _, ps in tg.passes_since(mark, mark) for p in ps]
   rec = target_record(tg.program_facts(prg), passes, arch, [], tg.loop_splits(mark), tg.line_map(prg, renderer))
   rec["notes"] = [n for n in rec["notes"] if n != BEAM_NOTE] + [f"scheduled by hand: {', '.join(map(tg.opt_text, chosen)) or 'no opts'}"]
+  if rewrites: rec["notes"].append(f"the trace's custom rewrites ({', '.join(rewrites)}) are not applied here, nor to the original it is timed with")
   rec["spec"] = tg.spec_check([tg.program_sink(prg)], "program")
   if target == "ptx": rec["compiled_source"] = tg.fill_ptx(rec["source"], arch)
   progress("compile", "start", f"compile facts on {target}")
@@ -89,7 +90,18 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   if time and device is not None:
     progress("timing", "start", f"the original and this schedule on {device}, interleaved: {WARMUP} warm-up + {REPEATS} pairs")
     out["timing"] = _interleaved(ast, renderer, device, original, chosen)
+    out["check"] = _same_outputs(ast, renderer, device, original, chosen)
   return out
+
+def _same_outputs(ast: Any, renderer: Any, device: str, original: list, chosen: list) -> dict[str, Any] | None:
+  """The original and the hand schedule run once over the same seeded inputs: does the schedule compute what the kernel computes?"""
+  import numpy as np
+  from explorer.tracing import adapter as tg
+  got = tg.kernel_outputs([tg.with_opts(ast, original), tg.with_opts(ast, chosen)], renderer, device)
+  if got is None: return None
+  a, b = (np.concatenate([x.astype(np.float64).ravel() for x in side]) if side else np.zeros(0) for side in got)
+  diff = float(np.max(np.abs(a - b))) if a.size else 0.0
+  return {"values": int(a.size), "max_abs_diff": diff, "same": bool(np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True))}
 
 def _interleaved(ast: Any, renderer: Any, device: str, original: list, chosen: list) -> dict[str, Any]:
   """Original (A) and hand-scheduled (B) timed in pairs on the device, every other pair in reverse order: B/A's median and interval."""

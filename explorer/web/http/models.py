@@ -260,6 +260,12 @@ class OptsTiming(BaseModel):
   a_samples: list[float]
   b_samples: list[float]
 
+class OptsCheck(BaseModel):
+  """The original and the hand schedule run once on the trace's device over the same seeded inputs: the values written compared."""
+  values: int
+  max_abs_diff: float
+  same: bool
+
 class HandSchedule(BaseModel):
   """The kernel with the opts applied: its record on the target (as a trace records one), the opts tinygrad would let BEAM try next
   (get_kernel_actions), and the timing where it ran on the trace's device."""
@@ -269,6 +275,7 @@ class HandSchedule(BaseModel):
   record: TargetRecord
   next: list[str]
   timing: OptsTiming | None = None
+  check: OptsCheck | None = None
 
 # ***** studies: a seed document's experiment, every case, timed interleaved with intervals and verdicts *****
 

@@ -5,7 +5,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from explorer.schema import host_target, target_records
-from explorer.spec import TARGETS, SpecError, hand_opts
+from explorer.spec import TARGETS, SpecError, hand_opts, split_opts
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, CompileFacts, EnrichmentJob, TargetJob, TargetRecord, documented
@@ -101,5 +101,5 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
 def _asked_opts(opts: str | None, start: str) -> str | None:
   """A permalink's opts as the panel's script takes them (None: none asked, or text that is no opt list: the panel starts empty)."""
   if opts is None: return None
-  try: return ",".join(hand_opts([o for o in opts.split(",") if o.strip()], start))
+  try: return ",".join(hand_opts(split_opts(opts), start))
   except SpecError: return None

@@ -2,11 +2,11 @@
 Opts panel fragment (the result beside the kernel's own record: name, dims, registers, peak live values, UOps, time ratio, source diff)."""
 from __future__ import annotations
 import asyncio, difflib
-from typing import Any
+from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from explorer.schema import host_target, target_records
-from explorer.spec import SpecError, hand_opts
+from explorer.spec import HAND_OPTS_QUERY, SpecError, hand_opts, split_opts
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, HandOptsRequest, HandSchedule, OptsJob, documented
@@ -19,7 +19,7 @@ router = APIRouter(include_in_schema=False)
 
 def _target(kernel: dict, target: str | None) -> str: return target or host_target(kernel)
 
-def _opts(text: str | None) -> tuple[str, ...]: return hand_opts([o for o in (text or "").split(",") if o.strip()] if text else [])
+def _opts(text: str | None) -> tuple[str, ...]: return hand_opts(split_opts(text))
 
 def _answer(svc: Any, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> Any:
   """200 with the stored result, 202 with the running job, the job's failure (422: tinygrad refused an opt, 409: it failed), or None."""
@@ -51,9 +51,9 @@ async def post_opts(trace_id: str, trace: StoredTrace, n: int, body: HandOptsReq
 
 @api.get("/traces/{trace_id}/kernels/{n}/opts", response_model=HandSchedule, summary="A kernel scheduled by hand (POST asks for it)",
          responses=RESPONSES)
-async def get_opts(trace_id: str, trace: StoredTrace, n: int, svc: ServicesDep, target: str | None = None,
-                   opts: str | None = Query(None, max_length=400, description="OP:AXIS:ARG,..."),
-                   start: str = Query("current", alias="from")) -> Any:
+async def get_opts(trace_id: str, trace: StoredTrace, n: int, svc: ServicesDep, target: str | None = Query(None, max_length=16),
+                   opts: str | None = Query(None, max_length=400, pattern=HAND_OPTS_QUERY, description="OP:AXIS:ARG,... (UPCAST:0:4,LOCAL:1:8)"),
+                   start: Literal["current", "none", "heuristic"] = Query("current", alias="from")) -> Any:
   k = deps.kernel_or_404(trace, n)
   try: wanted = _opts(opts), hand_opts([], start)
   except SpecError as e: raise HTTPException(422, str(e)) from None
