@@ -1,7 +1,8 @@
 """The cost of each extra target: a cold trace (no timing) with the host's target alone against the same trace with one more target
-(its codegen with tracking, in its own process, plus its compile facts where a compiler is here), interleaved in one run, medians.
+(its codegen with tracking, in its own process), interleaved in one run, medians. Compile facts are computed when first viewed; with
+--facts every trace also computes them at once (every record's, the host's included: `kernel-explorer trace --facts`).
 
-  python benchmarks/targets.py [--preset wino8] [--algo winograd] [--repeats 3]
+  python benchmarks/targets.py [--preset wino8] [--algo winograd] [--repeats 3] [--facts]
 
 Everything shares this machine's cores: the extra target's process overlaps host codegen and the run, so on 2 cores the ratio is
 what a user waits, not the extra CPU time."""
@@ -17,6 +18,7 @@ def main() -> int:
   ap.add_argument("--preset", choices=sorted(PRESETS), default="wino8")
   ap.add_argument("--algo", choices=("direct", "winograd"), default="winograd")
   ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--facts", action="store_true", help="every trace computes every record's compile facts too")
   a = ap.parse_args()
   host = target_name(host_renderer(default_device()))
   base = Variant(algo=a.algo, targets=(host,), time=False)
@@ -25,12 +27,12 @@ def main() -> int:
   for r in range(a.repeats):
     for name, v in variants.items():  # interleaved: drift and noise hit every variant alike
       st = time.perf_counter()
-      trace = run_trace(PRESETS[a.preset], v).trace
+      trace = run_trace(PRESETS[a.preset], v, facts=a.facts).trace
       times[name].append(time.perf_counter() - st)
       assert trace["status"] == "ok", trace["failures"]
     print(f"  repeat {r + 1}/{a.repeats} done", file=sys.stderr, flush=True)
   ref = statistics.median(times["host only"])
-  print(f"{a.preset} {a.algo}, host target {host}, cold traces without timing, median of {a.repeats}:")
+  print(f"{a.preset} {a.algo}, host target {host}, cold traces without timing{', with compile facts' if a.facts else ''}, median of {a.repeats}:")
   print(f"{'trace':<12} {'wall s':>8} {'x host only':>12}")
   for name, ts in times.items(): print(f"{name:<12} {statistics.median(ts):>8.2f} {statistics.median(ts) / ref:>12.2f}")
   return 0

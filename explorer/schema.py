@@ -188,6 +188,7 @@ class BeamCandidate(TypedDict):
   time_s: float
   round: Count
   kept: bool
+  why: NotRequired[Line | None]      # why it was dropped (None: kept)
 
 @with_config(STRICT)
 class BeamRound(TypedDict):

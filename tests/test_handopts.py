@@ -155,6 +155,11 @@ def test_the_cli_and_the_python_api_schedule_by_hand(tmp_path, capsys):
   err = capsys.readouterr().err
   assert "tinygrad refused UPCAST:0:7" in err and "Traceback" not in err
   assert main(["opts", trace_id, "--db", str(db), "--opt", "upcast:zero", "--quiet"]) == 2 and "not an opt" in capsys.readouterr().err
+  # a trace file keeps no rewrite log: the convolution is traced again for it, and the schedule is the same
+  t.save(saved := tmp_path / "t.json")
+  assert main(["opts", str(saved), "--target", "cuda", *(a for o in opts for a in ("--opt", o)), "--from", "none", "--no-time",
+               "--json", str(out_json), "--quiet"]) == 0
+  assert json.loads(out_json.read_text())["record"]["source"] == got["record"]["source"]
 
 def test_two_schedules_diff_and_a_schedule_joins_the_tour(web_client, traced):
   one, two = (["UPCAST:0:4"], ["UPCAST:0:4", "LOCAL:1:8"])

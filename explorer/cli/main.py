@@ -1,6 +1,6 @@
 """`kernel-explorer`: trace a convolution from the command line, list presets and targets, serve the web app."""
 from __future__ import annotations
-import argparse, json, os, pathlib, signal, socket, sys, threading
+import argparse, dataclasses, json, os, pathlib, signal, socket, sys, threading
 from typing import Any, Callable, Sequence
 from explorer.cli.progress import StepBars
 from explorer.text import ms, si, table
@@ -260,9 +260,8 @@ def cmd_opts(a: argparse.Namespace) -> int:
   from explorer.spec import hand_opts
   from explorer.tracing.handopts import Unschedulable, schedule
   from explorer.tracing.workers import WorkerFailed
-  trace, _, blob, store = load(a.source, a.db)
-  if store is None or blob is None:
-    raise SpecError(f"{a.source} is a trace file, which keeps no rewrite blob to rebuild its kernels from: pass a stored trace id")
+  trace, _, blob, _ = load(a.source, a.db)
+  if blob is None: trace, blob = _traced_again(trace, a.source, a.timeout, a.quiet)
   if not 0 <= a.kernel < len(trace["kernels"]): raise SpecError(f"--kernel: the trace has kernels 0 to {len(trace['kernels']) - 1}")
   kernel = trace["kernels"][a.kernel]
   target, opts = a.target or host_target(kernel), hand_opts(a.opt, a.start)
@@ -278,6 +277,20 @@ def cmd_opts(a: argparse.Namespace) -> int:
     with open(a.json, "w") as f: json.dump(got, f, indent=1, default=str)
     print(f"wrote {a.json}", file=sys.stderr)
   return 0
+
+def _traced_again(trace: dict, source: str, timeout_s: float, quiet: bool) -> tuple[dict, bytes]:
+  """A trace file keeps no rewrite log: a convolution's is made again by tracing its spec and variant (the same tinygrad makes the same
+  kernels: checked by their AST keys); a captured program's cannot be."""
+  from explorer.tracing.run import run_trace
+  if trace.get("spec") is None or trace.get("variant") is None:
+    raise SpecError(f"{source} is a trace file of a captured program, which keeps no rewrite log to rebuild its kernels from: store it "
+                    "(Trace.store()) and pass its id")
+  if not quiet: print(f"kernel-explorer: {source} keeps no rewrite log: tracing {trace.get('label')} again to rebuild its kernels", file=sys.stderr)
+  variant = dataclasses.replace(Variant.from_dict(trace["variant"]), time=False)  # its kernels, not its timing
+  with StepBars(quiet) as bars: again = run_trace(ConvSpec.from_dict(trace["spec"]), variant, bars.bar("", STAGES), timeout_s=timeout_s)
+  if [k.get("ast_key") for k in again.trace["kernels"]] != [k.get("ast_key") for k in trace["kernels"]]:
+    raise SpecError(f"tracing {source} again made other kernels (another tinygrad or explorer version?): pass a stored trace id")
+  return again.trace, again.rewrites
 
 def opts_summary(own: dict, got: dict) -> str:
   """The hand schedule beside the kernel's own record: a table, then the time ratio where it was timed."""
@@ -409,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
   en.add_argument("--quiet", action="store_true", help="no progress on stderr")
   en.set_defaults(fn=cmd_enrich)
   op = sub.add_parser("opts", help="schedule a kernel by hand: tinygrad's opts (UPCAST:0:4...) applied to a stored trace's kernel")
-  op.add_argument("source", metavar="ID", help="a stored trace id (its rewrite blob rebuilds the kernel)")
+  op.add_argument("source", metavar="ID|JSON_FILE", help="a stored trace id (its rewrite blob rebuilds the kernel) or a convolution's trace "
+                  "JSON file (traced again for its rewrite log)")
   op.add_argument("--kernel", type=int, default=0, metavar="N", help="the kernel (default 0)")
   op.add_argument("--target", metavar="NAME", help="a render target (default: the trace's own, which is also timed against the original)")
   op.add_argument("--opt", action="append", default=[], metavar="OP:AXIS:ARG", help="an opt to apply, in order (repeat it): UPCAST:0:4, LOCAL:1:8")

@@ -17,7 +17,8 @@ def beam_plot(beam: dict[str, Any]) -> dict[str, Any]:
   def y(t: float) -> float: return HEIGHT - PAD + (math.log10(t) - lo) / (hi - lo) * (2 * PAD - HEIGHT)
   on_path = {tuple(p) for p in beam.get("path") or []}
   points = [{"x": round(x(c["round"]) + ((i * 7919) % 17 - 8) * 0.6, 1), "y": round(y(c["time_s"]), 1), "kept": c["kept"],
-             "winner": tuple(c["opts"]) in on_path, "opts": ",".join(c["opts"]), "label": f"{', '.join(c['opts'])}: {c['time_s'] * 1e6:.1f} us"}
+             "winner": tuple(c["opts"]) in on_path, "opts": ",".join(c["opts"]),
+             "why": c.get("why"), "label": f"{', '.join(c['opts'])}: {c['time_s'] * 1e6:.1f} us"}
             for i, c in enumerate(cands)]
   best = {tuple(c["opts"]): c["time_s"] for c in cands}
   steps = [p for p in beam.get("path") or [] if tuple(p) in best]

@@ -624,16 +624,19 @@ function initOpts() {
     });
     say(`applied: ${opts.join(", ") || "no opts"}`);
   };
+  let ticket = 0;  // the latest apply wins: an earlier one that answers later is not shown
   const apply = async (start, list) => {
+    const mine = ++ticket;
     say("asking a worker for tinygrad's codegen with these opts…");
     const body = JSON.stringify({ target: panel.dataset.target, opts: list, from: start });
     let r = await fetch(panel.dataset.api, { method: "POST", headers: { "Content-Type": "application/json" }, body });
     while (r.status === 202) {
       const d = await r.json();
-      say(d.detail || d.status);
+      if (mine === ticket) say(d.detail || d.status);
       await new Promise((ok) => setTimeout(ok, 500));
       r = await fetch(`${panel.dataset.api}?${query(start, list)}`);
     }
+    if (mine !== ticket) return;
     if (r.status !== 200) { const d = await r.json().catch(() => ({})); say(d.detail || `failed (${r.status})`, true); return; }
     await show(start, list);
   };
@@ -649,6 +652,8 @@ function initOpts() {
   }));
   draw();
   if (panel.dataset.asked !== undefined) { opts = split(panel.dataset.asked); draw(); apply(panel.dataset.askedFrom || "none", opts); }
+  // opened: the kernel as it is, with the opts tinygrad offers next (a worker's codegen, asked for by opening the panel)
+  panel.addEventListener("toggle", () => { if (panel.open && !shown && !status.textContent) apply("none", opts); });
 }
 
 /* ***** the trace form: preset fills the shape, Winograd options only where they apply ***** */

@@ -11,11 +11,12 @@ if TYPE_CHECKING: from explorer.schema import BeamCandidate, BeamRecord, BeamRou
 class Unschedulable(ValueError):
   """This kernel cannot be scheduled again here (no AST recorded, no record on the target to start from, a user's rewrite file)."""
 
+MIN_PROGRESS_US = 0.01  # tinygrad's BEAM_MIN_PROGRESS default: a round must beat the last by this much, or the search ends
 WARMUP, REPEATS = 3, 30  # the interleaved timing: warm-up runs, then timed pairs (original, hand-scheduled; every other pair reversed)
 
 BEAM_RECORD_NOTE = ("each time is the least of up to 3 runs at BEAM's test size (its global size capped at 65,536 threads), BEAM's own measure; "
              "candidates whose code repeats an earlier one's, that fail to compile or need 1000x the least compute are not timed, as in "
-             "tinygrad; a round keeps the `width` fastest, and the search ends when no candidate is faster by 0.01 us")
+             "tinygrad; a round keeps the `width` fastest, and the search ends when no candidate is faster by 0.01 us (BEAM_MIN_PROGRESS)")
 
 def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[str]) -> BeamRecord:
   """kernels[i].beam (explorer.schema.BeamRecord) from what tinygrad's beam_search timed (adapter.recording_beam): a candidate's round
@@ -24,7 +25,12 @@ def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[s
   for opts, t in timed: by_round.setdefault(len(opts), []).append((opts, t))
   def kept(opts: list[str]) -> bool:
     return opts == chosen[:len(opts)] or any(o[:len(opts)] == opts for o, _ in by_round.get(len(opts) + 1, []))
-  candidates: list[BeamCandidate] = [{"opts": o, "time_s": t, "round": len(o), "kept": kept(o)} for o, t in timed]
+  last = max(by_round, default=0)
+  def why(opts: list[str]) -> str | None:
+    if kept(opts): return None
+    if len(opts) == last: return f"the search ended: this round's best was not faster than the last round's by {MIN_PROGRESS_US} us"
+    return f"slower than the {width} kept in its round"
+  candidates: list[BeamCandidate] = [{"opts": o, "time_s": t, "round": len(o), "kept": kept(o), "why": why(o)} for o, t in timed]
   rounds: list[BeamRound] = [{"round": r, "timed": len(cs), "best_s": min(t for _, t in cs), "kept": sum(1 for o, _ in cs if kept(o))}
             for r, cs in sorted(by_round.items())]
   return {"width": width, "rounds": rounds, "candidates": candidates, "chosen": chosen, "path": [chosen[:i] for i in range(1, len(chosen) + 1)],
