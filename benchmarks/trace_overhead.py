@@ -172,8 +172,8 @@ def print_processes(results: dict[str, dict[str, list[Run]]]) -> None:
         cpu = statistics.median(sum(p.cpu_s for p in ps) for ps in of)
         peak = statistics.median(max((p.peak_mib for p in ps), default=0.0) for ps in of)
         if cpu or peak: print(f"| {case} | {side} | {kind} | {cpu:.2f} | {peak:.0f} |")
-  print("\nthe floor wall ratio without the explorer's compile facts (its CPU time less its compilers', over every core): what dropping "
-        "them from the cold trace could reach at best\n")
+  print("\nthe floor wall ratio without any compiler process (its CPU time less its compilers', over every core; a cold trace runs only "
+        "tinygrad's own host compile now, compile facts are computed when first viewed)\n")
   for case, sides in results.items():
     e, t = sides["explorer"], sides["tinygrad"]
     cpu = statistics.median(r.cpu_s - sum(p.cpu_s for p in r.procs.values() if p.role.startswith("compilers")) for r in e)
