@@ -387,3 +387,24 @@ def test_no_terminal_colours_reach_a_page_or_its_json(web_client, small_trace):
     r = web_client.get(url)
     assert r.status_code == 200, (url, r.status_code)
     assert not any(colour in r.text for colour in ("\x1b", "\\x1b", "\\u001b", "[90m", "[0m")), url
+
+def test_the_kernel_page_shows_the_target_asked_for_and_says_what_it_did_not_find(web_client, small_trace):
+  """One target everywhere (the source tab, the kernel tabs, the title) and nothing in a URL ignored in silence (issue 29)."""
+  raw = web_client.get(f"/api/traces/{small_trace}/raw").json()
+  host = raw["kernels"][0]["host_target"]
+  page = web_client.get(f"/t/{small_trace}/k/0?target={host}").text
+  assert 'data-tab="host" class="active"' in page and 'data-tab="cuda" class="active"' not in page and "url-notice" not in page
+  cuda = web_client.get(f"/t/{small_trace}/k/0?target=cuda").text
+  assert 'data-tab="cuda" class="active"' in cuda
+  for k in raw["kernels"]:
+    assert f'<span class="mono">{k["targets"]["cuda"]["name"]}</span>' in cuda and f"/k/{k['index']}?graph=ast&amp;target=cuda" in cuda
+    if k["targets"]["cuda"]["name"] != k["name"]: assert f'<span class="mono">{k["name"]}</span>' not in cuda
+  assert f"<title>Kernel Explorer · {raw['kernels'][0]['targets']['cuda']['name']} ·" in cuda
+  fortran = web_client.get(f"/t/{small_trace}/k/0?target=fortran").text
+  assert "There is no target &#39;fortran&#39;" in fortran and f"Showing the host&#39;s, {host}." in fortran
+  assert 'data-tab="host" class="active"' in fortran
+  passes = len(raw["kernels"][0]["passes"])
+  bad = web_client.get(f"/t/{small_trace}/k/0?graph=passes&pass=9999&at=m999").text
+  assert f"There is no pass &#39;9999&#39; in kernel 0&#39;s {host} codegen (it has {passes}, numbered 0 to {passes - 1})" in bad
+  assert "&#39;m999&#39; is not a step of pass" in bad
+  assert "url-notice" not in web_client.get(f"/t/{small_trace}/k/0?graph=passes&pass=1&at=before").text

@@ -71,6 +71,18 @@ def stepper(passes: Sequence[Mapping[str, Any]], prefix: str, asked_pass: int | 
   return {"passes": [{"index": j, **q} for j, q in enumerate(passes)], "pass": i, "at": pick_at(asked_at, p), "prefix": prefix,
           "max_steps": MAX_STEPS, "trace_id": trace_id, "blob_target": blob_target}
 
+def step_notices(request: Request, step: dict, what: str) -> list[str]:
+  """What a page says when its URL asked for a pass or a step of it that does not exist: what was asked, and what is shown instead."""
+  out, passes = [], step["passes"]
+  asked, at = request.query_params.get("pass"), request.query_params.get("at")
+  shown = f"pass {step['pass']} ({passes[step['pass']]['name']})" if passes else "no pass"
+  if asked is not None and (not asked.isdigit() or int(asked) != step["pass"]):
+    out.append(f"There is no pass {asked[:20]!r} in {what} (it has {len(passes)}, numbered 0 to {max(len(passes) - 1, 0)}): showing {shown}.")
+  if at is not None and at != step["at"]:
+    out.append(f"{at[:20]!r} is not a step of {shown} (before, after, or m1 to m{passes[step['pass']]['matches'] if passes else 0}): "
+               f"showing {step['at']}.")
+  return out
+
 def asked_pass(request: Request) -> int | None:
   """?pass=N: not a parameter of its own (its name is Python's keyword)."""
   asked = request.query_params.get("pass")

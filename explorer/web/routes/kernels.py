@@ -10,7 +10,7 @@ from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, CompileFacts, EnrichmentJob, TargetJob, TargetRecord, documented
 from explorer.web.http.work import Work
-from explorer.web.routes.common import asked_pass, stepper, trace_page
+from explorer.web.routes.common import asked_pass, step_notices, stepper, trace_page
 from explorer.web.urls import trace_api_url
 
 api = APIRouter(prefix="/api", tags=["api"])
@@ -77,6 +77,9 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
     try: await deps.target_job(svc, trace_id, trace, pending, work)
     except HTTPException as e: pending_error = e.detail
   host = host_target(k)
+  notices = []
+  if target is not None and target not in TARGETS:  # nothing asked for is ignored in silence
+    notices.append(f"There is no target {target[:40]!r}: the explorer renders {', '.join(TARGETS)}. Showing the host's, {host}.")
   target = target if target in records else host
   rec = records[target]
   facts_pending, facts_error = rec.get("compile") is None and not pending, None
@@ -86,15 +89,18 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   browsable = target == host or all("group" in p for p in rec.get("passes") or [])  # trace schema 1: host passes only
   prefix, passes = (f"codegen/{n}", k.get("passes") or []) if target == host else (f"codegen@{target}/{n}", rec["passes"])
   step = stepper(passes if browsable else [], prefix, asked_pass(request), at, trace_id=trace_id, blob_target=None if target == host else target)
+  notices += step_notices(request, step, f"kernel {n}'s {target} codegen")
   tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k["sources"] or t in k.get("source_errors", {})]
   tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
   tabs += ["compiled"] if facts_pending or ((compiled := rec.get("compile")) and compiled.get("disasm")) else []
-  code = code if code in tabs else target if target in tabs else tabs[0]
+  own_tab = "host" if target == host else target  # the host's source is under "host"
+  if code is not None and code not in tabs: notices.append(f"There is no {code[:40]!r} source tab here: showing {own_tab}.")
+  code = code if code in tabs else own_tab if own_tab in tabs else tabs[0]
   resp = await trace_page(request, svc, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step,
                           api=f"{trace_api_url(trace_id)}/kernels/{n}", graph_mode="passes" if graph == "passes" else "ast", code=code,
                           code_tabs=tabs, target=target, rec=rec, records=records, all_targets=TARGETS, pending=pending,
                           pending_error=pending_error, facts_pending=facts_pending, facts_error=facts_error,
-                          asked_opts=_asked_opts(opts, opts_from), asked_from=opts_from)
+                          asked_opts=_asked_opts(opts, opts_from), asked_from=opts_from, notices=notices)
   if pending or facts_pending: resp.headers["Cache-Control"] = "no-store"  # the page changes when the target or the facts are stored
   return resp
 
