@@ -88,3 +88,11 @@ def compare(a: Sequence[float], b: Sequence[float], claim_time: float | None = N
   return [compare_medians(a, b, "time", claim_time),
           {"figure": "spread", **s, "p_value": None, "claim": claim_spread, "verdict": verdict(s["ci_low"], s["ci_high"], claim_spread),
            "claim_position": claim_position(s["ci_low"], s["ci_high"], claim_spread)}]
+
+NOISY_SPREAD = 0.25  # a timing whose standard deviation is over this fraction of its median is flagged as noisy wherever it is shown
+
+def noisy(t: dict[str, Any] | None) -> float | None:
+  """std / median of a timing record ({median, std, n}) when that is over NOISY_SPREAD (its median then says little), else None."""
+  if not t or not t.get("median") or t.get("std") is None: return None
+  spread = float(t["std"]) / float(t["median"])
+  return spread if spread > NOISY_SPREAD else None

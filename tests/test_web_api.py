@@ -408,3 +408,15 @@ def test_the_kernel_page_shows_the_target_asked_for_and_says_what_it_did_not_fin
   assert f"There is no pass &#39;9999&#39; in kernel 0&#39;s {host} codegen (it has {passes}, numbered 0 to {passes - 1})" in bad
   assert "&#39;m999&#39; is not a step of pass" in bad
   assert "url-notice" not in web_client.get(f"/t/{small_trace}/k/0?graph=passes&pass=1&at=before").text
+
+def test_a_tour_says_when_its_step_is_unknown_and_flags_a_noisy_timing(web_client, small_trace):
+  page = web_client.get(f"/t/{small_trace}/tour?step=no-such-step").text
+  assert "This tour has no step &#39;no-such-step&#39;" in page and "showing step 1" in page
+  assert "url-notice" not in web_client.get(f"/t/{small_trace}/tour?step=timing").text
+  from explorer.present.tour import trace_tour
+  raw = web_client.get(f"/api/traces/{small_trace}/raw").json()
+  raw["totals"]["time_s"] = {"median": 6.6e-5, "std": 4.826e-3, "n": 10, "min": 5e-5, "max": 1.5e-2}  # the case: std 70x the median
+  text = next(s for s in trace_tour(raw) if s["id"] == "timing")["text"]
+  assert "Beware: the spread (std) is 73.1x the median" in text
+  raw["totals"]["time_s"] = {"median": 1e-3, "std": 1e-4, "n": 10, "min": 9e-4, "max": 1.2e-3}
+  assert "Beware" not in next(s for s in trace_tour(raw) if s["id"] == "timing")["text"]

@@ -10,6 +10,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import CLexer, CppLexer, CudaLexer, LlvmLexer, PtxLexer, TextLexer, WgslLexer
 from explorer.present.beam import beam_plot
 from explorer.spec import opt_label
+from explorer.stats import noisy
 from explorer.present.graphs import fmt_bytes, fmt_seconds
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"
@@ -102,6 +103,7 @@ def environment() -> jinja2.Environment:
   env.filters["compact_uop"] = compact_uop
   env.filters["opt_label"] = opt_label
   env.globals["beam_plot"] = beam_plot
+  env.globals["noisy"] = noisy
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
                      highlighted=highlighted, ran_on_parts=ran_on_parts)
   return env

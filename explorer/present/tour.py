@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 from explorer.schema import target_record
+from explorer.stats import NOISY_SPREAD, noisy
 from explorer.spec import ConvSpec, Variant, opt_label
 
 ROLE_MEANING = {
@@ -156,9 +157,12 @@ def _timing_step(trace: dict, spec: ConvSpec | None) -> dict:
   rate = f" That is {spec.direct_flops / total['median'] / 1e9:.2f} GFLOP/s of direct-convolution work." if spec is not None else ""
   checked = (f" The output differs from its reference ({err.get('tolerance_for', 'a float64 numpy reference')}) by at most "
              f"{err.get('max_abs', float('nan')):.2g}." if err else " No reference was given, so the outputs were not checked.")
+  spread = noisy(total)
+  caveat = (f" Beware: the spread (std) is {spread:.1f}x the median, over the {NOISY_SPREAD:.0%} this explorer calls noisy: these runs "
+            "were disturbed (a busy machine, a cold cache), so the median says little; time it again before comparing." if spread else "")
   return _step("timing", "Timings", "timings",
-               f"On {trace['env']['device']} the kernels took {total['median']*1e3:.3f} ms (median of {total['n']}, std {total['std']*1e3:.3f} ms): "
-               f"{share}.{rate}{checked}")
+               f"On {trace['env']['device']} the kernels took {total['median']*1e3:.3f} ms (median of {total['n']}, std {total['std']*1e3:.3f} ms)."
+               f"{caveat} {share}.{rate}{checked}")
 
 # ***** built-in tours for the seed experiments: two traces side by side *****
 

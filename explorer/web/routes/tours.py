@@ -123,13 +123,16 @@ def tour_context(steps: list[dict], asked: str | None, url_of, traces: dict[str,
     return [n for n in notes.get(side, []) if n["anchor_kind"] == "step" and n["anchor"] == anchor]
   i = step_index(steps, asked)
   cur = steps[i]
+  notice = (f"This tour has no step {asked[:60]!r} (its steps: {', '.join(s['id'] for s in steps[:12])}{', ...' if len(steps) > 12 else ''}): "
+            f"showing step 1, {cur['title']}.") if asked is not None and asked != cur["id"] else None
   side, anchor = note_key(cur, traces)
   trace_id, trace = traces[side]
   view = cur.get("embed") or ({"kind": "diff"} if cur["view"] == "diff" else embed(trace_id, trace, cur["view"]))
   return {"steps": [{**s, "url": url_of(s["id"]), "notes": len(step_notes(s))} for s in steps], "index": i, "cur": cur,
           "prev_url": url_of(steps[i - 1]["id"]) if i > 0 else None, "next_url": url_of(steps[i + 1]["id"]) if i + 1 < len(steps) else None,
           "view": view, "view_url": None if cur["view"] == "diff" else view_url(trace_id, trace, cur["view"]), "step_trace_id": trace_id,
-          "step_trace": trace, "step_anchor": anchor, "step_notes": step_notes(cur), "max_note_chars": MAX_NOTE_CHARS}
+          "step_trace": trace, "step_anchor": anchor, "step_notes": step_notes(cur), "max_note_chars": MAX_NOTE_CHARS,
+          "notices": [notice] if notice else []}
 
 # ***** built-in tours: two traces, started (or reused) with one click *****
 
