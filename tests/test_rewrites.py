@@ -202,6 +202,8 @@ def test_line_map_covers_every_body_line_of_the_c_like_targets(wino8_runs):
       assert all(0 <= i < rec["linear_uops"] and ix for ix in mapped.values() for i in ix)
       assert rec["pressure"]["max_live_line"] in mapped
       for r in rec["pressure"]["longest"]:  # each long live range names the line that defines it
+        # what holds the peak: live at it, not a thread or block index (those are live throughout)
+        assert r["uop"] <= rec["pressure"]["max_live_at"] <= r["until"] and r["op"] != "SPECIAL", (target, r)
         assert r["line"] in mapped and (r["uop"] in mapped[r["line"]] or all(r["uop"] not in ix for ix in mapped.values()))
   store_loads = [ln for ln, ix in k["targets"]["cuda"]["line_map"] if "= (*(" in k["targets"]["cuda"]["source"].split("\n")[ln - 1]]
   listing = k["targets"]["cuda"]["uops_listing"]

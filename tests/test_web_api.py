@@ -222,7 +222,7 @@ def test_pages(web_client, small_trace):
   base = f"/t/{small_trace}"
   checks = {"/": ["trace-form", "small", "winograd", "F(2,3)", "beam", "Recent traces", small_trace],
             base: ["Kernels", "kernel-table", "GFLOP/s", "Tensor graph", "Rangeify", "Kernel graph", "Timings", "max error", "tinygrad"],
-            f"{base}/bufferize": ["STAGE table", "fused (removed)", "kept → buffer", 'data-ref="kernels"', "GLOBAL"],
+            f"{base}/bufferize": ["STAGE table", "inlined (removed)", "kept → buffer", 'data-ref="kernels"', "GLOBAL"],
             f"{base}/graph/tensor": ['data-ref="tensor"', "RESHAPE"],
             f"{base}/rangeify": ["symbolic+reduce_collapse+debuf", "data-stepper", "matched only"],
             f"{base}/k/0": ['data-ref="ast/0"', 'data-tab="cuda"', 'data-tab="metal"', 'class="hl"', "Copy", "UOps"],
@@ -408,6 +408,8 @@ def test_the_kernel_page_shows_the_target_asked_for_and_says_what_it_did_not_fin
   assert f"There is no pass &#39;9999&#39; in kernel 0&#39;s {host} codegen (it has {passes}, numbered 0 to {passes - 1})" in bad
   assert "&#39;m999&#39; is not a step of pass" in bad
   assert "url-notice" not in web_client.get(f"/t/{small_trace}/k/0?graph=passes&pass=1&at=before").text
+  table = web_client.get(f"/t/{small_trace}?target=cuda").text  # the trace table's switcher marks the target it shows
+  assert 'data-target="cuda" aria-current="true"' in table and 'data-target="metal" aria-current' not in table
 
 def test_a_tour_says_when_its_step_is_unknown_and_flags_a_noisy_timing(web_client, small_trace):
   page = web_client.get(f"/t/{small_trace}/tour?step=no-such-step").text

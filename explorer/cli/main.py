@@ -79,7 +79,7 @@ def summary(trace: dict) -> str:
   t, sc = trace["totals"], (trace.get("scheduler") or {}).get("stage_counts")
   out.append(f"{t.get('kernels', 0)} kernels, {t.get('copies', 0)} copies, {t.get('buffers', 0)} buffers, {si(t.get('flops'))} FLOPs, "
              f"total time {ms(t.get('time_s'))} ms")
-  if sc: out.append(f"STAGE (bufferize): {sc['created']} created, {sc['fused']} fused away, {sc['kept']} kept as buffers; "
+  if sc: out.append(f"STAGE (bufferize): {sc['created']} created, {sc['fused']} inlined (removed), {sc['kept']} kept as buffers; "
                     f"{sc['realized']} realized stores")
   if (e := trace.get("error")) is not None: out.append(f"max abs error {e['max_abs']:.3g} (rel {e['max_rel']:.3g}) vs float64 numpy")
   if (own := trace.get("tinygrad_seconds")) is not None and (secs := trace.get("stage_seconds")):

@@ -864,7 +864,7 @@ def pressure(lin: list[UOp]) -> Pressure:
   """Liveness over the linearized UOps: a value is live from its definition to its last use, extended to the END of any loop it is
   used in that started after it was defined (the loop reads it every iteration); a vector counts once per lane, a register array
   once per element. Returns ssa_values, max_live (lanes), max_live_at (uop index), the curve (at most CURVE_POINTS [uop index, live]
-  points, each the peak of its stretch) and the longest live ranges."""
+  points, each the peak of its stretch) and the longest live ranges of the values live at the peak (not the thread indices)."""
   pos = {u: i for i, u in enumerate(lin)}
   loops = [(pos[u.src[-1]], i) for i, u in enumerate(lin) if u.op is Ops.END and u.src and u.src[-1].op is Ops.RANGE and u.src[-1] in pos]
   last = {i: i for i, u in enumerate(lin) if _is_value(u)}
@@ -881,7 +881,9 @@ def pressure(lin: list[UOp]) -> Pressure:
   peak_at = max(range(len(curve)), key=curve.__getitem__, default=0)
   step = max(1, -(-len(curve) // CURVE_POINTS))
   points = [[i, max(curve[i:i + step])] for i in range(0, len(curve), step)]
-  longest = sorted(last, key=lambda i: last[i] - i, reverse=True)[:5]
+  # what holds the peak: the values live there, longest first; thread and block indices (SPECIAL) are live throughout, the peak or not
+  at_peak = [i for i in last if i <= peak_at <= last[i] and lin[i].op is not Ops.SPECIAL]
+  longest = sorted(at_peak, key=lambda i: (last[i] - i, -i), reverse=True)[:5]
   return {"ssa_values": len(last), "max_live": curve[peak_at] if curve else 0, "max_live_at": peak_at, "curve": points,
           "longest": [{"uop": i, "op": lin[i].op.name, "until": last[i], "lanes": _lanes(lin[i])} for i in longest]}
 
