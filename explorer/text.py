@@ -14,6 +14,14 @@ def si(x: float | None, unit: str = "") -> str:
     if abs(x) >= p: return f"{x/p:.2f}{s}{unit}"
   return f"{x:.0f}{unit}"
 
+def fmt_bytes(n: float | None) -> str:
+  """Bytes in binary units, as every page and every command writes them: 896 B, 144.0 KiB, 1.2 MiB."""
+  if n is None: return "–"
+  for unit in ("B", "KiB", "MiB", "GiB"):
+    if abs(n) < 1024 or unit == "GiB": return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    n /= 1024
+  return f"{n:.1f} GiB"
+
 def ms(t: dict[str, float] | None) -> str:
   """A timing record's median in milliseconds."""
   return "-" if not t else f"{t['median']*1e3:.3f}"

@@ -131,6 +131,12 @@ def test_diff_page_in_the_browser(pair, server):
     page.screenshot(path=str(ARTIFACTS / "diff_compare_menu.png"))
     page.click("#diff-picker [data-pick=staging]")
     page.wait_for_url(f"**/diff/{staged}/{fused}")
+    # the verdict first, in one line on the first screen, its timing started by the page itself (no click)
+    page.wait_for_function(r"() => /\d+\.\d\dx (slower|faster)/.test(document.querySelector('#diff-verdict').textContent)", timeout=180_000)
+    verdict = page.inner_text("#diff-verdict")
+    assert verdict.startswith("staging fused: ") and " moved" in verdict and "peak live values" in verdict and "95% interval" in verdict, verdict
+    box = page.locator("#diff-verdict").bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 950
     rows = page.locator("#groups-table tbody tr")
     assert rows.count() == 3 and "fused" in rows.nth(2).inner_text() and "mhat+out" in rows.nth(2).inner_text()
     page.wait_for_function("() => !document.querySelector('.graph-pending')", timeout=120_000)

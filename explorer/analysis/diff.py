@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib, hashlib, statistics
 from collections import Counter, defaultdict
 from typing import Any
+from explorer import stats
 from explorer.analysis import memory
 from explorer.tracing.workers import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
 
@@ -349,9 +350,11 @@ def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmu
     (ra, rb), _ = call_in_worker("explorer.tracing.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
   except WorkerFailed as e: return {"compared": False, "reason": f"timing failed: {e}"}
   ma, mb = ra["total_s"]["median"], rb["total_s"]["median"]
-  return {"compared": True, "device": ra["device"], "compiler": ra["compiler"], "fallback": ra["fallback"] or rb["fallback"], "warmup": warmup,
-          "repeats": repeats, "a_total_s": ra["total_s"], "b_total_s": rb["total_s"], "ratio": ratio_stats(ra["samples"], rb["samples"]),
-          "ratio_of_medians": mb / ma if ma > 0 else None}
+  ratio = ratio_stats(ra["samples"], rb["samples"])
+  if ratio.get("n"): ratio.update({k: v for k, v in stats.median_ratio(ra["samples"], rb["samples"]).items() if k != "ratio"})  # its 95% interval
+  out = {"compared": True, "device": ra["device"], "compiler": ra["compiler"], "fallback": ra["fallback"] or rb["fallback"], "warmup": warmup,
+         "repeats": repeats, "a_total_s": ra["total_s"], "b_total_s": rb["total_s"], "ratio": ratio, "ratio_of_medians": mb / ma if ma > 0 else None}
+  return {**out, "verdict": time_verdict(out)}
 
 def compare_outputs(a_trace: dict, b_trace: dict, timeout_s: float = DEFAULT_TIMEOUT_S, progress: Any = None) -> dict:
   """Both variants run on the traces' seeded inputs in one worker: how far apart their outputs are."""
@@ -390,12 +393,34 @@ def _signed(x: float | None, fmt: Any = str) -> str:
   return ("+" if x > 0 else "") + fmt(x) if x else "0"
 
 def _si_bytes(x: float) -> str:
-  from explorer.text import si
-  return si(x, "B")
+  from explorer.text import fmt_bytes
+  return fmt_bytes(x)  # binary units, as the pages write them
+
+def verdict(d: dict, timing: dict | None = None) -> str:
+  """The diff in one line, B against A, what a reader wants first: bytes moved, FLOPs, peak live values and registers (the most any kernel
+  of a side needs), and, once measured, the time ratio with its 95% interval."""
+  from explorer.text import fmt_bytes, si
+  ta, tb = d["totals"]["a"], d["totals"]["b"]
+  who = ", ".join(f"{k} {v[1]}" for k, v in d["variant_changes"].items()) or "B"
+  moved = tb["bytes_moved"] - ta["bytes_moved"]
+  parts = [f"{fmt_bytes(abs(moved))} {'less' if moved < 0 else 'more'} moved" if moved else "the same bytes moved"]
+  if ta["flops"] != tb["flops"]: parts.append(f"FLOPs {si(ta['flops'])} -> {si(tb['flops'])}")
+  for key, label in (("max_live", "peak live values"), ("registers", "registers")):
+    sides = [[g["metrics"][s].get(key) for g in d["groups"] if g["metrics"][s].get(key) is not None] for s in ("a", "b")]
+    if all(sides): parts.append(f"{label} {max(sides[0])} -> {max(sides[1])}")
+  if timing_text := time_verdict(timing): parts.append(timing_text)
+  return f"{who}: {', '.join(parts)}"
+
+def time_verdict(t: dict | None) -> str | None:
+  """B's time against A's in words: "2.20x slower (95% interval 2.17-2.22)"."""
+  if not t or not t.get("compared") or not (r := t.get("ratio")) or not r.get("n"): return None
+  q = r["median"]
+  words = f"{q:.2f}x slower" if q >= 1 else f"{1 / q:.2f}x faster"
+  return words + (f" (95% interval of B/A {r['ci_low']:.2f}-{r['ci_high']:.2f})" if "ci_low" in r else "")
 
 def summary(d: dict) -> str:
   from explorer.text import si, table
-  out = [f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
+  out = [verdict(d, d.get("timing")), f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
   if d["variant_changes"]: out.append("changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d["variant_changes"].items()))
   if not d["specs_match"]: out.append("note: the specs differ (no timing or output comparison)")
   for side in ("a", "b"):

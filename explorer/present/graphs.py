@@ -5,6 +5,7 @@ Plain data in, SVG text out. No tinygrad imports: the web server lays graphs out
 from __future__ import annotations
 import collections, html, os, re, shutil, subprocess, tempfile
 from dataclasses import dataclass
+from explorer.text import fmt_bytes
 
 MAX_NODES = 400           # larger graphs are simplified, and the page says how
 HARD_MAX_NODES = 1000     # even with ?full=1: beyond this dot takes more than DOT_TIMEOUT_S on a 2-core machine
@@ -174,13 +175,6 @@ def legend(graph: dict) -> list[dict]:
 
 ROLE_COLORS = {"input": "#B0BDFF", "weight": "#c6b3ff", "output": "#9fe0a8", "intermediate": "#f3c27a", "constant": "#e0e0e0"}
 KERNEL_COLOR, COPY_COLOR = "#7DD3DF", "#d7a6d7"
-
-def fmt_bytes(n: float | None) -> str:
-  if n is None: return "–"
-  for unit in ("B", "KiB", "MiB", "GiB"):
-    if abs(n) < 1024 or unit == "GiB": return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-    n /= 1024
-  return f"{n:.1f} GiB"
 
 def fmt_seconds(s: float | None) -> str:
   if s is None: return "–"

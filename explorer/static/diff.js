@@ -60,7 +60,8 @@ function resultHTML(kind, r) {
   const when = r.measured ? ` <span class="muted small" data-ran-on>· measured ${esc(new Date(r.measured * 1000).toLocaleString())}${where}, tinygrad ${esc(r.tinygrad || "?")}</span>` : "";
   if (kind === "timing") {
     const q = r.ratio;
-    return `<div><span class="ratio">B/A = ${q.median.toFixed(3)}×</span> <span class="muted">median of ${q.n} interleaved repeats</span></div>` +
+    const ci = q.ci_low != null ? ` (95% interval ${q.ci_low.toFixed(3)}–${q.ci_high.toFixed(3)})` : "";
+    return `<div><span class="ratio">B/A = ${q.median.toFixed(3)}×</span>${ci} <span class="muted">median of ${q.n} interleaved repeats</span></div>` +
       `<div class="small">spread: IQR ${q.q1.toFixed(3)}–${q.q3.toFixed(3)}, range ${q.min.toFixed(3)}–${q.max.toFixed(3)} · ` +
       `A ${fmtS(r.a_total_s.median)}, B ${fmtS(r.b_total_s.median)} on ${esc(r.device)} (${esc(r.compiler)})` +
       `${r.fallback ? ` · <span class="badge warn">${esc(r.fallback)}</span>` : ""} · ${r.warmup} warmup + ${r.repeats} repeats${when}</div>`;
@@ -87,6 +88,11 @@ class Measure {
       this.body.innerHTML = `<span class="spinner"></span> ${esc(s.detail || s.status)} <span class="muted small">${s.elapsed_s != null ? `${s.elapsed_s}s` : ""}</span>`;
     else if (s.status === "error") this.body.innerHTML = `<span class="source-error" style="padding:0">${esc(s.error)}</span>`;
     else this.body.innerHTML = resultHTML(this.kind, s.result);
+    const slot = $("#diff-verdict [data-verdict-time]");  // the verdict line waits for the timing
+    if (slot && this.kind === "timing" && s.status === "done") {
+      slot.className = "";
+      slot.textContent = s.result && s.result.verdict ? `, ${s.result.verdict}` : "";
+    } else if (slot && this.kind === "timing" && s.status === "error") { slot.textContent = ", not timed"; }
   }
 
   async start() {

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
-from explorer.analysis.diff import comparable, relation_label
+from explorer.analysis.diff import comparable, relation_label, time_verdict, verdict
 from explorer.spec import PRESETS, SpecError, knobs
 from explorer.store import trace_key
 from explorer.web.http import deps
@@ -143,7 +143,9 @@ async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Wo
                                           for g in d["groups"]])
   gr = await diffs.cached_graphs(a, b)
   measures = {k: await asyncio.to_thread(diffs.measure_status, a, b, k) for k in MEASURES}
+  timed = measures["timing"].get("result") if measures["timing"].get("status") == "done" else None
   return await page(request, "diff.html", a=a, b=b, ta=ta_trace, tb=tb_trace, d=d, rows=rows, graphs=gr, measures=measures, target=ta,
+                    verdict=verdict(d, timed), timed=timed is not None and time_verdict(timed) is not None,
                     target_b=tb, targets=targets_of(ta_trace, tb_trace), diff_url=diff_url, comparable=comparable(ta_trace, tb_trace),
                     rel_label=relation_label)
 
