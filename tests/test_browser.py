@@ -86,6 +86,11 @@ def test_codegen_pass_stepper(submitted, page):
   page.keyboard.press("j")  # next pass with matches
   page.wait_for_function("() => new URL(location.href).searchParams.get('at') === 'after'")
   wait_graphs(page)
+  at_pass = page.evaluate("() => +new URL(location.href).searchParams.get('pass')")
+  page.keyboard.press("l")  # from "after", next match: the first match of the next pass that matched anything
+  page.wait_for_function(f"() => +new URL(location.href).searchParams.get('pass') > {at_pass}")
+  assert page.evaluate("() => new URL(location.href).searchParams.get('at')") == "m1"
+  wait_graphs(page)
 
 def test_rangeify_and_tensor_graph(submitted, page):
   page.goto(f"{submitted['base']}/t/{submitted['id']}/rangeify")

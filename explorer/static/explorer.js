@@ -311,9 +311,17 @@ class Stepper {
       }
     } else if (act === "next-match") {
       if (cur < m) this.go(this.pass, `m${cur + 1}`); else if (cur === m) this.go(this.pass, "after");
+      else { const i = this.passWithMatches(1); if (i !== null) { this.go(i, "m1"); this.reveal(false); } }  // past the last match: the next pass's first
     } else if (act === "prev-match") {
-      if (cur > 1 && cur <= m) this.go(this.pass, `m${cur - 1}`); else if (cur > m) this.go(this.pass, m ? `m${m}` : "before"); else this.go(this.pass, "before");
+      if (cur > 1 && cur <= m) this.go(this.pass, `m${cur - 1}`); else if (cur > m) this.go(this.pass, m ? `m${m}` : "before");
+      else if (cur === 1 || this.at !== "before") this.go(this.pass, "before");
+      else { const i = this.passWithMatches(-1); if (i !== null) { this.go(i, `m${+this.items[i].dataset.matches}`); this.reveal(false); } }
     }
+  }
+
+  passWithMatches(dir) {  // the nearest pass in that direction that matched anything (null: none)
+    for (let i = this.pass + dir; i >= 0 && i < this.items.length; i += dir) if (+this.items[i].dataset.matches > 0) return i;
+    return null;
   }
 
   render() {
@@ -330,8 +338,8 @@ class Stepper {
     $$("[data-at-choice]", this.bar).forEach((r) => { r.checked = r.value === this.at; });
     const pos = this.at.startsWith("m") ? this.at.slice(1) : (this.at === "before" ? "0" : "end");
     $("[data-pos-match]", this.bar).textContent = steppable ? `${pos} / ${steppable}` : "–";
-    $("[data-step=prev-match]", this.bar).disabled = !steppable || this.at === "before";
-    $("[data-step=next-match]", this.bar).disabled = !steppable || this.at === "after";
+    $("[data-step=prev-match]", this.bar).disabled = this.at === "before" && this.passWithMatches(-1) === null;
+    $("[data-step=next-match]", this.bar).disabled = this.at === "after" && this.passWithMatches(1) === null;
   }
 }
 
