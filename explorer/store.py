@@ -287,10 +287,17 @@ class Store:
     except json.JSONDecodeError: extra = {}
     return {**(extra if isinstance(extra, dict) else {}), "id": trace_id, "created": created, "preset": preset, "label": label, "status": status}
 
+  def study_traces(self) -> dict[str, str]:
+    """Trace id -> the id of the finished study that made it (a study traces each of its variants: they belong to its page)."""
+    rows = self._conn().execute("SELECT s.id, json_extract(r.value, '$.trace_id') FROM studies s, json_each(s.result, '$.cases') c, "
+                                "json_each(c.value, '$.rows') r WHERE s.status = 'done' AND json_valid(s.result)").fetchall()
+    return {str(t): str(sid) for sid, t in rows if t}
+
   def search(self, text: str | None = None, preset: str | None = None, device: str | None = None, status: str | None = None,
-             limit: int = 25, offset: int = 0, **variant: str | None) -> tuple[list[dict], int]:
-    """Stored traces, newest first, filtered by label/id text, preset, device, status and variant fields (opt=beam: any width).
-    Returns (one page of rows shaped like recent(), the number of matches)."""
+             limit: int = 25, offset: int = 0, studies: bool = True, **variant: str | None) -> tuple[list[dict], int]:
+    """Stored traces, newest first, filtered by label/id text, preset, device, status and variant fields (opt=beam: any width);
+    studies=False leaves out the traces a finished study made (its page lists them). Returns (one page of rows shaped like recent(),
+    the number of matches)."""
     if unknown := set(variant) - set(VARIANT_FILTERS): raise ValueError(f"unknown filter(s): {', '.join(sorted(unknown))}")
     where, args = [], []
     if text and "\x00" in text: where.append("0")  # SQLite's LIKE ends a pattern at NUL ("%" matched all); no label holds one
@@ -302,6 +309,8 @@ class Store:
       if not v: continue
       if k == "opt" and v == "beam": where.append(f"{_field(k)} LIKE 'beam:%'")
       else: where.append(f"{_field(k)} = ?"); args.append(v)
+    if not studies and (made := list(self.study_traces())):
+      where.append(f"id NOT IN ({','.join('?' * len(made))})"); args += made
     cond = f"WHERE {' AND '.join(where)}" if where else ""
     c = self._conn()
     total = c.execute(f"SELECT COUNT(*) FROM traces {cond}", args).fetchone()[0]

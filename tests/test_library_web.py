@@ -81,3 +81,16 @@ def test_a_rewrite_blob_this_tinygrad_cannot_load_falls_back_to_the_cached_layou
   ast = client.get("/api/traces/0b10b0000000000/graphs/ast/0")
   assert ast.status_code == 409 and "cannot load the stored rewrites" in ast.json()["detail"] and "no earlier layout" in ast.json()["detail"]
   assert client.get("/t/0b10b0000000000").status_code == 200  # the page itself is the stored JSON
+
+def test_a_studys_traces_are_on_its_page_not_in_the_library(lib):
+  """A study traces each of its variants; the library leaves those out (saying how many, with a link to show them), the API lists all."""
+  client, db, staged, fused = lib
+  made = "5d00000000000001"
+  copy_trace(db, fused, made)
+  store = Store(db)
+  store.put_study("5d0000000001", "fusion", "a study", {"kind": "fusion"}, "test")
+  store.study_finished("5d0000000001", "done", {"cases": [{"preset": "wino8", "rows": [{"name": "fused", "trace_id": made}]}]})
+  page = client.get("/traces").text
+  assert f"/t/{made}" not in page and f"/t/{fused}" in page and 'id="library-studies"' in page and "made by studies" in page
+  assert f"/t/{made}" in client.get("/traces?studies=1").text
+  assert made in {x["id"] for x in client.get("/api/library", params={"per_page": 200}).json()["items"]}

@@ -50,6 +50,7 @@ class LibraryPage(BaseModel):
   pages: int
   per_page: int
   items: list[LibraryItem]
+  from_studies: int = 0  # traces made by finished studies left out (the page only; the API lists them)
 
 class Deleted(BaseModel):
   id: str
@@ -58,11 +59,13 @@ class Deleted(BaseModel):
 def filters_of(request: Request) -> dict[str, str]:
   return {k: v.strip()[:64] for k in FILTERS if (v := request.query_params.get(k)) and v.strip()}
 
-async def search(svc: Services, q: str | None, filters: dict[str, str], at: int, per_page: int) -> dict:
-  rows, total = await asyncio.to_thread(svc.store.search, text=q or None, limit=per_page, offset=(at - 1) * per_page, **filters)
+async def search(svc: Services, q: str | None, filters: dict[str, str], at: int, per_page: int, studies: bool = True) -> dict:
+  """studies=False: without the traces finished studies made (`from_studies` counts them: their study pages list them)."""
+  rows, total = await asyncio.to_thread(svc.store.search, text=q or None, limit=per_page, offset=(at - 1) * per_page, studies=studies, **filters)
   keys = set(LibraryItem.model_fields)
   items = [{k: v for k, v in {**r, "url": trace_url(r["id"])}.items() if k in keys} for r in rows]
-  return {"total": total, "page": at, "pages": max(1, math.ceil(total / per_page)), "per_page": per_page, "items": items}
+  hidden = 0 if studies else len(await asyncio.to_thread(svc.store.study_traces))
+  return {"total": total, "page": at, "pages": max(1, math.ceil(total / per_page)), "per_page": per_page, "items": items, "from_studies": hidden}
 
 @api.get("/library", response_model=LibraryPage, summary="Stored traces: search and pages",
          responses=documented({422: "a query parameter out of its bounds"}))
@@ -97,12 +100,13 @@ def page_links(request: Request, page: int, pages: int) -> dict[str, str | None]
 
 @router.get("/traces", response_class=HTMLResponse)
 async def library_page(request: Request, svc: ServicesDep, q: str | None = Query(None, max_length=200), page: int = Query(1, ge=1, le=100000),
-                       deleted: str | None = Query(None, max_length=64)) -> HTMLResponse:
+                       deleted: str | None = Query(None, max_length=64), studies: bool = False) -> HTMLResponse:
+  """studies: also the traces studies made (by default each study's page holds its own)."""
   filters = filters_of(request)
-  res = await search(svc, q, filters, page, PER_PAGE)
+  res = await search(svc, q, filters, page, PER_PAGE, studies)
   facets = await asyncio.to_thread(svc.store.facets)
   return await render(request, "library.html", res=res, q=q or "", filters=filters, facets=facets, names=FILTERS,
-                      links=page_links(request, res["page"], res["pages"]), deleted=deleted)
+                      links=page_links(request, res["page"], res["pages"]), deleted=deleted, studies=studies)
 
 @router.get("/traces/{trace_id}/delete", response_class=HTMLResponse)
 async def confirm_delete(request: Request, trace_id: str, trace: StoredTrace, svc: ServicesDep) -> HTMLResponse:
