@@ -244,7 +244,11 @@ def test_form_post_redirects_to_the_trace(web_client, small_trace):
   assert r.status_code == 303 and r.headers["location"] == f"/t/{small_trace}"
   shape = {"batch": "-1", "cin": "3", "cout": "16", "height": "32", "width": "32", "kernel": "3"}
   bad = web_client.post("/t", data={**form, "preset": "custom", **shape})
-  assert bad.status_code == 422 and "Cannot trace that" in bad.text and "batch" in bad.text
+  assert bad.status_code == 422 and "Cannot trace that" in bad.text
+  # in words (which field, what limit, what was given), the field marked: not "spec.batch: Input should be greater than or equal to 1"
+  assert "The batch size is -1: it must be at least 1." in bad.text and 'name="batch" min="1" value="-1" required class="invalid"' in bad.text
+  big = web_client.post("/t", data={**form, "preset": "custom", **shape, "batch": "1", "kernel": "16"}).text
+  assert "The kernel size is 16: this server takes at most 15." in big and 'name="kernel"' in big and 'aria-invalid="true"' in big
   k5 = web_client.post("/t", data={**form, "preset": "k5"})
   assert k5.status_code == 422 and "3x3 kernel" in k5.text
 

@@ -1,6 +1,6 @@
 """The home page: the trace form (its POST starts a trace and follows it) and the recent traces."""
 from __future__ import annotations
-import asyncio, urllib.parse
+import asyncio, re, urllib.parse
 from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -46,12 +46,22 @@ def form_to_request(form: dict[str, list[str]]) -> tuple[dict, TraceRequest]:
   if (preset := one.get("preset", "custom")) in PRESETS: return values, TraceRequest.model_validate({"preset": preset, "variant": variant})
   return values, TraceRequest.model_validate({"spec": spec, "variant": variant})
 
-def validation_message(e: ValidationError) -> str:
-  parts = []
+FIELD_WORDS = {"batch": "The batch size", "cin": "The input channels", "cout": "The output channels", "height": "The input height",
+               "width": "The input width", "kernel": "The kernel size", "stride": "The stride", "padding": "The padding", "groups": "The groups",
+               "warmup": "The warm-up runs", "repeats": "The timed repeats", "opt": "The BEAM width", "tile": "The Winograd tile"}
+
+def validation_message(e: ValidationError) -> tuple[str, list[str]]:
+  """The form's errors in words, each saying which field, what limit and what was given; and the form fields to mark."""
+  parts, fields = [], []
   for err in e.errors():
-    loc = ".".join(str(x) for x in err.get("loc", ()))
-    parts.append(f"{loc}: {err.get('msg')}" if loc else str(err.get("msg")))
-  return "; ".join(parts)
+    field = next((str(x) for x in reversed(err.get("loc", ())) if isinstance(x, str) and x not in ("spec", "variant")), "")
+    words, ctx, given = FIELD_WORDS.get(field, field or "A field"), err.get("ctx") or {}, err.get("input")
+    if err.get("type") == "less_than_equal": parts.append(f"{words} is {given}: this server takes at most {ctx.get('le')}.")
+    elif err.get("type") == "greater_than_equal": parts.append(f"{words} is {given}: it must be at least {ctx.get('ge')}.")
+    elif err.get("type") in ("int_parsing", "int_type"): parts.append(f"{words} must be a whole number, not {str(given)[:20]!r}.")
+    else: parts.append(f"{words}: {err.get('msg')}.")
+    if field: fields.append(field)
+  return " ".join(parts), fields
 
 @router.post("/t", response_class=HTMLResponse)
 async def submit_form(request: Request, svc: ServicesDep) -> Response:
@@ -59,14 +69,15 @@ async def submit_form(request: Request, svc: ServicesDep) -> Response:
   values, error = {**FORM_DEFAULTS, **{k: v[-1] for k, v in form.items()}, "targets": form.get("targets", []),
                    "rewrites": form.get("rewrites", [])}, None
   busy: Busy | None = None
+  invalid: list[str] = []
   try:
     values, req = form_to_request(form)
     status, _ = await deps.submit(svc, req, deps.client_of(request))
     return RedirectResponse(status["url"], status_code=303)
-  except ValidationError as e: error = validation_message(e)
-  except SpecError as e: error = str(e)
+  except ValidationError as e: error, invalid = validation_message(e)
+  except SpecError as e: error, invalid = str(e), [f for f in FIELD_WORDS if re.search(rf"\b{f}\b", str(e))]
   except Busy as e: error, busy = str(e), e  # the form again, saying why, with the busy answer's status
   recent = await asyncio.to_thread(svc.store.recent, 30)
-  resp = await page(request, "home.html", status_code=busy.status if busy else 422, **home_context(recent, values, error))
+  resp = await page(request, "home.html", status_code=busy.status if busy else 422, **home_context(recent, values, error), invalid=invalid)
   if busy: resp.headers["Retry-After"] = str(busy.retry_after_s)
   return resp
