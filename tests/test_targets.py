@@ -351,3 +351,14 @@ def test_loop_splits_are_recorded_with_the_rule_read_from_tinygrad(tmp_path):
     n = next(k["index"] for k in run.trace["kernels"] if k["role"] == "out")
     assert 'id="loop-splits"' in client.get(f"/t/00000000000000aa/k/{n}?target=cuda").text
     assert client.get(f"/api/traces/00000000000000aa/kernels/{n}/targets/cuda").json()["loop_splits"][0]["pass"] == "split ranges"
+    # provenance from the rewrite log (issue 29): the RANGEs the split made say "split ranges" and its rule, not a pass after it
+    host = out["targets"]["clang"]
+    split = next(p for p in out["passes"] if p["name"] == "split ranges")
+    graph = client.get(f"/api/traces/00000000000000aa/graphs/codegen/{n}/{out['passes'].index(split)}/after").json()
+    origins = [client.get(f"/api/traces/00000000000000aa/rewrites/{split['group']}/origin/{g['num']}").json()
+               for g in graph["nodes"] if g["op"] == "RANGE" and g.get("num") is not None]
+    made = [o for o in origins if o["kind"] == "match"]
+    assert made and all(o["name"] == "split ranges" and o["step"] == split["step"] for o in made), origins
+    assert {o["rule"] for o in made} == {s["rule"] for s in host["loop_splits"]} and all(o["rule_source"] for o in made)
+    first = client.get(f"/api/traces/00000000000000aa/rewrites/{split['group']}/origin/{out['ast_sink']}").json()
+    assert first["kind"] in ("input", "start") and client.get("/api/traces/00000000000000aa/rewrites/999/origin/1").status_code == 404

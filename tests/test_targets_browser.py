@@ -2,8 +2,9 @@
 the trace did not ask for is computed while the page shows its progress, then shown."""
 from __future__ import annotations
 import re, shutil
+import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, trace_on
+from conftest import ARTIFACTS, needs_chromium, trace_on, wait_graphs
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
@@ -31,4 +32,25 @@ def test_the_switcher_turns_the_page_to_the_target(live_server, traced, page, er
   page.click("#target-switcher a[data-target=opencl]")  # not traced: computed now, the page follows, then reloads with it
   page.wait_for_selector("#target-facts[data-target=opencl]", timeout=300_000)
   assert "opencl kernel" in page.locator("#target-facts").inner_text().lower() and not page.locator("#pending-target").count()
+  assert not errors, errors
+
+def test_a_nodes_pane_names_the_pass_and_rule_that_made_it(live_server, page, errors):
+  """Issue 29's case: a RANGE that "split ranges" made says so and names its rule (read from the rewrite log), not a later pass."""
+  trace_id = trace_on(live_server, {"preset": "wino8", "variant": {"algo": "winograd", "time": False}})
+  kernels = httpx.get(f"{live_server}/api/traces/{trace_id}/kernels", timeout=60).json()
+  n = next(k["index"] for k in kernels if k["role"] == "out")
+  kernel = httpx.get(f"{live_server}/api/traces/{trace_id}/kernels/{n}", timeout=60).json()
+  passes, rule = kernel["passes"], kernel["targets"][kernel["host_target"]]["loop_splits"][0]["rule"]
+  split = next(i for i, p in enumerate(passes) if p["name"] == "split ranges")
+  page.goto(f"{live_server}/t/{trace_id}/k/{n}?graph=passes&pass={split}&at=after")
+  wait_graphs(page)
+  said = []
+  ranges = page.locator("#pass-graph svg g.node.op-RANGE")
+  for i in range(min(ranges.count(), 8)):
+    ranges.nth(i).dispatch_event("click")
+    page.wait_for_function("() => { const o = document.querySelector('#pass-graph [data-origin]'); return o && !o.textContent.includes('…'); }",
+                           timeout=60_000)
+    said.append(page.locator("#pass-graph [data-origin]").inner_text())
+    if "split ranges" in said[-1]: break
+  assert any(f"pass {split + 1} split ranges, match" in s and f"rule {rule} " in s for s in said), (said, rule)
   assert not errors, errors

@@ -65,6 +65,10 @@ def pass_matches(db_path: str, trace_id: str, group: int, step: int, offset: int
   blob = _blob(db_path, trace_id, target)
   return {**blob.pass_record(group, step), "offset": offset, "matches": blob.matches(group, step, offset, limit)}
 
+def pass_origin(db_path: str, trace_id: str, group: int, num: int, target: str | None = None) -> dict:
+  """Which pass (and rule) of a rewrite group made a UOp (explorer.tracing.adapter.RewriteBlob.origin)."""
+  return _blob(db_path, trace_id, target).origin(group, num)
+
 def pass_python(db_path: str, trace_id: str, sink: int, target: str | None = None) -> dict:
   """The graph a pass started from, as Python (tinygrad's pyrender)."""
   text, cut = _blob(db_path, trace_id, target).python(sink)

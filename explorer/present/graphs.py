@@ -371,12 +371,15 @@ def kernel_of(trace: dict, k: int | None) -> dict:
   if k is None or not 0 <= k < len(kernels): raise GraphNotFound(f"trace has no kernel {k} (it has {len(kernels)})")
   return kernels[k]
 
+def blob_passes(trace: dict, target: str | None = None) -> list[dict]:
+  """Every pass record in the blob of `target` (None: the host's: the scheduler's passes and every kernel's codegen passes)."""
+  kernels = trace.get("kernels") or []
+  if target is None: return [*((trace.get("scheduler") or {}).get("passes") or []), *(p for k in kernels for p in k.get("passes") or [])]
+  return [p for k in kernels for p in ((k.get("targets") or {}).get(target) or {}).get("passes") or []]
+
 def find_pass(trace: dict, group: int, step: int, target: str | None = None) -> dict:
   """The pass record (group, step) addresses in the blob of `target` (None: the host's): a scheduler pass or a kernel's codegen pass."""
-  kernels = trace.get("kernels") or []
-  if target is None: passes = [*((trace.get("scheduler") or {}).get("passes") or []), *(p for k in kernels for p in k.get("passes") or [])]
-  else: passes = [p for k in kernels for p in ((k.get("targets") or {}).get(target) or {}).get("passes") or []]
-  if (p := next((p for p in passes if p.get("group") == group and p.get("step") == step), None)) is None:
+  if (p := next((p for p in blob_passes(trace, target) if p.get("group") == group and p.get("step") == step), None)) is None:
     raise GraphNotFound(f"this trace records no pass {group}/{step}" + (f" for {target}" if target else ""))
   return p
 

@@ -41,16 +41,27 @@ class Viewer {
     });
   }
 
-  /* where a UOp first appeared: tinygrad numbers a UOp when a pass starts from a graph holding it or records it as a match's result,
-     so a number between two passes' starting graphs was made by the first of them (the pass list carries each pass's sink number) */
+  /* where a UOp first appeared, read from tinygrad's rewrite log by the server (the match that made it and its rule): the pane shows a
+     placeholder, filled once the answer comes (GET /api/traces/{id}/rewrites/{group}/origin/{num}) */
   origin(n) {
-    const items = $$(".pass-list a[data-pass][data-sink]").filter((a) => a.dataset.sink !== "");
-    if (n.num == null || !items.length) return "";
-    const first = +items[0].dataset.sink;
-    if (n.num <= first) return `<div class="small"><span class="muted">made:</span> before codegen (it is in the graph the first pass starts from) · trace number ${n.num}</div>`;
-    let by = null;
-    for (const a of items) if (+a.dataset.sink < n.num) by = a;
-    return by ? `<div class="small"><span class="muted">made by:</span> pass ${+by.dataset.pass + 1} <a href="?pass=${by.dataset.pass}&amp;at=after">${esc(by.dataset.name)}</a> (or the one it nests in) · trace number ${n.num}</div>` : "";
+    const bar = $(".stepper[data-prefix][data-trace]"), cur = $(".pass-list a[data-pass].active");
+    if (n.num == null || !bar || !cur || cur.dataset.group === undefined) return "";
+    const target = bar.dataset.target ? `?target=${encodeURIComponent(bar.dataset.target)}` : "";
+    const url = `/api/traces/${bar.dataset.trace}/rewrites/${cur.dataset.group}/origin/${n.num}${target}`;
+    fetch(url).then((r) => (r.ok ? r.json() : null)).then((o) => {
+      const slot = $("[data-origin]", this.el);
+      if (!slot || +slot.dataset.origin !== n.num) return;
+      if (!o) { slot.textContent = ""; return; }
+      const pass = (step, name) => `pass ${step + 1} <a href="?pass=${step}&amp;at=after">${esc(name)}</a>`;
+      const says = {
+        match: () => `${pass(o.step, o.name)}, match ${o.match}: rule <code title="${esc(o.rule_source || "")}">${esc(o.rule)}</code>`,
+        start: () => `no rule: first seen in the graph ${pass(o.step, o.name)} started from (rebuilt between passes)`,
+        input: () => "before codegen: in the kernel AST it was handed",
+        unknown: () => "not recorded in the rewrite log",
+      }[o.kind];
+      slot.innerHTML = `<span class="muted">made by:</span> ${says ? says() : esc(o.kind)} · trace number ${n.num}`;
+    }).catch(() => {});
+    return `<div class="small" data-origin="${n.num}"><span class="muted">made by:</span> …</div>`;
   }
 
   /* the graph's nodes and edges (from the view JSON): search, selection, parents and children */

@@ -412,6 +412,32 @@ class RewriteBlob:
                   "before": _graph_from_viz(uop_to_json(self.data, u0)), "after": _graph_from_viz(uop_to_json(self.data, u1))})
     return out
 
+  def origin(self, group: int, num: int) -> dict:
+    """Which pass of a rewrite group made the UOp with trace number num, read from the log itself by replaying where it first appears:
+    pass by pass in the order they ran, the graph the pass started from, then each match's result. The first match whose result holds
+    it (and whose pass did not start with it) made it: that pass and that rule. A UOp first seen in the graph a pass starts from was
+    made between passes (graph_rewrite rebuilding a user whose sources changed, or a rewrite nobody tracked): no rule made it. A match
+    whose rule ran nested rewrites (their passes are listed after it) is credited with what it returned. Nested passes are named with
+    the pass they ran inside."""
+    rewrites, u = self.data.trace.rewrites[group], self.sink(num)
+    seen: dict[int, set[int]] = {}
+    def holds(root: int) -> bool:
+      if root not in seen: seen[root] = {id(x) for x in self.sink(root).toposort()}
+      return id(u) in seen[root]
+    def name(step: int) -> str:
+      r = rewrites[step]
+      parent = next((q.name for q in reversed(rewrites[:step]) if q.depth < r.depth), None)
+      return f"{r.name} (inside {parent})" if parent and r.depth > 0 else r.name
+    def found(kind: str, step: int | None, match: int | None = None, loc: Any = None) -> dict:
+      return {"num": num, "kind": kind, "step": step, "name": None if step is None else name(step), "match": match,
+              "depth": None if step is None else rewrites[step].depth, "rule": None if loc is None else f"{_rule_file(loc[0])}:{loc[1]}",
+              "rule_source": None if loc is None else rule_source(loc)}
+    for step, r in enumerate(rewrites):
+      if r.sink is not None and holds(r.sink): return found("input" if step == 0 else "start", step)
+      for j, (_, after, loc, _) in enumerate(r.matches, start=1):
+        if holds(after): return found("match", step, j, loc)
+    return found("unknown", None)
+
   def python(self, trace_num: int, max_lines: int = 4000) -> tuple[str, bool]:
     """A recorded graph as Python (tinygrad's pyrender, what its viewer shows), cut at max_lines; and whether it was cut."""
     from tinygrad.viz.serve import pystr

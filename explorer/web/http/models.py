@@ -160,6 +160,19 @@ class PassMatches(BaseModel):
   offset: int
   matches: list[Match]
 
+class Origin(BaseModel):
+  """Where a UOp first appeared in a rewrite group, replayed from tinygrad's rewrite log (RewriteBlob.origin). kind: match (match `match`
+  of pass `step` returned it: `rule` and `rule_source` made it), start (first seen in the graph pass `step` started from: made between
+  passes, by no rule), input (in the graph the group's first pass was handed), unknown (in none of the group's graphs)."""
+  num: int
+  kind: Literal["match", "start", "input", "unknown"]
+  step: int | None
+  name: str | None = Field(description="the pass; a nested one also names the pass it ran inside")
+  match: int | None
+  depth: int | None
+  rule: str | None = Field(description="file:line of the rule (UPat) whose match made it")
+  rule_source: str | None
+
 # ***** errors: their bodies, and the statuses each operation documents *****
 
 class ErrorBody(BaseModel):

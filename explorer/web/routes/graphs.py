@@ -7,7 +7,7 @@ from fastapi.responses import Response
 from explorer.schema import host_target
 from explorer.spec import TARGETS
 from explorer.web.http.deps import ServicesDep, StoredTrace
-from explorer.web.http.models import NOT_FOUND, GraphView, PassMatches, documented
+from explorer.web.http.models import NOT_FOUND, GraphView, Origin, PassMatches, documented
 from explorer.web.http.work import Work
 from explorer.web.services.graphs import REF_RE
 from explorer.web.urls import graph_api_url, trace_url
@@ -47,6 +47,13 @@ async def pass_matches(trace_id: str, trace: StoredTrace, group: int, step: int,
   (graphs three sources deep) and the text diff of their Python forms. `total` is the pass's recorded match count; `call` is where
   in tinygrad the pass was run (the graph_rewrite call)."""
   return await svc.graphs.matches(trace_id, trace, group, step, offset, limit, blob_target(trace, target), permit=work.permit())
+
+@api.get("/traces/{trace_id}/rewrites/{group}/origin/{num}", response_model=Origin, summary="Which pass and rule made a UOp",
+         responses=documented(GRAPH_ERRORS))
+async def uop_origin(trace_id: str, trace: StoredTrace, group: int, num: int, svc: ServicesDep, work: Work, target: str | None = None) -> dict:
+  """num: a UOp's trace number (a graph node's `num`); group: the rewrite group of the passes that may have made it (`passes[i].group`;
+  a target's with ?target=). Read from the rewrite log itself (the match that produced it), not guessed from pass order."""
+  return await svc.graphs.origin(trace_id, trace, group, num, blob_target(trace, target), permit=work.permit())
 
 @api.get("/traces/{trace_id}/rewrites/{group}/{step}/python", summary="The graph a pass started from, as Python (tinygrad's pyrender)",
          responses=documented(GRAPH_ERRORS))

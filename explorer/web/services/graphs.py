@@ -12,7 +12,7 @@ import asyncio
 from typing import Any, Callable
 from explorer.present import graphs
 from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
-                                     find_pass, passes_of, spec_violations)
+                                     blob_passes, find_pass, passes_of, spec_violations)
 from explorer.store import Store
 from explorer.present import expand_worker as expand
 from explorer.tracing.pool import WorkerPool
@@ -91,6 +91,12 @@ class GraphService:
 
   async def python(self, trace_id: str, trace: dict, group: int, step: int, target: str | None, *, permit: WorkPermit) -> dict:
     return await self._python(trace_id, trace, group, step, target)
+
+  async def origin(self, trace_id: str, trace: dict, group: int, num: int, target: str | None, *, permit: WorkPermit) -> dict:
+    """The pass and rule that made UOp num, read from the rewrite log of the group (cached)."""
+    if not any(p.get("group") == group for p in blob_passes(trace, target)): raise GraphNotFound(f"no rewrite group {group} in this trace")
+    return await self._stored(trace_id, f"origin/{target or ''}/{group}/{num}",
+                              lambda: self._expand(expand.pass_origin, trace_id, group, num, target))
 
   async def _view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, index: str = "auto",
                   opened: frozenset[int] = frozenset()) -> dict:
