@@ -412,6 +412,9 @@ def test_the_kernel_page_shows_the_target_asked_for_and_says_what_it_did_not_fin
   assert f"There is no pass &#39;9999&#39; in kernel 0&#39;s {host} codegen (it has {passes}, numbered 0 to {passes - 1})" in bad
   assert "&#39;m999&#39; is not a step of pass" in bad
   assert "url-notice" not in web_client.get(f"/t/{small_trace}/k/0?graph=passes&pass=1&at=before").text
+  nested = [p for p in raw["kernels"][0]["passes"] if p["name"] == "graph_rewrite" and p["depth"]]  # tinygrad's unnamed nested rewrites
+  listed = web_client.get(f"/t/{small_trace}/k/0?graph=passes").text
+  assert nested and listed.count("graph_rewrite in ") >= 2 * len(nested)  # named by the pass they ran in (the label and data-name)
   table = web_client.get(f"/t/{small_trace}?target=cuda").text  # the trace table's switcher marks the target it shows
   assert 'data-target="cuda" aria-current="true"' in table and 'data-target="metal" aria-current' not in table
 

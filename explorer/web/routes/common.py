@@ -63,12 +63,20 @@ def pick_at(at: str | None, p: Mapping[str, Any] | None) -> str:
   if at and at.startswith("m") and at[1:].isdigit() and p is not None and 1 <= int(at[1:]) <= p["matches"]: return at
   return "after"
 
+def pass_label(passes: Sequence[Mapping[str, Any]], j: int) -> str:
+  """A pass as the list shows it: a nested rewrite with no name of its own (tinygrad's "graph_rewrite") is named by the pass it ran in."""
+  p = passes[j]
+  if p["name"] != "graph_rewrite" or not p.get("depth"): return str(p["name"])
+  parent = next((q["name"] for q in reversed(passes[:j]) if (q.get("depth") or 0) < p["depth"]), None)
+  return f"graph_rewrite in {parent}" if parent else "graph_rewrite"
+
 def stepper(passes: Sequence[Mapping[str, Any]], prefix: str, asked_pass: int | None, asked_at: str | None, preferred: str | None = None,
             trace_id: str = "", blob_target: str | None = None) -> dict:
   """blob_target: whose rewrite blob the passes address (None: the host's), for the match list's API calls."""
   i = pick_pass(passes, asked_pass, preferred) if passes else 0
   p = passes[i] if passes else None
-  return {"passes": [{"index": j, **q} for j, q in enumerate(passes)], "pass": i, "at": pick_at(asked_at, p), "prefix": prefix,
+  return {"passes": [{"index": j, **q, "label": pass_label(passes, j)} for j, q in enumerate(passes)], "pass": i, "at": pick_at(asked_at, p),
+          "prefix": prefix,
           "max_steps": MAX_STEPS, "trace_id": trace_id, "blob_target": blob_target}
 
 def step_notices(request: Request, step: dict, what: str) -> list[str]:
