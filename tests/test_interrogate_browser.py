@@ -25,6 +25,11 @@ def test_a_source_line_lights_its_uops_and_back(live_server, traced, page, error
   assert sorted(int(x) for x in hot.evaluate_all("rows => rows.map(r => r.dataset.uop)")) == uops
   assert any("LOAD" in t for t in hot.all_inner_texts())
   assert box.locator(f'[id="S-{line}"]').get_attribute("class").count("lm-hot") == 1
+  # line -> rule: the passes and rules that made its UOps, read from the CUDA render's rewrite log
+  page.wait_for_function("() => document.querySelector('[data-panel=cuda] .lm-origins').textContent.includes('is made of UOps from')",
+                         timeout=60_000)
+  said = box.locator(".lm-origins").inner_text()
+  assert f"line {line} is made of UOps from:" in said and ": rule " in said and ".py:" in said, said
   page.screenshot(path=str(ARTIFACTS / "line_map.png"))
   box.locator(f'[id="S-{line}"]').click()  # unpin
   assert box.locator(".lm-hot").count() == 0

@@ -69,6 +69,10 @@ def pass_origin(db_path: str, trace_id: str, group: int, num: int, target: str |
   """Which pass (and rule) of a rewrite group made a UOp (explorer.tracing.adapter.RewriteBlob.origin)."""
   return _blob(db_path, trace_id, target).origin(group, num)
 
+def pass_origins(db_path: str, trace_id: str, group: int, nums: list[int], target: str | None = None) -> list[dict]:
+  """pass_origin of several UOps (a source line's), in one replay."""
+  return _blob(db_path, trace_id, target).origins(group, nums)
+
 def pass_python(db_path: str, trace_id: str, sink: int, target: str | None = None) -> dict:
   """The graph a pass started from, as Python (tinygrad's pyrender)."""
   text, cut = _blob(db_path, trace_id, target).python(sink)

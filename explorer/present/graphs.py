@@ -396,7 +396,7 @@ def spec_violations(trace: dict, ref: Ref) -> list[int]:
 def graph_title(trace: dict, ref: Ref) -> str:
   if ref.kind == "tensor": return "Tensor graph"
   if ref.kind == "kernels": return "Kernel graph"
-  if ref.kind == "ast": return f"AST of kernel {ref.kernel} {kernel_of(trace, ref.kernel)['name']}"
+  if ref.kind == "ast": return f"AST of kernel {ref.kernel} ({kernel_of(trace, ref.kernel)['role']}): the same for every target"
   p = passes_of(trace, ref)[ref.pass_index]  # type: ignore[index]
   where = {"before": "before", "after": "after"}.get(ref.at or "", f"after match {ref.match} of")
   # numbered from 1, as the pass list shows them

@@ -490,7 +490,27 @@ function initLineMaps() {
       pinned = pinned === key ? null : key;
       box.classList.toggle("lm-pinned", pinned !== null);
       if (pinned) show(line, uop, true); else light([], [], false);
+      if (pinned && line !== null) origins(line); else $(".lm-origins", box).hidden = true;
     });
+    // line -> rule: the passes and rules that made a clicked line's UOps, read from the rewrite log by the server
+    const origins = async (line) => {
+      const out = $(".lm-origins", box), uops = (uopsOf.get(line) || []).slice(0, 64);
+      if (!box.dataset.origins || !uops.length) return;
+      out.hidden = false; out.textContent = `line ${line}: finding the passes that made its ${uops.length} UOps…`;
+      try {
+        const r = await fetch(box.dataset.origins + uops.map((u) => nums[u]).join(","));
+        if (!r.ok) throw new Error(`${r.status}`);
+        const counts = new Map();
+        for (const o of await r.json()) {
+          const what = o.kind === "match" ? `pass ${o.step + 1} ${o.name}: rule ${o.rule}` : o.kind === "start" ? `no rule (rebuilt before pass ${o.step + 1} ${o.name})`
+            : o.kind === "input" ? "the kernel AST (before codegen)" : "not in the rewrite log";
+          counts.set(what, (counts.get(what) || 0) + 1);
+        }
+        if (pinned !== `l${line}`) return;
+        out.innerHTML = `<span class="muted">line ${line} is made of UOps from:</span> ` +
+          [...counts].map(([w, c]) => `<span class="lm-origin">${esc(w)}${c > 1 ? ` ×${c}` : ""}</span>`).join(" · ");
+      } catch (e) { out.textContent = `line ${line}: where its UOps came from could not be read (${e.message})`; }
+    };
   });
 }
 

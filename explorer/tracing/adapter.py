@@ -412,15 +412,19 @@ class RewriteBlob:
                   "before": _graph_from_viz(uop_to_json(self.data, u0)), "after": _graph_from_viz(uop_to_json(self.data, u1))})
     return out
 
-  def origin(self, group: int, num: int) -> dict:
+  def origins(self, group: int, nums: Sequence[int]) -> list[dict]:
+    """origin() of each of nums, sharing the replay's graphs."""
+    seen: dict[int, set[int]] = {}
+    return [self.origin(group, n, seen) for n in nums]
+
+  def origin(self, group: int, num: int, seen: dict[int, set[int]] | None = None) -> dict:
     """Which pass of a rewrite group made the UOp with trace number num, read from the log itself by replaying where it first appears:
     pass by pass in the order they ran, the graph the pass started from, then each match's result. The first match whose result holds
     it (and whose pass did not start with it) made it: that pass and that rule. A UOp first seen in the graph a pass starts from was
     made between passes (graph_rewrite rebuilding a user whose sources changed, or a rewrite nobody tracked): no rule made it. A match
     whose rule ran nested rewrites (their passes are listed after it) is credited with what it returned. Nested passes are named with
     the pass they ran inside."""
-    rewrites, u = self.data.trace.rewrites[group], self.sink(num)
-    seen: dict[int, set[int]] = {}
+    rewrites, u, seen = self.data.trace.rewrites[group], self.sink(num), {} if seen is None else seen  # seen: each graph's UOps
     def holds(root: int) -> bool:
       if root not in seen: seen[root] = {id(x) for x in self.sink(root).toposort()}
       return id(u) in seen[root]

@@ -82,7 +82,7 @@ def embed(trace_id: str, trace: dict, view: str) -> dict:
       tabs += [t for t in k.get("sources", {}) if t not in tabs]
       return {"kind": "source", "kernel": k, "tabs": tabs}
     if part == "uops": return {"kind": "uops", "kernel": k}
-    return {"kind": "graph", "ref": f"ast/{k['index']}", "kernel": k, "title": f"AST of kernel {k['index']} {k['name']}"}
+    return {"kind": "graph", "ref": f"ast/{k['index']}", "kernel": k, "title": f"AST of kernel {k['index']} ({k['role']}): the same for every target"}
   return {"kind": "none"}
 
 # ***** a trace's tour *****

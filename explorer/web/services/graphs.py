@@ -98,6 +98,12 @@ class GraphService:
     return await self._stored(trace_id, f"origin/{target or ''}/{group}/{num}",
                               lambda: self._expand(expand.pass_origin, trace_id, group, num, target))
 
+  async def origins(self, trace_id: str, trace: dict, group: int, nums: tuple[int, ...], target: str | None, *, permit: WorkPermit) -> list[dict]:
+    """origin() of several UOps at once (a source line's), cached."""
+    if not any(p.get("group") == group for p in blob_passes(trace, target)): raise GraphNotFound(f"no rewrite group {group} in this trace")
+    return await self._stored(trace_id, f"origins/{target or ''}/{group}/{','.join(map(str, nums))}",
+                              lambda: self._expand(expand.pass_origins, trace_id, group, list(nums), target))
+
   async def _view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, index: str = "auto",
                   opened: frozenset[int] = frozenset()) -> dict:
     """index: collapse index arithmetic "auto" (over the node limit), "hide" (always) or "show" (never). opened: trace numbers of
