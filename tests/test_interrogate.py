@@ -138,8 +138,9 @@ def test_a_cut_off_node_can_be_opened(client, tmp_path):
     assert small.get(ref, params={"expand": "x"}).status_code == 422
 
 def test_trace_numbers_order_uops_by_the_pass_that_made_them(client):
-  """What the node pane's "made by" rests on: the nodes new after a pass (the view outlines them) are numbered after the graph the
-  pass started from and no later than the graph the next pass starts from."""
+  """The nodes new after a top-level pass (the view outlines them) are numbered after the graph the pass started from and no later than
+  the graph the next pass starts from; and the node pane's "made by" (the origin API, replayed from the rewrite log) credits each to a
+  match of that pass, or, for a node rebuilt around a match (no rule made it), to the graph the next pass starts from."""
   rec = client.trace["kernels"][0]["targets"]["cuda"]
   passes = rec["passes"]
   checked = 0
@@ -148,6 +149,12 @@ def test_trace_numbers_order_uops_by_the_pass_that_made_them(client):
     view = client.get(f"/api/traces/{TID}/graphs/codegen@cuda/0/{i}/after", params={"index": "show", "full": 1}).json()
     new = [n["num"] for n in view["nodes"] if n["id"] in set(view["highlight"]) and "num" in n]
     assert all(p["sink"] < num <= passes[i + 1]["sink"] for num in new), (p["name"], p["sink"], passes[i + 1]["sink"], new[:5])
+    if new:
+      made = client.get(f"/api/traces/{TID}/rewrites/{p['group']}/origins", params={"nums": ",".join(map(str, new[:64])), "target": "cuda"})
+      assert made.status_code == 200, made.text
+      for o in made.json():
+        assert (o["kind"], o["step"]) in (("match", p["step"]), ("start", passes[i + 1]["step"])), (p["name"], o)
+        if o["kind"] == "match": assert o["rule"] and o["name"] == p["name"] and 1 <= o["match"] <= p["matches"]
     checked += len(new)
     if checked > 200: break
   assert checked > 20
