@@ -20,6 +20,7 @@ def test_the_switcher_turns_the_page_to_the_target(live_server, traced, page, er
   assert page.locator("#target-facts").get_attribute("data-target") == "cuda"
   assert page.locator("#dims").inner_text() == "2×4×1 × 16×8×1" != host_dims  # the case: CUDA's 16x8 threads, not the host's
   assert "compile:" in page.locator("#compile-facts").inner_text()
+  assert page.evaluate("() => [...document.querySelectorAll('.stat .v')].every(v => v.scrollWidth <= v.clientWidth + 1)")  # nothing cut
   page.evaluate("window.stillThisPage = true")
   # compile facts are computed on this first view: the placeholder becomes the facts, and the Compiled tab its disassembly, in place
   page.wait_for_selector("#compile-facts:not([data-facts-poll])", timeout=120_000)

@@ -89,6 +89,14 @@ def ran_on_parts(ran_on: dict | None) -> list[tuple[str, str]]:
 
 HTML_SAFE_JSON = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"})
 
+def grouped_stages(rows: list[dict]) -> list[tuple[dict, int]]:
+  """STAGE rows with identical figures (shape, dtype, space, op, bytes, removable, the buffer they became) as one row and how many."""
+  groups: dict[tuple, list] = {}
+  for s in rows:
+    key = (tuple(s.get("shape") or ()), s.get("dtype"), s.get("addrspace"), s.get("src_op"), s.get("nbytes"), s.get("removable"), s.get("buffer"))
+    groups.setdefault(key, [s, 0])[1] += 1
+  return [(s, n) for s, n in groups.values()]
+
 def tojson_compact(x: Any) -> Markup:
   """JSON safe in a single-quoted HTML attribute or a <script>: <, >, & and ' escaped as JSON \\u escapes, as jinja's tojson does."""
   return Markup(json.dumps(x, separators=(",", ":")).translate(HTML_SAFE_JSON))
@@ -104,6 +112,7 @@ def environment() -> jinja2.Environment:
   env.filters["opt_label"] = opt_label
   env.globals["beam_plot"] = beam_plot
   env.globals["noisy"] = noisy
+  env.globals["grouped_stages"] = grouped_stages
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
                      highlighted=highlighted, ran_on_parts=ran_on_parts)
   return env
