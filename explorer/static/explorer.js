@@ -494,7 +494,7 @@ function initLineMaps() {
     });
     // line -> rule: the passes and rules that made a clicked line's UOps, read from the rewrite log by the server
     const origins = async (line) => {
-      const out = $(".lm-origins", box), uops = (uopsOf.get(line) || []).slice(0, 64);
+      const all = uopsOf.get(line) || [], out = $(".lm-origins", box), uops = all.slice(0, 32);  // the API takes 32 at a time
       if (!box.dataset.origins || !uops.length) return;
       out.hidden = false; out.textContent = `line ${line}: finding the passes that made its ${uops.length} UOps…`;
       try {
@@ -507,7 +507,7 @@ function initLineMaps() {
           counts.set(what, (counts.get(what) || 0) + 1);
         }
         if (pinned !== `l${line}`) return;
-        out.innerHTML = `<span class="muted">line ${line} is made of UOps from:</span> ` +
+        out.innerHTML = `<span class="muted">line ${line} is made of UOps from${all.length > uops.length ? ` (its first ${uops.length} of ${all.length})` : ""}:</span> ` +
           [...counts].map(([w, c]) => `<span class="lm-origin">${esc(w)}${c > 1 ? ` ×${c}` : ""}</span>`).join(" · ");
       } catch (e) { out.textContent = `line ${line}: where its UOps came from could not be read (${e.message})`; }
     };

@@ -56,9 +56,9 @@ async def uop_origin(trace_id: str, trace: StoredTrace, group: int, num: int, sv
   return await svc.graphs.origin(trace_id, trace, group, num, blob_target(trace, target), permit=work.permit())
 
 @api.get("/traces/{trace_id}/rewrites/{group}/origins", response_model=list[Origin], summary="Which pass and rule made each of some UOps",
-         responses=documented({**GRAPH_ERRORS, 422: "nums is not 1 to 64 trace numbers, comma separated"}))
+         responses=documented({**GRAPH_ERRORS, 422: "nums is not 1 to 32 trace numbers, comma separated"}))
 async def uop_origins(trace_id: str, trace: StoredTrace, group: int, svc: ServicesDep, work: Work,
-                      nums: str | None = Query(None, max_length=800, pattern=r"^[0-9]{1,9}(,[0-9]{1,9}){0,63}$"),
+                      nums: str | None = Query(None, max_length=320, pattern=r"^[0-9]{1,9}(,[0-9]{1,9}){0,31}$"),
                       target: str | None = None) -> list[dict]:
   """origin/{num} for each of nums (a source line's UOps: its line map's `linear_nums`), in one replay of the group."""
   permit = work.permit()  # asked first: a request from another site hears that, whatever else it got wrong
