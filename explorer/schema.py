@@ -267,6 +267,7 @@ class Buffer(TypedDict):
   written_by: list[Count]
   read_by: list[Count]
   planned: NotRequired[Line]
+  num: NotRequired[int | None]  # its UOp's trace number: rangeify's graphs name it by it (StageRow.reads, .into)
 
 @with_config(STRICT)
 class StageRow(TypedDict):
@@ -279,6 +280,8 @@ class StageRow(TypedDict):
   nbytes: Count
   num: int | None
   buffer: NotRequired[Count | None]
+  reads: NotRequired[list[Count]]  # the buffers (trace.buffers indexes) its value is computed from
+  into: NotRequired[list[Count]]   # the buffers its value is stored into: the kernels writing them compute it (inline, if it was removed)
 
 @with_config(STRICT)
 class Stages(TypedDict):

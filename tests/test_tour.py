@@ -10,7 +10,7 @@ SPEC = ConvSpec(1, 2, 2, 8, 8, 3)
 def traces():
   run = lambda **kw: run_trace(SPEC, Variant(targets=("cuda",), repeats=2, **kw)).trace
   return {"direct": run(), "symbolic": run(algo="winograd", wino_impl="explorer"), "materialized": run(algo="winograd", wino_impl="explorer",
-          consts="materialized")}
+          consts="materialized"), "fused": run(algo="winograd", wino_impl="explorer", staging="fused")}
 
 def text(steps: list[dict], id: str) -> str: return next(s["text"] for s in steps if s["id"] == id)
 
@@ -44,3 +44,43 @@ def test_compare_tour(traces):
   cmp = next(s for s in steps if s["id"] == "compare")
   assert "3 copies" in cmp["text"] and "0 copies" in cmp["text"]
   assert steps[0]["side"] == "a" and steps[-1]["side"] == "b"
+
+def test_a_tour_speaks_of_the_target_asked(traces):
+  """?target=cuda: every kernel step reads the kernel's CUDA record (its name, uops, pressure), never the host's; a target some kernel has
+  no record of is not used (the host's, each kernel's own)."""
+  tr = traces["symbolic"]
+  assert any(k["targets"]["cuda"]["name"] != k["targets"][k["host_target"]]["name"] for k in tr["kernels"])
+  steps = {s["id"]: s for s in trace_tour(tr, "cuda")}
+  for k in tr["kernels"]:
+    cuda, host = k["targets"]["cuda"], k["targets"][k["host_target"]]
+    n = k["index"]
+    assert f"Kernel {cuda['name']} is" in steps[f"k{n}-ast"]["text"]
+    if cuda["name"] != host["name"]: assert host["name"] not in steps[f"k{n}-ast"]["text"]
+    uops = steps[f"k{n}-uops"]
+    assert uops["text"].startswith("For cuda,") and f"{cuda['linear_uops']} uops" in uops["text"]
+    assert f"at uop {cuda['pressure']['max_live_at']}" in uops["text"] and uops["focus"]["uop"] == cuda["pressure"]["max_live_at"]
+    assert "KiB" in uops["text"] or " B of memory" in uops["text"]  # binary units, as the diff and the CLI write bytes
+    assert f"lines of source, the kernel {cuda['name']}" in steps[f"k{n}-source"]["text"]
+  host_steps = {s["id"]: s for s in trace_tour(tr, "metal-or-nothing")}
+  k = tr["kernels"][0]
+  assert f"Kernel {k['targets'][k['host_target']]['name']} is" in host_steps["k0-ast"]["text"]
+
+def test_a_pair_tour_skips_what_b_shares_with_a(traces):
+  """Staged against fused: B's weight and input transforms are A's, AST for AST, so B's steps skip them; the comparison opens with three
+  headline numbers (kernels, bytes moved, time) and says which kernels were skipped."""
+  from explorer.present.tour import identical_kernels
+  a, b = traces["symbolic"], traces["fused"]
+  same = identical_kernels(a, b)
+  assert same and all(a["kernels"][ia]["ast_key"] == b["kernels"][ib]["ast_key"] for ib, ia in same.items())
+  assert {b["kernels"][n]["role"] for n in same} == {"ghat", "xhat"}
+  steps = compare_tour("fusion", a, b)
+  ids = [s["id"] for s in steps]
+  assert not any(i.startswith(f"b-k{n}-") for n in same for i in ids) and all(f"a-k{n}-ast" in ids for n in same)
+  fused = next(k["index"] for k in b["kernels"] if k["role"] == "mhat+out")
+  assert f"b-k{fused}-ast" in ids
+  cmp = next(s for s in steps if s["id"] == "compare")
+  assert [h["label"] for h in cmp["headline"]] == ["kernels", "bytes moved", "time (median)"]
+  assert cmp["headline"][0]["a"] == str(len(a["kernels"])) and cmp["headline"][0]["b"] == str(len(b["kernels"]))
+  assert cmp["text"].startswith("In three numbers, A -> B: kernels") and "the tour skips their steps on B's side" in cmp["text"]
+  assert len(compare_tour("constants", a, traces["materialized"])) == len(trace_tour(a)) + 1 + len(trace_tour(traces["materialized"])) \
+    - 4 * len(identical_kernels(a, traces["materialized"]))

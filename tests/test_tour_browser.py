@@ -3,6 +3,7 @@ one-click tour (progress, then the tour), a whole tour walked with the keyboard,
 and notes on a step, a graph node and a source line that survive a reload and show on the kernel page. Screenshots: test-artifacts/tour_*.png."""
 from __future__ import annotations
 import re
+import httpx
 import pytest
 from conftest import ARTIFACTS, needs_chromium, wait_graphs
 
@@ -100,6 +101,57 @@ def test_glossary_from_every_view(tour, page):
   page.goto(tour["base"] + "/glossary")
   assert "STAGE / bufferize" in page.inner_text("#glossary")
 
+LABEL_PX = """() => { const px = [...document.querySelectorAll('#tour-graph g.node text')].map(t => { const m = t.getScreenCTM(), r = t.getBoundingClientRect();
+  return r.width > 0 ? parseFloat(t.getAttribute('font-size')) * Math.hypot(m.a, m.b) : 0; }).filter(x => x > 0).sort((a, b) => a - b);
+  return px.length ? px[Math.floor(px.length / 2)] : 0; }"""
+
+def test_presenter_mode_fits_a_projector(tour, browser):
+  """At 1024x768 in big mode: the view stacks under the step's text at full width (not a 230 px column), graph labels are at least
+  14 px, a uops step's listing is scrolled to the uop its text discusses, and the comparison opens with its three headline numbers."""
+  pg = browser.new_page(viewport={"width": 1024, "height": 768})
+  try:
+    pg.goto(f"{tour['base']}/t/{tour['b']}/tour?step=k2-ast&big=1")
+    wait_graphs(pg)
+    pg.wait_for_timeout(300)
+    card, view = pg.locator("#tour-card").bounding_box(), pg.locator("#tour-view").bounding_box()
+    svg = pg.locator("#tour-graph svg").bounding_box()
+    assert view["y"] >= card["y"] + card["height"] and view["width"] >= 0.9 * (1024 - 32), (card, view)
+    assert svg["width"] >= 1024 / 2, svg
+    assert pg.evaluate(LABEL_PX) >= 14
+    pg.screenshot(path=str(ARTIFACTS / "tour_projector_graph.png"))
+    pg.goto(f"{tour['base']}/t/{tour['b']}/tour?step=k2-uops&big=1")
+    focus = int(pg.get_attribute("#tour-uops", "data-focus-uop"))
+    assert f"at uop {focus}" in pg.inner_text("#step-text")
+    wrap, line = pg.locator("#tour-uops").bounding_box(), pg.locator("#tour-uops .uop-line.focus").bounding_box()
+    assert focus > 20 and wrap["y"] <= line["y"] and line["y"] + line["height"] <= wrap["y"] + wrap["height"], (wrap, line)
+    assert pg.locator("#tour-uops .uop-line.focus").inner_text().split()[0] == str(focus)
+    pg.screenshot(path=str(ARTIFACTS / "tour_projector_uops.png"))
+    pg.goto(tour["url"] + "&step=compare&big=1")
+    stats = pg.locator("#tour-headline .stat")
+    assert stats.count() == 3 and "kernels" in stats.nth(0).inner_text().lower()
+    assert pg.locator("#tour-headline").bounding_box()["y"] < pg.locator("#tour-ab-table").bounding_box()["y"]
+    table = pg.locator("#tour-ab-table").bounding_box()
+    assert table["x"] + table["width"] <= 1024, table  # the comparison table is not cut off
+  finally: pg.close()
+
+def test_a_tour_on_another_target(tour, page):
+  """?target=cuda: the switcher marks it, the kernel steps name CUDA kernels and their views show CUDA's passes and uops; an unknown
+  target says so and tours the host."""
+  b = tour["b"]
+  raw = httpx.get(f"{tour['base']}/api/traces/{b}/raw", timeout=60).json()
+  k = raw["kernels"][2]
+  page.goto(f"{tour['base']}/t/{b}/tour?step=k2-uops&target=cuda")
+  assert page.locator("#tour-targets a.active").inner_text() == "cuda"
+  assert f"{k['targets']['cuda']['linear_uops']} uops" in page.inner_text("#step-text")
+  assert k["targets"]["cuda"]["name"] in page.inner_text("#tour-view")
+  page.click("#tour-next")
+  page.wait_for_url(re.compile(r".*step=k2-source.*target=cuda|.*target=cuda.*step=k2-source"))
+  assert page.locator(".tab-panel[data-panel=cuda]").is_visible()
+  page.goto(f"{tour['base']}/t/{b}/tour?step=k2-uops&target=fortran")
+  assert "There is no target 'fortran'" in page.inner_text(".url-notice")
+  assert page.locator("#tour-targets a.active").inner_text().startswith("host")
+
+
 def pin(page, text: str) -> None:
   page.fill(".note-form textarea", text)
   page.click(".note-form button[type=submit]")
@@ -125,7 +177,8 @@ def test_notes_on_a_step_a_node_and_a_line(tour, page):
   assert page.locator(".tour-steps a.current .note-count").inner_text() == "✎1"
   shot(page, "notes")
 
-  page.goto(f"{base}/t/{b}/tour?step=k1-source")
+  page.goto(f"{base}/t/{b}/tour?step=k1-source&target=cuda")  # the tour on CUDA: its source step opens on the CUDA tab
+  assert page.locator(".tab-panel[data-panel=cuda]").is_visible()
   page.select_option(".note-form [name=anchor_kind]", "line")
   page.select_option(".note-form [name=target]", "cuda")
   page.fill(".note-form [name=line]", "6")
@@ -133,6 +186,7 @@ def test_notes_on_a_step_a_node_and_a_line(tour, page):
   page.wait_for_selector(".tab-panel[data-panel=cuda] .line-note")
   page.reload()
   page.wait_for_selector(".tab-panel[data-panel=cuda] .line-note")
+  assert "target=cuda" in page.url
   assert "one thread per tile" in page.inner_text(".tab-panel[data-panel=cuda]")
   assert page.evaluate("() => document.querySelector('.line-note').previousElementSibling.id") == "L-6"
   assert page.locator(".tab-panel[data-panel=cuda] td.linenos span.noted").inner_text().strip() == "6"

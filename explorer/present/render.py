@@ -90,10 +90,12 @@ def ran_on_parts(ran_on: dict | None) -> list[tuple[str, str]]:
 HTML_SAFE_JSON = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"})
 
 def grouped_stages(rows: list[dict]) -> list[tuple[dict, int]]:
-  """STAGE rows with identical figures (shape, dtype, space, op, bytes, removable, the buffer they became) as one row and how many."""
+  """STAGE rows with identical figures (shape, dtype, space, op, bytes, removable, the buffer they became, what they are computed from and
+  stored into) as one row and how many."""
   groups: dict[tuple, list] = {}
   for s in rows:
-    key = (tuple(s.get("shape") or ()), s.get("dtype"), s.get("addrspace"), s.get("src_op"), s.get("nbytes"), s.get("removable"), s.get("buffer"))
+    key = (tuple(s.get("shape") or ()), s.get("dtype"), s.get("addrspace"), s.get("src_op"), s.get("nbytes"), s.get("removable"), s.get("buffer"),
+           tuple(s.get("reads") or ()), tuple(s.get("into") or ()))
     groups.setdefault(key, [s, 0])[1] += 1
   return [(s, n) for s, n in groups.values()]
 

@@ -6,9 +6,10 @@ generated here from the data, never canned, so a different variant gives differe
 from __future__ import annotations
 from dataclasses import replace
 from typing import Any
-from explorer.schema import target_record
+from explorer.schema import TargetRecord, host_target, target_record
 from explorer.stats import NOISY_SPREAD, noisy
 from explorer.spec import ConvSpec, Variant, opt_label
+from explorer.text import fmt_bytes
 
 ROLE_MEANING = {
   "conv": "the whole convolution: each output sums input x weight over the input channels and the kernel window",
@@ -46,11 +47,18 @@ def _opt_text(opts: list[str]) -> str:
 
 def _step(id: str, title: str, view: str, text: str) -> dict: return {"id": id, "title": title, "view": view, "text": text}
 
-def trace_tour(trace: dict) -> list[dict]:
-  """The pipeline, stage by stage, for one trace (of a convolution, or of a captured program: spec None)."""
+def tour_target(trace: dict, asked: str | None) -> str | None:
+  """The target a tour reads its kernels' codegen from: `asked` where every kernel has a record for it, else None (each kernel's host)."""
+  kernels = trace.get("kernels") or []
+  return asked if asked and kernels and all(target_record(k, asked) is not None for k in kernels) else None
+
+def trace_tour(trace: dict, target: str | None = None) -> list[dict]:
+  """The pipeline, stage by stage, for one trace (of a convolution, or of a captured program: spec None). target: the codegen target its
+  kernel steps speak of (names, opts, uops, pressure, source), where every kernel has a record for it; else the host's own."""
   spec, variant = ConvSpec.from_dict(trace["spec"]) if trace.get("spec") else None, Variant.from_dict(trace["variant"])
+  target = tour_target(trace, target)
   steps = [_tensor_step(trace, spec), *_scheduler_steps(trace), _constants_step(trace, variant)]
-  for k in trace["kernels"]: steps += _kernel_steps(trace, k, spec)
+  for k in trace["kernels"]: steps += _kernel_steps(trace, k, spec, target)
   steps.append(_timing_step(trace, spec))
   return [s for s in steps if s is not None]
 
@@ -76,48 +84,57 @@ def _scheduler_steps(trace: dict) -> list[dict]:
     inter = [b for b in trace["buffers"] if b["role"] == "intermediate"]
     steps.append(_step("bufferize", "Bufferize decisions", "bufferize",
                        f"Rangeify created {_plural(counts['created'], 'STAGE node')}. The debuf pass removed {counts['fused']} of them: their "
-                       f"values are recomputed inline by the consumer instead of stored (fused). {counts['kept']} survived as buffers "
-                       f"({kept_bytes} bytes), and {counts['realized']} more stores are ones the program asked for (the output and any "
-                       f".contiguous()). In the end the kernels pass {_plural(len(inter), 'intermediate buffer')} "
-                       f"({sum(b['nbytes'] for b in inter)} bytes) through global memory."))
+                       f"values are recomputed inline by the kernel that reads them instead of stored (inlined). {counts['kept']} survived "
+                       f"as buffers ({fmt_bytes(kept_bytes)}), and {counts['realized']} more stores are ones the program asked for (the "
+                       f"output and any .contiguous()). In the end the kernels pass {_plural(len(inter), 'intermediate buffer')} "
+                       f"({fmt_bytes(sum(b['nbytes'] for b in inter))}) through global memory."))
   return steps
 
 def _constants_step(trace: dict, variant: Variant) -> dict | None:
   if variant.algo != "winograd": return None
   const_bufs = [b for b in trace["buffers"] if b["role"] == "constant"]
   consts, loads = sum(k["ops"]["consts"] for k in trace["kernels"]), sum(k["ops"]["loads"] for k in trace["kernels"])
-  where = (f"they are {_plural(len(const_bufs), 'device buffer')} ({sum(b['nbytes'] for b in const_bufs)} bytes), copied from the host "
+  where = (f"they are {_plural(len(const_bufs), 'device buffer')} ({fmt_bytes(sum(b['nbytes'] for b in const_bufs))}), copied from the host "
            f"({_plural(trace['totals'].get('copies', 0), 'COPY')}) and loaded inside the kernels" if const_bufs else
            "no buffer holds them: they are folded into the kernel code as immediates")
   return _step("constants", "Where the constants went", "source",
                f"The Winograd transform matrices are {variant.consts if variant.wino_impl == 'explorer' else 'symbolic'} here: {where}. "
                f"Across the kernels the linearized code has {consts} CONST uops and {loads} loads.")
 
-def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None) -> list[dict]:
+def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None, target: str | None = None) -> list[dict]:
+  """The four steps of a kernel (AST, codegen passes, linear uops, source), their codegen read from its record on `target` (None: the
+  host's). The uops step carries `focus`, the uop its text discusses (the peak of live values), which its view scrolls to."""
+  rec = target_record(k, target) or target_record(k)
+  assert rec is not None
   names = {b["index"]: f"{b['name']} ({b['role']})" for b in trace["buffers"]}
   reads, writes = ", ".join(names[i] for i in k["reads"]) or "nothing", ", ".join(names[i] for i in k["writes"])
-  n = k["index"]
-  text = (f"Kernel {k['name']} is {k['role']}: {_role_text(k['role'], spec is None)}. It reads {reads} and writes {writes}. "
+  n, on = k["index"], target or host_target(k)
+  text = (f"Kernel {rec['name']} is {k['role']}: {_role_text(k['role'], spec is None)}. It reads {reads} and writes {writes}. "
           f"Its AST has {k['ast_uops']} UOps.")
   if k["role"] == "xhat" and spec is not None:
     total = trace["totals"].get("flops", 0)
     text += (f" The whole Winograd schedule counts {_si(total)}FLOPs (tinygrad's Estimates) against {_si(spec.direct_flops)}FLOPs of "
              f"multiply-adds for the direct convolution: {spec.direct_flops / total:.2f}x fewer." if total else "")
   text += "".join(f" {note}." for note in k.get("notes", []))
-  codegen = sorted(k["passes"], key=lambda p: -p["matches"])[:3]
+  codegen = sorted(rec.get("passes") or [], key=lambda p: -p["matches"])[:3]
   busiest = ", ".join(f"{p['name']} ({p['matches']} matches)" for p in codegen)
-  o = k["ops"]
+  o, sources = rec["ops"], k.get("sources") or {}
+  own = "host" if on == host_target(k) else on  # the host's source is kept under "host"
+  others = [f"{host_target(k)} (the host)" if t == "host" else t for t in sources if t != own]
+  uops = _step(f"k{n}-uops", f"Kernel {n}: linearized uops", f"k/{n}/uops",
+               f"For {on}, the linearizer ordered {rec['linear_uops']} uops: {o['alu']} ALU ops, {o['loads']} loads, {o['stores']} stores, "
+               f"{o['consts']} constants and {_plural(o['ranges'], 'loop')}. tinygrad estimates {_si(rec['flops'])}FLOPs and "
+               f"{fmt_bytes(rec['bytes'])} of memory traffic." + _pressure_text(rec))
+  if (p := rec.get("pressure")): uops["focus"] = {"uop": p["max_live_at"], "line": p.get("max_live_line")}
   return [
     _step(f"k{n}-ast", f"Kernel {n}: {k['role']} AST", f"k/{n}", text),
     _step(f"k{n}-codegen", f"Kernel {n}: codegen passes", f"k/{n}/passes",
-          f"Codegen ran {_plural(len(k['passes']), 'pass', 'passes')} on this kernel; the busiest were {busiest}. {_opt_text(k['opts'])} "
-          f"The launch is global {k['global_size']} x local {k['local_size']}."),
-    _step(f"k{n}-uops", f"Kernel {n}: linearized uops", f"k/{n}/uops",
-          f"The linearizer ordered {k['linear_uops']} uops: {o['alu']} ALU ops, {o['loads']} loads, {o['stores']} stores, {o['consts']} constants "
-          f"and {_plural(o['ranges'], 'loop')}. tinygrad estimates {_si(k['flops'])}FLOPs and {_si(k['bytes'])}B of memory traffic."
-          + _pressure_text(k)),
+          f"Codegen for {on} ran {_plural(len(rec.get('passes') or []), 'pass', 'passes')} on this kernel; the busiest were {busiest}. "
+          f"{_opt_text(rec.get('opts') or [])} The launch is global {rec['global_size']} x local {rec['local_size']}."),
+    uops,
     _step(f"k{n}-source", f"Kernel {n}: source", f"k/{n}/source",
-          "The renderer turned those uops into " + ", ".join(f"{len(src.splitlines())} lines of {t}" for t, src in k["sources"].items()) + "."),
+          f"The {on} renderer turned those uops into {len((rec.get('source') or '').splitlines())} lines of source, the kernel {rec['name']}."
+          + (f" The trace also rendered it for {', '.join(others)} (the tabs beside it)." if others else "")),
   ]
 
 def hand_schedule_steps(trace: dict, schedules: list[dict]) -> list[dict]:
@@ -142,8 +159,8 @@ def hand_schedule_steps(trace: dict, schedules: list[dict]) -> list[dict]:
                 "embed": {"kind": "opts", "own": own, "got": got, "target": target, "kernel": n}})
   return out
 
-def _pressure_text(k: dict) -> str:
-  if (rec := target_record(k)) is None or not (p := rec.get("pressure")): return ""
+def _pressure_text(rec: TargetRecord) -> str:
+  if not (p := rec.get("pressure")): return ""
   where = f" (source line {p['max_live_line']})" if p.get("max_live_line") else ""
   regs = compiled.get("registers") if (compiled := rec.get("compile")) else None
   return (f" At most {p['max_live']} values are live at once, at uop {p['max_live_at']}{where}: what the register allocator has to fit"
@@ -185,8 +202,30 @@ def _peaks(tr: dict, target: str) -> list[str]:
                                                                               if (rec.get("compile") or {}).get("registers") is not None else ""))
   return out
 
-def compare_tour(kind: str, a: dict, b: dict) -> list[dict]:
-  """A built-in tour: the story of A, the comparison with B, then the story of B."""
+def identical_kernels(a: dict, b: dict) -> dict[int, int]:
+  """B's kernels that are A's, kernel for kernel (the same AST, tinygrad's content hash): B's index -> A's."""
+  by_key = {k.get("ast_key"): k["index"] for k in a["kernels"] if k.get("ast_key")}
+  return {k["index"]: by_key[k["ast_key"]] for k in b["kernels"] if k.get("ast_key") in by_key}
+
+def headline(a: dict, b: dict) -> list[dict]:
+  """The comparison's three headline numbers, A -> B: kernels, bytes moved (tinygrad's Estimates), and time (each side's own median,
+  timed separately; a noisy one is flagged) or, untimed, linearized uops."""
+  ta, tb = a["totals"], b["totals"]
+  rows = [{"label": "kernels", "a": str(ta["kernels"]), "b": str(tb["kernels"]), "change": f"{tb['kernels'] - ta['kernels']:+d}"},
+          {"label": "bytes moved", "a": fmt_bytes(ta["bytes"]), "b": fmt_bytes(tb["bytes"]),
+           "change": f"{tb['bytes'] / ta['bytes']:.2f}x" if ta["bytes"] else "–"}]
+  if (xa := ta.get("time_s")) and (xb := tb.get("time_s")) and xa.get("median"):
+    flag = " (noisy)" if noisy(xa) or noisy(xb) else ""
+    rows.append({"label": "time (median)", "a": f"{xa['median'] * 1e6:.1f} µs", "b": f"{xb['median'] * 1e6:.1f} µs",
+                 "change": f"{xb['median'] / xa['median']:.2f}x{flag}"})
+  else:
+    ua, ub = (sum(k["linear_uops"] for k in t["kernels"]) for t in (a, b))
+    rows.append({"label": "linearized uops", "a": str(ua), "b": str(ub), "change": f"{ub / ua:.2f}x" if ua else "–"})
+  return rows
+
+def compare_tour(kind: str, a: dict, b: dict, target: str | None = None) -> list[dict]:
+  """A built-in tour: the story of A, the comparison with B, then the story of B, less B's steps about kernels identical to A's (the
+  comparison says which). target: the codegen target the kernel steps speak of (trace_tour)."""
   ta, tb = a["totals"], b["totals"]
   def label(tr: dict) -> str:  # a captured program is named by its program, a convolution by its variant
     return tr["program"]["name"] if tr.get("spec") is None and tr.get("program") else Variant.from_dict(tr["variant"]).label()
@@ -194,14 +233,23 @@ def compare_tour(kind: str, a: dict, b: dict) -> list[dict]:
     return (f"{_plural(t['kernels'], 'kernel')} ({', '.join(k['role'] for k in tr['kernels'])}), {_plural(t.get('copies', 0), 'copy', 'copies')}, "
             f"{_plural(t['buffers'], 'buffer')}, {_si(t['flops'])}FLOPs, {sum(k['ops']['alu'] for k in tr['kernels'])} ALU uops, "
             f"{sum(k['ops']['loads'] for k in tr['kernels'])} loads")
-  text = f"A ({label(a)}): {side(ta, a)}. B ({label(b)}): {side(tb, b)}."
+  top = "; ".join(f"{h['label']} {h['a']} -> {h['b']} ({h['change']})" for h in headline(a, b))
+  text = f"In three numbers, A -> B: {top}. A ({label(a)}): {side(ta, a)}. B ({label(b)}): {side(tb, b)}."
   if ta.get("time_s") and tb.get("time_s"):
-    text += f" Timed separately, B took {tb['time_s']['median'] / ta['time_s']['median']:.2f}x A's time (use the diff view for an interleaved ratio)."
+    text += " Each side was timed on its own: the diff view times them interleaved, for a ratio with its interval."
   kernels = a["kernels"] + b["kernels"]
-  everywhere = [t for t in ("cuda", *(b.get("variant") or {}).get("targets", [])) if all(t in (k.get("targets") or {}) for k in kernels)]
-  target = everywhere[0] if everywhere else None
-  if target and (pa := _peaks(a, target)) and (pb := _peaks(b, target)):
-    text += f" Peak live values on {target}: A {', '.join(pa)}; B {', '.join(pb)}."
-  first = [dict(s, id=f"a-{s['id']}", side="a") for s in trace_tour(a)]
-  second = [dict(s, id=f"b-{s['id']}", side="b") for s in trace_tour(b)]
-  return [*first, {"id": "compare", "title": f"{BUILTIN_TOURS[kind]['title']}: A against B", "view": "diff", "text": text, "side": "both"}, *second]
+  asked = (target, "cuda", *(b.get("variant") or {}).get("targets", []))
+  everywhere = [t for t in asked if t and all(t in (k.get("targets") or {}) for k in kernels)]
+  if everywhere and (pa := _peaks(a, everywhere[0])) and (pb := _peaks(b, everywhere[0])):
+    text += f" Peak live values on {everywhere[0]}: A {', '.join(pa)}; B {', '.join(pb)}."
+  same = identical_kernels(a, b)
+  if same:
+    which = ", ".join(f"kernel {n} ({b['kernels'][n]['role']})" for n in same)
+    text += (f" B's {which} {'is' if len(same) == 1 else 'are'} A's, AST for AST: the tour skips "
+             f"{'its' if len(same) == 1 else 'their'} steps on B's side.")
+  skip = {f"k{n}-{part}" for n in same for part in ("ast", "codegen", "uops", "source")}
+  first = [dict(s, id=f"a-{s['id']}", side="a") for s in trace_tour(a, target)]
+  second = [dict(s, id=f"b-{s['id']}", side="b") for s in trace_tour(b, target) if s["id"] not in skip]
+  compare = {"id": "compare", "title": f"{BUILTIN_TOURS[kind]['title']}: A against B", "view": "diff", "text": text, "side": "both",
+             "headline": headline(a, b)}
+  return [*first, compare, *second]

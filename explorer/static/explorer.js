@@ -100,10 +100,11 @@ class Viewer {
     this.select(this.hits[this.hit]);
   }
 
-  panTo(g) {
+  panTo(g) {  // the node to the middle of the part of the graph the node pane leaves uncovered
     if (!this.pz || !g) return;
-    const c = this.canvas.getBoundingClientRect(), t = g.getBoundingClientRect();
-    this.pz.panBy({ x: c.left + c.width / 2 - (t.left + t.width / 2), y: c.top + c.height / 2 - (t.top + t.height / 2) });
+    const c = this.canvas.getBoundingClientRect(), t = g.getBoundingClientRect(), pane = $(".viewer-detail", this.el);
+    const free = c.width - (pane && !pane.hidden ? pane.offsetWidth + 16 : 0);
+    this.pz.panBy({ x: c.left + free / 2 - (t.left + t.width / 2), y: c.top + c.height / 2 - (t.top + t.height / 2) });
   }
 
   select(id, pan = true) {
@@ -118,7 +119,6 @@ class Viewer {
     if (g) g.classList.add("selected");
     for (const e of ins) { const p = this.nodeEl(e.src), ed = this.canvas.querySelector(`g.edge[id="e${CSS.escape(e.src)}-${CSS.escape(id)}"]`); if (p) p.classList.add("parent"); if (ed) ed.classList.add("parent"); }
     for (const e of outs) { const c = this.nodeEl(e.dst), ed = this.canvas.querySelector(`g.edge[id="e${CSS.escape(id)}-${CSS.escape(e.dst)}"]`); if (c) c.classList.add("child"); if (ed) ed.classList.add("child"); }
-    if (pan) this.panTo(g);
     const link = (nid, extra) => { const m = this.graph.byId.get(nid); return `<a href="#" data-node="${esc(nid)}">${esc(m ? m.op : nid)}</a>${extra}`; };
     const [op, ...rest] = n.label.split("\n");
     box.hidden = false;
@@ -131,6 +131,7 @@ class Viewer {
     if (open) open.addEventListener("click", () => { (this.opened = this.opened || new Set()).add(n.num); this.show(this.ref, true); });
     $$("a[data-node]", box).forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); this.select(a.dataset.node); }));
     $("[data-close]", box).addEventListener("click", () => this.select(null));
+    if (pan) this.panTo(g);
   }
 
   status(html, cls = "") {
@@ -222,15 +223,21 @@ class Viewer {
     if (this.pz.getZoom() > 1.6) this.pz.zoom(1.6);  // small graphs: do not blow them up
   }
 
+  labelPx(el) {  // the on-screen size of a node label now: its font size in the SVG's units times the SVG's scale on screen
+    const t = $("g.node text", el), m = t && t.getScreenCTM();
+    return t && m ? parseFloat(t.getAttribute("font-size") || "9") * Math.hypot(m.a, m.b) : null;
+  }
+
   async focusOutput(el) {
-    // graphs too big to read when fitted: zoom so labels are readable (about 11 px; larger in the presenter's big-font mode) around
-    // the output (the sink, drawn last) or the first changed node; Fit still shows the whole graph
-    const readable = document.documentElement.classList.contains("big") ? 1.3 : 0.9;
-    if (!this.pz || this.pz.getSizes().realZoom >= readable) return;
+    // graphs too big to read when fitted: zoom until labels are readable (11 px; 14 px in the presenter's big-font mode) around the
+    // output (the sink, drawn last) or the first changed node; Fit still shows the whole graph
+    const readable = document.documentElement.classList.contains("big") ? 14 : 11, px = this.labelPx(el);
+    if (!this.pz || !px || px >= readable) return;
+    const aim = readable * 1.02;  // a hair over: zooming is in floating point
     const changed = $$("g.node.changed", el);
     const target = (changed.length && changed.length <= 12 ? changed[0] : null) || $("g.node.op-SINK", el) || $$("g.node", el).pop();
     if (!target) return;
-    this.pz.zoom(this.pz.getZoom() * readable / this.pz.getSizes().realZoom);
+    this.pz.zoom(this.pz.getZoom() * aim / px);
     await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));  // svg-pan-zoom applies transforms on the next frame
     const c = this.canvas.getBoundingClientRect(), t = target.getBoundingClientRect();
     this.pz.panBy({ x: c.left + c.width / 2 - (t.left + t.width / 2), y: c.top + c.height * (target.classList.contains("changed") ? 0.5 : 0.8) - (t.top + t.height / 2) });
@@ -262,6 +269,11 @@ class Stepper {
     this.items = $$("a[data-pass]", this.list);
     this.pass = +bar.dataset.pass; this.at = bar.dataset.at;
     this.items.forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); this.go(+a.dataset.pass, "after"); }));
+    $$("[data-toggle-nested]", this.list).forEach((t) => {
+      const toggle = (e) => { e.preventDefault(); e.stopPropagation(); this.openNested(t.dataset.toggleNested, t.getAttribute("aria-expanded") !== "true"); };
+      t.addEventListener("click", toggle);
+      t.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") toggle(e); });
+    });
     $$("[data-at-choice]", bar).forEach((r) => r.addEventListener("change", () => this.go(this.pass, r.value)));
     $$("[data-step]", bar).forEach((b) => b.addEventListener("click", () => this.step(b.dataset.step)));
     const goto = $("[data-goto-match]", bar);
@@ -318,7 +330,8 @@ class Stepper {
     if (act === "next-pass" || act === "prev-pass") {
       const dir = act === "next-pass" ? 1 : -1;
       for (let i = this.pass + dir; i >= 0 && i < this.items.length; i += dir) {
-        if (!this.matchedOnly() || +this.items[i].dataset.matches > 0) { this.go(i, "after"); this.reveal(false); return; }
+        const a = this.items[i], shown = !a.classList.contains("nested") || a.classList.contains("open");  // a closed group is one step
+        if (shown && (!this.matchedOnly() || +a.dataset.matches > 0)) { this.go(i, "after"); this.reveal(false); return; }
       }
     } else if (act === "next-match") {
       if (cur < m) this.go(this.pass, `m${cur + 1}`); else if (cur === m) this.go(this.pass, "after");
@@ -335,8 +348,15 @@ class Stepper {
     return null;
   }
 
+  openNested(top, open) {  // show (or hide) the nested rewrites a top-level pass ran
+    $$(`a[data-top="${top}"]`, this.list).forEach((a) => a.classList.toggle("open", open));
+    const t = $(`[data-toggle-nested="${top}"]`, this.list);
+    if (t) { t.setAttribute("aria-expanded", String(open)); t.textContent = `${open ? "▾" : "▸"} ${t.textContent.slice(2)}`; }
+  }
+
   render() {
     this.items.forEach((a, i) => a.classList.toggle("active", i === this.pass));
+    if (this.items[this.pass] && this.items[this.pass].dataset.top) this.openNested(this.items[this.pass].dataset.top, true);  // stepped into a group
     const item = this.items[this.pass];
     const m = this.matches(), steppable = m;
     $("[data-pos-pass]", this.bar).textContent = `${this.pass + 1} / ${this.items.length}`;

@@ -62,11 +62,16 @@ function toggleGlossary(open) {
 
 /* ***** tour keyboard: → / j next, ← / k previous ***** */
 
+function centerIn(box, item) {  // scroll box (not the page) so that item is in its middle
+  if (!box || !item) return;
+  box.scrollTop += item.getBoundingClientRect().top - box.getBoundingClientRect().top - (box.clientHeight - item.offsetHeight) / 2;
+}
+
 function initTourKeys() {
   const tour = tq("[data-tour]");
   if (!tour) return;
-  const cur = tq(".tour-steps a.current");
-  if (cur) cur.scrollIntoView({ block: "nearest" });
+  centerIn(tq(".tour-steps ol"), tq(".tour-steps a.current"));  // the list only: the page stays at its top
+  centerIn(tq("#tour-uops"), tq("#tour-uops .uop-line.focus"));  // the uop the step's text discusses, in the middle of its listing
   document.addEventListener("keydown", (e) => {
     if (typing(e.target) || e.metaKey || e.ctrlKey || e.altKey || e.defaultPrevented) return;
     const dir = { ArrowRight: "next", j: "next", ArrowLeft: "prev", k: "prev" }[e.key];

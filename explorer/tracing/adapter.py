@@ -121,6 +121,8 @@ def target_name(renderer: Renderer) -> str:
 
 def renderer_arch(renderer: Renderer) -> str: return renderer.target.arch
 
+def renderer_device(renderer: Renderer) -> str: return renderer.target.device
+
 def without_beam(ast: UOp) -> tuple[UOp, int]:
   """The kernel with its BEAM width cleared (a deviceless target cannot time candidates: heuristic opts instead) and that width."""
   beam = getattr(ast.arg, "beam", 0) or 0
@@ -490,19 +492,65 @@ class Stage:
   src_op: str
   nbytes: int
   num: int | None = None  # its trace number in the rewrite blob: the graph pages select the node by it
+  reads: tuple[tuple[str, int], ...] = ()  # the buffers its value is computed from: ("slot", n), argument n of the scheduled call, or
+  into: tuple[tuple[str, int], ...] = ()   # ("stage", num), a kept STAGE; and the buffers its value is stored into (_data_flow)
 
-def stages_in(sink: UOp, blob: RewriteBlob | None = None) -> list[Stage]:
+def _removable(u: UOp) -> bool: return bool(getattr(u.arg, "removable", True))
+
+def _slot(u: UOp) -> int | None:
+  """The argument slot of the buffer a STORE, INDEX or AFTER addresses (its PARAM), None where it is no argument."""
+  while u.op in (Ops.STORE, Ops.INDEX, Ops.AFTER, Ops.BITCAST, Ops.CAST) and u.src: u = u.src[0]
+  return u.arg.slot if u.op is Ops.PARAM and isinstance(u.arg, ParamArg) else None
+
+Flow = frozenset[tuple[str, int]]  # ("slot", n): argument n of the scheduled call (a buffer); ("stage", num): a kept STAGE, a buffer once stored
+
+def _data_flow(sink: UOp, nums: dict[int, int], kept: Callable[[UOp], bool]) -> tuple[dict[UOp, Flow], dict[UOp, Flow]]:
+  """Per UOp of a rangeify graph: the buffers its value is computed from (reads), and the buffers it is stored into (into). A buffer is a
+  PARAM or the AFTER that names it once stored (an argument slot), or a kept STAGE; an inlined STAGE is recomputed by its reader, so the
+  flow goes through it."""
+  order = sink.toposort()
+  def buffer(u: UOp) -> Flow | None:
+    if u.op in (Ops.PARAM, Ops.AFTER) and (slot := _slot(u)) is not None: return frozenset({("slot", slot)})
+    if u.op is Ops.STAGE and kept(u) and (num := nums.get(id(u))) is not None: return frozenset({("stage", num)})
+    return None
+  reads: dict[UOp, Flow] = {}
+  for u in order: reads[u] = b if (b := buffer(u)) is not None else frozenset().union(*(reads[x] for x in u.src))
+  users: dict[UOp, list[UOp]] = collections.defaultdict(list)
+  for u in order:
+    for x in u.src: users[x].append(u)
+  into: dict[UOp, Flow] = {}
+  for u in reversed(order):
+    goes: set[tuple[str, int]] = set()
+    for v in users[u]:
+      if v.op is Ops.STORE and (slot := _slot(v)) is not None: goes.add(("slot", slot))
+      elif v.op is Ops.STAGE and (b := buffer(v)) is not None: goes |= b
+      else: goes |= into.get(v, frozenset())
+    into[u] = frozenset(goes)
+  return reads, into
+
+def stages_in(sink: UOp, blob: RewriteBlob | None = None, kept: Callable[[int | None], bool] | None = None) -> list[Stage]:
+  """The STAGEs of a graph, each with its data flow (reads, into), which stops at the STAGEs `kept` says became buffers (by trace
+  number; default: the ones not removable)."""
   nums = blob.nums() if blob is not None else {}
+  reads, into = _data_flow(sink, nums, (lambda u: not _removable(u)) if kept is None else (lambda u: kept(nums.get(id(u)))))
   ret = []
   for u in sink.toposort():
     if u.op is not Ops.STAGE: continue
     shape = tuple(int(s) for s in u.shape) if u._shape is not None else ()
-    opts = u.arg
     n = 1
     for s in shape: n *= s
-    ret.append(Stage(shape, u.dtype.name, getattr(getattr(opts, "addrspace", None), "name", "GLOBAL"),
-                     bool(getattr(opts, "removable", True)), u.src[0].op.name, n * u.dtype.itemsize, nums.get(id(u))))
+    ret.append(Stage(shape, u.dtype.name, getattr(getattr(u.arg, "addrspace", None), "name", "GLOBAL"), _removable(u), u.src[0].op.name,
+                     n * u.dtype.itemsize, nums.get(id(u)), tuple(sorted(frozenset().union(*(reads[x] for x in u.src)))),
+                     tuple(sorted(into.get(u, frozenset())))))
   return ret
+
+def call_argument_nums(blob: RewriteBlob, passes: list[Pass]) -> list[int | None]:
+  """The trace numbers of the buffers the scheduled call takes, by argument slot (the PARAM slots of rangeify's graphs): read off the
+  graph the "schedule to linear" pass started from, tinygrad's CALL of the tensor graph's SINK on its buffers."""
+  p = next((p for p in passes if p.name == "schedule to linear"), None)
+  if p is None: return []
+  call, nums = blob.sink(p.sink), blob.nums()
+  return [nums.get(id(b)) for b in call.src[1:]] if call.op is Ops.CALL else []
 
 def realized_in(sink: UOp, blob: RewriteBlob) -> list[Stage]:
   """The boundaries stored to directly rather than through a STAGE (outputs, .contiguous()): each AFTER of a buffer, as a Stage row."""
@@ -514,7 +562,9 @@ def realized_in(sink: UOp, blob: RewriteBlob) -> list[Stage]:
     stored = u.src[1] if len(u.src) > 1 else buf
     while stored.op in (Ops.END, Ops.GROUP, Ops.AFTER) and stored.src: stored = stored.src[0]  # down to the STORE
     src_op = stored.src[1].op.name if stored.op is Ops.STORE and len(stored.src) > 1 else stored.op.name
-    ret.append(Stage(shape, dt.name, "GLOBAL", False, src_op, math.prod(shape) * dt.itemsize, nums.get(id(u))))
+    slot = _slot(u)  # the argument slot of the buffer it stores: the buffer it is, exactly
+    ret.append(Stage(shape, dt.name, "GLOBAL", False, src_op, math.prod(shape) * dt.itemsize, nums.get(id(u)),
+                     into=() if slot is None else (("slot", slot),)))
   return ret
 
 # pass names of rangeify in get_kernel_graph: STAGEs exist after apply rangeify; removable ones are fused away in DEBUF
@@ -530,14 +580,18 @@ def stage_decisions(blob: RewriteBlob, passes: list[Pass]) -> dict:
   created = stages_in(blob.sink(passes[i].sink), blob)
   kept = stages_in(blob.sink(after.sink), blob) if after is not None else stages_in(_pass_output(blob, passes[i]), blob)
   # STAGEs change identity as their sources are rewritten: pair survivors with their origin by ever looser signatures
-  unpaired_created, unpaired_kept = list(created), list(kept)
+  unpaired_created, unpaired_kept, kept_of = list(created), list(kept), {}
   for sig in (lambda s: (s.shape, s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace)):
     for k in list(unpaired_kept):
-      if (c := next((c for c in unpaired_created if sig(c) == sig(k)), None)) is not None: unpaired_created.remove(c); unpaired_kept.remove(k)
-  fused = unpaired_created
+      if (c := next((c for c in unpaired_created if sig(c) == sig(k)), None)) is not None:
+        unpaired_created.remove(c); unpaired_kept.remove(k)
+        kept_of[c.num] = kept.index(k)  # the created STAGE (by trace number) that survived as kept row k
+  # the flow again, now that it is known which STAGEs survived: it goes through the inlined ones and stops at the kept ones
+  created = stages_in(blob.sink(passes[i].sink), blob, kept=lambda n: n in kept_of)
+  fused = [c for c in created if c.num not in kept_of]
   realized = realized_in(blob.sink((after or passes[i]).sink), blob)
   return {"created": created, "kept": kept, "fused": fused, "realized": len(realized), "realized_rows": realized, "debuf_matches": passes[i].matches,
-          "debuf_pass": i}
+          "debuf_pass": i, "kept_of": kept_of}
 
 def _pass_output(blob: RewriteBlob, p: Pass) -> UOp:
   from tinygrad.viz.serve import get_full_rewrite
@@ -571,7 +625,7 @@ def buffer_key(b: UOp) -> int:
 def buffer_facts(b: UOp) -> dict:
   arena = b.buf_uop
   facts = {"numel": int(b.max_numel()), "dtype": b.dtype.name, "nbytes": int(b.max_numel()) * b.dtype.itemsize,
-           "device": arena.device if isinstance(arena.device, str) else ",".join(arena.device)}
+           "device": arena.device if isinstance(arena.device, str) else ",".join(arena.device), "num": b.trace_num}
   if b.op is not Ops.BUFFER:
     facts["planned"] = f"view ({b.op.name}) into a {int(arena.max_numel()) * arena.dtype.itemsize}-byte arena of the memory planner"
   return facts
@@ -923,15 +977,19 @@ def plain(text: str) -> str:
   """Text without terminal colours: tinygrad colours kernel names, and a KernelInfo's repr carries them escaped ('r\\x1b[90m_...')."""
   return _REPR_ANSI.sub("", ansistrip(text))
 
-def uops_listing(lin: Sequence[UOp]) -> list[str]:
+def uops_listing(lin: Sequence[UOp], device: str | None = None) -> list[str]:
   """tinygrad's print_uops, line for line (without colour), in linear time: print_uops looks each source up in the list itself, which
-  took minutes on the large fused Winograd kernel (16,808 uops)."""
+  took minutes on the large fused Winograd kernel (16,808 uops). device: the device of the target it was rendered for, which its PARAMs
+  name (a deviceless target renders the AST the trace's device scheduled, whose PARAMs name that device: codegen never reads it)."""
   index = {u: i for i, u in enumerate(lin)}
   def src(x: UOp) -> Any: return (index[x] if x.op is not Ops.CONST else f"{x.val}") if x in index else "--"
+  def arg(u: UOp) -> Any:
+    return dataclasses.replace(u.arg, device=device) if device and isinstance(u.arg, ParamArg) and u.arg.device is not None else u.arg
   return [plain(f"{i:4d} {str(u.op):20s}: {multirange_str(u.ranges, color=True, pad=10)} {str(u.dtype):40s} "
-                    f"{str([src(x) for x in u.src]):32s} {u.arg}") for i, u in enumerate(lin)]
+                    f"{str([src(x) for x in u.src]):32s} {arg(u)}") for i, u in enumerate(lin)]
 
-def program_facts(prg: UOp) -> ProgramFacts:
+def program_facts(prg: UOp, device: str | None = None) -> ProgramFacts:
+  """What the trace records of a compiled PROGRAM; device: its target's, for the listing's PARAMs (uops_listing)."""
   sink = prg.src[0]
   lin = next(s for s in prg.src if s.op is Ops.LINEAR).src
   src = next((s.arg for s in prg.src if s.op is Ops.SOURCE), "")
@@ -946,7 +1004,7 @@ def program_facts(prg: UOp) -> ProgramFacts:
   return ProgramFacts(ansistrip(prg.arg.name), [num(x) for x in prg.arg.global_size],
                       None if prg.arg.local_size is None else [num(x) for x in prg.arg.local_size],
                       int(est.ops) if est is not None else 0, int(est.lds) if est is not None else 0, int(est.mem) if est is not None else 0,
-                      [opt_text(o) for o in sink.arg.applied_opts], uops_listing(lin),
+                      [opt_text(o) for o in sink.arg.applied_opts], uops_listing(lin, device),
                       {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},
                       src, storage, pressure(list(lin)), [trace_num(u) for u in lin])
 

@@ -83,7 +83,7 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   mark = tg.tracking_mark()
   prg = tg.codegen_deviceless(tg.with_opts(ast, chosen), renderer)
   passes = [pass_record(p) for _, ps in tg.passes_since(mark, mark) for p in ps]
-  rec = target_record(tg.program_facts(prg), passes, arch, [], tg.loop_splits(mark), tg.line_map(prg, renderer))
+  rec = target_record(tg.program_facts(prg, tg.renderer_device(renderer)), passes, arch, [], tg.loop_splits(mark), tg.line_map(prg, renderer))
   rec["notes"] = [n for n in rec["notes"] if n != BEAM_NOTE] + [f"scheduled by hand: {', '.join(map(tg.opt_text, chosen)) or 'no opts'}"]
   if rewrites: rec["notes"].append(f"the trace's custom rewrites ({', '.join(rewrites)}) are not applied here, nor to the original it is timed with")
   rec["spec"] = tg.spec_check([tg.program_sink(prg)], "program")

@@ -62,7 +62,8 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: 
         out.append({"error": f"{type(e).__name__}: {e}"})
         continue
       passes = [pass_record(p) for _, ps in tg.passes_since(mark, base) for p in ps]
-      rec = target_record(tg.program_facts(prg), passes, arch, notes, tg.loop_splits(mark), tg.line_map(prg, renderer))
+      facts = tg.program_facts(prg, tg.renderer_device(renderer))
+      rec = target_record(facts, passes, arch, notes, tg.loop_splits(mark), tg.line_map(prg, renderer))
       rec["spec"] = tg.spec_check([tg.program_sink(prg)], "program")
       if target == "ptx": rec["compiled_source"] = tg.fill_ptx(rec["source"], arch)  # what tinygrad's PTXCompiler hands ptxas
       out.append(rec)

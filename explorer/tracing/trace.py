@@ -320,15 +320,34 @@ def _totals(trace: dict) -> None:
                      "flops": sum(k["flops"] for k in ks), "bytes": sum(k["bytes"] for k in ks), "compile_s": sum(k["compile_s"] for k in ks),
                      "codegen_s": sum(k["codegen_s"] for k in ks), "time_s": (trace.get("timing") or {}).get("total_s")}
 
-def _link_buffers(trace: dict) -> None:
-  """Each kept or realized STAGE row gets the schedule buffer it became (`buffer`: an index into trace.buffers, None where none
-  matches): kept ones among the intermediates, realized ones among the rest, by dtype and bytes, in order."""
-  stages, free = trace["scheduler"]["stages"], list(trace["buffers"])
-  for fate, roles in (("kept", ("intermediate",)), ("realized", ("output", "intermediate", "constant"))):
-    for row in stages[fate]:
-      b = next((b for b in free if b["role"] in roles and b["nbytes"] == row["nbytes"] and b["dtype"].endswith(row["dtype"])), None)
-      row["buffer"] = None if b is None else b["index"]
-      if b is not None: free.remove(b)
+def _link_stages(trace: dict, d: dict, arg_nums: list[int | None]) -> None:
+  """The STAGE rows in terms of the schedule's buffers (indexes into trace.buffers), from rangeify's data flow (adapter.stages_in):
+  a realized row's `buffer` is the argument it stores; a kept row's, the intermediate of its size written by the kernel that reads
+  what its value is computed from; each created and inlined row gets `reads` (the buffers its value is computed from) and `into` (the
+  buffers it is stored into: the kernels writing them compute it, inline where it was removed). A buffer is found by the scheduled
+  call's argument (slot -> the buffer UOp's trace number -> trace.buffers); what cannot be found is left out (None, or not listed)."""
+  stages, buffers, schedule = trace["scheduler"]["stages"], trace["buffers"], trace["schedule"]
+  by_num = {b["num"]: b["index"] for b in buffers if b.get("num") is not None}
+  def slot_buffer(n: int) -> int | None: return by_num.get(arg_nums[n]) if 0 <= n < len(arg_nums) else None
+  for row, st in zip(stages["realized"], d["realized_rows"]):
+    row["buffer"] = next((b for k, n in st.into if k == "slot" and (b := slot_buffer(n)) is not None), None)
+  taken = {row["buffer"] for row in stages["realized"]}
+  created = {st.num: st for st in d["created"]}
+  of_kept = {k: n for n, k in d["kept_of"].items()}
+  for k, row in enumerate(stages["kept"]):
+    fits = [b for b in buffers if b["index"] not in taken and b["role"] == "intermediate" and b["nbytes"] == row["nbytes"]
+            and b["dtype"].endswith(row["dtype"])]
+    want = {b for kind, n in (created[of_kept[k]].reads if k in of_kept else ()) if kind == "slot" and (b := slot_buffer(n)) is not None}
+    b = next((b for b in fits if want <= {r for i in b["written_by"] for r in schedule[i]["reads"]}), fits[0] if fits else None)
+    row["buffer"] = None if b is None else b["index"]
+    taken.add(row["buffer"])
+  def named(flow: tuple[tuple[str, int], ...]) -> list[int]:
+    out = {slot_buffer(n) if kind == "slot" else stages["kept"][d["kept_of"][n]]["buffer"] if n in d["kept_of"] else None for kind, n in flow}
+    return sorted(b for b in out if b is not None)
+  for fate in ("created", "fused"):
+    for row, st in zip(stages[fate], d[fate]): row["reads"], row["into"] = named(st.reads), named(st.into)
+  for k, row in enumerate(stages["kept"]):
+    if k in of_kept: row["reads"] = named(created[of_kept[k]].reads)
 
 def _record_stages(trace: dict, blob: bytes) -> None:
   """Bufferize decisions, read off the rewrite trace (rebuilding only the two graphs needed)."""
@@ -338,9 +357,10 @@ def _record_stages(trace: dict, blob: bytes) -> None:
   except Exception as e:
     trace["failures"].append({"stage": "bufferize", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
     return
-  def rows(xs: list) -> list[dict]: return [s.__dict__ | {"shape": list(s.shape)} for s in xs]
+  def rows(xs: list) -> list[dict]:
+    return [{k: v for k, v in s.__dict__.items() if k not in ("reads", "into")} | {"shape": list(s.shape)} for s in xs]
   trace["scheduler"]["stages"] = {"created": rows(d["created"]), "kept": rows(d["kept"]), "fused": rows(d["fused"]),
                                   "realized": rows(d["realized_rows"]), "debuf_pass": d["debuf_pass"]}
-  _link_buffers(trace)
+  _link_stages(trace, d, tg.call_argument_nums(tg.RewriteBlob(blob), passes))
   # realized: buffers stored to directly (user .contiguous(), outputs) rather than through a STAGE
   trace["scheduler"]["stage_counts"] = {**{k: len(d[k]) for k in ("created", "kept", "fused")}, "realized": d["realized"]}

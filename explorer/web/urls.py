@@ -26,8 +26,8 @@ def diff_url(a: str, b: str, target: str | None = None, target_b: str | None = N
 
 def study_url(study_id: str) -> str: return f"/studies/{study_id}"
 
-def trace_tour_url(trace_id: str, step: str | None = None, big: bool = False) -> str:
-  return with_query(f"{trace_url(trace_id)}/tour", step=step, big=1 if big else None)
+def trace_tour_url(trace_id: str, step: str | None = None, big: bool = False, target: str | None = None) -> str:
+  return with_query(f"{trace_url(trace_id)}/tour", step=step, target=target, big=1 if big else None)
 
-def pair_tour_url(kind: str, a: str, b: str, step: str | None = None, big: bool = False) -> str:
-  return with_query(f"/tours/{kind}", a=a, b=b, step=step, big=1 if big else None)
+def pair_tour_url(kind: str, a: str, b: str, step: str | None = None, big: bool = False, target: str | None = None) -> str:
+  return with_query(f"/tours/{kind}", a=a, b=b, step=step, target=target, big=1 if big else None)

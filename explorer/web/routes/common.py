@@ -30,7 +30,7 @@ def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[d
   rows = [
     ("tensor", "Tensor graph", f"{base}/graph/tensor", f"{(trace.get('tensor_graph') or {}).get('uops', '–')} uops", state("tensor_graph")),
     ("rangeify", "Rangeify", f"{base}/rangeify", f"{len(sched.get('passes') or [])} passes · {counts.get('created', 0)} STAGEs", state("schedule")),
-    ("bufferize", "Kernel graph", f"{base}/bufferize", f"{counts.get('kept', 0)} kept · {counts.get('fused', 0)} fused · {n_buffers} buffers",
+    ("bufferize", "Kernel graph", f"{base}/bufferize", f"{counts.get('kept', 0)} kept · {counts.get('fused', 0)} inlined · {n_buffers} buffers",
      state("kernel_graph")),
     ("kernels", "Kernels", kernel_url(trace_id, 0) if kernels else base, f"{len(kernels)} kernels · codegen", state("codegen")),
     ("source", "Source", kernel_url(trace_id, 0, code=first_target) if kernels else base, f"{n_targets} targets + host", state("render")),
@@ -70,12 +70,23 @@ def pass_label(passes: Sequence[Mapping[str, Any]], j: int) -> str:
   parent = next((q["name"] for q in reversed(passes[:j]) if (q.get("depth") or 0) < p["depth"]), None)
   return f"graph_rewrite in {parent}" if parent else "graph_rewrite"
 
+def nesting(passes: Sequence[Mapping[str, Any]]) -> list[int | None]:
+  """Per pass, the top-level pass it ran inside (None for a top-level one): the list groups nested rewrites under it, collapsed."""
+  out: list[int | None] = []
+  top: int | None = None
+  for j, p in enumerate(passes):
+    if not p.get("depth"): top = j
+    out.append(None if not p.get("depth") else top)
+  return out
+
 def stepper(passes: Sequence[Mapping[str, Any]], prefix: str, asked_pass: int | None, asked_at: str | None, preferred: str | None = None,
             trace_id: str = "", blob_target: str | None = None) -> dict:
   """blob_target: whose rewrite blob the passes address (None: the host's), for the match list's API calls."""
   i = pick_pass(passes, asked_pass, preferred) if passes else 0
   p = passes[i] if passes else None
-  return {"passes": [{"index": j, **q, "label": pass_label(passes, j)} for j, q in enumerate(passes)], "pass": i, "at": pick_at(asked_at, p),
+  top = nesting(passes)
+  return {"passes": [{"index": j, **q, "label": pass_label(passes, j), "top": top[j], "nested": sum(1 for t in top if t == j)}
+                     for j, q in enumerate(passes)], "pass": i, "at": pick_at(asked_at, p),
           "prefix": prefix,
           "max_steps": MAX_STEPS, "trace_id": trace_id, "blob_target": blob_target}
 

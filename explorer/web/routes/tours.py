@@ -4,13 +4,14 @@ annotations (a teacher's notes pinned to a tour step, a UOp graph node or a sour
 Steps and their explanations come from explorer.present.tour (pure python, no tinygrad); each step shows its text next to the real view it names."""
 from __future__ import annotations
 import asyncio, re
-from typing import Any, Literal
-from fastapi import APIRouter, HTTPException, Path, Request
+from typing import Any, Callable, Literal
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
-from explorer.spec import PRESETS, SpecError
+from explorer.schema import host_target, target_record
+from explorer.spec import PRESETS, TARGETS, SpecError
 from explorer.store import trace_key
-from explorer.present.tour import BUILTIN_TOURS, compare_tour, hand_schedule_steps, trace_tour
+from explorer.present.tour import BUILTIN_TOURS, compare_tour, hand_schedule_steps, tour_target, trace_tour
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
@@ -18,38 +19,49 @@ from explorer.web.routes.common import page, pick_pass, trace_page
 from explorer.web.services.graphs import REF_RE
 from explorer.web.services.registry import Services
 from explorer.web.services.traces import STAGE_TITLES
-from explorer.web.urls import diff_url, pair_tour_url, trace_tour_url, trace_url
+from explorer.web.urls import diff_url, kernel_url, pair_tour_url, trace_tour_url, trace_url, with_query
 
 router = APIRouter()
 MAX_NOTE_CHARS, MAX_NOTES_PER_TRACE = 2000, 200
 
 # ***** steps: ids, URLs, and the view each one embeds *****
 
-def tour_steps(trace: dict) -> list[dict]:
-  try: return trace_tour(trace)
+def tour_steps(trace: dict, target: str | None = None) -> list[dict]:
+  try: return trace_tour(trace, target)
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"this trace cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
-def pair_steps(kind: str, a: dict, b: dict) -> list[dict]:
-  try: return compare_tour(kind, a, b)
+def pair_steps(kind: str, a: dict, b: dict, target: str | None = None) -> list[dict]:
+  try: return compare_tour(kind, a, b, target)
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"these traces cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
-def view_url(trace_id: str, trace: dict, view: str) -> str:
-  """The full page a step's view names (the tour embeds a part of it)."""
+def view_url(trace_id: str, trace: dict, view: str, target: str | None = None) -> str:
+  """The full page a step's view names (the tour embeds a part of it), on the tour's target (None: the host's)."""
   base = trace_url(trace_id)
   if view == "timings": return f"{base}#timings"
-  if view == "source": return f"{base}/k/0?code=host" if trace.get("kernels") else base
+  if view == "source": return kernel_url(trace_id, 0, code="host") if trace.get("kernels") else base
   if m := re.fullmatch(r"k/(\d+)(?:/(passes|uops|source))?", view):
     n, part = m.group(1), m.group(2)
-    if part == "passes": return f"{base}/k/{n}?graph=passes"
-    if part == "uops": return f"{base}/k/{n}?code=uops"
-    return f"{base}/k/{n}"
+    if part == "passes": return kernel_url(trace_id, n, graph="passes", target=target)
+    if part == "uops": return kernel_url(trace_id, n, code="uops", target=target)
+    return kernel_url(trace_id, n, target=target)
   return f"{base}/{view}"
 
-def step_api(trace_id: str, trace: dict, steps: list[dict], url_of) -> list[dict]:
+def asked_target(asked: str | None, traces: list[dict]) -> tuple[str | None, list[str]]:
+  """The target a tour speaks of (None: each kernel's host) and, where `asked` cannot be it, a notice naming what was asked and what is
+  shown: nothing asked for is ignored in silence."""
+  if asked is None: return None, []
+  if asked not in TARGETS:
+    return None, [f"There is no target {asked[:40]!r}: the explorer renders {', '.join(TARGETS)}. The tour speaks of each kernel's host target."]
+  if any(tour_target(t, asked) is None for t in traces):
+    return None, [f"Not every kernel of this tour has a {asked} record yet (a kernel page computes it when first opened with ?target={asked}):"
+                  " the tour speaks of each kernel's host target."]
+  return asked, []
+
+def step_api(trace_id: str, trace: dict, steps: list[dict], url_of, target: str | None = None) -> list[dict]:
   return [{**{k: v for k, v in s.items() if k != "embed"}, "url": url_of(s["id"]),
-           "view_url": view_url(trace_id, trace, s["view"]) if s["view"] != "diff" else None} for s in steps]
+           "view_url": view_url(trace_id, trace, s["view"], target) if s["view"] != "diff" else None} for s in steps]
 
 def step_index(steps: list[dict], asked: str | None) -> int:
   return next((i for i, s in enumerate(steps) if s["id"] == asked), 0)
@@ -58,8 +70,9 @@ def note_anchor(step_id: str) -> str:
   """The step anchor a note is stored under: the trace's own step id (a pair tour prefixes a-/b-)."""
   return step_id[2:] if step_id[:2] in ("a-", "b-") else step_id
 
-def embed(trace_id: str, trace: dict, view: str) -> dict:
-  """What the tour shows next to a step's text: the kind of embed and the data it needs."""
+def embed(trace_id: str, trace: dict, view: str, target: str | None = None, focus: dict | None = None) -> dict:
+  """What the tour shows next to a step's text: the kind of embed and the data it needs; a kernel's codegen (passes, uops, source) on
+  the tour's target (None: the host's), the uops listing scrolled to the uop the step discusses (focus)."""
   kernels = trace.get("kernels") or []
   if view == "graph/tensor": return {"kind": "graph", "ref": "tensor", "title": "Tensor graph (the UOp graph handed to the scheduler)"}
   if view == "rangeify":
@@ -73,41 +86,61 @@ def embed(trace_id: str, trace: dict, view: str) -> dict:
   if view == "source": return {"kind": "constants"}
   if (m := re.fullmatch(r"k/(\d+)(?:/(passes|uops|source))?", view)) and int(m.group(1)) < len(kernels):
     k = kernels[int(m.group(1))]
-    part = m.group(2) or "ast"
+    part, on = m.group(2) or "ast", target or host_target(k)
+    rec: dict[str, Any] = dict(target_record(k, on) or target_record(k) or {})
     if part == "passes":
-      top = sorted(({"index": i, **q} for i, q in enumerate(k.get("passes") or [])), key=lambda q: -q["matches"])[:10]
-      return {"kind": "passes", "kernel": k, "top": top}
+      top = sorted(({"index": i, **q} for i, q in enumerate(rec.get("passes") or [])), key=lambda q: -q["matches"])[:10]
+      return {"kind": "passes", "kernel": k, "rec": rec, "target": on, "top": top}
     if part == "source":
-      tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k.get("sources", {})]
-      tabs += [t for t in k.get("sources", {}) if t not in tabs]
+      sources = k.get("sources") or {}
+      own = "host" if on == host_target(k) else on  # the host's source is under "host"
+      tabs = [own] + [t for t in (trace.get("variant") or {}).get("targets") or [] if t in sources and t != own]
+      tabs += [t for t in sources if t not in tabs]
       return {"kind": "source", "kernel": k, "tabs": tabs}
-    if part == "uops": return {"kind": "uops", "kernel": k}
+    if part == "uops": return {"kind": "uops", "kernel": k, "rec": rec, "target": on, "focus": focus or {}}
     return {"kind": "graph", "ref": f"ast/{k['index']}", "kernel": k, "title": f"AST of kernel {k['index']} ({k['role']}): the same for every target"}
   return {"kind": "none"}
 
 # ***** a trace's tour *****
 
+TargetQuery = Query(None, max_length=40, description="the codegen target the kernel steps speak of (default: each kernel's host); "
+                   "one the trace has no record of on every kernel is not used, and `notices` says so")
+
 @router.get("/api/traces/{trace_id}/tour", tags=["tours"], summary="The trace's teaching tour: steps explained from its own numbers",
             responses=documented({**NOT_FOUND, 409: "the trace is still queued or running, or too incomplete to tour"}))
-async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep) -> dict:
-  steps = await _trace_steps(svc, trace_id, trace)
-  return {"trace_id": trace_id, "label": trace.get("label"), "steps": step_api(trace_id, trace, steps, lambda s: trace_tour_url(trace_id, s))}
+async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep, target: str | None = TargetQuery) -> dict:
+  target, notices = asked_target(target, [trace])
+  steps = await _trace_steps(svc, trace_id, trace, target)
+  return {"trace_id": trace_id, "label": trace.get("label"), "target": target, "notices": notices,
+          "steps": step_api(trace_id, trace, steps, lambda s: trace_tour_url(trace_id, s, target=target), target)}
 
 def big_asked(request: Request) -> bool: return request.query_params.get("big") == "1"
 
-async def _trace_steps(svc: Any, trace_id: str, trace: dict) -> list[dict]:
+async def _trace_steps(svc: Any, trace_id: str, trace: dict, target: str | None = None) -> list[dict]:
   """The trace's own steps, then a step per hand schedule pinned to its tour (the Opts panel's "add to the trace's tour")."""
-  return tour_steps(trace) + hand_schedule_steps(trace, await asyncio.to_thread(svc.enrichments.tour_schedules, trace_id))
+  return tour_steps(trace, target) + hand_schedule_steps(trace, await asyncio.to_thread(svc.enrichments.tour_schedules, trace_id))
 
 @router.get("/t/{trace_id}/tour", response_class=HTMLResponse, include_in_schema=False)
-async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, step: str | None = None) -> HTMLResponse:
+async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, step: str | None = None,
+                          target: str | None = Query(None, max_length=40)) -> HTMLResponse:
   trace = await deps.stored_trace(svc, trace_id)
   if trace is None: return await trace_page(request, svc, trace_id, "tour.html", ())
-  steps = await _trace_steps(svc, trace_id, trace)
+  target, notices = asked_target(target, [trace])
+  steps = await _trace_steps(svc, trace_id, trace, target)
   notes = await asyncio.to_thread(svc.store.annotations, trace_id)
   big = big_asked(request)
-  ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, big), {"": (trace_id, trace)}, {"": notes})
-  return await trace_page(request, svc, trace_id, "tour.html", (), api=f"/api/traces/{trace_id}/tour", pair=None, **ctx)
+  ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, big, target), {"": (trace_id, trace)}, {"": notes}, target)
+  ctx["notices"] = notices + ctx["notices"]
+  links = target_links([trace], target, lambda t: trace_tour_url(trace_id, ctx["cur"]["id"], big, t))
+  return await trace_page(request, svc, trace_id, "tour.html", (), api=with_query(f"/api/traces/{trace_id}/tour", target=target), pair=None,
+                          target_links=links, **ctx)
+
+def target_links(traces: list[dict], target: str | None, url_of: Callable[[str | None], str]) -> list[dict]:
+  """The tour's target switcher: each kernel's host (None) and every target all kernels of these traces have a record of."""
+  hosts = sorted({host_target(k) for tr in traces for k in tr.get("kernels") or []})
+  offered = [t for t in TARGETS if t not in hosts and all(tour_target(tr, t) is not None for tr in traces)]
+  return [{"label": f"host ({', '.join(hosts)})", "url": url_of(None), "active": target is None}] + \
+         [{"label": t, "url": url_of(t), "active": t == target} for t in offered]
 
 def note_key(step: dict, traces: dict[str, tuple[str, dict]]) -> tuple[str, str]:
   """(which trace, which step anchor) a step's notes are stored under: a pair tour's a-/b- steps under their own trace's step id,
@@ -116,7 +149,8 @@ def note_key(step: dict, traces: dict[str, tuple[str, dict]]) -> tuple[str, str]
   if side == "both": return "a", f"compare-{traces['b'][0]}"
   return side, note_anchor(step["id"])
 
-def tour_context(steps: list[dict], asked: str | None, url_of, traces: dict[str, tuple[str, dict]], notes: dict[str, list[dict]]) -> dict:
+def tour_context(steps: list[dict], asked: str | None, url_of, traces: dict[str, tuple[str, dict]], notes: dict[str, list[dict]],
+                 target: str | None = None) -> dict:
   """The template's view of one step: the step list, this step, its neighbours, the trace it is about, its embed and notes."""
   def step_notes(s: dict) -> list[dict]:
     side, anchor = note_key(s, traces)
@@ -127,10 +161,11 @@ def tour_context(steps: list[dict], asked: str | None, url_of, traces: dict[str,
             f"showing step 1, {cur['title']}.") if asked is not None and asked != cur["id"] else None
   side, anchor = note_key(cur, traces)
   trace_id, trace = traces[side]
-  view = cur.get("embed") or ({"kind": "diff"} if cur["view"] == "diff" else embed(trace_id, trace, cur["view"]))
+  view = cur.get("embed") or ({"kind": "diff", "headline": cur.get("headline") or []} if cur["view"] == "diff" else
+                              embed(trace_id, trace, cur["view"], target, cur.get("focus")))
   return {"steps": [{**s, "url": url_of(s["id"]), "notes": len(step_notes(s))} for s in steps], "index": i, "cur": cur,
           "prev_url": url_of(steps[i - 1]["id"]) if i > 0 else None, "next_url": url_of(steps[i + 1]["id"]) if i + 1 < len(steps) else None,
-          "view": view, "view_url": None if cur["view"] == "diff" else view_url(trace_id, trace, cur["view"]), "step_trace_id": trace_id,
+          "view": view, "view_url": None if cur["view"] == "diff" else view_url(trace_id, trace, cur["view"], target), "step_trace_id": trace_id,
           "step_trace": trace, "step_anchor": anchor, "step_notes": step_notes(cur), "max_note_chars": MAX_NOTE_CHARS,
           "notices": [notice] if notice else []}
 
@@ -192,17 +227,18 @@ async def api_start_tour(request: Request, kind: str, svc: ServicesDep) -> Any:
 @router.get("/api/tours/{kind}", tags=["tours"], summary="A built-in tour's steps over two traces (a and b default to the tour's own)",
             responses=documented({404: "no built-in tour of this kind, or no trace a or b",
                                   409: "trace a or b is still queued or running, or too incomplete to tour"}))
-async def api_pair_tour(kind: str, svc: ServicesDep, a: str | None = None, b: str | None = None) -> dict:
+async def api_pair_tour(kind: str, svc: ServicesDep, a: str | None = None, b: str | None = None, target: str | None = TargetQuery) -> dict:
   da, db = tour_ids(kind)
   a, b = a or da, b or db
   ta, tb = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
-  steps = pair_steps(kind, ta, tb)
-  def url_of(s: str) -> str: return pair_tour_url(kind, a, b, s)
+  target, notices = asked_target(target, [ta, tb])
+  steps = pair_steps(kind, ta, tb, target)
+  def url_of(s: str) -> str: return pair_tour_url(kind, a, b, s, target=target)
   out = []
   for s in steps:
     tid, tr = (b, tb) if s.get("side") == "b" else (a, ta)
-    out.append({**s, "url": url_of(s["id"]), "view_url": view_url(tid, tr, s["view"]) if s["view"] != "diff" else None})
-  return {"kind": kind, "title": BUILTIN_TOURS[kind]["title"], "a": a, "b": b, "steps": out}
+    out.append({**s, "url": url_of(s["id"]), "view_url": view_url(tid, tr, s["view"], target) if s["view"] != "diff" else None})
+  return {"kind": kind, "title": BUILTIN_TOURS[kind]["title"], "a": a, "b": b, "target": target, "notices": notices, "steps": out}
 
 @router.post("/tours/{kind}", include_in_schema=False)
 async def form_start_tour(request: Request, kind: str, svc: ServicesDep) -> Response:
@@ -212,21 +248,25 @@ async def form_start_tour(request: Request, kind: str, svc: ServicesDep) -> Resp
 
 @router.get("/tours/{kind}", response_class=HTMLResponse, include_in_schema=False)
 async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, a: str | None = None, b: str | None = None,
-                         step: str | None = None) -> Response:
+                         step: str | None = None, target: str | None = Query(None, max_length=40)) -> Response:
   t = tour_or_404(kind)
   if a is None or b is None:
     da, db = tour_ids(kind)
-    return RedirectResponse(pair_tour_url(kind, a or da, b or db, step, big_asked(request)), status_code=303)
+    return RedirectResponse(pair_tour_url(kind, a or da, b or db, step, big_asked(request), target), status_code=303)
   ta, tb = await deps.stored_trace(svc, a), await deps.stored_trace(svc, b)
   if ta is None or tb is None:
     statuses = [await deps.status_of(svc, x) or {"id": x, "status": "error", "error": f"no trace {x}", "stages": []} for x in (a, b)]
     return await page(request, "tour_progress.html", kind=kind, tour=t, statuses=statuses, stage_titles=STAGE_TITLES)
-  steps = pair_steps(kind, ta, tb)
+  target, notices = asked_target(target, [ta, tb])
+  steps = pair_steps(kind, ta, tb, target)
   notes = {"a": await asyncio.to_thread(svc.store.annotations, a), "b": await asyncio.to_thread(svc.store.annotations, b)}
   big = big_asked(request)
-  ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, big), {"a": (a, ta), "b": (b, tb)}, notes)
+  ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, big, target), {"a": (a, ta), "b": (b, tb)}, notes, target)
+  ctx["notices"] = notices + ctx["notices"]
+  links = target_links([ta, tb], target, lambda x: pair_tour_url(kind, a, b, ctx["cur"]["id"], big, x))
   return await page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
-              api=f"/api/tours/{kind}?a={a}&b={b}", diff_url=diff_url(a, b), **ctx)
+                    api=with_query(f"/api/tours/{kind}", a=a, b=b, target=target), diff_url=diff_url(a, b, target),
+                    target_links=links, **ctx)
 
 # ***** annotations *****
 
