@@ -103,6 +103,63 @@ def test_a_stage_row_leads_to_its_node(live_server, traced, page, errors):
   assert "STAGE" in detail, detail
   assert not errors, errors
 
+def test_stage_rows_say_what_they_hold(live_server, traced, page, errors):
+  """Every STAGE row in terms of the schedule, from rangeify's own data flow, and consistent with the schedule's reads and writes: the
+  kept MHAT STAGE became the buffer the reducing kernel writes; an inlined STAGE goes into buffers whose writer reads what it is computed
+  from (that kernel recomputes it inline), and the page says which kernel."""
+  raw = httpx.get(f"{live_server}/api/traces/{traced}/raw", timeout=60).json()
+  st, buffers, schedule = raw["scheduler"]["stages"], raw["buffers"], raw["schedule"]
+  (kept,) = st["kept"]
+  writer = schedule[buffers[kept["buffer"]]["written_by"][0]]
+  assert writer["role"] == "mhat" and set(kept["reads"]) <= set(writer["reads"]), (kept, writer)
+  for row in st["fused"]:
+    assert row["into"], row
+    for b in row["into"]:
+      (w,) = buffers[b]["written_by"]
+      assert set(row["reads"]) <= set(schedule[w]["reads"]), (row, schedule[w])
+  weight = next(b["index"] for b in buffers if b["role"] == "weight")
+  ghat = next(r for r in st["fused"] if r["reads"] == [weight])
+  page.goto(f"{live_server}/t/{traced}/bufferize")
+  rows = page.locator('#stage-table tr[data-fate="fused"]')
+  assert rows.count() >= 1
+  texts = rows.locator(".stage-became").all_inner_texts()
+  ghat_kernel = schedule[buffers[ghat["into"][0]]["written_by"][0]]["name"]
+  assert all(t.startswith("inlined into ") for t in texts) and any(ghat_kernel in t for t in texts)
+  assert any("weight" in t for t in rows.locator(".stage-from").all_inner_texts())
+  assert not errors, errors
+
+def test_nested_passes_fold_under_their_pass(live_server, traced, page, errors):
+  """A nested rewrite is listed under the pass that ran it, folded until that pass is opened (or stepped into)."""
+  rec = httpx.get(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda", timeout=60).json()
+  top = next(i for i, p in enumerate(rec["passes"]) if not p["depth"] and i + 1 < len(rec["passes"]) and rec["passes"][i + 1]["depth"]
+             and any(q["matches"] for q in rec["passes"][i + 1:] if q["depth"]))
+  first = next(i for i, p in enumerate(rec["passes"]) if p["matches"] and not p["depth"] and i != top)
+  page.goto(f"{live_server}/t/{traced}/k/0?target=cuda&graph=passes&pass={first}&at=after")
+  wait_graphs(page)
+  nested = page.locator(f'#passes a[data-top="{top}"]')
+  assert nested.count() >= 1 and all(not nested.nth(i).is_visible() for i in range(nested.count()))
+  twisty = page.locator(f'#passes [data-toggle-nested="{top}"]')
+  assert f"{nested.count()} nested" in twisty.inner_text()
+  twisty.click()
+  assert any(nested.nth(i).is_visible() for i in range(nested.count())) and "pass=" + str(first) in page.url  # opened, not navigated
+  twisty.click()
+  assert all(not nested.nth(i).is_visible() for i in range(nested.count()))
+  assert not errors, errors
+
+def test_the_node_pane_stays_in_view(live_server, traced, page, errors):
+  """Clicking a node opens its pane over the graph, inside the viewport, not below the page's fold."""
+  page.goto(f"{live_server}/t/{traced}/k/1")
+  wait_graphs(page)
+  page.locator("#ast-graph").scroll_into_view_if_needed()
+  page.locator("#ast-graph g.node.op-STORE").first.dispatch_event("click")
+  pane, canvas = page.locator("#ast-graph .viewer-detail"), page.locator("#ast-graph .viewer-canvas").bounding_box()
+  pane.wait_for()
+  box, vp = pane.bounding_box(), page.viewport_size
+  assert 0 <= box["y"] and box["y"] + min(box["height"], 200) <= vp["height"] and box["x"] + box["width"] <= vp["width"], (box, vp)
+  assert canvas["y"] <= box["y"] < canvas["y"] + canvas["height"], (box, canvas)
+  assert "STORE" in pane.inner_text()
+  assert not errors, errors
+
 def test_passes_can_be_filtered_scrubbed_and_a_node_followed(live_server, traced, page, errors):
   rec = httpx.get(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda", timeout=60).json()
   last = next(i for i, p in enumerate(rec["passes"]) if p["name"] == "linearize/render")

@@ -101,7 +101,8 @@ def test_glossary_from_every_view(tour, page):
   page.goto(tour["base"] + "/glossary")
   assert "STAGE / bufferize" in page.inner_text("#glossary")
 
-LABEL_PX = """() => { const px = [...document.querySelectorAll('#tour-graph g.node text')].map(t => { const m = t.getScreenCTM(), r = t.getBoundingClientRect();
+LABEL_PX = """() => { const px = [...document.querySelectorAll('#tour-graph g.node text')].map(t => {
+  const m = t.getScreenCTM(), r = t.getBoundingClientRect();
   return r.width > 0 ? parseFloat(t.getAttribute('font-size')) * Math.hypot(m.a, m.b) : 0; }).filter(x => x > 0).sort((a, b) => a - b);
   return px.length ? px[Math.floor(px.length / 2)] : 0; }"""
 

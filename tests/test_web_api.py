@@ -187,6 +187,15 @@ def test_kernel_bufferize_rangeify_json(web_client, small_trace):
   rg = web_client.get(f"/api/traces/{small_trace}/rangeify").json()
   assert any(p["name"] == "symbolic+reduce_collapse+debuf" for p in rg["passes"])
 
+def test_each_listing_names_its_targets_device(web_client, small_trace):
+  """A deviceless target renders the AST the trace's device scheduled: its listing's PARAMs name that target's device, not the host's."""
+  for target, device in (("cuda", "CUDA"), ("metal", "METAL")):
+    listing = web_client.get(f"/api/traces/{small_trace}/kernels/0/targets/{target}").json()["uops_listing"]
+    params = [line for line in listing if "PARAM" in line and "ParamArg(" in line]
+    assert params and all(f"device='{device}'" in line for line in params), (target, params[:2])
+  host, device = web_client.get(f"/api/traces/{small_trace}/kernels/0").json(), web_client.get(f"/api/traces/{small_trace}").json()["env"]["device"]
+  assert any(f"device='{device}'" in line for line in host["uops_listing"])
+
 def debuf_pass(client, trace_id) -> int:
   passes = client.get(f"/api/traces/{trace_id}/rangeify").json()["passes"]
   return next(p["index"] for p in passes if p["name"] == "symbolic+reduce_collapse+debuf")
