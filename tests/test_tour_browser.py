@@ -127,6 +127,11 @@ def test_presenter_mode_fits_a_projector(tour, browser):
     assert focus > 20 and wrap["y"] <= line["y"] and line["y"] + line["height"] <= wrap["y"] + wrap["height"], (wrap, line)
     assert pg.locator("#tour-uops .uop-line.focus").inner_text().split()[0] == str(focus)
     pg.screenshot(path=str(ARTIFACTS / "tour_projector_uops.png"))
+    pg.goto(f"{tour['base']}/t/{tour['b']}/tour?step=k2-source&big=1")  # the source step: the line its text names, marked and in view
+    line = int(pg.get_attribute("#tour-source", "data-focus-line"))
+    assert f"Line {line} (marked)" in pg.inner_text("#step-text")
+    wrap, mark = pg.locator("#tour-source").bounding_box(), pg.locator("#tour-source .tour-focus").bounding_box()
+    assert wrap["y"] <= mark["y"] and mark["y"] + mark["height"] <= wrap["y"] + wrap["height"], (wrap, mark)
     pg.goto(tour["url"] + "&step=compare&big=1")
     stats = pg.locator("#tour-headline .stat")
     assert stats.count() == 3 and "kernels" in stats.nth(0).inner_text().lower()

@@ -125,16 +125,21 @@ def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None, target: str | Non
                f"For {on}, the linearizer ordered {rec['linear_uops']} uops: {o['alu']} ALU ops, {o['loads']} loads, {o['stores']} stores, "
                f"{o['consts']} constants and {_plural(o['ranges'], 'loop')}. tinygrad estimates {_si(rec['flops'])}FLOPs and "
                f"{fmt_bytes(rec['bytes'])} of memory traffic." + _pressure_text(rec))
-  if (p := rec.get("pressure")): uops["focus"] = {"uop": p["max_live_at"], "line": p.get("max_live_line")}
+  source = _step(f"k{n}-source", f"Kernel {n}: source", f"k/{n}/source",
+                 f"The {on} renderer turned those uops into {len((rec.get('source') or '').splitlines())} lines of source, the kernel "
+                 f"{rec['name']}." + (f" The trace also rendered it for {', '.join(others)} (the tabs beside it)." if others else ""))
+  if (p := rec.get("pressure")):
+    uops["focus"] = {"uop": p["max_live_at"], "line": p.get("max_live_line")}
+    if p.get("max_live_line"):
+      source["text"] += f" Line {p['max_live_line']} (marked) is where the most values are live at once, {p['max_live']}."
+      source["focus"] = {"line": p["max_live_line"]}
   return [
     _step(f"k{n}-ast", f"Kernel {n}: {k['role']} AST", f"k/{n}", text),
     _step(f"k{n}-codegen", f"Kernel {n}: codegen passes", f"k/{n}/passes",
           f"Codegen for {on} ran {_plural(len(rec.get('passes') or []), 'pass', 'passes')} on this kernel; the busiest were {busiest}. "
           f"{_opt_text(rec.get('opts') or [])} The launch is global {rec['global_size']} x local {rec['local_size']}."),
     uops,
-    _step(f"k{n}-source", f"Kernel {n}: source", f"k/{n}/source",
-          f"The {on} renderer turned those uops into {len((rec.get('source') or '').splitlines())} lines of source, the kernel {rec['name']}."
-          + (f" The trace also rendered it for {', '.join(others)} (the tabs beside it)." if others else "")),
+    source,
   ]
 
 def hand_schedule_steps(trace: dict, schedules: list[dict]) -> list[dict]:

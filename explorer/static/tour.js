@@ -72,6 +72,11 @@ function initTourKeys() {
   if (!tour) return;
   centerIn(tq(".tour-steps ol"), tq(".tour-steps a.current"));  // the list only: the page stays at its top
   centerIn(tq("#tour-uops"), tq("#tour-uops .uop-line.focus"));  // the uop the step's text discusses, in the middle of its listing
+  const src = tq("#tour-source[data-focus-line]");  // ...and the source line it discusses
+  if (src) {
+    const line = tq(`[id="S-${src.dataset.focusLine}"]`, src);
+    if (line) { line.classList.add("tour-focus"); centerIn(src, line); }
+  }
   document.addEventListener("keydown", (e) => {
     if (typing(e.target) || e.metaKey || e.ctrlKey || e.altKey || e.defaultPrevented) return;
     const dir = { ArrowRight: "next", j: "next", ArrowLeft: "prev", k: "prev" }[e.key];

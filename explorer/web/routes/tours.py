@@ -96,7 +96,7 @@ def embed(trace_id: str, trace: dict, view: str, target: str | None = None, focu
       own = "host" if on == host_target(k) else on  # the host's source is under "host"
       tabs = [own] + [t for t in (trace.get("variant") or {}).get("targets") or [] if t in sources and t != own]
       tabs += [t for t in sources if t not in tabs]
-      return {"kind": "source", "kernel": k, "tabs": tabs}
+      return {"kind": "source", "kernel": k, "tabs": tabs, "focus": focus or {}}
     if part == "uops": return {"kind": "uops", "kernel": k, "rec": rec, "target": on, "focus": focus or {}}
     return {"kind": "graph", "ref": f"ast/{k['index']}", "kernel": k, "title": f"AST of kernel {k['index']} ({k['role']}): the same for every target"}
   return {"kind": "none"}
