@@ -233,6 +233,7 @@ class Kernel(TypedDict):
   source_errors: dict[Name, Text]
   codegen_s: float
   compile_s: float
+  compile_cached: NotRequired[bool]  # the binary came from tinygrad's disk cache of compiles (no compiler ran, as tinygrad does)
   reads: list[Count]
   writes: list[Count]
   time_s: TimeStats | None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from explorer import defaults
 
 ENV_PREFIX = "KERNEL_EXPLORER_"
 MIN_TOKEN_CHARS = 16
@@ -24,13 +25,13 @@ class Settings(BaseSettings):
   db: str | None = Field(None, description="SQLite file for stored traces (default: $XDG_DATA_HOME/kernel-explorer/traces.sqlite3)")
   token: str | None = Field(None, min_length=MIN_TOKEN_CHARS, description="access token required when binding beyond loopback "
                             "(header X-Access-Token or cookie ke_token); at least 16 characters: `kernel-explorer token` prints one")
-  trace_timeout_s: float = Field(600.0, ge=0, description="wall-clock limit for one worker (a trace, a study variant, a diff measurement, "
-                                 "a probe), in seconds")
-  worker_memory_mb: int = Field(8192, ge=0, description="memory limit of a worker: each of its processes' data size and their resident "
-                                "total, in MiB (0: none)")
-  worker_nice: int = Field(10, ge=0, description="workers run this much below the server's CPU priority (a Unix nice increment; 0: same): "
-                           "pages stay responsive")
-  max_output_mb: int = Field(256, ge=0, description="largest result a worker may send back (trace JSON plus rewrite blob), in MiB")
+  trace_timeout_s: float = Field(defaults.TRACE_TIMEOUT_S, ge=0, description="wall-clock limit for one worker (a trace, a study variant, "
+                                 "a diff measurement, a probe), in seconds")
+  worker_memory_mb: int = Field(defaults.WORKER_MEMORY_MB, ge=0, description="memory limit of a worker: each of its processes' data "
+                                "size and their resident total, in MiB (0: none)")
+  worker_nice: int = Field(defaults.WORKER_NICE, ge=0, description="workers run this much below the server's CPU priority (a Unix "
+                           "nice increment; 0: same): pages stay responsive")
+  max_output_mb: int = Field(defaults.MAX_OUTPUT_MB, ge=0, description="largest result a worker may send back (trace JSON plus rewrite blob), in MiB")
   memory_budget_mb: int = Field(2048, ge=0, description="largest input+weight+output tensor size a spec may ask for, in MiB")
   queue: str | None = Field(None, description="Redis URL of a job queue (redis://[:password@]host:6379/0): traces, studies and diff "
                            "measurements then run on `kernel-explorer worker` processes, on any machine, instead of this server's "

@@ -3,10 +3,6 @@
 from __future__ import annotations
 import io
 from typing import Sequence
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 def si(x: float | None, unit: str = "") -> str:
   if x is None: return "-"
@@ -29,6 +25,10 @@ def ms(t: dict[str, float] | None) -> str:
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], text_columns: int = 1) -> str:
   """The first text_columns left-aligned, the rest (numbers) right-aligned; cells are plain text (a kernel name or an opt list is never
   read as markup)."""
+  from rich import box  # here: a command imports rich only once it prints a table
+  from rich.console import Console
+  from rich.table import Table
+  from rich.text import Text
   t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
   for i, h in enumerate(headers): t.add_column(h, justify="left" if i < text_columns else "right", no_wrap=True)
   for r in rows: t.add_row(*(Text(str(c)) for c in r))

@@ -46,7 +46,8 @@ def test_every_page_serves_a_captured_program(captured, db):
 def test_a_diff_of_my_layer_with_and_without_contiguous(db):
   got = run_json("contiguous", str(db))
   assert got["kernels"] == [1, 2] and "matched by role" in got["diff"]
-  assert got["compare"].startswith("A (layer): ") and "B (layer, contiguous): " in got["compare"]  # a pair tour names the programs
+  assert got["compare"].startswith("In three numbers, A -> B: kernels 1 -> 2")  # a pair tour opens with its headline, then names the programs
+  assert "A (layer): " in got["compare"] and "B (layer, contiguous): " in got["compare"]
   from fastapi.testclient import TestClient
   with TestClient(app_over(str(db))) as client:
     page = client.get(f"/diff/{got['a']}/{got['b']}", headers={"accept": "text/html"})

@@ -73,7 +73,8 @@ def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
 def summary(trace: dict) -> str:
   out = [f"{trace['label']}   device={trace['env']['device']} tinygrad={trace['env']['tinygrad']}"]
   out += [f"note: {n}" for n in trace["notes"]]
-  rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), f"{k['compile_s']*1e3:.1f}", ms(k["time_s"]))
+  def compiled(k: dict) -> str: return "cached" if k.get("compile_cached") else f"{k['compile_s']*1e3:.1f}"
+  rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), compiled(k), ms(k["time_s"]))
           for k in trace["kernels"]]
   out.append(table(("kernel", "role", "ast uops", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows))
   t, sc = trace["totals"], (trace.get("scheduler") or {}).get("stage_counts")
@@ -395,7 +396,8 @@ def _heartbeat_ttl(s: str) -> float:
   if not 2 <= ttl <= 300: raise argparse.ArgumentTypeError(f"--heartbeat-ttl is 2 to 300 seconds, got {s}")
   return ttl
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(settings_flags: bool = True) -> argparse.ArgumentParser:
+  """settings_flags: serve's flag per setting (which loads pydantic-settings: a sixth of a second that a trace waits for otherwise)."""
   p = Parser(prog="kernel-explorer", description=__doc__)
   sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
   t = sub.add_parser("trace", help="trace one convolution (or, with --script, any tinygrad program) through tinygrad's pipeline")
@@ -507,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
   s.add_argument("--host", default="127.0.0.1")
   s.add_argument("--port", type=int, default=8000)
   s.add_argument("--db", default=None, help="SQLite file for stored traces")
-  add_settings_flags(s)
+  if settings_flags: add_settings_flags(s)
   s.set_defaults(fn=cmd_serve)
   return p
 
@@ -535,8 +537,9 @@ def stop_resource_tracker() -> None:
 
 def _run(argv: Sequence[str] | None) -> int:
   from explorer.tracing.workers import WorkerFailed
+  args = sys.argv[1:] if argv is None else list(argv)
   try:
-    a = build_parser().parse_args(argv)
+    a = build_parser(settings_flags=not args or args[0] in ("serve", "-h", "--help")).parse_args(args)
     return a.fn(a)
   except (UsageError, SpecError, argparse.ArgumentTypeError) as e:
     print(f"kernel-explorer: {e}", file=sys.stderr)

@@ -3,22 +3,23 @@ finishes), one plain line per event anywhere else (a log, CI, a test's captured 
 from __future__ import annotations
 import sys
 from types import TracebackType
-from typing import Callable, Sequence
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING, Callable, Sequence
+if TYPE_CHECKING: from rich.progress import Progress  # rich is imported only when bars are drawn: a command starts its work sooner
 
 Callback = Callable[[str, str, str], None]
 FINISHED = ("done", "error", "skipped")
 
 class StepBars:
-  def __init__(self, quiet: bool = False, console: Console | None = None) -> None:
-    self.quiet, self.console = quiet, console or Console(stderr=True)
+  def __init__(self, quiet: bool = False) -> None:
+    self.quiet = quiet
     self.bars: Progress | None = None
 
   def __enter__(self) -> StepBars:
-    if not self.quiet and self.console.is_terminal:
+    if not self.quiet and sys.stderr.isatty():
+      from rich.console import Console
+      from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
       self.bars = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           TextColumn("{task.fields[detail]}", style="dim"), console=self.console)
+                           TextColumn("{task.fields[detail]}", style="dim"), console=Console(stderr=True))
       self.bars.start()
     return self
 

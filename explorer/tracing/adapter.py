@@ -4,13 +4,14 @@ Import it first in a fresh process: tinygrad swaps in its tracking PatternMatche
 set before. With VIZ unset (a trace worker), every named graph_rewrite is recorded (TRACK_MATCH_STATS=2), without VIZ's
 profiling and stack traces, which cost more than the tracking itself. A process that sets VIZ gets tinygrad's own behaviour:
 VIZ=0 is a plain, untracked tinygrad (renders for other targets, timing, benchmarks' baselines). Always PARALLEL=0 (compile
-in this process) and CCACHE=0 (compile times are cold).
+in this process). tinygrad's disk cache of compiles stays as tinygrad has it (CCACHE): a trace compiles what tinygrad would, and
+says which kernels came from the cache (explorer.tracing.trace); studies time compiles afresh (compile_seconds).
 """
 from __future__ import annotations
 import os
 if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 # compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
-for _k, _v in {"PARALLEL": "0", "CCACHE": "0"}.items(): os.environ.setdefault(_k, _v)
+os.environ.setdefault("PARALLEL", "0")
 
 import atexit, collections, collections.abc, contextlib, ctypes, dataclasses, difflib, enum, functools, glob, io, itertools, linecache, math
 import pickle, platform, re, subprocess, sys, tempfile, time, typing
@@ -167,6 +168,44 @@ def export_rewrites(base: int) -> bytes:
 
 def trace_num(u: UOp) -> int: return u.trace_num
 
+def rebuild(fields: collections.abc.Mapping[int, tuple], num: int, built: dict[int, UOp]) -> UOp:
+  """The UOp a rewrite log recorded as `num`, rebuilt from its fields (op, dtype, sources' numbers, arg, tag), as tinygrad's viewer
+  rebuilds it, without recursion (a deep graph would exhaust Python's stack). built caches what is rebuilt: UOps are interned, so a
+  rebuilt graph shares its nodes with every other rebuilt from the same cache."""
+  stack = [num]
+  while stack:
+    n = stack[-1]
+    if n in built:
+      stack.pop()
+      continue
+    op, dtype, src, arg, *rest = fields[n]
+    if missing := [x for x in src if x not in built]:
+      stack.extend(missing)
+      continue
+    built[n] = UOp(op, dtype, tuple(built[x] for x in src), arg, *rest)
+    stack.pop()
+  return built[num]
+
+class LiveLog:
+  """This process's own rewrite log, read in place: what a trace reads back while it records (the bufferize decisions, the call's
+  arguments, loop splits) is rebuilt from tinygrad's live fields, without writing and reading back a blob or importing its viewer
+  (about a quarter of a second to import). Pass groups are relative to base, as in the blob the trace stores."""
+  def __init__(self, base: int = 0) -> None:
+    self.base, self.built = base, dict[int, UOp]()
+
+  def sink(self, num: int) -> UOp: return rebuild(uop_ops.uop_fields, num, self.built)
+
+  def nums(self) -> dict[int, int]: return {id(u): n for n, u in self.built.items()}
+
+  def pass_output(self, p: Pass) -> UOp:
+    """The graph a pass ended with (its start with every match applied): replayed with tinygrad's viewer code (imported here)."""
+    from tinygrad.viz.serve import VizData, get_full_rewrite
+    data = VizData(RewriteTrace(uop_ops.tracked_keys[self.base:], uop_ops.tracked_ctxs[self.base:], uop_ops.uop_fields))
+    last = None
+    for last in get_full_rewrite(data, data.trace.rewrites[p.group][p.step]): pass
+    assert last is not None, f"pass {p.name} replayed no graph"
+    return last["_sink"]
+
 # ***** graphs: expand lazily from the rewrite blob, with tinygrad# ***** the rewrite log as data: what a trace stores and what may cross a wire *****
 # A rewrite blob is tinygrad's RewriteTrace written as plain data (numbers, strings, bytes, lists and dicts), never as pickled objects:
 # loading one builds each object itself, from a fixed list of tinygrad's data classes, with the blob's values as their fields. A blob
@@ -210,25 +249,25 @@ def encode_rewrite_log(log: RewriteTrace) -> bytes:
   enc, fields = _Encoder(), log.uop_fields
   ops = {o: i for i, o in enumerate(Ops)}
   keys = [[k.display_name, enc.value(tuple(k.keys))] for k in log.keys]
-  rewrites = [[[enc.value(getattr(r, f.name)) if f.name != "matches" else [[a, b, enc.value(loc), t] for a, b, loc, t in r.matches]
+  locs: dict[Any, Any] = {}  # a rule's location, encoded once: a pass records tens of thousands of matches of a few rules
+  def loc_of(loc: Any) -> Any: return got if (got := locs.get(loc)) is not None else locs.setdefault(loc, enc.value(loc))
+  rewrites = [[[enc.value(getattr(r, f.name)) if f.name != "matches" else [[a, b, loc_of(loc), t] for a, b, loc, t in r.matches]
                 for f in dataclasses.fields(r)] for r in group] for group in log.rewrites]
   columns: dict[str, list] = {"num": [], "op": [], "dtype": [], "src": [], "arg": [], "tag": [], "meta": []}
   done = 0
   while done < len(fields):  # a UOp in an arg is numbered (and recorded) as it is met: those are written in the next round
     nums = list(fields)[done:]
     done += len(nums)
-    # one pass, names bound locally: a training step records millions of UOps, and most args and tags are plain (written as they are)
-    op_col, dt_col, src_col, arg_col, tag_col, meta_col = (columns[c] for c in ("op", "dtype", "src", "arg", "tag", "meta"))
-    columns["num"] += nums
+    # a column at a time, names bound locally: a training step records millions of UOps, and most args and tags are plain
+    rows = [fields[n] for n in nums]
     op_index, dtype, value, plain, dtypes = ops.__getitem__, enc.dtype, enc.value, _PLAIN, enc.dtypes
-    for n in nums:
-      row = fields[n]
-      op_col.append(op_index(row[0]))
-      dt_col.append(i if (i := dtypes.get(row[1])) is not None else dtype(row[1]))
-      src_col.append(row[2])
-      arg_col.append(a if type(a := row[3]) in plain else value(a))
-      tag_col.append(None if (t := row[4]) is None else value(t))
-      meta_col.append(value(row[5]) if len(row) > 5 else None)
+    columns["num"] += nums
+    columns["op"] += [op_index(r[0]) for r in rows]
+    columns["dtype"] += [i if (i := dtypes.get(r[1])) is not None else dtype(r[1]) for r in rows]
+    columns["src"] += [r[2] for r in rows]
+    columns["arg"] += [a if type(a := r[3]) in plain else value(a) for r in rows]
+    columns["tag"] += [None if (t := r[4]) is None else value(t) for r in rows]
+    columns["meta"] += [value(r[5]) if len(r) > 5 else None for r in rows]
   if enc.unstored: ENCODER_UNSTORED.update(enc.unstored)
   body = {"ops": [o.name for o in ops], "dtypes": [[d.priority, d.bitsize, d.name, d.fmt] for d in enc.dtypes], "keys": keys, "rewrites": rewrites,
           "fields": columns, "rewrite_fields": [f.name for f in dataclasses.fields(TrackedGraphRewrite)]}
@@ -272,15 +311,7 @@ class _LogFields(collections.abc.Mapping):
   def uop(self, num: int) -> UOp:
     """The recorded UOp with every source (built bottom-up without recursion: graphs can be thousands of UOps deep)."""
     _check(type(num) is int and num in self.row, f"it refers to UOp {num!r}, which it lacks")
-    todo = [num]
-    while todo:
-      n = todo[-1]
-      if n in self.built: todo.pop(); continue
-      op, dtype, src, arg, tag, *meta = self[n]
-      if missing := [s for s in src if s not in self.built]: todo.extend(missing); continue
-      self.built[n] = UOp(op, dtype, tuple(self.built[s] for s in src), arg, tag, *meta)
-      todo.pop()
-    return self.built[num]
+    return rebuild(self, num, self.built)
 
   def value(self, x: Any) -> Any:
     t = type(x)
@@ -376,6 +407,14 @@ class RewriteBlob:
   def nums(self) -> dict[int, int]:
     """id(UOp) -> trace number, for every UOp rebuilt so far (whole graphs rebuilt from the blob are kept by tinygrad's VizData)."""
     return {id(u): n for n, u in self.data.all_uops.items()}
+
+  def pass_output(self, p: Pass) -> UOp:
+    """The graph a pass ended with (its start with every match applied)."""
+    from tinygrad.viz.serve import get_full_rewrite
+    last = None
+    for last in get_full_rewrite(self.data, self.data.trace.rewrites[p.group][p.step]): pass
+    assert last is not None, f"pass {p.name} replayed no graph"
+    return last["_sink"]
 
   def node_ids(self, trace_nums: list[int]) -> list[str]:
     """The graph node ids (uop_graph's) of recorded UOps: rebuilt UOps are interned, so while a graph of this blob holds its UOps,
@@ -528,7 +567,7 @@ def _data_flow(sink: UOp, nums: dict[int, int], kept: Callable[[UOp], bool]) -> 
     into[u] = frozenset(goes)
   return reads, into
 
-def stages_in(sink: UOp, blob: RewriteBlob | None = None, kept: Callable[[int | None], bool] | None = None) -> list[Stage]:
+def stages_in(sink: UOp, blob: RewriteBlob | LiveLog | None = None, kept: Callable[[int | None], bool] | None = None) -> list[Stage]:
   """The STAGEs of a graph, each with its data flow (reads, into), which stops at the STAGEs `kept` says became buffers (by trace
   number; default: the ones not removable)."""
   nums = blob.nums() if blob is not None else {}
@@ -544,7 +583,7 @@ def stages_in(sink: UOp, blob: RewriteBlob | None = None, kept: Callable[[int | 
                      tuple(sorted(into.get(u, frozenset())))))
   return ret
 
-def call_argument_nums(blob: RewriteBlob, passes: list[Pass]) -> list[int | None]:
+def call_argument_nums(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> list[int | None]:
   """The trace numbers of the buffers the scheduled call takes, by argument slot (the PARAM slots of rangeify's graphs): read off the
   graph the "schedule to linear" pass started from, tinygrad's CALL of the tensor graph's SINK on its buffers."""
   p = next((p for p in passes if p.name == "schedule to linear"), None)
@@ -552,7 +591,7 @@ def call_argument_nums(blob: RewriteBlob, passes: list[Pass]) -> list[int | None
   call, nums = blob.sink(p.sink), blob.nums()
   return [nums.get(id(b)) for b in call.src[1:]] if call.op is Ops.CALL else []
 
-def realized_in(sink: UOp, blob: RewriteBlob) -> list[Stage]:
+def realized_in(sink: UOp, blob: RewriteBlob | LiveLog) -> list[Stage]:
   """The boundaries stored to directly rather than through a STAGE (outputs, .contiguous()): each AFTER of a buffer, as a Stage row."""
   nums, ret = blob.nums(), []
   for u in sink.toposort():
@@ -570,7 +609,7 @@ def realized_in(sink: UOp, blob: RewriteBlob) -> list[Stage]:
 # pass names of rangeify in get_kernel_graph: STAGEs exist after apply rangeify; removable ones are fused away in DEBUF
 RANGEIFY_PASS, DEBUF_PASS, STAGE_TO_STORE_PASS = "apply rangeify", "symbolic+reduce_collapse+debuf", "stage to store"
 
-def stage_decisions(blob: RewriteBlob, passes: list[Pass]) -> dict:
+def stage_decisions(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> dict:
   """Which STAGEs rangeify created, which the debuf pass removed (fused) and which survived to become buffers.
   Read off the graphs tinygrad recorded at the start of the debuf pass and of the pass after it."""
   names = [p.name for p in passes]
@@ -578,7 +617,7 @@ def stage_decisions(blob: RewriteBlob, passes: list[Pass]) -> dict:
   i = names.index(DEBUF_PASS)
   after = next((p for p in passes[i+1:] if p.depth <= passes[i].depth), None)
   created = stages_in(blob.sink(passes[i].sink), blob)
-  kept = stages_in(blob.sink(after.sink), blob) if after is not None else stages_in(_pass_output(blob, passes[i]), blob)
+  kept = stages_in(blob.sink(after.sink), blob) if after is not None else stages_in(blob.pass_output(passes[i]), blob)
   # STAGEs change identity as their sources are rewritten: pair survivors with their origin by ever looser signatures
   unpaired_created, unpaired_kept, kept_of = list(created), list(kept), {}
   for sig in (lambda s: (s.shape, s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace)):
@@ -593,12 +632,6 @@ def stage_decisions(blob: RewriteBlob, passes: list[Pass]) -> dict:
   return {"created": created, "kept": kept, "fused": fused, "realized": len(realized), "realized_rows": realized, "debuf_matches": passes[i].matches,
           "debuf_pass": i, "kept_of": kept_of}
 
-def _pass_output(blob: RewriteBlob, p: Pass) -> UOp:
-  from tinygrad.viz.serve import get_full_rewrite
-  last = None
-  for last in get_full_rewrite(blob.data, blob.data.trace.rewrites[p.group][p.step]): pass
-  assert last is not None, f"pass {p.name} replayed no graph"
-  return last["_sink"]
 
 # ***** the schedule's calls and buffers *****
 
@@ -667,10 +700,11 @@ class CompileTimer:
   """Times the exact compile calls tinygrad makes for a renderer (around its compiler's compile method); a failed compile raises
   CompileFailed with the compiler's own message."""
   def __init__(self, renderer: Renderer):
-    self.seconds = 0.0
+    self.seconds, self.calls = 0.0, 0  # calls: compiles that ran (none: tinygrad's disk cache had the binary)
     comp = renderer.compiler
     inner = comp.compile
     def timed(src: str) -> bytes:
+      self.calls += 1
       st = time.perf_counter()
       with tempfile.TemporaryFile("w+") as err:
         try:
@@ -891,15 +925,13 @@ def loop_splits(mark: int) -> list[LoopSplit]:
   """Each match of a "split ranges" pass since mark: the loop(s) it cut (axis, trip count, kind), the loops they became, the rule (its
   file:line and source, read from tinygrad now). tinygrad records the pass's rewrite of the kernel; the cut ranges are what the graph
   lost and the new ranges what it gained."""
-  from tinygrad.viz.serve import VizData, _reconstruct
-  data = None
+  log = LiveLog()
   out: list[LoopSplit] = []
   for g in range(mark, len(uop_ops.tracked_ctxs)):
     for step, r in enumerate(uop_ops.tracked_ctxs[g]):
       if not _splits_loops(r.name) or not r.matches: continue
-      if data is None: data = VizData(RewriteTrace(uop_ops.tracked_keys, uop_ops.tracked_ctxs, uop_ops.uop_fields))
       for before, after, loc, _ in r.matches:
-        fb, fa = (collections.Counter(_range_fact(u) for u in _reconstruct(data, n).toposort() if u.op is Ops.RANGE) for n in (before, after))
+        fb, fa = (collections.Counter(_range_fact(u) for u in log.sink(n).toposort() if u.op is Ops.RANGE) for n in (before, after))
         if fb == fa: continue  # a match of the pass that cut nothing (it also flattens ranges)
         # the loops it cut and the ones they became; a loop nested in a peeled one is copied, not cut, and is left out of both
         out.append({"pass": r.name, "step": step, "ranges": [_loop_range(f) for f in sorted(fb - fa, key=str)],

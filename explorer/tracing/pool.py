@@ -5,25 +5,10 @@ process group already bound) and `call` (graph layout in the server: a wall-cloc
 it, a bound on calls waiting for a process, WorkersBusy past it). A pool whose process died (killed, out of memory, a segfault) or
 hung past the time limit is replaced: the call that was running fails with a clear message, later calls run on fresh processes."""
 from __future__ import annotations
-import asyncio, concurrent.futures, multiprocessing.context, os, pickle, sys, threading, types
+import asyncio, concurrent.futures, os, pickle
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
-from explorer.tracing.workers import Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
-
-class _SpawnWithoutMain(multiprocessing.context.SpawnProcess):
-  """A spawned process that does not run the parent's __main__ again: spawn re-imports the main script in every child (so that its
-  functions unpickle), and a user's script or notebook cell that captures with explorer.api.capture, without an
-  `if __name__ == "__main__"` guard, would run again in each render process. A pool's functions all live in the explorer's modules."""
-  _hiding = threading.Lock()  # the executor spawns from the caller's thread and from its manager thread
-
-  def start(self) -> None:
-    with self._hiding:
-      main, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
-      try: super().start()
-      finally: sys.modules["__main__"] = main
-
-class _SpawnContext(multiprocessing.context.SpawnContext):
-  Process = _SpawnWithoutMain
+from explorer.tracing.workers import SPAWN, Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
 
 def _init(parent_pid: int, limits: Limits, initializer: Callable[[], None] | None) -> None:
   enter_limits(limits, parent_pid)  # a parent that dies (a SIGKILLed server, a killed trace worker) takes its pool along
@@ -56,7 +41,7 @@ class WorkerPool:
     if self._pool is not None and (getattr(self._pool, "_broken", False) or not all(p.is_alive() for p in self.processes())):
       self.kill()  # a process died while idle
     if self._pool is None:
-      self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=_SpawnContext(), initializer=_init,
+      self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=SPAWN, initializer=_init,
                                                           initargs=(os.getpid(), self.limits, self.initializer),
                                                           max_tasks_per_child=self.max_tasks_per_child)
     return self._pool

@@ -4,7 +4,7 @@ Call `capture` in a fresh process (explorer.tracing.workers does): tinygrad's re
 and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
-import contextlib, datetime, platform, socket, statistics, time, traceback
+import contextlib, datetime, platform, socket, statistics, threading, time, traceback
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -36,9 +36,33 @@ class TinygradClock:
     finally: self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - st
 
 class Recorder:
-  """Runs the stages in order; a stage that raises is recorded (which stage, the error) and stops the trace there."""
+  """Runs the stages in order; a stage that raises is recorded (which stage, the error) and stops the trace there. Work of a stage that
+  tinygrad does not wait for (the float64 reference check) may run beside the next ones (`beside`), and is settled before anything is
+  timed and before the trace is returned."""
   def __init__(self, trace: dict, progress: Progress):
     self.trace, self.progress, self.tinygrad = trace, progress, TinygradClock(trace)
+    self.pending: list[tuple[str, threading.Thread, list[BaseException]]] = []
+
+  def beside(self, stage: str, fn: Callable[[], None]) -> None:
+    """fn in a thread of its own: numpy's float64 reference releases the GIL, so it runs on the other core while the trace goes on."""
+    failed: list[BaseException] = []
+    def body() -> None:
+      try: fn()
+      except Exception as e: failed.append(e)  # noqa: BLE001 - recorded as the stage's failure by settle()
+    t = threading.Thread(target=body, name=f"{stage} beside", daemon=True)
+    t.start()
+    self.pending.append((stage, t, failed))
+
+  def settle(self) -> None:
+    """Wait for the work running beside the stages; a failure is its stage's, recorded as run() records one."""
+    for stage, t, failed in self.pending:
+      t.join()
+      for e in failed:
+        self.trace["failures"].append({"stage": stage, "error": f"{type(e).__name__}: {e}",
+                                       "traceback": "".join(traceback.format_exception(e, limit=8))})
+        self.trace["status"] = "error"
+        self.progress(stage, "error", f"{type(e).__name__}: {e}")
+    self.pending.clear()
 
   def run(self, stage: str, fn: Callable[[], Any], detail: str = "") -> Any:
     """detail goes with the start: the timing stage names its device there (explorer.tracing.workers waits for that device's lock)."""
@@ -98,13 +122,15 @@ def record(trace: dict, variant: Variant, device: str, progress: Progress, stage
   except Exception: warm = {}  # the pipeline meets the device's error in its stage
   pool = RenderPool(warm, max(1, min(2, len(variant.targets))))  # the renders' processes start now, beside the schedule
   blobs: dict[str, bytes] = {}
+  rec = Recorder(trace, progress)
   with tg.tracking():
     trace["env"]["tracking"] = tg.tracking_enabled()
-    try: stages(Recorder(trace, progress), base, pool, blobs)
+    try: stages(rec, base, pool, blobs)
     except StageFailed: pass
     finally: pool.close()
-  blob = tg.export_rewrites(base)
-  if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, blob)
+  blob = tg.export_rewrites(base)  # while the reference check, if one runs beside, goes on
+  if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, tg.LiveLog(base))
+  rec.settle()
   return trace, blob, blobs
 
 def _other_targets(variant: Variant, device: str) -> dict[str, str]:
@@ -124,6 +150,7 @@ class Program:
   roles: Callable[[], dict[int, str]]                # buffer key -> input, weight, output...: asked once the schedule exists
   kernel_role: Callable[[dict, list[dict], Any], str]  # (schedule row, buffers, call) -> role
   check: Callable[[dict, list[np.ndarray]], None] | None = None
+  check_beside: bool = False  # the check computes its own reference (heavy numpy): it runs beside the rest of the trace
 
 def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool,
                 blobs: dict[str, bytes]) -> None:
@@ -143,7 +170,8 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
     x, w, out = rec.run("tensor_graph", inputs_and_graph)
     roles = lambda: {tg.buffer_key(tg.tensor_buffer(t)): role for t, role in ((x, "input"), (w, "weight"), (out, "output"))}
     check = lambda trace, got: _check_conv(trace, spec, x_np, w_np, got[0], dump_io)
-    pipeline(rec, Program([out], roles, lambda s, buffers, call: _role(s, buffers, call, variant), check), variant, device, base, pool, blobs)
+    pipeline(rec, Program([out], roles, lambda s, buffers, call: _role(s, buffers, call, variant), check, check_beside=True), variant, device,
+             base, pool, blobs)
 
 def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, base: int, pool: RenderPool, blobs: dict[str, bytes]) -> None:
   """Every stage after the tensor graph is built: schedule, kernel graph, codegen (with the other targets rendered beside it), the run
@@ -163,8 +191,10 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
     chosen = [k["opts"] for k in trace["kernels"]] if len(trace["kernels"]) == len(asts) else None  # None: codegen failed, heuristic
     renders = pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, chosen)
   rec.run("render", lambda: _render(trace, calls, renders, pool, blobs))
-  compiled = rec.run("run", lambda: _run(trace, linear, program, rec.tinygrad))
-  if variant.time: rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
+  compiled = rec.run("run", lambda: _run(rec, linear, program))
+  if variant.time:
+    rec.settle()  # nothing else runs while kernels are timed
+    rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
   _totals(trace)
 
 def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock) -> Any:
@@ -240,6 +270,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
                              "ops": facts.ops, "opts": facts.opts, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds,
                              "global_size": facts.global_size, "local_size": facts.local_size, "passes": passes, "uops_listing": facts.linear,
                              "sources": {"host": facts.source}, "source_errors": {}, "codegen_s": seconds - timer.seconds, "compile_s": timer.seconds,
+                             "compile_cached": timer.calls == 0,
                              "reads": s["reads"], "writes": s["writes"], "time_s": None, "storage": facts.storage,
                              "notes": _kernel_notes(s["role"], facts.storage), "host_target": (host := tg.target_name(renderer)),
                              "targets": {host: target_record(facts, passes, arch, [], tg.loop_splits(mark),
@@ -273,14 +304,16 @@ def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], pool:
     pool.done(t)
     for c, got in zip(kernels, records): add_target_record(by_call[c.index], t, got)
 
-def _run(trace: dict, linear: Any, program: Program, tinygrad: TinygradClock) -> Any:
+def _run(rec: Recorder, linear: Any, program: Program) -> Any:
+  trace, tinygrad, check = rec.trace, rec.tinygrad, program.check
   with tinygrad("run"): compiled = tg.compile_schedule(linear)
   if tg.compiled_sources(compiled) != [k["sources"]["host"] for k in trace["kernels"]]:
     raise RuntimeError("tinygrad compiled other programs than the ones codegen recorded: the trace would not show what runs")
   with tinygrad("run"):
     tg.run_schedule(compiled)
-    outs = [o.numpy() for o in program.outs] if program.check is not None else []
-  if program.check is not None: program.check(trace, outs)
+    outs = [o.numpy() for o in program.outs] if check is not None else []
+  if check is not None and program.check_beside: rec.beside("run", lambda: check(trace, outs))
+  elif check is not None: check(trace, outs)
   return compiled
 
 def _check_conv(trace: dict, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, got: np.ndarray, dump_io: str | None) -> None:
@@ -349,11 +382,11 @@ def _link_stages(trace: dict, d: dict, arg_nums: list[int | None]) -> None:
   for k, row in enumerate(stages["kept"]):
     if k in of_kept: row["reads"] = named(created[of_kept[k]].reads)
 
-def _record_stages(trace: dict, blob: bytes) -> None:
-  """Bufferize decisions, read off the rewrite trace (rebuilding only the two graphs needed)."""
+def _record_stages(trace: dict, log: tg.LiveLog) -> None:
+  """Bufferize decisions, read off this process's rewrite log (rebuilding only the graphs needed)."""
   try:
     passes = [tg.Pass(p["group"], p["step"], p["name"], p["depth"], p["matches"], p["sink"]) for p in trace["scheduler"]["passes"]]
-    d = tg.stage_decisions(tg.RewriteBlob(blob), passes)
+    d = tg.stage_decisions(log, passes)
   except Exception as e:
     trace["failures"].append({"stage": "bufferize", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
     return
@@ -361,6 +394,6 @@ def _record_stages(trace: dict, blob: bytes) -> None:
     return [{k: v for k, v in s.__dict__.items() if k not in ("reads", "into")} | {"shape": list(s.shape)} for s in xs]
   trace["scheduler"]["stages"] = {"created": rows(d["created"]), "kept": rows(d["kept"]), "fused": rows(d["fused"]),
                                   "realized": rows(d["realized_rows"]), "debuf_pass": d["debuf_pass"]}
-  _link_stages(trace, d, tg.call_argument_nums(tg.RewriteBlob(blob), passes))
+  _link_stages(trace, d, tg.call_argument_nums(log, passes))
   # realized: buffers stored to directly (user .contiguous(), outputs) rather than through a STAGE
   trace["scheduler"]["stage_counts"] = {**{k: len(d[k]) for k in ("created", "kept", "fused")}, "realized": d["realized"]}

@@ -16,7 +16,8 @@ must die when its parent does. Neither library offers a progress channel with a 
 (explorer.tracing.pool) does build on the standard library's ProcessPoolExecutor."""
 from __future__ import annotations
 import multiprocessing as mp
-import glob, importlib, os, pickle, resource, shutil, signal, tempfile, time, traceback
+import multiprocessing.context
+import glob, importlib, os, pickle, resource, shutil, signal, sys, tempfile, threading, time, traceback, types
 from contextlib import suppress
 from multiprocessing.connection import Connection
 from dataclasses import dataclass, replace
@@ -30,6 +31,24 @@ GATED_STAGE = "timing"  # its start waits for the device lock
 WATCH_S = lifeline.WATCH_S  # how often the parent reads the worker group's memory
 Progress = Callable[[str, str, str], None]
 Live = dict[int, mp.process.BaseProcess]  # running workers by pid
+
+class SpawnWithoutMain(multiprocessing.context.SpawnProcess):
+  """A spawned process that does not run the parent's __main__ again: spawn re-imports the main module in every child (so that its
+  functions unpickle). That would run a user's script or notebook cell that captures with explorer.api.capture, without an
+  `if __name__ == "__main__"` guard, again in each render process, and make every trace worker import the command line's own modules
+  (rich, pydantic-settings: a third of a second). Every function a worker runs lives in the explorer's modules."""
+  _hiding = threading.Lock()  # an executor spawns from the caller's thread and from its manager thread
+
+  def start(self) -> None:
+    with self._hiding:
+      main, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
+      try: super().start()
+      finally: sys.modules["__main__"] = main
+
+class _SpawnContext(multiprocessing.context.SpawnContext):
+  Process = SpawnWithoutMain
+
+SPAWN = _SpawnContext()  # the context every worker and pool process is started from
 
 # ***** one error vocabulary: the message is one line a page or a terminal shows as it is *****
 
@@ -62,7 +81,12 @@ class Limits:
 
   @classmethod
   def from_settings(cls, settings: Any = None, timeout_s: float | None = None) -> Limits:
-    """trace_timeout_s (or timeout_s), worker_memory_mb, max_output_mb and worker_nice of the settings (default: the environment's)."""
+    """trace_timeout_s (or timeout_s), worker_memory_mb, max_output_mb and worker_nice of the settings (default: the environment's;
+    with no KERNEL_EXPLORER_ variable set, their defaults, without loading pydantic-settings)."""
+    if settings is None and not any(k.startswith("KERNEL_EXPLORER_") for k in os.environ):
+      from explorer import defaults
+      return cls(float(timeout_s if timeout_s is not None else defaults.TRACE_TIMEOUT_S), defaults.WORKER_MEMORY_MB, float(defaults.MAX_OUTPUT_MB),
+                 defaults.WORKER_NICE)
     from explorer.settings import Settings
     s = settings if settings is not None else Settings.load()
     return cls(float(timeout_s if timeout_s is not None else s.trace_timeout_s), int(s.worker_memory_mb), float(s.max_output_mb),
@@ -151,11 +175,10 @@ def _supervise(fn_path: str, kwargs: dict[str, Any], progress: Progress | None, 
 def _supervised(fn_path: str, kwargs: dict[str, Any], progress: Progress | None, timeout_s: float, deadline: float, env: dict[str, str],
                 limits: Limits, held: HeldLocks, take: Callable[[str], None], keep: bool,
                 live: Live | None) -> tuple[Any, list[tuple[str, str, str]]]:
-  ctx = mp.get_context("spawn")
-  recv, send = ctx.Pipe(duplex=False)  # pipes, not Queues: no semaphores for a killed worker to leak
-  gate_recv, gate_send = ctx.Pipe(duplex=False)
+  recv, send = SPAWN.Pipe(duplex=False)  # pipes, not Queues: no semaphores for a killed worker to leak
+  gate_recv, gate_send = SPAWN.Pipe(duplex=False)
   # not a daemon: a trace starts its own render processes; its whole process group is killed below whatever happens
-  proc = ctx.Process(target=_child, args=(fn_path, kwargs, env, limits, send, gate_recv, os.getpid(), deadline), daemon=False)
+  proc = SPAWN.Process(target=_child, args=(fn_path, kwargs, env, limits, send, gate_recv, os.getpid(), deadline), daemon=False)
   proc.start()
   for registry in (LIVE, live if live is not None else {}): registry[proc.pid] = proc  # type: ignore[index]
   send.close(); gate_recv.close()
