@@ -1,9 +1,16 @@
 """Trace overhead: the explorer's cold trace against tinygrad's own capture of the same program, side by side in one run.
 
-  explorer  `kernel-explorer trace --preset P ... --target cuda --no-time --json -`: the host pipeline and one more target, the
-            program run once and checked against the float64 reference (every process the command starts)
+  explorer  `kernel-explorer trace --preset P ... --no-time --json -`: the cold trace (the device's own target; PRESET:ALGO+cuda also
+            asks for CUDA, eagerly), the program run once and checked against the float64 reference (every process the command starts)
   tinygrad  `VIZ=-1 python repro.py`: the same program as the trace's reproducer (explorer/present/repro.py) with tinygrad's rewrite
             tracking and profile on and no viewer, which is what a user runs instead
+
+  case cnn: one training step of a small CNN (benchmarks/programs/cnn_step.py) inside the explorer's `capture()` block, against the
+            same script without it under VIZ=-1
+
+Then the first views on a served trace (in this process, as benchmarks/web.py serves): a fresh server traces medium builtin Winograd
+with its defaults, and the seconds until a kernel's CUDA record answers (GET .../targets/cuda: 202 while it is computed, then 200)
+and then its CUDA compile facts (GET .../targets/cuda/facts); targets 3 s and 5 s.
 
 Also printed per case: the PSS ratio (peak proportional set size summed over each side's processes: a page shared by several processes,
 the interpreter's and the libraries' code, counted once), the CPU time of each side (user + system, every process), and the floor wall
@@ -15,9 +22,12 @@ rest is interpreter start, imports, device init and the worker's start-up), and 
 Each side is a fresh command (interpreter start and imports included), the sides interleaved round by round so that drift on a
 shared machine hits both alike; medians. Memory is the peak, over the run, of the resident memory summed over the command's whole
 process tree (sampled every 20 ms from /proc; PSS every 100 ms). Targets (issue 18): wall <= 1.0x and memory <= 1.5x on medium and large builtin
-Winograd; the large explorer fused variant under 30 s, or within 1.1x of tinygrad alone.
+Winograd; the large explorer fused variant under 30 s, or within 1.1x of tinygrad alone. Targets (issue 28): wall <= 1.1x and memory
+<= 1.5x with default targets (medium and large builtin, large fused); <= 1.5x and <= 2.0x for medium builtin with --target cuda;
+<= 1.25x and <= 1.5x for the CNN's training step.
 
-  python benchmarks/trace_overhead.py [--cases medium:builtin,large:builtin,large:fused] [--rounds 3]
+  python benchmarks/trace_overhead.py [--cases medium:builtin,large:builtin,large:fused,medium:builtin+cuda,cnn] [--rounds 3]
+                                      [--first-views 3]
 """
 from __future__ import annotations
 import argparse, json, os, pathlib, re, statistics, subprocess, sys, tempfile, time
@@ -111,10 +121,59 @@ def repro_for(preset: str, flags: list[str], env: dict[str, str], workdir: pathl
   subprocess.run([sys.executable, "-m", "explorer", "repro", str(trace_json), "-o", str(path)], env=env, check=True, stderr=subprocess.DEVNULL)
   return path, json.loads(trace_json.read_text())["env"]["device"]
 
+def commands(case: str, env: dict[str, str], workdir: pathlib.Path) -> tuple[list[str], list[str], dict[str, str], pathlib.Path | None]:
+  """A case's two commands (the explorer's, tinygrad's and tinygrad's environment) and the explorer's trace file, if it writes one."""
+  viz = {**env, "VIZ": "-1", "DEBUG": "0"}
+  if case == "cnn":
+    program = str(pathlib.Path(__file__).parent / "programs" / "cnn_step.py")
+    return [sys.executable, program, "--capture"], [sys.executable, program], viz, None
+  preset, algo = case.split(":")
+  algo, _, target = algo.partition("+")
+  flags = CASES[algo]
+  script, device = repro_for(preset, flags, env, workdir)
+  # the reproducer pins its device (DEV=...), so the explorer is told it too: neither side searches every backend for a default
+  out = workdir / "out.json"
+  ours = [sys.executable, "-m", "explorer", "trace", "--preset", preset, *flags, *(["--target", target] if target else []), "--no-time",
+          "--quiet", "--device", device, "--json", str(out)]
+  return ours, [sys.executable, str(script)], viz, out
+
+def first_views(rounds: int) -> None:
+  """Each round a fresh server and store: trace medium builtin Winograd with its defaults, then time a kernel's first CUDA record and
+  then its first CUDA compile facts, polled as a page polls them."""
+  from fastapi.testclient import TestClient
+  from explorer.settings import Settings
+  from explorer.web.app import create_app
+
+  def until_ready(client: TestClient, url: str) -> float:
+    st = time.perf_counter()
+    while (r := client.get(url)).status_code == 202: time.sleep(0.05)
+    assert r.status_code == 200, (url, r.status_code, r.text[:300])
+    return time.perf_counter() - st
+
+  print("\nfirst views on a served trace (medium builtin Winograd, default targets; a fresh server and store each round; s):\n")
+  print("| round | kernel | CUDA record | CUDA compile facts | compiler |")
+  print("|---|---|---|---|---|")
+  for i in range(rounds):
+    db = pathlib.Path(tempfile.mkdtemp(prefix="ke-first-view-")) / "traces.sqlite3"
+    with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
+      r = client.post("/api/traces", json={"preset": "medium", "variant": {"algo": "winograd", "time": False}})
+      assert r.status_code in (200, 202), r.text
+      trace_id = r.json()["id"]
+      while (s := client.get(f"/api/traces/{trace_id}/status").json())["status"] not in ("done", "error"): time.sleep(0.2)
+      assert s["status"] == "done", s
+      kernels = client.get(f"/api/traces/{trace_id}/kernels").json()
+      n = kernels[i % len(kernels)]["index"]
+      base = f"/api/traces/{trace_id}/kernels/{n}/targets/cuda"
+      record_s, facts_s = until_ready(client, base), until_ready(client, base + "/facts")
+      compiler = client.get(base + "/facts").json().get("compiler") or "-"
+      print(f"| {i + 1} | {n} | {record_s:.2f} | {facts_s:.2f} | {compiler} |", flush=True)
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--cases", default="medium:builtin,large:builtin,large:fused", help="PRESET:builtin|direct|fused, comma separated")
+  ap.add_argument("--cases", default="medium:builtin,large:builtin,large:fused,medium:builtin+cuda,cnn",
+                  help="PRESET:builtin|direct|fused[+TARGET] or cnn, comma separated")
   ap.add_argument("--rounds", type=int, default=3)
+  ap.add_argument("--first-views", type=int, default=3, help="rounds of the first-view measurement (0: none)")
   a = ap.parse_args()
   env = {k: v for k, v in os.environ.items() if k not in CLEAN}
   # the explorer's modules compiled to bytecode once, as a wheel install leaves them (tinygrad's are, by pip): otherwise, where
@@ -127,18 +186,12 @@ def main() -> None:
         "| PSS ratio | explorer CPU s | tinygrad CPU s | floor wall ratio |")
   print("|---|---|---|---|---|---|---|---|---|---|---|")
   for case in a.cases.split(","):
-    preset, algo = case.split(":")
-    flags = CASES[algo]
-    script, device = repro_for(preset, flags, env, workdir)
-    # the reproducer pins its device (DEV=...), so the explorer is told it too: neither side searches every backend for a default
-    ours = [sys.executable, "-m", "explorer", "trace", "--preset", preset, *flags, "--target", "cuda", "--no-time", "--quiet",
-            "--device", device, "--json", str(workdir / "out.json")]
-    theirs = [sys.executable, str(script)]
+    ours, theirs, theirs_env, out = commands(case, env, workdir)
     runs = results[case] = {"explorer": [], "tinygrad": []}
     for _ in range(a.rounds):
       runs["explorer"].append(measure(ours, env))
-      stages.setdefault(case, []).append(json.loads((workdir / "out.json").read_text())["stage_seconds"])
-      runs["tinygrad"].append(measure(theirs, {**env, "VIZ": "-1", "DEBUG": "0"}))
+      if out is not None: stages.setdefault(case, []).append(json.loads(out.read_text())["stage_seconds"])
+      runs["tinygrad"].append(measure(theirs, theirs_env))
     med = {side: {f: statistics.median(getattr(r, f) for r in rs) for f in ("wall_s", "peak_rss_mib", "peak_pss_mib", "cpu_s")}
            for side, rs in runs.items()}
     e, t = med["explorer"], med["tinygrad"]
@@ -147,6 +200,7 @@ def main() -> None:
           f"{e['cpu_s']:.1f} | {t['cpu_s']:.1f} | {e['cpu_s'] / CORES / t['wall_s']:.2f} |", flush=True)
   print_stages(stages, {case: statistics.median(r.wall_s for r in rs["explorer"]) for case, rs in results.items()})
   print_processes(results)
+  if a.first_views: first_views(a.first_views)
 
 def print_stages(stages: dict[str, list[dict[str, float]]], walls: dict[str, float]) -> None:
   names = list(dict.fromkeys(k for rs in stages.values() for r in rs for k in r))

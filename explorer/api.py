@@ -25,13 +25,14 @@ def _spec_of(conv: str | ConvSpec | dict) -> ConvSpec:
   if conv not in PRESETS: raise SpecError(f"unknown preset {conv!r}; known: {', '.join(PRESETS)} (or pass a ConvSpec)")
   return PRESETS[conv]
 
-def trace(conv: str | ConvSpec | dict, timeout_s: float = 600.0, **variant: Any) -> Trace:
+def trace(conv: str | ConvSpec | dict, timeout_s: float = 600.0, analysis: bool = False, **variant: Any) -> Trace:
   """Trace one convolution (a preset name, a ConvSpec or its dict) computed as `variant` says (explorer.spec.Variant's fields:
-  algo, wino_impl, tile, staging, consts, opt, targets, time, repeats, device, rewrites...)."""
+  algo, wino_impl, tile, staging, consts, opt, targets, time, repeats, device, rewrites...). analysis: every record's line maps,
+  live values, loop splits and program spec now (otherwise when a page or `Trace.diff` needs them)."""
   from explorer.tracing.run import run_trace
   spec = _spec_of(conv)
   v = Variant(**{**variant, "targets": tuple(variant.get("targets", Variant().targets)), "rewrites": tuple(variant.get("rewrites", ()))})
-  result = run_trace(spec, v.resolve(spec), timeout_s=timeout_s)
+  result = run_trace(spec, v.resolve(spec), timeout_s=timeout_s, analysis=analysis)
   return Trace(result.trace, result.rewrites, result.target_rewrites, v)
 
 @dataclass
@@ -83,8 +84,16 @@ class Trace:
   def diff(self, other: Trace, target: str = "cuda") -> Diff:
     """This trace (A) against other (B): kernels matched by role and data flow, fused stages, buffers, sources and metrics."""
     from explorer.analysis.diff import diff_traces, summary
-    d = diff_traces(self.data, other.data, self.rewrites, other.rewrites, target)
+    a, b = self.analysed([target]), other.analysed([target])  # peak live values are compared
+    d = diff_traces(a, b, self.rewrites, other.rewrites, target)
     return Diff(d, summary(d))
+
+  def analysed(self, targets: list[str] | None = None) -> dict:
+    """The trace's data with every record's analysis (line map, live values, loop splits, program spec) on these targets (default all),
+    computed from its rewrite blobs where a record lacks one (kept for the next call)."""
+    from explorer.tracing.enrich import add_analysis
+    self.data = add_analysis(self.data, {"": self.rewrites, **self.target_rewrites}, targets)
+    return self.data
 
   def html(self) -> str:
     """The notebook view as HTML (the export's facts and kernel table, the kernel graph, the sources); no script, nothing fetched."""
@@ -139,7 +148,7 @@ class Diff:
     return f"<pre>{html.escape(self.text)}</pre>"
 
 def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool = False, opt: str = "heuristic", warmup: int = 2,
-            repeats: int = 10, reference: Any = None, rel_tolerance: float = 1e-5) -> Captured:
+            repeats: int = 10, reference: Any = None, rel_tolerance: float = 1e-5, analysis: bool = False) -> Captured:
   """Trace whatever tinygrad program runs inside the block, in this process:
 
       with capture(targets=("cuda", "metal")) as t:
@@ -149,7 +158,7 @@ def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool =
   Every realize (and .numpy(), which realizes) with something to compute goes through the explorer's pipeline and is recorded like a
   convolution's trace: tensor graph, schedule and STAGE decisions, kernels per target with their passes, sources, the run, timings
   when time=True. reference: arrays to check the realized tensors against (in order), judged by rel_tolerance. name: default, the
-  caller's file:line.
+  caller's file:line. analysis: every record's line maps, live values, loop splits and program spec now (else when first viewed).
 
   tinygrad decides at import whether it records rewrites: import the explorer before tinygrad (or set TRACK_MATCH_STATS=2), else
   entering the block fails at once and says so."""
@@ -157,12 +166,15 @@ def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool =
   caller = inspect.stack()[1]
   variant = Variant(targets=tuple(targets), time=time, opt=opt, warmup=warmup, repeats=repeats).validate()
   source = "".join(linecache.getlines(caller.filename)) or None  # the caller's file, or its notebook cell: for the reproducer
-  return Captured(name or f"{pathlib.Path(caller.filename).name}:{caller.lineno}", variant, reference, rel_tolerance, source, caller.lineno)
+  return Captured(name or f"{pathlib.Path(caller.filename).name}:{caller.lineno}", variant, reference, rel_tolerance, source, caller.lineno,
+                  analysis)
 
 class Captured(Trace):
   """A capture block's result: after the block, the Trace of its last realize that ran a kernel; `traces`, every realize's."""
-  def __init__(self, name: str, variant: Variant, reference: Any, rel_tolerance: float, source: str | None = None, line: int | None = None):
+  def __init__(self, name: str, variant: Variant, reference: Any, rel_tolerance: float, source: str | None = None, line: int | None = None,
+               analysis: bool = False):
     super().__init__({}, b"", {}, None)
+    self._analysis = analysis
     self.name, self._variant, self._reference, self._tolerance = name, variant, reference, rel_tolerance
     self._source, self._origin = source, {"kind": "capture", "line": line}
     self.traces: list[Trace] = []
@@ -171,7 +183,7 @@ class Captured(Trace):
   def __enter__(self) -> Captured:
     from explorer.tracing.program import Capturing
     self._capturing = Capturing(self.name, self._variant, source=self._source, reference=self._reference, rel_tolerance=self._tolerance,
-                                origin=self._origin).__enter__()
+                                origin=self._origin, analysis=self._analysis).__enter__()
     return self
 
   def __exit__(self, *exc: Any) -> None:

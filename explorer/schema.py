@@ -130,6 +130,8 @@ LoopSplit.__pydantic_config__ = STRICT  # type: ignore[attr-defined]
 LoopSplit.__doc__ = """Where a range-splitting rewrite cut loops (0.14's "split ranges" pass, pm_split_ranges in tinygrad/codegen/simplify.py):
 the loops it cut, the loops they became, and the rule, with its source read from tinygrad's file when the trace ran."""
 
+LineMapRows = list[Annotated[tuple[Count, list[Count]], Field(strict=False)]] | None  # [source line, [linear uop indexes]]; JSON has no tuples
+
 @with_config(STRICT)
 class TargetRecord(TypedDict):
   """One kernel as one target's pipeline made it (the host's record has the same fields): its renderer configured for `arch`, the
@@ -154,12 +156,25 @@ class TargetRecord(TypedDict):
   pressure: NotRequired[Pressure | None]
   spec: NotRequired[SpecCheck | None]
   loop_splits: NotRequired[list[LoopSplit]]
-  line_map: NotRequired[list[Annotated[tuple[Count, list[Count]], Field(strict=False)]] | None]  # JSON has no tuples
+  line_map: NotRequired[LineMapRows]
   line_map_note: NotRequired[Line | None]
   linear_nums: NotRequired[list[int] | None]
+  program_sink: NotRequired[int | None]  # the program's SINK by trace number (the analysis checks tinygrad's program spec over it)
+  rewrites: NotRequired[Name | None]     # the rewrite blob its passes address, where not its target's (a record computed on first view)
   compiled_source: NotRequired[Text | None]
   notes: list[Line]
   compile: CompileFacts | None
+
+ANALYSIS_FIELDS = ("pressure", "line_map", "line_map_note", "loop_splits", "spec")
+
+class Analysis(TypedDict):
+  """What a page asks of a record beyond what tinygrad made, computed with it or when first viewed (an enrichment): the line map, the
+  live values, the loops split and tinygrad's program spec (TargetRecord's fields of these names)."""
+  pressure: Pressure | None
+  line_map: LineMapRows
+  line_map_note: Line | None
+  loop_splits: list[LoopSplit]
+  spec: SpecCheck | None
 
 @with_config(STRICT)
 class TimeStats(TypedDict):
@@ -179,7 +194,7 @@ class Storage(TypedDict):
 @with_config(STRICT)
 class KernelSpec(TypedDict):
   ast: SpecCheck
-  program: SpecCheck
+  program: NotRequired[SpecCheck]  # traces before analyses were enrichments; now the host's record has its own (TargetRecord.spec)
 
 @with_config(STRICT)
 class BeamCandidate(TypedDict):
@@ -465,6 +480,42 @@ class Trace(TypedDict):
 
 @functools.cache
 def _trace_adapter() -> TypeAdapter[Trace]: return TypeAdapter(Trace)
+
+# ***** a trace while it runs: what it reports as it goes (explorer.tracing.trace.Recorder.partial) *****
+
+@with_config(STRICT)
+class ScheduleSoFar(TypedDict):
+  """Once scheduled: its calls, buffers and tensor graph."""
+  schedule: list[ScheduleRow]
+  buffers: list[Buffer]
+  tensor_graph: TensorGraph | None
+
+@with_config(STRICT)
+class KernelRow(TypedDict):
+  """A kernel, reported as its codegen ends."""
+  index: Count
+  call: Count
+  name: Name
+  role: Name
+  ast_uops: Count
+  linear_uops: Count
+  flops: int
+  bytes: int
+  global_size: Size
+  local_size: Size | None
+  opts: list[Line]
+  codegen_s: Seconds
+  compile_s: Seconds
+  compile_cached: NotRequired[bool]
+
+@functools.cache
+def _partial_adapters() -> dict[str, TypeAdapter[Any]]: return {"schedule": TypeAdapter(ScheduleSoFar), "kernel": TypeAdapter(KernelRow)}
+
+def validate_partial(what: str, data: Any) -> Any:
+  """A running trace's report (`schedule` or `kernel`), checked as data (it may come from a queue worker); SpecError if it is not one."""
+  if (adapter := _partial_adapters().get(what)) is None: raise SpecError(f"a running trace reports no {what!r}")
+  try: return adapter.validate_python(data)
+  except ValidationError as e: raise SpecError(f"a running trace's {what} report does not read: {e.errors()[0]['msg']}"[:300]) from None
 
 def validate_trace(data: Any, what: str = "the trace") -> Trace:
   """`data` as a trace, checked as a request is (SpecError, one line, naming the first field that fails); a trace from outside this

@@ -41,6 +41,9 @@ class Settings(BaseSettings):
                                   "not signed with it, so a worker without it, or anyone else who can write to the broker, cannot answer a job")
   max_workers: int = Field(0, ge=0, description="trace workers running at once (0: the CPU count, at least 1)")
   max_queue: int = Field(16, ge=0, description="traces waiting for a worker before new ones get 503 with a Retry-After")
+  background_workers: int = Field(1, ge=0, description="workers that compute, at a lower priority, what a stored trace lacks before a page asks "
+                                  "for it: its host records' analyses once it is stored, a kernel's neighbours once the kernel is first viewed "
+                                  "(0: none; what a page asks for is computed then)")
   max_jobs_per_client: int = Field(4, ge=0, description="traces one client address may have running or waiting at once (0: no limit); "
                                    "past it a new trace gets 429 with a Retry-After, so one client cannot take every worker and queue slot")
   queue_wait_s: float = Field(900.0, ge=0, description="a queued trace that waited longer than this is dropped with a message")

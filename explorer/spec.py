@@ -107,7 +107,12 @@ def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.
 # the stages of a trace, in order: explorer.tracing.trace records them, the web's jobs and the CLI report their progress
 TRACE_SCHEMA = 2  # a trace's layout: 2, kernels[i].targets[T], a whole record per target; 1, sources per target only (both are read)
 STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
-ENRICH_FACTS = "facts"  # an enrichment (explorer.tracing.enrich): one kernel's compile facts for one target, computed when first asked for
+# enrichments (explorer.tracing.enrich): what is computed for a stored trace when first asked for, per kernel, target and kind
+ENRICH_FACTS = "facts"        # a record's compile facts
+ENRICH_ANALYSIS = "analysis"  # a record's line map, live values, loop splits and program spec (explorer.schema.Analysis)
+ENRICH_TARGET = "target"      # a kernel's record on a target the trace did not render
+ENRICH_KINDS = (ENRICH_TARGET, ENRICH_ANALYSIS, ENRICH_FACTS)
+ANALYSIS_MARK = "pressure"    # a record with this field has its analysis
 
 # tinygrad devices that compute on real hardware, best first (tinygrad's own order). Every other device is never offered to a web
 # request: DISK, TINYFS and NPY read and write files or open sockets, PYTHON emulates kernels in Python, NULL runs nothing.

@@ -5,7 +5,7 @@ No tinygrad imports here: the web server uses this module, and the server proces
 from __future__ import annotations
 import hashlib, importlib.metadata, json, os, pathlib, sqlite3, threading, time
 from typing import Any, Callable
-from explorer.spec import ENRICH_FACTS, NOT_SET, ConvSpec, SpecError, Variant, knobs
+from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, NOT_SET, ConvSpec, SpecError, Variant, knobs
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -201,27 +201,24 @@ class Store:
       c.execute("ROLLBACK")
       raise
 
-  def add_targets(self, trace_id: str, records: dict[str, list[dict]], target_rewrites: dict[str, bytes], ran_by: str | None = None) -> dict | None:
-    """Targets computed after the trace (on first request): each kernel's record per target and each target's rewrite blob, added to
-    the stored trace in one transaction, and where they were computed (ran_by, NAME@HOST: env.ran_on.targets). Returns the updated
-    trace (None: it is gone)."""
-    c = self._conn()
+  def put_target_records(self, trace_id: str, target: str, records: dict[int, dict], key: str, rewrites: bytes, ran_by: str | None = None) -> bool:
+    """Kernels' records on a target computed after the trace (an enrichment, explorer.tracing.enrich.compute_target: {kernel: record or
+    {"error"}}), the rewrite blob they address (under `key`, which the records name) and where they were computed (ran_by, NAME@HOST:
+    env.ran_on.targets), in one transaction; False (nothing kept) when the trace is gone."""
+    c, now = self._conn(), time.time()
     c.execute("BEGIN IMMEDIATE")
     try:
-      if (trace := self.get_trace(trace_id)) is None:
+      if not self.has_trace(trace_id):
         c.execute("ROLLBACK")
-        return None
-      for t, recs in records.items():
-        for k, rec in zip(trace["kernels"], recs): add_target_record(k, t, rec)
-      if ran_by is not None: trace.setdefault("env", {}).setdefault("ran_on", {}).setdefault("targets", {}).update(dict.fromkeys(records, ran_by))
-      c.execute("UPDATE traces SET trace = ? WHERE id = ?", (json.dumps(trace, default=str), trace_id))
-      c.executemany("INSERT OR REPLACE INTO target_rewrites (trace_id, target, rewrites) VALUES (?,?,?)",
-                    [(trace_id, t, b) for t, b in target_rewrites.items()])
+        return False
+      c.executemany("INSERT OR REPLACE INTO enrichments (trace_id, kernel, target, kind, value, created) VALUES (?,?,?,?,?,?)",
+                    [(trace_id, n, target, ENRICH_TARGET, json.dumps({"record": rec, "ran_by": ran_by}), now) for n, rec in records.items()])
+      c.execute("INSERT OR REPLACE INTO target_rewrites (trace_id, target, rewrites) VALUES (?,?,?)", (trace_id, key, rewrites))
       c.execute("COMMIT")
     except BaseException:
       c.execute("ROLLBACK")
       raise
-    return trace
+    return True
 
   def has_trace(self, trace_id: str) -> bool:
     return self._conn().execute("SELECT 1 FROM traces WHERE id = ?", (trace_id,)).fetchone() is not None
@@ -262,15 +259,22 @@ class Store:
     return out
 
   def _enriched(self, trace_id: str, trace: dict) -> dict:
-    """The stored trace with its compile facts on their records (TargetRecord.compile)."""
+    """The stored trace with what was computed for it since, in place: other targets' records (kernels[i].targets, with where they
+    ran, env.ran_on.targets), then the records' analyses and compile facts."""
     kernels = {k.get("index"): k for k in trace["kernels"] if isinstance(k, dict)}
-    for (kernel, target), facts in self.enrichments(trace_id, ENRICH_FACTS).items():
-      rec = ((kernels.get(kernel) or {}).get("targets") or {}).get(target)
-      if isinstance(rec, dict) and isinstance(facts, dict): rec["compile"] = facts
+    for (kernel, target), got in sorted(self.enrichments(trace_id, ENRICH_TARGET).items()):
+      if (k := kernels.get(kernel)) is None or not isinstance(got, dict) or not isinstance(rec := got.get("record"), dict): continue
+      if target not in (k.get("targets") or {}): add_target_record(k, target, rec)
+      if isinstance(by := got.get("ran_by"), str): trace.setdefault("env", {}).setdefault("ran_on", {}).setdefault("targets", {})[target] = by
+    for kind, put in ((ENRICH_ANALYSIS, lambda rec, v: rec.update(v)), (ENRICH_FACTS, lambda rec, v: rec.__setitem__("compile", v))):
+      for (kernel, target), value in self.enrichments(trace_id, kind).items():
+        rec = ((kernels.get(kernel) or {}).get("targets") or {}).get(target)
+        if isinstance(rec, dict) and isinstance(value, dict): put(rec, value)
     return trace
 
   def get_rewrites(self, trace_id: str, target: str | None = None) -> bytes | None:
-    """The host's rewrite blob, or (target) that target's."""
+    """The host's rewrite blob, or another target's (by its key: the target's name for one rendered with the trace, the key a record
+    computed on first view names, `cuda@3f2a...`)."""
     if target is None: row = self._conn().execute("SELECT rewrites FROM traces WHERE id = ?", (trace_id,)).fetchone()
     else: row = self._conn().execute("SELECT rewrites FROM target_rewrites WHERE trace_id = ? AND target = ?", (trace_id, target)).fetchone()
     if row is None: return None

@@ -64,10 +64,11 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running_server(db: pathlib.Path, log_dir: pathlib.Path, log_name: str = "server.log", **settings: object) -> Iterator[str]:
-  """uvicorn in a subprocess on a free loopback port over db (settings: explorer.settings's, as serve's flags give them); yields the
-  base URL, stops the server after (SIGTERM)."""
+  """uvicorn in a subprocess on a free loopback port over db (settings: explorer.settings's, as serve's flags give them; no background
+  enrichment unless asked); yields the base URL, stops the server after (SIGTERM)."""
   port = free_port()
   env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
+  settings = {"background_workers": 0, **settings}  # as app_over: background enrichment only where a test asks for it
   code = f"from explorer.web.serving import serve; serve('127.0.0.1', {port}, {str(db)!r}, **{settings!r})"
   log = open(log_dir / log_name, "w+")
   proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -8,9 +8,11 @@ from typing import Any, Iterator
 def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, study_runner: Any = None, graph_workers: int = 1,
              **settings: Any) -> Any:
   """The app over the SQLite file db; settings: Settings fields (max_workers=1...), the rest their defaults whatever the environment
-  says. runner and study_runner replace the trace and study runs (tests count or fake them)."""
+  says, but no background enrichment (background_workers=0) unless a test asks for it: a worker after every stored trace would load
+  the suite's two cores for nothing. runner and study_runner replace the trace and study runs (tests count or fake them)."""
   from explorer.settings import Settings
   from explorer.web.app import create_app
+  settings = {"background_workers": 0, **settings}
   return create_app(str(db), settings=Settings.load(env={}, **settings), runner=runner, devices=devices, study_runner=study_runner,
                     graph_workers=graph_workers)
 

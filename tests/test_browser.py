@@ -106,6 +106,26 @@ def test_rangeify_and_tensor_graph(submitted, page):
   assert page.locator("#tensor-graph svg g.node").count() > 50
   shot(page, "browser_tensor")
 
+def test_the_trace_page_shows_kernels_before_its_last_stage_ends(submitted, page):
+  """The page comes before the work: while the trace still times its kernels (its last stage), its page already lists every kernel
+  that went through codegen, with its figures, and the kernel graph; the whole trace takes their place once it is stored."""
+  import httpx
+  body = {"preset": "medium", "variant": {"algo": "winograd", "repeats": 400, "warmup": 1}}  # seconds of timing after codegen
+  trace_id = httpx.post(f"{submitted['base']}/api/traces", json=body, timeout=30).json()["id"]
+  page.goto(f"{submitted['base']}/t/{trace_id}")
+  page.wait_for_selector("#live-kernel-table", timeout=120_000)
+  seen = page.evaluate_handle("""() => new Promise(done => { const look = () => {
+      const rows = [...document.querySelectorAll('#live-kernel-table tbody tr')];
+      if (rows.length && rows.every(r => r.dataset.kernel !== undefined))
+        return done({rows: rows.length, timing: document.querySelector('#stages li[data-stage=timing]')?.className,
+                     stored: !!document.querySelector('#kernel-table'), flops: rows.map(r => r.children[7].textContent.trim())});
+      setTimeout(look, 50); }; look(); })""").json_value()
+  shot(page, "browser_live_kernels")
+  assert seen["rows"] >= 4 and not seen["stored"] and seen["timing"] in ("pending", "running"), seen
+  assert all(f and f != "—" for f in seen["flops"]) and page.locator("#live-graph tbody tr").count() >= seen["rows"]
+  page.wait_for_selector("#kernel-table", timeout=300_000)  # then the stored trace, in place
+  assert page.locator("#kernel-table tbody tr").count() == seen["rows"]
+
 def test_api_docs_render_offline(submitted, page):
   page.goto(f"{submitted['base']}/docs")
   page.wait_for_selector(".swagger-ui .opblock", timeout=30_000)

@@ -21,7 +21,7 @@ def runs():
 @pytest.fixture(scope="module")
 def staged_fused(runs):
   a, b = runs["staged"], runs["fused"]
-  return full_diff(a.trace, b.trace, a.rewrites, b.rewrites, "cuda", repeats=5, warmup=1)
+  return full_diff(a.trace, b.trace, a.blobs, b.blobs, "cuda", repeats=5, warmup=1)
 
 def by_roles(d: dict) -> dict[tuple, dict]:
   return {(tuple(k["role"] for k in g["a"]), tuple(k["role"] for k in g["b"])): g for g in d["groups"]}

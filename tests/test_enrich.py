@@ -59,7 +59,7 @@ def test_a_cross_site_view_starts_no_compile(web_client, traced):
   before = svc.enrichments.computed
   r = web_client.get(f"/api/traces/{traced}/kernels/0/targets/clang/facts", headers={"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors",
                                                                                                  "sec-fetch-dest": "image"})
-  assert r.status_code == 403 and svc.enrichments.computed == before and svc.enrichments.status(traced, "clang", (0,)) is None
+  assert r.status_code == 403 and svc.enrichments.computed == before and svc.enrichments.status(traced, ENRICH_FACTS, "clang", (0,)) is None
   r = web_client.get(f"/api/traces/{traced}/kernels/9/targets/clang/facts")
   assert r.status_code == 404, r.text
 
@@ -83,7 +83,13 @@ def test_the_cli_computes_facts_when_asked_and_enrich_fills_in_later(tmp_path, c
   if shutil.which("nvcc"): assert f"{facts['registers']} registers" in said
   assert main(["enrich", str(path), "--facts", "--kernel", "7", "--quiet"]) == 2 and "--kernel" in capsys.readouterr().err
   assert main(["enrich", str(path), "--facts", "--target", "fortran", "--quiet"]) == 2 and "unknown fortran" in capsys.readouterr().err
-  assert main(["enrich", str(path), "--target", "opencl", "--quiet"]) == 2 and "no rewrite blob" in capsys.readouterr().err
+  # a trace file keeps no rewrite blob: its convolution is traced again (the same kernels, by their AST keys) to render another target
+  assert main(["enrich", str(path), "--target", "opencl"]) == 0
+  err, again = capsys.readouterr().err, json.loads(path.read_text())
+  assert "keeps no rewrite log: tracing" in err and all("opencl" in k["targets"] and "pressure" in k["targets"]["opencl"] for k in again["kernels"])
+  assert not any("pressure" in k["targets"]["clang"] for k in again["kernels"])  # the host's analyses: when asked for
+  assert main(["enrich", str(path), "--analysis", "--quiet"]) == 0
+  assert all(json.loads(path.read_text())["kernels"][n]["targets"]["clang"]["pressure"]["max_live"] > 0 for n in range(len(again["kernels"])))
   # a stored trace: a target it lacks is rendered from its rewrite blob and stored, then its facts are kept in the store
   db = tmp_path / "s.sqlite3"
   run = run_trace(PRESETS["small"], Variant(time=False))

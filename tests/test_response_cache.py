@@ -8,13 +8,15 @@ from support import app_over
 
 def test_a_stored_traces_views_are_served_from_memory(web_client, small_trace):
   cache = web_client.app.state.response_cache
-  # a kernel page's first view starts its compile facts and is not kept while they are computed (it changes when they are stored)
+  # a kernel page's first view starts its analysis and compile facts and is not kept while they are computed (it changes when they
+  # are stored)
   host = web_client.get(f"/api/traces/{small_trace}/kernels/0").json()["host_target"]
   assert "no-store" in web_client.get(f"/t/{small_trace}/k/0").headers.get("cache-control", "") or _facts_stored(web_client, small_trace, host)
   deadline = time.monotonic() + 120
-  while web_client.get(f"/api/traces/{small_trace}/kernels/0/targets/{host}/facts").status_code == 202:
-    assert time.monotonic() < deadline
-    time.sleep(0.1)
+  for kind in ("analysis", "facts"):
+    while web_client.get(f"/api/traces/{small_trace}/kernels/0/targets/{host}/{kind}").status_code == 202:
+      assert time.monotonic() < deadline
+      time.sleep(0.1)
   for url in (f"/t/{small_trace}", f"/t/{small_trace}/k/0", f"/api/traces/{small_trace}/kernels/0", f"/api/traces/{small_trace}/graphs/kernels.svg"):
     first = web_client.get(url)
     hits = cache.hits

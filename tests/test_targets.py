@@ -2,7 +2,8 @@
 renderer configured the same way (built here, in a subprocess, independently of the explorer's code), the opt setting reaches every
 target, BEAM falls back to heuristic opts with a note, and the CUDA compile facts equal ptxas -v on the same source and arch."""
 from __future__ import annotations
-import json, os, re, shutil, subprocess, sys, tempfile
+import json, os, re, shutil, subprocess, sys, tempfile, time
+from concurrent.futures import ThreadPoolExecutor
 import pytest
 from fastapi.testclient import TestClient
 from explorer.tracing.compilers import occupancy, parse_ptxas
@@ -187,7 +188,7 @@ def test_a_diff_on_cuda_compares_cuda_kernels_registers_included():
   from explorer.analysis.diff import full_diff
   runs = {s: run_trace(PRESETS["wino8"], Variant(algo="winograd", wino_impl="explorer", staging=s, targets=("cuda",), time=False))
           for s in ("staged", "fused")}
-  d = full_diff(runs["staged"].trace, runs["fused"].trace, None, None, "cuda", time=False, numerics=False)
+  d = full_diff(runs["staged"].trace, runs["fused"].trace, runs["staged"].blobs, runs["fused"].blobs, "cuda", time=False, numerics=False)
   fused = next(g for g in d["groups"] if g["relation"] == "fused")
   cuda_uops = sum(k["targets"]["cuda"]["linear_uops"] for k in runs["fused"].trace["kernels"] if k["index"] in [x["index"] for x in fused["b"]])
   assert fused["metrics"]["b"]["linear_uops"] == cuda_uops
@@ -214,28 +215,45 @@ def test_every_targets_codegen_steps_are_browsable(tmp_path):
 
 @pytest.mark.slow
 def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path):
-  """Rebuilt from the stored rewrite blob and rendered in a worker: the same record an eager trace makes; the second request is
-  served from the store; the page follows the job (and is not cached while it runs). Slow: an eager trace (two targets) to compare
-  with, a served trace, then the lazy target's codegen in a worker."""
-  app = app_over(str(tmp_path / "l.sqlite3"))
+  """A kernel's record on a target the trace did not render: computed when first asked for, for that kernel alone first (its AST rebuilt
+  from the stored rewrite blob, rendered in a worker as a trace renders it), the same record an eager trace makes; stored and served
+  from the store after; then its neighbours in the background. Slow: an eager trace (two targets) to compare with, a served trace,
+  then the lazy target's codegen in workers."""
+  from explorer.spec import ENRICH_TARGET
+  app = app_over(str(tmp_path / "l.sqlite3"), background_workers=1)
   body = {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}}
-  eager = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda", "metal"), time=False)).trace
-  with TestClient(app) as client:
+  eager = json.loads(json.dumps(run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda", "metal"), time=False), analysis=True).trace))  # as served
+  with TestClient(app) as client:  # a server stopped while it computes a kernel's record stores nothing of it
     trace_id = client.post("/api/traces", json=body).json()["id"]
     assert wait_done(client, trace_id, 300)["status"] == "done"
+    assert client.get(f"/api/traces/{trace_id}/kernels/1/targets/metal").status_code == 202
+  app = app_over(str(tmp_path / "l.sqlite3"), background_workers=1)
+  with TestClient(app) as client:  # restarted: it serves the trace, and the next view computes the record again
+    svc = app.state.services
+    assert client.get(f"/api/traces/{trace_id}").status_code == 200
+    assert svc.store.enrichments(trace_id, ENRICH_TARGET) == {} and all("metal" not in k["targets"] for k in svc.store.get_trace(trace_id)["kernels"])
+    assert all(set(k["targets"]) == {"clang", "cuda"} and k["targets"]["cuda"]["compile"] is None for k in svc.store.get_trace(trace_id)["kernels"])
+    url = f"/api/traces/{trace_id}/kernels/1/targets/metal"
+    with ThreadPoolExecutor(2) as pool: firsts = list(pool.map(lambda _: client.get(url), range(2)))  # two first views at once
+    assert [r.status_code for r in firsts] == [202, 202], [r.text for r in firsts]
     page = client.get(f"/t/{trace_id}/k/1?target=metal")
     assert 'data-pending-target="metal"' in page.text and page.headers["cache-control"] == "no-store"
-    url = f"/api/traces/{trace_id}/kernels/1/targets/metal"
     got = wait_for_target(client, url)
-    assert [got[f] for f in ("name", "global_size", "local_size", "source")] == \
-           [eager["kernels"][1]["targets"]["metal"][f] for f in ("name", "global_size", "local_size", "source")]
-    computed = app.state.services.targets.computed
-    assert client.get(url).status_code == 200 and app.state.services.targets.computed == computed == 1
+    assert svc.enrichments.computed == 1  # one computation for the three requests
+    assert set(svc.store.enrichments(trace_id, ENRICH_TARGET)) == {(1, "metal")}  # that kernel alone first
+    fields = ("name", "global_size", "local_size", "source", "opts", "linear_uops", "ops", "uops_listing", "pressure", "line_map")
+    assert [got[f] for f in fields] == [eager["kernels"][1]["targets"]["metal"][f] for f in fields]
+    computed = svc.enrichments.computed
+    assert client.get(url).status_code == 200 and svc.enrichments.computed == computed  # from the store, at once
     page = client.get(f"/t/{trace_id}/k/1?target=metal").text
     assert "data-pending-target" not in page and got["name"] in page
     assert "metal" in client.get(f"/api/traces/{trace_id}/kernels/1").json()["sources"]
-    assert client.get(f"/api/traces/{trace_id}/graphs/codegen@metal/1/0/after?nodes=0").status_code == 200
+    assert client.get(f"/api/traces/{trace_id}/graphs/codegen@metal/1/0/after?nodes=0").status_code == 200  # its own rewrite blob
     assert client.get(f"/api/traces/{trace_id}/kernels/1/targets/nosuch").status_code == 404
+    deadline = time.monotonic() + 120  # then its neighbours, in the background
+    while len(svc.store.enrichments(trace_id, ENRICH_TARGET)) < len(eager["kernels"]): assert time.monotonic() < deadline; time.sleep(0.5)
+    later = client.get(f"/api/traces/{trace_id}/kernels/3/targets/metal").json()
+    assert [later[f] for f in fields] == [eager["kernels"][3]["targets"]["metal"][f] for f in fields]
 
 def test_a_local_trace_records_where_each_part_ran(tmp_path):
   """Without a job queue every part runs under the server's process: each stage the trace ran, and a target added on first request,
@@ -298,7 +316,8 @@ def test_register_pressure_picks_out_the_fused_kernel():
   values at once than the staged variant's output kernel; the peak is where the curve says."""
   peaks = {}
   for staging in ("staged", "fused"):
-    trace = run_trace(PRESETS["medium"], Variant(algo="winograd", wino_impl="explorer", staging=staging, targets=("clang",), time=False)).trace
+    trace = run_trace(PRESETS["medium"], Variant(algo="winograd", wino_impl="explorer", staging=staging, targets=("clang",), time=False),
+                      analysis=True).trace
     for k in trace["kernels"]:
       p = k["targets"]["clang"]["pressure"]
       assert max(v for _, v in p["curve"]) == p["max_live"] and len(p["curve"]) <= 512 and p["ssa_values"] > 0
@@ -308,10 +327,10 @@ def test_register_pressure_picks_out_the_fused_kernel():
 def test_spec_checks_run_on_every_stage_and_keep_every_violation(tmp_path):
   """tinygrad's own specs over the tensor graph, the kernel graph, each kernel AST and each target's program; a graph that breaks a
   spec has every bad UOp listed (type_verify would stop at the first) and its stage turns red."""
-  trace = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda",), time=False)).trace
+  trace = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda",), time=False), analysis=True).trace
   assert {s: (c["spec"], c["ok"]) for s, c in trace["spec_checks"].items()} == {"tensor_graph": ("spec_tensor", True),
                                                                                  "kernel_graph": ("spec_kernel_graph", True)}
-  assert all(k["spec"]["ast"]["ok"] and k["spec"]["program"]["ok"] and k["targets"]["cuda"]["spec"]["ok"] for k in trace["kernels"])
+  assert all(k["spec"]["ast"]["ok"] and k["targets"][k["host_target"]]["spec"]["ok"] and k["targets"]["cuda"]["spec"]["ok"] for k in trace["kernels"])
   assert all(c["checked"] > 0 for c in trace["spec_checks"].values())
   check = r"""
 from explorer.tracing import adapter as tg
@@ -331,7 +350,7 @@ def test_loop_splits_are_recorded_with_the_rule_read_from_tinygrad(tmp_path):
   they became, and the rule as it stands in tinygrad's file (read when the trace ran, not a copied string)."""
   import inspect
   from tinygrad.codegen import simplify
-  run = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda",), time=False))
+  run = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda",), time=False), analysis=True)
   trace = run.trace
   out = next(k for k in trace["kernels"] if k["role"] == "out")
   for target in ("clang", "cuda"):
@@ -344,6 +363,14 @@ def test_loop_splits_are_recorded_with_the_rule_read_from_tinygrad(tmp_path):
       path, line = s["rule"].split(":")
       assert s["rule_source"].splitlines()[0] == inspect.getsource(simplify).splitlines()[int(line) - 1]
   assert not any(k["targets"]["cuda"]["loop_splits"] for k in trace["kernels"] if k["role"] == "ghat")
+  # the same analysis read back from the stored rewrite blob, as a page computes it when first viewed
+  from explorer.tracing.enrich import add_analysis
+  fields = ("pressure", "line_map", "line_map_note", "loop_splits", "spec")
+  bare = {**trace, "kernels": [{**k, "targets": {**k["targets"], "clang": {f: v for f, v in k["targets"]["clang"].items() if f not in fields}}}
+                               for k in trace["kernels"]]}
+  lazy = add_analysis(bare, {"": run.rewrites}, ["clang"])
+  for lk, k in zip(lazy["kernels"], trace["kernels"]):
+    assert [lk["targets"]["clang"][f] for f in fields] == [k["targets"]["clang"][f] for f in fields]
   app = app_over(str(tmp_path / "s.sqlite3"))
   from explorer.store import Store
   Store(tmp_path / "s.sqlite3").put_trace("00000000000000aa", run.trace, run.rewrites)

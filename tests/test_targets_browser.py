@@ -1,7 +1,7 @@
 """The kernel page's target switcher in a real browser (Debian's chromium): one click turns every figure to the target, and a target
 the trace did not ask for is computed while the page shows its progress, then shown."""
 from __future__ import annotations
-import re, shutil
+import re, shutil, time
 import httpx
 import pytest
 from conftest import ARTIFACTS, needs_chromium, trace_on, wait_graphs
@@ -41,7 +41,9 @@ def test_a_nodes_pane_names_the_pass_and_rule_that_made_it(live_server, page, er
   kernels = httpx.get(f"{live_server}/api/traces/{trace_id}/kernels", timeout=60).json()
   n = next(k["index"] for k in kernels if k["role"] == "out")
   kernel = httpx.get(f"{live_server}/api/traces/{trace_id}/kernels/{n}", timeout=60).json()
-  passes, rule = kernel["passes"], kernel["targets"][kernel["host_target"]]["loop_splits"][0]["rule"]
+  url = f"{live_server}/api/traces/{trace_id}/kernels/{n}/targets/{kernel['host_target']}/analysis"  # an enrichment: computed when asked
+  while (r := httpx.get(url, timeout=60)).status_code == 202: time.sleep(0.3)
+  passes, rule = kernel["passes"], r.json()["loop_splits"][0]["rule"]
   split = next(i for i, p in enumerate(passes) if p["name"] == "split ranges")
   page.goto(f"{live_server}/t/{trace_id}/k/{n}?graph=passes&pass={split}&at=after")
   wait_graphs(page)

@@ -8,7 +8,7 @@ SPEC = ConvSpec(1, 2, 2, 8, 8, 3)
 
 @pytest.fixture(scope="module")
 def traces():
-  run = lambda **kw: run_trace(SPEC, Variant(targets=("cuda",), repeats=2, **kw)).trace
+  run = lambda **kw: run_trace(SPEC, Variant(targets=("cuda",), repeats=2, **kw), analysis=True).trace
   return {"direct": run(), "symbolic": run(algo="winograd", wino_impl="explorer"), "materialized": run(algo="winograd", wino_impl="explorer",
           consts="materialized"), "fused": run(algo="winograd", wino_impl="explorer", staging="fused")}
 

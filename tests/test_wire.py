@@ -204,7 +204,8 @@ def test_event_streams_have_caps_of_their_own(tmp_path):
 
 def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
   """Every GET route, asked for a fresh copy of a trace (nothing cached) the way a page elsewhere would (an image, a fetch): nothing
-  starts (no target, compile facts, graph expansion, diff or job), and each route that takes a work gate answers 403 saying why."""
+  starts (no target, analysis, compile facts, graph expansion, diff or job), and each route that takes a work gate answers 403 saying
+  why."""
   from stored_traces import copy_trace
   from explorer.web.http.work import WorkGate
   import inspect
@@ -213,8 +214,7 @@ def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
   app, cross = web_client.app, {"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors", "sec-fetch-dest": "image"}
   st = app.state.services
   def counters() -> tuple:
-    return (st.targets.computed, st.enrichments.computed, st.graphs.expansions, st.diffs.graph_runs, st.diffs.structural_runs,
-            st.jobs.runs)
+    return (st.enrichments.computed, st.graphs.expansions, st.diffs.graph_runs, st.diffs.structural_runs, st.jobs.runs)
   before, gated = counters(), 0
   from support import routes
   for r in routes(app):
@@ -222,13 +222,16 @@ def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
     takes_gate = any(p.annotation is WorkGate or "Work" in str(p.annotation) for p in inspect.signature(r.endpoint).parameters.values())
     got = web_client.get(filled(r.path, fresh), headers=cross)
     assert counters() == before, f"{r.path} started work for another site"
-    if takes_gate and r.path != "/t/{trace_id}/k/{n}":  # the kernel page starts work only for a target it lacks: below
+    # the kernel page starts work only for a target it lacks (below); tours go without the analyses they cannot compute cross-site
+    if takes_gate and r.path not in ("/t/{trace_id}/k/{n}", "/t/{trace_id}/tour", "/api/traces/{trace_id}/tour", "/tours/{kind}",
+                                     "/api/tours/{kind}"):
       gated += 1
       assert got.status_code == 403 and "starts work" in got.json()["detail"], (r.path, got.status_code)
   assert gated >= 9
   kernel = web_client.get(f"/t/{fresh}/k/0?target=wgsl", headers=cross)
-  assert kernel.status_code == 200 and "starts work" in kernel.text and st.targets.status(fresh, "wgsl") is None
-  assert st.enrichments.status(fresh, "clang", (0,)) is None and counters() == before
+  from explorer.spec import ENRICH_KINDS, ENRICH_TARGET
+  assert kernel.status_code == 200 and "starts work" in kernel.text and st.enrichments.status(fresh, ENRICH_TARGET, "wgsl", (0,)) is None
+  assert all(st.enrichments.status(fresh, kind, "clang", (0,)) is None for kind in ENRICH_KINDS) and counters() == before
   followed = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-user": "?1"}  # a person clicked a link
   assert web_client.get(f"/api/traces/{fresh}/kernels/0/targets/wgsl", headers=followed).status_code == 202
 

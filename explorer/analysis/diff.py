@@ -367,16 +367,20 @@ def compare_outputs(a_trace: dict, b_trace: dict, timeout_s: float = DEFAULT_TIM
 
 DIFF_STEPS = ("structure", "timing", "outputs")
 
-def full_diff(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda", time: bool = True,
-              repeats: int = 20, warmup: int = 3, numerics: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
+def full_diff(a: dict, b: dict, a_blobs: dict[str, bytes] | None = None, b_blobs: dict[str, bytes] | None = None, target: str = "cuda",
+              time: bool = True, repeats: int = 20, warmup: int = 3, numerics: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
               progress: Any = None) -> dict:
-  """diff_traces, plus the interleaved timing and the output comparison; progress hears of each of DIFF_STEPS (done or skipped). The
-  target's compile facts (registers) are computed first where a side lacks them (explorer.tracing.enrich)."""
-  from explorer.tracing.enrich import add_facts
+  """diff_traces, plus the interleaved timing and the output comparison; progress hears of each of DIFF_STEPS (done or skipped).
+  a_blobs, b_blobs: each side's rewrite blobs by key ("" the host's; TraceResult.blobs). The target's analyses (peak live values) and
+  compile facts (registers) are computed first where a side lacks them and keeps the blob they are computed from
+  (explorer.tracing.enrich)."""
+  from explorer.tracing.enrich import add_analysis, add_facts
   step = progress or (lambda stage, status, detail: None)
-  step("structure", "start", f"{target} compile facts where missing, kernels matched, graphs rebuilt in a worker")
+  step("structure", "start", f"{target} analyses and compile facts where missing, kernels matched, graphs rebuilt in a worker")
+  a_blobs, b_blobs = a_blobs or {}, b_blobs or {}
+  a, b = (add_analysis(t, blobs, [target], timeout_s=timeout_s) for t, blobs in ((a, a_blobs), (b, b_blobs)))
   a, b = (add_facts(t, [target], timeout_s=timeout_s) for t in (a, b))
-  d = diff_traces(a, b, a_rewrites, b_rewrites, target, timeout_s)
+  d = diff_traces(a, b, a_blobs.get(""), b_blobs.get(""), target, timeout_s)
   step("structure", "done", f"{len(d['groups'])} groups")
   step("timing", "start" if time else "skipped", f"A and B interleaved, {warmup} warmup + {repeats} repeats" if time else "")
   if time: d["timing"] = remeasure_interleaved(a, b, repeats, warmup, timeout_s)

@@ -109,11 +109,13 @@ def cmd_trace(a: argparse.Namespace) -> int:
     if a.preset or a.shape: raise UsageError("--script traces the script's own tensors: leave out --preset and --shape")
     if not os.path.isfile(a.script): raise SpecError(f"--script: no such file: {a.script}")
     _, variant = case_from_args(a)
-    with StepBars(a.quiet) as bars: res = run_script(os.path.abspath(a.script), a.script_fn, variant, bars.bar("", STAGES), timeout_s=a.timeout)
+    with StepBars(a.quiet) as bars:
+      res = run_script(os.path.abspath(a.script), a.script_fn, variant, bars.bar("", STAGES), timeout_s=a.timeout, analysis=a.analysis)
   else:
     if a.script_fn is not None: raise UsageError("--fn names a function of --script")
     spec, variant = case_from_args(a)
-    with StepBars(a.quiet) as bars: res = run_trace(spec, variant, bars.bar("", STAGES), timeout_s=a.timeout, dump_io=a.dump_io)
+    with StepBars(a.quiet) as bars:
+      res = run_trace(spec, variant, bars.bar("", STAGES), timeout_s=a.timeout, dump_io=a.dump_io, analysis=a.analysis)
   if a.facts:
     from explorer.tracing.enrich import add_facts
     with StepBars(a.quiet) as bars: res.trace = add_facts(res.trace, progress=bars.bar("compile facts", ("compile",)), timeout_s=a.timeout)
@@ -176,13 +178,13 @@ def cmd_study(a: argparse.Namespace) -> int:
 # ***** diff: what A and B name *****
 
 def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: float = 600.0,
-              progress: Any = None) -> tuple[dict, bytes | None, str]:
+              progress: Any = None) -> tuple[dict, dict[str, bytes], str]:
   """A trace from a JSON file, a quoted flag set (traced now, without timing: the diff re-times), or a stored trace id.
-  Returns (trace, rewrite blob or None, what it was)."""
+  Returns (trace, its rewrite blobs by key as TraceResult.blobs has them: none for a file, what it was)."""
   import shlex
   if os.path.isfile(arg):
     from explorer.store import load_trace_file
-    return load_trace_file(arg), None, f"file {arg}"
+    return load_trace_file(arg), {}, f"file {arg}"
   if arg.lstrip().startswith("-"):
     from explorer.tracing.run import run_trace
     p = Parser(prog="kernel-explorer diff (flag set)")
@@ -195,13 +197,17 @@ def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: 
     a.no_time = True
     spec, variant = case_from_args(a)
     res = run_trace(spec, variant, progress, timeout_s=a.timeout if given("--timeout") else timeout_s)
-    return res.trace, res.rewrites, f"flags {arg.strip()}"
-  return _load_stored(arg, db)
+    return res.trace, res.blobs, f"flags {arg.strip()}"
+  return _load_stored(arg, target, db)
 
-def _load_stored(trace_id: str, db: str | None) -> tuple[dict, bytes | None, str]:
+def _load_stored(trace_id: str, target: str, db: str | None) -> tuple[dict, dict[str, bytes], str]:
+  """A stored trace with the rewrite blobs its records on `target` address (what their analyses are read from)."""
   from explorer.store import find_stored
-  _, trace, blob = find_stored(trace_id, db, f"{trace_id!r} is not a trace file, not a flag set (those start with -)")
-  return trace, blob, f"stored trace {trace_id}"
+  from explorer.tracing.enrich import blob_key
+  store, trace, blob = find_stored(trace_id, db, f"{trace_id!r} is not a trace file, not a flag set (those start with -)")
+  keys = {key for k in trace["kernels"] if target in (k.get("targets") or {}) and (key := blob_key(k, target)) is not None}
+  blobs = {key: b for key in keys if (b := store.get_rewrites(trace_id, key)) is not None}
+  return trace, {"": blob, **blobs} if blob is not None else blobs, f"stored trace {trace_id}"
 
 def cmd_diff(a: argparse.Namespace) -> int:
   from concurrent.futures import ThreadPoolExecutor
@@ -219,10 +225,12 @@ def cmd_diff(a: argparse.Namespace) -> int:
   return 0 if ta["status"] == tb["status"] == "ok" else 1
 
 def cmd_enrich(a: argparse.Namespace) -> int:
-  """Fill in what a trace computes only when asked: other targets (a stored trace: rebuilt from its rewrite blob) and compile facts."""
+  """Fill in what a trace computes only when asked: other targets' records (rebuilt from the rewrite blob), the analyses (line maps,
+  live values, loop splits, program spec) and compile facts. A trace file keeps no rewrite blob: its convolution is traced again for one."""
   from explorer.present.export import load
-  from explorer.tracing.enrich import add_facts, compute_facts, facts_jobs
-  from explorer.spec import ENRICH_FACTS
+  from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS
+  from explorer.tracing import enrich
+  from explorer.tracing.run import ran_here
   trace, trace_id, blob, store = load(a.source, a.db)
   targets = [t.strip() for t in a.target.split(",") if t.strip()] if a.target else None
   if unknown := [t for t in targets or () if t not in TARGETS]:
@@ -231,21 +239,29 @@ def cmd_enrich(a: argparse.Namespace) -> int:
   except ValueError: raise UsageError(f"--kernel takes kernel numbers, N[,N...], got {a.kernel!r}") from None
   if missing := [n for n in kernels or () if not 0 <= n < len(trace["kernels"])]:
     raise SpecError(f"--kernel: the trace has kernels 0 to {len(trace['kernels']) - 1}, not {', '.join(map(str, missing))}")
-  lacking = [t for t in targets or () if any(t not in (k.get("targets") or {}) for k in trace["kernels"])]
+  todo = {t: ns for t in targets or () if (ns := enrich.lacking(trace, t, kernels))}
+  source = trace  # what the analyses are read from: the trace itself, or (a file) the same kernels traced again with their rewrite log
+  if (todo or a.analysis) and blob is None:
+    source, blob = _traced_again(trace, a.source, a.timeout, a.quiet)
+  blobs: dict[str, bytes] = {"": blob} if blob is not None else {}
   with StepBars(a.quiet) as bars:
-    if lacking:
-      if store is None: raise SpecError(f"{a.source} is a trace file, which keeps no rewrite blob to render {', '.join(lacking)} from: trace "
-                                        "again with --target, or enrich a stored trace id")
-      _add_targets(store, trace_id, trace, blob, lacking, a.timeout, bars.bar("targets", ("render",)))
-      trace = store.get_trace(trace_id)
+    for t, ns in todo.items():
+      recs, key, blobs[key] = enrich.compute_target(source, blobs[""], t, ns, bars.bar(f"{t} records", ("render",)), timeout_s=a.timeout)
+      if store is not None: store.put_target_records(trace_id, t, recs, key, blobs[key], ran_here()["by"])
+      trace, source = enrich.with_target(trace, t, recs), enrich.with_target(source, t, recs)
+    if a.analysis:
+      jobs = enrich.analysis_jobs(source, targets, kernels)
+      for key in {j["blob"] for j in jobs if j["blob"] and j["blob"] not in blobs}:
+        if store is None or (b := store.get_rewrites(trace_id, key)) is None: raise SpecError(f"the trace keeps no rewrite blob {key!r} to analyse")
+        blobs[key] = b
+      got = enrich.compute_analysis(jobs, blobs, bars.bar("analyses", ("analysis",)), timeout_s=a.timeout)
+      if store is not None: store.put_enrichments(trace_id, ENRICH_ANALYSIS, got)
+      trace = enrich.with_analysis(trace, got)
     if a.facts:
-      progress = bars.bar("compile facts", ("compile",))
-      if store is None: trace = add_facts(trace, targets, kernels, progress, timeout_s=a.timeout)
-      else:
-        got = compute_facts(facts_jobs(trace, targets, kernels), progress, timeout_s=a.timeout)
-        store.put_enrichments(trace_id, ENRICH_FACTS, got)
-        trace = store.get_trace(trace_id)
-  print("\n".join(f"{t} compile facts: " + ", ".join(facts) for t, facts in compile_facts(trace).items()) or "no compile facts")
+      got = enrich.compute_facts(enrich.facts_jobs(trace, targets, kernels), bars.bar("compile facts", ("compile",)), timeout_s=a.timeout)
+      if store is not None: store.put_enrichments(trace_id, ENRICH_FACTS, got)
+      trace = enrich.with_facts(trace, got)
+  print(enrich_summary(trace))
   if store is None:
     with open(path := a.output or a.source, "w") as f: json.dump(trace, f, indent=1, default=str)
     print(f"wrote {path}", file=sys.stderr)
@@ -253,6 +269,15 @@ def cmd_enrich(a: argparse.Namespace) -> int:
     with open(a.output, "w") as f: json.dump(trace, f, indent=1, default=str)
     print(f"wrote {a.output}", file=sys.stderr)
   return 0
+
+def enrich_summary(trace: dict) -> str:
+  """What a trace has now: compile facts per target, then per target its records and analyses (peak live values)."""
+  out = [f"{t} compile facts: " + ", ".join(facts) for t, facts in compile_facts(trace).items()] or ["no compile facts"]
+  for t in dict.fromkeys(t for k in trace["kernels"] for t in (k.get("targets") or {})):
+    recs = [(k.get("targets") or {}).get(t) for k in trace["kernels"]]
+    peaks = [str(r["pressure"]["max_live"]) for r in recs if r and r.get("pressure")]
+    out.append(f"{t}: records of {sum(1 for r in recs if r)} of {len(recs)} kernels" + (f"; peak live values {', '.join(peaks)}" if peaks else ""))
+  return "\n".join(out)
 
 def cmd_opts(a: argparse.Namespace) -> int:
   """A kernel of a stored trace scheduled by hand: tinygrad's opts applied by its own apply_opts, the result beside the original."""
@@ -309,16 +334,6 @@ def opts_summary(own: dict, got: dict) -> str:
   else: out.append("not timed (only the trace's own target runs here, on its device; --no-time skips it)")
   if got.get("next"): out.append(f"tinygrad would let BEAM try next: {' '.join(got['next'])}")
   return "\n".join(out)
-
-def _add_targets(store: Any, trace_id: str, trace: dict, blob: bytes | None, targets: list[str], timeout_s: float, progress: Any) -> None:
-  from explorer.tracing.run import ran_here
-  from explorer.tracing.workers import call_in_worker
-  if blob is None: raise SpecError(f"trace {trace_id} has no stored rewrite blob to render other targets from")
-  variant = Variant.from_dict(trace["variant"])
-  args = {"blob": blob, "sinks": [k["ast_sink"] for k in trace["kernels"]], "targets": {t: variant.arch(t) for t in targets},
-          "opt": variant.opt, "rewrites": list(variant.rewrites)}
-  got, _ = call_in_worker("explorer.tracing.run:targets_in_worker", args, progress, timeout_s)
-  store.add_targets(trace_id, {t: got[t][0] for t in targets}, {t: got[t][1] for t in targets}, ran_here()["by"])
 
 def write_out(text: str, output: str | None, default: str, hint: str = "") -> None:
   """text to `output` (- for stdout), else to the default path here, saying where on stderr."""
@@ -411,11 +426,15 @@ def build_parser(settings_flags: bool = True) -> argparse.ArgumentParser:
   t.add_argument("--roofline", action="store_true", help="also print each kernel against the device's peak FLOP/s and bandwidth")
   t.add_argument("--facts", action="store_true", help="also compile every kernel for every target now (registers, spills, occupancy, "
                  "disassembly), with this machine's compilers; by default they are computed when a page or `enrich` asks")
+  t.add_argument("--analysis", action="store_true", help="also analyse every record now (line maps, live values, loop splits, "
+                 "program spec: in the trace's processes); by default when a page or `enrich --analysis` asks")
   t.set_defaults(fn=cmd_trace)
-  en = sub.add_parser("enrich", help="fill in what a trace computes only when asked: other targets' records, compile facts")
-  en.add_argument("source", metavar="ID|JSON_FILE", help="a stored trace id (kept in the store) or a trace JSON file (written back)")
-  en.add_argument("--target", metavar="NAME[,NAME...]", help="these targets (rendered first where the trace lacks them: stored traces "
-                  "only); default: every target the trace has")
+  en = sub.add_parser("enrich", help="fill in what a trace computes only when asked: other targets' records, analyses, compile facts")
+  en.add_argument("source", metavar="ID|JSON_FILE", help="a stored trace id (kept in the store) or a trace JSON file (written back; a "
+                  "convolution's file is traced again for the rewrite log that targets and analyses are rebuilt from)")
+  en.add_argument("--target", metavar="NAME[,NAME...]", help="these targets (rendered first where the trace lacks them); default: every "
+                  "target the trace has")
+  en.add_argument("--analysis", action="store_true", help="each record's line map, live values, loop splits and program spec")
   en.add_argument("--facts", action="store_true", help="compile facts of each kernel on those targets")
   en.add_argument("--kernel", metavar="N[,N...]", help="only these kernels (default: all)")
   en.add_argument("-o", "--output", metavar="PATH", help="also (a trace file: instead) write the enriched trace JSON here")

@@ -8,6 +8,7 @@ if TYPE_CHECKING: from rich.progress import Progress  # rich is imported only wh
 
 Callback = Callable[[str, str, str], None]
 FINISHED = ("done", "error", "skipped")
+PARTIAL = "partial"  # explorer.tracing.trace.PARTIAL: not a step
 
 class StepBars:
   def __init__(self, quiet: bool = False) -> None:
@@ -31,8 +32,11 @@ class StepBars:
     if self.quiet: return None
     if self.bars is None:
       prefix = f"{label} " if label else ""
-      return lambda step, status, detail: print(f"  {prefix}{step:<13} {status} {detail}", file=sys.stderr, flush=True)
+      def line(step: str, status: str, detail: str) -> None:
+        if step != PARTIAL: print(f"  {prefix}{step:<13} {status} {detail}", file=sys.stderr, flush=True)
+      return line
     bars, task = self.bars, self.bars.add_task(label or "trace", total=len(steps), detail="")
     def update(step: str, status: str, detail: str) -> None:
+      if step == PARTIAL: return  # a trace's data for a page that shows it while it runs
       bars.update(task, description=f"{label} {step}".strip(), detail=detail[:80], advance=1 if status in FINISHED and step in steps else 0)
     return update

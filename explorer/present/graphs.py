@@ -371,16 +371,29 @@ def kernel_of(trace: dict, k: int | None) -> dict:
   if k is None or not 0 <= k < len(kernels): raise GraphNotFound(f"trace has no kernel {k} (it has {len(kernels)})")
   return kernels[k]
 
-def blob_passes(trace: dict, target: str | None = None) -> list[dict]:
-  """Every pass record in the blob of `target` (None: the host's: the scheduler's passes and every kernel's codegen passes)."""
-  kernels = trace.get("kernels") or []
-  if target is None: return [*((trace.get("scheduler") or {}).get("passes") or []), *(p for k in kernels for p in k.get("passes") or [])]
-  return [p for k in kernels for p in ((k.get("targets") or {}).get(target) or {}).get("passes") or []]
+def record_blob(rec: dict, target: str) -> str:
+  """The key of the rewrite blob a target's record addresses: the target's own (rendered with the trace) or the one it names (a record
+  computed on first view: `cuda@3f2a...`)."""
+  return str(rec.get("rewrites") or target)
 
-def find_pass(trace: dict, group: int, step: int, target: str | None = None) -> dict:
-  """The pass record (group, step) addresses in the blob of `target` (None: the host's): a scheduler pass or a kernel's codegen pass."""
-  if (p := next((p for p in blob_passes(trace, target) if p.get("group") == group and p.get("step") == step), None)) is None:
-    raise GraphNotFound(f"this trace records no pass {group}/{step}" + (f" for {target}" if target else ""))
+def blob_of(trace: dict, ref: Ref) -> str | None:
+  """The rewrite blob a codegen graph reference expands from: None for the host's; else its kernel's record's on that target."""
+  if ref.target is None: return None
+  return record_blob(((kernel_of(trace, ref.kernel).get("targets") or {}).get(ref.target)) or {}, ref.target)
+
+def blob_passes(trace: dict, blob: str | None = None) -> list[dict]:
+  """Every pass record in a rewrite blob (None: the host's: the scheduler's passes and every kernel's codegen passes; else a blob key,
+  record_blob: the passes of the records that address it)."""
+  kernels = trace.get("kernels") or []
+  if blob is None: return [*((trace.get("scheduler") or {}).get("passes") or []), *(p for k in kernels for p in k.get("passes") or [])]
+  target = blob.split("@")[0]
+  return [p for k in kernels if (rec := (k.get("targets") or {}).get(target)) and record_blob(rec, target) == blob for p in rec.get("passes") or []]
+
+def find_pass(trace: dict, group: int, step: int, blob: str | None = None) -> dict:
+  """The pass record (group, step) addresses in a rewrite blob (None: the host's; blob_passes): a scheduler pass or a kernel's codegen
+  pass."""
+  if (p := next((p for p in blob_passes(trace, blob) if p.get("group") == group and p.get("step") == step), None)) is None:
+    raise GraphNotFound(f"this trace records no pass {group}/{step}" + (f" in the rewrites of {blob}" if blob else ""))
   return p
 
 def spec_violations(trace: dict, ref: Ref) -> list[int]:
@@ -389,7 +402,8 @@ def spec_violations(trace: dict, ref: Ref) -> list[int]:
   elif ref.kind == "ast": check = (kernel_of(trace, ref.kernel).get("spec") or {}).get("ast")
   elif ref.kind == "codegen":
     k = kernel_of(trace, ref.kernel)
-    check = (k.get("spec") or {}).get("program") if ref.target is None else ((k.get("targets") or {}).get(ref.target) or {}).get("spec")
+    rec = (k.get("targets") or {}).get(ref.target or k.get("host_target") or "") or {}
+    check = rec.get("spec") or ((k.get("spec") or {}).get("program") if ref.target is None else None)  # older traces: the kernel's
   else: check = None
   return [v["trace_num"] for v in (check or {}).get("violations") or [] if isinstance(v.get("trace_num"), int)]
 

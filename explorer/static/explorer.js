@@ -286,6 +286,7 @@ class Stepper {
     const panel = $("[data-match-list]");
     this.matchList = panel && bar.dataset.trace ? new MatchList(panel, this) : null;
     document.addEventListener("keydown", (e) => {
+      if (!this.bar.isConnected) return;  // a part of the page put in place since brought its own stepper
       // a radio or checkbox keeps the keys (clicking "before" must not stop j/k); a field one types into takes them
       const typing = e.target.closest("textarea, select, input:not([type=radio]):not([type=checkbox]):not([type=button])");
       if (typing || e.metaKey || e.ctrlKey || e.altKey) return;
@@ -293,6 +294,7 @@ class Stepper {
       if (act) { e.preventDefault(); this.step(act); }
     });
     window.addEventListener("popstate", () => {
+      if (!this.bar.isConnected) return;
       const u = new URL(window.location.href);
       if (u.searchParams.has("pass")) this.go(+u.searchParams.get("pass"), u.searchParams.get("at") || "after", false);
     });
@@ -457,8 +459,8 @@ function fmtMicros(s) { return s >= 1e-3 ? `${(s * 1e3).toFixed(2)} ms` : `${(s 
 
 const LINE_COLOURS = 8;
 
-function initLineMaps() {
-  $$(".line-mapped").forEach((box) => {
+function initLineMaps(root = document) {
+  $$(".line-mapped", root).forEach((box) => {
     const uopsOf = new Map(), linesOf = new Map();
     for (const [line, uops] of JSON.parse(box.dataset.lineMap)) {
       uopsOf.set(line, uops);
@@ -536,8 +538,8 @@ function initLineMaps() {
 
 /* ***** tabs (?code=...), copy ***** */
 
-function initTabs() {
-  $$("[data-tabs]").forEach((bar) => {
+function initTabs(root = document) {
+  $$("[data-tabs]", root).forEach((bar) => {
     const param = bar.dataset.tabs, root = bar.parentElement;
     $$("[data-tab]", bar).forEach((b) => b.addEventListener("click", () => {
       $$("[data-tab]", bar).forEach((x) => x.classList.toggle("active", x === b));
@@ -559,8 +561,8 @@ function initTabs() {
 
 /* ***** live progress of a running trace ***** */
 
-function initProgress() {
-  const box = $("#progress");
+function initProgress(root = document) {
+  const box = $("#progress", root);
   if (!box || !["queued", "running"].includes(box.dataset.status)) return;
   const trace = box.dataset.trace;
   const setStage = (s) => {
@@ -578,8 +580,21 @@ function initProgress() {
     }
     window.location.reload();
   };
+  const live = $("#live");
+  let refreshing = null, again = false;  // at most one refresh of the live panels in flight; a report meanwhile asks for one more
+  const refresh = async () => {
+    if (!live) return;
+    if (refreshing) { again = true; return; }
+    refreshing = (async () => {
+      try { const r = await fetch(live.dataset.live, { cache: "no-store" }); if (r.ok) live.innerHTML = await r.text(); } catch (e) { /* the next report */ }
+    })();
+    await refreshing;
+    refreshing = null;
+    if (again) { again = false; setTimeout(refresh, 300); }
+  };
   if (window.EventSource) {
     const es = new EventSource(`/api/traces/${trace}/events`);
+    es.addEventListener("partial", refresh);
     es.addEventListener("snapshot", (e) => { const d = JSON.parse(e.data); (d.stages || []).forEach(setStage); $("#job-status").textContent = d.status; });
     es.addEventListener("stage", (e) => setStage(JSON.parse(e.data)));
     es.addEventListener("status", (e) => { $("#job-status").textContent = JSON.parse(e.data).status; });
@@ -596,28 +611,62 @@ function initProgress() {
   }
 }
 
-/* ***** a target computed on first request: follow its job, reload when it is stored ***** */
+/* ***** a kernel's record on another target, computed on first view: follow its job, then put the page in place (no reload) ***** */
 
-function initPendingTarget() {
-  const box = $("#pending-target");
+async function swapIn(id) {  // the element of this id as the same page renders it now, in place of the one shown, brought to life
+  const html = await (await fetch(window.location.href, { headers: { Accept: "text/html" }, cache: "no-store" })).text();
+  const fresh = new DOMParser().parseFromString(html, "text/html").getElementById(id), now = document.getElementById(id);
+  if (!fresh || !now) { window.location.reload(); return; }
+  const node = document.importNode(fresh, true);
+  now.replaceWith(node);
+  boot(node);
+}
+
+function initPendingTarget(root = document) {
+  const box = $("#pending-target", root);
   if (!box || box.classList.contains("err")) return;
   const poll = async () => {
     try {
       const r = await fetch(box.dataset.poll);
-      if (r.status === 200) { window.location.reload(); return; }
+      if (r.status === 200) { await swapIn("kernel-body"); return; }
       const d = await r.json();
       if (r.status === 202) { $("[data-pending-detail]", box).textContent = d.detail || d.status; }
       else { box.className = "alert err"; box.textContent = d.detail || `${r.status}`; return; }
     } catch (e) { /* try again */ }
-    setTimeout(poll, 1000);
+    setTimeout(poll, 700);
   };
-  setTimeout(poll, 1000);
+  setTimeout(poll, 500);
+}
+
+/* ***** a record's analysis computed on first view: follow the job, then put the live values, spec checks and line map in place ***** */
+
+function initPendingAnalysis(root = document) {
+  const box = $("#analysis[data-analysis-poll]", root);
+  if (!box) return;
+  const poll = async () => {
+    try {
+      const r = await fetch(box.dataset.analysisPoll);
+      if (r.status === 200) {
+        const got = new DOMParser().parseFromString(await (await fetch(box.dataset.analysisFragment)).text(), "text/html");
+        for (const id of ["analysis", "code-own"]) {
+          const now = document.getElementById(id), fresh = got.getElementById(id);
+          if (now && fresh) { const node = document.importNode(fresh, true); now.replaceWith(node); initLineMaps(node); }
+        }
+        return;
+      }
+      const d = await r.json();
+      if (r.status === 202) { const at = $("[data-analysis-detail]", box); if (at) at.textContent = d.detail || d.status; }
+      else { box.replaceChildren(Object.assign(document.createElement("div"), { className: "small muted", textContent: `analysis: ${d.detail || r.status}` })); return; }
+    } catch (e) { /* try again */ }
+    setTimeout(poll, 700);
+  };
+  setTimeout(poll, 500);
 }
 
 /* ***** compile facts computed on first view: follow the job, then put the stored facts in place (no reload) ***** */
 
-function initPendingFacts() {
-  const box = $("#compile-facts[data-facts-poll]");
+function initPendingFacts(root = document) {
+  const box = $("#compile-facts[data-facts-poll]", root);
   if (!box) return;
   const fail = (text) => { box.innerHTML = ""; box.append(Object.assign(document.createElement("span"), { className: "muted", textContent: `compile: ${text}` })); };
   const fill = async () => {
@@ -643,8 +692,8 @@ function initPendingFacts() {
 
 /* ***** schedule it yourself: opts as chips, applied in a worker (POST), the result beside the original ***** */
 
-function initOpts() {
-  const panel = $("#opts-panel");
+function initOpts(root = document) {
+  const panel = $("#opts-panel", root);
   if (!panel) return;
   const status = $("#opts-status", panel), out = $("#opts-out", panel), chips = $("#opts-chips", panel), input = $("#opts-add", panel);
   const split = (text) => (text || "").split(/,(?=[A-Za-z]+:)/).map((o) => o.trim().toUpperCase()).filter(Boolean);  // TC:0:-1,2,1 keeps its commas
@@ -717,8 +766,8 @@ function initOpts() {
 
 /* ***** the trace form: preset fills the shape, Winograd options only where they apply ***** */
 
-function initForm() {
-  const form = $("#trace-form");
+function initForm(root = document) {
+  const form = $("#trace-form", root);
   if (!form) return;
   const preset = $("#preset", form), shape = ["batch", "cin", "cout", "height", "width", "kernel", "stride", "padding", "groups", "dtype"];
   const val = (name) => { const r = $(`input[name="${name}"]:checked`, form); return r ? r.value : null; };
@@ -751,16 +800,17 @@ function initForm() {
 
 const viewers = new Map();  // every graph viewer on the page, by element id
 
-document.addEventListener("DOMContentLoaded", () => {
-  $$(".viewer").forEach((el) => viewers.set(el.id, new Viewer(el)));
-  $$("[data-pass-filter]").forEach((box) => {
+function boot(root = document) {  // everything a page (or a part of it put in place later) brings to life
+  const fresh = [];
+  $$(".viewer", root).forEach((el) => { viewers.set(el.id, new Viewer(el)); fresh.push(el.id); });
+  $$("[data-pass-filter]", root).forEach((box) => {
     const list = document.getElementById(box.dataset.passFilter);
     box.addEventListener("input", () => {
       const q = box.value.trim().toLowerCase();
       $$("a[data-pass]", list).forEach((a) => a.classList.toggle("filtered-out", !!q && !a.dataset.name.toLowerCase().includes(q)));
     });
   });
-  $$("[data-matched-only]").forEach((cb) => {
+  $$("[data-matched-only]", root).forEach((cb) => {
     const list = document.getElementById(cb.dataset.matchedOnly);
     const apply = () => list.classList.toggle("matched-only", cb.checked);
     cb.addEventListener("change", apply);
@@ -769,13 +819,16 @@ document.addEventListener("DOMContentLoaded", () => {
     apply();
   });
   const stepped = new Set();
-  $$("[data-stepper]").forEach((bar) => {
+  $$("[data-stepper]", root).forEach((bar) => {
     const v = viewers.get("pass-graph");
     if (v) { new Stepper(bar, v); stepped.add("pass-graph"); }
   });
-  viewers.forEach((v, id) => { if (!stepped.has(id)) v.show(v.el.dataset.ref); });
-  initTabs(); initProgress(); initForm(); initPendingTarget(); initPendingFacts(); initOpts(); initLineMaps();
-});
+  fresh.forEach((id) => { const v = viewers.get(id); if (!stepped.has(id)) v.show(v.el.dataset.ref); });
+  initTabs(root); initProgress(root); initForm(root); initPendingTarget(root); initPendingAnalysis(root); initPendingFacts(root); initOpts(root);
+  initLineMaps(root);
+}
+
+document.addEventListener("DOMContentLoaded", () => boot(document));
 
 /* ***** "compare with..." on trace pages: the menu loads its picks on first open ***** */
 

@@ -38,7 +38,7 @@ import tinygrad.device
 from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, read_plain, refused, write_plain
 from explorer.spec import COMPUTE_DEVICES
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
-  from explorer.schema import LoopRange, LoopSplit, Pressure, SpecCheck, SpecViolation, Storage
+  from explorer.schema import Analysis, LoopRange, LoopSplit, Pressure, SpecCheck, SpecViolation, Storage
 
 # the public names the rest of the explorer uses: it imports tinygrad only through this module
 __all__ = ["AddrSpace", "Context", "Device", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes"]
@@ -194,6 +194,8 @@ class LiveLog:
     self.base, self.built = base, dict[int, UOp]()
 
   def sink(self, num: int) -> UOp: return rebuild(uop_ops.uop_fields, num, self.built)
+
+  def rewrite(self, group: int, step: int) -> TrackedGraphRewrite: return uop_ops.tracked_ctxs[self.base + group][step]
 
   def nums(self) -> dict[int, int]: return {id(u): n for n, u in self.built.items()}
 
@@ -403,6 +405,8 @@ class RewriteBlob:
     return _reconstruct(self.data, trace_num)
 
   def graph_of(self, trace_num: int) -> dict: return uop_graph(self, self.sink(trace_num))
+
+  def rewrite(self, group: int, step: int) -> TrackedGraphRewrite: return self.data.trace.rewrites[group][step]
 
   def nums(self) -> dict[int, int]:
     """id(UOp) -> trace number, for every UOp rebuilt so far (whole graphs rebuilt from the blob are kept by tinygrad's VizData)."""
@@ -883,8 +887,8 @@ class ProgramFacts:
   ops: dict[str, int]
   source: str
   storage: Storage          # buffers the kernel keeps on chip: registers and local (shared) memory
-  pressure: Pressure        # liveness over the linear order (see pressure)
   nums: list[int]           # each linear UOp's trace number in the rewrite blob: the graph pages find them by it
+  sink: int                 # the program's SINK (what spec_program checks) by its trace number: an analysis rebuilds it from the blob
 
 UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
                "consts": lambda u: u.op is Ops.CONST, "ranges": lambda u: u.op is Ops.RANGE}
@@ -921,22 +925,20 @@ def _splits_loops(pass_name: str) -> bool:
   """tinygrad's "split ranges" pass, and the explorer's peel:N rewrite (explorer.tracing.rewrites)."""
   return pass_name == "split ranges" or pass_name.startswith(REWRITE_PASS.format("peel:"))
 
-def loop_splits(mark: int) -> list[LoopSplit]:
-  """Each match of a "split ranges" pass since mark: the loop(s) it cut (axis, trip count, kind), the loops they became, the rule (its
-  file:line and source, read from tinygrad now). tinygrad records the pass's rewrite of the kernel; the cut ranges are what the graph
-  lost and the new ranges what it gained."""
-  log = LiveLog()
+def loop_splits(log: LiveLog | RewriteBlob, passes: Sequence[Pass]) -> list[LoopSplit]:
+  """Each match of a "split ranges" pass among a kernel's passes: the loop(s) it cut (axis, trip count, kind), the loops they became,
+  the rule (its file:line and source, read from tinygrad now). tinygrad records the pass's rewrite of the kernel; the cut ranges are
+  what the graph lost and the new ranges what it gained. log: where the passes' groups point (this process's, or a stored blob)."""
   out: list[LoopSplit] = []
-  for g in range(mark, len(uop_ops.tracked_ctxs)):
-    for step, r in enumerate(uop_ops.tracked_ctxs[g]):
-      if not _splits_loops(r.name) or not r.matches: continue
-      for before, after, loc, _ in r.matches:
-        fb, fa = (collections.Counter(_range_fact(u) for u in log.sink(n).toposort() if u.op is Ops.RANGE) for n in (before, after))
-        if fb == fa: continue  # a match of the pass that cut nothing (it also flattens ranges)
-        # the loops it cut and the ones they became; a loop nested in a peeled one is copied, not cut, and is left out of both
-        out.append({"pass": r.name, "step": step, "ranges": [_loop_range(f) for f in sorted(fb - fa, key=str)],
-                    "into": [_loop_range(f) for f in sorted(fa - fb, key=str) if f not in fb],
-                    "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc)})
+  for p in passes:
+    if not _splits_loops(p.name) or not p.matches: continue
+    for before, after, loc, _ in log.rewrite(p.group, p.step).matches:
+      fb, fa = (collections.Counter(_range_fact(u) for u in log.sink(n).toposort() if u.op is Ops.RANGE) for n in (before, after))
+      if fb == fa: continue  # a match of the pass that cut nothing (it also flattens ranges)
+      # the loops it cut and the ones they became; a loop nested in a peeled one is copied, not cut, and is left out of both
+      out.append({"pass": p.name, "step": p.step, "ranges": [_loop_range(f) for f in sorted(fb - fa, key=str)],
+                  "into": [_loop_range(f) for f in sorted(fa - fb, key=str) if f not in fb],
+                  "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc)})
   return out
 
 # ***** spec checks: tinygrad's own specs (tinygrad/uop/spec.py), every UOp checked, every violation kept *****
@@ -1038,7 +1040,7 @@ def program_facts(prg: UOp, device: str | None = None) -> ProgramFacts:
                       int(est.ops) if est is not None else 0, int(est.lds) if est is not None else 0, int(est.mem) if est is not None else 0,
                       [opt_text(o) for o in sink.arg.applied_opts], uops_listing(lin, device),
                       {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},
-                      src, storage, pressure(list(lin)), [trace_num(u) for u in lin])
+                      src, storage, [trace_num(u) for u in lin], trace_num(sink))
 
 def ast_uop_count(ast: UOp) -> int: return len(ast.toposort())
 
@@ -1064,15 +1066,13 @@ class _LineTracker:
 
 LineMap = list[tuple[int, list[int]]]  # [(source line, [linear uop indexes]), ...]
 
-def line_map(prg: UOp, renderer: Renderer) -> tuple[LineMap | None, str | None]:
+def line_map(lin: list[UOp], source: str, renderer: Renderer) -> tuple[LineMap | None, str | None]:
   """[[source line (1-based), [linear uop indexes]], ...] for every line of the kernel body, or None and why. The program's linear
   UOps are rendered again by a copy of its renderer whose string_rewrite is a _LineTracker; the map is kept only if that render is
   the program's source, character for character."""
   from tinygrad.renderer.cstyle import CStyleLanguage
   if not isinstance(renderer, CStyleLanguage):
     return None, f"{type(renderer).__name__} does not render through tinygrad's C-style renderer, whose line-by-line rendering this reads"
-  lin = list(next(s for s in prg.src if s.op is Ops.LINEAR).src)
-  source = next((s.arg for s in prg.src if s.op is Ops.SOURCE), "")
   copy_ = object.__new__(type(renderer))  # not copy.copy: a renderer pickles as "build me for this target", which loads its compiler
   copy_.__dict__.update(renderer.__dict__)
   copy_.string_rewrite = tracker = _LineTracker(renderer.string_rewrite)  # type: ignore[assignment]
@@ -1107,6 +1107,24 @@ def with_lines(pressure: Pressure, lines: LineMap | None) -> Pressure:
   """The pressure record with source lines: of the peak (max_live_line) and of each longest live range's definition."""
   return {**pressure, "max_live_line": source_line(pressure["max_live_at"], lines),
           "longest": [{**r, "line": source_line(r["uop"], lines)} for r in pressure["longest"]]}
+
+# ***** a program's analysis: what a page asks of a kernel's record beyond what tinygrad made (an enrichment, explorer.tracing.enrich) *****
+
+def analysis(lin: list[UOp], sink: UOp, source: str, renderer: Renderer, log: LiveLog | RewriteBlob, passes: Sequence[Pass]) -> Analysis:
+  """The line map (source line <-> linear UOps), the live values over the linear order with their lines, the loops "split ranges" cut,
+  and tinygrad's program spec over the program's SINK: computed from the program in this process (program_analysis), or from the
+  rewrite blob it was recorded in (blob_analysis): both are the same UOps."""
+  lines, why = line_map(lin, source, renderer)
+  return {"pressure": with_lines(pressure(lin), lines), "line_map": lines, "line_map_note": why, "loop_splits": loop_splits(log, passes),
+          "spec": spec_check([sink], "program")}
+
+def program_analysis(prg: UOp, renderer: Renderer, log: LiveLog, passes: Sequence[Pass]) -> Analysis:
+  lin = list(next(s for s in prg.src if s.op is Ops.LINEAR).src)
+  return analysis(lin, prg.src[0], next((s.arg for s in prg.src if s.op is Ops.SOURCE), ""), renderer, log, passes)
+
+def blob_analysis(blob: RewriteBlob, linear_nums: Sequence[int], sink: int, source: str, renderer: Renderer, passes: Sequence[Pass]) -> Analysis:
+  """The analysis of a stored record: its linear UOps and SINK rebuilt from the blob its codegen was recorded in."""
+  return analysis([blob.sink(n) for n in linear_nums], blob.sink(sink), source, renderer, blob, passes)
 
 # ***** runtime *****
 

@@ -1,10 +1,14 @@
-"""Enrichments: what a trace does not compute while tinygrad runs, but when a page, the API or a command first asks for it. A cold trace
-records what tinygrad itself does; one kernel's compile facts for one target (a real compiler of this machine on the record's source:
-registers, spills, occupancy, disassembly) are computed here, in a worker, and kept by whoever asked (the store's enrichments table,
-a trace file, the caller's trace): spec.ENRICH_FACTS. A target a trace did not ask for is computed by explorer.tracing.run.targets_in_worker."""
+"""Enrichments: what a trace does not compute while tinygrad runs, but when a page, the API or a command first asks for it, per kernel,
+target and kind, each in a worker, kept by whoever asked (the store's enrichments table, a trace file, the caller's trace). A cold trace
+records what tinygrad itself does; the kinds (explorer.spec.ENRICH_KINDS):
+- target: a kernel's record on another target than the trace's own (its AST rebuilt from the trace's rewrite blob, then that target's
+  codegen with rewrite tracking, as an eager trace renders it; the record says which rewrite blob its passes address);
+- analysis: a record's line map, live values, loop splits and program spec, read from the rewrite blob its codegen was recorded in;
+- facts: a record's compile facts (a real compiler of this machine on its source: registers, spills, occupancy, disassembly)."""
 from __future__ import annotations
-import os
+import os, uuid
 from typing import Any, Iterable
+from explorer.spec import ANALYSIS_MARK
 from explorer.tracing.workers import Limits, Progress, call_in_worker
 
 Job = dict[str, Any]  # {"kernel", "target", "name", "source", "arch", "local_size", "ptx"}: what one kernel's compile needs
@@ -59,3 +63,114 @@ def add_facts(trace: dict[str, Any], targets: Iterable[str] | None = None, kerne
               progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> dict[str, Any]:
   """The trace with compile facts on the records that lacked them (these targets and kernels; default all), computed in a worker."""
   return with_facts(trace, compute_facts(facts_jobs(trace, targets, kernels), progress, limits, timeout_s))
+
+# ***** the analysis of a record: line map, live values, loop splits, program spec (explorer.schema.Analysis) *****
+
+def blob_key(kernel: dict[str, Any], target: str) -> str | None:
+  """The rewrite blob a kernel's record on `target` addresses (its passes' groups, its UOps' numbers): the trace's own (None) for the
+  host's record, the record's `rewrites` for one computed on first view, else the target's (rendered with the trace)."""
+  rec = (kernel.get("targets") or {}).get(target) or {}
+  return None if target == kernel.get("host_target") else str(rec.get("rewrites") or target)
+
+def analysis_jobs(trace: dict[str, Any], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
+  """The analyses these kernels' records need on these targets (default: every kernel and target): those without one, recorded with
+  the numbers an analysis rebuilds them by (trace schema 2 and later)."""
+  wanted = None if kernels is None else set(kernels)
+  jobs = []
+  for k in trace.get("kernels") or []:
+    if wanted is not None and k.get("index") not in wanted: continue
+    for t, rec in (k.get("targets") or {}).items():
+      if (targets is not None and t not in targets) or ANALYSIS_MARK in rec or rec.get("linear_nums") is None or rec.get("program_sink") is None:
+        continue
+      jobs.append({"kernel": k["index"], "target": t, "blob": blob_key(k, t), "arch": rec.get("arch") or "", "source": rec["source"],
+                   "linear_nums": rec["linear_nums"], "program_sink": rec["program_sink"], "passes": rec.get("passes") or []})
+  return jobs
+
+def analysis_in_worker(progress: Progress, jobs: list[Job], blobs: dict[str, bytes]) -> list[Any]:
+  """Each job's analysis, in order, from the blob its record was recorded in (blobs: by key, "" the trace's own)."""
+  from explorer.tracing import adapter as tg
+  loaded: dict[str, Any] = {}
+  out = []
+  for i, j in enumerate(jobs):
+    progress("analysis", "start", f"{i + 1} of {len(jobs)}: kernel {j['kernel']} on {j['target']}")
+    key = j["blob"] or ""
+    if key not in loaded: loaded[key] = tg.RewriteBlob(blobs[key])
+    passes = [tg.Pass(p["group"], p["step"], p["name"], p["depth"], p["matches"], p["sink"]) for p in j["passes"]]
+    out.append(tg.blob_analysis(loaded[key], j["linear_nums"], j["program_sink"], j["source"], tg.render_target(j["target"], j["arch"]), passes))
+  progress("analysis", "done", f"{len(jobs)} analysed")
+  return out
+
+def compute_analysis(jobs: list[Job], blobs: dict[str, bytes], progress: Progress | None = None, limits: Limits | None = None,
+                     timeout_s: float | None = None) -> dict[tuple[int, str], dict[str, Any]]:
+  """The jobs' analyses, computed in a fresh worker: {(kernel, target): analysis}. blobs: every blob the jobs name ("" the trace's)."""
+  if not jobs: return {}
+  got, _ = call_in_worker("explorer.tracing.enrich:analysis_in_worker", {"jobs": jobs, "blobs": blobs}, progress, timeout_s, limits=limits)
+  return {(j["kernel"], j["target"]): a for j, a in zip(jobs, got)}
+
+def add_analysis(trace: dict[str, Any], blobs: dict[str, bytes], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
+                 progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> dict[str, Any]:
+  """The trace with analyses on the records that lacked one (these targets and kernels; default all) and whose rewrite blob is among
+  blobs ("" the trace's own), computed in a worker."""
+  jobs = [j for j in analysis_jobs(trace, targets, kernels) if (j["blob"] or "") in blobs]
+  return with_analysis(trace, compute_analysis(jobs, blobs, progress, limits, timeout_s))
+
+def with_analysis(trace: dict[str, Any], analyses: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any]:
+  """The trace with the analyses on their records: a copy along the changed records' paths (callers share traces)."""
+  if not analyses: return trace
+  kernels = []
+  for k in trace.get("kernels") or []:
+    if mine := {t: a for (n, t), a in analyses.items() if n == k.get("index") and t in (k.get("targets") or {})}:
+      k = {**k, "targets": {t: {**rec, **mine[t]} if t in mine else rec for t, rec in k["targets"].items()}}
+    kernels.append(k)
+  return {**trace, "kernels": kernels}
+
+# ***** a kernel's record on a target the trace did not render *****
+
+def target_in_worker(progress: Progress, blob: bytes, sinks: dict[int, int], target: str, arch: str, opt: str, rewrites: list[str],
+                     beam_opts: dict[int, list[str]] | None = None) -> tuple[dict[int, Any], bytes]:
+  """Kernels' records on `target`, their ASTs rebuilt from the trace's rewrite blob (sinks: kernel -> its AST's trace number) and
+  rendered as an eager trace renders them (explorer.tracing.renders), in this fresh process: {kernel: record, or {"error": ...}} and
+  this process's rewrite blob, which the records' passes address. beam_opts: under BEAM, each kernel's opts chosen on the device."""
+  from explorer.tracing import adapter as tg
+  from explorer.tracing.renders import _render_target
+  log = tg.RewriteBlob(blob)
+  order = sorted(sinks)
+  progress("render", "start", f"{len(order)} kernel(s) on {target}")
+  records, out_blob = _render_target([log.sink(sinks[n]) for n in order], target, arch, opt, tuple(rewrites), None,
+                                     [beam_opts[n] for n in order] if beam_opts is not None else None)
+  progress("render", "done", target)
+  return dict(zip(order, records)), out_blob
+
+def compute_target(trace: dict[str, Any], blob: bytes, target: str, kernels: Iterable[int], progress: Progress | None = None,
+                   limits: Limits | None = None, timeout_s: float | None = None) -> tuple[dict[int, dict[str, Any]], str, bytes]:
+  """These kernels' records on `target`, computed in a fresh worker: ({kernel: record}, the key their rewrite blob is kept under,
+  that blob). Each record names the blob (`rewrites`)."""
+  from explorer.spec import Variant
+  variant = Variant.from_dict(trace["variant"])
+  ks = {n: trace["kernels"][n] for n in kernels}
+  beam = variant.opt.startswith("beam:")
+  args = {"blob": blob, "sinks": {n: k["ast_sink"] for n, k in ks.items()}, "target": target, "arch": variant.arch(target), "opt": variant.opt,
+          "rewrites": list(variant.rewrites), "beam_opts": {n: k.get("opts") or [] for n, k in ks.items()} if beam else None}
+  (records, out_blob), _ = call_in_worker("explorer.tracing.enrich:target_in_worker", args, progress, timeout_s, limits=limits)
+  key = f"{target}@{uuid.uuid4().hex[:10]}"
+  for rec in records.values():
+    if "error" not in rec: rec["rewrites"] = key
+  return records, key, out_blob
+
+def with_target(trace: dict[str, Any], target: str, records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+  """The trace with these kernels' records on `target` (or their errors) in place: a copy along the changed kernels (callers share
+  traces)."""
+  from explorer.store import add_target_record
+  kernels = []
+  for k in trace.get("kernels") or []:
+    if (rec := records.get(k.get("index"))) is not None:
+      k = {**k, "targets": dict(k.get("targets") or {}), "sources": dict(k.get("sources") or {}), "source_errors": dict(k.get("source_errors") or {})}
+      add_target_record(k, target, rec)
+    kernels.append(k)
+  return {**trace, "kernels": kernels}
+
+def lacking(trace: dict[str, Any], target: str, kernels: Iterable[int] | None = None) -> list[int]:
+  """The kernels (of these; default all) with no record on `target` yet."""
+  wanted = None if kernels is None else set(kernels)
+  return [k["index"] for k in trace.get("kernels") or [] if (wanted is None or k["index"] in wanted) and target not in (k.get("targets") or {})
+          and target not in (k.get("source_errors") or {})]

@@ -82,11 +82,11 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   progress("codegen", "start", f"{len(chosen)} opts on {target}")
   mark = tg.tracking_mark()
   prg = tg.codegen_deviceless(tg.with_opts(ast, chosen), renderer)
-  passes = [pass_record(p) for _, ps in tg.passes_since(mark, mark) for p in ps]
-  rec = target_record(tg.program_facts(prg, tg.renderer_device(renderer)), passes, arch, [], tg.loop_splits(mark), tg.line_map(prg, renderer))
+  ps = [p for _, group in tg.passes_since(mark, mark) for p in group]
+  rec = target_record(tg.program_facts(prg, tg.renderer_device(renderer)), [pass_record(p) for p in ps], arch, [])
+  rec.update(tg.program_analysis(prg, renderer, tg.LiveLog(mark), ps))
   rec["notes"] = [n for n in rec["notes"] if n != BEAM_NOTE] + [f"scheduled by hand: {', '.join(map(tg.opt_text, chosen)) or 'no opts'}"]
   if rewrites: rec["notes"].append(f"the trace's custom rewrites ({', '.join(rewrites)}) are not applied here, nor to the original it is timed with")
-  rec["spec"] = tg.spec_check([tg.program_sink(prg)], "program")
   if target == "ptx": rec["compiled_source"] = tg.fill_ptx(rec["source"], arch)
   progress("compile", "start", f"compile facts on {target}")
   facts: Any = compilers.compile_target(target, rec["source"], arch, compilers.block_threads(rec["local_size"]), rec.get("compiled_source"))

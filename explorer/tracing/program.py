@@ -36,7 +36,7 @@ def reference_check(reference: Sequence[np.ndarray], rel_tolerance: float) -> Ca
 
 def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progress = _quiet, source: str | None = None,
                   reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5,
-                  origin: dict[str, Any] | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
+                  origin: dict[str, Any] | None = None, analysis: bool = False) -> tuple[dict, bytes, dict[str, bytes]]:
   """Trace the realize of `outs` (tensors whose graphs are built, not yet realized). origin: how the program ran, for its reproducer
   ({"kind": "script", "fn": NAME or None} or {"kind": "capture", "line": the with statement's line in `source`})."""
   if not tg.tracking_possible(): raise CaptureUnavailable(NOT_TRACKING)
@@ -49,13 +49,14 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
   check = reference_check(reference, rel_tolerance) if reference is not None else None
   def stages(rec, base, pool, blobs) -> None:  # the graph exists already: the user's code built it
     with tg.opt_context(variant.opt): pipeline(rec, Program(outs, roles, kernel_role, check), variant, device, base, pool, blobs)
-  return record(trace, variant, device, progress, stages)
+  return record(trace, variant, device, progress, stages, analysis)
 
 class Capturing:
   """Record every realize inside the block: `results` gets one (trace, blob, target blobs) per realize that computed something."""
   def __init__(self, name: str, variant: Variant, progress: Progress = _quiet, source: str | None = None,
-               reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5, origin: dict[str, Any] | None = None):
-    self.name, self.variant, self.progress, self.source, self.origin = name, variant, progress, source, origin
+               reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5, origin: dict[str, Any] | None = None,
+               analysis: bool = False):
+    self.name, self.variant, self.progress, self.source, self.origin, self.analysis = name, variant, progress, source, origin, analysis
     self.reference, self.rel_tolerance = reference, rel_tolerance
     self.results: list[tuple[dict, bytes, dict[str, bytes]]] = []
     self._hook: Any = None
@@ -63,7 +64,8 @@ class Capturing:
   def _on_realize(self, outs: list[Any]) -> None:
     n = len(self.results)
     name = self.name if n == 0 else f"{self.name} (realize {n + 1})"
-    self.results.append(trace_outputs(outs, name, self.variant, self.progress, self.source, self.reference, self.rel_tolerance, self.origin))
+    self.results.append(trace_outputs(outs, name, self.variant, self.progress, self.source, self.reference, self.rel_tolerance, self.origin,
+                                      self.analysis))
     trace = self.results[-1][0]
     if "run" not in trace["stage_seconds"]:  # scheduled (the tensors now name their buffers) but never run: say so, never read zeros
       f = (trace["failures"] or [{"stage": "?", "error": "unknown"}])[0]
@@ -77,14 +79,16 @@ class Capturing:
 
   def __exit__(self, *exc: Any) -> None: self._hook.__exit__(*exc)
 
-def script_in_worker(progress: Progress, path: str, fn: str | None, variant: dict) -> list[tuple[dict, bytes, dict[str, bytes]]]:
+def script_in_worker(progress: Progress, path: str, fn: str | None, variant: dict,
+                     analysis: bool = False) -> list[tuple[dict, bytes, dict[str, bytes]]]:
   """`kernel-explorer trace --script PATH [--fn NAME]`: run the script (as __main__ without --fn; else run it as a module and call
   NAME()) with every realize recorded. It runs in a namespace of its own, sys.modules untouched: the render processes this worker
   spawns must not import the script again (multiprocessing's spawn imports the __main__ module it finds there)."""
   source = open(path).read()
   code = compile(source, path, "exec")
   namespace: dict[str, Any] = {"__name__": "__main__" if fn is None else "explorer_script", "__file__": path, "__builtins__": __builtins__}
-  with Capturing(fn or path.rsplit("/", 1)[-1], Variant.from_dict(variant), progress, source, origin={"kind": "script", "fn": fn}) as cap:
+  with Capturing(fn or path.rsplit("/", 1)[-1], Variant.from_dict(variant), progress, source, origin={"kind": "script", "fn": fn},
+                 analysis=analysis) as cap:
     exec(code, namespace)  # noqa: S102 - the user's own script, from the command line only (the server never runs user code)
     if fn is not None:
       if not callable(target := namespace.get(fn)): raise ValueError(f"{path} defines no function {fn!r}")

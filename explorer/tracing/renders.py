@@ -13,8 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Iterable
 from explorer.tracing.pool import WorkerPool
 if TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of trace workers
-  from explorer.schema import LoopSplit, Pass, TargetRecord
-  from explorer.tracing.adapter import LineMap
+  from explorer.schema import Pass, TargetRecord
 
 def _init() -> None:
   if "VIZ" not in os.environ: os.environ["TRACK_MATCH_STATS"] = "2"  # every render records its passes, whatever the user's environment
@@ -28,24 +27,21 @@ RenderFailed = dict[str, str]  # {"error": the one-line reason a kernel's codege
 
 BEAM_NOTE = "BEAM needs the device to time its candidates: this deviceless target got tinygrad's heuristic opts"
 
-def target_record(facts: Any, passes: list[Pass], arch: str, notes: list[str], loop_splits: list[LoopSplit],
-                  line_map: tuple[LineMap | None, str | None] = (None, None)) -> TargetRecord:
-  """One kernel on one target, in the trace's schema (explorer.schema.TargetRecord); the host's record has the same fields.
-  line_map: (adapter.line_map's [[source line, [uop indexes]], ...] or None, why there is none)."""
-  from explorer.tracing import adapter as tg
-  lines, why = line_map
-  pressure = tg.with_lines(facts.pressure, lines)
+def target_record(facts: Any, passes: list[Pass], arch: str, notes: list[str]) -> TargetRecord:
+  """One kernel on one target, in the trace's schema (explorer.schema.TargetRecord); the host's record has the same fields. Its
+  analysis (line map, live values, loop splits, program spec) is added where it is computed (adapter.analysis)."""
   return {"name": facts.name, "arch": arch, "opts": facts.opts, "global_size": facts.global_size, "local_size": facts.local_size,
           "linear_uops": facts.ops["total"], "ops": facts.ops, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds, "passes": passes,
-          "uops_listing": facts.linear, "source": facts.source, "pressure": pressure, "loop_splits": loop_splits, "notes": notes,
-          "line_map": lines, "line_map_note": why, "linear_nums": facts.nums, "compile": None}
+          "uops_listing": facts.linear, "source": facts.source, "notes": notes, "linear_nums": facts.nums, "program_sink": facts.sink,
+          "compile": None}
 
-def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: tuple[str, ...] = (),
-                   rewrite_file: str | None = None, beam_opts: list[list[str]] | None = None) -> tuple[list[TargetRecord | RenderFailed], bytes]:
+def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: tuple[str, ...] = (), rewrite_file: str | None = None,
+                   beam_opts: list[list[str]] | None = None, analysis: bool = True) -> tuple[list[TargetRecord | RenderFailed], bytes]:
   """Per kernel: its target record, or {"error": message} where codegen failed; and this process's rewrite blob, which the records'
   passes address (group, step, sink), so that every target's codegen steps can be expanded like the host's. `rewrites` (and a
   rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.tracing.rewrites). beam_opts: each kernel's opts
-  that BEAM chose on the device, applied here where tinygrad accepts them for this target (else the heuristic's: the notes say which)."""
+  that BEAM chose on the device, applied here where tinygrad accepts them for this target (else the heuristic's: the notes say which).
+  analysis: each record's analysis too (a first view wants it whole; a trace's eager targets only when the trace was asked for it)."""
   from explorer.tracing import adapter as tg
   from explorer.tracing.rewrites import build
   renderer, base = tg.render_target(target, arch), tg.tracking_mark()
@@ -61,10 +57,9 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: 
       except Exception as e:
         out.append({"error": f"{type(e).__name__}: {e}"})
         continue
-      passes = [pass_record(p) for _, ps in tg.passes_since(mark, base) for p in ps]
-      facts = tg.program_facts(prg, tg.renderer_device(renderer))
-      rec = target_record(facts, passes, arch, notes, tg.loop_splits(mark), tg.line_map(prg, renderer))
-      rec["spec"] = tg.spec_check([tg.program_sink(prg)], "program")
+      ps = [p for _, group in tg.passes_since(mark, base) for p in group]
+      rec = target_record(tg.program_facts(prg, tg.renderer_device(renderer)), [pass_record(p) for p in ps], arch, notes)
+      if analysis: rec.update(tg.program_analysis(prg, renderer, tg.LiveLog(base), ps))  # else an enrichment, from the rewrite blob
       if target == "ptx": rec["compiled_source"] = tg.fill_ptx(rec["source"], arch)  # what tinygrad's PTXCompiler hands ptxas
       out.append(rec)
   return out, tg.export_rewrites(base)
@@ -94,17 +89,17 @@ class RenderPool:
   def _pool(self, target: str) -> WorkerPool:
     with self._lock: return self.pools.setdefault(target, WorkerPool(1, initializer=_init))
 
-  def submit(self, asts: list[Any], targets: dict[str, str], opt: str, rewrites: tuple[str, ...] = (),
-             rewrite_file: str | None = None, beam_opts: list[list[str]] | None = None) -> dict[str, Future]:
+  def submit(self, asts: list[Any], targets: dict[str, str], opt: str, rewrites: tuple[str, ...] = (), rewrite_file: str | None = None,
+             beam_opts: list[list[str]] | None = None, analysis: bool = False) -> dict[str, Future]:
     """targets: name -> arch. Each target's records for every kernel, as futures; at most `processes` targets render at once.
-    beam_opts: per kernel, the opts BEAM chose on the device (_render_target)."""
+    beam_opts: per kernel, the opts BEAM chose on the device (_render_target); analysis: the records' analysis now, not when viewed."""
     futures: dict[str, Future] = {t: Future() for t in targets}
     waiting = list(targets.items())
     def next_target() -> None:
       with self._lock:
         if not waiting: return
         t, arch = waiting.pop(0)
-      try: fut = self._pool(t).submit(_render_target, asts, t, arch, opt, rewrites, rewrite_file, beam_opts)
+      try: fut = self._pool(t).submit(_render_target, asts, t, arch, opt, rewrites, rewrite_file, beam_opts, analysis)
       except Exception as e:  # a pool that cannot start a process: that target's error, the others go on
         futures[t].set_exception(e)
         return next_target()

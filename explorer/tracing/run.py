@@ -15,17 +15,26 @@ class TraceResult:
   target_rewrites: dict[str, bytes] = field(default_factory=dict)        # each other target's, by target name
   others: list[dict[str, Any]] = field(default_factory=list)              # a script's every realize, in order (run_script)
 
-def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str, Any],
-                    dump_io: str | None) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
+  @property
+  def blobs(self) -> dict[str, bytes]:
+    """Every rewrite blob by the key its records name ("" the host's): what an enrichment reads (explorer.tracing.enrich)."""
+    return {"": self.rewrites, **self.target_rewrites}
+
+def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str, Any], dump_io: str | None,
+                    analysis: bool = False) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
   from explorer.tracing.trace import capture
-  return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io)
+  return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io, analysis)
 
 def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
-              dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None, facts: bool = False) -> TraceResult:
-  """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends. facts: then
-  every record's compile facts too, asked for now (explorer.tracing.enrich; by default they are computed when first viewed)."""
+              dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None, facts: bool = False,
+              analysis: bool = False) -> TraceResult:
+  """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends. What is
+  otherwise computed when first viewed (explorer.tracing.enrich), asked for now: facts, every record's compile facts (in another
+  worker, after); analysis, every record's analysis (line maps, live values, loop splits, program spec: in the trace's worker and
+  its render processes)."""
   (trace, blob, blobs), seen = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
-                                       "dump_io": dump_io}, progress, timeout_s, env=device_env(variant), limits=limits, live=live)
+                                       "dump_io": dump_io, "analysis": analysis}, progress, timeout_s, env=device_env(variant),
+                                       limits=limits, live=live)
   _learn_default_device(variant, trace)
   if facts:
     from explorer.tracing.enrich import add_facts
@@ -40,7 +49,7 @@ def ran_here(worker: str | None = None) -> dict[str, Any]:
 
 def record_ran_on(trace: dict[str, Any], worker: str | None = None) -> dict[str, Any]:
   """env.ran_on: which process ran the trace (ran_here) and `stages`, each stage it ran (done or failed) -> NAME@HOST. A part added
-  later records itself beside them: `targets`, target -> NAME@HOST (explorer.store.add_targets)."""
+  later records itself beside them: `targets`, target -> NAME@HOST (explorer.store.Store.put_target_records)."""
   here, failed = ran_here(worker), {f.get("stage") for f in trace.get("failures") or []}
   ran = [s for s in STAGES if s in (trace.get("stage_seconds") or {}) or s in failed]
   trace.setdefault("env", {})["ran_on"] = {**here, "stages": {s: here["by"] for s in ran}}
@@ -61,10 +70,11 @@ def _learn_default_device(variant: Variant, trace: dict[str, Any]) -> None:
     _default_device.setdefault("device", device.split(":")[0])
 
 def run_script(path: str, fn: str | None, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
-               limits: Limits | None = None) -> TraceResult:
+               limits: Limits | None = None, analysis: bool = False) -> TraceResult:
   """Run a tinygrad script (or its function fn) in a fresh worker, every realize traced (explorer.tracing.program); the result is the
   last realize that ran a kernel, and `others` every realize's trace, in order."""
-  results, seen = call_in_worker("explorer.tracing.program:script_in_worker", {"path": path, "fn": fn, "variant": variant.to_dict()},
+  results, seen = call_in_worker("explorer.tracing.program:script_in_worker", {"path": path, "fn": fn, "variant": variant.to_dict(),
+                                                                              "analysis": analysis},
                                  progress, timeout_s, env=device_env(variant), limits=limits)
   trace, blob, blobs = results[main_realize([r[0] for r in results])]
   _learn_default_device(variant, trace)
@@ -73,21 +83,3 @@ def run_script(path: str, fn: str | None, variant: Variant, progress: Progress |
 def main_realize(traces: list[dict[str, Any]]) -> int:
   """Which of a program's realizes stands for it: the last that ran a kernel (a final read-back may only copy), else the last."""
   return next((i for i in reversed(range(len(traces))) if traces[i]["kernels"]), len(traces) - 1)
-
-def targets_in_worker(progress: Progress, blob: bytes, sinks: list[int], targets: dict[str, str], opt: str,
-                      rewrites: tuple[str, ...] = ()) -> dict[str, Any]:
-  """Targets a trace did not ask for, computed later from its stored rewrite blob: each kernel's AST rebuilt from the blob, then every
-  target through explorer.tracing.renders as a cold trace would. Returns {target: (records, rewrite blob)}."""
-  from explorer.tracing import adapter as tg
-  from explorer.tracing.renders import RenderPool
-  asts = [tg.RewriteBlob(blob).sink(s) for s in sinks]
-  pool = RenderPool(targets, max(1, min(2, len(targets))))
-  try:
-    out = {}
-    for t, fut in pool.submit(asts, targets, opt, tuple(rewrites)).items():
-      progress("render", "start", t)
-      out[t] = fut.result()
-      pool.done(t)
-      progress("render", "done", t)
-    return out
-  finally: pool.close()

@@ -4,7 +4,7 @@ Call `capture` in a fresh process (explorer.tracing.workers does): tinygrad's re
 and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
-import contextlib, datetime, platform, socket, statistics, threading, time, traceback
+import contextlib, datetime, json, platform, socket, statistics, threading, time, traceback
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -18,6 +18,7 @@ from explorer.store import add_target_record
 if TYPE_CHECKING: from explorer.schema import Kernel, Storage, TimeStats  # types only: pydantic stays out of trace workers
 
 Progress = Callable[[str, str, str], None]  # (stage, "start"|"done"|"error", detail)
+PARTIAL = "partial"  # the progress "stage" of Recorder.partial: (PARTIAL, what, JSON), not a stage
 
 def _quiet(stage: str, status: str, detail: str) -> None: pass
 
@@ -39,9 +40,14 @@ class Recorder:
   """Runs the stages in order; a stage that raises is recorded (which stage, the error) and stops the trace there. Work of a stage that
   tinygrad does not wait for (the float64 reference check) may run beside the next ones (`beside`), and is settled before anything is
   timed and before the trace is returned."""
-  def __init__(self, trace: dict, progress: Progress):
-    self.trace, self.progress, self.tinygrad = trace, progress, TinygradClock(trace)
+  def __init__(self, trace: dict, progress: Progress, analysis: bool = False):
+    self.trace, self.progress, self.tinygrad, self.analysis = trace, progress, TinygradClock(trace), analysis
     self.pending: list[tuple[str, threading.Thread, list[BaseException]]] = []
+
+  def partial(self, what: str, data: dict) -> None:
+    """What the trace holds so far, for a page that shows it while it runs: `schedule` (its calls and buffers, once scheduled), then a
+    `kernel` row as each kernel's codegen ends (explorer.web.services.traces.Partial reads them)."""
+    self.progress(PARTIAL, what, json.dumps(data, default=str))
 
   def beside(self, stage: str, fn: Callable[[], None]) -> None:
     """fn in a thread of its own: numpy's float64 reference releases the GIL, so it runs on the other core while the trace goes on."""
@@ -103,17 +109,20 @@ def _rewrites_record(variant: Variant) -> list[dict]:
     out.append({"name": rewrite_file_name(path), "point": "from the file", "summary": f"the user's rewrite file {path}", "source": text})
   return out
 
-def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_io: str | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
+def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_io: str | None = None,
+            analysis: bool = False) -> tuple[dict, bytes, dict[str, bytes]]:
   """Trace one convolution. Returns the trace (JSON-ready), the compressed rewrite blob the host's graphs expand from, and each other
-  target's (its codegen ran in a process of its own)."""
+  target's (its codegen ran in a process of its own). analysis: the host's records with their analysis now (line maps, live values,
+  loop splits, program spec), rather than when first viewed."""
   variant = variant.resolve(spec)
   device = variant.device or tg.default_device()
   return record(new_trace(spec, variant, device), variant, device, progress,
-                lambda rec, base, pool, blobs: _run_stages(rec, spec, variant, device, dump_io, base, pool, blobs))
+                lambda rec, base, pool, blobs: _run_stages(rec, spec, variant, device, dump_io, base, pool, blobs), analysis)
 
 Stages = Callable[[Recorder, int, RenderPool, dict[str, bytes]], None]
 
-def record(trace: dict, variant: Variant, device: str, progress: Progress, stages: Stages) -> tuple[dict, bytes, dict[str, bytes]]:
+def record(trace: dict, variant: Variant, device: str, progress: Progress, stages: Stages,
+           analysis: bool = False) -> tuple[dict, bytes, dict[str, bytes]]:
   """Run the stages into `trace`, the other targets' renders beside them; then the rewrite blob and the bufferize decisions."""
   trace["env"]["compiler"], trace["env"]["fallback"] = _safe(lambda: tg.compiler_name(device)), _safe(lambda: tg.fallback_reason(device))
   trace["env"]["device_name"] = _safe(lambda: tg.device_name(device))  # the hardware, for its roofline
@@ -122,7 +131,7 @@ def record(trace: dict, variant: Variant, device: str, progress: Progress, stage
   except Exception: warm = {}  # the pipeline meets the device's error in its stage
   pool = RenderPool(warm, max(1, min(2, len(variant.targets))))  # the renders' processes start now, beside the schedule
   blobs: dict[str, bytes] = {}
-  rec = Recorder(trace, progress)
+  rec = Recorder(trace, progress, analysis)
   with tg.tracking():
     trace["env"]["tracking"] = tg.tracking_enabled()
     try: stages(rec, base, pool, blobs)
@@ -182,14 +191,15 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   trace["spec_checks"] = {"tensor_graph": tg.spec_check([sink], "tensor")}  # tinygrad's own specs, every UOp (schema.SpecCheck)
   linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role))
+  rec.partial("schedule", {"schedule": trace["schedule"], "buffers": trace["buffers"], "tensor_graph": trace["tensor_graph"]})
   trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
   asts, targets, beam = [c.ast for c in calls if c.kind == "kernel"], _other_targets(variant, device), variant.opt.startswith("beam:")
   # the other targets render beside host codegen; under BEAM after it, with the opts BEAM chose on the device where they are legal there
-  renders = {} if beam else pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file)
+  renders = {} if beam else pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, analysis=rec.analysis)
   programs = rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant))
   if beam:
     chosen = [k["opts"] for k in trace["kernels"]] if len(trace["kernels"]) == len(asts) else None  # None: codegen failed, heuristic
-    renders = pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, chosen)
+    renders = pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, chosen, rec.analysis)
   rec.run("render", lambda: _render(trace, calls, renders, pool, blobs))
   compiled = rec.run("run", lambda: _run(rec, linear, program))
   if variant.time:
@@ -244,8 +254,9 @@ def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
   return "+".join(parts) or "other"
 
 def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, variant: Variant) -> dict[int, Any]:
-  """Each kernel through the host's codegen, recorded (its compile facts are an enrichment: explorer.tracing.enrich). The progress says
-  each kernel as it is done, with its seconds."""
+  """Each kernel through the host's codegen, recorded as tinygrad made it; what a page asks beyond that is an enrichment
+  (explorer.tracing.enrich: compile facts; the analysis, unless the trace was asked for it). The progress says each kernel as it is
+  done, with its seconds."""
   from explorer.tracing.rewrites import build
   trace, renderer, custom = rec.trace, tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
   arch = tg.renderer_arch(renderer)
@@ -261,7 +272,8 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
     finally: timer.close()
     seconds = time.perf_counter() - st
     facts = tg.program_facts(prg)
-    passes = [pass_record(p) for _, ps in tg.passes_since(mark, base) for p in ps]
+    ps = [p for _, group in tg.passes_since(mark, base) for p in group]
+    passes = [pass_record(p) for p in ps]
     s = trace["schedule"][c.index]
     s["name"], s["kernel"] = facts.name, len(trace["kernels"])
     kernel: Kernel = {"index": len(trace["kernels"]), "call": c.index, "name": facts.name, "role": s["role"], "kind": "kernel",
@@ -273,15 +285,20 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
                              "compile_cached": timer.calls == 0,
                              "reads": s["reads"], "writes": s["writes"], "time_s": None, "storage": facts.storage,
                              "notes": _kernel_notes(s["role"], facts.storage), "host_target": (host := tg.target_name(renderer)),
-                             "targets": {host: target_record(facts, passes, arch, [], tg.loop_splits(mark),
-                                                                             tg.line_map(prg, renderer))}}
-    kernel["spec"] = {"ast": tg.spec_check([c.ast], "tensor"), "program": tg.spec_check([tg.program_sink(prg)], "program")}
+                             "targets": {host: target_record(facts, passes, arch, [])}}
+    kernel["spec"] = {"ast": tg.spec_check([c.ast], "tensor")}
+    if rec.analysis: kernel["targets"][host].update(tg.program_analysis(prg, renderer, tg.LiveLog(base), ps))  # else when first viewed
     if timed: kernel["beam"] = beam_record(timed, int(variant.opt.split(":")[1]), facts.opts)
     trace["kernels"].append(kernel)
     programs[c.index] = prg
+    row: dict[str, Any] = dict(kernel)
+    rec.partial("kernel", {f: row[f] for f in PARTIAL_KERNEL if f in row} | {"name": s["name"], "call": c.index})
     rec.progress("codegen", "start", f"{len(trace['kernels'])} of {total} kernels: {facts.name} in {seconds:.2f}s "
                                      f"(tinygrad's codegen and compile)")
   return programs
+
+PARTIAL_KERNEL = ("index", "role", "ast_uops", "linear_uops", "flops", "bytes", "global_size", "local_size", "opts", "codegen_s", "compile_s",
+                  "compile_cached")  # a kernel's row while the trace runs
 
 def _kernel_notes(role: str, storage: Storage) -> list[str]:
   notes = []

@@ -201,7 +201,7 @@ def _supervised(fn_path: str, kwargs: dict[str, Any], progress: Progress | None,
         take(payload)
         gate_send.send("go")
       elif kind == "progress":
-        seen.append(payload)
+        if payload[0] != "partial": seen.append(payload)  # a trace's partial data (explorer.tracing.trace.PARTIAL) goes to progress only
         if progress is not None: progress(*payload)
         if payload[0] == GATED_STAGE and payload[1] in ("done", "error") and not keep: held.release()
       elif kind == "result": return pickle.loads(payload), seen  # our own worker's pickle, never a client's bytes

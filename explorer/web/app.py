@@ -11,6 +11,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from explorer.version import __version__
 from explorer.tracing.workers import Limits  # imports no tinygrad
 from explorer.settings import Settings
+from explorer.spec import ENRICH_ANALYSIS
 from explorer.store import Store
 from explorer.queue.protocol import NEEDS_EXTRA
 from explorer.web.http.access import install_token_check
@@ -28,7 +29,6 @@ from explorer.web.services.provenance import provenance
 from explorer.web.services.registry import Services, TraceCache
 from explorer.web.services.studies import StudyService
 from explorer.web.services.enrichments import EnrichmentService
-from explorer.web.services.targets import TargetService
 from explorer.web.services.traces import JobManager
 
 ROUTERS = (meta.router, meta.assets, home.router, traces.api, traces.router, kernels.api, kernels.router, opts.api, opts.router,
@@ -48,17 +48,21 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
   # with a job queue this server only follows jobs: the queue's workers are the limit, and max_queue bounds what waits there
   parallel = settings.workers if queue is None else int(settings.max_queue) + 1
   def changed(trace_id: str) -> None: svc.forget(trace_id)  # a target, an enrichment or a study stored into a trace
-  enrichments = EnrichmentService(store, limits, on_stored=changed)
+  enrichments = EnrichmentService(store, limits, on_stored=changed, background_workers=int(settings.background_workers))
+  def stored(trace_id: str, trace: dict) -> None:  # a trace's records get their analyses in the background, at a lower priority
+    for target in dict.fromkeys(t for k in trace.get("kernels") or [] for t in k.get("targets") or {}):
+      enrichments.start_background(trace_id, ENRICH_ANALYSIS, target, enrichments.missing(trace, ENRICH_ANALYSIS, target))
   svc = Services(
     settings=settings, store=store, traces=TraceCache(store),
     jobs=JobManager(store, parallel=parallel, timeout_s=timeout_s, runner=runner, max_queue=int(settings.max_queue), limits=limits,
-                    queue_wait_s=float(settings.queue_wait_s), queue=queue, max_per_client=int(settings.max_jobs_per_client)),
+                    queue_wait_s=float(settings.queue_wait_s), queue=queue, max_per_client=int(settings.max_jobs_per_client),
+                    on_stored=stored),
     graphs=GraphService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s), workers=graph_workers,
                         expand_timeout_s=float(settings.graph_timeout_s), memory_mb=int(settings.worker_memory_mb),
                         max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue), nice=int(settings.worker_nice)),
     diffs=DiffService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s), timeout_s=timeout_s,
                       queue=queue, with_facts=enrichments.with_facts),
-    targets=TargetService(store, limits, on_stored=changed), enrichments=enrichments,
+    enrichments=enrichments,
     studies=StudyService(store, on_stored=changed, runner=study_runner, queue=queue),
     devices=devices or (QueueDevices(queue) if queue is not None else DeviceCatalog(timeout_s=min(120.0, timeout_s))),
     probes=Probes(timeout_s))
@@ -81,7 +85,6 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     svc.jobs.shutdown()  # unfinished jobs marked interrupted, their workers' groups killed
     svc.studies.shutdown()
     svc.diffs.cancel_all()
-    svc.targets.cancel_all()
     svc.enrichments.cancel_all()
     svc.probes.cancel_all()
     await asyncio.to_thread(svc.graphs.close)

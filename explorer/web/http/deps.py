@@ -7,7 +7,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 from explorer.schema import target_records
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, TARGETS, ConvSpec, SpecError, Variant, device_problem, normalize_device
+from explorer.spec import COMPUTE_DEVICES, ENRICH_FACTS, ENRICH_TARGET, TARGETS, ConvSpec, SpecError, Variant, device_problem, normalize_device
 from explorer.store import trace_key
 from explorer.web.http.access import has_token, is_loopback
 from explorer.web.http.models import TraceRequest
@@ -16,7 +16,6 @@ from explorer.web.urls import trace_url
 from explorer.web.http.work import WorkGate
 from explorer.web.services.registry import Services
 from explorer.web.services.enrichments import EnrichmentUnavailable
-from explorer.web.services.targets import TargetUnavailable
 from explorer.web.services.traces import STAGES, Job, stored_job_status
 
 # async: FastAPI runs a plain `def` dependency in its thread pool, where every request would queue behind the pages being rendered
@@ -51,27 +50,20 @@ def trusted(request: Request, settings: Settings) -> bool:
   if token := settings.token: return has_token(request, str(token))
   return request.client is None or is_loopback(request.client.host)
 
-async def target_job(svc: Services, trace_id: str, trace: dict, target: str, work: WorkGate) -> JSONResponse:
-  """Start (or follow) computing `target` for a stored trace: 202 with the job while it runs; the error as a 409 if it failed. Starting
-  one needs the request's permit (403 cross-site); following one that runs does not."""
-  if (job := svc.targets.status(trace_id, target)) is None:  # (a done job whose target the trace read here lacks: stored since, poll again)
-    if target not in TARGETS: raise HTTPException(404, f"unknown target {target!r}; known: {', '.join(TARGETS)}")
-    try: job = svc.targets.start(trace_id, trace, target, work.permit())
-    except TargetUnavailable as e: raise HTTPException(409, str(e)) from None
-  if job.status == "error":
-    svc.targets.forget(trace_id, target)  # said once; the next request tries again
-    raise HTTPException(409, f"computing {target} failed: {job.error}")
-  return JSONResponse(job.view(), status_code=202)
+WHAT = {ENRICH_TARGET: "rendering kernel {n} for {target}", ENRICH_FACTS: "compiling kernel {n} for {target}"}
 
-async def facts_job(svc: Services, trace_id: str, trace: dict, target: str, n: int, work: WorkGate) -> JSONResponse:
-  """Start (or follow) computing kernel n's compile facts on `target`: 202 with the job while it runs; its error as a 409 if it failed."""
+async def enrichment_job(svc: Services, trace_id: str, trace: dict, kind: str, target: str, n: int, work: WorkGate) -> JSONResponse:
+  """Start (or follow) computing kernel n's `kind` on `target` (explorer.web.services.enrichments): 202 with the job while it runs;
+  its error as a 409 if it failed (said once: the next request tries again). Starting one needs the request's permit (403
+  cross-site); following one that runs does not."""
   kernels = (n,)
-  if (job := svc.enrichments.status(trace_id, target, kernels)) is None:
-    try: job = svc.enrichments.start_facts(trace_id, trace, target, kernels, work.permit())
+  if (job := svc.enrichments.status(trace_id, kind, target, kernels)) is None:  # (a done job the trace read here lacks: stored since)
+    if target not in TARGETS: raise HTTPException(404, f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    try: job = svc.enrichments.start(trace_id, trace, kind, target, kernels, work.permit())
     except EnrichmentUnavailable as e: raise HTTPException(409, str(e)) from None
   if job.status == "error":
-    svc.enrichments.forget(trace_id, target, kernels)  # said once; the next request tries again
-    raise HTTPException(409, f"compiling kernel {n} for {target} failed: {job.error}")
+    svc.enrichments.forget(trace_id, kind, target, kernels)
+    raise HTTPException(409, f"{WHAT.get(kind, 'the {kind} of kernel {n} on {target}').format(n=n, target=target, kind=kind)} failed: {job.error}")
   return JSONResponse(job.view(), status_code=202)
 
 def stages_of_trace(trace: dict) -> list[dict]:

@@ -3,7 +3,7 @@
 one place that says what status each one is:
   Busy (no room for the work now)                  its status (503, or 429 for one client's share) with Retry-After
   GraphNotFound (the reference names no graph)     404
-  GraphUnavailable, TargetUnavailable, StudyBusy   409: it exists, or could, but not now or not here
+  GraphUnavailable, EnrichmentUnavailable, StudyBusy  409: it exists, or could, but not now or not here
   SpecError (a request the server refuses)         422
   StoreError, any other exception                  500, one line: never a traceback (the log has it)"""
 from __future__ import annotations
@@ -19,9 +19,9 @@ from explorer.web.http.templates import Templates
 from explorer.web.services.graphs import GraphNotFound, GraphUnavailable
 from explorer.web.services.lifecycle import Busy, one_line
 from explorer.web.services.studies import StudyBusy
-from explorer.web.services.targets import TargetUnavailable
+from explorer.web.services.enrichments import EnrichmentUnavailable
 
-STATUS_OF: dict[type[Exception], int] = {GraphNotFound: 404, GraphUnavailable: 409, TargetUnavailable: 409, StudyBusy: 409}
+STATUS_OF: dict[type[Exception], int] = {GraphNotFound: 404, GraphUnavailable: 409, EnrichmentUnavailable: 409, StudyBusy: 409}
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 def readable_errors(exc: RequestValidationError) -> str:

@@ -4,9 +4,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, create_model, model_validator
 from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TARGETS, TILES, ConvSpec, Knob, Variant, knobs
 # the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
-from explorer.schema import (CompileFacts as CompileFacts, Disassembly as Disassembly, LiveRange as LiveRange, LoopRange as LoopRange,
-                             LoopSplit as LoopSplit, Occupancy as Occupancy, Pass as Pass, Pressure as Pressure, SpecCheck as SpecCheck,
-                             SpecViolation as SpecViolation, TargetRecord as TargetRecord)
+from explorer.schema import (Analysis as Analysis, CompileFacts as CompileFacts, Disassembly as Disassembly, LiveRange as LiveRange,
+                             LoopRange as LoopRange, LoopSplit as LoopSplit, Occupancy as Occupancy, Pass as Pass, Pressure as Pressure,
+                             SpecCheck as SpecCheck, SpecViolation as SpecViolation, TargetRecord as TargetRecord)
 
 if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings
   Tile = str; Target = str; Dtype = str; PresetName = str  # noqa: E702
@@ -223,17 +223,10 @@ class ProbeStatus(BaseModel):
   error: str | None = None
   elapsed_s: float
 
-class TargetJob(BaseModel):
-  """A target the trace did not ask for, being computed on first request (202): poll the same URL; 200 brings the record."""
-  target: str
-  status: Literal["queued", "running", "done", "error"]
-  detail: str = ""
-  error: str | None = None
-  started: float
-
 class EnrichmentJob(BaseModel):
-  """An enrichment being computed on first request (202), here a kernel's compile facts on a target: poll the same URL; 200 brings it."""
-  kind: Literal["facts"]
+  """An enrichment being computed on first request (202): a kernel's record on a target the trace did not render, a record's analysis
+  or its compile facts (kind); poll the same URL: 200 brings it."""
+  kind: Literal["target", "analysis", "facts"]
   target: str
   kernels: list[int]
   status: Literal["queued", "running", "done", "error"]

@@ -24,6 +24,11 @@ class WorkGate:
     self.permits += 1
     return WorkPermit(self.request.url.path)
 
+  def permit_if_allowed(self) -> WorkPermit | None:
+    """A permit, or None where permit() would refuse one: for a page that does without the work when it may not start it."""
+    headers = self.request.headers
+    return None if cross_site(headers) and not followed_link(headers) else self.permit()
+
 async def work_gate(request: Request) -> WorkGate: return WorkGate(request)  # async: no thread pool hop (deps.services)
 
 Work = Annotated[WorkGate, Depends(work_gate)]

@@ -46,8 +46,13 @@ async def trace_page(request: Request, svc: Services, trace_id: str, template: s
   if trace is None:
     status = await deps.status_of(svc, trace_id)
     if status is None: raise HTTPException(404, f"no trace {trace_id}")
-    return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES)
+    return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES, so_far=so_far(svc, trace_id))
   return await page(request, template, trace=trace, trace_id=trace_id, ribbon=ribbon(trace, trace_id, current), base=trace_url(trace_id), **ctx)
+
+def so_far(svc: Services, trace_id: str) -> dict | None:
+  """What a running trace has reported so far (its schedule, its kernels through codegen), for the page that stands in for it."""
+  job = svc.jobs.get(trace_id)
+  return job.so_far.view() if job is not None and job.active and job.so_far.started else None
 
 def attachment(name: str, download: bool) -> dict[str, str]:
   """The Content-Disposition of an export: a download, or shown in the browser."""

@@ -24,10 +24,11 @@ EXPAND_QUERY = Query(None, max_length=400, pattern=r"^[0-9]{1,12}(,[0-9]{1,12}){
 def expand_nums(expand: str | None) -> frozenset[int]: return frozenset(int(x) for x in expand.split(",")) if expand else frozenset()
 
 def blob_target(trace: dict, target: str | None) -> str | None:
-  """None (the host's blob) for the host's own target; else the target, which must be one the trace recorded."""
+  """None (the host's blob) for the host's own target; else a target's rewrite blob: the target's name (one rendered with the trace), or
+  the key a record computed on first view names (`cuda@3f2a...`, its `rewrites`)."""
   kernels = trace.get("kernels") or []
   if target is None or (kernels and target == host_target(kernels[0])): return None
-  if target not in TARGETS: raise HTTPException(404, f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+  if target.split("@")[0] not in TARGETS: raise HTTPException(404, f"unknown target {target!r}; known: {', '.join(TARGETS)}")
   return target
 
 @api.get("/traces/{trace_id}/graphs", summary="The graphs of a trace, by reference", responses=documented(NOT_FOUND))

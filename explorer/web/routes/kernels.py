@@ -1,14 +1,15 @@
-"""A kernel: its page (graphs, passes, source per target, the UOp listing) and its JSON; a target the trace did not ask for is computed
-when the page or its record's URL first asks for it (that starts work: the request's permit)."""
+"""A kernel: its page (graphs, passes, source per target, the UOp listing) and its JSON. What a trace does not record while tinygrad runs
+(a kernel's record on another target, a record's analysis, its compile facts: explorer.web.services.enrichments) is computed when the
+page or its URL first asks for it (that starts work: the request's permit), and the page fills it in when it is stored."""
 from __future__ import annotations
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from explorer.schema import host_target, target_records
-from explorer.spec import TARGETS, SpecError, hand_opts, split_opts
+from explorer.spec import ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, SpecError, hand_opts, split_opts
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
-from explorer.web.http.models import NOT_FOUND, CompileFacts, EnrichmentJob, TargetJob, TargetRecord, documented
+from explorer.web.http.models import NOT_FOUND, Analysis, CompileFacts, EnrichmentJob, TargetRecord, documented
 from explorer.web.http.work import Work
 from explorer.web.routes.common import asked_pass, step_notices, stepper, trace_page
 from explorer.web.urls import trace_api_url
@@ -29,17 +30,21 @@ async def get_kernel(trace: StoredTrace, n: int) -> dict:
 
 @api.get("/traces/{trace_id}/kernels/{n}/targets/{target}", response_model=TargetRecord, response_model_exclude_none=True,
          summary="One kernel on one target: name, opts, dims, UOps, Estimates, passes, source and compile facts",
-         responses={202: {"model": TargetJob, "description": "a target the trace did not ask for, being computed now: poll this URL"},
+         responses={202: {"model": EnrichmentJob, "description": "a target the trace did not render, being computed now for this "
+                                                                 "kernel (then its neighbours, in the background): poll this URL"},
                     **documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it, or an unknown target (the detail lists "
                                   "the known ones)", 409: "the trace is still running, or this target cannot be computed for it "
                                   "(recorded before per-target records, or its computation failed: the detail says why)",
                                   422: "n is not an integer"})})
 async def get_kernel_target(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
-  """A target the trace did not ask for is computed on this first request, in a worker, and stored with the trace: 202 with the job's
-  progress until it is, then 200 with the record (every later request too, at once)."""
-  records = target_records(deps.kernel_or_404(trace, n))
+  """A target the trace did not render is computed on this first request, for this kernel first (its AST rebuilt from the trace's
+  rewrite blob and rendered in a worker as a trace renders it), and stored with the trace: 202 with the job's progress until it is,
+  then 200 with the record (every later request too, at once). Its neighbours follow in the background."""
+  k = deps.kernel_or_404(trace, n)
+  records = target_records(k)
   if target in records: return records[target]
-  return await deps.target_job(svc, trace_id, trace, target, work)
+  if target in (k.get("source_errors") or {}): raise HTTPException(409, f"rendering kernel {n} for {target} failed: {k['source_errors'][target]}")
+  return await deps.enrichment_job(svc, trace_id, trace, ENRICH_TARGET, target, n, work)
 
 @api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/facts", response_model=CompileFacts,
          summary="One kernel's compile facts on one target (registers, spills, occupancy, disassembly), computed on first request",
@@ -52,7 +57,21 @@ async def get_kernel_facts(trace_id: str, trace: StoredTrace, n: int, target: st
   worker) and stored with the trace: 202 with the job's progress until they are, then 200 (every later request too, at once)."""
   rec = target_records(deps.kernel_or_404(trace, n)).get(target)
   if rec is not None and rec.get("compile") is not None: return rec["compile"]
-  return await deps.facts_job(svc, trace_id, trace, target, n, work)
+  return await deps.enrichment_job(svc, trace_id, trace, ENRICH_FACTS, target, n, work)
+
+@api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/analysis", response_model=Analysis,
+         summary="One kernel's analysis on one target (line map, live values, loop splits, program spec), computed on first request",
+         responses={202: {"model": EnrichmentJob, "description": "being computed now, in a worker: poll this URL"},
+                    **documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it", 409: "the trace is still running, it has "
+                                  "no record of this kernel on this target (compute the target first), or the analysis failed (the detail "
+                                  "says why)", 422: "n is not an integer"})})
+async def get_kernel_analysis(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
+  """A trace records the line map, live values, loop splits and program spec of its records only when asked (`trace --analysis`): they
+  are read from the rewrite blob on this first request, in a worker, and stored with the trace: 202 with the job's progress until they
+  are, then 200 (every later request too, at once)."""
+  rec = target_records(deps.kernel_or_404(trace, n)).get(target)
+  if rec is not None and ANALYSIS_MARK in rec: return {f: rec.get(f) for f in Analysis.__annotations__}
+  return await deps.enrichment_job(svc, trace_id, trace, ENRICH_ANALYSIS, target, n, work)
 
 @router.get("/t/{trace_id}/k/{n}/facts", response_class=HTMLResponse)
 async def kernel_facts_fragment(request: Request, trace_id: str, n: int, trace: StoredTrace, target: str | None = None) -> HTMLResponse:
@@ -63,6 +82,17 @@ async def kernel_facts_fragment(request: Request, trace_id: str, n: int, trace: 
   return templates_of(request).TemplateResponse(request, "_compile_facts.html", {"rec": records[target], "target": target,
                                                                                  "facts_pending": False, "facts_error": None})
 
+@router.get("/t/{trace_id}/k/{n}/analysis", response_class=HTMLResponse)
+async def kernel_analysis_fragment(request: Request, trace_id: str, n: int, trace: StoredTrace, target: str | None = None) -> HTMLResponse:
+  """The kernel page's analysis block and its own source tab (with the line map), as the page shows them: what their placeholders are
+  replaced by once the analysis is stored."""
+  k = deps.kernel_or_404(trace, n)
+  records = target_records(k)
+  target = target if target in records else host_target(k)
+  return templates_of(request).TemplateResponse(request, "_analysis.html", {
+    "k": k, "rec": records[target], "target": target, "trace_id": trace_id, "host": target == host_target(k),
+    "tab": "host" if target == host_target(k) else target, "analysis_pending": False, "analysis_error": None})
+
 @router.get("/t/{trace_id}/k/{n}", response_class=HTMLResponse)
 async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep, work: Work, graph: str = "ast", code: str | None = None,
                       at: str | None = None, target: str | None = None, opts: str | None = Query(None, max_length=400),
@@ -71,24 +101,28 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   trace = await deps.stored_trace(svc, trace_id)
   if trace is None: return await trace_page(request, svc, trace_id, "kernel.html", "kernels")
   k = deps.kernel_or_404(trace, n)
-  records = target_records(k)
+  records, host = target_records(k), host_target(k)
   pending, pending_error = (target if target in TARGETS and target not in records else None), None
-  if pending is not None:  # computed on this first request, in a worker; the page follows it and reloads when it is stored
-    try: await deps.target_job(svc, trace_id, trace, pending, work)
+  if pending is not None:  # this kernel's record computed now, in a worker; the page puts it in place when it is stored
+    try: await deps.enrichment_job(svc, trace_id, trace, ENRICH_TARGET, pending, n, work)
     except HTTPException as e: pending_error = e.detail
-  host = host_target(k)
   notices = []
   if target is not None and target not in TARGETS:  # nothing asked for is ignored in silence
     notices.append(f"There is no target {target[:40]!r}: the explorer renders {', '.join(TARGETS)}. Showing the host's, {host}.")
   target = target if target in records else host
   rec = records[target]
-  facts_pending, facts_error = rec.get("compile") is None and not pending, None
-  if facts_pending:  # computed on this first view, in a worker; the page fills them in when they are stored
-    try: await deps.facts_job(svc, trace_id, trace, target, n, work)
-    except HTTPException as e: facts_pending, facts_error = False, e.detail
+  async def first_view(kind: str, needed: bool) -> tuple[bool, str | None]:
+    """(pending, error) of an enrichment of this record: started on this first view (the page fills it in when stored)."""
+    if not needed or pending: return False, None
+    try: await deps.enrichment_job(svc, trace_id, trace, kind, target, n, work)
+    except HTTPException as e: return False, e.detail
+    return True, None
+  analysis_pending, analysis_error = await first_view(ENRICH_ANALYSIS, ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None)
+  facts_pending, facts_error = await first_view(ENRICH_FACTS, rec.get("compile") is None)
   browsable = target == host or all("group" in p for p in rec.get("passes") or [])  # trace schema 1: host passes only
   prefix, passes = (f"codegen/{n}", k.get("passes") or []) if target == host else (f"codegen@{target}/{n}", rec["passes"])
-  step = stepper(passes if browsable else [], prefix, asked_pass(request), at, trace_id=trace_id, blob_target=None if target == host else target)
+  step = stepper(passes if browsable else [], prefix, asked_pass(request), at, trace_id=trace_id,
+                 blob_target=None if target == host else (rec.get("rewrites") or target))
   notices += step_notices(request, step, f"kernel {n}'s {target} codegen")
   tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k["sources"] or t in k.get("source_errors", {})]
   tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
@@ -99,9 +133,9 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   resp = await trace_page(request, svc, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step,
                           api=f"{trace_api_url(trace_id)}/kernels/{n}", graph_mode="passes" if graph == "passes" else "ast", code=code,
                           code_tabs=tabs, target=target, rec=rec, records=records, all_targets=TARGETS, pending=pending,
-                          pending_error=pending_error, facts_pending=facts_pending, facts_error=facts_error,
-                          asked_opts=_asked_opts(opts, opts_from), asked_from=opts_from, notices=notices)
-  if pending or facts_pending: resp.headers["Cache-Control"] = "no-store"  # the page changes when the target or the facts are stored
+                          pending_error=pending_error, facts_pending=facts_pending, facts_error=facts_error, analysis_pending=analysis_pending,
+                          analysis_error=analysis_error, asked_opts=_asked_opts(opts, opts_from), asked_from=opts_from, notices=notices)
+  if pending or facts_pending or analysis_pending: resp.headers["Cache-Control"] = "no-store"  # it changes when they are stored
   return resp
 
 def _asked_opts(opts: str | None, start: str) -> str | None:

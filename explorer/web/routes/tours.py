@@ -9,12 +9,13 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 from explorer.schema import host_target, target_record
-from explorer.spec import PRESETS, TARGETS, SpecError
+from explorer.spec import ENRICH_ANALYSIS, PRESETS, TARGETS, SpecError
 from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, compare_tour, hand_schedule_steps, tour_target, trace_tour
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
+from explorer.web.http.work import Work, WorkGate
 from explorer.web.routes.common import page, pick_pass, trace_page
 from explorer.web.services.graphs import REF_RE
 from explorer.web.services.registry import Services
@@ -107,25 +108,35 @@ TargetQuery = Query(None, max_length=40, description="the codegen target the ker
                    "one the trace has no record of on every kernel is not used, and `notices` says so")
 
 @router.get("/api/traces/{trace_id}/tour", tags=["tours"], summary="The trace's teaching tour: steps explained from its own numbers",
-            responses=documented({**NOT_FOUND, 409: "the trace is still queued or running, or too incomplete to tour"}))
-async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep, target: str | None = TargetQuery) -> dict:
+            responses=documented({**NOT_FOUND, 409: "the trace is still queued or running, or too incomplete to tour",
+                                  422: "a target over 40 characters"}))
+async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep, work: Work, target: str | None = TargetQuery) -> dict:
   target, notices = asked_target(target, [trace])
+  trace = await analysed(svc, work, trace_id, trace, target)
   steps = await _trace_steps(svc, trace_id, trace, target)
   return {"trace_id": trace_id, "label": trace.get("label"), "target": target, "notices": notices,
           "steps": step_api(trace_id, trace, steps, lambda s: trace_tour_url(trace_id, s, target=target), target)}
 
 def big_asked(request: Request) -> bool: return request.query_params.get("big") == "1"
 
+async def analysed(svc: Services, work: WorkGate, trace_id: str, trace: dict, target: str | None) -> dict:
+  """The trace with its records' analyses on the tour's target (the pressure its kernel steps tell), computed first where missing and
+  the request may start work; else as it is (those steps then leave the pressure out)."""
+  t = target or next((k.get("host_target") for k in trace.get("kernels") or []), None)
+  if t is None or not svc.enrichments.missing(trace, ENRICH_ANALYSIS, t) or (permit := work.permit_if_allowed()) is None: return trace
+  return await svc.enrichments.completed(trace_id, trace, ENRICH_ANALYSIS, t, permit)
+
 async def _trace_steps(svc: Any, trace_id: str, trace: dict, target: str | None = None) -> list[dict]:
   """The trace's own steps, then a step per hand schedule pinned to its tour (the Opts panel's "add to the trace's tour")."""
   return tour_steps(trace, target) + hand_schedule_steps(trace, await asyncio.to_thread(svc.enrichments.tour_schedules, trace_id))
 
 @router.get("/t/{trace_id}/tour", response_class=HTMLResponse, include_in_schema=False)
-async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, step: str | None = None,
+async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, work: Work, step: str | None = None,
                           target: str | None = Query(None, max_length=40)) -> HTMLResponse:
   trace = await deps.stored_trace(svc, trace_id)
   if trace is None: return await trace_page(request, svc, trace_id, "tour.html", ())
   target, notices = asked_target(target, [trace])
+  trace = await analysed(svc, work, trace_id, trace, target)
   steps = await _trace_steps(svc, trace_id, trace, target)
   notes = await asyncio.to_thread(svc.store.annotations, trace_id)
   big = big_asked(request)
@@ -226,12 +237,14 @@ async def api_start_tour(request: Request, kind: str, svc: ServicesDep) -> Any:
 
 @router.get("/api/tours/{kind}", tags=["tours"], summary="A built-in tour's steps over two traces (a and b default to the tour's own)",
             responses=documented({404: "no built-in tour of this kind, or no trace a or b",
-                                  409: "trace a or b is still queued or running, or too incomplete to tour"}))
-async def api_pair_tour(kind: str, svc: ServicesDep, a: str | None = None, b: str | None = None, target: str | None = TargetQuery) -> dict:
+                                  409: "trace a or b is still queued or running, or too incomplete to tour", 422: "a target over 40 characters"}))
+async def api_pair_tour(kind: str, svc: ServicesDep, work: Work, a: str | None = None, b: str | None = None,
+                        target: str | None = TargetQuery) -> dict:
   da, db = tour_ids(kind)
   a, b = a or da, b or db
   ta, tb = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
   target, notices = asked_target(target, [ta, tb])
+  ta, tb = await analysed(svc, work, a, ta, target), await analysed(svc, work, b, tb, target)
   steps = pair_steps(kind, ta, tb, target)
   def url_of(s: str) -> str: return pair_tour_url(kind, a, b, s, target=target)
   out = []
@@ -247,7 +260,7 @@ async def form_start_tour(request: Request, kind: str, svc: ServicesDep) -> Resp
   return RedirectResponse(pair_tour_url(kind, a["id"], b["id"], big=big_asked(request)), status_code=303)
 
 @router.get("/tours/{kind}", response_class=HTMLResponse, include_in_schema=False)
-async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, a: str | None = None, b: str | None = None,
+async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, work: Work, a: str | None = None, b: str | None = None,
                          step: str | None = None, target: str | None = Query(None, max_length=40)) -> Response:
   t = tour_or_404(kind)
   if a is None or b is None:
@@ -258,6 +271,7 @@ async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, a: str |
     statuses = [await deps.status_of(svc, x) or {"id": x, "status": "error", "error": f"no trace {x}", "stages": []} for x in (a, b)]
     return await page(request, "tour_progress.html", kind=kind, tour=t, statuses=statuses, stage_titles=STAGE_TITLES)
   target, notices = asked_target(target, [ta, tb])
+  ta, tb = await analysed(svc, work, a, ta, target), await analysed(svc, work, b, tb, target)
   steps = pair_steps(kind, ta, tb, target)
   notes = {"a": await asyncio.to_thread(svc.store.annotations, a), "b": await asyncio.to_thread(svc.store.annotations, b)}
   big = big_asked(request)

@@ -9,7 +9,7 @@ from explorer.schema import host_target, target_records
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
-from explorer.web.routes.common import trace_page
+from explorer.web.routes.common import page, so_far, trace_page
 from explorer.web.services.traces import STAGE_TITLES
 from explorer.web.urls import trace_url
 
@@ -75,8 +75,9 @@ def sse(event: str, data: Any) -> ServerSentEvent: return ServerSentEvent(json.d
                                                                       "open, or max_streams_per_client of this client's (Retry-After): "
                                                                       "poll /status instead"})})
 async def events(trace_id: str, svc: ServicesDep) -> EventSourceResponse:
-  """Events: `snapshot` (the whole status, first), `stage` (a stage started, finished or failed), `status`, then `done` (last); a
-  comment every 10 s keeps idle connections open (sse-starlette, which also ends the stream when the client goes or the server stops)."""
+  """Events: `snapshot` (the whole status, first), `stage` (a stage started, finished or failed), `status`, `partial` (the trace reported
+  more of itself: its schedule, or a kernel through codegen: GET /t/{id}/live shows it), then `done` (last); a comment every 10 s keeps
+  idle connections open (sse-starlette, which also ends the stream when the client goes or the server stops)."""
   if (status := await deps.status_of(svc, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
   job = svc.jobs.get(trace_id)
   async def stream() -> AsyncIterator[ServerSentEvent]:
@@ -93,6 +94,12 @@ async def events(trace_id: str, svc: ServicesDep) -> EventSourceResponse:
         if ev["event"] == "done": return
       await waiter.wait()
   return EventSourceResponse(stream(), ping=10, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+@router.get("/t/{trace_id}/live", response_class=HTMLResponse)
+async def live_fragment(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
+  """A running trace's panels as far as it has gone (its schedule, its kernels through codegen): what the page puts in place as it reports
+  more. Empty once the trace is stored or when it has reported nothing yet."""
+  return await page(request, "_partials/live.html", so_far=so_far(svc, trace_id))
 
 @router.get("/t/{trace_id}", response_class=HTMLResponse)
 async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, target: str | None = None) -> HTMLResponse:

@@ -1,30 +1,38 @@
-"""Enrichments of stored traces, computed when a page or the API first needs them (explorer.tracing.enrich): compile facts of a kernel
-on a target, for one kernel when its page opens, for every kernel when a diff compares registers; and a kernel scheduled by hand
-(explorer.tracing.handopts: opts a user picked, on a target, timed against the original on the trace's device). Each computation is a Task in a
-worker, stored in its own transaction (Store.put_enrichments: a row per kernel, target and kind) and served from the store after.
-Identical requests share one task; a server that stops mid-way has stored nothing of it, and the next view computes it again."""
+"""Enrichments of stored traces: what a trace does not compute while tinygrad runs, computed when a page or the API first needs it
+(explorer.tracing.enrich), one mechanism for every kind (explorer.spec.ENRICH_KINDS): a kernel's record on another target, a record's
+analysis (line map, live values, loop splits, program spec), a record's compile facts. The kernel asked for is computed first, alone,
+in a worker; then, at a lower priority, its neighbours (NEIGHBOURS kernels either side), which a user's request for one of them
+overtakes. Each computation is a Task, stored in its own transaction (a row per kernel, target and kind) and served from the store
+after; identical requests share one task; a server that stops mid-way has stored nothing of it, and the next view computes it again.
+Also here: kernels scheduled by hand (explorer.tracing.handopts: opts a user picked, on a target, timed against the original)."""
 from __future__ import annotations
-import asyncio, threading, time
+import asyncio, dataclasses, threading, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from explorer.spec import ENRICH_FACTS, TARGETS
+from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, Variant
 from explorer.store import Store
-from explorer.tracing.workers import Limits
+from explorer.tracing.workers import Limits, WorkerFailed
 from explorer.web.services.lifecycle import DONE, ERROR, Progress, Task, Tasks
 from explorer.web.services.permit import WorkPermit
 
+NEIGHBOURS = 4  # after the kernel asked for, this many on either side are computed in the background
+BACKGROUND_NICE = 5  # background work runs this much further below the server's CPU priority than the work a page waits for
+
 class EnrichmentUnavailable(RuntimeError):
-  """This enrichment cannot be computed for this trace (an unknown target, a kernel without a record for it)."""
+  """This enrichment cannot be computed for this trace (an unknown target, a kernel without a record for it, a trace recorded before
+  per-target records or one that ran a user's rewrite file)."""
 
 @dataclass
-class FactsTask(Task):
+class EnrichTask(Task):
+  kind: str = ""
   target: str = ""
   kernels: tuple[int, ...] = ()
+  background: bool = False
   started: float = field(default_factory=time.time)
 
   def view(self) -> dict[str, Any]:
-    """The job as GET .../facts shows it while it runs (explorer.web.http.models.EnrichmentJob)."""
-    return {"kind": ENRICH_FACTS, "target": self.target, "kernels": list(self.kernels), "status": self.status, "detail": self.detail,
+    """The job as the API shows it while it runs (explorer.web.http.models.EnrichmentJob)."""
+    return {"kind": self.kind, "target": self.target, "kernels": list(self.kernels), "status": self.status, "detail": self.detail,
             "error": self.error, "started": self.started}
 
 OPTS = "opts"  # the enrichment kind of a hand schedule: "opts:{start}:{OP:AXIS:ARG,...}" per kernel and target
@@ -50,53 +58,142 @@ class OptsTask(Task):
             "detail": self.detail, "error": self.error, "started": self.started}
 
 class EnrichmentService:
-  def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str], None]):
+  def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str], None], background_workers: int = 1):
     self.store, self.limits, self.on_stored = store, limits, on_stored
-    self.tasks: Tasks[FactsTask] = Tasks(parallel=2)
-    self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=1)  # one hand schedule at a time: each may time kernels on the device
+    self.background_limits = dataclasses.replace(limits, nice=limits.nice + BACKGROUND_NICE)
+    self.tasks: Tasks[EnrichTask] = Tasks(parallel=2)  # what a page or a request waits for
+    self.background: Tasks[EnrichTask] = Tasks(parallel=max(1, background_workers))  # the rest, at a lower priority
+    self.background_workers = background_workers
+    self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=1)     # one hand schedule at a time: each may time kernels on the device
     self._pins = threading.Lock()
-    self.computed = 0  # worker runs: tests check that concurrent and later requests compute nothing more
+    self.computed = 0  # worker runs for requests: tests check that concurrent and later requests compute nothing more
+    self.computed_background = 0  # worker runs of background tasks
 
   @staticmethod
-  def _key(trace_id: str, target: str, kernels: tuple[int, ...]) -> tuple:
-    return trace_id, ENRICH_FACTS, target, kernels
+  def _key(trace_id: str, kind: str, target: str, kernels: tuple[int | str, ...]) -> tuple:
+    return trace_id, kind, target, kernels
 
-  def status(self, trace_id: str, target: str, kernels: tuple[int, ...]) -> FactsTask | None:
-    return self.tasks.get(self._key(trace_id, target, kernels))
+  def status(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> EnrichTask | None:
+    return self.tasks.get(self._key(trace_id, kind, target, kernels))
 
-  def forget(self, trace_id: str, target: str, kernels: tuple[int, ...]) -> None: self.tasks.forget(self._key(trace_id, target, kernels))
+  def forget(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> None:
+    self.tasks.forget(self._key(trace_id, kind, target, kernels))
 
-  def start_facts(self, trace_id: str, trace: dict, target: str, kernels: tuple[int, ...], permit: WorkPermit) -> FactsTask:
-    """The task computing these kernels' compile facts on `target` (the running one, or a new one); EnrichmentUnavailable when it
-    cannot be. It starts a worker: the request's permit says it may."""
-    from explorer.tracing.enrich import facts_jobs
+  def missing(self, trace: dict, kind: str, target: str, kernels: list[int] | None = None) -> list[int]:
+    """The kernels (of these; default all) whose `kind` on `target` is not in the trace yet."""
+    from explorer.tracing import enrich
+    if kind == ENRICH_TARGET: return enrich.lacking(trace, target, kernels)
+    jobs = enrich.analysis_jobs(trace, [target], kernels) if kind == ENRICH_ANALYSIS else enrich.facts_jobs(trace, [target], kernels)
+    return sorted({j["kernel"] for j in jobs})
+
+  def start(self, trace_id: str, trace: dict, kind: str, target: str, kernels: tuple[int, ...], permit: WorkPermit,
+            neighbours: bool = True) -> EnrichTask:
+    """The task computing `kind` of these kernels on `target` (the running one, or a new one); EnrichmentUnavailable when it cannot
+    be. It starts a worker: the request's permit (explorer.web.services.permit) says it may. neighbours: once it is stored, the kernels
+    around it follow in the background."""
+    work = self._work(trace_id, trace, kind, target, kernels)
+    which = ", ".join(map(str, kernels))
+    task = EnrichTask(kind=kind, target=target, kernels=kernels, detail=f"{target} {kind} of kernel(s) {which} waits for a worker")
+    async def ended(t: EnrichTask) -> None:
+      if neighbours and t.status == DONE: await self._then_neighbours(trace_id, kind, target, kernels)
+    return self.tasks.start(self._key(trace_id, kind, target, kernels), task, work[0], kept=work[1], ended=ended)
+
+  def start_background(self, trace_id: str, kind: str, target: str, kernels: list[int]) -> EnrichTask | None:
+    """Compute `kind` of these kernels on `target` at a lower priority, one background task at a time (what is stored meanwhile, by a
+    user's request, is left out when its turn comes); None when there is nothing to do."""
+    if not kernels or not self.background_workers: return None
+    key = self._key(trace_id, kind, target, ("background", *kernels))
+    def work(task: EnrichTask, progress: Progress) -> Any:
+      trace = self.store.get_trace(trace_id)
+      if trace is None or not (still := self.missing(trace, kind, target, kernels)): return None
+      fn, keep = self._work(trace_id, trace, kind, target, tuple(still), background=True)
+      task.kernels = tuple(still)
+      return keep, fn(task, progress)
+    async def kept(task: EnrichTask, got: Any) -> Any:
+      if got is not None: await got[0](task, got[1])
+    task = EnrichTask(kind=kind, target=target, kernels=tuple(kernels), background=True, detail=f"{target} {kind} in the background")
+    return self.background.start(key, task, work, kept=kept)
+
+  async def _then_neighbours(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> None:
+    if (trace := await asyncio.to_thread(self.store.get_trace, trace_id)) is None: return
+    n = len(trace.get("kernels") or [])
+    around = sorted({i for k in kernels for i in range(max(0, k - NEIGHBOURS), min(n, k + NEIGHBOURS + 1))} - set(kernels))
+    self.start_background(trace_id, kind, target, self.missing(trace, kind, target, around))
+
+  def _work(self, trace_id: str, trace: dict, kind: str, target: str, kernels: tuple[int, ...],
+            background: bool = False) -> tuple[Callable[[EnrichTask, Progress], Any], Callable[[EnrichTask, Any], Any]]:
+    """(work, kept) of one computation: the worker's part and what is stored of its result."""
+    from explorer.tracing import enrich
+    from explorer.tracing.run import ran_here
     if target not in TARGETS: raise EnrichmentUnavailable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
-    jobs = facts_jobs(trace, [target], kernels)
-    have = {k["index"] for k in trace.get("kernels") or [] if target in (k.get("targets") or {})}
-    if missing := [n for n in kernels if n not in have]:
-      raise EnrichmentUnavailable(f"no {target} record for kernel(s) {', '.join(map(str, missing))}: compute the target first")
-    def work(task: FactsTask, progress: Progress) -> Any:
-      from explorer.tracing.enrich import compute_facts
-      self.computed += 1
-      return compute_facts(jobs, progress, self.limits)
-    async def kept(task: FactsTask, facts: Any) -> str:
-      await asyncio.to_thread(self.store.put_enrichments, trace_id, ENRICH_FACTS, facts)
-      self.on_stored(trace_id)
-      return f"{target} compile facts of {len(facts)} kernel(s) in {time.time() - task.started:.1f}s"
-    task = FactsTask(target=target, kernels=kernels, detail=f"{target} compile facts wait for a worker")
-    return self.tasks.start(self._key(trace_id, target, kernels), task, work, kept=kept)
+    ks = trace.get("kernels") or []
+    if bad := [n for n in kernels if not 0 <= n < len(ks)]: raise EnrichmentUnavailable(f"the trace has no kernel {bad[0]} (it has {len(ks)})")
+    limits = self.background_limits if background else self.limits
+    def count() -> None:
+      if background: self.computed_background += 1
+      else: self.computed += 1
+    if kind == ENRICH_TARGET:
+      if (trace.get("schema") or 1) < 2 or not all(k.get("ast_sink") is not None for k in ks):
+        raise EnrichmentUnavailable("this trace was recorded before per-target records: trace it again to see other targets")
+      if (trace.get("variant") or {}).get("rewrite_file"):
+        raise EnrichmentUnavailable("this trace ran a user's rewrite file, and the server never runs user code: render more targets with the CLI")
+      Variant.from_dict(trace["variant"])  # a stored trace's variant still reads (it names the arch)
+      def render(task: EnrichTask, progress: Progress) -> Any:
+        if (blob := self.store.get_rewrites(trace_id)) is None:
+          raise WorkerFailed(f"trace {trace_id} has no stored rewrites to rebuild its kernels from")
+        count()
+        return enrich.compute_target(trace, blob, target, kernels, progress, limits)
+      async def keep_records(task: EnrichTask, got: Any) -> str:
+        records, key, blob = got
+        await asyncio.to_thread(self.store.put_target_records, trace_id, target, records, key, blob, ran_here()["by"])
+        self.on_stored(trace_id)
+        return f"{target} records of {len(records)} kernel(s) in {time.time() - task.started:.1f}s"
+      return render, keep_records
+    if kind == ENRICH_ANALYSIS:
+      jobs = enrich.analysis_jobs(trace, [target], kernels)
+      if missing := [n for n in kernels if target not in ((ks[n].get("targets") or {}))]:
+        raise EnrichmentUnavailable(f"no {target} record for kernel(s) {', '.join(map(str, missing))}: compute the target first")
+      def analyse(task: EnrichTask, progress: Progress) -> Any:
+        blobs: dict[str, bytes] = {}
+        for key in {j["blob"] or "" for j in jobs}:
+          if (b := self.store.get_rewrites(trace_id, key or None)) is None:
+            raise WorkerFailed(f"trace {trace_id} keeps no rewrite blob {key or 'of its own'}")
+          blobs[key] = b
+        count()
+        return enrich.compute_analysis(jobs, blobs, progress, limits)
+      return analyse, self._keeper(trace_id, ENRICH_ANALYSIS, target)
+    if kind == ENRICH_FACTS:
+      jobs = enrich.facts_jobs(trace, [target], kernels)
+      if missing := [n for n in kernels if target not in ((ks[n].get("targets") or {}))]:
+        raise EnrichmentUnavailable(f"no {target} record for kernel(s) {', '.join(map(str, missing))}: compute the target first")
+      def compile_(task: EnrichTask, progress: Progress) -> Any:
+        count()
+        return enrich.compute_facts(jobs, progress, limits)
+      return compile_, self._keeper(trace_id, ENRICH_FACTS, target)
+    raise EnrichmentUnavailable(f"no enrichment {kind!r}")
 
-  async def with_facts(self, trace_id: str, trace: dict, target: str, permit: WorkPermit) -> dict:
-    """The trace with every kernel's compile facts on `target`, computed first where missing (a diff compares registers); a failure
-    leaves the trace as it was (its figures then say "—")."""
-    from explorer.tracing.enrich import facts_jobs
-    kernels = tuple(sorted({j["kernel"] for j in facts_jobs(trace, [target])}))
+  def _keeper(self, trace_id: str, kind: str, target: str) -> Callable[[EnrichTask, Any], Any]:
+    async def kept(task: EnrichTask, got: Any) -> str:
+      await asyncio.to_thread(self.store.put_enrichments, trace_id, kind, got)
+      self.on_stored(trace_id)
+      return f"{target} {kind} of {len(got)} kernel(s) in {time.time() - task.started:.1f}s"
+    return kept
+
+  async def completed(self, trace_id: str, trace: dict, kind: str, target: str, permit: WorkPermit) -> dict:
+    """The trace with `kind` on `target` for every kernel, computed first where missing (a diff compares registers and peak live
+    values); a failure leaves the trace as it was (its figures then say "—")."""
+    kernels = tuple(self.missing(trace, kind, target))
     if not kernels: return trace
-    task = self.start_facts(trace_id, trace, target, kernels, permit)
+    task = self.start(trace_id, trace, kind, target, kernels, permit, neighbours=False)
     while task.active: await asyncio.sleep(0.1)
-    if task.status == ERROR: self.forget(trace_id, target, kernels)
+    if task.status == ERROR: self.forget(trace_id, kind, target, kernels)
     if task.status != DONE: return trace
     return await asyncio.to_thread(self.store.get_trace, trace_id) or trace
+
+  async def with_facts(self, trace_id: str, trace: dict, target: str, permit: WorkPermit) -> dict:
+    """The trace with every kernel's compile facts and analysis on `target`, computed first where missing (what a diff compares)."""
+    trace = await self.completed(trace_id, trace, ENRICH_ANALYSIS, target, permit)
+    return await self.completed(trace_id, trace, ENRICH_FACTS, target, permit)
 
   # ***** hand schedules *****
 
@@ -152,4 +249,5 @@ class EnrichmentService:
 
   def cancel_all(self) -> None:
     self.tasks.cancel_all()
+    self.background.cancel_all()
     self.opts_tasks.cancel_all()

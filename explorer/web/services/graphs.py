@@ -12,7 +12,7 @@ import asyncio
 from typing import Any, Callable
 from explorer.present import graphs
 from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
-                                     blob_passes, find_pass, passes_of, spec_violations)
+                                     blob_of, blob_passes, find_pass, passes_of, spec_violations)
 from explorer.store import Store
 from explorer.present import expand_worker as expand
 from explorer.tracing.pool import WorkerPool
@@ -158,8 +158,8 @@ class GraphService:
     if ref.kind == "ast": return await marked(kernel_of(trace, ref.kernel)["ast_sink"])
     passes = passes_of(trace, ref)
     p = passes[ref.pass_index]  # type: ignore[index]
-    if ref.at == "before": return await marked(p["sink"], ref.target)
-    if ref.at == "after": return await self._after(trace_id, passes, ref.pass_index, ref.target)  # type: ignore[arg-type]
+    if ref.at == "before": return await marked(p["sink"], blob_of(trace, ref))
+    if ref.at == "after": return await self._after(trace_id, passes, ref.pass_index, blob_of(trace, ref))  # type: ignore[arg-type]
     return await self._match_step(trace_id, trace, ref, p)
 
   async def _after(self, trace_id: str, passes: list[dict], i: int, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
@@ -183,7 +183,7 @@ class GraphService:
     assert j is not None
     if j > MAX_STEPS: return await self._local_match(trace_id, trace, ref, p, j)
     stop = min(j + STEP_WINDOW - 1, steppable(p))
-    steps = await self._expand(expand.match_steps, trace_id, p["group"], p["step"], j, stop, ref.target)
+    steps = await self._expand(expand.match_steps, trace_id, p["group"], p["step"], j, stop, blob_of(trace, ref))
     base = ref_prefix(ref)
     mine = None
     for st in steps:  # cache the window's other steps as views too: the next clicks are free
@@ -198,7 +198,7 @@ class GraphService:
   async def _local_match(self, trace_id: str, trace: dict, ref: Ref, p: dict, j: int) -> tuple[dict, list[str], list[str], dict]:
     """Past the first MAX_STEPS matches the whole graph is not replayed (each step replays every match before it): the view is the
     rewritten UOp itself, what the rule returned three sources deep, with its root outlined and the diff from what it matched."""
-    got = await self._matches(trace_id, trace, p["group"], p["step"], j - 1, 1, ref.target)
+    got = await self._matches(trace_id, trace, p["group"], p["step"], j - 1, 1, blob_of(trace, ref))
     (m,) = got["matches"]
     after = m["after"]
     consumed = {e["src"] for e in after["edges"]}

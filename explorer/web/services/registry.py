@@ -13,7 +13,6 @@ if TYPE_CHECKING:
   from explorer.web.services.graphs import GraphService
   from explorer.web.services.probes import Probes
   from explorer.web.services.studies import StudyService
-  from explorer.web.services.targets import TargetService
   from explorer.web.services.traces import JobManager
 
 class TraceCache:
@@ -46,8 +45,7 @@ class Services:
   jobs: JobManager                          # trace jobs
   graphs: GraphService
   diffs: DiffService
-  targets: TargetService                    # targets a trace did not ask for, computed on first view
-  enrichments: EnrichmentService            # compile facts, computed on first view
+  enrichments: EnrichmentService            # other targets' records, analyses, compile facts: computed on first view
   studies: StudyService
   devices: DeviceCatalog | QueueDevices
   probes: Probes                            # roofline probes, one per device

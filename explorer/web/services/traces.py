@@ -7,16 +7,17 @@ A server that stops (SIGTERM) marks its unfinished jobs interrupted; one that di
 that opens the store and finds their owner process gone. Every accepted id keeps answering, and an interrupted one re-runs from
 its stored request with one click (POST /api/traces/{id}/rerun)."""
 from __future__ import annotations
-import asyncio, os, socket, time
+import asyncio, json, os, socket, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
-from explorer.spec import STAGES, ConvSpec, Variant
+from explorer.spec import STAGES, ConvSpec, SpecError, Variant
 from explorer.store import Store
 from explorer.web.services import remote
 from explorer.web.services.lifecycle import DONE, INTERRUPTED, QUEUED, RUNNING, Busy, Task, Tasks
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
+PARTIAL = "partial"  # explorer.tracing.trace.PARTIAL: the progress "stage" of a running trace's reports
 STOPPED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
 QUEUED_ELSEWHERE = ("this trace was queued on a job queue, which this server does not use: restart it with --queue URL to follow it there, "
                     "or re-run it here from its page (one click) or with POST /api/traces/{id}/rerun")
@@ -45,6 +46,38 @@ STAGE_TITLES = {"queue": "Job queue",
                 "tensor_graph": "Tensor graph", "schedule": "Schedule (rangeify)", "kernel_graph": "Kernel graph", "codegen": "Codegen",
                 "render": "Render targets", "run": "Run + check", "timing": "Timing", "store": "Store"}
 
+MAX_REPORT = 4 << 20  # the largest report of a running trace kept (its schedule of a big program included)
+
+@dataclass
+class SoFar:
+  """What a running trace has reported so far (explorer.tracing.trace.Recorder.partial), checked as data: the trace page shows it while
+  codegen goes on (schedule, buffers, a row per kernel as its codegen ends)."""
+  schedule: list[dict] = field(default_factory=list)
+  buffers: list[dict] = field(default_factory=list)
+  tensor_graph: dict | None = None
+  kernels: dict[int, dict] = field(default_factory=dict)
+
+  def add(self, what: str, text: str) -> bool:
+    """Keep one report; False (nothing kept) for one that does not read as data of its kind."""
+    from explorer.schema import validate_partial
+    if len(text) > MAX_REPORT: return False
+    try: got = validate_partial(what, json.loads(text))
+    except (ValueError, SpecError): return False
+    if what == "schedule": self.schedule, self.buffers, self.tensor_graph = got["schedule"], got["buffers"], got["tensor_graph"]
+    else: self.kernels[got["index"]] = got
+    return True
+
+  @property
+  def started(self) -> bool: return bool(self.schedule)
+
+  def view(self) -> dict:
+    """A trace-shaped dict of what is known: what the trace page's live panels render."""
+    kernels = [self.kernels[i] for i in sorted(self.kernels)]
+    schedule = [dict(s, name=next((k["name"] for k in kernels if k["call"] == s["index"]), None),
+                     kernel=next((k["index"] for k in kernels if k["call"] == s["index"]), None)) for s in self.schedule]
+    return {"schedule": schedule, "buffers": self.buffers, "kernels": kernels, "tensor_graph": self.tensor_graph,
+            "expected": sum(1 for s in self.schedule if s["kind"] == "kernel")}
+
 @dataclass
 class Job(Task):
   """A trace job: the lifecycle's task with the trace's stages (each pending, running, done, error or skipped) and its progress as
@@ -57,6 +90,7 @@ class Job(Task):
   client: str | None = None  # the address that asked for it (max_jobs_per_client)
   failed: str | None = None  # the stage that failed in a trace that was stored all the same: its job is done, with this error
   changed: asyncio.Event = field(default_factory=asyncio.Event)
+  so_far: SoFar = field(default_factory=SoFar)  # what the trace has reported while it runs
 
   def emit(self, event: dict) -> None:
     self.events.append(event)
@@ -69,6 +103,9 @@ class Job(Task):
       self.emit({"event": "status", "status": RUNNING})
 
   def note(self, stage: str, status: str, detail: str) -> None:
+    if stage == PARTIAL:  # a report of what the trace holds so far, not a stage
+      if self.so_far.add(status, detail): self.emit({"event": "partial", "what": status, "kernels": len(self.so_far.kernels)})
+      return
     if stage != "queue": self.start_running()  # "queue": the job queue's word on a job still waiting
     row = self.stages.setdefault(stage, {"stage": stage, "status": "pending", "detail": ""})
     row["status"], row["detail"] = {"start": "running"}.get(status, status), detail
@@ -113,10 +150,11 @@ class JobManager:
   """Runs at most `parallel` traces at once, queues up to `max_queue` more; finished jobs stay listed for `keep_s` seconds."""
   def __init__(self, store: Store, parallel: int = 1, timeout_s: float = 600.0, keep_s: float = 3600.0,
                runner: Callable[..., Any] | None = None, max_queue: int = 16, limits: Any = None, queue_wait_s: float = 900.0,
-               queue: QueueClient | None = None, max_per_client: int = 0):
+               queue: QueueClient | None = None, max_per_client: int = 0, on_stored: Callable[[str, dict], None] | None = None):
     """With queue, traces run on the job queue's workers (explorer.web.services.remote) and outlive this server: they are followed again
-    when it restarts (resume_queued) instead of being marked interrupted."""
-    self.queue = queue
+    when it restarts (resume_queued) instead of being marked interrupted. on_stored(id, trace): a trace was stored (what may follow it in
+    the background starts there)."""
+    self.queue, self.on_stored = queue, on_stored
     self.store, self.timeout_s, self.keep_s, self.max_queue, self.limits = store, timeout_s, keep_s, max_queue, limits
     self.max_per_client = max_per_client
     self.tasks: Tasks[Job] = Tasks(parallel, queue_wait_s)  # the free workers take jobs at once; max_queue more may wait
@@ -185,6 +223,7 @@ class JobManager:
     async def kept(job: Job, result: Any) -> Any:
       await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites, result.target_rewrites)
       if failures := result.trace.get("failures") or []: job.failed = f"stage {failures[0]['stage']} failed: {failures[0]['error']}"
+      if self.on_stored is not None: self.on_stored(job.id, result.trace)
       return None  # stored: the job keeps no copy
     async def ended(job: Job) -> None: await self._write(self.store.job_finished, job.id, job.status, job.error)
     return tasks.start(job.id, job, lambda job, progress: self._run_trace(job, progress, resume), started, kept, ended)
