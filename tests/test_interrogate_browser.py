@@ -14,8 +14,18 @@ def traced(live_server) -> str:
   """wino8 with the builtin Winograd, CUDA rendered: its xhat kernel's devectorize pass has over a thousand matches."""
   return trace_on(live_server, {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}})
 
+def analysis_of(url: str, timeout_s: float = 120) -> dict:
+  import time
+  deadline = time.monotonic() + timeout_s
+  while (r := httpx.get(url, timeout=60)).status_code == 202:
+    assert time.monotonic() < deadline
+    time.sleep(0.3)
+  assert r.status_code == 200, r.text
+  return r.json()
+
 def test_a_source_line_lights_its_uops_and_back(live_server, traced, page, errors):
   rec = httpx.get(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda", timeout=60).json()
+  rec |= analysis_of(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda/analysis")  # computed on first request, as the page asks
   source = rec["source"].split("\n")
   line, uops = next((ln, ix) for ln, ix in rec["line_map"] if "= (*(" in source[ln - 1])  # a line that loads
   page.goto(f"{live_server}/t/{traced}/k/0?target=cuda&code=cuda")
@@ -162,6 +172,7 @@ def test_the_node_pane_stays_in_view(live_server, traced, page, errors):
 
 def test_passes_can_be_filtered_scrubbed_and_a_node_followed(live_server, traced, page, errors):
   rec = httpx.get(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda", timeout=60).json()
+  rec |= analysis_of(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda/analysis")
   last = next(i for i, p in enumerate(rec["passes"]) if p["name"] == "linearize/render")
   page.goto(f"{live_server}/t/{traced}/k/0?target=cuda&graph=passes&pass={last}&at=before&code=cuda")
   wait_graphs(page)

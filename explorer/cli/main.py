@@ -203,11 +203,15 @@ def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: 
 def _load_stored(trace_id: str, target: str, db: str | None) -> tuple[dict, dict[str, bytes], str]:
   """A stored trace with the rewrite blobs its records on `target` address (what their analyses are read from)."""
   from explorer.store import find_stored
-  from explorer.tracing.enrich import blob_key
   store, trace, blob = find_stored(trace_id, db, f"{trace_id!r} is not a trace file, not a flag set (those start with -)")
+  return trace, stored_blobs(store, trace_id, trace, blob, target), f"stored trace {trace_id}"
+
+def stored_blobs(store: Any, trace_id: str, trace: dict, blob: bytes | None, target: str) -> dict[str, bytes]:
+  """A stored trace's rewrite blobs by key (TraceResult.blobs): its own, and those its records on `target` address."""
+  from explorer.tracing.enrich import blob_key
   keys = {key for k in trace["kernels"] if target in (k.get("targets") or {}) and (key := blob_key(k, target)) is not None}
   blobs = {key: b for key in keys if (b := store.get_rewrites(trace_id, key)) is not None}
-  return trace, {"": blob, **blobs} if blob is not None else blobs, f"stored trace {trace_id}"
+  return {"": blob, **blobs} if blob is not None else blobs
 
 def cmd_diff(a: argparse.Namespace) -> int:
   from concurrent.futures import ThreadPoolExecutor
@@ -241,9 +245,8 @@ def cmd_enrich(a: argparse.Namespace) -> int:
     raise SpecError(f"--kernel: the trace has kernels 0 to {len(trace['kernels']) - 1}, not {', '.join(map(str, missing))}")
   todo = {t: ns for t in targets or () if (ns := enrich.lacking(trace, t, kernels))}
   source = trace  # what the analyses are read from: the trace itself, or (a file) the same kernels traced again with their rewrite log
-  if (todo or a.analysis) and blob is None:
-    source, blob = _traced_again(trace, a.source, a.timeout, a.quiet)
   blobs: dict[str, bytes] = {"": blob} if blob is not None else {}
+  if (todo or a.analysis) and blob is None: source, blobs = _traced_again(trace, a.source, a.timeout, a.quiet)
   with StepBars(a.quiet) as bars:
     for t, ns in todo.items():
       recs, key, blobs[key] = enrich.compute_target(source, blobs[""], t, ns, bars.bar(f"{t} records", ("render",)), timeout_s=a.timeout)
@@ -286,13 +289,16 @@ def cmd_opts(a: argparse.Namespace) -> int:
   from explorer.spec import hand_opts
   from explorer.tracing.handopts import Unschedulable, schedule
   from explorer.tracing.workers import WorkerFailed
-  trace, _, blob, _ = load(a.source, a.db)
-  if blob is None: trace, blob = _traced_again(trace, a.source, a.timeout, a.quiet)
+  from explorer.tracing.enrich import add_analysis
+  trace, trace_id, blob, store = load(a.source, a.db)
   if not 0 <= a.kernel < len(trace["kernels"]): raise SpecError(f"--kernel: the trace has kernels 0 to {len(trace['kernels']) - 1}")
-  kernel = trace["kernels"][a.kernel]
-  target, opts = a.target or host_target(kernel), hand_opts(a.opt, a.start)
+  target, opts = a.target or host_target(trace["kernels"][a.kernel]), hand_opts(a.opt, a.start)
+  if blob is None: trace, blobs = _traced_again(trace, a.source, a.timeout, a.quiet)
+  else: blobs = stored_blobs(store, trace_id, trace, blob, target)
   with StepBars(a.quiet) as bars:
-    try: got = schedule(trace, blob, a.kernel, target, opts, a.start, not a.no_time, bars.bar("opts", ("codegen", "compile", "timing")),
+    trace = add_analysis(trace, blobs, [target], [a.kernel], timeout_s=a.timeout)  # the original's peak live values, beside the new
+    kernel = trace["kernels"][a.kernel]
+    try: got = schedule(trace, blobs[""], a.kernel, target, opts, a.start, not a.no_time, bars.bar("opts", ("codegen", "compile", "timing")),
                         a.timeout)
     except Unschedulable as e: raise SpecError(str(e)) from None
     except WorkerFailed as e:
@@ -304,9 +310,9 @@ def cmd_opts(a: argparse.Namespace) -> int:
     print(f"wrote {a.json}", file=sys.stderr)
   return 0
 
-def _traced_again(trace: dict, source: str, timeout_s: float, quiet: bool) -> tuple[dict, bytes]:
+def _traced_again(trace: dict, source: str, timeout_s: float, quiet: bool) -> tuple[dict, dict[str, bytes]]:
   """A trace file keeps no rewrite log: a convolution's is made again by tracing its spec and variant (the same tinygrad makes the same
-  kernels: checked by their AST keys); a captured program's cannot be."""
+  kernels: checked by their AST keys); a captured program's cannot be. Returns that trace and its rewrite blobs (TraceResult.blobs)."""
   from explorer.tracing.run import run_trace
   if trace.get("spec") is None or trace.get("variant") is None:
     raise SpecError(f"{source} is a trace file of a captured program, which keeps no rewrite log to rebuild its kernels from: store it "
@@ -316,7 +322,7 @@ def _traced_again(trace: dict, source: str, timeout_s: float, quiet: bool) -> tu
   with StepBars(quiet) as bars: again = run_trace(ConvSpec.from_dict(trace["spec"]), variant, bars.bar("", STAGES), timeout_s=timeout_s)
   if [k.get("ast_key") for k in again.trace["kernels"]] != [k.get("ast_key") for k in trace["kernels"]]:
     raise SpecError(f"tracing {source} again made other kernels (another tinygrad or explorer version?): pass a stored trace id")
-  return again.trace, again.rewrites
+  return again.trace, again.blobs
 
 def opts_summary(own: dict, got: dict) -> str:
   """The hand schedule beside the kernel's own record: a table, then the time ratio where it was timed."""

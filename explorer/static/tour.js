@@ -165,9 +165,10 @@ function onDelete(e) {
   const btn = e.target.closest("[data-note-delete]");
   if (!btn) return;
   const li = btn.closest("li[data-note-id]"), list = btn.closest("[data-trace]");
+  btn.disabled = true;  // one DELETE per note: a second click while it is on its way would find the note gone
   Notes.remove(list.dataset.trace, +li.dataset.noteId).then(() => {
     tqa(`li[data-note-id="${li.dataset.noteId}"]`).forEach((x) => x.remove());
-  }).catch((err) => window.alert(err.message));
+  }).catch((err) => { btn.disabled = false; window.alert(err.message); });
 }
 
 /* A node anchor counts nodes in the graph view's own order (GET /api/traces/{id}/graphs/{ref}: nodes[i]), which does not change when the

@@ -46,12 +46,16 @@ async def get_kernel_target(trace_id: str, trace: StoredTrace, n: int, target: s
   if target in (k.get("source_errors") or {}): raise HTTPException(409, f"rendering kernel {n} for {target} failed: {k['source_errors'][target]}")
   return await deps.enrichment_job(svc, trace_id, trace, ENRICH_TARGET, target, n, work)
 
+def enrichment_responses(what: str) -> dict:
+  """The answers of a record's enrichment URL: 202 while it is computed, then 200; `what` is the work that may fail."""
+  return {202: {"model": EnrichmentJob, "description": "being computed now, in a worker: poll this URL"},
+          **documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it", 409: "the trace is still running, it has no record of "
+                        f"this kernel on this target (compute the target first), or {what} failed (the detail says why)",
+                        422: "n is not an integer"})}
+
 @api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/facts", response_model=CompileFacts,
          summary="One kernel's compile facts on one target (registers, spills, occupancy, disassembly), computed on first request",
-         responses={202: {"model": EnrichmentJob, "description": "being computed now, in a worker: poll this URL"},
-                    **documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it", 409: "the trace is still running, it has "
-                                  "no record of this kernel on this target (compute the target first), or compiling failed (the detail "
-                                  "says why)", 422: "n is not an integer"})})
+         responses=enrichment_responses("compiling"))
 async def get_kernel_facts(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
   """A trace records no compile facts while it runs: they are computed on this first request (a real compiler of this machine, in a
   worker) and stored with the trace: 202 with the job's progress until they are, then 200 (every later request too, at once)."""
@@ -61,10 +65,7 @@ async def get_kernel_facts(trace_id: str, trace: StoredTrace, n: int, target: st
 
 @api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/analysis", response_model=Analysis,
          summary="One kernel's analysis on one target (line map, live values, loop splits, program spec), computed on first request",
-         responses={202: {"model": EnrichmentJob, "description": "being computed now, in a worker: poll this URL"},
-                    **documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it", 409: "the trace is still running, it has "
-                                  "no record of this kernel on this target (compute the target first), or the analysis failed (the detail "
-                                  "says why)", 422: "n is not an integer"})})
+         responses=enrichment_responses("the analysis"))
 async def get_kernel_analysis(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
   """A trace records the line map, live values, loop splits and program spec of its records only when asked (`trace --analysis`): they
   are read from the rewrite blob on this first request, in a worker, and stored with the trace: 202 with the job's progress until they

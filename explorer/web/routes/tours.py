@@ -112,8 +112,7 @@ TargetQuery = Query(None, max_length=40, description="the codegen target the ker
                                   422: "a target over 40 characters"}))
 async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep, work: Work, target: str | None = TargetQuery) -> dict:
   target, notices = asked_target(target, [trace])
-  trace = await analysed(svc, work, trace_id, trace, target)
-  steps = await _trace_steps(svc, trace_id, trace, target)
+  steps = await _trace_steps(svc, work, trace_id, trace, target)
   return {"trace_id": trace_id, "label": trace.get("label"), "target": target, "notices": notices,
           "steps": step_api(trace_id, trace, steps, lambda s: trace_tour_url(trace_id, s, target=target), target)}
 
@@ -126,9 +125,12 @@ async def analysed(svc: Services, work: WorkGate, trace_id: str, trace: dict, ta
   if t is None or not svc.enrichments.missing(trace, ENRICH_ANALYSIS, t) or (permit := work.permit_if_allowed()) is None: return trace
   return await svc.enrichments.completed(trace_id, trace, ENRICH_ANALYSIS, t, permit)
 
-async def _trace_steps(svc: Any, trace_id: str, trace: dict, target: str | None = None) -> list[dict]:
-  """The trace's own steps, then a step per hand schedule pinned to its tour (the Opts panel's "add to the trace's tour")."""
-  return tour_steps(trace, target) + hand_schedule_steps(trace, await asyncio.to_thread(svc.enrichments.tour_schedules, trace_id))
+async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: dict, target: str | None = None) -> list[dict]:
+  """The trace's own steps, then a step per hand schedule pinned to its tour (the Opts panel's "add to the trace's tour"), each told
+  with the analyses of the targets they speak of."""
+  pinned = await asyncio.to_thread(svc.enrichments.tour_schedules, trace_id)
+  for t in dict.fromkeys([target, *(s["target"] for s in pinned)]): trace = await analysed(svc, work, trace_id, trace, t)
+  return tour_steps(trace, target) + hand_schedule_steps(trace, pinned)
 
 @router.get("/t/{trace_id}/tour", response_class=HTMLResponse, include_in_schema=False)
 async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, work: Work, step: str | None = None,
@@ -136,8 +138,7 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
   trace = await deps.stored_trace(svc, trace_id)
   if trace is None: return await trace_page(request, svc, trace_id, "tour.html", ())
   target, notices = asked_target(target, [trace])
-  trace = await analysed(svc, work, trace_id, trace, target)
-  steps = await _trace_steps(svc, trace_id, trace, target)
+  steps = await _trace_steps(svc, work, trace_id, trace, target)
   notes = await asyncio.to_thread(svc.store.annotations, trace_id)
   big = big_asked(request)
   ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, big, target), {"": (trace_id, trace)}, {"": notes}, target)
