@@ -10,11 +10,14 @@
 
 `trace` runs in a worker process, as the CLI does. `capture` records any tinygrad program in this process: tinygrad decides at import
 whether it records rewrites, so importing this module before tinygrad turns its recording on (TRACK_MATCH_STATS=2, for the whole
-process: tinygrad then keeps every rewrite it makes, which costs memory and about twice the codegen time).
+process: tinygrad then keeps every rewrite it makes, which costs memory and about twice the codegen time; and it compiles in this
+process, PARALLEL=0, as tinygrad itself does whenever it tracks).
 """
 from __future__ import annotations
 import json, os, pathlib, subprocess, sys, time, urllib.request, webbrowser
-if "tinygrad" not in sys.modules and "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
+if "tinygrad" not in sys.modules and "VIZ" not in os.environ:
+  os.environ.setdefault("TRACK_MATCH_STATS", "2")
+  os.environ.setdefault("PARALLEL", "0")  # as tinygrad does whenever it tracks (VIZ): a compile pool's rewrites would not be recorded
 from dataclasses import dataclass, field
 from typing import Any
 from explorer.spec import PRESETS, ConvSpec, SpecError, Variant

@@ -47,3 +47,16 @@ def filled(path: str, trace_id: str, **more: str) -> str:
   values = {"trace_id": trace_id, "a": trace_id, "b": trace_id, "n": "0", "ref": "tensor", "group": "0", "step": "0", "target": "wgsl",
             "num": "1", "study_id": "0", "note_id": "1", "kind": "timing" if path.startswith("/api/diff") else "constants", **more}
   return re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: values[m.group(1)], path)
+
+_shared: dict[tuple, Any] = {}
+GPU_TARGETS = ("cuda", "ptx", "metal", "opencl", "wgsl")
+WINO8_BUILTIN = {"algo": "winograd", "targets": GPU_TARGETS, "time": False}  # wino8's builtin Winograd on every GPU target: read by many
+
+def shared_run(preset: str, **variant: Any) -> Any:
+  """One trace of (preset, variant), analysed (every record's analysis now), made once per test process and shared by the tests that
+  read the same kernels: a TraceResult they must not change. The traces here are the suite's most expensive part."""
+  from explorer.spec import PRESETS, Variant
+  from explorer.tracing.run import run_trace
+  key = (preset, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in variant.items())))
+  if key not in _shared: _shared[key] = run_trace(PRESETS[preset], Variant(**variant), analysis=True)
+  return _shared[key]

@@ -4,17 +4,15 @@ from __future__ import annotations
 import re
 import pytest
 from fastapi.testclient import TestClient
-from explorer.tracing.run import run_trace
-from explorer.spec import PRESETS, Variant
 from explorer.store import Store
 from explorer.web.services.graphs import MAX_STEPS
-from support import app_over
+from support import WINO8_BUILTIN, app_over, shared_run
 
 TID = "00000000000000dd"
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-  run = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda", "ptx"), time=False))
+  run = shared_run("wino8", **WINO8_BUILTIN)  # cuda and ptx among its targets
   db = tmp_path_factory.mktemp("interrogate") / "s.sqlite3"
   Store(db).put_trace(TID, run.trace, run.rewrites, run.target_rewrites)
   with TestClient(app_over(str(db))) as c:

@@ -10,9 +10,8 @@ from explorer.tracing.compilers import occupancy, parse_ptxas
 from explorer.tracing.run import run_trace
 from explorer.spec import PRESETS, Variant
 from conftest import REPO, wait_done
-from support import app_over
+from support import GPU_TARGETS, WINO8_BUILTIN, app_over, shared_run
 
-GPU_TARGETS = ("cuda", "ptx", "metal", "opencl", "wgsl")
 
 PLAIN_CODEGEN = r"""
 import json, sys
@@ -63,12 +62,14 @@ def plain_codegen(spec: dict, variant: dict, device: str) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 # every preset's direct conv, tinygrad's builtin Winograd on every 3x3 preset, the explorer's staged and fused Winograd, NOOPT, sm_80
-CASES = {**{f"{p} direct": (p, Variant(targets=GPU_TARGETS, time=False)) for p in PRESETS},
-         **{f"{p} builtin": (p, Variant(algo="winograd", targets=GPU_TARGETS, time=False)) for p, s in PRESETS.items() if s.kernel == 3},
-         **{f"{p} explorer {st}": (p, Variant(algo="winograd", wino_impl="explorer", staging=st, targets=GPU_TARGETS, time=False))
-            for p in ("wino8", "medium") for st in ("staged", "fused")},
-         "wino8 direct NOOPT": ("wino8", Variant(opt="none", targets=GPU_TARGETS, time=False)),
-         "medium direct sm_80": ("medium", Variant(targets=("cuda", "ptx"), time=False, cuda_arch="sm_80"))}
+GPU = {"targets": GPU_TARGETS, "time": False}
+CASE_VARIANTS = {**{f"{p} direct": dict(GPU) for p in PRESETS},
+                 **{f"{p} builtin": {"algo": "winograd", **GPU} for p, s in PRESETS.items() if s.kernel == 3},
+                 **{f"{p} explorer {st}": {"algo": "winograd", "wino_impl": "explorer", "staging": st, **GPU}
+                    for p in ("wino8", "medium") for st in ("staged", "fused")},
+                 "wino8 direct NOOPT": {"opt": "none", **GPU},
+                 "medium direct sm_80": {"targets": ("cuda", "ptx"), "time": False, "cuda_arch": "sm_80"}}
+CASES = {case: (case.split()[0], Variant(**v)) for case, v in CASE_VARIANTS.items()}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
@@ -76,7 +77,7 @@ def test_each_targets_kernels_are_what_tinygrad_makes_for_that_renderer(case):
   """Slow: each case is five targets' codegen twice, the trace's and plain tinygrad's in a process of its own (tinygrad takes about 4 s
   per target for the fused medium Winograd kernel)."""
   preset, variant = CASES[case]
-  trace = run_trace(PRESETS[preset], variant).trace
+  trace = shared_run(preset, **CASE_VARIANTS[case]).trace
   assert trace["status"] == "ok" and trace["schema"] == 2, trace["failures"]
   plain = plain_codegen(trace["spec"], trace["variant"], trace["env"]["device"])
   for target in variant.targets:
@@ -86,7 +87,7 @@ def test_each_targets_kernels_are_what_tinygrad_makes_for_that_renderer(case):
 
 def test_the_opt_setting_reaches_every_target():
   """The issue's case: wino8 direct with NOOPT renders r_8_32_32_8_3_3 for CUDA (it rendered heuristic opts before)."""
-  trace = run_trace(PRESETS["wino8"], Variant(opt="none", targets=("cuda", "metal", "opencl"), time=False)).trace
+  trace = shared_run("wino8", **CASE_VARIANTS["wino8 direct NOOPT"]).trace
   for t in ("clang", "cuda", "metal", "opencl"):
     assert trace["kernels"][0]["targets"][t]["name"] == "r_8_32_32_8_3_3" and trace["kernels"][0]["targets"][t]["opts"] == [], t
 
@@ -186,8 +187,7 @@ def test_a_diff_on_cuda_compares_cuda_kernels_registers_included():
   """Staged vs fused explorer Winograd, diffed on CUDA: each group's figures are the CUDA records' (not the host's), and the fused
   MHAT+out kernel needs more registers than the staged MHAT and output kernels."""
   from explorer.analysis.diff import full_diff
-  runs = {s: run_trace(PRESETS["wino8"], Variant(algo="winograd", wino_impl="explorer", staging=s, targets=("cuda",), time=False))
-          for s in ("staged", "fused")}
+  runs = {s: shared_run("wino8", **CASE_VARIANTS[f"wino8 explorer {s}"]) for s in ("staged", "fused")}
   d = full_diff(runs["staged"].trace, runs["fused"].trace, runs["staged"].blobs, runs["fused"].blobs, "cuda", time=False, numerics=False)
   fused = next(g for g in d["groups"] if g["relation"] == "fused")
   cuda_uops = sum(k["targets"]["cuda"]["linear_uops"] for k in runs["fused"].trace["kernels"] if k["index"] in [x["index"] for x in fused["b"]])
@@ -222,8 +222,7 @@ def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path
   from explorer.spec import ENRICH_TARGET
   app = app_over(str(tmp_path / "l.sqlite3"), background_workers=1)
   body = {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}}
-  eager = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda", "metal"), time=False), analysis=True).trace
-  eager = json.loads(json.dumps(eager))  # as the API serves it (JSON has no tuples)
+  eager = json.loads(json.dumps(shared_run("wino8", **WINO8_BUILTIN).trace))  # metal among its targets; as the API serves it (no tuples)
   with TestClient(app) as client:  # a server stopped while it computes a kernel's record stores nothing of it
     trace_id = client.post("/api/traces", json=body).json()["id"]
     assert wait_done(client, trace_id, 300)["status"] == "done"
@@ -317,8 +316,7 @@ def test_register_pressure_picks_out_the_fused_kernel():
   values at once than the staged variant's output kernel; the peak is where the curve says."""
   peaks = {}
   for staging in ("staged", "fused"):
-    trace = run_trace(PRESETS["medium"], Variant(algo="winograd", wino_impl="explorer", staging=staging, targets=("clang",), time=False),
-                      analysis=True).trace
+    trace = shared_run("medium", **CASE_VARIANTS[f"medium explorer {staging}"]).trace
     for k in trace["kernels"]:
       p = k["targets"]["clang"]["pressure"]
       assert max(v for _, v in p["curve"]) == p["max_live"] and len(p["curve"]) <= 512 and p["ssa_values"] > 0
@@ -328,7 +326,7 @@ def test_register_pressure_picks_out_the_fused_kernel():
 def test_spec_checks_run_on_every_stage_and_keep_every_violation(tmp_path):
   """tinygrad's own specs over the tensor graph, the kernel graph, each kernel AST and each target's program; a graph that breaks a
   spec has every bad UOp listed (type_verify would stop at the first) and its stage turns red."""
-  trace = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda",), time=False), analysis=True).trace
+  trace = shared_run("wino8", **WINO8_BUILTIN).trace
   assert {s: (c["spec"], c["ok"]) for s, c in trace["spec_checks"].items()} == {"tensor_graph": ("spec_tensor", True),
                                                                                  "kernel_graph": ("spec_kernel_graph", True)}
   assert all(k["spec"]["ast"]["ok"] and k["targets"][k["host_target"]]["spec"]["ok"] and k["targets"]["cuda"]["spec"]["ok"] for k in trace["kernels"])
@@ -351,7 +349,7 @@ def test_loop_splits_are_recorded_with_the_rule_read_from_tinygrad(tmp_path):
   they became, and the rule as it stands in tinygrad's file (read when the trace ran, not a copied string)."""
   import inspect
   from tinygrad.codegen import simplify
-  run = run_trace(PRESETS["wino8"], Variant(algo="winograd", targets=("cuda",), time=False), analysis=True)
+  run = shared_run("wino8", **WINO8_BUILTIN)
   trace = run.trace
   out = next(k for k in trace["kernels"] if k["role"] == "out")
   for target in ("clang", "cuda"):
