@@ -114,6 +114,11 @@ class Trace:
   def __repr__(self) -> str:
     return f"<explorer.api.Trace {self.data['label']}: {len(self.kernels)} kernels, {self.data['status']}>"
 
+  def __str__(self) -> str:
+    """What `print(t)` shows: the kernel table (name, role, uops, FLOPs, bytes, compile and run time), totals, STAGE counts, the check."""
+    from explorer.text import trace_summary
+    return trace_summary(self.data)
+
 @dataclass
 class Kernel:
   """One kernel of a trace: `data` is its record (kernels[n] of the trace JSON)."""
@@ -197,6 +202,11 @@ class Captured(Trace):
     from explorer.tracing.run import main_realize
     main = self.traces[main_realize([t.data for t in self.traces])]
     self.data, self.rewrites, self.target_rewrites = main.data, main.rewrites, main.target_rewrites
+
+  def __str__(self) -> str:
+    """Every realize's kernel table, in order (`print(t)`)."""
+    if len(self.traces) < 2: return super().__str__()
+    return "\n\n".join(f"realize {i + 1} of {len(self.traces)}\n{t}" for i, t in enumerate(self.traces))
 
 def _answers(base: str) -> bool:
   try:

@@ -2,7 +2,7 @@
 (rendered by rich, without colour or markup, so they read the same in a terminal, a log and a test)."""
 from __future__ import annotations
 import io
-from typing import Sequence
+from typing import Any, Sequence
 
 def si(x: float | None, unit: str = "") -> str:
   if x is None: return "-"
@@ -35,3 +35,39 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], text_columns
   out = io.StringIO()
   Console(file=out, width=100_000, color_system=None, force_terminal=False).print(t)
   return "\n".join(line.rstrip() for line in out.getvalue().splitlines() if line.strip())
+
+# ***** a trace in the terminal *****
+
+def trace_summary(trace: dict[str, Any]) -> str:
+  """A trace as the terminal shows it (`kernel-explorer trace`, `print(t)`): its kernel table, totals, STAGE counts, check and notes."""
+  out = [f"{trace['label']}   device={trace['env']['device']} tinygrad={trace['env']['tinygrad']}"]
+  out += [f"note: {n}" for n in trace["notes"]]
+  def compiled(k: dict[str, Any]) -> str: return "cached" if k.get("compile_cached") else f"{k['compile_s']*1e3:.1f}"
+  rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), compiled(k), ms(k["time_s"]))
+          for k in trace["kernels"]]
+  out.append(table(("kernel", "role", "ast uops", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows))
+  t, sc = trace["totals"], (trace.get("scheduler") or {}).get("stage_counts")
+  out.append(f"{t.get('kernels', 0)} kernels, {t.get('copies', 0)} copies, {t.get('buffers', 0)} buffers, {si(t.get('flops'))} FLOPs, "
+             f"total time {ms(t.get('time_s'))} ms")
+  if sc: out.append(f"STAGE (bufferize): {sc['created']} created, {sc['fused']} inlined (removed), {sc['kept']} kept as buffers; "
+                    f"{sc['realized']} realized stores")
+  if (e := trace.get("error")) is not None: out.append(f"max abs error {e['max_abs']:.3g} (rel {e['max_rel']:.3g}) vs float64 numpy")
+  if (own := trace.get("tinygrad_seconds")) is not None and (secs := trace.get("stage_seconds")):
+    out.append(f"stages took {sum(secs.values()):.2f}s, tinygrad's own calls {sum(own.values()):.2f}s of them (" +
+               ", ".join(f"{s} {own.get(s, 0.0):.2f}/{v:.2f}" for s, v in secs.items()) + ")")
+  out += [f"{k['name']}: {n}" for k in trace["kernels"] for n in k.get("notes", [])]
+  out += [f"{t} compile facts: " + ", ".join(facts) for t, facts in compile_facts(trace).items()]
+  out += [f"FAILED in {f['stage']}: {f['error']}" for f in trace["failures"]]
+  return "\n".join(out)
+
+def compile_facts(trace: dict[str, Any]) -> dict[str, list[str]]:
+  """Per target, each kernel's compile facts where they were computed (registers, or what the compiler said)."""
+  out: dict[str, list[str]] = {}
+  for k in trace["kernels"]:
+    for t, rec in (k.get("targets") or {}).items():
+      if (c := rec.get("compile")) is None: continue
+      said = f"{c['registers']} registers" if c.get("registers") is not None else "ok" if c.get("ok") else (c.get("message") or "").split(":")[0]
+      out.setdefault(t, []).append(f"{rec['name']} {said}")
+  return out
+
+# ***** commands *****

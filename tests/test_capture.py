@@ -141,7 +141,8 @@ with capture(name="two layers", targets=("cuda",)) as t:
   y = two_layers()
   y.realize()
 print(json.dumps({"id": t.store(sys.argv[1]), "names": [k["name"] for k in t.kernels], "roles": [k["role"] for k in t.kernels],
-                  "passes": sum(p["matches"] for k in t.kernels for p in k["passes"]), "origin": t.data["program"]["origin"]}))
+                  "passes": sum(p["matches"] for k in t.kernels for p in k["passes"]), "origin": t.data["program"]["origin"],
+                  "printed": str(t)}))
 """
 
 def test_two_layers_captured_from_python_reproduce_on_tinygrad_alone(tmp_path):
@@ -155,6 +156,9 @@ def test_two_layers_captured_from_python_reproduce_on_tinygrad_alone(tmp_path):
   got = json.loads(r.stdout.strip().splitlines()[-1])
   line = MY_SCRIPT.splitlines().index('with capture(name="two layers", targets=("cuda",)) as t:') + 1
   assert got["roles"] == ["reduce", "reduce+out"] and got["passes"] > 100 and got["origin"] == {"kind": "capture", "line": line}
+  printed = got["printed"].splitlines()  # print(t): the kernel table, a row per kernel with its uops, FLOPs and bytes
+  head = next(i for i, ln in enumerate(printed) if ln.split()[:4] == ["kernel", "role", "ast", "uops"])
+  assert [ln.split()[0] for ln in printed[head + 2:head + 4]] == got["names"] and "FLOPs" in printed[head]
   repro = subprocess.run([sys.executable, "-m", "explorer", "repro", got["id"], "--db", str(db), "-o", "-"], capture_output=True, text=True,
                          timeout=120)
   assert repro.returncode == 0, repro.stderr

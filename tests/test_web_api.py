@@ -181,7 +181,11 @@ def test_listing_presets_targets_health(web_client, small_trace):
 def test_kernel_bufferize_rangeify_json(web_client, small_trace):
   k = web_client.get(f"/api/traces/{small_trace}/kernels/0").json()
   assert {"cuda", "metal", "host"} <= set(k["sources"]) and k["uops_listing"] and k["passes"]
-  assert len(web_client.get(f"/api/traces/{small_trace}/kernels").json()) >= 3
+  every = web_client.get(f"/api/traces/{small_trace}/kernels")
+  assert len(every.json()) >= 3 and every.headers["x-total-count"] == str(len(every.json()))
+  page = web_client.get(f"/api/traces/{small_trace}/kernels", params={"offset": 1, "limit": 2})  # a page of a long program's kernels
+  assert page.json() == every.json()[1:3] and page.headers["x-total-count"] == every.headers["x-total-count"]
+  assert web_client.get(f"/api/traces/{small_trace}/kernels", params={"limit": 0}).status_code == 422
   b = web_client.get(f"/api/traces/{small_trace}/bufferize").json()
   assert b["stage_counts"]["kept"] == len(b["stages"]["kept"]) and {x["role"] for x in b["buffers"]} >= {"input", "weight", "output"}
   rg = web_client.get(f"/api/traces/{small_trace}/rangeify").json()
@@ -267,6 +271,7 @@ INVALID = [
   ({"preset": "huge"}, "preset"),
   ({"spec": {**PRESETS["small"].to_dict(), "batch": 0}}, "spec.batch"),
   ({"spec": {**PRESETS["small"].to_dict(), "colour": "red"}}, "colour"),
+  ({"spec": {**PRESETS["small"].to_dict(), "padding": False}}, "not true or false"),  # pydantic alone would read false as 0
   ({"spec": {k: v for k, v in PRESETS["small"].to_dict().items() if k != "cin"}}, "spec.cin"),
   ({"spec": {**PRESETS["small"].to_dict(), "groups": 2}}, "groups=2 must divide"),
   ({"spec": {**PRESETS["small"].to_dict(), "batch": 1024, "cin": 4096, "height": 4096, "width": 4096}}, "memory budget"),

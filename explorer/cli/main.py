@@ -3,7 +3,7 @@ from __future__ import annotations
 import argparse, dataclasses, json, os, pathlib, signal, socket, sys, threading
 from typing import Any, Callable, Sequence
 from explorer.cli.progress import StepBars
-from explorer.text import ms, si, table
+from explorer.text import compile_facts, si, table, trace_summary as summary
 from explorer.spec import (COMPUTE_DEVICES, PRESETS, STAGES, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TARGET_LABELS, TARGETS, TILES, ConvSpec,
                            Knob, SpecError, Variant, device_problem, knobs, normalize_device)
 
@@ -69,39 +69,6 @@ def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
   return spec.validate(), Variant(**v).resolve(spec)
 
 # ***** output *****
-
-def summary(trace: dict) -> str:
-  out = [f"{trace['label']}   device={trace['env']['device']} tinygrad={trace['env']['tinygrad']}"]
-  out += [f"note: {n}" for n in trace["notes"]]
-  def compiled(k: dict) -> str: return "cached" if k.get("compile_cached") else f"{k['compile_s']*1e3:.1f}"
-  rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), compiled(k), ms(k["time_s"]))
-          for k in trace["kernels"]]
-  out.append(table(("kernel", "role", "ast uops", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows))
-  t, sc = trace["totals"], (trace.get("scheduler") or {}).get("stage_counts")
-  out.append(f"{t.get('kernels', 0)} kernels, {t.get('copies', 0)} copies, {t.get('buffers', 0)} buffers, {si(t.get('flops'))} FLOPs, "
-             f"total time {ms(t.get('time_s'))} ms")
-  if sc: out.append(f"STAGE (bufferize): {sc['created']} created, {sc['fused']} inlined (removed), {sc['kept']} kept as buffers; "
-                    f"{sc['realized']} realized stores")
-  if (e := trace.get("error")) is not None: out.append(f"max abs error {e['max_abs']:.3g} (rel {e['max_rel']:.3g}) vs float64 numpy")
-  if (own := trace.get("tinygrad_seconds")) is not None and (secs := trace.get("stage_seconds")):
-    out.append(f"stages took {sum(secs.values()):.2f}s, tinygrad's own calls {sum(own.values()):.2f}s of them (" +
-               ", ".join(f"{s} {own.get(s, 0.0):.2f}/{v:.2f}" for s, v in secs.items()) + ")")
-  out += [f"{k['name']}: {n}" for k in trace["kernels"] for n in k.get("notes", [])]
-  out += [f"{t} compile facts: " + ", ".join(facts) for t, facts in compile_facts(trace).items()]
-  out += [f"FAILED in {f['stage']}: {f['error']}" for f in trace["failures"]]
-  return "\n".join(out)
-
-def compile_facts(trace: dict) -> dict[str, list[str]]:
-  """Per target, each kernel's compile facts where they were computed (registers, or what the compiler said)."""
-  out: dict[str, list[str]] = {}
-  for k in trace["kernels"]:
-    for t, rec in (k.get("targets") or {}).items():
-      if (c := rec.get("compile")) is None: continue
-      said = f"{c['registers']} registers" if c.get("registers") is not None else "ok" if c.get("ok") else (c.get("message") or "").split(":")[0]
-      out.setdefault(t, []).append(f"{rec['name']} {said}")
-  return out
-
-# ***** commands *****
 
 def cmd_trace(a: argparse.Namespace) -> int:
   from explorer.tracing.run import run_script, run_trace

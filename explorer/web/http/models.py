@@ -1,7 +1,7 @@
 """Request and response models of the JSON API. Field bounds catch malformed input; explorer.spec's validation catches the rest."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
-from pydantic import BaseModel, Field, create_model, model_validator
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TARGETS, TILES, ConvSpec, Knob, Variant, knobs
 # the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
 from explorer.schema import (Analysis as Analysis, CompileFacts as CompileFacts, Disassembly as Disassembly, LiveRange as LiveRange,
@@ -27,6 +27,12 @@ class SpecIn(BaseModel):
   padding: int | None = Field(default=None, ge=0, le=16)
   groups: int = Field(default=1, ge=1, le=4096)
   dtype: Dtype = "float32"
+
+  @field_validator("batch", "cin", "cout", "height", "width", "kernel", "stride", "padding", "groups", mode="before")
+  @classmethod
+  def _not_a_bool(cls, v: Any) -> Any:
+    if isinstance(v, bool): raise ValueError("must be a number, not true or false")  # pydantic would read true as 1
+    return v
 
   def to_spec(self) -> ConvSpec: return ConvSpec(**self.model_dump())
 

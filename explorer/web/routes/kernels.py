@@ -4,7 +4,7 @@ page or its URL first asks for it (that starts work: the request's permit), and 
 from __future__ import annotations
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from explorer.schema import host_target, target_records
 from explorer.spec import ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, SpecError, hand_opts, split_opts
 from explorer.web.http import deps
@@ -17,9 +17,14 @@ from explorer.web.urls import trace_api_url
 api = APIRouter(prefix="/api", tags=["api"])
 router = APIRouter(include_in_schema=False)
 
-@api.get("/traces/{trace_id}/kernels", summary="The trace's kernels (light)", responses=documented(NOT_FOUND))
-async def list_kernels(trace_id: str, trace: StoredTrace) -> list[dict]:
-  return deps.light_trace(trace_id, trace)["kernels"]
+@api.get("/traces/{trace_id}/kernels", summary="The trace's kernels (light), a page of them with offset and limit",
+         responses=documented({**NOT_FOUND, 422: "offset or limit out of range"}))
+async def list_kernels(trace_id: str, trace: StoredTrace, response: Response, offset: int = Query(0, ge=0, le=2**31),
+                       limit: int | None = Query(None, ge=1, le=1000, description="at most this many (default: all)")) -> list[dict]:
+  """The kernels from `offset` on, `limit` of them; the X-Total-Count header says how many the trace has."""
+  kernels = deps.light_trace(trace_id, trace)["kernels"]
+  response.headers["X-Total-Count"] = str(len(kernels))
+  return kernels[offset:None if limit is None else offset + limit]
 
 @api.get("/traces/{trace_id}/kernels/{n}", summary="One kernel: facts, codegen passes, linearized UOps, source per target",
          responses=documented({**NOT_FOUND, 404: "no trace with this id, or no kernel n in it", 422: "n is not an integer"}))
