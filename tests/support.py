@@ -52,11 +52,11 @@ _shared: dict[tuple, Any] = {}
 GPU_TARGETS = ("cuda", "ptx", "metal", "opencl", "wgsl")
 WINO8_BUILTIN = {"algo": "winograd", "targets": GPU_TARGETS, "time": False}  # wino8's builtin Winograd on every GPU target: read by many
 
-def shared_run(preset: str, **variant: Any) -> Any:
-  """One trace of (preset, variant), analysed (every record's analysis now), made once per test process and shared by the tests that
-  read the same kernels: a TraceResult they must not change. The traces here are the suite's most expensive part."""
+def shared_run(preset: str, analysis: bool = False, **variant: Any) -> Any:
+  """One trace of (preset, variant), made once per test process and shared by the tests that read the same kernels: a TraceResult they
+  must not change. analysis: every record's analysis now. The traces here are the suite's most expensive part."""
   from explorer.spec import PRESETS, Variant
   from explorer.tracing.run import run_trace
-  key = (preset, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in variant.items())))
-  if key not in _shared: _shared[key] = run_trace(PRESETS[preset], Variant(**variant), analysis=True)
+  key = (preset, analysis, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in variant.items())))
+  if key not in _shared: _shared[key] = run_trace(PRESETS[preset], Variant(**variant), analysis=analysis)
   return _shared[key]

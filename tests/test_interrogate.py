@@ -12,7 +12,7 @@ TID = "00000000000000dd"
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-  run = shared_run("wino8", **WINO8_BUILTIN)  # cuda and ptx among its targets
+  run = shared_run("wino8", True, **WINO8_BUILTIN)  # cuda and ptx among its targets
   db = tmp_path_factory.mktemp("interrogate") / "s.sqlite3"
   Store(db).put_trace(TID, run.trace, run.rewrites, run.target_rewrites)
   with TestClient(app_over(str(db))) as c:

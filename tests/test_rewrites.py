@@ -187,7 +187,7 @@ def test_the_diff_answers_did_pressure_go_down(wino8_direct):
 def test_line_map_covers_every_body_line_of_the_c_like_targets(wino8_runs):
   """targets[T].line_map, captured from the renderer as it renders: every non-blank line of the kernel body is mapped, every index is a
   linear UOp, and the pressure peak has its source line; targets without a C-style renderer say why they have no map."""
-  run = shared_run("wino8", **WINO8_BUILTIN)
+  run = shared_run("wino8", True, **WINO8_BUILTIN)
   for k in run.trace["kernels"]:
     for target, rec in k["targets"].items():
       if target == "wgsl": continue  # not C-like

@@ -77,7 +77,7 @@ def test_each_targets_kernels_are_what_tinygrad_makes_for_that_renderer(case):
   """Slow: each case is five targets' codegen twice, the trace's and plain tinygrad's in a process of its own (tinygrad takes about 4 s
   per target for the fused medium Winograd kernel)."""
   preset, variant = CASES[case]
-  trace = shared_run(preset, **CASE_VARIANTS[case]).trace
+  trace = shared_run(preset, case == "wino8 builtin", **CASE_VARIANTS[case]).trace  # wino8's analysed trace is read by the tests below
   assert trace["status"] == "ok" and trace["schema"] == 2, trace["failures"]
   plain = plain_codegen(trace["spec"], trace["variant"], trace["env"]["device"])
   for target in variant.targets:
@@ -222,7 +222,7 @@ def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path
   from explorer.spec import ENRICH_TARGET
   app = app_over(str(tmp_path / "l.sqlite3"), background_workers=1)
   body = {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}}
-  eager = json.loads(json.dumps(shared_run("wino8", **WINO8_BUILTIN).trace))  # metal among its targets; as the API serves it (no tuples)
+  eager = json.loads(json.dumps(shared_run("wino8", True, **WINO8_BUILTIN).trace))  # metal among its targets; as the API serves it (no tuples)
   with TestClient(app) as client:  # a server stopped while it computes a kernel's record stores nothing of it
     trace_id = client.post("/api/traces", json=body).json()["id"]
     assert wait_done(client, trace_id, 300)["status"] == "done"
@@ -314,9 +314,11 @@ def test_a_trace_of_the_previous_schema_still_opens(tmp_path):
 def test_register_pressure_picks_out_the_fused_kernel():
   """Liveness over the linear UOps (targets[T].pressure): on the medium preset the fused explorer Winograd's MHAT+out kernel holds more
   values at once than the staged variant's output kernel; the peak is where the curve says."""
+  from explorer.tracing.enrich import add_analysis
   peaks = {}
   for staging in ("staged", "fused"):
-    trace = shared_run("medium", **CASE_VARIANTS[f"medium explorer {staging}"]).trace
+    run = shared_run("medium", **CASE_VARIANTS[f"medium explorer {staging}"])
+    trace = add_analysis(run.trace, run.blobs, ["clang"])  # the host's alone, from the shared trace's rewrite blob
     for k in trace["kernels"]:
       p = k["targets"]["clang"]["pressure"]
       assert max(v for _, v in p["curve"]) == p["max_live"] and len(p["curve"]) <= 512 and p["ssa_values"] > 0
@@ -326,7 +328,7 @@ def test_register_pressure_picks_out_the_fused_kernel():
 def test_spec_checks_run_on_every_stage_and_keep_every_violation(tmp_path):
   """tinygrad's own specs over the tensor graph, the kernel graph, each kernel AST and each target's program; a graph that breaks a
   spec has every bad UOp listed (type_verify would stop at the first) and its stage turns red."""
-  trace = shared_run("wino8", **WINO8_BUILTIN).trace
+  trace = shared_run("wino8", True, **WINO8_BUILTIN).trace
   assert {s: (c["spec"], c["ok"]) for s, c in trace["spec_checks"].items()} == {"tensor_graph": ("spec_tensor", True),
                                                                                  "kernel_graph": ("spec_kernel_graph", True)}
   assert all(k["spec"]["ast"]["ok"] and k["targets"][k["host_target"]]["spec"]["ok"] and k["targets"]["cuda"]["spec"]["ok"] for k in trace["kernels"])
@@ -349,7 +351,7 @@ def test_loop_splits_are_recorded_with_the_rule_read_from_tinygrad(tmp_path):
   they became, and the rule as it stands in tinygrad's file (read when the trace ran, not a copied string)."""
   import inspect
   from tinygrad.codegen import simplify
-  run = shared_run("wino8", **WINO8_BUILTIN)
+  run = shared_run("wino8", True, **WINO8_BUILTIN)
   trace = run.trace
   out = next(k for k in trace["kernels"] if k["role"] == "out")
   for target in ("clang", "cuda"):
