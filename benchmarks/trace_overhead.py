@@ -203,6 +203,7 @@ def main() -> None:
   if a.first_views: first_views(a.first_views)
 
 def print_stages(stages: dict[str, list[dict[str, float]]], walls: dict[str, float]) -> None:
+  if not stages: return  # only the capture case: its trace runs in the program's own process, with no stage breakdown of the command
   names = list(dict.fromkeys(k for rs in stages.values() for r in rs for k in r))
   print("\nwhere the explorer's wall time goes (the trace worker's stages, medians, s; other = the command's and the worker's start-up, "
         "imports, device init, the bufferize decisions and the rewrite blob after the stages):\n")
