@@ -7,23 +7,37 @@ records what tinygrad itself does; the kinds (explorer.spec.ENRICH_KINDS):
 - facts: a record's compile facts (a real compiler of this machine on its source: registers, spills, occupancy, disassembly)."""
 from __future__ import annotations
 import os, uuid
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 from explorer.spec import ANALYSIS_MARK
 from explorer.tracing.workers import Limits, Progress, call_in_worker
 
 Job = dict[str, Any]  # {"kernel", "target", "name", "source", "arch", "local_size", "ptx"}: what one kernel's compile needs
 
-def facts_jobs(trace: dict[str, Any], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
-  """The compiles these kernels' records need on these targets (default: every kernel, every target it has): those without facts."""
+def each_record(trace: dict[str, Any], targets: Iterable[str] | None = None,
+                kernels: Iterable[int] | None = None) -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+  """(kernel, target, record) for these kernels' records on these targets (default: every kernel, every target it has)."""
   wanted = None if kernels is None else set(kernels)
-  jobs = []
   for k in trace.get("kernels") or []:
     if wanted is not None and k.get("index") not in wanted: continue
     for t, rec in (k.get("targets") or {}).items():
-      if (targets is not None and t not in targets) or rec.get("compile") is not None: continue
-      jobs.append({"kernel": k["index"], "target": t, "name": rec["name"], "source": rec["source"], "arch": rec.get("arch") or "",
-                   "local_size": rec.get("local_size"), "ptx": rec.get("compiled_source")})
-  return jobs
+      if targets is None or t in targets: yield k, t, rec
+
+def with_values(trace: dict[str, Any], values: dict[tuple[int, str], Any], put: Callable[[dict[str, Any], Any], dict[str, Any]]) -> dict[str, Any]:
+  """The trace with each (kernel, target) value put on its record (put(record, value): the new record): a copy along the changed
+  records' paths, the trace given is left as it was (callers share traces)."""
+  if not values: return trace
+  kernels = []
+  for k in trace.get("kernels") or []:
+    if mine := {t: v for (n, t), v in values.items() if n == k.get("index") and t in (k.get("targets") or {})}:
+      k = {**k, "targets": {t: put(rec, mine[t]) if t in mine else rec for t, rec in k["targets"].items()}}
+    kernels.append(k)
+  return {**trace, "kernels": kernels}
+
+def facts_jobs(trace: dict[str, Any], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
+  """The compiles these kernels' records need on these targets (default: every kernel, every target it has): those without facts."""
+  return [{"kernel": k["index"], "target": t, "name": rec["name"], "source": rec["source"], "arch": rec.get("arch") or "",
+           "local_size": rec.get("local_size"), "ptx": rec.get("compiled_source")}
+          for k, t, rec in each_record(trace, targets, kernels) if rec.get("compile") is None]
 
 def facts_in_worker(progress: Progress, jobs: list[Job]) -> list[dict[str, Any]]:
   """Each job's compile facts (explorer.tracing.compilers.compile_target), in order. tinygrad is imported only for NVRTC's bindings."""
@@ -49,15 +63,8 @@ def compute_facts(jobs: list[Job], progress: Progress | None = None, limits: Lim
   return {(j["kernel"], j["target"]): f for j, f in zip(jobs, got)}
 
 def with_facts(trace: dict[str, Any], facts: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any]:
-  """The trace with the facts on their records (kernels[kernel].targets[target].compile): a copy along the changed records' paths,
-  the trace given is left as it was (callers share traces)."""
-  if not facts: return trace
-  kernels = []
-  for k in trace.get("kernels") or []:
-    if mine := {t: f for (n, t), f in facts.items() if n == k.get("index") and t in (k.get("targets") or {})}:
-      k = {**k, "targets": {t: {**rec, "compile": mine[t]} if t in mine else rec for t, rec in k["targets"].items()}}
-    kernels.append(k)
-  return {**trace, "kernels": kernels}
+  """The trace with the facts on their records (kernels[kernel].targets[target].compile), a copy (with_values)."""
+  return with_values(trace, facts, lambda rec, f: {**rec, "compile": f})
 
 def add_facts(trace: dict[str, Any], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
               progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> dict[str, Any]:
@@ -75,16 +82,10 @@ def blob_key(kernel: dict[str, Any], target: str) -> str | None:
 def analysis_jobs(trace: dict[str, Any], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
   """The analyses these kernels' records need on these targets (default: every kernel and target): those without one, recorded with
   the numbers an analysis rebuilds them by (trace schema 2 and later)."""
-  wanted = None if kernels is None else set(kernels)
-  jobs = []
-  for k in trace.get("kernels") or []:
-    if wanted is not None and k.get("index") not in wanted: continue
-    for t, rec in (k.get("targets") or {}).items():
-      if (targets is not None and t not in targets) or ANALYSIS_MARK in rec or rec.get("linear_nums") is None or rec.get("program_sink") is None:
-        continue
-      jobs.append({"kernel": k["index"], "target": t, "blob": blob_key(k, t), "arch": rec.get("arch") or "", "source": rec["source"],
-                   "linear_nums": rec["linear_nums"], "program_sink": rec["program_sink"], "passes": rec.get("passes") or []})
-  return jobs
+  return [{"kernel": k["index"], "target": t, "blob": blob_key(k, t), "arch": rec.get("arch") or "", "source": rec["source"],
+           "linear_nums": rec["linear_nums"], "program_sink": rec["program_sink"], "passes": rec.get("passes") or []}
+          for k, t, rec in each_record(trace, targets, kernels)
+          if ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None and rec.get("program_sink") is not None]
 
 def analysis_in_worker(progress: Progress, jobs: list[Job], blobs: dict[str, bytes]) -> list[Any]:
   """Each job's analysis, in order, from the blob its record was recorded in (blobs: by key, "" the trace's own)."""
@@ -115,14 +116,8 @@ def add_analysis(trace: dict[str, Any], blobs: dict[str, bytes], targets: Iterab
   return with_analysis(trace, compute_analysis(jobs, blobs, progress, limits, timeout_s))
 
 def with_analysis(trace: dict[str, Any], analyses: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any]:
-  """The trace with the analyses on their records: a copy along the changed records' paths (callers share traces)."""
-  if not analyses: return trace
-  kernels = []
-  for k in trace.get("kernels") or []:
-    if mine := {t: a for (n, t), a in analyses.items() if n == k.get("index") and t in (k.get("targets") or {})}:
-      k = {**k, "targets": {t: {**rec, **mine[t]} if t in mine else rec for t, rec in k["targets"].items()}}
-    kernels.append(k)
-  return {**trace, "kernels": kernels}
+  """The trace with the analyses on their records, a copy (with_values)."""
+  return with_values(trace, analyses, lambda rec, a: {**rec, **a})
 
 # ***** a kernel's record on a target the trace did not render *****
 
