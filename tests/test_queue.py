@@ -429,7 +429,7 @@ def test_a_worker_whose_broker_dies_mid_job_comes_back(tmp_path):
   w, log = hardy.__enter__(), tmp_path / "worker-hardy.log"
   try:
     with running_server(tmp_path / "s.sqlite3", tmp_path, "first.log", queue=url) as base:
-      lost = submit(base, tiny(cout=13, time=True, repeats=300))
+      lost = submit(base, tiny(cout=13, time=True, repeats=1000))  # seconds of timing: the broker dies while the job still runs
       deadline = time.monotonic() + 120
       while not any(st["stage"] != "queue" and st["status"] != "pending" for st in status(base, lost)["stages"]):
         assert time.monotonic() < deadline
