@@ -161,7 +161,7 @@ def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool =
 
       with capture(targets=("cuda", "metal")) as t:
           y = model(x); y.realize()
-      t                    # the last realize that ran a kernel (t.traces: every realize, in order)
+      t                    # the whole block: every realize's kernels, numbered across it (t.traces: each realize's own)
 
   Every realize (and .numpy(), which realizes) with something to compute goes through the explorer's pipeline and is recorded like a
   convolution's trace: tensor graph, schedule and STAGE decisions, kernels per target with their passes, sources, the run, timings
@@ -178,7 +178,8 @@ def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool =
                   analysis)
 
 class Captured(Trace):
-  """A capture block's result: after the block, the Trace of its last realize that ran a kernel; `traces`, every realize's."""
+  """A capture block's result: after the block, the program's Trace (every realize, its kernels numbered across the block, each with
+  its provenance); `traces`, each realize's own trace as recorded (the host's records, sharing the program's rewrite blob)."""
   def __init__(self, name: str, variant: Variant, reference: Any, rel_tolerance: float, source: str | None = None, line: int | None = None,
                analysis: bool = False):
     super().__init__({}, b"", {}, None)
@@ -196,17 +197,10 @@ class Captured(Trace):
 
   def __exit__(self, *exc: Any) -> None:
     self._capturing.__exit__(*exc)
-    self.traces = [Trace(t, blob, blobs) for t, blob, blobs in self._capturing.results]
     if exc[0] is not None: return
-    if not self.traces: raise RuntimeError("nothing was realized inside the capture block: call .realize() (or .numpy()) on the tensors to trace")
-    from explorer.tracing.run import main_realize
-    main = self.traces[main_realize([t.data for t in self.traces])]
-    self.data, self.rewrites, self.target_rewrites = main.data, main.rewrites, main.target_rewrites
-
-  def __str__(self) -> str:
-    """Every realize's kernel table, in order (`print(t)`)."""
-    if len(self.traces) < 2: return super().__str__()
-    return "\n\n".join(f"realize {i + 1} of {len(self.traces)}\n{t}" for i, t in enumerate(self.traces))
+    if self._capturing.result is None: raise RuntimeError("nothing was realized inside the capture block: call .realize() (or .numpy()) on the tensors to trace")
+    self.data, self.rewrites, self.target_rewrites = self._capturing.result
+    self.traces = [Trace(t, self.rewrites) for t in self._capturing.realizes]
 
 def _answers(base: str) -> bool:
   try:

@@ -223,6 +223,16 @@ class BeamRecord(TypedDict):
   note: Line
 
 @with_config(STRICT)
+class Provenance(TypedDict):
+  """A Tensor function whose UOps a kernel computes (tinygrad's metadata), and the user's line that called it (None where not
+  recorded). inferred: the kernel's own compute carries none (a copy, a fill), so it is taken from the kernels its output feeds."""
+  fn: Name
+  file: Line | None
+  line: Count | None
+  backward: bool
+  inferred: NotRequired[bool]
+
+@with_config(STRICT)
 class Kernel(TypedDict):
   """One kernel of the schedule: what it computes (role, reads, writes), its AST, and its record per target (`targets`, the host's under
   host_target); the host record's fields are repeated at the top for the readers of schema 1."""
@@ -258,6 +268,8 @@ class Kernel(TypedDict):
   targets: NotRequired[dict[Name, TargetRecord]]
   spec: NotRequired[KernelSpec]
   beam: NotRequired[BeamRecord]
+  realize: NotRequired[Count]                 # a program's: which of its realizes ran it (Trace.realizes)
+  provenance: NotRequired[list[Provenance]]   # a program's: the Tensor functions and user lines it computes
 
 # ***** the schedule *****
 
@@ -270,6 +282,7 @@ class ScheduleRow(TypedDict):
   name: Name | None
   kernel: Count | None
   role: Name
+  realize: NotRequired[Count]
 
 @with_config(STRICT)
 class Buffer(TypedDict):
@@ -338,6 +351,18 @@ class CheckError(TypedDict):
   tolerance: float
   tolerance_for: Line
   within: bool
+
+@with_config(STRICT)
+class Realize(TypedDict):
+  """One realize of a program: its kernels and schedule rows (ranges [first, end) of the program's), its tensor graph and outputs."""
+  index: Count
+  name: Line
+  kernels: list[Count]
+  schedule: list[Count]
+  tensor_graph: TensorGraph | None
+  seconds: Seconds
+  outputs: list[Output]
+  total_s: TimeStats | None
 
 @with_config(STRICT)
 class Timing(TypedDict):
@@ -477,6 +502,7 @@ class Trace(TypedDict):
   rewrites: list[RewriteRecord]
   spec_checks: NotRequired[dict[Name, SpecCheck]]
   timing: NotRequired[Timing]
+  realizes: NotRequired[list[Realize]]  # a captured program's, in order
 
 @functools.cache
 def _trace_adapter() -> TypeAdapter[Trace]: return TypeAdapter(Trace)

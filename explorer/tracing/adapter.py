@@ -512,6 +512,77 @@ def _graph_from_viz(g: dict[int, dict]) -> dict:
 
 # ***** tensor graph and scheduler *****
 
+# ***** provenance: the Tensor functions, and the user's lines, that made each kernel *****
+# tinygrad names the Tensor function that made each tensor-graph UOp (all_metadata: Metadata(name, backward); the gradient pass marks its
+# UOps backward) but keeps neither the caller's line nor the link to kernels. `sited_metadata` records the line (a Metadata subclass,
+# kept by the gradient's dataclasses.replace), `carrying_metadata` carries it through the scheduler's rewrites (a rewritten compute
+# UOp keeps its original's), and `kernel_provenance` reads it back off a kernel's AST.
+
+_EXPLORER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TINYGRAD_DIR = os.path.dirname(os.path.abspath(tinygrad.__file__))
+_COMPUTE = frozenset(GroupOp.ALU) | {Ops.REDUCE, Ops.CAST, Ops.BITCAST, Ops.WMMA, Ops.STORE}
+
+@dataclass(frozen=True)
+class SitedMetadata(Metadata):
+  site: tuple[str, int] | None = dataclasses.field(default=None, compare=False)  # (file, line) of the user's call
+
+def _user_site() -> tuple[str, int] | None:
+  """The first frame outside tinygrad and the explorer: the user's line that called the Tensor function."""
+  f = sys._getframe(2)
+  while f is not None and (f.f_code.co_filename.startswith((_TINYGRAD_DIR, _EXPLORER_DIR)) or f.f_code.co_filename.startswith("<frozen")):
+    f = f.f_back
+  return (f.f_code.co_filename, f.f_lineno) if f is not None else None
+
+@contextlib.contextmanager
+def sited_metadata() -> Iterator[None]:
+  """While inside, each outermost Tensor function call records its caller's file and line with its metadata."""
+  import tinygrad.tensor as tensor_module
+  plain = tensor_module._METADATA
+  class Sited(type(plain)):  # type: ignore[misc]
+    def set(self, x: Any) -> Any:
+      return super().set(SitedMetadata(x.name, x.backward, _user_site()) if type(x) is Metadata else x)
+  sited = Sited(plain.get())
+  tensor_module._METADATA = sited  # type: ignore[assignment]
+  try: yield
+  finally: tensor_module._METADATA = plain
+
+def _carry(rewrite: Callable[[Any, UOp], UOp]) -> Callable[[Any, UOp], UOp]:
+  def carried(ctx: Any, root: UOp) -> UOp:
+    ret, md = rewrite(ctx, root), uop_ops.all_metadata
+    for old, new in ctx.replace.items():
+      if new is not old and new.op in _COMPUTE and new not in md and (m := md.get(old)) is not None: md[new] = m
+    return ret
+  return carried
+
+@contextlib.contextmanager
+def carrying_metadata() -> Iterator[None]:
+  """While inside (the schedule), a compute UOp a rewrite makes of another keeps the other's metadata. Only compute UOps: a constant or
+  a buffer is shared by every kernel that uses it, and would carry one kernel's functions into all of them."""
+  ctx = uop_ops.RewriteContext
+  walk, unified = ctx.walk_rewrite, ctx.unified_rewrite
+  ctx.walk_rewrite, ctx.unified_rewrite = _carry(walk), _carry(unified)  # type: ignore[method-assign]
+  try: yield
+  finally: ctx.walk_rewrite, ctx.unified_rewrite = walk, unified  # type: ignore[method-assign]
+
+def kernel_provenance(ast: UOp) -> list[dict[str, Any]]:
+  """The Tensor functions whose compute a kernel does, each with the user's file and line when recorded: the metadata of the compute
+  UOps its stores are computed from, not looking into what it loads (those values were computed by the kernels that stored them).
+  Deduplicated, in the order first met from the stores down (roughly the reverse of the source's order: callers sort by line)."""
+  out: dict[tuple, dict[str, Any]] = {}
+  seen: set[UOp] = set()
+  stack = [u for u in ast.toposort() if u.op is Ops.STORE]
+  while stack:
+    u = stack.pop()
+    if u in seen or (u.op is Ops.INDEX and u.src[0].op is Ops.PARAM): continue
+    seen.add(u)
+    if u.op in _COMPUTE:
+      for m in uop_ops.all_metadata.get(u, ()):
+        site = getattr(m, "site", None)
+        key = (m.name, m.backward, site)
+        if key not in out: out[key] = {"fn": m.name, "file": site[0] if site else None, "line": site[1] if site else None, "backward": m.backward}
+    stack.extend(u.src)
+  return list(out.values())
+
 def tensor_sink(*outs: Tensor) -> UOp: return UOp.sink(*[o.uop for o in outs])
 
 def op_histogram(sink: UOp) -> dict[str, int]: return dict(collections.Counter(u.op.name for u in sink.toposort()))

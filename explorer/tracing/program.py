@@ -5,12 +5,15 @@ and outputs are checked only against a reference the user passes.
 
 Used by the Python API (explorer.api.capture, in the user's own process) and by `kernel-explorer trace --script` (in a worker)."""
 from __future__ import annotations
-import inspect
+import contextlib, dataclasses, inspect, math, traceback
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 import numpy as np
 from explorer.tracing import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.reference import error_stats
-from explorer.tracing.trace import Program, Progress, _quiet, new_trace, pipeline, record
+from explorer.tracing.renders import RenderPool
+from explorer.tracing.trace import Program, Progress, _quiet, add_totals, new_trace, other_targets, pipeline, record
+from explorer.store import add_target_record
 from explorer.spec import Variant
 
 NOT_TRACKING = ("tinygrad was imported before the explorer with rewrite tracking off, so its passes' matches cannot be recorded "
@@ -36,9 +39,11 @@ def reference_check(reference: Sequence[np.ndarray], rel_tolerance: float) -> Ca
 
 def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progress = _quiet, source: str | None = None,
                   reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5,
-                  origin: dict[str, Any] | None = None, analysis: bool = False) -> tuple[dict, bytes, dict[str, bytes]]:
+                  origin: dict[str, Any] | None = None, analysis: bool = False,
+                  program: ProgramRealize | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
   """Trace the realize of `outs` (tensors whose graphs are built, not yet realized). origin: how the program ran, for its reproducer
-  ({"kind": "script", "fn": NAME or None} or {"kind": "capture", "line": the with statement's line in `source`})."""
+  ({"kind": "script", "fn": NAME or None} or {"kind": "capture", "line": the with statement's line in `source`}). program: this realize
+  is one of a program's (its rewrite log, provenance and buffers are the program's; its other targets are rendered with the program's)."""
   if not tg.tracking_possible(): raise CaptureUnavailable(NOT_TRACKING)
   devices = {tg.tensor_device(o) for o in outs}
   if len(devices) != 1: raise ValueError(f"the realized tensors live on {len(devices)} devices ({', '.join(sorted(devices))}): trace one at a time")
@@ -47,40 +52,210 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
   trace = new_trace(None, variant, device, info)
   roles = lambda: {tg.buffer_key(tg.tensor_buffer(o)): "output" for o in outs}
   check = reference_check(reference, rel_tolerance) if reference is not None else None
+  spec = Program(outs, roles, kernel_role, check, provenance=program is not None, buffer_refs=None if program is None else program.refs,
+                 asts=None if program is None else program.asts)
   def stages(rec, base, pool, blobs) -> None:  # the graph exists already: the user's code built it
-    with tg.opt_context(variant.opt): pipeline(rec, Program(outs, roles, kernel_role, check), variant, device, base, pool, blobs)
-  return record(trace, variant, device, progress, stages, analysis)
+    with tg.opt_context(variant.opt): pipeline(rec, spec, variant, device, base, pool, blobs)
+  return record(trace, variant, device, progress, stages, analysis, base=None if program is None else program.base)
+
+@dataclass
+class ProgramRealize:
+  """What one realize of a program hands the program: where the program's rewrite log begins, and (filled by the pipeline) a weak
+  reference to each of its buffers' UOps and its kernels' ASTs."""
+  base: int
+  refs: list[Any] = field(default_factory=list)
+  asts: list[Any] = field(default_factory=list)
+
+class ProgramTrace:
+  """A program's realizes merged, as they run, into one trace: kernels and schedule rows numbered across the program (each row and
+  kernel says its `realize`), a buffer shared by two realizes (a weight written by one, read by the next) listed once, the scheduler's
+  passes and STAGE rows of every realize, totals over all, and `realizes`, each realize's range of kernels and schedule rows."""
+  def __init__(self, name: str, variant: Variant, source: str | None, origin: dict[str, Any] | None):
+    self.variant, self.trace, self.asts = variant, new_trace(None, variant, "", {"name": name, "source": source, "origin": origin, "outputs": []}), []
+    self.trace["scheduler"] = {"seconds": 0.0, "groups": [], "passes": [], "stage_counts": {}}
+    self._buffers: dict[int, tuple[Any, int]] = {}  # id of a live buffer UOp -> (its weak reference, program buffer index)
+
+  def add(self, realize: dict, refs: list[Any], asts: list[Any]) -> None:
+    p, r = self.trace, len(self.trace.setdefault("realizes", []))
+    if r == 0: p["env"] = realize["env"]
+    k0, s0 = len(p["kernels"]), len(p["schedule"])
+    bufs = [self._buffer(b, ref, k0, s0) for b, ref in zip(realize["buffers"], refs)]
+    def moved(xs: list[int]) -> list[int]: return sorted({bufs[i] for i in xs})
+    for row in realize["schedule"]:
+      p["schedule"].append({**row, "index": row["index"] + s0, "reads": moved(row["reads"]), "writes": moved(row["writes"]),
+                            "kernel": None if row["kernel"] is None else row["kernel"] + k0, "realize": r})
+    for k in realize["kernels"]:
+      p["kernels"].append({**k, "index": k["index"] + k0, "call": k["call"] + s0, "reads": moved(k["reads"]), "writes": moved(k["writes"]),
+                           "realize": r})
+    self.asts += asts
+    self._scheduler(realize.get("scheduler"), bufs)
+    for stage, sec in realize["stage_seconds"].items(): p["stage_seconds"][stage] = p["stage_seconds"].get(stage, 0.0) + sec
+    mine = p.setdefault("tinygrad_seconds", {})
+    for stage, sec in realize.get("tinygrad_seconds", {}).items(): mine[stage] = mine.get(stage, 0.0) + sec
+    p["failures"] += realize["failures"]
+    if realize["status"] != "ok": p["status"] = "error"
+    p["program"]["outputs"] += realize["program"]["outputs"]
+    if realize.get("error") is not None and (p["error"] is None or realize["error"]["max_rel"] > p["error"]["max_rel"]): p["error"] = realize["error"]
+    for spec, check in (realize.get("spec_checks") or {}).items(): p.setdefault("spec_checks", {})[spec] = _merged_check(p.get("spec_checks", {}).get(spec), check)
+    p["realizes"].append({"index": r, "name": realize["program"]["name"], "kernels": [k0, len(p["kernels"])],
+                          "schedule": [s0, len(p["schedule"])], "tensor_graph": realize["tensor_graph"],
+                          "seconds": sum(realize["stage_seconds"].values()), "outputs": realize["program"]["outputs"],
+                          "total_s": (realize.get("timing") or {}).get("total_s")})
+    if realize.get("timing"): p["timing"] = {**realize["timing"], "total_s": _summed([x["total_s"] for x in p["realizes"] if x["total_s"]])}
+
+  def _buffer(self, b: dict, ref: Any, k0: int, s0: int) -> int:
+    """The program's index of a realize's buffer: the same buffer UOp (alive, so not another at a reused address) is listed once."""
+    blist, obj = self.trace["buffers"], ref()
+    known = self._buffers.get(id(obj)) if obj is not None else None
+    if known is not None and known[0]() is obj: i = known[1]
+    else:
+      i = len(blist)
+      blist.append({**b, "index": i, "name": f"buf{i}", "written_by": [], "read_by": []})
+      if obj is not None: self._buffers[id(obj)] = (ref, i)
+    mine = blist[i]
+    mine["written_by"] += [w + s0 for w in b["written_by"]]
+    mine["read_by"] += [x + s0 for x in b["read_by"]]
+    if b["role"] == "output" or (mine["role"] in ("constant", "host") and b["written_by"]): mine["role"] = b["role"] if b["role"] != "constant" else "intermediate"
+    return i
+
+  def _scheduler(self, s: dict | None, bufs: list[int]) -> None:
+    if s is None: return
+    mine = self.trace["scheduler"]
+    first_pass = len(mine["passes"])
+    mine["seconds"] += s["seconds"]
+    mine["groups"] += s["groups"]
+    mine["passes"] += s.get("passes", [])
+    for name, n in (s.get("stage_counts") or {}).items(): mine["stage_counts"][name] = mine["stage_counts"].get(name, 0) + n
+    if (stages := s.get("stages")) is None: return
+    def row(x: dict) -> dict:
+      out = dict(x)
+      if out.get("buffer") is not None: out["buffer"] = bufs[out["buffer"]]
+      for f in ("reads", "into"):
+        if f in out: out[f] = sorted({bufs[i] for i in out[f]})
+      return out
+    merged = mine.setdefault("stages", {"created": [], "kept": [], "fused": [], "realized": [], "debuf_pass": first_pass + stages["debuf_pass"]})
+    for fate in ("created", "kept", "fused", "realized"): merged[fate] += [row(x) for x in stages[fate]]
+
+  def finish(self, base: int, device: str, analysis: bool) -> tuple[dict, bytes, dict[str, bytes]]:
+    """The program's kernels on the other targets (rendered now, all at once: one rewrite log per target), its totals and its rewrite
+    log."""
+    p, blobs = self.trace, {}
+    p["env"]["device"] = p["env"].get("device") or device
+    graphs = [x["tensor_graph"] for x in p["realizes"] if x["tensor_graph"]]
+    biggest = max(p["realizes"], key=lambda x: x["kernels"][1] - x["kernels"][0])
+    p["tensor_graph"] = {"uops": sum(g["uops"] for g in graphs), "ops": _counted([g["ops"] for g in graphs]),
+                         "sink": (biggest["tensor_graph"] or {}).get("sink")} if graphs else None
+    if not p["scheduler"]["passes"]: p["scheduler"] = None
+    self._render_targets(device, analysis, blobs)
+    asked = p["variant"]["targets"]
+    for k in p["kernels"]:
+      if (host := k.get("host_target")) in asked: k["sources"][host] = k["targets"][host]["source"]
+    if len(p["realizes"]) > 1: p["label"] = f"{p['program']['name']} | {len(p['realizes'])} realizes | opt={self.variant.opt}"
+    add_totals(p)
+    return p, tg.export_rewrites(base), blobs
+
+  def _render_targets(self, device: str, analysis: bool, blobs: dict[str, bytes]) -> None:
+    p, v = self.trace, self.variant
+    targets = other_targets(v, device) if p["kernels"] else {}
+    if not targets: return
+    chosen = [k["opts"] for k in p["kernels"]] if v.opt.startswith("beam:") else None
+    pool = RenderPool(targets, max(1, min(2, len(targets))))
+    try:
+      renders = pool.submit(self.asts, targets, v.opt, v.rewrites, v.rewrite_file, chosen, analysis)
+      for t, fut in renders.items():
+        records, blobs[t] = fut.result()
+        pool.done(t)
+        for k, got in zip(p["kernels"], records): add_target_record(k, t, got)
+    except Exception as e:  # noqa: BLE001 - recorded: the host's trace stands without the other targets
+      p["failures"].append({"stage": "render", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
+      p["status"] = "error"
+    finally: pool.close()
+
+def _merged_check(a: dict | None, b: dict) -> dict:
+  if a is None: return dict(b)
+  return {"spec": a["spec"], "ok": a["ok"] and b["ok"], "checked": a["checked"] + b["checked"], "violations": (a["violations"] + b["violations"])[:50],
+          "violation_count": a["violation_count"] + b["violation_count"]}
+
+def _counted(hists: list[dict[str, int]]) -> dict[str, int]:
+  out: dict[str, int] = {}
+  for h in hists:
+    for k, n in h.items(): out[k] = out.get(k, 0) + n
+  return out
+
+def _summed(xs: list[dict]) -> dict | None:
+  """Per-realize timing stats as the program's: medians, means and minimums add up; spreads add as variances."""
+  if not xs: return None
+  return {"median": sum(x["median"] for x in xs), "mean": sum(x["mean"] for x in xs), "std": math.sqrt(sum(x["std"] ** 2 for x in xs)),
+          "min": sum(x["min"] for x in xs), "n": min(x["n"] for x in xs)}
 
 class Capturing:
-  """Record every realize inside the block: `results` gets one (trace, blob, target blobs) per realize that computed something."""
+  """Record every realize inside the block as one program (`result`: its trace, rewrite blob and target blobs); `realizes` keeps each
+  realize's own trace as recorded (the host's records; they share the program's rewrite blob)."""
   def __init__(self, name: str, variant: Variant, progress: Progress = _quiet, source: str | None = None,
                reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5, origin: dict[str, Any] | None = None,
                analysis: bool = False):
     self.name, self.variant, self.progress, self.source, self.origin, self.analysis = name, variant, progress, source, origin, analysis
     self.reference, self.rel_tolerance = reference, rel_tolerance
-    self.results: list[tuple[dict, bytes, dict[str, bytes]]] = []
-    self._hook: Any = None
+    self.realizes: list[dict] = []
+    self.result: tuple[dict, bytes, dict[str, bytes]] | None = None
+    self._program = ProgramTrace(name, variant, source, origin)
+    self._own_variant = dataclasses.replace(variant, targets=())  # a realize renders the host only: the program renders the rest at once
+    self._stack = contextlib.ExitStack()
+    self._base = 0
 
   def _on_realize(self, outs: list[Any]) -> None:
-    n = len(self.results)
+    n = len(self.realizes)
     name = self.name if n == 0 else f"{self.name} (realize {n + 1})"
-    self.results.append(trace_outputs(outs, name, self.variant, self.progress, self.source, self.reference, self.rel_tolerance, self.origin,
-                                      self.analysis))
-    trace = self.results[-1][0]
+    mine = ProgramRealize(self._base)
+    trace, _, _ = trace_outputs(outs, name, self._own_variant, self.progress, self.source, self.reference, self.rel_tolerance, self.origin,
+                                self.analysis, mine)
+    self.realizes.append(trace)
+    infer_provenance(trace)
+    self._program.add(trace, mine.refs, mine.asts)
     if "run" not in trace["stage_seconds"]:  # scheduled (the tensors now name their buffers) but never run: say so, never read zeros
       f = (trace["failures"] or [{"stage": "?", "error": "unknown"}])[0]
       raise RuntimeError(f"tracing {name} failed at stage {f['stage']} ({f['error']}), before the program ran: its tensors hold no values")
 
   def __enter__(self) -> Capturing:
     if not tg.tracking_possible(): raise CaptureUnavailable(NOT_TRACKING)
-    self._hook = tg.on_realize(self._on_realize)
-    self._hook.__enter__()
+    self._base = tg.tracking_mark()
+    self._stack.enter_context(tg.sited_metadata())
+    self._stack.enter_context(tg.on_realize(self._on_realize))
     return self
 
-  def __exit__(self, *exc: Any) -> None: self._hook.__exit__(*exc)
+  def __exit__(self, *exc: Any) -> None:
+    self._stack.close()
+    if self.realizes and exc[0] is None:
+      device = self.realizes[0]["env"]["device"]
+      self.result = self._program.finish(self._base, device, self.analysis)
+
+def infer_provenance(trace: dict) -> None:
+  """A kernel whose own compute carries no metadata (a copy, a fill, or compute the scheduler rebuilt beyond tinygrad's reach) gets
+  its provenance from data flow: that of the kernels that read what it writes (it was computed for them), else of those that wrote what
+  it reads, each entry marked `inferred`."""
+  kernels, schedule, buffers = trace["kernels"], trace["schedule"], trace["buffers"]
+  by_call = {k["call"]: k for k in kernels}
+  own = {k["index"]: [e for e in k.get("provenance") or [] if not e.get("inferred")] for k in kernels}
+  def neighbours(k: dict, downstream: bool) -> list[dict]:
+    calls = {c for b in (k["writes"] if downstream else k["reads"]) for c in buffers[b]["read_by" if downstream else "written_by"]}
+    return [by_call[c] for c in sorted(calls) if c in by_call and c != k["call"]]
+  for k in kernels:
+    if own[k["index"]] or "provenance" not in k: continue
+    for downstream in (True, False):
+      seen, frontier, found = {k["index"]}, neighbours(k, downstream), []
+      while frontier and not found:
+        nxt = []
+        for n in frontier:
+          if n["index"] in seen: continue
+          seen.add(n["index"])
+          if own[n["index"]]: found += own[n["index"]]
+          else: nxt += neighbours(n, downstream)
+        frontier = nxt
+      if found: break
+    k["provenance"] = [{**e, "inferred": True} for e in {(e["fn"], e["backward"], e["file"], e["line"]): e for e in found}.values()]
 
 def script_in_worker(progress: Progress, path: str, fn: str | None, variant: dict,
-                     analysis: bool = False) -> list[tuple[dict, bytes, dict[str, bytes]]]:
+                     analysis: bool = False) -> tuple[tuple[dict, bytes, dict[str, bytes]], list[dict]]:
   """`kernel-explorer trace --script PATH [--fn NAME]`: run the script (as __main__ without --fn; else run it as a module and call
   NAME()) with every realize recorded. It runs in a namespace of its own, sys.modules untouched: the render processes this worker
   spawns must not import the script again (multiprocessing's spawn imports the __main__ module it finds there)."""
@@ -94,5 +269,5 @@ def script_in_worker(progress: Progress, path: str, fn: str | None, variant: dic
       if not callable(target := namespace.get(fn)): raise ValueError(f"{path} defines no function {fn!r}")
       if inspect.signature(target).parameters: raise ValueError(f"{fn}() must take no arguments (it is called as {fn}())")
       target()
-  if not cap.results: raise ValueError(f"{path} realized nothing: call .realize() (or .numpy()) on the tensors to trace")
-  return cap.results
+  if cap.result is None: raise ValueError(f"{path} realized nothing: call .realize() (or .numpy()) on the tensors to trace")
+  return cap.result, cap.realizes

@@ -71,15 +71,10 @@ def _learn_default_device(variant: Variant, trace: dict[str, Any]) -> None:
 
 def run_script(path: str, fn: str | None, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
                limits: Limits | None = None, analysis: bool = False) -> TraceResult:
-  """Run a tinygrad script (or its function fn) in a fresh worker, every realize traced (explorer.tracing.program); the result is the
-  last realize that ran a kernel, and `others` every realize's trace, in order."""
-  results, seen = call_in_worker("explorer.tracing.program:script_in_worker", {"path": path, "fn": fn, "variant": variant.to_dict(),
-                                                                              "analysis": analysis},
-                                 progress, timeout_s, env=device_env(variant), limits=limits)
-  trace, blob, blobs = results[main_realize([r[0] for r in results])]
+  """Run a tinygrad script (or its function fn) in a fresh worker, every realize traced (explorer.tracing.program): the result is the
+  program's one trace, and `others` each realize's own, in order."""
+  ((trace, blob, blobs), realizes), seen = call_in_worker("explorer.tracing.program:script_in_worker",
+                                                          {"path": path, "fn": fn, "variant": variant.to_dict(), "analysis": analysis},
+                                                          progress, timeout_s, env=device_env(variant), limits=limits)
   _learn_default_device(variant, trace)
-  return TraceResult(trace, blob, seen, blobs, others=[record_ran_on(r[0]) for r in results])
-
-def main_realize(traces: list[dict[str, Any]]) -> int:
-  """Which of a program's realizes stands for it: the last that ran a kernel (a final read-back may only copy), else the last."""
-  return next((i for i in reversed(range(len(traces))) if traces[i]["kernels"]), len(traces) - 1)
+  return TraceResult(record_ran_on(trace), blob, seen, blobs, others=[record_ran_on(r) for r in realizes])

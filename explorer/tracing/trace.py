@@ -4,7 +4,7 @@ Call `capture` in a fresh process (explorer.tracing.workers does): tinygrad's re
 and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
-import contextlib, datetime, json, platform, socket, statistics, threading, time, traceback
+import contextlib, datetime, json, platform, socket, statistics, threading, time, traceback, weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -121,13 +121,15 @@ def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_
 
 Stages = Callable[[Recorder, int, RenderPool, dict[str, bytes]], None]
 
-def record(trace: dict, variant: Variant, device: str, progress: Progress, stages: Stages,
-           analysis: bool = False) -> tuple[dict, bytes, dict[str, bytes]]:
-  """Run the stages into `trace`, the other targets' renders beside them; then the rewrite blob and the bufferize decisions."""
+def record(trace: dict, variant: Variant, device: str, progress: Progress, stages: Stages, analysis: bool = False,
+           base: int | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
+  """Run the stages into `trace`, the other targets' renders beside them; then the rewrite blob and the bufferize decisions.
+  base: where the rewrite log of a trace begins, if before this one (a program's realizes share their program's log: their blob is
+  left to the program, b"" here)."""
   trace["env"]["compiler"], trace["env"]["fallback"] = _safe(lambda: tg.compiler_name(device)), _safe(lambda: tg.fallback_reason(device))
   trace["env"]["device_name"] = _safe(lambda: tg.device_name(device))  # the hardware, for its roofline
-  base = tg.tracking_mark()
-  try: warm = _other_targets(variant, device)
+  shared, base = base is not None, tg.tracking_mark() if base is None else base
+  try: warm = other_targets(variant, device)
   except Exception: warm = {}  # the pipeline meets the device's error in its stage
   pool = RenderPool(warm, max(1, min(2, len(variant.targets))))  # the renders' processes start now, beside the schedule
   blobs: dict[str, bytes] = {}
@@ -137,12 +139,12 @@ def record(trace: dict, variant: Variant, device: str, progress: Progress, stage
     try: stages(rec, base, pool, blobs)
     except StageFailed: pass
     finally: pool.close()
-  blob = tg.export_rewrites(base)  # while the reference check, if one runs beside, goes on
+  blob = b"" if shared else tg.export_rewrites(base)  # while the reference check, if one runs beside, goes on
   if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, tg.LiveLog(base))
   rec.settle()
   return trace, blob, blobs
 
-def _other_targets(variant: Variant, device: str) -> dict[str, str]:
+def other_targets(variant: Variant, device: str) -> dict[str, str]:
   """The variant's targets but the host's own (its record is the host codegen's), each with its arch."""
   host = tg.target_name(tg.host_renderer(device))
   return {t: variant.arch(t) for t in variant.targets if t != host}
@@ -160,6 +162,9 @@ class Program:
   kernel_role: Callable[[dict, list[dict], Any], str]  # (schedule row, buffers, call) -> role
   check: Callable[[dict, list[np.ndarray]], None] | None = None
   check_beside: bool = False  # the check computes its own reference (heavy numpy): it runs beside the rest of the trace
+  provenance: bool = False    # each kernel's provenance (the Tensor functions and user lines it computes): a captured program's
+  buffer_refs: list[Any] | None = None  # filled with a weak reference per trace buffer (a program merges its realizes' buffers by them)
+  asts: list[Any] | None = None         # filled with its kernels' ASTs (a program renders its other targets from them at its end)
 
 def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool,
                 blobs: dict[str, bytes]) -> None:
@@ -189,14 +194,17 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   sink = tg.tensor_sink(*program.outs)
   trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
   trace["spec_checks"] = {"tensor_graph": tg.spec_check([sink], "tensor")}  # tinygrad's own specs, every UOp (schema.SpecCheck)
-  linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad))
-  calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role))
+  linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad, program.provenance))
+  calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role, program.buffer_refs))
   rec.partial("schedule", {"schedule": trace["schedule"], "buffers": trace["buffers"], "tensor_graph": trace["tensor_graph"]})
   trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
-  asts, targets, beam = [c.ast for c in calls if c.kind == "kernel"], _other_targets(variant, device), variant.opt.startswith("beam:")
+  asts, targets, beam = [c.ast for c in calls if c.kind == "kernel"], other_targets(variant, device), variant.opt.startswith("beam:")
+  if program.asts is not None: program.asts += asts
   # the other targets render beside host codegen; under BEAM after it, with the opts BEAM chose on the device where they are legal there
   renders = {} if beam else pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, analysis=rec.analysis)
   programs = rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant))
+  if program.provenance:
+    for k in trace["kernels"]: k["provenance"] = tg.kernel_provenance(calls[k["call"]].ast)
   if beam:
     chosen = [k["opts"] for k in trace["kernels"]] if len(trace["kernels"]) == len(asts) else None  # None: codegen failed, heuristic
     renders = pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, chosen, rec.analysis)
@@ -205,12 +213,12 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   if variant.time:
     rec.settle()  # nothing else runs while kernels are timed
     rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
-  _totals(trace)
+  add_totals(trace)
 
-def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock) -> Any:
+def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> Any:
   mark = tg.tracking_mark()
   st = time.perf_counter()
-  with tinygrad("schedule"): linear = tg.schedule(*outs)
+  with tinygrad("schedule"), tg.carrying_metadata() if provenance else contextlib.nullcontext(): linear = tg.schedule(*outs)
   seconds = time.perf_counter() - st
   groups = tg.passes_since(mark, base)
   trace["scheduler"] = {"seconds": seconds, "groups": [{"name": n, "passes": [pass_record(p) for p in ps]} for n, ps in groups]}
@@ -218,7 +226,8 @@ def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock) 
   return linear
 
 
-def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], kernel_role: Callable[[dict, list[dict], Any], str]) -> list[tg.Call]:
+def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], kernel_role: Callable[[dict, list[dict], Any], str],
+                     refs: list[Any] | None = None) -> list[tg.Call]:
   calls = tg.calls(linear)
   index: dict[int, int] = {}
   blist: list[dict] = []
@@ -227,6 +236,7 @@ def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], kernel_rol
       index[k] = len(blist)
       blist.append({"index": len(blist), "name": f"buf{len(blist)}", "role": roles.get(k, "intermediate"), **tg.buffer_facts(b),
                     "written_by": [], "read_by": []})
+      if refs is not None: refs.append(weakref.ref(b))
     return index[k]
   for c in calls:
     ins, outs = tg.kernel_reads_writes(c.ast) if c.kind == "kernel" else tg.copy_ins_outs(c)
@@ -364,7 +374,7 @@ def _time(trace: dict, compiled: Any, variant: Variant, programs: dict, tinygrad
   trace["timing"] = {"device": trace["env"]["device"], "warmup": variant.warmup, "repeats": variant.repeats,
                      "total_s": stats(totals) if totals else None}
 
-def _totals(trace: dict) -> None:
+def add_totals(trace: dict) -> None:
   ks = trace["kernels"]
   trace["totals"] = {"kernels": len(ks), "copies": sum(1 for s in trace["schedule"] if s["kind"] == "copy"), "buffers": len(trace["buffers"]),
                      "flops": sum(k["flops"] for k in ks), "bytes": sum(k["bytes"] for k in ks), "compile_s": sum(k["compile_s"] for k in ks),
