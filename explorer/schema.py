@@ -230,6 +230,7 @@ class Provenance(TypedDict):
   file: Line | None
   line: Count | None
   backward: bool
+  via: NotRequired[Line | None]  # the tinygrad function the user's line called, when not the Tensor function (nn.optim.Optimizer.step)
   inferred: NotRequired[bool]
 
 @with_config(STRICT)

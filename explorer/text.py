@@ -1,7 +1,7 @@
 """Text for terminals and summaries, shared by the CLI and the analyses that print reports: SI units, milliseconds, tables
 (rendered by rich, without colour or markup, so they read the same in a terminal, a log and a test)."""
 from __future__ import annotations
-import io
+import io, os
 from typing import Any, Sequence
 
 def si(x: float | None, unit: str = "") -> str:
@@ -43,9 +43,14 @@ def trace_summary(trace: dict[str, Any]) -> str:
   out = [f"{trace['label']}   device={trace['env']['device']} tinygrad={trace['env']['tinygrad']}"]
   out += [f"note: {n}" for n in trace["notes"]]
   def compiled(k: dict[str, Any]) -> str: return "cached" if k.get("compile_cached") else f"{k['compile_s']*1e3:.1f}"
-  rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), compiled(k), ms(k["time_s"]))
-          for k in trace["kernels"]]
-  out.append(table(("kernel", "role", "ast uops", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows))
+  if trace.get("realizes"):  # a program: where each kernel came from, and which realize ran it
+    rows = [(k["index"], k.get("realize", 0), k["name"], provenance_text(k.get("provenance") or []), k["linear_uops"], si(k["flops"]),
+             si(k["bytes"], "B"), compiled(k), ms(k["time_s"])) for k in trace["kernels"]]
+    out.append(table(("#", "realize", "kernel", "provenance", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows, text_columns=4))
+  else:
+    rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), compiled(k), ms(k["time_s"]))
+            for k in trace["kernels"]]
+    out.append(table(("kernel", "role", "ast uops", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows))
   t, sc = trace["totals"], (trace.get("scheduler") or {}).get("stage_counts")
   out.append(f"{t.get('kernels', 0)} kernels, {t.get('copies', 0)} copies, {t.get('buffers', 0)} buffers, {si(t.get('flops'))} FLOPs, "
              f"total time {ms(t.get('time_s'))} ms")
@@ -59,6 +64,20 @@ def trace_summary(trace: dict[str, Any]) -> str:
   out += [f"{t} compile facts: " + ", ".join(facts) for t, facts in compile_facts(trace).items()]
   out += [f"FAILED in {f['stage']}: {f['error']}" for f in trace["failures"]]
   return "\n".join(out)
+
+def provenance_sites(entries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+  """A kernel's provenance grouped by the user's line, in source order: [("model.py:14", ["conv2d", "relu bw"]), ...]."""
+  groups: dict[tuple[str, int], list[str]] = {}
+  for e in sorted(entries, key=lambda e: (e.get("file") or "", e.get("line") or 0)):
+    site = (os.path.basename(e["file"]) if e.get("file") else "?", e.get("line") or 0)
+    fn = e["fn"] + (" bw" if e.get("backward") else "")
+    if fn not in (fns := groups.setdefault(site, [])): fns.append(fn)
+  return [(f"{f}:{n}" if n else f, fns) for (f, n), fns in groups.items()]
+
+def provenance_text(entries: Sequence[dict[str, Any]]) -> str:
+  """One line: "conv2d, relu <- model.py:14; linear <- model.py:16"; "~" first where it was inferred from data flow."""
+  text = "; ".join(f"{', '.join(fns)} <- {site}" for site, fns in provenance_sites(entries))
+  return f"~ {text}" if entries and all(e.get("inferred") for e in entries) else text
 
 def compile_facts(trace: dict[str, Any]) -> dict[str, list[str]]:
   """Per target, each kernel's compile facts where they were computed (registers, or what the compiler said)."""

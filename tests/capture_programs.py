@@ -52,6 +52,76 @@ def with_and_without_contiguous(db: str) -> dict:
   return {"a": plain.store(db), "b": staged.store(db), "kernels": [len(plain.kernels), len(staged.kernels)], "diff": str(d),
           "compare": next(s["text"] for s in tour if s["id"] == "compare")}
 
+# ***** whole programs: a training step and a residual block, each model line marked for the tests to find *****
+
+class SmallCNN:
+  def __init__(self):
+    from tinygrad import nn
+    self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm(8)
+    self.fc = nn.Linear(8 * 4 * 4, 10)
+
+  def __call__(self, x):
+    x = self.b1(self.c1(x)).relu().max_pool2d(2)  # model: features
+    return self.fc(x.flatten(1))  # model: classifier
+
+class Residual:
+  def __init__(self):
+    from tinygrad import nn
+    self.c1, self.c2 = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+
+  def __call__(self, x):
+    h = self.c1(x).relu()  # model: first conv
+    return (x + self.c2(h)).relu()  # model: second conv and the skip
+
+def training_setup(model: str):
+  from tinygrad import Tensor, nn
+  Tensor.manual_seed(0)
+  net = SmallCNN() if model == "cnn" else Residual()
+  opt = nn.optim.Adam(nn.state.get_parameters(net), lr=1e-3) if model == "cnn" else nn.optim.SGD(nn.state.get_parameters(net), lr=1e-2)
+  x = Tensor.randn(4, 3, 8, 8) if model == "cnn" else Tensor.randn(2, 4, 8, 8)
+  y = Tensor.randint(4, high=10) if model == "cnn" else None
+  Tensor.realize(*nn.state.get_parameters(net), *opt.params, *opt.buffers, x, *([y] if y is not None else []))
+  return net, opt, x, y
+
+def training_step(net, opt, x, y):
+  from tinygrad import Context
+  with Context(TRAINING=1):
+    opt.zero_grad()
+    out = net(x)
+    loss = out.sparse_categorical_crossentropy(y) if y is not None else out.square().mean()  # model: loss
+    loss.backward()  # model: backward
+    opt.step()  # model: optimizer step
+  return loss
+
+def program_captured(model: str, db: str) -> dict:
+  """One training step inside capture(), as one program trace."""
+  from explorer import capture
+  setup = training_setup(model)
+  with capture(name=f"{model} training step") as t: training_step(*setup).realize()
+  return {"id": t.store(db), "kernels": len(t.kernels), "copies": t.data["totals"]["copies"], "realizes": len(t.data["realizes"]),
+          "per_realize": [len(r.kernels) for r in t.traces], "sources": [k["sources"]["host"] for k in t.kernels],
+          "provenance": [k["provenance"] for k in t.kernels], "printed": str(t), "status": t.data["status"]}
+
+def program_plain(model: str) -> dict:
+  """The same step in plain tinygrad: how many kernels it runs (GlobalCounters) and what DEBUG=4 prints (every source it compiles)."""
+  import contextlib, io
+  from tinygrad import Context
+  from tinygrad.helpers import GlobalCounters
+  setup = training_setup(model)
+  GlobalCounters.reset()
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out), Context(DEBUG=4): training_step(*setup).realize()
+  return {"count": GlobalCounters.kernel_count, "debug": out.getvalue()}
+
+def forward_captured(db: str) -> dict:
+  """The CNN's forward pass alone: no kernel of it is backward."""
+  from explorer import capture
+  net, _, x, _ = training_setup("cnn")
+  with capture(name="cnn forward") as t: net(x).realize()
+  return {"provenance": [k["provenance"] for k in t.kernels]}
+
 if __name__ == "__main__":
-  what = {"plain": lambda: tinygrads_own(), "captured": lambda: captured(sys.argv[2]), "contiguous": lambda: with_and_without_contiguous(sys.argv[2])}
+  what = {"plain": lambda: tinygrads_own(), "captured": lambda: captured(sys.argv[2]), "contiguous": lambda: with_and_without_contiguous(sys.argv[2]),
+          "program": lambda: program_captured(sys.argv[2], sys.argv[3]), "program-plain": lambda: program_plain(sys.argv[2]),
+          "forward": lambda: forward_captured(sys.argv[2])}
   print(json.dumps(what[sys.argv[1]]()))

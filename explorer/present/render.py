@@ -11,6 +11,7 @@ from pygments.lexers import CLexer, CppLexer, CudaLexer, LlvmLexer, PtxLexer, Te
 from explorer.present.beam import beam_plot
 from explorer.spec import opt_label
 from explorer.stats import noisy
+from explorer.text import provenance_sites
 from explorer.present.graphs import fmt_bytes, fmt_seconds
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"
@@ -116,5 +117,5 @@ def environment() -> jinja2.Environment:
   env.globals["noisy"] = noisy
   env.globals["grouped_stages"] = grouped_stages
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
-                     highlighted=highlighted, ran_on_parts=ran_on_parts)
+                     highlighted=highlighted, ran_on_parts=ran_on_parts, provenance_sites=provenance_sites)
   return env

@@ -524,14 +524,20 @@ _COMPUTE = frozenset(GroupOp.ALU) | {Ops.REDUCE, Ops.CAST, Ops.BITCAST, Ops.WMMA
 
 @dataclass(frozen=True)
 class SitedMetadata(Metadata):
-  site: tuple[str, int] | None = dataclasses.field(default=None, compare=False)  # (file, line) of the user's call
+  site: tuple[str, int, str | None] | None = dataclasses.field(default=None, compare=False)  # the user's (file, line) and `via`
 
-def _user_site() -> tuple[str, int] | None:
-  """The first frame outside tinygrad and the explorer: the user's line that called the Tensor function."""
-  f = sys._getframe(2)
-  while f is not None and (f.f_code.co_filename.startswith((_TINYGRAD_DIR, _EXPLORER_DIR)) or f.f_code.co_filename.startswith("<frozen")):
-    f = f.f_back
-  return (f.f_code.co_filename, f.f_lineno) if f is not None else None
+def _user_site() -> tuple[str, int, str | None] | None:
+  """The first frame outside tinygrad and the explorer (the user's line that called the Tensor function), and `via`: the tinygrad
+  function that line called when it is not the Tensor function itself (an nn layer's __call__, an optimizer's step)."""
+  f, callee = sys._getframe(2), None
+  while f is not None and f.f_code.co_filename.startswith((_TINYGRAD_DIR, _EXPLORER_DIR, "<frozen")):
+    f, callee = f.f_back, f
+  if f is None: return None
+  via = None
+  if callee is not None and callee.f_code.co_filename.startswith(_TINYGRAD_DIR) and not callee.f_code.co_filename.endswith("tensor.py"):
+    module = os.path.relpath(callee.f_code.co_filename, _TINYGRAD_DIR).removesuffix(".py").removesuffix("/__init__").replace(os.sep, ".")
+    via = f"{module}.{callee.f_code.co_qualname}"
+  return (f.f_code.co_filename, f.f_lineno, via)
 
 @contextlib.contextmanager
 def sited_metadata() -> Iterator[None]:
@@ -548,11 +554,23 @@ def sited_metadata() -> Iterator[None]:
 
 def _carry(rewrite: Callable[[Any, UOp], UOp]) -> Callable[[Any, UOp], UOp]:
   def carried(ctx: Any, root: UOp) -> UOp:
-    ret, md = rewrite(ctx, root), uop_ops.all_metadata
-    for old, new in ctx.replace.items():
-      if new is not old and new.op in _COMPUTE and new not in md and (m := md.get(old)) is not None: md[new] = m
+    ret, md, replace = rewrite(ctx, root), uop_ops.all_metadata, ctx.replace
+    for old, new in replace.items():
+      if (m := md.get(old)) is None and (new.op not in _COMPUTE or new in md or (m := _beneath(old)) is None): continue
+      for _ in range(64):  # a node rewritten to one that was rewritten again: each along the chain is the old one's
+        if new is old: break
+        if new.op in _COMPUTE and new not in md: md[new] = m
+        old, new = new, replace.get(new, new)
     return ret
   return carried
+
+def _beneath(u: UOp) -> tuple | None:
+  """The metadata of the compute nearest below a view (a movement op a rewrite turned into compute: RESHAPE(REDUCE) -> REDUCE(RESHAPE))."""
+  frontier = [u]
+  for _ in range(4):
+    frontier = [s for x in frontier if x.op in GroupOp.Movement or x is u for s in x.src]
+    if (m := next((m for s in frontier if s.op in _COMPUTE and (m := uop_ops.all_metadata.get(s)) is not None), None)) is not None: return m
+  return None
 
 @contextlib.contextmanager
 def carrying_metadata() -> Iterator[None]:
@@ -579,9 +597,12 @@ def kernel_provenance(ast: UOp) -> list[dict[str, Any]]:
       for m in uop_ops.all_metadata.get(u, ()):
         site = getattr(m, "site", None)
         key = (m.name, m.backward, site)
-        if key not in out: out[key] = {"fn": m.name, "file": site[0] if site else None, "line": site[1] if site else None, "backward": m.backward}
+        if key not in out: out[key] = {"fn": m.name, "file": site[0] if site else None, "line": site[1] if site else None, "backward": m.backward,
+                                       "via": site[2] if site else None}
     stack.extend(u.src)
-  return list(out.values())
+  entries = list(out.values())
+  # metadata of UOps made before the recording began (a random seed's counter) has no line: noise beside a kernel's recorded lines
+  return [e for e in entries if e["file"] is not None] or entries
 
 def tensor_sink(*outs: Tensor) -> UOp: return UOp.sink(*[o.uop for o in outs])
 

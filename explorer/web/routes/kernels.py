@@ -20,9 +20,12 @@ router = APIRouter(include_in_schema=False)
 @api.get("/traces/{trace_id}/kernels", summary="The trace's kernels (light), a page of them with offset and limit",
          responses=documented({**NOT_FOUND, 422: "offset or limit out of range"}))
 async def list_kernels(trace_id: str, trace: StoredTrace, response: Response, offset: int = Query(0, ge=0, le=2**31),
-                       limit: int | None = Query(None, ge=1, le=1000, description="at most this many (default: all)")) -> list[dict]:
-  """The kernels from `offset` on, `limit` of them; the X-Total-Count header says how many the trace has."""
-  kernels = deps.light_trace(trace_id, trace)["kernels"]
+                       limit: int | None = Query(None, ge=1, le=1000, description="at most this many (default: all)"),
+                       q: str = Query("", max_length=200, description="only the kernels whose name, provenance function or file:line "
+                                                                          "(a program's: model.py:14) contains this")) -> list[dict]:
+  """The kernels (those matching q) from `offset` on, `limit` of them; the X-Total-Count header says how many match."""
+  from explorer.analysis.program import search
+  kernels = search(deps.light_trace(trace_id, trace)["kernels"], q)
   response.headers["X-Total-Count"] = str(len(kernels))
   return kernels[offset:None if limit is None else offset + limit]
 

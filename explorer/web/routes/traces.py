@@ -102,13 +102,32 @@ async def live_fragment(request: Request, trace_id: str, svc: ServicesDep) -> HT
   return await page(request, "_partials/live.html", so_far=so_far(svc, trace_id))
 
 @router.get("/t/{trace_id}", response_class=HTMLResponse)
-async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, target: str | None = None) -> HTMLResponse:
-  """The overview; ?target=T turns the kernel table's figures (names, dims, uops, Estimates, registers) to that target's records."""
+async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, target: str | None = None, q: str = Query("", max_length=200),
+                         realize: int | None = Query(None, ge=0), offset: int = Query(0, ge=0, le=2**31)) -> HTMLResponse:
+  """The overview; ?target=T turns the kernel table's figures (names, dims, uops, Estimates, registers) to that target's records. A
+  program's adds its program view (realizes, timeline, kernels by model line, top kernels, memory); its kernel table is searched
+  (?q= a kernel name, a function, a file:line), narrowed to one realize (?realize=), and paged (?offset=, PAGE rows)."""
   trace = await deps.stored_trace(svc, trace_id)
   kernels = (trace or {}).get("kernels") or []
   available = list(dict.fromkeys(t for k in kernels for t in target_records(k)))
   host = host_target(kernels[0]) if kernels else None
   target = target if target in available else host
-  views: list[Mapping[str, Any]] = [target_records(k).get(target or "", {}) for k in kernels]
+  program = program_view(trace, q, realize, offset) if trace is not None and trace.get("realizes") else None
+  shown = program["page"] if program is not None else kernels
+  rows = [(k, target_records(k).get(target or "", {})) for k in shown]
+  views = [target_records(k).get(target or "", {}) for k in kernels]
   return await trace_page(request, svc, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES, table_target=target, table_targets=available,
-                          views=views, host_target=host)
+                          rows=rows, views=views, host_target=host, program=program, q=q)
+
+PAGE = 200  # kernel rows per page of a program's kernel table
+
+def program_view(trace: dict, q: str, realize: int | None, offset: int) -> dict[str, Any]:
+  """What a program's overview shows beside its kernel table, and the page of kernels the search and paging pick."""
+  from explorer.analysis import program
+  from explorer.analysis.roofline import peaks_of_trace
+  peaks = peaks_of_trace(trace)
+  found = program.search(trace["kernels"], q)
+  if realize is not None: found = [k for k in found if k.get("realize", 0) == realize]
+  return {"peaks": peaks, "found": len(found), "offset": offset, "page": found[offset:offset + PAGE], "page_size": PAGE, "realize": realize,
+          "timeline": program.timeline(trace, peaks), "by_line": program.by_line(trace, peaks), "top": program.top(trace, 10, peaks),
+          "memory": program.memory(trace), "phases": {k["index"]: program.phase(k) for k in trace["kernels"]}}
