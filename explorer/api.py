@@ -198,7 +198,8 @@ class Captured(Trace):
   def __exit__(self, *exc: Any) -> None:
     self._capturing.__exit__(*exc)
     if exc[0] is not None: return
-    if self._capturing.result is None: raise RuntimeError("nothing was realized inside the capture block: call .realize() (or .numpy()) on the tensors to trace")
+    if self._capturing.result is None:
+      raise RuntimeError("nothing was realized inside the capture block: call .realize() (or .numpy()) on the tensors to trace")
     self.data, self.rewrites, self.target_rewrites = self._capturing.result
     self.traces = [Trace(t, self.rewrites) for t in self._capturing.realizes]
 

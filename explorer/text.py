@@ -48,7 +48,7 @@ def trace_summary(trace: dict[str, Any]) -> str:
              si(k["bytes"], "B"), compiled(k), ms(k["time_s"])) for k in trace["kernels"]]
     out.append(table(("#", "realize", "kernel", "provenance", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows, text_columns=4))
   else:
-    rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), compiled(k), ms(k["time_s"]))
+    rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), compiled(k), ms(k["time_s"]))  # type: ignore[misc]
             for k in trace["kernels"]]
     out.append(table(("kernel", "role", "ast uops", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows))
   t, sc = trace["totals"], (trace.get("scheduler") or {}).get("stage_counts")

@@ -390,8 +390,9 @@ def build_parser(settings_flags: bool = True) -> argparse.ArgumentParser:
   sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
   t = sub.add_parser("trace", help="trace one convolution (or, with --script, any tinygrad program) through tinygrad's pipeline")
   add_case_args(t)
-  t.add_argument("--script", metavar="PATH.py", help="trace what a tinygrad script realizes (every realize, as one program trace: each kernel with the model lines that made it) instead of "
-                 "a convolution; it runs in a worker with the usual limits (CLI only: the server never runs user code)")
+  t.add_argument("--script", metavar="PATH.py", help="trace what a tinygrad script realizes (every realize, as one program trace: "
+                 "each kernel with the model lines that made it) instead of a convolution; it runs in a worker with the usual limits "
+                 "(CLI only: the server never runs user code)")
   t.add_argument("--fn", dest="script_fn", metavar="NAME", help="with --script: call the script's function NAME() instead of running it as __main__")
   t.add_argument("--json", metavar="PATH", help="write the whole trace as JSON")
   t.add_argument("--dump-io", metavar="DIR", help="write input, weight and output as .npy files")

@@ -5,7 +5,8 @@ Plain data in, SVG text out. No tinygrad imports: the web server lays graphs out
 from __future__ import annotations
 import collections, html, os, re, shutil, subprocess, tempfile
 from dataclasses import dataclass
-from explorer.text import fmt_bytes
+from typing import Any
+from explorer.text import fmt_bytes, provenance_sites, si
 
 MAX_NODES = 400           # larger graphs are simplified, and the page says how
 HARD_MAX_NODES = 1000     # even with ?full=1: beyond this dot takes more than DOT_TIMEOUT_S on a 2-core machine
@@ -182,8 +183,12 @@ def fmt_seconds(s: float | None) -> str:
   if s < 1: return f"{s*1e3:.2f} ms"
   return f"{s:.2f} s"
 
-def kernel_graph(trace: dict) -> dict:
-  """Kernels (and copies) and buffers as one graph: writer call -> buffer -> reader call."""
+GROUP_ABOVE = 150  # a program with more calls than this shows its kernel graph collapsed by realize and model line
+
+def kernel_graph(trace: dict, trace_url: str | None = None) -> dict:
+  """Kernels (and copies) and buffers as one graph: writer call -> buffer -> reader call. A program of more than GROUP_ABOVE calls:
+  one node per realize and model line (program_graph)."""
+  if trace.get("realizes") and len(trace.get("schedule") or []) > GROUP_ABOVE: return program_graph(trace, trace_url or "")
   nodes, edges = [], []
   for b in trace.get("buffers") or []:
     label = f"{b['name']}  [{b['role']}]\n{b['dtype']}[{b['numel']:,}]\n{fmt_bytes(b['nbytes'])} · GLOBAL · {b['device']}"
@@ -200,10 +205,42 @@ def kernel_graph(trace: dict) -> dict:
     edges += [{"src": f"c{s['index']}", "dst": f"b{i}", "idx": j} for j, i in enumerate(s["writes"])]
   return {"nodes": nodes, "edges": edges}
 
+def program_graph(trace: dict, trace_url: str) -> dict:
+  """A big program's kernel graph collapsed: a node per (realize, the model line its kernels' provenance names first), an edge where
+  a group reads a buffer another wrote; each node links to the overview's kernel table narrowed to its kernels (the expansion)."""
+  from urllib.parse import quote
+  kernels = trace.get("kernels") or []
+  key_of: dict[int, tuple[int, str]] = {}
+  groups: dict[tuple[int, str], dict[str, Any]] = {}
+  for s in trace.get("schedule") or []:
+    k = kernels[s["kernel"]] if s.get("kernel") is not None else None
+    sites = provenance_sites([e for e in (k or {}).get("provenance") or [] if not e.get("inferred")])
+    site, fns = sites[0] if sites else ("(no line)" if s["kind"] == "kernel" else s["kind"] + "s", [])
+    key = key_of[s["index"]] = (s.get("realize", 0), site)
+    g = groups.setdefault(key, {"calls": 0, "fns": [], "flops": 0, "kinds": set()})
+    g["calls"] += 1
+    g["fns"] += [f for f in fns if f not in g["fns"]]
+    g["flops"] += (k or {}).get("flops", 0)
+    g["kinds"].add(s["kind"])
+  ids = {key: f"g{i}" for i, key in enumerate(groups)}
+  nodes = []
+  for (realize, site), g in groups.items():
+    named = ", ".join(g["fns"][:4]) + ("…" if len(g["fns"]) > 4 else "")
+    query = f"?realize={realize}" + (f"&q={quote(site)}" if ":" in site else "")
+    nodes.append({"id": ids[(realize, site)], "label": f"realize {realize} · {site}\n{named}\n{g['calls']} calls · {si(g['flops'])} FLOPs",
+                  "op": "GROUP", "kind": "group", "role": None, "color": KERNEL_COLOR if "kernel" in g["kinds"] else COPY_COLOR,
+                  "url": f"{trace_url}{query}#kernels"})
+  writers = {b: key_of[c] for c in key_of for b in (trace["schedule"][c]["writes"])}
+  pairs = {(writers[b], key_of[s["index"]]) for s in trace.get("schedule") or [] for b in s["reads"] if b in writers}
+  edges = [{"src": ids[a], "dst": ids[b], "idx": 0} for a, b in sorted(pairs, key=str) if a != b]
+  return {"nodes": nodes, "edges": edges, "grouped": f"{len(trace['schedule']):,} calls collapsed into {len(nodes)} groups by realize and model "
+                                                     "line: a group's node lists its kernels"}
+
 def kernel_graph_legend(graph: dict) -> list[dict]:
   counts = collections.Counter(n["role"] if n["kind"] == "buffer" else n["kind"] for n in graph["nodes"])
   rows = [{"name": f"{kind} call", "color": KERNEL_COLOR if kind == "kernel" else COPY_COLOR, "shape": "box", "count": counts[kind]}
           for kind in ("kernel", "copy") if counts[kind]]
+  if counts["group"]: rows.append({"name": "calls of one realize and model line", "color": KERNEL_COLOR, "shape": "box", "count": counts["group"]})
   return rows + [{"name": f"{role} buffer", "color": color, "shape": "cylinder", "count": counts[role]}
                  for role, color in ROLE_COLORS.items() if counts[role]]
 
@@ -215,6 +252,9 @@ def kernel_graph_dot(graph: dict, trace_url: str) -> str:
     if n["kind"] == "buffer":
       attrs = _attrs(label=n["label"], shape="cylinder", fillcolor=n["color"], id=n["id"], tooltip=n["label"],
                      **{"class": f"buffer role-{n['role']}"})
+    elif n["kind"] == "group":
+      attrs = _attrs(label=n["label"], shape="box3d", fillcolor=n["color"], id=n["id"], tooltip=n["label"], URL=n["url"], target="_top",
+                     **{"class": "call kind-group"})
     else:
       href = f"{trace_url}/k/{n['kernel']}" if n.get("kernel") is not None else None
       attrs = _attrs(label=n["label"], shape="box", style="filled,rounded", fillcolor=n["color"], id=n["id"], tooltip=n["label"], URL=href,

@@ -529,7 +529,8 @@ class SitedMetadata(Metadata):
 def _user_site() -> tuple[str, int, str | None] | None:
   """The first frame outside tinygrad and the explorer (the user's line that called the Tensor function), and `via`: the tinygrad
   function that line called when it is not the Tensor function itself (an nn layer's __call__, an optimizer's step)."""
-  f, callee = sys._getframe(2), None
+  f: Any = sys._getframe(2)
+  callee = None
   while f is not None and f.f_code.co_filename.startswith((_TINYGRAD_DIR, _EXPLORER_DIR, "<frozen")):
     f, callee = f.f_back, f
   if f is None: return None
@@ -548,7 +549,7 @@ def sited_metadata() -> Iterator[None]:
     def set(self, x: Any) -> Any:
       return super().set(SitedMetadata(x.name, x.backward, _user_site()) if type(x) is Metadata else x)
   sited = Sited(plain.get())
-  tensor_module._METADATA = sited  # type: ignore[assignment]
+  tensor_module._METADATA = sited
   try: yield
   finally: tensor_module._METADATA = plain
 
@@ -578,7 +579,7 @@ def carrying_metadata() -> Iterator[None]:
   a buffer is shared by every kernel that uses it, and would carry one kernel's functions into all of them."""
   ctx = uop_ops.RewriteContext
   walk, unified = ctx.walk_rewrite, ctx.unified_rewrite
-  ctx.walk_rewrite, ctx.unified_rewrite = _carry(walk), _carry(unified)  # type: ignore[method-assign]
+  ctx.walk_rewrite, ctx.unified_rewrite = _carry(walk), _carry(unified)  # type: ignore[method-assign,assignment]
   try: yield
   finally: ctx.walk_rewrite, ctx.unified_rewrite = walk, unified  # type: ignore[method-assign]
 

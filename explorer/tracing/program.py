@@ -71,7 +71,8 @@ class ProgramTrace:
   kernel says its `realize`), a buffer shared by two realizes (a weight written by one, read by the next) listed once, the scheduler's
   passes and STAGE rows of every realize, totals over all, and `realizes`, each realize's range of kernels and schedule rows."""
   def __init__(self, name: str, variant: Variant, source: str | None, origin: dict[str, Any] | None):
-    self.variant, self.trace, self.asts = variant, new_trace(None, variant, "", {"name": name, "source": source, "origin": origin, "outputs": []}), []
+    self.variant, self.trace = variant, new_trace(None, variant, "", {"name": name, "source": source, "origin": origin, "outputs": []})
+    self.asts: list[Any] = []
     self.trace["scheduler"] = {"seconds": 0.0, "groups": [], "passes": [], "stage_counts": {}}
     self._buffers: dict[int, tuple[Any, int]] = {}  # id of a live buffer UOp -> (its weak reference, program buffer index)
 
@@ -96,7 +97,8 @@ class ProgramTrace:
     if realize["status"] != "ok": p["status"] = "error"
     p["program"]["outputs"] += realize["program"]["outputs"]
     if realize.get("error") is not None and (p["error"] is None or realize["error"]["max_rel"] > p["error"]["max_rel"]): p["error"] = realize["error"]
-    for spec, check in (realize.get("spec_checks") or {}).items(): p.setdefault("spec_checks", {})[spec] = _merged_check(p.get("spec_checks", {}).get(spec), check)
+    checks = p.setdefault("spec_checks", {})
+    for spec, check in (realize.get("spec_checks") or {}).items(): checks[spec] = _merged_check(checks.get(spec), check)
     p["realizes"].append({"index": r, "name": realize["program"]["name"], "kernels": [k0, len(p["kernels"])],
                           "schedule": [s0, len(p["schedule"])], "tensor_graph": realize["tensor_graph"],
                           "seconds": sum(realize["stage_seconds"].values()), "outputs": realize["program"]["outputs"],
@@ -115,7 +117,8 @@ class ProgramTrace:
     mine = blist[i]
     mine["written_by"] += [w + s0 for w in b["written_by"]]
     mine["read_by"] += [x + s0 for x in b["read_by"]]
-    if b["role"] == "output" or (mine["role"] in ("constant", "host") and b["written_by"]): mine["role"] = b["role"] if b["role"] != "constant" else "intermediate"
+    if b["role"] == "output": mine["role"] = "output"
+    elif mine["role"] in ("constant", "host") and b["written_by"]: mine["role"] = "intermediate"  # written here: computed, not a constant
     return i
 
   def _scheduler(self, s: dict | None, bufs: list[int]) -> None:
@@ -139,7 +142,7 @@ class ProgramTrace:
   def finish(self, base: int, device: str, analysis: bool) -> tuple[dict, bytes, dict[str, bytes]]:
     """The program's kernels on the other targets (rendered now, all at once: one rewrite log per target), its totals and its rewrite
     log."""
-    p, blobs = self.trace, {}
+    p, blobs = self.trace, dict[str, bytes]()
     p["env"]["device"] = p["env"].get("device") or device
     graphs = [x["tensor_graph"] for x in p["realizes"] if x["tensor_graph"]]
     biggest = max(p["realizes"], key=lambda x: x["kernels"][1] - x["kernels"][0])
@@ -173,8 +176,8 @@ class ProgramTrace:
 
 def _merged_check(a: dict | None, b: dict) -> dict:
   if a is None: return dict(b)
-  return {"spec": a["spec"], "ok": a["ok"] and b["ok"], "checked": a["checked"] + b["checked"], "violations": (a["violations"] + b["violations"])[:50],
-          "violation_count": a["violation_count"] + b["violation_count"]}
+  return {"spec": a["spec"], "ok": a["ok"] and b["ok"], "checked": a["checked"] + b["checked"],
+          "violations": (a["violations"] + b["violations"])[:50], "violation_count": a["violation_count"] + b["violation_count"]}
 
 def _counted(hists: list[dict[str, int]]) -> dict[str, int]:
   out: dict[str, int] = {}
@@ -233,7 +236,7 @@ def infer_provenance(trace: dict) -> None:
   """A kernel whose own compute carries no metadata (a copy, a fill, or compute the scheduler rebuilt beyond tinygrad's reach) gets
   its provenance from data flow: that of the kernels that read what it writes (it was computed for them), else of those that wrote what
   it reads, each entry marked `inferred`."""
-  kernels, schedule, buffers = trace["kernels"], trace["schedule"], trace["buffers"]
+  kernels, buffers = trace["kernels"], trace["buffers"]
   by_call = {k["call"]: k for k in kernels}
   own = {k["index"]: [e for e in k.get("provenance") or [] if not e.get("inferred")] for k in kernels}
   def neighbours(k: dict, downstream: bool) -> list[dict]:
@@ -242,7 +245,7 @@ def infer_provenance(trace: dict) -> None:
   for k in kernels:
     if own[k["index"]] or "provenance" not in k: continue
     for downstream in (True, False):
-      seen, frontier, found = {k["index"]}, neighbours(k, downstream), []
+      seen, frontier, found = {k["index"]}, neighbours(k, downstream), list[dict]()
       while frontier and not found:
         nxt = []
         for n in frontier:

@@ -1,7 +1,7 @@
 """A trace: starting one (the API, and a stored request run again), its status and live progress, its overview page and its JSON."""
 from __future__ import annotations
 import asyncio, json
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -114,8 +114,8 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   target = target if target in available else host
   program = program_view(trace, q, realize, offset) if trace is not None and trace.get("realizes") else None
   shown = program["page"] if program is not None else kernels
-  rows = [(k, target_records(k).get(target or "", {})) for k in shown]
-  views = [target_records(k).get(target or "", {}) for k in kernels]
+  rows: list[tuple[dict, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
+  views: list[Any] = [target_records(k).get(target or "", {}) for k in kernels]
   return await trace_page(request, svc, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES, table_target=target, table_targets=available,
                           rows=rows, views=views, host_target=host, program=program, q=q)
 

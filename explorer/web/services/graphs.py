@@ -19,6 +19,7 @@ from explorer.tracing.pool import WorkerPool
 from explorer.tracing.workers import Limits, WorkerFailed, WorkersBusy
 from explorer.web.services.lifecycle import Busy
 from explorer.web.services.permit import WorkPermit
+from explorer.web.urls import trace_url
 
 MAX_STEPS = 60     # matches one can step through in a pass (each replays all before it)
 STEP_WINDOW = 6    # steps expanded per worker call, cached for the next clicks
@@ -148,7 +149,9 @@ class GraphService:
 
   async def _raw(self, trace_id: str, trace: dict, ref: Ref) -> tuple[dict, list[str], list[str], dict]:
     """(graph, highlighted ids, notes, extra) straight from the trace or a worker."""
-    if ref.kind == "kernels": return graphs.kernel_graph(trace), [], [], {}
+    if ref.kind == "kernels":
+      graph = graphs.kernel_graph(trace, trace_url(trace_id))
+      return graph, [], [graph["grouped"]] if "grouped" in graph else [], {}
     marks = spec_violations(trace, ref)
     async def marked(sink: int, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
       got = await self._expand(expand.sink_graph, trace_id, sink, None, target, marks)
