@@ -175,24 +175,25 @@ def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool =
   variant = Variant(targets=tuple(targets), time=time, opt=opt, warmup=warmup, repeats=repeats).validate()
   source = "".join(linecache.getlines(caller.filename)) or None  # the caller's file, or its notebook cell: for the reproducer
   return Captured(name or f"{pathlib.Path(caller.filename).name}:{caller.lineno}", variant, reference, rel_tolerance, source, caller.lineno,
-                  analysis)
+                  analysis, caller.filename)
 
 class Captured(Trace):
   """A capture block's result: after the block, the program's Trace (every realize, its kernels numbered across the block, each with
   its provenance); `traces`, each realize's own trace as recorded (the host's records, sharing the program's rewrite blob)."""
   def __init__(self, name: str, variant: Variant, reference: Any, rel_tolerance: float, source: str | None = None, line: int | None = None,
-               analysis: bool = False):
+               analysis: bool = False, file: str | None = None):
     super().__init__({}, b"", {}, None)
     self._analysis = analysis
     self.name, self._variant, self._reference, self._tolerance = name, variant, reference, rel_tolerance
     self._source, self._origin = source, {"kind": "capture", "line": line}
     self.traces: list[Trace] = []
     self._capturing: Any = None
+    self._file = file
 
   def __enter__(self) -> Captured:
     from explorer.tracing.program import Capturing
     self._capturing = Capturing(self.name, self._variant, source=self._source, reference=self._reference, rel_tolerance=self._tolerance,
-                                origin=self._origin, analysis=self._analysis).__enter__()
+                                origin=self._origin, analysis=self._analysis, file=self._file).__enter__()
     return self
 
   def __exit__(self, *exc: Any) -> None:

@@ -431,6 +431,7 @@ class ProgramInfo(TypedDict):
   source: Text | None
   origin: Origin | None
   outputs: list[Output]
+  file: NotRequired[Line | None]  # the source's file, as the user's lines in a kernel's provenance name it
 
 @with_config(STRICT)
 class SpecRecord(TypedDict):

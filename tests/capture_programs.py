@@ -100,7 +100,7 @@ def program_captured(model: str, db: str) -> dict:
   with capture(name=f"{model} training step") as t: training_step(*setup).realize()
   return {"id": t.store(db), "kernels": len(t.kernels), "copies": t.data["totals"]["copies"], "realizes": len(t.data["realizes"]),
           "per_realize": [len(r.kernels) for r in t.traces], "sources": [k["sources"]["host"] for k in t.kernels],
-          "provenance": [k["provenance"] for k in t.kernels], "printed": str(t), "status": t.data["status"]}
+          "provenance": [k["provenance"] for k in t.kernels], "printed": str(t), "status": t.data["status"], "flops": [k["flops"] for k in t.kernels]}
 
 def program_plain(model: str) -> dict:
   """The same step in plain tinygrad: how many kernels it runs (GlobalCounters) and what DEBUG=4 prints (every source it compiles)."""

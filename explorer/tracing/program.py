@@ -70,8 +70,9 @@ class ProgramTrace:
   """A program's realizes merged, as they run, into one trace: kernels and schedule rows numbered across the program (each row and
   kernel says its `realize`), a buffer shared by two realizes (a weight written by one, read by the next) listed once, the scheduler's
   passes and STAGE rows of every realize, totals over all, and `realizes`, each realize's range of kernels and schedule rows."""
-  def __init__(self, name: str, variant: Variant, source: str | None, origin: dict[str, Any] | None):
-    self.variant, self.trace = variant, new_trace(None, variant, "", {"name": name, "source": source, "origin": origin, "outputs": []})
+  def __init__(self, name: str, variant: Variant, source: str | None, origin: dict[str, Any] | None, file: str | None = None):
+    self.variant = variant
+    self.trace = new_trace(None, variant, "", {"name": name, "source": source, "origin": origin, "outputs": [], "file": file})
     self.asts: list[Any] = []
     self.trace["scheduler"] = {"seconds": 0.0, "groups": [], "passes": [], "stage_counts": {}}
     self._buffers: dict[int, tuple[Any, int]] = {}  # id of a live buffer UOp -> (its weak reference, program buffer index)
@@ -196,12 +197,12 @@ class Capturing:
   realize's own trace as recorded (the host's records; they share the program's rewrite blob)."""
   def __init__(self, name: str, variant: Variant, progress: Progress = _quiet, source: str | None = None,
                reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5, origin: dict[str, Any] | None = None,
-               analysis: bool = False):
+               analysis: bool = False, file: str | None = None):
     self.name, self.variant, self.progress, self.source, self.origin, self.analysis = name, variant, progress, source, origin, analysis
     self.reference, self.rel_tolerance = reference, rel_tolerance
     self.realizes: list[dict] = []
     self.result: tuple[dict, bytes, dict[str, bytes]] | None = None
-    self._program = ProgramTrace(name, variant, source, origin)
+    self._program = ProgramTrace(name, variant, source, origin, file)
     self._own_variant = dataclasses.replace(variant, targets=())  # a realize renders the host only: the program renders the rest at once
     self._stack = contextlib.ExitStack()
     self._base = 0
@@ -266,7 +267,7 @@ def script_in_worker(progress: Progress, path: str, fn: str | None, variant: dic
   code = compile(source, path, "exec")
   namespace: dict[str, Any] = {"__name__": "__main__" if fn is None else "explorer_script", "__file__": path, "__builtins__": __builtins__}
   with Capturing(fn or path.rsplit("/", 1)[-1], Variant.from_dict(variant), progress, source, origin={"kind": "script", "fn": fn},
-                 analysis=analysis) as cap:
+                 analysis=analysis, file=path) as cap:
     exec(code, namespace)  # noqa: S102 - the user's own script, from the command line only (the server never runs user code)
     if fn is not None:
       if not callable(target := namespace.get(fn)): raise ValueError(f"{path} defines no function {fn!r}")

@@ -1,6 +1,6 @@
 """A trace: starting one (the API, and a stored request run again), its status and live progress, its overview page and its JSON."""
 from __future__ import annotations
-import asyncio, json
+import asyncio, json, os
 from typing import Any, AsyncIterator
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -118,6 +118,19 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   views: list[Any] = [target_records(k).get(target or "", {}) for k in kernels]
   return await trace_page(request, svc, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES, table_target=target, table_targets=available,
                           rows=rows, views=views, host_target=host, program=program, q=q)
+
+@router.get("/t/{trace_id}/source", response_class=HTMLResponse)
+async def program_source(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
+  """A captured program's source as it ran, each line with the count of kernels whose provenance names it (#L<n> anchors)."""
+  trace = await deps.stored_trace(svc, trace_id)
+  if trace is not None and trace.get("program") is None: raise HTTPException(404, "a convolution's trace has no program source")
+  program = (trace or {}).get("program") or {}
+  counts: dict[int, int] = {}
+  for k in (trace or {}).get("kernels") or []:
+    for line in {e["line"] for e in k.get("provenance") or [] if e.get("file") and e["file"] == program.get("file")}:
+      counts[line] = counts.get(line, 0) + 1
+  return await trace_page(request, svc, trace_id, "program_source.html", "overview", lines=(program.get("source") or "").splitlines(),
+                          counts=counts, name=os.path.basename(program.get("file") or ""))
 
 PAGE = 200  # kernel rows per page of a program's kernel table
 

@@ -1,0 +1,121 @@
+"""Whole programs: a training step (conv, batchnorm, relu, max-pool, linear, Adam) and a residual block of tinygrad.nn layers, each
+captured as one program trace, against plain tinygrad running the same code in a process of its own (its kernel count and every source
+it compiles, DEBUG=4); every kernel traced back to the lines of the model (tests/capture_programs.py marks them), backward kernels
+marked; the program view, its search and the kernel list of a 1,000-kernel program answer within a second."""
+from __future__ import annotations
+import copy, pathlib, re, time
+import pytest
+from support import app_over
+from test_capture import run_json
+
+PROGRAMS = pathlib.Path(__file__).resolve().parent / "capture_programs.py"
+
+def model_line(marker: str) -> int:
+  """The line of capture_programs.py marked `# model: marker`."""
+  return next(i for i, line in enumerate(PROGRAMS.read_text().splitlines(), 1) if line.rstrip().endswith(f"# model: {marker}"))
+
+CNN_LINES = {model_line(m) for m in ("features", "classifier", "loss", "optimizer step")}
+RESIDUAL_LINES = {model_line(m) for m in ("first conv", "second conv and the skip", "loss", "optimizer step")}
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> pathlib.Path: return tmp_path_factory.mktemp("program") / "p.sqlite3"
+
+@pytest.fixture(scope="module")
+def cnn(db) -> dict: return run_json("program", "cnn", str(db))
+
+def of_the_model(entries: list[dict]) -> set[int]:
+  return {e["line"] for e in entries if (e["file"] or "").endswith("capture_programs.py")}
+
+def own(entries: list[dict]) -> list[dict]: return [e for e in entries if not e.get("inferred")]
+
+@pytest.mark.parametrize("model", ["cnn", "residual"])
+def test_a_training_step_is_one_program_of_tinygrads_own_kernels(model, cnn, db):
+  got = cnn if model == "cnn" else run_json("program", model, str(db))
+  plain = run_json("program-plain", model)
+  assert got["status"] == "ok" and got["realizes"] == len(got["per_realize"]) >= 1 and sum(got["per_realize"]) == got["kernels"]
+  assert got["kernels"] + got["copies"] == plain["count"]  # tinygrad counts copies among its kernels
+  missing = [i for i, src in enumerate(got["sources"]) if src not in plain["debug"]]
+  assert not missing, f"kernels {missing} are not among the sources plain tinygrad compiled"
+  lines = CNN_LINES if model == "cnn" else RESIDUAL_LINES
+  for i, entries in enumerate(got["provenance"]):
+    assert of_the_model(entries) & lines, f"kernel {i} names no line of the model: {entries}"
+    if got["flops"][i] > 0: assert own(entries), f"kernel {i} computes ({got['flops'][i]} FLOPs) but has no provenance of its own"
+  named = set().union(*(of_the_model(own(e)) for e in got["provenance"]))
+  assert named >= lines - {model_line("loss")} if model == "residual" else named == lines, named  # the residual's loss is fused into its bw
+  backward = {e["fn"] for entries in got["provenance"] for e in own(entries) if e["backward"]}
+  assert {"conv2d", "relu" if model == "residual" else "linear"} <= backward, backward
+  optimizer = [e for entries in got["provenance"] for e in own(entries) if e["line"] == model_line("optimizer step")]
+  assert optimizer and all((e["via"] or "").startswith("nn.optim") for e in optimizer)
+
+def test_a_forward_pass_has_no_backward_kernel(db):
+  got = run_json("forward", str(db))
+  assert got["provenance"] and all(not e["backward"] for entries in got["provenance"] for e in entries)
+  assert all(of_the_model(entries) & {model_line("features"), model_line("classifier")} for entries in got["provenance"])
+
+def test_print_shows_every_kernel_with_its_lines(cnn):
+  printed = cnn["printed"]
+  assert "provenance" in printed and "realize" in printed and f"capture_programs.py:{model_line('features')}" in printed
+  assert "conv2d bw" in printed and printed.count("\n") > cnn["kernels"]
+
+def test_the_program_view_and_its_search(cnn, db):
+  from fastapi.testclient import TestClient
+  tid, site = cnn["id"], f"capture_programs.py:{model_line('classifier')}"
+  with TestClient(app_over(str(db))) as client:
+    page = client.get(f"/t/{tid}").text
+    assert 'id="program"' in page and "By model line" in page and page.count('class="realize"') == cnn["realizes"]
+    assert page.count('class="tl ') == cnn["kernels"]  # the timeline: a mark per kernel
+    found = client.get(f"/t/{tid}", params={"q": site}).text
+    rows = re.findall(r'<tr data-phase="(\w+)">', found)
+    assert 0 < len(rows) < cnn["kernels"] and "backward" in rows and "forward" in rows
+    api = client.get(f"/api/traces/{tid}/kernels", params={"q": site})
+    assert int(api.headers["X-Total-Count"]) == len(rows) == len(api.json())
+    assert all(any(e["line"] == model_line("classifier") for e in k["provenance"]) for k in api.json())
+    kernel = client.get(f"/t/{tid}/k/{api.json()[0]['index']}").text
+    assert site in kernel and f"/t/{tid}/source#L{model_line('classifier')}" in kernel  # the kernel page links to the program's line
+    source = client.get(f"/t/{tid}/source").text
+    assert f'id="L{model_line("classifier")}"' in source and "class SmallCNN" in source
+
+def scaled(trace: dict, at_least: int) -> dict:
+  """A program of at least `at_least` kernels: the captured step's realizes repeated, as a longer training loop records them."""
+  out = copy.deepcopy(trace)
+  for key in ("kernels", "schedule", "buffers", "realizes"): out[key] = []
+  k0 = s0 = b0 = 0
+  while len(out["kernels"]) < at_least:
+    for r in trace["realizes"]: out["realizes"].append({**r, "index": len(out["realizes"]), "kernels": [r["kernels"][0] + k0, r["kernels"][1] + k0],
+                                                        "schedule": [r["schedule"][0] + s0, r["schedule"][1] + s0]})
+    for k in trace["kernels"]:
+      out["kernels"].append({**k, "index": k["index"] + k0, "call": k["call"] + s0, "reads": [b + b0 for b in k["reads"]],
+                             "writes": [b + b0 for b in k["writes"]], "realize": k["realize"] + len(out["realizes"]) - len(trace["realizes"])})
+    for s in trace["schedule"]:
+      out["schedule"].append({**s, "index": s["index"] + s0, "kernel": None if s["kernel"] is None else s["kernel"] + k0,
+                              "reads": [b + b0 for b in s["reads"]], "writes": [b + b0 for b in s["writes"]],
+                              "realize": s["realize"] + len(out["realizes"]) - len(trace["realizes"])})
+    for b in trace["buffers"]:
+      out["buffers"].append({**b, "index": b["index"] + b0, "name": f"buf{b['index'] + b0}", "written_by": [c + s0 for c in b["written_by"]],
+                             "read_by": [c + s0 for c in b["read_by"]]})
+    k0, s0, b0 = len(out["kernels"]), len(out["schedule"]), len(out["buffers"])
+  out["totals"] = {**out["totals"], "kernels": len(out["kernels"]), "buffers": len(out["buffers"])}
+  return out
+
+def test_a_thousand_kernel_program_answers_within_a_second(cnn, db):
+  from fastapi.testclient import TestClient
+  from explorer.schema import validate_trace
+  from explorer.store import Store
+  store = Store(str(db))
+  big = validate_trace(scaled(store.get_trace(cnn["id"]), 1000))
+  assert len(big["kernels"]) >= 1000
+  store.put_trace("big0program00000", big, store.get_rewrites(cnn["id"]))
+  site = f"capture_programs.py:{model_line('features')}"
+  with TestClient(app_over(str(db))) as client:
+    for url in ("/t/big0program00000", f"/t/big0program00000?q={site}", "/t/big0program00000?offset=800", "/api/traces/big0program00000",
+                "/api/traces/big0program00000/kernels?limit=100", f"/api/traces/big0program00000/kernels?q={site}&limit=50",
+                "/t/big0program00000/bufferize", "/api/traces/big0program00000/graphs/kernels", "/t/big0program00000/k/999"):
+      st = time.perf_counter()
+      r = client.get(url, headers={"accept": "text/html"} if url.startswith("/t/") else {})
+      took = time.perf_counter() - st
+      assert r.status_code == 200, (url, r.text[:300])
+      assert took < 1.0, f"{url} took {took:.2f}s"
+    graph = client.get("/api/traces/big0program00000/graphs/kernels").json()
+    assert graph["total_nodes"] < 200 and any("collapsed into" in n for n in graph["notes"])  # collapsed by realize and model line
+    page = client.get("/t/big0program00000").text
+    assert page.count('<tr data-phase=') == 200 and "offset=1000" in page  # paged: 200 rows, the rest a link away
