@@ -104,7 +104,8 @@ def program_captured(model: str, db: str) -> dict:
 
 def program_plain(model: str) -> dict:
   """The same step in plain tinygrad: how many kernels it runs (GlobalCounters) and what DEBUG=4 prints (every source it compiles)."""
-  import contextlib, io
+  import contextlib, io, os
+  os.environ["PARALLEL"] = "0"  # compile in this process, whose stdout DEBUG=4's sources go to (tinygrad not imported yet)
   from tinygrad import Context
   from tinygrad.helpers import GlobalCounters
   setup = training_setup(model)

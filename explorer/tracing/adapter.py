@@ -586,7 +586,7 @@ def carrying_metadata() -> Iterator[None]:
 def kernel_provenance(ast: UOp) -> list[dict[str, Any]]:
   """The Tensor functions whose compute a kernel does, each with the user's file and line when recorded: the metadata of the compute
   UOps its stores are computed from, not looking into what it loads (those values were computed by the kernels that stored them).
-  Deduplicated, in the order first met from the stores down (roughly the reverse of the source's order: callers sort by line)."""
+  Deduplicated, in source order."""
   out: dict[tuple, dict[str, Any]] = {}
   seen: set[UOp] = set()
   stack = [u for u in ast.toposort() if u.op is Ops.STORE]
@@ -601,7 +601,7 @@ def kernel_provenance(ast: UOp) -> list[dict[str, Any]]:
         if key not in out: out[key] = {"fn": m.name, "file": site[0] if site else None, "line": site[1] if site else None, "backward": m.backward,
                                        "via": site[2] if site else None}
     stack.extend(u.src)
-  entries = list(out.values())
+  entries = sorted(out.values(), key=lambda e: (e["file"] or "", e["line"] or 0))
   # metadata of UOps made before the recording began (a random seed's counter) has no line: noise beside a kernel's recorded lines
   return [e for e in entries if e["file"] is not None] or entries
 

@@ -130,7 +130,7 @@ async def program_source(request: Request, trace_id: str, svc: ServicesDep) -> H
     for line in {e["line"] for e in k.get("provenance") or [] if e.get("file") and e["file"] == program.get("file")}:
       counts[line] = counts.get(line, 0) + 1
   return await trace_page(request, svc, trace_id, "program_source.html", "overview", lines=(program.get("source") or "").splitlines(),
-                          counts=counts, name=os.path.basename(program.get("file") or ""))
+                          counts=counts, file_name=os.path.basename(program.get("file") or ""))
 
 PAGE = 200  # kernel rows per page of a program's kernel table
 
