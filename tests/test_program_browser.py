@@ -1,0 +1,39 @@
+"""A captured training step in a real browser: search the program view by a line of the model, land on the kernels that line made, open
+one, and follow its provenance into the program's source."""
+from __future__ import annotations
+import re
+import pytest
+from conftest import ARTIFACTS, needs_chromium, running_server
+from test_capture import run_json
+from test_program import model_line
+
+pytestmark = [pytest.mark.browser, needs_chromium]
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+  db = tmp_path_factory.mktemp("program-browser") / "p.sqlite3"
+  got = run_json("program", "cnn", str(db))
+  with running_server(db, tmp_path_factory.mktemp("program-browser-log")) as base: yield base, got
+
+def test_search_the_program_by_a_model_line_and_follow_it_to_the_source(served, page, errors):
+  base, got = served
+  line = model_line("classifier")
+  site = f"capture_programs.py:{line}"
+  page.goto(f"{base}/t/{got['id']}")
+  assert page.locator("#program .timeline .tl").count() == got["kernels"]
+  page.fill("#kernel-search", site)
+  page.press("#kernel-search", "Enter")
+  page.wait_for_url(re.compile(r".*[?&]q=capture_programs\.py%3A\d+.*"))
+  rows = page.locator("#kernel-table tbody tr")
+  assert 0 < rows.count() < got["kernels"]
+  cells = page.locator("#kernel-table tbody td.provenance").all_inner_texts()
+  assert cells and all(site in c for c in cells)
+  assert page.locator("#kernel-table tbody .badge.bw").count() >= 1  # the line's backward kernels (linear bw) are marked
+  page.screenshot(path=str(ARTIFACTS / "program_search.png"), full_page=True)
+  rows.first.locator("td.mono a").click()
+  page.wait_for_url(re.compile(r".*/k/\d+.*"))
+  page.locator(f"#provenance a[href$='/source#L{line}']").first.click()
+  page.wait_for_url(re.compile(rf".*/source#L{line}$"))
+  assert "self.fc(x.flatten(1))" in page.locator(f"tr#L{line}").inner_text()
+  assert page.evaluate("() => document.querySelector(':target').id") == f"L{line}"
+  assert not errors, errors
