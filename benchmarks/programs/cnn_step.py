@@ -42,7 +42,8 @@ if __name__ == "__main__":
     model = setup()
     GlobalCounters.reset()
     with capture("cnn training step") as t: step(*model)
-    print(f"{GlobalCounters.kernel_count} kernels, {sum(len(r.data['kernels']) for r in t.traces)} traced in {len(t.traces)} realizes")
+    print(f"{GlobalCounters.kernel_count} kernels (copies included), {len(t.kernels)} kernels and {t.data['totals']['copies']} copies "
+          f"traced in one program of {len(t.data['realizes'])} realizes")
   else:
     model = setup()
     GlobalCounters.reset()
