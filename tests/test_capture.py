@@ -156,9 +156,10 @@ def test_two_layers_captured_from_python_reproduce_on_tinygrad_alone(tmp_path):
   got = json.loads(r.stdout.strip().splitlines()[-1])
   line = MY_SCRIPT.splitlines().index('with capture(name="two layers", targets=("cuda",)) as t:') + 1
   assert got["roles"] == ["reduce", "reduce+out"] and got["passes"] > 100 and got["origin"] == {"kind": "capture", "line": line}
-  printed = got["printed"].splitlines()  # print(t): the kernel table, a row per kernel with its uops, FLOPs and bytes
-  head = next(i for i, ln in enumerate(printed) if ln.split()[:4] == ["kernel", "role", "ast", "uops"])
-  assert [ln.split()[0] for ln in printed[head + 2:head + 4]] == got["names"] and "FLOPs" in printed[head]
+  printed = got["printed"].splitlines()  # print(t): the program's kernel table, a row per kernel with the lines that made it, uops, FLOPs...
+  head = next(i for i, ln in enumerate(printed) if ln.split()[:4] == ["#", "realize", "kernel", "provenance"])
+  assert [ln.split()[2] for ln in printed[head + 2:head + 4]] == got["names"] and "FLOPs" in printed[head]
+  assert all("conv2d" in ln and "<- mine.py:" in ln for ln in printed[head + 2:head + 4]), printed[head:head + 4]
   repro = subprocess.run([sys.executable, "-m", "explorer", "repro", got["id"], "--db", str(db), "-o", "-"], capture_output=True, text=True,
                          timeout=120)
   assert repro.returncode == 0, repro.stderr

@@ -32,7 +32,7 @@ def test_search_the_program_by_a_model_line_and_follow_it_to_the_source(served, 
   page.screenshot(path=str(ARTIFACTS / "program_search.png"), full_page=True)
   rows.first.locator("td.mono a").click()
   page.wait_for_url(re.compile(r".*/k/\d+.*"))
-  page.locator(f"#provenance a[href$='/source#L{line}']").first.click()
+  page.locator(f"#made-by a[href$='/source#L{line}']").first.click()
   page.wait_for_url(re.compile(rf".*/source#L{line}$"))
   assert "self.fc(x.flatten(1))" in page.locator(f"tr#L{line}").inner_text()
   assert page.evaluate("() => document.querySelector(':target').id") == f"L{line}"

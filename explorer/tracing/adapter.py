@@ -510,8 +510,6 @@ def _graph_from_viz(g: dict[int, dict]) -> dict:
   edges = [{"src": str(s), "dst": str(k), "idx": i} for k, v in g.items() if str(k) in keep for i, s in v["src"] if str(s) in keep]
   return {"nodes": nodes, "edges": edges}
 
-# ***** tensor graph and scheduler *****
-
 # ***** provenance: the Tensor functions, and the user's lines, that made each kernel *****
 # tinygrad names the Tensor function that made each tensor-graph UOp (all_metadata: Metadata(name, backward); the gradient pass marks its
 # UOps backward) but keeps neither the caller's line nor the link to kernels. `sited_metadata` records the line (a Metadata subclass,
@@ -567,10 +565,11 @@ def _carry(rewrite: Callable[[Any, UOp], UOp]) -> Callable[[Any, UOp], UOp]:
 
 def _beneath(u: UOp) -> tuple | None:
   """The metadata of the compute nearest below a view (a movement op a rewrite turned into compute: RESHAPE(REDUCE) -> REDUCE(RESHAPE))."""
-  frontier = [u]
+  frontier = list(u.src)
   for _ in range(4):
-    frontier = [s for x in frontier if x.op in GroupOp.Movement or x is u for s in x.src]
-    if (m := next((m for s in frontier if s.op in _COMPUTE and (m := uop_ops.all_metadata.get(s)) is not None), None)) is not None: return m
+    for s in frontier:
+      if s.op in _COMPUTE and (m := uop_ops.all_metadata.get(s)) is not None: return m
+    frontier = [s for x in frontier if x.op in GroupOp.Movement for s in x.src]
   return None
 
 @contextlib.contextmanager
@@ -604,6 +603,8 @@ def kernel_provenance(ast: UOp) -> list[dict[str, Any]]:
   entries = sorted(out.values(), key=lambda e: (e["file"] or "", e["line"] or 0))
   # metadata of UOps made before the recording began (a random seed's counter) has no line: noise beside a kernel's recorded lines
   return [e for e in entries if e["file"] is not None] or entries
+
+# ***** tensor graph and scheduler *****
 
 def tensor_sink(*outs: Tensor) -> UOp: return UOp.sink(*[o.uop for o in outs])
 

@@ -81,7 +81,7 @@ class ProgramTrace:
     p, r = self.trace, len(self.trace.setdefault("realizes", []))
     if r == 0: p["env"] = realize["env"]
     k0, s0 = len(p["kernels"]), len(p["schedule"])
-    bufs = [self._buffer(b, ref, k0, s0) for b, ref in zip(realize["buffers"], refs)]
+    bufs = [self._buffer(b, ref, s0) for b, ref in zip(realize["buffers"], refs)]
     def moved(xs: list[int]) -> list[int]: return sorted({bufs[i] for i in xs})
     for row in realize["schedule"]:
       p["schedule"].append({**row, "index": row["index"] + s0, "reads": moved(row["reads"]), "writes": moved(row["writes"]),
@@ -106,7 +106,7 @@ class ProgramTrace:
                           "total_s": (realize.get("timing") or {}).get("total_s")})
     if realize.get("timing"): p["timing"] = {**realize["timing"], "total_s": _summed([x["total_s"] for x in p["realizes"] if x["total_s"]])}
 
-  def _buffer(self, b: dict, ref: Any, k0: int, s0: int) -> int:
+  def _buffer(self, b: dict, ref: Any, s0: int) -> int:
     """The program's index of a realize's buffer: the same buffer UOp (alive, so not another at a reused address) is listed once."""
     blist, obj = self.trace["buffers"], ref()
     known = self._buffers.get(id(obj)) if obj is not None else None
