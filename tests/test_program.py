@@ -109,7 +109,8 @@ def test_a_thousand_kernel_program_answers_within_a_second(cnn, db):
   with TestClient(app_over(str(db))) as client:
     for url in ("/t/big0program00000", f"/t/big0program00000?q={site}", "/t/big0program00000?offset=800", "/api/traces/big0program00000",
                 "/api/traces/big0program00000/kernels?limit=100", f"/api/traces/big0program00000/kernels?q={site}&limit=50",
-                "/t/big0program00000/bufferize", "/api/traces/big0program00000/graphs/kernels", "/t/big0program00000/k/999"):
+                "/t/big0program00000/bufferize", "/api/traces/big0program00000/graphs/kernels", "/t/big0program00000/k/999",
+                "/t/big0program00000/source"):
       st = time.perf_counter()
       r = client.get(url, headers={"accept": "text/html"} if url.startswith("/t/") else {})
       took = time.perf_counter() - st
@@ -119,3 +120,9 @@ def test_a_thousand_kernel_program_answers_within_a_second(cnn, db):
     assert graph["total_nodes"] < 200 and any("collapsed into" in n for n in graph["notes"])  # collapsed by realize and model line
     page = client.get("/t/big0program00000").text
     assert page.count('<tr data-phase=') == 200 and "offset=1000" in page  # paged: 200 rows, the rest a link away
+    steps = client.get("/api/traces/big0program00000/tour").json()["steps"]  # the tour tells the program, then its heaviest kernels
+    assert any(s["id"] == "program" for s in steps) and len({s["id"].split("-")[0] for s in steps if s["id"].startswith("k")}) == 8
+    st = time.perf_counter()  # its first view computed those 8 kernels' analyses (in a worker, as any trace's tour does); then:
+    assert client.get("/t/big0program00000/tour", headers={"accept": "text/html"}).status_code == 200 and time.perf_counter() - st < 1.0
+    diff = client.get("/diff/big0program00000/big0program00000").text  # every group listed, the sources of a page of them
+    assert diff.count('class="panel flush diff-group"') == 40 and 'offset=40"' in diff

@@ -54,9 +54,9 @@ class Side:
 
 # ***** kernel matching *****
 
-def _pair_score(sa: Side, ka: dict, sb: Side, kb: dict) -> float:
-  return len(sa.upstream(ka) ^ sb.upstream(kb)) + len(sa.written_roles(ka) ^ sb.written_roles(kb)) \
-    + 0.5 * (sa.written_bytes(ka) != sb.written_bytes(kb))
+Flow = tuple[frozenset[str], frozenset[str], int]  # a kernel's upstream, the roles it writes, the bytes it writes
+
+def _score(a: Flow, b: Flow) -> float: return len(a[0] ^ b[0]) + len(a[1] ^ b[1]) + 0.5 * (a[2] != b[2])
 
 def match_kernels(sa: Side, sb: Side) -> list[tuple[list[int], list[int]]]:
   """Groups of (A kernel indices, B kernel indices): pairs covering the same stages first, then groups of overlapping stages."""
@@ -65,9 +65,11 @@ def match_kernels(sa: Side, sb: Side) -> list[tuple[list[int], list[int]]]:
   by_parts: dict[frozenset, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
   for i, k in enumerate(sa.kernels): by_parts[role_parts(k["role"])][0].append(i)
   for j, k in enumerate(sb.kernels): by_parts[role_parts(k["role"])][1].append(j)
+  flow_a = [(sa.upstream(k), sa.written_roles(k), sa.written_bytes(k)) for k in sa.kernels]  # once per kernel: a big program pairs
+  flow_b = [(sb.upstream(k), sb.written_roles(k), sb.written_bytes(k)) for k in sb.kernels]  # hundreds of kernels with hundreds
   for ias, jbs in by_parts.values():
     # same stages on both sides: the data flow decides who pairs with whom, then the schedule order
-    cands = sorted((_pair_score(sa, sa.kernels[i], sb, sb.kernels[j]), abs(ias.index(i) - jbs.index(j)), i, j) for i in ias for j in jbs)
+    cands = sorted((_score(flow_a[i], flow_b[j]), abs(x - y), i, j) for x, i in enumerate(ias) for y, j in enumerate(jbs))
     for *_, i, j in cands:
       if i in left_a and j in left_b: groups.append(([i], [j])); left_a.remove(i); left_b.remove(j)
   # what is left groups by overlapping stages (union-find over both sides' kernels)

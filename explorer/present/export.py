@@ -10,13 +10,15 @@ import datetime, json, os, re
 from typing import Any, Callable
 from explorer.version import __version__
 from explorer.present import graphs
+from explorer.present.tour import told_kernels
 
 GraphBlock = dict  # {"ref", "title", "svg" | None, "notes": [...], "error": str | None, "shown_nodes", "total_nodes"}
 
 def graph_refs(trace: dict) -> list[str]:
-  """The graphs an export draws: the tensor graph (when recorded), the kernel graph, each kernel's AST."""
+  """The graphs an export draws: the tensor graph (when recorded), the kernel graph, each kernel's AST (a big program's: the kernels its
+  tour tells, the heaviest)."""
   refs = ["tensor"] if (trace.get("tensor_graph") or {}).get("sink") else []
-  return refs + ["kernels"] + [f"ast/{k['index']}" for k in trace.get("kernels") or []]
+  return refs + ["kernels"] + [f"ast/{n}" for n in told_kernels(trace)]
 
 def annotations_of(store: Any, trace_id: str) -> list[dict]:
   """The annotations hook: the notes the store keeps for this trace (Store.annotations), [] where it keeps none."""

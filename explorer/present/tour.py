@@ -4,12 +4,13 @@ A step is {"id", "title", "view", "text"}: `view` names the page that shows it (
 generated here from the data, never canned, so a different variant gives different sentences.
 """
 from __future__ import annotations
+import collections
 from dataclasses import replace
 from typing import Any
 from explorer.schema import TargetRecord, host_target, target_record
 from explorer.stats import NOISY_SPREAD, noisy
 from explorer.spec import ConvSpec, Variant, opt_label
-from explorer.text import fmt_bytes
+from explorer.text import fmt_bytes, provenance_sites
 
 ROLE_MEANING = {
   "conv": "the whole convolution: each output sums input x weight over the input channels and the kernel window",
@@ -52,15 +53,41 @@ def tour_target(trace: dict, asked: str | None) -> str | None:
   kernels = trace.get("kernels") or []
   return asked if asked and kernels and all(target_record(k, asked) is not None for k in kernels) else None
 
+TOLD_KERNELS = 8  # a program with more kernels than this: its tour tells the heaviest this many
+
+def told_kernels(trace: dict) -> list[int]:
+  """The kernels a trace's tour tells: all of them, or of a program with more than TOLD_KERNELS, the heaviest (by measured time, else by
+  FLOPs), in schedule order."""
+  ks = trace.get("kernels") or []
+  if not trace.get("realizes") or len(ks) <= TOLD_KERNELS: return [k["index"] for k in ks]
+  timed = all(k.get("time_s") for k in ks)
+  heaviest = sorted(ks, key=lambda k: -(k["time_s"]["median"] if timed else k["flops"]))[:TOLD_KERNELS]
+  return sorted(k["index"] for k in heaviest)
+
 def trace_tour(trace: dict, target: str | None = None) -> list[dict]:
   """The pipeline, stage by stage, for one trace (of a convolution, or of a captured program: spec None). target: the codegen target its
-  kernel steps speak of (names, opts, uops, pressure, source), where every kernel has a record for it; else the host's own."""
+  kernel steps speak of (names, opts, uops, pressure, source), where every kernel has a record for it; else the host's own. A big
+  program's tells its realizes and its model lines, then its heaviest kernels (told_kernels)."""
   spec, variant = ConvSpec.from_dict(trace["spec"]) if trace.get("spec") else None, Variant.from_dict(trace["variant"])
   target = tour_target(trace, target)
-  steps = [_tensor_step(trace, spec), *_scheduler_steps(trace), _constants_step(trace, variant)]
-  for k in trace["kernels"]: steps += _kernel_steps(trace, k, spec, target)
+  told = told_kernels(trace)
+  steps = [_tensor_step(trace, spec), *_scheduler_steps(trace), _constants_step(trace, variant), _program_step(trace, told)]
+  for n in told: steps += _kernel_steps(trace, trace["kernels"][n], spec, target)
   steps.append(_timing_step(trace, spec))
   return [s for s in steps if s is not None]
+
+def _program_step(trace: dict, told: list[int]) -> dict | None:
+  """A program's realizes, the lines of the model that made most of its kernels, and which kernels the tour goes on to tell."""
+  if not (realizes := trace.get("realizes")): return None
+  ks = trace["kernels"]
+  lines = collections.Counter(site for k in ks for site, _ in provenance_sites([e for e in k.get("provenance") or [] if not e.get("inferred")]))
+  busiest = ", ".join(f"{site} ({_plural(n, 'kernel')})" for site, n in lines.most_common(3))
+  rest = (f"The tour goes on with the {len(told)} heaviest ({'by time' if all(k.get('time_s') for k in ks) else 'by FLOPs'}): kernels "
+          f"{', '.join(map(str, told))}." if len(told) < len(ks) else "The tour goes on kernel by kernel.")
+  return _step("program", "The program", "program",
+               f"The program ran {_plural(len(realizes), 'realize')} and {_plural(len(ks), 'kernel')}"
+               f"{'; the lines of the model that made most of them: ' + busiest if busiest else ''}. Each kernel's provenance names the "
+               f"Tensor functions it computes and the line that called them (the overview's kernel table; search it by a line). {rest}")
 
 def _tensor_step(trace: dict, spec: ConvSpec | None) -> dict:
   g = trace["tensor_graph"] or {"uops": 0, "ops": {}}
@@ -234,8 +261,11 @@ def compare_tour(kind: str, a: dict, b: dict, target: str | None = None) -> list
   ta, tb = a["totals"], b["totals"]
   def label(tr: dict) -> str:  # a captured program is named by its program, a convolution by its variant
     return tr["program"]["name"] if tr.get("spec") is None and tr.get("program") else Variant.from_dict(tr["variant"]).label()
+  def roles(tr: dict) -> str:  # each kernel's role; a big program's, counted
+    if len(tr["kernels"]) <= TOLD_KERNELS: return ", ".join(k["role"] for k in tr["kernels"])
+    return ", ".join(f"{n} {role}" for role, n in collections.Counter(k["role"] for k in tr["kernels"]).most_common())
   def side(t: dict, tr: dict) -> str:
-    return (f"{_plural(t['kernels'], 'kernel')} ({', '.join(k['role'] for k in tr['kernels'])}), {_plural(t.get('copies', 0), 'copy', 'copies')}, "
+    return (f"{_plural(t['kernels'], 'kernel')} ({roles(tr)}), {_plural(t.get('copies', 0), 'copy', 'copies')}, "
             f"{_plural(t['buffers'], 'buffer')}, {_si(t['flops'])}FLOPs, {sum(k['ops']['alu'] for k in tr['kernels'])} ALU uops, "
             f"{sum(k['ops']['loads'] for k in tr['kernels'])} loads")
   top = "; ".join(f"{h['label']} {h['a']} -> {h['b']} ({h['change']})" for h in headline(a, b))

@@ -127,11 +127,15 @@ def pick_targets(a: dict, b: dict, target: str | None, target_b: str | None) -> 
   ta = target if target in ts else ts[0]
   return ta, target_b if target_b in ts else ta
 
+GROUPS_PER_PAGE = 40  # groups whose sources a diff page shows side by side
+
 def group_kernels(trace: dict, refs: list[dict]) -> list[dict]: return [trace["kernels"][k["index"]] for k in refs]
 
 @router.get("/diff/{a}/{b}", response_class=HTMLResponse)
 async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Work, target: str | None = Query(None, max_length=16),
-                    target_b: str | None = Query(None, max_length=16)) -> Response:
+                    target_b: str | None = Query(None, max_length=16), offset: int = Query(0, ge=0, le=2**31)) -> Response:
+  """Both traces' kernels matched and compared; each group's sources side by side, GROUPS_PER_PAGE groups a page (?offset=: a big
+  program's diff lists every group in its table, and shows the sources of a page of them)."""
   ta_trace = await side_or_progress(request, svc, a)
   if not isinstance(ta_trace, dict): return ta_trace
   tb_trace = await side_or_progress(request, svc, b)
@@ -139,12 +143,15 @@ async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Wo
   ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
   diffs = svc.diffs
   d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb, work.permit())
+  shown = d["groups"][offset:offset + GROUPS_PER_PAGE]
   rows = await asyncio.to_thread(lambda: [fold(side_by_side(g["source"], group_kernels(ta_trace, g["a"]), group_kernels(tb_trace, g["b"])))
-                                          for g in d["groups"]])
+                                          for g in shown])
   gr = await diffs.cached_graphs(a, b)
   measures = {k: await asyncio.to_thread(diffs.measure_status, a, b, k) for k in MEASURES}
   timed = measures["timing"].get("result") if measures["timing"].get("status") == "done" else None
+  graph_of = {g["index"]: g for g in (gr or {}).get("groups") or []}
   return await page(request, "diff.html", a=a, b=b, ta=ta_trace, tb=tb_trace, d=d, rows=rows, graphs=gr, measures=measures, target=ta,
+                    shown=shown, offset=offset, per_page=GROUPS_PER_PAGE, graph_of=graph_of,
                     verdict=verdict(d, timed), timed=timed is not None and time_verdict(timed) is not None,
                     target_b=tb, targets=targets_of(ta_trace, tb_trace), diff_url=diff_url, comparable=comparable(ta_trace, tb_trace),
                     rel_label=relation_label)

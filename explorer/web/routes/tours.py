@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from explorer.schema import host_target, target_record
 from explorer.spec import ENRICH_ANALYSIS, PRESETS, TARGETS, SpecError
 from explorer.store import trace_key
-from explorer.present.tour import BUILTIN_TOURS, compare_tour, hand_schedule_steps, tour_target, trace_tour
+from explorer.present.tour import BUILTIN_TOURS, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
@@ -40,7 +40,7 @@ def pair_steps(kind: str, a: dict, b: dict, target: str | None = None) -> list[d
 def view_url(trace_id: str, trace: dict, view: str, target: str | None = None) -> str:
   """The full page a step's view names (the tour embeds a part of it), on the tour's target (None: the host's)."""
   base = trace_url(trace_id)
-  if view == "timings": return f"{base}#timings"
+  if view in ("timings", "program"): return f"{base}#{view}"
   if view == "source": return kernel_url(trace_id, 0, code="host") if trace.get("kernels") else base
   if m := re.fullmatch(r"k/(\d+)(?:/(passes|uops|source))?", view):
     n, part = m.group(1), m.group(2)
@@ -121,9 +121,9 @@ def big_asked(request: Request) -> bool: return request.query_params.get("big") 
 async def analysed(svc: Services, work: WorkGate, trace_id: str, trace: dict, target: str | None) -> dict:
   """The trace with its records' analyses on the tour's target (the pressure its kernel steps tell), computed first where missing and
   the request may start work; else as it is (those steps then leave the pressure out)."""
-  t = target or next((k.get("host_target") for k in trace.get("kernels") or []), None)
-  if t is None or not svc.enrichments.missing(trace, ENRICH_ANALYSIS, t) or (permit := work.permit_if_allowed()) is None: return trace
-  return await svc.enrichments.completed(trace_id, trace, ENRICH_ANALYSIS, t, permit)
+  t, told = target or next((k.get("host_target") for k in trace.get("kernels") or []), None), told_kernels(trace)
+  if t is None or not svc.enrichments.missing(trace, ENRICH_ANALYSIS, t, told) or (permit := work.permit_if_allowed()) is None: return trace
+  return await svc.enrichments.completed(trace_id, trace, ENRICH_ANALYSIS, t, permit, told)
 
 async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: dict, target: str | None = None) -> list[dict]:
   """The trace's own steps, then a step per hand schedule pinned to its tour (the Opts panel's "add to the trace's tour"), each told

@@ -179,10 +179,11 @@ class EnrichmentService:
       return f"{target} {kind} of {len(got)} kernel(s) in {time.time() - task.started:.1f}s"
     return kept
 
-  async def completed(self, trace_id: str, trace: dict, kind: str, target: str, permit: WorkPermit) -> dict:
-    """The trace with `kind` on `target` for every kernel, computed first where missing (a diff compares registers and peak live
-    values); a failure leaves the trace as it was (its figures then say "—")."""
-    kernels = tuple(self.missing(trace, kind, target))
+  async def completed(self, trace_id: str, trace: dict, kind: str, target: str, permit: WorkPermit, which: list[int] | None = None) -> dict:
+    """The trace with `kind` on `target` for every kernel (or those `which` names), computed first where missing (a diff compares
+    registers and peak live values; a big program's tour, its heaviest kernels'); a failure leaves the trace as it was (its figures then
+    say "—")."""
+    kernels = tuple(self.missing(trace, kind, target, which))
     if not kernels: return trace
     task = self.start(trace_id, trace, kind, target, kernels, permit, neighbours=False)
     while task.active: await asyncio.sleep(0.1)
