@@ -226,8 +226,9 @@ class Store:
   def get_trace(self, trace_id: str) -> dict | None:
     row = self._conn().execute("SELECT trace FROM traces WHERE id = ?", (trace_id,)).fetchone()
     if row is None: return None
-    try: trace = json.loads(row[0])
-    except (json.JSONDecodeError, TypeError) as e: raise StoreError(f"stored trace {trace_id} is corrupt: its JSON does not parse ({e})") from None
+    from pydantic_core import from_json  # here, not at import: a trace worker never loads pydantic (and reads no stored trace)
+    try: trace = from_json(row[0])  # a third faster than json.loads on a big program's tens of megabytes
+    except (ValueError, TypeError) as e: raise StoreError(f"stored trace {trace_id} is corrupt: its JSON does not parse ({e})") from None
     if not isinstance(trace, dict) or "spec" not in trace or "kernels" not in trace:
       raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
     return self._enriched(trace_id, trace)

@@ -174,6 +174,8 @@ def test_a_script_function_traces_and_its_reproducer_calls_it(tmp_path):
   assert r.returncode == 0, r.stderr
   trace = json.loads((tmp_path / "t.json").read_text())
   assert trace["program"]["name"] == "two_layers" and trace["program"]["origin"] == {"kind": "script", "fn": "two_layers"}
+  assert trace["program"]["file"] == str(script) and len(trace["realizes"]) == 1  # every kernel traced back to the script's lines
+  assert all(any(e["file"] == str(script) and e["fn"] == "conv2d" for e in k["provenance"]) for k in trace["kernels"])
   names = [k["name"] for k in trace["kernels"]]
   assert len(names) == 2
   repro = subprocess.run([sys.executable, "-m", "explorer", "repro", str(tmp_path / "t.json"), "-o", "-"], capture_output=True, text=True,
