@@ -52,10 +52,10 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
   trace = new_trace(None, variant, device, info)
   roles = lambda: {tg.buffer_key(tg.tensor_buffer(o)): "output" for o in outs}
   check = reference_check(reference, rel_tolerance) if reference is not None else None
-  spec = Program(outs, roles, kernel_role, check, provenance=program is not None, buffer_refs=None if program is None else program.refs,
+  plan = Program(outs, roles, kernel_role, check, provenance=program is not None, buffer_refs=None if program is None else program.refs,
                  asts=None if program is None else program.asts)
   def stages(rec, base, pool, blobs) -> None:  # the graph exists already: the user's code built it
-    with tg.opt_context(variant.opt): pipeline(rec, spec, variant, device, base, pool, blobs)
+    with tg.opt_context(variant.opt): pipeline(rec, plan, variant, device, base, pool, blobs)
   return record(trace, variant, device, progress, stages, analysis, base=None if program is None else program.base)
 
 @dataclass
