@@ -97,8 +97,10 @@ def program_captured(model: str, db: str) -> dict:
   """One training step inside capture(), as one program trace."""
   from explorer import capture
   setup = training_setup(model)
-  with capture(name=f"{model} training step") as t: training_step(*setup).realize()
+  timed = model == "residual"  # the residual's step is timed: each realize's timing, merged into the program's
+  with capture(name=f"{model} training step", time=timed, repeats=3) as t: training_step(*setup).realize()
   return {"id": t.store(db), "kernels": len(t.kernels), "copies": t.data["totals"]["copies"], "realizes": len(t.data["realizes"]),
+          "timing": t.data.get("timing"), "times": [k["time_s"] for k in t.kernels], "realize_totals": [r["total_s"] for r in t.data["realizes"]],
           "per_realize": [len(r.kernels) for r in t.traces], "sources": [k["sources"]["host"] for k in t.kernels],
           "provenance": [k["provenance"] for k in t.kernels], "printed": str(t), "status": t.data["status"], "flops": [k["flops"] for k in t.kernels]}
 

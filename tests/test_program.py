@@ -46,6 +46,13 @@ def test_a_training_step_is_one_program_of_tinygrads_own_kernels(model, cnn, db)
   assert {"conv2d", "relu" if model == "residual" else "linear"} <= backward, backward
   optimizer = [e for entries in got["provenance"] for e in own(entries) if e["line"] == model_line("optimizer step")]
   assert optimizer and all((e["via"] or "").startswith("nn.optim") for e in optimizer)
+  if model == "residual":  # timed: every kernel, and the program's total is its realizes' summed
+    assert all(t and t["n"] == 3 for t in got["times"]) and got["timing"]["repeats"] == 3
+    assert got["timing"]["total_s"]["median"] == pytest.approx(sum(r["median"] for r in got["realize_totals"]))
+    from fastapi.testclient import TestClient
+    with TestClient(app_over(str(db))) as client:
+      page = client.get(f"/t/{got['id']}").text
+    assert re.search(r"<h3>Timeline <span[^>]*>[^<]* measured</span>", page), "the timeline says its widths are measured times"
 
 def test_a_forward_pass_has_no_backward_kernel(db):
   got = run_json("forward", str(db))
