@@ -39,3 +39,56 @@ def read_plain(blob: bytes) -> Any:
     raise refused(f"{type(e).__name__}: {str(e)[:120]}") from None
 
 def write_plain(body: Any) -> bytes: return MAGIC + zlib.compress(pickle.dumps(body, protocol=5), 1)
+
+# ***** rule locations: data, never paths to open *****
+# A rewrite log names where each rule and each graph_rewrite call is (file, line). The blob keeps them package-relative
+# ("tinygrad/codegen/simplify.py") with the source captured when the trace ran ("sources"), so a page never opens a file a blob names;
+# a log from before that names absolute paths, which a reader maps to the installed package and reads only from inside it.
+
+SOURCE_PACKAGES = ("tinygrad", "explorer")  # the only packages whose files a rule location may name
+ELSEWHERE = "<elsewhere>/"                  # a location outside them (a user's rewrite file): its name only, its source captured
+
+def package_path(path: str) -> str | None:
+  """A location's file as its package-relative path ("tinygrad/codegen/simplify.py"), or None when it names no Python file of tinygrad
+  or the explorer (no '..', '.' or empty part past the package's name)."""
+  parts = path.replace("\\", "/").split("/")
+  starts = [i for i, p in enumerate(parts[:-1]) if p in SOURCE_PACKAGES]
+  if not starts: return None
+  rel = parts[starts[-1]:]
+  if any(p in ("", ".", "..") for p in rel) or not rel[-1].endswith(".py"): return None
+  return "/".join(rel)
+
+def stored_location(path: str) -> str:
+  """How a blob names a location's file: package-relative, or ELSEWHERE and the file's name."""
+  return got if (got := package_path(path)) is not None else ELSEWHERE + path.replace("\\", "/").rsplit("/", 1)[-1]
+
+def location_key(loc: Any) -> str:
+  """A location ([file, line] as the blob stores it) as the key of its captured source."""
+  return f"{stored_location(str(loc[0]))}:{loc[1]}"
+
+def location_refused(loc: Any) -> str | None:
+  """Why a blob's location (its encoded [file, line]) is not one the explorer writes, or None: the file must be package-relative or
+  ELSEWHERE and a name, never a path to open."""
+  if not (isinstance(loc, list) and len(loc) == 2 and isinstance(loc[0], str) and type(loc[1]) is int): return f"a location {loc!r:.80} is not [file, line]"
+  path = loc[0]
+  if path.startswith(ELSEWHERE) and "/" not in (name := path[len(ELSEWHERE):]) and name not in ("", ".", ".."): return None
+  return None if package_path(path) == path else f"a location names {path[:120]!r}, not a file of tinygrad or the explorer"
+
+def check_locations(body: Any) -> None:
+  """BlobRefused when a rewrite log's body (read_plain's) names a location that is not package-relative: a log from outside this
+  process (a queue worker's result, a row to store) can make no page read a file of its choosing."""
+  if not isinstance(body, dict): return
+  names, groups = body.get("rewrite_fields"), body.get("rewrites")
+  if not (isinstance(names, list) and isinstance(groups, list) and "loc" in names and "matches" in names): raise refused("it names no rewrite fields")
+  at_loc, at_matches = names.index("loc"), names.index("matches")
+  seen: set[int] = set()  # an encoded location is one list, shared by every match of its rule
+  for group in groups:
+    for r in group if isinstance(group, list) else ():
+      if not (isinstance(r, list) and len(r) == len(names)): raise refused("a rewrite is malformed")
+      for loc in (r[at_loc], *(m[2] for m in r[at_matches] if isinstance(m, list) and len(m) == 4)):
+        if id(loc) in seen: continue
+        if (why := location_refused(loc)) is not None: raise refused(why)
+        seen.add(id(loc))
+  sources = body.get("sources", {})
+  if not (isinstance(sources, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items())):
+    raise refused("its rule sources are not text by location")

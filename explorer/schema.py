@@ -4,7 +4,7 @@ worker's result, a trace file) as strictly as a request: every field's type, no 
 and device through their own validation. Imports nothing from the explorer but the model (explorer.spec)."""
 from __future__ import annotations
 import functools, math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Callable, Iterable, Literal
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, with_config
 from typing_extensions import NotRequired, TypedDict
 from explorer.spec import DEVICE_RE, STAGES, TARGETS, TRACE_SCHEMA, ConvSpec, SpecError, Variant
@@ -558,7 +558,51 @@ def validate_trace(data: Any, what: str = "the trace") -> Trace:
     raise SpecError(f"{what} has a record for a target this version lacks")
   if any(isinstance(x, float) and not math.isfinite(x) for x in (trace["totals"].get("flops"), trace["totals"].get("bytes"))):
     raise SpecError(f"{what} has totals that are not finite")
+  check_references(trace, what)
   return trace
+
+def check_references(t: Trace, what: str = "the trace") -> None:
+  """Every index one record keeps of another within range (each list's own `index` its place), so that no reader indexes out of a
+  trace: SpecError naming the first that is not. Linear in the trace."""
+  nk, ns, nb, realizes = len(t["kernels"]), len(t["schedule"]), len(t["buffers"]), t.get("realizes") or []
+  def refs(where: str, xs: Iterable[int], n: int, noun: str, has: str = "the trace") -> None:
+    if (bad := next((x for x in xs if not 0 <= x < n), None)) is not None:
+      raise SpecError(f"{what}: {where} names {noun} {bad}, and {has} has {n or 'none'}")
+  for field, rows in (("kernels", t["kernels"]), ("schedule", t["schedule"]), ("buffers", t["buffers"]), ("realizes", realizes)):
+    if (i := next((i for i, r in enumerate(rows) if r["index"] != i), None)) is not None:
+      raise SpecError(f"{what}: {field}[{i}].index is {rows[i]['index']}, not its place {i}")  # type: ignore[index]
+  for i, k in enumerate(t["kernels"]):
+    refs(f"kernels[{i}].call", (k["call"],), ns, "schedule row")
+    refs(f"kernels[{i}].reads", k["reads"], nb, "buffer")
+    refs(f"kernels[{i}].writes", k["writes"], nb, "buffer")
+    if "realize" in k: refs(f"kernels[{i}].realize", (k["realize"],), len(realizes), "realize")
+    for name, rec in (k.get("targets") or {}).items(): _record_references(rec, f"kernels[{i}].targets.{name}", refs)
+  for i, s in enumerate(t["schedule"]):
+    refs(f"schedule[{i}].reads", s["reads"], nb, "buffer")
+    refs(f"schedule[{i}].writes", s["writes"], nb, "buffer")
+    if s["kernel"] is not None: refs(f"schedule[{i}].kernel", (s["kernel"],), nk, "kernel")
+    if "realize" in s: refs(f"schedule[{i}].realize", (s["realize"],), len(realizes), "realize")
+  for i, b in enumerate(t["buffers"]):
+    refs(f"buffers[{i}].written_by", b["written_by"], ns, "schedule row")
+    refs(f"buffers[{i}].read_by", b["read_by"], ns, "schedule row")
+  for fate, rows in ((t["scheduler"] or {}).get("stages") or {}).items():
+    for j, row in enumerate(rows if isinstance(rows, list) else ()):
+      if row.get("buffer") is not None: refs(f"scheduler.stages.{fate}[{j}].buffer", (row["buffer"],), nb, "buffer")
+      for f in ("reads", "into"): refs(f"scheduler.stages.{fate}[{j}].{f}", row.get(f) or (), nb, "buffer")
+  for i, r in enumerate(realizes):  # [first, end) of the program's kernels and schedule rows (explorer.tracing.program)
+    for f, n in (("kernels", nk), ("schedule", ns)):
+      if len(span := r[f]) != 2 or not 0 <= span[0] <= span[1] <= n:  # type: ignore[literal-required]
+        raise SpecError(f"{what}: realizes[{i}].{f} is {str(span)[:60]}, not a range [first, end) of the trace's {n} {f}")
+
+def _record_references(rec: TargetRecord, where: str, refs: Callable[..., None]) -> None:
+  """A target record's linear UOp indexes (line map, live values) within its linear UOps."""
+  n, has = rec["linear_uops"], "the record"
+  for ln, ix in rec.get("line_map") or (): refs(f"{where}.line_map (line {ln})", ix, n, "uop", has)
+  if (p := rec.get("pressure")) is None: return
+  if n or p["max_live_at"]: refs(f"{where}.pressure.max_live_at", (p["max_live_at"],), n, "uop", has)  # 0 where there are no uops
+  for j, r in enumerate(p["longest"]):
+    refs(f"{where}.pressure.longest[{j}].uop", (r["uop"],) if "uop" in r else (), n, "uop", has)
+    refs(f"{where}.pressure.longest[{j}].until", (r["until"],), n, "uop", has)
 
 # ***** reading a trace: the one accessor for a kernel's record on a target *****
 

@@ -5,6 +5,7 @@ No tinygrad imports here: the web server uses this module, and the server proces
 from __future__ import annotations
 import hashlib, importlib.metadata, json, os, pathlib, sqlite3, threading, time
 from typing import Any, Callable
+from explorer.blob import MAGIC as BLOB_MAGIC, BlobRefused, check_locations, read_plain
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, NOT_SET, ConvSpec, SpecError, Variant, knobs
 
 SCHEMA = """
@@ -162,6 +163,13 @@ def add_target_record(kernel: dict, target: str, rec: dict) -> None:
   if "error" in rec: kernel.setdefault("source_errors", {})[target] = rec["error"]
   else: kernel.setdefault("targets", {})[target], kernel.setdefault("sources", {})[target] = rec, rec["source"]
 
+def checked_locations(blob: bytes) -> None:
+  """StoreError when a rewrite blob in the data format names a rule location outside tinygrad and the explorer (explorer.blob); other
+  bytes are kept as they are (a reader refuses what it cannot decode)."""
+  if not blob.startswith(BLOB_MAGIC): return
+  try: check_locations(read_plain(blob))
+  except BlobRefused as e: raise StoreError(f"refused to store it: {e}") from None
+
 class Store:
   """One SQLite file (WAL mode); one connection per thread."""
   def __init__(self, path: str | os.PathLike | None = None):
@@ -185,7 +193,9 @@ class Store:
   # ***** traces *****
 
   def put_trace(self, trace_id: str, trace: dict, rewrites: bytes, target_rewrites: dict[str, bytes] | None = None) -> None:
-    """The trace, the host's rewrite blob and each other target's, in one transaction: a stored trace is never half-written."""
+    """The trace, the host's rewrite blob and each other target's, in one transaction: a stored trace is never half-written. A blob
+    whose rule locations name a file outside tinygrad and the explorer is refused (StoreError), nothing kept."""
+    for blob in (rewrites, *(target_rewrites or {}).values()): checked_locations(blob)
     row = (trace_id, time.time(), trace.get("preset"), trace.get("label") or trace_id, trace.get("status") or "ok", json.dumps(trace_summary(trace)),
            json.dumps(trace, default=str), rewrites)
     c = self._conn()
@@ -204,7 +214,8 @@ class Store:
   def put_target_records(self, trace_id: str, target: str, records: dict[int, dict], key: str, rewrites: bytes, ran_by: str | None = None) -> bool:
     """Kernels' records on a target computed after the trace (an enrichment, explorer.tracing.enrich.compute_target: {kernel: record or
     {"error"}}), the rewrite blob they address (under `key`, which the records name) and where they were computed (ran_by, NAME@HOST:
-    env.ran_on.targets), in one transaction; False (nothing kept) when the trace is gone."""
+    env.ran_on.targets), in one transaction; False (nothing kept) when the trace is gone. StoreError for a blob naming files elsewhere."""
+    checked_locations(rewrites)
     c, now = self._conn(), time.time()
     c.execute("BEGIN IMMEDIATE")
     try:

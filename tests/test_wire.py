@@ -66,7 +66,7 @@ def test_a_rogue_workers_answers_are_refused_or_stay_inert(broker, real_trace, t
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker, queue_secret=secret) as base, \
        rogue(broker, real_trace, marker, secret, tmp_path):
     for cout, why in ((2, "spec.stride"), (3, "lacks the data format's first bytes"), (4, "names pathlib.Path.touch"),
-                      (5, "signed with another secret"), (6, "is not a rewrite log")):
+                      (5, "signed with another secret"), (6, "is not a rewrite log"), (8, "names '/etc/hostname', not a file of tinygrad")):
       s = wait_for(base, submit(base, tiny(cout)))
       assert s["status"] == "error" and "refused, nothing kept" in s["error"] and why in s["error"], s
       assert httpx.get(f"{base}/api/traces/{s['id']}", timeout=30).status_code == 404
@@ -91,7 +91,7 @@ def test_a_rogue_workers_answers_are_refused_or_stay_inert(broker, real_trace, t
 
 def test_blobs_load_as_data_alone(tmp_path):
   """In a fresh process: a pickle in the data format, a legacy pickle naming a function, and a zlib bomb are refused in one line each,
-  and nothing runs; a real trace's blob decodes to the very fields tinygrad recorded."""
+  and nothing runs; a real trace's blob decodes to the very fields tinygrad recorded (its rule locations package-relative)."""
   marker = tmp_path / "ran"
   code = f"""
 import pathlib, pickle, zlib
@@ -109,7 +109,11 @@ capture(ConvSpec(1, 2, 2, 8, 8, 3), Variant(algo="winograd", wino_impl="explorer
 live, back = dict(ops.uop_fields), tg.decode_rewrite_log(tg.export_rewrites(0))
 same = all(back.uop_fields[n][:3] == f[:3] and back.uop_fields[n][3] == f[3] and type(back.uop_fields[n][3]) is type(f[3])
            and back.uop_fields[n][4] == f[4] for n, f in live.items())
-print("same fields:", same, len(live), "same rewrites:", back.rewrites == ops.tracked_ctxs, "unstored:", dict(tg.ENCODER_UNSTORED))
+import dataclasses
+from explorer.blob import stored_location
+def at(loc): return (stored_location(loc[0]), loc[1])  # a blob names locations package-relative (tinygrad/codegen/...), its sources beside
+live_rewrites = [[dataclasses.replace(r, loc=at(r.loc), matches=[(a, b, at(l), t) for a, b, l, t in r.matches]) for r in g] for g in ops.tracked_ctxs]
+print("same fields:", same, len(live), "same rewrites:", back.rewrites == live_rewrites, "unstored:", dict(tg.ENCODER_UNSTORED))
 """
   out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
   lines = out.stdout.splitlines()
@@ -119,6 +123,39 @@ print("same fields:", same, len(live), "same rewrites:", back.rewrites == ops.tr
   assert lines[2].startswith("refused:") and lines[3].startswith("refused:") and all("\n" not in x for x in lines)
   assert lines[4].startswith("same fields: True") and "same rewrites: True" in lines[4] and lines[4].endswith("unstored: {}"), lines[4]
   assert not marker.exists()
+
+def poisoned_locations(blob: bytes, call: str, rule: str) -> bytes:
+  """The rewrite log with every pass called from `call`, every rule at `rule` (line 1), and no captured sources."""
+  from explorer.blob import read_plain, write_plain
+  body = read_plain(blob)
+  at_loc, at_matches = body["rewrite_fields"].index("loc"), body["rewrite_fields"].index("matches")
+  for group in body["rewrites"]:
+    for r in group:
+      r[at_loc] = [call, 1]
+      for m in r[at_matches]: m[2] = [rule, 1]
+  return write_plain({**body, "sources": {}})
+
+def test_a_rewrite_log_names_no_file_a_page_reads(real_trace, tmp_path):
+  """Rule locations are data: the store refuses a log that names a file outside tinygrad and the explorer; one that reached a row
+  another way (an older version's absolute paths, a '..' out of tinygrad) shows nothing of those files where pages show rules."""
+  from explorer.store import StoreError
+  secret = tmp_path / "secret.py"
+  secret.write_text("TOKEN = 'the-secret-0123456789'\n")
+  blob = base64.b64decode(json.loads(pathlib.Path(f"{real_trace}.blob").read_text()))
+  trace, store, tid = json.loads(real_trace.read_text()), Store(tmp_path / "s.sqlite3"), "10ca7e0000000001"
+  with pytest.raises(StoreError, match="not a file of tinygrad or the explorer"):
+    store.put_trace(tid, trace, poisoned_locations(blob, str(secret), str(secret)))
+  store.put_trace(tid, trace, blob)
+  escape = "/usr/lib/tinygrad/" + "../" * 12 + str(secret).lstrip("/")
+  store._conn().execute("UPDATE traces SET rewrites = ? WHERE id = ?", (poisoned_locations(blob, str(secret), escape), tid))
+  p = next(p for k in trace["kernels"] for p in k["passes"] if p["matches"] and p.get("group") is not None)
+  with TestClient(app_over(tmp_path / "s.sqlite3")) as client:
+    r = client.get(f"/api/traces/{tid}/rewrites/{p['group']}/{p['step']}/matches?limit=5")
+    assert r.status_code == 200 and r.json()["matches"], r.text
+    assert "the-secret" not in r.text and all(m["rule_source"] == "" for m in r.json()["matches"]), r.text[:500]
+    assert r.json()["call"].endswith("secret.py:1") and r.json()["call_code"] == "", r.json()["call"]
+    r = client.get(f"/api/traces/{tid}/rewrites/{p['group']}/origins?nums={p['sink']}")
+    assert r.status_code == 200 and "the-secret" not in r.text, r.text[:500]
 
 # ***** 1: a reproducer runs only tinygrad *****
 

@@ -4,7 +4,7 @@ tinygrad."""
 from __future__ import annotations
 import base64, binascii, hashlib, hmac, json, urllib.parse
 from typing import Any
-from explorer.blob import BlobRefused, read_plain
+from explorer.blob import BlobRefused, check_locations, read_plain
 from explorer.schema import Trace, validate_trace
 from explorer.spec import TARGETS, SpecError
 
@@ -73,6 +73,8 @@ def blob_of(text: Any, what: str, max_bytes: int) -> bytes:
   try: body = read_plain(data)  # plain data, or refused: a blob kept here never holds an object to build
   except BlobRefused as e: raise ResultRefused(f"{what} is not a rewrite log in the explorer's data format ({e}): refused, nothing kept") from None
   if not isinstance(body, dict) or "fields" not in body: raise ResultRefused(f"{what} is not a rewrite log: refused, nothing kept")
+  try: check_locations(body)  # rule locations are data: one naming /proc/self/environ would have a page show it
+  except BlobRefused as e: raise ResultRefused(f"{what}: {e}: refused, nothing kept") from None
   return data
 
 MAX_TEXT = 1 << 20  # the longest string a study table or a measurement may hold (a case's label, a verdict, a note)

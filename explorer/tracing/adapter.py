@@ -14,9 +14,9 @@ if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
 os.environ.setdefault("PARALLEL", "0")
 
 import atexit, collections, collections.abc, contextlib, ctypes, dataclasses, difflib, enum, functools, glob, io, itertools, linecache, math
-import pickle, platform, re, subprocess, sys, tempfile, time, typing
+import pathlib, pickle, platform, re, subprocess, sys, tempfile, time, typing
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 import tinygrad
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.codegen import do_linearize, do_to_program, full_rewrite_to_sink, pm_to_program, to_program, to_program_cache, to_program_key
@@ -35,7 +35,7 @@ from tinygrad.schedule.indexing import BufferizeOpts
 from tinygrad.uop.ops import (AxisType, CallInfo, GroupOp, KernelInfo, Ops, ParamArg, PatternMatcher, ProgramInfo, RewriteTrace, TrackedGraphRewrite,
                               UOp, UPat, graph_rewrite, multirange_str, rewrite_group)
 import tinygrad.device
-from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, read_plain, refused, write_plain
+from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, location_key, package_path, read_plain, refused, stored_location, write_plain
 from explorer.spec import COMPUTE_DEVICES
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import Analysis, LoopRange, LoopSplit, Pressure, SpecCheck, SpecViolation, Storage
@@ -190,6 +190,8 @@ class LiveLog:
   """This process's own rewrite log, read in place: what a trace reads back while it records (the bufferize decisions, the call's
   arguments, loop splits) is rebuilt from tinygrad's live fields, without writing and reading back a blob or importing its viewer
   (about a quarter of a second to import). Pass groups are relative to base, as in the blob the trace stores."""
+  sources: Mapping[str, str] | None = None  # rules are read from the installed packages: this process ran them
+
   def __init__(self, base: int = 0) -> None:
     self.base, self.built = base, dict[int, UOp]()
 
@@ -252,9 +254,16 @@ def encode_rewrite_log(log: RewriteTrace) -> bytes:
   ops = {o: i for i, o in enumerate(Ops)}
   keys = [[k.display_name, enc.value(tuple(k.keys))] for k in log.keys]
   locs: dict[Any, Any] = {}  # a rule's location, encoded once: a pass records tens of thousands of matches of a few rules
-  def loc_of(loc: Any) -> Any: return got if (got := locs.get(loc)) is not None else locs.setdefault(loc, enc.value(loc))
-  rewrites = [[[enc.value(getattr(r, f.name)) if f.name != "matches" else [[a, b, loc_of(loc), t] for a, b, loc, t in r.matches]
-                for f in dataclasses.fields(r)] for r in group] for group in log.rewrites]
+  sources: dict[str, str] = {}  # each location's source, read now from the file that ran (a page never opens a file a blob names)
+  def loc_of(loc: Any) -> Any:
+    if (got := locs.get(loc)) is not None: return got
+    path, line = loc
+    sources[location_key(stored := [stored_location(path), line])] = _read_rule_source(path, line)
+    return locs.setdefault(loc, stored)
+  def field_of(r: TrackedGraphRewrite, name: str) -> Any:
+    if name == "matches": return [[a, b, loc_of(loc), t] for a, b, loc, t in r.matches]
+    return loc_of(r.loc) if name == "loc" else enc.value(getattr(r, name))
+  rewrites = [[[field_of(r, f.name) for f in dataclasses.fields(r)] for r in group] for group in log.rewrites]
   columns: dict[str, list] = {"num": [], "op": [], "dtype": [], "src": [], "arg": [], "tag": [], "meta": []}
   done = 0
   while done < len(fields):  # a UOp in an arg is numbered (and recorded) as it is met: those are written in the next round
@@ -272,7 +281,7 @@ def encode_rewrite_log(log: RewriteTrace) -> bytes:
     columns["meta"] += [value(r[5]) if len(r) > 5 else None for r in rows]
   if enc.unstored: ENCODER_UNSTORED.update(enc.unstored)
   body = {"ops": [o.name for o in ops], "dtypes": [[d.priority, d.bitsize, d.name, d.fmt] for d in enc.dtypes], "keys": keys, "rewrites": rewrites,
-          "fields": columns, "rewrite_fields": [f.name for f in dataclasses.fields(TrackedGraphRewrite)]}
+          "fields": columns, "rewrite_fields": [f.name for f in dataclasses.fields(TrackedGraphRewrite)], "sources": sources}
   return write_plain(body)
 
 ENCODER_UNSTORED: collections.Counter[str] = collections.Counter()  # classes kept as their repr in this process (tests check it stays empty)
@@ -296,6 +305,7 @@ class _LogFields(collections.abc.Mapping):
     self.dtypes = [DType(*d) for d in body["dtypes"]]
     self.decoded: dict[int, tuple] = {}
     self.built: dict[int, UOp] = {}
+    self.sources: dict[str, str] = {}  # each rule location's source, as the trace captured it (location_key -> text)
 
   def __len__(self) -> int: return len(self.row)
   def __iter__(self) -> Iterator[int]: return iter(self.row)
@@ -351,6 +361,8 @@ def decode_rewrite_log(blob: bytes) -> RewriteTrace:
   names = [f.name for f in dataclasses.fields(TrackedGraphRewrite)]
   _check(body["rewrite_fields"] == names, f"its rewrites have the fields {body['rewrite_fields']!r:.100}, tinygrad's have {names}")
   fields = _LogFields(body)
+  sources = body.get("sources", {})  # a blob written before sources were captured has none: its rules are read from the installed packages
+  fields.sources = {k: v for k, v in sources.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(sources, dict) else {}
   _check(isinstance(body["keys"], list) and all(isinstance(k, list) and len(k) == 2 and isinstance(k[0], str) for k in body["keys"]),
          "a key is malformed")
   keys = [TracingKey(name, tuple(fields.value(v)) if isinstance(v, list) else (), None, None) for name, v in body["keys"]]
@@ -398,6 +410,7 @@ class RewriteBlob:
     from tinygrad.viz.serve import VizData
     log = decode_rewrite_log(blob)
     self.data = VizData(log)
+    self.sources: dict[str, str] = getattr(log.uop_fields, "sources", None) or {}
     if isinstance(log.uop_fields, _LogFields): self.data.all_uops.update(log.uop_fields.built)
 
   def sink(self, trace_num: int) -> UOp:
@@ -440,7 +453,7 @@ class RewriteBlob:
   def pass_record(self, group: int, step: int) -> dict:
     """Where in tinygrad a pass was called (the graph_rewrite call's file:line and its code) and how many matches it recorded."""
     r = self.data.trace.rewrites[group][step]
-    return {"name": r.name, "call": f"{_rule_file(r.loc[0])}:{r.loc[1]}", "call_code": linecache.getline(r.loc[0], r.loc[1]).strip(),
+    return {"name": r.name, "call": f"{_rule_file(r.loc[0])}:{r.loc[1]}", "call_code": rule_source(r.loc, self.sources).split("\n")[0].strip(),
             "total": len(r.matches), "bottom_up": r.bottom_up, "depth": r.depth}
 
   def matches(self, group: int, step: int, offset: int, limit: int, depth: int = 3) -> list[dict]:
@@ -452,7 +465,7 @@ class RewriteBlob:
     for i, (before, after, loc, seconds) in enumerate(self.data.trace.rewrites[group][step].matches[offset:offset + limit], start=offset + 1):
       u0, u1 = _reconstruct(self.data, before, depth), _reconstruct(self.data, after, depth)
       diff = list(difflib.unified_diff(pystr(u0).splitlines(), pystr(u1).splitlines(), lineterm=""))[2:]  # no ---/+++ header
-      out.append({"index": i, "op": u0.op.name, "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc),
+      out.append({"index": i, "op": u0.op.name, "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc, self.sources),
                   "time_s": seconds, "error": u1.arg if u1.op is Ops.REWRITE_ERROR else None, "diff": diff,
                   "before": _graph_from_viz(uop_to_json(self.data, u0)), "after": _graph_from_viz(uop_to_json(self.data, u1))})
     return out
@@ -480,7 +493,7 @@ class RewriteBlob:
     def found(kind: str, step: int | None, match: int | None = None, loc: Any = None) -> dict:
       return {"num": num, "kind": kind, "step": step, "name": None if step is None else name(step), "match": match,
               "depth": None if step is None else rewrites[step].depth, "rule": None if loc is None else f"{_rule_file(loc[0])}:{loc[1]}",
-              "rule_source": None if loc is None else rule_source(loc)}
+              "rule_source": None if loc is None else rule_source(loc, self.sources)}
     for step, r in enumerate(rewrites):
       if r.sink is not None and holds(r.sink): return found("input" if step == 0 else "start", step)
       for j, (_, after, loc, _) in enumerate(r.matches, start=1):
@@ -989,10 +1002,27 @@ UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is 
 
 # ***** loop splitting: where tinygrad's "split ranges" pass (pm_split_ranges, codegen/simplify.py) cut a loop *****
 
+def rule_source(loc: tuple[str, int], sources: Mapping[str, str] | None = None) -> str:
+  """A rule's (or a graph_rewrite call's) source: as the rewrite log captured it when the trace ran, else as it stands in the installed
+  tinygrad or explorer. No other file is ever opened: a location is data from the log, which may come from elsewhere."""
+  if sources and (got := sources.get(location_key(loc))) is not None: return got
+  return _installed_source(*loc)
+
 @functools.cache
-def rule_source(loc: tuple[str, int]) -> str:
-  """A PatternMatcher rule's source as it stands in tinygrad's file: from its line until its parentheses close."""
-  path, line = loc
+def _package_roots() -> dict[str, pathlib.Path]:
+  return {"tinygrad": pathlib.Path(tinygrad.__file__).resolve().parent, "explorer": pathlib.Path(__file__).resolve().parents[1]}
+
+@functools.cache
+def _installed_source(path: str, line: int) -> str:
+  """The source at a location inside the installed tinygrad or explorer (an absolute path of another machine's install included), read
+  from this one's: resolved, so that no '..' or symlink leads out of it; '' for any other file."""
+  if (rel := package_path(path)) is None or type(line) is not int: return ""
+  root = _package_roots()[rel.split("/")[0]]
+  file = (root.parent / rel).resolve()
+  return _read_rule_source(str(file), line) if file.is_relative_to(root) and file.is_file() else ""
+
+def _read_rule_source(path: str, line: int) -> str:
+  """A PatternMatcher rule's source as it stands in its file: from its line until its parentheses close."""
   out, depth = [], 0
   for n in range(line, line + 12):
     if not (text := linecache.getline(path, n)): break
@@ -1012,8 +1042,10 @@ def _range_fact(u: UOp) -> RangeFact:
 def _loop_range(f: RangeFact) -> LoopRange: return {"axis": f[0], "size": f[1], "kind": f[2]}
 
 def _rule_file(path: str) -> str:
-  """tinygrad's rules by their path in tinygrad (codegen/simplify.py), the explorer's own by theirs (explorer/tracing/rewrites.py)."""
-  return path.split("tinygrad/")[-1] if "/tinygrad/" in path else "explorer/" + path.split("/explorer/")[-1]
+  """tinygrad's rules by their path in tinygrad (codegen/simplify.py), the explorer's own by theirs (explorer/tracing/rewrites.py), any
+  other by its file's name."""
+  rel = stored_location(path)
+  return rel.removeprefix("tinygrad/")
 
 def _splits_loops(pass_name: str) -> bool:
   """tinygrad's "split ranges" pass, and the explorer's peel:N rewrite (explorer.tracing.rewrites)."""
@@ -1032,7 +1064,7 @@ def loop_splits(log: LiveLog | RewriteBlob, passes: Sequence[Pass]) -> list[Loop
       # the loops it cut and the ones they became; a loop nested in a peeled one is copied, not cut, and is left out of both
       out.append({"pass": p.name, "step": p.step, "ranges": [_loop_range(f) for f in sorted(fb - fa, key=str)],
                   "into": [_loop_range(f) for f in sorted(fa - fb, key=str) if f not in fb],
-                  "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc)})
+                  "rule": f"{_rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc, log.sources)})
   return out
 
 # ***** spec checks: tinygrad's own specs (tinygrad/uop/spec.py), every UOp checked, every violation kept *****
