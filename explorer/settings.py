@@ -1,11 +1,11 @@
 """Every limit and knob in one declarative table (pydantic-settings): environment variables KERNEL_EXPLORER_<NAME>, overridable
 by CLI flags (`kernel-explorer serve` has one per setting). The README documents each one (a test checks that it does)."""
 from __future__ import annotations
-import os
+import ipaddress, os
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Mapping
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from explorer import defaults
 
@@ -25,6 +25,9 @@ class Settings(BaseSettings):
   db: str | None = Field(None, description="SQLite file for stored traces (default: $XDG_DATA_HOME/kernel-explorer/traces.sqlite3)")
   token: str | None = Field(None, min_length=MIN_TOKEN_CHARS, description="access token required when binding beyond loopback "
                             "(header X-Access-Token or cookie ke_token); at least 16 characters: `kernel-explorer token` prints one")
+  trusted_proxies: str = Field("", max_length=4096, description="addresses of reverse proxies whose X-Forwarded-For and "
+                               "X-Forwarded-Proto headers name the client (comma separated IPs or CIDR networks; empty: none, every "
+                               "client is its socket's address, so no client can change its address and escape its per-client share)")
   trace_timeout_s: float = Field(defaults.TRACE_TIMEOUT_S, ge=0, description="wall-clock limit for one worker (a trace, a study variant, "
                                  "a diff measurement, a probe), in seconds")
   worker_memory_mb: int = Field(defaults.WORKER_MEMORY_MB, ge=0, description="memory limit of a worker: each of its processes' data "
@@ -67,6 +70,19 @@ class Settings(BaseSettings):
                                  "worker is replaced past it)")
   max_graph_queue: int = Field(32, ge=0, description="graph expansions waiting for a graph worker before new ones get 503 with a Retry-After")
 
+  @field_validator("trusted_proxies")
+  @classmethod
+  def _networks(cls, text: str) -> str:
+    for p in _entries(text):
+      try: ipaddress.ip_network(p, strict=False)
+      except ValueError: raise ValueError(f"{p!r} is not an IP address or network") from None
+    return text
+
+  @property
+  def proxies(self) -> list[str]:
+    """The trusted proxies, as uvicorn takes them (forwarded_allow_ips)."""
+    return _entries(self.trusted_proxies)
+
   @classmethod
   def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
                                  env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
@@ -85,6 +101,8 @@ class Settings(BaseSettings):
 
   @property
   def workers(self) -> int: return self.max_workers or max(1, os.cpu_count() or 1)
+
+def _entries(text: str) -> list[str]: return [p.strip() for p in text.split(",") if p.strip()]
 
 def _first_error(e: ValidationError) -> str:
   err = e.errors()[0]

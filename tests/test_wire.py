@@ -297,6 +297,17 @@ def test_a_reproducer_names_a_device_tinygrad_reads(real_trace):
 
 # ***** 6: one client, its share; every error is JSON; no scratch file outlives its worker *****
 
+def test_a_client_is_its_socket_unless_the_operator_names_its_proxy(tmp_path):
+  """A real server: X-Forwarded-For from loopback changes nobody's address (uvicorn would trust it from 127.0.0.1 by default, and a
+  local client would escape its share); listed as a trusted proxy, loopback's header names the client."""
+  forged = {"X-Forwarded-For": "203.0.113.9"}
+  with running_server(tmp_path / "s.sqlite3", tmp_path) as base:
+    assert "db" in httpx.get(f"{base}/api/health", headers=forged, timeout=30).json()  # still the loopback client it is
+  with running_server(tmp_path / "s.sqlite3", tmp_path, log_name="proxied.log", trusted_proxies="127.0.0.1") as base:
+    assert "db" not in httpx.get(f"{base}/api/health", headers=forged, timeout=30).json()  # the proxy says 203.0.113.9
+    assert "db" in httpx.get(f"{base}/api/health", timeout=30).json()
+  with pytest.raises(ValueError, match="TRUSTED_PROXIES.*not an IP address"): Settings.load(env={}, trusted_proxies="10.0.0.1,proxy.example")
+
 def test_one_client_gets_its_share_of_the_queue(tmp_path):
   from test_web_api import GatedRunner
   runner = GatedRunner()

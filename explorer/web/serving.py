@@ -38,6 +38,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
   redact_access_log()
   # keep-alive beyond uvicorn's 5 s: on a busy loop a client's next request could meet a connection closed as idle.
   # No limit_concurrency: uvicorn counts idle sockets in it; requests in flight are limited by explorer.web.http.limits instead.
+  # proxy headers only from the proxies the operator lists: uvicorn's default trusts them from loopback (and FORWARDED_ALLOW_IPS)
+  proxies = settings.proxies
   try: uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3, timeout_keep_alive=30,
-                   http=protocol_with(float(settings.request_head_timeout_s)))
+                   http=protocol_with(float(settings.request_head_timeout_s)), proxy_headers=bool(proxies), forwarded_allow_ips=proxies or [])
   finally: stop_all()  # diff measurements and probes still running (trace jobs were stopped by the app's shutdown)
