@@ -3,7 +3,7 @@
 No tinygrad imports here: the web server uses this module, and the server process must never import tinygrad.
 """
 from __future__ import annotations
-import hashlib, importlib.metadata, json, os, pathlib, sqlite3, threading, time
+import array, hashlib, importlib.metadata, itertools, json, math, os, pathlib, re, sqlite3, threading, time
 from typing import Any, Callable
 from explorer.blob import MAGIC as BLOB_MAGIC, BlobRefused, check_locations, read_plain
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, NOT_SET, ConvSpec, SpecError, Variant, knobs
@@ -163,6 +163,8 @@ def add_target_record(kernel: dict, target: str, rec: dict) -> None:
   if "error" in rec: kernel.setdefault("source_errors", {})[target] = rec["error"]
   else: kernel.setdefault("targets", {})[target], kernel.setdefault("sources", {})[target] = rec, rec["source"]
 
+MERGED_KINDS = (ENRICH_TARGET, ENRICH_ANALYSIS, ENRICH_FACTS)  # the enrichments a stored trace is read with (Store._enriched)
+
 def checked_locations(blob: bytes) -> None:
   """StoreError when a rewrite blob in the data format names a rule location outside tinygrad and the explorer (explorer.blob); other
   bytes are kept as they are (a reader refuses what it cannot decode)."""
@@ -233,6 +235,14 @@ class Store:
 
   def has_trace(self, trace_id: str) -> bool:
     return self._conn().execute("SELECT 1 FROM traces WHERE id = ?", (trace_id,)).fetchone() is not None
+
+  def trace_version(self, trace_id: str) -> tuple | None:
+    """What a parsed copy of the trace is good for (None: no such trace): its row's time, and the count and latest time of the
+    enrichments merged into it. Cheap (an index lookup): a cache asks it before each use."""
+    return self._conn().execute(
+      "SELECT t.created, (SELECT count(*) FROM enrichments e WHERE e.trace_id = t.id AND e.kind IN (?, ?, ?)), "
+      "(SELECT max(created) FROM enrichments e WHERE e.trace_id = t.id AND e.kind IN (?, ?, ?)) FROM traces t WHERE t.id = ?",
+      (*MERGED_KINDS, *MERGED_KINDS, trace_id)).fetchone()
 
   def get_trace(self, trace_id: str) -> dict | None:
     row = self._conn().execute("SELECT trace FROM traces WHERE id = ?", (trace_id,)).fetchone()
@@ -500,11 +510,74 @@ class Store:
 
 # ***** a trace named on the command line: a JSON file or a stored id (both kernel-explorer diff and export take either) *****
 
+MAX_TRACE_FILE_BYTES = 256 << 20  # a trace file is refused above this, before it is read (a 1,000-kernel program's is tens of MiB)
+MAX_TRACE_DEPTH = 64              # JSON nesting a trace file may have (a trace's own is under 10)
+MAX_TRACE_INT = 1 << 63           # the magnitude a trace's integers stay below
+# what is not an array's or object's bracket outside a string, in runs (possessive: no backtracking state kept over a long string)
+_NOT_NESTING = re.compile(rb'(?:[^"\[\]{}]++|"[^"\\]*(?:\\.[^"\\]*)*+")++', re.S)
+_NESTING = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff"), bytes(set(range(256)) - set(b"[{]}"))  # opening +1, closing -1 (as int8)
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 def load_trace_file(path: str) -> dict:
-  """A trace JSON file, as `kernel-explorer trace --json` or the web API writes it; SpecError (one line) when it is not one."""
+  """A trace JSON file, as `kernel-explorer trace --json` or the web API writes it; SpecError (one line) when it is not one: too big
+  (refused before it is read), not UTF-8, not JSON, nested too deep, numbers beyond a trace's, or a trace whose references break."""
+  try: return _trace_of(_read_json(path), path)
+  except SpecError: raise
+  except RecursionError: raise SpecError(f"trace file {path} is nested too deeply to read") from None
+  except MemoryError: raise SpecError(f"trace file {path} does not fit in memory here") from None
+  except (KeyError, IndexError, TypeError, ValueError) as e:  # a file this version's checks let through and its readers trip on
+    raise SpecError(f"trace file {path} does not read as a trace: {type(e).__name__}: {e}"[:300].replace("\n", " ")) from None
+
+def _mib(n: int) -> str: return f"{n / (1 << 20):.4g} MiB"
+
+def _read_json(path: str) -> Any:
+  """The file's JSON, its size bounded before it is read, its nesting before it is parsed, its numbers as they are parsed."""
   try:
-    with open(path) as f: t = json.load(f)
-  except (OSError, json.JSONDecodeError) as e: raise SpecError(f"cannot read the trace file {path}: {e}") from None
+    if (size := os.stat(path).st_size) > MAX_TRACE_FILE_BYTES:
+      raise SpecError(f"trace file {path} is {_mib(size)}, over the {_mib(MAX_TRACE_FILE_BYTES)} a trace file may be")
+    with open(path, "rb") as f: data = f.read(MAX_TRACE_FILE_BYTES + 1)
+  except OSError as e: raise SpecError(f"cannot read the trace file {path}: {e}") from None
+  if len(data) > MAX_TRACE_FILE_BYTES: raise SpecError(f"trace file {path} grew over the {_mib(MAX_TRACE_FILE_BYTES)} a trace file may be")
+  try: text = data.decode("utf-8")
+  except UnicodeDecodeError as e: raise SpecError(f"trace file {path} is not UTF-8: byte {e.start} ({data[e.start]:#04x}): {e.reason}") from None
+  if _nesting(data, MAX_TRACE_DEPTH) > MAX_TRACE_DEPTH:
+    raise SpecError(f"trace file {path} nests arrays and objects deeper than the {MAX_TRACE_DEPTH} levels a trace file may")
+  del data
+  def integer(s: str) -> int:
+    if len(digits := s.lstrip("-")) > 19 or abs(n := int(s)) >= MAX_TRACE_INT:  # int() of a long one is refused, or slow
+      raise SpecError(f"trace file {path} holds the integer {s[:20]}{'...' if len(s) > 20 else ''} ({len(digits)} digits), beyond the 2**63 "
+                      "a trace's integers stay within")
+    return n
+  def number(s: str) -> float:
+    if len(s) > 64 or not math.isfinite(x := float(s)): raise SpecError(f"trace file {path} holds a number beyond a float's range: {s[:20]}")
+    return x
+  def constant(s: str) -> Any: raise SpecError(f"trace file {path} holds {s}: a trace's numbers are finite")
+  try: got = json.loads(text, parse_int=integer, parse_float=number, parse_constant=constant)
+  except json.JSONDecodeError as e: raise SpecError(f"cannot read the trace file {path}: {e}") from None
+  if _ESCAPED_SURROGATE.search(text) and _has_surrogate(got):  # valid JSON, but no UTF-8 text: an export could not write it
+    raise SpecError(f"trace file {path} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape), which is not text")
+  return got
+
+def _nesting(data: bytes, limit: int) -> int:
+  """How deep JSON's arrays and objects nest in data, outside its strings (read to limit + 1 at most): linear, without recursion."""
+  marks, depth, peak, chunk = memoryview(array.array("b", _NOT_NESTING.sub(b"", data).translate(*_NESTING))), 0, 0, 1 << 16
+  for at in range(0, len(marks), chunk):  # a chunk at a time: a deep file is refused at its start
+    if (peak := max(peak, max(itertools.accumulate(marks[at:at + chunk], initial=depth)))) > limit: break
+    depth += sum(marks[at:at + chunk])
+  return peak
+
+def _has_surrogate(value: Any) -> bool:
+  """Whether any string (key or value) in parsed JSON holds a UTF-16 surrogate, walked without recursion."""
+  todo = [value]
+  while todo:
+    v = todo.pop()
+    if isinstance(v, str) and _SURROGATE.search(v): return True
+    if isinstance(v, dict): todo += [*v.keys(), *v.values()]
+    elif isinstance(v, list): todo += v
+  return False
+
+def _trace_of(t: Any, path: str) -> dict:
   if isinstance(t, dict) and "trace" in t and "kernels" not in t: t = t["trace"]  # a wrapped trace (the web API's shape)
   if not isinstance(t, dict) or not {"spec", "kernels", "buffers", "schedule", "env"} <= set(t):
     raise SpecError(f"{path} is not a Kernel Explorer trace (run `kernel-explorer trace ... --json PATH`)")

@@ -47,13 +47,15 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
   limits, timeout_s = Limits.from_settings(settings), float(settings.trace_timeout_s)
   # with a job queue this server only follows jobs: the queue's workers are the limit, and max_queue bounds what waits there
   parallel = settings.workers if queue is None else int(settings.max_queue) + 1
-  def changed(trace_id: str) -> None: svc.forget(trace_id)  # a target, an enrichment or a study stored into a trace
-  enrichments = EnrichmentService(store, limits, on_stored=changed, background_workers=int(settings.background_workers))
+  def changed(trace_id: str, merge: Any = None) -> None: svc.forget(trace_id, merge)  # a target, an enrichment or a study stored into a trace
+  traces = TraceCache(store)
+  enrichments = EnrichmentService(store, limits, on_stored=changed, read=traces.get, background_workers=int(settings.background_workers),
+                                  max_waiting=int(settings.max_waiting_work), per_client=int(settings.max_work_per_client))
   def stored(trace_id: str, trace: dict) -> None:  # a trace's records get their analyses in the background, at a lower priority
     for target in dict.fromkeys(t for k in trace.get("kernels") or [] for t in k.get("targets") or {}):
       enrichments.start_background(trace_id, ENRICH_ANALYSIS, target, enrichments.missing(trace, ENRICH_ANALYSIS, target))
   svc = Services(
-    settings=settings, store=store, traces=TraceCache(store),
+    settings=settings, store=store, traces=traces,
     jobs=JobManager(store, parallel=parallel, timeout_s=timeout_s, runner=runner, max_queue=int(settings.max_queue), limits=limits,
                     queue_wait_s=float(settings.queue_wait_s), queue=queue, max_per_client=int(settings.max_jobs_per_client),
                     on_stored=stored),
@@ -97,9 +99,11 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   templates.env.globals.update(provenance=provenance, **tours.TEMPLATE_GLOBALS)
   app.add_middleware(GZipMiddleware, minimum_size=4096)
   app.add_middleware(ResponseCache, is_stored=store.has_trace, state=app.state)  # outside GZip: kept gzipped
-  def forget(trace_id: str) -> None:
-    """A stored trace changed (a target was added to it) or went: what was parsed or rendered from it before is dropped."""
-    svc.traces.forget(trace_id)
+  def forget(trace_id: str, merge: Any = None) -> None:
+    """A stored trace changed (a target was added to it: merge puts it into the parsed trace) or went: what was rendered from it before
+    is dropped, and the parsed trace too where no merge says how it changed."""
+    if merge is not None: svc.traces.update(trace_id, merge)
+    else: svc.traces.forget(trace_id)
     if (cache := getattr(app.state, "response_cache", None)) is not None: cache.forget(trace_id)
   svc.forget = forget
   # body and URL size, requests in flight, cross-site posts, Host on loopback, safety headers

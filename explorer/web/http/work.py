@@ -22,7 +22,7 @@ class WorkGate:
       raise HTTPException(403, "cross-site request refused: this URL starts work (a target's codegen, a graph layout, a diff, an export); "
                                "open it from this server's pages")
     self.permits += 1
-    return WorkPermit(self.request.url.path)
+    return WorkPermit(self.request.url.path, self.request.client.host if self.request.client else None)
 
   def permit_if_allowed(self) -> WorkPermit | None:
     """A permit, or None where permit() would refuse one: for a page that does without the work when it may not start it."""

@@ -4,6 +4,8 @@ analysis (line map, live values, loop splits, program spec), a record's compile 
 in a worker; then, at a lower priority, its neighbours (NEIGHBOURS kernels either side), which a user's request for one of them
 overtakes. Each computation is a Task, stored in its own transaction (a row per kernel, target and kind) and served from the store
 after; identical requests share one task; a server that stops mid-way has stored nothing of it, and the next view computes it again.
+Each kind of work is bounded per client and in all (the lifecycle's admission rule, before any work starts); queued work holds the
+trace's id and reads the trace (the server's one parsed copy) when its turn comes; what is stored is merged into that copy.
 Also here: kernels scheduled by hand (explorer.tracing.handopts: opts a user picked, on a target, timed against the original)."""
 from __future__ import annotations
 import asyncio, dataclasses, threading, time
@@ -12,11 +14,17 @@ from typing import Any, Callable
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, Variant
 from explorer.store import Store
 from explorer.tracing.workers import Limits, WorkerFailed
-from explorer.web.services.lifecycle import DONE, ERROR, Progress, Task, Tasks
+from explorer.web.services.lifecycle import DONE, ERROR, Busy, Progress, Task, Tasks
 from explorer.web.services.permit import WorkPermit
 
 NEIGHBOURS = 4  # after the kernel asked for, this many on either side are computed in the background
 BACKGROUND_NICE = 5  # background work runs this much further below the server's CPU priority than the work a page waits for
+
+def ran_on(trace: dict, target: str, by: str) -> dict:
+  """The trace saying where its records on `target` were computed (env.ran_on.targets), a copy along that path."""
+  env = trace.get("env") or {}
+  ran = env.get("ran_on") or {}
+  return {**trace, "env": {**env, "ran_on": {**ran, "targets": {**(ran.get("targets") or {}), target: by}}}}
 
 class EnrichmentUnavailable(RuntimeError):
   """This enrichment cannot be computed for this trace (an unknown target, a kernel without a record for it, a trace recorded before
@@ -57,14 +65,22 @@ class OptsTask(Task):
     return {"kind": OPTS, "kernel": self.kernel, "target": self.target, "from": self.start, "opts": list(self.opts), "status": self.status,
             "detail": self.detail, "error": self.error, "started": self.started}
 
+Merge = Callable[[dict], dict]  # a stored trace with what was just stored into it (copy-on-write: explorer.tracing.enrich.with_*)
+
 class EnrichmentService:
-  def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str], None], background_workers: int = 1):
-    self.store, self.limits, self.on_stored = store, limits, on_stored
+  def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str, Merge | None], None], read: Callable[[str], dict | None],
+               background_workers: int = 1, max_waiting: int = 32, per_client: int = 4):
+    """on_stored(id, merge): something was stored into trace id (merge: how to put it into a parsed copy; None: read it again);
+    read(id): the stored trace, parsed (the server's one copy); max_waiting, per_client: the admission rule's bounds per kind."""
+    self.store, self.limits, self.on_stored, self.read = store, limits, on_stored, read
     self.background_limits = dataclasses.replace(limits, nice=limits.nice + BACKGROUND_NICE)
-    self.tasks: Tasks[EnrichTask] = Tasks(parallel=2)  # what a page or a request waits for
-    self.background: Tasks[EnrichTask] = Tasks(parallel=max(1, background_workers))  # the rest, at a lower priority
+    # what a page or a request waits for
+    self.tasks: Tasks[EnrichTask] = Tasks(parallel=2, max_waiting=max_waiting, per_client=per_client, what="enrichments")
+    # the rest, at a lower priority: the server's own work, bounded (a neighbour left out is computed when it is viewed)
+    self.background: Tasks[EnrichTask] = Tasks(parallel=max(1, background_workers), max_waiting=max_waiting, what="background enrichments")
     self.background_workers = background_workers
-    self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=1)     # one hand schedule at a time: each may time kernels on the device
+    # one hand schedule at a time: each may time kernels on the device
+    self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=1, max_waiting=max_waiting, per_client=per_client, what="hand schedules")
     self._pins = threading.Lock()
     self.computed = 0  # worker runs for requests: tests check that concurrent and later requests compute nothing more
     self.computed_background = 0  # worker runs of background tasks
@@ -91,9 +107,11 @@ class EnrichmentService:
     """The task computing `kind` of these kernels on `target` (the running one, or a new one); EnrichmentUnavailable when it cannot
     be. It starts a worker: the request's permit (explorer.web.services.permit) says it may. neighbours: once it is stored, the kernels
     around it follow in the background."""
-    work = self._work(trace_id, trace, kind, target, kernels)
+    self._check(trace, kind, target, kernels)
+    work = self._work(trace_id, kind, target, kernels)
     which = ", ".join(map(str, kernels))
-    task = EnrichTask(kind=kind, target=target, kernels=kernels, detail=f"{target} {kind} of kernel(s) {which} waits for a worker")
+    task = EnrichTask(kind=kind, target=target, kernels=kernels, detail=f"{target} {kind} of kernel(s) {which} waits for a worker",
+                      client=permit.client)
     async def ended(t: EnrichTask) -> None:
       if neighbours and t.status == DONE: await self._then_neighbours(trace_id, kind, target, kernels)
     return self.tasks.start(self._key(trace_id, kind, target, kernels), task, work[0], kept=work[1], ended=ended)
@@ -104,78 +122,83 @@ class EnrichmentService:
     if not kernels or not self.background_workers: return None
     key = self._key(trace_id, kind, target, ("background", *kernels))
     def work(task: EnrichTask, progress: Progress) -> Any:
-      trace = self.store.get_trace(trace_id)
+      trace = self.read(trace_id)
       if trace is None or not (still := self.missing(trace, kind, target, kernels)): return None
-      fn, keep = self._work(trace_id, trace, kind, target, tuple(still), background=True)
+      self._check(trace, kind, target, tuple(still))
+      fn, keep = self._work(trace_id, kind, target, tuple(still), background=True)
       task.kernels = tuple(still)
       return keep, fn(task, progress)
     async def kept(task: EnrichTask, got: Any) -> Any:
       if got is not None: await got[0](task, got[1])
     task = EnrichTask(kind=kind, target=target, kernels=tuple(kernels), background=True, detail=f"{target} {kind} in the background")
-    return self.background.start(key, task, work, kept=kept)
+    try: return self.background.start(key, task, work, kept=kept)
+    except Busy: return None  # the background is full: what it would have done is computed when a page asks for it
 
   async def _then_neighbours(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> None:
-    if (trace := await asyncio.to_thread(self.store.get_trace, trace_id)) is None: return
+    if (trace := await asyncio.to_thread(self.read, trace_id)) is None: return
     n = len(trace.get("kernels") or [])
     around = sorted({i for k in kernels for i in range(max(0, k - NEIGHBOURS), min(n, k + NEIGHBOURS + 1))} - set(kernels))
     self.start_background(trace_id, kind, target, self.missing(trace, kind, target, around))
 
-  def _work(self, trace_id: str, trace: dict, kind: str, target: str, kernels: tuple[int, ...],
-            background: bool = False) -> tuple[Callable[[EnrichTask, Progress], Any], Callable[[EnrichTask, Any], Any]]:
-    """(work, kept) of one computation: the worker's part and what is stored of its result."""
-    from explorer.tracing import enrich
-    from explorer.tracing.run import ran_here
+  @staticmethod
+  def _check(trace: dict, kind: str, target: str, kernels: tuple[int, ...]) -> None:
+    """EnrichmentUnavailable when `kind` of these kernels on `target` cannot be computed for this trace."""
     if target not in TARGETS: raise EnrichmentUnavailable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
     ks = trace.get("kernels") or []
     if bad := [n for n in kernels if not 0 <= n < len(ks)]: raise EnrichmentUnavailable(f"the trace has no kernel {bad[0]} (it has {len(ks)})")
-    limits = self.background_limits if background else self.limits
-    def count() -> None:
-      if background: self.computed_background += 1
-      else: self.computed += 1
     if kind == ENRICH_TARGET:
       if (trace.get("schema") or 1) < 2 or not all(k.get("ast_sink") is not None for k in ks):
         raise EnrichmentUnavailable("this trace was recorded before per-target records: trace it again to see other targets")
       if (trace.get("variant") or {}).get("rewrite_file"):
         raise EnrichmentUnavailable("this trace ran a user's rewrite file, and the server never runs user code: render more targets with the CLI")
       Variant.from_dict(trace["variant"])  # a stored trace's variant still reads (it names the arch)
+    elif kind in (ENRICH_ANALYSIS, ENRICH_FACTS):
+      if missing := [n for n in kernels if target not in ((ks[n].get("targets") or {}))]:
+        raise EnrichmentUnavailable(f"no {target} record for kernel(s) {', '.join(map(str, missing))}: compute the target first")
+    else: raise EnrichmentUnavailable(f"no enrichment {kind!r}")
+
+  def _work(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...],
+            background: bool = False) -> tuple[Callable[[EnrichTask, Progress], Any], Callable[[EnrichTask, Any], Any]]:
+    """(work, kept) of one computation (checked by _check): the worker's part, which reads the trace when its turn comes (work waiting
+    for a worker holds an id, not a parsed trace), and what is stored of its result."""
+    from explorer.tracing import enrich
+    from explorer.tracing.run import ran_here
+    limits = self.background_limits if background else self.limits
+    def trace_now() -> dict:
+      if (trace := self.read(trace_id)) is None: raise WorkerFailed(f"trace {trace_id} was deleted")
+      if background: self.computed_background += 1
+      else: self.computed += 1
+      return trace
+    if kind == ENRICH_TARGET:
       def render(task: EnrichTask, progress: Progress) -> Any:
         if (blob := self.store.get_rewrites(trace_id)) is None:
           raise WorkerFailed(f"trace {trace_id} has no stored rewrites to rebuild its kernels from")
-        count()
-        return enrich.compute_target(trace, blob, target, kernels, progress, limits)
+        return enrich.compute_target(trace_now(), blob, target, kernels, progress, limits)
       async def keep_records(task: EnrichTask, got: Any) -> str:
         records, key, blob = got
-        await asyncio.to_thread(self.store.put_target_records, trace_id, target, records, key, blob, ran_here()["by"])
-        self.on_stored(trace_id)
+        by = ran_here()["by"]
+        await asyncio.to_thread(self.store.put_target_records, trace_id, target, records, key, blob, by)
+        self.on_stored(trace_id, lambda t: ran_on(enrich.with_target(t, target, records), target, by))
         return f"{target} records of {len(records)} kernel(s) in {time.time() - task.started:.1f}s"
       return render, keep_records
     if kind == ENRICH_ANALYSIS:
-      jobs = enrich.analysis_jobs(trace, [target], kernels)
-      if missing := [n for n in kernels if target not in ((ks[n].get("targets") or {}))]:
-        raise EnrichmentUnavailable(f"no {target} record for kernel(s) {', '.join(map(str, missing))}: compute the target first")
       def analyse(task: EnrichTask, progress: Progress) -> Any:
+        jobs = enrich.analysis_jobs(trace_now(), [target], kernels)
         blobs: dict[str, bytes] = {}
         for key in {j["blob"] or "" for j in jobs}:
           if (b := self.store.get_rewrites(trace_id, key or None)) is None:
             raise WorkerFailed(f"trace {trace_id} keeps no rewrite blob {key or 'of its own'}")
           blobs[key] = b
-        count()
         return enrich.compute_analysis(jobs, blobs, progress, limits)
-      return analyse, self._keeper(trace_id, ENRICH_ANALYSIS, target)
-    if kind == ENRICH_FACTS:
-      jobs = enrich.facts_jobs(trace, [target], kernels)
-      if missing := [n for n in kernels if target not in ((ks[n].get("targets") or {}))]:
-        raise EnrichmentUnavailable(f"no {target} record for kernel(s) {', '.join(map(str, missing))}: compute the target first")
-      def compile_(task: EnrichTask, progress: Progress) -> Any:
-        count()
-        return enrich.compute_facts(jobs, progress, limits)
-      return compile_, self._keeper(trace_id, ENRICH_FACTS, target)
-    raise EnrichmentUnavailable(f"no enrichment {kind!r}")
+      return analyse, self._keeper(trace_id, ENRICH_ANALYSIS, target, enrich.with_analysis)
+    def compile_(task: EnrichTask, progress: Progress) -> Any:
+      return enrich.compute_facts(enrich.facts_jobs(trace_now(), [target], kernels), progress, limits)
+    return compile_, self._keeper(trace_id, ENRICH_FACTS, target, enrich.with_facts)
 
-  def _keeper(self, trace_id: str, kind: str, target: str) -> Callable[[EnrichTask, Any], Any]:
+  def _keeper(self, trace_id: str, kind: str, target: str, merge: Callable[[dict, Any], dict]) -> Callable[[EnrichTask, Any], Any]:
     async def kept(task: EnrichTask, got: Any) -> str:
       await asyncio.to_thread(self.store.put_enrichments, trace_id, kind, got)
-      self.on_stored(trace_id)
+      self.on_stored(trace_id, lambda t: merge(t, got))
       return f"{target} {kind} of {len(got)} kernel(s) in {time.time() - task.started:.1f}s"
     return kept
 
@@ -189,7 +212,7 @@ class EnrichmentService:
     while task.active: await asyncio.sleep(0.1)
     if task.status == ERROR: self.forget(trace_id, kind, target, kernels)
     if task.status != DONE: return trace
-    return await asyncio.to_thread(self.store.get_trace, trace_id) or trace
+    return await asyncio.to_thread(self.read, trace_id) or trace
 
   async def with_facts(self, trace_id: str, trace: dict, target: str, permit: WorkPermit) -> dict:
     """The trace with every kernel's compile facts and analysis on `target`, computed first where missing (what a diff compares)."""
@@ -227,7 +250,7 @@ class EnrichmentService:
     async def kept(task: OptsTask, got: Any) -> dict:
       await asyncio.to_thread(self.store.put_enrichments, trace_id, opts_kind(start, opts), {(n, target): got})
       return got
-    task = OptsTask(kernel=n, target=target, start=start, opts=opts, detail=f"{target} codegen waits for a worker")
+    task = OptsTask(kernel=n, target=target, start=start, opts=opts, detail=f"{target} codegen waits for a worker", client=permit.client)
     return self.opts_tasks.start((trace_id, n, target, opts_kind(start, opts)), task, work, kept=kept)
 
   def add_to_tour(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> list[list]:
@@ -236,7 +259,7 @@ class EnrichmentService:
       pins = self.store.enrichments(trace_id, TOUR).get((n, target)) or []
       if [start, list(opts)] not in pins: pins.append([start, list(opts)])
       self.store.put_enrichments(trace_id, TOUR, {(n, target): pins})
-    self.on_stored(trace_id)
+    self.on_stored(trace_id, lambda t: t)  # the tour's pages change, the trace does not
     return pins
 
   def tour_schedules(self, trace_id: str) -> list[dict]:

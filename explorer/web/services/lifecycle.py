@@ -3,7 +3,12 @@ roofline probe. Each is a Task: queued -> running -> done | error | interrupted,
 one-line error, and its times. Tasks runs them: identical work (one key) shares one task, at most `parallel` run at once (the rest
 wait their turn, queued), the work itself runs in a daemon thread (it spawns its worker processes) and reports progress into the task
 from there. A service with no room for more work raises Busy; the HTTP edge answers it, one handler for all, with its status and a
-Retry-After."""
+Retry-After.
+
+One admission rule for all of it (Tasks.start, before any work is done or any trace read for it): joining identical work is free; new
+work is refused with ClientBusy (429) once its client has `per_client` tasks of the kind queued or running, and with Busy (503) once
+`parallel + max_waiting` are; and one client's tasks run on at most parallel - 1 of the kind's slots (when it has two or more), so that
+another client always finds one free."""
 from __future__ import annotations
 import asyncio, threading, time, uuid
 from dataclasses import dataclass, field
@@ -25,6 +30,10 @@ class Busy(RuntimeError):
     super().__init__(message)
     if retry_after_s is not None: self.retry_after_s = retry_after_s
 
+class ClientBusy(Busy):
+  """This client has its share of this kind of work queued or running already: its next one waits until one of them ends."""
+  status = 429
+
 @dataclass
 class Task:
   """One piece of background work."""
@@ -36,6 +45,7 @@ class Task:
   created: float = field(default_factory=time.time)
   finished: float | None = None
   running_on_turn: bool = field(default=True, repr=False)  # running once its turn comes (a trace on a job queue waits for a worker)
+  client: str | None = None  # the address that asked for it: its share is bounded (None: the server's own work)
 
   @property
   def active(self) -> bool: return self.status in ACTIVE
@@ -74,13 +84,26 @@ T = TypeVar("T", bound=Task)
 Hook = Callable[[T], Awaitable[None]]
 
 class Tasks(Generic[T]):
-  """Tasks by key, run in the background (start from the event loop)."""
-  def __init__(self, parallel: int | None = None, wait_s: float | None = None):
-    """parallel: how many run at once (None: no limit); wait_s: how long a task may wait for its turn before it fails, saying so."""
-    self.parallel, self.wait_s = parallel, wait_s
+  """Tasks by key, run in the background (start from the event loop), admitted by one rule (the module's docstring)."""
+  def __init__(self, parallel: int | None = None, wait_s: float | None = None, max_waiting: int | None = None, per_client: int = 0,
+               what: str = "tasks"):
+    """parallel: how many run at once (None: no limit); wait_s: how long a task may wait for its turn before it fails, saying so;
+    max_waiting: how many more may wait for a turn (None: no bound); per_client: one client's tasks queued or running at once (0: no
+    bound); what: the work, as refusals name it."""
+    self.parallel, self.wait_s, self.max_waiting, self.per_client, self.what = parallel, wait_s, max_waiting, per_client, what
     self.tasks: dict[Hashable, T] = {}
     self.running: set[asyncio.Task] = set()
     self._slots: asyncio.Semaphore | None = None
+    self._client_slots: dict[str, asyncio.Semaphore] = {}
+
+  def admit(self, client: str | None) -> None:
+    """Refuse new work where the rule says so (ClientBusy: this client's share; Busy: the server's); the caller has checked that no
+    identical work is queued or running (joining it is free). Cheap: it reads only what runs."""
+    active = self.active()
+    if self.max_waiting is not None and self.parallel is not None and len(active) >= self.parallel + self.max_waiting:
+      raise Busy(f"{len(active)} {self.what} are running or waiting already; try again in a minute", 60)
+    if client is not None and self.per_client and (mine := sum(1 for t in active if t.client == client)) >= self.per_client:
+      raise ClientBusy(f"this client has {mine} {self.what} running or waiting, its share; try again when one is done", 10)
 
   def get(self, key: Hashable) -> T | None: return self.tasks.get(key)
 
@@ -90,29 +113,39 @@ class Tasks(Generic[T]):
 
   def start(self, key: Hashable, task: T, work: Callable[[T, Progress], Any], started: Hook | None = None,
             kept: Callable[[T, Any], Awaitable[Any]] | None = None, ended: Hook | None = None) -> T:
-    """The task of this key when one is queued or running (identical work is shared), else `task`, started: once its turn comes,
-    started(task), then work(task, progress) in a daemon thread, kept(task, result) (what is kept of it: stored, say), and ended(task)
-    whatever the outcome. A failure anywhere is the task's one-line error."""
+    """The task of this key when one is queued or running (identical work is shared), else `task`, admitted (ClientBusy or Busy
+    otherwise) and started: once its turn comes, started(task), then work(task, progress) in a daemon thread, kept(task, result) (what
+    is kept of it: stored, say), and ended(task) whatever the outcome. A failure anywhere is the task's one-line error."""
     if (current := self.tasks.get(key)) is not None and current.active: return current
+    self.admit(task.client)
     self.tasks[key] = task
     job = asyncio.get_running_loop().create_task(self._run(task, work, started, kept, ended))
     self.running.add(job)
     job.add_done_callback(self.running.discard)
     return task
 
+  def _share(self, client: str | None) -> asyncio.Semaphore | None:
+    """The slots one client's tasks may hold at once: all but one of the kind's (None: the server's own work, or a single slot)."""
+    if client is None or self.parallel is None or self.parallel < 2: return None
+    if (got := self._client_slots.get(client)) is None: got = self._client_slots[client] = asyncio.Semaphore(self.parallel - 1)
+    return got
+
   async def _run(self, task: T, work: Callable[[T, Progress], Any], started: Hook | None, kept: Callable[[T, Any], Awaitable[Any]] | None,
                  ended: Hook | None) -> None:
     if self.parallel is not None and self._slots is None: self._slots = asyncio.Semaphore(self.parallel)
+    taken: list[asyncio.Semaphore] = []
     try:
-      if self._slots is not None:
-        try: await asyncio.wait_for(self._slots.acquire(), self.wait_s)
+      deadline = None if self.wait_s is None else time.monotonic() + self.wait_s
+      for slots in (self._share(task.client), self._slots):  # the client's share first: waiting on it holds none of the others' slots
+        if slots is None: continue
+        try: await asyncio.wait_for(slots.acquire(), None if deadline is None else max(0.0, deadline - time.monotonic()))
         except asyncio.TimeoutError:
           task.finish(ERROR, error=f"waited over {self.wait_s:.0f}s for a free worker and was dropped; try again when the server is less busy")
           return
-      try: await self._work(task, work, started, kept)
-      finally:
-        if self._slots is not None: self._slots.release()
+        taken.append(slots)
+      await self._work(task, work, started, kept)
     finally:
+      for slots in taken: slots.release()
       if ended is not None and task.status != INTERRUPTED: await ended(task)
 
   async def _work(self, task: T, work: Callable[[T, Progress], Any], started: Hook | None, kept: Callable[[T, Any], Awaitable[Any]] | None) -> None:

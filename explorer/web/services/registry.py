@@ -3,7 +3,7 @@ dependency (explorer.web.http.deps.ServicesDep)."""
 from __future__ import annotations
 import collections, threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from explorer.settings import Settings
 from explorer.store import Store
 if TYPE_CHECKING:
@@ -16,23 +16,45 @@ if TYPE_CHECKING:
   from explorer.web.services.traces import JobManager
 
 class TraceCache:
-  """Parsed traces by id, most recent few: a cached trace page should not parse its JSON again."""
+  """Parsed traces by id, the most recent few, one parse per trace: readers of a trace that is not parsed yet wait for one parse and
+  share it (ten cold overviews of a big program parse it once); an entry serves while the store's version of its trace (the row and the
+  enrichments merged into it) is the one it was parsed at, so a write by another process is seen; an enrichment this server stores is
+  merged into the cached trace (copy-on-write: readers holding the old one keep it) instead of dropping it."""
   def __init__(self, store: Store, size: int = 8):
     self.store, self.size = store, size
-    self._items: collections.OrderedDict[str, dict] = collections.OrderedDict()
+    self._items: collections.OrderedDict[str, tuple[Any, dict]] = collections.OrderedDict()  # id -> (store version, trace)
     self._lock = threading.Lock()
+    self._parsing: dict[str, threading.Lock] = {}
+    self.parses = 0  # traces parsed from the store (tests count them)
+
+  def _cached(self, trace_id: str, version: Any) -> dict | None:
+    with self._lock:
+      if (got := self._items.get(trace_id)) is None or got[0] != version: return None
+      self._items.move_to_end(trace_id)
+      return got[1]
 
   def get(self, trace_id: str) -> dict | None:
-    with self._lock:
-      if trace_id in self._items:
-        self._items.move_to_end(trace_id)
-        return self._items[trace_id]
-    trace = self.store.get_trace(trace_id)
-    if trace is not None:
+    if (version := self.store.trace_version(trace_id)) is None:
+      self.forget(trace_id)
+      return None
+    if (trace := self._cached(trace_id, version)) is not None: return trace
+    with self._lock: parsing = self._parsing.setdefault(trace_id, threading.Lock())
+    with parsing:  # one parse at a time per trace: whoever waited here finds it cached
+      if (trace := self._cached(trace_id, version)) is not None: return trace
+      if (trace := self.store.get_trace(trace_id)) is None: return None
+      self.parses += 1
       with self._lock:
-        self._items[trace_id] = trace
+        self._items[trace_id] = (version, trace)
         while len(self._items) > self.size: self._items.popitem(last=False)
     return trace
+
+  def update(self, trace_id: str, merge: Callable[[dict], dict]) -> None:
+    """Something was stored into a trace (after the store wrote it): merge(trace) is the cached trace with it, at the store's version."""
+    version = self.store.trace_version(trace_id)
+    with self._lock:
+      if (got := self._items.get(trace_id)) is None: return
+      if version is None: del self._items[trace_id]
+      else: self._items[trace_id] = (version, merge(got[1]))
 
   def forget(self, trace_id: str) -> None:
     with self._lock: self._items.pop(trace_id, None)
@@ -49,4 +71,4 @@ class Services:
   studies: StudyService
   devices: DeviceCatalog | QueueDevices
   probes: Probes                            # roofline probes, one per device
-  forget: Any = field(default=lambda trace_id: None)  # drop what was parsed or rendered from a stored trace that changed
+  forget: Any = field(default=lambda trace_id, merge=None: None)  # drop what was rendered from a stored trace that changed (merge: how)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from explorer.spec import STAGES, ConvSpec, SpecError, Variant
 from explorer.store import Store
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import DONE, INTERRUPTED, QUEUED, RUNNING, Busy, Task, Tasks
+from explorer.web.services.lifecycle import DONE, INTERRUPTED, QUEUED, RUNNING, Busy, ClientBusy, Task, Tasks
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 PARTIAL = "partial"  # explorer.tracing.trace.PARTIAL: the progress "stage" of a running trace's reports
@@ -87,7 +87,6 @@ class Job(Task):
   label: str = ""
   stages: dict[str, dict] = field(default_factory=lambda: {s: {"stage": s, "status": "pending", "detail": ""} for s in STAGES})
   events: list[dict] = field(default_factory=list)
-  client: str | None = None  # the address that asked for it (max_jobs_per_client)
   failed: str | None = None  # the stage that failed in a trace that was stored all the same: its job is done, with this error
   changed: asyncio.Event = field(default_factory=asyncio.Event)
   so_far: SoFar = field(default_factory=SoFar)  # what the trace has reported while it runs
@@ -131,10 +130,6 @@ def stored_job_status(row: dict) -> dict:
 class QueueFull(Busy):
   """No trace can be accepted now: too many are waiting for a worker."""
   retry_after_s = 60
-
-class ClientBusy(Busy):
-  """This client has its share of traces running or waiting already: its next one waits until one of them ends."""
-  status = 429
 
 QUEUE_OWNER = "queue"  # the owner of a job run by the job queue's workers: no server process owns it, a restarted server follows it
 
