@@ -33,10 +33,10 @@ def _facts_stored(client, trace_id: str, target: str) -> bool:
 def test_a_note_drops_the_traces_entries(web_client, small_trace):
   cache = web_client.app.state.response_cache
   web_client.get(f"/t/{small_trace}")
-  assert any(tid == small_trace for tid, _ in cache.entries.values())
+  assert any(small_trace in ids for ids, _ in cache.entries.values())
   r = web_client.post(f"/api/traces/{small_trace}/annotations", json={"anchor_kind": "line", "anchor": "0:uops:1", "text": "cache test"})
   assert r.status_code == 201, r.text
-  assert not any(tid == small_trace for tid, _ in cache.entries.values())
+  assert not any(small_trace in ids for ids, _ in cache.entries.values())
   web_client.delete(f"/api/traces/{small_trace}/annotations/{r.json()['id']}")
 
 def test_a_progress_page_is_never_kept(tmp_path):
@@ -53,3 +53,20 @@ def test_a_progress_page_is_never_kept(tmp_path):
     assert wait_done(client, trace_id, 30)["status"] == "done"
     page = client.get(f"/t/{trace_id}").text
     assert 'id="progress"' not in page, "a progress page was served from the cache after the trace was stored"
+
+def test_the_key_is_what_the_page_reads(web_client, small_trace):
+  """?_=N (or any parameter a page ignores) cannot defeat the cache; a parameter the page reads makes its own entry; exports, the
+  reproducer and a diff are kept like pages."""
+  cache = web_client.app.state.response_cache
+  for url in (f"/t/{small_trace}/rangeify", f"/t/{small_trace}/export.json", f"/api/traces/{small_trace}/repro.py",
+              f"/api/traces/{small_trace}/kernels?limit=1"):
+    sep = "&" if "?" in url else "?"
+    assert web_client.get(f"{url}{sep}_=1").status_code == 200, url
+    misses, hits = cache.misses, cache.hits
+    for n in range(2, 6): assert web_client.get(f"{url}{sep}_={n}&utm={n}").status_code == 200
+    assert cache.misses == misses and cache.hits == hits + 4, url
+  misses = cache.misses
+  assert web_client.get(f"/api/traces/{small_trace}/kernels?limit=2").status_code == 200 and cache.misses == misses + 1
+  for _ in range(2): web_client.get(f"/diff/{small_trace}/{small_trace}")  # the first computes what it compares (stored into the trace)
+  hits = cache.hits
+  assert web_client.get(f"/diff/{small_trace}/{small_trace}?_=7").status_code == 200 and cache.hits == hits + 1

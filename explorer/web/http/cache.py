@@ -1,70 +1,105 @@
 """Finished responses of stored traces, kept in memory: a stored trace never changes, so its pages and JSON are rendered (and
 gzipped) once and then served as bytes. Pure ASGI, between the request limits (outside) and GZip (inside).
 
-Only the views of a trace that depend on that trace alone are kept (CACHEABLE); anything dynamic on those pages (notes, the
-compare-with menu, progress) is fetched by their scripts from URLs that are not kept, and a response that says Cache-Control: no-store
-(a kernel page while a target is being computed for it) is never kept. A view is kept only when its trace was
-stored before the request began, so a progress page that stands in for a running trace is never kept. A state-changing request
-that names a trace (a note, a delete) drops that trace's entries first."""
+Only the views of a trace (or of two: a diff) that depend on those traces alone are kept (CACHEABLE); anything dynamic on those pages
+(notes, the compare-with menu, progress) is fetched by their scripts from URLs that are not kept, and a response that says
+Cache-Control: no-store (a kernel page while a target is being computed for it) is never kept. A view is kept only when its traces
+were stored before the request began, so a progress page that stands in for a running trace is never kept. The key is the path and
+the query parameters its route reads (FastAPI's declaration of them): `?_=N` or any other parameter the page ignores serves the same
+entry (a path's parameters are learnt from the route that answered the first request of its shape). A state-changing request that names a trace (a note, a delete, a diff's measurement) drops that trace's entries first, and so
+does anything the server stores into a trace (explorer.web.app's forget)."""
 from __future__ import annotations
-import collections, re
+import collections, re, urllib.parse
 from typing import Any, Callable
 from explorer.web.http.limits import Receive, Scope, Send, UNSAFE_METHODS
 
 Message = dict[str, Any]  # an ASGI message
+Key = tuple[str, str, bool]
 
-CACHEABLE = re.compile(r"/t/(?P<a>[0-9a-f]{16})(/bufferize|/graph/tensor|/rangeify|/k/\d+)?"
-                       r"|/api/traces/(?P<b>[0-9a-f]{16})(/raw|/kernels(/\d+)?|/bufferize|/rangeify|/graphs(/.+)?)?")
-NAMES_TRACE = re.compile(r"/(?:t|traces|api/traces)/([0-9a-f]{16})(?:/|$)")
+ID = r"[0-9a-f]{16}"
+CACHEABLE = re.compile(rf"/t/(?P<a>{ID})(/bufferize|/graph/tensor|/rangeify|/source|/export\.json|/export\.html|/k/\d+)?"
+                       rf"|/api/traces/(?P<b>{ID})(/raw|/kernels(/\d+)?|/bufferize|/rangeify|/repro\.py|/graphs(/.+)?)?"
+                       rf"|(/api)?/diff/(?P<c>{ID})/(?P<d>{ID})(/graphs)?")
+NAMES_TRACE = re.compile(rf"/(?:t|traces|api/traces)/({ID})(?:/|$)|(?:/api)?/diff/({ID})/({ID})(?:/|$)")
+
+def traces_named(path: str, pattern: re.Pattern[str] = NAMES_TRACE) -> tuple[str, ...]:
+  """The trace ids a path names (one, or a diff's two)."""
+  m = pattern.match(path)
+  return tuple(dict.fromkeys(g for g in m.groups() if g is not None and re.fullmatch(ID, g))) if m else ()
+
+def shape(path: str) -> str:
+  """A path with its trace ids and numbers left out: every path of one shape is answered by one route."""
+  return re.sub(r"/\d+(?=/|$)", "/{n}", re.sub(ID, "{id}", path))
+
+def query_names(dependant: Any) -> frozenset[str]:
+  """The query parameters a FastAPI route (its dependant, and those it depends on) reads."""
+  return frozenset(p.alias for p in dependant.query_params).union(*(query_names(d) for d in dependant.dependencies))
 
 class ResponseCache:
   def __init__(self, app: Any, is_stored: Callable[[str], bool], state: Any = None, max_bytes: int = 64 << 20, max_entry_bytes: int = 8 << 20):
     self.app, self.is_stored, self.max_bytes, self.max_entry_bytes = app, is_stored, max_bytes, max_entry_bytes
-    self.entries: collections.OrderedDict[tuple[str, bytes, bool], tuple[str, list[Message]]] = collections.OrderedDict()
+    self.entries: collections.OrderedDict[Key, tuple[tuple[str, ...], list[Message]]] = collections.OrderedDict()
     self.size = 0
     self.hits = self.misses = 0
     self.generation: dict[str, int] = {}  # per trace, bumped by forget
+    self._params: dict[str, frozenset[str]] = {}  # a path's shape -> the query parameters its route reads
     if state is not None: state.response_cache = self  # the app's handle on it (tests read its counters)
 
   def forget(self, trace_id: str) -> None:
     """Drop the trace's entries; a response being rendered from it meanwhile is not kept either (its generation is past)."""
     self.generation[trace_id] = self.generation.get(trace_id, 0) + 1
-    for key in [k for k, (tid, _) in self.entries.items() if tid == trace_id]: self._drop(key)
+    for key in [k for k, (ids, _) in self.entries.items() if trace_id in ids]: self._drop(key)
 
-  def _drop(self, key: tuple[str, bytes, bool]) -> None:
+  def _drop(self, key: Key) -> None:
     _, msgs = self.entries.pop(key)
     self.size -= sum(len(m.get("body", b"")) for m in msgs)
+
+  def query_key(self, scope: Scope) -> str | None:
+    """The query parameters the path's route reads, in order; None until a request of the path's shape has shown its route."""
+    if (names := self._params.get(shape(scope["path"]))) is None: return None
+    pairs = urllib.parse.parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+    return urllib.parse.urlencode(sorted((k, v) for k, v in pairs if k in names))
+
+  def learn(self, scope: Scope) -> str | None:
+    """After a request was answered: its route's query parameters, kept for its path's shape; its key's query, or None."""
+    if (dependant := getattr(scope.get("route"), "dependant", None)) is None: return None
+    self._params[shape(scope["path"])] = query_names(dependant)
+    return self.query_key(scope)
 
   async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "http":
       await self.app(scope, receive, send)
       return
     path = scope["path"]
-    if scope["method"] in UNSAFE_METHODS and (named := NAMES_TRACE.match(path)): self.forget(named.group(1))
-    if scope["method"] != "GET" or not (m := CACHEABLE.fullmatch(path)):
+    if scope["method"] in UNSAFE_METHODS:
+      for trace_id in traces_named(path): self.forget(trace_id)
+    if scope["method"] != "GET" or not CACHEABLE.fullmatch(path):
       await self.app(scope, receive, send)
       return
+    ids = traces_named(path, CACHEABLE)
     gzip = any(k == b"accept-encoding" and b"gzip" in v for k, v in scope["headers"])
-    key, trace_id = (path, scope["query_string"], gzip), m.group("a") or m.group("b")
-    if (hit := self.entries.get(key)) is not None:
+    query = self.query_key(scope)
+    if query is not None and (hit := self.entries.get(key := (path, query, gzip))) is not None:
       self.entries.move_to_end(key)
       self.hits += 1
       for msg in hit[1]: await send(msg)
       return
     self.misses += 1
-    if not self.is_stored(trace_id):  # a progress page stands in: never kept
+    if not all(self.is_stored(t) for t in ids):  # a progress page stands in: never kept
       await self.app(scope, receive, send)
       return
     msgs: list[Message] = []
-    generation = self.generation.get(trace_id, 0)
+    generations = [self.generation.get(t, 0) for t in ids]
     async def keep(msg: Message) -> None:
       msgs.append(msg)
       await send(msg)
     await self.app(scope, receive, keep)
+    if query is None and (query := self.learn(scope)) is None: return
+    key = (path, query, gzip)
     body = sum(len(m.get("body", b"")) for m in msgs)
     no_store = any(k.lower() == b"cache-control" and b"no-store" in v for k, v in msgs[0].get("headers", [])) if msgs else True
-    fresh = self.generation.get(trace_id, 0) == generation
+    fresh = [self.generation.get(t, 0) for t in ids] == generations
     if msgs and msgs[0].get("status") == 200 and fresh and not no_store and not msgs[-1].get("more_body") and body <= self.max_entry_bytes:
-      self.entries[key] = (trace_id, msgs)
+      self.entries[key] = (ids, msgs)
       self.size += body
       while self.size > self.max_bytes and self.entries: self._drop(next(iter(self.entries)))

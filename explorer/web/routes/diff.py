@@ -150,11 +150,13 @@ async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Wo
   measures = {k: await asyncio.to_thread(diffs.measure_status, a, b, k) for k in MEASURES}
   timed = measures["timing"].get("result") if measures["timing"].get("status") == "done" else None
   graph_of = {g["index"]: g for g in (gr or {}).get("groups") or []}
-  return await page(request, "diff.html", a=a, b=b, ta=ta_trace, tb=tb_trace, d=d, rows=rows, graphs=gr, measures=measures, target=ta,
+  resp = await page(request, "diff.html", a=a, b=b, ta=ta_trace, tb=tb_trace, d=d, rows=rows, graphs=gr, measures=measures, target=ta,
                     shown=shown, offset=offset, per_page=GROUPS_PER_PAGE, graph_of=graph_of,
                     verdict=verdict(d, timed), timed=timed is not None and time_verdict(timed) is not None,
                     target_b=tb, targets=targets_of(ta_trace, tb_trace), diff_url=diff_url, comparable=comparable(ta_trace, tb_trace),
                     rel_label=relation_label)
+  if any(m.get("status") in ("queued", "running") for m in measures.values()): resp.headers["Cache-Control"] = "no-store"  # it changes then
+  return resp
 
 @router.get("/diff/{a}/{b}/graphs", response_class=HTMLResponse)
 async def graphs_fragment(request: Request, a: str, b: str, svc: ServicesDep, work: Work) -> HTMLResponse:
@@ -204,7 +206,7 @@ async def measure_status(a: str, b: str, kind: str, svc: ServicesDep) -> dict:
           responses=documented({404: "no such measurement (timing or numerics), or no trace a or b",
                                 409: "trace a or b is still queued or running, or the two cannot be measured together (specs or devices differ)",
                                 422: "repeats or warmup out of bounds", 503: "the job queue does not answer (Retry-After)"}))
-async def start_measure(a: str, b: str, kind: str, svc: ServicesDep, repeats: int = Query(20, ge=1, le=1000),
+async def start_measure(request: Request, a: str, b: str, kind: str, svc: ServicesDep, repeats: int = Query(20, ge=1, le=1000),
                         warmup: int = Query(3, ge=0, le=1000)) -> Any:
   """Runs in one worker off the event loop, one measurement at a time; poll GET for progress. The result is cached in the store."""
   if kind not in MEASURES: raise HTTPException(404, f"no measurement {kind!r}: timing or numerics")
@@ -213,4 +215,4 @@ async def start_measure(a: str, b: str, kind: str, svc: ServicesDep, repeats: in
   max_repeats = int(svc.settings.max_repeats)
   if repeats > max_repeats or warmup > max_repeats: raise HTTPException(422, f"repeats and warmup are limited to {max_repeats}")
   await queue_answers(svc.diffs.queue)
-  return JSONResponse(svc.diffs.start_measure(a, ta_trace, b, tb_trace, kind, repeats, warmup), status_code=202)
+  return JSONResponse(svc.diffs.start_measure(a, ta_trace, b, tb_trace, kind, repeats, warmup, deps.client_of(request)), status_code=202)

@@ -2,6 +2,7 @@
 (a kernel's record on another target, a record's analysis, its compile facts: explorer.web.services.enrichments) is computed when the
 page or its URL first asks for it (that starts work: the request's permit), and the page fills it in when it is stored."""
 from __future__ import annotations
+import asyncio
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
@@ -25,7 +26,7 @@ async def list_kernels(trace_id: str, trace: StoredTrace, response: Response, of
                                                                           "(a program's: model.py:14) contains this")) -> list[dict]:
   """The kernels (those matching q) from `offset` on, `limit` of them; the X-Total-Count header says how many match."""
   from explorer.analysis.program import search
-  kernels = search(deps.light_trace(trace_id, trace)["kernels"], q)
+  kernels = await asyncio.to_thread(lambda: search(deps.light_trace(trace_id, trace)["kernels"], q))  # a big program's: off the event loop
   response.headers["X-Total-Count"] = str(len(kernels))
   return kernels[offset:None if limit is None else offset + limit]
 

@@ -112,7 +112,7 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   available = list(dict.fromkeys(t for k in kernels for t in target_records(k)))
   host = host_target(kernels[0]) if kernels else None
   target = target if target in available else host
-  program = program_view(trace, q, realize, offset) if trace is not None and trace.get("realizes") else None
+  program = await asyncio.to_thread(program_view, trace, q, realize, offset) if trace is not None and trace.get("realizes") else None
   shown = program["page"] if program is not None else kernels
   rows: list[tuple[dict, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
   views: list[Any] = [target_records(k).get(target or "", {}) for k in kernels]

@@ -106,12 +106,13 @@ class MeasureJob(Task):
 
 class DiffService:
   def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, timeout_s: float = 600.0,
-               queue: QueueClient | None = None, with_facts: WithFacts | None = None):
+               queue: QueueClient | None = None, with_facts: WithFacts | None = None, max_waiting: int = 32, per_client: int = 4):
     """With queue, measurements run on a job queue worker that offers the traces' device; graph diffs stay on this server. with_facts:
     a stored trace with its compile facts on a target computed where missing (EnrichmentService.with_facts): registers are compared."""
     self.store, self.node_limit, self.dot_timeout_s, self.timeout_s, self.queue = store, node_limit, dot_timeout_s, timeout_s, queue
     self.with_facts = with_facts
-    self.measures: Tasks[MeasureJob] = Tasks(parallel=1)  # one measurement at a time: two at once would time each other
+    # one measurement at a time (two at once would time each other), the rest waiting, bounded per client
+    self.measures: Tasks[MeasureJob] = Tasks(parallel=1, max_waiting=max_waiting, per_client=per_client, what="measurements")
     self.graph_runs = 0  # worker calls for graph diffs: tests check the cache
     self.structural_runs = 0  # structural diffs computed (not served from the store)
     self._inflight: dict[tuple, asyncio.Future] = {}
@@ -206,7 +207,7 @@ class DiffService:
     if job is not None: return job.view()  # done, but not comparable: the reason is in its result
     return {"kind": kind, "status": "none", "detail": "", "result": None, "error": None, "elapsed_s": None}
 
-  def start_measure(self, a_id: str, a: dict, b_id: str, b: dict, kind: str, repeats: int = 20, warmup: int = 3) -> dict:
+  def start_measure(self, a_id: str, a: dict, b_id: str, b: dict, kind: str, repeats: int = 20, warmup: int = 3, client: str | None = None) -> dict:
     def work(job: MeasureJob, progress: Progress) -> dict:
       if self.queue is not None:
         return remote.measure(self.queue, f"measure-{a_id}-{b_id}-{kind}", kind, a, b, repeats, warmup, self.timeout_s, progress)
@@ -216,7 +217,7 @@ class DiffService:
       result = {"ran_on": ran_here(), **result, "measured": time.time(), "tinygrad": tinygrad_version()}  # a worker's result names it
       if result.get("compared"): await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, result)
       return result
-    return self.measures.start((a_id, b_id, kind), MeasureJob(kind=kind, detail="waiting for the measurement slot"), work,
+    return self.measures.start((a_id, b_id, kind), MeasureJob(kind=kind, detail="waiting for the measurement slot", client=client), work,
                                started=self._starting, kept=kept).view()
 
   @staticmethod
