@@ -135,3 +135,94 @@ def test_a_thousand_kernel_program_answers_within_a_second(cnn, db):
     assert client.get("/t/big0program00000/tour", headers={"accept": "text/html"}).status_code == 200 and time.perf_counter() - st < 1.0
     diff = client.get("/diff/big0program00000/big0program00000").text  # every group listed, the sources of a page of them
     assert diff.count('class="panel flush diff-group"') == 40 and 'offset=40"' in diff
+
+# ***** bounded work: a 1,000-kernel program under a flood of first views, from a real server *****
+
+def server_pid(base: str) -> int:
+  import psutil
+  port = int(base.rsplit(":", 1)[1])
+  return next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port and c.status == "LISTEN" and c.pid)
+
+def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path):
+  """A client floods a 1,000-kernel program with first views of other targets (10 a second) and hand schedules: past its share it
+  gets 429 with Retry-After before any work starts; the server's memory stays bounded (one parsed copy of the trace, queued work holds
+  ids); another client (its own address through a trusted proxy) meanwhile gets its first view computed at once and its health checks
+  answered quickly."""
+  import shutil, statistics, threading
+  import httpx, psutil
+  from conftest import running_server
+  from explorer.schema import validate_trace
+  from explorer.store import Store
+  flood_db = tmp_path / "flood.sqlite3"
+  shutil.copy(db, flood_db)
+  store = Store(str(flood_db))
+  store.put_trace("f100d00000000000", validate_trace(scaled(store.get_trace(cnn["id"]), 1000)), store.get_rewrites(cnn["id"]))
+  big = "/api/traces/f100d00000000000"
+  flooder, other = {"X-Forwarded-For": "198.51.100.1"}, {"X-Forwarded-For": "198.51.100.2"}
+  with running_server(flood_db, tmp_path, trusted_proxies="127.0.0.1", max_workers=2) as base:
+    proc = psutil.Process(server_pid(base))
+    assert httpx.get(f"{base}{big}/kernels/0", headers=other, timeout=60).status_code == 200  # parsed once, before the flood
+    rss0, peak, health, answers, stop = proc.memory_info().rss, 0, [], [], threading.Event()
+    def probe() -> None:
+      with httpx.Client(base_url=base, headers=other, timeout=30) as c:
+        while not stop.is_set():
+          st = time.perf_counter()
+          assert c.get("/api/health").status_code == 200
+          health.append(time.perf_counter() - st)
+          time.sleep(0.1)
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    with httpx.Client(base_url=base, headers=flooder, timeout=30) as c:
+      for i in range(80):  # 8 s at 10 a second, each a kernel and target no one asked for yet
+        r = c.get(f"{big}/kernels/{(i * 37) % 1000}/targets/{('cuda', 'metal', 'opencl', 'wgsl')[i % 4]}")
+        answers.append((r.status_code, r.headers.get("retry-after")))
+        if i == 40:  # meanwhile the other client's first view is computed now, not after the flood's
+          st = time.perf_counter()
+          while (got := httpx.get(f"{base}{big}/kernels/500/targets/cuda", headers=other, timeout=30)).status_code == 202: time.sleep(0.2)
+          assert got.status_code == 200, got.text
+          other_s = time.perf_counter() - st
+        peak = max(peak, proc.memory_info().rss)
+        time.sleep(0.1)
+      schedules = [c.post(f"{big}/kernels/{n}/opts", json={"opts": ["UPCAST:0:2"], "from": "none"}) for n in range(12)]
+    stop.set()
+    prober.join(10)
+  statuses = [s for s, _ in answers]
+  # its share (4 at once; more as earlier ones finish), the rest refused before any work
+  assert set(statuses) <= {202, 429} and statuses.count(429) >= 50 and statuses.count(202) <= 16, statuses
+  assert all(ra is not None and int(ra) > 0 for s, ra in answers if s in (429, 503)), answers
+  assert [r.status_code for r in schedules].count(202) <= 4 and all(r.headers.get("retry-after") for r in schedules if r.status_code == 429)
+  grew = (peak - rss0) / 2**20
+  p99 = sorted(health)[int(0.99 * len(health))]
+  print(f"flood: {statuses.count(202)} accepted, {statuses.count(429)} refused; server RSS {rss0 / 2**20:.0f} -> peak {peak / 2**20:.0f} MiB; other client's health p99 {p99 * 1e3:.0f} ms "
+        f"(median {statistics.median(health) * 1e3:.0f}); its first view {other_s:.1f} s; answers {sorted(set(statuses))}")
+  assert grew < 500, f"the server grew {grew:.0f} MiB during the flood"
+  assert p99 < 0.25, f"another client's health p99 was {p99 * 1e3:.0f} ms"
+  assert other_s < 30, f"another client's first view took {other_s:.1f} s"
+
+def test_one_parse_per_trace(cnn, db, tmp_path):
+  """Ten concurrent cold views of a big program parse it once; an enrichment stored into it is merged into that parsed copy (no second
+  parse), and a write by another process (a new version in the store) is seen."""
+  import asyncio, shutil
+  import httpx
+  from explorer.schema import validate_trace
+  from explorer.store import Store
+  one_db = tmp_path / "one.sqlite3"
+  shutil.copy(db, one_db)
+  store = Store(str(one_db))
+  store.put_trace("0e0a0e0000000000", validate_trace(scaled(store.get_trace(cnn["id"]), 1000)), store.get_rewrites(cnn["id"]))
+  app = app_over(str(one_db))
+  traces = app.state.services.traces
+  async def views() -> list[int]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
+      got = await asyncio.gather(*(c.get(f"/t/0e0a0e0000000000?offset={200 * (i % 5)}&q={'' if i < 5 else 'conv'}") for i in range(10)))
+      assert all(r.status_code == 200 for r in got), [r.status_code for r in got]
+      for _ in range(600):  # a kernel's record on another target: computed, stored, merged
+        if (r := await c.get("/api/traces/0e0a0e0000000000/kernels/3/targets/cuda")).status_code != 202: break
+        await asyncio.sleep(0.2)
+      assert r.status_code == 200, r.text
+      return [r.status_code]
+  asyncio.run(views())
+  assert traces.parses == 1, f"{traces.parses} parses"
+  assert "cuda" in traces.get("0e0a0e0000000000")["kernels"][3]["targets"] and traces.parses == 1  # merged in place
+  Store(str(one_db)).put_enrichments("0e0a0e0000000000", "facts", {(3, "cuda"): {"ok": None, "compiler": None, "message": "elsewhere"}})
+  assert traces.get("0e0a0e0000000000")["kernels"][3]["targets"]["cuda"]["compile"]["message"] == "elsewhere" and traces.parses == 2
