@@ -69,7 +69,8 @@ def location_key(loc: Any) -> str:
 def location_refused(loc: Any) -> str | None:
   """Why a blob's location (its encoded [file, line]) is not one the explorer writes, or None: the file must be package-relative or
   ELSEWHERE and a name, never a path to open."""
-  if not (isinstance(loc, list) and len(loc) == 2 and isinstance(loc[0], str) and type(loc[1]) is int): return f"a location {loc!r:.80} is not [file, line]"
+  if not (isinstance(loc, list) and len(loc) == 2 and isinstance(loc[0], str) and type(loc[1]) is int):
+    return f"a location {loc!r:.80} is not [file, line]"
   path = loc[0]
   if path.startswith(ELSEWHERE) and "/" not in (name := path[len(ELSEWHERE):]) and name not in ("", ".", ".."): return None
   return None if package_path(path) == path else f"a location names {path[:120]!r}, not a file of tinygrad or the explorer"

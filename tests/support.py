@@ -2,7 +2,7 @@
 walked whole (FastAPI includes routers lazily, so app.routes alone lists them as _IncludedRouter wrappers, not as routes), each GET's
 path filled with real arguments."""
 from __future__ import annotations
-import os, re
+import copy, os, re
 from typing import Any, Iterator
 
 def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, study_runner: Any = None, graph_workers: int = 1,
@@ -60,3 +60,25 @@ def shared_run(preset: str, analysis: bool = False, **variant: Any) -> Any:
   key = (preset, analysis, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in variant.items())))
   if key not in _shared: _shared[key] = run_trace(PRESETS[preset], Variant(**variant), analysis=analysis)
   return _shared[key]
+
+def scaled(trace: dict, at_least: int) -> dict:
+  """A program of at least `at_least` kernels: the captured step's realizes repeated, as a longer training loop records them."""
+  out = copy.deepcopy(trace)
+  for key in ("kernels", "schedule", "buffers", "realizes"): out[key] = []
+  k0 = s0 = b0 = 0
+  while len(out["kernels"]) < at_least:
+    for r in trace["realizes"]: out["realizes"].append({**r, "index": len(out["realizes"]), "kernels": [r["kernels"][0] + k0, r["kernels"][1] + k0],
+                                                        "schedule": [r["schedule"][0] + s0, r["schedule"][1] + s0]})
+    for k in trace["kernels"]:
+      out["kernels"].append({**k, "index": k["index"] + k0, "call": k["call"] + s0, "reads": [b + b0 for b in k["reads"]],
+                             "writes": [b + b0 for b in k["writes"]], "realize": k["realize"] + len(out["realizes"]) - len(trace["realizes"])})
+    for s in trace["schedule"]:
+      out["schedule"].append({**s, "index": s["index"] + s0, "kernel": None if s["kernel"] is None else s["kernel"] + k0,
+                              "reads": [b + b0 for b in s["reads"]], "writes": [b + b0 for b in s["writes"]],
+                              "realize": s["realize"] + len(out["realizes"]) - len(trace["realizes"])})
+    for b in trace["buffers"]:
+      out["buffers"].append({**b, "index": b["index"] + b0, "name": f"buf{b['index'] + b0}", "written_by": [c + s0 for c in b["written_by"]],
+                             "read_by": [c + s0 for c in b["read_by"]]})
+    k0, s0, b0 = len(out["kernels"]), len(out["schedule"]), len(out["buffers"])
+  out["totals"] = {**out["totals"], "kernels": len(out["kernels"]), "buffers": len(out["buffers"])}
+  return out

@@ -35,7 +35,8 @@ from tinygrad.schedule.indexing import BufferizeOpts
 from tinygrad.uop.ops import (AxisType, CallInfo, GroupOp, KernelInfo, Ops, ParamArg, PatternMatcher, ProgramInfo, RewriteTrace, TrackedGraphRewrite,
                               UOp, UPat, graph_rewrite, multirange_str, rewrite_group)
 import tinygrad.device
-from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, location_key, package_path, read_plain, refused, stored_location, write_plain
+from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, location_key, package_path, read_plain, refused, stored_location
+from explorer.blob import write_plain
 from explorer.spec import COMPUTE_DEVICES
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import Analysis, LoopRange, LoopSplit, Pressure, SpecCheck, SpecViolation, Storage

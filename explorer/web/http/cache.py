@@ -6,8 +6,9 @@ Only the views of a trace (or of two: a diff) that depend on those traces alone 
 Cache-Control: no-store (a kernel page while a target is being computed for it) is never kept. A view is kept only when its traces
 were stored before the request began, so a progress page that stands in for a running trace is never kept. The key is the path and
 the query parameters its route reads (FastAPI's declaration of them): `?_=N` or any other parameter the page ignores serves the same
-entry (a path's parameters are learnt from the route that answered the first request of its shape). A state-changing request that names a trace (a note, a delete, a diff's measurement) drops that trace's entries first, and so
-does anything the server stores into a trace (explorer.web.app's forget)."""
+entry (a path's parameters are learnt from the route that answered the first request of its shape). A state-changing request
+that names a trace (a note, a delete, a diff's measurement) drops that trace's entries first, and so does anything the server stores
+into a trace (explorer.web.app's forget)."""
 from __future__ import annotations
 import collections, re, urllib.parse
 from typing import Any, Callable
