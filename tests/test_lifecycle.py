@@ -258,3 +258,30 @@ def test_a_nul_in_a_search_matches_nothing(web_client, small_trace):
   assert web_client.get("/api/library", params={"q": "winograd"}).json()["total"] >= 1
   assert web_client.get("/api/library", params={"q": "wino\x00"}).json()["total"] == 0
   assert web_client.get("/api/library", params={"q": "\x00"}).json()["total"] == 0
+
+def test_one_admission_rule():
+  """Tasks admit new work by one rule: joining identical work is free; a client past its share gets ClientBusy (429), anyone past the
+  kind's bound Busy (503), both with a Retry-After; one client's tasks run on all but one slot while another client's start at once."""
+  import asyncio
+  from explorer.web.services.lifecycle import Busy, ClientBusy, Task, Tasks
+  async def scenario() -> None:
+    gate, ran = threading.Event(), []
+    def work(task: Task, progress) -> None:
+      ran.append(task.client)
+      gate.wait(10)
+    tasks: Tasks[Task] = Tasks(parallel=2, max_waiting=2, per_client=3, what="things")
+    first = [tasks.start(("a", i), Task(client="a"), work) for i in range(3)]
+    assert tasks.start(("a", 0), Task(client="a"), work) is first[0]  # identical work is shared, whatever the share
+    with pytest.raises(ClientBusy) as refused: tasks.start(("a", 3), Task(client="a"), work)
+    assert refused.value.status == 429 and refused.value.retry_after_s > 0
+    await asyncio.sleep(0.3)
+    assert ran == ["a"], ran  # its share runs on one of the two slots
+    tasks.start(("b", 0), Task(client="b"), work)
+    await asyncio.sleep(0.3)
+    assert sorted(ran) == ["a", "b"], ran  # another client's work starts at once
+    with pytest.raises(Busy) as full: tasks.start(("c", 0), Task(client="c"), work)
+    assert full.value.status == 503 and full.value.retry_after_s > 0
+    gate.set()
+    while tasks.active(): await asyncio.sleep(0.05)
+    assert sorted(ran) == ["a", "a", "a", "b"]
+  asyncio.run(scenario())

@@ -322,6 +322,22 @@ def test_one_client_gets_its_share_of_the_queue(tmp_path):
       assert "max_jobs_per_client" in third.json()["detail"]
     finally: runner.release()
 
+def test_one_client_never_holds_every_worker(tmp_path):
+  """With two trace workers, one client's second trace waits for its first (its share runs on all but one worker) while another
+  client's trace starts at once."""
+  from test_web_api import GatedRunner
+  runner = GatedRunner()
+  app = app_over(str(tmp_path / "w.sqlite3"), max_workers=2, runner=runner)
+  with TestClient(app) as one, TestClient(app, client=("192.0.2.2", 50000)) as another:
+    try:
+      assert [one.post("/api/traces", json=tiny(c)).status_code for c in (2, 3)] == [202, 202]
+      time.sleep(0.5)
+      assert runner.calls == 1, "one client's traces ran on both workers"
+      assert another.post("/api/traces", json=tiny(4)).status_code == 202
+      deadline = time.monotonic() + 10
+      while runner.calls < 2: assert time.monotonic() < deadline, "another client's trace waited behind the first client's"; time.sleep(0.05)
+    finally: runner.release()
+
 def test_a_bug_answers_one_line_of_json(tmp_path):
   app = app_over(str(tmp_path / "e.sqlite3"))
   app.state.services.store.put_trace("badc0ffee0000000", {"spec": None, "label": "x", "kernels": "not a list", "env": {}}, b"")  # a bug's stand-in
