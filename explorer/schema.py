@@ -561,6 +561,8 @@ def validate_trace(data: Any, what: str = "the trace") -> Trace:
   check_references(trace, what)
   return trace
 
+FATES = ("created", "kept", "fused", "realized")  # Stages' lists of rows
+
 def check_references(t: Trace, what: str = "the trace") -> None:
   """Every index one record keeps of another within range (each list's own `index` its place), so that no reader indexes out of a
   trace: SpecError naming the first that is not. Linear in the trace."""
@@ -568,9 +570,11 @@ def check_references(t: Trace, what: str = "the trace") -> None:
   def refs(where: str, xs: Iterable[int], n: int, noun: str, has: str = "the trace") -> None:
     if (bad := next((x for x in xs if not 0 <= x < n), None)) is not None:
       raise SpecError(f"{what}: {where} names {noun} {bad}, and {has} has {n or 'none'}")
-  for field, rows in (("kernels", t["kernels"]), ("schedule", t["schedule"]), ("buffers", t["buffers"]), ("realizes", realizes)):
+  listed: tuple[tuple[str, list[Any]], ...] = (("kernels", t["kernels"]), ("schedule", t["schedule"]), ("buffers", t["buffers"]),
+                                               ("realizes", realizes))
+  for field, rows in listed:
     if (i := next((i for i, r in enumerate(rows) if r["index"] != i), None)) is not None:
-      raise SpecError(f"{what}: {field}[{i}].index is {rows[i]['index']}, not its place {i}")  # type: ignore[index]
+      raise SpecError(f"{what}: {field}[{i}].index is {rows[i]['index']}, not its place {i}")
   for i, k in enumerate(t["kernels"]):
     refs(f"kernels[{i}].call", (k["call"],), ns, "schedule row")
     refs(f"kernels[{i}].reads", k["reads"], nb, "buffer")
@@ -585,13 +589,15 @@ def check_references(t: Trace, what: str = "the trace") -> None:
   for i, b in enumerate(t["buffers"]):
     refs(f"buffers[{i}].written_by", b["written_by"], ns, "schedule row")
     refs(f"buffers[{i}].read_by", b["read_by"], ns, "schedule row")
-  for fate, rows in ((t["scheduler"] or {}).get("stages") or {}).items():
-    for j, row in enumerate(rows if isinstance(rows, list) else ()):
-      if row.get("buffer") is not None: refs(f"scheduler.stages.{fate}[{j}].buffer", (row["buffer"],), nb, "buffer")
-      for f in ("reads", "into"): refs(f"scheduler.stages.{fate}[{j}].{f}", row.get(f) or (), nb, "buffer")
+  stages = t["scheduler"].get("stages") if t["scheduler"] is not None else None
+  for fate, rows in zip(FATES, (stages["created"], stages["kept"], stages["fused"], stages["realized"]) if stages is not None else ()):
+    for j, row in enumerate(rows):
+      refs(f"scheduler.stages.{fate}[{j}].buffer", () if (into := row.get("buffer")) is None else (into,), nb, "buffer")
+      refs(f"scheduler.stages.{fate}[{j}].reads", row.get("reads") or (), nb, "buffer")
+      refs(f"scheduler.stages.{fate}[{j}].into", row.get("into") or (), nb, "buffer")
   for i, r in enumerate(realizes):  # [first, end) of the program's kernels and schedule rows (explorer.tracing.program)
-    for f, n in (("kernels", nk), ("schedule", ns)):
-      if len(span := r[f]) != 2 or not 0 <= span[0] <= span[1] <= n:  # type: ignore[literal-required]
+    for f, span, n in (("kernels", r["kernels"], nk), ("schedule", r["schedule"], ns)):
+      if len(span) != 2 or not 0 <= span[0] <= span[1] <= n:
         raise SpecError(f"{what}: realizes[{i}].{f} is {str(span)[:60]}, not a range [first, end) of the trace's {n} {f}")
 
 def _record_references(rec: TargetRecord, where: str, refs: Callable[..., None]) -> None:

@@ -3,7 +3,7 @@
 No tinygrad imports here: the web server uses this module, and the server process must never import tinygrad.
 """
 from __future__ import annotations
-import array, hashlib, importlib.metadata, itertools, json, math, os, pathlib, re, sqlite3, threading, time
+import array, hashlib, importlib.metadata, itertools, json, os, pathlib, re, sqlite3, threading, time
 from typing import Any, Callable
 from explorer.blob import MAGIC as BLOB_MAGIC, BlobRefused, check_locations, read_plain
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, NOT_SET, ConvSpec, SpecError, Variant, knobs
@@ -513,8 +513,9 @@ class Store:
 MAX_TRACE_FILE_BYTES = 256 << 20  # a trace file is refused above this, before it is read (a 1,000-kernel program's is tens of MiB)
 MAX_TRACE_DEPTH = 64              # JSON nesting a trace file may have (a trace's own is under 10)
 MAX_TRACE_INT = 1 << 63           # the magnitude a trace's integers stay below
-# what is not an array's or object's bracket outside a string, in runs (possessive: no backtracking state kept over a long string)
-_NOT_NESTING = re.compile(rb'(?:[^"\[\]{}]++|"[^"\\]*(?:\\.[^"\\]*)*+")++', re.S)
+# what is not an array's or object's bracket outside a string, in runs: linear, as no part can fail once begun (an unterminated string
+# runs to the end: a retry from each of its quotes would be quadratic) and possessive (no backtracking state kept over a long string)
+_NOT_NESTING = re.compile(rb'(?:[^"\[\]{}]++|"[^"\\]*+(?:\\.?[^"\\]*+)*+(?:"|\Z))++', re.S)
 _NESTING = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff"), bytes(set(range(256)) - set(b"[{]}"))  # opening +1, closing -1 (as int8)
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -550,10 +551,9 @@ def _read_json(path: str) -> Any:
                       "a trace's integers stay within")
     return n
   def number(s: str) -> float:
-    if len(s) > 64 or not math.isfinite(x := float(s)): raise SpecError(f"trace file {path} holds a number beyond a float's range: {s[:20]}")
-    return x
-  def constant(s: str) -> Any: raise SpecError(f"trace file {path} holds {s}: a trace's numbers are finite")
-  try: got = json.loads(text, parse_int=integer, parse_float=number, parse_constant=constant)
+    if len(s) > 64: raise SpecError(f"trace file {path} holds a number of {len(s)} characters: {s[:20]}...")
+    return float(s)  # Infinity and NaN as JSON's writers (ours too: an error against a zero reference) write them; the schema bounds fields
+  try: got = json.loads(text, parse_int=integer, parse_float=number)
   except json.JSONDecodeError as e: raise SpecError(f"cannot read the trace file {path}: {e}") from None
   if _ESCAPED_SURROGATE.search(text) and _has_surrogate(got):  # valid JSON, but no UTF-8 text: an export could not write it
     raise SpecError(f"trace file {path} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape), which is not text")

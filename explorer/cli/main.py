@@ -534,11 +534,13 @@ def _run(argv: Sequence[str] | None) -> int:
   try:
     a = build_parser(settings_flags=not args or args[0] in ("serve", "-h", "--help")).parse_args(args)
     return a.fn(a)
-  except (UsageError, SpecError, argparse.ArgumentTypeError) as e:
-    print(f"kernel-explorer: {e}", file=sys.stderr)
+  except (UsageError, SpecError, argparse.ArgumentTypeError) as e:  # every refusal: one line (a message may quote a file name or its data)
+    print(f"kernel-explorer: {one_line(e)}", file=sys.stderr)
     return 2
   except WorkerFailed as e:
-    print(f"kernel-explorer: trace failed: {e}", file=sys.stderr)
+    print(f"kernel-explorer: trace failed: {one_line(e)}", file=sys.stderr)
     return 1
+
+def one_line(e: BaseException) -> str: return " ".join(str(e).splitlines())
 
 if __name__ == "__main__": sys.exit(main())

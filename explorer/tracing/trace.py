@@ -285,7 +285,6 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
     ps = [p for _, group in tg.passes_since(mark, base) for p in group]
     passes = [pass_record(p) for p in ps]
     s = trace["schedule"][c.index]
-    s["name"], s["kernel"] = facts.name, len(trace["kernels"])
     kernel: Kernel = {"index": len(trace["kernels"]), "call": c.index, "name": facts.name, "role": s["role"], "kind": "kernel",
                              "ast_uops": tg.ast_uop_count(c.ast), "ast_sink": tg.trace_num(c.ast), "ast_key": tg.ast_key(c.ast),
                              "linear_uops": facts.ops["total"],
@@ -299,10 +298,11 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
     kernel["spec"] = {"ast": tg.spec_check([c.ast], "tensor")}
     if rec.analysis: kernel["targets"][host].update(tg.program_analysis(prg, renderer, tg.LiveLog(base), ps))  # else when first viewed
     if timed: kernel["beam"] = beam_record(timed, int(variant.opt.split(":")[1]), facts.opts)
+    s["name"], s["kernel"] = facts.name, len(trace["kernels"])  # once the kernel is there: a failure above leaves no row naming it
     trace["kernels"].append(kernel)
     programs[c.index] = prg
     row: dict[str, Any] = dict(kernel)
-    rec.partial("kernel", {f: row[f] for f in PARTIAL_KERNEL if f in row} | {"name": s["name"], "call": c.index})
+    rec.partial("kernel", {f: row[f] for f in PARTIAL_KERNEL if f in row} | {"name": facts.name, "call": c.index})
     rec.progress("codegen", "start", f"{len(trace['kernels'])} of {total} kernels: {facts.name} in {seconds:.2f}s "
                                      f"(tinygrad's codegen and compile)")
   return programs

@@ -5,16 +5,19 @@ Only the views of a trace (or of two: a diff) that depend on those traces alone 
 (notes, the compare-with menu, progress) is fetched by their scripts from URLs that are not kept, and a response that says
 Cache-Control: no-store (a kernel page while a target is being computed for it) is never kept. A view is kept only when its traces
 were stored before the request began, so a progress page that stands in for a running trace is never kept. The key is the path and
-the query parameters its route reads (FastAPI's declaration of them): `?_=N` or any other parameter the page ignores serves the same
-entry (a path's parameters are learnt from the route that answered the first request of its shape). A state-changing request
-that names a trace (a note, a delete, a diff's measurement) drops that trace's entries first, and so does anything the server stores
-into a trace (explorer.web.app's forget)."""
+the query parameters its route reads (FastAPI's declaration of them, learnt from the route that answered the first request of a path's
+shape): `?_=N` or any other parameter the page ignores serves the same entry. Concurrent requests for one key render it once (ten
+export loops of a big program cost one export), and one client renders at most RENDERS_PER_CLIENT views at once (its others wait
+their turn here, costing nothing: ten searches of a big program from one client cannot crowd the event loop every other client
+needs). A state-changing request that names a trace (a note, a delete, a diff's measurement) drops that trace's entries first, and so
+does anything the server stores into a trace (explorer.web.app's forget)."""
 from __future__ import annotations
-import collections, re, urllib.parse
+import asyncio, collections, re, urllib.parse
 from typing import Any, Callable
 from explorer.web.http.limits import Receive, Scope, Send, UNSAFE_METHODS
 
 Message = dict[str, Any]  # an ASGI message
+RENDERS_PER_CLIENT = 2
 Key = tuple[str, str, bool]
 
 ID = r"[0-9a-f]{16}"
@@ -44,6 +47,8 @@ class ResponseCache:
     self.hits = self.misses = 0
     self.generation: dict[str, int] = {}  # per trace, bumped by forget
     self._params: dict[str, frozenset[str]] = {}  # a path's shape -> the query parameters its route reads
+    self._rendering: dict[Key, asyncio.Event] = {}  # keys being rendered now: the same request meanwhile waits for that one
+    self._renders: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}  # each client's views being rendered
     if state is not None: state.response_cache = self  # the app's handle on it (tests read its counters)
 
   def forget(self, trace_id: str) -> None:
@@ -54,6 +59,14 @@ class ResponseCache:
   def _drop(self, key: Key) -> None:
     _, msgs = self.entries.pop(key)
     self.size -= sum(len(m.get("body", b"")) for m in msgs)
+
+  def _render_slot(self, scope: Scope) -> asyncio.Semaphore:
+    """This client's turn to render a view (RENDERS_PER_CLIENT at once)."""
+    client, loop = (scope.get("client") or ("", 0))[0], asyncio.get_running_loop()
+    if (got := self._renders.get(client)) is None or got[0] is not loop:
+      if len(self._renders) > 4096: self._renders.clear()  # a render under way keeps its own slot
+      got = self._renders[client] = (loop, asyncio.Semaphore(RENDERS_PER_CLIENT))
+    return got[1]
 
   def query_key(self, scope: Scope) -> str | None:
     """The query parameters the path's route reads, in order; None until a request of the path's shape has shown its route."""
@@ -80,6 +93,7 @@ class ResponseCache:
     ids = traces_named(path, CACHEABLE)
     gzip = any(k == b"accept-encoding" and b"gzip" in v for k, v in scope["headers"])
     query = self.query_key(scope)
+    if query is not None and (rendering := self._rendering.get((path, query, gzip))) is not None: await rendering.wait()
     if query is not None and (hit := self.entries.get(key := (path, query, gzip))) is not None:
       self.entries.move_to_end(key)
       self.hits += 1
@@ -94,7 +108,14 @@ class ResponseCache:
     async def keep(msg: Message) -> None:
       msgs.append(msg)
       await send(msg)
-    await self.app(scope, receive, keep)
+    rendering_key = (path, query, gzip) if query is not None else None
+    done = self._rendering.setdefault(rendering_key, asyncio.Event()) if rendering_key is not None else None
+    try:
+      async with self._render_slot(scope): await self.app(scope, receive, keep)
+    finally:
+      if rendering_key is not None and done is not None and self._rendering.get(rendering_key) is done:
+        done.set()
+        del self._rendering[rendering_key]
     if query is None and (query := self.learn(scope)) is None: return
     key = (path, query, gzip)
     body = sum(len(m.get("body", b"")) for m in msgs)

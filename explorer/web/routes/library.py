@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from explorer.present import export
 from explorer.present.repro import repro_script
 from explorer.store import VARIANT_FILTERS
-from explorer.web.http.deps import ServicesDep, StoredTrace
+from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, documented
 from explorer.web.http.work import Work
 from explorer.web.routes.common import attachment, page as render
@@ -123,9 +123,9 @@ async def delete_page(request: Request, trace_id: str, svc: ServicesDep) -> Resp
 # ***** exports *****
 
 @router.get("/t/{trace_id}/export.json")
-async def export_json(trace_id: str, trace: StoredTrace, svc: ServicesDep, download: bool = True) -> Response:
+async def export_json(request: Request, trace_id: str, trace: StoredTrace, svc: ServicesDep, download: bool = True) -> Response:
   notes = await asyncio.to_thread(export.annotations_of, svc.store, trace_id)
-  body = await asyncio.to_thread(export.export_json, trace, notes)
+  body = await templates_of(request).off_loop(export.export_json, trace, notes)
   return Response(body, media_type="application/json", headers=attachment(f"kernel-explorer-{trace_id}.json", download))
 
 async def graph_block(svc: Services, trace_id: str, trace: dict, ref: str, permit: WorkPermit) -> dict:
@@ -145,11 +145,12 @@ async def repro(trace_id: str, trace: StoredTrace) -> Response:
   return Response(repro_script(trace, trace_id), media_type="text/x-python; charset=utf-8", headers=attachment(f"repro-{trace_id}.py", True))
 
 @router.get("/t/{trace_id}/export.html")
-async def export_html(trace_id: str, trace: StoredTrace, svc: ServicesDep, work: Work, download: bool = True) -> Response:
+async def export_html(request: Request, trace_id: str, trace: StoredTrace, svc: ServicesDep, work: Work, download: bool = True) -> Response:
   """The trace as ONE self-contained HTML file: inline CSS, JS and SVG, no reference to this server, opens offline."""
   blocks: dict[str, Any] = {}
   permit = work.permit()
   for ref in export.graph_refs(trace): blocks[ref] = await graph_block(svc, trace_id, trace, ref, permit)
   notes = await asyncio.to_thread(export.annotations_of, svc.store, trace_id)
-  html = await asyncio.to_thread(export.render_html, trace, trace_id, blocks, notes, f"the Kernel Explorer server on {socket.gethostname()}")
+  html = await templates_of(request).off_loop(export.render_html, trace, trace_id, blocks, notes,
+                                              f"the Kernel Explorer server on {socket.gethostname()}")
   return Response(html, media_type="text/html; charset=utf-8", headers=attachment(f"kernel-explorer-{trace_id}.html", download))

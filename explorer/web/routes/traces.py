@@ -7,7 +7,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer.schema import host_target, target_records
 from explorer.web.http import deps
-from explorer.web.http.deps import ServicesDep, StoredTrace
+from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
 from explorer.web.routes.common import page, so_far, trace_page
 from explorer.web.services.traces import STAGE_TITLES
@@ -112,7 +112,8 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   available = list(dict.fromkeys(t for k in kernels for t in target_records(k)))
   host = host_target(kernels[0]) if kernels else None
   target = target if target in available else host
-  program = await asyncio.to_thread(program_view, trace, q, realize, offset) if trace is not None and trace.get("realizes") else None
+  program = None
+  if trace is not None and trace.get("realizes"): program = await templates_of(request).off_loop(program_view, trace, q, realize, offset)
   shown = program["page"] if program is not None else kernels
   rows: list[tuple[dict, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
   views: list[Any] = [target_records(k).get(target or "", {}) for k in kernels]
