@@ -40,10 +40,11 @@ def free_port() -> int:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
 
-def start_server(db: pathlib.Path, port: int, log: pathlib.Path, **settings: object) -> subprocess.Popen:
-  env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
+def start_server(db: pathlib.Path, port: int, log: pathlib.Path, checkout: pathlib.Path = REPO, **settings: object) -> subprocess.Popen:
+  """The server of this checkout (or another one's: its explorer package first on the path), on loopback."""
+  env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")} | {"PYTHONPATH": str(checkout)}
   code = f"from explorer.web.serving import serve; serve('127.0.0.1', {port}, {str(db)!r}, **{settings!r})"
-  proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+  proc = subprocess.Popen([sys.executable, "-c", code], cwd=checkout, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
   deadline = time.monotonic() + 60
   while True:
     try:
@@ -241,14 +242,17 @@ def first_view(base: str, url: str, timeout_s: float = 300) -> float:
   assert r.status_code == 200, (url, r.status_code, r.text[:200])
   return time.monotonic() - st
 
-def phase3(seconds: float) -> bool:
+def phase3(seconds: float, checkout: pathlib.Path | None = None) -> bool:
+  """checkout: serve another checkout's server (an earlier version, for its figures beside these); it may lack trusted_proxies, and then
+  trusts loopback's X-Forwarded-For as uvicorn does by default."""
   import psutil
   tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-bounded-"))
   print("\nphase 3: bounded work on a 1,000-kernel program (capturing it first)")
   if (keep := os.environ.get("KE_BENCH_PROGRAM_DB")) and os.path.exists(keep): shutil.copy(keep, tmp / "traces.sqlite3")  # a rerun's
   else: big_program(tmp / "traces.sqlite3")
   port = free_port()
-  server = start_server(tmp / "traces.sqlite3", port, tmp / "server.log", trusted_proxies="127.0.0.1", background_workers=0)
+  proxies: dict[str, object] = {"trusted_proxies": "127.0.0.1"} if checkout is None else {}
+  server = start_server(tmp / "traces.sqlite3", port, tmp / "server.log", checkout or REPO, background_workers=0, **proxies)
   base, proc, a = f"http://127.0.0.1:{port}", psutil.Process(server.pid), f"/api/traces/{BIG}"
   def rss() -> float: return proc.memory_info().rss / 2**20
   try:
@@ -324,8 +328,10 @@ def main() -> int:
   ap.add_argument("--seconds", type=float, default=30.0)
   ap.add_argument("--cold", type=int, default=2, help="cold traces started in each phase (at most 3)")
   ap.add_argument("--phases", default="1,2,3", help="which phases to run (comma separated)")
+  ap.add_argument("--checkout", type=pathlib.Path, help="phase 3 alone, on the server of another checkout (git worktree add DIR COMMIT)")
   a = ap.parse_args()
   phases = set(a.phases.split(","))
+  if a.checkout is not None: return 0 if phase3(a.seconds, a.checkout.resolve()) else 1
   if phases == {"3"}: return 0 if phase3(a.seconds) else 1
   if not 1 <= a.clients <= 200 or not 1 <= a.seconds <= 120 or not 0 <= a.cold <= 3: ap.error("bounded: 1-200 clients, 1-120 s, 0-3 cold traces")
   tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-load-"))
