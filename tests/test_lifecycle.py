@@ -261,27 +261,33 @@ def test_a_nul_in_a_search_matches_nothing(web_client, small_trace):
 
 def test_one_admission_rule():
   """Tasks admit new work by one rule: joining identical work is free; a client past its share gets ClientBusy (429), anyone past the
-  kind's bound Busy (503), both with a Retry-After; one client's tasks run on all but one slot while another client's start at once."""
+  kind's bound Busy (503), both with a Retry-After; a free slot goes to the client running the fewest; with `reserve` (traces) one
+  client's tasks run on all but one slot, so another client's start at once."""
   import asyncio
   from explorer.web.services.lifecycle import Busy, ClientBusy, Task, Tasks
-  async def scenario() -> None:
-    gate, ran = threading.Event(), []
+  async def scenario(reserve: bool) -> list[str | None]:
+    gates: dict[str, threading.Event] = {c: threading.Event() for c in "abc"}
+    ran: list[str | None] = []
     def work(task: Task, progress) -> None:
       ran.append(task.client)
-      gate.wait(10)
-    tasks: Tasks[Task] = Tasks(parallel=2, max_waiting=2, per_client=3, what="things")
+      gates[str(task.client)].wait(10)
+    tasks: Tasks[Task] = Tasks(parallel=2, max_waiting=2, per_client=3, what="things", reserve=reserve)
     first = [tasks.start(("a", i), Task(client="a"), work) for i in range(3)]
     assert tasks.start(("a", 0), Task(client="a"), work) is first[0]  # identical work is shared, whatever the share
     with pytest.raises(ClientBusy) as refused: tasks.start(("a", 3), Task(client="a"), work)
     assert refused.value.status == 429 and refused.value.retry_after_s > 0
     await asyncio.sleep(0.3)
-    assert ran == ["a"], ran  # its share runs on one of the two slots
+    assert ran == ["a"] * (1 if reserve else 2), ran  # reserved: its share runs on one of the two slots
     tasks.start(("b", 0), Task(client="b"), work)
     await asyncio.sleep(0.3)
-    assert sorted(ran) == ["a", "b"], ran  # another client's work starts at once
+    if reserve: assert ran == ["a", "b"], ran  # another client's work starts at once
     with pytest.raises(Busy) as full: tasks.start(("c", 0), Task(client="c"), work)
     assert full.value.status == 503 and full.value.retry_after_s > 0
-    gate.set()
+    gates["a"].set()
+    await asyncio.sleep(0.3)
+    if not reserve: assert ran[:3] == ["a", "a", "b"], ran  # the first free slot went to b, before a's third
+    gates["b"].set()
     while tasks.active(): await asyncio.sleep(0.05)
-    assert sorted(ran) == ["a", "a", "a", "b"]
-  asyncio.run(scenario())
+    return ran
+  assert sorted(asyncio.run(scenario(reserve=True)), key=str) == ["a", "a", "a", "b"]
+  assert sorted(asyncio.run(scenario(reserve=False)), key=str) == ["a", "a", "a", "b"]

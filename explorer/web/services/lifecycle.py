@@ -7,8 +7,9 @@ Retry-After.
 
 One admission rule for all of it (Tasks.start, before any work is done or any trace read for it): joining identical work is free; new
 work is refused with ClientBusy (429) once its client has `per_client` tasks of the kind queued or running, and with Busy (503) once
-`parallel + max_waiting` are; and one client's tasks run on at most parallel - 1 of the kind's slots (when it has two or more), so that
-another client always finds one free."""
+`parallel + max_waiting` are. A free slot goes to the waiting task whose client runs the fewest (then the oldest), so another client's
+work is next whatever one client queued; and where work is long (traces: `reserve`), one client's tasks run on at most parallel - 1
+slots, so another client always finds one free at once."""
 from __future__ import annotations
 import asyncio, threading, time, uuid
 from dataclasses import dataclass, field
@@ -86,15 +87,16 @@ Hook = Callable[[T], Awaitable[None]]
 class Tasks(Generic[T]):
   """Tasks by key, run in the background (start from the event loop), admitted by one rule (the module's docstring)."""
   def __init__(self, parallel: int | None = None, wait_s: float | None = None, max_waiting: int | None = None, per_client: int = 0,
-               what: str = "tasks"):
+               what: str = "tasks", reserve: bool = False):
     """parallel: how many run at once (None: no limit); wait_s: how long a task may wait for its turn before it fails, saying so;
     max_waiting: how many more may wait for a turn (None: no bound); per_client: one client's tasks queued or running at once (0: no
-    bound); what: the work, as refusals name it."""
+    bound); what: the work, as refusals name it; reserve: one client's tasks hold at most parallel - 1 slots (long work)."""
     self.parallel, self.wait_s, self.max_waiting, self.per_client, self.what = parallel, wait_s, max_waiting, per_client, what
+    self.reserve = reserve
     self.tasks: dict[Hashable, T] = {}
     self.running: set[asyncio.Task] = set()
-    self._slots: asyncio.Semaphore | None = None
-    self._client_slots: dict[str, asyncio.Semaphore] = {}
+    self._holding: list[T] = []  # the tasks holding a slot
+    self._waiting: list[tuple[T, asyncio.Future]] = []  # the tasks waiting for one, oldest first
 
   def admit(self, client: str | None) -> None:
     """Refuse new work where the rule says so (ClientBusy: this client's share; Busy: the server's); the caller has checked that no
@@ -124,28 +126,52 @@ class Tasks(Generic[T]):
     job.add_done_callback(self.running.discard)
     return task
 
-  def _share(self, client: str | None) -> asyncio.Semaphore | None:
-    """The slots one client's tasks may hold at once: all but one of the kind's (None: the server's own work, or a single slot)."""
-    if client is None or self.parallel is None or self.parallel < 2: return None
-    if (got := self._client_slots.get(client)) is None: got = self._client_slots[client] = asyncio.Semaphore(self.parallel - 1)
-    return got
+  def _holds(self, client: str | None) -> int: return sum(1 for t in self._holding if t.client == client)
+
+  def _may_take(self, task: T) -> bool:
+    """A free slot, and (reserve) not this client's last one."""
+    if self.parallel is None: return True
+    if len(self._holding) >= self.parallel: return False
+    return not (self.reserve and task.client is not None and self.parallel > 1 and self._holds(task.client) >= self.parallel - 1)
+
+  def _hand_on(self) -> None:
+    """Free slots to the waiting tasks that may take them: the client running the fewest first, then the oldest."""
+    while (ready := [(self._holds(t.client), i) for i, (t, _) in enumerate(self._waiting) if self._may_take(t)]):
+      task, fut = self._waiting.pop(min(ready)[1])
+      self._holding.append(task)
+      fut.set_result(None)
+
+  async def _take_slot(self, task: T) -> bool:
+    """Wait for this task's turn (False: it waited past wait_s)."""
+    fut = asyncio.get_running_loop().create_future()
+    self._waiting.append((task, fut))
+    self._hand_on()  # it may take a slot now (another client's queued work may not)
+    if fut.done(): return True
+    try: await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
+    except asyncio.TimeoutError: pass
+    except asyncio.CancelledError:
+      if fut.done() and not fut.cancelled(): self._free_slot(task)  # given a slot as it was cancelled: handed on
+      raise
+    finally:
+      if not fut.done():  # timed out or cancelled while waiting: out of the line
+        self._waiting = [(t, f) for t, f in self._waiting if f is not fut]
+        fut.cancel()
+    return fut.done() and not fut.cancelled()
+
+  def _free_slot(self, task: T) -> None:
+    self._holding.remove(task)
+    self._hand_on()
 
   async def _run(self, task: T, work: Callable[[T, Progress], Any], started: Hook | None, kept: Callable[[T, Any], Awaitable[Any]] | None,
                  ended: Hook | None) -> None:
-    if self.parallel is not None and self._slots is None: self._slots = asyncio.Semaphore(self.parallel)
-    taken: list[asyncio.Semaphore] = []
+    holding = False
     try:
-      deadline = None if self.wait_s is None else time.monotonic() + self.wait_s
-      for slots in (self._share(task.client), self._slots):  # the client's share first: waiting on it holds none of the others' slots
-        if slots is None: continue
-        try: await asyncio.wait_for(slots.acquire(), None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
-          task.finish(ERROR, error=f"waited over {self.wait_s:.0f}s for a free worker and was dropped; try again when the server is less busy")
-          return
-        taken.append(slots)
+      if not (holding := await self._take_slot(task)):
+        task.finish(ERROR, error=f"waited over {self.wait_s:.0f}s for a free worker and was dropped; try again when the server is less busy")
+        return
       await self._work(task, work, started, kept)
     finally:
-      for slots in taken: slots.release()
+      if holding: self._free_slot(task)
       if ended is not None and task.status != INTERRUPTED: await ended(task)
 
   async def _work(self, task: T, work: Callable[[T, Progress], Any], started: Hook | None, kept: Callable[[T, Any], Awaitable[Any]] | None) -> None:

@@ -152,7 +152,8 @@ class JobManager:
     self.queue, self.on_stored = queue, on_stored
     self.store, self.timeout_s, self.keep_s, self.max_queue, self.limits = store, timeout_s, keep_s, max_queue, limits
     self.max_per_client = max_per_client
-    self.tasks: Tasks[Job] = Tasks(parallel, queue_wait_s)  # the free workers take jobs at once; max_queue more may wait
+    # the free workers take jobs at once, max_queue more may wait; a client's traces run on all but one worker (they can take minutes)
+    self.tasks: Tasks[Job] = Tasks(parallel, queue_wait_s, reserve=True)
     self.followed: Tasks[Job] = Tasks()  # jobs a restarted server follows on the job queue: their workers are the queue's
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
     self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.tracing.workers registers them)
