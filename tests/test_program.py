@@ -82,7 +82,16 @@ def test_the_program_view_and_its_search(cnn, db):
     source = client.get(f"/t/{tid}/source").text
     assert f'id="L{model_line("classifier")}"' in source and "class SmallCNN" in source
 
-def test_a_thousand_kernel_program_answers_within_a_second(cnn, db):
+@pytest.fixture
+def alone(tmp_path_factory):
+  """Held by the tests that time a big program's pages and by the one that floods a server with work: under pytest-xdist they would
+  otherwise run at once on the two cores, and the flood's workers would be timed in the pages' latencies."""
+  import fcntl
+  with open(tmp_path_factory.getbasetemp().parent / "big-program.lock", "w") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    yield
+
+def test_a_thousand_kernel_program_answers_within_a_second(cnn, db, alone):
   from fastapi.testclient import TestClient
   from explorer.schema import validate_trace
   from explorer.store import Store
@@ -121,7 +130,7 @@ def server_pid(base: str) -> int:
   port = int(base.rsplit(":", 1)[1])
   return next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port and c.status == "LISTEN" and c.pid)
 
-def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path):
+def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path, alone):
   """A client floods a 1,000-kernel program with first views of other targets (10 a second) and hand schedules: past its share it
   gets 429 with Retry-After before any work starts; the server's memory stays bounded (one parsed copy of the trace, queued work holds
   ids); another client (its own address through a trusted proxy) meanwhile gets its first view computed at once and its health checks
@@ -165,8 +174,8 @@ def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path):
     stop.set()
     prober.join(10)
   statuses = [s for s, _ in answers]
-  # its share (4 at once; more as earlier ones finish), the rest refused before any work
-  assert set(statuses) <= {202, 429} and statuses.count(429) >= 50 and statuses.count(202) <= 16, statuses
+  # its share (4 at once: the fifth, a tenth of a second later, finds none finished; more as earlier ones finish), the rest refused
+  assert statuses[:5] == [202, 202, 202, 202, 429] and set(statuses) <= {202, 429} and statuses.count(429) >= 50, statuses
   assert all(ra is not None and int(ra) > 0 for s, ra in answers if s in (429, 503)), answers
   assert [r.status_code for r in schedules].count(202) <= 4 and all(r.headers.get("retry-after") for r in schedules if r.status_code == 429)
   grew = (peak - rss0) / 2**20
@@ -178,7 +187,7 @@ def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path):
   assert p99 < 0.25, f"another client's health p99 was {p99 * 1e3:.0f} ms"
   assert other_s < 30, f"another client's first view took {other_s:.1f} s"
 
-def test_one_parse_per_trace(cnn, db, tmp_path):
+def test_one_parse_per_trace(cnn, db, tmp_path, alone):
   """Ten concurrent cold views of a big program parse it once; an enrichment stored into it is merged into that parsed copy (no second
   parse), and a write by another process (a new version in the store) is seen."""
   import asyncio, shutil
