@@ -201,7 +201,8 @@ class Prober:
     with httpx.Client(base_url=self.base, headers=OTHER, timeout=30) as c:
       while not self.stop.is_set():
         st = time.monotonic()
-        ok = c.get("/api/health").status_code == 200
+        try: ok = c.get("/api/health").status_code == 200
+        except httpx.HTTPError: ok = False  # counted as never answered
         self.samples[self.phase].append(time.monotonic() - st if ok else float("inf"))
         time.sleep(max(0.0, 0.1 - (time.monotonic() - st)))
 
@@ -287,6 +288,7 @@ def phase3(seconds: float, checkout: pathlib.Path | None = None) -> bool:
           f"answered in {mine:.1f} s; health p99 {ms(pct(probe.samples['schedules'], 0.99))} ms")
     for name in LOOPS:
       probe.phase, conns = name, 10
+      if probe.samples["flood"] and pct(probe.samples["flood"], 0.5) > 5: break  # a server that no longer answers: no figures to take
       lat = loop(base, name, 10, conns)
       h = probe.samples[name]
       met = pct(h, 0.99) < BOUNDED_HEALTH_S
@@ -312,12 +314,12 @@ def phase3(seconds: float, checkout: pathlib.Path | None = None) -> bool:
     except subprocess.TimeoutExpired: server.kill()
     shutil.rmtree(tmp, ignore_errors=True)
 
-def schedule_of_other(base: str, a: str) -> float:
-  """The other client's hand schedule of a kernel, posted then polled until it answers: seconds."""
+def schedule_of_other(base: str, a: str, limit_s: float = 120) -> float:
+  """The other client's hand schedule of a kernel, posted then polled until it answers: seconds (inf: not within limit_s)."""
   st = time.monotonic()
   body = {"opts": ["UPCAST:0:2"], "from": "none"}
   while (r := httpx.post(f"{base}{a}/kernels/900/opts", json=body, headers=OTHER, timeout=60)).status_code == 202:
-    assert time.monotonic() - st < 300
+    if time.monotonic() - st > limit_s: return float("inf")
     time.sleep(0.3)
   assert r.status_code in (200, 422), r.text[:300]  # its record, or tinygrad's refusal of the opt: an answer either way
   return time.monotonic() - st

@@ -2,7 +2,7 @@
 its JSON twin /api/library, DELETE /api/traces/{id}, and each trace's exports: /t/{id}/export.json and /t/{id}/export.html
 (one self-contained file, explorer.present.export)."""
 from __future__ import annotations
-import asyncio, math, socket
+import asyncio, gzip, math, socket
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -126,7 +126,15 @@ async def delete_page(request: Request, trace_id: str, svc: ServicesDep) -> Resp
 async def export_json(request: Request, trace_id: str, trace: StoredTrace, svc: ServicesDep, download: bool = True) -> Response:
   notes = await asyncio.to_thread(export.annotations_of, svc.store, trace_id)
   body = await templates_of(request).off_loop(export.export_json, trace, notes)
-  return Response(body, media_type="application/json", headers=attachment(f"kernel-explorer-{trace_id}.json", download))
+  return await compressed(request, body, "application/json", attachment(f"kernel-explorer-{trace_id}.json", download))
+
+BIG_BODY = 1 << 20  # an export past this is gzipped off the event loop (GZipMiddleware would compress it on the loop: seconds for 30 MB)
+
+async def compressed(request: Request, body: str, media_type: str, headers: dict[str, str]) -> Response:
+  """The body, gzipped off the event loop where it is big and the client takes gzip (the middleware passes an encoded body on)."""
+  if len(body) < BIG_BODY or "gzip" not in request.headers.get("accept-encoding", ""): return Response(body, media_type=media_type, headers=headers)
+  gz = await templates_of(request).off_loop(lambda: gzip.compress(body.encode(), 6))
+  return Response(gz, media_type=media_type, headers={**headers, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
 
 async def graph_block(svc: Services, trace_id: str, trace: dict, ref: str, permit: WorkPermit) -> dict:
   """One export graph through the server's GraphService: its cache, its node limit, its layout."""
@@ -153,4 +161,4 @@ async def export_html(request: Request, trace_id: str, trace: StoredTrace, svc: 
   notes = await asyncio.to_thread(export.annotations_of, svc.store, trace_id)
   html = await templates_of(request).off_loop(export.render_html, trace, trace_id, blocks, notes,
                                               f"the Kernel Explorer server on {socket.gethostname()}")
-  return Response(html, media_type="text/html; charset=utf-8", headers=attachment(f"kernel-explorer-{trace_id}.html", download))
+  return await compressed(request, html, "text/html; charset=utf-8", attachment(f"kernel-explorer-{trace_id}.html", download))

@@ -79,9 +79,9 @@ class EnrichmentService:
     # the rest, at a lower priority: the server's own work, bounded (a neighbour left out is computed when it is viewed)
     self.background: Tasks[EnrichTask] = Tasks(parallel=max(1, background_workers), max_waiting=max_waiting, what="background enrichments")
     self.background_workers = background_workers
-    # two hand schedules at once (their timing on a device is one at a time: explorer.tracing.devicelock), so that one client's
-    # schedules leave the other slot to another client's
-    self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=2, max_waiting=max_waiting, per_client=per_client, what="hand schedules")
+    # two hand schedules at once (their timing on a device is one at a time: explorer.tracing.devicelock), one client's on one of
+    # them (reserve): another client's schedule starts at once
+    self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=2, max_waiting=max_waiting, per_client=per_client, what="hand schedules", reserve=True)
     self._pins = threading.Lock()
     self.computed = 0  # worker runs for requests: tests check that concurrent and later requests compute nothing more
     self.computed_background = 0  # worker runs of background tasks
