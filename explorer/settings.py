@@ -52,8 +52,8 @@ class Settings(BaseSettings):
   max_waiting_work: int = Field(32, ge=0, description="work of one kind started by pages beside traces (a kernel's record on another target, "
                                 "its analysis or compile facts; hand schedules) waiting for a worker before more gets 503 with a Retry-After")
   max_work_per_client: int = Field(4, ge=0, description="work of one kind (enrichments, hand schedules) one client address may have running "
-                                   "or waiting at once (0: no limit); past it 429 with a Retry-After. One client's work of a kind runs on at "
-                                   "most all but one of its workers, and its traces on all but one trace worker, so another client always finds one")
+                                   "or waiting at once (0: no limit); past it 429 with a Retry-After. A free worker goes to the client running the "
+                                   "fewest; one client's traces and hand schedules run on all but one worker, so another client finds one at once")
   queue_wait_s: float = Field(900.0, ge=0, description="a queued trace that waited longer than this is dropped with a message")
   max_repeats: int = Field(1000, ge=0, description="largest timing repeats or warmup a request may ask for")
   max_beam: int = Field(8, ge=0, description="largest BEAM width a request may ask for")
