@@ -9,22 +9,23 @@ from typing import Any
 HELD = ("input", "weight", "output")  # the program holds these for the whole schedule
 
 def timeline(trace: dict[str, Any]) -> dict[str, Any]:
-  """{steps: [{index, kind, name, live_bytes, live: [buffer indexes]}], buffers: [{index, name, role, nbytes, start, end}], peak_bytes,
-  peak_step, intermediate_bytes, held_bytes}. A step is one call of the schedule (a kernel or a copy)."""
+  """{steps: [{index, kind, name, role, live_bytes}], buffers: [{index, name, role, nbytes, start, end}], peak_bytes, peak_step,
+  intermediate_bytes, held_bytes}. A step is one call of the schedule (a kernel or a copy); a buffer is alive at the steps start..end."""
   sched, bufs = trace.get("schedule") or [], trace.get("buffers") or []
   last = max(len(sched) - 1, 0)
-  spans = []
+  spans, delta = [], [0] * (len(sched) + 2)  # bytes that come alive at a step, minus those that died after the one before: one sweep
   for b in bufs:
     if b["role"] in HELD: start, end = 0, last
     else:
       start = min(b["written_by"], default=0)
       end = max([*b["read_by"], *b["written_by"]], default=last)
     spans.append({"index": b["index"], "name": b["name"], "role": b["role"], "nbytes": b["nbytes"], "start": start, "end": end})
-  steps = []
-  for s in sched:
-    live = [x["index"] for x in spans if x["start"] <= s["index"] <= x["end"]]
-    steps.append({"index": s["index"], "kind": s["kind"], "name": s.get("name") or s["kind"], "role": s.get("role"),
-                  "live": live, "live_bytes": sum(spans[i]["nbytes"] for i in live)})
+    delta[min(start, len(sched))] += b["nbytes"]
+    delta[min(end, last) + 1] -= b["nbytes"]
+  steps, alive = [], 0
+  for i, s in enumerate(sched):
+    alive += delta[i]
+    steps.append({"index": s["index"], "kind": s["kind"], "name": s.get("name") or s["kind"], "role": s.get("role"), "live_bytes": alive})
   peak = max(steps, key=lambda s: s["live_bytes"], default=None)
   return {"steps": steps, "buffers": spans, "peak_bytes": peak["live_bytes"] if peak else 0, "peak_step": peak["index"] if peak else None,
           "intermediate_bytes": sum(x["nbytes"] for x in spans if x["role"] == "intermediate"),

@@ -104,6 +104,12 @@ def tojson_compact(x: Any) -> Markup:
   """JSON safe in a single-quoted HTML attribute or a <script>: <, >, & and ' escaped as JSON \\u escapes, as jinja's tojson does."""
   return Markup(json.dumps(x, separators=(",", ":")).translate(HTML_SAFE_JSON))
 
+def largest_buffers(buffers: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+  """The limit largest of a memory timeline's buffers, in schedule order: what a drawing of a big program's memory has room for."""
+  if len(buffers) <= limit: return buffers
+  keep = {id(b) for b in sorted(buffers, key=lambda b: -b["nbytes"])[:limit]}
+  return [b for b in buffers if id(b) in keep]
+
 def environment() -> jinja2.Environment:
   """The Jinja environment of explorer/templates with the formatting filters and globals every page and the export use."""
   env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=jinja2.select_autoescape(), trim_blocks=True,
@@ -116,6 +122,7 @@ def environment() -> jinja2.Environment:
   env.globals["beam_plot"] = beam_plot
   env.globals["noisy"] = noisy
   env.globals["grouped_stages"] = grouped_stages
+  env.globals["largest_buffers"] = largest_buffers
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
                      highlighted=highlighted, ran_on_parts=ran_on_parts, provenance_sites=provenance_sites)
   return env

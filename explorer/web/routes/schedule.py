@@ -1,7 +1,7 @@
 """What the scheduler did: the tensor graph it was handed, its rangeify passes, and the bufferize decisions (STAGEs created, fused and
 kept; buffers; the kernel graph), each page beside its JSON."""
 from __future__ import annotations
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from explorer.analysis import memory
 from explorer.web.http import deps
@@ -30,11 +30,14 @@ async def get_rangeify(trace: StoredTrace) -> dict:
   passes = (trace.get("scheduler") or {}).get("passes") or []
   return {"passes": [{"index": i, **p} for i, p in enumerate(passes)], "max_steps": MAX_STEPS, "graph": "rangeify/{pass}/{before|after|m<j>}"}
 
+BUFFER_PAGE = 200  # rows of the buffer table per page
+
 @router.get("/t/{trace_id}/bufferize", response_class=HTMLResponse)
-async def bufferize(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
+async def bufferize(request: Request, trace_id: str, svc: ServicesDep, offset: int = Query(0, ge=0, le=2**31)) -> HTMLResponse:
+  """The kernel graph, the STAGE decisions, memory over the schedule and the buffers (paged: ?offset=, BUFFER_PAGE rows)."""
   trace = await deps.stored_trace(svc, trace_id)
   return await trace_page(request, svc, trace_id, "bufferize.html", "bufferize", api=f"{trace_api_url(trace_id)}/bufferize",
-                          memory=memory.timeline(trace) if trace else None)
+                          memory=memory.timeline(trace) if trace else None, offset=offset, per_page=BUFFER_PAGE)
 
 @api.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
          responses=documented(NOT_FOUND))
