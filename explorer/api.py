@@ -144,6 +144,26 @@ class Kernel:
       if str(e).startswith("OptRefused: "): raise SpecError(f"tinygrad refused {str(e).removeprefix('OptRefused: ')}") from None
       raise
 
+  def sass(self, target: str = "cuda") -> dict:
+    """This kernel's SASS on `target` (cuda or ptx; its record rendered with the trace): each instruction with its source line, that
+    line's UOps and the registers live there, the mix, the peak, the spills (explorer.analysis.sass.view). Its compile facts and line
+    map are computed first where missing (in workers) and kept on the trace. LookupError when there is no SASS (no record on the
+    target, a failed compile, or no nvdisasm here: the message says what to install)."""
+    from explorer.analysis.sass import view
+    from explorer.schema import target_records
+    from explorer.spec import SASS_TARGETS
+    from explorer.tracing import enrich
+    if target not in SASS_TARGETS: raise ValueError(f"SASS is for {' and '.join(SASS_TARGETS)} records, not {target!r}")
+    if (rec := target_records(self.data).get(target)) is None:
+      raise LookupError(f"kernel {self.index} has no {target} record: trace with that target, or `kernel-explorer enrich --target {target}`")
+    blobs = {"": self.trace.rewrites, **self.trace.target_rewrites}
+    data = enrich.add_facts(self.trace.data, [target], [self.index])
+    self.trace.data = enrich.add_analysis(data, blobs, [target], [self.index])
+    rec = target_records(self.data)[target]
+    facts: dict = dict(rec.get("compile") or {})
+    if (got := view(rec)) is None: raise LookupError(facts.get("sass_note") or facts.get("message") or "no SASS")
+    return got
+
   def __repr__(self) -> str: return f"<explorer.api.Kernel {self.index} of {self.trace.data['label']}: {self.data['name']}>"
 
 @dataclass

@@ -60,6 +60,35 @@ class Disassembly(TypedDict):
   text: Text
 
 @with_config(STRICT)
+class SassInstruction(TypedDict):
+  """One SASS instruction as nvdisasm lists it: its byte offset, text (predicate, opcode, operands), opcode, the source line it came
+  from (None: none recorded), and the general (live) and uniform (ulive) registers live there."""
+  offset: Count
+  text: Line
+  op: Name
+  line: Count | None
+  live: Count | None
+  ulive: Count | None
+
+@with_config(STRICT)
+class Sass(TypedDict):
+  """The compiled kernel's SASS with lines and live registers (explorer.tracing.sass): lines_of names what its lines number ("cuda":
+  the CUDA C, "ptx": the PTX; None: no line information), count the instructions (the first 4,000 kept, left_out the rest),
+  registers ptxas' count, peak_live the most general registers live at one instruction (at peak_offset, from line peak_line), spills
+  the local loads and stores, mix the instructions per opcode family (FFMA, LDG, ...), most first."""
+  tool: Line
+  lines_of: Name | None
+  count: Count
+  registers: Count | None
+  peak_live: Count | None
+  peak_offset: Count | None
+  peak_line: Count | None
+  spills: Count
+  mix: dict[Name, Count]
+  instructions: list[SassInstruction]
+  left_out: Count
+
+@with_config(STRICT)
 class CompileFacts(TypedDict):
   """The source compiled by a real compiler of the machine that traced it. ok: True compiled, False failed (message: the compiler's
   error), None not compiled (message: which compiler is missing and how to install it, or why none can run here). CUDA and PTX add
@@ -75,6 +104,8 @@ class CompileFacts(TypedDict):
   shared_bytes: NotRequired[Count | None]
   occupancy: NotRequired[Occupancy | None]
   disasm: NotRequired[Disassembly | None]
+  sass: NotRequired[Sass | None]       # CUDA and PTX, where nvdisasm is; else None and
+  sass_note: NotRequired[Line | None]  # why there is none (which tool is missing and how to install it, or its message)
 
 @with_config(STRICT)
 class LiveRange(TypedDict):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import dataclasses, math, re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 DTYPES = {"float32": 4, "float16": 2}
 TARGET_LABELS = {"cuda": "CUDA C for sm_90 (H100)", "metal": "Metal for Apple9 (M3)", "opencl": "OpenCL C", "clang": "C for clang (x86_64)",
@@ -113,6 +113,12 @@ ENRICH_ANALYSIS = "analysis"  # a record's line map, live values, loop splits an
 ENRICH_TARGET = "target"      # a kernel's record on a target the trace did not render
 ENRICH_KINDS = (ENRICH_TARGET, ENRICH_ANALYSIS, ENRICH_FACTS)
 ANALYSIS_MARK = "pressure"    # a record with this field has its analysis
+SASS_TARGETS = ("cuda", "ptx")  # their compile facts carry SASS with lines and live registers (or say why not: sass_note)
+
+def lacks_facts(rec: Mapping[str, Any], target: str) -> bool:
+  """Whether a record's compile facts are still to compute: none yet, or a CUDA or PTX compile stored before its facts had SASS."""
+  facts = rec.get("compile")
+  return facts is None or (target in SASS_TARGETS and facts.get("ok") is True and "sass" not in facts)
 
 # tinygrad devices that compute on real hardware, best first (tinygrad's own order). Every other device is never offered to a web
 # request: DISK, TINYFS and NPY read and write files or open sockets, PYTHON emulates kernels in Python, NULL runs nothing.

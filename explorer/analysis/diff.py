@@ -127,6 +127,11 @@ def _metrics(ks: list[dict], target: str = "host") -> dict:
   m["registers"] = max(f["registers"] for f in facts) if have("registers") else None
   m["spill_bytes"] = sum(f["spill_store_bytes"] + f["spill_load_bytes"] for f in facts) if have("registers") else None
   m["occupancy"] = min(f["occupancy"]["occupancy"] for f in facts) if have("occupancy") else None
+  sass = [f["sass"] for f in facts if f.get("sass")]
+  whole = bool(facts) and len(sass) == len(facts)  # SASS figures where every kernel of the group has its SASS (CUDA, PTX)
+  m["sass_instructions"] = sum(x["count"] for x in sass) if whole else None
+  m["sass_peak_live"] = max((x["peak_live"] or 0) for x in sass) if whole else None
+  m["sass_spills"] = sum(x["spills"] for x in sass) if whole else None
   peaks: list[int] = [p for x in recs if (p := (x.get("pressure") or {}).get("max_live")) is not None]
   m["max_live"] = max(peaks) if peaks and len(peaks) == len(recs) else None  # the group's highest register pressure (trace schema 2)
   times = [x["time_s"]["median"] for x in ks if x.get("time_s")]
@@ -302,7 +307,20 @@ def diff_traces(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: b
           "groups": out_groups, "kernel_group": {"a": [ga[i] for i in range(len(sa.kernels))], "b": [gb[j] for j in range(len(sb.kernels))]},
           "fusions": [g["describe"] for g in out_groups if g["relation"] in ("fused", "folded", "regrouped")],
           "buffers": match_buffers(sa, sb, ga, gb), "totals": {"a": ta, "b": tb, "delta": _totals_delta(ta, tb)},
-          "memory": memory.compare(a, b), "timing": None, "numerics": None, "notes": notes}
+          "memory": memory.compare(a, b), "sass": sass_mixes(sa.kernels, sb.kernels, target), "timing": None, "numerics": None, "notes": notes}
+
+def sass_mixes(ka: list[dict], kb: list[dict], target: str) -> dict | None:
+  """Both sides' SASS on `target` summed over their kernels: instructions, the highest peak of live registers, spill instructions and
+  the instruction mix side by side (most first); None unless every kernel of both sides has its SASS."""
+  sides = []
+  for ks in (ka, kb):
+    got = [x for k in ks if (x := ((_on(k, target).get("compile") or {}).get("sass")))]
+    if not ks or len(got) != len(ks): return None
+    sides.append({"count": sum(x["count"] for x in got), "peak_live": max((x["peak_live"] or 0) for x in got),
+                  "spills": sum(x["spills"] for x in got), "mix": sum((Counter(x["mix"]) for x in got), Counter())})
+  ma, mb = sides[0].pop("mix"), sides[1].pop("mix")
+  ops = sorted(set(ma) | set(mb), key=lambda o: (-max(ma[o], mb[o]), o))
+  return {"a": sides[0], "b": sides[1], "mix": [{"op": o, "a": ma[o], "b": mb[o]} for o in ops]}
 
 def _totals_delta(ta: dict, tb: dict) -> dict: return {k: tb[k] - ta[k] for k, v in ta.items() if isinstance(v, (int, float))}
 
@@ -411,9 +429,10 @@ def verdict(d: dict, timing: dict | None = None) -> str:
   moved = tb["bytes_moved"] - ta["bytes_moved"]
   parts = [f"{fmt_bytes(abs(moved))} {'less' if moved < 0 else 'more'} moved" if moved else "the same bytes moved"]
   if ta["flops"] != tb["flops"]: parts.append(f"FLOPs {si(ta['flops'])} -> {si(tb['flops'])}")
-  for key, label in (("max_live", "peak live values"), ("registers", "registers")):
+  for key, label in (("max_live", "peak live values"), ("registers", "registers"), ("sass_peak_live", "SASS peak live registers")):
     sides = [[g["metrics"][s].get(key) for g in d["groups"] if g["metrics"][s].get(key) is not None] for s in ("a", "b")]
     if all(sides): parts.append(f"{label} {max(sides[0])} -> {max(sides[1])}")
+  if (sm := d.get("sass")) is not None: parts.append(f"SASS instructions {sm['a']['count']} -> {sm['b']['count']}")
   if timing_text := time_verdict(timing): parts.append(timing_text)
   return f"{who}: {', '.join(parts)}"
 

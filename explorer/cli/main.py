@@ -4,8 +4,8 @@ import argparse, dataclasses, json, os, pathlib, signal, socket, sys, threading
 from typing import Any, Callable, Sequence
 from explorer.cli.progress import StepBars
 from explorer.text import compile_facts, si, table, trace_summary as summary
-from explorer.spec import (COMPUTE_DEVICES, PRESETS, STAGES, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TARGET_LABELS, TARGETS, TILES, ConvSpec,
-                           Knob, SpecError, Variant, device_problem, knobs, normalize_device)
+from explorer.spec import (COMPUTE_DEVICES, PRESETS, SASS_TARGETS, STAGES, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TARGET_LABELS, TARGETS, TILES,
+                           ConvSpec, Knob, SpecError, Variant, device_problem, knobs, normalize_device)
 
 class UsageError(Exception): pass
 
@@ -206,6 +206,10 @@ def cmd_enrich(a: argparse.Namespace) -> int:
   targets = [t.strip() for t in a.target.split(",") if t.strip()] if a.target else None
   if unknown := [t for t in targets or () if t not in TARGETS]:
     raise SpecError(f"--target: unknown {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+  if a.sass:
+    targets, a.facts = targets or ["cuda"], True
+    if other := [t for t in targets if t not in SASS_TARGETS]:
+      raise SpecError(f"--sass: SASS is for {' and '.join(SASS_TARGETS)}, not {', '.join(other)}")
   try: kernels = [int(n) for n in a.kernel.split(",")] if a.kernel else None
   except ValueError: raise UsageError(f"--kernel takes kernel numbers, N[,N...], got {a.kernel!r}") from None
   if missing := [n for n in kernels or () if not 0 <= n < len(trace["kernels"])]:
@@ -232,6 +236,7 @@ def cmd_enrich(a: argparse.Namespace) -> int:
       if store is not None: store.put_enrichments(trace_id, ENRICH_FACTS, got)
       trace = enrich.with_facts(trace, got)
   print(enrich_summary(trace))
+  if a.sass: print(sass_summary(trace, targets or []))
   if store is None:
     with open(path := a.output or a.source, "w") as f: json.dump(trace, f, indent=1, default=str)
     print(f"wrote {path}", file=sys.stderr)
@@ -239,6 +244,22 @@ def cmd_enrich(a: argparse.Namespace) -> int:
     with open(a.output, "w") as f: json.dump(trace, f, indent=1, default=str)
     print(f"wrote {a.output}", file=sys.stderr)
   return 0
+
+def sass_summary(trace: dict, targets: list[str]) -> str:
+  """Per kernel and target, its SASS in one line: instructions, peak live registers against ptxas', spills, the commonest opcodes."""
+  from explorer.schema import target_records
+  out = []
+  for k in trace["kernels"]:
+    for t in targets:
+      rec: dict = dict(target_records(k).get(t) or {})
+      facts: dict = dict(rec.get("compile") or {})
+      if (s := facts.get("sass")) is None:
+        out.append(f"{t} kernel {k['index']}: no SASS ({facts.get('sass_note') or facts.get('message') or 'no record'})")
+        continue
+      mix = ", ".join(f"{op} {n}" for op, n in list(s["mix"].items())[:5])
+      out.append(f"{t} kernel {k['index']} {k['name']}: {s['count']} SASS instructions, peak {s['peak_live']} of {s['registers']} registers live, "
+                 f"{s['spills']} spill instructions; {mix}")
+  return "\n".join(out)
 
 def enrich_summary(trace: dict) -> str:
   """What a trace has now: compile facts per target, then per target its records and analyses (peak live values)."""
@@ -410,6 +431,8 @@ def build_parser(settings_flags: bool = True) -> argparse.ArgumentParser:
                   "target the trace has")
   en.add_argument("--analysis", action="store_true", help="each record's line map, live values, loop splits and program spec")
   en.add_argument("--facts", action="store_true", help="compile facts of each kernel on those targets")
+  en.add_argument("--sass", action="store_true", help="SASS with lines and live registers (part of the CUDA and PTX compile facts: "
+                  "--facts on those targets, default cuda), summed up per kernel")
   en.add_argument("--kernel", metavar="N[,N...]", help="only these kernels (default: all)")
   en.add_argument("-o", "--output", metavar="PATH", help="also (a trace file: instead) write the enriched trace JSON here")
   en.add_argument("--db", default=None, help="SQLite file of stored traces (for trace ids)")

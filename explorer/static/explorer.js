@@ -800,6 +800,55 @@ function initForm(root = document) {
 
 const viewers = new Map();  // every graph viewer on the page, by element id
 
+/* ***** SASS beside its source: a line, an instruction or a UOp clicked lights up the others (templates/sass.html) ***** */
+
+function initSass(root = document) {
+  const pending = $("#sass-pending[data-sass-poll]", root);
+  if (pending) {
+    const poll = async () => {
+      try {
+        const r = await fetch(pending.dataset.sassPoll);
+        if (r.status === 200) { await swapIn("sass-body"); return; }
+        const d = await r.json();
+        if (r.status === 202) { $("[data-sass-detail]", pending).textContent = d.detail || d.status; }
+        else { pending.className = "alert err"; pending.textContent = `No SASS: ${d.detail || r.status}`; return; }
+      } catch (e) { /* try again */ }
+      setTimeout(poll, 700);
+    };
+    setTimeout(poll, 500);
+  }
+  const split = $("#sass-split", root);
+  if (!split) return;
+  const source = $("#sass-source", split), listing = $("#sass-listing", split);
+  const light = (rows, lines, scrollTo) => {
+    $$(".lit", split).forEach((el) => el.classList.remove("lit"));
+    rows.forEach((r) => r.classList.add("lit"));
+    lines.forEach((n) => { const tr = document.getElementById(`L${n}`); if (tr) tr.classList.add("lit"); });
+    const first = scrollTo === "source" ? document.getElementById(`L${lines[0]}`) : rows[0];
+    if (first) first.scrollIntoView({ block: "nearest" });
+  };
+  source.addEventListener("click", (e) => {
+    if (e.target.closest("[data-uop]")) return;
+    const tr = e.target.closest("tr[data-line]");
+    if (tr) light($$(`tr[data-line="${tr.dataset.line}"]`, listing), [tr.dataset.line], "sass");
+  });
+  listing.addEventListener("click", (e) => {
+    const tr = e.target.closest("tr[data-offset]");
+    if (tr && tr.dataset.line) light($$(`tr[data-line="${tr.dataset.line}"]`, listing), [tr.dataset.line], "source");
+  });
+  root.addEventListener("click", (e) => {
+    const chip = e.target.closest("[data-uop]");
+    if (!chip || !split.isConnected) return;
+    const u = chip.dataset.uop;
+    const rows = $$("tr[data-uops]", listing).filter((tr) => tr.dataset.uops.split(" ").includes(u));
+    light(rows, [...new Set(rows.map((tr) => tr.dataset.line))], "sass");
+  });
+  $$("[data-goto]", root).forEach((a) => a.addEventListener("click", () => {
+    const tr = document.getElementById(`i${a.dataset.goto}`);
+    if (tr) light([tr], tr.dataset.line ? [tr.dataset.line] : [], "sass");
+  }));
+}
+
 function boot(root = document) {  // everything a page (or a part of it put in place later) brings to life
   const fresh = [];
   $$(".viewer", root).forEach((el) => { viewers.set(el.id, new Viewer(el)); fresh.push(el.id); });
@@ -825,7 +874,7 @@ function boot(root = document) {  // everything a page (or a part of it put in p
   });
   fresh.forEach((id) => { const v = viewers.get(id); if (!stepped.has(id)) v.show(v.el.dataset.ref); });
   initTabs(root); initProgress(root); initForm(root); initPendingTarget(root); initPendingAnalysis(root); initPendingFacts(root); initOpts(root);
-  initLineMaps(root);
+  initLineMaps(root); initSass(root);
 }
 
 document.addEventListener("DOMContentLoaded", () => boot(document));

@@ -1345,6 +1345,8 @@ def device_name(device: str) -> str:
 
 # ***** NVRTC (NVIDIA's wheel), through tinygrad's own bindings: CUDA compile facts without a GPU *****
 
+NVRTC_FILE = "kernel.cu"  # the name the program's source has: its SASS lines name it
+
 def nvrtc_compiler() -> Callable[[str, str], dict] | None:
   """A compile function (source, arch) -> {ok, compiler, log, ptx, cubin}, when NVRTC's library loads (NVRTC_PATH set before this
   module was imported; explorer.tracing.renders sets it from the wheel); None otherwise."""
@@ -1357,14 +1359,14 @@ def nvrtc_compiler() -> Callable[[str, str], dict] | None:
   name = f"NVRTC {major.value}.{minor.value}"
   include = os.environ.get("KERNEL_EXPLORER_CUDA_INCLUDE")  # the wheel's cuda_fp16.h: NVRTC does not build it in
   def compile(src: str, arch: str) -> dict:
-    opts = [f"--gpu-architecture={arch}", "-Xptxas", "-v"] + ([f"-I{include}"] if include else [])
-    nvrtc_check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog := nvrtc.nvrtcProgram()), src.encode(), b"<null>", 0, None, None))
+    opts = [f"--gpu-architecture={arch}", "--generate-line-info", "-Xptxas", "-v"] + ([f"-I{include}"] if include else [])
+    nvrtc_check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog := nvrtc.nvrtcProgram()), src.encode(), NVRTC_FILE.encode(), 0, None, None))
     try:
       rc = nvrtc.nvrtcCompileProgram(prog, len(opts), to_char_p_p([o.encode() for o in opts]))
       log = _get_bytes(prog, nvrtc.nvrtcGetProgramLog, nvrtc.nvrtcGetProgramLogSize, nvrtc_check).decode(errors="replace").rstrip("\0 \n")
       if rc != 0: return {"ok": False, "compiler": name, "log": log}
       ptx = _get_bytes(prog, nvrtc.nvrtcGetPTX, nvrtc.nvrtcGetPTXSize, nvrtc_check).rstrip(b"\0").decode()
       cubin = _get_bytes(prog, nvrtc.nvrtcGetCUBIN, nvrtc.nvrtcGetCUBINSize, nvrtc_check)
-      return {"ok": True, "compiler": name, "log": log, "ptx": ptx, "cubin": cubin}
+      return {"ok": True, "compiler": name, "log": log, "ptx": ptx, "cubin": cubin, "file": NVRTC_FILE}
     finally: nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
   return compile

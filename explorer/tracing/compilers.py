@@ -1,8 +1,10 @@
 """Compile facts without the device: each target's source compiled by a real compiler of this machine, when one is here.
 
-  cuda    NVRTC (NVIDIA's wheel: pip install 'kernel-explorer[cuda]') or nvcc on PATH, with `-Xptxas -v`: registers, spills, shared
-          memory, stack; the PTX it made, and SASS where cuobjdump is on PATH
-  ptx     ptxas on PATH (or the wheel's), on the PTX tinygrad hands it (placeholders filled): the same facts, and SASS
+  cuda    NVRTC (NVIDIA's wheel: pip install 'kernel-explorer[cuda]') or nvcc on PATH, with `-Xptxas -v` and line information:
+          registers, spills, shared memory, stack; the PTX it made, SASS where cuobjdump is, and where nvdisasm is, each SASS
+          instruction with its source line and the registers live there (explorer.tracing.sass)
+  ptx     ptxas on PATH (or the wheel's), on the PTX tinygrad hands it (placeholders filled): the same facts, and SASS (its lines
+          number the PTX)
   opencl  clang's OpenCL C front end; C and LLVM IR: clang, as tinygrad's CPU compiler calls it, with the assembly it makes
   metal   never: Apple's compiler runs only on macOS; wgsl: no compiler here (a WebGPU implementation validates it)
 
@@ -12,6 +14,7 @@ occupancy for the kernel's block size on its arch (NVIDIA's occupancy calculator
 from __future__ import annotations
 import functools, importlib.util, math, pathlib, re, shutil, subprocess, tempfile
 from typing import Any, Callable
+from explorer.tracing import sass
 
 TIMEOUT_S = 60.0
 MAX_DISASM_LINES = 4000
@@ -92,6 +95,14 @@ def _sass(cubin: pathlib.Path) -> Facts | None:
   rc, out, _ = _run([exe, "-sass", str(cubin)])
   return {"kind": "SASS (cuobjdump -sass)", "text": _clip(out)} if rc == 0 and out.strip() else None
 
+NVDISASM_HOW = "pip install 'kernel-explorer[cuda]' (NVIDIA's nvdisasm wheel), or put the CUDA toolkit's nvdisasm on PATH"
+
+def _with_sass(facts: Facts, cubin: pathlib.Path, source_name: str, source: str) -> Facts:
+  """facts with `sass` (each instruction's line and live registers: explorer.tracing.sass), or None and `sass_note` saying why not."""
+  if (exe := tool("nvdisasm")) is None: return {**facts, "sass": None, "sass_note": f"no nvdisasm here: {NVDISASM_HOW}"}
+  try: return {**facts, "sass": sass.disassemble(exe, f"nvdisasm {version(exe)}", cubin, source_name, source, facts.get("registers"), _run)}
+  except sass.SassUnavailable as e: return {**facts, "sass": None, "sass_note": str(e)}
+
 def _cuda_facts(log: str, arch: str, block: int | None, compiler: str) -> Facts:
   facts = {"ok": True, "compiler": compiler, "message": "compiled", **parse_ptxas(log)}
   if facts["registers"] is not None and block: facts["occupancy"] = occupancy(arch, facts["registers"], block, facts["shared_bytes"])
@@ -107,20 +118,21 @@ def compile_cuda(src: str, arch: str, block: int | None, nvrtc: Callable[[str, s
       (cubin := pathlib.Path(d) / "k.cubin").write_bytes(got["cubin"])
       facts = _cuda_facts(got["log"], arch, block, got["compiler"])
       facts["disasm"] = _sass(cubin) or {"kind": "PTX (NVRTC)", "text": _clip(got["ptx"])}
-      return facts
+      return _with_sass(facts, cubin, got.get("file") or "", "cuda")
   if (nvcc := shutil.which("nvcc")) is None:
     return missing("CUDA compiler", "pip install 'kernel-explorer[cuda]' (NVIDIA's NVRTC wheel), or put nvcc (CUDA toolkit) on PATH")
   with tempfile.TemporaryDirectory() as d:
     cu, cubin = pathlib.Path(d) / "k.cu", pathlib.Path(d) / "k.cubin"
     cu.write_text(src)
     # -keep leaves the PTX it made on the way beside the cubin: one front-end run, not a second `nvcc -ptx`
-    rc, _, err = _run([nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-keep", "-keep-dir", d, "-o", str(cubin), str(cu)])
+    # -lineinfo: each SASS instruction's source line (it leaves the code as it is)
+    rc, _, err = _run([nvcc, f"-arch={arch}", "-cubin", "-lineinfo", "-Xptxas", "-v", "-keep", "-keep-dir", d, "-o", str(cubin), str(cu)])
     compiler = f"nvcc {version(nvcc)}"
     if rc != 0: return _failed(compiler, err)
     facts = _cuda_facts(err, arch, block, compiler)
     ptx = (pathlib.Path(d) / "k.ptx").read_text() if (pathlib.Path(d) / "k.ptx").exists() else ""
     facts["disasm"] = _sass(cubin) or ({"kind": "PTX (nvcc)", "text": _clip(ptx)} if ptx else None)
-    return facts
+    return _with_sass(facts, cubin, cu.name, "cuda")
 
 def compile_ptx(filled: str, arch: str, block: int | None) -> Facts:
   """The PTX tinygrad compiles (placeholders filled) through ptxas -v."""
@@ -128,13 +140,13 @@ def compile_ptx(filled: str, arch: str, block: int | None) -> Facts:
     return missing("ptxas", "pip install nvidia-cuda-nvcc-cu12 (it ships ptxas), or put the CUDA toolkit's ptxas on PATH")
   with tempfile.TemporaryDirectory() as d:
     ptx, cubin = pathlib.Path(d) / "k.ptx", pathlib.Path(d) / "k.cubin"
-    ptx.write_text(filled)
-    rc, _, err = _run([ptxas, f"-arch={arch}", "-v", "-o", str(cubin), str(ptx)])
+    ptx.write_text(sass.with_ptx_lines(filled))  # a .loc per line: the same code, each SASS instruction's PTX line
+    rc, _, err = _run([ptxas, f"-arch={arch}", "-v", "-lineinfo", "-o", str(cubin), str(ptx)])
     compiler = f"ptxas {version(ptxas)}"
     if rc != 0: return _failed(compiler, err)
     facts = _cuda_facts(err, arch, block, compiler)
     facts["disasm"] = _sass(cubin)
-    return facts
+    return _with_sass(facts, cubin, sass.PTX_FILE, "ptx")
 
 def _clang(args: list[str], src: str, lang: str, asm_note: str) -> Facts:
   if (clang := shutil.which("clang")) is None: return missing("clang", "apt-get install clang")

@@ -8,7 +8,7 @@ records what tinygrad itself does; the kinds (explorer.spec.ENRICH_KINDS):
 from __future__ import annotations
 import os, uuid
 from typing import Any, Callable, Iterable, Iterator
-from explorer.spec import ANALYSIS_MARK
+from explorer.spec import ANALYSIS_MARK, lacks_facts
 from explorer.tracing.workers import Limits, Progress, call_in_worker
 
 Job = dict[str, Any]  # {"kernel", "target", "name", "source", "arch", "local_size", "ptx"}: what one kernel's compile needs
@@ -37,7 +37,7 @@ def facts_jobs(trace: dict[str, Any], targets: Iterable[str] | None = None, kern
   """The compiles these kernels' records need on these targets (default: every kernel, every target it has): those without facts."""
   return [{"kernel": k["index"], "target": t, "name": rec["name"], "source": rec["source"], "arch": rec.get("arch") or "",
            "local_size": rec.get("local_size"), "ptx": rec.get("compiled_source")}
-          for k, t, rec in each_record(trace, targets, kernels) if rec.get("compile") is None]
+          for k, t, rec in each_record(trace, targets, kernels) if lacks_facts(rec, t)]
 
 def facts_in_worker(progress: Progress, jobs: list[Job]) -> list[dict[str, Any]]:
   """Each job's compile facts (explorer.tracing.compilers.compile_target), in order. tinygrad is imported only for NVRTC's bindings."""

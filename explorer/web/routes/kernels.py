@@ -2,12 +2,14 @@
 (a kernel's record on another target, a record's analysis, its compile facts: explorer.web.services.enrichments) is computed when the
 page or its URL first asks for it (that starts work: the request's permit), and the page fills it in when it is stored."""
 from __future__ import annotations
-import asyncio
-from typing import Any
+import asyncio, json
+from typing import Any, Mapping
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
+from explorer.analysis import sass
 from explorer.schema import host_target, target_records
-from explorer.spec import ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, SpecError, hand_opts, split_opts
+from explorer.spec import (ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, SASS_TARGETS, TARGETS, SpecError, hand_opts,
+                           lacks_facts, split_opts)
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, Analysis, CompileFacts, EnrichmentJob, TargetRecord, documented
@@ -69,7 +71,7 @@ async def get_kernel_facts(trace_id: str, trace: StoredTrace, n: int, target: st
   """A trace records no compile facts while it runs: they are computed on this first request (a real compiler of this machine, in a
   worker) and stored with the trace: 202 with the job's progress until they are, then 200 (every later request too, at once)."""
   rec = target_records(deps.kernel_or_404(trace, n)).get(target)
-  if rec is not None and rec.get("compile") is not None: return rec["compile"]
+  if rec is not None and not lacks_facts(rec, target): return rec["compile"]
   return await deps.enrichment_job(svc, trace_id, trace, ENRICH_FACTS, target, n, work)
 
 @api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/analysis", response_model=Analysis,
@@ -83,14 +85,65 @@ async def get_kernel_analysis(trace_id: str, trace: StoredTrace, n: int, target:
   if rec is not None and ANALYSIS_MARK in rec: return {f: rec.get(f) for f in Analysis.__annotations__}
   return await deps.enrichment_job(svc, trace_id, trace, ENRICH_ANALYSIS, target, n, work)
 
+# ***** SASS: each instruction with its line, its UOps and the registers live there (compile facts, with the line map) *****
+
+async def sass_job(svc: Any, trace_id: str, trace: dict, n: int, target: str, work: Any) -> Any:
+  """The next enrichment kernel n's SASS on `target` waits for (its record, its compile facts, its line map), started or followed:
+  a 202 response, or None when everything is there. 404 for a target without SASS, 409 when one cannot be had (the detail says why)."""
+  k = deps.kernel_or_404(trace, n)
+  if target not in SASS_TARGETS: raise HTTPException(404, f"SASS is shown for {' and '.join(SASS_TARGETS)} records, not {target[:40]!r}")
+  rec = target_records(k).get(target)
+  if rec is None:
+    if target in (k.get("source_errors") or {}): raise HTTPException(409, f"rendering kernel {n} for {target} failed: {k['source_errors'][target]}")
+    return await deps.enrichment_job(svc, trace_id, trace, ENRICH_TARGET, target, n, work)
+  if lacks_facts(rec, target): return await deps.enrichment_job(svc, trace_id, trace, ENRICH_FACTS, target, n, work)
+  if ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None:
+    return await deps.enrichment_job(svc, trace_id, trace, ENRICH_ANALYSIS, target, n, work)
+  return None
+
+def sass_or_409(rec: Mapping[str, Any]) -> dict:
+  facts = rec.get("compile") or {}
+  if (view := sass.view(rec)) is not None: return view
+  raise HTTPException(409, facts.get("sass_note") or f"the kernel did not compile: {facts.get('message') or 'no SASS'}")
+
+@api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/sass",
+         summary="One kernel's SASS (cuda, ptx): each instruction with its source line, that line's UOps and the registers live there",
+         responses=enrichment_responses("its SASS"))
+async def get_kernel_sass(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
+  """nvdisasm on the cubin of the record's compile (line information on, the same code): {tool, lines_of, count, registers, peak_live,
+  peak_offset, peak_line, spills, mix, instructions: [{offset, text, op, line, live, ulive, uops}], heaviest: [{uop, op, instructions}],
+  lines: {line: [offsets]}, uops_mapped, estimate (the UOp-level live values)}. What it needs and the trace lacks (the record on this
+  target, its compile facts, its line map) is computed first, in a worker: 202 with that job until it is stored."""
+  if (pending := await sass_job(svc, trace_id, trace, n, target, work)) is not None: return pending
+  return sass_or_409(target_records(deps.kernel_or_404(trace, n))[target])
+
+@router.get("/t/{trace_id}/k/{n}/sass", response_class=HTMLResponse)
+async def kernel_sass_page(request: Request, trace_id: str, n: int, svc: ServicesDep, work: Work, target: str = "cuda") -> HTMLResponse:
+  """The kernel's source beside its SASS, coloured by line; a line, an instruction or a UOp clicked highlights the others."""
+  trace = await deps.stored_trace(svc, trace_id)
+  if trace is None: return await trace_page(request, svc, trace_id, "sass.html", ("kernels", "sass"))
+  k = deps.kernel_or_404(trace, n)
+  target = target if target in SASS_TARGETS else SASS_TARGETS[0]
+  pending, error, view = None, None, None
+  try:
+    if (job := await sass_job(svc, trace_id, trace, n, target, work)) is not None: pending = json.loads(bytes(job.body))
+    else: view = sass_or_409(target_records(k)[target])
+  except HTTPException as e: error = e.detail
+  resp = await trace_page(request, svc, trace_id, "sass.html", ("kernels", "sass"), kernel=k, rec=target_records(k).get(target), target=target,
+                          sass=view, pending=pending, error=error, targets=SASS_TARGETS,
+                          api=f"{trace_api_url(trace_id)}/kernels/{n}/targets/{target}/sass")
+  if pending: resp.headers["Cache-Control"] = "no-store"
+  return resp
+
 @router.get("/t/{trace_id}/k/{n}/facts", response_class=HTMLResponse)
 async def kernel_facts_fragment(request: Request, trace_id: str, n: int, trace: StoredTrace, target: str | None = None) -> HTMLResponse:
   """The kernel page's compile facts and disassembly, as the page shows them: what its placeholder is replaced by once computed."""
   k = deps.kernel_or_404(trace, n)
   records = target_records(k)
   target = target if target in records else host_target(k)
-  return templates_of(request).TemplateResponse(request, "_compile_facts.html", {"rec": records[target], "target": target,
-                                                                                 "facts_pending": False, "facts_error": None})
+  return templates_of(request).TemplateResponse(request, "_compile_facts.html", {"rec": records[target], "target": target, "k": k,
+                                                                                 "trace_id": trace_id, "facts_pending": False,
+                                                                                 "facts_error": None})
 
 @router.get("/t/{trace_id}/k/{n}/analysis", response_class=HTMLResponse)
 async def kernel_analysis_fragment(request: Request, trace_id: str, n: int, trace: StoredTrace, target: str | None = None) -> HTMLResponse:
@@ -128,7 +181,7 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
     except HTTPException as e: return False, e.detail
     return True, None
   analysis_pending, analysis_error = await first_view(ENRICH_ANALYSIS, ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None)
-  facts_pending, facts_error = await first_view(ENRICH_FACTS, rec.get("compile") is None)
+  facts_pending, facts_error = await first_view(ENRICH_FACTS, lacks_facts(rec, target))
   browsable = target == host or all("group" in p for p in rec.get("passes") or [])  # trace schema 1: host passes only
   prefix, passes = (f"codegen/{n}", k.get("passes") or []) if target == host else (f"codegen@{target}/{n}", rec["passes"])
   step = stepper(passes if browsable else [], prefix, asked_pass(request), at, trace_id=trace_id,

@@ -1,0 +1,55 @@
+"""A record's SASS beside its UOps: each instruction's source line (explorer.tracing.sass) carried through the record's line map to
+the UOps that wrote that line, the UOps with the most instructions, and two records' SASS side by side (the diff, the studies).
+
+A line the renderer wrote for several UOps gives its instructions to each of them: instructions per UOp count an instruction once for
+every UOp of its line, so they say where the code came from, not a partition of it."""
+from __future__ import annotations
+import re
+from typing import Any, Mapping
+
+HEAVIEST = 12  # UOps listed by instruction count
+_LISTING_OP = re.compile(r"^\s*(\d+)\s+Ops\.(\w+)")
+
+def sass_of(rec: Mapping[str, Any]) -> dict[str, Any] | None:
+  return (rec.get("compile") or {}).get("sass")
+
+def uop_labels(rec: Mapping[str, Any]) -> dict[int, str]:
+  """Each linear UOp's op by its index, from the record's listing ("476 MUL")."""
+  out = {}
+  for row in rec.get("uops_listing") or []:
+    if m := _LISTING_OP.match(row): out[int(m.group(1))] = m.group(2)
+  return out
+
+def view(rec: Mapping[str, Any]) -> dict[str, Any] | None:
+  """The record's SASS with, per instruction, the UOps of its line (where the line map numbers the same source as the SASS lines do),
+  the UOps with the most instructions, and per source line its instructions' offsets. None when the record has no SASS."""
+  if (sass := sass_of(rec)) is None: return None
+  by_line = {int(ln): list(ix) for ln, ix in rec.get("line_map") or []} if sass.get("lines_of") == "cuda" else {}
+  labels = uop_labels(rec)
+  instructions: list[dict[str, Any]] = []
+  per_uop: dict[int, int] = {}
+  lines: dict[int, list[int]] = {}
+  for ins in sass["instructions"]:
+    uops = by_line.get(ins["line"], []) if ins["line"] is not None else []
+    instructions.append({**ins, "uops": uops})
+    for u in uops: per_uop[u] = per_uop.get(u, 0) + 1
+    if ins["line"] is not None: lines.setdefault(ins["line"], []).append(ins["offset"])
+  heaviest = sorted(per_uop.items(), key=lambda kv: (-kv[1], kv[0]))[:HEAVIEST]
+  return {**{k: v for k, v in sass.items() if k != "instructions"}, "instructions": instructions, "uops_mapped": bool(by_line),
+          "heaviest": [{"uop": u, "op": labels.get(u), "instructions": n} for u, n in heaviest], "lines": lines, "line_uops": by_line,
+          "estimate": (rec.get("pressure") or {}).get("max_live")}
+
+def summary(rec: Mapping[str, Any] | None) -> dict[str, Any] | None:
+  """What a comparison needs of a record's SASS: instructions, peak live registers, ptxas' registers, spills, the mix, and the UOp-level
+  live-values estimate beside them (explorer.tracing.trace's pressure: values, not registers)."""
+  if rec is None or (sass := sass_of(rec)) is None: return None
+  return {"count": sass["count"], "peak_live": sass["peak_live"], "registers": sass["registers"], "spills": sass["spills"],
+          "mix": sass["mix"], "estimate": (rec.get("pressure") or {}).get("max_live")}
+
+def compare(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any] | None:
+  """Two records' SASS side by side: each summary and, per opcode family of either, the counts (most in either first)."""
+  sa, sb = summary(a), summary(b)
+  if sa is None and sb is None: return None
+  ma, mb = (sa or {}).get("mix") or {}, (sb or {}).get("mix") or {}
+  fams = sorted(set(ma) | set(mb), key=lambda f: (-max(ma.get(f, 0), mb.get(f, 0)), f))
+  return {"a": sa, "b": sb, "mix": [{"op": f, "a": ma.get(f, 0), "b": mb.get(f, 0)} for f in fams]}
