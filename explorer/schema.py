@@ -74,12 +74,14 @@ class SassInstruction(TypedDict):
 class Sass(TypedDict):
   """The compiled kernel's SASS with lines and live registers (explorer.tracing.sass): lines_of names what its lines number ("cuda":
   the CUDA C, "ptx": the PTX; None: no line information), count the instructions (the first 4,000 kept, left_out the rest),
-  registers ptxas' count, peak_live the most general registers live at one instruction (at peak_offset, from line peak_line), spills
-  the local loads and stores, mix the instructions per opcode family (FFMA, LDG, ...), most first."""
+  registers ptxas' count (what it allocates: the highest register named, highest_register, plus one and the two it reserves),
+  peak_live the most general registers live at one instruction (at peak_offset, from line peak_line), spills the local loads and
+  stores, mix the instructions per opcode family (FFMA, LDG, ...), most first."""
   tool: Line
   lines_of: Name | None
   count: Count
   registers: Count | None
+  highest_register: Count | None
   peak_live: Count | None
   peak_offset: Count | None
   peak_line: Count | None

@@ -825,7 +825,8 @@ function initSass(root = document) {
     rows.forEach((r) => r.classList.add("lit"));
     lines.forEach((n) => { const tr = document.getElementById(`L${n}`); if (tr) tr.classList.add("lit"); });
     const first = scrollTo === "source" ? document.getElementById(`L${lines[0]}`) : rows[0];
-    if (first) first.scrollIntoView({ block: "nearest" });
+    const pane = first && first.closest(".sass-pane");  // scrolled itself, vertically only: the page and the code stay where they are
+    if (pane) pane.scrollTop = first.offsetTop - pane.clientHeight / 3;
   };
   source.addEventListener("click", (e) => {
     if (e.target.closest("[data-uop]")) return;

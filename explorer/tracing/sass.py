@@ -70,6 +70,8 @@ def parse_lives(listing: str) -> dict[int, dict[str, int]]:
     out[int(m.group(1), 16)] = {k: int(c) if c.isdigit() else 0 for k, c in zip(kinds, cells)}
   return out
 
+_REGISTER = re.compile(r"\bR(\d+)\b")  # a general register named by an instruction (RZ, the zero register, is none)
+
 def opcode(text: str) -> str:
   """The instruction's opcode without its predicate guard ("@!P0 BRA ..." -> "BRA")."""
   words = text.split()
@@ -79,11 +81,14 @@ def family(op: str) -> str: return op.split(".", 1)[0]
 
 def summarize(instructions: list[dict[str, Any]], lines: bool, tool: str, source: str, registers: int | None) -> Sass:
   """The facts of a listing: its instructions (at most MAX_INSTRUCTIONS kept), the mix by opcode family, the live-register peak and
-  where it is, the spill instructions (local loads and stores)."""
+  where it is, the highest register named (ptxas allocates up to it, plus two it reserves: allocation, not what is live), the spill
+  instructions (local loads and stores)."""
   mix = collections.Counter(family(ins["op"]) for ins in instructions)
   lives = [ins for ins in instructions if ins["live"] is not None]
   peak = max(lives, key=lambda ins: ins["live"], default=None)
+  named = [int(r) for ins in instructions for r in _REGISTER.findall(ins["text"])]
   return {"tool": tool, "lines_of": source if lines else None, "count": len(instructions), "registers": registers,
+          "highest_register": max(named, default=None),
           "peak_live": peak["live"] if peak else None, "peak_offset": peak["offset"] if peak else None,
           "peak_line": peak["line"] if peak else None, "spills": sum(family(i["op"]) in SPILL_OPCODES for i in instructions),
           "mix": dict(sorted(mix.items(), key=lambda kv: (-kv[1], kv[0]))), "instructions": instructions[:MAX_INSTRUCTIONS],
