@@ -62,13 +62,14 @@ class Disassembly(TypedDict):
 @with_config(STRICT)
 class SassInstruction(TypedDict):
   """One SASS instruction as nvdisasm lists it: its byte offset, text (predicate, opcode, operands), opcode, the source line it came
-  from (None: none recorded), and the general (live) and uniform (ulive) registers live there."""
+  from (absent: none recorded), and the general (live) and uniform (ulive) registers live there (absent for the padding after the
+  last branch, which never runs)."""
   offset: Count
   text: Line
   op: Name
-  line: Count | None
-  live: Count | None
-  ulive: Count | None
+  line: NotRequired[Count]
+  live: NotRequired[Count]
+  ulive: NotRequired[Count]
 
 @with_config(STRICT)
 class Sass(TypedDict):

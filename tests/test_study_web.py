@@ -62,6 +62,9 @@ def test_the_finished_page_has_the_documents_table_a_plot_and_the_traces(finishe
   assert links.count() == 2
   trace = httpx.get(f"{live_server}/api/traces/{links.first.get_attribute('href')[3:]}", timeout=60)
   assert trace.status_code == 200 and trace.json()["variant"]["consts"] == "symbolic"
+  diff = page.locator(".study-case a.study-diff")  # the second variant against the first, on CUDA: SASS side by side
+  ids = [links.nth(i).get_attribute("href")[3:] for i in range(2)]
+  assert diff.count() == 1 and diff.get_attribute("href") == f"/diff/{ids[0]}/{ids[1]}?target=cuda#sass-diff"
 
 def test_the_study_json_keeps_the_contract(finished, live_server):
   s = httpx.get(f"{live_server}/api/studies/{finished}", timeout=60).json()

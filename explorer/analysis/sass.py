@@ -21,8 +21,9 @@ def uop_labels(rec: Mapping[str, Any]) -> dict[int, str]:
   return out
 
 def view(rec: Mapping[str, Any]) -> dict[str, Any] | None:
-  """The record's SASS with, per instruction, the UOps of its line (where the line map numbers the same source as the SASS lines do),
-  the UOps with the most instructions, and per source line its instructions' offsets. None when the record has no SASS."""
+  """The record's SASS with, per instruction, its line, live and ulive (None where the facts have none) and the UOps of its line
+  (where the line map numbers the same source as the SASS lines do); the UOps with the most instructions, and per source line its
+  instructions' offsets. None when the record has no SASS."""
   if (sass := sass_of(rec)) is None: return None
   by_line = {int(ln): list(ix) for ln, ix in rec.get("line_map") or []} if sass.get("lines_of") == "cuda" else {}
   labels = uop_labels(rec)
@@ -30,10 +31,11 @@ def view(rec: Mapping[str, Any]) -> dict[str, Any] | None:
   per_uop: dict[int, int] = {}
   lines: dict[int, list[int]] = {}
   for ins in sass["instructions"]:
-    uops = by_line.get(ins["line"], []) if ins["line"] is not None else []
-    instructions.append({**ins, "uops": uops})
+    line = ins.get("line")
+    uops = by_line.get(line, []) if line is not None else []
+    instructions.append({**ins, "line": line, "live": ins.get("live"), "ulive": ins.get("ulive"), "uops": uops})
     for u in uops: per_uop[u] = per_uop.get(u, 0) + 1
-    if ins["line"] is not None: lines.setdefault(ins["line"], []).append(ins["offset"])
+    if line is not None: lines.setdefault(line, []).append(ins["offset"])
   heaviest = sorted(per_uop.items(), key=lambda kv: (-kv[1], kv[0]))[:HEAVIEST]
   return {**{k: v for k, v in sass.items() if k != "instructions"}, "instructions": instructions, "uops_mapped": bool(by_line),
           "heaviest": [{"uop": u, "op": labels.get(u), "instructions": n} for u, n in heaviest], "lines": lines, "line_uops": by_line,

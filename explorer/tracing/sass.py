@@ -39,8 +39,9 @@ _INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;(.*)$")
 _LINE_INFO = re.compile(r'File "([^"]*)", line (\d+)')
 
 def parse_lines(listing: str, source_name: str) -> tuple[list[dict[str, Any]], bool]:
-  """The first function's instructions [{offset, text, line}] of `nvdisasm --print-line-info`, and whether any had a line. An
-  instruction's line is the last one named before it in source_name (a line of an inlined header names its call site there)."""
+  """The first function's instructions [{offset, text, line}] of `nvdisasm --print-line-info` (line absent where none is recorded),
+  and whether any had a line. An instruction's line is the last one named before it in source_name (a line of an inlined header
+  names its call site there)."""
   out: list[dict[str, Any]] = []
   line: int | None = None
   seen_any, started = False, False
@@ -54,7 +55,7 @@ def parse_lines(listing: str, source_name: str) -> tuple[list[dict[str, Any]], b
       if started and raw.startswith("//----"): break  # the next section
       continue
     started = True
-    out.append({"offset": int(m.group(1), 16), "text": " ".join(m.group(2).split()), "line": line})
+    out.append({"offset": int(m.group(1), 16), "text": " ".join(m.group(2).split()), **({"line": line} if line is not None else {})})
   return out, seen_any
 
 def parse_lives(listing: str) -> dict[int, dict[str, int]]:
@@ -84,13 +85,12 @@ def summarize(instructions: list[dict[str, Any]], lines: bool, tool: str, source
   where it is, the highest register named (ptxas allocates up to it, plus two it reserves: allocation, not what is live), the spill
   instructions (local loads and stores)."""
   mix = collections.Counter(family(ins["op"]) for ins in instructions)
-  lives = [ins for ins in instructions if ins["live"] is not None]
-  peak = max(lives, key=lambda ins: ins["live"], default=None)
+  peak = max((ins for ins in instructions if "live" in ins), key=lambda ins: ins["live"], default=None)
   named = [int(r) for ins in instructions for r in _REGISTER.findall(ins["text"])]
   return {"tool": tool, "lines_of": source if lines else None, "count": len(instructions), "registers": registers,
           "highest_register": max(named, default=None),
           "peak_live": peak["live"] if peak else None, "peak_offset": peak["offset"] if peak else None,
-          "peak_line": peak["line"] if peak else None, "spills": sum(family(i["op"]) in SPILL_OPCODES for i in instructions),
+          "peak_line": peak.get("line") if peak else None, "spills": sum(family(i["op"]) in SPILL_OPCODES for i in instructions),
           "mix": dict(sorted(mix.items(), key=lambda kv: (-kv[1], kv[0]))), "instructions": instructions[:MAX_INSTRUCTIONS],
           "left_out": max(0, len(instructions) - MAX_INSTRUCTIONS)}
 
@@ -108,7 +108,7 @@ def disassemble(nvdisasm: str, tool: str, cubin: pathlib.Path, source_name: str,
   by_life = _listing(run, [nvdisasm, "--print-code", "--life-range-mode", "count", str(cubin)])
   instructions, lines = parse_lines(by_line, source_name)
   lives = parse_lives(by_life)
-  for ins in instructions:
-    live = lives.get(ins["offset"])
-    ins.update(op=opcode(ins["text"]), live=live.get("GPR") if live else None, ulive=live.get("UGPR") if live else None)
+  for ins in instructions:  # the padding after the last branch is never run: nvdisasm gives it no live registers, and it has none here
+    ins["op"] = opcode(ins["text"])
+    if (live := lives.get(ins["offset"])) is not None: ins.update(live=live.get("GPR", 0), ulive=live.get("UGPR", 0))
   return summarize(instructions, lines, tool, source, registers)
