@@ -17,7 +17,7 @@ BENCH ?= $(wildcard benchmarks/*.py)
 BENCH_ARGS ?=
 APT_PACKAGES ?= clang graphviz chromium fonts-dejavu-core
 
-.PHONY: setup sysdeps serve test lint lock bench clean distclean
+.PHONY: setup sysdeps serve test lint lock golden bench clean distclean
 
 setup: sysdeps $(STAMP)
 
@@ -74,6 +74,11 @@ test bench: APT_PACKAGES += redis-server
 test: setup lint
 	@rc=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "error: pytest collected no tests" >&2; fi; exit $$rc
+
+# plain tinygrad's codegen for every fidelity case of tests/test_targets.py, made again (after a tinygrad upgrade, or a change to the
+# explorer's Winograd builder: the suite says when); checked in under tests/golden/plain_codegen/
+golden: setup
+	$(PY) tests/golden/plain_codegen.py
 
 bench: setup
 	@[ -n "$(strip $(BENCH))" ] || { echo "error: no benchmarks/*.py to run" >&2; exit 1; }

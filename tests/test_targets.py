@@ -1,5 +1,6 @@
 """Every target is a whole pipeline: per-target kernel names, launch dims and sources equal what plain tinygrad 0.14 makes with a
-renderer configured the same way (built here, in a subprocess, independently of the explorer's code), the opt setting reaches every
+renderer configured the same way (built in a subprocess, independently of the explorer's code, and kept as golden data:
+tests/golden/plain_codegen.py), the opt setting reaches every
 target, BEAM falls back to heuristic opts with a note, and the CUDA compile facts equal ptxas -v on the same source and arch."""
 from __future__ import annotations
 import json, os, re, shutil, subprocess, sys, tempfile, time
@@ -10,80 +11,53 @@ from explorer.tracing.compilers import occupancy, parse_ptxas
 from explorer.tracing.run import run_trace
 from explorer.spec import PRESETS, Variant
 from conftest import REPO, wait_done
-from support import GPU_TARGETS, WINO8_BUILTIN, app_over, shared_run
+from support import WINO8_BUILTIN, app_over, shared_run
+from golden import plain_codegen as golden_codegen
+from golden.plain_codegen import CASE_VARIANTS, CASES
 
 
-PLAIN_CODEGEN = r"""
-import json, sys
-from tinygrad import Tensor
-from tinygrad.codegen import do_to_program
-from tinygrad.codegen.opt import tc
-from tinygrad.device import Compiler
-from tinygrad.helpers import Context, Target, ansistrip
-from tinygrad.renderer import Renderer
-from tinygrad.renderer.cstyle import CUDARenderer, MetalRenderer, OpenCLRenderer
-from tinygrad.renderer.ptx import PTXRenderer
-from tinygrad.renderer.wgsl import WGSLRenderer
-from tinygrad.uop.ops import Ops
-spec, variant = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-wino, opt, arch = int(variant["algo"] == "winograd"), variant["opt"], variant["cuda_arch"]
-def deviceless(cls, target, **attrs):  # the renderer as its device would configure it, without the device's compiler library
-  r = cls.__new__(cls); Renderer.__init__(r, target)
-  for k, v in attrs.items(): setattr(r, k, v)
-  r.compiler = Compiler(); return r
-renderers = {"cuda": deviceless(CUDARenderer, Target("CUDA", "CUDA", arch), tensor_cores=tc.get_cuda(arch)),
-             "ptx": deviceless(PTXRenderer, Target("CUDA", "PTX", arch), tensor_cores=PTXRenderer.tc_sm80),
-             "metal": deviceless(MetalRenderer, Target("METAL", "METAL", "Apple9"), tensor_cores=tc.metal),
-             "opencl": deviceless(OpenCLRenderer, Target("CL", "CL", "")), "wgsl": deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", ""))}
-x = Tensor.empty(spec["batch"], spec["cin"], spec["height"], spec["width"])
-w = Tensor.empty(spec["cout"], spec["cin"] // spec["groups"], spec["kernel"], spec["kernel"])
-if variant["wino_impl"] == "explorer":  # the explorer's own Winograd is the program under test; its codegen below is plain tinygrad's
-  from explorer.tracing.algorithms import build_conv
-  from explorer.spec import ConvSpec, Variant
-  out = build_conv(x, w, ConvSpec(**spec), Variant.from_dict(variant))
-else:
-  with Context(WINO=wino): out = x.conv2d(w, padding=spec["kernel"] // 2, groups=spec["groups"])
-asts = [c.src[0] for c in out.schedule_linear().src if c.src[0].op is Ops.SINK]
-got = {}
-with Context(NOOPT=int(opt == "none")):
-  for name, r in renderers.items():
-    progs = [do_to_program(a, r) for a in asts]
-    got[name] = [[ansistrip(p.arg.name), list(p.arg.global_size), None if p.arg.local_size is None else list(p.arg.local_size),
-                  next(s.arg for s in p.src if s.op is Ops.SOURCE)] for p in progs]
-print(json.dumps(got))
-"""
-
-def plain_codegen(spec: dict, variant: dict, device: str) -> dict:
-  """Plain tinygrad (no tracking) on the trace's device (DEV: it opens that one instead of trying every backend for it)."""
-  env = {**{k: v for k, v in os.environ.items() if k != "TRACK_MATCH_STATS"}, "VIZ": "0", "DEV": device}
-  out = subprocess.run([sys.executable, "-c", PLAIN_CODEGEN, json.dumps(spec), json.dumps(variant)], capture_output=True, text=True,
-                       timeout=600, env=env, cwd=REPO)
-  assert out.returncode == 0, out.stderr[-2000:]
-  return json.loads(out.stdout.strip().splitlines()[-1])
-
-# every preset's direct conv, tinygrad's builtin Winograd on every 3x3 preset, the explorer's staged and fused Winograd, NOOPT, sm_80
-GPU = {"targets": GPU_TARGETS, "time": False}
-CASE_VARIANTS = {**{f"{p} direct": dict(GPU) for p in PRESETS},
-                 **{f"{p} builtin": {"algo": "winograd", **GPU} for p, s in PRESETS.items() if s.kernel == 3},
-                 **{f"{p} explorer {st}": {"algo": "winograd", "wino_impl": "explorer", "staging": st, **GPU}
-                    for p in ("wino8", "medium") for st in ("staged", "fused")},
-                 "wino8 direct NOOPT": {"opt": "none", **GPU},
-                 "medium direct sm_80": {"targets": ("cuda", "ptx"), "time": False, "cuda_arch": "sm_80"}}
-CASES = {case: (case.split()[0], Variant(**v)) for case, v in CASE_VARIANTS.items()}
+def reference(case: str, trace: dict) -> dict:
+  """Plain tinygrad's codegen for the case: the golden file (tests/golden/plain_codegen.py) where it was made on the trace's device
+  for the trace's very spec and variant, else plain tinygrad run now in a process of its own (a GPU host's trace)."""
+  golden = golden_codegen.read(case)
+  if golden["device"] == trace["env"]["device"] and (golden["spec"], golden["variant"]) == (trace["spec"], trace["variant"]):
+    return golden["codegen"]
+  return golden_codegen.plain_codegen(trace["spec"], trace["variant"], trace["env"]["device"])
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_each_targets_kernels_are_what_tinygrad_makes_for_that_renderer(case):
-  """Slow: each case is five targets' codegen twice, the trace's and plain tinygrad's in a process of its own (tinygrad takes about 4 s
-  per target for the fused medium Winograd kernel)."""
+  """Slow: each case is five targets' codegen (tinygrad takes about 4 s per target for the fused medium Winograd kernel), against
+  plain tinygrad's, kept as golden data (the tests below keep that data honest)."""
   preset, variant = CASES[case]
   trace = shared_run(preset, case == "wino8 builtin", **CASE_VARIANTS[case]).trace  # wino8's analysed trace is read by the tests below
   assert trace["status"] == "ok" and trace["schema"] == 2, trace["failures"]
-  plain = plain_codegen(trace["spec"], trace["variant"], trace["env"]["device"])
+  plain = reference(case, trace)
   for target in variant.targets:
     ours = [[k["targets"][target][f] for f in ("name", "global_size", "local_size", "source")] for k in trace["kernels"]]
     assert ours == plain[target], f"{case}: {target} differs from plain tinygrad"
     assert all(k["targets"][target]["arch"] == variant.arch(target) and k["targets"][target]["passes"] for k in trace["kernels"])
+
+def test_the_golden_codegen_was_made_by_the_installed_tinygrad_for_these_cases():
+  """Every case has its file, made by the tinygrad installed here from the explorer's Winograd builder as it is, for the case's spec
+  and variant as they are: else `make golden` (python tests/golden/plain_codegen.py) makes them again."""
+  import importlib.metadata
+  version, builder = importlib.metadata.version("tinygrad"), golden_codegen.builder_hash()
+  for case in CASES:
+    assert golden_codegen.path(case).exists(), f"no golden codegen for {case!r}: run `make golden`"
+    g = golden_codegen.read(case)
+    assert g["tinygrad"] == version, f"{case}: made by tinygrad {g['tinygrad']}, {version} is installed: run `make golden`"
+    assert g["builder"] == builder, f"{case}: made from another explorer/tracing/algorithms: run `make golden`"
+    assert (g["case"], g["spec"], g["variant"]) == (case, *golden_codegen.inputs(case)), f"{case}: its inputs changed: run `make golden`"
+  assert sorted(p.name for p in golden_codegen.GOLDEN.iterdir()) == sorted(golden_codegen.path(c).name for c in CASES)  # none stale
+
+@pytest.mark.slow
+def test_the_golden_codegen_is_what_plain_tinygrad_makes_now():
+  """One case a day, in turn (the day since the epoch picks it, so every case comes round): made again now by plain tinygrad in a
+  process of its own, byte for byte the stored file, so the golden data cannot drift from what tinygrad makes."""
+  case = list(CASES)[int(time.time() // 86400) % len(CASES)]
+  print(f"golden case checked today: {case}")
+  assert golden_codegen.make(case) == golden_codegen.path(case).read_bytes(), f"{case}: plain tinygrad makes other code now: run `make golden`"
 
 def test_the_opt_setting_reaches_every_target():
   """The issue's case: wino8 direct with NOOPT renders r_8_32_32_8_3_3 for CUDA (it rendered heuristic opts before)."""
