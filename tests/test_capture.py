@@ -28,7 +28,7 @@ def test_a_captured_program_runs_tinygrads_own_kernels(captured):
   assert captured["roles"] == ["reduce+out"] and captured["cuda"] and captured["passes"] > 100 and captured["realizes"] == 1
   assert captured["metal"] and captured["timed"]  # the README's capture(targets=("cuda", "metal"), time=True)
   assert captured["error"]["within"] and captured["error"]["tolerance_for"] == "the user's reference"
-  assert captured["value"] > 0 and captured["program"]["outputs"] == [{"shape": [1, 8, 16, 16], "dtype": "dtypes.float"}]
+  assert captured["value"] > 0 and captured["program"]["outputs"] == [{"shape": [1, 8, 16, 16], "dtype": "float"}]
 
 def test_every_page_serves_a_captured_program(captured, db):
   from fastapi.testclient import TestClient

@@ -213,7 +213,7 @@ def test_line_map_covers_every_body_line_of_the_c_like_targets(wino8_runs):
 def test_the_codegen_tour_tells_the_pressure_story(wino8_direct):
   """The built-in tour for the codegen notes (seed 004): direct wino8 without and with sink-loads; its comparison step gives each
   side's peak live values (and registers where ptxas is here), and each kernel's uops step says where the peak is."""
-  from explorer.present.tour import BUILTIN_TOURS, compare_tour
+  from explorer.present.tour import BUILTIN_TOURS, compare_tour, identical_kernels
   assert BUILTIN_TOURS["codegen"]["b"].rewrites == ("sink-loads",)
   steps = compare_tour("codegen", wino8_direct[""], wino8_direct["sink-loads"])
   compare = next(s for s in steps if s["id"] == "compare")["text"]
@@ -221,3 +221,7 @@ def test_the_codegen_tour_tells_the_pressure_story(wino8_direct):
   assert f"Peak live values on cuda: A {na} {a}" in compare and f"B {nb} {b}" in compare and na != _kernel(wino8_direct[""])["name"]
   uops = next(s for s in steps if s["id"] == "a-k0-uops")["text"]
   assert "values are live at once" in uops and "source line" in uops
+  # sink-loads leaves the AST as it was and changes the linear order: B's AST step is skipped, its uops and source steps are told
+  ids = [s["id"] for s in steps]
+  assert identical_kernels(wino8_direct[""], wino8_direct["sink-loads"]) == {0: 0}
+  assert "b-k0-ast" not in ids and "b-k0-uops" in ids and "b-k0-source" in ids and "codegen made different code" in compare

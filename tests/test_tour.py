@@ -79,7 +79,8 @@ def test_a_pair_tour_skips_what_b_shares_with_a(traces):
   fused = next(k["index"] for k in b["kernels"] if k["role"] == "mhat+out")
   assert f"b-k{fused}-ast" in ids
   cmp = next(s for s in steps if s["id"] == "compare")
-  assert [h["label"] for h in cmp["headline"]] == ["kernels", "bytes moved", "time (median)"]
+  assert [h["label"] for h in cmp["headline"]] == ["kernels", "bytes moved", "time (median, each timed apart)"]
+  assert "no interval" in cmp["headline"][2]["change"]  # two medians timed apart claim no ratio
   assert cmp["headline"][0]["a"] == str(len(a["kernels"])) and cmp["headline"][0]["b"] == str(len(b["kernels"]))
   assert cmp["text"].startswith("In three numbers, A -> B: kernels") and "the tour skips their steps on B's side" in cmp["text"]
   assert len(compare_tour("constants", a, traces["materialized"])) == len(trace_tour(a)) + 1 + len(trace_tour(traces["materialized"])) \

@@ -144,9 +144,9 @@ def test_a_tour_on_another_target(tour, page):
   """?target=cuda: the switcher marks it, the kernel steps name CUDA kernels and their views show CUDA's passes and uops; an unknown
   target says so and tours the host."""
   b = tour["b"]
+  page.goto(f"{tour['base']}/t/{b}/tour?step=k2-uops&target=cuda")  # the trace rendered its host only: the tour computes CUDA's records
   raw = httpx.get(f"{tour['base']}/api/traces/{b}/raw", timeout=60).json()
   k = raw["kernels"][2]
-  page.goto(f"{tour['base']}/t/{b}/tour?step=k2-uops&target=cuda")
   assert page.locator("#tour-targets a.active").inner_text() == "cuda"
   assert f"{k['targets']['cuda']['linear_uops']} uops" in page.inner_text("#step-text")
   assert k["targets"]["cuda"]["name"] in page.inner_text("#tour-view")

@@ -57,19 +57,21 @@ def timeline(trace: dict[str, Any], peaks: dict[str, Any] | None) -> dict[str, A
   return {"kernels": rows, "total_s": at, "estimated": any(r["estimated"] for r in rows), "known": all(r["seconds"] is not None for r in rows)}
 
 def by_line(trace: dict[str, Any], peaks: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-  """Kernels grouped by the user's line their own provenance names (a kernel made from two lines counts under each), in source
-  order; kernels with none of their own under "(no line)"."""
+  """Kernels grouped by the user's line their own provenance names, in source order; kernels with none of their own under "(no
+  line)". A kernel made from two lines is listed under each, but its seconds count as `shared_s` there, not `seconds`: the lines'
+  `seconds` plus each shared kernel once add up to the timeline's total."""
   groups: dict[str, dict[str, Any]] = {}
   for k in trace["kernels"]:
     names = [s for s, _ in provenance_sites(own(k))] or ["(no line)"]
     seconds = kernel_seconds(k, peaks)[0]
     for site in names:
-      g = groups.setdefault(site, {"site": site, "kernels": [], "fns": [], "flops": 0, "bytes": 0, "seconds": 0.0,
-                                   "phases": dict.fromkeys(PHASES, 0)})
+      g = groups.setdefault(site, {"site": site, "kernels": [], "fns": [], "flops": 0, "bytes": 0, "seconds": 0.0, "shared": 0,
+                                   "shared_s": 0.0, "phases": dict.fromkeys(PHASES, 0)})
       g["kernels"].append(k["index"])
       g["flops"] += k["flops"]
       g["bytes"] += k["bytes"]
-      g["seconds"] += seconds or 0.0
+      g["seconds" if len(names) == 1 else "shared_s"] += seconds or 0.0
+      g["shared"] += len(names) > 1
       g["phases"][phase(k)] += 1
       for s, fns in provenance_sites(own(k)):
         if s == site: g["fns"] += [f for f in fns if f not in g["fns"]]
@@ -77,6 +79,13 @@ def by_line(trace: dict[str, Any], peaks: dict[str, Any] | None = None) -> list[
     file, _, line = site.rpartition(":")
     return (site == "(no line)", file, int(line) if line.isdigit() else 0)
   return [groups[s] for s in sorted(groups, key=order)]
+
+def totals(kernels: Sequence[dict[str, Any]], peaks: dict[str, Any] | None) -> dict[str, Any]:
+  """What a table of these kernels adds up to: FLOPs, bytes, linear UOps and seconds (measured or estimated, each kernel once)."""
+  seconds = [kernel_seconds(k, peaks)[0] for k in kernels]
+  return {"kernels": len(kernels), "flops": sum(k["flops"] for k in kernels), "bytes": sum(k["bytes"] for k in kernels),
+          "linear_uops": sum(k["linear_uops"] for k in kernels), "seconds": sum(s or 0.0 for s in seconds),
+          "known": all(s is not None for s in seconds)}
 
 def top(trace: dict[str, Any], n: int = 10, peaks: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
   """The top n kernels by time (measured or estimated), FLOPs and bytes, like tinygrad's `viz.cli -t`."""

@@ -110,6 +110,23 @@ def largest_buffers(buffers: list[dict[str, Any]], limit: int) -> list[dict[str,
   keep = {id(b) for b in sorted(buffers, key=lambda b: -b["nbytes"])[:limit]}
   return [b for b in buffers if id(b) in keep]
 
+def compile_summary(trace: dict[str, Any]) -> str:
+  """The trace's compile time as the kernel page says it: "cached" where tinygrad's disk cache had every binary (no compiler ran),
+  else the time of the compiles that ran and how many kernels were cached."""
+  kernels = trace.get("kernels") or []
+  cached, total_s = sum(1 for k in kernels if k.get("compile_cached")), (trace.get("totals") or {}).get("compile_s")
+  if kernels and cached == len(kernels): return "cached"
+  return fmt_seconds(total_s) + (f" ({cached} of {len(kernels)} cached)" if cached else "")
+
+def rendered_targets(trace: dict[str, Any]) -> list[str]:
+  """Every target some kernel has a record of (the ones the trace asked for and the ones pages computed since), the host's first."""
+  seen: dict[str, None] = {}
+  for k in trace.get("kernels") or []:
+    if k.get("host_target"): seen.setdefault(k["host_target"], None)
+  for t in (trace.get("variant") or {}).get("targets") or []: seen.setdefault(t, None)
+  for k in trace.get("kernels") or []: seen.update(dict.fromkeys(k.get("targets") or {}))
+  return list(seen)
+
 def environment() -> jinja2.Environment:
   """The Jinja environment of explorer/templates with the formatting filters and globals every page and the export use."""
   env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=jinja2.select_autoescape(), trim_blocks=True,
@@ -123,6 +140,7 @@ def environment() -> jinja2.Environment:
   env.globals["noisy"] = noisy
   env.globals["grouped_stages"] = grouped_stages
   env.globals["largest_buffers"] = largest_buffers
+  env.globals.update(compile_summary=compile_summary, rendered_targets=rendered_targets)
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
                      highlighted=highlighted, ran_on_parts=ran_on_parts, provenance_sites=provenance_sites)
   return env

@@ -46,6 +46,8 @@ def _opt_text(opts: list[str]) -> str:
   parts = [f"{k} ({OPT_MEANING.get(k, 'an optimization')})" for k in dict.fromkeys(kinds)]
   return f"{_plural(len(opts), 'optimization')} applied: {', '.join(parts)}."
 
+FOLDED = " (its graph draws fewer nodes: as in tinygrad's viewer, constants and devices are folded into the labels of the UOps that use them)"
+
 def _step(id: str, title: str, view: str, text: str) -> dict: return {"id": id, "title": title, "view": view, "text": text}
 
 def tour_target(trace: dict, asked: str | None) -> str | None:
@@ -71,7 +73,7 @@ def trace_tour(trace: dict, target: str | None = None) -> list[dict]:
   spec, variant = ConvSpec.from_dict(trace["spec"]) if trace.get("spec") else None, Variant.from_dict(trace["variant"])
   target = tour_target(trace, target)
   told = told_kernels(trace)
-  steps = [_tensor_step(trace, spec), *_scheduler_steps(trace), _constants_step(trace, variant), _program_step(trace, told)]
+  steps = [_tensor_step(trace, spec, variant), *_scheduler_steps(trace), _constants_step(trace, variant), _program_step(trace, told)]
   for n in told: steps += _kernel_steps(trace, trace["kernels"][n], spec, target)
   steps.append(_timing_step(trace, spec))
   return [s for s in steps if s is not None]
@@ -89,14 +91,15 @@ def _program_step(trace: dict, told: list[int]) -> dict | None:
                f"{'; the lines of the model that made most of them: ' + busiest if busiest else ''}. Each kernel's provenance names the "
                f"Tensor functions it computes and the line that called them (the overview's kernel table; search it by a line). {rest}")
 
-def _tensor_step(trace: dict, spec: ConvSpec | None) -> dict:
+def _tensor_step(trace: dict, spec: ConvSpec | None, variant: Variant | None = None) -> dict:
   g = trace["tensor_graph"] or {"uops": 0, "ops": {}}
   top = ", ".join(f"{n} {op}" for op, n in sorted(g["ops"].items(), key=lambda kv: -kv[1])[:4])
   what = f"The convolution {spec.label()}" if spec is not None else f"The program {trace['program']['name']}"
-  recipe = (f"the {_si(spec.direct_flops)}FLOPs of a direct convolution are only a recipe at this point." if spec is not None else
-            "what it computes is only a recipe at this point.")
+  direct = "" if variant is None or variant.algo == "direct" else " (the direct-equivalent count: Winograd's kernels do fewer)"
+  recipe = (f"the {_si(spec.direct_flops)}FLOPs of multiply-adds a direct convolution does{direct} are only a recipe at this point."
+            if spec is not None else "what it computes is only a recipe at this point.")
   return _step("tensor", "Tensor graph", "graph/tensor",
-               f"{what} starts as a lazy tensor graph of {g['uops']} UOps (most common: {top}). Nothing has run yet: {recipe}")
+               f"{what} starts as a lazy tensor graph of {g['uops']} UOps{FOLDED} (most common: {top}). Nothing has run yet: {recipe}")
 
 def _scheduler_steps(trace: dict) -> list[dict]:
   sch = trace.get("scheduler") or {}
@@ -137,7 +140,7 @@ def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None, target: str | Non
   reads, writes = ", ".join(names[i] for i in k["reads"]) or "nothing", ", ".join(names[i] for i in k["writes"])
   n, on = k["index"], target or host_target(k)
   text = (f"Kernel {rec['name']} is {k['role']}: {_role_text(k['role'], spec is None)}. It reads {reads} and writes {writes}. "
-          f"Its AST has {k['ast_uops']} UOps.")
+          f"Its AST has {k['ast_uops']} UOps{FOLDED}.")
   if k["role"] == "xhat" and spec is not None:
     total = trace["totals"].get("flops", 0)
     text += (f" The whole Winograd schedule counts {_si(total)}FLOPs (tinygrad's Estimates) against {_si(spec.direct_flops)}FLOPs of "
@@ -215,15 +218,15 @@ def _timing_step(trace: dict, spec: ConvSpec | None) -> dict:
 
 # ***** built-in tours for the seed experiments: two traces side by side *****
 
-TOUR_TARGETS = ("cuda", "metal")  # the tours read GPU code (CUDA's registers, Metal's source) beside the host's: asked for with the trace
-WINO = Variant(algo="winograd", wino_impl="explorer", targets=TOUR_TARGETS)
+# The tours' variants render the host's own target, as a trace from the home page does, so the traces a user already has count; a tour
+# asked for another target (?target=cuda) computes its records first, as a kernel page does.
+WINO = Variant(algo="winograd", wino_impl="explorer")
 BUILTIN_TOURS: dict[str, dict] = {
   "constants": {"title": "Deviceless constants (seed 000)", "preset": "wino8", "a": WINO, "b": replace(WINO, consts="materialized")},
   "fusion": {"title": "Staged vs fused Winograd (seed 003)", "preset": "wino8", "a": WINO, "b": replace(WINO, staging="fused")},
-  "winograd": {"title": "Direct vs Winograd", "preset": "small", "a": Variant(algo="direct", targets=TOUR_TARGETS),
-               "b": Variant(algo="winograd", targets=TOUR_TARGETS)},
-  "codegen": {"title": "Load sinking and register pressure (seed 004)", "preset": "wino8", "a": Variant(algo="direct", targets=TOUR_TARGETS),
-              "b": Variant(algo="direct", rewrites=("sink-loads",), targets=TOUR_TARGETS)},
+  "winograd": {"title": "Direct vs Winograd", "preset": "small", "a": Variant(algo="direct"), "b": Variant(algo="winograd")},
+  "codegen": {"title": "Load sinking and register pressure (seed 004)", "preset": "wino8", "a": Variant(algo="direct"),
+              "b": Variant(algo="direct", rewrites=("sink-loads",))},
 }
 
 def _peaks(tr: dict, target: str) -> list[str]:
@@ -239,25 +242,38 @@ def identical_kernels(a: dict, b: dict) -> dict[int, int]:
   by_key = {k.get("ast_key"): k["index"] for k in a["kernels"] if k.get("ast_key")}
   return {k["index"]: by_key[k["ast_key"]] for k in b["kernels"] if k.get("ast_key") in by_key}
 
-def headline(a: dict, b: dict) -> list[dict]:
-  """The comparison's three headline numbers, A -> B: kernels, bytes moved (tinygrad's Estimates), and time (each side's own median,
-  timed separately; a noisy one is flagged) or, untimed, linearized uops."""
+def headline(a: dict, b: dict, interleaved: dict | None = None) -> list[dict]:
+  """The comparison's three headline numbers, A -> B: kernels, bytes moved (tinygrad's Estimates), and time: the diff's interleaved
+  timing where it was measured (the ratio and its 95% interval, the figure the diff page shows), else each side's own median, timed
+  separately (no ratio is claimed from those), or, untimed, linearized uops."""
   ta, tb = a["totals"], b["totals"]
   rows = [{"label": "kernels", "a": str(ta["kernels"]), "b": str(tb["kernels"]), "change": f"{tb['kernels'] - ta['kernels']:+d}"},
           {"label": "bytes moved", "a": fmt_bytes(ta["bytes"]), "b": fmt_bytes(tb["bytes"]),
            "change": f"{tb['bytes'] / ta['bytes']:.2f}x" if ta["bytes"] else "–"}]
-  if (xa := ta.get("time_s")) and (xb := tb.get("time_s")) and xa.get("median"):
-    flag = " (noisy)" if noisy(xa) or noisy(xb) else ""
-    rows.append({"label": "time (median)", "a": f"{xa['median'] * 1e6:.1f} µs", "b": f"{xb['median'] * 1e6:.1f} µs",
-                 "change": f"{xb['median'] / xa['median']:.2f}x{flag}"})
+  r = (interleaved or {}).get("ratio") or {}
+  if (interleaved or {}).get("compared") and r.get("median") is not None:
+    ci = f" (95% {r['ci_low']:.2f}-{r['ci_high']:.2f})" if r.get("ci_low") is not None else ""
+    rows.append({"label": f"time, interleaved on {interleaved['device']}", "a": f"{interleaved['a_total_s']['median'] * 1e6:.1f} µs",
+                 "b": f"{interleaved['b_total_s']['median'] * 1e6:.1f} µs", "change": f"{r['median']:.2f}x{ci}"})
+  elif (xa := ta.get("time_s")) and (xb := tb.get("time_s")) and xa.get("median"):
+    flag = "noisy, " if noisy(xa) or noisy(xb) else ""
+    rows.append({"label": "time (median, each timed apart)", "a": f"{xa['median'] * 1e6:.1f} µs", "b": f"{xb['median'] * 1e6:.1f} µs",
+                 "change": f"{xb['median'] / xa['median']:.2f}x ({flag}no interval: the diff times them interleaved)"})
   else:
     ua, ub = (sum(k["linear_uops"] for k in t["kernels"]) for t in (a, b))
     rows.append({"label": "linearized uops", "a": str(ua), "b": str(ub), "change": f"{ub / ua:.2f}x" if ua else "–"})
   return rows
 
-def compare_tour(kind: str, a: dict, b: dict, target: str | None = None) -> list[dict]:
+def same_code(a: dict, b: dict, target: str | None) -> bool:
+  """Two kernels with the same AST that codegen also made the same (their linear UOps on the tour's target): a custom rewrite such as
+  sink-loads changes the order without touching the AST."""
+  ra, rb = target_record(a, target) or target_record(a), target_record(b, target) or target_record(b)
+  return ra is not None and rb is not None and ra.get("uops_listing") == rb.get("uops_listing") and ra.get("source") == rb.get("source")
+
+def compare_tour(kind: str, a: dict, b: dict, target: str | None = None, interleaved: dict | None = None) -> list[dict]:
   """A built-in tour: the story of A, the comparison with B, then the story of B, less B's steps about kernels identical to A's (the
-  comparison says which). target: the codegen target the kernel steps speak of (trace_tour)."""
+  comparison says which: the AST step where the ASTs match, the codegen ones only where codegen made the same code too). target: the
+  codegen target the kernel steps speak of (trace_tour). interleaved: the diff's interleaved timing of the pair, where it was measured."""
   ta, tb = a["totals"], b["totals"]
   def label(tr: dict) -> str:  # a captured program is named by its program, a convolution by its variant
     return tr["program"]["name"] if tr.get("spec") is None and tr.get("program") else Variant.from_dict(tr["variant"]).label()
@@ -268,9 +284,10 @@ def compare_tour(kind: str, a: dict, b: dict, target: str | None = None) -> list
     return (f"{_plural(t['kernels'], 'kernel')} ({roles(tr)}), {_plural(t.get('copies', 0), 'copy', 'copies')}, "
             f"{_plural(t['buffers'], 'buffer')}, {_si(t['flops'])}FLOPs, {sum(k['ops']['alu'] for k in tr['kernels'])} ALU uops, "
             f"{sum(k['ops']['loads'] for k in tr['kernels'])} loads")
-  top = "; ".join(f"{h['label']} {h['a']} -> {h['b']} ({h['change']})" for h in headline(a, b))
+  heads = headline(a, b, interleaved)
+  top = "; ".join(f"{h['label']} {h['a']} -> {h['b']} ({h['change']})" for h in heads)
   text = f"In three numbers, A -> B: {top}. A ({label(a)}): {side(ta, a)}. B ({label(b)}): {side(tb, b)}."
-  if ta.get("time_s") and tb.get("time_s"):
+  if ta.get("time_s") and tb.get("time_s") and not (interleaved or {}).get("compared"):
     text += " Each side was timed on its own: the diff view times them interleaved, for a ratio with its interval."
   kernels = a["kernels"] + b["kernels"]
   asked = (target, "cuda", *(b.get("variant") or {}).get("targets", []))
@@ -278,13 +295,18 @@ def compare_tour(kind: str, a: dict, b: dict, target: str | None = None) -> list
   if everywhere and (pa := _peaks(a, everywhere[0])) and (pb := _peaks(b, everywhere[0])):
     text += f" Peak live values on {everywhere[0]}: A {', '.join(pa)}; B {', '.join(pb)}."
   same = identical_kernels(a, b)
-  if same:
-    which = ", ".join(f"kernel {n} ({b['kernels'][n]['role']})" for n in same)
-    text += (f" B's {which} {'is' if len(same) == 1 else 'are'} A's, AST for AST: the tour skips "
-             f"{'its' if len(same) == 1 else 'their'} steps on B's side.")
-  skip = {f"k{n}-{part}" for n in same for part in ("ast", "codegen", "uops", "source")}
+  coded = {n for n, m in same.items() if same_code(a["kernels"][m], b["kernels"][n], target)}
+  if coded:
+    which = ", ".join(f"kernel {n} ({b['kernels'][n]['role']})" for n in coded)
+    text += (f" B's {which} {'is' if len(coded) == 1 else 'are'} A's, AST for AST and line for line: the tour skips "
+             f"{'its' if len(coded) == 1 else 'their'} steps on B's side.")
+  if (recoded := sorted(set(same) - coded)):
+    which = ", ".join(f"kernel {n}" for n in recoded)
+    text += (f" B's {which} {'has' if len(recoded) == 1 else 'have'} A's AST, but codegen made different code: the tour skips only "
+             f"{'its' if len(recoded) == 1 else 'their'} AST step on B's side and shows what changed after it.")
+  skip = {f"k{n}-{part}" for n in coded for part in ("codegen", "uops", "source")} | {f"k{n}-ast" for n in same}
   first = [dict(s, id=f"a-{s['id']}", side="a") for s in trace_tour(a, target)]
   second = [dict(s, id=f"b-{s['id']}", side="b") for s in trace_tour(b, target) if s["id"] not in skip]
   compare = {"id": "compare", "title": f"{BUILTIN_TOURS[kind]['title']}: A against B", "view": "diff", "text": text, "side": "both",
-             "headline": headline(a, b)}
+             "headline": heads}
   return [*first, compare, *second]

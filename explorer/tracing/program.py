@@ -48,7 +48,7 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
   devices = {tg.tensor_device(o) for o in outs}
   if len(devices) != 1: raise ValueError(f"the realized tensors live on {len(devices)} devices ({', '.join(sorted(devices))}): trace one at a time")
   device = devices.pop()
-  info = {"name": name, "source": source, "origin": origin, "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outs]}
+  info = {"name": name, "source": source, "origin": origin, "outputs": [{"shape": list(o.shape), "dtype": o.dtype.name} for o in outs]}
   trace = new_trace(None, variant, device, info)
   roles = lambda: {tg.buffer_key(tg.tensor_buffer(o)): "output" for o in outs}
   check = reference_check(reference, rel_tolerance) if reference is not None else None

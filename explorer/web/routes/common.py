@@ -5,6 +5,7 @@ from typing import Any, Mapping, Sequence
 from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse
 from explorer.present.graphs import fmt_seconds
+from explorer.present.render import rendered_targets
 from explorer.web.http import deps
 from explorer.web.services.graphs import MAX_STEPS
 from explorer.web.services.registry import Services
@@ -23,8 +24,9 @@ def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[d
   def state(*stages: str) -> str: return "error" if failed & set(stages) else "done" if set(stages) <= done else "skipped"
   sched, totals, kernels = trace.get("scheduler") or {}, trace.get("totals") or {}, trace.get("kernels") or []
   counts = sched.get("stage_counts") or {}
-  targets = (trace.get("variant") or {}).get("targets") or []
-  n_targets, first_target = len(targets), (targets or ["host"])[0]
+  host = kernels[0].get("host_target") if kernels else None
+  targets = [t for t in rendered_targets(trace) if t != host]
+  first_target = (targets or ["host"])[0]
   time_s = (totals.get("time_s") or {}).get("median")
   base, n_buffers = trace_url(trace_id), len(trace.get("buffers") or [])
   rows = [
@@ -33,12 +35,25 @@ def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[d
     ("bufferize", "Kernel graph", f"{base}/bufferize", f"{counts.get('kept', 0)} kept · {counts.get('fused', 0)} inlined · {n_buffers} buffers",
      state("kernel_graph")),
     ("kernels", "Kernels", kernel_url(trace_id, 0) if kernels else base, f"{len(kernels)} kernels · codegen", state("codegen")),
-    ("source", "Source", kernel_url(trace_id, 0, code=first_target) if kernels else base, f"{n_targets} targets + host", state("render")),
+    ("source", "Source", kernel_url(trace_id, 0, code=first_target) if kernels else base,
+     f"{len(targets)} target{'' if len(targets) == 1 else 's'} + host", state("render")),
     ("timings", "Timings", f"{base}#timings", "–" if time_s is None else f"{fmt_seconds(time_s)} total", state("run", "timing")),
     ("roofline", "Roofline", f"{base}/roofline", f"on {(trace.get('env') or {}).get('device', '–')}", state("timing")),
   ]
-  current = (current,) if isinstance(current, str) else current
-  return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": k in current} for k, t, u, f, s in rows]
+  current, why = (current,) if isinstance(current, str) else current, spec_rejections(trace)
+  return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": k in current, "why": why.get(k)} for k, t, u, f, s in rows]
+
+def spec_rejections(trace: dict) -> dict[str, str]:
+  """What a stage's red dot means where tinygrad's spec rejected UOps of it (a failure says so on the page), by ribbon key."""
+  def said(check: dict) -> str:
+    first, n = (check.get("violations") or [{}])[0], check.get("violation_count") or 1
+    return (f"tinygrad's spec rejects this UOp: {first.get('message', '?')}" + (f" (and {n - 1} more)" if n > 1 else "") +
+            f" [{check.get('spec', 'spec')}]")
+  checks = trace.get("spec_checks") or {}
+  out = {key: said(checks[stage]) for stage, key in (("tensor_graph", "tensor"), ("kernel_graph", "bufferize"))
+         if not (checks.get(stage) or {}).get("ok", True)}
+  bad = [c for k in trace.get("kernels") or [] for c in (k.get("spec") or {}).values() if isinstance(c, dict) and not c.get("ok", True)]
+  return out | ({"kernels": said(bad[0])} if bad else {})
 
 async def trace_page(request: Request, svc: Services, trace_id: str, template: str, current: str | tuple[str, ...], **ctx: Any) -> HTMLResponse:
   """A trace view; while the trace runs (or if it failed before storing anything) the progress page stands in, at the same URL."""

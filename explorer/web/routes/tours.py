@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 from explorer.schema import host_target, target_record
-from explorer.spec import ENRICH_ANALYSIS, PRESETS, TARGETS, SpecError
+from explorer.spec import ENRICH_ANALYSIS, ENRICH_TARGET, PRESETS, TARGETS, SpecError
 from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
 from explorer.web.http import deps
@@ -17,7 +17,9 @@ from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
 from explorer.web.http.work import Work, WorkGate
 from explorer.web.routes.common import page, pick_pass, trace_page
+from explorer.web.services.enrichments import EnrichmentUnavailable
 from explorer.web.services.graphs import REF_RE
+from explorer.web.services.lifecycle import Busy
 from explorer.web.services.registry import Services
 from explorer.web.services.traces import STAGE_TITLES
 from explorer.web.urls import diff_url, kernel_url, pair_tour_url, trace_tour_url, trace_url, with_query
@@ -32,8 +34,8 @@ def tour_steps(trace: dict, target: str | None = None) -> list[dict]:
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"this trace cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
-def pair_steps(kind: str, a: dict, b: dict, target: str | None = None) -> list[dict]:
-  try: return compare_tour(kind, a, b, target)
+def pair_steps(kind: str, a: dict, b: dict, target: str | None = None, interleaved: dict | None = None) -> list[dict]:
+  try: return compare_tour(kind, a, b, target, interleaved)
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"these traces cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
@@ -111,12 +113,26 @@ TargetQuery = Query(None, max_length=40, description="the codegen target the ker
             responses=documented({**NOT_FOUND, 409: "the trace is still queued or running, or too incomplete to tour",
                                   422: "a target over 40 characters"}))
 async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep, work: Work, target: str | None = TargetQuery) -> dict:
+  trace = await rendered(svc, work, trace_id, trace, target)
   target, notices = asked_target(target, [trace])
   steps = await _trace_steps(svc, work, trace_id, trace, target)
   return {"trace_id": trace_id, "label": trace.get("label"), "target": target, "notices": notices,
           "steps": step_api(trace_id, trace, steps, lambda s: trace_tour_url(trace_id, s, target=target), target)}
 
 def big_asked(request: Request) -> bool: return request.query_params.get("big") == "1"
+
+async def rendered(svc: Services, work: WorkGate, trace_id: str, trace: dict, target: str | None) -> dict:
+  """The trace with the told kernels' records on `target`, rendered first where missing (as a kernel page does when first opened on
+  it) and the request may start work; else as it is (asked_target then says the tour speaks of the host)."""
+  told = told_kernels(trace)
+  if target not in TARGETS or not svc.enrichments.missing(trace, ENRICH_TARGET, target, told) or (permit := work.permit_if_allowed()) is None:
+    return trace
+  try: return await svc.enrichments.completed(trace_id, trace, ENRICH_TARGET, target, permit, told)
+  except (EnrichmentUnavailable, Busy): return trace
+
+async def interleaved(svc: Services, a: str, b: str) -> dict | None:
+  """The diff's interleaved timing of A and B, where it was measured (the diff page's "time interleaved"): the tour quotes it."""
+  return await asyncio.to_thread(svc.store.get_diff, a, b, "timing")
 
 async def analysed(svc: Services, work: WorkGate, trace_id: str, trace: dict, target: str | None) -> dict:
   """The trace with its records' analyses on the tour's target (the pressure its kernel steps tell), computed first where missing and
@@ -137,6 +153,7 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
                           target: str | None = Query(None, max_length=40)) -> HTMLResponse:
   trace = await deps.stored_trace(svc, trace_id)
   if trace is None: return await trace_page(request, svc, trace_id, "tour.html", ())
+  trace = await rendered(svc, work, trace_id, trace, target)
   target, notices = asked_target(target, [trace])
   steps = await _trace_steps(svc, work, trace_id, trace, target)
   notes = await asyncio.to_thread(svc.store.annotations, trace_id)
@@ -148,11 +165,13 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
                           target_links=links, **ctx)
 
 def target_links(traces: list[dict], target: str | None, url_of: Callable[[str | None], str]) -> list[dict]:
-  """The tour's target switcher: each kernel's host (None) and every target all kernels of these traces have a record of."""
+  """The tour's target switcher: each kernel's host (None) and every other target; one some kernel has no record of yet is computed
+  when chosen (its label says so)."""
   hosts = sorted({host_target(k) for tr in traces for k in tr.get("kernels") or []})
-  offered = [t for t in TARGETS if t not in hosts and all(tour_target(tr, t) is not None for tr in traces)]
+  offered = [t for t in TARGETS if t not in hosts]
+  def label(t: str) -> str: return t if all(tour_target(tr, t) is not None for tr in traces) else f"{t} (computed when chosen)"
   return [{"label": f"host ({', '.join(hosts)})", "url": url_of(None), "active": target is None}] + \
-         [{"label": t, "url": url_of(t), "active": t == target} for t in offered]
+         [{"label": label(t), "url": url_of(t), "active": t == target} for t in offered]
 
 def note_key(step: dict, traces: dict[str, tuple[str, dict]]) -> tuple[str, str]:
   """(which trace, which step anchor) a step's notes are stored under: a pair tour's a-/b- steps under their own trace's step id,
@@ -244,9 +263,10 @@ async def api_pair_tour(kind: str, svc: ServicesDep, work: Work, a: str | None =
   da, db = tour_ids(kind)
   a, b = a or da, b or db
   ta, tb = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
+  ta, tb = await rendered(svc, work, a, ta, target), await rendered(svc, work, b, tb, target)
   target, notices = asked_target(target, [ta, tb])
   ta, tb = await analysed(svc, work, a, ta, target), await analysed(svc, work, b, tb, target)
-  steps = pair_steps(kind, ta, tb, target)
+  steps = pair_steps(kind, ta, tb, target, await interleaved(svc, a, b))
   def url_of(s: str) -> str: return pair_tour_url(kind, a, b, s, target=target)
   out = []
   for s in steps:
@@ -271,9 +291,10 @@ async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, work: Wo
   if ta is None or tb is None:
     statuses = [await deps.status_of(svc, x) or {"id": x, "status": "error", "error": f"no trace {x}", "stages": []} for x in (a, b)]
     return await page(request, "tour_progress.html", kind=kind, tour=t, statuses=statuses, stage_titles=STAGE_TITLES)
+  ta, tb = await rendered(svc, work, a, ta, target), await rendered(svc, work, b, tb, target)
   target, notices = asked_target(target, [ta, tb])
   ta, tb = await analysed(svc, work, a, ta, target), await analysed(svc, work, b, tb, target)
-  steps = pair_steps(kind, ta, tb, target)
+  steps = pair_steps(kind, ta, tb, target, await interleaved(svc, a, b))
   notes = {"a": await asyncio.to_thread(svc.store.annotations, a), "b": await asyncio.to_thread(svc.store.annotations, b)}
   big = big_asked(request)
   ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, big, target), {"a": (a, ta), "b": (b, tb)}, notes, target)

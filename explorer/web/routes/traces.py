@@ -143,5 +143,6 @@ def program_view(trace: dict, q: str, realize: int | None, offset: int) -> dict[
   found = program.search(trace["kernels"], q)
   if realize is not None: found = [k for k in found if k.get("realize", 0) == realize]
   return {"peaks": peaks, "found": len(found), "offset": offset, "page": found[offset:offset + PAGE], "page_size": PAGE, "realize": realize,
+          "found_totals": program.totals(found, peaks) if q or realize is not None else None,
           "timeline": program.timeline(trace, peaks), "by_line": program.by_line(trace, peaks), "top": program.top(trace, 10, peaks),
           "memory": program.memory(trace), "phases": {k["index"]: program.phase(k) for k in trace["kernels"]}}
