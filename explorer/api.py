@@ -131,7 +131,8 @@ class Kernel:
   def with_opts(self, opts: list[str] | tuple[str, ...], target: str | None = None, start: str = "current", time: bool = True) -> dict:
     """This kernel scheduled by hand: tinygrad's opts ("UPCAST:0:4", "LOCAL:1:8") applied after `start`'s (its current opts on the
     target, "none" or "heuristic") by tinygrad's own apply_opts, in a worker. Returns {target, start, opts, record (a target record
-    like the trace's own), next (the opts BEAM could try next), timing (on the trace's own target: B/A against the original)}.
+    like the trace's own), next (the opts BEAM could try next), axes and axes_after (the kernel's axes as apply_opt numbers them,
+    before any opt and after these), timing (on the trace's own target: B/A against the original)}.
     SpecError with tinygrad's reason when an opt does not apply."""
     from explorer.schema import host_target
     from explorer.spec import hand_opts
@@ -220,7 +221,9 @@ class Captured(Trace):
     self._capturing.__exit__(*exc)
     if exc[0] is not None: return
     if self._capturing.result is None:
-      raise RuntimeError("nothing was realized inside the capture block: call .realize() (or .numpy()) on the tensors to trace")
+      raise RuntimeError("nothing was realized inside the capture block: tinygrad is lazy, so call .realize() (or .numpy()) on the "
+                         "tensors to trace; loss.backward() only builds the gradients: realize them (Tensor.realize(*[p.grad for p in "
+                         "params])) or step an optimizer (opt.step() realizes)")
     self.data, self.rewrites, self.target_rewrites = self._capturing.result
     self.traces = [Trace(t, self.rewrites) for t in self._capturing.realizes]
 

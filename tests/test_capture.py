@@ -68,6 +68,18 @@ def test_tinygrad_imported_first_fails_at_once_and_says_what_to_do():
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
   assert r.returncode != 0 and "import the explorer first" in r.stderr and "TRACK_MATCH_STATS=2" in r.stderr
 
+def test_a_block_that_only_calls_backward_says_what_realizes():
+  """backward() builds the gradients lazily: the block realized nothing, and the error says what would (the README's example steps)."""
+  code = textwrap.dedent("""
+    from explorer import capture
+    from tinygrad import Tensor
+    w = Tensor.ones(4, 4).contiguous().realize()
+    with capture() as t: (Tensor.ones(2, 4) @ w).sum().backward()
+  """)
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
+  assert r.returncode != 0 and "nothing was realized" in r.stderr and "loss.backward() only builds the gradients" in r.stderr
+  assert "opt.step() realizes" in r.stderr
+
 TWO_LAYERS = """
 import numpy as np
 from tinygrad import Tensor

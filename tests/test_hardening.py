@@ -279,6 +279,7 @@ def captured_serve(monkeypatch, capsys):
   import uvicorn
   got: dict = {}
   monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: got.update(app=app, host=host, port=port))
+  monkeypatch.setattr("explorer.web.serving.port_taken", lambda host, port: None)  # nothing listens: uvicorn.run is not run
   for s in SETTINGS: monkeypatch.delenv(ENV_PREFIX + s.name.upper(), raising=False)
   saved = dict(os.environ)
   def serve(*args, **kwargs) -> tuple[dict, str]:
@@ -310,6 +311,18 @@ def test_loopback_serving_pins_the_host_header(tmp_path, captured_serve):
     r = client.get("/api/health", headers={"host": "rebound.example:8000"})
     assert r.status_code == 403 and "loopback" in r.json()["detail"]
     for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000"): assert client.get("/api/health", headers={"host": host}).status_code == 200
+
+def test_a_port_in_use_is_said_in_one_line(tmp_path):
+  """A port something listens on (tinygrad's VIZ=1 viewer on 8000, say): one line naming it and the flag to change, before any app
+  starts; a free one passes."""
+  import socket
+  from explorer.web.serving import port_taken, serve
+  with socket.socket() as taken:
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    with pytest.raises(SystemExit, match=f"127.0.0.1:{port} is in use: serve on another port"): serve("127.0.0.1", port, str(tmp_path / "c.sqlite3"))
+  assert port_taken("127.0.0.1", port) is None
 
 # ***** settings: one table, every entry documented, every entry a serve flag *****
 

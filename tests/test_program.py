@@ -5,6 +5,7 @@ marked; the program view, its search and the kernel list of a 1,000-kernel progr
 from __future__ import annotations
 import pathlib, re, time
 import pytest
+from explorer.present.render import fmt_flops
 from support import app_over, scaled
 from test_capture import run_json
 
@@ -76,9 +77,25 @@ def test_the_program_view_and_its_search(cnn, db):
     assert 0 < len(rows) < cnn["kernels"] and "backward" in rows and "forward" in rows
     api = client.get(f"/api/traces/{tid}/kernels", params={"q": site})
     assert int(api.headers["X-Total-Count"]) == len(rows) == len(api.json())
+    assert f"<b>{len(rows)} matching</b>" in found  # the footer sums what matched, not the whole program
+    assert f'<td class="num">{fmt_flops(sum(k["flops"] for k in api.json()))}</td>' in found.split("matching</b>")[1]
     assert all(any(e["line"] == model_line("classifier") for e in k["provenance"]) for k in api.json())
     kernel = client.get(f"/t/{tid}/k/{api.json()[0]['index']}").text
     assert site in kernel and f"/t/{tid}/source#L{model_line('classifier')}" in kernel  # the kernel page links to the program's line
+    raw = client.get(f"/api/traces/{tid}/raw").json()
+    realized = re.search(r"realized <b>(.*?)</b>", page)
+    assert realized and "dtypes." not in realized[1] and " float" in realized[1]  # the header names dtypes as tinygrad does: float
+    assert {o["dtype"] for o in raw["program"]["outputs"]} <= {"float", "int", "uchar", "char", "bool", "half", "long"}
+  # by model line: a kernel made from several lines is listed under each, its time counted once (the lines' own plus shared = total)
+  from explorer.analysis import program
+  from explorer.analysis.roofline import peaks_of_trace
+  peaks = peaks_of_trace(raw) or {"fp32": 1e12, "bw": 1e11}  # untimed on a host without roofs: estimated against these
+  tl, lines = program.timeline(raw, peaks), program.by_line(raw, peaks)
+  shared = [k for k in raw["kernels"] if len(program.provenance_sites(program.own(k))) > 1]
+  assert shared and tl["known"] and sum(g["shared"] for g in lines) >= 2 * len(shared)
+  once = sum(program.kernel_seconds(k, peaks)[0] or 0.0 for k in shared)
+  assert sum(g["seconds"] for g in lines) + once == pytest.approx(tl["total_s"])
+  with TestClient(app_over(str(db))) as client:
     source = client.get(f"/t/{tid}/source").text
     assert f'id="L{model_line("classifier")}"' in source and "class SmallCNN" in source
 

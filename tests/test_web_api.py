@@ -149,6 +149,23 @@ def test_trace_page_says_how_much_was_tinygrads_own(web_client, small_trace):
   before = environment().get_template("_partials/stage_seconds.html").render(tr={"stage_seconds": secs}, titles={})
   assert "tinygrad's own" not in before and f'<td class="num">{secs["codegen"]:.3f}</td></tr>' in before
 
+def test_the_overview_counts_what_was_rendered_and_says_cached_compiles(web_client, small_trace):
+  """The ribbon and the Result panel count the targets the kernels have records of (asked for or computed since), and the Timings
+  card's compile says "cached" as the kernel page does when tinygrad's disk cache had every binary."""
+  from explorer.present.render import compile_summary, rendered_targets
+  raw = web_client.get(f"/api/traces/{small_trace}/raw").json()
+  page = web_client.get(f"/t/{small_trace}").text
+  host = raw["kernels"][0]["host_target"]
+  assert rendered_targets(raw)[:3] == [host, "cuda", "metal"]
+  others = len(rendered_targets(raw)) - 1
+  assert f"{others} targets + host" in page and f"<dd>{', '.join(rendered_targets(raw))}</dd>" in page
+  assert compile_summary(raw) in page
+  cached = {**raw, "kernels": [{**k, "compile_cached": True} for k in raw["kernels"]]}
+  assert compile_summary(cached) == "cached" and "0 of" not in compile_summary(raw)
+  one = {**raw, "kernels": [{**k, "compile_cached": i == 0} for i, k in enumerate(raw["kernels"])]}
+  assert compile_summary(one).endswith(f"(1 of {len(raw['kernels'])} cached)")
+  assert rendered_targets({**raw, "variant": {**raw["variant"], "targets": []}}) == rendered_targets(raw)  # read off the records
+
 def test_trace_json(web_client, small_trace):
   r = web_client.get(f"/api/traces/{small_trace}")
   assert r.status_code == 200

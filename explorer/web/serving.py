@@ -1,9 +1,22 @@
 """Serving the app: uvicorn on a host and port, loopback-only unless an access token is set, with the request limits and the start-up
 message; `kernel-explorer serve` calls `serve`."""
 from __future__ import annotations
-import os, sys
+import errno, os, socket, sys
 from typing import Any
 from explorer.web.http.access import is_loopback
+
+def port_taken(host: str, port: int) -> str | None:
+  """Why the server cannot listen on host:port (one line, with what to do), or None: said before the app starts, not as uvicorn's
+  traceback after it. tinygrad's own viewer (VIZ=1) serves on port 8000 too."""
+  family = socket.AF_INET6 if ":" in host else socket.AF_INET
+  with socket.socket(family, socket.SOCK_STREAM) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try: s.bind((host, port))
+    except OSError as e:
+      if e.errno != errno.EADDRINUSE: return None  # uvicorn says what else went wrong
+      viz = " (tinygrad's VIZ=1 viewer serves there too)" if port == 8000 else ""
+      return f"kernel-explorer: {host}:{port} is in use{viz}: serve on another port (make serve PORT=8001, or --port 8001)"
+  return None
 
 def startup_message(host: str, port: int, settings: Any) -> str:
   shown = f"[{host}]" if ":" in host else host
@@ -27,6 +40,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
   settings = Settings.load(**overrides)
   if not is_loopback(host) and not settings.token:
     raise SystemExit(f"kernel-explorer: listening on {host} (beyond loopback) needs an access token: set KERNEL_EXPLORER_TOKEN")
+  if (taken := port_taken(host, port)) is not None: raise SystemExit(taken)
   os.environ.update({ENV_PREFIX + name.upper(): str(v) for name, v in overrides.items() if v is not None})
   from explorer.web.app import create_app as _create_app
   from explorer.web.http.limits import redact_access_log, restrict_to_loopback
