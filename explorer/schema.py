@@ -257,6 +257,17 @@ class BeamRecord(TypedDict):
   note: Line
 
 @with_config(STRICT)
+class KernelAxis(TypedDict):
+  """An axis of a kernel scheduled by hand, numbered as tinygrad's apply_opt numbers it (explorer.tracing.adapter.kernel_axes): its
+  size (a symbolic one's text), kind (global, local, loop, reduce, upcast, unroll, ...), and a reduce axis's number for UNROLL and for
+  GROUP/GROUPTOP, which count only the unrollable and the reduce axes."""
+  axis: Count
+  size: int | Name
+  kind: Name
+  unroll: Count | None
+  group: Count | None
+
+@with_config(STRICT)
 class Provenance(TypedDict):
   """A Tensor function whose UOps a kernel computes (tinygrad's metadata), and the user's line that called it (None where not
   recorded). inferred: the kernel's own compute carries none (a copy, a fill), so it is taken from the kernels its output feeds."""

@@ -66,6 +66,16 @@ def test_graph_diff_on_a_changed_leaf():
   assert [n["op"] for n in changed["only_a"]] == ["CONST", "MUL", "SINK"] and changed["common"] == 1
   assert [n["op"] for n in changed["only_a"] if n["frontier"]] == ["CONST"]
 
+def test_a_changed_leaf_is_outlined_red_and_what_it_changes_amber():
+  """The graph diff outlines where a change starts (the CONST) red; what differs only through it (MUL, SINK) dashed amber, not red."""
+  from explorer.present.graphs import DOWNSTREAM_OUTLINE, uop_dot
+  nodes = [{"id": i, "op": op, "label": op} for i, op in (("c", "CONST"), ("m", "MUL"), ("s", "SINK"), ("p", "PARAM"))]
+  dot = uop_dot({"nodes": nodes, "edges": []}, {"c"}, "t", downstream={"m", "s", "c"})
+  lines = {n: next(x for x in dot.splitlines() if x.strip().startswith(f'"{n}"')) for n in "cmsp"}
+  assert "changed" in lines["c"] and "downstream" not in lines["c"] and "#e5484d" in lines["c"]
+  assert all("downstream" in lines[n] and "changed" not in lines[n] and DOWNSTREAM_OUTLINE in lines[n] and "dashed" in lines[n] for n in "ms")
+  assert "changed" not in lines["p"] and "downstream" not in lines["p"]
+
 def test_symbolic_vs_materialized_pairs_the_four_kernels_and_shows_the_constants(runs):
   a, b = runs["staged"], runs["materialized"]
   d = diff_traces(a.trace, b.trace, a.rewrites, b.rewrites)

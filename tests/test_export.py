@@ -1,15 +1,21 @@
 """Exports: the trace as JSON, and as ONE self-contained HTML file (inline CSS, JS and SVG) that a browser opens from a file:// URL
 with no server running and no network request; from the web app and from `kernel-explorer export`."""
 from __future__ import annotations
-import json, re
+import json, re, time
 import pytest
 from fastapi.testclient import TestClient
 from explorer.cli import main
 from explorer.store import Store
 from conftest import ARTIFACTS, launch_chromium, needs_chromium
-from stored_traces import stored_pair
+from stored_traces import copy_trace, stored_pair
 from support import app_over
 
+@pytest.fixture(scope="module", autouse=True)
+def no_peaks(tmp_path_factory):
+  """No device peaks known unless a test measures them (a roofline page's probe caches them per host): the same file everywhere."""
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("no-peaks")))
+    yield
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
@@ -99,3 +105,70 @@ def test_the_html_file_opens_offline_in_a_browser(exported):
     assert page.locator("#annotations").inner_text().count("MHAT stays a buffer") == 1
     browser.close()
   assert requests == [] and errors == [], (requests, errors)
+
+def ready(client, url: str, timeout_s: float = 300) -> dict:
+  """An enrichment or a probe, polled as a page polls it: 202 (or a probe queued or running) until it is done."""
+  deadline = time.monotonic() + timeout_s
+  while (r := client.get(url)).status_code == 202 or r.json().get("status") in ("queued", "running"):
+    assert time.monotonic() < deadline, url
+    time.sleep(0.3)
+  assert r.status_code == 200 and r.json().get("status", "done") == "done", r.text
+  return r.json()
+
+def section(html: str, start: str, end: str) -> str:
+  i = html.index(start)
+  return html[i:html.index(end, i)]
+
+def test_the_export_holds_what_was_computed_since_and_says_so(exported, tmp_path, monkeypatch):
+  """A target and compile facts computed after the trace (as a kernel page asks for them: GET, 202, then 200) are in the export (the
+  web's and the CLI's), its header says which targets it holds for how many kernels and which are not computed, and it has the
+  roofline once the device's peaks are known (measured here, by the roofline page's probe)."""
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  db, copy = exported["db"], "00000000000e0e0e"
+  trace = copy_trace(db, exported["id"], copy)  # a trace of its own: the others' exports stay as they were
+  host, n = trace["kernels"][0]["host_target"], len(trace["kernels"])
+  with TestClient(app_over(str(db))) as client:
+    assert client.post(f"/api/traces/{copy}/roofline/probe").status_code == 202
+    ready(client, f"/api/traces/{copy}/roofline/probe")
+    opencl = ready(client, f"/api/traces/{copy}/kernels/0/targets/opencl")
+    facts = ready(client, f"/api/traces/{copy}/kernels/0/targets/{host}/facts")
+    html = client.get(f"/t/{copy}/export.html").text
+  assert external_refs(html) == [], external_refs(html)[:5]
+  holds = section(html, 'id="export-holds"', "</p>")
+  assert f'data-target="{host}"' in holds and 'data-target="cuda"' in holds and 'data-target="opencl"' in holds
+  assert re.search(rf'data-target="opencl">[^<]*</b>: 1 of {n} kernels', holds) and f"{n} of {n} kernels" in holds, holds
+  assert "compile facts for 1" in holds and "the roofline" in holds and "no roofline" not in holds
+  missing = section(html, 'id="export-missing"', "</span>")
+  assert "OpenCL" not in missing and "WGSL" in missing and "PTX" in missing, missing
+  k0, k1 = section(html, 'id="kernel-0"', "</section>"), section(html, 'id="kernel-1"', "</section>")
+  assert 'data-tab="opencl"' in k0 and 'data-tab="opencl"' not in k1
+  assert opencl["name"] in re.sub(r"<[^>]+>", "", section(k0, 'data-panel="opencl"', "</div></div>"))
+  assert "compile:</span>" in k0 and facts["compiler"] in section(k0, 'class="small facts-line"', "</div>")
+  roof = section(html, '<div id="roofline">', '<div class="panel" id="annotations">')
+  assert "<svg" in roof and "memory bandwidth" in roof and 'href="#kernel-0"' in roof  # the plot, peaks and kernels, linked inside
+  out = tmp_path / "cli.html"
+  assert main(["export", copy, "--db", str(db), "-o", str(out), "--quiet"]) == 0
+  cli = out.read_text()
+  assert 'data-target="opencl"' in section(cli, 'id="export-holds"', "</p>") and "<svg" in section(cli, '<div id="roofline">', 'id="annotations"')
+
+def test_the_untimed_or_unprobed_export_says_it_has_no_roofline(exported):
+  holds = section(exported["page"].text, 'id="export-holds"', "</p>")
+  assert "no roofline (no spec-sheet peaks for" in holds and "Not in this file: no spec-sheet peaks" in exported["page"].text
+
+@pytest.mark.browser
+@needs_chromium
+def test_the_bufferize_tables_are_not_cut_at_1440(exported):
+  """At 1440x900 the STAGE and buffer tables fit the page's width, or scroll: nothing is clipped by a panel."""
+  sync_api = pytest.importorskip("playwright.sync_api")
+  with sync_api.sync_playwright() as p:
+    browser = launch_chromium(p)
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(exported["path"].as_uri())
+    got = page.evaluate("""() => ['#stage-table', '#buffer-table'].map(sel => { const t = document.querySelector(sel);
+      let box = t.parentElement; while (box && getComputedStyle(box).overflowX === 'visible') box = box.parentElement;
+      return {sel, width: t.getBoundingClientRect().width, room: box.clientWidth,
+              scrolls: ['auto', 'scroll'].includes(getComputedStyle(box).overflowX)}; })""")
+    page.locator("#bufferize").screenshot(path=str(ARTIFACTS / "export_bufferize.png"))
+    browser.close()
+  assert all(g["width"] <= g["room"] + 1 for g in got if g["sel"] == "#stage-table"), got  # at this width it fits whole
+  assert all(g["width"] <= g["room"] + 1 or g["scrolls"] for g in got), got

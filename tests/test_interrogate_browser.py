@@ -35,6 +35,12 @@ def test_a_source_line_lights_its_uops_and_back(live_server, traced, page, error
   assert sorted(int(x) for x in hot.evaluate_all("rows => rows.map(r => r.dataset.uop)")) == uops
   assert any("LOAD" in t for t in hot.all_inner_texts())
   assert box.locator(f'[id="S-{line}"]').get_attribute("class").count("lm-hot") == 1
+  # the pane scrolled to the line's own UOp (one no other line shares), and no UOp row is cut at the pane's edge
+  own = [u for u in uops if sum(u in ix for _, ix in rec["line_map"]) == 1]
+  assert own, uops
+  assert box.evaluate("""(b, u) => { const p = b.querySelector('.lm-uops').getBoundingClientRect();
+    const r = b.querySelector(`.uop-row[data-uop="${u}"]`).getBoundingClientRect(); return r.top >= p.top && r.bottom <= p.bottom; }""", own[0])
+  assert box.locator(".lm-uops").evaluate("p => p.scrollWidth <= p.clientWidth")
   # line -> rule: the passes and rules that made its UOps, read from the CUDA render's rewrite log
   page.wait_for_function("() => document.querySelector('[data-panel=cuda] .lm-origins').textContent.includes('is made of UOps from')",
                          timeout=60_000)

@@ -175,6 +175,19 @@ def roofline(trace: dict, peaks: dict) -> dict:
           "timing_device": (trace.get("timing") or {}).get("device"), "peaks": {k: peaks.get(k) for k in (*COMPUTE_KEYS, "bw")},
           "sources": peaks.get("sources", {}), "kernels": rows, "plot": {"bw": bw, "roofs": roofs, "points": points}}
 
+def trace_roofline(trace: dict) -> tuple[dict | None, str | None]:
+  """(the trace's roofline, None) or (None, why there is none): untimed, or no peaks for its device yet."""
+  if not trace.get("timing"): return None, "this trace was not timed: a roofline needs measured run times"
+  if (peaks := peaks_of_trace(trace)) is None:
+    return None, f"no spec-sheet peaks for {trace['env'].get('device_name') or trace['env']['device']} and no probe measured on this host yet"
+  return roofline(trace, peaks), None
+
+def export_block(trace: dict) -> dict:
+  """What an export shows of the roofline: {"rl", "svg" (None: no kernel to plot), "why" (None: there is one), "rate" (how the page
+  writes a rate)}; a captured program has no single dtype to put against the roofs."""
+  rl, why = trace_roofline(trace) if trace.get("spec") else (None, "this file draws no roofline for a captured program")
+  return {"rl": rl, "svg": roofline_svg(rl) if rl is not None and rl["plot"]["points"] else None, "why": why, "rate": rate}
+
 # ***** output *****
 
 def _fmt(x: float | None, scale: float = 1.0, digits: int = 1) -> str: return "-" if x is None else f"{x / scale:.{digits}f}"

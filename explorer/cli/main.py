@@ -327,6 +327,8 @@ def opts_summary(own: dict, got: dict) -> str:
                f"{t['a_median_s'] * 1e3:.4f} and {t['b_median_s'] * 1e3:.4f} ms, {t['repeats']} interleaved pairs)")
   else: out.append("not timed (only the trace's own target runs here, on its device; --no-time skips it)")
   if got.get("next"): out.append(f"tinygrad would let BEAM try next: {' '.join(got['next'])}")
+  def axes(xs: list) -> str: return ", ".join(f"{x['axis']}:{x['size']} {x['kind']}" for x in xs) or "none"
+  if got.get("axes"): out.append(f"axes (AXIS:size kind) before any opt: {axes(got['axes'])}; after these opts: {axes(got.get('axes_after') or [])}")
   return "\n".join(out)
 
 def write_out(text: str, output: str | None, default: str, hint: str = "") -> None:
@@ -336,9 +338,11 @@ def write_out(text: str, output: str | None, default: str, hint: str = "") -> No
   print(f"wrote {path}{hint.format(path=path)}", file=sys.stderr)
 
 def cmd_export(a: argparse.Namespace) -> int:
+  from explorer.analysis.roofline import export_block
   from explorer.present.export import export_file
   say = (lambda m: print(f"  {m}", file=sys.stderr, flush=True)) if not a.quiet else (lambda m: None)
-  write_out(export_file(a.source, a.format, a.db, a.timeout, say=say), a.output, f"{a.source.rsplit('/', 1)[-1].removesuffix('.json')}.{a.format}")
+  write_out(export_file(a.source, a.format, a.db, a.timeout, say=say, roofline=export_block), a.output,
+            f"{a.source.rsplit('/', 1)[-1].removesuffix('.json')}.{a.format}")
   return 0
 
 def cmd_repro(a: argparse.Namespace) -> int:

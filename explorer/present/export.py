@@ -1,6 +1,8 @@
 """Export a trace: as JSON (the trace exactly as stored, with its annotations) or as ONE self-contained HTML file that opens offline:
-summary, kernel table, bufferize tables, the tensor graph, kernel graph and every kernel's AST as inline SVG, each kernel's source
-per target (highlighted), timings and annotations. CSS and JS are inlined; nothing refers to a server, a CDN or another file.
+summary (and what the file holds), kernel table, bufferize tables, the tensor graph, kernel graph and every kernel's AST as inline SVG,
+each kernel's source and compile facts per target (the trace's own targets and those computed since: the store merges them into the
+trace it reads, as for the pages), the roofline, timings and annotations. CSS and JS are inlined; nothing refers to a server, a CDN
+or another file.
 
 No tinygrad here. The web server hands over graphs laid out by its GraphService (and cache); the command line takes cached layouts
 from the store and expands the rest from the rewrite blob in a worker (explorer.present.export_worker), laid out with the local graphviz.
@@ -9,10 +11,11 @@ from __future__ import annotations
 import datetime, json, os, re
 from typing import Any, Callable
 from explorer.version import __version__
+from explorer.spec import TARGETS
 from explorer.present import graphs
 from explorer.present.tour import told_kernels
 
-GraphBlock = dict  # {"ref", "title", "svg" | None, "notes": [...], "error": str | None, "shown_nodes", "total_nodes"}
+GraphBlock = dict  # {"ref", "title", "svg" | None, "notes": [...], "error": str | None, "shown_nodes", "total_nodes", "legend"?, "rejected"?}
 
 def graph_refs(trace: dict) -> list[str]:
   """The graphs an export draws: the tensor graph (when recorded), the kernel graph, each kernel's AST (a big program's: the kernels its
@@ -51,18 +54,35 @@ def inline_assets() -> dict[str, str]:
   from explorer.present.render import pygments_css
   return {"css": _static("explorer.css") + "\n" + pygments_css(), "panzoom": _static("vendor/svg-pan-zoom-3.6.2.min.js")}
 
+def holdings(trace: dict) -> dict:
+  """What an export holds per target some kernel has a record of (host first): how many kernels have its source, failed it, have its
+  compile facts; and the targets no kernel has (not computed: a kernel's page computes one on first view)."""
+  from explorer.present.render import rendered_targets
+  ks = trace.get("kernels") or []
+  def source(k: dict, t: str) -> Any: return (k.get("sources") or {}).get("host" if t == k.get("host_target") else t)
+  rows = [{"target": t, "host": any(t == k.get("host_target") for k in ks), "sources": sum(1 for k in ks if source(k, t)),
+           "failed": sum(1 for k in ks if t in (k.get("source_errors") or {})),
+           "facts": sum(1 for k in ks if ((k.get("targets") or {}).get(t) or {}).get("compile"))} for t in rendered_targets(trace)]
+  return {"kernels": len(ks), "targets": rows, "missing": [t for t in TARGETS if t not in {r["target"] for r in rows}]}
+
+NO_ROOFLINE = {"rl": None, "svg": None, "why": "not computed for this file", "rate": None}
+
 def render_html(trace: dict, trace_id: str, graph_blocks: dict[str, GraphBlock], annotations: list[dict] | None = None,
-                origin: str = "") -> str:
-  """The standalone page. graph_blocks: by graph reference (graph_refs), each laid out or with the reason it is not."""
+                origin: str = "", roofline: dict | None = None) -> str:
+  """The standalone page. graph_blocks: by graph reference (graph_refs), each laid out or with the reason it is not; roofline: what
+  explorer.analysis.roofline.export_block made of the trace (the caller's: presentation does not import analysis)."""
   from markupsafe import Markup
   from explorer.present.render import environment
   env = environment()
+  roof = roofline or NO_ROOFLINE
   blocks = {ref: {**b, "svg": Markup(localize_svg(b["svg"], "g" + re.sub(r"\W", "-", ref))) if b.get("svg") else None}
             for ref, b in graph_blocks.items()}
   assets = {k: Markup(v) for k, v in inline_assets().items()}
   exported = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
   return env.get_template("export.html").render(trace=trace, trace_id=trace_id, graphs=blocks, annotations=annotations or [],
-                                                assets=assets, exported=exported, origin=origin, version=__version__)
+                                                assets=assets, exported=exported, origin=origin, version=__version__,
+                                                holds=holdings(trace), rl=roof["rl"], no_roofline=roof["why"],
+                                                svg=Markup(roof["svg"]) if roof["svg"] else None, rate=roof["rate"])
 
 # ***** the command line: graphs from the store's cache, else expanded in a worker and laid out here *****
 
@@ -85,7 +105,8 @@ def local_graphs(trace: dict, trace_id: str, blob: bytes | None, store: Any = No
     svg = store.get_cached(trace_id, ref, "svg") if store is not None else None
     if view is not None and svg is not None:
       out[ref] = {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None,
-                  "shown_nodes": view["shown_nodes"], "total_nodes": view["total_nodes"]}
+                  "shown_nodes": view["shown_nodes"], "total_nodes": view["total_nodes"], "legend": view.get("legend") or [],
+                  "rejected": len(view.get("violations") or [])}
     elif ref == "kernels": out[ref] = _laid_out(ref, title, graphs.kernel_graph(trace), node_limit, trace_id)
     elif blob is None: out[ref] = _failed(ref, title, "no rewrite blob (a JSON trace file keeps none): export a stored trace id for its UOp graphs")
     elif (sink := trace["tensor_graph"]["sink"] if ref == "tensor" else trace["kernels"][int(ref.split("/")[1])].get("ast_sink")) is None:
@@ -112,12 +133,14 @@ def _laid_out(ref: str, title: str, raw: dict, node_limit: int, trace_id: str) -
   dot = graphs.kernel_graph_dot(shown, f"/t/{trace_id}") if ref == "kernels" else graphs.uop_dot(shown, set(), title)
   try: svg = graphs.layout_svg(dot)
   except graphs.LayoutError as e: return {**_failed(ref, title, str(e)), "total_nodes": len(raw["nodes"])}
-  return {"ref": ref, "title": title, "svg": svg, "notes": notes, "error": None, "shown_nodes": len(shown["nodes"]), "total_nodes": len(raw["nodes"])}
+  return {"ref": ref, "title": title, "svg": svg, "notes": notes, "error": None, "shown_nodes": len(shown["nodes"]), "total_nodes": len(raw["nodes"]),
+          "legend": graphs.kernel_graph_legend(shown) if ref == "kernels" else graphs.legend(shown)}
 
-def export_file(arg: str, fmt: str = "html", db: str | None = None, timeout_s: float = 600.0, say: Callable[[str], None] = lambda s: None) -> str:
-  """The export of a stored trace id or a JSON trace file, as text."""
+def export_file(arg: str, fmt: str = "html", db: str | None = None, timeout_s: float = 600.0, say: Callable[[str], None] = lambda s: None,
+                roofline: Callable[[dict], dict] | None = None) -> str:
+  """The export of a stored trace id or a JSON trace file, as text; roofline: analysis.roofline.export_block, from the caller."""
   trace, trace_id, blob, store = load(arg, db)
   notes = annotations_of(store, trace_id) if store is not None else list(trace.get("annotations") or [])
   if fmt == "json": return export_json({k: v for k, v in trace.items() if k != "annotations"}, notes)
   return render_html(trace, trace_id, local_graphs(trace, trace_id, blob, store, timeout_s=timeout_s, say=say), notes,
-                     origin=f"stored trace {trace_id}" if store is not None else f"trace file {arg}")
+                     origin=f"stored trace {trace_id}" if store is not None else f"trace file {arg}", roofline=roofline and roofline(trace))

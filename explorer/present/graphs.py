@@ -132,23 +132,32 @@ def text_color(fill: str) -> str:
 
 def _attrs(**kw: object) -> str: return ", ".join(f"{k}={_q(str(v))}" for k, v in kw.items() if v is not None)
 
-def uop_dot(graph: dict, highlight: set[str] | None = None, title: str = "", violations: set[str] | None = None) -> str:
-  """violations: nodes tinygrad's spec rejected, filled red and dashed."""
-  highlight, violations = highlight or set(), violations or set()
+DOWNSTREAM_OUTLINE = "#d9931c"  # the diff legend's amber (diff.css .swatch.downstream)
+SPEC_OUTLINE = "#7c3aed"  # tinygrad's spec rejected the UOp: an outline no op family, and not the red of a changed node, uses
+
+def uop_dot(graph: dict, highlight: set[str] | None = None, title: str = "", violations: set[str] | None = None,
+            downstream: set[str] | None = None) -> str:
+  """violations: nodes tinygrad's spec rejected, outlined thick, dashed and violet over their op's fill (REDUCE is filled red: a red
+  fill would say two things); a node's `spec` (its message) leads its tooltip. downstream: a diff's nodes that differ only because an
+  input differs, outlined thin, dashed amber (red on all of them would hide where the change starts)."""
+  highlight, violations, downstream = highlight or set(), violations or set(), downstream or set()
   fast = {"mclimit": "0.2", "nslimit": "2", "nslimit1": "2"} if len(graph["nodes"]) > FAST_LAYOUT_NODES else {}
   graph_attrs = _attrs(rankdir="TB", bgcolor="transparent", nodesep="0.18", ranksep="0.32", fontname="monospace", tooltip=title, **fast)
   out = ["digraph G {", f"  graph [{graph_attrs}];",
          "  node [shape=box, style=\"filled,rounded\", fontname=\"DejaVu Sans Mono,monospace\", fontsize=9, margin=\"0.08,0.04\", height=0.3];",
          "  edge [color=\"#8a8f98\", arrowsize=0.5, penwidth=0.8];"]
   for n in graph["nodes"]:
-    changed = n["id"] in highlight
-    style = "filled,rounded" + (",dotted" if n.get("truncated") else "") + (",bold" if changed else "")
-    classes = f"uop op-{n['op']}" + (" changed" if changed else "") + (" spec-violation" if (bad := n["id"] in violations) else "")
-    fill = "#ffb3b3" if bad else n.get("color") or "#ffffff"
+    changed, down = n["id"] in highlight, n["id"] in downstream and n["id"] not in highlight
+    style = "filled,rounded" + (",dotted" if n.get("truncated") else "") + (",bold" if changed else ",dashed" if down else "")
+    classes = f"uop op-{n['op']}" + (" changed" if changed else " downstream" if down else "")
+    classes += " spec-violation" if (bad := n["id"] in violations) else ""
+    fill = n.get("color") or "#ffffff"
     if bad: style += ",dashed"
-    attrs = _attrs(label=_short_label(n["label"]), tooltip=n["label"], fillcolor=fill, fontcolor=text_color(fill), id="n" + n["id"],
-                   shape=OP_SHAPES.get(n["op"], "box"), style=style, color="#e5484d" if changed else (n.get("addrspace") or "#5c6370"),
-                   penwidth=3 if changed else 1.2, **{"class": classes})
+    tip = n["label"] if not bad else f"tinygrad's spec rejects this UOp: {n.get('spec') or 'see the spec check'}\n\n{n['label']}"
+    attrs = _attrs(label=_short_label(n["label"]), tooltip=tip, fillcolor=fill, fontcolor=text_color(fill), id="n" + n["id"],
+                   shape=OP_SHAPES.get(n["op"], "box"), style=style,
+                   color="#e5484d" if changed else SPEC_OUTLINE if bad else DOWNSTREAM_OUTLINE if down else (n.get("addrspace") or "#5c6370"),
+                   penwidth=3 if changed or bad else 1.6 if down else 1.2, **{"class": classes})
     out.append(f"  {_q(n['id'])} [{attrs}];")
   for e in graph["edges"]:
     attrs = _attrs(tooltip=f"src[{e['idx']}]", style="dashed" if e.get("via") else None, id=f"e{e['src']}-{e['dst']}")
@@ -438,6 +447,10 @@ def find_pass(trace: dict, group: int, step: int, blob: str | None = None) -> di
 
 def spec_violations(trace: dict, ref: Ref) -> list[int]:
   """The trace numbers of the UOps tinygrad's spec rejected in the stage a graph belongs to (a graph marks those it contains)."""
+  return list(spec_messages(trace, ref))
+
+def spec_messages(trace: dict, ref: Ref) -> dict[int, str]:
+  """spec_violations with each UOp's message (type_verify's), by trace number."""
   if ref.kind == "tensor": check = (trace.get("spec_checks") or {}).get("tensor_graph")
   elif ref.kind == "ast": check = (kernel_of(trace, ref.kernel).get("spec") or {}).get("ast")
   elif ref.kind == "codegen":
@@ -445,7 +458,7 @@ def spec_violations(trace: dict, ref: Ref) -> list[int]:
     rec = (k.get("targets") or {}).get(ref.target or k.get("host_target") or "") or {}
     check = rec.get("spec") or ((k.get("spec") or {}).get("program") if ref.target is None else None)  # older traces: the kernel's
   else: check = None
-  return [v["trace_num"] for v in (check or {}).get("violations") or [] if isinstance(v.get("trace_num"), int)]
+  return {v["trace_num"]: str(v.get("message") or "") for v in (check or {}).get("violations") or [] if isinstance(v.get("trace_num"), int)}
 
 def graph_title(trace: dict, ref: Ref) -> str:
   if ref.kind == "tensor": return "Tensor graph"

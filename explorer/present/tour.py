@@ -250,11 +250,12 @@ def headline(a: dict, b: dict, interleaved: dict | None = None) -> list[dict]:
   rows = [{"label": "kernels", "a": str(ta["kernels"]), "b": str(tb["kernels"]), "change": f"{tb['kernels'] - ta['kernels']:+d}"},
           {"label": "bytes moved", "a": fmt_bytes(ta["bytes"]), "b": fmt_bytes(tb["bytes"]),
            "change": f"{tb['bytes'] / ta['bytes']:.2f}x" if ta["bytes"] else "–"}]
-  r = (interleaved or {}).get("ratio") or {}
-  if (interleaved or {}).get("compared") and r.get("median") is not None:
+  it = interleaved or {}
+  r = it.get("ratio") or {}
+  if it.get("compared") and r.get("median") is not None:
     ci = f" (95% {r['ci_low']:.2f}-{r['ci_high']:.2f})" if r.get("ci_low") is not None else ""
-    rows.append({"label": f"time, interleaved on {interleaved['device']}", "a": f"{interleaved['a_total_s']['median'] * 1e6:.1f} µs",
-                 "b": f"{interleaved['b_total_s']['median'] * 1e6:.1f} µs", "change": f"{r['median']:.2f}x{ci}"})
+    rows.append({"label": f"time, interleaved on {it['device']}", "a": f"{it['a_total_s']['median'] * 1e6:.1f} µs",
+                 "b": f"{it['b_total_s']['median'] * 1e6:.1f} µs", "change": f"{r['median']:.2f}x{ci}"})
   elif (xa := ta.get("time_s")) and (xb := tb.get("time_s")) and xa.get("median"):
     flag = "noisy, " if noisy(xa) or noisy(xb) else ""
     rows.append({"label": "time (median, each timed apart)", "a": f"{xa['median'] * 1e6:.1f} µs", "b": f"{xb['median'] * 1e6:.1f} µs",

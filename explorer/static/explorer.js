@@ -22,6 +22,19 @@ async function fetchJSON(url) {
 
 /* ***** graph viewer ***** */
 
+const MIN_FIT_PX = 2.5;  // label size (px) down to which a fitted graph still shows its nodes' shapes and colours
+const centre = (r) => ({ x: r.left + r.width / 2, y: r.top + r.height / 2 });
+
+function densest(nodes, w, h) {  // the middle of the nodes in the w x h window (around one node) that holds the most of them
+  const at = nodes.map((g) => centre(g.getBoundingClientRect()));
+  let best = null, most = 0;
+  for (const p of at) {
+    const near = at.filter((q) => Math.abs(q.x - p.x) < w / 2 && Math.abs(q.y - p.y) < h / 2);
+    if (near.length > most) { most = near.length; best = near; }
+  }
+  return best && { x: best.reduce((a, q) => a + q.x, 0) / best.length, y: best.reduce((a, q) => a + q.y, 0) / best.length };
+}
+
 class Viewer {
   constructor(el) {
     this.el = el; this.trace = el.dataset.trace; this.canvas = $(".viewer-canvas", el); this.pz = null; this.seq = 0; this.full = false;
@@ -181,7 +194,7 @@ class Viewer {
       if (window.svgPanZoom && el) {
         this.pz = window.svgPanZoom(el, { zoomScaleSensitivity: 0.3, minZoom: 0.02, maxZoom: 40, fit: true, center: true, dblClickZoomEnabled: true });
         this.fit();
-        if (!(before && await this.restore(before))) await this.focusOutput(el);
+        if (!(before && await this.restore(before))) await this.opening(el);
         if (seq !== this.seq) return;
       }
       this.el.dataset.loaded = ref;
@@ -228,19 +241,17 @@ class Viewer {
     return t && m ? parseFloat(t.getAttribute("font-size") || "9") * Math.hypot(m.a, m.b) : null;
   }
 
-  async focusOutput(el) {
-    // graphs too big to read when fitted: zoom until labels are readable (11 px; 14 px in the presenter's big-font mode) around the
-    // output (the sink, drawn last) or the first changed node; Fit still shows the whole graph
-    const readable = document.documentElement.classList.contains("big") ? 14 : 11, px = this.labelPx(el);
-    if (!this.pz || !px || px >= readable) return;
-    const aim = readable * 1.02;  // a hair over: zooming is in floating point
-    const changed = $$("g.node.changed", el);
-    const target = (changed.length && changed.length <= 12 ? changed[0] : null) || $("g.node.op-SINK", el) || $$("g.node", el).pop();
-    if (!target) return;
-    this.pz.zoom(this.pz.getZoom() * aim / px);
+  async opening(el) {
+    // a graph opens fitted (it is, here) while its node shapes still show (labels of MIN_FIT_PX; zoom in to read them). One too big for
+    // that, or any in the presenter's big-font mode, opens with readable labels (11 px; 14 px big) over its first changed node or the
+    // part holding most nodes: around the sink of a wide graph there are only long edges. Fit still shows the whole graph
+    const big = document.documentElement.classList.contains("big"), readable = big ? 14 : 11, px = this.labelPx(el);
+    if (!this.pz || !px || px >= readable || (!big && px >= MIN_FIT_PX)) return;
+    this.pz.zoom(this.pz.getZoom() * readable * 1.02 / px);  // a hair over: zooming is in floating point
     await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));  // svg-pan-zoom applies transforms on the next frame
-    const c = this.canvas.getBoundingClientRect(), t = target.getBoundingClientRect();
-    this.pz.panBy({ x: c.left + c.width / 2 - (t.left + t.width / 2), y: c.top + c.height * (target.classList.contains("changed") ? 0.5 : 0.8) - (t.top + t.height / 2) });
+    const changed = $$("g.node.changed", el), c = this.canvas.getBoundingClientRect();
+    const at = changed.length && changed.length <= 12 ? centre(changed[0].getBoundingClientRect()) : densest($$("g.node", el), c.width, c.height);
+    if (at) this.pz.panBy({ x: c.left + c.width / 2 - at.x, y: c.top + c.height / 2 - at.y });
   }
 
   describe(view) {
@@ -250,9 +261,13 @@ class Viewer {
     $(".viewer-notes", this.el).innerHTML = (view.notes || []).map((n) => `<p>${esc(n)}</p>`).join("");
     $("[data-act=full]", this.el).hidden = this.full || view.shown_nodes === view.total_nodes;
     $("[data-act=svg]", this.el).href = view.svg_url;
-    $(".viewer-legend", this.el).innerHTML = (view.legend || []).map((l) =>
+    const rejected = (view.violations || []).length;
+    $(".viewer-legend", this.el).innerHTML = (view.legend && view.legend.length && view.ref !== "kernels" ? '<span class="legend-head">fill: op family</span>' : "") +
+      (view.legend || []).map((l) =>
       `<span><i class="swatch" style="background:${esc(l.color)}"></i>${esc(l.name)} <span class="mono">${l.count}</span></span>`).join("") +
-      (view.highlight && view.highlight.length ? '<span><i class="swatch" style="background:#fff;border:2px solid #e5484d"></i>changed</span>' : "");
+      (view.highlight && view.highlight.length ? '<span><i class="swatch" style="background:#fff;border:2px solid #e5484d"></i>changed</span>' : "") +
+      (rejected ? `<span data-legend-spec title="tinygrad's spec rejects this UOp: hover a marked node for its message"><i class="swatch spec-rejected"></i>` +
+        `rejected by tinygrad's spec <span class="mono">${rejected}</span></span>` : "");
     if (view.rule || view.diff) {
       const diff = (view.diff || []).map((ln) => `<span class="${ln.startsWith("+") ? "add" : ln.startsWith("-") ? "del" : ""}">${esc(ln)}</span>`).join("\n");
       $(".viewer-rule", this.el).innerHTML = `<b>rule</b> <code>${esc(view.rule || "?")}</code>${diff ? `<pre>${diff}</pre>` : ""}`;
@@ -459,6 +474,12 @@ function fmtMicros(s) { return s >= 1e-3 ? `${(s * 1e3).toFixed(2)} ms` : `${(s 
 
 const LINE_COLOURS = 8;
 
+// scroll a pane (not the page) so that el sits in its middle
+function centreWithin(pane, el) {
+  const p = pane.getBoundingClientRect(), e = el.getBoundingClientRect();
+  pane.scrollTop += e.top - p.top - (pane.clientHeight - e.height) / 2;
+}
+
 function initLineMaps(root = document) {
   $$(".line-mapped", root).forEach((box) => {
     const uopsOf = new Map(), linesOf = new Map();
@@ -486,9 +507,10 @@ function initLineMaps(root = document) {
         $$("g.node.linked", graph).forEach((g) => g.classList.remove("linked"));
         if (v && v.graph) for (const n of v.graph.byId.values()) if (want.has(String(n.num))) { const g = v.nodeEl(n.id); if (g) g.classList.add("linked"); }
       }
-      if (scroll) {
-        const r = uops.length && rowEl(uops[0]), l = lines.length && lineEl(lines[0]);
-        if (r) r.scrollIntoView({ block: "nearest" });
+      if (scroll) {  // to a line's own UOp (one no other line shares: a CAST every load line uses says little), else its last
+        const own = lines.length === 1 ? uops.find((u) => (linesOf.get(u) || []).length === 1) : undefined;
+        const r = uops.length && rowEl(own ?? uops[uops.length - 1]), l = lines.length && lineEl(lines[0]);
+        if (r) centreWithin($(".lm-uops", box), r);
         if (l) l.scrollIntoView({ block: "nearest" });
       }
     };
@@ -732,6 +754,14 @@ function initOpts(root = document) {
     });
     say(`applied: ${opts.join(", ") || "no opts"}`);
   };
+  const previous = () => {  // an apply that failed leaves the last result on screen, dimmed and named: it is not what was asked
+    const result = $("#opts-result", out);
+    if (!result || !shown) return;
+    result.classList.add("opts-previous");
+    const note = $("[data-opts-previous]", out) || out.insertBefore(Object.assign(document.createElement("p"), { className: "alert err small" }), out.firstChild);
+    note.dataset.optsPrevious = shown.opts.join(",");
+    note.textContent = `Not applied. Below, dimmed: the previous result (${shown.opts.join(", ") || "no opts"}), not these opts.`;
+  };
   let ticket = 0;  // the latest apply wins: an earlier one that answers later is not shown
   const apply = async (start, list) => {
     const mine = ++ticket;
@@ -745,7 +775,7 @@ function initOpts(root = document) {
       r = await fetch(`${panel.dataset.api}?${query(start, list)}`);
     }
     if (mine !== ticket) return;
-    if (r.status !== 200) { const d = await r.json().catch(() => ({})); say(d.detail || `failed (${r.status})`, true); return; }
+    if (r.status !== 200) { const d = await r.json().catch(() => ({})); say(d.detail || `failed (${r.status})`, true); previous(); return; }
     await show(start, list);
   };
   const add = () => { const o = input.value.trim().toUpperCase(); if (o) { opts.push(o); input.value = ""; draw(); } };

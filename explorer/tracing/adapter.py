@@ -861,11 +861,32 @@ def parse_opt(text: str) -> Opt:
     return Opt(OptOps[op.upper()], int(axis) if axis else None, args if len(args) > 1 else args[0] if args else None)
   except ValueError: raise OptRefused(f"{text!r}: the axis and the argument are integers (OP:AXIS:ARG, UPCAST:0:4)") from None
 
+class _AtApplyOpts(Exception):
+  def __init__(self, sink: UOp) -> None: self.sink = sink
+
+def opts_start(ast: UOp, renderer: Renderer) -> UOp:
+  """The kernel as tinygrad's apply_opts receives it in full_rewrite_to_sink: after the passes before it (split ranges, symbolic,
+  simplify ranges), which merge and split ranges. An opt's axis numbers this AST's ranges, not the scheduled kernel's; replayed on
+  that one, a kernel's own opts are refused (their axes point elsewhere). Untracked: no kernel's rewrite group records these passes."""
+  import tinygrad.codegen as codegen
+  def stop(ast: UOp, ren: Renderer, beam: int = 0) -> UOp: raise _AtApplyOpts(ast)
+  original, codegen.apply_opts = codegen.apply_opts, stop
+  try:
+    with Context(TRACK_MATCH_STATS=0): full_rewrite_to_sink(with_opts(ast, ()), renderer)
+  except _AtApplyOpts as at: return at.sink
+  finally: codegen.apply_opts = original
+  raise RuntimeError("tinygrad's codegen did not reach apply_opts")
+
+_starts: dict[tuple, UOp] = {}  # opts_start by tinygrad's program key: a schedule's checks, heuristic and next opts share one
+
 def _scheduler(ast: UOp, renderer: Renderer, opts: Sequence[Opt]) -> Any:
   """tinygrad's Scheduler for the kernel, as apply_opts starts it, with these opts applied in order (OptRefused names the one refused)."""
   from tinygrad.codegen.opt import KernelOptError
   from tinygrad.codegen.opt.postrange import Scheduler
-  k = Scheduler(ast.replace(arg=replace(ast.arg, opts_to_apply=None, applied_opts=())) if isinstance(ast.arg, KernelInfo) else ast, renderer)
+  if (start := _starts.get(key := to_program_key(ast, renderer))) is None:
+    if len(_starts) >= 16: _starts.clear()
+    start = _starts[key] = opts_start(ast, renderer)
+  k = Scheduler(start, renderer)
   k.convert_loop_to_global()
   for i, o in enumerate(opts):
     which = f"{opt_text(o)} (opt {i + 1} of {len(opts)})"
@@ -945,6 +966,16 @@ def recording_beam() -> Iterator[list[tuple[list[str], float]]]:
 def check_opts(ast: UOp, renderer: Renderer, opts: Sequence[Opt]) -> None:
   """OptRefused (tinygrad's reason) unless every opt applies, in order, before codegen runs."""
   _scheduler(ast, renderer, opts)
+
+def kernel_axes(ast: UOp, renderer: Renderer, opts: Sequence[Opt] = ()) -> list[dict[str, Any]]:
+  """The kernel's axes after these opts, as apply_opt numbers them: each one's size and kind (tinygrad's AxisType; WEAK, a loop not
+  yet made global, is "loop"), and for a reduce axis its number for UNROLL (among the unrollable axes) and GROUP (among the reduce ones)."""
+  k = _scheduler(ast, renderer, opts)
+  unroll, group = k.unrollable_dims, k.axes_of(AxisType.REDUCE)
+  def kind(t: AxisType) -> str: return "loop" if t in (AxisType.WEAK, AxisType.LOOP) else t.name.lower()
+  return [{"axis": i, "size": s if isinstance(s, int) else ansistrip(s.render()), "kind": kind(t),
+           "unroll": unroll.index(i) if i in unroll else None, "group": group.index(i) if i in group else None}
+          for i, (s, t) in enumerate(zip(k.full_shape, k.axis_types))]
 
 # ***** custom rewrites: extra named passes in codegen (explorer.tracing.rewrites holds the catalogue) *****
 # tinygrad 0.14 has no Renderer.pre_matcher (the codegen notes' hook); its Renderer.extra_matcher runs inside the "final rewrite" pass
@@ -1087,6 +1118,19 @@ def spec_check(roots: list[UOp], spec: str, enter_calls: bool = True) -> SpecChe
         bad.append({"index": i, "op": u.op.name, "dtype": str(u.dtype), "trace_num": trace_num(u), "message": f"UOp verification failed at "
                     f"{i} on {u.op} {u.dtype} {len(u.src)} {[(x.op, x.dtype, x.arg) for x in u.src]} {u.arg}"[:400]})
   return {"spec": SPECS[spec], "ok": not bad, "checked": len(lst), "violations": bad[:MAX_VIOLATIONS], "violation_count": len(bad)}
+
+def tensor_spec_check(sink: UOp) -> SpecCheck:
+  """spec_tensor over the tensor graph where tinygrad checks it (lower_sink_to_linear): the function Tensor.realize schedules
+  (transform_to_call's CALL body, storage as PARAMs). The graph the tensors hold is only ever checked against spec_full: in it an AFTER
+  on a COPY (Tensor.rand's counter, copied from PYTHON) is legal, and spec_tensor rejects it. The graph as held where the call cannot
+  be built (the schedule then fails and says why)."""
+  from tinygrad.tensor import transform_to_call
+  first = next(UOp.unique_num)  # its outputs' new buffers take slots: given back, the realize numbers them as plain tinygrad does
+  try:
+    with Context(TRACK_MATCH_STATS=0): call, _ = transform_to_call(sink)
+  except Exception: return spec_check([sink], "tensor")
+  finally: UOp.unique_num = itertools.count(first)
+  return spec_check([call.src[0]], "tensor")
 
 def schedule_calls(linear: UOp) -> list[UOp]: return list(linear.src)  # the kernel graph's calls (tinygrad checks them before linearizing)
 

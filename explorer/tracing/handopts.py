@@ -1,7 +1,8 @@
 """Scheduling by hand: one traced kernel through tinygrad's codegen with opts a user picked (tinygrad's Opt(op, axis, arg), applied by
 its own apply_opts as a KernelInfo's opts_to_apply), for any target. The result is a target record like a trace's own (name, opts,
-dims, linear UOps, Estimates, passes, source, line map, pressure, compile facts), the opts tinygrad would let BEAM try next, and, on
-the trace's own device, the kernel's time measured interleaved with its original opts. Run in a worker (it imports tinygrad)."""
+dims, linear UOps, Estimates, passes, source, line map, pressure, compile facts), the opts tinygrad would let BEAM try next, the
+kernel's axes as apply_opt numbers them (before the opts and after them), and, on the trace's own device, the kernel's time measured
+interleaved with its original opts. Run in a worker (it imports tinygrad)."""
 from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
@@ -92,7 +93,8 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   facts: Any = compilers.compile_target(target, rec["source"], arch, compilers.block_threads(rec["local_size"]), rec.get("compiled_source"))
   rec["compile"] = facts
   out: dict[str, Any] = {"target": target, "start": start, "opts": [tg.opt_text(o) for o in chosen], "record": rec,
-                         "next": [tg.opt_text(o) for o in tg.legal_opts(ast, renderer, chosen)], "timing": None}
+                         "next": [tg.opt_text(o) for o in tg.legal_opts(ast, renderer, chosen)], "timing": None,
+                         "axes": tg.kernel_axes(ast, renderer), "axes_after": tg.kernel_axes(ast, renderer, chosen)}
   if time and device is not None:
     progress("timing", "start", f"the original and this schedule on {device}, interleaved: {WARMUP} warm-up + {REPEATS} pairs")
     out["timing"] = _interleaved(ast, renderer, device, original, chosen)

@@ -193,7 +193,7 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   trace = rec.trace
   sink = tg.tensor_sink(*program.outs)
   trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
-  trace["spec_checks"] = {"tensor_graph": tg.spec_check([sink], "tensor")}  # tinygrad's own specs, every UOp (schema.SpecCheck)
+  trace["spec_checks"] = {"tensor_graph": tg.tensor_spec_check(sink)}  # tinygrad's own specs, every UOp (schema.SpecCheck)
   linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad, program.provenance))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role, program.buffer_refs))
   rec.partial("schedule", {"schedule": trace["schedule"], "buffers": trace["buffers"], "tensor_graph": trace["tensor_graph"]})

@@ -6,7 +6,8 @@ from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TARGET
 # the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
 from explorer.schema import (Analysis as Analysis, CompileFacts as CompileFacts, Disassembly as Disassembly, LiveRange as LiveRange,
                              LoopRange as LoopRange, LoopSplit as LoopSplit, Occupancy as Occupancy, Pass as Pass, Pressure as Pressure,
-                             SpecCheck as SpecCheck, SpecViolation as SpecViolation, TargetRecord as TargetRecord)
+                             SpecCheck as SpecCheck, SpecViolation as SpecViolation, TargetRecord as TargetRecord,
+                             KernelAxis as KernelAxis)
 
 if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings
   Tile = str; Target = str; Dtype = str; PresetName = str  # noqa: E702
@@ -136,7 +137,8 @@ class GraphView(BaseModel):
   total_nodes: int
   shown_nodes: int
   highlight: list[str] = []
-  violations: list[str] = Field(default=[], description="ids of the nodes tinygrad's spec rejects in this graph's stage (filled red)")
+  violations: list[str] = Field(default=[], description="ids of the nodes tinygrad's spec rejects in this graph's stage (outlined dashed violet; "
+                                 "each node's `spec` is its message)")
   legend: list[dict[str, Any]] = []
   rule: str | None = None
   diff: list[str] | None = None
@@ -281,7 +283,7 @@ class OptsCheck(BaseModel):
 
 class HandSchedule(BaseModel):
   """The kernel with the opts applied: its record on the target (as a trace records one), the opts tinygrad would let BEAM try next
-  (get_kernel_actions), and the timing where it ran on the trace's device."""
+  (get_kernel_actions), the kernel's axes as apply_opt numbers them, and the timing where it ran on the trace's device."""
   target: str
   start: str
   opts: list[str]
@@ -289,6 +291,9 @@ class HandSchedule(BaseModel):
   next: list[str]
   timing: OptsTiming | None = None
   check: OptsCheck | None = None
+  axes: list[KernelAxis] | None = Field(default=None, description="the kernel's axes before any opt, where the first opt's axis points "
+                                        "(null: a schedule stored by an older version)")
+  axes_after: list[KernelAxis] | None = Field(default=None, description="its axes after these opts, where a next opt's axis points")
 
 # ***** studies: a seed document's experiment, every case, timed interleaved with intervals and verdicts *****
 

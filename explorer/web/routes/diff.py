@@ -1,4 +1,5 @@
-"""Diff two stored traces: /diff?a=&b= (a picker while one is missing), the permalink /diff/{a}/{b}?target=&target_b=, its JSON twin
+"""Diff two stored traces: /diff?a=&b= (while one is missing, a picker: two stored traces, or two variants of one preset traced by
+POST /diff/variants, which lands on their diff), the permalink /diff/{a}/{b}?target=&target_b=, its JSON twin
 /api/diff/{a}/{b}, and the two measurements as background jobs (/api/diff/{a}/{b}/timing and /numerics). "Compare with..." on every
 trace page lists quick picks (the same spec with one variant field flipped, or two targets of the same trace) and stored traces."""
 from __future__ import annotations
@@ -8,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from explorer.analysis.diff import comparable, relation_label, time_verdict, verdict
-from explorer.spec import PRESETS, SpecError, knobs
+from explorer.spec import PRESETS, TARGETS, SpecError, knobs
 from explorer.store import trace_key
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep
@@ -17,6 +18,7 @@ from explorer.web.http.templates import TARGET_LABELS
 from explorer.web.http.work import Work
 from explorer.web.routes.common import page
 from explorer.web.services.diffs import MEASURES, fold, side_by_side
+from explorer.web.services.lifecycle import Busy
 from explorer.web.services.registry import Services
 from explorer.web.services.remote import queue_answers
 from explorer.web.services.traces import STAGE_TITLES
@@ -88,13 +90,62 @@ async def picker_fragment(request: Request, a: str, svc: ServicesDep, q: str | N
   """The "compare with..." menu of a trace page (an HTML fragment)."""
   return await page(request, "_partials/diff_picker.html", **await picker_context(svc, a, q))
 
+# ***** /diff: pick two stored traces, or trace two variants of one convolution and diff them *****
+
+WINO = {"algo": "winograd", "wino_impl": "explorer"}
+VARIANT_CHOICES: dict[str, tuple[str, dict]] = {  # name: (label, variant fields), the variants worth tracing side by side
+  "direct": ("direct", {"algo": "direct"}),
+  "builtin": ("Winograd, tinygrad's builtin (WINO=1)", {"algo": "winograd", "wino_impl": "builtin"}),
+  "staged": ("Winograd F(4,3), staged", {**WINO, "staging": "staged"}),
+  "fused": ("Winograd F(4,3), fused", {**WINO, "staging": "fused"}),
+  "single": ("Winograd F(4,3), one kernel", {**WINO, "staging": "single"}),
+  "f23": ("Winograd F(2,3), staged", {**WINO, "tile": "F(2,3)"}),
+  "materialized": ("Winograd F(4,3), staged, materialized constants", {**WINO, "consts": "materialized"}),
+  "beam": ("direct, BEAM 2", {"algo": "direct", "opt": "beam:2"}),
+}
+PAIR_DEFAULTS = {"preset": "small", "va": "staged", "vb": "fused", "targets": ["cuda"]}
+PICK_LIMIT = 200  # stored traces in each of the picker's lists (newest first; ?q= narrows them)
+
+async def pair_context(svc: Services, a: str | None, b: str | None, q: str | None, values: dict | None = None, error: str | None = None) -> dict:
+  rows, total = await asyncio.to_thread(svc.store.search, text=q or None, limit=PICK_LIMIT)
+  return {"pick_a": a, "pick_b": b, "all_stored": rows, "all_total": total, "q": q or "", "variant_choices": VARIANT_CHOICES,
+          "presets": {n: s.label() for n, s in PRESETS.items()}, "target_names": TARGETS, "pair": values or PAIR_DEFAULTS, "pair_error": error}
+
 @router.get("/diff", response_class=HTMLResponse)
 async def diff_query(request: Request, svc: ServicesDep, a: str | None = Query(None, max_length=64), b: str | None = Query(None, max_length=64),
                      target: str | None = Query(None, max_length=16), target_b: str | None = Query(None, max_length=16),
                      q: str | None = Query(None, max_length=200)) -> Response:
   if a and b: return RedirectResponse(diff_url(a, b, target, target_b), status_code=303)
-  if not a and not b: return await page(request, "diff_pick.html", a=None, stored=[], picks=[], q=q or "")
-  return await page(request, "diff_pick.html", **await picker_context(svc, a or b or "", q))
+  ctx = await pair_context(svc, a, b, q)
+  if not a and not b: return await page(request, "diff_pick.html", a=None, stored=[], picks=[], **ctx)
+  return await page(request, "diff_pick.html", **{**ctx, **await picker_context(svc, a or b or "", q)})
+
+def pair_requests(form: dict[str, list[str]]) -> tuple[dict, list[TraceRequest]]:
+  """The picker's "trace two variants" form as the two trace requests (A, B); values echo back into the form on error."""
+  one = {k: v[-1].strip() for k, v in form.items()}
+  values: dict[str, Any] = {**PAIR_DEFAULTS, **one, "targets": form.get("targets", [])}
+  names = [str(values["va"]), str(values["vb"])]
+  if bad := [n for n in names if n not in VARIANT_CHOICES]: raise SpecError(f"no variant {bad[0]!r}; choose one of {', '.join(VARIANT_CHOICES)}")
+  return values, [TraceRequest.model_validate({"preset": values["preset"], "variant": {**VARIANT_CHOICES[n][1], "targets": values["targets"]}})
+                  for n in names]
+
+@router.post("/diff/variants", response_class=HTMLResponse)
+async def trace_pair(request: Request, svc: ServicesDep) -> Response:
+  """Start (or find) both variants' traces, as the home form starts one, then show their diff (a progress page while they run)."""
+  import urllib.parse
+  form = urllib.parse.parse_qs((await request.body()).decode(errors="replace"), keep_blank_values=True)
+  values, busy = {**PAIR_DEFAULTS, **{k: v[-1] for k, v in form.items()}, "targets": form.get("targets", [])}, None
+  try:
+    values, reqs = pair_requests(form)
+    ids = [(await deps.submit(svc, r, deps.client_of(request)))[0]["id"] for r in reqs]
+    return RedirectResponse(diff_url(*ids), status_code=303)
+  except ValidationError as e: error = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+  except SpecError as e: error = str(e)
+  except Busy as e: error, busy = str(e), e
+  resp = await page(request, "diff_pick.html", status_code=busy.status if busy else 422, a=None, stored=[], picks=[],
+                    **await pair_context(svc, None, None, None, values, error))
+  if busy: resp.headers["Retry-After"] = str(busy.retry_after_s)
+  return resp
 
 @router.post("/diff/quick", response_class=HTMLResponse)
 async def quick_pick(request: Request, svc: ServicesDep) -> Response:

@@ -165,6 +165,7 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   if trace is None: return await trace_page(request, svc, trace_id, "kernel.html", "kernels")
   k = deps.kernel_or_404(trace, n)
   records, host = target_records(k), host_target(k)
+  if target is None and code in TARGETS and code not in records: target = code  # a source tab not rendered yet: render it, as ?target= does
   pending, pending_error = (target if target in TARGETS and target not in records else None), None
   if pending is not None:  # this kernel's record computed now, in a worker; the page puts it in place when it is stored
     try: await deps.enrichment_job(svc, trace_id, trace, ENRICH_TARGET, pending, n, work)

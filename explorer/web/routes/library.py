@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel
+from explorer.analysis import roofline
 from explorer.present import export
 from explorer.present.repro import repro_script
 from explorer.store import VARIANT_FILTERS
@@ -144,7 +145,7 @@ async def graph_block(svc: Services, trace_id: str, trace: dict, ref: str, permi
   except (GraphNotFound, GraphUnavailable, GraphBusy, KeyError, TypeError) as e:  # an export never fails over one graph (a failed trace lacks some)
     return {"ref": ref, "title": ref, "svg": None, "notes": [], "error": str(e), "shown_nodes": 0, "total_nodes": 0}
   return {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None, "shown_nodes": view["shown_nodes"],
-          "total_nodes": view["total_nodes"]}
+          "total_nodes": view["total_nodes"], "legend": view.get("legend") or [], "rejected": len(view.get("violations") or [])}
 
 @api.get("/traces/{trace_id}/repro.py", tags=["traces"], response_class=Response,
             summary="A standalone Python script that reproduces the trace with tinygrad alone (DEBUG=2 prints each kernel)",
@@ -159,6 +160,7 @@ async def export_html(request: Request, trace_id: str, trace: StoredTrace, svc: 
   permit = work.permit()
   for ref in export.graph_refs(trace): blocks[ref] = await graph_block(svc, trace_id, trace, ref, permit)
   notes = await asyncio.to_thread(export.annotations_of, svc.store, trace_id)
+  roof = await asyncio.to_thread(roofline.export_block, trace)
   html = await templates_of(request).off_loop(export.render_html, trace, trace_id, blocks, notes,
-                                              f"the Kernel Explorer server on {socket.gethostname()}")
+                                              f"the Kernel Explorer server on {socket.gethostname()}", roof)
   return await compressed(request, html, "text/html; charset=utf-8", attachment(f"kernel-explorer-{trace_id}.html", download))

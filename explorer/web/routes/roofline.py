@@ -12,12 +12,7 @@ from explorer.web.routes.common import trace_page
 
 router = APIRouter()
 
-def roofline_of(trace: dict) -> tuple[dict | None, str | None]:
-  """(the roofline, None) or (None, why there is none)."""
-  if not trace.get("timing"): return None, "this trace was not timed: a roofline needs measured run times"
-  if (peaks := rf.peaks_of_trace(trace)) is None:
-    return None, (f"no spec-sheet peaks for {trace['env'].get('device_name') or trace['env']['device']} and no probe measured on this host yet")
-  return rf.roofline(trace, peaks), None
+roofline_of = rf.trace_roofline  # the export shows the same roofline
 
 ROOFLINE_ERRORS = {**NOT_FOUND, 409: "the trace is still queued or running, or it has no roofline: untimed, or no peaks known for its device"}
 

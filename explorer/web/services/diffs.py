@@ -24,7 +24,7 @@ if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] e
 MEASURES = ("timing", "numerics")
 WithFacts = Callable[[str, dict, str, WorkPermit], Awaitable[dict]]
 CACHE_V = f"v{__version__}"  # computed diffs are cached per explorer version (an engine fix must not serve stale diffs); measurements are not
-GRAPHS = f"graphs:{CACHE_V}"
+GRAPHS = f"graphs2:{CACHE_V}"  # 2: only where a change starts is outlined red (drawings cached before outlined every differing node)
 LINE_FORMATTER = HtmlFormatter(nowrap=True)
 
 # ***** the structural diff, with sources of two targets side by side where asked *****
@@ -172,27 +172,31 @@ class DiffService:
       drawings: dict[str, list[dict]] = {"a": [], "b": []}
       if gd["only_a"] or gd["only_b"]:
         for side, ks, gs in (("a", ka, ga), ("b", kb, gb)):
-          ids = {n["id"] for n in gd[f"only_{side}"]}
-          for i, (k, raw) in enumerate(zip(ks, gs)): drawings[side].append(await self._draw(k, raw, ids, f"d{g['index']}{side}{i}", side))
+          only = gd[f"only_{side}"]
+          starts, rest = {n["id"] for n in only if n["frontier"]}, {n["id"] for n in only if not n["frontier"]}
+          for i, (k, raw) in enumerate(zip(ks, gs)):
+            drawings[side].append(await self._draw(k, raw, starts, rest, f"d{g['index']}{side}{i}", side))
       out.append({"index": g["index"], "graph": gd, "drawings": drawings})
     res = {"error": None, "groups": out}
     await asyncio.to_thread(self.store.put_diff, a_id, b_id, GRAPHS, res)
     return res
 
-  async def _draw(self, k: dict, raw: dict, ids: set[str], prefix: str, side: str) -> dict:
+  async def _draw(self, k: dict, raw: dict, starts: set[str], rest: set[str], prefix: str, side: str) -> dict:
+    """The kernel's graph with where the change starts (nodes only this side has, whose inputs both have) outlined red and the nodes
+    that differ only because an input differs outlined amber: outlining all of them red marks most of a fused kernel."""
     from explorer.present.export import localize_svg
     shown, notes = graphs.simplify(raw, self.node_limit)
-    keep = {n["id"] for n in shown["nodes"]}
-    mine = ids & {n["id"] for n in raw["nodes"]}
-    hl = mine & keep
-    if len(hl) < len(mine): notes.append(f"{len(mine) - len(hl)} of the {len(mine)} nodes only in {side.upper()} are left out of the drawing; "
-                                         "the list below has them all.")
+    keep, here = {n["id"] for n in shown["nodes"]}, {n["id"] for n in raw["nodes"]}
+    mine = (starts | rest) & here
+    hl, down = starts & here & keep, rest & here & keep
+    if (left := len(mine) - len(hl) - len(down)) > 0:
+      notes.append(f"{left} of the {len(mine)} nodes only in {side.upper()} are left out of the drawing; the list below has them all.")
     title = f"{side.upper()}: {k['name']} ({k['role']})"
     info = {"kernel": k["index"], "name": k["name"], "role": k["role"], "title": title, "notes": notes, "differing": len(mine),
-            "highlighted": len(hl), "nodes": len(raw["nodes"]), "svg": None, "error": None}
+            "highlighted": len(hl), "downstream": len(down), "nodes": len(raw["nodes"]), "svg": None, "error": None}
     if self._dot_slots is None: self._dot_slots = asyncio.Semaphore(2)
     async with self._dot_slots:
-      try: svg = await asyncio.to_thread(graphs.layout_svg, graphs.uop_dot(shown, hl, title), self.dot_timeout_s)
+      try: svg = await asyncio.to_thread(graphs.layout_svg, graphs.uop_dot(shown, hl, title, downstream=down), self.dot_timeout_s)
       except graphs.LayoutError as e: return {**info, "error": str(e)}
     return {**info, "svg": localize_svg(svg, prefix)}
 

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any, Callable
 from explorer.present import graphs
 from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
-                                     blob_of, blob_passes, find_pass, passes_of, spec_violations)
+                                     blob_of, blob_passes, find_pass, passes_of, spec_messages)
 from explorer.store import Store
 from explorer.present import expand_worker as expand
 from explorer.tracing.pool import WorkerPool
@@ -152,10 +152,14 @@ class GraphService:
     if ref.kind == "kernels":
       graph = graphs.kernel_graph(trace, trace_url(trace_id))
       return graph, [], [graph["grouped"]] if "grouped" in graph else [], {}
-    marks = spec_violations(trace, ref)
+    says = spec_messages(trace, ref)
     async def marked(sink: int, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
-      got = await self._expand(expand.sink_graph, trace_id, sink, None, target, marks)
-      note = [f"{len(got['marked'])} node(s) filled red: tinygrad's spec rejects them (the stage's spec check)."] if got.get("marked") else []
+      got = await self._expand(expand.sink_graph, trace_id, sink, None, target, list(says))
+      bad = set(got.get("marked") or [])
+      for n in got["graph"]["nodes"]:
+        if n["id"] in bad: n["spec"] = says.get(n.get("num"), "")  # the message leads the node's tooltip
+      note = [f"{len(bad)} node(s) outlined dashed violet: tinygrad's spec rejects them (the stage's spec check; hover one for its message)."
+              ] if bad else []
       return got["graph"], [], note, {"violations": got.get("marked") or []}
     if ref.kind == "tensor": return await marked(trace["tensor_graph"]["sink"])
     if ref.kind == "ast": return await marked(kernel_of(trace, ref.kernel)["ast_sink"])
