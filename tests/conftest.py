@@ -118,13 +118,18 @@ def browser():
 @pytest.fixture(scope="module")
 def errors() -> list[str]: return []
 
+def watched_page(browser, errors: list[str], width: int = 1500, height: int = 950):
+  """A new page of this size whose page errors and console errors are collected in `errors`."""
+  ARTIFACTS.mkdir(exist_ok=True)
+  pg = browser.new_page(viewport={"width": width, "height": height})
+  pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+  pg.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+  return pg
+
 @pytest.fixture(scope="module")
 def page(browser, errors):
   """One page for a test module; page errors and console errors are collected in `errors`."""
-  ARTIFACTS.mkdir(exist_ok=True)
-  pg = browser.new_page(viewport={"width": 1500, "height": 950})
-  pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-  pg.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+  pg = watched_page(browser, errors)
   yield pg
   pg.close()
 

@@ -7,22 +7,19 @@ from __future__ import annotations
 import re
 import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, wait_graphs
+from conftest import ARTIFACTS, needs_chromium, wait_graphs, watched_page
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 TRACE_MS = 300_000
 
 @pytest.fixture(scope="module")
 def narrow(browser, errors):
-  pg = browser.new_page(viewport={"width": 1024, "height": 768})
-  pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-  pg.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+  pg = watched_page(browser, errors, 1024, 768)
   yield pg
   pg.close()
 
 def fits(pg, name: str) -> None:
   """Nothing on the page reaches past the window's right edge (a wide table scrolls inside its own box), and it is shot."""
-  ARTIFACTS.mkdir(exist_ok=True)
   pg.screenshot(path=str(ARTIFACTS / f"first_hour_{name}.png"))
   over = pg.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
   assert over <= 0, f"{name}: the page is {over}px wider than the window"

@@ -4,7 +4,7 @@ fill means and what the spec's marking is, apart from REDUCE's red."""
 from __future__ import annotations
 import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, trace_on, wait_graphs
+from conftest import ARTIFACTS, needs_chromium, trace_on, wait_graphs, watched_page
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
@@ -15,9 +15,7 @@ def traced(live_server) -> str:
 
 @pytest.fixture(scope="module")
 def laptop(browser, errors):
-  pg = browser.new_page(viewport={"width": 1440, "height": 900})
-  pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-  pg.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+  pg = watched_page(browser, errors, 1440, 900)
   yield pg
   pg.close()
 
