@@ -53,7 +53,8 @@ def test_a_training_step_is_one_program_of_tinygrads_own_kernels(model, cnn, db)
     from fastapi.testclient import TestClient
     with TestClient(app_over(str(db))) as client:
       page = client.get(f"/t/{got['id']}").text
-    assert re.search(r"<h3>Timeline <span[^>]*>[^<]* measured</span>", page), "the timeline says its widths are measured times"
+    assert re.search(r"<h3>Timeline <span[^>]*>[^<]* measured: each kernel's median, summed \(the median of whole runs[^<]*</span>", page), \
+      "the timeline says its widths are measured times, summed, beside the header's median of whole runs"
 
 def test_a_forward_pass_has_no_backward_kernel(db):
   got = run_json("forward", str(db))
