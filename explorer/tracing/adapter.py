@@ -950,18 +950,22 @@ MAX_BEAM_CANDIDATES = 4000  # recorded per kernel: a wide BEAM on a big kernel t
 def recording_beam() -> Iterator[list[tuple[list[str], float]]]:
   """Every candidate tinygrad's beam_search times while inside, in order: (its opts, the least of its run times). Candidates it never
   times (code identical to an earlier one's, a failed compile, 1000x the least compute) are not in it, as they are not in its choice.
-  The disk cache of BEAM results is off inside (CACHELEVEL=0): a cached answer would time nothing."""
+  The disk cache of BEAM results is off inside (CACHELEVEL=0): a cached answer would time nothing. A candidate's codegen runs
+  untracked (its rewrites are not the kernel's: only the winner's codegen, after the search, is recorded), at tinygrad's own cost."""
   from tinygrad.codegen.opt import search
   timed: list[tuple[list[str], float]] = []
-  original = search._time_program
+  original_time, original_compile = search._time_program, search._try_compile
   def timer(prg: UOp, *args: Any, **kwargs: Any) -> list[float]:
-    tms = original(prg, *args, **kwargs)
+    tms = original_time(prg, *args, **kwargs)
     if len(timed) < MAX_BEAM_CANDIDATES: timed.append(([opt_text(o) for o in prg.src[0].arg.applied_opts], min(tms)))
     return tms
+  def untracked(x: tuple[int, Any]) -> Any:
+    with Context(TRACK_MATCH_STATS=0): return original_compile(x)
   search._time_program = timer
+  if search.get_worker_pool() is None: search._try_compile = untracked  # in this process (a pool's workers track nothing)
   try:
     with Context(CACHELEVEL=0): yield timed
-  finally: search._time_program = original
+  finally: search._time_program, search._try_compile = original_time, original_compile
 
 def check_opts(ast: UOp, renderer: Renderer, opts: Sequence[Opt]) -> None:
   """OptRefused (tinygrad's reason) unless every opt applies, in order, before codegen runs."""

@@ -1,0 +1,49 @@
+"""BEAM at tinygrad's cost: a BEAM trace against tinygrad's own BEAM search of the same convolution, side by side in one run.
+
+  explorer  `kernel-explorer trace --preset P --opt beam:N --no-time`: the trace records every candidate BEAM times and the winner's
+            codegen, rewrite by rewrite (candidates compile untracked)
+  tinygrad  the trace's reproducer (explorer/present/repro.py) with BEAM=N IGNORE_BEAM_CACHE=1, plain (no tracking), which is what a
+            user runs instead; and the same under VIZ=-1 (tinygrad's rewrite tracking on, no viewer), printed too
+
+Every run starts from an empty cache directory (CACHEDB and XDG_CACHE_HOME in a fresh folder: no compile or BEAM result is reused;
+warm caches move these figures a lot), the three sides interleaved round by round; medians. Target (issue 45): the explorer within
+1.25x of tinygrad's plain BEAM on wino8 and medium, BEAM=2.
+
+  python benchmarks/beam_overhead.py [--presets wino8,medium] [--beam 2] [--rounds 2]
+"""
+from __future__ import annotations
+import argparse, os, pathlib, statistics, subprocess, sys, tempfile
+from trace_overhead import CLEAN, measure, repro_for
+
+def fresh_cache(env: dict[str, str], workdir: pathlib.Path) -> dict[str, str]:
+  home = pathlib.Path(tempfile.mkdtemp(prefix="cache-", dir=workdir))
+  return {**env, "XDG_CACHE_HOME": str(home), "CACHEDB": str(home / "tinygrad.db")}
+
+def main() -> None:
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--presets", default="wino8,medium")
+  ap.add_argument("--beam", type=int, default=2)
+  ap.add_argument("--rounds", type=int, default=2)
+  a = ap.parse_args()
+  env = {k: v for k, v in os.environ.items() if k not in CLEAN}
+  subprocess.run([sys.executable, "-m", "compileall", "-q", str(pathlib.Path(__file__).parents[1] / "explorer")], check=True)
+  workdir = pathlib.Path(tempfile.mkdtemp(prefix="ke-beam-"))
+  print("| preset | BEAM | explorer wall s | tinygrad plain wall s | ratio | tinygrad VIZ=-1 wall s | ratio to VIZ=-1 | explorer peak MiB "
+        "| tinygrad plain peak MiB |")
+  print("|---|---|---|---|---|---|---|---|---|")
+  for preset in a.presets.split(","):
+    script, device = repro_for(preset, ["--algo", "direct"], env, workdir)
+    ours = [sys.executable, "-m", "explorer", "trace", "--preset", preset, "--algo", "direct", "--opt", f"beam:{a.beam}", "--no-time",
+            "--quiet", "--device", device, "--json", str(workdir / "out.json")]
+    beam = {"BEAM": str(a.beam), "IGNORE_BEAM_CACHE": "1", "DEBUG": "0"}
+    runs: dict[str, list] = {"explorer": [], "plain": [], "viz": []}
+    for _ in range(a.rounds):
+      runs["explorer"].append(measure(ours, fresh_cache(env, workdir)))
+      runs["plain"].append(measure([sys.executable, str(script)], {**fresh_cache(env, workdir), **beam}))
+      runs["viz"].append(measure([sys.executable, str(script)], {**fresh_cache(env, workdir), **beam, "VIZ": "-1"}))
+    wall = {side: statistics.median(r.wall_s for r in rs) for side, rs in runs.items()}
+    mem = {side: statistics.median(r.peak_rss_mib for r in rs) for side, rs in runs.items()}
+    print(f"| {preset} | {a.beam} | {wall['explorer']:.1f} | {wall['plain']:.1f} | {wall['explorer'] / wall['plain']:.2f} | {wall['viz']:.1f} | "
+          f"{wall['explorer'] / wall['viz']:.2f} | {mem['explorer']:.0f} | {mem['plain']:.0f} |", flush=True)
+
+if __name__ == "__main__": main()
