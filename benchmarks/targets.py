@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse, dataclasses, statistics, sys, time
 
 def main() -> int:
-  from explorer.tracing import adapter  # noqa: F401 - only to name the host's target below (this benchmark process never traces)
-  from explorer.tracing.adapter import default_device, host_renderer, target_name
+  from explorer.tracing.tg import default_device, host_renderer, target_name  # only to name the host's target (this process never traces)
   from explorer.tracing.run import run_trace
   from explorer.spec import PRESETS, TARGETS, Variant
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

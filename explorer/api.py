@@ -19,16 +19,18 @@ if "tinygrad" not in sys.modules and "VIZ" not in os.environ:
   os.environ.setdefault("TRACK_MATCH_STATS", "2")
   os.environ.setdefault("PARALLEL", "0")  # as tinygrad does whenever it tracks (VIZ): a compile pool's rewrites would not be recorded
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from explorer.spec import PRESETS, ConvSpec, SpecError, Variant
+if TYPE_CHECKING: from explorer import schema  # pydantic: loaded only where a trace is checked
 
-def _spec_of(conv: str | ConvSpec | dict) -> ConvSpec:
+
+def _spec_of(conv: str | ConvSpec | dict[str, Any]) -> ConvSpec:
   if isinstance(conv, ConvSpec): return conv.validate()
   if isinstance(conv, dict): return ConvSpec.from_dict(conv).validate()
   if conv not in PRESETS: raise SpecError(f"unknown preset {conv!r}; known: {', '.join(PRESETS)} (or pass a ConvSpec)")
   return PRESETS[conv]
 
-def trace(conv: str | ConvSpec | dict, timeout_s: float = 600.0, analysis: bool = False, **variant: Any) -> Trace:
+def trace(conv: str | ConvSpec | dict[str, Any], timeout_s: float = 600.0, analysis: bool = False, **variant: Any) -> Trace:
   """Trace one convolution (a preset name, a ConvSpec or its dict) computed as `variant` says (explorer.spec.Variant's fields:
   algo, wino_impl, tile, staging, consts, opt, targets, time, repeats, device, rewrites...). analysis: every record's line maps,
   live values, loop splits and program spec now (otherwise when a page or `Trace.diff` needs them)."""
@@ -42,7 +44,7 @@ def trace(conv: str | ConvSpec | dict, timeout_s: float = 600.0, analysis: bool 
 class Trace:
   """A finished trace: `data` is the trace JSON (explorer/web/models.py and the README describe it), `rewrites` the rewrite blob its
   UOp graphs expand from."""
-  data: dict
+  data: schema.Trace
   rewrites: bytes
   target_rewrites: dict[str, bytes] = field(default_factory=dict)
   variant: Variant | None = None  # as asked: the store keys a trace by it
@@ -51,11 +53,11 @@ class Trace:
   def id(self) -> str:
     """The store's key: of the spec and the variant as asked, for a convolution; of the kernels run, for a captured program."""
     from explorer.store import key_of, trace_key
-    if self.data.get("spec") is None or self.variant is None: return key_of(self.data)
-    return trace_key(ConvSpec.from_dict(self.data["spec"]), self.variant)
+    if (spec := self.data["spec"]) is None or self.variant is None: return key_of(self.data)
+    return trace_key(ConvSpec.from_dict(dict(spec)), self.variant)
 
   @property
-  def kernels(self) -> list[dict]: return self.data["kernels"]
+  def kernels(self) -> list[schema.Kernel]: return self.data["kernels"]
 
   @property
   def ok(self) -> bool: return self.data["status"] == "ok"
@@ -64,18 +66,18 @@ class Trace:
     if not 0 <= n < len(self.kernels): raise IndexError(f"the trace has kernels 0 to {len(self.kernels) - 1}, not {n}")
     return Kernel(self, n)
 
-  def save(self, path: str | os.PathLike) -> pathlib.Path:
+  def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
     p = pathlib.Path(path)
     p.write_text(json.dumps(self.data, indent=1, default=str))
     return p
 
-  def store(self, db: str | os.PathLike | None = None) -> str:
+  def store(self, db: str | os.PathLike[str] | None = None) -> str:
     """Into the explorer's store (the server's default, or db): returns the id, whose page is /t/{id}."""
     from explorer.store import Store
     Store(db).put_trace(self.id, self.data, self.rewrites, self.target_rewrites)
     return self.id
 
-  def open(self, db: str | os.PathLike | None = None, port: int = 8000, browser: bool = True) -> str:
+  def open(self, db: str | os.PathLike[str] | None = None, port: int = 8000, browser: bool = True) -> str:
     """Store, then show the trace's page: a server already answering on 127.0.0.1:port is reused, else one is started over the same
     store (it keeps running after this process). Returns the page's URL."""
     trace_id = self.store(db)
@@ -91,7 +93,7 @@ class Trace:
     d = diff_traces(a, b, self.rewrites, other.rewrites, target)
     return Diff(d, summary(d))
 
-  def analysed(self, targets: list[str] | None = None) -> dict:
+  def analysed(self, targets: list[str] | None = None) -> schema.Trace:
     """The trace's data with every record's analysis (line map, live values, loop splits, program spec) on these targets (default all),
     computed from its rewrite blobs where a record lacks one (kept for the next call)."""
     from explorer.tracing.enrich import add_analysis
@@ -126,9 +128,9 @@ class Kernel:
   index: int
 
   @property
-  def data(self) -> dict: return self.trace.kernels[self.index]
+  def data(self) -> schema.Kernel: return self.trace.kernels[self.index]
 
-  def with_opts(self, opts: list[str] | tuple[str, ...], target: str | None = None, start: str = "current", time: bool = True) -> dict:
+  def with_opts(self, opts: list[str] | tuple[str, ...], target: str | None = None, start: str = "current", time: bool = True) -> dict[str, Any]:
     """This kernel scheduled by hand: tinygrad's opts ("UPCAST:0:4", "LOCAL:1:8") applied after `start`'s (its current opts on the
     target, "none" or "heuristic") by tinygrad's own apply_opts, in a worker. Returns {target, start, opts, record (a target record
     like the trace's own), next (the opts BEAM could try next), axes and axes_after (the kernel's axes as apply_opt numbers them,
@@ -145,31 +147,34 @@ class Kernel:
       if str(e).startswith("OptRefused: "): raise SpecError(f"tinygrad refused {str(e).removeprefix('OptRefused: ')}") from None
       raise
 
-  def sass(self, target: str = "cuda") -> dict:
+  def sass(self, target: str = "cuda") -> dict[str, Any]:
     """This kernel's SASS on `target` (cuda or ptx; its record rendered with the trace): each instruction with its source line, that
     line's UOps and the registers live there, the mix, the peak, the spills (explorer.analysis.sass.view). Its compile facts and line
     map are computed first where missing (in workers) and kept on the trace. LookupError when there is no SASS (no record on the
     target, a failed compile, or no nvdisasm here: the message says what to install)."""
     from explorer.analysis.sass import view
-    from explorer.schema import target_records
+    from explorer.schema import target_record, target_records
     from explorer.spec import SASS_TARGETS
     from explorer.tracing import enrich
     if target not in SASS_TARGETS: raise ValueError(f"SASS is for {' and '.join(SASS_TARGETS)} records, not {target!r}")
-    if (rec := target_records(self.data).get(target)) is None:
+    if target_record(self.data, target) is None:
       raise LookupError(f"kernel {self.index} has no {target} record: trace with that target, or `kernel-explorer enrich --target {target}`")
     blobs = {"": self.trace.rewrites, **self.trace.target_rewrites}
     data = enrich.add_facts(self.trace.data, [target], [self.index])
     self.trace.data = enrich.add_analysis(data, blobs, [target], [self.index])
     rec = target_records(self.data)[target]
-    facts: dict = dict(rec.get("compile") or {})
-    if (got := view(rec)) is None: raise LookupError(facts.get("sass_note") or facts.get("message") or "no SASS")
+    if (got := view(rec)) is None: raise LookupError(_no_sass(rec["compile"]))
     return got
 
   def __repr__(self) -> str: return f"<explorer.api.Kernel {self.index} of {self.trace.data['label']}: {self.data['name']}>"
 
+def _no_sass(facts: schema.CompileFacts | None) -> str:
+  """Why a record has no SASS: its compile facts' note on it (absent where no compiler ran), else the compiler's message."""
+  return (facts.get("sass_note") or facts["message"] if facts is not None else None) or "no SASS"
+
 @dataclass
 class Diff:
-  data: dict
+  data: dict[str, Any]
   text: str
   def __str__(self) -> str: return self.text
   def _repr_html_(self) -> str:
@@ -203,7 +208,7 @@ class Captured(Trace):
   its provenance); `traces`, each realize's own trace as recorded (the host's records, sharing the program's rewrite blob)."""
   def __init__(self, name: str, variant: Variant, reference: Any, rel_tolerance: float, source: str | None = None, line: int | None = None,
                analysis: bool = False, file: str | None = None):
-    super().__init__({}, b"", {}, None)
+    super().__init__(cast("schema.Trace", {}), b"", {}, None)
     self._analysis = analysis
     self.name, self._variant, self._reference, self._tolerance = name, variant, reference, rel_tolerance
     self._source, self._origin = source, {"kind": "capture", "line": line}
@@ -229,10 +234,10 @@ class Captured(Trace):
 
 def _answers(base: str) -> bool:
   try:
-    with urllib.request.urlopen(f"{base}/api/health", timeout=2) as r: return r.status == 200
+    with urllib.request.urlopen(f"{base}/api/health", timeout=2) as r: return bool(r.status == 200)
   except OSError: return False
 
-def ensure_server(port: int = 8000, db: str | os.PathLike | None = None, wait_s: float = 60.0) -> str:
+def ensure_server(port: int = 8000, db: str | os.PathLike[str] | None = None, wait_s: float = 60.0) -> str:
   """The base URL of a Kernel Explorer answering on 127.0.0.1:port, started (detached, over db) if none does."""
   base = f"http://127.0.0.1:{port}"
   if _answers(base): return base

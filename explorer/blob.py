@@ -1,5 +1,5 @@
 """A rewrite blob's format, without tinygrad: its first bytes, and how its body is read as plain data (numbers, strings, bytes, lists,
-tuples, dicts and sets) by an unpickler that admits no class or function at all. explorer.tracing.adapter writes and decodes blobs
+tuples, dicts and sets) by an unpickler that admits no class or function at all. explorer.tracing.tg writes and decodes blobs
 with it; the server checks a blob that arrives from a queue worker with it before keeping it (explorer.queue.protocol)."""
 from __future__ import annotations
 import io, pickle, zlib

@@ -4,7 +4,7 @@ worker's result, a trace file) as strictly as a request: every field's type, no 
 and device through their own validation. Imports nothing from the explorer but the model (explorer.spec)."""
 from __future__ import annotations
 import functools, math
-from typing import Annotated, Any, Callable, Iterable, Literal
+from typing import Annotated, Any, Callable, Iterable, Literal, cast
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, with_config
 from typing_extensions import NotRequired, TypedDict
 from explorer.spec import DEVICE_RE, STAGES, TARGETS, TRACE_SCHEMA, ConvSpec, SpecError, Variant
@@ -258,7 +258,7 @@ class BeamRecord(TypedDict):
 
 @with_config(STRICT)
 class KernelAxis(TypedDict):
-  """An axis of a kernel scheduled by hand, numbered as tinygrad's apply_opt numbers it (explorer.tracing.adapter.kernel_axes): its
+  """An axis of a kernel scheduled by hand, numbered as tinygrad's apply_opt numbers it (explorer.tracing.tg.kernel_axes): its
   size (a symbolic one's text), kind (global, local, loop, reduce, upcast, unroll, ...), and a reduce axis's number for UNROLL and for
   GROUP/GROUPTOP, which count only the unrollable and the reduce axes."""
   axis: Count
@@ -281,7 +281,8 @@ class Provenance(TypedDict):
 @with_config(STRICT)
 class Kernel(TypedDict):
   """One kernel of the schedule: what it computes (role, reads, writes), its AST, and its record per target (`targets`, the host's under
-  host_target); the host record's fields are repeated at the top for the readers of schema 1."""
+  host_target); the host record's fields are repeated at the top for the readers of schema 1. A trace of schema 1 has no `targets`
+  nor `host_target`: `upgrade` gives it both where it is read, so that every reader finds them."""
   index: Count
   call: Count
   name: Name
@@ -327,7 +328,7 @@ class ScheduleRow(TypedDict):
   writes: list[Count]
   name: Name | None
   kernel: Count | None
-  role: Name
+  role: NotRequired[Name]  # absent where the schedule stage failed before it named the rows' roles
   realize: NotRequired[Count]
 
 @with_config(STRICT)
@@ -464,7 +465,7 @@ class Output(TypedDict):
   dtype: Name
 
 @with_config(STRICT)
-class Origin(TypedDict):
+class ProgramOrigin(TypedDict):
   kind: Literal["script", "capture"]
   fn: NotRequired[Name | None]
   line: NotRequired[Count | None]
@@ -474,7 +475,7 @@ class ProgramInfo(TypedDict):
   """A captured program (explorer.tracing.program): its name, its source as it ran, how it ran, and the tensors it realized."""
   name: Line
   source: Text | None
-  origin: Origin | None
+  origin: ProgramOrigin | None
   outputs: list[Output]
   file: NotRequired[Line | None]  # the source's file, as the user's lines in a kernel's provenance name it
 
@@ -655,22 +656,38 @@ def _record_references(rec: TargetRecord, where: str, refs: Callable[..., None])
     refs(f"{where}.pressure.longest[{j}].uop", (r["uop"],) if "uop" in r else (), n, "uop", has)
     refs(f"{where}.pressure.longest[{j}].until", (r["until"],), n, "uop", has)
 
-# ***** reading a trace: the one accessor for a kernel's record on a target *****
+# ***** reading a trace: older schemas upgraded once, and the one accessor for a kernel's record on a target *****
 
 HOST_TARGET_OF_SCHEMA_1 = "host"  # a trace of schema 1 knew its host's target by this name only
 TARGET_FIELDS = ("name", "opts", "global_size", "local_size", "linear_uops", "ops", "flops", "bytes", "lds", "passes", "uops_listing")
 
-def host_target(kernel: Kernel | dict[str, Any]) -> str:
+def _schema_1_kernel(kernel: dict[str, Any]) -> dict[str, Any]:
+  """A kernel of schema 1 (no per-target records) with the host's record made from its own fields, under the name schema 1 knew."""
+  record = {**{f: kernel.get(f) for f in TARGET_FIELDS}, "source": (kernel.get("sources") or {}).get("host", ""), "arch": None,
+            "notes": ["recorded before per-target records (trace schema 1): the other targets have their source only"], "compile": None}
+  return {**kernel, "host_target": kernel.get("host_target") or HOST_TARGET_OF_SCHEMA_1,
+          "targets": kernel.get("targets") or {HOST_TARGET_OF_SCHEMA_1: record}}
+
+def upgrade(trace: dict[str, Any]) -> Trace:
+  """`trace` as this version reads it, once, where it is read (the store, a trace file): a kernel of schema 1 gets its host's record
+  (`targets`, `host_target`) from its own fields. The `schema` number stays as recorded; a current trace is returned as it is."""
+  def current(k: dict[str, Any]) -> bool: return "targets" in k and "host_target" in k
+  if all(current(k) for k in trace["kernels"]): return cast(Trace, trace)
+  return cast(Trace, {**trace, "kernels": [k if current(k) else _schema_1_kernel(k) for k in trace["kernels"]]})
+
+def host_target(kernel: Kernel) -> str:
   """The target of the host's own record (clang on a CPU, cuda on an NVIDIA GPU...)."""
-  return str(kernel.get("host_target") or HOST_TARGET_OF_SCHEMA_1)
+  return kernel["host_target"]
 
-def target_records(kernel: Kernel | dict[str, Any]) -> dict[str, TargetRecord]:
-  """Every target's record of a kernel (kernels[i].targets); a trace of schema 1 has the host's only, made from its kernel fields."""
-  if (records := kernel.get("targets")): return records
-  return {HOST_TARGET_OF_SCHEMA_1: {**{f: kernel.get(f) for f in TARGET_FIELDS}, "source": (kernel.get("sources") or {}).get("host", ""),  # type: ignore[typeddict-item]
-          "arch": None, "notes": ["recorded before per-target records (trace schema 1): the other targets have their source only"], "compile": None}}
+def target_records(kernel: Kernel) -> dict[str, TargetRecord]:
+  """Every target's record of a kernel (kernels[i].targets; a trace of schema 1 has the host's only, made by `upgrade`)."""
+  return kernel["targets"]
 
-def target_record(kernel: Kernel | dict[str, Any], target: str | None = None) -> TargetRecord | None:
+def target_record(kernel: Kernel, target: str | None = None) -> TargetRecord | None:
   """A kernel's record on `target` (None: the host's own), or None where the trace has none (yet: another target is computed on first
   view)."""
-  return target_records(kernel).get(target or host_target(kernel))
+  return kernel["targets"].get(target or kernel["host_target"])
+
+def own_provenance(kernel: Kernel) -> list[Provenance]:
+  """A kernel's provenance from its own compute, less what was inferred from data flow ([] where none: a convolution's kernels)."""
+  return [e for e in kernel.get("provenance") or [] if not e.get("inferred")]

@@ -2,12 +2,12 @@
 from __future__ import annotations
 import dataclasses, math, re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 DTYPES = {"float32": 4, "float16": 2}
-TARGET_LABELS = {"cuda": "CUDA C for sm_90 (H100)", "metal": "Metal for Apple9 (M3)", "opencl": "OpenCL C", "clang": "C for clang (x86_64)",
+TARGET_DESCRIPTIONS = {"cuda": "CUDA C for sm_90 (H100)", "metal": "Metal for Apple9 (M3)", "opencl": "OpenCL C", "clang": "C for clang (x86_64)",
                  "llvm": "LLVM IR (x86_64)", "ptx": "PTX for sm_90", "wgsl": "WGSL (WebGPU)"}
-TARGETS = tuple(TARGET_LABELS)
+TARGETS = tuple(TARGET_DESCRIPTIONS)
 # the architecture each target renders for, as its device would configure its renderer: CUDA and PTX follow Variant.cuda_arch, Metal
 # Variant.metal_arch (with that arch's tensor cores); OpenCL's is the device's extension string (none: half is emulated)
 CUDA_ARCHES = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
@@ -87,7 +87,7 @@ class ConvSpec:
 
   def to_dict(self) -> dict: return dataclasses.asdict(self)
   @classmethod
-  def from_dict(cls, d: dict) -> ConvSpec:
+  def from_dict(cls, d: Mapping[str, Any]) -> ConvSpec:
     return cls(**_checked_fields(cls, d, "spec"))
 
 PRESETS: dict[str, ConvSpec] = {
@@ -107,6 +107,8 @@ def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.
 # the stages of a trace, in order: explorer.tracing.trace records them, the web's jobs and the CLI report their progress
 TRACE_SCHEMA = 2  # a trace's layout: 2, kernels[i].targets[T], a whole record per target; 1, sources per target only (both are read)
 STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
+Progress = Callable[[str, str, str], None]  # a report of work as it goes: (stage, "start" | "done" | "error", detail)
+PARTIAL = "partial"  # the progress "stage" of a running trace's data so far (trace.Recorder.partial): (PARTIAL, what, JSON), not a stage
 # enrichments (explorer.tracing.enrich): what is computed for a stored trace when first asked for, per kernel, target and kind
 ENRICH_FACTS = "facts"        # a record's compile facts
 ENRICH_ANALYSIS = "analysis"  # a record's line map, live values, loop splits and program spec (explorer.schema.Analysis)
@@ -213,7 +215,7 @@ def rewrite_file_name(path: str) -> str:
 
 REWRITE_RE = re.compile(r"sink-loads|drop-end|peel:[1-9][0-9]{0,3}")
 
-def _checked_fields(cls: type, d: dict, what: str) -> dict:
+def _checked_fields(cls: type, d: Mapping[str, Any], what: str) -> dict[str, Any]:
   fields = {f.name: f for f in dataclasses.fields(cls)}
   if unknown := set(d) - set(fields): raise SpecError(f"unknown {what} field(s): {', '.join(sorted(unknown))}")
   required = {n for n, f in fields.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
@@ -329,7 +331,7 @@ class Variant:
     d["targets"], d["notes"], d["rewrites"] = list(self.targets), list(self.notes), list(self.rewrites)
     return d
   @classmethod
-  def from_dict(cls, d: dict) -> Variant:
+  def from_dict(cls, d: Mapping[str, Any]) -> Variant:
     d = _checked_fields(cls, d, "variant")
     for k in ("targets", "notes", "rewrites"):
       if k in d:
@@ -340,3 +342,33 @@ class Variant:
 def knobs() -> dict[str, tuple[Any, Knob]]:
   """Every knob of Variant by field name: (its default, its Knob), in the fields' order."""
   return {f.name: (f.default, f.metadata["knob"]) for f in dataclasses.fields(Variant) if "knob" in f.metadata}
+
+class RequestBounds(Protocol):
+  """What a request may ask for where it runs (explorer.settings.Settings, a server's or a worker's, is one)."""
+  @property
+  def memory_budget_mb(self) -> int: ...
+  @property
+  def max_repeats(self) -> int: ...
+  @property
+  def max_beam(self) -> int: ...
+
+def checked_device(device: str, offered: Sequence[str], field: str, where: str = "server") -> str:
+  """device in its normal form (CPU:0 is CPU) when it is one of `offered` (or one of them with an index); else SpecError naming the
+  field and what this server (or worker) offers."""
+  try: normal = normalize_device(device)
+  except SpecError as e: raise SpecError(f"{field}: {e}; this {where} offers: {', '.join(offered) or 'none'}") from None
+  if (why := device_problem(normal, offered)) is not None: raise SpecError(f"{field}: {why.replace('this server', f'this {where}')}")
+  return normal
+
+def resolve(spec: ConvSpec, variant: Variant, bounds: RequestBounds | None, offered: Sequence[str] = COMPUTE_DEVICES,
+            field: str = "variant.device", where: str = "server") -> tuple[ConvSpec, Variant, str | None]:
+  """A request as it runs: (spec, variant, device), the variant as asked but for its device in its normal form (the id hashes it),
+  and that device, None where it names none. Checked against `bounds` (SpecError otherwise): the device is one `offered`, the spec
+  and variant within bounds, Winograd applies (or falls back). bounds None: a request accepted earlier, its device only normalized."""
+  device = None if variant.device is None else checked_device(variant.device, offered, field, where)
+  if device != variant.device: variant = dataclasses.replace(variant, device=device)
+  if bounds is None: return spec, variant, device
+  spec.validate(memory_budget=int(bounds.memory_budget_mb) << 20)
+  variant.validate(max_repeats=int(bounds.max_repeats), max_beam=int(bounds.max_beam))
+  variant.resolve(spec)  # raises where Winograd does not apply and fallback is off
+  return spec, variant, device

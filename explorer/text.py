@@ -2,7 +2,7 @@
 (rendered by rich, without colour or markup, so they read the same in a terminal, a log and a test)."""
 from __future__ import annotations
 import io, os
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 def si(x: float | None, unit: str = "") -> str:
   if x is None: return "-"
@@ -38,7 +38,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], text_columns
 
 # ***** a trace in the terminal *****
 
-def trace_summary(trace: dict[str, Any]) -> str:
+def trace_summary(trace: Mapping[str, Any]) -> str:
   """A trace as the terminal shows it (`kernel-explorer trace`, `print(t)`): its kernel table, totals, STAGE counts, check and notes."""
   out = [f"{trace['label']}   device={trace['env']['device']} tinygrad={trace['env']['tinygrad']}"]
   out += [f"note: {n}" for n in trace["notes"]]
@@ -65,7 +65,7 @@ def trace_summary(trace: dict[str, Any]) -> str:
   out += [f"FAILED in {f['stage']}: {f['error']}" for f in trace["failures"]]
   return "\n".join(out)
 
-def provenance_sites(entries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+def provenance_sites(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
   """A kernel's provenance grouped by the user's line, in source order: [("model.py:14", ["conv2d", "relu bw"]), ...]."""
   groups: dict[tuple[str, int], list[str]] = {}
   for e in sorted(entries, key=lambda e: (e.get("file") or "", e.get("line") or 0)):
@@ -79,7 +79,7 @@ def provenance_text(entries: Sequence[dict[str, Any]]) -> str:
   text = "; ".join(f"{', '.join(fns)} <- {site}" for site, fns in provenance_sites(entries))
   return f"~ {text}" if entries and all(e.get("inferred") for e in entries) else text
 
-def compile_facts(trace: dict[str, Any]) -> dict[str, list[str]]:
+def compile_facts(trace: Mapping[str, Any]) -> dict[str, list[str]]:
   """Per target, each kernel's compile facts where they were computed (registers, or what the compiler said)."""
   out: dict[str, list[str]] = {}
   for k in trace["kernels"]:

@@ -1,8 +1,8 @@
-"""Shared fixtures for the web tests: one real `small` trace per session (through the app's own job path), a TestClient over
-a real SQLite file, and a live uvicorn server for the browser tests."""
+"""Shared fixtures for the web tests: one real `small` trace per session and a module's own (`traced`), both through the app's own
+job path, a TestClient over a real SQLite file, and a live uvicorn server for the browser tests."""
 from __future__ import annotations
 import contextlib, os, pathlib, socket, subprocess, sys, time
-from typing import Iterator
+from typing import Any, Callable, Iterator
 import httpx
 import pytest
 from support import app_over
@@ -22,6 +22,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if seen[item.nodeid] > 1: item._id = coerce_node_id(f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}")
 
 def wait_done(client, trace_id: str, timeout_s: float = 300.0) -> dict:
+  """Trace trace_id's status once it is done or failed; client: the app's TestClient, or an httpx.Client on a live server's URL."""
   deadline = time.monotonic() + timeout_s
   while time.monotonic() < deadline:
     status = client.get(f"/api/traces/{trace_id}/status").json()
@@ -29,14 +30,43 @@ def wait_done(client, trace_id: str, timeout_s: float = 300.0) -> dict:
     time.sleep(0.2)
   raise TimeoutError(f"trace {trace_id} did not finish in {timeout_s}s")
 
+def computed(client, url: str, timeout_s: float = 300.0, pending: Callable[[Any], bool] = lambda body: True, **params: str) -> Any:
+  """url's answer through client (as wait_done's) once it is not 202 (work the request started and has not done: asked again, each
+  202's body checked by pending); params: the query."""
+  deadline = time.monotonic() + timeout_s
+  while (r := client.get(url, params=params or None)).status_code == 202:
+    assert pending(r.json()) and time.monotonic() < deadline, r.json()
+    time.sleep(0.2)
+  return r
+
+def scheduled(client, trace_id: str, n: int, body: dict, timeout_s: float = 180.0) -> Any:
+  """Kernel n of the trace scheduled by hand (POST .../opts with body), the answer once computed."""
+  url = f"/api/traces/{trace_id}/kernels/{n}/opts"
+  if (r := client.post(url, json=body)).status_code != 202: return r
+  query = {"opts": ",".join(body.get("opts", [])), "from": body.get("from", "current"), **({"target": body["target"]} if "target" in body else {})}
+  return computed(client, url, timeout_s, lambda answer: answer["kind"] == "opts", **query)
+
+def trace_of(client, body: dict, timeout_s: float = 300.0) -> str:
+  """POST a trace request (body: POST /api/traces's) through client, as wait_done's, and wait until it is done; its id."""
+  r = client.post("/api/traces", json=body)
+  assert r.status_code in (200, 202), r.text
+  status = wait_done(client, r.json()["id"], timeout_s)
+  assert status["status"] == "done", status
+  return status["id"]
+
 def trace_on(base: str, body: dict, timeout_s: float = 300.0) -> str:
-  """POST a trace to a live server and wait until it is done (or failed); its id."""
-  r = httpx.post(f"{base}/api/traces", json=body, timeout=60)
-  trace_id, deadline = r.json()["id"], time.monotonic() + timeout_s
-  while httpx.get(f"{base}/api/traces/{trace_id}/status", timeout=60).json()["status"] not in ("done", "error"):
-    assert time.monotonic() < deadline, f"trace {trace_id} did not finish in {timeout_s}s"
-    time.sleep(0.5)
-  return trace_id
+  """trace_of on the live server at the URL base."""
+  with httpx.Client(base_url=base, timeout=60) as client: return trace_of(client, body, timeout_s)
+
+@pytest.fixture(scope="module")
+def traced(request) -> str:
+  """The id of a trace of what the module's `traces` mark names (pytestmark = pytest.mark.traces(body), body: POST /api/traces's), made
+  once for the module through the server its tests talk to: the module's live_server where they use one, the session's web_client
+  otherwise."""
+  mark = request.node.get_closest_marker("traces")
+  assert mark, f"{request.module.__name__} asks for `traced` but names no trace: pytestmark = pytest.mark.traces(body)"
+  if "live_server" in request.fixturenames: return trace_on(request.getfixturevalue("live_server"), mark.args[0])
+  return trace_of(request.getfixturevalue("web_client"), mark.args[0])
 
 @pytest.fixture(scope="session")
 def web_db(tmp_path_factory) -> pathlib.Path:
@@ -51,11 +81,7 @@ def web_client(web_db):
 @pytest.fixture(scope="session")
 def small_trace(web_client) -> str:
   """The id of the `small` Winograd trace, run once for the session through POST /api/traces."""
-  r = web_client.post("/api/traces", json=SMALL_WINO)
-  assert r.status_code in (200, 202), r.text
-  status = wait_done(web_client, r.json()["id"])
-  assert status["status"] == "done", status
-  return status["id"]
+  return trace_of(web_client, SMALL_WINO)
 
 def free_port() -> int:
   with socket.socket() as s:

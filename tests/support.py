@@ -3,18 +3,20 @@ walked whole (FastAPI includes routers lazily, so app.routes alone lists them as
 path filled with real arguments."""
 from __future__ import annotations
 import copy, os, re
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+if TYPE_CHECKING: from explorer.settings import Settings
 
 def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, study_runner: Any = None, graph_workers: int = 1,
-             **settings: Any) -> Any:
-  """The app over the SQLite file db; settings: Settings fields (max_workers=1...), the rest their defaults whatever the environment
+             settings: Settings | None = None, **fields: Any) -> Any:
+  """The app over the SQLite file db; fields: Settings fields (max_workers=1...), the rest their defaults whatever the environment
   says, but no background enrichment (background_workers=0) unless a test asks for it: a worker after every stored trace would load
-  the suite's two cores for nothing. runner and study_runner replace the trace and study runs (tests count or fake them)."""
+  the suite's two cores for nothing. Or settings: the app's whole Settings, as a test built it (one its runner reads too).
+  runner and study_runner replace the trace and study runs (tests count or fake them)."""
   from explorer.settings import Settings
   from explorer.web.app import create_app
-  settings = {"background_workers": 0, **settings}
-  return create_app(str(db), settings=Settings.load(env={}, **settings), runner=runner, devices=devices, study_runner=study_runner,
-                    graph_workers=graph_workers)
+  assert settings is None or not fields, "app_over takes a Settings or its fields, not both"
+  settings = settings or Settings.load(env={}, **{"background_workers": 0, **fields})
+  return create_app(str(db), settings=settings, runner=runner, devices=devices, study_runner=study_runner, graph_workers=graph_workers)
 
 def minimal_trace(spec: Any = None, variant: Any = None, label: str | None = None) -> dict[str, Any]:
   """A stored trace of nothing: every stage done in no time, no kernels. What a fake runner returns, so that jobs finish at once and no

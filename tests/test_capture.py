@@ -5,6 +5,7 @@ cannot work says so at once (tinygrad imported first without tracking, a script 
 from __future__ import annotations
 import json, os, pathlib, subprocess, sys, textwrap, time, uuid
 import pytest
+from conftest import computed
 from support import app_over
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -43,8 +44,7 @@ def test_every_page_serves_a_captured_program(captured, db):
     assert "The program conv+bias+relu" in tour[0]["text"]
     assert "cannot be rebuilt" in client.get(f"/diff/{tid}/{tid}").text  # no re-measure of a captured program
     # a target the capture did not ask for arrives when its kernel is first viewed, as for a convolution (rebuilt from the stored log)
-    url, deadline = f"/api/traces/{tid}/kernels/0/targets/opencl", time.monotonic() + 120
-    while (r := client.get(url)).status_code == 202: assert time.monotonic() < deadline; time.sleep(0.3)
+    r = computed(client, f"/api/traces/{tid}/kernels/0/targets/opencl", 120)
     assert r.status_code == 200 and r.json()["source"] and r.json()["name"] and r.json()["passes"], r.text[:300]
 
 def test_a_diff_of_my_layer_with_and_without_contiguous(db):

@@ -2,25 +2,17 @@
 target are computed when its page or its API URL first asks, for that kernel alone, once however many ask at the same time, stored in
 the enrichments table and served from it after."""
 from __future__ import annotations
-import copy, json, shutil, time
+import copy, json, shutil
 from concurrent.futures import ThreadPoolExecutor
 import pytest
-from conftest import wait_done
+from conftest import computed
 from explorer.spec import ENRICH_FACTS
 from explorer.tracing.enrich import add_facts
 
-@pytest.fixture(scope="module")
-def traced(web_client) -> str:
-  r = web_client.post("/api/traces", json={"preset": "small", "variant": {"targets": ["cuda", "ptx"], "time": False}})
-  status = wait_done(web_client, r.json()["id"])
-  assert status["status"] == "done", status
-  return status["id"]
+pytestmark = pytest.mark.traces({"preset": "small", "variant": {"targets": ["cuda", "ptx"], "time": False}})
 
 def _facts(client, url: str, timeout_s: float = 120) -> dict:
-  deadline = time.monotonic() + timeout_s
-  while (r := client.get(url)).status_code == 202:
-    assert r.json()["kind"] == ENRICH_FACTS and time.monotonic() < deadline, r.json()
-    time.sleep(0.1)
+  r = computed(client, url, timeout_s, lambda answer: answer["kind"] == ENRICH_FACTS)
   assert r.status_code == 200, r.text
   return r.json()
 

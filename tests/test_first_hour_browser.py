@@ -25,7 +25,7 @@ def fits(pg, name: str) -> None:
   assert over <= 0, f"{name}: the page is {over}px wider than the window"
 
 @pytest.fixture(scope="module")
-def traced(live_server, narrow, errors) -> str:
+def traced_from_home(live_server, narrow, errors) -> str:
   """Task 1's start: the home form, preset small, Winograd, Trace; the progress page, then the overview."""
   narrow.goto(live_server + "/")
   narrow.select_option("#preset", "small")
@@ -35,14 +35,14 @@ def traced(live_server, narrow, errors) -> str:
   narrow.wait_for_selector("#kernel-table", timeout=TRACE_MS)  # the progress page reloads into the overview
   return re.search(r"/t/([0-9a-f]{16})", narrow.url)[1]
 
-def test_trace_and_inspect(live_server, narrow, traced, errors):
+def test_trace_and_inspect(live_server, narrow, traced_from_home, errors):
   fits(narrow, "overview")
   assert "1 target + host" not in narrow.inner_text(".ribbon") and "0 targets + host" in narrow.inner_text(".ribbon")
   narrow.click("#kernel-table tbody tr:first-child a[href*='/k/0']")
-  narrow.wait_for_url(re.compile(rf".*/t/{traced}/k/0.*"))
+  narrow.wait_for_url(re.compile(rf".*/t/{traced_from_home}/k/0.*"))
   wait_graphs(narrow)
   fits(narrow, "kernel")
-  narrow.goto(f"{live_server}/t/{traced}/k/0?code=cuda")  # a source tab not rendered yet (the ribbon's link): rendered, then shown
+  narrow.goto(f"{live_server}/t/{traced_from_home}/k/0?code=cuda")  # a source tab not rendered yet (the ribbon's link): rendered, then shown
   narrow.wait_for_selector(".tab-panel[data-panel=cuda]", state="visible", timeout=TRACE_MS)
   narrow.click("#target-switcher a[data-target=cuda]")  # the kernel on CUDA: its source beside its linear UOps, line by line
   narrow.wait_for_selector("[data-panel=cuda] .line-mapped", timeout=TRACE_MS)
@@ -50,11 +50,11 @@ def test_trace_and_inspect(live_server, narrow, traced, errors):
   box.locator(".lm-line").first.click()
   assert box.locator(".uop-row.lm-hot").count() >= 1
   fits(narrow, "source")
-  narrow.goto(f"{live_server}/t/{traced}")  # the ribbon counts what was rendered since
+  narrow.goto(f"{live_server}/t/{traced_from_home}")  # the ribbon counts what was rendered since
   assert "1 target + host" in narrow.inner_text(".ribbon")
   assert not errors, errors
 
-def test_diff_two_variants_from_the_home_page(live_server, narrow, traced, errors):
+def test_diff_two_variants_from_the_home_page(live_server, narrow, traced_from_home, errors):
   narrow.goto(live_server + "/")
   narrow.click("#home-diff")
   narrow.wait_for_url(re.compile(r".*/diff$"))
@@ -69,13 +69,13 @@ def test_diff_two_variants_from_the_home_page(live_server, narrow, traced, error
   fits(narrow, "diff")
   assert not errors, errors
 
-def test_a_tour_reuses_the_trace_the_user_has(live_server, narrow, traced, errors):
+def test_a_tour_reuses_the_trace_the_user_has(live_server, narrow, traced_from_home, errors):
   """The built-in Direct vs Winograd tour: its Winograd side is the trace task 1 made (same variant, host target), not a new run."""
   tours = {t["kind"]: t for t in httpx.get(f"{live_server}/api/tours", timeout=60).json()}
-  assert tours["winograd"]["b"] == traced
+  assert tours["winograd"]["b"] == traced_from_home
   narrow.goto(live_server + "/")
   narrow.click("[data-tour-start=winograd]")
-  narrow.wait_for_url(re.compile(rf".*/tours/winograd\?a=[0-9a-f]{{16}}&b={traced}$"))
+  narrow.wait_for_url(re.compile(rf".*/tours/winograd\?a=[0-9a-f]{{16}}&b={traced_from_home}$"))
   narrow.wait_for_selector("#tour", timeout=TRACE_MS)
   wait_graphs(narrow)
   fits(narrow, "tour")
@@ -83,9 +83,9 @@ def test_a_tour_reuses_the_trace_the_user_has(live_server, narrow, traced, error
   narrow.wait_for_url(re.compile(r".*step=a-rangeify.*"))
   assert not errors, errors
 
-def test_schedule_it_yourself_on_first_open(live_server, narrow, traced, errors):
-  for n in range(len(httpx.get(f"{live_server}/api/traces/{traced}", timeout=60).json()["kernels"])):
-    narrow.goto(f"{live_server}/t/{traced}/k/{n}")
+def test_schedule_it_yourself_on_first_open(live_server, narrow, traced_from_home, errors):
+  for n in range(len(httpx.get(f"{live_server}/api/traces/{traced_from_home}", timeout=60).json()["kernels"])):
+    narrow.goto(f"{live_server}/t/{traced_from_home}/k/{n}")
     narrow.click("#opts-panel summary")
     narrow.wait_for_selector("#opts-result", timeout=TRACE_MS)
     status = narrow.locator("#opts-status")
@@ -94,12 +94,12 @@ def test_schedule_it_yourself_on_first_open(live_server, narrow, traced, errors)
   fits(narrow, "opts")
   assert not errors, errors
 
-def test_roofline_and_export(live_server, narrow, traced, errors):
-  narrow.goto(f"{live_server}/t/{traced}")
+def test_roofline_and_export(live_server, narrow, traced_from_home, errors):
+  narrow.goto(f"{live_server}/t/{traced_from_home}")
   narrow.click(".ribbon a[data-stage=roofline]")
   narrow.wait_for_url(re.compile(r".*/roofline.*"))
   fits(narrow, "roofline")
-  exported = httpx.get(f"{live_server}/t/{traced}/export.html", timeout=120)
+  exported = httpx.get(f"{live_server}/t/{traced_from_home}/export.html", timeout=120)
   assert exported.status_code == 200
   holds = re.search(r'<p class="small" id="export-holds".*?</p>', exported.text, re.S)
   assert holds and 'data-target="cuda"' in holds[0]  # the target rendered on a kernel page (task 1) is in the file, and it says so

@@ -18,11 +18,10 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 from explorer.settings import Settings
-from explorer.web.app import create_app
 from explorer.web.services.devices import DeviceCatalog
 from explorer.web.services.traces import STAGES
 
-from support import fake_result, minimal_trace
+from support import app_over, fake_result, minimal_trace
 EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 STATEFUL = settings(max_examples=50, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 CONFIG = SchemathesisConfig.from_path(pathlib.Path(__file__).parent.parent / "schemathesis.toml")  # why three operations may answer 422
@@ -40,8 +39,8 @@ def stub_study(kind, cases, progress=None, **params):
 FUZZ_SETTINGS = Settings.load(env={}, max_queue=100000)
 
 def fuzz_app(db_path: str):
-  return create_app(db_path, settings=FUZZ_SETTINGS, runner=stub_runner, devices=DeviceCatalog(lister=lambda timeout_s: ["CPU"]),
-                    study_runner=stub_study)
+  return app_over(db_path, settings=FUZZ_SETTINGS, runner=stub_runner, devices=DeviceCatalog(lister=lambda timeout_s: ["CPU"]),
+                  study_runner=stub_study)
 
 def fresh_app():
   return fuzz_app(str(pathlib.Path(tempfile.mkdtemp(prefix="ke-fuzz-")) / "fuzz.sqlite3"))

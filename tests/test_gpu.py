@@ -1,5 +1,5 @@
 """On an NVIDIA host: traces run and are timed on the GPU by default, and their roofline makes sense. Skipped where no NVIDIA GPU is.
-The device list comes from a subprocess: importing explorer.tracing.adapter here would switch on tinygrad's tracking in the pytest process."""
+The device list comes from a subprocess: importing explorer.tracing.tg here would switch on tinygrad's tracking in the pytest process."""
 import glob, json, os, shutil, subprocess, sys, xml.etree.ElementTree as ET
 import pytest
 from explorer.analysis import roofline as R
@@ -9,7 +9,7 @@ from explorer.tracing.run import run_trace
 def _nvidia_devices() -> list[str]:
   """CUDA/NV devices tinygrad opens here; cheap signs of an NVIDIA driver first, so CPU hosts pay nothing."""
   if not (shutil.which("nvidia-smi") or os.path.exists("/dev/nvidiactl") or glob.glob("/proc/driver/nvidia/gpus/*")): return []
-  code = "import json; from explorer.tracing import adapter as tg; print(json.dumps(tg.available_devices()))"
+  code = "import json; from explorer.tracing import tg; print(json.dumps(tg.available_devices()))"
   try: out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, "VIZ": "0"})
   except subprocess.TimeoutExpired: return []
   try: return [d for d in json.loads(out.stdout.strip().splitlines()[-1]) if d in ("CUDA", "NV")]
@@ -26,7 +26,7 @@ def cache_home(tmp_path_factory):
     yield
 
 @pytest.fixture(scope="module")
-def traced():
+def gpu_trace():
   return run_trace(PRESETS["small"], Variant(targets=("cuda",), repeats=5, device=GPU)).trace
 
 @pytest.fixture(scope="module")
@@ -38,19 +38,19 @@ def test_default_device_is_the_gpu():
   assert found["default"] in ("NV", "CUDA") or os.environ.get("DEV"), found
   assert run_trace(PRESETS["small"], Variant(targets=("cuda",), time=False)).trace["env"]["device"] == found["default"]
 
-def test_trace_is_timed_on_the_gpu(traced):
-  assert traced["status"] == "ok", traced["failures"]
-  assert traced["env"]["device"] == GPU and traced["timing"]["device"] == GPU
-  assert traced["env"]["fallback"] is None
-  assert traced["error"]["max_abs"] < 1e-3 * traced["error"]["ref_max_abs"]
-  for k in traced["kernels"]:
+def test_trace_is_timed_on_the_gpu(gpu_trace):
+  assert gpu_trace["status"] == "ok", gpu_trace["failures"]
+  assert gpu_trace["env"]["device"] == GPU and gpu_trace["timing"]["device"] == GPU
+  assert gpu_trace["env"]["fallback"] is None
+  assert gpu_trace["error"]["max_abs"] < 1e-3 * gpu_trace["error"]["ref_max_abs"]
+  for k in gpu_trace["kernels"]:
     assert k["time_s"]["n"] == 5 and 0 < k["time_s"]["min"] <= k["time_s"]["median"] < 1.0, k["time_s"]
     assert "__global__" in k["sources"]["host"]  # tinygrad's CUDA renderer (CUDA and NV both use it)
-  assert traced["totals"]["time_s"]["median"] > 0
+  assert gpu_trace["totals"]["time_s"]["median"] > 0
 
-def test_roofline_percentages(traced, peaks):
+def test_roofline_percentages(gpu_trace, peaks):
   assert peaks["fp32"] and peaks["bw"], peaks
-  rl = R.roofline(traced, peaks)
+  rl = R.roofline(gpu_trace, peaks)
   for k in rl["kernels"]:
     assert 0 < k["pct_compute"] <= 100 and 0 < k["pct_bandwidth"] <= 100, k
     assert k["bound"] in ("memory", "compute") and k["intensity"] > 0

@@ -4,14 +4,10 @@ fill means and what the spec's marking is, apart from REDUCE's red."""
 from __future__ import annotations
 import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, trace_on, wait_graphs, watched_page
+from conftest import ARTIFACTS, needs_chromium, wait_graphs, watched_page
 
-pytestmark = [pytest.mark.browser, needs_chromium]
-
-@pytest.fixture(scope="module")
-def traced(live_server) -> str:
-  """small with the builtin Winograd: four kernel ASTs of 37 to 303 nodes (one with a REDUCE), a rangeify graph of hundreds."""
-  return trace_on(live_server, {"preset": "small", "variant": {"algo": "winograd", "time": False}})
+# small with the builtin Winograd: four kernel ASTs of 37 to 303 nodes (one with a REDUCE), a rangeify graph of hundreds
+pytestmark = [pytest.mark.browser, needs_chromium, pytest.mark.traces({"preset": "small", "variant": {"algo": "winograd", "time": False}})]
 
 @pytest.fixture(scope="module")
 def laptop(browser, errors):

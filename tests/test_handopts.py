@@ -2,9 +2,11 @@
 do_to_program gives for the same opts (in a subprocess, renderers built independently), a bad opt is refused with tinygrad's reason,
 the host target is timed against the original, and the kernel page's Opts panel applies a chip and shows the new registers."""
 from __future__ import annotations
-import json, shutil, subprocess, sys, time
+import json, shutil, subprocess, sys
 import pytest
-from conftest import ARTIFACTS, REPO, needs_chromium, wait_done
+from conftest import ARTIFACTS, REPO, needs_chromium, scheduled
+
+pytestmark = pytest.mark.traces({"preset": "small", "variant": {"targets": ["cuda"], "time": False}})
 
 PLAIN_OPTS = r"""
 import json, sys
@@ -43,34 +45,18 @@ def plain_tinygrad(spec: dict, opts: list[str], target: str) -> dict:
   assert out.returncode == 0, out.stderr[-2000:]
   return json.loads(out.stdout.strip().splitlines()[-1])
 
-@pytest.fixture(scope="module")
-def traced(web_client) -> str:
-  r = web_client.post("/api/traces", json={"preset": "small", "variant": {"targets": ["cuda"], "time": False}})
-  status = wait_done(web_client, r.json()["id"])
-  assert status["status"] == "done", status
-  return status["id"]
-
-def _schedule(client, trace_id: str, body: dict, timeout_s: float = 180):
-  r = client.post(f"/api/traces/{trace_id}/kernels/0/opts", json=body)
-  deadline, query = time.monotonic() + timeout_s, {"target": body.get("target"), "opts": ",".join(body["opts"]), "from": body.get("from", "current")}
-  while r.status_code == 202:
-    assert r.json()["kind"] == "opts" and time.monotonic() < deadline, r.json()
-    time.sleep(0.2)
-    r = client.get(f"/api/traces/{trace_id}/kernels/0/opts", params={k: v for k, v in query.items() if v is not None})
-  return r
-
 def test_hand_opts_give_what_tinygrad_gives_for_them_on_cuda_and_the_host(web_client, traced):
   trace = web_client.get(f"/api/traces/{traced}/raw").json()
   opts = ["UPCAST:0:4", "LOCAL:1:8"]
   want = plain_tinygrad(trace["spec"], opts, "cuda")
-  cuda = _schedule(web_client, traced, {"target": "cuda", "opts": opts, "from": "none"})
+  cuda = scheduled(web_client, traced, 0, {"target": "cuda", "opts": opts, "from": "none"})
   assert cuda.status_code == 200, cuda.text
   got = cuda.json()
   rec = got["record"]
   assert [rec["name"], rec["global_size"], rec["local_size"], rec["source"]] == want["cuda"]
   assert got["opts"] == rec["opts"] == opts and got["next"] and got["timing"] is None  # CUDA does not run here: not timed
   assert rec["compile"] is not None and rec["pressure"]["max_live"] > 0
-  host = _schedule(web_client, traced, {"target": "clang", "opts": opts[:1], "from": "none"})
+  host = scheduled(web_client, traced, 0, {"target": "clang", "opts": opts[:1], "from": "none"})
   assert host.status_code == 200, host.text
   hrec, timing = host.json()["record"], host.json()["timing"]
   # the host's own kernel with UPCAST:0:4 alone: compare with plain tinygrad for that opt list on the CPU renderer
@@ -84,7 +70,7 @@ def test_hand_opts_give_what_tinygrad_gives_for_them_on_cuda_and_the_host(web_cl
   assert again.status_code == 200 and again.json() == host.json()  # stored: asked again, answered at once
 
 def test_a_bad_opt_is_refused_with_tinygrads_reason(web_client, traced):
-  r = _schedule(web_client, traced, {"target": "cuda", "opts": ["UPCAST:0:7"], "from": "none"})
+  r = scheduled(web_client, traced, 0, {"target": "cuda", "opts": ["UPCAST:0:7"], "from": "none"})
   assert r.status_code == 422 and "UPCAST:0:7 (opt 1 of 1)" in r.json()["detail"] and "can't divide" in r.json()["detail"], r.text
   assert "Traceback" not in r.text and "\x1b" not in r.text
   r = web_client.post(f"/api/traces/{traced}/kernels/0/opts", json={"target": "cuda", "opts": ["UPCAST:zero:4"]})
@@ -95,7 +81,7 @@ def test_a_bad_opt_is_refused_with_tinygrads_reason(web_client, traced):
 
 def test_the_heuristics_opts_are_the_kernels_own(web_client, traced):
   trace = web_client.get(f"/api/traces/{traced}/raw").json()
-  r = _schedule(web_client, traced, {"target": "cuda", "opts": [], "from": "heuristic"})
+  r = scheduled(web_client, traced, 0, {"target": "cuda", "opts": [], "from": "heuristic"})
   assert r.status_code == 200, r.text
   own = trace["kernels"][0]["targets"]["cuda"]
   assert r.json()["opts"] == own["opts"] and r.json()["record"]["source"] == own["source"]
@@ -163,7 +149,7 @@ def test_the_cli_and_the_python_api_schedule_by_hand(tmp_path, capsys):
 
 def test_two_schedules_diff_and_a_schedule_joins_the_tour(web_client, traced):
   one, two = (["UPCAST:0:4"], ["UPCAST:0:4", "LOCAL:1:8"])
-  a, b = (_schedule(web_client, traced, {"target": "cuda", "opts": o, "from": "none"}) for o in (one, two))
+  a, b = (scheduled(web_client, traced, 0, {"target": "cuda", "opts": o, "from": "none"}) for o in (one, two))
   assert a.status_code == b.status_code == 200, (a.text, b.text)
   ra, rb = a.json()["record"], b.json()["record"]
   asked = {"target": "cuda", "opts": ",".join(two), "from": "none", "vs": one[0], "vs_from": "none"}  # two against one: A is a schedule

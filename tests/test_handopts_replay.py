@@ -2,17 +2,8 @@
 (issue #43: tinygrad's pre-opt passes merge and split ranges, and the opts' axes number the AST apply_opts gets, not the scheduled
 kernel's; the small builtin Winograd's kernels 2 and 3 were refused), and the result carries the kernel's axes as apply_opt numbers them."""
 from __future__ import annotations
-import math, time
-
-def _schedule(client, trace_id: str, n: int, body: dict, timeout_s: float = 180):
-  r = client.post(f"/api/traces/{trace_id}/kernels/{n}/opts", json=body)
-  deadline = time.monotonic() + timeout_s
-  query = {"opts": ",".join(body.get("opts", [])), "from": body.get("from", "current"), **({"target": body["target"]} if "target" in body else {})}
-  while r.status_code == 202:
-    assert time.monotonic() < deadline, r.json()
-    time.sleep(0.2)
-    r = client.get(f"/api/traces/{trace_id}/kernels/{n}/opts", params=query)
-  return r
+import math
+from conftest import scheduled
 
 def _size(axes: list[dict], *kinds: str) -> int: return math.prod(a["size"] for a in axes if a["kind"] in kinds)
 
@@ -23,7 +14,7 @@ def test_the_default_schedule_is_every_kernel_as_tinygrad_made_it_on_the_host_an
     for target in dict.fromkeys((k["host_target"], "cuda")):
       own = k["targets"][target]
       body = {} if target == k["host_target"] else {"target": target}  # the API's default: the kernel's own opts on its own target
-      r = _schedule(web_client, small_trace, k["index"], body)
+      r = scheduled(web_client, small_trace, k["index"], body)
       assert r.status_code == 200, (k["index"], target, own["opts"], r.text)
       got = r.json()
       assert got["opts"] == got["record"]["opts"] == own["opts"] and got["record"]["source"] == own["source"], (k["index"], target)
@@ -40,9 +31,9 @@ def test_the_default_schedule_is_every_kernel_as_tinygrad_made_it_on_the_host_an
 
 def test_the_first_opt_numbers_the_axes_of_the_table(web_client, small_trace):
   """An opt on an axis the table shows applies as the table says: a full UPCAST of the table's smallest loop axis removes it."""
-  got = _schedule(web_client, small_trace, 3, {"opts": [], "from": "none"}).json()
+  got = scheduled(web_client, small_trace, 3, {"opts": [], "from": "none"}).json()
   axis = min((a for a in got["axes"] if a["size"] <= 16 and a["kind"] == "loop"), key=lambda a: a["size"])
-  r = _schedule(web_client, small_trace, 3, {"opts": [f"UPCAST:{axis['axis']}:0"], "from": "none"})
+  r = scheduled(web_client, small_trace, 3, {"opts": [f"UPCAST:{axis['axis']}:0"], "from": "none"})
   assert r.status_code == 200, r.text
   after = r.json()["axes_after"]
   assert len(after) == len(got["axes"]) and [a for a in after if a["kind"] == "upcast"] == [{**axis, "kind": "upcast", "axis": len(after) - 1}]
@@ -50,7 +41,7 @@ def test_the_first_opt_numbers_the_axes_of_the_table(web_client, small_trace):
 def test_a_stored_schedule_without_axes_still_reads(web_client, small_trace):
   """A schedule an older version stored has no axes: the API answers it (axes null) and the panel shows it without the table."""
   host = web_client.get(f"/api/traces/{small_trace}/raw").json()["kernels"][0]["host_target"]
-  got = _schedule(web_client, small_trace, 0, {"opts": [], "from": "none"}).json()
+  got = scheduled(web_client, small_trace, 0, {"opts": [], "from": "none"}).json()
   old = {k: v for k, v in got.items() if k not in ("axes", "axes_after")}
   web_client.app.state.services.store.put_enrichments(small_trace, "opts:none:UPCAST:0:0", {(0, host): {**old, "opts": ["UPCAST:0:0"]}})
   r = web_client.get(f"/api/traces/{small_trace}/kernels/0/opts", params={"opts": "UPCAST:0:0", "from": "none"})

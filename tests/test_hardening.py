@@ -10,7 +10,6 @@ from explorer.tracing.devicelock import DeviceLock
 from explorer.settings import ENV_PREFIX, SETTINGS, Settings
 from explorer.spec import ConvSpec
 from explorer.store import Store
-from explorer.web.app import create_app
 from explorer.tracing.workers import Limits, WorkerFailed, call_in_worker
 from explorer.tracing.run import run_trace
 from conftest import REPO, wait_done
@@ -47,7 +46,7 @@ def post(client: TestClient, body: dict) -> str:
 
 def test_crashing_hanging_and_hungry_workers_fail_alone(tmp_path):
   settings = Settings.load(env={}, max_workers=3, trace_timeout_s=12, worker_memory_mb=1536, max_jobs_per_client=0)  # one client, many jobs
-  app = create_app(str(tmp_path / "f.sqlite3"), settings=settings, runner=fault_runner(settings))
+  app = app_over(tmp_path / "f.sqlite3", settings=settings, runner=fault_runner(settings))
   with TestClient(app) as client:
     hang = post(client, {"spec": {**TINY, "cin": 4}, "variant": FAST})
     good = post(client, {"spec": TINY, "variant": FAST})
@@ -202,7 +201,7 @@ def limited(tmp_path):
   settings = Settings.load(env={}, max_repeats=100, max_beam=4, max_body_bytes=2048)
   def never(*a):
     raise AssertionError("no trace should start")
-  app = create_app(str(tmp_path / "l.sqlite3"), settings=settings, runner=never)
+  app = app_over(tmp_path / "l.sqlite3", settings=settings, runner=never)
   with TestClient(app) as client: yield client, app
 
 @pytest.mark.parametrize("body,where", BOUNDS)
@@ -375,11 +374,11 @@ def unpicklers(tree: ast.AST) -> list[ast.ClassDef]:
   return [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and any(dotted(b) in ("pickle.Unpickler", "Unpickler") for b in n.bases)]
 
 def test_no_user_data_is_evaluated_or_unpickled():
-  """Rewrite blobs load through explorer.tracing.adapter's own unpicklers, each of which looks up no name it was not given: the data
+  """Rewrite blobs load through explorer.tracing.tg's own unpicklers, each of which looks up no name it was not given: the data
   format's admits none at all, the older format's only the classes of tinygrad's rewrite log."""
   sources = sorted((REPO / "explorer").rglob("*.py"))
   found_unpicklers = {(p.relative_to(REPO).as_posix(), c.name) for p in sources for c in unpicklers(ast.parse(p.read_text()))}
-  assert found_unpicklers == {("explorer/blob.py", "PlainData"), ("explorer/tracing/adapter.py", "_LegacyUnpickler")}
+  assert found_unpicklers == {("explorer/blob.py", "PlainData"), ("explorer/tracing/tg/rewritelog.py", "_LegacyUnpickler")}
   for p in sources:
     for c in unpicklers(ast.parse(p.read_text())):
       assert {f.name for f in c.body if isinstance(f, ast.FunctionDef)} >= {"find_class", "persistent_load"}, f"{p}: {c.name}"

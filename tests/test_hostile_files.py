@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy, json, pathlib
 from typing import Any, Callable
 import pytest
-from explorer import store
+from explorer.store import files as store  # the trace-file reader: its module constant and its `open`
 from explorer.cli.main import main
 from explorer.schema import validate_trace
 from explorer.spec import SpecError

@@ -5,14 +5,11 @@ from __future__ import annotations
 import re
 import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, trace_on, wait_graphs
+from conftest import ARTIFACTS, needs_chromium, wait_graphs
 
-pytestmark = [pytest.mark.browser, needs_chromium]
-
-@pytest.fixture(scope="module")
-def traced(live_server) -> str:
-  """wino8 with the builtin Winograd, CUDA rendered: its xhat kernel's devectorize pass has over a thousand matches."""
-  return trace_on(live_server, {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}})
+# wino8 with the builtin Winograd, CUDA rendered: its xhat kernel's devectorize pass has over a thousand matches
+pytestmark = [pytest.mark.browser, needs_chromium,
+              pytest.mark.traces({"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}})]
 
 def analysis_of(url: str, timeout_s: float = 120) -> dict:
   import time

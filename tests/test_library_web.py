@@ -88,8 +88,8 @@ def test_a_studys_traces_are_on_its_page_not_in_the_library(lib):
   made = "5d00000000000001"
   copy_trace(db, fused, made)
   store = Store(db)
-  store.put_study("5d0000000001", "fusion", "a study", {"kind": "fusion"}, "test")
-  store.study_finished("5d0000000001", "done", {"cases": [{"preset": "wino8", "rows": [{"name": "fused", "trace_id": made}]}]})
+  store.put_task("study", "5d0000000001", "a study", {"kind": "fusion"}, "test", "running")
+  store.task_finished("study", "5d0000000001", "done", result={"cases": [{"preset": "wino8", "rows": [{"name": "fused", "trace_id": made}]}]})
   page = client.get("/traces").text
   assert f"/t/{made}" not in page and f"/t/{fused}" in page and 'id="library-studies"' in page and "made by studies" in page
   assert f"/t/{made}" in client.get("/traces?studies=1").text

@@ -165,7 +165,7 @@ def test_a_sigtermed_server_stops_its_workers_and_marks_its_jobs(server):
   s.proc.wait(timeout=20)  # type: ignore[union-attr]
   assert not group_members(pgid), "a worker outlived its server's SIGTERM"
   store = Store(s.db)
-  assert {store.get_job(i)["status"] for i in (slow, queued)} == {"interrupted"}  # marked by the server itself as it stopped
+  assert {store.get_task("trace", i)["status"] for i in (slow, queued)} == {"interrupted"}  # marked by the server itself as it stopped
 
 def test_a_sigtermed_cli_leaves_no_worker(tmp_path):
   cmd = [sys.executable, "-m", "explorer.cli", "trace", "--preset", "medium", "--target", "cuda", "--warmup", "0", "--repeats", "1000", "--quiet"]
@@ -291,3 +291,29 @@ def test_one_admission_rule():
     return ran
   assert sorted(asyncio.run(scenario(reserve=True)), key=str) == ["a", "a", "a", "b"]
   assert sorted(asyncio.run(scenario(reserve=False)), key=str) == ["a", "a", "a", "b"]
+
+def test_one_journal_for_every_kind_of_task(tmp_path):
+  """Every kind of background work is kept the same way: a row written when accepted, as it starts and as it ends; the one restart
+  rule marks what a gone server left unfinished interrupted, saying why; a stopping server marks its own."""
+  import asyncio
+  from explorer.web.services.lifecycle import Journal, Task
+  store = Store(tmp_path / "j.sqlite3")
+  store.put_task("enrichment", "left", "left by a dead server", {}, f"{socket.gethostname()}:999999999:1")
+  journal = Journal(store, "enrichment", "stopped: view it again")
+  assert journal.interrupted_at_start == 1 and store.get_task("enrichment", "left")["error"] == "stopped: view it again"
+  async def lifecycle() -> Task:
+    done, running = Task(client="me"), Task()
+    for task in (done, running): await asyncio.wrap_future(journal.accept(task, "label", {"trace_id": "t"}))
+    await journal.started(done)
+    assert store.get_task("enrichment", done.id)["status"] == "running" and store.get_task("enrichment", running.id)["status"] == "queued"
+    done.finish("done", "ok")
+    await journal.ended(done, result={"kept": 1})
+    running.status = "running"
+    journal.interrupt([done, running])
+    return running
+  running = asyncio.run(lifecycle())
+  journal.close()
+  assert running.status == "interrupted" and store.get_task("enrichment", running.id)["status"] == "interrupted"
+  assert {k: v for k, v in store.get_task("enrichment", "left", with_result=True).items() if k in ("status", "result")} == \
+         {"status": "interrupted", "result": None}
+  assert [r["status"] for r in store.recent_tasks("enrichment")][:2] == ["interrupted", "done"] and store.recent_tasks("opts") == []

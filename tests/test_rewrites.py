@@ -15,7 +15,7 @@ from support import WINO8_BUILTIN, app_over, shared_run
 
 SINK_LOADS_CHECK = r"""
 import json
-from explorer.tracing import adapter as tg
+from explorer.tracing import tg
 from explorer.tracing.rewrites import FENCES, sink_loads
 from explorer.spec import PRESETS
 s = PRESETS["wino8"]

@@ -124,5 +124,5 @@ def test_cli_devices_and_trace_roofline(capsys):
   assert "no timings" in capsys.readouterr().out
 
 def test_roofline_module_does_not_import_tinygrad():
-  code = "import sys, explorer.analysis.roofline, explorer.cli; sys.exit('tinygrad' in sys.modules or 'explorer.tracing.adapter' in sys.modules)"
+  code = "import sys, explorer.analysis.roofline, explorer.cli; sys.exit('tinygrad' in sys.modules or 'explorer.tracing.tg' in sys.modules)"
   assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -2,9 +2,8 @@
 measures while it polls the probe's status, then reloads into the roofline the measured peaks make possible. A live server of its
 own, with an empty peaks cache (a CPU has no spec-sheet entry, so the page offers the probe)."""
 from __future__ import annotations
-import httpx
 import pytest
-from conftest import ARTIFACTS, SMALL_WINO, needs_chromium, running_server, wait_done
+from conftest import ARTIFACTS, SMALL_WINO, needs_chromium, running_server, trace_on
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
@@ -15,8 +14,7 @@ def probe_server(tmp_path_factory):
     with running_server(tmp_path_factory.mktemp("probe") / "traces.sqlite3", tmp_path_factory.mktemp("probe-log")) as base: yield base
 
 def test_the_probe_button_shows_progress_then_the_roofline(probe_server, page, errors):
-  with httpx.Client(base_url=probe_server, timeout=30) as client:
-    trace_id = wait_done(client, client.post("/api/traces", json=SMALL_WINO).json()["id"])["id"]
+  trace_id = trace_on(probe_server, SMALL_WINO)
   page.goto(f"{probe_server}/t/{trace_id}/roofline")
   assert "no probe measured on this host yet" in page.inner_text("main")
   page.click("#probe")

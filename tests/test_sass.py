@@ -2,33 +2,23 @@
 and against nvdisasm's own JSON line table of the same cubin compiled again here, the live-register peak against ptxas' count, a
 kernel that spills, the page's clicks in a real browser, the diff, the CLI, and a machine without nvdisasm."""
 from __future__ import annotations
-import json, pathlib, re, shutil, subprocess, tempfile, time
+import json, pathlib, re, shutil, subprocess, tempfile
 import pytest
-from conftest import wait_done
+from conftest import computed, trace_of
 from explorer.tracing import compilers, sass
 
 MISSING = [t for t in ("nvdisasm", "cuobjdump", "ptxas") if compilers.tool(t) is None] + ([] if shutil.which("nvcc") else ["nvcc"])
 needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"no {', '.join(MISSING)} here (make test installs NVIDIA's nvdisasm and cuobjdump "
                                  "wheels; nvcc and ptxas: the CUDA toolkit)")
 WINO = {"preset": "small", "variant": {"algo": "winograd", "targets": ["cuda", "ptx"], "time": False}}  # 4 kernels
+pytestmark = pytest.mark.traces(WINO)
 SPILLS = {"preset": "wino8", "variant": {"algo": "winograd", "wino_impl": "explorer", "staging": "fused", "targets": ["ptx"], "time": False}}
-
-def traced(client, body: dict) -> str:
-  status = wait_done(client, client.post("/api/traces", json=body).json()["id"])
-  assert status["status"] == "done", status
-  return status["id"]
 
 def got_sass(client, trace_id: str, n: int, target: str, timeout_s: float = 300) -> dict:
   """The SASS API, polled through what it computes first (the record's compile facts, its line map)."""
-  deadline = time.monotonic() + timeout_s
-  while (r := client.get(f"/api/traces/{trace_id}/kernels/{n}/targets/{target}/sass")).status_code == 202:
-    assert time.monotonic() < deadline, r.json()
-    time.sleep(0.2)
+  r = computed(client, f"/api/traces/{trace_id}/kernels/{n}/targets/{target}/sass", timeout_s)
   assert r.status_code == 200, r.text
   return r.json()
-
-@pytest.fixture(scope="module")
-def wino(web_client) -> str: return traced(web_client, WINO)
 
 def cubin_here(rec: dict, target: str, d: pathlib.Path) -> pathlib.Path:
   """The record compiled again, as the facts compiled it: nvcc -lineinfo on the CUDA C, ptxas -lineinfo on the PTX with a .loc a line."""
@@ -59,12 +49,12 @@ def json_lines(cubin: pathlib.Path, source_name: str) -> list[int | None]:
   return out
 
 @needs_tools
-def test_the_listing_is_cuobjdumps_with_nvdisasms_lines_and_ptxas_registers(web_client, wino):
-  n_kernels = len(web_client.get(f"/api/traces/{wino}").json()["kernels"])
+def test_the_listing_is_cuobjdumps_with_nvdisasms_lines_and_ptxas_registers(web_client, traced):
+  n_kernels = len(web_client.get(f"/api/traces/{traced}").json()["kernels"])
   for n in range(n_kernels):
     for target in ("cuda", "ptx"):
-      got = got_sass(web_client, wino, n, target)
-      rec = web_client.get(f"/api/traces/{wino}/kernels/{n}/targets/{target}").json()
+      got = got_sass(web_client, traced, n, target)
+      rec = web_client.get(f"/api/traces/{traced}/kernels/{n}/targets/{target}").json()
       with tempfile.TemporaryDirectory() as d:
         cubin = cubin_here(rec, target, pathlib.Path(d))
         theirs = cuobjdump_listing(cubin)
@@ -87,8 +77,8 @@ def test_the_listing_is_cuobjdumps_with_nvdisasms_lines_and_ptxas_registers(web_
       else: assert not got["uops_mapped"] and got["lines_of"] == "ptx"
 
 @needs_tools
-def test_a_ptx_loc_per_line_changes_no_instruction(web_client, wino):
-  rec = web_client.get(f"/api/traces/{wino}/kernels/0/targets/ptx").json()
+def test_a_ptx_loc_per_line_changes_no_instruction(web_client, traced):
+  rec = web_client.get(f"/api/traces/{traced}/kernels/0/targets/ptx").json()
   with tempfile.TemporaryDirectory() as d:
     p = pathlib.Path(d)
     (p / "plain.ptx").write_text(rec["compiled_source"])
@@ -100,7 +90,7 @@ def test_a_ptx_loc_per_line_changes_no_instruction(web_client, wino):
 @needs_tools
 def test_a_kernel_that_spills_has_its_local_loads_and_stores_marked(web_client):
   """The explorer's fused Winograd F(4,3) on wino8, as tinygrad's PTX renders it: ptxas caps it at 255 registers and spills."""
-  tid = traced(web_client, SPILLS)
+  tid = trace_of(web_client, SPILLS)
   facts = {}
   for n in range(len(web_client.get(f"/api/traces/{tid}").json()["kernels"])):
     got = got_sass(web_client, tid, n, "ptx")
@@ -114,25 +104,25 @@ def test_a_kernel_that_spills_has_its_local_loads_and_stores_marked(web_client):
   assert f"{got['left_out']:,} more are counted above" in page
 
 @needs_tools
-def test_the_page_and_the_diff_show_it(web_client, wino):
-  got = got_sass(web_client, wino, 2, "cuda")
-  page = web_client.get(f"/t/{wino}/k/2/sass").text
+def test_the_page_and_the_diff_show_it(web_client, traced):
+  got = got_sass(web_client, traced, 2, "cuda")
+  page = web_client.get(f"/t/{traced}/k/2/sass").text
   assert page.count('<tr id="i') == got["count"] and f'data-peak="{got["peak_live"]}"' in page and 'id="sass-heaviest"' in page
-  kernel = web_client.get(f"/t/{wino}/k/2", params={"target": "cuda"}).text
+  kernel = web_client.get(f"/t/{traced}/k/2", params={"target": "cuda"}).text
   assert 'id="sass-link"' in kernel and f"{got['count']} instructions" in kernel
-  assert web_client.get(f"/api/traces/{wino}/kernels/0/targets/clang/sass").status_code == 404  # SASS is NVIDIA's
+  assert web_client.get(f"/api/traces/{traced}/kernels/0/targets/clang/sass").status_code == 404  # SASS is NVIDIA's
   # the diff of two schedules on cuda: each side's SASS summed, its mix side by side, in the verdict
-  other = traced(web_client, {**WINO, "variant": {**WINO["variant"], "opt": "none"}})
+  other = trace_of(web_client, {**WINO, "variant": {**WINO["variant"], "opt": "none"}})
   for n in range(4): got_sass(web_client, other, n, "cuda")
-  d = web_client.get(f"/api/diff/{wino}/{other}?graphs=0").json()
+  d = web_client.get(f"/api/diff/{traced}/{other}?graphs=0").json()
   sm = d["sass"]
-  assert sm is not None and sm["a"]["count"] == sum(got_sass(web_client, wino, n, "cuda")["count"] for n in range(4))
+  assert sm is not None and sm["a"]["count"] == sum(got_sass(web_client, traced, n, "cuda")["count"] for n in range(4))
   assert sum(r["a"] for r in sm["mix"]) == sm["a"]["count"] and sum(r["b"] for r in sm["mix"]) == sm["b"]["count"]
   assert all(g["metrics"]["a"]["sass_instructions"] is not None for g in d["groups"] if g["a"] and g["b"])
-  html = web_client.get(f"/diff/{wino}/{other}").text
+  html = web_client.get(f"/diff/{traced}/{other}").text
   assert 'id="sass-diff"' in html and f"{sm['a']['count']} → {sm['b']['count']}" in html and "data-sass-live=" in html
 
-def test_without_nvdisasm_the_page_says_what_to_install(web_client, wino, monkeypatch, tmp_path):
+def test_without_nvdisasm_the_page_says_what_to_install(web_client, traced, monkeypatch, tmp_path):
   """Facts compiled where nvdisasm is not (the compiler wrapper sees none): a note, and every page still answers."""
   if not shutil.which("nvcc"): pytest.skip("no nvcc here: nothing compiles CUDA C to show a note beside")
   from explorer.spec import ENRICH_FACTS
@@ -141,7 +131,7 @@ def test_without_nvdisasm_the_page_says_what_to_install(web_client, wino, monkey
   from fastapi.testclient import TestClient
   db = tmp_path / "t.sqlite3"
   src = web_client.app.state.services.store
-  Store(db).put_trace("0000000000005a55", src.get_trace(wino), src.get_rewrites(wino))
+  Store(db).put_trace("0000000000005a55", src.get_trace(traced), src.get_rewrites(traced))
   rec = Store(db).get_trace("0000000000005a55")["kernels"][0]["targets"]["cuda"]
   found = compilers.tool
   monkeypatch.setattr(compilers, "tool", lambda name: None if name == "nvdisasm" else found(name))
@@ -149,10 +139,7 @@ def test_without_nvdisasm_the_page_says_what_to_install(web_client, wino, monkey
   assert facts["ok"] and facts["sass"] is None and "pip install 'kernel-explorer[cuda]'" in facts["sass_note"]
   Store(db).put_enrichments("0000000000005a55", ENRICH_FACTS, {(0, "cuda"): facts})
   with TestClient(app_over(db)) as client:
-    deadline = time.monotonic() + 300  # the line map, where the copy lacks it, is computed first
-    while (r := client.get("/api/traces/0000000000005a55/kernels/0/targets/cuda/sass")).status_code == 202:
-      assert time.monotonic() < deadline, r.json()
-      time.sleep(0.2)
+    r = computed(client, "/api/traces/0000000000005a55/kernels/0/targets/cuda/sass")  # the line map, where the copy lacks it, is computed first
     assert r.status_code == 409 and "no nvdisasm here" in r.json()["detail"]
     page = client.get("/t/0000000000005a55/k/0/sass")
     assert page.status_code == 200 and 'id="sass-error"' in page.text and "pip install" in page.text
@@ -160,21 +147,21 @@ def test_without_nvdisasm_the_page_says_what_to_install(web_client, wino, monkey
     assert kernel.status_code == 200 and 'id="sass-note"' in kernel.text and 'id="sass-link"' not in kernel.text
 
 @needs_tools
-def test_the_cli_and_the_python_api(web_client, wino, tmp_path, capsys):
+def test_the_cli_and_the_python_api(web_client, traced, tmp_path, capsys):
   from explorer.api import Trace
   from explorer.cli.main import main
   from explorer.store import Store
   svc = web_client.app.state.services
-  trace = Trace(svc.store.get_trace(wino), svc.store.get_rewrites(wino) or b"", {"cuda": svc.store.get_rewrites(wino, "cuda") or b""})
-  got, api = trace.kernel(1).sass(), got_sass(web_client, wino, 1, "cuda")
+  trace = Trace(svc.store.get_trace(traced), svc.store.get_rewrites(traced) or b"", {"cuda": svc.store.get_rewrites(traced, "cuda") or b""})
+  got, api = trace.kernel(1).sass(), got_sass(web_client, traced, 1, "cuda")
   assert {k: v for k, v in got.items() if k not in ("lines", "line_uops")} == {k: v for k, v in api.items() if k not in ("lines", "line_uops")}
   with pytest.raises(ValueError, match="SASS is for cuda and ptx"): trace.kernel(1).sass("metal")
   bare = {**trace.data, "kernels": [{**k, "targets": {t: r for t, r in k["targets"].items() if t != "ptx"}} for k in trace.kernels]}
   with pytest.raises(LookupError, match="has no ptx record"): Trace(bare, trace.rewrites).kernel(1).sass("ptx")
   db = tmp_path / "cli.sqlite3"
-  Store(db).put_trace(wino, svc.store.get_trace(wino), svc.store.get_rewrites(wino))
-  assert main(["enrich", wino, "--db", str(db), "--sass", "--quiet"]) == 0
+  Store(db).put_trace(traced, svc.store.get_trace(traced), svc.store.get_rewrites(traced))
+  assert main(["enrich", traced, "--db", str(db), "--sass", "--quiet"]) == 0
   said = capsys.readouterr().out
   assert f"cuda kernel 1 {trace.kernels[1]['name']}: {got['count']} SASS instructions, peak {got['peak_live']} of {got['registers']}" in said
-  assert main(["enrich", wino, "--db", str(db), "--sass", "--target", "metal", "--quiet"]) == 2
+  assert main(["enrich", traced, "--db", str(db), "--sass", "--target", "metal", "--quiet"]) == 2
   assert "SASS is for cuda and ptx" in capsys.readouterr().err

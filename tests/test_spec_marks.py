@@ -14,7 +14,7 @@ def test_a_rand_program_passes_tinygrads_own_tensor_spec():
   tinygrad's: ok, while the same matcher over the graph as held rejects that AFTER."""
   code = r"""
 import json
-from explorer.tracing import adapter as tg
+from explorer.tracing import tg
 x, w = tg.Tensor.rand(1, 3, 8, 8), tg.Tensor.rand(4, 3, 3, 3)
 sink = tg.tensor_sink(x.conv2d(w).relu())
 print(json.dumps({"held": tg.spec_check([sink], "tensor"), "ours": tg.tensor_spec_check(sink)}))
@@ -44,11 +44,13 @@ def test_reduce_and_spec_rejected_nodes_are_drawn_apart():
   assert "tinygrad&#39;s spec rejects this UOp: UOp verification failed at 0 on Ops.LOAD" in svg  # its tooltip
 
 def test_a_stage_red_for_its_spec_says_which_uop_and_why():
+  from explorer.schema import upgrade
   from explorer.web.routes.common import ribbon
   bad = {"spec": "spec_tensor", "ok": False, "checked": 9, "violation_count": 2,
          "violations": [{"index": 3, "op": "AFTER", "dtype": "uint", "trace_num": 7, "message": "UOp verification failed at 3 on Ops.AFTER"}]}
-  trace = {"spec_checks": {"tensor_graph": bad, "kernel_graph": {"spec": "spec_kernel_graph", "ok": True}},
-           "kernels": [{"index": 0, "spec": {"ast": {**bad, "violation_count": 1}}}], "stage_seconds": {}}
+  trace = upgrade({"spec_checks": {"tensor_graph": bad, "kernel_graph": {"spec": "spec_kernel_graph", "ok": True}},  # as the store reads it
+                   "kernels": [{"index": 0, "spec": {"ast": {**bad, "violation_count": 1}}}], "stage_seconds": {}, "failures": [],
+                   "scheduler": None, "tensor_graph": None, "buffers": [], "totals": {}, "variant": {"targets": []}, "env": {"device": "CPU"}})
   rows = {r["key"]: r for r in ribbon(trace, "0123456789abcdef", "overview")}
   assert rows["tensor"]["state"] == "error" and rows["tensor"]["why"] == \
     "tinygrad's spec rejects this UOp: UOp verification failed at 3 on Ops.AFTER (and 1 more) [spec_tensor]"

@@ -1,8 +1,8 @@
-"""explorer/store.py: keys known before running, round trips, restarts, corrupt rows, the graph cache, threads."""
+"""explorer/store/: keys known before running, round trips, restarts, corrupt rows, the graph cache, threads."""
 import importlib.metadata, json, os, sqlite3, threading
 import pytest
 from explorer.spec import PRESETS, Variant
-from explorer.store import Store, StoreError, default_db_path, trace_key, trace_summary
+from explorer.store import Store, StoreError, default_db_path, trace_key, listing_fields
 
 def fake_trace(label: str = "1x3->16 32x32 k3 | direct opt=heuristic", status: str = "ok") -> dict:
   return {"spec": PRESETS["small"].to_dict(), "preset": "small", "variant": Variant().to_dict(), "label": label, "status": status,
@@ -29,7 +29,7 @@ def test_default_device_key_follows_dev():
 
 def test_key_follows_the_installed_tinygrad(monkeypatch, tmp_path):
   """Metadata is read once while the distribution it came from is installed, and again after an upgrade replaced it."""
-  from explorer import store
+  from explorer.store import keys as store
   k = trace_key(PRESETS["small"], Variant())
   def no_reads(name: str) -> None: raise AssertionError("package metadata read again")
   monkeypatch.setattr(importlib.metadata, "distribution", no_reads)
@@ -74,7 +74,7 @@ def test_recent_lists_newest_first_with_summary(tmp_path):
   assert [r["id"] for r in rows] == ["two", "one"]
   assert rows[0]["status"] == "error" and rows[1]["kernels"] == 1 and rows[1]["time_s"] == 1e-5
   assert len(s.recent(limit=1)) == 1
-  assert trace_summary(fake_trace())["device"] == "CPU"
+  assert listing_fields(fake_trace())["device"] == "CPU"
 
 def test_corrupt_row_is_rejected_clearly(tmp_path):
   path = tmp_path / "t.sqlite3"
@@ -178,3 +178,49 @@ def test_known_variants_keep_their_ids():
   env = {k: v for k, v in os.environ.items() if k != "DEV"}  # ids keyed with no DEV override
   got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, timeout=60).stdout)
   assert got == [i for _, i in KNOWN_IDS]
+
+OLD_JOB_TABLES = """
+CREATE TABLE jobs (id TEXT PRIMARY KEY, status TEXT NOT NULL, label TEXT NOT NULL, request TEXT NOT NULL, owner TEXT NOT NULL, error TEXT,
+  created REAL NOT NULL, started REAL, finished REAL);
+CREATE TABLE studies (id TEXT PRIMARY KEY, kind TEXT NOT NULL, label TEXT NOT NULL, status TEXT NOT NULL, request TEXT NOT NULL,
+  owner TEXT NOT NULL, result TEXT, error TEXT, created REAL NOT NULL, finished REAL);
+"""
+
+def test_a_file_with_the_old_job_and_study_tables_moves_them_into_tasks(tmp_path):
+  """A store written before the one tasks table (version 0: jobs and studies apart) opens with both in it, once, old tables gone."""
+  path = tmp_path / "old.sqlite3"
+  with sqlite3.connect(path) as c:
+    c.executescript(OLD_JOB_TABLES)
+    c.execute("INSERT INTO jobs VALUES ('j1', 'error', 'a trace', '{\"preset\": \"small\"}', 'h:1:1', 'stage run failed', 1.0, 2.0, 3.0)")
+    c.execute("INSERT INTO jobs VALUES ('j2', 'queued', 'queued', '{}', 'queue', NULL, 4.0, NULL, NULL)")
+    c.execute("INSERT INTO studies VALUES ('s1', 'fusion', 'fusion: wino8', 'done', '{\"presets\": [\"wino8\"]}', 'h:1:1', "
+              "'{\"cases\": [{\"rows\": [{\"trace_id\": \"t1\"}]}]}', NULL, 5.0, 6.0)")
+  s = Store(path)
+  job = s.get_task("trace", "j1")
+  assert (job["status"], job["label"], job["request"], job["error"], job["started"], job["finished"]) == \
+         ("error", "a trace", {"preset": "small"}, "stage run failed", 2.0, 3.0)
+  assert [r["id"] for r in s.unfinished_tasks("trace", "queue")] == ["j2"]
+  study = s.get_task("study", "s1", with_result=True)
+  assert study["request"] == {"presets": ["wino8"], "kind": "fusion"} and study["status"] == "done" and s.study_traces() == {"t1": "s1"}
+  assert s.get_task("study", "j1") is None and s.get_task("trace", "s1") is None
+  tables = {n for (n,) in s._conn().execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+  assert "tasks" in tables and not {"jobs", "studies"} & tables and s._conn().execute("PRAGMA user_version").fetchone()[0] == 1
+  s.close()
+  assert Store(path).get_task("trace", "j1")["status"] == "error"  # opened again: nothing moved twice
+
+def test_one_task_table_one_restart_rule(tmp_path):
+  """Every kind of task keeps its rows apart by kind; unfinished ones of a gone owner are marked interrupted, saying why; those left on
+  a job queue are taken back by a server that follows it (in the state its kind is accepted in)."""
+  s = Store(tmp_path / "t.sqlite3")
+  s.put_task("trace", "x", "a trace", {"preset": "small"}, "gone")
+  s.put_task("study", "x", "a study", {"kind": "fusion"}, "gone", "running")
+  s.put_task("enrichment", "e", "cuda target", {}, "alive")
+  assert s.get_task("study", "x")["started"] is not None and s.get_task("trace", "x")["started"] is None
+  assert s.interrupt_tasks("trace", lambda owner: owner == "gone", "stopped") == 1
+  assert s.get_task("trace", "x")["status"] == "interrupted" and s.get_task("study", "x")["status"] == "running"
+  assert s.reopen_tasks("trace", "gone", "stopped", "queued") == 1 and s.get_task("trace", "x")["error"] is None
+  s.task_started("trace", "x")
+  s.task_finished("trace", "x", "done")
+  assert s.get_task("trace", "x")["status"] == "done" and s.unfinished_tasks("trace", "gone") == []
+  s.put_trace("x", fake_trace(), b"blob")
+  assert s.delete_trace("x") and s.get_task("trace", "x") is None and s.get_task("study", "x") is not None

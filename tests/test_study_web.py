@@ -113,7 +113,7 @@ def test_a_study_outlives_its_server_as_interrupted(tmp_path):
   exported (only a finished study is)."""
   from fastapi.testclient import TestClient
   db = tmp_path / "s.sqlite3"
-  Store(db).put_study("0123456789ab", "constants", "constants: small", {"kind": "constants"}, f"{socket.gethostname()}:999999999:1")
+  Store(db).put_task("study", "0123456789ab", "constants: small", {"kind": "constants"}, f"{socket.gethostname()}:999999999:1", "running")
   with TestClient(app_over(str(db))) as client:
     s = client.get("/api/studies/0123456789ab").json()
     assert s["status"] == "interrupted" and "start it again" in s["error"]
@@ -173,13 +173,13 @@ def test_the_table_gives_exact_counts_a_verdict_against_the_threshold():
 
 def test_finished_studies_keep_their_results_in_the_store(tmp_path):
   store = Store(tmp_path / "s.sqlite3")
-  store.put_study("a", "fusion", "fusion: wino8", {"kind": "fusion"}, "h:1:1")
+  store.put_task("study", "a", "fusion: wino8", {"kind": "fusion"}, "h:1:1", "running")
   time.sleep(0.01)
-  store.put_study("b", "constants", "constants: small", {"kind": "constants"}, "h:1:1")
-  store.study_finished("a", "done", {"study": "fusion", "cases": []})
-  assert [s["id"] for s in store.recent_studies()] == ["b", "a"]
-  assert store.get_study("a")["result"] == {"study": "fusion", "cases": []} and store.get_study("b")["status"] == "running"
-  assert store.get_study("c") is None
+  store.put_task("study", "b", "constants: small", {"kind": "constants"}, "h:1:1", "running")
+  store.task_finished("study", "a", "done", result={"study": "fusion", "cases": []})
+  assert [s["id"] for s in store.recent_tasks("study")] == ["b", "a"]
+  assert store.get_task("study", "a", with_result=True)["result"] == {"study": "fusion", "cases": []}
+  assert store.get_task("study", "b")["status"] == "running" and store.get_task("study", "c") is None and store.get_task("trace", "a") is None
 
 def test_the_forms_interval_width_is_the_clis_default(web_client):
   from explorer.spec import STUDY_CI_WIDTH

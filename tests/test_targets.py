@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from explorer.tracing.compilers import occupancy, parse_ptxas
 from explorer.tracing.run import run_trace
 from explorer.spec import PRESETS, Variant
-from conftest import REPO, wait_done
+from conftest import REPO, computed, trace_of
 from support import WINO8_BUILTIN, app_over, shared_run
 from golden import plain_codegen as golden_codegen
 from golden.plain_codegen import CASE_VARIANTS, CASES
@@ -67,7 +67,7 @@ def test_the_opt_setting_reaches_every_target():
 
 BEAM_CHOICE = r"""
 import json
-from explorer.tracing import adapter as tg
+from explorer.tracing import tg
 from explorer.tracing.renders import _beam_choice
 x, w = tg.Tensor.empty(1, 2, 8, 8), tg.Tensor.empty(4, 2, 3, 3)
 ast = next(c.src[0] for c in x.conv2d(w, padding=1).schedule_linear().src if c.src[0].op is tg.Ops.SINK)
@@ -140,8 +140,7 @@ def test_bad_archs_are_refused(tmp_path):
 def test_the_kernel_page_switches_every_figure_to_the_target(tmp_path):
   app = app_over(str(tmp_path / "k.sqlite3"))
   with TestClient(app) as client:
-    trace_id = client.post("/api/traces", json={"preset": "small", "variant": {"targets": ["cuda", "metal"], "time": False}}).json()["id"]
-    assert wait_done(client, trace_id, 300)["status"] == "done"
+    trace_id = trace_of(client, {"preset": "small", "variant": {"targets": ["cuda", "metal"], "time": False}})
     trace = client.get(f"/api/traces/{trace_id}/raw").json()
     host, cuda = trace["kernels"][0]["targets"]["clang"], trace["kernels"][0]["targets"]["cuda"]
     assert host["local_size"] != cuda["local_size"]  # the issue's case: host 2x1x1 / none, CUDA 16x8 threads
@@ -174,8 +173,7 @@ def test_every_targets_codegen_steps_are_browsable(tmp_path):
   """Each target's codegen ran in its own process and kept its rewrite blob: its passes expand like the host's (codegen@T/...)."""
   app = app_over(str(tmp_path / "b.sqlite3"))
   with TestClient(app) as client:
-    trace_id = client.post("/api/traces", json={"preset": "small", "variant": {"targets": ["cuda", "metal"], "time": False}}).json()["id"]
-    assert wait_done(client, trace_id, 300)["status"] == "done"
+    trace_id = trace_of(client, {"preset": "small", "variant": {"targets": ["cuda", "metal"], "time": False}})
     for target in ("cuda", "metal"):
       rec = client.get(f"/api/traces/{trace_id}/kernels/0/targets/{target}").json()
       p = next(i for i, q in enumerate(rec["passes"]) if q["matches"])
@@ -198,8 +196,7 @@ def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path
   body = {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}}
   eager = json.loads(json.dumps(shared_run("wino8", True, **WINO8_BUILTIN).trace))  # metal among its targets; as the API serves it (no tuples)
   with TestClient(app) as client:  # a server stopped while it computes a kernel's record stores nothing of it
-    trace_id = client.post("/api/traces", json=body).json()["id"]
-    assert wait_done(client, trace_id, 300)["status"] == "done"
+    trace_id = trace_of(client, body)
     assert client.get(f"/api/traces/{trace_id}/kernels/1/targets/metal").status_code == 202
   app = app_over(str(tmp_path / "l.sqlite3"), background_workers=1)
   with TestClient(app) as client:  # restarted: it serves the trace, and the next view computes the record again
@@ -238,8 +235,7 @@ def test_a_local_trace_records_where_each_part_ran(tmp_path):
   body = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"targets": ["cuda"], "repeats": 2}}
   here = f"{os.getpid()}@{socket.gethostname()}"
   with TestClient(app) as client:
-    trace_id = client.post("/api/traces", json=body).json()["id"]
-    assert wait_done(client, trace_id, 300)["status"] == "done"
+    trace_id = trace_of(client, body)
     ran_on = client.get(f"/api/traces/{trace_id}").json()["env"]["ran_on"]
     assert ran_on == {"worker": None, "host": socket.gethostname(), "pid": os.getpid(), "by": here, "stages": dict.fromkeys(STAGES, here)}
     assert f"ran on <b>{here}</b></span>" in client.get(f"/t/{trace_id}").text
@@ -248,11 +244,7 @@ def test_a_local_trace_records_where_each_part_ran(tmp_path):
     assert f"ran on <b>{here}</b> (every stage, Metal target)</span>" in client.get(f"/t/{trace_id}").text
 
 def wait_for_target(client, url: str, timeout_s: float = 300) -> dict:
-  import time
-  deadline = time.monotonic() + timeout_s
-  while (r := client.get(url)).status_code == 202:
-    assert r.json()["status"] in ("queued", "running") and time.monotonic() < deadline, r.json()
-    time.sleep(0.5)
+  r = computed(client, url, timeout_s, lambda answer: answer["status"] in ("queued", "running"))
   assert r.status_code == 200, r.text
   return r.json()
 
@@ -308,7 +300,7 @@ def test_spec_checks_run_on_every_stage_and_keep_every_violation(tmp_path):
   assert all(k["spec"]["ast"]["ok"] and k["targets"][k["host_target"]]["spec"]["ok"] and k["targets"]["cuda"]["spec"]["ok"] for k in trace["kernels"])
   assert all(c["checked"] > 0 for c in trace["spec_checks"].values())
   check = r"""
-from explorer.tracing import adapter as tg
+from explorer.tracing import tg
 from tinygrad.uop.ops import UOp, Ops
 bad = UOp(Ops.ADD, tg.dtypes.float, (UOp(Ops.CONST, tg.dtypes.int, arg=1), UOp(Ops.CONST, tg.dtypes.float, arg=2.0)))
 import json; print(json.dumps(tg.spec_check([bad.sink()], "program")))

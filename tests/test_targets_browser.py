@@ -6,11 +6,7 @@ import httpx
 import pytest
 from conftest import ARTIFACTS, needs_chromium, trace_on, wait_graphs
 
-pytestmark = [pytest.mark.browser, needs_chromium]
-
-@pytest.fixture(scope="module")
-def traced(live_server) -> str:
-  return trace_on(live_server, {"preset": "small", "variant": {"targets": ["cuda"], "time": False}})
+pytestmark = [pytest.mark.browser, needs_chromium, pytest.mark.traces({"preset": "small", "variant": {"targets": ["cuda"], "time": False}})]
 
 def test_the_switcher_turns_the_page_to_the_target(live_server, traced, page, errors):
   page.goto(f"{live_server}/t/{traced}/k/0")

@@ -6,15 +6,13 @@ import re, subprocess, sys, textwrap
 import pytest
 from explorer.store import Store
 from explorer.web.routes import tours
-from conftest import REPO, wait_done
+from conftest import REPO, trace_of, wait_done
 
 @pytest.fixture(scope="module")
 def pair(web_client) -> dict:
   """The built-in "winograd" tour started the way the home page's button does: one POST, then a redirect to the tour. Its Winograd side
   was traced first as the home page's form traces it (default targets): the tour reuses it."""
-  r = web_client.post("/api/traces", json={"preset": "small", "variant": {"algo": "winograd"}})
-  assert r.status_code in (200, 202), r.text
-  stored = wait_done(web_client, r.json()["id"])["id"]
+  stored = trace_of(web_client, {"preset": "small", "variant": {"algo": "winograd"}})
   r = web_client.post("/tours/winograd", follow_redirects=False)
   assert r.status_code == 303, r.text
   url = r.headers["location"]
@@ -189,7 +187,7 @@ def test_tour_pages_never_import_tinygrad(web_db, pair):
       for url in ("/t/{pair['b']}/tour?step=k1-source", "{pair['url']}&step=compare", "/api/traces/{pair['b']}/tour", "/api/tours", "/glossary",
                   "/api/traces/{pair['b']}/annotations"):
         assert c.get(url).status_code == 200, url
-    assert "tinygrad" not in sys.modules and "explorer.tracing.adapter" not in sys.modules, "the server imported tinygrad"
+    assert "tinygrad" not in sys.modules and "explorer.tracing.tg" not in sys.modules, "the server imported tinygrad"
     print("ok")
   """)
   r = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -83,7 +83,7 @@ print(json.dumps({ansistrip(p.arg.name): next(s.arg for s in p.src if s.op is Op
 def test_fidelity_sources_are_what_tinygrad_compiles(algo, direct, wino):
   """Plain tinygrad (no tracking, its own realize) compiles exactly the kernels and sources the trace shows for the host."""
   trace = direct if algo == "direct" else wino
-  plain_env = {k: v for k, v in os.environ.items() if k not in ("VIZ", "TRACK_MATCH_STATS")}  # importing the adapter here set them
+  plain_env = {k: v for k, v in os.environ.items() if k not in ("VIZ", "TRACK_MATCH_STATS")}  # importing explorer.tracing.tg here set them
   out = subprocess.run([sys.executable, "-c", FIDELITY_SCRIPT, json.dumps(trace["spec"]), str(int(algo == "winograd"))],
                        capture_output=True, text=True, check=True, timeout=300, env=plain_env)
   plain = json.loads(out.stdout.strip().splitlines()[-1])

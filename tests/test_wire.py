@@ -95,7 +95,7 @@ def test_blobs_load_as_data_alone(tmp_path):
   marker = tmp_path / "ran"
   code = f"""
 import pathlib, pickle, zlib
-from explorer.tracing import adapter as tg
+from explorer.tracing import tg
 from explorer.tracing.trace import capture
 from explorer.spec import ConvSpec, Variant
 from tinygrad.uop import ops
@@ -347,7 +347,7 @@ def test_one_client_never_holds_every_worker(tmp_path):
 
 def test_a_bug_answers_one_line_of_json(tmp_path):
   app = app_over(str(tmp_path / "e.sqlite3"))
-  app.state.services.store.put_trace("badc0ffee0000000", {"spec": None, "label": "x", "kernels": "not a list", "env": {}}, b"")  # a bug's stand-in
+  app.state.services.store.put_trace("badc0ffee0000000", {"spec": None, "label": "x", "kernels": ["not a kernel"], "env": {}}, b"")  # a bug's stand-in
   with TestClient(app, raise_server_exceptions=False) as client:
     r = client.get("/api/traces/badc0ffee0000000")
     assert r.status_code == 500 and r.headers["content-type"] == "application/json", r.text

@@ -13,9 +13,10 @@ No tinygrad here: what needs it runs in a fresh worker (explorer.analysis.diff_w
 from __future__ import annotations
 import difflib, hashlib, statistics
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, Mapping
 from explorer import stats
 from explorer.analysis import memory
+from explorer.schema import Buffer, CompileFacts, Kernel, ScheduleRow, Trace, target_record
 from explorer.tracing.workers import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
 
 CHAIN = ("xhat", "ghat", "mhat", "out")
@@ -31,13 +32,13 @@ def _and(xs: list[str]) -> str: return xs[0] if len(xs) == 1 else ", ".join(xs[:
 
 class Side:
   """A trace's kernels and buffers, indexed for matching."""
-  def __init__(self, trace: dict):
-    self.trace, self.kernels, self.buffers, self.sched = trace, trace.get("kernels", []), trace.get("buffers", []), trace.get("schedule", [])
+  def __init__(self, trace: Trace):
+    self.trace, self.kernels, self.buffers, self.sched = trace, trace["kernels"], trace["buffers"], trace["schedule"]
 
-  def writers(self, b: dict) -> list[dict]: return [self.sched[i] for i in b["written_by"]]
-  def readers(self, b: dict) -> list[dict]: return [self.sched[i] for i in b["read_by"]]
+  def writers(self, b: Buffer) -> list[ScheduleRow]: return [self.sched[i] for i in b["written_by"]]
+  def readers(self, b: Buffer) -> list[ScheduleRow]: return [self.sched[i] for i in b["read_by"]]
 
-  def upstream(self, k: dict) -> frozenset[str]:
+  def upstream(self, k: Kernel) -> frozenset[str]:
     """Where a kernel's reads come from: the roles of external buffers, the stages of the kernels that wrote the others."""
     out: set[str] = set()
     for i in k["reads"]:
@@ -47,8 +48,8 @@ class Side:
         if s["kind"] == "kernel" and s["kernel"] is not None: out |= {f"from:{p}" for p in role_parts(self.kernels[s["kernel"]]["role"])}
     return frozenset(out)
 
-  def written_roles(self, k: dict) -> frozenset[str]: return frozenset(self.buffers[i]["role"] for i in k["writes"])
-  def written_bytes(self, k: dict) -> int: return sum(self.buffers[i]["nbytes"] for i in k["writes"])
+  def written_roles(self, k: Kernel) -> frozenset[str]: return frozenset(self.buffers[i]["role"] for i in k["writes"])
+  def written_bytes(self, k: Kernel) -> int: return sum(self.buffers[i]["nbytes"] for i in k["writes"])
 
   def copy_bytes(self) -> int: return sum(self.buffers[i]["nbytes"] for s in self.sched if s["kind"] == "copy" for i in s["writes"])
 
@@ -62,7 +63,7 @@ def match_kernels(sa: Side, sb: Side) -> list[tuple[list[int], list[int]]]:
   """Groups of (A kernel indices, B kernel indices): pairs covering the same stages first, then groups of overlapping stages."""
   groups: list[tuple[list[int], list[int]]] = []
   left_a, left_b = set(range(len(sa.kernels))), set(range(len(sb.kernels)))
-  by_parts: dict[frozenset, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+  by_parts: dict[frozenset[str], tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
   for i, k in enumerate(sa.kernels): by_parts[role_parts(k["role"])][0].append(i)
   for j, k in enumerate(sb.kernels): by_parts[role_parts(k["role"])][1].append(j)
   flow_a = [(sa.upstream(k), sa.written_roles(k), sa.written_bytes(k)) for k in sa.kernels]  # once per kernel: a big program pairs
@@ -87,10 +88,10 @@ def match_kernels(sa: Side, sb: Side) -> list[tuple[list[int], list[int]]]:
     return (min((sa.kernels[i]["call"] for i in g[0]), default=float("inf")), min((sb.kernels[j]["call"] for j in g[1]), default=float("inf")))
   return sorted(((sorted(a, key=lambda i: sa.kernels[i]["call"]), sorted(b, key=lambda j: sb.kernels[j]["call"])) for a, b in groups), key=order)
 
-def relation_label(group: dict) -> str:
+def relation_label(group: Mapping[str, Any]) -> str:
   """How a matched group reads: "same" only for kernels whose figures and code are identical; same roles with other code read
   "same role, changed"."""
-  if group["relation"] != "same": return group["relation"]
+  if (relation := str(group["relation"])) != "same": return relation
   return "identical" if group["identical"] else "same role, changed"
 
 def _relation(ra: list[str], rb: list[str]) -> tuple[str, str | None, str]:
@@ -110,41 +111,47 @@ def _relation(ra: list[str], rb: list[str]) -> tuple[str, str | None, str]:
 
 # ***** per group: metrics, sources, graphs *****
 
-def _on(k: dict, target: str) -> dict:
+def _on(k: Kernel, target: str) -> dict[str, Any]:
   """The kernel as `target` made it (its per-target record, trace schema 2), else its host fields."""
-  return {**k, **rec} if (rec := (k.get("targets") or {}).get(target)) is not None else k
+  return {**k, **rec} if (rec := target_record(k, target)) is not None else {**k}
 
-def _metrics(ks: list[dict], target: str = "host") -> dict:
+def _facts(k: Kernel, target: str) -> CompileFacts | None:
+  """The kernel's compile facts on `target`: None where it has no record there, or the record none."""
+  return None if (rec := target_record(k, target)) is None else rec["compile"]
+
+def _metrics(ks: list[Kernel], target: str = "host") -> dict[str, Any]:
   """A group's figures on `target`: uops, FLOPs, bytes and op counts summed; the highest peak of live values; from its compile facts
   (where a compiler ran) the most registers any kernel uses, the spill bytes summed and the lowest occupancy; the host's measured time."""
   recs = [_on(k, target) for k in ks]
-  m: dict[str, Any] = {k: sum(x.get(k) or 0 for x in recs) for k in SCALAR_KEYS}
-  ops: Counter = Counter()
+  m: dict[str, Any] = {k: sum(x[k] for x in recs) for k in SCALAR_KEYS}
+  ops: Counter[str] = Counter()
   for x in recs: ops.update({k: v for k, v in x["ops"].items() if k in OP_KEYS or k.startswith("op:")})
   m.update({k: ops.get(k, 0) for k in OP_KEYS}, **{k: v for k, v in sorted(ops.items()) if k.startswith("op:")})
-  facts = [x.get("compile") or {} for x in recs]
-  have = lambda key: all(f.get(key) is not None for f in facts) and bool(facts)
-  m["registers"] = max(f["registers"] for f in facts) if have("registers") else None
-  m["spill_bytes"] = sum(f["spill_store_bytes"] + f["spill_load_bytes"] for f in facts) if have("registers") else None
-  m["occupancy"] = min(f["occupancy"]["occupancy"] for f in facts) if have("occupancy") else None
-  sass = [f["sass"] for f in facts if f.get("sass")]
-  whole = bool(facts) and len(sass) == len(facts)  # SASS figures where every kernel of the group has its SASS (CUDA, PTX)
-  m["sass_instructions"] = sum(x["count"] for x in sass) if whole else None
-  m["sass_peak_live"] = max((x["peak_live"] or 0) for x in sass) if whole else None
-  m["sass_spills"] = sum(x["spills"] for x in sass) if whole else None
-  peaks: list[int] = [p for x in recs if (p := (x.get("pressure") or {}).get("max_live")) is not None]
+  facts = [f for k in ks if (f := _facts(k, target)) is not None]
+  def every(xs: list[Any]) -> bool: return bool(ks) and len(xs) == len(ks)  # a figure every kernel of the group has
+  registers = [r for f in facts if (r := f.get("registers")) is not None]  # compile facts' fields: absent where no compiler ran
+  m["registers"] = max(registers) if every(registers) else None
+  m["spill_bytes"] = sum((f.get("spill_store_bytes") or 0) + (f.get("spill_load_bytes") or 0) for f in facts) if every(registers) else None
+  occupancy = [o["occupancy"] for f in facts if (o := f.get("occupancy")) is not None]
+  m["occupancy"] = min(occupancy) if every(occupancy) else None
+  sass = [got for f in facts if (got := f.get("sass"))]
+  whole = every(sass)  # SASS figures where every kernel of the group has its SASS (CUDA, PTX)
+  m["sass_instructions"] = sum(s["count"] for s in sass) if whole else None
+  m["sass_peak_live"] = max((s["peak_live"] or 0) for s in sass) if whole else None
+  m["sass_spills"] = sum(s["spills"] for s in sass) if whole else None
+  peaks = [p["max_live"] for k in ks if (rec := target_record(k, target)) is not None and (p := rec.get("pressure")) is not None]
   m["max_live"] = max(peaks) if peaks and len(peaks) == len(recs) else None  # the group's highest register pressure (trace schema 2)
-  times = [x["time_s"]["median"] for x in ks if x.get("time_s")]
+  times = [t["median"] for x in ks if (t := x["time_s"])]
   m["time_s"] = sum(times) if times and len(times) == len(ks) else None
   return m
 
-def metric_delta(a: dict, b: dict) -> dict:
+def metric_delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
   """b - a per figure; a figure one side lacks (no compile facts, no timing) has no delta."""
   keys = list(dict.fromkeys([*a, *b]))
   return {k: (b.get(k, 0) if k.startswith("op:") else b[k]) - (a.get(k, 0) if k.startswith("op:") else a[k])
           for k in keys if k.startswith("op:") or (a.get(k) is not None and b.get(k) is not None)}
 
-def source_rows(a: str, b: str) -> list[dict]:
+def source_rows(a: str, b: str) -> list[dict[str, Any]]:
   """Aligned rows for a side-by-side view: {a, b, kind: same|changed|a_only|b_only, a_no, b_no} (1-based line numbers)."""
   al, bl = a.splitlines(), b.splitlines()
   rows = []
@@ -157,17 +164,17 @@ def source_rows(a: str, b: str) -> list[dict]:
                    "a_no": i + 1 if ina else None, "b_no": j + 1 if inb else None})
   return rows
 
-def _group_source(ks: list[dict], target: str) -> tuple[str, list[dict]]:
+def _group_source(ks: list[Kernel], target: str) -> tuple[str, list[dict[str, Any]]]:
   """The sources of a group's kernels joined by a blank line, and where each kernel starts (1-based line)."""
   parts, line, texts = [], 1, []
   for k in ks:
-    text = k["sources"].get(target, "")
+    text = k["sources"].get(target, "")  # a target's source, where it rendered
     parts.append({"kernel": k["index"], "name": k["name"], "first_line": line, "lines": len(text.splitlines())})
     texts.append(text.rstrip("\n"))
     line += len(text.splitlines()) + 1
   return "\n\n".join(texts), parts
 
-def _source_diff(ka: list[dict], kb: list[dict], target: str) -> dict:
+def _source_diff(ka: list[Kernel], kb: list[Kernel], target: str) -> dict[str, Any]:
   note = None
   if not all(target in k["sources"] for k in ka + kb):
     missing = sorted({k["name"] for k in ka + kb if target not in k["sources"]})
@@ -176,7 +183,7 @@ def _source_diff(ka: list[dict], kb: list[dict], target: str) -> dict:
   rows = source_rows(a, b)
   return {"target": target, "note": note, "rows": rows, "counts": dict(Counter(r["kind"] for r in rows)), "a_parts": pa, "b_parts": pb}
 
-def node_signatures(graph: dict) -> dict[str, str]:
+def node_signatures(graph: dict[str, Any]) -> dict[str, str]:
   """Canonical signature per node: its label (kernel names dropped) and the multiset of its inputs' signatures."""
   ins: dict[str, list[str]] = defaultdict(list)
   for e in graph["edges"]: ins[e["dst"]].append(e["src"])
@@ -198,10 +205,10 @@ def _topo(labels: dict[str, str], ins: dict[str, list[str]]) -> list[str]:
       stack += [(s, False) for s in ins[n] if s not in done]
   return order
 
-def graph_diff(ga: list[dict], gb: list[dict]) -> dict:
+def graph_diff(ga: list[dict[str, Any]], gb: list[dict[str, Any]]) -> dict[str, Any]:
   """Nodes (by canonical signature, as multisets) only in A's kernel graphs and only in B's. A changed leaf changes every node
   above it; `frontier` lists the differing nodes whose inputs all exist on both sides: where the change starts."""
-  def side(gs: list[dict]) -> tuple[Counter, list[tuple[str, dict, list[str]]]]:
+  def side(gs: list[dict[str, Any]]) -> tuple[Counter[str], list[tuple[str, dict[str, Any], list[str]]]]:
     nodes = []
     for g in gs:
       sig, ins = node_signatures(g), defaultdict(list)
@@ -210,7 +217,7 @@ def graph_diff(ga: list[dict], gb: list[dict]) -> dict:
     return Counter(s for s, _, _ in nodes), nodes
   (ca, na), (cb, nb) = side(ga), side(gb)
   common = ca & cb
-  def only(c: Counter, nodes: list, other: Counter) -> list[dict]:
+  def only(c: Counter[str], nodes: list[tuple[str, dict[str, Any], list[str]]], other: Counter[str]) -> list[dict[str, Any]]:
     extra, out = c - other, []
     for s, n, in_sigs in reversed(nodes):  # the excess copies of a signature: the last ones seen
       if extra[s] > 0:
@@ -231,16 +238,16 @@ def _who(side: Side, si: int, groups_of: dict[int, int], reading: bool) -> list[
   # a copy reads it: it is for whoever reads the copy's destination
   return [f"{s['kind']}>{w}" for o in s["writes"] for r in side.buffers[o]["read_by"] for w in _who(side, r, groups_of, True)]
 
-def _buffer_key(side: Side, b: dict, groups_of: dict[int, int]) -> tuple:
+def _buffer_key(side: Side, b: Buffer, groups_of: dict[int, int]) -> tuple[Any, ...]:
   if b["role"] in ("input", "weight", "output"): return (b["role"],)
   writers = sorted({w for i in b["written_by"] for w in _who(side, i, groups_of, False)})
   readers = sorted({w for i in b["read_by"] for w in _who(side, i, groups_of, True)})
   return (b["role"], tuple(writers), tuple(readers))
 
-def _buffer_info(side: Side, b: dict) -> dict:
+def _buffer_info(side: Side, b: Buffer) -> dict[str, Any]:
   def names(idx: list[int]) -> list[str]:  # a kernel's role (from the schedule: a failed trace may not have built every kernel)
     return [side.sched[i].get("role") or "kernel" if side.sched[i]["kind"] == "kernel" else side.sched[i]["kind"] for i in idx]
-  def final_readers(bb: dict) -> list[str]:  # through copies: the kernels that read what the copies write
+  def final_readers(bb: Buffer) -> list[str]:  # through copies: the kernels that read what the copies write
     return [n for i in bb["read_by"] for n in (names([i]) if side.sched[i]["kind"] == "kernel" else
                                                  [x for o in side.sched[i]["writes"] for x in final_readers(side.buffers[o])])]
   w, r = names(b["written_by"]), names(b["read_by"])
@@ -250,8 +257,8 @@ def _buffer_info(side: Side, b: dict) -> dict:
   return {"index": b["index"], "name": b["name"], "role": b["role"], "what": what, "nbytes": b["nbytes"], "numel": b["numel"],
           "dtype": b["dtype"], "device": b["device"], "written_by": w, "read_by": r}
 
-def match_buffers(sa: Side, sb: Side, ga: dict[int, int], gb: dict[int, int]) -> dict:
-  keyed: dict[tuple, tuple[list[dict], list[dict]]] = defaultdict(lambda: ([], []))
+def match_buffers(sa: Side, sb: Side, ga: dict[int, int], gb: dict[int, int]) -> dict[str, Any]:
+  keyed: dict[tuple[Any, ...], tuple[list[Buffer], list[Buffer]]] = defaultdict(lambda: ([], []))
   for b in sa.buffers: keyed[_buffer_key(sa, b, ga)][0].append(b)
   for b in sb.buffers: keyed[_buffer_key(sb, b, gb)][1].append(b)
   matched, only_a, only_b = [], [], []
@@ -266,22 +273,22 @@ def match_buffers(sa: Side, sb: Side, ga: dict[int, int], gb: dict[int, int]) ->
 
 # ***** the diff *****
 
-def _totals(side: Side) -> dict:
+def _totals(side: Side) -> dict[str, Any]:
   t, ks = side.trace, side.kernels
   kb, cb = sum(k["bytes"] for k in ks), side.copy_bytes()
   return {"kernels": len(ks), "copies": sum(1 for s in side.sched if s["kind"] == "copy"), "buffers": len(side.buffers),
           "buffer_bytes": sum(b["nbytes"] for b in side.buffers), "flops": sum(k["flops"] for k in ks), "kernel_bytes": kb, "copy_bytes": cb,
           "bytes_moved": kb + cb, "ast_uops": sum(k["ast_uops"] for k in ks), "linear_uops": sum(k["linear_uops"] for k in ks),
-          "stage_counts": (t.get("scheduler") or {}).get("stage_counts")}
+          "stage_counts": t["scheduler"].get("stage_counts") if t["scheduler"] is not None else None}
 
-def _about(t: dict) -> dict:
-  return {"label": t.get("label"), "status": t.get("status"), "spec": t.get("spec"), "variant": t.get("variant"), "device": t["env"]["device"],
-          "host": t["env"].get("host"), "tinygrad": t["env"].get("tinygrad"), "error": t.get("error"), "failures": t.get("failures", [])}
+def _about(t: Trace) -> dict[str, Any]:
+  return {"label": t["label"], "status": t["status"], "spec": t["spec"], "variant": t["variant"], "device": t["env"]["device"],
+          "host": t["env"]["host"], "tinygrad": t["env"]["tinygrad"], "error": t["error"], "failures": t["failures"]}
 
-def _kref(k: dict) -> dict: return {"index": k["index"], "call": k["call"], "name": k["name"], "role": k["role"], "notes": k.get("notes", [])}
+def _kref(k: Kernel) -> dict[str, Any]: return {"index": k["index"], "call": k["call"], "name": k["name"], "role": k["role"], "notes": k["notes"]}
 
-def diff_traces(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda",
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+def diff_traces(a: Trace, b: Trace, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda",
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
   """The structural diff of two traces (JSON-ready). With both rewrite blobs, each group also gets a UOp graph diff (in a worker)."""
   sa, sb = Side(a), Side(b)
   groups = match_kernels(sa, sb)
@@ -301,20 +308,20 @@ def diff_traces(a: dict, b: dict, a_rewrites: bytes | None = None, b_rewrites: b
   if a_rewrites is not None and b_rewrites is not None: _attach_graphs(out_groups, sa, sb, a_rewrites, b_rewrites, timeout_s, notes)
   else: notes.append("no rewrite blobs: no structural graph diff")
   ta, tb = _totals(sa), _totals(sb)
-  return {"a": _about(a), "b": _about(b), "target": target, "specs_match": a.get("spec") == b.get("spec"),
-          "variant_changes": {k: [v, (b.get("variant") or {}).get(k)] for k, v in (a.get("variant") or {}).items()
-                              if k not in NOT_SCHEDULE and (b.get("variant") or {}).get(k) != v},
+  vb: dict[str, Any] = {**b["variant"]}
+  return {"a": _about(a), "b": _about(b), "target": target, "specs_match": a["spec"] == b["spec"],
+          "variant_changes": {k: [v, vb.get(k)] for k, v in a["variant"].items() if k not in NOT_SCHEDULE and vb.get(k) != v},
           "groups": out_groups, "kernel_group": {"a": [ga[i] for i in range(len(sa.kernels))], "b": [gb[j] for j in range(len(sb.kernels))]},
           "fusions": [g["describe"] for g in out_groups if g["relation"] in ("fused", "folded", "regrouped")],
           "buffers": match_buffers(sa, sb, ga, gb), "totals": {"a": ta, "b": tb, "delta": _totals_delta(ta, tb)},
           "memory": memory.compare(a, b), "sass": sass_mixes(sa.kernels, sb.kernels, target), "timing": None, "numerics": None, "notes": notes}
 
-def sass_mixes(ka: list[dict], kb: list[dict], target: str) -> dict | None:
+def sass_mixes(ka: list[Kernel], kb: list[Kernel], target: str) -> dict[str, Any] | None:
   """Both sides' SASS on `target` summed over their kernels: instructions, the highest peak of live registers, spill instructions and
   the instruction mix side by side (most first); None unless every kernel of both sides has its SASS."""
-  sides = []
+  sides: list[dict[str, Any]] = []
   for ks in (ka, kb):
-    got = [x for k in ks if (x := ((_on(k, target).get("compile") or {}).get("sass")))]
+    got = [x for k in ks if (f := _facts(k, target)) is not None and (x := f.get("sass"))]
     if not ks or len(got) != len(ks): return None
     sides.append({"count": sum(x["count"] for x in got), "peak_live": max((x["peak_live"] or 0) for x in got),
                   "spills": sum(x["spills"] for x in got), "mix": sum((Counter(x["mix"]) for x in got), Counter())})
@@ -322,9 +329,10 @@ def sass_mixes(ka: list[dict], kb: list[dict], target: str) -> dict | None:
   ops = sorted(set(ma) | set(mb), key=lambda o: (-max(ma[o], mb[o]), o))
   return {"a": sides[0], "b": sides[1], "mix": [{"op": o, "a": ma[o], "b": mb[o]} for o in ops]}
 
-def _totals_delta(ta: dict, tb: dict) -> dict: return {k: tb[k] - ta[k] for k, v in ta.items() if isinstance(v, (int, float))}
+def _totals_delta(ta: dict[str, Any], tb: dict[str, Any]) -> dict[str, Any]:
+  return {k: tb[k] - ta[k] for k, v in ta.items() if isinstance(v, (int, float))}
 
-def _attach_graphs(groups: list[dict], sa: Side, sb: Side, a_blob: bytes, b_blob: bytes, timeout_s: float, notes: list[str]) -> None:
+def _attach_graphs(groups: list[dict[str, Any]], sa: Side, sb: Side, a_blob: bytes, b_blob: bytes, timeout_s: float, notes: list[str]) -> None:
   a_sinks, b_sinks = [k["ast_sink"] for k in sa.kernels], [k["ast_sink"] for k in sb.kernels]
   try:
     (gra, grb), _ = call_in_worker("explorer.analysis.diff_worker:kernel_graphs", {"a_blob": a_blob, "b_blob": b_blob, "a_sinks": a_sinks,
@@ -337,7 +345,7 @@ def _attach_graphs(groups: list[dict], sa: Side, sb: Side, a_blob: bytes, b_blob
 
 # ***** measured: timing and outputs, each in one worker *****
 
-def comparable(a: dict, b: dict) -> str | None:
+def comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
   """Why the two cannot be timed or run against each other here (rebuilt from their specs, on one device), or None."""
   if a.get("spec") is None or b.get("spec") is None:
     return "a captured program cannot be rebuilt here: time it when capturing it (capture(time=True), or trace --script without --no-time)"
@@ -345,7 +353,7 @@ def comparable(a: dict, b: dict) -> str | None:
   da, db = (a.get("env") or {}).get("device"), (b.get("env") or {}).get("device")
   return f"they ran on different devices ({da} and {db})" if da != db else None
 
-def _variant_on(t: dict) -> dict: return {**t["variant"], "device": t["env"]["device"]}
+def _variant_on(t: Mapping[str, Any]) -> dict[str, Any]: return {**t["variant"], "device": t["env"]["device"]}
 
 def _quantile(xs: list[float], q: float) -> float:
   xs = sorted(xs)
@@ -353,15 +361,15 @@ def _quantile(xs: list[float], q: float) -> float:
   lo = int(pos)
   return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (pos - lo)
 
-def ratio_stats(a: list[float], b: list[float]) -> dict:
+def ratio_stats(a: list[float], b: list[float]) -> dict[str, Any]:
   """B/A repeat by repeat (an interleaved repeat runs both): the median ratio with its quartiles and range."""
   rs = [y / x for x, y in zip(a, b) if x > 0]
   if not rs: return {"n": 0}
   q1, q3 = _quantile(rs, 0.25), _quantile(rs, 0.75)
   return {"median": statistics.median(rs), "q1": q1, "q3": q3, "iqr": q3 - q1, "min": min(rs), "max": max(rs), "n": len(rs)}
 
-def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmup: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S,
-                          progress: Any = None) -> dict:
+def remeasure_interleaved(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any], repeats: int = 20, warmup: int = 3,
+                          timeout_s: float = DEFAULT_TIMEOUT_S, progress: Any = None) -> dict[str, Any]:
   """Time A and B interleaved (A, B, B, A...) in one fresh worker, tracking off; the ratio B/A with its spread.
   progress(stage, status, detail) hears the worker: compiling each variant, waiting for the device, the repeats."""
   if (why := comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not timed: {why}"}
@@ -376,7 +384,8 @@ def remeasure_interleaved(a_trace: dict, b_trace: dict, repeats: int = 20, warmu
          "repeats": repeats, "a_total_s": ra["total_s"], "b_total_s": rb["total_s"], "ratio": ratio, "ratio_of_medians": mb / ma if ma > 0 else None}
   return {**out, "verdict": time_verdict(out)}
 
-def compare_outputs(a_trace: dict, b_trace: dict, timeout_s: float = DEFAULT_TIMEOUT_S, progress: Any = None) -> dict:
+def compare_outputs(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any], timeout_s: float = DEFAULT_TIMEOUT_S,
+                    progress: Any = None) -> dict[str, Any]:
   """Both variants run on the traces' seeded inputs in one worker: how far apart their outputs are."""
   if (why := comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not compared: {why}"}
   try:
@@ -387,9 +396,9 @@ def compare_outputs(a_trace: dict, b_trace: dict, timeout_s: float = DEFAULT_TIM
 
 DIFF_STEPS = ("structure", "timing", "outputs")
 
-def full_diff(a: dict, b: dict, a_blobs: dict[str, bytes] | None = None, b_blobs: dict[str, bytes] | None = None, target: str = "cuda",
+def full_diff(a: Trace, b: Trace, a_blobs: dict[str, bytes] | None = None, b_blobs: dict[str, bytes] | None = None, target: str = "cuda",
               time: bool = True, repeats: int = 20, warmup: int = 3, numerics: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
-              progress: Any = None) -> dict:
+              progress: Any = None) -> dict[str, Any]:
   """diff_traces, plus the interleaved timing and the output comparison; progress hears of each of DIFF_STEPS (done or skipped).
   a_blobs, b_blobs: each side's rewrite blobs by key ("" the host's; TraceResult.blobs). The target's analyses (peak live values) and
   compile facts (registers) are computed first where a side lacks them and keeps the blob they are computed from
@@ -398,8 +407,8 @@ def full_diff(a: dict, b: dict, a_blobs: dict[str, bytes] | None = None, b_blobs
   step = progress or (lambda stage, status, detail: None)
   step("structure", "start", f"{target} analyses and compile facts where missing, kernels matched, graphs rebuilt in a worker")
   a_blobs, b_blobs = a_blobs or {}, b_blobs or {}
-  a, b = (add_analysis(t, blobs, [target], timeout_s=timeout_s) for t, blobs in ((a, a_blobs), (b, b_blobs)))
-  a, b = (add_facts(t, [target], timeout_s=timeout_s) for t in (a, b))
+  analysed = [add_analysis(t, blobs, [target], timeout_s=timeout_s) for t, blobs in ((a, a_blobs), (b, b_blobs))]
+  a, b = (add_facts(t, [target], timeout_s=timeout_s) for t in analysed)
   d = diff_traces(a, b, a_blobs.get(""), b_blobs.get(""), target, timeout_s)
   step("structure", "done", f"{len(d['groups'])} groups")
   step("timing", "start" if time else "skipped", f"A and B interleaved, {warmup} warmup + {repeats} repeats" if time else "")
@@ -420,7 +429,7 @@ def _si_bytes(x: float) -> str:
   from explorer.text import fmt_bytes
   return fmt_bytes(x)  # binary units, as the pages write them
 
-def verdict(d: dict, timing: dict | None = None) -> str:
+def verdict(d: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
   """The diff in one line, B against A, what a reader wants first: bytes moved, FLOPs, peak live values and registers (the most any kernel
   of a side needs), and, once measured, the time ratio with its 95% interval."""
   from explorer.text import fmt_bytes, si
@@ -436,21 +445,21 @@ def verdict(d: dict, timing: dict | None = None) -> str:
   if timing_text := time_verdict(timing): parts.append(timing_text)
   return f"{who}: {', '.join(parts)}"
 
-def time_verdict(t: dict | None) -> str | None:
+def time_verdict(t: Mapping[str, Any] | None) -> str | None:
   """B's time against A's in words: "2.20x slower (95% interval 2.17-2.22)"."""
   if not t or not t.get("compared") or not (r := t.get("ratio")) or not r.get("n"): return None
   q = r["median"]
   words = f"{q:.2f}x slower" if q >= 1 else f"{1 / q:.2f}x faster"
   return words + (f" (95% interval of B/A {r['ci_low']:.2f}-{r['ci_high']:.2f})" if "ci_low" in r else "")
 
-def summary(d: dict) -> str:
+def summary(d: dict[str, Any]) -> str:
   from explorer.text import si, table
   out = [verdict(d, d.get("timing")), f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
   if d["variant_changes"]: out.append("changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d["variant_changes"].items()))
   if not d["specs_match"]: out.append("note: the specs differ (no timing or output comparison)")
   for side in ("a", "b"):
     out += [f"{side.upper()} FAILED in {f['stage']}: {f['error']} (the diff covers what it recorded)" for f in d[side]["failures"]]
-  def ks(refs: list[dict]) -> str: return ", ".join(f"{k['name']} ({k['role']})" for k in refs) or "-"
+  def ks(refs: list[dict[str, Any]]) -> str: return ", ".join(f"{k['name']} ({k['role']})" for k in refs) or "-"
   rows = []
   for g in d["groups"]:
     dl = g["metrics"]["delta"]
@@ -477,7 +486,7 @@ def summary(d: dict) -> str:
   out += [f"note: {n}" for n in d["notes"]]
   return "\n".join(x for x in out if x is not None)
 
-def _timing_line(t: dict | None) -> str | None:
+def _timing_line(t: dict[str, Any] | None) -> str | None:
   if t is None: return None
   if not t["compared"]: return f"timing: {t['reason']}"
   r = t["ratio"]
@@ -485,7 +494,7 @@ def _timing_line(t: dict | None) -> str | None:
          f"range {r['min']:.3f}-{r['max']:.3f}); A {t['a_total_s']['median']*1e3:.4f} ms, B {t['b_total_s']['median']*1e3:.4f} ms on {t['device']}"
   return line + (f" ({t['fallback']})" if t.get("fallback") else "")
 
-def _numerics_line(n: dict | None) -> str | None:
+def _numerics_line(n: dict[str, Any] | None) -> str | None:
   if n is None: return None
   if not n["compared"]: return f"outputs: {n['reason']}"
   return f"outputs: max abs difference {n['max_abs']:.3g} ({n['max_rel']:.3g} of the largest |output| {n['scale']:.3g})"

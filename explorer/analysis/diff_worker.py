@@ -1,10 +1,11 @@
 """The halves of explorer.analysis.diff that need tinygrad, called through explorer.tracing.workers.call_in_worker (with VIZ=0)."""
 from __future__ import annotations
 import numpy as np
-from explorer.tracing import adapter as tg  # first: sets tinygrad's environment before tinygrad is imported
-from explorer.spec import ConvSpec, Variant
+from explorer.tracing import tg  # first: sets tinygrad's environment before tinygrad is imported
+from typing import Any
+from explorer.spec import ConvSpec, Progress, Variant
 
-def kernel_graphs(progress, a_blob: bytes, b_blob: bytes, a_sinks: list[int], b_sinks: list[int]) -> tuple[dict, dict]:
+def kernel_graphs(progress: Progress, a_blob: bytes, b_blob: bytes, a_sinks: list[int], b_sinks: list[int]) -> tuple[dict[int, Any], dict[int, Any]]:
   """The kernel AST graphs ({nodes, edges}) of each side, rebuilt from its rewrite blob, by trace number."""
   a, b = tg.RewriteBlob(a_blob), tg.RewriteBlob(b_blob)
   return {n: a.graph_of(n) for n in a_sinks}, {n: b.graph_of(n) for n in b_sinks}
@@ -26,7 +27,7 @@ def _output(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarray
     tg.realize_inputs(x, w)
     return build_conv(x, w, spec, variant.resolve(spec)).numpy().astype(np.float64)
 
-def output_difference(progress, spec: dict, variants: list[dict]) -> dict:
+def output_difference(progress: Progress, spec: dict[str, Any], variants: list[dict[str, Any]]) -> dict[str, Any]:
   """Run both variants on the seeded inputs in this one process and compare their outputs."""
   s = ConvSpec.from_dict(spec)
   x, w = seeded_inputs(s)

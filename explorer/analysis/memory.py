@@ -5,13 +5,14 @@ The program's own buffers (input, weight, output) exist before and after the sch
 lives only between its writer and its last reader, and those are what fusing removes."""
 from __future__ import annotations
 from typing import Any
+from explorer.schema import Trace
 
 HELD = ("input", "weight", "output")  # the program holds these for the whole schedule
 
-def timeline(trace: dict[str, Any]) -> dict[str, Any]:
+def timeline(trace: Trace) -> dict[str, Any]:
   """{steps: [{index, kind, name, role, live_bytes}], buffers: [{index, name, role, nbytes, start, end}], peak_bytes, peak_step,
   intermediate_bytes, held_bytes}. A step is one call of the schedule (a kernel or a copy); a buffer is alive at the steps start..end."""
-  sched, bufs = trace.get("schedule") or [], trace.get("buffers") or []
+  sched, bufs = trace["schedule"], trace["buffers"]
   last = max(len(sched) - 1, 0)
   spans, delta = [], [0] * (len(sched) + 2)  # bytes that come alive at a step, minus those that died after the one before: one sweep
   for b in bufs:
@@ -22,16 +23,17 @@ def timeline(trace: dict[str, Any]) -> dict[str, Any]:
     spans.append({"index": b["index"], "name": b["name"], "role": b["role"], "nbytes": b["nbytes"], "start": start, "end": end})
     delta[min(start, len(sched))] += b["nbytes"]
     delta[min(end, last) + 1] -= b["nbytes"]
-  steps, alive = [], 0
+  steps: list[dict[str, Any]] = []
+  alive = 0
   for i, s in enumerate(sched):
     alive += delta[i]
-    steps.append({"index": s["index"], "kind": s["kind"], "name": s.get("name") or s["kind"], "role": s.get("role"), "live_bytes": alive})
+    steps.append({"index": s["index"], "kind": s["kind"], "name": s["name"] or s["kind"], "role": s.get("role"), "live_bytes": alive})
   peak = max(steps, key=lambda s: s["live_bytes"], default=None)
   return {"steps": steps, "buffers": spans, "peak_bytes": peak["live_bytes"] if peak else 0, "peak_step": peak["index"] if peak else None,
           "intermediate_bytes": sum(x["nbytes"] for x in spans if x["role"] == "intermediate"),
           "held_bytes": sum(x["nbytes"] for x in spans if x["role"] in HELD)}
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def compare(a: Trace, b: Trace) -> dict[str, Any]:
   """Two traces' timelines and what B saves against A (positive: B needs less)."""
   ta, tb = timeline(a), timeline(b)
   return {"a": ta, "b": tb, "peak_saved": ta["peak_bytes"] - tb["peak_bytes"],

@@ -3,66 +3,67 @@ told apart, the top kernels, a timeline and memory over the program, and search.
 time linear in its kernels and buffers: a page of a 1,000-kernel program computes all of it per request."""
 from __future__ import annotations
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+from explorer.schema import Kernel, Provenance, Trace, own_provenance
 from explorer.text import provenance_sites
 
 PHASES = ("forward", "backward", "optimizer", "other")
 
-def own(k: dict[str, Any]) -> list[dict[str, Any]]:
-  """A kernel's provenance from its own compute (not inferred from data flow)."""
-  return [e for e in k.get("provenance") or [] if not e.get("inferred")]
+def provenance(k: Kernel) -> list[Provenance]:
+  """A kernel's provenance: none for a convolution's kernels (a captured program's have theirs)."""
+  return k.get("provenance") or []
 
-def phase(k: dict[str, Any]) -> str:
+def phase(k: Kernel) -> str:
   """forward, backward (the gradient pass made its UOps), optimizer (made inside an nn.optim step) or other (no metadata of its own)."""
-  entries = own(k)
+  entries = own_provenance(k)
   if not entries: return "other"
   if any(e["backward"] for e in entries): return "backward"
-  if all((e.get("via") or "").startswith("nn.optim") for e in entries): return "optimizer"
+  if all((e.get("via") or "").startswith("nn.optim") for e in entries): return "optimizer"  # `via` only where the user called another
   return "forward"
 
-def sites(k: dict[str, Any]) -> list[str]:
+def sites(k: Kernel) -> list[str]:
   """The user's lines a kernel's provenance names ("model.py:14"), in source order."""
-  return [site for site, _ in provenance_sites(k.get("provenance") or [])]
+  return [site for site, _ in provenance_sites(provenance(k))]
 
-def matches(k: dict[str, Any], query: str) -> bool:
+def matches(k: Kernel, query: str) -> bool:
   """A kernel matches a search by its name, a function of its provenance, or a file:line (the file by its name or its path)."""
   q = query.strip().lower()
   if not q: return True
   if q in k["name"].lower(): return True
-  for e in k.get("provenance") or []:
+  for e in provenance(k):
     if q in e["fn"].lower() or q in (e.get("via") or "").lower(): return True
-    if e.get("file"):
+    if e["file"]:
       site = f"{e['file']}:{e['line']}".lower()
       if q in site or q in f"{os.path.basename(e['file'])}:{e['line']}".lower() or q == os.path.basename(e["file"]).lower(): return True
   return False
 
-def search(kernels: Sequence[dict[str, Any]], query: str) -> list[dict[str, Any]]:
+def search(kernels: Sequence[Kernel], query: str) -> list[Kernel]:
   return [k for k in kernels if matches(k, query)]
 
-def kernel_seconds(k: dict[str, Any], peaks: dict[str, Any] | None) -> tuple[float | None, bool]:
+def kernel_seconds(k: Kernel, peaks: dict[str, Any] | None) -> tuple[float | None, bool]:
   """A kernel's time: its measured median, else an estimate from its FLOPs and bytes against the device's roofs (the slower of the
   two); (None, False) when neither is known. The flag says it was estimated."""
-  if (t := (k.get("time_s") or {}).get("median")) is not None: return t, False
+  if (t := k["time_s"]) is not None: return t["median"], False
   if peaks and peaks.get("fp32") and peaks.get("bw"): return max(k["flops"] / peaks["fp32"], k["bytes"] / peaks["bw"]), True
   return None, False
 
-def timeline(trace: dict[str, Any], peaks: dict[str, Any] | None) -> dict[str, Any]:
+def timeline(trace: Trace, peaks: dict[str, Any] | None) -> dict[str, Any]:
   """The kernels as they ran: each one's seconds (measured or estimated), start, phase and realize; the program's total."""
   rows, at = [], 0.0
   for k in trace["kernels"]:
     s, estimated = kernel_seconds(k, peaks)
-    rows.append({"index": k["index"], "name": k["name"], "realize": k.get("realize", 0), "phase": phase(k), "seconds": s,
+    rows.append({"index": k["index"], "name": k["name"], "realize": k.get("realize", 0), "phase": phase(k), "seconds": s,  # a program's
                  "estimated": estimated, "start": at})
     at += s or 0.0
   return {"kernels": rows, "total_s": at, "estimated": any(r["estimated"] for r in rows), "known": all(r["seconds"] is not None for r in rows)}
 
-def by_line(trace: dict[str, Any], peaks: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def by_line(trace: Trace, peaks: dict[str, Any] | None = None) -> list[dict[str, Any]]:
   """Kernels grouped by the user's line their own provenance names, in source order; kernels with none of their own under "(no
   line)". A kernel made from two lines is listed under each, but its seconds count as `shared_s` there, not `seconds`: the lines'
   `seconds` plus each shared kernel once add up to the timeline's total."""
   groups: dict[str, dict[str, Any]] = {}
   for k in trace["kernels"]:
-    names = [s for s, _ in provenance_sites(own(k))] or ["(no line)"]
+    names = [s for s, _ in provenance_sites(own_provenance(k))] or ["(no line)"]
     seconds = kernel_seconds(k, peaks)[0]
     for site in names:
       g = groups.setdefault(site, {"site": site, "kernels": [], "fns": [], "flops": 0, "bytes": 0, "seconds": 0.0, "shared": 0,
@@ -73,32 +74,32 @@ def by_line(trace: dict[str, Any], peaks: dict[str, Any] | None = None) -> list[
       g["seconds" if len(names) == 1 else "shared_s"] += seconds or 0.0
       g["shared"] += len(names) > 1
       g["phases"][phase(k)] += 1
-      for s, fns in provenance_sites(own(k)):
+      for s, fns in provenance_sites(own_provenance(k)):
         if s == site: g["fns"] += [f for f in fns if f not in g["fns"]]
-  def order(site: str) -> tuple:
+  def order(site: str) -> tuple[bool, str, int]:
     file, _, line = site.rpartition(":")
     return (site == "(no line)", file, int(line) if line.isdigit() else 0)
   return [groups[s] for s in sorted(groups, key=order)]
 
-def totals(kernels: Sequence[dict[str, Any]], peaks: dict[str, Any] | None) -> dict[str, Any]:
+def totals(kernels: Sequence[Kernel], peaks: dict[str, Any] | None) -> dict[str, Any]:
   """What a table of these kernels adds up to: FLOPs, bytes, linear UOps and seconds (measured or estimated, each kernel once)."""
   seconds = [kernel_seconds(k, peaks)[0] for k in kernels]
   return {"kernels": len(kernels), "flops": sum(k["flops"] for k in kernels), "bytes": sum(k["bytes"] for k in kernels),
           "linear_uops": sum(k["linear_uops"] for k in kernels), "seconds": sum(s or 0.0 for s in seconds),
           "known": all(s is not None for s in seconds)}
 
-def top(trace: dict[str, Any], n: int = 10, peaks: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
+def top(trace: Trace, n: int = 10, peaks: dict[str, Any] | None = None) -> dict[str, list[Kernel]]:
   """The top n kernels by time (measured or estimated), FLOPs and bytes, like tinygrad's `viz.cli -t`."""
   ks = trace["kernels"]
   seconds = {k["index"]: kernel_seconds(k, peaks)[0] or 0.0 for k in ks}
-  pick = lambda key: sorted(ks, key=key, reverse=True)[:n]
+  def pick(key: Callable[[Kernel], float]) -> list[Kernel]: return sorted(ks, key=key, reverse=True)[:n]
   return {"time": pick(lambda k: seconds[k["index"]]), "flops": pick(lambda k: k["flops"]), "bytes": pick(lambda k: k["bytes"])}
 
-def memory(trace: dict[str, Any]) -> dict[str, Any]:
+def memory(trace: Trace) -> dict[str, Any]:
   """Buffers alive over the program (from the call that first writes a buffer to its last use; buffers the program neither writes nor
   only holds, alive throughout), by a sweep over the schedule: the bytes alive per call, the peak, and the user's line that allocated
   the largest buffer alive at the peak (its writer's provenance)."""
-  sched, bufs = trace.get("schedule") or [], trace.get("buffers") or []
+  sched, bufs = trace["schedule"], trace["buffers"]
   last = max(len(sched) - 1, 0)
   delta = [0] * (len(sched) + 1)
   spans = []

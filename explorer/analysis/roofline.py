@@ -7,20 +7,21 @@ device facts and the probe run in a worker (explorer.tracing.probe).
 from __future__ import annotations
 import html, json, math, os, pathlib, re, tempfile
 from typing import Any, Callable
+from explorer.schema import Env, Kernel, Timing, Trace
 
 COMPUTE_KEYS = ("fp32", "fp16", "tf32_tc", "fp16_tc")  # vector FP32/FP16, dense tensor-core TF32/FP16 (FP32 accumulate)
 LABELS = {"fp32": "FP32", "fp16": "FP16", "tf32_tc": "TF32 tensor cores", "fp16_tc": "FP16 tensor cores"}
 NVIDIA, APPLE = ("CUDA", "NV"), ("METAL",)
 
 def _known(model: str, match: str, backends: tuple[str, ...], source: str, bw: float, fp32: float | None = None, fp16: float | None = None,
-           tf32_tc: float | None = None, fp16_tc: float | None = None) -> dict:
+           tf32_tc: float | None = None, fp16_tc: float | None = None) -> dict[str, Any]:
   return {"model": model, "match": match, "backends": backends, "source": source, "bw": bw, "fp32": fp32, "fp16": fp16,
           "tf32_tc": tf32_tc, "fp16_tc": fp16_tc}
 
 # Matched in order (first wins) against the driver's name: CUDA's cuDeviceGetName ("NVIDIA H100 80GB HBM3"), Metal's ("Apple M1 Pro").
 # FLOP/s are dense: NVIDIA's datasheets print tensor-core rates with 2:4 sparsity ("*"), halved here. None: not published by the
 # vendor; the measured probe fills in FP32 and bandwidth, the others stay unknown.
-KNOWN: tuple[dict, ...] = (
+KNOWN: tuple[dict[str, Any], ...] = (
   # NVIDIA H200 Tensor Core GPU datasheet: H200 NVL FP32 60 TF, TF32 835 TF*, FP16 1,671 TF*, 4.8 TB/s
   _known("H200 NVL", r"H200 NVL", NVIDIA, "NVIDIA H200 datasheet", 4.8e12, fp32=60e12, tf32_tc=417.5e12, fp16_tc=835.5e12),
   # NVIDIA H200 datasheet: H200 SXM FP32 67 TF, TF32 989 TF*, FP16 1,979 TF*, 4.8 TB/s; vector FP16 as H100 SXM (same GH100 SXM5 part)
@@ -57,7 +58,7 @@ KNOWN: tuple[dict, ...] = (
   _known("Apple M3", r"\bM3\b", APPLE, "Apple newsroom (Oct 2023)", 100e9),
 )
 
-def known_peaks(name: str, device: str) -> dict | None:
+def known_peaks(name: str, device: str) -> dict[str, Any] | None:
   """The spec-sheet entry for a device name on a tinygrad backend, or None (CPUs, unlisted GPUs, MIG slices of a GPU)."""
   base = device.split(":")[0].upper()
   if "MIG" in name: return None
@@ -69,41 +70,46 @@ def known_peaks(name: str, device: str) -> dict | None:
 def cache_path() -> pathlib.Path:
   return pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "kernel-explorer" / "peaks.json"
 
-def _cache_key(info: dict) -> str: return f"{info['host']}|{info['device']}|{info['name']}|tinygrad {info['tinygrad']}"
+def _cache_key(info: dict[str, Any]) -> str: return f"{info['host']}|{info['device']}|{info['name']}|tinygrad {info['tinygrad']}"
 
-def _load_cache() -> dict:
-  try: return json.loads(cache_path().read_text())
+def _load_cache() -> dict[str, Any]:
+  try: cache: dict[str, Any] = json.loads(cache_path().read_text())
   except (OSError, ValueError): return {}
+  return cache
 
-def _store_cache(key: str, value: dict) -> None:
+def _store_cache(key: str, value: dict[str, Any]) -> None:
   p = cache_path()
   p.parent.mkdir(parents=True, exist_ok=True)
   data = {**_load_cache(), key: value}
   with tempfile.NamedTemporaryFile("w", dir=p.parent, delete=False, suffix=".tmp") as f: json.dump(data, f, indent=1)
   os.replace(f.name, p)
 
-def describe(device: str | None = None, timeout_s: float = 120.0) -> dict:
+def describe(device: str | None = None, timeout_s: float = 120.0) -> dict[str, Any]:
   """Device, hardware name, compiler, host (in a worker: it opens the device)."""
   from explorer.tracing.workers import call_in_worker
-  return call_in_worker("explorer.tracing.probe:describe", {"device": device}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
+  info: dict[str, Any] = call_in_worker("explorer.tracing.probe:describe", {"device": device}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
+  return info
 
-def list_devices(timeout_s: float = 120.0) -> dict:
+def list_devices(timeout_s: float = 120.0) -> dict[str, Any]:
   from explorer.tracing.workers import call_in_worker
-  return call_in_worker("explorer.tracing.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
+  found: dict[str, Any] = call_in_worker("explorer.tracing.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
+  return found
 
-def measured_peaks(info: dict, refresh: bool = False, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> dict:
+def measured_peaks(info: dict[str, Any], refresh: bool = False, timeout_s: float = 300.0,
+                   progress: Callable[[str, str, str], None] | None = None) -> dict[str, Any]:
   """The probe's FP32 FLOP/s and bandwidth for the device info describes: from the cache, else measured in a worker and cached.
   progress(stage, status, detail) hears what the worker measures, and its wait for the device."""
   from explorer.tracing.workers import call_in_worker
   key = _cache_key(info)
-  if not refresh and (hit := _load_cache().get(key)) is not None: return hit
+  hit: dict[str, Any] | None = None if refresh else _load_cache().get(key)
+  if hit is not None: return hit
   # a measurement: the device's lock for the whole run, so that no trace or study times on it meanwhile (explorer.tracing.devicelock)
-  got: dict = call_in_worker("explorer.tracing.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},
+  got: dict[str, Any] = call_in_worker("explorer.tracing.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},
                              timeout_s=timeout_s, exclusive=info["device"])[0]
   _store_cache(key, got)
   return got
 
-def merge_peaks(info: dict, known: dict | None, measured: dict | None, prefer_measured: bool = False) -> dict:
+def merge_peaks(info: dict[str, Any], known: dict[str, Any] | None, measured: dict[str, Any] | None, prefer_measured: bool = False) -> dict[str, Any]:
   """One peaks dict: each figure from the spec sheet, or from the probe where the sheet has none (or prefer_measured)."""
   ret: dict[str, Any] = {"device": info["device"], "name": info["name"], "model": known and known["model"], "sources": {}, "measured": measured}
   for k in (*COMPUTE_KEYS, "bw"):
@@ -113,7 +119,7 @@ def merge_peaks(info: dict, known: dict | None, measured: dict | None, prefer_me
     if ret[k] is not None: ret["sources"][k] = f"measured on {info['host']} (probe)" if use_meas else (known or {}).get("source")
   return ret
 
-def peaks_for(device: str | None = None, probe: str = "auto", refresh: bool = False) -> dict:
+def peaks_for(device: str | None = None, probe: str = "auto", refresh: bool = False) -> dict[str, Any]:
   """Peaks of a device (None: the best one present). probe: 'auto' measures only what the spec sheet lacks (FP32 or bandwidth),
   'always' measures and prefers the measurement, 'never' uses the spec sheet alone."""
   info = describe(device)
@@ -121,18 +127,26 @@ def peaks_for(device: str | None = None, probe: str = "auto", refresh: bool = Fa
   need = probe == "always" or (probe == "auto" and (known is None or known["fp32"] is None or known["bw"] is None))
   return merge_peaks(info, known, measured_peaks(info, refresh) if need else None, prefer_measured=probe == "always")
 
-def peaks_of_trace(trace: dict) -> dict | None:
+def device_name(env: Env) -> str:
+  """The driver's name of the device a trace ran on (recorded where the backend tells it), else tinygrad's ("CUDA:1")."""
+  return env.get("device_name") or env["device"]
+
+def timing_of(trace: Trace) -> Timing | None:
+  """How the trace's kernels were timed; None: untimed."""
+  return trace.get("timing")
+
+def peaks_of_trace(trace: Trace) -> dict[str, Any] | None:
   """Peaks for the hardware a trace ran on, without touching any device: the spec sheet, completed by a probe measured earlier on
   this host (the cache); None when neither has a compute and a bandwidth figure."""
   env = trace["env"]
-  info = {"device": env["device"], "name": env.get("device_name") or env["device"], "host": env["host"], "tinygrad": env["tinygrad"]}
+  info = {"device": env["device"], "name": device_name(env), "host": env["host"], "tinygrad": env["tinygrad"]}
   peaks = merge_peaks(info, known_peaks(info["name"], info["device"]), _load_cache().get(_cache_key(info)))
   return peaks if peaks.get("fp32") and peaks.get("bw") else None
 
-def probe_for_trace(trace: dict, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> dict:
+def probe_for_trace(trace: Trace, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> dict[str, Any]:
   """Measure (in a worker) and cache the peaks of the device a trace ran on; it must be a device of this host."""
   env = trace["env"]
-  return measured_peaks({"device": env["device"], "name": env.get("device_name") or env["device"], "host": env["host"], "tinygrad": env["tinygrad"]},
+  return measured_peaks({"device": env["device"], "name": device_name(env), "host": env["host"], "tinygrad": env["tinygrad"]},
                         refresh=True, timeout_s=timeout_s, progress=progress)
 
 # ***** the roofline of a trace *****
@@ -142,10 +156,10 @@ def compute_key(dtype: str, tensor_cores: bool) -> str:
 
 def _pct(x: float | None, peak: float | None) -> float | None: return None if x is None or not peak else 100.0 * x / peak
 
-def kernel_point(k: dict, dtype: str, peaks: dict) -> dict:
+def kernel_point(k: Kernel, dtype: str, peaks: dict[str, Any]) -> dict[str, Any]:
   """Achieved FLOP/s and bytes/s of one kernel (tinygrad's Estimates over the median run time), against its roofs."""
-  t = (k.get("time_s") or {}).get("median")
-  tc = (k.get("ops") or {}).get("op:WMMA", 0) > 0
+  t = ts["median"] if (ts := k["time_s"]) else None
+  tc = k["ops"].get("op:WMMA", 0) > 0  # ops: only those the kernel has
   key = compute_key(dtype, tc)
   note = None
   if peaks.get(key) is None and key != "fp32" and peaks.get("fp32") is not None:
@@ -156,15 +170,16 @@ def kernel_point(k: dict, dtype: str, peaks: dict) -> dict:
   ai = k["flops"] / k["bytes"] if k["bytes"] else None
   roof = min(peak, ai * bw) if peak and bw and ai is not None else None
   bound = None if not (peak and bw and ai is not None) else ("memory" if ai * bw < peak else "compute")
-  return {"index": k["index"], "kernel": k["name"], "role": k.get("role"), "flops": k["flops"], "bytes": k["bytes"], "time_s": t,
+  return {"index": k["index"], "kernel": k["name"], "role": k["role"], "flops": k["flops"], "bytes": k["bytes"], "time_s": t,
           "flops_per_s": fps, "bytes_per_s": bps, "intensity": ai, "tensor_cores": tc, "roof_key": key, "peak_flops": peak, "peak_bw": bw,
           "pct_compute": _pct(fps, peak), "pct_bandwidth": _pct(bps, bw), "roof": roof, "pct_roof": _pct(fps, roof), "bound": bound,
           "note": note if t else "not timed"}
 
-def roofline(trace: dict, peaks: dict) -> dict:
+def roofline(trace: Trace, peaks: dict[str, Any]) -> dict[str, Any]:
   """Per kernel: achieved GFLOP/s and GB/s, % of peak compute and bandwidth, arithmetic intensity, the roof that bounds it; plus the
   data of a roofline plot (roofs and points, log-log: x FLOP/byte, y FLOP/s)."""
-  dtype = trace["spec"]["dtype"]
+  if (spec := trace["spec"]) is None: raise TypeError("a captured program has no single dtype to put against the roofs")
+  dtype = spec["dtype"]
   rows = [kernel_point(k, dtype, peaks) for k in trace["kernels"]]
   bw = peaks.get("bw")
   used = sorted({r["roof_key"] for r in rows} | {"fp32"}, key=COMPUTE_KEYS.index)
@@ -172,20 +187,20 @@ def roofline(trace: dict, peaks: dict) -> dict:
   points = [{"index": r["index"], "kernel": r["kernel"], "role": r["role"], "x": r["intensity"], "y": r["flops_per_s"], "bound": r["bound"]}
             for r in rows if r["intensity"] and r["flops_per_s"]]
   return {"device": peaks.get("device") or trace["env"]["device"], "name": peaks.get("name"), "model": peaks.get("model"), "dtype": dtype,
-          "timing_device": (trace.get("timing") or {}).get("device"), "peaks": {k: peaks.get(k) for k in (*COMPUTE_KEYS, "bw")},
+          "timing_device": timing["device"] if (timing := timing_of(trace)) else None, "peaks": {k: peaks.get(k) for k in (*COMPUTE_KEYS, "bw")},
           "sources": peaks.get("sources", {}), "kernels": rows, "plot": {"bw": bw, "roofs": roofs, "points": points}}
 
-def trace_roofline(trace: dict) -> tuple[dict | None, str | None]:
+def trace_roofline(trace: Trace) -> tuple[dict[str, Any] | None, str | None]:
   """(the trace's roofline, None) or (None, why there is none): untimed, or no peaks for its device yet."""
-  if not trace.get("timing"): return None, "this trace was not timed: a roofline needs measured run times"
+  if not timing_of(trace): return None, "this trace was not timed: a roofline needs measured run times"
   if (peaks := peaks_of_trace(trace)) is None:
-    return None, f"no spec-sheet peaks for {trace['env'].get('device_name') or trace['env']['device']} and no probe measured on this host yet"
+    return None, f"no spec-sheet peaks for {device_name(trace['env'])} and no probe measured on this host yet"
   return roofline(trace, peaks), None
 
-def export_block(trace: dict) -> dict:
+def export_block(trace: Trace) -> dict[str, Any]:
   """What an export shows of the roofline: {"rl", "svg" (None: no kernel to plot), "why" (None: there is one), "rate" (how the page
   writes a rate)}; a captured program has no single dtype to put against the roofs."""
-  rl, why = trace_roofline(trace) if trace.get("spec") else (None, "this file draws no roofline for a captured program")
+  rl, why = trace_roofline(trace) if trace["spec"] else (None, "this file draws no roofline for a captured program")
   return {"rl": rl, "svg": roofline_svg(rl) if rl is not None and rl["plot"]["points"] else None, "why": why, "rate": rate}
 
 # ***** output *****
@@ -198,7 +213,7 @@ def rate(x: float | None, unit: str) -> str:
   p, s = next(((p, s) for p, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")) if x >= p), (1.0, ""))
   return f"{x / p:.4g} {s}{unit}"
 
-def table_text(rl: dict) -> str:
+def table_text(rl: dict[str, Any]) -> str:
   from explorer.text import table
   p, src = rl["peaks"], rl["sources"]
   head = [f"roofline: {rl['name']} ({rl['device']}{', ' + rl['model'] if rl['model'] else ''}), {rl['dtype']}"]
@@ -208,9 +223,9 @@ def table_text(rl: dict) -> str:
            _fmt(r["pct_compute"], 1, 2), _fmt(r["pct_bandwidth"], 1, 2), r["bound"] or "-", r["note"] or "") for r in rl["kernels"]]
   return "\n".join(head + [table(("kernel", "role", "time ms", "GFLOP/s", "GB/s", "FLOP/B", "% peak FLOP", "% peak BW", "bound", "note"), rows)])
 
-def roofline_report(trace: dict, probe: str = "auto") -> str:
+def roofline_report(trace: Trace, probe: str = "auto") -> str:
   """The table `kernel-explorer trace --roofline` prints: peaks for the trace's device, then one row per kernel."""
-  if not trace.get("timing"): return "roofline: the trace has no timings (run without --no-time)"
+  if not timing_of(trace): return "roofline: the trace has no timings (run without --no-time)"
   try: peaks = peaks_for(trace["env"]["device"], probe)
   except Exception as e: return f"roofline: no peaks for {trace['env']['device']}: {type(e).__name__}: {e}"
   return table_text(roofline(trace, peaks))
@@ -229,7 +244,7 @@ def devices_report(probe: bool = False) -> str:
   out.append(f"traces run on {found['default']} unless --device or DEV= says otherwise" + ("" if probe else "; --probe measures each device"))
   return "\n".join(out)
 
-def roofline_svg(rl: dict, width: int = 640, height: int = 400) -> str:
+def roofline_svg(rl: dict[str, Any], width: int = 640, height: int = 400) -> str:
   """An inline SVG of the roofline (log-log): bandwidth slope and compute ceilings, one dot per timed kernel (hover: its numbers)."""
   plot, pad = rl["plot"], (64, 20, 28, 44)  # left, right, top, bottom
   roofs, bw, pts = plot["roofs"], plot["bw"], plot["points"]

@@ -5,33 +5,38 @@ A line the renderer wrote for several UOps gives its instructions to each of the
 every UOp of its line, so they say where the code came from, not a partition of it."""
 from __future__ import annotations
 import re
-from typing import Any, Mapping
+from typing import Any
+from explorer.schema import Sass, TargetRecord
 
 HEAVIEST = 12  # UOps listed by instruction count
 _LISTING_OP = re.compile(r"^\s*(\d+)\s+Ops\.(\w+)")
 
-def sass_of(rec: Mapping[str, Any]) -> dict[str, Any] | None:
-  return (rec.get("compile") or {}).get("sass")
+def sass_of(rec: TargetRecord) -> Sass | None:
+  return facts.get("sass") if (facts := rec["compile"]) is not None else None  # absent where no compiler ran
 
-def uop_labels(rec: Mapping[str, Any]) -> dict[int, str]:
+def estimate(rec: TargetRecord) -> int | None:
+  """The UOp-level peak of live values (the record's pressure: absent until its analysis is computed)."""
+  return p["max_live"] if (p := rec.get("pressure")) else None
+
+def uop_labels(rec: TargetRecord) -> dict[int, str]:
   """Each linear UOp's op by its index, from the record's listing ("476 MUL")."""
   out = {}
-  for row in rec.get("uops_listing") or []:
+  for row in rec["uops_listing"]:
     if m := _LISTING_OP.match(row): out[int(m.group(1))] = m.group(2)
   return out
 
-def view(rec: Mapping[str, Any]) -> dict[str, Any] | None:
+def view(rec: TargetRecord) -> dict[str, Any] | None:
   """The record's SASS with, per instruction, its line, live and ulive (None where the facts have none) and the UOps of its line
   (where the line map numbers the same source as the SASS lines do); the UOps with the most instructions, and per source line its
   instructions' offsets. None when the record has no SASS."""
   if (sass := sass_of(rec)) is None: return None
-  by_line = {int(ln): list(ix) for ln, ix in rec.get("line_map") or []} if sass.get("lines_of") == "cuda" else {}
+  by_line = {int(ln): list(ix) for ln, ix in rec.get("line_map") or []} if sass["lines_of"] == "cuda" else {}  # a map: once analysed
   labels = uop_labels(rec)
   instructions: list[dict[str, Any]] = []
   per_uop: dict[int, int] = {}
   lines: dict[int, list[int]] = {}
   for ins in sass["instructions"]:
-    line = ins.get("line")
+    line = ins.get("line")  # line, live and ulive: absent where nvdisasm recorded none
     uops = by_line.get(line, []) if line is not None else []
     instructions.append({**ins, "line": line, "live": ins.get("live"), "ulive": ins.get("ulive"), "uops": uops})
     for u in uops: per_uop[u] = per_uop.get(u, 0) + 1
@@ -39,16 +44,16 @@ def view(rec: Mapping[str, Any]) -> dict[str, Any] | None:
   heaviest = sorted(per_uop.items(), key=lambda kv: (-kv[1], kv[0]))[:HEAVIEST]
   return {**{k: v for k, v in sass.items() if k != "instructions"}, "instructions": instructions, "uops_mapped": bool(by_line),
           "heaviest": [{"uop": u, "op": labels.get(u), "instructions": n} for u, n in heaviest], "lines": lines, "line_uops": by_line,
-          "estimate": (rec.get("pressure") or {}).get("max_live")}
+          "estimate": estimate(rec)}
 
-def summary(rec: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def summary(rec: TargetRecord | None) -> dict[str, Any] | None:
   """What a comparison needs of a record's SASS: instructions, peak live registers, ptxas' registers, spills, the mix, and the UOp-level
   live-values estimate beside them (explorer.tracing.trace's pressure: values, not registers)."""
   if rec is None or (sass := sass_of(rec)) is None: return None
   return {"count": sass["count"], "peak_live": sass["peak_live"], "registers": sass["registers"], "spills": sass["spills"],
-          "mix": sass["mix"], "estimate": (rec.get("pressure") or {}).get("max_live")}
+          "mix": sass["mix"], "estimate": estimate(rec)}
 
-def compare(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def compare(a: TargetRecord | None, b: TargetRecord | None) -> dict[str, Any] | None:
   """Two records' SASS side by side: each summary and, per opcode family of either, the counts (most in either first)."""
   sa, sb = summary(a), summary(b)
   if sa is None and sb is None: return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses, statistics
 from typing import Any, Callable, Sequence
 from explorer import stats
+from explorer.schema import Trace
 from explorer.spec import STUDY_COMPILE_REPEATS, ConvSpec, SpecError, Variant
 from explorer.tracing.workers import Progress, call_in_worker
 from explorer.tracing.run import device_env, run_trace
@@ -43,7 +44,7 @@ def tile_problem(tile: str | None, cases: Sequence[tuple[str, ConvSpec]]) -> str
 def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int = 20, warmup: int = 3, tile: str | None = None,
                 targets: tuple[str, ...] = ("cuda",), device: str | None = None, progress: Progress | None = None,
                 timeout_s: float = 1800, ci_width: float | None = None, budget_s: float | None = None, keep: KeepTrace | None = None,
-                compile_repeats: int | None = None) -> dict:
+                compile_repeats: int | None = None) -> dict[str, Any]:
   """Every case of a study (presets: (name, spec) pairs; a name in CLAIMS brings the document's figures): {"study", "cases": [{"preset",
   "rows", "comparisons", "identical_kernels", ...}]}. For a 5x5 case of the constants study a second case times tinygrad's builtin
   path (it falls back to the direct kernels) against direct: identical kernels, so any difference between them is noise by
@@ -80,7 +81,7 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
               device: str | None = None, progress: Progress | None = None, timeout_s: float = 1800,
               variants: list[tuple[str, Variant]] | None = None, claim: dict[str, float] | None = None,
               ci_width: float | None = None, budget_s: float | None = None, keep: KeepTrace | None = None,
-              compile_repeats: int | None = None) -> dict:
+              compile_repeats: int | None = None) -> dict[str, Any]:
   """claim: the document's figures for this case as B/A ratios (CLAIMS), to give each comparison a verdict. ci_width: sample past
   `repeats` until each ratio's 95% interval is narrower than this, or budget_s is spent. keep: called with each variant's trace; a row
   names the id it returns (trace_id). compile_repeats (default spec.STUDY_COMPILE_REPEATS; 0: none): how many times the timing worker compiles
@@ -90,7 +91,8 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
   claim = claim or {}
   variants = [(name, dataclasses.replace(v, tile=tile if v.wino_impl == "explorer" else v.tile, targets=targets, time=False, device=device))
               for name, v in (variants or STUDY_VARIANTS[kind])]
-  traces, kept = {}, {}
+  traces: dict[str, Trace] = {}
+  kept: dict[str, str | None] = {}
   for name, v in variants:
     step(f"trace {name}", "start", "tracing")
     result = run_trace(spec, resolved := v.resolve(spec), timeout_s=timeout_s)
@@ -107,7 +109,7 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
   base = rows[0]["time_median_s"]
   for r in rows: r["slowdown_vs_first"] = r["time_median_s"] / base if base else None
   comparisons = [c for r in rows[1:] for c in _compare(rows[0], r, claim)]
-  keys = [[k.get("ast_key") for k in t["kernels"]] for t in traces.values()]
+  keys = [[k.get("ast_key") for k in t["kernels"]] for t in traces.values()]  # absent from traces before AST keys
   counts = [c for r in rows[1:] for c in count_comparisons(rows[0], r, claim)]
   return {"study": kind, "spec": spec.to_dict(), "tile": tile, "repeats": repeats, "warmup": warmup, "compile_repeats": compile_repeats,
           "rows": rows, "claim": claim,
@@ -149,14 +151,14 @@ def claim_for(claim: dict[str, Any], variant: str, figure: str) -> Any:
   """The document's figure for this variant against the first, if it made one."""
   return claim.get(figure) if claim.get("of", variant) == variant else None
 
-def _compare(a: dict, b: dict, claim: dict[str, Any]) -> list[dict[str, Any]]:
+def _compare(a: dict[str, Any], b: dict[str, Any], claim: dict[str, Any]) -> list[dict[str, Any]]:
   """B's paired samples against A's: run time and its spread, and compile time where the timing worker compiled them again."""
   out = stats.compare(a["samples"], b["samples"], claim_for(claim, b["variant"], "time"), claim_for(claim, b["variant"], "spread"))
   if a["compile_samples"] and b["compile_samples"]:
     out.append(stats.compare_medians(a["compile_samples"], b["compile_samples"], "compile", claim_for(claim, b["variant"], "compile")))
   return [{"a": a["variant"], "b": b["variant"], **c} for c in out]
 
-def count_comparisons(a: dict, b: dict, claim: dict[str, Any]) -> list[dict[str, Any]]:
+def count_comparisons(a: dict[str, Any], b: dict[str, Any], claim: dict[str, Any]) -> list[dict[str, Any]]:
   """B's operation counts against A's, exact (one trace each, no noise), with a verdict against the document's threshold
   (stats.count_verdict): the tensor graph's UOps, all kernels' linearized UOps, and each kernel's where both have the same kernels
   (matched by role: the schedule may order them differently)."""
@@ -173,16 +175,17 @@ def count_comparisons(a: dict, b: dict, claim: dict[str, Any]) -> list[dict[str,
                 "ratio": y / x if x else None, "claim": c, "verdict": stats.count_verdict(x, y, c)})
   return out
 
-def _row(name: str, trace: dict, timing: dict) -> dict:
-  ks = trace["kernels"]
-  def total(key: str) -> int: return sum(k["ops"].get(key, 0) for k in ks)
-  return {"variant": name, "status": trace["status"], "kernels": len(ks), "graph_uops": (trace.get("tensor_graph") or {}).get("uops"),
-          "copies": trace["totals"].get("copies", 0),
-          "buffers": trace["totals"].get("buffers", 0), "roles": [k["role"] for k in ks], "alu": total("alu"), "loads": total("loads"),
-          "consts": total("consts"), "linear_uops": total("total"), "flops": trace["totals"].get("flops", 0),
-          "codegen_s": trace["totals"].get("codegen_s", 0.0), "compile_s": trace["totals"].get("compile_s", 0.0),
+ZERO_TOTALS = {"copies": 0, "buffers": 0, "flops": 0, "codegen_s": 0.0, "compile_s": 0.0}  # a trace that failed early has empty totals
+
+def _row(name: str, trace: Trace, timing: dict[str, Any]) -> dict[str, Any]:
+  ks, totals, err, graph = trace["kernels"], {**ZERO_TOTALS, **trace["totals"]}, trace["error"], trace["tensor_graph"]
+  def total(key: str) -> int: return sum(k["ops"].get(key, 0) for k in ks)  # op counts name only the ops a kernel has
+  return {"variant": name, "status": trace["status"], "kernels": len(ks), "graph_uops": graph["uops"] if graph is not None else None,
+          "copies": totals["copies"], "buffers": totals["buffers"], "roles": [k["role"] for k in ks], "alu": total("alu"),
+          "loads": total("loads"), "consts": total("consts"), "linear_uops": total("total"), "flops": totals["flops"],
+          "codegen_s": totals["codegen_s"], "compile_s": totals["compile_s"],
           "source_lines": sum(len(k["sources"]["host"].splitlines()) for k in ks),
-          "max_abs_error": (trace.get("error") or {}).get("max_abs"), "max_rel_error": (trace.get("error") or {}).get("max_rel"),
+          "max_abs_error": err["max_abs"] if err is not None else None, "max_rel_error": err["max_rel"] if err is not None else None,
           "time_median_s": timing["total_s"]["median"], "time_std_s": timing["total_s"]["std"], "time_min_s": timing["total_s"]["min"],
           "time_n": timing["total_s"]["n"], "samples": timing["samples"], "device": timing["device"], "compiler": timing["compiler"],
           "fallback": timing["fallback"], "compile_samples": (cs := timing.get("compile_samples") or []),
@@ -191,9 +194,9 @@ def _row(name: str, trace: dict, timing: dict) -> dict:
                           "linear_uops": k["linear_uops"], "codegen_s": k["codegen_s"] + k["compile_s"]} for k in ks],
           "failures": trace["failures"]}
 
-def _trace_summary(t: dict) -> dict: return {"label": t["label"], "status": t["status"], "totals": t["totals"], "error": t["error"]}
+def _trace_summary(t: Trace) -> dict[str, Any]: return {"label": t["label"], "status": t["status"], "totals": t["totals"], "error": t["error"]}
 
-def markdown(study: dict) -> str:
+def markdown(study: dict[str, Any]) -> str:
   s = ConvSpec.from_dict(study["spec"])
   case = f" ({study['case']})" if study.get("case") else ""
   repeats = (study.get("sampling") or {}).get("repeats", study["repeats"])

@@ -1,10 +1,11 @@
 """`kernel-explorer`: trace a convolution from the command line, list presets and targets, serve the web app."""
 from __future__ import annotations
 import argparse, dataclasses, json, os, pathlib, signal, socket, sys, threading
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 from explorer.cli.progress import StepBars
+if TYPE_CHECKING: from explorer.schema import Trace  # types only: a command's start stays light
 from explorer.text import compile_facts, si, table, trace_summary as summary
-from explorer.spec import (COMPUTE_DEVICES, PRESETS, SASS_TARGETS, STAGES, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TARGET_LABELS, TARGETS, TILES,
+from explorer.spec import (COMPUTE_DEVICES, PRESETS, SASS_TARGETS, STAGES, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TARGET_DESCRIPTIONS, TARGETS, TILES,
                            ConvSpec, Knob, SpecError, Variant, device_problem, knobs, normalize_device)
 
 class UsageError(Exception): pass
@@ -105,7 +106,7 @@ def cmd_presets(a: argparse.Namespace) -> int:
   return 0
 
 def cmd_targets(a: argparse.Namespace) -> int:
-  print(table(("target", "renders as"), list(TARGET_LABELS.items())))
+  print(table(("target", "renders as"), list(TARGET_DESCRIPTIONS.items())))
   return 0
 
 def cmd_rewrites(a: argparse.Namespace) -> int:
@@ -145,7 +146,7 @@ def cmd_study(a: argparse.Namespace) -> int:
 # ***** diff: what A and B name *****
 
 def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: float = 600.0,
-              progress: Any = None) -> tuple[dict, dict[str, bytes], str]:
+              progress: Any = None) -> tuple[Trace, dict[str, bytes], str]:
   """A trace from a JSON file, a quoted flag set (traced now, without timing: the diff re-times), or a stored trace id.
   Returns (trace, its rewrite blobs by key as TraceResult.blobs has them: none for a file, what it was)."""
   import shlex
@@ -167,13 +168,13 @@ def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: 
     return res.trace, res.blobs, f"flags {arg.strip()}"
   return _load_stored(arg, target, db)
 
-def _load_stored(trace_id: str, target: str, db: str | None) -> tuple[dict, dict[str, bytes], str]:
+def _load_stored(trace_id: str, target: str, db: str | None) -> tuple[Trace, dict[str, bytes], str]:
   """A stored trace with the rewrite blobs its records on `target` address (what their analyses are read from)."""
   from explorer.store import find_stored
   store, trace, blob = find_stored(trace_id, db, f"{trace_id!r} is not a trace file, not a flag set (those start with -)")
   return trace, stored_blobs(store, trace_id, trace, blob, target), f"stored trace {trace_id}"
 
-def stored_blobs(store: Any, trace_id: str, trace: dict, blob: bytes | None, target: str) -> dict[str, bytes]:
+def stored_blobs(store: Any, trace_id: str, trace: Trace, blob: bytes | None, target: str) -> dict[str, bytes]:
   """A stored trace's rewrite blobs by key (TraceResult.blobs): its own, and those its records on `target` address."""
   from explorer.tracing.enrich import blob_key
   keys = {key for k in trace["kernels"] if target in (k.get("targets") or {}) and (key := blob_key(k, target)) is not None}
@@ -245,7 +246,7 @@ def cmd_enrich(a: argparse.Namespace) -> int:
     print(f"wrote {a.output}", file=sys.stderr)
   return 0
 
-def sass_summary(trace: dict, targets: list[str]) -> str:
+def sass_summary(trace: Trace, targets: list[str]) -> str:
   """Per kernel and target, its SASS in one line: instructions, peak live registers against ptxas', spills, the commonest opcodes."""
   from explorer.schema import target_records
   out = []
@@ -261,12 +262,12 @@ def sass_summary(trace: dict, targets: list[str]) -> str:
                  f"{s['spills']} spill instructions; {mix}")
   return "\n".join(out)
 
-def enrich_summary(trace: dict) -> str:
+def enrich_summary(trace: Trace) -> str:
   """What a trace has now: compile facts per target, then per target its records and analyses (peak live values)."""
   out = [f"{t} compile facts: " + ", ".join(facts) for t, facts in compile_facts(trace).items()] or ["no compile facts"]
   for t in dict.fromkeys(t for k in trace["kernels"] for t in (k.get("targets") or {})):
     recs = [(k.get("targets") or {}).get(t) for k in trace["kernels"]]
-    peaks = [str(r["pressure"]["max_live"]) for r in recs if r and r.get("pressure")]
+    peaks = [str(pressure["max_live"]) for r in recs if r and (pressure := r.get("pressure"))]
     out.append(f"{t}: records of {sum(1 for r in recs if r)} of {len(recs)} kernels" + (f"; peak live values {', '.join(peaks)}" if peaks else ""))
   return "\n".join(out)
 
@@ -298,16 +299,16 @@ def cmd_opts(a: argparse.Namespace) -> int:
     print(f"wrote {a.json}", file=sys.stderr)
   return 0
 
-def _traced_again(trace: dict, source: str, timeout_s: float, quiet: bool) -> tuple[dict, dict[str, bytes]]:
+def _traced_again(trace: Trace, source: str, timeout_s: float, quiet: bool) -> tuple[Trace, dict[str, bytes]]:
   """A trace file keeps no rewrite log: a convolution's is made again by tracing its spec and variant (the same tinygrad makes the same
   kernels: checked by their AST keys); a captured program's cannot be. Returns that trace and its rewrite blobs (TraceResult.blobs)."""
   from explorer.tracing.run import run_trace
-  if trace.get("spec") is None or trace.get("variant") is None:
+  if (spec := trace.get("spec")) is None or trace.get("variant") is None:
     raise SpecError(f"{source} is a trace file of a captured program, which keeps no rewrite log to rebuild its kernels from: store it "
                     "(Trace.store()) and pass its id")
   if not quiet: print(f"kernel-explorer: {source} keeps no rewrite log: tracing {trace.get('label')} again to rebuild its kernels", file=sys.stderr)
   variant = dataclasses.replace(Variant.from_dict(trace["variant"]), time=False)  # its kernels, not its timing
-  with StepBars(quiet) as bars: again = run_trace(ConvSpec.from_dict(trace["spec"]), variant, bars.bar("", STAGES), timeout_s=timeout_s)
+  with StepBars(quiet) as bars: again = run_trace(ConvSpec.from_dict(spec), variant, bars.bar("", STAGES), timeout_s=timeout_s)
   if [k.get("ast_key") for k in again.trace["kernels"]] != [k.get("ast_key") for k in trace["kernels"]]:
     raise SpecError(f"tracing {source} again made other kernels (another tinygrad or explorer version?): pass a stored trace id")
   return again.trace, again.blobs
@@ -562,12 +563,12 @@ def _run(argv: Sequence[str] | None) -> int:
     a = build_parser(settings_flags=not args or args[0] in ("serve", "-h", "--help")).parse_args(args)
     return a.fn(a)
   except (UsageError, SpecError, argparse.ArgumentTypeError) as e:  # every refusal: one line (a message may quote a file name or its data)
-    print(f"kernel-explorer: {one_line(e)}", file=sys.stderr)
+    print(f"kernel-explorer: {joined_lines(e)}", file=sys.stderr)
     return 2
   except WorkerFailed as e:
-    print(f"kernel-explorer: trace failed: {one_line(e)}", file=sys.stderr)
+    print(f"kernel-explorer: trace failed: {joined_lines(e)}", file=sys.stderr)
     return 1
 
-def one_line(e: BaseException) -> str: return " ".join(str(e).splitlines())
+def joined_lines(e: BaseException) -> str: return " ".join(str(e).splitlines())
 
 if __name__ == "__main__": sys.exit(main())

@@ -3,12 +3,12 @@ finishes), one plain line per event anywhere else (a log, CI, a test's captured 
 from __future__ import annotations
 import sys
 from types import TracebackType
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
+from explorer.spec import PARTIAL
+from explorer.spec import Progress as Callback  # rich's Progress is the bars
 if TYPE_CHECKING: from rich.progress import Progress  # rich is imported only when bars are drawn: a command starts its work sooner
 
-Callback = Callable[[str, str, str], None]
 FINISHED = ("done", "error", "skipped")
-PARTIAL = "partial"  # explorer.tracing.trace.PARTIAL: not a step
 
 class StepBars:
   def __init__(self, quiet: bool = False) -> None:

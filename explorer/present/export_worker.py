@@ -1,8 +1,9 @@
 """The half of explorer.present.export that needs tinygrad: called through call_in_worker (with VIZ=0)."""
 from __future__ import annotations
-from explorer.tracing import adapter as tg  # first: sets tinygrad's environment before tinygrad is imported
+from typing import Any
+from explorer.tracing import tg  # first: sets tinygrad's environment before tinygrad is imported
 
-def sink_graphs(progress, blob: bytes, sinks: list[int]) -> dict[int, dict]:
+def sink_graphs(progress: Any, blob: bytes, sinks: list[int]) -> dict[int, dict[str, Any]]:
   """The UOp graphs ({nodes, edges}) of recorded sinks, rebuilt from a trace's rewrite blob, by trace number."""
   b = tg.RewriteBlob(blob)
   return {n: b.graph_of(n) for n in sinks}

@@ -1,4 +1,4 @@
-"""Graph layout with graphviz `dot` on the server: UOp graphs (as explorer.tracing.adapter.RewriteBlob gives them) and the kernel graph.
+"""Graph layout with graphviz `dot` on the server: UOp graphs (as explorer.tracing.tg.RewriteBlob gives them) and the kernel graph.
 
 Plain data in, SVG text out. No tinygrad imports: the web server lays graphs out, worker processes expand them.
 """
@@ -6,7 +6,10 @@ from __future__ import annotations
 import collections, html, os, re, shutil, subprocess, tempfile
 from dataclasses import dataclass
 from typing import Any
+from explorer.schema import Kernel, Pass, SpecCheck, TargetRecord, Trace, own_provenance, target_record
 from explorer.text import fmt_bytes, provenance_sites, si
+
+Graph = dict[str, Any]  # {"nodes": [{"id", "label", "op", ...}], "edges": [{"src", "dst", "idx", "via"?}], ...}: a UOp or kernel graph
 
 MAX_NODES = 400           # larger graphs are simplified, and the page says how
 HARD_MAX_NODES = 1000     # even with ?full=1: beyond this dot takes more than DOT_TIMEOUT_S on a 2-core machine
@@ -19,12 +22,12 @@ ALU_OPS = {"ADD", "SUB", "MUL", "IDIV", "FDIV", "MOD", "FLOORDIV", "FLOORMOD", "
 INDEX_DTYPES = {"dtypes.weakint", "dtypes.index", "dtypes.int", "dtypes.long", "dtypes.uint", "dtypes.ulong", "dtypes.bool", "dtypes.short"}
 CONST_OPS = {"CONST", "VCONST", "DEFINE_VAR"}
 
-# what each op kind looks like; the adapter's colors are tinygrad VIZ's, these name the groups for the legend
+# what each op kind looks like; tracing.tg's colors are tinygrad VIZ's, these name the groups for the legend
 LEGEND_GROUPS = [("STAGE (bufferize)", ("STAGE",)), ("LOAD", ("LOAD",)), ("STORE", ("STORE",)), ("RANGE / END", ("RANGE", "END")),
                  ("REDUCE", ("REDUCE",)), ("INDEX", ("INDEX",)), ("PARAM / BUFFER", ("PARAM", "BUFFER")), ("AFTER", ("AFTER",)),
                  ("movement", ("RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP", "STACK")), ("ALU", tuple(sorted(ALU_OPS))),
                  ("CONTIGUOUS", ("CONTIGUOUS", "CONTIGUOUS_BACKWARD")), ("SINK", ("SINK",))]
-# ops that must be easy to tell apart whatever the adapter's palette: drawn with a distinct shape too
+# ops that must be easy to tell apart whatever tracing.tg's palette: drawn with a distinct shape too
 OP_SHAPES = {"STAGE": "box3d", "LOAD": "invhouse", "STORE": "house", "RANGE": "cds", "END": "octagon", "REDUCE": "doubleoctagon", "SINK": "oval"}
 
 class LayoutError(RuntimeError):
@@ -34,10 +37,10 @@ class LayoutError(RuntimeError):
 
 def dtype_of(label: str) -> str | None: return next((ln for ln in label.split("\n")[1:] if ln.startswith("dtypes.")), None)
 
-def is_index_math(node: dict) -> bool:
+def is_index_math(node: dict[str, Any]) -> bool:
   return node["op"] in CONST_OPS or (node["op"] in ALU_OPS and dtype_of(node["label"]) in INDEX_DTYPES)
 
-def contract(graph: dict, drop: set[str]) -> dict:
+def contract(graph: Graph, drop: set[str]) -> Graph:
   """Remove nodes; each kept node gets edges from its nearest kept ancestors through removed ones (marked via=True)."""
   srcs = collections.defaultdict(list)
   for e in graph["edges"]: srcs[e["dst"]].append(e)
@@ -61,7 +64,7 @@ def contract(graph: dict, drop: set[str]) -> dict:
         if (a, n["id"]) not in seen: seen.add((a, n["id"])); edges.append({"src": a, "dst": n["id"], "idx": e["idx"], "via": True})
   return {**graph, "nodes": [n for n in graph["nodes"] if n["id"] not in drop], "edges": edges}
 
-def nearest_outputs(graph: dict, limit: int) -> set[str]:
+def nearest_outputs(graph: Graph, limit: int) -> set[str]:
   """The `limit` nodes closest to the graph's outputs (nodes nothing consumes), breadth first against the edges."""
   srcs = collections.defaultdict(list)
   consumed = set()
@@ -80,7 +83,7 @@ STABLE_SPLINE_NODES = 120  # stable layouts of bigger graphs draw straight edges
 EXPAND_DEPTH = 2  # levels of inputs an opened cut-off node shows
 INDEX_MODES = ("auto", "hide", "show")  # index arithmetic: collapsed over the node limit, always, or never
 
-def ancestors(graph: dict, roots: set[str], depth: int) -> set[str]:
+def ancestors(graph: Graph, roots: set[str], depth: int) -> set[str]:
   """The inputs of roots, and theirs, `depth` levels up."""
   srcs = collections.defaultdict(list)
   for e in graph["edges"]: srcs[e["dst"]].append(e["src"])
@@ -91,7 +94,7 @@ def ancestors(graph: dict, roots: set[str], depth: int) -> set[str]:
     out |= frontier
   return out
 
-def simplify(graph: dict, max_nodes: int = MAX_NODES, index: str = "auto", expand: frozenset[int] = frozenset()) -> tuple[dict, list[str]]:
+def simplify(graph: Graph, max_nodes: int = MAX_NODES, index: str = "auto", expand: frozenset[int] = frozenset()) -> tuple[Graph, list[str]]:
   """A graph dot can lay out and a person can read, and notes saying what was left out. (CONSTs are never nodes: tinygrad's viewer
   folds them into their users' labels.)"""
   total = len(graph["nodes"])
@@ -135,7 +138,7 @@ def _attrs(**kw: object) -> str: return ", ".join(f"{k}={_q(str(v))}" for k, v i
 DOWNSTREAM_OUTLINE = "#d9931c"  # the diff legend's amber (diff.css .swatch.downstream)
 SPEC_OUTLINE = "#7c3aed"  # tinygrad's spec rejected the UOp: an outline no op family, and not the red of a changed node, uses
 
-def uop_dot(graph: dict, highlight: set[str] | None = None, title: str = "", violations: set[str] | None = None,
+def uop_dot(graph: Graph, highlight: set[str] | None = None, title: str = "", violations: set[str] | None = None,
             downstream: set[str] | None = None) -> str:
   """violations: nodes tinygrad's spec rejected, outlined thick, dashed and violet over their op's fill (REDUCE is filled red: a red
   fill would say two things); a node's `spec` (its message) leads its tooltip. downstream: a diff's nodes that differ only because an
@@ -165,9 +168,9 @@ def uop_dot(graph: dict, highlight: set[str] | None = None, title: str = "", vio
   out.append("}")
   return "\n".join(out)
 
-def legend(graph: dict) -> list[dict]:
-  """Op kinds present in the graph with the color the adapter gave them (most frequent first within a group)."""
-  colors: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+def legend(graph: Graph) -> list[dict[str, Any]]:
+  """Op kinds present in the graph with the color tracing.tg gave them (most frequent first within a group)."""
+  colors: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
   for n in graph["nodes"]: colors[n["op"]][n.get("color") or "#ffffff"] += 1
   ret = []
   grouped: set[str] = set()
@@ -186,6 +189,10 @@ def legend(graph: dict) -> list[dict]:
 ROLE_COLORS = {"input": "#B0BDFF", "weight": "#c6b3ff", "output": "#9fe0a8", "intermediate": "#f3c27a", "constant": "#e0e0e0"}
 KERNEL_COLOR, COPY_COLOR = "#7DD3DF", "#d7a6d7"
 
+def kernel_time(k: Kernel) -> float | None:
+  """A kernel's measured time (its median), None where the trace was not timed."""
+  return t["median"] if (t := k["time_s"]) else None
+
 def fmt_seconds(s: float | None) -> str:
   if s is None: return "–"
   if s < 1e-3: return f"{s*1e6:.1f} µs"
@@ -194,42 +201,43 @@ def fmt_seconds(s: float | None) -> str:
 
 GROUP_ABOVE = 150  # a program with more calls than this shows its kernel graph collapsed by realize and model line
 
-def kernel_graph(trace: dict, trace_url: str | None = None) -> dict:
+def kernel_graph(trace: Trace, trace_url: str | None = None) -> Graph:
   """Kernels (and copies) and buffers as one graph: writer call -> buffer -> reader call. A program of more than GROUP_ABOVE calls:
   one node per realize and model line (program_graph)."""
-  if trace.get("realizes") and len(trace.get("schedule") or []) > GROUP_ABOVE: return program_graph(trace, trace_url or "")
-  nodes, edges = [], []
-  for b in trace.get("buffers") or []:
+  if trace.get("realizes") and len(trace["schedule"]) > GROUP_ABOVE: return program_graph(trace, trace_url or "")
+  nodes: list[dict[str, Any]] = []
+  edges: list[dict[str, Any]] = []
+  for b in trace["buffers"]:
     label = f"{b['name']}  [{b['role']}]\n{b['dtype']}[{b['numel']:,}]\n{fmt_bytes(b['nbytes'])} · GLOBAL · {b['device']}"
     nodes.append({"id": f"b{b['index']}", "label": label, "op": "BUFFER", "kind": "buffer", "role": b["role"],
                   "color": ROLE_COLORS.get(b["role"], "#ffffff"), "addrspace": "GLOBAL"})
-  kernels = trace.get("kernels") or []
-  for s in trace.get("schedule") or []:
-    k = kernels[s["kernel"]] if s.get("kernel") is not None else None
-    label = f"{s.get('name') or s['kind']}\n{s['kind']} #{s['index']} · {s.get('role') or ''}"
-    if k is not None: label += f"\n{k['linear_uops']} uops · {fmt_seconds((k.get('time_s') or {}).get('median'))}"
-    nodes.append({"id": f"c{s['index']}", "label": label, "op": s["kind"].upper(), "kind": s["kind"], "role": s.get("role"),
-                  "kernel": s.get("kernel"), "color": KERNEL_COLOR if s["kind"] == "kernel" else COPY_COLOR})
+  kernels = trace["kernels"]
+  for s in trace["schedule"]:
+    k = kernels[s["kernel"]] if s["kernel"] is not None else None
+    label = f"{s['name'] or s['kind']}\n{s['kind']} #{s['index']} · {s['role']}"
+    if k is not None: label += f"\n{k['linear_uops']} uops · {fmt_seconds(kernel_time(k))}"
+    nodes.append({"id": f"c{s['index']}", "label": label, "op": s["kind"].upper(), "kind": s["kind"], "role": s["role"],
+                  "kernel": s["kernel"], "color": KERNEL_COLOR if s["kind"] == "kernel" else COPY_COLOR})
     edges += [{"src": f"b{i}", "dst": f"c{s['index']}", "idx": j} for j, i in enumerate(s["reads"])]
     edges += [{"src": f"c{s['index']}", "dst": f"b{i}", "idx": j} for j, i in enumerate(s["writes"])]
   return {"nodes": nodes, "edges": edges}
 
-def program_graph(trace: dict, trace_url: str) -> dict:
+def program_graph(trace: Trace, trace_url: str) -> Graph:
   """A big program's kernel graph collapsed: a node per (realize, the model line its kernels' provenance names first), an edge where
   a group reads a buffer another wrote; each node links to the overview's kernel table narrowed to its kernels (the expansion)."""
   from urllib.parse import quote
-  kernels = trace.get("kernels") or []
+  kernels = trace["kernels"]
   key_of: dict[int, tuple[int, str]] = {}
   groups: dict[tuple[int, str], dict[str, Any]] = {}
-  for s in trace.get("schedule") or []:
-    k = kernels[s["kernel"]] if s.get("kernel") is not None else None
-    sites = provenance_sites([e for e in (k or {}).get("provenance") or [] if not e.get("inferred")])
+  for s in trace["schedule"]:
+    k = kernels[s["kernel"]] if s["kernel"] is not None else None
+    sites = provenance_sites([dict(e) for e in own_provenance(k)] if k else [])
     site, fns = sites[0] if sites else ("(no line)" if s["kind"] == "kernel" else s["kind"] + "s", [])
     key = key_of[s["index"]] = (s.get("realize", 0), site)
     g = groups.setdefault(key, {"calls": 0, "fns": [], "flops": 0, "kinds": set()})
     g["calls"] += 1
     g["fns"] += [f for f in fns if f not in g["fns"]]
-    g["flops"] += (k or {}).get("flops", 0)
+    g["flops"] += k["flops"] if k else 0
     g["kinds"].add(s["kind"])
   ids = {key: f"g{i}" for i, key in enumerate(groups)}
   nodes = []
@@ -240,12 +248,12 @@ def program_graph(trace: dict, trace_url: str) -> dict:
                   "op": "GROUP", "kind": "group", "role": None, "color": KERNEL_COLOR if "kernel" in g["kinds"] else COPY_COLOR,
                   "url": f"{trace_url}{query}#kernels"})
   writers = {b: key_of[c] for c in key_of for b in (trace["schedule"][c]["writes"])}
-  pairs = {(writers[b], key_of[s["index"]]) for s in trace.get("schedule") or [] for b in s["reads"] if b in writers}
+  pairs = {(writers[b], key_of[s["index"]]) for s in trace["schedule"] for b in s["reads"] if b in writers}
   edges = [{"src": ids[a], "dst": ids[b], "idx": 0} for a, b in sorted(pairs, key=str) if a != b]
   return {"nodes": nodes, "edges": edges, "grouped": f"{len(trace['schedule']):,} calls collapsed into {len(nodes)} groups by realize and model "
                                                      "line: a group's node lists its kernels"}
 
-def kernel_graph_legend(graph: dict) -> list[dict]:
+def kernel_graph_legend(graph: Graph) -> list[dict[str, Any]]:
   counts = collections.Counter(n["role"] if n["kind"] == "buffer" else n["kind"] for n in graph["nodes"])
   rows = [{"name": f"{kind} call", "color": KERNEL_COLOR if kind == "kernel" else COPY_COLOR, "shape": "box", "count": counts[kind]}
           for kind in ("kernel", "copy") if counts[kind]]
@@ -253,7 +261,7 @@ def kernel_graph_legend(graph: dict) -> list[dict]:
   return rows + [{"name": f"{role} buffer", "color": color, "shape": "cylinder", "count": counts[role]}
                  for role, color in ROLE_COLORS.items() if counts[role]]
 
-def kernel_graph_dot(graph: dict, trace_url: str) -> str:
+def kernel_graph_dot(graph: Graph, trace_url: str) -> str:
   out = ["digraph K {", "  graph [rankdir=LR, bgcolor=\"transparent\", nodesep=0.25, ranksep=0.45];",
          "  node [fontname=\"DejaVu Sans Mono,monospace\", fontsize=10, style=\"filled\", margin=\"0.12,0.06\"];",
          "  edge [color=\"#8a8f98\", arrowsize=0.6];"]
@@ -337,7 +345,7 @@ def _unoverlap(pos: dict[str, tuple[float, float]], sizes: dict[str, tuple[float
 
 # ***** stable layout: stepping from one graph to the next, the UOps both hold keep their place (after SpiderMonkey's iongraph) *****
 
-def _anchored(graph: dict, fresh: dict[str, tuple[float, float]], anchor: dict[int, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+def _anchored(graph: Graph, fresh: dict[str, tuple[float, float]], anchor: dict[int, tuple[float, float]]) -> dict[str, tuple[float, float]]:
   """Where each node goes: a UOp the previous graph held (same trace number) where it was; a new one where dot put it relative to
   its nearest such neighbour (so it lands beside what it replaced); with no such neighbour, dot's place shifted as the survivors are."""
   at = {n["id"]: anchor[n["num"]] for n in graph["nodes"] if n.get("num") in anchor and n["id"] in fresh}
@@ -362,7 +370,7 @@ def _anchored(graph: dict, fresh: dict[str, tuple[float, float]], anchor: dict[i
     else: out[i] = (x + shift_x, y + shift_y)
   return out
 
-def stable_layout(graph: dict, dot_src: str, anchor: dict[int, tuple[float, float]], timeout_s: float = DOT_TIMEOUT_S) \
+def stable_layout(graph: Graph, dot_src: str, anchor: dict[int, tuple[float, float]], timeout_s: float = DOT_TIMEOUT_S) \
     -> tuple[str, dict[str, tuple[float, float]]]:
   """Lay graph out so the UOps it shares with the previous graph (anchor: trace number -> center, points) keep their place: dot
   places everything, each node is moved to its anchored place (_anchored), new nodes are pushed off the ones placed before them
@@ -407,60 +415,62 @@ def parse_ref(ref: str) -> Ref:
   if m.group(4): return Ref("codegen", kernel=int(m.group(4)), pass_index=int(m.group(5)), at=m.group(6), target=m.group(3))
   return Ref("rangeify", pass_index=int(m.group(7)), at=m.group(8))
 
-def passes_of(trace: dict, ref: Ref) -> list[dict]:
-  if ref.kind == "rangeify": return ((trace.get("scheduler") or {}).get("passes")) or []
+def scheduler_passes(trace: Trace) -> list[Pass]: return sch["passes"] if (sch := trace["scheduler"]) else []  # None: failed before it
+
+def passes_of(trace: Trace, ref: Ref) -> list[Pass]:
+  if ref.kind == "rangeify": return scheduler_passes(trace)
   k = kernel_of(trace, ref.kernel)
   if ref.target is None: return k["passes"]
-  if (rec := (k.get("targets") or {}).get(ref.target)) is None or not all("group" in p for p in rec["passes"]):
+  if (rec := target_record(k, ref.target)) is None or not all("group" in p for p in rec["passes"]):
     raise GraphNotFound(f"kernel {ref.kernel} has no browsable {ref.target} passes in this trace")
   return rec["passes"]
 
-def kernel_of(trace: dict, k: int | None) -> dict:
-  kernels = trace.get("kernels") or []
+def kernel_of(trace: Trace, k: int | None) -> Kernel:
+  kernels = trace["kernels"]
   if k is None or not 0 <= k < len(kernels): raise GraphNotFound(f"trace has no kernel {k} (it has {len(kernels)})")
   return kernels[k]
 
-def record_blob(rec: dict, target: str) -> str:
+def record_blob(rec: TargetRecord | None, target: str) -> str:
   """The key of the rewrite blob a target's record addresses: the target's own (rendered with the trace) or the one it names (a record
   computed on first view: `cuda@3f2a...`)."""
-  return str(rec.get("rewrites") or target)
+  return str((rec.get("rewrites") if rec else None) or target)
 
-def blob_of(trace: dict, ref: Ref) -> str | None:
+def blob_of(trace: Trace, ref: Ref) -> str | None:
   """The rewrite blob a codegen graph reference expands from: None for the host's; else its kernel's record's on that target."""
   if ref.target is None: return None
-  return record_blob(((kernel_of(trace, ref.kernel).get("targets") or {}).get(ref.target)) or {}, ref.target)
+  return record_blob(target_record(kernel_of(trace, ref.kernel), ref.target), ref.target)
 
-def blob_passes(trace: dict, blob: str | None = None) -> list[dict]:
+def blob_passes(trace: Trace, blob: str | None = None) -> list[Pass]:
   """Every pass record in a rewrite blob (None: the host's: the scheduler's passes and every kernel's codegen passes; else a blob key,
   record_blob: the passes of the records that address it)."""
-  kernels = trace.get("kernels") or []
-  if blob is None: return [*((trace.get("scheduler") or {}).get("passes") or []), *(p for k in kernels for p in k.get("passes") or [])]
-  target = blob.split("@")[0]
-  return [p for k in kernels if (rec := (k.get("targets") or {}).get(target)) and record_blob(rec, target) == blob for p in rec.get("passes") or []]
+  kernels = trace["kernels"]
+  if blob is None: return [*scheduler_passes(trace), *(p for k in kernels for p in k["passes"])]
+  target = blob.split("@")[0]  # "": no target's (target_record would read it as the host's)
+  return [p for k in kernels if target and (rec := target_record(k, target)) and record_blob(rec, target) == blob for p in rec["passes"]]
 
-def find_pass(trace: dict, group: int, step: int, blob: str | None = None) -> dict:
+def find_pass(trace: Trace, group: int, step: int, blob: str | None = None) -> Pass:
   """The pass record (group, step) addresses in a rewrite blob (None: the host's; blob_passes): a scheduler pass or a kernel's codegen
   pass."""
   if (p := next((p for p in blob_passes(trace, blob) if p.get("group") == group and p.get("step") == step), None)) is None:
     raise GraphNotFound(f"this trace records no pass {group}/{step}" + (f" in the rewrites of {blob}" if blob else ""))
   return p
 
-def spec_violations(trace: dict, ref: Ref) -> list[int]:
+def spec_violations(trace: Trace, ref: Ref) -> list[int]:
   """The trace numbers of the UOps tinygrad's spec rejected in the stage a graph belongs to (a graph marks those it contains)."""
   return list(spec_messages(trace, ref))
 
-def spec_messages(trace: dict, ref: Ref) -> dict[int, str]:
+def spec_messages(trace: Trace, ref: Ref) -> dict[int, str]:
   """spec_violations with each UOp's message (type_verify's), by trace number."""
-  if ref.kind == "tensor": check = (trace.get("spec_checks") or {}).get("tensor_graph")
-  elif ref.kind == "ast": check = (kernel_of(trace, ref.kernel).get("spec") or {}).get("ast")
+  check: SpecCheck | None = None
+  if ref.kind == "tensor": check = trace.get("spec_checks", {}).get("tensor_graph")  # traces before spec checks have none
+  elif ref.kind == "ast": check = ks["ast"] if (ks := kernel_of(trace, ref.kernel).get("spec")) else None
   elif ref.kind == "codegen":
     k = kernel_of(trace, ref.kernel)
-    rec = (k.get("targets") or {}).get(ref.target or k.get("host_target") or "") or {}
-    check = rec.get("spec") or ((k.get("spec") or {}).get("program") if ref.target is None else None)  # older traces: the kernel's
-  else: check = None
-  return {v["trace_num"]: str(v.get("message") or "") for v in (check or {}).get("violations") or [] if isinstance(v.get("trace_num"), int)}
+    rec, older = target_record(k, ref.target), k.get("spec", {}).get("program") if ref.target is None else None  # older traces: the kernel's
+    check = (rec.get("spec") if rec else None) or older
+  return {v["trace_num"]: v["message"] for v in check["violations"]} if check else {}
 
-def graph_title(trace: dict, ref: Ref) -> str:
+def graph_title(trace: Trace, ref: Ref) -> str:
   if ref.kind == "tensor": return "Tensor graph"
   if ref.kind == "kernels": return "Kernel graph"
   if ref.kind == "ast": return f"AST of kernel {ref.kernel} ({kernel_of(trace, ref.kernel)['role']}): the same for every target"

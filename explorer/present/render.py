@@ -12,7 +12,8 @@ from explorer.present.beam import beam_plot
 from explorer.spec import opt_label
 from explorer.stats import noisy
 from explorer.text import provenance_sites
-from explorer.present.graphs import fmt_bytes, fmt_seconds
+from explorer.present.graphs import fmt_bytes, fmt_seconds, kernel_time
+from explorer.schema import Kernel, RanOn, StageRow, Trace, host_target
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"
 STATIC_DIR = pathlib.Path(__file__).resolve().parent.parent / "static"
@@ -52,17 +53,15 @@ def fmt_flops(n: float | None) -> str:
 
 def fmt_rate(n: float | None, unit: str) -> str: return "–" if n is None else f"{n:.2f} {unit}" if n < 100 else f"{n:.0f} {unit}"
 
-def kernel_time(k: dict) -> float | None: return (k.get("time_s") or {}).get("median")
-
-def gflops(k: dict) -> float | None:
+def gflops(k: Kernel) -> float | None:
   t = kernel_time(k)
-  return k["flops"] / t / 1e9 if t and k.get("flops") else None
+  return k["flops"] / t / 1e9 if t and k["flops"] else None
 
-def gbps(k: dict) -> float | None:
+def gbps(k: Kernel) -> float | None:
   t = kernel_time(k)
-  return k["bytes"] / t / 1e9 if t and k.get("bytes") else None
+  return k["bytes"] / t / 1e9 if t and k["bytes"] else None
 
-def fmt_size(xs: list | None) -> str: return "–" if not xs else "×".join(str(x) for x in xs)
+def fmt_size(xs: list[int | str] | None) -> str: return "–" if not xs else "×".join(str(x) for x in xs)
 
 def fmt_ago(ts: float | None) -> str:
   if ts is None: return "–"
@@ -75,9 +74,10 @@ def defined(fn: Callable[..., str]) -> Callable[..., str]:
   """A formatting filter that reads a missing value (jinja's Undefined) as None: failed traces lack whole sections."""
   return lambda x, *a: fn(None if isinstance(x, jinja2.Undefined) else x, *a)
 
-def ran_on_parts(ran_on: dict | None) -> list[tuple[str, str]]:
+def ran_on_parts(ran_on: RanOn | None) -> list[tuple[str, str]]:
   """Where a trace's parts ran (env.ran_on), compactly: (NAME@HOST, which parts) per place, the trace's own first; one place for
-  all its stages is "every stage", and the only place names no parts. A trace recorded before per-part records names one place."""
+  all its stages is "every stage", and the only place names no parts. A trace recorded before per-part records names one place. (Its
+  fields are read with .get: a trace recorded before ran_on gets one holding only `targets` once a target is computed for it.)"""
   if not ran_on: return []
   stages, targets = ran_on.get("stages") or {}, ran_on.get("targets") or {}
   if not stages and ran_on.get("host"): return [(f"{ran_on.get('worker') or ran_on.get('pid')}@{ran_on['host']}", "")]
@@ -90,15 +90,16 @@ def ran_on_parts(ran_on: dict | None) -> list[tuple[str, str]]:
 
 HTML_SAFE_JSON = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"})
 
-def grouped_stages(rows: list[dict]) -> list[tuple[dict, int]]:
+def grouped_stages(rows: list[StageRow]) -> list[tuple[StageRow, int]]:
   """STAGE rows with identical figures (shape, dtype, space, op, bytes, removable, the buffer they became, what they are computed from and
   stored into) as one row and how many."""
-  groups: dict[tuple, list] = {}
+  groups: dict[tuple[Any, ...], tuple[StageRow, int]] = {}
   for s in rows:
-    key = (tuple(s.get("shape") or ()), s.get("dtype"), s.get("addrspace"), s.get("src_op"), s.get("nbytes"), s.get("removable"), s.get("buffer"),
-           tuple(s.get("reads") or ()), tuple(s.get("into") or ()))
-    groups.setdefault(key, [s, 0])[1] += 1
-  return [(s, n) for s, n in groups.values()]
+    key = (tuple(s["shape"]), s["dtype"], s["addrspace"], s["src_op"], s["nbytes"], s["removable"], s.get("buffer"),
+           tuple(s.get("reads") or ()), tuple(s.get("into") or ()))  # the rows' links to buffers are absent where none was found
+    first, n = groups.get(key, (s, 0))
+    groups[key] = (first, n + 1)
+  return list(groups.values())
 
 def tojson_compact(x: Any) -> Markup:
   """JSON safe in a single-quoted HTML attribute or a <script>: <, >, & and ' escaped as JSON \\u escapes, as jinja's tojson does."""
@@ -110,21 +111,19 @@ def largest_buffers(buffers: list[dict[str, Any]], limit: int) -> list[dict[str,
   keep = {id(b) for b in sorted(buffers, key=lambda b: -b["nbytes"])[:limit]}
   return [b for b in buffers if id(b) in keep]
 
-def compile_summary(trace: dict[str, Any]) -> str:
+def compile_summary(trace: Trace) -> str:
   """The trace's compile time as the kernel page says it: "cached" where tinygrad's disk cache had every binary (no compiler ran),
   else the time of the compiles that ran and how many kernels were cached."""
-  kernels = trace.get("kernels") or []
-  cached, total_s = sum(1 for k in kernels if k.get("compile_cached")), (trace.get("totals") or {}).get("compile_s")
+  kernels = trace["kernels"]
+  cached, total_s = sum(1 for k in kernels if k.get("compile_cached")), trace["totals"].get("compile_s")  # a failed trace's totals: {}
   if kernels and cached == len(kernels): return "cached"
   return fmt_seconds(total_s) + (f" ({cached} of {len(kernels)} cached)" if cached else "")
 
-def rendered_targets(trace: dict[str, Any]) -> list[str]:
+def rendered_targets(trace: Trace) -> list[str]:
   """Every target some kernel has a record of (the ones the trace asked for and the ones pages computed since), the host's first."""
-  seen: dict[str, None] = {}
-  for k in trace.get("kernels") or []:
-    if k.get("host_target"): seen.setdefault(k["host_target"], None)
-  for t in (trace.get("variant") or {}).get("targets") or []: seen.setdefault(t, None)
-  for k in trace.get("kernels") or []: seen.update(dict.fromkeys(k.get("targets") or {}))
+  seen = dict.fromkeys(host_target(k) for k in trace["kernels"])
+  seen.update(dict.fromkeys(trace["variant"]["targets"]))
+  for k in trace["kernels"]: seen.update(dict.fromkeys(k["targets"]))
   return list(seen)
 
 def environment() -> jinja2.Environment:

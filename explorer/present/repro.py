@@ -11,6 +11,7 @@ their own validation (numbers, and names from fixed lists), every other value is
 captured program's reproducer is that program's own source, as the trace recorded it: `program_script` says so at its top."""
 from __future__ import annotations
 import math, re
+from explorer.schema import ProgramOrigin, Trace
 from explorer.spec import ConvSpec, SpecError, Variant, normalize_device
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -25,16 +26,17 @@ def docstring(text: str) -> str:
   clean = _UNPRINTABLE.sub(lambda m: m.group(0) if m.group(0) == "\n" else " ", text)
   return '"""' + clean.replace("\\", "\\\\").replace('"', '\\"') + '"""'
 
-def checked(trace: dict) -> tuple[ConvSpec | None, Variant, str]:
-  """The trace's spec (None for a captured program), variant and device, each through its own validation (SpecError, one line)."""
+def checked(trace: Trace) -> tuple[ConvSpec | None, Variant, str]:
+  """The trace's spec (None for a captured program), variant and device, each through its own validation (SpecError, one line). Its
+  environment needs the variant and device only: a record of those alone (no spec) reads as a program's."""
   try:
-    spec = ConvSpec.from_dict(dict(trace["spec"])).validate(memory_budget=1 << 62) if trace.get("spec") is not None else None
+    spec = ConvSpec.from_dict(dict(d)).validate(memory_budget=1 << 62) if (d := trace.get("spec")) is not None else None
     variant = Variant.from_dict(dict(trace["variant"])).validate(max_repeats=1 << 30, max_beam=1 << 10)
     device = normalize_device(trace["env"]["device"])
   except (KeyError, TypeError, AttributeError) as e: raise SpecError(f"the trace lacks what a reproducer needs ({type(e).__name__}: {e})") from None
   return spec, variant, device
 
-def environment(trace: dict) -> dict[str, str]:
+def environment(trace: Trace) -> dict[str, str]:
   """The variables tinygrad reads that this trace depends on (DEV names the device's kind: tinygrad reads DEV=CUDA:1 as CUDA's renderer
   "1", so an index goes on the tensors instead)."""
   _, variant, device = checked(trace)
@@ -51,7 +53,7 @@ def _conv(spec: ConvSpec, variant: Variant) -> list[str]:
   return [f"out = x.conv2d(w, stride={int(spec.stride)!r}, padding={int(spec.pad)!r}, groups={int(spec.groups)!r})"
           + ("  # WINO=1: tinygrad's builtin Winograd" if variant.algo == "winograd" else "")]
 
-def repro_script(trace: dict, trace_id: str) -> str:
+def repro_script(trace: Trace, trace_id: str) -> str:
   """The script. Running it prints tinygrad's own DEBUG=2 line for every kernel, the output's shape and a checksum."""
   spec, variant, device = checked(trace)
   if spec is None: return program_script(trace, trace_id)
@@ -63,7 +65,7 @@ def repro_script(trace: dict, trace_id: str) -> str:
          if variant.rewrites or variant.rewrite_file else []
   spec_line = ["from explorer.spec import ConvSpec", f"SPEC = ConvSpec.from_dict({spec.to_dict()!r})"] if explorer else []
   on = f", device={device!r}" if ":" in device else ""  # an index: DEV names the kind only
-  about = (f"Reproduces Kernel Explorer trace {trace_id}: {trace.get('label', '')}\nrecorded with tinygrad {trace['env'].get('tinygrad', '?')} on "
+  about = (f"Reproduces Kernel Explorer trace {trace_id}: {trace['label']}\nrecorded with tinygrad {trace['env']['tinygrad']} on "
            f"{device}. {needs}\n\nRun it as it is (it sets the variables below unless they are set already), or e.g. "
            + " ".join(f"{k}={v}" for k, v in env.items()) + " python this.py")
   lines = [
@@ -89,15 +91,16 @@ def repro_script(trace: dict, trace_id: str) -> str:
 RUNS_PROGRAM = ("# This script runs the program's own source, as the trace recorded it (a captured program's reproducer is that program):",
                 "# read it before you run it, as you would any script you were sent.")
 
-def program_script(trace: dict, trace_id: str) -> str:
+def program_script(trace: Trace, trace_id: str) -> str:
   """A captured program's reproducer, with the environment set: a --script run's source as it ran (its --fn called as the worker
   called it), or the file (or notebook cell) that held an `explorer.capture` block, with the explorer's names replaced by a stand-in
   so that the block runs on tinygrad alone. It runs that source: it says so at its top."""
-  program, env = trace.get("program") or {}, environment(trace)
+  program, env = trace["program"], environment(trace)
   env.pop("WINO", None)
-  about = (f"Reproduces Kernel Explorer trace {trace_id}: {trace.get('label', '')}, recorded with tinygrad {trace['env'].get('tinygrad', '?')}")
+  about = (f"Reproduces Kernel Explorer trace {trace_id}: {trace['label']}, recorded with tinygrad {trace['env']['tinygrad']}")
   head = [docstring(about), *RUNS_PROGRAM, "import os", *[f"os.environ.setdefault({k!r}, {v!r})" for k, v in env.items()]]
-  source, origin = program.get("source"), program.get("origin") or {"kind": "script", "fn": None}
+  source = program["source"] if program else None
+  origin: ProgramOrigin = (program["origin"] if program else None) or {"kind": "script", "fn": None}
   if not isinstance(source, str): source = None
   if source and origin["kind"] == "script" and origin.get("fn"):
     body = ["# the program's source, run as `kernel-explorer trace --script --fn` ran it: as a module, then its function",

@@ -3,7 +3,7 @@ the rank test's p-value and the verdict; and a server-rendered SVG per case of e
 with the paired B/A ratios, their interval, 1 (no difference) and the document's figure. Pure Python: no tinygrad, no JS."""
 from __future__ import annotations
 import html, math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 import numpy as np
 from explorer.spec import ConvSpec
 
@@ -18,7 +18,7 @@ FIGURES = {"time": "run time, median of B/A per repeat", "spread": "standard dev
 SIZE = {"inside": "the document's figure is inside the interval", "below": "the document's figure is below the interval",
         "above": "the document's figure is above the interval"}
 
-def _says(case: dict, variant: str, figure: str) -> str:
+def _says(case: dict[str, Any], variant: str, figure: str) -> str:
   """The document's words for this figure of this variant (against the case's first), or "-"."""
   claim = case.get("claim") or {}
   return claim.get("says", {}).get(figure, "-") if claim.get("of", variant) == variant else "-"
@@ -33,11 +33,11 @@ def _ms(x: float | None) -> str:
 # what each paired figure's A and B columns show: the variant's own value behind the ratio (a row's key, in seconds)
 ABSOLUTE = {"time": ("time_median_s", "median "), "spread": ("time_std_s", "std "), "compile": ("compile_median_s", "median ")}
 
-def _absolute(row: dict, figure: str) -> str:
+def _absolute(row: dict[str, Any], figure: str) -> str:
   key, what = ABSOLUTE.get(figure, ("", ""))
   return what + _ms(row.get(key)) if row.get(key) is not None else "-"
 
-def document_rows(study: dict) -> list[dict[str, Any]]:
+def document_rows(study: dict[str, Any]) -> list[dict[str, Any]]:
   """Every case's figures in one table, the document's words beside each, laid out as the documents' own tables: each variant's
   absolute value (A, B: its median time, its std, its count) beside their ratio. The paired figures (time, spread) carry an interval,
   a p-value (time, compile time) and a verdict; the counts (UOps) are exact, so their verdict compares B/A with the document's
@@ -52,7 +52,7 @@ def document_rows(study: dict) -> list[dict[str, Any]]:
       says = _says(case, b, "compile") if figure == "build" and b not in repeated else _says(case, b, figure)
       return {**where, "a": a, "b": b, "figure": FIGURES[figure], "document": says, "a_value": a_value, "b_value": b_value,
               "measured": measured, "interval": interval, "p_value": p, "verdict": verdict, "size": ""}
-    def counted(c: dict) -> dict[str, Any]:
+    def counted(c: dict[str, Any]) -> dict[str, Any]:
       r = row(c["a"], c["b"], c["figure"], _ratio(c["ratio"]), str(c["a_count"]), str(c["b_count"]), "exact count", None, c["verdict"])
       if c["kernel"] is not None: r["figure"] = FIGURES["kernel"].format(c["kernel"])
       return r | {"size": f"the claim: B/A at least {c['claim']:g}" if c["claim"] is not None and c["claim"] > 1 else
@@ -75,7 +75,7 @@ def document_rows(study: dict) -> list[dict[str, Any]]:
 
 W, LABEL_W, ROW_H, PAD = 760, 190, 34, 28
 
-def _scale(lo: float, hi: float, x0: float, x1: float):
+def _scale(lo: float, hi: float, x0: float, x1: float) -> Callable[[float], float]:
   span = (hi - lo) or abs(hi) or 1.0
   lo, hi = lo - span * 0.05, hi + span * 0.05
   return lambda v: x0 + (v - lo) / (hi - lo) * (x1 - x0)
@@ -92,7 +92,7 @@ def _whiskers(xs: Sequence[float] | np.ndarray) -> tuple[float, float]:
   iqr = q3 - q1
   return float(v[v >= q1 - 1.5 * iqr].min()), float(v[v <= q3 + 1.5 * iqr].max())
 
-def _box(y: float, xs: Sequence[float], x_of, cls: str, lo: float, hi: float) -> list[str]:
+def _box(y: float, xs: Sequence[float], x_of: Callable[[float], float], cls: str, lo: float, hi: float) -> list[str]:
   """A box from the quartiles, whiskers to the furthest sample within 1.5 IQR, every sample a dot (spread over the row's height);
   samples beyond the plot's range [lo, hi] sit hollow on its edge, counted."""
   v = np.asarray(xs, dtype=np.float64)
@@ -111,14 +111,14 @@ def _box(y: float, xs: Sequence[float], x_of, cls: str, lo: float, hi: float) ->
     if n: out.append(f'<text class="tick" x="{x_of(side):.1f}" y="{y - h / 2 - 2:.1f}" text-anchor="middle">{n} beyond</text>')
   return out
 
-def _axis(y: float, x_of, lo: float, hi: float, unit: str) -> list[str]:
+def _axis(y: float, x_of: Callable[[float], float], lo: float, hi: float, unit: str) -> list[str]:
   out = [f'<line class="axis" x1="{LABEL_W}" x2="{W - PAD}" y1="{y:.1f}" y2="{y:.1f}"/>']
   for t in (t for t in _ticks(lo, hi) if LABEL_W <= x_of(t) <= W - PAD):
     out += [f'<line class="tick" x1="{x_of(t):.1f}" x2="{x_of(t):.1f}" y1="{y:.1f}" y2="{y + 4:.1f}"/>',
             f'<text class="tick" x="{x_of(t):.1f}" y="{y + 16:.1f}" text-anchor="middle">{t:.4g}{unit}</text>']
   return out
 
-def distribution_svg(case: dict) -> str:
+def distribution_svg(case: dict[str, Any]) -> str:
   """Top: each variant's time per repeat (ms). Bottom: each B's ratio to A per repeat, the 95% interval of its median (band), 1 and
   the document's figure (dashed), so a verdict can be read off the picture."""
   rows, esc = case["rows"], html.escape
@@ -163,18 +163,18 @@ def distribution_svg(case: dict) -> str:
 
 # ***** the page's cases, and the offline export *****
 
-def sampling_text(case: dict) -> str:
+def sampling_text(case: dict[str, Any]) -> str:
   s = case.get("sampling") or {}
   why = {"converged": f"every interval narrower than {s.get('target_width')}", "budget": f"the {s.get('budget_s')}s budget was spent",
          "max repeats": "the most repeats allowed", "repeats": "the repeats asked for"}.get(s.get("ended", ""), s.get("ended", ""))
   return f"{case['warmup']} warmup + {s.get('repeats', case['repeats'])} interleaved repeats, stopped at {why}"
 
-def case_views(result: dict) -> list[dict[str, Any]]:
+def case_views(result: dict[str, Any]) -> list[dict[str, Any]]:
   """Each case with what the page draws: its shape's label, how its sampling ended, its plot."""
   return [{**c, "shape": ConvSpec.from_dict(c["spec"]).label(), "sampling_text": sampling_text(c), "svg": distribution_svg(c)}
           for c in result["cases"]]
 
-def render_export(status: dict, origin: str) -> str:
+def render_export(status: dict[str, Any], origin: str) -> str:
   """A finished study as ONE self-contained HTML file: inline CSS and SVG, no script, no link that leaves it."""
   import datetime
   from markupsafe import Markup
@@ -185,7 +185,7 @@ def render_export(status: dict, origin: str) -> str:
   return environment().get_template("study_export.html").render(s=status, cases=case_views(status["result"]), css=Markup(inline_assets()["css"]),
                                                                  exported=exported, origin=origin, version=__version__)
 
-def document_markdown(study: dict) -> str:
+def document_markdown(study: dict[str, Any]) -> str:
   """document_rows as one markdown table: what the CLI prints after a study's cases."""
   cols = ("case", "shape", "A", "B", "figure", "the document", "A value", "B value", "B/A", "95% interval", "p", "verdict")
   lines = [f"### study {study['study']}: the documents' figures, measured again", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import collections
 from dataclasses import replace
 from typing import Any
-from explorer.schema import TargetRecord, host_target, target_record
+from explorer.present.graphs import kernel_time
+from explorer.schema import Kernel, ProgramInfo, TargetRecord, TimeStats, Totals, Trace, host_target, own_provenance, target_record
 from explorer.stats import NOISY_SPREAD, noisy
 from explorer.spec import ConvSpec, Variant, opt_label
 from explorer.text import fmt_bytes, provenance_sites
@@ -48,29 +49,31 @@ def _opt_text(opts: list[str]) -> str:
 
 FOLDED = " (its graph draws fewer nodes: as in tinygrad's viewer, constants and devices are folded into the labels of the UOps that use them)"
 
-def _step(id: str, title: str, view: str, text: str) -> dict: return {"id": id, "title": title, "view": view, "text": text}
+Step = dict[str, Any]  # {"id", "title", "view", "text"}, and what a step's view needs beside (focus, side, embed, headline)
 
-def tour_target(trace: dict, asked: str | None) -> str | None:
+def _step(id: str, title: str, view: str, text: str) -> Step: return {"id": id, "title": title, "view": view, "text": text}
+
+def tour_target(trace: Trace, asked: str | None) -> str | None:
   """The target a tour reads its kernels' codegen from: `asked` where every kernel has a record for it, else None (each kernel's host)."""
-  kernels = trace.get("kernels") or []
+  kernels = trace["kernels"]
   return asked if asked and kernels and all(target_record(k, asked) is not None for k in kernels) else None
 
 TOLD_KERNELS = 8  # a program with more kernels than this: its tour tells the heaviest this many
 
-def told_kernels(trace: dict) -> list[int]:
+def told_kernels(trace: Trace) -> list[int]:
   """The kernels a trace's tour tells: all of them, or of a program with more than TOLD_KERNELS, the heaviest (by measured time, else by
   FLOPs), in schedule order."""
-  ks = trace.get("kernels") or []
+  ks = trace["kernels"]
   if not trace.get("realizes") or len(ks) <= TOLD_KERNELS: return [k["index"] for k in ks]
-  timed = all(k.get("time_s") for k in ks)
-  heaviest = sorted(ks, key=lambda k: -(k["time_s"]["median"] if timed else k["flops"]))[:TOLD_KERNELS]
+  timed = all(k["time_s"] for k in ks)
+  heaviest = sorted(ks, key=lambda k: -(kernel_time(k) or 0.0 if timed else k["flops"]))[:TOLD_KERNELS]
   return sorted(k["index"] for k in heaviest)
 
-def trace_tour(trace: dict, target: str | None = None) -> list[dict]:
+def trace_tour(trace: Trace, target: str | None = None) -> list[Step]:
   """The pipeline, stage by stage, for one trace (of a convolution, or of a captured program: spec None). target: the codegen target its
   kernel steps speak of (names, opts, uops, pressure, source), where every kernel has a record for it; else the host's own. A big
   program's tells its realizes and its model lines, then its heaviest kernels (told_kernels)."""
-  spec, variant = ConvSpec.from_dict(trace["spec"]) if trace.get("spec") else None, Variant.from_dict(trace["variant"])
+  spec, variant = ConvSpec.from_dict(dict(trace["spec"])) if trace["spec"] else None, Variant.from_dict(dict(trace["variant"]))
   target = tour_target(trace, target)
   told = told_kernels(trace)
   steps = [_tensor_step(trace, spec, variant), *_scheduler_steps(trace), _constants_step(trace, variant), _program_step(trace, told)]
@@ -78,38 +81,43 @@ def trace_tour(trace: dict, target: str | None = None) -> list[dict]:
   steps.append(_timing_step(trace, spec))
   return [s for s in steps if s is not None]
 
-def _program_step(trace: dict, told: list[int]) -> dict | None:
+def _program_step(trace: Trace, told: list[int]) -> Step | None:
   """A program's realizes, the lines of the model that made most of its kernels, and which kernels the tour goes on to tell."""
   if not (realizes := trace.get("realizes")): return None
   ks = trace["kernels"]
-  lines = collections.Counter(site for k in ks for site, _ in provenance_sites([e for e in k.get("provenance") or [] if not e.get("inferred")]))
+  lines = collections.Counter(site for k in ks for site, _ in provenance_sites([dict(e) for e in own_provenance(k)]))
   busiest = ", ".join(f"{site} ({_plural(n, 'kernel')})" for site, n in lines.most_common(3))
-  rest = (f"The tour goes on with the {len(told)} heaviest ({'by time' if all(k.get('time_s') for k in ks) else 'by FLOPs'}): kernels "
+  rest = (f"The tour goes on with the {len(told)} heaviest ({'by time' if all(k['time_s'] for k in ks) else 'by FLOPs'}): kernels "
           f"{', '.join(map(str, told))}." if len(told) < len(ks) else "The tour goes on kernel by kernel.")
   return _step("program", "The program", "program",
                f"The program ran {_plural(len(realizes), 'realize')} and {_plural(len(ks), 'kernel')}"
                f"{'; the lines of the model that made most of them: ' + busiest if busiest else ''}. Each kernel's provenance names the "
                f"Tensor functions it computes and the line that called them (the overview's kernel table; search it by a line). {rest}")
 
-def _tensor_step(trace: dict, spec: ConvSpec | None, variant: Variant | None = None) -> dict:
-  g = trace["tensor_graph"] or {"uops": 0, "ops": {}}
+def _program(trace: Trace) -> ProgramInfo:
+  """A captured program's record (a trace without a spec has one; TypeError where it has not: the tour says it is incomplete)."""
+  if (program := trace["program"]) is None: raise TypeError("a trace of no convolution that records no program")
+  return program
+
+def _tensor_step(trace: Trace, spec: ConvSpec | None, variant: Variant | None = None) -> Step:
+  g = trace["tensor_graph"] or {"uops": 0, "ops": {}, "sink": None}
   top = ", ".join(f"{n} {op}" for op, n in sorted(g["ops"].items(), key=lambda kv: -kv[1])[:4])
-  what = f"The convolution {spec.label()}" if spec is not None else f"The program {trace['program']['name']}"
+  what = f"The convolution {spec.label()}" if spec is not None else f"The program {_program(trace)['name']}"
   direct = "" if variant is None or variant.algo == "direct" else " (the direct-equivalent count: Winograd's kernels do fewer)"
   recipe = (f"the {_si(spec.direct_flops)}FLOPs of multiply-adds a direct convolution does{direct} are only a recipe at this point."
             if spec is not None else "what it computes is only a recipe at this point.")
   return _step("tensor", "Tensor graph", "graph/tensor",
                f"{what} starts as a lazy tensor graph of {g['uops']} UOps{FOLDED} (most common: {top}). Nothing has run yet: {recipe}")
 
-def _scheduler_steps(trace: dict) -> list[dict]:
-  sch = trace.get("scheduler") or {}
-  passes, counts = sch.get("passes", []), sch.get("stage_counts")
+def _scheduler_steps(trace: Trace) -> list[Step]:
+  sch = trace["scheduler"]  # None where the trace failed before its schedule
+  passes, counts, seconds = (sch["passes"], sch.get("stage_counts"), sch["seconds"]) if sch else ([], None, 0.0)
   steps = [_step("rangeify", "Rangeify", "rangeify",
                  f"tinygrad's scheduler ran {_plural(len(passes), 'named pass', 'named passes')} with "
                  f"{sum(p['matches'] for p in passes)} pattern matches "
-                 f"in {sch.get('seconds', 0):.2f} s. Rangeify gives every op explicit loop ranges and puts a STAGE (bufferize) node wherever a "
+                 f"in {seconds:.2f} s. Rangeify gives every op explicit loop ranges and puts a STAGE (bufferize) node wherever a "
                  f"value might be written to memory.")]
-  if counts:
+  if sch and counts:
     kept_bytes = sum(s["nbytes"] for s in sch["stages"]["kept"])
     inter = [b for b in trace["buffers"] if b["role"] == "intermediate"]
     steps.append(_step("bufferize", "Bufferize decisions", "bufferize",
@@ -120,7 +128,7 @@ def _scheduler_steps(trace: dict) -> list[dict]:
                        f"({fmt_bytes(sum(b['nbytes'] for b in inter))}) through global memory."))
   return steps
 
-def _constants_step(trace: dict, variant: Variant) -> dict | None:
+def _constants_step(trace: Trace, variant: Variant) -> Step | None:
   if variant.algo != "winograd": return None
   const_bufs = [b for b in trace["buffers"] if b["role"] == "constant"]
   consts, loads = sum(k["ops"]["consts"] for k in trace["kernels"]), sum(k["ops"]["loads"] for k in trace["kernels"])
@@ -131,7 +139,7 @@ def _constants_step(trace: dict, variant: Variant) -> dict | None:
                f"The Winograd transform matrices are {variant.consts if variant.wino_impl == 'explorer' else 'symbolic'} here: {where}. "
                f"Across the kernels the linearized code has {consts} CONST uops and {loads} loads.")
 
-def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None, target: str | None = None) -> list[dict]:
+def _kernel_steps(trace: Trace, k: Kernel, spec: ConvSpec | None, target: str | None = None) -> list[Step]:
   """The four steps of a kernel (AST, codegen passes, linear uops, source), their codegen read from its record on `target` (None: the
   host's). The uops step carries `focus`, the uop its text discusses (the peak of live values), which its view scrolls to."""
   rec = target_record(k, target) or target_record(k)
@@ -145,10 +153,10 @@ def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None, target: str | Non
     total = trace["totals"].get("flops", 0)
     text += (f" The whole Winograd schedule counts {_si(total)}FLOPs (tinygrad's Estimates) against {_si(spec.direct_flops)}FLOPs of "
              f"multiply-adds for the direct convolution: {spec.direct_flops / total:.2f}x fewer." if total else "")
-  text += "".join(f" {note}." for note in k.get("notes", []))
-  codegen = sorted(rec.get("passes") or [], key=lambda p: -p["matches"])[:3]
+  text += "".join(f" {note}." for note in k["notes"])
+  codegen = sorted(rec["passes"], key=lambda p: -p["matches"])[:3]
   busiest = ", ".join(f"{p['name']} ({p['matches']} matches)" for p in codegen)
-  o, sources = rec["ops"], k.get("sources") or {}
+  o, sources = rec["ops"], k["sources"]
   own = "host" if on == host_target(k) else on  # the host's source is kept under "host"
   others = [f"{host_target(k)} (the host)" if t == "host" else t for t in sources if t != own]
   uops = _step(f"k{n}-uops", f"Kernel {n}: linearized uops", f"k/{n}/uops",
@@ -156,7 +164,7 @@ def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None, target: str | Non
                f"{o['consts']} constants and {_plural(o['ranges'], 'loop')}. tinygrad estimates {_si(rec['flops'])}FLOPs and "
                f"{fmt_bytes(rec['bytes'])} of memory traffic." + _pressure_text(rec))
   source = _step(f"k{n}-source", f"Kernel {n}: source", f"k/{n}/source",
-                 f"The {on} renderer turned those uops into {len((rec.get('source') or '').splitlines())} lines of source, the kernel "
+                 f"The {on} renderer turned those uops into {len(rec['source'].splitlines())} lines of source, the kernel "
                  f"{rec['name']}." + (f" The trace also rendered it for {', '.join(others)} (the tabs beside it)." if others else ""))
   if (p := rec.get("pressure")):
     uops["focus"] = {"uop": p["max_live_at"], "line": p.get("max_live_line")}
@@ -166,50 +174,55 @@ def _kernel_steps(trace: dict, k: dict, spec: ConvSpec | None, target: str | Non
   return [
     _step(f"k{n}-ast", f"Kernel {n}: {k['role']} AST", f"k/{n}", text),
     _step(f"k{n}-codegen", f"Kernel {n}: codegen passes", f"k/{n}/passes",
-          f"Codegen for {on} ran {_plural(len(rec.get('passes') or []), 'pass', 'passes')} on this kernel; the busiest were {busiest}. "
-          f"{_opt_text(rec.get('opts') or [])} The launch is global {rec['global_size']} x local {rec['local_size']}."),
+          f"Codegen for {on} ran {_plural(len(rec['passes']), 'pass', 'passes')} on this kernel; the busiest were {busiest}. "
+          f"{_opt_text(rec['opts'])} The launch is global {rec['global_size']} x local {rec['local_size']}."),
     uops,
     source,
   ]
 
-def hand_schedule_steps(trace: dict, schedules: list[dict]) -> list[dict]:
+def hand_schedule_steps(trace: Trace, schedules: list[dict[str, Any]]) -> list[Step]:
   """A step per hand schedule pinned to the trace's tour (explorer.web.services.enrichments.tour_schedules), after the trace's own
   steps: the kernel with those opts beside its original, in numbers. Each step carries what its view shows (`embed`)."""
-  kernels, out = trace.get("kernels") or [], []
+  kernels, out = trace["kernels"], []
   for i, sch in enumerate(schedules):
     n, target, got = sch["kernel"], sch["target"], sch["result"]
     if n >= len(kernels): continue
-    own, rec = dict((kernels[n].get("targets") or {}).get(target) or {}), got["record"]
-    def fig(r: dict, key: str) -> Any:
-      return (r.get("pressure") or {}).get("max_live") if key == "live" else (r.get("compile") or {}).get("registers")
+    own, rec = target_record(kernels[n], target), got["record"]
+    def fig(r: TargetRecord | None, key: str) -> int | None:
+      if r is None: return None
+      return (p["max_live"] if (p := r.get("pressure")) else None) if key == "live" else _registers(r)
     figures = [f"{label} {fig(own, key)} -> {fig(rec, key)}" for label, key in (("peak live values", "live"), ("registers", "regs"))
                if fig(own, key) is not None and fig(rec, key) is not None]
     text = (f"Scheduled by hand on {target}: {', '.join(got['opts']) or 'no opts'} (tinygrad's apply_opts) instead of "
-            f"{', '.join(own.get('opts') or []) or 'no opts'}. The kernel becomes {rec['name']}, global {rec['global_size']} x local "
-            f"{rec['local_size']}, {rec['linear_uops']} linear uops (was {own.get('linear_uops')})")
+            f"{', '.join(own['opts'] if own else []) or 'no opts'}. The kernel becomes {rec['name']}, global {rec['global_size']} x local "
+            f"{rec['local_size']}, {rec['linear_uops']} linear uops (was {own['linear_uops'] if own else None})")
     text += (f"; {', '.join(figures)}." if figures else ".")
     if (t := got.get("timing")) is not None:
       text += f" On {t['device']} it takes {t['ratio']:.2f}x the original's time (95% interval {t['ci_low']:.2f}-{t['ci_high']:.2f})."
     out.append({**_step(f"k{n}-opts-{i}", f"Kernel {n} by hand: {', '.join(got['opts']) or 'no opts'}", f"k/{n}", text),
-                "embed": {"kind": "opts", "own": own, "got": got, "target": target, "kernel": n}})
+                "embed": {"kind": "opts", "own": dict(own or {}), "got": got, "target": target, "kernel": n}})
   return out
+
+def _registers(rec: TargetRecord) -> int | None:
+  """ptxas' registers per thread, where the record was compiled by a compiler that reports them (CUDA, PTX)."""
+  return compiled.get("registers") if (compiled := rec["compile"]) else None
 
 def _pressure_text(rec: TargetRecord) -> str:
   if not (p := rec.get("pressure")): return ""
   where = f" (source line {p['max_live_line']})" if p.get("max_live_line") else ""
-  regs = compiled.get("registers") if (compiled := rec.get("compile")) else None
+  regs = _registers(rec)
   return (f" At most {p['max_live']} values are live at once, at uop {p['max_live_at']}{where}: what the register allocator has to fit"
           + (f"; the compiler used {regs} registers per thread." if regs is not None else "."))
 
-def _timing_step(trace: dict, spec: ConvSpec | None) -> dict:
-  total = (trace.get("totals") or {}).get("time_s")
+def _timing_step(trace: Trace, spec: ConvSpec | None) -> Step:
+  total: TimeStats | None = trace["totals"].get("time_s")  # a failed trace's totals are {}
   if not total: return _step("timing", "Timings", "timings", "This trace was not timed (--no-time).")
-  share = ", ".join(f"{k['name']} {100 * k['time_s']['median'] / total['median']:.0f}%" for k in trace["kernels"] if k.get("time_s"))
-  err = trace.get("error") or {}
+  share = ", ".join(f"{k['name']} {100 * t / total['median']:.0f}%" for k in trace["kernels"] if (t := kernel_time(k)) is not None)
+  err = trace["error"]
   rate = f" That is {spec.direct_flops / total['median'] / 1e9:.2f} GFLOP/s of direct-convolution work." if spec is not None else ""
-  checked = (f" The output differs from its reference ({err.get('tolerance_for', 'a float64 numpy reference')}) by at most "
-             f"{err.get('max_abs', float('nan')):.2g}." if err else " No reference was given, so the outputs were not checked.")
-  spread = noisy(total)
+  checked = (f" The output differs from its reference ({err['tolerance_for']}) by at most {err['max_abs']:.2g}." if err else
+             " No reference was given, so the outputs were not checked.")
+  spread = noisy(dict(total))
   caveat = (f" Beware: the spread (std) is {spread:.1f}x the median, over the {NOISY_SPREAD:.0%} this explorer calls noisy: these runs "
             "were disturbed (a busy machine, a cold cache), so the median says little; time it again before comparing." if spread else "")
   return _step("timing", "Timings", "timings",
@@ -221,7 +234,7 @@ def _timing_step(trace: dict, spec: ConvSpec | None) -> dict:
 # The tours' variants render the host's own target, as a trace from the home page does, so the traces a user already has count; a tour
 # asked for another target (?target=cuda) computes its records first, as a kernel page does.
 WINO = Variant(algo="winograd", wino_impl="explorer")
-BUILTIN_TOURS: dict[str, dict] = {
+BUILTIN_TOURS: dict[str, dict[str, Any]] = {
   "constants": {"title": "Deviceless constants (seed 000)", "preset": "wino8", "a": WINO, "b": replace(WINO, consts="materialized")},
   "fusion": {"title": "Staged vs fused Winograd (seed 003)", "preset": "wino8", "a": WINO, "b": replace(WINO, staging="fused")},
   "winograd": {"title": "Direct vs Winograd", "preset": "small", "a": Variant(algo="direct"), "b": Variant(algo="winograd")},
@@ -229,20 +242,19 @@ BUILTIN_TOURS: dict[str, dict] = {
               "b": Variant(algo="direct", rewrites=("sink-loads",))},
 }
 
-def _peaks(tr: dict, target: str) -> list[str]:
+def _peaks(tr: Trace, target: str) -> list[str]:
   out = []
   for k in tr["kernels"]:
-    rec = (k.get("targets") or {}).get(target) or {}
-    if (p := rec.get("pressure")): out.append(f"{rec['name']} {p['max_live']}" + (f" ({rec['compile']['registers']} registers)"
-                                                                              if (rec.get("compile") or {}).get("registers") is not None else ""))
+    if (rec := target_record(k, target)) and (p := rec.get("pressure")):
+      out.append(f"{rec['name']} {p['max_live']}" + (f" ({regs} registers)" if (regs := _registers(rec)) is not None else ""))
   return out
 
-def identical_kernels(a: dict, b: dict) -> dict[int, int]:
+def identical_kernels(a: Trace, b: Trace) -> dict[int, int]:
   """B's kernels that are A's, kernel for kernel (the same AST, tinygrad's content hash): B's index -> A's."""
   by_key = {k.get("ast_key"): k["index"] for k in a["kernels"] if k.get("ast_key")}
   return {k["index"]: by_key[k["ast_key"]] for k in b["kernels"] if k.get("ast_key") in by_key}
 
-def headline(a: dict, b: dict, interleaved: dict | None = None) -> list[dict]:
+def headline(a: Trace, b: Trace, interleaved: dict[str, Any] | None = None) -> list[dict[str, str]]:
   """The comparison's three headline numbers, A -> B: kernels, bytes moved (tinygrad's Estimates), and time: the diff's interleaved
   timing where it was measured (the ratio and its 95% interval, the figure the diff page shows), else each side's own median, timed
   separately (no ratio is claimed from those), or, untimed, linearized uops."""
@@ -250,14 +262,14 @@ def headline(a: dict, b: dict, interleaved: dict | None = None) -> list[dict]:
   rows = [{"label": "kernels", "a": str(ta["kernels"]), "b": str(tb["kernels"]), "change": f"{tb['kernels'] - ta['kernels']:+d}"},
           {"label": "bytes moved", "a": fmt_bytes(ta["bytes"]), "b": fmt_bytes(tb["bytes"]),
            "change": f"{tb['bytes'] / ta['bytes']:.2f}x" if ta["bytes"] else "–"}]
-  it = interleaved or {}
+  it = interleaved or {}  # the diff's interleaved timing (explorer.analysis.diff), where measured
   r = it.get("ratio") or {}
   if it.get("compared") and r.get("median") is not None:
     ci = f" (95% {r['ci_low']:.2f}-{r['ci_high']:.2f})" if r.get("ci_low") is not None else ""
     rows.append({"label": f"time, interleaved on {it['device']}", "a": f"{it['a_total_s']['median'] * 1e6:.1f} µs",
                  "b": f"{it['b_total_s']['median'] * 1e6:.1f} µs", "change": f"{r['median']:.2f}x{ci}"})
-  elif (xa := ta.get("time_s")) and (xb := tb.get("time_s")) and xa.get("median"):
-    flag = "noisy, " if noisy(xa) or noisy(xb) else ""
+  elif (xa := ta["time_s"]) and (xb := tb["time_s"]) and xa["median"]:
+    flag = "noisy, " if noisy(dict(xa)) or noisy(dict(xb)) else ""
     rows.append({"label": "time (median, each timed apart)", "a": f"{xa['median'] * 1e6:.1f} µs", "b": f"{xb['median'] * 1e6:.1f} µs",
                  "change": f"{xb['median'] / xa['median']:.2f}x ({flag}no interval: the diff times them interleaved)"})
   else:
@@ -265,34 +277,34 @@ def headline(a: dict, b: dict, interleaved: dict | None = None) -> list[dict]:
     rows.append({"label": "linearized uops", "a": str(ua), "b": str(ub), "change": f"{ub / ua:.2f}x" if ua else "–"})
   return rows
 
-def same_code(a: dict, b: dict, target: str | None) -> bool:
+def same_code(a: Kernel, b: Kernel, target: str | None) -> bool:
   """Two kernels with the same AST that codegen also made the same (their linear UOps on the tour's target): a custom rewrite such as
   sink-loads changes the order without touching the AST."""
   ra, rb = target_record(a, target) or target_record(a), target_record(b, target) or target_record(b)
-  return ra is not None and rb is not None and ra.get("uops_listing") == rb.get("uops_listing") and ra.get("source") == rb.get("source")
+  return ra is not None and rb is not None and ra["uops_listing"] == rb["uops_listing"] and ra["source"] == rb["source"]
 
-def compare_tour(kind: str, a: dict, b: dict, target: str | None = None, interleaved: dict | None = None) -> list[dict]:
+def compare_tour(kind: str, a: Trace, b: Trace, target: str | None = None, interleaved: dict[str, Any] | None = None) -> list[Step]:
   """A built-in tour: the story of A, the comparison with B, then the story of B, less B's steps about kernels identical to A's (the
   comparison says which: the AST step where the ASTs match, the codegen ones only where codegen made the same code too). target: the
   codegen target the kernel steps speak of (trace_tour). interleaved: the diff's interleaved timing of the pair, where it was measured."""
   ta, tb = a["totals"], b["totals"]
-  def label(tr: dict) -> str:  # a captured program is named by its program, a convolution by its variant
-    return tr["program"]["name"] if tr.get("spec") is None and tr.get("program") else Variant.from_dict(tr["variant"]).label()
-  def roles(tr: dict) -> str:  # each kernel's role; a big program's, counted
+  def label(tr: Trace) -> str:  # a captured program is named by its program, a convolution by its variant
+    return program["name"] if tr["spec"] is None and (program := tr["program"]) else Variant.from_dict(dict(tr["variant"])).label()
+  def roles(tr: Trace) -> str:  # each kernel's role; a big program's, counted
     if len(tr["kernels"]) <= TOLD_KERNELS: return ", ".join(k["role"] for k in tr["kernels"])
     return ", ".join(f"{n} {role}" for role, n in collections.Counter(k["role"] for k in tr["kernels"]).most_common())
-  def side(t: dict, tr: dict) -> str:
-    return (f"{_plural(t['kernels'], 'kernel')} ({roles(tr)}), {_plural(t.get('copies', 0), 'copy', 'copies')}, "
+  def side(t: Totals | dict[str, Any], tr: Trace) -> str:
+    return (f"{_plural(t['kernels'], 'kernel')} ({roles(tr)}), {_plural(t['copies'], 'copy', 'copies')}, "
             f"{_plural(t['buffers'], 'buffer')}, {_si(t['flops'])}FLOPs, {sum(k['ops']['alu'] for k in tr['kernels'])} ALU uops, "
             f"{sum(k['ops']['loads'] for k in tr['kernels'])} loads")
   heads = headline(a, b, interleaved)
   top = "; ".join(f"{h['label']} {h['a']} -> {h['b']} ({h['change']})" for h in heads)
   text = f"In three numbers, A -> B: {top}. A ({label(a)}): {side(ta, a)}. B ({label(b)}): {side(tb, b)}."
-  if ta.get("time_s") and tb.get("time_s") and not (interleaved or {}).get("compared"):
+  if ta["time_s"] and tb["time_s"] and not (interleaved or {}).get("compared"):
     text += " Each side was timed on its own: the diff view times them interleaved, for a ratio with its interval."
   kernels = a["kernels"] + b["kernels"]
-  asked = (target, "cuda", *(b.get("variant") or {}).get("targets", []))
-  everywhere = [t for t in asked if t and all(t in (k.get("targets") or {}) for k in kernels)]
+  asked = (target, "cuda", *b["variant"]["targets"])
+  everywhere = [t for t in asked if t and all(target_record(k, t) is not None for k in kernels)]
   if everywhere and (pa := _peaks(a, everywhere[0])) and (pb := _peaks(b, everywhere[0])):
     text += f" Peak live values on {everywhere[0]}: A {', '.join(pa)}; B {', '.join(pb)}."
   same = identical_kernels(a, b)

@@ -4,13 +4,11 @@ limits), reports progress into the RQ job's meta while it runs, and returns JSON
 from __future__ import annotations
 import dataclasses, threading
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 from rq import get_current_job
 from explorer.queue.protocol import b64, seal
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, SpecError, Variant, device_problem, normalize_device
-
-Report = Callable[[str, str, str], None]
+from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, Progress, SpecError, Variant, checked_device, resolve
 
 DEVICES: list[str] = []  # this worker's devices, best first (explorer.queue.worker sets them): a job that names none runs on the first
 
@@ -20,7 +18,7 @@ def worker_name() -> str | None:
   return job.worker_name if job is not None else None
 
 @contextmanager
-def running() -> Iterator[Report]:
+def running() -> Iterator[Progress]:
   """The job's progress reporter: each report lands in the RQ job's meta, where the server reads it. A failure's first line lands
   there too (the traceback stays in the worker's log and RQ's failed job)."""
   job = get_current_job()
@@ -53,24 +51,19 @@ def _timeout(value: Any, extra_s: float = 0.0) -> float:
   """A job's timeout_s: at most this worker's trace_timeout_s (plus a study's budget_s), as the server's own limit is."""
   return _within("timeout_s", value, 0, float(Settings.load().trace_timeout_s) + extra_s, above=True)
 
+def _offered() -> list[str]: return [d.split(":")[0] for d in DEVICES] or list(COMPUTE_DEVICES)
+
 def _device(device: Any) -> str | None:
   """A job's device: None, or one this worker offers (CUDA:1 for CUDA), in its normal form."""
-  offered = [d.split(":")[0] for d in DEVICES] or list(COMPUTE_DEVICES)
-  if device is None: return None
-  try: device = normalize_device(device)
-  except SpecError as e: raise SpecError(f"device: {e}") from None
-  if (why := device_problem(device, offered)) is not None: raise SpecError(f"device: {why.replace('server', 'worker')}")
-  return device
+  return None if device is None else checked_device(device, _offered(), "device", "worker")
 
 def _validated(spec: dict[str, Any], variant: dict[str, Any]) -> tuple[ConvSpec, Variant]:
   """Spec and variant as the server validates a request: this worker's limits and devices, and no user code."""
   settings = Settings.load()
   if not isinstance(spec, dict) or not isinstance(variant, dict): raise SpecError("spec and variant must be JSON objects")
   s, v = ConvSpec.from_dict(spec), Variant.from_dict(variant)
-  s.validate(memory_budget=int(settings.memory_budget_mb) << 20)
-  v.validate(max_repeats=int(settings.max_repeats), max_beam=int(settings.max_beam))
   if v.rewrite_file is not None: raise SpecError("variant.rewrite_file runs user code, which a worker never does (it is the CLI's alone)")
-  _device(v.device)
+  s, v, _ = resolve(s, v, settings, _offered(), "device", "worker")
   return s, v
 
 def _study_params(params: Any) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def unseal(returned: Any, secret: str | None) -> Any:
   return json.loads(returned["body"])
 
 def blob_of(text: Any, what: str, max_bytes: int) -> bytes:
-  """A rewrite blob sent as base64: at most max_bytes, and the explorer's data format (never a pickle: explorer.tracing.adapter)."""
+  """A rewrite blob sent as base64: at most max_bytes, and the explorer's data format (never a pickle: explorer.tracing.tg)."""
   if not isinstance(text, str) or len(text) > (max_bytes // 3 + 1) * 4:
     raise ResultRefused(f"{what} is not base64 text of at most {max_bytes >> 20} MiB")
   try: data = base64.b64decode(text.encode(), validate=True)

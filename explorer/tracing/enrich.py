@@ -7,14 +7,15 @@ records what tinygrad itself does; the kinds (explorer.spec.ENRICH_KINDS):
 - facts: a record's compile facts (a real compiler of this machine on its source: registers, spills, occupancy, disassembly)."""
 from __future__ import annotations
 import os, uuid
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, cast
 from explorer.spec import ANALYSIS_MARK, lacks_facts
 from explorer.tracing.workers import Limits, Progress, call_in_worker
+if TYPE_CHECKING: from explorer.schema import Kernel, TargetRecord, Trace  # types only: pydantic stays out of trace workers
 
 Job = dict[str, Any]  # {"kernel", "target", "name", "source", "arch", "local_size", "ptx"}: what one kernel's compile needs
 
-def each_record(trace: dict[str, Any], targets: Iterable[str] | None = None,
-                kernels: Iterable[int] | None = None) -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+def each_record(trace: Trace, targets: Iterable[str] | None = None,
+                kernels: Iterable[int] | None = None) -> Iterator[tuple[Kernel, str, TargetRecord]]:
   """(kernel, target, record) for these kernels' records on these targets (default: every kernel, every target it has)."""
   wanted = None if kernels is None else set(kernels)
   for k in trace.get("kernels") or []:
@@ -22,18 +23,18 @@ def each_record(trace: dict[str, Any], targets: Iterable[str] | None = None,
     for t, rec in (k.get("targets") or {}).items():
       if targets is None or t in targets: yield k, t, rec
 
-def with_values(trace: dict[str, Any], values: dict[tuple[int, str], Any], put: Callable[[dict[str, Any], Any], dict[str, Any]]) -> dict[str, Any]:
+def with_values(trace: Trace, values: dict[tuple[int, str], Any], put: Callable[[TargetRecord, Any], TargetRecord]) -> Trace:
   """The trace with each (kernel, target) value put on its record (put(record, value): the new record): a copy along the changed
   records' paths, the trace given is left as it was (callers share traces)."""
   if not values: return trace
-  kernels = []
+  kernels: list[Kernel] = []
   for k in trace.get("kernels") or []:
     if mine := {t: v for (n, t), v in values.items() if n == k.get("index") and t in (k.get("targets") or {})}:
       k = {**k, "targets": {t: put(rec, mine[t]) if t in mine else rec for t, rec in k["targets"].items()}}
     kernels.append(k)
   return {**trace, "kernels": kernels}
 
-def facts_jobs(trace: dict[str, Any], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
+def facts_jobs(trace: Trace, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
   """The compiles these kernels' records need on these targets (default: every kernel, every target it has): those without facts."""
   return [{"kernel": k["index"], "target": t, "name": rec["name"], "source": rec["source"], "arch": rec.get("arch") or "",
            "local_size": rec.get("local_size"), "ptx": rec.get("compiled_source")}
@@ -46,7 +47,7 @@ def facts_in_worker(progress: Progress, jobs: list[Job]) -> list[dict[str, Any]]
   if any(j["target"] == "cuda" for j in jobs) and (lib := compilers.nvrtc_library()) is not None:
     os.environ.setdefault("NVRTC_PATH", str(lib))  # read when tinygrad is imported
     if (header := compilers.nvidia_file("*/include/cuda_fp16.h")) is not None: os.environ["KERNEL_EXPLORER_CUDA_INCLUDE"] = str(header.parent)
-    from explorer.tracing import adapter as tg
+    from explorer.tracing import tg
     nvrtc = tg.nvrtc_compiler()
   out = []
   for i, j in enumerate(jobs):
@@ -62,24 +63,24 @@ def compute_facts(jobs: list[Job], progress: Progress | None = None, limits: Lim
   got, _ = call_in_worker("explorer.tracing.enrich:facts_in_worker", {"jobs": jobs}, progress, timeout_s, limits=limits)
   return {(j["kernel"], j["target"]): f for j, f in zip(jobs, got)}
 
-def with_facts(trace: dict[str, Any], facts: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any]:
+def with_facts(trace: Trace, facts: dict[tuple[int, str], dict[str, Any]]) -> Trace:
   """The trace with the facts on their records (kernels[kernel].targets[target].compile), a copy (with_values)."""
   return with_values(trace, facts, lambda rec, f: {**rec, "compile": f})
 
-def add_facts(trace: dict[str, Any], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
-              progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> dict[str, Any]:
+def add_facts(trace: Trace, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
+              progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> Trace:
   """The trace with compile facts on the records that lacked them (these targets and kernels; default all), computed in a worker."""
   return with_facts(trace, compute_facts(facts_jobs(trace, targets, kernels), progress, limits, timeout_s))
 
 # ***** the analysis of a record: line map, live values, loop splits, program spec (explorer.schema.Analysis) *****
 
-def blob_key(kernel: dict[str, Any], target: str) -> str | None:
+def blob_key(kernel: Kernel, target: str) -> str | None:
   """The rewrite blob a kernel's record on `target` addresses (its passes' groups, its UOps' numbers): the trace's own (None) for the
   host's record, the record's `rewrites` for one computed on first view, else the target's (rendered with the trace)."""
-  rec = (kernel.get("targets") or {}).get(target) or {}
-  return None if target == kernel.get("host_target") else str(rec.get("rewrites") or target)
+  rec = kernel.get("targets", {}).get(target)
+  return None if target == kernel.get("host_target") else str(rec is not None and rec.get("rewrites") or target)
 
-def analysis_jobs(trace: dict[str, Any], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
+def analysis_jobs(trace: Trace, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
   """The analyses these kernels' records need on these targets (default: every kernel and target): those without one, recorded with
   the numbers an analysis rebuilds them by (trace schema 2 and later)."""
   return [{"kernel": k["index"], "target": t, "blob": blob_key(k, t), "arch": rec.get("arch") or "", "source": rec["source"],
@@ -89,7 +90,7 @@ def analysis_jobs(trace: dict[str, Any], targets: Iterable[str] | None = None, k
 
 def analysis_in_worker(progress: Progress, jobs: list[Job], blobs: dict[str, bytes]) -> list[Any]:
   """Each job's analysis, in order, from the blob its record was recorded in (blobs: by key, "" the trace's own)."""
-  from explorer.tracing import adapter as tg
+  from explorer.tracing import tg
   loaded: dict[str, Any] = {}
   out = []
   for i, j in enumerate(jobs):
@@ -108,16 +109,16 @@ def compute_analysis(jobs: list[Job], blobs: dict[str, bytes], progress: Progres
   got, _ = call_in_worker("explorer.tracing.enrich:analysis_in_worker", {"jobs": jobs, "blobs": blobs}, progress, timeout_s, limits=limits)
   return {(j["kernel"], j["target"]): a for j, a in zip(jobs, got)}
 
-def add_analysis(trace: dict[str, Any], blobs: dict[str, bytes], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
-                 progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> dict[str, Any]:
+def add_analysis(trace: Trace, blobs: dict[str, bytes], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
+                 progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> Trace:
   """The trace with analyses on the records that lacked one (these targets and kernels; default all) and whose rewrite blob is among
   blobs ("" the trace's own), computed in a worker."""
   jobs = [j for j in analysis_jobs(trace, targets, kernels) if (j["blob"] or "") in blobs]
   return with_analysis(trace, compute_analysis(jobs, blobs, progress, limits, timeout_s))
 
-def with_analysis(trace: dict[str, Any], analyses: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any]:
+def with_analysis(trace: Trace, analyses: dict[tuple[int, str], dict[str, Any]]) -> Trace:
   """The trace with the analyses on their records, a copy (with_values)."""
-  return with_values(trace, analyses, lambda rec, a: {**rec, **a})
+  return with_values(trace, analyses, lambda rec, a: cast("TargetRecord", {**rec, **a}))
 
 # ***** a kernel's record on a target the trace did not render *****
 
@@ -126,7 +127,7 @@ def target_in_worker(progress: Progress, blob: bytes, sinks: dict[int, int], tar
   """Kernels' records on `target`, their ASTs rebuilt from the trace's rewrite blob (sinks: kernel -> its AST's trace number) and
   rendered as an eager trace renders them (explorer.tracing.renders), in this fresh process: {kernel: record, or {"error": ...}} and
   this process's rewrite blob, which the records' passes address. beam_opts: under BEAM, each kernel's opts chosen on the device."""
-  from explorer.tracing import adapter as tg
+  from explorer.tracing import tg
   from explorer.tracing.renders import _render_target
   log = tg.RewriteBlob(blob)
   order = sorted(sinks)
@@ -136,7 +137,7 @@ def target_in_worker(progress: Progress, blob: bytes, sinks: dict[int, int], tar
   progress("render", "done", target)
   return dict(zip(order, records)), out_blob
 
-def compute_target(trace: dict[str, Any], blob: bytes, target: str, kernels: Iterable[int], progress: Progress | None = None,
+def compute_target(trace: Trace, blob: bytes, target: str, kernels: Iterable[int], progress: Progress | None = None,
                    limits: Limits | None = None, timeout_s: float | None = None) -> tuple[dict[int, dict[str, Any]], str, bytes]:
   """These kernels' records on `target`, computed in a fresh worker: ({kernel: record}, the key their rewrite blob is kept under,
   that blob). Each record names the blob (`rewrites`)."""
@@ -152,19 +153,19 @@ def compute_target(trace: dict[str, Any], blob: bytes, target: str, kernels: Ite
     if "error" not in rec: rec["rewrites"] = key
   return records, key, out_blob
 
-def with_target(trace: dict[str, Any], target: str, records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def with_target(trace: Trace, target: str, records: dict[int, dict[str, Any]]) -> Trace:
   """The trace with these kernels' records on `target` (or their errors) in place: a copy along the changed kernels (callers share
   traces)."""
   from explorer.store import add_target_record
-  kernels = []
+  kernels: list[Kernel] = []
   for k in trace.get("kernels") or []:
-    if (rec := records.get(k.get("index"))) is not None:
+    if (rec := records.get(k["index"])) is not None:
       k = {**k, "targets": dict(k.get("targets") or {}), "sources": dict(k.get("sources") or {}), "source_errors": dict(k.get("source_errors") or {})}
       add_target_record(k, target, rec)
     kernels.append(k)
   return {**trace, "kernels": kernels}
 
-def lacking(trace: dict[str, Any], target: str, kernels: Iterable[int] | None = None) -> list[int]:
+def lacking(trace: Trace, target: str, kernels: Iterable[int] | None = None) -> list[int]:
   """The kernels (of these; default all) with no record on `target` yet."""
   wanted = None if kernels is None else set(kernels)
   return [k["index"] for k in trace.get("kernels") or [] if (wanted is None or k["index"] in wanted) and target not in (k.get("targets") or {})

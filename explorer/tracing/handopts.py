@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 from explorer.tracing.workers import Progress
-if TYPE_CHECKING: from explorer.schema import BeamCandidate, BeamRecord, BeamRound  # types only: pydantic stays out of trace workers
+if TYPE_CHECKING: from explorer.schema import BeamCandidate, BeamRecord, BeamRound, Trace  # types only: pydantic stays out of trace workers
 
 class Unschedulable(ValueError):
   """This kernel cannot be scheduled again here (no AST recorded, no record on the target to start from, a user's rewrite file)."""
@@ -20,7 +20,7 @@ BEAM_RECORD_NOTE = ("each time is the least of up to 3 runs at BEAM's test size 
              "tinygrad; a round keeps the `width` fastest, and the search ends when no candidate is faster by 0.01 us (BEAM_MIN_PROGRESS)")
 
 def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[str]) -> BeamRecord:
-  """kernels[i].beam (explorer.schema.BeamRecord) from what tinygrad's beam_search timed (adapter.recording_beam): a candidate's round
+  """kernels[i].beam (explorer.schema.BeamRecord) from what tinygrad's beam_search timed (tg.recording_beam): a candidate's round
   is its number of opts (each round adds one), and it was kept when a later round's candidate starts with its opts or it won."""
   by_round: dict[int, list[tuple[list[str], float]]] = {}
   for opts, t in timed: by_round.setdefault(len(opts), []).append((opts, t))
@@ -37,7 +37,7 @@ def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[s
   return {"width": width, "rounds": rounds, "candidates": candidates, "chosen": chosen, "path": [chosen[:i] for i in range(1, len(chosen) + 1)],
           "note": BEAM_RECORD_NOTE}
 
-def opts_args(trace: dict[str, Any], n: int, target: str, start: str, opts: tuple[str, ...], on_device: bool = True) -> dict[str, Any]:
+def opts_args(trace: Trace, n: int, target: str, start: str, opts: tuple[str, ...], on_device: bool = True) -> dict[str, Any]:
   """What opts_in_worker needs for kernel n of this trace (but the rewrite blob); on the trace's own target, with on_device (this
   process can open the trace's device), it is timed too. Unschedulable says why it cannot be."""
   from explorer.schema import host_target, target_records
@@ -55,7 +55,7 @@ def opts_args(trace: dict[str, Any], n: int, target: str, start: str, opts: tupl
           "device": device if own else None, "current": [opt_label(o) for o in rec.get("opts") or []], "opts": list(opts),
           "start": start, "time": own and device is not None, "rewrites": list(variant.get("rewrites") or [])}
 
-def schedule(trace: dict[str, Any], blob: bytes, n: int, target: str, opts: tuple[str, ...], start: str = "current", time: bool = True,
+def schedule(trace: Trace, blob: bytes, n: int, target: str, opts: tuple[str, ...], start: str = "current", time: bool = True,
              progress: Progress | None = None, timeout_s: float | None = None) -> dict[str, Any]:
   """Kernel n of a trace (its rewrite blob beside it) scheduled by hand, in a worker: explorer.web.http.models.HandSchedule's fields.
   Raises Unschedulable, or WorkerFailed (OptRefused: tinygrad's reason in its message) when an opt does not apply."""
@@ -72,8 +72,8 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   none, or the heuristic's) then `opts`, on `target`. device: the trace's device when target is its own (then it can run), else None.
   Raises OptRefused (tinygrad's reason) for an opt that does not apply."""
   if "VIZ" not in os.environ: os.environ["TRACK_MATCH_STATS"] = "2"  # the passes are recorded, as a trace records them
-  from explorer.tracing import adapter as tg, compilers
-  from explorer.tracing.renders import BEAM_NOTE, pass_record, target_record
+  from explorer.tracing import compilers, tg
+  from explorer.tracing.renders import BEAM_NOTE, make_target_record, pass_record
   ast, _ = tg.without_beam(tg.RewriteBlob(blob).sink(sink))
   renderer = tg.host_renderer(device) if device is not None else tg.render_target(target, arch)
   original = [tg.parse_opt(o) for o in current]
@@ -84,7 +84,7 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   mark = tg.tracking_mark()
   prg = tg.codegen_deviceless(tg.with_opts(ast, chosen), renderer)
   ps = [p for _, group in tg.passes_since(mark, mark) for p in group]
-  rec = target_record(tg.program_facts(prg, tg.renderer_device(renderer)), [pass_record(p) for p in ps], arch, [])
+  rec = make_target_record(tg.program_facts(prg, tg.renderer_device(renderer)), [pass_record(p) for p in ps], arch, [])
   rec.update(tg.program_analysis(prg, renderer, tg.LiveLog(mark), ps))
   rec["notes"] = [n for n in rec["notes"] if n != BEAM_NOTE] + [f"scheduled by hand: {', '.join(map(tg.opt_text, chosen)) or 'no opts'}"]
   if rewrites: rec["notes"].append(f"the trace's custom rewrites ({', '.join(rewrites)}) are not applied here, nor to the original it is timed with")
@@ -104,7 +104,7 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
 def _same_outputs(ast: Any, renderer: Any, device: str, original: list, chosen: list) -> dict[str, Any] | None:
   """The original and the hand schedule run once over the same seeded inputs: does the schedule compute what the kernel computes?"""
   import numpy as np
-  from explorer.tracing import adapter as tg
+  from explorer.tracing import tg
   got = tg.kernel_outputs([tg.with_opts(ast, original), tg.with_opts(ast, chosen)], renderer, device)
   if got is None: return None
   a, b = (np.concatenate([x.astype(np.float64).ravel() for x in side]) if side else np.zeros(0) for side in got)
@@ -115,7 +115,7 @@ def _interleaved(ast: Any, renderer: Any, device: str, original: list, chosen: l
   """Original (A) and hand-scheduled (B) timed in pairs on the device, every other pair in reverse order: B/A's median and interval."""
   import statistics
   from explorer import stats
-  from explorer.tracing import adapter as tg
+  from explorer.tracing import tg
   a, b = tg.kernel_timers([tg.with_opts(ast, original), tg.with_opts(ast, chosen)], renderer, device)
   for _ in range(WARMUP): next(a), next(b)
   ta, tb = [], []

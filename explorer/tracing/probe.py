@@ -1,9 +1,9 @@
 """Device facts and a measured roofline probe, run on the device through tinygrad. Call these in a worker with VIZ=0
-(explorer.tracing.workers.call_in_worker): they import tinygrad through the adapter, and opening a GPU creates a context on it."""
+(explorer.tracing.workers.call_in_worker): they import tinygrad through explorer.tracing.tg, and opening a GPU creates a context on it."""
 from __future__ import annotations
 import time
 from typing import Any, Callable
-from explorer.tracing import adapter as tg  # first: sets tinygrad's environment before tinygrad is imported
+from explorer.tracing import tg  # first: sets tinygrad's environment before tinygrad is imported
 
 def _safe(fn: Callable[[], Any]) -> Any:
   try: return fn()

@@ -9,7 +9,7 @@ import contextlib, dataclasses, inspect, math, traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 import numpy as np
-from explorer.tracing import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
+from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.reference import error_stats
 from explorer.tracing.renders import RenderPool
 from explorer.tracing.trace import Program, Progress, _quiet, add_totals, new_trace, other_targets, pipeline, record

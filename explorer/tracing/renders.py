@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of
 
 def _init() -> None:
   if "VIZ" not in os.environ: os.environ["TRACK_MATCH_STATS"] = "2"  # every render records its passes, whatever the user's environment
-  import explorer.tracing.adapter  # noqa: F401 - pay tinygrad's import while the trace process schedules
+  import explorer.tracing.tg  # noqa: F401 - pay tinygrad's import while the trace process schedules
 
 def pass_record(p: Any) -> Pass:
   """A codegen pass as the trace records it: name, depth, matches, and where its graphs are in its rewrite blob (group, step, sink)."""
@@ -27,9 +27,9 @@ RenderFailed = dict[str, str]  # {"error": the one-line reason a kernel's codege
 
 BEAM_NOTE = "BEAM needs the device to time its candidates: this deviceless target got tinygrad's heuristic opts"
 
-def target_record(facts: Any, passes: list[Pass], arch: str, notes: list[str]) -> TargetRecord:
+def make_target_record(facts: Any, passes: list[Pass], arch: str, notes: list[str]) -> TargetRecord:
   """One kernel on one target, in the trace's schema (explorer.schema.TargetRecord); the host's record has the same fields. Its
-  analysis (line map, live values, loop splits, program spec) is added where it is computed (adapter.analysis)."""
+  analysis (line map, live values, loop splits, program spec) is added where it is computed (tg.kernel_analysis)."""
   return {"name": facts.name, "arch": arch, "opts": facts.opts, "global_size": facts.global_size, "local_size": facts.local_size,
           "linear_uops": facts.ops["total"], "ops": facts.ops, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds, "passes": passes,
           "uops_listing": facts.linear, "source": facts.source, "notes": notes, "linear_nums": facts.nums, "program_sink": facts.sink,
@@ -42,7 +42,7 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: 
   rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.tracing.rewrites). beam_opts: each kernel's opts
   that BEAM chose on the device, applied here where tinygrad accepts them for this target (else the heuristic's: the notes say which).
   analysis: each record's analysis too (a first view wants it whole; a trace's eager targets only when the trace was asked for it)."""
-  from explorer.tracing import adapter as tg
+  from explorer.tracing import tg
   from explorer.tracing.rewrites import build
   renderer, base = tg.render_target(target, arch), tg.tracking_mark()
   out: list[TargetRecord | RenderFailed] = []
@@ -58,7 +58,7 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: 
         out.append({"error": f"{type(e).__name__}: {e}"})
         continue
       ps = [p for _, group in tg.passes_since(mark, base) for p in group]
-      rec = target_record(tg.program_facts(prg, tg.renderer_device(renderer)), [pass_record(p) for p in ps], arch, notes)
+      rec = make_target_record(tg.program_facts(prg, tg.renderer_device(renderer)), [pass_record(p) for p in ps], arch, notes)
       if analysis: rec.update(tg.program_analysis(prg, renderer, tg.LiveLog(base), ps))  # else an enrichment, from the rewrite blob
       if target == "ptx": rec["compiled_source"] = tg.fill_ptx(rec["source"], arch)  # what tinygrad's PTXCompiler hands ptxas
       out.append(rec)
@@ -66,7 +66,7 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: 
 
 def _beam_choice(ast: Any, renderer: Any, opts: list[str]) -> tuple[Any, list[str]]:
   """The kernel with the opts BEAM chose on the device, where this target's tinygrad accepts them; else as it was (the heuristic's)."""
-  from explorer.tracing import adapter as tg
+  from explorer.tracing import tg
   chosen = [tg.parse_opt(o) for o in opts]
   try: tg.check_opts(ast, renderer, chosen)
   except tg.OptRefused as e: return ast, [f"{BEAM_NOTE}: BEAM's choice on the device ({', '.join(opts) or 'no opts'}) is not legal here: {e}"]

@@ -1,11 +1,11 @@
 """The custom rewrites a variant may add to codegen (Variant.rewrites; explorer.spec.REWRITES describes them, in the codegen notes'
-terms): each is a tinygrad PatternMatcher run as a named pass of its own (explorer.tracing.adapter.Rewrite says where), so its matches,
+terms): each is a tinygrad PatternMatcher run as a named pass of its own (explorer.tracing.tg.Rewrite says where), so its matches,
 rule and before/after graphs are recorded like any of tinygrad's passes. explorer.tracing.catalogue shows this file's source of each."""
 from __future__ import annotations
 import functools, itertools, runpy
 from dataclasses import dataclass
 from typing import Any, Sequence
-from explorer.tracing.adapter import Ops, PatternMatcher, Rewrite, UOp, UPat
+from explorer.tracing.tg import Ops, PatternMatcher, Rewrite, UOp, UPat
 from explorer.spec import SpecError, rewrite_file_name
 
 # ***** sink-loads: each LOAD moved down to just before its first use, within its block *****

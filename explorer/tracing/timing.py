@@ -3,7 +3,7 @@ from __future__ import annotations
 import time
 from typing import Any
 import numpy as np
-from explorer.tracing import adapter as tg
+from explorer.tracing import tg
 from explorer import stats
 from explorer.spec import ConvSpec, Variant
 

@@ -9,16 +9,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 import numpy as np
-from explorer.tracing import adapter as tg  # first: sets tinygrad's tracking environment before tinygrad is imported
+from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.reference import conv2d_error
 from explorer.tracing.handopts import beam_record
-from explorer.tracing.renders import RenderPool, pass_record, target_record
-from explorer.spec import REWRITES, TRACE_SCHEMA, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
+from explorer.tracing.renders import RenderPool, make_target_record, pass_record
+from explorer.spec import PARTIAL, REWRITES, TRACE_SCHEMA, ConvSpec, Progress, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
 if TYPE_CHECKING: from explorer.schema import Kernel, Storage, TimeStats  # types only: pydantic stays out of trace workers
 
-Progress = Callable[[str, str, str], None]  # (stage, "start"|"done"|"error", detail)
-PARTIAL = "partial"  # the progress "stage" of Recorder.partial: (PARTIAL, what, JSON), not a stage
 
 def _quiet(stage: str, status: str, detail: str) -> None: pass
 
@@ -119,9 +117,9 @@ def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_
   return record(new_trace(spec, variant, device), variant, device, progress,
                 lambda rec, base, pool, blobs: _run_stages(rec, spec, variant, device, dump_io, base, pool, blobs), analysis)
 
-Stages = Callable[[Recorder, int, RenderPool, dict[str, bytes]], None]
+StageRunner = Callable[[Recorder, int, RenderPool, dict[str, bytes]], None]
 
-def record(trace: dict, variant: Variant, device: str, progress: Progress, stages: Stages, analysis: bool = False,
+def record(trace: dict, variant: Variant, device: str, progress: Progress, stages: StageRunner, analysis: bool = False,
            base: int | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
   """Run the stages into `trace`, the other targets' renders beside them; then the rewrite blob and the bufferize decisions.
   base: where the rewrite log of a trace begins, if before this one (a program's realizes share their program's log: their blob is
@@ -294,7 +292,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
                              "compile_cached": timer.calls == 0,
                              "reads": s["reads"], "writes": s["writes"], "time_s": None, "storage": facts.storage,
                              "notes": _kernel_notes(s["role"], facts.storage), "host_target": (host := tg.target_name(renderer)),
-                             "targets": {host: target_record(facts, passes, arch, [])}}
+                             "targets": {host: make_target_record(facts, passes, arch, [])}}
     kernel["spec"] = {"ast": tg.spec_check([c.ast], "tensor")}
     if rec.analysis: kernel["targets"][host].update(tg.program_analysis(prg, renderer, tg.LiveLog(base), ps))  # else when first viewed
     if timed: kernel["beam"] = beam_record(timed, int(variant.opt.split(":")[1]), facts.opts)
@@ -381,7 +379,7 @@ def add_totals(trace: dict) -> None:
                      "codegen_s": sum(k["codegen_s"] for k in ks), "time_s": (trace.get("timing") or {}).get("total_s")}
 
 def _link_stages(trace: dict, d: dict, arg_nums: list[int | None]) -> None:
-  """The STAGE rows in terms of the schedule's buffers (indexes into trace.buffers), from rangeify's data flow (adapter.stages_in):
+  """The STAGE rows in terms of the schedule's buffers (indexes into trace.buffers), from rangeify's data flow (tg.pipeline.stages_in):
   a realized row's `buffer` is the argument it stores; a kept row's, the intermediate of its size written by the kernel that reads
   what its value is computed from; each created and inlined row gets `reads` (the buffers its value is computed from) and `into` (the
   buffers it is stored into: the kernels writing them compute it, inline where it was removed). A buffer is found by the scheduled

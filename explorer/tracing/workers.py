@@ -22,6 +22,7 @@ from contextlib import suppress
 from multiprocessing.connection import Connection
 from dataclasses import dataclass, replace
 from typing import Any, Callable
+from explorer.spec import PARTIAL, Progress
 from explorer.tracing import lifeline
 from explorer.tracing.devicelock import HeldLocks
 from explorer.tracing.lifeline import group_rss_mb
@@ -29,7 +30,6 @@ from explorer.tracing.lifeline import group_rss_mb
 DEFAULT_TIMEOUT_S = 600.0
 GATED_STAGE = "timing"  # its start waits for the device lock
 WATCH_S = lifeline.WATCH_S  # how often the parent reads the worker group's memory
-Progress = Callable[[str, str, str], None]
 Live = dict[int, mp.process.BaseProcess]  # running workers by pid
 
 class SpawnWithoutMain(multiprocessing.context.SpawnProcess):
@@ -206,7 +206,7 @@ def _supervised(fn_path: str, kwargs: dict[str, Any], progress: Progress | None,
         take(payload)
         gate_send.send("go")
       elif kind == "progress":
-        if payload[0] != "partial": seen.append(payload)  # a trace's partial data (explorer.tracing.trace.PARTIAL) goes to progress only
+        if payload[0] != PARTIAL: seen.append(payload)  # a trace's partial data goes to progress only
         if progress is not None: progress(*payload)
         if payload[0] == GATED_STAGE and payload[1] in ("done", "error") and not keep: held.release()
       elif kind == "result": return pickle.loads(payload), seen  # our own worker's pickle, never a client's bytes

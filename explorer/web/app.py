@@ -4,13 +4,14 @@ The server process never imports tinygrad: traces run in explorer.tracing.worker
 from __future__ import annotations
 import asyncio
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, cast
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware
 from explorer.version import __version__
 from explorer.tracing.workers import Limits  # imports no tinygrad
 from explorer.settings import Settings
+from explorer.schema import Trace
 from explorer.spec import ENRICH_ANALYSIS
 from explorer.store import Store
 from explorer.queue.protocol import NEEDS_EXTRA
@@ -52,8 +53,9 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
   enrichments = EnrichmentService(store, limits, on_stored=changed, read=traces.get, background_workers=int(settings.background_workers),
                                   max_waiting=int(settings.max_waiting_work), per_client=int(settings.max_work_per_client))
   def stored(trace_id: str, trace: dict) -> None:  # a trace's records get their analyses in the background, at a lower priority
-    for target in dict.fromkeys(t for k in trace.get("kernels") or [] for t in k.get("targets") or {}):
-      enrichments.start_background(trace_id, ENRICH_ANALYSIS, target, enrichments.missing(trace, ENRICH_ANALYSIS, target))
+    fresh = cast(Trace, trace)  # as this version's engine wrote it: the current schema
+    for target in dict.fromkeys(t for k in fresh["kernels"] for t in k.get("targets", {})):
+      enrichments.start_background(trace_id, ENRICH_ANALYSIS, target, enrichments.missing(fresh, ENRICH_ANALYSIS, target))
   svc = Services(
     settings=settings, store=store, traces=traces,
     jobs=JobManager(store, parallel=parallel, timeout_s=timeout_s, runner=runner, max_queue=int(settings.max_queue), limits=limits,

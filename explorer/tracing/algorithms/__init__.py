@@ -1,6 +1,6 @@
 """The tensor programs the explorer traces: each builds the convolution's output Tensor lazily (nothing is realized here)."""
 from __future__ import annotations
-from explorer.tracing.adapter import Context, Tensor
+from explorer.tracing.tg import Context, Tensor
 from explorer.spec import ConvSpec, Variant
 
 def direct(x: Tensor, w: Tensor, spec: ConvSpec) -> Tensor:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 import numpy as np
-from explorer.tracing.adapter import Tensor
+from explorer.tracing.tg import Tensor
 from explorer.tracing.algorithms.cook_toom import cook_toom
 from explorer.spec import ConvSpec
 

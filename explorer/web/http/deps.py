@@ -1,13 +1,13 @@
 """The routes' dependencies (Annotated aliases: a route names what it needs in its signature) and the lookups pages and the API share:
 a trace or its job by id, its status, a request turned into a spec and a variant and submitted."""
 from __future__ import annotations
-import asyncio, dataclasses
+import asyncio
 from typing import Annotated, Any, Sequence
 from fastapi import Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
-from explorer.schema import target_records
+from explorer.schema import Kernel, Trace, target_records
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, ENRICH_FACTS, ENRICH_TARGET, TARGETS, ConvSpec, SpecError, Variant, device_problem, normalize_device
+from explorer.spec import COMPUTE_DEVICES, ENRICH_FACTS, ENRICH_TARGET, TARGETS, ConvSpec, Variant, checked_device, resolve
 from explorer.store import trace_key
 from explorer.web.http.access import has_token, is_loopback
 from explorer.web.http.models import TraceRequest
@@ -26,9 +26,9 @@ async def templates(request: Request) -> Templates: return templates_of(request)
 ServicesDep = Annotated[Services, Depends(services)]
 TemplatesDep = Annotated[Templates, Depends(templates)]
 
-async def stored_trace(svc: Services, trace_id: str) -> dict | None: return await asyncio.to_thread(svc.traces.get, trace_id)
+async def stored_trace(svc: Services, trace_id: str) -> Trace | None: return await asyncio.to_thread(svc.traces.get, trace_id)
 
-async def trace_of(svc: Services, trace_id: str) -> dict:
+async def trace_of(svc: Services, trace_id: str) -> Trace:
   """The stored trace; 409 while it runs, 404 when there is none."""
   if (trace := await stored_trace(svc, trace_id)) is None:
     job = svc.jobs.get(trace_id)
@@ -36,12 +36,12 @@ async def trace_of(svc: Services, trace_id: str) -> dict:
     raise HTTPException(404, f"no trace {trace_id}")
   return trace
 
-async def trace_or_404(trace_id: str, svc: ServicesDep) -> dict: return await trace_of(svc, trace_id)
+async def trace_or_404(trace_id: str, svc: ServicesDep) -> Trace: return await trace_of(svc, trace_id)
 
-StoredTrace = Annotated[dict, Depends(trace_or_404)]  # the route's {trace_id}, stored (404 or 409 otherwise)
+StoredTrace = Annotated[Trace, Depends(trace_or_404)]  # the route's {trace_id}, stored (404 or 409 otherwise)
 
-def kernel_or_404(trace: dict, n: int) -> dict:
-  kernels = trace.get("kernels") or []
+def kernel_or_404(trace: Trace, n: int) -> Kernel:
+  kernels = trace["kernels"]
   if not 0 <= n < len(kernels): raise HTTPException(404, f"trace has no kernel {n} (it has {len(kernels)})")
   return kernels[n]
 
@@ -52,7 +52,7 @@ def trusted(request: Request, settings: Settings) -> bool:
 
 WHAT = {ENRICH_TARGET: "rendering kernel {n} for {target}", ENRICH_FACTS: "compiling kernel {n} for {target}"}
 
-async def enrichment_job(svc: Services, trace_id: str, trace: dict, kind: str, target: str, n: int, work: WorkGate) -> JSONResponse:
+async def enrichment_job(svc: Services, trace_id: str, trace: Trace, kind: str, target: str, n: int, work: WorkGate) -> JSONResponse:
   """Start (or follow) computing kernel n's `kind` on `target` (explorer.web.services.enrichments): 202 with the job while it runs;
   its error as a 409 if it failed (said once: the next request tries again). Starting one needs the request's permit (403
   cross-site); following one that runs does not."""
@@ -66,9 +66,9 @@ async def enrichment_job(svc: Services, trace_id: str, trace: dict, kind: str, t
     raise HTTPException(409, f"{WHAT.get(kind, 'the {kind} of kernel {n} on {target}').format(n=n, target=target, kind=kind)} failed: {job.error}")
   return JSONResponse(job.view(), status_code=202)
 
-def stages_of_trace(trace: dict) -> list[dict]:
-  failed = {f["stage"]: f["error"] for f in trace.get("failures") or []}
-  seconds = trace.get("stage_seconds") or {}
+def stages_of_trace(trace: Trace) -> list[dict]:
+  failed = {f["stage"]: f["error"] for f in trace["failures"]}
+  seconds = trace["stage_seconds"]
   rows = []
   for s in STAGES:
     if s in failed: rows.append({"stage": s, "status": "error", "detail": failed[s]})
@@ -84,46 +84,30 @@ async def status_of(svc: Services, trace_id: str) -> dict | None:
   if job is not None and job.active: return job_status(job)
   trace = await stored_trace(svc, trace_id)
   if trace is not None:
-    failures = trace.get("failures") or []
+    failures = trace["failures"]
     error = f"stage {failures[0]['stage']} failed: {failures[0]['error']}" if failures else None
-    return {"id": trace_id, "status": "done", "url": trace_url(trace_id), "label": trace.get("label"), "cached": True,
+    return {"id": trace_id, "status": "done", "url": trace_url(trace_id), "label": trace["label"], "cached": True,
             "stages": stages_of_trace(trace), "error": error}
   if job is not None: return job_status(job)
-  row = await asyncio.to_thread(svc.store.get_job, trace_id)  # failed, interrupted, or another server's
+  row = await asyncio.to_thread(svc.jobs.stored, trace_id)  # failed, interrupted, or another server's
   return {**stored_job_status(row), "url": trace_url(trace_id), "cached": False} if row is not None else None
 
 def resolve_request(req: TraceRequest, settings: Settings, offered: Sequence[str] = COMPUTE_DEVICES) -> tuple[ConvSpec, Variant]:
-  """Spec and variant, validated with this server's limits and devices (SpecError -> 422). The variant is kept as asked, its device
-  normalized (CPU:0 is CPU): the key hashes it."""
-  spec, variant = req.to_spec(), req.variant.to_variant()
-  if variant.device is not None:
-    try: device = normalize_device(variant.device)
-    except SpecError as e: raise SpecError(f"variant.device: {e}") from None
-    if (why := device_problem(device, offered)) is not None: raise SpecError(f"variant.device: {why}")
-    variant = dataclasses.replace(variant, device=device)
-  spec.validate(memory_budget=int(settings.memory_budget_mb) << 20)
-  variant.validate(max_repeats=int(settings.max_repeats), max_beam=int(settings.max_beam))
-  variant.resolve(spec)  # raises where Winograd does not apply and fallback is off
+  """Spec and variant (its device normalized: the key hashes it), validated with this server's limits and `offered` devices
+  (explorer.spec.resolve; SpecError -> 422)."""
+  spec, variant, _ = resolve(req.to_spec(), req.variant.to_variant(), settings, offered)
   return spec, variant
 
-async def checked_device(svc: Services, device: str, field: str) -> str:
-  """device in its normal form (CPU:0 is CPU), when this server accepts it; else SpecError (422) naming what it offers. This host's
-  devices are listed (once, in a worker) only for the name of a compute device, or to say what is offered."""
-  async def offered() -> str:
-    try: return ", ".join(await svc.devices.accepted()) or "none"
-    except Exception: return "this host's compute devices (they could not be listed just now)"  # DevicesUnavailable, answered below
-  try: normal = normalize_device(device)
-  except SpecError as e: raise SpecError(f"{field}: {e}; this server offers: {await offered()}") from None
-  if normal.split(":")[0] not in COMPUTE_DEVICES:
-    raise SpecError(f"{field}: device {normal.split(':')[0]} is not offered here; this server offers: {await offered()}")
-  if (why := device_problem(normal, await svc.devices.accepted())) is not None: raise SpecError(f"{field}: {why}")
-  return normal
+async def device_here(svc: Services, device: str, field: str) -> str:
+  """device in its normal form (CPU:0 is CPU), when this server accepts it; else SpecError (422) naming what it offers."""
+  return checked_device(device, await svc.devices.accepted(), field)
 
 async def submit(svc: Services, req: TraceRequest, client: str | None) -> tuple[dict, bool]:
-  """Start (or join, or serve from the store) the trace of this request. Returns (status, started_now)."""
-  asked = req.variant.to_variant().device
-  device = await checked_device(svc, asked, "variant.device") if asked is not None else None
-  spec, variant = resolve_request(req, svc.settings, [device.split(":")[0]] if device else COMPUTE_DEVICES)
+  """Start (or join, or serve from the store) the trace of this request. Returns (status, started_now). This host's devices are
+  listed (once, in a worker) only where the request names a device."""
+  asked = req.variant.to_variant()
+  offered = COMPUTE_DEVICES if asked.device is None else await svc.devices.accepted()
+  spec, variant, _ = resolve(req.to_spec(), asked, svc.settings, offered)
   trace_id = trace_key(spec, variant)
   if await asyncio.to_thread(svc.store.has_trace, trace_id):
     try:
@@ -139,27 +123,31 @@ async def submit(svc: Services, req: TraceRequest, client: str | None) -> tuple[
 def client_of(request: Request) -> str | None: return request.client.host if request.client else None
 
 def stored_request(request: dict) -> tuple[ConvSpec, Variant]:
-  """A job's stored request as its spec and variant (it validated when it was accepted)."""
+  """A job's stored request as its spec and variant, its device normalized (it was checked when it was accepted)."""
   req = TraceRequest.model_validate(request)
-  return req.to_spec(), req.variant.to_variant()
+  spec, variant, _ = resolve(req.to_spec(), req.variant.to_variant(), None)
+  return spec, variant
 
 async def rerun(svc: Services, trace_id: str, client: str | None) -> tuple[dict, bool]:
   """Submit an accepted job's stored request again (an interrupted or failed one); a stored trace is served as it is."""
-  if (row := await asyncio.to_thread(svc.store.get_job, trace_id)) is None or row["request"] is None:
+  if (row := await asyncio.to_thread(svc.jobs.stored, trace_id)) is None or row["request"] is None:
     if await stored_trace(svc, trace_id) is not None: return (await status_of(svc, trace_id)) or {}, False
     raise HTTPException(404, f"no trace {trace_id}")
   try: req = TraceRequest.model_validate(row["request"])
   except ValueError as e: raise HTTPException(409, f"the stored request of {trace_id} no longer validates: {str(e).splitlines()[0]}") from None
   return await submit(svc, req, client)
 
-def light_trace(trace_id: str, trace: dict) -> dict[str, Any]:
+HEAVY = ("sources", "uops_listing", "passes")  # a kernel's fields that only /kernels/{n} has
+
+def light_kernel(kernel: Kernel) -> dict[str, Any]:
+  return {k: v for k, v in kernel.items() if k not in HEAVY} | {"targets": sorted(kernel["sources"]), "n_passes": len(kernel["passes"])}
+
+def light_trace(trace_id: str, trace: Trace) -> dict[str, Any]:
   """The trace without the heavy per-kernel fields (sources, UOp listings, passes): those are under /kernels/{n}."""
-  heavy = ("sources", "uops_listing", "passes")
-  kernels = [{k: v for k, v in kern.items() if k not in heavy} | {"targets": sorted(kern.get("sources") or {}),
-                                                                   "n_passes": len(kern.get("passes") or [])} for kern in trace.get("kernels") or []]
-  sched = dict(trace.get("scheduler") or {})
+  kernels = [light_kernel(kern) for kern in trace["kernels"]]
+  sched: dict[str, Any] = dict(trace["scheduler"] or {})
   sched.pop("passes", None)
-  if "groups" in sched: sched["groups"] = [{"name": g["name"], "passes": len(g.get("passes") or [])} for g in sched["groups"]]
+  if "groups" in sched: sched["groups"] = [{"name": g["name"], "passes": len(g["passes"])} for g in sched["groups"]]
   return {"id": trace_id, "url": trace_url(trace_id), **trace, "kernels": kernels, "scheduler": sched}
 
 __all__ = ["ServicesDep", "StoredTrace", "TemplatesDep", "target_records"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TARGETS, TILES, ConvSpec, Knob, Variant, knobs
+from explorer.tasks import Recomputed, StartedAtOnce, TaskState
 # the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
 from explorer.schema import (Analysis as Analysis, CompileFacts as CompileFacts, Disassembly as Disassembly, LiveRange as LiveRange,
                              LoopRange as LoopRange, LoopSplit as LoopSplit, Occupancy as Occupancy, Pass as Pass, Pressure as Pressure,
@@ -97,7 +98,7 @@ class TraceStatus(BaseModel):
   server stopped first: POST /api/traces/{id}/rerun runs it again)."""
   model_config = {"extra": "forbid"}
   id: str
-  status: Literal["queued", "running", "done", "error", "interrupted"]
+  status: TaskState
   url: str
   label: str | None = None
   cached: bool = False
@@ -225,7 +226,7 @@ class ProbeStatus(BaseModel):
   model_config = {"extra": "forbid"}
   id: str | None
   device: str
-  status: Literal["queued", "running", "done", "error", "none"]
+  status: Literal[Recomputed, "none"]
   detail: str = ""
   url: str
   result: dict[str, Any] | None = None
@@ -238,7 +239,7 @@ class EnrichmentJob(BaseModel):
   kind: Literal["target", "analysis", "facts"]
   target: str
   kernels: list[int]
-  status: Literal["queued", "running", "done", "error"]
+  status: Recomputed
   detail: str = ""
   error: str | None = None
   started: float
@@ -258,7 +259,7 @@ class OptsJob(BaseModel):
   target: str
   start: str = Field(alias="from")
   opts: list[str]
-  status: Literal["queued", "running", "done", "error"]
+  status: Recomputed
   detail: str = ""
   error: str | None = None
   started: float
@@ -323,7 +324,7 @@ class StudyStatus(BaseModel):
   id: str
   kind: StudyKind
   label: str
-  status: Literal["running", "done", "error", "interrupted"]
+  status: StartedAtOnce
   url: str
   step: int = 0
   steps: int = 0

@@ -6,6 +6,7 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse
 from explorer.present.graphs import fmt_seconds
 from explorer.present.render import rendered_targets
+from explorer.schema import Kernel, Pass, SpecCheck, Trace, host_target
 from explorer.web.http import deps
 from explorer.web.services.graphs import MAX_STEPS
 from explorer.web.services.registry import Services
@@ -15,44 +16,54 @@ from explorer.web.urls import kernel_url, trace_url
 async def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
   return await deps.templates_of(request).render(request, name, ctx, status_code=status_code)
 
-def ribbon(trace: dict, trace_id: str, current: str | tuple[str, ...]) -> list[dict]:
+def ribbon(trace: Trace, trace_id: str, current: str | tuple[str, ...]) -> list[dict]:
   """The pipeline as links: each stage with a one-line fact and whether it worked."""
-  failed = {f["stage"] for f in trace.get("failures") or []}
-  failed |= {stage for stage, check in (trace.get("spec_checks") or {}).items() if not check.get("ok", True)}  # a spec violation is red too
-  failed |= {"codegen" for k in trace.get("kernels") or [] for check in (k.get("spec") or {}).values() if not check.get("ok", True)}
-  done = set(trace.get("stage_seconds") or {})
+  failed = {f["stage"] for f in trace["failures"]}
+  failed |= {stage for stage, check in trace.get("spec_checks", {}).items() if not check["ok"]}  # a spec violation is red too
+  failed |= {"codegen" for k in trace["kernels"] for check in kernel_spec_checks(k) if not check["ok"]}
+  done = set(trace["stage_seconds"])
   def state(*stages: str) -> str: return "error" if failed & set(stages) else "done" if set(stages) <= done else "skipped"
-  sched, totals, kernels = trace.get("scheduler") or {}, trace.get("totals") or {}, trace.get("kernels") or []
-  counts = sched.get("stage_counts") or {}
-  host = kernels[0].get("host_target") if kernels else None
+  sched, kernels, graph = trace["scheduler"], trace["kernels"], trace["tensor_graph"]
+  counts = sched.get("stage_counts", {}) if sched is not None else {}
+  host = host_target(kernels[0]) if kernels else None
   targets = [t for t in rendered_targets(trace) if t != host]
   first_target = (targets or ["host"])[0]
-  time_s = (totals.get("time_s") or {}).get("median")
-  base, n_buffers = trace_url(trace_id), len(trace.get("buffers") or [])
+  time_s = (trace["totals"].get("time_s") or {}).get("median")  # a failed trace's totals are empty; an untimed one's time_s is None
+  base, n_buffers = trace_url(trace_id), len(trace["buffers"])
   rows = [
-    ("tensor", "Tensor graph", f"{base}/graph/tensor", f"{(trace.get('tensor_graph') or {}).get('uops', '–')} uops", state("tensor_graph")),
-    ("rangeify", "Rangeify", f"{base}/rangeify", f"{len(sched.get('passes') or [])} passes · {counts.get('created', 0)} STAGEs", state("schedule")),
+    ("tensor", "Tensor graph", f"{base}/graph/tensor", f"{graph['uops'] if graph is not None else '–'} uops", state("tensor_graph")),
+    ("rangeify", "Rangeify", f"{base}/rangeify", f"{len(rangeify_passes(trace))} passes · {counts.get('created', 0)} STAGEs",
+     state("schedule")),
     ("bufferize", "Kernel graph", f"{base}/bufferize", f"{counts.get('kept', 0)} kept · {counts.get('fused', 0)} inlined · {n_buffers} buffers",
      state("kernel_graph")),
     ("kernels", "Kernels", kernel_url(trace_id, 0) if kernels else base, f"{len(kernels)} kernels · codegen", state("codegen")),
     ("source", "Source", kernel_url(trace_id, 0, code=first_target) if kernels else base,
      f"{len(targets)} target{'' if len(targets) == 1 else 's'} + host", state("render")),
     ("timings", "Timings", f"{base}#timings", "–" if time_s is None else f"{fmt_seconds(time_s)} total", state("run", "timing")),
-    ("roofline", "Roofline", f"{base}/roofline", f"on {(trace.get('env') or {}).get('device', '–')}", state("timing")),
+    ("roofline", "Roofline", f"{base}/roofline", f"on {trace['env']['device']}", state("timing")),
   ]
   current, why = (current,) if isinstance(current, str) else current, spec_rejections(trace)
   return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": k in current, "why": why.get(k)} for k, t, u, f, s in rows]
 
-def spec_rejections(trace: dict) -> dict[str, str]:
+def kernel_spec_checks(kernel: Kernel) -> list[SpecCheck]:
+  """The kernel's spec checks (its AST's; older traces' program too), none where the trace ran none."""
+  if (spec := kernel.get("spec")) is None: return []
+  return [spec["ast"], *([spec["program"]] if "program" in spec else [])]
+
+def rangeify_passes(trace: Trace) -> list[Pass]:
+  """The scheduler's rangeify passes (none where scheduling failed)."""
+  return trace["scheduler"]["passes"] if trace["scheduler"] is not None else []
+
+def spec_rejections(trace: Trace) -> dict[str, str]:
   """What a stage's red dot means where tinygrad's spec rejected UOps of it (a failure says so on the page), by ribbon key."""
-  def said(check: dict) -> str:
-    first, n = (check.get("violations") or [{}])[0], check.get("violation_count") or 1
-    return (f"tinygrad's spec rejects this UOp: {first.get('message', '?')}" + (f" (and {n - 1} more)" if n > 1 else "") +
-            f" [{check.get('spec', 'spec')}]")
-  checks = trace.get("spec_checks") or {}
+  def said(check: SpecCheck) -> str:
+    first, n = check["violations"][0]["message"] if check["violations"] else "?", check["violation_count"] or 1
+    return (f"tinygrad's spec rejects this UOp: {first}" + (f" (and {n - 1} more)" if n > 1 else "") +
+            f" [{check['spec']}]")
+  checks = trace.get("spec_checks", {})  # absent where the trace checked none
   out = {key: said(checks[stage]) for stage, key in (("tensor_graph", "tensor"), ("kernel_graph", "bufferize"))
-         if not (checks.get(stage) or {}).get("ok", True)}
-  bad = [c for k in trace.get("kernels") or [] for c in (k.get("spec") or {}).values() if isinstance(c, dict) and not c.get("ok", True)]
+         if stage in checks and not checks[stage]["ok"]}
+  bad = [c for k in trace["kernels"] for c in kernel_spec_checks(k) if not c["ok"]]
   return out | ({"kernels": said(bad[0])} if bad else {})
 
 async def trace_page(request: Request, svc: Services, trace_id: str, template: str, current: str | tuple[str, ...], **ctx: Any) -> HTMLResponse:

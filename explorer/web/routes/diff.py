@@ -4,11 +4,12 @@ POST /diff/variants, which lands on their diff), the permalink /diff/{a}/{b}?tar
 trace page lists quick picks (the same spec with one variant field flipped, or two targets of the same trace) and stored traces."""
 from __future__ import annotations
 import asyncio
-from typing import Any
+from typing import Any, Mapping
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from explorer.analysis.diff import comparable, relation_label, time_verdict, verdict
+from explorer.schema import Kernel, Trace
 from explorer.spec import PRESETS, TARGETS, SpecError, knobs
 from explorer.store import trace_key
 from explorer.web.http import deps
@@ -30,36 +31,36 @@ OFFERED = tuple(name for name, (_, k) in knobs().items() if k.web == "offered") 
 
 # ***** quick picks: the same spec with one thing changed *****
 
-def request_of(trace: dict, **changes: Any) -> dict:
+def request_of(trace: Trace, **changes: Any) -> dict:
   """A trace request for this trace's spec and variant, with changes."""
-  v = {k: trace["variant"][k] for k in OFFERED if k in (trace.get("variant") or {})}
-  v["targets"] = list(v.get("targets") or [])
-  preset = trace.get("preset")
+  variant: Mapping[str, Any] = trace["variant"]
+  v = {k: variant[k] for k in OFFERED if k in variant} | {"targets": list(trace["variant"]["targets"])}
+  preset = trace["preset"]
   base = {"preset": preset} if preset in PRESETS and PRESETS[preset].to_dict() == trace["spec"] else {"spec": trace["spec"]}
   return {**base, "variant": {**v, **changes}}
 
-def flips(trace: dict) -> list[tuple[str, str, dict]]:
+def flips(trace: Trace) -> list[tuple[str, str, dict]]:
   """(name, label, variant changes) of the variants worth comparing with this one."""
-  v = trace.get("variant") or {}
+  v = trace["variant"]
   out = []
-  if v.get("algo") == "winograd" and v.get("wino_impl") == "explorer":
-    other = {"staged": "fused", "fused": "staged", "single": "staged"}[v.get("staging", "staged")]
-    out.append(("staging", f"{v.get('staging')} → {other}", {"staging": other}))
-    other = "materialized" if v.get("consts") == "symbolic" else "symbolic"
-    out.append(("consts", f"{v.get('consts')} → {other} constants", {"consts": other}))
-    other = "F(2,3)" if v.get("tile") == "F(4,3)" else "F(4,3)"
-    out.append(("tile", f"tile {v.get('tile')} → {other}", {"tile": other}))
-  if v.get("algo") == "direct":
+  if v["algo"] == "winograd" and v["wino_impl"] == "explorer":
+    other = {"staged": "fused", "fused": "staged", "single": "staged"}[v["staging"]]
+    out.append(("staging", f"{v['staging']} → {other}", {"staging": other}))
+    other = "materialized" if v["consts"] == "symbolic" else "symbolic"
+    out.append(("consts", f"{v['consts']} → {other} constants", {"consts": other}))
+    other = "F(2,3)" if v["tile"] == "F(4,3)" else "F(4,3)"
+    out.append(("tile", f"tile {v['tile']} → {other}", {"tile": other}))
+  if v["algo"] == "direct":
     out.append(("algo", "direct → Winograd (builtin)", {"algo": "winograd", "wino_impl": "builtin"}))
     out.append(("algo-explorer", "direct → Winograd (explorer, staged)", {"algo": "winograd", "wino_impl": "explorer"}))
   else:
     out.append(("algo", "Winograd → direct", {"algo": "direct", "wino_impl": "builtin", "tile": "F(4,3)", "staging": "staged", "consts": "symbolic"}))
-  opt = v.get("opt", "heuristic")
+  opt = v["opt"]
   if opt == "heuristic": out += [("opt", "heuristic → BEAM 2", {"opt": "beam:2"}), ("opt-none", "heuristic → no optimization", {"opt": "none"})]
   else: out.append(("opt", f"{opt} → heuristic", {"opt": "heuristic"}))
   return out
 
-def quick_picks(svc: Services, trace_id: str, trace: dict) -> list[dict]:
+def quick_picks(svc: Services, trace_id: str, trace: Trace) -> list[dict]:
   """Each pick with the id its trace has (or will have) and whether it is stored; picks the server would refuse are left out."""
   store, settings = svc.store, svc.settings
   picks = []
@@ -69,7 +70,7 @@ def quick_picks(svc: Services, trace_id: str, trace: dict) -> list[dict]:
     except (ValidationError, SpecError): continue
     key = trace_key(spec, variant)
     picks.append({"name": name, "label": label, "id": key, "stored": store.has_trace(key), "url": diff_url(trace_id, key)})
-  targets = list((trace.get("variant") or {}).get("targets") or [])
+  targets = trace["variant"]["targets"]
   if len(targets) >= 2:
     ta, tb = targets[:2]
     picks.append({"name": "targets", "label": f"{TARGET_LABELS.get(ta, ta)} vs {TARGET_LABELS.get(tb, tb)} source", "id": trace_id, "stored": True,
@@ -81,7 +82,7 @@ async def picker_context(svc: Services, a: str, q: str | None) -> dict:
   trace = await deps.trace_of(svc, a)
   picks = await asyncio.to_thread(quick_picks, svc, a, trace)
   rows, total = await asyncio.to_thread(svc.store.search, text=q or None, limit=40)
-  conv = (trace.get("label") or "").split(" | ")[0]
+  conv = trace["label"].split(" | ")[0]
   rows = sorted((r for r in rows if r["id"] != a), key=lambda r: not (r.get("label") or "").startswith(conv + " |"))
   return {"a": a, "trace_a": trace, "picks": picks, "stored": rows, "total": total, "q": q or "", "conv": conv}
 
@@ -92,15 +93,15 @@ async def picker_fragment(request: Request, a: str, svc: ServicesDep, q: str | N
 
 # ***** /diff: pick two stored traces, or trace two variants of one convolution and diff them *****
 
-WINO = {"algo": "winograd", "wino_impl": "explorer"}
+WINO_FIELDS = {"algo": "winograd", "wino_impl": "explorer"}
 VARIANT_CHOICES: dict[str, tuple[str, dict]] = {  # name: (label, variant fields), the variants worth tracing side by side
   "direct": ("direct", {"algo": "direct"}),
   "builtin": ("Winograd, tinygrad's builtin (WINO=1)", {"algo": "winograd", "wino_impl": "builtin"}),
-  "staged": ("Winograd F(4,3), staged", {**WINO, "staging": "staged"}),
-  "fused": ("Winograd F(4,3), fused", {**WINO, "staging": "fused"}),
-  "single": ("Winograd F(4,3), one kernel", {**WINO, "staging": "single"}),
-  "f23": ("Winograd F(2,3), staged", {**WINO, "tile": "F(2,3)"}),
-  "materialized": ("Winograd F(4,3), staged, materialized constants", {**WINO, "consts": "materialized"}),
+  "staged": ("Winograd F(4,3), staged", {**WINO_FIELDS, "staging": "staged"}),
+  "fused": ("Winograd F(4,3), fused", {**WINO_FIELDS, "staging": "fused"}),
+  "single": ("Winograd F(4,3), one kernel", {**WINO_FIELDS, "staging": "single"}),
+  "f23": ("Winograd F(2,3), staged", {**WINO_FIELDS, "tile": "F(2,3)"}),
+  "materialized": ("Winograd F(4,3), staged, materialized constants", {**WINO_FIELDS, "consts": "materialized"}),
   "beam": ("direct, BEAM 2", {"algo": "direct", "opt": "beam:2"}),
 }
 PAIR_DEFAULTS = {"preset": "small", "va": "staged", "vb": "fused", "targets": ["cuda"]}
@@ -162,25 +163,25 @@ async def quick_pick(request: Request, svc: ServicesDep) -> Response:
 
 # ***** the diff page *****
 
-def targets_of(a: dict, b: dict) -> list[str]:
-  ts = list(dict.fromkeys([*((a.get("variant") or {}).get("targets") or []), *((b.get("variant") or {}).get("targets") or [])]))
+def targets_of(a: Trace, b: Trace) -> list[str]:
+  ts = list(dict.fromkeys([*a["variant"]["targets"], *b["variant"]["targets"]]))
   return ts + ["host"]
 
-async def side_or_progress(request: Request, svc: Services, trace_id: str) -> dict | HTMLResponse:
+async def side_or_progress(request: Request, svc: Services, trace_id: str) -> Trace | HTMLResponse:
   """The stored trace, or (while it runs) the progress page in its place: it reloads this URL when the trace is done."""
   if (trace := await deps.stored_trace(svc, trace_id)) is not None: return trace
   status = await deps.status_of(svc, trace_id)
   if status is None: raise HTTPException(404, f"no trace {trace_id}")
   return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES)
 
-def pick_targets(a: dict, b: dict, target: str | None, target_b: str | None) -> tuple[str, str]:
+def pick_targets(a: Trace, b: Trace, target: str | None, target_b: str | None) -> tuple[str, str]:
   ts = targets_of(a, b)
   ta = target if target in ts else ts[0]
   return ta, target_b if target_b in ts else ta
 
 GROUPS_PER_PAGE = 40  # groups whose sources a diff page shows side by side
 
-def group_kernels(trace: dict, refs: list[dict]) -> list[dict]: return [trace["kernels"][k["index"]] for k in refs]
+def group_kernels(trace: Trace, refs: list[dict]) -> list[Kernel]: return [trace["kernels"][k["index"]] for k in refs]
 
 @router.get("/diff/{a}/{b}", response_class=HTMLResponse)
 async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Work, target: str | None = Query(None, max_length=16),
@@ -188,9 +189,9 @@ async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Wo
   """Both traces' kernels matched and compared; each group's sources side by side, GROUPS_PER_PAGE groups a page (?offset=: a big
   program's diff lists every group in its table, and shows the sources of a page of them)."""
   ta_trace = await side_or_progress(request, svc, a)
-  if not isinstance(ta_trace, dict): return ta_trace
+  if isinstance(ta_trace, HTMLResponse): return ta_trace
   tb_trace = await side_or_progress(request, svc, b)
-  if not isinstance(tb_trace, dict): return tb_trace
+  if isinstance(tb_trace, HTMLResponse): return tb_trace
   ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
   diffs = svc.diffs
   d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb, work.permit())

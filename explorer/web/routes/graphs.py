@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Literal
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
-from explorer.schema import host_target
+from explorer.schema import Trace, host_target
 from explorer.spec import TARGETS
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, GraphView, Origin, PassMatches, documented
@@ -23,20 +23,20 @@ EXPAND_QUERY = Query(None, max_length=400, pattern=r"^[0-9]{1,12}(,[0-9]{1,12}){
 
 def expand_nums(expand: str | None) -> frozenset[int]: return frozenset(int(x) for x in expand.split(",")) if expand else frozenset()
 
-def blob_target(trace: dict, target: str | None) -> str | None:
+def blob_target(trace: Trace, target: str | None) -> str | None:
   """None (the host's blob) for the host's own target; else a target's rewrite blob: the target's name (one rendered with the trace), or
   the key a record computed on first view names (`cuda@3f2a...`, its `rewrites`)."""
-  kernels = trace.get("kernels") or []
+  kernels = trace["kernels"]
   if target is None or (kernels and target == host_target(kernels[0])): return None
   if target.split("@")[0] not in TARGETS: raise HTTPException(404, f"unknown target {target!r}; known: {', '.join(TARGETS)}")
   return target
 
 @api.get("/traces/{trace_id}/graphs", summary="The graphs of a trace, by reference", responses=documented(NOT_FOUND))
 async def list_graphs(trace: StoredTrace) -> dict:
-  n_rangeify = len((trace.get("scheduler") or {}).get("passes") or [])
-  kernels = trace.get("kernels") or []
+  n_rangeify = len(sched["passes"]) if (sched := trace["scheduler"]) is not None else 0
+  kernels = trace["kernels"]
   return {"tensor": "tensor", "kernels": "kernels", "ast": [f"ast/{k['index']}" for k in kernels],
-          "codegen": {k["index"]: f"codegen/{k['index']}/0..{len(k.get('passes') or []) - 1}/{{before|after|m<j>}}" for k in kernels},
+          "codegen": {k["index"]: f"codegen/{k['index']}/0..{len(k['passes']) - 1}/{{before|after|m<j>}}" for k in kernels},
           "rangeify": f"rangeify/0..{n_rangeify - 1}/{{before|after|m<j>}}", "svg": "append .svg to a graph URL for its layout"}
 
 @api.get("/traces/{trace_id}/rewrites/{group}/{step}/matches", response_model=PassMatches, summary="Every match of one rewrite pass, paged",

@@ -3,11 +3,11 @@
 page or its URL first asks for it (that starts work: the request's permit), and the page fills it in when it is stored."""
 from __future__ import annotations
 import asyncio, json
-from typing import Any, Mapping
+from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from explorer.analysis import sass
-from explorer.schema import host_target, target_records
+from explorer.schema import Trace, host_target, target_records
 from explorer.spec import (ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, SASS_TARGETS, TARGETS, SpecError, hand_opts,
                            lacks_facts, split_opts)
 from explorer.web.http import deps
@@ -28,9 +28,9 @@ async def list_kernels(trace_id: str, trace: StoredTrace, response: Response, of
                                                                           "(a program's: model.py:14) contains this")) -> list[dict]:
   """The kernels (those matching q) from `offset` on, `limit` of them; the X-Total-Count header says how many match."""
   from explorer.analysis.program import search
-  kernels = await asyncio.to_thread(lambda: search(deps.light_trace(trace_id, trace)["kernels"], q))  # a big program's: off the event loop
+  kernels = await asyncio.to_thread(search, trace["kernels"], q)  # a big program's: off the event loop
   response.headers["X-Total-Count"] = str(len(kernels))
-  return kernels[offset:None if limit is None else offset + limit]
+  return [deps.light_kernel(k) for k in kernels[offset:None if limit is None else offset + limit]]
 
 @api.get("/traces/{trace_id}/kernels/{n}", summary="One kernel: facts, codegen passes, linearized UOps, source per target",
          responses=documented({**NOT_FOUND, 404: "no trace with this id, or no kernel n in it", 422: "n is not an integer"}))
@@ -54,7 +54,7 @@ async def get_kernel_target(trace_id: str, trace: StoredTrace, n: int, target: s
   k = deps.kernel_or_404(trace, n)
   records = target_records(k)
   if target in records: return records[target]
-  if target in (k.get("source_errors") or {}): raise HTTPException(409, f"rendering kernel {n} for {target} failed: {k['source_errors'][target]}")
+  if target in k["source_errors"]: raise HTTPException(409, f"rendering kernel {n} for {target} failed: {k['source_errors'][target]}")
   return await deps.enrichment_job(svc, trace_id, trace, ENRICH_TARGET, target, n, work)
 
 def enrichment_responses(what: str) -> dict:
@@ -82,29 +82,29 @@ async def get_kernel_analysis(trace_id: str, trace: StoredTrace, n: int, target:
   are read from the rewrite blob on this first request, in a worker, and stored with the trace: 202 with the job's progress until they
   are, then 200 (every later request too, at once)."""
   rec = target_records(deps.kernel_or_404(trace, n)).get(target)
-  if rec is not None and ANALYSIS_MARK in rec: return {f: rec.get(f) for f in Analysis.__annotations__}
+  if rec is not None and ANALYSIS_MARK in rec: return {f: rec.get(f) for f in Analysis.__annotations__}  # a field may be absent: null
   return await deps.enrichment_job(svc, trace_id, trace, ENRICH_ANALYSIS, target, n, work)
 
 # ***** SASS: each instruction with its line, its UOps and the registers live there (compile facts, with the line map) *****
 
-async def sass_job(svc: Any, trace_id: str, trace: dict, n: int, target: str, work: Any) -> Any:
+async def sass_job(svc: Any, trace_id: str, trace: Trace, n: int, target: str, work: Any) -> Any:
   """The next enrichment kernel n's SASS on `target` waits for (its record, its compile facts, its line map), started or followed:
   a 202 response, or None when everything is there. 404 for a target without SASS, 409 when one cannot be had (the detail says why)."""
   k = deps.kernel_or_404(trace, n)
   if target not in SASS_TARGETS: raise HTTPException(404, f"SASS is shown for {' and '.join(SASS_TARGETS)} records, not {target[:40]!r}")
   rec = target_records(k).get(target)
   if rec is None:
-    if target in (k.get("source_errors") or {}): raise HTTPException(409, f"rendering kernel {n} for {target} failed: {k['source_errors'][target]}")
+    if target in k["source_errors"]: raise HTTPException(409, f"rendering kernel {n} for {target} failed: {k['source_errors'][target]}")
     return await deps.enrichment_job(svc, trace_id, trace, ENRICH_TARGET, target, n, work)
   if lacks_facts(rec, target): return await deps.enrichment_job(svc, trace_id, trace, ENRICH_FACTS, target, n, work)
-  if ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None:
+  if ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None:  # absent: recorded before line maps, none to read
     return await deps.enrichment_job(svc, trace_id, trace, ENRICH_ANALYSIS, target, n, work)
   return None
 
-def sass_or_409(rec: Mapping[str, Any]) -> dict:
-  facts = rec.get("compile") or {}
+def sass_or_409(rec: TargetRecord) -> dict:
   if (view := sass.view(rec)) is not None: return view
-  raise HTTPException(409, facts.get("sass_note") or f"the kernel did not compile: {facts.get('message') or 'no SASS'}")
+  if (facts := rec["compile"]) is None: raise HTTPException(409, "the kernel did not compile: no SASS")
+  raise HTTPException(409, facts.get("sass_note") or f"the kernel did not compile: {facts['message'] or 'no SASS'}")
 
 @api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/sass",
          summary="One kernel's SASS (cuda, ptx): each instruction with its source line, that line's UOps and the registers live there",
@@ -183,14 +183,14 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
     return True, None
   analysis_pending, analysis_error = await first_view(ENRICH_ANALYSIS, ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None)
   facts_pending, facts_error = await first_view(ENRICH_FACTS, lacks_facts(rec, target))
-  browsable = target == host or all("group" in p for p in rec.get("passes") or [])  # trace schema 1: host passes only
-  prefix, passes = (f"codegen/{n}", k.get("passes") or []) if target == host else (f"codegen@{target}/{n}", rec["passes"])
+  browsable = target == host or all("group" in p for p in rec["passes"])  # trace schema 1: host passes only
+  prefix, passes = (f"codegen/{n}", k["passes"]) if target == host else (f"codegen@{target}/{n}", rec["passes"])
   step = stepper(passes if browsable else [], prefix, asked_pass(request), at, trace_id=trace_id,
                  blob_target=None if target == host else (rec.get("rewrites") or target))
   notices += step_notices(request, step, f"kernel {n}'s {target} codegen")
-  tabs = [t for t in (trace.get("variant") or {}).get("targets") or [] if t in k["sources"] or t in k.get("source_errors", {})]
+  tabs = [t for t in trace["variant"]["targets"] if t in k["sources"] or t in k["source_errors"]]
   tabs += [t for t in k["sources"] if t not in tabs and t != "host"] + ["host", "uops"]
-  tabs += ["compiled"] if facts_pending or ((compiled := rec.get("compile")) and compiled.get("disasm")) else []
+  tabs += ["compiled"] if facts_pending or ((compiled := rec["compile"]) and compiled.get("disasm")) else []
   own_tab = "host" if target == host else target  # the host's source is under "host"
   if code is not None and code not in tabs: notices.append(f"There is no {code[:40]!r} source tab here: showing {own_tab}.")
   code = code if code in tabs else own_tab if own_tab in tabs else tabs[0]

@@ -5,7 +5,7 @@ import asyncio, difflib
 from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
-from explorer.schema import host_target, target_records
+from explorer.schema import Kernel, host_target, target_records
 from explorer.spec import HAND_OPTS_QUERY, SpecError, hand_opts, split_opts
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
@@ -17,7 +17,7 @@ from explorer.web.urls import trace_tour_url
 api = APIRouter(prefix="/api", tags=["api"])
 router = APIRouter(include_in_schema=False)
 
-def _target(kernel: dict, target: str | None) -> str: return target or host_target(kernel)
+def _target(kernel: Kernel, target: str | None) -> str: return target or host_target(kernel)
 
 def _opts(text: str | None) -> tuple[str, ...]: return hand_opts(split_opts(text))
 
@@ -72,7 +72,7 @@ async def pin_to_tour(trace_id: str, trace: StoredTrace, n: int, body: HandOptsR
   pins = await asyncio.to_thread(svc.enrichments.add_to_tour, trace_id, n, target, body.start, opts)
   return {"tour": trace_tour_url(trace_id), "pinned": len(pins)}
 
-def side_by_side(own: dict, got: dict, own_label: str) -> dict:
+def compared_schedules(own: dict, got: dict, own_label: str) -> dict:
   """What opts_result.html shows: the hand schedule (B) beside A (the kernel's own record, or another schedule) and their source diff."""
   diff = list(difflib.unified_diff((own.get("source") or "").splitlines(), got["record"]["source"].splitlines(), own_label, "by hand",
                                    lineterm="", n=2))
@@ -94,5 +94,5 @@ async def opts_fragment(request: Request, trace_id: str, trace: StoredTrace, n: 
   own: dict[str, Any] = dict(against["record"] if against is not None else target_records(k).get(target) or {})
   label = "original" if against is None else f"by hand: {', '.join(against['opts']) or 'no opts'}"
   return templates_of(request).TemplateResponse(request, "_partials/opts_result.html",
-                                                {**side_by_side(own, got, label), "target": target, "trace_id": trace_id, "n": n,
+                                                {**compared_schedules(own, got, label), "target": target, "trace_id": trace_id, "n": n,
                                                  "vs": None if against is None else ",".join(against["opts"])})

@@ -7,7 +7,7 @@ from explorer.analysis import memory
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, documented
-from explorer.web.routes.common import asked_pass, stepper, trace_page
+from explorer.web.routes.common import asked_pass, rangeify_passes, stepper, trace_page
 from explorer.web.services.graphs import MAX_STEPS
 from explorer.web.urls import graph_api_url, trace_api_url
 
@@ -21,13 +21,13 @@ async def tensor_graph(request: Request, trace_id: str, svc: ServicesDep) -> HTM
 @router.get("/t/{trace_id}/rangeify", response_class=HTMLResponse)
 async def rangeify(request: Request, trace_id: str, svc: ServicesDep, at: str | None = None) -> HTMLResponse:
   trace = await deps.stored_trace(svc, trace_id)
-  passes = ((trace or {}).get("scheduler") or {}).get("passes") or []
+  passes = rangeify_passes(trace) if trace is not None else []
   step = stepper(passes, "rangeify", asked_pass(request), at, preferred="symbolic+reduce_collapse+debuf", trace_id=trace_id)
   return await trace_page(request, svc, trace_id, "rangeify.html", "rangeify", step=step, api=f"{trace_api_url(trace_id)}/rangeify")
 
 @api.get("/traces/{trace_id}/rangeify", summary="The scheduler's rangeify passes with match counts", responses=documented(NOT_FOUND))
 async def get_rangeify(trace: StoredTrace) -> dict:
-  passes = (trace.get("scheduler") or {}).get("passes") or []
+  passes = rangeify_passes(trace)
   return {"passes": [{"index": i, **p} for i, p in enumerate(passes)], "max_steps": MAX_STEPS, "graph": "rangeify/{pass}/{before|after|m<j>}"}
 
 BUFFER_PAGE = 200  # rows of the buffer table per page
@@ -42,6 +42,6 @@ async def bufferize(request: Request, trace_id: str, svc: ServicesDep, offset: i
 @api.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
          responses=documented(NOT_FOUND))
 async def get_bufferize(trace: StoredTrace) -> dict:
-  sched = trace.get("scheduler") or {}
-  return {"stages": sched.get("stages"), "stage_counts": sched.get("stage_counts"), "buffers": trace.get("buffers"),
-          "schedule": trace.get("schedule"), "graph": "kernels", "memory": memory.timeline(trace)}
+  sched = trace["scheduler"]
+  return {"stages": sched.get("stages") if sched else None, "stage_counts": sched.get("stage_counts") if sched else None,  # older: absent
+          "buffers": trace["buffers"], "schedule": trace["schedule"], "graph": "kernels", "memory": memory.timeline(trace)}

@@ -34,7 +34,7 @@ async def start_study(body: StudyRequest, svc: ServicesDep) -> JSONResponse:
   """Returns at once; GET the returned url's API twin (/api/studies/{id}) for progress. Takes as long as its cases' traces plus up to
   budget_s of timing per case."""
   settings = svc.settings
-  if body.device is not None: body = body.model_copy(update={"device": await deps.checked_device(svc, body.device, "device")})
+  if body.device is not None: body = body.model_copy(update={"device": await deps.device_here(svc, body.device, "device")})
   specs = [s.to_spec() for s in body.specs]
   for s in specs: s.validate(memory_budget=int(settings.memory_budget_mb) << 20)
   if body.repeats > int(settings.max_repeats): raise SpecError(f"repeats: at most {settings.max_repeats} on this server")

@@ -8,7 +8,7 @@ from typing import Any, Callable, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
-from explorer.schema import host_target, target_record
+from explorer.schema import Trace, host_target, target_record
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_TARGET, PRESETS, TARGETS, SpecError
 from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
@@ -16,7 +16,7 @@ from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
 from explorer.web.http.work import Work, WorkGate
-from explorer.web.routes.common import page, pick_pass, trace_page
+from explorer.web.routes.common import page, pick_pass, rangeify_passes, trace_page
 from explorer.web.services.enrichments import EnrichmentUnavailable
 from explorer.web.services.graphs import REF_RE
 from explorer.web.services.lifecycle import Busy
@@ -29,21 +29,21 @@ MAX_NOTE_CHARS, MAX_NOTES_PER_TRACE = 2000, 200
 
 # ***** steps: ids, URLs, and the view each one embeds *****
 
-def tour_steps(trace: dict, target: str | None = None) -> list[dict]:
+def tour_steps(trace: Trace, target: str | None = None) -> list[dict]:
   try: return trace_tour(trace, target)
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"this trace cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
-def pair_steps(kind: str, a: dict, b: dict, target: str | None = None, interleaved: dict | None = None) -> list[dict]:
+def pair_steps(kind: str, a: Trace, b: Trace, target: str | None = None, interleaved: dict | None = None) -> list[dict]:
   try: return compare_tour(kind, a, b, target, interleaved)
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"these traces cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
-def view_url(trace_id: str, trace: dict, view: str, target: str | None = None) -> str:
+def view_url(trace_id: str, trace: Trace, view: str, target: str | None = None) -> str:
   """The full page a step's view names (the tour embeds a part of it), on the tour's target (None: the host's)."""
   base = trace_url(trace_id)
   if view in ("timings", "program"): return f"{base}#{view}"
-  if view == "source": return kernel_url(trace_id, 0, code="host") if trace.get("kernels") else base
+  if view == "source": return kernel_url(trace_id, 0, code="host") if trace["kernels"] else base
   if m := re.fullmatch(r"k/(\d+)(?:/(passes|uops|source))?", view):
     n, part = m.group(1), m.group(2)
     if part == "passes": return kernel_url(trace_id, n, graph="passes", target=target)
@@ -51,7 +51,7 @@ def view_url(trace_id: str, trace: dict, view: str, target: str | None = None) -
     return kernel_url(trace_id, n, target=target)
   return f"{base}/{view}"
 
-def asked_target(asked: str | None, traces: list[dict]) -> tuple[str | None, list[str]]:
+def asked_target(asked: str | None, traces: list[Trace]) -> tuple[str | None, list[str]]:
   """The target a tour speaks of (None: each kernel's host) and, where `asked` cannot be it, a notice naming what was asked and what is
   shown: nothing asked for is ignored in silence."""
   if asked is None: return None, []
@@ -62,7 +62,7 @@ def asked_target(asked: str | None, traces: list[dict]) -> tuple[str | None, lis
                   " the tour speaks of each kernel's host target."]
   return asked, []
 
-def step_api(trace_id: str, trace: dict, steps: list[dict], url_of, target: str | None = None) -> list[dict]:
+def step_api(trace_id: str, trace: Trace, steps: list[dict], url_of, target: str | None = None) -> list[dict]:
   return [{**{k: v for k, v in s.items() if k != "embed"}, "url": url_of(s["id"]),
            "view_url": view_url(trace_id, trace, s["view"], target) if s["view"] != "diff" else None} for s in steps]
 
@@ -73,16 +73,16 @@ def note_anchor(step_id: str) -> str:
   """The step anchor a note is stored under: the trace's own step id (a pair tour prefixes a-/b-)."""
   return step_id[2:] if step_id[:2] in ("a-", "b-") else step_id
 
-def embed(trace_id: str, trace: dict, view: str, target: str | None = None, focus: dict | None = None) -> dict:
+def embed(trace_id: str, trace: Trace, view: str, target: str | None = None, focus: dict | None = None) -> dict:
   """What the tour shows next to a step's text: the kind of embed and the data it needs; a kernel's codegen (passes, uops, source) on
   the tour's target (None: the host's), the uops listing scrolled to the uop the step discusses (focus)."""
-  kernels = trace.get("kernels") or []
+  kernels = trace["kernels"]
   if view == "graph/tensor": return {"kind": "graph", "ref": "tensor", "title": "Tensor graph (the UOp graph handed to the scheduler)"}
   if view == "rangeify":
-    passes = (trace.get("scheduler") or {}).get("passes") or []
+    passes = rangeify_passes(trace)
     if not passes: return {"kind": "none"}
     p = pick_pass(passes, None, preferred="symbolic+reduce_collapse+debuf")
-    top = sorted(({"index": i, **q} for i, q in enumerate(passes)), key=lambda q: -q["matches"])[:8]
+    top = [{"index": i, **passes[i]} for i in sorted(range(len(passes)), key=lambda i: -passes[i]["matches"])[:8]]
     return {"kind": "rangeify", "ref": f"rangeify/{p}/after", "pass": {"index": p, **passes[p]}, "top": top}
   if view == "bufferize": return {"kind": "bufferize"}
   if view == "timings": return {"kind": "timings"}
@@ -92,12 +92,12 @@ def embed(trace_id: str, trace: dict, view: str, target: str | None = None, focu
     part, on = m.group(2) or "ast", target or host_target(k)
     rec: dict[str, Any] = dict(target_record(k, on) or target_record(k) or {})
     if part == "passes":
-      top = sorted(({"index": i, **q} for i, q in enumerate(rec.get("passes") or [])), key=lambda q: -q["matches"])[:10]
+      top = sorted(({"index": i, **q} for i, q in enumerate(rec.get("passes") or [])), key=lambda q: -q["matches"])[:10]  # {}: no record
       return {"kind": "passes", "kernel": k, "rec": rec, "target": on, "top": top}
     if part == "source":
-      sources = k.get("sources") or {}
+      sources = k["sources"]
       own = "host" if on == host_target(k) else on  # the host's source is under "host"
-      tabs = [own] + [t for t in (trace.get("variant") or {}).get("targets") or [] if t in sources and t != own]
+      tabs = [own] + [t for t in trace["variant"]["targets"] if t in sources and t != own]
       tabs += [t for t in sources if t not in tabs]
       return {"kind": "source", "kernel": k, "tabs": tabs, "focus": focus or {}}
     if part == "uops": return {"kind": "uops", "kernel": k, "rec": rec, "target": on, "focus": focus or {}}
@@ -116,12 +116,12 @@ async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep, wo
   trace = await rendered(svc, work, trace_id, trace, target)
   target, notices = asked_target(target, [trace])
   steps = await _trace_steps(svc, work, trace_id, trace, target)
-  return {"trace_id": trace_id, "label": trace.get("label"), "target": target, "notices": notices,
+  return {"trace_id": trace_id, "label": trace["label"], "target": target, "notices": notices,
           "steps": step_api(trace_id, trace, steps, lambda s: trace_tour_url(trace_id, s, target=target), target)}
 
 def big_asked(request: Request) -> bool: return request.query_params.get("big") == "1"
 
-async def rendered(svc: Services, work: WorkGate, trace_id: str, trace: dict, target: str | None) -> dict:
+async def rendered(svc: Services, work: WorkGate, trace_id: str, trace: Trace, target: str | None) -> Trace:
   """The trace with the told kernels' records on `target`, rendered first where missing (as a kernel page does when first opened on
   it) and the request may start work; else as it is (asked_target then says the tour speaks of the host)."""
   told = told_kernels(trace)
@@ -134,14 +134,14 @@ async def interleaved(svc: Services, a: str, b: str) -> dict | None:
   """The diff's interleaved timing of A and B, where it was measured (the diff page's "time interleaved"): the tour quotes it."""
   return await asyncio.to_thread(svc.store.get_diff, a, b, "timing")
 
-async def analysed(svc: Services, work: WorkGate, trace_id: str, trace: dict, target: str | None) -> dict:
+async def analysed(svc: Services, work: WorkGate, trace_id: str, trace: Trace, target: str | None) -> Trace:
   """The trace with its records' analyses on the tour's target (the pressure its kernel steps tell), computed first where missing and
   the request may start work; else as it is (those steps then leave the pressure out)."""
-  t, told = target or next((k.get("host_target") for k in trace.get("kernels") or []), None), told_kernels(trace)
+  t, told = target or next((host_target(k) for k in trace["kernels"]), None), told_kernels(trace)
   if t is None or not svc.enrichments.missing(trace, ENRICH_ANALYSIS, t, told) or (permit := work.permit_if_allowed()) is None: return trace
   return await svc.enrichments.completed(trace_id, trace, ENRICH_ANALYSIS, t, permit, told)
 
-async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: dict, target: str | None = None) -> list[dict]:
+async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: Trace, target: str | None = None) -> list[dict]:
   """The trace's own steps, then a step per hand schedule pinned to its tour (the Opts panel's "add to the trace's tour"), each told
   with the analyses of the targets they speak of."""
   pinned = await asyncio.to_thread(svc.enrichments.tour_schedules, trace_id)
@@ -164,23 +164,23 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
   return await trace_page(request, svc, trace_id, "tour.html", (), api=with_query(f"/api/traces/{trace_id}/tour", target=target), pair=None,
                           target_links=links, **ctx)
 
-def target_links(traces: list[dict], target: str | None, url_of: Callable[[str | None], str]) -> list[dict]:
+def target_links(traces: list[Trace], target: str | None, url_of: Callable[[str | None], str]) -> list[dict]:
   """The tour's target switcher: each kernel's host (None) and every other target; one some kernel has no record of yet is computed
   when chosen (its label says so)."""
-  hosts = sorted({host_target(k) for tr in traces for k in tr.get("kernels") or []})
+  hosts = sorted({host_target(k) for tr in traces for k in tr["kernels"]})
   offered = [t for t in TARGETS if t not in hosts]
   def label(t: str) -> str: return t if all(tour_target(tr, t) is not None for tr in traces) else f"{t} (computed when chosen)"
   return [{"label": f"host ({', '.join(hosts)})", "url": url_of(None), "active": target is None}] + \
          [{"label": label(t), "url": url_of(t), "active": t == target} for t in offered]
 
-def note_key(step: dict, traces: dict[str, tuple[str, dict]]) -> tuple[str, str]:
+def note_key(step: dict, traces: dict[str, tuple[str, Trace]]) -> tuple[str, str]:
   """(which trace, which step anchor) a step's notes are stored under: a pair tour's a-/b- steps under their own trace's step id,
   its comparison step under trace A as compare-{B's id}."""
   side = step.get("side", "")
   if side == "both": return "a", f"compare-{traces['b'][0]}"
   return side, note_anchor(step["id"])
 
-def tour_context(steps: list[dict], asked: str | None, url_of, traces: dict[str, tuple[str, dict]], notes: dict[str, list[dict]],
+def tour_context(steps: list[dict], asked: str | None, url_of, traces: dict[str, tuple[str, Trace]], notes: dict[str, list[dict]],
                  target: str | None = None) -> dict:
   """The template's view of one step: the step list, this step, its neighbours, the trace it is about, its embed and notes."""
   def step_notes(s: dict) -> list[dict]:
@@ -327,9 +327,9 @@ class Annotation(BaseModel):
   text: str
   created: float
 
-def check_anchor(trace: dict, kind: str, anchor: str) -> None:
+def check_anchor(trace: Trace, kind: str, anchor: str) -> None:
   """422 unless the anchor names something this trace renders."""
-  kernels = trace.get("kernels") or []
+  kernels = trace["kernels"]
   if kind == "step":
     if COMPARE_RE.match(anchor) or anchor in {s["id"] for s in tour_steps(trace)}: return
     raise HTTPException(422, f"anchor: this trace's tour has no step {anchor!r}")
@@ -342,7 +342,7 @@ def check_anchor(trace: dict, kind: str, anchor: str) -> None:
   if (m := LINE_RE.match(anchor)) is None: raise HTTPException(422, "anchor: a line anchor is {kernel}:{target}:{line}, e.g. 0:cuda:12")
   n, target, line = int(m.group("kernel")), m.group("target"), int(m.group("line"))
   if n >= len(kernels): raise HTTPException(422, f"anchor: the trace has no kernel {n}")
-  text = "\n".join(kernels[n].get("uops_listing") or []) if target == "uops" else (kernels[n].get("sources") or {}).get(target)
+  text = "\n".join(kernels[n]["uops_listing"]) if target == "uops" else kernels[n]["sources"].get(target)
   if text is None: raise HTTPException(422, f"anchor: kernel {n} has no {target} source")
   if not 1 <= line <= (lines := len(text.splitlines())): raise HTTPException(422, f"anchor: the {target} source of kernel {n} has {lines} lines")
 

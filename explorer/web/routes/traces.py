@@ -5,7 +5,7 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from explorer.schema import host_target, target_records
+from explorer.schema import Kernel, Trace, host_target, target_records
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
@@ -59,7 +59,7 @@ async def get_trace(trace_id: str, trace: StoredTrace) -> dict:
   return deps.light_trace(trace_id, trace)
 
 @api.get("/traces/{trace_id}/raw", summary="The trace as stored, with compile facts computed since", responses=documented(NOT_FOUND))
-async def get_raw_trace(trace: StoredTrace) -> dict: return trace
+async def get_raw_trace(trace: StoredTrace) -> dict: return dict(trace)
 
 @api.get("/traces/{trace_id}/status", response_model=TraceStatus, summary="Job status with per-stage progress",
          responses=documented({404: NOT_FOUND[404]}))
@@ -108,14 +108,14 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   program's adds its program view (realizes, timeline, kernels by model line, top kernels, memory); its kernel table is searched
   (?q= a kernel name, a function, a file:line), narrowed to one realize (?realize=), and paged (?offset=, PAGE rows)."""
   trace = await deps.stored_trace(svc, trace_id)
-  kernels = (trace or {}).get("kernels") or []
+  kernels = trace["kernels"] if trace is not None else []
   available = list(dict.fromkeys(t for k in kernels for t in target_records(k)))
   host = host_target(kernels[0]) if kernels else None
   target = target if target in available else host
   program = None
   if trace is not None and trace.get("realizes"): program = await templates_of(request).off_loop(program_view, trace, q, realize, offset)
   shown = program["page"] if program is not None else kernels
-  rows: list[tuple[dict, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
+  rows: list[tuple[Kernel, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
   views: list[Any] = [target_records(k).get(target or "", {}) for k in kernels]
   return await trace_page(request, svc, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES, table_target=target, table_targets=available,
                           rows=rows, views=views, host_target=host, program=program, q=q)
@@ -124,18 +124,19 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
 async def program_source(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
   """A captured program's source as it ran, each line with the count of kernels whose provenance names it (#L<n> anchors)."""
   trace = await deps.stored_trace(svc, trace_id)
-  if trace is not None and trace.get("program") is None: raise HTTPException(404, "a convolution's trace has no program source")
-  program = (trace or {}).get("program") or {}
-  counts: dict[int, int] = {}
-  for k in (trace or {}).get("kernels") or []:
-    for line in {e["line"] for e in k.get("provenance") or [] if e.get("file") and e["file"] == program.get("file")}:
+  if trace is None: return await trace_page(request, svc, trace_id, "program_source.html", "overview")  # running, failed or none
+  if (program := trace["program"]) is None: raise HTTPException(404, "a convolution's trace has no program source")
+  file = program.get("file")  # absent where the program's source came from no file
+  counts: dict[int | None, int] = {}
+  for k in trace["kernels"]:
+    for line in {e["line"] for e in k.get("provenance", []) if e["file"] and e["file"] == file}:
       counts[line] = counts.get(line, 0) + 1
-  return await trace_page(request, svc, trace_id, "program_source.html", "overview", lines=(program.get("source") or "").splitlines(),
-                          counts=counts, file_name=os.path.basename(program.get("file") or ""))
+  return await trace_page(request, svc, trace_id, "program_source.html", "overview", lines=(program["source"] or "").splitlines(),
+                          counts=counts, file_name=os.path.basename(file or ""))
 
 PAGE = 200  # kernel rows per page of a program's kernel table
 
-def program_view(trace: dict, q: str, realize: int | None, offset: int) -> dict[str, Any]:
+def program_view(trace: Trace, q: str, realize: int | None, offset: int) -> dict[str, Any]:
   """What a program's overview shows beside its kernel table, and the page of kernels the search and paging pick."""
   from explorer.analysis import program
   from explorer.analysis.roofline import peaks_of_trace

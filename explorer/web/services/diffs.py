@@ -6,49 +6,50 @@ from __future__ import annotations
 import asyncio, functools, time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from explorer.version import __version__
 from explorer.present import graphs
 from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows
+from explorer.schema import Kernel, Trace
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.run import ran_here
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import Progress, Task, Tasks, run_in_daemon_thread
+from explorer.web.services.lifecycle import ACTIVE, ERROR, Progress, Task, Tasks, run_in_daemon_thread
 from explorer.present.render import lexer_for
 from explorer.web.services.permit import WorkPermit
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 MEASURES = ("timing", "numerics")
-WithFacts = Callable[[str, dict, str, WorkPermit], Awaitable[dict]]
+WithFacts = Callable[[str, Trace, str, WorkPermit], Awaitable[Trace]]
 CACHE_V = f"v{__version__}"  # computed diffs are cached per explorer version (an engine fix must not serve stale diffs); measurements are not
 GRAPHS = f"graphs2:{CACHE_V}"  # 2: only where a change starts is outlined red (drawings cached before outlined every differing node)
 LINE_FORMATTER = HtmlFormatter(nowrap=True)
 
 # ***** the structural diff, with sources of two targets side by side where asked *****
 
-def _joined(ks: list[dict], target: str) -> tuple[str, list[dict]]:
+def _joined(ks: Sequence[Kernel], target: str) -> tuple[str, list[dict]]:
   """A group's sources joined by a blank line, and where each kernel starts (1-based line)."""
   parts, texts, line = [], [], 1
   for k in ks:
-    text = (k.get("sources") or {}).get(target, "").rstrip("\n")
+    text = k["sources"].get(target, "").rstrip("\n")
     parts.append({"kernel": k["index"], "name": k["name"], "first_line": line, "lines": len(text.splitlines())})
     texts.append(text)
     line += len(text.splitlines()) + 1
   return "\n\n".join(texts), parts
 
-def cross_source(ka: list[dict], kb: list[dict], ta: str, tb: str) -> dict:
+def cross_source(ka: Sequence[Kernel], kb: Sequence[Kernel], ta: str, tb: str) -> dict:
   """A's source for target ta against B's for tb (the same trace on both sides compares two renderers)."""
   note = None
-  if not all(ta in (k.get("sources") or {}) for k in ka) or not all(tb in (k.get("sources") or {}) for k in kb):
+  if not all(ta in k["sources"] for k in ka) or not all(tb in k["sources"] for k in kb):
     note, ta, tb = "a side has no source for its target: showing host sources", "host", "host"
   (a, pa), (b, pb) = _joined(ka, ta), _joined(kb, tb)
   rows = source_rows(a, b)
   return {"target": ta, "target_b": tb, "note": note, "rows": rows, "counts": dict(Counter(r["kind"] for r in rows)), "a_parts": pa, "b_parts": pb}
 
-def build_diff(a: dict, b: dict, ta: str, tb: str) -> dict:
+def build_diff(a: Trace, b: Trace, ta: str, tb: str) -> dict:
   """diff_traces without rewrite blobs (the graph diff comes separately), with B's source for target tb."""
   d = diff_traces(a, b, None, None, ta)
   d["notes"] = [n for n in d["notes"] if not n.startswith("no rewrite blobs")]
@@ -66,7 +67,7 @@ def highlighted_lines(target: str, text: str) -> tuple[Markup, ...]:
   lexer.stripnl, lexer.ensurenl = False, True
   return tuple(Markup(x) for x in highlight(text, lexer, LINE_FORMATTER).split("\n"))
 
-def side_by_side(src: dict, a_kernels: list[dict], b_kernels: list[dict]) -> list[dict]:
+def side_by_side(src: dict, a_kernels: Sequence[Kernel], b_kernels: Sequence[Kernel]) -> list[dict]:
   """The source rows with each side's line highlighted (an HTML string per cell)."""
   la = highlighted_lines(src["target"], _joined(a_kernels, src["target"])[0])
   lb = highlighted_lines(src["target_b"], _joined(b_kernels, src["target_b"])[0])
@@ -127,7 +128,7 @@ class DiffService:
 
   # ***** structural *****
 
-  async def structural(self, a_id: str, a: dict, b_id: str, b: dict, ta: str, tb: str, permit: WorkPermit) -> dict:
+  async def structural(self, a_id: str, a: Trace, b_id: str, b: Trace, ta: str, tb: str, permit: WorkPermit) -> dict:
     kind = f"diff:{CACHE_V}:{ta}:{tb}"
     if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cached
     async def make() -> dict:
@@ -143,15 +144,16 @@ class DiffService:
 
   async def cached_graphs(self, a_id: str, b_id: str) -> dict | None: return await asyncio.to_thread(self.store.get_diff, a_id, b_id, GRAPHS)
 
-  async def graph_diff(self, a_id: str, a: dict, b_id: str, b: dict, groups: list[dict], permit: WorkPermit) -> dict:
+  async def graph_diff(self, a_id: str, a: Trace, b_id: str, b: Trace, groups: list[dict], permit: WorkPermit) -> dict:
     """{error, groups: [{index, graph (nodes only in A / B), drawings {a: [...], b: [...]}}]}: cached once it worked."""
     if (cached := await self.cached_graphs(a_id, b_id)) is not None: return cached
     return await self._once((a_id, b_id, GRAPHS), lambda: self._make_graphs(a_id, a, b_id, b, groups))
 
-  async def _make_graphs(self, a_id: str, a: dict, b_id: str, b: dict, groups: list[dict]) -> dict:
+  async def _make_graphs(self, a_id: str, a: Trace, b_id: str, b: Trace, groups: list[dict]) -> dict:
     from explorer.tracing.workers import WorkerFailed, call_in_worker
     blobs = await asyncio.to_thread(lambda: (self.store.get_rewrites(a_id), self.store.get_rewrites(b_id)))
     if any(not x for x in blobs): return {"error": "a side has no stored rewrite blob: no UOp graph diff", "groups": []}
+    # ast_sink: absent from a kernel of a trace that failed before its AST was recorded
     sinks = {s: [k["ast_sink"] for k in t["kernels"] if k.get("ast_sink") is not None] for s, t in (("a", a), ("b", b))}
     args = {"a_blob": blobs[0], "b_blob": blobs[1], "a_sinks": sinks["a"], "b_sinks": sinks["b"]}
     self.graph_runs += 1
@@ -181,7 +183,7 @@ class DiffService:
     await asyncio.to_thread(self.store.put_diff, a_id, b_id, GRAPHS, res)
     return res
 
-  async def _draw(self, k: dict, raw: dict, starts: set[str], rest: set[str], prefix: str, side: str) -> dict:
+  async def _draw(self, k: Kernel, raw: dict, starts: set[str], rest: set[str], prefix: str, side: str) -> dict:
     """The kernel's graph with where the change starts (nodes only this side has, whose inputs both have) outlined red and the nodes
     that differ only because an input differs outlined amber: outlining all of them red marks most of a fused kernel."""
     from explorer.present.export import localize_svg
@@ -205,13 +207,13 @@ class DiffService:
   def measure_status(self, a_id: str, b_id: str, kind: str) -> dict:
     """The job's state while it runs (or failed), else the cached result, else status none."""
     job = self.measures.get((a_id, b_id, kind))
-    if job is not None and job.status in ("queued", "running", "error"): return job.view()
+    if job is not None and job.status in (*ACTIVE, ERROR): return job.view()
     if (cached := self.store.get_diff(a_id, b_id, kind)) is not None:
       return {"kind": kind, "status": "done", "detail": "", "result": cached, "error": None, "elapsed_s": None}
     if job is not None: return job.view()  # done, but not comparable: the reason is in its result
     return {"kind": kind, "status": "none", "detail": "", "result": None, "error": None, "elapsed_s": None}
 
-  def start_measure(self, a_id: str, a: dict, b_id: str, b: dict, kind: str, repeats: int = 20, warmup: int = 3, client: str | None = None) -> dict:
+  def start_measure(self, a_id: str, a: Trace, b_id: str, b: Trace, kind: str, repeats: int = 20, warmup: int = 3, client: str | None = None) -> dict:
     def work(job: MeasureJob, progress: Progress) -> dict:
       if self.queue is not None:
         return remote.measure(self.queue, f"measure-{a_id}-{b_id}-{kind}", kind, a, b, repeats, warmup, self.timeout_s, progress)

@@ -3,28 +3,32 @@
 analysis (line map, live values, loop splits, program spec), a record's compile facts. The kernel asked for is computed first, alone,
 in a worker; then, at a lower priority, its neighbours (NEIGHBOURS kernels either side), which a user's request for one of them
 overtakes. Each computation is a Task, stored in its own transaction (a row per kernel, target and kind) and served from the store
-after; identical requests share one task; a server that stops mid-way has stored nothing of it, and the next view computes it again.
+after; identical requests share one task; a server that stops mid-way has stored nothing of it, and the next view computes it again
+(its row in the store's tasks table, kind "enrichment" or "opts", says it was interrupted).
 Each kind of work is bounded per client and in all (the lifecycle's admission rule, before any work starts); queued work holds the
 trace's id and reads the trace (the server's one parsed copy) when its turn comes; what is stored is merged into that copy.
 Also here: kernels scheduled by hand (explorer.tracing.handopts: opts a user picked, on a target, timed against the original)."""
 from __future__ import annotations
 import asyncio, dataclasses, threading, time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
+from explorer.schema import RanOn, Trace
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, Variant
 from explorer.store import Store
+from explorer.tasks import ENRICHMENT, OPTS as OPTS_TASK
 from explorer.tracing.workers import Limits, WorkerFailed
-from explorer.web.services.lifecycle import DONE, ERROR, Busy, Progress, Task, Tasks
+from explorer.web.services.lifecycle import DONE, ERROR, Busy, Journal, Progress, Task, Tasks
 from explorer.web.services.permit import WorkPermit
 
 NEIGHBOURS = 4  # after the kernel asked for, this many on either side are computed in the background
+STOPPED = "the server stopped before this was computed: viewing it again computes it"
 BACKGROUND_NICE = 5  # background work runs this much further below the server's CPU priority than the work a page waits for
 
-def ran_on(trace: dict, target: str, by: str) -> dict:
+def ran_on(trace: Trace, target: str, by: str) -> Trace:
   """The trace saying where its records on `target` were computed (env.ran_on.targets), a copy along that path."""
-  env = trace.get("env") or {}
-  ran = env.get("ran_on") or {}
-  return {**trace, "env": {**env, "ran_on": {**ran, "targets": {**(ran.get("targets") or {}), target: by}}}}
+  env = trace["env"]
+  ran: dict[str, Any] = dict(env.get("ran_on") or {})
+  return {**trace, "env": {**env, "ran_on": cast(RanOn, {**ran, "targets": {**(ran.get("targets") or {}), target: by}})}}
 
 class EnrichmentUnavailable(RuntimeError):
   """This enrichment cannot be computed for this trace (an unknown target, a kernel without a record for it, a trace recorded before
@@ -65,10 +69,11 @@ class OptsTask(Task):
     return {"kind": OPTS, "kernel": self.kernel, "target": self.target, "from": self.start, "opts": list(self.opts), "status": self.status,
             "detail": self.detail, "error": self.error, "started": self.started}
 
-Merge = Callable[[dict], dict]  # a stored trace with what was just stored into it (copy-on-write: explorer.tracing.enrich.with_*)
+
+Merge = Callable[[Trace], Trace]  # a stored trace with what was just stored into it (copy-on-write: explorer.tracing.enrich.with_*)
 
 class EnrichmentService:
-  def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str, Merge | None], None], read: Callable[[str], dict | None],
+  def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str, Merge | None], None], read: Callable[[str], Trace | None],
                background_workers: int = 1, max_waiting: int = 32, per_client: int = 4):
     """on_stored(id, merge): something was stored into trace id (merge: how to put it into a parsed copy; None: read it again);
     read(id): the stored trace, parsed (the server's one copy); max_waiting, per_client: the admission rule's bounds per kind."""
@@ -82,6 +87,7 @@ class EnrichmentService:
     # two hand schedules at once (their timing on a device is one at a time: explorer.tracing.devicelock), one client's on one of
     # them (reserve): another client's schedule starts at once
     self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=2, max_waiting=max_waiting, per_client=per_client, what="hand schedules", reserve=True)
+    self.journal, self.opts_journal = Journal(store, ENRICHMENT, STOPPED), Journal(store, OPTS_TASK, STOPPED)
     self._pins = threading.Lock()
     self.computed = 0  # worker runs for requests: tests check that concurrent and later requests compute nothing more
     self.computed_background = 0  # worker runs of background tasks
@@ -96,14 +102,14 @@ class EnrichmentService:
   def forget(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> None:
     self.tasks.forget(self._key(trace_id, kind, target, kernels))
 
-  def missing(self, trace: dict, kind: str, target: str, kernels: list[int] | None = None) -> list[int]:
+  def missing(self, trace: Trace, kind: str, target: str, kernels: list[int] | None = None) -> list[int]:
     """The kernels (of these; default all) whose `kind` on `target` is not in the trace yet."""
     from explorer.tracing import enrich
     if kind == ENRICH_TARGET: return enrich.lacking(trace, target, kernels)
-    jobs = enrich.analysis_jobs(trace, [target], kernels) if kind == ENRICH_ANALYSIS else enrich.facts_jobs(trace, [target], kernels)
+    jobs = (enrich.analysis_jobs if kind == ENRICH_ANALYSIS else enrich.facts_jobs)(trace, [target], kernels)
     return sorted({j["kernel"] for j in jobs})
 
-  def start(self, trace_id: str, trace: dict, kind: str, target: str, kernels: tuple[int, ...], permit: WorkPermit,
+  def start(self, trace_id: str, trace: Trace, kind: str, target: str, kernels: tuple[int, ...], permit: WorkPermit,
             neighbours: bool = True) -> EnrichTask:
     """The task computing `kind` of these kernels on `target` (the running one, or a new one); EnrichmentUnavailable when it cannot
     be. It starts a worker: the request's permit (explorer.web.services.permit) says it may. neighbours: once it is stored, the kernels
@@ -114,8 +120,16 @@ class EnrichmentService:
     task = EnrichTask(kind=kind, target=target, kernels=kernels, detail=f"{target} {kind} of kernel(s) {which} waits for a worker",
                       client=permit.client)
     async def ended(t: EnrichTask) -> None:
+      await self.journal.ended(t)
       if neighbours and t.status == DONE: await self._then_neighbours(trace_id, kind, target, kernels)
-    return self.tasks.start(self._key(trace_id, kind, target, kernels), task, work[0], kept=work[1], ended=ended)
+    got = self.tasks.start(self._key(trace_id, kind, target, kernels), task, work[0], self.journal.started, work[1], ended)
+    return self._accepted(got, task, trace_id)
+
+  def _accepted(self, got: EnrichTask, task: EnrichTask, trace_id: str) -> EnrichTask:
+    """The task Tasks.start returned, its row written where it is the new one (not identical work joined)."""
+    request = {"trace_id": trace_id, "kind": task.kind, "target": task.target, "kernels": list(task.kernels), "background": task.background}
+    if got is task: self.journal.accept(task, f"{trace_id}: {task.detail}", request)
+    return got
 
   def start_background(self, trace_id: str, kind: str, target: str, kernels: list[int]) -> EnrichTask | None:
     """Compute `kind` of these kernels on `target` at a lower priority, one background task at a time (what is stored meanwhile, by a
@@ -132,8 +146,9 @@ class EnrichmentService:
     async def kept(task: EnrichTask, got: Any) -> Any:
       if got is not None: await got[0](task, got[1])
     task = EnrichTask(kind=kind, target=target, kernels=tuple(kernels), background=True, detail=f"{target} {kind} in the background")
-    try: return self.background.start(key, task, work, kept=kept)
+    try: got = self.background.start(key, task, work, self.journal.started, kept, self.journal.ended)
     except Busy: return None  # the background is full: what it would have done is computed when a page asks for it
+    return self._accepted(got, task, trace_id)
 
   async def _then_neighbours(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> None:
     if (trace := await asyncio.to_thread(self.read, trace_id)) is None: return
@@ -142,7 +157,7 @@ class EnrichmentService:
     self.start_background(trace_id, kind, target, self.missing(trace, kind, target, around))
 
   @staticmethod
-  def _check(trace: dict, kind: str, target: str, kernels: tuple[int, ...]) -> None:
+  def _check(trace: Trace, kind: str, target: str, kernels: tuple[int, ...]) -> None:
     """EnrichmentUnavailable when `kind` of these kernels on `target` cannot be computed for this trace."""
     if target not in TARGETS: raise EnrichmentUnavailable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
     ks = trace.get("kernels") or []
@@ -152,7 +167,7 @@ class EnrichmentService:
         raise EnrichmentUnavailable("this trace was recorded before per-target records: trace it again to see other targets")
       if (trace.get("variant") or {}).get("rewrite_file"):
         raise EnrichmentUnavailable("this trace ran a user's rewrite file, and the server never runs user code: render more targets with the CLI")
-      Variant.from_dict(trace["variant"])  # a stored trace's variant still reads (it names the arch)
+      Variant.from_dict(dict(trace["variant"]))  # a stored trace's variant still reads (it names the arch)
     elif kind in (ENRICH_ANALYSIS, ENRICH_FACTS):
       if missing := [n for n in kernels if target not in ((ks[n].get("targets") or {}))]:
         raise EnrichmentUnavailable(f"no {target} record for kernel(s) {', '.join(map(str, missing))}: compute the target first")
@@ -165,7 +180,7 @@ class EnrichmentService:
     from explorer.tracing import enrich
     from explorer.tracing.run import ran_here
     limits = self.background_limits if background else self.limits
-    def trace_now() -> dict:
+    def trace_now() -> Trace:
       if (trace := self.read(trace_id)) is None: raise WorkerFailed(f"trace {trace_id} was deleted")
       if background: self.computed_background += 1
       else: self.computed += 1
@@ -196,14 +211,14 @@ class EnrichmentService:
       return enrich.compute_facts(enrich.facts_jobs(trace_now(), [target], kernels), progress, limits)
     return compile_, self._keeper(trace_id, ENRICH_FACTS, target, enrich.with_facts)
 
-  def _keeper(self, trace_id: str, kind: str, target: str, merge: Callable[[dict, Any], dict]) -> Callable[[EnrichTask, Any], Any]:
+  def _keeper(self, trace_id: str, kind: str, target: str, merge: Callable[[Trace, Any], Trace]) -> Callable[[EnrichTask, Any], Any]:
     async def kept(task: EnrichTask, got: Any) -> str:
       await asyncio.to_thread(self.store.put_enrichments, trace_id, kind, got)
       self.on_stored(trace_id, lambda t: merge(t, got))
       return f"{target} {kind} of {len(got)} kernel(s) in {time.time() - task.started:.1f}s"
     return kept
 
-  async def completed(self, trace_id: str, trace: dict, kind: str, target: str, permit: WorkPermit, which: list[int] | None = None) -> dict:
+  async def completed(self, trace_id: str, trace: Trace, kind: str, target: str, permit: WorkPermit, which: list[int] | None = None) -> Trace:
     """The trace with `kind` on `target` for every kernel (or those `which` names), computed first where missing (a diff compares
     registers and peak live values; a big program's tour, its heaviest kernels'); a failure leaves the trace as it was (its figures then
     say "—")."""
@@ -215,7 +230,7 @@ class EnrichmentService:
     if task.status != DONE: return trace
     return await asyncio.to_thread(self.read, trace_id) or trace
 
-  async def with_facts(self, trace_id: str, trace: dict, target: str, permit: WorkPermit) -> dict:
+  async def with_facts(self, trace_id: str, trace: Trace, target: str, permit: WorkPermit) -> Trace:
     """The trace with every kernel's compile facts and analysis on `target`, computed first where missing (what a diff compares)."""
     trace = await self.completed(trace_id, trace, ENRICH_ANALYSIS, target, permit)
     return await self.completed(trace_id, trace, ENRICH_FACTS, target, permit)
@@ -231,7 +246,7 @@ class EnrichmentService:
   def forget_opts(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> None:
     self.opts_tasks.forget((trace_id, n, target, opts_kind(start, opts)))
 
-  def start_opts(self, trace_id: str, trace: dict, n: int, target: str, start: str, opts: tuple[str, ...], permit: WorkPermit,
+  def start_opts(self, trace_id: str, trace: Trace, n: int, target: str, start: str, opts: tuple[str, ...], permit: WorkPermit,
                  on_device: bool = True) -> OptsTask:
     """The task scheduling kernel n by hand on `target` (opts checked as text: explorer.spec.hand_opts); on the trace's own target and
     device (on_device: this server runs that device) it is timed against the original too. EnrichmentUnavailable when it cannot be."""
@@ -252,7 +267,10 @@ class EnrichmentService:
       await asyncio.to_thread(self.store.put_enrichments, trace_id, opts_kind(start, opts), {(n, target): got})
       return got
     task = OptsTask(kernel=n, target=target, start=start, opts=opts, detail=f"{target} codegen waits for a worker", client=permit.client)
-    return self.opts_tasks.start((trace_id, n, target, opts_kind(start, opts)), task, work, kept=kept)
+    got = self.opts_tasks.start((trace_id, n, target, opts_kind(start, opts)), task, work, self.opts_journal.started, kept, self.opts_journal.ended)
+    request = {"trace_id": trace_id, "kernel": n, "target": target, "from": start, "opts": list(opts)}
+    if got is task: self.opts_journal.accept(task, f"{trace_id}: kernel {n} on {target}, {opts_kind(start, opts)}", request)
+    return got
 
   def add_to_tour(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> list[list]:
     """Pin a computed hand schedule to the trace's tour (a step of its own, after the trace's steps); the kernel's pins, in order."""
@@ -273,6 +291,9 @@ class EnrichmentService:
     return out
 
   def cancel_all(self) -> None:
-    self.tasks.cancel_all()
-    self.background.cancel_all()
-    self.opts_tasks.cancel_all()
+    """The server is stopping: what runs is interrupted (in the store too) and cancelled."""
+    self.journal.interrupt([*self.tasks.active(), *self.background.active()])
+    self.opts_journal.interrupt(self.opts_tasks.active())
+    for tasks in (self.tasks, self.background, self.opts_tasks): tasks.cancel_all()
+    self.journal.close()
+    self.opts_journal.close()

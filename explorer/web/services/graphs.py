@@ -13,6 +13,7 @@ from typing import Any, Callable
 from explorer.present import graphs
 from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
                                      blob_of, blob_passes, find_pass, passes_of, spec_messages)
+from explorer.schema import Pass, Trace
 from explorer.store import Store
 from explorer.present import expand_worker as expand
 from explorer.tracing.pool import WorkerPool
@@ -32,12 +33,12 @@ class GraphBusy(Busy):
   """Too many expansions are waiting for a graph worker: try again shortly (503 with Retry-After)."""
   retry_after_s = 5
 
-def next_pass(passes: list[dict], p: int) -> dict | None:
+def next_pass(passes: list[Pass], p: int) -> Pass | None:
   """The pass that runs after pass p has finished: the next one of its group at the same or a shallower depth."""
   me = passes[p]
   return next((q for q in passes[p+1:] if q["group"] == me["group"] and q["depth"] <= me["depth"]), None)
 
-def steppable(p: dict) -> int: return min(p["matches"], MAX_STEPS)
+def steppable(p: Pass) -> int: return min(p["matches"], MAX_STEPS)
 
 class GraphService:
   """Expands graphs in worker processes (one by default: it keeps the loaded rewrite blob warm) and lays them out with dot."""
@@ -78,34 +79,34 @@ class GraphService:
 
   # the public calls start work (a worker's expansion, a layout): each takes the request's WorkPermit (explorer.web.http.work)
 
-  async def view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, index: str = "auto",
+  async def view(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, index: str = "auto",
                  opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> dict:
     return await self._view(trace_id, trace, ref_text, full, index, opened)
 
-  async def svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
+  async def svg(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
                 stable_from: str | None = None, opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> str:
     return await self._svg(trace_id, trace, ref_text, full, trace_url, index, stable_from, opened)
 
-  async def matches(self, trace_id: str, trace: dict, group: int, step: int, offset: int, limit: int, target: str | None, *,
+  async def matches(self, trace_id: str, trace: Trace, group: int, step: int, offset: int, limit: int, target: str | None, *,
                     permit: WorkPermit) -> dict:
     return await self._matches(trace_id, trace, group, step, offset, limit, target)
 
-  async def python(self, trace_id: str, trace: dict, group: int, step: int, target: str | None, *, permit: WorkPermit) -> dict:
+  async def python(self, trace_id: str, trace: Trace, group: int, step: int, target: str | None, *, permit: WorkPermit) -> dict:
     return await self._python(trace_id, trace, group, step, target)
 
-  async def origin(self, trace_id: str, trace: dict, group: int, num: int, target: str | None, *, permit: WorkPermit) -> dict:
+  async def origin(self, trace_id: str, trace: Trace, group: int, num: int, target: str | None, *, permit: WorkPermit) -> dict:
     """The pass and rule that made UOp num, read from the rewrite log of the group (cached)."""
     if not any(p.get("group") == group for p in blob_passes(trace, target)): raise GraphNotFound(f"no rewrite group {group} in this trace")
     return await self._stored(trace_id, f"origin/{target or ''}/{group}/{num}",
                               lambda: self._expand(expand.pass_origin, trace_id, group, num, target))
 
-  async def origins(self, trace_id: str, trace: dict, group: int, nums: tuple[int, ...], target: str | None, *, permit: WorkPermit) -> list[dict]:
+  async def origins(self, trace_id: str, trace: Trace, group: int, nums: tuple[int, ...], target: str | None, *, permit: WorkPermit) -> list[dict]:
     """origin() of several UOps at once (a source line's), cached."""
     if not any(p.get("group") == group for p in blob_passes(trace, target)): raise GraphNotFound(f"no rewrite group {group} in this trace")
     return await self._stored(trace_id, f"origins/{target or ''}/{group}/{','.join(map(str, nums))}",
                               lambda: self._expand(expand.pass_origins, trace_id, group, list(nums), target))
 
-  async def _view(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, index: str = "auto",
+  async def _view(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, index: str = "auto",
                   opened: frozenset[int] = frozenset()) -> dict:
     """index: collapse index arithmetic "auto" (over the node limit), "hide" (always) or "show" (never). opened: trace numbers of
     cut-off nodes to open (their inputs shown)."""
@@ -123,8 +124,8 @@ class GraphService:
         return {**cached, "notes": [f"{why}: this is the layout the store cached when the graph was last expanded."] + cached.get("notes", [])}
     raise GraphUnavailable(f"{why}, and the store holds no earlier layout of this graph")
 
-  def _check(self, trace: dict, ref: Ref) -> None:
-    if ref.kind == "tensor" and not (trace.get("tensor_graph") or {}).get("sink"): raise GraphNotFound("this trace has no tensor graph")
+  def _check(self, trace: Trace, ref: Ref) -> None:
+    if ref.kind == "tensor" and not ((g := trace["tensor_graph"]) and g["sink"]): raise GraphNotFound("this trace has no tensor graph")
     if ref.kind == "ast": kernel_of(trace, ref.kernel)
     if ref.kind in ("codegen", "rangeify"):
       passes = passes_of(trace, ref)
@@ -132,7 +133,7 @@ class GraphService:
       if (j := ref.match) is not None and not 1 <= j <= passes[ref.pass_index]["matches"]:  # type: ignore[index]
         raise GraphNotFound(f"pass {ref.pass_index} has {passes[ref.pass_index]['matches']} matches, not {j}")  # type: ignore[index]
 
-  async def _make_view(self, trace_id: str, trace: dict, ref: Ref, ref_text: str, full: bool, got: tuple | None = None,
+  async def _make_view(self, trace_id: str, trace: Trace, ref: Ref, ref_text: str, full: bool, got: tuple | None = None,
                        index: str = "auto", opened: frozenset[int] = frozenset()) -> dict:
     raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref)
     limit = graphs.HARD_MAX_NODES if full else self.node_limit
@@ -147,13 +148,13 @@ class GraphService:
     await asyncio.to_thread(self.store.put_cached, trace_id, self._cache_key(ref_text, full, index, opened), "view", view)
     return view
 
-  async def _raw(self, trace_id: str, trace: dict, ref: Ref) -> tuple[dict, list[str], list[str], dict]:
+  async def _raw(self, trace_id: str, trace: Trace, ref: Ref) -> tuple[dict, list[str], list[str], dict]:
     """(graph, highlighted ids, notes, extra) straight from the trace or a worker."""
     if ref.kind == "kernels":
       graph = graphs.kernel_graph(trace, trace_url(trace_id))
       return graph, [], [graph["grouped"]] if "grouped" in graph else [], {}
     says = spec_messages(trace, ref)
-    async def marked(sink: int, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
+    async def marked(sink: int | None, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
       got = await self._expand(expand.sink_graph, trace_id, sink, None, target, list(says))
       bad = set(got.get("marked") or [])
       for n in got["graph"]["nodes"]:
@@ -161,7 +162,9 @@ class GraphService:
       note = [f"{len(bad)} node(s) outlined dashed violet: tinygrad's spec rejects them (the stage's spec check; hover one for its message)."
               ] if bad else []
       return got["graph"], [], note, {"violations": got.get("marked") or []}
-    if ref.kind == "tensor": return await marked(trace["tensor_graph"]["sink"])
+    if ref.kind == "tensor":
+      assert (g := trace["tensor_graph"]) is not None  # _check found it
+      return await marked(g["sink"])
     if ref.kind == "ast": return await marked(kernel_of(trace, ref.kernel)["ast_sink"])
     passes = passes_of(trace, ref)
     p = passes[ref.pass_index]  # type: ignore[index]
@@ -169,7 +172,7 @@ class GraphService:
     if ref.at == "after": return await self._after(trace_id, passes, ref.pass_index, blob_of(trace, ref))  # type: ignore[arg-type]
     return await self._match_step(trace_id, trace, ref, p)
 
-  async def _after(self, trace_id: str, passes: list[dict], i: int, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
+  async def _after(self, trace_id: str, passes: list[Pass], i: int, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
     p, q = passes[i], next_pass(passes, i)
     if p["matches"] == 0:
       graph = (await self._expand(expand.sink_graph, trace_id, p["sink"], None, target))["graph"]
@@ -185,7 +188,7 @@ class GraphService:
     last = (await self._expand(expand.match_steps, trace_id, p["group"], p["step"], p["matches"], p["matches"], target))[-1]
     return last["graph"], last["new"], ["All matches replayed; nodes new since the start of this pass are outlined red."], {}
 
-  async def _match_step(self, trace_id: str, trace: dict, ref: Ref, p: dict) -> tuple[dict, list[str], list[str], dict]:
+  async def _match_step(self, trace_id: str, trace: Trace, ref: Ref, p: Pass) -> tuple[dict, list[str], list[str], dict]:
     j = ref.match
     assert j is not None
     if j > MAX_STEPS: return await self._local_match(trace_id, trace, ref, p, j)
@@ -202,10 +205,12 @@ class GraphService:
     if mine is None: raise GraphUnavailable(f"match {j} could not be replayed")
     return mine
 
-  async def _local_match(self, trace_id: str, trace: dict, ref: Ref, p: dict, j: int) -> tuple[dict, list[str], list[str], dict]:
+  async def _local_match(self, trace_id: str, trace: Trace, ref: Ref, p: Pass, j: int) -> tuple[dict, list[str], list[str], dict]:
     """Past the first MAX_STEPS matches the whole graph is not replayed (each step replays every match before it): the view is the
     rewritten UOp itself, what the rule returned three sources deep, with its root outlined and the diff from what it matched."""
-    got = await self._matches(trace_id, trace, p["group"], p["step"], j - 1, 1, blob_of(trace, ref))
+    group, step = p.get("group"), p.get("step")
+    assert group is not None and step is not None  # a pass that matched has its place in the rewrite blob
+    got = await self._matches(trace_id, trace, group, step, j - 1, 1, blob_of(trace, ref))
     (m,) = got["matches"]
     after = m["after"]
     consumed = {e["src"] for e in after["edges"]}
@@ -217,13 +222,13 @@ class GraphService:
 
   # ***** every match of a pass, and its graph as Python *****
 
-  async def _matches(self, trace_id: str, trace: dict, group: int, step: int, offset: int, limit: int, target: str | None) -> dict:
+  async def _matches(self, trace_id: str, trace: Trace, group: int, step: int, offset: int, limit: int, target: str | None) -> dict:
     p = find_pass(trace, group, step, target)
     if offset > p["matches"]: raise GraphNotFound(f"pass {group}/{step} has {p['matches']} matches: offset {offset} is past them")
     return await self._stored(trace_id, f"matches/{target or ''}/{group}/{step}/{offset}/{limit}",
                               lambda: self._expand(expand.pass_matches, trace_id, group, step, offset, limit, target))
 
-  async def _python(self, trace_id: str, trace: dict, group: int, step: int, target: str | None) -> dict:
+  async def _python(self, trace_id: str, trace: Trace, group: int, step: int, target: str | None) -> dict:
     p = find_pass(trace, group, step, target)
     return await self._stored(trace_id, f"python/{target or ''}/{group}/{step}",
                               lambda: self._expand(expand.pass_python, trace_id, p["sink"], target))
@@ -237,7 +242,7 @@ class GraphService:
 
   # ***** SVG *****
 
-  async def _svg(self, trace_id: str, trace: dict, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
+  async def _svg(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
                  stable_from: str | None = None, opened: frozenset[int] = frozenset()) -> str:
     """The graph's SVG (cached). stable_from: the graph shown before it; the UOps both hold keep the place they had there (laid out
     anew each time, not cached: it depends on that earlier layout)."""

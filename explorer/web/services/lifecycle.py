@@ -9,15 +9,20 @@ One admission rule for all of it (Tasks.start, before any work is done or any tr
 work is refused with ClientBusy (429) once its client has `per_client` tasks of the kind queued or running, and with Busy (503) once
 `parallel + max_waiting` are. A free slot goes to the waiting task whose client runs the fewest (then the oldest), so another client's
 work is next whatever one client queued; and where work is long (traces: `reserve`), one client's tasks run on at most parallel - 1
-slots, so another client always finds one free at once."""
-from __future__ import annotations
-import asyncio, threading, time, uuid
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
+slots, so another client always finds one free at once.
 
-QUEUED, RUNNING, DONE, ERROR, INTERRUPTED = "queued", "running", "done", "error", "interrupted"
-ACTIVE = (QUEUED, RUNNING)
-Progress = Callable[[str, str, str], None]  # (stage, "start" | "done" | "error", detail)
+Work that outlives a request is kept in the store's one tasks table, a row per kind and id (Journal: traces, studies, enrichments,
+hand schedules), with one restart rule for every kind: a task its server left queued or running is marked interrupted, saying why,
+by the next server that opens the store, unless it was left on a job queue that this server follows."""
+from __future__ import annotations
+import asyncio, os, socket, threading, time, uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Hashable, Iterable, TypeVar
+from explorer.spec import Progress
+from explorer.tasks import ACTIVE as ACTIVE, DONE as DONE, ERROR as ERROR, INTERRUPTED as INTERRUPTED, QUEUED as QUEUED, RUNNING as RUNNING
+from explorer.tasks import TaskKind, TaskState
+if TYPE_CHECKING: from explorer.store import Store
 
 def one_line(e: BaseException) -> str:
   """An error as a page or a terminal shows it: its first line, never a traceback."""
@@ -39,7 +44,7 @@ class ClientBusy(Busy):
 class Task:
   """One piece of background work."""
   id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-  status: str = QUEUED
+  status: TaskState = QUEUED
   detail: str = ""
   error: str | None = None
   result: Any = None
@@ -55,7 +60,7 @@ class Task:
     """Progress from the work: it runs, and this is what it does now."""
     if self.active: self.status, self.detail = RUNNING, detail or f"{stage} {status}"
 
-  def finish(self, status: str, result: Any = None, error: str | None = None) -> None:
+  def finish(self, status: TaskState, result: Any = None, error: str | None = None) -> None:
     self.status, self.result, self.error, self.finished = status, result, error, time.time()
     if status != RUNNING: self.detail = "" if status == DONE else self.detail
 
@@ -190,3 +195,69 @@ class Tasks(Generic[T]):
 
   def cancel_all(self) -> None:
     for job in list(self.running): job.cancel()
+
+# ***** the tasks kept in the store, and what a restart does to them *****
+
+QUEUE_OWNER = "queue"  # the owner of work run by the job queue's workers: no server process owns it, a restarted server follows it
+
+def _start_time(pid: int) -> str | None:
+  """The process's start time in clock ticks since boot (Linux): with the pid, it names one process for good."""
+  try:
+    with open(f"/proc/{pid}/stat") as f: stat = f.read()
+    return stat[stat.rfind(")") + 2:].split()[19]
+  except (OSError, IndexError): return None
+
+def this_owner() -> str:
+  return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid()) or '?'}"
+
+def owner_gone(owner: str) -> bool:
+  """True when the process that owned a task has ended (a task of another host is never judged gone from here)."""
+  host, pid, started = (owner.rsplit(":", 2) + ["", ""])[:3]
+  if host != socket.gethostname() or not pid.isdigit(): return False
+  if started != "?": return _start_time(int(pid)) != started
+  try: os.kill(int(pid), 0)
+  except ProcessLookupError: return True
+  except PermissionError: pass
+  return False
+
+class Journal:
+  """The store's rows of one kind of task (explorer.store.tasks): written when accepted, as it starts and as it ends, off the event
+  loop and in order (one writer thread), so its id keeps answering after a restart. Opening one applies the restart rule: the
+  unfinished tasks of owners that are gone are marked interrupted (`stopped`, where `{id}` names the task: why, and how to run it
+  again); those left on a job queue (`queued_elsewhere` says how to follow them) are taken back by a server with the queue (`first`
+  again: the state work is accepted in) and marked interrupted by one without."""
+  def __init__(self, store: Store, kind: TaskKind, stopped: str, queued_elsewhere: str | None = None, with_queue: bool = False,
+               first: TaskState = QUEUED):
+    self.store, self.kind, self.stopped, self.first = store, kind, stopped, first
+    self.owner = QUEUE_OWNER if with_queue else this_owner()
+    self._writer: ThreadPoolExecutor | None = None
+    self.interrupted_at_start = store.interrupt_tasks(kind, owner_gone, stopped)
+    if queued_elsewhere is None: return
+    if with_queue: store.reopen_tasks(kind, QUEUE_OWNER, queued_elsewhere, first)
+    else: self.interrupted_at_start += store.interrupt_tasks(kind, lambda owner: owner == QUEUE_OWNER, queued_elsewhere)
+
+  def write(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    if self._writer is None: self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"{self.kind}-store")
+    return self._writer.submit(fn, *args)
+
+  def accept(self, task: Task, label: str, request: dict[str, Any]) -> Future[Any]:
+    return self.write(self.store.put_task, self.kind, task.id, label, request, self.owner, self.first, task.client, task.detail)
+
+  async def started(self, task: Task) -> None: await asyncio.wrap_future(self.write(self.store.task_started, self.kind, task.id))
+
+  async def ended(self, task: Task, status: TaskState | None = None, result: Any = None) -> None:
+    """Its row says how it ended (status: the task's own unless given), with its result where one is kept there."""
+    await asyncio.wrap_future(self.write(self.store.task_finished, self.kind, task.id, status or task.status, task.error, result, task.detail))
+
+  def interrupt(self, tasks: Iterable[Task]) -> None:
+    """The server is stopping: its unfinished tasks are interrupted, saying so, in the store too (now, not in turn). Those on a job
+    queue go on: the next server follows them."""
+    if self.owner == QUEUE_OWNER: return
+    for task in [t for t in tasks if t.active]:
+      task.finish(INTERRUPTED, error=self.stopped.format(id=task.id))
+      self.store.task_finished(self.kind, task.id, INTERRUPTED, task.error)
+
+  def close(self) -> None:
+    """Writes what is pending, then stops the writer (a restarted lifespan gets a fresh one)."""
+    if self._writer is not None: self._writer.shutdown(wait=True)
+    self._writer = None

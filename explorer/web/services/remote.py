@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 from explorer.queue.protocol import QueueUnavailable, ResultRefused, plain_json, trace_result
-from explorer.spec import ConvSpec, SpecError, Variant
+from explorer.schema import Trace
+from explorer.spec import ConvSpec, Progress, SpecError, Variant
 from explorer.tracing.run import TraceResult
 from explorer.web.services.lifecycle import Busy
 if TYPE_CHECKING: from explorer.queue.client import QueueClient
 
-Progress = Callable[[str, str, str], None]
 
 class QueueDown(Busy):
   """The job queue's broker does not answer: nothing can be handed to its workers now (503, try again shortly)."""
@@ -22,7 +22,7 @@ async def queue_answers(client: QueueClient | None) -> None:
   try: await asyncio.to_thread(client.ping)
   except QueueUnavailable as e: raise QueueDown(str(e)) from None
 
-def _same_computation(trace: dict[str, Any], spec: ConvSpec, variant: Variant) -> None:
+def _same_computation(trace: Trace, spec: ConvSpec, variant: Variant) -> None:
   """The trace is of the asked spec and variant (the worker may fill in its device and a fallback's note), else ResultRefused."""
   try: asked = variant.resolve(spec)
   except SpecError: asked = variant
@@ -34,8 +34,8 @@ def _same_computation(trace: dict[str, Any], spec: ConvSpec, variant: Variant) -
 
 def _trace_result(client: QueueClient, out: Any, spec: ConvSpec | None = None, variant: Variant | None = None) -> TraceResult:
   trace, blob, blobs = trace_result(out, client.max_result_bytes)
-  if spec is not None and variant is not None: _same_computation(dict(trace), spec, variant)
-  return TraceResult(dict(trace), blob, target_rewrites=blobs)
+  if spec is not None and variant is not None: _same_computation(trace, spec, variant)
+  return TraceResult(trace, blob, target_rewrites=blobs)
 
 def run_trace(client: QueueClient, trace_id: str, spec: ConvSpec, variant: Variant, progress: Progress, timeout_s: float) -> TraceResult:
   """The trace on a worker that offers its device (any worker when it names none)."""
@@ -75,22 +75,22 @@ def _study_result(client: QueueClient, out: Any, keep: Callable[..., str], kind:
     if not isinstance(t, dict) or set(t) != STUDY_TRACE_KEYS:
       raise ResultRefused("a trace of the worker's study result is malformed: refused, nothing kept")
     res = _trace_result(client, {k: t[k] for k in ("trace", "rewrites", "target_rewrites")})
-    try: spec, variant = ConvSpec.from_dict(res.trace["spec"]), Variant.from_dict(res.trace["variant"])
+    try: spec, variant = ConvSpec.from_dict(res.trace["spec"] or {}), Variant.from_dict(res.trace["variant"])
     except (SpecError, TypeError) as e: raise ResultRefused(f"a trace of the worker's study result: {e}") from None
     if specs is not None and spec not in specs: raise ResultRefused(f"the worker's study traced {spec.label()}, which is not one of its cases")
     checked.append((spec, variant, res))
   for spec, variant, res in checked: keep(spec, variant, res)
   return result
 
-def _slim(trace: dict[str, Any]) -> dict[str, Any]:
+def _slim(trace: Trace) -> dict[str, Any]:
   """What a measurement rebuilds a trace's variant from (explorer.analysis.diff: spec, variant, device)."""
-  return {"spec": trace.get("spec"), "variant": trace.get("variant"), "env": {"device": (trace.get("env") or {}).get("device")}}
+  return {"spec": trace["spec"], "variant": trace["variant"], "env": {"device": trace["env"]["device"]}}
 
-def measure(client: QueueClient, job_id: str, kind: str, a: dict, b: dict, repeats: int, warmup: int, timeout_s: float,
+def measure(client: QueueClient, job_id: str, kind: str, a: Trace, b: Trace, repeats: int, warmup: int, timeout_s: float,
             progress: Progress) -> dict:
   """A diff's measurement on a worker with A's device (comparable traces ran on one device)."""
   args = {"kind": kind, "a": _slim(a), "b": _slim(b), "repeats": repeats, "warmup": warmup, "timeout_s": timeout_s}
-  out = plain_json(client.run("measure", args, (a.get("env") or {}).get("device"), job_id, progress, timeout_s), "the worker's measurement")
+  out = plain_json(client.run("measure", args, a["env"]["device"], job_id, progress, timeout_s), "the worker's measurement")
   if not isinstance(out, dict) or not isinstance(out.get("compared"), bool) or not isinstance(out.get("ran_on"), dict):
     raise ResultRefused("the worker's result is not a measurement (compared, ran_on, ...): refused, nothing kept")
   return out

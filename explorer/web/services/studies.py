@@ -1,18 +1,19 @@
 """Studies on the web: one at a time per server (two would time against each other), run in a daemon thread by
 explorer.analysis.study.run_studies, which spawns the trace and timing workers itself. Each is written to the store when accepted and
-again when it ends, with its result: the permalink /studies/{id} keeps answering after a restart. Each variant's trace is stored too,
-so the study's page links to the kernels it timed."""
+again when it ends, with its result (a row of the store's tasks table, kind "study": lifecycle.Journal): the permalink /studies/{id}
+keeps answering after a restart. Each variant's trace is stored too, so the study's page links to the kernels it timed."""
 from __future__ import annotations
-import asyncio, threading, time
+import threading, time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
+from explorer.tasks import TaskState
 from explorer.analysis.study import DEFAULT_PRESETS, run_studies, study_steps
 from explorer.present.study import document_rows
 from explorer.spec import PRESETS, ConvSpec, Variant
-from explorer.store import Store, trace_key
+from explorer.store import Store, StoreError, trace_key
+from explorer.tasks import DONE, RUNNING, STUDY
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import ERROR, INTERRUPTED, RUNNING, Progress, Task, Tasks
-from explorer.web.services.traces import QUEUE_OWNER, owner_gone, this_owner
+from explorer.web.services.lifecycle import ERROR, QUEUE_OWNER, Journal, Progress, Task, Tasks
 from explorer.web.urls import study_url
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
@@ -42,7 +43,7 @@ class StudyRun(Task):
   steps: int = 0
   step: int = 0
   current: str = "starting"
-  status: str = RUNNING
+  status: TaskState = RUNNING
 
   def note(self, step: str, status: str, detail: str) -> None:
     if self.finished is not None: return
@@ -56,10 +57,11 @@ class StudyRun(Task):
 
 def stored_status(row: dict) -> dict[str, Any]:
   """A study known from the store: done (with its result and table), failed, interrupted, or running in another server process."""
+  if row["request"] is None: raise StoreError(f"study {row['id']} is corrupt: its request does not parse")
   result = row.get("result")
-  return {"id": row["id"], "kind": row["kind"], "label": row["label"], "status": row["status"], "url": study_url(row["id"]), "error": row["error"],
-          "created": row["created"], "elapsed_s": round((row["finished"] or time.time()) - row["created"], 1), "request": row["request"],
-          "result": result, "table": document_rows(result) if result else None}
+  return {"id": row["id"], "kind": row["request"].get("kind"), "label": row["label"], "status": row["status"], "url": study_url(row["id"]),
+          "error": row["error"], "created": row["created"], "elapsed_s": round((row["finished"] or time.time()) - row["created"], 1),
+          "request": row["request"], "result": result, "table": document_rows(result) if result else None}
 
 class StudyService:
   def __init__(self, store: Store, on_stored: Callable[[str], None] = lambda trace_id: None, runner: Callable[..., dict] | None = None,
@@ -68,11 +70,9 @@ class StudyService:
     study runs on a job queue worker that offers its device."""
     self.store, self.on_stored, self.runner, self.queue = store, on_stored, runner or run_studies, queue
     self.tasks: Tasks[StudyRun] = Tasks()
-    self.owner = QUEUE_OWNER if queue is not None else this_owner()
+    self.journal = Journal(store, STUDY, STOPPED, QUEUED_ELSEWHERE, with_queue=queue is not None, first=RUNNING)
+    self.owner, self.interrupted_at_start = self.journal.owner, self.journal.interrupted_at_start
     self._lock = threading.Lock()
-    self.interrupted_at_start = store.interrupt_studies(owner_gone, STOPPED)
-    if queue is not None: store.reopen_studies(QUEUE_OWNER, QUEUED_ELSEWHERE)  # as explorer.web.services.traces.queue_jobs_seen does for traces
-    else: self.interrupted_at_start += store.interrupt_studies(lambda owner: owner == QUEUE_OWNER, QUEUED_ELSEWHERE)
 
   def running(self) -> StudyRun | None: return next(iter(self.tasks.active()), None)
 
@@ -81,7 +81,7 @@ class StudyService:
     with self._lock:
       if (busy := self.running()) is not None: raise StudyBusy(busy.id)
       run = StudyRun(kind=kind, label=label_of(kind, cases), request=request, steps=len(study_steps(kind, [s for _, s in cases])))
-      self.store.put_study(run.id, kind, run.label, request, self.owner)
+      self.journal.accept(run, run.label, {**request, "kind": kind}).result()  # written before it is answered: its permalink answers
       def work(run: StudyRun, progress: Progress) -> dict:
         if self.queue is not None: return remote.run_study(self.queue, run.id, kind, cases, progress, self._keep, params)
         return self.runner(kind, cases, progress=progress, keep=self._keep, **params)
@@ -90,24 +90,24 @@ class StudyService:
   def resume_queued(self) -> int:
     """Follow again the studies this server had on the job queue before it restarted (call from the event loop)."""
     if self.queue is None: return 0
-    rows = self.store.running_studies(QUEUE_OWNER)
+    rows = [row for row in self.store.unfinished_tasks(STUDY, QUEUE_OWNER) if row["request"] is not None]
     for row in rows:
+      kind = row["request"]["kind"]
       specs = [ConvSpec.from_dict(s) for s in row["request"].get("specs", [])]
-      cases = cases_of(row["kind"], list(row["request"].get("presets", [])), specs)
-      run = StudyRun(id=row["id"], kind=row["kind"], label=row["label"], request=row["request"],
-                     steps=len(study_steps(row["kind"], [s for _, s in cases])))
-      queue, kind = self.queue, row["kind"]
+      cases = cases_of(kind, list(row["request"].get("presets", [])), specs)
+      run = StudyRun(id=row["id"], kind=kind, label=row["label"], request=row["request"], steps=len(study_steps(kind, [s for _, s in cases])))
+      queue = self.queue
       self._launch(run, lambda run, progress: remote.resume_study(queue, run.id, progress, keep=self._keep, kind=kind, specs=[s for _, s in cases]))
     return len(rows)
 
   def _launch(self, run: StudyRun, work: Callable[[StudyRun, Progress], dict]) -> StudyRun:
     """work in a daemon thread; its outcome stored (a result can be megabytes: off the event loop)."""
     async def kept(run: StudyRun, result: dict) -> dict:
-      await asyncio.to_thread(self.store.study_finished, run.id, "done", result)
+      await self.journal.ended(run, DONE, result)
       run.step = run.steps
       return result
     async def ended(run: StudyRun) -> None:
-      if run.status == ERROR: await asyncio.to_thread(self.store.study_finished, run.id, "error", None, run.error)
+      if run.status == ERROR: await self.journal.ended(run)
     return self.tasks.start(run.id, run, work, kept=kept, ended=ended)
 
   def _keep(self, spec: ConvSpec, variant: Variant, result: Any) -> str:
@@ -121,15 +121,15 @@ class StudyService:
     """Where the study stands: this server's run while it runs, else the store's row (None: unknown id)."""
     run = self.tasks.get(study_id)
     if run is not None and run.active: return run.view()
-    row = self.store.get_study(study_id)
+    row = self.store.get_task(STUDY, study_id, with_result=True)
     return stored_status(row) if row is not None else None
 
-  def recent(self, limit: int = 50) -> list[dict[str, Any]]: return self.store.recent_studies(limit)
+  def recent(self, limit: int = 50) -> list[dict[str, Any]]:
+    """Newest first, without their results: {id, kind, label, status, created, finished, error, ...}."""
+    return [{**row, "kind": (row["request"] or {}).get("kind")} for row in self.store.recent_tasks(STUDY, limit)]
 
   def shutdown(self) -> None:
     """The server is stopping: a running study is marked interrupted (its workers die with this process: explorer.tracing.lifeline).
     One on the job queue goes on: the next server follows it."""
-    for run in self.tasks.active():
-      if self.queue is None:
-        run.finish(INTERRUPTED, error=STOPPED)
-        self.store.study_finished(run.id, INTERRUPTED, error=STOPPED)
+    self.journal.interrupt(self.tasks.active())
+    self.journal.close()

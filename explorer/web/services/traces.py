@@ -2,45 +2,24 @@
 progress reaches the event loop through call_soon_threadsafe, and the finished trace lands in the store.
 Identical requests share one job: the job id is the store key.
 
-Jobs are durable: each is written to the store's jobs table when accepted (with its request), and again as it starts and ends.
-A server that stops (SIGTERM) marks its unfinished jobs interrupted; one that died (SIGKILL) has them marked by the next server
-that opens the store and finds their owner process gone. Every accepted id keeps answering, and an interrupted one re-runs from
-its stored request with one click (POST /api/traces/{id}/rerun)."""
+Jobs are durable: each is a row of the store's tasks table (kind "trace"), written when accepted (with its request), and again as it
+starts and ends (lifecycle.Journal). A server that stops (SIGTERM) marks its unfinished jobs interrupted; one that died (SIGKILL) has
+them marked by the next server that opens the store and finds their owner process gone. Every accepted id keeps answering, and an
+interrupted one re-runs from its stored request with one click (POST /api/traces/{id}/rerun)."""
 from __future__ import annotations
-import asyncio, json, os, socket, time
-from concurrent.futures import ThreadPoolExecutor
+import asyncio, json, time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
-from explorer.spec import STAGES, ConvSpec, SpecError, Variant
+from explorer.spec import PARTIAL, STAGES, ConvSpec, SpecError, Variant
 from explorer.store import Store
+from explorer.tasks import TRACE, TaskState
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import DONE, INTERRUPTED, QUEUED, RUNNING, Busy, ClientBusy, Task, Tasks
+from explorer.web.services.lifecycle import ACTIVE, DONE, INTERRUPTED, QUEUE_OWNER, QUEUED, RUNNING, Busy, ClientBusy, Journal, Task, Tasks
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
-PARTIAL = "partial"  # explorer.tracing.trace.PARTIAL: the progress "stage" of a running trace's reports
 STOPPED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
 QUEUED_ELSEWHERE = ("this trace was queued on a job queue, which this server does not use: restart it with --queue URL to follow it there, "
                     "or re-run it here from its page (one click) or with POST /api/traces/{id}/rerun")
-
-def _start_time(pid: int) -> str | None:
-  """The process's start time in clock ticks since boot (Linux): with the pid, it names one process for good."""
-  try:
-    with open(f"/proc/{pid}/stat") as f: stat = f.read()
-    return stat[stat.rfind(")") + 2:].split()[19]
-  except (OSError, IndexError): return None
-
-def this_owner() -> str:
-  return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid()) or '?'}"
-
-def owner_gone(owner: str) -> bool:
-  """True when the process that owned a job has ended (a job of another host is never judged gone from here)."""
-  host, pid, started = (owner.rsplit(":", 2) + ["", ""])[:3]
-  if host != socket.gethostname() or not pid.isdigit(): return False
-  if started != "?": return _start_time(int(pid)) != started
-  try: os.kill(int(pid), 0)
-  except ProcessLookupError: return True
-  except PermissionError: pass
-  return False
 
 STAGE_TITLES = {"queue": "Job queue",
                 "tensor_graph": "Tensor graph", "schedule": "Schedule (rangeify)", "kernel_graph": "Kernel graph", "codegen": "Codegen",
@@ -110,7 +89,7 @@ class Job(Task):
     row["status"], row["detail"] = {"start": "running"}.get(status, status), detail
     self.emit({"event": "stage", "stage": stage, "status": row["status"], "detail": detail})
 
-  def finish(self, status: str, result: Any = None, error: str | None = None) -> None:
+  def finish(self, status: TaskState, result: Any = None, error: str | None = None) -> None:
     super().finish(status, result, error or (self.failed if status == DONE else None))
     for row in self.stages.values():
       if row["status"] == "running": row["status"] = "done" if status == DONE else "error"
@@ -123,23 +102,13 @@ class Job(Task):
 
 def stored_job_status(row: dict) -> dict:
   """The status of a job known only from the store: one that failed, was interrupted, or runs in another server process."""
-  stages = [{"stage": s, "status": "pending" if row["status"] in ("queued", "running") else "skipped", "detail": ""} for s in STAGES]
+  stages = [{"stage": s, "status": "pending" if row["status"] in ACTIVE else "skipped", "detail": ""} for s in STAGES]
   error = (row.get("error") or STOPPED).replace("{id}", row["id"]) if row["status"] == INTERRUPTED else row.get("error")
   return {"id": row["id"], "status": row["status"], "label": row["label"], "stages": stages, "error": error}
 
 class QueueFull(Busy):
   """No trace can be accepted now: too many are waiting for a worker."""
   retry_after_s = 60
-
-QUEUE_OWNER = "queue"  # the owner of a job run by the job queue's workers: no server process owns it, a restarted server follows it
-
-def queue_jobs_seen(store: Store, with_queue: bool) -> int:
-  """Jobs a server with a job queue left on it: a server without one marks them interrupted, saying how to follow them (they stay
-  queued, on the queue); a server with one takes them back, to follow them. Returns how many this server marked."""
-  if with_queue:
-    store.reopen_jobs(QUEUE_OWNER, QUEUED_ELSEWHERE)
-    return 0
-  return store.interrupt_jobs(lambda owner: owner == QUEUE_OWNER, QUEUED_ELSEWHERE)
 
 class JobManager:
   """Runs at most `parallel` traces at once, queues up to `max_queue` more; finished jobs stay listed for `keep_s` seconds."""
@@ -157,15 +126,10 @@ class JobManager:
     self.followed: Tasks[Job] = Tasks()  # jobs a restarted server follows on the job queue: their workers are the queue's
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
     self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.tracing.workers registers them)
-    self.owner = QUEUE_OWNER if queue is not None else this_owner()
+    self.journal = Journal(store, TRACE, STOPPED, QUEUED_ELSEWHERE, with_queue=queue is not None)
+    self.owner, self.interrupted_at_start = self.journal.owner, self.journal.interrupted_at_start
     self._parallel = parallel
     self._runner = runner
-    self._writer: ThreadPoolExecutor | None = None  # job rows written in order, off the event loop
-    self.interrupted_at_start = store.interrupt_jobs(owner_gone, STOPPED) + queue_jobs_seen(store, queue is not None)
-
-  async def _write(self, fn: Callable[..., Any], *args: Any) -> None:
-    if self._writer is None: self._writer = ThreadPoolExecutor(1, thread_name_prefix="job-store")
-    await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
   def _all(self) -> list[Job]: return [*self.tasks.tasks.values(), *self.followed.tasks.values()]
 
@@ -174,6 +138,11 @@ class JobManager:
     return self.tasks.get(job_id) or self.followed.get(job_id)
 
   def running(self) -> int: return sum(1 for j in self._all() if j.active)
+
+  def stored(self, job_id: str) -> dict | None:
+    """The job's row in the store (its request parsed; None where it does not parse): one that failed, was interrupted, or runs in
+    another server process."""
+    return self.store.get_task(TRACE, job_id)
 
   def forget(self, job_id: str) -> None:
     """A finished job's status goes (its trace was deleted)."""
@@ -192,7 +161,7 @@ class JobManager:
       raise ClientBusy(f"this client has {mine} traces running or waiting, its share (max_jobs_per_client); try again when one is done")
     await remote.queue_answers(self.queue)
     job = self._new_job(job_id, spec, variant, f"{spec.label()} | {variant.label()}", client)
-    await self._write(self.store.put_job, job_id, job.label, request, self.owner)
+    await asyncio.wrap_future(self.journal.accept(job, job.label, request))
     return self._launch(self.tasks, job)
 
   def _new_job(self, job_id: str, spec: ConvSpec, variant: Variant, label: str, client: str | None = None) -> Job:
@@ -204,7 +173,7 @@ class JobManager:
     """Follow again the traces this server had on the job queue before it restarted (call from the event loop); resolve turns a
     stored request into its spec and variant. Returns how many."""
     if self.queue is None: return 0
-    rows = self.store.unfinished_jobs(QUEUE_OWNER)
+    rows = self.store.unfinished_tasks(TRACE, QUEUE_OWNER)
     for row in rows:
       spec, variant = resolve(row["request"])
       self._launch(self.followed, self._new_job(row["id"], spec, variant, row["label"]), resume=True)
@@ -215,13 +184,13 @@ class JobManager:
     async def started(job: Job) -> None:
       if self.queue is None: job.start_running()  # on the job queue it is queued until a worker takes it (its first stage's progress)
       self.runs += 1
-      await self._write(self.store.job_started, job.id)
+      await self.journal.started(job)
     async def kept(job: Job, result: Any) -> Any:
       await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites, result.target_rewrites)
       if failures := result.trace.get("failures") or []: job.failed = f"stage {failures[0]['stage']} failed: {failures[0]['error']}"
       if self.on_stored is not None: self.on_stored(job.id, result.trace)
       return None  # stored: the job keeps no copy
-    async def ended(job: Job) -> None: await self._write(self.store.job_finished, job.id, job.status, job.error)
+    async def ended(job: Job) -> None: await self.journal.ended(job)
     return tasks.start(job.id, job, lambda job, progress: self._run_trace(job, progress, resume), started, kept, ended)
 
   def _run_trace(self, job: Job, progress: Callable[[str, str, str], None], resume: bool = False) -> Any:
@@ -245,12 +214,8 @@ class JobManager:
     """The server is stopping: unfinished jobs are marked interrupted (in the store too) and their workers' groups killed. Jobs on
     the queue go on: the next server follows them."""
     from explorer.tracing.workers import kill_group
-    for job in self._all():
-      if job.active and self.queue is None:
-        job.finish(INTERRUPTED, error=STOPPED.format(id=job.id))
-        self.store.job_finished(job.id, INTERRUPTED, job.error)
+    self.journal.interrupt(self._all())
     for proc in list(self.live.values()): kill_group(proc)
     self.tasks.cancel_all()
     self.followed.cancel_all()
-    if self._writer is not None: self._writer.shutdown(wait=True)
-    self._writer = None  # a restarted lifespan (tests restart an app) gets a fresh one
+    self.journal.close()

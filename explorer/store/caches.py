@@ -1,0 +1,48 @@
+"""What is cached beside the traces, computed again when gone: laid-out graphs (expanded graph JSON and SVG, per trace and graph
+reference) and diffs of two traces (structural diffs, graph diffs, timings and output comparisons)."""
+from __future__ import annotations
+import json, sqlite3, time
+from typing import Any
+from explorer.store.connection import Connected, StoreError
+
+def forget(c: sqlite3.Connection, trace_id: str) -> None:
+  """Drop the trace's cached graphs and every cached diff it is a side of."""
+  c.execute("DELETE FROM graph_cache WHERE trace_id = ?", (trace_id,))
+  c.execute("DELETE FROM diff_cache WHERE a = ? OR b = ?", (trace_id, trace_id))
+
+class Caches(Connected):
+  # ***** graph cache *****
+
+  def put_cached(self, trace_id: str, ref: str, kind: str, body: Any) -> None:
+    text = body if isinstance(body, str) else json.dumps(body)
+    self._conn().execute("INSERT OR REPLACE INTO graph_cache (key, trace_id, ref, kind, body, created) VALUES (?,?,?,?,?,?)",
+                         (f"{trace_id}:{kind}:{ref}", trace_id, ref, kind, text, time.time()))
+
+  def get_cached(self, trace_id: str, ref: str, kind: str) -> str | None:
+    row = self._conn().execute("SELECT body FROM graph_cache WHERE key = ?", (f"{trace_id}:{kind}:{ref}",)).fetchone()
+    return None if row is None else row[0]
+
+  def get_cached_json(self, trace_id: str, ref: str, kind: str) -> Any:
+    if (text := self.get_cached(trace_id, ref, kind)) is None: return None
+    try: return json.loads(text)
+    except json.JSONDecodeError as e: raise StoreError(f"cached {kind} {ref} of trace {trace_id} is corrupt ({e})") from None
+
+  def clear_cache(self, trace_id: str | None = None) -> None:
+    if trace_id is None: self._conn().execute("DELETE FROM graph_cache")
+    else: self._conn().execute("DELETE FROM graph_cache WHERE trace_id = ?", (trace_id,))
+
+  # ***** diff cache *****
+
+  def put_diff(self, a: str, b: str, kind: str, body: Any) -> None:
+    self._conn().execute("INSERT OR REPLACE INTO diff_cache (key, a, b, kind, body, created) VALUES (?,?,?,?,?,?)",
+                         (f"{a}:{b}:{kind}", a, b, kind, json.dumps(body, default=str), time.time()))
+
+  def get_diff(self, a: str, b: str, kind: str) -> Any:
+    row = self._conn().execute("SELECT body FROM diff_cache WHERE key = ?", (f"{a}:{b}:{kind}",)).fetchone()
+    if row is None: return None
+    try: return json.loads(row[0])
+    except (json.JSONDecodeError, TypeError) as e: raise StoreError(f"cached diff {kind} of traces {a} and {b} is corrupt ({e})") from None
+
+  def clear_diffs(self, a: str | None = None, b: str | None = None) -> None:
+    if a is None: self._conn().execute("DELETE FROM diff_cache")
+    else: self._conn().execute("DELETE FROM diff_cache WHERE a = ? AND b = ?", (a, b if b is not None else a))

@@ -1,0 +1,123 @@
+"""Traces: a row per trace (its JSON, the host's rewrite blob, a summary for listing), read back typed, whole, with what was computed
+for it since merged in; the library's search over them."""
+from __future__ import annotations
+import json, time
+from typing import TYPE_CHECKING, Any, Mapping, cast
+from explorer.store import annotations as notes, caches, enrichments, rewrites as blobs, tasks
+from explorer.store.rewrites import checked_locations
+from explorer.store.connection import Connected, StoreError, transaction
+from explorer.tasks import TRACE
+if TYPE_CHECKING: from explorer.schema import Trace
+
+# library search: fields kept in the summary column (older rows: read from the trace itself)
+VARIANT_FILTERS = ("algo", "wino_impl", "tile", "staging", "consts", "opt")
+
+def listing_fields(trace: Mapping[str, Any]) -> dict[str, Any]:
+  """The few fields the recent-traces list shows, kept in their own column so listing never parses whole traces."""
+  totals, variant = trace.get("totals") or {}, trace.get("variant") or {}
+  return {"label": trace.get("label"), "preset": trace.get("preset"), "status": trace.get("status"), "kernels": totals.get("kernels"),
+          "time_s": (totals.get("time_s") or {}).get("median"),
+          "algo": "program" if trace.get("program") else variant.get("algo"), "device": (trace.get("env") or {}).get("device"),
+          "failures": len(trace.get("failures") or []), "tinygrad": (trace.get("env") or {}).get("tinygrad"),
+          **{k: variant.get(k) for k in VARIANT_FILTERS if k != "algo"}, "targets": variant.get("targets")}
+
+def _field(name: str) -> str:
+  return f"COALESCE(json_extract(summary, '$.{name}'), json_extract(trace, '$.variant.{name}'))"
+
+def _like(text: str) -> str: return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+def _listed(trace_id: str, created: float, preset: str | None, label: str, status: str, summary: str) -> dict[str, Any]:
+  try: extra = json.loads(summary)
+  except json.JSONDecodeError: extra = {}
+  return {**(extra if isinstance(extra, dict) else {}), "id": trace_id, "created": created, "preset": preset, "label": label, "status": status}
+
+LISTED = "id, created, preset, label, status, summary"
+
+class Traces(Connected):
+  def put_trace(self, trace_id: str, trace: Mapping[str, Any], rewrites: bytes, target_rewrites: dict[str, bytes] | None = None) -> None:
+    """The trace, the host's rewrite blob and each other target's, in one transaction: a stored trace is never half-written. A blob
+    whose rule locations name a file outside tinygrad and the explorer is refused (StoreError), nothing kept."""
+    for blob in (rewrites, *(target_rewrites or {}).values()): checked_locations(blob)
+    row = (trace_id, time.time(), trace.get("preset"), trace.get("label") or trace_id, trace.get("status") or "ok", json.dumps(listing_fields(trace)),
+           json.dumps(trace, default=str), rewrites)
+    with transaction(self._conn()) as c:
+      c.execute("INSERT OR REPLACE INTO traces (id, created, preset, label, status, summary, trace, rewrites) VALUES (?,?,?,?,?,?,?,?)", row)
+      blobs.forget(c, trace_id)
+      enrichments.forget(c, trace_id)  # they were the replaced trace's
+      blobs.put_target_blobs(c, trace_id, target_rewrites or {})
+
+  def trace_version(self, trace_id: str) -> tuple[float, int, float | None] | None:
+    """What a parsed copy of the trace is good for (None: no such trace): its row's time, and the count and latest time of the
+    enrichments merged into it. Cheap (index lookups): a cache asks it before each use."""
+    c = self._conn()
+    if (row := c.execute("SELECT created FROM traces WHERE id = ?", (trace_id,)).fetchone()) is None: return None
+    return (row[0], *enrichments.version(c, trace_id))
+
+  def get_trace(self, trace_id: str) -> Trace | None:
+    """The stored trace, as this version reads it (explorer.schema.upgrade: once, here), with its enrichments merged in."""
+    c = self._conn()
+    row = c.execute("SELECT trace FROM traces WHERE id = ?", (trace_id,)).fetchone()
+    if row is None: return None
+    from pydantic_core import from_json  # here, not at import: a trace worker never loads pydantic (and reads no stored trace)
+    from explorer.schema import upgrade
+    try: trace = from_json(row[0])  # a third faster than json.loads on a big program's tens of megabytes
+    except (ValueError, TypeError) as e: raise StoreError(f"stored trace {trace_id} is corrupt: its JSON does not parse ({e})") from None
+    if not isinstance(trace, dict) or "spec" not in trace or not isinstance(trace.get("kernels"), list):
+      raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
+    return cast("Trace", enrichments.merged(c, trace_id, dict(upgrade(trace))))  # upgraded first: enrichments land on its records
+
+  def get_rewrites(self, trace_id: str, target: str | None = None) -> bytes | None:
+    """The host's rewrite blob, or another target's (by its key: the target's name for one rendered with the trace, the key a record
+    computed on first view names, `cuda@3f2a...`)."""
+    c = self._conn()
+    if target is not None: blob = blobs.target_blob(c, trace_id, target)
+    else: blob = (row := c.execute("SELECT rewrites FROM traces WHERE id = ?", (trace_id,)).fetchone()) and row[0]
+    if blob is None: return None
+    if not isinstance(blob, bytes): raise StoreError(f"stored rewrite blob of trace {trace_id} is corrupt: not bytes")
+    return blob
+
+  def recent(self, limit: int = 50) -> list[dict[str, Any]]:
+    rows = self._conn().execute(f"SELECT {LISTED} FROM traces ORDER BY created DESC LIMIT ?", (limit,)).fetchall()
+    return [_listed(*r) for r in rows]
+
+  def search(self, text: str | None = None, preset: str | None = None, device: str | None = None, status: str | None = None,
+             limit: int = 25, offset: int = 0, studies: bool = True, **variant: str | None) -> tuple[list[dict[str, Any]], int]:
+    """Stored traces, newest first, filtered by label/id text, preset, device, status and variant fields (opt=beam: any width);
+    studies=False leaves out the traces a finished study made (its page lists them). Returns (one page of rows shaped like recent(),
+    the number of matches)."""
+    if unknown := set(variant) - set(VARIANT_FILTERS): raise ValueError(f"unknown filter(s): {', '.join(sorted(unknown))}")
+    where: list[str] = []
+    args: list[Any] = []
+    if text and "\x00" in text: where.append("0")  # SQLite's LIKE ends a pattern at NUL ("%" matched all); no label holds one
+    elif text: where.append("(label LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')"); args += [_like(text), _like(text)]
+    if preset: where.append("preset IS ?" if preset != "custom" else "preset IS NULL"); args += [preset] if preset != "custom" else []
+    if status: where.append("status = ?"); args.append(status)
+    if device: where.append("json_extract(summary, '$.device') = ?"); args.append(device)
+    for k, v in variant.items():
+      if not v: continue
+      if k == "opt" and v == "beam": where.append(f"{_field(k)} LIKE 'beam:%'")
+      else: where.append(f"{_field(k)} = ?"); args.append(v)
+    c = self._conn()
+    if not studies and (made := list(tasks.study_traces(c))):
+      where.append(f"id NOT IN ({','.join('?' * len(made))})"); args += made
+    cond = f"WHERE {' AND '.join(where)}" if where else ""
+    total = c.execute(f"SELECT COUNT(*) FROM traces {cond}", args).fetchone()[0]
+    rows = c.execute(f"SELECT {LISTED} FROM traces {cond} ORDER BY created DESC LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
+    return [_listed(*r) for r in rows], total
+
+  def facets(self) -> dict[str, list[str]]:
+    """The values each library filter takes in this store (for its drop-downs)."""
+    c, out = self._conn(), {}
+    for name, expr in [("preset", "COALESCE(preset, 'custom')"), ("device", "json_extract(summary, '$.device')"), ("status", "status"),
+                       *((k, _field(k)) for k in VARIANT_FILTERS)]:
+      out[name] = sorted(str(v) for (v,) in c.execute(f"SELECT DISTINCT {expr} FROM traces").fetchall() if v is not None)
+    return out
+
+  def delete_trace(self, trace_id: str) -> bool:
+    """Drop a trace with everything kept for it: its blobs, enrichments, notes, cached graphs and every cached diff it is a side of.
+    False: there was no such trace."""
+    c = self._conn()
+    gone = c.execute("DELETE FROM traces WHERE id = ?", (trace_id,)).rowcount > 0
+    for part in (caches, notes, blobs, enrichments): part.forget(c, trace_id)
+    if gone: tasks.forget(c, TRACE, trace_id)  # its finished job's status goes with it (GET .../status: 404)
+    return gone

@@ -1,0 +1,73 @@
+"""The one package that touches tinygrad internals. A tinygrad upgrade should only need changes here. Its modules, by concern:
+rewritelog (tinygrad's rewrite log as plain data, and each rule's source), recording (tracking switches, passes, the live log), graphs
+(a stored blob's graphs through tinygrad's viewer), provenance, pipeline (tensor graph, scheduler, the schedule's calls and buffers),
+opts (optimization settings, opts by hand), custom_rewrites, codegen, loops, specs, register_pressure, line_maps, kernel_analysis,
+runtime, devices (devices and renderers) and nvrtc. Callers use the names re-exported here: `from explorer.tracing import tg`.
+
+Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment must be
+set before. With VIZ unset (a trace worker), every named graph_rewrite is recorded (TRACK_MATCH_STATS=2), without VIZ's
+profiling and stack traces, which cost more than the tracking itself. A process that sets VIZ gets tinygrad's own behaviour:
+VIZ=0 is a plain, untracked tinygrad (renders for other targets, timing, benchmarks' baselines). Always PARALLEL=0 (compile
+in this process). tinygrad's disk cache of compiles stays as tinygrad has it (CCACHE): a trace compiles what tinygrad would, and
+says which kernels came from the cache (explorer.tracing.trace); studies time compiles afresh (compile_seconds).
+"""
+import atexit, os
+if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
+# compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
+os.environ.setdefault("PARALLEL", "0")
+
+import tinygrad
+from tinygrad import Device, Tensor, dtypes
+from tinygrad.dtype import AddrSpace
+from tinygrad.helpers import Context
+from tinygrad.uop import ops as uop_ops
+from tinygrad.uop.ops import KernelInfo, Ops, PatternMatcher, UOp, UPat
+import tinygrad.device
+from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused
+from explorer.tracing.tg.codegen import CompileFailed, CompileTimer, ast_key, ast_uop_count, codegen_deviceless, codegen_host, program_facts
+from explorer.tracing.tg.custom_rewrites import Rewrite
+from explorer.tracing.tg.devices import (available_devices, default_device, device_name, fill_ptx, host_renderer, render_target, renderer_arch,
+                                         renderer_device, target_name, without_beam)
+from explorer.tracing.tg.graphs import RewriteBlob
+from explorer.tracing.tg.kernel_analysis import blob_analysis, program_analysis
+from explorer.tracing.tg.nvrtc import nvrtc_compiler
+from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, kernel_axes, kernel_outputs, kernel_timers, legal_opts, opt_context,
+                                      opt_text, parse_opt, recording_beam, with_opts)
+from explorer.tracing.tg.pipeline import (Call, buffer_facts, buffer_key, call_argument_nums, calls, copy_ins_outs, kernel_reads_writes, on_realize,
+                                          op_histogram, schedule, stage_decisions, tensor_buffer, tensor_device, tensor_sink)
+from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance, sited_metadata
+from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, passes_since, trace_num, tracking, tracking_enabled, tracking_mark,
+                                           tracking_possible)
+from explorer.tracing.tg.rewritelog import ENCODER_UNSTORED, decode_rewrite_log
+from explorer.tracing.tg.runtime import (call_timers, compile_schedule, compile_seconds, compiled_sources, compiler_name, fallback_reason, has_reduce,
+                                         realize_inputs, run_schedule)
+from explorer.tracing.tg.specs import schedule_calls, spec_check, tensor_spec_check
+
+# the public names the rest of the explorer uses: it imports tinygrad only through this package
+__all__ = [
+  # tinygrad's own
+  "AddrSpace", "Context", "Device", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes", "TINYGRAD_VERSION",
+  # rewrite tracking and the rewrite log
+  "tracking", "tracking_enabled", "tracking_possible", "tracking_mark", "passes_since", "export_rewrites", "trace_num", "Pass", "LiveLog",
+  "RewriteBlob", "decode_rewrite_log", "ENCODER_UNSTORED", "REWRITE_LOG_MAGIC", "BlobRefused",
+  # the pipeline: tensor graph, schedule, codegen, runtime
+  "on_realize", "tensor_device", "tensor_sink", "op_histogram", "schedule", "stage_decisions", "call_argument_nums", "Call", "calls",
+  "buffer_key", "buffer_facts", "tensor_buffer", "copy_ins_outs", "kernel_reads_writes", "kernel_provenance", "sited_metadata",
+  "carrying_metadata", "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key",
+  "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "call_timers", "realize_inputs", "compile_seconds", "has_reduce",
+  "compiler_name", "fallback_reason",
+  # opts
+  "opt_context", "OptRefused", "opt_text", "parse_opt", "heuristic_opts", "legal_opts", "with_opts", "check_opts", "kernel_axes",
+  "kernel_outputs", "kernel_timers", "recording_beam",
+  # a kernel's analysis
+  "spec_check", "tensor_spec_check", "schedule_calls", "program_analysis", "blob_analysis",
+  # devices, renderers and compilers
+  "default_device", "available_devices", "device_name", "host_renderer", "render_target", "target_name", "renderer_arch", "renderer_device",
+  "without_beam", "fill_ptx", "nvrtc_compiler",
+]
+
+TINYGRAD_VERSION = getattr(tinygrad, "__version__", None) or __import__("importlib.metadata").metadata.version("tinygrad")
+
+# with tracking on, tinygrad pickles every rewrite (and any profile) to /tmp at exit; the explorer keeps its own copy instead
+for _hook in (getattr(uop_ops, "print_match_stats", None), getattr(tinygrad.device, "finalize_profile", None)):
+  if _hook is not None: atexit.unregister(_hook)

@@ -1,0 +1,119 @@
+"""Devices and renderers: the host's devices (best first, by name), and each target's renderer built for an arch without its device."""
+from __future__ import annotations
+import contextlib, ctypes, functools, glob, platform, re, subprocess
+from dataclasses import replace
+from typing import Any
+from tinygrad import Device
+from tinygrad.codegen.opt import tc
+from tinygrad.device import Compiler
+from tinygrad.helpers import Target
+from tinygrad.renderer import Renderer
+from tinygrad.renderer.cstyle import ClangRenderer, CUDARenderer, MetalRenderer, OpenCLRenderer
+from tinygrad.renderer.llvmir import CPULLVMRenderer
+from tinygrad.renderer.ptx import PTXRenderer
+from tinygrad.renderer.wgsl import WGSLRenderer
+from tinygrad.uop.ops import UOp
+from explorer.spec import COMPUTE_DEVICES
+
+# ***** devices and renderers *****
+
+def default_device() -> str: return best_device()  # defined below, with the host's devices
+
+def host_renderer(device: str) -> Renderer: return Device[device].renderer
+
+def _deviceless(cls: type[Renderer], target: Target, **attrs: Any) -> Renderer:
+  # render for a device this machine lacks: skip the class __init__ (it loads the device's compiler library) and set what it would
+  r = cls.__new__(cls)
+  Renderer.__init__(r, target)
+  for k, v in attrs.items(): setattr(r, k, v)
+  r.compiler = Compiler()  # tinygrad's base Compiler returns the source as the "binary": codegen stops at rendering
+  return r
+
+def _metal_tensor_cores(arch: str) -> list:  # as MetalRenderer.__init__: Apple7 (M1) and later
+  return tc.metal if arch.startswith("Apple") and arch[5:].isdigit() and int(arch[5:]) >= 7 else []
+
+# each target's renderer as its device would configure it for arch (keys: explorer.spec.TARGETS; arches: explorer.spec.TARGET_ARCHES).
+# CUDA keeps device "CUDA" in its Target: tinygrad's TF32 tensor-core rule checks it.
+RENDER_TARGETS: dict[str, Any] = {
+  "cuda": lambda arch: _deviceless(CUDARenderer, Target("CUDA", "CUDA", arch), tensor_cores=tc.get_cuda(arch)),
+  "metal": lambda arch: _deviceless(MetalRenderer, Target("METAL", "METAL", arch), tensor_cores=_metal_tensor_cores(arch)),
+  "opencl": lambda arch: _deviceless(OpenCLRenderer, Target("CL", "CL", arch)),
+  "clang": lambda arch: _deviceless(ClangRenderer, Target("CPU", "CLANG", arch)),
+  "llvm": lambda arch: _deviceless(CPULLVMRenderer, Target("CPU", "LLVM", arch)),
+  "ptx": lambda arch: _deviceless(PTXRenderer, Target("CUDA", "PTX", arch), tensor_cores=PTXRenderer.tc_sm80 if int(arch[3:]) >= 80 else []),
+  "wgsl": lambda arch: _deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", arch)),
+}
+TARGET_OF_RENDERER = {ClangRenderer: "clang", CPULLVMRenderer: "llvm", CUDARenderer: "cuda", PTXRenderer: "ptx", MetalRenderer: "metal",
+                      OpenCLRenderer: "opencl", WGSLRenderer: "wgsl"}
+
+def render_target(name: str, arch: str) -> Renderer: return RENDER_TARGETS[name](arch)
+
+def target_name(renderer: Renderer) -> str:
+  """The explorer's name for the target a renderer renders (the host's own renderer included): clang, cuda, ..."""
+  return next((n for cls, n in TARGET_OF_RENDERER.items() if type(renderer) is cls), type(renderer).__name__.removesuffix("Renderer").lower())
+
+def renderer_arch(renderer: Renderer) -> str: return renderer.target.arch
+
+def renderer_device(renderer: Renderer) -> str: return renderer.target.device
+
+def without_beam(ast: UOp) -> tuple[UOp, int]:
+  """The kernel with its BEAM width cleared (a deviceless target cannot time candidates: heuristic opts instead) and that width."""
+  beam = getattr(ast.arg, "beam", 0) or 0
+  return (ast.replace(arg=replace(ast.arg, beam=0)) if beam else ast), beam
+
+def fill_ptx(src: str, arch: str) -> str:
+  """The PTX tinygrad's PTXCompiler hands to ptxas: its VERSION and TARGET placeholders filled (runtime/support/compiler_cuda.py)."""
+  from tinygrad.runtime.support.compiler_cuda import PTXCompiler
+  return PTXCompiler(arch).compile(src).decode()
+
+# ***** devices on this host (GPU hosts) *****
+
+# tinygrad's own order (tinygrad.device.ALL_DEVICES) kept to the explorer's backends: GPUs, then OpenCL, then the CPU.
+# The same order keeps best_device() equal to Device.DEFAULT, which tinygrad uses for anything made without a device.
+DEVICE_PREFERENCE = COMPUTE_DEVICES
+
+def _opens(device: str) -> bool:
+  try: return bool(Device[device].device)
+  except Exception: return False
+
+def available_devices() -> list[str]:
+  """The devices of DEVICE_PREFERENCE this host can open, best first. Opening a GPU creates a context on it: call this in a worker."""
+  return [d for d in DEVICE_PREFERENCE if _opens(d)]
+
+@functools.cache
+def best_device() -> str:
+  """DEV, when set, wins (tinygrad's rule); else the first device of DEVICE_PREFERENCE that opens."""
+  from tinygrad.helpers import DEV
+  if DEV.device: return Device.DEFAULT
+  return next((d for d in DEVICE_PREFERENCE if _opens(d)), Device.DEFAULT)
+
+def _cuda_name(dev: Any) -> str:
+  from tinygrad.runtime.autogen import cuda
+  cuda.cuDeviceGetName(buf := ctypes.create_string_buffer(256), 256, dev.cu_device)
+  return buf.value.decode()
+
+def _nvidia_proc_model() -> str:
+  for f in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
+    if (m := re.search(r"^Model:\s*(.+?)\s*$", open(f).read(), re.M)): return m.group(1)
+  raise LookupError("no /proc/driver/nvidia/gpus entry")
+
+def _metal_name(dev: Any) -> str:
+  from tinygrad.runtime.ops_metal import from_ns_str
+  return from_ns_str(dev.sysdevice.name())
+
+def cpu_model() -> str:
+  with contextlib.suppress(OSError):
+    if (m := re.search(r"^model name\s*:\s*(.+?)\s*$", open("/proc/cpuinfo").read(), re.M)): return m.group(1)
+  with contextlib.suppress(Exception):
+    if (name := subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True).stdout.strip()): return name
+  return platform.processor() or platform.machine()
+
+def device_name(device: str) -> str:
+  """The hardware's name as its driver reports it (CUDA, Metal, NVIDIA's /proc entry for NV) or the CPU model; else device and arch."""
+  base, dev = Device.canonicalize(device).split(":")[0], Device[device]
+  getters = {"CUDA": [lambda: _cuda_name(dev), _nvidia_proc_model], "NV": [_nvidia_proc_model], "METAL": [lambda: _metal_name(dev)],
+             "CPU": [cpu_model]}
+  for get in getters.get(base, []):
+    with contextlib.suppress(Exception):
+      if (name := get()): return name
+  return " ".join(x for x in (base, str(getattr(dev, "arch", "") or "")) if x)

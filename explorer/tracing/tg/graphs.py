@@ -1,0 +1,133 @@
+"""Graphs expanded lazily from a stored rewrite blob with tinygrad's own viewer (tinygrad.viz.serve, imported when first used)."""
+from __future__ import annotations
+import difflib, re
+from typing import Any, Iterator, Sequence
+from tinygrad.helpers import ansistrip
+from tinygrad.uop.ops import Ops, TrackedGraphRewrite, UOp
+from explorer.tracing.tg.recording import Pass
+from explorer.tracing.tg.rewritelog import LogFields, decode_rewrite_log, rule_file, rule_source
+
+class RewriteBlob:
+  """A loaded rewrite trace. Rebuilding a graph replays tinygrad's recorded matches, so callers should cache results."""
+  def __init__(self, blob: bytes):
+    from tinygrad.viz.serve import VizData
+    log = decode_rewrite_log(blob)
+    self.data = VizData(log)
+    self.sources: dict[str, str] = getattr(log.uop_fields, "sources", None) or {}
+    if isinstance(log.uop_fields, LogFields): self.data.all_uops.update(log.uop_fields.built)
+
+  def sink(self, trace_num: int) -> UOp:
+    from tinygrad.viz.serve import _reconstruct
+    return _reconstruct(self.data, trace_num)
+
+  def graph_of(self, trace_num: int) -> dict: return uop_graph(self, self.sink(trace_num))
+
+  def rewrite(self, group: int, step: int) -> TrackedGraphRewrite: return self.data.trace.rewrites[group][step]
+
+  def nums(self) -> dict[int, int]:
+    """id(UOp) -> trace number, for every UOp rebuilt so far (whole graphs rebuilt from the blob are kept by tinygrad's VizData)."""
+    return {id(u): n for n, u in self.data.all_uops.items()}
+
+  def pass_output(self, p: Pass) -> UOp:
+    """The graph a pass ended with (its start with every match applied)."""
+    from tinygrad.viz.serve import get_full_rewrite
+    last = None
+    for last in get_full_rewrite(self.data, self.data.trace.rewrites[p.group][p.step]): pass
+    assert last is not None, f"pass {p.name} replayed no graph"
+    return last["_sink"]
+
+  def node_ids(self, trace_nums: list[int]) -> list[str]:
+    """The graph node ids (uop_graph's) of recorded UOps: rebuilt UOps are interned, so while a graph of this blob holds its UOps,
+    rebuilding one of them gives the same object."""
+    out = []
+    for n in trace_nums:
+      try: out.append(str(id(self.sink(n))))
+      except (KeyError, IndexError): pass  # a UOp the blob does not hold
+    return out
+
+  def pass_steps(self, group: int, step: int, limit: int) -> Iterator[dict]:
+    """The graph before a pass, then after each of its first `limit` matches (changed nodes and the matching rule named)."""
+    from tinygrad.viz.serve import get_full_rewrite
+    for i, st in enumerate(get_full_rewrite(self.data, self.data.trace.rewrites[group][step])):
+      if i > limit: break
+      yield {"graph": _with_nums(_graph_from_viz(st["graph"]), self.nums()), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
+             "rule": None if st["upat"] is None else f"{st['upat'][0][0].split('/')[-1]}:{st['upat'][0][1]}"}
+
+  def pass_record(self, group: int, step: int) -> dict:
+    """Where in tinygrad a pass was called (the graph_rewrite call's file:line and its code) and how many matches it recorded."""
+    r = self.data.trace.rewrites[group][step]
+    return {"name": r.name, "call": f"{rule_file(r.loc[0])}:{r.loc[1]}", "call_code": rule_source(r.loc, self.sources).split("\n")[0].strip(),
+            "total": len(r.matches), "bottom_up": r.bottom_up, "depth": r.depth}
+
+  def matches(self, group: int, step: int, offset: int, limit: int, depth: int = 3) -> list[dict]:
+    """Matches offset+1..offset+limit of a pass (every one tinygrad recorded), each with its rule (file:line and the UPat's source as
+    it stands in its file), the time the match took, and the rewritten UOp before and after: graphs `depth` sources deep and the
+    text diff of their Python forms (tinygrad's pyrender, as its viewer diffs them). No replay of the pass: each match is rebuilt alone."""
+    from tinygrad.viz.serve import _reconstruct, pystr, uop_to_json
+    out = []
+    for i, (before, after, loc, seconds) in enumerate(self.data.trace.rewrites[group][step].matches[offset:offset + limit], start=offset + 1):
+      u0, u1 = _reconstruct(self.data, before, depth), _reconstruct(self.data, after, depth)
+      diff = list(difflib.unified_diff(pystr(u0).splitlines(), pystr(u1).splitlines(), lineterm=""))[2:]  # no ---/+++ header
+      out.append({"index": i, "op": u0.op.name, "rule": f"{rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc, self.sources),
+                  "time_s": seconds, "error": u1.arg if u1.op is Ops.REWRITE_ERROR else None, "diff": diff,
+                  "before": _graph_from_viz(uop_to_json(self.data, u0)), "after": _graph_from_viz(uop_to_json(self.data, u1))})
+    return out
+
+  def origins(self, group: int, nums: Sequence[int]) -> list[dict]:
+    """origin() of each of nums, sharing the replay's graphs."""
+    seen: dict[int, set[int]] = {}
+    return [self.origin(group, n, seen) for n in nums]
+
+  def origin(self, group: int, num: int, seen: dict[int, set[int]] | None = None) -> dict:
+    """Which pass of a rewrite group made the UOp with trace number num, read from the log itself by replaying where it first appears:
+    pass by pass in the order they ran, the graph the pass started from, then each match's result. The first match whose result holds
+    it (and whose pass did not start with it) made it: that pass and that rule. A UOp first seen in the graph a pass starts from was
+    made between passes (graph_rewrite rebuilding a user whose sources changed, or a rewrite nobody tracked): no rule made it. A match
+    whose rule ran nested rewrites (their passes are listed after it) is credited with what it returned. Nested passes are named with
+    the pass they ran inside."""
+    rewrites, u, seen = self.data.trace.rewrites[group], self.sink(num), {} if seen is None else seen  # seen: each graph's UOps
+    def holds(root: int) -> bool:
+      if root not in seen: seen[root] = {id(x) for x in self.sink(root).toposort()}
+      return id(u) in seen[root]
+    def name(step: int) -> str:
+      r = rewrites[step]
+      parent = next((q.name for q in reversed(rewrites[:step]) if q.depth < r.depth), None)
+      return f"{r.name} (inside {parent})" if parent and r.depth > 0 else r.name
+    def found(kind: str, step: int | None, match: int | None = None, loc: Any = None) -> dict:
+      return {"num": num, "kind": kind, "step": step, "name": None if step is None else name(step), "match": match,
+              "depth": None if step is None else rewrites[step].depth, "rule": None if loc is None else f"{rule_file(loc[0])}:{loc[1]}",
+              "rule_source": None if loc is None else rule_source(loc, self.sources)}
+    for step, r in enumerate(rewrites):
+      if r.sink is not None and holds(r.sink): return found("input" if step == 0 else "start", step)
+      for j, (_, after, loc, _) in enumerate(r.matches, start=1):
+        if holds(after): return found("match", step, j, loc)
+    return found("unknown", None)
+
+  def python(self, trace_num: int, max_lines: int = 4000) -> tuple[str, bool]:
+    """A recorded graph as Python (tinygrad's pyrender, what its viewer shows), cut at max_lines; and whether it was cut."""
+    from tinygrad.viz.serve import pystr
+    lines = pystr(self.sink(trace_num)).splitlines()
+    return "\n".join(lines[:max_lines]), len(lines) > max_lines
+
+def uop_graph(blob: RewriteBlob, sink: UOp) -> dict:
+  from tinygrad.viz.serve import uop_to_json
+  return _with_nums(_graph_from_viz(uop_to_json(blob.data, sink)), blob.nums())
+
+def _with_nums(g: dict, nums: dict[int, int]) -> dict:
+  """Each node that is a recorded UOp gets its trace number (`num`): stable across graphs and processes, unlike the node ids."""
+  for n in g["nodes"]:
+    if (num := nums.get(int(n["id"]))) is not None: n["num"] = num
+  return g
+
+def _graph_from_viz(g: dict[int, dict]) -> dict:
+  nodes = [{"id": str(k), "label": plain(v["label"]), "op": v["label"].split("\n", 1)[0], "color": v["color"],
+            "addrspace": v.get("addrspace")} for k, v in g.items() if not v["exclude"]]
+  keep = {n["id"] for n in nodes}
+  edges = [{"src": str(s), "dst": str(k), "idx": i} for k, v in g.items() if str(k) in keep for i, s in v["src"] if str(s) in keep]
+  return {"nodes": nodes, "edges": edges}
+
+_REPR_ANSI = re.compile(r"\\x1b\[[0-9;]*m")
+
+def plain(text: str) -> str:
+  """Text without terminal colours: tinygrad colours kernel names, and a KernelInfo's repr carries them escaped ('r\\x1b[90m_...')."""
+  return _REPR_ANSI.sub("", ansistrip(text))

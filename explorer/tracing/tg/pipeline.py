@@ -1,0 +1,206 @@
+"""The tensor graph and the scheduler: realizes routed to the trace, tinygrad's schedule, rangeify's STAGEs and their data flow,
+and the schedule's calls and buffers."""
+from __future__ import annotations
+import collections, contextlib, math
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+from tinygrad import Tensor
+from tinygrad.dtype import AddrSpace
+from tinygrad.uop.ops import Ops, ParamArg, UOp
+from explorer.tracing.tg.graphs import RewriteBlob
+from explorer.tracing.tg.recording import LiveLog, Pass
+
+# ***** realizes: what a realize would compute, and a hook that takes it over *****
+
+def tensor_device(t: Tensor) -> str: return t.device if isinstance(t.device, str) else ",".join(t.device or ())
+
+def pending(ts: Sequence[Tensor]) -> list[Tensor]:
+  """The tensors a realize of ts would compute (as Tensor.realize chooses them): not yet backed by a buffer, not virtual."""
+  return [t for t in ts if not t.uop.is_virtual and not t.uop.has_buffer_identity()]
+
+@contextlib.contextmanager
+def on_realize(hook: Callable[[list[Tensor]], None]) -> Iterator[None]:
+  """While inside, every Tensor.realize with something to compute calls hook(those tensors) instead (hook must realize them); a
+  realize from inside the hook (reading a result back) is tinygrad's own."""
+  original, busy = Tensor.realize, [False]
+  def realize(self: Tensor, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
+    todo = pending((self, *lst))
+    if busy[0] or not todo: return original(self, *lst, do_update_stats=do_update_stats)
+    busy[0] = True
+    try: hook(todo)
+    finally: busy[0] = False
+    return self
+  Tensor.realize = realize  # type: ignore[method-assign]
+  try: yield
+  finally: Tensor.realize = original  # type: ignore[method-assign]
+
+# ***** tensor graph and scheduler *****
+
+def tensor_sink(*outs: Tensor) -> UOp: return UOp.sink(*[o.uop for o in outs])
+
+def op_histogram(sink: UOp) -> dict[str, int]: return dict(collections.Counter(u.op.name for u in sink.toposort()))
+
+def schedule(*outs: Tensor) -> UOp:
+  """tinygrad's schedule: an Ops.LINEAR of CALLs (kernels and copies), exactly as Tensor.realize builds it. Under BEAM, the kernels
+  are marked for beam search here, as compile_linear would mark them, so that the programs codegen shows are the ones that run."""
+  from tinygrad.engine.realize import pm_beam
+  from tinygrad.helpers import BEAM
+  from tinygrad.uop.ops import graph_rewrite
+  linear = Tensor.schedule_linear(*outs)
+  return graph_rewrite(linear, pm_beam, ctx=BEAM.value, walk=True) if BEAM.value >= 1 else linear
+
+@dataclass(frozen=True)
+class Stage:
+  """One bufferize (Ops.STAGE) node of rangeify."""
+  shape: tuple[int, ...]
+  dtype: str
+  addrspace: str
+  removable: bool
+  src_op: str
+  nbytes: int
+  num: int | None = None  # its trace number in the rewrite blob: the graph pages select the node by it
+  reads: tuple[tuple[str, int], ...] = ()  # the buffers its value is computed from: ("slot", n), argument n of the scheduled call, or
+  into: tuple[tuple[str, int], ...] = ()   # ("stage", num), a kept STAGE; and the buffers its value is stored into (_data_flow)
+
+def _removable(u: UOp) -> bool: return bool(getattr(u.arg, "removable", True))
+
+def _slot(u: UOp) -> int | None:
+  """The argument slot of the buffer a STORE, INDEX or AFTER addresses (its PARAM), None where it is no argument."""
+  while u.op in (Ops.STORE, Ops.INDEX, Ops.AFTER, Ops.BITCAST, Ops.CAST) and u.src: u = u.src[0]
+  return u.arg.slot if u.op is Ops.PARAM and isinstance(u.arg, ParamArg) else None
+
+Flow = frozenset[tuple[str, int]]  # ("slot", n): argument n of the scheduled call (a buffer); ("stage", num): a kept STAGE, a buffer once stored
+
+def _data_flow(sink: UOp, nums: dict[int, int], kept: Callable[[UOp], bool]) -> tuple[dict[UOp, Flow], dict[UOp, Flow]]:
+  """Per UOp of a rangeify graph: the buffers its value is computed from (reads), and the buffers it is stored into (into). A buffer is a
+  PARAM or the AFTER that names it once stored (an argument slot), or a kept STAGE; an inlined STAGE is recomputed by its reader, so the
+  flow goes through it."""
+  order = sink.toposort()
+  def buffer(u: UOp) -> Flow | None:
+    if u.op in (Ops.PARAM, Ops.AFTER) and (slot := _slot(u)) is not None: return frozenset({("slot", slot)})
+    if u.op is Ops.STAGE and kept(u) and (num := nums.get(id(u))) is not None: return frozenset({("stage", num)})
+    return None
+  reads: dict[UOp, Flow] = {}
+  for u in order: reads[u] = b if (b := buffer(u)) is not None else frozenset().union(*(reads[x] for x in u.src))
+  users: dict[UOp, list[UOp]] = collections.defaultdict(list)
+  for u in order:
+    for x in u.src: users[x].append(u)
+  into: dict[UOp, Flow] = {}
+  for u in reversed(order):
+    goes: set[tuple[str, int]] = set()
+    for v in users[u]:
+      if v.op is Ops.STORE and (slot := _slot(v)) is not None: goes.add(("slot", slot))
+      elif v.op is Ops.STAGE and (b := buffer(v)) is not None: goes |= b
+      else: goes |= into.get(v, frozenset())
+    into[u] = frozenset(goes)
+  return reads, into
+
+def stages_in(sink: UOp, blob: RewriteBlob | LiveLog | None = None, kept: Callable[[int | None], bool] | None = None) -> list[Stage]:
+  """The STAGEs of a graph, each with its data flow (reads, into), which stops at the STAGEs `kept` says became buffers (by trace
+  number; default: the ones not removable)."""
+  nums = blob.nums() if blob is not None else {}
+  reads, into = _data_flow(sink, nums, (lambda u: not _removable(u)) if kept is None else (lambda u: kept(nums.get(id(u)))))
+  ret = []
+  for u in sink.toposort():
+    if u.op is not Ops.STAGE: continue
+    shape = tuple(int(s) for s in u.shape) if u._shape is not None else ()
+    n = 1
+    for s in shape: n *= s
+    ret.append(Stage(shape, u.dtype.name, getattr(getattr(u.arg, "addrspace", None), "name", "GLOBAL"), _removable(u), u.src[0].op.name,
+                     n * u.dtype.itemsize, nums.get(id(u)), tuple(sorted(frozenset().union(*(reads[x] for x in u.src)))),
+                     tuple(sorted(into.get(u, frozenset())))))
+  return ret
+
+def call_argument_nums(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> list[int | None]:
+  """The trace numbers of the buffers the scheduled call takes, by argument slot (the PARAM slots of rangeify's graphs): read off the
+  graph the "schedule to linear" pass started from, tinygrad's CALL of the tensor graph's SINK on its buffers."""
+  p = next((p for p in passes if p.name == "schedule to linear"), None)
+  if p is None: return []
+  call, nums = blob.sink(p.sink), blob.nums()
+  return [nums.get(id(b)) for b in call.src[1:]] if call.op is Ops.CALL else []
+
+def realized_in(sink: UOp, blob: RewriteBlob | LiveLog) -> list[Stage]:
+  """The boundaries stored to directly rather than through a STAGE (outputs, .contiguous()): each AFTER of a buffer, as a Stage row."""
+  nums, ret = blob.nums(), []
+  for u in sink.toposort():
+    if u.op is not Ops.AFTER or not u.src: continue
+    buf, dt = u.src[0], getattr(u.src[0].dtype, "base", u.src[0].dtype)
+    shape = tuple(int(x) for x in buf.shape) if buf._shape is not None else (int(buf.max_numel()),)
+    stored = u.src[1] if len(u.src) > 1 else buf
+    while stored.op in (Ops.END, Ops.GROUP, Ops.AFTER) and stored.src: stored = stored.src[0]  # down to the STORE
+    src_op = stored.src[1].op.name if stored.op is Ops.STORE and len(stored.src) > 1 else stored.op.name
+    slot = _slot(u)  # the argument slot of the buffer it stores: the buffer it is, exactly
+    ret.append(Stage(shape, dt.name, "GLOBAL", False, src_op, math.prod(shape) * dt.itemsize, nums.get(id(u)),
+                     into=() if slot is None else (("slot", slot),)))
+  return ret
+
+# pass names of rangeify in get_kernel_graph: STAGEs exist after apply rangeify; removable ones are fused away in DEBUF
+RANGEIFY_PASS, DEBUF_PASS, STAGE_TO_STORE_PASS = "apply rangeify", "symbolic+reduce_collapse+debuf", "stage to store"
+
+def stage_decisions(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> dict:
+  """Which STAGEs rangeify created, which the debuf pass removed (fused) and which survived to become buffers.
+  Read off the graphs tinygrad recorded at the start of the debuf pass and of the pass after it."""
+  names = [p.name for p in passes]
+  if DEBUF_PASS not in names: return {"created": [], "kept": [], "fused": [], "note": "no rangeify pass was recorded"}
+  i = names.index(DEBUF_PASS)
+  after = next((p for p in passes[i+1:] if p.depth <= passes[i].depth), None)
+  created = stages_in(blob.sink(passes[i].sink), blob)
+  kept = stages_in(blob.sink(after.sink), blob) if after is not None else stages_in(blob.pass_output(passes[i]), blob)
+  # STAGEs change identity as their sources are rewritten: pair survivors with their origin by ever looser signatures
+  unpaired_created, unpaired_kept, kept_of = list(created), list(kept), {}
+  for sig in (lambda s: (s.shape, s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace)):
+    for k in list(unpaired_kept):
+      if (c := next((c for c in unpaired_created if sig(c) == sig(k)), None)) is not None:
+        unpaired_created.remove(c); unpaired_kept.remove(k)
+        kept_of[c.num] = kept.index(k)  # the created STAGE (by trace number) that survived as kept row k
+  # the flow again, now that it is known which STAGEs survived: it goes through the inlined ones and stops at the kept ones
+  created = stages_in(blob.sink(passes[i].sink), blob, kept=lambda n: n in kept_of)
+  fused = [c for c in created if c.num not in kept_of]
+  realized = realized_in(blob.sink((after or passes[i]).sink), blob)
+  return {"created": created, "kept": kept, "fused": fused, "realized": len(realized), "realized_rows": realized, "debuf_matches": passes[i].matches,
+          "debuf_pass": i, "kept_of": kept_of}
+
+
+# ***** the schedule's calls and buffers *****
+
+@dataclass
+class Call:
+  index: int
+  kind: str                 # "kernel" | "copy" | other tinygrad call kinds
+  ast: UOp
+  buffers: list[UOp]        # the call's buffer arguments, in slot order
+
+def calls(linear: UOp) -> list[Call]:
+  from tinygrad.engine.realize import get_call_arg_uops
+  ret = []
+  for i, c in enumerate(linear.src):
+    ast = c.src[0]
+    kind = "kernel" if ast.op in (Ops.SINK, Ops.PROGRAM) else ast.op.name.lower()
+    ret.append(Call(i, kind, ast, list(get_call_arg_uops(c))))
+  return ret
+
+def buffer_key(b: UOp) -> int:
+  # the memory planner hands some kernels a view (e.g. a BITCAST) into a shared arena: each distinct view is one logical buffer
+  return id(b if b.op is not Ops.BUFFER else b.buf_uop)
+
+def buffer_facts(b: UOp) -> dict:
+  arena = b.buf_uop
+  facts = {"numel": int(b.max_numel()), "dtype": b.dtype.name, "nbytes": int(b.max_numel()) * b.dtype.itemsize,
+           "device": arena.device if isinstance(arena.device, str) else ",".join(arena.device), "num": b.trace_num}
+  if b.op is not Ops.BUFFER:
+    facts["planned"] = f"view ({b.op.name}) into a {int(arena.max_numel()) * arena.dtype.itemsize}-byte arena of the memory planner"
+  return facts
+
+def tensor_buffer(t: Tensor) -> UOp: return t.uop.buf_uop
+
+def copy_ins_outs(call: Call) -> tuple[list[int], list[int]]: return [1], [0]
+
+def kernel_reads_writes(ast: UOp) -> tuple[list[int], list[int]]:
+  """Parameter slots a kernel AST loads from and stores to."""
+  outs, ins = set(), set()
+  for u in ast.toposort():
+    if u.op is Ops.STORE:
+      outs |= {p.arg.slot for p in u.src[0].toposort() if p.op is Ops.PARAM and p.arg.slot >= 0 and p.addrspace is AddrSpace.GLOBAL}
+  for u in ast.toposort():
+    if u.op is Ops.PARAM and u.arg.slot >= 0 and u.addrspace is AddrSpace.GLOBAL and u.arg.slot not in outs: ins.add(u.arg.slot)
+  return sorted(ins), sorted(outs)

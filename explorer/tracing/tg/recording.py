@@ -1,0 +1,70 @@
+"""Rewrite tracking: tinygrad's record of every named graph_rewrite in this process, its passes, and the log read in place."""
+from __future__ import annotations
+import contextlib
+from dataclasses import dataclass, replace
+from typing import Mapping
+from tinygrad.helpers import Context, ansistrip
+from tinygrad.uop import ops as uop_ops
+from tinygrad.uop.ops import RewriteTrace, TrackedGraphRewrite, UOp
+from explorer.tracing.tg.rewritelog import encode_rewrite_log, rebuild
+
+def tracking_enabled() -> bool: return uop_ops.TRACK_MATCH_STATS.value >= 2
+
+def tracking() -> contextlib.AbstractContextManager:
+  """Every named graph_rewrite recorded with its matches while inside (TRACK_MATCH_STATS=2, read at each rewrite): a process whose
+  environment asked for less (TRACK_MATCH_STATS=1 or PROFILE=1 still swap the tracked PatternMatcher in) records whole passes too."""
+  return Context(TRACK_MATCH_STATS=max(2, uop_ops.TRACK_MATCH_STATS.value))
+
+def tracking_possible() -> bool:
+  """tinygrad records matches only with the PatternMatcher it swaps in at import when tracking is on: a process that imported tinygrad
+  without it (a notebook that imported tinygrad first) cannot record a pass's matches, whatever it sets later."""
+  return uop_ops.PatternMatcher is getattr(uop_ops, "TrackedPatternMatcher", None)
+
+@dataclass(frozen=True)
+class Pass:
+  group: int      # index into the trace's rewrite groups
+  step: int       # index of this graph_rewrite inside its group
+  name: str
+  depth: int
+  matches: int
+  sink: int       # trace number of the graph this pass started from
+
+def tracking_mark() -> int: return len(uop_ops.tracked_keys)
+
+def passes_since(mark: int, base: int) -> list[tuple[str, list[Pass]]]:
+  """Each rewrite group (tinygrad's top-level tracked call: 'Schedule ...', one per kernel codegen) opened since mark, with its passes.
+  Group indices are relative to base, the mark the trace's rewrite blob starts from."""
+  return [(ansistrip(k.display_name), [Pass(g - base, j, r.name, r.depth, len(r.matches), r.sink) for j, r in enumerate(ctxs)])
+          for g, (k, ctxs) in enumerate(zip(uop_ops.tracked_keys[mark:], uop_ops.tracked_ctxs[mark:]), start=mark)]
+
+def export_rewrites(base: int) -> bytes:
+  """tinygrad's own RewriteTrace from base on, as data (encode_rewrite_log): enough to rebuild any intermediate graph later, in
+  another process. ret and tb stay behind (ret may hold a renderer, tb is VIZ's Python stack)."""
+  keys = [replace(k, ret=None, tb=None) for k in uop_ops.tracked_keys[base:]]
+  return encode_rewrite_log(RewriteTrace(keys, uop_ops.tracked_ctxs[base:], uop_ops.uop_fields))
+
+def trace_num(u: UOp) -> int: return u.trace_num
+
+class LiveLog:
+  """This process's own rewrite log, read in place: what a trace reads back while it records (the bufferize decisions, the call's
+  arguments, loop splits) is rebuilt from tinygrad's live fields, without writing and reading back a blob or importing its viewer
+  (about a quarter of a second to import). Pass groups are relative to base, as in the blob the trace stores."""
+  sources: Mapping[str, str] | None = None  # rules are read from the installed packages: this process ran them
+
+  def __init__(self, base: int = 0) -> None:
+    self.base, self.built = base, dict[int, UOp]()
+
+  def sink(self, num: int) -> UOp: return rebuild(uop_ops.uop_fields, num, self.built)
+
+  def rewrite(self, group: int, step: int) -> TrackedGraphRewrite: return uop_ops.tracked_ctxs[self.base + group][step]
+
+  def nums(self) -> dict[int, int]: return {id(u): n for n, u in self.built.items()}
+
+  def pass_output(self, p: Pass) -> UOp:
+    """The graph a pass ended with (its start with every match applied): replayed with tinygrad's viewer code (imported here)."""
+    from tinygrad.viz.serve import VizData, get_full_rewrite
+    data = VizData(RewriteTrace(uop_ops.tracked_keys[self.base:], uop_ops.tracked_ctxs[self.base:], uop_ops.uop_fields))
+    last = None
+    for last in get_full_rewrite(data, data.trace.rewrites[p.group][p.step]): pass
+    assert last is not None, f"pass {p.name} replayed no graph"
+    return last["_sink"]
