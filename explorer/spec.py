@@ -360,7 +360,7 @@ def checked_device(device: str, offered: Sequence[str], field: str, where: str =
   if (why := device_problem(normal, offered)) is not None: raise SpecError(f"{field}: {why.replace('this server', f'this {where}')}")
   return normal
 
-def resolve(spec: ConvSpec, variant: Variant, bounds: RequestBounds | None, offered: Sequence[str] = COMPUTE_DEVICES,
+def resolve_request(spec: ConvSpec, variant: Variant, bounds: RequestBounds | None, offered: Sequence[str] = COMPUTE_DEVICES,
             field: str = "variant.device", where: str = "server") -> tuple[ConvSpec, Variant, str | None]:
   """A request as it runs: (spec, variant, device), the variant as asked but for its device in its normal form (the id hashes it),
   and that device, None where it names none. Checked against `bounds` (SpecError otherwise): the device is one `offered`, the spec

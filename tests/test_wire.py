@@ -285,9 +285,9 @@ def test_a_device_has_one_name(tmp_path):
   app = app_over(str(tmp_path / "d.sqlite3"), runner=lambda *a: pytest.fail("nothing should run here"))
   with TestClient(app, raise_server_exceptions=False) as client:
     from explorer.store import trace_key
-    from explorer.web.http.deps import resolve_request
+    from explorer.web.http.deps import resolved
     from explorer.web.http.models import TraceRequest
-    ids = {d: trace_key(*resolve_request(TraceRequest.model_validate({"preset": "small", "variant": {"device": d}}), Settings.load(env={})))
+    ids = {d: trace_key(*resolved(TraceRequest.model_validate({"preset": "small", "variant": {"device": d}}), Settings.load(env={})))
            for d in ("CPU", "CPU:0", "CPU:00")}
     assert len(set(ids.values())) == 1, ids
     for device, why in (("CPU:1", "CPU has one instance; name it CPU"), ("METAL", "this server offers: CPU"), ("cpu", "this server offers: CPU")):
@@ -347,7 +347,7 @@ def test_one_client_never_holds_every_worker(tmp_path):
 
 def test_a_bug_answers_one_line_of_json(tmp_path):
   app = app_over(str(tmp_path / "e.sqlite3"))
-  app.state.services.store.put_trace("badc0ffee0000000", {"spec": None, "label": "x", "kernels": ["not a kernel"], "env": {}}, b"")  # a bug's stand-in
+  app.state.services.store.put_trace("badc0ffee0000000", {"spec": None, "label": "x", "kernels": ["not a kernel"], "env": {}}, b"")  # a bug
   with TestClient(app, raise_server_exceptions=False) as client:
     r = client.get("/api/traces/badc0ffee0000000")
     assert r.status_code == 500 and r.headers["content-type"] == "application/json", r.text

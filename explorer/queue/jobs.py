@@ -8,7 +8,7 @@ from typing import Any, Iterator
 from rq import get_current_job
 from explorer.queue.protocol import b64, seal
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, Progress, SpecError, Variant, checked_device, resolve
+from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, Progress, SpecError, Variant, checked_device, resolve_request
 
 DEVICES: list[str] = []  # this worker's devices, best first (explorer.queue.worker sets them): a job that names none runs on the first
 
@@ -63,7 +63,7 @@ def _validated(spec: dict[str, Any], variant: dict[str, Any]) -> tuple[ConvSpec,
   if not isinstance(spec, dict) or not isinstance(variant, dict): raise SpecError("spec and variant must be JSON objects")
   s, v = ConvSpec.from_dict(spec), Variant.from_dict(variant)
   if v.rewrite_file is not None: raise SpecError("variant.rewrite_file runs user code, which a worker never does (it is the CLI's alone)")
-  s, v, _ = resolve(s, v, settings, _offered(), "device", "worker")
+  s, v, _ = resolve_request(s, v, settings, _offered(), "device", "worker")
   return s, v
 
 def _study_params(params: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 from explorer.schema import Kernel, Trace, target_records
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, ENRICH_FACTS, ENRICH_TARGET, TARGETS, ConvSpec, Variant, checked_device, resolve
+from explorer.spec import COMPUTE_DEVICES, ENRICH_FACTS, ENRICH_TARGET, TARGETS, ConvSpec, Variant, checked_device, resolve_request
 from explorer.store import trace_key
 from explorer.web.http.access import has_token, is_loopback
 from explorer.web.http.models import TraceRequest
@@ -92,10 +92,10 @@ async def status_of(svc: Services, trace_id: str) -> dict | None:
   row = await asyncio.to_thread(svc.jobs.stored, trace_id)  # failed, interrupted, or another server's
   return {**stored_job_status(row), "url": trace_url(trace_id), "cached": False} if row is not None else None
 
-def resolve_request(req: TraceRequest, settings: Settings, offered: Sequence[str] = COMPUTE_DEVICES) -> tuple[ConvSpec, Variant]:
+def resolved(req: TraceRequest, settings: Settings, offered: Sequence[str] = COMPUTE_DEVICES) -> tuple[ConvSpec, Variant]:
   """Spec and variant (its device normalized: the key hashes it), validated with this server's limits and `offered` devices
-  (explorer.spec.resolve; SpecError -> 422)."""
-  spec, variant, _ = resolve(req.to_spec(), req.variant.to_variant(), settings, offered)
+  (explorer.spec.resolve_request; SpecError -> 422)."""
+  spec, variant, _ = resolve_request(req.to_spec(), req.variant.to_variant(), settings, offered)
   return spec, variant
 
 async def device_here(svc: Services, device: str, field: str) -> str:
@@ -107,7 +107,7 @@ async def submit(svc: Services, req: TraceRequest, client: str | None) -> tuple[
   listed (once, in a worker) only where the request names a device."""
   asked = req.variant.to_variant()
   offered = COMPUTE_DEVICES if asked.device is None else await svc.devices.accepted()
-  spec, variant, _ = resolve(req.to_spec(), asked, svc.settings, offered)
+  spec, variant, _ = resolve_request(req.to_spec(), asked, svc.settings, offered)
   trace_id = trace_key(spec, variant)
   if await asyncio.to_thread(svc.store.has_trace, trace_id):
     try:
@@ -125,7 +125,7 @@ def client_of(request: Request) -> str | None: return request.client.host if req
 def stored_request(request: dict) -> tuple[ConvSpec, Variant]:
   """A job's stored request as its spec and variant, its device normalized (it was checked when it was accepted)."""
   req = TraceRequest.model_validate(request)
-  spec, variant, _ = resolve(req.to_spec(), req.variant.to_variant(), None)
+  spec, variant, _ = resolve_request(req.to_spec(), req.variant.to_variant(), None)
   return spec, variant
 
 async def rerun(svc: Services, trace_id: str, client: str | None) -> tuple[dict, bool]:

@@ -66,7 +66,7 @@ def quick_picks(svc: Services, trace_id: str, trace: Trace) -> list[dict]:
   picks = []
   for name, label, changes in flips(trace):
     try:
-      spec, variant = deps.resolve_request(TraceRequest.model_validate(request_of(trace, **changes)), settings)
+      spec, variant = deps.resolved(TraceRequest.model_validate(request_of(trace, **changes)), settings)
     except (ValidationError, SpecError): continue
     key = trace_key(spec, variant)
     picks.append({"name": name, "label": label, "id": key, "stored": store.has_trace(key), "url": diff_url(trace_id, key)})
