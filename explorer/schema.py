@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools, math
 from typing import Annotated, Any, Callable, Iterable, Literal, cast
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, with_config
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import NotRequired, Required, TypedDict
 from explorer.spec import DEVICE_RE, STAGES, TARGETS, TRACE_SCHEMA, ConvSpec, SpecError, Variant
 
 
@@ -656,6 +656,184 @@ def _record_references(rec: TargetRecord, where: str, refs: Callable[..., None])
     refs(f"{where}.pressure.longest[{j}].uop", (r["uop"],) if "uop" in r else (), n, "uop", has)
     refs(f"{where}.pressure.longest[{j}].until", (r["until"],), n, "uop", has)
 
+# ***** a device, as a worker describes and measures it (explorer.tracing.probe; the roofline's peaks cache keeps Measured) *****
+
+class DeviceInfo(TypedDict):
+  """A device this host opens: tinygrad's name, the driver's, its compiler, why tinygrad falls back (None: it does not), the host."""
+  device: str
+  name: str
+  compiler: str
+  fallback: str | None
+  host: str
+  tinygrad: str
+
+class DevicesFound(TypedDict):
+  default: str
+  devices: list[DeviceInfo]
+
+class Measured(DeviceInfo):
+  """The probe's FP32 FLOP/s and bandwidth (bytes/s) of a device, with the runs behind them."""
+  fp32: float
+  bw: float
+  probe: dict[str, Any]
+
+class Sampling(TypedDict):
+  """How an interleaved timing ended: the repeats it timed and why it stopped (explorer.tracing.timing._stop)."""
+  repeats: int
+  ended: str
+  target_width: float | None
+  budget_s: float | None
+
+class VariantTiming(TypedDict):
+  """One variant's interleaved timing (explorer.tracing.timing.time_interleaved, in a worker): the per-repeat totals (samples) and
+  their stats, how the sampling ended, and the compile times of its kernels' sources ([] where none were asked for)."""
+  total_s: TimeStats
+  samples: list[float]
+  device: str
+  compiler: str
+  fallback: str | None
+  sampling: Sampling
+  compile_samples: list[float]
+
+# ***** what a study holds (explorer.analysis.study.run_study: its case, rows and comparisons; the studies' JSON, the store's result) *****
+
+class Claim(TypedDict, total=False):
+  """The document's figures for a case as B/A ratios (CLAIMS), each absent where the document made none: `of` the variant they are
+  about (absent: every one), `says` the document's words per figure. A case the documents did not measure has {}."""
+  of: str
+  graph: float
+  uops: float
+  time: float
+  spread: float
+  compile: float
+  says: dict[str, str]
+
+class StudyKernel(TypedDict):
+  name: str
+  role: str
+  alu: int
+  loads: int
+  consts: int
+  linear_uops: int
+  codegen_s: float
+
+class StudyRow(TypedDict):
+  """One variant of a case: its trace's counts (one trace each) and its interleaved timing (_row). Keys marked absent: in studies
+  stored before they were recorded."""
+  variant: str
+  status: str
+  kernels: int
+  graph_uops: NotRequired[int | None]  # absent in older studies; None where the trace has no tensor graph
+  copies: int
+  buffers: int
+  roles: list[str]
+  alu: int
+  loads: int
+  consts: int
+  linear_uops: NotRequired[int]  # absent in older studies
+  flops: int
+  codegen_s: float
+  compile_s: float
+  source_lines: int
+  max_abs_error: float | None
+  max_rel_error: float | None
+  time_median_s: float
+  time_std_s: float
+  time_min_s: float
+  time_n: int
+  samples: list[float]
+  device: str
+  compiler: str
+  fallback: str | None
+  compile_samples: list[float]
+  compile_median_s: NotRequired[float | None]  # absent in older studies; None where no compile times were asked for
+  per_kernel: list[StudyKernel]
+  failures: list[Any]
+  trace_id: NotRequired[str | None]  # run_study's: the stored trace's id (keep)
+  slowdown_vs_first: NotRequired[float | None]  # run_study's: median time over the first variant's
+
+class Comparison(TypedDict):
+  """A paired figure of B against A (stats.compare, stats.compare_medians): the B/A ratio, its 95% interval, the verdict."""
+  a: str
+  b: str
+  figure: Literal["time", "spread", "compile"]
+  ratio: float
+  ci_low: float
+  ci_high: float
+  p_value: float | None
+  claim: float | None
+  verdict: str
+  claim_position: NotRequired[str | None]  # absent in older studies; None where there is no claim (stats.claim_position)
+
+class CountComparison(TypedDict):
+  """An exact count of B against A (count_comparisons): one trace each, no interval."""
+  a: str
+  b: str
+  figure: Literal["graph", "uops"]
+  kernel: str | None
+  a_count: int
+  b_count: int
+  ratio: float | None
+  claim: float | None
+  verdict: str
+
+class StudyCase(TypedDict):
+  """One case of a study (run_study; run_studies adds preset and case)."""
+  study: str
+  preset: NotRequired[str]  # run_studies's: the case's preset (or custom shape) name
+  case: NotRequired[str]  # run_studies's: which setting the case measures
+  spec: dict[str, Any]
+  tile: str
+  repeats: int
+  warmup: int
+  compile_repeats: int
+  rows: list[StudyRow]
+  claim: Claim
+  comparisons: list[Comparison]
+  counts: NotRequired[list[CountComparison]]  # absent in studies stored before counts had verdicts
+  sampling: Sampling | None
+  identical_kernels: bool
+  traces: dict[str, dict[str, Any]]
+
+class StudyResult(TypedDict):
+  """run_studies: every case of one study."""
+  study: str
+  cases: list[StudyCase]
+
+def setting_of(case: StudyCase) -> str:
+  """Which setting the case measures ("": a case run alone, by run_study)."""
+  return case.get("case", "")
+
+# ***** a diff's interleaved timing (explorer.analysis.diff.remeasure_interleaved), as the store keeps it *****
+
+class RatioStats(TypedDict, total=False):
+  """B/A repeat by repeat (ratio_stats): n, and where n > 0 the median, quartiles and range; ci_low and ci_high, the median's 95%
+  interval, where remeasure_interleaved added them (absent in diffs stored before it did)."""
+  n: Required[int]
+  median: float
+  q1: float
+  q3: float
+  iqr: float
+  min: float
+  max: float
+  ci_low: float
+  ci_high: float
+
+class InterleavedTiming(TypedDict):
+  """A and B timed interleaved (remeasure_interleaved), as a diff stores it: compared, with its ratio; or not, with the reason."""
+  compared: bool
+  reason: NotRequired[str]  # not compared: why
+  device: NotRequired[str]  # the rest: compared
+  compiler: NotRequired[str]
+  fallback: NotRequired[str | None]
+  warmup: NotRequired[int]
+  repeats: NotRequired[int]
+  a_total_s: NotRequired[dict[str, Any]]
+  b_total_s: NotRequired[dict[str, Any]]
+  ratio: NotRequired[RatioStats]
+  ratio_of_medians: NotRequired[float | None]
+  verdict: NotRequired[str | None]
+
 # ***** reading a trace: older schemas upgraded once, and the one accessor for a kernel's record on a target *****
 
 HOST_TARGET_OF_SCHEMA_1 = "host"  # a trace of schema 1 knew its host's target by this name only
@@ -688,6 +866,58 @@ def target_record(kernel: Kernel, target: str | None = None) -> TargetRecord | N
   view)."""
   return kernel["targets"].get(target or kernel["host_target"])
 
+def totals_of(trace: Trace) -> Totals | None:
+  """The trace's totals, or None where it failed before they were counted (its totals are {})."""
+  return cast(Totals, t) if (t := trace["totals"]) else None
+
+def realizes_of(trace: Trace) -> list[Realize]:
+  """A captured program's realizes, in order ([] for a convolution's trace, which has none)."""
+  return trace.get("realizes") or []
+
+def pressure_of(rec: TargetRecord) -> Pressure | None:
+  """A record's live values (register pressure), or None where they were not computed (an enrichment computes them on first view)."""
+  return rec.get("pressure")
+
+def ast_key_of(kernel: Kernel) -> str | None:
+  """A kernel's AST key (tinygrad's content hash of its AST), or None in traces from before kernels were keyed by their AST."""
+  return kernel.get("ast_key")
+
+def max_live_line(pressure: Pressure) -> int | None:
+  """The source line where the live values peak, or None: records from before line maps have none, and a peak may map to no line."""
+  return pressure.get("max_live_line")
+
+def registers_of(facts: CompileFacts) -> int | None:
+  """Registers per thread, where the compiler reports them (ptxas: CUDA, PTX); None where it does not, or no compiler ran."""
+  return facts.get("registers")
+
+def stage_counts_of(scheduler: Scheduler | None) -> dict[str, int] | None:
+  """The UOps after each scheduler stage, or None: the schedule failed (no scheduler), or was recorded before stages were counted."""
+  return scheduler.get("stage_counts") if scheduler is not None else None
+
+def schedule_role(row: ScheduleRow) -> str | None:
+  """A schedule row's role; None where the schedule stage failed before it named the rows' roles."""
+  return row.get("role")
+
+def provenance_of(kernel: Kernel) -> list[Provenance]:
+  """A kernel's provenance: none for a convolution's kernels (a captured program's have theirs)."""
+  return kernel.get("provenance") or []
+
+def via_of(e: Provenance) -> str:
+  """The tinygrad function the user's line called, where not the Tensor function ("" where it is the Tensor function)."""
+  return e.get("via") or ""
+
 def own_provenance(kernel: Kernel) -> list[Provenance]:
   """A kernel's provenance from its own compute, less what was inferred from data flow ([] where none: a convolution's kernels)."""
-  return [e for e in kernel.get("provenance") or [] if not e.get("inferred")]
+  return [e for e in provenance_of(kernel) if not e.get("inferred")]
+
+def sass_in(facts: CompileFacts) -> Sass | None:
+  """The SASS of compile facts: absent where no compiler ran (or none of CUDA's), None where nvdisasm was missing."""
+  return facts.get("sass")
+
+def device_name(env: Env) -> str:
+  """The driver's name of the device a trace ran on (recorded where the backend tells it), else tinygrad's ("CUDA:1")."""
+  return env.get("device_name") or env["device"]
+
+def timing_of(trace: Trace) -> Timing | None:
+  """How the trace's kernels were timed; None: untimed."""
+  return trace.get("timing")

@@ -16,7 +16,9 @@ from collections import Counter, defaultdict
 from typing import Any, Mapping
 from explorer import stats
 from explorer.analysis import memory
-from explorer.schema import Buffer, CompileFacts, Kernel, ScheduleRow, Trace, target_record
+from explorer.analysis.sass import estimate, sass_in
+from explorer.schema import (Buffer, CompileFacts, Kernel, RatioStats, ScheduleRow, Trace, VariantTiming, registers_of, schedule_role,
+                            stage_counts_of, target_record)
 from explorer.tracing.workers import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
 
 CHAIN = ("xhat", "ghat", "mhat", "out")
@@ -126,30 +128,31 @@ def _metrics(ks: list[Kernel], target: str = "host") -> dict[str, Any]:
   m: dict[str, Any] = {k: sum(x[k] for x in recs) for k in SCALAR_KEYS}
   ops: Counter[str] = Counter()
   for x in recs: ops.update({k: v for k, v in x["ops"].items() if k in OP_KEYS or k.startswith("op:")})
-  m.update({k: ops.get(k, 0) for k in OP_KEYS}, **{k: v for k, v in sorted(ops.items()) if k.startswith("op:")})
+  m.update({k: ops[k] for k in OP_KEYS}, **{k: v for k, v in sorted(ops.items()) if k.startswith("op:")})
   facts = [f for k in ks if (f := _facts(k, target)) is not None]
   def every(xs: list[Any]) -> bool: return bool(ks) and len(xs) == len(ks)  # a figure every kernel of the group has
-  registers = [r for f in facts if (r := f.get("registers")) is not None]  # compile facts' fields: absent where no compiler ran
+  registers = [r for f in facts if (r := registers_of(f)) is not None]  # compile facts' fields: absent where no compiler ran
   m["registers"] = max(registers) if every(registers) else None
   m["spill_bytes"] = sum((f.get("spill_store_bytes") or 0) + (f.get("spill_load_bytes") or 0) for f in facts) if every(registers) else None
   occupancy = [o["occupancy"] for f in facts if (o := f.get("occupancy")) is not None]
   m["occupancy"] = min(occupancy) if every(occupancy) else None
-  sass = [got for f in facts if (got := f.get("sass"))]
+  sass = [got for f in facts if (got := sass_in(f))]
   whole = every(sass)  # SASS figures where every kernel of the group has its SASS (CUDA, PTX)
   m["sass_instructions"] = sum(s["count"] for s in sass) if whole else None
   m["sass_peak_live"] = max((s["peak_live"] or 0) for s in sass) if whole else None
   m["sass_spills"] = sum(s["spills"] for s in sass) if whole else None
-  peaks = [p["max_live"] for k in ks if (rec := target_record(k, target)) is not None and (p := rec.get("pressure")) is not None]
+  peaks = [p for k in ks if (rec := target_record(k, target)) is not None and (p := estimate(rec)) is not None]
   m["max_live"] = max(peaks) if peaks and len(peaks) == len(recs) else None  # the group's highest register pressure (trace schema 2)
   times = [t["median"] for x in ks if (t := x["time_s"])]
   m["time_s"] = sum(times) if times and len(times) == len(ks) else None
   return m
 
 def metric_delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-  """b - a per figure; a figure one side lacks (no compile facts, no timing) has no delta."""
+  """b - a per figure; a figure one side lacks (None: no compile facts, no timing) has no delta. Both sides have every figure but the
+  ops (op:WMMA...): a group's op counts name only the ops it has, so an op the other side alone has counts 0 here."""
   keys = list(dict.fromkeys([*a, *b]))
-  return {k: (b.get(k, 0) if k.startswith("op:") else b[k]) - (a.get(k, 0) if k.startswith("op:") else a[k])
-          for k in keys if k.startswith("op:") or (a.get(k) is not None and b.get(k) is not None)}
+  ca, cb = Counter(a), Counter(b)
+  return {k: cb[k] - ca[k] for k in keys if k.startswith("op:") or (ca[k] is not None and cb[k] is not None)}
 
 def source_rows(a: str, b: str) -> list[dict[str, Any]]:
   """Aligned rows for a side-by-side view: {a, b, kind: same|changed|a_only|b_only, a_no, b_no} (1-based line numbers)."""
@@ -233,7 +236,7 @@ def graph_diff(ga: list[dict[str, Any]], gb: list[dict[str, Any]]) -> dict[str, 
 
 def _who(side: Side, si: int, groups_of: dict[int, int], reading: bool) -> list[str]:
   s = side.sched[si]
-  if s["kind"] == "kernel": return [f"g{groups_of[s['kernel']]}" if s["kernel"] is not None else f"unbuilt:{s.get('role')}"]
+  if s["kind"] == "kernel": return [f"g{groups_of[s['kernel']]}" if s["kernel"] is not None else f"unbuilt:{schedule_role(s)}"]
   if not reading: return [s["kind"]]
   # a copy reads it: it is for whoever reads the copy's destination
   return [f"{s['kind']}>{w}" for o in s["writes"] for r in side.buffers[o]["read_by"] for w in _who(side, r, groups_of, True)]
@@ -246,7 +249,7 @@ def _buffer_key(side: Side, b: Buffer, groups_of: dict[int, int]) -> tuple[Any, 
 
 def _buffer_info(side: Side, b: Buffer) -> dict[str, Any]:
   def names(idx: list[int]) -> list[str]:  # a kernel's role (from the schedule: a failed trace may not have built every kernel)
-    return [side.sched[i].get("role") or "kernel" if side.sched[i]["kind"] == "kernel" else side.sched[i]["kind"] for i in idx]
+    return [schedule_role(side.sched[i]) or "kernel" if side.sched[i]["kind"] == "kernel" else side.sched[i]["kind"] for i in idx]
   def final_readers(bb: Buffer) -> list[str]:  # through copies: the kernels that read what the copies write
     return [n for i in bb["read_by"] for n in (names([i]) if side.sched[i]["kind"] == "kernel" else
                                                  [x for o in side.sched[i]["writes"] for x in final_readers(side.buffers[o])])]
@@ -279,7 +282,7 @@ def _totals(side: Side) -> dict[str, Any]:
   return {"kernels": len(ks), "copies": sum(1 for s in side.sched if s["kind"] == "copy"), "buffers": len(side.buffers),
           "buffer_bytes": sum(b["nbytes"] for b in side.buffers), "flops": sum(k["flops"] for k in ks), "kernel_bytes": kb, "copy_bytes": cb,
           "bytes_moved": kb + cb, "ast_uops": sum(k["ast_uops"] for k in ks), "linear_uops": sum(k["linear_uops"] for k in ks),
-          "stage_counts": t["scheduler"].get("stage_counts") if t["scheduler"] is not None else None}
+          "stage_counts": stage_counts_of(t["scheduler"])}
 
 def _about(t: Trace) -> dict[str, Any]:
   return {"label": t["label"], "status": t["status"], "spec": t["spec"], "variant": t["variant"], "device": t["env"]["device"],
@@ -321,7 +324,7 @@ def sass_mixes(ka: list[Kernel], kb: list[Kernel], target: str) -> dict[str, Any
   the instruction mix side by side (most first); None unless every kernel of both sides has its SASS."""
   sides: list[dict[str, Any]] = []
   for ks in (ka, kb):
-    got = [x for k in ks if (f := _facts(k, target)) is not None and (x := f.get("sass"))]
+    got = [x for k in ks if (f := _facts(k, target)) is not None and (x := sass_in(f))]
     if not ks or len(got) != len(ks): return None
     sides.append({"count": sum(x["count"] for x in got), "peak_live": max((x["peak_live"] or 0) for x in got),
                   "spills": sum(x["spills"] for x in got), "mix": sum((Counter(x["mix"]) for x in got), Counter())})
@@ -346,7 +349,8 @@ def _attach_graphs(groups: list[dict[str, Any]], sa: Side, sb: Side, a_blob: byt
 # ***** measured: timing and outputs, each in one worker *****
 
 def comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
-  """Why the two cannot be timed or run against each other here (rebuilt from their specs, on one device), or None."""
+  """Why the two cannot be timed or run against each other here (rebuilt from their specs, on one device), or None. A side may be a
+  queue job's (explorer.queue.jobs.measure), checked for its env's device only: its spec and env may be absent."""
   if a.get("spec") is None or b.get("spec") is None:
     return "a captured program cannot be rebuilt here: time it when capturing it (capture(time=True), or trace --script without --no-time)"
   if a.get("spec") != b.get("spec"): return "the specs differ"
@@ -361,7 +365,7 @@ def _quantile(xs: list[float], q: float) -> float:
   lo = int(pos)
   return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (pos - lo)
 
-def ratio_stats(a: list[float], b: list[float]) -> dict[str, Any]:
+def ratio_stats(a: list[float], b: list[float]) -> RatioStats:
   """B/A repeat by repeat (an interleaved repeat runs both): the median ratio with its quartiles and range."""
   rs = [y / x for x, y in zip(a, b) if x > 0]
   if not rs: return {"n": 0}
@@ -375,11 +379,15 @@ def remeasure_interleaved(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any]
   if (why := comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not timed: {why}"}
   try:
     args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)], "warmup": warmup, "repeats": repeats}
-    (ra, rb), _ = call_in_worker("explorer.tracing.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
+    timed: list[VariantTiming]
+    timed, _ = call_in_worker("explorer.tracing.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
   except WorkerFailed as e: return {"compared": False, "reason": f"timing failed: {e}"}
+  ra, rb = timed
   ma, mb = ra["total_s"]["median"], rb["total_s"]["median"]
   ratio = ratio_stats(ra["samples"], rb["samples"])
-  if ratio.get("n"): ratio.update({k: v for k, v in stats.median_ratio(ra["samples"], rb["samples"]).items() if k != "ratio"})  # its 95% interval
+  if ratio["n"]:  # its 95% interval
+    interval = stats.median_ratio(ra["samples"], rb["samples"])
+    ratio["ci_low"], ratio["ci_high"] = interval["ci_low"], interval["ci_high"]
   out = {"compared": True, "device": ra["device"], "compiler": ra["compiler"], "fallback": ra["fallback"] or rb["fallback"], "warmup": warmup,
          "repeats": repeats, "a_total_s": ra["total_s"], "b_total_s": rb["total_s"], "ratio": ratio, "ratio_of_medians": mb / ma if ma > 0 else None}
   return {**out, "verdict": time_verdict(out)}
@@ -439,22 +447,22 @@ def verdict(d: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
   parts = [f"{fmt_bytes(abs(moved))} {'less' if moved < 0 else 'more'} moved" if moved else "the same bytes moved"]
   if ta["flops"] != tb["flops"]: parts.append(f"FLOPs {si(ta['flops'])} -> {si(tb['flops'])}")
   for key, label in (("max_live", "peak live values"), ("registers", "registers"), ("sass_peak_live", "SASS peak live registers")):
-    sides = [[g["metrics"][s].get(key) for g in d["groups"] if g["metrics"][s].get(key) is not None] for s in ("a", "b")]
+    sides = [[x for g in d["groups"] if (x := g["metrics"][s][key]) is not None] for s in ("a", "b")]
     if all(sides): parts.append(f"{label} {max(sides[0])} -> {max(sides[1])}")
-  if (sm := d.get("sass")) is not None: parts.append(f"SASS instructions {sm['a']['count']} -> {sm['b']['count']}")
+  if (sm := d["sass"]) is not None: parts.append(f"SASS instructions {sm['a']['count']} -> {sm['b']['count']}")
   if timing_text := time_verdict(timing): parts.append(timing_text)
   return f"{who}: {', '.join(parts)}"
 
 def time_verdict(t: Mapping[str, Any] | None) -> str | None:
   """B's time against A's in words: "2.20x slower (95% interval 2.17-2.22)"."""
-  if not t or not t.get("compared") or not (r := t.get("ratio")) or not r.get("n"): return None
+  if not t or not t["compared"] or not (r := t["ratio"])["n"]: return None  # not compared: no ratio; compared: n 0 where no repeat ran
   q = r["median"]
   words = f"{q:.2f}x slower" if q >= 1 else f"{1 / q:.2f}x faster"
   return words + (f" (95% interval of B/A {r['ci_low']:.2f}-{r['ci_high']:.2f})" if "ci_low" in r else "")
 
 def summary(d: dict[str, Any]) -> str:
   from explorer.text import si, table
-  out = [verdict(d, d.get("timing")), f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
+  out = [verdict(d, d["timing"]), f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
   if d["variant_changes"]: out.append("changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d["variant_changes"].items()))
   if not d["specs_match"]: out.append("note: the specs differ (no timing or output comparison)")
   for side in ("a", "b"):
@@ -466,7 +474,7 @@ def summary(d: dict[str, Any]) -> str:
     rel = relation_label(g)
     gr = "-" if g["graph"] is None else f"{len(g['graph']['only_a'])}/{len(g['graph']['only_b'])}"
     ma, mb = g["metrics"]["a"], g["metrics"]["b"]
-    def a_to_b(key: str) -> str: return "-" if ma.get(key) is None or mb.get(key) is None else f"{ma[key]} -> {mb[key]}"
+    def a_to_b(key: str) -> str: return "-" if ma[key] is None or mb[key] is None else f"{ma[key]} -> {mb[key]}"
     rows.append((ks(g["a"]), ks(g["b"]), rel, _signed(dl["alu"]), _signed(dl["loads"]), _signed(dl["flops"], si),
                  _signed(dl["bytes"], _si_bytes), a_to_b("max_live"), a_to_b("registers"), gr))
   out += ["", f"kernels, matched by role and data flow ({d['target']} figures):",
@@ -479,10 +487,10 @@ def summary(d: dict[str, Any]) -> str:
   ta, tb = d["totals"]["a"], d["totals"]["b"]
   for key, fmt in (("kernels", str), ("copies", str), ("buffers", str), ("flops", si), ("bytes_moved", _si_bytes)):
     out.append(f"{key.replace('_', ' ')}: {fmt(ta[key])} -> {fmt(tb[key])} ({_signed(tb[key] - ta[key], fmt)})")
-  if (mm := d.get("memory")) is not None:
+  if (mm := d["memory"]) is not None:
     out.append(f"memory peak: {_si_bytes(mm['a']['peak_bytes'])} -> {_si_bytes(mm['b']['peak_bytes'])} "
                f"(intermediates {_si_bytes(mm['a']['intermediate_bytes'])} -> {_si_bytes(mm['b']['intermediate_bytes'])})")
-  out += [line for line in (_timing_line(d.get("timing")), _numerics_line(d.get("numerics"))) if line is not None]
+  out += [line for line in (_timing_line(d["timing"]), _numerics_line(d["numerics"])) if line is not None]
   out += [f"note: {n}" for n in d["notes"]]
   return "\n".join(x for x in out if x is not None)
 
@@ -492,7 +500,7 @@ def _timing_line(t: dict[str, Any] | None) -> str | None:
   r = t["ratio"]
   line = f"timing: B/A = {r['median']:.3f}x, median of {r['n']} interleaved repeats (IQR {r['q1']:.3f}-{r['q3']:.3f}, " \
          f"range {r['min']:.3f}-{r['max']:.3f}); A {t['a_total_s']['median']*1e3:.4f} ms, B {t['b_total_s']['median']*1e3:.4f} ms on {t['device']}"
-  return line + (f" ({t['fallback']})" if t.get("fallback") else "")
+  return line + (f" ({t['fallback']})" if t["fallback"] else "")
 
 def _numerics_line(n: dict[str, Any] | None) -> str | None:
   if n is None: return None

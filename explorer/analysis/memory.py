@@ -5,7 +5,7 @@ The program's own buffers (input, weight, output) exist before and after the sch
 lives only between its writer and its last reader, and those are what fusing removes."""
 from __future__ import annotations
 from typing import Any
-from explorer.schema import Trace
+from explorer.schema import Trace, schedule_role
 
 HELD = ("input", "weight", "output")  # the program holds these for the whole schedule
 
@@ -27,7 +27,7 @@ def timeline(trace: Trace) -> dict[str, Any]:
   alive = 0
   for i, s in enumerate(sched):
     alive += delta[i]
-    steps.append({"index": s["index"], "kind": s["kind"], "name": s["name"] or s["kind"], "role": s.get("role"), "live_bytes": alive})
+    steps.append({"index": s["index"], "kind": s["kind"], "name": s["name"] or s["kind"], "role": schedule_role(s), "live_bytes": alive})
   peak = max(steps, key=lambda s: s["live_bytes"], default=None)
   return {"steps": steps, "buffers": spans, "peak_bytes": peak["live_bytes"] if peak else 0, "peak_step": peak["index"] if peak else None,
           "intermediate_bytes": sum(x["nbytes"] for x in spans if x["role"] == "intermediate"),

@@ -4,34 +4,32 @@ time linear in its kernels and buffers: a page of a 1,000-kernel program compute
 from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
-from explorer.schema import Kernel, Provenance, Trace, own_provenance
+from explorer.analysis.roofline import Peaks
+from explorer.schema import Kernel, Trace, own_provenance, provenance_of, via_of
 from explorer.text import provenance_sites
 
 PHASES = ("forward", "backward", "optimizer", "other")
 
-def provenance(k: Kernel) -> list[Provenance]:
-  """A kernel's provenance: none for a convolution's kernels (a captured program's have theirs)."""
-  return k.get("provenance") or []
 
 def phase(k: Kernel) -> str:
   """forward, backward (the gradient pass made its UOps), optimizer (made inside an nn.optim step) or other (no metadata of its own)."""
   entries = own_provenance(k)
   if not entries: return "other"
   if any(e["backward"] for e in entries): return "backward"
-  if all((e.get("via") or "").startswith("nn.optim") for e in entries): return "optimizer"  # `via` only where the user called another
+  if all(via_of(e).startswith("nn.optim") for e in entries): return "optimizer"  # `via` only where the user called another
   return "forward"
 
 def sites(k: Kernel) -> list[str]:
   """The user's lines a kernel's provenance names ("model.py:14"), in source order."""
-  return [site for site, _ in provenance_sites(provenance(k))]
+  return [site for site, _ in provenance_sites(provenance_of(k))]
 
 def matches(k: Kernel, query: str) -> bool:
   """A kernel matches a search by its name, a function of its provenance, or a file:line (the file by its name or its path)."""
   q = query.strip().lower()
   if not q: return True
   if q in k["name"].lower(): return True
-  for e in provenance(k):
-    if q in e["fn"].lower() or q in (e.get("via") or "").lower(): return True
+  for e in provenance_of(k):
+    if q in e["fn"].lower() or q in via_of(e).lower(): return True
     if e["file"]:
       site = f"{e['file']}:{e['line']}".lower()
       if q in site or q in f"{os.path.basename(e['file'])}:{e['line']}".lower() or q == os.path.basename(e["file"]).lower(): return True
@@ -40,14 +38,14 @@ def matches(k: Kernel, query: str) -> bool:
 def search(kernels: Sequence[Kernel], query: str) -> list[Kernel]:
   return [k for k in kernels if matches(k, query)]
 
-def kernel_seconds(k: Kernel, peaks: dict[str, Any] | None) -> tuple[float | None, bool]:
+def kernel_seconds(k: Kernel, peaks: Peaks | None) -> tuple[float | None, bool]:
   """A kernel's time: its measured median, else an estimate from its FLOPs and bytes against the device's roofs (the slower of the
   two); (None, False) when neither is known. The flag says it was estimated."""
   if (t := k["time_s"]) is not None: return t["median"], False
-  if peaks and peaks.get("fp32") and peaks.get("bw"): return max(k["flops"] / peaks["fp32"], k["bytes"] / peaks["bw"]), True
+  if peaks and peaks["fp32"] and peaks["bw"]: return max(k["flops"] / peaks["fp32"], k["bytes"] / peaks["bw"]), True
   return None, False
 
-def timeline(trace: Trace, peaks: dict[str, Any] | None) -> dict[str, Any]:
+def timeline(trace: Trace, peaks: Peaks | None) -> dict[str, Any]:
   """The kernels as they ran: each one's seconds (measured or estimated), start, phase and realize; the program's total."""
   rows, at = [], 0.0
   for k in trace["kernels"]:
@@ -57,7 +55,7 @@ def timeline(trace: Trace, peaks: dict[str, Any] | None) -> dict[str, Any]:
     at += s or 0.0
   return {"kernels": rows, "total_s": at, "estimated": any(r["estimated"] for r in rows), "known": all(r["seconds"] is not None for r in rows)}
 
-def by_line(trace: Trace, peaks: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def by_line(trace: Trace, peaks: Peaks | None = None) -> list[dict[str, Any]]:
   """Kernels grouped by the user's line their own provenance names, in source order; kernels with none of their own under "(no
   line)". A kernel made from two lines is listed under each, but its seconds count as `shared_s` there, not `seconds`: the lines'
   `seconds` plus each shared kernel once add up to the timeline's total."""
@@ -81,14 +79,14 @@ def by_line(trace: Trace, peaks: dict[str, Any] | None = None) -> list[dict[str,
     return (site == "(no line)", file, int(line) if line.isdigit() else 0)
   return [groups[s] for s in sorted(groups, key=order)]
 
-def totals(kernels: Sequence[Kernel], peaks: dict[str, Any] | None) -> dict[str, Any]:
+def totals(kernels: Sequence[Kernel], peaks: Peaks | None) -> dict[str, Any]:
   """What a table of these kernels adds up to: FLOPs, bytes, linear UOps and seconds (measured or estimated, each kernel once)."""
   seconds = [kernel_seconds(k, peaks)[0] for k in kernels]
   return {"kernels": len(kernels), "flops": sum(k["flops"] for k in kernels), "bytes": sum(k["bytes"] for k in kernels),
           "linear_uops": sum(k["linear_uops"] for k in kernels), "seconds": sum(s or 0.0 for s in seconds),
           "known": all(s is not None for s in seconds)}
 
-def top(trace: Trace, n: int = 10, peaks: dict[str, Any] | None = None) -> dict[str, list[Kernel]]:
+def top(trace: Trace, n: int = 10, peaks: Peaks | None = None) -> dict[str, list[Kernel]]:
   """The top n kernels by time (measured or estimated), FLOPs and bytes, like tinygrad's `viz.cli -t`."""
   ks = trace["kernels"]
   seconds = {k["index"]: kernel_seconds(k, peaks)[0] or 0.0 for k in ks}

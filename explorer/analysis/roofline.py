@@ -6,22 +6,60 @@ device facts and the probe run in a worker (explorer.tracing.probe).
 """
 from __future__ import annotations
 import html, json, math, os, pathlib, re, tempfile
-from typing import Any, Callable
-from explorer.schema import Env, Kernel, Timing, Trace
+from typing import Any, Callable, Literal, cast
+from typing_extensions import TypedDict
+from explorer.schema import DeviceInfo, DevicesFound, Kernel, Measured, Trace, device_name, timing_of
 
-COMPUTE_KEYS = ("fp32", "fp16", "tf32_tc", "fp16_tc")  # vector FP32/FP16, dense tensor-core TF32/FP16 (FP32 accumulate)
+ComputeKey = Literal["fp32", "fp16", "tf32_tc", "fp16_tc"]
+PeakKey = Literal[ComputeKey, "bw"]
+COMPUTE_KEYS: tuple[ComputeKey, ...] = ("fp32", "fp16", "tf32_tc", "fp16_tc")  # vector FP32/FP16, dense tensor-core TF32/FP16 (FP32 accumulate)
+PEAK_KEYS: tuple[PeakKey, ...] = (*COMPUTE_KEYS, "bw")
 LABELS = {"fp32": "FP32", "fp16": "FP16", "tf32_tc": "TF32 tensor cores", "fp16_tc": "FP16 tensor cores"}
 NVIDIA, APPLE = ("CUDA", "NV"), ("METAL",)
 
+class SheetPeaks(TypedDict):
+  """A spec sheet's figures for a device model (FLOP/s, bytes/s; None: the vendor published none) and where they are from."""
+  model: str
+  source: str
+  bw: float
+  fp32: float | None
+  fp16: float | None
+  tf32_tc: float | None
+  fp16_tc: float | None
+
+class Known(SheetPeaks):
+  match: str                  # a regular expression over the driver's device name
+  backends: tuple[str, ...]   # the tinygrad backends that name it so
+
+class DeviceKey(TypedDict):
+  """What names a device's measured peaks in the cache (a DeviceInfo has these and more)."""
+  device: str
+  name: str
+  host: str
+  tinygrad: str
+
+class Peaks(TypedDict):
+  """A device's peaks: each figure from the spec sheet or the probe (None: neither has it), sources[figure] where it came from."""
+  device: str
+  name: str
+  model: str | None
+  sources: dict[str, str]
+  measured: Measured | None
+  fp32: float | None
+  fp16: float | None
+  tf32_tc: float | None
+  fp16_tc: float | None
+  bw: float | None
+
 def _known(model: str, match: str, backends: tuple[str, ...], source: str, bw: float, fp32: float | None = None, fp16: float | None = None,
-           tf32_tc: float | None = None, fp16_tc: float | None = None) -> dict[str, Any]:
+           tf32_tc: float | None = None, fp16_tc: float | None = None) -> Known:
   return {"model": model, "match": match, "backends": backends, "source": source, "bw": bw, "fp32": fp32, "fp16": fp16,
           "tf32_tc": tf32_tc, "fp16_tc": fp16_tc}
 
 # Matched in order (first wins) against the driver's name: CUDA's cuDeviceGetName ("NVIDIA H100 80GB HBM3"), Metal's ("Apple M1 Pro").
 # FLOP/s are dense: NVIDIA's datasheets print tensor-core rates with 2:4 sparsity ("*"), halved here. None: not published by the
 # vendor; the measured probe fills in FP32 and bandwidth, the others stay unknown.
-KNOWN: tuple[dict[str, Any], ...] = (
+KNOWN: tuple[Known, ...] = (
   # NVIDIA H200 Tensor Core GPU datasheet: H200 NVL FP32 60 TF, TF32 835 TF*, FP16 1,671 TF*, 4.8 TB/s
   _known("H200 NVL", r"H200 NVL", NVIDIA, "NVIDIA H200 datasheet", 4.8e12, fp32=60e12, tf32_tc=417.5e12, fp16_tc=835.5e12),
   # NVIDIA H200 datasheet: H200 SXM FP32 67 TF, TF32 989 TF*, FP16 1,979 TF*, 4.8 TB/s; vector FP16 as H100 SXM (same GH100 SXM5 part)
@@ -58,68 +96,79 @@ KNOWN: tuple[dict[str, Any], ...] = (
   _known("Apple M3", r"\bM3\b", APPLE, "Apple newsroom (Oct 2023)", 100e9),
 )
 
-def known_peaks(name: str, device: str) -> dict[str, Any] | None:
+def known_peaks(name: str, device: str) -> SheetPeaks | None:
   """The spec-sheet entry for a device name on a tinygrad backend, or None (CPUs, unlisted GPUs, MIG slices of a GPU)."""
   base = device.split(":")[0].upper()
   if "MIG" in name: return None
   hit = next((e for e in KNOWN if base in e["backends"] and re.search(e["match"], name)), None)
-  return None if hit is None else {k: v for k, v in hit.items() if k not in ("match", "backends")}
+  return None if hit is None else cast(SheetPeaks, {k: v for k, v in hit.items() if k not in ("match", "backends")})
 
 # ***** measured peaks: the probe, cached per device *****
 
 def cache_path() -> pathlib.Path:
   return pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "kernel-explorer" / "peaks.json"
 
-def _cache_key(info: dict[str, Any]) -> str: return f"{info['host']}|{info['device']}|{info['name']}|tinygrad {info['tinygrad']}"
+def _cache_key(info: DeviceKey) -> str: return f"{info['host']}|{info['device']}|{info['name']}|tinygrad {info['tinygrad']}"
 
-def _load_cache() -> dict[str, Any]:
-  try: cache: dict[str, Any] = json.loads(cache_path().read_text())
+def _load_cache() -> dict[str, Measured]:
+  """The measured peaks by device (_cache_key): only the devices probed on this host."""
+  try: cache: dict[str, Measured] = json.loads(cache_path().read_text())
   except (OSError, ValueError): return {}
   return cache
 
-def _store_cache(key: str, value: dict[str, Any]) -> None:
+def _cached(info: DeviceKey) -> Measured | None:
+  """The peaks the probe measured on this device before, from the cache (None: not probed on this host)."""
+  return _load_cache().get(_cache_key(info))
+
+def _store_cache(key: str, value: Measured) -> None:
   p = cache_path()
   p.parent.mkdir(parents=True, exist_ok=True)
   data = {**_load_cache(), key: value}
   with tempfile.NamedTemporaryFile("w", dir=p.parent, delete=False, suffix=".tmp") as f: json.dump(data, f, indent=1)
   os.replace(f.name, p)
 
-def describe(device: str | None = None, timeout_s: float = 120.0) -> dict[str, Any]:
+def describe(device: str | None = None, timeout_s: float = 120.0) -> DeviceInfo:
   """Device, hardware name, compiler, host (in a worker: it opens the device)."""
   from explorer.tracing.workers import call_in_worker
-  info: dict[str, Any] = call_in_worker("explorer.tracing.probe:describe", {"device": device}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
+  info: DeviceInfo = call_in_worker("explorer.tracing.probe:describe", {"device": device}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
   return info
 
-def list_devices(timeout_s: float = 120.0) -> dict[str, Any]:
+def list_devices(timeout_s: float = 120.0) -> DevicesFound:
   from explorer.tracing.workers import call_in_worker
-  found: dict[str, Any] = call_in_worker("explorer.tracing.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
+  found: DevicesFound = call_in_worker("explorer.tracing.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
   return found
 
-def measured_peaks(info: dict[str, Any], refresh: bool = False, timeout_s: float = 300.0,
-                   progress: Callable[[str, str, str], None] | None = None) -> dict[str, Any]:
+def measured_peaks(info: DeviceKey, refresh: bool = False, timeout_s: float = 300.0,
+                   progress: Callable[[str, str, str], None] | None = None) -> Measured:
   """The probe's FP32 FLOP/s and bandwidth for the device info describes: from the cache, else measured in a worker and cached.
   progress(stage, status, detail) hears what the worker measures, and its wait for the device."""
   from explorer.tracing.workers import call_in_worker
   key = _cache_key(info)
-  hit: dict[str, Any] | None = None if refresh else _load_cache().get(key)
+  hit = None if refresh else _cached(info)
   if hit is not None: return hit
   # a measurement: the device's lock for the whole run, so that no trace or study times on it meanwhile (explorer.tracing.devicelock)
-  got: dict[str, Any] = call_in_worker("explorer.tracing.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},
+  got: Measured = call_in_worker("explorer.tracing.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},
                              timeout_s=timeout_s, exclusive=info["device"])[0]
   _store_cache(key, got)
   return got
 
-def merge_peaks(info: dict[str, Any], known: dict[str, Any] | None, measured: dict[str, Any] | None, prefer_measured: bool = False) -> dict[str, Any]:
+def _probed(measured: Measured | None, k: PeakKey) -> float | None:
+  """The probe's figure for k: it measures FP32 and bandwidth only."""
+  if measured is None: return None
+  return measured["fp32"] if k == "fp32" else measured["bw"] if k == "bw" else None
+
+def merge_peaks(info: DeviceKey, known: SheetPeaks | None, measured: Measured | None, prefer_measured: bool = False) -> Peaks:
   """One peaks dict: each figure from the spec sheet, or from the probe where the sheet has none (or prefer_measured)."""
-  ret: dict[str, Any] = {"device": info["device"], "name": info["name"], "model": known and known["model"], "sources": {}, "measured": measured}
-  for k in (*COMPUTE_KEYS, "bw"):
-    table, meas = (known or {}).get(k), (measured or {}).get(k)
+  ret: Peaks = {"device": info["device"], "name": info["name"], "model": known and known["model"], "sources": {}, "measured": measured,
+                "fp32": None, "fp16": None, "tf32_tc": None, "fp16_tc": None, "bw": None}
+  for k in PEAK_KEYS:
+    table, meas = known[k] if known is not None else None, _probed(measured, k)
     use_meas = meas is not None and (table is None or prefer_measured)
     ret[k] = meas if use_meas else table
-    if ret[k] is not None: ret["sources"][k] = f"measured on {info['host']} (probe)" if use_meas else (known or {}).get("source")
+    if ret[k] is not None: ret["sources"][k] = f"measured on {info['host']} (probe)" if use_meas or known is None else known["source"]
   return ret
 
-def peaks_for(device: str | None = None, probe: str = "auto", refresh: bool = False) -> dict[str, Any]:
+def peaks_for(device: str | None = None, probe: str = "auto", refresh: bool = False) -> Peaks:
   """Peaks of a device (None: the best one present). probe: 'auto' measures only what the spec sheet lacks (FP32 or bandwidth),
   'always' measures and prefers the measurement, 'never' uses the spec sheet alone."""
   info = describe(device)
@@ -127,23 +176,16 @@ def peaks_for(device: str | None = None, probe: str = "auto", refresh: bool = Fa
   need = probe == "always" or (probe == "auto" and (known is None or known["fp32"] is None or known["bw"] is None))
   return merge_peaks(info, known, measured_peaks(info, refresh) if need else None, prefer_measured=probe == "always")
 
-def device_name(env: Env) -> str:
-  """The driver's name of the device a trace ran on (recorded where the backend tells it), else tinygrad's ("CUDA:1")."""
-  return env.get("device_name") or env["device"]
 
-def timing_of(trace: Trace) -> Timing | None:
-  """How the trace's kernels were timed; None: untimed."""
-  return trace.get("timing")
-
-def peaks_of_trace(trace: Trace) -> dict[str, Any] | None:
+def peaks_of_trace(trace: Trace) -> Peaks | None:
   """Peaks for the hardware a trace ran on, without touching any device: the spec sheet, completed by a probe measured earlier on
   this host (the cache); None when neither has a compute and a bandwidth figure."""
   env = trace["env"]
-  info = {"device": env["device"], "name": device_name(env), "host": env["host"], "tinygrad": env["tinygrad"]}
-  peaks = merge_peaks(info, known_peaks(info["name"], info["device"]), _load_cache().get(_cache_key(info)))
-  return peaks if peaks.get("fp32") and peaks.get("bw") else None
+  info: DeviceKey = {"device": env["device"], "name": device_name(env), "host": env["host"], "tinygrad": env["tinygrad"]}
+  peaks = merge_peaks(info, known_peaks(info["name"], info["device"]), _cached(info))
+  return peaks if peaks["fp32"] and peaks["bw"] else None
 
-def probe_for_trace(trace: Trace, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> dict[str, Any]:
+def probe_for_trace(trace: Trace, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> Measured:
   """Measure (in a worker) and cache the peaks of the device a trace ran on; it must be a device of this host."""
   env = trace["env"]
   return measured_peaks({"device": env["device"], "name": device_name(env), "host": env["host"], "tinygrad": env["tinygrad"]},
@@ -151,20 +193,20 @@ def probe_for_trace(trace: Trace, timeout_s: float = 300.0, progress: Callable[[
 
 # ***** the roofline of a trace *****
 
-def compute_key(dtype: str, tensor_cores: bool) -> str:
+def compute_key(dtype: str, tensor_cores: bool) -> ComputeKey:
   return ("fp16_tc" if tensor_cores else "fp16") if dtype == "float16" else ("tf32_tc" if tensor_cores else "fp32")
 
 def _pct(x: float | None, peak: float | None) -> float | None: return None if x is None or not peak else 100.0 * x / peak
 
-def kernel_point(k: Kernel, dtype: str, peaks: dict[str, Any]) -> dict[str, Any]:
+def kernel_point(k: Kernel, dtype: str, peaks: Peaks) -> dict[str, Any]:
   """Achieved FLOP/s and bytes/s of one kernel (tinygrad's Estimates over the median run time), against its roofs."""
   t = ts["median"] if (ts := k["time_s"]) else None
   tc = k["ops"].get("op:WMMA", 0) > 0  # ops: only those the kernel has
   key = compute_key(dtype, tc)
   note = None
-  if peaks.get(key) is None and key != "fp32" and peaks.get("fp32") is not None:
+  if peaks[key] is None and key != "fp32" and peaks["fp32"] is not None:
     key, note = "fp32", f"no {LABELS[compute_key(dtype, tc)]} figure for this device: FP32 roof"
-  peak, bw = peaks.get(key), peaks.get("bw")
+  peak, bw = peaks[key], peaks["bw"]
   fps = k["flops"] / t if t else None
   bps = k["bytes"] / t if t else None
   ai = k["flops"] / k["bytes"] if k["bytes"] else None
@@ -175,20 +217,20 @@ def kernel_point(k: Kernel, dtype: str, peaks: dict[str, Any]) -> dict[str, Any]
           "pct_compute": _pct(fps, peak), "pct_bandwidth": _pct(bps, bw), "roof": roof, "pct_roof": _pct(fps, roof), "bound": bound,
           "note": note if t else "not timed"}
 
-def roofline(trace: Trace, peaks: dict[str, Any]) -> dict[str, Any]:
+def roofline(trace: Trace, peaks: Peaks) -> dict[str, Any]:
   """Per kernel: achieved GFLOP/s and GB/s, % of peak compute and bandwidth, arithmetic intensity, the roof that bounds it; plus the
   data of a roofline plot (roofs and points, log-log: x FLOP/byte, y FLOP/s)."""
   if (spec := trace["spec"]) is None: raise TypeError("a captured program has no single dtype to put against the roofs")
   dtype = spec["dtype"]
   rows = [kernel_point(k, dtype, peaks) for k in trace["kernels"]]
-  bw = peaks.get("bw")
-  used = sorted({r["roof_key"] for r in rows} | {"fp32"}, key=COMPUTE_KEYS.index)
-  roofs = [{"key": k, "label": LABELS[k], "flops_per_s": peaks[k], "ridge": peaks[k] / bw if bw else None} for k in used if peaks.get(k)]
+  bw, keys = peaks["bw"], {r["roof_key"] for r in rows} | {"fp32"}
+  roofs = [{"key": k, "label": LABELS[k], "flops_per_s": peak, "ridge": peak / bw if bw else None}
+           for k in COMPUTE_KEYS if k in keys and (peak := peaks[k])]
   points = [{"index": r["index"], "kernel": r["kernel"], "role": r["role"], "x": r["intensity"], "y": r["flops_per_s"], "bound": r["bound"]}
             for r in rows if r["intensity"] and r["flops_per_s"]]
-  return {"device": peaks.get("device") or trace["env"]["device"], "name": peaks.get("name"), "model": peaks.get("model"), "dtype": dtype,
-          "timing_device": timing["device"] if (timing := timing_of(trace)) else None, "peaks": {k: peaks.get(k) for k in (*COMPUTE_KEYS, "bw")},
-          "sources": peaks.get("sources", {}), "kernels": rows, "plot": {"bw": bw, "roofs": roofs, "points": points}}
+  return {"device": peaks["device"] or trace["env"]["device"], "name": peaks["name"], "model": peaks["model"], "dtype": dtype,
+          "timing_device": timing["device"] if (timing := timing_of(trace)) else None, "peaks": {k: peaks[k] for k in PEAK_KEYS},
+          "sources": peaks["sources"], "kernels": rows, "plot": {"bw": bw, "roofs": roofs, "points": points}}
 
 def trace_roofline(trace: Trace) -> tuple[dict[str, Any] | None, str | None]:
   """(the trace's roofline, None) or (None, why there is none): untimed, or no peaks for its device yet."""
@@ -215,10 +257,10 @@ def rate(x: float | None, unit: str) -> str:
 
 def table_text(rl: dict[str, Any]) -> str:
   from explorer.text import table
-  p, src = rl["peaks"], rl["sources"]
+  p, src = rl["peaks"], rl["sources"]  # sources: every figure's that has one (a roof's, bandwidth's where known)
   head = [f"roofline: {rl['name']} ({rl['device']}{', ' + rl['model'] if rl['model'] else ''}), {rl['dtype']}"]
-  for r in rl["plot"]["roofs"]: head.append(f"  {r['label']}: {rate(r['flops_per_s'], 'FLOP/s')} [{src.get(r['key'])}]")
-  head.append(f"  bandwidth: {rate(p['bw'], 'B/s')} [{src.get('bw')}]")
+  for r in rl["plot"]["roofs"]: head.append(f"  {r['label']}: {rate(r['flops_per_s'], 'FLOP/s')} [{src[r['key']]}]")
+  head.append(f"  bandwidth: {rate(p['bw'], 'B/s')} [{src['bw'] if p['bw'] is not None else None}]")
   rows = [(r["kernel"], r["role"], _fmt(r["time_s"], 1e-3, 3), _fmt(r["flops_per_s"], 1e9), _fmt(r["bytes_per_s"], 1e9), _fmt(r["intensity"], 1, 2),
            _fmt(r["pct_compute"], 1, 2), _fmt(r["pct_bandwidth"], 1, 2), r["bound"] or "-", r["note"] or "") for r in rl["kernels"]]
   return "\n".join(head + [table(("kernel", "role", "time ms", "GFLOP/s", "GB/s", "FLOP/B", "% peak FLOP", "% peak BW", "bound", "note"), rows)])
@@ -235,12 +277,13 @@ def devices_report(probe: bool = False) -> str:
   from explorer.text import table
   found, rows = list_devices(), []
   for d in found["devices"]:
-    known = known_peaks(d["name"], d["device"]) or {}
-    meas = measured_peaks(d, refresh=True) if probe else _load_cache().get(_cache_key(d), {})
-    rows.append((d["device"], d["name"], d["compiler"], "*" if d["device"] == found["default"] else "", known.get("model", "-"),
-                 rate(known.get("fp32"), "FLOP/s"), rate(known.get("bw"), "B/s"), rate(meas.get("fp32"), "FLOP/s"), rate(meas.get("bw"), "B/s")))
+    known = known_peaks(d["name"], d["device"])
+    meas = measured_peaks(d, refresh=True) if probe else _cached(d)
+    rows.append((d["device"], d["name"], d["compiler"], "*" if d["device"] == found["default"] else "", known["model"] if known else "-",
+                 rate(known and known["fp32"], "FLOP/s"), rate(known and known["bw"], "B/s"), rate(meas and meas["fp32"], "FLOP/s"),
+                 rate(meas and meas["bw"], "B/s")))
   out = [table(("device", "name", "compiler", "default", "spec sheet", "FP32", "bandwidth", "measured FP32", "measured bandwidth"), rows)]
-  out += [f"note: {d['device']}: {d['fallback']}" for d in found["devices"] if d.get("fallback")]
+  out += [f"note: {d['device']}: {d['fallback']}" for d in found["devices"] if d["fallback"]]
   out.append(f"traces run on {found['default']} unless --device or DEV= says otherwise" + ("" if probe else "; --probe measures each device"))
   return "\n".join(out)
 
@@ -256,7 +299,7 @@ def roofline_svg(rl: dict[str, Any], width: int = 640, height: int = 400) -> str
   def frac(v: float, lo: float, hi: float) -> float: return (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
   def sx(x: float) -> float: return pad[0] + (width - pad[0] - pad[1]) * frac(x, x0, x1)
   def sy(y: float) -> float: return height - pad[3] - (height - pad[2] - pad[3]) * frac(y, y0, y1)
-  e, title = html.escape, f"roofline of {rl.get('name') or rl['device']}"
+  e, title = html.escape, f"roofline of {rl['name'] or rl['device']}"
   out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" '
          f'font-size="11" role="img" aria-label="{e(title)}">',
          f'<rect x="{pad[0]}" y="{pad[2]}" width="{width-pad[0]-pad[1]}" height="{height-pad[2]-pad[3]}" fill="none" stroke="#999"/>']

@@ -10,14 +10,24 @@ from the store and expands the rest from the rewrite blob in a worker (explorer.
 from __future__ import annotations
 import datetime, json, os, re
 from typing import Any, Callable, cast
+from typing_extensions import NotRequired, TypedDict
 from explorer.version import __version__
 from explorer.spec import TARGETS
 from explorer.present import graphs
 from explorer.present.tour import told_kernels
 from explorer.schema import Kernel, Trace, target_record
 
-# {"ref", "title", "svg" | None, "notes": [...], "error": str | None, "shown_nodes", "total_nodes", "legend"?, "rejected"?}
-GraphBlock = dict[str, Any]
+class GraphBlock(TypedDict):
+  """One graph of an export: laid out (svg) or the reason it is not (error), what was left out of it (notes) and its node counts."""
+  ref: str
+  title: str
+  svg: str | None
+  notes: list[str]
+  error: str | None
+  shown_nodes: int
+  total_nodes: int
+  legend: NotRequired[list[dict[str, Any]]]  # a drawn graph's
+  rejected: NotRequired[int]                 # a cached view's: the UOps tinygrad's spec rejected
 
 def graph_refs(trace: Trace) -> list[str]:
   """The graphs an export draws: the tensor graph (when recorded), the kernel graph, each kernel's AST (a big program's: the kernels its
@@ -77,7 +87,7 @@ def render_html(trace: Trace, trace_id: str, graph_blocks: dict[str, GraphBlock]
   from explorer.present.render import environment
   env = environment()
   roof = roofline or NO_ROOFLINE
-  blocks = {ref: {**b, "svg": Markup(localize_svg(b["svg"], "g" + re.sub(r"\W", "-", ref))) if b.get("svg") else None}
+  blocks = {ref: {**b, "svg": Markup(localize_svg(b["svg"], "g" + re.sub(r"\W", "-", ref))) if b["svg"] else None}
             for ref, b in graph_blocks.items()}
   assets = {k: Markup(v) for k, v in inline_assets().items()}
   exported = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections, html, os, re, shutil, subprocess, tempfile
 from dataclasses import dataclass
 from typing import Any
-from explorer.schema import Kernel, Pass, SpecCheck, TargetRecord, Trace, own_provenance, target_record
+from explorer.schema import Kernel, Pass, SpecCheck, TargetRecord, Trace, own_provenance, realizes_of, target_record
 from explorer.text import fmt_bytes, provenance_sites, si
 
 Graph = dict[str, Any]  # {"nodes": [{"id", "label", "op", ...}], "edges": [{"src", "dst", "idx", "via"?}], ...}: a UOp or kernel graph
@@ -34,6 +34,16 @@ class LayoutError(RuntimeError):
   """graphviz could not lay the graph out (missing, too slow, failed): the message says which."""
 
 # ***** simplification: what to leave out of big graphs, said out loud *****
+
+def trace_num(node: dict[str, Any]) -> int | None:
+  """A node's UOp trace number (stable across graphs and processes), or None where it has none: not a recorded UOp, or a kernel graph's."""
+  return node.get("num")
+
+def fill_of(node: dict[str, Any]) -> str:
+  """A node's fill: the color tracing.tg (or the kernel graph) gave it, white where it has none."""
+  return node.get("color") or "#ffffff"
+
+def op_shape(op: str) -> str: return OP_SHAPES.get(op, "box")  # most ops are boxes
 
 def dtype_of(label: str) -> str | None: return next((ln for ln in label.split("\n")[1:] if ln.startswith("dtypes.")), None)
 
@@ -108,7 +118,7 @@ def simplify(graph: Graph, max_nodes: int = MAX_NODES, index: str = "auto", expa
   if len(graph["nodes"]) > max_nodes:
     n_before = len(graph["nodes"])
     keep = nearest_outputs(graph, max_nodes)
-    opened = {n["id"] for n in graph["nodes"] if n.get("num") in expand}
+    opened = {n["id"] for n in graph["nodes"] if trace_num(n) in expand}
     if opened:  # the nodes asked to be opened, and their inputs two levels up
       keep |= opened | ancestors(graph, opened, EXPAND_DEPTH)
       notes.append(f"Opened {len(opened)} cut-off node(s): their inputs {EXPAND_DEPTH} levels up are shown too.")
@@ -138,6 +148,12 @@ def _attrs(**kw: object) -> str: return ", ".join(f"{k}={_q(str(v))}" for k, v i
 DOWNSTREAM_OUTLINE = "#d9931c"  # the diff legend's amber (diff.css .swatch.downstream)
 SPEC_OUTLINE = "#7c3aed"  # tinygrad's spec rejected the UOp: an outline no op family, and not the red of a changed node, uses
 
+# what a UOp node's or edge's optional keys mean where absent (each is set only where it applies): truncated, by simplify (its inputs were
+# left out); spec, the spec check's message on a rejected node (graph views); addrspace, a buffer's address space (tracing.tg), else a grey
+# outline; via, by simplify on an edge that stands for a left-out path
+NODE_ABSENT: dict[str, Any] = {"truncated": False, "spec": None, "addrspace": None}
+EDGE_ABSENT: dict[str, Any] = {"via": False}
+
 def uop_dot(graph: Graph, highlight: set[str] | None = None, title: str = "", violations: set[str] | None = None,
             downstream: set[str] | None = None) -> str:
   """violations: nodes tinygrad's spec rejected, outlined thick, dashed and violet over their op's fill (REDUCE is filled red: a red
@@ -149,21 +165,21 @@ def uop_dot(graph: Graph, highlight: set[str] | None = None, title: str = "", vi
   out = ["digraph G {", f"  graph [{graph_attrs}];",
          "  node [shape=box, style=\"filled,rounded\", fontname=\"DejaVu Sans Mono,monospace\", fontsize=9, margin=\"0.08,0.04\", height=0.3];",
          "  edge [color=\"#8a8f98\", arrowsize=0.5, penwidth=0.8];"]
-  for n in graph["nodes"]:
+  for n in ({**NODE_ABSENT, **node} for node in graph["nodes"]):
     changed, down = n["id"] in highlight, n["id"] in downstream and n["id"] not in highlight
-    style = "filled,rounded" + (",dotted" if n.get("truncated") else "") + (",bold" if changed else ",dashed" if down else "")
+    style = "filled,rounded" + (",dotted" if n["truncated"] else "") + (",bold" if changed else ",dashed" if down else "")
     classes = f"uop op-{n['op']}" + (" changed" if changed else " downstream" if down else "")
     classes += " spec-violation" if (bad := n["id"] in violations) else ""
-    fill = n.get("color") or "#ffffff"
+    fill = fill_of(n)
     if bad: style += ",dashed"
-    tip = n["label"] if not bad else f"tinygrad's spec rejects this UOp: {n.get('spec') or 'see the spec check'}\n\n{n['label']}"
+    tip = n["label"] if not bad else f"tinygrad's spec rejects this UOp: {n['spec'] or 'see the spec check'}\n\n{n['label']}"
     attrs = _attrs(label=_short_label(n["label"]), tooltip=tip, fillcolor=fill, fontcolor=text_color(fill), id="n" + n["id"],
-                   shape=OP_SHAPES.get(n["op"], "box"), style=style,
-                   color="#e5484d" if changed else SPEC_OUTLINE if bad else DOWNSTREAM_OUTLINE if down else (n.get("addrspace") or "#5c6370"),
+                   shape=op_shape(n["op"]), style=style,
+                   color="#e5484d" if changed else SPEC_OUTLINE if bad else DOWNSTREAM_OUTLINE if down else (n["addrspace"] or "#5c6370"),
                    penwidth=3 if changed or bad else 1.6 if down else 1.2, **{"class": classes})
     out.append(f"  {_q(n['id'])} [{attrs}];")
-  for e in graph["edges"]:
-    attrs = _attrs(tooltip=f"src[{e['idx']}]", style="dashed" if e.get("via") else None, id=f"e{e['src']}-{e['dst']}")
+  for e in ({**EDGE_ABSENT, **edge} for edge in graph["edges"]):
+    attrs = _attrs(tooltip=f"src[{e['idx']}]", style="dashed" if e["via"] else None, id=f"e{e['src']}-{e['dst']}")
     out.append(f"  {_q(e['src'])} -> {_q(e['dst'])} [{attrs}];")
   out.append("}")
   return "\n".join(out)
@@ -171,7 +187,7 @@ def uop_dot(graph: Graph, highlight: set[str] | None = None, title: str = "", vi
 def legend(graph: Graph) -> list[dict[str, Any]]:
   """Op kinds present in the graph with the color tracing.tg gave them (most frequent first within a group)."""
   colors: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-  for n in graph["nodes"]: colors[n["op"]][n.get("color") or "#ffffff"] += 1
+  for n in graph["nodes"]: colors[n["op"]][fill_of(n)] += 1
   ret = []
   grouped: set[str] = set()
   for name, ops in LEGEND_GROUPS:
@@ -179,9 +195,9 @@ def legend(graph: Graph) -> list[dict[str, Any]]:
     grouped.update(ops)
     if present:
       color = colors[present[0]].most_common(1)[0][0]
-      ret.append({"name": name, "color": color, "shape": OP_SHAPES.get(present[0], "box"), "count": sum(sum(colors[o].values()) for o in present)})
+      ret.append({"name": name, "color": color, "shape": op_shape(present[0]), "count": sum(sum(colors[o].values()) for o in present)})
   for op in sorted(set(colors) - grouped):
-    ret.append({"name": op, "color": colors[op].most_common(1)[0][0], "shape": OP_SHAPES.get(op, "box"), "count": sum(colors[op].values())})
+    ret.append({"name": op, "color": colors[op].most_common(1)[0][0], "shape": op_shape(op), "count": sum(colors[op].values())})
   return ret
 
 # ***** the kernel graph: kernels and the buffers between them, straight from the trace *****
@@ -204,7 +220,7 @@ GROUP_ABOVE = 150  # a program with more calls than this shows its kernel graph 
 def kernel_graph(trace: Trace, trace_url: str | None = None) -> Graph:
   """Kernels (and copies) and buffers as one graph: writer call -> buffer -> reader call. A program of more than GROUP_ABOVE calls:
   one node per realize and model line (program_graph)."""
-  if trace.get("realizes") and len(trace["schedule"]) > GROUP_ABOVE: return program_graph(trace, trace_url or "")
+  if realizes_of(trace) and len(trace["schedule"]) > GROUP_ABOVE: return program_graph(trace, trace_url or "")
   nodes: list[dict[str, Any]] = []
   edges: list[dict[str, Any]] = []
   for b in trace["buffers"]:
@@ -331,15 +347,16 @@ def layout(dot_src: str, timeout_s: float = DOT_TIMEOUT_S) -> tuple[str, dict[st
 
 def _unoverlap(pos: dict[str, tuple[float, float]], sizes: dict[str, tuple[float, float]], fixed: set[str], gap: float = 6) -> None:
   """Move the nodes not in `fixed` right, one by one from the top, until none overlaps a node placed before it."""
+  def size(i: str) -> tuple[float, float]: return sizes.get(i, (40, 20))  # a node dot did not report: a small box
   placed = [i for i in pos if i in fixed]
   for i in sorted((i for i in pos if i not in fixed), key=lambda i: (-pos[i][1], pos[i][0])):
     x, y = pos[i]
-    w, h = sizes.get(i, (40, 20))
+    w, h = size(i)
     for _ in range(400):
-      hit = next((j for j in placed if abs(pos[j][0] - x) < (w + sizes.get(j, (40, 20))[0]) / 2 + gap
-                  and abs(pos[j][1] - y) < (h + sizes.get(j, (40, 20))[1]) / 2 + gap), None)
+      hit = next((j for j in placed if abs(pos[j][0] - x) < (w + size(j)[0]) / 2 + gap
+                  and abs(pos[j][1] - y) < (h + size(j)[1]) / 2 + gap), None)
       if hit is None: break
-      x = pos[hit][0] + (w + sizes.get(hit, (40, 20))[0]) / 2 + gap + 0.5  # a little past the limit: rounding must not keep it touching
+      x = pos[hit][0] + (w + size(hit)[0]) / 2 + gap + 0.5  # a little past the limit: rounding must not keep it touching
     pos[i] = (x, y)
     placed.append(i)
 
@@ -348,7 +365,7 @@ def _unoverlap(pos: dict[str, tuple[float, float]], sizes: dict[str, tuple[float
 def _anchored(graph: Graph, fresh: dict[str, tuple[float, float]], anchor: dict[int, tuple[float, float]]) -> dict[str, tuple[float, float]]:
   """Where each node goes: a UOp the previous graph held (same trace number) where it was; a new one where dot put it relative to
   its nearest such neighbour (so it lands beside what it replaced); with no such neighbour, dot's place shifted as the survivors are."""
-  at = {n["id"]: anchor[n["num"]] for n in graph["nodes"] if n.get("num") in anchor and n["id"] in fresh}
+  at = {n["id"]: anchor[num] for n in graph["nodes"] if (num := trace_num(n)) in anchor and n["id"] in fresh}
   if not at: return fresh
   shift_x = sum(at[i][0] - fresh[i][0] for i in at) / len(at)
   shift_y = sum(at[i][1] - fresh[i][1] for i in at) / len(at)
@@ -378,7 +395,7 @@ def stable_layout(graph: Graph, dot_src: str, anchor: dict[int, tuple[float, flo
   boxes = node_boxes(_graphviz("dot", dot_src, timeout_s)["plain"])
   fresh = {k: (x, y) for k, (x, y, _, _) in boxes.items()}
   pos = _anchored(graph, fresh, anchor)
-  kept = {n["id"] for n in graph["nodes"] if n.get("num") in anchor}
+  kept = {n["id"] for n in graph["nodes"] if trace_num(n) in anchor}
   _unoverlap(pos, {k: (w, h) for k, (_, _, w, h) in boxes.items()}, kept)
   pinned = re.sub(r'^  "([^"]+)" \[', lambda m: f'  "{m.group(1)}" [pos="{pos[m.group(1)][0]:.1f},{pos[m.group(1)][1]:.1f}!", '
                   if m.group(1) in pos else m.group(0), dot_src, flags=re.M)
@@ -463,11 +480,13 @@ def spec_messages(trace: Trace, ref: Ref) -> dict[int, str]:
   """spec_violations with each UOp's message (type_verify's), by trace number."""
   check: SpecCheck | None = None
   if ref.kind == "tensor": check = trace.get("spec_checks", {}).get("tensor_graph")  # traces before spec checks have none
-  elif ref.kind == "ast": check = ks["ast"] if (ks := kernel_of(trace, ref.kernel).get("spec")) else None
-  elif ref.kind == "codegen":
+  elif ref.kind in ("ast", "codegen"):
     k = kernel_of(trace, ref.kernel)
-    rec, older = target_record(k, ref.target), k.get("spec", {}).get("program") if ref.target is None else None  # older traces: the kernel's
-    check = (rec.get("spec") if rec else None) or older
+    ks = k.get("spec")  # traces before spec checks have none
+    if ref.kind == "ast": check = ks["ast"] if ks else None
+    else:  # the record's own check; older traces: the kernel's, of the host's program
+      rec = target_record(k, ref.target)
+      check = (rec.get("spec") if rec else None) or (ks.get("program") if ks is not None and ref.target is None else None)
   return {v["trace_num"]: v["message"] for v in check["violations"]} if check else {}
 
 def graph_title(trace: Trace, ref: Ref) -> str:
@@ -475,6 +494,6 @@ def graph_title(trace: Trace, ref: Ref) -> str:
   if ref.kind == "kernels": return "Kernel graph"
   if ref.kind == "ast": return f"AST of kernel {ref.kernel} ({kernel_of(trace, ref.kernel)['role']}): the same for every target"
   p = passes_of(trace, ref)[ref.pass_index]  # type: ignore[index]
-  where = {"before": "before", "after": "after"}.get(ref.at or "", f"after match {ref.match} of")
+  where = ref.at if ref.at in ("before", "after") else f"after match {ref.match} of"
   # numbered from 1, as the pass list shows them
   return f"{where} {ref.target + ' ' if ref.target else ''}pass {(ref.pass_index or 0) + 1} “{p['name']}” ({p['matches']} matches)"

@@ -1,6 +1,6 @@
 """Templates, number formatting and source highlighting, shared by the web pages and the self-contained export (no FastAPI)."""
 from __future__ import annotations
-import functools, json, pathlib, re, time
+import collections, functools, json, pathlib, re, time
 from typing import Any, Callable
 import jinja2
 from markupsafe import Markup
@@ -13,7 +13,7 @@ from explorer.spec import opt_label
 from explorer.stats import noisy
 from explorer.text import provenance_sites
 from explorer.present.graphs import fmt_bytes, fmt_seconds, kernel_time
-from explorer.schema import Kernel, RanOn, StageRow, Trace, host_target
+from explorer.schema import Kernel, RanOn, StageRow, Trace, host_target, totals_of
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"
 STATIC_DIR = pathlib.Path(__file__).resolve().parent.parent / "static"
@@ -24,6 +24,8 @@ LEXERS: dict[str, type[Lexer]] = {"cuda": CudaLexer, "metal": CppLexer, "opencl"
                                   "wgsl": WgslLexer}
 # each line an anchor (#L-12, the permalink) inside a span (S-12, what the line map colours)
 FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False, linenos="table", lineanchors="L", linespans="S", anchorlinenos=False, wrapcode=True)
+
+def target_label(target: str) -> str: return TARGET_LABELS.get(target, target)  # a target with no label of its own: its name
 
 def lexer_for(target: str, source: str) -> Lexer:
   if target == "host": return LlvmLexer() if re.search(r"^\s*define\s", source, re.M) else CLexer()
@@ -84,7 +86,7 @@ def ran_on_parts(ran_on: RanOn | None) -> list[tuple[str, str]]:
   places: dict[str, list[str]] = {}
   for stage, by in stages.items(): places.setdefault(by, []).append(stage.replace("_", " "))
   if len(places) == 1: places = {by: ["every stage"] for by in places}
-  for target, by in targets.items(): places.setdefault(by, []).append(f"{TARGET_LABELS.get(target, target)} target")
+  for target, by in targets.items(): places.setdefault(by, []).append(f"{target_label(target)} target")
   if len(places) == 1 and not targets: return [(by, "") for by in places]
   return [(by, ", ".join(parts)) for by, parts in places.items()]
 
@@ -93,13 +95,14 @@ HTML_SAFE_JSON = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", 
 def grouped_stages(rows: list[StageRow]) -> list[tuple[StageRow, int]]:
   """STAGE rows with identical figures (shape, dtype, space, op, bytes, removable, the buffer they became, what they are computed from and
   stored into) as one row and how many."""
-  groups: dict[tuple[Any, ...], tuple[StageRow, int]] = {}
+  first: dict[tuple[Any, ...], StageRow] = {}
+  count: collections.Counter[tuple[Any, ...]] = collections.Counter()
   for s in rows:
     key = (tuple(s["shape"]), s["dtype"], s["addrspace"], s["src_op"], s["nbytes"], s["removable"], s.get("buffer"),
            tuple(s.get("reads") or ()), tuple(s.get("into") or ()))  # the rows' links to buffers are absent where none was found
-    first, n = groups.get(key, (s, 0))
-    groups[key] = (first, n + 1)
-  return list(groups.values())
+    first.setdefault(key, s)
+    count[key] += 1
+  return [(row, count[key]) for key, row in first.items()]
 
 def tojson_compact(x: Any) -> Markup:
   """JSON safe in a single-quoted HTML attribute or a <script>: <, >, & and ' escaped as JSON \\u escapes, as jinja's tojson does."""
@@ -115,7 +118,8 @@ def compile_summary(trace: Trace) -> str:
   """The trace's compile time as the kernel page says it: "cached" where tinygrad's disk cache had every binary (no compiler ran),
   else the time of the compiles that ran and how many kernels were cached."""
   kernels = trace["kernels"]
-  cached, total_s = sum(1 for k in kernels if k.get("compile_cached")), trace["totals"].get("compile_s")  # a failed trace's totals: {}
+  cached = sum(1 for k in kernels if k.get("compile_cached"))  # absent: not from tinygrad's disk cache
+  total_s = sums["compile_s"] if (sums := totals_of(trace)) else None
   if kernels and cached == len(kernels): return "cached"
   return fmt_seconds(total_s) + (f" ({cached} of {len(kernels)} cached)" if cached else "")
 
@@ -140,6 +144,6 @@ def environment() -> jinja2.Environment:
   env.globals["grouped_stages"] = grouped_stages
   env.globals["largest_buffers"] = largest_buffers
   env.globals.update(compile_summary=compile_summary, rendered_targets=rendered_targets)
-  env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=lambda t: TARGET_LABELS.get(t, t),
+  env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=target_label,
                      highlighted=highlighted, ran_on_parts=ran_on_parts, provenance_sites=provenance_sites)
   return env

@@ -3,8 +3,9 @@ the rank test's p-value and the verdict; and a server-rendered SVG per case of e
 with the paired B/A ratios, their interval, 1 (no difference) and the document's figure. Pure Python: no tinygrad, no JS."""
 from __future__ import annotations
 import html, math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 import numpy as np
+from explorer.schema import CountComparison, StudyCase, StudyResult, StudyRow, setting_of
 from explorer.spec import ConvSpec
 
 def _ratio(x: float | None) -> str: return "-" if x is None or not math.isfinite(x) else f"{x:.4g}x"
@@ -18,9 +19,9 @@ FIGURES = {"time": "run time, median of B/A per repeat", "spread": "standard dev
 SIZE = {"inside": "the document's figure is inside the interval", "below": "the document's figure is below the interval",
         "above": "the document's figure is above the interval"}
 
-def _says(case: dict[str, Any], variant: str, figure: str) -> str:
-  """The document's words for this figure of this variant (against the case's first), or "-"."""
-  claim = case.get("claim") or {}
+def _says(case: StudyCase, variant: str, figure: str) -> str:
+  """The document's words for this figure of this variant (against the case's first), or "-" (a claim names only its own figures)."""
+  claim = case["claim"]
   return claim.get("says", {}).get(figure, "-") if claim.get("of", variant) == variant else "-"
 
 def _interval(lo: float | None, hi: float | None) -> str:
@@ -31,20 +32,22 @@ def _ms(x: float | None) -> str:
   return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.4g} ms" if x < 10 else f"{x * 1e3:.0f} ms"
 
 # what each paired figure's A and B columns show: the variant's own value behind the ratio (a row's key, in seconds)
-ABSOLUTE = {"time": ("time_median_s", "median "), "spread": ("time_std_s", "std "), "compile": ("compile_median_s", "median ")}
+ABSOLUTE: dict[str, tuple[Literal["time_median_s", "time_std_s", "compile_median_s"], str]] = {
+  "time": ("time_median_s", "median "), "spread": ("time_std_s", "std "), "compile": ("compile_median_s", "median ")}
 
-def _absolute(row: dict[str, Any], figure: str) -> str:
-  key, what = ABSOLUTE.get(figure, ("", ""))
-  return what + _ms(row.get(key)) if row.get(key) is not None else "-"
+def _absolute(row: StudyRow, figure: str) -> str:
+  """A paired figure's own value of one variant ("-" where the row has none: compile_median_s, in older studies or without compiles)."""
+  key, what = ABSOLUTE[figure]
+  return what + _ms(x) if (x := row.get(key)) is not None else "-"
 
-def document_rows(study: dict[str, Any]) -> list[dict[str, Any]]:
+def document_rows(study: StudyResult) -> list[dict[str, Any]]:
   """Every case's figures in one table, the document's words beside each, laid out as the documents' own tables: each variant's
   absolute value (A, B: its median time, its std, its count) beside their ratio. The paired figures (time, spread) carry an interval,
   a p-value (time, compile time) and a verdict; the counts (UOps) are exact, so their verdict compares B/A with the document's
   threshold; codegen + compile as traced is one sample per variant, so it has none."""
   rows = []
   for n, case in enumerate(study["cases"]):
-    where = {"case": n, "preset": case["preset"], "shape": ConvSpec.from_dict(case["spec"]).label(), "setting": case.get("case", "")}
+    where = {"case": n, "preset": case["preset"], "shape": ConvSpec.from_dict(case["spec"]).label(), "setting": setting_of(case)}
     by_name = {r["variant"]: r for r in case["rows"]}
     repeated = {c["b"] for c in case["comparisons"] if c["figure"] == "compile"}  # compile time with an interval: the claim is there
     def row(a: str, b: str, figure: str, measured: str, a_value: str, b_value: str, interval: str = "-", p: float | None = None,
@@ -52,7 +55,7 @@ def document_rows(study: dict[str, Any]) -> list[dict[str, Any]]:
       says = _says(case, b, "compile") if figure == "build" and b not in repeated else _says(case, b, figure)
       return {**where, "a": a, "b": b, "figure": FIGURES[figure], "document": says, "a_value": a_value, "b_value": b_value,
               "measured": measured, "interval": interval, "p_value": p, "verdict": verdict, "size": ""}
-    def counted(c: dict[str, Any]) -> dict[str, Any]:
+    def counted(c: CountComparison) -> dict[str, Any]:
       r = row(c["a"], c["b"], c["figure"], _ratio(c["ratio"]), str(c["a_count"]), str(c["b_count"]), "exact count", None, c["verdict"])
       if c["kernel"] is not None: r["figure"] = FIGURES["kernel"].format(c["kernel"])
       return r | {"size": f"the claim: B/A at least {c['claim']:g}" if c["claim"] is not None and c["claim"] > 1 else
@@ -65,9 +68,10 @@ def document_rows(study: dict[str, Any]) -> list[dict[str, Any]]:
       build_a, build_b = first["codegen_s"] + first["compile_s"], r["codegen_s"] + r["compile_s"]
       rows.append(row(first["variant"], r["variant"], "build", _ratio(build_b / build_a if build_a else None), _ms(build_a), _ms(build_b),
                       "one trace each"))
-      if "counts" not in case:  # a study stored before counts had verdicts
-        rows += [row(first["variant"], r["variant"], figure, _ratio(r[key] / first[key] if first[key] else None), str(first[key]), str(r[key]),
-                     "counted") for key, figure in (("graph_uops", "graph"), ("linear_uops", "uops")) if first.get(key) is not None]
+      if "counts" not in case:  # a study stored before counts had verdicts: its rows as stored, a count absent where not yet counted
+        a, b = dict[str, Any](first), dict[str, Any](r)
+        rows += [row(a["variant"], b["variant"], figure, _ratio(b[key] / a[key] if a[key] else None), str(a[key]), str(b[key]),
+                     "counted") for key, figure in (("graph_uops", "graph"), ("linear_uops", "uops")) if a.get(key) is not None]
     rows += [counted(c) for c in case.get("counts", [])]
   return rows
 
@@ -118,7 +122,7 @@ def _axis(y: float, x_of: Callable[[float], float], lo: float, hi: float, unit: 
             f'<text class="tick" x="{x_of(t):.1f}" y="{y + 16:.1f}" text-anchor="middle">{t:.4g}{unit}</text>']
   return out
 
-def distribution_svg(case: dict[str, Any]) -> str:
+def distribution_svg(case: StudyCase) -> str:
   """Top: each variant's time per repeat (ms). Bottom: each B's ratio to A per repeat, the 95% interval of its median (band), 1 and
   the document's figure (dashed), so a verdict can be read off the picture."""
   rows, esc = case["rows"], html.escape
@@ -133,9 +137,9 @@ def distribution_svg(case: dict[str, Any]) -> str:
          f'<text class="title" x="8" y="16">time per repeat (ms), {sum(len(t) for t in times) // max(n_top, 1)} paired repeats</text>']
   lo, hi = min(_whiskers(t)[0] for t in times), max(_whiskers(t)[1] for t in times)
   x_of = _scale(lo, hi, LABEL_W, W - PAD)
-  for i, (r, t) in enumerate(zip(rows, times)):
+  for i, (variant, t) in enumerate(zip(rows, times)):
     y = PAD + 10 + i * ROW_H + ROW_H / 2
-    out += [f'<text class="label" x="{LABEL_W - 8}" y="{y + 4:.1f}" text-anchor="end">{esc(r["variant"])}</text>',
+    out += [f'<text class="label" x="{LABEL_W - 8}" y="{y + 4:.1f}" text-anchor="end">{esc(variant["variant"])}</text>',
             *_box(y, list(t), x_of, f"v{i}", lo, hi)]
   out += _axis(PAD + 10 + n_top * ROW_H + 4, x_of, lo, hi, "")
   if not ratios: return "\n".join(out + ["</svg>"])
@@ -163,13 +167,15 @@ def distribution_svg(case: dict[str, Any]) -> str:
 
 # ***** the page's cases, and the offline export *****
 
-def sampling_text(case: dict[str, Any]) -> str:
-  s = case.get("sampling") or {}
-  why = {"converged": f"every interval narrower than {s.get('target_width')}", "budget": f"the {s.get('budget_s')}s budget was spent",
-         "max repeats": "the most repeats allowed", "repeats": "the repeats asked for"}.get(s.get("ended", ""), s.get("ended", ""))
-  return f"{case['warmup']} warmup + {s.get('repeats', case['repeats'])} interleaved repeats, stopped at {why}"
+ENDED = {"max repeats": "the most repeats allowed", "repeats": "the repeats asked for"}  # why a sampling stopped
 
-def case_views(result: dict[str, Any]) -> list[dict[str, Any]]:
+def sampling_text(case: StudyCase) -> str:
+  if (s := case["sampling"]) is None: return f"{case['warmup']} warmup + {case['repeats']} interleaved repeats, stopped at "
+  why = (f"every interval narrower than {s['target_width']}" if s["ended"] == "converged" else f"the {s['budget_s']}s budget was spent"
+         if s["ended"] == "budget" else ENDED.get(s["ended"], s["ended"]))  # an end not named here: its own word
+  return f"{case['warmup']} warmup + {s['repeats']} interleaved repeats, stopped at {why}"
+
+def case_views(result: StudyResult) -> list[dict[str, Any]]:
   """Each case with what the page draws: its shape's label, how its sampling ended, its plot."""
   return [{**c, "shape": ConvSpec.from_dict(c["spec"]).label(), "sampling_text": sampling_text(c), "svg": distribution_svg(c)}
           for c in result["cases"]]
@@ -185,7 +191,7 @@ def render_export(status: dict[str, Any], origin: str) -> str:
   return environment().get_template("study_export.html").render(s=status, cases=case_views(status["result"]), css=Markup(inline_assets()["css"]),
                                                                  exported=exported, origin=origin, version=__version__)
 
-def document_markdown(study: dict[str, Any]) -> str:
+def document_markdown(study: StudyResult) -> str:
   """document_rows as one markdown table: what the CLI prints after a study's cases."""
   cols = ("case", "shape", "A", "B", "figure", "the document", "A value", "B value", "B/A", "95% interval", "p", "verdict")
   lines = [f"### study {study['study']}: the documents' figures, measured again", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

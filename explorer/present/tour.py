@@ -8,7 +8,8 @@ import collections
 from dataclasses import replace
 from typing import Any
 from explorer.present.graphs import kernel_time
-from explorer.schema import Kernel, ProgramInfo, TargetRecord, TimeStats, Totals, Trace, host_target, own_provenance, target_record
+from explorer.schema import (InterleavedTiming, Kernel, ProgramInfo, TargetRecord, TimeStats, Totals, Trace, ast_key_of, host_target, max_live_line,
+                             own_provenance, pressure_of, realizes_of, registers_of, stage_counts_of, target_record, totals_of)
 from explorer.stats import NOISY_SPREAD, noisy
 from explorer.spec import ConvSpec, Variant, opt_label
 from explorer.text import fmt_bytes, provenance_sites
@@ -64,7 +65,7 @@ def told_kernels(trace: Trace) -> list[int]:
   """The kernels a trace's tour tells: all of them, or of a program with more than TOLD_KERNELS, the heaviest (by measured time, else by
   FLOPs), in schedule order."""
   ks = trace["kernels"]
-  if not trace.get("realizes") or len(ks) <= TOLD_KERNELS: return [k["index"] for k in ks]
+  if not realizes_of(trace) or len(ks) <= TOLD_KERNELS: return [k["index"] for k in ks]
   timed = all(k["time_s"] for k in ks)
   heaviest = sorted(ks, key=lambda k: -(kernel_time(k) or 0.0 if timed else k["flops"]))[:TOLD_KERNELS]
   return sorted(k["index"] for k in heaviest)
@@ -83,7 +84,7 @@ def trace_tour(trace: Trace, target: str | None = None) -> list[Step]:
 
 def _program_step(trace: Trace, told: list[int]) -> Step | None:
   """A program's realizes, the lines of the model that made most of its kernels, and which kernels the tour goes on to tell."""
-  if not (realizes := trace.get("realizes")): return None
+  if not (realizes := realizes_of(trace)): return None
   ks = trace["kernels"]
   lines = collections.Counter(site for k in ks for site, _ in provenance_sites([dict(e) for e in own_provenance(k)]))
   busiest = ", ".join(f"{site} ({_plural(n, 'kernel')})" for site, n in lines.most_common(3))
@@ -111,7 +112,7 @@ def _tensor_step(trace: Trace, spec: ConvSpec | None, variant: Variant | None = 
 
 def _scheduler_steps(trace: Trace) -> list[Step]:
   sch = trace["scheduler"]  # None where the trace failed before its schedule
-  passes, counts, seconds = (sch["passes"], sch.get("stage_counts"), sch["seconds"]) if sch else ([], None, 0.0)
+  passes, counts, seconds = (sch["passes"], stage_counts_of(sch), sch["seconds"]) if sch else ([], None, 0.0)
   steps = [_step("rangeify", "Rangeify", "rangeify",
                  f"tinygrad's scheduler ran {_plural(len(passes), 'named pass', 'named passes')} with "
                  f"{sum(p['matches'] for p in passes)} pattern matches "
@@ -133,7 +134,7 @@ def _constants_step(trace: Trace, variant: Variant) -> Step | None:
   const_bufs = [b for b in trace["buffers"] if b["role"] == "constant"]
   consts, loads = sum(k["ops"]["consts"] for k in trace["kernels"]), sum(k["ops"]["loads"] for k in trace["kernels"])
   where = (f"they are {_plural(len(const_bufs), 'device buffer')} ({fmt_bytes(sum(b['nbytes'] for b in const_bufs))}), copied from the host "
-           f"({_plural(trace['totals'].get('copies', 0), 'COPY')}) and loaded inside the kernels" if const_bufs else
+           f"({_plural(sums['copies'] if (sums := totals_of(trace)) else 0, 'COPY')}) and loaded inside the kernels" if const_bufs else
            "no buffer holds them: they are folded into the kernel code as immediates")
   return _step("constants", "Where the constants went", "source",
                f"The Winograd transform matrices are {variant.consts if variant.wino_impl == 'explorer' else 'symbolic'} here: {where}. "
@@ -150,7 +151,7 @@ def _kernel_steps(trace: Trace, k: Kernel, spec: ConvSpec | None, target: str | 
   text = (f"Kernel {rec['name']} is {k['role']}: {_role_text(k['role'], spec is None)}. It reads {reads} and writes {writes}. "
           f"Its AST has {k['ast_uops']} UOps{FOLDED}.")
   if k["role"] == "xhat" and spec is not None:
-    total = trace["totals"].get("flops", 0)
+    total = sums["flops"] if (sums := totals_of(trace)) else 0
     text += (f" The whole Winograd schedule counts {_si(total)}FLOPs (tinygrad's Estimates) against {_si(spec.direct_flops)}FLOPs of "
              f"multiply-adds for the direct convolution: {spec.direct_flops / total:.2f}x fewer." if total else "")
   text += "".join(f" {note}." for note in k["notes"])
@@ -166,11 +167,12 @@ def _kernel_steps(trace: Trace, k: Kernel, spec: ConvSpec | None, target: str | 
   source = _step(f"k{n}-source", f"Kernel {n}: source", f"k/{n}/source",
                  f"The {on} renderer turned those uops into {len(rec['source'].splitlines())} lines of source, the kernel "
                  f"{rec['name']}." + (f" The trace also rendered it for {', '.join(others)} (the tabs beside it)." if others else ""))
-  if (p := rec.get("pressure")):
-    uops["focus"] = {"uop": p["max_live_at"], "line": p.get("max_live_line")}
-    if p.get("max_live_line"):
-      source["text"] += f" Line {p['max_live_line']} (marked) is where the most values are live at once, {p['max_live']}."
-      source["focus"] = {"line": p["max_live_line"]}
+  if (p := pressure_of(rec)):
+    line = max_live_line(p)
+    uops["focus"] = {"uop": p["max_live_at"], "line": line}
+    if line:
+      source["text"] += f" Line {line} (marked) is where the most values are live at once, {p['max_live']}."
+      source["focus"] = {"line": line}
   return [
     _step(f"k{n}-ast", f"Kernel {n}: {k['role']} AST", f"k/{n}", text),
     _step(f"k{n}-codegen", f"Kernel {n}: codegen passes", f"k/{n}/passes",
@@ -190,7 +192,7 @@ def hand_schedule_steps(trace: Trace, schedules: list[dict[str, Any]]) -> list[S
     own, rec = target_record(kernels[n], target), got["record"]
     def fig(r: TargetRecord | None, key: str) -> int | None:
       if r is None: return None
-      return (p["max_live"] if (p := r.get("pressure")) else None) if key == "live" else _registers(r)
+      return (p["max_live"] if (p := pressure_of(r)) else None) if key == "live" else _registers(r)
     figures = [f"{label} {fig(own, key)} -> {fig(rec, key)}" for label, key in (("peak live values", "live"), ("registers", "regs"))
                if fig(own, key) is not None and fig(rec, key) is not None]
     text = (f"Scheduled by hand on {target}: {', '.join(got['opts']) or 'no opts'} (tinygrad's apply_opts) instead of "
@@ -205,17 +207,17 @@ def hand_schedule_steps(trace: Trace, schedules: list[dict[str, Any]]) -> list[S
 
 def _registers(rec: TargetRecord) -> int | None:
   """ptxas' registers per thread, where the record was compiled by a compiler that reports them (CUDA, PTX)."""
-  return compiled.get("registers") if (compiled := rec["compile"]) else None
+  return registers_of(compiled) if (compiled := rec["compile"]) else None
 
 def _pressure_text(rec: TargetRecord) -> str:
-  if not (p := rec.get("pressure")): return ""
-  where = f" (source line {p['max_live_line']})" if p.get("max_live_line") else ""
+  if not (p := pressure_of(rec)): return ""
+  where = f" (source line {line})" if (line := max_live_line(p)) else ""
   regs = _registers(rec)
   return (f" At most {p['max_live']} values are live at once, at uop {p['max_live_at']}{where}: what the register allocator has to fit"
           + (f"; the compiler used {regs} registers per thread." if regs is not None else "."))
 
 def _timing_step(trace: Trace, spec: ConvSpec | None) -> Step:
-  total: TimeStats | None = trace["totals"].get("time_s")  # a failed trace's totals are {}
+  total: TimeStats | None = sums["time_s"] if (sums := totals_of(trace)) else None
   if not total: return _step("timing", "Timings", "timings", "This trace was not timed (--no-time).")
   share = ", ".join(f"{k['name']} {100 * t / total['median']:.0f}%" for k in trace["kernels"] if (t := kernel_time(k)) is not None)
   err = trace["error"]
@@ -245,16 +247,17 @@ BUILTIN_TOURS: dict[str, dict[str, Any]] = {
 def _peaks(tr: Trace, target: str) -> list[str]:
   out = []
   for k in tr["kernels"]:
-    if (rec := target_record(k, target)) and (p := rec.get("pressure")):
+    if (rec := target_record(k, target)) and (p := pressure_of(rec)):
       out.append(f"{rec['name']} {p['max_live']}" + (f" ({regs} registers)" if (regs := _registers(rec)) is not None else ""))
   return out
 
 def identical_kernels(a: Trace, b: Trace) -> dict[int, int]:
   """B's kernels that are A's, kernel for kernel (the same AST, tinygrad's content hash): B's index -> A's."""
-  by_key = {k.get("ast_key"): k["index"] for k in a["kernels"] if k.get("ast_key")}
-  return {k["index"]: by_key[k["ast_key"]] for k in b["kernels"] if k.get("ast_key") in by_key}
+  key = ast_key_of
+  by_key = {key(k): k["index"] for k in a["kernels"] if key(k)}
+  return {k["index"]: by_key[key(k)] for k in b["kernels"] if key(k) in by_key}
 
-def headline(a: Trace, b: Trace, interleaved: dict[str, Any] | None = None) -> list[dict[str, str]]:
+def headline(a: Trace, b: Trace, interleaved: InterleavedTiming | None = None) -> list[dict[str, str]]:
   """The comparison's three headline numbers, A -> B: kernels, bytes moved (tinygrad's Estimates), and time: the diff's interleaved
   timing where it was measured (the ratio and its 95% interval, the figure the diff page shows), else each side's own median, timed
   separately (no ratio is claimed from those), or, untimed, linearized uops."""
@@ -262,10 +265,9 @@ def headline(a: Trace, b: Trace, interleaved: dict[str, Any] | None = None) -> l
   rows = [{"label": "kernels", "a": str(ta["kernels"]), "b": str(tb["kernels"]), "change": f"{tb['kernels'] - ta['kernels']:+d}"},
           {"label": "bytes moved", "a": fmt_bytes(ta["bytes"]), "b": fmt_bytes(tb["bytes"]),
            "change": f"{tb['bytes'] / ta['bytes']:.2f}x" if ta["bytes"] else "–"}]
-  it = interleaved or {}  # the diff's interleaved timing (explorer.analysis.diff), where measured
-  r = it.get("ratio") or {}
-  if it.get("compared") and r.get("median") is not None:
-    ci = f" (95% {r['ci_low']:.2f}-{r['ci_high']:.2f})" if r.get("ci_low") is not None else ""
+  it = interleaved  # the diff's interleaved timing (explorer.analysis.diff), where measured; a ratio has no median where no repeat ran
+  if it is not None and it["compared"] and (r := it["ratio"]).get("median") is not None:
+    ci = f" (95% {r['ci_low']:.2f}-{r['ci_high']:.2f})" if r.get("ci_low") is not None else ""  # no interval in older diffs
     rows.append({"label": f"time, interleaved on {it['device']}", "a": f"{it['a_total_s']['median'] * 1e6:.1f} µs",
                  "b": f"{it['b_total_s']['median'] * 1e6:.1f} µs", "change": f"{r['median']:.2f}x{ci}"})
   elif (xa := ta["time_s"]) and (xb := tb["time_s"]) and xa["median"]:
@@ -283,7 +285,7 @@ def same_code(a: Kernel, b: Kernel, target: str | None) -> bool:
   ra, rb = target_record(a, target) or target_record(a), target_record(b, target) or target_record(b)
   return ra is not None and rb is not None and ra["uops_listing"] == rb["uops_listing"] and ra["source"] == rb["source"]
 
-def compare_tour(kind: str, a: Trace, b: Trace, target: str | None = None, interleaved: dict[str, Any] | None = None) -> list[Step]:
+def compare_tour(kind: str, a: Trace, b: Trace, target: str | None = None, interleaved: InterleavedTiming | None = None) -> list[Step]:
   """A built-in tour: the story of A, the comparison with B, then the story of B, less B's steps about kernels identical to A's (the
   comparison says which: the AST step where the ASTs match, the codegen ones only where codegen made the same code too). target: the
   codegen target the kernel steps speak of (trace_tour). interleaved: the diff's interleaved timing of the pair, where it was measured."""
@@ -300,7 +302,7 @@ def compare_tour(kind: str, a: Trace, b: Trace, target: str | None = None, inter
   heads = headline(a, b, interleaved)
   top = "; ".join(f"{h['label']} {h['a']} -> {h['b']} ({h['change']})" for h in heads)
   text = f"In three numbers, A -> B: {top}. A ({label(a)}): {side(ta, a)}. B ({label(b)}): {side(tb, b)}."
-  if ta["time_s"] and tb["time_s"] and not (interleaved or {}).get("compared"):
+  if ta["time_s"] and tb["time_s"] and not (interleaved is not None and interleaved["compared"]):
     text += " Each side was timed on its own: the diff view times them interleaved, for a ratio with its interval."
   kernels = a["kernels"] + b["kernels"]
   asked = (target, "cuda", *b["variant"]["targets"])

@@ -8,7 +8,7 @@ from typing import Any, Callable, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
-from explorer.schema import Trace, host_target, target_record
+from explorer.schema import InterleavedTiming, Trace, host_target, target_record
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_TARGET, PRESETS, TARGETS, SpecError
 from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
@@ -34,7 +34,7 @@ def tour_steps(trace: Trace, target: str | None = None) -> list[dict]:
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"this trace cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
-def pair_steps(kind: str, a: Trace, b: Trace, target: str | None = None, interleaved: dict | None = None) -> list[dict]:
+def pair_steps(kind: str, a: Trace, b: Trace, target: str | None = None, interleaved: InterleavedTiming | None = None) -> list[dict]:
   try: return compare_tour(kind, a, b, target, interleaved)
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"these traces cannot be toured (incomplete: {type(e).__name__} {e})") from None
@@ -130,7 +130,7 @@ async def rendered(svc: Services, work: WorkGate, trace_id: str, trace: Trace, t
   try: return await svc.enrichments.completed(trace_id, trace, ENRICH_TARGET, target, permit, told)
   except (EnrichmentUnavailable, Busy): return trace
 
-async def interleaved(svc: Services, a: str, b: str) -> dict | None:
+async def interleaved(svc: Services, a: str, b: str) -> InterleavedTiming | None:
   """The diff's interleaved timing of A and B, where it was measured (the diff page's "time interleaved"): the tour quotes it."""
   return await asyncio.to_thread(svc.store.get_diff, a, b, "timing")
 

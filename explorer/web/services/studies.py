@@ -84,7 +84,7 @@ class StudyService:
       self.journal.accept(run, run.label, {**request, "kind": kind}).result()  # written before it is answered: its permalink answers
       def work(run: StudyRun, progress: Progress) -> dict:
         if self.queue is not None: return remote.run_study(self.queue, run.id, kind, cases, progress, self._keep, params)
-        return self.runner(kind, cases, progress=progress, keep=self._keep, **params)
+        return dict(self.runner(kind, cases, progress=progress, keep=self._keep, **params))
       return self._launch(run, work)
 
   def resume_queued(self) -> int:
