@@ -7,13 +7,16 @@ runtime, devices (devices and renderers) and nvrtc. Callers use the names re-exp
 Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment must be
 set before. With VIZ unset (a trace worker), every named graph_rewrite is recorded (TRACK_MATCH_STATS=2), without VIZ's
 profiling and stack traces, which cost more than the tracking itself. A process that sets VIZ gets tinygrad's own behaviour:
-VIZ=0 is a plain, untracked tinygrad (renders for other targets, timing, benchmarks' baselines). Always PARALLEL=0 (compile
-in this process). tinygrad's disk cache of compiles stays as tinygrad has it (CCACHE): a trace compiles what tinygrad would, and
-says which kernels came from the cache (explorer.tracing.trace); studies time compiles afresh (compile_seconds).
+VIZ=0 is a plain, untracked tinygrad (renders for other targets, timing, benchmarks' baselines). PARALLEL=0 (compile in this
+process, where the rewrites are recorded) unless the user set it; a BEAM search alone compiles its candidates in tinygrad's pool of
+untracked processes, as plain tinygrad does (tg.opts.recording_beam). tinygrad's disk cache of compiles stays as tinygrad has it
+(CCACHE): a trace compiles what tinygrad would, and says which kernels came from the cache (explorer.tracing.trace); studies
+time compiles afresh (compile_seconds).
 """
 import atexit, os
 if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
-# compile in this process: a worker is already its own process, and tinygrad's compile pool would outlive it
+# the compile processes the user asked for, if any (BEAM's search uses them); else compile in this process, where rewrites are recorded
+USER_PARALLEL = os.environ.get("PARALLEL")
 os.environ.setdefault("PARALLEL", "0")
 
 import tinygrad

@@ -1,7 +1,7 @@
 """Opts: the variant's optimization setting as tinygrad context, and opts by hand (checked, applied, timed and compared as
 tinygrad's apply_opts and BEAM would)."""
 from __future__ import annotations
-import contextlib
+import contextlib, os
 from dataclasses import replace
 from typing import Any, Iterator, Sequence
 import tinygrad
@@ -9,7 +9,7 @@ from tinygrad import UOp, dtypes
 from tinygrad.codegen import do_to_program, full_rewrite_to_sink, to_program_key
 from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.engine.realize import time_call
-from tinygrad.helpers import Context, ansistrip
+from tinygrad.helpers import NUM_CPU_THREADS, Context, ansistrip, getenv
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisType, KernelInfo, Ops
 import tinygrad.device
@@ -132,22 +132,36 @@ MAX_BEAM_CANDIDATES = 4000  # recorded per kernel: a wide BEAM on a big kernel t
 def recording_beam() -> Iterator[list[tuple[list[str], float]]]:
   """Every candidate tinygrad's beam_search times while inside, in order: (its opts, the least of its run times). Candidates it never
   times (code identical to an earlier one's, a failed compile, 1000x the least compute) are not in it, as they are not in its choice.
-  The disk cache of BEAM results is off inside (CACHELEVEL=0): a cached answer would time nothing. A candidate's codegen runs
-  untracked (its rewrites are not the kernel's: only the winner's codegen, after the search, is recorded), at tinygrad's own cost."""
+  The disk cache of BEAM results is off inside (CACHELEVEL=0): a cached answer would time nothing. The candidates compile as plain
+  tinygrad's BEAM compiles them, in tinygrad's pool of processes (one per core, or the user's PARALLEL) that import tinygrad without
+  tracking: their rewrites are not the kernel's. Only the winner's codegen, after the search, is recorded, in this process."""
   from tinygrad.codegen.opt import search
+  from tinygrad.engine.worker import get_worker_pool, terminate_worker_pool
   timed: list[tuple[list[str], float]] = []
   original_time, original_compile = search._time_program, search._try_compile
   def timer(prg: UOp, *args: Any, **kwargs: Any) -> list[float]:
     tms = original_time(prg, *args, **kwargs)
     if len(timed) < MAX_BEAM_CANDIDATES: timed.append(([opt_text(o) for o in prg.src[0].arg.applied_opts], min(tms)))
     return tms
-  def untracked(x: tuple[int, Any]) -> Any:
+  def untracked(x: tuple[int, Any]) -> Any:  # a search without the pool (PARALLEL=0) compiles here
     with Context(TRACK_MATCH_STATS=0): return original_compile(x)
   search._time_program = timer
-  if search.get_worker_pool() is None: search._try_compile = untracked  # in this process (a pool's workers track nothing)
+  tracking = os.environ.pop("TRACK_MATCH_STATS", None)  # the pool's processes start (and restart) while inside
   try:
-    with Context(CACHELEVEL=0): yield timed
-  finally: search._time_program, search._try_compile = original_time, original_compile
+    with Context(CACHELEVEL=0, PARALLEL=beam_parallel()):
+      if get_worker_pool() is None: search._try_compile = untracked
+      yield timed
+  finally:
+    terminate_worker_pool()  # it would outlive the search holding tinygrad in every process
+    if tracking is not None: os.environ["TRACK_MATCH_STATS"] = tracking
+    search._time_program, search._try_compile = original_time, original_compile
+
+def beam_parallel() -> int:
+  """The compile processes of plain tinygrad's BEAM search: the user's PARALLEL, else tinygrad's default when it is not tracking (one
+  per core, shared among pytest-xdist's workers)."""
+  from explorer.tracing.tg import USER_PARALLEL
+  if USER_PARALLEL is not None: return int(USER_PARALLEL)
+  return NUM_CPU_THREADS.value // max(1, getenv("PYTEST_XDIST_WORKER_COUNT", 1))
 
 def check_opts(ast: UOp, renderer: Renderer, opts: Sequence[Opt]) -> None:
   """OptRefused (tinygrad's reason) unless every opt applies, in order, before codegen runs."""
