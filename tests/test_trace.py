@@ -153,6 +153,23 @@ def test_explorer_winograd_roles_follow_data_flow(staging, roles):
   fused = [k for k in trace["kernels"] if "mhat+out" in k["role"] or k["role"] == "xhat+ghat+mhat+out"]
   assert all(any("never reaches global memory" in n for n in k["notes"]) for k in fused)
 
+BEAM_PROCESSES = "from {module} import {name}; print({expr})"
+
+@pytest.mark.parametrize("parallel", [None, "0", "3"])
+def test_beam_compiles_its_candidates_in_as_many_processes_as_plain_tinygrad(parallel):
+  """A trace's codegen runs in its own process (PARALLEL=0, where rewrites are recorded), but its BEAM search compiles candidates in
+  tinygrad's pool of as many processes as plain tinygrad's BEAM uses (its PARALLEL default, or the user's): asked of plain tinygrad
+  and of the explorer, each in a process of its own."""
+  env = {k: v for k, v in os.environ.items() if k not in ("PARALLEL", "VIZ", "TRACK_MATCH_STATS")} | ({"PARALLEL": parallel} if parallel else {})
+  def ask(module: str, name: str, expr: str, extra: dict) -> str:
+    out = subprocess.run([sys.executable, "-c", BEAM_PROCESSES.format(module=module, name=name, expr=expr)], capture_output=True, text=True,
+                         timeout=120, env={**env, **extra})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+  plain = ask("tinygrad.helpers", "PARALLEL", "PARALLEL.value", {"VIZ": "0"})
+  assert ask("explorer.tracing.tg.opts", "beam_parallel", "beam_parallel()", {}) == plain
+  if parallel: assert plain == parallel
+
 def test_beam_programs_shown_are_the_ones_that_run_and_what_it_tried_is_recorded(tmp_path):
   """Under BEAM the kernels are searched once, at codegen; the run stage checks that tinygrad then runs exactly those programs. What
   BEAM timed is kept per kernel (kernels[i].beam): at least two candidates, rounds of one more opt each, the winner's path ending in the
