@@ -1,8 +1,9 @@
 """The one package that touches tinygrad internals. A tinygrad upgrade should only need changes here. Its modules, by concern:
-rewritelog (tinygrad's rewrite log as plain data, and each rule's source), recording (tracking switches, passes, the live log), graphs
-(a stored blob's graphs through tinygrad's viewer), provenance, pipeline (tensor graph, scheduler, the schedule's calls and buffers),
-opts (optimization settings, opts by hand), custom_rewrites, codegen, loops, specs, register_pressure, line_maps, kernel_analysis,
-runtime, devices (devices and renderers) and nvrtc. Callers use the names re-exported here: `from explorer.tracing import tg`.
+environment (tinygrad's settings, set before its import), rewritelog (tinygrad's rewrite log as plain data, and each rule's source),
+recording (tracking switches, passes, the live log), graphs (a stored blob's graphs through tinygrad's viewer), provenance, pipeline
+(tensor graph, scheduler, the schedule's calls and buffers), opts (optimization settings, opts by hand), custom_rewrites, codegen,
+loops, specs, register_pressure, line_maps, kernel_analysis, runtime, devices (devices and renderers) and nvrtc.
+Callers use the names re-exported here: `from explorer.tracing import tg`.
 
 Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment must be
 set before. With VIZ unset (a trace worker), every named graph_rewrite is recorded (TRACK_MATCH_STATS=2), without VIZ's
@@ -13,11 +14,8 @@ untracked processes, as plain tinygrad does (tg.opts.recording_beam). tinygrad's
 (CCACHE): a trace compiles what tinygrad would, and says which kernels came from the cache (explorer.tracing.trace); studies
 time compiles afresh (compile_seconds).
 """
-import atexit, os
-if "VIZ" not in os.environ: os.environ.setdefault("TRACK_MATCH_STATS", "2")
-# the compile processes the user asked for, if any (BEAM's search uses them); else compile in this process, where rewrites are recorded
-USER_PARALLEL = os.environ.get("PARALLEL")
-os.environ.setdefault("PARALLEL", "0")
+import atexit
+from explorer.tracing.tg import environment  # noqa: F401 - first: tinygrad reads the settings it sets when it is imported
 
 import tinygrad
 from tinygrad import Device, Tensor, dtypes

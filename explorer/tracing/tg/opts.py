@@ -13,6 +13,7 @@ from tinygrad.helpers import NUM_CPU_THREADS, Context, ansistrip, getenv
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisType, KernelInfo, Ops
 import tinygrad.device
+from explorer.tracing.tg.environment import USER_PARALLEL
 from explorer.tracing.tg.pipeline import kernel_reads_writes
 
 # ***** options: the variant's optimization setting as tinygrad context *****
@@ -159,7 +160,6 @@ def recording_beam() -> Iterator[list[tuple[list[str], float]]]:
 def beam_parallel() -> int:
   """The compile processes of plain tinygrad's BEAM search: the user's PARALLEL, else tinygrad's default when it is not tracking (one
   per core, shared among pytest-xdist's workers)."""
-  from explorer.tracing.tg import USER_PARALLEL
   if USER_PARALLEL is not None: return int(USER_PARALLEL)
   return NUM_CPU_THREADS.value // max(1, getenv("PYTEST_XDIST_WORKER_COUNT", 1))
 
