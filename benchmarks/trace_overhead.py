@@ -62,7 +62,8 @@ def role(pid: int, depth: int) -> str:
   except OSError: return "?"
   if depth == 0: return "command"
   if any("resource_tracker" in c for c in cmd): return "resource tracker"
-  if any("spawn_main" in c for c in cmd): return "trace worker" if depth == 1 else "render process"
+  if any("explorer.tracing.workers import _boot" in c for c in cmd): return "trace worker"
+  if any("spawn_main" in c for c in cmd): return "render process"
   return "compilers (" + os.path.basename(cmd[0]) + ")" if cmd[0] else "?"
 
 @dataclass

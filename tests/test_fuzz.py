@@ -42,8 +42,10 @@ def fuzz_app(db_path: str):
   return app_over(db_path, settings=FUZZ_SETTINGS, runner=stub_runner, devices=DeviceCatalog(lister=lambda timeout_s: ["CPU"]),
                   study_runner=stub_study)
 
+STORES = tempfile.TemporaryDirectory(prefix="ke-fuzz-")  # every app's store of this module, removed when the test process exits
+
 def fresh_app():
-  return fuzz_app(str(pathlib.Path(tempfile.mkdtemp(prefix="ke-fuzz-")) / "fuzz.sqlite3"))
+  return fuzz_app(str(pathlib.Path(tempfile.mkdtemp(dir=STORES.name)) / "fuzz.sqlite3"))
 
 APP = fresh_app()  # serves the schema
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP, config=CONFIG)

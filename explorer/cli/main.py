@@ -547,14 +547,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   try: return _run(argv)  # `serve`: uvicorn takes the signals over while it runs, then gives them back
   finally:
     for sig, handler in before.items(): signal.signal(sig, handler)
-    if argv is None: stop_resource_tracker()  # the process is this command (a caller passing argv may still hold pools of its own)
-
-def stop_resource_tracker() -> None:
-  """multiprocessing's resource tracker (started with the first worker) exits only when it reads EOF, after this command has exited:
-  an orphan for a moment, or a zombie where the init process is slow to reap. Stop it and reap it now, so that nothing outlives the
-  command. Only at the process's end: the tracker unlinks what is still registered with it, the semaphores of live pools included."""
-  from multiprocessing import resource_tracker
-  if (stop := getattr(resource_tracker._resource_tracker, "_stop", None)) is not None: stop()
+    # the process is this command (a caller passing argv may still hold pools of its own); no workers module loaded: no pool ran
+    if argv is None and (workers := sys.modules.get("explorer.tracing.workers")) is not None: workers.stop_own_resource_tracker()
 
 def _run(argv: Sequence[str] | None) -> int:
   from explorer.tracing.workers import WorkerFailed

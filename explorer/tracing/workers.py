@@ -15,10 +15,10 @@ process group whose every member (render processes, a hung compiler) is killed w
 must die when its parent does. Neither library offers a progress channel with a gate, group kill or group memory watch; the pool
 (explorer.tracing.pool) does build on the standard library's ProcessPoolExecutor."""
 from __future__ import annotations
-import multiprocessing as mp
 import multiprocessing.context
-import atexit, glob, importlib, os, pickle, resource, shutil, signal, sys, tempfile, threading, time, traceback, types
+import atexit, glob, importlib, os, pickle, resource, shutil, signal, subprocess, sys, tempfile, threading, time, traceback, types
 from contextlib import suppress
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -30,13 +30,13 @@ from explorer.tracing.lifeline import group_rss_mb
 DEFAULT_TIMEOUT_S = 600.0
 GATED_STAGE = "timing"  # its start waits for the device lock
 WATCH_S = lifeline.WATCH_S  # how often the parent reads the worker group's memory
-Live = dict[int, mp.process.BaseProcess]  # running workers by pid
+Live = dict[int, "WorkerProcess"]  # running workers by pid
 
 class SpawnWithoutMain(multiprocessing.context.SpawnProcess):
-  """A spawned process that does not run the parent's __main__ again: spawn re-imports the main module in every child (so that its
-  functions unpickle). That would run a user's script or notebook cell that captures with explorer.api.capture, without an
-  `if __name__ == "__main__"` guard, again in each render process, and make every trace worker import the command line's own modules
-  (rich, pydantic-settings: a third of a second). Every function a worker runs lives in the explorer's modules."""
+  """A spawned pool process that does not run the parent's __main__ again: spawn re-imports the main module in every child (so that
+  its functions unpickle). That would run a user's script or notebook cell that captures with explorer.api.capture, without an
+  `if __name__ == "__main__"` guard, again in each render process, and make a server's pool processes import the command line's own
+  modules (rich, pydantic-settings: a third of a second). Every function a pool process runs lives in the explorer's modules."""
   _hiding = threading.Lock()  # an executor spawns from the caller's thread and from its manager thread
 
   def start(self) -> None:
@@ -48,7 +48,7 @@ class SpawnWithoutMain(multiprocessing.context.SpawnProcess):
 class _SpawnContext(multiprocessing.context.SpawnContext):
   Process = SpawnWithoutMain
 
-SPAWN = _SpawnContext()  # the context every worker and pool process is started from
+SPAWN = _SpawnContext()  # the context every pool process is started from (a worker starts as start_worker says)
 
 # ***** one error vocabulary: the message is one line a page or a terminal shows as it is *****
 
@@ -106,6 +106,53 @@ def enter_limits(limits: Limits, parent_pid: int, deadline: float | None = None,
   if limits.memory_mb: resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_mb << 20, limits.memory_mb << 20))
   if limits.nice: os.nice(limits.nice)
 
+# ***** a worker process: `python -c BOOT`, not multiprocessing's spawn (which always starts a resource tracker process, 13 MiB, in
+# whatever starts a worker, and imports the parent's __main__ again); what it runs arrives pickled on a pipe, from its parent only *****
+
+BOOT = "import os, pickle, sys; f = os.fdopen({fd}, 'rb'); sys.path[:] = pickle.load(f); from explorer.tracing.workers import _boot; _boot(f)"
+
+class WorkerProcess:
+  """A started worker, as its supervision sees it (multiprocessing.Process's names): pid, is_alive, join, kill, exitcode (negative:
+  the signal that ended it)."""
+  def __init__(self, popen: subprocess.Popen[bytes]) -> None: self.popen, self.pid = popen, popen.pid
+  def is_alive(self) -> bool: return self.popen.poll() is None
+  def join(self, timeout: float | None = None) -> None:
+    with suppress(subprocess.TimeoutExpired): self.popen.wait(timeout)
+  def kill(self) -> None:
+    with suppress(OSError): self.popen.kill()
+  @property
+  def exitcode(self) -> int | None: return self.popen.poll()
+
+def start_worker(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Limits,
+                 deadline: float) -> tuple[WorkerProcess, Connection, Connection]:
+  """A worker process running _child; returns it, the end its messages arrive on and the end its timing gate is opened with. The
+  worker shares this process's resource tracker where one runs (its render pools register their semaphores there), else it starts
+  its own when it needs one."""
+  boot_r, boot_w = os.pipe()
+  out_r, out_w = os.pipe()
+  gate_r, gate_w = os.pipe()
+  tracker = getattr(resource_tracker._resource_tracker, "_fd", None)
+  fds = (boot_r, out_w, gate_r, *((tracker,) if tracker is not None else ()))
+  try:
+    popen = subprocess.Popen([sys.executable, *subprocess._args_from_interpreter_flags(), "-c", BOOT.format(fd=boot_r)],  # type: ignore[attr-defined]
+                             stdin=subprocess.DEVNULL, pass_fds=fds)
+  except BaseException:
+    for fd in (boot_w, out_r, gate_w): os.close(fd)
+    raise
+  finally:
+    for fd in (boot_r, out_w, gate_r): os.close(fd)
+  with open(boot_w, "wb") as f:
+    with suppress(BrokenPipeError):  # it died at once: its exit says why
+      pickle.dump(sys.path, f)
+      pickle.dump((fn_path, kwargs, env, limits, out_w, gate_r, tracker, os.getpid(), deadline), f)
+  return WorkerProcess(popen), Connection(out_r, writable=False), Connection(gate_w, readable=False)
+
+def _boot(f: Any) -> None:
+  fn_path, kwargs, env, limits, out, gate, tracker, parent_pid, deadline = pickle.load(f)  # our parent's own pickle, never a client's
+  f.close()
+  if tracker is not None: resource_tracker._resource_tracker._fd = tracker  # type: ignore[attr-defined]
+  _child(fn_path, kwargs, env, limits, Connection(out, readable=False), Connection(gate, writable=False), parent_pid, deadline)
+
 def _child(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Limits, out: Connection, gate: Connection, parent_pid: int,
            deadline: float) -> None:
   try:
@@ -132,8 +179,16 @@ def _child(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Li
   # the answer is sent: run the exit handlers (tinygrad's device finalizers among them), then skip the interpreter's teardown, which
   # frees every object of the work one at a time (a trace's graphs: tenths of a second the parent would wait for)
   with suppress(BaseException): atexit._run_exitfuncs()
+  with suppress(BaseException): stop_own_resource_tracker()
   with suppress(OSError, ValueError): sys.stdout.flush(); sys.stderr.flush()
   os._exit(0)
+
+def stop_own_resource_tracker() -> None:
+  """multiprocessing's resource tracker, if this process started one (a worker's render pool, where its parent runs none), exits only
+  when it reads EOF, after this process has exited: an orphan for a moment, or a zombie where the init process is slow to reap. Stop
+  it and reap it now (at the process's end only: it unlinks what is still registered with it, the semaphores of live pools included)."""
+  tracker = resource_tracker._resource_tracker
+  if getattr(tracker, "_pid", None) is not None and (stop := getattr(tracker, "_stop", None)) is not None: stop()
 
 def call_in_worker(fn_path: str, kwargs: dict[str, Any], progress: Progress | None = None, timeout_s: float | None = None,
                    env: dict[str, str] | None = None, limits: Limits | None = None,
@@ -180,20 +235,16 @@ def _supervise(fn_path: str, kwargs: dict[str, Any], progress: Progress | None, 
 def _supervised(fn_path: str, kwargs: dict[str, Any], progress: Progress | None, timeout_s: float, deadline: float, env: dict[str, str],
                 limits: Limits, held: HeldLocks, take: Callable[[str], None], keep: bool,
                 live: Live | None) -> tuple[Any, list[tuple[str, str, str]]]:
-  recv, send = SPAWN.Pipe(duplex=False)  # pipes, not Queues: no semaphores for a killed worker to leak
-  gate_recv, gate_send = SPAWN.Pipe(duplex=False)
-  # not a daemon: a trace starts its own render processes; its whole process group is killed below whatever happens
-  proc = SPAWN.Process(target=_child, args=(fn_path, kwargs, env, limits, send, gate_recv, os.getpid(), deadline), daemon=False)
-  proc.start()
-  for registry in (LIVE, live if live is not None else {}): registry[proc.pid] = proc  # type: ignore[index]
-  send.close(); gate_recv.close()
+  # pipes, not Queues: no semaphores for a killed worker to leak; its whole process group is killed below whatever happens
+  proc, recv, gate_send = start_worker(fn_path, kwargs, env, limits, deadline)
+  for registry in (LIVE, live if live is not None else {}): registry[proc.pid] = proc
   seen: list[tuple[str, str, str]] = []
   next_watch = time.monotonic() + WATCH_S
   try:
     while True:
       if time.monotonic() >= next_watch:
         next_watch = time.monotonic() + WATCH_S
-        if limits.memory_mb and (rss := group_rss_mb(proc.pid)) > limits.memory_mb:  # type: ignore[arg-type]
+        if limits.memory_mb and (rss := group_rss_mb(proc.pid)) > limits.memory_mb:
           raise WorkerOutOfMemory(f"the worker's processes used {rss:.0f} MiB, over the memory limit of {limits.memory_mb} MiB; it was stopped")
       if not recv.poll(min(WATCH_S, max(0.01, deadline - time.monotonic()))):
         if time.monotonic() > deadline: raise WorkerTimedOut(f"the worker exceeded its time limit of {timeout_s:.0f}s")
@@ -216,7 +267,7 @@ def _supervised(fn_path: str, kwargs: dict[str, Any], progress: Progress | None,
     proc.join(timeout=0.5 if proc.is_alive() else 0)  # a worker that sent its result is exiting
     kill_group(proc)  # and whatever is left: the worker if it hangs, render processes orphaned by a crash, a hung compiler
     proc.join(timeout=5)
-    for registry in (LIVE, live if live is not None else {}): registry.pop(proc.pid, None)  # type: ignore[arg-type]
+    for registry in (LIVE, live if live is not None else {}): registry.pop(proc.pid, None)
     recv.close(); gate_send.close()
 
 def _death(code: int | None) -> str:
@@ -230,11 +281,17 @@ def _death(code: int | None) -> str:
 
 LIVE: Live = {}  # this process's running workers by pid: stop_all() ends them at a signal or shutdown
 
-def kill_group(proc: mp.process.BaseProcess) -> None:
+def kill_group(proc: WorkerProcess) -> None:
   """SIGKILL the worker's group (a pid that leads a live group is never reused), and the worker if it had no time to make its group."""
-  with suppress(OSError): os.killpg(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
+  with suppress(OSError): os.killpg(proc.pid, signal.SIGKILL)
   if proc.is_alive(): proc.kill()
 
+def stop(procs: list[WorkerProcess]) -> None:
+  """SIGKILL each worker's group, then reap each worker (a second at most each), so that none is left a zombie of a caller that is
+  about to exit (its orphans go to init, which may be slow to reap them)."""
+  for proc in procs: kill_group(proc)
+  for proc in procs: proc.join(timeout=1)
+
 def stop_all() -> None:
-  """SIGKILL every running worker's group (safe in a signal handler): the caller is exiting, and no worker outlives it."""
-  for proc in list(LIVE.values()): kill_group(proc)
+  """Stop every running worker (safe in a signal handler): the caller is exiting, and no worker outlives it."""
+  stop(list(LIVE.values()))

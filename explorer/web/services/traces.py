@@ -213,9 +213,9 @@ class JobManager:
   def shutdown(self) -> None:
     """The server is stopping: unfinished jobs are marked interrupted (in the store too) and their workers' groups killed. Jobs on
     the queue go on: the next server follows them."""
-    from explorer.tracing.workers import kill_group
+    from explorer.tracing.workers import stop
     self.journal.interrupt(self._all())
-    for proc in list(self.live.values()): kill_group(proc)
+    stop(list(self.live.values()))
     self.tasks.cancel_all()
     self.followed.cancel_all()
     self.journal.close()
