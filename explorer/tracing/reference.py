@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterator
 import numpy as np
 
-CHUNK_BYTES = 16 << 20  # a batch chunk's float64 working set (its padded input, one tap's copy of it, the output and a term)
+CHUNK_BYTES = 4 << 20  # a batch chunk's float64 working set (its padded input, one tap's copy of it, the output and a term)
 
 def conv2d_reference_chunks(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0,
                             groups: int = 1) -> Iterator[tuple[slice, np.ndarray]]:
