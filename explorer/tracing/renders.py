@@ -47,7 +47,7 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: 
   renderer, base = tg.render_target(target, arch), tg.tracking_mark()
   out: list[TargetRecord | RenderFailed] = []
   custom = build(rewrites, rewrite_file)
-  with tg.opt_context(opt):
+  with tg.opt_context(opt), tg.disable_gc():  # codegen as Tensor.realize runs it, the cyclic garbage collector off
     for i, ast in enumerate(asts):
       ast, beam = tg.without_beam(ast)
       notes = [BEAM_NOTE] if beam else []

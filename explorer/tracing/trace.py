@@ -192,6 +192,18 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   sink = tg.tensor_sink(*program.outs)
   trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
   trace["spec_checks"] = {"tensor_graph": tg.tensor_spec_check(sink)}  # tinygrad's own specs, every UOp (schema.SpecCheck)
+  with tg.disable_gc():  # as Tensor.realize runs them: schedule, codegen and the run with tinygrad's cyclic garbage collector off
+    compiled, programs = _realize(rec, program, variant, device, base, pool, blobs)
+  if variant.time:
+    rec.settle()  # nothing else runs while kernels are timed
+    rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
+  add_totals(trace)
+
+def _realize(rec: Recorder, program: Program, variant: Variant, device: str, base: int, pool: RenderPool,
+             blobs: dict[str, bytes]) -> tuple[Any, dict]:
+  """What Tensor.realize runs: schedule, kernel graph, codegen (the other targets rendered beside it), the run and its check. Returns
+  what the run compiled and the host's programs (what timing times)."""
+  trace = rec.trace
   linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad, program.provenance))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role, program.buffer_refs))
   rec.partial("schedule", {"schedule": trace["schedule"], "buffers": trace["buffers"], "tensor_graph": trace["tensor_graph"]})
@@ -207,11 +219,7 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
     chosen = [k["opts"] for k in trace["kernels"]] if len(trace["kernels"]) == len(asts) else None  # None: codegen failed, heuristic
     renders = pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, chosen, rec.analysis)
   rec.run("render", lambda: _render(trace, calls, renders, pool, blobs))
-  compiled = rec.run("run", lambda: _run(rec, linear, program))
-  if variant.time:
-    rec.settle()  # nothing else runs while kernels are timed
-    rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
-  add_totals(trace)
+  return rec.run("run", lambda: _run(rec, linear, program)), programs
 
 def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> Any:
   mark = tg.tracking_mark()

@@ -20,7 +20,7 @@ from explorer.tracing.tg import environment  # noqa: F401 - first: tinygrad read
 import tinygrad
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.dtype import AddrSpace
-from tinygrad.helpers import Context
+from tinygrad.helpers import Context, disable_gc
 from tinygrad.uop import ops as uop_ops
 from tinygrad.uop.ops import KernelInfo, Ops, PatternMatcher, UOp, UPat
 import tinygrad.device
@@ -47,7 +47,7 @@ from explorer.tracing.tg.specs import schedule_calls, spec_check, tensor_spec_ch
 # the public names the rest of the explorer uses: it imports tinygrad only through this package
 __all__ = [
   # tinygrad's own
-  "AddrSpace", "Context", "Device", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes", "TINYGRAD_VERSION",
+  "AddrSpace", "Context", "Device", "disable_gc", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes", "TINYGRAD_VERSION",
   # rewrite tracking and the rewrite log
   "tracking", "tracking_enabled", "tracking_possible", "tracking_mark", "passes_since", "export_rewrites", "trace_num", "Pass", "LiveLog",
   "RewriteBlob", "decode_rewrite_log", "ENCODER_UNSTORED", "REWRITE_LOG_MAGIC", "BlobRefused",
