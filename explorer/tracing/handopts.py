@@ -82,7 +82,7 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   tg.check_opts(ast, renderer, chosen)  # OptRefused before any codegen
   progress("codegen", "start", f"{len(chosen)} opts on {target}")
   mark = tg.tracking_mark()
-  prg = tg.codegen_deviceless(tg.with_opts(ast, chosen), renderer)
+  with tg.disable_gc(): prg = tg.codegen_deviceless(tg.with_opts(ast, chosen), renderer)  # as Tensor.realize runs codegen: collector off
   ps = [p for _, group in tg.passes_since(mark, mark) for p in group]
   rec = make_target_record(tg.program_facts(prg, tg.renderer_device(renderer)), [pass_record(p) for p in ps], arch, [])
   rec.update(tg.program_analysis(prg, renderer, tg.LiveLog(mark), ps))

@@ -64,7 +64,7 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   timers, sources = [], []
   for i, v in enumerate(vs):
     progress("compile", "start", f"compiling variant {i + 1} of {len(vs)}")
-    timer, src = _prepare(s, v, x_np, w_np)
+    with tg.disable_gc(): timer, src = _prepare(s, v, x_np, w_np)  # schedule and codegen as Tensor.realize runs them: collector off
     timers.append(timer)
     sources.append(src)
   totals: list[list[float]] = [[] for _ in vs]
