@@ -137,8 +137,9 @@ def record(trace: dict, variant: Variant, device: str, progress: Progress, stage
     try: stages(rec, base, pool, blobs)
     except StageFailed: pass
     finally: pool.close()
-  blob = b"" if shared else tg.export_rewrites(base)  # while the reference check, if one runs beside, goes on
-  if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, tg.LiveLog(base))
+  with tg.disable_gc():  # the rewrite log is read whole: a collection would only walk the graphs realize made, all alive
+    blob = b"" if shared else tg.export_rewrites(base)  # while the reference check, if one runs beside, goes on
+    if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, tg.LiveLog(base))
   rec.settle()
   return trace, blob, blobs
 
@@ -185,20 +186,6 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
     pipeline(rec, Program([out], roles, lambda s, buffers, call: _role(s, buffers, call, variant), check, check_beside=True), variant, device,
              base, pool, blobs)
 
-def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, base: int, pool: RenderPool, blobs: dict[str, bytes]) -> None:
-  """Every stage after the tensor graph is built: schedule, kernel graph, codegen (with the other targets rendered beside it), the run
-  and its check, timing."""
-  trace = rec.trace
-  sink = tg.tensor_sink(*program.outs)
-  trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
-  trace["spec_checks"] = {"tensor_graph": tg.tensor_spec_check(sink)}  # tinygrad's own specs, every UOp (schema.SpecCheck)
-  with tg.disable_gc():  # as Tensor.realize runs them: schedule, codegen and the run with tinygrad's cyclic garbage collector off
-    compiled, programs = _realize(rec, program, variant, device, base, pool, blobs)
-  if variant.time:
-    rec.settle()  # nothing else runs while kernels are timed
-    rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
-  add_totals(trace)
-
 def _realize(rec: Recorder, program: Program, variant: Variant, device: str, base: int, pool: RenderPool,
              blobs: dict[str, bytes]) -> tuple[Any, dict]:
   """What Tensor.realize runs: schedule, kernel graph, codegen (the other targets rendered beside it), the run and its check. Returns
@@ -220,6 +207,20 @@ def _realize(rec: Recorder, program: Program, variant: Variant, device: str, bas
     renders = pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, chosen, rec.analysis)
   rec.run("render", lambda: _render(trace, calls, renders, pool, blobs))
   return rec.run("run", lambda: _run(rec, linear, program)), programs
+
+def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, base: int, pool: RenderPool, blobs: dict[str, bytes]) -> None:
+  """Every stage after the tensor graph is built: schedule, kernel graph, codegen (with the other targets rendered beside it), the run
+  and its check, timing."""
+  trace = rec.trace
+  sink = tg.tensor_sink(*program.outs)
+  trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
+  trace["spec_checks"] = {"tensor_graph": tg.tensor_spec_check(sink)}  # tinygrad's own specs, every UOp (schema.SpecCheck)
+  with tg.disable_gc():  # as Tensor.realize runs them: schedule, codegen and the run with tinygrad's cyclic garbage collector off
+    compiled, programs = _realize(rec, program, variant, device, base, pool, blobs)
+  if variant.time:
+    rec.settle()  # nothing else runs while kernels are timed
+    rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
+  add_totals(trace)
 
 def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> Any:
   mark = tg.tracking_mark()

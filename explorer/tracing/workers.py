@@ -16,7 +16,7 @@ must die when its parent does. Neither library offers a progress channel with a 
 (explorer.tracing.pool) does build on the standard library's ProcessPoolExecutor."""
 from __future__ import annotations
 import multiprocessing.context
-import atexit, glob, importlib, os, pickle, resource, shutil, signal, subprocess, sys, tempfile, threading, time, traceback, types
+import atexit, gc, glob, importlib, os, pickle, resource, shutil, signal, subprocess, sys, tempfile, threading, time, traceback, types
 from contextlib import suppress
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
@@ -167,7 +167,9 @@ def _child(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Li
         out.send(("gate", detail))  # detail: the device(s) about to be timed
         if gate.recv() != "go": raise WorkerFailed("the parent did not let the timing stage start")
       out.send(("progress", (stage, status, detail)))
-    result = pickle.dumps(fn(progress=progress, **kwargs))
+    got = fn(progress=progress, **kwargs)
+    gc.disable()  # the work is done and the process exits once its answer is sent: a collection now would walk what is about to go
+    result = pickle.dumps(got)
     limits.check_output(len(result))
     out.send(("result", result))
   except OutputTooLarge as e:
