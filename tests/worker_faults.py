@@ -6,6 +6,7 @@ def hang(progress) -> None: time.sleep(3600)
 def hog(progress) -> bytes: return bytearray(2 << 30)  # 2 GiB, over the test's limit
 def killed(progress) -> None: os.kill(os.getpid(), signal.SIGKILL)
 def big_result(progress) -> bytes: return b"x" * (2 << 20)
+def environ(progress, name: str) -> str | None: return os.environ.get(name)
 def fine(progress, n: int) -> int:
   progress("work", "done", str(n))
   return n * 2

@@ -159,6 +159,9 @@ def _child(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Li
     os.setpgid(0, 0)  # a process group of its own: the parent measures and kills the worker with everything it starts
     enter_limits(limits, parent_pid, deadline, own_group=True)  # they hold if the parent is SIGKILLed or hangs
     os.environ.update(env)  # before the target's imports bring in tinygrad
+    # and numpy: its only matrix products here are the float64 check's, which puts its chunks on threads of its own
+    # (explorer.tracing.reference); OpenBLAS's threads (one per core) would spin beside them and beside tinygrad
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     tempfile.tempdir = None  # read TMPDIR again: this worker's scratch directory
     module, name = fn_path.split(":")
     fn = getattr(importlib.import_module(module), name)
