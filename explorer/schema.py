@@ -212,11 +212,19 @@ class Analysis(TypedDict):
 
 @with_config(STRICT)
 class TimeStats(TypedDict):
-  median: float
-  mean: float
-  std: float
-  min: float
+  """A time (seconds) from n samples, and how it was measured (explorer.clocks): the clock (`method`), the cache state (`l2`), the 95%
+  interval of its median. Records stored before clocks were named lack all three: explorer.clocks.method_of says what they were."""
+  median: Seconds
+  mean: Seconds
+  std: Seconds
+  min: Seconds
   n: Count
+  method: NotRequired[Literal["host", "cupti", "events-held", "events"]]
+  l2: NotRequired[Literal["flushed", "warm"]]
+  ci_low: NotRequired[Seconds]
+  ci_high: NotRequired[Seconds]
+  batch: NotRequired[Count]  # a batched figure: each sample timed this many launches in one held event pair, divided by it
+  samples: NotRequired[list[Seconds]]  # a schedule's (Timing.total_s, span_s): each repeat's, for sums over a program's realizes
 
 @with_config(STRICT)
 class Storage(TypedDict):
@@ -308,7 +316,9 @@ class Kernel(TypedDict):
   compile_cached: NotRequired[bool]  # the binary came from tinygrad's disk cache of compiles (no compiler ran, as tinygrad does)
   reads: list[Count]
   writes: list[Count]
-  time_s: TimeStats | None
+  time_s: TimeStats | None  # measured alone (L2 flushed where the clock can flush it): the trace's clock (Timing.method)
+  time_warm_s: NotRequired[TimeStats | None]   # GPU clocks: the same kernel with the L2 warm from the sample before
+  time_batch_s: NotRequired[TimeStats | None]  # held events, kernels under BATCH_BELOW_S: many launches in one held pair, divided
   storage: NotRequired[Storage]
   notes: list[Line]
   host_target: NotRequired[Name]
@@ -410,13 +420,22 @@ class Realize(TypedDict):
   seconds: Seconds
   outputs: list[Output]
   total_s: TimeStats | None
+  span_s: NotRequired[TimeStats | None]  # its schedule replayed back to back (absent in programs captured before spans)
 
 @with_config(STRICT)
 class Timing(TypedDict):
+  """How the trace's kernels were timed (explorer.tracing.trace._time): each kernel alone (kernels[i].time_s; total_s, their sum per
+  repeat) and the whole schedule replayed back to back as tinygrad's JIT replays it (span_s: first start to last end), by one clock
+  (method; notice: why a better one was not used). eager_s: the one eager realize the run stage made, first launch to last end."""
   device: Device
   warmup: Count
   repeats: Count
   total_s: TimeStats | None
+  method: NotRequired[Literal["host", "cupti", "events-held", "events"]]
+  notice: NotRequired[Line | None]
+  span_s: NotRequired[TimeStats | None]
+  replay: NotRequired[Literal["launches", "graph"]]  # how the span's replay ran: each call launched in turn, or tinygrad's graph of them
+  eager_s: NotRequired[Seconds | None]
 
 @with_config(STRICT)
 class Totals(TypedDict):
@@ -685,10 +704,16 @@ class Sampling(TypedDict):
   budget_s: float | None
 
 class VariantTiming(TypedDict):
-  """One variant's interleaved timing (explorer.tracing.timing.time_interleaved, in a worker): the per-repeat totals (samples) and
-  their stats, how the sampling ended, and the compile times of its kernels' sources ([] where none were asked for)."""
+  """One variant's interleaved timing (explorer.tracing.timing.time_interleaved, in a worker): the per-repeat kernel sums (samples) and
+  spans (span_samples) and their stats by the device's clock (method), how the sampling ended, and the compile times of its kernels'
+  sources ([] where none were asked for)."""
   total_s: TimeStats
   samples: list[float]
+  span_s: NotRequired[TimeStats]      # the schedule replayed back to back (absent in results from before spans were measured)
+  span_samples: NotRequired[list[float]]
+  replay: NotRequired[str]
+  method: NotRequired[str]
+  notice: NotRequired[str | None]
   device: str
   compiler: str
   fallback: str | None
@@ -742,6 +767,9 @@ class StudyRow(TypedDict):
   time_min_s: float
   time_n: int
   samples: list[float]
+  method: NotRequired[str | None]        # the clock (explorer.clocks.METHODS): absent in older studies
+  span_median_s: NotRequired[float | None]  # the schedule replayed back to back, per repeat: absent in older studies
+  span_samples: NotRequired[list[float]]
   device: str
   compiler: str
   fallback: str | None
@@ -756,7 +784,7 @@ class Comparison(TypedDict):
   """A paired figure of B against A (stats.compare, stats.compare_medians): the B/A ratio, its 95% interval, the verdict."""
   a: str
   b: str
-  figure: Literal["time", "spread", "compile"]
+  figure: Literal["time", "span", "spread", "compile"]
   ratio: float
   ci_low: float
   ci_high: float
@@ -828,11 +856,19 @@ class InterleavedTiming(TypedDict):
   fallback: NotRequired[str | None]
   warmup: NotRequired[int]
   repeats: NotRequired[int]
-  a_total_s: NotRequired[dict[str, Any]]
+  method: NotRequired[str | None]  # the clock (explorer.clocks.METHODS); absent in diffs stored before clocks were named
+  notice: NotRequired[str | None]
+  a_total_s: NotRequired[dict[str, Any]]  # the kernels each alone, summed per repeat: what the headline quotes (headline)
   b_total_s: NotRequired[dict[str, Any]]
   ratio: NotRequired[RatioStats]
   ratio_of_medians: NotRequired[float | None]
   verdict: NotRequired[str | None]
+  headline: NotRequired[str]              # "kernels": which figure the verdict quotes
+  a_span_s: NotRequired[dict[str, Any]]   # the schedule replayed back to back, first start to last end (absent in older diffs)
+  b_span_s: NotRequired[dict[str, Any]]
+  span_ratio: NotRequired[RatioStats]
+  span_verdict: NotRequired[str | None]
+  replay: NotRequired[str | None]
 
 # ***** reading a trace: older schemas upgraded once, and the one accessor for a kernel's record on a target *****
 

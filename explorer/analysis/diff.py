@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from typing import Any, Mapping
 from explorer import stats
 from explorer.analysis import memory
+from explorer.clocks import METHODS, ratio_words
 from explorer.analysis.sass import estimate, sass_in
 from explorer.schema import (Buffer, CompileFacts, Kernel, RatioStats, ScheduleRow, Trace, VariantTiming, registers_of, schedule_role,
                             stage_counts_of, target_record)
@@ -52,6 +53,9 @@ class Side:
 
   def written_roles(self, k: Kernel) -> frozenset[str]: return frozenset(self.buffers[i]["role"] for i in k["writes"])
   def written_bytes(self, k: Kernel) -> int: return sum(self.buffers[i]["nbytes"] for i in k["writes"])
+
+  @staticmethod
+  def target_of(k: Kernel, target: str) -> str: return target if target_record(k, target) is not None else k["host_target"]
 
   def copy_bytes(self) -> int: return sum(self.buffers[i]["nbytes"] for s in self.sched if s["kind"] == "copy" for i in s["writes"])
 
@@ -276,8 +280,9 @@ def match_buffers(sa: Side, sb: Side, ga: dict[int, int], gb: dict[int, int]) ->
 
 # ***** the diff *****
 
-def _totals(side: Side) -> dict[str, Any]:
-  t, ks = side.trace, side.kernels
+def _totals(side: Side, target: str) -> dict[str, Any]:
+  """A side's totals, counted on `target`'s records as the groups' rows are (a kernel without a record there: its host's)."""
+  t, ks = side.trace, [_on(k, side.target_of(k, target)) for k in side.kernels]
   kb, cb = sum(k["bytes"] for k in ks), side.copy_bytes()
   return {"kernels": len(ks), "copies": sum(1 for s in side.sched if s["kind"] == "copy"), "buffers": len(side.buffers),
           "buffer_bytes": sum(b["nbytes"] for b in side.buffers), "flops": sum(k["flops"] for k in ks), "kernel_bytes": kb, "copy_bytes": cb,
@@ -288,7 +293,11 @@ def _about(t: Trace) -> dict[str, Any]:
   return {"label": t["label"], "status": t["status"], "spec": t["spec"], "variant": t["variant"], "device": t["env"]["device"],
           "host": t["env"]["host"], "tinygrad": t["env"]["tinygrad"], "error": t["error"], "failures": t["failures"]}
 
-def _kref(k: Kernel) -> dict[str, Any]: return {"index": k["index"], "call": k["call"], "name": k["name"], "role": k["role"], "notes": k["notes"]}
+def _kref(k: Kernel, target: str) -> dict[str, Any]:
+  """A kernel as a group lists it: its name on `target` (each target's codegen names it by its own launch dims), its host name beside."""
+  rec = target_record(k, target)
+  return {"index": k["index"], "call": k["call"], "name": rec["name"] if rec is not None else k["name"], "host_name": k["name"],
+          "role": k["role"], "notes": k["notes"]}
 
 def diff_traces(a: Trace, b: Trace, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda",
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
@@ -305,12 +314,13 @@ def diff_traces(a: Trace, b: Trace, a_rewrites: bytes | None = None, b_rewrites:
     src = _source_diff(ka, kb, target)
     identical = relation == "same" and {**ma, "time_s": 0} == {**mb, "time_s": 0} and all(r["kind"] == "same" for r in src["rows"])
     out_groups.append({"index": g, "relation": relation, "side": side, "describe": sentence, "identical": identical,
-                       "a": [_kref(k) for k in ka], "b": [_kref(k) for k in kb], "metrics": {"a": ma, "b": mb, "delta": metric_delta(ma, mb)},
+                       "a": [_kref(k, target) for k in ka], "b": [_kref(k, target) for k in kb],
+                       "metrics": {"a": ma, "b": mb, "delta": metric_delta(ma, mb)},
                        "source": src, "graph": None})
   notes: list[str] = []
   if a_rewrites is not None and b_rewrites is not None: _attach_graphs(out_groups, sa, sb, a_rewrites, b_rewrites, timeout_s, notes)
   else: notes.append("no rewrite blobs: no structural graph diff")
-  ta, tb = _totals(sa), _totals(sb)
+  ta, tb = _totals(sa, target), _totals(sb, target)
   vb: dict[str, Any] = {**b["variant"]}
   return {"a": _about(a), "b": _about(b), "target": target, "specs_match": a["spec"] == b["spec"],
           "variant_changes": {k: [v, vb.get(k)] for k, v in a["variant"].items() if k not in NOT_SCHEDULE and vb.get(k) != v},
@@ -384,13 +394,24 @@ def remeasure_interleaved(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any]
   except WorkerFailed as e: return {"compared": False, "reason": f"timing failed: {e}"}
   ra, rb = timed
   ma, mb = ra["total_s"]["median"], rb["total_s"]["median"]
-  ratio = ratio_stats(ra["samples"], rb["samples"])
-  if ratio["n"]:  # its 95% interval
-    interval = stats.median_ratio(ra["samples"], rb["samples"])
+  out: dict[str, Any] = {"compared": True, "device": ra["device"], "compiler": ra["compiler"], "fallback": ra["fallback"] or rb["fallback"],
+                         "method": ra.get("method"), "notice": ra.get("notice"), "warmup": warmup, "repeats": repeats,
+                         "a_total_s": ra["total_s"], "b_total_s": rb["total_s"], "ratio": paired_ratio(ra["samples"], rb["samples"]),
+                         "ratio_of_medians": mb / ma if ma > 0 else None, "headline": HEADLINE}
+  if "span_samples" in ra and "span_samples" in rb:
+    out.update(a_span_s=ra["span_s"], b_span_s=rb["span_s"], span_ratio=paired_ratio(ra["span_samples"], rb["span_samples"]),
+               replay=ra.get("replay"))
+  return {**out, "verdict": time_verdict(out), "span_verdict": time_verdict(out, "span")}
+
+HEADLINE = "kernels"  # what a diff's and a study's headline ratio quotes: the kernels' times (each alone) summed, not the span
+
+def paired_ratio(a: list[float], b: list[float]) -> RatioStats:
+  """B/A repeat by repeat with its quartiles, range and the median's 95% interval (n 0 where no repeat ran)."""
+  ratio = ratio_stats(a, b)
+  if ratio["n"]:
+    interval = stats.median_ratio(a, b)
     ratio["ci_low"], ratio["ci_high"] = interval["ci_low"], interval["ci_high"]
-  out = {"compared": True, "device": ra["device"], "compiler": ra["compiler"], "fallback": ra["fallback"] or rb["fallback"], "warmup": warmup,
-         "repeats": repeats, "a_total_s": ra["total_s"], "b_total_s": rb["total_s"], "ratio": ratio, "ratio_of_medians": mb / ma if ma > 0 else None}
-  return {**out, "verdict": time_verdict(out)}
+  return ratio
 
 def compare_outputs(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any], timeout_s: float = DEFAULT_TIMEOUT_S,
                     progress: Any = None) -> dict[str, Any]:
@@ -453,12 +474,14 @@ def verdict(d: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
   if timing_text := time_verdict(timing): parts.append(timing_text)
   return f"{who}: {', '.join(parts)}"
 
-def time_verdict(t: Mapping[str, Any] | None) -> str | None:
-  """B's time against A's in words: "2.20x slower (95% interval 2.17-2.22)"."""
-  if not t or not t["compared"] or not (r := t["ratio"])["n"]: return None  # not compared: no ratio; compared: n 0 where no repeat ran
-  q = r["median"]
-  words = f"{q:.2f}x slower" if q >= 1 else f"{1 / q:.2f}x faster"
-  return words + (f" (95% interval of B/A {r['ci_low']:.2f}-{r['ci_high']:.2f})" if "ci_low" in r else "")
+def time_verdict(t: Mapping[str, Any] | None, figure: str = "kernels") -> str | None:
+  """B's time against A's in words, the interval running the same way as the words: "B is 2.20x slower (95% interval 2.17-2.22x)".
+  figure: "kernels" (the kernels each alone, summed: the headline) or "span" (the schedule replayed back to back)."""
+  if not t or not t["compared"]: return None
+  r = t.get("ratio") if figure == "kernels" else t.get("span_ratio")
+  if not r or not r["n"]: return None  # compared: n 0 where no repeat ran; a span absent in diffs stored before spans were measured
+  ci = (r["ci_low"], r["ci_high"]) if "ci_low" in r else None
+  return ratio_words(r["median"], ci)
 
 def summary(d: dict[str, Any]) -> str:
   from explorer.text import si, table
@@ -497,9 +520,12 @@ def summary(d: dict[str, Any]) -> str:
 def _timing_line(t: dict[str, Any] | None) -> str | None:
   if t is None: return None
   if not t["compared"]: return f"timing: {t['reason']}"
-  r = t["ratio"]
-  line = f"timing: B/A = {r['median']:.3f}x, median of {r['n']} interleaved repeats (IQR {r['q1']:.3f}-{r['q3']:.3f}, " \
-         f"range {r['min']:.3f}-{r['max']:.3f}); A {t['a_total_s']['median']*1e3:.4f} ms, B {t['b_total_s']['median']*1e3:.4f} ms on {t['device']}"
+  r, method = t["ratio"], METHODS[m].label if (m := t.get("method")) in METHODS else "tinygrad's timer"
+  line = f"timing, the kernels each alone and summed ({method}, {r['n']} interleaved repeats): {time_verdict(t)}; " \
+         f"A {t['a_total_s']['median']*1e3:.4f} ms, B {t['b_total_s']['median']*1e3:.4f} ms on {t['device']}"
+  if (span := time_verdict(t, "span")) is not None:
+    line += f"\ntiming, the schedule replayed back to back (its span): {span}; A {t['a_span_s']['median']*1e3:.4f} ms, " \
+            f"B {t['b_span_s']['median']*1e3:.4f} ms"
   return line + (f" ({t['fallback']})" if t["fallback"] else "")
 
 def _numerics_line(n: dict[str, Any] | None) -> str | None:

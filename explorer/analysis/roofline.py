@@ -8,6 +8,7 @@ from __future__ import annotations
 import html, json, math, os, pathlib, re, tempfile
 from typing import Any, Callable, Literal, cast
 from typing_extensions import TypedDict
+from explorer.clocks import method_of
 from explorer.schema import DeviceInfo, DevicesFound, Kernel, Measured, Trace, device_name, timing_of
 
 ComputeKey = Literal["fp32", "fp16", "tf32_tc", "fp16_tc"]
@@ -229,7 +230,9 @@ def roofline(trace: Trace, peaks: Peaks) -> dict[str, Any]:
   points = [{"index": r["index"], "kernel": r["kernel"], "role": r["role"], "x": r["intensity"], "y": r["flops_per_s"], "bound": r["bound"]}
             for r in rows if r["intensity"] and r["flops_per_s"]]
   return {"device": peaks["device"] or trace["env"]["device"], "name": peaks["name"], "model": peaks["model"], "dtype": dtype,
-          "timing_device": timing["device"] if (timing := timing_of(trace)) else None, "peaks": {k: peaks[k] for k in PEAK_KEYS},
+          "timing_device": timing["device"] if (timing := timing_of(trace)) else None,
+          "clock": method_of(timing["total_s"], timing["device"]) if timing and timing["total_s"] else None,
+          "peaks": {k: peaks[k] for k in PEAK_KEYS},
           "sources": peaks["sources"], "kernels": rows, "plot": {"bw": bw, "roofs": roofs, "points": points}}
 
 def trace_roofline(trace: Trace) -> tuple[dict[str, Any] | None, str | None]:

@@ -157,6 +157,8 @@ def claim_for(claim: Claim, variant: str, figure: str) -> Any:
 def _compare(a: StudyRow, b: StudyRow, claim: Claim) -> list[Comparison]:
   """B's paired samples against A's: run time and its spread, and compile time where the timing worker compiled them again."""
   out = stats.compare(a["samples"], b["samples"], claim_for(claim, b["variant"], "time"), claim_for(claim, b["variant"], "spread"))
+  if (sa := a.get("span_samples")) and (sb := b.get("span_samples")):  # the schedule replayed back to back (absent in older studies)
+    out.append(stats.compare_medians(sa, sb, "span", claim_for(claim, b["variant"], "time")))
   if a["compile_samples"] and b["compile_samples"]:
     out.append(stats.compare_medians(a["compile_samples"], b["compile_samples"], "compile", claim_for(claim, b["variant"], "compile")))
   return [cast(Comparison, {"a": a["variant"], "b": b["variant"], **c}) for c in out]
@@ -191,7 +193,9 @@ def _row(name: str, trace: Trace, timing: VariantTiming) -> StudyRow:
           "source_lines": sum(len(k["sources"]["host"].splitlines()) for k in ks),
           "max_abs_error": err["max_abs"] if err is not None else None, "max_rel_error": err["max_rel"] if err is not None else None,
           "time_median_s": timing["total_s"]["median"], "time_std_s": timing["total_s"]["std"], "time_min_s": timing["total_s"]["min"],
-          "time_n": timing["total_s"]["n"], "samples": timing["samples"], "device": timing["device"], "compiler": timing["compiler"],
+          "time_n": timing["total_s"]["n"], "samples": timing["samples"], "method": timing.get("method"),
+          "span_median_s": (span := timing.get("span_s")) and span["median"], "span_samples": timing.get("span_samples") or [],
+          "device": timing["device"], "compiler": timing["compiler"],
           "fallback": timing["fallback"], "compile_samples": (cs := timing["compile_samples"]),
           "compile_median_s": float(statistics.median(cs)) if cs else None,
           "per_kernel": [{"name": k["name"], "role": k["role"], "alu": k["ops"]["alu"], "loads": k["ops"]["loads"], "consts": k["ops"]["consts"],
@@ -220,8 +224,11 @@ def markdown(study: StudyCase) -> str:
   for r in study["rows"]:
     per.append(f"- {r['variant']}: " + "; ".join(f"{k['role']} `{k['name']}` {k['alu']}/{k['loads']}/{k['consts']}/{k['linear_uops']}/"
                                                   f"{k['codegen_s']*1e3:.0f}" for k in r["per_kernel"]))
-  cmp = ["", f"Comparisons (paired interleaved repeats of run time and of compile time; median B/A with its {stats.CONFIDENCE:.0%} bootstrap "
-         "interval; Wilcoxon signed-rank p-value; std B / std A):", "", "| A | B | figure | B/A | interval | p | claim | verdict |",
+  method = study["rows"][0].get("method") or "tinygrad's timer"
+  cmp = ["", f"Comparisons (paired interleaved repeats, by the {method} clock: time is the kernels each alone, summed, the headline; span, "
+         "the schedule replayed back to back; compile time; "
+         f"median B/A with its {stats.CONFIDENCE:.0%} bootstrap interval; Wilcoxon signed-rank p-value; std B / std A):", "",
+         "| A | B | figure | B/A | interval | p | claim | verdict |",
          "|---|---|---|---|---|---|---|---|"]
   def num(x: float | None, fmt: str) -> str: return "-" if x is None else format(x, fmt)
   for c in study["comparisons"]:

@@ -8,6 +8,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
 from pygments.lexers import CLexer, CppLexer, CudaLexer, LlvmLexer, PtxLexer, TextLexer, WgslLexer
+from explorer.clocks import METHODS, how, method_of
 from explorer.present.beam import beam_plot
 from explorer.spec import opt_label
 from explorer.stats import noisy
@@ -55,13 +56,14 @@ def fmt_flops(n: float | None) -> str:
 
 def fmt_rate(n: float | None, unit: str) -> str: return "–" if n is None else f"{n:.2f} {unit}" if n < 100 else f"{n:.0f} {unit}"
 
-def gflops(k: Kernel) -> float | None:
-  t = kernel_time(k)
-  return k["flops"] / t / 1e9 if t and k["flops"] else None
+def gflops(k: Kernel, rec: Any = None) -> float | None:
+  """The kernel's FLOP/s over its measured time, in GFLOP/s: its FLOPs as `rec` counts them (a target's record), else the host's."""
+  t, flops = kernel_time(k), (rec or k)["flops"]
+  return flops / t / 1e9 if t and flops else None
 
-def gbps(k: Kernel) -> float | None:
-  t = kernel_time(k)
-  return k["bytes"] / t / 1e9 if t and k["bytes"] else None
+def gbps(k: Kernel, rec: Any = None) -> float | None:
+  t, nbytes = kernel_time(k), (rec or k)["bytes"]
+  return nbytes / t / 1e9 if t and nbytes else None
 
 def fmt_size(xs: list[int | str] | None) -> str: return "–" if not xs else "×".join(str(x) for x in xs)
 
@@ -130,6 +132,19 @@ def rendered_targets(trace: Trace) -> list[str]:
   for k in trace["kernels"]: seen.update(dict.fromkeys(k["targets"]))
   return list(seen)
 
+def clock_badge(t: Any, device: str, what: str = "") -> Markup:
+  """The badge beside a measured time: its clock, with how it was measured (samples, cache, interval) and what the clock includes in
+  its tooltip (explorer.clocks). what: what the time is ("each kernel alone", "the span"), said first in the tooltip."""
+  if not t or isinstance(t, jinja2.Undefined): return Markup("")
+  method = method_of(t, device)
+  info = METHODS.get(method)
+  tip = "; ".join(x for x in (what, how(t, device), info.summary if info else "") if x)
+  return Markup('<span class="badge clock" data-clock="{}" title="{}">{}</span>').format(method, tip, info.label if info else method)
+
+def clock_methods_json() -> Markup:
+  """METHODS for the pages' scripts (explorer.js's clockBadge)."""
+  return tojson_compact({k: {"label": m.label, "summary": m.summary} for k, m in METHODS.items()})
+
 def environment() -> jinja2.Environment:
   """The Jinja environment of explorer/templates with the formatting filters and globals every page and the export use."""
   env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=jinja2.select_autoescape(), trim_blocks=True,
@@ -143,7 +158,8 @@ def environment() -> jinja2.Environment:
   env.globals["noisy"] = noisy
   env.globals["grouped_stages"] = grouped_stages
   env.globals["largest_buffers"] = largest_buffers
-  env.globals.update(compile_summary=compile_summary, rendered_targets=rendered_targets)
+  env.globals.update(compile_summary=compile_summary, rendered_targets=rendered_targets, clock_badge=clock_badge, clock_how=how,
+                     clock_methods=METHODS, clock_methods_json=clock_methods_json)
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=target_label,
                      highlighted=highlighted, ran_on_parts=ran_on_parts, provenance_sites=provenance_sites)
   return env

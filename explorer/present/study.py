@@ -10,7 +10,8 @@ from explorer.spec import ConvSpec
 
 def _ratio(x: float | None) -> str: return "-" if x is None or not math.isfinite(x) else f"{x:.4g}x"
 
-FIGURES = {"time": "run time, median of B/A per repeat", "spread": "standard deviation, B over A",
+FIGURES = {"time": "run time, the kernels each alone, summed (the headline): median of B/A per repeat",
+           "span": "run time, the schedule replayed back to back (its span): median of B/A per repeat", "spread": "standard deviation, B over A",
            "compile": "compile time (the device's compiler on every kernel's source, uncached), median of B/A per repeat",
            "build": "codegen + compile (one trace each), B over A",
            "graph": "tensor graph UOps, A -> B", "uops": "linear UOps (all kernels), A -> B", "kernel": "linear UOps, {} kernel, A -> B"}
@@ -32,8 +33,9 @@ def _ms(x: float | None) -> str:
   return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.4g} ms" if x < 10 else f"{x * 1e3:.0f} ms"
 
 # what each paired figure's A and B columns show: the variant's own value behind the ratio (a row's key, in seconds)
-ABSOLUTE: dict[str, tuple[Literal["time_median_s", "time_std_s", "compile_median_s"], str]] = {
-  "time": ("time_median_s", "median "), "spread": ("time_std_s", "std "), "compile": ("compile_median_s", "median ")}
+ABSOLUTE: dict[str, tuple[Literal["time_median_s", "span_median_s", "time_std_s", "compile_median_s"], str]] = {
+  "time": ("time_median_s", "median "), "span": ("span_median_s", "median "), "spread": ("time_std_s", "std "),
+  "compile": ("compile_median_s", "median ")}
 
 def _absolute(row: StudyRow, figure: str) -> str:
   """A paired figure's own value of one variant ("-" where the row has none: compile_median_s, in older studies or without compiles)."""

@@ -7,9 +7,10 @@ from __future__ import annotations
 import collections
 from dataclasses import replace
 from typing import Any
+from explorer.clocks import how, ratio_words
 from explorer.present.graphs import kernel_time
 from explorer.schema import (InterleavedTiming, Kernel, ProgramInfo, TargetRecord, TimeStats, Totals, Trace, ast_key_of, host_target, max_live_line,
-                             own_provenance, pressure_of, realizes_of, registers_of, stage_counts_of, target_record, totals_of)
+                             own_provenance, pressure_of, realizes_of, registers_of, stage_counts_of, target_record, timing_of, totals_of)
 from explorer.stats import NOISY_SPREAD, noisy
 from explorer.spec import ConvSpec, Variant, opt_label
 from explorer.text import fmt_bytes, provenance_sites
@@ -105,7 +106,8 @@ def _tensor_step(trace: Trace, spec: ConvSpec | None, variant: Variant | None = 
   top = ", ".join(f"{n} {op}" for op, n in sorted(g["ops"].items(), key=lambda kv: -kv[1])[:4])
   what = f"The convolution {spec.label()}" if spec is not None else f"The program {_program(trace)['name']}"
   direct = "" if variant is None or variant.algo == "direct" else " (the direct-equivalent count: Winograd's kernels do fewer)"
-  recipe = (f"the {_si(spec.direct_flops)}FLOPs of multiply-adds a direct convolution does{direct} are only a recipe at this point."
+  recipe = (f"the {_si(spec.direct_flops)}FLOPs of multiply-adds a direct convolution does (counted by formula, 2 per multiply-add){direct} "
+            "are only a recipe at this point."
             if spec is not None else "what it computes is only a recipe at this point.")
   return _step("tensor", "Tensor graph", "graph/tensor",
                f"{what} starts as a lazy tensor graph of {g['uops']} UOps{FOLDED} (most common: {top}). Nothing has run yet: {recipe}")
@@ -152,8 +154,9 @@ def _kernel_steps(trace: Trace, k: Kernel, spec: ConvSpec | None, target: str | 
           f"Its AST has {k['ast_uops']} UOps{FOLDED}.")
   if k["role"] == "xhat" and spec is not None:
     total = sums["flops"] if (sums := totals_of(trace)) else 0
-    text += (f" The whole Winograd schedule counts {_si(total)}FLOPs (tinygrad's Estimates) against {_si(spec.direct_flops)}FLOPs of "
-             f"multiply-adds for the direct convolution: {spec.direct_flops / total:.2f}x fewer." if total else "")
+    text += (f" The whole Winograd schedule counts {_si(total)}FLOPs (tinygrad's Estimates on the host's {host_target(k)} programs, index and "
+             f"mask arithmetic included) against {_si(spec.direct_flops)}FLOPs of multiply-adds for the direct convolution (by formula): "
+             f"{spec.direct_flops / total:.2f}x fewer." if total else "")
   text += "".join(f" {note}." for note in k["notes"])
   codegen = sorted(rec["passes"], key=lambda p: -p["matches"])[:3]
   busiest = ", ".join(f"{p['name']} ({p['matches']} matches)" for p in codegen)
@@ -163,7 +166,7 @@ def _kernel_steps(trace: Trace, k: Kernel, spec: ConvSpec | None, target: str | 
   uops = _step(f"k{n}-uops", f"Kernel {n}: linearized uops", f"k/{n}/uops",
                f"For {on}, the linearizer ordered {rec['linear_uops']} uops: {o['alu']} ALU ops, {o['loads']} loads, {o['stores']} stores, "
                f"{o['consts']} constants and {_plural(o['ranges'], 'loop')}. tinygrad estimates {_si(rec['flops'])}FLOPs and "
-               f"{fmt_bytes(rec['bytes'])} of memory traffic." + _pressure_text(rec))
+               f"{fmt_bytes(rec['bytes'])} of memory traffic on {on} (each target's program counts its own)." + _pressure_text(rec))
   source = _step(f"k{n}-source", f"Kernel {n}: source", f"k/{n}/source",
                  f"The {on} renderer turned those uops into {len(rec['source'].splitlines())} lines of source, the kernel "
                  f"{rec['name']}." + (f" The trace also rendered it for {', '.join(others)} (the tabs beside it)." if others else ""))
@@ -200,7 +203,8 @@ def hand_schedule_steps(trace: Trace, schedules: list[dict[str, Any]]) -> list[S
             f"{rec['local_size']}, {rec['linear_uops']} linear uops (was {own['linear_uops'] if own else None})")
     text += (f"; {', '.join(figures)}." if figures else ".")
     if (t := got.get("timing")) is not None:
-      text += f" On {t['device']} it takes {t['ratio']:.2f}x the original's time (95% interval {t['ci_low']:.2f}-{t['ci_high']:.2f})."
+      text += (f" Timed on {t['device']} interleaved with the original in the same run: "
+               f"{ratio_words(t['ratio'], (t['ci_low'], t['ci_high']), 'the hand schedule')} than the original.")
     out.append({**_step(f"k{n}-opts-{i}", f"Kernel {n} by hand: {', '.join(got['opts']) or 'no opts'}", f"k/{n}", text),
                 "embed": {"kind": "opts", "own": dict(own or {}), "got": got, "target": target, "kernel": n}})
   return out
@@ -227,9 +231,13 @@ def _timing_step(trace: Trace, spec: ConvSpec | None) -> Step:
   spread = noisy(dict(total))
   caveat = (f" Beware: the spread (std) is {spread:.1f}x the median, over the {NOISY_SPREAD:.0%} this explorer calls noisy: these runs "
             "were disturbed (a busy machine, a cold cache), so the median says little; time it again before comparing." if spread else "")
+  device = trace["env"]["device"]
+  span = tm.get("span_s") if (tm := timing_of(trace)) else None
+  replayed = (f" Replayed back to back, as tinygrad's JIT runs a schedule, it spans {span['median']*1e3:.3f} ms from the first kernel's "
+              f"start to the last one's end: {(span['median'] - total['median'])*1e3:.3f} ms run between the kernels." if span else "")
   return _step("timing", "Timings", "timings",
-               f"On {trace['env']['device']} the kernels took {total['median']*1e3:.3f} ms (median of {total['n']}, std {total['std']*1e3:.3f} ms)."
-               f"{caveat} {share}.{rate}{checked}")
+               f"On {device} the kernels, each timed alone, took {total['median']*1e3:.3f} ms summed (median; {how(total, device)})."
+               f"{replayed}{caveat} {share}.{rate}{checked}")
 
 # ***** built-in tours for the seed experiments: two traces side by side *****
 
@@ -267,13 +275,13 @@ def headline(a: Trace, b: Trace, interleaved: InterleavedTiming | None = None) -
            "change": f"{tb['bytes'] / ta['bytes']:.2f}x" if ta["bytes"] else "–"}]
   it = interleaved  # the diff's interleaved timing (explorer.analysis.diff), where measured; a ratio has no median where no repeat ran
   if it is not None and it["compared"] and (r := it["ratio"]).get("median") is not None:
-    ci = f" (95% {r['ci_low']:.2f}-{r['ci_high']:.2f})" if r.get("ci_low") is not None else ""  # no interval in older diffs
-    rows.append({"label": f"time, interleaved on {it['device']}", "a": f"{it['a_total_s']['median'] * 1e6:.1f} µs",
-                 "b": f"{it['b_total_s']['median'] * 1e6:.1f} µs", "change": f"{r['median']:.2f}x{ci}"})
+    ci = (r["ci_low"], r["ci_high"]) if r.get("ci_low") is not None else None  # no interval in older diffs
+    rows.append({"label": f"time, the kernels each alone, interleaved on {it['device']}", "a": f"{it['a_total_s']['median'] * 1e6:.1f} µs",
+                 "b": f"{it['b_total_s']['median'] * 1e6:.1f} µs", "change": ratio_words(r["median"], ci)})
   elif (xa := ta["time_s"]) and (xb := tb["time_s"]) and xa["median"]:
-    flag = "noisy, " if noisy(dict(xa)) or noisy(dict(xb)) else ""
+    flag = "noisy; " if noisy(dict(xa)) or noisy(dict(xb)) else ""
     rows.append({"label": "time (median, each timed apart)", "a": f"{xa['median'] * 1e6:.1f} µs", "b": f"{xb['median'] * 1e6:.1f} µs",
-                 "change": f"{xb['median'] / xa['median']:.2f}x ({flag}no interval: the diff times them interleaved)"})
+                 "change": f"no ratio: {flag}timed apart, the diff times them interleaved"})
   else:
     ua, ub = (sum(k["linear_uops"] for k in t["kernels"]) for t in (a, b))
     rows.append({"label": "linearized uops", "a": str(ua), "b": str(ub), "change": f"{ub / ua:.2f}x" if ua else "–"})

@@ -59,12 +59,15 @@ function resultHTML(kind, r) {
   const where = r.ran_on ? ` by ${esc(r.ran_on.by || `${r.ran_on.worker}@${r.ran_on.host}`)}` : "";  // NAME@HOST: a queue worker, else PID@HOST
   const when = r.measured ? ` <span class="muted small" data-ran-on>· measured ${esc(new Date(r.measured * 1000).toLocaleString())}${where}, tinygrad ${esc(r.tinygrad || "?")}</span>` : "";
   if (kind === "timing") {
-    const q = r.ratio;
-    const ci = q.ci_low != null ? ` (95% interval ${q.ci_low.toFixed(3)}–${q.ci_high.toFixed(3)})` : "";
-    return `<div><span class="ratio">B/A = ${q.median.toFixed(3)}×</span>${ci} <span class="muted">median of ${q.n} interleaved repeats</span></div>` +
-      `<div class="small">spread: IQR ${q.q1.toFixed(3)}–${q.q3.toFixed(3)}, range ${q.min.toFixed(3)}–${q.max.toFixed(3)} · ` +
+    const q = r.ratio, badge = clockBadge(r.method);
+    const span = r.span_verdict ? `<div class="small" data-span-verdict>the schedule replayed back to back (its span, first start to last end): <b>${esc(r.span_verdict)}</b>` +
+      ` · A ${fmtS(r.a_span_s.median)}, B ${fmtS(r.b_span_s.median)}</div>` : "";
+    return `<div><span class="ratio" data-time-verdict>${esc(r.verdict || "not compared")}</span> ${badge} <span class="muted">the kernels each alone, summed: ` +
+      `median B/A ${q.median.toFixed(3)} of ${q.n} interleaved repeats</span></div>` + span +
+      `<div class="small">spread of B/A: IQR ${q.q1.toFixed(3)}–${q.q3.toFixed(3)}, range ${q.min.toFixed(3)}–${q.max.toFixed(3)} · ` +
       `A ${fmtS(r.a_total_s.median)}, B ${fmtS(r.b_total_s.median)} on ${esc(r.device)} (${esc(r.compiler)})` +
-      `${r.fallback ? ` · <span class="badge warn">${esc(r.fallback)}</span>` : ""} · ${r.warmup} warmup + ${r.repeats} repeats${when}</div>`;
+      `${r.fallback ? ` · <span class="badge warn">${esc(r.fallback)}</span>` : ""}${r.notice ? ` · <span class="badge warn">${esc(r.notice)}</span>` : ""}` +
+      ` · ${r.warmup} warmup + ${r.repeats} repeats${when}</div>`;
   }
   return `<div><span class="ratio">max |A−B| = ${fmtG(r.max_abs)}</span> <span class="muted">(${fmtG(r.max_rel)} of the largest |output| ${fmtG(r.scale)})</span></div>` +
     `<div class="small">mean |A−B| ${fmtG(r.mean_abs)} · largest at [${(r.argmax || []).join(", ")}] of shape [${(r.shape || []).join(", ")}]${when}</div>`;

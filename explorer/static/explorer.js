@@ -12,6 +12,13 @@ function setQuery(params, push = false) {
   (push ? history.pushState : history.replaceState).call(history, null, "", url);
 }
 
+/* how a time was measured: explorer/clocks.py's METHODS (base.html's #clock-methods); a record without a method is tinygrad's timer */
+const CLOCKS = (() => { try { return JSON.parse(document.getElementById("clock-methods").textContent); } catch (e) { return {}; } })();
+function clockBadge(method) {
+  const name = method || "events", m = CLOCKS[name] || { label: name, summary: "" };
+  return `<span class="badge clock" data-clock="${esc(name)}" title="${esc(m.summary)}">${esc(m.label)}</span>`;
+}
+
 async function fetchJSON(url) {
   const r = await fetch(url, { headers: { Accept: "application/json" } });
   let body = null;

@@ -43,6 +43,16 @@ class Caches(Connected):
     try: return json.loads(row[0])
     except (json.JSONDecodeError, TypeError) as e: raise StoreError(f"cached diff {kind} of traces {a} and {b} is corrupt ({e})") from None
 
+  def timings_of(self, trace_id: str, limit: int = 8) -> list[tuple[str, str, Any]]:
+    """The interleaved timings stored for diffs this trace is a side of, newest first: (a, b, the timing); a corrupt one is left out."""
+    rows = self._conn().execute("SELECT a, b, body FROM diff_cache WHERE kind = 'timing' AND (a = ? OR b = ?) ORDER BY created DESC LIMIT ?",
+                                (trace_id, trace_id, limit)).fetchall()
+    out = []
+    for a, b, body in rows:
+      try: out.append((a, b, json.loads(body)))
+      except (json.JSONDecodeError, TypeError): continue
+    return out
+
   def clear_diffs(self, a: str | None = None, b: str | None = None) -> None:
     if a is None: self._conn().execute("DELETE FROM diff_cache")
     else: self._conn().execute("DELETE FROM diff_cache WHERE a = ? AND b = ?", (a, b if b is not None else a))

@@ -16,7 +16,7 @@ def listing_fields(trace: Mapping[str, Any]) -> dict[str, Any]:
   """The few fields the recent-traces list shows, kept in their own column so listing never parses whole traces."""
   totals, variant = trace.get("totals") or {}, trace.get("variant") or {}
   return {"label": trace.get("label"), "preset": trace.get("preset"), "status": trace.get("status"), "kernels": totals.get("kernels"),
-          "time_s": (totals.get("time_s") or {}).get("median"),
+          "time_s": (totals.get("time_s") or {}).get("median"), "time_method": (totals.get("time_s") or {}).get("method"),
           "algo": "program" if trace.get("program") else variant.get("algo"), "device": (trace.get("env") or {}).get("device"),
           "failures": len(trace.get("failures") or []), "tinygrad": (trace.get("env") or {}).get("tinygrad"),
           **{k: variant.get(k) for k in VARIANT_FILTERS if k != "algo"}, "targets": variant.get("targets")}

@@ -112,15 +112,21 @@ def _same_outputs(ast: Any, renderer: Any, device: str, original: list, chosen: 
   return {"values": int(a.size), "max_abs_diff": diff, "same": bool(np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True))}
 
 def _interleaved(ast: Any, renderer: Any, device: str, original: list, chosen: list) -> dict[str, Any]:
-  """Original (A) and hand-scheduled (B) timed in pairs on the device, every other pair in reverse order: B/A's median and interval."""
-  import statistics
+  """Original (A) and hand-scheduled (B) timed in pairs on the device by its clock (tg.clock_for), every other pair in reverse order:
+  each side's timing record and B/A's median and interval. The original here is measured in this run, beside the new schedule, not
+  taken from the trace (whose time was measured alone, at another moment)."""
   from explorer import stats
+  from explorer.clocks import timed
   from explorer.tracing import tg
-  a, b = tg.kernel_timers([tg.with_opts(ast, original), tg.with_opts(ast, chosen)], renderer, device)
-  for _ in range(WARMUP): next(a), next(b)
-  ta, tb = [], []
-  for i in range(REPEATS):
-    if i % 2: tb.append(next(b)); ta.append(next(a))
-    else: ta.append(next(a)); tb.append(next(b))
-  return {"device": device, "repeats": REPEATS, "a_median_s": statistics.median(ta), "b_median_s": statistics.median(tb),
-          **stats.median_ratio(ta, tb), "a_samples": ta, "b_samples": tb}
+  a, b = tg.kernel_runnables([tg.with_opts(ast, original), tg.with_opts(ast, chosen)], renderer, device)
+  clock = tg.clock_for(device)
+  try:
+    for _ in range(WARMUP): clock.kernel(a), clock.kernel(b)
+    ta, tb = [], []
+    for i in range(REPEATS):
+      if i % 2: tb.append(clock.kernel(b)); ta.append(clock.kernel(a))
+      else: ta.append(clock.kernel(a)); tb.append(clock.kernel(b))
+  finally: clock.close()
+  a_s, b_s = timed(ta, clock.method, clock.l2), timed(tb, clock.method, clock.l2)
+  return {"device": device, "repeats": REPEATS, "method": clock.method, "notice": clock.notice, "a_median_s": a_s["median"],
+          "b_median_s": b_s["median"], "a_s": a_s, "b_s": b_s, **stats.median_ratio(ta, tb), "a_samples": ta, "b_samples": tb}

@@ -21,15 +21,19 @@ def list_devices(progress: Any = None) -> dict:
   devs = tg.available_devices()
   return {"default": tg.default_device(), "devices": [describe(device=d) for d in devs]}
 
-def _best_time(out: Any, budget_s: float, min_runs: int = 3, max_runs: int = 50) -> tuple[float, int]:
-  """The fastest of several synchronized runs of out's single kernel (tinygrad's time_call), after one warmup run."""
-  timers = tg.call_timers(tg.compile_schedule(tg.schedule(out)))
-  assert len(timers) == 1, f"the probe expected one kernel, got {len(timers)}"
-  gen = timers[0][1]
-  next(gen)
-  ts: list[float] = []
-  while len(ts) < min_runs or (len(ts) < max_runs and sum(ts) < budget_s): ts.append(next(gen))
-  return min(ts), len(ts)
+def _best_time(out: Any, budget_s: float, min_runs: int = 3, max_runs: int = 50) -> tuple[float, int, str]:
+  """The fastest of several runs of out's single kernel by its device's clock (tg.clock_for), after one warmup run; and the clock's
+  method."""
+  device = tg.tensor_device(out)
+  kernels = tg.runnables(tg.compile_schedule(tg.schedule(out)))
+  assert len(kernels) == 1, f"the probe expected one kernel, got {len(kernels)}"
+  clock = tg.clock_for(device)
+  try:
+    clock.kernel(kernels[0])
+    ts: list[float] = []
+    while len(ts) < min_runs or (len(ts) < max_runs and sum(ts) < budget_s): ts.append(clock.kernel(kernels[0]))
+  finally: clock.close()
+  return min(ts), len(ts), clock.method
 
 def _filled(n: int, device: str) -> Any:
   x = tg.Tensor.full((n,), 1.0, device=device).contiguous()
@@ -38,8 +42,8 @@ def _filled(n: int, device: str) -> Any:
 
 def bandwidth(device: str, n: int, budget_s: float) -> dict:
   """out = x + 1 over n float32s: reads 4n bytes, writes 4n bytes, one FLOP per element."""
-  t, runs = _best_time(_filled(n, device) + 1.0, budget_s)
-  return {"elements": n, "bytes": 8 * n, "time_s": t, "runs": runs, "bytes_per_s": 8 * n / t}
+  t, runs, method = _best_time(_filled(n, device) + 1.0, budget_s)
+  return {"elements": n, "bytes": 8 * n, "time_s": t, "runs": runs, "method": method, "bytes_per_s": 8 * n / t}
 
 def fma(device: str, n: int, chains: int, length: int, budget_s: float) -> dict:
   """Independent multiply-add chains per element (y = y * a + b, length times), summed: enough independent work to hide the
@@ -49,9 +53,9 @@ def fma(device: str, n: int, chains: int, length: int, budget_s: float) -> dict:
   for _ in range(length): ys = [y * 0.999 + 0.001 for y in ys]
   out = ys[0]
   for y in ys[1:]: out = out + y
-  t, runs = _best_time(out, budget_s)
+  t, runs, method = _best_time(out, budget_s)
   flops = n * (chains + 2 * chains * length + chains - 1)
-  return {"elements": n, "chains": chains, "length": length, "flops": flops, "time_s": t, "runs": runs, "flops_per_s": flops / t}
+  return {"elements": n, "chains": chains, "length": length, "flops": flops, "time_s": t, "runs": runs, "method": method, "flops_per_s": flops / t}
 
 def measure(progress: Any = None, device: str | None = None, budget_s: float = 0.5) -> dict:
   """Measured peaks of the device: float32 FLOP/s (fma chain) and memory bandwidth (a large copy-add), with the runs behind them.

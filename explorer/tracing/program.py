@@ -12,6 +12,7 @@ import numpy as np
 from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.reference import error_stats
 from explorer.tracing.renders import RenderPool
+from explorer.clocks import timed
 from explorer.tracing.trace import Program, Progress, _quiet, add_totals, new_trace, other_targets, pipeline, record
 from explorer.store import add_target_record
 from explorer.spec import Variant
@@ -103,8 +104,12 @@ class ProgramTrace:
     p["realizes"].append({"index": r, "name": realize["program"]["name"], "kernels": [k0, len(p["kernels"])],
                           "schedule": [s0, len(p["schedule"])], "tensor_graph": realize["tensor_graph"],
                           "seconds": sum(realize["stage_seconds"].values()), "outputs": realize["program"]["outputs"],
-                          "total_s": (realize.get("timing") or {}).get("total_s")})
-    if realize.get("timing"): p["timing"] = {**realize["timing"], "total_s": _summed([x["total_s"] for x in p["realizes"] if x["total_s"]])}
+                          "total_s": (timing := realize.get("timing") or {}).get("total_s"), "span_s": timing.get("span_s")})
+    if timing:
+      spans = [x["span_s"] for x in p["realizes"] if x.get("span_s")]
+      eager = [x for x in ((p.get("timing") or {}).get("eager_s"), timing.get("eager_s")) if x is not None]  # each realize's first run
+      p["timing"] = {**timing, "total_s": _summed([x["total_s"] for x in p["realizes"] if x["total_s"]]), "span_s": _summed(spans),
+                     "eager_s": sum(eager) if eager else None}
 
   def _buffer(self, b: dict, ref: Any, s0: int) -> int:
     """The program's index of a realize's buffer: the same buffer UOp (alive, so not another at a reused address) is listed once."""
@@ -187,8 +192,13 @@ def _counted(hists: list[dict[str, int]]) -> dict[str, int]:
   return out
 
 def _summed(xs: list[dict]) -> dict | None:
-  """Per-realize timing stats as the program's: medians, means and minimums add up; spreads add as variances."""
+  """Per-realize timing records as the program's: each realize's samples summed repeat by repeat (they were timed with the same
+  repeats, by the same clock), a record of those sums with its interval; records without samples (older traces): medians, means and
+  minimums add up, spreads add as variances, no interval."""
   if not xs: return None
+  if all(x.get("samples") for x in xs) and len({len(x["samples"]) for x in xs}) == 1:
+    sums = [sum(col) for col in zip(*(x["samples"] for x in xs))]
+    return {**timed(sums, xs[0]["method"], xs[0]["l2"]), "samples": sums}
   return {"median": sum(x["median"] for x in xs), "mean": sum(x["mean"] for x in xs), "std": math.sqrt(sum(x["std"] ** 2 for x in xs)),
           "min": sum(x["min"] for x in xs), "n": min(x["n"] for x in xs)}
 

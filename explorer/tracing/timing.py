@@ -1,14 +1,68 @@
-"""Interleaved timing of several variants in one process (run it in a fresh worker with tracking off: VIZ=0)."""
+"""Timing by the device's clock (explorer.tracing.tg.clocks; explorer.clocks names the methods): a schedule's kernels each alone and
+the whole schedule replayed back to back (`time_schedule`, a trace's timing), and several variants interleaved (`time_interleaved`,
+diffs and studies). Run it in a fresh worker with tracking off (VIZ=0), or in a trace worker at its timing stage."""
 from __future__ import annotations
-import time
-from typing import Any
+import statistics, time
+from typing import Any, Callable
 import numpy as np
 from explorer.tracing import tg
 from explorer import stats
+from explorer.clocks import timed
 from explorer.spec import ConvSpec, Variant
 
-def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarray) -> tuple[list[tuple[int, Any]], list[str]]:
-  """The variant's kernels compiled: a timer per kernel, and their sources (what compile timing compiles again)."""
+BATCH_BELOW_S = 5e-6  # a kernel this short also gets a batch figure where the clock has one (held events): host jitter is its size
+BATCH_LAUNCHES = 32   # launches in one held event pair for a batch figure
+
+class Replay:
+  """A compiled schedule ready to time on its device: its kernels, each alone (tg.Runnable), and the whole schedule as tinygrad's JIT
+  replays it (launches, and how: "graph" or "launches")."""
+  def __init__(self, compiled: Any, device: str):
+    self.kernels = tg.runnables(compiled)
+    self.launches, self.how = tg.replay(compiled, device)
+    self.synchronize = tg.synchronizer(device)
+
+  def sample(self, clock: tg.Clock) -> tuple[list[float], list[float | None], float]:
+    """One repeat: every kernel alone (with the L2 flushed where the clock can flush it), every kernel warm (GPU clocks; None
+    elsewhere), then the whole schedule's span."""
+    alone = [clock.kernel(k) for k in self.kernels]
+    warm = [clock.warm(k) for k in self.kernels]
+    return alone, warm, clock.span(self.launches, self.synchronize)
+
+def time_schedule(clock: tg.Clock, compiled: Any, device: str, warmup: int, repeats: int,
+                  on_repeat: Callable[[int], None] | None = None) -> dict[str, Any]:
+  """Warmup, then repeats of Replay.sample, so that drift hits every kernel and the span alike. Returns each kernel's records (time_s,
+  time_warm_s, time_batch_s: explorer.schema.Kernel's) and the schedule's (total_s: the kernels' sum per repeat; span_s), each saying
+  its clock."""
+  r = Replay(compiled, device)
+  per: list[list[float]] = [[] for _ in r.kernels]
+  warm: list[list[float]] = [[] for _ in r.kernels]
+  totals, spans = [], []
+  for i in range(warmup + repeats):
+    if on_repeat is not None: on_repeat(i)
+    alone, hot, span = r.sample(clock)
+    if i < warmup: continue
+    for xs, t in zip(per, alone): xs.append(t)
+    for xs, w in zip(warm, hot):
+      if w is not None: xs.append(w)
+    totals.append(sum(alone))
+    spans.append(span)
+  kernels = []
+  for k, xs, ws in zip(r.kernels, per, warm):
+    rec: dict[str, Any] = {"call": k.call, "time_s": timed(xs, clock.method, clock.l2) if xs else None}
+    if ws: rec["time_warm_s"] = timed(ws, clock.method, "warm")
+    if xs and statistics.median(xs) < BATCH_BELOW_S and clock.batch(k, BATCH_LAUNCHES) is not None:
+      rec["time_batch_s"] = timed([clock.batch(k, BATCH_LAUNCHES) or 0.0 for _ in range(repeats)], clock.method, "warm", BATCH_LAUNCHES)
+    kernels.append(rec)
+  return {"kernels": kernels, "total_s": _with_samples(timed(totals, clock.method, clock.l2), totals) if totals else None,
+          "span_s": _with_samples(timed(spans, clock.method, clock.l2), spans) if spans else None, "replay": r.how,
+          "method": clock.method, "notice": clock.notice}
+
+def _with_samples(t: dict[str, Any], xs: list[float]) -> dict[str, Any]:
+  """A schedule's record keeps its samples: a program sums its realizes' repeat by repeat (explorer.tracing.program)."""
+  return {**t, "samples": list(xs)}
+
+def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarray) -> tuple[Replay, list[str]]:
+  """The variant's kernels compiled, ready to time, and their sources (what compile timing compiles again)."""
   Tensor = tg.Tensor
   from explorer.tracing.algorithms import build_conv
   device = variant.device or tg.default_device()
@@ -16,7 +70,7 @@ def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarra
     x, w = Tensor(x_np, device=device), Tensor(w_np, device=device)
     tg.realize_inputs(x, w)
     compiled = tg.compile_schedule(tg.schedule(build_conv(x, w, spec, variant)))
-    return tg.call_timers(compiled), tg.compiled_sources(compiled)
+    return Replay(compiled, device), tg.compiled_sources(compiled)
 
 def time_compiles(devices: list[str], sources: list[list[str]], repeats: int) -> list[list[float]]:
   """Each variant's kernel sources compiled afresh by its device's compiler, `repeats` times, interleaved and counterbalanced as the
@@ -50,41 +104,48 @@ def converged(totals: list[list[float]], width: float) -> bool:
 
 def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, repeats: int, target_width: float | None = None,
                      budget_s: float | None = None, max_repeats: int = 1000, compile_repeats: int = 0) -> list[dict]:
-  """A, B, C, C, B, A...: each repeat runs every variant's kernels once, so drift on a shared machine hits all variants alike, and
-  every other repeat in reverse, so running first (or right after another variant) favours none of them.
+  """A, B, C, C, B, A...: each repeat runs every variant's kernels once alone and once replayed back to back (Replay.sample), so drift
+  on a shared machine hits all variants alike, and every other repeat in reverse, so running first (or right after another variant)
+  favours none of them.
   Adaptive (target_width): after `repeats`, keep sampling until each ratio's 95% interval is narrower than target_width, the time
   budget is spent or max_repeats are done; each result says how it ended (`sampling`). compile_repeats: then compile each variant's
   kernel sources that many times, interleaved the same way (`compile_samples`)."""
-  from explorer.tracing.trace import stats as trace_stats
   s = ConvSpec.from_dict(spec)
   rng = np.random.default_rng(0)
   x_np, w_np = rng.standard_normal(s.input_shape).astype(s.dtype), rng.standard_normal(s.weight_shape).astype(s.dtype)
   vs = [Variant.from_dict(v).resolve(s) for v in variants]
   devices = [v.device or tg.default_device() for v in vs]
-  timers, sources = [], []
+  replays, sources = [], []
   for i, v in enumerate(vs):
     progress("compile", "start", f"compiling variant {i + 1} of {len(vs)}")
-    with tg.disable_gc(): timer, src = _prepare(s, v, x_np, w_np)  # schedule and codegen as Tensor.realize runs them: collector off
-    timers.append(timer)
+    with tg.disable_gc(): replay, src = _prepare(s, v, x_np, w_np)  # schedule and codegen as Tensor.realize runs them: collector off
+    replays.append(replay)
     sources.append(src)
   totals: list[list[float]] = [[] for _ in vs]
+  spans: list[list[float]] = [[] for _ in vs]
   progress("timing", "start", ",".join(sorted(set(devices))))  # waits for the devices' locks
+  clocks = {d: tg.clock_for(d) for d in dict.fromkeys(devices)}
   every = max(1, (warmup + repeats) // 10)  # about ten progress reports, outside the timed kernels
   start, r = time.perf_counter(), 0
-  while (ended := _stop(totals, r - warmup, repeats, target_width, budget_s, max_repeats, time.perf_counter() - start)) is None:
-    if r % every == 0:
-      progress("timing", "running", f"{'warmup' if r < warmup else 'repeat'} {r + 1}" + ("" if target_width else f" of {warmup + repeats}"))
-    for i in _order(len(timers), r):
-      t = sum(next(gen) for _, gen in timers[i])
-      if r >= warmup: totals[i].append(t)
-    r += 1
+  try:
+    while (ended := _stop(totals, r - warmup, repeats, target_width, budget_s, max_repeats, time.perf_counter() - start)) is None:
+      if r % every == 0:
+        progress("timing", "running", f"{'warmup' if r < warmup else 'repeat'} {r + 1}" + ("" if target_width else f" of {warmup + repeats}"))
+      for i in _order(len(replays), r):
+        alone, _, span = replays[i].sample(clocks[devices[i]])
+        if r >= warmup: totals[i].append(sum(alone)); spans[i].append(span)
+      r += 1
+  finally:
+    for c in clocks.values(): c.close()
   progress("timing", "done", f"{warmup} warmup + {r - warmup} repeats ({ended})")
   sampling = {"repeats": r - warmup, "ended": ended, "target_width": target_width, "budget_s": budget_s}
   if compile_repeats: progress("compile timing", "start", f"every variant's kernels compiled {compile_repeats} times, interleaved")
   compiles = time_compiles(devices, sources, compile_repeats)
   out = []
-  for device, xs, cs in zip(devices, totals, compiles):
-    # samples: the per-repeat totals, so callers can take ratios repeat by repeat (explorer.analysis.diff)
-    out.append({"total_s": trace_stats(xs), "samples": xs, "device": device, "compiler": tg.compiler_name(device),
+  for device, replay, xs, ss, cs in zip(devices, replays, totals, spans, compiles):
+    clock = clocks[device]
+    # samples: the per-repeat kernel sums (span_samples: the spans), so callers can take ratios repeat by repeat (explorer.analysis.diff)
+    out.append({"total_s": timed(xs, clock.method, clock.l2), "samples": xs, "span_s": timed(ss, clock.method, clock.l2), "span_samples": ss,
+                "replay": replay.how, "method": clock.method, "notice": clock.notice, "device": device, "compiler": tg.compiler_name(device),
                 "fallback": tg.fallback_reason(device), "sampling": sampling, "compile_samples": cs})
   return out

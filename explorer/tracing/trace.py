@@ -4,7 +4,7 @@ Call `capture` in a fresh process (explorer.tracing.workers does): tinygrad's re
 and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
-import contextlib, datetime, json, platform, socket, statistics, threading, time, traceback, weakref
+import contextlib, datetime, json, platform, socket, threading, time, traceback, weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -15,7 +15,7 @@ from explorer.tracing.handopts import beam_record
 from explorer.tracing.renders import RenderPool, make_target_record, pass_record
 from explorer.spec import PARTIAL, REWRITES, TRACE_SCHEMA, ConvSpec, Progress, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
-if TYPE_CHECKING: from explorer.schema import Kernel, Storage, TimeStats  # types only: pydantic stays out of trace workers
+if TYPE_CHECKING: from explorer.schema import Kernel, Storage  # types only: pydantic stays out of trace workers
 
 
 def _quiet(stage: str, status: str, detail: str) -> None: pass
@@ -41,6 +41,7 @@ class Recorder:
   def __init__(self, trace: dict, progress: Progress, analysis: bool = False):
     self.trace, self.progress, self.tinygrad, self.analysis = trace, progress, TinygradClock(trace), analysis
     self.pending: list[tuple[str, threading.Thread, list[BaseException]]] = []
+    self.eager_s: float | None = None  # the run stage's one run of the schedule, host wall clock
 
   def partial(self, what: str, data: dict) -> None:
     """What the trace holds so far, for a page that shows it while it runs: `schedule` (its calls and buffers, once scheduled), then a
@@ -187,9 +188,9 @@ def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, du
              base, pool, blobs)
 
 def _realize(rec: Recorder, program: Program, variant: Variant, device: str, base: int, pool: RenderPool,
-             blobs: dict[str, bytes]) -> tuple[Any, dict]:
+             blobs: dict[str, bytes]) -> Any:
   """What Tensor.realize runs: schedule, kernel graph, codegen (the other targets rendered beside it), the run and its check. Returns
-  what the run compiled and the host's programs (what timing times)."""
+  what the run compiled (what timing times)."""
   trace = rec.trace
   linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad, program.provenance))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role, program.buffer_refs))
@@ -199,14 +200,14 @@ def _realize(rec: Recorder, program: Program, variant: Variant, device: str, bas
   if program.asts is not None: program.asts += asts
   # the other targets render beside host codegen; under BEAM after it, with the opts BEAM chose on the device where they are legal there
   renders = {} if beam else pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, analysis=rec.analysis)
-  programs = rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant))
+  rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant))
   if program.provenance:
     for k in trace["kernels"]: k["provenance"] = tg.kernel_provenance(calls[k["call"]].ast)
   if beam:
     chosen = [k["opts"] for k in trace["kernels"]] if len(trace["kernels"]) == len(asts) else None  # None: codegen failed, heuristic
     renders = pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, chosen, rec.analysis)
   rec.run("render", lambda: _render(trace, calls, renders, pool, blobs))
-  return rec.run("run", lambda: _run(rec, linear, program)), programs
+  return rec.run("run", lambda: _run(rec, linear, program))
 
 def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, base: int, pool: RenderPool, blobs: dict[str, bytes]) -> None:
   """Every stage after the tensor graph is built: schedule, kernel graph, codegen (with the other targets rendered beside it), the run
@@ -216,10 +217,10 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
   trace["spec_checks"] = {"tensor_graph": tg.tensor_spec_check(sink)}  # tinygrad's own specs, every UOp (schema.SpecCheck)
   with tg.disable_gc():  # as Tensor.realize runs them: schedule, codegen and the run with tinygrad's cyclic garbage collector off
-    compiled, programs = _realize(rec, program, variant, device, base, pool, blobs)
+    compiled = _realize(rec, program, variant, device, base, pool, blobs)
   if variant.time:
     rec.settle()  # nothing else runs while kernels are timed
-    rec.run("timing", lambda: _time(trace, compiled, variant, programs, rec.tinygrad), detail=device)
+    rec.run("timing", lambda: _time(trace, compiled, variant, rec.tinygrad, rec.eager_s), detail=device)
   add_totals(trace)
 
 def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> Any:
@@ -270,14 +271,14 @@ def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
                                    ("mhat", tg.has_reduce(call.ast)), ("out", writes_output)) if hit]
   return "+".join(parts) or "other"
 
-def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, variant: Variant) -> dict[int, Any]:
+def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, variant: Variant) -> None:
   """Each kernel through the host's codegen, recorded as tinygrad made it; what a page asks beyond that is an enrichment
   (explorer.tracing.enrich: compile facts; the analysis, unless the trace was asked for it). The progress says each kernel as it is
   done, with its seconds."""
   from explorer.tracing.rewrites import build
   trace, renderer, custom = rec.trace, tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
   arch = tg.renderer_arch(renderer)
-  programs, total = {}, sum(1 for c in calls if c.kind == "kernel")
+  total = sum(1 for c in calls if c.kind == "kernel")
   for c in calls:
     if c.kind != "kernel": continue
     mark = tg.tracking_mark()
@@ -307,12 +308,10 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
     if timed: kernel["beam"] = beam_record(timed, int(variant.opt.split(":")[1]), facts.opts)
     s["name"], s["kernel"] = facts.name, len(trace["kernels"])  # once the kernel is there: a failure above leaves no row naming it
     trace["kernels"].append(kernel)
-    programs[c.index] = prg
     row: dict[str, Any] = dict(kernel)
     rec.partial("kernel", {f: row[f] for f in PARTIAL_KERNEL if f in row} | {"name": facts.name, "call": c.index})
     rec.progress("codegen", "start", f"{len(trace['kernels'])} of {total} kernels: {facts.name} in {seconds:.2f}s "
                                      f"(tinygrad's codegen and compile)")
-  return programs
 
 PARTIAL_KERNEL = ("index", "role", "ast_uops", "linear_uops", "flops", "bytes", "global_size", "local_size", "opts", "codegen_s", "compile_s",
                   "compile_cached")  # a kernel's row while the trace runs
@@ -344,7 +343,9 @@ def _run(rec: Recorder, linear: Any, program: Program) -> Any:
   if tg.compiled_sources(compiled) != [k["sources"]["host"] for k in trace["kernels"]]:
     raise RuntimeError("tinygrad compiled other programs than the ones codegen recorded: the trace would not show what runs")
   with tinygrad("run"):
+    st = time.perf_counter()
     tg.run_schedule(compiled)
+    rec.eager_s = time.perf_counter() - st  # the first run (programs loaded, buffers allocated): the timing record keeps it
     outs = [o.numpy() for o in program.outs] if check is not None else []
   if check is not None and program.check_beside: rec.beside("run", lambda: check(trace, outs))
   elif check is not None: check(trace, outs)
@@ -362,24 +363,19 @@ def _dump_io(path: str, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
   p.mkdir(parents=True, exist_ok=True)
   for name, arr in (("input", x), ("weight", w), ("output", out)): np.save(p / f"{name}.npy", arr)
 
-def stats(xs: list[float]) -> TimeStats:
-  return {"median": statistics.median(xs), "mean": statistics.fmean(xs), "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0,
-          "min": min(xs), "n": len(xs)}
-
-def _time(trace: dict, compiled: Any, variant: Variant, programs: dict, tinygrad: TinygradClock) -> None:
-  """Warmup then repeats, interleaving the kernels so that drift hits all of them alike; total = the kernels of one repeat summed."""
-  timers = tg.call_timers(compiled)
-  per: dict[int, list[float]] = {i: [] for i, _ in timers}
-  totals = []
-  for r in range(variant.warmup + variant.repeats):
-    with tinygrad("timing"): ts = [(i, next(gen)) for i, gen in timers]
-    if r < variant.warmup: continue
-    for i, t in ts: per[i].append(t)
-    totals.append(sum(t for _, t in ts))
+def _time(trace: dict, compiled: Any, variant: Variant, tinygrad: TinygradClock, eager_s: float | None) -> None:
+  """The kernels each alone and the schedule replayed back to back, by the device's clock (explorer.tracing.timing.time_schedule)."""
+  from explorer.tracing.timing import time_schedule
+  device = trace["env"]["device"]
+  clock = tg.clock_for(device)
+  try:
+    with tinygrad("timing"): got = time_schedule(clock, compiled, device, variant.warmup, variant.repeats)
+  finally: clock.close()
   by_call = {k["call"]: k for k in trace["kernels"]}
-  for i, xs in per.items(): by_call[i]["time_s"] = stats(xs)
-  trace["timing"] = {"device": trace["env"]["device"], "warmup": variant.warmup, "repeats": variant.repeats,
-                     "total_s": stats(totals) if totals else None}
+  for rec in got["kernels"]: by_call[rec.pop("call")].update(rec)
+  trace["timing"] = {"device": device, "warmup": variant.warmup, "repeats": variant.repeats, "total_s": got["total_s"],
+                     "method": got["method"], "notice": got["notice"], "span_s": got["span_s"], "replay": got["replay"],
+                     "eager_s": eager_s}
 
 def add_totals(trace: dict) -> None:
   ks = trace["kernels"]

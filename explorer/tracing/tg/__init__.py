@@ -2,7 +2,8 @@
 environment (tinygrad's settings, set before its import), rewritelog (tinygrad's rewrite log as plain data, and each rule's source),
 recording (tracking switches, passes, the live log), graphs (a stored blob's graphs through tinygrad's viewer), provenance, pipeline
 (tensor graph, scheduler, the schedule's calls and buffers), opts (optimization settings, opts by hand), custom_rewrites, codegen,
-loops, specs, register_pressure, line_maps, kernel_analysis, runtime, devices (devices and renderers) and nvrtc.
+loops, specs, register_pressure, line_maps, kernel_analysis, runtime, clocks (how kernels and schedules are timed), devices (devices and
+renderers) and nvrtc.
 Callers use the names re-exported here: `from explorer.tracing import tg`.
 
 Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment must be
@@ -32,7 +33,7 @@ from explorer.tracing.tg.devices import (available_devices, default_device, devi
 from explorer.tracing.tg.graphs import RewriteBlob
 from explorer.tracing.tg.kernel_analysis import blob_analysis, program_analysis
 from explorer.tracing.tg.nvrtc import nvrtc_compiler
-from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, kernel_axes, kernel_outputs, kernel_timers, legal_opts, opt_context,
+from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, kernel_axes, kernel_outputs, kernel_runnables, legal_opts, opt_context,
                                       opt_text, parse_opt, recording_beam, with_opts)
 from explorer.tracing.tg.pipeline import (Call, buffer_facts, buffer_key, call_argument_nums, calls, copy_ins_outs, kernel_reads_writes, on_realize,
                                           op_histogram, schedule, stage_decisions, tensor_buffer, tensor_device, tensor_sink)
@@ -40,8 +41,9 @@ from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance,
 from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, passes_since, trace_num, tracking, tracking_enabled, tracking_mark,
                                            tracking_possible)
 from explorer.tracing.tg.rewritelog import ENCODER_UNSTORED, decode_rewrite_log
-from explorer.tracing.tg.runtime import (call_timers, compile_schedule, compile_seconds, compiled_sources, compiler_name, fallback_reason, has_reduce,
-                                         realize_inputs, run_schedule)
+from explorer.tracing.tg.clocks import Clock, ClockFailed, Runnable, clock_for
+from explorer.tracing.tg.runtime import (compile_schedule, compile_seconds, compiled_sources, compiler_name, fallback_reason, has_reduce,
+                                         realize_inputs, replay, run_schedule, runnables, synchronizer)
 from explorer.tracing.tg.specs import schedule_calls, spec_check, tensor_spec_check
 
 # the public names the rest of the explorer uses: it imports tinygrad only through this package
@@ -55,11 +57,13 @@ __all__ = [
   "on_realize", "tensor_device", "tensor_sink", "op_histogram", "schedule", "stage_decisions", "call_argument_nums", "Call", "calls",
   "buffer_key", "buffer_facts", "tensor_buffer", "copy_ins_outs", "kernel_reads_writes", "kernel_provenance", "sited_metadata",
   "carrying_metadata", "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key",
-  "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "call_timers", "realize_inputs", "compile_seconds", "has_reduce",
+  "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "realize_inputs", "compile_seconds", "has_reduce",
   "compiler_name", "fallback_reason",
+  # clocks: how kernels and schedules are timed (explorer.clocks names their methods)
+  "Clock", "ClockFailed", "Runnable", "clock_for", "runnables", "replay", "synchronizer",
   # opts
   "opt_context", "OptRefused", "opt_text", "parse_opt", "heuristic_opts", "legal_opts", "with_opts", "check_opts", "kernel_axes",
-  "kernel_outputs", "kernel_timers", "recording_beam",
+  "kernel_outputs", "kernel_runnables", "recording_beam",
   # a kernel's analysis
   "spec_check", "tensor_spec_check", "schedule_calls", "program_analysis", "blob_analysis",
   # devices, renderers and compilers

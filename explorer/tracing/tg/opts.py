@@ -1,7 +1,7 @@
 """Opts: the variant's optimization setting as tinygrad context, and opts by hand (checked, applied, timed and compared as
 tinygrad's apply_opts and BEAM would)."""
 from __future__ import annotations
-import contextlib, os
+import contextlib, functools, os
 from dataclasses import replace
 from typing import Any, Iterator, Sequence
 import tinygrad
@@ -13,6 +13,7 @@ from tinygrad.helpers import NUM_CPU_THREADS, Context, ansistrip, getenv
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisType, KernelInfo, Ops
 import tinygrad.device
+from explorer.tracing.tg.clocks import Runnable
 from explorer.tracing.tg.environment import USER_PARALLEL
 from explorer.tracing.tg.pipeline import kernel_reads_writes
 
@@ -117,15 +118,18 @@ def kernel_outputs(asts: Sequence[UOp], renderer: Renderer, device: str, seed: i
     out.append([bufs[slots.index(s)].numpy().copy() for s in written])
   return out
 
-def kernel_timers(asts: Sequence[UOp], renderer: Renderer, device: str) -> list[Iterator[float]]:
-  """tinygrad's time_call for each of these variants of one kernel, compiled for the device and run on the same fresh buffers of its
-  parameters' sizes (as BEAM times a candidate, at full size): each yields one synchronized run time in seconds."""
+def kernel_runnables(asts: Sequence[UOp], renderer: Renderer, device: str) -> list[Runnable]:
+  """Each of these variants of one kernel compiled for the device and run on the same fresh buffers of its parameters' sizes (as BEAM
+  times a candidate, at full size), as a clock times it (explorer.tracing.tg.clocks)."""
   from tinygrad.codegen.opt.postrange import args_from_ast
+  from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec
   rawbufs, var_vals = args_from_ast(asts[0], device)
   args = [UOp.from_buffer(b.ensure_allocated()) for b in rawbufs]
-  timers = []
-  for ast in asts: timers.append(time_call(do_to_program(_on_device(ast, device), renderer).call(*args), var_vals))
-  return timers
+  ctx, out = ExecContext(var_vals, update_stats=False), []
+  for ast in asts:
+    call = compile_linear(UOp(Ops.LINEAR, src=(do_to_program(_on_device(ast, device), renderer).call(*args),))).src[0]
+    out.append(Runnable(call.src[0].arg.name, functools.partial(pm_exec.rewrite, call, ctx), functools.partial(next, time_call(call, var_vals))))
+  return out
 
 MAX_BEAM_CANDIDATES = 4000  # recorded per kernel: a wide BEAM on a big kernel times thousands
 

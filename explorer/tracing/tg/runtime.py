@@ -1,10 +1,11 @@
 """The runtime: a schedule compiled, run and timed as tinygrad runs it, and what a device's compiler is."""
 from __future__ import annotations
-import time
-from typing import Iterator, Sequence
+import functools, time
+from typing import Any, Callable, Sequence
 from tinygrad import Device, Tensor
-from tinygrad.engine.realize import compile_linear, run_linear, time_call
+from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec, run_linear, time_call
 from tinygrad.uop.ops import Ops, UOp
+from explorer.tracing.tg.clocks import Runnable
 
 def compile_schedule(linear: UOp) -> UOp:
   """tinygrad's compile_linear: lowers every kernel through to_program (its cache holds the programs codegen produced above)."""
@@ -16,9 +17,31 @@ def compiled_sources(compiled: UOp) -> list[str]:
   """The source of every program in a compiled schedule, in order: what tinygrad will run."""
   return [next(s.arg for s in c.src[0].src if s.op is Ops.SOURCE) for c in compiled.src if c.src[0].op is Ops.PROGRAM]
 
-def call_timers(compiled: UOp) -> list[tuple[int, Iterator[float]]]:
-  """tinygrad's time_call for each kernel of the compiled schedule: each yields one synchronized run time in seconds."""
-  return [(i, time_call(c)) for i, c in enumerate(compiled.src) if c.src[0].op is Ops.PROGRAM]
+def _kernel_calls(compiled: UOp) -> list[UOp]: return [c for c in compiled.src if c.src[0].op is Ops.PROGRAM]
+
+def runnables(compiled: UOp) -> list[Runnable]:
+  """Each kernel of a compiled schedule, in order, as a clock times it (explorer.tracing.tg.clocks): launched through tinygrad's own
+  executor without waiting, or run once under tinygrad's time_call."""
+  ctx = ExecContext(update_stats=False)
+  return [Runnable(c.src[0].arg.name, functools.partial(pm_exec.rewrite, c, ctx), functools.partial(next, time_call(c)), i)
+          for i, c in enumerate(compiled.src) if c.src[0].op is Ops.PROGRAM]
+
+def replay(compiled: UOp, device: str) -> tuple[Sequence[Callable[[], Any]], str]:
+  """The schedule's kernels as tinygrad's JIT replays them, and how: batched into the device's graph where it has one (a CUDA graph;
+  built and run once here, before anything times it), else each launched in turn ("launches", as the JIT runs them on the CPU)."""
+  ctx = ExecContext(update_stats=False)
+  kernels = UOp(Ops.LINEAR, src=tuple(_kernel_calls(compiled)))
+  if Device[device].graph is not None:
+    from tinygrad.engine.jit import graph_split_rewrite
+    try:
+      launches = [functools.partial(pm_exec.rewrite, c, ctx) for c in graph_split_rewrite(kernels).src]
+      for launch in launches: launch()
+      Device[device].synchronize()
+      return launches, "graph"
+    except Exception: pass  # noqa: BLE001 - a graph tinygrad cannot build here: the kernels one by one, as without a graph
+  return [functools.partial(pm_exec.rewrite, c, ctx) for c in kernels.src], "launches"
+
+def synchronizer(device: str) -> Callable[[], None]: return Device[device].synchronize
 
 def realize_inputs(*ts: Tensor) -> None: Tensor.realize(*ts)
 

@@ -265,11 +265,16 @@ class OptsJob(BaseModel):
   started: float
 
 class OptsTiming(BaseModel):
-  """The original (A) and the hand schedule (B) timed in interleaved pairs on the trace's device: B/A's median and 95% interval."""
+  """The original (A) and the hand schedule (B) timed in interleaved pairs on the trace's device, in this run, by the device's clock
+  (method): B/A's median and 95% interval, and each side's timing record."""
   device: str
   repeats: int
+  method: str | None = Field(default=None, description="the clock (explorer.clocks.METHODS); null: a schedule stored before clocks were named")
+  notice: str | None = None
   a_median_s: float
   b_median_s: float
+  a_s: dict[str, Any] | None = None
+  b_s: dict[str, Any] | None = None
   ratio: float
   ci_low: float
   ci_high: float

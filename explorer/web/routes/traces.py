@@ -5,13 +5,15 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from explorer.analysis.diff import time_verdict
 from explorer.schema import Kernel, Trace, host_target, target_records
+from explorer.store import Store
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
 from explorer.web.routes.common import page, so_far, trace_page
 from explorer.web.services.traces import STAGE_TITLES
-from explorer.web.urls import trace_url
+from explorer.web.urls import diff_url, trace_url
 
 api = APIRouter(prefix="/api", tags=["api"])
 router = APIRouter(include_in_schema=False)
@@ -117,8 +119,18 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   shown = program["page"] if program is not None else kernels
   rows: list[tuple[Kernel, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
   views: list[Any] = [target_records(k).get(target or "", {}) for k in kernels]
+  compared = await asyncio.to_thread(compared_in, svc.store, trace_id)
   return await trace_page(request, svc, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES, table_target=target, table_targets=available,
-                          rows=rows, views=views, host_target=host, program=program, q=q)
+                          rows=rows, views=views, host_target=host, program=program, q=q, compared_in=compared)
+
+def compared_in(store: Store, trace_id: str) -> list[dict[str, str]]:
+  """The stored diffs that timed this trace interleaved with another: a link to each, in words from this trace's side ("as A: B is
+  1.13x faster ..."). A ratio between two traces is quoted from these, never from their own separate timings."""
+  out = []
+  for a, b, timing in store.timings_of(trace_id):
+    words = time_verdict(timing) if timing.get("compared") else None
+    if words: out.append({"url": diff_url(a, b), "words": f"a diff as {'A' if a == trace_id else 'B'}: {words}"})
+  return out
 
 @router.get("/t/{trace_id}/source", response_class=HTMLResponse)
 async def program_source(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:

@@ -12,7 +12,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from explorer.version import __version__
 from explorer.present import graphs
-from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows
+from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows, time_verdict
 from explorer.schema import Kernel, Trace
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.run import ran_here
@@ -129,7 +129,7 @@ class DiffService:
   # ***** structural *****
 
   async def structural(self, a_id: str, a: Trace, b_id: str, b: Trace, ta: str, tb: str, permit: WorkPermit) -> dict:
-    kind = f"diff:{CACHE_V}:{ta}:{tb}"
+    kind = f"diff2:{CACHE_V}:{ta}:{tb}"  # 2: totals and kernel names on the diff's target, as its rows
     if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cached
     async def make() -> dict:
       nonlocal a, b
@@ -209,6 +209,8 @@ class DiffService:
     job = self.measures.get((a_id, b_id, kind))
     if job is not None and job.status in (*ACTIVE, ERROR): return job.view()
     if (cached := self.store.get_diff(a_id, b_id, kind)) is not None:
+      if kind == "timing" and cached.get("compared"):  # the words made again: diffs stored before said an interval the other way round
+        cached = {**cached, "verdict": time_verdict(cached), "span_verdict": time_verdict(cached, "span")}
       return {"kind": kind, "status": "done", "detail": "", "result": cached, "error": None, "elapsed_s": None}
     if job is not None: return job.view()  # done, but not comparable: the reason is in its result
     return {"kind": kind, "status": "none", "detail": "", "result": None, "error": None, "elapsed_s": None}
