@@ -1,7 +1,8 @@
 """How a time was measured, named once. Every time the explorer keeps (a kernel's, a schedule's span, a diff's or a study's
 interleaved totals, a hand schedule's pair) is a timing record that carries the clock it was read from (`method`), the cache state it
 was read in (`l2`), its samples and the 95% interval of its median. The clocks themselves run in workers (explorer.tracing.tg.clocks);
-the pages badge each time with its method and the glossary explains each from METHODS. No tinygrad here."""
+the pages badge each time with its method and the glossary explains each from METHODS. It imports nothing else of the explorer, and
+never tinygrad."""
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
@@ -35,11 +36,17 @@ def default_method(device: str) -> Method:
   tinygrad's launch-inclusive timer anywhere else."""
   return "host" if device.split(":")[0] in HOST_DEVICES else "events"
 
-def median_interval(xs: Sequence[float]) -> tuple[float, float] | None:
-  """The 95% interval of the median of xs (a percentile bootstrap); None for fewer than 3 samples, where it says nothing."""
+BOOTSTRAP, CONFIDENCE = 4000, 0.95  # as explorer.stats compares paired samples
+
+def median_interval(xs: Sequence[float], seed: int = 0) -> tuple[float, float] | None:
+  """The 95% interval of the median of xs (a percentile bootstrap of one series' samples); None for fewer than 3, where it says
+  nothing."""
   if len(xs) < 3: return None
-  from explorer.stats import median_interval as bootstrap  # numpy: imported where a record is made, never by a page's reader
-  return bootstrap(xs)
+  import numpy as np  # where a record is made (a worker), never where a page reads one
+  x = np.asarray(xs, dtype=np.float64)
+  medians = np.median(x[np.random.default_rng(seed).integers(0, len(x), size=(BOOTSTRAP, len(x)))], axis=1)
+  lo, hi = np.quantile(medians, [(1 - CONFIDENCE) / 2, 1 - (1 - CONFIDENCE) / 2])
+  return float(lo), float(hi)
 
 def timed(samples: Sequence[float], method: Method, l2: L2State, batch: int | None = None) -> dict[str, Any]:
   """A timing record (explorer.schema.TimeStats) of samples in seconds, measured by `method` with the cache `l2`; batch: the launches

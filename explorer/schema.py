@@ -686,9 +686,14 @@ class DeviceInfo(TypedDict):
   host: str
   tinygrad: str
 
+class Unopened(TypedDict):
+  device: str
+  reason: str
+
 class DevicesFound(TypedDict):
   default: str
   devices: list[DeviceInfo]
+  unopened: NotRequired[list[Unopened]]  # the compute devices that did not open here, each with why (tinygrad's error)
 
 class Measured(DeviceInfo):
   """The probe's FP32 FLOP/s and bandwidth (bytes/s) of a device, with the runs behind them."""

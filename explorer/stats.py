@@ -20,12 +20,6 @@ def median_ratio(a: Sequence[float], b: Sequence[float], seed: int = 0) -> dict[
   lo, hi = _interval(np.median(r[idx], axis=1))
   return {"ratio": float(np.median(r)), "ci_low": lo, "ci_high": hi}
 
-def median_interval(xs: Sequence[float], seed: int = 0) -> tuple[float, float]:
-  """A percentile-bootstrap 95% interval of the median of xs (one variant's samples, unpaired)."""
-  x = np.asarray(xs, dtype=np.float64)
-  idx = np.random.default_rng(seed).integers(0, len(x), size=(BOOTSTRAP, len(x)))
-  return _interval(np.median(x[idx], axis=1))
-
 def spread_ratio(a: Sequence[float], b: Sequence[float], seed: int = 0) -> dict[str, float]:
   """std(B)/std(A), and a bootstrap interval (repeats resampled in pairs, as they were timed)."""
   x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)

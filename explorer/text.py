@@ -3,6 +3,7 @@
 from __future__ import annotations
 import io, os
 from typing import Any, Mapping, Sequence
+from explorer.clocks import how
 
 def si(x: float | None, unit: str = "") -> str:
   if x is None: return "-"
@@ -46,14 +47,21 @@ def trace_summary(trace: Mapping[str, Any]) -> str:
   if trace.get("realizes"):  # a program: where each kernel came from, and which realize ran it
     rows = [(k["index"], k.get("realize", 0), k["name"], provenance_text(k.get("provenance") or []), k["linear_uops"], si(k["flops"]),
              si(k["bytes"], "B"), compiled(k), ms(k["time_s"])) for k in trace["kernels"]]
-    out.append(table(("#", "realize", "kernel", "provenance", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows, text_columns=4))
+    out.append(table(("#", "realize", "kernel", "provenance", "uops", "FLOPs", "bytes", "compile ms", "alone ms"), rows, text_columns=4))
   else:
     rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), compiled(k), ms(k["time_s"]))  # type: ignore[misc]
             for k in trace["kernels"]]
-    out.append(table(("kernel", "role", "ast uops", "uops", "FLOPs", "bytes", "compile ms", "time ms"), rows))
+    out.append(table(("kernel", "role", "ast uops", "uops", "FLOPs", "bytes", "compile ms", "alone ms"), rows))
   t, sc = trace["totals"], (trace.get("scheduler") or {}).get("stage_counts")
-  out.append(f"{t.get('kernels', 0)} kernels, {t.get('copies', 0)} copies, {t.get('buffers', 0)} buffers, {si(t.get('flops'))} FLOPs, "
-             f"total time {ms(t.get('time_s'))} ms")
+  out.append(f"{t.get('kernels', 0)} kernels, {t.get('copies', 0)} copies, {t.get('buffers', 0)} buffers, {si(t.get('flops'))} FLOPs "
+             f"(tinygrad's Estimates on the host's programs)")
+  if (tm := trace.get("timing")) and tm.get("total_s"):
+    device = trace["env"]["device"]
+    out.append(f"time: the kernels each alone, summed {ms(tm['total_s'])} ms ({how(tm['total_s'], device)})")
+    if tm.get("span_s"):
+      out.append(f"time: the schedule replayed back to back (its span, {tm.get('replay', 'launches')}) {ms(tm['span_s'])} ms, "
+                 f"{(tm['span_s']['median'] - tm['total_s']['median']) * 1e3:.3f} ms between kernels")
+    if tm.get("notice"): out.append(f"clock: {tm['notice']}")
   if sc: out.append(f"STAGE (bufferize): {sc['created']} created, {sc['fused']} inlined (removed), {sc['kept']} kept as buffers; "
                     f"{sc['realized']} realized stores")
   if (e := trace.get("error")) is not None: out.append(f"max abs error {e['max_abs']:.3g} (rel {e['max_rel']:.3g}) vs float64 numpy")

@@ -17,9 +17,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
   operation); tests/test_fuzz.py checks that every operation runs."""
   seen: dict[str, int] = {}
   for item in items: seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
-  from _pytest.nodeid import coerce_node_id  # pytest 9 keeps a node's id as a NodeId
   for item in items:
-    if seen[item.nodeid] > 1: item._id = coerce_node_id(f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}")
+    if seen[item.nodeid] > 1: _rename(item, f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}")
+
+def _rename(item: pytest.Item, nodeid: str) -> None:
+  """A node's id set anew: pytest 9 keeps it as a NodeId (item._id), older ones (the GPU machines' pytest) as a string (item._nodeid)."""
+  try: from _pytest.nodeid import coerce_node_id  # pytest 9
+  except ImportError: item._nodeid = nodeid  # type: ignore[attr-defined]
+  else: item._id = coerce_node_id(nodeid)  # type: ignore[attr-defined]
 
 def wait_done(client, trace_id: str, timeout_s: float = 300.0) -> dict:
   """Trace trace_id's status once it is done or failed; client: the app's TestClient, or an httpx.Client on a live server's URL."""

@@ -152,7 +152,8 @@ def test_cli_two_json_files(tmp_path, capsys, runs):
   assert main(["diff", str(pa), str(pb), "--repeats", "3", "--warmup", "1", "--quiet"]) == 0
   text = capsys.readouterr().out
   assert "mhat and out fused into mhat+out in B" in text and "only in A: " in text and "intermediate mhat -> out" in text
-  assert "timing: B/A = " in text and "median of 3 interleaved repeats" in text and "kernels: 4 -> 3 (-1)" in text
+  assert "timing, the kernels each alone and summed (host clock, 3 interleaved repeats): B is " in text and "kernels: 4 -> 3 (-1)" in text
+  assert "timing, the schedule replayed back to back (its span): B is " in text
 
 def test_cli_stored_ids_and_bad_input(tmp_path, capsys, runs):
   from explorer.store import Store

@@ -23,7 +23,11 @@ def test_trace_has_documented_keys(direct):
   k = direct["kernels"][0]
   assert {"name", "role", "kind", "ast_uops", "linear_uops", "ops", "flops", "bytes", "global_size", "local_size", "sources", "compile_s",
           "time_s", "opts", "passes", "uops_listing"} <= set(k)
-  assert set(k["time_s"]) == {"median", "mean", "std", "min", "n"} and k["time_s"]["n"] == 4
+  assert set(k["time_s"]) == {"median", "mean", "std", "min", "n", "method", "l2", "ci_low", "ci_high"} and k["time_s"]["n"] == 4
+  assert k["time_s"]["method"] == "host" and k["time_s"]["l2"] == "warm" and k["time_s"]["ci_low"] <= k["time_s"]["median"] <= k["time_s"]["ci_high"]
+  tm = direct["timing"]
+  assert tm["method"] == "host" and tm["notice"] is None and tm["replay"] == "launches" and tm["eager_s"] > 0
+  for t in (tm["total_s"], tm["span_s"]): assert t["method"] == "host" and t["n"] == 4 and len(t["samples"]) == 4 and "ci_low" in t
   assert direct["env"]["tinygrad"] == "0.14.0" and direct["env"]["device"] == "CPU" and direct["env"]["tracking"]
   json.dumps(direct)  # JSON-ready as is
 

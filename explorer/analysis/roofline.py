@@ -287,6 +287,7 @@ def devices_report(probe: bool = False) -> str:
                  rate(meas and meas["bw"], "B/s")))
   out = [table(("device", "name", "compiler", "default", "spec sheet", "FP32", "bandwidth", "measured FP32", "measured bandwidth"), rows)]
   out += [f"note: {d['device']}: {d['fallback']}" for d in found["devices"] if d["fallback"]]
+  out += [f"not opened here: {u['device']} ({u['reason']})" for u in found.get("unopened", [])]
   out.append(f"traces run on {found['default']} unless --device or DEV= says otherwise" + ("" if probe else "; --probe measures each device"))
   return "\n".join(out)
 

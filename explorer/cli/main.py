@@ -4,6 +4,7 @@ import argparse, dataclasses, json, os, pathlib, signal, socket, sys, threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 from explorer.cli.progress import StepBars
 if TYPE_CHECKING: from explorer.schema import Trace  # types only: a command's start stays light
+from explorer.clocks import how, ratio_words
 from explorer.text import compile_facts, si, table, trace_summary as summary
 from explorer.spec import (COMPUTE_DEVICES, PRESETS, SASS_TARGETS, STAGES, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TARGET_DESCRIPTIONS, TARGETS, TILES,
                            ConvSpec, Knob, SpecError, Variant, device_problem, knobs, normalize_device)
@@ -324,8 +325,10 @@ def opts_summary(own: dict, got: dict) -> str:
           ("registers", regs(own), regs(rec))]
   out = [f"{got['target']}: scheduled by hand", table(("", "original", "by hand"), rows)]
   if (t := got.get("timing")) is not None:
-    out.append(f"time on {t['device']}: {t['ratio']:.2f}x the original's (95% interval {t['ci_low']:.2f}-{t['ci_high']:.2f}; medians "
-               f"{t['a_median_s'] * 1e3:.4f} and {t['b_median_s'] * 1e3:.4f} ms, {t['repeats']} interleaved pairs)")
+    clock = f", {how(t['a_s'], t['device'])}" if t.get("a_s") else ""
+    out.append(f"time on {t['device']}, the original and the hand schedule interleaved in this run ({t['repeats']} pairs{clock}): "
+               f"{ratio_words(t['ratio'], (t['ci_low'], t['ci_high']), 'the hand schedule')} than the original; medians "
+               f"{t['a_median_s'] * 1e3:.4f} ms (the original) and {t['b_median_s'] * 1e3:.4f} ms (by hand)")
   else: out.append("not timed (only the trace's own target runs here, on its device; --no-time skips it)")
   if got.get("next"): out.append(f"tinygrad would let BEAM try next: {' '.join(got['next'])}")
   def axes(xs: list) -> str: return ", ".join(f"{x['axis']}:{x['size']} {x['kind']}" for x in xs) or "none"

@@ -51,9 +51,12 @@ def opts_args(trace: Trace, n: int, target: str, start: str, opts: tuple[str, ..
   if "opts" not in rec and start == "current": raise Unschedulable(f"kernel {n} has no {target} record to start from: compute that target first")
   own = target == host_target(kernel) and on_device
   device = str((trace.get("env") or {}).get("device") or "") or None
+  # the original's compile facts, where the trace has none yet (an enrichment computes them on first view): the panel puts its
+  # registers beside the hand schedule's
+  original = {"source": rec["source"], "local_size": rec.get("local_size")} if rec.get("source") and not rec.get("compile") else None
   return {"sink": kernel["ast_sink"], "target": target, "arch": rec.get("arch") or Variant.from_dict(variant).arch(target),
           "device": device if own else None, "current": [opt_label(o) for o in rec.get("opts") or []], "opts": list(opts),
-          "start": start, "time": own and device is not None, "rewrites": list(variant.get("rewrites") or [])}
+          "start": start, "time": own and device is not None, "rewrites": list(variant.get("rewrites") or []), "original_record": original}
 
 def schedule(trace: Trace, blob: bytes, n: int, target: str, opts: tuple[str, ...], start: str = "current", time: bool = True,
              progress: Progress | None = None, timeout_s: float | None = None) -> dict[str, Any]:
@@ -67,7 +70,8 @@ def schedule(trace: Trace, blob: bytes, n: int, target: str, opts: tuple[str, ..
   return dict(got)
 
 def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch: str, device: str | None, current: list[str],
-                   opts: list[str], start: str = "current", time: bool = False, rewrites: list[str] | None = None) -> dict[str, Any]:
+                   opts: list[str], start: str = "current", time: bool = False, rewrites: list[str] | None = None,
+                   original_record: dict[str, Any] | None = None) -> dict[str, Any]:
   """The kernel (its AST rebuilt from the trace's rewrite blob) with opts = the start's opts (the kernel's current ones on this target,
   none, or the heuristic's) then `opts`, on `target`. device: the trace's device when target is its own (then it can run), else None.
   Raises OptRefused (tinygrad's reason) for an opt that does not apply."""
@@ -92,9 +96,13 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   progress("compile", "start", f"compile facts on {target}")
   facts: Any = compilers.compile_target(target, rec["source"], arch, compilers.block_threads(rec["local_size"]), rec.get("compiled_source"))
   rec["compile"] = facts
+  original_compile = None if original_record is None else compilers.compile_target(  # the original's facts, compiled the same way
+    target, (src := original_record["source"]), arch, compilers.block_threads(original_record["local_size"]),
+    tg.fill_ptx(src, arch) if target == "ptx" else None)
   out: dict[str, Any] = {"target": target, "start": start, "opts": [tg.opt_text(o) for o in chosen], "record": rec,
                          "next": [tg.opt_text(o) for o in tg.legal_opts(ast, renderer, chosen)], "timing": None,
-                         "axes": tg.kernel_axes(ast, renderer), "axes_after": tg.kernel_axes(ast, renderer, chosen)}
+                         "axes": tg.kernel_axes(ast, renderer), "axes_after": tg.kernel_axes(ast, renderer, chosen),
+                         "original_compile": original_compile}
   if time and device is not None:
     progress("timing", "start", f"the original and this schedule on {device}, interleaved: {WARMUP} warm-up + {REPEATS} pairs")
     out["timing"] = _interleaved(ast, renderer, device, original, chosen)

@@ -19,7 +19,8 @@ def describe(progress: Any = None, device: str | None = None) -> dict:
 def list_devices(progress: Any = None) -> dict:
   """Every device this host can open, best first, and the one traces use by default."""
   devs = tg.available_devices()
-  return {"default": tg.default_device(), "devices": [describe(device=d) for d in devs]}
+  return {"default": tg.default_device(), "devices": [describe(device=d) for d in devs],
+          "unopened": [{"device": d, "reason": why} for d, why in tg.unopened_devices()]}
 
 def _best_time(out: Any, budget_s: float, min_runs: int = 3, max_runs: int = 50) -> tuple[float, int, str]:
   """The fastest of several runs of out's single kernel by its device's clock (tg.clock_for), after one warmup run; and the clock's

@@ -29,7 +29,7 @@ from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused
 from explorer.tracing.tg.codegen import CompileFailed, CompileTimer, ast_key, ast_uop_count, codegen_deviceless, codegen_host, program_facts
 from explorer.tracing.tg.custom_rewrites import Rewrite
 from explorer.tracing.tg.devices import (available_devices, default_device, device_name, fill_ptx, host_renderer, render_target, renderer_arch,
-                                         renderer_device, target_name, without_beam)
+                                         renderer_device, target_name, unopened_devices, without_beam)
 from explorer.tracing.tg.graphs import RewriteBlob
 from explorer.tracing.tg.kernel_analysis import blob_analysis, program_analysis
 from explorer.tracing.tg.nvrtc import nvrtc_compiler
@@ -67,8 +67,8 @@ __all__ = [
   # a kernel's analysis
   "spec_check", "tensor_spec_check", "schedule_calls", "program_analysis", "blob_analysis",
   # devices, renderers and compilers
-  "default_device", "available_devices", "device_name", "host_renderer", "render_target", "target_name", "renderer_arch", "renderer_device",
-  "without_beam", "fill_ptx", "nvrtc_compiler",
+  "default_device", "available_devices", "unopened_devices", "device_name", "host_renderer", "render_target", "target_name", "renderer_arch",
+  "renderer_device", "without_beam", "fill_ptx", "nvrtc_compiler",
 ]
 
 TINYGRAD_VERSION = getattr(tinygrad, "__version__", None) or __import__("importlib.metadata").metadata.version("tinygrad")

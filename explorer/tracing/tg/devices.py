@@ -72,9 +72,20 @@ def fill_ptx(src: str, arch: str) -> str:
 # The same order keeps best_device() equal to Device.DEFAULT, which tinygrad uses for anything made without a device.
 DEVICE_PREFERENCE = COMPUTE_DEVICES
 
-def _opens(device: str) -> bool:
-  try: return bool(Device[device].device)
-  except Exception: return False
+def _opens(device: str) -> bool: return open_error(device) is None
+
+@functools.cache
+def open_error(device: str) -> str | None:
+  """Why tinygrad could not open `device` here (its error, one line), None where it opens. Some VMs make tinygrad's NV device fail
+  with a bare StopIteration while CUDA opens: the devices list says so rather than leaving NV out silently."""
+  try: return None if Device[device].device else f"{device} opened without a name"
+  except Exception as e:
+    text = str(e).splitlines()[0] if str(e) else "(no message: tinygrad found no interface it could open)"
+    return f"{type(e).__name__}: {text}"[:300]
+
+def unopened_devices() -> list[tuple[str, str]]:
+  """The compute devices this host does not open, each with tinygrad's reason."""
+  return [(d, why) for d in DEVICE_PREFERENCE if (why := open_error(d)) is not None]
 
 def available_devices() -> list[str]:
   """The devices of DEVICE_PREFERENCE this host can open, best first. Opening a GPU creates a context on it: call this in a worker."""

@@ -264,6 +264,16 @@ class OptsJob(BaseModel):
   error: str | None = None
   started: float
 
+class Unopened(BaseModel):
+  """A compute device this host did not open, and tinygrad's reason (NV fails with a bare StopIteration in some VMs where CUDA opens)."""
+  device: str
+  reason: str
+
+class DevicesOffered(BaseModel):
+  """The compute devices a trace may name here, best first, and those that did not open (with a job queue: none listed here)."""
+  devices: list[str]
+  unopened: list[Unopened] = []
+
 class OptsTiming(BaseModel):
   """The original (A) and the hand schedule (B) timed in interleaved pairs on the trace's device, in this run, by the device's clock
   (method): B/A's median and 95% interval, and each side's timing record."""
@@ -297,6 +307,8 @@ class HandSchedule(BaseModel):
   next: list[str]
   timing: OptsTiming | None = None
   check: OptsCheck | None = None
+  original_compile: dict[str, Any] | None = Field(default=None, description="the original's compile facts, compiled beside the hand "
+                                                  "schedule where the trace had none yet (its registers)")
   axes: list[KernelAxis] | None = Field(default=None, description="the kernel's axes before any opt, where the first opt's axis points "
                                         "(null: a schedule stored by an older version)")
   axes_after: list[KernelAxis] | None = Field(default=None, description="its axes after these opts, where a next opt's axis points")

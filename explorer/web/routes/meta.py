@@ -10,7 +10,7 @@ from explorer.tracing.catalogue import catalogue
 from explorer.version import __version__
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep
-from explorer.web.http.models import Health, documented
+from explorer.web.http.models import DevicesOffered, Health, Unopened, documented
 from explorer.web.http.templates import TARGET_LABELS, pygments_css
 
 router = APIRouter(prefix="/api", tags=["api"])
@@ -36,11 +36,12 @@ async def presets() -> dict[str, dict]:
 
 @router.get("/devices", summary="The devices a trace may name",
             responses=documented({503: "the worker that lists this host's devices failed, or the job queue does not answer (Retry-After)"}))
-async def devices(svc: ServicesDep) -> dict[str, list[str]]:
+async def devices(svc: ServicesDep) -> DevicesOffered:
   """The compute devices this host opens, best first (`kernel-explorer devices` lists the same); a trace's variant.device must be one
   of them (an index may follow: CUDA:1). Devices that read or write files, open sockets or emulate (DISK, TINYFS, PYTHON, NULL) never are.
   With a job queue (settings.queue): the devices its registered workers offer; a trace may then name any compute device."""
-  return {"devices": await svc.devices.offered()}
+  offered = await svc.devices.offered()
+  return DevicesOffered(devices=offered, unopened=[Unopened(**u) for u in svc.devices.unopened])
 
 @router.get("/targets", summary="Render targets", responses=documented())
 async def targets() -> list[dict]:

@@ -12,14 +12,18 @@ if TYPE_CHECKING: from explorer.queue.client import QueueClient
 class DevicesUnavailable(Busy):
   """The worker that lists the devices failed, or the job queue's broker does not answer (503: try again shortly)."""
 
-def list_in_worker(timeout_s: float) -> list[str]:
+Listing = list[str] | tuple[list[str], list[dict[str, str]]]  # the devices opened, and where told, those that did not with why
+
+def list_in_worker(timeout_s: float) -> Listing:
   from explorer.analysis.roofline import list_devices  # no tinygrad: the listing runs in a worker
-  return [d["device"] for d in list_devices(timeout_s)["devices"]]
+  found = list_devices(timeout_s)
+  return [d["device"] for d in found["devices"]], [{"device": u["device"], "reason": u["reason"]} for u in found.get("unopened", [])]
 
 class DeviceCatalog:
-  def __init__(self, timeout_s: float = 120.0, lister: Callable[[float], list[str]] = list_in_worker):
+  def __init__(self, timeout_s: float = 120.0, lister: Callable[[float], Listing] = list_in_worker):
     self.timeout_s, self.lister = timeout_s, lister
     self._offered: list[str] | None = None
+    self.unopened: list[dict[str, str]] = []  # the compute devices that did not open here, with tinygrad's reason
     self._lock: asyncio.Lock | None = None
 
   async def offered(self) -> list[str]:
@@ -30,6 +34,7 @@ class DeviceCatalog:
       if self._offered is None:
         try: found = await run_in_daemon_thread(lambda: self.lister(self.timeout_s))
         except Exception as e: raise DevicesUnavailable(f"could not list this host's devices: {str(e).splitlines()[0] if str(e) else e!r}") from None
+        if isinstance(found, tuple): found, self.unopened = found
         self._offered = [d for d in found if d in COMPUTE_DEVICES]
     return self._offered
 
@@ -48,3 +53,5 @@ class QueueDevices:
     except QueueUnavailable as e: raise DevicesUnavailable(str(e)) from None
 
   async def accepted(self) -> list[str]: return list(COMPUTE_DEVICES)
+
+  unopened: list[dict[str, str]] = []  # each worker lists its own
