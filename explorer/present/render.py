@@ -158,8 +158,8 @@ def environment() -> jinja2.Environment:
   env.globals["noisy"] = noisy
   env.globals["grouped_stages"] = grouped_stages
   env.globals["largest_buffers"] = largest_buffers
-  env.globals.update(compile_summary=compile_summary, rendered_targets=rendered_targets, clock_badge=clock_badge, clock_how=how, ratio_words=ratio_words,
-                     clock_methods=METHODS, clock_methods_json=clock_methods_json)
+  env.globals.update(compile_summary=compile_summary, rendered_targets=rendered_targets)
+  env.globals.update(clock_badge=clock_badge, clock_how=how, ratio_words=ratio_words, clock_methods=METHODS, clock_methods_json=clock_methods_json)
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=target_label,
                      highlighted=highlighted, ran_on_parts=ran_on_parts, provenance_sites=provenance_sites)
   return env
