@@ -263,6 +263,7 @@ class BeamRecord(TypedDict):
   chosen: list[Line]
   path: list[list[Line]]
   note: Line
+  method: NotRequired[Literal["host", "cupti", "events-held", "events"]]  # BEAM's own timer (tinygrad's): host on a CPU, events on a GPU
 
 @with_config(STRICT)
 class KernelAxis(TypedDict):

@@ -43,7 +43,14 @@ def test_api_matches_staged_and_fused_by_role_and_data_flow(pair):
   assert gd["only_a"] and gd["only_b"] and gd["only_a_ops"]["STORE"] == 2 and gd["only_b_ops"]["STORE"] == 1
   assert groups[(("xhat",), ("xhat",))]["graph"]["only_a"] == [] and d["url"] == f"/diff/{staged}/{fused}?target=cuda&target_b=cuda"
   store = Store(db)
-  assert store.get_diff(staged, fused, GRAPHS) is not None and store.get_diff(staged, fused, f"diff:{CACHE_V}:cuda:cuda") is not None
+  assert store.get_diff(staged, fused, GRAPHS) is not None and store.get_diff(staged, fused, f"diff2:{CACHE_V}:cuda:cuda") is not None
+  # the card counts what the rows count: the diff's target (CUDA), kernel names included
+  assert d["totals"]["delta"]["linear_uops"] == sum(g["metrics"]["delta"]["linear_uops"] for g in d["groups"])
+  assert d["totals"]["delta"]["flops"] == sum(g["metrics"]["delta"]["flops"] for g in d["groups"])
+  a_trace = store.get_trace(staged)
+  for k in (k for g in d["groups"] for k in g["a"]):
+    kernel = a_trace["kernels"][k["index"]]
+    assert k["name"] == kernel["targets"]["cuda"]["name"] and k["host_name"] == kernel["name"]
   runs = client.app.state.services.diffs.graph_runs
   assert client.get(f"/api/diff/{staged}/{fused}?target=metal").json()["groups"][2]["graph"]["only_a"]  # graphs: from the cache
   assert client.app.state.services.diffs.graph_runs == runs
@@ -79,6 +86,18 @@ def test_measurements_run_in_the_background_and_are_cached(pair):
   assert t["status"] == "done" and t["result"]["compared"] and t["result"]["ratio"]["n"] == 3 and t["result"]["device"] == "CPU"
   r = t["result"]["ratio"]
   assert 0 < r["min"] <= r["q1"] <= r["median"] <= r["q3"] <= r["max"]
+  # the verdicts on the kernels' sum (the headline) and on the span, by the host's clock, the interval the words' way round
+  assert t["result"]["method"] == "host" and t["result"]["headline"] == "kernels" and t["result"]["span_ratio"]["n"] == 3
+  for key, ratio in (("verdict", r), ("span_verdict", t["result"]["span_ratio"])):
+    words = t["result"][key]
+    assert words.startswith("B is ") and (" faster (" in words) == (ratio["median"] < 1), words
+    lo, hi = (float(x) for x in re.search(r"95% interval ([0-9.]+)-([0-9.]+)x", words).groups())
+    shown = float(re.search(r"B is ([0-9.]+)x", words).group(1))
+    assert lo <= shown <= hi, words
+  # the traces' pages quote this interleaved measurement, each from its own side
+  for side, tid in (("A", staged), ("B", fused)):
+    page = client.get(f"/t/{tid}").text
+    assert f'href="/diff/{staged}/{fused}" data-compared-in>a diff as {side}: B is ' in page, side
   store = Store(db)
   assert store.get_diff(staged, fused, "timing")["repeats"] == 3 and store.get_diff(staged, fused, "numerics")["compared"]
   d = client.get(base).json()
@@ -134,6 +153,9 @@ def test_diff_page_in_the_browser(pair, server):
     # the verdict first, in one line on the first screen, its timing started by the page itself (no click)
     page.wait_for_function(r"() => /\d+\.\d\dx (slower|faster)/.test(document.querySelector('#diff-verdict').textContent)", timeout=180_000)
     verdict = page.inner_text("#diff-verdict")
+    page.wait_for_selector("#measure-timing [data-time-verdict]")
+    assert page.locator("#measure-timing .badge.clock[data-clock='host']").count() == 1  # how the times were measured, beside them
+    assert page.locator("#measure-timing [data-span-verdict]").inner_text().startswith("the schedule replayed back to back")
     assert verdict.startswith("staging fused: ") and " moved" in verdict and "peak live values" in verdict and "95% interval" in verdict, verdict
     box = page.locator("#diff-verdict").bounding_box()
     assert box is not None and box["y"] + box["height"] <= 950

@@ -6,6 +6,7 @@ interleaved with its original opts. Run in a worker (it imports tinygrad)."""
 from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
+from explorer.clocks import default_method
 from explorer.tracing.workers import Progress
 if TYPE_CHECKING: from explorer.schema import BeamCandidate, BeamRecord, BeamRound, Trace  # types only: pydantic stays out of trace workers
 
@@ -19,7 +20,7 @@ BEAM_RECORD_NOTE = ("each time is the least of up to 3 runs at BEAM's test size 
              "candidates whose code repeats an earlier one's, that fail to compile or need 1000x the least compute are not timed, as in "
              "tinygrad; a round keeps the `width` fastest, and the search ends when no candidate is faster by 0.01 us (BEAM_MIN_PROGRESS)")
 
-def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[str]) -> BeamRecord:
+def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[str], device: str) -> BeamRecord:
   """kernels[i].beam (explorer.schema.BeamRecord) from what tinygrad's beam_search timed (tg.recording_beam): a candidate's round
   is its number of opts (each round adds one), and it was kept when a later round's candidate starts with its opts or it won."""
   by_round: dict[int, list[tuple[list[str], float]]] = {}
@@ -35,7 +36,7 @@ def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[s
   rounds: list[BeamRound] = [{"round": r, "timed": len(cs), "best_s": min(t for _, t in cs), "kept": sum(1 for o, _ in cs if kept(o))}
             for r, cs in sorted(by_round.items())]
   return {"width": width, "rounds": rounds, "candidates": candidates, "chosen": chosen, "path": [chosen[:i] for i in range(1, len(chosen) + 1)],
-          "note": BEAM_RECORD_NOTE}
+          "note": BEAM_RECORD_NOTE, "method": default_method(device)}  # BEAM times its candidates with tinygrad's own timer
 
 def opts_args(trace: Trace, n: int, target: str, start: str, opts: tuple[str, ...], on_device: bool = True) -> dict[str, Any]:
   """What opts_in_worker needs for kernel n of this trace (but the rewrite blob); on the trace's own target, with on_device (this

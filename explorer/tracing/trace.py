@@ -305,7 +305,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
                              "targets": {host: make_target_record(facts, passes, arch, [])}}
     kernel["spec"] = {"ast": tg.spec_check([c.ast], "tensor")}
     if rec.analysis: kernel["targets"][host].update(tg.program_analysis(prg, renderer, tg.LiveLog(base), ps))  # else when first viewed
-    if timed: kernel["beam"] = beam_record(timed, int(variant.opt.split(":")[1]), facts.opts)
+    if timed: kernel["beam"] = beam_record(timed, int(variant.opt.split(":")[1]), facts.opts, device)
     s["name"], s["kernel"] = facts.name, len(trace["kernels"])  # once the kernel is there: a failure above leaves no row naming it
     trace["kernels"].append(kernel)
     row: dict[str, Any] = dict(kernel)
