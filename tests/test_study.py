@@ -24,8 +24,10 @@ def test_markdown_table_names_every_variant(constants):
 def test_a_study_compares_with_intervals_and_a_test(constants):
   """The second variant against the first from the paired interleaved repeats: median ratio in its bootstrap interval, a signed-rank
   p-value, the spread ratio; no claim for a shape the documents did not measure."""
-  time, spread, compile_ = constants["comparisons"]
-  assert (time["a"], time["b"], time["figure"], spread["figure"], compile_["figure"]) == ("symbolic", "materialized", "time", "spread", "compile")
+  time, span, spread, compile_ = constants["comparisons"]
+  assert (time["a"], time["b"], time["figure"], span["figure"], spread["figure"], compile_["figure"]) == \
+    ("symbolic", "materialized", "time", "span", "spread", "compile")
+  assert span["ci_low"] <= span["ratio"] <= span["ci_high"]  # the schedule replayed back to back, paired repeat by repeat too
   assert time["ci_low"] <= time["ratio"] <= time["ci_high"] and 0 <= time["p_value"] <= 1 and time["verdict"] == "no claim"
   sym, mat = constants["rows"]
   assert len(sym["samples"]) == len(mat["samples"]) == 3
@@ -82,7 +84,7 @@ def test_a_study_runs_every_case_and_a_5x5_one_honestly():
   assert [c["identical_kernels"] for c in cases] == [False, False, True]
   for c in cases:
     assert {"rows", "comparisons", "identical_kernels"} <= set(c) and all(r["status"] == "ok" and r["max_abs_error"] < 1e-3 for r in c["rows"])
-    assert [x["figure"] for x in c["comparisons"]] == ["time", "spread", "compile"]
+    assert [x["figure"] for x in c["comparisons"]] == ["time", "span", "spread", "compile"]
   assert "identical" in cases[2]["case"] and "noise by construction" in markdown(cases[2])
 
 @pytest.mark.slow
@@ -97,7 +99,7 @@ def test_adaptive_sampling_stops_when_the_interval_is_narrow_or_the_budget_is_sp
   assert wide["sampling"]["ended"] == "converged" and wide["sampling"]["repeats"] >= 10 and wide["identical_kernels"]
   time = wide["comparisons"][0]
   assert time["ci_high"] - time["ci_low"] <= 0.5 and abs(time["ratio"] - 1) < 0.2  # the same kernels: a ratio near 1
-  assert [c["figure"] for c in wide["comparisons"]] == ["time", "spread"] and wide["rows"][0]["compile_samples"] == []  # none asked for
+  assert [c["figure"] for c in wide["comparisons"]] == ["time", "span", "spread"] and wide["rows"][0]["compile_samples"] == []  # none asked for
   narrow = run_study("constants", spec, repeats=10, warmup=1, variants=same, ci_width=1e-9, budget_s=2, compile_repeats=0)
   assert narrow["sampling"]["ended"] == "budget" and narrow["sampling"]["repeats"] > 10
 
@@ -119,7 +121,7 @@ def test_the_cli_writes_the_json_contract_the_documents_table_and_an_offline_pag
   assert case["preset"] == "small" and case["identical_kernels"] is False and {r["variant"] for r in case["rows"]} == {"symbolic", "materialized"}
   assert case["sampling"]["ended"] == "repeats" and case["sampling"]["repeats"] == 4  # --ci-width 0: exactly --repeats
   for c in case["comparisons"]: assert {"figure", "ratio", "ci_low", "ci_high", "p_value", "verdict", "claim"} <= set(c)
-  assert [c["figure"] for c in case["comparisons"]] == ["time", "spread", "compile"] and len(case["rows"][0]["compile_samples"]) == 3
+  assert [c["figure"] for c in case["comparisons"]] == ["time", "span", "spread", "compile"] and len(case["rows"][0]["compile_samples"]) == 3
   assert "| compile time (the device's compiler on every kernel's source, uncached), median of B/A per repeat | - | median " in run.stdout
   assert "the documents' figures, measured again" in run.stdout
   assert "| small | 1x3->16 32x32 k3 | symbolic | materialized | tensor graph UOps" in run.stdout
@@ -181,6 +183,8 @@ def test_a_named_presets_claim_reaches_a_verdict_computed_from_the_measurement(m
   assert (graph["figure"], graph["a_count"], graph["b_count"]) == ("graph", sym["graph_uops"], mat["graph_uops"])
   assert graph["verdict"] == stats.count_verdict(sym["graph_uops"], mat["graph_uops"], HUNDREDS_TO_DOZENS) != "no claim"
   rows = {r["figure"]: r for r in document_rows({"cases": [case]})}
-  time_row = rows["run time, median of B/A per repeat"]
+  time_row = rows["run time, the kernels each alone, summed (the headline): median of B/A per repeat"]
+  span_row = rows["run time, the schedule replayed back to back (its span): median of B/A per repeat"]
+  assert span_row["document"] == "symbolic 1.37% faster" and span_row["verdict"] == by_figure["span"]["verdict"]
   assert (time_row["document"], time_row["verdict"]) == ("symbolic 1.37% faster", by_figure["time"]["verdict"])
   assert rows["tensor graph UOps, A -> B"]["verdict"] == graph["verdict"]

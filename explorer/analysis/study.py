@@ -158,7 +158,7 @@ def _compare(a: StudyRow, b: StudyRow, claim: Claim) -> list[Comparison]:
   """B's paired samples against A's: run time and its spread, and compile time where the timing worker compiled them again."""
   out = stats.compare(a["samples"], b["samples"], claim_for(claim, b["variant"], "time"), claim_for(claim, b["variant"], "spread"))
   if (sa := a.get("span_samples")) and (sb := b.get("span_samples")):  # the schedule replayed back to back (absent in older studies)
-    out.append(stats.compare_medians(sa, sb, "span", claim_for(claim, b["variant"], "time")))
+    out.insert(1, stats.compare_medians(sa, sb, "span", claim_for(claim, b["variant"], "time")))  # the document's run time: both judged
   if a["compile_samples"] and b["compile_samples"]:
     out.append(stats.compare_medians(a["compile_samples"], b["compile_samples"], "compile", claim_for(claim, b["variant"], "compile")))
   return [cast(Comparison, {"a": a["variant"], "b": b["variant"], **c}) for c in out]
