@@ -182,3 +182,18 @@ def test_a_schedules_span_lies_between_its_longest_kernel_and_its_kernels_launch
     alone.append(time.perf_counter() - st)
     replayed.append(clock.span(r.launches, r.synchronize))
   assert min(replayed) <= min(alone) * 1.1, (statistics.median(replayed), statistics.median(alone))
+
+def test_a_device_that_fails_to_open_says_why(monkeypatch):
+  """tinygrad's NV device fails with a bare StopIteration in some VMs (where CUDA opens): the devices list says so."""
+  from explorer.tracing.tg import devices
+  class Failing:
+    def __getitem__(self, name: str) -> Any:
+      if name == "NV": raise StopIteration
+      return SimpleNamespace(device=name)
+  monkeypatch.setattr(devices, "Device", Failing())
+  devices.open_error.cache_clear()
+  try:
+    assert devices.open_error("NV") == "StopIteration: (no message: tinygrad found no interface it could open)"
+    assert devices.open_error("CUDA") is None
+    assert [d for d, _ in devices.unopened_devices()] == ["NV"]
+  finally: devices.open_error.cache_clear()

@@ -56,6 +56,8 @@ def test_hand_opts_give_what_tinygrad_gives_for_them_on_cuda_and_the_host(web_cl
   assert [rec["name"], rec["global_size"], rec["local_size"], rec["source"]] == want["cuda"]
   assert got["opts"] == rec["opts"] == opts and got["next"] and got["timing"] is None  # CUDA does not run here: not timed
   assert rec["compile"] is not None and rec["pressure"]["max_live"] > 0
+  original = trace["kernels"][0]["targets"]["cuda"].get("compile") or got["original_compile"]  # compiled beside it where the trace had none
+  if shutil.which("nvcc"): assert original is not None and isinstance(original["registers"], int), original
   host = scheduled(web_client, traced, 0, {"target": "clang", "opts": opts[:1], "from": "none"})
   assert host.status_code == 200, host.text
   hrec, timing = host.json()["record"], host.json()["timing"]
@@ -63,6 +65,10 @@ def test_hand_opts_give_what_tinygrad_gives_for_them_on_cuda_and_the_host(web_cl
   assert [hrec["name"], hrec["global_size"], hrec["local_size"], hrec["source"]] == plain_tinygrad(trace["spec"], opts[:1], "clang")["clang"]
   assert timing["device"] == "CPU" and len(timing["a_samples"]) == len(timing["b_samples"]) == timing["repeats"]
   assert timing["ci_low"] <= timing["ratio"] <= timing["ci_high"] and timing["b_median_s"] > 0
+  assert timing["method"] == "host" and timing["a_s"]["method"] == timing["b_s"]["method"] == "host" and "ci_low" in timing["a_s"]
+  panel = web_client.get(f"/t/{traced}/k/0/opts", params={"target": "clang", "opts": opts[0], "from": "none"}).text
+  assert "measured in this run, the original and the hand schedule interleaved" in panel and 'data-clock="host"' in panel
+  assert "the original here is timed again beside the hand schedule" in panel  # not the kernel page's figure, and it says so
   check = host.json()["check"]  # it runs, over the same seeded inputs as the original, and writes the same values
   spec = trace["spec"]
   assert check["same"] and check["values"] == spec["batch"] * spec["cout"] * spec["height"] * spec["width"] and check["max_abs_diff"] < 1e-4

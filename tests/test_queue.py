@@ -84,7 +84,7 @@ def ran_on(base: str, trace_id: str) -> dict: return httpx.get(f"{base}/api/trac
 
 def test_a_trace_submitted_over_http_runs_on_a_worker_process(broker, tmp_path):
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base, worker(broker, "w1", tmp_path):
-    assert httpx.get(f"{base}/api/devices", timeout=60).json() == {"devices": ["CPU"]}  # what the registered workers offer
+    assert httpx.get(f"{base}/api/devices", timeout=60).json() == {"devices": ["CPU"], "unopened": []}  # what the registered workers offer
     trace_id = submit(base, TINY)
     assert wait_for(base, trace_id)["status"] == "done"
     where = ran_on(base, trace_id)

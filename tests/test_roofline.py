@@ -112,6 +112,10 @@ def test_devices_on_this_host():
   found = R.list_devices()
   names = [d["device"] for d in found["devices"]]
   assert "CPU" in names and found["default"] == names[0]
+  # every compute device that did not open says why, in tinygrad's words (NV's bare StopIteration in some VMs included)
+  unopened = {u["device"]: u["reason"] for u in found["unopened"]}
+  assert set(unopened) | set(names) == {"METAL", "AMD", "NV", "CUDA", "CL", "CPU"} and all(unopened.values())
+  assert "not opened here: " + next(iter(unopened)) in R.devices_report()
 
 def test_cli_devices_and_trace_roofline(capsys):
   assert main(["devices"]) == 0
