@@ -85,14 +85,15 @@ def seconds_text(s: float) -> str:
   if s < 1: return f"{s*1e3:.2f} ms"
   return f"{s:.2f} s"
 
-def ratio_words(ratio: float, ci: tuple[float, float] | None, what: str = "B") -> str:
+def ratio_words(ratio: float, ci: tuple[float, float] | None, what: str = "B", than: str | None = None) -> str:
   """A B/A ratio as words whose interval runs the same way: "B is 1.13x faster (95% interval 1.10-1.16x)" for B/A 0.885 with
-  B/A's interval 0.86-0.91 (read as A/B), "B is 2.20x slower (95% interval 2.17-2.22x)" for B/A 2.2."""
+  B/A's interval 0.86-0.91 (read as A/B), "B is 2.20x slower (95% interval 2.17-2.22x)" for B/A 2.2. than: what A is called, where
+  the words name it ("... faster than the original")."""
   faster = ratio < 1
   shown = 1 / ratio if faster else ratio
   if abs(ratio - 1) < 0.005:
-    return f"{what} takes the same time" + (f" (95% interval of {what}/A {ci[0]:.2f}-{ci[1]:.2f})" if ci is not None else "")
-  words = f"{what} is {shown:.2f}x {'faster' if faster else 'slower'}"
+    return f"{what} takes the same time{f' as {than}' if than else ''}" + (f" (95% interval of the ratio {ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+  words = f"{what} is {shown:.2f}x {'faster' if faster else 'slower'}{f' than {than}' if than else ''}"
   if ci is None: return words
   lo, hi = sorted((1 / ci[1], 1 / ci[0]) if faster else ci)
   return words + f" (95% interval {lo:.2f}-{hi:.2f}x)"

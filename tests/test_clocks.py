@@ -31,7 +31,8 @@ def test_a_speed_up_is_quoted_with_the_interval_of_the_speed_up():
   """The diff said "1.13x faster" beside "95% interval of B/A 0.86-0.91": words and interval must run the same way."""
   assert clocks.ratio_words(0.885, (0.86, 0.91)) == "B is 1.13x faster (95% interval 1.10-1.16x)"
   assert clocks.ratio_words(2.2, (2.17, 2.22)) == "B is 2.20x slower (95% interval 2.17-2.22x)"
-  assert clocks.ratio_words(1.001, (0.99, 1.01)) == "B takes the same time (95% interval of B/A 0.99-1.01)"
+  assert clocks.ratio_words(1.001, (0.99, 1.01)) == "B takes the same time (95% interval of the ratio 0.99-1.01)"
+  assert clocks.ratio_words(0.5, None, "the hand schedule", "the original") == "the hand schedule is 2.00x faster than the original"
   stored = {"compared": True, "ratio": {"n": 20, "median": 0.885, "ci_low": 0.86, "ci_high": 0.91}}
   assert time_verdict(stored) == "B is 1.13x faster (95% interval 1.10-1.16x)"
   assert time_verdict({**stored, "span_ratio": {"n": 20, "median": 1.5, "ci_low": 1.4, "ci_high": 1.6}}, "span") == \

@@ -149,7 +149,7 @@ def test_diff_page_in_the_browser(pair, server):
     page.wait_for_selector("#diff-picker [data-pick=staging]")
     page.screenshot(path=str(ARTIFACTS / "diff_compare_menu.png"))
     page.click("#diff-picker [data-pick=staging]")
-    page.wait_for_url(f"**/diff/{staged}/{fused}")
+    page.wait_for_url(f"**/diff/{staged}/{fused}", timeout=180_000)  # its first view computes both sides' CUDA compile facts
     # the verdict first, in one line on the first screen, its timing started by the page itself (no click)
     page.wait_for_function(r"() => /\d+\.\d\dx (slower|faster)/.test(document.querySelector('#diff-verdict').textContent)", timeout=180_000)
     verdict = page.inner_text("#diff-verdict")

@@ -3,7 +3,7 @@ captured as one program trace, against plain tinygrad running the same code in a
 it compiles, DEBUG=4); every kernel traced back to the lines of the model (tests/capture_programs.py marks them), backward kernels
 marked; the program view, its search and the kernel list of a 1,000-kernel program answer within a second."""
 from __future__ import annotations
-import pathlib, re, time
+import pathlib, re, statistics, time
 import pytest
 from explorer.present.render import fmt_flops
 from support import app_over, scaled
@@ -49,11 +49,14 @@ def test_a_training_step_is_one_program_of_tinygrads_own_kernels(model, cnn, db)
   assert optimizer and all((e["via"] or "").startswith("nn.optim") for e in optimizer)
   if model == "residual":  # timed: every kernel, and the program's total is its realizes' summed
     assert all(t and t["n"] == 3 for t in got["times"]) and got["timing"]["repeats"] == 3
-    assert got["timing"]["total_s"]["median"] == pytest.approx(sum(r["median"] for r in got["realize_totals"]))
+    sums = [sum(repeat) for repeat in zip(*(r["samples"] for r in got["realize_totals"]))]  # each repeat's realizes summed
+    assert got["timing"]["total_s"]["median"] == pytest.approx(statistics.median(sums)) and got["timing"]["total_s"]["method"] == "host"
+    assert got["timing"]["total_s"]["ci_low"] <= got["timing"]["total_s"]["median"] <= got["timing"]["total_s"]["ci_high"]
     from fastapi.testclient import TestClient
     with TestClient(app_over(str(db))) as client:
       page = client.get(f"/t/{got['id']}").text
-    assert re.search(r"<h3>Timeline <span[^>]*>[^<]* measured: each kernel's median, summed \(the median of whole runs[^<]*</span>", page), \
+    assert re.search(r"<h3>Timeline <span[^>]*>[^<]* measured: each kernel's median alone, summed<span class=\"badge clock\" "
+                     r"data-clock=\"host\"[^>]*>host clock</span> \(the median of the sums per repeat, in the header", page), \
       "the timeline says its widths are measured times, summed, beside the header's median of whole runs"
 
 def test_a_forward_pass_has_no_backward_kernel(db):

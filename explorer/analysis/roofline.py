@@ -231,7 +231,7 @@ def roofline(trace: Trace, peaks: Peaks) -> dict[str, Any]:
             for r in rows if r["intensity"] and r["flops_per_s"]]
   return {"device": peaks["device"] or trace["env"]["device"], "name": peaks["name"], "model": peaks["model"], "dtype": dtype,
           "timing_device": timing["device"] if (timing := timing_of(trace)) else None,
-          "clock": method_of(timing["total_s"], timing["device"]) if timing and timing["total_s"] else None,
+          "clock": method_of(total, timing["device"]) if timing and (total := timing.get("total_s")) else None,
           "peaks": {k: peaks[k] for k in PEAK_KEYS},
           "sources": peaks["sources"], "kernels": rows, "plot": {"bw": bw, "roofs": roofs, "points": points}}
 

@@ -327,7 +327,7 @@ def opts_summary(own: dict, got: dict) -> str:
   if (t := got.get("timing")) is not None:
     clock = f", {how(t['a_s'], t['device'])}" if t.get("a_s") else ""
     out.append(f"time on {t['device']}, the original and the hand schedule interleaved in this run ({t['repeats']} pairs{clock}): "
-               f"{ratio_words(t['ratio'], (t['ci_low'], t['ci_high']), 'the hand schedule')} than the original; medians "
+               f"{ratio_words(t['ratio'], (t['ci_low'], t['ci_high']), 'the hand schedule', 'the original')}; medians "
                f"{t['a_median_s'] * 1e3:.4f} ms (the original) and {t['b_median_s'] * 1e3:.4f} ms (by hand)")
   else: out.append("not timed (only the trace's own target runs here, on its device; --no-time skips it)")
   if got.get("next"): out.append(f"tinygrad would let BEAM try next: {' '.join(got['next'])}")

@@ -204,7 +204,7 @@ def hand_schedule_steps(trace: Trace, schedules: list[dict[str, Any]]) -> list[S
     text += (f"; {', '.join(figures)}." if figures else ".")
     if (t := got.get("timing")) is not None:
       text += (f" Timed on {t['device']} interleaved with the original in the same run: "
-               f"{ratio_words(t['ratio'], (t['ci_low'], t['ci_high']), 'the hand schedule')} than the original.")
+               f"{ratio_words(t['ratio'], (t['ci_low'], t['ci_high']), 'the hand schedule', 'the original')}.")
     out.append({**_step(f"k{n}-opts-{i}", f"Kernel {n} by hand: {', '.join(got['opts']) or 'no opts'}", f"k/{n}", text),
                 "embed": {"kind": "opts", "own": dict(own or {}), "got": got, "target": target, "kernel": n}})
   return out
