@@ -13,12 +13,16 @@
            ten cold overviews parse the program once (RSS), and a program's diff with itself is computed once. First, before any
            load, each of the program's views (overview, search, pages, kernel graph, a kernel, the source; tests/test_program.py's
            list) is timed on its first view and again (target: under a second each)
+  phase 4  a class: 30 students on 30 loopback addresses (127.0.0.10-39) released together by a barrier, each tracing and then
+           opening the trace's page, on a fresh server each round: (a) all the same variant (target: one trace runs, none refused,
+           every student's time to a usable page within 1.2x of one student alone), (b) six different variants, medium presets among
+           them (target: six traces run, none refused); page p99 meanwhile (every status poll and page: target under 250 ms)
 
 Everything runs on this machine (server, workers and clients share its cores), so figures are for the whole box under load.
 """
 from __future__ import annotations
 import argparse, asyncio, collections, concurrent.futures, json, multiprocessing, os, pathlib, random, shutil, socket, subprocess, sys, tempfile
-import threading, time
+import statistics, threading, time
 from typing import Callable
 import httpx
 
@@ -348,17 +352,84 @@ def schedule_of_other(base: str, a: str, limit_s: float = 120) -> float:
   assert r.status_code in (200, 422), r.text[:300]  # its record, or tinygrad's refusal of the opt: an answer either way
   return time.monotonic() - st
 
+# ***** phase 4: a class *****
+
+STUDENTS = [f"127.0.0.{10 + i}" for i in range(30)]
+CLASS_ALONE_FACTOR, CLASS_PAGES_S = 1.2, 0.250
+
+def student(base: str, address: str, body: dict, barrier: threading.Barrier, timeout_s: float = 600) -> dict:
+  """One student on their own loopback address: POST the trace when the barrier lets everyone go, follow it, open its page. Every
+  request's latency is kept (the polls and the page: what a class waits on meanwhile)."""
+  with httpx.Client(base_url=base, timeout=120, transport=httpx.HTTPTransport(local_address=address)) as c:
+    barrier.wait()
+    st, waits = time.monotonic(), []
+    r = c.post("/api/traces", json=body)
+    if r.status_code not in (200, 202): return {"refused": r.status_code, "retry_after": r.headers.get("retry-after"), "waits": waits}
+    trace_id = r.json()["id"]
+    while time.monotonic() - st < timeout_s:
+      t0 = time.monotonic()
+      status = c.get(f"/api/traces/{trace_id}/status").json()["status"]
+      waits.append(time.monotonic() - t0)
+      if status not in ("queued", "running"): break
+      time.sleep(0.25)
+    t0 = time.monotonic()
+    page = c.get(f"/t/{trace_id}")
+    waits.append(time.monotonic() - t0)
+    return {"id": trace_id, "status": status, "page": page.status_code, "usable_s": time.monotonic() - st, "waits": waits}
+
+def class_round(base: str, bodies: list[dict]) -> dict:
+  """len(bodies) students (bodies[i] is student i's request, from STUDENTS[i]) at once: how many traces ran, the refusals, each
+  student's time to a usable page, and the p99 of every request they made meanwhile."""
+  barrier = threading.Barrier(len(bodies))
+  with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+    got = list(pool.map(lambda i: student(base, STUDENTS[i], bodies[i], barrier), range(len(bodies))))
+  served = [g for g in got if "id" in g]
+  return {"traces": len({g["id"] for g in served}), "refused": [g["refused"] for g in got if "refused" in g],
+          "usable_s": sorted(g["usable_s"] for g in served if g["status"] == "done" and g["page"] == 200),
+          "failed": [g for g in served if g["status"] != "done" or g["page"] != 200],
+          "pages_p99": pct([w for g in got for w in g["waits"]], 0.99)}
+
+def fresh_server(tmp: pathlib.Path, name: str) -> tuple[subprocess.Popen, str]:
+  port = free_port()
+  return start_server(tmp / f"{name}.sqlite3", port, tmp / f"{name}.log", background_workers=0), f"http://127.0.0.1:{port}"
+
+def phase4(students: int = 30) -> bool:
+  tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-class-"))
+  same, six = COLD[0], COLD[:6]
+  print(f"\nphase 4: a class of {students}, each on an address of its own, released together")
+  ok = True
+  try:
+    rounds = [("alone", [same]), ("(a) the same variant", [same] * students), ("(b) six variants", [six[i % 6] for i in range(students)])]
+    alone = 0.0
+    for name, bodies in rounds:
+      server, base = fresh_server(tmp, name.split()[0].strip("()"))
+      try: got = class_round(base, bodies)
+      finally: server.terminate(); server.wait(timeout=15)
+      worst = got["usable_s"][-1] if got["usable_s"] else float("nan")
+      if name == "alone": alone = worst
+      want_traces = {"alone": 1, "(a) the same variant": 1, "(b) six variants": 6}[name]
+      met = got["traces"] == want_traces and not got["refused"] and not got["failed"] and got["pages_p99"] < CLASS_PAGES_S
+      if name.startswith("(a)"): met &= worst <= CLASS_ALONE_FACTOR * alone
+      ok &= met
+      median = statistics.median(got["usable_s"]) if got["usable_s"] else float("nan")
+      print(f"  {name}: {got['traces']} trace(s) ran, {len(got['refused'])} refused {sorted(set(got['refused']))}, "
+            f"{len(got['failed'])} failed; time to a usable page: median {median:.1f} s, "
+            f"worst {worst:.1f} s" + (f" ({worst / alone:.2f}x one student alone)" if alone and name != "alone" else "") +
+            f"; pages p99 meanwhile {ms(got['pages_p99'])} ms   {'met' if met else 'NOT MET'}")
+    return ok
+  finally: shutil.rmtree(tmp, ignore_errors=True)
+
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--clients", type=int, default=50)
   ap.add_argument("--seconds", type=float, default=30.0)
   ap.add_argument("--cold", type=int, default=2, help="cold traces started in each phase (at most 3)")
-  ap.add_argument("--phases", default="1,2,3", help="which phases to run (comma separated)")
+  ap.add_argument("--phases", default="1,2,3,4", help="which phases to run (comma separated)")
   ap.add_argument("--checkout", type=pathlib.Path, help="phase 3 alone, on the server of another checkout (git worktree add DIR COMMIT)")
   a = ap.parse_args()
   phases = set(a.phases.split(","))
   if a.checkout is not None: return 0 if phase3(a.seconds, a.checkout.resolve()) else 1
-  if phases == {"3"}: return 0 if phase3(a.seconds) else 1
+  if phases <= {"3", "4"}: return 0 if all([phase3(a.seconds) if "3" in phases else True, phase4() if "4" in phases else True]) else 1
   if not 1 <= a.clients <= 200 or not 1 <= a.seconds <= 120 or not 0 <= a.cold <= 3: ap.error("bounded: 1-200 clients, 1-120 s, 0-3 cold traces")
   tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-load-"))
   port = free_port()
@@ -394,6 +465,7 @@ def main() -> int:
     print("  cold traces: " + ", ".join(f"{s} in {t:.1f} s" for _, t, s in p2["cold"]))
     ok = targets_met and all(s == "done" for _, _, s in p1["cold"] + p2["cold"]) and p2["health_p99"] < HEALTH_TARGET_S
     if "3" in phases: ok &= phase3(a.seconds)
+    if "4" in phases: ok &= phase4()
     return 0 if ok else 1
   finally:
     server.terminate()

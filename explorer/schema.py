@@ -181,8 +181,8 @@ class TargetRecord(TypedDict):
   local_size: Size | None
   linear_uops: Count
   ops: dict[Name, Count]
-  flops: int
-  bytes: int
+  flops: Count
+  bytes: Count
   lds: NotRequired[int | None]
   passes: list[Pass]
   uops_listing: list[Text]
@@ -242,7 +242,7 @@ class KernelSpec(TypedDict):
 class BeamCandidate(TypedDict):
   """One candidate tinygrad's BEAM search timed: its opts, its time (the least of its runs) and round, and whether it was kept."""
   opts: list[Line]
-  time_s: float
+  time_s: Seconds
   round: Count
   kept: bool
   why: NotRequired[Line | None]      # why it was dropped (None: kept)
@@ -251,7 +251,7 @@ class BeamCandidate(TypedDict):
 class BeamRound(TypedDict):
   round: Count
   timed: Count
-  best_s: float
+  best_s: Seconds
   kept: Count
 
 @with_config(STRICT)
@@ -303,8 +303,8 @@ class Kernel(TypedDict):
   linear_uops: Count
   ops: dict[Name, Count]
   opts: list[Line]
-  flops: int
-  bytes: int
+  flops: Count
+  bytes: Count
   lds: NotRequired[int | None]
   global_size: Size
   local_size: Size | None
@@ -312,8 +312,8 @@ class Kernel(TypedDict):
   uops_listing: list[Text]
   sources: dict[Name, Text]
   source_errors: dict[Name, Text]
-  codegen_s: float
-  compile_s: float
+  codegen_s: Seconds
+  compile_s: Seconds
   compile_cached: NotRequired[bool]  # the binary came from tinygrad's disk cache of compiles (no compiler ran, as tinygrad does)
   reads: list[Count]
   writes: list[Count]
@@ -443,10 +443,10 @@ class Totals(TypedDict):
   kernels: Count
   copies: Count
   buffers: Count
-  flops: int
-  bytes: int
-  compile_s: float
-  codegen_s: float
+  flops: Count
+  bytes: Count
+  compile_s: Seconds
+  codegen_s: Seconds
   time_s: TimeStats | None
 
 @with_config(STRICT)
@@ -565,7 +565,7 @@ class Trace(TypedDict):
   schedule: list[ScheduleRow]
   buffers: list[Buffer]
   kernels: list[Kernel]
-  totals: Totals | dict[str, Any]
+  totals: Totals | Annotated[dict[str, Any], Field(max_length=0)]  # {}: a trace that failed before its totals were counted
   error: CheckError | None
   rewrites: list[RewriteRecord]
   spec_checks: NotRequired[dict[Name, SpecCheck]]
@@ -593,14 +593,26 @@ class KernelRow(TypedDict):
   role: Name
   ast_uops: Count
   linear_uops: Count
-  flops: int
-  bytes: int
+  flops: Count
+  bytes: Count
   global_size: Size
   local_size: Size | None
   opts: list[Line]
   codegen_s: Seconds
   compile_s: Seconds
   compile_cached: NotRequired[bool]
+
+@functools.cache
+def _study_adapter() -> TypeAdapter[StudyResult]: return TypeAdapter(StudyResult)
+
+def study_problem(data: Any) -> str | None:
+  """What keeps `data` from reading as a study's result (StudyResult: every case with its rows and comparisons), in one line naming
+  the first field that does not fit; None where it reads. A queue worker's result and a stored row are read through it."""
+  try: _study_adapter().validate_python(data)
+  except ValidationError as e:
+    err = e.errors()[0]
+    return f"{'.'.join(str(x) for x in err.get('loc', ())) or 'its top level'}: {err['msg']}"[:300]
+  return None
 
 @functools.cache
 def _partial_adapters() -> dict[str, TypeAdapter[Any]]: return {"schedule": TypeAdapter(ScheduleSoFar), "kernel": TypeAdapter(KernelRow)}

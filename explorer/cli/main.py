@@ -358,7 +358,10 @@ def cmd_repro(a: argparse.Namespace) -> int:
 
 def cmd_serve(a: argparse.Namespace) -> int:
   from explorer.settings import SETTINGS
+  from explorer.store import Store, StoreError
   from explorer.web.serving import serve
+  try: Store(a.db).check_usable()  # a store that cannot be opened, read or written says so in one line before anything serves
+  except StoreError as e: raise UsageError(str(e)) from None
   try: serve(a.host, a.port, a.db, **{st.name: getattr(a, f"set_{st.name}") for st in SETTINGS if hasattr(a, f"set_{st.name}")})
   except ValueError as e: raise UsageError(str(e)) from None  # a KERNEL_EXPLORER_* variable that does not parse
   return 0

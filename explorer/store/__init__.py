@@ -10,3 +10,4 @@ from explorer.store.keys import (DEV_AT_START as DEV_AT_START, device_key as dev
                                  tinygrad_version as tinygrad_version, trace_key as trace_key)
 from explorer.store.rewrites import checked_locations as checked_locations
 from explorer.store.traces import VARIANT_FILTERS as VARIANT_FILTERS, listing_fields as listing_fields
+from explorer.store.tasks import MAX_LABEL as MAX_LABEL, capped as capped

@@ -116,17 +116,37 @@ def migrate(c: sqlite3.Connection) -> None:
       c.execute(f"DROP TABLE {table}")
     c.execute(f"PRAGMA user_version = {VERSION}")
 
+def one_line_of(e: BaseException) -> str: return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
 class Connected:
   """One SQLite file (WAL mode); one connection per thread. Each part of the store (explorer.store.db.Store) keeps its tables over it."""
   def __init__(self, path: str | os.PathLike[str] | None = None):
     self.path = pathlib.Path(path) if path is not None else default_db_path()
-    self.path.parent.mkdir(parents=True, exist_ok=True)
     self._local = threading.local()
-    c = self._conn()
-    c.executescript(SCHEMA)
-    migrate(c)
+    try:
+      self.path.parent.mkdir(parents=True, exist_ok=True)
+      c = self._conn()
+      c.executescript(SCHEMA)
+      migrate(c)
+    except (sqlite3.Error, OSError) as e: raise self._unusable(e) from None
+
+  def _unusable(self, e: BaseException) -> StoreError:
+    self.close()
+    return StoreError(f"the store {self.path} cannot be used: {one_line_of(e)} (a file that is read-only, truncated or not a SQLite "
+                      "database: move it aside, or name another with --db, to start on an empty store)")
+
+  def check_usable(self) -> None:
+    """What a server checks before it serves: the file reads whole (SQLite's quick check: a scan of every page) and can be written
+    (a write lock taken and given back). StoreError, one line, where not."""
+    try:
+      c = self._conn()
+      if (check := c.execute("PRAGMA quick_check(1)").fetchone()[0]) != "ok": raise sqlite3.DatabaseError(f"its quick check says {check}")
+      c.execute("BEGIN IMMEDIATE")
+      c.execute("ROLLBACK")
+    except (sqlite3.Error, OSError) as e: raise self._unusable(e) from None
 
   def _conn(self) -> sqlite3.Connection:
+    """This thread's connection (opened on first use)."""
     conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
     if conn is None:
       conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json, sqlite3, time
 from typing import Any, Callable
 from explorer.store.connection import Connected, StoreError
-from explorer.tasks import ACTIVE, DONE, INTERRUPTED, QUEUED, RUNNING, STUDY, TaskKind, TaskState
+from explorer.tasks import ACTIVE, DONE, INTERRUPTED, QUEUED, RUNNING, STATES, STUDY, UNKNOWN, TaskKind, TaskState
 
 FIELDS = ("kind", "id", "status", "label", "request", "owner", "client", "detail", "error", "created", "started", "finished")
 _ACTIVE = f"status IN ({', '.join(repr(s) for s in ACTIVE)})"
@@ -13,16 +13,37 @@ _ACTIVE = f"status IN ({', '.join(repr(s) for s in ACTIVE)})"
 def forget(c: sqlite3.Connection, kind: TaskKind, task_id: str) -> None:
   c.execute("DELETE FROM tasks WHERE kind = ? AND id = ?", (kind, task_id))
 
+# a finished study's variants' trace ids, read in SQL from its stored result, which may be of any shape (an older or damaged row): each
+# level is read only where it is what a study's result holds there (an object with an array of cases, each an object with an array of
+# rows, each an object), anything else reads as nothing
+STUDY_TRACES = """SELECT s.id, json_extract(r.value, '$.trace_id') FROM tasks s,
+  json_each(CASE WHEN json_valid(s.result) AND json_type(s.result, '$.cases') = 'array' THEN s.result ELSE '{"cases": []}' END, '$.cases') c,
+  json_each(CASE WHEN c.type = 'object' AND json_type(c.value, '$.rows') = 'array' THEN c.value ELSE '{"rows": []}' END, '$.rows') r
+  WHERE s.kind = ? AND s.status = ? AND r.type = 'object'"""
+
 def study_traces(c: sqlite3.Connection) -> dict[str, str]:
   """Trace id -> the id of the finished study that made it (a study traces each of its variants: they belong to its page)."""
-  rows = c.execute("SELECT s.id, json_extract(r.value, '$.trace_id') FROM tasks s, json_each(s.result, '$.cases') c, "
-                   "json_each(c.value, '$.rows') r WHERE s.kind = ? AND s.status = ? AND json_valid(s.result)", (STUDY, DONE)).fetchall()
-  return {str(t): str(sid) for sid, t in rows if t}
+  return {str(t): str(sid) for sid, t in c.execute(STUDY_TRACES, (STUDY, DONE)).fetchall() if isinstance(t, str) and t}
+
+MAX_LABEL = 300  # a row's label as read: what a listing shows of it (labels are capped where they enter too)
+
+def capped(text: Any, limit: int = MAX_LABEL) -> str:
+  """Free text from a row, as a page may show it: a string of at most `limit` characters (an ellipsis says it was cut)."""
+  text = text if isinstance(text, str) else "" if text is None else str(text)
+  return text if len(text) <= limit else text[:limit - 1] + "…"
 
 def _row(values: tuple[Any, ...]) -> dict[str, Any]:
+  """A row read defensively, once: its request parsed (None where it does not parse: the work cannot run again from it), its label
+  capped, and a state this version does not know read as `unknown`, its error saying what the row held."""
   row = dict(zip(FIELDS, values))
-  try: row["request"] = json.loads(row["request"])
-  except json.JSONDecodeError: row["request"] = None  # a corrupt request: the work cannot run again from it
+  try: row["request"] = json.loads(row["request"]) if isinstance(row["request"], (str, bytes)) else None
+  except json.JSONDecodeError: row["request"] = None
+  if not isinstance(row["request"], dict): row["request"] = None
+  row["label"], row["detail"] = capped(row["label"]), capped(row["detail"], 2000)
+  if row["error"] is not None: row["error"] = capped(row["error"], 2000)
+  if row["status"] not in STATES:
+    row["error"] = f"this row's state {capped(row['status'], 40)!r} is none this version knows (a damaged or newer database)"
+    row["status"] = UNKNOWN
   return row
 
 class TaskRows(Connected):

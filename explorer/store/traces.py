@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Mapping, cast
 from explorer.store import annotations as notes, caches, enrichments, rewrites as blobs, tasks
 from explorer.store.rewrites import checked_locations
 from explorer.store.connection import Connected, StoreError, transaction
+from explorer.store.tasks import capped
 from explorer.tasks import TRACE
 if TYPE_CHECKING: from explorer.schema import Trace
 
@@ -27,9 +28,12 @@ def _field(name: str) -> str:
 def _like(text: str) -> str: return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 def _listed(trace_id: str, created: float, preset: str | None, label: str, status: str, summary: str) -> dict[str, Any]:
-  try: extra = json.loads(summary)
+  """A listing row as the library shows it, read defensively: its summary's fields where they parse, its free text capped."""
+  try: extra = json.loads(summary) if isinstance(summary, (str, bytes)) else {}
   except json.JSONDecodeError: extra = {}
-  return {**(extra if isinstance(extra, dict) else {}), "id": trace_id, "created": created, "preset": preset, "label": label, "status": status}
+  extra = extra if isinstance(extra, dict) else {}
+  return {**extra, **{k: capped(v, 80) for k, v in extra.items() if isinstance(v, str)}, "id": trace_id, "created": created,
+          "preset": capped(preset, 40) if preset is not None else None, "label": capped(label), "status": capped(status, 20)}
 
 LISTED = "id, created, preset, label, status, summary"
 

@@ -105,20 +105,32 @@ async def device_here(svc: Services, device: str, field: str) -> str:
 async def submit(svc: Services, req: TraceRequest, client: str | None) -> tuple[dict, bool]:
   """Start (or join, or serve from the store) the trace of this request. Returns (status, started_now). This host's devices are
   listed (once, in a worker) only where the request names a device."""
-  asked = req.variant.to_variant()
-  offered = COMPUTE_DEVICES if asked.device is None else await svc.devices.accepted()
-  spec, variant, _ = resolve_request(req.to_spec(), asked, svc.settings, offered)
-  trace_id = trace_key(spec, variant)
-  if await asyncio.to_thread(svc.store.has_trace, trace_id):
-    try:
-      if await stored_trace(svc, trace_id) is not None: return (await status_of(svc, trace_id)) or {}, False
-    except Exception:  # a corrupt row: drop it and trace again
-      await asyncio.to_thread(svc.store.delete_trace, trace_id)
-      svc.traces.forget(trace_id)
-  existing = svc.jobs.get(trace_id)
-  joined = existing is not None and existing.active
-  job = await svc.jobs.submit(trace_id, spec, variant, req.model_dump(mode="json", exclude_defaults=True), client)
-  return job_status(job), not joined
+  return (await submit_all(svc, [req], client))[0]
+
+async def submit_all(svc: Services, reqs: list[TraceRequest], client: str | None) -> list[tuple[dict, bool]]:
+  """submit for several requests admitted together (a diff's two variants): each served from the store where it is there; the others
+  admitted as one by the job manager (all or none of them start) and started or joined. (status, started_now) per request."""
+  resolved = []
+  for req in reqs:
+    asked = req.variant.to_variant()
+    offered = COMPUTE_DEVICES if asked.device is None else await svc.devices.accepted()
+    spec, variant, _ = resolve_request(req.to_spec(), asked, svc.settings, offered)
+    resolved.append((trace_key(spec, variant), spec, variant, req.model_dump(mode="json", exclude_defaults=True)))
+  stored = {tid: status for tid, *_ in resolved if (status := await _stored_status(svc, tid)) is not None}
+  pending = [r for r in resolved if r[0] not in stored]
+  new = {tid for tid, *_ in pending if (job := svc.jobs.get(tid)) is None or not job.active}  # read with the admission: no await between
+  jobs = {job.id: job for job in await svc.jobs.submit_all(pending, client)}
+  return [(stored[tid], False) if tid in stored else (job_status(jobs[tid]), tid in new) for tid, *_ in resolved]
+
+async def _stored_status(svc: Services, trace_id: str) -> dict | None:
+  """The status of a stored trace of this id (None: none is stored; a corrupt row is dropped, to trace again)."""
+  if not await asyncio.to_thread(svc.store.has_trace, trace_id): return None
+  try:
+    if await stored_trace(svc, trace_id) is not None: return (await status_of(svc, trace_id)) or {}
+  except Exception:  # a corrupt row: drop it and trace again
+    await asyncio.to_thread(svc.store.delete_trace, trace_id)
+    svc.traces.forget(trace_id)
+  return None
 
 def client_of(request: Request) -> str | None: return request.client.host if request.client else None
 

@@ -5,8 +5,11 @@ one place that says what status each one is:
   GraphNotFound (the reference names no graph)     404
   GraphUnavailable, EnrichmentUnavailable, StudyBusy  409: it exists, or could, but not now or not here
   SpecError (a request the server refuses)         422
+  the store's disk full (SQLite's SQLITE_FULL)     507: nothing of the request was kept; reads go on
+  the store read-only or locked                    503 with Retry-After
   StoreError, any other exception                  500, one line: never a traceback (the log has it)"""
 from __future__ import annotations
+import sqlite3
 from typing import Any, Awaitable, Callable
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -53,6 +56,15 @@ def as_http(exc: Exception) -> StarletteHTTPException:
   status = next(s for kind, s in STATUS_OF.items() if isinstance(exc, kind))
   return StarletteHTTPException(status, str(exc))
 
+def store_refused(exc: sqlite3.OperationalError) -> StarletteHTTPException:
+  """The store refusing a write, as the status that says why: its disk full (507), or read-only or locked (503, try again)."""
+  said = one_line(exc)[:200]
+  if "full" in said:
+    return StarletteHTTPException(507, f"the store's disk is full ({said}): nothing of this request was kept; stored traces still answer")
+  if "readonly" in said or "read-only" in said or "locked" in said:
+    return StarletteHTTPException(503, f"the store cannot be written now ({said}); stored traces still answer", headers={"Retry-After": "60"})
+  return StarletteHTTPException(500, f"the store failed: {said}")
+
 def install_error_handlers(app: FastAPI, templates: Templates) -> None:
   async def page(request: Request, status: int, message: str) -> Response:
     return await templates.render(request, "error.html", {"status": status, "message": message}, status_code=status)
@@ -74,8 +86,10 @@ def install_error_handlers(app: FastAPI, templates: Templates) -> None:
   async def failed(request: Request, exc: Exception) -> Response:  # a bug, or the store failing
     return JSONResponse({"detail": f"the server failed: {type(exc).__name__}: {one_line(exc)[:300]}"}, 500)
   async def store_error(request: Request, exc: StoreError) -> Response: return JSONResponse({"detail": str(exc)}, 500)
+  async def store_write(request: Request, exc: sqlite3.OperationalError) -> Response: return await http_error(request, store_refused(exc))
   handlers: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] = {
     Busy: service_error, **{kind: service_error for kind in STATUS_OF}, SpecError: refused, StoreError: store_error,
+    sqlite3.OperationalError: store_write,
     RequestValidationError: validation, StarletteHTTPException: http_error, Exception: failed}
   for kind, handler in handlers.items(): app.add_exception_handler(kind, handler)
   document_errors(app)

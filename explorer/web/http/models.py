@@ -339,7 +339,7 @@ class StudyStatus(BaseModel):
   `table`: every case's figures beside the document's), error, or interrupted (the server stopped first)."""
   model_config = {"extra": "forbid"}
   id: str
-  kind: StudyKind
+  kind: StudyKind | None = Field(description="null: a damaged row whose kind is none this version runs (`damaged` says so)")
   label: str
   status: StartedAtOnce
   url: str
@@ -353,3 +353,5 @@ class StudyStatus(BaseModel):
   request: dict[str, Any]
   result: dict[str, Any] | None = None
   table: list[dict[str, Any]] | None = None
+  damaged: str | None = Field(default=None, description="a stored row that does not read as a study (an older or damaged database): "
+                              "what is wrong; its result and table are then null")

@@ -138,7 +138,7 @@ async def trace_pair(request: Request, svc: ServicesDep) -> Response:
   values, busy = {**PAIR_DEFAULTS, **{k: v[-1] for k, v in form.items()}, "targets": form.get("targets", [])}, None
   try:
     values, reqs = pair_requests(form)
-    ids = [(await deps.submit(svc, r, deps.client_of(request)))[0]["id"] for r in reqs]
+    ids = [status["id"] for status, _ in await deps.submit_all(svc, reqs, deps.client_of(request))]  # admitted together: both or neither
     return RedirectResponse(diff_url(*ids), status_code=303)
   except ValidationError as e: error = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
   except SpecError as e: error = str(e)

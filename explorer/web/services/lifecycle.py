@@ -118,14 +118,31 @@ class Tasks(Generic[T]):
 
   def forget(self, key: Hashable) -> None: self.tasks.pop(key, None)
 
+  def claim(self, key: Hashable, task: T) -> tuple[T, bool]:
+    """(the task of this key when one is queued or running, False): identical work is shared; else (`task`, True), admitted (ClientBusy
+    or Busy otherwise) and registered in the same step, nothing awaited between: requests that arrive together join it or count against
+    the bounds. A claimed task is `launch`ed, or `release`d if what was to follow its admission failed."""
+    if (current := self.tasks.get(key)) is not None and current.active: return current, False
+    self.admit(task.client)
+    self.tasks[key] = task
+    return task, True
+
+  def release(self, key: Hashable, task: T, error: str) -> None:
+    """A claimed task that will not run: it ends with `error` (whoever joined it meanwhile sees why) and its key is free again."""
+    task.finish(ERROR, error=error)
+    if self.tasks.get(key) is task: self.tasks.pop(key)
+
   def start(self, key: Hashable, task: T, work: Callable[[T, Progress], Any], started: Hook | None = None,
             kept: Callable[[T, Any], Awaitable[Any]] | None = None, ended: Hook | None = None) -> T:
     """The task of this key when one is queued or running (identical work is shared), else `task`, admitted (ClientBusy or Busy
-    otherwise) and started: once its turn comes, started(task), then work(task, progress) in a daemon thread, kept(task, result) (what
+    otherwise) and launched."""
+    task, new = self.claim(key, task)
+    return self.launch(task, work, started, kept, ended) if new else task
+
+  def launch(self, task: T, work: Callable[[T, Progress], Any], started: Hook | None = None,
+             kept: Callable[[T, Any], Awaitable[Any]] | None = None, ended: Hook | None = None) -> T:
+    """Run a claimed task: once its turn comes, started(task), then work(task, progress) in a daemon thread, kept(task, result) (what
     is kept of it: stored, say), and ended(task) whatever the outcome. A failure anywhere is the task's one-line error."""
-    if (current := self.tasks.get(key)) is not None and current.active: return current
-    self.admit(task.client)
-    self.tasks[key] = task
     job = asyncio.get_running_loop().create_task(self._run(task, work, started, kept, ended))
     self.running.add(job)
     job.add_done_callback(self.running.discard)

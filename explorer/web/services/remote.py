@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 from explorer.queue.protocol import QueueUnavailable, ResultRefused, plain_json, trace_result
-from explorer.schema import Trace
+from explorer.schema import Trace, study_problem
 from explorer.spec import ConvSpec, Progress, SpecError, Variant
 from explorer.tracing.run import TraceResult
 from explorer.web.services.lifecycle import Busy
@@ -68,8 +68,8 @@ def _study_result(client: QueueClient, out: Any, keep: Callable[..., str], kind:
   if not isinstance(out, dict) or set(out) != {"result", "traces"} or not isinstance(out["traces"], list):
     raise ResultRefused("the worker's result is not a study's result (result, traces): refused, nothing kept")
   result = plain_json(out["result"], "the worker's study result")
-  if not isinstance(result, dict) or (kind is not None and result.get("study") != kind) or not isinstance(result.get("cases"), list):
-    raise ResultRefused(f"the worker's study result is not a {kind or 'study'} study's table: refused, nothing kept")
+  if (problem := study_problem(result)) is not None or (kind is not None and result.get("study") != kind):
+    raise ResultRefused(f"the worker's study result is not a {kind or 'study'} study's table ({problem or 'another kind'}): refused, nothing kept")
   checked = []
   for t in out["traces"]:
     if not isinstance(t, dict) or set(t) != STUDY_TRACE_KEYS:

@@ -7,13 +7,14 @@ import threading, time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 from explorer.tasks import TaskState
-from explorer.analysis.study import DEFAULT_PRESETS, run_studies, study_steps
+from explorer.analysis.study import DEFAULT_PRESETS, STUDY_VARIANTS, run_studies, study_steps
 from explorer.present.study import document_rows
 from explorer.spec import PRESETS, ConvSpec, Variant
-from explorer.store import Store, StoreError, trace_key
+from explorer.schema import study_problem
+from explorer.store import Store, StoreError, capped, trace_key
 from explorer.tasks import DONE, RUNNING, STUDY
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import ERROR, QUEUE_OWNER, Journal, Progress, Task, Tasks
+from explorer.web.services.lifecycle import ERROR, QUEUE_OWNER, Journal, Progress, Task, Tasks, one_line
 from explorer.web.urls import study_url
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
@@ -56,12 +57,25 @@ class StudyRun(Task):
             "elapsed_s": self.elapsed_s, "request": self.request}
 
 def stored_status(row: dict) -> dict[str, Any]:
-  """A study known from the store: done (with its result and table), failed, interrupted, or running in another server process."""
-  if row["request"] is None: raise StoreError(f"study {row['id']} is corrupt: its request does not parse")
-  result = row.get("result")
-  return {"id": row["id"], "kind": row["request"].get("kind"), "label": row["label"], "status": row["status"], "url": study_url(row["id"]),
-          "error": row["error"], "created": row["created"], "elapsed_s": round((row["finished"] or time.time()) - row["created"], 1),
-          "request": row["request"], "result": result, "table": document_rows(result) if result else None}
+  """A study known from the store: done (with its result and table), failed, interrupted, or running in another server process. A row
+  that does not read as one (its request, its kind or its result: an older or damaged database) is shown as damaged, saying what is
+  wrong, with what of it does read."""
+  request, result, damaged = row["request"], row.get("result"), None
+  if request is None: damaged = "its request does not parse"
+  elif request.get("kind") not in STUDY_VARIANTS: damaged = f"its kind {capped(request.get('kind'), 40)!r} is no study this version runs"
+  elif result is not None and (problem := study_problem(result)) is not None: damaged = f"its result does not read as a study's ({problem})"
+  if damaged is not None: result = None
+  table = None
+  if result:
+    try: table = document_rows(result)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e: result, damaged = None, f"its result's table cannot be made ({one_line(e)})"
+  created = row["created"] if isinstance(row["created"], (int, float)) else 0.0
+  finished = row["finished"] if isinstance(row["finished"], (int, float)) else None
+  kind = request.get("kind") if request is not None and request.get("kind") in STUDY_VARIANTS else None
+  return {"id": row["id"], "kind": kind,
+          "label": row["label"], "status": row["status"], "url": study_url(row["id"]), "error": row["error"], "created": created,
+          "elapsed_s": round(max(0.0, (finished or time.time()) - created), 1), "request": request or {}, "result": result, "table": table,
+          "damaged": f"study {row['id']} is damaged: {damaged}" if damaged else None}
 
 class StudyService:
   def __init__(self, store: Store, on_stored: Callable[[str], None] = lambda trace_id: None, runner: Callable[..., dict] | None = None,
@@ -121,7 +135,10 @@ class StudyService:
     """Where the study stands: this server's run while it runs, else the store's row (None: unknown id)."""
     run = self.tasks.get(study_id)
     if run is not None and run.active: return run.view()
-    row = self.store.get_task(STUDY, study_id, with_result=True)
+    try: row = self.store.get_task(STUDY, study_id, with_result=True)
+    except StoreError as e:  # its result is not JSON: the row as it reads without it, said damaged
+      row = self.store.get_task(STUDY, study_id)
+      return None if row is None else {**stored_status(row), "damaged": f"study {study_id} is damaged: {e}"}
     return stored_status(row) if row is not None else None
 
   def recent(self, limit: int = 50) -> list[dict[str, Any]]:

@@ -14,7 +14,8 @@ from explorer.spec import PARTIAL, STAGES, ConvSpec, SpecError, Variant
 from explorer.store import Store
 from explorer.tasks import TRACE, TaskState
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import ACTIVE, DONE, INTERRUPTED, QUEUE_OWNER, QUEUED, RUNNING, Busy, ClientBusy, Journal, Task, Tasks
+from explorer.web.services.lifecycle import (ACTIVE, DONE, INTERRUPTED, QUEUE_OWNER, QUEUED, RUNNING, Busy, ClientBusy, Journal, Task, Tasks,
+                                             one_line)
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 STOPPED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
@@ -153,16 +154,39 @@ class JobManager:
     """The job for this id: the one already queued or running, else a new one, written to the store (with the request that
     re-runs it) before this returns (the caller checked the store for a finished trace first). client: the address that asked,
     held to max_per_client jobs running or waiting (ClientBusy past it; joining a running job is free)."""
-    if (job := self.get(job_id)) is not None and job.active: return job
-    if self.running() >= self._parallel + self.max_queue:  # the free workers take jobs at once; max_queue more may wait
+    return (await self.submit_all([(job_id, spec, variant, request)], client))[0]
+
+  async def submit_all(self, wanted: list[tuple[str, ConvSpec, Variant, dict]], client: str | None = None) -> list[Job]:
+    """Jobs for several traces at once (a diff's two variants), admitted together: each joins its identical job where one is queued or
+    running; the new ones are admitted as one (QueueFull, ClientBusy: none of them is started) and registered in the same step, with
+    nothing awaited between the check and the registration, so that requests arriving at the same instant join them or count against
+    the bounds. Then each is written to the store, then launched."""
+    jobs: list[Job] = []
+    new: dict[str, Job] = {}
+    for job_id, spec, variant, _ in wanted:
+      if (job := self.get(job_id)) is not None and job.active: jobs.append(job)
+      elif job_id in new: jobs.append(new[job_id])
+      else: jobs.append(new.setdefault(job_id, self._new_job(job_id, spec, variant, f"{spec.label()} | {variant.label()}", client)))
+    self._admit(len(new), client)
+    for job in new.values(): self.tasks.claim(job.id, job)
+    try:
+      await remote.queue_answers(self.queue)
+      for job_id, _, _, request in wanted:
+        if job_id in new: await asyncio.wrap_future(self.journal.accept(new[job_id], new[job_id].label, request))
+    except Exception as e:
+      for job in new.values(): self.tasks.release(job.id, job, f"not accepted: {one_line(e)}")
+      raise
+    for job in new.values(): self._launch(self.tasks, job, claimed=True)
+    return jobs
+
+  def _admit(self, n: int, client: str | None) -> None:
+    """Room for n new jobs: QueueFull once the workers and the queue behind them are full, ClientBusy past the client's share."""
+    if not n: return
+    if self.running() + n > self._parallel + self.max_queue:  # the free workers take jobs at once; max_queue more may wait
       raise QueueFull(f"{self.max_queue} traces are already waiting for a worker; try again in a minute")
     if client is not None and self.max_per_client and \
-       (mine := sum(1 for j in self._all() if j.client == client and j.active)) >= self.max_per_client:
+       (mine := sum(1 for j in self._all() if j.client == client and j.active)) + n > self.max_per_client:
       raise ClientBusy(f"this client has {mine} traces running or waiting, its share (max_jobs_per_client); try again when one is done")
-    await remote.queue_answers(self.queue)
-    job = self._new_job(job_id, spec, variant, f"{spec.label()} | {variant.label()}", client)
-    await asyncio.wrap_future(self.journal.accept(job, job.label, request))
-    return self._launch(self.tasks, job)
 
   def _new_job(self, job_id: str, spec: ConvSpec, variant: Variant, label: str, client: str | None = None) -> Job:
     job = Job(id=job_id, spec=spec, variant=variant, label=label, client=client, running_on_turn=False)
@@ -179,19 +203,22 @@ class JobManager:
       self._launch(self.followed, self._new_job(row["id"], spec, variant, row["label"]), resume=True)
     return len(rows)
 
-  def _launch(self, tasks: Tasks[Job], job: Job, resume: bool = False) -> Job:
+  def _launch(self, tasks: Tasks[Job], job: Job, resume: bool = False, claimed: bool = False) -> Job:
     """Run the trace (once a worker slot is free) and store it; a failure becomes the job's one-line error, every change its row."""
     async def started(job: Job) -> None:
       if self.queue is None: job.start_running()  # on the job queue it is queued until a worker takes it (its first stage's progress)
       self.runs += 1
       await self.journal.started(job)
     async def kept(job: Job, result: Any) -> Any:
+      job.note("store", "start", "writing the trace to the store")
       await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites, result.target_rewrites)
+      job.note("store", "done", "")
       if failures := result.trace.get("failures") or []: job.failed = f"stage {failures[0]['stage']} failed: {failures[0]['error']}"
       if self.on_stored is not None: self.on_stored(job.id, result.trace)
       return None  # stored: the job keeps no copy
     async def ended(job: Job) -> None: await self.journal.ended(job)
-    return tasks.start(job.id, job, lambda job, progress: self._run_trace(job, progress, resume), started, kept, ended)
+    work = lambda job, progress: self._run_trace(job, progress, resume)
+    return tasks.launch(job, work, started, kept, ended) if claimed else tasks.start(job.id, job, work, started, kept, ended)
 
   def _run_trace(self, job: Job, progress: Callable[[str, str, str], None], resume: bool = False) -> Any:
     if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
