@@ -603,6 +603,16 @@ class KernelRow(TypedDict):
   compile_cached: NotRequired[bool]
 
 @functools.cache
+def record_adapters() -> dict[str, TypeAdapter[Any]]:
+  """What the store checks each enrichment row against before it merges it into a trace: a target's record (or a failed render's
+  {"error"}), a record's analysis, its compile facts."""
+  return {"record": TypeAdapter(TargetRecord | FailedRender), "analysis": TypeAdapter(Analysis), "facts": TypeAdapter(CompileFacts)}
+
+@with_config(STRICT)
+class FailedRender(TypedDict):
+  error: Text
+
+@functools.cache
 def _study_adapter() -> TypeAdapter[StudyResult]: return TypeAdapter(StudyResult)
 
 def study_problem(data: Any) -> str | None:

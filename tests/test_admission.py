@@ -60,7 +60,7 @@ def test_identical_requests_at_once_from_many_clients_run_one_trace(tmp_path):
 def test_a_diffs_two_variants_are_admitted_both_or_neither(tmp_path):
   gate = Gate()
   app = app_over(str(tmp_path / "c.sqlite3"), max_workers=1, max_queue=16, max_jobs_per_client=3, runner=gate)
-  pairs = [(preset, "staged", "fused") for preset in ("small", "medium", "large", "k5", "wino8", "wino16")]  # no trace in common
+  pairs = [(preset, "staged", "fused") for preset in ("small", "medium", "large", "wino8", "wino16", "wino32")]  # no trace in common
   try:
     with TestClient(app) as one:
       def post(i: int) -> int:

@@ -129,3 +129,16 @@ def test_a_real_trace_file_still_reads(real, tmp_path, capsys):
   assert main(["repro", str(path), "-o", str(tmp_path / "r.py")]) == 0
   assert main(["export", str(path), "--format", "json", "--quiet", "-o", str(tmp_path / "e.json")]) == 0
   assert json.loads((tmp_path / "e.json").read_text())["kernels"] == real["kernels"]
+
+NEGATIVE: dict[str, Callable[[dict], Any]] = {  # a count or a time below zero, where a trace file may carry one
+  "kernels[0].flops": lambda t: t["kernels"][0].update(flops=-5), "kernels[0].bytes": lambda t: t["kernels"][0].update(bytes=-1),
+  "totals.flops": lambda t: t["totals"].update(flops=-5), "kernels[0].compile_s": lambda t: t["kernels"][0].update(compile_s=-0.5)}
+
+@pytest.mark.parametrize("where", list(NEGATIVE))
+def test_a_negative_count_is_refused(real, where, tmp_path):
+  t = copy.deepcopy(real)
+  NEGATIVE[where](t)
+  with pytest.raises(SpecError, match="greater than or equal to 0"): validate_trace(t)
+  path = tmp_path / "negative.json"
+  path.write_text(json.dumps(t))
+  with pytest.raises(SpecError): store.load_trace_file(str(path))

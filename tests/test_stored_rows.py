@@ -1,12 +1,11 @@
 """Stored data cannot take a page down: rows planted in a real SQLite file as an older or damaged database holds them (a study result of
 the wrong shape, states this version does not know, a label of megabytes) are read defensively, once, shown as damaged where they are
-listed, and every page and status answers 200; a trace file with a negative count is refused as data."""
+listed, and every page and status answers 200 (a trace file with a negative count: tests/test_hostile_files.py)."""
 from __future__ import annotations
-import json, sqlite3
+import sqlite3
 import pytest
 from fastapi.testclient import TestClient
-from explorer.spec import SpecError
-from explorer.store import Store, load_trace_file
+from explorer.store import Store
 from explorer.tasks import DONE, STUDY, TRACE
 from support import app_over, minimal_trace
 
@@ -39,7 +38,7 @@ def test_the_library_and_the_studies_list_stay_up(damaged):
     assert len(r.content) < 1 << 20, url  # a 5 MB label is not served whole
   assert 'data-damaged' in damaged.get("/studies").text
 
-@pytest.mark.parametrize("study_id, says", [("s-list-of-strings", "cases.0"), ("s-not-a-list", "cases"), ("s-wrong-kind", "alchemy"),
+@pytest.mark.parametrize("study_id, says", [("s-list-of-strings", "cases.0"), ("s-not-a-list", "study: Field required"), ("s-wrong-kind", "alchemy"),
                                             ("s-bad-json", "corrupt")])
 def test_a_damaged_study_says_what_is_wrong(damaged, study_id, says):
   r = damaged.get(f"/api/studies/{study_id}")
@@ -57,10 +56,3 @@ def test_states_this_version_does_not_know_read_as_unknown(damaged):
   study = damaged.get("/api/studies/s-paused")
   assert study.status_code == 200 and study.json()["status"] == "unknown" and "'paused'" in study.json()["error"]
   assert damaged.get("/t/b1b2c3d4e5f60718").status_code == 200
-
-def test_a_trace_file_with_a_negative_count_is_refused(tmp_path):
-  bad = minimal_trace()
-  bad["totals"]["flops"] = -5
-  path = tmp_path / "bad.json"
-  path.write_text(json.dumps(bad))
-  with pytest.raises(SpecError, match="flops"): load_trace_file(path)

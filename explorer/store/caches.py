@@ -3,7 +3,7 @@ reference) and diffs of two traces (structural diffs, graph diffs, timings and o
 from __future__ import annotations
 import json, sqlite3, time
 from typing import Any
-from explorer.store.connection import Connected, StoreError
+from explorer.store.connection import Connected
 
 def forget(c: sqlite3.Connection, trace_id: str) -> None:
   """Drop the trace's cached graphs and every cached diff it is a side of."""
@@ -23,9 +23,12 @@ class Caches(Connected):
     return None if row is None else row[0]
 
   def get_cached_json(self, trace_id: str, ref: str, kind: str) -> Any:
+    """The cached value, or None where there is none or it does not parse (a damaged row is dropped: it is computed again)."""
     if (text := self.get_cached(trace_id, ref, kind)) is None: return None
     try: return json.loads(text)
-    except json.JSONDecodeError as e: raise StoreError(f"cached {kind} {ref} of trace {trace_id} is corrupt ({e})") from None
+    except json.JSONDecodeError:
+      self._conn().execute("DELETE FROM graph_cache WHERE key = ?", (f"{trace_id}:{kind}:{ref}",))
+      return None
 
   def clear_cache(self, trace_id: str | None = None) -> None:
     if trace_id is None: self._conn().execute("DELETE FROM graph_cache")
@@ -38,10 +41,15 @@ class Caches(Connected):
                          (f"{a}:{b}:{kind}", a, b, kind, json.dumps(body, default=str), time.time()))
 
   def get_diff(self, a: str, b: str, kind: str) -> Any:
+    """The cached diff or measurement, or None where there is none or it is not a JSON object (a damaged row is dropped: a diff is
+    computed again, a measurement is asked for again)."""
     row = self._conn().execute("SELECT body FROM diff_cache WHERE key = ?", (f"{a}:{b}:{kind}",)).fetchone()
     if row is None: return None
-    try: return json.loads(row[0])
-    except (json.JSONDecodeError, TypeError) as e: raise StoreError(f"cached diff {kind} of traces {a} and {b} is corrupt ({e})") from None
+    try: body = json.loads(row[0])
+    except (json.JSONDecodeError, TypeError): body = None
+    if isinstance(body, dict): return body
+    self._conn().execute("DELETE FROM diff_cache WHERE key = ?", (f"{a}:{b}:{kind}",))
+    return None
 
   def timings_of(self, trace_id: str, limit: int = 8) -> list[tuple[str, str, Any]]:
     """The interleaved timings stored for diffs this trace is a side of, newest first: (a, b, the timing); a corrupt one is left out."""

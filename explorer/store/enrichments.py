@@ -23,18 +23,29 @@ def of_kind(c: sqlite3.Connection, trace_id: str, kind: str) -> dict[tuple[int, 
     except (json.JSONDecodeError, TypeError, ValueError): continue  # a corrupt row is computed again on the next view
   return out
 
+def _reads(adapter: Any, value: Any) -> bool:
+  """Whether a stored value reads as its type (explorer.schema's, checked as a trace file is): a row that does not is left out, and
+  computed again when next asked for, never merged into a page."""
+  from pydantic import ValidationError
+  try: adapter.validate_python(value)
+  except ValidationError: return False
+  return True
+
 def merged(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[str, Any]:
   """The stored trace with what was computed for it since, in place: other targets' records (kernels[i].targets, with where they
-  ran, env.ran_on.targets), then the records' analyses and compile facts."""
+  ran, env.ran_on.targets), then the records' analyses and compile facts; each read as its type first (a damaged row is left out)."""
+  from explorer.schema import record_adapters  # here: trace workers import this module, and pydantic stays out of them
+  adapters = record_adapters()
   kernels = {k.get("index"): k for k in trace["kernels"] if isinstance(k, dict)}
   for (kernel, target), got in sorted(of_kind(c, trace_id, ENRICH_TARGET).items()):
     if (k := kernels.get(kernel)) is None or not isinstance(got, dict) or not isinstance(rec := got.get("record"), dict): continue
+    if not _reads(adapters["record"], rec): continue
     if target not in (k.get("targets") or {}): add_target_record(k, target, rec)
     if isinstance(by := got.get("ran_by"), str): trace.setdefault("env", {}).setdefault("ran_on", {}).setdefault("targets", {})[target] = by
   for kind, put in ((ENRICH_ANALYSIS, lambda rec, v: rec.update(v)), (ENRICH_FACTS, lambda rec, v: rec.__setitem__("compile", v))):
     for (kernel, target), value in of_kind(c, trace_id, kind).items():
       rec = ((kernels.get(kernel) or {}).get("targets") or {}).get(target)
-      if isinstance(rec, dict) and isinstance(value, dict): put(rec, value)
+      if isinstance(rec, dict) and isinstance(value, dict) and _reads(adapters[kind], value): put(rec, value)
   return trace
 
 def version(c: sqlite3.Connection, trace_id: str) -> tuple[int, float | None]:
