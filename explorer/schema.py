@@ -385,6 +385,7 @@ class Scheduler(TypedDict):
   passes: list[Pass]
   stages: NotRequired[Stages]
   stage_counts: NotRequired[dict[Name, Count]]
+  note: NotRequired[Line]  # why there are no stages: tinygrad's schedule cache served this graph (no rangeify pass ran)
 
 @with_config(STRICT)
 class TensorGraph(TypedDict):
@@ -422,6 +423,7 @@ class Realize(TypedDict):
   outputs: list[Output]
   total_s: TimeStats | None
   span_s: NotRequired[TimeStats | None]  # its schedule replayed back to back (absent in programs captured before spans)
+  variables: NotRequired[dict[Name, int]]  # the symbolic variables it binds, and their values in this run
 
 @with_config(STRICT)
 class Timing(TypedDict):
@@ -571,6 +573,7 @@ class Trace(TypedDict):
   spec_checks: NotRequired[dict[Name, SpecCheck]]
   timing: NotRequired[Timing]
   realizes: NotRequired[list[Realize]]  # a captured program's, in order
+  variables: NotRequired[dict[Name, int]]  # the symbolic variables the schedule binds and their values in this run (a KV cache's pos)
 
 @functools.cache
 def _trace_adapter() -> TypeAdapter[Trace]: return TypeAdapter(Trace)

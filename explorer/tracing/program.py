@@ -104,7 +104,8 @@ class ProgramTrace:
     p["realizes"].append({"index": r, "name": realize["program"]["name"], "kernels": [k0, len(p["kernels"])],
                           "schedule": [s0, len(p["schedule"])], "tensor_graph": realize["tensor_graph"],
                           "seconds": sum(realize["stage_seconds"].values()), "outputs": realize["program"]["outputs"],
-                          "total_s": (timing := realize.get("timing") or {}).get("total_s"), "span_s": timing.get("span_s")})
+                          "total_s": (timing := realize.get("timing") or {}).get("total_s"), "span_s": timing.get("span_s"),
+                          **({"variables": realize["variables"]} if realize.get("variables") else {})})
     if timing:
       spans = [x["span_s"] for x in p["realizes"] if x.get("span_s")]
       eager = [x for x in ((p.get("timing") or {}).get("eager_s"), timing.get("eager_s")) if x is not None]  # each realize's first run

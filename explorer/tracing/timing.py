@@ -16,9 +16,9 @@ BATCH_LAUNCHES = 32   # launches in one held event pair for a batch figure
 class Replay:
   """A compiled schedule ready to time on its device: its kernels, each alone (tg.Runnable), and the whole schedule as tinygrad's JIT
   replays it (launches, and how: "graph" or "launches")."""
-  def __init__(self, compiled: Any, device: str):
-    self.kernels = tg.runnables(compiled)
-    self.launches, self.how = tg.replay(compiled, device)
+  def __init__(self, compiled: Any, device: str, var_vals: dict[str, int] | None = None):
+    self.kernels = tg.runnables(compiled, var_vals)
+    self.launches, self.how = tg.replay(compiled, device, var_vals)
     self.synchronize = tg.synchronizer(device)
 
   def sample(self, clock: tg.Clock) -> tuple[list[float], list[float | None], float]:
@@ -28,12 +28,12 @@ class Replay:
     warm = [clock.warm(k) for k in self.kernels]
     return alone, warm, clock.span(self.launches, self.synchronize)
 
-def time_schedule(clock: tg.Clock, compiled: Any, device: str, warmup: int, repeats: int,
+def time_schedule(clock: tg.Clock, compiled: Any, device: str, warmup: int, repeats: int, var_vals: dict[str, int] | None = None,
                   on_repeat: Callable[[int], None] | None = None) -> dict[str, Any]:
   """Warmup, then repeats of Replay.sample, so that drift hits every kernel and the span alike. Returns each kernel's records (time_s,
   time_warm_s, time_batch_s: explorer.schema.Kernel's) and the schedule's (total_s: the kernels' sum per repeat; span_s), each saying
   its clock."""
-  r = Replay(compiled, device)
+  r = Replay(compiled, device, var_vals)
   per: list[list[float]] = [[] for _ in r.kernels]
   warm: list[list[float]] = [[] for _ in r.kernels]
   totals, spans = [], []

@@ -226,7 +226,8 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
 def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> Any:
   mark = tg.tracking_mark()
   st = time.perf_counter()
-  with tinygrad("schedule"), tg.carrying_metadata() if provenance else contextlib.nullcontext(): linear = tg.schedule(*outs)
+  with tinygrad("schedule"), tg.carrying_metadata() if provenance else contextlib.nullcontext(): linear, var_vals = tg.schedule_with_vars(*outs)
+  if var_vals: trace["variables"] = var_vals  # the symbolic variables this schedule binds, and their values in this run
   seconds = time.perf_counter() - st
   groups = tg.passes_since(mark, base)
   trace["scheduler"] = {"seconds": seconds, "groups": [{"name": n, "passes": [pass_record(p) for p in ps]} for n, ps in groups]}
@@ -289,7 +290,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
       with rec.tinygrad("codegen"), beam as timed: prg = tg.codegen_host(c.ast, renderer, custom)
     finally: timer.close()
     seconds = time.perf_counter() - st
-    facts = tg.program_facts(prg)
+    facts = tg.program_facts(prg, var_vals=trace.get("variables"))
     ps = [p for _, group in tg.passes_since(mark, base) for p in group]
     passes = [pass_record(p) for p in ps]
     s = trace["schedule"][c.index]
@@ -344,7 +345,7 @@ def _run(rec: Recorder, linear: Any, program: Program) -> Any:
     raise RuntimeError("tinygrad compiled other programs than the ones codegen recorded: the trace would not show what runs")
   with tinygrad("run"):
     st = time.perf_counter()
-    tg.run_schedule(compiled)
+    tg.run_schedule(compiled, trace.get("variables"))
     rec.eager_s = time.perf_counter() - st  # the first run (programs loaded, buffers allocated): the timing record keeps it
     outs = [o.numpy() for o in program.outs] if check is not None else []
   if check is not None and program.check_beside: rec.beside("run", lambda: check(trace, outs))
@@ -369,7 +370,7 @@ def _time(trace: dict, compiled: Any, variant: Variant, tinygrad: TinygradClock,
   device = trace["env"]["device"]
   clock = tg.clock_for(device)
   try:
-    with tinygrad("timing"): got = time_schedule(clock, compiled, device, variant.warmup, variant.repeats)
+    with tinygrad("timing"): got = time_schedule(clock, compiled, device, variant.warmup, variant.repeats, trace.get("variables"))
   finally: clock.close()
   by_call = {k["call"]: k for k in trace["kernels"]}
   for rec in got["kernels"]: by_call[rec.pop("call")].update(rec)
@@ -419,6 +420,9 @@ def _record_stages(trace: dict, log: tg.LiveLog) -> None:
     d = tg.stage_decisions(log, passes)
   except Exception as e:
     trace["failures"].append({"stage": "bufferize", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
+    return
+  if "note" in d:  # no rangeify pass ran for this schedule: nothing decided here
+    trace["scheduler"]["note"] = d["note"]
     return
   def rows(xs: list) -> list[dict]:
     return [{k: v for k, v in s.__dict__.items() if k not in ("reads", "into")} | {"shape": list(s.shape)} for s in xs]

@@ -8,7 +8,7 @@ from tinygrad.codegen import do_to_program, to_program, to_program_cache, to_pro
 from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import ansistrip
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, ParamArg, UOp, multirange_str
+from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, ParamArg, UOp, multirange_str, sym_infer
 from explorer.tracing.tg.custom_rewrites import Rewrite, to_program_rewritten
 from explorer.tracing.tg.graphs import plain
 from explorer.tracing.tg.opts import opt_text
@@ -95,12 +95,16 @@ def uops_listing(lin: Sequence[UOp], device: str | None = None) -> list[str]:
   return [plain(f"{i:4d} {str(u.op):20s}: {multirange_str(u.ranges, color=True, pad=10)} {str(u.dtype):40s} "
                     f"{str([src(x) for x in u.src]):32s} {arg(u)}") for i, u in enumerate(lin)]
 
-def program_facts(prg: UOp, device: str | None = None) -> ProgramFacts:
-  """What the trace records of a compiled PROGRAM; device: its target's, for the listing's PARAMs (uops_listing)."""
+def program_facts(prg: UOp, device: str | None = None, var_vals: dict[str, int] | None = None) -> ProgramFacts:
+  """What the trace records of a compiled PROGRAM; device: its target's, for the listing's PARAMs (uops_listing). A symbolic kernel's
+  counts (FLOPs, bytes) are tinygrad's Estimates at the run's bound values (var_vals), or at their upper bounds where none are given."""
   sink = prg.src[0]
   lin = next(s for s in prg.src if s.op is Ops.LINEAR).src
   src = next((s.arg for s in prg.src if s.op is Ops.SOURCE), "")
   est = sink.arg.estimates
+  def count(x: Any) -> int:
+    if isinstance(x, (int, float)): return int(x)
+    return int(sym_infer(x, var_vals)) if var_vals and all(v.expr in var_vals for v in x.variables()) else int(x.vmax)
   counts = {k: sum(1 for u in lin if f(u)) for k, f in UOP_CLASSES.items()}
   detail = collections.Counter(u.op.name for u in lin)
   def num(x: Any) -> Any: return int(x) if isinstance(x, (int, float)) else str(x)
@@ -110,7 +114,7 @@ def program_facts(prg: UOp, device: str | None = None) -> ProgramFacts:
              "local_bytes": sum(int(u.max_numel()) * u.dtype.itemsize for u in onchip[AddrSpace.LOCAL])}
   return ProgramFacts(ansistrip(prg.arg.name), [num(x) for x in prg.arg.global_size],
                       None if prg.arg.local_size is None else [num(x) for x in prg.arg.local_size],
-                      int(est.ops) if est is not None else 0, int(est.lds) if est is not None else 0, int(est.mem) if est is not None else 0,
+                      count(est.ops) if est is not None else 0, count(est.lds) if est is not None else 0, count(est.mem) if est is not None else 0,
                       [opt_text(o) for o in sink.arg.applied_opts], uops_listing(lin, device),
                       {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},
                       src, storage, [trace_num(u) for u in lin], trace_num(sink))

@@ -41,13 +41,20 @@ def tensor_sink(*outs: Tensor) -> UOp: return UOp.sink(*[o.uop for o in outs])
 def op_histogram(sink: UOp) -> dict[str, int]: return dict(collections.Counter(u.op.name for u in sink.toposort()))
 
 def schedule(*outs: Tensor) -> UOp:
-  """tinygrad's schedule: an Ops.LINEAR of CALLs (kernels and copies), exactly as Tensor.realize builds it. Under BEAM, the kernels
-  are marked for beam search here, as compile_linear would mark them, so that the programs codegen shows are the ones that run."""
+  """tinygrad's schedule of outs, which bind no symbolic variable (schedule_with_vars for the ones that do)."""
+  linear, var_vals = schedule_with_vars(*outs)
+  assert not var_vals, f"a schedule with symbolic variables ({', '.join(var_vals)}): use schedule_with_vars"
+  return linear
+
+def schedule_with_vars(*outs: Tensor) -> tuple[UOp, dict[str, int]]:
+  """tinygrad's schedule: an Ops.LINEAR of CALLs (kernels and copies), exactly as Tensor.realize builds it, and the values it binds
+  its symbolic variables to (a KV cache's position: {"pos": 3}). Under BEAM, the kernels are marked for beam search here, as
+  compile_linear would mark them, so that the programs codegen shows are the ones that run."""
   from tinygrad.engine.realize import pm_beam
   from tinygrad.helpers import BEAM
   from tinygrad.uop.ops import graph_rewrite
-  linear = Tensor.schedule_linear(*outs)
-  return graph_rewrite(linear, pm_beam, ctx=BEAM.value, walk=True) if BEAM.value >= 1 else linear
+  linear, var_vals = Tensor.linear_with_vars(*outs)
+  return (graph_rewrite(linear, pm_beam, ctx=BEAM.value, walk=True) if BEAM.value >= 1 else linear), dict(var_vals)
 
 @dataclass(frozen=True)
 class Stage:
@@ -141,7 +148,8 @@ def stage_decisions(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> dict:
   """Which STAGEs rangeify created, which the debuf pass removed (fused) and which survived to become buffers.
   Read off the graphs tinygrad recorded at the start of the debuf pass and of the pass after it."""
   names = [p.name for p in passes]
-  if DEBUF_PASS not in names: return {"created": [], "kept": [], "fused": [], "note": "no rangeify pass was recorded"}
+  if DEBUF_PASS not in names:  # tinygrad's schedule cache: the same graph scheduled at an earlier realize, its passes recorded there
+    return {"note": "tinygrad scheduled this graph from its schedule cache: no rangeify pass ran (an earlier realize of the same graph shows them)"}
   i = names.index(DEBUF_PASS)
   after = next((p for p in passes[i+1:] if p.depth <= passes[i].depth), None)
   created = stages_in(blob.sink(passes[i].sink), blob)

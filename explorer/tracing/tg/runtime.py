@@ -11,7 +11,7 @@ def compile_schedule(linear: UOp) -> UOp:
   """tinygrad's compile_linear: lowers every kernel through to_program (its cache holds the programs codegen produced above)."""
   return compile_linear(linear)
 
-def run_schedule(compiled: UOp) -> None: run_linear(compiled, wait=True)
+def run_schedule(compiled: UOp, var_vals: dict[str, int] | None = None) -> None: run_linear(compiled, var_vals, wait=True)
 
 def compiled_sources(compiled: UOp) -> list[str]:
   """The source of every program in a compiled schedule, in order: what tinygrad will run."""
@@ -19,17 +19,17 @@ def compiled_sources(compiled: UOp) -> list[str]:
 
 def _kernel_calls(compiled: UOp) -> list[UOp]: return [c for c in compiled.src if c.src[0].op is Ops.PROGRAM]
 
-def runnables(compiled: UOp) -> list[Runnable]:
+def runnables(compiled: UOp, var_vals: dict[str, int] | None = None) -> list[Runnable]:
   """Each kernel of a compiled schedule, in order, as a clock times it (explorer.tracing.tg.clocks): launched through tinygrad's own
-  executor without waiting, or run once under tinygrad's time_call."""
-  ctx = ExecContext(update_stats=False)
-  return [Runnable(c.src[0].arg.name, functools.partial(pm_exec.rewrite, c, ctx), functools.partial(next, time_call(c)), i)
+  executor without waiting, or run once under tinygrad's time_call; symbolic variables bound to var_vals."""
+  ctx = ExecContext(var_vals or {}, update_stats=False)
+  return [Runnable(c.src[0].arg.name, functools.partial(pm_exec.rewrite, c, ctx), functools.partial(next, time_call(c, var_vals)), i)
           for i, c in enumerate(compiled.src) if c.src[0].op is Ops.PROGRAM]
 
-def replay(compiled: UOp, device: str) -> tuple[Sequence[Callable[[], Any]], str]:
+def replay(compiled: UOp, device: str, var_vals: dict[str, int] | None = None) -> tuple[Sequence[Callable[[], Any]], str]:
   """The schedule's kernels as tinygrad's JIT replays them, and how: batched into the device's graph where it has one (a CUDA graph;
   built and run once here, before anything times it), else each launched in turn ("launches", as the JIT runs them on the CPU)."""
-  ctx = ExecContext(update_stats=False)
+  ctx = ExecContext(var_vals or {}, update_stats=False)
   kernels = UOp(Ops.LINEAR, src=tuple(_kernel_calls(compiled)))
   if Device[device].graph is not None:
     from tinygrad.engine.jit import graph_split_rewrite
