@@ -54,7 +54,8 @@ __all__ = [
   "tracking", "tracking_enabled", "tracking_possible", "tracking_mark", "passes_since", "export_rewrites", "trace_num", "Pass", "LiveLog",
   "RewriteBlob", "decode_rewrite_log", "ENCODER_UNSTORED", "REWRITE_LOG_MAGIC", "BlobRefused",
   # the pipeline: tensor graph, schedule, codegen, runtime
-  "on_realize", "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_with_vars", "stage_decisions", "call_argument_nums", "Call", "calls",
+  "on_realize", "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_with_vars", "stage_decisions", "call_argument_nums",
+  "Call", "calls",
   "buffer_key", "buffer_facts", "tensor_buffer", "copy_ins_outs", "kernel_reads_writes", "kernel_provenance", "sited_metadata",
   "carrying_metadata", "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key",
   "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "realize_inputs", "compile_seconds", "has_reduce",
