@@ -123,8 +123,44 @@ def forward_captured(db: str) -> dict:
   with capture(name="cnn forward") as t: net(x).realize()
   return {"provenance": [k["provenance"] for k in t.kernels]}
 
+def two_steps(db: str | None) -> dict:
+  """A training loop's first two steps, inside one capture (db given) or in plain tinygrad (None): the second step's schedules come
+  from tinygrad's schedule cache, so no rangeify pass runs for them."""
+  if db is not None: from explorer import capture  # before tinygrad: it turns tinygrad's rewrite tracking on
+  setup = training_setup("cnn")
+  if db is None: return {"losses": [float(training_step(*setup).realize().numpy()) for _ in range(2)]}
+  with capture(name="two training steps") as t: losses = [training_step(*setup).realize() for _ in range(2)]
+  return {"id": t.store(db), "status": t.data["status"], "failures": t.data["failures"], "kernels": len(t.kernels),
+          "losses": [float(x.numpy()) for x in losses], "notes": [(r.data["scheduler"] or {}).get("note") for r in t.traces]}
+
+KV_DIM, KV_MAX = 16, 32
+
+def kv_decode(db: str | None) -> dict:
+  """A KV-cache decode loop as LLM inference runs it: a TinyJit step taking a bound Variable position, the cache shrunk to it and
+  attended over; four steps, captured (db given) or in plain tinygrad (None)."""
+  if db is not None: from explorer import capture  # before tinygrad
+  from tinygrad import Tensor, TinyJit, Variable
+  Tensor.manual_seed(0)
+  cache_k, cache_v = Tensor.zeros(KV_MAX, KV_DIM).contiguous().realize(), Tensor.zeros(KV_MAX, KV_DIM).contiguous().realize()
+  wq = Tensor.randn(KV_DIM, KV_DIM).realize()
+  xs = [Tensor.randn(1, KV_DIM).realize() for _ in range(4)]
+  @TinyJit
+  def step(x: Tensor, pos: Variable) -> Tensor:
+    q = x @ wq
+    cache_k[pos:pos + 1].assign(q).realize()
+    cache_v[pos:pos + 1].assign(x).realize()
+    k, v = cache_k[0:pos + 1], cache_v[0:pos + 1]
+    return ((q @ k.T / KV_DIM ** 0.5).softmax(-1) @ v).realize()  # model: attention over the cache
+  pos = Variable("pos", 0, KV_MAX - 1)
+  def decode() -> list[list[float]]: return [step(x, pos.bind(i)).numpy().ravel().tolist() for i, x in enumerate(xs)]
+  if db is None: return {"outputs": decode()}
+  with capture(name="kv decode") as t: outputs = decode()
+  return {"id": t.store(db), "status": t.data["status"], "failures": t.data["failures"], "outputs": outputs, "kernels": len(t.kernels),
+          "variables": [r.get("variables") for r in t.data["realizes"]]}
+
 if __name__ == "__main__":
   what = {"plain": lambda: tinygrads_own(), "captured": lambda: captured(sys.argv[2]), "contiguous": lambda: with_and_without_contiguous(sys.argv[2]),
           "program": lambda: program_captured(sys.argv[2], sys.argv[3]), "program-plain": lambda: program_plain(sys.argv[2]),
-          "forward": lambda: forward_captured(sys.argv[2])}
+          "forward": lambda: forward_captured(sys.argv[2]), "two-steps": lambda: two_steps(sys.argv[2] if len(sys.argv) > 2 else None),
+          "kv-decode": lambda: kv_decode(sys.argv[2] if len(sys.argv) > 2 else None)}
   print(json.dumps(what[sys.argv[1]]()))

@@ -64,6 +64,22 @@ def test_a_forward_pass_has_no_backward_kernel(db):
   assert got["provenance"] and all(not e["backward"] for entries in got["provenance"] for e in entries)
   assert all(of_the_model(entries) & {model_line("features"), model_line("classifier")} for entries in got["provenance"])
 
+def test_two_training_steps_in_one_capture(db):
+  """The same step twice inside one capture() crashed the user's process (KeyError 'realized_rows'): tinygrad schedules the second
+  step's graphs from its schedule cache, so no rangeify pass ran for them, and the trace says so."""
+  got, plain = run_json("two-steps", str(db)), run_json("two-steps")
+  assert got["status"] == "ok" and not got["failures"], got["failures"]
+  assert got["losses"] == plain["losses"]  # the same kernels: the same bits
+  assert any(n and "schedule cache" in n for n in got["notes"])
+
+def test_a_symbolic_kv_cache_decode_under_tinyjit(db):
+  """A TinyJit step taking a bound Variable position failed in the schedule stage ("AssertionError: "): the schedule's variables are
+  bound, recorded per realize, and the run and its timing use their values."""
+  got, plain = run_json("kv-decode", str(db)), run_json("kv-decode")
+  assert got["status"] == "ok" and not got["failures"], got["failures"]
+  assert got["outputs"] == plain["outputs"] and got["kernels"] > 0
+  assert {"pos": 0} in got["variables"] and any(v and v["pos"] == 1 for v in got["variables"])
+
 def test_print_shows_every_kernel_with_its_lines(cnn):
   printed = cnn["printed"]
   assert "provenance" in printed and "realize" in printed and f"capture_programs.py:{model_line('features')}" in printed
