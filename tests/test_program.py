@@ -24,14 +24,17 @@ def db(tmp_path_factory) -> pathlib.Path: return tmp_path_factory.mktemp("progra
 @pytest.fixture(scope="module")
 def cnn(db) -> dict: return run_json("program", "cnn", str(db))
 
+@pytest.fixture(scope="module")
+def residual(db) -> dict: return run_json("program", "residual", str(db))
+
 def of_the_model(entries: list[dict]) -> set[int]:
   return {e["line"] for e in entries if (e["file"] or "").endswith("capture_programs.py")}
 
 def own(entries: list[dict]) -> list[dict]: return [e for e in entries if not e.get("inferred")]
 
 @pytest.mark.parametrize("model", ["cnn", "residual"])
-def test_a_training_step_is_one_program_of_tinygrads_own_kernels(model, cnn, db):
-  got = cnn if model == "cnn" else run_json("program", model, str(db))
+def test_a_training_step_is_one_program_of_tinygrads_own_kernels(model, cnn, residual, db):
+  got = cnn if model == "cnn" else residual
   plain = run_json("program-plain", model)
   assert got["status"] == "ok" and got["realizes"] == len(got["per_realize"]) >= 1 and sum(got["per_realize"]) == got["kernels"]
   assert got["kernels"] + got["copies"] == plain["count"]  # tinygrad counts copies among its kernels
@@ -79,6 +82,19 @@ def test_a_symbolic_kv_cache_decode_under_tinyjit(db):
   assert got["status"] == "ok" and not got["failures"], got["failures"]
   assert got["outputs"] == plain["outputs"] and got["kernels"] > 0
   assert {"pos": 0} in got["variables"] and any(v and v["pos"] == 1 for v in got["variables"])
+
+def test_a_programs_roofline_puts_each_kernel_against_its_own_dtypes_roof(residual, db):
+  """A program's roofline was a 500 ("no single dtype to put against the roofs"): each kernel goes against its own dtype's roof."""
+  from explorer.analysis import roofline as R
+  from explorer.store import Store
+  trace = Store(db).get_trace(residual["id"])
+  peaks = {"device": "CPU", "name": "test", "model": None, "sources": {"fp32": "a test", "bw": "a test"}, "measured": None, "fp32": 1e12,
+           "fp16": None, "tf32_tc": None, "fp16_tc": None, "bw": 1e11}
+  rl = R.roofline(trace, peaks)
+  assert rl["dtype"] == "float32" and len(rl["kernels"]) == len(trace["kernels"]) and rl["plot"]["points"]
+  assert all(k["roof_key"] == "fp32" for k in rl["kernels"]) and all(k["pct_bandwidth"] is not None for k in rl["kernels"] if k["time_s"])
+  block = R.export_block(trace)  # the export's: a roofline, or why none (no peaks for this host's CPU yet), never a refusal of programs
+  assert block["rl"] is not None or "program" not in (block["why"] or "")
 
 def test_print_shows_every_kernel_with_its_lines(cnn):
   printed = cnn["printed"]
@@ -262,3 +278,13 @@ def test_one_parse_per_trace(cnn, db, tmp_path, alone):
   assert "cuda" in traces.get("0e0a0e0000000000")["kernels"][3]["targets"] and traces.parses == 1  # merged in place
   Store(str(one_db)).put_enrichments("0e0a0e0000000000", "facts", {(3, "cuda"): {"ok": None, "compiler": None, "message": "elsewhere"}})
   assert traces.get("0e0a0e0000000000")["kernels"][3]["targets"]["cuda"]["compile"]["message"] == "elsewhere" and traces.parses == 2
+
+def test_a_programs_export_names_every_kernels_model_line(cnn, db):
+  """A program's export dropped every kernel's model line: each kernel's section says which line of the program made it."""
+  from explorer.present.export import render_html
+  from explorer.store import Store
+  trace = Store(db).get_trace(cnn["id"])
+  html = render_html(trace, cnn["id"], {}, [])
+  sections = html.count('class="panel flush kernel"')
+  lines = re.findall(r'data-provenance>.*?capture_programs\.py:(\d+)', html)
+  assert sections == cnn["kernels"] and html.count("data-provenance>") == sections and {int(n) for n in lines} >= CNN_LINES - {model_line("loss")}

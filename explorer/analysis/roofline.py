@@ -199,6 +199,13 @@ def compute_key(dtype: str, tensor_cores: bool) -> ComputeKey:
 
 def _pct(x: float | None, peak: float | None) -> float | None: return None if x is None or not peak else 100.0 * x / peak
 
+def kernel_dtype(trace: Trace, k: Kernel) -> str:
+  """The dtype a kernel of a captured program computes in: that of the first buffer it writes ("dtypes.half" reads float16), the roof
+  it is put against (a program mixes them: an fp16 matmul beside fp32 optimizer updates)."""
+  written = [trace["buffers"][i]["dtype"] for i in k["writes"] if i < len(trace["buffers"])]
+  name = (written[0] if written else "float").removeprefix("dtypes.")
+  return "float16" if name in ("half", "float16") else "float32"
+
 def kernel_point(k: Kernel, dtype: str, peaks: Peaks) -> dict[str, Any]:
   """Achieved FLOP/s and bytes/s of one kernel (tinygrad's Estimates over the median run time), against its roofs."""
   t = ts["median"] if (ts := k["time_s"]) else None
@@ -221,9 +228,10 @@ def kernel_point(k: Kernel, dtype: str, peaks: Peaks) -> dict[str, Any]:
 def roofline(trace: Trace, peaks: Peaks) -> dict[str, Any]:
   """Per kernel: achieved GFLOP/s and GB/s, % of peak compute and bandwidth, arithmetic intensity, the roof that bounds it; plus the
   data of a roofline plot (roofs and points, log-log: x FLOP/byte, y FLOP/s)."""
-  if (spec := trace["spec"]) is None: raise TypeError("a captured program has no single dtype to put against the roofs")
-  dtype = spec["dtype"]
-  rows = [kernel_point(k, dtype, peaks) for k in trace["kernels"]]
+  spec = trace["spec"]
+  dtypes = [spec["dtype"] if spec is not None else kernel_dtype(trace, k) for k in trace["kernels"]]  # a program's: each kernel's own
+  rows = [kernel_point(k, dt, peaks) for k, dt in zip(trace["kernels"], dtypes)]
+  dtype = spec["dtype"] if spec is not None else "/".join(sorted(set(dtypes))) or "float32"
   bw, keys = peaks["bw"], {r["roof_key"] for r in rows} | {"fp32"}
   roofs = [{"key": k, "label": LABELS[k], "flops_per_s": peak, "ridge": peak / bw if bw else None}
            for k in COMPUTE_KEYS if k in keys and (peak := peaks[k])]
@@ -244,8 +252,8 @@ def trace_roofline(trace: Trace) -> tuple[dict[str, Any] | None, str | None]:
 
 def export_block(trace: Trace) -> dict[str, Any]:
   """What an export shows of the roofline: {"rl", "svg" (None: no kernel to plot), "why" (None: there is one), "rate" (how the page
-  writes a rate)}; a captured program has no single dtype to put against the roofs."""
-  rl, why = trace_roofline(trace) if trace["spec"] else (None, "this file draws no roofline for a captured program")
+  writes a rate)}; a captured program's kernels each against the roof of their own dtype."""
+  rl, why = trace_roofline(trace)
   return {"rl": rl, "svg": roofline_svg(rl) if rl is not None and rl["plot"]["points"] else None, "why": why, "rate": rate}
 
 # ***** output *****
