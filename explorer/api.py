@@ -78,10 +78,11 @@ class Trace:
     return self.id
 
   def open(self, db: str | os.PathLike[str] | None = None, port: int = 8000, browser: bool = True) -> str:
-    """Store, then show the trace's page: a server already answering on 127.0.0.1:port is reused, else one is started over the same
-    store (it keeps running after this process). Returns the page's URL."""
+    """Store, then show the trace's page: a server already answering on 127.0.0.1:port over the same store is reused (it has the
+    trace), else one is started over that store, on port or, where a server of another store holds it, on a free one; it says where
+    it listens and keeps running after this process until stop_server(its port). Returns the page's URL."""
     trace_id = self.store(db)
-    base = ensure_server(port, db)
+    base = ensure_server(port, db, trace_id)
     url = f"{base}/t/{trace_id}"
     if browser: webbrowser.open(url)
     return url
@@ -237,14 +238,52 @@ def _answers(base: str) -> bool:
     with urllib.request.urlopen(f"{base}/api/health", timeout=2) as r: return bool(r.status == 200)
   except OSError: return False
 
-def ensure_server(port: int = 8000, db: str | os.PathLike[str] | None = None, wait_s: float = 60.0) -> str:
-  """The base URL of a Kernel Explorer answering on 127.0.0.1:port, started (detached, over db) if none does."""
+def _shows(base: str, trace_id: str) -> bool:
+  """Whether the server at base has this trace: it serves the store the trace was saved to."""
+  try:
+    with urllib.request.urlopen(f"{base}/api/traces/{trace_id}/status", timeout=5) as r: return bool(r.status == 200)
+  except OSError: return False
+
+def _free_port() -> int:
+  import socket
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return int(s.getsockname()[1])
+
+def _pid_file(port: int) -> pathlib.Path:
+  return pathlib.Path(os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp") / f"kernel-explorer-serve-{port}.pid"
+
+def ensure_server(port: int = 8000, db: str | os.PathLike[str] | None = None, trace_id: str | None = None, wait_s: float = 60.0) -> str:
+  """The base URL of a Kernel Explorer on 127.0.0.1 that shows the store db: the one answering on port where it has trace_id (or,
+  without one, answers at all), else one started over db (detached: it outlives this process) on port, or on a free port where a
+  server of another store holds it. A server it starts says on stderr where it listens and how to stop it (stop_server)."""
   base = f"http://127.0.0.1:{port}"
-  if _answers(base): return base
+  if _answers(base):
+    if trace_id is None or _shows(base, trace_id): return base
+    port = _free_port()  # a server of another store: this store gets one of its own
+    base = f"http://127.0.0.1:{port}"
   cmd = [sys.executable, "-m", "explorer", "serve", "--port", str(port), *(["--db", str(db)] if db is not None else [])]
-  subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+  proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
   deadline = time.monotonic() + wait_s
   while not _answers(base):
-    if time.monotonic() > deadline: raise RuntimeError(f"started `{' '.join(cmd)}` but nothing answered on {base} within {wait_s:.0f}s")
+    if proc.poll() is not None or time.monotonic() > deadline:
+      raise RuntimeError(f"started `{' '.join(cmd)}` but nothing answered on {base} within {wait_s:.0f}s")
     time.sleep(0.3)
+  _pid_file(port).write_text(str(proc.pid))
+  from explorer.store import default_db_path
+  print(f"kernel-explorer: serving {db if db is not None else default_db_path()} on {base} (pid {proc.pid}); it keeps running: stop it with "
+        f"explorer.api.stop_server({port}), or `kill {proc.pid}`", file=sys.stderr)
   return base
+
+def stop_server(port: int = 8000) -> bool:
+  """Stop the server ensure_server (t.open()) started on this port; False where it started none there (or it has stopped)."""
+  import signal
+  path = _pid_file(port)
+  try: pid = int(path.read_text())
+  except (OSError, ValueError): return False
+  path.unlink(missing_ok=True)
+  try: cmd = open(f"/proc/{pid}/cmdline").read().split("\0")
+  except OSError: cmd = []
+  if "serve" not in cmd or str(port) not in cmd: return False  # the pid is no longer that server's
+  os.kill(pid, signal.SIGTERM)
+  return True

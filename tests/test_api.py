@@ -1,7 +1,7 @@
 """The Python API (explorer.api) on a real tiny trace: its id is the store's key, it saves, stores, diffs, renders inline, and opens
 its page on a local server that it starts when none answers."""
 from __future__ import annotations
-import html, json, os, signal, time
+import html, json, time
 import httpx
 import pytest
 from conftest import free_port
@@ -37,18 +37,30 @@ def test_bad_input_is_one_clear_error():
   with pytest.raises(SpecError, match="unknown preset 'nope'"): api.trace("nope")
   with pytest.raises(SpecError): api.trace(TINY, algo="winograd", wino_impl="explorer", tile="F(2,5)")
 
-def test_open_starts_a_server_when_none_answers(wino, tmp_path):
-  port, db = free_port(), tmp_path / "open.sqlite3"
-  url = wino.open(db=db, port=port, browser=False)
+def test_open_starts_a_server_when_none_answers_and_says_so(wino, tmp_path, capsys, monkeypatch):
+  monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # the started servers' pid files
+  port, db, other_db = free_port(), tmp_path / "open.sqlite3", tmp_path / "other.sqlite3"
+  api.ensure_server(port, other_db)  # a server of another store, without this trace, on the port
+  started: list[int] = [port]
   try:
-    assert url == f"http://127.0.0.1:{port}/t/{wino.id}" and httpx.get(url, timeout=60).status_code == 200
-    assert wino.open(db=db, port=port, browser=False) == url  # reused, not started twice
+    assert f"serving {other_db} on http://127.0.0.1:{port}" in capsys.readouterr().err
+    url = wino.open(db=db, port=port, browser=False)  # that server does not show this trace's store: one of its own, on a free port
+    started.append(int(url.split(":")[2].split("/")[0]))
+    assert started[1] != port and url == f"http://127.0.0.1:{started[1]}/t/{wino.id}" and httpx.get(url, timeout=60).status_code == 200
+    said = capsys.readouterr().err
+    assert f"serving {db} on http://127.0.0.1:{started[1]}" in said and f"explorer.api.stop_server({started[1]})" in said
+    assert wino.open(db=db, port=started[1], browser=False) == url and capsys.readouterr().err == ""  # reused, not started twice
   finally:
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-      try: cmd = open(f"/proc/{pid}/cmdline").read().split("\0")
-      except OSError: continue
-      if "serve" in cmd and str(port) in cmd: os.kill(pid, signal.SIGTERM)
-    time.sleep(0.5)
+    assert all(api.stop_server(p) for p in started)
+  wait_for_gone = time.monotonic() + 10
+  while any(httpx_answers(f"http://127.0.0.1:{p}") for p in started):
+    assert time.monotonic() < wait_for_gone, "a server outlived stop_server"
+    time.sleep(0.2)
+  assert not api.stop_server(port)  # stopped already
+
+def httpx_answers(base: str) -> bool:
+  try: return httpx.get(f"{base}/api/health", timeout=2).status_code == 200
+  except httpx.HTTPError: return False
 
 def test_the_api_is_importable_from_the_package_without_loading_tinygrad_until_used():
   import subprocess, sys
