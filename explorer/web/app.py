@@ -2,7 +2,7 @@
 
 The server process never imports tinygrad: traces run in explorer.tracing.workers's processes, graphs expand in explorer.present.expand_worker's."""
 from __future__ import annotations
-import asyncio
+import asyncio, threading
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, cast
 from fastapi import FastAPI
@@ -86,6 +86,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     svc.jobs.resume_queued(stored_request)  # with a job queue: what it still runs for this server's earlier life
     svc.studies.resume_queued()
+    threading.Thread(target=templates.warm, name="templates", daemon=True).start()  # the first pages need not compile them
     yield
     svc.jobs.shutdown()  # unfinished jobs marked interrupted, their workers' groups killed
     svc.studies.shutdown()

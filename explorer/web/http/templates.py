@@ -27,4 +27,9 @@ class Templates(Jinja2Templates):
     html = await self.off_loop(self.get_template(name).render, {"request": request, **ctx})
     return HTMLResponse(html, status_code)
 
+  def warm(self) -> None:
+    """Compile every template now (call it in a thread at start): a fresh server's first trace page compiled its twenty templates
+    as it rendered, 200 ms that a class asking for it at once all waited on."""
+    for name in self.env.list_templates(filter_func=lambda n: n.endswith(".html")): self.env.get_template(name)
+
 def make_templates() -> Templates: return Templates(env=environment())
