@@ -639,6 +639,9 @@ def validate_partial(what: str, data: Any) -> Any:
 def validate_trace(data: Any, what: str = "the trace") -> Trace:
   """`data` as a trace, checked as a request is (SpecError, one line, naming the first field that fails); a trace from outside this
   process goes through here before anything stores, shows or runs it."""
+  totals = data.get("totals") if isinstance(data, dict) else None
+  if isinstance(totals, dict) and any(isinstance(x, float) and not math.isfinite(x) for x in (totals.get("flops"), totals.get("bytes"))):
+    raise SpecError(f"{what} has totals that are not finite")  # said as such: NaN is no count
   try: trace = _trace_adapter().validate_python(data)
   except ValidationError as e:
     err = e.errors()[0]
@@ -647,8 +650,6 @@ def validate_trace(data: Any, what: str = "the trace") -> Trace:
   if not set(trace["stage_seconds"]) <= set(STAGES): raise SpecError(f"{what} names a stage this version lacks: {sorted(trace['stage_seconds'])}")
   if any(t not in TARGETS for k in trace["kernels"] for t in k.get("targets") or {}):
     raise SpecError(f"{what} has a record for a target this version lacks")
-  if any(isinstance(x, float) and not math.isfinite(x) for x in (trace["totals"].get("flops"), trace["totals"].get("bytes"))):
-    raise SpecError(f"{what} has totals that are not finite")
   check_references(trace, what)
   return trace
 

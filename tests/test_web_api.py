@@ -8,7 +8,7 @@ from explorer.present import graphs
 from explorer.spec import PRESETS
 from explorer.store import Store
 from explorer.web.http.models import ValidationErrorBody
-from explorer.web.services.traces import STAGES
+from explorer.web.services.traces import STAGE_TITLES, STAGES
 from conftest import REPO, SMALL_WINO, wait_done
 from support import app_over, fake_result, minimal_trace
 
@@ -76,7 +76,7 @@ def test_live_progress_over_server_sent_events(fake):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     for line in r.iter_lines():
       if line.startswith("event: "): events.append(line[7:])
-      if line.startswith("data: ") and events[-1] == "stage": assert json.loads(line[6:])["stage"] in STAGES
+      if line.startswith("data: ") and events[-1] == "stage": assert json.loads(line[6:])["stage"] in STAGE_TITLES  # the trace's and the store's
   assert events[0] == "snapshot" and events[-1] == "done" and "stage" in events
 
 def test_queue_full_is_503_and_body_limit_413(fake):

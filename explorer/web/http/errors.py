@@ -62,8 +62,12 @@ def store_refused(exc: sqlite3.OperationalError) -> StarletteHTTPException:
   if "full" in said:
     return StarletteHTTPException(507, f"the store's disk is full ({said}): nothing of this request was kept; stored traces still answer")
   if "readonly" in said or "read-only" in said or "locked" in said:
-    return StarletteHTTPException(503, f"the store cannot be written now ({said}); stored traces still answer", headers={"Retry-After": "60"})
+    return as_http(StoreUnwritable(f"the store cannot be written now ({said}); stored traces still answer"))
   return StarletteHTTPException(500, f"the store failed: {said}")
+
+class StoreUnwritable(Busy):
+  """The store is read-only or locked by another writer: 503, try again in a minute."""
+  retry_after_s = 60
 
 def install_error_handlers(app: FastAPI, templates: Templates) -> None:
   async def page(request: Request, status: int, message: str) -> Response:
