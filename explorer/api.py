@@ -183,7 +183,7 @@ class Diff:
     return f"<pre>{html.escape(self.text)}</pre>"
 
 def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool = False, opt: str = "heuristic", warmup: int = 2,
-            repeats: int = 10, reference: Any = None, rel_tolerance: float = 1e-5, analysis: bool = False) -> Captured:
+            repeats: int = 10, reference: Any = None, rel_tolerance: float = 1e-5, analysis: bool = False, every_step: bool = False) -> Captured:
   """Trace whatever tinygrad program runs inside the block, in this process:
 
       with capture(targets=("cuda", "metal")) as t:
@@ -194,6 +194,8 @@ def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool =
   convolution's trace: tensor graph, schedule and STAGE decisions, kernels per target with their passes, sources, the run, timings
   when time=True. reference: arrays to check the realized tensors against (in order), judged by rel_tolerance. name: default, the
   caller's file:line. analysis: every record's line maps, live values, loop splits and program spec now (else when first viewed).
+  A loop reads as a loop: a realize that runs the same kernels as an earlier one (a training loop's next step) is run as tinygrad runs
+  it and kept as a repeat of that realize, with its wall time (realizes[i].repeats); every_step=True traces each one whole instead.
 
   tinygrad decides at import whether it records rewrites: import the explorer before tinygrad (or set TRACK_MATCH_STATS=2), else
   entering the block fails at once and says so."""
@@ -202,15 +204,15 @@ def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool =
   variant = Variant(targets=tuple(targets), time=time, opt=opt, warmup=warmup, repeats=repeats).validate()
   source = "".join(linecache.getlines(caller.filename)) or None  # the caller's file, or its notebook cell: for the reproducer
   return Captured(name or f"{pathlib.Path(caller.filename).name}:{caller.lineno}", variant, reference, rel_tolerance, source, caller.lineno,
-                  analysis, caller.filename)
+                  analysis, caller.filename, every_step)
 
 class Captured(Trace):
   """A capture block's result: after the block, the program's Trace (every realize, its kernels numbered across the block, each with
   its provenance); `traces`, each realize's own trace as recorded (the host's records, sharing the program's rewrite blob)."""
   def __init__(self, name: str, variant: Variant, reference: Any, rel_tolerance: float, source: str | None = None, line: int | None = None,
-               analysis: bool = False, file: str | None = None):
+               analysis: bool = False, file: str | None = None, every_step: bool = False):
     super().__init__(cast("schema.Trace", {}), b"", {}, None)
-    self._analysis = analysis
+    self._analysis, self._every_step = analysis, every_step
     self.name, self._variant, self._reference, self._tolerance = name, variant, reference, rel_tolerance
     self._source, self._origin = source, {"kind": "capture", "line": line}
     self.traces: list[Trace] = []
@@ -220,7 +222,7 @@ class Captured(Trace):
   def __enter__(self) -> Captured:
     from explorer.tracing.program import Capturing
     self._capturing = Capturing(self.name, self._variant, source=self._source, reference=self._reference, rel_tolerance=self._tolerance,
-                                origin=self._origin, analysis=self._analysis, file=self._file).__enter__()
+                                origin=self._origin, analysis=self._analysis, file=self._file, every_step=self._every_step).__enter__()
     return self
 
   def __exit__(self, *exc: Any) -> None:

@@ -412,6 +412,13 @@ class CheckError(TypedDict):
   within: bool
 
 @with_config(STRICT)
+class Repeat(TypedDict):
+  """A realize that ran the same kernels as an earlier one (a loop's next step): its wall seconds as Tensor.realize ran it (the
+  schedule from tinygrad's cache, the compiles from its cache, the run) and its variables' values."""
+  seconds: Seconds
+  variables: NotRequired[dict[Name, int]]
+
+@with_config(STRICT)
 class Realize(TypedDict):
   """One realize of a program: its kernels and schedule rows (ranges [first, end) of the program's), its tensor graph and outputs."""
   index: Count
@@ -424,6 +431,7 @@ class Realize(TypedDict):
   total_s: TimeStats | None
   span_s: NotRequired[TimeStats | None]  # its schedule replayed back to back (absent in programs captured before spans)
   variables: NotRequired[dict[Name, int]]  # the symbolic variables it binds, and their values in this run
+  repeats: NotRequired[list[Repeat]]  # the later realizes of the same kernels, in order: a loop's steps after the first
 
 @with_config(STRICT)
 class Timing(TypedDict):

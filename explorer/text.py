@@ -1,7 +1,7 @@
 """Text for terminals and summaries, shared by the CLI and the analyses that print reports: SI units, milliseconds, tables
 (rendered by rich, without colour or markup, so they read the same in a terminal, a log and a test)."""
 from __future__ import annotations
-import io, os
+import io, os, statistics
 from typing import Any, Mapping, Sequence
 from explorer.clocks import how
 
@@ -48,6 +48,10 @@ def trace_summary(trace: Mapping[str, Any]) -> str:
     rows = [(k["index"], k.get("realize", 0), k["name"], provenance_text(k.get("provenance") or []), k["linear_uops"], si(k["flops"]),
              si(k["bytes"], "B"), compiled(k), ms(k["time_s"])) for k in trace["kernels"]]
     out.append(table(("#", "realize", "kernel", "provenance", "uops", "FLOPs", "bytes", "compile ms", "alone ms"), rows, text_columns=4))
+    for r in trace["realizes"]:
+      if reps := r.get("repeats"):
+        out.append(f"realize {r['index']} ran {len(reps)} more times, the same kernels (a loop's later steps): median "
+                   f"{statistics.median(x['seconds'] for x in reps) * 1e3:.2f} ms each, as realize ran them")
   else:
     rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), compiled(k), ms(k["time_s"]))  # type: ignore[misc]
             for k in trace["kernels"]]

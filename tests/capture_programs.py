@@ -123,15 +123,17 @@ def forward_captured(db: str) -> dict:
   with capture(name="cnn forward") as t: net(x).realize()
   return {"provenance": [k["provenance"] for k in t.kernels]}
 
-def two_steps(db: str | None) -> dict:
-  """A training loop's first two steps, inside one capture (db given) or in plain tinygrad (None): the second step's schedules come
-  from tinygrad's schedule cache, so no rangeify pass runs for them."""
+def steps(n: int, db: str | None, every_step: bool = False) -> dict:
+  """A training loop's first n steps, inside one capture (db given) or in plain tinygrad (None). every_step: each step traced whole
+  (the later steps' schedules come from tinygrad's schedule cache: no rangeify pass runs for them)."""
+  import json as json_
   if db is not None: from explorer import capture  # before tinygrad: it turns tinygrad's rewrite tracking on
   setup = training_setup("cnn")
-  if db is None: return {"losses": [float(training_step(*setup).realize().numpy()) for _ in range(2)]}
-  with capture(name="two training steps") as t: losses = [training_step(*setup).realize() for _ in range(2)]
+  if db is None: return {"losses": [float(training_step(*setup).realize().numpy()) for _ in range(n)]}
+  with capture(name=f"{n} training steps", every_step=every_step) as t: losses = [training_step(*setup).realize() for _ in range(n)]
   return {"id": t.store(db), "status": t.data["status"], "failures": t.data["failures"], "kernels": len(t.kernels),
-          "losses": [float(x.numpy()) for x in losses], "notes": [(r.data["scheduler"] or {}).get("note") for r in t.traces]}
+          "losses": [float(x.numpy()) for x in losses], "notes": [(r.data["scheduler"] or {}).get("note") for r in t.traces],
+          "repeats": [len(r.get("repeats", [])) for r in t.data["realizes"]], "bytes": len(json_.dumps(t.data)), "printed": str(t)}
 
 KV_DIM, KV_MAX = 16, 32
 
@@ -161,6 +163,7 @@ def kv_decode(db: str | None) -> dict:
 if __name__ == "__main__":
   what = {"plain": lambda: tinygrads_own(), "captured": lambda: captured(sys.argv[2]), "contiguous": lambda: with_and_without_contiguous(sys.argv[2]),
           "program": lambda: program_captured(sys.argv[2], sys.argv[3]), "program-plain": lambda: program_plain(sys.argv[2]),
-          "forward": lambda: forward_captured(sys.argv[2]), "two-steps": lambda: two_steps(sys.argv[2] if len(sys.argv) > 2 else None),
+          "forward": lambda: forward_captured(sys.argv[2]),
+          "steps": lambda: steps(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None, "every" in sys.argv[4:]),
           "kv-decode": lambda: kv_decode(sys.argv[2] if len(sys.argv) > 2 else None)}
   print(json.dumps(what[sys.argv[1]]()))

@@ -5,7 +5,7 @@ and outputs are checked only against a reference the user passes.
 
 Used by the Python API (explorer.api.capture, in the user's own process) and by `kernel-explorer trace --script` (in a worker)."""
 from __future__ import annotations
-import contextlib, dataclasses, inspect, math, traceback
+import contextlib, dataclasses, inspect, math, time, traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 import numpy as np
@@ -13,7 +13,8 @@ from explorer.tracing import tg  # first: sets tinygrad's tracking environment b
 from explorer.tracing.reference import error_stats
 from explorer.tracing.renders import RenderPool
 from explorer.clocks import timed
-from explorer.tracing.trace import Program, Progress, _quiet, add_totals, new_trace, other_targets, pipeline, record
+from explorer.tracing.trace import (Program, Progress, Scheduled, _quiet, add_totals, new_trace, other_targets, pipeline, record,
+                                    schedule_ahead)
 from explorer.store import add_target_record
 from explorer.spec import Variant
 
@@ -41,10 +42,11 @@ def reference_check(reference: Sequence[np.ndarray], rel_tolerance: float) -> Ca
 def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progress = _quiet, source: str | None = None,
                   reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5,
                   origin: dict[str, Any] | None = None, analysis: bool = False,
-                  program: ProgramRealize | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
+                  program: ProgramRealize | None = None, scheduled: Scheduled | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
   """Trace the realize of `outs` (tensors whose graphs are built, not yet realized). origin: how the program ran, for its reproducer
   ({"kind": "script", "fn": NAME or None} or {"kind": "capture", "line": the with statement's line in `source`}). program: this realize
-  is one of a program's (its rewrite log, provenance and buffers are the program's; its other targets are rendered with the program's)."""
+  is one of a program's (its rewrite log, provenance and buffers are the program's; its other targets are rendered with the program's).
+  scheduled: outs were scheduled already (schedule_ahead): the pipeline goes on from there."""
   if not tg.tracking_possible(): raise CaptureUnavailable(NOT_TRACKING)
   devices = {tg.tensor_device(o) for o in outs}
   if len(devices) != 1: raise ValueError(f"the realized tensors live on {len(devices)} devices ({', '.join(sorted(devices))}): trace one at a time")
@@ -54,7 +56,7 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
   roles = lambda: {tg.buffer_key(tg.tensor_buffer(o)): "output" for o in outs}
   check = reference_check(reference, rel_tolerance) if reference is not None else None
   plan = Program(outs, roles, kernel_role, check, provenance=program is not None, buffer_refs=None if program is None else program.refs,
-                 asts=None if program is None else program.asts)
+                 asts=None if program is None else program.asts, scheduled=scheduled)
   def stages(rec, base, pool, blobs) -> None:  # the graph exists already: the user's code built it
     with tg.opt_context(variant.opt): pipeline(rec, plan, variant, device, base, pool, blobs)
   return record(trace, variant, device, progress, stages, analysis, base=None if program is None else program.base)
@@ -111,6 +113,11 @@ class ProgramTrace:
       eager = [x for x in ((p.get("timing") or {}).get("eager_s"), timing.get("eager_s")) if x is not None]  # each realize's first run
       p["timing"] = {**timing, "total_s": _summed([x["total_s"] for x in p["realizes"] if x["total_s"]]), "span_s": _summed(spans),
                      "eager_s": sum(eager) if eager else None}
+
+  def add_repeat(self, first: int, seconds: float, variables: dict[str, int]) -> None:
+    """Realize `first` ran again, the same kernels: its repeats' wall times (schedule from tinygrad's cache, compile cache, run) and
+    the values its variables took."""
+    self.trace["realizes"][first].setdefault("repeats", []).append({"seconds": seconds, **({"variables": variables} if variables else {})})
 
   def _buffer(self, b: dict, ref: Any, s0: int) -> int:
     """The program's index of a realize's buffer: the same buffer UOp (alive, so not another at a reused address) is listed once."""
@@ -208,8 +215,10 @@ class Capturing:
   realize's own trace as recorded (the host's records; they share the program's rewrite blob)."""
   def __init__(self, name: str, variant: Variant, progress: Progress = _quiet, source: str | None = None,
                reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5, origin: dict[str, Any] | None = None,
-               analysis: bool = False, file: str | None = None):
+               analysis: bool = False, file: str | None = None, every_step: bool = False):
+    """every_step: trace every realize whole, a repeat of an earlier one's kernels too (by default a repeat is run and timed only)."""
     self.name, self.variant, self.progress, self.source, self.origin, self.analysis = name, variant, progress, source, origin, analysis
+    self.every_step = every_step
     self.reference, self.rel_tolerance = reference, rel_tolerance
     self.realizes: list[dict] = []
     self.result: tuple[dict, bytes, dict[str, bytes]] | None = None
@@ -217,19 +226,35 @@ class Capturing:
     self._own_variant = dataclasses.replace(variant, targets=())  # a realize renders the host only: the program renders the rest at once
     self._stack = contextlib.ExitStack()
     self._base = 0
+    self._seen: dict[tuple[str, ...], int] = {}  # the kernels a realize ran (their AST keys, in order) -> the first realize that ran them
 
   def _on_realize(self, outs: list[Any]) -> None:
+    ahead = schedule_ahead(outs, provenance=True)
+    kernels = tg.schedule_keys(ahead.linear)
+    repeat = kernels and not self.every_step and self.reference is None  # a reference is checked against every realize's outputs
+    if repeat and (first := self._seen.get(kernels)) is not None: return self._repeat(first, ahead)
     n = len(self.realizes)
     name = self.name if n == 0 else f"{self.name} (realize {n + 1})"
     mine = ProgramRealize(self._base)
     trace, _, _ = trace_outputs(outs, name, self._own_variant, self.progress, self.source, self.reference, self.rel_tolerance, self.origin,
-                                self.analysis, mine)
+                                self.analysis, mine, ahead)
+    if kernels: self._seen.setdefault(kernels, n)
     self.realizes.append(trace)
     infer_provenance(trace)
     self._program.add(trace, mine.refs, mine.asts)
     if "run" not in trace["stage_seconds"]:  # scheduled (the tensors now name their buffers) but never run: say so, never read zeros
       f = (trace["failures"] or [{"stage": "?", "error": "unknown"}])[0]
       raise RuntimeError(f"tracing {name} failed at stage {f['stage']} ({f['error']}), before the program ran: its tensors hold no values")
+
+  def _repeat(self, first: int, ahead: Scheduled) -> None:
+    """A realize that runs the same kernels as an earlier one (a training loop's next step, a decode loop's next token): run as
+    Tensor.realize runs it, its seconds and variables kept as a repeat of that realize; what its schedule left in the rewrite log goes
+    (nothing recorded refers to it), so a long loop's trace is the size of its first steps."""
+    st = time.perf_counter()
+    with tg.disable_gc(): tg.run_schedule(tg.compile_schedule(ahead.linear), ahead.var_vals)
+    seconds = time.perf_counter() - st + ahead.seconds
+    tg.forget_rewrites_since(ahead.mark)
+    self._program.add_repeat(first, seconds, ahead.var_vals)
 
   def __enter__(self) -> Capturing:
     if not tg.tracking_possible(): raise CaptureUnavailable(NOT_TRACKING)

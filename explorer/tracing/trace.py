@@ -165,6 +165,24 @@ class Program:
   provenance: bool = False    # each kernel's provenance (the Tensor functions and user lines it computes): a captured program's
   buffer_refs: list[Any] | None = None  # filled with a weak reference per trace buffer (a program merges its realizes' buffers by them)
   asts: list[Any] | None = None         # filled with its kernels' ASTs (a program renders its other targets from them at its end)
+  scheduled: Scheduled | None = None    # scheduled already (a program's realize, to see whether it repeats an earlier one)
+
+@dataclass
+class Scheduled:
+  """A realize scheduled before its pipeline runs: its tensor graph's sink as it stood before (scheduling rebinds the tensors to
+  buffers; UOps do not change), tinygrad's linear and the values it binds its variables to, where the rewrite log stood, its
+  seconds."""
+  sink: Any
+  linear: Any
+  var_vals: dict[str, int]
+  mark: int
+  seconds: float
+
+def schedule_ahead(outs: list[Any], provenance: bool = False) -> Scheduled:
+  """tinygrad's schedule of outs, as Tensor.realize makes it (the collector off), ahead of the pipeline."""
+  sink, mark, st = tg.tensor_sink(*outs), tg.tracking_mark(), time.perf_counter()
+  with tg.disable_gc(), tg.carrying_metadata() if provenance else contextlib.nullcontext(): linear, var_vals = tg.schedule_with_vars(*outs)
+  return Scheduled(sink, linear, var_vals, mark, time.perf_counter() - st)
 
 def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool,
                 blobs: dict[str, bytes]) -> None:
@@ -192,7 +210,10 @@ def _realize(rec: Recorder, program: Program, variant: Variant, device: str, bas
   """What Tensor.realize runs: schedule, kernel graph, codegen (the other targets rendered beside it), the run and its check. Returns
   what the run compiled (what timing times)."""
   trace = rec.trace
-  linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad, program.provenance))
+  if (ahead := program.scheduled) is not None:  # scheduled before: its record, and its seconds as the stage's
+    linear = rec.run("schedule", lambda: _scheduler_record(trace, ahead, base))
+    trace["stage_seconds"]["schedule"] = rec.tinygrad.seconds["schedule"] = ahead.seconds
+  else: linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad, program.provenance))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role, program.buffer_refs))
   rec.partial("schedule", {"schedule": trace["schedule"], "buffers": trace["buffers"], "tensor_graph": trace["tensor_graph"]})
   trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
@@ -213,7 +234,7 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   """Every stage after the tensor graph is built: schedule, kernel graph, codegen (with the other targets rendered beside it), the run
   and its check, timing."""
   trace = rec.trace
-  sink = tg.tensor_sink(*program.outs)
+  sink = program.scheduled.sink if program.scheduled is not None else tg.tensor_sink(*program.outs)
   trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
   trace["spec_checks"] = {"tensor_graph": tg.tensor_spec_check(sink)}  # tinygrad's own specs, every UOp (schema.SpecCheck)
   with tg.disable_gc():  # as Tensor.realize runs them: schedule, codegen and the run with tinygrad's cyclic garbage collector off
@@ -224,15 +245,16 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   add_totals(trace)
 
 def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> Any:
-  mark = tg.tracking_mark()
-  st = time.perf_counter()
-  with tinygrad("schedule"), tg.carrying_metadata() if provenance else contextlib.nullcontext(): linear, var_vals = tg.schedule_with_vars(*outs)
-  if var_vals: trace["variables"] = var_vals  # the symbolic variables this schedule binds, and their values in this run
-  seconds = time.perf_counter() - st
-  groups = tg.passes_since(mark, base)
-  trace["scheduler"] = {"seconds": seconds, "groups": [{"name": n, "passes": [pass_record(p) for p in ps]} for n, ps in groups]}
+  with tinygrad("schedule"): ahead = schedule_ahead(outs, provenance)
+  return _scheduler_record(trace, ahead, base)
+
+def _scheduler_record(trace: dict, ahead: Scheduled, base: int) -> Any:
+  """The schedule's record (its passes, since ahead.mark; its variables' values in this run); returns tinygrad's linear."""
+  if ahead.var_vals: trace["variables"] = ahead.var_vals
+  groups = tg.passes_since(ahead.mark, base)
+  trace["scheduler"] = {"seconds": ahead.seconds, "groups": [{"name": n, "passes": [pass_record(p) for p in ps]} for n, ps in groups]}
   trace["scheduler"]["passes"] = [p for g in trace["scheduler"]["groups"] if g["name"].startswith("Schedule") for p in g["passes"]]
-  return linear
+  return ahead.linear
 
 
 def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], kernel_role: Callable[[dict, list[dict], Any], str],

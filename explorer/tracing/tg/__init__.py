@@ -36,10 +36,11 @@ from explorer.tracing.tg.nvrtc import nvrtc_compiler
 from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, kernel_axes, kernel_outputs, kernel_runnables, legal_opts, opt_context,
                                       opt_text, parse_opt, recording_beam, with_opts)
 from explorer.tracing.tg.pipeline import (Call, buffer_facts, buffer_key, call_argument_nums, calls, copy_ins_outs, kernel_reads_writes, on_realize,
-                                          op_histogram, schedule, schedule_with_vars, stage_decisions, tensor_buffer, tensor_device, tensor_sink)
+                                          op_histogram, schedule, schedule_keys, schedule_with_vars, stage_decisions, tensor_buffer, tensor_device,
+                                          tensor_sink)
 from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance, sited_metadata
-from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, passes_since, trace_num, tracking, tracking_enabled, tracking_mark,
-                                           tracking_possible)
+from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, forget_rewrites_since, passes_since, trace_num, tracking,
+                                           tracking_enabled, tracking_mark, tracking_possible)
 from explorer.tracing.tg.rewritelog import ENCODER_UNSTORED, decode_rewrite_log
 from explorer.tracing.tg.clocks import Clock, ClockFailed, Runnable, clock_for
 from explorer.tracing.tg.runtime import (compile_schedule, compile_seconds, compiled_sources, compiler_name, fallback_reason, has_reduce,
@@ -51,11 +52,11 @@ __all__ = [
   # tinygrad's own
   "AddrSpace", "Context", "Device", "disable_gc", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes", "TINYGRAD_VERSION",
   # rewrite tracking and the rewrite log
-  "tracking", "tracking_enabled", "tracking_possible", "tracking_mark", "passes_since", "export_rewrites", "trace_num", "Pass", "LiveLog",
-  "RewriteBlob", "decode_rewrite_log", "ENCODER_UNSTORED", "REWRITE_LOG_MAGIC", "BlobRefused",
+  "tracking", "tracking_enabled", "tracking_possible", "tracking_mark", "forget_rewrites_since", "passes_since", "export_rewrites", "trace_num",
+  "Pass", "LiveLog", "RewriteBlob", "decode_rewrite_log", "ENCODER_UNSTORED", "REWRITE_LOG_MAGIC", "BlobRefused",
   # the pipeline: tensor graph, schedule, codegen, runtime
-  "on_realize", "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_with_vars", "stage_decisions", "call_argument_nums",
-  "Call", "calls",
+  "on_realize", "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_keys", "schedule_with_vars", "stage_decisions",
+  "call_argument_nums", "Call", "calls",
   "buffer_key", "buffer_facts", "tensor_buffer", "copy_ins_outs", "kernel_reads_writes", "kernel_provenance", "sited_metadata",
   "carrying_metadata", "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key",
   "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "realize_inputs", "compile_seconds", "has_reduce",

@@ -171,6 +171,11 @@ def stage_decisions(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> dict:
 
 # ***** the schedule's calls and buffers *****
 
+def schedule_keys(linear: UOp) -> tuple[str, ...]:
+  """What a schedule runs, as content keys in order: each call's AST (kernels and copies alike), so that two schedules of the same
+  kernels in the same order have the same keys whatever buffers they run on."""
+  return tuple(c.src[0].key.hex() for c in linear.src)
+
 @dataclass
 class Call:
   index: int

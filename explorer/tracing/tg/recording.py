@@ -31,6 +31,10 @@ class Pass:
 
 def tracking_mark() -> int: return len(uop_ops.tracked_keys)
 
+def forget_rewrites_since(mark: int) -> None:
+  """Drop the rewrite groups recorded since mark (a program's repeated realize: nothing recorded refers to them)."""
+  del uop_ops.tracked_keys[mark:], uop_ops.tracked_ctxs[mark:]
+
 def passes_since(mark: int, base: int) -> list[tuple[str, list[Pass]]]:
   """Each rewrite group (tinygrad's top-level tracked call: 'Schedule ...', one per kernel codegen) opened since mark, with its passes.
   Group indices are relative to base, the mark the trace's rewrite blob starts from."""
