@@ -5,7 +5,7 @@ and device through their own validation. Imports nothing from the explorer but t
 from __future__ import annotations
 import functools, math
 from typing import Annotated, Any, Callable, Iterable, Literal, cast
-from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, with_config
+from pydantic import AfterValidator, ConfigDict, Field, Strict, StringConstraints, TypeAdapter, ValidationError, with_config
 from typing_extensions import NotRequired, Required, TypedDict
 from explorer.spec import DEVICE_RE, STAGES, TARGETS, TRACE_SCHEMA, ConvSpec, SpecError, Variant
 
@@ -433,6 +433,34 @@ class Realize(TypedDict):
   variables: NotRequired[dict[Name, int]]  # the symbolic variables it binds, and their values in this run
   repeats: NotRequired[list[Repeat]]  # the later realizes of the same kernels, in order: a loop's steps after the first
 
+# ***** the host's work over time (explorer.tracing.timeline): the explorer's stages beside tinygrad's own profile *****
+
+Micros = Annotated[float, Strict(), Field(allow_inf_nan=False)]  # microseconds from the timeline's start
+Index = Annotated[int, Strict(), Field(ge=0)]
+_LIST_AS_TUPLE = Field(strict=False)  # a row is a JSON list: read as a tuple, each item strict
+
+@with_config(STRICT)
+class TimelineStage(TypedDict):
+  """A stage of the explorer's pipeline (spec.STAGES), or work beside one (the reference check), or a program's repeated step."""
+  name: Name
+  realize: int | None  # a program's realize it belongs to (a repeat: the realize it repeats); None in a single trace
+  st: Micros
+  en: Micros
+
+@with_config(STRICT)
+class Timeline(TypedDict):
+  """When each stage, rewrite pass, Tensor function and kernel launch happened, and the memory each device's buffers held, on the
+  host's clock (tinygrad's profiler, PROFILE, and the explorer's stages). Names are interned: a range and a run name `names[i]` and
+  `lanes[j]` (0: the stages; then tinygrad's host lanes, "tensor" and "tinygrad"; then one per device)."""
+  unit: Literal["us"]
+  stages: list[TimelineStage]
+  ranges: list[Annotated[tuple[Index, Index, Micros, Micros], _LIST_AS_TUPLE]]  # (lane, name, start, end)
+  runs: list[Annotated[tuple[Index, Index, Micros], _LIST_AS_TUPLE]]              # (device lane, kernel name, launched at)
+  memory: dict[Name, list[Annotated[tuple[Micros, Index], _LIST_AS_TUPLE]]]       # device -> (at, bytes its buffers hold after it)
+  lanes: list[Name]
+  names: list[Line]
+  left_out: Count  # ranges past the cap (the shortest), not stored
+
 @with_config(STRICT)
 class Timing(TypedDict):
   """How the trace's kernels were timed (explorer.tracing.trace._time): each kernel alone (kernels[i].time_s; total_s, their sum per
@@ -582,6 +610,7 @@ class Trace(TypedDict):
   timing: NotRequired[Timing]
   realizes: NotRequired[list[Realize]]  # a captured program's, in order
   variables: NotRequired[dict[Name, int]]  # the symbolic variables the schedule binds and their values in this run (a KV cache's pos)
+  timeline: NotRequired[Timeline | None]  # absent in traces recorded before timelines
 
 @functools.cache
 def _trace_adapter() -> TypeAdapter[Trace]: return TypeAdapter(Trace)
@@ -699,6 +728,14 @@ def check_references(t: Trace, what: str = "the trace") -> None:
     for f, span, n in (("kernels", r["kernels"], nk), ("schedule", r["schedule"], ns)):
       if len(span) != 2 or not 0 <= span[0] <= span[1] <= n:
         raise SpecError(f"{what}: realizes[{i}].{f} is {str(span)[:60]}, not a range [first, end) of the trace's {n} {f}")
+
+  if (tl := t.get("timeline")) is not None: _timeline_references(tl, what)
+
+def _timeline_references(tl: Timeline, what: str) -> None:
+  nl, nn = len(tl["lanes"]), len(tl["names"])
+  for field, rows in (("ranges", tl["ranges"]), ("runs", tl["runs"])):
+    if (j := next((j for j, r in enumerate(rows) if r[0] >= nl or r[1] >= nn), None)) is not None:
+      raise SpecError(f"{what}: timeline.{field}[{j}] names a lane or name the timeline lacks ({nl} lanes, {nn} names)")
 
 def _record_references(rec: TargetRecord, where: str, refs: Callable[..., None]) -> None:
   """A target record's linear UOp indexes (line map, live values) within its linear UOps."""

@@ -13,6 +13,7 @@ from explorer.tracing import tg  # first: sets tinygrad's tracking environment b
 from explorer.tracing.reference import error_stats
 from explorer.tracing.renders import RenderPool
 from explorer.clocks import timed
+from explorer.tracing.timeline import HostTimeline, timed_stage
 from explorer.tracing.trace import (Program, Progress, Scheduled, _quiet, add_totals, new_trace, other_targets, pipeline, record,
                                     schedule_ahead)
 from explorer.store import add_target_record
@@ -59,13 +60,16 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
                  asts=None if program is None else program.asts, scheduled=scheduled)
   def stages(rec, base, pool, blobs) -> None:  # the graph exists already: the user's code built it
     with tg.opt_context(variant.opt): pipeline(rec, plan, variant, device, base, pool, blobs)
-  return record(trace, variant, device, progress, stages, analysis, base=None if program is None else program.base)
+  if program is None: return record(trace, variant, device, progress, stages, analysis)
+  return record(trace, variant, device, progress, stages, analysis, base=program.base, timeline=program.timeline, realize=program.index)
 
 @dataclass
 class ProgramRealize:
   """What one realize of a program hands the program: where the program's rewrite log begins, and (filled by the pipeline) a weak
   reference to each of its buffers' UOps and its kernels' ASTs."""
   base: int
+  index: int = 0                        # which of the program's realizes
+  timeline: HostTimeline | None = None  # the program's: this realize's stages join it
   refs: list[Any] = field(default_factory=list)
   asts: list[Any] = field(default_factory=list)
 
@@ -227,15 +231,19 @@ class Capturing:
     self._stack = contextlib.ExitStack()
     self._base = 0
     self._seen: dict[tuple[str, ...], int] = {}  # the kernels a realize ran (their AST keys, in order) -> the first realize that ran them
+    self._timeline = HostTimeline()
 
   def _on_realize(self, outs: list[Any]) -> None:
+    st = time.perf_counter()
     ahead = schedule_ahead(outs, provenance=True)
     kernels = tg.schedule_keys(ahead.linear)
     repeat = kernels and not self.every_step and self.reference is None  # a reference is checked against every realize's outputs
-    if repeat and (first := self._seen.get(kernels)) is not None: return self._repeat(first, ahead)
     n = len(self.realizes)
+    first = self._seen.get(kernels) if repeat else None
+    self._timeline.stage("schedule", n if first is None else first, st, st + ahead.seconds)
+    if first is not None: return self._repeat(first, ahead)
     name = self.name if n == 0 else f"{self.name} (realize {n + 1})"
-    mine = ProgramRealize(self._base)
+    mine = ProgramRealize(self._base, n, self._timeline)
     trace, _, _ = trace_outputs(outs, name, self._own_variant, self.progress, self.source, self.reference, self.rel_tolerance, self.origin,
                                 self.analysis, mine, ahead)
     if kernels: self._seen.setdefault(kernels, n)
@@ -251,7 +259,7 @@ class Capturing:
     Tensor.realize runs it, its seconds and variables kept as a repeat of that realize; what its schedule left in the rewrite log goes
     (nothing recorded refers to it), so a long loop's trace is the size of its first steps."""
     st = time.perf_counter()
-    with tg.disable_gc(): tg.run_schedule(tg.compile_schedule(ahead.linear), ahead.var_vals)
+    with timed_stage(self._timeline, "repeat", first), tg.disable_gc(): tg.run_schedule(tg.compile_schedule(ahead.linear), ahead.var_vals)
     seconds = time.perf_counter() - st + ahead.seconds
     tg.forget_rewrites_since(ahead.mark)
     self._program.add_repeat(first, seconds, ahead.var_vals)
@@ -261,11 +269,14 @@ class Capturing:
     self._base = tg.tracking_mark()
     self._stack.enter_context(tg.sited_metadata())
     self._stack.enter_context(tg.on_realize(self._on_realize))
+    self._stack.enter_context(self._timeline.recording())
     return self
 
   def __exit__(self, *exc: Any) -> None:
     self._stack.close()
+    timeline = self._timeline.record()  # tinygrad's events taken back out of its lists, whatever happened
     if self.realizes and exc[0] is None:
+      self._program.trace["timeline"] = timeline
       device = self.realizes[0]["env"]["device"]
       self.result = self._program.finish(self._base, device, self.analysis)
 

@@ -13,6 +13,7 @@ from explorer.tracing import tg  # first: sets tinygrad's tracking environment b
 from explorer.tracing.reference import conv2d_error
 from explorer.tracing.handopts import beam_record
 from explorer.tracing.renders import RenderPool, make_target_record, pass_record
+from explorer.tracing.timeline import HostTimeline, timed_stage
 from explorer.spec import PARTIAL, REWRITES, TRACE_SCHEMA, ConvSpec, Progress, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
 if TYPE_CHECKING: from explorer.schema import Kernel, Storage  # types only: pydantic stays out of trace workers
@@ -38,8 +39,11 @@ class Recorder:
   """Runs the stages in order; a stage that raises is recorded (which stage, the error) and stops the trace there. Work of a stage that
   tinygrad does not wait for (the float64 reference check) may run beside the next ones (`beside`), and is settled before anything is
   timed and before the trace is returned."""
-  def __init__(self, trace: dict, progress: Progress, analysis: bool = False):
+  def __init__(self, trace: dict, progress: Progress, analysis: bool = False, timeline: HostTimeline | None = None,
+               realize: int | None = None):
+    """timeline: where each stage's start and end go (realize: which of a program's realizes this is)."""
     self.trace, self.progress, self.tinygrad, self.analysis = trace, progress, TinygradClock(trace), analysis
+    self.timeline, self.realize = timeline, realize
     self.pending: list[tuple[str, threading.Thread, list[BaseException]]] = []
     self.eager_s: float | None = None  # the run stage's one run of the schedule, host wall clock
 
@@ -48,11 +52,13 @@ class Recorder:
     `kernel` row as each kernel's codegen ends (explorer.web.services.traces.Partial reads them)."""
     self.progress(PARTIAL, what, json.dumps(data, default=str))
 
-  def beside(self, stage: str, fn: Callable[[], None]) -> None:
-    """fn in a thread of its own: numpy's float64 reference releases the GIL, so it runs on the other core while the trace goes on."""
+  def beside(self, stage: str, fn: Callable[[], None], what: str) -> None:
+    """fn in a thread of its own: numpy's float64 reference releases the GIL, so it runs on the other core while the trace goes on.
+    what: its name on the timeline (a failure is the stage's)."""
     failed: list[BaseException] = []
     def body() -> None:
-      try: fn()
+      try:
+        with timed_stage(self.timeline, what, self.realize): fn()
       except Exception as e: failed.append(e)  # noqa: BLE001 - recorded as the stage's failure by settle()
     t = threading.Thread(target=body, name=f"{stage} beside", daemon=True)
     t.start()
@@ -73,7 +79,8 @@ class Recorder:
     """detail goes with the start: the timing stage names its device there (explorer.tracing.workers waits for that device's lock)."""
     self.progress(stage, "start", detail)
     st = time.perf_counter()
-    try: ret = fn()
+    try:
+      with timed_stage(self.timeline, stage, self.realize), tg.profiling_paused() if stage == "timing" else contextlib.nullcontext(): ret = fn()
     except Exception as e:
       failure = {"stage": stage, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}
       if isinstance(e, tg.CompileFailed): failure["source"] = e.source  # the kernel source the compiler rejected
@@ -121,10 +128,11 @@ def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_
 StageRunner = Callable[[Recorder, int, RenderPool, dict[str, bytes]], None]
 
 def record(trace: dict, variant: Variant, device: str, progress: Progress, stages: StageRunner, analysis: bool = False,
-           base: int | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
+           base: int | None = None, timeline: HostTimeline | None = None, realize: int | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
   """Run the stages into `trace`, the other targets' renders beside them; then the rewrite blob and the bufferize decisions.
   base: where the rewrite log of a trace begins, if before this one (a program's realizes share their program's log: their blob is
-  left to the program, b"" here)."""
+  left to the program, b"" here). timeline: the program's, which this realize's stages join (realize: its index); without one the
+  trace records its own."""
   trace["env"]["compiler"], trace["env"]["fallback"] = _safe(lambda: tg.compiler_name(device)), _safe(lambda: tg.fallback_reason(device))
   trace["env"]["device_name"] = _safe(lambda: tg.device_name(device))  # the hardware, for its roofline
   shared, base = base is not None, tg.tracking_mark() if base is None else base
@@ -132,8 +140,9 @@ def record(trace: dict, variant: Variant, device: str, progress: Progress, stage
   except Exception: warm = {}  # the pipeline meets the device's error in its stage
   pool = RenderPool(warm, max(1, min(2, len(variant.targets))))  # the renders' processes start now, beside the schedule
   blobs: dict[str, bytes] = {}
-  rec = Recorder(trace, progress, analysis)
-  with tg.tracking():
+  own = HostTimeline() if timeline is None else None
+  rec = Recorder(trace, progress, analysis, timeline or own, realize)
+  with tg.tracking(), own.recording() if own is not None else contextlib.nullcontext():
     trace["env"]["tracking"] = tg.tracking_enabled()
     try: stages(rec, base, pool, blobs)
     except StageFailed: pass
@@ -142,6 +151,7 @@ def record(trace: dict, variant: Variant, device: str, progress: Progress, stage
     blob = b"" if shared else tg.export_rewrites(base)  # while the reference check, if one runs beside, goes on
     if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, tg.LiveLog(base))
   rec.settle()
+  if own is not None: trace["timeline"] = own.record()
   return trace, blob, blobs
 
 def other_targets(variant: Variant, device: str) -> dict[str, str]:
@@ -370,7 +380,7 @@ def _run(rec: Recorder, linear: Any, program: Program) -> Any:
     tg.run_schedule(compiled, trace.get("variables"))
     rec.eager_s = time.perf_counter() - st  # the first run (programs loaded, buffers allocated): the timing record keeps it
     outs = [o.numpy() for o in program.outs] if check is not None else []
-  if check is not None and program.check_beside: rec.beside("run", lambda: check(trace, outs))
+  if check is not None and program.check_beside: rec.beside("run", lambda: check(trace, outs), "reference check")
   elif check is not None: check(trace, outs)
   return compiled
 

@@ -21,7 +21,7 @@ from explorer.web.http.deps import stored_request
 from explorer.web.http.errors import install_error_handlers
 from explorer.web.http.limits import install_limits, stream_paths
 from explorer.web.http.templates import STATIC_DIR, make_templates
-from explorer.web.routes import diff, docs, graphs, home, kernels, library, meta, opts, roofline, schedule, studies, tours, traces
+from explorer.web.routes import diff, docs, graphs, home, kernels, library, meta, opts, roofline, schedule, studies, timeline, tours, traces
 from explorer.web.services.devices import DeviceCatalog, QueueDevices
 from explorer.web.services.diffs import DiffService
 from explorer.web.services.graphs import GraphService
@@ -33,8 +33,8 @@ from explorer.web.services.enrichments import EnrichmentService
 from explorer.web.services.traces import JobManager
 
 ROUTERS = (meta.router, meta.assets, home.router, traces.api, traces.router, kernels.api, kernels.router, opts.api, opts.router,
-           schedule.api, schedule.router, graphs.api, roofline.router, docs.router, tours.router, library.api, diff.api, studies.api,
-           library.router, diff.router, studies.router)
+           schedule.api, schedule.router, graphs.api, roofline.router, timeline.router, docs.router, tours.router, library.api, diff.api,
+           studies.api, library.router, diff.router, studies.router)
 
 def _queue_client(settings: Settings) -> Any:
   try: from explorer.queue.client import QueueClient

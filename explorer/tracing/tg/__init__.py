@@ -2,8 +2,8 @@
 environment (tinygrad's settings, set before its import), rewritelog (tinygrad's rewrite log as plain data, and each rule's source),
 recording (tracking switches, passes, the live log), graphs (a stored blob's graphs through tinygrad's viewer), provenance, pipeline
 (tensor graph, scheduler, the schedule's calls and buffers), opts (optimization settings, opts by hand), custom_rewrites, codegen,
-loops, specs, register_pressure, line_maps, kernel_analysis, runtime, clocks (how kernels and schedules are timed), devices (devices and
-renderers) and nvrtc.
+loops, specs, register_pressure, line_maps, kernel_analysis, runtime, clocks (how kernels and schedules are timed), profile (tinygrad's
+profiler: the host's work over time), devices (devices and renderers) and nvrtc.
 Callers use the names re-exported here: `from explorer.tracing import tg`.
 
 Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment must be
@@ -38,6 +38,7 @@ from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, ke
 from explorer.tracing.tg.pipeline import (Call, buffer_facts, buffer_key, call_argument_nums, calls, copy_ins_outs, kernel_reads_writes, on_realize,
                                           op_histogram, schedule, schedule_keys, schedule_with_vars, stage_decisions, tensor_buffer, tensor_device,
                                           tensor_sink)
+from explorer.tracing.tg.profile import HostEvents, Profiling, profiling, profiling_paused
 from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance, sited_metadata
 from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, forget_rewrites_since, passes_since, trace_num, tracking,
                                            tracking_enabled, tracking_mark, tracking_possible)
@@ -63,6 +64,8 @@ __all__ = [
   "compiler_name", "fallback_reason",
   # clocks: how kernels and schedules are timed (explorer.clocks names their methods)
   "Clock", "ClockFailed", "Runnable", "clock_for", "runnables", "replay", "synchronizer",
+  # the host's work over time (tinygrad's profiler)
+  "HostEvents", "Profiling", "profiling", "profiling_paused",
   # opts
   "opt_context", "OptRefused", "opt_text", "parse_opt", "heuristic_opts", "legal_opts", "with_opts", "check_opts", "kernel_axes",
   "kernel_outputs", "kernel_runnables", "recording_beam",

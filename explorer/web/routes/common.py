@@ -41,6 +41,8 @@ def ribbon(trace: Trace, trace_id: str, current: str | tuple[str, ...]) -> list[
      f"{len(targets)} target{'' if len(targets) == 1 else 's'} + host", state("render")),
     ("timings", "Timings", f"{base}#timings", "–" if time_s is None else f"{fmt_seconds(time_s)} total", state("run", "timing")),
     ("roofline", "Roofline", f"{base}/roofline", f"on {trace['env']['device']}", state("timing")),
+    ("timeline", "Timeline", f"{base}/timeline", "host and device over time" if trace.get("timeline") else "not recorded",
+     "done" if trace.get("timeline") else "skipped"),
   ]
   current, why = (current,) if isinstance(current, str) else current, spec_rejections(trace)
   return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": k in current, "why": why.get(k)} for k, t, u, f, s in rows]

@@ -1,0 +1,52 @@
+"""Where a trace's seconds went, on one clock: the explorer's stages as the Recorder ran them (and a program's repeated steps), beside
+tinygrad's own profile of the same seconds (tg.profiling: each rewrite group and pass, each Tensor function, each kernel launch, the
+memory its buffers held). Stored as the trace's `timeline` (schema.Timeline): names interned, times in microseconds from its start."""
+from __future__ import annotations
+import contextlib
+import time
+from typing import Iterator
+from explorer.tracing import tg
+
+MAX_RANGES = 40_000  # past it the shortest are left out (and counted): a long program's timeline stays a few MB at most
+
+class HostTimeline:
+  def __init__(self) -> None:
+    self.stages: list[tuple[str, int | None, float, float]] = []  # (stage, realize or None, start, end): perf_counter seconds
+    self.profile: tg.Profiling | None = None
+
+  @contextlib.contextmanager
+  def recording(self) -> Iterator[HostTimeline]:
+    with tg.profiling() as self.profile: yield self
+
+  def stage(self, name: str, realize: int | None, st: float, en: float) -> None: self.stages.append((name, realize, st, en))
+
+  def record(self) -> dict | None:
+    """The timeline as the trace stores it, and tinygrad's events taken back out of its lists; None when it never recorded."""
+    if (p := self.profile) is None: return None
+    ev = p.events()
+    p.forget()
+    origin = float(p.origin)
+    lanes: dict[str, int] = {"stages": 0}
+    names: dict[str, int] = {}
+    def lane(x: str) -> int: return lanes.setdefault(x, len(lanes))
+    def name(x: str) -> int: return names.setdefault(x, len(names))
+    for fixed in ("tensor", "tinygrad"): lane(fixed)
+    ranges = sorted(ev.ranges, key=lambda r: r[3] - r[2], reverse=True)[:MAX_RANGES]
+    left_out = len(ev.ranges) - len(ranges)
+    return {
+      "unit": "us",
+      "stages": [{"name": s, "realize": r, "st": round(st * 1e6 - origin, 1), "en": round(en * 1e6 - origin, 1)} for s, r, st, en in self.stages],
+      "ranges": [[lane(ln), name(n), st, en] for ln, n, st, en in sorted(ranges, key=lambda r: r[2])],
+      "runs": [[lane(d), name(n), at] for d, n, at in ev.runs],
+      "memory": {d: [[at, n] for at, n in pts] for d, pts in ev.memory.items()},
+      "lanes": list(lanes), "names": list(names), "left_out": left_out,
+    }
+
+def timed_stage(timeline: HostTimeline | None, name: str, realize: int | None = None) -> contextlib.AbstractContextManager:
+  return _timed(timeline, name, realize) if timeline is not None else contextlib.nullcontext()
+
+@contextlib.contextmanager
+def _timed(timeline: HostTimeline, name: str, realize: int | None) -> Iterator[None]:
+  st = time.perf_counter()
+  try: yield
+  finally: timeline.stage(name, realize, st, time.perf_counter())
