@@ -433,6 +433,20 @@ class Realize(TypedDict):
   variables: NotRequired[dict[Name, int]]  # the symbolic variables it binds, and their values in this run
   repeats: NotRequired[list[Repeat]]  # the later realizes of the same kernels, in order: a loop's steps after the first
 
+@with_config(STRICT)
+class Frame(TypedDict):
+  """A frame of the Python stack that opened a rewrite group: tinygrad's files by their path in tinygrad, the rest by theirs."""
+  file: Line
+  line: Count
+  function: Name
+  code: Line  # the line of code, read when the trace ran
+
+@with_config(STRICT)
+class RewriteStack(TypedDict):
+  """The stack that opened rewrite group `group` (as passes name groups), outermost frame first, the explorer's own frames left out."""
+  group: Count
+  frames: list[Frame]
+
 # ***** the host's work over time (explorer.tracing.timeline): the explorer's stages beside tinygrad's own profile *****
 
 Micros = Annotated[float, Strict(), Field(allow_inf_nan=False)]  # microseconds from the timeline's start
@@ -611,6 +625,7 @@ class Trace(TypedDict):
   realizes: NotRequired[list[Realize]]  # a captured program's, in order
   variables: NotRequired[dict[Name, int]]  # the symbolic variables the schedule binds and their values in this run (a KV cache's pos)
   timeline: NotRequired[Timeline | None]  # absent in traces recorded before timelines
+  rewrite_stacks: NotRequired[list[RewriteStack]]  # the host's rewrite groups' (absent before stacks were kept)
 
 @functools.cache
 def _trace_adapter() -> TypeAdapter[Trace]: return TypeAdapter(Trace)

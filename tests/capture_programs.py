@@ -133,7 +133,8 @@ def steps(n: int, db: str | None, every_step: bool = False) -> dict:
   with capture(name=f"{n} training steps", every_step=every_step) as t: losses = [training_step(*setup).realize() for _ in range(n)]
   return {"id": t.store(db), "status": t.data["status"], "failures": t.data["failures"], "kernels": len(t.kernels),
           "losses": [float(x.numpy()) for x in losses], "notes": [(r.data["scheduler"] or {}).get("note") for r in t.traces],
-          "repeats": [len(r.get("repeats", [])) for r in t.data["realizes"]], "bytes": len(json_.dumps(t.data)), "printed": str(t)}
+          "repeats": [len(r.get("repeats", [])) for r in t.data["realizes"]], "bytes": len(json_.dumps(t.data)), "printed": str(t),
+          "timeline": [[s["name"], s["realize"]] for s in t.data["timeline"]["stages"]], "launches": len(t.data["timeline"]["runs"])}
 
 KV_DIM, KV_MAX = 16, 32
 

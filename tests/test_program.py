@@ -83,6 +83,10 @@ def test_a_training_loop_reads_as_a_loop(db):
   more = [r4 - r2 for r4, r2 in zip(four["repeats"], two["repeats"])]  # two more steps: each realize of a step repeated twice more
   assert four["kernels"] == two["kernels"] and len(four["repeats"]) == len(two["repeats"]) and set(more) == {0, 2}, (four, two)
   assert four["bytes"] < 1.05 * two["bytes"] and "more times, the same kernels (a loop's later steps)" in four["printed"]
+  stages = [tuple(s) for s in four["timeline"]]  # the timeline: each realize's stages, then each repeat of it, as they ran
+  assert [stages.count(("repeat", r)) for r in range(len(four["repeats"]))] == four["repeats"]
+  assert all(("codegen", r) in stages for r in range(len(four["repeats"])))
+  assert four["launches"] > four["kernels"]  # every kernel of the first steps, and again in each repeat
 
 def test_a_symbolic_kv_cache_decode_under_tinyjit(db):
   """A TinyJit step taking a bound Variable position failed in the schedule stage ("AssertionError: "): the schedule's variables are
@@ -297,3 +301,23 @@ def test_a_programs_export_names_every_kernels_model_line(cnn, db):
   sections = html.count('class="panel flush kernel"')
   lines = re.findall(r'data-provenance>.*?capture_programs\.py:(\d+)', html)
   assert sections == cnn["kernels"] and html.count("data-provenance>") == sections and {int(n) for n in lines} >= CNN_LINES - {model_line("loss")}
+
+def test_each_rewrite_keeps_the_python_stack_that_opened_it(cnn, db):
+  """A pass's matches come with the stack that opened its rewrite group (tinygrad's viewer shows it under VIZ): the program's own line
+  that realized, tinygrad's frames by their path in tinygrad, each with its line of code as it ran, none of the explorer's."""
+  from fastapi.testclient import TestClient
+  from explorer.store import Store
+  trace = Store(db).get_trace(cnn["id"])
+  first, kernel = trace["scheduler"]["passes"][0], trace["kernels"][0]["passes"][0]
+  source = trace["program"]["source"].splitlines()
+  with TestClient(app_over(str(db))) as client:
+    for p in (first, kernel):
+      r = client.get(f"/api/traces/{cnn['id']}/rewrites/{p['group']}/{p['step']}/matches", params={"limit": 1})
+      assert r.status_code == 200, r.text
+      frames = r.json()["stack"]
+      mine = [f for f in frames if f["file"] == trace["program"]["file"]]
+      assert any(f["code"] == "with capture(name=f\"{model} training step\", time=timed, repeats=3) as t: training_step(*setup).realize()"
+                 for f in mine), frames
+      assert all(source[f["line"] - 1].strip() == f["code"] for f in mine)
+      assert any(f["file"].startswith("tinygrad/") for f in frames) and frames[-1]["file"].startswith("tinygrad/")  # opened in tinygrad
+      assert not any("/explorer/" in f["file"] or f["file"].startswith("explorer/") for f in frames), frames

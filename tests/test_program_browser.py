@@ -37,3 +37,19 @@ def test_search_the_program_by_a_model_line_and_follow_it_to_the_source(served, 
   assert "self.fc(x.flatten(1))" in page.locator(f"tr#L{line}").inner_text()
   assert page.evaluate("() => document.querySelector(':target').id") == f"L{line}"
   assert not errors, errors
+
+def test_a_pass_shows_the_stack_that_opened_it_and_links_the_programs_line(served, page, errors):
+  base, got = served
+  page.goto(f"{base}/t/{got['id']}/rangeify")
+  stack = page.locator("[data-pass-stack]")
+  stack.wait_for(state="visible", timeout=120_000)
+  assert "called from capture_programs.py:" in stack.locator("summary").inner_text()
+  stack.locator("summary").click()
+  assert stack.locator("li[data-frame]").count() > 3 and "tinygrad/" in stack.inner_text()
+  frame = stack.locator("li[data-frame]:has(a[href*='/source#L'])").last  # the program's innermost line: what opened the pass's group
+  code, link = frame.locator("code").inner_text(), frame.locator("a")
+  line = int(link.get_attribute("href").rsplit("#L", 1)[1])
+  link.click()
+  page.wait_for_url(re.compile(rf".*/source#L{line}$"))
+  assert code and " ".join(code.split()) in " ".join(page.locator(f"tr#L{line}").inner_text().split())  # as a browser spaces it
+  assert not errors, errors

@@ -453,10 +453,25 @@ class MatchList {
 
   head(got) {
     $("[data-match-call]", this.panel).textContent = got ? `${got.total} in all · run at ${got.call}: ${got.call_code}` : "";
+    this.stack(got ? got.stack || [] : []);
     const end = Math.min(this.offset + MATCH_PAGE, this.total);
     $("[data-match-range]", this.panel).textContent = this.total ? ` ${this.offset + 1}–${end} of ${this.total} ` : "";
     $("[data-match-page=prev]", this.panel).disabled = this.offset === 0;
     $("[data-match-page=next]", this.panel).disabled = end >= this.total;
+  }
+
+  stack(frames) {  // the Python stack that opened the pass's rewrite group, outermost first; the program's own lines link to its source
+    const box = $("[data-pass-stack]", this.panel);
+    box.hidden = !frames.length;
+    if (!frames.length) return;
+    const file = this.panel.dataset.programFile, trace = this.stepper.bar.dataset.trace;
+    const where = (f) => `${f.file.startsWith("tinygrad/") ? f.file : f.file.split("/").pop()}:${f.line}`;
+    const caller = [...frames].reverse().find((f) => !f.file.startsWith("tinygrad/")) || frames[0];
+    $("summary", box).textContent = `called from ${where(caller)} (${caller.function}) · the stack that opened this pass's group, ${frames.length} frames`;
+    $("ol", box).innerHTML = frames.map((f) => {
+      const at = file && f.file === file ? `<a href="/t/${esc(trace)}/source#L${f.line}">${esc(where(f))}</a>` : `<span title="${esc(f.file)}">${esc(where(f))}</span>`;
+      return `<li data-frame><span class="mono">${at}</span> <span class="muted">${esc(f.function)}</span> <code>${esc(f.code)}</code></li>`;
+    }).join("");
   }
 
   mark() {

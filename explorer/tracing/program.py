@@ -173,6 +173,7 @@ class ProgramTrace:
       if (host := k.get("host_target")) in asked: k["sources"][host] = k["targets"][host]["source"]
     if len(p["realizes"]) > 1: p["label"] = f"{p['program']['name']} | {len(p['realizes'])} realizes | opt={self.variant.opt}"
     add_totals(p)
+    p["rewrite_stacks"] = tg.take_group_stacks(base)
     return p, tg.export_rewrites(base), blobs
 
   def _render_targets(self, device: str, analysis: bool, blobs: dict[str, bytes]) -> None:
@@ -267,6 +268,7 @@ class Capturing:
   def __enter__(self) -> Capturing:
     if not tg.tracking_possible(): raise CaptureUnavailable(NOT_TRACKING)
     self._base = tg.tracking_mark()
+    self._stack.enter_context(tg.tracking())  # each rewrite group with the stack that opened it (the schedule is made ahead of a trace)
     self._stack.enter_context(tg.sited_metadata())
     self._stack.enter_context(tg.on_realize(self._on_realize))
     self._stack.enter_context(self._timeline.recording())

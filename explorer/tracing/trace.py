@@ -149,6 +149,7 @@ def record(trace: dict, variant: Variant, device: str, progress: Progress, stage
     finally: pool.close()
   with tg.disable_gc():  # the rewrite log is read whole: a collection would only walk the graphs realize made, all alive
     blob = b"" if shared else tg.export_rewrites(base)  # while the reference check, if one runs beside, goes on
+    if not shared: trace["rewrite_stacks"] = tg.take_group_stacks(base)
     if trace["scheduler"] is not None and trace["scheduler"].get("passes"): _record_stages(trace, tg.LiveLog(base))
   rec.settle()
   if own is not None: trace["timeline"] = own.record()

@@ -40,8 +40,8 @@ from explorer.tracing.tg.pipeline import (Call, buffer_facts, buffer_key, call_a
                                           tensor_sink)
 from explorer.tracing.tg.profile import HostEvents, Profiling, profiling, profiling_paused
 from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance, sited_metadata
-from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, forget_rewrites_since, passes_since, trace_num, tracking,
-                                           tracking_enabled, tracking_mark, tracking_possible)
+from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, forget_rewrites_since, passes_since, take_group_stacks, trace_num,
+                                           tracking, tracking_enabled, tracking_mark, tracking_possible)
 from explorer.tracing.tg.rewritelog import ENCODER_UNSTORED, decode_rewrite_log
 from explorer.tracing.tg.clocks import Clock, ClockFailed, Runnable, clock_for
 from explorer.tracing.tg.runtime import (compile_schedule, compile_seconds, compiled_sources, compiler_name, fallback_reason, has_reduce,
@@ -54,6 +54,7 @@ __all__ = [
   "AddrSpace", "Context", "Device", "disable_gc", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes", "TINYGRAD_VERSION",
   # rewrite tracking and the rewrite log
   "tracking", "tracking_enabled", "tracking_possible", "tracking_mark", "forget_rewrites_since", "passes_since", "export_rewrites", "trace_num",
+  "take_group_stacks",
   "Pass", "LiveLog", "RewriteBlob", "decode_rewrite_log", "ENCODER_UNSTORED", "REWRITE_LOG_MAGIC", "BlobRefused",
   # the pipeline: tensor graph, schedule, codegen, runtime
   "on_realize", "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_keys", "schedule_with_vars", "stage_decisions",

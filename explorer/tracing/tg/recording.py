@@ -1,19 +1,57 @@
 """Rewrite tracking: tinygrad's record of every named graph_rewrite in this process, its passes, and the log read in place."""
 from __future__ import annotations
-import contextlib
+import contextlib, linecache, pathlib, sys
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Any, Iterator, Mapping
 from tinygrad.helpers import Context, ansistrip
 from tinygrad.uop import ops as uop_ops
 from tinygrad.uop.ops import RewriteTrace, TrackedGraphRewrite, UOp
-from explorer.tracing.tg.rewritelog import encode_rewrite_log, rebuild
+from explorer.tracing.tg.rewritelog import encode_rewrite_log, rebuild, stored_location
 
 def tracking_enabled() -> bool: return uop_ops.TRACK_MATCH_STATS.value >= 2
 
-def tracking() -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def tracking() -> Iterator[None]:
   """Every named graph_rewrite recorded with its matches while inside (TRACK_MATCH_STATS=2, read at each rewrite): a process whose
-  environment asked for less (TRACK_MATCH_STATS=1 or PROFILE=1 still swap the tracked PatternMatcher in) records whole passes too."""
-  return Context(TRACK_MATCH_STATS=max(2, uop_ops.TRACK_MATCH_STATS.value))
+  environment asked for less (TRACK_MATCH_STATS=1 or PROFILE=1 still swap the tracked PatternMatcher in) records whole passes too.
+  Each rewrite group also keeps the Python stack that opened it (group_stacks), as tinygrad's viewer keeps it under VIZ."""
+  with Context(TRACK_MATCH_STATS=max(2, uop_ops.TRACK_MATCH_STATS.value)):
+    if uop_ops.add_trace_group is _stacked_add_trace_group:
+      yield
+      return
+    uop_ops.add_trace_group = _stacked_add_trace_group
+    try: yield
+    finally: uop_ops.add_trace_group = _add_trace_group
+
+# ***** the stack that opened each rewrite group *****
+
+_add_trace_group = uop_ops.add_trace_group
+_stacks: dict[int, list[dict[str, Any]]] = {}  # rewrite group (index into tinygrad's tracked_keys) -> its stack, outermost frame first
+EXPLORER = str(pathlib.Path(__file__).resolve().parents[2])  # the explorer package: its frames are the explorer's, not the program's
+MAX_FRAMES = 40
+
+def _stacked_add_trace_group(kt: Any) -> None:
+  _add_trace_group(kt)
+  _stacks[len(uop_ops.tracked_keys) - 1] = call_stack(sys._getframe(2))  # 1: tinygrad's rewrite_group wrapper; 2: its caller
+
+def call_stack(frame: Any) -> list[dict[str, Any]]:
+  """The frames from frame outwards, the explorer's own left out, outermost first: tinygrad's by their path in tinygrad, the rest by
+  theirs, each with its line of code (read now: a stored trace never reads a file it names)."""
+  out: list[dict[str, Any]] = []
+  while frame is not None and len(out) < MAX_FRAMES:
+    code = frame.f_code
+    if not code.co_filename.startswith(EXPLORER):
+      where = stored_location(code.co_filename)
+      out.append({"file": where if where.startswith("tinygrad/") else code.co_filename, "line": frame.f_lineno, "function": code.co_name,
+                  "code": linecache.getline(code.co_filename, frame.f_lineno).strip()[:400]})
+    frame = frame.f_back
+  return out[::-1]
+
+def take_group_stacks(base: int) -> list[dict[str, Any]]:
+  """The stacks of the groups recorded from base on, each by its group index relative to base (as the trace's passes name groups);
+  taken: a worker that traces again keeps none of them."""
+  out = [{"group": g - base, "frames": _stacks.pop(g)} for g in sorted(_stacks) if g >= base]
+  return out
 
 def tracking_possible() -> bool:
   """tinygrad records matches only with the PatternMatcher it swaps in at import when tracking is on: a process that imported tinygrad
@@ -34,6 +72,7 @@ def tracking_mark() -> int: return len(uop_ops.tracked_keys)
 def forget_rewrites_since(mark: int) -> None:
   """Drop the rewrite groups recorded since mark (a program's repeated realize: nothing recorded refers to them)."""
   del uop_ops.tracked_keys[mark:], uop_ops.tracked_ctxs[mark:]
+  for g in [g for g in _stacks if g >= mark]: del _stacks[g]
 
 def passes_since(mark: int, base: int) -> list[tuple[str, list[Pass]]]:
   """Each rewrite group (tinygrad's top-level tracked call: 'Schedule ...', one per kernel codegen) opened since mark, with its passes.

@@ -164,6 +164,9 @@ class PassMatches(BaseModel):
   name: str
   call: str = Field(description="file:line of the graph_rewrite call that ran this pass")
   call_code: str = Field(description="that line of code")
+  stack: list[dict[str, Any]] = Field(default_factory=list, description="the Python stack that opened the pass's rewrite group, outermost "
+                                      "first (file, line, function, code; the explorer's frames left out): the host's passes of traces "
+                                      "recorded since stacks were kept, else empty")
   total: int = Field(description="every match the pass recorded")
   bottom_up: bool
   depth: int

@@ -46,8 +46,10 @@ async def pass_matches(trace_id: str, trace: StoredTrace, group: int, step: int,
   """group and step as in the trace's pass records (`passes[i].group`, `.step`; a target's passes with ?target=). Each match: its rule
   (file:line and the UPat's source as it stands in its file), the time tinygrad measured for it, the rewritten UOp before and after
   (graphs three sources deep) and the text diff of their Python forms. `total` is the pass's recorded match count; `call` is where
-  in tinygrad the pass was run (the graph_rewrite call)."""
-  return await svc.graphs.matches(trace_id, trace, group, step, offset, limit, blob_target(trace, target), permit=work.permit())
+  in tinygrad the pass was run (the graph_rewrite call), `stack` the Python stack that opened its group (the host's passes)."""
+  got = await svc.graphs.matches(trace_id, trace, group, step, offset, limit, blob_target(trace, target), permit=work.permit())
+  stacks = (trace.get("rewrite_stacks") or []) if blob_target(trace, target) is None else []
+  return {**got, "stack": next((s["frames"] for s in stacks if s["group"] == group), [])}
 
 @api.get("/traces/{trace_id}/rewrites/{group}/origin/{num}", response_model=Origin, summary="Which pass and rule made a UOp",
          responses=documented(GRAPH_ERRORS))
