@@ -300,6 +300,7 @@ class Kernel(TypedDict):
   ast_uops: Count
   ast_sink: int | None
   ast_key: NotRequired[Name]
+  variables: NotRequired[dict[Name, list[int]]]  # a symbolic kernel's variables (its source's parameters) and their bounds [min, max]
   linear_uops: Count
   ops: dict[Name, Count]
   opts: list[Line]
@@ -417,6 +418,21 @@ class Repeat(TypedDict):
   schedule from tinygrad's cache, the compiles from its cache, the run) and its variables' values."""
   seconds: Seconds
   variables: NotRequired[dict[Name, int]]
+
+@with_config(STRICT)
+class JitRunRecord(TypedDict):
+  """One run of a TinyJit's captured schedule: host wall seconds (as tinygrad ran it, its launches included) and its variables' values."""
+  seconds: Seconds
+  variables: NotRequired[dict[Name, int]]
+
+@with_config(STRICT)
+class Jit(TypedDict):
+  """A TinyJit the program ran: its captured kernels by name, the traced realizes that ran the same kernels ([first, end); empty when
+  none did: they ran before the capture began), and each of its runs (the one right after its capture, then every replay)."""
+  index: Count
+  kernels: list[Name]
+  realizes: list[Count]
+  runs: list[JitRunRecord]
 
 @with_config(STRICT)
 class Realize(TypedDict):
@@ -623,6 +639,7 @@ class Trace(TypedDict):
   spec_checks: NotRequired[dict[Name, SpecCheck]]
   timing: NotRequired[Timing]
   realizes: NotRequired[list[Realize]]  # a captured program's, in order
+  jits: NotRequired[list[Jit]]  # a captured program's TinyJits, in the order each first ran
   variables: NotRequired[dict[Name, int]]  # the symbolic variables the schedule binds and their values in this run (a KV cache's pos)
   timeline: NotRequired[Timeline | None]  # absent in traces recorded before timelines
   rewrite_stacks: NotRequired[list[RewriteStack]]  # the host's rewrite groups' (absent before stacks were kept)
@@ -744,6 +761,10 @@ def check_references(t: Trace, what: str = "the trace") -> None:
       if len(span) != 2 or not 0 <= span[0] <= span[1] <= n:
         raise SpecError(f"{what}: realizes[{i}].{f} is {str(span)[:60]}, not a range [first, end) of the trace's {n} {f}")
 
+  for i, jit in enumerate(t.get("jits") or []):
+    if jit["index"] != i: raise SpecError(f"{what}: jits[{i}].index is {jit['index']}, not its place {i}")
+    if (span := jit["realizes"]) and (len(span) != 2 or not 0 <= span[0] < span[1] <= len(realizes)):
+      raise SpecError(f"{what}: jits[{i}].realizes is {str(span)[:60]}, not a range [first, end) of the trace's {len(realizes)} realizes")
   if (tl := t.get("timeline")) is not None: _timeline_references(tl, what)
 
 def _timeline_references(tl: Timeline, what: str) -> None:

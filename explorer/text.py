@@ -52,6 +52,11 @@ def trace_summary(trace: Mapping[str, Any]) -> str:
       if reps := r.get("repeats"):
         out.append(f"realize {r['index']} ran {len(reps)} more times, the same kernels (a loop's later steps): median "
                    f"{statistics.median(x['seconds'] for x in reps) * 1e3:.2f} ms each, as realize ran them")
+    for j in trace.get("jits") or []:
+      of = f"realizes {j['realizes'][0]}-{j['realizes'][1] - 1}'s" if j["realizes"] else "untraced"
+      values = sorted({f"{k}={v}" for run in j["runs"] for k, v in (run.get("variables") or {}).items()})
+      out.append(f"TinyJit {j['index'] + 1}: {len(j['kernels'])} kernels ({of}) run {len(j['runs'])} times as its captured schedule, median "
+                 f"{statistics.median(x['seconds'] for x in j['runs']) * 1e3:.2f} ms" + (f"; {', '.join(values[:8])}" if values else ""))
   else:
     rows = [(k["name"], k["role"], k["ast_uops"], k["linear_uops"], si(k["flops"]), si(k["bytes"], "B"), compiled(k), ms(k["time_s"]))  # type: ignore[misc]
             for k in trace["kernels"]]

@@ -159,7 +159,8 @@ def kv_decode(db: str | None) -> dict:
   if db is None: return {"outputs": decode()}
   with capture(name="kv decode") as t: outputs = decode()
   return {"id": t.store(db), "status": t.data["status"], "failures": t.data["failures"], "outputs": outputs, "kernels": len(t.kernels),
-          "variables": [r.get("variables") for r in t.data["realizes"]]}
+          "variables": [r.get("variables") for r in t.data["realizes"]], "jits": t.data.get("jits", []), "realizes": len(t.data["realizes"]),
+          "kernel_variables": [k.get("variables") for k in t.kernels], "kernel_names": [k["name"] for k in t.kernels], "printed": str(t)}
 
 if __name__ == "__main__":
   what = {"plain": lambda: tinygrads_own(), "captured": lambda: captured(sys.argv[2]), "contiguous": lambda: with_and_without_contiguous(sys.argv[2]),

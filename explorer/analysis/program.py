@@ -120,3 +120,22 @@ def memory(trace: Trace) -> dict[str, Any]:
           "peak_buffer": None if largest is None else {"index": largest["index"], "name": largest["name"], "nbytes": largest["nbytes"],
                                                        "kernel": writer["index"] if writer else None,
                                                        "sites": sites(writer) if writer else []}}
+
+def bound_values(trace: Trace, k: Kernel) -> list[dict[str, Any]]:
+  """A symbolic kernel's variables, each with its bounds and the values it ran with, in order: its realize's (traced), then each
+  repeat's and each run of a TinyJit whose kernels are its realize's, with that run's wall seconds (the whole realize or jit run:
+  per-value times of the step the kernel is in)."""
+  if not (variables := k.get("variables")): return []
+  r = k.get("realize", 0)
+  realizes = trace.get("realizes") or []
+  runs: list[tuple[str, dict[str, int], float | None]] = []
+  if r < len(realizes):
+    me = realizes[r]
+    runs.append(("traced", me.get("variables") or trace.get("variables") or {}, None))
+    runs += [("repeat", x.get("variables") or {}, x["seconds"]) for x in me.get("repeats", [])]
+  else: runs.append(("traced", trace.get("variables") or {}, None))
+  for j in trace.get("jits") or []:
+    if j["realizes"] and j["realizes"][0] <= r < j["realizes"][1]:
+      runs += [(f"TinyJit {j['index'] + 1}", x.get("variables") or {}, x["seconds"]) for x in j["runs"]]
+  return [{"name": name, "min": lo, "max": hi, "runs": [{"how": how, "value": vals.get(name), "seconds": secs} for how, vals, secs in runs]}
+          for name, (lo, hi) in variables.items()]

@@ -123,6 +123,26 @@ class ProgramTrace:
     the values its variables took."""
     self.trace["realizes"][first].setdefault("repeats", []).append({"seconds": seconds, **({"variables": variables} if variables else {})})
 
+  def add_jit_run(self, run: tg.JitRun, jit: int) -> list[int]:
+    """A run of the program's TinyJit number `jit` (its captured schedule, as tinygrad ran it): its seconds and variables; the first
+    run also says which kernels it runs and which of the traced realizes ran the same ones, [first, end) (none: they ran before the
+    capture began, or differ). Returns that span."""
+    jits = self.trace.setdefault("jits", [])
+    if jit == len(jits): jits.append({"index": jit, "kernels": list(run.kernels), "realizes": self._realizes_running(run.kernels), "runs": []})
+    jits[jit]["runs"].append({"seconds": run.seconds, **({"variables": run.variables} if run.variables else {})})
+    return jits[jit]["realizes"]
+
+  def _realizes_running(self, names: tuple[str, ...]) -> list[int]:
+    """The first realizes, in a row, whose kernels are these, in this order: [first, end), or [] where none are."""
+    realizes, kernels = self.trace.get("realizes", []), self.trace["kernels"]
+    for a in range(len(realizes)):
+      got: list[str] = []
+      for b in range(a, len(realizes)):
+        got += [kernels[i]["name"] for i in range(*realizes[b]["kernels"])]
+        if len(got) >= len(names): break
+      if names and tuple(got) == names: return [a, b + 1]
+    return []
+
   def _buffer(self, b: dict, ref: Any, s0: int) -> int:
     """The program's index of a realize's buffer: the same buffer UOp (alive, so not another at a reused address) is listed once."""
     blist, obj = self.trace["buffers"], ref()
@@ -233,8 +253,12 @@ class Capturing:
     self._base = 0
     self._seen: dict[tuple[str, ...], int] = {}  # the kernels a realize ran (their AST keys, in order) -> the first realize that ran them
     self._timeline = HostTimeline()
+    self._jits: dict[int, int] = {}  # a TinyJit's captured schedule (its id) -> its index in the trace's `jits`
 
   def _on_realize(self, outs: list[Any]) -> None:
+    if tg.jit_capturing():  # a TinyJit takes this schedule: nothing runs now; its runs are recorded as the jit's (_on_jit_run)
+      outs[0].realize(*outs[1:])
+      return
     st = time.perf_counter()
     ahead = schedule_ahead(outs, provenance=True)
     kernels = tg.schedule_keys(ahead.linear)
@@ -265,12 +289,19 @@ class Capturing:
     tg.forget_rewrites_since(ahead.mark)
     self._program.add_repeat(first, seconds, ahead.var_vals)
 
+  def _on_jit_run(self, run: tg.JitRun) -> None:
+    jit = self._jits.setdefault(run.jit, len(self._jits))
+    span = self._program.add_jit_run(run, jit)
+    now = time.perf_counter()
+    self._timeline.stage("TinyJit run", span[0] if span else None, now - run.seconds, now)
+
   def __enter__(self) -> Capturing:
     if not tg.tracking_possible(): raise CaptureUnavailable(NOT_TRACKING)
     self._base = tg.tracking_mark()
     self._stack.enter_context(tg.tracking())  # each rewrite group with the stack that opened it (the schedule is made ahead of a trace)
     self._stack.enter_context(tg.sited_metadata())
     self._stack.enter_context(tg.on_realize(self._on_realize))
+    self._stack.enter_context(tg.on_jit_run(self._on_jit_run))
     self._stack.enter_context(self._timeline.recording())
     return self
 

@@ -338,6 +338,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
                              "notes": _kernel_notes(s["role"], facts.storage), "host_target": (host := tg.target_name(renderer)),
                              "targets": {host: make_target_record(facts, passes, arch, [])}}
     kernel["spec"] = {"ast": tg.spec_check([c.ast], "tensor")}
+    if variables := tg.ast_variables(c.ast): kernel["variables"] = variables
     if rec.analysis: kernel["targets"][host].update(tg.program_analysis(prg, renderer, tg.LiveLog(base), ps))  # else when first viewed
     if timed: kernel["beam"] = beam_record(timed, int(variant.opt.split(":")[1]), facts.opts, device)
     s["name"], s["kernel"] = facts.name, len(trace["kernels"])  # once the kernel is there: a failure above leaves no row naming it

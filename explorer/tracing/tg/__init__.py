@@ -26,7 +26,8 @@ from tinygrad.uop import ops as uop_ops
 from tinygrad.uop.ops import KernelInfo, Ops, PatternMatcher, UOp, UPat
 import tinygrad.device
 from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused
-from explorer.tracing.tg.codegen import CompileFailed, CompileTimer, ast_key, ast_uop_count, codegen_deviceless, codegen_host, program_facts
+from explorer.tracing.tg.codegen import (CompileFailed, CompileTimer, ast_key, ast_uop_count, ast_variables, codegen_deviceless, codegen_host,
+                                         program_facts)
 from explorer.tracing.tg.custom_rewrites import Rewrite
 from explorer.tracing.tg.devices import (available_devices, default_device, device_name, fill_ptx, host_renderer, render_target, renderer_arch,
                                          renderer_device, target_name, unopened_devices, without_beam)
@@ -35,9 +36,9 @@ from explorer.tracing.tg.kernel_analysis import blob_analysis, program_analysis
 from explorer.tracing.tg.nvrtc import nvrtc_compiler
 from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, kernel_axes, kernel_outputs, kernel_runnables, legal_opts, opt_context,
                                       opt_text, parse_opt, recording_beam, with_opts)
-from explorer.tracing.tg.pipeline import (Call, buffer_facts, buffer_key, call_argument_nums, calls, copy_ins_outs, kernel_reads_writes, on_realize,
-                                          op_histogram, schedule, schedule_keys, schedule_with_vars, stage_decisions, tensor_buffer, tensor_device,
-                                          tensor_sink)
+from explorer.tracing.tg.pipeline import (Call, JitRun, buffer_facts, buffer_key, call_argument_nums, calls, copy_ins_outs, jit_capturing,
+                                          kernel_reads_writes, on_jit_run, on_realize, op_histogram, schedule, schedule_keys, schedule_with_vars,
+                                          stage_decisions, tensor_buffer, tensor_device, tensor_sink)
 from explorer.tracing.tg.profile import HostEvents, Profiling, profiling, profiling_paused
 from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance, sited_metadata
 from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, forget_rewrites_since, passes_since, take_group_stacks, trace_num,
@@ -57,10 +58,12 @@ __all__ = [
   "take_group_stacks",
   "Pass", "LiveLog", "RewriteBlob", "decode_rewrite_log", "ENCODER_UNSTORED", "REWRITE_LOG_MAGIC", "BlobRefused",
   # the pipeline: tensor graph, schedule, codegen, runtime
-  "on_realize", "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_keys", "schedule_with_vars", "stage_decisions",
+  "on_realize", "on_jit_run", "jit_capturing", "JitRun",
+  "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_keys", "schedule_with_vars", "stage_decisions",
   "call_argument_nums", "Call", "calls",
   "buffer_key", "buffer_facts", "tensor_buffer", "copy_ins_outs", "kernel_reads_writes", "kernel_provenance", "sited_metadata",
   "carrying_metadata", "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key",
+  "ast_variables",
   "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "realize_inputs", "compile_seconds", "has_reduce",
   "compiler_name", "fallback_reason",
   # clocks: how kernels and schedules are timed (explorer.clocks names their methods)

@@ -121,6 +121,10 @@ def program_facts(prg: UOp, device: str | None = None, var_vals: dict[str, int] 
 
 def ast_uop_count(ast: UOp) -> int: return len(ast.toposort())
 
+def ast_variables(ast: UOp) -> dict[str, list[int]]:
+  """The symbolic variables a kernel takes (its source's parameters), each with its bounds [min, max]."""
+  return {v.expr: [int(v.vmin), int(v.vmax)] for v in sorted(ast.variables(), key=lambda v: v.expr)}
+
 def ast_key(ast: UOp) -> str:
   """The kernel AST's content hash (tinygrad's UOp key, its KernelInfo name aside): equal keys, identical kernels."""
   return (ast.replace(arg=KernelInfo()) if ast.op is Ops.SINK and isinstance(ast.arg, KernelInfo) else ast).key.hex()

@@ -1,11 +1,14 @@
 """The tensor graph and the scheduler: realizes routed to the trace, tinygrad's schedule, rangeify's STAGEs and their data flow,
 and the schedule's calls and buffers."""
 from __future__ import annotations
-import collections, contextlib, math
+import collections, contextlib, math, time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 from tinygrad import Tensor
 from tinygrad.dtype import AddrSpace
+from tinygrad.engine import jit as tiny_jit
+from tinygrad.engine.realize import capturing
+from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, ParamArg, UOp
 from explorer.tracing.tg.graphs import RewriteBlob
 from explorer.tracing.tg.recording import LiveLog, Pass
@@ -33,6 +36,41 @@ def on_realize(hook: Callable[[list[Tensor]], None]) -> Iterator[None]:
   Tensor.realize = realize  # type: ignore[method-assign]
   try: yield
   finally: Tensor.realize = original  # type: ignore[method-assign]
+
+# ***** TinyJit: its capture takes a realize's schedule instead of running it, and its replays realize nothing *****
+
+def jit_capturing() -> bool:
+  """A TinyJit is capturing: a schedule made now is handed to it, not run (its first run and replays run it, JitRun)."""
+  return bool(capturing)
+
+@dataclass(frozen=True)
+class JitRun:
+  """One run of a TinyJit's captured schedule: its kernels by tinygrad's names (a graph batch's each), the values it bound its
+  variables to, its host wall time; jit tells one TinyJit's runs from another's."""
+  jit: int
+  kernels: tuple[str, ...]
+  variables: dict[str, int]
+  seconds: float
+
+def _kernel_names(call: UOp) -> list[str]:
+  ast = call.src[0]
+  if ast.op is Ops.PROGRAM: return [ansistrip(ast.arg.name)]
+  if ast.op is Ops.CUSTOM_FUNCTION and ast.arg == "graph": return [n for c in ast.src[0].src for n in _kernel_names(c)]
+  return [] if ast.op in (Ops.COPY, Ops.CUSTOM_FUNCTION) else [str(ast.op)]  # copies are the schedule's, not kernels
+
+@contextlib.contextmanager
+def on_jit_run(hook: Callable[[JitRun], None]) -> Iterator[None]:
+  """While inside, each run of a TinyJit's captured schedule (the one right after its capture, then every replay) calls hook once it
+  ran, as tinygrad ran it."""
+  original = tiny_jit.CapturedJit.__call__
+  def call(self: Any, input_uops: list[UOp], var_vals: dict[str, int]) -> Any:
+    st = time.perf_counter()
+    ret = original(self, input_uops, var_vals)
+    hook(JitRun(id(self), tuple(n for c in self.linear.src for n in _kernel_names(c)), dict(var_vals), time.perf_counter() - st))
+    return ret
+  tiny_jit.CapturedJit.__call__ = call  # type: ignore[method-assign]
+  try: yield
+  finally: tiny_jit.CapturedJit.__call__ = original  # type: ignore[method-assign]
 
 # ***** tensor graph and scheduler *****
 

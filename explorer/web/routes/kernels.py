@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from explorer.analysis import sass
+from explorer.analysis.program import bound_values
 from explorer.schema import Trace, host_target, target_records
 from explorer.spec import (ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, SASS_TARGETS, TARGETS, SpecError, hand_opts,
                            lacks_facts, split_opts)
@@ -198,7 +199,8 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
                           api=f"{trace_api_url(trace_id)}/kernels/{n}", graph_mode="passes" if graph == "passes" else "ast", code=code,
                           code_tabs=tabs, target=target, rec=rec, records=records, all_targets=TARGETS, pending=pending,
                           pending_error=pending_error, facts_pending=facts_pending, facts_error=facts_error, analysis_pending=analysis_pending,
-                          analysis_error=analysis_error, asked_opts=_asked_opts(opts, opts_from), asked_from=opts_from, notices=notices)
+                          analysis_error=analysis_error, asked_opts=_asked_opts(opts, opts_from), asked_from=opts_from, notices=notices,
+                          bound=bound_values(trace, k))
   if pending or facts_pending or analysis_pending: resp.headers["Cache-Control"] = "no-store"  # it changes when they are stored
   return resp
 
