@@ -79,6 +79,7 @@ test: setup lint
 # explorer's Winograd builder: the suite says when); checked in under tests/golden/plain_codegen/
 golden: setup
 	$(PY) tests/golden/plain_codegen.py
+	$(PY) tests/golden/corpus.py
 
 bench: setup
 	@[ -n "$(strip $(BENCH))" ] || { echo "error: no benchmarks/*.py to run" >&2; exit 1; }

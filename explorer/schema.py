@@ -448,6 +448,7 @@ class Realize(TypedDict):
   span_s: NotRequired[TimeStats | None]  # its schedule replayed back to back (absent in programs captured before spans)
   variables: NotRequired[dict[Name, int]]  # the symbolic variables it binds, and their values in this run
   repeats: NotRequired[list[Repeat]]  # the later realizes of the same kernels, in order: a loop's steps after the first
+  captured: NotRequired[bool]  # a TinyJit took its schedule as it captured it: nothing ran then (the JIT's runs ran it, `jits`)
 
 @with_config(STRICT)
 class Frame(TypedDict):

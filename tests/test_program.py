@@ -91,23 +91,24 @@ def test_a_training_loop_reads_as_a_loop(db):
 def test_a_symbolic_kv_cache_decode_under_tinyjit(db):
   """A TinyJit step taking a bound Variable position failed in the schedule stage ("AssertionError: "): the schedule's variables are
   bound, recorded per realize, and the run and its timing use their values. Its first call is traced whole; its capture hands the
-  schedule to the JIT (nothing runs then), and the JIT's runs (the one right after its capture, then each replay) are recorded as
-  runs of the traced realizes' kernels, with the position each was bound to; a symbolic kernel names its variable and bounds."""
+  schedule to the JIT (nothing runs then: it is traced up to its render), and the JIT's runs (the one right after its capture, then
+  each replay) are recorded as runs of those realizes' kernels, with the position each was bound to; a symbolic kernel names its
+  variable and bounds."""
   got, plain = run_json("kv-decode", str(db)), run_json("kv-decode")
   assert got["status"] == "ok" and not got["failures"], got["failures"]
   assert got["outputs"] == plain["outputs"] and got["kernels"] > 0
-  assert got["variables"] and all(v == {"pos": 0} for v in got["variables"] if v)  # the first call's realizes, traced
+  assert got["variables"] == [{"pos": 0}] * 3 + [{"pos": 1}] * 3  # the first call's realizes, run; the second's, captured by the JIT
   (jit,) = got["jits"]
-  assert jit["realizes"] == [0, got["realizes"]] and jit["kernels"] == got["kernel_names"]
+  assert jit["realizes"] == [3, 6] and jit["kernels"] == got["kernel_names"][len(got["kernel_names"]) // 2:]
   assert [r["variables"] for r in jit["runs"]] == [{"pos": i} for i in range(1, 4)] and all(r["seconds"] > 0 for r in jit["runs"])
   assert {"pos": [0, 31]} in got["kernel_variables"] and "TinyJit 1: " in got["printed"] and "pos=3" in got["printed"]
   from fastapi.testclient import TestClient
-  n = got["kernel_variables"].index({"pos": [0, 31]})
+  n = len(got["kernel_variables"]) - 1 - got["kernel_variables"][::-1].index({"pos": [0, 31]})  # a kernel of the JIT's capture
   with TestClient(app_over(str(db))) as client:
     program, kernel = client.get(f"/t/{got['id']}").text, client.get(f"/t/{got['id']}/k/{n}").text
   assert 'data-jit-runs="3"' in program and "pos=3" in program
   symbolic = kernel[kernel.index('id="symbolic"'):]
-  assert all(f'<td class="num mono">{i}</td>' in symbolic for i in range(4)) and "TinyJit 1" in symbolic
+  assert all(f'<td class="num mono">{i}</td>' in symbolic for i in range(1, 4)) and "TinyJit 1" in symbolic and "captured by TinyJit" in symbolic
 
 def test_a_programs_roofline_puts_each_kernel_against_its_own_dtypes_roof(residual, db):
   """A program's roofline was a 500 ("no single dtype to put against the roofs"): each kernel goes against its own dtype's roof."""

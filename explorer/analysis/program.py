@@ -131,7 +131,8 @@ def bound_values(trace: Trace, k: Kernel) -> list[dict[str, Any]]:
   runs: list[tuple[str, dict[str, int], float | None]] = []
   if r < len(realizes):
     me = realizes[r]
-    runs.append(("traced", me.get("variables") or trace.get("variables") or {}, None))
+    runs.append(("captured by TinyJit (not run then)" if me.get("captured") else "traced", me.get("variables") or trace.get("variables") or {},
+                 None))
     runs += [("repeat", x.get("variables") or {}, x["seconds"]) for x in me.get("repeats", [])]
   else: runs.append(("traced", trace.get("variables") or {}, None))
   for j in trace.get("jits") or []:

@@ -43,11 +43,13 @@ def reference_check(reference: Sequence[np.ndarray], rel_tolerance: float) -> Ca
 def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progress = _quiet, source: str | None = None,
                   reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5,
                   origin: dict[str, Any] | None = None, analysis: bool = False,
-                  program: ProgramRealize | None = None, scheduled: Scheduled | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
+                  program: ProgramRealize | None = None, scheduled: Scheduled | None = None,
+                  runs: bool = True) -> tuple[dict, bytes, dict[str, bytes]]:
   """Trace the realize of `outs` (tensors whose graphs are built, not yet realized). origin: how the program ran, for its reproducer
   ({"kind": "script", "fn": NAME or None} or {"kind": "capture", "line": the with statement's line in `source`}). program: this realize
   is one of a program's (its rewrite log, provenance and buffers are the program's; its other targets are rendered with the program's).
-  scheduled: outs were scheduled already (schedule_ahead): the pipeline goes on from there."""
+  scheduled: outs were scheduled already (schedule_ahead): the pipeline goes on from there. runs=False: a TinyJit took the schedule as
+  it captured it (nothing runs now: its runs are the JIT's), traced up to its render."""
   if not tg.tracking_possible(): raise CaptureUnavailable(NOT_TRACKING)
   devices = {tg.tensor_device(o) for o in outs}
   if len(devices) != 1: raise ValueError(f"the realized tensors live on {len(devices)} devices ({', '.join(sorted(devices))}): trace one at a time")
@@ -57,7 +59,7 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
   roles = lambda: {tg.buffer_key(tg.tensor_buffer(o)): "output" for o in outs}
   check = reference_check(reference, rel_tolerance) if reference is not None else None
   plan = Program(outs, roles, kernel_role, check, provenance=program is not None, buffer_refs=None if program is None else program.refs,
-                 asts=None if program is None else program.asts, scheduled=scheduled)
+                 asts=None if program is None else program.asts, scheduled=scheduled, runs=runs)
   def stages(rec, base, pool, blobs) -> None:  # the graph exists already: the user's code built it
     with tg.opt_context(variant.opt): pipeline(rec, plan, variant, device, base, pool, blobs)
   if program is None: return record(trace, variant, device, progress, stages, analysis)
@@ -84,7 +86,7 @@ class ProgramTrace:
     self.trace["scheduler"] = {"seconds": 0.0, "groups": [], "passes": [], "stage_counts": {}}
     self._buffers: dict[int, tuple[Any, int]] = {}  # id of a live buffer UOp -> (its weak reference, program buffer index)
 
-  def add(self, realize: dict, refs: list[Any], asts: list[Any]) -> None:
+  def add(self, realize: dict, refs: list[Any], asts: list[Any], runs: bool = True) -> None:
     p, r = self.trace, len(self.trace.setdefault("realizes", []))
     if r == 0: p["env"] = realize["env"]
     k0, s0 = len(p["kernels"]), len(p["schedule"])
@@ -111,7 +113,7 @@ class ProgramTrace:
                           "schedule": [s0, len(p["schedule"])], "tensor_graph": realize["tensor_graph"],
                           "seconds": sum(realize["stage_seconds"].values()), "outputs": realize["program"]["outputs"],
                           "total_s": (timing := realize.get("timing") or {}).get("total_s"), "span_s": timing.get("span_s"),
-                          **({"variables": realize["variables"]} if realize.get("variables") else {})})
+                          **({"variables": realize["variables"]} if realize.get("variables") else {}), **({} if runs else {"captured": True})})
     if timing:
       spans = [x["span_s"] for x in p["realizes"] if x.get("span_s")]
       eager = [x for x in ((p.get("timing") or {}).get("eager_s"), timing.get("eager_s")) if x is not None]  # each realize's first run
@@ -133,9 +135,10 @@ class ProgramTrace:
     return jits[jit]["realizes"]
 
   def _realizes_running(self, names: tuple[str, ...]) -> list[int]:
-    """The first realizes, in a row, whose kernels are these, in this order: [first, end), or [] where none are."""
+    """The latest realizes, in a row, whose kernels are these, in this order (a JIT's own capture, just before its first run, rather
+    than the first call that ran the same kernels): [first, end), or [] where none are."""
     realizes, kernels = self.trace.get("realizes", []), self.trace["kernels"]
-    for a in range(len(realizes)):
+    for a in reversed(range(len(realizes))):
       got: list[str] = []
       for b in range(a, len(realizes)):
         got += [kernels[i]["name"] for i in range(*realizes[b]["kernels"])]
@@ -192,6 +195,7 @@ class ProgramTrace:
     for k in p["kernels"]:
       if (host := k.get("host_target")) in asked: k["sources"][host] = k["targets"][host]["source"]
     if len(p["realizes"]) > 1: p["label"] = f"{p['program']['name']} | {len(p['realizes'])} realizes | opt={self.variant.opt}"
+    infer_provenance(p)  # across realizes: a fill made in one (a BatchNorm's running mean) is read in a later one
     add_totals(p)
     p["rewrite_stacks"] = tg.take_group_stacks(base)
     return p, tg.export_rewrites(base), blobs
@@ -254,11 +258,10 @@ class Capturing:
     self._seen: dict[tuple[str, ...], int] = {}  # the kernels a realize ran (their AST keys, in order) -> the first realize that ran them
     self._timeline = HostTimeline()
     self._jits: dict[int, int] = {}  # a TinyJit's captured schedule (its id) -> its index in the trace's `jits`
+    self._jit_linears: list[tuple[Any, dict[str, int]]] = []  # what a TinyJit captured of the realize at hand
 
   def _on_realize(self, outs: list[Any]) -> None:
-    if tg.jit_capturing():  # a TinyJit takes this schedule: nothing runs now; its runs are recorded as the jit's (_on_jit_run)
-      outs[0].realize(*outs[1:])
-      return
+    if tg.jit_capturing(): return self._jit_captures(outs)
     st = time.perf_counter()
     ahead = schedule_ahead(outs, provenance=True)
     kernels = tg.schedule_keys(ahead.linear)
@@ -267,15 +270,33 @@ class Capturing:
     first = self._seen.get(kernels) if repeat else None
     self._timeline.stage("schedule", n if first is None else first, st, st + ahead.seconds)
     if first is not None: return self._repeat(first, ahead)
-    name = self.name if n == 0 else f"{self.name} (realize {n + 1})"
+    self._trace(outs, ahead)
+    if kernels: self._seen.setdefault(kernels, n)
+
+  def _jit_captures(self, outs: list[Any]) -> None:
+    """A TinyJit is capturing: tinygrad's realize hands the schedule it makes to the JIT, and nothing runs. The schedule is traced up
+    to its render (the JIT's runs run it, _on_jit_run), so that every kernel the JIT runs is in the trace."""
+    sink, mark, st = tg.tensor_sink(*outs), tg.tracking_mark(), time.perf_counter()
+    self._jit_linears.clear()
+    with tg.carrying_metadata(): outs[0].realize(*outs[1:])
+    if not self._jit_linears: return
+    (linear, var_vals), = self._jit_linears
+    self._timeline.stage("schedule", len(self.realizes), st, now := time.perf_counter())
+    self._trace(outs, Scheduled(sink, linear, var_vals, mark, now - st), runs=False)
+
+  def _trace(self, outs: list[Any], ahead: Scheduled, runs: bool = True) -> None:
+    n = len(self.realizes)
+    name = (self.name if n == 0 else f"{self.name} (realize {n + 1})") + ("" if runs else " (captured by TinyJit)")
     mine = ProgramRealize(self._base, n, self._timeline)
     trace, _, _ = trace_outputs(outs, name, self._own_variant, self.progress, self.source, self.reference, self.rel_tolerance, self.origin,
-                                self.analysis, mine, ahead)
-    if kernels: self._seen.setdefault(kernels, n)
+                                self.analysis, mine, ahead, runs)
     self.realizes.append(trace)
     infer_provenance(trace)
-    self._program.add(trace, mine.refs, mine.asts)
-    if "run" not in trace["stage_seconds"]:  # scheduled (the tensors now name their buffers) but never run: say so, never read zeros
+    for k in trace["kernels"]:  # nothing it computes names a line, nothing near it does (a fill nothing reads): the line that realized it
+      if not k.get("provenance") and (site := tg.user_site()) is not None:
+        k["provenance"] = [{"fn": "realize", "file": site[0], "line": site[1], "backward": False, "via": None, "inferred": True}]
+    self._program.add(trace, mine.refs, mine.asts, runs)
+    if runs and "run" not in trace["stage_seconds"]:  # scheduled (the tensors now name their buffers) but never run: never read zeros
       f = (trace["failures"] or [{"stage": "?", "error": "unknown"}])[0]
       raise RuntimeError(f"tracing {name} failed at stage {f['stage']} ({f['error']}), before the program ran: its tensors hold no values")
 
@@ -301,7 +322,7 @@ class Capturing:
     self._stack.enter_context(tg.tracking())  # each rewrite group with the stack that opened it (the schedule is made ahead of a trace)
     self._stack.enter_context(tg.sited_metadata())
     self._stack.enter_context(tg.on_realize(self._on_realize))
-    self._stack.enter_context(tg.on_jit_run(self._on_jit_run))
+    self._stack.enter_context(tg.on_jit(lambda linear, var_vals: self._jit_linears.append((linear, var_vals)), self._on_jit_run))
     self._stack.enter_context(self._timeline.recording())
     return self
 
@@ -336,7 +357,7 @@ def infer_provenance(trace: dict) -> None:
           else: nxt += neighbours(n, downstream)
         frontier = nxt
       if found: break
-    k["provenance"] = [{**e, "inferred": True} for e in {(e["fn"], e["backward"], e["file"], e["line"]): e for e in found}.values()]
+    if found: k["provenance"] = [{**e, "inferred": True} for e in {(e["fn"], e["backward"], e["file"], e["line"]): e for e in found}.values()]
 
 def script_in_worker(progress: Progress, path: str, fn: str | None, variant: dict,
                      analysis: bool = False) -> tuple[tuple[dict, bytes, dict[str, bytes]], list[dict]]:

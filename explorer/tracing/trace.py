@@ -177,6 +177,7 @@ class Program:
   buffer_refs: list[Any] | None = None  # filled with a weak reference per trace buffer (a program merges its realizes' buffers by them)
   asts: list[Any] | None = None         # filled with its kernels' ASTs (a program renders its other targets from them at its end)
   scheduled: Scheduled | None = None    # scheduled already (a program's realize, to see whether it repeats an earlier one)
+  runs: bool = True  # False: a TinyJit took the schedule as it captured it; the JIT's runs run it (neither run nor timing here)
 
 @dataclass
 class Scheduled:
@@ -239,6 +240,7 @@ def _realize(rec: Recorder, program: Program, variant: Variant, device: str, bas
     chosen = [k["opts"] for k in trace["kernels"]] if len(trace["kernels"]) == len(asts) else None  # None: codegen failed, heuristic
     renders = pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, chosen, rec.analysis)
   rec.run("render", lambda: _render(trace, calls, renders, pool, blobs))
+  if not program.runs: return None
   return rec.run("run", lambda: _run(rec, linear, program))
 
 def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, base: int, pool: RenderPool, blobs: dict[str, bytes]) -> None:
@@ -250,7 +252,7 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   trace["spec_checks"] = {"tensor_graph": tg.tensor_spec_check(sink)}  # tinygrad's own specs, every UOp (schema.SpecCheck)
   with tg.disable_gc():  # as Tensor.realize runs them: schedule, codegen and the run with tinygrad's cyclic garbage collector off
     compiled = _realize(rec, program, variant, device, base, pool, blobs)
-  if variant.time:
+  if variant.time and program.runs:
     rec.settle()  # nothing else runs while kernels are timed
     rec.run("timing", lambda: _time(trace, compiled, variant, rec.tinygrad, rec.eager_s), detail=device)
   add_totals(trace)

@@ -59,18 +59,22 @@ def _kernel_names(call: UOp) -> list[str]:
   return [] if ast.op in (Ops.COPY, Ops.CUSTOM_FUNCTION) else [str(ast.op)]  # copies are the schedule's, not kernels
 
 @contextlib.contextmanager
-def on_jit_run(hook: Callable[[JitRun], None]) -> Iterator[None]:
-  """While inside, each run of a TinyJit's captured schedule (the one right after its capture, then every replay) calls hook once it
-  ran, as tinygrad ran it."""
-  original = tiny_jit.CapturedJit.__call__
-  def call(self: Any, input_uops: list[UOp], var_vals: dict[str, int]) -> Any:
+def on_jit(captured: Callable[[UOp, dict[str, int]], None], ran: Callable[[JitRun], None]) -> Iterator[None]:
+  """While inside, a schedule a TinyJit captures (a realize's, handed to it instead of run) calls captured(linear, its variables), and
+  each run of a TinyJit's captured schedule (the one right after its capture, then every replay) calls ran once it ran, as tinygrad
+  ran it."""
+  add, call = tiny_jit._TinyJit.add_linear, tiny_jit.CapturedJit.__call__
+  def add_linear(self: Any, linear: UOp, var_vals: dict[str, int]) -> None:
+    add(self, linear, var_vals)
+    captured(linear, dict(var_vals))
+  def run(self: Any, input_uops: list[UOp], var_vals: dict[str, int]) -> Any:
     st = time.perf_counter()
-    ret = original(self, input_uops, var_vals)
-    hook(JitRun(id(self), tuple(n for c in self.linear.src for n in _kernel_names(c)), dict(var_vals), time.perf_counter() - st))
+    ret = call(self, input_uops, var_vals)
+    ran(JitRun(id(self), tuple(n for c in self.linear.src for n in _kernel_names(c)), dict(var_vals), time.perf_counter() - st))
     return ret
-  tiny_jit.CapturedJit.__call__ = call  # type: ignore[method-assign]
+  tiny_jit._TinyJit.add_linear, tiny_jit.CapturedJit.__call__ = add_linear, run  # type: ignore[method-assign]
   try: yield
-  finally: tiny_jit.CapturedJit.__call__ = original  # type: ignore[method-assign]
+  finally: tiny_jit._TinyJit.add_linear, tiny_jit.CapturedJit.__call__ = add, call  # type: ignore[method-assign]
 
 # ***** tensor graph and scheduler *****
 

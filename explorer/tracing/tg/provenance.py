@@ -35,6 +35,11 @@ def _user_site() -> tuple[str, int, str | None] | None:
     via = f"{module}.{callee.f_code.co_qualname}"
   return (f.f_code.co_filename, f.f_lineno, via)
 
+def user_site() -> tuple[str, int] | None:
+  """The user's line this call came from: the first frame outside tinygrad and the explorer."""
+  site = _user_site()
+  return None if site is None else (site[0], site[1])
+
 @contextlib.contextmanager
 def sited_metadata() -> Iterator[None]:
   """While inside, each outermost Tensor function call records its caller's file and line with its metadata."""
