@@ -46,6 +46,12 @@ def test_a_pass_shows_the_stack_that_opened_it_and_links_the_programs_line(serve
   assert "called from capture_programs.py:" in stack.locator("summary").inner_text()
   stack.locator("summary").click()
   assert stack.locator("li[data-frame]").count() > 3 and "tinygrad/" in stack.inner_text()
+  match = page.locator("[data-match-list] tr[data-match]").first  # a match as the text diff of the graph written as Python (pyrender)
+  match.locator("td:last-child summary").click()
+  assert match.locator("pre.diff span.add").count() > 0 and match.locator("pre.diff span.del").count() > 0
+  page.click("[data-pass-python]")  # the graph the pass started from, as Python
+  page.wait_for_function("() => { const t = document.querySelector('[data-pass-python-text]').textContent; return t && t !== 'loading…'; }")
+  assert "UOp" in page.locator("[data-pass-python-text]").inner_text()
   frame = stack.locator("li[data-frame]:has(a[href*='/source#L'])").last  # the program's innermost line: what opened the pass's group
   code, link = frame.locator("code").inner_text(), frame.locator("a")
   line = int(link.get_attribute("href").rsplit("#L", 1)[1])
