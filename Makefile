@@ -75,8 +75,9 @@ test: setup lint
 	@rc=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "error: pytest collected no tests" >&2; fi; exit $$rc
 
-# plain tinygrad's codegen for every fidelity case of tests/test_targets.py, made again (after a tinygrad upgrade, or a change to the
-# explorer's Winograd builder: the suite says when); checked in under tests/golden/plain_codegen/
+# plain tinygrad's codegen for every fidelity case of tests/test_targets.py, and its outputs for every program of tests/programs/, made
+# again (after a tinygrad upgrade, a change to the explorer's Winograd builder or to a program: the suite says when); checked in under
+# tests/golden/
 golden: setup
 	$(PY) tests/golden/plain_codegen.py
 	$(PY) tests/golden/corpus.py
