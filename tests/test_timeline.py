@@ -23,8 +23,9 @@ def stored():
     yield client, staged, old, Store(db).get_trace(staged)
 
 def test_a_trace_records_its_stages_beside_tinygrads_profile(stored):
-  """Each stage that ran, in order, as long as its stage_seconds; tinygrad's schedule and codegen groups inside them; every kernel the
-  run stage launched on the trace's device, by tinygrad's name, in schedule order; memory in use that rises and falls to what stays."""
+  """Each stage that ran, in order, as long as its stage_seconds; tinygrad's schedule and codegen groups inside them, each compile that
+  ran on a lane of its own; every kernel the run stage launched on the trace's device, by tinygrad's name, in schedule order; memory
+  in use, never below nothing."""
   client, staged, _, trace = stored
   r = client.get(f"/api/traces/{staged}/timeline")
   assert r.status_code == 200, r.text
@@ -40,6 +41,8 @@ def test_a_trace_records_its_stages_beside_tinygrads_profile(stored):
   assert any(n.startswith("Schedule") for n, _, _ in host)
   inside = [n for n, st, en in host if codegen["st"] <= st and en <= codegen["en"]]
   assert sum(n.startswith("do_to_program") or n.startswith("get_program") for n in inside) >= len(trace["kernels"]), set(inside)
+  compiled = {names[n] for ln, n, st, en in tl["ranges"] if lanes[ln] == "compile" and codegen["st"] <= st and en <= codegen["en"]}
+  assert compiled == {k["name"] for k in trace["kernels"] if not k["compile_cached"]}  # each compile that ran, by its kernel
   (run,) = [s for s in stages if s["name"] == "run"]
   launched = [names[n] for ln, n, at in tl["runs"] if lanes[ln] == trace["env"]["device"] and run["st"] <= at <= run["en"]]
   in_order = [trace["kernels"][s["kernel"]]["name"] for s in trace["schedule"] if s["kernel"] is not None]

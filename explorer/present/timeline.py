@@ -5,7 +5,8 @@ import re
 from typing import Any, Callable
 from explorer.schema import Timeline
 
-LANE_TITLES = {"stages": "explorer stages", "tensor": "Tensor functions", "tinygrad": "tinygrad passes"}
+LANE_TITLES = {"stages": "explorer stages", "tensor": "Tensor functions", "tinygrad": "tinygrad passes", "compile": "compiles"}
+HOST_LANES = ("tensor", "tinygrad", "compile")
 MAX_ROWS = 16  # deeper nesting is drawn on the last row
 
 def nest(spans: list[tuple[float, float]]) -> list[int]:
@@ -36,7 +37,7 @@ def timeline_view(tl: Timeline, stage_url: Callable[[str, int | None], str | Non
   lanes = [_lane("stages", "stages", stage_items)]
   for i, lane in enumerate(tl["lanes"]):
     if i == 0 or (i not in by_lane and i not in runs): continue
-    kind = "host" if lane in ("tensor", "tinygrad") else "device"
+    kind = "host" if lane in HOST_LANES else "device"
     view = _lane(lane, kind, by_lane.get(i, []))
     view["runs"] = sorted(runs.get(i, []))
     lanes.append(view)

@@ -13,12 +13,17 @@ class HostTimeline:
   def __init__(self) -> None:
     self.stages: list[tuple[str, int | None, float, float]] = []  # (stage, realize or None, start, end): perf_counter seconds
     self.profile: tg.Profiling | None = None
+    self.spans: list[tuple[str, str, float, float]] = []  # (lane, name, start, end): what tinygrad's profiler does not record apart
 
   @contextlib.contextmanager
   def recording(self) -> Iterator[HostTimeline]:
     with tg.profiling() as self.profile: yield self
 
   def stage(self, name: str, realize: int | None, st: float, en: float) -> None: self.stages.append((name, realize, st, en))
+
+  def span(self, lane: str, name: str, st: float, en: float) -> None:
+    """Host work of the explorer's own measuring (each compile, timed by CompileTimer) on a lane of its own."""
+    self.spans.append((lane, name, st, en))
 
   def record(self) -> dict | None:
     """The timeline as the trace stores it, and tinygrad's events taken back out of its lists; None when it never recorded."""
@@ -31,8 +36,11 @@ class HostTimeline:
     def lane(x: str) -> int: return lanes.setdefault(x, len(lanes))
     def name(x: str) -> int: return names.setdefault(x, len(names))
     for fixed in ("tensor", "tinygrad"): lane(fixed)
-    ranges = sorted(ev.ranges, key=lambda r: r[3] - r[2], reverse=True)[:MAX_RANGES]
-    left_out = len(ev.ranges) - len(ranges)
+    own = [(ln, n, round(st * 1e6 - origin, 1), round(en * 1e6 - origin, 1)) for ln, n, st, en in self.spans]
+    for ln, *_ in own: lane(ln)
+    every = ev.ranges + own
+    ranges = sorted(every, key=lambda r: r[3] - r[2], reverse=True)[:MAX_RANGES]
+    left_out = len(every) - len(ranges)
     return {
       "unit": "us",
       "stages": [{"name": s, "realize": r, "st": round(st * 1e6 - origin, 1), "en": round(en * 1e6 - origin, 1)} for s, r, st, en in self.stages],

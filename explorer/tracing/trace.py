@@ -326,6 +326,8 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
     finally: timer.close()
     seconds = time.perf_counter() - st
     facts = tg.program_facts(prg, var_vals=trace.get("variables"))
+    if (timeline := rec.timeline) is not None:
+      for cst, cen in timer.spans: timeline.span("compile", facts.name, cst, cen)
     ps = [p for _, group in tg.passes_since(mark, base) for p in group]
     passes = [pass_record(p) for p in ps]
     s = trace["schedule"][c.index]

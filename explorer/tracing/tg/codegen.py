@@ -38,6 +38,7 @@ class CompileTimer:
   CompileFailed with the compiler's own message."""
   def __init__(self, renderer: Renderer):
     self.seconds, self.calls = 0.0, 0  # calls: compiles that ran (none: tinygrad's disk cache had the binary)
+    self.spans: list[tuple[float, float]] = []  # each compile's start and end (perf_counter)
     comp = renderer.compiler
     inner = comp.compile
     def timed(src: str) -> bytes:
@@ -50,7 +51,9 @@ class CompileTimer:
           err.seek(0)
           said = "\n".join(err.read().splitlines()[:40])
           raise CompileFailed(f"{type(comp).__name__} rejected the kernel: " + (said or f"{type(e).__name__}: {e}"), src) from e
-        finally: self.seconds += time.perf_counter() - st
+        finally:
+          self.spans.append((st, en := time.perf_counter()))
+          self.seconds += en - st
     self._comp, self._inner = comp, inner
     comp.compile = timed  # type: ignore[method-assign]
   def close(self) -> None: self._comp.compile = self._inner  # type: ignore[method-assign]
