@@ -20,8 +20,12 @@ def test_the_panel_opens_on_the_kernels_own_opts_and_a_refused_apply_is_not_show
   assert int(before.nth(3).locator("td").nth(1).inner_text()) <= 16  # what UPCAST:3:0 needs: tinygrad upcasts at most 16
   assert page.locator("#opts-result [data-opts-axes-table=after] tbody tr").count() >= 1
   assert not errors, errors
-  page.fill("#opts-add", "UPCAST:0:7")
+  page.fill("#opts-add", "nonsense")  # no opt: said as it is added, never sent
   page.click("#opts-add-button")
+  assert "is not an opt" in status.inner_text() and page.locator("#opts-chips [data-opt='NONSENSE']").count() == 0
+  page.fill("#opts-add", "upcast 0 7")  # written with spaces: read as UPCAST:0:7
+  page.click("#opts-add-button")
+  assert page.locator("#opts-chips [data-opt='UPCAST:0:7']").count() == 1
   page.click("#opts-apply")
   page.wait_for_selector("#opts-status.err", timeout=180_000)
   assert "can't divide" in page.locator("#opts-status").inner_text()

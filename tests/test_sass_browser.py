@@ -23,6 +23,9 @@ def test_a_uop_a_line_and_an_instruction_light_up_each_other(live_server, page, 
   # a UOp of the heaviest: every instruction whose line the line map gives for it, and those lines
   chip = page.locator("#sass-heaviest [data-uop]").first
   u = int(chip.get_attribute("data-uop"))
+  assert (chip.get_attribute("title") or "").startswith(f"UOp #{u}: ")  # what the chip is: the UOp's op and dtype
+  line_chip = page.locator("#sass-source td.uops [data-uop]").first
+  assert "source line" in (line_chip.get_attribute("title") or "") and " · made " in line_chip.get_attribute("title")
   chip.click()
   want = [i for i in got["instructions"] if u in i["uops"]]
   assert lit(page) == (sorted(i["offset"] for i in want), sorted({i["line"] for i in want}))

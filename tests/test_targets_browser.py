@@ -26,9 +26,12 @@ def test_the_switcher_turns_the_page_to_the_target(live_server, traced, page, er
     page.click("#code-panel [data-tab=compiled]")
     assert "SASS" in page.locator("#compiled-pane").inner_text() or "PTX" in page.locator("#compiled-pane").inner_text()
   page.screenshot(path=str(ARTIFACTS / "targets_cuda.png"))
-  page.click("#target-switcher a[data-target=opencl]")  # not traced: computed now, the page follows, then reloads with it
+  source = page.locator(".ribbon a[data-stage=source] .fact")
+  assert source.inner_text() == "1 target + host"
+  page.click("#target-switcher a[data-target=opencl]")  # not traced: computed now, the page follows, then puts it in place
   page.wait_for_selector("#target-facts[data-target=opencl]", timeout=300_000)
   assert "opencl kernel" in page.locator("#target-facts").inner_text().lower() and not page.locator("#pending-target").count()
+  assert source.inner_text() == "2 targets + host"  # the ribbon's Source stage counts it, with no reload
   assert not errors, errors
 
 def test_a_nodes_pane_names_the_pass_and_rule_that_made_it(live_server, page, errors):

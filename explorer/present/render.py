@@ -10,7 +10,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import CLexer, CppLexer, CudaLexer, LlvmLexer, PtxLexer, TextLexer, WgslLexer
 from explorer.clocks import METHODS, how, method_of, ratio_words
 from explorer.present.beam import beam_plot
-from explorer.spec import opt_label
+from explorer.spec import HAND_OPT_RE, opt_label
 from explorer.stats import noisy
 from explorer.text import provenance_sites
 from explorer.present.graphs import fmt_bytes, fmt_seconds, kernel_time
@@ -141,6 +141,10 @@ def clock_badge(t: Any, device: str, what: str = "") -> Markup:
   tip = "; ".join(x for x in (what, how(t, device), info.summary if info else "") if x)
   return Markup('<span class="badge clock" data-clock="{}" title="{}">{}</span>').format(method, tip, info.label if info else method)
 
+def preset_label(preset: str | None, algo: str | None) -> str:
+  """A trace's preset as every list says it: its name, "custom" for a convolution of another shape, "–" for a program (none applies)."""
+  return preset or ("–" if algo == "program" else "custom")
+
 def clock_methods_json() -> Markup:
   """METHODS for the pages' scripts (explorer.js's clockBadge)."""
   return tojson_compact({k: {"label": m.label, "summary": m.summary} for k, m in METHODS.items()})
@@ -155,6 +159,8 @@ def environment() -> jinja2.Environment:
   env.filters["compact_uop"] = compact_uop
   env.filters["opt_label"] = opt_label
   env.globals["beam_plot"] = beam_plot
+  env.globals["preset_label"] = preset_label
+  env.globals["hand_opt_pattern"] = HAND_OPT_RE.pattern  # the opts panel checks an opt as it is added, as the server will
   env.globals["noisy"] = noisy
   env.globals["grouped_stages"] = grouped_stages
   env.globals["largest_buffers"] = largest_buffers

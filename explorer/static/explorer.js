@@ -657,13 +657,19 @@ function initProgress(root = document) {
 
 /* ***** a kernel's record on another target, computed on first view: follow its job, then put the page in place (no reload) ***** */
 
-async function swapIn(id) {  // the element of this id as the same page renders it now, in place of the one shown, brought to life
+async function swapIn(id, also = []) {  // the element of this id as the same page renders it now, in place of the one shown, brought to
+  // life; `also`: selectors of other parts that change with it (the pipeline ribbon's facts), replaced as they are
   const html = await (await fetch(window.location.href, { headers: { Accept: "text/html" }, cache: "no-store" })).text();
-  const fresh = new DOMParser().parseFromString(html, "text/html").getElementById(id), now = document.getElementById(id);
+  const doc = new DOMParser().parseFromString(html, "text/html");
+  const fresh = doc.getElementById(id), now = document.getElementById(id);
   if (!fresh || !now) { window.location.reload(); return; }
   const node = document.importNode(fresh, true);
   now.replaceWith(node);
   boot(node);
+  for (const sel of also) {
+    const was = document.querySelector(sel), is = doc.querySelector(sel);
+    if (was && is) was.replaceWith(document.importNode(is, true));
+  }
 }
 
 function initPendingTarget(root = document) {
@@ -672,7 +678,7 @@ function initPendingTarget(root = document) {
   const poll = async () => {
     try {
       const r = await fetch(box.dataset.poll);
-      if (r.status === 200) { await swapIn("kernel-body"); return; }
+      if (r.status === 200) { await swapIn("kernel-body", ["nav.ribbon"]); return; }
       const d = await r.json();
       if (r.status === 202) { $("[data-pending-detail]", box).textContent = d.detail || d.status; }
       else { box.className = "alert err"; box.textContent = d.detail || `${r.status}`; return; }
@@ -800,7 +806,13 @@ function initOpts(root = document) {
     if (r.status !== 200) { const d = await r.json().catch(() => ({})); say(d.detail || `failed (${r.status})`, true); previous(); return; }
     await show(start, list);
   };
-  const add = () => { const o = input.value.trim().toUpperCase(); if (o) { opts.push(o); input.value = ""; draw(); } };
+  const pattern = new RegExp(`^(${panel.dataset.optPattern})$`);
+  const add = () => {  // "UPCAST 0 4" is read as UPCAST:0:4; anything else that is no OP:AXIS:ARG is said at once, not added
+    const o = input.value.trim().toUpperCase().replace(/\s*:\s*|\s+/g, ":");
+    if (!o) return;
+    if (!pattern.test(o)) { say(`${o} is not an opt: write OP:AXIS:ARG (UPCAST:0:4)`, true); return; }
+    opts.push(o); input.value = ""; draw(); say(`added ${o}: Apply to see it`);
+  };
   $("#opts-add-button", panel).addEventListener("click", add);
   input.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); add(); } });
   $("#opts-apply", panel).addEventListener("click", () => apply("none", opts));
