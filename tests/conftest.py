@@ -164,6 +164,11 @@ def page(browser, errors):
   yield pg
   pg.close()
 
+def duplicate_ids(pg) -> list[str]:
+  """The element ids the page holds more than once."""
+  return pg.evaluate("() => { const n = {}; document.querySelectorAll('[id]').forEach(e => n[e.id] = (n[e.id] || 0) + 1);"
+                     " return Object.keys(n).filter(k => n[k] > 1) }")
+
 def wait_graphs(pg) -> None:
   """Every graph viewer on the page has its SVG (or its error) in place."""
   pg.wait_for_function("() => [...document.querySelectorAll('.viewer')].every(v => v.dataset.loaded)", timeout=GRAPH_TIMEOUT_MS)

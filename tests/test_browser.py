@@ -38,7 +38,7 @@ def test_submit_watch_progress_then_the_trace(submitted, page):
   rows = page.locator("#kernel-table tbody tr")
   assert rows.count() >= 3
   assert "winograd" in page.locator(".trace-title h1").inner_text()
-  assert page.locator(".ribbon a").count() == 7 and page.locator(".ribbon .dot.error").count() == 0
+  assert page.locator(".ribbon a").count() == 8 and page.locator(".ribbon .dot.error").count() == 0  # the pipeline, then the timeline
   assert page.locator("#kernel-table .bar span").count() >= 3  # time bars
 
 def test_bufferize_view(submitted, page):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re, shutil, time
 import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, trace_on, wait_graphs
+from conftest import ARTIFACTS, duplicate_ids, needs_chromium, trace_on, wait_graphs
 
 pytestmark = [pytest.mark.browser, needs_chromium, pytest.mark.traces({"preset": "small", "variant": {"targets": ["cuda"], "time": False}})]
 
@@ -15,6 +15,7 @@ def test_the_switcher_turns_the_page_to_the_target(live_server, traced, page, er
   page.wait_for_url(re.compile(r".*target=cuda.*"))
   assert page.locator("#target-facts").get_attribute("data-target") == "cuda"
   assert page.locator("#dims").inner_text() == "2×4×1 × 16×8×1" != host_dims  # the case: CUDA's 16x8 threads, not the host's
+  assert duplicate_ids(page) == []  # each source tab's lines have ids of their own (cuda-L-3): S-12 was there twice
   assert "compile:" in page.locator("#compile-facts").inner_text()
   assert page.evaluate("() => [...document.querySelectorAll('.stat .v')].every(v => v.scrollWidth <= v.clientWidth + 1)")  # nothing cut
   page.evaluate("window.stillThisPage = true")

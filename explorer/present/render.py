@@ -23,8 +23,12 @@ TARGET_LABELS = {"host": "Host", "cuda": "CUDA", "metal": "Metal", "opencl": "Op
                  "wgsl": "WGSL"}
 LEXERS: dict[str, type[Lexer]] = {"cuda": CudaLexer, "metal": CppLexer, "opencl": CLexer, "clang": CLexer, "llvm": LlvmLexer, "ptx": PtxLexer,
                                   "wgsl": WgslLexer}
-# each line an anchor (#L-12, the permalink) inside a span (S-12, what the line map colours)
-FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False, linenos="table", lineanchors="L", linespans="S", anchorlinenos=False, wrapcode=True)
+# each line an anchor (#L-12, the permalink) inside a span (S-12, what the line map colours); a page's other sources prefix theirs
+# (cuda-L-12), so that no id is there twice
+@functools.cache
+def formatter(prefix: str = "") -> HtmlFormatter:
+  return HtmlFormatter(cssclass="hl", nowrap=False, linenos="table", lineanchors=f"{prefix}L", linespans=f"{prefix}S", anchorlinenos=False,
+                       wrapcode=True)
 
 def target_label(target: str) -> str: return TARGET_LABELS.get(target, target)  # a target with no label of its own: its name
 
@@ -33,8 +37,9 @@ def lexer_for(target: str, source: str) -> Lexer:
   return LEXERS.get(target, TextLexer)()
 
 @functools.lru_cache(maxsize=256)
-def highlighted(target: str, source: str) -> Markup:
-  return Markup(highlight(source, lexer_for(target, source), FORMATTER))
+def highlighted(target: str, source: str, ids: str = "") -> Markup:
+  """The source highlighted, each line's anchor and span ids prefixed by `ids` ("cuda-": cuda-L-12); none for the page's own source."""
+  return Markup(highlight(source, lexer_for(target, source), formatter(ids)))
 
 _RUNS = re.compile(r" {2,}")
 
@@ -44,7 +49,7 @@ def compact_uop(line: str) -> str:
 
 def pygments_css() -> str:
   """The highlighting style, scoped to .hl (pygments also emits global pre/td rules, which would restyle the whole page)."""
-  return "\n".join(ln for ln in FORMATTER.get_style_defs(".hl").splitlines() if ln.startswith(".hl"))
+  return "\n".join(ln for ln in formatter().get_style_defs(".hl").splitlines() if ln.startswith(".hl"))
 
 def fmt_count(n: Any) -> str: return "–" if n is None else f"{n:,}"
 
