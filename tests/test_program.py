@@ -339,7 +339,7 @@ def test_each_rewrite_keeps_the_python_stack_that_opened_it(cnn, db):
 def test_a_program_reads_the_same_preset_in_recent_and_the_library(cnn, db):
   """One label: a program has no preset ("–") in the home page's Recent list and in the Library alike (the Library said "custom")."""
   from fastapi.testclient import TestClient
-  with TestClient(app_over(str(db))) as client: pages = client.get("/").text, client.get("/library").text
+  with TestClient(app_over(str(db))) as client: pages = client.get("/").text, client.get("/traces").text
   for page in pages:
     row = page[page.index(f'{cnn["id"]}</span></td>'):]
     assert row.split("<td>", 1)[1].startswith("–</td>"), row[:300]

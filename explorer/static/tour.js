@@ -213,7 +213,7 @@ function markLines(kernel, notes) {
     if (!p || p.kernel !== kernel) continue;
     const panel = tq(`.tab-panel[data-panel="${p.target}"]`);
     if (!panel) continue;
-    let at = tq(`a[id="L-${p.line}"]`, panel);
+    let at = tq(`a[id="L-${p.line}"], a[id$="-L-${p.line}"]`, panel);  // a tab other than the page's own prefixes its ids (cuda-L-6)
     if (!at && p.target === "uops") at = uopsLine(panel, p.line);
     if (!at) continue;
     const pin = el("span", { class: "line-note", title: n.text, "data-note-id": String(n.id) }, `✎ ${n.text.length > 60 ? n.text.slice(0, 59) + "…" : n.text}`);
