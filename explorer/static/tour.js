@@ -229,10 +229,10 @@ function uopsLine(panel, line) {
   if (!pre) return null;
   if (!pre.dataset.split) {
     const lines = pre.textContent.split("\n");
-    pre.replaceChildren(...lines.flatMap((ln, i) => [el("a", { id: `L-${i + 1}` }), document.createTextNode(ln + (i < lines.length - 1 ? "\n" : ""))]));
-    pre.dataset.split = "1";
+    pre.replaceChildren(...lines.flatMap((ln, i) => [el("a", { id: `uops-L-${i + 1}` }), document.createTextNode(ln + (i < lines.length - 1 ? "\n" : ""))]));
+    pre.dataset.split = "1";  // ids of their own: the page's source holds L-1...
   }
-  return tq(`a[id="L-${line}"]`, pre);
+  return tq(`a[id="uops-L-${line}"]`, pre);
 }
 
 async function refreshAnchored(trace) {
