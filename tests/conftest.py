@@ -7,6 +7,16 @@ import httpx
 import pytest
 from support import app_over
 
+def _import_anyio_whole() -> None:
+  """anyio (4.16) imports its parts on first use, from whichever thread uses them first (a TestClient's portal, a live server's), and
+  pytest rewrites a plugin's modules as they are imported, with `ast.parse`. Python 3.11.7's parser counts its recursion depth per
+  interpreter, not per thread (CPython gh-106905): two threads parsing at once fail with "AST constructor recursion depth mismatch".
+  All of anyio is imported here, at collection, on the main thread."""
+  import anyio
+  for name in dir(anyio): getattr(anyio, name)
+
+_import_anyio_whole()
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
 SMALL_WINO = {"preset": "small", "variant": {"algo": "winograd", "targets": ["cuda", "metal"]}}  # the pages' other targets, asked for
