@@ -227,6 +227,12 @@ class TimeStats(TypedDict):
   samples: NotRequired[list[Seconds]]  # a schedule's (Timing.total_s, span_s): each repeat's, for sums over a program's realizes
 
 @with_config(STRICT)
+class BoundTime(TypedDict):
+  """A symbolic kernel timed alone (as Kernel.time_s) with its variables bound to `variables`: one of the value sets it ran with."""
+  variables: dict[Name, int]
+  time_s: TimeStats
+
+@with_config(STRICT)
 class Storage(TypedDict):
   reg_buffers: Count
   reg_values: Count
@@ -301,6 +307,7 @@ class Kernel(TypedDict):
   ast_sink: int | None
   ast_key: NotRequired[Name]
   variables: NotRequired[dict[Name, list[int]]]  # a symbolic kernel's variables (its source's parameters) and their bounds [min, max]
+  times_at: NotRequired[list[BoundTime]]         # a timed symbolic kernel's: alone at each set of values the program bound it to
   linear_uops: Count
   ops: dict[Name, Count]
   opts: list[Line]
@@ -1023,6 +1030,30 @@ def totals_of(trace: Trace) -> Totals | None:
 def realizes_of(trace: Trace) -> list[Realize]:
   """A captured program's realizes, in order ([] for a convolution's trace, which has none)."""
   return trace.get("realizes") or []
+
+def kernel_runs(trace: Trace, kernel: Kernel) -> list[tuple[str, dict[str, int], float | None]]:
+  """Each time a program ran the kernel, in order, as (how, its variables' values, the wall seconds of the step it ran in: None for
+  the traced realize, whose stages are timed apart): its realize (traced, or captured by a TinyJit and not run then), that realize's
+  repeats, and the runs of each TinyJit whose kernels are its realize's."""
+  r, realizes = kernel.get("realize", 0), realizes_of(trace)
+  if r >= len(realizes): return [("traced", trace.get("variables") or {}, None)]
+  me = realizes[r]
+  how = "captured by TinyJit (not run then)" if me.get("captured") else "traced"
+  runs: list[tuple[str, dict[str, int], float | None]] = [(how, me.get("variables") or trace.get("variables") or {}, None)]
+  runs += [("repeat", x.get("variables") or {}, x["seconds"]) for x in me.get("repeats", [])]
+  for j in trace.get("jits") or []:
+    if j["realizes"] and j["realizes"][0] <= r < j["realizes"][1]:
+      runs += [(f"TinyJit {j['index'] + 1}", x.get("variables") or {}, x["seconds"]) for x in j["runs"]]
+  return runs
+
+def bound_sets(trace: Trace, kernel: Kernel) -> list[dict[str, int]]:
+  """The distinct values a symbolic kernel's variables were bound to when it ran (a captured realize's excepted: nothing ran), in the
+  order first seen; [] for a kernel without variables."""
+  names, out = set(kernel.get("variables") or {}), list[dict[str, int]]()
+  for how, values, _ in kernel_runs(trace, kernel):
+    mine = {n: v for n, v in values.items() if n in names}
+    if names and set(mine) == names and not how.startswith("captured") and mine not in out: out.append(mine)
+  return out
 
 def pressure_of(rec: TargetRecord) -> Pressure | None:
   """A record's live values (register pressure), or None where they were not computed (an enrichment computes them on first view)."""

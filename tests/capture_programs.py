@@ -102,7 +102,12 @@ def program_captured(model: str, db: str) -> dict:
   return {"id": t.store(db), "kernels": len(t.kernels), "copies": t.data["totals"]["copies"], "realizes": len(t.data["realizes"]),
           "timing": t.data.get("timing"), "times": [k["time_s"] for k in t.kernels], "realize_totals": [r["total_s"] for r in t.data["realizes"]],
           "per_realize": [len(r.kernels) for r in t.traces], "sources": [k["sources"]["host"] for k in t.kernels],
-          "provenance": [k["provenance"] for k in t.kernels], "printed": str(t), "status": t.data["status"], "flops": [k["flops"] for k in t.kernels]}
+          "provenance": [k["provenance"] for k in t.kernels], "printed": str(t), "status": t.data["status"], "flops": [k["flops"] for k in t.kernels],
+          "weights": weights(setup[1])}
+
+def weights(opt) -> list[list[float]]:
+  """Every parameter after the step, as the optimizer left it."""
+  return [p.numpy().ravel().tolist() for p in opt.params]
 
 def program_plain(model: str) -> dict:
   """The same step in plain tinygrad: how many kernels it runs (GlobalCounters) and what DEBUG=4 prints (every source it compiles)."""
@@ -114,7 +119,7 @@ def program_plain(model: str) -> dict:
   GlobalCounters.reset()
   out = io.StringIO()
   with contextlib.redirect_stdout(out), Context(DEBUG=4): training_step(*setup).realize()
-  return {"count": GlobalCounters.kernel_count, "debug": out.getvalue()}
+  return {"count": GlobalCounters.kernel_count, "debug": out.getvalue(), "weights": weights(setup[1])}
 
 def forward_captured(db: str) -> dict:
   """The CNN's forward pass alone: no kernel of it is backward."""
@@ -156,9 +161,10 @@ def kv_decode(db: str | None) -> dict:
     return ((q @ k.T / KV_DIM ** 0.5).softmax(-1) @ v).realize()  # model: attention over the cache
   pos = Variable("pos", 0, KV_MAX - 1)
   def decode() -> list[list[float]]: return [step(x, pos.bind(i)).numpy().ravel().tolist() for i, x in enumerate(xs)]
-  if db is None: return {"outputs": decode()}
-  with capture(name="kv decode") as t: outputs = decode()
-  return {"id": t.store(db), "status": t.data["status"], "failures": t.data["failures"], "outputs": outputs, "kernels": len(t.kernels),
+  if db is None: return {"outputs": decode(), "caches": [cache_k.numpy().ravel().tolist(), cache_v.numpy().ravel().tolist()]}
+  with capture(name="kv decode", time=True, warmup=1, repeats=3) as t: outputs = decode()
+  return {"times_at": [k.get("times_at") for k in t.kernels], "caches": [cache_k.numpy().ravel().tolist(), cache_v.numpy().ravel().tolist()],
+          "id": t.store(db), "status": t.data["status"], "failures": t.data["failures"], "outputs": outputs, "kernels": len(t.kernels),
           "variables": [r.get("variables") for r in t.data["realizes"]], "jits": t.data.get("jits", []), "realizes": len(t.data["realizes"]),
           "kernel_variables": [k.get("variables") for k in t.kernels], "kernel_names": [k["name"] for k in t.kernels], "printed": str(t)}
 

@@ -50,6 +50,7 @@ def test_a_training_step_is_one_program_of_tinygrads_own_kernels(model, cnn, res
   assert {"conv2d", "relu" if model == "residual" else "linear"} <= backward, backward
   optimizer = [e for entries in got["provenance"] for e in own(entries) if e["line"] == model_line("optimizer step")]
   assert optimizer and all((e["via"] or "").startswith("nn.optim") for e in optimizer)
+  assert got["weights"] == plain["weights"]  # the step applied once, as plain tinygrad applies it: timing runs kernels again, not the step
   if model == "residual":  # timed: every kernel, and the program's total is its realizes' summed
     assert all(t and t["n"] == 3 for t in got["times"]) and got["timing"]["repeats"] == 3
     sums = [sum(repeat) for repeat in zip(*(r["samples"] for r in got["realize_totals"]))]  # each repeat's realizes summed
@@ -93,10 +94,18 @@ def test_a_symbolic_kv_cache_decode_under_tinyjit(db):
   bound, recorded per realize, and the run and its timing use their values. Its first call is traced whole; its capture hands the
   schedule to the JIT (nothing runs then: it is traced up to its render), and the JIT's runs (the one right after its capture, then
   each replay) are recorded as runs of those realizes' kernels, with the position each was bound to; a symbolic kernel names its
-  variable and bounds."""
+  variable and bounds. Timed, each symbolic kernel is timed alone at every position it ran with (the JIT's captured kernels by the
+  first call's compiled kernels of the same AST), its writes kept as the program left them: the outputs and the caches are plain's."""
   got, plain = run_json("kv-decode", str(db)), run_json("kv-decode")
   assert got["status"] == "ok" and not got["failures"], got["failures"]
-  assert got["outputs"] == plain["outputs"] and got["kernels"] > 0
+  assert got["outputs"] == plain["outputs"] and got["caches"] == plain["caches"] and got["kernels"] > 0
+  for variables, times in zip(got["kernel_variables"], got["times_at"]):  # every symbolic kernel, at each position it ran with
+    if variables: assert times and all(t["time_s"]["n"] == 3 and t["time_s"]["method"] == "host" and t["time_s"]["median"] > 0 for t in times)
+    else: assert times is None
+  half = len(got["times_at"]) // 2
+  assert {tuple(t["variables"]["pos"] for t in ts) for ts in got["times_at"][:half] if ts} == {(0,)}  # the first call: pos=0, run
+  assert {tuple(t["variables"]["pos"] for t in ts) for ts in got["times_at"][half:] if ts} == {(1, 2, 3)}  # the JIT's runs'
+
   assert got["variables"] == [{"pos": 0}] * 3 + [{"pos": 1}] * 3  # the first call's realizes, run; the second's, captured by the JIT
   (jit,) = got["jits"]
   assert jit["realizes"] == [3, 6] and jit["kernels"] == got["kernel_names"][len(got["kernel_names"]) // 2:]
@@ -109,6 +118,8 @@ def test_a_symbolic_kv_cache_decode_under_tinyjit(db):
   assert 'data-jit-runs="3"' in program and "pos=3" in program
   symbolic = kernel[kernel.index('id="symbolic"'):]
   assert all(f'<td class="num mono">{i}</td>' in symbolic for i in range(1, 4)) and "TinyJit 1" in symbolic and "captured by TinyJit" in symbolic
+  alone = re.findall(r'<td class="num" data-alone>(.*?)</td>', symbolic, re.S)
+  assert alone[0] == "–" and all('data-clock="host"' in a for a in alone[1:]) and len(alone) == 4  # captured (not run), then 3 runs
 
 def test_a_programs_roofline_puts_each_kernel_against_its_own_dtypes_roof(residual, db):
   """A program's roofline was a 500 ("no single dtype to put against the roofs"): each kernel goes against its own dtype's roof."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 from explorer.analysis.roofline import Peaks
-from explorer.schema import Kernel, Trace, own_provenance, provenance_of, via_of
+from explorer.schema import Kernel, Trace, kernel_runs, own_provenance, provenance_of, via_of
 from explorer.text import provenance_sites
 
 PHASES = ("forward", "backward", "optimizer", "other")
@@ -122,21 +122,14 @@ def memory(trace: Trace) -> dict[str, Any]:
                                                        "sites": sites(writer) if writer else []}}
 
 def bound_values(trace: Trace, k: Kernel) -> list[dict[str, Any]]:
-  """A symbolic kernel's variables, each with its bounds and the values it ran with, in order: its realize's (traced), then each
-  repeat's and each run of a TinyJit whose kernels are its realize's, with that run's wall seconds (the whole realize or jit run:
-  per-value times of the step the kernel is in)."""
+  """A symbolic kernel's variables, each with its bounds and the values it ran with, in order (schema.kernel_runs), each run with the
+  wall seconds of its step (the whole realize or TinyJit run) and, where the capture was timed, the kernel's own time alone at that
+  run's values (Kernel.times_at)."""
   if not (variables := k.get("variables")): return []
-  r = k.get("realize", 0)
-  realizes = trace.get("realizes") or []
-  runs: list[tuple[str, dict[str, int], float | None]] = []
-  if r < len(realizes):
-    me = realizes[r]
-    runs.append(("captured by TinyJit (not run then)" if me.get("captured") else "traced", me.get("variables") or trace.get("variables") or {},
-                 None))
-    runs += [("repeat", x.get("variables") or {}, x["seconds"]) for x in me.get("repeats", [])]
-  else: runs.append(("traced", trace.get("variables") or {}, None))
-  for j in trace.get("jits") or []:
-    if j["realizes"] and j["realizes"][0] <= r < j["realizes"][1]:
-      runs += [(f"TinyJit {j['index'] + 1}", x.get("variables") or {}, x["seconds"]) for x in j["runs"]]
-  return [{"name": name, "min": lo, "max": hi, "runs": [{"how": how, "value": vals.get(name), "seconds": secs} for how, vals, secs in runs]}
+  alone = [(t["variables"], t["time_s"]) for t in k.get("times_at") or []]
+  def at(values: dict[str, int]) -> Any: return next((t for vs, t in alone if all(values.get(n) == v for n, v in vs.items())), None)
+  runs = kernel_runs(trace, k)
+  return [{"name": name, "min": lo, "max": hi,
+           "runs": [{"how": how, "value": vals.get(name), "seconds": secs, "alone": None if how.startswith("captured") else at(vals)}
+                    for how, vals, secs in runs]}
           for name, (lo, hi) in variables.items()]

@@ -7,7 +7,7 @@ Used by the Python API (explorer.api.capture, in the user's own process) and by 
 from __future__ import annotations
 import contextlib, dataclasses, inspect, math, time, traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 import numpy as np
 from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.reference import error_stats
@@ -18,6 +18,7 @@ from explorer.tracing.trace import (Program, Progress, Scheduled, _quiet, add_to
                                     schedule_ahead)
 from explorer.store import add_target_record
 from explorer.spec import Variant
+from explorer.schema import Trace, bound_sets
 
 NOT_TRACKING = ("tinygrad was imported before the explorer with rewrite tracking off, so its passes' matches cannot be recorded "
                 "(tinygrad chooses its tracking at import). Restart the interpreter (the notebook's kernel) and import the explorer "
@@ -59,7 +60,8 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
   roles = lambda: {tg.buffer_key(tg.tensor_buffer(o)): "output" for o in outs}
   check = reference_check(reference, rel_tolerance) if reference is not None else None
   plan = Program(outs, roles, kernel_role, check, provenance=program is not None, buffer_refs=None if program is None else program.refs,
-                 asts=None if program is None else program.asts, scheduled=scheduled, runs=runs)
+                 asts=None if program is None else program.asts, scheduled=scheduled, runs=runs,
+                 symbolic=None if program is None else program.symbolic)
   def stages(rec, base, pool, blobs) -> None:  # the graph exists already: the user's code built it
     with tg.opt_context(variant.opt): pipeline(rec, plan, variant, device, base, pool, blobs)
   if program is None: return record(trace, variant, device, progress, stages, analysis)
@@ -74,6 +76,7 @@ class ProgramRealize:
   timeline: HostTimeline | None = None  # the program's: this realize's stages join it
   refs: list[Any] = field(default_factory=list)
   asts: list[Any] = field(default_factory=list)
+  symbolic: list[tuple[int, Any]] = field(default_factory=list)  # (kernel index in the realize, its compiled call) per symbolic kernel
 
 class ProgramTrace:
   """A program's realizes merged, as they run, into one trace: kernels and schedule rows numbered across the program (each row and
@@ -259,6 +262,7 @@ class Capturing:
     self._timeline = HostTimeline()
     self._jits: dict[int, int] = {}  # a TinyJit's captured schedule (its id) -> its index in the trace's `jits`
     self._jit_linears: list[tuple[Any, dict[str, int]]] = []  # what a TinyJit captured of the realize at hand
+    self._symbolic: dict[str, Any] = {}  # a symbolic kernel's AST key -> a compiled call of it, run once: timed at the end
 
   def _on_realize(self, outs: list[Any]) -> None:
     if tg.jit_capturing(): return self._jit_captures(outs)
@@ -295,7 +299,9 @@ class Capturing:
     for k in trace["kernels"]:  # nothing it computes names a line, nothing near it does (a fill nothing reads): the line that realized it
       if not k.get("provenance") and (site := tg.user_site()) is not None:
         k["provenance"] = [{"fn": "realize", "file": site[0], "line": site[1], "backward": False, "via": None, "inferred": True}]
+    k0 = len(self._program.trace["kernels"])
     self._program.add(trace, mine.refs, mine.asts, runs)
+    for i, call in mine.symbolic: self._symbolic.setdefault(self._program.trace["kernels"][k0 + i].get("ast_key", ""), call)
     if runs and "run" not in trace["stage_seconds"]:  # scheduled (the tensors now name their buffers) but never run: never read zeros
       f = (trace["failures"] or [{"stage": "?", "error": "unknown"}])[0]
       raise RuntimeError(f"tracing {name} failed at stage {f['stage']} ({f['error']}), before the program ran: its tensors hold no values")
@@ -328,11 +334,27 @@ class Capturing:
 
   def __exit__(self, *exc: Any) -> None:
     self._stack.close()
+    if self.realizes and exc[0] is None and self.variant.time and self._symbolic:
+      with timed_stage(self._timeline, "timing at bound values", None): self._time_bound_values()
     timeline = self._timeline.record()  # tinygrad's events taken back out of its lists, whatever happened
     if self.realizes and exc[0] is None:
       self._program.trace["timeline"] = timeline
       device = self.realizes[0]["env"]["device"]
       self.result = self._program.finish(self._base, device, self.analysis)
+
+  def _time_bound_values(self) -> None:
+    """Each symbolic kernel timed alone at every set of values the program ran it with (its realize's, its repeats', its TinyJit's
+    runs'), by the clock its trace's timing used: a decode step's attention at each position (Kernel.times_at)."""
+    from explorer.tracing.timing import time_at_values
+    trace = self._program.trace
+    clock = tg.clock_for(trace["env"]["device"])
+    try:
+      with tg.disable_gc():
+        for k in trace["kernels"]:  # a TinyJit's captured kernels (never run by the capture) by a run realize's call of the same AST
+          if (call := self._symbolic.get(k.get("ast_key", ""))) is not None and (values := bound_sets(cast(Trace, trace), k)):
+            k["times_at"] = time_at_values(clock, call, values, self.variant.warmup, self.variant.repeats)
+    finally: clock.close()
+    self._symbolic.clear()  # the calls hold their buffers: let them go
 
 def infer_provenance(trace: dict) -> None:
   """A kernel whose own compute carries no metadata (a copy, a fill, or compute the scheduler rebuilt beyond tinygrad's reach) gets

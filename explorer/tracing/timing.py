@@ -32,7 +32,11 @@ def time_schedule(clock: tg.Clock, compiled: Any, device: str, warmup: int, repe
                   on_repeat: Callable[[int], None] | None = None) -> dict[str, Any]:
   """Warmup, then repeats of Replay.sample, so that drift hits every kernel and the span alike. Returns each kernel's records (time_s,
   time_warm_s, time_batch_s: explorer.schema.Kernel's) and the schedule's (total_s: the kernels' sum per repeat; span_s), each saying
-  its clock."""
+  its clock. What the kernels write is kept as their one run left it (tg.outputs_kept): a program's state is not stepped again."""
+  with tg.outputs_kept(compiled.src): return _time_schedule(clock, compiled, device, warmup, repeats, var_vals, on_repeat)
+
+def _time_schedule(clock: tg.Clock, compiled: Any, device: str, warmup: int, repeats: int, var_vals: dict[str, int] | None,
+                   on_repeat: Callable[[int], None] | None) -> dict[str, Any]:
   r = Replay(compiled, device, var_vals)
   per: list[list[float]] = [[] for _ in r.kernels]
   warm: list[list[float]] = [[] for _ in r.kernels]
@@ -56,6 +60,17 @@ def time_schedule(clock: tg.Clock, compiled: Any, device: str, warmup: int, repe
   return {"kernels": kernels, "total_s": _with_samples(timed(totals, clock.method, clock.l2), totals) if totals else None,
           "span_s": _with_samples(timed(spans, clock.method, clock.l2), spans) if spans else None, "replay": r.how,
           "method": clock.method, "notice": clock.notice}
+
+def time_at_values(clock: tg.Clock, call: Any, values: list[dict[str, int]], warmup: int, repeats: int) -> list[dict[str, Any]]:
+  """A symbolic kernel (a compiled call, its buffers with it) timed alone at each set of values its variables took, as time_schedule
+  times a kernel (explorer.schema.BoundTime each); what it writes kept as the program left it."""
+  out = []
+  with tg.outputs_kept([call]):
+    for vs in values:
+      k = tg.runnable(call, vs)
+      xs = [clock.kernel(k) for _ in range(warmup + repeats)][warmup:]
+      out.append({"variables": vs, "time_s": timed(xs, clock.method, clock.l2)})
+  return out
 
 def _with_samples(t: dict[str, Any], xs: list[float]) -> dict[str, Any]:
   """A schedule's record keeps its samples: a program sums its realizes' repeat by repeat (explorer.tracing.program)."""

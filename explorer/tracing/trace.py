@@ -178,6 +178,7 @@ class Program:
   asts: list[Any] | None = None         # filled with its kernels' ASTs (a program renders its other targets from them at its end)
   scheduled: Scheduled | None = None    # scheduled already (a program's realize, to see whether it repeats an earlier one)
   runs: bool = True  # False: a TinyJit took the schedule as it captured it; the JIT's runs run it (neither run nor timing here)
+  symbolic: list[tuple[int, Any]] | None = None  # filled with (kernel index, its compiled call) per symbolic kernel run here
 
 @dataclass
 class Scheduled:
@@ -252,6 +253,8 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   trace["spec_checks"] = {"tensor_graph": tg.tensor_spec_check(sink)}  # tinygrad's own specs, every UOp (schema.SpecCheck)
   with tg.disable_gc():  # as Tensor.realize runs them: schedule, codegen and the run with tinygrad's cyclic garbage collector off
     compiled = _realize(rec, program, variant, device, base, pool, blobs)
+  if program.symbolic is not None and compiled is not None:  # a program times them at every value it binds, once it has run them all
+    program.symbolic += [(k["index"], tg.call_at(compiled, k["call"])) for k in trace["kernels"] if k.get("variables")]
   if variant.time and program.runs:
     rec.settle()  # nothing else runs while kernels are timed
     rec.run("timing", lambda: _time(trace, compiled, variant, rec.tinygrad, rec.eager_s), detail=device)

@@ -45,8 +45,8 @@ from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, forge
                                            tracking, tracking_enabled, tracking_mark, tracking_possible)
 from explorer.tracing.tg.rewritelog import ENCODER_UNSTORED, decode_rewrite_log
 from explorer.tracing.tg.clocks import Clock, ClockFailed, Runnable, clock_for
-from explorer.tracing.tg.runtime import (compile_schedule, compile_seconds, compiled_sources, compiler_name, fallback_reason, has_reduce,
-                                         realize_inputs, replay, run_schedule, runnables, synchronizer)
+from explorer.tracing.tg.runtime import (call_at, compile_schedule, compile_seconds, compiled_sources, compiler_name, fallback_reason,
+                                         has_reduce, outputs_kept, realize_inputs, replay, run_schedule, runnable, runnables, synchronizer)
 from explorer.tracing.tg.specs import schedule_calls, spec_check, tensor_spec_check
 
 # the public names the rest of the explorer uses: it imports tinygrad only through this package
@@ -67,7 +67,7 @@ __all__ = [
   "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "realize_inputs", "compile_seconds", "has_reduce",
   "compiler_name", "fallback_reason",
   # clocks: how kernels and schedules are timed (explorer.clocks names their methods)
-  "Clock", "ClockFailed", "Runnable", "clock_for", "runnables", "replay", "synchronizer",
+  "Clock", "ClockFailed", "Runnable", "clock_for", "runnable", "runnables", "call_at", "outputs_kept", "replay", "synchronizer",
   # the host's work over time (tinygrad's profiler)
   "HostEvents", "Profiling", "profiling", "profiling_paused",
   # opts

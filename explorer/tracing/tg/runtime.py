@@ -1,9 +1,10 @@
 """The runtime: a schedule compiled, run and timed as tinygrad runs it, and what a device's compiler is."""
 from __future__ import annotations
-import functools, time
-from typing import Any, Callable, Sequence
+import contextlib, functools, time
+from typing import Any, Callable, Iterator, Sequence
 from tinygrad import Device, Tensor
-from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec, run_linear, time_call
+from tinygrad.device import Buffer
+from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec, resolve_params, run_linear, time_call
 from tinygrad.uop.ops import Ops, UOp
 from explorer.tracing.tg.clocks import Runnable
 
@@ -22,9 +23,33 @@ def _kernel_calls(compiled: UOp) -> list[UOp]: return [c for c in compiled.src i
 def runnables(compiled: UOp, var_vals: dict[str, int] | None = None) -> list[Runnable]:
   """Each kernel of a compiled schedule, in order, as a clock times it (explorer.tracing.tg.clocks): launched through tinygrad's own
   executor without waiting, or run once under tinygrad's time_call; symbolic variables bound to var_vals."""
+  return [runnable(c, var_vals, i) for i, c in enumerate(compiled.src) if c.src[0].op is Ops.PROGRAM]
+
+def runnable(call: UOp, var_vals: dict[str, int] | None = None, index: int = 0) -> Runnable:
+  """One compiled kernel call as a clock times it, its symbolic variables bound to var_vals (index: its place in its schedule)."""
   ctx = ExecContext(var_vals or {}, update_stats=False)
-  return [Runnable(c.src[0].arg.name, functools.partial(pm_exec.rewrite, c, ctx), functools.partial(next, time_call(c, var_vals)), i)
-          for i, c in enumerate(compiled.src) if c.src[0].op is Ops.PROGRAM]
+  return Runnable(call.src[0].arg.name, functools.partial(pm_exec.rewrite, call, ctx), functools.partial(next, time_call(call, var_vals)), index)
+
+def call_at(compiled: UOp, index: int) -> UOp:
+  """The compiled schedule's call number `index` (a kernel's `call`): kept to time it again later, its buffers with it."""
+  return compiled.src[index]
+
+def _written(call: UOp) -> list[Buffer]:
+  """The buffers a kernel call writes (its program's outputs), where they are allocated."""
+  prg = call.src[0]
+  args = resolve_params(call, ())
+  bufs = [args[g].buffer for g in prg.arg.globals]
+  return [b for i in prg.arg.outs if isinstance(b := bufs[i], Buffer) and b.is_allocated()]
+
+@contextlib.contextmanager
+def outputs_kept(calls: Sequence[UOp]) -> Iterator[None]:
+  """Inside, kernels already run may run again (timed): the buffers they write are copied out first and back after, so a program
+  holds what its own run left (an optimizer's update applied once, not once per sample; a KV cache as its step wrote it)."""
+  written = {id(b): b for c in calls if c.src[0].op is Ops.PROGRAM for b in _written(c)}
+  saved = [(b, Buffer(b.device, b.size, b.dtype).allocate().copy_from(b)) for b in written.values()]  # copied on the device
+  try: yield
+  finally:
+    for b, copy in saved: b.copy_from(copy)
 
 def replay(compiled: UOp, device: str, var_vals: dict[str, int] | None = None) -> tuple[Sequence[Callable[[], Any]], str]:
   """The schedule's kernels as tinygrad's JIT replays them, and how: batched into the device's graph where it has one (a CUDA graph;
