@@ -2,7 +2,7 @@
 a trace or its job by id, its status, a request turned into a spec and a variant and submitted."""
 from __future__ import annotations
 import asyncio
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, Sequence, cast
 from fastapi import Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 from explorer.schema import Kernel, Trace, target_records
@@ -19,8 +19,8 @@ from explorer.web.services.enrichments import EnrichmentUnavailable
 from explorer.web.services.traces import STAGES, Job, stored_job_status
 
 # async: FastAPI runs a plain `def` dependency in its thread pool, where every request would queue behind the pages being rendered
-async def services(request: Request) -> Services: return request.app.state.services
-def templates_of(request: Request) -> Templates: return request.app.state.templates
+async def services(request: Request) -> Services: return cast(Services, request.app.state.services)
+def templates_of(request: Request) -> Templates: return cast(Templates, request.app.state.templates)
 async def templates(request: Request) -> Templates: return templates_of(request)
 
 ServicesDep = Annotated[Services, Depends(services)]
@@ -66,7 +66,7 @@ async def enrichment_job(svc: Services, trace_id: str, trace: Trace, kind: str, 
     raise HTTPException(409, f"{WHAT.get(kind, 'the {kind} of kernel {n} on {target}').format(n=n, target=target, kind=kind)} failed: {job.error}")
   return JSONResponse(job.view(), status_code=202)
 
-def stages_of_trace(trace: Trace) -> list[dict]:
+def stages_of_trace(trace: Trace) -> list[dict[str, str]]:
   failed = {f["stage"]: f["error"] for f in trace["failures"]}
   seconds = trace["stage_seconds"]
   rows = []
@@ -76,9 +76,9 @@ def stages_of_trace(trace: Trace) -> list[dict]:
     else: rows.append({"stage": s, "status": "skipped", "detail": ""})
   return rows
 
-def job_status(job: Job) -> dict: return {**job.view(), "url": trace_url(job.id), "cached": False}
+def job_status(job: Job) -> dict[str, Any]: return {**job.view(), "url": trace_url(job.id), "cached": False}
 
-async def status_of(svc: Services, trace_id: str) -> dict | None:
+async def status_of(svc: Services, trace_id: str) -> dict[str, Any] | None:
   """queued/running (from the job), done (from the store) or error (a job that failed without a trace); None: unknown id."""
   job = svc.jobs.get(trace_id)
   if job is not None and job.active: return job_status(job)
@@ -102,12 +102,12 @@ async def device_here(svc: Services, device: str, field: str) -> str:
   """device in its normal form (CPU:0 is CPU), when this server accepts it; else SpecError (422) naming what it offers."""
   return checked_device(device, await svc.devices.accepted(), field)
 
-async def submit(svc: Services, req: TraceRequest, client: str | None) -> tuple[dict, bool]:
+async def submit(svc: Services, req: TraceRequest, client: str | None) -> tuple[dict[str, Any], bool]:
   """Start (or join, or serve from the store) the trace of this request. Returns (status, started_now). This host's devices are
   listed (once, in a worker) only where the request names a device."""
   return (await submit_all(svc, [req], client))[0]
 
-async def submit_all(svc: Services, reqs: list[TraceRequest], client: str | None) -> list[tuple[dict, bool]]:
+async def submit_all(svc: Services, reqs: list[TraceRequest], client: str | None) -> list[tuple[dict[str, Any], bool]]:
   """submit for several requests admitted together (a diff's two variants): each served from the store where it is there; the others
   admitted as one by the job manager (all or none of them start) and started or joined. (status, started_now) per request."""
   resolved = []
@@ -122,7 +122,7 @@ async def submit_all(svc: Services, reqs: list[TraceRequest], client: str | None
   jobs = {job.id: job for job in await svc.jobs.submit_all(pending, client)}
   return [(stored[tid], False) if tid in stored else (job_status(jobs[tid]), tid in new) for tid, *_ in resolved]
 
-async def _stored_status(svc: Services, trace_id: str) -> dict | None:
+async def _stored_status(svc: Services, trace_id: str) -> dict[str, Any] | None:
   """The status of a stored trace of this id (None: none is stored; a corrupt row is dropped, to trace again)."""
   if not await asyncio.to_thread(svc.store.has_trace, trace_id): return None
   try:
@@ -134,13 +134,13 @@ async def _stored_status(svc: Services, trace_id: str) -> dict | None:
 
 def client_of(request: Request) -> str | None: return request.client.host if request.client else None
 
-def stored_request(request: dict) -> tuple[ConvSpec, Variant]:
+def stored_request(request: dict[str, Any]) -> tuple[ConvSpec, Variant]:
   """A job's stored request as its spec and variant, its device normalized (it was checked when it was accepted)."""
   req = TraceRequest.model_validate(request)
   spec, variant, _ = resolve_request(req.to_spec(), req.variant.to_variant(), None)
   return spec, variant
 
-async def rerun(svc: Services, trace_id: str, client: str | None) -> tuple[dict, bool]:
+async def rerun(svc: Services, trace_id: str, client: str | None) -> tuple[dict[str, Any], bool]:
   """Submit an accepted job's stored request again (an interrupted or failed one); a stored trace is served as it is."""
   if (row := await asyncio.to_thread(svc.jobs.stored, trace_id)) is None or row["request"] is None:
     if await stored_trace(svc, trace_id) is not None: return (await status_of(svc, trace_id)) or {}, False

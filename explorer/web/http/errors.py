@@ -46,7 +46,7 @@ def allowed_methods(app: FastAPI, path: str) -> list[str]:
     return any(r.matches(dict(scope))[0] == Match.FULL for r in app.router.routes)
   return [m for m in METHODS if answers(m)]
 
-def error_body(exc: StarletteHTTPException) -> dict:
+def error_body(exc: StarletteHTTPException) -> dict[str, Any]:
   """{"detail"}, and every 422 also has "errors" (empty: the request was well-formed, the server refuses what it asks)."""
   return {"detail": exc.detail, "errors": []} if exc.status_code == 422 else {"detail": exc.detail}
 
@@ -102,7 +102,7 @@ def document_errors(app: FastAPI) -> None:
   """The schema lists what each operation declares (explorer.web.http.models.documented): FastAPI's own 422 (HTTPValidationError, a body
   this app never sends) goes, from operations that declare none too (their parameters cannot fail validation: plain strings)."""
   generate = app.openapi
-  def openapi() -> dict:
+  def openapi() -> dict[str, Any]:
     schema = generate()
     for ops in schema.get("paths", {}).values():
       for op in ops.values():

@@ -30,8 +30,10 @@ SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options"
                     (b"content-security-policy", b"frame-ancestors 'none'; object-src 'none'; base-uri 'self'; form-action 'self'")]
 
 Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict]]
-Send = Callable[[dict], Awaitable[None]]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 class BodyTooLarge(HTTPException):
   """Raised from inside receive(): FastAPI passes HTTPExceptions through body parsing, so the app's handler answers 413."""
@@ -109,7 +111,7 @@ async def read_body(receive: Receive, limit: int) -> bytes:
 def replay(body: bytes, receive: Receive) -> Receive:
   """receive() for the app: the body read already, then whatever the connection says next (a disconnect)."""
   sent = False
-  async def again() -> dict:
+  async def again() -> Message:
     nonlocal sent
     if sent: return await receive()
     sent = True
@@ -119,7 +121,7 @@ def replay(body: bytes, receive: Receive) -> Receive:
 def client_of(scope: Scope) -> str: return (scope.get("client") or ("?", 0))[0]
 
 class RequestLimits:
-  def __init__(self, app: Any, config: LimitConfig):
+  def __init__(self, app: App, config: LimitConfig):
     self.app, self.config = app, config
     self.in_flight = self.receiving = self.streams = 0
     self.streams_of: dict[str, int] = {}
@@ -127,7 +129,7 @@ class RequestLimits:
   async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "http": return await self.app(scope, receive, send)
     started = False
-    async def send_with_headers(msg: dict) -> None:
+    async def send_with_headers(msg: Message) -> None:
       nonlocal started
       if msg["type"] == "http.response.start":
         started = True
@@ -180,7 +182,7 @@ class RequestLimits:
 
   async def _serve(self, scope: Scope, receive: Receive, send: Send, started: Callable[[], bool]) -> None:
     seen, limit = 0, self.config.max_body_bytes
-    async def counted() -> dict:
+    async def counted() -> Message:
       nonlocal seen
       msg = await receive()
       if msg["type"] == "http.request" and (seen := seen + len(msg.get("body", b""))) > limit: raise BodyTooLarge(limit)

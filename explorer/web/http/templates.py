@@ -22,7 +22,7 @@ class Templates(Jinja2Templates):
     if self._slots is None or self._slots[0] is not loop: self._slots = (loop, asyncio.Semaphore(OFF_LOOP))
     async with self._slots[1]: return await asyncio.to_thread(fn, *args)
 
-  async def render(self, request: Request, name: str, ctx: dict, status_code: int = 200) -> HTMLResponse:
+  async def render(self, request: Request, name: str, ctx: dict[str, Any], status_code: int = 200) -> HTMLResponse:
     """Render off the event loop (off_loop): a heavy page (highlighted sources, big tables) must not hold it."""
     html = await self.off_loop(self.get_template(name).render, {"request": request, **ctx})
     return HTMLResponse(html, status_code)

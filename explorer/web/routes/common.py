@@ -16,7 +16,7 @@ from explorer.web.urls import kernel_url, trace_url
 async def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
   return await deps.templates_of(request).render(request, name, ctx, status_code=status_code)
 
-def ribbon(trace: Trace, trace_id: str, current: str | tuple[str, ...]) -> list[dict]:
+def ribbon(trace: Trace, trace_id: str, current: str | tuple[str, ...]) -> list[dict[str, Any]]:
   """The pipeline as links: each stage with a one-line fact and whether it worked."""
   failed = {f["stage"] for f in trace["failures"]}
   failed |= {stage for stage, check in trace.get("spec_checks", {}).items() if not check["ok"]}  # a spec violation is red too
@@ -77,7 +77,7 @@ async def trace_page(request: Request, svc: Services, trace_id: str, template: s
     return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES, so_far=so_far(svc, trace_id))
   return await page(request, template, trace=trace, trace_id=trace_id, ribbon=ribbon(trace, trace_id, current), base=trace_url(trace_id), **ctx)
 
-def so_far(svc: Services, trace_id: str) -> dict | None:
+def so_far(svc: Services, trace_id: str) -> dict[str, Any] | None:
   """What a running trace has reported so far (its schedule, its kernels through codegen), for the page that stands in for it."""
   job = svc.jobs.get(trace_id)
   return job.so_far.view() if job is not None and job.active and job.so_far.started else None
@@ -113,7 +113,7 @@ def nesting(passes: Sequence[Mapping[str, Any]]) -> list[int | None]:
   return out
 
 def stepper(passes: Sequence[Mapping[str, Any]], prefix: str, asked_pass: int | None, asked_at: str | None, preferred: str | None = None,
-            trace_id: str = "", blob_target: str | None = None) -> dict:
+            trace_id: str = "", blob_target: str | None = None) -> dict[str, Any]:
   """blob_target: whose rewrite blob the passes address (None: the host's), for the match list's API calls."""
   i = pick_pass(passes, asked_pass, preferred) if passes else 0
   p = passes[i] if passes else None
@@ -123,7 +123,7 @@ def stepper(passes: Sequence[Mapping[str, Any]], prefix: str, asked_pass: int | 
           "prefix": prefix,
           "max_steps": MAX_STEPS, "trace_id": trace_id, "blob_target": blob_target}
 
-def step_notices(request: Request, step: dict, what: str) -> list[str]:
+def step_notices(request: Request, step: dict[str, Any], what: str) -> list[str]:
   """What a page says when its URL asked for a pass or a step of it that does not exist: what was asked, and what is shown instead."""
   out, passes = [], step["passes"]
   asked, at = request.query_params.get("pass"), request.query_params.get("at")

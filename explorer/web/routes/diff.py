@@ -31,7 +31,7 @@ OFFERED = tuple(name for name, (_, k) in knobs().items() if k.web == "offered") 
 
 # ***** quick picks: the same spec with one thing changed *****
 
-def request_of(trace: Trace, **changes: Any) -> dict:
+def request_of(trace: Trace, **changes: Any) -> dict[str, Any]:
   """A trace request for this trace's spec and variant, with changes."""
   variant: Mapping[str, Any] = trace["variant"]
   v = {k: variant[k] for k in OFFERED if k in variant} | {"targets": list(trace["variant"]["targets"])}
@@ -39,7 +39,7 @@ def request_of(trace: Trace, **changes: Any) -> dict:
   base = {"preset": preset} if preset in PRESETS and PRESETS[preset].to_dict() == trace["spec"] else {"spec": trace["spec"]}
   return {**base, "variant": {**v, **changes}}
 
-def flips(trace: Trace) -> list[tuple[str, str, dict]]:
+def flips(trace: Trace) -> list[tuple[str, str, dict[str, str]]]:
   """(name, label, variant changes) of the variants worth comparing with this one."""
   v = trace["variant"]
   out = []
@@ -60,7 +60,7 @@ def flips(trace: Trace) -> list[tuple[str, str, dict]]:
   else: out.append(("opt", f"{opt} → heuristic", {"opt": "heuristic"}))
   return out
 
-def quick_picks(svc: Services, trace_id: str, trace: Trace) -> list[dict]:
+def quick_picks(svc: Services, trace_id: str, trace: Trace) -> list[dict[str, Any]]:
   """Each pick with the id its trace has (or will have) and whether it is stored; picks the server would refuse are left out."""
   store, settings = svc.store, svc.settings
   picks = []
@@ -77,7 +77,7 @@ def quick_picks(svc: Services, trace_id: str, trace: Trace) -> list[dict]:
                   "url": diff_url(trace_id, trace_id, ta, tb)})
   return picks
 
-async def picker_context(svc: Services, a: str, q: str | None) -> dict:
+async def picker_context(svc: Services, a: str, q: str | None) -> dict[str, Any]:
   """Quick picks for trace a, and stored traces to pick from (those of the same convolution first)."""
   trace = await deps.trace_of(svc, a)
   picks = await asyncio.to_thread(quick_picks, svc, a, trace)
@@ -94,7 +94,7 @@ async def picker_fragment(request: Request, a: str, svc: ServicesDep, q: str | N
 # ***** /diff: pick two stored traces, or trace two variants of one convolution and diff them *****
 
 WINO_FIELDS = {"algo": "winograd", "wino_impl": "explorer"}
-VARIANT_CHOICES: dict[str, tuple[str, dict]] = {  # name: (label, variant fields), the variants worth tracing side by side
+VARIANT_CHOICES: dict[str, tuple[str, dict[str, str]]] = {  # name: (label, variant fields), the variants worth tracing side by side
   "direct": ("direct", {"algo": "direct"}),
   "builtin": ("Winograd, tinygrad's builtin (WINO=1)", {"algo": "winograd", "wino_impl": "builtin"}),
   "staged": ("Winograd F(4,3), staged", {**WINO_FIELDS, "staging": "staged"}),
@@ -107,7 +107,8 @@ VARIANT_CHOICES: dict[str, tuple[str, dict]] = {  # name: (label, variant fields
 PAIR_DEFAULTS = {"preset": "small", "va": "staged", "vb": "fused", "targets": ["cuda"]}
 PICK_LIMIT = 200  # stored traces in each of the picker's lists (newest first; ?q= narrows them)
 
-async def pair_context(svc: Services, a: str | None, b: str | None, q: str | None, values: dict | None = None, error: str | None = None) -> dict:
+async def pair_context(svc: Services, a: str | None, b: str | None, q: str | None, values: dict[str, Any] | None = None,
+                       error: str | None = None) -> dict[str, Any]:
   rows, total = await asyncio.to_thread(svc.store.search, text=q or None, limit=PICK_LIMIT)
   return {"pick_a": a, "pick_b": b, "all_stored": rows, "all_total": total, "q": q or "", "variant_choices": VARIANT_CHOICES,
           "presets": {n: s.label() for n, s in PRESETS.items()}, "target_names": TARGETS, "pair": values or PAIR_DEFAULTS, "pair_error": error}
@@ -121,7 +122,7 @@ async def diff_query(request: Request, svc: ServicesDep, a: str | None = Query(N
   if not a and not b: return await page(request, "diff_pick.html", a=None, stored=[], picks=[], **ctx)
   return await page(request, "diff_pick.html", **{**ctx, **await picker_context(svc, a or b or "", q)})
 
-def pair_requests(form: dict[str, list[str]]) -> tuple[dict, list[TraceRequest]]:
+def pair_requests(form: dict[str, list[str]]) -> tuple[dict[str, Any], list[TraceRequest]]:
   """The picker's "trace two variants" form as the two trace requests (A, B); values echo back into the form on error."""
   one = {k: v[-1].strip() for k, v in form.items()}
   values: dict[str, Any] = {**PAIR_DEFAULTS, **one, "targets": form.get("targets", [])}
@@ -181,7 +182,7 @@ def pick_targets(a: Trace, b: Trace, target: str | None, target_b: str | None) -
 
 GROUPS_PER_PAGE = 40  # groups whose sources a diff page shows side by side
 
-def group_kernels(trace: Trace, refs: list[dict]) -> list[Kernel]: return [trace["kernels"][k["index"]] for k in refs]
+def group_kernels(trace: Trace, refs: list[dict[str, Any]]) -> list[Kernel]: return [trace["kernels"][k["index"]] for k in refs]
 
 @router.get("/diff/{a}/{b}", response_class=HTMLResponse)
 async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Work, target: str | None = Query(None, max_length=16),
@@ -221,7 +222,7 @@ async def graphs_fragment(request: Request, a: str, b: str, svc: ServicesDep, wo
 
 # ***** JSON *****
 
-def api_graphs(gr: dict | None) -> dict | None:
+def api_graphs(gr: dict[str, Any] | None) -> dict[str, Any] | None:
   """The graph diff without its drawings' SVG (the page has them)."""
   if gr is None: return None
   return {"error": gr.get("error"), "groups": [{"index": g["index"], "graph": g["graph"]} for g in gr.get("groups", [])]}
@@ -232,7 +233,8 @@ TWO = {404: "no trace a or no trace b", 409: "trace a or b is still queued or ru
          responses=documented({**TWO, 422: "a query parameter out of its bounds"}))
 async def diff_json(a: str, b: str, svc: ServicesDep, work: Work, target: str | None = Query(None, max_length=16),
                     target_b: str | None = Query(None, max_length=16),
-                    graphs: bool = Query(True, description="compute the UOp graph diff if it is not cached (a worker, a few seconds)")) -> dict:
+                    graphs: bool = Query(True, description="compute the UOp graph diff if it is not cached "
+                                                           "(a worker, a few seconds)")) -> dict[str, Any]:
   """The structural diff (explorer.analysis.diff.diff_traces) with each group's UOp graph diff (`graph`), the cached interleaved timing and
   output comparison (null until measured: POST .../timing or .../numerics) and `target`/`target_b` (the sources diffed)."""
   ta_trace, tb_trace = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
@@ -249,7 +251,7 @@ async def diff_json(a: str, b: str, svc: ServicesDep, work: Work, target: str | 
 
 @api.get("/diff/{a}/{b}/{kind}", summary="A measurement of two traces: its job's progress, or its cached result",
          responses=documented({**TWO, 404: "no such measurement (timing or numerics), or no trace a or b"}))
-async def measure_status(a: str, b: str, kind: str, svc: ServicesDep) -> dict:
+async def measure_status(a: str, b: str, kind: str, svc: ServicesDep) -> dict[str, Any]:
   if kind not in MEASURES: raise HTTPException(404, f"no measurement {kind!r}: timing or numerics")
   await deps.trace_of(svc, a); await deps.trace_of(svc, b)
   return await asyncio.to_thread(svc.diffs.measure_status, a, b, kind)

@@ -1,7 +1,7 @@
 """A trace's graphs (JSON and SVG), every match of a rewrite pass and the graph a pass started from as Python. Each may start work
 (a graph worker's expansion, a layout): it takes the request's work permit. The tensor graph's page is in routes/schedule.py."""
 from __future__ import annotations
-from typing import Literal
+from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 from explorer.schema import Trace, host_target
@@ -32,7 +32,7 @@ def blob_target(trace: Trace, target: str | None) -> str | None:
   return target
 
 @api.get("/traces/{trace_id}/graphs", summary="The graphs of a trace, by reference", responses=documented(NOT_FOUND))
-async def list_graphs(trace: StoredTrace) -> dict:
+async def list_graphs(trace: StoredTrace) -> dict[str, Any]:
   n_rangeify = len(sched["passes"]) if (sched := trace["scheduler"]) is not None else 0
   kernels = trace["kernels"]
   return {"tensor": "tensor", "kernels": "kernels", "ast": [f"ast/{k['index']}" for k in kernels],
@@ -42,7 +42,7 @@ async def list_graphs(trace: StoredTrace) -> dict:
 @api.get("/traces/{trace_id}/rewrites/{group}/{step}/matches", response_model=PassMatches, summary="Every match of one rewrite pass, paged",
          responses=documented({**GRAPH_ERRORS, 422: "offset or limit out of range"}))
 async def pass_matches(trace_id: str, trace: StoredTrace, group: int, step: int, svc: ServicesDep, work: Work, offset: int = Query(0, ge=0),
-                       limit: int = Query(100, ge=1, le=MAX_MATCHES_PAGE), target: str | None = None) -> dict:
+                       limit: int = Query(100, ge=1, le=MAX_MATCHES_PAGE), target: str | None = None) -> dict[str, Any]:
   """group and step as in the trace's pass records (`passes[i].group`, `.step`; a target's passes with ?target=). Each match: its rule
   (file:line and the UPat's source as it stands in its file), the time tinygrad measured for it, the rewritten UOp before and after
   (graphs three sources deep) and the text diff of their Python forms. `total` is the pass's recorded match count; `call` is where
@@ -53,7 +53,8 @@ async def pass_matches(trace_id: str, trace: StoredTrace, group: int, step: int,
 
 @api.get("/traces/{trace_id}/rewrites/{group}/origin/{num}", response_model=Origin, summary="Which pass and rule made a UOp",
          responses=documented(GRAPH_ERRORS))
-async def uop_origin(trace_id: str, trace: StoredTrace, group: int, num: int, svc: ServicesDep, work: Work, target: str | None = None) -> dict:
+async def uop_origin(trace_id: str, trace: StoredTrace, group: int, num: int, svc: ServicesDep, work: Work,
+                     target: str | None = None) -> dict[str, Any]:
   """num: a UOp's trace number (a graph node's `num`); group: the rewrite group of the passes that may have made it (`passes[i].group`;
   a target's with ?target=). Read from the rewrite log itself (the match that produced it), not guessed from pass order."""
   return await svc.graphs.origin(trace_id, trace, group, num, blob_target(trace, target), permit=work.permit())
@@ -62,7 +63,7 @@ async def uop_origin(trace_id: str, trace: StoredTrace, group: int, num: int, sv
          responses=documented({**GRAPH_ERRORS, 422: "nums is not 1 to 32 trace numbers, comma separated"}))
 async def uop_origins(trace_id: str, trace: StoredTrace, group: int, svc: ServicesDep, work: Work,
                       nums: str | None = Query(None, max_length=320, pattern=r"^[0-9]{1,9}(,[0-9]{1,9}){0,31}$"),
-                      target: str | None = None) -> list[dict]:
+                      target: str | None = None) -> list[dict[str, Any]]:
   """origin/{num} for each of nums (a source line's UOps: its line map's `linear_nums`), in one replay of the group."""
   permit = work.permit()  # asked first: a request from another site hears that, whatever else it got wrong
   if nums is None: return []  # no UOps asked: none to answer for
@@ -70,7 +71,8 @@ async def uop_origins(trace_id: str, trace: StoredTrace, group: int, svc: Servic
 
 @api.get("/traces/{trace_id}/rewrites/{group}/{step}/python", summary="The graph a pass started from, as Python (tinygrad's pyrender)",
          responses=documented(GRAPH_ERRORS))
-async def pass_python(trace_id: str, trace: StoredTrace, group: int, step: int, svc: ServicesDep, work: Work, target: str | None = None) -> dict:
+async def pass_python(trace_id: str, trace: StoredTrace, group: int, step: int, svc: ServicesDep, work: Work,
+                      target: str | None = None) -> dict[str, Any]:
   return await svc.graphs.python(trace_id, trace, group, step, blob_target(trace, target), permit=work.permit())
 
 @api.get("/traces/{trace_id}/graphs/{ref:path}.svg", summary="A graph laid out by graphviz (SVG)",
@@ -86,7 +88,7 @@ async def get_graph_svg(trace_id: str, trace: StoredTrace, ref: str, svc: Servic
 @api.get("/traces/{trace_id}/graphs/{ref:path}", response_model=GraphView, response_model_exclude_none=True, summary="A graph as JSON",
          responses=documented(GRAPH_ERRORS))
 async def get_graph(trace_id: str, trace: StoredTrace, ref: str, svc: ServicesDep, work: Work, full: bool = False, nodes: bool = True,
-                    index: IndexMode = "auto", expand: str | None = EXPAND_QUERY) -> dict:
+                    index: IndexMode = "auto", expand: str | None = EXPAND_QUERY) -> dict[str, Any]:
   """ref: tensor | kernels | ast/{k} | codegen/{k}/{p}/{before|after|m<j>} | rangeify/{p}/{before|after|m<j>}.
   Graphs over the node limit are simplified (notes say how); full=1 lifts the limit. nodes=0 leaves nodes and edges out."""
   opened = expand_nums(expand)

@@ -17,7 +17,7 @@ router = APIRouter(include_in_schema=False)
 FORM_DEFAULTS = {**PRESETS["small"].to_dict(), **{k: v for k, v in Variant().to_dict().items() if k not in ("notes", "device", "rewrite_file")},
                  "preset": "small", "padding": "", "beam": 2, "peel": 2}
 
-def home_context(recent: list[dict], values: dict | None = None, error: str | None = None) -> dict:
+def home_context(recent: list[dict[str, Any]], values: dict[str, Any] | None = None, error: str | None = None) -> dict[str, Any]:
   return {"presets": {n: {**s.to_dict(), "label": s.label()} for n, s in PRESETS.items()}, "targets": TARGETS, "algos": ALGOS,
           "wino_impls": WINO_IMPLS, "tiles": TILES, "stagings": STAGINGS, "consts_options": CONSTS, "dtypes": list(DTYPES), "recent": recent,
           "values": values or FORM_DEFAULTS, "error": error, "rewrite_catalogue": REWRITES}
@@ -29,7 +29,7 @@ async def home(request: Request, svc: ServicesDep) -> HTMLResponse:
 
 SPEC_FIELDS = ("batch", "cin", "cout", "height", "width", "kernel", "stride", "padding", "groups")
 
-def form_to_request(form: dict[str, list[str]]) -> tuple[dict, TraceRequest]:
+def form_to_request(form: dict[str, list[str]]) -> tuple[dict[str, Any], TraceRequest]:
   """The home form's fields (application/x-www-form-urlencoded) as a TraceRequest; values echo back into the form on error.
   A preset name wins over the shape fields; preset=custom uses the fields."""
   one = {k: v[-1].strip() for k, v in form.items()}

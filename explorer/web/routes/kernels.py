@@ -26,7 +26,7 @@ router = APIRouter(include_in_schema=False)
 async def list_kernels(trace_id: str, trace: StoredTrace, response: Response, offset: int = Query(0, ge=0, le=2**31),
                        limit: int | None = Query(None, ge=1, le=1000, description="at most this many (default: all)"),
                        q: str = Query("", max_length=200, description="only the kernels whose name, provenance function or file:line "
-                                                                          "(a program's: model.py:14) contains this")) -> list[dict]:
+                                                                          "(a program's: model.py:14) contains this")) -> list[dict[str, Any]]:
   """The kernels (those matching q) from `offset` on, `limit` of them; the X-Total-Count header says how many match."""
   from explorer.analysis.program import search
   kernels = await asyncio.to_thread(search, trace["kernels"], q)  # a big program's: off the event loop
@@ -35,7 +35,7 @@ async def list_kernels(trace_id: str, trace: StoredTrace, response: Response, of
 
 @api.get("/traces/{trace_id}/kernels/{n}", summary="One kernel: facts, codegen passes, linearized UOps, source per target",
          responses=documented({**NOT_FOUND, 404: "no trace with this id, or no kernel n in it", 422: "n is not an integer"}))
-async def get_kernel(trace: StoredTrace, n: int) -> dict:
+async def get_kernel(trace: StoredTrace, n: int) -> dict[str, Any]:
   """The kernel's host fields, `sources` per target and `targets` (trace schema 2): each target's whole record, as
   /kernels/{n}/targets/{target} documents it."""
   return {**deps.kernel_or_404(trace, n), "graphs": {"ast": f"ast/{n}", "pass": f"codegen/{n}/{{pass}}/{{before|after|m<j>}}"}}
@@ -58,7 +58,7 @@ async def get_kernel_target(trace_id: str, trace: StoredTrace, n: int, target: s
   if target in k["source_errors"]: raise HTTPException(409, f"rendering kernel {n} for {target} failed: {k['source_errors'][target]}")
   return await deps.enrichment_job(svc, trace_id, trace, ENRICH_TARGET, target, n, work)
 
-def enrichment_responses(what: str) -> dict:
+def enrichment_responses(what: str) -> dict[int | str, dict[str, Any]]:
   """The answers of a record's enrichment URL: 202 while it is computed, then 200; `what` is the work that may fail."""
   return {202: {"model": EnrichmentJob, "description": "being computed now, in a worker: poll this URL"},
           **documented({**NOT_FOUND, 404: "no trace with this id, no kernel n in it", 409: "the trace is still running, it has no record of "
@@ -102,7 +102,7 @@ async def sass_job(svc: Any, trace_id: str, trace: Trace, n: int, target: str, w
     return await deps.enrichment_job(svc, trace_id, trace, ENRICH_ANALYSIS, target, n, work)
   return None
 
-def sass_or_409(rec: TargetRecord) -> dict:
+def sass_or_409(rec: TargetRecord) -> dict[str, Any]:
   if (view := sass.view(rec)) is not None: return view
   if (facts := rec["compile"]) is None: raise HTTPException(409, "the kernel did not compile: no SASS")
   raise HTTPException(409, facts.get("sass_note") or f"the kernel did not compile: {facts['message'] or 'no SASS'}")

@@ -61,7 +61,7 @@ class Deleted(BaseModel):
 def filters_of(request: Request) -> dict[str, str]:
   return {k: v.strip()[:64] for k in FILTERS if (v := request.query_params.get(k)) and v.strip()}
 
-async def search(svc: Services, q: str | None, filters: dict[str, str], at: int, per_page: int, studies: bool = True) -> dict:
+async def search(svc: Services, q: str | None, filters: dict[str, str], at: int, per_page: int, studies: bool = True) -> dict[str, Any]:
   """studies=False: without the traces finished studies made (`from_studies` counts them: their study pages list them)."""
   rows, total = await asyncio.to_thread(svc.store.search, text=q or None, limit=per_page, offset=(at - 1) * per_page, studies=studies, **filters)
   keys = set(LibraryItem.model_fields)
@@ -76,16 +76,16 @@ async def library_json(request: Request, svc: ServicesDep, q: str | None = Query
                        algo: str | None = None, wino_impl: str | None = None, tile: str | None = None, staging: str | None = None,
                        consts: str | None = None, opt: str | None = Query(None, description="heuristic, none, beam (any width) or beam:N"),
                        device: str | None = None, status: str | None = None, page: int = Query(1, ge=1, le=100000),
-                       per_page: int = Query(PER_PAGE, ge=1, le=200)) -> dict:
+                       per_page: int = Query(PER_PAGE, ge=1, le=200)) -> dict[str, Any]:
   """Newest first. Every filter is an exact match but q (a substring of the label or id) and opt=beam."""
   return await search(svc, q, filters_of(request), page, per_page)
 
 @api.delete("/traces/{trace_id}", response_model=Deleted, summary="Delete a stored trace (with its cached graphs, diffs and annotations)",
             responses=documented({404: "no trace with this id", 409: "the trace is still queued or running"}))
-async def delete_trace_json(trace_id: str, svc: ServicesDep) -> dict:
+async def delete_trace_json(trace_id: str, svc: ServicesDep) -> dict[str, Any]:
   return await delete(svc, trace_id)
 
-async def delete(svc: Services, trace_id: str) -> dict:
+async def delete(svc: Services, trace_id: str) -> dict[str, Any]:
   job = svc.jobs.get(trace_id)
   if job is not None and job.active: raise HTTPException(409, f"trace {trace_id} is still {job.status}")
   gone = await asyncio.to_thread(svc.store.delete_trace, trace_id)
@@ -138,7 +138,7 @@ async def compressed(request: Request, body: str, media_type: str, headers: dict
   gz = await templates_of(request).off_loop(lambda: gzip.compress(body.encode(), 6))
   return Response(gz, media_type=media_type, headers={**headers, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
 
-async def graph_block(svc: Services, trace_id: str, trace: Trace, ref: str, permit: WorkPermit) -> dict:
+async def graph_block(svc: Services, trace_id: str, trace: Trace, ref: str, permit: WorkPermit) -> dict[str, Any]:
   """One export graph through the server's GraphService: its cache, its node limit, its layout."""
   try:
     view = await svc.graphs.view(trace_id, trace, ref, permit=permit)

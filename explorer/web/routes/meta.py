@@ -2,6 +2,7 @@
 highlighted sources."""
 from __future__ import annotations
 import functools, shutil, sys
+from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 from explorer.spec import PRESETS, TARGETS
@@ -24,14 +25,14 @@ def tinygrad_installed() -> str: return tinygrad_version()  # package metadata r
 
 @router.get("/health", response_model=Health, response_model_exclude_none=True, summary="Server health",
             responses=documented(guards=(400, 403, 413, 414)))  # no token needed, never over the in-flight limit
-async def health(request: Request, svc: ServicesDep) -> dict:
+async def health(request: Request, svc: ServicesDep) -> dict[str, Any]:
   """Liveness and versions; the store's path only to those trusted with it (a loopback client of a token-free server, a token holder)."""
   out = {"status": "ok", "version": __version__, "tinygrad": tinygrad_installed(), "tinygrad_imported": "tinygrad" in sys.modules,
          "jobs_running": svc.jobs.running(), "dot": has_dot()}
   return out | ({"db": str(svc.store.path)} if deps.trusted(request, svc.settings) else {})
 
 @router.get("/presets", summary="Preset convolutions", responses=documented())
-async def presets() -> dict[str, dict]:
+async def presets() -> dict[str, dict[str, Any]]:
   return {name: {**spec.to_dict(), "label": spec.label()} for name, spec in PRESETS.items()}
 
 @router.get("/devices", summary="The devices a trace may name",
@@ -44,7 +45,7 @@ async def devices(svc: ServicesDep) -> DevicesOffered:
   return DevicesOffered(devices=offered, unopened=[Unopened(**u) for u in svc.devices.unopened])
 
 @router.get("/targets", summary="Render targets", responses=documented())
-async def targets() -> list[dict]:
+async def targets() -> list[dict[str, Any]]:
   return [{"name": t, "label": TARGET_LABELS.get(t, t)} for t in TARGETS]
 
 @router.get("/rewrites", summary="Custom codegen rewrites a trace may add (variant.rewrites)", responses=documented())

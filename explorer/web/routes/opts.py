@@ -64,7 +64,7 @@ async def get_opts(trace_id: str, trace: StoredTrace, n: int, svc: ServicesDep, 
 @api.post("/traces/{trace_id}/kernels/{n}/opts/tour", summary="Pin a computed hand schedule to the trace's tour (a step of its own)",
           responses=documented({**NOT_FOUND, 404: "no trace, no kernel n, or this schedule was not computed (POST .../opts first)",
                                 422: "an opt is not OP:AXIS:ARG"}))
-async def pin_to_tour(trace_id: str, trace: StoredTrace, n: int, body: HandOptsRequest, svc: ServicesDep) -> dict:
+async def pin_to_tour(trace_id: str, trace: StoredTrace, n: int, body: HandOptsRequest, svc: ServicesDep) -> dict[str, Any]:
   k = deps.kernel_or_404(trace, n)
   target, opts = _target(k, body.target), hand_opts(body.opts, body.start)
   if svc.enrichments.stored_opts(trace_id, n, target, body.start, opts) is None:
@@ -72,7 +72,7 @@ async def pin_to_tour(trace_id: str, trace: StoredTrace, n: int, body: HandOptsR
   pins = await asyncio.to_thread(svc.enrichments.add_to_tour, trace_id, n, target, body.start, opts)
   return {"tour": trace_tour_url(trace_id), "pinned": len(pins)}
 
-def compared_schedules(own: dict, got: dict, own_label: str) -> dict:
+def compared_schedules(own: dict[str, Any], got: dict[str, Any], own_label: str) -> dict[str, Any]:
   """What opts_result.html shows: the hand schedule (B) beside A (the kernel's own record, or another schedule) and their source diff."""
   diff = list(difflib.unified_diff((own.get("source") or "").splitlines(), got["record"]["source"].splitlines(), own_label, "by hand",
                                    lineterm="", n=2))

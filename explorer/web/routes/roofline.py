@@ -2,6 +2,7 @@
 those peaks where no spec sheet has them."""
 from __future__ import annotations
 import socket
+from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from explorer.analysis import roofline as rf
@@ -18,7 +19,7 @@ ROOFLINE_ERRORS = {**NOT_FOUND, 409: "the trace is still queued or running, or i
 
 @router.get("/api/traces/{trace_id}/roofline", tags=["roofline"], summary="Each kernel's achieved FLOP/s and bytes/s against its device's peaks",
             responses=documented(ROOFLINE_ERRORS))
-async def roofline_json(trace: StoredTrace) -> dict:
+async def roofline_json(trace: StoredTrace) -> dict[str, Any]:
   rl, why = roofline_of(trace)
   if rl is None: raise HTTPException(409, why)
   return rl
@@ -35,7 +36,7 @@ async def probe(trace_id: str, trace: StoredTrace, svc: ServicesDep) -> JSONResp
 @router.get("/api/traces/{trace_id}/roofline/probe", tags=["roofline"], response_model=ProbeStatus,
             summary="The latest probe of the trace's device: its progress, then its result or error (status none: no probe yet)",
             responses=documented(NOT_FOUND))
-async def probe_status(trace_id: str, trace: StoredTrace, svc: ServicesDep) -> dict:
+async def probe_status(trace_id: str, trace: StoredTrace, svc: ServicesDep) -> dict[str, Any]:
   device = trace["env"]["device"]
   return p.view(trace_id) if (p := svc.probes.latest(device)) is not None else svc.probes.none(trace_id, device)
 

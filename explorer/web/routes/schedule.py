@@ -1,6 +1,7 @@
 """What the scheduler did: the tensor graph it was handed, its rangeify passes, and the bufferize decisions (STAGEs created, fused and
 kept; buffers; the kernel graph), each page beside its JSON."""
 from __future__ import annotations
+from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from explorer.analysis import memory
@@ -26,7 +27,7 @@ async def rangeify(request: Request, trace_id: str, svc: ServicesDep, at: str | 
   return await trace_page(request, svc, trace_id, "rangeify.html", "rangeify", step=step, api=f"{trace_api_url(trace_id)}/rangeify")
 
 @api.get("/traces/{trace_id}/rangeify", summary="The scheduler's rangeify passes with match counts", responses=documented(NOT_FOUND))
-async def get_rangeify(trace: StoredTrace) -> dict:
+async def get_rangeify(trace: StoredTrace) -> dict[str, Any]:
   passes = rangeify_passes(trace)
   return {"passes": [{"index": i, **p} for i, p in enumerate(passes)], "max_steps": MAX_STEPS, "graph": "rangeify/{pass}/{before|after|m<j>}"}
 
@@ -41,7 +42,7 @@ async def bufferize(request: Request, trace_id: str, svc: ServicesDep, offset: i
 
 @api.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
          responses=documented(NOT_FOUND))
-async def get_bufferize(trace: StoredTrace) -> dict:
+async def get_bufferize(trace: StoredTrace) -> dict[str, Any]:
   sched = trace["scheduler"]
   return {"stages": sched.get("stages") if sched else None, "stage_counts": sched.get("stage_counts") if sched else None,  # older: absent
           "buffers": trace["buffers"], "schedule": trace["schedule"], "graph": "kernels", "memory": memory.timeline(trace)}

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from explorer.schema import InterleavedTiming, Trace, host_target, target_record
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_TARGET, PRESETS, TARGETS, SpecError
 from explorer.store import trace_key
-from explorer.present.tour import BUILTIN_TOURS, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
+from explorer.present.tour import BUILTIN_TOURS, Step, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
@@ -29,12 +29,12 @@ MAX_NOTE_CHARS, MAX_NOTES_PER_TRACE = 2000, 200
 
 # ***** steps: ids, URLs, and the view each one embeds *****
 
-def tour_steps(trace: Trace, target: str | None = None) -> list[dict]:
+def tour_steps(trace: Trace, target: str | None = None) -> list[Step]:
   try: return trace_tour(trace, target)
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"this trace cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
-def pair_steps(kind: str, a: Trace, b: Trace, target: str | None = None, interleaved: InterleavedTiming | None = None) -> list[dict]:
+def pair_steps(kind: str, a: Trace, b: Trace, target: str | None = None, interleaved: InterleavedTiming | None = None) -> list[Step]:
   try: return compare_tour(kind, a, b, target, interleaved)
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"these traces cannot be toured (incomplete: {type(e).__name__} {e})") from None
@@ -62,18 +62,18 @@ def asked_target(asked: str | None, traces: list[Trace]) -> tuple[str | None, li
                   " the tour speaks of each kernel's host target."]
   return asked, []
 
-def step_api(trace_id: str, trace: Trace, steps: list[dict], url_of, target: str | None = None) -> list[dict]:
+def step_api(trace_id: str, trace: Trace, steps: list[Step], url_of: Callable[[str], str], target: str | None = None) -> list[dict[str, Any]]:
   return [{**{k: v for k, v in s.items() if k != "embed"}, "url": url_of(s["id"]),
            "view_url": view_url(trace_id, trace, s["view"], target) if s["view"] != "diff" else None} for s in steps]
 
-def step_index(steps: list[dict], asked: str | None) -> int:
+def step_index(steps: list[Step], asked: str | None) -> int:
   return next((i for i, s in enumerate(steps) if s["id"] == asked), 0)
 
 def note_anchor(step_id: str) -> str:
   """The step anchor a note is stored under: the trace's own step id (a pair tour prefixes a-/b-)."""
   return step_id[2:] if step_id[:2] in ("a-", "b-") else step_id
 
-def embed(trace_id: str, trace: Trace, view: str, target: str | None = None, focus: dict | None = None) -> dict:
+def embed(trace_id: str, trace: Trace, view: str, target: str | None = None, focus: dict[str, Any] | None = None) -> dict[str, Any]:
   """What the tour shows next to a step's text: the kind of embed and the data it needs; a kernel's codegen (passes, uops, source) on
   the tour's target (None: the host's), the uops listing scrolled to the uop the step discusses (focus)."""
   kernels = trace["kernels"]
@@ -112,7 +112,7 @@ TargetQuery = Query(None, max_length=40, description="the codegen target the ker
 @router.get("/api/traces/{trace_id}/tour", tags=["tours"], summary="The trace's teaching tour: steps explained from its own numbers",
             responses=documented({**NOT_FOUND, 409: "the trace is still queued or running, or too incomplete to tour",
                                   422: "a target over 40 characters"}))
-async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep, work: Work, target: str | None = TargetQuery) -> dict:
+async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep, work: Work, target: str | None = TargetQuery) -> dict[str, Any]:
   trace = await rendered(svc, work, trace_id, trace, target)
   target, notices = asked_target(target, [trace])
   steps = await _trace_steps(svc, work, trace_id, trace, target)
@@ -141,7 +141,7 @@ async def analysed(svc: Services, work: WorkGate, trace_id: str, trace: Trace, t
   if t is None or not svc.enrichments.missing(trace, ENRICH_ANALYSIS, t, told) or (permit := work.permit_if_allowed()) is None: return trace
   return await svc.enrichments.completed(trace_id, trace, ENRICH_ANALYSIS, t, permit, told)
 
-async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: Trace, target: str | None = None) -> list[dict]:
+async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: Trace, target: str | None = None) -> list[Step]:
   """The trace's own steps, then a step per hand schedule pinned to its tour (the Opts panel's "add to the trace's tour"), each told
   with the analyses of the targets they speak of."""
   pinned = await asyncio.to_thread(svc.enrichments.tour_schedules, trace_id)
@@ -164,7 +164,7 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
   return await trace_page(request, svc, trace_id, "tour.html", (), api=with_query(f"/api/traces/{trace_id}/tour", target=target), pair=None,
                           target_links=links, **ctx)
 
-def target_links(traces: list[Trace], target: str | None, url_of: Callable[[str | None], str]) -> list[dict]:
+def target_links(traces: list[Trace], target: str | None, url_of: Callable[[str | None], str]) -> list[dict[str, Any]]:
   """The tour's target switcher: each kernel's host (None) and every other target; one some kernel has no record of yet is computed
   when chosen (its label says so)."""
   hosts = sorted({host_target(k) for tr in traces for k in tr["kernels"]})
@@ -173,17 +173,17 @@ def target_links(traces: list[Trace], target: str | None, url_of: Callable[[str 
   return [{"label": f"host ({', '.join(hosts)})", "url": url_of(None), "active": target is None}] + \
          [{"label": label(t), "url": url_of(t), "active": t == target} for t in offered]
 
-def note_key(step: dict, traces: dict[str, tuple[str, Trace]]) -> tuple[str, str]:
+def note_key(step: Step, traces: dict[str, tuple[str, Trace]]) -> tuple[str, str]:
   """(which trace, which step anchor) a step's notes are stored under: a pair tour's a-/b- steps under their own trace's step id,
   its comparison step under trace A as compare-{B's id}."""
   side = step.get("side", "")
   if side == "both": return "a", f"compare-{traces['b'][0]}"
   return side, note_anchor(step["id"])
 
-def tour_context(steps: list[dict], asked: str | None, url_of, traces: dict[str, tuple[str, Trace]], notes: dict[str, list[dict]],
-                 target: str | None = None) -> dict:
+def tour_context(steps: list[Step], asked: str | None, url_of: Callable[[str], str], traces: dict[str, tuple[str, Trace]],
+                 notes: dict[str, list[dict[str, Any]]], target: str | None = None) -> dict[str, Any]:
   """The template's view of one step: the step list, this step, its neighbours, the trace it is about, its embed and notes."""
-  def step_notes(s: dict) -> list[dict]:
+  def step_notes(s: Step) -> list[dict[str, Any]]:
     side, anchor = note_key(s, traces)
     return [n for n in notes.get(side, []) if n["anchor_kind"] == "step" and n["anchor"] == anchor]
   i = step_index(steps, asked)
@@ -202,7 +202,7 @@ def tour_context(steps: list[dict], asked: str | None, url_of, traces: dict[str,
 
 # ***** built-in tours: two traces, started (or reused) with one click *****
 
-def tour_or_404(kind: str) -> dict:
+def tour_or_404(kind: str) -> dict[str, Any]:
   if kind not in BUILTIN_TOURS: raise HTTPException(404, f"no built-in tour {kind!r} (there are {', '.join(BUILTIN_TOURS)})")
   return BUILTIN_TOURS[kind]
 
@@ -214,7 +214,7 @@ def tour_ids(kind: str) -> tuple[str, str]:
   t = tour_or_404(kind)
   return trace_key(PRESETS[t["preset"]], t["a"]), trace_key(PRESETS[t["preset"]], t["b"])
 
-def builtin_tours() -> list[dict]:
+def builtin_tours() -> list[dict[str, Any]]:
   """The built-in tours as the home page and GET /api/tours list them."""
   ret = []
   for kind, t in BUILTIN_TOURS.items():
@@ -223,7 +223,7 @@ def builtin_tours() -> list[dict]:
                 "b_label": t["b"].label(), "a": a, "b": b, "url": pair_tour_url(kind, a, b)})
   return ret
 
-async def start_tour(request: Request, svc: Services, kind: str) -> tuple[dict, dict]:
+async def start_tour(request: Request, svc: Services, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
   t = tour_or_404(kind)
   client = deps.client_of(request)
   try:
@@ -240,7 +240,7 @@ class TourStart(BaseModel):
 
 @router.get("/api/tours", tags=["tours"], summary="The built-in tours (seed experiments): preset, the two variants, their trace ids",
             responses=documented())
-async def list_tours() -> list[dict]:
+async def list_tours() -> list[dict[str, Any]]:
   return builtin_tours()
 
 @router.post("/api/tours/{kind}", tags=["tours"], response_model=TourStart, status_code=202,
@@ -259,7 +259,7 @@ async def api_start_tour(request: Request, kind: str, svc: ServicesDep) -> Any:
             responses=documented({404: "no built-in tour of this kind, or no trace a or b",
                                   409: "trace a or b is still queued or running, or too incomplete to tour", 422: "a target over 40 characters"}))
 async def api_pair_tour(kind: str, svc: ServicesDep, work: Work, a: str | None = None, b: str | None = None,
-                        target: str | None = TargetQuery) -> dict:
+                        target: str | None = TargetQuery) -> dict[str, Any]:
   da, db = tour_ids(kind)
   a, b = a or da, b or db
   ta, tb = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
@@ -348,7 +348,7 @@ def check_anchor(trace: Trace, kind: str, anchor: str) -> None:
 
 @router.get("/api/traces/{trace_id}/annotations", tags=["annotations"], response_model=list[Annotation], summary="A trace's notes",
             responses=documented(NOT_FOUND))
-async def list_annotations(trace_id: str, trace: StoredTrace, svc: ServicesDep) -> list[dict]:
+async def list_annotations(trace_id: str, trace: StoredTrace, svc: ServicesDep) -> list[dict[str, Any]]:
   return await asyncio.to_thread(svc.store.annotations, trace_id)
 
 @router.post("/api/traces/{trace_id}/annotations", tags=["annotations"], response_model=Annotation, status_code=201,
@@ -356,7 +356,7 @@ async def list_annotations(trace_id: str, trace: StoredTrace, svc: ServicesDep) 
              responses=documented({400: "the body is not text (UTF-8)", **NOT_FOUND,
                                    409: f"the trace is still queued or running, or already has {MAX_NOTES_PER_TRACE} notes",
                                    422: "an invalid note, or an anchor that names nothing in this trace"}))
-async def add_annotation(trace_id: str, body: AnnotationIn, trace: StoredTrace, svc: ServicesDep) -> dict:
+async def add_annotation(trace_id: str, body: AnnotationIn, trace: StoredTrace, svc: ServicesDep) -> dict[str, Any]:
   check_anchor(trace, body.anchor_kind, body.anchor)
   note = await asyncio.to_thread(svc.store.add_annotation, trace_id, body.anchor_kind, body.anchor, body.text, MAX_NOTES_PER_TRACE)
   if note is None: raise HTTPException(409, f"trace {trace_id} already has {MAX_NOTES_PER_TRACE} notes; delete some first")

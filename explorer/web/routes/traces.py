@@ -47,25 +47,25 @@ async def rerun_form(request: Request, trace_id: str, svc: ServicesDep) -> Respo
   return RedirectResponse(status.get("url") or trace_url(trace_id), status_code=303)
 
 @api.get("/traces", response_model=list[TraceSummary], summary="Recent traces", responses=documented({422: "limit out of range"}))
-async def list_traces(svc: ServicesDep, limit: int = Query(50, ge=1, le=500)) -> list[dict]:
+async def list_traces(svc: ServicesDep, limit: int = Query(50, ge=1, le=500)) -> list[dict[str, Any]]:
   rows = await asyncio.to_thread(svc.store.recent, limit)
   keys = set(TraceSummary.model_fields)
   return [{k: v for k, v in {**r, "url": trace_url(r["id"])}.items() if k in keys} for r in rows]
 
 @api.get("/traces/{trace_id}", summary="A trace (light: kernel sources, UOp listings and passes are under /kernels/{n})",
          responses=documented(NOT_FOUND))
-async def get_trace(trace_id: str, trace: StoredTrace) -> dict:
+async def get_trace(trace_id: str, trace: StoredTrace) -> dict[str, Any]:
   """The stored trace (the README's "What a trace records"). `env.ran_on` says where each part ran: `worker`, `host` and `pid` of the
   process that ran it, `stages` (each stage it ran: NAME@HOST for a job queue worker, PID@HOST for a server's own process) and
   `targets` (each target added on first request, on the server)."""
   return deps.light_trace(trace_id, trace)
 
 @api.get("/traces/{trace_id}/raw", summary="The trace as stored, with compile facts computed since", responses=documented(NOT_FOUND))
-async def get_raw_trace(trace: StoredTrace) -> dict: return dict(trace)
+async def get_raw_trace(trace: StoredTrace) -> dict[str, Any]: return dict(trace)
 
 @api.get("/traces/{trace_id}/status", response_model=TraceStatus, summary="Job status with per-stage progress",
          responses=documented({404: NOT_FOUND[404]}))
-async def get_status(trace_id: str, svc: ServicesDep) -> dict:
+async def get_status(trace_id: str, svc: ServicesDep) -> dict[str, Any]:
   if (status := await deps.status_of(svc, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
   return status
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio, functools, time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, cast
 from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -30,7 +30,7 @@ LINE_FORMATTER = HtmlFormatter(nowrap=True)
 
 # ***** the structural diff, with sources of two targets side by side where asked *****
 
-def _joined(ks: Sequence[Kernel], target: str) -> tuple[str, list[dict]]:
+def _joined(ks: Sequence[Kernel], target: str) -> tuple[str, list[dict[str, Any]]]:
   """A group's sources joined by a blank line, and where each kernel starts (1-based line)."""
   parts, texts, line = [], [], 1
   for k in ks:
@@ -40,7 +40,7 @@ def _joined(ks: Sequence[Kernel], target: str) -> tuple[str, list[dict]]:
     line += len(text.splitlines()) + 1
   return "\n\n".join(texts), parts
 
-def cross_source(ka: Sequence[Kernel], kb: Sequence[Kernel], ta: str, tb: str) -> dict:
+def cross_source(ka: Sequence[Kernel], kb: Sequence[Kernel], ta: str, tb: str) -> dict[str, Any]:
   """A's source for target ta against B's for tb (the same trace on both sides compares two renderers)."""
   note = None
   if not all(ta in k["sources"] for k in ka) or not all(tb in k["sources"] for k in kb):
@@ -49,7 +49,7 @@ def cross_source(ka: Sequence[Kernel], kb: Sequence[Kernel], ta: str, tb: str) -
   rows = source_rows(a, b)
   return {"target": ta, "target_b": tb, "note": note, "rows": rows, "counts": dict(Counter(r["kind"] for r in rows)), "a_parts": pa, "b_parts": pb}
 
-def build_diff(a: Trace, b: Trace, ta: str, tb: str) -> dict:
+def build_diff(a: Trace, b: Trace, ta: str, tb: str) -> dict[str, Any]:
   """diff_traces without rewrite blobs (the graph diff comes separately), with B's source for target tb."""
   d = diff_traces(a, b, None, None, ta)
   d["notes"] = [n for n in d["notes"] if not n.startswith("no rewrite blobs")]
@@ -67,7 +67,7 @@ def highlighted_lines(target: str, text: str) -> tuple[Markup, ...]:
   lexer.stripnl, lexer.ensurenl = False, True
   return tuple(Markup(x) for x in highlight(text, lexer, LINE_FORMATTER).split("\n"))
 
-def side_by_side(src: dict, a_kernels: Sequence[Kernel], b_kernels: Sequence[Kernel]) -> list[dict]:
+def side_by_side(src: dict[str, Any], a_kernels: Sequence[Kernel], b_kernels: Sequence[Kernel]) -> list[dict[str, Any]]:
   """The source rows with each side's line highlighted (an HTML string per cell)."""
   la = highlighted_lines(src["target"], _joined(a_kernels, src["target"])[0])
   lb = highlighted_lines(src["target_b"], _joined(b_kernels, src["target_b"])[0])
@@ -76,18 +76,18 @@ def side_by_side(src: dict, a_kernels: Sequence[Kernel], b_kernels: Sequence[Ker
     return lines[no - 1] if no - 1 < len(lines) else escape(raw or "")
   return [{**r, "a_html": cell(la, r["a_no"], r["a"]), "b_html": cell(lb, r["b_no"], r["b"])} for r in src["rows"]]
 
-def fold(rows: list[dict], context: int = 3, min_run: int = 10) -> list[dict]:
+def fold(rows: list[dict[str, Any]], context: int = 3, min_run: int = 10) -> list[dict[str, Any]]:
   """Segments of rows: runs of identical lines longer than min_run, away from a change by more than context, come folded."""
   near = [False] * len(rows)
   for i, r in enumerate(rows):
     if r["kind"] != "same":
       for j in range(max(0, i - context), min(len(rows), i + context + 1)): near[j] = True
-  segs: list[dict] = []
+  segs: list[dict[str, Any]] = []
   for r, keep in zip(rows, near):
     folded = r["kind"] == "same" and not keep
     if not segs or segs[-1]["folded"] != folded: segs.append({"folded": folded, "rows": []})
     segs[-1]["rows"].append(r)
-  out: list[dict] = []
+  out: list[dict[str, Any]] = []
   for sg in segs:  # short folds are not worth a click
     if sg["folded"] and len(sg["rows"]) < min_run: sg["folded"] = False
     if out and not out[-1]["folded"] and not sg["folded"]: out[-1]["rows"] += sg["rows"]
@@ -116,11 +116,11 @@ class DiffService:
     self.measures: Tasks[MeasureJob] = Tasks(parallel=1, max_waiting=max_waiting, per_client=per_client, what="measurements")
     self.graph_runs = 0  # worker calls for graph diffs: tests check the cache
     self.structural_runs = 0  # structural diffs computed (not served from the store)
-    self._inflight: dict[tuple, asyncio.Future] = {}
+    self._inflight: dict[tuple[str, ...], asyncio.Future[Any]] = {}
     self._dot_slots: asyncio.Semaphore | None = None
     self._graph_slots: asyncio.Semaphore | None = None
 
-  async def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
+  async def _once(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
     if (fut := self._inflight.get(key)) is None:
       fut = self._inflight[key] = asyncio.get_running_loop().create_task(make())
       fut.add_done_callback(lambda _: self._inflight.pop(key, None))
@@ -128,28 +128,29 @@ class DiffService:
 
   # ***** structural *****
 
-  async def structural(self, a_id: str, a: Trace, b_id: str, b: Trace, ta: str, tb: str, permit: WorkPermit) -> dict:
+  async def structural(self, a_id: str, a: Trace, b_id: str, b: Trace, ta: str, tb: str, permit: WorkPermit) -> dict[str, Any]:
     kind = f"diff2:{CACHE_V}:{ta}:{tb}"  # 2: totals and kernel names on the diff's target, as its rows
-    if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cached
-    async def make() -> dict:
+    if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cast(dict[str, Any], cached)
+    async def make() -> dict[str, Any]:
       nonlocal a, b
       self.structural_runs += 1
       if self.with_facts is not None: a, b = await self.with_facts(a_id, a, ta, permit), await self.with_facts(b_id, b, ta, permit)
       d = await asyncio.to_thread(build_diff, a, b, ta, tb)
       await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, d)
       return d
-    return await self._once((a_id, b_id, kind), make)
+    return cast(dict[str, Any], await self._once((a_id, b_id, kind), make))
 
   # ***** the UOp graph diff, drawn *****
 
-  async def cached_graphs(self, a_id: str, b_id: str) -> dict | None: return await asyncio.to_thread(self.store.get_diff, a_id, b_id, GRAPHS)
+  async def cached_graphs(self, a_id: str, b_id: str) -> dict[str, Any] | None:
+    return await asyncio.to_thread(self.store.get_diff, a_id, b_id, GRAPHS)
 
-  async def graph_diff(self, a_id: str, a: Trace, b_id: str, b: Trace, groups: list[dict], permit: WorkPermit) -> dict:
+  async def graph_diff(self, a_id: str, a: Trace, b_id: str, b: Trace, groups: list[dict[str, Any]], permit: WorkPermit) -> dict[str, Any]:
     """{error, groups: [{index, graph (nodes only in A / B), drawings {a: [...], b: [...]}}]}: cached once it worked."""
     if (cached := await self.cached_graphs(a_id, b_id)) is not None: return cached
-    return await self._once((a_id, b_id, GRAPHS), lambda: self._make_graphs(a_id, a, b_id, b, groups))
+    return cast(dict[str, Any], await self._once((a_id, b_id, GRAPHS), lambda: self._make_graphs(a_id, a, b_id, b, groups)))
 
-  async def _make_graphs(self, a_id: str, a: Trace, b_id: str, b: Trace, groups: list[dict]) -> dict:
+  async def _make_graphs(self, a_id: str, a: Trace, b_id: str, b: Trace, groups: list[dict[str, Any]]) -> dict[str, Any]:
     from explorer.tracing.workers import WorkerFailed, call_in_worker
     blobs = await asyncio.to_thread(lambda: (self.store.get_rewrites(a_id), self.store.get_rewrites(b_id)))
     if any(not x for x in blobs): return {"error": "a side has no stored rewrite blob: no UOp graph diff", "groups": []}
@@ -171,7 +172,7 @@ class DiffService:
         continue
       ga, gb = [gra[k["ast_sink"]] for k in ka], [grb[k["ast_sink"]] for k in kb]
       gd = graph_diff(ga, gb)
-      drawings: dict[str, list[dict]] = {"a": [], "b": []}
+      drawings: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
       if gd["only_a"] or gd["only_b"]:
         for side, ks, gs in (("a", ka, ga), ("b", kb, gb)):
           only = gd[f"only_{side}"]
@@ -183,7 +184,7 @@ class DiffService:
     await asyncio.to_thread(self.store.put_diff, a_id, b_id, GRAPHS, res)
     return res
 
-  async def _draw(self, k: Kernel, raw: dict, starts: set[str], rest: set[str], prefix: str, side: str) -> dict:
+  async def _draw(self, k: Kernel, raw: graphs.Graph, starts: set[str], rest: set[str], prefix: str, side: str) -> dict[str, Any]:
     """The kernel's graph with where the change starts (nodes only this side has, whose inputs both have) outlined red and the nodes
     that differ only because an input differs outlined amber: outlining all of them red marks most of a fused kernel."""
     from explorer.present.export import localize_svg
@@ -204,7 +205,7 @@ class DiffService:
 
   # ***** measurements *****
 
-  def measure_status(self, a_id: str, b_id: str, kind: str) -> dict:
+  def measure_status(self, a_id: str, b_id: str, kind: str) -> dict[str, Any]:
     """The job's state while it runs (or failed), else the cached result, else status none."""
     job = self.measures.get((a_id, b_id, kind))
     if job is not None and job.status in (*ACTIVE, ERROR): return job.view()
@@ -215,13 +216,14 @@ class DiffService:
     if job is not None: return job.view()  # done, but not comparable: the reason is in its result
     return {"kind": kind, "status": "none", "detail": "", "result": None, "error": None, "elapsed_s": None}
 
-  def start_measure(self, a_id: str, a: Trace, b_id: str, b: Trace, kind: str, repeats: int = 20, warmup: int = 3, client: str | None = None) -> dict:
-    def work(job: MeasureJob, progress: Progress) -> dict:
+  def start_measure(self, a_id: str, a: Trace, b_id: str, b: Trace, kind: str, repeats: int = 20, warmup: int = 3,
+                    client: str | None = None) -> dict[str, Any]:
+    def work(job: MeasureJob, progress: Progress) -> dict[str, Any]:
       if self.queue is not None:
         return remote.measure(self.queue, f"measure-{a_id}-{b_id}-{kind}", kind, a, b, repeats, warmup, self.timeout_s, progress)
       if kind == "timing": return remeasure_interleaved(a, b, repeats, warmup, self.timeout_s, progress)
       return compare_outputs(a, b, self.timeout_s, progress)
-    async def kept(job: MeasureJob, result: dict) -> dict:
+    async def kept(job: MeasureJob, result: dict[str, Any]) -> dict[str, Any]:
       result = {"ran_on": ran_here(), **result, "measured": time.time(), "tinygrad": tinygrad_version()}  # a worker's result names it
       if result.get("compared"): await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, result)
       return result

@@ -93,7 +93,7 @@ class EnrichmentService:
     self.computed_background = 0  # worker runs of background tasks
 
   @staticmethod
-  def _key(trace_id: str, kind: str, target: str, kernels: tuple[int | str, ...]) -> tuple:
+  def _key(trace_id: str, kind: str, target: str, kernels: tuple[int | str, ...]) -> tuple[str, str, str, tuple[int | str, ...]]:
     return trace_id, kind, target, kernels
 
   def status(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> EnrichTask | None:
@@ -237,7 +237,7 @@ class EnrichmentService:
 
   # ***** hand schedules *****
 
-  def stored_opts(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> dict | None:
+  def stored_opts(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> dict[str, Any] | None:
     return self.store.enrichments(trace_id, opts_kind(start, opts)).get((n, target))
 
   def opts_status(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> OptsTask | None:
@@ -263,7 +263,7 @@ class EnrichmentService:
         if str(e).startswith("OptRefused: "): raise OptsRefused(str(e).removeprefix("OptRefused: ")) from None
         raise
       return got
-    async def kept(task: OptsTask, got: Any) -> dict:
+    async def kept(task: OptsTask, got: dict[str, Any]) -> dict[str, Any]:
       await asyncio.to_thread(self.store.put_enrichments, trace_id, opts_kind(start, opts), {(n, target): got})
       return got
     task = OptsTask(kernel=n, target=target, start=start, opts=opts, detail=f"{target} codegen waits for a worker", client=permit.client)
@@ -272,7 +272,7 @@ class EnrichmentService:
     if got is task: self.opts_journal.accept(task, f"{trace_id}: kernel {n} on {target}, {opts_kind(start, opts)}", request)
     return got
 
-  def add_to_tour(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> list[list]:
+  def add_to_tour(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> list[list[Any]]:
     """Pin a computed hand schedule to the trace's tour (a step of its own, after the trace's steps); the kernel's pins, in order."""
     with self._pins:
       pins = self.store.enrichments(trace_id, TOUR).get((n, target)) or []
@@ -281,7 +281,7 @@ class EnrichmentService:
     self.on_stored(trace_id, lambda t: t)  # the tour's pages change, the trace does not
     return pins
 
-  def tour_schedules(self, trace_id: str) -> list[dict]:
+  def tour_schedules(self, trace_id: str) -> list[dict[str, Any]]:
     """Every hand schedule pinned to the trace's tour, with its stored result: [{kernel, target, start, opts, result}]."""
     out = []
     for (n, target), pins in sorted(self.store.enrichments(trace_id, TOUR).items()):

@@ -9,7 +9,7 @@ reference (explorer.present.graphs) names one drawable graph of a trace, and is 
 """
 from __future__ import annotations
 import asyncio
-from typing import Any, Callable
+from typing import Any, Callable, cast
 from explorer.present import graphs
 from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
                                      blob_of, blob_passes, find_pass, passes_of, spec_messages)
@@ -25,6 +25,8 @@ from explorer.web.urls import trace_url
 MAX_STEPS = 60     # matches one can step through in a pass (each replays all before it)
 STEP_WINDOW = 6    # steps expanded per worker call, cached for the next clicks
 EXPAND_TIMEOUT_S = 180.0
+
+Raw = tuple[graphs.Graph, list[str], list[str], dict[str, Any]]  # a graph to view: (graph, highlighted ids, notes, extra)
 
 class GraphUnavailable(RuntimeError):
   """The graph exists but cannot be drawn (too many matches to replay, worker crashed or timed out, dot failed)."""
@@ -46,7 +48,7 @@ class GraphService:
                expand_timeout_s: float = EXPAND_TIMEOUT_S, memory_mb: int = 0, max_output_mb: float = 256.0, max_waiting: int = 32, nice: int = 0):
     self.store, self.node_limit, self.dot_timeout_s, self.workers, self.expand_timeout_s = store, node_limit, dot_timeout_s, workers, expand_timeout_s
     self.pool = WorkerPool(workers, Limits(expand_timeout_s, memory_mb, max_output_mb, nice), expand.init_worker, max_waiting)
-    self._inflight: dict[tuple, asyncio.Future] = {}
+    self._inflight: dict[tuple[str, ...], asyncio.Future[Any]] = {}
     self._dot_slots: asyncio.Semaphore | None = None
     self.expansions = 0  # worker calls made: tests check that cached graphs do not expand again
 
@@ -61,7 +63,7 @@ class GraphService:
     except WorkerFailed as e: raise GraphUnavailable(f"expanding the graph failed: {e}") from None
     except LookupError as e: raise GraphNotFound(str(e)) from None
 
-  async def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
+  async def _once(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
     """Identical concurrent requests share one computation."""
     if (fut := self._inflight.get(key)) is not None: return await asyncio.shield(fut)
     fut = asyncio.get_running_loop().create_task(make())
@@ -80,7 +82,7 @@ class GraphService:
   # the public calls start work (a worker's expansion, a layout): each takes the request's WorkPermit (explorer.web.http.work)
 
   async def view(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, index: str = "auto",
-                 opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> dict:
+                 opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> dict[str, Any]:
     return await self._view(trace_id, trace, ref_text, full, index, opened)
 
   async def svg(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
@@ -88,36 +90,38 @@ class GraphService:
     return await self._svg(trace_id, trace, ref_text, full, trace_url, index, stable_from, opened)
 
   async def matches(self, trace_id: str, trace: Trace, group: int, step: int, offset: int, limit: int, target: str | None, *,
-                    permit: WorkPermit) -> dict:
+                    permit: WorkPermit) -> dict[str, Any]:
     return await self._matches(trace_id, trace, group, step, offset, limit, target)
 
-  async def python(self, trace_id: str, trace: Trace, group: int, step: int, target: str | None, *, permit: WorkPermit) -> dict:
+  async def python(self, trace_id: str, trace: Trace, group: int, step: int, target: str | None, *, permit: WorkPermit) -> dict[str, Any]:
     return await self._python(trace_id, trace, group, step, target)
 
-  async def origin(self, trace_id: str, trace: Trace, group: int, num: int, target: str | None, *, permit: WorkPermit) -> dict:
+  async def origin(self, trace_id: str, trace: Trace, group: int, num: int, target: str | None, *, permit: WorkPermit) -> dict[str, Any]:
     """The pass and rule that made UOp num, read from the rewrite log of the group (cached)."""
     if not any(p.get("group") == group for p in blob_passes(trace, target)): raise GraphNotFound(f"no rewrite group {group} in this trace")
-    return await self._stored(trace_id, f"origin/{target or ''}/{group}/{num}",
-                              lambda: self._expand(expand.pass_origin, trace_id, group, num, target))
+    return cast(dict[str, Any], await self._stored(trace_id, f"origin/{target or ''}/{group}/{num}",
+                                                   lambda: self._expand(expand.pass_origin, trace_id, group, num, target)))
 
-  async def origins(self, trace_id: str, trace: Trace, group: int, nums: tuple[int, ...], target: str | None, *, permit: WorkPermit) -> list[dict]:
+  async def origins(self, trace_id: str, trace: Trace, group: int, nums: tuple[int, ...], target: str | None, *,
+                    permit: WorkPermit) -> list[dict[str, Any]]:
     """origin() of several UOps at once (a source line's), cached."""
     if not any(p.get("group") == group for p in blob_passes(trace, target)): raise GraphNotFound(f"no rewrite group {group} in this trace")
-    return await self._stored(trace_id, f"origins/{target or ''}/{group}/{','.join(map(str, nums))}",
-                              lambda: self._expand(expand.pass_origins, trace_id, group, list(nums), target))
+    return cast(list[dict[str, Any]], await self._stored(trace_id, f"origins/{target or ''}/{group}/{','.join(map(str, nums))}",
+                                                         lambda: self._expand(expand.pass_origins, trace_id, group, list(nums), target)))
 
   async def _view(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, index: str = "auto",
-                  opened: frozenset[int] = frozenset()) -> dict:
+                  opened: frozenset[int] = frozenset()) -> dict[str, Any]:
     """index: collapse index arithmetic "auto" (over the node limit), "hide" (always) or "show" (never). opened: trace numbers of
     cut-off nodes to open (their inputs shown)."""
     ref = parse_ref(ref_text)
     self._check(trace, ref)
     key = self._cache_key(ref_text, full, index, opened)
-    if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cached
-    try: return await self._once((trace_id, key, "view"), lambda: self._make_view(trace_id, trace, ref, ref_text, full, index=index, opened=opened))
+    if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cast(dict[str, Any], cached)
+    try: return cast(dict[str, Any], await self._once((trace_id, key, "view"),
+                                                      lambda: self._make_view(trace_id, trace, ref, ref_text, full, index=index, opened=opened)))
     except expand.BlobUnreadable as e: return await asyncio.to_thread(self._stored_view, trace_id, ref_text, str(e))
 
-  def _stored_view(self, trace_id: str, ref_text: str, why: str) -> dict:
+  def _stored_view(self, trace_id: str, ref_text: str, why: str) -> dict[str, Any]:
     """The rewrites do not load here: the same graph as cached earlier (with or without the node limit), said so; else a clear error."""
     for key in (self._cache_key(ref_text, False), self._cache_key(ref_text, True)):
       if (cached := self.store.get_cached_json(trace_id, key, "view")) is not None:
@@ -133,8 +137,8 @@ class GraphService:
       if (j := ref.match) is not None and not 1 <= j <= passes[ref.pass_index]["matches"]:  # type: ignore[index]
         raise GraphNotFound(f"pass {ref.pass_index} has {passes[ref.pass_index]['matches']} matches, not {j}")  # type: ignore[index]
 
-  async def _make_view(self, trace_id: str, trace: Trace, ref: Ref, ref_text: str, full: bool, got: tuple | None = None,
-                       index: str = "auto", opened: frozenset[int] = frozenset()) -> dict:
+  async def _make_view(self, trace_id: str, trace: Trace, ref: Ref, ref_text: str, full: bool, got: Raw | None = None,
+                       index: str = "auto", opened: frozenset[int] = frozenset()) -> dict[str, Any]:
     raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref)
     limit = graphs.HARD_MAX_NODES if full else self.node_limit
     shown, simplify_notes = graphs.simplify(raw, limit, index, opened)
@@ -148,13 +152,13 @@ class GraphService:
     await asyncio.to_thread(self.store.put_cached, trace_id, self._cache_key(ref_text, full, index, opened), "view", view)
     return view
 
-  async def _raw(self, trace_id: str, trace: Trace, ref: Ref) -> tuple[dict, list[str], list[str], dict]:
+  async def _raw(self, trace_id: str, trace: Trace, ref: Ref) -> Raw:
     """(graph, highlighted ids, notes, extra) straight from the trace or a worker."""
     if ref.kind == "kernels":
       graph = graphs.kernel_graph(trace, trace_url(trace_id))
       return graph, [], [graph["grouped"]] if "grouped" in graph else [], {}
     says = spec_messages(trace, ref)
-    async def marked(sink: int | None, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
+    async def marked(sink: int | None, target: str | None = None) -> Raw:
       got = await self._expand(expand.sink_graph, trace_id, sink, None, target, list(says))
       bad = set(got.get("marked") or [])
       for n in got["graph"]["nodes"]:
@@ -172,7 +176,7 @@ class GraphService:
     if ref.at == "after": return await self._after(trace_id, passes, ref.pass_index, blob_of(trace, ref))  # type: ignore[arg-type]
     return await self._match_step(trace_id, trace, ref, p)
 
-  async def _after(self, trace_id: str, passes: list[Pass], i: int, target: str | None = None) -> tuple[dict, list[str], list[str], dict]:
+  async def _after(self, trace_id: str, passes: list[Pass], i: int, target: str | None = None) -> Raw:
     p, q = passes[i], next_pass(passes, i)
     if p["matches"] == 0:
       graph = (await self._expand(expand.sink_graph, trace_id, p["sink"], None, target))["graph"]
@@ -188,7 +192,7 @@ class GraphService:
     last = (await self._expand(expand.match_steps, trace_id, p["group"], p["step"], p["matches"], p["matches"], target))[-1]
     return last["graph"], last["new"], ["All matches replayed; nodes new since the start of this pass are outlined red."], {}
 
-  async def _match_step(self, trace_id: str, trace: Trace, ref: Ref, p: Pass) -> tuple[dict, list[str], list[str], dict]:
+  async def _match_step(self, trace_id: str, trace: Trace, ref: Ref, p: Pass) -> Raw:
     j = ref.match
     assert j is not None
     if j > MAX_STEPS: return await self._local_match(trace_id, trace, ref, p, j)
@@ -205,7 +209,7 @@ class GraphService:
     if mine is None: raise GraphUnavailable(f"match {j} could not be replayed")
     return mine
 
-  async def _local_match(self, trace_id: str, trace: Trace, ref: Ref, p: Pass, j: int) -> tuple[dict, list[str], list[str], dict]:
+  async def _local_match(self, trace_id: str, trace: Trace, ref: Ref, p: Pass, j: int) -> Raw:
     """Past the first MAX_STEPS matches the whole graph is not replayed (each step replays every match before it): the view is the
     rewritten UOp itself, what the rule returned three sources deep, with its root outlined and the diff from what it matched."""
     group, step = p.get("group"), p.get("step")
@@ -222,16 +226,16 @@ class GraphService:
 
   # ***** every match of a pass, and its graph as Python *****
 
-  async def _matches(self, trace_id: str, trace: Trace, group: int, step: int, offset: int, limit: int, target: str | None) -> dict:
+  async def _matches(self, trace_id: str, trace: Trace, group: int, step: int, offset: int, limit: int, target: str | None) -> dict[str, Any]:
     p = find_pass(trace, group, step, target)
     if offset > p["matches"]: raise GraphNotFound(f"pass {group}/{step} has {p['matches']} matches: offset {offset} is past them")
-    return await self._stored(trace_id, f"matches/{target or ''}/{group}/{step}/{offset}/{limit}",
-                              lambda: self._expand(expand.pass_matches, trace_id, group, step, offset, limit, target))
+    return cast(dict[str, Any], await self._stored(trace_id, f"matches/{target or ''}/{group}/{step}/{offset}/{limit}",
+                                                   lambda: self._expand(expand.pass_matches, trace_id, group, step, offset, limit, target)))
 
-  async def _python(self, trace_id: str, trace: Trace, group: int, step: int, target: str | None) -> dict:
+  async def _python(self, trace_id: str, trace: Trace, group: int, step: int, target: str | None) -> dict[str, Any]:
     p = find_pass(trace, group, step, target)
-    return await self._stored(trace_id, f"python/{target or ''}/{group}/{step}",
-                              lambda: self._expand(expand.pass_python, trace_id, p["sink"], target))
+    return cast(dict[str, Any], await self._stored(trace_id, f"python/{target or ''}/{group}/{step}",
+                                                   lambda: self._expand(expand.pass_python, trace_id, p["sink"], target)))
 
   async def _stored(self, trace_id: str, key: str, make: Callable[[], Any]) -> Any:
     """The store's cached answer for key, or make's (computed once for concurrent callers, then stored)."""
@@ -254,9 +258,9 @@ class GraphService:
         return await self._layout(trace_id, key, view, trace_url, {int(k): tuple(v) for k, v in anchor.items()})
     if (cached := await asyncio.to_thread(self.store.get_cached, trace_id, key, "svg")) is not None: return cached
     view = await self._view(trace_id, trace, ref_text, full, index, opened)
-    return await self._once((trace_id, key, "svg"), lambda: self._layout(trace_id, key, view, trace_url))
+    return cast(str, await self._once((trace_id, key, "svg"), lambda: self._layout(trace_id, key, view, trace_url)))
 
-  async def _layout(self, trace_id: str, key: str, view: dict, trace_url: str, anchor: dict | None = None) -> str:
+  async def _layout(self, trace_id: str, key: str, view: dict[str, Any], trace_url: str, anchor: dict[int, tuple[float, float]] | None = None) -> str:
     if self._dot_slots is None: self._dot_slots = asyncio.Semaphore(2)
     graph = {"nodes": view["nodes"], "edges": view["edges"]}
     dot = graphs.kernel_graph_dot(graph, trace_url) if view["ref"] == "kernels" else \

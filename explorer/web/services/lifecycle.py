@@ -70,10 +70,10 @@ class Task:
   def snapshot(self) -> dict[str, Any]:
     return {"id": self.id, "status": self.status, "detail": self.detail, "error": self.error, "elapsed_s": self.elapsed_s}
 
-def run_in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future:
+def run_in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
   """Like asyncio.to_thread, but the thread never holds up interpreter exit (a trace can run for minutes)."""
   loop = asyncio.get_running_loop()
-  fut: asyncio.Future = loop.create_future()
+  fut: asyncio.Future[Any] = loop.create_future()
   def deliver(ok: bool, value: Any) -> None:
     if fut.done(): return
     if ok: fut.set_result(value)
@@ -99,9 +99,9 @@ class Tasks(Generic[T]):
     self.parallel, self.wait_s, self.max_waiting, self.per_client, self.what = parallel, wait_s, max_waiting, per_client, what
     self.reserve = reserve
     self.tasks: dict[Hashable, T] = {}
-    self.running: set[asyncio.Task] = set()
+    self.running: set[asyncio.Task[None]] = set()
     self._holding: list[T] = []  # the tasks holding a slot
-    self._waiting: list[tuple[T, asyncio.Future]] = []  # the tasks waiting for one, oldest first
+    self._waiting: list[tuple[T, asyncio.Future[None]]] = []  # the tasks waiting for one, oldest first
 
   def admit(self, client: str | None) -> None:
     """Refuse new work where the rule says so (ClientBusy: this client's share; Busy: the server's); the caller has checked that no
@@ -132,15 +132,15 @@ class Tasks(Generic[T]):
     task.finish(ERROR, error=error)
     if self.tasks.get(key) is task: self.tasks.pop(key)
 
-  def start(self, key: Hashable, task: T, work: Callable[[T, Progress], Any], started: Hook | None = None,
-            kept: Callable[[T, Any], Awaitable[Any]] | None = None, ended: Hook | None = None) -> T:
+  def start(self, key: Hashable, task: T, work: Callable[[T, Progress], Any], started: Hook[T] | None = None,
+            kept: Callable[[T, Any], Awaitable[Any]] | None = None, ended: Hook[T] | None = None) -> T:
     """The task of this key when one is queued or running (identical work is shared), else `task`, admitted (ClientBusy or Busy
     otherwise) and launched."""
     task, new = self.claim(key, task)
     return self.launch(task, work, started, kept, ended) if new else task
 
-  def launch(self, task: T, work: Callable[[T, Progress], Any], started: Hook | None = None,
-             kept: Callable[[T, Any], Awaitable[Any]] | None = None, ended: Hook | None = None) -> T:
+  def launch(self, task: T, work: Callable[[T, Progress], Any], started: Hook[T] | None = None,
+             kept: Callable[[T, Any], Awaitable[Any]] | None = None, ended: Hook[T] | None = None) -> T:
     """Run a claimed task: once its turn comes, started(task), then work(task, progress) in a daemon thread, kept(task, result) (what
     is kept of it: stored, say), and ended(task) whatever the outcome. A failure anywhere is the task's one-line error."""
     job = asyncio.get_running_loop().create_task(self._run(task, work, started, kept, ended))
@@ -184,8 +184,8 @@ class Tasks(Generic[T]):
     self._holding.remove(task)
     self._hand_on()
 
-  async def _run(self, task: T, work: Callable[[T, Progress], Any], started: Hook | None, kept: Callable[[T, Any], Awaitable[Any]] | None,
-                 ended: Hook | None) -> None:
+  async def _run(self, task: T, work: Callable[[T, Progress], Any], started: Hook[T] | None, kept: Callable[[T, Any], Awaitable[Any]] | None,
+                 ended: Hook[T] | None) -> None:
     holding = False
     try:
       if not (holding := await self._take_slot(task)):
@@ -196,7 +196,8 @@ class Tasks(Generic[T]):
       if holding: self._free_slot(task)
       if ended is not None and task.status != INTERRUPTED: await ended(task)
 
-  async def _work(self, task: T, work: Callable[[T, Progress], Any], started: Hook | None, kept: Callable[[T, Any], Awaitable[Any]] | None) -> None:
+  async def _work(self, task: T, work: Callable[[T, Progress], Any], started: Hook[T] | None,
+                  kept: Callable[[T, Any], Awaitable[Any]] | None) -> None:
     loop = asyncio.get_running_loop()
     def progress(stage: str, status: str, detail: str) -> None: loop.call_soon_threadsafe(task.note, stage, status, detail)
     try:

@@ -2,10 +2,12 @@
 default device (asked once of tinygrad in a worker process, in the background; DEV when set)."""
 from __future__ import annotations
 import os, socket, threading
+from typing import TYPE_CHECKING, Any
 from explorer.store import tinygrad_version
+if TYPE_CHECKING: from explorer.schema import Trace
 
 _lock = threading.Lock()
-_device: dict | None = None  # the worker's answer, once it came ({"device": None} if it failed)
+_device: dict[str, Any] | None = None  # the worker's answer, once it came ({"device": None} if it failed)
 _asked = False
 
 def _learn() -> None:
@@ -32,7 +34,7 @@ def server_device(wait_s: float = 0.0) -> str | None:
 
 def _base(device: str | None) -> str: return (device or "").split(":")[0].upper()
 
-def provenance(trace: dict) -> dict | None:
+def provenance(trace: Trace) -> dict[str, Any] | None:
   """A banner's content when the trace was recorded with another tinygrad or on another device than this server's; else None."""
   env = trace.get("env") or {}
   here_tg, here_dev = tinygrad_version(), server_device()

@@ -49,7 +49,7 @@ def resume_trace(client: QueueClient, trace_id: str, progress: Progress, spec: C
   return _trace_result(client, client.resume(f"trace-{trace_id}", progress), spec, variant)
 
 def run_study(client: QueueClient, study_id: str, kind: str, cases: Sequence[tuple[str, ConvSpec]], progress: Progress,
-              keep: Callable[..., str], params: dict[str, Any]) -> dict:
+              keep: Callable[..., str], params: dict[str, Any]) -> dict[str, Any]:
   """explorer.analysis.study.run_studies on a worker with the study's device; each variant's trace comes back and is kept here."""
   timeout_s = float(params.get("timeout_s", 1800)) * (3 * len(cases) + 1)  # each case: its variants' traces and its timing
   args = {"kind": kind, "cases": [[name, spec.to_dict()] for name, spec in cases], "params": {**params, "targets": list(params.get("targets", ()))}}
@@ -57,17 +57,17 @@ def run_study(client: QueueClient, study_id: str, kind: str, cases: Sequence[tup
                        [spec for _, spec in cases])
 
 def resume_study(client: QueueClient, study_id: str, progress: Progress, keep: Callable[..., str], kind: str | None = None,
-                 specs: Sequence[ConvSpec] | None = None) -> dict:
+                 specs: Sequence[ConvSpec] | None = None) -> dict[str, Any]:
   """A study this server had enqueued before it restarted."""
   return _study_result(client, client.resume(f"study-{study_id}", progress), keep, kind, specs)
 
 STUDY_TRACE_KEYS = {"spec", "variant", "trace", "rewrites", "target_rewrites"}
 
-def _study_result(client: QueueClient, out: Any, keep: Callable[..., str], kind: str | None, specs: Sequence[ConvSpec] | None) -> dict:
+def _study_result(client: QueueClient, out: Any, keep: Callable[..., str], kind: str | None, specs: Sequence[ConvSpec] | None) -> dict[str, Any]:
   """Every variant's trace checked (as a trace job's result, and of one of the study's cases) before any is kept; then the table."""
   if not isinstance(out, dict) or set(out) != {"result", "traces"} or not isinstance(out["traces"], list):
     raise ResultRefused("the worker's result is not a study's result (result, traces): refused, nothing kept")
-  result = plain_json(out["result"], "the worker's study result")
+  result: dict[str, Any] = plain_json(out["result"], "the worker's study result")
   if (problem := study_problem(result)) is not None or (kind is not None and result.get("study") != kind):
     raise ResultRefused(f"the worker's study result is not a {kind or 'study'} study's table ({problem or 'another kind'}): refused, nothing kept")
   checked = []
@@ -87,7 +87,7 @@ def _slim(trace: Trace) -> dict[str, Any]:
   return {"spec": trace["spec"], "variant": trace["variant"], "env": {"device": trace["env"]["device"]}}
 
 def measure(client: QueueClient, job_id: str, kind: str, a: Trace, b: Trace, repeats: int, warmup: int, timeout_s: float,
-            progress: Progress) -> dict:
+            progress: Progress) -> dict[str, Any]:
   """A diff's measurement on a worker with A's device (comparable traces ran on one device)."""
   args = {"kind": kind, "a": _slim(a), "b": _slim(b), "repeats": repeats, "warmup": warmup, "timeout_s": timeout_s}
   out = plain_json(client.run("measure", args, a["env"]["device"], job_id, progress, timeout_s), "the worker's measurement")

@@ -5,7 +5,7 @@ keeps answering after a restart. Each variant's trace is stored too, so the stud
 from __future__ import annotations
 import threading, time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 from explorer.tasks import TaskState
 from explorer.analysis.study import DEFAULT_PRESETS, STUDY_VARIANTS, run_studies, study_steps
 from explorer.present.study import document_rows
@@ -40,7 +40,7 @@ class StudyRun(Task):
   """A study this server is running: its progress, from run_studies's callback (a study has no queue: it runs from the start)."""
   kind: str = ""
   label: str = ""
-  request: dict = field(default_factory=dict)
+  request: dict[str, Any] = field(default_factory=dict)
   steps: int = 0
   step: int = 0
   current: str = "starting"
@@ -56,7 +56,7 @@ class StudyRun(Task):
             "steps": self.steps, "current": self.current, "detail": self.detail, "error": self.error, "created": self.created,
             "elapsed_s": self.elapsed_s, "request": self.request}
 
-def stored_status(row: dict) -> dict[str, Any]:
+def stored_status(row: dict[str, Any]) -> dict[str, Any]:
   """A study known from the store: done (with its result and table), failed, interrupted, or running in another server process. A row
   that does not read as one (its request, its kind or its result: an older or damaged database) is shown as damaged, saying what is
   wrong, with what of it does read."""
@@ -78,7 +78,7 @@ def stored_status(row: dict) -> dict[str, Any]:
           "damaged": f"study {row['id']} is damaged: {damaged}" if damaged else None}
 
 class StudyService:
-  def __init__(self, store: Store, on_stored: Callable[[str], None] = lambda trace_id: None, runner: Callable[..., dict] | None = None,
+  def __init__(self, store: Store, on_stored: Callable[[str], None] = lambda trace_id: None, runner: Callable[..., Mapping[str, Any]] | None = None,
                queue: QueueClient | None = None):
     """runner replaces explorer.analysis.study.run_studies (the API's fuzz test answers at once without tinygrad); with queue, a
     study runs on a job queue worker that offers its device."""
@@ -90,13 +90,13 @@ class StudyService:
 
   def running(self) -> StudyRun | None: return next(iter(self.tasks.active()), None)
 
-  def start(self, kind: str, cases: list[tuple[str, ConvSpec]], request: dict, params: dict[str, Any]) -> StudyRun:
+  def start(self, kind: str, cases: list[tuple[str, ConvSpec]], request: dict[str, Any], params: dict[str, Any]) -> StudyRun:
     """Accept a study and start it (call from the event loop); StudyBusy while another one runs. params: run_studies's keywords."""
     with self._lock:
       if (busy := self.running()) is not None: raise StudyBusy(busy.id)
       run = StudyRun(kind=kind, label=label_of(kind, cases), request=request, steps=len(study_steps(kind, [s for _, s in cases])))
       self.journal.accept(run, run.label, {**request, "kind": kind}).result()  # written before it is answered: its permalink answers
-      def work(run: StudyRun, progress: Progress) -> dict:
+      def work(run: StudyRun, progress: Progress) -> dict[str, Any]:
         if self.queue is not None: return remote.run_study(self.queue, run.id, kind, cases, progress, self._keep, params)
         return dict(self.runner(kind, cases, progress=progress, keep=self._keep, **params))
       return self._launch(run, work)
@@ -114,9 +114,9 @@ class StudyService:
       self._launch(run, lambda run, progress: remote.resume_study(queue, run.id, progress, keep=self._keep, kind=kind, specs=[s for _, s in cases]))
     return len(rows)
 
-  def _launch(self, run: StudyRun, work: Callable[[StudyRun, Progress], dict]) -> StudyRun:
+  def _launch(self, run: StudyRun, work: Callable[[StudyRun, Progress], dict[str, Any]]) -> StudyRun:
     """work in a daemon thread; its outcome stored (a result can be megabytes: off the event loop)."""
-    async def kept(run: StudyRun, result: dict) -> dict:
+    async def kept(run: StudyRun, result: dict[str, Any]) -> dict[str, Any]:
       await self.journal.ended(run, DONE, result)
       run.step = run.steps
       return result

@@ -16,7 +16,9 @@ from explorer.tasks import TRACE, TaskState
 from explorer.web.services import remote
 from explorer.web.services.lifecycle import (ACTIVE, DONE, INTERRUPTED, QUEUE_OWNER, QUEUED, RUNNING, Busy, ClientBusy, Journal, Task, Tasks,
                                              one_line)
-if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
+if TYPE_CHECKING:
+  from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
+  from explorer.schema import Buffer, KernelRow, ScheduleRow, TensorGraph
 
 STOPPED = "the server stopped before this trace finished; re-run it from its page (one click) or with POST /api/traces/{id}/rerun"
 QUEUED_ELSEWHERE = ("this trace was queued on a job queue, which this server does not use: restart it with --queue URL to follow it there, "
@@ -32,10 +34,10 @@ MAX_REPORT = 4 << 20  # the largest report of a running trace kept (its schedule
 class SoFar:
   """What a running trace has reported so far (explorer.tracing.trace.Recorder.partial), checked as data: the trace page shows it while
   codegen goes on (schedule, buffers, a row per kernel as its codegen ends)."""
-  schedule: list[dict] = field(default_factory=list)
-  buffers: list[dict] = field(default_factory=list)
-  tensor_graph: dict | None = None
-  kernels: dict[int, dict] = field(default_factory=dict)
+  schedule: list[ScheduleRow] = field(default_factory=list)
+  buffers: list[Buffer] = field(default_factory=list)
+  tensor_graph: TensorGraph | None = None
+  kernels: dict[int, KernelRow] = field(default_factory=dict)
 
   def add(self, what: str, text: str) -> bool:
     """Keep one report; False (nothing kept) for one that does not read as data of its kind."""
@@ -50,7 +52,7 @@ class SoFar:
   @property
   def started(self) -> bool: return bool(self.schedule)
 
-  def view(self) -> dict:
+  def view(self) -> dict[str, Any]:
     """A trace-shaped dict of what is known: what the trace page's live panels render."""
     kernels = [self.kernels[i] for i in sorted(self.kernels)]
     schedule = [dict(s, name=next((k["name"] for k in kernels if k["call"] == s["index"]), None),
@@ -65,13 +67,13 @@ class Job(Task):
   spec: ConvSpec = field(default_factory=lambda: ConvSpec(1, 1, 1, 1, 1, 1))
   variant: Variant = field(default_factory=Variant)
   label: str = ""
-  stages: dict[str, dict] = field(default_factory=lambda: {s: {"stage": s, "status": "pending", "detail": ""} for s in STAGES})
-  events: list[dict] = field(default_factory=list)
+  stages: dict[str, dict[str, str]] = field(default_factory=lambda: {s: {"stage": s, "status": "pending", "detail": ""} for s in STAGES})
+  events: list[dict[str, Any]] = field(default_factory=list)
   failed: str | None = None  # the stage that failed in a trace that was stored all the same: its job is done, with this error
   changed: asyncio.Event = field(default_factory=asyncio.Event)
   so_far: SoFar = field(default_factory=SoFar)  # what the trace has reported while it runs
 
-  def emit(self, event: dict) -> None:
+  def emit(self, event: dict[str, Any]) -> None:
     self.events.append(event)
     self.changed.set()
     self.changed = asyncio.Event()  # waiters hold the set one; the next change wakes new waiters
@@ -97,11 +99,11 @@ class Job(Task):
       elif row["status"] == "pending": row["status"] = "skipped"
     self.emit({"event": "done", "status": status, "error": self.error})
 
-  def view(self) -> dict:
+  def view(self) -> dict[str, Any]:
     """The job as GET /api/traces/{id}/status shows it (explorer.web.http.models.TraceStatus, less its url)."""
     return {"id": self.id, "status": self.status, "label": self.label, "stages": list(self.stages.values()), "error": self.error}
 
-def stored_job_status(row: dict) -> dict:
+def stored_job_status(row: dict[str, Any]) -> dict[str, Any]:
   """The status of a job known only from the store: one that failed, was interrupted, or runs in another server process."""
   stages = [{"stage": s, "status": "pending" if row["status"] in ACTIVE else "skipped", "detail": ""} for s in STAGES]
   error = (row.get("error") or STOPPED).replace("{id}", row["id"]) if row["status"] == INTERRUPTED else row.get("error")
@@ -115,7 +117,7 @@ class JobManager:
   """Runs at most `parallel` traces at once, queues up to `max_queue` more; finished jobs stay listed for `keep_s` seconds."""
   def __init__(self, store: Store, parallel: int = 1, timeout_s: float = 600.0, keep_s: float = 3600.0,
                runner: Callable[..., Any] | None = None, max_queue: int = 16, limits: Any = None, queue_wait_s: float = 900.0,
-               queue: QueueClient | None = None, max_per_client: int = 0, on_stored: Callable[[str, dict], None] | None = None):
+               queue: QueueClient | None = None, max_per_client: int = 0, on_stored: Callable[[str, dict[str, Any]], None] | None = None):
     """With queue, traces run on the job queue's workers (explorer.web.services.remote) and outlive this server: they are followed again
     when it restarts (resume_queued) instead of being marked interrupted. on_stored(id, trace): a trace was stored (what may follow it in
     the background starts there)."""
@@ -140,7 +142,7 @@ class JobManager:
 
   def running(self) -> int: return sum(1 for j in self._all() if j.active)
 
-  def stored(self, job_id: str) -> dict | None:
+  def stored(self, job_id: str) -> dict[str, Any] | None:
     """The job's row in the store (its request parsed; None where it does not parse): one that failed, was interrupted, or runs in
     another server process."""
     return self.store.get_task(TRACE, job_id)
@@ -150,13 +152,13 @@ class JobManager:
     for tasks in (self.tasks, self.followed):
       if (job := tasks.get(job_id)) is not None and not job.active: tasks.forget(job_id)
 
-  async def submit(self, job_id: str, spec: ConvSpec, variant: Variant, request: dict, client: str | None = None) -> Job:
+  async def submit(self, job_id: str, spec: ConvSpec, variant: Variant, request: dict[str, Any], client: str | None = None) -> Job:
     """The job for this id: the one already queued or running, else a new one, written to the store (with the request that
     re-runs it) before this returns (the caller checked the store for a finished trace first). client: the address that asked,
     held to max_per_client jobs running or waiting (ClientBusy past it; joining a running job is free)."""
     return (await self.submit_all([(job_id, spec, variant, request)], client))[0]
 
-  async def submit_all(self, wanted: list[tuple[str, ConvSpec, Variant, dict]], client: str | None = None) -> list[Job]:
+  async def submit_all(self, wanted: list[tuple[str, ConvSpec, Variant, dict[str, Any]]], client: str | None = None) -> list[Job]:
     """Jobs for several traces at once (a diff's two variants), admitted together: each joins its identical job where one is queued or
     running; the new ones are admitted as one (QueueFull, ClientBusy: none of them is started) and registered in the same step, with
     nothing awaited between the check and the registration, so that requests arriving at the same instant join them or count against
@@ -193,7 +195,7 @@ class JobManager:
     if self.queue is not None: job.stages = {"queue": {"stage": "queue", "status": "pending", "detail": ""}, **job.stages}
     return job
 
-  def resume_queued(self, resolve: Callable[[dict], tuple[ConvSpec, Variant]]) -> int:
+  def resume_queued(self, resolve: Callable[[dict[str, Any]], tuple[ConvSpec, Variant]]) -> int:
     """Follow again the traces this server had on the job queue before it restarted (call from the event loop); resolve turns a
     stored request into its spec and variant. Returns how many."""
     if self.queue is None: return 0
