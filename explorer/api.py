@@ -44,7 +44,7 @@ def trace(conv: str | ConvSpec | dict[str, Any], timeout_s: float = 600.0, analy
 class Trace:
   """A finished trace: `data` is the trace JSON (explorer/web/models.py and the README describe it), `rewrites` the rewrite blob its
   UOp graphs expand from."""
-  data: schema.Trace
+  data: schema.TraceRecord
   rewrites: bytes
   target_rewrites: dict[str, bytes] = field(default_factory=dict)
   variant: Variant | None = None  # as asked: the store keys a trace by it
@@ -57,7 +57,7 @@ class Trace:
     return trace_key(ConvSpec.from_dict(dict(spec)), self.variant)
 
   @property
-  def kernels(self) -> list[schema.Kernel]: return self.data["kernels"]
+  def kernels(self) -> list[schema.KernelRecord]: return self.data["kernels"]
 
   @property
   def ok(self) -> bool: return self.data["status"] == "ok"
@@ -94,7 +94,7 @@ class Trace:
     d = diff_traces(a, b, self.rewrites, other.rewrites, target)
     return Diff(d, summary(d))
 
-  def analysed(self, targets: list[str] | None = None) -> schema.Trace:
+  def analysed(self, targets: list[str] | None = None) -> schema.TraceRecord:
     """The trace's data with every record's analysis (line map, live values, loop splits, program spec) on these targets (default all),
     computed from its rewrite blobs where a record lacks one (kept for the next call)."""
     from explorer.tracing.enrich import add_analysis
@@ -129,7 +129,7 @@ class Kernel:
   index: int
 
   @property
-  def data(self) -> schema.Kernel: return self.trace.kernels[self.index]
+  def data(self) -> schema.KernelRecord: return self.trace.kernels[self.index]
 
   def with_opts(self, opts: list[str] | tuple[str, ...], target: str | None = None, start: str = "current", time: bool = True) -> dict[str, Any]:
     """This kernel scheduled by hand: tinygrad's opts ("UPCAST:0:4", "LOCAL:1:8") applied after `start`'s (its current opts on the
@@ -211,7 +211,7 @@ class Captured(Trace):
   its provenance); `traces`, each realize's own trace as recorded (the host's records, sharing the program's rewrite blob)."""
   def __init__(self, name: str, variant: Variant, reference: Any, rel_tolerance: float, source: str | None = None, line: int | None = None,
                analysis: bool = False, file: str | None = None, every_step: bool = False):
-    super().__init__(cast("schema.Trace", {}), b"", {}, None)
+    super().__init__(cast("schema.TraceRecord", {}), b"", {}, None)
     self._analysis, self._every_step = analysis, every_step
     self.name, self._variant, self._reference, self._tolerance = name, variant, reference, rel_tolerance
     self._source, self._origin = source, {"kind": "capture", "line": line}

@@ -228,7 +228,7 @@ class TimeStats(TypedDict):
 
 @with_config(STRICT)
 class BoundTime(TypedDict):
-  """A symbolic kernel timed alone (as Kernel.time_s) with its variables bound to `variables`: one of the value sets it ran with."""
+  """A symbolic kernel timed alone (as KernelRecord.time_s) with its variables bound to `variables`: one of the value sets it ran with."""
   variables: dict[Name, int]
   time_s: TimeStats
 
@@ -294,7 +294,7 @@ class Provenance(TypedDict):
   inferred: NotRequired[bool]
 
 @with_config(STRICT)
-class Kernel(TypedDict):
+class KernelRecord(TypedDict):
   """One kernel of the schedule: what it computes (role, reads, writes), its AST, and its record per target (`targets`, the host's under
   host_target); the host record's fields are repeated at the top for the readers of schema 1. A trace of schema 1 has no `targets`
   nor `host_target`: `upgrade` gives it both where it is read, so that every reader finds them."""
@@ -334,7 +334,7 @@ class Kernel(TypedDict):
   targets: NotRequired[dict[Name, TargetRecord]]
   spec: NotRequired[KernelSpec]
   beam: NotRequired[BeamRecord]
-  realize: NotRequired[Count]                 # a program's: which of its realizes ran it (Trace.realizes)
+  realize: NotRequired[Count]                 # a program's: which of its realizes ran it (TraceRecord.realizes)
   provenance: NotRequired[list[Provenance]]   # a program's: the Tensor functions and user lines it computes
 
 # ***** the schedule *****
@@ -622,7 +622,7 @@ def _variant(d: VariantRecord) -> VariantRecord:
   return d
 
 @with_config(STRICT)
-class Trace(TypedDict):
+class TraceRecord(TypedDict):
   """One trace: a convolution (spec) or a captured program (program), through every stage."""
   schema: Annotated[int, Field(ge=1, le=TRACE_SCHEMA)]
   spec: Annotated[SpecRecord | None, AfterValidator(_spec)]
@@ -640,7 +640,7 @@ class Trace(TypedDict):
   scheduler: Scheduler | None
   schedule: list[ScheduleRow]
   buffers: list[Buffer]
-  kernels: list[Kernel]
+  kernels: list[KernelRecord]
   totals: Totals | Annotated[dict[str, Any], Field(max_length=0)]  # {}: a trace that failed before its totals were counted
   error: CheckError | None
   rewrites: list[RewriteRecord]
@@ -653,7 +653,7 @@ class Trace(TypedDict):
   rewrite_stacks: NotRequired[list[RewriteStack]]  # the host's rewrite groups' (absent before stacks were kept)
 
 @functools.cache
-def _trace_adapter() -> TypeAdapter[Trace]: return TypeAdapter(Trace)
+def _trace_adapter() -> TypeAdapter[TraceRecord]: return TypeAdapter(TraceRecord)
 
 # ***** a trace while it runs: what it reports as it goes (explorer.tracing.trace.Recorder.partial) *****
 
@@ -713,7 +713,7 @@ def validate_partial(what: str, data: Any) -> Any:
   try: return adapter.validate_python(data)
   except ValidationError as e: raise SpecError(f"a running trace's {what} report does not read: {e.errors()[0]['msg']}"[:300]) from None
 
-def validate_trace(data: Any, what: str = "the trace") -> Trace:
+def validate_trace(data: Any, what: str = "the trace") -> TraceRecord:
   """`data` as a trace, checked as a request is (SpecError, one line, naming the first field that fails); a trace from outside this
   process goes through here before anything stores, shows or runs it."""
   totals = data.get("totals") if isinstance(data, dict) else None
@@ -732,7 +732,7 @@ def validate_trace(data: Any, what: str = "the trace") -> Trace:
 
 FATES = ("created", "kept", "fused", "realized")  # Stages' lists of rows
 
-def check_references(t: Trace, what: str = "the trace") -> None:
+def check_references(t: TraceRecord, what: str = "the trace") -> None:
   """Every index one record keeps of another within range (each list's own `index` its place), so that no reader indexes out of a
   trace: SpecError naming the first that is not. Linear in the trace."""
   nk, ns, nb, realizes = len(t["kernels"]), len(t["schedule"]), len(t["buffers"]), t.get("realizes") or []
@@ -1003,35 +1003,35 @@ def _schema_1_kernel(kernel: dict[str, Any]) -> dict[str, Any]:
   return {**kernel, "host_target": kernel.get("host_target") or HOST_TARGET_OF_SCHEMA_1,
           "targets": kernel.get("targets") or {HOST_TARGET_OF_SCHEMA_1: record}}
 
-def upgrade(trace: dict[str, Any]) -> Trace:
+def upgrade(trace: dict[str, Any]) -> TraceRecord:
   """`trace` as this version reads it, once, where it is read (the store, a trace file): a kernel of schema 1 gets its host's record
   (`targets`, `host_target`) from its own fields. The `schema` number stays as recorded; a current trace is returned as it is."""
   def current(k: dict[str, Any]) -> bool: return "targets" in k and "host_target" in k
-  if all(current(k) for k in trace["kernels"]): return cast(Trace, trace)
-  return cast(Trace, {**trace, "kernels": [k if current(k) else _schema_1_kernel(k) for k in trace["kernels"]]})
+  if all(current(k) for k in trace["kernels"]): return cast(TraceRecord, trace)
+  return cast(TraceRecord, {**trace, "kernels": [k if current(k) else _schema_1_kernel(k) for k in trace["kernels"]]})
 
-def host_target(kernel: Kernel) -> str:
+def host_target(kernel: KernelRecord) -> str:
   """The target of the host's own record (clang on a CPU, cuda on an NVIDIA GPU...)."""
   return kernel["host_target"]
 
-def target_records(kernel: Kernel) -> dict[str, TargetRecord]:
+def target_records(kernel: KernelRecord) -> dict[str, TargetRecord]:
   """Every target's record of a kernel (kernels[i].targets; a trace of schema 1 has the host's only, made by `upgrade`)."""
   return kernel["targets"]
 
-def target_record(kernel: Kernel, target: str | None = None) -> TargetRecord | None:
+def target_record(kernel: KernelRecord, target: str | None = None) -> TargetRecord | None:
   """A kernel's record on `target` (None: the host's own), or None where the trace has none (yet: another target is computed on first
   view)."""
   return kernel["targets"].get(target or kernel["host_target"])
 
-def totals_of(trace: Trace) -> Totals | None:
+def totals_of(trace: TraceRecord) -> Totals | None:
   """The trace's totals, or None where it failed before they were counted (its totals are {})."""
   return cast(Totals, t) if (t := trace["totals"]) else None
 
-def realizes_of(trace: Trace) -> list[Realize]:
+def realizes_of(trace: TraceRecord) -> list[Realize]:
   """A captured program's realizes, in order ([] for a convolution's trace, which has none)."""
   return trace.get("realizes") or []
 
-def kernel_runs(trace: Trace, kernel: Kernel) -> list[tuple[str, dict[str, int], float | None]]:
+def kernel_runs(trace: TraceRecord, kernel: KernelRecord) -> list[tuple[str, dict[str, int], float | None]]:
   """Each time a program ran the kernel, in order, as (how, its variables' values, the wall seconds of the step it ran in: None for
   the traced realize, whose stages are timed apart): its realize (traced, or captured by a TinyJit and not run then), that realize's
   repeats, and the runs of each TinyJit whose kernels are its realize's."""
@@ -1046,7 +1046,7 @@ def kernel_runs(trace: Trace, kernel: Kernel) -> list[tuple[str, dict[str, int],
       runs += [(f"TinyJit {j['index'] + 1}", x.get("variables") or {}, x["seconds"]) for x in j["runs"]]
   return runs
 
-def bound_sets(trace: Trace, kernel: Kernel) -> list[dict[str, int]]:
+def bound_sets(trace: TraceRecord, kernel: KernelRecord) -> list[dict[str, int]]:
   """The distinct values a symbolic kernel's variables were bound to when it ran (a captured realize's excepted: nothing ran), in the
   order first seen; [] for a kernel without variables."""
   names, out = set(kernel.get("variables") or {}), list[dict[str, int]]()
@@ -1059,7 +1059,7 @@ def pressure_of(rec: TargetRecord) -> Pressure | None:
   """A record's live values (register pressure), or None where they were not computed (an enrichment computes them on first view)."""
   return rec.get("pressure")
 
-def ast_key_of(kernel: Kernel) -> str | None:
+def ast_key_of(kernel: KernelRecord) -> str | None:
   """A kernel's AST key (tinygrad's content hash of its AST), or None in traces from before kernels were keyed by their AST."""
   return kernel.get("ast_key")
 
@@ -1079,7 +1079,7 @@ def schedule_role(row: ScheduleRow) -> str | None:
   """A schedule row's role; None where the schedule stage failed before it named the rows' roles."""
   return row.get("role")
 
-def provenance_of(kernel: Kernel) -> list[Provenance]:
+def provenance_of(kernel: KernelRecord) -> list[Provenance]:
   """A kernel's provenance: none for a convolution's kernels (a captured program's have theirs)."""
   return kernel.get("provenance") or []
 
@@ -1087,7 +1087,7 @@ def via_of(e: Provenance) -> str:
   """The tinygrad function the user's line called, where not the Tensor function ("" where it is the Tensor function)."""
   return e.get("via") or ""
 
-def own_provenance(kernel: Kernel) -> list[Provenance]:
+def own_provenance(kernel: KernelRecord) -> list[Provenance]:
   """A kernel's provenance from its own compute, less what was inferred from data flow ([] where none: a convolution's kernels)."""
   return [e for e in provenance_of(kernel) if not e.get("inferred")]
 
@@ -1099,6 +1099,6 @@ def device_name(env: Env) -> str:
   """The driver's name of the device a trace ran on (recorded where the backend tells it), else tinygrad's ("CUDA:1")."""
   return env.get("device_name") or env["device"]
 
-def timing_of(trace: Trace) -> Timing | None:
+def timing_of(trace: TraceRecord) -> Timing | None:
   """How the trace's kernels were timed; None: untimed."""
   return trace.get("timing")

@@ -18,7 +18,7 @@ from explorer import stats
 from explorer.analysis import memory
 from explorer.clocks import METHODS, ratio_words
 from explorer.analysis.sass import estimate, sass_in
-from explorer.schema import (Buffer, CompileFacts, Kernel, RatioStats, ScheduleRow, Trace, VariantTiming, registers_of, schedule_role,
+from explorer.schema import (Buffer, CompileFacts, KernelRecord, RatioStats, ScheduleRow, TraceRecord, VariantTiming, registers_of, schedule_role,
                             stage_counts_of, target_record)
 from explorer.tracing.workers import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
 
@@ -35,13 +35,13 @@ def _and(xs: list[str]) -> str: return xs[0] if len(xs) == 1 else ", ".join(xs[:
 
 class Side:
   """A trace's kernels and buffers, indexed for matching."""
-  def __init__(self, trace: Trace):
+  def __init__(self, trace: TraceRecord):
     self.trace, self.kernels, self.buffers, self.sched = trace, trace["kernels"], trace["buffers"], trace["schedule"]
 
   def writers(self, b: Buffer) -> list[ScheduleRow]: return [self.sched[i] for i in b["written_by"]]
   def readers(self, b: Buffer) -> list[ScheduleRow]: return [self.sched[i] for i in b["read_by"]]
 
-  def upstream(self, k: Kernel) -> frozenset[str]:
+  def upstream(self, k: KernelRecord) -> frozenset[str]:
     """Where a kernel's reads come from: the roles of external buffers, the stages of the kernels that wrote the others."""
     out: set[str] = set()
     for i in k["reads"]:
@@ -51,11 +51,11 @@ class Side:
         if s["kind"] == "kernel" and s["kernel"] is not None: out |= {f"from:{p}" for p in role_parts(self.kernels[s["kernel"]]["role"])}
     return frozenset(out)
 
-  def written_roles(self, k: Kernel) -> frozenset[str]: return frozenset(self.buffers[i]["role"] for i in k["writes"])
-  def written_bytes(self, k: Kernel) -> int: return sum(self.buffers[i]["nbytes"] for i in k["writes"])
+  def written_roles(self, k: KernelRecord) -> frozenset[str]: return frozenset(self.buffers[i]["role"] for i in k["writes"])
+  def written_bytes(self, k: KernelRecord) -> int: return sum(self.buffers[i]["nbytes"] for i in k["writes"])
 
   @staticmethod
-  def target_of(k: Kernel, target: str) -> str: return target if target_record(k, target) is not None else k["host_target"]
+  def target_of(k: KernelRecord, target: str) -> str: return target if target_record(k, target) is not None else k["host_target"]
 
   def copy_bytes(self) -> int: return sum(self.buffers[i]["nbytes"] for s in self.sched if s["kind"] == "copy" for i in s["writes"])
 
@@ -117,15 +117,15 @@ def _relation(ra: list[str], rb: list[str]) -> tuple[str, str | None, str]:
 
 # ***** per group: metrics, sources, graphs *****
 
-def _on(k: Kernel, target: str) -> dict[str, Any]:
+def _on(k: KernelRecord, target: str) -> dict[str, Any]:
   """The kernel as `target` made it (its per-target record, trace schema 2), else its host fields."""
   return {**k, **rec} if (rec := target_record(k, target)) is not None else {**k}
 
-def _facts(k: Kernel, target: str) -> CompileFacts | None:
+def _facts(k: KernelRecord, target: str) -> CompileFacts | None:
   """The kernel's compile facts on `target`: None where it has no record there, or the record none."""
   return None if (rec := target_record(k, target)) is None else rec["compile"]
 
-def _metrics(ks: list[Kernel], target: str = "host") -> dict[str, Any]:
+def _metrics(ks: list[KernelRecord], target: str = "host") -> dict[str, Any]:
   """A group's figures on `target`: uops, FLOPs, bytes and op counts summed; the highest peak of live values; from its compile facts
   (where a compiler ran) the most registers any kernel uses, the spill bytes summed and the lowest occupancy; the host's measured time."""
   recs = [_on(k, target) for k in ks]
@@ -171,7 +171,7 @@ def source_rows(a: str, b: str) -> list[dict[str, Any]]:
                    "a_no": i + 1 if ina else None, "b_no": j + 1 if inb else None})
   return rows
 
-def _group_source(ks: list[Kernel], target: str) -> tuple[str, list[dict[str, Any]]]:
+def _group_source(ks: list[KernelRecord], target: str) -> tuple[str, list[dict[str, Any]]]:
   """The sources of a group's kernels joined by a blank line, and where each kernel starts (1-based line)."""
   parts, line, texts = [], 1, []
   for k in ks:
@@ -181,7 +181,7 @@ def _group_source(ks: list[Kernel], target: str) -> tuple[str, list[dict[str, An
     line += len(text.splitlines()) + 1
   return "\n\n".join(texts), parts
 
-def _source_diff(ka: list[Kernel], kb: list[Kernel], target: str) -> dict[str, Any]:
+def _source_diff(ka: list[KernelRecord], kb: list[KernelRecord], target: str) -> dict[str, Any]:
   note = None
   if not all(target in k["sources"] for k in ka + kb):
     missing = sorted({k["name"] for k in ka + kb if target not in k["sources"]})
@@ -289,17 +289,17 @@ def _totals(side: Side, target: str) -> dict[str, Any]:
           "bytes_moved": kb + cb, "ast_uops": sum(k["ast_uops"] for k in ks), "linear_uops": sum(k["linear_uops"] for k in ks),
           "stage_counts": stage_counts_of(t["scheduler"])}
 
-def _about(t: Trace) -> dict[str, Any]:
+def _about(t: TraceRecord) -> dict[str, Any]:
   return {"label": t["label"], "status": t["status"], "spec": t["spec"], "variant": t["variant"], "device": t["env"]["device"],
           "host": t["env"]["host"], "tinygrad": t["env"]["tinygrad"], "error": t["error"], "failures": t["failures"]}
 
-def _kref(k: Kernel, target: str) -> dict[str, Any]:
+def _kref(k: KernelRecord, target: str) -> dict[str, Any]:
   """A kernel as a group lists it: its name on `target` (each target's codegen names it by its own launch dims), its host name beside."""
   rec = target_record(k, target)
   return {"index": k["index"], "call": k["call"], "name": rec["name"] if rec is not None else k["name"], "host_name": k["name"],
           "role": k["role"], "notes": k["notes"]}
 
-def diff_traces(a: Trace, b: Trace, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda",
+def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda",
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
   """The structural diff of two traces (JSON-ready). With both rewrite blobs, each group also gets a UOp graph diff (in a worker)."""
   sa, sb = Side(a), Side(b)
@@ -329,7 +329,7 @@ def diff_traces(a: Trace, b: Trace, a_rewrites: bytes | None = None, b_rewrites:
           "buffers": match_buffers(sa, sb, ga, gb), "totals": {"a": ta, "b": tb, "delta": _totals_delta(ta, tb)},
           "memory": memory.compare(a, b), "sass": sass_mixes(sa.kernels, sb.kernels, target), "timing": None, "numerics": None, "notes": notes}
 
-def sass_mixes(ka: list[Kernel], kb: list[Kernel], target: str) -> dict[str, Any] | None:
+def sass_mixes(ka: list[KernelRecord], kb: list[KernelRecord], target: str) -> dict[str, Any] | None:
   """Both sides' SASS on `target` summed over their kernels: instructions, the highest peak of live registers, spill instructions and
   the instruction mix side by side (most first); None unless every kernel of both sides has its SASS."""
   sides: list[dict[str, Any]] = []
@@ -425,7 +425,7 @@ def compare_outputs(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any], time
 
 DIFF_STEPS = ("structure", "timing", "outputs")
 
-def full_diff(a: Trace, b: Trace, a_blobs: dict[str, bytes] | None = None, b_blobs: dict[str, bytes] | None = None, target: str = "cuda",
+def full_diff(a: TraceRecord, b: TraceRecord, a_blobs: dict[str, bytes] | None = None, b_blobs: dict[str, bytes] | None = None, target: str = "cuda",
               time: bool = True, repeats: int = 20, warmup: int = 3, numerics: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
               progress: Any = None) -> dict[str, Any]:
   """diff_traces, plus the interleaved timing and the output comparison; progress hears of each of DIFF_STEPS (done or skipped).

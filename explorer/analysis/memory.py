@@ -5,11 +5,11 @@ The program's own buffers (input, weight, output) exist before and after the sch
 lives only between its writer and its last reader, and those are what fusing removes."""
 from __future__ import annotations
 from typing import Any
-from explorer.schema import Trace, schedule_role
+from explorer.schema import TraceRecord, schedule_role
 
 HELD = ("input", "weight", "output")  # the program holds these for the whole schedule
 
-def timeline(trace: Trace) -> dict[str, Any]:
+def timeline(trace: TraceRecord) -> dict[str, Any]:
   """{steps: [{index, kind, name, role, live_bytes}], buffers: [{index, name, role, nbytes, start, end}], peak_bytes, peak_step,
   intermediate_bytes, held_bytes}. A step is one call of the schedule (a kernel or a copy); a buffer is alive at the steps start..end."""
   sched, bufs = trace["schedule"], trace["buffers"]
@@ -33,7 +33,7 @@ def timeline(trace: Trace) -> dict[str, Any]:
           "intermediate_bytes": sum(x["nbytes"] for x in spans if x["role"] == "intermediate"),
           "held_bytes": sum(x["nbytes"] for x in spans if x["role"] in HELD)}
 
-def compare(a: Trace, b: Trace) -> dict[str, Any]:
+def compare(a: TraceRecord, b: TraceRecord) -> dict[str, Any]:
   """Two traces' timelines and what B saves against A (positive: B needs less)."""
   ta, tb = timeline(a), timeline(b)
   return {"a": ta, "b": tb, "peak_saved": ta["peak_bytes"] - tb["peak_bytes"],

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 from explorer.analysis.roofline import Peaks
-from explorer.schema import Kernel, Trace, kernel_runs, own_provenance, provenance_of, via_of
+from explorer.schema import KernelRecord, TraceRecord, kernel_runs, own_provenance, provenance_of, via_of
 from explorer.text import provenance_sites
 
 PHASES = ("forward", "backward", "optimizer", "other")
 
 
-def phase(k: Kernel) -> str:
+def phase(k: KernelRecord) -> str:
   """forward, backward (the gradient pass made its UOps), optimizer (made inside an nn.optim step) or other (no metadata of its own)."""
   entries = own_provenance(k)
   if not entries: return "other"
@@ -19,11 +19,11 @@ def phase(k: Kernel) -> str:
   if all(via_of(e).startswith("nn.optim") for e in entries): return "optimizer"  # `via` only where the user called another
   return "forward"
 
-def sites(k: Kernel) -> list[str]:
+def sites(k: KernelRecord) -> list[str]:
   """The user's lines a kernel's provenance names ("model.py:14"), in source order."""
   return [site for site, _ in provenance_sites(provenance_of(k))]
 
-def matches(k: Kernel, query: str) -> bool:
+def matches(k: KernelRecord, query: str) -> bool:
   """A kernel matches a search by its name, a function of its provenance, or a file:line (the file by its name or its path)."""
   q = query.strip().lower()
   if not q: return True
@@ -35,17 +35,17 @@ def matches(k: Kernel, query: str) -> bool:
       if q in site or q in f"{os.path.basename(e['file'])}:{e['line']}".lower() or q == os.path.basename(e["file"]).lower(): return True
   return False
 
-def search(kernels: Sequence[Kernel], query: str) -> list[Kernel]:
+def search(kernels: Sequence[KernelRecord], query: str) -> list[KernelRecord]:
   return [k for k in kernels if matches(k, query)]
 
-def kernel_seconds(k: Kernel, peaks: Peaks | None) -> tuple[float | None, bool]:
+def kernel_seconds(k: KernelRecord, peaks: Peaks | None) -> tuple[float | None, bool]:
   """A kernel's time: its measured median, else an estimate from its FLOPs and bytes against the device's roofs (the slower of the
   two); (None, False) when neither is known. The flag says it was estimated."""
   if (t := k["time_s"]) is not None: return t["median"], False
   if peaks and peaks["fp32"] and peaks["bw"]: return max(k["flops"] / peaks["fp32"], k["bytes"] / peaks["bw"]), True
   return None, False
 
-def timeline(trace: Trace, peaks: Peaks | None) -> dict[str, Any]:
+def timeline(trace: TraceRecord, peaks: Peaks | None) -> dict[str, Any]:
   """The kernels as they ran: each one's seconds (measured or estimated), start, phase and realize; the program's total."""
   rows, at = [], 0.0
   for k in trace["kernels"]:
@@ -55,7 +55,7 @@ def timeline(trace: Trace, peaks: Peaks | None) -> dict[str, Any]:
     at += s or 0.0
   return {"kernels": rows, "total_s": at, "estimated": any(r["estimated"] for r in rows), "known": all(r["seconds"] is not None for r in rows)}
 
-def by_line(trace: Trace, peaks: Peaks | None = None) -> list[dict[str, Any]]:
+def by_line(trace: TraceRecord, peaks: Peaks | None = None) -> list[dict[str, Any]]:
   """Kernels grouped by the user's line their own provenance names, in source order; kernels with none of their own under "(no
   line)". A kernel made from two lines is listed under each, but its seconds count as `shared_s` there, not `seconds`: the lines'
   `seconds` plus each shared kernel once add up to the timeline's total."""
@@ -79,21 +79,21 @@ def by_line(trace: Trace, peaks: Peaks | None = None) -> list[dict[str, Any]]:
     return (site == "(no line)", file, int(line) if line.isdigit() else 0)
   return [groups[s] for s in sorted(groups, key=order)]
 
-def totals(kernels: Sequence[Kernel], peaks: Peaks | None) -> dict[str, Any]:
+def totals(kernels: Sequence[KernelRecord], peaks: Peaks | None) -> dict[str, Any]:
   """What a table of these kernels adds up to: FLOPs, bytes, linear UOps and seconds (measured or estimated, each kernel once)."""
   seconds = [kernel_seconds(k, peaks)[0] for k in kernels]
   return {"kernels": len(kernels), "flops": sum(k["flops"] for k in kernels), "bytes": sum(k["bytes"] for k in kernels),
           "linear_uops": sum(k["linear_uops"] for k in kernels), "seconds": sum(s or 0.0 for s in seconds),
           "known": all(s is not None for s in seconds)}
 
-def top(trace: Trace, n: int = 10, peaks: Peaks | None = None) -> dict[str, list[Kernel]]:
+def top(trace: TraceRecord, n: int = 10, peaks: Peaks | None = None) -> dict[str, list[KernelRecord]]:
   """The top n kernels by time (measured or estimated), FLOPs and bytes, like tinygrad's `viz.cli -t`."""
   ks = trace["kernels"]
   seconds = {k["index"]: kernel_seconds(k, peaks)[0] or 0.0 for k in ks}
-  def pick(key: Callable[[Kernel], float]) -> list[Kernel]: return sorted(ks, key=key, reverse=True)[:n]
+  def pick(key: Callable[[KernelRecord], float]) -> list[KernelRecord]: return sorted(ks, key=key, reverse=True)[:n]
   return {"time": pick(lambda k: seconds[k["index"]]), "flops": pick(lambda k: k["flops"]), "bytes": pick(lambda k: k["bytes"])}
 
-def memory(trace: Trace) -> dict[str, Any]:
+def memory(trace: TraceRecord) -> dict[str, Any]:
   """Buffers alive over the program (from the call that first writes a buffer to its last use; buffers the program neither writes nor
   only holds, alive throughout), by a sweep over the schedule: the bytes alive per call, the peak, and the user's line that allocated
   the largest buffer alive at the peak (its writer's provenance)."""
@@ -121,10 +121,10 @@ def memory(trace: Trace) -> dict[str, Any]:
                                                        "kernel": writer["index"] if writer else None,
                                                        "sites": sites(writer) if writer else []}}
 
-def bound_values(trace: Trace, k: Kernel) -> list[dict[str, Any]]:
+def bound_values(trace: TraceRecord, k: KernelRecord) -> list[dict[str, Any]]:
   """A symbolic kernel's variables, each with its bounds and the values it ran with, in order (schema.kernel_runs), each run with the
   wall seconds of its step (the whole realize or TinyJit run) and, where the capture was timed, the kernel's own time alone at that
-  run's values (Kernel.times_at)."""
+  run's values (KernelRecord.times_at)."""
   if not (variables := k.get("variables")): return []
   alone = [(t["variables"], t["time_s"]) for t in k.get("times_at") or []]
   def at(values: dict[str, int]) -> Any: return next((t for vs, t in alone if all(values.get(n) == v for n, v in vs.items())), None)

@@ -9,7 +9,7 @@ import html, json, math, os, pathlib, re, tempfile
 from typing import Any, Callable, Literal, cast
 from typing_extensions import TypedDict
 from explorer.clocks import method_of
-from explorer.schema import DeviceInfo, DevicesFound, Kernel, Measured, Trace, device_name, timing_of
+from explorer.schema import DeviceInfo, DevicesFound, KernelRecord, Measured, TraceRecord, device_name, timing_of
 
 ComputeKey = Literal["fp32", "fp16", "tf32_tc", "fp16_tc"]
 PeakKey = Literal[ComputeKey, "bw"]
@@ -178,7 +178,7 @@ def peaks_for(device: str | None = None, probe: str = "auto", refresh: bool = Fa
   return merge_peaks(info, known, measured_peaks(info, refresh) if need else None, prefer_measured=probe == "always")
 
 
-def peaks_of_trace(trace: Trace) -> Peaks | None:
+def peaks_of_trace(trace: TraceRecord) -> Peaks | None:
   """Peaks for the hardware a trace ran on, without touching any device: the spec sheet, completed by a probe measured earlier on
   this host (the cache); None when neither has a compute and a bandwidth figure."""
   env = trace["env"]
@@ -186,7 +186,7 @@ def peaks_of_trace(trace: Trace) -> Peaks | None:
   peaks = merge_peaks(info, known_peaks(info["name"], info["device"]), _cached(info))
   return peaks if peaks["fp32"] and peaks["bw"] else None
 
-def probe_for_trace(trace: Trace, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> Measured:
+def probe_for_trace(trace: TraceRecord, timeout_s: float = 300.0, progress: Callable[[str, str, str], None] | None = None) -> Measured:
   """Measure (in a worker) and cache the peaks of the device a trace ran on; it must be a device of this host."""
   env = trace["env"]
   return measured_peaks({"device": env["device"], "name": device_name(env), "host": env["host"], "tinygrad": env["tinygrad"]},
@@ -199,14 +199,14 @@ def compute_key(dtype: str, tensor_cores: bool) -> ComputeKey:
 
 def _pct(x: float | None, peak: float | None) -> float | None: return None if x is None or not peak else 100.0 * x / peak
 
-def kernel_dtype(trace: Trace, k: Kernel) -> str:
+def kernel_dtype(trace: TraceRecord, k: KernelRecord) -> str:
   """The dtype a kernel of a captured program computes in: that of the first buffer it writes ("dtypes.half" reads float16), the roof
   it is put against (a program mixes them: an fp16 matmul beside fp32 optimizer updates)."""
   written = [trace["buffers"][i]["dtype"] for i in k["writes"] if i < len(trace["buffers"])]
   name = (written[0] if written else "float").removeprefix("dtypes.")
   return "float16" if name in ("half", "float16") else "float32"
 
-def kernel_point(k: Kernel, dtype: str, peaks: Peaks) -> dict[str, Any]:
+def kernel_point(k: KernelRecord, dtype: str, peaks: Peaks) -> dict[str, Any]:
   """Achieved FLOP/s and bytes/s of one kernel (tinygrad's Estimates over the median run time), against its roofs."""
   t = ts["median"] if (ts := k["time_s"]) else None
   tc = k["ops"].get("op:WMMA", 0) > 0  # ops: only those the kernel has
@@ -225,7 +225,7 @@ def kernel_point(k: Kernel, dtype: str, peaks: Peaks) -> dict[str, Any]:
           "pct_compute": _pct(fps, peak), "pct_bandwidth": _pct(bps, bw), "roof": roof, "pct_roof": _pct(fps, roof), "bound": bound,
           "note": note if t else "not timed"}
 
-def roofline(trace: Trace, peaks: Peaks) -> dict[str, Any]:
+def roofline(trace: TraceRecord, peaks: Peaks) -> dict[str, Any]:
   """Per kernel: achieved GFLOP/s and GB/s, % of peak compute and bandwidth, arithmetic intensity, the roof that bounds it; plus the
   data of a roofline plot (roofs and points, log-log: x FLOP/byte, y FLOP/s)."""
   spec = trace["spec"]
@@ -243,14 +243,14 @@ def roofline(trace: Trace, peaks: Peaks) -> dict[str, Any]:
           "peaks": {k: peaks[k] for k in PEAK_KEYS},
           "sources": peaks["sources"], "kernels": rows, "plot": {"bw": bw, "roofs": roofs, "points": points}}
 
-def trace_roofline(trace: Trace) -> tuple[dict[str, Any] | None, str | None]:
+def trace_roofline(trace: TraceRecord) -> tuple[dict[str, Any] | None, str | None]:
   """(the trace's roofline, None) or (None, why there is none): untimed, or no peaks for its device yet."""
   if not timing_of(trace): return None, "this trace was not timed: a roofline needs measured run times"
   if (peaks := peaks_of_trace(trace)) is None:
     return None, f"no spec-sheet peaks for {device_name(trace['env'])} and no probe measured on this host yet"
   return roofline(trace, peaks), None
 
-def export_block(trace: Trace) -> dict[str, Any]:
+def export_block(trace: TraceRecord) -> dict[str, Any]:
   """What an export shows of the roofline: {"rl", "svg" (None: no kernel to plot), "why" (None: there is one), "rate" (how the page
   writes a rate)}; a captured program's kernels each against the roof of their own dtype."""
   rl, why = trace_roofline(trace)
@@ -276,7 +276,7 @@ def table_text(rl: dict[str, Any]) -> str:
            _fmt(r["pct_compute"], 1, 2), _fmt(r["pct_bandwidth"], 1, 2), r["bound"] or "-", r["note"] or "") for r in rl["kernels"]]
   return "\n".join(head + [table(("kernel", "role", "time ms", "GFLOP/s", "GB/s", "FLOP/B", "% peak FLOP", "% peak BW", "bound", "note"), rows)])
 
-def roofline_report(trace: Trace, probe: str = "auto") -> str:
+def roofline_report(trace: TraceRecord, probe: str = "auto") -> str:
   """The table `kernel-explorer trace --roofline` prints: peaks for the trace's device, then one row per kernel."""
   if not timing_of(trace): return "roofline: the trace has no timings (run without --no-time)"
   try: peaks = peaks_for(trace["env"]["device"], probe)

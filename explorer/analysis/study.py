@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses, statistics
 from typing import Any, Callable, Literal, Sequence, cast
 from explorer import stats
-from explorer.schema import Claim, Comparison, CountComparison, StudyCase, StudyResult, StudyRow, Trace, VariantTiming, ast_key_of, setting_of
+from explorer.schema import Claim, Comparison, CountComparison, StudyCase, StudyResult, StudyRow, TraceRecord, VariantTiming, ast_key_of, setting_of
 from explorer.spec import STUDY_COMPILE_REPEATS, ConvSpec, SpecError, Variant
 from explorer.tracing.workers import Progress, call_in_worker
 from explorer.tracing.run import device_env, run_trace
@@ -93,7 +93,7 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
   claim = claim or {}
   variants = [(name, dataclasses.replace(v, tile=tile if v.wino_impl == "explorer" else v.tile, targets=targets, time=False, device=device))
               for name, v in (variants or STUDY_VARIANTS[kind])]
-  traces: dict[str, Trace] = {}
+  traces: dict[str, TraceRecord] = {}
   kept: dict[str, str | None] = {}
   for name, v in variants:
     step(f"trace {name}", "start", "tracing")
@@ -183,7 +183,7 @@ def count_comparisons(a: StudyRow, b: StudyRow, claim: Claim) -> list[CountCompa
 
 ZERO_TOTALS = {"copies": 0, "buffers": 0, "flops": 0, "codegen_s": 0.0, "compile_s": 0.0}  # a trace that failed early has empty totals
 
-def _row(name: str, trace: Trace, timing: VariantTiming) -> StudyRow:
+def _row(name: str, trace: TraceRecord, timing: VariantTiming) -> StudyRow:
   ks, totals, err, graph = trace["kernels"], {**ZERO_TOTALS, **trace["totals"]}, trace["error"], trace["tensor_graph"]
   def total(key: str) -> int: return sum(k["ops"][key] for k in ks)  # alu, loads, consts, total: counted for every kernel
   return {"variant": name, "status": trace["status"], "kernels": len(ks), "graph_uops": graph["uops"] if graph is not None else None,
@@ -202,7 +202,7 @@ def _row(name: str, trace: Trace, timing: VariantTiming) -> StudyRow:
                           "linear_uops": k["linear_uops"], "codegen_s": k["codegen_s"] + k["compile_s"]} for k in ks],
           "failures": trace["failures"]}
 
-def _trace_summary(t: Trace) -> dict[str, Any]: return {"label": t["label"], "status": t["status"], "totals": t["totals"], "error": t["error"]}
+def _trace_summary(t: TraceRecord) -> dict[str, Any]: return {"label": t["label"], "status": t["status"], "totals": t["totals"], "error": t["error"]}
 
 def markdown(study: StudyCase) -> str:
   s = ConvSpec.from_dict(study["spec"])

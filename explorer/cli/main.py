@@ -3,7 +3,7 @@ from __future__ import annotations
 import argparse, dataclasses, json, os, pathlib, signal, socket, sys, threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 from explorer.cli.progress import StepBars
-if TYPE_CHECKING: from explorer.schema import Trace  # types only: a command's start stays light
+if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: a command's start stays light
 from explorer.clocks import how, ratio_words
 from explorer.text import compile_facts, si, table, trace_summary as summary
 from explorer.spec import (COMPUTE_DEVICES, PRESETS, SASS_TARGETS, STAGES, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TARGET_DESCRIPTIONS, TARGETS, TILES,
@@ -147,7 +147,7 @@ def cmd_study(a: argparse.Namespace) -> int:
 # ***** diff: what A and B name *****
 
 def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: float = 600.0,
-              progress: Any = None) -> tuple[Trace, dict[str, bytes], str]:
+              progress: Any = None) -> tuple[TraceRecord, dict[str, bytes], str]:
   """A trace from a JSON file, a quoted flag set (traced now, without timing: the diff re-times), or a stored trace id.
   Returns (trace, its rewrite blobs by key as TraceResult.blobs has them: none for a file, what it was)."""
   import shlex
@@ -169,13 +169,13 @@ def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: 
     return res.trace, res.blobs, f"flags {arg.strip()}"
   return _load_stored(arg, target, db)
 
-def _load_stored(trace_id: str, target: str, db: str | None) -> tuple[Trace, dict[str, bytes], str]:
+def _load_stored(trace_id: str, target: str, db: str | None) -> tuple[TraceRecord, dict[str, bytes], str]:
   """A stored trace with the rewrite blobs its records on `target` address (what their analyses are read from)."""
   from explorer.store import find_stored
   store, trace, blob = find_stored(trace_id, db, f"{trace_id!r} is not a trace file, not a flag set (those start with -)")
   return trace, stored_blobs(store, trace_id, trace, blob, target), f"stored trace {trace_id}"
 
-def stored_blobs(store: Any, trace_id: str, trace: Trace, blob: bytes | None, target: str) -> dict[str, bytes]:
+def stored_blobs(store: Any, trace_id: str, trace: TraceRecord, blob: bytes | None, target: str) -> dict[str, bytes]:
   """A stored trace's rewrite blobs by key (TraceResult.blobs): its own, and those its records on `target` address."""
   from explorer.tracing.enrich import blob_key
   keys = {key for k in trace["kernels"] if target in (k.get("targets") or {}) and (key := blob_key(k, target)) is not None}
@@ -247,7 +247,7 @@ def cmd_enrich(a: argparse.Namespace) -> int:
     print(f"wrote {a.output}", file=sys.stderr)
   return 0
 
-def sass_summary(trace: Trace, targets: list[str]) -> str:
+def sass_summary(trace: TraceRecord, targets: list[str]) -> str:
   """Per kernel and target, its SASS in one line: instructions, peak live registers against ptxas', spills, the commonest opcodes."""
   from explorer.schema import target_records
   out = []
@@ -263,7 +263,7 @@ def sass_summary(trace: Trace, targets: list[str]) -> str:
                  f"{s['spills']} spill instructions; {mix}")
   return "\n".join(out)
 
-def enrich_summary(trace: Trace) -> str:
+def enrich_summary(trace: TraceRecord) -> str:
   """What a trace has now: compile facts per target, then per target its records and analyses (peak live values)."""
   out = [f"{t} compile facts: " + ", ".join(facts) for t, facts in compile_facts(trace).items()] or ["no compile facts"]
   for t in dict.fromkeys(t for k in trace["kernels"] for t in (k.get("targets") or {})):
@@ -300,7 +300,7 @@ def cmd_opts(a: argparse.Namespace) -> int:
     print(f"wrote {a.json}", file=sys.stderr)
   return 0
 
-def _traced_again(trace: Trace, source: str, timeout_s: float, quiet: bool) -> tuple[Trace, dict[str, bytes]]:
+def _traced_again(trace: TraceRecord, source: str, timeout_s: float, quiet: bool) -> tuple[TraceRecord, dict[str, bytes]]:
   """A trace file keeps no rewrite log: a convolution's is made again by tracing its spec and variant (the same tinygrad makes the same
   kernels: checked by their AST keys); a captured program's cannot be. Returns that trace and its rewrite blobs (TraceResult.blobs)."""
   from explorer.tracing.run import run_trace

@@ -15,7 +15,7 @@ from explorer.version import __version__
 from explorer.spec import TARGETS
 from explorer.present import graphs
 from explorer.present.tour import told_kernels
-from explorer.schema import Kernel, Trace, target_record
+from explorer.schema import KernelRecord, TraceRecord, target_record
 
 class GraphBlock(TypedDict):
   """One graph of an export: laid out (svg) or the reason it is not (error), what was left out of it (notes) and its node counts."""
@@ -29,7 +29,7 @@ class GraphBlock(TypedDict):
   legend: NotRequired[list[dict[str, Any]]]  # a drawn graph's
   rejected: NotRequired[int]                 # a cached view's: the UOps tinygrad's spec rejected
 
-def graph_refs(trace: Trace) -> list[str]:
+def graph_refs(trace: TraceRecord) -> list[str]:
   """The graphs an export draws: the tensor graph (when recorded), the kernel graph, each kernel's AST (a big program's: the kernels its
   tour tells, the heaviest)."""
   refs = ["tensor"] if (g := trace["tensor_graph"]) and g["sink"] else []
@@ -42,7 +42,7 @@ def annotations_of(store: Any, trace_id: str) -> list[dict[str, Any]]:
   try: return list(fn(trace_id))
   except Exception: return []  # an export never fails over its notes
 
-def export_json(trace: Trace | dict[str, Any], annotations: list[dict[str, Any]] | None = None) -> str:
+def export_json(trace: TraceRecord | dict[str, Any], annotations: list[dict[str, Any]] | None = None) -> str:
   """The trace as stored (what `trace --json` writes and `diff`/`export` read back), plus its annotations when it has any."""
   return json.dumps({**trace, "annotations": annotations} if annotations else trace, indent=1, default=str)
 
@@ -66,12 +66,12 @@ def inline_assets() -> dict[str, str]:
   from explorer.present.render import pygments_css
   return {"css": _static("explorer.css") + "\n" + pygments_css(), "panzoom": _static("vendor/svg-pan-zoom-3.6.2.min.js")}
 
-def holdings(trace: Trace) -> dict[str, Any]:
+def holdings(trace: TraceRecord) -> dict[str, Any]:
   """What an export holds per target some kernel has a record of (host first): how many kernels have its source, failed it, have its
   compile facts; and the targets no kernel has (not computed: a kernel's page computes one on first view)."""
   from explorer.present.render import rendered_targets
   ks = trace["kernels"]
-  def source(k: Kernel, t: str) -> str | None: return k["sources"].get("host" if t == k["host_target"] else t)  # the host's is under "host"
+  def source(k: KernelRecord, t: str) -> str | None: return k["sources"].get("host" if t == k["host_target"] else t)  # the host's is under "host"
   rows = [{"target": t, "host": any(t == k["host_target"] for k in ks), "sources": sum(1 for k in ks if source(k, t)),
            "failed": sum(1 for k in ks if t in k["source_errors"]),
            "facts": sum(1 for k in ks if (rec := target_record(k, t)) and rec["compile"])} for t in rendered_targets(trace)]
@@ -79,7 +79,7 @@ def holdings(trace: Trace) -> dict[str, Any]:
 
 NO_ROOFLINE = {"rl": None, "svg": None, "why": "not computed for this file", "rate": None}
 
-def render_html(trace: Trace, trace_id: str, graph_blocks: dict[str, GraphBlock], annotations: list[dict[str, Any]] | None = None,
+def render_html(trace: TraceRecord, trace_id: str, graph_blocks: dict[str, GraphBlock], annotations: list[dict[str, Any]] | None = None,
                 origin: str = "", roofline: dict[str, Any] | None = None) -> str:
   """The standalone page. graph_blocks: by graph reference (graph_refs), each laid out or with the reason it is not; roofline: what
   explorer.analysis.roofline.export_block made of the trace (the caller's: presentation does not import analysis)."""
@@ -98,14 +98,14 @@ def render_html(trace: Trace, trace_id: str, graph_blocks: dict[str, GraphBlock]
 
 # ***** the command line: graphs from the store's cache, else expanded in a worker and laid out here *****
 
-def load(arg: str, db: str | None = None) -> tuple[Trace, str, bytes | None, Any]:
+def load(arg: str, db: str | None = None) -> tuple[TraceRecord, str, bytes | None, Any]:
   """(trace, id, rewrite blob or None, store or None) for a JSON trace file or a stored trace id."""
   from explorer.store import find_stored, load_trace_file
   if os.path.isfile(arg): return load_trace_file(arg), os.path.splitext(os.path.basename(arg))[0], None, None
   store, trace, blob = find_stored(arg, db, f"{arg!r} is not a trace file")
   return trace, arg, blob, store
 
-def local_graphs(trace: Trace, trace_id: str, blob: bytes | None, store: Any = None, node_limit: int = graphs.MAX_NODES,
+def local_graphs(trace: TraceRecord, trace_id: str, blob: bytes | None, store: Any = None, node_limit: int = graphs.MAX_NODES,
                  timeout_s: float = 600.0, say: Callable[[str], None] = lambda s: None) -> dict[str, GraphBlock]:
   """Every export graph: the server's cached layout where the store has one, else built here (UOp graphs from the blob, in a worker)."""
   from explorer.present.graphs import graph_title, parse_ref
@@ -137,7 +137,7 @@ def local_graphs(trace: Trace, trace_id: str, blob: bytes | None, store: Any = N
       out[ref] = _laid_out(ref, title, got[sink], node_limit, trace_id) if sink in got else _failed(ref, title, why)
   return {ref: out[ref] for ref in graph_refs(trace)}
 
-def _sink(trace: Trace, ref: str) -> int | None:
+def _sink(trace: TraceRecord, ref: str) -> int | None:
   """The trace number of the UOp graph an export reference draws: the tensor graph's sink, or a kernel's AST's."""
   if ref == "tensor": return g["sink"] if (g := trace["tensor_graph"]) else None
   return trace["kernels"][int(ref.split("/")[1])]["ast_sink"]
@@ -154,10 +154,10 @@ def _laid_out(ref: str, title: str, raw: graphs.Graph, node_limit: int, trace_id
           "legend": graphs.kernel_graph_legend(shown) if ref == "kernels" else graphs.legend(shown)}
 
 def export_file(arg: str, fmt: str = "html", db: str | None = None, timeout_s: float = 600.0, say: Callable[[str], None] = lambda s: None,
-                roofline: Callable[[Trace], dict[str, Any]] | None = None) -> str:
+                roofline: Callable[[TraceRecord], dict[str, Any]] | None = None) -> str:
   """The export of a stored trace id or a JSON trace file, as text; roofline: analysis.roofline.export_block, from the caller."""
   trace, trace_id, blob, store = load(arg, db)
-  file_notes = cast(dict[str, Any], trace).get("annotations")  # a trace file may carry the annotations its export wrote (no field of Trace)
+  file_notes = cast(dict[str, Any], trace).get("annotations")  # a trace file may carry the annotations its export wrote (no field of TraceRecord)
   notes = annotations_of(store, trace_id) if store is not None else list(file_notes or [])
   if fmt == "json": return export_json({k: v for k, v in trace.items() if k != "annotations"}, notes)
   return render_html(trace, trace_id, local_graphs(trace, trace_id, blob, store, timeout_s=timeout_s, say=say), notes,

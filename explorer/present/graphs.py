@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections, html, os, re, shutil, subprocess, tempfile
 from dataclasses import dataclass
 from typing import Any
-from explorer.schema import Kernel, Pass, SpecCheck, TargetRecord, Trace, own_provenance, realizes_of, target_record
+from explorer.schema import KernelRecord, Pass, SpecCheck, TargetRecord, TraceRecord, own_provenance, realizes_of, target_record
 from explorer.text import fmt_bytes, provenance_sites, si
 
 Graph = dict[str, Any]  # {"nodes": [{"id", "label", "op", ...}], "edges": [{"src", "dst", "idx", "via"?}], ...}: a UOp or kernel graph
@@ -205,7 +205,7 @@ def legend(graph: Graph) -> list[dict[str, Any]]:
 ROLE_COLORS = {"input": "#B0BDFF", "weight": "#c6b3ff", "output": "#9fe0a8", "intermediate": "#f3c27a", "constant": "#e0e0e0"}
 KERNEL_COLOR, COPY_COLOR = "#7DD3DF", "#d7a6d7"
 
-def kernel_time(k: Kernel) -> float | None:
+def kernel_time(k: KernelRecord) -> float | None:
   """A kernel's measured time (its median), None where the trace was not timed."""
   return t["median"] if (t := k["time_s"]) else None
 
@@ -217,7 +217,7 @@ def fmt_seconds(s: float | None) -> str:
 
 GROUP_ABOVE = 150  # a program with more calls than this shows its kernel graph collapsed by realize and model line
 
-def kernel_graph(trace: Trace, trace_url: str | None = None) -> Graph:
+def kernel_graph(trace: TraceRecord, trace_url: str | None = None) -> Graph:
   """Kernels (and copies) and buffers as one graph: writer call -> buffer -> reader call. A program of more than GROUP_ABOVE calls:
   one node per realize and model line (program_graph)."""
   if realizes_of(trace) and len(trace["schedule"]) > GROUP_ABOVE: return program_graph(trace, trace_url or "")
@@ -238,7 +238,7 @@ def kernel_graph(trace: Trace, trace_url: str | None = None) -> Graph:
     edges += [{"src": f"c{s['index']}", "dst": f"b{i}", "idx": j} for j, i in enumerate(s["writes"])]
   return {"nodes": nodes, "edges": edges}
 
-def program_graph(trace: Trace, trace_url: str) -> Graph:
+def program_graph(trace: TraceRecord, trace_url: str) -> Graph:
   """A big program's kernel graph collapsed: a node per (realize, the model line its kernels' provenance names first), an edge where
   a group reads a buffer another wrote; each node links to the overview's kernel table narrowed to its kernels (the expansion)."""
   from urllib.parse import quote
@@ -432,9 +432,9 @@ def parse_ref(ref: str) -> Ref:
   if m.group(4): return Ref("codegen", kernel=int(m.group(4)), pass_index=int(m.group(5)), at=m.group(6), target=m.group(3))
   return Ref("rangeify", pass_index=int(m.group(7)), at=m.group(8))
 
-def scheduler_passes(trace: Trace) -> list[Pass]: return sch["passes"] if (sch := trace["scheduler"]) else []  # None: failed before it
+def scheduler_passes(trace: TraceRecord) -> list[Pass]: return sch["passes"] if (sch := trace["scheduler"]) else []  # None: failed before it
 
-def passes_of(trace: Trace, ref: Ref) -> list[Pass]:
+def passes_of(trace: TraceRecord, ref: Ref) -> list[Pass]:
   if ref.kind == "rangeify": return scheduler_passes(trace)
   k = kernel_of(trace, ref.kernel)
   if ref.target is None: return k["passes"]
@@ -442,7 +442,7 @@ def passes_of(trace: Trace, ref: Ref) -> list[Pass]:
     raise GraphNotFound(f"kernel {ref.kernel} has no browsable {ref.target} passes in this trace")
   return rec["passes"]
 
-def kernel_of(trace: Trace, k: int | None) -> Kernel:
+def kernel_of(trace: TraceRecord, k: int | None) -> KernelRecord:
   kernels = trace["kernels"]
   if k is None or not 0 <= k < len(kernels): raise GraphNotFound(f"trace has no kernel {k} (it has {len(kernels)})")
   return kernels[k]
@@ -452,12 +452,12 @@ def record_blob(rec: TargetRecord | None, target: str) -> str:
   computed on first view: `cuda@3f2a...`)."""
   return str((rec.get("rewrites") if rec else None) or target)
 
-def blob_of(trace: Trace, ref: Ref) -> str | None:
+def blob_of(trace: TraceRecord, ref: Ref) -> str | None:
   """The rewrite blob a codegen graph reference expands from: None for the host's; else its kernel's record's on that target."""
   if ref.target is None: return None
   return record_blob(target_record(kernel_of(trace, ref.kernel), ref.target), ref.target)
 
-def blob_passes(trace: Trace, blob: str | None = None) -> list[Pass]:
+def blob_passes(trace: TraceRecord, blob: str | None = None) -> list[Pass]:
   """Every pass record in a rewrite blob (None: the host's: the scheduler's passes and every kernel's codegen passes; else a blob key,
   record_blob: the passes of the records that address it)."""
   kernels = trace["kernels"]
@@ -465,18 +465,18 @@ def blob_passes(trace: Trace, blob: str | None = None) -> list[Pass]:
   target = blob.split("@")[0]  # "": no target's (target_record would read it as the host's)
   return [p for k in kernels if target and (rec := target_record(k, target)) and record_blob(rec, target) == blob for p in rec["passes"]]
 
-def find_pass(trace: Trace, group: int, step: int, blob: str | None = None) -> Pass:
+def find_pass(trace: TraceRecord, group: int, step: int, blob: str | None = None) -> Pass:
   """The pass record (group, step) addresses in a rewrite blob (None: the host's; blob_passes): a scheduler pass or a kernel's codegen
   pass."""
   if (p := next((p for p in blob_passes(trace, blob) if p.get("group") == group and p.get("step") == step), None)) is None:
     raise GraphNotFound(f"this trace records no pass {group}/{step}" + (f" in the rewrites of {blob}" if blob else ""))
   return p
 
-def spec_violations(trace: Trace, ref: Ref) -> list[int]:
+def spec_violations(trace: TraceRecord, ref: Ref) -> list[int]:
   """The trace numbers of the UOps tinygrad's spec rejected in the stage a graph belongs to (a graph marks those it contains)."""
   return list(spec_messages(trace, ref))
 
-def spec_messages(trace: Trace, ref: Ref) -> dict[int, str]:
+def spec_messages(trace: TraceRecord, ref: Ref) -> dict[int, str]:
   """spec_violations with each UOp's message (type_verify's), by trace number."""
   check: SpecCheck | None = None
   if ref.kind == "tensor": check = trace.get("spec_checks", {}).get("tensor_graph")  # traces before spec checks have none
@@ -489,7 +489,7 @@ def spec_messages(trace: Trace, ref: Ref) -> dict[int, str]:
       check = (rec.get("spec") if rec else None) or (ks.get("program") if ks is not None and ref.target is None else None)
   return {v["trace_num"]: v["message"] for v in check["violations"]} if check else {}
 
-def graph_title(trace: Trace, ref: Ref) -> str:
+def graph_title(trace: TraceRecord, ref: Ref) -> str:
   if ref.kind == "tensor": return "Tensor graph"
   if ref.kind == "kernels": return "Kernel graph"
   if ref.kind == "ast": return f"AST of kernel {ref.kernel} ({kernel_of(trace, ref.kernel)['role']}): the same for every target"

@@ -14,7 +14,7 @@ from explorer.spec import HAND_OPT_RE, opt_label
 from explorer.stats import noisy
 from explorer.text import provenance_sites
 from explorer.present.graphs import fmt_bytes, fmt_seconds, kernel_time
-from explorer.schema import Kernel, RanOn, StageRow, Trace, host_target, totals_of
+from explorer.schema import KernelRecord, RanOn, StageRow, TraceRecord, host_target, totals_of
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"
 STATIC_DIR = pathlib.Path(__file__).resolve().parent.parent / "static"
@@ -61,12 +61,12 @@ def fmt_flops(n: float | None) -> str:
 
 def fmt_rate(n: float | None, unit: str) -> str: return "–" if n is None else f"{n:.2f} {unit}" if n < 100 else f"{n:.0f} {unit}"
 
-def gflops(k: Kernel, rec: Any = None) -> float | None:
+def gflops(k: KernelRecord, rec: Any = None) -> float | None:
   """The kernel's FLOP/s over its measured time, in GFLOP/s: its FLOPs as `rec` counts them (a target's record), else the host's."""
   t, flops = kernel_time(k), (rec or k)["flops"]
   return flops / t / 1e9 if t and flops else None
 
-def gbps(k: Kernel, rec: Any = None) -> float | None:
+def gbps(k: KernelRecord, rec: Any = None) -> float | None:
   t, nbytes = kernel_time(k), (rec or k)["bytes"]
   return nbytes / t / 1e9 if t and nbytes else None
 
@@ -121,7 +121,7 @@ def largest_buffers(buffers: list[dict[str, Any]], limit: int) -> list[dict[str,
   keep = {id(b) for b in sorted(buffers, key=lambda b: -b["nbytes"])[:limit]}
   return [b for b in buffers if id(b) in keep]
 
-def compile_summary(trace: Trace) -> str:
+def compile_summary(trace: TraceRecord) -> str:
   """The trace's compile time as the kernel page says it: "cached" where tinygrad's disk cache had every binary (no compiler ran),
   else the time of the compiles that ran and how many kernels were cached."""
   kernels = trace["kernels"]
@@ -130,7 +130,7 @@ def compile_summary(trace: Trace) -> str:
   if kernels and cached == len(kernels): return "cached"
   return fmt_seconds(total_s) + (f" ({cached} of {len(kernels)} cached)" if cached else "")
 
-def rendered_targets(trace: Trace) -> list[str]:
+def rendered_targets(trace: TraceRecord) -> list[str]:
   """Every target some kernel has a record of (the ones the trace asked for and the ones pages computed since), the host's first."""
   seen = dict.fromkeys(host_target(k) for k in trace["kernels"])
   seen.update(dict.fromkeys(trace["variant"]["targets"]))

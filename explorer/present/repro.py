@@ -11,7 +11,7 @@ their own validation (numbers, and names from fixed lists), every other value is
 captured program's reproducer is that program's own source, as the trace recorded it: `program_script` says so at its top."""
 from __future__ import annotations
 import math, re
-from explorer.schema import ProgramOrigin, Trace
+from explorer.schema import ProgramOrigin, TraceRecord
 from explorer.spec import ConvSpec, SpecError, Variant, normalize_device
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -26,7 +26,7 @@ def docstring(text: str) -> str:
   clean = _UNPRINTABLE.sub(lambda m: m.group(0) if m.group(0) == "\n" else " ", text)
   return '"""' + clean.replace("\\", "\\\\").replace('"', '\\"') + '"""'
 
-def checked(trace: Trace) -> tuple[ConvSpec | None, Variant, str]:
+def checked(trace: TraceRecord) -> tuple[ConvSpec | None, Variant, str]:
   """The trace's spec (None for a captured program), variant and device, each through its own validation (SpecError, one line). Its
   environment needs the variant and device only: a record of those alone (no spec) reads as a program's."""
   try:
@@ -36,7 +36,7 @@ def checked(trace: Trace) -> tuple[ConvSpec | None, Variant, str]:
   except (KeyError, TypeError, AttributeError) as e: raise SpecError(f"the trace lacks what a reproducer needs ({type(e).__name__}: {e})") from None
   return spec, variant, device
 
-def environment(trace: Trace) -> dict[str, str]:
+def environment(trace: TraceRecord) -> dict[str, str]:
   """The variables tinygrad reads that this trace depends on (DEV names the device's kind: tinygrad reads DEV=CUDA:1 as CUDA's renderer
   "1", so an index goes on the tensors instead)."""
   _, variant, device = checked(trace)
@@ -53,7 +53,7 @@ def _conv(spec: ConvSpec, variant: Variant) -> list[str]:
   return [f"out = x.conv2d(w, stride={int(spec.stride)!r}, padding={int(spec.pad)!r}, groups={int(spec.groups)!r})"
           + ("  # WINO=1: tinygrad's builtin Winograd" if variant.algo == "winograd" else "")]
 
-def repro_script(trace: Trace, trace_id: str) -> str:
+def repro_script(trace: TraceRecord, trace_id: str) -> str:
   """The script. Running it prints tinygrad's own DEBUG=2 line for every kernel, the output's shape and a checksum."""
   spec, variant, device = checked(trace)
   if spec is None: return program_script(trace, trace_id)
@@ -91,7 +91,7 @@ def repro_script(trace: Trace, trace_id: str) -> str:
 RUNS_PROGRAM = ("# This script runs the program's own source, as the trace recorded it (a captured program's reproducer is that program):",
                 "# read it before you run it, as you would any script you were sent.")
 
-def program_script(trace: Trace, trace_id: str) -> str:
+def program_script(trace: TraceRecord, trace_id: str) -> str:
   """A captured program's reproducer, with the environment set: a --script run's source as it ran (its --fn called as the worker
   called it), or the file (or notebook cell) that held an `explorer.capture` block, with the explorer's names replaced by a stand-in
   so that the block runs on tinygrad alone. It runs that source: it says so at its top."""

@@ -9,8 +9,9 @@ from dataclasses import replace
 from typing import Any
 from explorer.clocks import how, ratio_words
 from explorer.present.graphs import kernel_time
-from explorer.schema import (InterleavedTiming, Kernel, ProgramInfo, TargetRecord, TimeStats, Totals, Trace, ast_key_of, host_target, max_live_line,
-                             own_provenance, pressure_of, realizes_of, registers_of, stage_counts_of, target_record, timing_of, totals_of)
+from explorer.schema import (InterleavedTiming, KernelRecord, ProgramInfo, TargetRecord, TimeStats, Totals, TraceRecord, ast_key_of, host_target,
+                             max_live_line, own_provenance, pressure_of, realizes_of, registers_of, stage_counts_of, target_record, timing_of,
+                             totals_of)
 from explorer.stats import NOISY_SPREAD, noisy
 from explorer.spec import ConvSpec, Variant, opt_label
 from explorer.text import fmt_bytes, provenance_sites
@@ -55,14 +56,14 @@ Step = dict[str, Any]  # {"id", "title", "view", "text"}, and what a step's view
 
 def _step(id: str, title: str, view: str, text: str) -> Step: return {"id": id, "title": title, "view": view, "text": text}
 
-def tour_target(trace: Trace, asked: str | None) -> str | None:
+def tour_target(trace: TraceRecord, asked: str | None) -> str | None:
   """The target a tour reads its kernels' codegen from: `asked` where every kernel has a record for it, else None (each kernel's host)."""
   kernels = trace["kernels"]
   return asked if asked and kernels and all(target_record(k, asked) is not None for k in kernels) else None
 
 TOLD_KERNELS = 8  # a program with more kernels than this: its tour tells the heaviest this many
 
-def told_kernels(trace: Trace) -> list[int]:
+def told_kernels(trace: TraceRecord) -> list[int]:
   """The kernels a trace's tour tells: all of them, or of a program with more than TOLD_KERNELS, the heaviest (by measured time, else by
   FLOPs), in schedule order."""
   ks = trace["kernels"]
@@ -71,7 +72,7 @@ def told_kernels(trace: Trace) -> list[int]:
   heaviest = sorted(ks, key=lambda k: -(kernel_time(k) or 0.0 if timed else k["flops"]))[:TOLD_KERNELS]
   return sorted(k["index"] for k in heaviest)
 
-def trace_tour(trace: Trace, target: str | None = None) -> list[Step]:
+def trace_tour(trace: TraceRecord, target: str | None = None) -> list[Step]:
   """The pipeline, stage by stage, for one trace (of a convolution, or of a captured program: spec None). target: the codegen target its
   kernel steps speak of (names, opts, uops, pressure, source), where every kernel has a record for it; else the host's own. A big
   program's tells its realizes and its model lines, then its heaviest kernels (told_kernels)."""
@@ -83,7 +84,7 @@ def trace_tour(trace: Trace, target: str | None = None) -> list[Step]:
   steps.append(_timing_step(trace, spec))
   return [s for s in steps if s is not None]
 
-def _program_step(trace: Trace, told: list[int]) -> Step | None:
+def _program_step(trace: TraceRecord, told: list[int]) -> Step | None:
   """A program's realizes, the lines of the model that made most of its kernels, and which kernels the tour goes on to tell."""
   if not (realizes := realizes_of(trace)): return None
   ks = trace["kernels"]
@@ -96,12 +97,12 @@ def _program_step(trace: Trace, told: list[int]) -> Step | None:
                f"{'; the lines of the model that made most of them: ' + busiest if busiest else ''}. Each kernel's provenance names the "
                f"Tensor functions it computes and the line that called them (the overview's kernel table; search it by a line). {rest}")
 
-def _program(trace: Trace) -> ProgramInfo:
+def _program(trace: TraceRecord) -> ProgramInfo:
   """A captured program's record (a trace without a spec has one; TypeError where it has not: the tour says it is incomplete)."""
   if (program := trace["program"]) is None: raise TypeError("a trace of no convolution that records no program")
   return program
 
-def _tensor_step(trace: Trace, spec: ConvSpec | None, variant: Variant | None = None) -> Step:
+def _tensor_step(trace: TraceRecord, spec: ConvSpec | None, variant: Variant | None = None) -> Step:
   g = trace["tensor_graph"] or {"uops": 0, "ops": {}, "sink": None}
   top = ", ".join(f"{n} {op}" for op, n in sorted(g["ops"].items(), key=lambda kv: -kv[1])[:4])
   what = f"The convolution {spec.label()}" if spec is not None else f"The program {_program(trace)['name']}"
@@ -112,7 +113,7 @@ def _tensor_step(trace: Trace, spec: ConvSpec | None, variant: Variant | None = 
   return _step("tensor", "Tensor graph", "graph/tensor",
                f"{what} starts as a lazy tensor graph of {g['uops']} UOps{FOLDED} (most common: {top}). Nothing has run yet: {recipe}")
 
-def _scheduler_steps(trace: Trace) -> list[Step]:
+def _scheduler_steps(trace: TraceRecord) -> list[Step]:
   sch = trace["scheduler"]  # None where the trace failed before its schedule
   passes, counts, seconds = (sch["passes"], stage_counts_of(sch), sch["seconds"]) if sch else ([], None, 0.0)
   steps = [_step("rangeify", "Rangeify", "rangeify",
@@ -131,7 +132,7 @@ def _scheduler_steps(trace: Trace) -> list[Step]:
                        f"({fmt_bytes(sum(b['nbytes'] for b in inter))}) through global memory."))
   return steps
 
-def _constants_step(trace: Trace, variant: Variant) -> Step | None:
+def _constants_step(trace: TraceRecord, variant: Variant) -> Step | None:
   if variant.algo != "winograd": return None
   const_bufs = [b for b in trace["buffers"] if b["role"] == "constant"]
   consts, loads = sum(k["ops"]["consts"] for k in trace["kernels"]), sum(k["ops"]["loads"] for k in trace["kernels"])
@@ -142,7 +143,7 @@ def _constants_step(trace: Trace, variant: Variant) -> Step | None:
                f"The Winograd transform matrices are {variant.consts if variant.wino_impl == 'explorer' else 'symbolic'} here: {where}. "
                f"Across the kernels the linearized code has {consts} CONST uops and {loads} loads.")
 
-def _kernel_steps(trace: Trace, k: Kernel, spec: ConvSpec | None, target: str | None = None) -> list[Step]:
+def _kernel_steps(trace: TraceRecord, k: KernelRecord, spec: ConvSpec | None, target: str | None = None) -> list[Step]:
   """The four steps of a kernel (AST, codegen passes, linear uops, source), their codegen read from its record on `target` (None: the
   host's). The uops step carries `focus`, the uop its text discusses (the peak of live values), which its view scrolls to."""
   rec = target_record(k, target) or target_record(k)
@@ -185,7 +186,7 @@ def _kernel_steps(trace: Trace, k: Kernel, spec: ConvSpec | None, target: str | 
     source,
   ]
 
-def hand_schedule_steps(trace: Trace, schedules: list[dict[str, Any]]) -> list[Step]:
+def hand_schedule_steps(trace: TraceRecord, schedules: list[dict[str, Any]]) -> list[Step]:
   """A step per hand schedule pinned to the trace's tour (explorer.web.services.enrichments.tour_schedules), after the trace's own
   steps: the kernel with those opts beside its original, in numbers. Each step carries what its view shows (`embed`)."""
   kernels, out = trace["kernels"], []
@@ -220,7 +221,7 @@ def _pressure_text(rec: TargetRecord) -> str:
   return (f" At most {p['max_live']} values are live at once, at uop {p['max_live_at']}{where}: what the register allocator has to fit"
           + (f"; the compiler used {regs} registers per thread." if regs is not None else "."))
 
-def _timing_step(trace: Trace, spec: ConvSpec | None) -> Step:
+def _timing_step(trace: TraceRecord, spec: ConvSpec | None) -> Step:
   total: TimeStats | None = sums["time_s"] if (sums := totals_of(trace)) else None
   if not total: return _step("timing", "Timings", "timings", "This trace was not timed (--no-time).")
   share = ", ".join(f"{k['name']} {100 * t / total['median']:.0f}%" for k in trace["kernels"] if (t := kernel_time(k)) is not None)
@@ -252,20 +253,20 @@ BUILTIN_TOURS: dict[str, dict[str, Any]] = {
               "b": Variant(algo="direct", rewrites=("sink-loads",))},
 }
 
-def _peaks(tr: Trace, target: str) -> list[str]:
+def _peaks(tr: TraceRecord, target: str) -> list[str]:
   out = []
   for k in tr["kernels"]:
     if (rec := target_record(k, target)) and (p := pressure_of(rec)):
       out.append(f"{rec['name']} {p['max_live']}" + (f" ({regs} registers)" if (regs := _registers(rec)) is not None else ""))
   return out
 
-def identical_kernels(a: Trace, b: Trace) -> dict[int, int]:
+def identical_kernels(a: TraceRecord, b: TraceRecord) -> dict[int, int]:
   """B's kernels that are A's, kernel for kernel (the same AST, tinygrad's content hash): B's index -> A's."""
   key = ast_key_of
   by_key = {key(k): k["index"] for k in a["kernels"] if key(k)}
   return {k["index"]: by_key[key(k)] for k in b["kernels"] if key(k) in by_key}
 
-def headline(a: Trace, b: Trace, interleaved: InterleavedTiming | None = None) -> list[dict[str, str]]:
+def headline(a: TraceRecord, b: TraceRecord, interleaved: InterleavedTiming | None = None) -> list[dict[str, str]]:
   """The comparison's three headline numbers, A -> B: kernels, bytes moved (tinygrad's Estimates), and time: the diff's interleaved
   timing where it was measured (the ratio and its 95% interval, the figure the diff page shows), else each side's own median, timed
   separately (no ratio is claimed from those), or, untimed, linearized uops."""
@@ -287,23 +288,23 @@ def headline(a: Trace, b: Trace, interleaved: InterleavedTiming | None = None) -
     rows.append({"label": "linearized uops", "a": str(ua), "b": str(ub), "change": f"{ub / ua:.2f}x" if ua else "–"})
   return rows
 
-def same_code(a: Kernel, b: Kernel, target: str | None) -> bool:
+def same_code(a: KernelRecord, b: KernelRecord, target: str | None) -> bool:
   """Two kernels with the same AST that codegen also made the same (their linear UOps on the tour's target): a custom rewrite such as
   sink-loads changes the order without touching the AST."""
   ra, rb = target_record(a, target) or target_record(a), target_record(b, target) or target_record(b)
   return ra is not None and rb is not None and ra["uops_listing"] == rb["uops_listing"] and ra["source"] == rb["source"]
 
-def compare_tour(kind: str, a: Trace, b: Trace, target: str | None = None, interleaved: InterleavedTiming | None = None) -> list[Step]:
+def compare_tour(kind: str, a: TraceRecord, b: TraceRecord, target: str | None = None, interleaved: InterleavedTiming | None = None) -> list[Step]:
   """A built-in tour: the story of A, the comparison with B, then the story of B, less B's steps about kernels identical to A's (the
   comparison says which: the AST step where the ASTs match, the codegen ones only where codegen made the same code too). target: the
   codegen target the kernel steps speak of (trace_tour). interleaved: the diff's interleaved timing of the pair, where it was measured."""
   ta, tb = a["totals"], b["totals"]
-  def label(tr: Trace) -> str:  # a captured program is named by its program, a convolution by its variant
+  def label(tr: TraceRecord) -> str:  # a captured program is named by its program, a convolution by its variant
     return program["name"] if tr["spec"] is None and (program := tr["program"]) else Variant.from_dict(dict(tr["variant"])).label()
-  def roles(tr: Trace) -> str:  # each kernel's role; a big program's, counted
+  def roles(tr: TraceRecord) -> str:  # each kernel's role; a big program's, counted
     if len(tr["kernels"]) <= TOLD_KERNELS: return ", ".join(k["role"] for k in tr["kernels"])
     return ", ".join(f"{n} {role}" for role, n in collections.Counter(k["role"] for k in tr["kernels"]).most_common())
-  def side(t: Totals | dict[str, Any], tr: Trace) -> str:
+  def side(t: Totals | dict[str, Any], tr: TraceRecord) -> str:
     return (f"{_plural(t['kernels'], 'kernel')} ({roles(tr)}), {_plural(t['copies'], 'copy', 'copies')}, "
             f"{_plural(t['buffers'], 'buffer')}, {_si(t['flops'])}FLOPs, {sum(k['ops']['alu'] for k in tr['kernels'])} ALU uops, "
             f"{sum(k['ops']['loads'] for k in tr['kernels'])} loads")

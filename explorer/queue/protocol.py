@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64, binascii, hashlib, hmac, json, urllib.parse
 from typing import Any
 from explorer.blob import BlobRefused, check_locations, read_plain
-from explorer.schema import Trace, validate_trace
+from explorer.schema import TraceRecord, validate_trace
 from explorer.spec import TARGETS, SpecError
 
 ANY = "any"  # the queue of jobs that name no device: every worker takes them, on its default device
@@ -93,7 +93,7 @@ def plain_json(value: Any, what: str, depth: int = 0) -> Any:
     return {k: plain_json(v, what, depth + 1) for k, v in value.items()}
   raise ResultRefused(f"{what} holds a {type(value).__name__}, which is not JSON: refused, nothing kept")
 
-def trace_result(out: Any, max_bytes: int) -> tuple[Trace, bytes, dict[str, bytes]]:
+def trace_result(out: Any, max_bytes: int) -> tuple[TraceRecord, bytes, dict[str, bytes]]:
   """A trace job's result (trace, host blob, target blobs) checked as a request is: the trace against its schema, the blobs as data."""
   if not isinstance(out, dict) or set(out) != {"trace", "rewrites", "target_rewrites"}:
     raise ResultRefused("the worker's result is not a trace job's result (trace, rewrites, target_rewrites): refused, nothing kept")

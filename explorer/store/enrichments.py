@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any, cast
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET
 from explorer.store.rewrites import checked_locations, put_target_blobs
 from explorer.store.connection import Connected, transaction
-if TYPE_CHECKING: from explorer.schema import Kernel, TargetRecord
+if TYPE_CHECKING: from explorer.schema import KernelRecord, TargetRecord
 
 MERGED_KINDS = (ENRICH_TARGET, ENRICH_ANALYSIS, ENRICH_FACTS)  # the enrichments a stored trace is read with (merged)
 
-def add_target_record(kernel: Kernel | dict[str, Any], target: str, rec: dict[str, Any]) -> None:
+def add_target_record(kernel: KernelRecord | dict[str, Any], target: str, rec: dict[str, Any]) -> None:
   """One kernel's record for `target` (or {"error": ...} where its codegen failed), with its source kept in `sources` too."""
   if "error" in rec: kernel.setdefault("source_errors", {})[target] = rec["error"]
   else: kernel.setdefault("targets", {})[target], kernel.setdefault("sources", {})[target] = cast("TargetRecord", rec), rec["source"]

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 from explorer.spec import SpecError
 from explorer.store.connection import StoreError, default_db_path
 from explorer.store.db import Store
-if TYPE_CHECKING: from explorer.schema import Trace
+if TYPE_CHECKING: from explorer.schema import TraceRecord
 
 MAX_TRACE_FILE_BYTES = 256 << 20  # a trace file is refused above this, before it is read (a 1,000-kernel program's is tens of MiB)
 MAX_TRACE_DEPTH = 64              # JSON nesting a trace file may have (a trace's own is under 10)
@@ -18,7 +18,7 @@ _NESTING = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff"), bytes(set(range(256)) 
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
-def load_trace_file(path: str) -> Trace:
+def load_trace_file(path: str) -> TraceRecord:
   """A trace JSON file, as `kernel-explorer trace --json` or the web API writes it; SpecError (one line) when it is not one: too big
   (refused before it is read), not UTF-8, not JSON, nested too deep, numbers beyond a trace's, or a trace whose references break."""
   try: return _trace_of(_read_json(path), path)
@@ -75,14 +75,14 @@ def _has_surrogate(value: Any) -> bool:
     elif isinstance(v, list): todo += v
   return False
 
-def _trace_of(t: Any, path: str) -> Trace:
+def _trace_of(t: Any, path: str) -> TraceRecord:
   if isinstance(t, dict) and "trace" in t and "kernels" not in t: t = t["trace"]  # a wrapped trace (the web API's shape)
   if not isinstance(t, dict) or not {"spec", "kernels", "buffers", "schedule", "env"} <= set(t):
     raise SpecError(f"{path} is not a Kernel Explorer trace (run `kernel-explorer trace ... --json PATH`)")
   from explorer.schema import upgrade, validate_trace  # pydantic: only where a file is read
   return upgrade(dict(validate_trace({k: v for k, v in t.items() if k not in ("id", "url")}, path)))  # data from elsewhere: checked
 
-def find_stored(trace_id: str, db: str | None, what: str) -> tuple[Store, Trace, bytes | None]:
+def find_stored(trace_id: str, db: str | None, what: str) -> tuple[Store, TraceRecord, bytes | None]:
   """The store, the trace and its rewrite blob for an argument that names a stored trace id; SpecError ("{what}, and ...") when
   there is none, or when its row is corrupt."""
   path = db or default_db_path()

@@ -8,7 +8,7 @@ from explorer.store.rewrites import checked_locations
 from explorer.store.connection import Connected, StoreError, transaction
 from explorer.store.tasks import capped
 from explorer.tasks import TRACE
-if TYPE_CHECKING: from explorer.schema import Trace
+if TYPE_CHECKING: from explorer.schema import TraceRecord
 
 # library search: fields kept in the summary column (older rows: read from the trace itself)
 VARIANT_FILTERS = ("algo", "wino_impl", "tile", "staging", "consts", "opt")
@@ -57,7 +57,7 @@ class Traces(Connected):
     if (row := c.execute("SELECT created FROM traces WHERE id = ?", (trace_id,)).fetchone()) is None: return None
     return (row[0], *enrichments.version(c, trace_id))
 
-  def get_trace(self, trace_id: str) -> Trace | None:
+  def get_trace(self, trace_id: str) -> TraceRecord | None:
     """The stored trace, as this version reads it (explorer.schema.upgrade: once, here), with its enrichments merged in."""
     c = self._conn()
     row = c.execute("SELECT trace FROM traces WHERE id = ?", (trace_id,)).fetchone()
@@ -68,7 +68,7 @@ class Traces(Connected):
     except (ValueError, TypeError) as e: raise StoreError(f"stored trace {trace_id} is corrupt: its JSON does not parse ({e})") from None
     if not isinstance(trace, dict) or "spec" not in trace or not isinstance(trace.get("kernels"), list):
       raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
-    return cast("Trace", enrichments.merged(c, trace_id, dict(upgrade(trace))))  # upgraded first: enrichments land on its records
+    return cast("TraceRecord", enrichments.merged(c, trace_id, dict(upgrade(trace))))  # upgraded first: enrichments land on its records
 
   def get_rewrites(self, trace_id: str, target: str | None = None) -> bytes | None:
     """The host's rewrite blob, or another target's (by its key: the target's name for one rendered with the trace, the key a record

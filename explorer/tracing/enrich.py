@@ -10,12 +10,12 @@ import os, uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, cast
 from explorer.spec import ANALYSIS_MARK, lacks_facts
 from explorer.tracing.workers import Limits, Progress, call_in_worker
-if TYPE_CHECKING: from explorer.schema import Kernel, TargetRecord, Trace  # types only: pydantic stays out of trace workers
+if TYPE_CHECKING: from explorer.schema import KernelRecord, TargetRecord, TraceRecord  # types only: pydantic stays out of trace workers
 
 Job = dict[str, Any]  # {"kernel", "target", "name", "source", "arch", "local_size", "ptx"}: what one kernel's compile needs
 
-def each_record(trace: Trace, targets: Iterable[str] | None = None,
-                kernels: Iterable[int] | None = None) -> Iterator[tuple[Kernel, str, TargetRecord]]:
+def each_record(trace: TraceRecord, targets: Iterable[str] | None = None,
+                kernels: Iterable[int] | None = None) -> Iterator[tuple[KernelRecord, str, TargetRecord]]:
   """(kernel, target, record) for these kernels' records on these targets (default: every kernel, every target it has)."""
   wanted = None if kernels is None else set(kernels)
   for k in trace.get("kernels") or []:
@@ -23,18 +23,18 @@ def each_record(trace: Trace, targets: Iterable[str] | None = None,
     for t, rec in (k.get("targets") or {}).items():
       if targets is None or t in targets: yield k, t, rec
 
-def with_values(trace: Trace, values: dict[tuple[int, str], Any], put: Callable[[TargetRecord, Any], TargetRecord]) -> Trace:
+def with_values(trace: TraceRecord, values: dict[tuple[int, str], Any], put: Callable[[TargetRecord, Any], TargetRecord]) -> TraceRecord:
   """The trace with each (kernel, target) value put on its record (put(record, value): the new record): a copy along the changed
   records' paths, the trace given is left as it was (callers share traces)."""
   if not values: return trace
-  kernels: list[Kernel] = []
+  kernels: list[KernelRecord] = []
   for k in trace.get("kernels") or []:
     if mine := {t: v for (n, t), v in values.items() if n == k.get("index") and t in (k.get("targets") or {})}:
       k = {**k, "targets": {t: put(rec, mine[t]) if t in mine else rec for t, rec in k["targets"].items()}}
     kernels.append(k)
   return {**trace, "kernels": kernels}
 
-def facts_jobs(trace: Trace, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
+def facts_jobs(trace: TraceRecord, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
   """The compiles these kernels' records need on these targets (default: every kernel, every target it has): those without facts."""
   return [{"kernel": k["index"], "target": t, "name": rec["name"], "source": rec["source"], "arch": rec.get("arch") or "",
            "local_size": rec.get("local_size"), "ptx": rec.get("compiled_source")}
@@ -63,24 +63,24 @@ def compute_facts(jobs: list[Job], progress: Progress | None = None, limits: Lim
   got, _ = call_in_worker("explorer.tracing.enrich:facts_in_worker", {"jobs": jobs}, progress, timeout_s, limits=limits)
   return {(j["kernel"], j["target"]): f for j, f in zip(jobs, got)}
 
-def with_facts(trace: Trace, facts: dict[tuple[int, str], dict[str, Any]]) -> Trace:
+def with_facts(trace: TraceRecord, facts: dict[tuple[int, str], dict[str, Any]]) -> TraceRecord:
   """The trace with the facts on their records (kernels[kernel].targets[target].compile), a copy (with_values)."""
   return with_values(trace, facts, lambda rec, f: {**rec, "compile": f})
 
-def add_facts(trace: Trace, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
-              progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> Trace:
+def add_facts(trace: TraceRecord, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
+              progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> TraceRecord:
   """The trace with compile facts on the records that lacked them (these targets and kernels; default all), computed in a worker."""
   return with_facts(trace, compute_facts(facts_jobs(trace, targets, kernels), progress, limits, timeout_s))
 
 # ***** the analysis of a record: line map, live values, loop splits, program spec (explorer.schema.Analysis) *****
 
-def blob_key(kernel: Kernel, target: str) -> str | None:
+def blob_key(kernel: KernelRecord, target: str) -> str | None:
   """The rewrite blob a kernel's record on `target` addresses (its passes' groups, its UOps' numbers): the trace's own (None) for the
   host's record, the record's `rewrites` for one computed on first view, else the target's (rendered with the trace)."""
   rec = kernel.get("targets", {}).get(target)
   return None if target == kernel.get("host_target") else str(rec is not None and rec.get("rewrites") or target)
 
-def analysis_jobs(trace: Trace, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
+def analysis_jobs(trace: TraceRecord, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
   """The analyses these kernels' records need on these targets (default: every kernel and target): those without one, recorded with
   the numbers an analysis rebuilds them by (trace schema 2 and later)."""
   return [{"kernel": k["index"], "target": t, "blob": blob_key(k, t), "arch": rec.get("arch") or "", "source": rec["source"],
@@ -109,14 +109,14 @@ def compute_analysis(jobs: list[Job], blobs: dict[str, bytes], progress: Progres
   got, _ = call_in_worker("explorer.tracing.enrich:analysis_in_worker", {"jobs": jobs, "blobs": blobs}, progress, timeout_s, limits=limits)
   return {(j["kernel"], j["target"]): a for j, a in zip(jobs, got)}
 
-def add_analysis(trace: Trace, blobs: dict[str, bytes], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
-                 progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> Trace:
+def add_analysis(trace: TraceRecord, blobs: dict[str, bytes], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
+                 progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> TraceRecord:
   """The trace with analyses on the records that lacked one (these targets and kernels; default all) and whose rewrite blob is among
   blobs ("" the trace's own), computed in a worker."""
   jobs = [j for j in analysis_jobs(trace, targets, kernels) if (j["blob"] or "") in blobs]
   return with_analysis(trace, compute_analysis(jobs, blobs, progress, limits, timeout_s))
 
-def with_analysis(trace: Trace, analyses: dict[tuple[int, str], dict[str, Any]]) -> Trace:
+def with_analysis(trace: TraceRecord, analyses: dict[tuple[int, str], dict[str, Any]]) -> TraceRecord:
   """The trace with the analyses on their records, a copy (with_values)."""
   return with_values(trace, analyses, lambda rec, a: cast("TargetRecord", {**rec, **a}))
 
@@ -137,7 +137,7 @@ def target_in_worker(progress: Progress, blob: bytes, sinks: dict[int, int], tar
   progress("render", "done", target)
   return dict(zip(order, records)), out_blob
 
-def compute_target(trace: Trace, blob: bytes, target: str, kernels: Iterable[int], progress: Progress | None = None,
+def compute_target(trace: TraceRecord, blob: bytes, target: str, kernels: Iterable[int], progress: Progress | None = None,
                    limits: Limits | None = None, timeout_s: float | None = None) -> tuple[dict[int, dict[str, Any]], str, bytes]:
   """These kernels' records on `target`, computed in a fresh worker: ({kernel: record}, the key their rewrite blob is kept under,
   that blob). Each record names the blob (`rewrites`)."""
@@ -153,11 +153,11 @@ def compute_target(trace: Trace, blob: bytes, target: str, kernels: Iterable[int
     if "error" not in rec: rec["rewrites"] = key
   return records, key, out_blob
 
-def with_target(trace: Trace, target: str, records: dict[int, dict[str, Any]]) -> Trace:
+def with_target(trace: TraceRecord, target: str, records: dict[int, dict[str, Any]]) -> TraceRecord:
   """The trace with these kernels' records on `target` (or their errors) in place: a copy along the changed kernels (callers share
   traces)."""
   from explorer.store import add_target_record
-  kernels: list[Kernel] = []
+  kernels: list[KernelRecord] = []
   for k in trace.get("kernels") or []:
     if (rec := records.get(k["index"])) is not None:
       k = {**k, "targets": dict(k.get("targets") or {}), "sources": dict(k.get("sources") or {}), "source_errors": dict(k.get("source_errors") or {})}
@@ -165,7 +165,7 @@ def with_target(trace: Trace, target: str, records: dict[int, dict[str, Any]]) -
     kernels.append(k)
   return {**trace, "kernels": kernels}
 
-def lacking(trace: Trace, target: str, kernels: Iterable[int] | None = None) -> list[int]:
+def lacking(trace: TraceRecord, target: str, kernels: Iterable[int] | None = None) -> list[int]:
   """The kernels (of these; default all) with no record on `target` yet."""
   wanted = None if kernels is None else set(kernels)
   return [k["index"] for k in trace.get("kernels") or [] if (wanted is None or k["index"] in wanted) and target not in (k.get("targets") or {})

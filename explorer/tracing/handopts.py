@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any
 from explorer.clocks import default_method
 from explorer.tracing.workers import Progress
-if TYPE_CHECKING: from explorer.schema import BeamCandidate, BeamRecord, BeamRound, Trace  # types only: pydantic stays out of trace workers
+if TYPE_CHECKING: from explorer.schema import BeamCandidate, BeamRecord, BeamRound, TraceRecord  # types only: pydantic stays out of trace workers
 
 class Unschedulable(ValueError):
   """This kernel cannot be scheduled again here (no AST recorded, no record on the target to start from, a user's rewrite file)."""
@@ -38,7 +38,7 @@ def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[s
   return {"width": width, "rounds": rounds, "candidates": candidates, "chosen": chosen, "path": [chosen[:i] for i in range(1, len(chosen) + 1)],
           "note": BEAM_RECORD_NOTE, "method": default_method(device)}  # BEAM times its candidates with tinygrad's own timer
 
-def opts_args(trace: Trace, n: int, target: str, start: str, opts: tuple[str, ...], on_device: bool = True) -> dict[str, Any]:
+def opts_args(trace: TraceRecord, n: int, target: str, start: str, opts: tuple[str, ...], on_device: bool = True) -> dict[str, Any]:
   """What opts_in_worker needs for kernel n of this trace (but the rewrite blob); on the trace's own target, with on_device (this
   process can open the trace's device), it is timed too. Unschedulable says why it cannot be."""
   from explorer.schema import host_target, target_records
@@ -59,7 +59,7 @@ def opts_args(trace: Trace, n: int, target: str, start: str, opts: tuple[str, ..
           "device": device if own else None, "current": [opt_label(o) for o in rec.get("opts") or []], "opts": list(opts),
           "start": start, "time": own and device is not None, "rewrites": list(variant.get("rewrites") or []), "original_record": original}
 
-def schedule(trace: Trace, blob: bytes, n: int, target: str, opts: tuple[str, ...], start: str = "current", time: bool = True,
+def schedule(trace: TraceRecord, blob: bytes, n: int, target: str, opts: tuple[str, ...], start: str = "current", time: bool = True,
              progress: Progress | None = None, timeout_s: float | None = None) -> dict[str, Any]:
   """Kernel n of a trace (its rewrite blob beside it) scheduled by hand, in a worker: explorer.web.http.models.HandSchedule's fields.
   Raises Unschedulable, or WorkerFailed (OptRefused: tinygrad's reason in its message) when an opt does not apply."""

@@ -18,7 +18,7 @@ from explorer.tracing.trace import (Program, Progress, Scheduled, _quiet, add_to
                                     schedule_ahead)
 from explorer.store import add_target_record
 from explorer.spec import Variant
-from explorer.schema import Trace, bound_sets
+from explorer.schema import TraceRecord, bound_sets
 
 NOT_TRACKING = ("tinygrad was imported before the explorer with rewrite tracking off, so its passes' matches cannot be recorded "
                 "(tinygrad chooses its tracking at import). Restart the interpreter (the notebook's kernel) and import the explorer "
@@ -344,14 +344,14 @@ class Capturing:
 
   def _time_bound_values(self) -> None:
     """Each symbolic kernel timed alone at every set of values the program ran it with (its realize's, its repeats', its TinyJit's
-    runs'), by the clock its trace's timing used: a decode step's attention at each position (Kernel.times_at)."""
+    runs'), by the clock its trace's timing used: a decode step's attention at each position (KernelRecord.times_at)."""
     from explorer.tracing.timing import time_at_values
     trace = self._program.trace
     clock = tg.clock_for(trace["env"]["device"])
     try:
       with tg.disable_gc():
         for k in trace["kernels"]:  # a TinyJit's captured kernels (never run by the capture) by a run realize's call of the same AST
-          if (call := self._symbolic.get(k.get("ast_key", ""))) is not None and (values := bound_sets(cast(Trace, trace), k)):
+          if (call := self._symbolic.get(k.get("ast_key", ""))) is not None and (values := bound_sets(cast(TraceRecord, trace), k)):
             k["times_at"] = time_at_values(clock, call, values, self.variant.warmup, self.variant.repeats)
     finally: clock.close()
     self._symbolic.clear()  # the calls hold their buffers: let them go

@@ -6,15 +6,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from explorer.tracing.workers import Limits, Live, Progress, call_in_worker
 from explorer.spec import STAGES, ConvSpec, Variant
-if TYPE_CHECKING: from explorer.schema import Trace  # types only: pydantic stays out of trace workers
+if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
 
 @dataclass
 class TraceResult:
-  trace: Trace
+  trace: TraceRecord
   rewrites: bytes                                                        # the host's rewrite blob
   progress: list[tuple[str, str, str]] = field(default_factory=list)
   target_rewrites: dict[str, bytes] = field(default_factory=dict)        # each other target's, by target name
-  others: list[Trace] = field(default_factory=list)              # a script's every realize, in order (run_script)
+  others: list[TraceRecord] = field(default_factory=list)              # a script's every realize, in order (run_script)
 
   @property
   def blobs(self) -> dict[str, bytes]:
@@ -48,14 +48,14 @@ def ran_here(worker: str | None = None) -> dict[str, Any]:
   host, pid = socket.gethostname(), os.getpid()
   return {"worker": worker, "host": host, "pid": pid, "by": f"{worker or pid}@{host}"}
 
-def record_ran_on(trace: Trace | dict[str, Any], worker: str | None = None) -> Trace:
+def record_ran_on(trace: TraceRecord | dict[str, Any], worker: str | None = None) -> TraceRecord:
   """env.ran_on: which process ran the trace (ran_here) and `stages`, each stage it ran (done or failed) -> NAME@HOST. A part added
   later records itself beside them: `targets`, target -> NAME@HOST (explorer.store.enrichments.Enrichments.put_target_records)."""
   raw = cast(dict[str, Any], trace)
   here, failed = ran_here(worker), {f.get("stage") for f in raw.get("failures") or []}
   ran = [s for s in STAGES if s in (raw.get("stage_seconds") or {}) or s in failed]
   raw.setdefault("env", {})["ran_on"] = {**here, "stages": {s: here["by"] for s in ran}}
-  return cast("Trace", raw)  # the engine's JSON, typed from here on
+  return cast("TraceRecord", raw)  # the engine's JSON, typed from here on
 
 # this host's default device, as the first trace that named none found it (tinygrad tries every backend in turn for one)
 _default_device: dict[str, str] = {}

@@ -16,7 +16,7 @@ from explorer.tracing.renders import RenderPool, make_target_record, pass_record
 from explorer.tracing.timeline import HostTimeline, timed_stage
 from explorer.spec import PARTIAL, REWRITES, TRACE_SCHEMA, ConvSpec, Progress, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
-if TYPE_CHECKING: from explorer.schema import Kernel, Storage  # types only: pydantic stays out of trace workers
+if TYPE_CHECKING: from explorer.schema import KernelRecord, Storage  # types only: pydantic stays out of trace workers
 
 
 def _quiet(stage: str, status: str, detail: str) -> None: pass
@@ -334,7 +334,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
     ps = [p for _, group in tg.passes_since(mark, base) for p in group]
     passes = [pass_record(p) for p in ps]
     s = trace["schedule"][c.index]
-    kernel: Kernel = {"index": len(trace["kernels"]), "call": c.index, "name": facts.name, "role": s["role"], "kind": "kernel",
+    kernel: KernelRecord = {"index": len(trace["kernels"]), "call": c.index, "name": facts.name, "role": s["role"], "kind": "kernel",
                              "ast_uops": tg.ast_uop_count(c.ast), "ast_sink": tg.trace_num(c.ast), "ast_key": tg.ast_key(c.ast),
                              "linear_uops": facts.ops["total"],
                              "ops": facts.ops, "opts": facts.opts, "flops": facts.flops, "bytes": facts.mem, "lds": facts.lds,

@@ -11,7 +11,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from explorer.version import __version__
 from explorer.tracing.workers import Limits  # imports no tinygrad
 from explorer.settings import Settings
-from explorer.schema import Trace
+from explorer.schema import TraceRecord
 from explorer.spec import ENRICH_ANALYSIS
 from explorer.store import Store
 from explorer.queue.protocol import NEEDS_EXTRA
@@ -53,7 +53,7 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
   enrichments = EnrichmentService(store, limits, on_stored=changed, read=traces.get, background_workers=int(settings.background_workers),
                                   max_waiting=int(settings.max_waiting_work), per_client=int(settings.max_work_per_client))
   def stored(trace_id: str, trace: dict[str, Any]) -> None:  # a trace's records get their analyses in the background, at a lower priority
-    fresh = cast(Trace, trace)  # as this version's engine wrote it: the current schema
+    fresh = cast(TraceRecord, trace)  # as this version's engine wrote it: the current schema
     for target in dict.fromkeys(t for k in fresh["kernels"] for t in k.get("targets", {})):
       enrichments.start_background(trace_id, ENRICH_ANALYSIS, target, enrichments.missing(fresh, ENRICH_ANALYSIS, target))
   svc = Services(

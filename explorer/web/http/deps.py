@@ -5,7 +5,7 @@ import asyncio
 from typing import Annotated, Any, Sequence, cast
 from fastapi import Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
-from explorer.schema import Kernel, Trace, target_records
+from explorer.schema import KernelRecord, TraceRecord, target_records
 from explorer.settings import Settings
 from explorer.spec import COMPUTE_DEVICES, ENRICH_FACTS, ENRICH_TARGET, TARGETS, ConvSpec, Variant, checked_device, resolve_request
 from explorer.store import trace_key
@@ -26,9 +26,9 @@ async def templates(request: Request) -> Templates: return templates_of(request)
 ServicesDep = Annotated[Services, Depends(services)]
 TemplatesDep = Annotated[Templates, Depends(templates)]
 
-async def stored_trace(svc: Services, trace_id: str) -> Trace | None: return await asyncio.to_thread(svc.traces.get, trace_id)
+async def stored_trace(svc: Services, trace_id: str) -> TraceRecord | None: return await asyncio.to_thread(svc.traces.get, trace_id)
 
-async def trace_of(svc: Services, trace_id: str) -> Trace:
+async def trace_of(svc: Services, trace_id: str) -> TraceRecord:
   """The stored trace; 409 while it runs, 404 when there is none."""
   if (trace := await stored_trace(svc, trace_id)) is None:
     job = svc.jobs.get(trace_id)
@@ -36,11 +36,11 @@ async def trace_of(svc: Services, trace_id: str) -> Trace:
     raise HTTPException(404, f"no trace {trace_id}")
   return trace
 
-async def trace_or_404(trace_id: str, svc: ServicesDep) -> Trace: return await trace_of(svc, trace_id)
+async def trace_or_404(trace_id: str, svc: ServicesDep) -> TraceRecord: return await trace_of(svc, trace_id)
 
-StoredTrace = Annotated[Trace, Depends(trace_or_404)]  # the route's {trace_id}, stored (404 or 409 otherwise)
+StoredTrace = Annotated[TraceRecord, Depends(trace_or_404)]  # the route's {trace_id}, stored (404 or 409 otherwise)
 
-def kernel_or_404(trace: Trace, n: int) -> Kernel:
+def kernel_or_404(trace: TraceRecord, n: int) -> KernelRecord:
   kernels = trace["kernels"]
   if not 0 <= n < len(kernels): raise HTTPException(404, f"trace has no kernel {n} (it has {len(kernels)})")
   return kernels[n]
@@ -52,7 +52,7 @@ def trusted(request: Request, settings: Settings) -> bool:
 
 WHAT = {ENRICH_TARGET: "rendering kernel {n} for {target}", ENRICH_FACTS: "compiling kernel {n} for {target}"}
 
-async def enrichment_job(svc: Services, trace_id: str, trace: Trace, kind: str, target: str, n: int, work: WorkGate) -> JSONResponse:
+async def enrichment_job(svc: Services, trace_id: str, trace: TraceRecord, kind: str, target: str, n: int, work: WorkGate) -> JSONResponse:
   """Start (or follow) computing kernel n's `kind` on `target` (explorer.web.services.enrichments): 202 with the job while it runs;
   its error as a 409 if it failed (said once: the next request tries again). Starting one needs the request's permit (403
   cross-site); following one that runs does not."""
@@ -66,7 +66,7 @@ async def enrichment_job(svc: Services, trace_id: str, trace: Trace, kind: str, 
     raise HTTPException(409, f"{WHAT.get(kind, 'the {kind} of kernel {n} on {target}').format(n=n, target=target, kind=kind)} failed: {job.error}")
   return JSONResponse(job.view(), status_code=202)
 
-def stages_of_trace(trace: Trace) -> list[dict[str, str]]:
+def stages_of_trace(trace: TraceRecord) -> list[dict[str, str]]:
   failed = {f["stage"]: f["error"] for f in trace["failures"]}
   seconds = trace["stage_seconds"]
   rows = []
@@ -151,10 +151,10 @@ async def rerun(svc: Services, trace_id: str, client: str | None) -> tuple[dict[
 
 HEAVY = ("sources", "uops_listing", "passes")  # a kernel's fields that only /kernels/{n} has
 
-def light_kernel(kernel: Kernel) -> dict[str, Any]:
+def light_kernel(kernel: KernelRecord) -> dict[str, Any]:
   return {k: v for k, v in kernel.items() if k not in HEAVY} | {"targets": sorted(kernel["sources"]), "n_passes": len(kernel["passes"])}
 
-def light_trace(trace_id: str, trace: Trace) -> dict[str, Any]:
+def light_trace(trace_id: str, trace: TraceRecord) -> dict[str, Any]:
   """The trace without the heavy per-kernel fields (sources, UOp listings, passes): those are under /kernels/{n}."""
   kernels = [light_kernel(kern) for kern in trace["kernels"]]
   sched: dict[str, Any] = dict(trace["scheduler"] or {})

@@ -6,7 +6,7 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse
 from explorer.present.graphs import fmt_seconds
 from explorer.present.render import rendered_targets
-from explorer.schema import Kernel, Pass, SpecCheck, Trace, host_target
+from explorer.schema import KernelRecord, Pass, SpecCheck, TraceRecord, host_target
 from explorer.web.http import deps
 from explorer.web.services.graphs import MAX_STEPS
 from explorer.web.services.registry import Services
@@ -16,7 +16,7 @@ from explorer.web.urls import kernel_url, trace_url
 async def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
   return await deps.templates_of(request).render(request, name, ctx, status_code=status_code)
 
-def ribbon(trace: Trace, trace_id: str, current: str | tuple[str, ...]) -> list[dict[str, Any]]:
+def ribbon(trace: TraceRecord, trace_id: str, current: str | tuple[str, ...]) -> list[dict[str, Any]]:
   """The pipeline as links: each stage with a one-line fact and whether it worked."""
   failed = {f["stage"] for f in trace["failures"]}
   failed |= {stage for stage, check in trace.get("spec_checks", {}).items() if not check["ok"]}  # a spec violation is red too
@@ -47,16 +47,16 @@ def ribbon(trace: Trace, trace_id: str, current: str | tuple[str, ...]) -> list[
   current, why = (current,) if isinstance(current, str) else current, spec_rejections(trace)
   return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": k in current, "why": why.get(k)} for k, t, u, f, s in rows]
 
-def kernel_spec_checks(kernel: Kernel) -> list[SpecCheck]:
+def kernel_spec_checks(kernel: KernelRecord) -> list[SpecCheck]:
   """The kernel's spec checks (its AST's; older traces' program too), none where the trace ran none."""
   if (spec := kernel.get("spec")) is None: return []
   return [spec["ast"], *([spec["program"]] if "program" in spec else [])]
 
-def rangeify_passes(trace: Trace) -> list[Pass]:
+def rangeify_passes(trace: TraceRecord) -> list[Pass]:
   """The scheduler's rangeify passes (none where scheduling failed)."""
   return trace["scheduler"]["passes"] if trace["scheduler"] is not None else []
 
-def spec_rejections(trace: Trace) -> dict[str, str]:
+def spec_rejections(trace: TraceRecord) -> dict[str, str]:
   """What a stage's red dot means where tinygrad's spec rejected UOps of it (a failure says so on the page), by ribbon key."""
   def said(check: SpecCheck) -> str:
     first, n = check["violations"][0]["message"] if check["violations"] else "?", check["violation_count"] or 1

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from explorer.analysis.diff import comparable, relation_label, time_verdict, verdict
-from explorer.schema import Kernel, Trace
+from explorer.schema import KernelRecord, TraceRecord
 from explorer.spec import PRESETS, TARGETS, SpecError, knobs
 from explorer.store import trace_key
 from explorer.web.http import deps
@@ -31,7 +31,7 @@ OFFERED = tuple(name for name, (_, k) in knobs().items() if k.web == "offered") 
 
 # ***** quick picks: the same spec with one thing changed *****
 
-def request_of(trace: Trace, **changes: Any) -> dict[str, Any]:
+def request_of(trace: TraceRecord, **changes: Any) -> dict[str, Any]:
   """A trace request for this trace's spec and variant, with changes."""
   variant: Mapping[str, Any] = trace["variant"]
   v = {k: variant[k] for k in OFFERED if k in variant} | {"targets": list(trace["variant"]["targets"])}
@@ -39,7 +39,7 @@ def request_of(trace: Trace, **changes: Any) -> dict[str, Any]:
   base = {"preset": preset} if preset in PRESETS and PRESETS[preset].to_dict() == trace["spec"] else {"spec": trace["spec"]}
   return {**base, "variant": {**v, **changes}}
 
-def flips(trace: Trace) -> list[tuple[str, str, dict[str, str]]]:
+def flips(trace: TraceRecord) -> list[tuple[str, str, dict[str, str]]]:
   """(name, label, variant changes) of the variants worth comparing with this one."""
   v = trace["variant"]
   out = []
@@ -60,7 +60,7 @@ def flips(trace: Trace) -> list[tuple[str, str, dict[str, str]]]:
   else: out.append(("opt", f"{opt} → heuristic", {"opt": "heuristic"}))
   return out
 
-def quick_picks(svc: Services, trace_id: str, trace: Trace) -> list[dict[str, Any]]:
+def quick_picks(svc: Services, trace_id: str, trace: TraceRecord) -> list[dict[str, Any]]:
   """Each pick with the id its trace has (or will have) and whether it is stored; picks the server would refuse are left out."""
   store, settings = svc.store, svc.settings
   picks = []
@@ -164,25 +164,25 @@ async def quick_pick(request: Request, svc: ServicesDep) -> Response:
 
 # ***** the diff page *****
 
-def targets_of(a: Trace, b: Trace) -> list[str]:
+def targets_of(a: TraceRecord, b: TraceRecord) -> list[str]:
   ts = list(dict.fromkeys([*a["variant"]["targets"], *b["variant"]["targets"]]))
   return ts + ["host"]
 
-async def side_or_progress(request: Request, svc: Services, trace_id: str) -> Trace | HTMLResponse:
+async def side_or_progress(request: Request, svc: Services, trace_id: str) -> TraceRecord | HTMLResponse:
   """The stored trace, or (while it runs) the progress page in its place: it reloads this URL when the trace is done."""
   if (trace := await deps.stored_trace(svc, trace_id)) is not None: return trace
   status = await deps.status_of(svc, trace_id)
   if status is None: raise HTTPException(404, f"no trace {trace_id}")
   return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES)
 
-def pick_targets(a: Trace, b: Trace, target: str | None, target_b: str | None) -> tuple[str, str]:
+def pick_targets(a: TraceRecord, b: TraceRecord, target: str | None, target_b: str | None) -> tuple[str, str]:
   ts = targets_of(a, b)
   ta = target if target in ts else ts[0]
   return ta, target_b if target_b in ts else ta
 
 GROUPS_PER_PAGE = 40  # groups whose sources a diff page shows side by side
 
-def group_kernels(trace: Trace, refs: list[dict[str, Any]]) -> list[Kernel]: return [trace["kernels"][k["index"]] for k in refs]
+def group_kernels(trace: TraceRecord, refs: list[dict[str, Any]]) -> list[KernelRecord]: return [trace["kernels"][k["index"]] for k in refs]
 
 @router.get("/diff/{a}/{b}", response_class=HTMLResponse)
 async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Work, target: str | None = Query(None, max_length=16),

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
-from explorer.schema import Trace, host_target
+from explorer.schema import TraceRecord, host_target
 from explorer.spec import TARGETS
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, GraphView, Origin, PassMatches, documented
@@ -23,7 +23,7 @@ EXPAND_QUERY = Query(None, max_length=400, pattern=r"^[0-9]{1,12}(,[0-9]{1,12}){
 
 def expand_nums(expand: str | None) -> frozenset[int]: return frozenset(int(x) for x in expand.split(",")) if expand else frozenset()
 
-def blob_target(trace: Trace, target: str | None) -> str | None:
+def blob_target(trace: TraceRecord, target: str | None) -> str | None:
   """None (the host's blob) for the host's own target; else a target's rewrite blob: the target's name (one rendered with the trace), or
   the key a record computed on first view names (`cuda@3f2a...`, its `rewrites`)."""
   kernels = trace["kernels"]

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from explorer.analysis import sass
 from explorer.analysis.program import bound_values
-from explorer.schema import Trace, host_target, target_records
+from explorer.schema import TraceRecord, host_target, target_records
 from explorer.spec import (ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, SASS_TARGETS, TARGETS, SpecError, hand_opts,
                            lacks_facts, split_opts)
 from explorer.web.http import deps
@@ -88,7 +88,7 @@ async def get_kernel_analysis(trace_id: str, trace: StoredTrace, n: int, target:
 
 # ***** SASS: each instruction with its line, its UOps and the registers live there (compile facts, with the line map) *****
 
-async def sass_job(svc: Any, trace_id: str, trace: Trace, n: int, target: str, work: Any) -> Any:
+async def sass_job(svc: Any, trace_id: str, trace: TraceRecord, n: int, target: str, work: Any) -> Any:
   """The next enrichment kernel n's SASS on `target` waits for (its record, its compile facts, its line map), started or followed:
   a 202 response, or None when everything is there. 404 for a target without SASS, 409 when one cannot be had (the detail says why)."""
   k = deps.kernel_or_404(trace, n)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from explorer.analysis import roofline
 from explorer.present import export
 from explorer.present.repro import repro_script
-from explorer.schema import Trace
+from explorer.schema import TraceRecord
 from explorer.store import VARIANT_FILTERS
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, documented
@@ -138,7 +138,7 @@ async def compressed(request: Request, body: str, media_type: str, headers: dict
   gz = await templates_of(request).off_loop(lambda: gzip.compress(body.encode(), 6))
   return Response(gz, media_type=media_type, headers={**headers, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
 
-async def graph_block(svc: Services, trace_id: str, trace: Trace, ref: str, permit: WorkPermit) -> dict[str, Any]:
+async def graph_block(svc: Services, trace_id: str, trace: TraceRecord, ref: str, permit: WorkPermit) -> dict[str, Any]:
   """One export graph through the server's GraphService: its cache, its node limit, its layout."""
   try:
     view = await svc.graphs.view(trace_id, trace, ref, permit=permit)

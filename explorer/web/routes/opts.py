@@ -5,7 +5,7 @@ import asyncio, difflib
 from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
-from explorer.schema import Kernel, host_target, target_records
+from explorer.schema import KernelRecord, host_target, target_records
 from explorer.spec import HAND_OPTS_QUERY, SpecError, hand_opts, split_opts
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
@@ -17,7 +17,7 @@ from explorer.web.urls import trace_tour_url
 api = APIRouter(prefix="/api", tags=["api"])
 router = APIRouter(include_in_schema=False)
 
-def _target(kernel: Kernel, target: str | None) -> str: return target or host_target(kernel)
+def _target(kernel: KernelRecord, target: str | None) -> str: return target or host_target(kernel)
 
 def _opts(text: str | None) -> tuple[str, ...]: return hand_opts(split_opts(text))
 

@@ -5,7 +5,7 @@ from typing import Callable
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from explorer.present.timeline import timeline_view
-from explorer.schema import Timeline, Trace
+from explorer.schema import Timeline, TraceRecord
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, documented
@@ -18,7 +18,7 @@ NO_TIMELINE = "this trace was recorded before traces kept a timeline: trace it a
 STAGE_PAGES = {"tensor_graph": "tensor", "schedule": "rangeify", "kernel_graph": "bufferize", "codegen": "kernels", "render": "source",
                "run": "timings", "timing": "timings", "reference check": "timings", "repeat": "timings"}  # stage -> its ribbon entry
 
-def stage_links(trace: Trace, trace_id: str) -> Callable[[str, int | None], str | None]:
+def stage_links(trace: TraceRecord, trace_id: str) -> Callable[[str, int | None], str | None]:
   """The page each stage opens: the ribbon's; a program's codegen opens the first kernel of its realize."""
   pages = {r["key"]: r["url"] for r in ribbon(trace, trace_id, ())}
   realizes = trace.get("realizes") or []
@@ -28,7 +28,7 @@ def stage_links(trace: Trace, trace_id: str) -> Callable[[str, int | None], str 
     return pages.get(STAGE_PAGES.get(stage, ""))
   return url
 
-def timeline_of(trace: Trace) -> Timeline:
+def timeline_of(trace: TraceRecord) -> Timeline:
   if (tl := trace.get("timeline")) is None: raise HTTPException(409, NO_TIMELINE)
   return tl
 

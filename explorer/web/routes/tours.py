@@ -8,7 +8,7 @@ from typing import Any, Callable, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
-from explorer.schema import InterleavedTiming, Trace, host_target, target_record
+from explorer.schema import InterleavedTiming, TraceRecord, host_target, target_record
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_TARGET, PRESETS, TARGETS, SpecError
 from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, Step, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
@@ -29,17 +29,17 @@ MAX_NOTE_CHARS, MAX_NOTES_PER_TRACE = 2000, 200
 
 # ***** steps: ids, URLs, and the view each one embeds *****
 
-def tour_steps(trace: Trace, target: str | None = None) -> list[Step]:
+def tour_steps(trace: TraceRecord, target: str | None = None) -> list[Step]:
   try: return trace_tour(trace, target)
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"this trace cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
-def pair_steps(kind: str, a: Trace, b: Trace, target: str | None = None, interleaved: InterleavedTiming | None = None) -> list[Step]:
+def pair_steps(kind: str, a: TraceRecord, b: TraceRecord, target: str | None = None, interleaved: InterleavedTiming | None = None) -> list[Step]:
   try: return compare_tour(kind, a, b, target, interleaved)
   except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
     raise HTTPException(409, f"these traces cannot be toured (incomplete: {type(e).__name__} {e})") from None
 
-def view_url(trace_id: str, trace: Trace, view: str, target: str | None = None) -> str:
+def view_url(trace_id: str, trace: TraceRecord, view: str, target: str | None = None) -> str:
   """The full page a step's view names (the tour embeds a part of it), on the tour's target (None: the host's)."""
   base = trace_url(trace_id)
   if view in ("timings", "program"): return f"{base}#{view}"
@@ -51,7 +51,7 @@ def view_url(trace_id: str, trace: Trace, view: str, target: str | None = None) 
     return kernel_url(trace_id, n, target=target)
   return f"{base}/{view}"
 
-def asked_target(asked: str | None, traces: list[Trace]) -> tuple[str | None, list[str]]:
+def asked_target(asked: str | None, traces: list[TraceRecord]) -> tuple[str | None, list[str]]:
   """The target a tour speaks of (None: each kernel's host) and, where `asked` cannot be it, a notice naming what was asked and what is
   shown: nothing asked for is ignored in silence."""
   if asked is None: return None, []
@@ -62,7 +62,7 @@ def asked_target(asked: str | None, traces: list[Trace]) -> tuple[str | None, li
                   " the tour speaks of each kernel's host target."]
   return asked, []
 
-def step_api(trace_id: str, trace: Trace, steps: list[Step], url_of: Callable[[str], str], target: str | None = None) -> list[dict[str, Any]]:
+def step_api(trace_id: str, trace: TraceRecord, steps: list[Step], url_of: Callable[[str], str], target: str | None = None) -> list[dict[str, Any]]:
   return [{**{k: v for k, v in s.items() if k != "embed"}, "url": url_of(s["id"]),
            "view_url": view_url(trace_id, trace, s["view"], target) if s["view"] != "diff" else None} for s in steps]
 
@@ -73,7 +73,7 @@ def note_anchor(step_id: str) -> str:
   """The step anchor a note is stored under: the trace's own step id (a pair tour prefixes a-/b-)."""
   return step_id[2:] if step_id[:2] in ("a-", "b-") else step_id
 
-def embed(trace_id: str, trace: Trace, view: str, target: str | None = None, focus: dict[str, Any] | None = None) -> dict[str, Any]:
+def embed(trace_id: str, trace: TraceRecord, view: str, target: str | None = None, focus: dict[str, Any] | None = None) -> dict[str, Any]:
   """What the tour shows next to a step's text: the kind of embed and the data it needs; a kernel's codegen (passes, uops, source) on
   the tour's target (None: the host's), the uops listing scrolled to the uop the step discusses (focus)."""
   kernels = trace["kernels"]
@@ -121,7 +121,7 @@ async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep, wo
 
 def big_asked(request: Request) -> bool: return request.query_params.get("big") == "1"
 
-async def rendered(svc: Services, work: WorkGate, trace_id: str, trace: Trace, target: str | None) -> Trace:
+async def rendered(svc: Services, work: WorkGate, trace_id: str, trace: TraceRecord, target: str | None) -> TraceRecord:
   """The trace with the told kernels' records on `target`, rendered first where missing (as a kernel page does when first opened on
   it) and the request may start work; else as it is (asked_target then says the tour speaks of the host)."""
   told = told_kernels(trace)
@@ -134,14 +134,14 @@ async def interleaved(svc: Services, a: str, b: str) -> InterleavedTiming | None
   """The diff's interleaved timing of A and B, where it was measured (the diff page's "time interleaved"): the tour quotes it."""
   return await asyncio.to_thread(svc.store.get_diff, a, b, "timing")
 
-async def analysed(svc: Services, work: WorkGate, trace_id: str, trace: Trace, target: str | None) -> Trace:
+async def analysed(svc: Services, work: WorkGate, trace_id: str, trace: TraceRecord, target: str | None) -> TraceRecord:
   """The trace with its records' analyses on the tour's target (the pressure its kernel steps tell), computed first where missing and
   the request may start work; else as it is (those steps then leave the pressure out)."""
   t, told = target or next((host_target(k) for k in trace["kernels"]), None), told_kernels(trace)
   if t is None or not svc.enrichments.missing(trace, ENRICH_ANALYSIS, t, told) or (permit := work.permit_if_allowed()) is None: return trace
   return await svc.enrichments.completed(trace_id, trace, ENRICH_ANALYSIS, t, permit, told)
 
-async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: Trace, target: str | None = None) -> list[Step]:
+async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: TraceRecord, target: str | None = None) -> list[Step]:
   """The trace's own steps, then a step per hand schedule pinned to its tour (the Opts panel's "add to the trace's tour"), each told
   with the analyses of the targets they speak of."""
   pinned = await asyncio.to_thread(svc.enrichments.tour_schedules, trace_id)
@@ -164,7 +164,7 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
   return await trace_page(request, svc, trace_id, "tour.html", (), api=with_query(f"/api/traces/{trace_id}/tour", target=target), pair=None,
                           target_links=links, **ctx)
 
-def target_links(traces: list[Trace], target: str | None, url_of: Callable[[str | None], str]) -> list[dict[str, Any]]:
+def target_links(traces: list[TraceRecord], target: str | None, url_of: Callable[[str | None], str]) -> list[dict[str, Any]]:
   """The tour's target switcher: each kernel's host (None) and every other target; one some kernel has no record of yet is computed
   when chosen (its label says so)."""
   hosts = sorted({host_target(k) for tr in traces for k in tr["kernels"]})
@@ -173,14 +173,14 @@ def target_links(traces: list[Trace], target: str | None, url_of: Callable[[str 
   return [{"label": f"host ({', '.join(hosts)})", "url": url_of(None), "active": target is None}] + \
          [{"label": label(t), "url": url_of(t), "active": t == target} for t in offered]
 
-def note_key(step: Step, traces: dict[str, tuple[str, Trace]]) -> tuple[str, str]:
+def note_key(step: Step, traces: dict[str, tuple[str, TraceRecord]]) -> tuple[str, str]:
   """(which trace, which step anchor) a step's notes are stored under: a pair tour's a-/b- steps under their own trace's step id,
   its comparison step under trace A as compare-{B's id}."""
   side = step.get("side", "")
   if side == "both": return "a", f"compare-{traces['b'][0]}"
   return side, note_anchor(step["id"])
 
-def tour_context(steps: list[Step], asked: str | None, url_of: Callable[[str], str], traces: dict[str, tuple[str, Trace]],
+def tour_context(steps: list[Step], asked: str | None, url_of: Callable[[str], str], traces: dict[str, tuple[str, TraceRecord]],
                  notes: dict[str, list[dict[str, Any]]], target: str | None = None) -> dict[str, Any]:
   """The template's view of one step: the step list, this step, its neighbours, the trace it is about, its embed and notes."""
   def step_notes(s: Step) -> list[dict[str, Any]]:
@@ -327,7 +327,7 @@ class Annotation(BaseModel):
   text: str
   created: float
 
-def check_anchor(trace: Trace, kind: str, anchor: str) -> None:
+def check_anchor(trace: TraceRecord, kind: str, anchor: str) -> None:
   """422 unless the anchor names something this trace renders."""
   kernels = trace["kernels"]
   if kind == "step":

@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer.analysis.diff import time_verdict
-from explorer.schema import Kernel, Trace, host_target, target_records
+from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
 from explorer.store import Store
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
@@ -117,7 +117,7 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   program = None
   if trace is not None and trace.get("realizes"): program = await templates_of(request).off_loop(program_view, trace, q, realize, offset)
   shown = program["page"] if program is not None else kernels
-  rows: list[tuple[Kernel, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
+  rows: list[tuple[KernelRecord, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
   views: list[Any] = [target_records(k).get(target or "", {}) for k in kernels]
   compared = await asyncio.to_thread(compared_in, svc.store, trace_id)
   return await trace_page(request, svc, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES, table_target=target, table_targets=available,
@@ -148,7 +148,7 @@ async def program_source(request: Request, trace_id: str, svc: ServicesDep) -> H
 
 PAGE = 200  # kernel rows per page of a program's kernel table
 
-def program_view(trace: Trace, q: str, realize: int | None, offset: int) -> dict[str, Any]:
+def program_view(trace: TraceRecord, q: str, realize: int | None, offset: int) -> dict[str, Any]:
   """What a program's overview shows beside its kernel table, and the page of kernels the search and paging pick."""
   from explorer.analysis import program
   from explorer.analysis.roofline import peaks_of_trace

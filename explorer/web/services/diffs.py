@@ -13,7 +13,7 @@ from pygments.formatters import HtmlFormatter
 from explorer.version import __version__
 from explorer.present import graphs
 from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows, time_verdict
-from explorer.schema import Kernel, Trace
+from explorer.schema import KernelRecord, TraceRecord
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.run import ran_here
 from explorer.web.services import remote
@@ -23,14 +23,14 @@ from explorer.web.services.permit import WorkPermit
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 MEASURES = ("timing", "numerics")
-WithFacts = Callable[[str, Trace, str, WorkPermit], Awaitable[Trace]]
+WithFacts = Callable[[str, TraceRecord, str, WorkPermit], Awaitable[TraceRecord]]
 CACHE_V = f"v{__version__}"  # computed diffs are cached per explorer version (an engine fix must not serve stale diffs); measurements are not
 GRAPHS = f"graphs2:{CACHE_V}"  # 2: only where a change starts is outlined red (drawings cached before outlined every differing node)
 LINE_FORMATTER = HtmlFormatter(nowrap=True)
 
 # ***** the structural diff, with sources of two targets side by side where asked *****
 
-def _joined(ks: Sequence[Kernel], target: str) -> tuple[str, list[dict[str, Any]]]:
+def _joined(ks: Sequence[KernelRecord], target: str) -> tuple[str, list[dict[str, Any]]]:
   """A group's sources joined by a blank line, and where each kernel starts (1-based line)."""
   parts, texts, line = [], [], 1
   for k in ks:
@@ -40,7 +40,7 @@ def _joined(ks: Sequence[Kernel], target: str) -> tuple[str, list[dict[str, Any]
     line += len(text.splitlines()) + 1
   return "\n\n".join(texts), parts
 
-def cross_source(ka: Sequence[Kernel], kb: Sequence[Kernel], ta: str, tb: str) -> dict[str, Any]:
+def cross_source(ka: Sequence[KernelRecord], kb: Sequence[KernelRecord], ta: str, tb: str) -> dict[str, Any]:
   """A's source for target ta against B's for tb (the same trace on both sides compares two renderers)."""
   note = None
   if not all(ta in k["sources"] for k in ka) or not all(tb in k["sources"] for k in kb):
@@ -49,7 +49,7 @@ def cross_source(ka: Sequence[Kernel], kb: Sequence[Kernel], ta: str, tb: str) -
   rows = source_rows(a, b)
   return {"target": ta, "target_b": tb, "note": note, "rows": rows, "counts": dict(Counter(r["kind"] for r in rows)), "a_parts": pa, "b_parts": pb}
 
-def build_diff(a: Trace, b: Trace, ta: str, tb: str) -> dict[str, Any]:
+def build_diff(a: TraceRecord, b: TraceRecord, ta: str, tb: str) -> dict[str, Any]:
   """diff_traces without rewrite blobs (the graph diff comes separately), with B's source for target tb."""
   d = diff_traces(a, b, None, None, ta)
   d["notes"] = [n for n in d["notes"] if not n.startswith("no rewrite blobs")]
@@ -67,7 +67,7 @@ def highlighted_lines(target: str, text: str) -> tuple[Markup, ...]:
   lexer.stripnl, lexer.ensurenl = False, True
   return tuple(Markup(x) for x in highlight(text, lexer, LINE_FORMATTER).split("\n"))
 
-def side_by_side(src: dict[str, Any], a_kernels: Sequence[Kernel], b_kernels: Sequence[Kernel]) -> list[dict[str, Any]]:
+def side_by_side(src: dict[str, Any], a_kernels: Sequence[KernelRecord], b_kernels: Sequence[KernelRecord]) -> list[dict[str, Any]]:
   """The source rows with each side's line highlighted (an HTML string per cell)."""
   la = highlighted_lines(src["target"], _joined(a_kernels, src["target"])[0])
   lb = highlighted_lines(src["target_b"], _joined(b_kernels, src["target_b"])[0])
@@ -128,7 +128,7 @@ class DiffService:
 
   # ***** structural *****
 
-  async def structural(self, a_id: str, a: Trace, b_id: str, b: Trace, ta: str, tb: str, permit: WorkPermit) -> dict[str, Any]:
+  async def structural(self, a_id: str, a: TraceRecord, b_id: str, b: TraceRecord, ta: str, tb: str, permit: WorkPermit) -> dict[str, Any]:
     kind = f"diff2:{CACHE_V}:{ta}:{tb}"  # 2: totals and kernel names on the diff's target, as its rows
     if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cast(dict[str, Any], cached)
     async def make() -> dict[str, Any]:
@@ -145,12 +145,13 @@ class DiffService:
   async def cached_graphs(self, a_id: str, b_id: str) -> dict[str, Any] | None:
     return await asyncio.to_thread(self.store.get_diff, a_id, b_id, GRAPHS)
 
-  async def graph_diff(self, a_id: str, a: Trace, b_id: str, b: Trace, groups: list[dict[str, Any]], permit: WorkPermit) -> dict[str, Any]:
+  async def graph_diff(self, a_id: str, a: TraceRecord, b_id: str, b: TraceRecord, groups: list[dict[str, Any]],
+                       permit: WorkPermit) -> dict[str, Any]:
     """{error, groups: [{index, graph (nodes only in A / B), drawings {a: [...], b: [...]}}]}: cached once it worked."""
     if (cached := await self.cached_graphs(a_id, b_id)) is not None: return cached
     return cast(dict[str, Any], await self._once((a_id, b_id, GRAPHS), lambda: self._make_graphs(a_id, a, b_id, b, groups)))
 
-  async def _make_graphs(self, a_id: str, a: Trace, b_id: str, b: Trace, groups: list[dict[str, Any]]) -> dict[str, Any]:
+  async def _make_graphs(self, a_id: str, a: TraceRecord, b_id: str, b: TraceRecord, groups: list[dict[str, Any]]) -> dict[str, Any]:
     from explorer.tracing.workers import WorkerFailed, call_in_worker
     blobs = await asyncio.to_thread(lambda: (self.store.get_rewrites(a_id), self.store.get_rewrites(b_id)))
     if any(not x for x in blobs): return {"error": "a side has no stored rewrite blob: no UOp graph diff", "groups": []}
@@ -184,7 +185,7 @@ class DiffService:
     await asyncio.to_thread(self.store.put_diff, a_id, b_id, GRAPHS, res)
     return res
 
-  async def _draw(self, k: Kernel, raw: graphs.Graph, starts: set[str], rest: set[str], prefix: str, side: str) -> dict[str, Any]:
+  async def _draw(self, k: KernelRecord, raw: graphs.Graph, starts: set[str], rest: set[str], prefix: str, side: str) -> dict[str, Any]:
     """The kernel's graph with where the change starts (nodes only this side has, whose inputs both have) outlined red and the nodes
     that differ only because an input differs outlined amber: outlining all of them red marks most of a fused kernel."""
     from explorer.present.export import localize_svg
@@ -216,7 +217,7 @@ class DiffService:
     if job is not None: return job.view()  # done, but not comparable: the reason is in its result
     return {"kind": kind, "status": "none", "detail": "", "result": None, "error": None, "elapsed_s": None}
 
-  def start_measure(self, a_id: str, a: Trace, b_id: str, b: Trace, kind: str, repeats: int = 20, warmup: int = 3,
+  def start_measure(self, a_id: str, a: TraceRecord, b_id: str, b: TraceRecord, kind: str, repeats: int = 20, warmup: int = 3,
                     client: str | None = None) -> dict[str, Any]:
     def work(job: MeasureJob, progress: Progress) -> dict[str, Any]:
       if self.queue is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio, dataclasses, threading, time
 from dataclasses import dataclass, field
 from typing import Any, Callable, cast
-from explorer.schema import RanOn, Trace
+from explorer.schema import RanOn, TraceRecord
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, Variant
 from explorer.store import Store
 from explorer.tasks import ENRICHMENT, OPTS as OPTS_TASK
@@ -24,7 +24,7 @@ NEIGHBOURS = 4  # after the kernel asked for, this many on either side are compu
 STOPPED = "the server stopped before this was computed: viewing it again computes it"
 BACKGROUND_NICE = 5  # background work runs this much further below the server's CPU priority than the work a page waits for
 
-def ran_on(trace: Trace, target: str, by: str) -> Trace:
+def ran_on(trace: TraceRecord, target: str, by: str) -> TraceRecord:
   """The trace saying where its records on `target` were computed (env.ran_on.targets), a copy along that path."""
   env = trace["env"]
   ran: dict[str, Any] = dict(env.get("ran_on") or {})
@@ -70,10 +70,10 @@ class OptsTask(Task):
             "detail": self.detail, "error": self.error, "started": self.started}
 
 
-Merge = Callable[[Trace], Trace]  # a stored trace with what was just stored into it (copy-on-write: explorer.tracing.enrich.with_*)
+Merge = Callable[[TraceRecord], TraceRecord]  # a stored trace with what was just stored into it (copy-on-write: explorer.tracing.enrich.with_*)
 
 class EnrichmentService:
-  def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str, Merge | None], None], read: Callable[[str], Trace | None],
+  def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str, Merge | None], None], read: Callable[[str], TraceRecord | None],
                background_workers: int = 1, max_waiting: int = 32, per_client: int = 4):
     """on_stored(id, merge): something was stored into trace id (merge: how to put it into a parsed copy; None: read it again);
     read(id): the stored trace, parsed (the server's one copy); max_waiting, per_client: the admission rule's bounds per kind."""
@@ -102,14 +102,14 @@ class EnrichmentService:
   def forget(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> None:
     self.tasks.forget(self._key(trace_id, kind, target, kernels))
 
-  def missing(self, trace: Trace, kind: str, target: str, kernels: list[int] | None = None) -> list[int]:
+  def missing(self, trace: TraceRecord, kind: str, target: str, kernels: list[int] | None = None) -> list[int]:
     """The kernels (of these; default all) whose `kind` on `target` is not in the trace yet."""
     from explorer.tracing import enrich
     if kind == ENRICH_TARGET: return enrich.lacking(trace, target, kernels)
     jobs = (enrich.analysis_jobs if kind == ENRICH_ANALYSIS else enrich.facts_jobs)(trace, [target], kernels)
     return sorted({j["kernel"] for j in jobs})
 
-  def start(self, trace_id: str, trace: Trace, kind: str, target: str, kernels: tuple[int, ...], permit: WorkPermit,
+  def start(self, trace_id: str, trace: TraceRecord, kind: str, target: str, kernels: tuple[int, ...], permit: WorkPermit,
             neighbours: bool = True) -> EnrichTask:
     """The task computing `kind` of these kernels on `target` (the running one, or a new one); EnrichmentUnavailable when it cannot
     be. It starts a worker: the request's permit (explorer.web.services.permit) says it may. neighbours: once it is stored, the kernels
@@ -157,7 +157,7 @@ class EnrichmentService:
     self.start_background(trace_id, kind, target, self.missing(trace, kind, target, around))
 
   @staticmethod
-  def _check(trace: Trace, kind: str, target: str, kernels: tuple[int, ...]) -> None:
+  def _check(trace: TraceRecord, kind: str, target: str, kernels: tuple[int, ...]) -> None:
     """EnrichmentUnavailable when `kind` of these kernels on `target` cannot be computed for this trace."""
     if target not in TARGETS: raise EnrichmentUnavailable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
     ks = trace.get("kernels") or []
@@ -180,7 +180,7 @@ class EnrichmentService:
     from explorer.tracing import enrich
     from explorer.tracing.run import ran_here
     limits = self.background_limits if background else self.limits
-    def trace_now() -> Trace:
+    def trace_now() -> TraceRecord:
       if (trace := self.read(trace_id)) is None: raise WorkerFailed(f"trace {trace_id} was deleted")
       if background: self.computed_background += 1
       else: self.computed += 1
@@ -211,14 +211,15 @@ class EnrichmentService:
       return enrich.compute_facts(enrich.facts_jobs(trace_now(), [target], kernels), progress, limits)
     return compile_, self._keeper(trace_id, ENRICH_FACTS, target, enrich.with_facts)
 
-  def _keeper(self, trace_id: str, kind: str, target: str, merge: Callable[[Trace, Any], Trace]) -> Callable[[EnrichTask, Any], Any]:
+  def _keeper(self, trace_id: str, kind: str, target: str, merge: Callable[[TraceRecord, Any], TraceRecord]) -> Callable[[EnrichTask, Any], Any]:
     async def kept(task: EnrichTask, got: Any) -> str:
       await asyncio.to_thread(self.store.put_enrichments, trace_id, kind, got)
       self.on_stored(trace_id, lambda t: merge(t, got))
       return f"{target} {kind} of {len(got)} kernel(s) in {time.time() - task.started:.1f}s"
     return kept
 
-  async def completed(self, trace_id: str, trace: Trace, kind: str, target: str, permit: WorkPermit, which: list[int] | None = None) -> Trace:
+  async def completed(self, trace_id: str, trace: TraceRecord, kind: str, target: str, permit: WorkPermit,
+                      which: list[int] | None = None) -> TraceRecord:
     """The trace with `kind` on `target` for every kernel (or those `which` names), computed first where missing (a diff compares
     registers and peak live values; a big program's tour, its heaviest kernels'); a failure leaves the trace as it was (its figures then
     say "—")."""
@@ -230,7 +231,7 @@ class EnrichmentService:
     if task.status != DONE: return trace
     return await asyncio.to_thread(self.read, trace_id) or trace
 
-  async def with_facts(self, trace_id: str, trace: Trace, target: str, permit: WorkPermit) -> Trace:
+  async def with_facts(self, trace_id: str, trace: TraceRecord, target: str, permit: WorkPermit) -> TraceRecord:
     """The trace with every kernel's compile facts and analysis on `target`, computed first where missing (what a diff compares)."""
     trace = await self.completed(trace_id, trace, ENRICH_ANALYSIS, target, permit)
     return await self.completed(trace_id, trace, ENRICH_FACTS, target, permit)
@@ -246,7 +247,7 @@ class EnrichmentService:
   def forget_opts(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> None:
     self.opts_tasks.forget((trace_id, n, target, opts_kind(start, opts)))
 
-  def start_opts(self, trace_id: str, trace: Trace, n: int, target: str, start: str, opts: tuple[str, ...], permit: WorkPermit,
+  def start_opts(self, trace_id: str, trace: TraceRecord, n: int, target: str, start: str, opts: tuple[str, ...], permit: WorkPermit,
                  on_device: bool = True) -> OptsTask:
     """The task scheduling kernel n by hand on `target` (opts checked as text: explorer.spec.hand_opts); on the trace's own target and
     device (on_device: this server runs that device) it is timed against the original too. EnrichmentUnavailable when it cannot be."""

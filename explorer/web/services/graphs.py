@@ -13,7 +13,7 @@ from typing import Any, Callable, cast
 from explorer.present import graphs
 from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
                                      blob_of, blob_passes, find_pass, passes_of, spec_messages)
-from explorer.schema import Pass, Trace
+from explorer.schema import Pass, TraceRecord
 from explorer.store import Store
 from explorer.present import expand_worker as expand
 from explorer.tracing.pool import WorkerPool
@@ -81,35 +81,35 @@ class GraphService:
 
   # the public calls start work (a worker's expansion, a layout): each takes the request's WorkPermit (explorer.web.http.work)
 
-  async def view(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, index: str = "auto",
+  async def view(self, trace_id: str, trace: TraceRecord, ref_text: str, full: bool = False, index: str = "auto",
                  opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> dict[str, Any]:
     return await self._view(trace_id, trace, ref_text, full, index, opened)
 
-  async def svg(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
+  async def svg(self, trace_id: str, trace: TraceRecord, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
                 stable_from: str | None = None, opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> str:
     return await self._svg(trace_id, trace, ref_text, full, trace_url, index, stable_from, opened)
 
-  async def matches(self, trace_id: str, trace: Trace, group: int, step: int, offset: int, limit: int, target: str | None, *,
+  async def matches(self, trace_id: str, trace: TraceRecord, group: int, step: int, offset: int, limit: int, target: str | None, *,
                     permit: WorkPermit) -> dict[str, Any]:
     return await self._matches(trace_id, trace, group, step, offset, limit, target)
 
-  async def python(self, trace_id: str, trace: Trace, group: int, step: int, target: str | None, *, permit: WorkPermit) -> dict[str, Any]:
+  async def python(self, trace_id: str, trace: TraceRecord, group: int, step: int, target: str | None, *, permit: WorkPermit) -> dict[str, Any]:
     return await self._python(trace_id, trace, group, step, target)
 
-  async def origin(self, trace_id: str, trace: Trace, group: int, num: int, target: str | None, *, permit: WorkPermit) -> dict[str, Any]:
+  async def origin(self, trace_id: str, trace: TraceRecord, group: int, num: int, target: str | None, *, permit: WorkPermit) -> dict[str, Any]:
     """The pass and rule that made UOp num, read from the rewrite log of the group (cached)."""
     if not any(p.get("group") == group for p in blob_passes(trace, target)): raise GraphNotFound(f"no rewrite group {group} in this trace")
     return cast(dict[str, Any], await self._stored(trace_id, f"origin/{target or ''}/{group}/{num}",
                                                    lambda: self._expand(expand.pass_origin, trace_id, group, num, target)))
 
-  async def origins(self, trace_id: str, trace: Trace, group: int, nums: tuple[int, ...], target: str | None, *,
+  async def origins(self, trace_id: str, trace: TraceRecord, group: int, nums: tuple[int, ...], target: str | None, *,
                     permit: WorkPermit) -> list[dict[str, Any]]:
     """origin() of several UOps at once (a source line's), cached."""
     if not any(p.get("group") == group for p in blob_passes(trace, target)): raise GraphNotFound(f"no rewrite group {group} in this trace")
     return cast(list[dict[str, Any]], await self._stored(trace_id, f"origins/{target or ''}/{group}/{','.join(map(str, nums))}",
                                                          lambda: self._expand(expand.pass_origins, trace_id, group, list(nums), target)))
 
-  async def _view(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, index: str = "auto",
+  async def _view(self, trace_id: str, trace: TraceRecord, ref_text: str, full: bool = False, index: str = "auto",
                   opened: frozenset[int] = frozenset()) -> dict[str, Any]:
     """index: collapse index arithmetic "auto" (over the node limit), "hide" (always) or "show" (never). opened: trace numbers of
     cut-off nodes to open (their inputs shown)."""
@@ -128,7 +128,7 @@ class GraphService:
         return {**cached, "notes": [f"{why}: this is the layout the store cached when the graph was last expanded."] + cached.get("notes", [])}
     raise GraphUnavailable(f"{why}, and the store holds no earlier layout of this graph")
 
-  def _check(self, trace: Trace, ref: Ref) -> None:
+  def _check(self, trace: TraceRecord, ref: Ref) -> None:
     if ref.kind == "tensor" and not ((g := trace["tensor_graph"]) and g["sink"]): raise GraphNotFound("this trace has no tensor graph")
     if ref.kind == "ast": kernel_of(trace, ref.kernel)
     if ref.kind in ("codegen", "rangeify"):
@@ -137,7 +137,7 @@ class GraphService:
       if (j := ref.match) is not None and not 1 <= j <= passes[ref.pass_index]["matches"]:  # type: ignore[index]
         raise GraphNotFound(f"pass {ref.pass_index} has {passes[ref.pass_index]['matches']} matches, not {j}")  # type: ignore[index]
 
-  async def _make_view(self, trace_id: str, trace: Trace, ref: Ref, ref_text: str, full: bool, got: Raw | None = None,
+  async def _make_view(self, trace_id: str, trace: TraceRecord, ref: Ref, ref_text: str, full: bool, got: Raw | None = None,
                        index: str = "auto", opened: frozenset[int] = frozenset()) -> dict[str, Any]:
     raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref)
     limit = graphs.HARD_MAX_NODES if full else self.node_limit
@@ -152,7 +152,7 @@ class GraphService:
     await asyncio.to_thread(self.store.put_cached, trace_id, self._cache_key(ref_text, full, index, opened), "view", view)
     return view
 
-  async def _raw(self, trace_id: str, trace: Trace, ref: Ref) -> Raw:
+  async def _raw(self, trace_id: str, trace: TraceRecord, ref: Ref) -> Raw:
     """(graph, highlighted ids, notes, extra) straight from the trace or a worker."""
     if ref.kind == "kernels":
       graph = graphs.kernel_graph(trace, trace_url(trace_id))
@@ -192,7 +192,7 @@ class GraphService:
     last = (await self._expand(expand.match_steps, trace_id, p["group"], p["step"], p["matches"], p["matches"], target))[-1]
     return last["graph"], last["new"], ["All matches replayed; nodes new since the start of this pass are outlined red."], {}
 
-  async def _match_step(self, trace_id: str, trace: Trace, ref: Ref, p: Pass) -> Raw:
+  async def _match_step(self, trace_id: str, trace: TraceRecord, ref: Ref, p: Pass) -> Raw:
     j = ref.match
     assert j is not None
     if j > MAX_STEPS: return await self._local_match(trace_id, trace, ref, p, j)
@@ -209,7 +209,7 @@ class GraphService:
     if mine is None: raise GraphUnavailable(f"match {j} could not be replayed")
     return mine
 
-  async def _local_match(self, trace_id: str, trace: Trace, ref: Ref, p: Pass, j: int) -> Raw:
+  async def _local_match(self, trace_id: str, trace: TraceRecord, ref: Ref, p: Pass, j: int) -> Raw:
     """Past the first MAX_STEPS matches the whole graph is not replayed (each step replays every match before it): the view is the
     rewritten UOp itself, what the rule returned three sources deep, with its root outlined and the diff from what it matched."""
     group, step = p.get("group"), p.get("step")
@@ -226,13 +226,13 @@ class GraphService:
 
   # ***** every match of a pass, and its graph as Python *****
 
-  async def _matches(self, trace_id: str, trace: Trace, group: int, step: int, offset: int, limit: int, target: str | None) -> dict[str, Any]:
+  async def _matches(self, trace_id: str, trace: TraceRecord, group: int, step: int, offset: int, limit: int, target: str | None) -> dict[str, Any]:
     p = find_pass(trace, group, step, target)
     if offset > p["matches"]: raise GraphNotFound(f"pass {group}/{step} has {p['matches']} matches: offset {offset} is past them")
     return cast(dict[str, Any], await self._stored(trace_id, f"matches/{target or ''}/{group}/{step}/{offset}/{limit}",
                                                    lambda: self._expand(expand.pass_matches, trace_id, group, step, offset, limit, target)))
 
-  async def _python(self, trace_id: str, trace: Trace, group: int, step: int, target: str | None) -> dict[str, Any]:
+  async def _python(self, trace_id: str, trace: TraceRecord, group: int, step: int, target: str | None) -> dict[str, Any]:
     p = find_pass(trace, group, step, target)
     return cast(dict[str, Any], await self._stored(trace_id, f"python/{target or ''}/{group}/{step}",
                                                    lambda: self._expand(expand.pass_python, trace_id, p["sink"], target)))
@@ -246,7 +246,7 @@ class GraphService:
 
   # ***** SVG *****
 
-  async def _svg(self, trace_id: str, trace: Trace, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
+  async def _svg(self, trace_id: str, trace: TraceRecord, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
                  stable_from: str | None = None, opened: frozenset[int] = frozenset()) -> str:
     """The graph's SVG (cached). stable_from: the graph shown before it; the UOps both hold keep the place they had there (laid out
     anew each time, not cached: it depends on that earlier layout)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 from explorer.analysis import roofline as rf
-from explorer.schema import Trace
+from explorer.schema import TraceRecord
 from explorer.tracing.workers import GATED_STAGE  # no tinygrad: the pool and the workers' supervision
 from explorer.web.services.lifecycle import ACTIVE, QUEUED, RUNNING, Progress, Task, Tasks
 from explorer.web.urls import probe_url
@@ -30,7 +30,7 @@ class Probes:
 
   def latest(self, device: str) -> Probe | None: return self.tasks.get(device)
 
-  def start(self, trace: Trace) -> Probe:
+  def start(self, trace: TraceRecord) -> Probe:
     """The device's running probe, or a new one (call from the event loop)."""
     def work(probe: Probe, progress: Progress) -> Any: return rf.probe_for_trace(trace, self.timeout_s, progress)
     device = trace["env"]["device"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os, socket, threading
 from typing import TYPE_CHECKING, Any
 from explorer.store import tinygrad_version
-if TYPE_CHECKING: from explorer.schema import Trace
+if TYPE_CHECKING: from explorer.schema import TraceRecord
 
 _lock = threading.Lock()
 _device: dict[str, Any] | None = None  # the worker's answer, once it came ({"device": None} if it failed)
@@ -34,7 +34,7 @@ def server_device(wait_s: float = 0.0) -> str | None:
 
 def _base(device: str | None) -> str: return (device or "").split(":")[0].upper()
 
-def provenance(trace: Trace) -> dict[str, Any] | None:
+def provenance(trace: TraceRecord) -> dict[str, Any] | None:
   """A banner's content when the trace was recorded with another tinygrad or on another device than this server's; else None."""
   env = trace.get("env") or {}
   here_tg, here_dev = tinygrad_version(), server_device()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections, threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
-from explorer.schema import Trace
+from explorer.schema import TraceRecord
 from explorer.settings import Settings
 from explorer.store import Store
 if TYPE_CHECKING:
@@ -23,18 +23,18 @@ class TraceCache:
   merged into the cached trace (copy-on-write: readers holding the old one keep it) instead of dropping it."""
   def __init__(self, store: Store, size: int = 8):
     self.store, self.size = store, size
-    self._items: collections.OrderedDict[str, tuple[Any, Trace]] = collections.OrderedDict()  # id -> (store version, trace)
+    self._items: collections.OrderedDict[str, tuple[Any, TraceRecord]] = collections.OrderedDict()  # id -> (store version, trace)
     self._lock = threading.Lock()
     self._parsing: dict[str, threading.Lock] = {}
     self.parses = 0  # traces parsed from the store (tests count them)
 
-  def _cached(self, trace_id: str, version: Any) -> Trace | None:
+  def _cached(self, trace_id: str, version: Any) -> TraceRecord | None:
     with self._lock:
       if (got := self._items.get(trace_id)) is None or got[0] != version: return None
       self._items.move_to_end(trace_id)
       return got[1]
 
-  def get(self, trace_id: str) -> Trace | None:
+  def get(self, trace_id: str) -> TraceRecord | None:
     if (version := self.store.trace_version(trace_id)) is None:
       self.forget(trace_id)
       return None
@@ -49,7 +49,7 @@ class TraceCache:
         while len(self._items) > self.size: self._items.popitem(last=False)
     return trace
 
-  def update(self, trace_id: str, merge: Callable[[Trace], Trace]) -> None:
+  def update(self, trace_id: str, merge: Callable[[TraceRecord], TraceRecord]) -> None:
     """Something was stored into a trace (after the store wrote it): merge(trace) is the cached trace with it, at the store's version."""
     version = self.store.trace_version(trace_id)
     with self._lock:

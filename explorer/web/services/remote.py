@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 from explorer.queue.protocol import QueueUnavailable, ResultRefused, plain_json, trace_result
-from explorer.schema import Trace, study_problem
+from explorer.schema import TraceRecord, study_problem
 from explorer.spec import ConvSpec, Progress, SpecError, Variant
 from explorer.tracing.run import TraceResult
 from explorer.web.services.lifecycle import Busy
@@ -22,7 +22,7 @@ async def queue_answers(client: QueueClient | None) -> None:
   try: await asyncio.to_thread(client.ping)
   except QueueUnavailable as e: raise QueueDown(str(e)) from None
 
-def _same_computation(trace: Trace, spec: ConvSpec, variant: Variant) -> None:
+def _same_computation(trace: TraceRecord, spec: ConvSpec, variant: Variant) -> None:
   """The trace is of the asked spec and variant (the worker may fill in its device and a fallback's note), else ResultRefused."""
   try: asked = variant.resolve(spec)
   except SpecError: asked = variant
@@ -82,11 +82,11 @@ def _study_result(client: QueueClient, out: Any, keep: Callable[..., str], kind:
   for spec, variant, res in checked: keep(spec, variant, res)
   return result
 
-def _slim(trace: Trace) -> dict[str, Any]:
+def _slim(trace: TraceRecord) -> dict[str, Any]:
   """What a measurement rebuilds a trace's variant from (explorer.analysis.diff: spec, variant, device)."""
   return {"spec": trace["spec"], "variant": trace["variant"], "env": {"device": trace["env"]["device"]}}
 
-def measure(client: QueueClient, job_id: str, kind: str, a: Trace, b: Trace, repeats: int, warmup: int, timeout_s: float,
+def measure(client: QueueClient, job_id: str, kind: str, a: TraceRecord, b: TraceRecord, repeats: int, warmup: int, timeout_s: float,
             progress: Progress) -> dict[str, Any]:
   """A diff's measurement on a worker with A's device (comparable traces ran on one device)."""
   args = {"kind": kind, "a": _slim(a), "b": _slim(b), "repeats": repeats, "warmup": warmup, "timeout_s": timeout_s}
