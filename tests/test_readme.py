@@ -7,7 +7,7 @@ from conftest import REPO
 def python_blocks(text: str) -> list[str]: return re.findall(r"```python\n(.*?)```", text, re.S)
 
 def test_the_readmes_capture_script_runs_as_pasted(tmp_path):
-  (script,) = [b for b in python_blocks((REPO / "README.md").read_text()) if "capture(name=" in b]
+  (script,) = [b for b in python_blocks((REPO / "docs" / "using" / "python.md").read_text()) if "capture(name=" in b]
   path = tmp_path / "script.py"
   path.write_text(script)
   env = {**{k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}, "XDG_DATA_HOME": str(tmp_path / "data")}
