@@ -17,7 +17,7 @@ BENCH ?= $(wildcard benchmarks/*.py)
 BENCH_ARGS ?=
 APT_PACKAGES ?= clang graphviz chromium fonts-dejavu-core
 
-.PHONY: setup sysdeps serve test lint lock golden bench clean distclean
+.PHONY: setup sysdeps serve test lint lock golden bench docs clean distclean
 
 setup: sysdeps $(STAMP)
 
@@ -70,7 +70,7 @@ lint: $(STAMP)
 # its benchmark
 test bench: APT_PACKAGES += redis-server
 # pytest's exit code 5 (no tests collected) fails like any other. The suite runs on every core (pytest-xdist, work stealing: most
-# tests wait on worker processes of their own); README "Testing" says how to run a part of it
+# tests wait on worker processes of their own); docs/testing.md says how to run a part of it
 test: setup lint
 	@rc=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "error: pytest collected no tests" >&2; fi; exit $$rc
@@ -82,12 +82,17 @@ golden: setup
 	$(PY) tests/golden/plain_codegen.py
 	$(PY) tests/golden/corpus.py
 
+# docs/ as a site in site/ (mkdocs.yml; strict: a broken link or anchor fails it). README.md is the first page on GitHub, docs/index.md the
+# site's; tests/test_docs.py runs their examples
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean --site-dir site
+
 bench: setup
 	@[ -n "$(strip $(BENCH))" ] || { echo "error: no benchmarks/*.py to run" >&2; exit 1; }
 	@for f in $(BENCH); do echo "== $$f"; $(PY) $$f $(BENCH_ARGS); done
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache .import_linter_cache test-artifacts
+	rm -rf build dist site *.egg-info .pytest_cache .ruff_cache .mypy_cache .import_linter_cache test-artifacts
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean

@@ -42,7 +42,7 @@ def trace(conv: str | ConvSpec | dict[str, Any], timeout_s: float = 600.0, analy
 
 @dataclass
 class Trace:
-  """A finished trace: `data` is the trace JSON (explorer/web/models.py and the README describe it), `rewrites` the rewrite blob its
+  """A finished trace: `data` is the trace JSON (explorer/web/models.py and docs/reference/schema.md describe it), `rewrites` the rewrite blob its
   UOp graphs expand from."""
   data: schema.TraceRecord
   rewrites: bytes

@@ -1,5 +1,5 @@
 """Every limit and knob in one declarative table (pydantic-settings): environment variables KERNEL_EXPLORER_<NAME>, overridable
-by CLI flags (`kernel-explorer serve` has one per setting). The README documents each one (a test checks that it does)."""
+by CLI flags (`kernel-explorer serve` has one per setting). docs/reference/settings.md documents each one (a test checks that it does)."""
 from __future__ import annotations
 import ipaddress, os
 from contextvars import ContextVar
@@ -118,7 +118,7 @@ def _first_error(e: ValidationError) -> str:
 
 @dataclass(frozen=True)
 class Setting:
-  """One row of the settings table (the README's, and `serve --help`'s)."""
+  """One row of the settings table (docs/reference/settings.md's, and `serve --help`'s)."""
   name: str
   default: int | float | str | None
   help: str

@@ -27,7 +27,7 @@ def test_a_captured_program_runs_tinygrads_own_kernels(captured):
   own = run_json("plain")
   assert captured["names"] == own["names"] and captured["sources"] == own["sources"]
   assert captured["roles"] == ["reduce+out"] and captured["cuda"] and captured["passes"] > 100 and captured["realizes"] == 1
-  assert captured["metal"] and captured["timed"]  # the README's capture(targets=("cuda", "metal"), time=True)
+  assert captured["metal"] and captured["timed"]  # the docs' capture(targets=("cuda", "metal"), time=True)
   assert captured["error"]["within"] and captured["error"]["tolerance_for"] == "the user's reference"
   assert captured["value"] > 0 and captured["program"]["outputs"] == [{"shape": [1, 8, 16, 16], "dtype": "float"}]
 
@@ -69,7 +69,7 @@ def test_tinygrad_imported_first_fails_at_once_and_says_what_to_do():
   assert r.returncode != 0 and "import the explorer first" in r.stderr and "TRACK_MATCH_STATS=2" in r.stderr
 
 def test_a_block_that_only_calls_backward_says_what_realizes():
-  """backward() builds the gradients lazily: the block realized nothing, and the error says what would (the README's example steps)."""
+  """backward() builds the gradients lazily: the block realized nothing, and the error says what would (docs/using/python.md's example steps)."""
   code = textwrap.dedent("""
     from explorer import capture
     from tinygrad import Tensor

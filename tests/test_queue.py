@@ -332,7 +332,7 @@ def test_the_workers_study_bounds_are_the_servers():
   assert MAX_CASES == fields["presets"]["maxItems"] + fields["specs"]["maxItems"]
 
 def test_worker_processes_get_the_brokers_password_from_the_environment_not_their_command_line(tmp_path):
-  """--concurrency N starts N child processes: the URL reaches them in KERNEL_EXPLORER_QUEUE, as the README says to give it, never
+  """--concurrency N starts N child processes: the URL reaches them in KERNEL_EXPLORER_QUEUE, as docs/serving/queue.md says to give it, never
   on a command line (ps shows those to every user of the machine)."""
   from explorer.queue.client import QueueClient
   secret = f"pw-{os.getpid()}-{time.time_ns()}"

@@ -58,7 +58,7 @@ def wino8_runs() -> dict[str, TraceResult]:
 def wino8_direct(wino8_runs) -> dict[str, dict]: return {rw: r.trace for rw, r in wino8_runs.items()}
 
 def test_sink_loads_lowers_the_peak_of_live_values(wino8_direct):
-  """The README's figure: wino8 direct, one kernel; measured here on every run. Registers where this machine has ptxas."""
+  """docs/reference/rewrites.md's figure: wino8 direct, one kernel; measured here on every run. Registers where this machine has ptxas."""
   plain, sunk = _kernel(wino8_direct[""]), _kernel(wino8_direct["sink-loads"])
   for target in ("cuda", "clang"):
     a, b = plain["targets"][target], sunk["targets"][target]

@@ -403,7 +403,7 @@ SECRET_OR_SHARED = ("token", "queue_secret", "db")  # secrets only from the envi
 def add_settings_flags(p: argparse.ArgumentParser) -> None:
   """One flag per setting of explorer.settings (--max-queue N for KERNEL_EXPLORER_MAX_QUEUE); a flag wins over the environment."""
   from explorer.settings import ENV_PREFIX, SETTINGS
-  g = p.add_argument_group("limits and settings (each also an environment variable; see the README's settings table)")
+  g = p.add_argument_group("limits and settings (each also an environment variable; see docs/reference/settings.md)")
   for st in SETTINGS:
     if st.name in SECRET_OR_SHARED: continue
     flag, kind = f"--{st.name.replace('_', '-')}", st.kind

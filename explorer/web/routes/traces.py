@@ -55,7 +55,7 @@ async def list_traces(svc: ServicesDep, limit: int = Query(50, ge=1, le=500)) ->
 @api.get("/traces/{trace_id}", summary="A trace (light: kernel sources, UOp listings and passes are under /kernels/{n})",
          responses=documented(NOT_FOUND))
 async def get_trace(trace_id: str, trace: StoredTrace) -> dict[str, Any]:
-  """The stored trace (the README's "What a trace records"). `env.ran_on` says where each part ran: `worker`, `host` and `pid` of the
+  """The stored trace (docs/reference/schema.md, "What a trace records"). `env.ran_on` says where each part ran: `worker`, `host` and `pid` of the
   process that ran it, `stages` (each stage it ran: NAME@HOST for a job queue worker, PID@HOST for a server's own process) and
   `targets` (each target added on first request, on the server)."""
   return deps.light_trace(trace_id, trace)
