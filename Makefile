@@ -17,7 +17,7 @@ BENCH ?= $(wildcard benchmarks/*.py)
 BENCH_ARGS ?=
 APT_PACKAGES ?= clang graphviz chromium fonts-dejavu-core
 
-.PHONY: setup sysdeps serve test lint lock golden bench docs clean distclean
+.PHONY: setup sysdeps serve test check lint lock golden bench docs clean distclean
 
 setup: sysdeps $(STAMP)
 
@@ -74,6 +74,13 @@ test bench: APT_PACKAGES += redis-server
 test: setup lint
 	@rc=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "error: pytest collected no tests" >&2; fi; exit $$rc
+
+# the fast loop for every change (target: 10 minutes on a 2-core machine, printed at its end): lint, then tests/conftest.py's CHECK
+# (the modules that need no trace of their own, less their long tests) and one trace submitted and read in a real browser
+check: setup
+	@st=$$(date +%s); rc=0; $(MAKE) --no-print-directory lint || rc=$$?; \
+	if [ $$rc = 0 ]; then $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --check $(PYTEST_ARGS) || rc=$$?; fi; \
+	echo "make check: $$(( $$(date +%s) - st )) s (target 600 s), exit $$rc"; exit $$rc
 
 # plain tinygrad's codegen for every fidelity case of tests/test_targets.py, and its outputs for every program of tests/programs/, made
 # again (after a tinygrad upgrade, a change to the explorer's Winograd builder or to a program: the suite says when); checked in under

@@ -21,7 +21,33 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
 SMALL_WINO = {"preset": "small", "variant": {"algo": "winograd", "targets": ["cuda", "metal"]}}  # the pages' other targets, asked for
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# `make check`, the fast loop (docs/testing.md): these modules, less the tests that trace for long or run a CLI trace (named by a test
+# or by the module fixture that traces), and the tests marked `check` elsewhere (a trace submitted and read in a real browser)
+CHECK: dict[str, tuple[str, ...]] = {
+  "test_architecture.py": (), "test_clocks.py": (), "test_notebook.py": (), "test_reference.py": (), "test_schema.py": (),
+  "test_spec.py": (), "test_stable_layout.py": (), "test_stats.py": (), "test_winograd.py": (), "test_worker.py": (),
+  "test_hostile_files.py": (), "test_stored_rows.py": (), "test_store.py": (), "test_admission.py": (), "test_spec_marks.py": (),
+  "test_docs.py": (), "test_api.py": ("test_diff_of_two_traces", "test_open_starts_a_server_when_none_answers_and_says_so"),
+  "test_diff.py": ("runs", "staged_fused", "test_cli_two_flag_sets"), "test_roofline.py": ("test_cli_devices_and_trace_roofline",),
+  "test_web_api.py": (),  # the API over the session's small trace: one trace, through the app's own job path
+}
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+  parser.addoption("--check", action="store_true", help="the fast loop only (make check): tests/conftest.py's CHECK and the tests marked check")
+
+def _in_check(item: pytest.Item) -> bool:
+  if item.get_closest_marker("check"): return True
+  left_out = CHECK.get(item.path.name)
+  return left_out is not None and not ({getattr(item, "originalname", item.name), *getattr(item, "fixturenames", ())} & set(left_out))
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+  if config.getoption("--check"):
+    kept, dropped = [i for i in items if _in_check(i)], [i for i in items if not _in_check(i)]
+    if dropped: config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+  _own_ids(items)
+
+def _own_ids(items: list[pytest.Item]) -> None:
   """schemathesis's items of one test share its node id (tests/test_fuzz.py::test_api_conforms_to_its_schema for every operation):
   pytest-xdist schedules by node id, so it would run one operation of each. Each gets an id of its own, from its name (which names the
   operation); tests/test_fuzz.py checks that every operation runs."""

@@ -33,6 +33,7 @@ def submitted(live_server, page) -> dict:
   shot(page, "browser_trace")
   return {"base": live_server, "id": trace_id, "progress": progress, "seen": seen}
 
+@pytest.mark.check  # make check's one trace end to end, in a real browser
 def test_submit_watch_progress_then_the_trace(submitted, page):
   assert submitted["progress"] and submitted["seen"] & {"running", "done"}
   rows = page.locator("#kernel-table tbody tr")
