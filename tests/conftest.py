@@ -200,6 +200,15 @@ def page(browser, errors):
   yield pg
   pg.close()
 
+def uops_beside_the_line(pg, box) -> None:
+  """The clicked line's UOps are lit beside it, in the window as it stands (no scrolling to find them): a UOp row of the line's lies
+  right of the line's start and between the window's top and bottom."""
+  got = box.evaluate("""b => { const l = b.querySelector('.lm-source .lm-hot').getBoundingClientRect();
+    const rows = [...b.querySelectorAll('.uop-row.lm-hot')].map(r => r.getBoundingClientRect());
+    return {line: [l.left, l.top], rows: rows.map(r => [r.left, r.top, r.bottom]), h: window.innerHeight}; }""")
+  lx, _ = got["line"]
+  assert any(x > lx + 100 and 0 <= top and bottom <= got["h"] for x, top, bottom in got["rows"]), got
+
 def duplicate_ids(pg) -> list[str]:
   """The element ids the page holds more than once."""
   return pg.evaluate("() => { const n = {}; document.querySelectorAll('[id]').forEach(e => n[e.id] = (n[e.id] || 0) + 1);"

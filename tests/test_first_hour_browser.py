@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, wait_graphs, watched_page
+from conftest import ARTIFACTS, needs_chromium, uops_beside_the_line, wait_graphs, watched_page
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 TRACE_MS = 300_000
@@ -47,8 +47,9 @@ def test_trace_and_inspect(live_server, narrow, traced_from_home, errors):
   narrow.click("#target-switcher a[data-target=cuda]")  # the kernel on CUDA: its source beside its linear UOps, line by line
   narrow.wait_for_selector("[data-panel=cuda] .line-mapped", timeout=TRACE_MS)
   box = narrow.locator("[data-panel=cuda] .line-mapped")
-  box.locator(".lm-line").first.click()
+  box.locator(".lm-line").nth(box.locator(".lm-line").count() // 2).click()  # a line mid-kernel
   assert box.locator(".uop-row.lm-hot").count() >= 1
+  uops_beside_the_line(narrow, box)
   fits(narrow, "source")
   narrow.goto(f"{live_server}/t/{traced_from_home}")  # the ribbon counts what was rendered since
   assert "1 target + host" in narrow.inner_text(".ribbon")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, wait_graphs
+from conftest import ARTIFACTS, needs_chromium, uops_beside_the_line, wait_graphs
 
 # wino8 with the builtin Winograd, CUDA rendered: its xhat kernel's devectorize pass has over a thousand matches
 pytestmark = [pytest.mark.browser, needs_chromium,
@@ -25,9 +25,11 @@ def test_a_source_line_lights_its_uops_and_back(live_server, traced, page, error
   rec |= analysis_of(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda/analysis")  # computed on first request, as the page asks
   source = rec["source"].split("\n")
   line, uops = next((ln, ix) for ln, ix in rec["line_map"] if "= (*(" in source[ln - 1])  # a line that loads
+  page.set_viewport_size({"width": 1440, "height": 900})  # the kernel page's split: its source beside the AST graph
   page.goto(f"{live_server}/t/{traced}/k/0?target=cuda&code=cuda")
   box = page.locator("[data-panel=cuda] .line-mapped")
   box.locator(f'[id="S-{line}"]').click()
+  uops_beside_the_line(page, box)
   hot = box.locator(".uop-row.lm-hot")
   assert sorted(int(x) for x in hot.evaluate_all("rows => rows.map(r => r.dataset.uop)")) == uops
   assert any("LOAD" in t for t in hot.all_inner_texts())
@@ -50,6 +52,7 @@ def test_a_source_line_lights_its_uops_and_back(live_server, traced, page, error
   box.locator(f'.uop-row[data-uop="{u}"]').click()
   lines = sorted(int(x) for x in box.locator(".lm-source .lm-hot").evaluate_all("els => els.map(e => e.dataset.line)"))
   assert line in lines and lines == sorted(ln for ln, ix in rec["line_map"] if u in ix)
+  page.set_viewport_size({"width": 1500, "height": 950})  # the module's page, as the other tests have it
   assert not errors, errors
 
 def test_every_match_is_reachable_with_its_rule(live_server, traced, page, errors):
