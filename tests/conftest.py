@@ -32,6 +32,29 @@ CHECK: dict[str, tuple[str, ...]] = {
   "test_web_api.py": (),  # the API over the session's small trace: one trace, through the app's own job path
 }
 
+# ***** CPU seconds per test (benchmarks/suite_cpu.py reads them): this process's and its reaped children's (trace workers, servers,
+# chromium: a module's server and browser count at its last test's teardown), written per xdist worker at the session's end *****
+
+CPU_DIR = ARTIFACTS / "cpu"
+_cpu: dict[str, float] = {}
+
+def _cpu_now() -> float:
+  import resource
+  own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+  return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+  st = _cpu_now()
+  try: return (yield)
+  finally: _cpu[item.nodeid] = _cpu.get(item.nodeid, 0.0) + _cpu_now() - st
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+  if not _cpu: return
+  import json
+  CPU_DIR.mkdir(parents=True, exist_ok=True)
+  (CPU_DIR / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}.json").write_text(json.dumps(_cpu))
+
 def pytest_addoption(parser: pytest.Parser) -> None:
   parser.addoption("--check", action="store_true", help="the fast loop only (make check): tests/conftest.py's CHECK and the tests marked check")
 

@@ -97,8 +97,9 @@ def test_a_full_disk_refuses_writes_with_507_and_reads_go_on(tmp_path):
     finally: s.stop()
     assert integrity(db) == "ok"
 
-@pytest.mark.parametrize("how", ["truncated", "not a database", "read-only"])
+@pytest.mark.parametrize("how", ["truncated", "not a database", "read-only", "named by KERNEL_EXPLORER_DB"])
 def test_a_store_that_cannot_be_used_stops_serve_with_one_line(tmp_path, how):
+  """serve checks the store it will serve: --db, else KERNEL_EXPLORER_DB (it checked the default path while serving the variable's)."""
   db = tmp_path / "traces.sqlite3"
   if how == "read-only":
     with small_filesystem(tmp_path, "4m") as mnt:
@@ -111,11 +112,12 @@ def test_a_store_that_cannot_be_used_stops_serve_with_one_line(tmp_path, how):
     data = db.read_bytes()
     db.write_bytes(data[:100] if how == "truncated" else os.urandom(len(data)))
     for extra in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")): extra.unlink(missing_ok=True)
-    out = serve_once(db)
+    out = serve_once(db, by_env=how.startswith("named"))
   assert out.returncode == 2, out
   lines = out.stderr.strip().splitlines()
   assert len(lines) == 1 and "cannot be used" in lines[0] and str(db) in lines[0] and "Traceback" not in out.stderr, out.stderr
 
-def serve_once(db: pathlib.Path) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "explorer.cli", "serve", "--port", "0", "--db", str(db)], cwd=REPO, capture_output=True,
-                        text=True, timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")})
+def serve_once(db: pathlib.Path, by_env: bool = False) -> subprocess.CompletedProcess:
+  env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")} | ({"KERNEL_EXPLORER_DB": str(db)} if by_env else {})
+  return subprocess.run([sys.executable, "-m", "explorer.cli", "serve", "--port", "0", *([] if by_env else ["--db", str(db)])], cwd=REPO,
+                        capture_output=True, text=True, timeout=60, env=env)

@@ -18,7 +18,7 @@ def port_taken(host: str, port: int) -> str | None:
       return f"kernel-explorer: {host}:{port} is in use{viz}: serve on another port (make serve PORT=8001, or --port 8001)"
   return None
 
-def startup_message(host: str, port: int, settings: Any) -> str:
+def startup_message(host: str, port: int, settings: Any, store: str = "") -> str:
   shown = f"[{host}]" if ":" in host else host
   if settings.token:
     access = (f"every request needs the access token (KERNEL_EXPLORER_TOKEN): the X-Access-Token header or the ke_token cookie; "
@@ -30,7 +30,8 @@ def startup_message(host: str, port: int, settings: Any) -> str:
     from explorer.queue.protocol import safe_url
     limits = (f"jobs run on the workers of the job queue at {safe_url(settings.queue)} (kernel-explorer worker); "
               f"{settings.max_queue} may wait, {settings.trace_timeout_s:.0f}s each")
-  return f"kernel-explorer: serving on http://{shown}:{port}; {access}\nkernel-explorer: {limits}"
+  stored = f"\nkernel-explorer: traces are stored in {store} (--db or KERNEL_EXPLORER_DB serves another)" if store else ""
+  return f"kernel-explorer: serving on http://{shown}:{port}; {access}\nkernel-explorer: {limits}{stored}"
 
 def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None, **overrides: Any) -> None:
   """Run the web server (uvicorn) until interrupted. Listening beyond loopback needs an access token (KERNEL_EXPLORER_TOKEN).
@@ -48,7 +49,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
   from explorer.tracing.workers import stop_all
   app = _create_app(db_path, settings=settings)
   if is_loopback(host): restrict_to_loopback(app, host)  # DNS rebinding: a page elsewhere cannot reach us under its own name
-  print(startup_message(host, port, settings), file=sys.stderr, flush=True)
+  print(startup_message(host, port, settings, str(app.state.services.store.path)), file=sys.stderr, flush=True)
   redact_access_log()
   # keep-alive beyond uvicorn's 5 s: on a busy loop a client's next request could meet a connection closed as idle.
   # No limit_concurrency: uvicorn counts idle sockets in it; requests in flight are limited by explorer.web.http.limits instead.
