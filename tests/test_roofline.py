@@ -101,7 +101,7 @@ def test_probe_on_cpu_and_cache(cache_home):
   got = R.measured_peaks(info)
   first = time.perf_counter() - st
   assert got["fp32"] > 1e8 and got["bw"] > 1e8, got
-  assert got["probe"]["seconds"] < 10 and first < 60, (got["probe"]["seconds"], first)
+  assert 0 < got["probe"]["seconds"] <= first < 60, (got["probe"]["seconds"], first)  # bounded: its speed is benchmarks/roofline_probe.py's
   assert (cache_home / "kernel-explorer" / "peaks.json").exists()
   st = time.perf_counter()
   assert R.measured_peaks(info) == got and time.perf_counter() - st < 1  # from the cache: no worker
