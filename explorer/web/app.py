@@ -116,5 +116,5 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   if settings.token: install_token_check(app, str(settings.token))
   app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
   for router in ROUTERS: app.include_router(router)
-  app.state.request_limits.stream_paths = stream_paths(app)
+  app.state.request_limits.stream_paths = stream_paths(ROUTERS)
   return app
