@@ -22,6 +22,17 @@ CREATE TABLE IF NOT EXISTS target_rewrites (
   rewrites BLOB NOT NULL,
   PRIMARY KEY (trace_id, target)
 );
+CREATE TABLE IF NOT EXISTS kernel_parts (
+  hash TEXT PRIMARY KEY,
+  body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kernel_refs (
+  trace_id TEXT NOT NULL,
+  kernel INTEGER NOT NULL,
+  hash TEXT NOT NULL,
+  PRIMARY KEY (trace_id, kernel)
+);
+CREATE INDEX IF NOT EXISTS kernel_refs_hash ON kernel_refs(hash);
 CREATE TABLE IF NOT EXISTS enrichments (
   trace_id TEXT NOT NULL,
   kernel INTEGER NOT NULL,

@@ -1,9 +1,10 @@
-"""Traces: a row per trace (its JSON, the host's rewrite blob, a summary for listing), read back typed, whole, with what was computed
-for it since merged in; the library's search over them."""
+"""Traces: a row per trace (its JSON less its kernels' parts, which explorer.store.pieces keeps once per distinct content; the host's
+rewrite blob; a summary for listing), read back typed, whole, with what was computed for it since merged in; the library's search
+over them."""
 from __future__ import annotations
 import json, time
 from typing import TYPE_CHECKING, Any, Mapping, cast
-from explorer.store import annotations as notes, caches, enrichments, rewrites as blobs, tasks
+from explorer.store import annotations as notes, caches, enrichments, pieces, rewrites as blobs, tasks
 from explorer.store.rewrites import checked_locations
 from explorer.store.connection import Connected, StoreError, transaction
 from explorer.store.tasks import capped
@@ -42,10 +43,12 @@ class Traces(Connected):
     """The trace, the host's rewrite blob and each other target's, in one transaction: a stored trace is never half-written. A blob
     whose rule locations name a file outside tinygrad and the explorer is refused (StoreError), nothing kept."""
     for blob in (rewrites, *(target_rewrites or {}).values()): checked_locations(blob)
+    rest, parts = pieces.split(dict(trace))
     row = (trace_id, time.time(), trace.get("preset"), trace.get("label") or trace_id, trace.get("status") or "ok", json.dumps(listing_fields(trace)),
-           json.dumps(trace, default=str), rewrites)
+           json.dumps(rest, default=str), rewrites)
     with transaction(self._conn()) as c:
       c.execute("INSERT OR REPLACE INTO traces (id, created, preset, label, status, summary, trace, rewrites) VALUES (?,?,?,?,?,?,?,?)", row)
+      pieces.put(c, trace_id, parts)
       blobs.forget(c, trace_id)
       enrichments.forget(c, trace_id)  # they were the replaced trace's
       blobs.put_target_blobs(c, trace_id, target_rewrites or {})
@@ -68,6 +71,7 @@ class Traces(Connected):
     except (ValueError, TypeError) as e: raise StoreError(f"stored trace {trace_id} is corrupt: its JSON does not parse ({e})") from None
     if not isinstance(trace, dict) or "spec" not in trace or not isinstance(trace.get("kernels"), list):
       raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
+    trace = pieces.joined(c, trace_id, trace)
     return cast("TraceRecord", enrichments.merged(c, trace_id, dict(upgrade(trace))))  # upgraded first: enrichments land on its records
 
   def get_rewrites(self, trace_id: str, target: str | None = None) -> bytes | None:
@@ -122,6 +126,6 @@ class Traces(Connected):
     False: there was no such trace."""
     c = self._conn()
     gone = c.execute("DELETE FROM traces WHERE id = ?", (trace_id,)).rowcount > 0
-    for part in (caches, notes, blobs, enrichments): part.forget(c, trace_id)
+    for part in (caches, notes, blobs, enrichments, pieces): part.forget(c, trace_id)
     if gone: tasks.forget(c, TRACE, trace_id)  # its finished job's status goes with it (GET .../status: 404)
     return gone

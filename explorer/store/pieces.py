@@ -1,0 +1,63 @@
+"""A trace kept in pieces: each kernel's heavy part (its records per target, its UOp listing, sources and codegen passes: nearly all of
+a program's bytes) is stored apart from the trace, once per distinct content, and referenced by the kernels it belongs to. A program's
+repeated kernels (a training loop's steps, a model's identical layers) cost one row however often they ran, and the trace row keeps
+what a listing, the overview and the kernel table read."""
+from __future__ import annotations
+import hashlib, json, sqlite3
+from typing import Any, Iterable
+from explorer.store.connection import StoreError
+
+PART_FIELDS = ("targets", "uops_listing", "sources", "passes")  # a kernel's fields kept in its part
+
+def split(trace: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[int, str, str]]]:
+  """(the trace with its kernels' parts cut out, [(kernel position, part hash, part JSON)]): a cut field stays in its kernel as null,
+  so that the kernel reads back with its fields in their order. A part's hash is its JSON's (its fields in the order they were made,
+  which the pages keep: a kernel's targets in the order they were rendered); kernels that hold the very same values (a program
+  scaled by repetition) are written once."""
+  kernels, refs, made = [], [], {}
+  for i, k in enumerate(trace.get("kernels") or []):
+    if not isinstance(k, dict) or not (part := {f: k[f] for f in PART_FIELDS if f in k}):
+      kernels.append(k)
+      continue
+    same = tuple(id(v) for v in part.values())
+    if same not in made:
+      body = json.dumps(part, default=str)
+      made[same] = (hashlib.sha256(body.encode()).hexdigest()[:32], body)
+    refs.append((i, *made[same]))
+    kernels.append({f: None if f in part else v for f, v in k.items()})
+  return {**trace, "kernels": kernels}, refs
+
+def put(c: sqlite3.Connection, trace_id: str, refs: list[tuple[int, str, str]]) -> None:
+  """The trace's parts (a part already stored for any trace is not written again) and its kernels' references to them."""
+  forget(c, trace_id)
+  c.executemany("INSERT OR IGNORE INTO kernel_parts (hash, body) VALUES (?, ?)", ((h, body) for _, h, body in refs))
+  c.executemany("INSERT INTO kernel_refs (trace_id, kernel, hash) VALUES (?, ?, ?)", ((trace_id, i, h) for i, h, _ in refs))
+
+def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[str, Any]:
+  """The trace with its kernels' parts put back, in place (a trace stored whole, before parts, has none and reads as it was). Each
+  distinct part is read and parsed once: kernels that share it share its lists and text, each with dicts of its own (what is merged
+  into one kernel's records later lands on that kernel alone)."""
+  refs = c.execute("SELECT kernel, hash FROM kernel_refs WHERE trace_id = ?", (trace_id,)).fetchall()
+  if not refs: return trace
+  parts = {h: json.loads(body) for h, body in
+           c.execute("SELECT hash, body FROM kernel_parts WHERE hash IN (SELECT hash FROM kernel_refs WHERE trace_id = ?)", (trace_id,))}
+  kernels = trace.get("kernels") or []
+  for i, h in refs:
+    if (part := parts.get(h)) is None or not 0 <= i < len(kernels) or not isinstance(kernels[i], dict):
+      raise StoreError(f"stored trace {trace_id} is corrupt: kernel {i}'s part {h} is missing")
+    kernels[i].update(_own(part))
+  return trace
+
+def _own(part: dict[str, Any]) -> dict[str, Any]:
+  out = {f: dict(v) if isinstance(v, dict) else v for f, v in part.items()}
+  if isinstance(targets := out.get("targets"), dict): out["targets"] = {t: dict(r) if isinstance(r, dict) else r for t, r in targets.items()}
+  return out
+
+def forget(c: sqlite3.Connection, trace_id: str) -> None:
+  """The trace's references, and the parts no other trace references."""
+  hashes = [h for (h,) in c.execute("SELECT DISTINCT hash FROM kernel_refs WHERE trace_id = ?", (trace_id,))]
+  c.execute("DELETE FROM kernel_refs WHERE trace_id = ?", (trace_id,))
+  _drop_unreferenced(c, hashes)
+
+def _drop_unreferenced(c: sqlite3.Connection, hashes: Iterable[str]) -> None:
+  c.executemany("DELETE FROM kernel_parts WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM kernel_refs WHERE hash = ?)", ((h, h) for h in hashes))

@@ -1,0 +1,90 @@
+"""A program kept in pieces (explorer.store.pieces): each kernel's heavy part stored once per distinct content, so that a program of
+10,000 kernels (a captured step repeated, as a long training loop records it) fits where it did not (the whole JSON was 1.1 GB, past
+SQLite's 1 GB for a value), it reads back byte for byte, a trace's size grows with its distinct kernels, not its calls, and a store
+written before parts reads as it did. Over a real captured program: the golden store, made by the store of commit 4cea94d (before
+parts) from a trace of two layers, captured."""
+from __future__ import annotations
+import gzip, json, pathlib, sqlite3
+import pytest
+from fastapi.testclient import TestClient
+from explorer.store import Store
+from support import app_over, scaled
+
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "store_v1.sqlite3.gz"
+PROGRAM = "5fdf6bd857dee0fd"  # "layer, contiguous": a captured program of two kernels
+
+@pytest.fixture
+def v1(tmp_path) -> pathlib.Path:
+  """A copy of the golden store written before parts."""
+  path = tmp_path / "v1.sqlite3"
+  path.write_bytes(gzip.decompress(GOLDEN.read_bytes()))
+  return path
+
+def stored_json(db: pathlib.Path, trace_id: str) -> str:
+  return sqlite3.connect(db).execute("SELECT trace FROM traces WHERE id = ?", (trace_id,)).fetchone()[0]
+
+def parts(db: pathlib.Path) -> tuple[int, int]:
+  """(how many parts, their bytes) in the store."""
+  return sqlite3.connect(db).execute("SELECT count(*), coalesce(sum(length(body)), 0) FROM kernel_parts").fetchone()
+
+def test_a_store_written_before_parts_reads_as_it_did_and_serves_its_pages(v1):
+  whole = json.loads(stored_json(v1, PROGRAM))
+  assert all("uops_listing" in k and "targets" in k for k in whole["kernels"])  # the old layout: every kernel whole in the row
+  store = Store(v1)
+  assert json.dumps(store.get_trace(PROGRAM)) == json.dumps(whole)
+  assert json.loads(stored_json(v1, PROGRAM)) == whole  # opened by this version, left as it was
+  store.close()
+  with TestClient(app_over(v1)) as client:
+    for url in (f"/t/{PROGRAM}", f"/t/{PROGRAM}/k/0", f"/t/{PROGRAM}/k/1", f"/api/traces/{PROGRAM}", f"/api/traces/{PROGRAM}/kernels/1"):
+      assert client.get(url).status_code == 200, url
+
+def test_a_trace_reads_back_byte_for_byte_from_its_pieces(v1, tmp_path):
+  trace = Store(v1).get_trace(PROGRAM)
+  store = Store(tmp_path / "new.sqlite3")
+  store.put_trace(PROGRAM, trace, b"")
+  assert json.dumps(store.get_trace(PROGRAM)) == json.dumps(trace)  # the kernels' fields in their order too
+  row = json.loads(stored_json(tmp_path / "new.sqlite3", PROGRAM))
+  assert all(k["uops_listing"] is None and k["targets"] is None and k["name"] for k in row["kernels"])  # the row: what a listing reads
+  assert parts(tmp_path / "new.sqlite3")[0] == 2
+
+def test_ten_thousand_kernels_are_stored_and_repeats_cost_nothing(v1, tmp_path):
+  """The issue's program: 10,000 kernels of one repeated step store, read back equal, and take the parts of one step: ten steps are
+  the size of one plus their rows."""
+  step = Store(v1).get_trace(PROGRAM)
+  db = tmp_path / "big.sqlite3"
+  store = Store(db)
+  store.put_trace("a" * 16, step, b"")
+  one = parts(db)
+  store.put_trace("b" * 16, ten := scaled(step, 20), b"")
+  store.put_trace("c" * 16, big := scaled(step, 10_000), b"")
+  assert parts(db) == one and len(big["kernels"]) == 10_000
+  assert len(stored_json(db, "b" * 16)) < len(json.dumps(ten)) / 5  # ten steps' row: a fraction of what they were whole
+  assert json.dumps(store.get_trace("b" * 16)) == json.dumps(json.loads(json.dumps(ten)))
+  got = store.get_trace("c" * 16)
+  assert len(got["kernels"]) == 10_000 and got["kernels"][9_999] == json.loads(json.dumps(big["kernels"][9_999]))
+  assert db.stat().st_size < 40 * 2**20  # the whole JSON was 1.1 GB for 10,000 kernels of a two-conv step (3.4 MB here, unrepeated)
+
+def test_what_is_merged_into_one_kernel_stays_with_it(v1, tmp_path):
+  """Kernels that share a part share its lists and text, not its dicts: a record computed for one kernel's target (an enrichment,
+  merged when the trace is read) lands on that kernel alone."""
+  store = Store(tmp_path / "m.sqlite3")
+  store.put_trace("d" * 16, scaled(Store(v1).get_trace(PROGRAM), 4), b"")
+  got = store.get_trace("d" * 16)
+  a, b = got["kernels"][0], got["kernels"][2]  # the same kernel, a step apart
+  assert a["uops_listing"] is b["uops_listing"]
+  target = next(iter(a["targets"]))
+  a["targets"][target]["compile"] = {"ok": True}
+  a["targets"]["cuda"] = {"name": "x"}
+  assert b["targets"][target].get("compile") != {"ok": True} and "cuda" not in b["targets"]
+
+def test_a_deleted_trace_takes_only_its_own_parts(v1, tmp_path):
+  db = tmp_path / "d.sqlite3"
+  store, step = Store(db), Store(v1).get_trace(PROGRAM)
+  store.put_trace("e" * 16, step, b"")
+  store.put_trace("f" * 16, scaled(step, 4), b"")  # the same parts
+  assert store.delete_trace("e" * 16) and parts(db)[0] == 2  # still the other's
+  assert store.get_trace("f" * 16) is not None
+  assert store.delete_trace("f" * 16) and parts(db) == (0, 0)
+  store.put_trace("f" * 16, step, b"")
+  store.put_trace("f" * 16, {**step, "kernels": step["kernels"][:1]}, b"")  # stored again under its id: the dropped kernel's part goes
+  assert parts(db)[0] == 1 and sqlite3.connect(db).execute("SELECT count(*) FROM kernel_refs").fetchone()[0] == 1
