@@ -6,7 +6,7 @@ count at its last teardown).
   python benchmarks/suite_cpu.py [PYTEST_ARGS...]      # default: the whole suite; e.g. --check for make check's loop
   python benchmarks/suite_cpu.py --read                # the last run's records only (test-artifacts/cpu/), no run"""
 from __future__ import annotations
-import collections, json, pathlib, resource, shutil, subprocess, sys, time
+import ast, collections, functools, json, pathlib, resource, shutil, subprocess, sys, time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CPU_DIR = REPO / "test-artifacts" / "cpu"
@@ -25,6 +25,19 @@ def per_test() -> dict[str, float]:
   for f in sorted(CPU_DIR.glob("*.json")): out.update(json.loads(f.read_text()))
   return out
 
+@functools.cache
+def _docstrings(path: str) -> dict[str, str]:
+  """Every test function's and class's docstring in a test file, by name."""
+  try: tree = ast.parse((REPO / path).read_text())
+  except (OSError, SyntaxError): return {}
+  return {n.name: ast.get_docstring(n) or "" for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+def says_why(node: str) -> bool:
+  """Whether a test over 60 s has a docstring (its own, or its class's): where it says why it costs what it does."""
+  path, *names = node.split("::")
+  docs = _docstrings(path)
+  return any(docs.get(n.split("[", 1)[0]) for n in names) or names[-1:] == ["(module teardown)"]
+
 def report(tests: dict[str, float], top: int = 25) -> None:
   modules: dict[str, float] = collections.Counter()
   for node, sec in tests.items(): modules[node.split("::", 1)[0]] += sec
@@ -32,7 +45,8 @@ def report(tests: dict[str, float], top: int = 25) -> None:
   print(f"\nmodules, most CPU first (top {top}):")
   for mod, sec in sorted(modules.items(), key=lambda x: -x[1])[:top]: print(f"  {sec:8.1f} s  {mod}")
   print(f"\ntests, most CPU first (top {top}; over 60 s each should say why in its docstring):")
-  for node, sec in sorted(tests.items(), key=lambda x: -x[1])[:top]: print(f"  {sec:8.1f} s  {node}")
+  for node, sec in sorted(tests.items(), key=lambda x: -x[1])[:top]:
+    print(f"  {sec:8.1f} s  {node}{'' if sec <= 60 or says_why(node) else '   <- over 60 s without a docstring'}")
 
 def main() -> int:
   if sys.argv[1:] == ["--read"]:

@@ -1,11 +1,12 @@
-"""Shared fixtures for the web tests: one real `small` trace per session and a module's own (`traced`), both through the app's own
-job path, a TestClient over a real SQLite file, and a live uvicorn server for the browser tests."""
+"""Shared fixtures for the web tests: one real `small` trace and a module's own (`traced`), each made once per test run (support.
+trace_once: as the app's job makes it) and served through the app's own POST, a TestClient over a real SQLite file, and a live uvicorn
+server for the browser tests."""
 from __future__ import annotations
-import contextlib, os, pathlib, socket, subprocess, sys, time
+import contextlib, os, pathlib, shutil, socket, subprocess, sys, tempfile, time
 from typing import Any, Callable, Iterator
 import httpx
 import pytest
-from support import app_over
+from support import RUN_DIR_VAR, app_over, seeded
 
 def _import_anyio_whole() -> None:
   """anyio (4.16) imports its parts on first use, from whichever thread uses them first (a TestClient's portal, a live server's), and
@@ -33,7 +34,8 @@ CHECK: dict[str, tuple[str, ...]] = {
 }
 
 # ***** CPU seconds per test (benchmarks/suite_cpu.py reads them): this process's and its reaped children's (trace workers, servers,
-# chromium: a module's server and browser count at its last test's teardown), written per xdist worker at the session's end *****
+# chromium), written per xdist worker at the session's end. A module's servers and browser count when they stop, which is in its last
+# test's teardown here: booked to "MODULE::(module teardown)", not to that test *****
 
 CPU_DIR = ARTIFACTS / "cpu"
 _cpu: dict[str, float] = {}
@@ -49,11 +51,28 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
   try: return (yield)
   finally: _cpu[item.nodeid] = _cpu.get(item.nodeid, 0.0) + _cpu_now() - st
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+  st = _cpu_now()
+  try: return (yield)
+  finally:
+    if nextitem is None or nextitem.path != item.path:  # the module's fixtures end here: moved off the test to the module's own line
+      spent = _cpu_now() - st
+      _cpu[item.nodeid] = _cpu.get(item.nodeid, 0.0) - spent
+      key = f"{item.nodeid.split('::', 1)[0]}::(module teardown)"
+      _cpu[key] = _cpu.get(key, 0.0) + spent
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
   if not _cpu: return
   import json
   CPU_DIR.mkdir(parents=True, exist_ok=True)
   (CPU_DIR / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}.json").write_text(json.dumps(_cpu))
+
+def pytest_configure(config: pytest.Config) -> None:
+  """The directory the run's processes share (support.run_dir), made by the first process before it starts the xdist workers."""
+  if not hasattr(config, "workerinput") and RUN_DIR_VAR not in os.environ:
+    os.environ[RUN_DIR_VAR] = tempfile.mkdtemp(prefix="ke-test-run-")
+    config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(RUN_DIR_VAR), ignore_errors=True))
 
 def pytest_addoption(parser: pytest.Parser) -> None:
   parser.addoption("--check", action="store_true", help="the fast loop only (make check): tests/conftest.py's CHECK and the tests marked check")
@@ -124,13 +143,22 @@ def trace_on(base: str, body: dict, timeout_s: float = 300.0) -> str:
 
 @pytest.fixture(scope="module")
 def traced(request) -> str:
-  """The id of a trace of what the module's `traces` mark names (pytestmark = pytest.mark.traces(body), body: POST /api/traces's), made
-  once for the module through the server its tests talk to: the module's live_server where they use one, the session's web_client
-  otherwise."""
+  """The id of a trace of what the module's `traces` mark names (pytestmark = pytest.mark.traces(body), body: POST /api/traces's),
+  made once per test run (support.trace_once), put in the store of the server the module's tests talk to (the module's live_server
+  where they use one, the session's web_client otherwise) and POSTed there as a user would, which serves it from that store."""
   mark = request.node.get_closest_marker("traces")
   assert mark, f"{request.module.__name__} asks for `traced` but names no trace: pytestmark = pytest.mark.traces(body)"
-  if "live_server" in request.fixturenames: return trace_on(request.getfixturevalue("live_server"), mark.args[0])
-  return trace_of(request.getfixturevalue("web_client"), mark.args[0])
+  if "live_server" in request.fixturenames: return shared_trace_on(request.getfixturevalue("live_server"), mark.args[0])
+  return served(seeded(request.getfixturevalue("web_db"), mark.args[0]), trace_of(request.getfixturevalue("web_client"), mark.args[0]))
+
+def shared_trace_on(base: str, body: dict) -> str:
+  """trace_on for a test that reads a trace rather than watches one run: the run's one trace of body (support.trace_once), put in the
+  live server's store, then POSTed, which serves it from there."""
+  return served(seeded(SERVED[base], body), trace_on(base, body))
+
+def served(stored: str, posted: str) -> str:
+  assert stored == posted, f"the request was stored as {stored} but the server keys it {posted}: it traced again"
+  return posted
 
 @pytest.fixture(scope="session")
 def web_db(tmp_path_factory) -> pathlib.Path:
@@ -143,14 +171,16 @@ def web_client(web_db):
   with TestClient(app) as client: yield client
 
 @pytest.fixture(scope="session")
-def small_trace(web_client) -> str:
-  """The id of the `small` Winograd trace, run once for the session through POST /api/traces."""
-  return trace_of(web_client, SMALL_WINO)
+def small_trace(web_db, web_client) -> str:
+  """The id of the `small` Winograd trace, made once per test run and served through POST /api/traces (as `traced`)."""
+  return served(seeded(web_db, SMALL_WINO), trace_of(web_client, SMALL_WINO))
 
 def free_port() -> int:
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
+
+SERVED: dict[str, pathlib.Path] = {}  # each live server's store, by its base URL
 
 @contextlib.contextmanager
 def running_server(db: pathlib.Path, log_dir: pathlib.Path, log_name: str = "server.log", **settings: object) -> Iterator[str]:
@@ -163,6 +193,7 @@ def running_server(db: pathlib.Path, log_dir: pathlib.Path, log_name: str = "ser
   log = open(log_dir / log_name, "w+")
   proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
   base = f"http://127.0.0.1:{port}"
+  SERVED[base] = db
   try:
     deadline = time.monotonic() + 60
     while True:

@@ -1,4 +1,4 @@
-"""Real tiny traces in a real store, made once per test session and shared by the library, export and diff tests:
+"""Real tiny traces in a real store, made once per test run (support.made_once) and shared by the library, export and diff tests:
 the explorer's Winograd F(4,3) on a 1x2->2 8x8 convolution, staged and fused (CUDA and Metal sources, 3 timed repeats)."""
 from __future__ import annotations
 import atexit, dataclasses, pathlib, shutil, tempfile
@@ -16,15 +16,18 @@ def request_body(variant: Variant) -> dict:
   return {"spec": SPEC.to_dict(), "variant": {**v, "targets": list(variant.targets)}}
 
 def stored_pair() -> tuple[pathlib.Path, str, str]:
-  """(database, staged id, fused id): traced in two workers at once, the first time only."""
+  """(database, staged id, fused id): a store of this process's own, with the run's two traces (traced in two workers at once by the
+  first process to ask)."""
   if not _made:
     from explorer.store import Store, trace_key
     from explorer.tracing.run import run_trace
+    from support import made_once
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-stored-"))
     atexit.register(shutil.rmtree, tmp, True)
     db, store = tmp / "traces.sqlite3", None
     store = Store(db)
-    with ThreadPoolExecutor(2) as pool: runs = list(pool.map(lambda v: run_trace(SPEC, v), (STAGED, FUSED)))
+    with ThreadPoolExecutor(2) as pool:
+      runs = list(pool.map(lambda v: made_once(trace_key(SPEC, v), lambda: run_trace(SPEC, v)), (STAGED, FUSED)))
     for v, r in zip((STAGED, FUSED), runs): store.put_trace(trace_key(SPEC, v), r.trace, r.rewrites, r.target_rewrites)
     _made.update(db=db, staged=trace_key(SPEC, STAGED), fused=trace_key(SPEC, FUSED))
   return _made["db"], _made["staged"], _made["fused"]  # type: ignore[return-value]

@@ -1,9 +1,9 @@
 """What many tests share: an app over a store file with settings from the arguments alone (never the environment), the app's routes
 walked whole (FastAPI includes routers lazily, so app.routes alone lists them as _IncludedRouter wrappers, not as routes), each GET's
-path filled with real arguments."""
+path filled with real arguments; and the traces a test run makes once for all its processes."""
 from __future__ import annotations
-import copy, os, re
-from typing import TYPE_CHECKING, Any, Iterator
+import contextlib, copy, fcntl, json, os, pathlib, re
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 if TYPE_CHECKING: from explorer.settings import Settings
 
 def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, study_runner: Any = None, graph_workers: int = 1,
@@ -50,18 +50,19 @@ def filled(path: str, trace_id: str, **more: str) -> str:
             "num": "1", "study_id": "0", "note_id": "1", "kind": "timing" if path.startswith("/api/diff") else "constants", **more}
   return re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: values[m.group(1)], path)
 
-_shared: dict[tuple, Any] = {}
+_shared: dict[str, Any] = {}
 GPU_TARGETS = ("cuda", "ptx", "metal", "opencl", "wgsl")
 WINO8_BUILTIN = {"algo": "winograd", "targets": GPU_TARGETS, "time": False}  # wino8's builtin Winograd on every GPU target: read by many
 
 def shared_run(preset: str, analysis: bool = False, **variant: Any) -> Any:
-  """One trace of (preset, variant), made once per test process and shared by the tests that read the same kernels: a TraceResult they
-  must not change. analysis: every record's analysis now. The traces here are the suite's most expensive part."""
+  """One trace of (preset, variant), made once per test run (made_once) and shared by the tests that read the same kernels: a
+  TraceResult they must not change. analysis: every record's analysis now. The traces here are the suite's most expensive part."""
   from explorer.spec import PRESETS, Variant
+  from explorer.store.keys import trace_key
   from explorer.tracing.run import run_trace
-  key = (preset, analysis, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in variant.items())))
-  if key not in _shared: _shared[key] = run_trace(PRESETS[preset], Variant(**variant), analysis=analysis)
-  return _shared[key]
+  name = trace_key(PRESETS[preset], v := Variant(**variant)) + ("-analysed" if analysis else "")
+  if name not in _shared: _shared[name] = made_once(name, lambda: run_trace(PRESETS[preset], v, analysis=analysis))
+  return _shared[name]
 
 def scaled(trace: dict, at_least: int) -> dict:
   """A program of at least `at_least` kernels: the captured step's realizes repeated, as a longer training loop records them."""
@@ -84,3 +85,57 @@ def scaled(trace: dict, at_least: int) -> dict:
     k0, s0, b0 = len(out["kernels"]), len(out["schedule"]), len(out["buffers"])
   out["totals"] = {**out["totals"], "kernels": len(out["kernels"]), "buffers": len(out["buffers"])}
   return out
+
+# ***** traces made once per test run, shared by its processes (the xdist workers) *****
+
+RUN_DIR_VAR = "KE_TEST_RUN_DIR"  # set by tests/conftest.py before the xdist workers start: the directory they share
+
+def run_dir() -> pathlib.Path:
+  return pathlib.Path(os.environ[RUN_DIR_VAR])
+
+@contextlib.contextmanager
+def _locked(path: pathlib.Path) -> Iterator[None]:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path, "a") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try: yield
+    finally: fcntl.flock(f, fcntl.LOCK_UN)
+
+def trace_once(body: dict[str, Any]) -> tuple[str, Any]:
+  """The trace of a POST /api/traces body, made once per test run as the app's job makes it (run_trace of the request's spec and
+  variant, in a worker): its id, the store's key for the request, and its TraceResult (made_once)."""
+  from explorer.store.keys import trace_key
+  from explorer.tracing.run import run_trace
+  from explorer.web.http.deps import stored_request
+  spec, variant = stored_request(body)
+  key = trace_key(spec, variant)
+  return key, made_once(key, lambda: run_trace(spec, variant))
+
+def made_once(name: str, make: Callable[[], Any]) -> Any:
+  """make()'s TraceResult, made by the first process of the test run to ask for `name` while the others wait on its lock, and kept as
+  the store keeps a trace (its JSON, its rewrite blobs) for the others to read back: every process gets the same JSON-shaped copy."""
+  from explorer.tracing.run import TraceResult
+  kept = run_dir() / "traces" / name
+  with _locked(kept.with_suffix(".lock")):
+    if not kept.exists():
+      result = make()
+      (part := kept.with_suffix(".part")).mkdir(parents=True)
+      targets = sorted(result.target_rewrites)
+      (part / "trace.json").write_text(json.dumps({"trace": result.trace, "progress": result.progress, "targets": targets}))
+      (part / "rewrites").write_bytes(result.rewrites)
+      for i, target in enumerate(targets): (part / f"rewrites.{i}").write_bytes(result.target_rewrites[target])
+      part.rename(kept)
+  got = json.loads((kept / "trace.json").read_text())
+  return TraceResult(got["trace"], (kept / "rewrites").read_bytes(), [tuple(p) for p in got["progress"]],
+                     {t: (kept / f"rewrites.{i}").read_bytes() for i, t in enumerate(got["targets"])})
+
+def seeded(db: str | os.PathLike, body: dict[str, Any]) -> str:
+  """The store at db holds the trace of body (trace_once's, stored as a job stores it), so that POSTing body to a server over it
+  answers 200 with the stored trace instead of running it again; its id."""
+  from explorer.store import Store
+  key, result = trace_once(body)
+  store = Store(str(db))
+  try:
+    if store.get_trace(key) is None: store.put_trace(key, result.trace, result.rewrites, result.target_rewrites)
+  finally: store.close()
+  return key

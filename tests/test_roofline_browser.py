@@ -3,7 +3,7 @@ measures while it polls the probe's status, then reloads into the roofline the m
 own, with an empty peaks cache (a CPU has no spec-sheet entry, so the page offers the probe)."""
 from __future__ import annotations
 import pytest
-from conftest import ARTIFACTS, SMALL_WINO, needs_chromium, running_server, trace_on
+from conftest import ARTIFACTS, SMALL_WINO, needs_chromium, running_server, shared_trace_on
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
@@ -14,7 +14,7 @@ def probe_server(tmp_path_factory):
     with running_server(tmp_path_factory.mktemp("probe") / "traces.sqlite3", tmp_path_factory.mktemp("probe-log")) as base: yield base
 
 def test_the_probe_button_shows_progress_then_the_roofline(probe_server, page, errors):
-  trace_id = trace_on(probe_server, SMALL_WINO)
+  trace_id = shared_trace_on(probe_server, SMALL_WINO)
   page.goto(f"{probe_server}/t/{trace_id}/roofline")
   assert "no probe measured on this host yet" in page.inner_text("main")
   page.click("#probe")

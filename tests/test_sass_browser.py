@@ -3,7 +3,7 @@ listing in place; a UOp, a source line or an instruction clicked lights up exact
 from __future__ import annotations
 import httpx
 import pytest
-from conftest import needs_chromium, trace_on
+from conftest import needs_chromium, shared_trace_on
 from test_sass import MISSING, WINO
 
 pytestmark = [pytest.mark.browser, needs_chromium, pytest.mark.skipif(bool(MISSING), reason=f"no {', '.join(MISSING)} here")]
@@ -14,7 +14,7 @@ def lit(page) -> tuple[list[int], list[int]]:
           sorted(int(x) for x in page.eval_on_selector_all("#sass-source tr.lit", "rs => rs.map(r => r.dataset.line)")))
 
 def test_a_uop_a_line_and_an_instruction_light_up_each_other(live_server, page, errors):
-  tid = trace_on(live_server, WINO)
+  tid = shared_trace_on(live_server, WINO)
   page.goto(f"{live_server}/t/{tid}/k/1/sass")  # its compile facts and line map are computed now, in workers
   assert page.locator("#sass-pending").count() == 1
   page.wait_for_selector("#sass-split", timeout=300_000)
