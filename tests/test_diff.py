@@ -27,6 +27,8 @@ def by_roles(d: dict) -> dict[tuple, dict]:
   return {(tuple(k["role"] for k in g["a"]), tuple(k["role"] for k in g["b"])): g for g in d["groups"]}
 
 def test_staged_vs_fused_pairs_by_role_and_shows_the_fusion(staged_fused):
+  """About 75 s of CPU here, most of it the module's: its four traces (staged, fused, materialized and direct, each with CUDA rendered)
+  and the staged/fused diff with both sides timed interleaved (warm-up 1, 5 repeats), which the module's other tests read."""
   groups = by_roles(staged_fused)
   assert set(groups) == {(("xhat",), ("xhat",)), (("ghat",), ("ghat",)), (("mhat", "out"), ("mhat+out",))}
   fused = groups[(("mhat", "out"), ("mhat+out",))]

@@ -50,6 +50,8 @@ def json_lines(cubin: pathlib.Path, source_name: str) -> list[int | None]:
 
 @needs_tools
 def test_the_listing_is_cuobjdumps_with_nvdisasms_lines_and_ptxas_registers(web_client, traced):
+  """About 60 s of CPU here: every kernel of the module's trace on CUDA and PTX (eight listings, each computed in workers: compile
+  facts, line map, nvdisasm), each checked against cuobjdump's listing and nvdisasm's lines of the same cubin made here again."""
   n_kernels = len(web_client.get(f"/api/traces/{traced}").json()["kernels"])
   for n in range(n_kernels):
     for target in ("cuda", "ptx"):
