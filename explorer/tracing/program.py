@@ -334,8 +334,10 @@ class Capturing:
 
   def __exit__(self, *exc: Any) -> None:
     self._stack.close()
-    if self.realizes and exc[0] is None and self.variant.time and self._symbolic:
-      with timed_stage(self._timeline, "timing at bound values", None): self._time_bound_values()
+    try:
+      if self.realizes and exc[0] is None and self.variant.time and self._symbolic:
+        with timed_stage(self._timeline, "timing at bound values", None): self._time_bound_values()
+    finally: self._symbolic.clear()  # the calls hold their buffers (untimed, or the block failed, too): let them go
     timeline = self._timeline.record()  # tinygrad's events taken back out of its lists, whatever happened
     if self.realizes and exc[0] is None:
       self._program.trace["timeline"] = timeline
@@ -354,7 +356,6 @@ class Capturing:
           if (call := self._symbolic.get(k.get("ast_key", ""))) is not None and (values := bound_sets(cast(TraceRecord, trace), k)):
             k["times_at"] = time_at_values(clock, call, values, self.variant.warmup, self.variant.repeats)
     finally: clock.close()
-    self._symbolic.clear()  # the calls hold their buffers: let them go
 
 def infer_provenance(trace: dict) -> None:
   """A kernel whose own compute carries no metadata (a copy, a fill, or compute the scheduler rebuilt beyond tinygrad's reach) gets
