@@ -136,6 +136,6 @@ def seeded(db: str | os.PathLike, body: dict[str, Any]) -> str:
   key, result = trace_once(body)
   store = Store(str(db))
   try:
-    if store.get_trace(key) is None: store.put_trace(key, result.trace, result.rewrites, result.target_rewrites)
+    if not store.has_trace(key): store.put_trace(key, result.trace, result.rewrites, result.target_rewrites)
   finally: store.close()
   return key

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gzip, json, pathlib, sqlite3
 import pytest
 from fastapi.testclient import TestClient
-from explorer.store import Store
+from explorer.store import Store, StoreError
 from support import app_over, scaled
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "store_v1.sqlite3.gz"
@@ -88,3 +88,12 @@ def test_a_deleted_trace_takes_only_its_own_parts(v1, tmp_path):
   store.put_trace("f" * 16, step, b"")
   store.put_trace("f" * 16, {**step, "kernels": step["kernels"][:1]}, b"")  # stored again under its id: the dropped kernel's part goes
   assert parts(db)[0] == 1 and sqlite3.connect(db).execute("SELECT count(*) FROM kernel_refs").fetchone()[0] == 1
+
+def test_a_damaged_part_is_a_clear_error(v1, tmp_path):
+  """A stored part is read as data: one that does not parse, or parses to something other than a kernel's fields, is StoreError."""
+  db = tmp_path / "c.sqlite3"
+  store = Store(db)
+  store.put_trace("g" * 16, Store(v1).get_trace(PROGRAM), b"")
+  for body, says in (("{not json", "does not parse"), ("[1, 2]", "not an object")):
+    with sqlite3.connect(db) as c: c.execute("UPDATE kernel_parts SET body = ?", (body,))
+    with pytest.raises(StoreError, match=f"stored trace g{{16}} is corrupt: .*{says}"): store.get_trace("g" * 16)

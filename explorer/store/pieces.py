@@ -4,12 +4,12 @@ repeated kernels (a training loop's steps, a model's identical layers) cost one 
 what a listing, the overview and the kernel table read."""
 from __future__ import annotations
 import hashlib, json, sqlite3
-from typing import Any, Iterable
+from typing import Any, Mapping
 from explorer.store.connection import StoreError
 
 PART_FIELDS = ("targets", "uops_listing", "sources", "passes")  # a kernel's fields kept in its part
 
-def split(trace: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[int, str, str]]]:
+def split(trace: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[int, str, str]]]:
   """(the trace with its kernels' parts cut out, [(kernel position, part hash, part JSON)]): a cut field stays in its kernel as null,
   so that the kernel reads back with its fields in their order. A part's hash is its JSON's (its fields in the order they were made,
   which the pages keep: a kernel's targets in the order they were rendered); kernels that hold the very same values (a program
@@ -36,15 +36,18 @@ def put(c: sqlite3.Connection, trace_id: str, refs: list[tuple[int, str, str]]) 
 def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[str, Any]:
   """The trace with its kernels' parts put back, in place (a trace stored whole, before parts, has none and reads as it was). Each
   distinct part is read and parsed once: kernels that share it share its lists and text, each with dicts of its own (what is merged
-  into one kernel's records later lands on that kernel alone)."""
+  into one kernel's records later lands on that kernel alone). A part that does not parse to an object is StoreError."""
   refs = c.execute("SELECT kernel, hash FROM kernel_refs WHERE trace_id = ?", (trace_id,)).fetchall()
   if not refs: return trace
-  parts = {h: json.loads(body) for h, body in
-           c.execute("SELECT hash, body FROM kernel_parts WHERE hash IN (SELECT hash FROM kernel_refs WHERE trace_id = ?)", (trace_id,))}
+  from pydantic_core import from_json  # as get_trace parses the row: here, not at import (trace workers never load pydantic)
+  parts: dict[str, Any] = {}
+  for h, body in c.execute("SELECT hash, body FROM kernel_parts WHERE hash IN (SELECT hash FROM kernel_refs WHERE trace_id = ?)", (trace_id,)):
+    try: parts[h] = from_json(body)
+    except (ValueError, TypeError) as e: raise StoreError(f"stored trace {trace_id} is corrupt: kernel part {h} does not parse ({e})") from None
   kernels = trace.get("kernels") or []
   for i, h in refs:
-    if (part := parts.get(h)) is None or not 0 <= i < len(kernels) or not isinstance(kernels[i], dict):
-      raise StoreError(f"stored trace {trace_id} is corrupt: kernel {i}'s part {h} is missing")
+    if not isinstance(part := parts.get(h), dict) or not 0 <= i < len(kernels) or not isinstance(kernels[i], dict):
+      raise StoreError(f"stored trace {trace_id} is corrupt: kernel {i}'s part {h} is missing or not an object")
     kernels[i].update(_own(part))
   return trace
 
@@ -57,7 +60,4 @@ def forget(c: sqlite3.Connection, trace_id: str) -> None:
   """The trace's references, and the parts no other trace references."""
   hashes = [h for (h,) in c.execute("SELECT DISTINCT hash FROM kernel_refs WHERE trace_id = ?", (trace_id,))]
   c.execute("DELETE FROM kernel_refs WHERE trace_id = ?", (trace_id,))
-  _drop_unreferenced(c, hashes)
-
-def _drop_unreferenced(c: sqlite3.Connection, hashes: Iterable[str]) -> None:
   c.executemany("DELETE FROM kernel_parts WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM kernel_refs WHERE hash = ?)", ((h, h) for h in hashes))

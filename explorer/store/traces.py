@@ -43,7 +43,7 @@ class Traces(Connected):
     """The trace, the host's rewrite blob and each other target's, in one transaction: a stored trace is never half-written. A blob
     whose rule locations name a file outside tinygrad and the explorer is refused (StoreError), nothing kept."""
     for blob in (rewrites, *(target_rewrites or {}).values()): checked_locations(blob)
-    rest, parts = pieces.split(dict(trace))
+    rest, parts = pieces.split(trace)
     row = (trace_id, time.time(), trace.get("preset"), trace.get("label") or trace_id, trace.get("status") or "ok", json.dumps(listing_fields(trace)),
            json.dumps(rest, default=str), rewrites)
     with transaction(self._conn()) as c:
