@@ -27,3 +27,42 @@ def test_a_workers_numpy_runs_openblas_on_one_thread_unless_told_otherwise(monke
   assert call_in_worker("tests.worker_faults:environ", {"name": "OPENBLAS_NUM_THREADS"}, env={"OPENBLAS_NUM_THREADS": "3"})[0] == "3"
   monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
   assert call_in_worker("tests.worker_faults:environ", {"name": "OPENBLAS_NUM_THREADS"})[0] == "2"
+
+FORKED_RENDER = r"""
+import json
+from explorer.tracing import tg
+from explorer.tracing.renders import RenderPool
+forked = RenderPool.forked(["cuda"], 1)  # as a trace worker makes it: tinygrad imported, nothing made with it yet
+x, w = tg.Tensor.empty(1, 2, 8, 8), tg.Tensor.empty(4, 2, 3, 3)
+asts = [c.src[0] for c in x.conv2d(w, padding=1).relu().schedule_linear().src if c.src[0].op is tg.Ops.SINK]
+spawned = RenderPool(["cuda"], 1)
+got = [pool.submit(asts, {"cuda": "sm_90"}, "heuristic", analysis=True)["cuda"].result()[0] for pool in (forked, spawned)]
+for pool in (forked, spawned): pool.close()
+print(json.dumps([[{k: v for k, v in rec.items()} for rec in recs] for recs in got], sort_keys=True))
+"""
+
+def test_a_forked_render_records_what_a_spawned_one_records():
+  """A trace worker forks its renders' processes before it opens a device (explorer.tracing.renders.RenderPool.forked): each starts
+  where a spawned one does after importing tinygrad. Its record is the spawned one's, passes and their matches included."""
+  import json, subprocess, sys
+  out = subprocess.run([sys.executable, "-c", FORKED_RENDER], capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  forked, spawned = json.loads(out.stdout)
+  assert forked == spawned and forked[0]["passes"] and forked[0]["source"]
+
+def test_a_forked_pool_forks_once_and_spawns_a_replacement():
+  """Forked processes start from the state their creator was in when the pool started; a replacement for one that died would start
+  from wherever the creator has got to since, so it is spawned."""
+  import os, signal
+  from explorer.tracing.pool import WorkerPool
+  from tests import worker_faults
+  worker_faults.MARK = "parent"
+  pool = WorkerPool(1, fork=True).start()
+  try:
+    assert pool.submit(worker_faults.mark).result(timeout=60) == "parent"
+    for p in pool.processes(): os.kill(p.pid, signal.SIGKILL)
+    for p in pool.processes(): p.join(10)
+    assert pool.submit(worker_faults.mark).result(timeout=120) is None and pool.replaced == 1
+  finally:
+    worker_faults.MARK = None
+    pool.close()

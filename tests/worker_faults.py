@@ -34,3 +34,6 @@ def scratch(progress) -> None:
   open(os.path.join(d, "kept.ptx"), "w").write("x" * 1000)
   progress("scratch", "start", d)
   time.sleep(3600)
+
+MARK: str | None = None  # set by a test in its own process: a process forked from it sees it, a spawned one does not
+def mark() -> str | None: return MARK

@@ -5,10 +5,12 @@ process group already bound) and `call` (graph layout in the server: a wall-cloc
 it, a bound on calls waiting for a process, WorkersBusy past it). A pool whose process died (killed, out of memory, a segfault) or
 hung past the time limit is replaced: the call that was running fails with a clear message, later calls run on fresh processes."""
 from __future__ import annotations
-import asyncio, concurrent.futures, os, pickle
+import asyncio, concurrent.futures, multiprocessing, os, pickle, sys
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 from explorer.tracing.workers import SPAWN, Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
+
+FORK = multiprocessing.get_context("fork")
 
 def _init(parent_pid: int, limits: Limits, initializer: Callable[[], None] | None) -> None:
   enter_limits(limits, parent_pid)  # a parent that dies (a SIGKILLed server, a killed trace worker) takes its pool along
@@ -21,9 +23,12 @@ def _capped(limits: Limits, fn: Callable[..., Any], *args: Any) -> Any:
 
 class WorkerPool:
   def __init__(self, workers: int = 1, limits: Limits = Limits(), initializer: Callable[[], None] | None = None, max_waiting: int = 32,
-               max_tasks_per_child: int | None = None):
+               max_tasks_per_child: int | None = None, fork: bool = False):
     self.workers, self.limits, self.initializer, self.max_waiting = workers, limits, initializer, max_waiting
     self.max_tasks_per_child = max_tasks_per_child  # 1: a fresh process per call (nothing a call cached leaks into the next)
+    # fork: the first processes are forked from this process as it is when they start (its imports paid); any later one, a
+    # replacement, is spawned, since this process will have moved on from the state its caller forked it for
+    self._context: Any = FORK if fork else SPAWN
     self.replaced = 0  # pools thrown away after a death or a timeout: tests check recovery
     self._pool: concurrent.futures.ProcessPoolExecutor | None = None
     self._slots: asyncio.Semaphore | None = None
@@ -41,9 +46,12 @@ class WorkerPool:
     if self._pool is not None and (getattr(self._pool, "_broken", False) or not all(p.is_alive() for p in self.processes())):
       self.kill()  # a process died while idle
     if self._pool is None:
-      self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=SPAWN, initializer=_init,
+      if self._context is FORK:  # what is buffered would be written twice
+        sys.stdout.flush(); sys.stderr.flush()
+      self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=self._context, initializer=_init,
                                                           initargs=(os.getpid(), self.limits, self.initializer),
                                                           max_tasks_per_child=self.max_tasks_per_child)
+      self._context = SPAWN
     return self._pool
 
   def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:

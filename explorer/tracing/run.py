@@ -24,7 +24,7 @@ class TraceResult:
 def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str, Any], dump_io: str | None,
                     analysis: bool = False) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
   from explorer.tracing.trace import capture
-  return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io, analysis)
+  return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io, analysis, fork_renders=True)  # a fresh worker
 
 def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
               dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None, facts: bool = False,

@@ -116,29 +116,35 @@ def _rewrites_record(variant: Variant) -> list[dict]:
   return out
 
 def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_io: str | None = None,
-            analysis: bool = False) -> tuple[dict, bytes, dict[str, bytes]]:
+            analysis: bool = False, fork_renders: bool = False) -> tuple[dict, bytes, dict[str, bytes]]:
   """Trace one convolution. Returns the trace (JSON-ready), the compressed rewrite blob the host's graphs expand from, and each other
   target's (its codegen ran in a process of its own). analysis: the host's records with their analysis now (line maps, live values,
-  loop splits, program spec), rather than when first viewed."""
+  loop splits, program spec), rather than when first viewed. fork_renders: this process has imported tinygrad and made nothing with
+  it (a fresh trace worker): the renders' processes are forked from it now, before the trace opens a device (RenderPool.forked)."""
   variant = variant.resolve(spec)
+  pool = RenderPool.forked(variant.targets, render_processes(variant)) if fork_renders and variant.targets else None
   device = variant.device or tg.default_device()
   return record(new_trace(spec, variant, device), variant, device, progress,
-                lambda rec, base, pool, blobs: _run_stages(rec, spec, variant, device, dump_io, base, pool, blobs), analysis)
+                lambda rec, base, pool, blobs: _run_stages(rec, spec, variant, device, dump_io, base, pool, blobs), analysis, pool=pool)
+
+def render_processes(variant: Variant) -> int: return max(1, min(2, len(variant.targets)))  # two at a time at most
 
 StageRunner = Callable[[Recorder, int, RenderPool, dict[str, bytes]], None]
 
 def record(trace: dict, variant: Variant, device: str, progress: Progress, stages: StageRunner, analysis: bool = False,
-           base: int | None = None, timeline: HostTimeline | None = None, realize: int | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
+           base: int | None = None, timeline: HostTimeline | None = None, realize: int | None = None,
+           pool: RenderPool | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
   """Run the stages into `trace`, the other targets' renders beside them; then the rewrite blob and the bufferize decisions.
   base: where the rewrite log of a trace begins, if before this one (a program's realizes share their program's log: their blob is
   left to the program, b"" here). timeline: the program's, which this realize's stages join (realize: its index); without one the
-  trace records its own."""
+  trace records its own. pool: the renders' processes, started already (else started here, beside the schedule)."""
   trace["env"]["compiler"], trace["env"]["fallback"] = _safe(lambda: tg.compiler_name(device)), _safe(lambda: tg.fallback_reason(device))
   trace["env"]["device_name"] = _safe(lambda: tg.device_name(device))  # the hardware, for its roofline
   shared, base = base is not None, tg.tracking_mark() if base is None else base
-  try: warm = other_targets(variant, device)
-  except Exception: warm = {}  # the pipeline meets the device's error in its stage
-  pool = RenderPool(warm, max(1, min(2, len(variant.targets))))  # the renders' processes start now, beside the schedule
+  if pool is None:
+    try: warm = other_targets(variant, device)
+    except Exception: warm = {}  # the pipeline meets the device's error in its stage
+    pool = RenderPool(warm, render_processes(variant))  # the renders' processes start now, beside the schedule
   blobs: dict[str, bytes] = {}
   own = HostTimeline() if timeline is None else None
   rec = Recorder(trace, progress, analysis, timeline or own, realize)
