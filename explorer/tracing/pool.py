@@ -1,11 +1,12 @@
 """Warm worker processes for many short calls, under explorer.tracing.workers' Limits and error vocabulary: a spawn-context
-ProcessPoolExecutor whose processes enter their limits first (the data limit, a lower CPU priority, death with the parent) and
-whose results are capped. Two uses: `submit` (renders for other targets inside a trace worker, which the worker's own limits and
-process group already bound) and `call` (graph layout in the server: a wall-clock limit per call counted from when a process takes
-it, a bound on calls waiting for a process, WorkersBusy past it). A pool whose process died (killed, out of memory, a segfault) or
-hung past the time limit is replaced: the call that was running fails with a clear message, later calls run on fresh processes."""
+ProcessPoolExecutor (or a fork-context one, whose processes start where their creator stands: `fork`) whose processes enter their
+limits first (the data limit, a lower CPU priority, death with the parent) and whose results are capped. Two uses: `submit` (renders
+for other targets inside a trace worker, which the worker's own limits and process group already bound) and `call` (graph layout in
+the server: a wall-clock limit per call counted from when a process takes it, a bound on calls waiting for a process, WorkersBusy
+past it). A pool whose process died (killed, out of memory, a segfault) or hung past the time limit is replaced: the call that was
+running fails with a clear message, later calls run on fresh processes."""
 from __future__ import annotations
-import asyncio, concurrent.futures, multiprocessing, os, pickle, sys
+import asyncio, concurrent.futures, multiprocessing, os, pickle, sys, warnings
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 from explorer.tracing.workers import SPAWN, Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
@@ -15,6 +16,14 @@ FORK = multiprocessing.get_context("fork")
 def _init(parent_pid: int, limits: Limits, initializer: Callable[[], None] | None) -> None:
   enter_limits(limits, parent_pid)  # a parent that dies (a SIGKILLed server, a killed trace worker) takes its pool along
   if initializer is not None: initializer()
+
+def _fork_now(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+  """Fork a fork-context executor's processes now, from this process as it stands (its first call forks them all)."""
+  sys.stdout.flush(); sys.stderr.flush()  # else what is buffered would be written twice
+  with warnings.catch_warnings():
+    # Python 3.12 warns of a fork beside threads: a worker's are its lifeline's, which takes no lock the child could inherit held
+    warnings.simplefilter("ignore", DeprecationWarning)
+    pool.submit(int)
 
 def _capped(limits: Limits, fn: Callable[..., Any], *args: Any) -> Any:
   result = fn(*args)
@@ -46,12 +55,11 @@ class WorkerPool:
     if self._pool is not None and (getattr(self._pool, "_broken", False) or not all(p.is_alive() for p in self.processes())):
       self.kill()  # a process died while idle
     if self._pool is None:
-      if self._context is FORK:  # what is buffered would be written twice
-        sys.stdout.flush(); sys.stderr.flush()
-      self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=self._context, initializer=_init,
+      fork, self._context = self._context is FORK, SPAWN
+      self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=FORK if fork else SPAWN, initializer=_init,
                                                           initargs=(os.getpid(), self.limits, self.initializer),
                                                           max_tasks_per_child=self.max_tasks_per_child)
-      self._context = SPAWN
+      if fork: _fork_now(self._pool)
     return self._pool
 
   def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
