@@ -43,8 +43,9 @@ _cpu: dict[str, float] = {}
 
 def _cpu_now() -> float:
   import resource
+  from explorer.tracing.template import children_cpu_s  # workers forked from this process's templates, reaped by them
   own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-  return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+  return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + children_cpu_s()
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:

@@ -19,11 +19,14 @@ def stat_of(pid: int) -> list[str] | None:
   return stat[stat.rfind(")") + 2:].split()
 
 def worker_groups(parent: int) -> list[int]:
-  """Trace workers started by `parent`: its children that lead a process group of their own."""
-  out = []
-  for d in os.listdir("/proc"):
-    if d.isdigit() and (st := stat_of(int(d))) is not None and int(st[1]) == parent and int(st[2]) == int(d) and st[0] != "Z": out.append(int(d))
-  return out
+  """Workers started by `parent`: its descendants that lead a process group of their own (forked by its worker template, a child of
+  it, or started by it)."""
+  stats = {int(d): st for d in os.listdir("/proc") if d.isdigit() and (st := stat_of(int(d))) is not None}
+  def descends(pid: int) -> bool:
+    while pid in stats and pid > 1:
+      if (pid := int(stats[pid][1])) == parent: return True
+    return False
+  return [pid for pid, st in stats.items() if int(st[2]) == pid and st[0] != "Z" and descends(pid)]
 
 class Server:
   """`kernel-explorer serve` in a subprocess over one database; start() again after a kill is a restart."""

@@ -1,4 +1,5 @@
 """Workers that crash, hang, run out of memory or answer too much give a clear error; the next worker is fine."""
+import os, signal
 import pytest
 from explorer.spec import ConvSpec, Variant
 from explorer.tracing.workers import Limits, WorkerFailed, call_in_worker
@@ -66,3 +67,32 @@ def test_a_forked_pool_forks_once_and_spawns_a_replacement():
   finally:
     worker_faults.MARK = None
     pool.close()
+
+def test_workers_are_forked_from_a_template_per_environment_that_made_nothing():
+  """A worker is forked from its caller's template for its environment (explorer.tracing.template): tinygrad imported, no rewrite
+  tracked, no device opened; the same environment reuses the template, another gets its own. Arguments of megabytes go through."""
+  from explorer.tracing import template
+  a = call_in_worker("tests.worker_faults:lineage", {"blob": b"x" * (8 << 20)})[0]
+  b = call_in_worker("tests.worker_faults:lineage", {})[0]
+  c = call_in_worker("tests.worker_faults:lineage", {}, env={"KE_TEST_OTHER": "1"})[0]
+  assert a["ppid"] == b["ppid"] != c["ppid"] and os.getpid() not in (a["ppid"], c["ppid"]) and a["pid"] != b["pid"]
+  assert a["blob"] == 8 << 20 and a["tinygrad"] and a["tracked"] == 0 and a["opened"] == [], a
+  assert {t.proc.pid for t in template._templates.values()} >= {a["ppid"], c["ppid"]}
+
+def test_a_dead_template_fails_its_workers_in_one_line_and_the_next_call_gets_a_new_one():
+  first = call_in_worker("tests.worker_faults:lineage", {})[0]["ppid"]
+  import threading, time
+  def kill_soon() -> None:
+    time.sleep(1.0)
+    os.kill(first, signal.SIGKILL)
+  threading.Thread(target=kill_soon).start()
+  with pytest.raises(WorkerFailed, match="killed by SIGKILL"): call_in_worker("tests.worker_faults:hang", {}, timeout_s=30)
+  assert call_in_worker("tests.worker_faults:lineage", {})[0]["ppid"] not in (first, os.getpid())
+
+def test_a_templates_children_count_in_its_parents_cpu():
+  """A template reaps its children: their CPU reaches this process's getrusage only when it reaps the template; it reports each one's
+  (explorer.tracing.template.children_cpu_s), which tests/conftest.py counts per test."""
+  from explorer.tracing import template
+  before = template.children_cpu_s()
+  spent = call_in_worker("tests.worker_faults:spin", {"n": 3_000_000})[0][1]
+  assert template.children_cpu_s() - before >= spent > 0

@@ -37,3 +37,18 @@ def scratch(progress) -> None:
 
 MARK: str | None = None  # set by a test in its own process: a process forked from it sees it, a spawned one does not
 def mark() -> str | None: return MARK
+def spin(progress, n: int) -> tuple[float, float]:
+  import time
+  st, cpu = time.perf_counter(), time.process_time()
+  x = 0
+  for i in range(n): x += i * i
+  return time.perf_counter() - st, time.process_time() - cpu
+def lineage(progress, blob: bytes = b"") -> dict:
+  """Where a worker came from, and what it found made already: its parent, tinygrad imported or not, anything tracked or opened."""
+  import sys
+  got = {"ppid": os.getppid(), "pid": os.getpid(), "tinygrad": "tinygrad" in sys.modules, "blob": len(blob)}
+  if got["tinygrad"]:
+    from tinygrad.device import Device
+    from tinygrad.uop import ops
+    got.update(tracked=len(ops.tracked_keys), opened=sorted(Device._opened_devices))
+  return got

@@ -23,14 +23,15 @@ from multiprocessing.connection import Connection
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 from explorer.spec import PARTIAL, Progress
-from explorer.tracing import lifeline
+from explorer.tracing import lifeline, template
+from explorer.tracing.template import TemplateChild
 from explorer.tracing.devicelock import HeldLocks
 from explorer.tracing.lifeline import group_rss_mb
 
 DEFAULT_TIMEOUT_S = 600.0
 GATED_STAGE = "timing"  # its start waits for the device lock
 WATCH_S = lifeline.WATCH_S  # how often the parent reads the worker group's memory
-Live = dict[int, "WorkerProcess"]  # running workers by pid
+Live = dict[int, "Worker"]  # running workers by pid
 
 class SpawnWithoutMain(multiprocessing.context.SpawnProcess):
   """A spawned pool process that does not run the parent's __main__ again: spawn re-imports the main module in every child (so that
@@ -123,29 +124,48 @@ class WorkerProcess:
   @property
   def exitcode(self) -> int | None: return self.popen.poll()
 
+Worker = WorkerProcess | TemplateChild  # started afresh, or forked from a template
+
 def start_worker(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Limits,
-                 deadline: float) -> tuple[WorkerProcess, Connection, Connection]:
-  """A worker process running _child; returns it, the end its messages arrive on and the end its timing gate is opened with. The
-  worker shares this process's resource tracker where one runs (its render pools register their semaphores there), else it starts
+                 deadline: float) -> tuple[Worker, Connection, Connection]:
+  """A worker process running _child; returns it, the end its messages arrive on and the end its timing gate is opened with. It is
+  forked from this process's template for its environment (explorer.tracing.template: its imports paid once), else started afresh.
+  The worker shares this process's resource tracker where one runs (its render pools register their semaphores there), else it starts
   its own when it needs one."""
-  boot_r, boot_w = os.pipe()
   out_r, out_w = os.pipe()
   gate_r, gate_w = os.pipe()
   tracker = getattr(resource_tracker._resource_tracker, "_fd", None)
-  fds = (boot_r, out_w, gate_r, *((tracker,) if tracker is not None else ()))
   try:
-    popen = subprocess.Popen([sys.executable, *subprocess._args_from_interpreter_flags(), "-c", BOOT.format(fd=boot_r)],  # type: ignore[attr-defined]
-                             stdin=subprocess.DEVNULL, pass_fds=fds)
+    forked = _from_template(fn_path, kwargs, env, limits, deadline, out_w, gate_r, tracker) if template.supported() else None
+    proc: Worker = forked if forked is not None else _started(fn_path, kwargs, env, limits, deadline, out_w, gate_r, tracker)
   except BaseException:
-    for fd in (boot_w, out_r, gate_w): os.close(fd)
+    for fd in (out_r, gate_w): os.close(fd)
     raise
   finally:
-    for fd in (boot_r, out_w, gate_r): os.close(fd)
+    for fd in (out_w, gate_r): os.close(fd)
+  return proc, Connection(out_r, writable=False), Connection(gate_w, readable=False)
+
+def _from_template(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Limits, deadline: float, out: int, gate: int,
+                   tracker: int | None) -> TemplateChild | None:
+  try: return template.template_for(env).fork((fn_path, kwargs, env, limits, deadline), out, gate, tracker)
+  except OSError: return None  # the template could not start, or died: a fresh process instead
+
+def _started(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Limits, deadline: float, out: int, gate: int,
+             tracker: int | None) -> WorkerProcess:
+  boot_r, boot_w = os.pipe()
+  try:
+    popen = subprocess.Popen([sys.executable, *subprocess._args_from_interpreter_flags(), "-c", BOOT.format(fd=boot_r)],  # type: ignore[attr-defined]
+                             stdin=subprocess.DEVNULL, pass_fds=(boot_r, out, gate, *((tracker,) if tracker is not None else ())))
+  except BaseException:
+    os.close(boot_w)
+    raise
+  finally:
+    os.close(boot_r)
   with open(boot_w, "wb") as f:
     with suppress(BrokenPipeError):  # it died at once: its exit says why
       pickle.dump(sys.path, f)
-      pickle.dump((fn_path, kwargs, env, limits, out_w, gate_r, tracker, os.getpid(), deadline), f)
-  return WorkerProcess(popen), Connection(out_r, writable=False), Connection(gate_w, readable=False)
+      pickle.dump((fn_path, kwargs, env, limits, out, gate, tracker, os.getpid(), deadline), f)
+  return WorkerProcess(popen)
 
 def _boot(f: Any) -> None:
   fn_path, kwargs, env, limits, out, gate, tracker, parent_pid, deadline = pickle.load(f)  # our parent's own pickle, never a client's
@@ -286,12 +306,12 @@ def _death(code: int | None) -> str:
 
 LIVE: Live = {}  # this process's running workers by pid: stop_all() ends them at a signal or shutdown
 
-def kill_group(proc: WorkerProcess) -> None:
+def kill_group(proc: Worker) -> None:
   """SIGKILL the worker's group (a pid that leads a live group is never reused), and the worker if it had no time to make its group."""
   with suppress(OSError): os.killpg(proc.pid, signal.SIGKILL)
   if proc.is_alive(): proc.kill()
 
-def stop(procs: list[WorkerProcess]) -> None:
+def stop(procs: list[Worker]) -> None:
   """SIGKILL each worker's group, then reap each worker (a second at most each), so that none is left a zombie of a caller that is
   about to exit (its orphans go to init, which may be slow to reap them)."""
   for proc in procs: kill_group(proc)
