@@ -65,6 +65,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
       _cpu[key] = _cpu.get(key, 0.0) + spent
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+  from explorer.tracing.template import close_all
+  close_all()  # reaped here, not left for an exit that might skip them: their CPU is the run's
   if not _cpu: return
   import json
   CPU_DIR.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,8 @@ from contextlib import suppress
 from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
+# variables no import reads, which change from call to call: the worker's scratch directory (each child sets its own) and pytest's
+VOLATILE = frozenset({"TMPDIR", "PYTEST_CURRENT_TEST"})
 MAX_IDLE_TEMPLATES = 4  # per parent: an environment not asked for since is closed past this many
 BOOT = ("import os, pickle, sys; f = os.fdopen({fd}, 'rb'); sys.path[:] = pickle.load(f); "
         "from explorer.tracing.template import _serve; _serve(f)")
@@ -73,6 +75,7 @@ class Template:
     theirs.close()
     self._lock, self._replies = threading.Lock(), _Replies()
     self._children: dict[int, TemplateChild] = {}
+    self.children_cpu_s = 0.0  # of the children it reported: counted by children_cpu_s() until the template itself is reaped
     self._reader = threading.Thread(target=self._read, name="template-reader", daemon=True)
     self._reader.start()
 
@@ -107,6 +110,7 @@ class Template:
         kind, pid, exit = pickle.loads(msg)  # our own template's pickle, never a client's bytes
         if kind == "pid": self._replies.put(self._children.setdefault(pid, TemplateChild(pid)))
         elif (child := self._children.pop(pid, None)) is not None:
+          self.children_cpu_s += exit[1]
           _count(exit[1])
           child.exited(exit[0])
     except OSError: pass
@@ -121,6 +125,8 @@ class Template:
     with suppress(subprocess.TimeoutExpired): self.proc.wait(2)
     if self.proc.poll() is None: self.proc.kill()
     self.proc.wait()
+    self._reader.join(2)
+    _count(-self.children_cpu_s)  # reaped: its children's CPU is in this process's RUSAGE_CHILDREN now
 
 class _Replies:
   """The children the template reports forking, in order; None once it is gone (and for every later ask)."""
@@ -141,21 +147,21 @@ _templates: dict[tuple[tuple[str, str], ...], Template] = {}
 # the process does, whichever thread asked first
 _launcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="template-launcher")
 _templates_lock = threading.Lock()
-_reaped_cpu = [0.0]
+_reaped_cpu, _reaped_lock = [0.0], threading.Lock()
 
 def _count(cpu_s: float) -> None:
-  with _templates_lock: _reaped_cpu[0] += cpu_s
+  with _reaped_lock: _reaped_cpu[0] += cpu_s
 
 def children_cpu_s() -> float:
-  """CPU seconds of this process's templates' children that have ended: a process's getrusage(RUSAGE_CHILDREN) has them only once it
-  has reaped the template they ran under (at its exit; close_all)."""
+  """CPU seconds of this process's templates' children that have ended, while their template runs: a process's
+  getrusage(RUSAGE_CHILDREN) has them once it has reaped the template they ran under (at its exit, close_all), and then this does not."""
   return _reaped_cpu[0]
 
 def _forget_in_child() -> None:
   """A process forked from this one (a render pool's) does not share its templates: their sockets and threads are this one's."""
-  global _templates_lock, _launcher
+  global _templates_lock, _reaped_lock, _launcher
   _templates.clear()
-  _templates_lock, _reaped_cpu[0] = threading.Lock(), 0.0
+  _templates_lock, _reaped_lock, _reaped_cpu[0] = threading.Lock(), threading.Lock(), 0.0
   _launcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="template-launcher")
 os.register_at_fork(after_in_child=_forget_in_child)
 
@@ -166,16 +172,16 @@ def close_all() -> None:
   for t in templates: t.close()
 
 def template_for(env: dict[str, str]) -> Template:
-  """This process's template for a worker environment (os.environ with env over it, the worker's scratch directory aside)."""
-  full = {**os.environ, **env}
-  full.pop("TMPDIR", None)
+  """This process's template for a worker environment: os.environ with env over it, less what no import reads (VOLATILE)."""
+  full = {k: v for k, v in {**os.environ, **env}.items() if k not in VOLATILE}
   key = tuple(sorted(full.items()))
   with _templates_lock:
     if (t := _templates.get(key)) is not None and t.alive(): return t
-    if t is not None: t.close()
-    for k in [k for k, t in _templates.items() if not t.busy()][:max(0, len(_templates) - MAX_IDLE_TEMPLATES + 1)]: _templates.pop(k).close()
+    stale = [_templates.pop(key)] if t is not None else []
+    stale += [_templates.pop(k) for k in [k for k, t in _templates.items() if not t.busy()][:max(0, len(_templates) - MAX_IDLE_TEMPLATES + 1)]]
     _templates[key] = t = _launcher.submit(Template, full).result()
-    return t
+  for old in stale: old.close()
+  return t
 
 # ***** the template's side *****
 
