@@ -1,7 +1,8 @@
 """Work out of process, one way: every trace, render, diff measurement, export graph, device probe and graph layout runs in a
 worker process under one set of Limits (wall-clock time, memory, output size, CPU priority) and fails with one vocabulary
 (WorkerFailed and its kinds). Two shapes: call_in_worker starts a fresh process per call (a trace: tinygrad's caches and context
-variables cannot leak between variants, and tracking is switched on before tinygrad is imported), and explorer.tracing.pool
+variables cannot leak between variants, and tracking is switched on before tinygrad is imported), forked from a template that has
+imported tinygrad and made nothing with it (explorer.tracing.template) where the platform allows, and explorer.tracing.pool
 keeps warm processes for many short calls (renders inside a trace, graph layout in the server). Both enter their limits with
 enter_limits and die with their parent (explorer.tracing.lifeline).
 
@@ -107,8 +108,9 @@ def enter_limits(limits: Limits, parent_pid: int, deadline: float | None = None,
   if limits.memory_mb: resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_mb << 20, limits.memory_mb << 20))
   if limits.nice: os.nice(limits.nice)
 
-# ***** a worker process: `python -c BOOT`, not multiprocessing's spawn (which always starts a resource tracker process, 13 MiB, in
-# whatever starts a worker, and imports the parent's __main__ again); what it runs arrives pickled on a pipe, from its parent only *****
+# ***** a worker process: forked from a template (explorer.tracing.template), or `python -c BOOT`; not multiprocessing's spawn (which
+# always starts a resource tracker process, 13 MiB, in whatever starts a worker, and imports the parent's __main__ again); what it
+# runs arrives pickled on a pipe, from its parent only *****
 
 BOOT = "import os, pickle, sys; f = os.fdopen({fd}, 'rb'); sys.path[:] = pickle.load(f); from explorer.tracing.workers import _boot; _boot(f)"
 
@@ -218,7 +220,7 @@ def stop_own_resource_tracker() -> None:
 def call_in_worker(fn_path: str, kwargs: dict[str, Any], progress: Progress | None = None, timeout_s: float | None = None,
                    env: dict[str, str] | None = None, limits: Limits | None = None,
                    exclusive: str | None = None, live: Live | None = None) -> tuple[Any, list[tuple[str, str, str]]]:
-  """Call module:function(progress=..., **kwargs) in a fresh spawned process; progress is relayed to this process.
+  """Call module:function(progress=..., **kwargs) in a fresh worker process (start_worker); progress is relayed to this process.
   limits: default Limits.from_settings(); timeout_s overrides its time limit. exclusive: a device whose lock is held for the whole
   run (a measurement from start to end). Waiting for a device lock counts against the time limit. live: a dict that holds the
   worker process by pid while it runs (besides LIVE), for its owner to stop."""
