@@ -133,7 +133,8 @@ def test_without_nvdisasm_the_page_says_what_to_install(web_client, traced, monk
   from fastapi.testclient import TestClient
   db = tmp_path / "t.sqlite3"
   src = web_client.app.state.services.store
-  Store(db).put_trace("0000000000005a55", src.get_trace(traced), src.get_rewrites(traced))
+  # with the CUDA record's rewrite blob: its line map is computed here where this worker's store has not computed it yet
+  Store(db).put_trace("0000000000005a55", src.get_trace(traced), src.get_rewrites(traced), {"cuda": src.get_rewrites(traced, "cuda")})
   rec = Store(db).get_trace("0000000000005a55")["kernels"][0]["targets"]["cuda"]
   found = compilers.tool
   monkeypatch.setattr(compilers, "tool", lambda name: None if name == "nvdisasm" else found(name))

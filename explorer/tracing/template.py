@@ -199,7 +199,9 @@ def _serve(f: Any) -> None:
   os.set_blocking(wake_w, False)
   signal.set_wakeup_fd(wake_w)
   signal.signal(signal.SIGCHLD, lambda *_: None)
-  def send(kind: str, pid: int, status: int | None) -> None: sock.send(pickle.dumps((kind, pid, status)))
+  def send(kind: str, pid: int, status: Any) -> None:
+    try: sock.send(pickle.dumps((kind, pid, status)))
+    except OSError: os._exit(0)  # the parent is gone, or closed us: our children go with us
   while True:
     ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
     if wake_r in ready:
