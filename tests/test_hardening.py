@@ -357,7 +357,7 @@ ALLOWED = {("explorer/tracing/workers.py", "pickle.loads"),            # the res
            ("explorer/tracing/workers.py", "importlib.import_module"),  # the worker's target: a constant module path (checked below)
            # a worker forked from a template: the template's messages to its parent (pids, exit statuses), its own start and each
            # child's call, from its parent, on a socket pair and pipes only the two hold
-           ("explorer/tracing/template.py", "pickle.loads"), ("explorer/tracing/template.py", "pickle.load"),
+           ("explorer/tracing/template.py", "pickle.loads"), ("explorer/tracing/template_process.py", "pickle.load"),
            # `kernel-explorer trace --script`: the user's own script, in a worker, from the command line only (checked below)
            ("explorer/tracing/program.py", "compile"), ("explorer/tracing/program.py", "exec")}
 # where a trace and its rewrite blob may be stored: a finished trace job's worker result, a study's own workers' traces, and the Python

@@ -9,17 +9,15 @@ its parent, and its children with it. It reaps its children and reports each one
 it did not start as it would its own (`TemplateChild`: pid, is_alive, join, kill, exitcode; killed through a pidfd, never a reused
 pid)."""
 from __future__ import annotations
-import atexit, concurrent.futures, ctypes, os, pickle, select, signal, socket, subprocess, sys, threading
+import atexit, concurrent.futures, os, pickle, signal, socket, subprocess, sys, threading
 from contextlib import suppress
 from typing import Any
 
-PR_SET_CHILD_SUBREAPER = 36
 # variables no import reads, which change from call to call: the worker's scratch directory (each child sets its own) and pytest's
 VOLATILE = frozenset({"TMPDIR", "PYTEST_CURRENT_TEST"})
 MAX_IDLE_TEMPLATES = 4  # per parent: an environment not asked for since is closed past this many
 BOOT = ("import os, pickle, sys; f = os.fdopen({fd}, 'rb'); sys.path[:] = pickle.load(f); "
-        "from explorer.tracing.template import _serve; _serve(f)")
-_FDS = 4  # a child's fds, in order: its arguments' pipe, the pipe its messages go out on, the one its gate opens on, the resource tracker's (if any)
+        "from explorer.tracing.template_process import serve; serve(f)")  # the template's side: explorer.tracing.template_process
 
 def supported() -> bool:
   return hasattr(os, "fork") and hasattr(socket, "send_fds") and hasattr(os, "pidfd_open") and sys.platform == "linux"
@@ -182,57 +180,3 @@ def template_for(env: dict[str, str]) -> Template:
     _templates[key] = t = _launcher.submit(Template, full).result()
   for old in stale: old.close()
   return t
-
-# ***** the template's side *****
-
-def _serve(f: Any) -> None:
-  sock_fd, parent_pid = pickle.load(f)  # our parent's own pickle
-  f.close()
-  from explorer.tracing import lifeline
-  lifeline.die_with_parent(parent_pid)
-  lifeline.watch(parent_pid)
-  # what a killed worker leaves (its render processes, a compiler) comes to us, and is reaped, rather than to init as zombies
-  with suppress(OSError, AttributeError): ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
-  sock = socket.socket(fileno=sock_fd)
-  import explorer.tracing.trace, explorer.tracing.workers  # noqa: F401 - tinygrad, numpy and the tracing engine, as a trace worker imports them
-  wake_r, wake_w = os.pipe()
-  os.set_blocking(wake_w, False)
-  signal.set_wakeup_fd(wake_w)
-  signal.signal(signal.SIGCHLD, lambda *_: None)
-  def send(kind: str, pid: int, status: Any) -> None:
-    try: sock.send(pickle.dumps((kind, pid, status)))
-    except OSError: os._exit(0)  # the parent is gone, or closed us: our children go with us
-  while True:
-    ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
-    if wake_r in ready:
-      with suppress(BlockingIOError, InterruptedError): os.read(wake_r, 512)
-      _reap(send)
-    if sock.fileno() in ready:
-      try: msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, _FDS)
-      except OSError: os._exit(0)
-      if not msg: os._exit(0)  # the parent is gone, or closed us: our children go with us
-      pid = os.fork()  # our parent's request, on a socket pair only it holds
-      if pid == 0: _run_child(sock, wake_r, wake_w, fds[0], fds[1], fds[2], fds[3] if msg == b"fork+tracker" else None)
-      for fd in fds: os.close(fd)
-      send("pid", pid, None)
-
-def _reap(send: Any) -> None:
-  while True:
-    try: pid, status, usage = os.wait4(-1, os.WNOHANG)
-    except ChildProcessError: return
-    if pid == 0: return
-    send("exit", pid, (status, usage.ru_utime + usage.ru_stime))
-
-def _run_child(sock: socket.socket, wake_r: int, wake_w: int, boot: int, out: int, gate: int, tracker: int | None) -> None:
-  try:
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    sock.close()
-    os.close(wake_r); os.close(wake_w)
-    from multiprocessing import resource_tracker
-    from multiprocessing.connection import Connection
-    from explorer.tracing.workers import _child
-    if tracker is not None: resource_tracker._resource_tracker._fd = tracker  # type: ignore[attr-defined]
-    with os.fdopen(boot, "rb") as f: fn_path, kwargs, env, limits, deadline = pickle.load(f)  # our parent's own pickle
-    _child(fn_path, kwargs, env, limits, Connection(out, readable=False), Connection(gate, writable=False), os.getppid(), deadline)
-  finally: os._exit(1)
