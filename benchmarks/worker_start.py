@@ -26,13 +26,13 @@ def measured(work: Callable[[], object], n: int, forked: bool) -> tuple[float, f
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  ap.add_argument("--calls", type=int, default=6, help="calls of a worker that does nothing")
+  ap.add_argument("--calls", type=int, default=6, help="device probes (a worker that opens the CPU device and describes it)")
   ap.add_argument("--traces", type=int, default=3, help="traces of the small preset with two other targets")
   args = ap.parse_args()
   from explorer.spec import PRESETS, Variant
   from explorer.tracing.run import run_trace
   from explorer.tracing.workers import call_in_worker
-  cases = {"a worker that does nothing": (lambda: call_in_worker("tests.worker_faults:fine", {"n": 1}), args.calls),
+  cases = {"a CPU device probe": (lambda: call_in_worker("explorer.tracing.probe:describe", {"device": "CPU"}, env={"VIZ": "0"}), args.calls),
            "a small trace, cuda and metal rendered": (lambda: run_trace(PRESETS["small"], Variant(targets=("cuda", "metal"), time=False)),
                                                       args.traces)}
   for name, (work, n) in cases.items():
