@@ -69,6 +69,9 @@ class Settings(BaseSettings):
   max_streams: int = Field(64, ge=0, description="live progress streams (server-sent events) open at once, beside max_connections; past it a "
                            "page polls instead (0: no limit)")
   max_streams_per_client: int = Field(8, ge=0, description="live progress streams one client address may hold open at once (0: no limit)")
+  compile_cache: str = Field("", max_length=4096, description="directory where compile facts are kept, keyed by the kernel's source, "
+                             "target, arch and the compilers' identities, so a kernel compiled before is read back instead of compiled "
+                             "again (empty: $XDG_CACHE_HOME/kernel-explorer/compile; off: none)")
   graph_node_limit: int = Field(400, ge=0, description="graphs with more nodes are simplified before layout, and the page says so")
   dot_timeout_s: float = Field(20.0, ge=0, description="time limit for one graphviz layout, in seconds")
   graph_timeout_s: float = Field(180.0, ge=0, description="wall-clock limit for expanding one graph in a graph worker, in seconds (the "

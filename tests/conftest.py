@@ -6,7 +6,7 @@ import contextlib, os, pathlib, shutil, socket, subprocess, sys, tempfile, time
 from typing import Any, Callable, Iterator
 import httpx
 import pytest
-from support import RUN_DIR_VAR, app_over, seeded
+from support import COMPILE_CACHE_VAR, RUN_DIR_VAR, app_over, seeded, settings_free_env
 
 def _import_anyio_whole() -> None:
   """anyio (4.16) imports its parts on first use, from whichever thread uses them first (a TestClient's portal, a live server's), and
@@ -77,6 +77,9 @@ def pytest_configure(config: pytest.Config) -> None:
   if not hasattr(config, "workerinput") and RUN_DIR_VAR not in os.environ:
     os.environ[RUN_DIR_VAR] = tempfile.mkdtemp(prefix="ke-test-run-")
     config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(RUN_DIR_VAR), ignore_errors=True))
+    # the run's compile cache, shared by its processes and empty as it starts: each distinct kernel is compiled once per run, never
+    # read from an earlier run's (the run's CPU seconds stay what a fresh machine's are)
+    os.environ[COMPILE_CACHE_VAR] = os.path.join(os.environ[RUN_DIR_VAR], "compile-cache")
 
 def pytest_addoption(parser: pytest.Parser) -> None:
   parser.addoption("--check", action="store_true", help="the fast loop only (make check): tests/conftest.py's CHECK and the tests marked check")
@@ -191,7 +194,7 @@ def running_server(db: pathlib.Path, log_dir: pathlib.Path, log_name: str = "ser
   """uvicorn in a subprocess on a free loopback port over db (settings: explorer.settings's, as serve's flags give them; no background
   enrichment unless asked); yields the base URL, stops the server after (SIGTERM)."""
   port = free_port()
-  env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
+  env = settings_free_env()
   settings = {"background_workers": 0, **settings}  # as app_over: background enrichment only where a test asks for it
   code = f"from explorer.web.serving import serve; serve('127.0.0.1', {port}, {str(db)!r}, **{settings!r})"
   log = open(log_dir / log_name, "w+")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os, pathlib, subprocess, sys, time
 import httpx
 from conftest import REPO, free_port
+from support import settings_free_env
 
 def wait_for(what: str, check, timeout_s: float, every_s: float = 0.1):
   deadline = time.monotonic() + timeout_s
@@ -32,7 +33,7 @@ class Server:
   """`kernel-explorer serve` in a subprocess over one database; start() again after a kill is a restart."""
   def __init__(self, db: pathlib.Path, log: pathlib.Path, **env: str):
     self.db, self.log, self.port = db, log, free_port()
-    self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}, **env}
+    self.env = {**settings_free_env(), **env}
     self.proc: subprocess.Popen | None = None
 
   @property

@@ -93,6 +93,13 @@ RUN_DIR_VAR = "KE_TEST_RUN_DIR"  # set by tests/conftest.py before the xdist wor
 def run_dir() -> pathlib.Path:
   return pathlib.Path(os.environ[RUN_DIR_VAR])
 
+COMPILE_CACHE_VAR = "KERNEL_EXPLORER_COMPILE_CACHE"  # explorer.tracing.compile_cache.CACHE_VAR, named without importing the engine
+
+def settings_free_env() -> dict[str, str]:
+  """os.environ without the explorer's settings (a server or CLI under test gets only those its test gives it), the run's compile
+  cache kept (tests/conftest.py: else it would use, and fill, the user's own)."""
+  return {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_") or k == COMPILE_CACHE_VAR}
+
 @contextlib.contextmanager
 def _locked(path: pathlib.Path) -> Iterator[None]:
   path.parent.mkdir(parents=True, exist_ok=True)

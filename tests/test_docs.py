@@ -5,11 +5,12 @@ resolve and every page is in mkdocs.yml's nav. A block that cannot run here says
 `<!-- skip: the reason -->`, and is reported skipped with that reason; `<!-- continue -->` there joins a block to the one before it
 (one script). The training step's capture (once tests/test_readme.py) must also print what its comments say."""
 from __future__ import annotations
-import functools, os, pathlib, re, shlex, subprocess, sys
+import functools, pathlib, re, shlex, subprocess, sys
 from dataclasses import dataclass
 from typing import Callable
 import pytest
 from conftest import REPO
+from support import settings_free_env
 
 README = REPO / "README.md"
 PAGES = (README, *sorted((REPO / "docs").rglob("*.md")))
@@ -97,7 +98,7 @@ def test_python_block_runs(script: list[Block], tmp_path):
   if first.mark == "skip": pytest.skip(f"{first.where}: {first.reason}")
   code = "".join(b.code for b in script)
   (tmp_path / "script.py").write_text(code)
-  env = {**{k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}, "XDG_DATA_HOME": str(tmp_path / "data"),
+  env = {**settings_free_env(), "XDG_DATA_HOME": str(tmp_path / "data"),
          "KERNEL_EXPLORER_DB": str(tmp_path / "data" / "traces.sqlite3")}
   r = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S, env=env)
   assert r.returncode == 0, f"{first.where} failed (exit {r.returncode}):\n{r.stderr[-3000:]}"

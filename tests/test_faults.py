@@ -10,6 +10,7 @@ import pytest
 from explorer.schema import validate_trace
 from explorer.store import Store
 from conftest import REPO
+from support import settings_free_env
 from servers import Server, post, status, wait_for, worker_groups
 
 TINY = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"targets": [], "repeats": 2}}
@@ -118,6 +119,6 @@ def test_a_store_that_cannot_be_used_stops_serve_with_one_line(tmp_path, how):
   assert len(lines) == 1 and "cannot be used" in lines[0] and str(db) in lines[0] and "Traceback" not in out.stderr, out.stderr
 
 def serve_once(db: pathlib.Path, by_env: bool = False) -> subprocess.CompletedProcess:
-  env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")} | ({"KERNEL_EXPLORER_DB": str(db)} if by_env else {})
+  env = settings_free_env() | ({"KERNEL_EXPLORER_DB": str(db)} if by_env else {})
   return subprocess.run([sys.executable, "-m", "explorer.cli", "serve", "--port", "0", *([] if by_env else ["--db", str(db)])], cwd=REPO,
                         capture_output=True, text=True, timeout=60, env=env)

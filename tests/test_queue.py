@@ -6,13 +6,14 @@ from typing import Any, Iterator
 import httpx
 import pytest
 from conftest import REPO, free_port, needs_chromium, running_server
+from support import settings_free_env
 from explorer.spec import STAGES
 
 REDIS_SERVER = shutil.which("redis-server")
 NO_REDIS = "no redis-server on PATH (Debian: apt-get install redis-server; make test installs it)"
 pytestmark = [pytest.mark.queue, pytest.mark.skipif(REDIS_SERVER is None, reason=NO_REDIS)]
 TINY = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"algo": "direct"}}
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_")}
+ENV = settings_free_env()
 
 def tiny(cout: int = 2, **variant: Any) -> dict:
   return {"spec": {**TINY["spec"], "cout": cout}, "variant": {**TINY["variant"], **variant}}

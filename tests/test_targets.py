@@ -3,7 +3,7 @@ renderer configured the same way (built in a subprocess, independently of the ex
 tests/golden/plain_codegen.py), the opt setting reaches every
 target, BEAM falls back to heuristic opts with a note, and the CUDA compile facts equal ptxas -v on the same source and arch."""
 from __future__ import annotations
-import json, os, re, shutil, subprocess, sys, tempfile, time
+import json, os, pathlib, re, shutil, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
 import pytest
 from fastapi.testclient import TestClient
@@ -261,6 +261,50 @@ def test_a_compiler_that_hangs_or_crashes_is_one_kernels_result(tmp_path, monkey
   crashed = compilers.compile_target("cuda", "extern \"C\" __global__ void k() {}", "sm_90", 128)
   assert crashed["ok"] is False and crashed["message"]
   compilers.version.cache_clear()
+
+def test_compile_facts_are_kept_by_what_decides_them_and_read_back_only_as_facts(tmp_path, monkeypatch):
+  """The compile cache (explorer.tracing.compile_cache): a kernel compiled again by the same tools is read back (no compiler runs),
+  exactly the facts it had, SASS included; a kept file that does not read as facts is compiled again; a failure is never kept; another
+  build of a tool is another key; "off" keeps nothing."""
+  from explorer.tracing import compile_cache, compilers
+  monkeypatch.setenv(compile_cache.CACHE_VAR, str(cache := tmp_path / "cache"))
+  real_run = compilers._run
+  def ran(cmd, stdin=None):
+    calls.append(pathlib.Path(cmd[0]).name)
+    return real_run(cmd, stdin)
+  monkeypatch.setattr(compilers, "_run", ran)
+  sources = {"clang": "int twice(int x) { return 2 * x; }"}
+  if shutil.which("nvcc") and compilers.tool("nvdisasm"): sources["cuda"] = 'extern "C" __global__ void k(float* a) { a[threadIdx.x] *= 2.0f; }'
+  for target, src in sources.items():
+    calls: list[str] = []
+    fresh = compilers.compile_target(target, src, "sm_90", 32)
+    assert fresh["ok"] and calls and (target != "cuda" or fresh["sass"]["instructions"]), fresh
+    calls.clear()
+    assert compilers.compile_target(target, src, "sm_90", 32) == json.loads(json.dumps(fresh)) and calls == [], calls
+  assert len(list(cache.glob("*.json"))) == len(sources)
+  monkeypatch.setenv(compile_cache.CACHE_VAR, str(one := tmp_path / "one"))
+  fresh = compilers.compile_target("clang", sources["clang"], "sm_90", 32)
+  [kept] = one.glob("*.json")
+  for garbage in (b"\x80not json", b'{"ok": "yes", "compiler": 1}', b"[]", b'{"ok": true}'):
+    kept.write_bytes(garbage)
+    calls = []
+    assert compilers.compile_target("clang", sources["clang"], "sm_90", 32) == fresh and calls == ["clang"]  # compiled again
+    assert json.loads(kept.read_bytes()) == json.loads(json.dumps(fresh))  # and kept again
+  monkeypatch.setenv(compile_cache.CACHE_VAR, str(cache))
+  calls = []
+  bad = compilers.compile_target("clang", "int broken(", "sm_90", None)
+  assert bad["ok"] is False and calls and len(list(cache.glob("*.json"))) == len(sources)  # a failure is not kept
+  (tmp_path / "bin").mkdir()
+  (fake := tmp_path / "bin" / "clang").write_text(f"#!/bin/sh\nexec {shutil.which('clang')} \"$@\"\n")
+  fake.chmod(0o755)
+  monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+  calls = []
+  assert compilers.compile_target("clang", sources["clang"], "sm_90", 32)["ok"] and calls == ["clang"]  # another clang: compiled again
+  monkeypatch.setenv(compile_cache.CACHE_VAR, "off")
+  for _ in range(2):
+    calls = []
+    assert compilers.compile_target("clang", sources["clang"], "sm_90", 32)["ok"] and calls == ["clang"]  # off: nothing read back
+  assert len(list(cache.glob("*.json"))) == len(sources) + 1 and not list(cache.glob("*.tmp"))
 
 def test_a_trace_of_the_previous_schema_still_opens(tmp_path):
   """Schema 1 (sources per target only): its kernel page, table and API show the host record; other targets say why they cannot."""

@@ -12,9 +12,9 @@ Every result says which compiler ran, or which is missing and how to install it;
 call has a time limit) is a per-kernel result with its message, never a failed trace. CUDA facts also give the theoretical
 occupancy for the kernel's block size on its arch (NVIDIA's occupancy calculator rules, cuda_occupancy.h)."""
 from __future__ import annotations
-import functools, importlib.util, math, pathlib, re, shutil, subprocess, tempfile
+import functools, importlib.util, math, os, pathlib, re, shutil, subprocess, tempfile
 from typing import Any, Callable
-from explorer.tracing import sass
+from explorer.tracing import compile_cache, sass
 
 TIMEOUT_S = 60.0
 MAX_DISASM_LINES = 4000
@@ -173,9 +173,27 @@ NOT_HERE = {"metal": {"ok": None, "compiler": None, "message": "Metal compiles o
             "wgsl": {"ok": None, "compiler": None, "message": "no WGSL compiler here: a WebGPU implementation validates WGSL when it builds "
                                                                  "the pipeline"}}
 
+def _tools(target: str, nvrtc: bool) -> dict[str, Any]:
+  """What compiles `target` here, each tool by its identity (explorer.tracing.compile_cache): what decides its facts beside the source."""
+  ident = compile_cache.identity
+  if target in ("opencl", "clang", "llvm"): return {"clang": ident(shutil.which("clang"))}
+  if target not in ("cuda", "ptx"): return {}
+  disassemblers = {"cuobjdump": ident(tool("cuobjdump")), "nvdisasm": ident(tool("nvdisasm"))}
+  if target == "ptx": return {"ptxas": ident(tool("ptxas")), **disassemblers}
+  if not nvrtc: return {"nvcc": ident(shutil.which("nvcc")), **disassemblers}
+  return {"nvrtc": ident(os.environ.get("NVRTC_PATH") or nvrtc_library()), "include": os.environ.get("KERNEL_EXPLORER_CUDA_INCLUDE"),
+          **disassemblers}
+
 def compile_target(target: str, source: str, arch: str, block: int | None, ptx: str | None = None,
                    nvrtc: Callable[[str, str], Facts] | None = None) -> Facts:
-  """The compile facts of one kernel's source for `target` (ptx: the filled PTX for the ptx target). Never raises."""
+  """The compile facts of one kernel's source for `target` (ptx: the filled PTX for the ptx target), read from the compile cache where
+  the same source was compiled by the same tools before. Never raises."""
+  name = compile_cache.key(target=target, source=source, arch=arch, block=block, ptx=ptx, tools=_tools(target, nvrtc is not None))
+  if (kept := compile_cache.get(name)) is not None: return kept
+  compile_cache.put(name, facts := _compile(target, source, arch, block, ptx, nvrtc))
+  return facts
+
+def _compile(target: str, source: str, arch: str, block: int | None, ptx: str | None, nvrtc: Callable[[str, str], Facts] | None) -> Facts:
   try:
     if target == "cuda": return compile_cuda(source, arch, block, nvrtc)
     if target == "ptx": return compile_ptx(ptx if ptx is not None else source, arch, block)
