@@ -76,9 +76,9 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   """The kernel (its AST rebuilt from the trace's rewrite blob) with opts = the start's opts (the kernel's current ones on this target,
   none, or the heuristic's) then `opts`, on `target`. device: the trace's device when target is its own (then it can run), else None.
   Raises OptRefused (tinygrad's reason) for an opt that does not apply."""
-  if "VIZ" not in os.environ: os.environ["TRACK_MATCH_STATS"] = "2"  # the passes are recorded, as a trace records them
+  from explorer.tracing.renders import BEAM_NOTE, make_target_record, pass_record, tracking_passes
+  os.environ.update(tracking_passes(os.environ))  # the passes are recorded, as a trace's renders record them
   from explorer.tracing import compilers, tg
-  from explorer.tracing.renders import BEAM_NOTE, make_target_record, pass_record
   ast, _ = tg.without_beam(tg.RewriteBlob(blob).sink(sink))
   renderer = tg.host_renderer(device) if device is not None else tg.render_target(target, arch)
   original = [tg.parse_opt(o) for o in current]

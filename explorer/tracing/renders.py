@@ -10,17 +10,22 @@ gets heuristic opts, and its record says so."""
 from __future__ import annotations
 import contextlib, os, threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from explorer.tracing.pool import WorkerPool
 if TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of trace workers
   from explorer.schema import Pass, TargetRecord
 
+def tracking_passes(env: Mapping[str, str]) -> dict[str, str]:
+  """What a process that renders sets before tinygrad is imported: every rewrite recorded, passes included, whatever the user's
+  environment says, unless VIZ does (then tinygrad's own viewer decides)."""
+  return {} if "VIZ" in env else {"TRACK_MATCH_STATS": "2"}
+
 def _init() -> None:
-  if "VIZ" not in os.environ: os.environ["TRACK_MATCH_STATS"] = "2"  # every render records its passes, whatever the user's environment
+  os.environ.update(tracking_passes(os.environ))
   import explorer.tracing.tg  # noqa: F401 - pay tinygrad's import while the trace process schedules
 
 def _imported_as_a_render_would() -> bool:
-  return "VIZ" in os.environ or os.environ.get("TRACK_MATCH_STATS") == "2"
+  return all(os.environ.get(k) == v for k, v in tracking_passes(os.environ).items())
 
 def pass_record(p: Any) -> Pass:
   """A codegen pass as the trace records it: name, depth, matches, and where its graphs are in its rewrite blob (group, step, sink)."""

@@ -12,12 +12,12 @@ from __future__ import annotations
 import atexit, concurrent.futures, os, pickle, signal, socket, subprocess, sys, threading
 from contextlib import suppress
 from typing import Any
+from explorer.tracing.boot import boot_code, start_python
 
 # variables no import reads, which change from call to call: the worker's scratch directory (each child sets its own) and pytest's
 VOLATILE = frozenset({"TMPDIR", "PYTEST_CURRENT_TEST"})
 MAX_IDLE_TEMPLATES = 4  # per parent: an environment not asked for since is closed past this many
-BOOT = ("import os, pickle, sys; f = os.fdopen({fd}, 'rb'); sys.path[:] = pickle.load(f); "
-        "from explorer.tracing.template_process import serve; serve(f)")  # the template's side: explorer.tracing.template_process
+BOOT = boot_code("explorer.tracing.template_process", "serve")  # the template's side
 
 def supported() -> bool:
   return hasattr(os, "fork") and hasattr(socket, "send_fds") and hasattr(os, "pidfd_open") and sys.platform == "linux"
@@ -56,21 +56,11 @@ class TemplateChild:
 class Template:
   def __init__(self, env: dict[str, str]) -> None:
     self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    boot_r, boot_w = os.pipe()
-    try:
-      self.proc = subprocess.Popen([sys.executable, *subprocess._args_from_interpreter_flags(), "-c", BOOT.format(fd=boot_r)],  # type: ignore[attr-defined]
-                                   stdin=subprocess.DEVNULL, pass_fds=(boot_r, theirs.fileno()), env=env)
+    try: self.proc = start_python(BOOT, (theirs.fileno(), os.getpid()), (theirs.fileno(),), env)
     except BaseException:
-      for end in (self._sock, theirs): end.close()
-      os.close(boot_w)
+      self._sock.close()
       raise
-    finally:
-      os.close(boot_r)
-    with open(boot_w, "wb") as f:
-      with suppress(BrokenPipeError):
-        pickle.dump(sys.path, f)
-        pickle.dump((theirs.fileno(), os.getpid()), f)
-    theirs.close()
+    finally: theirs.close()
     self._lock, self._replies = threading.Lock(), _Replies()
     self._children: dict[int, TemplateChild] = {}
     self.children_cpu_s = 0.0  # of the children it reported: counted by children_cpu_s() until the template itself is reaped

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 from explorer.spec import PARTIAL, Progress
 from explorer.tracing import lifeline, template
+from explorer.tracing.boot import boot_code, start_python
 from explorer.tracing.template import TemplateChild
 from explorer.tracing.devicelock import HeldLocks
 from explorer.tracing.lifeline import group_rss_mb
@@ -112,7 +113,7 @@ def enter_limits(limits: Limits, parent_pid: int, deadline: float | None = None,
 # always starts a resource tracker process, 13 MiB, in whatever starts a worker, and imports the parent's __main__ again); what it
 # runs arrives pickled on a pipe, from its parent only *****
 
-BOOT = "import os, pickle, sys; f = os.fdopen({fd}, 'rb'); sys.path[:] = pickle.load(f); from explorer.tracing.workers import _boot; _boot(f)"
+BOOT = boot_code("explorer.tracing.workers", "_boot")
 
 class WorkerProcess:
   """A started worker, as its supervision sees it (multiprocessing.Process's names): pid, is_alive, join, kill, exitcode (negative:
@@ -154,20 +155,8 @@ def _from_template(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], li
 
 def _started(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Limits, deadline: float, out: int, gate: int,
              tracker: int | None) -> WorkerProcess:
-  boot_r, boot_w = os.pipe()
-  try:
-    popen = subprocess.Popen([sys.executable, *subprocess._args_from_interpreter_flags(), "-c", BOOT.format(fd=boot_r)],  # type: ignore[attr-defined]
-                             stdin=subprocess.DEVNULL, pass_fds=(boot_r, out, gate, *((tracker,) if tracker is not None else ())))
-  except BaseException:
-    os.close(boot_w)
-    raise
-  finally:
-    os.close(boot_r)
-  with open(boot_w, "wb") as f:
-    with suppress(BrokenPipeError):  # it died at once: its exit says why
-      pickle.dump(sys.path, f)
-      pickle.dump((fn_path, kwargs, env, limits, out, gate, tracker, os.getpid(), deadline), f)
-  return WorkerProcess(popen)
+  fds = (out, gate, *(() if tracker is None else (tracker,)))
+  return WorkerProcess(start_python(BOOT, (fn_path, kwargs, env, limits, out, gate, tracker, os.getpid(), deadline), fds))
 
 def _boot(f: Any) -> None:
   fn_path, kwargs, env, limits, out, gate, tracker, parent_pid, deadline = pickle.load(f)  # our parent's own pickle, never a client's
