@@ -235,8 +235,10 @@ GRAPH_TIMEOUT_MS = 120_000
 def launch_chromium(playwright):
   return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
+  """One Chromium per test process (about 1.6 CPU s a launch with its driver), shared by its modules: each test or module opens pages
+  of its own (browser.new_page: a context of its own, no cookie or storage shared)."""
   sync_api = pytest.importorskip("playwright.sync_api")
   with sync_api.sync_playwright() as p:
     b = launch_chromium(p)

@@ -3,12 +3,13 @@
 across two targets, the measurements as background jobs (cached), quick picks, and the page in a real browser."""
 from __future__ import annotations
 import os, re, socket, time
+from contextlib import closing
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from explorer.store import Store
 from explorer.web.services.diffs import CACHE_V, GRAPHS
-from conftest import ARTIFACTS, launch_chromium, needs_chromium, running_server, wait_done
+from conftest import ARTIFACTS, needs_chromium, running_server, wait_done
 from stored_traces import copy_trace, stored_pair
 from support import app_over
 
@@ -134,13 +135,10 @@ def server(pair, tmp_path_factory):
 
 @pytest.mark.browser
 @needs_chromium
-def test_diff_page_in_the_browser(pair, server):
+def test_diff_page_in_the_browser(pair, server, browser):
   _, _, staged, fused = pair
-  sync_api = pytest.importorskip("playwright.sync_api")
   ARTIFACTS.mkdir(exist_ok=True)
-  with sync_api.sync_playwright() as p:
-    browser = launch_chromium(p)
-    page = browser.new_page(viewport={"width": 1500, "height": 950})
+  with closing(browser.new_page(viewport={"width": 1500, "height": 950})) as page:
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -180,7 +178,6 @@ def test_diff_page_in_the_browser(pair, server):
     page.screenshot(path=str(ARTIFACTS / "diff_source_metal.png"))
     page.locator("#graph-diff-2").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "diff_graphs.png"))
-    browser.close()
   assert not errors, errors
   for url in ("/traces", f"/t/{staged}/export.html", f"/api/diff/{staged}/{fused}", f"/diff/pick/{staged}"):
     assert httpx.get(server + url, timeout=120).status_code == 200, url

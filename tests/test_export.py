@@ -2,11 +2,12 @@
 with no server running and no network request; from the web app and from `kernel-explorer export`."""
 from __future__ import annotations
 import json, re, time
+from contextlib import closing
 import pytest
 from fastapi.testclient import TestClient
 from explorer.cli import main
 from explorer.store import Store
-from conftest import ARTIFACTS, launch_chromium, needs_chromium
+from conftest import ARTIFACTS, needs_chromium
 from stored_traces import copy_trace, stored_pair
 from support import app_over
 
@@ -74,12 +75,9 @@ def test_cli_export_html_json_and_from_a_file(exported, tmp_path, capsys):
 
 @pytest.mark.browser
 @needs_chromium
-def test_the_html_file_opens_offline_in_a_browser(exported):
-  sync_api = pytest.importorskip("playwright.sync_api")
+def test_the_html_file_opens_offline_in_a_browser(exported, browser):
   ARTIFACTS.mkdir(exist_ok=True)
-  with sync_api.sync_playwright() as p:
-    browser = launch_chromium(p)
-    page = browser.new_page(viewport={"width": 1500, "height": 950})
+  with closing(browser.new_page(viewport={"width": 1500, "height": 950})) as page:
     requests, errors = [], []
     def only_files(route) -> None:  # anything that is not the file itself fails, and is counted
       if route.request.url.startswith("file://"): return route.continue_()
@@ -103,7 +101,6 @@ def test_the_html_file_opens_offline_in_a_browser(exported):
     assert section.locator(".export-graph svg g.node").count() > 10
     page.screenshot(path=str(ARTIFACTS / "export_offline_kernel.png"))
     assert page.locator("#annotations").inner_text().count("MHAT stays a buffer") == 1
-    browser.close()
   assert requests == [] and errors == [], (requests, errors)
 
 def ready(client, url: str, timeout_s: float = 300) -> dict:
@@ -158,18 +155,14 @@ def test_the_untimed_or_unprobed_export_says_it_has_no_roofline(exported):
 
 @pytest.mark.browser
 @needs_chromium
-def test_the_bufferize_tables_are_not_cut_at_1440(exported):
+def test_the_bufferize_tables_are_not_cut_at_1440(exported, browser):
   """At 1440x900 the STAGE and buffer tables fit the page's width, or scroll: nothing is clipped by a panel."""
-  sync_api = pytest.importorskip("playwright.sync_api")
-  with sync_api.sync_playwright() as p:
-    browser = launch_chromium(p)
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
+  with closing(browser.new_page(viewport={"width": 1440, "height": 900})) as page:
     page.goto(exported["path"].as_uri())
     got = page.evaluate("""() => ['#stage-table', '#buffer-table'].map(sel => { const t = document.querySelector(sel);
       let box = t.parentElement; while (box && getComputedStyle(box).overflowX === 'visible') box = box.parentElement;
       return {sel, width: t.getBoundingClientRect().width, room: box.clientWidth,
               scrolls: ['auto', 'scroll'].includes(getComputedStyle(box).overflowX)}; })""")
     page.locator("#bufferize").screenshot(path=str(ARTIFACTS / "export_bufferize.png"))
-    browser.close()
   assert all(g["width"] <= g["room"] + 1 for g in got if g["sel"] == "#stage-table"), got  # at this width it fits whole
   assert all(g["width"] <= g["room"] + 1 or g["scrolls"] for g in got), got
