@@ -218,12 +218,32 @@ def test_a_thousand_kernel_program_answers_in_bounded_pages(cnn, db, alone):
     assert graph["total_nodes"] < 200 and any("collapsed into" in n for n in graph["notes"])  # collapsed by realize and model line
     page = client.get("/t/big0program00000").text
     assert page.count('<tr data-phase=') == 200 and "offset=1000" in page  # paged: 200 rows, the rest a link away
+    traces = client.app.state.services.traces  # the whole program's summary and table total: once per parse, not once per view
+    derived = traces.derivations
+    for url in ("/t/big0program00000?offset=200", f"/t/big0program00000?q={site}", "/t/big0program00000"):
+      assert client.get(url).status_code == 200
+    assert traces.derivations == derived
     steps = client.get("/api/traces/big0program00000/tour").json()["steps"]  # the tour tells the program, then its heaviest kernels
     assert any(s["id"] == "program" for s in steps) and len({s["id"].split("-")[0] for s in steps if s["id"].startswith("k")}) == 8
     st = time.perf_counter()  # its first view computed those 8 kernels' analyses (in a worker, as any trace's tour does); then:
     assert client.get("/t/big0program00000/tour", headers={"accept": "text/html"}).status_code == 200 and time.perf_counter() - st < 1.0
     diff = client.get("/diff/big0program00000/big0program00000").text  # every group listed, the sources of a page of them
     assert diff.count('class="panel flush diff-group"') == 40 and 'offset=40"' in diff
+
+def test_a_long_programs_timeline_draws_runs_of_kernels():
+  """Past MAX_MARKS kernels the timeline draws a mark per run of consecutive kernels: every kernel in exactly one run, in order, each
+  run's seconds its kernels' sum (None where one is unknown), its phase the one most of its kernels are in."""
+  from explorer.analysis import program
+  rows = [{"index": i, "name": f"k{i}", "realize": i // 700, "phase": "backward" if i % 3 else "forward", "seconds": 1e-6 * (i % 7 + 1),
+           "estimated": i % 5 == 0, "start": 0.0} for i in range(2500)]
+  tl = {"kernels": rows, "total_s": sum(r["seconds"] for r in rows)}
+  marks = program.marks(tl, at_most=1000)
+  assert len(marks) <= 1000 and marks[0]["index"] == 0 and marks[-1]["last"] == 2499
+  assert all(b["index"] == a["last"] + 1 for a, b in zip(marks, marks[1:]))  # consecutive, none skipped, none twice
+  assert sum(m["seconds"] for m in marks) == pytest.approx(tl["total_s"]) and {m["phase"] for m in marks[:-1]} == {"backward"}  # 2 of 3
+  assert [m["name"] for m in program.marks(tl, at_most=2500)] == [r["name"] for r in rows]  # a mark per kernel where they fit
+  rows[5]["seconds"] = None
+  assert program.marks(tl, at_most=1000)[1]["seconds"] is None  # a run with a kernel of unknown time has no time
 
 # ***** bounded work: a 1,000-kernel program under a flood of first views, from a real server *****
 

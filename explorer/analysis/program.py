@@ -55,6 +55,32 @@ def timeline(trace: TraceRecord, peaks: Peaks | None) -> dict[str, Any]:
     at += s or 0.0
   return {"kernels": rows, "total_s": at, "estimated": any(r["estimated"] for r in rows), "known": all(r["seconds"] is not None for r in rows)}
 
+MAX_MARKS = 1000  # a timeline draws at most this many marks: past it, each mark is a run of consecutive kernels
+
+def marks(tl: dict[str, Any], at_most: int = MAX_MARKS) -> list[dict[str, Any]]:
+  """The timeline's marks as the page draws them: a mark per kernel, or, for a program of more kernels than `at_most`, a mark per run of
+  consecutive kernels (as many kernels each as it takes to stay under `at_most` marks), spanning their seconds, in the phase most of
+  them are in and the realize of the first: the drawing stays a few hundred KB whatever the program's length."""
+  rows = tl["kernels"]
+  per = -(-len(rows) // at_most) if len(rows) > at_most else 1
+  out = []
+  for i in range(0, len(rows), per):
+    run = rows[i:i + per]
+    phases = [r["phase"] for r in run]
+    secs = [r["seconds"] for r in run]
+    out.append({"index": run[0]["index"], "last": run[-1]["index"], "name": run[0]["name"] if per == 1 else f"{len(run)} kernels",
+                "realize": run[0]["realize"], "phase": max(PHASES, key=phases.count), "estimated": any(r["estimated"] for r in run),
+                "seconds": None if any(x is None for x in secs) else sum(secs), "start": run[0]["start"]})
+  return out
+
+def summary(trace: TraceRecord, peaks: Peaks | None) -> dict[str, Any]:
+  """What a program's overview shows of the whole program, whatever page of its kernel table or search it is on: the timeline (with its
+  marks), kernels by model line, the top kernels, memory over the program and each kernel's phase. Computed once per stored trace by
+  its reader (explorer.web.services.registry.TraceCache.derived), not per request."""
+  tl = timeline(trace, peaks)
+  return {"timeline": {**tl, "marks": marks(tl)}, "by_line": by_line(trace, peaks), "top": top(trace, 10, peaks), "memory": memory(trace),
+          "phases": {k["index"]: phase(k) for k in trace["kernels"]}}
+
 def by_line(trace: TraceRecord, peaks: Peaks | None = None) -> list[dict[str, Any]]:
   """Kernels grouped by the user's line their own provenance names, in source order; kernels with none of their own under "(no
   line)". A kernel made from two lines is listed under each, but its seconds count as `shared_s` there, not `seconds`: the lines'

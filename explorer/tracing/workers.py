@@ -159,7 +159,8 @@ def _started(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: 
   return WorkerProcess(start_python(BOOT, (fn_path, kwargs, env, limits, out, gate, tracker, os.getpid(), deadline), fds))
 
 def _boot(f: Any) -> None:
-  fn_path, kwargs, env, limits, out, gate, tracker, parent_pid, deadline = pickle.load(f)  # our parent's own pickle, never a client's
+  try: fn_path, kwargs, env, limits, out, gate, tracker, parent_pid, deadline = pickle.load(f)  # our parent's own pickle, never a client's
+  except EOFError: os._exit(1)  # the parent ended as it started this worker, before it sent the call: nothing to run, nothing to say
   f.close()
   if tracker is not None: resource_tracker._resource_tracker._fd = tracker  # type: ignore[attr-defined]
   _child(fn_path, kwargs, env, limits, Connection(out, readable=False), Connection(gate, writable=False), parent_pid, deadline)

@@ -12,6 +12,7 @@ from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
 from explorer.web.routes.common import page, so_far, trace_page
+from explorer.web.services.registry import TraceCache
 from explorer.web.services.traces import STAGE_TITLES
 from explorer.web.urls import diff_url, trace_url
 
@@ -114,14 +115,22 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   available = list(dict.fromkeys(t for k in kernels for t in target_records(k)))
   host = host_target(kernels[0]) if kernels else None
   target = target if target in available else host
-  program = None
-  if trace is not None and trace.get("realizes"): program = await templates_of(request).off_loop(program_view, trace, q, realize, offset)
+  program, total = None, None
+  if trace is not None:
+    if trace.get("realizes"): program = await templates_of(request).off_loop(program_view, svc.traces, trace_id, trace, q, realize, offset)
+    total = await asyncio.to_thread(svc.traces.derived, trace_id, trace, ("table total", target), lambda t: table_total(t, target))
   shown = program["page"] if program is not None else kernels
   rows: list[tuple[KernelRecord, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
-  views: list[Any] = [target_records(k).get(target or "", {}) for k in kernels]
   compared = await asyncio.to_thread(compared_in, svc.store, trace_id)
   return await trace_page(request, svc, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES, table_target=target, table_targets=available,
-                          rows=rows, views=views, host_target=host, program=program, q=q, compared_in=compared)
+                          rows=rows, total=total, host_target=host, program=program, q=q, compared_in=compared)
+
+def table_total(trace: TraceRecord, target: str | None) -> dict[str, int]:
+  """The kernel table's footer: linear UOps, FLOPs and bytes of every kernel, on the table's target where the first kernel has a record
+  there (else the kernels' own figures)."""
+  views: list[Any] = [target_records(k).get(target or "", {}) for k in trace["kernels"]]
+  rows: list[Any] = views if views and views[0] else trace["kernels"]
+  return {f: sum(r[f] for r in rows) for f in ("linear_uops", "flops", "bytes")}
 
 def compared_in(store: Store, trace_id: str) -> list[dict[str, str]]:
   """The stored diffs that timed this trace interleaved with another: a link to each, in words from this trace's side ("as A: B is
@@ -148,14 +157,14 @@ async def program_source(request: Request, trace_id: str, svc: ServicesDep) -> H
 
 PAGE = 200  # kernel rows per page of a program's kernel table
 
-def program_view(trace: TraceRecord, q: str, realize: int | None, offset: int) -> dict[str, Any]:
-  """What a program's overview shows beside its kernel table, and the page of kernels the search and paging pick."""
+def program_view(traces: TraceCache, trace_id: str, trace: TraceRecord, q: str, realize: int | None, offset: int) -> dict[str, Any]:
+  """What a program's overview shows beside its kernel table (the whole program's summary: computed once per parsed trace and roofs,
+  not per request), and the page of kernels the search and paging pick."""
   from explorer.analysis import program
   from explorer.analysis.roofline import peaks_of_trace
   peaks = peaks_of_trace(trace)
+  whole = traces.derived(trace_id, trace, ("program", json.dumps(peaks, sort_keys=True, default=str)), lambda t: program.summary(t, peaks))
   found = program.search(trace["kernels"], q)
   if realize is not None: found = [k for k in found if k.get("realize", 0) == realize]
-  return {"peaks": peaks, "found": len(found), "offset": offset, "page": found[offset:offset + PAGE], "page_size": PAGE, "realize": realize,
-          "found_totals": program.totals(found, peaks) if q or realize is not None else None,
-          "timeline": program.timeline(trace, peaks), "by_line": program.by_line(trace, peaks), "top": program.top(trace, 10, peaks),
-          "memory": program.memory(trace), "phases": {k["index"]: program.phase(k) for k in trace["kernels"]}}
+  return {**whole, "peaks": peaks, "found": len(found), "offset": offset, "page": found[offset:offset + PAGE], "page_size": PAGE,
+          "realize": realize, "found_totals": program.totals(found, peaks) if q or realize is not None else None}

@@ -3,7 +3,7 @@ dependency (explorer.web.http.deps.ServicesDep)."""
 from __future__ import annotations
 import collections, threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, TypeVar, cast
 from explorer.schema import TraceRecord
 from explorer.settings import Settings
 from explorer.store import Store
@@ -16,6 +16,9 @@ if TYPE_CHECKING:
   from explorer.web.services.studies import StudyService
   from explorer.web.services.traces import JobManager
 
+T = TypeVar("T")
+_MISSING = object()
+
 class TraceCache:
   """Parsed traces by id, the most recent few, one parse per trace: readers of a trace that is not parsed yet wait for one parse and
   share it (ten cold overviews of a big program parse it once); an entry serves while the store's version of its trace (the row and the
@@ -27,6 +30,27 @@ class TraceCache:
     self._lock = threading.Lock()
     self._parsing: dict[str, threading.Lock] = {}
     self.parses = 0  # traces parsed from the store (tests count them)
+    self._derived: dict[tuple[str, Hashable], tuple[TraceRecord, Any]] = {}  # (id, what) -> (the trace it was computed from, value)
+    self._deriving: dict[tuple[str, Hashable], threading.Lock] = {}
+    self.derivations = 0  # values computed by derived() (tests count them)
+
+  def derived(self, trace_id: str, trace: TraceRecord, what: Hashable, compute: Callable[[TraceRecord], T]) -> T:
+    """compute(trace), once per parsed trace: what a page shows of a whole trace (a program's timeline, its kernels by line) is computed
+    by the first reader of that parse, readers meanwhile wait for it, and later ones read it, until the trace changes (a new parse, or
+    an enrichment merged: a new trace object). Kept for the traces this cache keeps."""
+    key = (trace_id, what)
+    def kept() -> Any:
+      with self._lock: got = self._derived.get(key)
+      return got[1] if got is not None and got[0] is trace else _MISSING
+    if (value := kept()) is not _MISSING: return cast(T, value)
+    with self._lock: deriving = self._deriving.setdefault(key, threading.Lock())
+    with deriving:
+      if (value := kept()) is not _MISSING: return cast(T, value)
+      value = compute(trace)
+      with self._lock:
+        self.derivations += 1
+        if (got := self._items.get(trace_id)) is not None and got[1] is trace: self._derived[key] = (trace, value)  # still the kept parse
+    return value
 
   def _cached(self, trace_id: str, version: Any) -> TraceRecord | None:
     with self._lock:
@@ -46,19 +70,27 @@ class TraceCache:
       self.parses += 1
       with self._lock:
         self._items[trace_id] = (version, trace)
-        while len(self._items) > self.size: self._items.popitem(last=False)
+        self._drop_derived(trace_id)
+        while len(self._items) > self.size: self._drop_derived(self._items.popitem(last=False)[0])
     return trace
+
+  def _drop_derived(self, trace_id: str) -> None:
+    """What was derived from the trace's previous parse (called with the lock held): the old parse is not kept alive for it."""
+    for k in [k for k in self._derived if k[0] == trace_id]: del self._derived[k]
 
   def update(self, trace_id: str, merge: Callable[[TraceRecord], TraceRecord]) -> None:
     """Something was stored into a trace (after the store wrote it): merge(trace) is the cached trace with it, at the store's version."""
     version = self.store.trace_version(trace_id)
     with self._lock:
       if (got := self._items.get(trace_id)) is None: return
+      self._drop_derived(trace_id)
       if version is None: del self._items[trace_id]
       else: self._items[trace_id] = (version, merge(got[1]))
 
   def forget(self, trace_id: str) -> None:
-    with self._lock: self._items.pop(trace_id, None)
+    with self._lock:
+      self._items.pop(trace_id, None)
+      self._drop_derived(trace_id)
 
 @dataclass
 class Services:
