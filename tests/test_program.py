@@ -245,6 +245,17 @@ def test_a_long_programs_timeline_draws_runs_of_kernels():
   rows[5]["seconds"] = None
   assert program.marks(tl, at_most=1000)[1]["seconds"] is None  # a run with a kernel of unknown time has no time
 
+def test_a_long_schedules_memory_draws_runs_of_steps_keeping_the_peak():
+  """Past as many steps as the drawing has pixels, a bar per run of consecutive steps, as tall as the most bytes alive in it."""
+  from explorer.present.render import memory_bars
+  steps = [{"index": i, "name": f"k{i}", "live_bytes": (i * 7919) % 10007} for i in range(5000)]
+  bars = memory_bars(steps, 1600)
+  assert len(bars) <= 1600 and bars[0]["first"] == 0 and bars[-1]["last"] == 4999
+  assert all(b["first"] == a["last"] + 1 for a, b in zip(bars, bars[1:]))
+  assert max(b["live_bytes"] for b in bars) == max(s["live_bytes"] for s in steps)  # the peak is drawn
+  assert all(b["live_bytes"] == max(s["live_bytes"] for s in steps[b["first"]:b["last"] + 1]) for b in bars)
+  assert [b["name"] for b in memory_bars(steps[:1600], 1600)] == [s["name"] for s in steps[:1600]]  # a bar per step where they fit
+
 # ***** bounded work: a 1,000-kernel program under a flood of first views, from a real server *****
 
 def server_pid(base: str) -> int:

@@ -121,6 +121,18 @@ def largest_buffers(buffers: list[dict[str, Any]], limit: int) -> list[dict[str,
   keep = {id(b) for b in sorted(buffers, key=lambda b: -b["nbytes"])[:limit]}
   return [b for b in buffers if id(b) in keep]
 
+def memory_bars(steps: list[dict[str, Any]], at_most: int) -> list[dict[str, Any]]:
+  """A memory timeline's bars, as many as a drawing of `at_most` pixels shows: a bar per step, or past that a bar per run of consecutive
+  steps with the most bytes alive in it (the peak stays drawn), each {first, last, name, live_bytes} (first, last: step positions)."""
+  per = -(-len(steps) // at_most) if len(steps) > at_most else 1
+  out = []
+  for i in range(0, len(steps), per):
+    run = steps[i:i + per]
+    top = max(run, key=lambda s: s["live_bytes"])
+    name = top["name"] if per == 1 else f"steps {run[0]['index']}–{run[-1]['index']}"
+    out.append({"first": i, "last": i + len(run) - 1, "index": top["index"], "name": name, "live_bytes": top["live_bytes"]})
+  return out
+
 def compile_summary(trace: TraceRecord) -> str:
   """The trace's compile time as the kernel page says it: "cached" where tinygrad's disk cache had every binary (no compiler ran),
   else the time of the compiles that ran and how many kernels were cached."""
@@ -179,6 +191,7 @@ def environment() -> jinja2.Environment:
   env.globals["noisy"] = noisy
   env.globals["grouped_stages"] = grouped_stages
   env.globals["largest_buffers"] = largest_buffers
+  env.globals["memory_bars"] = memory_bars
   env.globals.update(compile_summary=compile_summary, rendered_targets=rendered_targets)
   env.globals.update(clock_badge=clock_badge, clock_how=how, ratio_words=ratio_words, clock_methods=METHODS, clock_methods_json=clock_methods_json)
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=target_label,

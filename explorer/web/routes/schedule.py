@@ -1,6 +1,7 @@
 """What the scheduler did: the tensor graph it was handed, its rangeify passes, and the bufferize decisions (STAGEs created, fused and
 kept; buffers; the kernel graph), each page beside its JSON."""
 from __future__ import annotations
+import asyncio
 from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
@@ -37,8 +38,9 @@ BUFFER_PAGE = 200  # rows of the buffer table per page
 async def bufferize(request: Request, trace_id: str, svc: ServicesDep, offset: int = Query(0, ge=0, le=2**31)) -> HTMLResponse:
   """The kernel graph, the STAGE decisions, memory over the schedule and the buffers (paged: ?offset=, BUFFER_PAGE rows)."""
   trace = await deps.stored_trace(svc, trace_id)
+  over = None if trace is None else await asyncio.to_thread(svc.traces.derived, trace_id, trace, "memory", memory.timeline)
   return await trace_page(request, svc, trace_id, "bufferize.html", "bufferize", api=f"{trace_api_url(trace_id)}/bufferize",
-                          memory=memory.timeline(trace) if trace else None, offset=offset, per_page=BUFFER_PAGE)
+                          memory=over, offset=offset, per_page=BUFFER_PAGE)
 
 @api.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
          responses=documented(NOT_FOUND))
