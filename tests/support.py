@@ -2,8 +2,9 @@
 walked whole (FastAPI includes routers lazily, so app.routes alone lists them as _IncludedRouter wrappers, not as routes), each GET's
 path filled with real arguments; and the traces a test run makes once for all its processes."""
 from __future__ import annotations
-import contextlib, copy, fcntl, json, os, pathlib, re
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+import asyncio, contextlib, copy, fcntl, json, os, pathlib, re
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator, TypeVar
 if TYPE_CHECKING: from explorer.settings import Settings
 
 def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, study_runner: Any = None, graph_workers: int = 1,
@@ -94,6 +95,13 @@ def run_dir() -> pathlib.Path:
   return pathlib.Path(os.environ[RUN_DIR_VAR])
 
 COMPILE_CACHE_VAR = "KERNEL_EXPLORER_COMPILE_CACHE"  # explorer.tracing.compile_cache.CACHE_VAR, named without importing the engine
+
+T = TypeVar("T")
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+  """asyncio.run(coro) on a thread of its own: a test process's main thread may hold the session's browser (tests/conftest.py), whose
+  Playwright sync API leaves its event loop marked running there, and asyncio.run refuses to start under it."""
+  with ThreadPoolExecutor(1) as pool: return pool.submit(asyncio.run, coro).result()
 
 def settings_free_env() -> dict[str, str]:
   """os.environ without the explorer's settings (a server or CLI under test gets only those its test gives it), the run's compile

@@ -12,7 +12,7 @@ from explorer.settings import Settings
 from explorer.store import Store
 from conftest import REPO, wait_done
 from servers import Server, post, status, wait_for, worker_groups
-from support import app_over, fake_result, minimal_trace
+from support import app_over, fake_result, minimal_trace, run_async
 
 # a trace that runs for a minute: a thousand timed repeats of the medium direct conv (killed long before)
 SLOW = {"preset": "medium", "variant": {"algo": "direct", "targets": ["cuda"], "warmup": 0, "repeats": 1000}}
@@ -235,8 +235,8 @@ def test_one_admission_rule():
     gates["b"].set()
     while tasks.active(): await asyncio.sleep(0.05)
     return ran
-  assert sorted(asyncio.run(scenario(reserve=True)), key=str) == ["a", "a", "a", "b"]
-  assert sorted(asyncio.run(scenario(reserve=False)), key=str) == ["a", "a", "a", "b"]
+  assert sorted(run_async(scenario(reserve=True)), key=str) == ["a", "a", "a", "b"]
+  assert sorted(run_async(scenario(reserve=False)), key=str) == ["a", "a", "a", "b"]
 
 def test_one_journal_for_every_kind_of_task(tmp_path):
   """Every kind of background work is kept the same way: a row written when accepted, as it starts and as it ends; the one restart
@@ -257,7 +257,7 @@ def test_one_journal_for_every_kind_of_task(tmp_path):
     running.status = "running"
     journal.interrupt([done, running])
     return running
-  running = asyncio.run(lifecycle())
+  running = run_async(lifecycle())
   journal.close()
   assert running.status == "interrupted" and store.get_task("enrichment", running.id)["status"] == "interrupted"
   assert {k: v for k, v in store.get_task("enrichment", "left", with_result=True).items() if k in ("status", "result")} == \

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pathlib, re, statistics, time
 import pytest
 from explorer.present.render import fmt_flops
-from support import app_over, scaled
+from support import app_over, run_async, scaled
 from test_capture import run_json
 
 PROGRAMS = pathlib.Path(__file__).resolve().parent / "capture_programs.py"
@@ -342,7 +342,7 @@ def test_one_parse_per_trace(cnn, db, tmp_path, alone):
         await asyncio.sleep(0.2)
       assert r.status_code == 200, r.text
       return [r.status_code]
-  asyncio.run(views())
+  run_async(views())
   assert traces.parses == 1, f"{traces.parses} parses"
   assert "cuda" in traces.get("0e0a0e0000000000")["kernels"][3]["targets"] and traces.parses == 1  # merged in place
   Store(str(one_db)).put_enrichments("0e0a0e0000000000", "facts", {(3, "cuda"): {"ok": None, "compiler": None, "message": "elsewhere"}})
