@@ -79,7 +79,7 @@ def summary(trace: TraceRecord, peaks: Peaks | None) -> dict[str, Any]:
   its reader (explorer.web.services.registry.TraceCache.derived), not per request."""
   tl = timeline(trace, peaks)
   return {"timeline": {**tl, "marks": marks(tl)}, "by_line": by_line(trace, peaks), "top": top(trace, 10, peaks), "memory": memory(trace),
-          "phases": {k["index"]: phase(k) for k in trace["kernels"]}}
+          "phases": {r["index"]: r["phase"] for r in tl["kernels"]}}  # the timeline's rows have each kernel's phase already
 
 def by_line(trace: TraceRecord, peaks: Peaks | None = None) -> list[dict[str, Any]]:
   """Kernels grouped by the user's line their own provenance names, in source order; kernels with none of their own under "(no

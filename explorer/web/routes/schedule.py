@@ -44,7 +44,8 @@ async def bufferize(request: Request, trace_id: str, svc: ServicesDep, offset: i
 
 @api.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
          responses=documented(NOT_FOUND))
-async def get_bufferize(trace: StoredTrace) -> dict[str, Any]:
+async def get_bufferize(trace_id: str, trace: StoredTrace, svc: ServicesDep) -> dict[str, Any]:
   sched = trace["scheduler"]
+  over = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "memory", memory.timeline)  # the page's, computed once
   return {"stages": sched.get("stages") if sched else None, "stage_counts": sched.get("stage_counts") if sched else None,  # older: absent
-          "buffers": trace["buffers"], "schedule": trace["schedule"], "graph": "kernels", "memory": memory.timeline(trace)}
+          "buffers": trace["buffers"], "schedule": trace["schedule"], "graph": "kernels", "memory": over}
