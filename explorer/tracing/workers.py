@@ -305,9 +305,18 @@ def kill_group(proc: Worker) -> None:
 
 def stop(procs: list[Worker]) -> None:
   """SIGKILL each worker's group, then reap each worker (a second at most each), so that none is left a zombie of a caller that is
-  about to exit (its orphans go to init, which may be slow to reap them)."""
+  about to exit (its orphans go to init, which may be slow to reap them), and wait for the rest of each group to be gone: a killed
+  process is still there while the kernel frees its memory (a render process's hundreds of megabytes take a while on a busy host)."""
   for proc in procs: kill_group(proc)
   for proc in procs: proc.join(timeout=1)
+  deadline = time.monotonic() + 2
+  for proc in procs:
+    while _group_left(proc.pid) and time.monotonic() < deadline: time.sleep(0.01)
+
+def _group_left(pgid: int) -> bool:
+  try: os.killpg(pgid, 0)
+  except OSError: return False  # no process is left in the group (or it is not ours to signal: nothing to wait for)
+  return True
 
 def stop_all() -> None:
   """Stop every running worker (safe in a signal handler): the caller is exiting, and no worker outlives it."""
