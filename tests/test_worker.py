@@ -69,16 +69,14 @@ def test_a_forked_pool_forks_once_and_spawns_a_replacement():
     pool.close()
 
 def test_workers_are_forked_from_a_template_per_environment_that_made_nothing():
-  """A worker is forked from its caller's template for its environment (explorer.tracing.template): tinygrad imported, its backends
-  imported and its rules compiled (explorer.tracing.tg.warm), but no rewrite tracked, no program made, no device opened; the same
-  environment reuses the template, another gets its own. Arguments of megabytes go through."""
+  """A worker is forked from its caller's template for its environment (explorer.tracing.template): tinygrad imported, no rewrite
+  tracked, no device opened; the same environment reuses the template, another gets its own. Arguments of megabytes go through."""
   from explorer.tracing import template
   a = call_in_worker("tests.worker_faults:lineage", {"blob": b"x" * (8 << 20)})[0]
   b = call_in_worker("tests.worker_faults:lineage", {})[0]
   c = call_in_worker("tests.worker_faults:lineage", {}, env={"KE_TEST_OTHER": "1"})[0]
   assert a["ppid"] == b["ppid"] != c["ppid"] and os.getpid() not in (a["ppid"], c["ppid"]) and a["pid"] != b["pid"]
-  assert a["blob"] == 8 << 20 and a["tinygrad"] and a["tracked"] == 0 and a["opened"] == [] and a["programs"] == 0, a
-  assert a["rules_compiled"] > 500 and "tinygrad.runtime.ops_cpu" in a["backends"], a  # paid in the template, once
+  assert a["blob"] == 8 << 20 and a["tinygrad"] and a["tracked"] == 0 and a["opened"] == [], a
   assert {t.proc.pid for t in template._templates.values()} >= {a["ppid"], c["ppid"]}
 
 def test_a_dead_template_fails_its_workers_in_one_line_and_the_next_call_gets_a_new_one():

@@ -48,10 +48,7 @@ def lineage(progress, blob: bytes = b"") -> dict:
   import sys
   got = {"ppid": os.getppid(), "pid": os.getpid(), "tinygrad": "tinygrad" in sys.modules, "blob": len(blob)}
   if got["tinygrad"]:
-    from tinygrad.codegen import to_program_cache
     from tinygrad.device import Device
     from tinygrad.uop import ops
-    from tinygrad.uop.upat import upat_compile
-    got.update(tracked=len(ops.tracked_keys), opened=sorted(Device._opened_devices), programs=len(to_program_cache),
-               rules_compiled=upat_compile.cache_info().currsize, backends=sorted(m for m in sys.modules if m.startswith("tinygrad.runtime.ops_")))
+    got.update(tracked=len(ops.tracked_keys), opened=sorted(Device._opened_devices))
   return got

@@ -1,7 +1,7 @@
 """The template's side of explorer.tracing.template (its parent's side is there): a process started as `python -c BOOT` that imports
-tinygrad and the tracing engine, warms them (tg.warm_up), makes nothing with them, and forks a child per request of its parent. The
-request comes on a socket pair only the two hold, with the child's pipes (its arguments', its messages', its timing gate's, the resource
-tracker's); the template answers with the child's pid, reaps it when it ends (and, as a subreaper, whatever a killed worker left) and reports its exit
+tinygrad and the tracing engine, makes nothing with them, and forks a child per request of its parent. The request comes on a socket
+pair only the two hold, with the child's pipes (its arguments', its messages', its timing gate's, the resource tracker's); the
+template answers with the child's pid, reaps it when it ends (and, as a subreaper, whatever a killed worker left) and reports its exit
 status and CPU seconds. The child runs explorer.tracing.workers' _child, as a worker started afresh does."""
 from __future__ import annotations
 import ctypes, os, pickle, select, signal, socket
@@ -22,8 +22,6 @@ def serve(f: Any) -> None:
   with suppress(OSError, AttributeError): ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
   sock = socket.socket(fileno=sock_fd)
   import explorer.tracing.trace, explorer.tracing.workers  # noqa: F401 - tinygrad, numpy and the tracing engine, as a trace worker imports them
-  from explorer.tracing import tg
-  tg.warm_up()  # tinygrad's backends imported and its rules compiled, once for every worker forked from here
   wake_r, wake_w = os.pipe()
   os.set_blocking(wake_w, False)
   signal.set_wakeup_fd(wake_w)

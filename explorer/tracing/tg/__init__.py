@@ -3,8 +3,7 @@ environment (tinygrad's settings, set before its import), rewritelog (tinygrad's
 recording (tracking switches, passes, the live log), graphs (a stored blob's graphs through tinygrad's viewer), provenance, pipeline
 (tensor graph, scheduler, the schedule's calls and buffers), opts (optimization settings, opts by hand), custom_rewrites, codegen,
 loops, specs, register_pressure, line_maps, kernel_analysis, runtime, clocks (how kernels and schedules are timed), profile (tinygrad's
-profiler: the host's work over time), devices (devices and renderers), nvrtc, and warm (what a worker template
-pays once for its children).
+profiler: the host's work over time), devices (devices and renderers) and nvrtc.
 Callers use the names re-exported here: `from explorer.tracing import tg`.
 
 Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment must be
@@ -35,7 +34,6 @@ from explorer.tracing.tg.devices import (available_devices, default_device, devi
 from explorer.tracing.tg.graphs import RewriteBlob
 from explorer.tracing.tg.kernel_analysis import blob_analysis, program_analysis
 from explorer.tracing.tg.nvrtc import nvrtc_compiler
-from explorer.tracing.tg.warm import warm_up
 from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, kernel_axes, kernel_outputs, kernel_runnables, legal_opts, opt_context,
                                       opt_text, parse_opt, recording_beam, with_opts)
 from explorer.tracing.tg.pipeline import (Call, JitRun, buffer_facts, buffer_key, call_argument_nums, calls, copy_ins_outs, jit_capturing,
@@ -64,7 +62,7 @@ __all__ = [
   "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_keys", "schedule_with_vars", "stage_decisions",
   "call_argument_nums", "Call", "calls",
   "buffer_key", "buffer_facts", "tensor_buffer", "copy_ins_outs", "kernel_reads_writes", "kernel_provenance", "sited_metadata", "user_site",
-  "warm_up", "carrying_metadata", "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key",
+  "carrying_metadata", "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key",
   "ast_variables",
   "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "realize_inputs", "compile_seconds", "has_reduce",
   "compiler_name", "fallback_reason",
