@@ -45,6 +45,7 @@ def test_a_trace_reads_back_byte_for_byte_from_its_pieces(v1, tmp_path):
   assert json.dumps(store.get_trace(PROGRAM)) == json.dumps(trace)  # the kernels' fields in their order too
   row = json.loads(stored_json(tmp_path / "new.sqlite3", PROGRAM))
   assert all(k["uops_listing"] is None and k["targets"] is None and k["name"] for k in row["kernels"])  # the row: what a listing reads
+  assert all(k["provenance"] is None and k["ops"] is None for k in row["kernels"])  # what a program's repeats share: in the part too
   assert parts(tmp_path / "new.sqlite3")[0] == 2
 
 def test_ten_thousand_kernels_are_stored_and_repeats_cost_nothing(v1, tmp_path):

@@ -1,13 +1,14 @@
 """A trace kept in pieces: each kernel's heavy part (its records per target, its UOp listing, sources and codegen passes: nearly all of
-a program's bytes) is stored apart from the trace, once per distinct content, and referenced by the kernels it belongs to. A program's
-repeated kernels (a training loop's steps, a model's identical layers) cost one row however often they ran, and the trace row keeps
-what a listing, the overview and the kernel table read."""
+a program's bytes; and its provenance, op histogram and spec checks, which a program's repeats share: four fifths of what is left of
+a kernel) is stored apart from the trace, once per distinct content, and referenced by the kernels it belongs to. A program's
+repeated kernels (a training loop's steps, a model's identical layers) cost one row however often they ran, and are parsed once when
+the trace is read; the trace row keeps each kernel's own fields (its position, call, buffers, times) and the schedule."""
 from __future__ import annotations
 import hashlib, json, sqlite3
 from typing import Any, Mapping
 from explorer.store.connection import StoreError
 
-PART_FIELDS = ("targets", "uops_listing", "sources", "passes")  # a kernel's fields kept in its part
+PART_FIELDS = ("targets", "uops_listing", "sources", "passes", "provenance", "ops", "spec")  # a kernel's fields kept in its part
 
 def split(trace: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[int, str, str]]]:
   """(the trace with its kernels' parts cut out, [(kernel position, part hash, part JSON)]): a cut field stays in its kernel as null,
