@@ -261,6 +261,17 @@ def test_a_long_schedules_memory_draws_runs_of_steps_keeping_the_peak():
   assert all(b["live_bytes"] == max(s["live_bytes"] for s in steps[b["first"]:b["last"] + 1]) for b in bars)
   assert [b["name"] for b in memory_bars(steps[:1600], 1600)] == [s["name"] for s in steps[:1600]]  # a bar per step where they fit
 
+def test_a_long_programs_memory_line_draws_the_envelope_of_runs_of_steps():
+  """The overview's line of bytes alive: a point per step where the steps fit, else each run's least and most at its first step (a
+  10,000-step program drew 10,000 points), so the peak and the troughs stay drawn."""
+  from explorer.present.render import memory_line
+  live = [(i * 7919) % 10007 for i in range(5000)]
+  points = [tuple(map(float, p.split(","))) for p in memory_line(live, 1600).split()]
+  assert len(points) <= 2 * 1600 and points[0][0] == 0 and points[-1][0] < 5000
+  ys = [y for _, y in points]
+  assert min(ys) == 2.0 and max(ys) == round(40 - 38 * min(live) / max(live), 2)  # the peak (top of the box) and the lowest
+  assert memory_line(live[:1600], 1600).split() == [f"{i},{round(40 - 38 * b / max(live[:1600]), 2)}" for i, b in enumerate(live[:1600])]
+
 # ***** bounded work: a 1,000-kernel program under a flood of first views, from a real server *****
 
 def server_pid(base: str) -> int:

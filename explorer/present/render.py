@@ -133,6 +133,17 @@ def memory_bars(steps: list[dict[str, Any]], at_most: int) -> list[dict[str, Any
     out.append({"first": i, "last": i + len(run) - 1, "index": top["index"], "name": name, "live_bytes": top["live_bytes"]})
   return out
 
+def memory_line(live_bytes: list[int], at_most: int) -> str:
+  """A polyline's points for bytes alive per step, in a 40-high box as wide as the steps: a point per step, or past `at_most` steps
+  the least and the most bytes of each run of steps at its first step (the envelope, its peak included, in at most 2 * at_most
+  points: a 10,000-step program drew 10,000)."""
+  top = max(live_bytes, default=0) or 1
+  def y(b: int) -> float: return round(40 - 38 * b / top, 2)
+  if len(live_bytes) <= at_most: return " ".join(f"{i},{y(b)}" for i, b in enumerate(live_bytes))
+  per = -(-len(live_bytes) // at_most)
+  runs = ((i, live_bytes[i:i + per]) for i in range(0, len(live_bytes), per))
+  return " ".join(f"{i},{y(min(run))} {i},{y(max(run))}" for i, run in runs)
+
 def compile_summary(trace: TraceRecord) -> str:
   """The trace's compile time as the kernel page says it: "cached" where tinygrad's disk cache had every binary (no compiler ran),
   else the time of the compiles that ran and how many kernels were cached."""
@@ -192,6 +203,7 @@ def environment() -> jinja2.Environment:
   env.globals["grouped_stages"] = grouped_stages
   env.globals["largest_buffers"] = largest_buffers
   env.globals["memory_bars"] = memory_bars
+  env.globals["memory_line"] = memory_line
   env.globals.update(compile_summary=compile_summary, rendered_targets=rendered_targets)
   env.globals.update(clock_badge=clock_badge, clock_how=how, ratio_words=ratio_words, clock_methods=METHODS, clock_methods_json=clock_methods_json)
   env.globals.update(gflops=gflops, gbps=gbps, kernel_time=kernel_time, fmt_rate=fmt_rate, target_label=target_label,
