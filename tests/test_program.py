@@ -261,6 +261,15 @@ def test_a_long_schedules_memory_draws_runs_of_steps_keeping_the_peak():
   assert all(b["live_bytes"] == max(s["live_bytes"] for s in steps[b["first"]:b["last"] + 1]) for b in bars)
   assert [b["name"] for b in memory_bars(steps[:1600], 1600)] == [s["name"] for s in steps[:1600]]  # a bar per step where they fit
 
+def test_what_a_kernels_provenance_decides_is_computed_once_per_provenance_read():
+  """A program's repeats share their provenance as the store reads them back (explorer.store.pieces): its phase and lines are worked
+  out once per distinct list, not per kernel; kernels with equal but separate lists (a trace stored whole) each get their own."""
+  from explorer.analysis.program import per_provenance
+  shared, calls = [{"fn": "conv2d", "file": "m.py", "line": 3, "backward": False}], []
+  count = per_provenance(lambda k: calls.append(k["index"]) or len(calls))
+  kernels = [{"index": i, "provenance": shared} for i in range(5)] + [{"index": 5, "provenance": list(shared)}, {"index": 6}, {"index": 7}]
+  assert [count(k) for k in kernels] == [1, 1, 1, 1, 1, 2, 3, 3] and calls == [0, 5, 6]
+
 def test_a_long_programs_memory_line_draws_the_envelope_of_runs_of_steps():
   """The overview's line of bytes alive: a point per step where the steps fit, else each run's least and most at its first step (a
   10,000-step program drew 10,000 points), so the peak and the troughs stay drawn."""

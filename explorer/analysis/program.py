@@ -1,9 +1,10 @@
 """A captured program as a whole (explorer.tracing.program): its kernels by the model line that made them, forward, backward and optimizer
 told apart, the top kernels, a timeline and memory over the program, and search. Read off the trace's data alone (no tinygrad), in
-time linear in its kernels and buffers: a page of a 1,000-kernel program computes all of it per request."""
+time linear in its kernels and buffers, once per parsed trace (explorer.web.services.registry.TraceCache.derived), and what a kernel's
+provenance decides once per distinct provenance (per_provenance)."""
 from __future__ import annotations
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 from explorer.analysis.roofline import Peaks
 from explorer.schema import KernelRecord, TraceRecord, kernel_runs, own_provenance, provenance_of, via_of
 from explorer.text import provenance_sites
@@ -18,6 +19,19 @@ def phase(k: KernelRecord) -> str:
   if any(e["backward"] for e in entries): return "backward"
   if all(via_of(e).startswith("nn.optim") for e in entries): return "optimizer"  # `via` only where the user called another
   return "forward"
+
+T = TypeVar("T")
+
+def per_provenance(fn: Callable[[KernelRecord], T]) -> Callable[[KernelRecord], T]:
+  """fn of a kernel that reads only its provenance, computed once per provenance list: a program's repeated kernels share theirs when
+  read from the store (explorer.store.pieces), so a 10,000-kernel loop of 73 kernels computes it 73 times. For one pass over a trace
+  (the key is the list's identity, good while the trace is alive)."""
+  seen: dict[int, T] = {}
+  def once(k: KernelRecord) -> T:
+    key = id(k.get("provenance") or ())
+    if key not in seen: seen[key] = fn(k)
+    return seen[key]
+  return once
 
 def sites(k: KernelRecord) -> list[str]:
   """The user's lines a kernel's provenance names ("model.py:14"), in source order."""
@@ -47,10 +61,10 @@ def kernel_seconds(k: KernelRecord, peaks: Peaks | None) -> tuple[float | None, 
 
 def timeline(trace: TraceRecord, peaks: Peaks | None) -> dict[str, Any]:
   """The kernels as they ran: each one's seconds (measured or estimated), start, phase and realize; the program's total."""
-  rows, at = [], 0.0
+  rows, at, phase_of = [], 0.0, per_provenance(phase)
   for k in trace["kernels"]:
     s, estimated = kernel_seconds(k, peaks)
-    rows.append({"index": k["index"], "name": k["name"], "realize": k.get("realize", 0), "phase": phase(k), "seconds": s,  # a program's
+    rows.append({"index": k["index"], "name": k["name"], "realize": k.get("realize", 0), "phase": phase_of(k), "seconds": s,  # a program's
                  "estimated": estimated, "start": at})
     at += s or 0.0
   return {"kernels": rows, "total_s": at, "estimated": any(r["estimated"] for r in rows), "known": all(r["seconds"] is not None for r in rows)}
@@ -86,8 +100,9 @@ def by_line(trace: TraceRecord, peaks: Peaks | None = None) -> list[dict[str, An
   line)". A kernel made from two lines is listed under each, but its seconds count as `shared_s` there, not `seconds`: the lines'
   `seconds` plus each shared kernel once add up to the timeline's total."""
   groups: dict[str, dict[str, Any]] = {}
+  own_sites, phase_of = per_provenance(lambda k: provenance_sites(own_provenance(k))), per_provenance(phase)
   for k in trace["kernels"]:
-    names = [s for s, _ in provenance_sites(own_provenance(k))] or ["(no line)"]
+    names = [s for s, _ in own_sites(k)] or ["(no line)"]
     seconds = kernel_seconds(k, peaks)[0]
     for site in names:
       g = groups.setdefault(site, {"site": site, "kernels": [], "fns": [], "flops": 0, "bytes": 0, "seconds": 0.0, "shared": 0,
@@ -97,8 +112,8 @@ def by_line(trace: TraceRecord, peaks: Peaks | None = None) -> list[dict[str, An
       g["bytes"] += k["bytes"]
       g["seconds" if len(names) == 1 else "shared_s"] += seconds or 0.0
       g["shared"] += len(names) > 1
-      g["phases"][phase(k)] += 1
-      for s, fns in provenance_sites(own_provenance(k)):
+      g["phases"][phase_of(k)] += 1
+      for s, fns in own_sites(k):
         if s == site: g["fns"] += [f for f in fns if f not in g["fns"]]
   def order(site: str) -> tuple[bool, str, int]:
     file, _, line = site.rpartition(":")
