@@ -269,6 +269,10 @@ def test_what_a_kernels_provenance_decides_is_computed_once_per_provenance_read(
   count = per_provenance(lambda k: calls.append(k["index"]) or len(calls))
   kernels = [{"index": i, "provenance": shared} for i in range(5)] + [{"index": 5, "provenance": list(shared)}, {"index": 6}, {"index": 7}]
   assert [count(k) for k in kernels] == [1, 1, 1, 1, 1, 2, 3, 3] and calls == [0, 5, 6]
+  from explorer.analysis.program import matches, search
+  named = [{**k, "name": f"E_{k['index']}"} for k in kernels]
+  for q in ("m.py:3", "conv2d", "E_6", "", "nothing"):  # a search is the kernels that match, each worked out once per provenance
+    assert search(named, q) == [k for k in named if matches(k, q)], q
 
 def test_a_long_programs_memory_line_draws_the_envelope_of_runs_of_steps():
   """The overview's line of bytes alive: a point per step where the steps fit, else each run's least and most at its first step (a

@@ -40,8 +40,9 @@ def sites(k: KernelRecord) -> list[str]:
 def matches(k: KernelRecord, query: str) -> bool:
   """A kernel matches a search by its name, a function of its provenance, or a file:line (the file by its name or its path)."""
   q = query.strip().lower()
-  if not q: return True
-  if q in k["name"].lower(): return True
+  return not q or q in k["name"].lower() or _provenance_matches(k, q)
+
+def _provenance_matches(k: KernelRecord, q: str) -> bool:
   for e in provenance_of(k):
     if q in e["fn"].lower() or q in via_of(e).lower(): return True
     if e["file"]:
@@ -50,7 +51,10 @@ def matches(k: KernelRecord, query: str) -> bool:
   return False
 
 def search(kernels: Sequence[KernelRecord], query: str) -> list[KernelRecord]:
-  return [k for k in kernels if matches(k, query)]
+  q = query.strip().lower()
+  if not q: return list(kernels)
+  by_provenance = per_provenance(lambda k: _provenance_matches(k, q))
+  return [k for k in kernels if q in k["name"].lower() or by_provenance(k)]
 
 def kernel_seconds(k: KernelRecord, peaks: Peaks | None) -> tuple[float | None, bool]:
   """A kernel's time: its measured median, else an estimate from its FLOPs and bytes against the device's roofs (the slower of the
