@@ -4,6 +4,7 @@ import asyncio, json, os
 from typing import Any, AsyncIterator
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic_core import to_json
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer.analysis.diff import time_verdict
 from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
@@ -53,13 +54,15 @@ async def list_traces(svc: ServicesDep, limit: int = Query(50, ge=1, le=500)) ->
   keys = set(TraceSummary.model_fields)
   return [{k: v for k, v in {**r, "url": trace_url(r["id"])}.items() if k in keys} for r in rows]
 
-@api.get("/traces/{trace_id}", summary="A trace (light: kernel sources, UOp listings and passes are under /kernels/{n})",
-         responses=documented(NOT_FOUND))
-async def get_trace(trace_id: str, trace: StoredTrace) -> dict[str, Any]:
+@api.get("/traces/{trace_id}", response_model=dict[str, Any], responses=documented(NOT_FOUND),
+         summary="A trace (light: kernel sources, UOp listings and passes are under /kernels/{n})")
+async def get_trace(trace_id: str, trace: StoredTrace) -> Response:
   """The stored trace (docs/reference/schema.md, "What a trace records"). `env.ran_on` says where each part ran: `worker`, `host` and `pid` of the
   process that ran it, `stages` (each stage it ran: NAME@HOST for a job queue worker, PID@HOST for a server's own process) and
   `targets` (each target added on first request, on the server)."""
-  return deps.light_trace(trace_id, trace)
+  # made and encoded off the event loop (a 10,000-kernel program's is 16 MB: a quarter of a second the loop's other requests waited)
+  body = await asyncio.to_thread(lambda: to_json(deps.light_trace(trace_id, trace)))
+  return Response(body, media_type="application/json")
 
 @api.get("/traces/{trace_id}/raw", summary="The trace as stored, with compile facts computed since", responses=documented(NOT_FOUND))
 async def get_raw_trace(trace: StoredTrace) -> dict[str, Any]: return dict(trace)
