@@ -66,17 +66,20 @@ def test_ten_thousand_kernels_are_stored_and_repeats_cost_nothing(v1, tmp_path):
   assert db.stat().st_size < 40 * 2**20  # the whole JSON was 1.1 GB for 10,000 kernels of a two-conv step (3.4 MB here, unrepeated)
 
 def test_what_is_merged_into_one_kernel_stays_with_it(v1, tmp_path):
-  """Kernels that share a part share its lists and text, not its dicts: a record computed for one kernel's target (an enrichment,
-  merged when the trace is read) lands on that kernel alone."""
+  """Kernels that share a part share its values when the trace is read, records included: what is computed for one kernel since (a
+  target's record, compile facts: enrichments, merged when the trace is read) lands on that kernel alone, on copies of its own."""
   store = Store(tmp_path / "m.sqlite3")
   store.put_trace("d" * 16, scaled(Store(v1).get_trace(PROGRAM), 4), b"")
-  got = store.get_trace("d" * 16)
-  a, b = got["kernels"][0], got["kernels"][2]  # the same kernel, a step apart
+  a, b = store.get_trace("d" * 16)["kernels"][0:3:2]  # the same kernel, a step apart
+  host = a["host_target"]
+  assert a["uops_listing"] is b["uops_listing"] and a["targets"][host] is b["targets"][host]
+  facts = {"ok": None, "compiler": None, "message": "elsewhere"}
+  assert store.put_target_records("d" * 16, "cuda", {0: {**a["targets"][host], "name": "on cuda"}}, "cuda", b"")
+  assert store.put_enrichments("d" * 16, "facts", {(0, host): facts})
+  a, b = store.get_trace("d" * 16)["kernels"][0:3:2]
+  assert a["targets"]["cuda"]["name"] == "on cuda" and a["targets"][host]["compile"] == facts and "cuda" in a["sources"]
+  assert "cuda" not in b["targets"] and "cuda" not in b["sources"] and b["targets"][host].get("compile") != facts
   assert a["uops_listing"] is b["uops_listing"]
-  target = next(iter(a["targets"]))
-  a["targets"][target]["compile"] = {"ok": True}
-  a["targets"]["cuda"] = {"name": "x"}
-  assert b["targets"][target].get("compile") != {"ok": True} and "cuda" not in b["targets"]
 
 def test_a_deleted_trace_takes_only_its_own_parts(v1, tmp_path):
   db = tmp_path / "d.sqlite3"

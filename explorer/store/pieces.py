@@ -36,8 +36,9 @@ def put(c: sqlite3.Connection, trace_id: str, refs: list[tuple[int, str, str]]) 
 
 def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[str, Any]:
   """The trace with its kernels' parts put back, in place (a trace stored whole, before parts, has none and reads as it was). Each
-  distinct part is read and parsed once: kernels that share it share its lists and text, each with dicts of its own (what is merged
-  into one kernel's records later lands on that kernel alone). A part that does not parse to an object is StoreError."""
+  distinct part is read and parsed once: the kernels that share it share its values, records included (what is merged into one
+  kernel's records later is put on copies of them: explorer.store.enrichments.merged). A part that does not parse to an object is
+  StoreError."""
   refs = c.execute("SELECT kernel, hash FROM kernel_refs WHERE trace_id = ?", (trace_id,)).fetchall()
   if not refs: return trace
   from pydantic_core import from_json  # as get_trace parses the row: here, not at import (trace workers never load pydantic)
@@ -49,13 +50,8 @@ def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[
   for i, h in refs:
     if not isinstance(part := parts.get(h), dict) or not 0 <= i < len(kernels) or not isinstance(kernels[i], dict):
       raise StoreError(f"stored trace {trace_id} is corrupt: kernel {i}'s part {h} is missing or not an object")
-    kernels[i].update(_own(part))
+    kernels[i].update(part)
   return trace
-
-def _own(part: dict[str, Any]) -> dict[str, Any]:
-  out = {f: dict(v) if isinstance(v, dict) else v for f, v in part.items()}
-  if isinstance(targets := out.get("targets"), dict): out["targets"] = {t: dict(r) if isinstance(r, dict) else r for t, r in targets.items()}
-  return out
 
 def forget(c: sqlite3.Connection, trace_id: str) -> None:
   """The trace's references, and the parts no other trace references."""
