@@ -192,6 +192,28 @@ BIG_PROGRAM_PAGES = ("/t/big0program00000", "/t/big0program00000?q={site}", "/t/
                      "/t/big0program00000/bufferize", "/t/big0program00000/bufferize?offset=800", "/api/traces/big0program00000/graphs/kernels",
                      "/t/big0program00000/k/999", "/t/big0program00000/source")
 
+def test_a_long_documents_json_is_encoded_a_slice_at_a_time_byte_for_byte():
+  """A trace's JSON with its kernels encoded a slice at a time (the encoder holds the interpreter for a call: 150 ms for a
+  10,000-kernel program's, which the event loop waited on) is to_json's, byte for byte, strings that look like its marker included."""
+  from pydantic_core import to_json
+  from explorer.web.http.templates import JSON_SLICE, sliced_json
+  doc = {"id": "x", "label": 'kernel-explorer-slices-" \u0000 é', "kernels": [{"i": i, "s": "é\n" * (i % 3)} for i in range(2 * JSON_SLICE + 7)],
+         "after": [1.5, None]}
+  assert sliced_json(doc, "kernels") == to_json(doc) and sliced_json({**doc, "kernels": []}, "kernels") == to_json({**doc, "kernels": []})
+
+def test_a_parse_pauses_the_collector_and_keeps_what_it_made_out_of_it():
+  """While a trace is parsed the cyclic collector is off (nested parses too), and what lived at the end is out of its generations: a
+  full collection walked a parsed program's millions of objects, holding every thread 80 ms."""
+  import gc
+  from explorer.web.services.registry import collector_paused
+  frozen = gc.get_freeze_count()
+  with collector_paused():
+    with collector_paused(): assert not gc.isenabled()
+    assert not gc.isenabled()
+    made = [{"k": [i]} for i in range(1000)]
+  assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(made)
+  gc.unfreeze()
+
 def test_a_thousand_kernel_program_answers_in_bounded_pages(cnn, db, alone):
   """Every view of a 1,000-kernel program is a page of it: its size bounded whatever the program's length (each answer under 600 KB, a
   sixtieth of the trace; the trace's own summary, /api/traces/ID, is all of it by design), so its time is too. The latencies
@@ -219,6 +241,11 @@ def test_a_thousand_kernel_program_answers_in_bounded_pages(cnn, db, alone):
     assert bufferize.count("<tr><td class=\"mono\">") <= 200 and 'id="buffer-pages"' in bufferize and "?offset=800#buffer-table" in bufferize
     assert bufferize.count('class="mem-bar') == 64 and f"the 64 largest of {len(big['buffers'])} buffers drawn" in bufferize
     assert bufferize.count('class="mem-live') == len(big["schedule"])  # but a bar for every step
+    for _ in range(2):  # made, then from the response cache: gzipped off the event loop where the client takes it, else plain
+      whole = client.get("/api/traces/big0program00000")
+      plain = client.get("/api/traces/big0program00000", headers={"accept-encoding": "identity"})
+      assert whole.headers["content-encoding"] == "gzip" and "content-encoding" not in plain.headers
+      assert whole.content == plain.content and len(whole.json()["kernels"]) == len(big["kernels"])
     graph = client.get("/api/traces/big0program00000/graphs/kernels").json()
     assert graph["total_nodes"] < 200 and any("collapsed into" in n for n in graph["notes"])  # collapsed by realize and model line
     page = client.get("/t/big0program00000").text

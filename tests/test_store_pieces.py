@@ -101,3 +101,24 @@ def test_a_damaged_part_is_a_clear_error(v1, tmp_path):
   for body, says in (("{not json", "does not parse"), ("[1, 2]", "not an object")):
     with sqlite3.connect(db) as c: c.execute("UPDATE kernel_parts SET body = ?", (body,))
     with pytest.raises(StoreError, match=f"stored trace g{{16}} is corrupt: .*{says}"): store.get_trace("g" * 16)
+
+def chunks(db: pathlib.Path, trace_id: str) -> dict[str, int]:
+  return dict(sqlite3.connect(db).execute("SELECT field, count(*) FROM trace_chunks WHERE trace_id = ? GROUP BY field", (trace_id,)))
+
+def test_a_long_programs_lists_are_kept_in_chunks_each_parsed_apart(v1, tmp_path):
+  """A program's kernels, schedule and buffers past CHUNK items are kept beside its row in chunks (its row has them empty), read back
+  in order, byte for byte; a short trace has none; a damaged or missing chunk is StoreError; deleting the trace takes its chunks."""
+  from explorer.store.pieces import CHUNK
+  step = Store(v1).get_trace(PROGRAM)
+  db, big = tmp_path / "k.sqlite3", scaled(step, 2 * CHUNK + 3)
+  store = Store(db)
+  store.put_trace("h" * 16, big, b"")
+  store.put_trace("i" * 16, step, b"")
+  assert chunks(db, "h" * 16)["kernels"] == 3 and chunks(db, "i" * 16) == {}
+  assert json.loads(stored_json(db, "h" * 16))["kernels"] == []
+  assert json.dumps(store.get_trace("h" * 16)) == json.dumps(json.loads(json.dumps(big)))
+  with sqlite3.connect(db) as c: c.execute("DELETE FROM trace_chunks WHERE trace_id = ? AND field = 'kernels' AND seq = 1", ("h" * 16,))
+  with pytest.raises(StoreError, match="chunk 2 of its kernels is out of place"): store.get_trace("h" * 16)
+  with sqlite3.connect(db) as c: c.execute("UPDATE trace_chunks SET body = '{\"a\": 1}' WHERE trace_id = ?", ("h" * 16,))
+  with pytest.raises(StoreError, match="is corrupt: chunk 0 of its"): store.get_trace("h" * 16)
+  assert store.delete_trace("h" * 16) and chunks(db, "h" * 16) == {} and store.get_trace("i" * 16) is not None

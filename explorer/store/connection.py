@@ -33,6 +33,13 @@ CREATE TABLE IF NOT EXISTS kernel_refs (
   PRIMARY KEY (trace_id, kernel)
 );
 CREATE INDEX IF NOT EXISTS kernel_refs_hash ON kernel_refs(hash);
+CREATE TABLE IF NOT EXISTS trace_chunks (
+  trace_id TEXT NOT NULL,
+  field TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  body TEXT NOT NULL,
+  PRIMARY KEY (trace_id, field, seq)
+);
 CREATE TABLE IF NOT EXISTS enrichments (
   trace_id TEXT NOT NULL,
   kernel INTEGER NOT NULL,

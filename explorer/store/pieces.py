@@ -2,13 +2,17 @@
 a program's bytes; and its provenance, op histogram and spec checks, which a program's repeats share: four fifths of what is left of
 a kernel) is stored apart from the trace, once per distinct content, and referenced by the kernels it belongs to. A program's
 repeated kernels (a training loop's steps, a model's identical layers) cost one row however often they ran, and are parsed once when
-the trace is read; the trace row keeps each kernel's own fields (its position, call, buffers, times) and the schedule."""
+the trace is read; the trace row keeps each kernel's own fields (its position, call, buffers, times) and the schedule. A program's long
+lists (its kernels' own fields, its schedule, its buffers) are kept in chunks of CHUNK items beside the row, each parsed on its own:
+a reader parses a 10,000-kernel program in slices of a few milliseconds, and the server's other requests go on between them."""
 from __future__ import annotations
 import hashlib, json, sqlite3
 from typing import Any, Mapping
 from explorer.store.connection import StoreError
 
 PART_FIELDS = ("targets", "uops_listing", "sources", "passes", "provenance", "ops", "spec")  # a kernel's fields kept in its part
+CHUNKED, CHUNK = ("kernels", "schedule", "buffers"), 500  # a trace's lists kept in chunks of CHUNK items, where longer
+Chunks = list[tuple[str, int, str]]  # (field, its chunk's position, the chunk's JSON)
 
 def split(trace: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[int, str, str]]]:
   """(the trace with its kernels' parts cut out, [(kernel position, part hash, part JSON)]): a cut field stays in its kernel as null,
@@ -28,11 +32,39 @@ def split(trace: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[int, str
     kernels.append({f: None if f in part else v for f, v in k.items()})
   return {**trace, "kernels": kernels}, refs
 
-def put(c: sqlite3.Connection, trace_id: str, refs: list[tuple[int, str, str]]) -> None:
-  """The trace's parts (a part already stored for any trace is not written again) and its kernels' references to them."""
+def chunked(trace: Mapping[str, Any]) -> tuple[dict[str, Any], Chunks]:
+  """(the trace with its long lists emptied, their chunks): a list of more than CHUNK items is [] in the row, its items in chunks."""
+  rest, chunks = dict(trace), []
+  for f in CHUNKED:
+    if isinstance(items := trace.get(f), list) and len(items) > CHUNK:
+      chunks += [(f, i // CHUNK, json.dumps(items[i:i + CHUNK], default=str)) for i in range(0, len(items), CHUNK)]
+      rest[f] = []
+  return rest, chunks
+
+def put(c: sqlite3.Connection, trace_id: str, refs: list[tuple[int, str, str]], chunks: Chunks) -> None:
+  """The trace's parts (a part already stored for any trace is not written again), its kernels' references to them, its chunks."""
   forget(c, trace_id)
   c.executemany("INSERT OR IGNORE INTO kernel_parts (hash, body) VALUES (?, ?)", ((h, body) for _, h, body in refs))
   c.executemany("INSERT INTO kernel_refs (trace_id, kernel, hash) VALUES (?, ?, ?)", ((trace_id, i, h) for i, h, _ in refs))
+  c.executemany("INSERT INTO trace_chunks (trace_id, field, seq, body) VALUES (?, ?, ?, ?)", ((trace_id, *ch) for ch in chunks))
+
+def unchunked(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[str, Any]:
+  """The trace with its chunked lists put back, in place, each chunk parsed apart (a trace stored before chunks has none). A chunk
+  missing, out of order, or that does not parse to a list is StoreError."""
+  from pydantic_core import from_json  # as get_trace parses the row: here, not at import (trace workers never load pydantic)
+  got: dict[str, list[Any]] = {}
+  for f, seq, body in c.execute("SELECT field, seq, body FROM trace_chunks WHERE trace_id = ? ORDER BY field, seq", (trace_id,)):
+    items = got.setdefault(f, [])
+    try: chunk = from_json(body)
+    except (ValueError, TypeError) as e:
+      raise StoreError(f"stored trace {trace_id} is corrupt: chunk {seq} of its {f} does not parse ({e})") from None
+    if f not in CHUNKED or not isinstance(chunk, list) or seq != len(items) // CHUNK or len(items) % CHUNK:
+      raise StoreError(f"stored trace {trace_id} is corrupt: chunk {seq} of its {f} is out of place or not a list")
+    items += chunk
+  for f, items in got.items():
+    if trace.get(f): raise StoreError(f"stored trace {trace_id} is corrupt: its {f} is both in its row and in chunks")
+    trace[f] = items
+  return trace
 
 def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[str, Any]:
   """The trace with its kernels' parts put back, in place (a trace stored whole, before parts, has none and reads as it was). Each
@@ -54,7 +86,8 @@ def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[
   return trace
 
 def forget(c: sqlite3.Connection, trace_id: str) -> None:
-  """The trace's references, and the parts no other trace references."""
+  """The trace's chunks and references, and the parts no other trace references."""
+  c.execute("DELETE FROM trace_chunks WHERE trace_id = ?", (trace_id,))
   hashes = [h for (h,) in c.execute("SELECT DISTINCT hash FROM kernel_refs WHERE trace_id = ?", (trace_id,))]
   c.execute("DELETE FROM kernel_refs WHERE trace_id = ?", (trace_id,))
   c.executemany("DELETE FROM kernel_parts WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM kernel_refs WHERE hash = ?)", ((h, h) for h in hashes))

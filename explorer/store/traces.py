@@ -44,11 +44,12 @@ class Traces(Connected):
     whose rule locations name a file outside tinygrad and the explorer is refused (StoreError), nothing kept."""
     for blob in (rewrites, *(target_rewrites or {}).values()): checked_locations(blob)
     rest, parts = pieces.split(trace)
+    rest, chunks = pieces.chunked(rest)
     row = (trace_id, time.time(), trace.get("preset"), trace.get("label") or trace_id, trace.get("status") or "ok", json.dumps(listing_fields(trace)),
            json.dumps(rest, default=str), rewrites)
     with transaction(self._conn()) as c:
       c.execute("INSERT OR REPLACE INTO traces (id, created, preset, label, status, summary, trace, rewrites) VALUES (?,?,?,?,?,?,?,?)", row)
-      pieces.put(c, trace_id, parts)
+      pieces.put(c, trace_id, parts, chunks)
       blobs.forget(c, trace_id)
       enrichments.forget(c, trace_id)  # they were the replaced trace's
       blobs.put_target_blobs(c, trace_id, target_rewrites or {})
@@ -71,7 +72,7 @@ class Traces(Connected):
     except (ValueError, TypeError) as e: raise StoreError(f"stored trace {trace_id} is corrupt: its JSON does not parse ({e})") from None
     if not isinstance(trace, dict) or "spec" not in trace or not isinstance(trace.get("kernels"), list):
       raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
-    trace = pieces.joined(c, trace_id, trace)
+    trace = pieces.joined(c, trace_id, pieces.unchunked(c, trace_id, trace))
     return cast("TraceRecord", enrichments.merged(c, trace_id, dict(upgrade(trace))))  # upgraded first: enrichments land on its records
 
   def get_rewrites(self, trace_id: str, target: str | None = None) -> bytes | None:
