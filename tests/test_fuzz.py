@@ -11,7 +11,7 @@ the file takes well under a few minutes on 2 cores. No trace runs for real: the 
 once, and the device list is fixed. The real-trace test pins {trace_id} to the session's real `small` trace (a copy of its store),
 so the GET operations see fuzzed refs, kernel numbers and queries on a real trace, expanding graphs in real workers."""
 from __future__ import annotations
-import pathlib, sqlite3, tempfile, time
+import pathlib, sqlite3, tempfile, time, tomllib
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -24,7 +24,8 @@ from explorer.web.services.traces import STAGES
 from support import app_over, fake_result, minimal_trace
 EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 STATEFUL = settings(max_examples=50, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-CONFIG = SchemathesisConfig.from_path(pathlib.Path(__file__).parent.parent / "schemathesis.toml")  # why three operations may answer 422
+CONFIG_FILE = pathlib.Path(__file__).parent.parent / "schemathesis.toml"
+CONFIG = SchemathesisConfig.from_path(CONFIG_FILE)  # why three operations may answer 422
 SEMANTIC_OPS = ("POST /api/traces", "POST /api/traces/{trace_id}/annotations", "POST /api/studies")
 
 def stub_runner(spec, variant, progress, timeout_s):
@@ -70,8 +71,10 @@ def real_app(web_db, small_trace, tmp_path):
 
 # GET only: a POST on the real trace would start real probes and measurements (tinygrad workers, many seconds each), a DELETE would
 # leave the rest of the run without it; the stub app above covers those operations. A schema of its own, without CONFIG: include()
-# on a schema whose config names operations keeps every operation (schemathesis 4.32), and no GET needs CONFIG's exceptions.
-real_schema = schemathesis.openapi.from_asgi("/openapi.json", APP, config=SchemathesisConfig()).include(method="GET", path_regex=r"\{trace_id\}")
+# on a schema whose config names operations keeps every operation (schemathesis 4.32), and no GET needs CONFIG's exceptions (its
+# checks' settings, which every operation has, it does).
+CHECKS_ONLY = SchemathesisConfig.from_dict({"checks": tomllib.loads(CONFIG_FILE.read_text())["checks"]})
+real_schema = schemathesis.openapi.from_asgi("/openapi.json", APP, config=CHECKS_ONLY).include(method="GET", path_regex=r"\{trace_id\}")
 
 @real_schema.parametrize()
 @EXAMPLES
@@ -113,6 +116,9 @@ def test_the_fuzz_covers_the_api_with_every_check():
     config = schema.config.checks_config_for(operation=op, phase=None)
     assert all(config.get_by_name(name=name).enabled for name in CHECKS.get_all_names()), op.label
     assert ("422" in config.positive_data_acceptance.expected_statuses) == (op.label in SEMANTIC_OPS), op.label
+  for checked in (schema, real_schema):  # an invalid value past the URL's 8 KiB is refused with 414, before any operation
+    for op in (result.ok() for result in checked.get_all_operations()):
+      assert "414" in checked.config.checks_config_for(operation=op, phase=None).negative_data_rejection.expected_statuses, op.label
   raw = APP.openapi()
   assert "HTTPValidationError" not in str(raw), "FastAPI's default 422 body is not what this app sends"
   for path, methods in raw["paths"].items():

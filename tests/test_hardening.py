@@ -359,7 +359,10 @@ ALLOWED = {("explorer/tracing/workers.py", "pickle.loads"),            # the res
            # child's call, from its parent, on a socket pair and pipes only the two hold
            ("explorer/tracing/template.py", "pickle.loads"), ("explorer/tracing/template_process.py", "pickle.load"),
            # `kernel-explorer trace --script`: the user's own script, in a worker, from the command line only (checked below)
-           ("explorer/tracing/program.py", "compile"), ("explorer/tracing/program.py", "exec")}
+           ("explorer/tracing/program.py", "compile"), ("explorer/tracing/program.py", "exec"),
+           # the templates' compiled code, read back from this package's own __pycache__ as Python reads a .pyc: the same place and the
+           # same trust as the code itself (a file that does not match its template's checksum and this Python is compiled again)
+           ("explorer/present/render.py", "marshal.loads")}
 # where a trace and its rewrite blob may be stored: a finished trace job's worker result, a study's own workers' traces, and the Python
 # API's (the user's own process, into their own store)
 STORES_TRACES = {"explorer/web/services/traces.py", "explorer/web/services/studies.py", "explorer/api.py"}
