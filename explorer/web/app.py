@@ -27,7 +27,7 @@ from explorer.web.services.diffs import DiffService
 from explorer.web.services.graphs import GraphService
 from explorer.web.services.probes import Probes
 from explorer.web.services.provenance import provenance
-from explorer.web.services.registry import Services, TraceCache, collector
+from explorer.web.services.registry import Services, TraceCache
 from explorer.web.services.studies import StudyService
 from explorer.web.services.enrichments import EnrichmentService
 from explorer.web.services.traces import JobManager
@@ -94,7 +94,6 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     svc.enrichments.cancel_all()
     svc.probes.cancel_all()
     await asyncio.to_thread(svc.graphs.close)
-    await asyncio.to_thread(collector.thaw)  # what its big traces' parses froze: this app's objects among them
 
   app = FastAPI(title="Kernel Explorer", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan,
                 description="Trace a convolution through tinygrad's pipeline: tensor graph, rangeify, kernel graph, codegen passes, "

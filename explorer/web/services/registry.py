@@ -1,10 +1,9 @@
 """Every stateful part of one app, in one typed place: explorer.web.app.create_app makes them, the routes reach them through one
 dependency (explorer.web.http.deps.ServicesDep)."""
 from __future__ import annotations
-import collections, gc, threading
-from contextlib import contextmanager
+import collections, threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Hashable, TypeVar, cast
 from explorer.schema import TraceRecord
 from explorer.settings import Settings
 from explorer.store import Store
@@ -19,44 +18,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _MISSING = object()
-
-FREEZE_KERNELS = 1000  # a parsed trace of at least this many kernels is frozen out of the collector's generations
-
-class _Collector:
-  """Python's cyclic garbage collector, paused while traces are parsed (nested parses in threads too), and what lives when the last
-  of them ends moved out of its generations (gc.freeze) where one of them was big. A parsed program is millions of objects without
-  cycles (JSON's dicts and lists), which every full collection walked again: 80 ms a time, during which every thread waited, the event
-  loop's and every other request's included. Reference counts still free a trace when it is let go; what is frozen and later becomes
-  garbage in cycles is collected only once thawed (thaw: when the app stops)."""
-  def __init__(self) -> None:
-    self._lock, self._pauses, self._was_enabled, self._freeze, self.frozen = threading.Lock(), 0, True, False, False
-
-  @contextmanager
-  def paused(self) -> Iterator[Callable[[], None]]:
-    """Yields what to call when the parse was big: its objects are then frozen as the last pause ends."""
-    with self._lock:
-      if self._pauses == 0: self._was_enabled = gc.isenabled()
-      self._pauses += 1
-      gc.disable()
-    def freeze() -> None: self._freeze = True
-    try: yield freeze
-    finally:
-      with self._lock:
-        self._pauses -= 1
-        if self._pauses == 0:
-          if self._freeze: gc.freeze()
-          self.frozen, self._freeze = self.frozen or self._freeze, False
-          if self._was_enabled: gc.enable()
-
-  def thaw(self) -> None:
-    """What was frozen back into the collector's generations, and collected now (an app that stops lets its objects go)."""
-    with self._lock:
-      if not self.frozen or self._pauses: return
-      self.frozen = False
-    gc.unfreeze()
-    gc.collect()
-
-collector = _Collector()
 
 class TraceCache:
   """Parsed traces by id, the most recent few, one parse per trace: readers of a trace that is not parsed yet wait for one parse and
@@ -105,9 +66,7 @@ class TraceCache:
     with self._lock: parsing = self._parsing.setdefault(trace_id, threading.Lock())
     with parsing:  # one parse at a time per trace: whoever waited here finds it cached
       if (trace := self._cached(trace_id, version)) is not None: return trace
-      with collector.paused() as freeze:
-        if (trace := self.store.get_trace(trace_id)) is None: return None
-        if len(trace["kernels"]) >= FREEZE_KERNELS: freeze()
+      if (trace := self.store.get_trace(trace_id)) is None: return None
       self.parses += 1
       with self._lock:
         self._items[trace_id] = (version, trace)
