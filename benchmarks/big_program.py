@@ -13,7 +13,7 @@ kernels, a transformer stack's training step (benchmarks/programs/transformer_st
 
   python benchmarks/big_program.py [--kernels 10000] [--layers 16]     (--layers 0: no real program)"""
 from __future__ import annotations
-import argparse, concurrent.futures, json, pathlib, resource, shutil, sqlite3, statistics, subprocess, sys, tempfile, threading, time
+import argparse, concurrent.futures, json, pathlib, resource, shutil, sqlite3, statistics, subprocess, sys, tempfile, time
 import httpx
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -69,7 +69,7 @@ def model_site(path: pathlib.Path, marker: str) -> str:
 
 def readers_phase(db: pathlib.Path, tmp: pathlib.Path, trace_id: str, site: str) -> bool:
   import psutil
-  from load import free_port, start_server
+  from load import Prober, free_port, start_server
   from test_program import BIG_PROGRAM_PAGES
   port = free_port()
   server = start_server(db, port, tmp / "server.log", background_workers=0)
@@ -82,19 +82,11 @@ def readers_phase(db: pathlib.Path, tmp: pathlib.Path, trace_id: str, site: str)
       st = time.perf_counter()
       r = httpx.get(f"{base}{url}", headers={"accept": "text/html"}, timeout=300)
       return url, time.perf_counter() - st, r.status_code
-    health, done = [], threading.Event()
-    def probe() -> None:
-      with httpx.Client(base_url=base, timeout=30) as c:
-        while not done.is_set():
-          st = time.perf_counter()
-          c.get("/api/health")
-          health.append(time.perf_counter() - st)
-          time.sleep(0.02)
-    prober = threading.Thread(target=probe, daemon=True)
-    prober.start()
+    prober = Prober(base, every_s=0.02)
     with concurrent.futures.ThreadPoolExecutor(len(urls)) as pool: got = list(pool.map(first_view, urls))
-    done.set()
-    prober.join()
+    prober.stop.set()
+    prober.thread.join()
+    health = prober.samples[""]  # a health check that failed counts as never answered
     rss1 = proc.memory_info().rss / 2**20
     worst_ms = max(health) * 1e3
     ok = all(s == 200 for _, _, s in got) and max(t for _, t, _ in got) < PAGE_S and rss1 < RSS_MIB and worst_ms < LOOP_MS
@@ -113,7 +105,6 @@ def main() -> int:
   ap.add_argument("--layers", type=int, default=16, help="the real program's transformer blocks (0: none)")
   args = ap.parse_args()
   tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-big-"))
-  sys.path.insert(0, str(REPO / "tests"))
   from test_program import model_line
   try:
     db = tmp / "traces.sqlite3"

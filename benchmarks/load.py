@@ -197,9 +197,9 @@ def big_program(db: pathlib.Path) -> None:
   for trace_id in (BIG, BIG[:-1] + "1"): store.put_trace(trace_id, big, store.get_rewrites(cnn))
 
 class Prober:
-  """The other client: /api/health every 100 ms from its own address, its latencies by the phase they fell in."""
-  def __init__(self, base: str) -> None:
-    self.base, self.phase, self.samples, self.stop = base, "", collections.defaultdict(list), threading.Event()
+  """The other client: /api/health every `every_s` (100 ms) from its own address, its latencies by the phase they fell in."""
+  def __init__(self, base: str, every_s: float = 0.1) -> None:
+    self.base, self.every_s, self.phase, self.samples, self.stop = base, every_s, "", collections.defaultdict(list), threading.Event()
     self.thread = threading.Thread(target=self.run, daemon=True)
     self.thread.start()
 
@@ -210,7 +210,7 @@ class Prober:
         try: ok = c.get("/api/health").status_code == 200
         except httpx.HTTPError: ok = False  # counted as never answered
         self.samples[self.phase].append(time.monotonic() - st if ok else float("inf"))
-        time.sleep(max(0.0, 0.1 - (time.monotonic() - st)))
+        time.sleep(max(0.0, self.every_s - (time.monotonic() - st)))
 
 FLOODER, OTHER = {"X-Forwarded-For": "198.51.100.1"}, {"X-Forwarded-For": "198.51.100.2"}
 

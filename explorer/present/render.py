@@ -197,12 +197,11 @@ class _CompiledTemplates(jinja2.BytecodeCache):
     return b"kernel-explorer template " + importlib.util.MAGIC_NUMBER.hex().encode() + b" " + bucket.checksum.encode() + b"\n"
 
   def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-    if (code := self._code.get(bucket.key)) is not None: return bucket.bytecode_from_string(code)
-    if self._dir is None: return None
-    with contextlib.suppress(OSError, EOFError, ValueError, TypeError):  # missing, or not this source's code: compiled again
-      data, header = (self._dir / bucket.key).read_bytes(), self._header(bucket)
-      if data.startswith(header): bucket.code = marshal.loads(data[len(header):])
-    return None
+    if (code := self._code.get(bucket.key)) is not None: bucket.bytecode_from_string(code)
+    elif self._dir is not None:
+      with contextlib.suppress(OSError, EOFError, ValueError, TypeError):  # missing, or not this source's code: compiled again
+        data, header = (self._dir / bucket.key).read_bytes(), self._header(bucket)
+        if data.startswith(header): bucket.code = marshal.loads(data[len(header):])
 
   def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
     self._code[bucket.key] = bucket.bytecode_to_string()

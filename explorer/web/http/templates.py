@@ -49,7 +49,6 @@ def sliced_json(doc: Mapping[str, Any], field: str, per: int = JSON_SLICE) -> by
   body = b"[" + b",".join(to_json(items[i:i + per])[1:-1] for i in range(0, len(items), per)) + b"]"
   return outline.replace(mark, body)
 
-
 OFF_LOOP_GZIP = 1 << 20  # a body past this is compressed in a thread, not by the GZip middleware on the event loop
 
 async def json_off_loop(request: Request, make: Callable[[], bytes]) -> Response:
