@@ -294,6 +294,13 @@ class Provenance(TypedDict):
   inferred: NotRequired[bool]
 
 @with_config(STRICT)
+class LightHalf(TypedDict):
+  """What a kernel read light (explorer.store.pieces: the pages of a program read their kernels' light halves) has of what it lacks:
+  the targets of its sources and how many codegen passes it has."""
+  sources: list[Name]
+  passes: Count
+
+@with_config(STRICT)
 class KernelRecord(TypedDict):
   """One kernel of the schedule: what it computes (role, reads, writes), its AST, and its record per target (`targets`, the host's under
   host_target); the host record's fields are repeated at the top for the readers of schema 1. A trace of schema 1 has no `targets`
@@ -336,6 +343,7 @@ class KernelRecord(TypedDict):
   beam: NotRequired[BeamRecord]
   realize: NotRequired[Count]                 # a program's: which of its realizes ran it (TraceRecord.realizes)
   provenance: NotRequired[list[Provenance]]   # a program's: the Tensor functions and user lines it computes
+  light: NotRequired[LightHalf]               # read light: it (and its records) lack their UOp listings, sources and passes
 
 # ***** the schedule *****
 

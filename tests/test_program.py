@@ -224,6 +224,8 @@ def test_a_thousand_kernel_program_answers_in_bounded_pages(cnn, db, alone):
       assert r.status_code == 200, (url, r.text[:300])
       if url != "/api/traces/big0program00000": assert len(r.content) < 600_000, f"{url} answered {len(r.content):,} bytes"
       assert took < 5.0, f"{url} took {took:.2f}s"
+    traces = client.app.state.services.traces  # what they read: the program light, once, and the kernel page's own heavy half
+    assert traces.whole_parses == 0 and traces.parses == 2 and 1 <= traces.heavy_reads <= 3  # (its facts and analysis, if started, read it too)
     bufferize = client.get("/t/big0program00000/bufferize").text  # the buffer table paged, the memory drawing its largest buffers
     assert bufferize.count("<tr><td class=\"mono\">") <= 200 and 'id="buffer-pages"' in bufferize and "?offset=800#buffer-table" in bufferize
     assert bufferize.count('class="mem-bar') == 64 and f"the 64 largest of {len(big['buffers'])} buffers drawn" in bufferize
@@ -232,8 +234,7 @@ def test_a_thousand_kernel_program_answers_in_bounded_pages(cnn, db, alone):
     assert graph["total_nodes"] < 200 and any("collapsed into" in n for n in graph["notes"])  # collapsed by realize and model line
     page = client.get("/t/big0program00000").text
     assert page.count('<tr data-phase=') == 200 and "offset=1000" in page  # paged: 200 rows, the rest a link away
-    traces = client.app.state.services.traces  # the whole program's summary and table total: once per parse, not once per view
-    derived = traces.derivations
+    derived = traces.derivations  # the whole program's summary and table total: once per parse, not once per view
     for url in ("/t/big0program00000?offset=200", f"/t/big0program00000?q={site}", "/t/big0program00000"):
       assert client.get(url).status_code == 200
     assert traces.derivations == derived
@@ -364,8 +365,8 @@ def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path, alone):
   assert other_s < 30, f"another client's first view took {other_s:.1f} s"
 
 def test_one_parse_per_trace(cnn, db, tmp_path, alone):
-  """Ten concurrent cold views of a big program parse it once; an enrichment stored into it is merged into that parsed copy (no second
-  parse), and a write by another process (a new version in the store) is seen."""
+  """Ten concurrent cold views of a big program parse it once (light: explorer.store.pieces); an enrichment stored into it is merged into
+  that parsed copy (no second parse), and a write by another process (a new version in the store) is seen."""
   import asyncio, shutil
   import httpx
   from explorer.schema import validate_trace
@@ -387,9 +388,9 @@ def test_one_parse_per_trace(cnn, db, tmp_path, alone):
       return [r.status_code]
   run_async(views())
   assert traces.parses == 1, f"{traces.parses} parses"
-  assert "cuda" in traces.get("0e0a0e0000000000")["kernels"][3]["targets"] and traces.parses == 1  # merged in place
+  assert "cuda" in traces.get("0e0a0e0000000000", light=True)["kernels"][3]["targets"] and traces.parses == 1  # merged in place
   Store(str(one_db)).put_enrichments("0e0a0e0000000000", "facts", {(3, "cuda"): {"ok": None, "compiler": None, "message": "elsewhere"}})
-  assert traces.get("0e0a0e0000000000")["kernels"][3]["targets"]["cuda"]["compile"]["message"] == "elsewhere" and traces.parses == 2
+  assert traces.get("0e0a0e0000000000", light=True)["kernels"][3]["targets"]["cuda"]["compile"]["message"] == "elsewhere" and traces.parses == 2
 
 def test_a_programs_export_names_every_kernels_model_line(cnn, db):
   """A program's export dropped every kernel's model line: each kernel's section says which line of the program made it."""

@@ -122,3 +122,92 @@ def test_a_long_programs_lists_are_kept_in_chunks_each_parsed_apart(v1, tmp_path
   with sqlite3.connect(db) as c: c.execute("UPDATE trace_chunks SET body = '{\"a\": 1}' WHERE trace_id = ?", ("h" * 16,))
   with pytest.raises(StoreError, match="is corrupt: chunk 0 of its"): store.get_trace("h" * 16)
   assert store.delete_trace("h" * 16) and chunks(db, "h" * 16) == {} and store.get_trace("i" * 16) is not None
+
+# ***** a part's two halves: what the pages of a program read (light), and what only a kernel's own page, an export or a diff does *****
+
+GOLDEN_V2 = pathlib.Path(__file__).parent / "golden" / "store_v2.sqlite3.gz"  # parts stored whole, by fb4ac21: golden/make_store_v2.py
+
+def light_of_whole(k: dict, computed: tuple[str, ...] = ()) -> dict:
+  """What a kernel read light is, from the kernel read whole: its fields less the heavy ones, its records' too (but those `computed` since
+  it was stored, an enrichment's, which are whole: nothing else keeps their source), and what it lacks, named."""
+  from explorer.store.pieces import HEAVY, HEAVY_RECORD
+  out = {f: v for f, v in k.items() if f not in HEAVY}
+  out["targets"] = {t: rec if t in computed else {f: v for f, v in rec.items() if f not in HEAVY_RECORD} for t, rec in k["targets"].items()}
+  return {**out, "light": {"sources": list(k["sources"]), "passes": len(k["passes"])}}
+
+def test_a_program_read_light_is_its_whole_read_less_the_heavy_half(v1, tmp_path):
+  """A light read is the whole read less each kernel's UOp listing, sources and passes (and its records' listings, passes, sources, line
+  maps), naming what it lacks; a kernel's heavy half, one row, puts it back together equal to the whole read, its records' fields in
+  their order. The light halves are a small part of a program's bytes."""
+  from explorer.store.pieces import whole
+  db = tmp_path / "l.sqlite3"
+  store = Store(db)
+  store.put_trace("j" * 16, scaled(Store(v1).get_trace(PROGRAM), 4), b"")
+  full, light = store.get_trace("j" * 16), store.get_trace("j" * 16, light=True)
+  assert {f: v for f, v in light.items() if f != "kernels"} == {f: v for f, v in full.items() if f != "kernels"}
+  for i, (a, b) in enumerate(zip(full["kernels"], light["kernels"], strict=True)):
+    assert b == light_of_whole(a) and "uops_listing" not in b and "source" not in b["targets"][a["host_target"]]
+    back = whole(b, store.kernel_heavy("j" * 16, i))
+    assert back == a and [list(r) for r in back["targets"].values()] == [list(r) for r in a["targets"].values()]
+  with sqlite3.connect(db) as c:
+    light_bytes, heavy_bytes = (c.execute(f"SELECT sum(length(body)) FROM {t}").fetchone()[0] for t in ("kernel_parts", "kernel_heavy"))
+  assert light_bytes < heavy_bytes / 4
+
+def test_parts_stored_whole_read_light_and_whole_and_a_record_computed_since_goes_with_its_kernel(tmp_path):
+  """A store whose parts were written whole (the golden, by the store before halves, with a cuda record computed for kernel 0 since)
+  reads whole as it did, and light by cutting them; kernel 0's light read names its cuda source, and put back together has it. The same
+  trace stored again now writes halves and reads the same."""
+  from explorer.store.pieces import whole
+  db = tmp_path / "v2.sqlite3"
+  db.write_bytes(gzip.decompress(GOLDEN_V2.read_bytes()))
+  assert sqlite3.connect(db).execute("SELECT count(*) FROM sqlite_master WHERE name = 'kernel_heavy'").fetchone()[0] == 0
+  store = Store(db)
+  full, light = store.get_trace(PROGRAM), store.get_trace(PROGRAM, light=True)
+  assert len(full["kernels"]) == 6 and full["kernels"][0]["sources"]["cuda"] == "// cuda" and "cuda" not in full["kernels"][2]["targets"]
+  assert light["kernels"][0]["light"]["sources"][-1] == "cuda" and "cuda" not in light["kernels"][2]["light"]["sources"]
+  for i, (a, b) in enumerate(zip(full["kernels"], light["kernels"], strict=True)):
+    assert b == light_of_whole(a, ("cuda",)) and whole(b, store.kernel_heavy(PROGRAM, i)) == a
+  store.put_trace("k" * 16, full, b"")  # the same parts: their rows kept as they were written, halves beside them
+  assert json.dumps(store.get_trace("k" * 16)) == json.dumps(full) and store.get_trace("k" * 16, light=True)["kernels"][3] == light["kernels"][3]
+
+def test_a_record_merged_into_a_kernel_read_light_goes_with_it():
+  """A target's record merged into a parsed light trace (what a server does when a page computed it) is named in the kernel's `light`,
+  on a copy of its own, and is there with its source once the kernel is put back together."""
+  from explorer.store.pieces import whole
+  from explorer.tracing.enrich import with_target
+  rec = {"name": "on cuda", "source": "// cuda", "passes": []}
+  shared = {"sources": ["clang"], "passes": 3}
+  trace = {"kernels": [{"index": 0, "targets": {"clang": {"name": "k"}}, "source_errors": {}, "light": shared},
+                       {"index": 1, "targets": {"clang": {"name": "k"}}, "source_errors": {}, "light": shared}]}
+  got = with_target(trace, "cuda", {0: rec})  # type: ignore[arg-type]
+  a, b = got["kernels"]
+  assert a["light"] == {"sources": ["clang", "cuda"], "passes": 3} and b["light"] is shared and shared["sources"] == ["clang"] and "sources" not in a
+  heavy = {"sources": {"clang": "// clang"}, "passes": [{}, {}, {}], "uops_listing": [], "records": {"clang": {"name": None, "source": "// clang"}}}
+  back = whole(a, heavy)
+  assert back["sources"] == {"clang": "// clang", "cuda": "// cuda"} and back["targets"]["clang"] == {"name": "k", "source": "// clang"}
+
+def test_a_kernel_part_without_its_heavy_half_is_a_clear_error(v1, tmp_path):
+  db = tmp_path / "h.sqlite3"
+  store = Store(db)
+  store.put_trace("m" * 16, Store(v1).get_trace(PROGRAM), b"")
+  with sqlite3.connect(db) as c: c.execute("DELETE FROM kernel_heavy")
+  assert store.get_trace("m" * 16, light=True) is not None  # the pages that read light still read it
+  with pytest.raises(StoreError, match="heavy half is missing"): store.get_trace("m" * 16)
+  with pytest.raises(StoreError, match="heavy half is missing"): store.kernel_heavy("m" * 16, 0)
+  assert store.delete_trace("m" * 16) and parts(db) == (0, 0)
+
+def test_a_programs_stage_table_is_paged(v1, tmp_path):
+  """A program's thousands of STAGEs (a 16-block transformer step's were a 4 MB bufferize page) are shown STAGE_PAGE rows at a time, the
+  rest a link away (?stages=), the buffer table's page kept; the pages read the program light."""
+  from explorer.web.routes.schedule import STAGE_PAGE
+  step = Store(v1).get_trace(PROGRAM)
+  kept = [{"shape": [i + 1], "dtype": "float", "addrspace": "GLOBAL", "removable": False, "src_op": "CONST", "nbytes": 4 * (i + 1)}
+          for i in range(STAGE_PAGE * 2 + 50)]
+  stages = {**(step["scheduler"] or {}).get("stages", {}), "kept": kept, "fused": [], "realized": []}
+  store = Store(db := tmp_path / "s.sqlite3")
+  store.put_trace("n" * 16, {**step, "scheduler": {**step["scheduler"], "stages": stages}}, b"")
+  with TestClient(app_over(db)) as client:
+    first, last = (client.get(f"/t/{'n' * 16}/bufferize{q}").text for q in ("", f"?stages={STAGE_PAGE * 2}&offset=0"))
+    assert first.count('<tr data-fate="kept"') == STAGE_PAGE and 'id="stage-pages"' in first and f"?stages={STAGE_PAGE * 2}#stage-table" in first
+    assert f"of {len(kept)} shown" in first and last.count('<tr data-fate="kept"') == 50 and "(401)" in last
+    assert client.app.state.services.traces.whole_parses == 0

@@ -1,7 +1,7 @@
 """Templates, number formatting and source highlighting, shared by the web pages and the self-contained export (no FastAPI)."""
 from __future__ import annotations
 import collections, contextlib, functools, importlib.util, json, marshal, os, pathlib, re, tempfile, time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 import jinja2
 from markupsafe import Markup
 from pygments import highlight
@@ -110,6 +110,12 @@ def grouped_stages(rows: list[StageRow]) -> list[tuple[StageRow, int]]:
     first.setdefault(key, s)
     count[key] += 1
   return [(row, count[key]) for key, row in first.items()]
+
+STAGE_FATES = ("kept", "realized", "fused")  # the STAGE table's order
+
+def stage_rows(stages: Mapping[str, Any]) -> list[tuple[str, StageRow, int]]:
+  """The STAGE table's rows: (fate, row, how many STAGEs have its figures: grouped_stages), kept first, then realized, then inlined."""
+  return [(fate, row, n) for fate in STAGE_FATES for row, n in grouped_stages(stages.get(fate) or [])]
 
 def tojson_compact(x: Any) -> Markup:
   """JSON safe in a single-quoted HTML attribute or a <script>: <, >, & and ' escaped as JSON \\u escapes, as jinja's tojson does."""
@@ -226,7 +232,7 @@ def environment() -> jinja2.Environment:
   env.globals["preset_label"] = preset_label
   env.globals["hand_opt_pattern"] = HAND_OPT_RE.pattern  # the opts panel checks an opt as it is added, as the server will
   env.globals["noisy"] = noisy
-  env.globals["grouped_stages"] = grouped_stages
+  env.globals["stage_rows"] = stage_rows
   env.globals["largest_buffers"] = largest_buffers
   env.globals["memory_bars"] = memory_bars
   env.globals["memory_line"] = memory_line

@@ -26,6 +26,10 @@ CREATE TABLE IF NOT EXISTS kernel_parts (
   hash TEXT PRIMARY KEY,
   body TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS kernel_heavy (
+  hash TEXT PRIMARY KEY,
+  body TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS kernel_refs (
   trace_id TEXT NOT NULL,
   kernel INTEGER NOT NULL,

@@ -11,8 +11,12 @@ if TYPE_CHECKING: from explorer.schema import KernelRecord, TargetRecord
 MERGED_KINDS = (ENRICH_TARGET, ENRICH_ANALYSIS, ENRICH_FACTS)  # the enrichments a stored trace is read with (merged)
 
 def add_target_record(kernel: KernelRecord | dict[str, Any], target: str, rec: dict[str, Any]) -> None:
-  """One kernel's record for `target` (or {"error": ...} where its codegen failed), with its source kept in `sources` too."""
+  """One kernel's record for `target` (or {"error": ...} where its codegen failed), with its source kept in `sources` too (a kernel read
+  light has none: its `light` names the target instead, on a copy)."""
   if "error" in rec: kernel.setdefault("source_errors", {})[target] = rec["error"]
+  elif (light := kernel.get("light")) is not None:
+    kernel.setdefault("targets", {})[target] = cast("TargetRecord", rec)
+    kernel["light"] = {**light, "sources": [*light["sources"], target]}
   else: kernel.setdefault("targets", {})[target], kernel.setdefault("sources", {})[target] = cast("TargetRecord", rec), rec["source"]
 
 def of_kind(c: sqlite3.Connection, trace_id: str, kind: str) -> dict[tuple[int, str], Any]:
@@ -42,7 +46,8 @@ def merged(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[
     if (k := kernels.get(kernel)) is None or not isinstance(got, dict) or not isinstance(rec := got.get("record"), dict): continue
     if not _reads(adapters["record"], rec): continue
     if target not in (k.get("targets") or {}):
-      k["targets"], k["sources"] = dict(k.get("targets") or {}), dict(k.get("sources") or {})
+      k["targets"] = dict(k.get("targets") or {})
+      if "sources" in k or "light" not in k: k["sources"] = dict(k.get("sources") or {})
       add_target_record(k, target, rec)
     if isinstance(by := got.get("ran_by"), str): trace.setdefault("env", {}).setdefault("ran_on", {}).setdefault("targets", {})[target] = by
   for kind, put in ((ENRICH_ANALYSIS, lambda rec, v: rec.update(v)), (ENRICH_FACTS, lambda rec, v: rec.__setitem__("compile", v))):

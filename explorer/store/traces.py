@@ -61,8 +61,10 @@ class Traces(Connected):
     if (row := c.execute("SELECT created FROM traces WHERE id = ?", (trace_id,)).fetchone()) is None: return None
     return (row[0], *enrichments.version(c, trace_id))
 
-  def get_trace(self, trace_id: str) -> TraceRecord | None:
-    """The stored trace, as this version reads it (explorer.schema.upgrade: once, here), with its enrichments merged in."""
+  def get_trace(self, trace_id: str, light: bool = False) -> TraceRecord | None:
+    """The stored trace, as this version reads it (explorer.schema.upgrade: once, here), with its enrichments merged in. light: its
+    kernels' light halves only (explorer.store.pieces: a kernel kept in a part has `light` and lacks its UOp listing, sources and
+    passes, and its records theirs; `kernel_heavy` has them)."""
     c = self._conn()
     row = c.execute("SELECT trace FROM traces WHERE id = ?", (trace_id,)).fetchone()
     if row is None: return None
@@ -72,8 +74,13 @@ class Traces(Connected):
     except (ValueError, TypeError) as e: raise StoreError(f"stored trace {trace_id} is corrupt: its JSON does not parse ({e})") from None
     if not isinstance(trace, dict) or "spec" not in trace or not isinstance(trace.get("kernels"), list):
       raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
-    trace = pieces.joined(c, trace_id, pieces.unchunked(c, trace_id, trace))
+    trace = pieces.joined(c, trace_id, pieces.unchunked(c, trace_id, trace), light)
     return cast("TraceRecord", enrichments.merged(c, trace_id, dict(upgrade(trace))))  # upgraded first: enrichments land on its records
+
+  def kernel_heavy(self, trace_id: str, kernel: int) -> dict[str, Any] | None:
+    """Kernel `kernel`'s heavy half (explorer.store.pieces.whole puts it together with the kernel read light); None where the trace
+    keeps no part for it (it was stored whole)."""
+    return pieces.heavy_of(self._conn(), trace_id, kernel)
 
   def get_rewrites(self, trace_id: str, target: str | None = None) -> bytes | None:
     """The host's rewrite blob, or another target's (by its key: the target's name for one rendered with the trace, the key a record

@@ -160,7 +160,8 @@ def with_target(trace: TraceRecord, target: str, records: dict[int, dict[str, An
   kernels: list[KernelRecord] = []
   for k in trace.get("kernels") or []:
     if (rec := records.get(k["index"])) is not None:
-      k = {**k, "targets": dict(k.get("targets") or {}), "sources": dict(k.get("sources") or {}), "source_errors": dict(k.get("source_errors") or {})}
+      k = {**k, "targets": dict(k.get("targets") or {}), "source_errors": dict(k.get("source_errors") or {})}
+      if "light" not in k: k["sources"] = dict(k["sources"])  # a kernel read light has none: its `light` names them
       add_target_record(k, target, rec)
     kernels.append(k)
   return {**trace, "kernels": kernels}

@@ -50,7 +50,7 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
   parallel = settings.workers if queue is None else int(settings.max_queue) + 1
   def changed(trace_id: str, merge: Any = None) -> None: svc.forget(trace_id, merge)  # a target, an enrichment or a study stored into a trace
   traces = TraceCache(store)
-  enrichments = EnrichmentService(store, limits, on_stored=changed, read=traces.get, background_workers=int(settings.background_workers),
+  enrichments = EnrichmentService(store, limits, on_stored=changed, read=traces.with_kernels, background_workers=int(settings.background_workers),
                                   max_waiting=int(settings.max_waiting_work), per_client=int(settings.max_work_per_client))
   def stored(trace_id: str, trace: dict[str, Any]) -> None:  # a trace's records get their analyses in the background, at a lower priority
     fresh = cast(TraceRecord, trace)  # as this version's engine wrote it: the current schema

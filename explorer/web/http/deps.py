@@ -26,11 +26,13 @@ async def templates(request: Request) -> Templates: return templates_of(request)
 ServicesDep = Annotated[Services, Depends(services)]
 TemplatesDep = Annotated[Templates, Depends(templates)]
 
-async def stored_trace(svc: Services, trace_id: str) -> TraceRecord | None: return await asyncio.to_thread(svc.traces.get, trace_id)
+async def stored_trace(svc: Services, trace_id: str, light: bool = False) -> TraceRecord | None:
+  """The stored trace, parsed (whole, or light: its kernels' light halves, explorer.store.pieces), off the event loop."""
+  return await asyncio.to_thread(svc.traces.get, trace_id, light)
 
-async def trace_of(svc: Services, trace_id: str) -> TraceRecord:
+async def trace_of(svc: Services, trace_id: str, light: bool = False) -> TraceRecord:
   """The stored trace; 409 while it runs, 404 when there is none."""
-  if (trace := await stored_trace(svc, trace_id)) is None:
+  if (trace := await stored_trace(svc, trace_id, light)) is None:
     job = svc.jobs.get(trace_id)
     if job is not None and job.active: raise HTTPException(409, f"trace {trace_id} is still {job.status}")
     raise HTTPException(404, f"no trace {trace_id}")
@@ -38,12 +40,21 @@ async def trace_of(svc: Services, trace_id: str) -> TraceRecord:
 
 async def trace_or_404(trace_id: str, svc: ServicesDep) -> TraceRecord: return await trace_of(svc, trace_id)
 
+async def light_trace_or_404(trace_id: str, svc: ServicesDep) -> TraceRecord: return await trace_of(svc, trace_id, light=True)
+
 StoredTrace = Annotated[TraceRecord, Depends(trace_or_404)]  # the route's {trace_id}, stored (404 or 409 otherwise)
+LightTrace = Annotated[TraceRecord, Depends(light_trace_or_404)]  # the same, read light: its kernels without sources, listings, passes
 
 def kernel_or_404(trace: TraceRecord, n: int) -> KernelRecord:
+  """Kernel n as the trace has it (read light: without its sources, listing and passes); 404 where there is none."""
   kernels = trace["kernels"]
   if not 0 <= n < len(kernels): raise HTTPException(404, f"trace has no kernel {n} (it has {len(kernels)})")
   return kernels[n]
+
+async def whole_kernel(svc: Services, trace_id: str, trace: TraceRecord, n: int) -> KernelRecord:
+  """Kernel n whole (a trace read light: with its heavy half, one row read); 404 where there is none."""
+  kernel_or_404(trace, n)
+  return await asyncio.to_thread(svc.traces.kernel, trace_id, trace, n)
 
 def trusted(request: Request, settings: Settings) -> bool:
   """A token holder (when the server has a token), else a loopback client: those may see server details such as paths."""
@@ -152,7 +163,9 @@ async def rerun(svc: Services, trace_id: str, client: str | None) -> tuple[dict[
 HEAVY = ("sources", "uops_listing", "passes")  # a kernel's fields that only /kernels/{n} has
 
 def light_kernel(kernel: KernelRecord) -> dict[str, Any]:
-  return {k: v for k, v in kernel.items() if k not in HEAVY} | {"targets": sorted(kernel["sources"]), "n_passes": len(kernel["passes"])}
+  """The kernel as the API lists it: its targets by name, its passes counted (a kernel read light has both in `light`)."""
+  targets, passes = (kernel["light"]["sources"], kernel["light"]["passes"]) if "light" in kernel else (kernel["sources"], len(kernel["passes"]))
+  return {k: v for k, v in kernel.items() if k not in HEAVY and k != "light"} | {"targets": sorted(targets), "n_passes": passes}
 
 def light_trace(trace_id: str, trace: TraceRecord) -> dict[str, Any]:
   """The trace without the heavy per-kernel fields (sources, UOp listings, passes): those are under /kernels/{n}."""
@@ -162,4 +175,4 @@ def light_trace(trace_id: str, trace: TraceRecord) -> dict[str, Any]:
   if "groups" in sched: sched["groups"] = [{"name": g["name"], "passes": len(g["passes"])} for g in sched["groups"]]
   return {"id": trace_id, "url": trace_url(trace_id), **trace, "kernels": kernels, "scheduler": sched}
 
-__all__ = ["ServicesDep", "StoredTrace", "TemplatesDep", "target_records"]
+__all__ = ["LightTrace", "ServicesDep", "StoredTrace", "TemplatesDep", "target_records"]

@@ -68,9 +68,11 @@ def spec_rejections(trace: TraceRecord) -> dict[str, str]:
   bad = [c for k in trace["kernels"] for c in kernel_spec_checks(k) if not c["ok"]]
   return out | ({"kernels": said(bad[0])} if bad else {})
 
-async def trace_page(request: Request, svc: Services, trace_id: str, template: str, current: str | tuple[str, ...], **ctx: Any) -> HTMLResponse:
-  """A trace view; while the trace runs (or if it failed before storing anything) the progress page stands in, at the same URL."""
-  trace = await deps.stored_trace(svc, trace_id)
+async def trace_page(request: Request, svc: Services, trace_id: str, template: str, current: str | tuple[str, ...], light: bool = False,
+                     **ctx: Any) -> HTMLResponse:
+  """A trace view; while the trace runs (or if it failed before storing anything) the progress page stands in, at the same URL. light:
+  the template reads the trace light (no kernel's sources, listing or passes: explorer.store.pieces), as the route did."""
+  trace = await deps.stored_trace(svc, trace_id, light)
   if trace is None:
     status = await deps.status_of(svc, trace_id)
     if status is None: raise HTTPException(404, f"no trace {trace_id}")

@@ -6,6 +6,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 from explorer.schema import TraceRecord, host_target
 from explorer.spec import TARGETS
+from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, GraphView, Origin, PassMatches, documented
 from explorer.web.http.work import Work
@@ -75,23 +76,29 @@ async def pass_python(trace_id: str, trace: StoredTrace, group: int, step: int, 
                       target: str | None = None) -> dict[str, Any]:
   return await svc.graphs.python(trace_id, trace, group, step, blob_target(trace, target), permit=work.permit())
 
+async def graph_trace(svc: ServicesDep, trace_id: str, ref: str) -> TraceRecord:
+  """The trace a graph is drawn from: read light where the graph needs no kernel's codegen passes (explorer.store.pieces)."""
+  return await deps.trace_of(svc, trace_id, light=ref in ("kernels", "tensor") or ref.startswith(("ast/", "rangeify/")))
+
 @api.get("/traces/{trace_id}/graphs/{ref:path}.svg", summary="A graph laid out by graphviz (SVG)",
          response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}, **documented(GRAPH_ERRORS)})
-async def get_graph_svg(trace_id: str, trace: StoredTrace, ref: str, svc: ServicesDep, work: Work, full: bool = False, index: IndexMode = "auto",
+async def get_graph_svg(trace_id: str, ref: str, svc: ServicesDep, work: Work, full: bool = False, index: IndexMode = "auto",
                         stable_from: str | None = Query(None, max_length=200, description="the graph shown before this one: the UOps both hold "
                                                         "keep their place (a fresh layout, not cached)"),
                         expand: str | None = EXPAND_QUERY) -> Response:
   if stable_from is not None and not REF_RE.match(stable_from): raise HTTPException(404, f"stable_from names no graph: {stable_from!r}")
+  trace = await graph_trace(svc, trace_id, ref)
   svg = await svc.graphs.svg(trace_id, trace, ref, full, trace_url(trace_id), index, stable_from, expand_nums(expand), permit=work.permit())
   return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "no-store" if stable_from else "public, max-age=86400"})
 
 @api.get("/traces/{trace_id}/graphs/{ref:path}", response_model=GraphView, response_model_exclude_none=True, summary="A graph as JSON",
          responses=documented(GRAPH_ERRORS))
-async def get_graph(trace_id: str, trace: StoredTrace, ref: str, svc: ServicesDep, work: Work, full: bool = False, nodes: bool = True,
+async def get_graph(trace_id: str, ref: str, svc: ServicesDep, work: Work, full: bool = False, nodes: bool = True,
                     index: IndexMode = "auto", expand: str | None = EXPAND_QUERY) -> dict[str, Any]:
   """ref: tensor | kernels | ast/{k} | codegen/{k}/{p}/{before|after|m<j>} | rangeify/{p}/{before|after|m<j>}.
   Graphs over the node limit are simplified (notes say how); full=1 lifts the limit. nodes=0 leaves nodes and edges out."""
   opened = expand_nums(expand)
+  trace = await graph_trace(svc, trace_id, ref)
   view = await svc.graphs.view(trace_id, trace, ref, full, index, opened, permit=work.permit())
   query = "&".join(q for q in ("full=1" if full else "", "" if index == "auto" else f"index={index}",
                                f"expand={','.join(map(str, sorted(opened)))}" if opened else "") if q)  # commas as they are: ids

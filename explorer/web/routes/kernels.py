@@ -12,7 +12,7 @@ from explorer.schema import TraceRecord, host_target, target_records
 from explorer.spec import (ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, SASS_TARGETS, TARGETS, SpecError, hand_opts,
                            lacks_facts, split_opts)
 from explorer.web.http import deps
-from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
+from explorer.web.http.deps import LightTrace, ServicesDep, templates_of
 from explorer.web.http.models import NOT_FOUND, Analysis, CompileFacts, EnrichmentJob, TargetRecord, documented
 from explorer.web.http.work import Work
 from explorer.web.routes.common import asked_pass, step_notices, stepper, trace_page
@@ -23,7 +23,7 @@ router = APIRouter(include_in_schema=False)
 
 @api.get("/traces/{trace_id}/kernels", summary="The trace's kernels (light), a page of them with offset and limit",
          responses=documented({**NOT_FOUND, 422: "offset or limit out of range"}))
-async def list_kernels(trace_id: str, trace: StoredTrace, response: Response, offset: int = Query(0, ge=0, le=2**31),
+async def list_kernels(trace_id: str, trace: LightTrace, response: Response, offset: int = Query(0, ge=0, le=2**31),
                        limit: int | None = Query(None, ge=1, le=1000, description="at most this many (default: all)"),
                        q: str = Query("", max_length=200, description="only the kernels whose name, provenance function or file:line "
                                                                           "(a program's: model.py:14) contains this")) -> list[dict[str, Any]]:
@@ -35,10 +35,10 @@ async def list_kernels(trace_id: str, trace: StoredTrace, response: Response, of
 
 @api.get("/traces/{trace_id}/kernels/{n}", summary="One kernel: facts, codegen passes, linearized UOps, source per target",
          responses=documented({**NOT_FOUND, 404: "no trace with this id, or no kernel n in it", 422: "n is not an integer"}))
-async def get_kernel(trace: StoredTrace, n: int) -> dict[str, Any]:
+async def get_kernel(trace_id: str, trace: LightTrace, n: int, svc: ServicesDep) -> dict[str, Any]:
   """The kernel's host fields, `sources` per target and `targets` (trace schema 2): each target's whole record, as
   /kernels/{n}/targets/{target} documents it."""
-  return {**deps.kernel_or_404(trace, n), "graphs": {"ast": f"ast/{n}", "pass": f"codegen/{n}/{{pass}}/{{before|after|m<j>}}"}}
+  return {**await deps.whole_kernel(svc, trace_id, trace, n), "graphs": {"ast": f"ast/{n}", "pass": f"codegen/{n}/{{pass}}/{{before|after|m<j>}}"}}
 
 @api.get("/traces/{trace_id}/kernels/{n}/targets/{target}", response_model=TargetRecord, response_model_exclude_none=True,
          summary="One kernel on one target: name, opts, dims, UOps, Estimates, passes, source and compile facts",
@@ -48,11 +48,11 @@ async def get_kernel(trace: StoredTrace, n: int) -> dict[str, Any]:
                                   "the known ones)", 409: "the trace is still running, or this target cannot be computed for it "
                                   "(recorded before per-target records, or its computation failed: the detail says why)",
                                   422: "n is not an integer"})})
-async def get_kernel_target(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
+async def get_kernel_target(trace_id: str, trace: LightTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
   """A target the trace did not render is computed on this first request, for this kernel first (its AST rebuilt from the trace's
   rewrite blob and rendered in a worker as a trace renders it), and stored with the trace: 202 with the job's progress until it is,
   then 200 with the record (every later request too, at once). Its neighbours follow in the background."""
-  k = deps.kernel_or_404(trace, n)
+  k = await deps.whole_kernel(svc, trace_id, trace, n)
   records = target_records(k)
   if target in records: return records[target]
   if target in k["source_errors"]: raise HTTPException(409, f"rendering kernel {n} for {target} failed: {k['source_errors'][target]}")
@@ -68,7 +68,7 @@ def enrichment_responses(what: str) -> dict[int | str, dict[str, Any]]:
 @api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/facts", response_model=CompileFacts,
          summary="One kernel's compile facts on one target (registers, spills, occupancy, disassembly), computed on first request",
          responses=enrichment_responses("compiling"))
-async def get_kernel_facts(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
+async def get_kernel_facts(trace_id: str, trace: LightTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
   """A trace records no compile facts while it runs: they are computed on this first request (a real compiler of this machine, in a
   worker) and stored with the trace: 202 with the job's progress until they are, then 200 (every later request too, at once)."""
   rec = target_records(deps.kernel_or_404(trace, n)).get(target)
@@ -78,11 +78,11 @@ async def get_kernel_facts(trace_id: str, trace: StoredTrace, n: int, target: st
 @api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/analysis", response_model=Analysis,
          summary="One kernel's analysis on one target (line map, live values, loop splits, program spec), computed on first request",
          responses=enrichment_responses("the analysis"))
-async def get_kernel_analysis(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
+async def get_kernel_analysis(trace_id: str, trace: LightTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
   """A trace records the line map, live values, loop splits and program spec of its records only when asked (`trace --analysis`): they
   are read from the rewrite blob on this first request, in a worker, and stored with the trace: 202 with the job's progress until they
   are, then 200 (every later request too, at once)."""
-  rec = target_records(deps.kernel_or_404(trace, n)).get(target)
+  rec = target_records(await deps.whole_kernel(svc, trace_id, trace, n)).get(target)
   if rec is not None and ANALYSIS_MARK in rec: return {f: rec.get(f) for f in Analysis.__annotations__}  # a field may be absent: null
   return await deps.enrichment_job(svc, trace_id, trace, ENRICH_ANALYSIS, target, n, work)
 
@@ -91,7 +91,7 @@ async def get_kernel_analysis(trace_id: str, trace: StoredTrace, n: int, target:
 async def sass_job(svc: Any, trace_id: str, trace: TraceRecord, n: int, target: str, work: Any) -> Any:
   """The next enrichment kernel n's SASS on `target` waits for (its record, its compile facts, its line map), started or followed:
   a 202 response, or None when everything is there. 404 for a target without SASS, 409 when one cannot be had (the detail says why)."""
-  k = deps.kernel_or_404(trace, n)
+  k = await deps.whole_kernel(svc, trace_id, trace, n)
   if target not in SASS_TARGETS: raise HTTPException(404, f"SASS is shown for {' and '.join(SASS_TARGETS)} records, not {target[:40]!r}")
   rec = target_records(k).get(target)
   if rec is None:
@@ -110,36 +110,37 @@ def sass_or_409(rec: TargetRecord) -> dict[str, Any]:
 @api.get("/traces/{trace_id}/kernels/{n}/targets/{target}/sass",
          summary="One kernel's SASS (cuda, ptx): each instruction with its source line, that line's UOps and the registers live there",
          responses=enrichment_responses("its SASS"))
-async def get_kernel_sass(trace_id: str, trace: StoredTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
+async def get_kernel_sass(trace_id: str, trace: LightTrace, n: int, target: str, svc: ServicesDep, work: Work) -> Any:
   """nvdisasm on the cubin of the record's compile (line information on, the same code): {tool, lines_of, count, registers, peak_live,
   peak_offset, peak_line, spills, mix, instructions: [{offset, text, op, line, live, ulive, uops}], heaviest: [{uop, op, instructions}],
   lines: {line: [offsets]}, uops_mapped, estimate (the UOp-level live values)}. What it needs and the trace lacks (the record on this
   target, its compile facts, its line map) is computed first, in a worker: 202 with that job until it is stored."""
   if (pending := await sass_job(svc, trace_id, trace, n, target, work)) is not None: return pending
-  return sass_or_409(target_records(deps.kernel_or_404(trace, n))[target])
+  return sass_or_409(target_records(await deps.whole_kernel(svc, trace_id, trace, n))[target])
 
 @router.get("/t/{trace_id}/k/{n}/sass", response_class=HTMLResponse)
 async def kernel_sass_page(request: Request, trace_id: str, n: int, svc: ServicesDep, work: Work, target: str = "cuda") -> HTMLResponse:
   """The kernel's source beside its SASS, coloured by line; a line, an instruction or a UOp clicked highlights the others."""
-  trace = await deps.stored_trace(svc, trace_id)
+  trace = await deps.stored_trace(svc, trace_id, light=True)
   if trace is None: return await trace_page(request, svc, trace_id, "sass.html", ("kernels", "sass"))
-  k = deps.kernel_or_404(trace, n)
+  k = await deps.whole_kernel(svc, trace_id, trace, n)
   target = target if target in SASS_TARGETS else SASS_TARGETS[0]
   pending, error, view = None, None, None
   try:
     if (job := await sass_job(svc, trace_id, trace, n, target, work)) is not None: pending = json.loads(bytes(job.body))
     else: view = sass_or_409(target_records(k)[target])
   except HTTPException as e: error = e.detail
-  resp = await trace_page(request, svc, trace_id, "sass.html", ("kernels", "sass"), kernel=k, rec=target_records(k).get(target), target=target,
-                          sass=view, pending=pending, error=error, targets=SASS_TARGETS,
+  resp = await trace_page(request, svc, trace_id, "sass.html", ("kernels", "sass"), light=True, kernel=k, rec=target_records(k).get(target),
+                          target=target, sass=view, pending=pending, error=error, targets=SASS_TARGETS,
                           api=f"{trace_api_url(trace_id)}/kernels/{n}/targets/{target}/sass")
   if pending: resp.headers["Cache-Control"] = "no-store"
   return resp
 
 @router.get("/t/{trace_id}/k/{n}/facts", response_class=HTMLResponse)
-async def kernel_facts_fragment(request: Request, trace_id: str, n: int, trace: StoredTrace, target: str | None = None) -> HTMLResponse:
+async def kernel_facts_fragment(request: Request, trace_id: str, n: int, trace: LightTrace, svc: ServicesDep,
+                                target: str | None = None) -> HTMLResponse:
   """The kernel page's compile facts and disassembly, as the page shows them: what its placeholder is replaced by once computed."""
-  k = deps.kernel_or_404(trace, n)
+  k = await deps.whole_kernel(svc, trace_id, trace, n)
   records = target_records(k)
   target = target if target in records else host_target(k)
   return templates_of(request).TemplateResponse(request, "_compile_facts.html", {"rec": records[target], "target": target, "k": k,
@@ -147,10 +148,11 @@ async def kernel_facts_fragment(request: Request, trace_id: str, n: int, trace: 
                                                                                  "facts_error": None})
 
 @router.get("/t/{trace_id}/k/{n}/analysis", response_class=HTMLResponse)
-async def kernel_analysis_fragment(request: Request, trace_id: str, n: int, trace: StoredTrace, target: str | None = None) -> HTMLResponse:
+async def kernel_analysis_fragment(request: Request, trace_id: str, n: int, trace: LightTrace, svc: ServicesDep,
+                                   target: str | None = None) -> HTMLResponse:
   """The kernel page's analysis block and its own source tab (with the line map), as the page shows them: what their placeholders are
   replaced by once the analysis is stored."""
-  k = deps.kernel_or_404(trace, n)
+  k = await deps.whole_kernel(svc, trace_id, trace, n)
   records = target_records(k)
   target = target if target in records else host_target(k)
   return templates_of(request).TemplateResponse(request, "_analysis.html", {
@@ -162,9 +164,9 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
                       at: str | None = None, target: str | None = None, opts: str | None = Query(None, max_length=400),
                       opts_from: str = Query("none", alias="from", max_length=16)) -> HTMLResponse:
   """opts (OP:AXIS:ARG,...) and from: a hand schedule's permalink: the Opts panel opens on it and (its script) asks for it."""
-  trace = await deps.stored_trace(svc, trace_id)
+  trace = await deps.stored_trace(svc, trace_id, light=True)
   if trace is None: return await trace_page(request, svc, trace_id, "kernel.html", "kernels")
-  k = deps.kernel_or_404(trace, n)
+  k = await deps.whole_kernel(svc, trace_id, trace, n)
   records, host = target_records(k), host_target(k)
   if target is None and code in TARGETS and code not in records: target = code  # a source tab not rendered yet: render it, as ?target= does
   pending, pending_error = (target if target in TARGETS and target not in records else None), None
@@ -195,7 +197,7 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   own_tab = "host" if target == host else target  # the host's source is under "host"
   if code is not None and code not in tabs: notices.append(f"There is no {code[:40]!r} source tab here: showing {own_tab}.")
   code = code if code in tabs else own_tab if own_tab in tabs else tabs[0]
-  resp = await trace_page(request, svc, trace_id, "kernel.html", ("kernels", "source"), kernel=k, step=step,
+  resp = await trace_page(request, svc, trace_id, "kernel.html", ("kernels", "source"), light=True, kernel=k, step=step,
                           api=f"{trace_api_url(trace_id)}/kernels/{n}", graph_mode="passes" if graph == "passes" else "ast", code=code,
                           code_tabs=tabs, target=target, rec=rec, records=records, all_targets=TARGETS, pending=pending,
                           pending_error=pending_error, facts_pending=facts_pending, facts_error=facts_error, analysis_pending=analysis_pending,

@@ -7,7 +7,7 @@ from fastapi.responses import HTMLResponse
 from explorer.present.timeline import timeline_view
 from explorer.schema import Timeline, TraceRecord
 from explorer.web.http import deps
-from explorer.web.http.deps import ServicesDep, StoredTrace
+from explorer.web.http.deps import LightTrace, ServicesDep
 from explorer.web.http.models import NOT_FOUND, documented
 from explorer.web.routes.common import ribbon, trace_page
 from explorer.web.urls import kernel_url
@@ -34,13 +34,13 @@ def timeline_of(trace: TraceRecord) -> Timeline:
 
 @router.get("/api/traces/{trace_id}/timeline", tags=["timeline"], summary="The host's work over time: stages, tinygrad's passes, launches, memory",
             responses=documented({**NOT_FOUND, 409: "the trace is still queued or running, or was recorded before timelines"}))
-async def timeline_json(trace: StoredTrace) -> Timeline:
+async def timeline_json(trace: LightTrace) -> Timeline:
   """Times in microseconds from the trace's start on the host's clock; names interned (`names`, `lanes`)."""
   return timeline_of(trace)
 
 @router.get("/t/{trace_id}/timeline", response_class=HTMLResponse, include_in_schema=False)
 async def timeline_page(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
-  trace = await deps.stored_trace(svc, trace_id)
+  trace = await deps.stored_trace(svc, trace_id, light=True)
   tl = trace.get("timeline") if trace is not None else None
   view = timeline_view(tl, stage_links(trace, trace_id)) if trace is not None and tl is not None else None
-  return await trace_page(request, svc, trace_id, "timeline.html", "timeline", view=view, why=NO_TIMELINE)
+  return await trace_page(request, svc, trace_id, "timeline.html", "timeline", light=True, view=view, why=NO_TIMELINE)

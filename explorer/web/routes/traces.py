@@ -9,7 +9,7 @@ from explorer.analysis.diff import time_verdict
 from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
 from explorer.store import Store
 from explorer.web.http import deps
-from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
+from explorer.web.http.deps import LightTrace, ServicesDep, StoredTrace, templates_of
 from explorer.web.http.templates import json_off_loop, sliced_json
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
 from explorer.web.routes.common import page, so_far, trace_page
@@ -56,7 +56,7 @@ async def list_traces(svc: ServicesDep, limit: int = Query(50, ge=1, le=500)) ->
 
 @api.get("/traces/{trace_id}", response_model=dict[str, Any], responses=documented(NOT_FOUND),
          summary="A trace (light: kernel sources, UOp listings and passes are under /kernels/{n})")
-async def get_trace(request: Request, trace_id: str, trace: StoredTrace) -> Response:
+async def get_trace(request: Request, trace_id: str, trace: LightTrace) -> Response:
   """The stored trace (docs/reference/schema.md, "What a trace records"). `env.ran_on` says where each part ran: `worker`, `host` and `pid` of the
   process that ran it, `stages` (each stage it ran: NAME@HOST for a job queue worker, PID@HOST for a server's own process) and
   `targets` (each target added on first request, on the server)."""
@@ -113,7 +113,7 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   """The overview; ?target=T turns the kernel table's figures (names, dims, uops, Estimates, registers) to that target's records. A
   program's adds its program view (realizes, timeline, kernels by model line, top kernels, memory); its kernel table is searched
   (?q= a kernel name, a function, a file:line), narrowed to one realize (?realize=), and paged (?offset=, PAGE rows)."""
-  trace = await deps.stored_trace(svc, trace_id)
+  trace = await deps.stored_trace(svc, trace_id, light=True)
   kernels = trace["kernels"] if trace is not None else []
   available = list(dict.fromkeys(t for k in kernels for t in target_records(k)))
   host = host_target(kernels[0]) if kernels else None
@@ -125,8 +125,8 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   shown = program["page"] if program is not None else kernels
   rows: list[tuple[KernelRecord, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
   compared = await asyncio.to_thread(compared_in, svc.store, trace_id)
-  return await trace_page(request, svc, trace_id, "trace.html", "overview", stage_titles=STAGE_TITLES, table_target=target, table_targets=available,
-                          rows=rows, total=total, host_target=host, program=program, q=q, compared_in=compared)
+  return await trace_page(request, svc, trace_id, "trace.html", "overview", light=True, stage_titles=STAGE_TITLES, table_target=target,
+                          table_targets=available, rows=rows, total=total, host_target=host, program=program, q=q, compared_in=compared)
 
 def table_total(trace: TraceRecord, target: str | None) -> dict[str, int]:
   """The kernel table's footer: linear UOps, FLOPs and bytes of every kernel, on the table's target where the first kernel has a record
@@ -147,7 +147,7 @@ def compared_in(store: Store, trace_id: str) -> list[dict[str, str]]:
 @router.get("/t/{trace_id}/source", response_class=HTMLResponse)
 async def program_source(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
   """A captured program's source as it ran, each line with the count of kernels whose provenance names it (#L<n> anchors)."""
-  trace = await deps.stored_trace(svc, trace_id)
+  trace = await deps.stored_trace(svc, trace_id, light=True)
   if trace is None: return await trace_page(request, svc, trace_id, "program_source.html", "overview")  # running, failed or none
   if (program := trace["program"]) is None: raise HTTPException(404, "a convolution's trace has no program source")
   file = program.get("file")  # absent where the program's source came from no file
@@ -155,7 +155,7 @@ async def program_source(request: Request, trace_id: str, svc: ServicesDep) -> H
   for k in trace["kernels"]:
     for line in {e["line"] for e in k.get("provenance", []) if e["file"] and e["file"] == file}:
       counts[line] = counts.get(line, 0) + 1
-  return await trace_page(request, svc, trace_id, "program_source.html", "overview", lines=(program["source"] or "").splitlines(),
+  return await trace_page(request, svc, trace_id, "program_source.html", "overview", light=True, lines=(program["source"] or "").splitlines(),
                           counts=counts, file_name=os.path.basename(file or ""))
 
 PAGE = 200  # kernel rows per page of a program's kernel table

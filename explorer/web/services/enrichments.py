@@ -11,7 +11,7 @@ Also here: kernels scheduled by hand (explorer.tracing.handopts: opts a user pic
 from __future__ import annotations
 import asyncio, dataclasses, threading, time
 from dataclasses import dataclass, field
-from typing import Any, Callable, cast
+from typing import Any, Callable, Iterable, cast
 from explorer.schema import RanOn, TraceRecord
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, Variant
 from explorer.store import Store
@@ -73,10 +73,12 @@ class OptsTask(Task):
 Merge = Callable[[TraceRecord], TraceRecord]  # a stored trace with what was just stored into it (copy-on-write: explorer.tracing.enrich.with_*)
 
 class EnrichmentService:
-  def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str, Merge | None], None], read: Callable[[str], TraceRecord | None],
-               background_workers: int = 1, max_waiting: int = 32, per_client: int = 4):
+  def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str, Merge | None], None],
+               read: Callable[[str, Iterable[int] | None], TraceRecord | None], background_workers: int = 1, max_waiting: int = 32,
+               per_client: int = 4):
     """on_stored(id, merge): something was stored into trace id (merge: how to put it into a parsed copy; None: read it again);
-    read(id): the stored trace, parsed (the server's one copy); max_waiting, per_client: the admission rule's bounds per kind."""
+    read(id, kernels): the stored trace, parsed (the server's one copy), with these kernels whole (None: all of it; the others may be
+    read light: explorer.web.services.registry.TraceCache.with_kernels); max_waiting, per_client: the admission rule's bounds per kind."""
     self.store, self.limits, self.on_stored, self.read = store, limits, on_stored, read
     self.background_limits = dataclasses.replace(limits, nice=limits.nice + BACKGROUND_NICE)
     # what a page or a request waits for
@@ -137,7 +139,7 @@ class EnrichmentService:
     if not kernels or not self.background_workers: return None
     key = self._key(trace_id, kind, target, ("background", *kernels))
     def work(task: EnrichTask, progress: Progress) -> Any:
-      trace = self.read(trace_id)
+      trace = self.read(trace_id, kernels)
       if trace is None or not (still := self.missing(trace, kind, target, kernels)): return None
       self._check(trace, kind, target, tuple(still))
       fn, keep = self._work(trace_id, kind, target, tuple(still), background=True)
@@ -151,9 +153,10 @@ class EnrichmentService:
     return self._accepted(got, task, trace_id)
 
   async def _then_neighbours(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> None:
-    if (trace := await asyncio.to_thread(self.read, trace_id)) is None: return
+    if (trace := await asyncio.to_thread(self.read, trace_id, ())) is None: return
     n = len(trace.get("kernels") or [])
     around = sorted({i for k in kernels for i in range(max(0, k - NEIGHBOURS), min(n, k + NEIGHBOURS + 1))} - set(kernels))
+    if (trace := await asyncio.to_thread(self.read, trace_id, around)) is None: return
     self.start_background(trace_id, kind, target, self.missing(trace, kind, target, around))
 
   @staticmethod
@@ -181,7 +184,7 @@ class EnrichmentService:
     from explorer.tracing.run import ran_here
     limits = self.background_limits if background else self.limits
     def trace_now() -> TraceRecord:
-      if (trace := self.read(trace_id)) is None: raise WorkerFailed(f"trace {trace_id} was deleted")
+      if (trace := self.read(trace_id, kernels)) is None: raise WorkerFailed(f"trace {trace_id} was deleted")
       if background: self.computed_background += 1
       else: self.computed += 1
       return trace
@@ -229,7 +232,7 @@ class EnrichmentService:
     while task.active: await asyncio.sleep(0.1)
     if task.status == ERROR: self.forget(trace_id, kind, target, kernels)
     if task.status != DONE: return trace
-    return await asyncio.to_thread(self.read, trace_id) or trace
+    return await asyncio.to_thread(self.read, trace_id, None) or trace
 
   async def with_facts(self, trace_id: str, trace: TraceRecord, target: str, permit: WorkPermit) -> TraceRecord:
     """The trace with every kernel's compile facts and analysis on `target`, computed first where missing (what a diff compares)."""

@@ -3,10 +3,11 @@ dependency (explorer.web.http.deps.ServicesDep)."""
 from __future__ import annotations
 import collections, threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Hashable, TypeVar, cast
-from explorer.schema import TraceRecord
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, TypeVar, cast
+from explorer.schema import KernelRecord, TraceRecord
 from explorer.settings import Settings
-from explorer.store import Store
+from explorer.store import Store, StoreError
+from explorer.store.pieces import whole
 if TYPE_CHECKING:
   from explorer.web.services.devices import DeviceCatalog, QueueDevices
   from explorer.web.services.diffs import DiffService
@@ -20,16 +21,18 @@ T = TypeVar("T")
 _MISSING = object()
 
 class TraceCache:
-  """Parsed traces by id, the most recent few, one parse per trace: readers of a trace that is not parsed yet wait for one parse and
-  share it (ten cold overviews of a big program parse it once); an entry serves while the store's version of its trace (the row and the
-  enrichments merged into it) is the one it was parsed at, so a write by another process is seen; an enrichment this server stores is
-  merged into the cached trace (copy-on-write: readers holding the old one keep it) instead of dropping it."""
+  """Parsed traces by id, the most recent few, one parse per trace and kind (whole, or light: its kernels' light halves, what the
+  overview, search, the kernel table, the bufferize view and the kernel graph read; a kernel's page adds its own heavy half, `kernel`):
+  readers of a trace that is not parsed yet wait for one parse and share it (ten cold overviews of a big program parse it once); an
+  entry serves while the store's version of its trace (the row and the enrichments merged into it) is the one it was parsed at, so a
+  write by another process is seen; an enrichment this server stores is merged into the cached trace (copy-on-write: readers holding
+  the old one keep it) instead of dropping it."""
   def __init__(self, store: Store, size: int = 8):
     self.store, self.size = store, size
-    self._items: collections.OrderedDict[str, tuple[Any, TraceRecord]] = collections.OrderedDict()  # id -> (store version, trace)
+    self._items: collections.OrderedDict[tuple[str, bool], tuple[Any, TraceRecord]] = collections.OrderedDict()  # (id, light) -> (version, trace)
     self._lock = threading.Lock()
-    self._parsing: dict[str, threading.Lock] = {}
-    self.parses = 0  # traces parsed from the store (tests count them)
+    self._parsing: dict[tuple[str, bool], threading.Lock] = {}
+    self.parses = self.whole_parses = self.heavy_reads = 0  # traces parsed from the store, those whole, kernels' heavy halves read (tests count them)
     self._derived: dict[tuple[str, Hashable], tuple[TraceRecord, Any]] = {}  # (id, what) -> (the trace it was computed from, value)
     self._deriving: dict[tuple[str, Hashable], threading.Lock] = {}
     self.derivations = 0  # values computed by derived() (tests count them)
@@ -49,48 +52,72 @@ class TraceCache:
       value = compute(trace)
       with self._lock:
         self.derivations += 1
-        if (got := self._items.get(trace_id)) is not None and got[1] is trace: self._derived[key] = (trace, value)  # still the kept parse
+        if any(got[1] is trace for got in self._items.values()): self._derived[key] = (trace, value)  # still a kept parse
     return value
 
-  def _cached(self, trace_id: str, version: Any) -> TraceRecord | None:
+  def _cached(self, key: tuple[str, bool], version: Any) -> TraceRecord | None:
     with self._lock:
-      if (got := self._items.get(trace_id)) is None or got[0] != version: return None
-      self._items.move_to_end(trace_id)
+      if (got := self._items.get(key)) is None or got[0] != version: return None
+      self._items.move_to_end(key)
       return got[1]
 
-  def get(self, trace_id: str) -> TraceRecord | None:
+  def get(self, trace_id: str, light: bool = False) -> TraceRecord | None:
+    """The trace, parsed whole or light (explorer.store.Store.get_trace); None where there is none."""
     if (version := self.store.trace_version(trace_id)) is None:
       self.forget(trace_id)
       return None
-    if (trace := self._cached(trace_id, version)) is not None: return trace
-    with self._lock: parsing = self._parsing.setdefault(trace_id, threading.Lock())
-    with parsing:  # one parse at a time per trace: whoever waited here finds it cached
-      if (trace := self._cached(trace_id, version)) is not None: return trace
-      if (trace := self.store.get_trace(trace_id)) is None: return None
+    key = (trace_id, light)
+    if (trace := self._cached(key, version)) is not None: return trace
+    with self._lock: parsing = self._parsing.setdefault(key, threading.Lock())
+    with parsing:  # one parse at a time per trace and kind: whoever waited here finds it cached
+      if (trace := self._cached(key, version)) is not None: return trace
+      if (trace := self.store.get_trace(trace_id, light)) is None: return None
       self.parses += 1
+      self.whole_parses += not light
       with self._lock:
-        self._items[trace_id] = (version, trace)
-        self._drop_derived(trace_id)
-        while len(self._items) > self.size: self._drop_derived(self._items.popitem(last=False)[0])
+        self._items[key] = (version, trace)
+        while len(self._items) > self.size: self._items.popitem(last=False)
+        self._drop_derived()
     return trace
 
-  def _drop_derived(self, trace_id: str) -> None:
-    """What was derived from the trace's previous parse (called with the lock held): the old parse is not kept alive for it."""
-    for k in [k for k in self._derived if k[0] == trace_id]: del self._derived[k]
+  def kernel(self, trace_id: str, trace: TraceRecord, n: int) -> KernelRecord:
+    """Kernel n of the trace (read whole or light), whole: a kernel read light put together with its heavy half (one row read)."""
+    k = trace["kernels"][n]
+    if "light" not in k: return k
+    self.heavy_reads += 1
+    if (heavy := self.store.kernel_heavy(trace_id, n)) is None:
+      raise StoreError(f"stored trace {trace_id} is corrupt: kernel {n} was read light but keeps no part")
+    return cast(KernelRecord, whole(cast(dict[str, Any], k), heavy))
+
+  def with_kernels(self, trace_id: str, kernels: Iterable[int] | None) -> TraceRecord | None:
+    """The trace read light with these kernels whole (what work on a few kernels reads: their sources, passes, listings); None: all of
+    it, read whole."""
+    if kernels is None: return self.get(trace_id)
+    if (trace := self.get(trace_id, light=True)) is None: return None
+    ks = list(trace["kernels"])
+    for n in kernels:
+      if 0 <= n < len(ks): ks[n] = self.kernel(trace_id, trace, n)
+    return {**trace, "kernels": ks}
+
+  def _drop_derived(self) -> None:
+    """What was derived from parses no longer kept (called with the lock held): an old parse is not kept alive for it."""
+    kept = {id(got[1]) for got in self._items.values()}
+    for k in [k for k, (trace, _) in self._derived.items() if id(trace) not in kept]: del self._derived[k]
 
   def update(self, trace_id: str, merge: Callable[[TraceRecord], TraceRecord]) -> None:
-    """Something was stored into a trace (after the store wrote it): merge(trace) is the cached trace with it, at the store's version."""
+    """Something was stored into a trace (after the store wrote it): merge(trace) is each cached parse of it with it, at the store's
+    version."""
     version = self.store.trace_version(trace_id)
     with self._lock:
-      if (got := self._items.get(trace_id)) is None: return
-      self._drop_derived(trace_id)
-      if version is None: del self._items[trace_id]
-      else: self._items[trace_id] = (version, merge(got[1]))
+      for key in [k for k in self._items if k[0] == trace_id]:
+        if version is None: del self._items[key]
+        else: self._items[key] = (version, merge(self._items[key][1]))
+      self._drop_derived()
 
   def forget(self, trace_id: str) -> None:
     with self._lock:
-      self._items.pop(trace_id, None)
-      self._drop_derived(trace_id)
+      for key in [k for k in self._items if k[0] == trace_id]: del self._items[key]
+      self._drop_derived()
 
 @dataclass
 class Services:
