@@ -47,6 +47,9 @@ class Settings(BaseSettings):
   background_workers: int = Field(1, ge=0, description="workers that compute, at a lower priority, what a stored trace lacks before a page asks "
                                   "for it: its host records' analyses once it is stored, a kernel's neighbours once the kernel is first viewed "
                                   "(0: none; what a page asks for is computed then)")
+  freeze_parsed_mb: int = Field(4, ge=0, description="a trace parsed from stored JSON past this many MiB is kept out of the garbage "
+                                "collector's walks (gc.freeze, thawed when the server stops): their full collections over a 10,000-kernel "
+                                "program held every request 70-110 ms (0: never, for a process that runs many servers, as the tests do)")
   max_jobs_per_client: int = Field(4, ge=0, description="traces one client address may have running or waiting at once (0: no limit); "
                                    "past it a new trace gets 429 with a Retry-After, so one client cannot take every worker and queue slot")
   max_waiting_work: int = Field(32, ge=0, description="work of one kind started by pages beside traces (a kernel's record on another target, "

@@ -11,12 +11,14 @@ def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, stu
              settings: Settings | None = None, **fields: Any) -> Any:
   """The app over the SQLite file db; fields: Settings fields (max_workers=1...), the rest their defaults whatever the environment
   says, but no background enrichment (background_workers=0) unless a test asks for it: a worker after every stored trace would load
-  the suite's two cores for nothing. Or settings: the app's whole Settings, as a test built it (one its runner reads too).
-  runner and study_runner replace the trace and study runs (tests count or fake them)."""
+  the suite's two cores for nothing; and no parse frozen out of the garbage collector (freeze_parsed_mb=0) unless a test asks for it:
+  a test process runs many apps, and what one froze of another's (its SQLite connections) would wait for its thaw. Or settings: the
+  app's whole Settings, as a test built it (one its runner reads too). runner and study_runner replace the trace and study runs (tests
+  count or fake them)."""
   from explorer.settings import Settings
   from explorer.web.app import create_app
   assert settings is None or not fields, "app_over takes a Settings or its fields, not both"
-  settings = settings or Settings.load(env={}, **{"background_workers": 0, **fields})
+  settings = settings or Settings.load(env={}, **{"background_workers": 0, "freeze_parsed_mb": 0, **fields})
   return create_app(str(db), settings=settings, runner=runner, devices=devices, study_runner=study_runner, graph_workers=graph_workers)
 
 def minimal_trace(spec: Any = None, variant: Any = None, label: str | None = None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json, time
 from typing import TYPE_CHECKING, Any, Mapping, cast
 from explorer.store import annotations as notes, caches, enrichments, pieces, rewrites as blobs, tasks
+from explorer.store.collector import collector_paused
 from explorer.store.rewrites import checked_locations
 from explorer.store.connection import Connected, StoreError, transaction
 from explorer.store.tasks import capped
@@ -65,6 +66,9 @@ class Traces(Connected):
     """The stored trace, as this version reads it (explorer.schema.upgrade: once, here), with its enrichments merged in. light: its
     kernels' light halves only (explorer.store.pieces: a kernel kept in a part has `light` and lacks its UOp listing, sources and
     passes, and its records theirs; `kernel_heavy` has them)."""
+    with collector_paused(): return self._parsed(trace_id, light)
+
+  def _parsed(self, trace_id: str, light: bool) -> TraceRecord | None:
     c = self._conn()
     row = c.execute("SELECT trace FROM traces WHERE id = ?", (trace_id,)).fetchone()
     if row is None: return None
@@ -76,6 +80,14 @@ class Traces(Connected):
       raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
     trace = pieces.joined(c, trace_id, pieces.unchunked(c, trace_id, trace), light)
     return cast("TraceRecord", enrichments.merged(c, trace_id, dict(upgrade(trace))))  # upgraded first: enrichments land on its records
+
+  def stored_bytes(self, trace_id: str, light: bool = False) -> int:
+    """The JSON a parse of the trace reads (its row, chunks and parts; light: their light halves), in bytes: 0 where there is none."""
+    c, parts = self._conn(), "SELECT DISTINCT hash FROM kernel_refs WHERE trace_id = ?"
+    return sum(c.execute(q, (trace_id,)).fetchone()[0] or 0 for q in (
+      "SELECT length(trace) FROM traces WHERE id = ?", "SELECT sum(length(body)) FROM trace_chunks WHERE trace_id = ?",
+      f"SELECT sum(length(body)) FROM kernel_parts WHERE hash IN ({parts})",
+      *(() if light else (f"SELECT sum(length(body)) FROM kernel_heavy WHERE hash IN ({parts})",))))
 
   def kernel_heavy(self, trace_id: str, kernel: int) -> dict[str, Any] | None:
     """Kernel `kernel`'s heavy half (explorer.store.pieces.whole puts it together with the kernel read light); None where the trace

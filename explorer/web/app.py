@@ -13,7 +13,7 @@ from explorer.tracing.workers import Limits  # imports no tinygrad
 from explorer.settings import Settings
 from explorer.schema import TraceRecord
 from explorer.spec import ENRICH_ANALYSIS
-from explorer.store import Store
+from explorer.store import Store, collector
 from explorer.queue.protocol import NEEDS_EXTRA
 from explorer.web.http.access import install_token_check
 from explorer.web.http.cache import ResponseCache
@@ -49,7 +49,7 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
   # with a job queue this server only follows jobs: the queue's workers are the limit, and max_queue bounds what waits there
   parallel = settings.workers if queue is None else int(settings.max_queue) + 1
   def changed(trace_id: str, merge: Any = None) -> None: svc.forget(trace_id, merge)  # a target, an enrichment or a study stored into a trace
-  traces = TraceCache(store)
+  traces = TraceCache(store, freeze_over=int(settings.freeze_parsed_mb) << 20)
   enrichments = EnrichmentService(store, limits, on_stored=changed, read=traces.with_kernels, background_workers=int(settings.background_workers),
                                   max_waiting=int(settings.max_waiting_work), per_client=int(settings.max_work_per_client))
   def stored(trace_id: str, trace: dict[str, Any]) -> None:  # a trace's records get their analyses in the background, at a lower priority
@@ -86,7 +86,13 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     svc.jobs.resume_queued(stored_request)  # with a job queue: what it still runs for this server's earlier life
     svc.studies.resume_queued()
-    threading.Thread(target=templates.warm, name="templates", daemon=True).start()  # the first pages need not compile them
+    if svc.traces.freeze_over: collector.settle()
+    # the first pages need not compile the templates, nor wait on the event loop for FastAPI to make its routes' models (a fresh
+    # server's first views: 150 ms on the loop; the OpenAPI schema makes every route's)
+    def warm() -> None:
+      templates.warm()
+      app.openapi()
+    threading.Thread(target=warm, name="warm", daemon=True).start()
     yield
     svc.jobs.shutdown()  # unfinished jobs marked interrupted, their workers' groups killed
     svc.studies.shutdown()
@@ -94,6 +100,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     svc.enrichments.cancel_all()
     svc.probes.cancel_all()
     await asyncio.to_thread(svc.graphs.close)
+    collector.thaw()  # what it froze of the traces it parsed
 
   app = FastAPI(title="Kernel Explorer", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan,
                 description="Trace a convolution through tinygrad's pipeline: tensor graph, rangeify, kernel graph, codegen passes, "

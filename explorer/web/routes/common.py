@@ -1,6 +1,7 @@
 """What the pages share: rendering one (off the event loop), a trace's page with its pipeline ribbon (the progress page in its place
 while the trace runs), and the pass stepper of the rangeify and codegen pages."""
 from __future__ import annotations
+import asyncio, collections
 from typing import Any, Mapping, Sequence
 from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse
@@ -16,8 +17,16 @@ from explorer.web.urls import kernel_url, trace_url
 async def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
   return await deps.templates_of(request).render(request, name, ctx, status_code=status_code)
 
-def ribbon(trace: TraceRecord, trace_id: str, current: str | tuple[str, ...]) -> list[dict[str, Any]]:
-  """The pipeline as links: each stage with a one-line fact and whether it worked."""
+def ribbon(trace: TraceRecord, trace_id: str, current: str | tuple[str, ...] = ()) -> list[dict[str, Any]]:
+  """The pipeline as links: each stage with a one-line fact and whether it worked; `current`, the page's."""
+  return marked(ribbon_rows(trace, trace_id), current)
+
+def marked(rows: list[dict[str, Any]], current: str | tuple[str, ...]) -> list[dict[str, Any]]:
+  current = (current,) if isinstance(current, str) else current
+  return [{**r, "current": r["key"] in current} for r in rows]
+
+def ribbon_rows(trace: TraceRecord, trace_id: str) -> list[dict[str, Any]]:
+  """The ribbon's stages (none current): a walk over every kernel, once per parsed trace (trace_page)."""
   failed = {f["stage"] for f in trace["failures"]}
   failed |= {stage for stage, check in trace.get("spec_checks", {}).items() if not check["ok"]}  # a spec violation is red too
   failed |= {"codegen" for k in trace["kernels"] for check in kernel_spec_checks(k) if not check["ok"]}
@@ -44,8 +53,8 @@ def ribbon(trace: TraceRecord, trace_id: str, current: str | tuple[str, ...]) ->
     ("timeline", "Timeline", f"{base}/timeline", "host and device over time" if trace.get("timeline") else "not recorded",
      "done" if trace.get("timeline") else "skipped"),
   ]
-  current, why = (current,) if isinstance(current, str) else current, spec_rejections(trace)
-  return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": k in current, "why": why.get(k)} for k, t, u, f, s in rows]
+  why = spec_rejections(trace)
+  return [{"key": k, "title": t, "url": u, "fact": f, "state": s, "current": False, "why": why.get(k)} for k, t, u, f, s in rows]
 
 def kernel_spec_checks(kernel: KernelRecord) -> list[SpecCheck]:
   """The kernel's spec checks (its AST's; older traces' program too), none where the trace ran none."""
@@ -77,7 +86,8 @@ async def trace_page(request: Request, svc: Services, trace_id: str, template: s
     status = await deps.status_of(svc, trace_id)
     if status is None: raise HTTPException(404, f"no trace {trace_id}")
     return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES, so_far=so_far(svc, trace_id))
-  return await page(request, template, trace=trace, trace_id=trace_id, ribbon=ribbon(trace, trace_id, current), base=trace_url(trace_id), **ctx)
+  rows = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "ribbon", lambda t: ribbon_rows(t, trace_id))  # a big program's: 30 ms
+  return await page(request, template, trace=trace, trace_id=trace_id, ribbon=marked(rows, current), base=trace_url(trace_id), **ctx)
 
 def so_far(svc: Services, trace_id: str) -> dict[str, Any] | None:
   """What a running trace has reported so far (its schedule, its kernels through codegen), for the page that stands in for it."""
@@ -102,7 +112,7 @@ def pass_label(passes: Sequence[Mapping[str, Any]], j: int) -> str:
   """A pass as the list shows it: a nested rewrite with no name of its own (tinygrad's "graph_rewrite") is named by the pass it ran in."""
   p = passes[j]
   if p["name"] != "graph_rewrite" or not p.get("depth"): return str(p["name"])
-  parent = next((q["name"] for q in reversed(passes[:j]) if (q.get("depth") or 0) < p["depth"]), None)
+  parent = next((passes[i]["name"] for i in range(j - 1, -1, -1) if (passes[i].get("depth") or 0) < p["depth"]), None)
   return f"graph_rewrite in {parent}" if parent else "graph_rewrite"
 
 def nesting(passes: Sequence[Mapping[str, Any]]) -> list[int | None]:
@@ -120,7 +130,8 @@ def stepper(passes: Sequence[Mapping[str, Any]], prefix: str, asked_pass: int | 
   i = pick_pass(passes, asked_pass, preferred) if passes else 0
   p = passes[i] if passes else None
   top = nesting(passes)
-  return {"passes": [{"index": j, **q, "label": pass_label(passes, j), "top": top[j], "nested": sum(1 for t in top if t == j)}
+  nested = collections.Counter(top)  # per pass, how many ran inside it
+  return {"passes": [{"index": j, **q, "label": pass_label(passes, j), "top": top[j], "nested": nested[j]}
                      for j, q in enumerate(passes)], "pass": i, "at": pick_at(asked_at, p),
           "prefix": prefix,
           "max_steps": MAX_STEPS, "trace_id": trace_id, "blob_target": blob_target}

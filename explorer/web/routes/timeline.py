@@ -1,6 +1,7 @@
 """Timeline: when each stage, rewrite pass, Tensor function and kernel launch of a trace happened on the host, and the memory its
 devices' buffers held, from tinygrad's own profiler (explorer.tracing.timeline)."""
 from __future__ import annotations
+import asyncio
 from typing import Callable
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse
@@ -42,5 +43,7 @@ async def timeline_json(trace: LightTrace) -> Timeline:
 async def timeline_page(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
   trace = await deps.stored_trace(svc, trace_id, light=True)
   tl = trace.get("timeline") if trace is not None else None
-  view = timeline_view(tl, stage_links(trace, trace_id)) if trace is not None and tl is not None else None
+  view = None
+  if trace is not None and tl is not None:  # off the event loop: the stages' links walk every kernel
+    view = await asyncio.to_thread(lambda: timeline_view(tl, stage_links(trace, trace_id)))
   return await trace_page(request, svc, trace_id, "timeline.html", "timeline", light=True, view=view, why=NO_TIMELINE)

@@ -151,12 +151,17 @@ async def program_source(request: Request, trace_id: str, svc: ServicesDep) -> H
   if trace is None: return await trace_page(request, svc, trace_id, "program_source.html", "overview")  # running, failed or none
   if (program := trace["program"]) is None: raise HTTPException(404, "a convolution's trace has no program source")
   file = program.get("file")  # absent where the program's source came from no file
+  counts = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "kernels by line", lambda t: kernels_by_line(t, file))
+  return await trace_page(request, svc, trace_id, "program_source.html", "overview", light=True, lines=(program["source"] or "").splitlines(),
+                          counts=counts, file_name=os.path.basename(file or ""))
+
+def kernels_by_line(trace: TraceRecord, file: str | None) -> dict[int | None, int]:
+  """How many kernels' provenance names each line of `file` (a walk of every kernel: once per parsed trace, off the event loop)."""
   counts: dict[int | None, int] = {}
   for k in trace["kernels"]:
     for line in {e["line"] for e in k.get("provenance", []) if e["file"] and e["file"] == file}:
       counts[line] = counts.get(line, 0) + 1
-  return await trace_page(request, svc, trace_id, "program_source.html", "overview", light=True, lines=(program["source"] or "").splitlines(),
-                          counts=counts, file_name=os.path.basename(file or ""))
+  return counts
 
 PAGE = 200  # kernel rows per page of a program's kernel table
 

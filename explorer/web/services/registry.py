@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, TypeVar, ca
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.settings import Settings
 from explorer.store import Store, StoreError
+from explorer.store.collector import collector_paused
 from explorer.store.pieces import whole
 if TYPE_CHECKING:
   from explorer.web.services.devices import DeviceCatalog, QueueDevices
@@ -27,8 +28,10 @@ class TraceCache:
   entry serves while the store's version of its trace (the row and the enrichments merged into it) is the one it was parsed at, so a
   write by another process is seen; an enrichment this server stores is merged into the cached trace (copy-on-write: readers holding
   the old one keep it) instead of dropping it."""
-  def __init__(self, store: Store, size: int = 8):
-    self.store, self.size = store, size
+  def __init__(self, store: Store, size: int = 8, freeze_over: int = 0):
+    """freeze_over: a parse of more stored bytes than this is frozen out of the garbage collector's walks (explorer.store.collector;
+    0: none)."""
+    self.store, self.size, self.freeze_over = store, size, freeze_over
     self._items: collections.OrderedDict[tuple[str, bool], tuple[Any, TraceRecord]] = collections.OrderedDict()  # (id, light) -> (version, trace)
     self._lock = threading.Lock()
     self._parsing: dict[tuple[str, bool], threading.Lock] = {}
@@ -71,7 +74,9 @@ class TraceCache:
     with self._lock: parsing = self._parsing.setdefault(key, threading.Lock())
     with parsing:  # one parse at a time per trace and kind: whoever waited here finds it cached
       if (trace := self._cached(key, version)) is not None: return trace
-      if (trace := self.store.get_trace(trace_id, light)) is None: return None
+      big = self.freeze_over > 0 and self.store.stored_bytes(trace_id, light) > self.freeze_over
+      with collector_paused(freeze=big):
+        if (trace := self.store.get_trace(trace_id, light)) is None: return None
       self.parses += 1
       self.whole_parses += not light
       with self._lock:
