@@ -39,10 +39,12 @@ def merged(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[
   """The stored trace with what was computed for it since: other targets' records (kernels[i].targets, with where they ran,
   env.ran_on.targets), then the records' analyses and compile facts; each read as its type first (a damaged row is left out). Kernels
   that repeat share their records (explorer.store.pieces.joined): a kernel gets copies of its own of what changes on it."""
+  rows = {kind: of_kind(c, trace_id, kind) for kind in MERGED_KINDS}
+  if not any(rows.values()): return trace
   from explorer.schema import record_adapters  # here: trace workers import this module, and pydantic stays out of them
   adapters = record_adapters()
   kernels = {k.get("index"): k for k in trace["kernels"] if isinstance(k, dict)}
-  for (kernel, target), got in sorted(of_kind(c, trace_id, ENRICH_TARGET).items()):
+  for (kernel, target), got in sorted(rows[ENRICH_TARGET].items()):
     if (k := kernels.get(kernel)) is None or not isinstance(got, dict) or not isinstance(rec := got.get("record"), dict): continue
     if not _reads(adapters["record"], rec): continue
     if target not in (k.get("targets") or {}):
@@ -51,7 +53,7 @@ def merged(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[
       add_target_record(k, target, rec)
     if isinstance(by := got.get("ran_by"), str): trace.setdefault("env", {}).setdefault("ran_on", {}).setdefault("targets", {})[target] = by
   for kind, put in ((ENRICH_ANALYSIS, lambda rec, v: rec.update(v)), (ENRICH_FACTS, lambda rec, v: rec.__setitem__("compile", v))):
-    for (kernel, target), value in of_kind(c, trace_id, kind).items():
+    for (kernel, target), value in rows[kind].items():
       k = kernels.get(kernel) or {}
       if isinstance(rec := (k.get("targets") or {}).get(target), dict) and isinstance(value, dict) and _reads(adapters[kind], value):
         k["targets"] = {**k["targets"], target: (rec := dict(rec))}

@@ -11,7 +11,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from explorer.version import __version__
 from explorer.tracing.workers import Limits  # imports no tinygrad
 from explorer.settings import Settings
-from explorer.schema import TraceRecord
+from explorer.schema import TraceRecord, record_adapters
 from explorer.spec import ENRICH_ANALYSIS
 from explorer.store import Store, collector
 from explorer.queue.protocol import NEEDS_EXTRA
@@ -92,6 +92,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     def warm() -> None:
       templates.warm()
       app.openapi()
+      record_adapters()  # what an enrichment merged into a parse is checked with
     threading.Thread(target=warm, name="warm", daemon=True).start()
     yield
     svc.jobs.shutdown()  # unfinished jobs marked interrupted, their workers' groups killed
