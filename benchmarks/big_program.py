@@ -72,18 +72,18 @@ def readers_phase(db: pathlib.Path, tmp: pathlib.Path, trace_id: str, site: str)
   from load import Prober, free_port, start_server
   from test_program import BIG_PROGRAM_PAGES
   port = free_port()
-  server = start_server(db, port, tmp / "server.log", background_workers=0)
+  server = start_server(db, port, tmp / "server.log", background_workers=0, trusted_proxies="127.0.0.1")
   base, proc = f"http://127.0.0.1:{port}", psutil.Process(server.pid)
   try:
     httpx.get(f"{base}/", timeout=120)  # the templates every page shares, compiled
     rss0 = proc.memory_info().rss / 2**20
     urls = [u.replace("big0program00000", trace_id).format(site=site) for u in BIG_PROGRAM_PAGES]
-    def first_view(url: str) -> tuple[str, float, int]:
+    def first_view(reader: int, url: str) -> tuple[str, float, int]:  # each reader its own client (a browser of its own)
       st = time.perf_counter()
-      r = httpx.get(f"{base}{url}", headers={"accept": "text/html"}, timeout=300)
+      r = httpx.get(f"{base}{url}", headers={"accept": "text/html", "X-Forwarded-For": f"198.51.100.{reader + 1}"}, timeout=300)
       return url, time.perf_counter() - st, r.status_code
     prober = Prober(base, every_s=0.02)
-    with concurrent.futures.ThreadPoolExecutor(len(urls)) as pool: got = list(pool.map(first_view, urls))
+    with concurrent.futures.ThreadPoolExecutor(len(urls)) as pool: got = list(pool.map(first_view, range(len(urls)), urls))
     prober.stop.set()
     prober.thread.join()
     health = prober.samples[""]  # a health check that failed counts as never answered

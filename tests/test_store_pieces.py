@@ -211,3 +211,28 @@ def test_a_programs_stage_table_is_paged(v1, tmp_path):
     assert first.count('<tr data-fate="kept"') == STAGE_PAGE and 'id="stage-pages"' in first and f"?stages={STAGE_PAGE * 2}#stage-table" in first
     assert f"of {len(kept)} shown" in first and last.count('<tr data-fate="kept"') == 50 and "(401)" in last
     assert client.app.state.services.traces.whole_parses == 0
+
+def test_a_programs_json_export_streams_its_kernels_a_chunk_at_a_time(v1, tmp_path):
+  """A program's export.json is the trace as stored with its annotations, its kernels read whole from the store a chunk at a time and
+  streamed (no length known up front; gzipped where the client takes it, plain otherwise), with what was computed for a kernel since
+  merged in; the response cache holds none of a body past its entry bound."""
+  from explorer.store.pieces import CHUNK
+  store = Store(db := tmp_path / "e.sqlite3")
+  store.put_trace("p" * 16, big := scaled(Store(v1).get_trace(PROGRAM), 2 * CHUNK + 3), b"")
+  k0 = store.get_trace("p" * 16)["kernels"][CHUNK + 1]
+  rec = {**k0["targets"][k0["host_target"]], "name": "on cuda", "source": "// cuda"}
+  assert store.put_target_records("p" * 16, "cuda", {CHUNK + 1: rec}, "cuda", b"")
+  store.add_annotation("p" * 16, "step", "schedule", "a note")
+  assert [len(ks) for ks in store.whole_kernels("p" * 16)] == [CHUNK, CHUNK, len(big["kernels"]) - 2 * CHUNK]
+  whole = json.loads(json.dumps(store.get_trace("p" * 16)))
+  assert whole["kernels"][CHUNK + 1]["sources"]["cuda"] == "// cuda"
+  with TestClient(app_over(db)) as client:
+    for encoding in ("gzip", "identity"):
+      r = client.get(f"/t/{'p' * 16}/export.json", headers={"accept-encoding": encoding})
+      assert r.status_code == 200 and "content-length" not in r.headers and r.headers.get("content-encoding", "identity") == encoding
+      body = r.json()
+      assert body.pop("annotations")[0]["text"] == "a note" and body == whole
+    cache = client.app.state.response_cache
+    cache.max_entry_bytes = 1 << 16  # a body past it is sent on, never held
+    assert client.get(f"/t/{'p' * 16}/export.json?download=0", headers={"accept-encoding": "identity"}).status_code == 200
+    assert not any("download=0" in q for (_, q, _) in cache.entries) and cache.size < 40 << 20

@@ -10,7 +10,7 @@ an export or a diff reads), so that the pages of a program parse a tenth of it (
 the row, each parsed on its own: a reader parses a 10,000-kernel program in slices of a few milliseconds, and the server's other
 requests go on between them."""
 from __future__ import annotations
-import hashlib, json, sqlite3
+import collections, hashlib, json, sqlite3
 from typing import Any, Mapping
 from explorer.store.connection import StoreError
 
@@ -118,6 +118,13 @@ def _parsed(trace_id: str, what: str, body: str) -> dict[str, Any]:
   if not isinstance(got, dict): raise StoreError(f"stored trace {trace_id} is corrupt: {what} is not an object")
   return got
 
+def _whole_part(trace_id: str, h: str, body: str, heavy: str | None) -> dict[str, Any]:
+  """A part whole from its stored light half and heavy half (a part stored whole, before halves, has no heavy half)."""
+  part = _parsed(trace_id, f"kernel part {h}", body)
+  if heavy is not None: return whole(part, _parsed(trace_id, f"kernel part {h}'s heavy half", heavy))
+  if LIGHT in part: raise _no_heavy_half(trace_id, h)
+  return part
+
 def _light(part: dict[str, Any]) -> dict[str, Any]:
   """A part's light half: as stored, or cut from a part stored whole (before halves: it has no LIGHT)."""
   return part if LIGHT in part else halves(part)[0]
@@ -133,12 +140,7 @@ def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any], light: b
   rows = c.execute(f"SELECT p.hash, p.body, {'NULL' if light else 'h.body'} FROM kernel_parts p "
                    f"{'' if light else 'LEFT JOIN kernel_heavy h ON h.hash = p.hash '}"
                    "WHERE p.hash IN (SELECT hash FROM kernel_refs WHERE trace_id = ?)", (trace_id,))
-  for h, body, heavy in rows:
-    part = _parsed(trace_id, f"kernel part {h}", body)
-    if light: parts[h] = _light(part)
-    elif heavy is not None: parts[h] = whole(part, _parsed(trace_id, f"kernel part {h}'s heavy half", heavy))
-    elif LIGHT in part: raise _no_heavy_half(trace_id, h)
-    else: parts[h] = part  # stored whole, before halves
+  for h, body, heavy in rows: parts[h] = _light(_parsed(trace_id, f"kernel part {h}", body)) if light else _whole_part(trace_id, h, body, heavy)
   kernels = trace.get("kernels") or []
   for i, h in refs:
     if (got := parts.get(h)) is None or not 0 <= i < len(kernels) or not isinstance(kernels[i], dict):
@@ -147,6 +149,35 @@ def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any], light: b
     if light:
       for f in HEAVY: kernels[i].pop(f, None)
   return trace
+
+def kernel_chunks(c: sqlite3.Connection, trace_id: str) -> list[int]:
+  """The positions of the trace's chunks of kernels, in order ([]: its kernels are in its row)."""
+  return [seq for (seq,) in c.execute("SELECT seq FROM trace_chunks WHERE trace_id = ? AND field = 'kernels' ORDER BY seq", (trace_id,))]
+
+def whole_chunk(c: sqlite3.Connection, trace_id: str, seq: int, parts: collections.OrderedDict[str, dict[str, Any]],
+                keep: int = 64) -> list[Any]:
+  """Chunk `seq` of the trace's kernels, each whole (its part put back, as `joined` does), its parts read once across calls: `parts`
+  keeps the last `keep` of them, so a program's repeated kernels are parsed once and memory stays bounded whatever its length."""
+  row = c.execute("SELECT body FROM trace_chunks WHERE trace_id = ? AND field = 'kernels' AND seq = ?", (trace_id, seq)).fetchone()
+  from pydantic_core import from_json  # as get_trace parses the row: here, not at import (trace workers never load pydantic)
+  try: kernels = from_json(row[0]) if row is not None else None
+  except (ValueError, TypeError): kernels = None
+  if not isinstance(kernels, list): raise StoreError(f"stored trace {trace_id} is corrupt: chunk {seq} of its kernels is missing or not a list")
+  first = seq * CHUNK
+  refs = c.execute("SELECT kernel, hash FROM kernel_refs WHERE trace_id = ? AND kernel >= ? AND kernel < ?",
+                   (trace_id, first, first + len(kernels))).fetchall()
+  if wanted := sorted({h for _, h in refs} - set(parts)):
+    marks = ",".join("?" * len(wanted))
+    for h, body, heavy in c.execute(f"SELECT p.hash, p.body, h.body FROM kernel_parts p LEFT JOIN kernel_heavy h ON h.hash = p.hash "
+                                    f"WHERE p.hash IN ({marks})", wanted):
+      parts[h] = _whole_part(trace_id, h, body, heavy)
+  for i, h in refs:
+    if (part := parts.get(h)) is None or not isinstance(kernels[i - first], dict):  # (refs past the chunk's kernels: not selected)
+      raise StoreError(f"stored trace {trace_id} is corrupt: kernel {i}'s part {h} is missing or not an object")
+    parts.move_to_end(h)
+    kernels[i - first].update(part)
+  while len(parts) > keep: parts.popitem(last=False)
+  return kernels
 
 def heavy_of(c: sqlite3.Connection, trace_id: str, kernel: int) -> dict[str, Any] | None:
   """Kernel `kernel`'s heavy half (`whole` puts it together with the kernel read light); None where the trace keeps no part for it."""

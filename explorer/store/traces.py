@@ -2,15 +2,15 @@
 rewrite blob; a summary for listing), read back typed, whole, with what was computed for it since merged in; the library's search
 over them."""
 from __future__ import annotations
-import json, time
-from typing import TYPE_CHECKING, Any, Mapping, cast
+import collections, json, time
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, cast
 from explorer.store import annotations as notes, caches, enrichments, pieces, rewrites as blobs, tasks
 from explorer.store.collector import collector_paused
 from explorer.store.rewrites import checked_locations
 from explorer.store.connection import Connected, StoreError, transaction
 from explorer.store.tasks import capped
 from explorer.tasks import TRACE
-if TYPE_CHECKING: from explorer.schema import TraceRecord
+if TYPE_CHECKING: from explorer.schema import KernelRecord, TraceRecord
 
 # library search: fields kept in the summary column (older rows: read from the trace itself)
 VARIANT_FILTERS = ("algo", "wino_impl", "tile", "staging", "consts", "opt")
@@ -80,6 +80,21 @@ class Traces(Connected):
       raise StoreError(f"stored trace {trace_id} is corrupt: it is not a Kernel Explorer trace")
     trace = pieces.joined(c, trace_id, pieces.unchunked(c, trace_id, trace), light)
     return cast("TraceRecord", enrichments.merged(c, trace_id, dict(upgrade(trace))))  # upgraded first: enrichments land on its records
+
+  def whole_kernels(self, trace_id: str) -> Iterator[list[KernelRecord]]:
+    """The trace's kernels whole (as get_trace reads them), a chunk of pieces.CHUNK at a time: what an export of a big program streams,
+    never the whole program in memory at once (a trace kept without chunks: its kernels in one slice). Reads this thread's connection
+    at each step (a stream is read from whichever thread)."""
+    from explorer.schema import upgrade
+    if not (seqs := pieces.kernel_chunks(self._conn(), trace_id)):
+      if (trace := self.get_trace(trace_id)) is not None: yield trace["kernels"]
+      return
+    parts: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+    for seq in seqs:
+      c = self._conn()
+      with collector_paused():  # (never across a yield: the reader may take its time)
+        kernels = enrichments.merged(c, trace_id, dict(upgrade({"kernels": pieces.whole_chunk(c, trace_id, seq, parts)})))["kernels"]
+      yield cast("list[KernelRecord]", kernels)
 
   def stored_bytes(self, trace_id: str, light: bool = False) -> int:
     """The JSON a parse of the trace reads (its row, chunks and parts; light: their light halves), in bytes: 0 where there is none."""

@@ -105,8 +105,11 @@ class ResponseCache:
       return
     msgs: list[Message] = []
     generations = [self.generation.get(t, 0) for t in ids]
+    kept = [0]  # the body's bytes so far; past max_entry_bytes (a streamed export) nothing more is held, nor kept
     async def keep(msg: Message) -> None:
-      msgs.append(msg)
+      if kept[0] <= self.max_entry_bytes:
+        kept[0] += len(msg.get("body", b""))
+        msgs.append(msg)
       await send(msg)
     rendering_key = (path, query, gzip) if query is not None else None
     done = self._rendering.setdefault(rendering_key, asyncio.Event()) if rendering_key is not None else None
@@ -120,7 +123,7 @@ class ResponseCache:
         del self._rendering[rendering_key]
     if query is None and (query := self.learn(scope)) is None: return
     key = (path, query, gzip)
-    body = sum(len(m.get("body", b"")) for m in msgs)
+    body = kept[0]
     no_store = any(k.lower() == b"cache-control" and b"no-store" in v for k, v in msgs[0].get("headers", [])) if msgs else True
     fresh = [self.generation.get(t, 0) for t in ids] == generations
     if msgs and msgs[0].get("status") == 200 and fresh and not no_store and not msgs[-1].get("more_body") and body <= self.max_entry_bytes:
