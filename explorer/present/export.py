@@ -95,12 +95,31 @@ def inline_assets() -> dict[str, str]:
   from explorer.present.render import pygments_css
   return {"css": _static("explorer.css") + "\n" + pygments_css(), "panzoom": _static("vendor/svg-pan-zoom-3.6.2.min.js")}
 
+MAX_SECTIONS = 200  # distinct kernels an HTML export gives a section (source per target, UOps, AST): its JSON export has every kernel
+
+def sections_of(trace: TraceRecord) -> tuple[list[int], dict[int, int], int]:
+  """The kernels an HTML export gives a section of their own: every one, up to MAX_SECTIONS kernels; a bigger program's first of each
+  distinct kernel (its AST and opts, the same code, made by the same lines: its repeated steps), in schedule order, at most
+  MAX_SECTIONS. Returns (their indexes, each kernel's section: its own or its first's, where it has one, how many distinct kernels have
+  none)."""
+  def same(k: KernelRecord) -> tuple[Any, ...]:
+    return (k.get("ast_key") or f"#{k['index']}", tuple(k["opts"]), tuple((e["fn"], e["file"], e["line"]) for e in k.get("provenance", [])))
+  if len(ks := trace["kernels"]) <= MAX_SECTIONS: return [k["index"] for k in ks], {k["index"]: k["index"] for k in ks}, 0
+  first: dict[tuple[Any, ...], int] = {}
+  for k in ks: first.setdefault(same(k), k["index"])
+  shown = sorted(first.values())[:MAX_SECTIONS]
+  has = set(shown)
+  section = {k["index"]: s for k in ks if (s := first[same(k)]) in has}
+  return shown, section, len(first) - len(shown)
+
 def holdings(trace: TraceRecord) -> dict[str, Any]:
   """What an export holds per target some kernel has a record of (host first): how many kernels have its source, failed it, have its
-  compile facts; and the targets no kernel has (not computed: a kernel's page computes one on first view)."""
+  compile facts; and the targets no kernel has (not computed: a kernel's page computes one on first view). The trace may be read light."""
   from explorer.present.render import rendered_targets
   ks = trace["kernels"]
-  def source(k: KernelRecord, t: str) -> str | None: return k["sources"].get("host" if t == k["host_target"] else t)  # the host's is under "host"
+  def source(k: KernelRecord, t: str) -> bool:  # the host's is under "host"
+    name = "host" if t == k["host_target"] else t
+    return name in k["light"]["sources"] if "light" in k else bool(k["sources"].get(name))
   rows = [{"target": t, "host": any(t == k["host_target"] for k in ks), "sources": sum(1 for k in ks if source(k, t)),
            "failed": sum(1 for k in ks if t in k["source_errors"]),
            "facts": sum(1 for k in ks if (rec := target_record(k, t)) and rec["compile"])} for t in rendered_targets(trace)]
@@ -109,9 +128,10 @@ def holdings(trace: TraceRecord) -> dict[str, Any]:
 NO_ROOFLINE = {"rl": None, "svg": None, "why": "not computed for this file", "rate": None}
 
 def render_html(trace: TraceRecord, trace_id: str, graph_blocks: dict[str, GraphBlock], annotations: list[dict[str, Any]] | None = None,
-                origin: str = "", roofline: dict[str, Any] | None = None) -> str:
+                origin: str = "", roofline: dict[str, Any] | None = None, sections: list[KernelRecord] | None = None) -> str:
   """The standalone page. graph_blocks: by graph reference (graph_refs), each laid out or with the reason it is not; roofline: what
-  explorer.analysis.roofline.export_block made of the trace (the caller's: presentation does not import analysis)."""
+  explorer.analysis.roofline.export_block made of the trace (the caller's: presentation does not import analysis); sections: the
+  kernels of sections_of, whole (None: the trace's own, read whole; a server reads the trace light and these kernels whole)."""
   from markupsafe import Markup
   from explorer.present.render import environment
   env = environment()
@@ -120,7 +140,10 @@ def render_html(trace: TraceRecord, trace_id: str, graph_blocks: dict[str, Graph
             for ref, b in graph_blocks.items()}
   assets = {k: Markup(v) for k, v in inline_assets().items()}
   exported = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  shown, section, left_out = sections_of(trace)
+  whole = sections if sections is not None else [trace["kernels"][i] for i in shown]
   return env.get_template("export.html").render(trace=trace, trace_id=trace_id, graphs=blocks, annotations=annotations or [],
+                                                sections=whole, section=section, left_out=left_out, max_sections=MAX_SECTIONS,
                                                 assets=assets, exported=exported, origin=origin, version=__version__,
                                                 holds=holdings(trace), rl=roof["rl"], no_roofline=roof["why"],
                                                 svg=Markup(roof["svg"]) if roof["svg"] else None, rate=roof["rate"])

@@ -166,13 +166,15 @@ async def repro(trace_id: str, trace: StoredTrace) -> Response:
   return Response(repro_script(trace, trace_id), media_type="text/x-python; charset=utf-8", headers=attachment(f"repro-{trace_id}.py", True))
 
 @router.get("/t/{trace_id}/export.html")
-async def export_html(request: Request, trace_id: str, trace: StoredTrace, svc: ServicesDep, work: Work, download: bool = True) -> Response:
-  """The trace as ONE self-contained HTML file: inline CSS, JS and SVG, no reference to this server, opens offline."""
+async def export_html(request: Request, trace_id: str, trace: LightTrace, svc: ServicesDep, work: Work, download: bool = True) -> Response:
+  """The trace as ONE self-contained HTML file: inline CSS, JS and SVG, no reference to this server, opens offline. Read light, with
+  the kernels that get a section (explorer.present.export.sections_of: a big program's distinct ones, at most MAX_SECTIONS) whole."""
   blocks: dict[str, Any] = {}
   permit = work.permit()
   for ref in export.graph_refs(trace): blocks[ref] = await graph_block(svc, trace_id, trace, ref, permit)
   notes = await asyncio.to_thread(export.annotations_of, svc.store, trace_id)
   roof = await asyncio.to_thread(roofline.export_block, trace)
+  sections = await asyncio.to_thread(lambda: [svc.traces.kernel(trace_id, trace, i) for i in export.sections_of(trace)[0]])
   html = await templates_of(request).off_loop(export.render_html, trace, trace_id, blocks, notes,
-                                              f"the Kernel Explorer server on {socket.gethostname()}", roof)
+                                              f"the Kernel Explorer server on {socket.gethostname()}", roof, sections)
   return await compressed(request, html, "text/html; charset=utf-8", attachment(f"kernel-explorer-{trace_id}.html", download))
