@@ -47,7 +47,7 @@ def export_json(trace: TraceRecord | dict[str, Any], annotations: list[dict[str,
   return b"".join(export_json_pieces(trace, [trace.get("kernels") or []], annotations)).decode()
 
 def export_json_pieces(trace: Mapping[str, Any], kernels: Iterable[list[Any]], annotations: list[dict[str, Any]] | None = None,
-                       per: int = 500) -> Iterator[bytes]:
+                       per: int = 50) -> Iterator[bytes]:
   """export_json's document a piece at a time, laid out as json.dumps(indent=1, ensure_ascii=False) lays it out (pydantic-core writes
   it: a float reads back the same, written 1.8e-05 or 0.000018): the trace's fields in their order, its kernels (at their place) as
   `kernels` yields them, in pieces of `per` kernels. A big program's export streams its kernels

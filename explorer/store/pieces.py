@@ -154,16 +154,20 @@ def kernel_chunks(c: sqlite3.Connection, trace_id: str) -> list[int]:
   """The positions of the trace's chunks of kernels, in order ([]: its kernels are in its row)."""
   return [seq for (seq,) in c.execute("SELECT seq FROM trace_chunks WHERE trace_id = ? AND field = 'kernels' ORDER BY seq", (trace_id,))]
 
-def whole_chunk(c: sqlite3.Connection, trace_id: str, seq: int, parts: collections.OrderedDict[str, dict[str, Any]],
-                keep: int = 64) -> list[Any]:
-  """Chunk `seq` of the trace's kernels, each whole (its part put back, as `joined` does), its parts read once across calls: `parts`
-  keeps the last `keep` of them, so a program's repeated kernels are parsed once and memory stays bounded whatever its length."""
-  row = c.execute("SELECT body FROM trace_chunks WHERE trace_id = ? AND field = 'kernels' AND seq = ?", (trace_id, seq)).fetchone()
+def kernel_chunk(c: sqlite3.Connection, trace_id: str, seq: int) -> list[Any]:
+  """Chunk `seq` of the trace's kernels as stored: their own fields, their parts' fields null."""
   from pydantic_core import from_json  # as get_trace parses the row: here, not at import (trace workers never load pydantic)
+  row = c.execute("SELECT body FROM trace_chunks WHERE trace_id = ? AND field = 'kernels' AND seq = ?", (trace_id, seq)).fetchone()
   try: kernels = from_json(row[0]) if row is not None else None
   except (ValueError, TypeError): kernels = None
   if not isinstance(kernels, list): raise StoreError(f"stored trace {trace_id} is corrupt: chunk {seq} of its kernels is missing or not a list")
-  first = seq * CHUNK
+  return kernels
+
+def whole_slice(c: sqlite3.Connection, trace_id: str, kernels: list[Any], first: int, parts: collections.OrderedDict[str, dict[str, Any]],
+                keep: int = 64) -> list[Any]:
+  """kernels (the trace's from position `first` on, as stored) each whole, in place: its part put back, as `joined` does. Parts are
+  read once across calls: `parts` keeps the last `keep` of them, so a program's repeated kernels are parsed once and memory stays
+  bounded whatever its length."""
   refs = c.execute("SELECT kernel, hash FROM kernel_refs WHERE trace_id = ? AND kernel >= ? AND kernel < ?",
                    (trace_id, first, first + len(kernels))).fetchall()
   if wanted := sorted({h for _, h in refs} - set(parts)):
@@ -172,7 +176,7 @@ def whole_chunk(c: sqlite3.Connection, trace_id: str, seq: int, parts: collectio
                                     f"WHERE p.hash IN ({marks})", wanted):
       parts[h] = _whole_part(trace_id, h, body, heavy)
   for i, h in refs:
-    if (part := parts.get(h)) is None or not isinstance(kernels[i - first], dict):  # (refs past the chunk's kernels: not selected)
+    if (part := parts.get(h)) is None or not isinstance(kernels[i - first], dict):
       raise StoreError(f"stored trace {trace_id} is corrupt: kernel {i}'s part {h} is missing or not an object")
     parts.move_to_end(h)
     kernels[i - first].update(part)

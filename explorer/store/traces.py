@@ -81,9 +81,9 @@ class Traces(Connected):
     trace = pieces.joined(c, trace_id, pieces.unchunked(c, trace_id, trace), light)
     return cast("TraceRecord", enrichments.merged(c, trace_id, dict(upgrade(trace))))  # upgraded first: enrichments land on its records
 
-  def whole_kernels(self, trace_id: str) -> Iterator[list[KernelRecord]]:
-    """The trace's kernels whole (as get_trace reads them), a chunk of pieces.CHUNK at a time: what an export of a big program streams,
-    never the whole program in memory at once (a trace kept without chunks: its kernels in one slice). Reads this thread's connection
+  def whole_kernels(self, trace_id: str, per: int = 50) -> Iterator[list[KernelRecord]]:
+    """The trace's kernels whole (as get_trace reads them), `per` at a time: what an export of a big program streams, never the whole
+    program in memory at once (a trace kept without chunks: its kernels in one slice). Reads this thread's connection
     at each step (a stream is read from whichever thread)."""
     from explorer.schema import upgrade
     if not (seqs := pieces.kernel_chunks(self._conn(), trace_id)):
@@ -91,10 +91,13 @@ class Traces(Connected):
       return
     parts: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
     for seq in seqs:
-      c = self._conn()
-      with collector_paused():  # (never across a yield: the reader may take its time)
-        kernels = enrichments.merged(c, trace_id, dict(upgrade({"kernels": pieces.whole_chunk(c, trace_id, seq, parts)})))["kernels"]
-      yield cast("list[KernelRecord]", kernels)
+      own = pieces.kernel_chunk(self._conn(), trace_id, seq)
+      for lo in range(0, len(own), per):
+        c = self._conn()
+        with collector_paused():  # (never across a yield: the reader may take its time)
+          kernels = pieces.whole_slice(c, trace_id, own[lo:lo + per], seq * pieces.CHUNK + lo, parts)
+          kernels = enrichments.merged(c, trace_id, dict(upgrade({"kernels": kernels})))["kernels"]
+        yield cast("list[KernelRecord]", kernels)
 
   def stored_bytes(self, trace_id: str, light: bool = False) -> int:
     """The JSON a parse of the trace reads (its row, chunks and parts; light: their light halves), in bytes: 0 where there is none."""
