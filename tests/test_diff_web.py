@@ -60,6 +60,7 @@ def test_diff_page_and_permalinks(pair):
   client, _, staged, fused = pair
   r = client.get(f"/diff?a={staged}&b={fused}&target=metal", follow_redirects=False)
   assert r.status_code == 303 and r.headers["location"] == f"/diff/{staged}/{fused}?target=metal"
+  assert client.get(f"/diff/{staged}/{fused}/graphs").status_code == 200  # what the page's script loads: then the page has it too
   page = client.get(f"/diff/{staged}/{fused}").text
   for needle in ('id="groups-table"', "mhat and out fused into mhat+out in B", "intermediate mhat -&gt; out", "staging staged → fused",
                  'class="rel rel-fused"', 'data-kind="timing"', 'data-kind="numerics"', 'class="sbs hl"', "UOp graph diff"):

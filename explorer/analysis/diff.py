@@ -13,7 +13,7 @@ No tinygrad here: what needs it runs in a fresh worker (explorer.analysis.diff_w
 from __future__ import annotations
 import difflib, hashlib, statistics
 from collections import Counter, defaultdict
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from explorer import stats
 from explorer.analysis import memory
 from explorer.clocks import METHODS, ratio_words
@@ -65,6 +65,23 @@ Flow = tuple[frozenset[str], frozenset[str], int]  # a kernel's upstream, the ro
 
 def _score(a: Flow, b: Flow) -> float: return len(a[0] ^ b[0]) + len(a[1] ^ b[1]) + 0.5 * (a[2] != b[2])
 
+EXHAUSTIVE = 40_000  # A x B kernels of one stage matched by trying every pair; past it (a long program's), equal flows pair in order
+
+def _equal_flows_paired(ias: list[int], jbs: list[int], flow_a: list[Flow], flow_b: list[Flow],
+                        pair: Callable[[int, int], None]) -> tuple[list[int], list[int]]:
+  """Kernels of one stage whose data flows are equal, paired in schedule order (the k-th of a flow in A with the k-th in B: what the
+  exhaustive match does for a program's repeated steps); returns those left, in order."""
+  by_a: dict[Flow, list[int]] = defaultdict(list)
+  by_b: dict[Flow, list[int]] = defaultdict(list)
+  for i in ias: by_a[flow_a[i]].append(i)
+  for j in jbs: by_b[flow_b[j]].append(j)
+  paired_a, paired_b = set(), set()
+  for flow, these in by_a.items():
+    for i, j in zip(these, by_b.get(flow, [])):
+      pair(i, j)
+      paired_a.add(i); paired_b.add(j)
+  return [i for i in ias if i not in paired_a], [j for j in jbs if j not in paired_b]
+
 def match_kernels(sa: Side, sb: Side) -> list[tuple[list[int], list[int]]]:
   """Groups of (A kernel indices, B kernel indices): pairs covering the same stages first, then groups of overlapping stages."""
   groups: list[tuple[list[int], list[int]]] = []
@@ -74,19 +91,30 @@ def match_kernels(sa: Side, sb: Side) -> list[tuple[list[int], list[int]]]:
   for j, k in enumerate(sb.kernels): by_parts[role_parts(k["role"])][1].append(j)
   flow_a = [(sa.upstream(k), sa.written_roles(k), sa.written_bytes(k)) for k in sa.kernels]  # once per kernel: a big program pairs
   flow_b = [(sb.upstream(k), sb.written_roles(k), sb.written_bytes(k)) for k in sb.kernels]  # hundreds of kernels with hundreds
+  def pair(i: int, j: int) -> None:
+    groups.append(([i], [j])); left_a.remove(i); left_b.remove(j)
   for ias, jbs in by_parts.values():
     # same stages on both sides: the data flow decides who pairs with whom, then the schedule order
+    if len(ias) * len(jbs) > EXHAUSTIVE:  # a long program's thousands of one stage: equal flows paired in schedule order first
+      ias, jbs = _equal_flows_paired(ias, jbs, flow_a, flow_b, pair)
+      if len(ias) * len(jbs) > EXHAUSTIVE:
+        for i, j in zip(ias, jbs): pair(i, j)
+        continue
     cands = sorted((_score(flow_a[i], flow_b[j]), abs(x - y), i, j) for x, i in enumerate(ias) for y, j in enumerate(jbs))
     for *_, i, j in cands:
-      if i in left_a and j in left_b: groups.append(([i], [j])); left_a.remove(i); left_b.remove(j)
-  # what is left groups by overlapping stages (union-find over both sides' kernels)
+      if i in left_a and j in left_b: pair(i, j)
+  # what is left groups by overlapping stages (union-find over both sides' kernels: an A and a B kernel sharing a stage are one group)
   parent: dict[tuple[str, int], tuple[str, int]] = {n: n for n in [("a", i) for i in left_a] + [("b", j) for j in left_b]}
   def find(n: tuple[str, int]) -> tuple[str, int]:
     while parent[n] != n: n = parent[n]
     return n
-  for i in left_a:
-    for j in left_b:
-      if role_parts(sa.kernels[i]["role"]) & role_parts(sb.kernels[j]["role"]): parent[find(("a", i))] = find(("b", j))
+  having: dict[str, tuple[list[tuple[str, int]], list[tuple[str, int]]]] = defaultdict(lambda: ([], []))
+  for side, left, ks in (("a", left_a, sa.kernels), ("b", left_b, sb.kernels)):
+    for i in sorted(left):
+      for part in role_parts(ks[i]["role"]): having[part][side == "b"].append((side, i))
+  for in_a, in_b in having.values():
+    if in_a and in_b:
+      for n in in_a + in_b[1:]: parent[find(n)] = find(in_b[0])
   comps: dict[tuple[str, int], tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
   for n in sorted(parent): comps[find(n)][0 if n[0] == "a" else 1].append(n[1])
   groups += list(comps.values())
