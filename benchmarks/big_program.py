@@ -6,14 +6,17 @@ kernels, a transformer stack's training step (benchmarks/programs/transformer_st
            it takes stored in pieces (explorer.store.pieces); its put and its read back, timed
   real     the transformer stack captured in a process of its own (`capture()`, every realize traced, as a user's script is): its
            CPU and wall time, its kernels (distinct: the parts stored), its size in the store per kernel
-  readers  a live server over each (`kernel-explorer serve`'s app in a subprocess): eleven readers at once, each on the first view of
-           a different view of the program (tests/test_program.py's BIG_PROGRAM_PAGES), their latencies and the server's RSS,
-           and another client's /api/health every 20 ms meanwhile (what a request waits while the event loop is held).
+  readers  a live server over each (`kernel-explorer serve`'s app in a subprocess): eleven readers at once (each its own client
+           address, through a trusted proxy header: eleven browsers), each on the first view of a different view of the program
+           (tests/test_program.py's BIG_PROGRAM_PAGES), their latencies and the server's RSS, and another client's /api/health every
+           20 ms meanwhile (what a request waits while the event loop is held). Then, one at a time, the program's exports (JSON,
+           streamed; HTML) and its diff with itself (page), each with the server's peak RSS while it ran.
            Targets: every page under 1 s, the server under 500 MiB, no health answer later than 50 ms
 
   python benchmarks/big_program.py [--kernels 10000] [--layers 16]     (--layers 0: no real program)"""
 from __future__ import annotations
-import argparse, concurrent.futures, json, pathlib, resource, shutil, sqlite3, statistics, subprocess, sys, tempfile, time
+import argparse, concurrent.futures, json, pathlib, resource, shutil, sqlite3, statistics, subprocess, sys, tempfile, threading, time
+from typing import Any
 import httpx
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -94,10 +97,32 @@ def readers_phase(db: pathlib.Path, tmp: pathlib.Path, trace_id: str, site: str)
     print(f"readers of {trace_id}: {len(urls)} first views at once, slowest {max(t for _, t, _ in got):.2f} s (target {PAGE_S:.0f} s); server RSS "
           f"{rss0:.0f} -> {rss1:.0f} MiB (target under {RSS_MIB}); /api/health meanwhile: {len(health)} answers, median "
           f"{statistics.median(health) * 1e3:.0f} ms, worst {worst_ms:.0f} ms (target {LOOP_MS})   {'met' if ok else 'NOT MET'}")
+    for url in (f"/t/{trace_id}/export.json", f"/t/{trace_id}/export.html", f"/diff/{trace_id}/{trace_id}"):
+      took, size, peak = whole_download(base, url, proc)
+      print(f"  {url}: {size / 2**20:.1f} MiB on the wire in {took:.2f} s, server RSS peak {peak:.0f} MiB "
+            f"{'met' if peak < RSS_MIB else 'NOT MET'} (under {RSS_MIB})")
+      ok = ok and peak < RSS_MIB
     return ok
   finally:
     server.terminate()
     server.wait(timeout=15)
+
+def whole_download(base: str, url: str, proc: Any) -> tuple[float, int, float]:
+  """(seconds, bytes on the wire, the server's peak RSS in MiB meanwhile, sampled every 10 ms) of one GET read to its end."""
+  peak, stop = [proc.memory_info().rss], threading.Event()
+  def watch() -> None:
+    while not stop.wait(0.01): peak[0] = max(peak[0], proc.memory_info().rss)
+  watcher = threading.Thread(target=watch, daemon=True)
+  watcher.start()
+  st, size = time.perf_counter(), 0
+  try:
+    with httpx.stream("GET", f"{base}{url}", headers={"accept": "text/html"}, timeout=600) as r:
+      assert r.status_code == 200, (url, r.status_code)
+      for chunk in r.iter_raw(): size += len(chunk)
+  finally:
+    stop.set()
+    watcher.join()
+  return time.perf_counter() - st, size, peak[0] / 2**20
 
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
