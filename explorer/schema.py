@@ -299,6 +299,7 @@ class LightHalf(TypedDict):
   the targets of its sources and how many codegen passes it has."""
   sources: list[Name]
   passes: Count
+  analysable: NotRequired[list[Name]]  # the targets whose record keeps its linear UOps' numbers (what an analysis is rebuilt by)
 
 @with_config(STRICT)
 class KernelRecord(TypedDict):

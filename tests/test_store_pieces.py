@@ -133,7 +133,8 @@ def light_of_whole(k: dict, computed: tuple[str, ...] = ()) -> dict:
   from explorer.store.pieces import HEAVY, HEAVY_RECORD
   out = {f: v for f, v in k.items() if f not in HEAVY}
   out["targets"] = {t: rec if t in computed else {f: v for f, v in rec.items() if f not in HEAVY_RECORD} for t, rec in k["targets"].items()}
-  return {**out, "light": {"sources": list(k["sources"]), "passes": len(k["passes"])}}
+  analysable = [t for t, rec in k["targets"].items() if rec.get("linear_nums") is not None]
+  return {**out, "light": {"sources": list(k["sources"]), "passes": len(k["passes"]), "analysable": analysable}}
 
 def test_a_program_read_light_is_its_whole_read_less_the_heavy_half(v1, tmp_path):
   """A light read is the whole read less each kernel's UOp listing, sources and passes (and its records' listings, passes, sources, line
@@ -181,7 +182,8 @@ def test_a_record_merged_into_a_kernel_read_light_goes_with_it():
                        {"index": 1, "targets": {"clang": {"name": "k"}}, "source_errors": {}, "light": shared}]}
   got = with_target(trace, "cuda", {0: rec})  # type: ignore[arg-type]
   a, b = got["kernels"]
-  assert a["light"] == {"sources": ["clang", "cuda"], "passes": 3} and b["light"] is shared and shared["sources"] == ["clang"] and "sources" not in a
+  assert a["light"] == {"sources": ["clang", "cuda"], "passes": 3, "analysable": []} and b["light"] is shared and "sources" not in a
+  assert shared == {"sources": ["clang"], "passes": 3}
   heavy = {"sources": {"clang": "// clang"}, "passes": [{}, {}, {}], "uops_listing": [], "records": {"clang": {"name": None, "source": "// clang"}}}
   back = whole(a, heavy)
   assert back["sources"] == {"clang": "// clang", "cuda": "// cuda"} and back["targets"]["clang"] == {"name": "k", "source": "// clang"}
@@ -255,3 +257,17 @@ def test_a_programs_html_export_gives_each_distinct_kernel_one_section(v1, tmp_p
   assert shown == list(range(MAX_SECTIONS)) and left_out == 5 and section[MAX_SECTIONS + 5] == 0 and MAX_SECTIONS not in section
   few = {"kernels": many["kernels"][:MAX_SECTIONS]}
   assert sections_of(few)[0] == list(range(MAX_SECTIONS)) and sections_of({"kernels": many["kernels"][:3] * 2})[2] == 0  # type: ignore[arg-type]
+
+def test_a_programs_diff_reads_it_light_and_each_groups_sources_whole(v1, tmp_path):
+  """A diff of two programs reads both light (a 10,000-kernel program's diff read both whole, 520-583 MiB at first view): each group's
+  kernels are put back together with their sources as the group is diffed, and the page shows them side by side."""
+  step = Store(v1).get_trace(PROGRAM)
+  store = Store(db := tmp_path / "d.sqlite3")
+  store.put_trace("r" * 16, scaled(step, 6), b"")
+  store.put_trace("s" * 16, scaled(step, 8), b"")
+  with TestClient(app_over(db)) as client:
+    page = client.get(f"/diff/{'r' * 16}/{'s' * 16}")
+    d = client.get(f"/api/diff/{'r' * 16}/{'s' * 16}", params={"graphs": False}).json()
+    traces = client.app.state.services.traces
+    assert page.status_code == 200 and 'class="sbs hl"' in page.text and traces.whole_parses == 0 and traces.parses == 2
+  assert len(d["groups"]) == 8 and all(g["source"]["rows"] for g in d["groups"][:6]) and d["groups"][-1]["a"] == []

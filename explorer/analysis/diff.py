@@ -327,9 +327,15 @@ def _kref(k: KernelRecord, target: str) -> dict[str, Any]:
   return {"index": k["index"], "call": k["call"], "name": rec["name"] if rec is not None else k["name"], "host_name": k["name"],
           "role": k["role"], "notes": k["notes"]}
 
+Whole = Callable[[KernelRecord], KernelRecord]  # a kernel with its sources (a trace read light keeps them apart: explorer.store.pieces)
+
+def as_it_is(k: KernelRecord) -> KernelRecord: return k
+
 def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda",
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
-  """The structural diff of two traces (JSON-ready). With both rewrite blobs, each group also gets a UOp graph diff (in a worker)."""
+                timeout_s: float = DEFAULT_TIMEOUT_S, whole_a: Whole = as_it_is, whole_b: Whole = as_it_is) -> dict[str, Any]:
+  """The structural diff of two traces (JSON-ready). With both rewrite blobs, each group also gets a UOp graph diff (in a worker).
+  whole_a, whole_b: each side's kernel with its sources, for its group's source diff (traces read light: a group's kernels at a time,
+  never the whole program's sources at once)."""
   sa, sb = Side(a), Side(b)
   groups = match_kernels(sa, sb)
   ga = {i: g for g, (ias, _) in enumerate(groups) for i in ias}
@@ -339,7 +345,7 @@ def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None,
     ka, kb = [sa.kernels[i] for i in ias], [sb.kernels[j] for j in jbs]
     relation, side, sentence = _relation([k["role"] for k in ka], [k["role"] for k in kb])
     ma, mb = _metrics(ka, target), _metrics(kb, target)
-    src = _source_diff(ka, kb, target)
+    src = _source_diff([whole_a(k) for k in ka], [whole_b(k) for k in kb], target)
     identical = relation == "same" and {**ma, "time_s": 0} == {**mb, "time_s": 0} and all(r["kind"] == "same" for r in src["rows"])
     out_groups.append({"index": g, "relation": relation, "side": side, "describe": sentence, "identical": identical,
                        "a": [_kref(k, target) for k in ka], "b": [_kref(k, target) for k in kb],

@@ -16,7 +16,8 @@ def add_target_record(kernel: KernelRecord | dict[str, Any], target: str, rec: d
   if "error" in rec: kernel.setdefault("source_errors", {})[target] = rec["error"]
   elif (light := kernel.get("light")) is not None:
     kernel.setdefault("targets", {})[target] = cast("TargetRecord", rec)
-    kernel["light"] = {**light, "sources": [*light["sources"], target]}
+    analysable = [*light.get("analysable", []), *([target] if rec.get("linear_nums") is not None else [])]
+    kernel["light"] = {**light, "sources": [*light["sources"], target], "analysable": analysable}
   else: kernel.setdefault("targets", {})[target], kernel.setdefault("sources", {})[target] = cast("TargetRecord", rec), rec["source"]
 
 def of_kind(c: sqlite3.Connection, trace_id: str, kind: str) -> dict[tuple[int, str], Any]:

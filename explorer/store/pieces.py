@@ -17,7 +17,8 @@ from explorer.store.connection import StoreError
 PART_FIELDS = ("targets", "uops_listing", "sources", "passes", "provenance", "ops", "spec")  # a kernel's fields kept in its part
 HEAVY = ("uops_listing", "sources", "passes")  # a part's fields in its heavy half
 HEAVY_RECORD = ("uops_listing", "passes", "source", "compiled_source", "line_map", "linear_nums")  # its records' fields there
-LIGHT = "light"  # what a kernel read light has of its heavy half: {"sources": its sources' targets, "passes": how many codegen passes}
+LIGHT = "light"  # what a kernel read light has of its heavy half: {"sources": its sources' targets, "passes": how many codegen passes,
+                 # "analysable": the targets whose record keeps the UOp numbers an analysis is rebuilt by}
 CHUNKED, CHUNK = ("kernels", "schedule", "buffers"), 500  # a trace's lists kept in chunks of CHUNK items, where longer
 Chunks = list[tuple[str, int, str]]  # (field, its chunk's position, the chunk's JSON)
 
@@ -34,7 +35,8 @@ def halves(part: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
   light = _without(part, HEAVY)
   if records: light["targets"] = {t: _without(rec, HEAVY_RECORD) for t, rec in records.items()}
   sources, passes = part.get("sources"), part.get("passes")
-  light[LIGHT] = {"sources": list(sources) if isinstance(sources, dict) else [], "passes": len(passes) if isinstance(passes, list) else 0}
+  light[LIGHT] = {"sources": list(sources) if isinstance(sources, dict) else [], "passes": len(passes) if isinstance(passes, list) else 0,
+                  "analysable": [t for t, rec in records.items() if isinstance(rec, dict) and rec.get("linear_nums") is not None]}
   heavy = {f: part[f] for f in HEAVY if f in part}
   heavy["records"] = {t: {f: rec[f] if f in HEAVY_RECORD else None for f in rec} for t, rec in records.items() if isinstance(rec, dict)}
   return light, heavy
@@ -131,9 +133,9 @@ def _light(part: dict[str, Any]) -> dict[str, Any]:
 
 def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any], light: bool = False) -> dict[str, Any]:
   """The trace with its kernels' parts put back, in place (a trace stored whole, before parts, has none and reads as it was); light:
-  their light halves only, each such kernel without HEAVY and with LIGHT. Each distinct part is read and parsed once: the kernels that
-  share it share its values, records included (what is merged into one kernel's records later is put on copies of them:
-  explorer.store.enrichments.merged). A part that does not parse to an object is StoreError."""
+  their light halves only, each such kernel without HEAVY and with LIGHT (a kernel of schema 1, without records: whole). Each distinct
+  part is read and parsed once: the kernels that share it share its values, records included (what is merged into one kernel's
+  records later is put on copies of them: explorer.store.enrichments.merged). A part that does not parse to an object is StoreError."""
   refs = c.execute("SELECT kernel, hash FROM kernel_refs WHERE trace_id = ?", (trace_id,)).fetchall()
   if not refs: return trace
   parts: dict[str, dict[str, Any]] = {}
@@ -141,12 +143,17 @@ def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any], light: b
                    f"{'' if light else 'LEFT JOIN kernel_heavy h ON h.hash = p.hash '}"
                    "WHERE p.hash IN (SELECT hash FROM kernel_refs WHERE trace_id = ?)", (trace_id,))
   for h, body, heavy in rows: parts[h] = _light(_parsed(trace_id, f"kernel part {h}", body)) if light else _whole_part(trace_id, h, body, heavy)
+  if light and (older := [h for h, part in parts.items() if "targets" not in part]):  # schema 1: its record is made from the kernel's
+    marks = ",".join("?" * len(older))                                                 # own fields (schema.upgrade): read whole
+    for h, body, heavy in c.execute(f"SELECT p.hash, p.body, h.body FROM kernel_parts p LEFT JOIN kernel_heavy h ON h.hash = p.hash "
+                                    f"WHERE p.hash IN ({marks})", older):
+      parts[h] = _whole_part(trace_id, h, body, heavy)
   kernels = trace.get("kernels") or []
   for i, h in refs:
     if (got := parts.get(h)) is None or not 0 <= i < len(kernels) or not isinstance(kernels[i], dict):
       raise StoreError(f"stored trace {trace_id} is corrupt: kernel {i}'s part {h} is missing or not an object")
     kernels[i].update(got)
-    if light:
+    if LIGHT in got:
       for f in HEAVY: kernels[i].pop(f, None)
   return trace
 
@@ -183,15 +190,22 @@ def whole_slice(c: sqlite3.Connection, trace_id: str, kernels: list[Any], first:
   while len(parts) > keep: parts.popitem(last=False)
   return kernels
 
-def heavy_of(c: sqlite3.Connection, trace_id: str, kernel: int) -> dict[str, Any] | None:
-  """Kernel `kernel`'s heavy half (`whole` puts it together with the kernel read light); None where the trace keeps no part for it."""
-  row = c.execute("SELECT p.hash, p.body, h.body FROM kernel_refs r JOIN kernel_parts p ON p.hash = r.hash LEFT JOIN kernel_heavy h "
-                  "ON h.hash = r.hash WHERE r.trace_id = ? AND r.kernel = ?", (trace_id, kernel)).fetchone()
-  if row is None: return None
-  h, body, heavy = row
+def part_of(c: sqlite3.Connection, trace_id: str, kernel: int) -> str | None:
+  """The hash of kernel `kernel`'s part; None where the trace keeps no part for it."""
+  return (row := c.execute("SELECT hash FROM kernel_refs WHERE trace_id = ? AND kernel = ?", (trace_id, kernel)).fetchone()) and row[0]
+
+def heavy_half(c: sqlite3.Connection, trace_id: str, h: str) -> dict[str, Any]:
+  """Part h's heavy half (`whole` puts it together with a kernel read light: the same for every kernel that shares the part)."""
+  row = c.execute("SELECT p.body, h.body FROM kernel_parts p LEFT JOIN kernel_heavy h ON h.hash = p.hash WHERE p.hash = ?", (h,)).fetchone()
+  if row is None: raise StoreError(f"stored trace {trace_id} is corrupt: its kernel part {h} is missing")
+  body, heavy = row
   if heavy is not None: return _parsed(trace_id, f"kernel part {h}'s heavy half", heavy)
   if LIGHT in (part := _parsed(trace_id, f"kernel part {h}", body)): raise _no_heavy_half(trace_id, h)
   return halves(part)[1]
+
+def heavy_of(c: sqlite3.Connection, trace_id: str, kernel: int) -> dict[str, Any] | None:
+  """Kernel `kernel`'s heavy half; None where the trace keeps no part for it."""
+  return None if (h := part_of(c, trace_id, kernel)) is None else heavy_half(c, trace_id, h)
 
 def _no_heavy_half(trace_id: str, h: str) -> StoreError:
   return StoreError(f"stored trace {trace_id} is corrupt: kernel part {h}'s heavy half is missing")

@@ -112,6 +112,14 @@ class Traces(Connected):
     keeps no part for it (it was stored whole)."""
     return pieces.heavy_of(self._conn(), trace_id, kernel)
 
+  def kernel_part(self, trace_id: str, kernel: int) -> str | None:
+    """The hash of kernel `kernel`'s part (the kernels that repeat it share it); None where the trace keeps none for it."""
+    return pieces.part_of(self._conn(), trace_id, kernel)
+
+  def heavy_half(self, trace_id: str, part: str) -> dict[str, Any]:
+    """Part `part`'s heavy half (its hash: kernel_part), read and parsed."""
+    return pieces.heavy_half(self._conn(), trace_id, part)
+
   def get_rewrites(self, trace_id: str, target: str | None = None) -> bytes | None:
     """The host's rewrite blob, or another target's (by its key: the target's name for one rendered with the trace, the key a record
     computed on first view names, `cuda@3f2a...`)."""

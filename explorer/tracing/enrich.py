@@ -86,7 +86,13 @@ def analysis_jobs(trace: TraceRecord, targets: Iterable[str] | None = None, kern
   return [{"kernel": k["index"], "target": t, "blob": blob_key(k, t), "arch": rec.get("arch") or "", "source": rec["source"],
            "linear_nums": rec["linear_nums"], "program_sink": rec["program_sink"], "passes": rec.get("passes") or []}
           for k, t, rec in each_record(trace, targets, kernels)
-          if ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None and rec.get("program_sink") is not None]
+          if lacks_analysis(k, t, rec)]
+
+def lacks_analysis(kernel: KernelRecord, target: str, rec: TargetRecord) -> bool:
+  """Whether a record's analysis is still to compute and can be: it has none, and keeps the numbers it is rebuilt by (a kernel read
+  light names the targets whose records do: explorer.store.pieces)."""
+  if ANALYSIS_MARK in rec or rec.get("program_sink") is None: return False
+  return target in kernel["light"].get("analysable", []) if "light" in kernel else rec.get("linear_nums") is not None
 
 def analysis_in_worker(progress: Progress, jobs: list[Job], blobs: dict[str, bytes]) -> list[Any]:
   """Each job's analysis, in order, from the blob its record was recorded in (blobs: by key, "" the trace's own)."""

@@ -66,7 +66,7 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
                         max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue), nice=int(settings.worker_nice)),
     diffs=DiffService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s), timeout_s=timeout_s,
                       queue=queue, with_facts=enrichments.with_facts, max_waiting=int(settings.max_waiting_work),
-                      per_client=int(settings.max_work_per_client)),
+                      per_client=int(settings.max_work_per_client), kernel=traces.kernel),
     enrichments=enrichments,
     studies=StudyService(store, on_stored=changed, runner=study_runner, queue=queue),
     devices=devices or (QueueDevices(queue) if queue is not None else DeviceCatalog(timeout_s=min(120.0, timeout_s))),

@@ -79,7 +79,7 @@ def quick_picks(svc: Services, trace_id: str, trace: TraceRecord) -> list[dict[s
 
 async def picker_context(svc: Services, a: str, q: str | None) -> dict[str, Any]:
   """Quick picks for trace a, and stored traces to pick from (those of the same convolution first)."""
-  trace = await deps.trace_of(svc, a)
+  trace = await deps.trace_of(svc, a, light=True)
   picks = await asyncio.to_thread(quick_picks, svc, a, trace)
   rows, total = await asyncio.to_thread(svc.store.search, text=q or None, limit=40)
   conv = trace["label"].split(" | ")[0]
@@ -155,7 +155,7 @@ async def quick_pick(request: Request, svc: ServicesDep) -> Response:
   import urllib.parse
   form = {k: v[-1] for k, v in urllib.parse.parse_qs((await request.body()).decode(errors="replace")).items()}
   a = form.get("a", "")
-  trace = await deps.trace_of(svc, a)
+  trace = await deps.trace_of(svc, a, light=True)
   pick = next((f for f in flips(trace) if f[0] == form.get("pick")), None)
   if pick is None: raise HTTPException(422, f"no quick pick {form.get('pick')!r} for trace {a}")
   try: status, _ = await deps.submit(svc, TraceRequest.model_validate(request_of(trace, **pick[2])), deps.client_of(request))
@@ -169,8 +169,9 @@ def targets_of(a: TraceRecord, b: TraceRecord) -> list[str]:
   return ts + ["host"]
 
 async def side_or_progress(request: Request, svc: Services, trace_id: str) -> TraceRecord | HTMLResponse:
-  """The stored trace, or (while it runs) the progress page in its place: it reloads this URL when the trace is done."""
-  if (trace := await deps.stored_trace(svc, trace_id)) is not None: return trace
+  """The stored trace read light (a group's kernels are read whole as it is diffed and shown), or (while it runs) the progress page in
+  its place: it reloads this URL when the trace is done."""
+  if (trace := await deps.stored_trace(svc, trace_id, light=True)) is not None: return trace
   status = await deps.status_of(svc, trace_id)
   if status is None: raise HTTPException(404, f"no trace {trace_id}")
   return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES)
@@ -182,7 +183,9 @@ def pick_targets(a: TraceRecord, b: TraceRecord, target: str | None, target_b: s
 
 GROUPS_PER_PAGE = 40  # groups whose sources a diff page shows side by side
 
-def group_kernels(trace: TraceRecord, refs: list[dict[str, Any]]) -> list[KernelRecord]: return [trace["kernels"][k["index"]] for k in refs]
+def group_kernels(svc: Services, trace_id: str, trace: TraceRecord, refs: list[dict[str, Any]]) -> list[KernelRecord]:
+  """A group's kernels, whole (with their sources)."""
+  return [svc.traces.kernel(trace_id, trace, k["index"]) for k in refs]
 
 @router.get("/diff/{a}/{b}", response_class=HTMLResponse)
 async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Work, target: str | None = Query(None, max_length=16),
@@ -197,8 +200,8 @@ async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Wo
   diffs = svc.diffs
   d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb, work.permit())
   shown = d["groups"][offset:offset + GROUPS_PER_PAGE]
-  rows = await asyncio.to_thread(lambda: [fold(side_by_side(g["source"], group_kernels(ta_trace, g["a"]), group_kernels(tb_trace, g["b"])))
-                                          for g in shown])
+  rows = await asyncio.to_thread(lambda: [fold(side_by_side(g["source"], group_kernels(svc, a, ta_trace, g["a"]),
+                                                            group_kernels(svc, b, tb_trace, g["b"]))) for g in shown])
   gr = await diffs.cached_graphs(a, b)
   measures = {k: await asyncio.to_thread(diffs.measure_status, a, b, k) for k in MEASURES}
   timed = measures["timing"].get("result") if measures["timing"].get("status") == "done" else None
@@ -214,7 +217,7 @@ async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Wo
 @router.get("/diff/{a}/{b}/graphs", response_class=HTMLResponse)
 async def graphs_fragment(request: Request, a: str, b: str, svc: ServicesDep, work: Work) -> HTMLResponse:
   """The UOp graph diff of every matched group (an HTML fragment the diff page loads: it may take a worker's few seconds)."""
-  ta_trace, tb_trace = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
+  ta_trace, tb_trace = await deps.trace_of(svc, a, light=True), await deps.trace_of(svc, b, light=True)
   permit = work.permit()
   d = await svc.diffs.structural(a, ta_trace, b, tb_trace, *pick_targets(ta_trace, tb_trace, None, None), permit)
   gr = await svc.diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"], permit)
@@ -237,7 +240,7 @@ async def diff_json(a: str, b: str, svc: ServicesDep, work: Work, target: str | 
                                                            "(a worker, a few seconds)")) -> dict[str, Any]:
   """The structural diff (explorer.analysis.diff.diff_traces) with each group's UOp graph diff (`graph`), the cached interleaved timing and
   output comparison (null until measured: POST .../timing or .../numerics) and `target`/`target_b` (the sources diffed)."""
-  ta_trace, tb_trace = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
+  ta_trace, tb_trace = await deps.trace_of(svc, a, light=True), await deps.trace_of(svc, b, light=True)
   ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
   diffs = svc.diffs
   permit = work.permit()
@@ -253,7 +256,7 @@ async def diff_json(a: str, b: str, svc: ServicesDep, work: Work, target: str | 
          responses=documented({**TWO, 404: "no such measurement (timing or numerics), or no trace a or b"}))
 async def measure_status(a: str, b: str, kind: str, svc: ServicesDep) -> dict[str, Any]:
   if kind not in MEASURES: raise HTTPException(404, f"no measurement {kind!r}: timing or numerics")
-  await deps.trace_of(svc, a); await deps.trace_of(svc, b)
+  await deps.trace_of(svc, a, light=True); await deps.trace_of(svc, b, light=True)
   return await asyncio.to_thread(svc.diffs.measure_status, a, b, kind)
 
 @api.post("/diff/{a}/{b}/{kind}", status_code=202, summary="Start a measurement: interleaved re-timing (A, B, B, A...) or the outputs compared",

@@ -12,7 +12,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from explorer.version import __version__
 from explorer.present import graphs
-from explorer.analysis.diff import compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows, time_verdict
+from explorer.analysis.diff import Whole, as_it_is, compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows, time_verdict
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.run import ran_here
@@ -49,14 +49,16 @@ def cross_source(ka: Sequence[KernelRecord], kb: Sequence[KernelRecord], ta: str
   rows = source_rows(a, b)
   return {"target": ta, "target_b": tb, "note": note, "rows": rows, "counts": dict(Counter(r["kind"] for r in rows)), "a_parts": pa, "b_parts": pb}
 
-def build_diff(a: TraceRecord, b: TraceRecord, ta: str, tb: str) -> dict[str, Any]:
-  """diff_traces without rewrite blobs (the graph diff comes separately), with B's source for target tb."""
-  d = diff_traces(a, b, None, None, ta)
+def build_diff(a: TraceRecord, b: TraceRecord, ta: str, tb: str, whole_a: Whole = as_it_is, whole_b: Whole = as_it_is) -> dict[str, Any]:
+  """diff_traces without rewrite blobs (the graph diff comes separately), with B's source for target tb; whole_a, whole_b: diff_traces'."""
+  d = diff_traces(a, b, None, None, ta, whole_a=whole_a, whole_b=whole_b)
   d["notes"] = [n for n in d["notes"] if not n.startswith("no rewrite blobs")]
   d["target_b"] = tb
   for g in d["groups"]:
     src = g["source"]
-    if tb != ta: g["source"] = src = cross_source([a["kernels"][k["index"]] for k in g["a"]], [b["kernels"][k["index"]] for k in g["b"]], ta, tb)
+    if tb != ta:
+      ka, kb = [whole_a(a["kernels"][k["index"]]) for k in g["a"]], [whole_b(b["kernels"][k["index"]]) for k in g["b"]]
+      g["source"] = src = cross_source(ka, kb, ta, tb)
     src.setdefault("target_b", src["target"])
   return d
 
@@ -107,11 +109,13 @@ class MeasureJob(Task):
 
 class DiffService:
   def __init__(self, store: Store, node_limit: int = graphs.MAX_NODES, dot_timeout_s: float = graphs.DOT_TIMEOUT_S, timeout_s: float = 600.0,
-               queue: QueueClient | None = None, with_facts: WithFacts | None = None, max_waiting: int = 32, per_client: int = 4):
+               queue: QueueClient | None = None, with_facts: WithFacts | None = None, max_waiting: int = 32, per_client: int = 4,
+               kernel: Callable[[str, TraceRecord, int], KernelRecord] | None = None):
     """With queue, measurements run on a job queue worker that offers the traces' device; graph diffs stay on this server. with_facts:
-    a stored trace with its compile facts on a target computed where missing (EnrichmentService.with_facts): registers are compared."""
+    a stored trace with its compile facts on a target computed where missing (EnrichmentService.with_facts): registers are compared.
+    kernel(id, trace, n): kernel n whole, of a trace read light (TraceCache.kernel): a group's sources are read as it is diffed."""
     self.store, self.node_limit, self.dot_timeout_s, self.timeout_s, self.queue = store, node_limit, dot_timeout_s, timeout_s, queue
-    self.with_facts = with_facts
+    self.with_facts, self.kernel = with_facts, kernel
     # one measurement at a time (two at once would time each other), the rest waiting, bounded per client
     self.measures: Tasks[MeasureJob] = Tasks(parallel=1, max_waiting=max_waiting, per_client=per_client, what="measurements")
     self.graph_runs = 0  # worker calls for graph diffs: tests check the cache
@@ -128,6 +132,12 @@ class DiffService:
 
   # ***** structural *****
 
+  def whole(self, trace_id: str, trace: TraceRecord) -> Whole:
+    """A kernel of the trace with its sources: itself where the trace was read whole."""
+    if self.kernel is None: return as_it_is
+    load = self.kernel
+    return lambda k: load(trace_id, trace, k["index"])
+
   async def structural(self, a_id: str, a: TraceRecord, b_id: str, b: TraceRecord, ta: str, tb: str, permit: WorkPermit) -> dict[str, Any]:
     kind = f"diff2:{CACHE_V}:{ta}:{tb}"  # 2: totals and kernel names on the diff's target, as its rows
     if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cast(dict[str, Any], cached)
@@ -135,7 +145,7 @@ class DiffService:
       nonlocal a, b
       self.structural_runs += 1
       if self.with_facts is not None: a, b = await self.with_facts(a_id, a, ta, permit), await self.with_facts(b_id, b, ta, permit)
-      d = await asyncio.to_thread(build_diff, a, b, ta, tb)
+      d = await asyncio.to_thread(build_diff, a, b, ta, tb, self.whole(a_id, a), self.whole(b_id, b))
       await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, d)
       return d
     return cast(dict[str, Any], await self._once((a_id, b_id, kind), make))

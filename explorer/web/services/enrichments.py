@@ -13,7 +13,7 @@ import asyncio, dataclasses, threading, time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, cast
 from explorer.schema import RanOn, TraceRecord
-from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, Variant
+from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, Variant, lacks_facts
 from explorer.store import Store
 from explorer.tasks import ENRICHMENT, OPTS as OPTS_TASK
 from explorer.tracing.workers import Limits, WorkerFailed
@@ -108,8 +108,8 @@ class EnrichmentService:
     """The kernels (of these; default all) whose `kind` on `target` is not in the trace yet."""
     from explorer.tracing import enrich
     if kind == ENRICH_TARGET: return enrich.lacking(trace, target, kernels)
-    jobs = (enrich.analysis_jobs if kind == ENRICH_ANALYSIS else enrich.facts_jobs)(trace, [target], kernels)
-    return sorted({j["kernel"] for j in jobs})
+    def lacks(k: Any, t: str, rec: Any) -> bool: return enrich.lacks_analysis(k, t, rec) if kind == ENRICH_ANALYSIS else lacks_facts(rec, t)
+    return sorted({k["index"] for k, t, rec in enrich.each_record(trace, [target], kernels) if lacks(k, t, rec)})
 
   def start(self, trace_id: str, trace: TraceRecord, kind: str, target: str, kernels: tuple[int, ...], permit: WorkPermit,
             neighbours: bool = True) -> EnrichTask:
@@ -232,7 +232,8 @@ class EnrichmentService:
     while task.active: await asyncio.sleep(0.1)
     if task.status == ERROR: self.forget(trace_id, kind, target, kernels)
     if task.status != DONE: return trace
-    return await asyncio.to_thread(self.read, trace_id, None) or trace
+    light = any("light" in k for k in trace["kernels"])  # read as it was given: light, or whole
+    return await asyncio.to_thread(self.read, trace_id, () if light else None) or trace
 
   async def with_facts(self, trace_id: str, trace: TraceRecord, target: str, permit: WorkPermit) -> TraceRecord:
     """The trace with every kernel's compile facts and analysis on `target`, computed first where missing (what a diff compares)."""

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 _MISSING = object()
 
+HEAVY_KEPT = 64  # kernels' heavy halves kept parsed (by part: content-addressed, the same for every trace that holds the part)
+
 class TraceCache:
   """Parsed traces by id, the most recent few, one parse per trace and kind (whole, or light: its kernels' light halves, what the
   overview, search, the kernel table, the bufferize view and the kernel graph read; a kernel's page adds its own heavy half, `kernel`):
@@ -39,6 +41,7 @@ class TraceCache:
     self._derived: dict[tuple[str, Hashable], tuple[TraceRecord, Any]] = {}  # (id, what) -> (the trace it was computed from, value)
     self._deriving: dict[tuple[str, Hashable], threading.Lock] = {}
     self.derivations = 0  # values computed by derived() (tests count them)
+    self._heavy: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()  # part hash -> its heavy half, parsed
 
   def derived(self, trace_id: str, trace: TraceRecord, what: Hashable, compute: Callable[[TraceRecord], T]) -> T:
     """compute(trace), once per parsed trace: what a page shows of a whole trace (a program's timeline, its kernels by line) is computed
@@ -86,12 +89,20 @@ class TraceCache:
     return trace
 
   def kernel(self, trace_id: str, trace: TraceRecord, n: int) -> KernelRecord:
-    """Kernel n of the trace (read whole or light), whole: a kernel read light put together with its heavy half (one row read)."""
+    """Kernel n of the trace (read whole or light), whole: a kernel read light put together with its heavy half (one row read, the last
+    HEAVY_KEPT kept: what a program's repeats share is read once by a diff or an export of it)."""
     k = trace["kernels"][n]
     if "light" not in k: return k
-    self.heavy_reads += 1
-    if (heavy := self.store.kernel_heavy(trace_id, n)) is None:
+    if (part := self.store.kernel_part(trace_id, n)) is None:
       raise StoreError(f"stored trace {trace_id} is corrupt: kernel {n} was read light but keeps no part")
+    with self._lock:
+      if (heavy := self._heavy.get(part)) is not None: self._heavy.move_to_end(part)
+    if heavy is None:
+      self.heavy_reads += 1
+      heavy = self.store.heavy_half(trace_id, part)
+      with self._lock:
+        self._heavy[part] = heavy
+        while len(self._heavy) > HEAVY_KEPT: self._heavy.popitem(last=False)
     return cast(KernelRecord, whole(cast(dict[str, Any], k), heavy))
 
   def with_kernels(self, trace_id: str, kernels: Iterable[int] | None) -> TraceRecord | None:
