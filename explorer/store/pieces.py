@@ -78,6 +78,7 @@ def split(trace: Mapping[str, Any]) -> tuple[dict[str, Any], list[Ref]]:
     refs.append((i, *made[same]))
     kernels.append({f: None if f in part else v for f, v in k.items()})
   return {**trace, "kernels": kernels}, refs
+
 def chunked(trace: Mapping[str, Any]) -> tuple[dict[str, Any], Chunks]:
   """(the trace with its long lists emptied, their chunks): a list of more than CHUNK items is [] in the row, its items in chunks."""
   rest, chunks = dict(trace), []

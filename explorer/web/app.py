@@ -4,7 +4,7 @@ The server process never imports tinygrad: traces run in explorer.tracing.worker
 from __future__ import annotations
 import asyncio, threading
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, cast
+from typing import Any, AsyncIterator, Iterable, cast
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware
@@ -40,6 +40,13 @@ def _queue_client(settings: Settings) -> Any:
   try: from explorer.queue.client import QueueClient
   except ImportError: raise ValueError(NEEDS_EXTRA) from None
   return QueueClient(str(settings.queue), secret=settings.queue_secret, max_result_bytes=int(settings.max_output_mb) << 20)
+
+def routes_made(routes: Iterable[Any]) -> None:
+  """FastAPI makes an included router's route models on the first request that reaches it, on the event loop (150 ms of a fresh
+  server's first views): made here, in a thread at start. Not through the OpenAPI schema, which makes them too but parses builtins'
+  signatures with the ast module, which CPython 3.11.7 cannot run in two threads at once ("AST constructor recursion depth mismatch")."""
+  for route in routes:
+    if (candidates := getattr(route, "effective_candidates", None)) is not None: routes_made(candidates())
 
 def make_services(settings: Settings, store: Store, runner: Any = None, graph_workers: int = 1, devices: DeviceCatalog | None = None,
                   study_runner: Any = None) -> Services:
@@ -87,11 +94,9 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     svc.jobs.resume_queued(stored_request)  # with a job queue: what it still runs for this server's earlier life
     svc.studies.resume_queued()
     if svc.traces.freeze_over: collector.settle()
-    # the first pages need not compile the templates, nor wait on the event loop for FastAPI to make its routes' models (a fresh
-    # server's first views: 150 ms on the loop; the OpenAPI schema makes every route's)
-    def warm() -> None:
+    def warm() -> None:  # what the first pages would otherwise make as they go
       templates.warm()
-      app.openapi()
+      routes_made(app.router.routes)
       record_adapters()  # what an enrichment merged into a parse is checked with
     threading.Thread(target=warm, name="warm", daemon=True).start()
     yield
