@@ -128,6 +128,11 @@ def _whole_part(trace_id: str, h: str, body: str, heavy: str | None) -> dict[str
   if LIGHT in part: raise _no_heavy_half(trace_id, h)
   return part
 
+def _whole_parts(c: sqlite3.Connection, trace_id: str, hashes: str, args: Any) -> dict[str, dict[str, Any]]:
+  """The parts whose hashes the SQL `hashes` selects (a subquery or ?-marks, with args), each whole."""
+  rows = c.execute(f"SELECT p.hash, p.body, h.body FROM kernel_parts p LEFT JOIN kernel_heavy h ON h.hash = p.hash WHERE p.hash IN ({hashes})", args)
+  return {h: _whole_part(trace_id, h, body, heavy) for h, body, heavy in rows}
+
 def _light(part: dict[str, Any]) -> dict[str, Any]:
   """A part's light half: as stored, or cut from a part stored whole (before halves: it has no LIGHT)."""
   return part if LIGHT in part else halves(part)[0]
@@ -139,16 +144,13 @@ def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any], light: b
   records later is put on copies of them: explorer.store.enrichments.merged). A part that does not parse to an object is StoreError."""
   refs = c.execute("SELECT kernel, hash FROM kernel_refs WHERE trace_id = ?", (trace_id,)).fetchall()
   if not refs: return trace
-  parts: dict[str, dict[str, Any]] = {}
-  rows = c.execute(f"SELECT p.hash, p.body, {'NULL' if light else 'h.body'} FROM kernel_parts p "
-                   f"{'' if light else 'LEFT JOIN kernel_heavy h ON h.hash = p.hash '}"
-                   "WHERE p.hash IN (SELECT hash FROM kernel_refs WHERE trace_id = ?)", (trace_id,))
-  for h, body, heavy in rows: parts[h] = _light(_parsed(trace_id, f"kernel part {h}", body)) if light else _whole_part(trace_id, h, body, heavy)
-  if light and (older := [h for h, part in parts.items() if "targets" not in part]):  # schema 1: its record is made from the kernel's
-    marks = ",".join("?" * len(older))                                                 # own fields (schema.upgrade): read whole
-    for h, body, heavy in c.execute(f"SELECT p.hash, p.body, h.body FROM kernel_parts p LEFT JOIN kernel_heavy h ON h.hash = p.hash "
-                                    f"WHERE p.hash IN ({marks})", older):
-      parts[h] = _whole_part(trace_id, h, body, heavy)
+  mine = "SELECT hash FROM kernel_refs WHERE trace_id = ?"
+  if not light: parts = _whole_parts(c, trace_id, mine, (trace_id,))
+  else:
+    parts = {h: _light(_parsed(trace_id, f"kernel part {h}", body))
+             for h, body in c.execute(f"SELECT hash, body FROM kernel_parts WHERE hash IN ({mine})", (trace_id,))}
+    if older := [h for h, part in parts.items() if "targets" not in part]:  # schema 1: its record is made from its own fields: whole
+      parts.update(_whole_parts(c, trace_id, ",".join("?" * len(older)), older))
   kernels = trace.get("kernels") or []
   for i, h in refs:
     if (got := parts.get(h)) is None or not 0 <= i < len(kernels) or not isinstance(kernels[i], dict):
@@ -178,11 +180,7 @@ def whole_slice(c: sqlite3.Connection, trace_id: str, kernels: list[Any], first:
   bounded whatever its length."""
   refs = c.execute("SELECT kernel, hash FROM kernel_refs WHERE trace_id = ? AND kernel >= ? AND kernel < ?",
                    (trace_id, first, first + len(kernels))).fetchall()
-  if wanted := sorted({h for _, h in refs} - set(parts)):
-    marks = ",".join("?" * len(wanted))
-    for h, body, heavy in c.execute(f"SELECT p.hash, p.body, h.body FROM kernel_parts p LEFT JOIN kernel_heavy h ON h.hash = p.hash "
-                                    f"WHERE p.hash IN ({marks})", wanted):
-      parts[h] = _whole_part(trace_id, h, body, heavy)
+  if wanted := sorted({h for _, h in refs} - set(parts)): parts.update(_whole_parts(c, trace_id, ",".join("?" * len(wanted)), wanted))
   for i, h in refs:
     if (part := parts.get(h)) is None or not isinstance(kernels[i - first], dict):
       raise StoreError(f"stored trace {trace_id} is corrupt: kernel {i}'s part {h} is missing or not an object")

@@ -28,10 +28,7 @@ class Templates(Jinja2Templates):
     there too, where the client takes gzip (the GZip middleware compresses on the loop: a program's 500 KB overview, 10-30 ms a time,
     while eleven readers waited; it passes an encoded body on)."""
     template, gz = self.get_template(name), accepts_gzip(request)
-    def make() -> tuple[bytes, dict[str, str]]:
-      html = template.render({"request": request, **ctx}).encode()
-      if not gz or len(html) < OFF_LOOP_PAGE_GZIP: return html, {}
-      return gzip.compress(html, compresslevel=6, mtime=0), {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
+    def make() -> tuple[bytes, dict[str, str]]: return gzipped_if(template.render({"request": request, **ctx}).encode(), gz, OFF_LOOP_PAGE_GZIP)
     body, headers = await self.off_loop(make)
     return HTMLResponse(body, status_code, headers=headers)
 
@@ -59,15 +56,18 @@ def sliced_json(doc: Mapping[str, Any], field: str, per: int = JSON_SLICE) -> by
 OFF_LOOP_GZIP = 1 << 20  # a body past this is compressed in a thread, not by the GZip middleware on the event loop
 OFF_LOOP_PAGE_GZIP = 64 << 10  # a rendered page past this is compressed in its rendering thread
 
+GZIPPED = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}  # a body gzipped here (the GZip middleware passes it on as it is)
+
 def accepts_gzip(request: Request) -> bool: return "gzip" in request.headers.get("accept-encoding", "").lower()
+
+def gzipped_if(body: bytes, gz: bool, at_least: int) -> tuple[bytes, dict[str, str]]:
+  """(body, its headers): gzipped (level 6) where the client takes gzip (gz) and it is at least `at_least` bytes, else as it is."""
+  if not gz or len(body) < at_least: return body, {}
+  return gzip.compress(body, compresslevel=6, mtime=0), dict(GZIPPED)
 
 async def json_off_loop(request: Request, make: Callable[[], bytes]) -> Response:
   """A JSON response whose body make() builds in a thread, gzipped there too where the client takes gzip and the body is big (the GZip
   middleware compresses on the event loop: a 16 MB trace held it 100 ms; it passes a response already encoded as it is)."""
   gz = accepts_gzip(request)
-  def build() -> tuple[bytes, dict[str, str]]:
-    body = make()
-    if not gz or len(body) < OFF_LOOP_GZIP: return body, {}
-    return gzip.compress(body, compresslevel=6, mtime=0), {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
-  body, headers = await asyncio.to_thread(build)
+  body, headers = await asyncio.to_thread(lambda: gzipped_if(make(), gz, OFF_LOOP_GZIP))
   return Response(body, media_type="application/json", headers=headers)

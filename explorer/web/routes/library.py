@@ -2,7 +2,7 @@
 its JSON twin /api/library, DELETE /api/traces/{id}, and each trace's exports: /t/{id}/export.json and /t/{id}/export.html
 (one self-contained file, explorer.present.export)."""
 from __future__ import annotations
-import asyncio, gzip, math, socket, zlib
+import asyncio, math, socket, zlib
 from typing import Any, Iterator
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -13,6 +13,7 @@ from explorer.present.repro import repro_script
 from explorer.schema import TraceRecord
 from explorer.store import VARIANT_FILTERS
 from explorer.web.http.deps import LightTrace, ServicesDep, StoredTrace, templates_of
+from explorer.web.http.templates import GZIPPED, accepts_gzip, gzipped_if
 from explorer.web.http.models import NOT_FOUND, documented
 from explorer.web.http.work import Work
 from explorer.web.routes.common import attachment, page as render
@@ -131,10 +132,10 @@ async def export_json(request: Request, trace_id: str, trace: LightTrace, svc: S
   notes = await asyncio.to_thread(export.annotations_of, svc.store, trace_id)
   pieces = export.export_json_pieces(trace, svc.store.whole_kernels(trace_id), notes)
   headers = attachment(f"kernel-explorer-{trace_id}.json", download)
-  if "gzip" not in request.headers.get("accept-encoding", ""): return StreamingResponse(pieces, media_type="application/json", headers=headers)
-  return StreamingResponse(gzipped(pieces), media_type="application/json", headers={**headers, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+  if not accepts_gzip(request): return StreamingResponse(pieces, media_type="application/json", headers=headers)
+  return StreamingResponse(gzip_stream(pieces), media_type="application/json", headers={**headers, **GZIPPED})
 
-def gzipped(pieces: Iterator[bytes]) -> Iterator[bytes]:
+def gzip_stream(pieces: Iterator[bytes]) -> Iterator[bytes]:
   """The pieces as one gzip stream (level 1: a big program's export is hundreds of MB of JSON, compressed as fast as it is made)."""
   z = zlib.compressobj(1, zlib.DEFLATED, 31)
   for piece in pieces:
@@ -145,9 +146,8 @@ BIG_BODY = 1 << 20  # an export past this is gzipped off the event loop (GZipMid
 
 async def compressed(request: Request, body: str, media_type: str, headers: dict[str, str]) -> Response:
   """The body, gzipped off the event loop where it is big and the client takes gzip (the middleware passes an encoded body on)."""
-  if len(body) < BIG_BODY or "gzip" not in request.headers.get("accept-encoding", ""): return Response(body, media_type=media_type, headers=headers)
-  gz = await templates_of(request).off_loop(lambda: gzip.compress(body.encode(), 6))
-  return Response(gz, media_type=media_type, headers={**headers, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+  data, encoded = await templates_of(request).off_loop(gzipped_if, body.encode(), accepts_gzip(request), BIG_BODY)
+  return Response(data, media_type=media_type, headers={**headers, **encoded})
 
 async def graph_block(svc: Services, trace_id: str, trace: TraceRecord, ref: str, permit: WorkPermit) -> dict[str, Any]:
   """One export graph through the server's GraphService: its cache, its node limit, its layout."""
