@@ -38,8 +38,10 @@ class TraceCache:
     self._lock = threading.Lock()
     self._parsing: dict[tuple[str, bool], threading.Lock] = {}
     self.parses = self.whole_parses = self.heavy_reads = 0  # traces parsed from the store, those whole, kernels' heavy halves read (tests count them)
-    self._derived: dict[tuple[str, Hashable], tuple[TraceRecord, Any]] = {}  # (id, what) -> (the trace it was computed from, value)
-    self._deriving: dict[tuple[str, Hashable], threading.Lock] = {}
+    # (id, light, what) -> (the trace it was computed from, value): a whole parse's and a light one's apart (a page of each, in turn,
+    # would otherwise compute it again each time)
+    self._derived: dict[tuple[str, bool, Hashable], tuple[TraceRecord, Any]] = {}
+    self._deriving: dict[tuple[str, bool, Hashable], threading.Lock] = {}
     self.derivations = 0  # values computed by derived() (tests count them)
     self._heavy: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()  # part hash -> its heavy half, parsed
 
@@ -47,7 +49,8 @@ class TraceCache:
     """compute(trace), once per parsed trace: what a page shows of a whole trace (a program's timeline, its kernels by line) is computed
     by the first reader of that parse, readers meanwhile wait for it, and later ones read it, until the trace changes (a new parse, or
     an enrichment merged: a new trace object). Kept for the traces this cache keeps."""
-    key = (trace_id, what)
+    with self._lock: light = next((kind for (tid, kind), got in self._items.items() if got[1] is trace), False)
+    key = (trace_id, light, what)
     def kept() -> Any:
       with self._lock: got = self._derived.get(key)
       return got[1] if got is not None and got[0] is trace else _MISSING
