@@ -20,6 +20,7 @@ from explorer.web.http.cache import ResponseCache
 from explorer.web.http.deps import stored_request
 from explorer.web.http.errors import install_error_handlers
 from explorer.web.http.limits import install_limits, stream_paths
+from explorer.web.http.loopwatch import LoopWatch
 from explorer.web.http.templates import STATIC_DIR, make_templates
 from explorer.web.routes import diff, docs, graphs, home, kernels, library, meta, opts, roofline, schedule, studies, timeline, tours, traces
 from explorer.web.services.devices import DeviceCatalog, QueueDevices
@@ -94,6 +95,9 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     svc.jobs.resume_queued(stored_request)  # with a job queue: what it still runs for this server's earlier life
     svc.studies.resume_queued()
     if svc.traces.freeze_over: collector.settle()
+    watch = LoopWatch() if settings.loop_watch else None
+    if watch is not None: watch.install()
+    app.state.loop_watch = watch
     def warm() -> None:  # what the first pages would otherwise make as they go
       templates.warm()
       routes_made(app.router.routes)
@@ -107,6 +111,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     svc.probes.cancel_all()
     await asyncio.to_thread(svc.graphs.close)
     collector.thaw()  # what it froze of the traces it parsed
+    if watch is not None: watch.uninstall()
 
   app = FastAPI(title="Kernel Explorer", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan,
                 description="Trace a convolution through tinygrad's pipeline: tensor graph, rangeify, kernel graph, codegen passes, "

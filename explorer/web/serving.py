@@ -48,6 +48,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
   from explorer.web.http.h11 import protocol_with
   from explorer.tracing.workers import stop_all
   app = _create_app(db_path, settings=settings)
+  sys.setswitchinterval(float(settings.switch_interval_ms) / 1e3)  # the loop's waits behind rendering threads: docs/results.md
   if is_loopback(host): restrict_to_loopback(app, host)  # DNS rebinding: a page elsewhere cannot reach us under its own name
   print(startup_message(host, port, settings, str(app.state.services.store.path)), file=sys.stderr, flush=True)
   redact_access_log()

@@ -119,6 +119,21 @@ class TraceSummary(BaseModel):
   device: str | None = None
   failures: int = 0
 
+class HeldStep(BaseModel):
+  model_config = {"extra": "forbid"}
+  cpu_ms: float = Field(description="the loop thread's CPU time in the step: how long it held the loop")
+  wall_ms: float = Field(description="the step's time, waits for the interpreter lock (behind threads rendering pages) included")
+  at: float = Field(description="when it started, on time.monotonic()'s clock")
+  what: str = Field(description="what ran it: the explorer's coroutine where its task stood after the step, else the callback")
+
+class LoopHeld(BaseModel):
+  """The event loop's steps timed (settings.loop_watch): how long a request held it."""
+  model_config = {"extra": "forbid"}
+  steps: int
+  over_ms: float
+  over: int = Field(description="steps whose CPU time passed over_ms")
+  longest: list[HeldStep] = Field(description="the longest steps kept (by CPU time), since held_since where asked, longest first")
+
 class Health(BaseModel):
   model_config = {"extra": "forbid"}
   status: Literal["ok"]
@@ -128,6 +143,7 @@ class Health(BaseModel):
   tinygrad_imported: bool
   jobs_running: int
   dot: bool
+  loop: LoopHeld | None = None  # with settings.loop_watch only
 
 class GraphView(BaseModel):
   """A graph as the pages draw it: maybe simplified (notes say how), with highlighted node ids and a legend."""

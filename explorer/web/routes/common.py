@@ -82,12 +82,15 @@ async def trace_page(request: Request, svc: Services, trace_id: str, template: s
   """A trace view; while the trace runs (or if it failed before storing anything) the progress page stands in, at the same URL. light:
   the template reads the trace light (no kernel's sources, listing or passes: explorer.store.pieces), as the route did."""
   trace = await deps.stored_trace(svc, trace_id, light)
-  if trace is None:
-    status = await deps.status_of(svc, trace_id)
-    if status is None: raise HTTPException(404, f"no trace {trace_id}")
-    return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES, so_far=so_far(svc, trace_id))
+  if trace is None: return await progress_page(request, svc, trace_id)
   rows = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "ribbon", lambda t: ribbon_rows(t, trace_id))  # a big program's: 30 ms
   return await page(request, template, trace=trace, trace_id=trace_id, ribbon=marked(rows, current), base=trace_url(trace_id), **ctx)
+
+async def progress_page(request: Request, svc: Services, trace_id: str) -> HTMLResponse:
+  """What stands in for a trace that is not stored: its progress while it runs (or if it failed before storing anything); else 404."""
+  status = await deps.status_of(svc, trace_id)
+  if status is None: raise HTTPException(404, f"no trace {trace_id}")
+  return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES, so_far=so_far(svc, trace_id))
 
 def so_far(svc: Services, trace_id: str) -> dict[str, Any] | None:
   """What a running trace has reported so far (its schedule, its kernels through codegen), for the page that stands in for it."""

@@ -196,7 +196,7 @@ async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Wo
   if isinstance(ta_trace, HTMLResponse): return ta_trace
   tb_trace = await side_or_progress(request, svc, b)
   if isinstance(tb_trace, HTMLResponse): return tb_trace
-  ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
+  ta, tb = await asyncio.to_thread(pick_targets, ta_trace, tb_trace, target, target_b)  # (each a walk over every kernel: off the loop)
   diffs = svc.diffs
   d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb, work.permit())
   shown = d["groups"][offset:offset + GROUPS_PER_PAGE]
@@ -205,12 +205,12 @@ async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Wo
   gr = await diffs.cached_graphs(a, b)
   measures = {k: await asyncio.to_thread(diffs.measure_status, a, b, k) for k in MEASURES}
   timed = measures["timing"].get("result") if measures["timing"].get("status") == "done" else None
-  graph_of = {g["index"]: g for g in (gr or {}).get("groups") or []}
+  def told() -> dict[str, Any]:
+    return {"graph_of": {g["index"]: g for g in (gr or {}).get("groups") or []}, "verdict": verdict(d, timed),
+            "targets": targets_of(ta_trace, tb_trace), "comparable": comparable(ta_trace, tb_trace)}
   resp = await page(request, "diff.html", a=a, b=b, ta=ta_trace, tb=tb_trace, d=d, rows=rows, graphs=gr, measures=measures, target=ta,
-                    shown=shown, offset=offset, per_page=GROUPS_PER_PAGE, graph_of=graph_of,
-                    verdict=verdict(d, timed), timed=timed is not None and time_verdict(timed) is not None,
-                    target_b=tb, targets=targets_of(ta_trace, tb_trace), diff_url=diff_url, comparable=comparable(ta_trace, tb_trace),
-                    rel_label=relation_label)
+                    shown=shown, offset=offset, per_page=GROUPS_PER_PAGE, timed=timed is not None and time_verdict(timed) is not None,
+                    target_b=tb, diff_url=diff_url, rel_label=relation_label, **await asyncio.to_thread(told))
   if any(m.get("status") in ("queued", "running") for m in measures.values()): resp.headers["Cache-Control"] = "no-store"  # it changes then
   return resp
 

@@ -3,7 +3,7 @@ highlighted sources."""
 from __future__ import annotations
 import functools, shutil, sys
 from typing import Any
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
@@ -25,10 +25,12 @@ def tinygrad_installed() -> str: return tinygrad_version()  # package metadata r
 
 @router.get("/health", response_model=Health, response_model_exclude_none=True, summary="Server health",
             responses=documented(guards=(400, 403, 413, 414)))  # no token needed, never over the in-flight limit
-async def health(request: Request, svc: ServicesDep) -> dict[str, Any]:
-  """Liveness and versions; the store's path only to those trusted with it (a loopback client of a token-free server, a token holder)."""
+async def health(request: Request, svc: ServicesDep, held_since: float | None = Query(None, ge=0)) -> dict[str, Any]:
+  """Liveness and versions; the store's path only to those trusted with it (a loopback client of a token-free server, a token holder).
+  With settings.loop_watch, `loop`: how long the event loop's steps held it (the longest since `held_since`, time.monotonic's clock)."""
   out = {"status": "ok", "version": __version__, "tinygrad": tinygrad_installed(), "tinygrad_imported": "tinygrad" in sys.modules,
          "jobs_running": svc.jobs.running(), "dot": has_dot()}
+  if (watch := getattr(request.app.state, "loop_watch", None)) is not None: out["loop"] = watch.report(held_since)
   return out | ({"db": str(svc.store.path)} if deps.trusted(request, svc.settings) else {})
 
 @router.get("/presets", summary="Preset convolutions", responses=documented())

@@ -6,13 +6,14 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer.analysis.diff import time_verdict
+from explorer.present.render import rendered_targets
 from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
 from explorer.store import Store
 from explorer.web.http import deps
 from explorer.web.http.deps import LightTrace, ServicesDep, StoredTrace, templates_of
 from explorer.web.http.templates import json_off_loop, sliced_json
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
-from explorer.web.routes.common import page, so_far, trace_page
+from explorer.web.routes.common import page, progress_page, so_far, trace_page
 from explorer.web.services.registry import TraceCache
 from explorer.web.services.traces import STAGE_TITLES
 from explorer.web.urls import diff_url, trace_url
@@ -114,19 +115,29 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   program's adds its program view (realizes, timeline, kernels by model line, top kernels, memory); its kernel table is searched
   (?q= a kernel name, a function, a file:line), narrowed to one realize (?realize=), and paged (?offset=, PAGE rows)."""
   trace = await deps.stored_trace(svc, trace_id, light=True)
-  kernels = trace["kernels"] if trace is not None else []
-  available = list(dict.fromkeys(t for k in kernels for t in target_records(k)))
+  if trace is None: return await progress_page(request, svc, trace_id)
+  facts = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "kernel table", table_facts)  # a walk over every kernel: off the loop
+  kernels, available = trace["kernels"], facts["targets"]
   host = host_target(kernels[0]) if kernels else None
   target = target if target in available else host
-  program, total = None, None
-  if trace is not None:
-    if trace.get("realizes"): program = await templates_of(request).off_loop(program_view, svc.traces, trace_id, trace, q, realize, offset)
-    total = await asyncio.to_thread(svc.traces.derived, trace_id, trace, ("table total", target), lambda t: table_total(t, target))
+  program = None
+  if trace.get("realizes"): program = await templates_of(request).off_loop(program_view, svc.traces, trace_id, trace, q, realize, offset)
+  total = await asyncio.to_thread(svc.traces.derived, trace_id, trace, ("table total", target), lambda t: table_total(t, target))
   shown = program["page"] if program is not None else kernels
   rows: list[tuple[KernelRecord, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
   compared = await asyncio.to_thread(compared_in, svc.store, trace_id)
   return await trace_page(request, svc, trace_id, "trace.html", "overview", light=True, stage_titles=STAGE_TITLES, table_target=target,
-                          table_targets=available, rows=rows, total=total, host_target=host, program=program, q=q, compared_in=compared)
+                          table_targets=available, table=facts, rows=rows, total=total, host_target=host, program=program, q=q,
+                          compared_in=compared)
+
+def table_facts(trace: TraceRecord) -> dict[str, Any]:
+  """What the kernel table reads off every kernel (once per parse): the targets some kernel has a record of (`targets`; `rendered`:
+  with the ones the trace asked for, the host's first), the longest median time (the bars' scale) and the first kernel's time (its
+  clock's badge)."""
+  kernels = trace["kernels"]
+  timed = [t for k in kernels if (t := k.get("time_s"))]
+  return {"targets": list(dict.fromkeys(t for k in kernels for t in target_records(k))), "rendered": rendered_targets(trace),
+          "tmax": max((t["median"] for t in timed), default=0), "first_timed": timed[0] if timed else None}
 
 def table_total(trace: TraceRecord, target: str | None) -> dict[str, int]:
   """The kernel table's footer: linear UOps, FLOPs and bytes of every kernel, on the table's target where the first kernel has a record
