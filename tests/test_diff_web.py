@@ -8,7 +8,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from explorer.store import Store
-from explorer.web.services.diffs import CACHE_V, GRAPHS
+from explorer.web.services.diffs import GRAPHS, structural_kind
 from conftest import ARTIFACTS, needs_chromium, running_server, wait_done
 from stored_traces import copy_trace, stored_pair
 from support import app_over
@@ -44,7 +44,7 @@ def test_api_matches_staged_and_fused_by_role_and_data_flow(pair):
   assert gd["only_a"] and gd["only_b"] and gd["only_a_ops"]["STORE"] == 2 and gd["only_b_ops"]["STORE"] == 1
   assert groups[(("xhat",), ("xhat",))]["graph"]["only_a"] == [] and d["url"] == f"/diff/{staged}/{fused}?target=cuda&target_b=cuda"
   store = Store(db)
-  assert store.get_diff(staged, fused, GRAPHS) is not None and store.get_diff(staged, fused, f"diff2:{CACHE_V}:cuda:cuda") is not None
+  assert store.get_diff(staged, fused, GRAPHS) is not None and store.get_diff(staged, fused, structural_kind("cuda", "cuda")) is not None
   # the card counts what the rows count: the diff's target (CUDA), kernel names included
   assert d["totals"]["delta"]["linear_uops"] == sum(g["metrics"]["delta"]["linear_uops"] for g in d["groups"])
   assert d["totals"]["delta"]["flops"] == sum(g["metrics"]["delta"]["flops"] for g in d["groups"])

@@ -271,3 +271,30 @@ def test_a_programs_diff_reads_it_light_and_each_groups_sources_whole(v1, tmp_pa
     traces = client.app.state.services.traces
     assert page.status_code == 200 and 'class="sbs hl"' in page.text and traces.whole_parses == 0 and traces.parses == 2
   assert len(d["groups"]) == 8 and all(g["source"]["rows"] for g in d["groups"][:6]) and d["groups"][-1]["a"] == []
+
+def test_a_programs_diff_keeps_what_its_groups_share_once(v1, tmp_path):
+  """A program's repeated kernels give equal figures and source rows: its diff keeps each once (a 10,000-kernel loop's diff with itself
+  held 10,001 copies of 73, 180 MiB at first view) and stores it so (69 MB of JSON, read back by every later page as as many copies):
+  read back, the same diff, its shared values shared again; a stored diff whose positions are out of place reads as none."""
+  from explorer.analysis.diff import packed, unpacked
+  from explorer.web.services.diffs import build_diff, structural_kind
+  step = Store(v1).get_trace(PROGRAM)
+  store = Store(db := tmp_path / "p.sqlite3")
+  store.put_trace("t" * 16, scaled(step, 40), b"")
+  light = store.get_trace("t" * 16, light=True)
+  assert light is not None
+  d = build_diff(light, light, "host", "host", *[lambda k: store.get_trace("t" * 16)["kernels"][k["index"]]] * 2)  # type: ignore[index]
+  groups = d["groups"]
+  assert len(groups) == 40 and groups[0]["source"]["rows"] is groups[len(step["kernels"])]["source"]["rows"]  # the step's repeat shares
+  assert groups[0]["metrics"] is groups[len(step["kernels"])]["metrics"] and groups[0]["source"] is not groups[len(step["kernels"])]["source"]
+  stored = json.loads(json.dumps(packed(d)))
+  assert len(json.dumps(stored)) < len(json.dumps(d)) / 3 and len(stored["shared"]) <= 3 * len(step["kernels"])
+  back = unpacked(stored)
+  assert back == d and back is not None and back["groups"][0]["metrics"] is back["groups"][len(step["kernels"])]["metrics"]
+  assert unpacked({**stored, "groups": [{**groups[0], "metrics": len(stored["shared"])}]}) is None  # out of range: not trusted
+  assert unpacked({**stored, "groups": [{**stored["groups"][0], "metrics": stored["groups"][0]["source"]["rows"]}]}) is None  # a list for figures
+  assert unpacked({k: v for k, v in stored.items() if k != "shared"}) is None
+  with TestClient(app_over(db)) as client:  # the server stores it packed, and a page reads it back
+    assert client.get(f"/diff/{'t' * 16}/{'t' * 16}").status_code == 200
+    assert "shared" in (kept := store.get_diff("t" * 16, "t" * 16, structural_kind("host", "host"))) and kept["shared"]
+    assert client.get(f"/api/diff/{'t' * 16}/{'t' * 16}", params={"graphs": False}).json()["groups"][3]["source"]["rows"]

@@ -209,14 +209,62 @@ def _group_source(ks: list[KernelRecord], target: str) -> tuple[str, list[dict[s
     line += len(text.splitlines()) + 1
   return "\n\n".join(texts), parts
 
-def _source_diff(ka: list[KernelRecord], kb: list[KernelRecord], target: str) -> dict[str, Any]:
+class Shared:
+  """What a diff's groups have in common, kept once: a program's repeated kernels give equal source rows and equal figures (the diff of
+  a 10,000-kernel loop of 73 kernels with itself held 10,001 copies of 73 distinct ones). Values kept here are never changed after."""
+  def __init__(self) -> None:
+    self._rows: dict[tuple[str, str], tuple[list[dict[str, Any]], dict[str, int]]] = {}
+    self._figures: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+    self._metrics: dict[tuple[int, int], dict[str, Any]] = {}
+
+  def rows(self, a: str, b: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """source_rows(a, b) and their count by kind."""
+    if (got := self._rows.get((a, b))) is None:
+      rows = source_rows(a, b)
+      got = self._rows[(a, b)] = (rows, dict(Counter(r["kind"] for r in rows)))
+    return got
+
+  def metrics(self, ma: dict[str, Any], mb: dict[str, Any]) -> dict[str, Any]:
+    """A group's figures on both sides and their delta (each side's figures: numbers and None, compared by value)."""
+    ma, mb = self._figures.setdefault(tuple(ma.items()), ma), self._figures.setdefault(tuple(mb.items()), mb)
+    if (got := self._metrics.get((id(ma), id(mb)))) is None: got = self._metrics[(id(ma), id(mb))] = {"a": ma, "b": mb, "delta": metric_delta(ma, mb)}
+    return got
+
+def packed(d: dict[str, Any]) -> dict[str, Any]:
+  """The diff as stored: the values its groups share (figures, source rows and counts: Shared) written once, in `shared`, each group
+  naming them by position (a 10,000-kernel loop's diff with itself: 69 MB of JSON, most of it repeats, read back as as many copies)."""
+  pool: list[Any] = []
+  at: dict[int, int] = {}
+  def ref(value: Any) -> int:
+    if (i := at.get(id(value))) is None:
+      i = at[id(value)] = len(pool)
+      pool.append(value)
+    return i
+  groups = [{**g, "metrics": ref(g["metrics"]), "source": {**g["source"], "rows": ref(g["source"]["rows"]), "counts": ref(g["source"]["counts"])}}
+            for g in d["groups"]]
+  return {**d, "groups": groups, "shared": pool}
+
+def unpacked(stored: dict[str, Any]) -> dict[str, Any] | None:
+  """A stored diff as `packed` wrote it, its groups' shared values put back (shared again); None where it is not one (a stored value
+  is data: a position out of range, or of the wrong kind, is not trusted)."""
+  pool = stored.get("shared")
+  if not isinstance(pool, list) or not isinstance(groups := stored.get("groups"), list): return None
+  def got(i: Any, kind: type) -> Any:
+    if not isinstance(i, int) or not 0 <= i < len(pool) or not isinstance(pool[i], kind): raise ValueError(i)
+    return pool[i]
+  try: out = [{**g, "metrics": got(g["metrics"], dict), "source": {**g["source"], "rows": got(g["source"]["rows"], list),
+                                                                    "counts": got(g["source"]["counts"], dict)}} for g in groups]
+  except (ValueError, KeyError, TypeError): return None
+  return {k: v for k, v in stored.items() if k != "shared"} | {"groups": out}
+
+def _source_diff(ka: list[KernelRecord], kb: list[KernelRecord], target: str, shared: Shared | None = None) -> dict[str, Any]:
   note = None
   if not all(target in k["sources"] for k in ka + kb):
     missing = sorted({k["name"] for k in ka + kb if target not in k["sources"]})
     note, target = f"no {target} source for {', '.join(missing)}: showing each side's host source", "host"
   (a, pa), (b, pb) = _group_source(ka, target), _group_source(kb, target)
-  rows = source_rows(a, b)
-  return {"target": target, "note": note, "rows": rows, "counts": dict(Counter(r["kind"] for r in rows)), "a_parts": pa, "b_parts": pb}
+  rows, counts = (shared or Shared()).rows(a, b)
+  return {"target": target, "note": note, "rows": rows, "counts": counts, "a_parts": pa, "b_parts": pb}
 
 def node_signatures(graph: dict[str, Any]) -> dict[str, str]:
   """Canonical signature per node: its label (kernel names dropped) and the multiset of its inputs' signatures."""
@@ -340,17 +388,16 @@ def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None,
   groups = match_kernels(sa, sb)
   ga = {i: g for g, (ias, _) in enumerate(groups) for i in ias}
   gb = {j: g for g, (_, jbs) in enumerate(groups) for j in jbs}
-  out_groups = []
+  out_groups, shared = [], Shared()
   for g, (ias, jbs) in enumerate(groups):
     ka, kb = [sa.kernels[i] for i in ias], [sb.kernels[j] for j in jbs]
     relation, side, sentence = _relation([k["role"] for k in ka], [k["role"] for k in kb])
     ma, mb = _metrics(ka, target), _metrics(kb, target)
-    src = _source_diff([whole_a(k) for k in ka], [whole_b(k) for k in kb], target)
+    src = _source_diff([whole_a(k) for k in ka], [whole_b(k) for k in kb], target, shared)
     identical = relation == "same" and {**ma, "time_s": 0} == {**mb, "time_s": 0} and all(r["kind"] == "same" for r in src["rows"])
     out_groups.append({"index": g, "relation": relation, "side": side, "describe": sentence, "identical": identical,
                        "a": [_kref(k, target) for k in ka], "b": [_kref(k, target) for k in kb],
-                       "metrics": {"a": ma, "b": mb, "delta": metric_delta(ma, mb)},
-                       "source": src, "graph": None})
+                       "metrics": shared.metrics(ma, mb), "source": src, "graph": None})
   notes: list[str] = []
   if a_rewrites is not None and b_rewrites is not None: _attach_graphs(out_groups, sa, sb, a_rewrites, b_rewrites, timeout_s, notes)
   else: notes.append("no rewrite blobs: no structural graph diff")

@@ -12,7 +12,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from explorer.version import __version__
 from explorer.present import graphs
-from explorer.analysis.diff import Whole, as_it_is, compare_outputs, diff_traces, graph_diff, remeasure_interleaved, source_rows, time_verdict
+from explorer.analysis.diff import Whole, as_it_is, compare_outputs, diff_traces, graph_diff, packed, remeasure_interleaved, source_rows, time_verdict, unpacked
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.run import ran_here
@@ -24,6 +24,11 @@ if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] e
 
 MEASURES = ("timing", "numerics")
 WithFacts = Callable[[str, TraceRecord, str, WorkPermit], Awaitable[TraceRecord]]
+def structural_kind(ta: str, tb: str) -> str:
+  """What a structural diff on targets ta, tb is cached as: 3: stored packed (explorer.analysis.diff.packed); 2: totals and kernel
+  names on the diff's target, as its rows."""
+  return f"diff3:{CACHE_V}:{ta}:{tb}"
+
 CACHE_V = f"v{__version__}"  # computed diffs are cached per explorer version (an engine fix must not serve stale diffs); measurements are not
 GRAPHS = f"graphs2:{CACHE_V}"  # 2: only where a change starts is outlined red (drawings cached before outlined every differing node)
 LINE_FORMATTER = HtmlFormatter(nowrap=True)
@@ -139,16 +144,22 @@ class DiffService:
     return lambda k: load(trace_id, trace, k["index"])
 
   async def structural(self, a_id: str, a: TraceRecord, b_id: str, b: TraceRecord, ta: str, tb: str, permit: WorkPermit) -> dict[str, Any]:
-    kind = f"diff2:{CACHE_V}:{ta}:{tb}"  # 2: totals and kernel names on the diff's target, as its rows
-    if (cached := await asyncio.to_thread(self.store.get_diff, a_id, b_id, kind)) is not None: return cast(dict[str, Any], cached)
+    kind = structural_kind(ta, tb)
+    if (cached := await asyncio.to_thread(self.stored_structural, a_id, b_id, kind)) is not None: return cached
     async def make() -> dict[str, Any]:
       nonlocal a, b
       self.structural_runs += 1
       if self.with_facts is not None: a, b = await self.with_facts(a_id, a, ta, permit), await self.with_facts(b_id, b, ta, permit)
       d = await asyncio.to_thread(build_diff, a, b, ta, tb, self.whole(a_id, a), self.whole(b_id, b))
-      await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, d)
+      await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, packed(d))
       return d
     return cast(dict[str, Any], await self._once((a_id, b_id, kind), make))
+
+  def stored_structural(self, a_id: str, b_id: str, kind: str) -> dict[str, Any] | None:
+    """The structural diff as the store keeps it (explorer.analysis.diff.packed), its shared values put back; None where there is none
+    or it does not read back (then it is computed again)."""
+    stored = self.store.get_diff(a_id, b_id, kind)
+    return unpacked(stored) if isinstance(stored, dict) else None
 
   # ***** the UOp graph diff, drawn *****
 
