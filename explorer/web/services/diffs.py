@@ -12,7 +12,8 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from explorer.version import __version__
 from explorer.present import graphs
-from explorer.analysis.diff import Whole, as_it_is, compare_outputs, diff_traces, graph_diff, packed, remeasure_interleaved, source_rows, time_verdict, unpacked
+from explorer.analysis.diff import Whole, as_it_is, compare_outputs, diff_traces, graph_diff, packed, remeasure_interleaved, source_rows
+from explorer.analysis.diff import time_verdict, unpacked
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.run import ran_here
