@@ -152,7 +152,7 @@ class DiffService:
       self.structural_runs += 1
       if self.with_facts is not None: a, b = await self.with_facts(a_id, a, ta, permit), await self.with_facts(b_id, b, ta, permit)
       d = await asyncio.to_thread(build_diff, a, b, ta, tb, self.whole(a_id, a), self.whole(b_id, b))
-      await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, packed(d))
+      await asyncio.to_thread(lambda: self.store.put_diff(a_id, b_id, kind, packed(d)))  # (packed: a walk over every group)
       return d
     return cast(dict[str, Any], await self._once((a_id, b_id, kind), make))
 
