@@ -196,7 +196,7 @@ def test_a_long_documents_json_is_encoded_a_slice_at_a_time_byte_for_byte():
   """A trace's JSON with its kernels encoded a slice at a time (the encoder holds the interpreter for a call: 150 ms for a
   10,000-kernel program's, which the event loop waited on) is to_json's, byte for byte, strings that look like its marker included."""
   from pydantic_core import to_json
-  from explorer.web.http.templates import JSON_SLICE, sliced_json
+  from explorer.store.documents import JSON_SLICE, sliced_json
   doc = {"id": "x", "label": 'kernel-explorer-slices-" \u0000 é', "kernels": [{"i": i, "s": "é\n" * (i % 3)} for i in range(2 * JSON_SLICE + 7)],
          "after": [1.5, None]}
   assert sliced_json(doc, "kernels") == to_json(doc) and sliced_json({**doc, "kernels": []}, "kernels") == to_json({**doc, "kernels": []})

@@ -298,3 +298,36 @@ def test_a_programs_diff_keeps_what_its_groups_share_once(v1, tmp_path):
     assert client.get(f"/diff/{'t' * 16}/{'t' * 16}").status_code == 200
     assert "shared" in (kept := store.get_diff("t" * 16, "t" * 16, structural_kind("host", "host"))) and kept["shared"]
     assert client.get(f"/api/diff/{'t' * 16}/{'t' * 16}", params={"graphs": False}).json()["groups"][3]["source"]["rows"]
+
+def test_a_programs_api_document_is_made_when_it_is_stored_and_served_without_a_parse(v1, tmp_path):
+  """GET /api/traces/ID serves the document kept when the trace was stored (explorer.store.documents: a 10,000-kernel program's first
+  reader parsed it and made 16 MB of JSON, 0.26 s), byte for byte what its light parse makes, with no parse; what is merged into the
+  trace since (a target's record) makes it stale: the next reader gets the trace as it is now, made from a parse and kept for the next
+  one. A trace stored before documents, and a damaged document, are made again."""
+  from pydantic_core import to_json
+  from explorer.store.documents import KEY, listed
+  store = Store(db := tmp_path / "a.sqlite3")
+  store.put_trace(tid := "q" * 16, scaled(Store(v1).get_trace(PROGRAM), 40), b"")
+  def made_now() -> bytes:
+    light = Store(db).get_trace(tid, light=True)
+    assert light is not None
+    return to_json({"id": tid, "url": f"/t/{tid}", **listed(light)})
+  with TestClient(app_over(db)) as client:
+    traces = client.app.state.services.traces
+    got = client.get(f"/api/traces/{tid}")
+    assert got.content == made_now() and traces.parses == 0 and traces.documents_read == 1
+    k0 = got.json()["kernels"][0]
+    assert "cuda" not in k0["targets"] and "sources" not in k0 and k0["n_passes"] > 0
+    assert store.put_target_records(tid, "cuda", {0: {**Store(db).get_trace(tid)["kernels"][0]["targets"][k0["host_target"]], "name": "on cuda"}},
+                                    "cuda", b"")
+    client.app.state.services.forget(tid)  # (what the server does when it stores one: drop what it rendered of the trace)
+    stale = client.get(f"/api/traces/{tid}")
+    assert stale.json()["kernels"][0]["targets"] == sorted([*k0["targets"], "cuda"]) and stale.content == made_now()
+    assert traces.parses == 1 and traces.documents_read == 1
+    client.app.state.services.forget(tid)
+    assert client.get(f"/api/traces/{tid}").content == made_now() and traces.parses == 1 and traces.documents_read == 2  # kept, read
+    for damage in ("DELETE FROM graph_cache WHERE key = ?", "UPDATE graph_cache SET body = x'00ff' WHERE key = ?"):  # none kept; damaged
+      with sqlite3.connect(db) as c: c.execute(damage, (KEY.format(tid),))
+      client.app.state.services.forget(tid)
+      assert client.get(f"/api/traces/{tid}").content == made_now() and Store(db).document(tid) is not None
+    assert client.get("/api/traces/" + "0" * 16).status_code == 404

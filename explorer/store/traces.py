@@ -4,7 +4,7 @@ over them."""
 from __future__ import annotations
 import collections, json, time
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, cast
-from explorer.store import annotations as notes, caches, enrichments, pieces, rewrites as blobs, tasks
+from explorer.store import annotations as notes, caches, documents, enrichments, pieces, rewrites as blobs, tasks
 from explorer.store.collector import collector_paused
 from explorer.store.rewrites import checked_locations
 from explorer.store.connection import Connected, StoreError, transaction
@@ -54,6 +54,26 @@ class Traces(Connected):
       blobs.forget(c, trace_id)
       enrichments.forget(c, trace_id)  # they were the replaced trace's
       blobs.put_target_blobs(c, trace_id, target_rewrites or {})
+    self.make_document(trace_id)
+
+  def make_document(self, trace_id: str) -> None:
+    """Make and keep the trace's API document now (explorer.store.documents: put_trace does, once the trace is written), from the trace
+    read light. A trace it cannot be made of (one without the fields a document lists: a partial one) has none kept: a reader asking
+    for it gets what reading it says."""
+    if (version := self.trace_version(trace_id)) is None: return
+    try: doc = documents.made(trace) if (trace := self.get_trace(trace_id, light=True)) is not None else None
+    except (KeyError, TypeError, AttributeError, StoreError): return
+    if doc is not None: self.put_document(trace_id, version, doc)
+
+  def put_document(self, trace_id: str, version: tuple[Any, ...], doc: bytes) -> None:
+    """Keep `doc`, the trace's document as read at `version` (trace_version)."""
+    documents.put(self._conn(), trace_id, version, doc)
+
+  def document(self, trace_id: str) -> bytes | None:
+    """The trace's API document (without its id and url: documents.with_id) where the one kept is good for the trace as it is now; None
+    where there is no trace, or none kept (a trace stored before documents), or it is stale (an enrichment merged since)."""
+    if (version := self.trace_version(trace_id)) is None: return None
+    return documents.get(self._conn(), trace_id, version)
 
   def trace_version(self, trace_id: str) -> tuple[float, int, float | None] | None:
     """What a parsed copy of the trace is good for (None: no such trace): its row's time, and the count and latest time of the

@@ -160,19 +160,4 @@ async def rerun(svc: Services, trace_id: str, client: str | None) -> tuple[dict[
   except ValueError as e: raise HTTPException(409, f"the stored request of {trace_id} no longer validates: {str(e).splitlines()[0]}") from None
   return await submit(svc, req, client)
 
-HEAVY = ("sources", "uops_listing", "passes")  # a kernel's fields that only /kernels/{n} has
-
-def light_kernel(kernel: KernelRecord) -> dict[str, Any]:
-  """The kernel as the API lists it: its targets by name, its passes counted (a kernel read light has both in `light`)."""
-  targets, passes = (kernel["light"]["sources"], kernel["light"]["passes"]) if "light" in kernel else (kernel["sources"], len(kernel["passes"]))
-  return {k: v for k, v in kernel.items() if k not in HEAVY and k != "light"} | {"targets": sorted(targets), "n_passes": passes}
-
-def light_trace(trace_id: str, trace: TraceRecord) -> dict[str, Any]:
-  """The trace without the heavy per-kernel fields (sources, UOp listings, passes): those are under /kernels/{n}."""
-  kernels = [light_kernel(kern) for kern in trace["kernels"]]
-  sched: dict[str, Any] = dict(trace["scheduler"] or {})
-  sched.pop("passes", None)
-  if "groups" in sched: sched["groups"] = [{"name": g["name"], "passes": len(g["passes"])} for g in sched["groups"]]
-  return {"id": trace_id, "url": trace_url(trace_id), **trace, "kernels": kernels, "scheduler": sched}
-
 __all__ = ["LightTrace", "ServicesDep", "StoredTrace", "TemplatesDep", "target_records"]

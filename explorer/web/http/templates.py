@@ -1,11 +1,10 @@
 """The pages' templates for FastAPI: explorer.present.render's environment, rendered off the event loop."""
 from __future__ import annotations
-import asyncio, gzip, uuid
-from typing import Any, Callable, Mapping, TypeVar
+import asyncio, gzip
+from typing import Any, Callable, TypeVar
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
-from pydantic_core import to_json
 from explorer.present.render import STATIC_DIR as STATIC_DIR, TARGET_LABELS as TARGET_LABELS, environment
 from explorer.present.render import lexer_for as lexer_for, pygments_css as pygments_css
 
@@ -38,20 +37,6 @@ class Templates(Jinja2Templates):
     for name in self.env.list_templates(filter_func=lambda n: n.endswith(".html")): self.env.get_template(name)
 
 def make_templates() -> Templates: return Templates(env=environment())
-
-JSON_SLICE = 500  # items of a long list encoded per call (a 10,000-kernel program's kernels: about 5 ms a slice)
-
-def sliced_json(doc: Mapping[str, Any], field: str, per: int = JSON_SLICE) -> bytes:
-  """to_json(doc), byte for byte, with its list `field` encoded `per` items at a time: pydantic-core's encoder holds the interpreter
-  for the whole of one call (a 10,000-kernel program's trace, 16 MB, was 150 ms that the event loop and every other request waited
-  on, though it ran in a thread); between slices they go on."""
-  items = doc.get(field)
-  if not isinstance(items, list) or len(items) <= per: return to_json(doc)
-  mark = to_json(token := f"kernel-explorer-slices-{uuid.uuid4().hex}")
-  outline = to_json({**doc, field: token})
-  if outline.count(mark) != 1: return to_json(doc)  # the token elsewhere in doc: never in practice, but then whole
-  body = b"[" + b",".join(to_json(items[i:i + per])[1:-1] for i in range(0, len(items), per)) + b"]"
-  return outline.replace(mark, body)
 
 OFF_LOOP_GZIP = 1 << 20  # a body past this is compressed in a thread, not by the GZip middleware on the event loop
 OFF_LOOP_PAGE_GZIP = 64 << 10  # a rendered page past this is compressed in its rendering thread

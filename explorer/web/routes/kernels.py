@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse, Response
 from explorer.analysis import sass
 from explorer.analysis.program import bound_values
 from explorer.schema import TraceRecord, host_target, target_records
+from explorer.store.documents import listed_kernel
 from explorer.spec import (ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, SASS_TARGETS, TARGETS, SpecError, hand_opts,
                            lacks_facts, split_opts)
 from explorer.web.http import deps
@@ -31,7 +32,7 @@ async def list_kernels(trace_id: str, trace: LightTrace, response: Response, off
   from explorer.analysis.program import search
   kernels = await asyncio.to_thread(search, trace["kernels"], q)  # a big program's: off the event loop
   response.headers["X-Total-Count"] = str(len(kernels))
-  return [deps.light_kernel(k) for k in kernels[offset:None if limit is None else offset + limit]]
+  return [listed_kernel(k) for k in kernels[offset:None if limit is None else offset + limit]]
 
 @api.get("/traces/{trace_id}/kernels/{n}", summary="One kernel: facts, codegen passes, linearized UOps, source per target",
          responses=documented({**NOT_FOUND, 404: "no trace with this id, or no kernel n in it", 422: "n is not an integer"}))

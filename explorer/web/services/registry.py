@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, TypeVar, cast
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.settings import Settings
-from explorer.store import Store, StoreError
+from explorer.store import Store, StoreError, documents
 from explorer.store.collector import collector_paused
 from explorer.store.pieces import whole
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class TraceCache:
     self._lock = threading.Lock()
     self._parsing: dict[tuple[str, bool], threading.Lock] = {}
     self.parses = self.whole_parses = self.heavy_reads = 0  # traces parsed from the store, those whole, kernels' heavy halves read (tests count them)
+    self.documents_read = 0  # API documents served as stored, without a parse
     # (id, light, what) -> (the trace it was computed from, value): a whole parse's and a light one's apart (a page of each, in turn,
     # would otherwise compute it again each time)
     self._derived: dict[tuple[str, bool, Hashable], tuple[TraceRecord, Any]] = {}
@@ -90,6 +91,19 @@ class TraceCache:
         while len(self._items) > self.size: self._items.popitem(last=False)
         self._drop_derived()
     return trace
+
+  def document(self, trace_id: str) -> bytes | None:
+    """The trace's API document without its id and url (explorer.store.documents): as the store keeps it where it is good for the trace
+    as it is (no parse: `documents_read` counts them); else made from the light parse and kept for the next reader, at the parse's
+    version. None where there is no trace."""
+    if (doc := self.store.document(trace_id)) is not None:
+      self.documents_read += 1
+      return doc
+    if (trace := self.get(trace_id, light=True)) is None: return None
+    doc = documents.made(trace)
+    with self._lock: got = self._items.get((trace_id, True))
+    if got is not None and got[1] is trace: self.store.put_document(trace_id, got[0], doc)
+    return doc
 
   def kernel(self, trace_id: str, trace: TraceRecord, n: int) -> KernelRecord:
     """Kernel n of the trace (read whole or light), whole: a kernel read light put together with its heavy half (one row read, the last
