@@ -56,7 +56,7 @@ KEY = "{}:document"  # its row in graph_cache (one per trace: a newer one replac
 
 def put(c: sqlite3.Connection, trace_id: str, version: tuple[Any, ...], doc: bytes) -> None:
   c.execute("INSERT OR REPLACE INTO graph_cache (key, trace_id, ref, kind, body, created) VALUES (?,?,?,?,?,?)",
-            (KEY.format(trace_id), trace_id, version_key(version), "document", zlib.compress(doc, 6), time.time()))
+            (KEY.format(trace_id), trace_id, version_key(version), "document", zlib.compress(doc, 1), time.time()))
 
 def get(c: sqlite3.Connection, trace_id: str, version: tuple[Any, ...]) -> bytes | None:
   """The stored document where it is good for `version`; None where there is none, it is stale, or it does not decompress (a
