@@ -245,9 +245,11 @@ def program_graph(trace: TraceRecord, trace_url: str) -> Graph:
   kernels = trace["kernels"]
   key_of: dict[int, tuple[int, str]] = {}
   groups: dict[tuple[int, str], dict[str, Any]] = {}
+  sites_of: dict[int, list[tuple[str, list[str]]]] = {}  # by provenance list: a program's repeated kernels share theirs (the store's parts)
   for s in trace["schedule"]:
     k = kernels[s["kernel"]] if s["kernel"] is not None else None
-    sites = provenance_sites([dict(e) for e in own_provenance(k)] if k else [])
+    if (sites := sites_of.get(shared := id(k.get("provenance")) if k else 0)) is None:
+      sites = sites_of[shared] = provenance_sites([dict(e) for e in own_provenance(k)] if k else [])
     site, fns = sites[0] if sites else ("(no line)" if s["kind"] == "kernel" else s["kind"] + "s", [])
     key = key_of[s["index"]] = (s.get("realize", 0), site)
     g = groups.setdefault(key, {"calls": 0, "fns": [], "flops": 0, "kinds": set()})
