@@ -24,7 +24,8 @@ def has_dot() -> bool: return shutil.which("dot") is not None  # a PATH walk: on
 def tinygrad_installed() -> str: return tinygrad_version()  # package metadata read once, not on every health check
 
 @router.get("/health", response_model=Health, response_model_exclude_none=True, summary="Server health",
-            responses=documented(guards=(400, 403, 413, 414)))  # no token needed, never over the in-flight limit
+            responses=documented({422: "held_since is not a time on time.monotonic's clock (a number, 0 or more)"},
+                                 guards=(400, 403, 413, 414)))  # no token needed, never over the in-flight limit
 async def health(request: Request, svc: ServicesDep, held_since: float | None = Query(None, ge=0)) -> dict[str, Any]:
   """Liveness and versions; the store's path only to those trusted with it (a loopback client of a token-free server, a token holder).
   With settings.loop_watch, `loop`: how long the event loop's steps held it (the longest since `held_since`, time.monotonic's clock)."""
