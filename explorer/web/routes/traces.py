@@ -64,9 +64,9 @@ async def get_trace(request: Request, trace_id: str, svc: ServicesDep) -> Respon
   `targets` (each target added on first request, on the server)."""
   # made when the trace was stored (explorer.store.documents), else from its light parse; gzipped off the event loop: a 10,000-kernel
   # program's is 16 MB, which encoded whole in one call, then gzipped by the middleware, held the loop and every other request 150 and 100 ms
-  if (doc := await asyncio.to_thread(svc.traces.document, trace_id)) is None: await deps.trace_of(svc, trace_id, light=True)  # 404, 409
-  if doc is None: doc = await asyncio.to_thread(svc.traces.document, trace_id)  # stored meanwhile
-  if doc is None: raise HTTPException(404, f"no trace {trace_id}")
+  if (doc := await asyncio.to_thread(svc.traces.document, trace_id)) is None:  # not stored: 409 while it runs, else 404
+    await deps.trace_of(svc, trace_id, light=True)
+    if (doc := await asyncio.to_thread(svc.traces.document, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")  # (gone)
   return await json_off_loop(request, lambda: with_id(trace_id, trace_url(trace_id), doc))
 
 @api.get("/traces/{trace_id}/raw", summary="The trace as stored, with compile facts computed since", responses=documented(NOT_FOUND))
