@@ -116,7 +116,7 @@ def loop_held(base: str, since: float) -> tuple[float, str]:
   """The longest step the server's event loop ran since `since` (time.monotonic: the server's clock too), in its thread's CPU ms (the
   server's settings.loop_watch), and in words."""
   loop = httpx.get(f"{base}/api/health", params={"held_since": since}, timeout=30).json()["loop"]
-  if not loop["longest"]: return 0.0, "no step kept"
+  if not loop["longest"]: return 0.0, f"no step of {loop['noted_ms']:.0f} ms or more"
   worst = loop["longest"][0]
   return worst["cpu_ms"], f"{worst['cpu_ms']:.0f} ms in one step ({worst['what']}; {worst['wall_ms']:.0f} ms with its waits)"
 

@@ -326,8 +326,14 @@ def test_a_programs_api_document_is_made_when_it_is_stored_and_served_without_a_
     assert traces.parses == 1 and traces.documents_read == 1
     client.app.state.services.forget(tid)
     assert client.get(f"/api/traces/{tid}").content == made_now() and traces.parses == 1 and traces.documents_read == 2  # kept, read
+    assert client.get(f"/t/{tid}").status_code == 200 and traces.parses == 2  # the overview's light parse, kept
+    assert store.put_target_records(tid, "metal", {1: {**Store(db).get_trace(tid)["kernels"][1]["targets"][k0["host_target"]], "name": "m"}},
+                                    "metal", b"")
+    traces.update(tid, lambda t: t)  # that parse merged in memory (as a server merges what it stored): not known to be the store's
+    client.app.state.response_cache.forget(tid)
+    assert client.get(f"/api/traces/{tid}").status_code == 200 and Store(db).document(tid) is None and traces.parses == 2  # not kept
     for damage in ("DELETE FROM graph_cache WHERE key = ?", "UPDATE graph_cache SET body = x'00ff' WHERE key = ?"):  # none kept; damaged
       with sqlite3.connect(db) as c: c.execute(damage, (KEY.format(tid),))
       client.app.state.services.forget(tid)
-      assert client.get(f"/api/traces/{tid}").content == made_now() and Store(db).document(tid) is not None
+      assert client.get(f"/api/traces/{tid}").content == made_now() and Store(db).document(tid) is not None  # made from a parse: kept
     assert client.get("/api/traces/" + "0" * 16).status_code == 404

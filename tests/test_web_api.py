@@ -340,7 +340,7 @@ def test_corrupt_row_is_a_clear_error_and_a_new_request_heals_it(tmp_path):
     wait_done(client, trace_id)
     app.state.services.traces.forget(trace_id)
     app.state.services.store._conn().execute("UPDATE traces SET trace = '{broken' WHERE id = ?", (trace_id,))
-    r = client.get(f"/api/traces/{trace_id}/raw")  # (its document, made when it was stored, is kept apart: explorer.store.documents)
+    r = client.get(f"/api/traces/{trace_id}")  # (its document, kept apart when it was stored, is not served for a row changed since)
     assert r.status_code == 500 and "corrupt" in r.json()["detail"] and trace_id in r.json()["detail"]
     assert client.post("/api/traces", json={"preset": "small"}).status_code == 202  # dropped and traced again
     assert wait_done(client, trace_id)["status"] == "done" and runner.calls == 2

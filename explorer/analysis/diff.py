@@ -214,7 +214,7 @@ class Shared:
   a 10,000-kernel loop of 73 kernels with itself held 10,001 copies of 73 distinct ones). Values kept here are never changed after."""
   def __init__(self) -> None:
     self._rows: dict[tuple[str, str], tuple[list[dict[str, Any]], dict[str, int]]] = {}
-    self._figures: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+    self._figures: dict[tuple[tuple[str, type, Any], ...], dict[str, Any]] = {}
     self._metrics: dict[tuple[int, int], dict[str, Any]] = {}
 
   def rows(self, a: str, b: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -225,8 +225,8 @@ class Shared:
     return got
 
   def metrics(self, ma: dict[str, Any], mb: dict[str, Any]) -> dict[str, Any]:
-    """A group's figures on both sides and their delta (each side's figures: numbers and None, compared by value)."""
-    ma, mb = self._figures.setdefault(tuple(ma.items()), ma), self._figures.setdefault(tuple(mb.items()), mb)
+    """A group's figures on both sides and their delta (each side's figures: numbers and None, compared by value and type: 2 is not 2.0)."""
+    ma, mb = (self._figures.setdefault(tuple((k, type(v), v) for k, v in m.items()), m) for m in (ma, mb))
     if (got := self._metrics.get((id(ma), id(mb)))) is None: got = self._metrics[(id(ma), id(mb))] = {"a": ma, "b": mb, "delta": metric_delta(ma, mb)}
     return got
 
@@ -381,7 +381,8 @@ def as_it_is(k: KernelRecord) -> KernelRecord: return k
 
 def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda",
                 timeout_s: float = DEFAULT_TIMEOUT_S, whole_a: Whole = as_it_is, whole_b: Whole = as_it_is) -> dict[str, Any]:
-  """The structural diff of two traces (JSON-ready). With both rewrite blobs, each group also gets a UOp graph diff (in a worker).
+  """The structural diff of two traces (JSON-ready; groups share equal figures and source rows, `Shared`: copy one before changing
+  it). With both rewrite blobs, each group also gets a UOp graph diff (in a worker).
   whole_a, whole_b: each side's kernel with its sources, for its group's source diff (traces read light: a group's kernels at a time,
   never the whole program's sources at once)."""
   sa, sb = Side(a), Side(b)

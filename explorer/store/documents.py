@@ -17,11 +17,13 @@ def listed_kernel(kernel: KernelRecord) -> dict[str, Any]:
   return {k: v for k, v in kernel.items() if k not in HEAVY and k != LIGHT} | {"targets": sorted(targets), "n_passes": passes}
 
 def listed(trace: TraceRecord) -> dict[str, Any]:
-  """The trace without the heavy per-kernel fields (sources, UOp listings, passes: under /kernels/{n}) and its scheduler's passes."""
+  """The trace without the heavy per-kernel fields (sources, UOp listings, passes: under /kernels/{n}) and its scheduler's passes; and
+  without an "id" or "url" of its own (a hand-made trace's: the document's are the store's, put first by with_id)."""
   sched: dict[str, Any] = dict(trace["scheduler"] or {})
   sched.pop("passes", None)
   if "groups" in sched: sched["groups"] = [{"name": g["name"], "passes": len(g["passes"])} for g in sched["groups"]]
-  return {**trace, "kernels": [listed_kernel(k) for k in trace["kernels"]], "scheduler": sched}
+  return {**{k: v for k, v in trace.items() if k not in ("id", "url")}, "kernels": [listed_kernel(k) for k in trace["kernels"]],
+          "scheduler": sched}
 
 def with_id(trace_id: str, url: str, doc: bytes) -> bytes:
   """`doc` (a JSON object's bytes, as sliced_json writes them) with "id" and "url" first: to_json({"id", "url", **its object})."""
@@ -48,21 +50,22 @@ def made(trace: TraceRecord) -> bytes:
   """The trace's document (read light, as get_trace(light=True) reads it), without its id and url (`with_id` puts them first)."""
   return sliced_json(listed(trace), "kernels")
 
-def version_key(version: tuple[Any, ...]) -> str:
-  """What a stored document is good for: this explorer (its reading of stored traces), the layout, and the trace's version."""
-  return f"{__version__}:{DOC_V}:{version!r}"
+def version_key(row_length: int, version: tuple[Any, ...]) -> str:
+  """What a stored document is good for: this explorer (its reading of stored traces), the layout, the trace's row (its length) and the
+  trace's version."""
+  return f"{__version__}:{DOC_V}:{row_length}:{version!r}"
 
 KEY = "{}:document"  # its row in graph_cache (one per trace: a newer one replaces it)
 
-def put(c: sqlite3.Connection, trace_id: str, version: tuple[Any, ...], doc: bytes) -> None:
+def put(c: sqlite3.Connection, trace_id: str, row_length: int, version: tuple[Any, ...], doc: bytes) -> None:
   c.execute("INSERT OR REPLACE INTO graph_cache (key, trace_id, ref, kind, body, created) VALUES (?,?,?,?,?,?)",
-            (KEY.format(trace_id), trace_id, version_key(version), "document", zlib.compress(doc, 1), time.time()))
+            (KEY.format(trace_id), trace_id, version_key(row_length, version), "document", zlib.compress(doc, 1), time.time()))
 
-def get(c: sqlite3.Connection, trace_id: str, version: tuple[Any, ...]) -> bytes | None:
+def get(c: sqlite3.Connection, trace_id: str, row_length: int, version: tuple[Any, ...]) -> bytes | None:
   """The stored document where it is good for `version`; None where there is none, it is stale, or it does not decompress (a
   damaged row is dropped: it is made again)."""
   row = c.execute("SELECT ref, body FROM graph_cache WHERE key = ?", (KEY.format(trace_id),)).fetchone()
-  if row is None or row[0] != version_key(version): return None
+  if row is None or row[0] != version_key(row_length, version): return None
   try: doc = zlib.decompress(row[1])
   except (zlib.error, TypeError):
     c.execute("DELETE FROM graph_cache WHERE key = ?", (KEY.format(trace_id),))

@@ -2,7 +2,7 @@
 rewrite blob; a summary for listing), read back typed, whole, with what was computed for it since merged in; the library's search
 over them."""
 from __future__ import annotations
-import collections, json, time
+import collections, json, logging, time
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, cast
 from explorer.store import annotations as notes, caches, documents, enrichments, pieces, rewrites as blobs, tasks
 from explorer.store.collector import collector_paused
@@ -11,6 +11,8 @@ from explorer.store.connection import Connected, StoreError, transaction
 from explorer.store.tasks import capped
 from explorer.tasks import TRACE
 if TYPE_CHECKING: from explorer.schema import KernelRecord, TraceRecord
+
+log = logging.getLogger(__name__)
 
 # library search: fields kept in the summary column (older rows: read from the trace itself)
 VARIANT_FILTERS = ("algo", "wino_impl", "tile", "staging", "consts", "opt")
@@ -62,18 +64,25 @@ class Traces(Connected):
     for it gets what reading it says."""
     if (version := self.trace_version(trace_id)) is None: return
     try: doc = documents.made(trace) if (trace := self.get_trace(trace_id, light=True)) is not None else None
-    except (KeyError, TypeError, AttributeError, StoreError): return
+    except Exception as e:  # (the trace is stored already: a document is only a reader's shortcut)
+      log.warning("kernel-explorer: no API document kept for trace %s: %s", trace_id, str(e).splitlines()[0][:300] if str(e) else type(e).__name__)
+      return
     if doc is not None: self.put_document(trace_id, version, doc)
 
   def put_document(self, trace_id: str, version: tuple[Any, ...], doc: bytes) -> None:
     """Keep `doc`, the trace's document as read at `version` (trace_version)."""
-    documents.put(self._conn(), trace_id, version, doc)
+    documents.put(self._conn(), trace_id, self._row_length(trace_id), version, doc)
 
   def document(self, trace_id: str) -> bytes | None:
-    """The trace's API document (without its id and url: documents.with_id) where the one kept is good for the trace as it is now; None
-    where there is no trace, or none kept (a trace stored before documents), or it is stale (an enrichment merged since)."""
+    """The trace's API document (without its id and url: documents.with_id) where the one kept is good for the trace as it is now (its
+    version, and its row's length: a row changed in place, as damage does, is not served from it); None where there is no trace, or
+    none kept (a trace stored before documents), or it is stale (an enrichment merged since)."""
     if (version := self.trace_version(trace_id)) is None: return None
-    return documents.get(self._conn(), trace_id, version)
+    return documents.get(self._conn(), trace_id, self._row_length(trace_id), version)
+
+  def _row_length(self, trace_id: str) -> int:
+    row = self._conn().execute("SELECT length(trace) FROM traces WHERE id = ?", (trace_id,)).fetchone()
+    return row[0] if row is not None and row[0] is not None else -1
 
   def trace_version(self, trace_id: str) -> tuple[float, int, float | None] | None:
     """What a parsed copy of the trace is good for (None: no such trace): its row's time, and the count and latest time of the

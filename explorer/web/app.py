@@ -95,15 +95,16 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     svc.jobs.resume_queued(stored_request)  # with a job queue: what it still runs for this server's earlier life
     svc.studies.resume_queued()
     if svc.traces.freeze_over: collector.settle()
-    watch = LoopWatch() if settings.loop_watch else None
-    if watch is not None: watch.install()
-    app.state.loop_watch = watch
     def warm() -> None:  # what the first pages would otherwise make as they go
       templates.warm()
       routes_made(app.router.routes)
       record_adapters()  # what an enrichment merged into a parse is checked with
     threading.Thread(target=warm, name="warm", daemon=True).start()
-    yield
+    app.state.loop_watch = watch = LoopWatch() if settings.loop_watch else None
+    if watch is not None: watch.install()
+    try: yield
+    finally:
+      if watch is not None: watch.uninstall()  # (another app of this process may watch its own loop next)
     svc.jobs.shutdown()  # unfinished jobs marked interrupted, their workers' groups killed
     svc.studies.shutdown()
     svc.diffs.cancel_all()
@@ -111,7 +112,6 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     svc.probes.cancel_all()
     await asyncio.to_thread(svc.graphs.close)
     collector.thaw()  # what it froze of the traces it parsed
-    if watch is not None: watch.uninstall()
 
   app = FastAPI(title="Kernel Explorer", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan,
                 description="Trace a convolution through tinygrad's pipeline: tensor graph, rangeify, kernel graph, codegen passes, "

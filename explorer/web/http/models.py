@@ -129,10 +129,11 @@ class HeldStep(BaseModel):
 class LoopHeld(BaseModel):
   """The event loop's steps timed (settings.loop_watch): how long a request held it."""
   model_config = {"extra": "forbid"}
-  steps: int
+  steps: int = Field(description="the steps the loop ran since the server started")
+  noted_ms: float = Field(description="a step this long (its CPU or its wall time) is noted (when it started, what ran it); shorter ones are not")
   over_ms: float
-  over: int = Field(description="steps whose CPU time passed over_ms")
-  longest: list[HeldStep] = Field(description="the longest steps kept (by CPU time), since held_since where asked, longest first")
+  over: int = Field(description="the noted steps (since held_since, where asked) that held the loop longer than over_ms")
+  longest: list[HeldStep] = Field(description="the longest noted steps (since held_since, where asked), longest first")
 
 class Health(BaseModel):
   model_config = {"extra": "forbid"}

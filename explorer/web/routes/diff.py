@@ -219,7 +219,7 @@ async def graphs_fragment(request: Request, a: str, b: str, svc: ServicesDep, wo
   """The UOp graph diff of every matched group (an HTML fragment the diff page loads: it may take a worker's few seconds)."""
   ta_trace, tb_trace = await deps.trace_of(svc, a, light=True), await deps.trace_of(svc, b, light=True)
   permit = work.permit()
-  d = await svc.diffs.structural(a, ta_trace, b, tb_trace, *pick_targets(ta_trace, tb_trace, None, None), permit)
+  d = await svc.diffs.structural(a, ta_trace, b, tb_trace, *await asyncio.to_thread(pick_targets, ta_trace, tb_trace, None, None), permit)
   gr = await svc.diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"], permit)
   return await page(request, "_partials/diff_graphs.html", graphs=gr, d=d)
 
@@ -241,7 +241,7 @@ async def diff_json(a: str, b: str, svc: ServicesDep, work: Work, target: str | 
   """The structural diff (explorer.analysis.diff.diff_traces) with each group's UOp graph diff (`graph`), the cached interleaved timing and
   output comparison (null until measured: POST .../timing or .../numerics) and `target`/`target_b` (the sources diffed)."""
   ta_trace, tb_trace = await deps.trace_of(svc, a, light=True), await deps.trace_of(svc, b, light=True)
-  ta, tb = pick_targets(ta_trace, tb_trace, target, target_b)
+  ta, tb = await asyncio.to_thread(pick_targets, ta_trace, tb_trace, target, target_b)
   diffs = svc.diffs
   permit = work.permit()
   d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb, permit)

@@ -27,12 +27,14 @@ def tinygrad_installed() -> str: return tinygrad_version()  # package metadata r
             responses=documented({422: "held_since is not a time on time.monotonic's clock (a number, 0 or more)"},
                                  guards=(400, 403, 413, 414)))  # no token needed, never over the in-flight limit
 async def health(request: Request, svc: ServicesDep, held_since: float | None = Query(None, ge=0)) -> dict[str, Any]:
-  """Liveness and versions; the store's path only to those trusted with it (a loopback client of a token-free server, a token holder).
-  With settings.loop_watch, `loop`: how long the event loop's steps held it (the longest since `held_since`, time.monotonic's clock)."""
+  """Liveness and versions; the store's path only to those trusted with it (a loopback client of a token-free server, a token holder),
+  and to them, with settings.loop_watch, `loop`: how long the event loop's steps held it (the longest since `held_since`, on
+  time.monotonic's clock)."""
   out = {"status": "ok", "version": __version__, "tinygrad": tinygrad_installed(), "tinygrad_imported": "tinygrad" in sys.modules,
          "jobs_running": svc.jobs.running(), "dot": has_dot()}
-  if (watch := getattr(request.app.state, "loop_watch", None)) is not None: out["loop"] = watch.report(held_since)
-  return out | ({"db": str(svc.store.path)} if deps.trusted(request, svc.settings) else {})
+  if not deps.trusted(request, svc.settings): return out
+  if (watch := getattr(request.app.state, "loop_watch", None)) is not None: out["loop"] = watch.report(held_since)  # (it names code)
+  return out | {"db": str(svc.store.path)}
 
 @router.get("/presets", summary="Preset convolutions", responses=documented())
 async def presets() -> dict[str, dict[str, Any]]:

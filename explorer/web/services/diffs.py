@@ -25,13 +25,13 @@ if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] e
 
 MEASURES = ("timing", "numerics")
 WithFacts = Callable[[str, TraceRecord, str, WorkPermit], Awaitable[TraceRecord]]
-def structural_kind(ta: str, tb: str) -> str:
-  """What a structural diff on targets ta, tb is cached as: 3: stored packed (explorer.analysis.diff.packed); 2: totals and kernel
-  names on the diff's target, as its rows."""
-  return f"diff3:{CACHE_V}:{ta}:{tb}"
-
 CACHE_V = f"v{__version__}"  # computed diffs are cached per explorer version (an engine fix must not serve stale diffs); measurements are not
 GRAPHS = f"graphs2:{CACHE_V}"  # 2: only where a change starts is outlined red (drawings cached before outlined every differing node)
+
+def structural_kind(ta: str, tb: str) -> str:
+  """What a structural diff on targets ta, tb is cached as (3: stored packed, explorer.analysis.diff.packed; 2, before: whole)."""
+  return f"diff3:{CACHE_V}:{ta}:{tb}"
+
 LINE_FORMATTER = HtmlFormatter(nowrap=True)
 
 # ***** the structural diff, with sources of two targets side by side where asked *****
