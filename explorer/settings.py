@@ -50,9 +50,9 @@ class Settings(BaseSettings):
   freeze_parsed_mb: int = Field(4, ge=0, description="a trace parsed from stored JSON past this many MiB is kept out of the garbage "
                                 "collector's walks (gc.freeze, thawed when the server stops): their full collections over a 10,000-kernel "
                                 "program held every request 70-110 ms (0: never, for a process that runs many servers, as the tests do)")
-  loop_watch: bool = Field(False, description="time every step the event loop runs on its thread's CPU clock and report the longest on "
-                           "/api/health (?held_since=T: those since time.monotonic() T), to check that no request holds the loop "
-                           "(benchmarks/big_program.py turns it on)")
+  loop_watch: bool = Field(False, description="time every step the event loop runs on its thread's CPU clock and report the longest "
+                           "to trusted clients on /api/health (?held_since=T: those since time.monotonic() T), to check that no request "
+                           "holds the loop (benchmarks/big_program.py turns it on)")
   switch_interval_ms: float = Field(0.5, gt=0, le=100, description="how long a thread runs before the interpreter lock passes to "
                                     "another that asks for it (sys.setswitchinterval; Python's default is 5): the event loop waits that "
                                     "long behind each thread rendering a page, several times a request")
