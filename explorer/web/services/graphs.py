@@ -141,7 +141,7 @@ class GraphService:
                        index: str = "auto", opened: frozenset[int] = frozenset()) -> dict[str, Any]:
     raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref)
     limit = graphs.HARD_MAX_NODES if full else self.node_limit
-    def view() -> dict[str, Any]:  # a program's kernel graph has a node per kernel: simplified off the event loop (100 ms for 10,001)
+    def make() -> dict[str, Any]:  # a program's kernel graph has a node per kernel: simplified off the event loop (100 ms for 10,001)
       shown, simplify_notes = graphs.simplify(raw, limit, index, opened)
       keep = {n["id"] for n in shown["nodes"]}
       view = {"ref": ref_text, "title": graph_title(trace, ref), "notes": notes + simplify_notes, "total_nodes": len(raw["nodes"]),
@@ -152,7 +152,7 @@ class GraphService:
               "simplified": bool(simplify_notes), "index": index}
       self.store.put_cached(trace_id, self._cache_key(ref_text, full, index, opened), "view", view)
       return view
-    return await asyncio.to_thread(view)
+    return await asyncio.to_thread(make)
 
   async def _raw(self, trace_id: str, trace: TraceRecord, ref: Ref) -> Raw:
     """(graph, highlighted ids, notes, extra) straight from the trace or a worker."""

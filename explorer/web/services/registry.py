@@ -34,12 +34,12 @@ class TraceCache:
     """freeze_over: a parse of more stored bytes than this is frozen out of the garbage collector's walks (explorer.store.collector;
     0: none)."""
     self.store, self.size, self.freeze_over = store, size, freeze_over
-    self._items: collections.OrderedDict[tuple[str, bool], tuple[Any, TraceRecord]] = collections.OrderedDict()  # (id, light) -> (version, trace)
+    # (id, light) -> (version, trace, as stored: read from the store, not merged into since in memory, `update`)
+    self._items: collections.OrderedDict[tuple[str, bool], tuple[Any, TraceRecord, bool]] = collections.OrderedDict()
     self._lock = threading.Lock()
     self._parsing: dict[tuple[str, bool], threading.Lock] = {}
     self.parses = self.whole_parses = self.heavy_reads = 0  # traces parsed from the store, those whole, kernels' heavy halves read (tests count them)
     self.documents_read = 0  # API documents served as stored, without a parse
-    self._merged: set[tuple[str, bool]] = set()  # parses that had something merged into them since they were read (update)
     # (id, light, what) -> (the trace it was computed from, value): a whole parse's and a light one's apart (a page of each, in turn,
     # would otherwise compute it again each time)
     self._derived: dict[tuple[str, bool, Hashable], tuple[TraceRecord, Any]] = {}
@@ -88,8 +88,7 @@ class TraceCache:
       self.parses += 1
       self.whole_parses += not light
       with self._lock:
-        self._items[key] = (version, trace)
-        self._merged.discard(key)
+        self._items[key] = (version, trace, True)
         while len(self._items) > self.size: self._items.popitem(last=False)
         self._drop_derived()
     return trace
@@ -103,8 +102,8 @@ class TraceCache:
       return doc
     if (trace := self.get(trace_id, light=True)) is None: return None
     doc = documents.made(trace)
-    with self._lock: got, merged = self._items.get((trace_id, True)), (trace_id, True) in self._merged
-    if got is not None and got[1] is trace and not merged: self.store.put_document(trace_id, got[0], doc)  # (a parse, as stored then)
+    with self._lock: got = self._items.get((trace_id, True))
+    if got is not None and got[1] is trace and got[2]: self.store.put_document(trace_id, got[0], doc)  # (a parse, as stored then)
     return doc
 
   def kernel(self, trace_id: str, trace: TraceRecord, n: int) -> KernelRecord:
@@ -147,15 +146,13 @@ class TraceCache:
       for key in [k for k in self._items if k[0] == trace_id]:
         if version is None: del self._items[key]
         else:
-          self._items[key] = (version, merge(self._items[key][1]))
-          self._merged.add(key)  # good for `version` as far as this server knows: another process may have stored more meanwhile
+          # good for `version` as far as this server knows (another process may have stored more meanwhile): not as stored
+          self._items[key] = (version, merge(self._items[key][1]), False)
       self._drop_derived()
 
   def forget(self, trace_id: str) -> None:
     with self._lock:
-      for key in [k for k in self._items if k[0] == trace_id]:
-        del self._items[key]
-        self._merged.discard(key)
+      for key in [k for k in self._items if k[0] == trace_id]: del self._items[key]
       self._drop_derived()
 
 @dataclass
