@@ -244,7 +244,7 @@ def test_a_thousand_kernel_program_answers_in_bounded_pages(cnn, db, alone):
     assert client.get("/t/big0program00000/tour", headers={"accept": "text/html"}).status_code == 200 and time.perf_counter() - st < 1.0
     diff = client.get("/diff/big0program00000/big0program00000").text  # every group listed, the sources of a page of them
     assert diff.count('class="panel flush diff-group"') == 40 and 'offset=40"' in diff
-    for _ in range(2):  # made, then from the response cache: gzipped off the event loop where the client takes it, else plain
+    for _ in range(2):  # read twice: sent gzipped as the store keeps it where the client takes gzip, else opened
       whole = client.get("/api/traces/big0program00000")
       plain = client.get("/api/traces/big0program00000", headers={"accept-encoding": "identity"})
       assert whole.headers["content-encoding"] == "gzip" and "content-encoding" not in plain.headers

@@ -316,6 +316,10 @@ def test_a_programs_api_document_is_made_when_it_is_stored_and_served_without_a_
     traces = client.app.state.services.traces
     got = client.get(f"/api/traces/{tid}")
     assert got.content == made_now() and traces.parses == 0 and traces.documents_read == 1
+    assert got.headers["content-encoding"] == "gzip" and int(got.headers["content-length"]) == len(stored := Store(db).document(tid) or b"")
+    assert gzip.decompress(stored) == made_now()  # sent as kept, and to a client that takes no gzip opened
+    plain = client.get(f"/api/traces/{tid}", headers={"accept-encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.content == made_now() and traces.parses == 0
     k0 = got.json()["kernels"][0]
     assert "cuda" not in k0["targets"] and "sources" not in k0 and k0["n_passes"] > 0
     assert store.put_target_records(tid, "cuda", {0: {**Store(db).get_trace(tid)["kernels"][0]["targets"][k0["host_target"]], "name": "on cuda"}},
@@ -323,9 +327,9 @@ def test_a_programs_api_document_is_made_when_it_is_stored_and_served_without_a_
     client.app.state.services.forget(tid)  # (what the server does when it stores one: drop what it rendered of the trace)
     stale = client.get(f"/api/traces/{tid}")
     assert stale.json()["kernels"][0]["targets"] == sorted([*k0["targets"], "cuda"]) and stale.content == made_now()
-    assert traces.parses == 1 and traces.documents_read == 1
+    assert traces.parses == 1 and traces.documents_read == 2
     client.app.state.services.forget(tid)
-    assert client.get(f"/api/traces/{tid}").content == made_now() and traces.parses == 1 and traces.documents_read == 2  # kept, read
+    assert client.get(f"/api/traces/{tid}").content == made_now() and traces.parses == 1 and traces.documents_read == 3  # kept, read
     assert client.get(f"/t/{tid}").status_code == 200 and traces.parses == 2  # the overview's light parse, kept
     assert store.put_target_records(tid, "metal", {1: {**Store(db).get_trace(tid)["kernels"][1]["targets"][k0["host_target"]], "name": "m"}},
                                     "metal", b"")

@@ -20,6 +20,10 @@ def tinygrad_version() -> str:
 # device in this process (for the processes it spawns), which a capture() in a notebook does, and a trace's id must not change then
 DEV_AT_START = os.environ.get("DEV")
 
+def trace_path(trace_id: str) -> str:
+  """Where a server shows the trace stored under this id (its page; explorer.web.urls.trace_url): its API document names it."""
+  return f"/t/{trace_id}"
+
 def device_key(variant: Variant) -> str:
   """The device a trace will run on, as far as it is known without importing tinygrad: the variant's, else tinygrad's DEV
   override (as the process started), else "default" (the best device of this host; CPU here, a GPU on a GPU host, so not the same

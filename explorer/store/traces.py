@@ -63,18 +63,18 @@ class Traces(Connected):
     read light. A trace it cannot be made of (one without the fields a document lists: a partial one) has none kept: a reader asking
     for it gets what reading it says."""
     if (version := self.trace_version(trace_id)) is None: return
-    try: doc = documents.made(trace) if (trace := self.get_trace(trace_id, light=True)) is not None else None
+    try: doc = documents.made(trace_id, trace) if (trace := self.get_trace(trace_id, light=True)) is not None else None
     except Exception as e:  # (the trace is stored already: a document is only a reader's shortcut)
       log.warning("kernel-explorer: no API document kept for trace %s: %s", trace_id, str(e).splitlines()[0][:300] if str(e) else type(e).__name__)
       return
     if doc is not None: self.put_document(trace_id, version, doc)
 
   def put_document(self, trace_id: str, version: tuple[Any, ...], doc: bytes) -> None:
-    """Keep `doc`, the trace's document as read at `version` (trace_version)."""
+    """Keep `doc`, the trace's document (documents.made) as read at `version` (trace_version)."""
     documents.put(self._conn(), trace_id, self._row_length(trace_id), version, doc)
 
   def document(self, trace_id: str) -> bytes | None:
-    """The trace's API document (without its id and url: documents.with_id) where the one kept is good for the trace as it is now (its
+    """The trace's API document, gzipped (documents.made), where the one kept is good for the trace as it is now (its
     version, and its row's length: a row changed in place, as damage does, is not served from it); None where there is no trace, or
     none kept (a trace stored before documents), or it is stale (an enrichment merged since)."""
     if (version := self.trace_version(trace_id)) is None: return None

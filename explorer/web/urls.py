@@ -3,13 +3,14 @@ services, the HTTP edge, the routes and the templates all use these, so a page's
 from __future__ import annotations
 import urllib.parse
 from typing import Any
+from explorer.store.keys import trace_path
 
 def with_query(path: str, **params: Any) -> str:
   """path with the given query parameters (those that are None left out)."""
   q = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
   return f"{path}?{q}" if q else path
 
-def trace_url(trace_id: str) -> str: return f"/t/{trace_id}"
+def trace_url(trace_id: str) -> str: return trace_path(trace_id)
 
 def trace_api_url(trace_id: str) -> str: return f"/api/traces/{trace_id}"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio, gzip
 from typing import Any, Callable, TypeVar
 from fastapi import Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from explorer.present.render import STATIC_DIR as STATIC_DIR, TARGET_LABELS as TARGET_LABELS, environment
 from explorer.present.render import lexer_for as lexer_for, pygments_css as pygments_css
@@ -38,22 +38,13 @@ class Templates(Jinja2Templates):
 
 def make_templates() -> Templates: return Templates(env=environment())
 
-OFF_LOOP_GZIP = 1 << 20  # a body past this is compressed in a thread, not by the GZip middleware on the event loop
 OFF_LOOP_PAGE_GZIP = 64 << 10  # a rendered page past this is compressed in its rendering thread
 
 GZIPPED = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}  # a body gzipped here (the GZip middleware passes it on as it is)
 
 def accepts_gzip(request: Request) -> bool: return "gzip" in request.headers.get("accept-encoding", "").lower()
 
-def gzipped_if(body: bytes, gz: bool, at_least: int, level: int = 6) -> tuple[bytes, dict[str, str]]:
+def gzipped_if(body: bytes, gz: bool, at_least: int) -> tuple[bytes, dict[str, str]]:
   """(body, its headers): gzipped where the client takes gzip (gz) and it is at least `at_least` bytes, else as it is."""
   if not gz or len(body) < at_least: return body, {}
-  return gzip.compress(body, compresslevel=level, mtime=0), dict(GZIPPED)
-
-async def json_off_loop(request: Request, make: Callable[[], bytes]) -> Response:
-  """A JSON response whose body make() builds in a thread, gzipped there too where the client takes gzip and the body is big (the GZip
-  middleware compresses on the event loop: a 16 MB trace held it 100 ms; it passes a response already encoded as it is), at level 1,
-  as a streamed export is: a 10,000-kernel program's 16 MB in 56 ms to 2.1 MB, where level 6 took 182 ms to 1.5 MB."""
-  gz = accepts_gzip(request)
-  body, headers = await asyncio.to_thread(lambda: gzipped_if(make(), gz, OFF_LOOP_GZIP, level=1))
-  return Response(body, media_type="application/json", headers=headers)
+  return gzip.compress(body, compresslevel=6, mtime=0), dict(GZIPPED)

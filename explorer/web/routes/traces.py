@@ -8,11 +8,10 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer.analysis.diff import time_verdict
 from explorer.present.render import rendered_targets
 from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
-from explorer.store import Store
-from explorer.store.documents import with_id
+from explorer.store import Store, documents
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
-from explorer.web.http.templates import json_off_loop
+from explorer.web.http.templates import GZIPPED, accepts_gzip
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
 from explorer.web.routes.common import page, progress_page, so_far, trace_page
 from explorer.web.services.registry import TraceCache
@@ -62,12 +61,13 @@ async def get_trace(request: Request, trace_id: str, svc: ServicesDep) -> Respon
   """The stored trace (docs/reference/schema.md, "What a trace records"). `env.ran_on` says where each part ran: `worker`, `host` and `pid` of the
   process that ran it, `stages` (each stage it ran: NAME@HOST for a job queue worker, PID@HOST for a server's own process) and
   `targets` (each target added on first request, on the server)."""
-  # made when the trace was stored (explorer.store.documents), else from its light parse; gzipped off the event loop: a 10,000-kernel
-  # program's is 16 MB, which encoded whole in one call, then gzipped by the middleware, held the loop and every other request 150 and 100 ms
+  # made and gzipped when the trace was stored (explorer.store.documents), else from its light parse, and sent as it is kept: a
+  # 10,000-kernel program's is 16 MB, which encoded whole in one call, then gzipped by the middleware, held the loop 150 and 100 ms
   if (doc := await asyncio.to_thread(svc.traces.document, trace_id)) is None:  # not stored: 409 while it runs, else 404
     await deps.trace_of(svc, trace_id, light=True)
     if (doc := await asyncio.to_thread(svc.traces.document, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")  # (gone)
-  return await json_off_loop(request, lambda: with_id(trace_id, trace_url(trace_id), doc))
+  if accepts_gzip(request): return Response(doc, media_type="application/json", headers=GZIPPED)
+  return Response(await asyncio.to_thread(documents.opened, doc), media_type="application/json")
 
 @api.get("/traces/{trace_id}/raw", summary="The trace as stored, with compile facts computed since", responses=documented(NOT_FOUND))
 async def get_raw_trace(trace: StoredTrace) -> dict[str, Any]: return dict(trace)

@@ -94,14 +94,14 @@ class TraceCache:
     return trace
 
   def document(self, trace_id: str) -> bytes | None:
-    """The trace's API document without its id and url (explorer.store.documents): as the store keeps it where it is good for the trace
+    """The trace's API document, gzipped (explorer.store.documents): as the store keeps it where it is good for the trace
     as it is (no parse: `documents_read` counts them); else made from the light parse and kept for the next reader, at the parse's
     version. None where there is no trace."""
     if (doc := self.store.document(trace_id)) is not None:
       self.documents_read += 1
       return doc
     if (trace := self.get(trace_id, light=True)) is None: return None
-    doc = documents.made(trace)
+    doc = documents.made(trace_id, trace)
     with self._lock: got = self._items.get((trace_id, True))
     if got is not None and got[1] is trace and got[2]: self.store.put_document(trace_id, got[0], doc)  # (a parse, as stored then)
     return doc
