@@ -4,6 +4,7 @@ it compiles, DEBUG=4); every kernel traced back to the lines of the model (tests
 marked; the program view, its search and the kernel list of a 1,000-kernel program answer within a second."""
 from __future__ import annotations
 import pathlib, re, statistics, time
+from typing import Any
 import pytest
 from explorer.present.render import fmt_flops
 from support import app_over, run_async, scaled
@@ -201,6 +202,14 @@ def test_a_long_documents_json_is_encoded_a_slice_at_a_time_byte_for_byte():
          "after": [1.5, None]}
   assert sliced_json(doc, "kernels") == to_json(doc) and sliced_json({**doc, "kernels": []}, "kernels") == to_json({**doc, "kernels": []})
 
+def settled(enrichments: Any, within_s: float = 120) -> None:
+  """Wait until no enrichment runs, none again 0.2 s later (a finished one starts its neighbours' after it)."""
+  deadline, idle = time.monotonic() + within_s, 0
+  while idle < 2 and time.monotonic() < deadline:
+    idle = idle + 1 if not (enrichments.tasks.active() or enrichments.background.active()) else 0
+    time.sleep(0.2)
+  assert idle == 2, "the enrichments a page started did not finish"
+
 def test_a_thousand_kernel_program_answers_in_bounded_pages(cnn, db, alone):
   """Every view of a 1,000-kernel program is a page of it: its size bounded whatever the program's length (each answer under 600 KB, a
   sixtieth of the trace; the trace's own summary, /api/traces/ID, is all of it by design), so its time is too. The latencies
@@ -232,6 +241,7 @@ def test_a_thousand_kernel_program_answers_in_bounded_pages(cnn, db, alone):
     assert bufferize.count('class="mem-live') == len(big["schedule"])  # but a bar for every step
     graph = client.get("/api/traces/big0program00000/graphs/kernels").json()
     assert graph["total_nodes"] < 200 and any("collapsed into" in n for n in graph["notes"])  # collapsed by realize and model line
+    settled(client.app.state.services.enrichments)  # what the kernel page started, merged into the trace (a new parse to derive from)
     page = client.get("/t/big0program00000").text
     assert page.count('<tr data-phase=') == 200 and "offset=1000" in page  # paged: 200 rows, the rest a link away
     derived = traces.derivations  # the whole program's summary and table total: once per parse, not once per view
