@@ -1,10 +1,11 @@
 """The pages' templates for FastAPI: explorer.present.render's environment, rendered off the event loop."""
 from __future__ import annotations
 import asyncio, gzip
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, cast
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from explorer.present.render import STATIC_DIR as STATIC_DIR, TARGET_LABELS as TARGET_LABELS, environment
 from explorer.present.render import lexer_for as lexer_for, pygments_css as pygments_css
 
@@ -30,6 +31,11 @@ class Templates(Jinja2Templates):
     def make() -> tuple[bytes, dict[str, str]]: return gzipped_if(template.render({"request": request, **ctx}).encode(), gz, OFF_LOOP_PAGE_GZIP)
     body, headers = await self.off_loop(make)
     return HTMLResponse(body, status_code, headers=headers)
+
+  def macro(self, template: str, name: str, *args: Any) -> Markup:
+    """A macro of a template rendered on its own, in the caller's thread: what a page draws of a whole trace, drawn once per parse
+    (TraceCache.derived) and put into each view of it, not drawn again by each."""
+    return cast(Markup, getattr(self.env.get_template(template).module, name)(*args))
 
   def warm(self) -> None:
     """Compile every template now (call it in a thread at start): a fresh server's first trace page compiled its twenty templates

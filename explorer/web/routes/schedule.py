@@ -5,11 +5,12 @@ import asyncio
 from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
+from markupsafe import Markup
 from explorer.analysis import memory
 from explorer.present.render import stage_rows
 from explorer.schema import TraceRecord
 from explorer.web.http import deps
-from explorer.web.http.deps import LightTrace, ServicesDep
+from explorer.web.http.deps import LightTrace, ServicesDep, templates_of
 from explorer.web.http.models import NOT_FOUND, documented
 from explorer.web.routes.common import asked_pass, rangeify_passes, stepper, trace_page
 from explorer.web.services.graphs import MAX_STEPS
@@ -45,12 +46,16 @@ async def bufferize(request: Request, trace_id: str, svc: ServicesDep, offset: i
   """The kernel graph, the STAGE decisions, memory over the schedule and the buffers (paged: ?offset=, BUFFER_PAGE rows), and the STAGE
   table (paged: ?stages=, STAGE_PAGE rows: a program's thousands of STAGEs were a 4 MB page)."""
   trace = await deps.stored_trace(svc, trace_id, light=True)
-  over, rows = None, []
+  drawn, rows = None, []
   if trace is not None:
-    over = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "memory", memory.timeline)
+    templates = templates_of(request)
+    def draw(t: TraceRecord) -> Markup | None:  # (a program's: a bar per step, 10,000 of them, 20 ms: once per parse, not per page)
+      over = svc.traces.derived(trace_id, t, "memory", memory.timeline)
+      return templates.macro("_partials/memory.html", "memory_timeline", over) if over else None
+    drawn = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "memory drawn", draw)
     rows = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "stage rows", stage_rows_of)
   return await trace_page(request, svc, trace_id, "bufferize.html", "bufferize", light=True, api=f"{trace_api_url(trace_id)}/bufferize",
-                          memory=over, offset=offset, per_page=BUFFER_PAGE, stage_rows=rows, stage_offset=stages, stage_page=STAGE_PAGE)
+                          memory_drawn=drawn, offset=offset, per_page=BUFFER_PAGE, stage_rows=rows, stage_offset=stages, stage_page=STAGE_PAGE)
 
 @api.get("/traces/{trace_id}/bufferize", summary="Bufferize decisions: STAGEs created, fused and kept; buffers; the kernel graph",
          responses=documented(NOT_FOUND))

@@ -4,6 +4,7 @@ import asyncio, json, os
 from typing import Any, AsyncIterator
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from markupsafe import Markup
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer.analysis.diff import time_verdict
 from explorer.present.render import rendered_targets
@@ -11,7 +12,7 @@ from explorer.schema import KernelRecord, TraceRecord, host_target, target_recor
 from explorer.store import Store, documents
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
-from explorer.web.http.templates import GZIPPED, accepts_gzip
+from explorer.web.http.templates import GZIPPED, Templates, accepts_gzip
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
 from explorer.web.routes.common import page, progress_page, so_far, trace_page
 from explorer.web.services.registry import TraceCache
@@ -125,7 +126,9 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   host = host_target(kernels[0]) if kernels else None
   target = target if target in available else host
   program = None
-  if trace.get("realizes"): program = await templates_of(request).off_loop(program_view, svc.traces, trace_id, trace, q, realize, offset)
+  if trace.get("realizes"):
+    templates = templates_of(request)
+    program = await templates.off_loop(program_view, svc.traces, templates, trace_id, trace, q, realize, offset)
   total = await asyncio.to_thread(svc.traces.derived, trace_id, trace, ("table total", target), lambda t: table_total(t, target))
   shown = program["page"] if program is not None else kernels
   rows: list[tuple[KernelRecord, Any]] = [(k, target_records(k).get(target or "", {})) for k in shown]
@@ -180,14 +183,19 @@ def kernels_by_line(trace: TraceRecord, file: str | None) -> dict[int | None, in
 
 PAGE = 200  # kernel rows per page of a program's kernel table
 
-def program_view(traces: TraceCache, trace_id: str, trace: TraceRecord, q: str, realize: int | None, offset: int) -> dict[str, Any]:
-  """What a program's overview shows beside its kernel table (the whole program's summary: computed once per parsed trace and roofs,
-  not per request), and the page of kernels the search and paging pick."""
+def program_view(traces: TraceCache, templates: Templates, trace_id: str, trace: TraceRecord, q: str, realize: int | None,
+                 offset: int) -> dict[str, Any]:
+  """What a program's overview shows beside its kernel table (the whole program's summary, and its drawing: computed once per parsed
+  trace and roofs, not per request; the drawing of one realize opened, per request), and the page of kernels the search and paging pick."""
   from explorer.analysis import program
   from explorer.analysis.roofline import peaks_of_trace
   peaks = peaks_of_trace(trace)
-  whole = traces.derived(trace_id, trace, ("program", json.dumps(peaks, sort_keys=True, default=str)), lambda t: program.summary(t, peaks))
+  roofs = json.dumps(peaks, sort_keys=True, default=str)
+  whole = traces.derived(trace_id, trace, ("program", roofs), lambda t: program.summary(t, peaks))
+  def drawn(t: TraceRecord) -> Markup:
+    return templates.macro("_partials/program_body.html", "program_body", t, {**whole, "realize": realize}, trace_url(trace_id))
   found = program.search(trace["kernels"], q)
   if realize is not None: found = [k for k in found if k.get("realize", 0) == realize]
   return {**whole, "peaks": peaks, "found": len(found), "offset": offset, "page": found[offset:offset + PAGE], "page_size": PAGE,
-          "realize": realize, "found_totals": program.totals(found, peaks) if q or realize is not None else None}
+          "realize": realize, "found_totals": program.totals(found, peaks) if q or realize is not None else None,
+          "drawn": traces.derived(trace_id, trace, ("program drawn", roofs), drawn) if realize is None else drawn(trace)}
