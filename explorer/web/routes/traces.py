@@ -7,7 +7,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from markupsafe import Markup
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer.analysis.diff import time_verdict
-from explorer.present.render import rendered_targets
+from explorer.present.render import compile_summary, rendered_targets
 from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
 from explorer.store import Store, documents
 from explorer.web.http import deps
@@ -138,13 +138,14 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
                           compared_in=compared)
 
 def table_facts(trace: TraceRecord) -> dict[str, Any]:
-  """What the kernel table reads off every kernel (once per parse): the targets some kernel has a record of (`targets`; `rendered`:
-  with the ones the trace asked for, the host's first), the longest median time (the bars' scale) and the first kernel's time (its
-  clock's badge)."""
+  """What the kernel table and the timings read off every kernel (once per parse): the targets some kernel has a record of (`targets`;
+  `rendered`: with the ones the trace asked for, the host's first), the longest median time (the bars' scale), the first kernel's time
+  (its clock's badge) and the compile time in words."""
   kernels = trace["kernels"]
   timed = [t for k in kernels if (t := k.get("time_s"))]
   return {"targets": list(dict.fromkeys(t for k in kernels for t in target_records(k))), "rendered": rendered_targets(trace),
-          "tmax": max((t["median"] for t in timed), default=0), "first_timed": timed[0] if timed else None}
+          "tmax": max((t["median"] for t in timed), default=0), "first_timed": timed[0] if timed else None,
+          "compiled": compile_summary(trace)}
 
 def table_total(trace: TraceRecord, target: str | None) -> dict[str, int]:
   """The kernel table's footer: linear UOps, FLOPs and bytes of every kernel, on the table's target where the first kernel has a record
