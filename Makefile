@@ -17,7 +17,7 @@ BENCH ?= $(wildcard benchmarks/*.py)
 BENCH_ARGS ?=
 APT_PACKAGES ?= clang graphviz chromium fonts-dejavu-core
 
-.PHONY: setup sysdeps serve test check lint lock golden bench docs clean distclean
+.PHONY: setup sysdeps serve test check lint lock golden bench docs clean distclean tinygrad-versions
 
 setup: sysdeps $(STAMP)
 
@@ -50,6 +50,14 @@ $(STAMP): pyproject.toml $(LOCK) | $(PY)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
 
+# the older tinygrads a trace may run on (explorer/tracing/versions.py), each a venv made from its hash-checked lock
+# (explorer/tracing/locks/) and kept between runs like .venv: made again only when a lock changed
+TINYGRADS := $(CURDIR)/.tinygrads
+$(TINYGRADS)/.made: $(wildcard explorer/tracing/locks/*.txt) | $(STAMP)
+	KERNEL_EXPLORER_TINYGRADS=$(TINYGRADS) $(PY) -m explorer versions --make all
+	@touch $@
+tinygrad-versions: $(TINYGRADS)/.made
+
 # refresh requirements.lock and requirements-test.lock from pyproject.toml's bounds (newest versions within them), with hashes; then `make test`
 LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --upgrade
 lock: | $(PY)
@@ -71,15 +79,15 @@ lint: $(STAMP)
 test bench: APT_PACKAGES += redis-server
 # pytest's exit code 5 (no tests collected) fails like any other. The suite runs on every core (pytest-xdist, work stealing: most
 # tests wait on worker processes of their own); docs/testing.md says how to run a part of it
-test: setup lint
-	@rc=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS) || rc=$$?; \
+test: setup lint tinygrad-versions
+	@rc=0; KERNEL_EXPLORER_TINYGRADS=$(TINYGRADS) $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "error: pytest collected no tests" >&2; fi; exit $$rc
 
 # the fast loop for every change (target: 10 minutes on a 2-core machine, printed at its end): lint, then tests/conftest.py's CHECK
 # (the modules that need no trace of their own, less their long tests) and one trace submitted and read in a real browser
-check: setup
+check: setup tinygrad-versions
 	@st=$$(date +%s); rc=0; $(MAKE) --no-print-directory lint || rc=$$?; \
-	if [ $$rc = 0 ]; then $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --check $(PYTEST_ARGS) || rc=$$?; fi; \
+	if [ $$rc = 0 ]; then KERNEL_EXPLORER_TINYGRADS=$(TINYGRADS) $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --check $(PYTEST_ARGS) || rc=$$?; fi; \
 	echo "make check: $$(( $$(date +%s) - st )) s (target 600 s), exit $$rc"; exit $$rc
 
 # plain tinygrad's codegen for every fidelity case of tests/test_targets.py, and its outputs for every program of tests/programs/, made
@@ -103,4 +111,4 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(TINYGRADS)

@@ -122,6 +122,16 @@ def lacks_facts(rec: Mapping[str, Any], target: str) -> bool:
   facts = rec.get("compile")
   return facts is None or (target in SASS_TARGETS and facts.get("ok") is True and "sass" not in facts)
 
+# the tinygrads a trace may run on: the server's own (pinned in pyproject.toml) and the older ones the seed documents were written
+# against, each in an environment of its own (explorer.tracing.versions); older than 0.12 is out of scope
+TINYGRAD = "0.14.0"
+TINYGRADS = (TINYGRAD, "0.13.0", "0.12.0")
+
+def tinygrad_problem(version: str) -> str | None:
+  """Why a trace may not ask for tinygrad `version` (None: it may)."""
+  if version in TINYGRADS: return None
+  return f"tinygrad {version!r:.20} is not supported; the explorer runs tinygrad {', '.join(TINYGRADS)}"
+
 # tinygrad devices that compute on real hardware, best first (tinygrad's own order). Every other device is never offered to a web
 # request: DISK, TINYFS and NPY read and write files or open sockets, PYTHON emulates kernels in Python, NULL runs nothing.
 COMPUTE_DEVICES = ("METAL", "AMD", "NV", "CUDA", "CL", "CPU")

@@ -28,7 +28,7 @@ CHECK: dict[str, tuple[str, ...]] = {
   "test_architecture.py": (), "test_clocks.py": (), "test_notebook.py": (), "test_reference.py": (), "test_schema.py": (),
   "test_spec.py": (), "test_stable_layout.py": (), "test_stats.py": (), "test_winograd.py": (), "test_worker.py": (),
   "test_hostile_files.py": (), "test_stored_rows.py": (), "test_store.py": (), "test_store_pieces.py": (),
-  "test_admission.py": (), "test_spec_marks.py": (),
+  "test_admission.py": (), "test_spec_marks.py": (), "test_versions.py": (),
   "test_docs.py": (), "test_api.py": ("test_diff_of_two_traces", "test_open_starts_a_server_when_none_answers_and_says_so"),
   "test_diff.py": ("runs", "staged_fused", "test_cli_two_flag_sets"), "test_roofline.py": ("test_cli_devices_and_trace_roofline",),
   "test_web_api.py": (),  # the API over the session's small trace: one trace, through the app's own job path

@@ -110,6 +110,19 @@ def cmd_targets(a: argparse.Namespace) -> int:
   print(table(("target", "renders as"), list(TARGET_DESCRIPTIONS.items())))
   return 0
 
+def cmd_versions(a: argparse.Namespace) -> int:
+  """The tinygrads a trace may run on and where each one's environment stands; --make VERSION (or all) makes it from its lock."""
+  from explorer.tracing import versions
+  wanted = [e.version for e in versions.environments() if e.state not in ("server", "ready")] if a.make == "all" else [a.make] if a.make else []
+  for version in wanted:
+    try: versions.make(version, say=lambda line: print(line, file=sys.stderr))
+    except (SpecError, versions.EnvironmentFailed) as e:
+      print(f"kernel-explorer versions: {e}", file=sys.stderr)
+      return 1
+  print(table(("tinygrad", "state", "environment"), [(e.version, f"{e.state}: {versions.STATES[e.state]}", e.path or "this one")
+                                                     for e in versions.environments()], text_columns=3))
+  return 0
+
 def cmd_rewrites(a: argparse.Namespace) -> int:
   from explorer.tracing.catalogue import catalogue
   rows = catalogue()
@@ -468,6 +481,10 @@ def build_parser(settings_flags: bool = True) -> argparse.ArgumentParser:
   op.set_defaults(fn=cmd_opts)
   sub.add_parser("presets", help="list the named shapes").set_defaults(fn=cmd_presets)
   sub.add_parser("targets", help="list the render targets").set_defaults(fn=cmd_targets)
+  vs = sub.add_parser("versions", help="list the tinygrad versions a trace may run on, and make their environments")
+  vs.add_argument("--make", metavar="VERSION", help="make this version's environment from its hash-checked lock (again, if it is there), "
+                  "or every one not ready: all")
+  vs.set_defaults(fn=cmd_versions)
   rw = sub.add_parser("rewrites", help="list the custom codegen rewrites a trace may add (--rewrite)")
   rw.add_argument("--source", action="store_true", help="also print each one's PatternMatcher and functions")
   rw.set_defaults(fn=cmd_rewrites)

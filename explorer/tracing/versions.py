@@ -1,0 +1,95 @@
+"""The tinygrads a trace may run on besides the server's own (explorer.spec.TINYGRADS), each in an environment of its own: a venv under
+the data directory with that tinygrad installed from its pinned, hash-checked lock (explorer/tracing/locks/) and the server's own
+environment behind it for everything else (tinygrad depends on nothing; the explorer's worker needs numpy and the explorer itself).
+A trace worker for that version runs that venv's interpreter; the server's process keeps importing only its own tinygrad, and this
+module imports none. Where: KERNEL_EXPLORER_TINYGRADS (a directory), else $XDG_DATA_HOME/kernel-explorer/tinygrad."""
+from __future__ import annotations
+import dataclasses, hashlib, os, pathlib, shutil, subprocess, sys, sysconfig
+from typing import Callable, Literal
+from explorer.settings import ENV_PREFIX
+from explorer.spec import TINYGRAD, TINYGRADS, SpecError, tinygrad_problem
+
+DIR_VAR = ENV_PREFIX + "TINYGRADS"
+LOCKS = pathlib.Path(__file__).parent / "locks"
+STAMP = "kernel-explorer-lock.sha256"  # an environment's last file: the hash of the lock it was made from
+BRIDGE = "kernel-explorer-server.pth"  # the server's environment behind the venv's own site-packages
+
+State = Literal["server", "ready", "missing", "stale", "broken"]
+STATES: dict[str, str] = {"server": "the server's own tinygrad", "ready": "made from its lock", "missing": "not made yet",
+                          "stale": "made from another lock: make it again", "broken": "half made or damaged: make it again"}
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+  version: str
+  state: State
+  python: str | None  # the interpreter a worker for this version runs (None: none made)
+  path: str | None = None  # the venv (None: the server's own)
+
+  def view(self) -> dict[str, str | None]:
+    return {"version": self.version, "state": self.state, "meaning": STATES[self.state], "path": self.path}
+
+def directory() -> pathlib.Path:
+  if where := os.environ.get(DIR_VAR, ""): return pathlib.Path(where)
+  return pathlib.Path(os.environ.get("XDG_DATA_HOME") or pathlib.Path.home() / ".local" / "share") / "kernel-explorer" / "tinygrad"
+
+def lock(version: str) -> pathlib.Path: return LOCKS / f"tinygrad-{version}.txt"
+
+def lock_hash(version: str) -> str: return hashlib.sha256(lock(version).read_bytes()).hexdigest()
+
+def _checked(version: str) -> None:
+  if (problem := tinygrad_problem(version)) is not None: raise SpecError(problem)
+
+def environment(version: str) -> Environment:
+  """Where `version` stands, from its files alone (cheap: a page lists them all)."""
+  _checked(version)
+  if version == TINYGRAD: return Environment(version, "server", sys.executable)
+  venv = directory() / version
+  python = venv / "bin" / "python"
+  if not venv.exists(): return Environment(version, "missing", None, str(venv))
+  try: stamp = (venv / STAMP).read_text().strip()
+  except OSError: return Environment(version, "broken", None, str(venv))
+  if not python.exists(): return Environment(version, "broken", None, str(venv))
+  return Environment(version, "ready" if stamp == lock_hash(version) else "stale", str(python), str(venv))
+
+def environments() -> list[Environment]: return [environment(v) for v in TINYGRADS]
+
+class EnvironmentFailed(RuntimeError):
+  """A version's environment could not be made (the step and what its command said, in a line or two)."""
+
+def _run(step: str, cmd: list[str], timeout_s: float) -> str:
+  try: done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+  except (OSError, subprocess.TimeoutExpired) as e: raise EnvironmentFailed(f"{step}: {e}") from None
+  if done.returncode != 0:
+    said = [line for line in (done.stderr or done.stdout).splitlines() if line.strip() and "is ignored" not in line]
+    raise EnvironmentFailed(f"{step} failed (exit {done.returncode}): {' / '.join(said[-3:])[:600]}")
+  return done.stdout
+
+def make(version: str, say: Callable[[str], None] = lambda _: None, timeout_s: float = 600) -> Environment:
+  """Make `version`'s environment from its lock (again, where one is there: stale or broken), in a directory beside it first and
+  moved into place once it imports that tinygrad and the explorer: a reader never sees one half made."""
+  _checked(version)
+  if version == TINYGRAD: return environment(version)
+  home = directory()
+  home.mkdir(parents=True, exist_ok=True)
+  making = home / f".{version}.making-{os.getpid()}"
+  shutil.rmtree(making, ignore_errors=True)
+  try:
+    say(f"tinygrad {version}: a venv at {home / version}")
+    _run("creating the venv", [sys.executable, "-m", "venv", "--without-pip", str(making)], timeout_s)
+    python = str(making / "bin" / "python")
+    site = _run("finding its site-packages", [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], timeout_s).strip()
+    say(f"tinygrad {version}: installing it from {lock(version).name} (hash-checked)")
+    _run("installing tinygrad", [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--require-hashes",
+                                 "--only-binary=:all:", "--target", site, "-r", str(lock(version))], timeout_s)
+    (pathlib.Path(site) / BRIDGE).write_text(f"import site; site.addsitedir({sysconfig.get_path('purelib')!r})\n")
+    say(f"tinygrad {version}: checking that it imports")
+    check = "import importlib.metadata as m, tinygrad, explorer.spec; print(m.version('tinygrad'), tinygrad.__file__)"
+    got = _run("importing it", [python, "-c", check], timeout_s).split()
+    if len(got) != 2 or got[0] != version or not got[1].startswith(site):
+      raise EnvironmentFailed(f"importing it: the venv imports tinygrad {' from '.join(got)}, not {version} from {site}")
+    (making / STAMP).write_text(lock_hash(version) + "\n")
+    shutil.rmtree(home / version, ignore_errors=True)
+    making.rename(home / version)
+  finally: shutil.rmtree(making, ignore_errors=True)
+  say(f"tinygrad {version}: ready")
+  return environment(version)

@@ -1,0 +1,66 @@
+"""The tinygrads a trace may run on (explorer.spec.TINYGRADS): each older one's environment made from its hash-checked lock
+(explorer.tracing.versions; `make tinygrad-versions` makes them for the suite, in .tinygrads, kept between runs), where it stands,
+and what imports there."""
+from __future__ import annotations
+import os, pathlib, re, subprocess, sys
+import pytest
+from explorer.spec import TINYGRAD, TINYGRADS, SpecError, tinygrad_problem
+from explorer.tracing import versions
+
+OLDER = [v for v in TINYGRADS if v != TINYGRAD]
+MADE = pytest.mark.skipif(not os.environ.get(versions.DIR_VAR), reason="the older tinygrads' environments are made by `make tinygrad-versions` "
+                          "(KERNEL_EXPLORER_TINYGRADS names them; make test and make check set it)")
+
+def test_the_server_runs_its_own_tinygrad_and_names_the_others():
+  """0.14.0 is the server's own (pinned), 0.13.0 and 0.12.0 the others; any other version is refused, naming the supported ones."""
+  import importlib.metadata
+  assert TINYGRAD == importlib.metadata.version("tinygrad") == TINYGRADS[0] and set(OLDER) == {"0.13.0", "0.12.0"}
+  assert all(tinygrad_problem(v) is None for v in TINYGRADS)
+  for bad in ("0.11.0", "0.14", "latest", "0.13.0; rm -rf /"):
+    assert (problem := tinygrad_problem(bad)) is not None and "0.14.0, 0.13.0, 0.12.0" in problem
+  with pytest.raises(SpecError, match="not supported"): versions.environment("0.11.0")
+
+def test_each_older_tinygrad_is_pinned_by_one_hash():
+  """A lock pins exactly its version, with one sha256: pip installs it with --require-hashes, no dependency resolved."""
+  for v in OLDER:
+    text = versions.lock(v).read_text()
+    assert re.findall(r"^tinygrad==([\d.]+)", text, re.M) == [v] and len(re.findall(r"--hash=sha256:[0-9a-f]{64}\b", text)) == 1
+  assert sorted(p.name for p in versions.LOCKS.glob("*.txt")) == sorted(f"tinygrad-{v}.txt" for v in OLDER)
+
+def test_where_an_environment_stands_is_read_off_its_files(tmp_path, monkeypatch):
+  """missing (no venv), broken (no stamp: half made; or no interpreter), stale (made from another lock), ready; the server's own is
+  the server's interpreter."""
+  monkeypatch.setenv(versions.DIR_VAR, str(tmp_path))
+  assert versions.environment(TINYGRAD) == versions.Environment(TINYGRAD, "server", sys.executable)
+  v = OLDER[0]
+  assert versions.environment(v).state == "missing" and versions.environment(v).path == str(tmp_path / v)
+  (venv := tmp_path / v / "bin").mkdir(parents=True)
+  assert versions.environment(v).state == "broken"
+  (tmp_path / v / versions.STAMP).write_text("0" * 64)
+  assert versions.environment(v).state == "broken"  # no interpreter
+  (venv / "python").symlink_to(sys.executable)
+  assert versions.environment(v).state == "stale"
+  (tmp_path / v / versions.STAMP).write_text(versions.lock_hash(v) + "\n")
+  assert versions.environment(v) == versions.Environment(v, "ready", str(venv / "python"), str(tmp_path / v))
+  assert [e.version for e in versions.environments()] == list(TINYGRADS)
+
+def test_the_cli_lists_them_and_refuses_a_version_it_does_not_support(tmp_path):
+  env = {**os.environ, versions.DIR_VAR: str(tmp_path)}
+  listed = subprocess.run([sys.executable, "-m", "explorer", "versions"], capture_output=True, text=True, env=env, timeout=120)
+  assert listed.returncode == 0 and all(v in listed.stdout for v in TINYGRADS) and "missing: not made yet" in listed.stdout
+  refused = subprocess.run([sys.executable, "-m", "explorer", "versions", "--make", "0.11.0"], capture_output=True, text=True, env=env, timeout=120)
+  assert refused.returncode == 1 and "0.14.0, 0.13.0, 0.12.0" in refused.stderr and "Traceback" not in refused.stderr
+  assert not any(tmp_path.iterdir())
+
+@MADE
+@pytest.mark.parametrize("version", OLDER)
+def test_an_older_tinygrads_environment_imports_it_and_the_explorer(version):
+  """Made from its lock: its interpreter imports that tinygrad, from its own site-packages, and the explorer from the server's."""
+  env = versions.environment(version)
+  assert env.state == "ready" and env.python is not None and env.path is not None, env
+  code = "import importlib.metadata as m, tinygrad, explorer.spec, numpy; print(m.version('tinygrad'), tinygrad.__file__, explorer.spec.__file__)"
+  got = subprocess.run([env.python, "-c", code], capture_output=True, text=True, timeout=120)
+  assert got.returncode == 0, got.stderr
+  tg, where, explorer = got.stdout.split()
+  assert tg == version and pathlib.Path(where).is_relative_to(env.path)
+  assert pathlib.Path(explorer).resolve() == (pathlib.Path(__file__).parents[1] / "explorer" / "spec.py").resolve()
