@@ -64,3 +64,16 @@ def test_an_older_tinygrads_environment_imports_it_and_the_explorer(version):
   tg, where, explorer = got.stdout.split()
   assert tg == version and pathlib.Path(where).is_relative_to(env.path)
   assert pathlib.Path(explorer).resolve() == (pathlib.Path(__file__).parents[1] / "explorer" / "spec.py").resolve()
+
+def test_the_server_lists_them_on_a_page_and_in_the_api(tmp_path, monkeypatch):
+  """/versions and GET /api/versions: each version and its state (never the environment's path: a server's files are its own)."""
+  from fastapi.testclient import TestClient
+  from support import app_over
+  monkeypatch.setenv(versions.DIR_VAR, str(tmp_path))
+  (tmp_path / OLDER[1]).mkdir()  # half made
+  with TestClient(app_over(str(tmp_path / "s.sqlite3"))) as client:
+    listed = client.get("/api/versions").json()
+    assert [(v["version"], v["state"]) for v in listed] == [(TINYGRAD, "server"), (OLDER[0], "missing"), (OLDER[1], "broken")]
+    assert all(set(v) == {"version", "state", "meaning"} for v in listed)
+    page = client.get("/versions").text
+    assert all(f'data-version="{v}"' in page for v in TINYGRADS) and 'data-state="broken"' in page and str(tmp_path) not in page

@@ -294,6 +294,13 @@ class DevicesOffered(BaseModel):
   devices: list[str]
   unopened: list[Unopened] = []
 
+class TinygradVersion(BaseModel):
+  """A tinygrad a trace may run on and where its environment stands (explorer.tracing.versions): server (the server's own), ready
+  (made from its lock), missing (not made yet), stale (made from another lock) or broken (half made or damaged)."""
+  version: str
+  state: Literal["server", "ready", "missing", "stale", "broken"]
+  meaning: str
+
 class OptsTiming(BaseModel):
   """The original (A) and the hand schedule (B) timed in interleaved pairs on the trace's device, in this run, by the device's clock
   (method): B/A's median and 95% interval, and each side's timing record."""

@@ -5,7 +5,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
-from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, REWRITES, STAGINGS, TARGETS, TILES, WINO_IMPLS, SpecError, Variant
+from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, REWRITES, STAGINGS, TARGETS, TILES, TINYGRAD, WINO_IMPLS, SpecError, Variant
+from explorer.tracing import versions
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep
 from explorer.web.http.models import TraceRequest
@@ -81,3 +82,9 @@ async def submit_form(request: Request, svc: ServicesDep) -> Response:
   resp = await page(request, "home.html", status_code=busy.status if busy else 422, **home_context(recent, values, error), invalid=invalid)
   if busy: resp.headers["Retry-After"] = str(busy.retry_after_s)
   return resp
+
+@router.get("/versions", response_class=HTMLResponse)
+async def tinygrad_versions(request: Request) -> HTMLResponse:
+  """The tinygrads a trace may run on and where each one's environment stands (GET /api/versions, `kernel-explorer versions`)."""
+  return await page(request, "versions.html", server=TINYGRAD,
+                    environments=[e.view() for e in await asyncio.to_thread(versions.environments)])

@@ -1,17 +1,18 @@
 """What the server offers: its health, the presets, devices, targets and custom rewrites a trace may name, and the stylesheet of the
 highlighted sources."""
 from __future__ import annotations
-import functools, shutil, sys
+import asyncio, functools, shutil, sys
 from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
+from explorer.tracing import versions
 from explorer.tracing.catalogue import catalogue
 from explorer.version import __version__
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep
-from explorer.web.http.models import DevicesOffered, Health, Unopened, documented
+from explorer.web.http.models import DevicesOffered, Health, TinygradVersion, Unopened, documented
 from explorer.web.http.templates import TARGET_LABELS, pygments_css
 
 router = APIRouter(prefix="/api", tags=["api"])
@@ -48,6 +49,11 @@ async def devices(svc: ServicesDep) -> DevicesOffered:
   With a job queue (settings.queue): the devices its registered workers offer; a trace may then name any compute device."""
   offered = await svc.devices.offered()
   return DevicesOffered(devices=offered, unopened=[Unopened(**u) for u in svc.devices.unopened])
+
+@router.get("/versions", response_model=list[TinygradVersion], summary="The tinygrad versions a trace may run on", responses=documented())
+async def tinygrad_versions() -> list[dict[str, Any]]:
+  """Each version and where its environment stands (`kernel-explorer versions` lists the same; `--make VERSION` makes one)."""
+  return [{k: v for k, v in e.view().items() if k != "path"} for e in await asyncio.to_thread(versions.environments)]
 
 @router.get("/targets", summary="Render targets", responses=documented())
 async def targets() -> list[dict[str, Any]]:
