@@ -8,8 +8,8 @@ from typing import Any, Mapping
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from explorer import defaults
+from explorer.defaults import ENV_PREFIX as ENV_PREFIX
 
-ENV_PREFIX = "KERNEL_EXPLORER_"
 MIN_TOKEN_CHARS = 16
 _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("explorer_settings_environ", default=None)
 

@@ -77,3 +77,18 @@ def test_the_server_lists_them_on_a_page_and_in_the_api(tmp_path, monkeypatch):
     assert all(set(v) == {"version", "state", "meaning"} for v in listed)
     page = client.get("/versions").text
     assert all(f'data-version="{v}"' in page for v in TINYGRADS) and 'data-state="broken"' in page and str(tmp_path) not in page
+
+@MADE
+def test_a_worker_runs_the_tinygrad_it_is_asked_for():
+  """call_in_worker(tinygrad=V): the worker runs V's interpreter with V's tinygrad first (a template per version: the environment names
+  it); the server's own by default and by name; a version not made is the call's failure, in a line."""
+  from explorer.tracing.workers import WorkerFailed, call_in_worker
+  def run(tinygrad: str | None) -> dict[str, str]:
+    return call_in_worker("explorer.tracing.versions:imported", {}, timeout_s=120, tinygrad=tinygrad)[0]
+  for v in (None, TINYGRAD): assert run(v) == {"tinygrad": TINYGRAD, "from": run(v)["from"], "python": sys.executable}
+  for v in OLDER:
+    got, env = run(v), versions.environment(v)
+    assert got["tinygrad"] == v and pathlib.Path(got["from"]).is_relative_to(env.path or "/nowhere") and got["python"] == env.python
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv(versions.DIR_VAR, "/nonexistent/tinygrads")
+    with pytest.raises(WorkerFailed, match=r"tinygrad 0\.13\.0's environment is missing .*versions --make 0\.13\.0"): run("0.13.0")

@@ -13,6 +13,7 @@ import atexit, concurrent.futures, os, pickle, signal, socket, subprocess, sys, 
 from contextlib import suppress
 from typing import Any
 from explorer.tracing.boot import boot_code, start_python
+from explorer.tracing.versions import TINYGRAD_VAR
 
 # variables no import reads, which change from call to call: the worker's scratch directory (each child sets its own) and pytest's
 VOLATILE = frozenset({"TMPDIR", "PYTEST_CURRENT_TEST"})
@@ -56,7 +57,7 @@ class TemplateChild:
 class Template:
   def __init__(self, env: dict[str, str]) -> None:
     self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try: self.proc = start_python(BOOT, (theirs.fileno(), os.getpid()), (theirs.fileno(),), env)
+    try: self.proc = start_python(BOOT, (theirs.fileno(), os.getpid()), (theirs.fileno(),), env, tinygrad=env.get(TINYGRAD_VAR))
     except BaseException:
       self._sock.close()
       raise

@@ -6,10 +6,11 @@ module imports none. Where: KERNEL_EXPLORER_TINYGRADS (a directory), else $XDG_D
 from __future__ import annotations
 import dataclasses, hashlib, os, pathlib, shutil, subprocess, sys, sysconfig
 from typing import Callable, Literal
-from explorer.settings import ENV_PREFIX
+from explorer.defaults import ENV_PREFIX
 from explorer.spec import TINYGRAD, TINYGRADS, SpecError, tinygrad_problem
 
 DIR_VAR = ENV_PREFIX + "TINYGRADS"
+TINYGRAD_VAR = ENV_PREFIX + "TINYGRAD"  # in a worker's environment: the tinygrad it runs (explorer.tracing.workers.call_in_worker)
 LOCKS = pathlib.Path(__file__).parent / "locks"
 STAMP = "kernel-explorer-lock.sha256"  # an environment's last file: the hash of the lock it was made from
 BRIDGE = "kernel-explorer-server.pth"  # the server's environment behind the venv's own site-packages
@@ -53,8 +54,21 @@ def environment(version: str) -> Environment:
 
 def environments() -> list[Environment]: return [environment(v) for v in TINYGRADS]
 
-class EnvironmentFailed(RuntimeError):
-  """A version's environment could not be made (the step and what its command said, in a line or two)."""
+class EnvironmentFailed(OSError):
+  """A version's environment could not be made (the step and what its command said, in a line or two), or is not there to run."""
+
+def site_packages(venv: str | os.PathLike[str]) -> str:
+  """A venv's site-packages (made by this interpreter's base: the same layout)."""
+  return sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
+
+def interpreter(version: str | None) -> tuple[str, list[str]]:
+  """The interpreter a worker for tinygrad `version` runs (None: the server's own) and the sys.path it boots with: this one's, after
+  that version's venv's site-packages (its tinygrad first). EnvironmentFailed where that environment is not ready."""
+  if version is None or version == TINYGRAD: return sys.executable, list(sys.path)
+  env = environment(version)
+  if env.state != "ready" or env.python is None or env.path is None:
+    raise EnvironmentFailed(f"tinygrad {version}'s environment is {env.state} ({STATES[env.state]}): kernel-explorer versions --make {version}")
+  return env.python, [site_packages(env.path), *sys.path]
 
 def _run(step: str, cmd: list[str], timeout_s: float) -> str:
   try: done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
@@ -93,3 +107,9 @@ def make(version: str, say: Callable[[str], None] = lambda _: None, timeout_s: f
   finally: shutil.rmtree(making, ignore_errors=True)
   say(f"tinygrad {version}: ready")
   return environment(version)
+
+def imported(progress: Callable[[str, str, str], None]) -> dict[str, str]:
+  """What a worker imports (call_in_worker("explorer.tracing.versions:imported", {}, tinygrad=V)): its tinygrad's version and where from,
+  and its interpreter. Imports tinygrad, so a worker's, never the server's."""
+  import importlib.metadata, tinygrad
+  return {"tinygrad": importlib.metadata.version("tinygrad"), "from": tinygrad.__file__ or "", "python": sys.executable}

@@ -23,10 +23,11 @@ from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from dataclasses import dataclass, replace
 from typing import Any, Callable
-from explorer.spec import PARTIAL, Progress
+from explorer.spec import PARTIAL, TINYGRAD, Progress
 from explorer.tracing import lifeline, template
 from explorer.tracing.boot import boot_code, start_python
 from explorer.tracing.template import TemplateChild
+from explorer.tracing.versions import TINYGRAD_VAR, EnvironmentFailed
 from explorer.tracing.devicelock import HeldLocks
 from explorer.tracing.lifeline import group_rss_mb
 
@@ -156,7 +157,8 @@ def _from_template(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], li
 def _started(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Limits, deadline: float, out: int, gate: int,
              tracker: int | None) -> WorkerProcess:
   fds = (out, gate, *(() if tracker is None else (tracker,)))
-  return WorkerProcess(start_python(BOOT, (fn_path, kwargs, env, limits, out, gate, tracker, os.getpid(), deadline), fds))
+  call = (fn_path, kwargs, env, limits, out, gate, tracker, os.getpid(), deadline)
+  return WorkerProcess(start_python(BOOT, call, fds, tinygrad=env.get(TINYGRAD_VAR)))
 
 def _boot(f: Any) -> None:
   try: fn_path, kwargs, env, limits, out, gate, tracker, parent_pid, deadline = pickle.load(f)  # our parent's own pickle, never a client's
@@ -209,11 +211,13 @@ def stop_own_resource_tracker() -> None:
 
 def call_in_worker(fn_path: str, kwargs: dict[str, Any], progress: Progress | None = None, timeout_s: float | None = None,
                    env: dict[str, str] | None = None, limits: Limits | None = None,
-                   exclusive: str | None = None, live: Live | None = None) -> tuple[Any, list[tuple[str, str, str]]]:
+                   exclusive: str | None = None, live: Live | None = None, tinygrad: str | None = None) -> tuple[Any, list[tuple[str, str, str]]]:
   """Call module:function(progress=..., **kwargs) in a fresh worker process (start_worker); progress is relayed to this process.
   limits: default Limits.from_settings(); timeout_s overrides its time limit. exclusive: a device whose lock is held for the whole
   run (a measurement from start to end). Waiting for a device lock counts against the time limit. live: a dict that holds the
-  worker process by pid while it runs (besides LIVE), for its owner to stop."""
+  worker process by pid while it runs (besides LIVE), for its owner to stop. tinygrad: the version the worker runs (None: the
+  server's own; another in its environment, explorer.tracing.versions: WorkerFailed where that is not made)."""
+  if tinygrad is not None and tinygrad != TINYGRAD: env = {**(env or {}), TINYGRAD_VAR: tinygrad}
   limits = (limits if limits is not None else Limits.from_settings()).with_timeout(timeout_s)
   timeout_s = limits.timeout_s
   deadline = time.monotonic() + timeout_s
@@ -226,6 +230,7 @@ def call_in_worker(fn_path: str, kwargs: dict[str, Any], progress: Progress | No
   try:
     if exclusive: take(exclusive)
     return _supervise(fn_path, kwargs, progress, timeout_s, deadline, env or {}, limits, held, take, keep=bool(exclusive), live=live)
+  except EnvironmentFailed as e: raise WorkerFailed(str(e)) from None
   finally: held.release()
 
 SCRATCH_PREFIX = "kernel-explorer-worker-"
