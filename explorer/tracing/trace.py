@@ -235,7 +235,7 @@ def _realize(rec: Recorder, program: Program, variant: Variant, device: str, bas
   else: linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad, program.provenance))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role, program.buffer_refs))
   rec.partial("schedule", {"schedule": trace["schedule"], "buffers": trace["buffers"], "tensor_graph": trace["tensor_graph"]})
-  trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
+  if tg.has_spec("kernel_graph"): trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
   asts, targets, beam = [c.ast for c in calls if c.kind == "kernel"], other_targets(variant, device), variant.opt.startswith("beam:")
   if program.asts is not None: program.asts += asts
   # the other targets render beside host codegen; under BEAM after it, with the opts BEAM chose on the device where they are legal there

@@ -4,11 +4,12 @@ from __future__ import annotations
 import collections, contextlib, dataclasses, os, sys, tempfile, time, typing
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
-from tinygrad.codegen import do_to_program, to_program, to_program_cache, to_program_key
+from tinygrad.codegen import do_to_program, to_program, to_program_cache
 from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import ansistrip
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, ParamArg, UOp, multirange_str, sym_infer
+from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, UOp, multirange_str, sym_infer
+from explorer.tracing.tg.compat import ParamArg, addrspace, const_text, max_numel, to_program_key
 from explorer.tracing.tg.custom_rewrites import Rewrite, to_program_rewritten
 from explorer.tracing.tg.graphs import plain
 from explorer.tracing.tg.opts import opt_text
@@ -92,7 +93,7 @@ def uops_listing(lin: Sequence[UOp], device: str | None = None) -> list[str]:
   took minutes on the large fused Winograd kernel (16,808 uops). device: the device of the target it was rendered for, which its PARAMs
   name (a deviceless target renders the AST the trace's device scheduled, whose PARAMs name that device: codegen never reads it)."""
   index = {u: i for i, u in enumerate(lin)}
-  def src(x: UOp) -> Any: return (index[x] if x.op is not Ops.CONST else f"{x.val}") if x in index else "--"
+  def src(x: UOp) -> Any: return (index[x] if x.op is not Ops.CONST else const_text(x)) if x in index else "--"
   def arg(u: UOp) -> Any:
     return dataclasses.replace(u.arg, device=device) if device and isinstance(u.arg, ParamArg) and u.arg.device is not None else u.arg
   return [plain(f"{i:4d} {str(u.op):20s}: {multirange_str(u.ranges, color=True, pad=10)} {str(u.dtype):40s} "
@@ -111,10 +112,10 @@ def program_facts(prg: UOp, device: str | None = None, var_vals: dict[str, int] 
   counts = {k: sum(1 for u in lin if f(u)) for k, f in UOP_CLASSES.items()}
   detail = collections.Counter(u.op.name for u in lin)
   def num(x: Any) -> Any: return int(x) if isinstance(x, (int, float)) else str(x)
-  onchip = {sp: [u for u in lin if u.op is Ops.BUFFER and u.addrspace is sp] for sp in (AddrSpace.REG, AddrSpace.LOCAL)}
-  storage: Storage = {"reg_buffers": len(onchip[AddrSpace.REG]), "reg_values": sum(int(u.max_numel()) for u in onchip[AddrSpace.REG]),
+  onchip = {sp: [u for u in lin if u.op is Ops.BUFFER and addrspace(u) is sp] for sp in (AddrSpace.REG, AddrSpace.LOCAL)}
+  storage: Storage = {"reg_buffers": len(onchip[AddrSpace.REG]), "reg_values": sum(max_numel(u) for u in onchip[AddrSpace.REG]),
              "local_buffers": len(onchip[AddrSpace.LOCAL]),
-             "local_bytes": sum(int(u.max_numel()) * u.dtype.itemsize for u in onchip[AddrSpace.LOCAL])}
+             "local_bytes": sum(max_numel(u) * u.dtype.itemsize for u in onchip[AddrSpace.LOCAL])}
   return ProgramFacts(ansistrip(prg.arg.name), [num(x) for x in prg.arg.global_size],
                       None if prg.arg.local_size is None else [num(x) for x in prg.arg.local_size],
                       count(est.ops) if est is not None else 0, count(est.lds) if est is not None else 0, count(est.mem) if est is not None else 0,

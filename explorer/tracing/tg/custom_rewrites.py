@@ -5,7 +5,8 @@ from typing import Any, Callable, Sequence
 from tinygrad.codegen import do_linearize, full_rewrite_to_sink, pm_to_program
 from tinygrad.helpers import Context, TracingKey
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import Ops, PatternMatcher, ProgramInfo, UOp, UPat, graph_rewrite, rewrite_group
+from tinygrad.uop.ops import Ops, PatternMatcher, ProgramInfo, UOp, UPat, graph_rewrite
+from explorer.tracing.tg.compat import rewrite_group
 
 # tinygrad 0.14 has no Renderer.pre_matcher (the codegen notes' hook); its Renderer.extra_matcher runs inside the "final rewrite" pass
 # among tinygrad's own rules. So a rewrite runs as a graph_rewrite pass of its own, at one of two points: "sink", on the graph

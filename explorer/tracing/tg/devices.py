@@ -49,8 +49,11 @@ TARGET_OF_RENDERER = {ClangRenderer: "clang", CPULLVMRenderer: "llvm", CUDARende
 def render_target(name: str, arch: str) -> Renderer: return RENDER_TARGETS[name](arch)
 
 def target_name(renderer: Renderer) -> str:
-  """The explorer's name for the target a renderer renders (the host's own renderer included): clang, cuda, ..."""
-  return next((n for cls, n in TARGET_OF_RENDERER.items() if type(renderer) is cls), type(renderer).__name__.removesuffix("Renderer").lower())
+  """The explorer's name for the target a renderer renders (the host's own renderer included): clang, cuda, ... (a subclass by its
+  base's: tinygrad 0.13's CPU device renders with ClangJITRenderer, a ClangRenderer)."""
+  exact = next((n for cls, n in TARGET_OF_RENDERER.items() if type(renderer) is cls), None)
+  by_base = next((n for cls, n in TARGET_OF_RENDERER.items() if isinstance(renderer, cls)), None)
+  return exact or by_base or type(renderer).__name__.removesuffix("Renderer").lower()
 
 def renderer_arch(renderer: Renderer) -> str: return renderer.target.arch
 

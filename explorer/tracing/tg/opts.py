@@ -6,13 +6,13 @@ from dataclasses import replace
 from typing import Any, Iterator, Sequence
 import tinygrad
 from tinygrad import UOp, dtypes
-from tinygrad.codegen import do_to_program, full_rewrite_to_sink, to_program_key
+from tinygrad.codegen import do_to_program, full_rewrite_to_sink
 from tinygrad.codegen.opt import Opt, OptOps
-from tinygrad.engine.realize import time_call
-from tinygrad.helpers import NUM_CPU_THREADS, Context, ansistrip, getenv
+from tinygrad.helpers import Context, ansistrip, getenv
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisType, KernelInfo, Ops
 import tinygrad.device
+from explorer.tracing.tg.compat import NUM_CPU_THREADS, param_slot, timer, to_program_key
 from explorer.tracing.tg.clocks import Runnable
 from explorer.tracing.tg.environment import USER_PARALLEL
 from explorer.tracing.tg.pipeline import kernel_reads_writes
@@ -104,7 +104,7 @@ def kernel_outputs(asts: Sequence[UOp], renderer: Renderer, device: str, seed: i
   import numpy as np
   from tinygrad.codegen.opt.postrange import args_from_ast
   from tinygrad.dtype import _to_np_dtype
-  slots = sorted(p.arg.slot for p in asts[0].backward_slice if p.op is Ops.PARAM and p.arg.slot >= 0)
+  slots = sorted(s for p in asts[0].backward_slice if (s := param_slot(p)) is not None and s >= 0)
   _, written = kernel_reads_writes(asts[0])
   rng, start, out = np.random.default_rng(seed), None, []
   for ast in asts:
@@ -114,7 +114,7 @@ def kernel_outputs(asts: Sequence[UOp], renderer: Renderer, device: str, seed: i
       start = [(rng.standard_normal(b.size) if dtypes.is_float(b.dtype) else rng.integers(0, 8, b.size)).astype(_to_np_dtype(b.dtype))
                for b in shapes]
     bufs = [tinygrad.device.Buffer(device, b.size, b.dtype, initial_value=data.tobytes()) for b, data in zip(shapes, start)]
-    next(time_call(do_to_program(_on_device(ast, device), renderer).call(*[UOp.from_buffer(b) for b in bufs]), var_vals))
+    timer(do_to_program(_on_device(ast, device), renderer).call(*[UOp.from_buffer(b) for b in bufs]), var_vals)()
     out.append([bufs[slots.index(s)].numpy().copy() for s in written])
   return out
 
@@ -128,7 +128,7 @@ def kernel_runnables(asts: Sequence[UOp], renderer: Renderer, device: str) -> li
   ctx, out = ExecContext(var_vals, update_stats=False), []
   for ast in asts:
     call = compile_linear(UOp(Ops.LINEAR, src=(do_to_program(_on_device(ast, device), renderer).call(*args),))).src[0]
-    out.append(Runnable(call.src[0].arg.name, functools.partial(pm_exec.rewrite, call, ctx), functools.partial(next, time_call(call, var_vals))))
+    out.append(Runnable(call.src[0].arg.name, functools.partial(pm_exec.rewrite, call, ctx), timer(call, var_vals)))
   return out
 
 MAX_BEAM_CANDIDATES = 4000  # recorded per kernel: a wide BEAM on a big kernel times thousands

@@ -9,7 +9,8 @@ from tinygrad.dtype import AddrSpace
 from tinygrad.engine import jit as tiny_jit
 from tinygrad.engine.realize import capturing
 from tinygrad.helpers import ansistrip
-from tinygrad.uop.ops import Ops, ParamArg, UOp
+from tinygrad.uop.ops import Ops, UOp
+from explorer.tracing.tg.compat import addrspace, max_numel, param_slot
 from explorer.tracing.tg.graphs import RewriteBlob
 from explorer.tracing.tg.recording import LiveLog, Pass
 
@@ -116,7 +117,7 @@ def _removable(u: UOp) -> bool: return bool(getattr(u.arg, "removable", True))
 def _slot(u: UOp) -> int | None:
   """The argument slot of the buffer a STORE, INDEX or AFTER addresses (its PARAM), None where it is no argument."""
   while u.op in (Ops.STORE, Ops.INDEX, Ops.AFTER, Ops.BITCAST, Ops.CAST) and u.src: u = u.src[0]
-  return u.arg.slot if u.op is Ops.PARAM and isinstance(u.arg, ParamArg) else None
+  return param_slot(u)
 
 Flow = frozenset[tuple[str, int]]  # ("slot", n): argument n of the scheduled call (a buffer); ("stage", num): a kept STAGE, a buffer once stored
 
@@ -174,7 +175,7 @@ def realized_in(sink: UOp, blob: RewriteBlob | LiveLog) -> list[Stage]:
   for u in sink.toposort():
     if u.op is not Ops.AFTER or not u.src: continue
     buf, dt = u.src[0], getattr(u.src[0].dtype, "base", u.src[0].dtype)
-    shape = tuple(int(x) for x in buf.shape) if buf._shape is not None else (int(buf.max_numel()),)
+    shape = tuple(int(x) for x in buf.shape) if buf._shape is not None else (max_numel(buf),)
     stored = u.src[1] if len(u.src) > 1 else buf
     while stored.op in (Ops.END, Ops.GROUP, Ops.AFTER) and stored.src: stored = stored.src[0]  # down to the STORE
     src_op = stored.src[1].op.name if stored.op is Ops.STORE and len(stored.src) > 1 else stored.op.name
@@ -240,10 +241,10 @@ def buffer_key(b: UOp) -> int:
 
 def buffer_facts(b: UOp) -> dict:
   arena = b.buf_uop
-  facts = {"numel": int(b.max_numel()), "dtype": b.dtype.name, "nbytes": int(b.max_numel()) * b.dtype.itemsize,
+  facts = {"numel": max_numel(b), "dtype": b.dtype.name, "nbytes": max_numel(b) * b.dtype.itemsize,
            "device": arena.device if isinstance(arena.device, str) else ",".join(arena.device), "num": b.trace_num}
   if b.op is not Ops.BUFFER:
-    facts["planned"] = f"view ({b.op.name}) into a {int(arena.max_numel()) * arena.dtype.itemsize}-byte arena of the memory planner"
+    facts["planned"] = f"view ({b.op.name}) into a {max_numel(arena) * arena.dtype.itemsize}-byte arena of the memory planner"
   return facts
 
 def tensor_buffer(t: Tensor) -> UOp: return t.uop.buf_uop
@@ -255,7 +256,7 @@ def kernel_reads_writes(ast: UOp) -> tuple[list[int], list[int]]:
   outs, ins = set(), set()
   for u in ast.toposort():
     if u.op is Ops.STORE:
-      outs |= {p.arg.slot for p in u.src[0].toposort() if p.op is Ops.PARAM and p.arg.slot >= 0 and p.addrspace is AddrSpace.GLOBAL}
+      outs |= {s for p in u.src[0].toposort() if (s := param_slot(p)) is not None and s >= 0 and addrspace(p) is AddrSpace.GLOBAL}
   for u in ast.toposort():
-    if u.op is Ops.PARAM and u.arg.slot >= 0 and u.addrspace is AddrSpace.GLOBAL and u.arg.slot not in outs: ins.add(u.arg.slot)
+    if (s := param_slot(u)) is not None and s >= 0 and addrspace(u) is AddrSpace.GLOBAL and s not in outs: ins.add(s)
   return sorted(ins), sorted(outs)

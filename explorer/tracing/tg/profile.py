@@ -34,7 +34,8 @@ class Profiling:
 
   def events(self) -> HostEvents:
     out, sizes, in_use = HostEvents(), dict[tuple[str, int], int](), dict[str, int]()
-    for e in sorted(self._since(), key=lambda e: e.ts if isinstance(e, ProfilePointEvent) else e.st):
+    timed = [e for e in self._since() if isinstance(e, (ProfileRangeEvent, ProfilePointEvent))]  # (0.13 lists its programs there too)
+    for e in sorted(timed, key=lambda e: e.ts if isinstance(e, ProfilePointEvent) else e.st):
       if isinstance(e, ProfileRangeEvent) and e.en is not None:
         name = e.name.display_name if isinstance(e.name, TracingKey) else str(e.name)
         out.ranges.append((LANES.get(e.device, e.device), ansistrip(name), self.at(e.st), self.at(e.en)))

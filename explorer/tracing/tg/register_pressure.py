@@ -4,6 +4,7 @@ import typing
 from tinygrad import dtypes
 from tinygrad.dtype import AddrSpace
 from tinygrad.uop.ops import Ops, UOp
+from explorer.tracing.tg.compat import addrspace, max_numel
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import Pressure
 
@@ -15,7 +16,7 @@ def _is_value(u: UOp) -> bool:
   return u.dtype != dtypes.void and u.op not in NOT_VALUES and not (u.op is Ops.CAST and u.src and u.src[0].op is Ops.CONST)
 
 def _lanes(u: UOp) -> int:
-  if u.op is Ops.BUFFER: return int(u.max_numel()) if u.addrspace is AddrSpace.REG else 0  # a register array holds its elements
+  if u.op is Ops.BUFFER: return max_numel(u) if addrspace(u) is AddrSpace.REG else 0  # a register array holds its elements
   return max(1, int(getattr(u.dtype, "count", 1)))
 
 def pressure(lin: list[UOp]) -> Pressure:

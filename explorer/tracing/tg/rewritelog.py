@@ -9,7 +9,8 @@ from tinygrad.dtype import AddrSpace, ConstFloat, DType, Invalid, InvalidType
 from tinygrad.helpers import Metadata, Target, TracingKey
 from tinygrad.renderer import Estimates
 from tinygrad.schedule.indexing import BufferizeOpts
-from tinygrad.uop.ops import AxisType, CallInfo, KernelInfo, Ops, ParamArg, ProgramInfo, RewriteTrace, TrackedGraphRewrite, UOp
+from tinygrad.uop.ops import AxisType, CallInfo, KernelInfo, Ops, ProgramInfo, RewriteTrace, TrackedGraphRewrite, UOp
+from explorer.tracing.tg.compat import ParamArg
 from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, location_key, package_path, read_plain, refused, stored_location
 from explorer.blob import write_plain
 

@@ -4,8 +4,9 @@ import contextlib, functools, time
 from typing import Any, Callable, Iterator, Sequence
 from tinygrad import Device, Tensor
 from tinygrad.device import Buffer
-from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec, resolve_params, run_linear, time_call
+from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec, resolve_params, run_linear
 from tinygrad.uop.ops import Ops, UOp
+from explorer.tracing.tg.compat import copied, timer
 from explorer.tracing.tg.clocks import Runnable
 
 def compile_schedule(linear: UOp) -> UOp:
@@ -28,7 +29,7 @@ def runnables(compiled: UOp, var_vals: dict[str, int] | None = None) -> list[Run
 def runnable(call: UOp, var_vals: dict[str, int] | None = None, index: int = 0) -> Runnable:
   """One compiled kernel call as a clock times it, its symbolic variables bound to var_vals (index: its place in its schedule)."""
   ctx = ExecContext(var_vals or {}, update_stats=False)
-  return Runnable(call.src[0].arg.name, functools.partial(pm_exec.rewrite, call, ctx), functools.partial(next, time_call(call, var_vals)), index)
+  return Runnable(call.src[0].arg.name, functools.partial(pm_exec.rewrite, call, ctx), timer(call, var_vals), index)
 
 def call_at(compiled: UOp, index: int) -> UOp:
   """The compiled schedule's call number `index` (a kernel's `call`): kept to time it again later, its buffers with it."""
@@ -46,10 +47,10 @@ def outputs_kept(calls: Sequence[UOp]) -> Iterator[None]:
   """Inside, kernels already run may run again (timed): the buffers they write are copied out first and back after, so a program
   holds what its own run left (an optimizer's update applied once, not once per sample; a KV cache as its step wrote it)."""
   written = {id(b): b for c in calls if c.src[0].op is Ops.PROGRAM for b in _written(c)}
-  saved = [(b, Buffer(b.device, b.size, b.dtype).allocate().copy_from(b)) for b in written.values()]  # copied on the device
+  saved = [(b, copied(Buffer(b.device, b.size, b.dtype).allocate(), b)) for b in written.values()]  # copied on the device
   try: yield
   finally:
-    for b, copy in saved: b.copy_from(copy)
+    for b, copy in saved: copied(b, copy)
 
 def replay(compiled: UOp, device: str, var_vals: dict[str, int] | None = None) -> tuple[Sequence[Callable[[], Any]], str]:
   """The schedule's kernels as tinygrad's JIT replays them, and how: batched into the device's graph where it has one (a CUDA graph;

@@ -10,6 +10,11 @@ if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays
 MAX_VIOLATIONS = 50
 SPECS = {"tensor": "spec_tensor", "kernel_graph": "spec_kernel_graph", "program": "spec_program"}
 
+def has_spec(spec: str) -> bool:
+  """Whether this tinygrad has the spec (spec_kernel_graph is 0.14's)."""
+  from tinygrad.uop import spec as specs
+  return hasattr(specs, SPECS[spec])
+
 def spec_check(roots: list[UOp], spec: str, enter_calls: bool = True) -> SpecCheck:
   """Run one of tinygrad's spec PatternMatchers over every UOp under roots, as type_verify does, but recording each UOp no rule accepts
   (with type_verify's message) instead of raising at the first. Returns {spec, ok, checked, violations (at most MAX_VIOLATIONS),

@@ -1,0 +1,65 @@
+"""What differs between the tinygrads the explorer runs (explorer.spec.TINYGRADS), in one place: each name the seam uses that an older
+version moved, renamed or lacks, as this worker's tinygrad has it, or a stand-in that does what that version does. The rest of the seam
+is written against the newest and imports these from here; `lacks(feature)` says what a stage cannot show on this version."""
+from __future__ import annotations
+import functools, importlib.metadata
+from typing import TYPE_CHECKING, Any
+from tinygrad.uop.ops import Ops, UOp
+
+VERSION = importlib.metadata.version("tinygrad")
+V = tuple(int(x) for x in VERSION.split(".")[:3])
+
+def at_least(*version: int) -> bool: return V >= version
+
+if TYPE_CHECKING or at_least(0, 14):  # (the type checker reads the newest's)
+  from tinygrad.codegen import to_program_key as to_program_key
+  from tinygrad.helpers import NUM_CPU_THREADS as NUM_CPU_THREADS
+  from tinygrad.uop.ops import ParamArg as ParamArg, rewrite_group as rewrite_group
+else:
+  from tinygrad.helpers import ContextVar
+  from tinygrad.uop.ops import track_rewrites as rewrite_group  # noqa: F401 - its name until 0.14
+  import os
+
+  class ParamArg:  # until 0.14 a PARAM's arg is its slot (an int); nothing is an instance of this
+    slot: int
+    device: Any
+
+  NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", os.cpu_count() or 1)  # (0.14's setting: BEAM's workers; older ones used PARALLEL)
+
+  def to_program_key(ast: UOp, renderer: Any) -> tuple:
+    """The key tinygrad's to_program caches a program under, as 0.13's to_program computes it inline."""
+    from tinygrad.helpers import ALLOW_TF32, DISABLE_FAST_IDIV, EMULATED_DTYPES, IMAGE, NOLOCALS, NOOPT, TRANSCENDENTAL, USE_TC
+    config = (NOOPT, EMULATED_DTYPES, NOLOCALS, USE_TC, IMAGE, DISABLE_FAST_IDIV, TRANSCENDENTAL, ALLOW_TF32)
+    return (ast.key, type(renderer), renderer.target, *[x.value for x in config])
+
+def param_slot(u: UOp) -> int | None:
+  """A PARAM's argument slot (0.14: its ParamArg's; before: its arg)."""
+  if u.op is not Ops.PARAM: return None
+  if at_least(0, 14): return u.arg.slot if isinstance(u.arg, ParamArg) else None
+  return u.arg if isinstance(u.arg, int) else None
+
+def addrspace(u: UOp) -> Any:
+  """Where a buffer lives (AddrSpace): 0.14's UOp says it; before, its pointer dtype does."""
+  return u.addrspace if at_least(0, 14) else getattr(u.dtype, "addrspace", None)
+
+def max_numel(u: UOp) -> int:
+  """The number of elements of a buffer at its largest (0.14's max_numel; before, its max_shape's product)."""
+  if at_least(0, 14): return int(u.max_numel())
+  from tinygrad.helpers import prod
+  return int(prod(u.max_shape))
+
+def const_text(u: UOp) -> str:
+  """A CONST as print_uops lists it among a UOp's sources (0.14: its value; before: its arg)."""
+  return f"{u.val}" if at_least(0, 14) else f"{u.arg}"
+
+def copied(dst: Any, src: Any) -> Any:
+  """dst (an allocated Buffer) holding src's bytes: 0.14 copies on the device; before, through the host."""
+  if at_least(0, 14): return dst.copy_from(src)
+  dst.copyin(src.as_memoryview())
+  return dst
+
+def timer(call: UOp, var_vals: dict[str, int] | None = None) -> Any:
+  """A function that runs the call once under tinygrad's time_call and returns its seconds (0.14's time_call is a generator, compiled
+  once; before, a function that compiles each time)."""
+  from tinygrad.engine.realize import time_call
+  return functools.partial(next, time_call(call, var_vals)) if at_least(0, 14) else functools.partial(time_call, call, var_vals)
