@@ -109,7 +109,8 @@ def make(version: str, say: Callable[[str], None] = lambda _: None, timeout_s: f
   return environment(version)
 
 def imported(progress: Callable[[str, str, str], None]) -> dict[str, str]:
-  """What a worker imports (call_in_worker("explorer.tracing.versions:imported", {}, tinygrad=V)): its tinygrad's version and where from,
-  and its interpreter. Imports tinygrad, so a worker's, never the server's."""
-  import importlib.metadata, tinygrad
-  return {"tinygrad": importlib.metadata.version("tinygrad"), "from": tinygrad.__file__ or "", "python": sys.executable}
+  """What a worker would import (call_in_worker("explorer.tracing.versions:imported", {}, tinygrad=V)): its tinygrad's version and where
+  from (found, not imported), and its interpreter."""
+  import importlib.metadata, importlib.util
+  spec = importlib.util.find_spec("tinygrad")
+  return {"tinygrad": importlib.metadata.version("tinygrad"), "from": (spec.origin or "") if spec else "", "python": sys.executable}
