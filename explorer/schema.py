@@ -617,6 +617,7 @@ class VariantRecord(TypedDict):
   metal_arch: NotRequired[Name]
   rewrites: NotRequired[list[Name]]
   rewrite_file: NotRequired[Line | None]
+  tinygrad: NotRequired[Name | None]  # the tinygrad it asked for (None: the server's own; env.tinygrad says which ran it)
   notes: list[Line]
 
 def _spec(d: SpecRecord | None) -> SpecRecord | None:

@@ -126,6 +126,7 @@ def lacks_facts(rec: Mapping[str, Any], target: str) -> bool:
 # against, each in an environment of its own (explorer.tracing.versions); older than 0.12 is out of scope
 TINYGRAD = "0.14.0"
 TINYGRADS = (TINYGRAD, "0.13.0", "0.12.0")
+TRACEABLE = (TINYGRAD, "0.13.0")  # the ones the explorer's seam speaks (explorer/tracing/tg/compat.py); 0.12's runtime is another
 
 def tinygrad_problem(version: str) -> str | None:
   """Why a trace may not ask for tinygrad `version` (None: it may)."""
@@ -277,6 +278,8 @@ class Variant:
                                    pattern=f"^({REWRITE_RE.pattern})$", max_length=len(REWRITES), cli="list", flag="--rewrite", unkeyed=())
   rewrite_file: str | None = knob(None, "your own rewrite: a Python file defining `matcher`, a tinygrad PatternMatcher (and optionally point = "
                                   "'sink' or 'linear'); the CLI's alone, a server never runs user code", web="refused", unkeyed=None)
+  tinygrad: str | None = knob(None, "the tinygrad to trace with: the server's own (default), or an older one in an environment of its own "
+                              "(kernel-explorer versions; GET /api/versions)", choices=TINYGRADS, unkeyed=None)
   notes: tuple[str, ...] = field(default=(), compare=False)
 
   @property
@@ -296,6 +299,7 @@ class Variant:
     if bad := [r for r in self.rewrites if not isinstance(r, str) or not REWRITE_RE.fullmatch(r)]:
       raise SpecError(f"unknown rewrite(s) {', '.join(map(repr, bad))}; known: {', '.join(i.usage for i in REWRITES.values())}")
     if len({r.split(':')[0] for r in self.rewrites}) != len(self.rewrites): raise SpecError("a rewrite is listed more than once")
+    if self.tinygrad is not None: self._check_tinygrad(self.tinygrad)
     if any(not isinstance(v, int) or isinstance(v, bool) for v in (self.warmup, self.repeats)) \
        or not 0 <= self.warmup <= max_repeats or not 1 <= self.repeats <= max_repeats:
       raise SpecError(f"warmup must be 0..{max_repeats} and repeats 1..{max_repeats}")
@@ -316,6 +320,15 @@ class Variant:
     if self.wino_impl == "explorer" and spec.groups != 1: return "the explorer's Winograd supports groups=1 only"
     return None
 
+  def _check_tinygrad(self, version: str) -> None:
+    """A supported tinygrad the explorer traces on, and nothing asked of it that is not built for it yet."""
+    if (problem := tinygrad_problem(version)) is not None: raise SpecError(problem)
+    if version == TINYGRAD: return
+    if version not in TRACEABLE:
+      raise SpecError(f"tracing on tinygrad {version} is not built yet: the explorer traces on tinygrad {', '.join(TRACEABLE)}")
+    not_yet = [what for what, asked in (("BEAM", self.beam > 0), ("custom rewrites", bool(self.rewrites or self.rewrite_file))) if asked]
+    if not_yet: raise SpecError(f"{' and '.join(not_yet)} on tinygrad {version} is not built yet: trace without, or on tinygrad {TINYGRAD}")
+
   def resolve(self, spec: ConvSpec) -> Variant:
     """Validate against the spec: a clear error, or with fallback the direct algorithm and a note saying so."""
     self.validate()
@@ -334,7 +347,7 @@ class Variant:
     elif self.wino_impl == "builtin": s = "winograd builtin"
     else: s = f"winograd {self.tile} {self.staging} {self.consts}"
     extra = [*self.rewrites, *([rewrite_file_name(self.rewrite_file)] if self.rewrite_file else [])]
-    return f"{s} opt={self.opt}" + "".join(f" +{r}" for r in extra)
+    return f"{s} opt={self.opt}" + "".join(f" +{r}" for r in extra) + (f" tinygrad {self.tinygrad}" if self.tinygrad not in (None, TINYGRAD) else "")
 
   def to_dict(self) -> dict:
     d = dataclasses.asdict(self)

@@ -58,10 +58,11 @@ def test_an_older_tinygrads_environment_imports_it_and_the_explorer(version):
   """Made from its lock: its interpreter imports that tinygrad, from its own site-packages, and the explorer from the server's."""
   env = versions.environment(version)
   assert env.state == "ready" and env.python is not None and env.path is not None, env
-  code = "import importlib.metadata as m, tinygrad, explorer.spec, numpy; print(m.version('tinygrad'), tinygrad.__file__, explorer.spec.__file__)"
+  code = "import importlib.metadata as m, json, tinygrad, explorer.spec, numpy; print(json.dumps([m.version('tinygrad'), tinygrad.__file__, " \
+         "explorer.spec.__file__]))"
   got = subprocess.run([env.python, "-c", code], capture_output=True, text=True, timeout=120)
   assert got.returncode == 0, got.stderr
-  tg, where, explorer = got.stdout.split()
+  tg, where, explorer = json.loads(got.stdout.strip().splitlines()[-1])
   assert tg == version and pathlib.Path(where).is_relative_to(env.path)
   assert pathlib.Path(explorer).resolve() == (pathlib.Path(__file__).parents[1] / "explorer" / "spec.py").resolve()
 

@@ -34,8 +34,8 @@ def trace_key(spec: ConvSpec, variant: Variant) -> str:
   """Content hash of what determines a trace: spec, variant (notes aside), tinygrad version and device. Known before running."""
   # fields added since the first release count only off the value they had then (Knob.unkeyed): earlier ids stay the same
   later = {name: list(k.unkeyed) if isinstance(k.unkeyed, tuple) else k.unkeyed for name, (_, k) in knobs().items() if k.unkeyed is not NOT_SET}
-  variant_fields = {k: v for k, v in variant.to_dict().items() if k not in ("notes", "device") and later.get(k, object()) != v}
-  payload = {"spec": spec.to_dict(), "variant": variant_fields, "tinygrad": tinygrad_version(), "device": device_key(variant)}
+  variant_fields = {k: v for k, v in variant.to_dict().items() if k not in ("notes", "device", "tinygrad") and later.get(k, object()) != v}
+  payload = {"spec": spec.to_dict(), "variant": variant_fields, "tinygrad": variant.tinygrad or tinygrad_version(), "device": device_key(variant)}
   return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 def program_key(trace: Mapping[str, Any]) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import os, socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
-from explorer.tracing.workers import Limits, Live, Progress, call_in_worker
+from explorer.tracing import versions
+from explorer.tracing.workers import Limits, Live, Progress, WorkerFailed, call_in_worker
 from explorer.spec import STAGES, ConvSpec, Variant
 if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
 
@@ -33,9 +34,10 @@ def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None
   otherwise computed when first viewed (explorer.tracing.enrich), asked for now: facts, every record's compile facts (in another
   worker, after); analysis, every record's analysis (line maps, live values, loop splits, program spec: in the trace's worker and
   its render processes)."""
+  environment_for(variant, progress)
   (trace, blob, blobs), seen = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
                                        "dump_io": dump_io, "analysis": analysis}, progress, timeout_s, env=device_env(variant),
-                                       limits=limits, live=live)
+                                       limits=limits, live=live, tinygrad=variant.tinygrad)
   _learn_default_device(variant, trace)
   if facts:
     from explorer.tracing.enrich import add_facts
@@ -60,6 +62,14 @@ def record_ran_on(trace: TraceRecord | dict[str, Any], worker: str | None = None
 # this host's default device, as the first trace that named none found it (tinygrad tries every backend in turn for one)
 _default_device: dict[str, str] = {}
 
+def environment_for(variant: Variant, progress: Progress | None) -> None:
+  """The variant's tinygrad's environment, made first where it is not (its first trace: seconds, said as the first stage's progress);
+  WorkerFailed where it cannot be."""
+  def say(line: str) -> None:
+    if progress is not None: progress(STAGES[0], "start", line)
+  try: versions.ready(variant.tinygrad, say)
+  except versions.EnvironmentFailed as e: raise WorkerFailed(f"tinygrad {variant.tinygrad}: {e}") from None
+
 def device_env(variant: Variant | None = None) -> dict[str, str]:
   """DEV set to the variant's device (its name: DEV's own syntax reads "CUDA:1" differently), or, for a variant that names none, to the
   default device an earlier trace of this process found: tinygrad then opens that device as its default instead of trying every backend
@@ -75,8 +85,9 @@ def run_script(path: str, fn: str | None, variant: Variant, progress: Progress |
                limits: Limits | None = None, analysis: bool = False) -> TraceResult:
   """Run a tinygrad script (or its function fn) in a fresh worker, every realize traced (explorer.tracing.program): the result is the
   program's one trace, and `others` each realize's own, in order."""
+  environment_for(variant, progress)
   ((trace, blob, blobs), realizes), seen = call_in_worker("explorer.tracing.program:script_in_worker",
                                                           {"path": path, "fn": fn, "variant": variant.to_dict(), "analysis": analysis},
-                                                          progress, timeout_s, env=device_env(variant), limits=limits)
+                                                          progress, timeout_s, env=device_env(variant), limits=limits, tinygrad=variant.tinygrad)
   _learn_default_device(variant, trace)
   return TraceResult(record_ran_on(trace), blob, seen, blobs, others=[record_ran_on(r) for r in realizes])

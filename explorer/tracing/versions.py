@@ -4,7 +4,7 @@ environment behind it for everything else (tinygrad depends on nothing; the expl
 A trace worker for that version runs that venv's interpreter; the server's process keeps importing only its own tinygrad, and this
 module imports none. Where: KERNEL_EXPLORER_TINYGRADS (a directory), else $XDG_DATA_HOME/kernel-explorer/tinygrad."""
 from __future__ import annotations
-import dataclasses, hashlib, os, pathlib, shutil, subprocess, sys, sysconfig
+import dataclasses, hashlib, os, pathlib, shutil, subprocess, sys, sysconfig, threading
 from typing import Callable, Literal
 from explorer.defaults import ENV_PREFIX
 from explorer.spec import TINYGRAD, TINYGRADS, SpecError, tinygrad_problem
@@ -107,6 +107,15 @@ def make(version: str, say: Callable[[str], None] = lambda _: None, timeout_s: f
   finally: shutil.rmtree(making, ignore_errors=True)
   say(f"tinygrad {version}: ready")
   return environment(version)
+
+_making = threading.Lock()  # one make at a time in this process (another process makes its own beside it, and the last one's is kept)
+
+def ready(version: str | None, say: Callable[[str], None] = lambda _: None) -> None:
+  """`version`'s environment made where it is not ready (a trace asking for it first makes it, saying so); EnvironmentFailed where it
+  cannot be."""
+  if version is None or environment(version).state in ("server", "ready"): return
+  with _making:
+    if environment(version).state != "ready": make(version, say)
 
 def imported(progress: Callable[[str, str, str], None]) -> dict[str, str]:
   """What a worker would import (call_in_worker("explorer.tracing.versions:imported", {}, tinygrad=V)): its tinygrad's version and where

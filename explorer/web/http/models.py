@@ -62,6 +62,7 @@ def _variant_field(default: Any, k: Knob) -> tuple[Any, Any]:
     else bool if isinstance(default, bool) else int if isinstance(default, int) else str
   if k.cli == "list": return list[one], Field(default=list(default), max_length=k.max_length, description=k.help)
   if k.bounds is not None: return int, Field(default=default, ge=k.bounds[0], le=k.bounds[1], description=k.help)
+  if default is None and k.choices: return one | None, Field(default=None, description=k.help)
   if default is None: return str | None, Field(default=None, max_length=k.max_length, description=k.help)
   return one, Field(default=default, pattern=k.pattern if one is str else None, max_length=k.max_length, description=k.help,
                     strict=True if one is bool else None)  # a flag is true or false, not 0.0 or "yes"
