@@ -8,6 +8,10 @@ from explorer.spec import TINYGRAD, TINYGRADS, SpecError, tinygrad_problem
 from explorer.tracing import versions
 
 OLDER = [v for v in TINYGRADS if v != TINYGRAD]
+
+def plain_env(**more: str) -> dict[str, str]:
+  """This environment without the explorer's tracking (a tinygrad that tracks prints its statistics as it exits)."""
+  return {**{k: v for k, v in os.environ.items() if k not in ("TRACK_MATCH_STATS", "VIZ", "CAPTURE_PROCESS_REPLAY")}, "VIZ": "0", **more}
 MADE = pytest.mark.skipif(not os.environ.get(versions.DIR_VAR), reason="the older tinygrads' environments are made by `make tinygrad-versions` "
                           "(KERNEL_EXPLORER_TINYGRADS names them; make test and make check set it)")
 
@@ -60,7 +64,7 @@ def test_an_older_tinygrads_environment_imports_it_and_the_explorer(version):
   assert env.state == "ready" and env.python is not None and env.path is not None, env
   code = "import importlib.metadata as m, json, tinygrad, explorer.spec, numpy; print(json.dumps([m.version('tinygrad'), tinygrad.__file__, " \
          "explorer.spec.__file__]))"
-  got = subprocess.run([env.python, "-c", code], capture_output=True, text=True, timeout=120)
+  got = subprocess.run([env.python, "-c", code], capture_output=True, text=True, timeout=120, env=plain_env())
   assert got.returncode == 0, got.stderr
   tg, where, explorer = json.loads(got.stdout.strip().splitlines()[-1])
   assert tg == version and pathlib.Path(where).is_relative_to(env.path)
@@ -123,7 +127,7 @@ def test_a_trace_on_tinygrad_0_13_records_every_stage_as_that_tinygrad_makes_it(
   assert trace["error"] is not None and trace["error"]["within"]
   env = versions.environment("0.13.0")
   plain = subprocess.run([env.python or "", "-c", PLAIN_HOST_CODEGEN, json.dumps(spec.to_dict())], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "DEV": "CPU", "VIZ": "0"})
+                         env=plain_env(DEV="CPU"))
   assert plain.returncode == 0, plain.stderr[-2000:]
   sources = json.loads(plain.stdout.strip().splitlines()[-1])
   assert len(sources) == len(trace["kernels"]) >= 1
