@@ -215,7 +215,7 @@ def cmd_enrich(a: argparse.Namespace) -> int:
   live values, loop splits, program spec) and compile facts. A trace file keeps no rewrite blob: its convolution is traced again for one."""
   from explorer.present.export import load
   from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS
-  from explorer.tracing import enrich
+  from explorer.tracing import enrich, versions
   from explorer.tracing.run import ran_here
   trace, trace_id, blob, store = load(a.source, a.db)
   targets = [t.strip() for t in a.target.split(",") if t.strip()] if a.target else None
@@ -243,7 +243,7 @@ def cmd_enrich(a: argparse.Namespace) -> int:
       for key in {j["blob"] for j in jobs if j["blob"] and j["blob"] not in blobs}:
         if store is None or (b := store.get_rewrites(trace_id, key)) is None: raise SpecError(f"the trace keeps no rewrite blob {key!r} to analyse")
         blobs[key] = b
-      got = enrich.compute_analysis(jobs, blobs, bars.bar("analyses", ("analysis",)), timeout_s=a.timeout)
+      got = enrich.compute_analysis(jobs, blobs, bars.bar("analyses", ("analysis",)), timeout_s=a.timeout, tinygrad=versions.recorded(source))
       if store is not None: store.put_enrichments(trace_id, ENRICH_ANALYSIS, got)
       trace = enrich.with_analysis(trace, got)
     if a.facts:

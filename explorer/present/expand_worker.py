@@ -78,3 +78,11 @@ def pass_python(db_path: str, trace_id: str, sink: int, target: str | None = Non
   """The graph a pass started from, as Python (tinygrad's pyrender)."""
   text, cut = _blob(db_path, trace_id, target).python(sink)
   return {"python": text, "cut": cut}
+
+EXPANDERS = {fn.__name__: fn for fn in (sink_graph, match_steps, pass_matches, pass_origin, pass_origins, pass_python)}
+
+def expanded(progress: Any, name: str, args: list[Any]) -> Any:
+  """One of the functions above in a worker of its own (call_in_worker, VIZ=0 in its environment): a trace recorded with an older
+  tinygrad has its blob loaded in that tinygrad's environment (explorer.tracing.versions), not in the server's graph workers."""
+  if name not in EXPANDERS: raise LookupError(f"no graph expansion {name!r}")
+  return EXPANDERS[name](*args)

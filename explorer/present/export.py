@@ -178,11 +178,12 @@ def local_graphs(trace: TraceRecord, trace_id: str, blob: bytes | None, store: A
     else: missing[ref] = sink
   if missing:
     say(f"expanding {len(missing)} graph(s) from the rewrite blob")
+    from explorer.tracing import versions
     from explorer.tracing.workers import WorkerFailed, call_in_worker
     why = ""
     try:
       got, _ = call_in_worker("explorer.present.export_worker:sink_graphs", {"blob": blob, "sinks": sorted(set(missing.values()))},
-                              timeout_s=timeout_s, env={"VIZ": "0"})
+                              timeout_s=timeout_s, env={"VIZ": "0"}, tinygrad=versions.recorded(trace))
     except WorkerFailed as e: got, why = {}, f"the rewrite blob could not be expanded here: {e}"
     for ref, sink in missing.items():
       title = graph_title(trace, parse_ref(ref))

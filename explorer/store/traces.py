@@ -128,6 +128,11 @@ class Traces(Connected):
           kernels = enrichments.merged(c, trace_id, dict(upgrade({"kernels": kernels})))["kernels"]
         yield cast("list[KernelRecord]", kernels)
 
+  def recorded_with(self, trace_id: str) -> str | None:
+    """The tinygrad version that recorded the trace (its listing's), None where there is no trace or it names none."""
+    row = self._conn().execute("SELECT json_extract(summary, '$.tinygrad') FROM traces WHERE id = ?", (trace_id,)).fetchone()
+    return row[0] if row is not None and isinstance(row[0], str) else None
+
   def stored_bytes(self, trace_id: str, light: bool = False) -> int:
     """The JSON a parse of the trace reads (its row, chunks and parts; light: their light halves), in bytes: 0 where there is none."""
     c, parts = self._conn(), "SELECT DISTINCT hash FROM kernel_refs WHERE trace_id = ?"

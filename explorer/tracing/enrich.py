@@ -9,6 +9,7 @@ from __future__ import annotations
 import os, uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, cast
 from explorer.spec import ANALYSIS_MARK, lacks_facts
+from explorer.tracing import versions
 from explorer.tracing.workers import Limits, Progress, call_in_worker
 if TYPE_CHECKING: from explorer.schema import KernelRecord, TargetRecord, TraceRecord  # types only: pydantic stays out of trace workers
 
@@ -109,10 +110,12 @@ def analysis_in_worker(progress: Progress, jobs: list[Job], blobs: dict[str, byt
   return out
 
 def compute_analysis(jobs: list[Job], blobs: dict[str, bytes], progress: Progress | None = None, limits: Limits | None = None,
-                     timeout_s: float | None = None) -> dict[tuple[int, str], dict[str, Any]]:
-  """The jobs' analyses, computed in a fresh worker: {(kernel, target): analysis}. blobs: every blob the jobs name ("" the trace's)."""
+                     timeout_s: float | None = None, tinygrad: str | None = None) -> dict[tuple[int, str], dict[str, Any]]:
+  """The jobs' analyses, computed in a fresh worker: {(kernel, target): analysis}. blobs: every blob the jobs name ("" the trace's);
+  tinygrad: the one that recorded them (versions.recorded)."""
   if not jobs: return {}
-  got, _ = call_in_worker("explorer.tracing.enrich:analysis_in_worker", {"jobs": jobs, "blobs": blobs}, progress, timeout_s, limits=limits)
+  got, _ = call_in_worker("explorer.tracing.enrich:analysis_in_worker", {"jobs": jobs, "blobs": blobs}, progress, timeout_s, limits=limits,
+                          tinygrad=tinygrad)
   return {(j["kernel"], j["target"]): a for j, a in zip(jobs, got)}
 
 def add_analysis(trace: TraceRecord, blobs: dict[str, bytes], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
@@ -120,7 +123,7 @@ def add_analysis(trace: TraceRecord, blobs: dict[str, bytes], targets: Iterable[
   """The trace with analyses on the records that lacked one (these targets and kernels; default all) and whose rewrite blob is among
   blobs ("" the trace's own), computed in a worker."""
   jobs = [j for j in analysis_jobs(trace, targets, kernels) if (j["blob"] or "") in blobs]
-  return with_analysis(trace, compute_analysis(jobs, blobs, progress, limits, timeout_s))
+  return with_analysis(trace, compute_analysis(jobs, blobs, progress, limits, timeout_s, versions.recorded(trace)))
 
 def with_analysis(trace: TraceRecord, analyses: dict[tuple[int, str], dict[str, Any]]) -> TraceRecord:
   """The trace with the analyses on their records, a copy (with_values)."""
@@ -153,7 +156,8 @@ def compute_target(trace: TraceRecord, blob: bytes, target: str, kernels: Iterab
   beam = variant.opt.startswith("beam:")
   args = {"blob": blob, "sinks": {n: k["ast_sink"] for n, k in ks.items()}, "target": target, "arch": variant.arch(target), "opt": variant.opt,
           "rewrites": list(variant.rewrites), "beam_opts": {n: k.get("opts") or [] for n, k in ks.items()} if beam else None}
-  (records, out_blob), _ = call_in_worker("explorer.tracing.enrich:target_in_worker", args, progress, timeout_s, limits=limits)
+  (records, out_blob), _ = call_in_worker("explorer.tracing.enrich:target_in_worker", args, progress, timeout_s, limits=limits,
+                                          tinygrad=versions.recorded(trace))
   key = f"{target}@{uuid.uuid4().hex[:10]}"
   for rec in records.values():
     if "error" not in rec: rec["rewrites"] = key

@@ -5,9 +5,9 @@ A trace worker for that version runs that venv's interpreter; the server's proce
 module imports none. Where: KERNEL_EXPLORER_TINYGRADS (a directory), else $XDG_DATA_HOME/kernel-explorer/tinygrad."""
 from __future__ import annotations
 import dataclasses, hashlib, os, pathlib, shutil, subprocess, sys, sysconfig, threading
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 from explorer.defaults import ENV_PREFIX
-from explorer.spec import TINYGRAD, TINYGRADS, SpecError, tinygrad_problem
+from explorer.spec import TINYGRAD, TINYGRADS, TRACEABLE, SpecError, tinygrad_problem
 
 DIR_VAR = ENV_PREFIX + "TINYGRADS"
 TINYGRAD_VAR = ENV_PREFIX + "TINYGRAD"  # in a worker's environment: the tinygrad it runs (explorer.tracing.workers.call_in_worker)
@@ -116,6 +116,12 @@ def ready(version: str | None, say: Callable[[str], None] = lambda _: None) -> N
   if version is None or environment(version).state in ("server", "ready"): return
   with _making:
     if environment(version).state != "ready": make(version, say)
+
+def recorded(trace: Any) -> str | None:
+  """The older tinygrad that recorded a trace (its env.tinygrad), in whose environment a worker reading the trace's rewrite blob or a
+  kernel's AST runs; None: the server's own, or one the explorer does not trace on (read here, as before)."""
+  version = (trace.get("env") or {}).get("tinygrad") if isinstance(trace, dict) else None
+  return version if version in TRACEABLE and version != TINYGRAD else None
 
 def imported(progress: Callable[[str, str, str], None]) -> dict[str, str]:
   """What a worker would import (call_in_worker("explorer.tracing.versions:imported", {}, tinygrad=V)): its tinygrad's version and where

@@ -63,3 +63,11 @@ def timer(call: UOp, var_vals: dict[str, int] | None = None) -> Any:
   once; before, a function that compiles each time)."""
   from tinygrad.engine.realize import time_call
   return functools.partial(next, time_call(call, var_vals)) if at_least(0, 14) else functools.partial(time_call, call, var_vals)
+
+# a dtype in a rewrite blob (explorer.tracing.tg.rewritelog): 0.14's is four scalars (priority, bits, name, format); before, a dtype is
+# a dataclass of more fields (a vector's count and scalar, a pointer's base, address space and size), its own class among these
+FLAT_DTYPES = at_least(0, 14)
+
+def dtype_classes() -> dict[str, type]:
+  import tinygrad.dtype as d
+  return {name: getattr(d, name) for name in ("DType", "PtrDType", "ImageDType") if hasattr(d, name)}

@@ -121,7 +121,7 @@ def _with_nums(g: dict, nums: dict[int, int]) -> dict:
 
 def _graph_from_viz(g: dict[int, dict]) -> dict:
   nodes = [{"id": str(k), "label": plain(v["label"]), "op": v["label"].split("\n", 1)[0], "color": v["color"],
-            "addrspace": v.get("addrspace")} for k, v in g.items() if not v["exclude"]]
+            "addrspace": v.get("addrspace")} for k, v in g.items() if not v.get("exclude")]  # (0.13 leaves the excluded out)
   keep = {n["id"] for n in nodes}
   edges = [{"src": str(s), "dst": str(k), "idx": i} for k, v in g.items() if str(k) in keep for i, s in v["src"] if str(s) in keep]
   return {"nodes": nodes, "edges": edges}

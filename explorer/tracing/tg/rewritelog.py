@@ -10,7 +10,7 @@ from tinygrad.helpers import Metadata, Target, TracingKey
 from tinygrad.renderer import Estimates
 from tinygrad.schedule.indexing import BufferizeOpts
 from tinygrad.uop.ops import AxisType, CallInfo, KernelInfo, Ops, ProgramInfo, RewriteTrace, TrackedGraphRewrite, UOp
-from explorer.tracing.tg.compat import ParamArg
+from explorer.tracing.tg.compat import FLAT_DTYPES, ParamArg, dtype_classes
 from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, location_key, package_path, read_plain, refused, stored_location
 from explorer.blob import write_plain
 
@@ -55,14 +55,23 @@ class _Encoder:
     self.unstored: collections.Counter[str] = collections.Counter()
     self.by_type: dict[type, Callable[[Any], Any]] = {  # one lookup per value: a big trace records millions of UOp fields
       tuple: lambda x: [e if type(e) in _PLAIN else self.value(e) for e in x], UOp: lambda x: {"u": x.trace_num},
-      DType: lambda x: {"d": self.dtype(x)}, ConstFloat: lambda x: {"f": float(x)}, InvalidType: lambda x: {"i": 1},
+      **{c: lambda x: {"d": self.dtype(x)} for c in dtype_classes().values()}, ConstFloat: lambda x: {"f": float(x)}, InvalidType: lambda x: {"i": 1},
       frozenset: lambda x: {"s": [self.value(e) for e in x]},
       **{c: lambda x: {"e": type(x).__name__, "n": x.name} for c in LOG_ENUMS.values()},
       **{c: lambda x: {"c": type(x).__name__, "a": [self.value(getattr(x, f.name)) for f in dataclasses.fields(x)]} for c in LOG_CLASSES.values()}}
 
   def dtype(self, d: DType) -> int:
-    if (i := self.dtypes.get(d)) is None: i = self.dtypes[d] = len(self.dtypes)
+    if (i := self.dtypes.get(d)) is None:
+      if not FLAT_DTYPES:  # the dtypes it is made of first: a row names only earlier ones
+        for f in dataclasses.fields(d):
+          if isinstance(v := getattr(d, f.name), DType): self.dtype(v)
+      i = self.dtypes[d] = len(self.dtypes)
     return i
+
+  def dtype_row(self, d: DType) -> Any:
+    """0.14's: [priority, bits, name, format]; before, {"t": its class, "a": its fields, a dtype among them as {"d": index}}."""
+    if FLAT_DTYPES: return [d.priority, d.bitsize, d.name, d.fmt]
+    return {"t": type(d).__name__, "a": [self.value(getattr(d, f.name)) for f in dataclasses.fields(d)]}
 
   def value(self, x: Any) -> Any:
     t = type(x)
@@ -102,7 +111,7 @@ def encode_rewrite_log(log: RewriteTrace) -> bytes:
     columns["tag"] += [None if (t := r[4]) is None else value(t) for r in rows]
     columns["meta"] += [value(r[5]) if len(r) > 5 else None for r in rows]
   if enc.unstored: ENCODER_UNSTORED.update(enc.unstored)
-  body = {"ops": [o.name for o in ops], "dtypes": [[d.priority, d.bitsize, d.name, d.fmt] for d in enc.dtypes], "keys": keys, "rewrites": rewrites,
+  body = {"ops": [o.name for o in ops], "dtypes": [enc.dtype_row(d) for d in enc.dtypes], "keys": keys, "rewrites": rewrites,
           "fields": columns, "rewrite_fields": [f.name for f in dataclasses.fields(TrackedGraphRewrite)], "sources": sources}
   return write_plain(body)
 
@@ -121,13 +130,33 @@ class LogFields(collections.abc.Mapping):
     _check(len(self.row) == len(cols["num"]), "a UOp's trace number is not a whole number, or repeats")
     _check(isinstance(body["ops"], list) and all(isinstance(n, str) and n in Ops.__members__ for n in body["ops"]), "it names an op tinygrad lacks")
     self.ops = [Ops[n] for n in body["ops"]]
-    _check(isinstance(body["dtypes"], list) and all(isinstance(d, list) and len(d) == 4 and type(d[0]) is int and type(d[1]) is int
-                                                   and isinstance(d[2], str) and (d[3] is None or isinstance(d[3], str)) for d in body["dtypes"]),
-           "a dtype is not (priority, bits, name, format)")
-    self.dtypes = [DType(*d) for d in body["dtypes"]]
+    _check(isinstance(body["dtypes"], list), "its dtypes are not a list")
+    self.dtypes: list[DType] = []
+    for d in body["dtypes"]: self.dtypes.append(self._dtype(d))
     self.decoded: dict[int, tuple] = {}
     self.built: dict[int, UOp] = {}
     self.sources: dict[str, str] = {}  # each rule location's source, as the trace captured it (location_key -> text)
+
+  def _dtype(self, d: Any) -> DType:
+    """A dtype row (_Encoder.dtype_row) as this tinygrad's DType; its fields only plain values, enums and earlier dtypes."""
+    if FLAT_DTYPES:
+      _check(isinstance(d, list) and len(d) == 4 and type(d[0]) is int and type(d[1]) is int and isinstance(d[2], str)
+             and (d[3] is None or isinstance(d[3], str)), "a dtype is not (priority, bits, name, format)")
+      return DType(*d)
+    classes = dtype_classes()
+    _check(isinstance(d, dict) and d.get("t") in classes and isinstance(d.get("a"), list), "a dtype is not one of tinygrad's dtype classes")
+    def field(v: Any) -> Any:
+      if type(v) in _PLAIN: return v
+      if isinstance(v, list): return tuple(field(x) for x in v)
+      _check(isinstance(v, dict), "a dtype's field is malformed")
+      if "d" in v:
+        _check(type(v["d"]) is int and 0 <= v["d"] < len(self.dtypes), "a dtype names a dtype after it")
+        return self.dtypes[v["d"]]
+      _check(v.get("e") in LOG_ENUMS and isinstance(v.get("n"), str) and v["n"] in LOG_ENUMS[v["e"]].__members__, "a dtype's enum is unknown")
+      return LOG_ENUMS[v["e"]][v["n"]]
+    cls = classes[d["t"]]
+    _check(len(d["a"]) == len(dataclasses.fields(cls)), "a dtype has the wrong number of fields")
+    return cls(*[field(v) for v in d["a"]])
 
   def __len__(self) -> int: return len(self.row)
   def __iter__(self) -> Iterator[int]: return iter(self.row)

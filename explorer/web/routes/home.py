@@ -5,7 +5,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
-from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, REWRITES, STAGINGS, TARGETS, TILES, TINYGRAD, WINO_IMPLS, SpecError, Variant
+from explorer.spec import (ALGOS, CONSTS, DTYPES, PRESETS, REWRITES, STAGINGS, TARGETS, TILES, TINYGRAD, TINYGRADS, TRACEABLE, WINO_IMPLS,
+                           SpecError, Variant)
 from explorer.tracing import versions
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep
@@ -21,7 +22,7 @@ FORM_DEFAULTS = {**PRESETS["small"].to_dict(), **{k: v for k, v in Variant().to_
 def home_context(recent: list[dict[str, Any]], values: dict[str, Any] | None = None, error: str | None = None) -> dict[str, Any]:
   return {"presets": {n: {**s.to_dict(), "label": s.label()} for n, s in PRESETS.items()}, "targets": TARGETS, "algos": ALGOS,
           "wino_impls": WINO_IMPLS, "tiles": TILES, "stagings": STAGINGS, "consts_options": CONSTS, "dtypes": list(DTYPES), "recent": recent,
-          "values": values or FORM_DEFAULTS, "error": error, "rewrite_catalogue": REWRITES}
+          "values": values or FORM_DEFAULTS, "error": error, "rewrite_catalogue": REWRITES, "tinygrads": TINYGRADS, "traceable": TRACEABLE}
 
 @router.get("/", response_class=HTMLResponse)
 async def home(request: Request, svc: ServicesDep) -> HTMLResponse:
@@ -43,7 +44,8 @@ def form_to_request(form: dict[str, list[str]]) -> tuple[dict[str, Any], TraceRe
   variant = {"algo": one.get("algo", "direct"), "wino_impl": one.get("wino_impl", "builtin"), "tile": one.get("tile", "F(4,3)"),
              "staging": one.get("staging", "staged"), "consts": one.get("consts", "symbolic"), "opt": opt, "targets": form.get("targets", []),
              "warmup": one.get("warmup", "2"), "repeats": one.get("repeats", "10"), "fallback": values["fallback"], "time": values["time"],
-             "rewrites": [f"peel:{one.get('peel', '').strip() or '2'}" if r == "peel" else r for r in form.get("rewrites", [])]}
+             "rewrites": [f"peel:{one.get('peel', '').strip() or '2'}" if r == "peel" else r for r in form.get("rewrites", [])],
+             "tinygrad": one.get("tinygrad") or None}
   if (preset := one.get("preset", "custom")) in PRESETS: return values, TraceRequest.model_validate({"preset": preset, "variant": variant})
   return values, TraceRequest.model_validate({"spec": spec, "variant": variant})
 

@@ -16,6 +16,7 @@ from explorer.schema import RanOn, TraceRecord
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, Variant, lacks_facts
 from explorer.store import Store
 from explorer.tasks import ENRICHMENT, OPTS as OPTS_TASK
+from explorer.tracing import versions
 from explorer.tracing.workers import Limits, WorkerFailed
 from explorer.web.services.lifecycle import DONE, ERROR, Busy, Journal, Progress, Task, Tasks
 from explorer.web.services.permit import WorkPermit
@@ -208,7 +209,7 @@ class EnrichmentService:
           if (b := self.store.get_rewrites(trace_id, key or None)) is None:
             raise WorkerFailed(f"trace {trace_id} keeps no rewrite blob {key or 'of its own'}")
           blobs[key] = b
-        return enrich.compute_analysis(jobs, blobs, progress, limits)
+        return enrich.compute_analysis(jobs, blobs, progress, limits, tinygrad=versions.recorded(trace_now()))
       return analyse, self._keeper(trace_id, ENRICH_ANALYSIS, target, enrich.with_analysis)
     def compile_(task: EnrichTask, progress: Progress) -> Any:
       return enrich.compute_facts(enrich.facts_jobs(trace_now(), [target], kernels), progress, limits)

@@ -17,7 +17,9 @@ from explorer.schema import Pass, TraceRecord
 from explorer.store import Store
 from explorer.present import expand_worker as expand
 from explorer.tracing.pool import WorkerPool
-from explorer.tracing.workers import Limits, WorkerFailed, WorkersBusy
+from explorer.spec import TINYGRAD, TRACEABLE
+from explorer.tracing import versions
+from explorer.tracing.workers import Limits, WorkerFailed, WorkersBusy, call_in_worker
 from explorer.web.services.lifecycle import Busy
 from explorer.web.services.permit import WorkPermit
 from explorer.web.urls import trace_url
@@ -51,14 +53,30 @@ class GraphService:
     self._inflight: dict[tuple[str, ...], asyncio.Future[Any]] = {}
     self._dot_slots: asyncio.Semaphore | None = None
     self.expansions = 0  # worker calls made: tests check that cached graphs do not expand again
+    self._recorded: dict[str, str] = {}  # trace id -> the tinygrad that recorded it ("": none named)
+    self._older_slots: asyncio.Semaphore | None = None  # expansions in an older tinygrad's workers at once (as many as the pool's)
 
   # ***** worker processes (explorer.tracing.pool: limits, and a dead or hung worker replaced) *****
 
   def close(self) -> None: self.pool.close()
 
+  def _older(self, trace_id: str) -> str | None:
+    """The older tinygrad that recorded the trace where its environment is made (its blob loads there, not in this tinygrad's workers);
+    None: this server's own (or one without an environment: its blob is tried here, and a graph the store never cached says why not)."""
+    if (version := self._recorded.get(trace_id)) is None:
+      if len(self._recorded) > 4096: self._recorded.clear()
+      self._recorded[trace_id] = version = self.store.recorded_with(trace_id) or ""
+    return version if version in TRACEABLE and version != TINYGRAD and versions.environment(version).state == "ready" else None
+
   async def _expand(self, fn: Callable[..., Any], *args: Any) -> Any:
     self.expansions += 1
-    try: return await self.pool.call(fn, str(self.store.path), *args)
+    try:
+      if (version := self._older(args[0])) is not None:
+        if self._older_slots is None: self._older_slots = asyncio.Semaphore(self.workers)
+        async with self._older_slots:
+          return (await asyncio.to_thread(call_in_worker, "explorer.present.expand_worker:expanded", {"name": fn.__name__, "args": [
+                  str(self.store.path), *args]}, None, self.expand_timeout_s, env={"VIZ": "0"}, limits=self.pool.limits, tinygrad=version))[0]
+      return await self.pool.call(fn, str(self.store.path), *args)
     except WorkersBusy as e: raise GraphBusy(str(e)) from None
     except WorkerFailed as e: raise GraphUnavailable(f"expanding the graph failed: {e}") from None
     except LookupError as e: raise GraphNotFound(str(e)) from None
