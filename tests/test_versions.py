@@ -2,7 +2,7 @@
 (explorer.tracing.versions; `make tinygrad-versions` makes them for the suite, in .tinygrads, kept between runs), where it stands,
 and what imports there."""
 from __future__ import annotations
-import json, os, pathlib, re, subprocess, sys
+import json, os, pathlib, re, subprocess, sys, time
 import pytest
 from explorer.spec import TINYGRAD, TINYGRADS, SpecError, tinygrad_problem
 from explorer.tracing import versions
@@ -134,3 +134,41 @@ def test_a_trace_on_tinygrad_0_13_records_every_stage_as_that_tinygrad_makes_it(
   for k, source in zip(trace["kernels"], sources):
     assert k["host_target"] == "clang" and k["targets"]["clang"]["source"] == source and k["targets"]["cuda"]["source"]
     assert k["passes"] and k["linear_uops"] > 0 and k["time_s"] is not None
+
+@MADE
+def test_a_server_traces_on_tinygrad_0_13_and_reads_it_there(tmp_path):
+  """Through the API: a trace asking for tinygrad 0.13.0 runs in its environment and is stored under its own id; its pages answer, its
+  graphs are rebuilt from its rewrite blob by a worker of that tinygrad (tensor, AST, a codegen pass, a match, a rangeify pass), and what
+  it computes later (an analysis, another target's record) is computed there too. 0.12.0 is refused until the seam speaks it."""
+  from fastapi.testclient import TestClient
+  from conftest import wait_done
+  from support import app_over
+  with TestClient(app_over(str(tmp_path / "s.sqlite3"))) as client:
+    variant = {"targets": ["cuda"], "repeats": 3, "warmup": 1}
+    older = client.post("/api/traces", json={"preset": "small", "variant": {**variant, "tinygrad": "0.13.0"}}).json()
+    assert "tinygrad 0.13.0" in older["label"] and wait_done(client, tid := older["id"])["status"] == "done"
+    trace = client.get(f"/api/traces/{tid}/raw").json()
+    assert trace["env"]["tinygrad"] == "0.13.0" and trace["variant"]["tinygrad"] == "0.13.0" and trace["failures"] == []
+    for page in (f"/t/{tid}", f"/t/{tid}/k/0", f"/t/{tid}/bufferize", f"/t/{tid}/rangeify", f"/t/{tid}/graph/tensor"):
+      assert client.get(page, headers={"accept": "text/html"}).status_code == 200, page
+    refs = client.get(f"/api/traces/{tid}/graphs").json()
+    last = int(refs["codegen"]["0"].split("/")[2].split("..")[1])
+    for ref in ("tensor", "ast/0", f"codegen/0/{last}/after", "codegen/0/3/m1", "rangeify/2/after"):
+      got = client.get(f"/api/traces/{tid}/graphs/{ref}")
+      assert got.status_code == 200 and got.json()["total_nodes"] > 0, (ref, got.text[:300])
+    analysis = client.get(f"/api/traces/{tid}/kernels/0/targets/clang/analysis")
+    for _ in range(240):
+      if analysis.status_code != 202: break
+      time.sleep(0.25)
+      analysis = client.get(f"/api/traces/{tid}/kernels/0/targets/clang/analysis")
+    assert analysis.status_code == 200 and analysis.json()["pressure"]["max_live"] > 0
+    ptx = client.get(f"/api/traces/{tid}/kernels/0/targets/ptx")
+    for _ in range(240):
+      if ptx.status_code != 202: break
+      time.sleep(0.25)
+      ptx = client.get(f"/api/traces/{tid}/kernels/0/targets/ptx")
+    assert ptx.status_code == 200 and ".entry" in ptx.json()["source"]
+    assert client.post("/api/traces", json={"preset": "small", "variant": variant}).json()["id"] != tid  # the server's own: another trace
+    refused = client.post("/api/traces", json={"preset": "small", "variant": {**variant, "tinygrad": "0.12.0"}})
+    assert refused.status_code == 422 and "not built yet" in refused.text
+    assert 'value="0.13.0"' in client.get("/").text
