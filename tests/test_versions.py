@@ -150,7 +150,8 @@ def test_a_server_traces_on_tinygrad_0_13_and_reads_it_there(tmp_path):
     trace = client.get(f"/api/traces/{tid}/raw").json()
     assert trace["env"]["tinygrad"] == "0.13.0" and trace["variant"]["tinygrad"] == "0.13.0" and trace["failures"] == []
     for page in (f"/t/{tid}", f"/t/{tid}/k/0", f"/t/{tid}/bufferize", f"/t/{tid}/rangeify", f"/t/{tid}/graph/tensor"):
-      assert client.get(page, headers={"accept": "text/html"}).status_code == 200, page
+      got = client.get(page, headers={"accept": "text/html"})
+      assert got.status_code == 200 and "workers of tinygrad 0.13.0" in got.text and "spec_kernel_graph is tinygrad 0.14" in got.text, page
     refs = client.get(f"/api/traces/{tid}/graphs").json()
     last = int(refs["codegen"]["0"].split("/")[2].split("..")[1])
     for ref in ("tensor", "ast/0", f"codegen/0/{last}/after", "codegen/0/3/m1", "rangeify/2/after"):
