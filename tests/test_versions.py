@@ -169,7 +169,20 @@ def test_a_server_traces_on_tinygrad_0_13_and_reads_it_there(tmp_path):
       time.sleep(0.25)
       ptx = client.get(f"/api/traces/{tid}/kernels/0/targets/ptx")
     assert ptx.status_code == 200 and ".entry" in ptx.json()["source"]
-    assert client.post("/api/traces", json={"preset": "small", "variant": variant}).json()["id"] != tid  # the server's own: another trace
+    own = client.post("/api/traces", json={"preset": "small", "variant": variant}).json()["id"]
+    assert own != tid and wait_done(client, own)["status"] == "done"  # the server's own: another trace
+    diff = client.get(f"/api/diff/{tid}/{own}").json()  # across versions: each side's graphs rebuilt by its own tinygrad
+    assert diff["specs_match"] and diff["notes"] == [] and all(g["graph"] is not None for g in diff["groups"])
+    assert "0.13.0" in client.get(f"/diff/{tid}/{own}", headers={"accept": "text/html"}).text
     refused = client.post("/api/traces", json={"preset": "small", "variant": {**variant, "tinygrad": "0.12.0"}})
     assert refused.status_code == 422 and "not built yet" in refused.text
     assert 'value="0.13.0"' in client.get("/").text
+
+def test_two_tinygrads_are_not_timed_against_each_other():
+  """A diff's interleaved timing rebuilds both sides in one worker, which runs one tinygrad: sides that asked for different ones are
+  not timed against each other, and it says why; a trace stored before the choice (no variant.tinygrad) is the server's own."""
+  from explorer.analysis.diff import comparable
+  side = {"spec": {"batch": 1}, "env": {"device": "CPU", "tinygrad": "0.14.0"}, "variant": {}}
+  older = {**side, "env": {"device": "CPU", "tinygrad": "0.13.0"}, "variant": {"tinygrad": "0.13.0"}}
+  assert (comparable(side, older) or "").startswith("they asked for different tinygrads (0.14.0 and 0.13.0): each one's own timing is shown")
+  assert comparable(side, {**side, "variant": {"tinygrad": TINYGRAD}}) is None and comparable(older, older) is None

@@ -13,13 +13,15 @@ No tinygrad here: what needs it runs in a fresh worker (explorer.analysis.diff_w
 from __future__ import annotations
 import difflib, hashlib, statistics
 from collections import Counter, defaultdict
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence, cast
 from explorer import stats
 from explorer.analysis import memory
 from explorer.clocks import METHODS, ratio_words
 from explorer.analysis.sass import estimate, sass_in
+from explorer.spec import TINYGRAD
 from explorer.schema import (Buffer, CompileFacts, KernelRecord, RatioStats, ScheduleRow, TraceRecord, VariantTiming, registers_of, schedule_role,
                             stage_counts_of, target_record)
+from explorer.tracing import versions
 from explorer.tracing.workers import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
 
 CHAIN = ("xhat", "ghat", "mhat", "out")
@@ -427,11 +429,24 @@ def sass_mixes(ka: list[KernelRecord], kb: list[KernelRecord], target: str) -> d
 def _totals_delta(ta: dict[str, Any], tb: dict[str, Any]) -> dict[str, Any]:
   return {k: tb[k] - ta[k] for k, v in ta.items() if isinstance(v, (int, float))}
 
+def kernel_graphs(a: TraceRecord, b: TraceRecord, a_blob: bytes, b_blob: bytes, a_sinks: Sequence[int | None], b_sinks: Sequence[int | None],
+                  timeout_s: float) -> tuple[dict[int, Any], dict[int, Any]]:
+  """Each side's kernel AST graphs by trace number, rebuilt from its rewrite blob in a worker of the tinygrad that wrote it: one worker
+  for both where that is one tinygrad, one each where they differ (WorkerFailed where a blob does not load)."""
+  va, vb = versions.recorded(a), versions.recorded(b)
+  if va == vb:
+    (gra, grb), _ = call_in_worker("explorer.analysis.diff_worker:kernel_graphs", {"a_blob": a_blob, "b_blob": b_blob, "a_sinks": a_sinks,
+                                   "b_sinks": b_sinks}, timeout_s=timeout_s, env={"VIZ": "0"}, tinygrad=va)
+    return gra, grb
+  def side(blob: bytes, sinks: Sequence[int | None], version: str | None) -> dict[int, Any]:
+    got, _ = call_in_worker("explorer.analysis.diff_worker:side_graphs", {"blob": blob, "sinks": sinks}, timeout_s=timeout_s,
+                            env={"VIZ": "0"}, tinygrad=version)
+    return cast(dict[int, Any], got)
+  return side(a_blob, a_sinks, va), side(b_blob, b_sinks, vb)
+
 def _attach_graphs(groups: list[dict[str, Any]], sa: Side, sb: Side, a_blob: bytes, b_blob: bytes, timeout_s: float, notes: list[str]) -> None:
   a_sinks, b_sinks = [k["ast_sink"] for k in sa.kernels], [k["ast_sink"] for k in sb.kernels]
-  try:
-    (gra, grb), _ = call_in_worker("explorer.analysis.diff_worker:kernel_graphs", {"a_blob": a_blob, "b_blob": b_blob, "a_sinks": a_sinks,
-                                   "b_sinks": b_sinks}, timeout_s=timeout_s, env={"VIZ": "0"})
+  try: gra, grb = kernel_graphs(sa.trace, sb.trace, a_blob, b_blob, a_sinks, b_sinks, timeout_s)
   except WorkerFailed as e:
     notes.append(f"graph diff failed: {e}")
     return
@@ -447,7 +462,11 @@ def comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     return "a captured program cannot be rebuilt here: time it when capturing it (capture(time=True), or trace --script without --no-time)"
   if a.get("spec") != b.get("spec"): return "the specs differ"
   da, db = (a.get("env") or {}).get("device"), (b.get("env") or {}).get("device")
-  return f"they ran on different devices ({da} and {db})" if da != db else None
+  if da != db: return f"they ran on different devices ({da} and {db})"
+  # both are rebuilt from their variants in one worker, which runs one tinygrad: the one each asked for (none: the server's own)
+  ta, tb = ((t.get("variant") or {}).get("tinygrad") or TINYGRAD for t in (a, b))
+  if ta != tb: return f"they asked for different tinygrads ({ta} and {tb}): each one's own timing is shown, not timed against the other's"
+  return None
 
 def _variant_on(t: Mapping[str, Any]) -> dict[str, Any]: return {**t["variant"], "device": t["env"]["device"]}
 

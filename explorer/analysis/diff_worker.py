@@ -10,6 +10,11 @@ def kernel_graphs(progress: Progress, a_blob: bytes, b_blob: bytes, a_sinks: lis
   a, b = tg.RewriteBlob(a_blob), tg.RewriteBlob(b_blob)
   return {n: a.graph_of(n) for n in a_sinks}, {n: b.graph_of(n) for n in b_sinks}
 
+def side_graphs(progress: Progress, blob: bytes, sinks: list[int]) -> dict[int, Any]:
+  """One side's kernel AST graphs (kernel_graphs), where the two were recorded with different tinygrads: each in a worker of its own."""
+  b = tg.RewriteBlob(blob)
+  return {n: b.graph_of(n) for n in sinks}
+
 def seeded_inputs(spec: ConvSpec) -> tuple[np.ndarray, np.ndarray]:
   """The input and weight every trace runs on (the same draws as explorer.tracing.trace._run_stages)."""
   rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ from pygments.formatters import HtmlFormatter
 from explorer.version import __version__
 from explorer.present import graphs
 from explorer.analysis.diff import Whole, as_it_is, compare_outputs, diff_traces, graph_diff, packed, remeasure_interleaved, source_rows
-from explorer.analysis.diff import time_verdict, unpacked
+from explorer.analysis.diff import kernel_graphs, time_verdict, unpacked
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.run import ran_here
@@ -174,18 +174,16 @@ class DiffService:
     return cast(dict[str, Any], await self._once((a_id, b_id, GRAPHS), lambda: self._make_graphs(a_id, a, b_id, b, groups)))
 
   async def _make_graphs(self, a_id: str, a: TraceRecord, b_id: str, b: TraceRecord, groups: list[dict[str, Any]]) -> dict[str, Any]:
-    from explorer.tracing.workers import WorkerFailed, call_in_worker
-    blobs = await asyncio.to_thread(lambda: (self.store.get_rewrites(a_id), self.store.get_rewrites(b_id)))
-    if any(not x for x in blobs): return {"error": "a side has no stored rewrite blob: no UOp graph diff", "groups": []}
+    from explorer.tracing.workers import WorkerFailed
+    a_blob, b_blob = await asyncio.to_thread(lambda: (self.store.get_rewrites(a_id), self.store.get_rewrites(b_id)))
+    if not a_blob or not b_blob: return {"error": "a side has no stored rewrite blob: no UOp graph diff", "groups": []}
     # ast_sink: absent from a kernel of a trace that failed before its AST was recorded
     sinks = {s: [k["ast_sink"] for k in t["kernels"] if k.get("ast_sink") is not None] for s, t in (("a", a), ("b", b))}
-    args = {"a_blob": blobs[0], "b_blob": blobs[1], "a_sinks": sinks["a"], "b_sinks": sinks["b"]}
     self.graph_runs += 1
     if self._graph_slots is None: self._graph_slots = asyncio.Semaphore(1)  # one graph-diff worker at a time, however many pairs are asked
     try:
       async with self._graph_slots:
-        work = lambda: call_in_worker("explorer.analysis.diff_worker:kernel_graphs", args, timeout_s=self.timeout_s, env={"VIZ": "0"})
-        (gra, grb), _ = await run_in_daemon_thread(work)
+        gra, grb = await run_in_daemon_thread(lambda: kernel_graphs(a, b, a_blob, b_blob, sinks["a"], sinks["b"], self.timeout_s))
     except WorkerFailed as e: return {"error": f"this server could not rebuild the kernels' UOp graphs: {e}", "groups": []}
     out = []
     for g in groups:
