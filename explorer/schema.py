@@ -958,6 +958,7 @@ class StudyResult(TypedDict):
   """run_studies: every case of one study."""
   study: str
   cases: list[StudyCase]
+  tinygrad: NotRequired[str]  # the tinygrad every case traced and timed on (absent: a study run before the choice, on the server's own)
 
 def setting_of(case: StudyCase) -> str:
   """Which setting the case measures ("": a case run alone, by run_study)."""

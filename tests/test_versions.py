@@ -186,3 +186,18 @@ def test_two_tinygrads_are_not_timed_against_each_other():
   older = {**side, "env": {"device": "CPU", "tinygrad": "0.13.0"}, "variant": {"tinygrad": "0.13.0"}}
   assert (comparable(side, older) or "").startswith("they asked for different tinygrads (0.14.0 and 0.13.0): each one's own timing is shown")
   assert comparable(side, {**side, "variant": {"tinygrad": TINYGRAD}}) is None and comparable(older, older) is None
+
+@MADE
+def test_a_study_runs_its_cases_on_an_older_tinygrad():
+  """The constants study (seed 000) on tinygrad 0.13.0: both variants traced and timed interleaved in that tinygrad's environment (the
+  explorer's symbolic constants there a column of stacked CONSTs, as 0.13 builds one), its verdicts said to be 0.13's."""
+  from explorer.analysis.study import run_studies
+  from explorer.present.study import document_markdown
+  from explorer.spec import PRESETS
+  study = run_studies("constants", [("small", PRESETS["small"])], repeats=3, warmup=1, targets=(), compile_repeats=0, timeout_s=600,
+                      tinygrad="0.13.0")
+  case = study["cases"][0]
+  assert study["tinygrad"] == "0.13.0" and [r["variant"] for r in case["rows"]] == ["symbolic", "materialized"]
+  assert all(r["status"] == "ok" and r["time_median_s"] > 0 for r in case["rows"])
+  assert all("tinygrad 0.13.0" in t["label"] for t in case["traces"].values()) and not case["identical_kernels"]
+  assert "measured again on tinygrad 0.13.0" in document_markdown(study)

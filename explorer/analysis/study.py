@@ -9,7 +9,7 @@ import dataclasses, statistics
 from typing import Any, Callable, Literal, Sequence, cast
 from explorer import stats
 from explorer.schema import Claim, Comparison, CountComparison, StudyCase, StudyResult, StudyRow, TraceRecord, VariantTiming, ast_key_of, setting_of
-from explorer.spec import STUDY_COMPILE_REPEATS, ConvSpec, SpecError, Variant
+from explorer.spec import STUDY_COMPILE_REPEATS, TINYGRAD, ConvSpec, SpecError, Variant
 from explorer.tracing.workers import Progress, call_in_worker
 from explorer.tracing.run import device_env, run_trace
 
@@ -45,11 +45,12 @@ def tile_problem(tile: str | None, cases: Sequence[tuple[str, ConvSpec]]) -> str
 def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int = 20, warmup: int = 3, tile: str | None = None,
                 targets: tuple[str, ...] = ("cuda",), device: str | None = None, progress: Progress | None = None,
                 timeout_s: float = 1800, ci_width: float | None = None, budget_s: float | None = None, keep: KeepTrace | None = None,
-                compile_repeats: int | None = None) -> StudyResult:
+                compile_repeats: int | None = None, tinygrad: str | None = None) -> StudyResult:
   """Every case of a study (presets: (name, spec) pairs; a name in CLAIMS brings the document's figures): {"study", "cases": [{"preset",
   "rows", "comparisons", "identical_kernels", ...}]}. For a 5x5 case of the constants study a second case times tinygrad's builtin
   path (it falls back to the direct kernels) against direct: identical kernels, so any difference between them is noise by
-  construction, and its interval shows how big that noise is."""
+  construction, and its interval shows how big that noise is. tinygrad: the one every case traces and times on (None: the server's own;
+  another in its environment, explorer.tracing.versions)."""
   if (why := tile_problem(tile, presets)) is not None: raise SpecError(why)
   cases: list[StudyCase] = []
   for preset, spec in presets:
@@ -58,13 +59,13 @@ def run_studies(kind: str, presets: Sequence[tuple[str, ConvSpec]], repeats: int
     mine = claim if spec.kernel == 3 else None
     cases.append({"preset": preset, "case": f"the explorer's Winograd {tile_for(spec, tile)}",
                   **run_study(kind, spec, repeats, warmup, tile_for(spec, tile), targets, device, progress, timeout_s, claim=mine,
-                              ci_width=ci_width, budget_s=budget_s, keep=keep, compile_repeats=compile_repeats)})
+                              ci_width=ci_width, budget_s=budget_s, keep=keep, compile_repeats=compile_repeats, tinygrad=tinygrad)})
     if _noise_case(kind, spec):
       cases.append({"preset": preset, "case": "tinygrad's builtin path (falls back to direct): identical kernels by construction",
                     **run_study(kind, spec, repeats, warmup, "F(4,3)", targets, device, progress, timeout_s, variants=NOISE_PAIR,
                                 claim=_only(claim, "time") if claim else None, ci_width=ci_width, budget_s=budget_s, keep=keep,
-                                compile_repeats=compile_repeats)})
-  return {"study": kind, "cases": cases}
+                                compile_repeats=compile_repeats, tinygrad=tinygrad)})
+  return {"study": kind, "cases": cases, "tinygrad": tinygrad or TINYGRAD}
 
 def _only(claim: Claim, *figures: str) -> Claim:
   return cast(Claim, {**{f: v for f, v in claim.items() if f in figures and f != "says"},
@@ -83,7 +84,7 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
               device: str | None = None, progress: Progress | None = None, timeout_s: float = 1800,
               variants: list[tuple[str, Variant]] | None = None, claim: Claim | None = None,
               ci_width: float | None = None, budget_s: float | None = None, keep: KeepTrace | None = None,
-              compile_repeats: int | None = None) -> StudyCase:
+              compile_repeats: int | None = None, tinygrad: str | None = None) -> StudyCase:
   """claim: the document's figures for this case as B/A ratios (CLAIMS), to give each comparison a verdict. ci_width: sample past
   `repeats` until each ratio's 95% interval is narrower than this, or budget_s is spent. keep: called with each variant's trace; a row
   names the id it returns (trace_id). compile_repeats (default spec.STUDY_COMPILE_REPEATS; 0: none): how many times the timing worker compiles
@@ -91,8 +92,8 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
   step: Progress = progress or (lambda stage, status, detail: None)
   compile_repeats = STUDY_COMPILE_REPEATS if compile_repeats is None else compile_repeats
   claim = claim or {}
-  variants = [(name, dataclasses.replace(v, tile=tile if v.wino_impl == "explorer" else v.tile, targets=targets, time=False, device=device))
-              for name, v in (variants or STUDY_VARIANTS[kind])]
+  variants = [(name, dataclasses.replace(v, tile=tile if v.wino_impl == "explorer" else v.tile, targets=targets, time=False, device=device,
+                                         tinygrad=tinygrad)) for name, v in (variants or STUDY_VARIANTS[kind])]
   traces: dict[str, TraceRecord] = {}
   kept: dict[str, str | None] = {}
   for name, v in variants:
@@ -106,7 +107,7 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
                              "warmup": warmup, "repeats": repeats, "target_width": ci_width, "budget_s": budget_s,
                              "compile_repeats": compile_repeats},
                              progress=lambda _stage, _status, detail: step("timing", "running", detail), timeout_s=timeout_s,
-                             env={"VIZ": "0", **device_env()})
+                             env={"VIZ": "0", **device_env()}, tinygrad=tinygrad)
   step("timing", "done", "")
   rows: list[StudyRow] = [{**_row(name, traces[name], t), "trace_id": kept[name]} for (name, _), t in zip(variants, timing)]
   base = rows[0]["time_median_s"]

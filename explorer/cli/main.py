@@ -140,22 +140,30 @@ def cmd_study(a: argparse.Namespace) -> int:
   if (why := tile_problem(a.tile, [(p, PRESETS[p]) for p in presets])) is not None: raise SpecError(f"--{why}")
   if a.tile and (other := [p for p in presets if not tile_fits(a.tile, PRESETS[p])]):
     print(f"--tile {a.tile} applies to {', '.join(p for p in presets if p not in other)}; {', '.join(other)} keep F(4,r)", file=sys.stderr)
-  with StepBars(a.quiet) as bars:
-    progress = bars.bar(f"study {a.kind}", study_steps(a.kind, [PRESETS[p] for p in presets]))
-    study = run_studies(a.kind, [(p, PRESETS[p].validate()) for p in presets], repeats=a.repeats, warmup=a.warmup, tile=a.tile,
-                        device=a.device, progress=progress, timeout_s=a.timeout, ci_width=a.ci_width or None, budget_s=a.budget_s,
-                        compile_repeats=a.compile_repeats)
-  for case in study["cases"]: print(markdown(case))
-  print(document_markdown(study))
-  path = a.json or f"study-{a.kind}.json"
-  with open(path, "w") as f: json.dump(study, f, indent=1, default=str)
-  print(f"wrote {path}", file=sys.stderr)
-  if a.html:
-    status = {"id": pathlib.Path(a.html).stem, "label": f"{a.kind}: {', '.join(presets)}", "request": {"argv": sys.argv[1:]}, "result": study,
-              "table": document_rows(study)}
-    pathlib.Path(a.html).write_text(render_export(status, f"kernel-explorer study on {socket.gethostname()}"))
-    print(f"wrote {a.html}", file=sys.stderr)
-  return 0 if all(r["status"] == "ok" for case in study["cases"] for r in case["rows"]) else 1
+  tinygrads = [v.strip() for v in a.tinygrad.split(",") if v.strip()] if a.tinygrad else [None]
+  for v in tinygrads:  # each version's study: its own traces and timing (one worker runs one tinygrad), its own verdicts
+    if v is not None: Variant(tinygrad=v).validate()
+  ok = True
+  for v in tinygrads:
+    with StepBars(a.quiet) as bars:
+      progress = bars.bar(f"study {a.kind}" + (f" on tinygrad {v}" if v else ""), study_steps(a.kind, [PRESETS[p] for p in presets]))
+      study = run_studies(a.kind, [(p, PRESETS[p].validate()) for p in presets], repeats=a.repeats, warmup=a.warmup, tile=a.tile,
+                          device=a.device, progress=progress, timeout_s=a.timeout, ci_width=a.ci_width or None, budget_s=a.budget_s,
+                          compile_repeats=a.compile_repeats, tinygrad=v)
+    for case in study["cases"]: print(markdown(case))
+    print(document_markdown(study))
+    suffix = f"-{v}" if len(tinygrads) > 1 else ""
+    path = (a.json.removesuffix(".json") + suffix + ".json") if a.json else f"study-{a.kind}{suffix}.json"
+    with open(path, "w") as f: json.dump(study, f, indent=1, default=str)
+    print(f"wrote {path}", file=sys.stderr)
+    if a.html:
+      html = a.html.removesuffix(".html") + suffix + ".html"
+      status = {"id": pathlib.Path(html).stem, "label": f"{a.kind}: {', '.join(presets)}", "request": {"argv": sys.argv[1:]}, "result": study,
+                "table": document_rows(study)}
+      pathlib.Path(html).write_text(render_export(status, f"kernel-explorer study on {socket.gethostname()}"))
+      print(f"wrote {html}", file=sys.stderr)
+    ok = ok and all(r["status"] == "ok" for case in study["cases"] for r in case["rows"])
+  return 0 if ok else 1
 
 # ***** diff: what A and B name *****
 
@@ -511,6 +519,8 @@ def build_parser(settings_flags: bool = True) -> argparse.ArgumentParser:
   st.add_argument("--timeout", type=float, default=1800.0)
   st.add_argument("--json", metavar="PATH", help="default: study-KIND.json")
   st.add_argument("--html", metavar="PATH", help="also write the study as one offline HTML file (tables and plots, as the web page shows it)")
+  st.add_argument("--tinygrad", metavar="V[,V...]", help="run the study on these tinygrads, each in its environment (default: this one; "
+                  "kernel-explorer versions): each one's cases, verdicts and files (study-KIND-V.json)")
   st.add_argument("--quiet", action="store_true")
   st.set_defaults(fn=cmd_study)
   df = sub.add_parser("diff", help="diff two variants: kernels matched by role and data flow, buffers, sources, timing, outputs")

@@ -196,7 +196,8 @@ def render_export(status: dict[str, Any], origin: str) -> str:
 def document_markdown(study: StudyResult) -> str:
   """document_rows as one markdown table: what the CLI prints after a study's cases."""
   cols = ("case", "shape", "A", "B", "figure", "the document", "A value", "B value", "B/A", "95% interval", "p", "verdict")
-  lines = [f"### study {study['study']}: the documents' figures, measured again", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+  on = f" on tinygrad {study['tinygrad']}" if "tinygrad" in study else ""
+  lines = [f"### study {study['study']}: the documents' figures, measured again{on}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for r in document_rows(study):
     p = "-" if r["p_value"] is None else f"{r['p_value']:.2g}"
     verdict = f"{r['verdict']} ({r['size']})" if r["size"] else r["verdict"]

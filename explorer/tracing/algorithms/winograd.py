@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 import numpy as np
-from explorer.tracing.tg import Tensor
+from explorer.tracing.tg import Tensor, const_column
 from explorer.tracing.algorithms.cook_toom import cook_toom
 from explorer.spec import ConvSpec
 
@@ -57,7 +57,7 @@ def taps(tile: str) -> int: return int(tile.strip("F()").split(",")[1])  # F(4,3
 Columns = Callable[[int], Tensor]
 
 def symbolic_columns(mat: Matrix, dtype) -> Columns:
-  return lambda k: Tensor.const(tuple(float(row[k]) for row in mat), dtype)
+  return lambda k: const_column(tuple(float(row[k]) for row in mat), dtype)
 
 def materialized_columns(mat: Matrix, device, dtype) -> Columns:
   # a fresh, unrealized tensor from host data each call, so the schedule shows its COPY and the kernels LOAD it

@@ -71,3 +71,11 @@ FLAT_DTYPES = at_least(0, 14)
 def dtype_classes() -> dict[str, type]:
   import tinygrad.dtype as d
   return {name: getattr(d, name) for name in ("DType", "PtrDType", "ImageDType") if hasattr(d, name)}
+
+def const_column(values: tuple[float, ...], dtype: Any) -> Any:
+  """A 1-D Tensor of constants with no buffer behind it (the explorer's "symbolic" Winograd constants): 0.14's Tensor.const of a tuple,
+  a STACK of CONSTs; before, the CONSTs stacked by Tensor.stack (0.13's Tensor.const of a tuple is one vector-typed UOp, not a column)."""
+  from tinygrad import Tensor
+  if at_least(0, 14): return Tensor.const(values, dtype)
+  older: Any = Tensor  # (its const took the dtype first)
+  return Tensor.stack(*[older.const(dtype, v) for v in values])
