@@ -151,7 +151,7 @@ def test_stored_ids_without_rewrites_are_unchanged():
   import dataclasses, hashlib
   from explorer.store import device_key, tinygrad_version, trace_key
   v, spec = Variant(targets=("cuda",)), PRESETS["small"]
-  before = {k: x for k, x in v.to_dict().items() if k not in ("notes", "device", "cuda_arch", "metal_arch", "rewrites", "rewrite_file")}
+  before = {k: x for k, x in v.to_dict().items() if k not in ("notes", "device", "cuda_arch", "metal_arch", "rewrites", "rewrite_file", "tinygrad")}
   payload = {"spec": spec.to_dict(), "variant": before, "tinygrad": tinygrad_version(), "device": device_key(v)}
   assert trace_key(spec, v) == hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
   assert trace_key(spec, v) != trace_key(spec, dataclasses.replace(v, rewrites=("sink-loads",)))

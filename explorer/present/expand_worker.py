@@ -28,7 +28,7 @@ def _blob(db_path: str, trace_id: str, target: str | None = None) -> RewriteBlob
   if data is None: raise LookupError(f"trace {trace_id} has no stored rewrites" + (f" for {target}" if target else ""))
   try: _blobs[key] = RewriteBlob(data)
   except Exception as e:
-    raise BlobUnreadable(f"this server's tinygrad {TINYGRAD_VERSION} cannot load the stored rewrites of trace {trace_id} "
+    raise BlobUnreadable(f"tinygrad {TINYGRAD_VERSION} cannot load the stored rewrites of trace {trace_id} "
                          f"({type(e).__name__}: {str(e)[:200]})") from None
   while len(_blobs) > BLOBS_KEPT: _blobs.popitem(last=False)
   return _blobs[key]

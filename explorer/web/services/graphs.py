@@ -68,14 +68,25 @@ class GraphService:
       self._recorded[trace_id] = version = self.store.recorded_with(trace_id) or ""
     return version if version in TRACEABLE and version != TINYGRAD and versions.environment(version).state == "ready" else None
 
+  async def _expand_in(self, version: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn in a worker of an older tinygrad (a fresh one per call, forked from that version's template); what it raised, as the pool's
+    calls raise it (a blob it cannot load falls back to the cached layouts, a graph it lacks is a 404)."""
+    if self._older_slots is None: self._older_slots = asyncio.Semaphore(self.workers)
+    async with self._older_slots:
+      try: got, _ = await asyncio.to_thread(call_in_worker, "explorer.present.expand_worker:expanded", {"name": fn.__name__, "args": [
+                                          str(self.store.path), *args]}, None, self.expand_timeout_s, env={"VIZ": "0"}, limits=self.pool.limits,
+                                          tinygrad=version)
+      except WorkerFailed as e:
+        kind, _, said = str(e).partition(": ")
+        if kind == "BlobUnreadable": raise expand.BlobUnreadable(said.splitlines()[0]) from None
+        if kind == "LookupError": raise LookupError(said.splitlines()[0]) from None
+        raise
+    return got
+
   async def _expand(self, fn: Callable[..., Any], *args: Any) -> Any:
     self.expansions += 1
     try:
-      if (version := self._older(args[0])) is not None:
-        if self._older_slots is None: self._older_slots = asyncio.Semaphore(self.workers)
-        async with self._older_slots:
-          return (await asyncio.to_thread(call_in_worker, "explorer.present.expand_worker:expanded", {"name": fn.__name__, "args": [
-                  str(self.store.path), *args]}, None, self.expand_timeout_s, env={"VIZ": "0"}, limits=self.pool.limits, tinygrad=version))[0]
+      if (version := self._older(args[0])) is not None: return await self._expand_in(version, fn, *args)
       return await self.pool.call(fn, str(self.store.path), *args)
     except WorkersBusy as e: raise GraphBusy(str(e)) from None
     except WorkerFailed as e: raise GraphUnavailable(f"expanding the graph failed: {e}") from None
