@@ -108,14 +108,23 @@ x = Tensor.empty(spec["batch"], spec["cin"], spec["height"], spec["width"])
 w = Tensor.empty(spec["cout"], spec["cin"] // spec["groups"], spec["kernel"], spec["kernel"])
 out = x.conv2d(w, padding=spec["kernel"] // 2, groups=spec["groups"])
 asts = [c.src[0] for c in out.schedule_linear().src if c.src[0].op is Ops.SINK]
-print(json.dumps([next(s.arg for s in do_to_program(a, Device[Device.DEFAULT].renderer).src if s.op is Ops.SOURCE) for a in asts]))
+from tinygrad.codegen.opt import tc
+from tinygrad.device import Compiler
+from tinygrad.helpers import Target
+from tinygrad.renderer import Renderer
+from tinygrad.renderer.cstyle import CUDARenderer
+cuda = CUDARenderer.__new__(CUDARenderer); Renderer.__init__(cuda, Target("CUDA", "CUDA", "sm_90"))  # as its device would, without one
+cuda.tensor_cores, cuda.compiler = tc.get_cuda("sm_90"), Compiler()
+def sources(r): return [next(s.arg for s in do_to_program(a, r).src if s.op is Ops.SOURCE) for a in asts]
+print(json.dumps({"host": sources(Device[Device.DEFAULT].renderer), "cuda": sources(cuda)}))
 """
 
 @MADE
 def test_a_trace_on_tinygrad_0_13_records_every_stage_as_that_tinygrad_makes_it():
   """The small preset traced in a worker running tinygrad 0.13.0: every stage recorded, none failed, the trace names its tinygrad,
-  each kernel's host source (clang) byte for byte what plain 0.13 makes for that schedule in the same environment, the other targets
-  rendered, the float64 check within its tolerance. 0.13 has no spec_kernel_graph: that check is left out, not failed."""
+  each kernel's host source (clang) and its CUDA source (a deviceless sm_90 renderer, as its device would configure it) byte for byte
+  what plain 0.13 makes for that schedule in the same environment, the float64 check within its tolerance. 0.13 has no
+  spec_kernel_graph: that check is left out, not failed."""
   from explorer.spec import PRESETS, Variant
   from explorer.tracing.workers import call_in_worker
   spec = PRESETS["small"]
@@ -130,9 +139,9 @@ def test_a_trace_on_tinygrad_0_13_records_every_stage_as_that_tinygrad_makes_it(
                          env=plain_env(DEV="CPU"))
   assert plain.returncode == 0, plain.stderr[-2000:]
   sources = json.loads(plain.stdout.strip().splitlines()[-1])
-  assert len(sources) == len(trace["kernels"]) >= 1
-  for k, source in zip(trace["kernels"], sources):
-    assert k["host_target"] == "clang" and k["targets"]["clang"]["source"] == source and k["targets"]["cuda"]["source"]
+  assert len(sources["host"]) == len(sources["cuda"]) == len(trace["kernels"]) >= 1
+  for k, host, cuda in zip(trace["kernels"], sources["host"], sources["cuda"]):
+    assert k["host_target"] == "clang" and k["targets"]["clang"]["source"] == host and k["targets"]["cuda"]["source"] == cuda
     assert k["passes"] and k["linear_uops"] > 0 and k["time_s"] is not None
 
 @MADE
