@@ -129,7 +129,8 @@ TINYGRADS = (TINYGRAD, "0.13.0", "0.12.0")
 TRACEABLE = (TINYGRAD, "0.13.0")  # the ones the explorer's seam speaks (explorer/tracing/tg/compat.py); 0.12's runtime is another
 # what a trace on an older tinygrad does not show, in words (its pages say so)
 NOT_IN_TINYGRAD = {"0.13.0": ("a spec check of the kernel graph: spec_kernel_graph is tinygrad 0.14's",
-                              "BEAM and custom rewrites: not built for tinygrad 0.13.0 yet")}
+                              "BEAM and custom rewrites: not built for tinygrad 0.13.0 yet (the rewrites' patterns are written against "
+                              "0.14's UOps: on 0.13 they run and match nothing)")}
 
 def tinygrad_problem(version: str) -> str | None:
   """Why a trace may not ask for tinygrad `version` (None: it may)."""

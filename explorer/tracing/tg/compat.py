@@ -79,3 +79,17 @@ def const_column(values: tuple[float, ...], dtype: Any) -> Any:
   if at_least(0, 14): return Tensor.const(values, dtype)
   older: Any = Tensor  # (its const took the dtype first)
   return Tensor.stack(*[older.const(dtype, v) for v in values])
+
+def program(sink: UOp, renderer: Any) -> UOp:
+  """The PROGRAM do_to_program makes of a kernel's final sink, before linearizing: 0.14's holds the sink alone and its ProgramInfo knows
+  the target; before, a DEVICE beside the sink."""
+  from tinygrad.uop.ops import ProgramInfo
+  if at_least(0, 14): return UOp(Ops.PROGRAM, src=(sink,), arg=ProgramInfo.from_sink(sink, renderer.target))
+  older: Any = ProgramInfo  # (its from_sink took the sink alone)
+  return UOp(Ops.PROGRAM, src=(sink, UOp(Ops["DEVICE"], arg=renderer.target.device)), arg=older.from_sink(sink))  # (0.14 has no DEVICE op)
+
+def unlinearized() -> Any:
+  """The pattern of a PROGRAM not linearized yet (its sink named `sink`), as `program` makes it."""
+  from tinygrad.uop.ops import UPat
+  if at_least(0, 14): return UPat(Ops.PROGRAM, src=(UPat(Ops.SINK, name="sink"),), name="prg")
+  return UPat(Ops.PROGRAM, src=(UPat(Ops.SINK, name="sink"), UPat(Ops["DEVICE"])), name="prg")

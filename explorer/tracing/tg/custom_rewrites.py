@@ -5,8 +5,8 @@ from typing import Any, Callable, Sequence
 from tinygrad.codegen import do_linearize, full_rewrite_to_sink, pm_to_program
 from tinygrad.helpers import Context, TracingKey
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import Ops, PatternMatcher, ProgramInfo, UOp, UPat, graph_rewrite
-from explorer.tracing.tg.compat import rewrite_group
+from tinygrad.uop.ops import PatternMatcher, UOp, graph_rewrite
+from explorer.tracing.tg.compat import program, rewrite_group, unlinearized
 
 # tinygrad 0.14 has no Renderer.pre_matcher (the codegen notes' hook); its Renderer.extra_matcher runs inside the "final rewrite" pass
 # among tinygrad's own rules. So a rewrite runs as a graph_rewrite pass of its own, at one of two points: "sink", on the graph
@@ -25,7 +25,7 @@ class Rewrite:
   @property
   def pass_name(self) -> str: return REWRITE_PASS.format(self.name)
 
-_pm_linearize = PatternMatcher([(UPat(Ops.PROGRAM, src=(UPat(Ops.SINK, name="sink"),), name="prg"), do_linearize)])
+_pm_linearize = PatternMatcher([(unlinearized(), do_linearize)])
 
 def _apply(root: UOp, rewrites: Sequence[Rewrite], point: str) -> UOp:
   for r in rewrites:
@@ -38,7 +38,7 @@ def to_program_rewritten(ast: UOp, renderer: Renderer, rewrites: tuple[Rewrite, 
   """do_to_program with the rewrites' passes in it: full_rewrite_to_sink, the "sink" rewrites, linearize, the "linear" rewrites,
   then tinygrad's pm_to_program (Estimates, render, compile) on the result."""
   sink = _apply(full_rewrite_to_sink(ast, renderer, optimize=ast.tag is None), rewrites, "sink")
-  prg = UOp(Ops.PROGRAM, src=(sink,), arg=ProgramInfo.from_sink(sink, renderer.target))
+  prg = program(sink, renderer)
   if any(r.point == "linear" for r in rewrites):
     prg = _apply(graph_rewrite(prg, _pm_linearize, ctx=renderer, name="linearize"), rewrites, "linear")
   return graph_rewrite(prg, pm_to_program, ctx=renderer, name="linearize/render")
