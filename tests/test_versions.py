@@ -3,6 +3,7 @@
 and what imports there."""
 from __future__ import annotations
 import json, os, pathlib, re, subprocess, sys, time
+from typing import Any
 import pytest
 from explorer.spec import TINYGRAD, TINYGRADS, SpecError, tinygrad_problem
 from explorer.tracing import versions
@@ -182,7 +183,10 @@ def test_a_server_traces_on_tinygrad_0_13_and_reads_it_there(tmp_path):
     assert own != tid and wait_done(client, own)["status"] == "done"  # the server's own: another trace
     diff = client.get(f"/api/diff/{tid}/{own}").json()  # across versions: each side's graphs rebuilt by its own tinygrad
     assert diff["specs_match"] and diff["notes"] == [] and all(g["graph"] is not None for g in diff["groups"])
-    assert "0.13.0" in client.get(f"/diff/{tid}/{own}", headers={"accept": "text/html"}).text
+    passes = diff["groups"][0]["passes"]  # what changed in the pipeline between the two: passes 0.14 added or dropped, matches
+    assert passes["only_b"] and passes["only_a"] and passes["same"] > 0
+    page = client.get(f"/diff/{tid}/{own}", headers={"accept": "text/html"}).text
+    assert "0.13.0" in page and 'class="pass-changes small"' in page and passes["only_b"][0] in page
     refused = client.post("/api/traces", json={"preset": "small", "variant": {**variant, "tinygrad": "0.12.0"}})
     assert refused.status_code == 422 and "not built yet" in refused.text
     assert 'value="0.13.0"' in client.get("/").text
@@ -210,3 +214,15 @@ def test_a_study_runs_its_cases_on_an_older_tinygrad():
   assert all(r["status"] == "ok" and r["time_median_s"] > 0 for r in case["rows"])
   assert all("tinygrad 0.13.0" in t["label"] for t in case["traces"].values()) and not case["identical_kernels"]
   assert "measured again on tinygrad 0.13.0" in document_markdown(study)
+
+def test_a_diff_says_which_codegen_passes_were_added_dropped_renamed_or_match_differently():
+  """pass_changes by pass name over a group's kernels (matches summed): only in A, only in B, a name in each that reads alike paired as
+  probably renamed, matches that differ; a light kernel (no passes) counts none."""
+  from explorer.analysis.diff import pass_changes
+  def k(*passes: tuple[str, int]) -> Any: return {"passes": [{"name": n, "depth": 0, "matches": m} for n, m in passes]}
+  a = [k(("expander", 108), ("remove_reduce", 1), ("devectorize", 5), ("transcendental", 0)), k(("expander", 2))]
+  b = [k(("expander", 6), ("remove reduces", 1), ("devectorize2", 5), ("memory coalescing", 3), ("linearize", 1))]
+  assert pass_changes(a, b) == {"only_a": ["transcendental"], "only_b": ["memory coalescing", "linearize"],
+                                "renamed": [{"a": "remove_reduce", "b": "remove reduces"}, {"a": "devectorize", "b": "devectorize2"}],
+                                "changed": [{"name": "expander", "a": 110, "b": 6}], "same": 0}
+  assert pass_changes([{}], b)["only_b"] == ["expander", "remove reduces", "devectorize2", "memory coalescing", "linearize"]

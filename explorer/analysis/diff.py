@@ -396,11 +396,12 @@ def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None,
     ka, kb = [sa.kernels[i] for i in ias], [sb.kernels[j] for j in jbs]
     relation, side, sentence = _relation([k["role"] for k in ka], [k["role"] for k in kb])
     ma, mb = _metrics(ka, target), _metrics(kb, target)
-    src = _source_diff([whole_a(k) for k in ka], [whole_b(k) for k in kb], target, shared)
+    wa, wb = [whole_a(k) for k in ka], [whole_b(k) for k in kb]
+    src = _source_diff(wa, wb, target, shared)
     identical = relation == "same" and {**ma, "time_s": 0} == {**mb, "time_s": 0} and all(r["kind"] == "same" for r in src["rows"])
     out_groups.append({"index": g, "relation": relation, "side": side, "describe": sentence, "identical": identical,
                        "a": [_kref(k, target) for k in ka], "b": [_kref(k, target) for k in kb],
-                       "metrics": shared.metrics(ma, mb), "source": src, "graph": None})
+                       "metrics": shared.metrics(ma, mb), "source": src, "graph": None, "passes": pass_changes(wa, wb)})
   notes: list[str] = []
   if a_rewrites is not None and b_rewrites is not None: _attach_graphs(out_groups, sa, sb, a_rewrites, b_rewrites, timeout_s, notes)
   else: notes.append("no rewrite blobs: no structural graph diff")
@@ -412,6 +413,27 @@ def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None,
           "fusions": [g["describe"] for g in out_groups if g["relation"] in ("fused", "folded", "regrouped")],
           "buffers": match_buffers(sa, sb, ga, gb), "totals": {"a": ta, "b": tb, "delta": _totals_delta(ta, tb)},
           "memory": memory.compare(a, b), "sass": sass_mixes(sa.kernels, sb.kernels, target), "timing": None, "numerics": None, "notes": notes}
+
+def pass_changes(ka: Sequence[KernelRecord], kb: Sequence[KernelRecord]) -> dict[str, Any]:
+  """How the host codegen passes of a group's kernels differ, by pass name (two tinygrads' pipelines: a pass one has and the other has
+  not; the same pass matching more or less): {only_a, only_b: names, in the order they ran; renamed: [{a, b}], a name only in A and
+  one only in B that read alike (difflib, 0.8: "remove_reduce" and "remove reduces"), probably one pass renamed; changed: [{name, a,
+  b}] matches; same: how many passes match equally}. A kernel read without its passes (a light one) counts none."""
+  def by_name(ks: Sequence[KernelRecord]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k in ks:
+      for p in k.get("passes") or []: out[p["name"]] = out.get(p["name"], 0) + p["matches"]
+    return out
+  a, b = by_name(ka), by_name(kb)
+  only_a, only_b = [n for n in a if n not in b], [n for n in b if n not in a]
+  renamed = []
+  for n in list(only_a):
+    if (alike := difflib.get_close_matches(n, only_b, n=1, cutoff=0.8)):
+      renamed.append({"a": n, "b": alike[0]})
+      only_a.remove(n)
+      only_b.remove(alike[0])
+  return {"only_a": only_a, "only_b": only_b, "renamed": renamed,
+          "changed": [{"name": n, "a": a[n], "b": b[n]} for n in a if n in b and a[n] != b[n]], "same": sum(1 for n in a if b.get(n) == a[n])}
 
 def sass_mixes(ka: list[KernelRecord], kb: list[KernelRecord], target: str) -> dict[str, Any] | None:
   """Both sides' SASS on `target` summed over their kernels: instructions, the highest peak of live registers, spill instructions and
