@@ -627,6 +627,12 @@ def summary(d: dict[str, Any]) -> str:
           table(("A kernel(s)", "B kernel(s)", "relation", "d ALU", "d loads", "d FLOPs", "d bytes", "peak live", "registers", "AST nodes only A/B"),
                 rows)]
   out += [f"  {s}" for s in d["fusions"]]
+  for g in d["groups"]:  # where the two pipelines differ (two tinygrads): the passes, by name
+    if (ps := g.get("passes")) and (ps["only_a"] or ps["only_b"] or ps["renamed"]):
+      said = [f"{len(ps[k])} only in {k[-1].upper()} ({', '.join(ps[k][:6])}{', ...' if len(ps[k]) > 6 else ''})"
+              for k in ("only_a", "only_b") if ps[k]]
+      said += [f"renamed {', '.join(r['a'] + ' -> ' + r['b'] for r in ps['renamed'])}"] if ps["renamed"] else []
+      out.append(f"  group {g['index']}'s codegen passes: " + "; ".join(said))
   for side in ("a", "b"):
     for b in d["buffers"][f"only_{side}"]: out.append(f"only in {side.upper()}: {b['name']} {b['what']}, {si(b['nbytes'], 'B')} on {b['device']}")
   out.append("")
