@@ -226,3 +226,21 @@ def test_a_diff_says_which_codegen_passes_were_added_dropped_renamed_or_match_di
                                 "renamed": [{"a": "remove_reduce", "b": "remove reduces"}, {"a": "devectorize", "b": "devectorize2"}],
                                 "changed": [{"name": "expander", "a": 110, "b": 6}], "same": 0}
   assert pass_changes([{}], b)["only_b"] == ["expander", "remove reduces", "devectorize2", "memory coalescing", "linearize"]
+
+@MADE
+def test_a_study_on_an_older_tinygrad_through_the_api(tmp_path):
+  """POST /api/studies with tinygrad 0.13.0: its label says so, its cases are 0.13's traces, its result names the tinygrad; the form
+  offers the versions the explorer traces on; one it does not (0.12.0) is a 422."""
+  from fastapi.testclient import TestClient
+  from support import app_over
+  with TestClient(app_over(str(tmp_path / "s.sqlite3"))) as client:
+    assert client.post("/api/studies", json={"kind": "constants", "presets": ["small"], "tinygrad": "0.12.0"}).status_code == 422
+    assert 'name="tinygrad"' in client.get("/studies").text and '<option value="0.13.0">' in client.get("/studies").text
+    run = client.post("/api/studies", json={"kind": "constants", "presets": ["small"], "repeats": 3, "warmup": 1, "ci_width": None,
+                                            "budget_s": 5, "targets": ["clang"], "tinygrad": "0.13.0"})
+    assert run.status_code == 202 and run.json()["label"] == "constants: small on tinygrad 0.13.0"
+    deadline = time.monotonic() + 600
+    while (got := client.get(f"/api/studies/{run.json()['id']}").json())["status"] in ("queued", "running") and time.monotonic() < deadline:
+      time.sleep(0.5)
+    assert got["status"] == "done", got.get("error")
+    assert got["result"]["tinygrad"] == "0.13.0" and all("tinygrad 0.13.0" in t["label"] for t in got["result"]["cases"][0]["traces"].values())

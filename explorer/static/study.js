@@ -29,6 +29,7 @@
     const body = {kind: f.get("kind"), presets: f.getAll("presets"), repeats: Number(f.get("repeats")), warmup: Number(f.get("warmup")),
                   budget_s: Number(f.get("budget_s")), ci_width: f.get("ci_width") ? Number(f.get("ci_width")) : null};
     if (f.get("device")) body.device = f.get("device");
+    if (f.get("tinygrad")) body.tinygrad = f.get("tinygrad");
     out.hidden = true;
     const r = await fetch("/api/studies", {method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify(body)});
     const s = await r.json().catch(() => ({detail: `HTTP ${r.status}`}));

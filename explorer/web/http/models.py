@@ -2,7 +2,7 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
-from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TARGETS, TILES, ConvSpec, Knob, Variant, knobs
+from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TARGETS, TILES, TRACEABLE, ConvSpec, Knob, Variant, knobs
 from explorer.tasks import Recomputed, StartedAtOnce, TaskState
 # the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
 from explorer.schema import (Analysis as Analysis, CompileFacts as CompileFacts, Disassembly as Disassembly, LiveRange as LiveRange,
@@ -11,10 +11,10 @@ from explorer.schema import (Analysis as Analysis, CompileFacts as CompileFacts,
                              KernelAxis as KernelAxis)
 
 if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings
-  Tile = str; Target = str; Dtype = str; PresetName = str  # noqa: E702
+  Tile = str; Target = str; Dtype = str; PresetName = str; TinygradName = str  # noqa: E702
 else:  # to pydantic (and the OpenAPI schema) they are enums
   Tile, Target = Literal[TILES], Literal[TARGETS]
-  Dtype, PresetName = Literal[tuple(DTYPES)], Literal[tuple(PRESETS)]
+  Dtype, PresetName, TinygradName = Literal[tuple(DTYPES)], Literal[tuple(PRESETS)], Literal[TRACEABLE]
 
 class SpecIn(BaseModel):
   """A convolution: NCHW input, OIHW weight."""
@@ -361,6 +361,8 @@ class StudyRequest(BaseModel):
                              "the other cases, and the default: F(4,3) for 3x3 kernels, F(4,5) for 5x5")
   targets: list[Target] = Field(default=["cuda"], min_length=1, max_length=len(TARGETS))
   device: str | None = Field(default=None, max_length=32, description="a device this server offers (GET /api/devices); default: the best one")
+  tinygrad: TinygradName | None = Field(default=None, description="the tinygrad every case traces and times on (default: this server's own; "
+                                        "GET /api/versions): its verdicts are that tinygrad's")
 
 class StudyStatus(BaseModel):
   """Where a study stands: running (`step` of `steps`, what it does now in `detail`), done (`result`: the JSON the CLI writes, and

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from explorer.analysis.study import DEFAULT_PRESETS, tile_problem
 from explorer.present.study import case_views, render_export
-from explorer.spec import PRESETS, STUDY_CI_WIDTH, SpecError
+from explorer.spec import PRESETS, STUDY_CI_WIDTH, TINYGRAD, TRACEABLE, SpecError
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep
 from explorer.web.http.models import StudyRequest, StudyStatus, documented
@@ -38,8 +38,10 @@ async def start_study(body: StudyRequest, svc: ServicesDep) -> JSONResponse:
   specs = [s.to_spec() for s in body.specs]
   for s in specs: s.validate(memory_budget=int(settings.memory_budget_mb) << 20)
   if body.repeats > int(settings.max_repeats): raise SpecError(f"repeats: at most {settings.max_repeats} on this server")
+  if body.tinygrad not in (None, TINYGRAD) and svc.studies.queue is not None:
+    raise SpecError(f"a study on tinygrad {body.tinygrad} runs on this server's own workers: not through a job queue yet")
   params = {"repeats": body.repeats, "warmup": body.warmup, "tile": body.tile, "targets": tuple(body.targets), "device": body.device,
-            "ci_width": body.ci_width, "budget_s": body.budget_s,
+            "ci_width": body.ci_width, "budget_s": body.budget_s, **({"tinygrad": body.tinygrad} if body.tinygrad not in (None, TINYGRAD) else {}),
             "timeout_s": float(settings.trace_timeout_s) + body.budget_s}  # per worker: a trace, or a case's timing with its budget
   await queue_answers(svc.studies.queue)
   cases = cases_of(body.kind, list(body.presets), specs)
@@ -61,7 +63,7 @@ async def list_studies(svc: ServicesDep, limit: int = Query(50, ge=1, le=500)) -
 async def studies_page(request: Request, svc: ServicesDep) -> HTMLResponse:
   studies = await asyncio.to_thread(svc.studies.recent, 50)
   return await page(request, "studies.html", studies=studies, running=svc.studies.running(), kinds=KINDS, defaults=DEFAULT_PRESETS,
-                    presets={n: s.label() for n, s in PRESETS.items()}, device=None, ci_width=STUDY_CI_WIDTH)
+                    presets={n: s.label() for n, s in PRESETS.items()}, device=None, ci_width=STUDY_CI_WIDTH, tinygrads=TRACEABLE)
 
 @router.get("/studies/{study_id}", response_class=HTMLResponse, include_in_schema=False)
 async def study_page(request: Request, study_id: str, svc: ServicesDep) -> HTMLResponse:

@@ -33,7 +33,8 @@ def cases_of(kind: str, presets: list[str], specs: list[ConvSpec]) -> list[tuple
   if not presets and not specs: presets = list(DEFAULT_PRESETS[kind])
   return [(p, PRESETS[p]) for p in presets] + [(s.label(), s) for s in specs]
 
-def label_of(kind: str, cases: list[tuple[str, ConvSpec]]) -> str: return f"{kind}: {', '.join(name for name, _ in cases)}"
+def label_of(kind: str, cases: list[tuple[str, ConvSpec]], tinygrad: str | None = None) -> str:
+  return f"{kind}: {', '.join(name for name, _ in cases)}" + (f" on tinygrad {tinygrad}" if tinygrad else "")
 
 @dataclass
 class StudyRun(Task):
@@ -94,7 +95,8 @@ class StudyService:
     """Accept a study and start it (call from the event loop); StudyBusy while another one runs. params: run_studies's keywords."""
     with self._lock:
       if (busy := self.running()) is not None: raise StudyBusy(busy.id)
-      run = StudyRun(kind=kind, label=label_of(kind, cases), request=request, steps=len(study_steps(kind, [s for _, s in cases])))
+      run = StudyRun(kind=kind, label=label_of(kind, cases, params.get("tinygrad")), request=request,
+                     steps=len(study_steps(kind, [s for _, s in cases])))
       self.journal.accept(run, run.label, {**request, "kind": kind}).result()  # written before it is answered: its permalink answers
       def work(run: StudyRun, progress: Progress) -> dict[str, Any]:
         if self.queue is not None: return remote.run_study(self.queue, run.id, kind, cases, progress, self._keep, params)
