@@ -187,6 +187,11 @@ def test_a_server_traces_on_tinygrad_0_13_and_reads_it_there(tmp_path):
     assert passes["only_b"] and passes["only_a"] and passes["same"] > 0
     page = client.get(f"/diff/{tid}/{own}", headers={"accept": "text/html"}).text
     assert "0.13.0" in page and 'class="pass-changes small"' in page and passes["only_b"][0] in page
+    picked = client.post("/diff/variants", content="preset=small&va=direct&vb=direct%400.13.0&targets=cuda", follow_redirects=False,
+                         headers={"content-type": "application/x-www-form-urlencoded"})  # the picker: the same convolution on two tinygrads
+    assert picked.status_code == 303 and (ids := picked.headers["location"].split("/")[2:4])
+    assert all(wait_done(client, i)["status"] == "done" for i in ids)
+    assert [client.get(f"/api/traces/{i}/raw").json()["env"]["tinygrad"] for i in ids] == ["0.14.0", "0.13.0"]
     refused = client.post("/api/traces", json={"preset": "small", "variant": {**variant, "tinygrad": "0.12.0"}})
     assert refused.status_code == 422 and "not built yet" in refused.text
     assert 'value="0.13.0"' in client.get("/").text

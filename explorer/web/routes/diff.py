@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import ValidationError
 from explorer.analysis.diff import comparable, relation_label, time_verdict, verdict
 from explorer.schema import KernelRecord, TraceRecord
-from explorer.spec import PRESETS, TARGETS, SpecError, knobs
+from explorer.spec import PRESETS, TARGETS, TINYGRAD, TRACEABLE, SpecError, knobs
 from explorer.store import trace_key
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep
@@ -103,6 +103,9 @@ VARIANT_CHOICES: dict[str, tuple[str, dict[str, str]]] = {  # name: (label, vari
   "f23": ("Winograd F(2,3), staged", {**WINO_FIELDS, "tile": "F(2,3)"}),
   "materialized": ("Winograd F(4,3), staged, materialized constants", {**WINO_FIELDS, "consts": "materialized"}),
   "beam": ("direct, BEAM 2", {"algo": "direct", "opt": "beam:2"}),
+  # the same convolution on an older tinygrad (in its environment): against its twin above, what changed between the versions
+  **{f"{name}@{v}": (f"{label}, on tinygrad {v}", {**fields, "tinygrad": v}) for v in TRACEABLE if v != TINYGRAD
+     for name, (label, fields) in (("direct", ("direct", {"algo": "direct"})), ("staged", ("Winograd F(4,3), staged", {**WINO_FIELDS})))},
 }
 PAIR_DEFAULTS = {"preset": "small", "va": "staged", "vb": "fused", "targets": ["cuda"]}
 PICK_LIMIT = 200  # stored traces in each of the picker's lists (newest first; ?q= narrows them)
