@@ -249,3 +249,24 @@ def test_a_study_on_an_older_tinygrad_through_the_api(tmp_path):
       time.sleep(0.5)
     assert got["status"] == "done", got.get("error")
     assert got["result"]["tinygrad"] == "0.13.0" and all("tinygrad 0.13.0" in t["label"] for t in got["result"]["cases"][0]["traces"].values())
+
+@MADE
+def test_a_trace_on_a_tinygrad_not_made_yet_makes_its_environment_first_and_says_so(tmp_path, monkeypatch):
+  """The first trace asking for a version whose environment is missing makes it from its lock (seconds: PyPI's wheel, hash-checked),
+  saying so as the trace's first progress, then traces there; one that cannot be made fails the trace in a line."""
+  from explorer.spec import PRESETS, Variant
+  from explorer.tracing.run import run_trace
+  from explorer.tracing.workers import WorkerFailed
+  monkeypatch.setenv(versions.DIR_VAR, str(tmp_path / "fresh"))
+  said: list[tuple[str, str, str]] = []
+  result = run_trace(PRESETS["small"], Variant(tinygrad="0.13.0", time=False), progress=lambda *a: said.append(a), timeout_s=600)
+  assert result.trace["env"]["tinygrad"] == "0.13.0" and versions.environment("0.13.0").state == "ready"
+  making = [d for stage, _, d in said if "tinygrad 0.13.0:" in d]
+  assert said[0][0] == "tensor_graph" and making[0].startswith("tinygrad 0.13.0: a venv at") and making[-1] == "tinygrad 0.13.0: ready"
+  (tmp_path / "locks").mkdir()
+  bad = tmp_path / "locks" / "tinygrad-0.13.0.txt"
+  bad.write_text("tinygrad==0.13.0 --hash=sha256:" + "0" * 64 + "\n")  # a hash no wheel has: pip refuses it
+  monkeypatch.setattr(versions, "LOCKS", tmp_path / "locks")
+  with pytest.raises(WorkerFailed, match=r"tinygrad 0\.13\.0: installing tinygrad failed"):
+    run_trace(PRESETS["small"], Variant(tinygrad="0.13.0", time=False), timeout_s=600)
+  assert versions.environment("0.13.0").state == "stale"  # the one made before stays, and says it was made from another lock
