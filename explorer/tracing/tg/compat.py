@@ -1,13 +1,13 @@
 """What differs between the tinygrads the explorer runs (explorer.spec.TINYGRADS), in one place: each name the seam uses that an older
 version moved, renamed or lacks, as this worker's tinygrad has it, or a stand-in that does what that version does. The rest of the seam
-is written against the newest and imports these from here; `lacks(feature)` says what a stage cannot show on this version."""
+is written against the newest and imports these from here (what a version lacks outright, a stage leaves out: specs.has_spec)."""
 from __future__ import annotations
-import functools, importlib.metadata
+import functools, importlib.metadata, re
 from typing import TYPE_CHECKING, Any
 from tinygrad.uop.ops import Ops, UOp
 
 VERSION = importlib.metadata.version("tinygrad")
-V = tuple(int(x) for x in VERSION.split(".")[:3])
+V = tuple(int(x) for x in re.findall(r"\d+", VERSION)[:3])  # (a build of tinygrad from source: 0.14.0.dev0)
 
 def at_least(*version: int) -> bool: return V >= version
 
