@@ -85,6 +85,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # compiles the modules it imports again, about 0.35 CPU s for the web app's. Only sources newer than their bytecode are compiled.
     for tree in ("explorer", "tests"): compileall.compile_dir(REPO / tree, quiet=1, workers=1)
 
+@pytest.fixture(autouse=True)
+def children_keep_their_environment() -> Iterator[None]:
+  """tinygrad sets DEV in os.environ once it picks its default device in a process that imported it (for the processes it spawns; a test
+  that uses tinygrad in the test process does): the servers later tests of this process start must not inherit it (their trace ids
+  would name CPU, not the default device, and a trace made once per run for them would be traced again)."""
+  before = os.environ.get("DEV")
+  yield
+  if before is None: os.environ.pop("DEV", None)
+  else: os.environ["DEV"] = before
+
 def pytest_addoption(parser: pytest.Parser) -> None:
   parser.addoption("--check", action="store_true", help="the fast loop only (make check): tests/conftest.py's CHECK and the tests marked check")
 

@@ -2,7 +2,7 @@
 CUDA clocks' calls checked against stand-ins for NVIDIA's CUPTI binding and for the driver (no GPU here: their order and what they
 return); the schedule's span measured on the CPU against real tinygrad kernels; ratios quoted in words whose interval runs their way."""
 from __future__ import annotations
-import os, statistics, time
+import statistics, time
 from types import SimpleNamespace
 from typing import Any
 import pytest
@@ -10,15 +10,6 @@ from explorer import clocks
 from explorer.analysis.diff import time_verdict
 from explorer.tracing import tg
 from explorer.tracing.tg.clocks import CuptiClock, EventsClock, HeldEventsClock, HostClock, Runnable, clock_for
-
-@pytest.fixture(autouse=True)
-def children_keep_their_environment():
-  """tinygrad sets DEV in os.environ once it picks its default device in this process (for the processes it spawns): the servers
-  later tests of this process start must not inherit it (their trace ids would name CPU, not the default device)."""
-  before = os.environ.get("DEV")
-  yield
-  if before is None: os.environ.pop("DEV", None)
-  else: os.environ["DEV"] = before
 
 # ***** the records *****
 

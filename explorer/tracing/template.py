@@ -161,11 +161,14 @@ def close_all() -> None:
   for t in templates: t.close()
 
 def template_for(env: dict[str, str]) -> Template:
-  """This process's template for a worker environment: os.environ with env over it, less what no import reads (VOLATILE)."""
+  """This process's template for a worker environment: os.environ with env over it, less what no import reads (VOLATILE). Past
+  MAX_IDLE_TEMPLATES the least recently used idle ones go (a server's own environment outlives the rare ones: another tinygrad's)."""
   full = {k: v for k, v in {**os.environ, **env}.items() if k not in VOLATILE}
   key = tuple(sorted(full.items()))
   with _templates_lock:
-    if (t := _templates.get(key)) is not None and t.alive(): return t
+    if (t := _templates.get(key)) is not None and t.alive():
+      _templates[key] = _templates.pop(key)  # the most recently used last
+      return t
     stale = [_templates.pop(key)] if t is not None else []
     stale += [_templates.pop(k) for k in [k for k, t in _templates.items() if not t.busy()][:max(0, len(_templates) - MAX_IDLE_TEMPLATES + 1)]]
     _templates[key] = t = _launcher.submit(Template, full).result()

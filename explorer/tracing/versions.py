@@ -70,8 +70,10 @@ def interpreter(version: str | None) -> tuple[str, list[str]]:
     raise EnvironmentFailed(f"tinygrad {version}'s environment is {env.state} ({STATES[env.state]}): kernel-explorer versions --make {version}")
   return env.python, [site_packages(env.path), *sys.path]
 
-def _run(step: str, cmd: list[str], timeout_s: float) -> str:
-  try: done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+def _run(step: str, cmd: list[str], timeout_s: float, plain: bool = False) -> str:
+  """cmd's output; plain: without tinygrad's tracking in its environment (a tracking tinygrad prints its statistics as it exits)."""
+  env = {k: v for k, v in os.environ.items() if k not in ("TRACK_MATCH_STATS", "VIZ")} if plain else None
+  try: done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
   except (OSError, subprocess.TimeoutExpired) as e: raise EnvironmentFailed(f"{step}: {e}") from None
   if done.returncode != 0:
     said = [line for line in (done.stderr or done.stdout).splitlines() if line.strip() and "is ignored" not in line]
@@ -98,7 +100,7 @@ def make(version: str, say: Callable[[str], None] = lambda _: None, timeout_s: f
     (pathlib.Path(site) / BRIDGE).write_text(f"import site; site.addsitedir({sysconfig.get_path('purelib')!r})\n")
     say(f"tinygrad {version}: checking that it imports")
     check = "import importlib.metadata as m, tinygrad, explorer.spec; print(m.version('tinygrad'), tinygrad.__file__)"
-    got = _run("importing it", [python, "-c", check], timeout_s).split()
+    got = (_run("importing it", [python, "-c", check], timeout_s, plain=True).strip().splitlines() or [""])[-1].split()
     if len(got) != 2 or got[0] != version or not got[1].startswith(site):
       raise EnvironmentFailed(f"importing it: the venv imports tinygrad {' from '.join(got)}, not {version} from {site}")
     (making / STAMP).write_text(lock_hash(version) + "\n")
