@@ -107,8 +107,11 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 def settings_free_env() -> dict[str, str]:
   """os.environ without the explorer's settings (a server or CLI under test gets only those its test gives it), the run's compile
-  cache kept (tests/conftest.py: else it would use, and fill, the user's own)."""
-  return {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_EXPLORER_") or k == COMPILE_CACHE_VAR}
+  cache kept (tests/conftest.py: else it would use, and fill, the user's own); and without a DEV this process did not start with
+  (tinygrad sets it once it picks its default device in a process that imported it, a fixture's included: a server started with it
+  keys its traces by CPU, not by the default device, and traces again what the run made once for it)."""
+  from explorer.store.keys import DEV_AT_START
+  return {k: v for k, v in os.environ.items() if (not k.startswith("KERNEL_EXPLORER_") or k == COMPILE_CACHE_VAR) and (k != "DEV" or DEV_AT_START)}
 
 @contextlib.contextmanager
 def _locked(path: pathlib.Path) -> Iterator[None]:
