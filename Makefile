@@ -51,11 +51,12 @@ $(STAMP): pyproject.toml $(LOCK) | $(PY)
 	@touch $@
 
 # the older tinygrads a trace may run on (explorer/tracing/versions.py), each a venv made from its hash-checked lock
-# (explorer/tracing/locks/) and kept between runs like .venv: made again only when a lock changed
+# (explorer/tracing/locks/) and kept between runs like .venv: made again only when a lock changed. Where one cannot be made (no
+# PyPI), the suite runs without it: the tests that need it skip, saying why, and the next run tries again
 TINYGRADS := $(CURDIR)/.tinygrads
 $(TINYGRADS)/.made: $(wildcard explorer/tracing/locks/*.txt) | $(STAMP)
-	KERNEL_EXPLORER_TINYGRADS=$(TINYGRADS) $(PY) -m explorer versions --make all
-	@touch $@
+	@if KERNEL_EXPLORER_TINYGRADS=$(TINYGRADS) $(PY) -m explorer versions --make all; then touch $@; \
+	else echo "warning: an older tinygrad's environment could not be made; its tests will skip" >&2; fi
 tinygrad-versions: $(TINYGRADS)/.made
 
 # refresh requirements.lock and requirements-test.lock from pyproject.toml's bounds (newest versions within them), with hashes; then `make test`

@@ -13,8 +13,12 @@ OLDER = [v for v in TINYGRADS if v != TINYGRAD]
 def plain_env(**more: str) -> dict[str, str]:
   """This environment without the explorer's tracking (a tinygrad that tracks prints its statistics as it exits)."""
   return {**{k: v for k, v in os.environ.items() if k not in ("TRACK_MATCH_STATS", "VIZ", "CAPTURE_PROCESS_REPLAY")}, "VIZ": "0", **more}
-MADE = pytest.mark.skipif(not os.environ.get(versions.DIR_VAR), reason="the older tinygrads' environments are made by `make tinygrad-versions` "
-                          "(KERNEL_EXPLORER_TINYGRADS names them; make test and make check set it)")
+def _unmade() -> str:
+  """Why the older tinygrads' environments are not here to test ("": they are)."""
+  if not os.environ.get(versions.DIR_VAR): return "KERNEL_EXPLORER_TINYGRADS names no environments (make test and make check set it)"
+  return "; ".join(f"tinygrad {e.version}'s environment is {e.state}" for e in map(versions.environment, OLDER) if e.state != "ready")
+
+MADE = pytest.mark.skipif(bool(_unmade()), reason=f"the older tinygrads' environments are made by `make tinygrad-versions`: {_unmade()}")
 
 def test_the_server_runs_its_own_tinygrad_and_names_the_others():
   """0.14.0 is the server's own (pinned), 0.13.0 and 0.12.0 the others; any other version is refused, naming the supported ones."""
