@@ -119,11 +119,15 @@ def ready(version: str | None, say: Callable[[str], None] = lambda _: None) -> N
   with _making:
     if environment(version).state != "ready": make(version, say)
 
+def older(version: Any) -> str | None:
+  """`version` where it is an older tinygrad the explorer traces on (its work runs in that tinygrad's environment); None: the
+  server's own, none named, or one the explorer does not trace on."""
+  return version if version in TRACEABLE and version != TINYGRAD else None
+
 def recorded(trace: Any) -> str | None:
   """The older tinygrad that recorded a trace (its env.tinygrad), in whose environment a worker reading the trace's rewrite blob or a
   kernel's AST runs; None: the server's own, or one the explorer does not trace on (read here, as before)."""
-  version = (trace.get("env") or {}).get("tinygrad") if isinstance(trace, dict) else None
-  return version if version in TRACEABLE and version != TINYGRAD else None
+  return older((trace.get("env") or {}).get("tinygrad") if isinstance(trace, dict) else None)
 
 def imported(progress: Callable[[str, str, str], None]) -> dict[str, str]:
   """What a worker would import (call_in_worker("explorer.tracing.versions:imported", {}, tinygrad=V)): its tinygrad's version and where

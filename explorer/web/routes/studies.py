@@ -8,7 +8,8 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from explorer.analysis.study import DEFAULT_PRESETS, tile_problem
 from explorer.present.study import case_views, render_export
-from explorer.spec import PRESETS, STUDY_CI_WIDTH, TINYGRAD, TRACEABLE, SpecError
+from explorer.spec import PRESETS, STUDY_CI_WIDTH, TRACEABLE, SpecError
+from explorer.tracing import versions
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep
 from explorer.web.http.models import StudyRequest, StudyStatus, documented
@@ -38,10 +39,10 @@ async def start_study(body: StudyRequest, svc: ServicesDep) -> JSONResponse:
   specs = [s.to_spec() for s in body.specs]
   for s in specs: s.validate(memory_budget=int(settings.memory_budget_mb) << 20)
   if body.repeats > int(settings.max_repeats): raise SpecError(f"repeats: at most {settings.max_repeats} on this server")
-  if body.tinygrad not in (None, TINYGRAD) and svc.studies.queue is not None:
-    raise SpecError(f"a study on tinygrad {body.tinygrad} runs on this server's own workers: not through a job queue yet")
+  if (older := versions.older(body.tinygrad)) is not None and svc.studies.queue is not None:
+    raise SpecError(f"a study on tinygrad {older} runs on this server's own workers: not through a job queue yet")
   params = {"repeats": body.repeats, "warmup": body.warmup, "tile": body.tile, "targets": tuple(body.targets), "device": body.device,
-            "ci_width": body.ci_width, "budget_s": body.budget_s, **({"tinygrad": body.tinygrad} if body.tinygrad not in (None, TINYGRAD) else {}),
+            "ci_width": body.ci_width, "budget_s": body.budget_s, **({"tinygrad": older} if older else {}),
             "timeout_s": float(settings.trace_timeout_s) + body.budget_s}  # per worker: a trace, or a case's timing with its budget
   await queue_answers(svc.studies.queue)
   cases = cases_of(body.kind, list(body.presets), specs)

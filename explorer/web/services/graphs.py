@@ -17,7 +17,6 @@ from explorer.schema import Pass, TraceRecord
 from explorer.store import Store
 from explorer.present import expand_worker as expand
 from explorer.tracing.pool import WorkerPool
-from explorer.spec import TINYGRAD, TRACEABLE
 from explorer.tracing import versions
 from explorer.tracing.workers import Limits, WorkerFailed, WorkersBusy, call_in_worker
 from explorer.web.services.lifecycle import Busy
@@ -66,7 +65,7 @@ class GraphService:
     if (version := self._recorded.get(trace_id)) is None:
       if len(self._recorded) > 4096: self._recorded.clear()
       self._recorded[trace_id] = version = self.store.recorded_with(trace_id) or ""
-    return version if version in TRACEABLE and version != TINYGRAD and versions.environment(version).state == "ready" else None
+    return version if versions.older(version) and versions.environment(version).state == "ready" else None
 
   async def _expand_in(self, version: str, fn: Callable[..., Any], *args: Any) -> Any:
     """fn in a worker of an older tinygrad (a fresh one per call, forked from that version's template); what it raised, as the pool's

@@ -3,8 +3,9 @@ default device (asked once of tinygrad in a worker process, in the background; D
 from __future__ import annotations
 import os, socket, threading
 from typing import TYPE_CHECKING, Any
-from explorer.spec import NOT_IN_TINYGRAD, TRACEABLE
+from explorer.spec import NOT_IN_TINYGRAD
 from explorer.store import tinygrad_version
+from explorer.tracing import versions
 if TYPE_CHECKING: from explorer.schema import TraceRecord
 
 _lock = threading.Lock()
@@ -43,7 +44,7 @@ def provenance(trace: TraceRecord) -> dict[str, Any] | None:
   if env.get("tinygrad") and env["tinygrad"] != here_tg: differs.append("tinygrad")
   if here_dev and env.get("device") and _base(env["device"]) != _base(here_dev): differs.append("device")
   if not differs: return None
-  older = env.get("tinygrad") in TRACEABLE and env.get("tinygrad") != here_tg  # traced here, in that tinygrad's environment
+  older = versions.older(env.get("tinygrad")) is not None  # traced here, in that tinygrad's environment
   return {"differs": differs, "tinygrad": env.get("tinygrad"), "device": env.get("device"), "host": env.get("host"), "created": env.get("created"),
           "here_tinygrad": here_tg, "here_device": here_dev, "here_host": socket.gethostname(), "environment": older,
           "not_in": NOT_IN_TINYGRAD.get(env.get("tinygrad") or "", ()) if older else ()}
