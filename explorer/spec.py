@@ -129,8 +129,10 @@ TINYGRADS = (TINYGRAD, "0.13.0", "0.12.0")
 TRACEABLE = (TINYGRAD, "0.13.0")  # the ones the explorer's seam speaks (explorer/tracing/tg/compat.py); 0.12's runtime is another
 # what a trace on an older tinygrad does not show, in words (its pages say so)
 NOT_IN_TINYGRAD = {"0.13.0": ("a spec check of the kernel graph: spec_kernel_graph is tinygrad 0.14's",
-                              "BEAM and custom rewrites: not built for tinygrad 0.13.0 yet (the rewrites' patterns are written against "
-                              "0.14's UOps: on 0.13 they run and match nothing)")}
+                              "BEAM: not built for tinygrad 0.13.0 yet (its search runs 0.14's worker pool)")}
+# what a trace on an older tinygrad shows that 0.14 has not, in words
+ONLY_IN_TINYGRAD = {"0.13.0": ("Renderer.pre_matcher, the codegen notes' hook: each kernel's \"pre_matcher\" pass (the explorer sets "
+                               "the hook so that the pass shows where it runs; it matches nothing but a rewrite file placed there)",)}
 
 def tinygrad_problem(version: str) -> str | None:
   """Why a trace may not ask for tinygrad `version` (None: it may)."""
@@ -330,8 +332,7 @@ class Variant:
     if version == TINYGRAD: return
     if version not in TRACEABLE:
       raise SpecError(f"tracing on tinygrad {version} is not built yet: the explorer traces on tinygrad {', '.join(TRACEABLE)}")
-    not_yet = [what for what, asked in (("BEAM", self.beam > 0), ("custom rewrites", bool(self.rewrites or self.rewrite_file))) if asked]
-    if not_yet: raise SpecError(f"{' and '.join(not_yet)} on tinygrad {version} is not built yet: trace without, or on tinygrad {TINYGRAD}")
+    if self.beam > 0: raise SpecError(f"BEAM on tinygrad {version} is not built yet: trace without, or on tinygrad {TINYGRAD}")
 
   def resolve(self, spec: ConvSpec) -> Variant:
     """Validate against the spec: a clear error, or with fallback the direct algorithm and a note saying so."""

@@ -148,6 +148,8 @@ def test_a_trace_on_tinygrad_0_13_records_every_stage_as_that_tinygrad_makes_it(
   for k, host, cuda in zip(trace["kernels"], sources["host"], sources["cuda"]):
     assert k["host_target"] == "clang" and k["targets"]["clang"]["source"] == host and k["targets"]["cuda"]["source"] == cuda
     assert k["passes"] and k["linear_uops"] > 0 and k["time_s"] is not None
+    for target in ("clang", "cuda"):  # Renderer.pre_matcher's pass, where 0.13 runs it: the explorer sets the hook, empty
+      assert [(p["name"], p["matches"]) for p in k["targets"][target]["passes"] if p["name"] == "pre_matcher"] == [("pre_matcher", 0)]
 
 @MADE
 def test_a_server_traces_on_tinygrad_0_13_and_reads_it_there(tmp_path):
@@ -199,6 +201,29 @@ def test_a_server_traces_on_tinygrad_0_13_and_reads_it_there(tmp_path):
     refused = client.post("/api/traces", json={"preset": "small", "variant": {**variant, "tinygrad": "0.12.0"}})
     assert refused.status_code == 422 and "not built yet" in refused.text
     assert 'value="0.13.0"' in client.get("/").text
+
+REPO = pathlib.Path(__file__).parents[1]
+
+@MADE
+def test_custom_rewrites_run_on_tinygrad_0_13_and_a_file_may_go_into_its_pre_matcher(tmp_path):
+  """On 0.13 the catalogue's rewrites run as on 0.14 (peel:2 and sink-loads on wino8: one match each) and a rewrite file may set
+  point = "pre_matcher": the renderer's pre_matcher then holds it and tinygrad's own "pre_matcher" pass shows its matches, for the host
+  and a deviceless target alike; the rewritten program ran and kept the output right. On 0.14, which has no such hook, the same file is
+  refused in a line."""
+  out, example = tmp_path / "t.json", str(REPO / "examples" / "rewrite_pre_matcher.py")
+  cmd = [sys.executable, "-m", "explorer", "trace", "--preset", "wino8", "--target", "cuda", "--rewrite", "peel:2,sink-loads", "--no-time", "--quiet",
+         "--rewrite-file", example, "--json", str(out)]
+  p = subprocess.run([*cmd, "--tinygrad", "0.13.0"], capture_output=True, text=True, cwd=REPO, timeout=600)
+  assert p.returncode == 0, p.stderr[-2000:]
+  trace = json.loads(out.read_text())
+  assert trace["env"]["tinygrad"] == "0.13.0" and trace["status"] == "ok" and trace["error"]["within"], trace["failures"]
+  (kernel,) = trace["kernels"]
+  for target in ("clang", "cuda"):
+    passes = {p["name"]: p["matches"] for p in kernel["targets"][target]["passes"]}
+    assert passes["pre_matcher"] > 0 and passes["explorer rewrite peel:2"] == passes["explorer rewrite sink-loads"] == 1, (target, passes)
+  assert [r["name"] for r in trace["rewrites"]] == ["peel:2", "sink-loads", "file:rewrite_pre_matcher.py"]
+  p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+  assert p.returncode == 1 and "Traceback" not in p.stderr and "Renderer.pre_matcher is not in this tinygrad" in p.stdout, p.stdout[-2000:]
 
 def test_two_tinygrads_are_not_timed_against_each_other():
   """A diff's interleaved timing rebuilds both sides in one worker, which runs one tinygrad: sides that asked for different ones are

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools, itertools, runpy
 from dataclasses import dataclass
 from typing import Any, Sequence
-from explorer.tracing.tg import Ops, PatternMatcher, Rewrite, UOp, UPat
+from explorer.tracing.tg import PRE_MATCHER, Ops, PatternMatcher, Rewrite, UOp, UPat, constant, linearized
 from explorer.spec import SpecError, rewrite_file_name
 
 # ***** sink-loads: each LOAD moved down to just before its first use, within its block *****
@@ -32,11 +32,9 @@ def sink_loads(lin: list[UOp]) -> list[UOp]:
 
 def _sink_program_loads(prg: UOp, lin: UOp) -> UOp | None:
   order = sink_loads(list(lin.src))
-  return None if order == list(lin.src) else prg.replace(src=(prg.src[0], lin.replace(src=tuple(order))))
+  return None if order == list(lin.src) else prg.replace(src=tuple(lin.replace(src=tuple(order)) if s is lin else s for s in prg.src))
 
-pm_sink_loads = PatternMatcher([
-  (UPat(Ops.PROGRAM, src=(UPat(Ops.SINK), UPat(Ops.LINEAR, name="lin")), name="prg"), _sink_program_loads),
-])
+pm_sink_loads = PatternMatcher([(linearized("lin"), _sink_program_loads)])
 
 # ***** the outermost loop: what peel:N and drop-end act on *****
 
@@ -58,10 +56,10 @@ def peel(ctx: LoopContext, e: UOp) -> UOp | None:
   control-flow pass orders sibling loops (a RANGE with the END it follows as an extra source); RANGEs nested in the loop and AFTERs
   placed in it name the new loop itself rather than tail + N."""
   if (r := ctx.loop) is None or len(e.src) != 2 or e.src[1] is not r: return None
-  head = r.replace(src=(UOp.cconst(ctx.keep, r.dtype), *r.src[1:]))
+  head = r.replace(src=(constant(ctx.keep, r.dtype), *r.src[1:]))
   head_end = e.src[0].substitute({r: head}).end(head)
-  tail = r.replace(src=(UOp.cconst(int(r.vmax) + 1 - ctx.keep, r.dtype), *r.src[1:], head_end), arg=(ctx.new_axis, *r.arg[1:]))
-  shifted: UOp = tail + UOp.cconst(ctx.keep, r.dtype)
+  tail = r.replace(src=(constant(int(r.vmax) + 1 - ctx.keep, r.dtype), *r.src[1:], head_end), arg=(ctx.new_axis, *r.arg[1:]))
+  shifted: UOp = tail + constant(ctx.keep, r.dtype)
   body = e.src[0].substitute({r: shifted})
   marks = {u: u.replace(src=tuple(tail if s is shifted else s for s in u.src))
            for u in body.toposort() if u.op in (Ops.RANGE, Ops.AFTER) and shifted in u.src}
@@ -87,13 +85,17 @@ def catalogue_rewrite(name: str) -> Rewrite:
   raise SpecError(f"unknown rewrite {name!r}")
 
 def file_rewrite(path: str) -> Rewrite:
-  """A user's rewrite: a Python file that defines `matcher` (a tinygrad PatternMatcher) and may set `point` ("sink", the default, or
-  "linear"). This runs the user's code, so only the CLI offers it (the server refuses such a variant)."""
+  """A user's rewrite: a Python file that defines `matcher` (a tinygrad PatternMatcher) and may set `point` ("sink", the default,
+  "linear", or on a tinygrad that has the hook, "pre_matcher": the renderer's pre_matcher, as the codegen notes inject one). This runs
+  the user's code, so only the CLI offers it (the server refuses such a variant)."""
   try: module: dict[str, Any] = runpy.run_path(path)
   except OSError as e: raise SpecError(f"cannot read the rewrite file {path}: {e.strerror or e}") from None
   if not isinstance(matcher := module.get("matcher"), PatternMatcher):
     raise SpecError(f"{path} must define `matcher`, a tinygrad PatternMatcher (got {type(matcher).__name__})")
-  if (point := module.get("point", "sink")) not in ("sink", "linear"): raise SpecError(f"{path}: point must be 'sink' or 'linear', got {point!r}")
+  points = ("sink", "linear", *(("pre_matcher",) if PRE_MATCHER else ()))
+  if (point := module.get("point", "sink")) not in points:
+    gone = " (Renderer.pre_matcher is not in this tinygrad: it ends with 0.13)" if point == "pre_matcher" else ""
+    raise SpecError(f"{path}: point must be {' or '.join(map(repr, points))}, got {point!r}{gone}")
   return Rewrite(rewrite_file_name(path), point, matcher)
 
 def build(names: Sequence[str], file: str | None = None) -> list[Rewrite]:

@@ -322,6 +322,8 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
   done, with its seconds."""
   from explorer.tracing.rewrites import build
   trace, renderer, custom = rec.trace, tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
+  points = {r.name: r.point for r in custom}  # a rewrite file's point is its own: known once it ran
+  for r in trace["rewrites"]: r["point"] = points.get(r["name"], r["point"])
   arch = tg.renderer_arch(renderer)
   total = sum(1 for c in calls if c.kind == "kernel")
   for c in calls:

@@ -48,7 +48,7 @@ from explorer.tracing.tg.clocks import Clock, ClockFailed, Runnable, clock_for
 from explorer.tracing.tg.runtime import (call_at, compile_schedule, compile_seconds, compiled_sources, compiler_name, fallback_reason,
                                          has_reduce, outputs_kept, realize_inputs, replay, run_schedule, runnable, runnables, synchronizer)
 from explorer.tracing.tg.specs import has_spec, schedule_calls, spec_check, tensor_spec_check
-from explorer.tracing.tg.compat import const_column
+from explorer.tracing.tg.compat import PRE_MATCHER, const_column, constant, linearized
 
 # the public names the rest of the explorer uses: it imports tinygrad only through this package
 __all__ = [
@@ -75,7 +75,9 @@ __all__ = [
   "opt_context", "OptRefused", "opt_text", "parse_opt", "heuristic_opts", "legal_opts", "with_opts", "check_opts", "kernel_axes",
   "kernel_outputs", "kernel_runnables", "recording_beam",
   # a kernel's analysis
-  "spec_check", "has_spec", "tensor_spec_check", "schedule_calls", "program_analysis", "blob_analysis", "const_column",
+  "spec_check", "has_spec", "tensor_spec_check", "schedule_calls", "program_analysis", "blob_analysis",
+  # what differs between the tinygrads (compat)
+  "const_column", "constant", "linearized", "PRE_MATCHER",
   # devices, renderers and compilers
   "default_device", "available_devices", "unopened_devices", "device_name", "host_renderer", "render_target", "target_name", "renderer_arch",
   "renderer_device", "without_beam", "fill_ptx", "nvrtc_compiler",

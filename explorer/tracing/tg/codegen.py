@@ -10,7 +10,7 @@ from tinygrad.helpers import ansistrip
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, UOp, multirange_str, sym_infer
 from explorer.tracing.tg.compat import ParamArg, addrspace, const_text, max_numel, to_program_key
-from explorer.tracing.tg.custom_rewrites import Rewrite, to_program_rewritten
+from explorer.tracing.tg.custom_rewrites import Rewrite, pre_matcher_set, to_program_rewritten
 from explorer.tracing.tg.graphs import plain
 from explorer.tracing.tg.opts import opt_text
 from explorer.tracing.tg.recording import trace_num
@@ -62,12 +62,14 @@ class CompileTimer:
 def codegen_host(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite] = ()) -> UOp:
   """tinygrad's own to_program: the PROGRAM it caches is the one compile_linear/run_linear then run. With rewrites, the rewritten
   PROGRAM goes into that cache under the kernel's key, so the schedule runs what was rewritten."""
-  if not rewrites: return to_program(ast, renderer)
-  to_program_cache[to_program_key(ast, renderer)] = prg = to_program_rewritten(ast, renderer, tuple(rewrites))
+  with pre_matcher_set(renderer, rewrites):
+    if not rewrites: return to_program(ast, renderer)
+    to_program_cache[to_program_key(ast, renderer)] = prg = to_program_rewritten(ast, renderer, tuple(rewrites))
   return prg
 
 def codegen_deviceless(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite] = ()) -> UOp:
-  return to_program_rewritten(ast, renderer, tuple(rewrites)) if rewrites else do_to_program(ast, renderer)
+  with pre_matcher_set(renderer, rewrites):
+    return to_program_rewritten(ast, renderer, tuple(rewrites)) if rewrites else do_to_program(ast, renderer)
 
 @dataclass
 class ProgramFacts:

@@ -52,6 +52,12 @@ def const_text(u: UOp) -> str:
   """A CONST as print_uops lists it among a UOp's sources (0.14: its value; before: its arg)."""
   return f"{u.val}" if at_least(0, 14) else f"{u.arg}"
 
+def constant(value: int, dtype: Any) -> UOp:
+  """A constant of a dtype, as codegen's graphs hold one (0.14's UOp.cconst, a CONST cast to it; before, a CONST of that dtype)."""
+  if at_least(0, 14): return UOp.cconst(value, dtype)
+  older: Any = UOp  # (its const took the dtype first)
+  return older.const(dtype, value)
+
 def copied(dst: Any, src: Any) -> Any:
   """dst (an allocated Buffer) holding src's bytes: 0.14 copies on the device; before, through the host."""
   if at_least(0, 14): return dst.copy_from(src)
@@ -87,6 +93,16 @@ def program(sink: UOp, renderer: Any) -> UOp:
   if at_least(0, 14): return UOp(Ops.PROGRAM, src=(sink,), arg=ProgramInfo.from_sink(sink, renderer.target))
   older: Any = ProgramInfo  # (its from_sink took the sink alone)
   return UOp(Ops.PROGRAM, src=(sink, UOp(Ops["DEVICE"], arg=renderer.target.device)), arg=older.from_sink(sink))  # (0.14 has no DEVICE op)
+
+def linearized(lin: str) -> Any:
+  """The pattern of a linearized PROGRAM, its LINEAR named `lin` (0.14: PROGRAM(sink, LINEAR); before, a DEVICE between them)."""
+  from tinygrad.uop.ops import UPat
+  if at_least(0, 14): return UPat(Ops.PROGRAM, src=(UPat(Ops.SINK), UPat(Ops.LINEAR, name=lin)), name="prg")
+  return UPat(Ops.PROGRAM, src=(UPat(Ops.SINK), UPat(Ops["DEVICE"]), UPat(Ops.LINEAR, name=lin)), name="prg")
+
+# Renderer.pre_matcher, the codegen notes' hook (a PatternMatcher full_rewrite_to_sink runs as a pass named "pre_matcher", after the
+# index dtypes are lowered): in tinygrad 0.11 to 0.13, gone in 0.14
+PRE_MATCHER = not at_least(0, 14)
 
 def unlinearized() -> Any:
   """The pattern of a PROGRAM not linearized yet (its sink named `sink`), as `program` makes it."""

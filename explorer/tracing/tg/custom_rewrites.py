@@ -1,17 +1,19 @@
 """Custom rewrites: extra named passes in codegen (explorer.tracing.rewrites holds the catalogue)."""
 from __future__ import annotations
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 from tinygrad.codegen import do_linearize, full_rewrite_to_sink, pm_to_program
 from tinygrad.helpers import Context, TracingKey
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import PatternMatcher, UOp, graph_rewrite
-from explorer.tracing.tg.compat import program, rewrite_group, unlinearized
+from explorer.tracing.tg.compat import PRE_MATCHER, program, rewrite_group, unlinearized
 
-# tinygrad 0.14 has no Renderer.pre_matcher (the codegen notes' hook); its Renderer.extra_matcher runs inside the "final rewrite" pass
-# among tinygrad's own rules. So a rewrite runs as a graph_rewrite pass of its own, at one of two points: "sink", on the graph
-# full_rewrite_to_sink hands the linearizer, or "linear", on PROGRAM(sink, LINEAR) before rendering (tinygrad renders a LINEAR in the
-# order given; its linearizer is what places loads).
+# A rewrite runs as a graph_rewrite pass of its own, at one of two points: "sink", on the graph full_rewrite_to_sink hands the
+# linearizer, or "linear", on PROGRAM(sink, LINEAR) before rendering (tinygrad renders a LINEAR in the order given; its linearizer is
+# what places loads). tinygrad 0.14 has no Renderer.pre_matcher (the codegen notes' hook; its Renderer.extra_matcher runs inside the
+# "final rewrite" pass among tinygrad's own rules); on older ones a rewrite may go there too ("pre_matcher": a contextless
+# PatternMatcher, as the notes inject one), and the hook is always set so that its pass shows where it runs.
 
 REWRITE_PASS = "explorer rewrite {}"  # the name of a custom rewrite's pass
 
@@ -26,6 +28,24 @@ class Rewrite:
   def pass_name(self) -> str: return REWRITE_PASS.format(self.name)
 
 _pm_linearize = PatternMatcher([(unlinearized(), do_linearize)])
+
+@contextlib.contextmanager
+def pre_matcher_set(renderer: Renderer, rewrites: Sequence[Rewrite]) -> Iterator[None]:
+  """On a tinygrad with Renderer.pre_matcher, the renderer's own (None but on DSP) with the "pre_matcher" rewrites' after it, set on the
+  renderer while inside: its full_rewrite_to_sink then runs it as its "pre_matcher" pass, empty where nothing is there."""
+  if not PRE_MATCHER:
+    yield
+    return
+  hook = [r.matcher for r in rewrites if r.point == "pre_matcher"]
+  own = renderer.__dict__.get("pre_matcher", _UNSET)
+  matcher = sum(hook, type(renderer).pre_matcher or PatternMatcher([]))  # type: ignore[attr-defined]
+  renderer.pre_matcher = matcher  # type: ignore[attr-defined]
+  try: yield
+  finally:
+    if own is _UNSET: del renderer.pre_matcher  # type: ignore[attr-defined]
+    else: renderer.pre_matcher = own  # type: ignore[attr-defined]
+
+_UNSET = object()
 
 def _apply(root: UOp, rewrites: Sequence[Rewrite], point: str) -> UOp:
   for r in rewrites:

@@ -3,7 +3,7 @@ default device (asked once of tinygrad in a worker process, in the background; D
 from __future__ import annotations
 import os, socket, threading
 from typing import TYPE_CHECKING, Any
-from explorer.spec import NOT_IN_TINYGRAD
+from explorer.spec import NOT_IN_TINYGRAD, ONLY_IN_TINYGRAD
 from explorer.store import tinygrad_version
 from explorer.tracing import versions
 if TYPE_CHECKING: from explorer.schema import TraceRecord
@@ -47,4 +47,5 @@ def provenance(trace: TraceRecord) -> dict[str, Any] | None:
   older = versions.older(env.get("tinygrad")) is not None  # traced here, in that tinygrad's environment
   return {"differs": differs, "tinygrad": env.get("tinygrad"), "device": env.get("device"), "host": env.get("host"), "created": env.get("created"),
           "here_tinygrad": here_tg, "here_device": here_dev, "here_host": socket.gethostname(), "environment": older,
-          "not_in": NOT_IN_TINYGRAD.get(env.get("tinygrad") or "", ()) if older else ()}
+          "not_in": NOT_IN_TINYGRAD.get(env.get("tinygrad") or "", ()) if older else (),
+          "only_in": ONLY_IN_TINYGRAD.get(env.get("tinygrad") or "", ()) if older else ()}
