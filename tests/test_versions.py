@@ -191,8 +191,13 @@ def test_a_server_traces_on_tinygrad_0_13_and_reads_it_there(tmp_path):
     assert diff["specs_match"] and diff["notes"] == [] and all(g["graph"] is not None for g in diff["groups"])
     passes = diff["groups"][0]["passes"]  # what changed in the pipeline between the two: passes 0.14 added or dropped, matches
     assert passes["only_b"] and passes["only_a"] and passes["same"] > 0
+    rules = diff["groups"][0]["rules"]  # rule by rule: 0.14 wrote fold_const_alu's pattern anew (uop/symbolic.py), among others
+    assert any(r["action"] == "fold_const_alu" and r["a"] != r["b"] for p in rules for r in p["reworded"]), rules
+    assert any(p["only_a"] or p["only_b"] for p in rules) and all(re.fullmatch(r"[\w/.]+\.py:\d+", r["at"]) for p in rules for r in p["only_b"])
     page = client.get(f"/diff/{tid}/{own}", headers={"accept": "text/html"}).text
     assert "0.13.0" in page and 'class="pass-changes small"' in page and passes["only_b"][0] in page
+    fragment = client.get(f"/diff/{tid}/{own}/graphs").text
+    assert f'data-rule-changes="{len(rules)}"' in fragment and 'data-reworded="fold_const_alu"' in fragment
     picked = client.post("/diff/variants", content="preset=small&va=direct&vb=direct%400.13.0&targets=cuda", follow_redirects=False,
                          headers={"content-type": "application/x-www-form-urlencoded"})  # the picker: the same convolution on two tinygrads
     assert picked.status_code == 303 and (ids := picked.headers["location"].split("/")[2:4])
@@ -260,6 +265,30 @@ def test_a_diff_says_which_codegen_passes_were_added_dropped_renamed_or_match_di
                                 "renamed": [{"a": "remove_reduce", "b": "remove reduces"}, {"a": "devectorize", "b": "devectorize2"}],
                                 "changed": [{"name": "expander", "a": 110, "b": 6}], "same": 0}
   assert pass_changes([{}], b)["only_b"] == ["expander", "remove reduces", "devectorize2", "memory coalescing", "linearize"]
+
+def test_a_diff_compares_the_rules_each_pass_went_through_by_their_code():
+  """rule_changes over a group's passes (by name, and a pair read as renamed): a rule by its code, not its line; one that fired on one
+  side only, one whose named function kept while its pattern was written anew (paired, not listed twice), one that fired more or less;
+  a pass alike on both sides is left out; a side whose passes were not looked at gives None."""
+  from explorer.analysis.diff import rule_changes
+  def k(*passes: tuple[str, int, int]) -> Any:
+    return {"passes": [{"name": n, "depth": 0, "matches": 1, "group": g, "step": st} for n, g, st in passes]}
+  def r(code: str, at: str, n: int) -> dict[str, Any]: return {"code": code, "at": at, "count": n}
+  fold_a, fold_b = "(UPat(Ops.ADD, src=(UPat.cvar(),)*2), fold_const_alu),", "(UPat(GroupOp.Binary, src=(const_pat,)*2), fold_const_alu),"
+  fired_a = {(0, 0): [r(fold_a, "uop/symbolic.py:124", 3), r("(UPat(Ops.MUL), lambda x: x),", "uop/symbolic.py:9", 2)],
+             (0, 1): [r("(UPat(Ops.RANGE), flatten),", "codegen/simplify.py:18", 1)], (0, 2): [r("(UPat(Ops.END), cut),", "codegen/simplify.py:30", 4)]}
+  fired_b = {(5, 0): [r(fold_b, "uop/symbolic.py:150", 3), r("(UPat(Ops.MUL), lambda x: x),", "uop/symbolic.py:12", 5)],
+             (5, 1): [r("(UPat(Ops.RANGE), flatten),", "codegen/simplify.py:22", 1)], (5, 2): [r("(UPat(Ops.END), cut),", "codegen/simplify.py:40", 4)]}
+  a, b = [k(("symbolic", 0, 0), ("simplify", 0, 1), ("remove_reduce", 0, 2))], [k(("symbolic", 5, 0), ("simplify", 5, 1), ("remove reduces", 5, 2))]
+  (sym,) = rule_changes(a, b, fired_a, fired_b)
+  assert (sym["a"], sym["b"], sym["only_a"], sym["only_b"]) == ("symbolic", "symbolic", [], [])
+  assert [(x["action"], x["at_a"], x["at_b"]) for x in sym["reworded"]] == [("fold_const_alu", "uop/symbolic.py:124", "uop/symbolic.py:150")]
+  assert sym["changed"] == [{"code": "(UPat(Ops.MUL), lambda x: x),", "at_a": "uop/symbolic.py:9", "at_b": "uop/symbolic.py:12", "a": 2, "b": 5}]
+  fired_b[(5, 2)] = [r("(UPat(Ops.END), cut_new),", "codegen/simplify.py:40", 4)]  # the renamed pass: its rule wrote another function
+  renamed = rule_changes(a, b, fired_a, fired_b)[1]
+  assert (renamed["a"], renamed["b"], [x["at"] for x in renamed["only_a"]], [x["at"] for x in renamed["only_b"]]) == \
+    ("remove_reduce", "remove reduces", ["codegen/simplify.py:30"], ["codegen/simplify.py:40"])
+  assert rule_changes(a, b, fired_a, {}) is None
 
 @MADE
 def test_a_study_on_an_older_tinygrad_through_the_api(tmp_path):

@@ -11,9 +11,10 @@ group (MHAT), or a materialized constant, shows on one side only.
 No tinygrad here: what needs it runs in a fresh worker (explorer.analysis.diff_worker, explorer.tracing.timing).
 """
 from __future__ import annotations
-import difflib, hashlib, statistics
+import difflib, functools, hashlib, itertools, re, statistics
 from collections import Counter, defaultdict
-from typing import Any, Callable, Mapping, Sequence, cast
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 from explorer import stats
 from explorer.analysis import memory
 from explorer.clocks import METHODS, ratio_words
@@ -391,19 +392,21 @@ def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None,
   groups = match_kernels(sa, sb)
   ga = {i: g for g, (ias, _) in enumerate(groups) for i in ias}
   gb = {j: g for g, (_, jbs) in enumerate(groups) for j in jbs}
-  out_groups, shared = [], Shared()
+  out_groups, shared, whole = [], Shared(), []
   for g, (ias, jbs) in enumerate(groups):
     ka, kb = [sa.kernels[i] for i in ias], [sb.kernels[j] for j in jbs]
     relation, side, sentence = _relation([k["role"] for k in ka], [k["role"] for k in kb])
     ma, mb = _metrics(ka, target), _metrics(kb, target)
     wa, wb = [whole_a(k) for k in ka], [whole_b(k) for k in kb]
+    whole.append((wa, wb))
     src = _source_diff(wa, wb, target, shared)
     identical = relation == "same" and {**ma, "time_s": 0} == {**mb, "time_s": 0} and all(r["kind"] == "same" for r in src["rows"])
     out_groups.append({"index": g, "relation": relation, "side": side, "describe": sentence, "identical": identical,
                        "a": [_kref(k, target) for k in ka], "b": [_kref(k, target) for k in kb],
-                       "metrics": shared.metrics(ma, mb), "source": src, "graph": None, "passes": pass_changes(wa, wb)})
+                       "metrics": shared.metrics(ma, mb), "source": src, "graph": None, "rules": None,
+                       "passes": pass_changes(wa, wb)})
   notes: list[str] = []
-  if a_rewrites is not None and b_rewrites is not None: _attach_graphs(out_groups, sa, sb, a_rewrites, b_rewrites, timeout_s, notes)
+  if a_rewrites is not None and b_rewrites is not None: _attach_graphs(out_groups, sa, sb, a_rewrites, b_rewrites, timeout_s, notes, whole)
   else: notes.append("no rewrite blobs: no structural graph diff")
   ta, tb = _totals(sa, target), _totals(sb, target)
   vb: dict[str, Any] = {**b["variant"]}
@@ -451,29 +454,104 @@ def sass_mixes(ka: list[KernelRecord], kb: list[KernelRecord], target: str) -> d
 def _totals_delta(ta: dict[str, Any], tb: dict[str, Any]) -> dict[str, Any]:
   return {k: tb[k] - ta[k] for k, v in ta.items() if isinstance(v, (int, float))}
 
-def kernel_graphs(a: TraceRecord, b: TraceRecord, a_blob: bytes, b_blob: bytes, a_sinks: Sequence[int | None], b_sinks: Sequence[int | None],
-                  timeout_s: float) -> tuple[dict[int, Any], dict[int, Any]]:
-  """Each side's kernel AST graphs by trace number, rebuilt from its rewrite blob in a worker of the tinygrad that wrote it: one worker
-  for both where that is one tinygrad, one each where they differ (WorkerFailed where a blob does not load)."""
-  va, vb = versions.recorded(a), versions.recorded(b)
-  if va == vb:
-    (gra, grb), _ = call_in_worker("explorer.analysis.diff_worker:kernel_graphs", {"a_blob": a_blob, "b_blob": b_blob, "a_sinks": a_sinks,
-                                   "b_sinks": b_sinks}, timeout_s=timeout_s, env={"VIZ": "0"}, tinygrad=va)
-    return gra, grb
-  def side(blob: bytes, sinks: Sequence[int | None], version: str | None) -> dict[int, Any]:
-    got, _ = call_in_worker("explorer.analysis.diff_worker:side_graphs", {"blob": blob, "sinks": sinks}, timeout_s=timeout_s,
-                            env={"VIZ": "0"}, tinygrad=version)
-    return cast(dict[int, Any], got)
-  return side(a_blob, a_sinks, va), side(b_blob, b_sinks, vb)
+@dataclass(frozen=True)
+class Rebuilt:
+  """What a diff rebuilds from the two rewrite blobs: each side's kernel AST graphs by trace number, and the rules each of its passes
+  asked for went through, in the order asked (RewriteBlob.rules_fired)."""
+  graphs_a: dict[int, Any]
+  graphs_b: dict[int, Any]
+  rules_a: list[list[dict[str, Any]]]
+  rules_b: list[list[dict[str, Any]]]
 
-def _attach_graphs(groups: list[dict[str, Any]], sa: Side, sb: Side, a_blob: bytes, b_blob: bytes, timeout_s: float, notes: list[str]) -> None:
+def kernel_graphs(a: TraceRecord, b: TraceRecord, a_blob: bytes, b_blob: bytes, a_sinks: Sequence[int | None], b_sinks: Sequence[int | None],
+                  timeout_s: float, a_steps: Sequence[Sequence[int]] = (), b_steps: Sequence[Sequence[int]] = ()) -> Rebuilt:
+  """Each side's kernel AST graphs and its passes' rules (a_steps, b_steps: [group, step] each), rebuilt from its rewrite blob in a
+  worker of the tinygrad that wrote it: one worker for both where that is one tinygrad, one each where they differ (WorkerFailed where
+  a blob does not load)."""
+  va, vb = versions.recorded(a), versions.recorded(b)
+  def call(fn: str, version: str | None, **kwargs: Any) -> dict[str, Any]:
+    got, _ = call_in_worker(f"explorer.analysis.diff_worker:{fn}", kwargs, timeout_s=timeout_s, env={"VIZ": "0"}, tinygrad=version)
+    return cast(dict[str, Any], got)
+  if va == vb:
+    both = call("kernel_graphs", va, a_blob=a_blob, b_blob=b_blob, a_sinks=a_sinks, b_sinks=b_sinks, a_steps=a_steps, b_steps=b_steps)
+    return Rebuilt(*both["graphs"], *both["rules"])
+  sa, sb = call("side_graphs", va, blob=a_blob, sinks=a_sinks, steps=a_steps), call("side_graphs", vb, blob=b_blob, sinks=b_sinks, steps=b_steps)
+  return Rebuilt(sa["graphs"][0], sb["graphs"][0], sa["rules"][0], sb["rules"][0])
+
+RULE_KERNELS = 64  # a side's kernels whose passes' rules a diff compares, at most: a program's thousands are left to their pages
+
+def pass_steps(groups: Sequence[tuple[Sequence[KernelRecord], Sequence[KernelRecord]]]) -> tuple[list[list[int]], list[list[int]]]:
+  """[group, step] of every host codegen pass of the groups' kernels, each side's (the first RULE_KERNELS kernels of a side)."""
+  def steps(ks: Iterable[KernelRecord]) -> list[list[int]]:
+    return [[g, s] for k in itertools.islice(ks, RULE_KERNELS) for p in k.get("passes") or []
+            if (g := p.get("group")) is not None and (s := p.get("step")) is not None]
+  return steps(k for ka, _ in groups for k in ka), steps(k for _, kb in groups for k in kb)
+
+def rule_changes(ka: Sequence[KernelRecord], kb: Sequence[KernelRecord], fired_a: Mapping[tuple[int, int], list[dict[str, Any]]],
+                 fired_b: Mapping[tuple[int, int], list[dict[str, Any]]], at_most: int = 12) -> list[dict[str, Any]] | None:
+  """How the rules a group's passes went through differ, pass by pass (a pass in both, or a pair pass_changes reads as renamed): the
+  rules that fired on one side only ({code, at, count}, most first) and those that fired more or less ({code, at_a, at_b, a, b}), each
+  list cut at at_most (its length in only_a_n, only_b_n, changed_n). A rule is named by its code, not its line (which moves between
+  versions). None where a side's passes were not looked at (fired_*: by (group, step), as kernel_graphs read them)."""
+  def by_pass(ks: Sequence[KernelRecord], fired: Mapping[tuple[int, int], list[dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]] | None:
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for k in ks:
+      for p in k.get("passes") or []:
+        if (g := p.get("group")) is None or (st := p.get("step")) is None: continue  # (a pass recorded without its place)
+        if (rules := fired.get((g, st))) is None: return None
+        mine = out.setdefault(p["name"], {})
+        for r in rules:
+          if (got := mine.get(r["code"])) is None: mine[r["code"]] = dict(r)
+          else: got["count"] += r["count"]
+    return out
+  a, b = by_pass(ka, fired_a), by_pass(kb, fired_b)
+  if a is None or b is None: return None
+  pairs = [(n, n) for n in a if n in b] + [(r["a"], r["b"]) for r in pass_changes(ka, kb)["renamed"]]
+  out = []
+  for na, nb in pairs:
+    ra, rb = a[na], b[nb]
+    only_a, only_b = [r for c, r in ra.items() if c not in rb], [r for c, r in rb.items() if c not in ra]
+    reworded = _reworded(only_a, only_b)
+    changed = [{"code": c, "at_a": r["at"], "at_b": rb[c]["at"], "a": r["count"], "b": rb[c]["count"]}
+               for c, r in ra.items() if c in rb and rb[c]["count"] != r["count"]]
+    if only_a or only_b or changed or reworded:
+      most = functools.partial(sorted, key=lambda r: -r["count"])
+      out.append({"a": na, "b": nb, "only_a": most(only_a)[:at_most], "only_b": most(only_b)[:at_most], "only_a_n": len(only_a),
+                  "only_b_n": len(only_b), "reworded": reworded[:at_most], "reworded_n": len(reworded),
+                  "changed": sorted(changed, key=lambda r: -abs(r["b"] - r["a"]))[:at_most], "changed_n": len(changed)})
+  return out
+
+RULE_ACTION = re.compile(r",\s*([A-Za-z_][\w.]*)\s*\)\s*,?\s*$")  # a rule's named function, last in its (UPat, fn) tuple
+
+def _reworded(only_a: list[dict[str, Any]], only_b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Rules only in A and only in B that call the same named function (its pattern written anew, as 0.14 did fold_const_alu's): paired
+  and taken out of only_a and only_b. A lambda names none."""
+  def action(r: dict[str, Any]) -> str | None: return m.group(1) if (m := RULE_ACTION.search(r["code"])) else None
+  by_b: dict[str, dict[str, Any]] = {}
+  for r in only_b:
+    if (n := action(r)) is not None: by_b.setdefault(n, r)
+  out = []
+  for r in list(only_a):
+    if (n := action(r)) is not None and (rb := by_b.pop(n, None)) is not None:
+      out.append({"action": n, "a": r["code"], "b": rb["code"], "at_a": r["at"], "at_b": rb["at"], "count_a": r["count"], "count_b": rb["count"]})
+      only_a.remove(r)
+      only_b.remove(rb)
+  return out
+
+def _attach_graphs(groups: list[dict[str, Any]], sa: Side, sb: Side, a_blob: bytes, b_blob: bytes, timeout_s: float, notes: list[str],
+                   whole: Sequence[tuple[list[KernelRecord], list[KernelRecord]]]) -> None:
   a_sinks, b_sinks = [k["ast_sink"] for k in sa.kernels], [k["ast_sink"] for k in sb.kernels]
-  try: gra, grb = kernel_graphs(sa.trace, sb.trace, a_blob, b_blob, a_sinks, b_sinks, timeout_s)
+  a_steps, b_steps = pass_steps(whole)
+  try: got = kernel_graphs(sa.trace, sb.trace, a_blob, b_blob, a_sinks, b_sinks, timeout_s, a_steps, b_steps)
   except WorkerFailed as e:
     notes.append(f"graph diff failed: {e}")
     return
-  for g in groups:
-    g["graph"] = graph_diff([gra[sa.kernels[k["index"]]["ast_sink"]] for k in g["a"]], [grb[sb.kernels[k["index"]]["ast_sink"]] for k in g["b"]])
+  fired_a = {(g, s): r for (g, s), r in zip(a_steps, got.rules_a)}
+  fired_b = {(g, s): r for (g, s), r in zip(b_steps, got.rules_b)}
+  for g, (wa, wb) in zip(groups, whole):
+    g["graph"] = graph_diff([got.graphs_a[sa.kernels[k["index"]]["ast_sink"]] for k in g["a"]],
+                            [got.graphs_b[sb.kernels[k["index"]]["ast_sink"]] for k in g["b"]])
+    g["rules"] = rule_changes(wa, wb, fired_a, fired_b)
 
 # ***** measured: timing and outputs, each in one worker *****
 

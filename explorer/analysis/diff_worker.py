@@ -5,15 +5,19 @@ from explorer.tracing import tg  # first: sets tinygrad's environment before tin
 from typing import Any
 from explorer.spec import ConvSpec, Progress, Variant
 
-def kernel_graphs(progress: Progress, a_blob: bytes, b_blob: bytes, a_sinks: list[int], b_sinks: list[int]) -> tuple[dict[int, Any], dict[int, Any]]:
-  """The kernel AST graphs ({nodes, edges}) of each side, rebuilt from its rewrite blob, by trace number."""
-  a, b = tg.RewriteBlob(a_blob), tg.RewriteBlob(b_blob)
-  return {n: a.graph_of(n) for n in a_sinks}, {n: b.graph_of(n) for n in b_sinks}
+Steps = list[list[int]]  # [group, step] of passes in a rewrite blob
 
-def side_graphs(progress: Progress, blob: bytes, sinks: list[int]) -> dict[int, Any]:
-  """One side's kernel AST graphs (kernel_graphs), where the two were recorded with different tinygrads: each in a worker of its own."""
+def kernel_graphs(progress: Progress, a_blob: bytes, b_blob: bytes, a_sinks: list[int], b_sinks: list[int], a_steps: Steps | None = None,
+                  b_steps: Steps | None = None) -> dict[str, Any]:
+  """Each side's kernel AST graphs ({nodes, edges}) by trace number, rebuilt from its rewrite blob, and the rules each of its passes
+  `steps` went through (RewriteBlob.rules_fired, in the order asked): {graphs: [a's, b's], rules: [a's, b's]}."""
+  a, b = side_graphs(progress, a_blob, a_sinks, a_steps), side_graphs(progress, b_blob, b_sinks, b_steps)
+  return {"graphs": [a["graphs"][0], b["graphs"][0]], "rules": [a["rules"][0], b["rules"][0]]}
+
+def side_graphs(progress: Progress, blob: bytes, sinks: list[int], steps: Steps | None = None) -> dict[str, Any]:
+  """One side's kernel_graphs, where the two were recorded with different tinygrads: each in a worker of its own."""
   b = tg.RewriteBlob(blob)
-  return {n: b.graph_of(n) for n in sinks}
+  return {"graphs": [{n: b.graph_of(n) for n in sinks}], "rules": [[b.rules_fired(g, s) for g, s in steps or []]]}
 
 def seeded_inputs(spec: ConvSpec) -> tuple[np.ndarray, np.ndarray]:
   """The input and weight every trace runs on (the same draws as explorer.tracing.trace._run_stages)."""

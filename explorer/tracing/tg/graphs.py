@@ -53,6 +53,14 @@ class RewriteBlob:
       yield {"graph": _with_nums(_graph_from_viz(st["graph"]), self.nums()), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
              "rule": None if st["upat"] is None else f"{st['upat'][0][0].split('/')[-1]}:{st['upat'][0][1]}"}
 
+  def rules_fired(self, group: int, step: int) -> list[dict]:
+    """The rules a pass's matches went through, each once with its count, most first: its code as it stands in its file (the UPat's
+    first line, spaces collapsed: what names a rule across tinygrad versions, whose line numbers move) and where it is (file:line)."""
+    counts: dict[tuple[str, int], int] = {}
+    for _, _, loc, _ in self.data.trace.rewrites[group][step].matches: counts[(loc[0], loc[1])] = counts.get((loc[0], loc[1]), 0) + 1
+    return sorted(({"code": " ".join(rule_source(loc, self.sources).split("\n")[0].split()) or f"{rule_file(loc[0])}:{loc[1]}",
+                    "at": f"{rule_file(loc[0])}:{loc[1]}", "count": n} for loc, n in counts.items()), key=lambda r: (-r["count"], r["at"]))
+
   def pass_record(self, group: int, step: int) -> dict:
     """Where in tinygrad a pass was called (the graph_rewrite call's file:line and its code) and how many matches it recorded."""
     r = self.data.trace.rewrites[group][step]

@@ -231,7 +231,7 @@ async def graphs_fragment(request: Request, a: str, b: str, svc: ServicesDep, wo
 def api_graphs(gr: dict[str, Any] | None) -> dict[str, Any] | None:
   """The graph diff without its drawings' SVG (the page has them)."""
   if gr is None: return None
-  return {"error": gr.get("error"), "groups": [{"index": g["index"], "graph": g["graph"]} for g in gr.get("groups", [])]}
+  return {"error": gr.get("error"), "groups": [{"index": g["index"], "graph": g["graph"], "rules": g.get("rules")} for g in gr.get("groups", [])]}
 
 TWO = {404: "no trace a or no trace b", 409: "trace a or b is still queued or running"}
 
@@ -249,10 +249,11 @@ async def diff_json(a: str, b: str, svc: ServicesDep, work: Work, target: str | 
   permit = work.permit()
   d = await diffs.structural(a, ta_trace, b, tb_trace, ta, tb, permit)
   gr = await (diffs.graph_diff(a, ta_trace, b, tb_trace, d["groups"], permit) if graphs else diffs.cached_graphs(a, b))
-  by_group = {g["index"]: g["graph"] for g in (gr or {}).get("groups", [])}
+  by_group = {g["index"]: g for g in (gr or {}).get("groups", [])}
   measured = {k: (await asyncio.to_thread(diffs.measure_status, a, b, k)).get("result") for k in MEASURES}
   notes = d["notes"] + ([gr["error"]] if gr and gr.get("error") else [])
-  return {**d, "groups": [{**g, "graph": by_group.get(g["index"])} for g in d["groups"]], "timing": measured["timing"],
+  return {**d, "groups": [{**g, "graph": (got := by_group.get(g["index"]) or {}).get("graph"), "rules": got.get("rules")} for g in d["groups"]],
+          "timing": measured["timing"],
           "numerics": measured["numerics"], "notes": notes, "url": diff_url(a, b, ta, tb)}
 
 @api.get("/diff/{a}/{b}/{kind}", summary="A measurement of two traces: its job's progress, or its cached result",

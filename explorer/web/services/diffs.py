@@ -13,7 +13,7 @@ from pygments.formatters import HtmlFormatter
 from explorer.version import __version__
 from explorer.present import graphs
 from explorer.analysis.diff import Whole, as_it_is, compare_outputs, diff_traces, graph_diff, packed, remeasure_interleaved, source_rows
-from explorer.analysis.diff import kernel_graphs, time_verdict, unpacked
+from explorer.analysis.diff import RULE_KERNELS, kernel_graphs, pass_steps, rule_changes, time_verdict, unpacked
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.run import ran_here
@@ -26,7 +26,7 @@ if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] e
 MEASURES = ("timing", "numerics")
 WithFacts = Callable[[str, TraceRecord, str, WorkPermit], Awaitable[TraceRecord]]
 CACHE_V = f"v{__version__}"  # computed diffs are cached per explorer version (an engine fix must not serve stale diffs); measurements are not
-GRAPHS = f"graphs2:{CACHE_V}"  # 2: only where a change starts is outlined red (drawings cached before outlined every differing node)
+GRAPHS = f"graphs3:{CACHE_V}"  # 3: each group's rules compared; 2: only where a change starts is outlined red
 
 def structural_kind(ta: str, tb: str) -> str:
   """What a structural diff on targets ta, tb is cached as (3: stored packed, explorer.analysis.diff.packed; 2, before: whole)."""
@@ -179,18 +179,30 @@ class DiffService:
     if not a_blob or not b_blob: return {"error": "a side has no stored rewrite blob: no UOp graph diff", "groups": []}
     # ast_sink: absent from a kernel of a trace that failed before its AST was recorded
     sinks = {s: [k["ast_sink"] for k in t["kernels"] if k.get("ast_sink") is not None] for s, t in (("a", a), ("b", b))}
+    whole_a, whole_b = self.whole(a_id, a), self.whole(b_id, b)
+    def passes_of() -> list[tuple[list[KernelRecord], list[KernelRecord]]]:  # the kernels whose passes' rules are compared, whole
+      out, n = [], 0
+      for g in groups:
+        if (n := n + max(len(g["a"]), len(g["b"]))) > RULE_KERNELS: break
+        out.append(([whole_a(a["kernels"][k["index"]]) for k in g["a"]], [whole_b(b["kernels"][k["index"]]) for k in g["b"]]))
+      return out
+    looked = await asyncio.to_thread(passes_of)
+    steps = pass_steps(looked)
     self.graph_runs += 1
     if self._graph_slots is None: self._graph_slots = asyncio.Semaphore(1)  # one graph-diff worker at a time, however many pairs are asked
     try:
       async with self._graph_slots:
-        gra, grb = await run_in_daemon_thread(lambda: kernel_graphs(a, b, a_blob, b_blob, sinks["a"], sinks["b"], self.timeout_s))
+        got = await run_in_daemon_thread(lambda: kernel_graphs(a, b, a_blob, b_blob, sinks["a"], sinks["b"], self.timeout_s, *steps))
     except WorkerFailed as e: return {"error": f"this server could not rebuild the kernels' UOp graphs: {e}", "groups": []}
+    gra, grb = got.graphs_a, got.graphs_b
+    fired = [{(gi, si): r for (gi, si), r in zip(st, rules)} for st, rules in zip(steps, (got.rules_a, got.rules_b))]
     out = []
-    for g in groups:
+    for i, g in enumerate(groups):
       ka, kb = [a["kernels"][k["index"]] for k in g["a"]], [b["kernels"][k["index"]] for k in g["b"]]
       if any(k.get("ast_sink") not in gra for k in ka) or any(k.get("ast_sink") not in grb for k in kb):  # a trace that failed early
-        out.append({"index": g["index"], "graph": None, "drawings": {"a": [], "b": []}})
+        out.append({"index": g["index"], "graph": None, "drawings": {"a": [], "b": []}, "rules": None})
         continue
+      rules = rule_changes(*looked[i], fired[0], fired[1]) if i < len(looked) else None
       ga, gb = [gra[k["ast_sink"]] for k in ka], [grb[k["ast_sink"]] for k in kb]
       gd = graph_diff(ga, gb)
       drawings: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
@@ -200,7 +212,7 @@ class DiffService:
           starts, rest = {n["id"] for n in only if n["frontier"]}, {n["id"] for n in only if not n["frontier"]}
           for i, (k, raw) in enumerate(zip(ks, gs)):
             drawings[side].append(await self._draw(k, raw, starts, rest, f"d{g['index']}{side}{i}", side))
-      out.append({"index": g["index"], "graph": gd, "drawings": drawings})
+      out.append({"index": g["index"], "graph": gd, "drawings": drawings, "rules": rules})
     res = {"error": None, "groups": out}
     await asyncio.to_thread(self.store.put_diff, a_id, b_id, GRAPHS, res)
     return res
