@@ -276,9 +276,11 @@ def test_a_diff_compares_the_rules_each_pass_went_through_by_their_code():
   def r(code: str, at: str, n: int) -> dict[str, Any]: return {"code": code, "at": at, "count": n}
   fold_a, fold_b = "(UPat(Ops.ADD, src=(UPat.cvar(),)*2), fold_const_alu),", "(UPat(GroupOp.Binary, src=(const_pat,)*2), fold_const_alu),"
   fired_a = {(0, 0): [r(fold_a, "uop/symbolic.py:124", 3), r("(UPat(Ops.MUL), lambda x: x),", "uop/symbolic.py:9", 2)],
-             (0, 1): [r("(UPat(Ops.RANGE), flatten),", "codegen/simplify.py:18", 1)], (0, 2): [r("(UPat(Ops.END), cut),", "codegen/simplify.py:30", 4)]}
+             (0, 1): [r("(UPat(Ops.RANGE), flatten),", "codegen/simplify.py:18", 1)],
+             (0, 2): [r("(UPat(Ops.END), cut),", "codegen/simplify.py:30", 4)]}
   fired_b = {(5, 0): [r(fold_b, "uop/symbolic.py:150", 3), r("(UPat(Ops.MUL), lambda x: x),", "uop/symbolic.py:12", 5)],
-             (5, 1): [r("(UPat(Ops.RANGE), flatten),", "codegen/simplify.py:22", 1)], (5, 2): [r("(UPat(Ops.END), cut),", "codegen/simplify.py:40", 4)]}
+             (5, 1): [r("(UPat(Ops.RANGE), flatten),", "codegen/simplify.py:22", 1)],
+             (5, 2): [r("(UPat(Ops.END), cut),", "codegen/simplify.py:40", 4)]}
   a, b = [k(("symbolic", 0, 0), ("simplify", 0, 1), ("remove_reduce", 0, 2))], [k(("symbolic", 5, 0), ("simplify", 5, 1), ("remove reduces", 5, 2))]
   (sym,) = rule_changes(a, b, fired_a, fired_b)
   assert (sym["a"], sym["b"], sym["only_a"], sym["only_b"]) == ("symbolic", "symbolic", [], [])

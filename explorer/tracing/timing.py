@@ -33,7 +33,7 @@ def time_schedule(clock: tg.Clock, compiled: Any, device: str, warmup: int, repe
   """Warmup, then repeats of Replay.sample, so that drift hits every kernel and the span alike. Returns each kernel's records (time_s,
   time_warm_s, time_batch_s: explorer.schema.KernelRecord's) and the schedule's (total_s: the kernels' sum per repeat; span_s), each saying
   its clock. What the kernels write is kept as their one run left it (tg.outputs_kept): a program's state is not stepped again."""
-  with tg.outputs_kept(compiled.src): return _time_schedule(clock, compiled, device, warmup, repeats, var_vals, on_repeat)
+  with tg.outputs_kept(tg.kernel_calls(compiled)): return _time_schedule(clock, compiled, device, warmup, repeats, var_vals, on_repeat)
 
 def _time_schedule(clock: tg.Clock, compiled: Any, device: str, warmup: int, repeats: int, var_vals: dict[str, int] | None,
                    on_repeat: Callable[[int], None] | None) -> dict[str, Any]:

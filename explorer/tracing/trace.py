@@ -352,7 +352,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
                              "reads": s["reads"], "writes": s["writes"], "time_s": None, "storage": facts.storage,
                              "notes": _kernel_notes(s["role"], facts.storage), "host_target": (host := tg.target_name(renderer)),
                              "targets": {host: make_target_record(facts, passes, arch, [])}}
-    kernel["spec"] = {"ast": tg.spec_check([c.ast], "tensor")}
+    kernel["spec"] = {"ast": tg.spec_check([c.ast], "ast")}
     if variables := tg.ast_variables(c.ast): kernel["variables"] = variables
     if rec.analysis: kernel["targets"][host].update(tg.program_analysis(prg, renderer, tg.LiveLog(base), ps))  # else when first viewed
     if timed: kernel["beam"] = beam_record(timed, int(variant.opt.split(":")[1]), facts.opts, device)

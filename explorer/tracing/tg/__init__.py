@@ -46,9 +46,15 @@ from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, forge
 from explorer.tracing.tg.rewritelog import ENCODER_UNSTORED, decode_rewrite_log
 from explorer.tracing.tg.clocks import Clock, ClockFailed, Runnable, clock_for
 from explorer.tracing.tg.runtime import (call_at, compile_schedule, compile_seconds, compiled_sources, compiler_name, fallback_reason,
-                                         has_reduce, outputs_kept, realize_inputs, replay, run_schedule, runnable, runnables, synchronizer)
+                                         has_reduce, kernel_calls, outputs_kept, realize_inputs, replay, run_schedule, runnable, runnables,
+                                         synchronizer)
 from explorer.tracing.tg.specs import has_spec, schedule_calls, spec_check, tensor_spec_check
 from explorer.tracing.tg.compat import PRE_MATCHER, const_column, constant, linearized
+from explorer.tracing.tg.compat import at_least as _at_least
+if not _at_least(0, 13):  # tinygrad 0.12 schedules ExecItems, not a LINEAR of CALLs: its schedule and runtime under the same names
+  from explorer.tracing.tg.v012 import (buffer_facts, buffer_key, call_at, calls, compile_schedule, compiled_sources, kernel_calls,  # type: ignore[assignment] # noqa: F811
+                                        outputs_kept, replay, run_schedule, runnable, runnables, schedule, schedule_keys, schedule_with_vars,
+                                        tensor_buffer)
 
 # the public names the rest of the explorer uses: it imports tinygrad only through this package
 __all__ = [
@@ -66,7 +72,7 @@ __all__ = [
   "carrying_metadata", "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key",
   "ast_variables",
   "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "realize_inputs", "compile_seconds", "has_reduce",
-  "compiler_name", "fallback_reason",
+  "compiler_name", "fallback_reason", "kernel_calls",
   # clocks: how kernels and schedules are timed (explorer.clocks names their methods)
   "Clock", "ClockFailed", "Runnable", "clock_for", "runnable", "runnables", "call_at", "outputs_kept", "replay", "synchronizer",
   # the host's work over time (tinygrad's profiler)

@@ -4,12 +4,11 @@ from __future__ import annotations
 import collections, contextlib, dataclasses, os, sys, tempfile, time, typing
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
-from tinygrad.codegen import do_to_program, to_program, to_program_cache
 from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import ansistrip
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, UOp, multirange_str, sym_infer
-from explorer.tracing.tg.compat import ParamArg, addrspace, const_text, max_numel, to_program_key
+from explorer.tracing.tg.compat import ParamArg, at_least, const_text, do_to_program, launch, max_numel, onchip, runs, to_program
 from explorer.tracing.tg.custom_rewrites import Rewrite, pre_matcher_set, to_program_rewritten
 from explorer.tracing.tg.graphs import plain
 from explorer.tracing.tg.opts import opt_text
@@ -63,8 +62,8 @@ def codegen_host(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite] = ())
   """tinygrad's own to_program: the PROGRAM it caches is the one compile_linear/run_linear then run. With rewrites, the rewritten
   PROGRAM goes into that cache under the kernel's key, so the schedule runs what was rewritten."""
   with pre_matcher_set(renderer, rewrites):
-    if not rewrites: return to_program(ast, renderer)
-    to_program_cache[to_program_key(ast, renderer)] = prg = to_program_rewritten(ast, renderer, tuple(rewrites))
+    prg = to_program_rewritten(ast, renderer, tuple(rewrites)) if rewrites else to_program(ast, renderer)
+  if rewrites or not at_least(0, 13): runs(ast, renderer, prg)
   return prg
 
 def codegen_deviceless(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite] = ()) -> UOp:
@@ -107,19 +106,20 @@ def program_facts(prg: UOp, device: str | None = None, var_vals: dict[str, int] 
   sink = prg.src[0]
   lin = next(s for s in prg.src if s.op is Ops.LINEAR).src
   src = next((s.arg for s in prg.src if s.op is Ops.SOURCE), "")
-  est = sink.arg.estimates
+  about = launch(prg)
+  est = about.estimates
   def count(x: Any) -> int:
     if isinstance(x, (int, float)): return int(x)
     return int(sym_infer(x, var_vals)) if var_vals and all(v.expr in var_vals for v in x.variables()) else int(x.vmax)
   counts = {k: sum(1 for u in lin if f(u)) for k, f in UOP_CLASSES.items()}
   detail = collections.Counter(u.op.name for u in lin)
   def num(x: Any) -> Any: return int(x) if isinstance(x, (int, float)) else str(x)
-  onchip = {sp: [u for u in lin if u.op is Ops.BUFFER and addrspace(u) is sp] for sp in (AddrSpace.REG, AddrSpace.LOCAL)}
-  storage: Storage = {"reg_buffers": len(onchip[AddrSpace.REG]), "reg_values": sum(max_numel(u) for u in onchip[AddrSpace.REG]),
-             "local_buffers": len(onchip[AddrSpace.LOCAL]),
-             "local_bytes": sum(max_numel(u) * u.dtype.itemsize for u in onchip[AddrSpace.LOCAL])}
-  return ProgramFacts(ansistrip(prg.arg.name), [num(x) for x in prg.arg.global_size],
-                      None if prg.arg.local_size is None else [num(x) for x in prg.arg.local_size],
+  kept = {sp: [u for u in lin if onchip(u, sp)] for sp in (AddrSpace.REG, AddrSpace.LOCAL)}
+  storage: Storage = {"reg_buffers": len(kept[AddrSpace.REG]), "reg_values": sum(max_numel(u) for u in kept[AddrSpace.REG]),
+             "local_buffers": len(kept[AddrSpace.LOCAL]),
+             "local_bytes": sum(max_numel(u) * u.dtype.itemsize for u in kept[AddrSpace.LOCAL])}
+  return ProgramFacts(ansistrip(about.name), [num(x) for x in about.global_size],
+                      None if about.local_size is None else [num(x) for x in about.local_size],
                       count(est.ops) if est is not None else 0, count(est.lds) if est is not None else 0, count(est.mem) if est is not None else 0,
                       [opt_text(o) for o in sink.arg.applied_opts], uops_listing(lin, device),
                       {**counts, "total": len(lin), **{f"op:{k}": v for k, v in detail.items()}},

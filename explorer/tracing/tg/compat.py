@@ -11,6 +11,11 @@ V = tuple(int(x) for x in re.findall(r"\d+", VERSION)[:3])  # (a build of tinygr
 
 def at_least(*version: int) -> bool: return V >= version
 
+def _older(module: str) -> Any:
+  """A module of this (older) tinygrad, typed loosely: the type checker reads the newest's, where what an older one had is gone."""
+  import importlib
+  return importlib.import_module(module)
+
 if TYPE_CHECKING or at_least(0, 14):  # (the type checker reads the newest's)
   from tinygrad.codegen import to_program_key as to_program_key
   from tinygrad.helpers import NUM_CPU_THREADS as NUM_CPU_THREADS
@@ -27,14 +32,83 @@ else:
   NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", os.cpu_count() or 1)  # (0.14's setting: BEAM's workers; older ones used PARALLEL)
 
   def to_program_key(ast: UOp, renderer: Any) -> tuple:
-    """The key tinygrad's to_program caches a program under, as 0.13's to_program computes it inline."""
-    from tinygrad.helpers import ALLOW_TF32, DISABLE_FAST_IDIV, EMULATED_DTYPES, IMAGE, NOLOCALS, NOOPT, TRANSCENDENTAL, USE_TC
-    config = (NOOPT, EMULATED_DTYPES, NOLOCALS, USE_TC, IMAGE, DISABLE_FAST_IDIV, TRANSCENDENTAL, ALLOW_TF32)
-    return (ast.key, type(renderer), renderer.target, *[x.value for x in config])
+    """The key tinygrad's to_program caches a program under, as 0.13's to_program computes it inline (0.12's get_runner: the settings
+    its cache key names)."""
+    import tinygrad.helpers as h
+    names = ("NOOPT", "EMULATED_DTYPES", "NOLOCALS", "USE_TC", "IMAGE", "DISABLE_FAST_IDIV", "TRANSCENDENTAL", "ALLOW_TF32", "BEAM", "DEVECTORIZE")
+    where = getattr(renderer, "target", None) or (renderer.device, getattr(renderer, "arch", None))
+    return (ast.key, type(renderer), where, *[getattr(h, n).value for n in names if hasattr(h, n)])
+
+if TYPE_CHECKING or at_least(0, 13):
+  from tinygrad.codegen import do_to_program as do_to_program, to_program as to_program, to_program_cache as to_program_cache
+  from tinygrad.helpers import Target as Target
+  from tinygrad.renderer.llvmir import CPULLVMRenderer as CPULLVMRenderer
+  from tinygrad.dtype import ConstFloat as ConstFloat
+  from tinygrad.uop.ops import CallInfo as CallInfo, ProgramInfo as ProgramInfo
+else:  # tinygrad 0.12: get_program returned a ProgramSpec, lowered kernels were cached as runners (engine.realize.method_cache)
+  from dataclasses import dataclass
+  from tinygrad.renderer.llvmir import LLVMRenderer as CPULLVMRenderer  # noqa: F401 - 0.12's CPU LLVM renderer
+
+  @dataclass(frozen=True)
+  class Target:  # 0.12 has none: a renderer knows its device (a class attribute) and, for CUDA and PTX, its arch
+    device: str = ""
+    renderer: str = ""
+    arch: str = ""
+
+  ConstFloat = float  # 0.12 keeps a float CONST's value a plain float
+
+  class CallInfo:  # 0.12 has no CALL op and no PROGRAM arg: nothing is an instance of these
+    pass
+
+  class ProgramInfo:
+    pass
+
+  def _named(ast: UOp) -> UOp:
+    """0.12 schedules a kernel's SINK with no arg: get_program names it (KernelInfo()) before codegen."""
+    from tinygrad.uop.ops import KernelInfo
+    return ast.replace(arg=KernelInfo()) if ast.op is Ops.SINK and ast.arg is None else ast
+
+  def do_to_program(ast: UOp, renderer: Any) -> UOp:
+    """0.12's get_program without its ProgramSpec: the PROGRAM(sink, DEVICE, LINEAR, SOURCE[, BINARY]) it lowers the kernel to, in a
+    rewrite group of its own as get_program's."""
+    from tinygrad.codegen import full_rewrite_to_sink, pm_to_program
+    from tinygrad.helpers import TracingKey
+    from tinygrad.uop.ops import graph_rewrite, track_rewrites
+    @track_rewrites(name=lambda ast, renderer, ret, **_: TracingKey(ret.src[0].arg.name, (ret.src[0].arg.function_name, ast), ret=renderer))
+    def lowered(ast: UOp, renderer: Any) -> UOp:
+      ast = _named(ast)
+      prg = UOp(Ops.PROGRAM, src=(full_rewrite_to_sink(ast, renderer, optimize=ast.tag is None), UOp(Ops.DEVICE, arg=renderer.device)))
+      return graph_rewrite(prg, pm_to_program, ctx=renderer, name="linearize/render")
+    return lowered(ast, renderer)
+
+  to_program_cache: dict[tuple, UOp] = {}
+
+  def to_program(ast: UOp, renderer: Any) -> UOp:
+    if (prg := to_program_cache.get(key := to_program_key(ast, renderer))) is None: to_program_cache[key] = prg = do_to_program(ast, renderer)
+    return prg
+
+def runs(ast: UOp, renderer: Any, prg: UOp) -> None:
+  """Make the schedule run this PROGRAM for ast, the one codegen recorded: 0.13 and 0.14 run what to_program cached under its key; 0.12
+  lowered an ExecItem through get_runner, which looks in engine.realize.method_cache under the ExecItem's AST (and compiles again,
+  naming the kernel anew: r_..n1, where none is there), so a CompiledRunner of it goes there under both of its keys."""
+  if at_least(0, 13):
+    to_program_cache[to_program_key(ast, renderer)] = prg
+    return
+  from dataclasses import replace
+  from tinygrad import Device
+  realize, helpers, spec = (_older(m) for m in ("tinygrad.engine.realize", "tinygrad.helpers", "tinygrad.renderer"))
+  device = renderer.device
+  runner = realize.CompiledRunner(replace(spec.ProgramSpec.from_uop(prg), device=device))
+  context, comp = (helpers.BEAM.value, helpers.NOOPT.value, helpers.DEVECTORIZE.value), type(Device[device].compiler)
+  realize.method_cache[(device, comp, ast.key, context, False)] = realize.method_cache[(device.split(":")[0], comp, ast.key, context, True)] = runner
+
+# ops an older tinygrad names otherwise: a kernel's buffer argument (0.12: DEFINE_GLOBAL, its arg the slot) and rangeify's bufferize
+PARAM = Ops["PARAM"] if "PARAM" in Ops.__members__ else Ops["DEFINE_GLOBAL"]
+STAGE = Ops["STAGE"] if "STAGE" in Ops.__members__ else Ops["BUFFERIZE"]
 
 def param_slot(u: UOp) -> int | None:
   """A PARAM's argument slot (0.14: its ParamArg's; before: its arg)."""
-  if u.op is not Ops.PARAM: return None
+  if u.op is not PARAM: return None
   if at_least(0, 14): return u.arg.slot if isinstance(u.arg, ParamArg) else None
   return u.arg if isinstance(u.arg, int) else None
 
@@ -45,6 +119,7 @@ def addrspace(u: UOp) -> Any:
 def max_numel(u: UOp) -> int:
   """The number of elements of a buffer at its largest (0.14's max_numel; before, its max_shape's product)."""
   if at_least(0, 14): return int(u.max_numel())
+  if not at_least(0, 13) and (size := getattr(u.dtype, "size", -1)) >= 0: return int(size)  # 0.12: a pointer's size (DEFINE_GLOBAL, _REG)
   from tinygrad.helpers import prod
   return int(prod(u.max_shape))
 
@@ -109,3 +184,25 @@ def unlinearized() -> Any:
   from tinygrad.uop.ops import UPat
   if at_least(0, 14): return UPat(Ops.PROGRAM, src=(UPat(Ops.SINK, name="sink"),), name="prg")
   return UPat(Ops.PROGRAM, src=(UPat(Ops.SINK, name="sink"), UPat(Ops["DEVICE"])), name="prg")
+
+def dev_set() -> bool:
+  """The user named a device (DEV=...: tinygrad's rule, DEV wins); 0.12 also read a bare CPU=1, CUDA=1 ..."""
+  if at_least(0, 13):
+    from tinygrad.helpers import DEV
+    return bool(DEV.device)
+  import os
+  from tinygrad import Device
+  return bool(os.environ.get("DEV")) or any(os.environ.get(d) == "1" for d in Device._devices)
+
+def launch(prg: UOp) -> Any:
+  """A compiled PROGRAM's name, global_size, local_size and estimates (tinygrad's Estimates: FLOPs, loads, bytes): 0.13 and 0.14 keep
+  them in its ProgramInfo and its sink's KernelInfo; 0.12 made them into a ProgramSpec (ProgramSpec.from_uop)."""
+  from types import SimpleNamespace
+  if at_least(0, 13):
+    return SimpleNamespace(name=prg.arg.name, global_size=prg.arg.global_size, local_size=prg.arg.local_size, estimates=prg.src[0].arg.estimates)
+  return _older("tinygrad.renderer").ProgramSpec.from_uop(prg)
+
+def onchip(u: UOp, space: Any) -> bool:
+  """Whether u is a buffer kept on chip in that address space (0.14: a BUFFER; before, 0.13's too; 0.12: DEFINE_REG, DEFINE_LOCAL)."""
+  if u.op is Ops.BUFFER: return addrspace(u) is space
+  return u.op.name in ("DEFINE_REG", "DEFINE_LOCAL") and addrspace(u) is space

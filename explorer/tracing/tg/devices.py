@@ -6,14 +6,13 @@ from typing import Any
 from tinygrad import Device
 from tinygrad.codegen.opt import tc
 from tinygrad.device import Compiler
-from tinygrad.helpers import Target
 from tinygrad.renderer import Renderer
 from tinygrad.renderer.cstyle import ClangRenderer, CUDARenderer, MetalRenderer, OpenCLRenderer
-from tinygrad.renderer.llvmir import CPULLVMRenderer
 from tinygrad.renderer.ptx import PTXRenderer
 from tinygrad.renderer.wgsl import WGSLRenderer
 from tinygrad.uop.ops import UOp
 from explorer.spec import COMPUTE_DEVICES
+from explorer.tracing.tg.compat import CPULLVMRenderer, Target, at_least, dev_set
 
 # ***** devices and renderers *****
 
@@ -24,10 +23,19 @@ def host_renderer(device: str) -> Renderer: return Device[device].renderer
 def _deviceless(cls: type[Renderer], target: Target, **attrs: Any) -> Renderer:
   # render for a device this machine lacks: skip the class __init__ (it loads the device's compiler library) and set what it would
   r = cls.__new__(cls)
-  Renderer.__init__(r, target)
+  if at_least(0, 13): Renderer.__init__(r, target)
+  else:  # 0.12's Renderer has no Target: its device (a class attribute, per instance here), CUDA's and PTX's arch
+    older: Any = r
+    older.target, older.device = target, target.device
+    if cls in (CUDARenderer, PTXRenderer): older.__init__(target.arch)  # (they set their tensor cores for the arch; no GPU touched)
   for k, v in attrs.items(): setattr(r, k, v)
   r.compiler = Compiler()  # tinygrad's base Compiler returns the source as the "binary": codegen stops at rendering
   return r
+
+def _cuda_tensor_cores(arch: str) -> dict[str, Any]: return {"tensor_cores": tc.get_cuda(arch)} if at_least(0, 13) else {}
+
+def _ptx_tensor_cores(arch: str) -> dict[str, Any]:
+  return {"tensor_cores": PTXRenderer.tc_sm80 if int(arch[3:]) >= 80 else []} if at_least(0, 13) else {}
 
 def _metal_tensor_cores(arch: str) -> list:  # as MetalRenderer.__init__: Apple7 (M1) and later
   return tc.metal if arch.startswith("Apple") and arch[5:].isdigit() and int(arch[5:]) >= 7 else []
@@ -35,12 +43,12 @@ def _metal_tensor_cores(arch: str) -> list:  # as MetalRenderer.__init__: Apple7
 # each target's renderer as its device would configure it for arch (keys: explorer.spec.TARGETS; arches: explorer.spec.TARGET_ARCHES).
 # CUDA keeps device "CUDA" in its Target: tinygrad's TF32 tensor-core rule checks it.
 RENDER_TARGETS: dict[str, Any] = {
-  "cuda": lambda arch: _deviceless(CUDARenderer, Target("CUDA", "CUDA", arch), tensor_cores=tc.get_cuda(arch)),
+  "cuda": lambda arch: _deviceless(CUDARenderer, Target("CUDA", "CUDA", arch), **_cuda_tensor_cores(arch)),
   "metal": lambda arch: _deviceless(MetalRenderer, Target("METAL", "METAL", arch), tensor_cores=_metal_tensor_cores(arch)),
   "opencl": lambda arch: _deviceless(OpenCLRenderer, Target("CL", "CL", arch)),
   "clang": lambda arch: _deviceless(ClangRenderer, Target("CPU", "CLANG", arch)),
   "llvm": lambda arch: _deviceless(CPULLVMRenderer, Target("CPU", "LLVM", arch)),
-  "ptx": lambda arch: _deviceless(PTXRenderer, Target("CUDA", "PTX", arch), tensor_cores=PTXRenderer.tc_sm80 if int(arch[3:]) >= 80 else []),
+  "ptx": lambda arch: _deviceless(PTXRenderer, Target("CUDA", "PTX", arch), **_ptx_tensor_cores(arch)),
   "wgsl": lambda arch: _deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", arch)),
 }
 TARGET_OF_RENDERER = {ClangRenderer: "clang", CPULLVMRenderer: "llvm", CUDARenderer: "cuda", PTXRenderer: "ptx", MetalRenderer: "metal",
@@ -55,9 +63,15 @@ def target_name(renderer: Renderer) -> str:
   by_base = next((n for cls, n in TARGET_OF_RENDERER.items() if isinstance(renderer, cls)), None)
   return exact or by_base or type(renderer).__name__.removesuffix("Renderer").lower()
 
-def renderer_arch(renderer: Renderer) -> str: return renderer.target.arch
+def _target(renderer: Renderer) -> Target:
+  """What a renderer renders for (0.12's has no Target: its device, and the arch CUDA's and PTX's keep)."""
+  if (t := getattr(renderer, "target", None)) is not None: return t
+  older: Any = renderer
+  return Target(older.device, type(renderer).__name__.removesuffix("Renderer").upper(), getattr(renderer, "arch", None) or "")
 
-def renderer_device(renderer: Renderer) -> str: return renderer.target.device
+def renderer_arch(renderer: Renderer) -> str: return _target(renderer).arch
+
+def renderer_device(renderer: Renderer) -> str: return _target(renderer).device
 
 def without_beam(ast: UOp) -> tuple[UOp, int]:
   """The kernel with its BEAM width cleared (a deviceless target cannot time candidates: heuristic opts instead) and that width."""
@@ -97,8 +111,7 @@ def available_devices() -> list[str]:
 @functools.cache
 def best_device() -> str:
   """DEV, when set, wins (tinygrad's rule); else the first device of DEVICE_PREFERENCE that opens."""
-  from tinygrad.helpers import DEV
-  if DEV.device: return Device.DEFAULT
+  if dev_set(): return Device.DEFAULT
   return next((d for d in DEVICE_PREFERENCE if _opens(d)), Device.DEFAULT)
 
 def _cuda_name(dev: Any) -> str:

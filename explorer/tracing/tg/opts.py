@@ -6,13 +6,13 @@ from dataclasses import replace
 from typing import Any, Iterator, Sequence
 import tinygrad
 from tinygrad import UOp, dtypes
-from tinygrad.codegen import do_to_program, full_rewrite_to_sink
+from tinygrad.codegen import full_rewrite_to_sink
 from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.helpers import Context, ansistrip, getenv
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisType, KernelInfo, Ops
 import tinygrad.device
-from explorer.tracing.tg.compat import NUM_CPU_THREADS, param_slot, timer, to_program_key
+from explorer.tracing.tg.compat import NUM_CPU_THREADS, PARAM, do_to_program, param_slot, timer, to_program_key
 from explorer.tracing.tg.clocks import Runnable
 from explorer.tracing.tg.environment import USER_PARALLEL
 from explorer.tracing.tg.pipeline import kernel_reads_writes
@@ -96,7 +96,7 @@ def with_opts(ast: UOp, opts: Sequence[Opt]) -> UOp:
   return ast.replace(arg=replace(info, opts_to_apply=tuple(opts), applied_opts=(), beam=0))
 
 def _on_device(ast: UOp, device: str) -> UOp:
-  return ast.substitute({p: p.replace(arg=replace(p.arg, device=device)) for p in ast.toposort() if p.op is Ops.PARAM})
+  return ast.substitute({p: p.replace(arg=replace(p.arg, device=device)) for p in ast.toposort() if p.op is PARAM})
 
 def kernel_outputs(asts: Sequence[UOp], renderer: Renderer, device: str, seed: int = 0) -> list[list[Any]] | None:
   """Each variant of one kernel run once on the device over the same inputs (seeded random values in every buffer it has): the

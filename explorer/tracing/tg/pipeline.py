@@ -10,7 +10,7 @@ from tinygrad.engine import jit as tiny_jit
 from tinygrad.engine.realize import capturing
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, UOp
-from explorer.tracing.tg.compat import addrspace, max_numel, param_slot
+from explorer.tracing.tg.compat import PARAM, STAGE, addrspace, max_numel, param_slot
 from explorer.tracing.tg.graphs import RewriteBlob
 from explorer.tracing.tg.recording import LiveLog, Pass
 
@@ -101,7 +101,7 @@ def schedule_with_vars(*outs: Tensor) -> tuple[UOp, dict[str, int]]:
 
 @dataclass(frozen=True)
 class Stage:
-  """One bufferize (Ops.STAGE) node of rangeify."""
+  """One bufferize (STAGE) node of rangeify."""
   shape: tuple[int, ...]
   dtype: str
   addrspace: str
@@ -127,8 +127,8 @@ def _data_flow(sink: UOp, nums: dict[int, int], kept: Callable[[UOp], bool]) -> 
   flow goes through it."""
   order = sink.toposort()
   def buffer(u: UOp) -> Flow | None:
-    if u.op in (Ops.PARAM, Ops.AFTER) and (slot := _slot(u)) is not None: return frozenset({("slot", slot)})
-    if u.op is Ops.STAGE and kept(u) and (num := nums.get(id(u))) is not None: return frozenset({("stage", num)})
+    if u.op in (PARAM, Ops.AFTER) and (slot := _slot(u)) is not None: return frozenset({("slot", slot)})
+    if u.op is STAGE and kept(u) and (num := nums.get(id(u))) is not None: return frozenset({("stage", num)})
     return None
   reads: dict[UOp, Flow] = {}
   for u in order: reads[u] = b if (b := buffer(u)) is not None else frozenset().union(*(reads[x] for x in u.src))
@@ -140,7 +140,7 @@ def _data_flow(sink: UOp, nums: dict[int, int], kept: Callable[[UOp], bool]) -> 
     goes: set[tuple[str, int]] = set()
     for v in users[u]:
       if v.op is Ops.STORE and (slot := _slot(v)) is not None: goes.add(("slot", slot))
-      elif v.op is Ops.STAGE and (b := buffer(v)) is not None: goes |= b
+      elif v.op is STAGE and (b := buffer(v)) is not None: goes |= b
       else: goes |= into.get(v, frozenset())
     into[u] = frozenset(goes)
   return reads, into
@@ -152,7 +152,7 @@ def stages_in(sink: UOp, blob: RewriteBlob | LiveLog | None = None, kept: Callab
   reads, into = _data_flow(sink, nums, (lambda u: not _removable(u)) if kept is None else (lambda u: kept(nums.get(id(u)))))
   ret = []
   for u in sink.toposort():
-    if u.op is not Ops.STAGE: continue
+    if u.op is not STAGE: continue
     shape = tuple(int(s) for s in u.shape) if u._shape is not None else ()
     n = 1
     for s in shape: n *= s

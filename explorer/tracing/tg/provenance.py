@@ -6,6 +6,7 @@ from typing import Any, Callable, Iterator
 import tinygrad
 from tinygrad.helpers import Metadata
 from tinygrad.uop import ops as uop_ops
+from explorer.tracing.tg.compat import PARAM
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 # tinygrad names the Tensor function that made each tensor-graph UOp (all_metadata: Metadata(name, backward); the gradient pass marks its
@@ -93,7 +94,7 @@ def kernel_provenance(ast: UOp) -> list[dict[str, Any]]:
   stack = [u for u in ast.toposort() if u.op is Ops.STORE]
   while stack:
     u = stack.pop()
-    if u in seen or (u.op is Ops.INDEX and u.src[0].op is Ops.PARAM): continue
+    if u in seen or (u.op is Ops.INDEX and u.src[0].op is PARAM): continue
     seen.add(u)
     if u.op in _COMPUTE:
       for m in uop_ops.all_metadata.get(u, ()):

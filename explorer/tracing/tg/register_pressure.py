@@ -4,12 +4,12 @@ import typing
 from tinygrad import dtypes
 from tinygrad.dtype import AddrSpace
 from tinygrad.uop.ops import Ops, UOp
-from explorer.tracing.tg.compat import addrspace, max_numel
+from explorer.tracing.tg.compat import PARAM, addrspace, max_numel
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import Pressure
 
 CURVE_POINTS = 512
-NOT_VALUES = (Ops.CONST, Ops.PARAM, Ops.SINK, Ops.GROUP, Ops.AFTER, Ops.NOOP, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF)
+NOT_VALUES = (Ops.CONST, PARAM, Ops.SINK, Ops.GROUP, Ops.AFTER, Ops.NOOP, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF)
 
 def _is_value(u: UOp) -> bool:
   """A value the kernel holds in registers: not void, not an immediate (a CONST or a cast of one), not a kernel argument, no loop mark."""

@@ -5,12 +5,12 @@ import collections, collections.abc, dataclasses, enum, functools, io, linecache
 from typing import Any, Callable, Iterator, Mapping
 import tinygrad
 from tinygrad.codegen.opt import Opt, OptOps
-from tinygrad.dtype import AddrSpace, ConstFloat, DType, Invalid, InvalidType
-from tinygrad.helpers import Metadata, Target, TracingKey
+from tinygrad.dtype import AddrSpace, DType, Invalid, InvalidType
+from tinygrad.helpers import Metadata, TracingKey
 from tinygrad.renderer import Estimates
 from tinygrad.schedule.indexing import BufferizeOpts
-from tinygrad.uop.ops import AxisType, CallInfo, KernelInfo, Ops, ProgramInfo, RewriteTrace, TrackedGraphRewrite, UOp
-from explorer.tracing.tg.compat import FLAT_DTYPES, ParamArg, dtype_classes
+from tinygrad.uop.ops import AxisType, KernelInfo, Ops, RewriteTrace, TrackedGraphRewrite, UOp
+from explorer.tracing.tg.compat import FLAT_DTYPES, CallInfo, ConstFloat, ParamArg, ProgramInfo, Target, dtype_classes
 from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, location_key, package_path, read_plain, refused, stored_location
 from explorer.blob import write_plain
 

@@ -1,13 +1,14 @@
 """The runtime: a schedule compiled, run and timed as tinygrad runs it, and what a device's compiler is."""
 from __future__ import annotations
 import contextlib, functools, time
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from tinygrad import Device, Tensor
 from tinygrad.device import Buffer
-from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec, resolve_params, run_linear
 from tinygrad.uop.ops import Ops, UOp
-from explorer.tracing.tg.compat import copied, timer
+from explorer.tracing.tg.compat import at_least, copied, timer
 from explorer.tracing.tg.clocks import Runnable
+if TYPE_CHECKING or at_least(0, 13):  # (0.12 runs ExecItems: explorer.tracing.tg.v012 has its schedule's runtime)
+  from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec, resolve_params, run_linear
 
 def compile_schedule(linear: UOp) -> UOp:
   """tinygrad's compile_linear: lowers every kernel through to_program (its cache holds the programs codegen produced above)."""
@@ -20,6 +21,8 @@ def compiled_sources(compiled: UOp) -> list[str]:
   return [next(s.arg for s in c.src[0].src if s.op is Ops.SOURCE) for c in compiled.src if c.src[0].op is Ops.PROGRAM]
 
 def _kernel_calls(compiled: UOp) -> list[UOp]: return [c for c in compiled.src if c.src[0].op is Ops.PROGRAM]
+
+def kernel_calls(compiled: UOp) -> tuple[UOp, ...]: return compiled.src  # every call of a compiled schedule, kernels and copies
 
 def runnables(compiled: UOp, var_vals: dict[str, int] | None = None) -> list[Runnable]:
   """Each kernel of a compiled schedule, in order, as a clock times it (explorer.tracing.tg.clocks): launched through tinygrad's own

@@ -3,12 +3,16 @@ from __future__ import annotations
 import itertools, typing
 from tinygrad.helpers import Context
 from tinygrad.uop.ops import UOp
+from explorer.tracing.tg.compat import at_least
 from explorer.tracing.tg.recording import trace_num
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import SpecCheck, SpecViolation
 
 MAX_VIOLATIONS = 50
-SPECS = {"tensor": "spec_tensor", "kernel_graph": "spec_kernel_graph", "program": "spec_program"}
+# each check's spec: "ast", a kernel's AST (0.13 on: the tensor spec; 0.12 had one of its own, kernel_spec; 0.12 named the others
+# tensor_spec and program_spec)
+SPECS = {"tensor": "spec_tensor", "ast": "spec_tensor", "kernel_graph": "spec_kernel_graph", "program": "spec_program"} if at_least(0, 13) else \
+  {"tensor": "tensor_spec", "ast": "kernel_spec", "kernel_graph": "spec_kernel_graph", "program": "program_spec"}
 
 def has_spec(spec: str) -> bool:
   """Whether this tinygrad has the spec (spec_kernel_graph is 0.14's)."""
@@ -21,7 +25,7 @@ def spec_check(roots: list[UOp], spec: str, enter_calls: bool = True) -> SpecChe
   violation_count}."""
   from tinygrad.uop import spec as specs
   matcher = getattr(specs, SPECS[spec])
-  lst = list(dict.fromkeys(u for r in roots for u in r.toposort(enter_calls=enter_calls)))
+  lst = list(dict.fromkeys(u for r in roots for u in (r.toposort(enter_calls=enter_calls) if at_least(0, 13) else r.toposort())))
   bad: list[SpecViolation] = []
   with Context(TRACK_MATCH_STATS=0):
     for i, u in enumerate(lst):
@@ -35,6 +39,7 @@ def tensor_spec_check(sink: UOp) -> SpecCheck:
   (transform_to_call's CALL body, storage as PARAMs). The graph the tensors hold is only ever checked against spec_full: in it an AFTER
   on a COPY (Tensor.rand's counter, copied from PYTHON) is legal, and spec_tensor rejects it. The graph as held where the call cannot
   be built (the schedule then fails and says why)."""
+  if not at_least(0, 13): return spec_check([sink], "tensor")  # 0.12 checks the tensor graph itself (complete_create_schedule_with_vars)
   from tinygrad.tensor import transform_to_call
   first = next(UOp.unique_num)  # its outputs' new buffers take slots: given back, the realize numbers them as plain tinygrad does
   try:
@@ -43,6 +48,6 @@ def tensor_spec_check(sink: UOp) -> SpecCheck:
   finally: UOp.unique_num = itertools.count(first)
   return spec_check([call.src[0]], "tensor")
 
-def schedule_calls(linear: UOp) -> list[UOp]: return list(linear.src)  # the kernel graph's calls (tinygrad checks them before linearizing)
+def schedule_calls(linear: UOp) -> list[UOp]: return list(linear.src) if at_least(0, 13) else [ei.ast for ei in linear]  # type: ignore[attr-defined]  # the kernel graph's calls (tinygrad checks them before linearizing)
 
 def program_sink(prg: UOp) -> UOp: return prg.src[0]
