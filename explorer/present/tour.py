@@ -177,14 +177,30 @@ def _kernel_steps(trace: TraceRecord, k: KernelRecord, spec: ConvSpec | None, ta
     if line:
       source["text"] += f" Line {line} (marked) is where the most values are live at once, {p['max_live']}."
       source["focus"] = {"line": line}
-  return [
+  steps = [
     _step(f"k{n}-ast", f"Kernel {n}: {k['role']} AST", f"k/{n}", text),
     _step(f"k{n}-codegen", f"Kernel {n}: codegen passes", f"k/{n}/passes",
           f"Codegen for {on} ran {_plural(len(rec['passes']), 'pass', 'passes')} on this kernel; the busiest were {busiest}. "
           f"{_opt_text(rec['opts'])} The launch is global {rec['global_size']} x local {rec['local_size']}."),
+    _cut_step(trace, n, rec),
     uops,
     source,
   ]
+  return [s for s in steps if s is not None]
+
+def _cut_step(trace: TraceRecord, n: int, rec: TargetRecord) -> Step | None:
+  """Where tinygrad 0.12's "cut store ranges" (cut_store_range) cut one of the kernel's loops: the loop peeling of the codegen notes
+  (seed 004), which 0.13 and 0.14 no longer have. None where it did not."""
+  if not (cuts := sum(p["matches"] for p in rec["passes"] if p["name"] == "cut store ranges")): return None
+  splits = [s for s in rec.get("loop_splits") or [] if s["pass"] == "cut store ranges"]
+  how = "; ".join(f"a loop of {', '.join(str(r['size']) for r in s['ranges'])} iterations became loops of "
+                  f"{', '.join(str(r['size']) for r in s['into'])}" for s in splits)
+  return _step(f"k{n}-cut", f"Kernel {n}: a loop cut where its stores compare it with constants", f"k/{n}/passes",
+               f"tinygrad {trace['env'].get('tinygrad', '')}'s \"cut store ranges\" pass (cut_store_range in codegen/simplify.py, part of "
+               f"pm_split_store) matched {_plural(cuts, 'time')} here: a store inside a loop whose range it compares with constants (a "
+               f"padded edge) is split into a loop per stretch between them, so that no iteration tests the comparison. This is the "
+               f"loop peeling the codegen notes (seed 004) found in tinygrad; it runs on the CPU only, and tinygrad 0.13 dropped it "
+               f"(the explorer's peel:N rewrite does it by hand)." + (f" Here {how}." if how else ""))
 
 def hand_schedule_steps(trace: TraceRecord, schedules: list[dict[str, Any]]) -> list[Step]:
   """A step per hand schedule pinned to the trace's tour (explorer.web.services.enrichments.tour_schedules), after the trace's own

@@ -158,6 +158,7 @@ def const_column(values: tuple[float, ...], dtype: Any) -> Any:
   a STACK of CONSTs; before, the CONSTs stacked by Tensor.stack (0.13's Tensor.const of a tuple is one vector-typed UOp, not a column)."""
   from tinygrad import Tensor
   if at_least(0, 14): return Tensor.const(values, dtype)
+  if not at_least(0, 13): return Tensor.stack(*[Tensor.full((), v, dtype=dtype) for v in values])  # (0.12: a CONST expanded to ())
   older: Any = Tensor  # (its const took the dtype first)
   return Tensor.stack(*[older.const(dtype, v) for v in values])
 

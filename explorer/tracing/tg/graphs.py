@@ -10,14 +10,14 @@ from explorer.tracing.tg.rewritelog import LogFields, decode_rewrite_log, rule_f
 class RewriteBlob:
   """A loaded rewrite trace. Rebuilding a graph replays tinygrad's recorded matches, so callers should cache results."""
   def __init__(self, blob: bytes):
-    from tinygrad.viz.serve import VizData
+    from explorer.tracing.tg.viewer import VizData
     log = decode_rewrite_log(blob)
     self.data = VizData(log)
     self.sources: dict[str, str] = getattr(log.uop_fields, "sources", None) or {}
     if isinstance(log.uop_fields, LogFields): self.data.all_uops.update(log.uop_fields.built)
 
   def sink(self, trace_num: int) -> UOp:
-    from tinygrad.viz.serve import _reconstruct
+    from explorer.tracing.tg.viewer import _reconstruct
     return _reconstruct(self.data, trace_num)
 
   def graph_of(self, trace_num: int) -> dict: return uop_graph(self, self.sink(trace_num))
@@ -30,7 +30,7 @@ class RewriteBlob:
 
   def pass_output(self, p: Pass) -> UOp:
     """The graph a pass ended with (its start with every match applied)."""
-    from tinygrad.viz.serve import get_full_rewrite
+    from explorer.tracing.tg.viewer import get_full_rewrite
     last = None
     for last in get_full_rewrite(self.data, self.data.trace.rewrites[p.group][p.step]): pass
     assert last is not None, f"pass {p.name} replayed no graph"
@@ -47,7 +47,7 @@ class RewriteBlob:
 
   def pass_steps(self, group: int, step: int, limit: int) -> Iterator[dict]:
     """The graph before a pass, then after each of its first `limit` matches (changed nodes and the matching rule named)."""
-    from tinygrad.viz.serve import get_full_rewrite
+    from explorer.tracing.tg.viewer import get_full_rewrite
     for i, st in enumerate(get_full_rewrite(self.data, self.data.trace.rewrites[group][step])):
       if i > limit: break
       yield {"graph": _with_nums(_graph_from_viz(st["graph"]), self.nums()), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
@@ -71,7 +71,7 @@ class RewriteBlob:
     """Matches offset+1..offset+limit of a pass (every one tinygrad recorded), each with its rule (file:line and the UPat's source as
     it stands in its file), the time the match took, and the rewritten UOp before and after: graphs `depth` sources deep and the
     text diff of their Python forms (tinygrad's pyrender, as its viewer diffs them). No replay of the pass: each match is rebuilt alone."""
-    from tinygrad.viz.serve import _reconstruct, pystr, uop_to_json
+    from explorer.tracing.tg.viewer import _reconstruct, pystr, uop_to_json
     out = []
     for i, (before, after, loc, seconds) in enumerate(self.data.trace.rewrites[group][step].matches[offset:offset + limit], start=offset + 1):
       u0, u1 = _reconstruct(self.data, before, depth), _reconstruct(self.data, after, depth)
@@ -113,12 +113,12 @@ class RewriteBlob:
 
   def python(self, trace_num: int, max_lines: int = 4000) -> tuple[str, bool]:
     """A recorded graph as Python (tinygrad's pyrender, what its viewer shows), cut at max_lines; and whether it was cut."""
-    from tinygrad.viz.serve import pystr
+    from explorer.tracing.tg.viewer import pystr
     lines = pystr(self.sink(trace_num)).splitlines()
     return "\n".join(lines[:max_lines]), len(lines) > max_lines
 
 def uop_graph(blob: RewriteBlob, sink: UOp) -> dict:
-  from tinygrad.viz.serve import uop_to_json
+  from explorer.tracing.tg.viewer import uop_to_json
   return _with_nums(_graph_from_viz(uop_to_json(blob.data, sink)), blob.nums())
 
 def _with_nums(g: dict, nums: dict[int, int]) -> dict:

@@ -1,4 +1,5 @@
-"""Loop splitting: where tinygrad's "split ranges" pass (pm_split_ranges, codegen/simplify.py) cut a loop."""
+"""Loop splitting: where tinygrad's "split ranges" pass (pm_split_ranges, codegen/simplify.py), 0.12's "cut store ranges" (cut_store_range,
+the codegen notes' loop peeling on constant comparisons) or the explorer's peel:N cut a loop."""
 from __future__ import annotations
 import collections, typing
 from typing import Any, Sequence
@@ -20,9 +21,11 @@ def _range_fact(u: UOp) -> RangeFact:
 
 def _loop_range(f: RangeFact) -> LoopRange: return {"axis": f[0], "size": f[1], "kind": f[2]}
 
+LOOP_CUTTING = ("split ranges", "cut store ranges")  # tinygrad's passes that cut loops (the second: 0.12's, on the CPU)
+
 def _splits_loops(pass_name: str) -> bool:
-  """tinygrad's "split ranges" pass, and the explorer's peel:N rewrite (explorer.tracing.rewrites)."""
-  return pass_name == "split ranges" or pass_name.startswith(REWRITE_PASS.format("peel:"))
+  """tinygrad's loop cutting passes, and the explorer's peel:N rewrite (explorer.tracing.rewrites)."""
+  return pass_name in LOOP_CUTTING or pass_name.startswith(REWRITE_PASS.format("peel:"))
 
 def loop_splits(log: LiveLog | RewriteBlob, passes: Sequence[Pass]) -> list[LoopSplit]:
   """Each match of a "split ranges" pass among a kernel's passes: the loop(s) it cut (axis, trip count, kind), the loops they became,
@@ -35,7 +38,7 @@ def loop_splits(log: LiveLog | RewriteBlob, passes: Sequence[Pass]) -> list[Loop
       fb, fa = (collections.Counter(_range_fact(u) for u in log.sink(n).toposort() if u.op is Ops.RANGE) for n in (before, after))
       if fb == fa: continue  # a match of the pass that cut nothing (it also flattens ranges)
       # the loops it cut and the ones they became; a loop nested in a peeled one is copied, not cut, and is left out of both
-      out.append({"pass": p.name, "step": p.step, "ranges": [_loop_range(f) for f in sorted(fb - fa, key=str)],
-                  "into": [_loop_range(f) for f in sorted(fa - fb, key=str) if f not in fb],
+      out.append({"pass": p.name, "step": p.step, "ranges": [_loop_range(f) for f in sorted((fb - fa).elements(), key=str)],
+                  "into": [_loop_range(f) for f in sorted((fa - fb).elements(), key=str) if f not in fb],  # (two loops alike: both)
                   "rule": f"{rule_file(loc[0])}:{loc[1]}", "rule_source": rule_source(loc, log.sources)})
   return out

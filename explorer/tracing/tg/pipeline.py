@@ -3,14 +3,14 @@ and the schedule's calls and buffers."""
 from __future__ import annotations
 import collections, contextlib, math, time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, cast
 from tinygrad import Tensor
 from tinygrad.dtype import AddrSpace
 from tinygrad.engine import jit as tiny_jit
 from tinygrad.engine.realize import capturing
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, UOp
-from explorer.tracing.tg.compat import PARAM, STAGE, addrspace, max_numel, param_slot
+from explorer.tracing.tg.compat import PARAM, STAGE, addrspace, at_least, max_numel, param_slot
 from explorer.tracing.tg.graphs import RewriteBlob
 from explorer.tracing.tg.recording import LiveLog, Pass
 
@@ -19,7 +19,9 @@ from explorer.tracing.tg.recording import LiveLog, Pass
 def tensor_device(t: Tensor) -> str: return t.device if isinstance(t.device, str) else ",".join(t.device or ())
 
 def pending(ts: Sequence[Tensor]) -> list[Tensor]:
-  """The tensors a realize of ts would compute (as Tensor.realize chooses them): not yet backed by a buffer, not virtual."""
+  """The tensors a realize of ts would compute (as Tensor.realize chooses them): not yet backed by a buffer, not virtual (0.12: those
+  whose UOp is not contiguous)."""
+  if not at_least(0, 13): return [t for t in ts if not cast(Any, t.uop).is_contiguous()]
   return [t for t in ts if not t.uop.is_virtual and not t.uop.has_buffer_identity()]
 
 @contextlib.contextmanager
@@ -64,6 +66,9 @@ def on_jit(captured: Callable[[UOp, dict[str, int]], None], ran: Callable[[JitRu
   """While inside, a schedule a TinyJit captures (a realize's, handed to it instead of run) calls captured(linear, its variables), and
   each run of a TinyJit's captured schedule (the one right after its capture, then every replay) calls ran once it ran, as tinygrad
   ran it."""
+  if not at_least(0, 13):  # 0.12's TinyJit captures ExecItems (TinyJit.add): its captures and replays are not recorded (NOT_IN_TINYGRAD)
+    yield
+    return
   add, call = tiny_jit._TinyJit.add_linear, tiny_jit.CapturedJit.__call__
   def add_linear(self: Any, linear: UOp, var_vals: dict[str, int]) -> None:
     add(self, linear, var_vals)

@@ -79,11 +79,13 @@ def _beneath(u: UOp) -> tuple | None:
 def carrying_metadata() -> Iterator[None]:
   """While inside (the schedule), a compute UOp a rewrite makes of another keeps the other's metadata. Only compute UOps: a constant or
   a buffer is shared by every kernel that uses it, and would carry one kernel's functions into all of them."""
-  ctx = uop_ops.RewriteContext
-  walk, unified = ctx.walk_rewrite, ctx.unified_rewrite
-  ctx.walk_rewrite, ctx.unified_rewrite = _carry(walk), _carry(unified)  # type: ignore[method-assign,assignment]
+  ctx: Any = uop_ops.RewriteContext
+  names = [n for n in ("walk_rewrite", "unified_rewrite") if hasattr(ctx, n)]  # (0.12 rewrote by unified_rewrite alone)
+  saved = {n: getattr(ctx, n) for n in names}
+  for n, fn in saved.items(): setattr(ctx, n, _carry(fn))
   try: yield
-  finally: ctx.walk_rewrite, ctx.unified_rewrite = walk, unified  # type: ignore[method-assign]
+  finally:
+    for n, fn in saved.items(): setattr(ctx, n, fn)
 
 def kernel_provenance(ast: UOp) -> list[dict[str, Any]]:
   """The Tensor functions whose compute a kernel does, each with the user's file and line when recorded: the metadata of the compute

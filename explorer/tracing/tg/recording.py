@@ -105,7 +105,7 @@ class LiveLog:
 
   def pass_output(self, p: Pass) -> UOp:
     """The graph a pass ended with (its start with every match applied): replayed with tinygrad's viewer code (imported here)."""
-    from tinygrad.viz.serve import VizData, get_full_rewrite
+    from explorer.tracing.tg.viewer import VizData, get_full_rewrite
     data = VizData(RewriteTrace(uop_ops.tracked_keys[self.base:], uop_ops.tracked_ctxs[self.base:], uop_ops.uop_fields))
     last = None
     for last in get_full_rewrite(data, data.trace.rewrites[p.group][p.step]): pass

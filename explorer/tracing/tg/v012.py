@@ -54,11 +54,8 @@ def buffer_facts(b: Any) -> dict:
 def tensor_buffer(t: Any) -> Any:
   """The Buffer a realized (or scheduled) tensor holds."""
   base = t.uop.base
+  while base.op in (Ops.CONTIGUOUS_BACKWARD, Ops.CONTIGUOUS, Ops.DETACH): base = base.src[0].base  # (the marks a schedule left on it)
   return base.buffer if base.op is Ops.BUFFER else base.buf_uop.buffer
-
-def pending(ts: Sequence[Any]) -> list[Any]:
-  """The tensors a realize of ts would compute (0.12's Tensor.realize: those whose UOp is not contiguous, a buffer already)."""
-  return [t for t in ts if not t.uop.is_contiguous()]
 
 # ***** the runtime *****
 
