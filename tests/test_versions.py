@@ -124,50 +124,77 @@ def sources(r): return [next(s.arg for s in do_to_program(a, r).src if s.op is O
 print(json.dumps({"host": sources(Device[Device.DEFAULT].renderer), "cuda": sources(cuda)}))
 """
 
+# tinygrad 0.12's own codegen for the same schedule: its schedule is ExecItems, get_program gives a ProgramSpec, CUDARenderer takes the arch
+PLAIN_HOST_CODEGEN_012 = r"""
+import json, sys
+from tinygrad import Device, Tensor
+from tinygrad.codegen import get_program
+from tinygrad.device import Compiler
+from tinygrad.renderer.cstyle import CUDARenderer
+from tinygrad.uop.ops import Ops
+spec = json.loads(sys.argv[1])
+x = Tensor.empty(spec["batch"], spec["cin"], spec["height"], spec["width"])
+w = Tensor.empty(spec["cout"], spec["cin"] // spec["groups"], spec["kernel"], spec["kernel"])
+out = x.conv2d(w, padding=spec["kernel"] // 2, groups=spec["groups"])
+asts = [ei.ast for ei in out.schedule() if ei.ast.op is Ops.SINK]
+cuda = CUDARenderer("sm_90"); cuda.compiler = Compiler()
+print(json.dumps({"host": [get_program(a, Device[Device.DEFAULT].renderer).src for a in asts], "cuda": [get_program(a, cuda).src for a in asts]}))
+"""
+
 @MADE
-def test_a_trace_on_tinygrad_0_13_records_every_stage_as_that_tinygrad_makes_it():
-  """The small preset traced in a worker running tinygrad 0.13.0: every stage recorded, none failed, the trace names its tinygrad,
-  each kernel's host source (clang) and its CUDA source (a deviceless sm_90 renderer, as its device would configure it) byte for byte
-  what plain 0.13 makes for that schedule in the same environment, the float64 check within its tolerance. 0.13 has no
-  spec_kernel_graph: that check is left out, not failed."""
+@pytest.mark.parametrize("version", OLDER)
+def test_a_trace_on_an_older_tinygrad_records_every_stage_as_that_tinygrad_makes_it(version):
+  """The small preset traced in a worker running tinygrad 0.13.0 or 0.12.0: every stage recorded, none failed, the trace names its
+  tinygrad, each kernel's host source (clang) and its CUDA source (a deviceless sm_90 renderer, as its device would configure it) byte
+  for byte what plain tinygrad of that version makes for that schedule in the same environment, the float64 check within its
+  tolerance. Neither has spec_kernel_graph: that check is left out, not failed. Both have Renderer.pre_matcher, whose pass shows (the
+  explorer sets the hook, empty); 0.12 also has cut_store_range's pass (which cuts nothing here: see the program test below)."""
   from explorer.spec import PRESETS, Variant
   from explorer.tracing.workers import call_in_worker
   spec = PRESETS["small"]
   (trace, blob, _), _ = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": Variant(targets=("cuda", "clang"),
-                                       repeats=3, warmup=1).to_dict(), "dump_io": None}, timeout_s=600, env={"DEV": "CPU"}, tinygrad="0.13.0")
-  assert trace["env"]["tinygrad"] == "0.13.0" and trace["failures"] == [] and blob
+                                       repeats=3, warmup=1).to_dict(), "dump_io": None}, timeout_s=600, env={"DEV": "CPU"}, tinygrad=version)
+  assert trace["env"]["tinygrad"] == version and trace["failures"] == [] and blob
   assert set(trace["stage_seconds"]) == {"tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing"}
   assert "kernel_graph" not in trace["spec_checks"] and trace["spec_checks"]["tensor_graph"]["ok"]
   assert trace["error"] is not None and trace["error"]["within"]
-  env = versions.environment("0.13.0")
-  plain = subprocess.run([env.python or "", "-c", PLAIN_HOST_CODEGEN, json.dumps(spec.to_dict())], capture_output=True, text=True, timeout=300,
+  stages = trace["scheduler"]["stages"]  # rangeify's passes and its bufferize decisions: 0.12 keeps the output a bufferize of its own
+  assert trace["scheduler"]["passes"] and len(stages["kept"] if version == "0.12.0" else stages["realized"]) == 1
+  env = versions.environment(version)
+  script = PLAIN_HOST_CODEGEN_012 if version == "0.12.0" else PLAIN_HOST_CODEGEN
+  plain = subprocess.run([env.python or "", "-c", script, json.dumps(spec.to_dict())], capture_output=True, text=True, timeout=300,
                          env=plain_env(DEV="CPU"))
   assert plain.returncode == 0, plain.stderr[-2000:]
   sources = json.loads(plain.stdout.strip().splitlines()[-1])
   assert len(sources["host"]) == len(sources["cuda"]) == len(trace["kernels"]) >= 1
   for k, host, cuda in zip(trace["kernels"], sources["host"], sources["cuda"]):
     assert k["host_target"] == "clang" and k["targets"]["clang"]["source"] == host and k["targets"]["cuda"]["source"] == cuda
-    assert k["passes"] and k["linear_uops"] > 0 and k["time_s"] is not None
-    for target in ("clang", "cuda"):  # Renderer.pre_matcher's pass, where 0.13 runs it: the explorer sets the hook, empty
-      assert [(p["name"], p["matches"]) for p in k["targets"][target]["passes"] if p["name"] == "pre_matcher"] == [("pre_matcher", 0)]
+    assert k["passes"] and k["linear_uops"] > 0 and k["uops_listing"] and k["time_s"] is not None and k["spec"]["ast"]["ok"]
+    for target in ("clang", "cuda"):  # Renderer.pre_matcher's pass, where the version runs it: the explorer sets the hook, empty
+      passes = [(p["name"], p["matches"]) for p in k["targets"][target]["passes"]]
+      assert [p for p in passes if p[0] == "pre_matcher"] == [("pre_matcher", 0)]
+      assert ("cut store ranges" in dict(passes)) == (version == "0.12.0")
 
 @MADE
-def test_a_server_traces_on_tinygrad_0_13_and_reads_it_there(tmp_path):
-  """Through the API: a trace asking for tinygrad 0.13.0 runs in its environment and is stored under its own id; its pages answer, its
-  graphs are rebuilt from its rewrite blob by a worker of that tinygrad (tensor, AST, a codegen pass, a match, a rangeify pass), and what
-  it computes later (an analysis, another target's record) is computed there too. 0.12.0 is refused until the seam speaks it."""
+@pytest.mark.parametrize("version", OLDER)
+def test_a_server_traces_on_an_older_tinygrad_and_reads_it_there(tmp_path, version):
+  """Through the API: a trace asking for tinygrad 0.13.0 (or 0.12.0) runs in its environment and is stored under its own id; its pages
+  answer, its graphs are rebuilt from its rewrite blob by a worker of that tinygrad (tensor, AST, a codegen pass, a match, a rangeify
+  pass), and what it computes later (an analysis, another target's record) is computed there too; the diff against the server's own
+  matches the kernels, says which passes each has and which rules fired where; the picker offers the convolution on that tinygrad."""
   from fastapi.testclient import TestClient
   from conftest import wait_done
   from support import app_over
   with TestClient(app_over(str(tmp_path / "s.sqlite3"))) as client:
     variant = {"targets": ["cuda"], "repeats": 3, "warmup": 1}
-    older = client.post("/api/traces", json={"preset": "small", "variant": {**variant, "tinygrad": "0.13.0"}}).json()
-    assert "tinygrad 0.13.0" in older["label"] and wait_done(client, tid := older["id"])["status"] == "done"
+    older = client.post("/api/traces", json={"preset": "small", "variant": {**variant, "tinygrad": version}}).json()
+    assert f"tinygrad {version}" in older["label"] and wait_done(client, tid := older["id"])["status"] == "done"
     trace = client.get(f"/api/traces/{tid}/raw").json()
-    assert trace["env"]["tinygrad"] == "0.13.0" and trace["variant"]["tinygrad"] == "0.13.0" and trace["failures"] == []
+    assert trace["env"]["tinygrad"] == version and trace["variant"]["tinygrad"] == version and trace["failures"] == []
     for page in (f"/t/{tid}", f"/t/{tid}/k/0", f"/t/{tid}/bufferize", f"/t/{tid}/rangeify", f"/t/{tid}/graph/tensor"):
       got = client.get(page, headers={"accept": "text/html"})
-      assert got.status_code == 200 and "workers of tinygrad 0.13.0" in got.text and "spec_kernel_graph is tinygrad 0.14" in got.text, page
+      assert got.status_code == 200 and f"workers of tinygrad {version}" in got.text and "spec_kernel_graph is tinygrad 0.14" in got.text, page
+      assert "Renderer.pre_matcher" in got.text and ("cut_store_range" in got.text) == (version == "0.12.0"), page
     refs = client.get(f"/api/traces/{tid}/graphs").json()
     last = int(refs["codegen"]["0"].split("/")[2].split("..")[1])
     for ref in ("tensor", "ast/0", f"codegen/0/{last}/after", "codegen/0/3/m1", "rangeify/2/after"):
@@ -191,37 +218,40 @@ def test_a_server_traces_on_tinygrad_0_13_and_reads_it_there(tmp_path):
     assert diff["specs_match"] and diff["notes"] == [] and all(g["graph"] is not None for g in diff["groups"])
     passes = diff["groups"][0]["passes"]  # what changed in the pipeline between the two: passes 0.14 added or dropped, matches
     assert passes["only_b"] and passes["only_a"] and passes["same"] > 0
+    assert "pre_matcher" in passes["only_a"] and ("cut store ranges" in passes["only_a"]) == (version == "0.12.0")
     rules = diff["groups"][0]["rules"]  # rule by rule: 0.14 wrote fold_const_alu's pattern anew (uop/symbolic.py), among others
-    assert any(r["action"] == "fold_const_alu" and r["a"] != r["b"] for p in rules for r in p["reworded"]), rules
+    reworded = {r["action"] for p in rules for r in p["reworded"] if r["a"] != r["b"]}
+    assert version != "0.13.0" or "fold_const_alu" in reworded, rules
     assert any(p["only_a"] or p["only_b"] for p in rules) and all(re.fullmatch(r"[\w/.]+\.py:\d+", r["at"]) for p in rules for r in p["only_b"])
     page = client.get(f"/diff/{tid}/{own}", headers={"accept": "text/html"}).text
-    assert "0.13.0" in page and 'class="pass-changes small"' in page and passes["only_b"][0] in page
+    assert version in page and 'class="pass-changes small"' in page and passes["only_b"][0] in page
     fragment = client.get(f"/diff/{tid}/{own}/graphs").text
-    assert f'data-rule-changes="{len(rules)}"' in fragment and 'data-reworded="fold_const_alu"' in fragment
-    picked = client.post("/diff/variants", content="preset=small&va=direct&vb=direct%400.13.0&targets=cuda", follow_redirects=False,
+    assert f'data-rule-changes="{len(rules)}"' in fragment and all(f'data-reworded="{r}"' in fragment for r in reworded)
+    picked = client.post("/diff/variants", content=f"preset=small&va=direct&vb=direct%40{version}&targets=cuda", follow_redirects=False,
                          headers={"content-type": "application/x-www-form-urlencoded"})  # the picker: the same convolution on two tinygrads
     assert picked.status_code == 303 and (ids := picked.headers["location"].split("/")[2:4])
     assert all(wait_done(client, i)["status"] == "done" for i in ids)
-    assert [client.get(f"/api/traces/{i}/raw").json()["env"]["tinygrad"] for i in ids] == ["0.14.0", "0.13.0"]
-    refused = client.post("/api/traces", json={"preset": "small", "variant": {**variant, "tinygrad": "0.12.0"}})
+    assert [client.get(f"/api/traces/{i}/raw").json()["env"]["tinygrad"] for i in ids] == ["0.14.0", version]
+    refused = client.post("/api/traces", json={"preset": "small", "variant": {**variant, "tinygrad": version, "opt": "beam:2"}})
     assert refused.status_code == 422 and "not built yet" in refused.text
-    assert 'value="0.13.0"' in client.get("/").text
+    assert f'value="{version}"' in client.get("/").text
 
 REPO = pathlib.Path(__file__).parents[1]
 
 @MADE
-def test_custom_rewrites_run_on_tinygrad_0_13_and_a_file_may_go_into_its_pre_matcher(tmp_path):
-  """On 0.13 the catalogue's rewrites run as on 0.14 (peel:2 and sink-loads on wino8: one match each) and a rewrite file may set
+@pytest.mark.parametrize("version", OLDER)
+def test_custom_rewrites_run_on_an_older_tinygrad_and_a_file_may_go_into_its_pre_matcher(tmp_path, version):
+  """On 0.13 and 0.12 the catalogue's rewrites run as on 0.14 (peel:2 and sink-loads on wino8: one match each) and a rewrite file may set
   point = "pre_matcher": the renderer's pre_matcher then holds it and tinygrad's own "pre_matcher" pass shows its matches, for the host
   and a deviceless target alike; the rewritten program ran and kept the output right. On 0.14, which has no such hook, the same file is
   refused in a line."""
   out, example = tmp_path / "t.json", str(REPO / "examples" / "rewrite_pre_matcher.py")
   cmd = [sys.executable, "-m", "explorer", "trace", "--preset", "wino8", "--target", "cuda", "--rewrite", "peel:2,sink-loads", "--no-time", "--quiet",
          "--rewrite-file", example, "--json", str(out)]
-  p = subprocess.run([*cmd, "--tinygrad", "0.13.0"], capture_output=True, text=True, cwd=REPO, timeout=600)
+  p = subprocess.run([*cmd, "--tinygrad", version], capture_output=True, text=True, cwd=REPO, timeout=600)
   assert p.returncode == 0, p.stderr[-2000:]
   trace = json.loads(out.read_text())
-  assert trace["env"]["tinygrad"] == "0.13.0" and trace["status"] == "ok" and trace["error"]["within"], trace["failures"]
+  assert trace["env"]["tinygrad"] == version and trace["status"] == "ok" and trace["error"]["within"], trace["failures"]
   (kernel,) = trace["kernels"]
   for target in ("clang", "cuda"):
     passes = {p["name"]: p["matches"] for p in kernel["targets"][target]["passes"]}
@@ -229,6 +259,34 @@ def test_custom_rewrites_run_on_tinygrad_0_13_and_a_file_may_go_into_its_pre_mat
   assert [r["name"] for r in trace["rewrites"]] == ["peel:2", "sink-loads", "file:rewrite_pre_matcher.py"]
   p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
   assert p.returncode == 1 and "Traceback" not in p.stderr and "Renderer.pre_matcher is not in this tinygrad" in p.stdout, p.stdout[-2000:]
+
+@MADE
+def test_cut_store_range_cuts_a_padded_loop_on_0_12_and_the_tour_tells_it(tmp_path):
+  """The codegen notes' cut_store_range (seed 004), 0.12's alone: examples/cut_store_range.py (a padded one-channel convolution over one
+  dimension) traced on 0.12 has its "cut store ranges" pass match, its analysis records the loop of 20 cut into 16, 2 and 2 by the rule
+  in codegen/simplify.py, the trace's tour has a step telling it, and the program still computes what numpy does; on 0.14 the pass is
+  not there at all."""
+  from explorer.present.tour import trace_tour
+  def traced(*more: str) -> dict[str, Any]:
+    out = tmp_path / f"t{len(more)}.json"
+    p = subprocess.run([sys.executable, "-m", "explorer", "trace", "--script", str(REPO / "examples" / "cut_store_range.py"), "--analysis",
+                        "--quiet", "--json", str(out), *more], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    return json.loads(out.read_text())
+  older = traced("--tinygrad", "0.12.0")
+  (k,) = older["kernels"]
+  rec = k["targets"][k["host_target"]]
+  assert older["env"]["tinygrad"] == "0.12.0" and older["status"] == "ok"
+  assert [p["matches"] for p in rec["passes"] if p["name"] == "cut store ranges"] == [1]
+  (cut,) = [c for c in rec["loop_splits"] if c["pass"] == "cut store ranges"]
+  assert [r["size"] for r in cut["ranges"]] == [20] and sorted(r["size"] for r in cut["into"]) == [2, 2, 16]
+  assert cut["rule"].startswith("codegen/simplify.py:") and "cut_store_range" in cut["rule_source"]
+  assert rec["source"].count("for (") == 1 and rec["source"].count("data0_20+18") == 1  # the padding's two stretches stored unlooped
+  step = next(s for s in trace_tour(older) if s["id"] == "k0-cut")
+  assert "cut_store_range" in step["text"] and "a loop of 20 iterations became loops of 16, 2, 2" in step["text"]
+  newest = traced()
+  assert not any(p["name"] == "cut store ranges" for k in newest["kernels"] for p in k["passes"])
+  assert not any(s["id"].endswith("-cut") for s in trace_tour(newest))
 
 def test_two_tinygrads_are_not_timed_against_each_other():
   """A diff's interleaved timing rebuilds both sides in one worker, which runs one tinygrad: sides that asked for different ones are
@@ -295,11 +353,11 @@ def test_a_diff_compares_the_rules_each_pass_went_through_by_their_code():
 @MADE
 def test_a_study_on_an_older_tinygrad_through_the_api(tmp_path):
   """POST /api/studies with tinygrad 0.13.0: its label says so, its cases are 0.13's traces, its result names the tinygrad; the form
-  offers the versions the explorer traces on; one it does not (0.12.0) is a 422."""
+  offers the versions the explorer traces on; one it does not (0.11.0) is a 422."""
   from fastapi.testclient import TestClient
   from support import app_over
   with TestClient(app_over(str(tmp_path / "s.sqlite3"))) as client:
-    assert client.post("/api/studies", json={"kind": "constants", "presets": ["small"], "tinygrad": "0.12.0"}).status_code == 422
+    assert client.post("/api/studies", json={"kind": "constants", "presets": ["small"], "tinygrad": "0.11.0"}).status_code == 422
     assert 'name="tinygrad"' in client.get("/studies").text and '<option value="0.13.0">' in client.get("/studies").text
     run = client.post("/api/studies", json={"kind": "constants", "presets": ["small"], "repeats": 3, "warmup": 1, "ci_width": None,
                                             "budget_s": 5, "targets": ["clang"], "tinygrad": "0.13.0"})

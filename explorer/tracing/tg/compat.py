@@ -32,12 +32,13 @@ else:
   NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", os.cpu_count() or 1)  # (0.14's setting: BEAM's workers; older ones used PARALLEL)
 
   def to_program_key(ast: UOp, renderer: Any) -> tuple:
-    """The key tinygrad's to_program caches a program under, as 0.13's to_program computes it inline (0.12's get_runner: the settings
-    its cache key names)."""
+    """The key tinygrad's to_program caches a program under, as 0.13's to_program computes it inline (on 0.12, the explorer's own
+    to_program below: the settings codegen reads, where 0.12 has them)."""
     import tinygrad.helpers as h
-    names = ("NOOPT", "EMULATED_DTYPES", "NOLOCALS", "USE_TC", "IMAGE", "DISABLE_FAST_IDIV", "TRANSCENDENTAL", "ALLOW_TF32", "BEAM", "DEVECTORIZE")
-    where = getattr(renderer, "target", None) or (renderer.device, getattr(renderer, "arch", None))
-    return (ast.key, type(renderer), where, *[getattr(h, n).value for n in names if hasattr(h, n)])
+    names = ("NOOPT", "EMULATED_DTYPES", "NOLOCALS", "USE_TC", "IMAGE", "DISABLE_FAST_IDIV", "TRANSCENDENTAL", "ALLOW_TF32")
+    if not at_least(0, 13): return (ast.key, type(renderer), renderer.device, getattr(renderer, "arch", None),
+                                    *[getattr(h, n).value for n in (*names, "BEAM", "DEVECTORIZE") if hasattr(h, n)])
+    return (ast.key, type(renderer), renderer.target, *[getattr(h, n).value for n in names])
 
 if TYPE_CHECKING or at_least(0, 13):
   from tinygrad.codegen import do_to_program as do_to_program, to_program as to_program, to_program_cache as to_program_cache
@@ -63,10 +64,6 @@ else:  # tinygrad 0.12: get_program returned a ProgramSpec, lowered kernels were
   class ProgramInfo:
     pass
 
-  def _named(ast: UOp) -> UOp:
-    """0.12 schedules a kernel's SINK with no arg: get_program names it (KernelInfo()) before codegen."""
-    from tinygrad.uop.ops import KernelInfo
-    return ast.replace(arg=KernelInfo()) if ast.op is Ops.SINK and ast.arg is None else ast
 
   def do_to_program(ast: UOp, renderer: Any) -> UOp:
     """0.12's get_program without its ProgramSpec: the PROGRAM(sink, DEVICE, LINEAR, SOURCE[, BINARY]) it lowers the kernel to, in a
@@ -76,7 +73,7 @@ else:  # tinygrad 0.12: get_program returned a ProgramSpec, lowered kernels were
     from tinygrad.uop.ops import graph_rewrite, track_rewrites
     @track_rewrites(name=lambda ast, renderer, ret, **_: TracingKey(ret.src[0].arg.name, (ret.src[0].arg.function_name, ast), ret=renderer))
     def lowered(ast: UOp, renderer: Any) -> UOp:
-      ast = _named(ast)
+      ast = named(ast)
       prg = UOp(Ops.PROGRAM, src=(full_rewrite_to_sink(ast, renderer, optimize=ast.tag is None), UOp(Ops.DEVICE, arg=renderer.device)))
       return graph_rewrite(prg, pm_to_program, ctx=renderer, name="linearize/render")
     return lowered(ast, renderer)
@@ -86,6 +83,12 @@ else:  # tinygrad 0.12: get_program returned a ProgramSpec, lowered kernels were
   def to_program(ast: UOp, renderer: Any) -> UOp:
     if (prg := to_program_cache.get(key := to_program_key(ast, renderer))) is None: to_program_cache[key] = prg = do_to_program(ast, renderer)
     return prg
+
+def named(ast: UOp) -> UOp:
+  """A kernel's SINK as codegen takes it: 0.12 scheduled it with no arg, and its get_program named it (KernelInfo()) first."""
+  if at_least(0, 13) or ast.op is not Ops.SINK or ast.arg is not None: return ast
+  from tinygrad.uop.ops import KernelInfo
+  return ast.replace(arg=KernelInfo())
 
 def runs(ast: UOp, renderer: Any, prg: UOp) -> None:
   """Make the schedule run this PROGRAM for ast, the one codegen recorded: 0.13 and 0.14 run what to_program cached under its key; 0.12
@@ -165,6 +168,7 @@ def const_column(values: tuple[float, ...], dtype: Any) -> Any:
 def program(sink: UOp, renderer: Any) -> UOp:
   """The PROGRAM do_to_program makes of a kernel's final sink, before linearizing: 0.14's holds the sink alone and its ProgramInfo knows
   the target; before, a DEVICE beside the sink."""
+  if not at_least(0, 13): return UOp(Ops.PROGRAM, src=(sink, UOp(Ops["DEVICE"], arg=renderer.device)))  # (0.12's has no arg)
   from tinygrad.uop.ops import ProgramInfo
   if at_least(0, 14): return UOp(Ops.PROGRAM, src=(sink,), arg=ProgramInfo.from_sink(sink, renderer.target))
   older: Any = ProgramInfo  # (its from_sink took the sink alone)

@@ -7,7 +7,7 @@ from tinygrad.codegen import do_linearize, full_rewrite_to_sink, pm_to_program
 from tinygrad.helpers import Context, TracingKey
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import PatternMatcher, UOp, graph_rewrite
-from explorer.tracing.tg.compat import PRE_MATCHER, program, rewrite_group, unlinearized
+from explorer.tracing.tg.compat import PRE_MATCHER, named, program, rewrite_group, unlinearized
 
 # A rewrite runs as a graph_rewrite pass of its own, at one of two points: "sink", on the graph full_rewrite_to_sink hands the
 # linearizer, or "linear", on PROGRAM(sink, LINEAR) before rendering (tinygrad renders a LINEAR in the order given; its linearizer is
@@ -57,7 +57,7 @@ def _apply(root: UOp, rewrites: Sequence[Rewrite], point: str) -> UOp:
 def to_program_rewritten(ast: UOp, renderer: Renderer, rewrites: tuple[Rewrite, ...]) -> UOp:
   """do_to_program with the rewrites' passes in it: full_rewrite_to_sink, the "sink" rewrites, linearize, the "linear" rewrites,
   then tinygrad's pm_to_program (Estimates, render, compile) on the result."""
-  sink = _apply(full_rewrite_to_sink(ast, renderer, optimize=ast.tag is None), rewrites, "sink")
+  sink = _apply(full_rewrite_to_sink(named(ast), renderer, optimize=ast.tag is None), rewrites, "sink")
   prg = program(sink, renderer)
   if any(r.point == "linear" for r in rewrites):
     prg = _apply(graph_rewrite(prg, _pm_linearize, ctx=renderer, name="linearize"), rewrites, "linear")
