@@ -97,6 +97,7 @@ def run_dir() -> pathlib.Path:
   return pathlib.Path(os.environ[RUN_DIR_VAR])
 
 COMPILE_CACHE_VAR = "KERNEL_EXPLORER_COMPILE_CACHE"  # explorer.tracing.compile_cache.CACHE_VAR, named without importing the engine
+TINYGRADS_VAR = "KERNEL_EXPLORER_TINYGRADS"  # explorer.tracing.versions.DIR_VAR: the older tinygrads' environments make test made
 
 T = TypeVar("T")
 
@@ -107,11 +108,12 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 def settings_free_env() -> dict[str, str]:
   """os.environ without the explorer's settings (a server or CLI under test gets only those its test gives it), the run's compile
-  cache kept (tests/conftest.py: else it would use, and fill, the user's own); and without a DEV this process did not start with
+  cache and older tinygrads kept (tests/conftest.py: else it would use, and fill, the user's own); and without a DEV this process did not start with
   (tinygrad sets it once it picks its default device in a process that imported it, a fixture's included: a server started with it
   keys its traces by CPU, not by the default device, and traces again what the run made once for it)."""
   from explorer.store.keys import DEV_AT_START
-  return {k: v for k, v in os.environ.items() if (not k.startswith("KERNEL_EXPLORER_") or k == COMPILE_CACHE_VAR) and (k != "DEV" or DEV_AT_START)}
+  return {k: v for k, v in os.environ.items() if (not k.startswith("KERNEL_EXPLORER_") or k in (COMPILE_CACHE_VAR, TINYGRADS_VAR))
+          and (k != "DEV" or DEV_AT_START)}
 
 @contextlib.contextmanager
 def _locked(path: pathlib.Path) -> Iterator[None]:

@@ -382,6 +382,10 @@ Whole = Callable[[KernelRecord], KernelRecord]  # a kernel with its sources (a t
 
 def as_it_is(k: KernelRecord) -> KernelRecord: return k
 
+def _variant_as_run(t: TraceRecord) -> dict[str, Any]:
+  """A trace's variant with the tinygrad it ran on named (a variant asks for None: the server's own, which its env names)."""
+  return {**t["variant"], "tinygrad": t["variant"].get("tinygrad") or t["env"].get("tinygrad")}
+
 def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None, b_rewrites: bytes | None = None, target: str = "cuda",
                 timeout_s: float = DEFAULT_TIMEOUT_S, whole_a: Whole = as_it_is, whole_b: Whole = as_it_is) -> dict[str, Any]:
   """The structural diff of two traces (JSON-ready; groups share equal figures and source rows, `Shared`: copy one before changing
@@ -409,9 +413,9 @@ def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None,
   if a_rewrites is not None and b_rewrites is not None: _attach_graphs(out_groups, sa, sb, a_rewrites, b_rewrites, timeout_s, notes, whole)
   else: notes.append("no rewrite blobs: no structural graph diff")
   ta, tb = _totals(sa, target), _totals(sb, target)
-  vb: dict[str, Any] = {**b["variant"]}
+  va, vb = _variant_as_run(a), _variant_as_run(b)
   return {"a": _about(a), "b": _about(b), "target": target, "specs_match": a["spec"] == b["spec"],
-          "variant_changes": {k: [v, vb.get(k)] for k, v in a["variant"].items() if k not in NOT_SCHEDULE and vb.get(k) != v},
+          "variant_changes": {k: [v, vb.get(k)] for k, v in va.items() if k not in NOT_SCHEDULE and vb.get(k) != v},
           "groups": out_groups, "kernel_group": {"a": [ga[i] for i in range(len(sa.kernels))], "b": [gb[j] for j in range(len(sb.kernels))]},
           "fusions": [g["describe"] for g in out_groups if g["relation"] in ("fused", "folded", "regrouped")],
           "buffers": match_buffers(sa, sb, ga, gb), "totals": {"a": ta, "b": tb, "delta": _totals_delta(ta, tb)},
