@@ -93,7 +93,7 @@ def test_builtin_tour_pair(web_client, pair):
   assert again.status_code == 200 and again.json()["a"]["cached"] and again.json()["url"] == pair["url"]
   assert web_client.get("/tours/winograd", follow_redirects=False).headers["location"] == pair["url"]
   listed = {t["kind"]: t for t in web_client.get("/api/tours").json()}
-  assert set(listed) == {"constants", "fusion", "winograd", "codegen"} and listed["winograd"]["url"] == pair["url"]
+  assert set(listed) == {"constants", "fusion", "winograd", "codegen", "versions"} and listed["winograd"]["url"] == pair["url"]
   assert web_client.get("/tours/nope").status_code == 404 and web_client.post("/api/tours/nope").status_code == 404
   home = web_client.get("/").text
   assert home.count('action="/tours/') == len(listed)

@@ -288,6 +288,22 @@ def test_cut_store_range_cuts_a_padded_loop_on_0_12_and_the_tour_tells_it(tmp_pa
   assert not any(p["name"] == "cut store ranges" for k in newest["kernels"] for p in k["passes"])
   assert not any(s["id"].endswith("-cut") for s in trace_tour(newest))
 
+@MADE
+def test_the_versions_tour_tells_one_convolution_on_two_tinygrads(tmp_path):
+  """The built-in "versions" tour: the small preset on 0.12.0 and on the server's own, started with one POST; its compare step names
+  both tinygrads and sends to the diff, A's steps speak of 0.12's trace."""
+  from fastapi.testclient import TestClient
+  from conftest import wait_done
+  from support import app_over
+  with TestClient(app_over(str(tmp_path / "s.sqlite3"))) as client:
+    started = client.post("/api/tours/versions").json()
+    assert all(wait_done(client, started[side]["id"])["status"] == "done" for side in ("a", "b"))
+    tour = client.get("/api/tours/versions").json()
+    compare = next(s for s in tour["steps"] if s["id"] == "compare")
+    assert "A ran on tinygrad 0.12.0, B on 0.14.0" in compare["text"] and compare["view"] == "diff"
+    assert client.get(f"/api/traces/{tour['a']}/raw").json()["env"]["tinygrad"] == "0.12.0"
+    assert client.get(tour["steps"][0]["url"]).status_code == 200
+
 def test_two_tinygrads_are_not_timed_against_each_other():
   """A diff's interleaved timing rebuilds both sides in one worker, which runs one tinygrad: sides that asked for different ones are
   not timed against each other, and it says why; a trace stored before the choice (no variant.tinygrad) is the server's own."""

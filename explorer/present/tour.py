@@ -267,6 +267,8 @@ BUILTIN_TOURS: dict[str, dict[str, Any]] = {
   "winograd": {"title": "Direct vs Winograd", "preset": "small", "a": Variant(algo="direct"), "b": Variant(algo="winograd")},
   "codegen": {"title": "Load sinking and register pressure (seed 004)", "preset": "wino8", "a": Variant(algo="direct"),
               "b": Variant(algo="direct", rewrites=("sink-loads",))},
+  "versions": {"title": "One convolution on tinygrad 0.12 and 0.14 (the seed documents' tinygrad against the explorer's)", "preset": "small",
+               "a": Variant(algo="direct", tinygrad="0.12.0"), "b": Variant(algo="direct")},
 }
 
 def _peaks(tr: TraceRecord, target: str) -> list[str]:
@@ -327,6 +329,9 @@ def compare_tour(kind: str, a: TraceRecord, b: TraceRecord, target: str | None =
   heads = headline(a, b, interleaved)
   top = "; ".join(f"{h['label']} {h['a']} -> {h['b']} ({h['change']})" for h in heads)
   text = f"In three numbers, A -> B: {top}. A ({label(a)}): {side(ta, a)}. B ({label(b)}): {side(tb, b)}."
+  if (va := a["env"].get("tinygrad")) != (vb := b["env"].get("tinygrad")):
+    text += (f" A ran on tinygrad {va}, B on {vb}: the diff below lists, group by group, the codegen passes one of them has and the "
+             f"other has not, and rule by rule what fired in one only; the two are not timed against each other (one worker runs one tinygrad).")
   if ta["time_s"] and tb["time_s"] and not (interleaved is not None and interleaved["compared"]):
     text += " Each side was timed on its own: the diff view times them interleaved, for a ratio with its interval."
   kernels = a["kernels"] + b["kernels"]
