@@ -129,9 +129,11 @@ TINYGRADS = (TINYGRAD, "0.13.0", "0.12.0")
 TRACEABLE = TINYGRADS  # the ones the explorer's seam speaks (explorer/tracing/tg/compat.py; 0.12's schedule and runtime: tg/v012.py)
 # what a trace on an older tinygrad does not show, in words (its pages say so)
 NOT_IN_TINYGRAD = {"0.13.0": ("a spec check of the kernel graph: spec_kernel_graph is tinygrad 0.14's",
-                              "BEAM: not built for tinygrad 0.13.0 yet (its search runs 0.14's worker pool)"),
+                              "BEAM: not built for tinygrad 0.13.0 yet (its search runs 0.14's worker pool)",
+                              "hand schedules (opts by hand on a kernel): not built for tinygrad 0.13.0 yet"),
                    "0.12.0": ("a spec check of the kernel graph: spec_kernel_graph is tinygrad 0.14's",
                               "BEAM: not built for tinygrad 0.12.0 yet (its search runs 0.14's worker pool)",
+                              "hand schedules (opts by hand on a kernel): not built for tinygrad 0.12.0 yet",
                               "TinyJit's captures in a captured program: 0.12's TinyJit captures ExecItems, not a LINEAR")}
 # what a trace on an older tinygrad shows that 0.14 has not, in words
 PRE_MATCHER_PASS = ("Renderer.pre_matcher, the codegen notes' hook: each kernel's \"pre_matcher\" pass (the explorer sets the hook so "

@@ -212,6 +212,8 @@ def test_a_server_traces_on_an_older_tinygrad_and_reads_it_there(tmp_path, versi
       time.sleep(0.25)
       ptx = client.get(f"/api/traces/{tid}/kernels/0/targets/ptx")
     assert ptx.status_code == 200 and ".entry" in ptx.json()["source"]
+    hand = client.post(f"/api/traces/{tid}/kernels/0/opts", json={"opts": ["UPCAST:0:4"]})  # opts by hand: the server's tinygrad's alone
+    assert hand.status_code == 409 and f"tinygrad {version} are not built yet" in hand.text
     own = client.post("/api/traces", json={"preset": "small", "variant": variant}).json()["id"]
     assert own != tid and wait_done(client, own)["status"] == "done"  # the server's own: another trace
     diff = client.get(f"/api/diff/{tid}/{own}").json()  # across versions: each side's graphs rebuilt by its own tinygrad

@@ -48,6 +48,9 @@ def opts_args(trace: TraceRecord, n: int, target: str, start: str, opts: tuple[s
   if kernel is None or kernel.get("ast_sink") is None: raise Unschedulable(f"kernel {n} has no AST recorded to schedule again")
   variant = trace.get("variant") or {}
   if variant.get("rewrite_file"): raise Unschedulable("this trace ran a user's rewrite file, which a hand schedule does not run")
+  from explorer.tracing import versions
+  if (older := versions.recorded(trace)) is not None:
+    raise Unschedulable(f"hand schedules on a trace of tinygrad {older} are not built yet: trace it on tinygrad {versions.TINYGRAD} to schedule it")
   rec: dict[str, Any] = dict(target_records(kernel).get(target) or {})
   if "opts" not in rec and start == "current": raise Unschedulable(f"kernel {n} has no {target} record to start from: compute that target first")
   own = target == host_target(kernel) and on_device
