@@ -31,8 +31,6 @@ def schedule(*outs: Any) -> list[Any]:
 
 def schedule_keys(linear: Sequence[Any]) -> tuple[str, ...]: return tuple(ei.ast.key.hex() for ei in linear)
 
-def schedule_asts(linear: Sequence[Any]) -> list[UOp]: return [ei.ast for ei in linear]
-
 def calls(linear: Sequence[Any]) -> list[Call]:
   return [Call(i, "kernel" if ei.ast.op is Ops.SINK else ei.ast.op.name.lower(), ei.ast, list(ei.bufs)) for i, ei in enumerate(linear)]
 
@@ -106,7 +104,3 @@ def replay(compiled: Sequence[Any], device: str, var_vals: dict[str, int] | None
   """The schedule's kernels as 0.12's JIT replays them: each launched in turn (0.12 batches a JIT's items into the device's graph only
   once captured: apply_graph_to_jit, which a schedule run here has not been)."""
   return [functools.partial(ei.run, var_vals or {}, wait=False, do_update_stats=False) for ei in _kernels(compiled)], "launches"
-
-def kernel_count(compiled: Sequence[Any]) -> int: return len(_kernels(compiled))
-
-def is_kernel(ast: UOp) -> bool: return ast.op is Ops.SINK

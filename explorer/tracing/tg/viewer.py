@@ -12,6 +12,9 @@ from explorer.tracing.tg.compat import at_least
 if TYPE_CHECKING or at_least(0, 13):
   from tinygrad.viz.serve import VizData as VizData, _reconstruct as _reconstruct, get_full_rewrite as get_full_rewrite
   from tinygrad.viz.serve import pystr as pystr, uop_to_json as uop_to_json
+  if not at_least(0, 14):  # 0.13's replay draws a progress bar on stderr, which a worker shares with its server's log
+    import tinygrad.viz.serve as serve
+    setattr(serve, "tqdm", lambda iterable, **_: iterable)
 else:
   import tinygrad.viz.serve as serve
   from tinygrad.helpers import printable
