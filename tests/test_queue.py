@@ -229,6 +229,18 @@ def test_studies_and_diff_measurements_run_on_a_worker(broker, tmp_path):
     assert st["result"]["ran_on"]["worker"] == "lab" and st["result"]["cases"][0]["rows"][0]["device"] == "CPU"
     trace_ids = [r["trace_id"] for c in st["result"]["cases"] for r in c["rows"]]
     assert trace_ids and all(httpx.get(f"{base}/api/traces/{t}", timeout=60).status_code == 200 for t in trace_ids)  # stored here
+    from test_versions import _unmade
+    if _unmade(): return  # (the older tinygrads' environments: `make tinygrad-versions`)
+    r = httpx.post(f"{base}/api/studies", json={"kind": "constants", "specs": [TINY["spec"]], "repeats": 3, "warmup": 1, "tinygrad": "0.13.0"},
+                   timeout=60)  # the worker runs it on tinygrad 0.13.0, in that tinygrad's environment on its own host
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 400
+    while (st := httpx.get(f"{base}/api/studies/{r.json()['id']}", timeout=60).json())["status"] == "running":
+      assert time.monotonic() < deadline, st
+      time.sleep(0.5)
+    assert st["status"] == "done" and st["result"]["tinygrad"] == "0.13.0" and st["result"]["ran_on"]["worker"] == "lab", st
+    older = [r["trace_id"] for c in st["result"]["cases"] for r in c["rows"]]
+    assert all(httpx.get(f"{base}/api/traces/{t}/raw", timeout=60).json()["env"]["tinygrad"] == "0.13.0" for t in older)
 
 def test_the_worker_runs_only_the_explorers_jobs(broker, tmp_path):
   """A queue is a way into every worker: a job naming any other function is failed unrun, and a payload that is not JSON (RQ's

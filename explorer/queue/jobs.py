@@ -8,7 +8,7 @@ from typing import Any, Iterator
 from rq import get_current_job
 from explorer.queue.protocol import b64, seal
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, Progress, SpecError, Variant, checked_device, resolve_request
+from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, Progress, SpecError, Variant, checked_device, resolve_request, tinygrad_problem
 
 DEVICES: list[str] = []  # this worker's devices, best first (explorer.queue.worker sets them): a job that names none runs on the first
 
@@ -39,6 +39,7 @@ def running() -> Iterator[Progress]:
 # capped by max_repeats too, and ci_width is above 0 (or null: exactly `repeats`)
 STUDY_BOUNDS: dict[str, tuple[float, float]] = {"repeats": (3, 1000), "warmup": (0, 100), "budget_s": (1, 3600), "ci_width": (0, 1)}
 STUDY_PARAMS = ("repeats", "warmup", "tile", "targets", "device", "ci_width", "budget_s", "timeout_s")
+STUDY_OPTIONAL = ("tinygrad",)  # an older tinygrad the study runs on (made on this worker's host on first use); absent: the worker's own
 MAX_CASES = 16  # 8 presets and 8 shapes (StudyRequest)
 
 def _within(name: str, value: Any, least: float, most: float, above: bool = False) -> float:
@@ -69,8 +70,10 @@ def _validated(spec: dict[str, Any], variant: dict[str, Any]) -> tuple[ConvSpec,
 def _study_params(params: Any) -> dict[str, Any]:
   """A study's parameters, bounded as the server bounds them: repeats, warmup, tile and targets through Variant's validation, then
   STUDY_BOUNDS, the timeout and the device."""
-  if not isinstance(params, dict) or set(params) != set(STUDY_PARAMS):
-    raise SpecError(f"study parameters: exactly {', '.join(STUDY_PARAMS)}, got {sorted(params) if isinstance(params, dict) else params!r}")
+  if not isinstance(params, dict) or not set(STUDY_PARAMS) <= set(params) <= {*STUDY_PARAMS, *STUDY_OPTIONAL}:
+    raise SpecError(f"study parameters: {', '.join(STUDY_PARAMS)} and optionally {', '.join(STUDY_OPTIONAL)}, "
+                    f"got {sorted(params) if isinstance(params, dict) else params!r}")
+  if "tinygrad" in params and (problem := tinygrad_problem(params["tinygrad"])) is not None: raise SpecError(problem)
   if not isinstance(params["targets"], list): raise SpecError(f"targets must be a list of target names, got {params['targets']!r}")
   most, b = int(Settings.load().max_repeats), STUDY_BOUNDS
   Variant(algo="winograd", wino_impl="explorer", tile=params["tile"] or TILES[0], targets=tuple(params["targets"]), warmup=params["warmup"],
