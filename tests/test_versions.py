@@ -118,11 +118,24 @@ from tinygrad.device import Compiler
 from tinygrad.helpers import Target
 from tinygrad.renderer import Renderer
 from tinygrad.renderer.cstyle import CUDARenderer
-cuda = CUDARenderer.__new__(CUDARenderer); Renderer.__init__(cuda, Target("CUDA", "CUDA", "sm_90"))  # as its device would, without one
-cuda.tensor_cores, cuda.compiler = tc.get_cuda("sm_90"), Compiler()
+from tinygrad.renderer.cstyle import OpenCLRenderer
+from tinygrad.renderer.llvmir import CPULLVMRenderer
+from tinygrad.renderer.ptx import PTXRenderer
+from tinygrad.renderer.wgsl import WGSLRenderer
+def deviceless(cls, target, **attrs):  # as its device would configure it, without one (its __init__ would load the device's compiler)
+  r = cls.__new__(cls); Renderer.__init__(r, target)
+  for k, v in attrs.items(): setattr(r, k, v)
+  r.compiler = Compiler()
+  return r
+others = {"cuda": deviceless(CUDARenderer, Target("CUDA", "CUDA", "sm_90"), tensor_cores=tc.get_cuda("sm_90")),
+          "ptx": deviceless(PTXRenderer, Target("CUDA", "PTX", "sm_90"), tensor_cores=PTXRenderer.tc_sm80),
+          "opencl": deviceless(OpenCLRenderer, Target("CL", "CL", "")), "llvm": deviceless(CPULLVMRenderer, Target("CPU", "LLVM", "x86_64")),
+          "wgsl": deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", ""))}
 def sources(r): return [next(s.arg for s in do_to_program(a, r).src if s.op is Ops.SOURCE) for a in asts]
-print(json.dumps({"host": sources(Device[Device.DEFAULT].renderer), "cuda": sources(cuda)}))
+which = sys.argv[2]  # one target a process: tinygrad names a kernel codegen made before anew (r_..n1), as the explorer's renders never see
+print(json.dumps(sources(Device[Device.DEFAULT].renderer if which == "host" else others[which])))
 """
+COMPARED = ("cuda", "ptx", "opencl", "llvm", "wgsl")  # (metal: its tensor cores follow the Mac's arch, which a plain script here would not)
 
 # tinygrad 0.12's own codegen for the same schedule: its schedule is ExecItems, get_program gives a ProgramSpec, CUDARenderer takes the arch
 PLAIN_HOST_CODEGEN_012 = r"""
@@ -137,22 +150,29 @@ x = Tensor.empty(spec["batch"], spec["cin"], spec["height"], spec["width"])
 w = Tensor.empty(spec["cout"], spec["cin"] // spec["groups"], spec["kernel"], spec["kernel"])
 out = x.conv2d(w, padding=spec["kernel"] // 2, groups=spec["groups"])
 asts = [ei.ast for ei in out.schedule() if ei.ast.op is Ops.SINK]
-cuda = CUDARenderer("sm_90"); cuda.compiler = Compiler()
-print(json.dumps({"host": [get_program(a, Device[Device.DEFAULT].renderer).src for a in asts], "cuda": [get_program(a, cuda).src for a in asts]}))
+from tinygrad.renderer.cstyle import OpenCLRenderer
+from tinygrad.renderer.llvmir import LLVMRenderer
+from tinygrad.renderer.ptx import PTXRenderer
+from tinygrad.renderer.wgsl import WGSLRenderer
+others = {"cuda": CUDARenderer("sm_90"), "ptx": PTXRenderer("sm_90"), "opencl": OpenCLRenderer(), "llvm": LLVMRenderer.__new__(LLVMRenderer),
+          "wgsl": WGSLRenderer()}  # (LLVMRenderer's __init__ loads LLVM: the renderer needs nothing of it)
+for r in others.values(): r.compiler = Compiler()
+which = sys.argv[2]  # one target a process: tinygrad names a kernel codegen made before anew (r_..n1), as the explorer's renders never see
+print(json.dumps([get_program(a, Device[Device.DEFAULT].renderer if which == "host" else others[which]).src for a in asts]))
 """
 
 @MADE
 @pytest.mark.parametrize("version", OLDER)
 def test_a_trace_on_an_older_tinygrad_records_every_stage_as_that_tinygrad_makes_it(version):
   """The small preset traced in a worker running tinygrad 0.13.0 or 0.12.0: every stage recorded, none failed, the trace names its
-  tinygrad, each kernel's host source (clang) and its CUDA source (a deviceless sm_90 renderer, as its device would configure it) byte
-  for byte what plain tinygrad of that version makes for that schedule in the same environment, the float64 check within its
+  tinygrad, each kernel's host source (clang) and its CUDA, PTX (sm_90), OpenCL, LLVM and WGSL sources (deviceless renderers, as their
+  devices would configure them) byte for byte what plain tinygrad of that version makes for that schedule in the same environment, the float64 check within its
   tolerance. Neither has spec_kernel_graph: that check is left out, not failed. Both have Renderer.pre_matcher, whose pass shows (the
   explorer sets the hook, empty); 0.12 also has cut_store_range's pass (which cuts nothing here: see the program test below)."""
   from explorer.spec import PRESETS, Variant
   from explorer.tracing.workers import call_in_worker
   spec = PRESETS["small"]
-  (trace, blob, _), _ = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": Variant(targets=("cuda", "clang"),
+  (trace, blob, _), _ = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": Variant(targets=(*COMPARED, "clang"),
                                        repeats=3, warmup=1).to_dict(), "dump_io": None}, timeout_s=600, env={"DEV": "CPU"}, tinygrad=version)
   assert trace["env"]["tinygrad"] == version and trace["failures"] == [] and blob
   assert set(trace["stage_seconds"]) == {"tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing"}
@@ -162,13 +182,16 @@ def test_a_trace_on_an_older_tinygrad_records_every_stage_as_that_tinygrad_makes
   assert trace["scheduler"]["passes"] and len(stages["kept"] if version == "0.12.0" else stages["realized"]) == 1
   env = versions.environment(version)
   script = PLAIN_HOST_CODEGEN_012 if version == "0.12.0" else PLAIN_HOST_CODEGEN
-  plain = subprocess.run([env.python or "", "-c", script, json.dumps(spec.to_dict())], capture_output=True, text=True, timeout=300,
+  def plain(target: str) -> list[str]:
+    got = subprocess.run([env.python or "", "-c", script, json.dumps(spec.to_dict()), target], capture_output=True, text=True, timeout=300,
                          env=plain_env(DEV="CPU"))
-  assert plain.returncode == 0, plain.stderr[-2000:]
-  sources = json.loads(plain.stdout.strip().splitlines()[-1])
-  assert len(sources["host"]) == len(sources["cuda"]) == len(trace["kernels"]) >= 1
-  for k, host, cuda in zip(trace["kernels"], sources["host"], sources["cuda"]):
-    assert k["host_target"] == "clang" and k["targets"]["clang"]["source"] == host and k["targets"]["cuda"]["source"] == cuda
+    assert got.returncode == 0, got.stderr[-2000:]
+    return json.loads(got.stdout.strip().splitlines()[-1])
+  sources = {t: plain(t) for t in ("host", *COMPARED)}
+  assert all(len(sources[t]) == len(trace["kernels"]) >= 1 for t in ("host", *COMPARED))
+  for i, k in enumerate(trace["kernels"]):
+    assert k["host_target"] == "clang" and k["targets"]["clang"]["source"] == sources["host"][i]
+    assert [t for t in COMPARED if k["targets"][t]["source"] != sources[t][i]] == []
     assert k["passes"] and k["linear_uops"] > 0 and k["uops_listing"] and k["time_s"] is not None and k["spec"]["ast"]["ok"]
     for target in ("clang", "cuda"):  # Renderer.pre_matcher's pass, where the version runs it: the explorer sets the hook, empty
       passes = [(p["name"], p["matches"]) for p in k["targets"][target]["passes"]]
