@@ -164,17 +164,17 @@ print(json.dumps([get_program(a, Device[Device.DEFAULT].renderer if which == "ho
 @MADE
 @pytest.mark.parametrize("version", OLDER)
 def test_a_trace_on_an_older_tinygrad_records_every_stage_as_that_tinygrad_makes_it(version):
-  """The small preset traced in a worker running tinygrad 0.13.0 or 0.12.0: every stage recorded, none failed, the trace names its
-  tinygrad, each kernel's host source (clang) and its CUDA, PTX (sm_90), OpenCL, LLVM and WGSL sources (deviceless renderers, as their
-  devices would configure them) byte for byte what plain tinygrad of that version makes for that schedule in the same environment, the
-  float64 check within its tolerance. Neither has spec_kernel_graph: that check is left out, not failed. Both have Renderer.pre_matcher, whose pass shows (the
-  explorer sets the hook, empty); 0.12 also has cut_store_range's pass (which cuts nothing here: see the program test below)."""
+  """The small preset traced in a worker running tinygrad 0.13.0 or 0.12.0: every stage recorded, none failed, the trace names its tinygrad, each
+  kernel's host source (clang) and its CUDA, PTX (sm_90), OpenCL, LLVM and WGSL sources (deviceless renderers, as their devices would configure
+  them) byte for byte what plain tinygrad of that version makes for that schedule in the same environment, the float64 check within its tolerance.
+  Neither has spec_kernel_graph: that check is left out, not failed. Both have Renderer.pre_matcher, whose pass shows (the explorer sets the hook,
+  empty); 0.12 also has cut_store_range's pass (which cuts nothing here: see the program test below)."""
   from explorer.spec import PRESETS, Variant
   from explorer.tracing.workers import call_in_worker
   spec = PRESETS["small"]
   variant = Variant(targets=(*COMPARED, "clang"), repeats=3, warmup=1)
-  (trace, blob, _), _ = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": None},
-                                       timeout_s=600, env={"DEV": "CPU"}, tinygrad=version)
+  args = {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": None}
+  (trace, blob, _), _ = call_in_worker("explorer.tracing.run:trace_in_worker", args, timeout_s=600, env={"DEV": "CPU"}, tinygrad=version)
   assert trace["env"]["tinygrad"] == version and trace["failures"] == [] and blob
   assert set(trace["stage_seconds"]) == {"tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing"}
   assert "kernel_graph" not in trace["spec_checks"] and trace["spec_checks"]["tensor_graph"]["ok"]
