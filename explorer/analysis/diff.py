@@ -494,8 +494,9 @@ def pass_steps(groups: Sequence[tuple[Sequence[KernelRecord], Sequence[KernelRec
 def rule_changes(ka: Sequence[KernelRecord], kb: Sequence[KernelRecord], fired_a: Mapping[tuple[int, int], list[dict[str, Any]]],
                  fired_b: Mapping[tuple[int, int], list[dict[str, Any]]], at_most: int = 12) -> list[dict[str, Any]] | None:
   """How the rules a group's passes went through differ, pass by pass (a pass in both, or a pair pass_changes reads as renamed): the
-  rules that fired on one side only ({code, at, count}, most first) and those that fired more or less ({code, at_a, at_b, a, b}), each
-  list cut at at_most (its length in only_a_n, only_b_n, changed_n). A rule is named by its code, not its line (which moves between
+  rules that fired on one side only ({code, at, count}, most first), a pair of them calling the same function with its pattern written
+  anew (reworded: {action, a, b, at_a, at_b, count_a, count_b}) and those that fired more or less ({code, at_a, at_b, a, b}), each list
+  cut at at_most (its length in only_a_n, only_b_n, reworded_n, changed_n). A rule is named by its code, not its line (which moves between
   versions). None where a side's passes were not looked at (fired_*: by (group, step), as kernel_graphs read them)."""
   def by_pass(ks: Sequence[KernelRecord], fired: Mapping[tuple[int, int], list[dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]] | None:
     out: dict[str, dict[str, dict[str, Any]]] = {}
