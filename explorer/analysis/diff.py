@@ -473,13 +473,15 @@ def kernel_graphs(a: TraceRecord, b: TraceRecord, a_blob: bytes, b_blob: bytes, 
   worker of the tinygrad that wrote it: one worker for both where that is one tinygrad, one each where they differ (WorkerFailed where
   a blob does not load)."""
   va, vb = versions.recorded(a), versions.recorded(b)
-  def call(fn: str, version: str | None, **kwargs: Any) -> dict[str, Any]:
-    got, _ = call_in_worker(f"explorer.analysis.diff_worker:{fn}", kwargs, timeout_s=timeout_s, env={"VIZ": "0"}, tinygrad=version)
-    return cast(dict[str, Any], got)
   if va == vb:
-    both = call("kernel_graphs", va, a_blob=a_blob, b_blob=b_blob, a_sinks=a_sinks, b_sinks=b_sinks, a_steps=a_steps, b_steps=b_steps)
+    args = {"a_blob": a_blob, "b_blob": b_blob, "a_sinks": a_sinks, "b_sinks": b_sinks, "a_steps": a_steps, "b_steps": b_steps}
+    both, _ = call_in_worker("explorer.analysis.diff_worker:kernel_graphs", args, timeout_s=timeout_s, env={"VIZ": "0"}, tinygrad=va)
     return Rebuilt(*both["graphs"], *both["rules"])
-  sa, sb = call("side_graphs", va, blob=a_blob, sinks=a_sinks, steps=a_steps), call("side_graphs", vb, blob=b_blob, sinks=b_sinks, steps=b_steps)
+  def side(blob: bytes, sinks: Sequence[int | None], steps: Sequence[Sequence[int]], version: str | None) -> dict[str, Any]:
+    got, _ = call_in_worker("explorer.analysis.diff_worker:side_graphs", {"blob": blob, "sinks": sinks, "steps": steps}, timeout_s=timeout_s,
+                            env={"VIZ": "0"}, tinygrad=version)
+    return cast(dict[str, Any], got)
+  sa, sb = side(a_blob, a_sinks, a_steps, va), side(b_blob, b_sinks, b_steps, vb)
   return Rebuilt(sa["graphs"][0], sb["graphs"][0], sa["rules"][0], sb["rules"][0])
 
 RULE_KERNELS = 64  # a side's kernels whose passes' rules a diff compares, at most: a program's thousands are left to their pages

@@ -2,7 +2,7 @@
 version moved, renamed or lacks, as this worker's tinygrad has it, or a stand-in that does what that version does. The rest of the seam
 is written against the newest and imports these from here (what a version lacks outright, a stage leaves out: specs.has_spec)."""
 from __future__ import annotations
-import functools, importlib.metadata, re
+import functools, importlib, importlib.metadata, re
 from typing import TYPE_CHECKING, Any
 from tinygrad.uop.ops import Ops, UOp
 
@@ -10,11 +10,6 @@ VERSION = importlib.metadata.version("tinygrad")
 V = tuple(int(x) for x in re.findall(r"\d+", VERSION)[:3])  # (a build of tinygrad from source: 0.14.0.dev0)
 
 def at_least(*version: int) -> bool: return V >= version
-
-def _older(module: str) -> Any:
-  """A module of this (older) tinygrad, typed loosely: the type checker reads the newest's, where what an older one had is gone."""
-  import importlib
-  return importlib.import_module(module)
 
 if TYPE_CHECKING or at_least(0, 14):  # (the type checker reads the newest's)
   from tinygrad.codegen import to_program_key as to_program_key
@@ -99,7 +94,10 @@ def runs(ast: UOp, renderer: Any, prg: UOp) -> None:
     return
   from dataclasses import replace
   from tinygrad import Device
-  realize, helpers, spec = (_older(m) for m in ("tinygrad.engine.realize", "tinygrad.helpers", "tinygrad.renderer"))
+  # 0.12's modules, typed loosely (the type checker reads the newest tinygrad, where these names are gone)
+  realize: Any = importlib.import_module("tinygrad.engine.realize")
+  helpers: Any = importlib.import_module("tinygrad.helpers")
+  spec: Any = importlib.import_module("tinygrad.renderer")
   device = renderer.device
   runner = realize.CompiledRunner(replace(spec.ProgramSpec.from_uop(prg), device=device))
   context, comp = (helpers.BEAM.value, helpers.NOOPT.value, helpers.DEVECTORIZE.value), type(Device[device].compiler)
@@ -205,7 +203,8 @@ def launch(prg: UOp) -> Any:
   from types import SimpleNamespace
   if at_least(0, 13):
     return SimpleNamespace(name=prg.arg.name, global_size=prg.arg.global_size, local_size=prg.arg.local_size, estimates=prg.src[0].arg.estimates)
-  return _older("tinygrad.renderer").ProgramSpec.from_uop(prg)
+  renderer: Any = importlib.import_module("tinygrad.renderer")  # (0.12's; typed loosely, as above)
+  return renderer.ProgramSpec.from_uop(prg)
 
 def onchip(u: UOp, space: Any) -> bool:
   """Whether u is a buffer kept on chip in that address space (0.14: a BUFFER; before, 0.13's too; 0.12: DEFINE_REG, DEFINE_LOCAL)."""
