@@ -219,6 +219,7 @@ def test_a_server_traces_on_an_older_tinygrad_and_reads_it_there(tmp_path, versi
       got = client.get(page, headers={"accept": "text/html"})
       assert got.status_code == 200 and f"workers of tinygrad {version}" in got.text and "spec_kernel_graph is tinygrad 0.14" in got.text, page
       assert "Renderer.pre_matcher" in got.text and ("cut_store_range" in got.text) == (version == "0.12.0"), page
+      assert ('id="opts-panel"' in got.text) is False and ('id="opts-not-built"' in got.text) == page.endswith("/k/0"), page
     refs = client.get(f"/api/traces/{tid}/graphs").json()
     last = int(refs["codegen"]["0"].split("/")[2].split("..")[1])
     for ref in ("tensor", "ast/0", f"codegen/0/{last}/after", "codegen/0/3/m1", "rangeify/2/after"):
