@@ -267,7 +267,7 @@ BUILTIN_TOURS: dict[str, dict[str, Any]] = {
   "winograd": {"title": "Direct vs Winograd", "preset": "small", "a": Variant(algo="direct"), "b": Variant(algo="winograd")},
   "codegen": {"title": "Load sinking and register pressure (seed 004)", "preset": "wino8", "a": Variant(algo="direct"),
               "b": Variant(algo="direct", rewrites=("sink-loads",))},
-  "versions": {"title": "One convolution on tinygrad 0.12 and 0.14 (the seed documents' tinygrad against the explorer's)", "preset": "small",
+  "versions": {"title": "tinygrad 0.12 vs 0.14 (the documents' version)", "preset": "small",
                "a": Variant(algo="direct", tinygrad="0.12.0"), "b": Variant(algo="direct")},
 }
 
