@@ -135,9 +135,9 @@ def constant(value: int, dtype: Any) -> UOp:
   return older.const(dtype, value)
 
 def copied(dst: Any, src: Any) -> Any:
-  """dst (an allocated Buffer) holding src's bytes: 0.14 copies on the device; before, through the host."""
+  """dst (an allocated Buffer) holding src's bytes: 0.14 copies on the device; before, through the host (0.12: its as_buffer)."""
   if at_least(0, 14): return dst.copy_from(src)
-  dst.copyin(src.as_memoryview())
+  dst.copyin(src.as_memoryview() if at_least(0, 13) else src.as_buffer())
   return dst
 
 def timer(call: UOp, var_vals: dict[str, int] | None = None) -> Any:

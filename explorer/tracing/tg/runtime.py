@@ -1,7 +1,7 @@
 """The runtime: a schedule compiled, run and timed as tinygrad runs it, and what a device's compiler is."""
 from __future__ import annotations
 import contextlib, functools, time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 from tinygrad import Device, Tensor
 from tinygrad.device import Buffer
 from tinygrad.uop.ops import Ops, UOp
@@ -45,12 +45,15 @@ def _written(call: UOp) -> list[Buffer]:
   bufs = [args[g].buffer for g in prg.arg.globals]
   return [b for i in prg.arg.outs if isinstance(b := bufs[i], Buffer) and b.is_allocated()]
 
-@contextlib.contextmanager
-def outputs_kept(calls: Sequence[UOp]) -> Iterator[None]:
+def outputs_kept(calls: Sequence[UOp]) -> contextlib.AbstractContextManager[None]:
   """Inside, kernels already run may run again (timed): the buffers they write are copied out first and back after, so a program
   holds what its own run left (an optimizer's update applied once, not once per sample; a KV cache as its step wrote it)."""
-  written = {id(b): b for c in calls if c.src[0].op is Ops.PROGRAM for b in _written(c)}
-  saved = [(b, copied(Buffer(b.device, b.size, b.dtype).allocate(), b)) for b in written.values()]  # copied on the device
+  return buffers_kept(b for c in calls if c.src[0].op is Ops.PROGRAM for b in _written(c))
+
+@contextlib.contextmanager
+def buffers_kept(written: Iterable[Buffer]) -> Iterator[None]:
+  """Inside, these buffers may be written: each is copied out first (on the device where tinygrad can) and back after."""
+  saved = [(b, copied(Buffer(b.device, b.size, b.dtype).allocate(), b)) for b in {id(b): b for b in written}.values()]
   try: yield
   finally:
     for b, copy in saved: copied(b, copy)

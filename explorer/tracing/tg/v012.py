@@ -4,12 +4,13 @@ each to a runner found in engine.realize.method_cache (get_runner, get_program: 
 here is that list, a "compiled" one the same list lowered. explorer.tracing.tg imports these in place of the others on 0.12."""
 from __future__ import annotations
 import contextlib, functools, importlib
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 from tinygrad import Device
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, UOp
 from explorer.tracing.tg.clocks import Runnable
 from explorer.tracing.tg.pipeline import Call
+from explorer.tracing.tg.runtime import buffers_kept
 
 # tinygrad 0.12's own, typed loosely: the type checker reads the newest tinygrad, where these are gone or differ
 realize: Any = importlib.import_module("tinygrad.engine.realize")
@@ -87,18 +88,9 @@ def call_at(compiled: Sequence[Any], index: int) -> Any: return compiled[index]
 def _written(ei: Any) -> list[Any]:
   return [b for i in ei.prg.p.outs if isinstance(b := ei.bufs[i], Buffer) and b.is_allocated()]
 
-@contextlib.contextmanager
-def outputs_kept(calls: Sequence[Any]) -> Iterator[None]:
-  """Inside, kernels already run may run again: the buffers they write are copied out first and back after."""
-  written = {id(b): b for ei in calls if isinstance(ei.prg, CompiledRunner) for b in _written(ei)}
-  saved = []
-  for b in written.values():
-    copy = Buffer(b.device, b.size, b.dtype).allocate()
-    copy.copyin(b.as_buffer())
-    saved.append((b, copy))
-  try: yield
-  finally:
-    for b, copy in saved: b.copyin(copy.as_buffer())
+def outputs_kept(calls: Sequence[Any]) -> contextlib.AbstractContextManager[None]:
+  """Inside, kernels already run may run again: the buffers they write are copied out first and back after (runtime.outputs_kept)."""
+  return buffers_kept(b for ei in calls if isinstance(ei.prg, CompiledRunner) for b in _written(ei))
 
 def replay(compiled: Sequence[Any], device: str, var_vals: dict[str, int] | None = None) -> tuple[Sequence[Callable[[], Any]], str]:
   """The schedule's kernels as 0.12's JIT replays them: each launched in turn (0.12 batches a JIT's items into the device's graph only
