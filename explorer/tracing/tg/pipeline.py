@@ -19,9 +19,10 @@ from explorer.tracing.tg.recording import LiveLog, Pass
 def tensor_device(t: Tensor) -> str: return t.device if isinstance(t.device, str) else ",".join(t.device or ())
 
 def pending(ts: Sequence[Tensor]) -> list[Tensor]:
-  """The tensors a realize of ts would compute (as Tensor.realize chooses them): not yet backed by a buffer, not virtual (0.12: those
-  whose UOp is not contiguous)."""
+  """The tensors a realize of ts would compute (as Tensor.realize chooses them): not yet backed by a buffer, not virtual (0.13: with a
+  device, not backed by a buffer; 0.12: those whose UOp is not contiguous)."""
   if not at_least(0, 13): return [t for t in ts if not cast(Any, t.uop).is_contiguous()]
+  if not at_least(0, 14): return [t for t in ts if t.uop.device is not None and not t.uop.has_buffer_identity()]
   return [t for t in ts if not t.uop.is_virtual and not t.uop.has_buffer_identity()]
 
 @contextlib.contextmanager
@@ -69,7 +70,8 @@ def on_jit(captured: Callable[[UOp, dict[str, int]], None], ran: Callable[[JitRu
   if not at_least(0, 13):  # 0.12's TinyJit captures ExecItems (TinyJit.add): its captures and replays are not recorded (NOT_IN_TINYGRAD)
     yield
     return
-  add, call = tiny_jit._TinyJit.add_linear, tiny_jit.CapturedJit.__call__
+  jit: Any = getattr(tiny_jit, "_TinyJit", tiny_jit.TinyJit)  # (0.13's TinyJit is the class; 0.14's a function making a _TinyJit)
+  add, call = jit.add_linear, tiny_jit.CapturedJit.__call__
   def add_linear(self: Any, linear: UOp, var_vals: dict[str, int]) -> None:
     add(self, linear, var_vals)
     captured(linear, dict(var_vals))
@@ -78,9 +80,9 @@ def on_jit(captured: Callable[[UOp, dict[str, int]], None], ran: Callable[[JitRu
     ret = call(self, input_uops, var_vals)
     ran(JitRun(id(self), tuple(n for c in self.linear.src for n in _kernel_names(c)), dict(var_vals), time.perf_counter() - st))
     return ret
-  tiny_jit._TinyJit.add_linear, tiny_jit.CapturedJit.__call__ = add_linear, run  # type: ignore[method-assign]
+  jit.add_linear, tiny_jit.CapturedJit.__call__ = add_linear, run  # type: ignore[method-assign]
   try: yield
-  finally: tiny_jit._TinyJit.add_linear, tiny_jit.CapturedJit.__call__ = add, call  # type: ignore[method-assign]
+  finally: jit.add_linear, tiny_jit.CapturedJit.__call__ = add, call  # type: ignore[method-assign]
 
 # ***** tensor graph and scheduler *****
 
