@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import httpx
 import pytest
-from conftest import ARTIFACTS, GRAPH_TIMEOUT_MS, needs_chromium, running_server
+from conftest import ARTIFACTS, GRAPH_TIMEOUT_MS, needs_chromium, running_server, watched_page
 from test_versions import MADE
 
 pytestmark = [pytest.mark.browser, needs_chromium, MADE]
@@ -28,9 +28,7 @@ def pair(tmp_path_factory):
 def test_a_diff_across_two_tinygrads_in_the_browser(pair, browser):
   base, older, newest = pair
   errors: list[str] = []
-  page = browser.new_page(viewport={"width": 1280, "height": 900})
-  page.on("pageerror", lambda e: errors.append(str(e)))
-  page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+  page = watched_page(browser, errors, 1280, 900)
   page.goto(f"{base}/diff/{older}/{newest}")
   head = page.inner_text("#diff-head")
   assert "tinygrad 0.12.0 → 0.14.0" in head and "None" not in head, head
@@ -45,6 +43,5 @@ def test_a_diff_across_two_tinygrads_in_the_browser(pair, browser):
   assert rules.locator(".rule-pass").first.is_visible() and ".py:" in rules.locator(".rule-pass").first.inner_text()
   assert page.locator(".graph-group svg").count() >= 1 or page.locator(".graph-identical").count() >= 1
   assert page.evaluate("() => document.documentElement.scrollWidth") <= 1280
-  ARTIFACTS.mkdir(exist_ok=True)
   page.screenshot(path=str(ARTIFACTS / "versions_diff.png"), full_page=False)
   assert not errors, errors
