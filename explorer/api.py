@@ -74,7 +74,9 @@ class Trace:
   def store(self, db: str | os.PathLike[str] | None = None) -> str:
     """Into the explorer's store (the server's default, or db): returns the id, whose page is /t/{id}."""
     from explorer.store import Store
-    Store(db).put_trace(self.id, self.data, self.rewrites, self.target_rewrites)
+    if Store(db).put_trace(self.id, self.data, self.rewrites, self.target_rewrites):
+      print(f"explorer: replaced the trace stored as {self.id}, the same computation recorded again (its measurements are this run's)",
+            file=sys.stderr)
     return self.id
 
   def open(self, db: str | os.PathLike[str] | None = None, port: int = 8000, browser: bool = True) -> str:

@@ -14,6 +14,7 @@ Name = Annotated[str, StringConstraints(max_length=256)]       # kernel, op, dty
 Line = Annotated[str, StringConstraints(max_length=8192)]      # labels, notes, one-line messages, rules
 Text = Annotated[str, StringConstraints(max_length=64 << 20)]  # sources, listings, tracebacks, a program's source
 Count = Annotated[int, Field(ge=0)]
+Dim = int | Name  # a dimension: a number, or one a Variable sets, as tinygrad renders it ("toks", "(start_pos+1)")
 Seconds = Annotated[float, Field(ge=0)]
 Size = list[int | Name]  # a launch dimension is a number, or a symbolic one's text
 
@@ -283,15 +284,33 @@ class KernelAxis(TypedDict):
   group: Count | None
 
 @with_config(STRICT)
+class SourceLine(TypedDict):
+  file: Line
+  line: Count
+
+@with_config(STRICT)
+class OnnxNode(TypedDict):
+  """The node of an ONNX graph tinygrad's OnnxRunner was computing: its op type, index in the graph, name ("" where the runner was
+  made before the capture, or the node has none) and first outputs."""
+  op: Name
+  index: Count
+  name: Line
+  outputs: Annotated[list[Line], Field(max_length=4)]
+
+@with_config(STRICT)
 class Provenance(TypedDict):
-  """A Tensor function whose UOps a kernel computes (tinygrad's metadata), and the user's line that called it (None where not
-  recorded). inferred: the kernel's own compute carries none (a copy, a fill), so it is taken from the kernels its output feeds."""
+  """A Tensor function whose UOps a kernel computes (tinygrad's metadata), and the model's line that called it (None where not
+  recorded): the program's own, or that of a model shipped inside tinygrad (tinygrad.llm), with the program's line that ran it
+  (`caller`). inferred: the kernel's own compute carries none (a copy, a fill), so it is taken from the kernels its output feeds."""
   fn: Name
   file: Line | None
   line: Count | None
   backward: bool
   via: NotRequired[Line | None]  # the tinygrad function the user's line called, when not the Tensor function (nn.optim.Optimizer.step)
   inferred: NotRequired[bool]
+  caller: NotRequired[SourceLine]  # where file/line is a model shipped inside tinygrad: the program's line that ran it
+  onnx: NotRequired[OnnxNode]      # the ONNX node it computes (tinygrad's OnnxRunner)
+  backward_line: NotRequired[SourceLine]  # a backward entry's .backward() (or .gradient()) line
 
 @with_config(STRICT)
 class LightHalf(TypedDict):
@@ -374,9 +393,18 @@ class Buffer(TypedDict):
   num: NotRequired[int | None]  # its UOp's trace number: rangeify's graphs name it by it (StageRow.reads, .into)
 
 @with_config(STRICT)
+class Symbolic(TypedDict):
+  """A size that Variables set (a KV cache's position, a prefill's token count): as tinygrad renders it, each variable's bounds
+  [min, max], and its value at the values the realize bound them to (None where it bound none of them)."""
+  nbytes: Line
+  variables: dict[Name, Annotated[list[int], Field(min_length=2, max_length=2)]]
+  at: Count | None
+
+@with_config(STRICT)
 class StageRow(TypedDict):
-  """One bufferize (Ops.STAGE) of rangeify, or a buffer stored to directly (realized)."""
-  shape: list[int]
+  """One bufferize (Ops.STAGE) of rangeify, or a buffer stored to directly (realized). Where Variables set its size: its shape names them,
+  nbytes is its largest (what tinygrad allocates), and symbolic says how it varies."""
+  shape: list[Dim]
   dtype: Name
   addrspace: Name
   removable: bool
@@ -386,6 +414,7 @@ class StageRow(TypedDict):
   buffer: NotRequired[Count | None]
   reads: NotRequired[list[Count]]  # the buffers (trace.buffers indexes) its value is computed from
   into: NotRequired[list[Count]]   # the buffers its value is stored into: the kernels writing them compute it (inline, if it was removed)
+  symbolic: NotRequired[Symbolic]
 
 @with_config(STRICT)
 class Stages(TypedDict):
@@ -566,7 +595,7 @@ class RewriteRecord(TypedDict):
 
 @with_config(STRICT)
 class Output(TypedDict):
-  shape: list[int]
+  shape: list[Dim]
   dtype: Name
 
 @with_config(STRICT)
@@ -641,7 +670,7 @@ class TraceRecord(TypedDict):
   variant: Annotated[VariantRecord, AfterValidator(_variant)]
   label: Line
   env: Env
-  status: Literal["ok", "error"]
+  status: Literal["ok", "partial"]  # partial: a stage failed (failures says which); what the stages before it recorded stands
   failures: list[Failure]
   notes: list[Line]
   stage_seconds: dict[Name, Seconds]
@@ -1018,6 +1047,7 @@ def upgrade(trace: dict[str, Any]) -> TraceRecord:
   """`trace` as this version reads it, once, where it is read (the store, a trace file): a kernel of schema 1 gets its host's record
   (`targets`, `host_target`) from its own fields. The `schema` number stays as recorded; a current trace is returned as it is."""
   def current(k: dict[str, Any]) -> bool: return "targets" in k and "host_target" in k
+  if trace.get("status") == "error": trace = {**trace, "status": "partial"}  # (its name until traces of every failed stage were partial)
   if all(current(k) for k in trace["kernels"]): return cast(TraceRecord, trace)
   return cast(TraceRecord, {**trace, "kernels": [k if current(k) else _schema_1_kernel(k) for k in trace["kernels"]]})
 

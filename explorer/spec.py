@@ -107,6 +107,10 @@ def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.
 # the stages of a trace, in order: explorer.tracing.trace records them, the web's jobs and the CLI report their progress
 TRACE_SCHEMA = 2  # a trace's layout: 2, kernels[i].targets[T], a whole record per target; 1, sources per target only (both are read)
 STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
+STAGE_TITLES = {"queue": "Job queue",
+                "tensor_graph": "Tensor graph", "schedule": "Schedule (rangeify)", "kernel_graph": "Kernel graph", "codegen": "Codegen",
+                "render": "Render targets", "run": "Run + check", "timing": "Timing", "store": "Store",
+                "bufferize": "Bufferize decisions"}  # a trace's stages, and what else can fail on its way: as pages name them
 Progress = Callable[[str, str, str], None]  # a report of work as it goes: (stage, "start" | "done" | "error", detail)
 PARTIAL = "partial"  # the progress "stage" of a running trace's data so far (trace.Recorder.partial): (PARTIAL, what, JSON), not a stage
 # enrichments (explorer.tracing.enrich): what is computed for a stored trace when first asked for, per kernel, target and kind

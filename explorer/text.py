@@ -42,6 +42,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], text_columns
 def trace_summary(trace: Mapping[str, Any]) -> str:
   """A trace as the terminal shows it (`kernel-explorer trace`, `print(t)`): its kernel table, totals, STAGE counts, check and notes."""
   out = [f"{trace['label']}   device={trace['env']['device']} tinygrad={trace['env']['tinygrad']}"]
+  if trace["status"] != "ok" and (failures := trace["failures"]):
+    more = f" (and {len(failures) - 1} more, listed at the end)" if len(failures) > 1 else ""
+    out.append(f"PARTIAL TRACE: stage {failures[0]['stage']} failed: {failures[0]['error']}{more}; what the stages before it recorded follows")
   out += [f"note: {n}" for n in trace["notes"]]
   def compiled(k: dict[str, Any]) -> str: return "cached" if k.get("compile_cached") else f"{k['compile_s']*1e3:.1f}"
   if trace.get("realizes"):  # a program: where each kernel came from, and which realize ran it
@@ -53,7 +56,8 @@ def trace_summary(trace: Mapping[str, Any]) -> str:
         out.append(f"realize {r['index']} ran {len(reps)} more times, the same kernels (a loop's later steps): median "
                    f"{statistics.median(x['seconds'] for x in reps) * 1e3:.2f} ms each, as realize ran them")
     for j in trace.get("jits") or []:
-      of = f"realizes {j['realizes'][0]}-{j['realizes'][1] - 1}'s" if j["realizes"] else "untraced"
+      a, b = j["realizes"] or (0, 0)
+      of = "untraced" if not j["realizes"] else f"realize {a}'s" if b - a == 1 else f"realizes {a}-{b - 1}'s"
       values = sorted({f"{k}={v}" for run in j["runs"] for k, v in (run.get("variables") or {}).items()})
       out.append(f"TinyJit {j['index'] + 1}: {len(j['kernels'])} kernels ({of}) run {len(j['runs'])} times as its captured schedule, median "
                  f"{statistics.median(x['seconds'] for x in j['runs']) * 1e3:.2f} ms" + (f"; {', '.join(values[:8])}" if values else ""))
@@ -88,6 +92,7 @@ def provenance_sites(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, li
   for e in sorted(entries, key=lambda e: (e.get("file") or "", e.get("line") or 0)):
     site = (os.path.basename(e["file"]) if e.get("file") else "?", e.get("line") or 0)
     fn = e["fn"] + (" bw" if e.get("backward") else "")
+    if (node := e.get("onnx")) is not None: fn += f" [ONNX {node['op']} {node['name'] or '#' + str(node['index'])}]"
     if fn not in (fns := groups.setdefault(site, [])): fns.append(fn)
   return [(f"{f}:{n}" if n else f, fns) for (f, n), fns in groups.items()]
 

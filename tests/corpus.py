@@ -7,7 +7,16 @@ process (tinygrad's metadata is kept per UOp: a second program in the process wo
 from __future__ import annotations
 import importlib, json, pathlib, sys
 
-PROGRAMS = ("cnn_loop", "cnn_jit", "mnist", "transformer", "kv_decode", "resnet_block", "lstm", "rand_init")
+PROGRAMS = ("cnn_loop", "cnn_jit", "mnist", "transformer", "kv_decode", "resnet_block", "lstm", "rand_init",
+            "beautiful_mnist", "beautiful_mnist_nofunction", "llm_generate", "onnx_runner")  # the last four as tinygrad's own examples write them
+
+def _where(w: dict | None) -> str | None: return f"{pathlib.Path(w['file']).name}:{w['line']}" if w and w.get("file") else None
+
+def _entry(e: dict) -> dict:
+  """A provenance entry as the corpus tests read it: its lines by file name and number."""
+  return {"fn": e["fn"], "backward": e["backward"], "site": _where(e), "via": e.get("via"), "caller": _where(e.get("caller")),
+          "backward_line": _where(e.get("backward_line")), "onnx": [e["onnx"]["op"], e["onnx"]["name"]] if e.get("onnx") else None,
+          "inferred": bool(e.get("inferred"))}
 
 def captured(name: str, db: str) -> dict:
   from explorer import capture
@@ -18,11 +27,12 @@ def captured(name: str, db: str) -> dict:
   launched = sorted({names[n] for lane, n, _ in d["timeline"]["runs"] if lanes[lane] == d["env"]["device"]})
   return {"id": t.store(db), "status": d["status"], "failures": [f["error"] for f in d["failures"]], "outputs": outputs,
           "kernels": [k["name"] for k in d["kernels"]], "launched": launched,
-          "sites": [sorted({(pathlib.Path(e["file"]).name, e["line"], e["fn"]) for e in k.get("provenance", []) if e["file"]}) for k in d["kernels"]],
           "jits": [{"realizes": j["realizes"], "runs": len(j["runs"]), "kernels": j["kernels"],
                     "traced": [d["kernels"][i]["name"] for r in d["realizes"][slice(*j["realizes"])] for i in range(*r["kernels"])]}
                    for j in d.get("jits", [])],
-          "repeats": sum(len(r.get("repeats", [])) for r in d["realizes"])}
+          "repeats": sum(len(r.get("repeats", [])) for r in d["realizes"]),
+          "provenance": [[_entry(e) for e in k.get("provenance", [])] for k in d["kernels"]],
+          "realize_of": [k.get("realize", 0) for k in d["kernels"]], "captured": [bool(r.get("captured")) for r in d["realizes"]]}
 
 def plain(name: str) -> dict: return {"outputs": importlib.import_module(f"programs.{name}").run()}
 

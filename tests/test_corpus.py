@@ -1,17 +1,20 @@
 """Programs as people write them (tests/programs: a CNN training loop, the same under TinyJit, an MNIST-style convnet with Adam, a
 transformer block forward and backward, a KV-cache decode loop with a symbolic position under TinyJit, a ResNet basic block, an
-LSTMCell recurrence, random initialisers), each captured whole in a process of its own: its outputs bit for bit plain tinygrad's
-(golden data, tests/golden/corpus.py, one program run plain again each day), every kernel tinygrad launched (its own profiler's
-record) in the trace, every kernel with a line of the program, loops and TinyJit runs recorded as such."""
+LSTMCell recurrence, random initialisers; and as tinygrad's own examples write them: beautiful_mnist with @function and without,
+tinygrad's LLM through Transformer.generate, tinygrad's ONNX runner under TinyJit), each captured whole in a process of its own: its
+outputs bit for bit plain tinygrad's (golden data, tests/golden/corpus.py, one program run plain again each day), every kernel tinygrad
+launched (its own profiler's record) in the trace, every kernel credited to a line of the program, and the lines checked against the
+ones that made each kernel (the `# model:` marks name them), loops and TinyJit runs recorded as such."""
 from __future__ import annotations
-import datetime, importlib.metadata, json, os, pathlib, subprocess, sys
+import collections, datetime, importlib.metadata, importlib.util, json, os, pathlib, re, subprocess, sys
 import pytest
 from corpus import PROGRAMS
 from golden.corpus import GOLDEN, programs_hash
 
 TESTS = pathlib.Path(__file__).resolve().parent
 GOLDEN_DATA = json.loads(GOLDEN.read_text())
-EXPECTED = {"cnn_loop": {"repeats": 2}, "cnn_jit": {"jit_runs": 3}, "kv_decode": {"jit_runs": 4}}  # loops and JITs, as written
+EXPECTED = {"cnn_loop": {"repeats": 2}, "cnn_jit": {"jit_runs": 3}, "kv_decode": {"jit_runs": 4}, "beautiful_mnist": {"jit_runs": 3},
+            "beautiful_mnist_nofunction": {"jit_runs": 3}, "llm_generate": {"jit_runs": 3}, "onnx_runner": {"jit_runs": 2, "repeats": 2}}
 
 # what another test in this worker may have set (a device, a clock, opts): each program runs as a user would run it, as the golden ran
 TINYGRAD_SETTINGS = ("DEV", "NOOPT", "BEAM", "DEBUG", "JIT", "VIZ", "PROFILE", "TRACK_MATCH_STATS", "PARALLEL", "CCACHE")
@@ -22,6 +25,11 @@ def run(*args: str) -> dict:
   assert r.returncode == 0, r.stderr[-3000:]
   return json.loads(r.stdout.splitlines()[-1])
 
+def marks(name: str) -> dict[str, str]:
+  """A program's lines by their `# model: mark`: "beautiful_mnist.py:22" -> "batch"."""
+  lines = (TESTS / "programs" / f"{name}.py").read_text().splitlines()
+  return {f"{name}.py:{i}": m.group(1) for i, line in enumerate(lines, 1) if (m := re.search(r"# model: (.+)$", line))}
+
 def test_the_golden_outputs_are_plain_tinygrads_of_these_programs():
   assert GOLDEN_DATA["tinygrad"] == importlib.metadata.version("tinygrad"), "another tinygrad: regenerate with `make golden`"
   assert GOLDEN_DATA["programs"] == programs_hash(), "tests/programs changed: regenerate with `make golden`"
@@ -31,17 +39,89 @@ def test_the_golden_outputs_are_plain_tinygrads_of_these_programs():
 def test_a_program_is_captured_whole(name, tmp_path):
   got = run("captured", str(tmp_path / "t.sqlite3"), name)[name]
   assert got["status"] == "ok" and not got["failures"], got["failures"]
-  assert got["outputs"] == GOLDEN_DATA["outputs"][name]  # bit for bit: the same kernels ran
+  assert got["outputs"] == GOLDEN_DATA["outputs"][name]  # bit for bit: the same kernels ran, and left the same state
   kernels = set(got["kernels"])
   assert [n for n in got["launched"] if n not in kernels and not n.startswith("copy")] == []  # every kernel tinygrad launched
-  files = {f"{p}.py" for p in PROGRAMS}
-  assert all(sites and all(f in files for f, _, _ in sites) for sites in got["sites"]), [(k, s) for k, s in zip(got["kernels"], got["sites"])]
+  mine = f"{name}.py"  # every kernel credited to a line of the program: its own, or the one that ran a model shipped inside tinygrad
+  def of_the_program(e: dict) -> bool: return (e["site"] or "").startswith(mine) or (e["caller"] or "").startswith(mine)
+  assert all(entries and all(of_the_program(e) for e in entries) for entries in got["provenance"]), \
+    [(k, es) for k, es in zip(got["kernels"], got["provenance"]) if not es or not all(of_the_program(e) for e in es)][:3]
   want = EXPECTED.get(name, {})
   assert got["repeats"] == want.get("repeats", got["repeats"])
   if "jit_runs" in want:
     (jit,) = got["jits"]
     assert jit["runs"] == want["jit_runs"] and jit["realizes"] and jit["kernels"] == jit["traced"], jit
   else: assert got["jits"] == []
+  if name in LINES: LINES[name](got, marks(name))
+
+def own(entries: list[dict]) -> list[dict]: return [e for e in entries if not e["inferred"]]
+
+def beautiful_mnist_lines(got: dict, mark: dict[str, str]) -> None:
+  """The forward's kernels credited to the model's forward, the gradient's to the forward ops they differentiate and to the .backward()
+  line, never to the batch sampler (whose lines are the randint kernels'), Adam's to its step, through nn.optim."""
+  at = lambda w: mark.get(w or "", w)
+  backward = [own(es) for es in got["provenance"] if any(e["backward"] for e in own(es))]
+  assert len(backward) >= 16 and all(at(e["backward_line"]) == "loss" and at(e["site"]) in ("forward", "loss")
+                                     for es in backward for e in es if e["backward"]), backward
+  assert not [es for es in backward if any(at(e["site"]) == "batch" for e in es)]
+  convs = {e["fn"] for es in backward for e in es if at(e["site"]) == "forward"}
+  assert {"conv2d", "relu", "max_pool2d", "batchnorm", "linear"} <= convs, convs
+  forward = [own(es) for es in got["provenance"] if any(e["fn"] == "conv2d" and not e["backward"] for e in own(es))]
+  assert forward and all(at(e["site"]) == "forward" for es in forward for e in es)
+  batch = [own(es) for k, es in zip(got["kernels"], got["provenance"]) if any(at(e["site"]) == "batch" for e in own(es))]
+  assert batch and all(e["fn"] in ("_next_counter", "_threefry_random_bits", "_bits_to_rand", "_cumalu", "__add__", "__getitem__")
+                       for es in batch for e in es if at(e["site"]) == "batch")
+  step = [e for es in got["provenance"] for e in own(es) if at(e["site"]) == "step"]
+  assert len(step) > 50 and sum((e["via"] or "").startswith("nn.optim") for e in step) >= len(step) - 3
+
+LLM_MODEL = pathlib.Path(str(importlib.util.find_spec("tinygrad").origin)).parent / "llm" / "model.py"
+
+def llm_line(code: str) -> str:
+  """The line of tinygrad/llm/model.py that holds code."""
+  (n,) = [i for i, line in enumerate(LLM_MODEL.read_text().splitlines(), 1) if code in line]
+  return f"model.py:{n}"
+
+def llm_generate_lines(got: dict, mark: dict[str, str]) -> None:
+  """tinygrad's LLM: each kernel credited to the line of tinygrad/llm/model.py that made it, run from the program's line (generate's
+  loop, or the model's construction for the weights' initialisers), never to a decorator's frame (TinyJit.__call__'s contextlib); the
+  attention to scaled_dot_product_attention's line, the projections to their Linear's, the sampler's random draw to forward's last line."""
+  entries = [e for es in got["provenance"] for e in es]
+  assert all(e["site"].startswith("model.py:") and mark.get(e["caller"] or "") in ("generate", "build") for e in entries), \
+    [e for e in entries if not e["site"].startswith("model.py:") or mark.get(e["caller"] or "") not in ("generate", "build")][:3]
+  sites = lambda fn: {e["site"] for e in entries if e["fn"] == fn and not e["inferred"]}
+  assert sites("scaled_dot_product_attention") == {llm_line("q.scaled_dot_product_attention(k, v")}
+  assert llm_line("q, k, v = self.attn_q(x), self.attn_k(x), self.attn_v(x)") in sites("linear")
+  assert sites("rand_like") == {llm_line("Tensor.rand_like(logits)")}
+  attention = [own(es) for es in got["provenance"] if any(e["fn"] == "scaled_dot_product_attention" for e in own(es))]
+  assert len(attention) >= 20 and not any(e["fn"] == "rand_like" for es in attention for e in es)  # the sampler is not attention's
+  decode = [r for r, captured in enumerate(got["captured"]) if captured]
+  assert decode and any(got["realize_of"][i] in decode for i, es in enumerate(got["provenance"]) if es)  # the decode JIT's capture, traced
+
+def onnx_runner_lines(got: dict, mark: dict[str, str]) -> None:
+  """tinygrad's ONNX runner: each kernel names the ONNX nodes it computes, by op type and name, and the program's line that ran the
+  runner: the direct call's, or the jitted lambda's for the TinyJit's calls."""
+  nodes = {"Conv": "/features/conv1/Conv", "Relu": "/features/relu/Relu", "MaxPool": "/features/pool/MaxPool", "Gemm": "/classifier/fc/Gemm",
+           "Softmax": "/classifier/Softmax"}
+  for k, es, r in zip(got["kernels"], got["provenance"], got["realize_of"]):
+    assert es and all(e["onnx"] is not None and nodes.get(e["onnx"][0]) == e["onnx"][1] for e in es), (k, es)
+    assert {mark[e["site"]] for e in es} == {"direct" if r == 0 else "jitted"}, (k, r, es)
+  conv = next(es for k, es in zip(got["kernels"], got["provenance"]) if any(e["fn"] == "conv2d" for e in es))
+  assert {e["onnx"][0] for e in conv} == {"Conv", "Relu"}  # the relu fused into the convolution's kernel
+  assert {e["onnx"][0] for es in got["provenance"] for e in es} == set(nodes)
+
+LINES = {"beautiful_mnist": beautiful_mnist_lines, "beautiful_mnist_nofunction": beautiful_mnist_lines, "llm_generate": llm_generate_lines,
+         "onnx_runner": onnx_runner_lines}
+
+def test_function_credits_kernels_as_without_it(tmp_path):
+  """beautiful_mnist's @function on its model's __call__ (tinygrad turns the body into a FUNCTION called on PARAMs, and differentiates it
+  whole): every kernel credited to the same functions and marked lines as without it, backward entries to the same .backward() line."""
+  runs = {n: run("captured", str(tmp_path / f"{n}.sqlite3"), n)[n] for n in ("beautiful_mnist", "beautiful_mnist_nofunction")}
+  def credited(name: str) -> collections.Counter:
+    mark = marks(name)
+    return collections.Counter((k, tuple(sorted((e["fn"], e["backward"], mark.get(e["site"], e["site"]), mark.get(e["backward_line"] or "", None),
+                                                  e["inferred"]) for e in es))) for k, es in zip(runs[name]["kernels"], runs[name]["provenance"]))
+  assert runs["beautiful_mnist"]["outputs"] == runs["beautiful_mnist_nofunction"]["outputs"]
+  assert credited("beautiful_mnist") == credited("beautiful_mnist_nofunction")
 
 def test_one_program_a_day_against_plain_tinygrad_now():
   name = PROGRAMS[datetime.date.today().toordinal() % len(PROGRAMS)]

@@ -5,10 +5,9 @@ import ast, json, pathlib, subprocess, sys, textwrap, threading, time
 import pytest
 from fastapi.testclient import TestClient
 from explorer.present import graphs
-from explorer.spec import PRESETS
+from explorer.spec import PRESETS, STAGE_TITLES, STAGES
 from explorer.store import Store
 from explorer.web.http.models import ValidationErrorBody
-from explorer.web.services.traces import STAGE_TITLES, STAGES
 from conftest import REPO, SMALL_WINO, wait_done
 from support import app_over, fake_result, minimal_trace
 

@@ -43,12 +43,17 @@ def matches(k: KernelRecord, query: str) -> bool:
   return not q or q in k["name"].lower() or _provenance_matches(k, q)
 
 def _provenance_matches(k: KernelRecord, q: str) -> bool:
+  """By a function, what the line called, an ONNX node's op or name, or a line: the model's, the program's that ran it, a backward's."""
   for e in provenance_of(k):
     if q in e["fn"].lower() or q in via_of(e).lower(): return True
-    if e["file"]:
-      site = f"{e['file']}:{e['line']}".lower()
-      if q in site or q in f"{os.path.basename(e['file'])}:{e['line']}".lower() or q == os.path.basename(e["file"]).lower(): return True
+    if (node := e.get("onnx")) is not None and (q == node["op"].lower() or q in node["name"].lower()): return True
+    for where in (e, e.get("caller"), e.get("backward_line")):
+      if where and where["file"] and _line_matches(where["file"], where["line"], q): return True
   return False
+
+def _line_matches(file: str, line: int | None, q: str) -> bool:
+  name = os.path.basename(file)
+  return q in f"{file}:{line}".lower() or q in f"{name}:{line}".lower() or q == name.lower()
 
 def search(kernels: Sequence[KernelRecord], query: str) -> list[KernelRecord]:
   q = query.strip().lower()

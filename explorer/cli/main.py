@@ -95,7 +95,7 @@ def cmd_trace(a: argparse.Namespace) -> int:
   if a.json:
     with open(a.json, "w") as f: json.dump(res.trace, f, indent=1, default=str)
     print(f"wrote {a.json}", file=sys.stderr)
-  return 0 if res.trace["status"] == "ok" else 1
+  return 0 if res.trace["status"] == "ok" or a.accept_partial else 1
 
 def cmd_devices(a: argparse.Namespace) -> int:
   from explorer.analysis.roofline import devices_report
@@ -450,6 +450,8 @@ def build_parser(settings_flags: bool = True) -> argparse.ArgumentParser:
                  "(CLI only: the server never runs user code)")
   t.add_argument("--fn", dest="script_fn", metavar="NAME", help="with --script: call the script's function NAME() instead of running it as __main__")
   t.add_argument("--json", metavar="PATH", help="write the whole trace as JSON")
+  t.add_argument("--accept-partial", action="store_true", help="exit 0 for a partial trace too (one whose stage failed: it is printed, "
+                 "written and stored all the same; by default its exit status is 1)")
   t.add_argument("--dump-io", metavar="DIR", help="write input, weight and output as .npy files")
   t.add_argument("--quiet", action="store_true", help="no progress on stderr")
   t.add_argument("--roofline", action="store_true", help="also print each kernel against the device's peak FLOP/s and bandwidth")

@@ -10,7 +10,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import CLexer, CppLexer, CudaLexer, LlvmLexer, PtxLexer, TextLexer, WgslLexer
 from explorer.clocks import METHODS, how, method_of, ratio_words
 from explorer.present.beam import beam_plot
-from explorer.spec import HAND_OPT_RE, opt_label
+from explorer.spec import HAND_OPT_RE, STAGE_TITLES, opt_label
 from explorer.stats import noisy
 from explorer.text import provenance_sites
 from explorer.present.graphs import fmt_bytes, fmt_seconds, kernel_time
@@ -229,6 +229,7 @@ def environment() -> jinja2.Environment:
   env.filters["compact_uop"] = compact_uop
   env.filters["opt_label"] = opt_label
   env.globals["beam_plot"] = beam_plot
+  env.globals["stage_title"] = lambda stage: STAGE_TITLES.get(stage, stage)
   env.globals["preset_label"] = preset_label
   env.globals["hand_opt_pattern"] = HAND_OPT_RE.pattern  # the opts panel checks an opt as it is added, as the server will
   env.globals["noisy"] = noisy

@@ -182,4 +182,9 @@ class Connected:
 
   def has_trace(self, trace_id: str) -> bool:
     """Whether the trace is stored: every other row hangs off one (the parts check it in their write transactions)."""
-    return self._conn().execute("SELECT 1 FROM traces WHERE id = ?", (trace_id,)).fetchone() is not None
+    return self.stored_at(trace_id) is not None
+
+  def stored_at(self, trace_id: str) -> float | None:
+    """When the trace was stored (None: it is not): a trace stored again under its id, by any process, is another row."""
+    row = self._conn().execute("SELECT created FROM traces WHERE id = ?", (trace_id,)).fetchone()
+    return None if row is None else row[0]

@@ -39,8 +39,17 @@ def trace_key(spec: ConvSpec, variant: Variant) -> str:
   return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 def program_key(trace: Mapping[str, Any]) -> str:
-  """A captured program's id: the content hash of its name, the kernels it ran (their AST keys), the variant, tinygrad and device."""
-  payload = {"program": (trace.get("program") or {}).get("name"), "kernels": [k.get("ast_key") for k in trace["kernels"]],
+  """A captured program's id: the content hash of everything its trace shows but what was measured (times, when and where it ran) and
+  the numbers tinygrad gave its UOps: its name, source and outputs, the kernels it ran (their AST keys) and the lines that made each,
+  its realizes, repeats and TinyJit runs with their variables, its status and failures, the variant, tinygrad and device. Two captures
+  of one computation from other lines (under @function and without, a line moved) are two traces; the same capture again is the same."""
+  program = trace.get("program") or {}
+  payload = {"program": {k: program.get(k) for k in ("name", "source", "outputs")},
+             "kernels": [(k.get("ast_key"), k.get("realize"), k.get("provenance")) for k in trace["kernels"]],
+             "realizes": [{"kernels": r.get("kernels"), "captured": r.get("captured"), "variables": r.get("variables"),
+                           "repeats": [x.get("variables") for x in r.get("repeats") or []]} for r in trace.get("realizes") or []],
+             "jits": [{"realizes": j.get("realizes"), "runs": [x.get("variables") for x in j.get("runs") or []]} for j in trace.get("jits") or []],
+             "status": trace.get("status"), "failures": [(f.get("stage"), f.get("error")) for f in trace.get("failures") or []],
              "variant": {k: v for k, v in trace["variant"].items() if k != "notes"}, "tinygrad": trace["env"]["tinygrad"],
              "device": trace["env"]["device"]}
   return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -37,26 +37,31 @@ def _listed(trace_id: str, created: float, preset: str | None, label: str, statu
   except json.JSONDecodeError: extra = {}
   extra = extra if isinstance(extra, dict) else {}
   return {**extra, **{k: capped(v, 80) for k, v in extra.items() if isinstance(v, str)}, "id": trace_id, "created": created,
-          "preset": capped(preset, 40) if preset is not None else None, "label": capped(label), "status": capped(status, 20)}
+          "preset": capped(preset, 40) if preset is not None else None, "label": capped(label),
+          "status": "partial" if status == "error" else capped(status, 20)}  # (a trace with a failed stage, as older rows name it)
 
 LISTED = "id, created, preset, label, status, summary"
 
 class Traces(Connected):
-  def put_trace(self, trace_id: str, trace: Mapping[str, Any], rewrites: bytes, target_rewrites: dict[str, bytes] | None = None) -> None:
+  def put_trace(self, trace_id: str, trace: Mapping[str, Any], rewrites: bytes, target_rewrites: dict[str, bytes] | None = None) -> bool:
     """The trace, the host's rewrite blob and each other target's, in one transaction: a stored trace is never half-written. A blob
-    whose rule locations name a file outside tinygrad and the explorer is refused (StoreError), nothing kept."""
+    whose rule locations name a file outside tinygrad and the explorer is refused (StoreError), nothing kept. True where it replaced a
+    trace stored under the id before (the same computation: ids are content hashes), what was computed for that one dropped."""
     for blob in (rewrites, *(target_rewrites or {}).values()): checked_locations(blob)
     rest, parts = pieces.split(trace)
     rest, chunks = pieces.chunked(rest)
     row = (trace_id, time.time(), trace.get("preset"), trace.get("label") or trace_id, trace.get("status") or "ok", json.dumps(listing_fields(trace)),
            json.dumps(rest, default=str), rewrites)
     with transaction(self._conn()) as c:
+      replaced = c.execute("SELECT 1 FROM traces WHERE id = ?", (trace_id,)).fetchone() is not None
       c.execute("INSERT OR REPLACE INTO traces (id, created, preset, label, status, summary, trace, rewrites) VALUES (?,?,?,?,?,?,?,?)", row)
       pieces.put(c, trace_id, parts, chunks)
       blobs.forget(c, trace_id)
-      enrichments.forget(c, trace_id)  # they were the replaced trace's
+      enrichments.forget(c, trace_id)  # they were the replaced trace's, and so were its graphs and diffs
+      caches.forget(c, trace_id)
       blobs.put_target_blobs(c, trace_id, target_rewrites or {})
     self.make_document(trace_id)
+    return replaced
 
   def make_document(self, trace_id: str) -> None:
     """Make and keep the trace's API document now (explorer.store.documents: put_trace does, once the trace is written), from the trace

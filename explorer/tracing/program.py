@@ -55,7 +55,7 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
   devices = {tg.tensor_device(o) for o in outs}
   if len(devices) != 1: raise ValueError(f"the realized tensors live on {len(devices)} devices ({', '.join(sorted(devices))}): trace one at a time")
   device = devices.pop()
-  info = {"name": name, "source": source, "origin": origin, "outputs": [{"shape": list(o.shape), "dtype": o.dtype.name} for o in outs]}
+  info = {"name": name, "source": source, "origin": origin, "outputs": [{"shape": list(tg.dims(o.shape)), "dtype": o.dtype.name} for o in outs]}
   trace = new_trace(None, variant, device, info)
   roles = lambda: {tg.buffer_key(tg.tensor_buffer(o)): "output" for o in outs}
   check = reference_check(reference, rel_tolerance) if reference is not None else None
@@ -107,7 +107,7 @@ class ProgramTrace:
     mine = p.setdefault("tinygrad_seconds", {})
     for stage, sec in realize.get("tinygrad_seconds", {}).items(): mine[stage] = mine.get(stage, 0.0) + sec
     p["failures"] += realize["failures"]
-    if realize["status"] != "ok": p["status"] = "error"
+    if realize["status"] != "ok": p["status"] = "partial"
     p["program"]["outputs"] += realize["program"]["outputs"]
     if realize.get("error") is not None and (p["error"] is None or realize["error"]["max_rel"] > p["error"]["max_rel"]): p["error"] = realize["error"]
     checks = p.setdefault("spec_checks", {})
@@ -217,7 +217,7 @@ class ProgramTrace:
         for k, got in zip(p["kernels"], records): add_target_record(k, t, got)
     except Exception as e:  # noqa: BLE001 - recorded: the host's trace stands without the other targets
       p["failures"].append({"stage": "render", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
-      p["status"] = "error"
+      p["status"] = "partial"
     finally: pool.close()
 
 def _merged_check(a: dict | None, b: dict) -> dict:
@@ -258,7 +258,9 @@ class Capturing:
     self._own_variant = dataclasses.replace(variant, targets=())  # a realize renders the host only: the program renders the rest at once
     self._stack = contextlib.ExitStack()
     self._base = 0
-    self._seen: dict[tuple[str, ...], int] = {}  # the kernels a realize ran (their AST keys, in order) -> the first realize that ran them
+    self._seen: dict[tuple[tuple[str, ...], frozenset], int] = {}  # the kernels a realize ran (their AST keys, in order) and the lines
+    # its graph was made at -> the first realize that ran them from there
+    self._signatures: set[frozenset] = set()  # the lines each realize's graph was made at (_lines)
     self._timeline = HostTimeline()
     self._jits: dict[int, int] = {}  # a TinyJit's captured schedule (its id) -> its index in the trace's `jits`
     self._jit_linears: list[tuple[Any, dict[str, int]]] = []  # what a TinyJit captured of the realize at hand
@@ -267,30 +269,40 @@ class Capturing:
   def _on_realize(self, outs: list[Any]) -> None:
     if tg.jit_capturing(): return self._jit_captures(outs)
     st = time.perf_counter()
-    ahead = schedule_ahead(outs, provenance=True)
+    lines = self._lines(tg.tensor_sink(*outs))
+    ahead = schedule_ahead(outs, provenance=True, fresh=lines[1])
     kernels = tg.schedule_keys(ahead.linear)
     repeat = kernels and not self.every_step and self.reference is None  # a reference is checked against every realize's outputs
     n = len(self.realizes)
-    first = self._seen.get(kernels) if repeat else None
+    first = self._seen.get((kernels, lines[0])) if repeat else None
     self._timeline.stage("schedule", n if first is None else first, st, st + ahead.seconds)
     if first is not None: return self._repeat(first, ahead)
     self._trace(outs, ahead)
-    if kernels: self._seen.setdefault(kernels, n)
+    if kernels: self._seen.setdefault((kernels, lines[0]), n)
+
+  def _lines(self, sink: Any) -> tuple[frozenset, bool]:
+    """The lines a realize's tensor graph was made at (tg.site_signature), and whether they are new to this program: a graph made at
+    lines no realize before was is scheduled afresh (tinygrad's schedule cache would hand it an earlier realize's schedule, made at
+    other lines: the ONNX runner called directly, then under TinyJit), and a realize of the same kernels from other lines is no repeat."""
+    lines = tg.site_signature(sink)
+    new = lines not in self._signatures
+    self._signatures.add(lines)
+    return lines, new
 
   def _jit_captures(self, outs: list[Any]) -> None:
     """A TinyJit is capturing: tinygrad's realize hands the schedule it makes to the JIT, and nothing runs. The schedule is traced up
     to its render (the JIT's runs run it, _on_jit_run), so that every kernel the JIT runs is in the trace."""
     sink, mark, st = tg.tensor_sink(*outs), tg.tracking_mark(), time.perf_counter()
     self._jit_linears.clear()
-    with tg.carrying_metadata(): outs[0].realize(*outs[1:])
+    with tg.carrying_metadata(sink, self._lines(sink)[1]) as carrying: outs[0].realize(*outs[1:])
     if not self._jit_linears: return
     (linear, var_vals), = self._jit_linears
     self._timeline.stage("schedule", len(self.realizes), st, now := time.perf_counter())
-    self._trace(outs, Scheduled(sink, linear, var_vals, mark, now - st), runs=False)
+    self._trace(outs, Scheduled(sink, linear, var_vals, mark, now - st, carrying.provenance(linear)), runs=False)
 
   def _trace(self, outs: list[Any], ahead: Scheduled, runs: bool = True) -> None:
     n = len(self.realizes)
-    name = (self.name if n == 0 else f"{self.name} (realize {n + 1})") + ("" if runs else " (captured by TinyJit)")
+    name = (self.name if n == 0 else f"{self.name} (realize {n})") + ("" if runs else " (captured by TinyJit)")  # (numbered as the pages number it)
     mine = ProgramRealize(self._base, n, self._timeline)
     trace, _, _ = trace_outputs(outs, name, self._own_variant, self.progress, self.source, self.reference, self.rel_tolerance, self.origin,
                                 self.analysis, mine, ahead, runs)

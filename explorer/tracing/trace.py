@@ -71,7 +71,7 @@ class Recorder:
       for e in failed:
         self.trace["failures"].append({"stage": stage, "error": f"{type(e).__name__}: {e}",
                                        "traceback": "".join(traceback.format_exception(e, limit=8))})
-        self.trace["status"] = "error"
+        self.trace["status"] = "partial"
         self.progress(stage, "error", f"{type(e).__name__}: {e}")
     self.pending.clear()
 
@@ -85,7 +85,7 @@ class Recorder:
       failure = {"stage": stage, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}
       if isinstance(e, tg.CompileFailed): failure["source"] = e.source  # the kernel source the compiler rejected
       self.trace["failures"].append(failure)
-      self.trace["status"] = "error"
+      self.trace["status"] = "partial"
       self.progress(stage, "error", f"{type(e).__name__}: {e}")
       raise StageFailed(stage) from e
     self.trace["stage_seconds"][stage] = time.perf_counter() - st
@@ -190,18 +190,23 @@ class Program:
 class Scheduled:
   """A realize scheduled before its pipeline runs: its tensor graph's sink as it stood before (scheduling rebinds the tensors to
   buffers; UOps do not change), tinygrad's linear and the values it binds its variables to, where the rewrite log stood, its
-  seconds."""
+  seconds, and (with provenance) each call's kernel provenance as the schedule found it (None where it did not)."""
   sink: Any
   linear: Any
   var_vals: dict[str, int]
   mark: int
   seconds: float
+  provenance: list[Any] | None = None
 
-def schedule_ahead(outs: list[Any], provenance: bool = False) -> Scheduled:
-  """tinygrad's schedule of outs, as Tensor.realize makes it (the collector off), ahead of the pipeline."""
+def schedule_ahead(outs: list[Any], provenance: bool = False, fresh: bool = False) -> Scheduled:
+  """tinygrad's schedule of outs, as Tensor.realize makes it (the collector off), ahead of the pipeline. provenance: each kernel's, its
+  metadata carried through the schedule; fresh: scheduled again where tinygrad's schedule cache holds the graph (see carrying_metadata)."""
   sink, mark, st = tg.tensor_sink(*outs), tg.tracking_mark(), time.perf_counter()
-  with tg.disable_gc(), tg.carrying_metadata() if provenance else contextlib.nullcontext(): linear, var_vals = tg.schedule_with_vars(*outs)
-  return Scheduled(sink, linear, var_vals, mark, time.perf_counter() - st)
+  found = None
+  with tg.disable_gc(), tg.carrying_metadata(sink, fresh) if provenance else contextlib.nullcontext() as carrying:
+    linear, var_vals = tg.schedule_with_vars(*outs)
+  if carrying is not None: found = carrying.provenance(linear)
+  return Scheduled(sink, linear, var_vals, mark, time.perf_counter() - st, found)
 
 def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool,
                 blobs: dict[str, bytes]) -> None:
@@ -229,10 +234,10 @@ def _realize(rec: Recorder, program: Program, variant: Variant, device: str, bas
   """What Tensor.realize runs: schedule, kernel graph, codegen (the other targets rendered beside it), the run and its check. Returns
   what the run compiled (what timing times)."""
   trace = rec.trace
-  if (ahead := program.scheduled) is not None:  # scheduled before: its record, and its seconds as the stage's
-    linear = rec.run("schedule", lambda: _scheduler_record(trace, ahead, base))
-    trace["stage_seconds"]["schedule"] = rec.tinygrad.seconds["schedule"] = ahead.seconds
-  else: linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad, program.provenance))
+  if (before := program.scheduled) is not None:  # scheduled before: its record, and its seconds as the stage's
+    ahead, linear = before, rec.run("schedule", lambda: _scheduler_record(trace, before, base))
+    trace["stage_seconds"]["schedule"] = rec.tinygrad.seconds["schedule"] = before.seconds
+  else: ahead, linear = rec.run("schedule", lambda: _schedule(trace, program.outs, base, rec.tinygrad, program.provenance))
   calls = rec.run("kernel_graph", lambda: _record_schedule(trace, linear, program.roles(), program.kernel_role, program.buffer_refs))
   rec.partial("schedule", {"schedule": trace["schedule"], "buffers": trace["buffers"], "tensor_graph": trace["tensor_graph"]})
   if tg.has_spec("kernel_graph"): trace["spec_checks"]["kernel_graph"] = tg.spec_check(tg.schedule_calls(linear), "kernel_graph", enter_calls=False)
@@ -242,7 +247,10 @@ def _realize(rec: Recorder, program: Program, variant: Variant, device: str, bas
   renders = {} if beam else pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, analysis=rec.analysis)
   rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant))
   if program.provenance:
-    for k in trace["kernels"]: k["provenance"] = tg.kernel_provenance(calls[k["call"]].ast)
+    found = ahead.provenance or []
+    for k in trace["kernels"]:
+      own = found[k["call"]] if k["call"] < len(found) else None
+      k["provenance"] = own if own is not None else tg.kernel_provenance(calls[k["call"]].ast)
   if beam:
     chosen = [k["opts"] for k in trace["kernels"]] if len(trace["kernels"]) == len(asts) else None  # None: codegen failed, heuristic
     renders = pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, chosen, rec.analysis)
@@ -266,9 +274,9 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
     rec.run("timing", lambda: _time(trace, compiled, variant, rec.tinygrad, rec.eager_s), detail=device)
   add_totals(trace)
 
-def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> Any:
+def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> tuple[Scheduled, Any]:
   with tinygrad("schedule"): ahead = schedule_ahead(outs, provenance)
-  return _scheduler_record(trace, ahead, base)
+  return ahead, _scheduler_record(trace, ahead, base)
 
 def _scheduler_record(trace: dict, ahead: Scheduled, base: int) -> Any:
   """The schedule's record (its passes, since ahead.mark; its variables' values in this run); returns tinygrad's linear."""
@@ -466,15 +474,17 @@ def _record_stages(trace: dict, log: tg.LiveLog) -> None:
   """Bufferize decisions, read off this process's rewrite log (rebuilding only the graphs needed)."""
   try:
     passes = [tg.Pass(p["group"], p["step"], p["name"], p["depth"], p["matches"], p["sink"]) for p in trace["scheduler"]["passes"]]
-    d = tg.stage_decisions(log, passes)
+    d = tg.stage_decisions(log, passes, trace.get("variables"))
   except Exception as e:
     trace["failures"].append({"stage": "bufferize", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
+    trace["status"] = "partial"
     return
   if "note" in d:  # no rangeify pass ran for this schedule: nothing decided here
     trace["scheduler"]["note"] = d["note"]
     return
   def rows(xs: list) -> list[dict]:
-    return [{k: v for k, v in s.__dict__.items() if k not in ("reads", "into")} | {"shape": list(s.shape)} for s in xs]
+    return [{k: v for k, v in s.__dict__.items() if k not in ("reads", "into", "symbolic")} | {"shape": list(s.shape)}
+            | ({"symbolic": s.symbolic.record()} if s.symbolic is not None else {}) for s in xs]
   trace["scheduler"]["stages"] = {"created": rows(d["created"]), "kept": rows(d["kept"]), "fused": rows(d["fused"]),
                                   "realized": rows(d["realized_rows"]), "debuf_pass": d["debuf_pass"]}
   _link_stages(trace, d, tg.call_argument_nums(log, passes))

@@ -120,7 +120,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.state.templates = templates = make_templates()
   templates.env.globals.update(provenance=provenance, **tours.TEMPLATE_GLOBALS)
   app.add_middleware(GZipMiddleware, minimum_size=4096, compresslevel=6)  # on the event loop: 6 is a third of 9's time, a few % bigger
-  app.add_middleware(ResponseCache, is_stored=store.has_trace, state=app.state)  # outside GZip: kept gzipped
+  app.add_middleware(ResponseCache, stored_at=store.stored_at, state=app.state)  # outside GZip: kept gzipped
   def forget(trace_id: str, merge: Any = None) -> None:
     """A stored trace changed (a target was added to it: merge puts it into the parsed trace) or went: what was rendered from it before
     is dropped, and the parsed trace too where no merge says how it changed."""

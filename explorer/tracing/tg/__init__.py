@@ -36,11 +36,11 @@ from explorer.tracing.tg.kernel_analysis import blob_analysis, program_analysis
 from explorer.tracing.tg.nvrtc import nvrtc_compiler
 from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, kernel_axes, kernel_outputs, kernel_runnables, legal_opts, opt_context,
                                       opt_text, parse_opt, recording_beam, with_opts)
-from explorer.tracing.tg.pipeline import (Call, JitRun, buffer_facts, buffer_key, call_argument_nums, calls, copy_ins_outs, jit_capturing,
+from explorer.tracing.tg.pipeline import (Call, JitRun, buffer_facts, dims, buffer_key, call_argument_nums, calls, copy_ins_outs, jit_capturing,
                                           kernel_reads_writes, on_jit, on_realize, op_histogram, schedule, schedule_keys, schedule_with_vars,
                                           stage_decisions, tensor_buffer, tensor_device, tensor_sink)
 from explorer.tracing.tg.profile import HostEvents, Profiling, profiling, profiling_paused
-from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance, sited_metadata, user_site
+from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance, site_signature, sited_metadata, user_site
 from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, forget_rewrites_since, passes_since, take_group_stacks, trace_num,
                                            tracking, tracking_enabled, tracking_mark, tracking_possible)
 from explorer.tracing.tg.rewritelog import ENCODER_UNSTORED, decode_rewrite_log
@@ -67,10 +67,10 @@ __all__ = [
   # the pipeline: tensor graph, schedule, codegen, runtime
   "on_realize", "on_jit", "jit_capturing", "JitRun",
   "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_keys", "schedule_with_vars", "stage_decisions",
-  "call_argument_nums", "Call", "calls",
-  "buffer_key", "buffer_facts", "tensor_buffer", "copy_ins_outs", "kernel_reads_writes", "kernel_provenance", "sited_metadata", "user_site",
-  "carrying_metadata", "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key",
-  "ast_variables",
+  "call_argument_nums", "Call", "calls", "dims",
+  "buffer_key", "buffer_facts", "tensor_buffer", "copy_ins_outs", "kernel_reads_writes",
+  "kernel_provenance", "sited_metadata", "user_site", "carrying_metadata", "site_signature",
+  "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key", "ast_variables",
   "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "realize_inputs", "compile_seconds", "has_reduce",
   "compiler_name", "fallback_reason", "kernel_calls",
   # clocks: how kernels and schedules are timed (explorer.clocks names their methods)

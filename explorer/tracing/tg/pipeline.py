@@ -1,7 +1,7 @@
 """The tensor graph and the scheduler: realizes routed to the trace, tinygrad's schedule, rangeify's STAGEs and their data flow,
 and the schedule's calls and buffers."""
 from __future__ import annotations
-import collections, contextlib, math, time
+import collections, contextlib, time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, cast
 from tinygrad import Tensor
@@ -106,18 +106,57 @@ def schedule_with_vars(*outs: Tensor) -> tuple[UOp, dict[str, int]]:
   linear, var_vals = Tensor.linear_with_vars(*outs)
   return (graph_rewrite(linear, pm_beam, ctx=BEAM.value, walk=True) if BEAM.value >= 1 else linear), dict(var_vals)
 
+# ***** symbolic sizes: a dimension a Variable sets (a KV cache's position, a prefill's token count) *****
+
+Dim = int | str  # a dimension as the trace records it: a number, or a symbolic one as tinygrad renders it ("toks", "(start_pos+1)")
+
+def dims(shape: Sequence[Any]) -> tuple[Dim, ...]:
+  """A shape as the trace records it (a Tensor's, a STAGE's, a buffer's)."""
+  return tuple(_dim(d) for d in shape)
+
+def _dim(d: Any) -> Dim:
+  if isinstance(d, int): return d
+  try: return int(d)
+  except Exception: return str(d.render())  # noqa: BLE001 - symbolic: tinygrad says so by failing to make it one number
+
+@dataclass(frozen=True)
+class Symbolic:
+  """A size that Variables set: as tinygrad renders it, each variable's bounds, and its value at the values this run bound them to."""
+  expr: str
+  variables: tuple[tuple[str, int, int], ...]
+  at: int | None
+
+  def record(self) -> dict[str, Any]:  # schema.Symbolic
+    return {"nbytes": self.expr, "variables": {n: [lo, hi] for n, lo, hi in self.variables}, "at": self.at}
+
+def nbytes_of(shape: Sequence[Any], itemsize: int, var_vals: dict[str, int] | None = None) -> tuple[int, Symbolic | None]:
+  """The bytes a shape of elements of itemsize takes: a number, or, where Variables set a dimension, its largest (what tinygrad allocates)
+  and the size as an expression of them."""
+  n: Any = itemsize
+  for d in shape: n = n * d
+  if isinstance(n, int): return n, None
+  try: return int(n), None
+  except Exception: pass  # noqa: BLE001 - symbolic
+  from tinygrad.uop.ops import sym_infer
+  variables = tuple(sorted({(str(v.expr), int(v.vmin), int(v.vmax)) for v in n.variables()}))
+  at = None
+  if var_vals and all(name in var_vals for name, _, _ in variables):
+    with contextlib.suppress(Exception): at = int(sym_infer(n, var_vals))
+  return int(n.vmax), Symbolic(str(n.render()), variables, at)
+
 @dataclass(frozen=True)
 class Stage:
   """One bufferize (STAGE) node of rangeify."""
-  shape: tuple[int, ...]
+  shape: tuple[Dim, ...]
   dtype: str
   addrspace: str
   removable: bool
   src_op: str
-  nbytes: int
+  nbytes: int  # where Variables set its size, its largest
   num: int | None = None  # its trace number in the rewrite blob: the graph pages select the node by it
   reads: tuple[tuple[str, int], ...] = ()  # the buffers its value is computed from: ("slot", n), argument n of the scheduled call, or
   into: tuple[tuple[str, int], ...] = ()   # ("stage", num), a kept STAGE; and the buffers its value is stored into (_data_flow)
+  symbolic: Symbolic | None = None  # its size as the Variables set it
 
 def _removable(u: UOp) -> bool: return bool(getattr(u.arg, "removable", True))
 
@@ -152,20 +191,20 @@ def _data_flow(sink: UOp, nums: dict[int, int], kept: Callable[[UOp], bool]) -> 
     into[u] = frozenset(goes)
   return reads, into
 
-def stages_in(sink: UOp, blob: RewriteBlob | LiveLog | None = None, kept: Callable[[int | None], bool] | None = None) -> list[Stage]:
+def stages_in(sink: UOp, blob: RewriteBlob | LiveLog | None = None, kept: Callable[[int | None], bool] | None = None,
+              var_vals: dict[str, int] | None = None) -> list[Stage]:
   """The STAGEs of a graph, each with its data flow (reads, into), which stops at the STAGEs `kept` says became buffers (by trace
-  number; default: the ones not removable)."""
+  number; default: the ones not removable); a size Variables set, at the values var_vals binds them to too."""
   nums = blob.nums() if blob is not None else {}
   reads, into = _data_flow(sink, nums, (lambda u: not _removable(u)) if kept is None else (lambda u: kept(nums.get(id(u)))))
   ret = []
   for u in sink.toposort():
     if u.op is not STAGE: continue
-    shape = tuple(int(s) for s in u.shape) if u._shape is not None else ()
-    n = 1
-    for s in shape: n *= s
-    ret.append(Stage(shape, u.dtype.name, getattr(getattr(u.arg, "addrspace", None), "name", "GLOBAL"), _removable(u), u.src[0].op.name,
-                     n * u.dtype.itemsize, nums.get(id(u)), tuple(sorted(frozenset().union(*(reads[x] for x in u.src)))),
-                     tuple(sorted(into.get(u, frozenset())))))
+    shape = tuple(u.shape) if u._shape is not None else ()
+    nbytes, symbolic = nbytes_of(shape, u.dtype.itemsize, var_vals)
+    ret.append(Stage(dims(shape), u.dtype.name, getattr(getattr(u.arg, "addrspace", None), "name", "GLOBAL"), _removable(u), u.src[0].op.name,
+                     nbytes, nums.get(id(u)), tuple(sorted(frozenset().union(*(reads[x] for x in u.src)))),
+                     tuple(sorted(into.get(u, frozenset()))), symbolic))
   return ret
 
 def call_argument_nums(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> list[int | None]:
@@ -176,25 +215,30 @@ def call_argument_nums(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> list[
   call, nums = blob.sink(p.sink), blob.nums()
   return [nums.get(id(b)) for b in call.src[1:]] if call.op is Ops.CALL else []
 
-def realized_in(sink: UOp, blob: RewriteBlob | LiveLog) -> list[Stage]:
+def realized_in(sink: UOp, blob: RewriteBlob | LiveLog, var_vals: dict[str, int] | None = None) -> list[Stage]:
   """The boundaries stored to directly rather than through a STAGE (outputs, .contiguous()): each AFTER of a buffer, as a Stage row."""
   nums, ret = blob.nums(), []
   for u in sink.toposort():
-    if u.op is not Ops.AFTER or not u.src: continue
+    if u.op is not Ops.AFTER or not u.src or _is_variable(u.src[0]): continue
     buf, dt = u.src[0], getattr(u.src[0].dtype, "base", u.src[0].dtype)
-    shape = tuple(int(x) for x in buf.shape) if buf._shape is not None else (max_numel(buf),)
+    shape = tuple(buf.shape) if buf._shape is not None else (max_numel(buf),)
     stored = u.src[1] if len(u.src) > 1 else buf
     while stored.op in (Ops.END, Ops.GROUP, Ops.AFTER) and stored.src: stored = stored.src[0]  # down to the STORE
     src_op = stored.src[1].op.name if stored.op is Ops.STORE and len(stored.src) > 1 else stored.op.name
     slot = _slot(u)  # the argument slot of the buffer it stores: the buffer it is, exactly
-    ret.append(Stage(shape, dt.name, "GLOBAL", False, src_op, math.prod(shape) * dt.itemsize, nums.get(id(u)),
-                     into=() if slot is None else (("slot", slot),)))
+    nbytes, symbolic = nbytes_of(shape, dt.itemsize, var_vals)
+    ret.append(Stage(dims(shape), dt.name, "GLOBAL", False, src_op, nbytes, nums.get(id(u)),
+                     into=() if slot is None else (("slot", slot),), symbolic=symbolic))
   return ret
+
+def _is_variable(u: UOp) -> bool:
+  """A Variable's own buffer (0.14 binds a Variable as an AFTER of its ALU-space BUFFER): a value, not a boundary realized."""
+  return addrspace(u) is AddrSpace.ALU if hasattr(AddrSpace, "ALU") else False
 
 # pass names of rangeify in get_kernel_graph: STAGEs exist after apply rangeify; removable ones are fused away in DEBUF
 RANGEIFY_PASS, DEBUF_PASS, STAGE_TO_STORE_PASS = "apply rangeify", "symbolic+reduce_collapse+debuf", "stage to store"
 
-def stage_decisions(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> dict:
+def stage_decisions(blob: RewriteBlob | LiveLog, passes: list[Pass], var_vals: dict[str, int] | None = None) -> dict:
   """Which STAGEs rangeify created, which the debuf pass removed (fused) and which survived to become buffers.
   Read off the graphs tinygrad recorded at the start of the debuf pass and of the pass after it."""
   names = [p.name for p in passes]
@@ -202,8 +246,8 @@ def stage_decisions(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> dict:
     return {"note": "tinygrad scheduled this graph from its schedule cache: no rangeify pass ran (an earlier realize of the same graph shows them)"}
   i = names.index(DEBUF_PASS)
   after = next((p for p in passes[i+1:] if p.depth <= passes[i].depth), None)
-  created = stages_in(blob.sink(passes[i].sink), blob)
-  kept = stages_in(blob.sink(after.sink), blob) if after is not None else stages_in(blob.pass_output(passes[i]), blob)
+  created = stages_in(blob.sink(passes[i].sink), blob, var_vals=var_vals)
+  kept = stages_in(blob.sink(after.sink) if after is not None else blob.pass_output(passes[i]), blob, var_vals=var_vals)
   # STAGEs change identity as their sources are rewritten: pair survivors with their origin by ever looser signatures
   unpaired_created, unpaired_kept, kept_of = list(created), list(kept), {}
   for sig in (lambda s: (s.shape, s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace, s.src_op), lambda s: (s.dtype, s.addrspace)):
@@ -212,9 +256,9 @@ def stage_decisions(blob: RewriteBlob | LiveLog, passes: list[Pass]) -> dict:
         unpaired_created.remove(c); unpaired_kept.remove(k)
         kept_of[c.num] = kept.index(k)  # the created STAGE (by trace number) that survived as kept row k
   # the flow again, now that it is known which STAGEs survived: it goes through the inlined ones and stops at the kept ones
-  created = stages_in(blob.sink(passes[i].sink), blob, kept=lambda n: n in kept_of)
+  created = stages_in(blob.sink(passes[i].sink), blob, kept=lambda n: n in kept_of, var_vals=var_vals)
   fused = [c for c in created if c.num not in kept_of]
-  realized = realized_in(blob.sink((after or passes[i]).sink), blob)
+  realized = realized_in(blob.sink((after or passes[i]).sink), blob, var_vals)
   return {"created": created, "kept": kept, "fused": fused, "realized": len(realized), "realized_rows": realized, "debuf_matches": passes[i].matches,
           "debuf_pass": i, "kept_of": kept_of}
 

@@ -1,110 +1,406 @@
-"""Provenance: the Tensor functions, and the user's lines, that made each kernel."""
+"""Provenance: the Tensor functions, and the program's lines, that made each kernel.
+
+tinygrad names the Tensor function that made each tensor-graph UOp (all_metadata: Metadata(name, backward); the gradient marks its UOps
+backward) but keeps neither the line that called it nor the link to kernels, and a UOp is one object wherever its structure recurs
+(hash-consing: two kernels that compute alike at two lines, the schedule an earlier realize cached). So:
+- `sited_metadata` records where each outermost Tensor call came from (a `Site`: the model's line, the program's call beside it where
+  that line is a model shipped inside tinygrad, the ONNX node being computed) and, on a backward entry, the `.backward()` line;
+- `carrying_metadata` carries metadata through the rewrites of one schedule (and through those that make a `@function`'s body and its
+  gradient), trusting only what this schedule wrote or this realize's tensor graph holds: an entry an older schedule left on a shared
+  UOp is stale;
+- a kernel's provenance is read where tinygrad splits it off the scheduled graph (its own compute, on its own buffers), and found again
+  for each call of the schedule's linear by its position in the schedule tinygrad made, or cached, for the graph.
+"""
 from __future__ import annotations
-import contextlib, dataclasses, os, sys
+import contextlib, dataclasses, importlib, os, site, sys, sysconfig, types, weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 import tinygrad
+from tinygrad import Tensor, dtypes
 from tinygrad.helpers import Metadata
 from tinygrad.uop import ops as uop_ops
-from explorer.tracing.tg.compat import PARAM
+from tinygrad.dtype import AddrSpace
+from explorer.tracing.tg.compat import PARAM, addrspace
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
-# tinygrad names the Tensor function that made each tensor-graph UOp (all_metadata: Metadata(name, backward); the gradient pass marks its
-# UOps backward) but keeps neither the caller's line nor the link to kernels. `sited_metadata` records the line (a Metadata subclass,
-# kept by the gradient's dataclasses.replace), `carrying_metadata` carries it through the scheduler's rewrites (a rewritten compute
-# UOp keeps its original's), and `kernel_provenance` reads it back off a kernel's AST.
+Entry = dict[str, Any]  # schema.Provenance
 
 _EXPLORER_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))  # explorer/, this package two levels down
 _TINYGRAD_DIR = os.path.dirname(os.path.abspath(tinygrad.__file__))
+_MODEL_DIRS = (os.path.join(_TINYGRAD_DIR, "llm") + os.sep,)  # models shipped as source inside tinygrad: their lines are the model's
+_STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
+_SITE_PACKAGES = tuple({os.path.abspath(p) + os.sep for p in (*site.getsitepackages(), site.getusersitepackages(),
+                                                              sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])})
 _COMPUTE = frozenset(GroupOp.ALU) | {Ops.REDUCE, Ops.CAST, Ops.BITCAST, Ops.WMMA, Ops.STORE}
+_INDEX = {d for d in (getattr(dtypes, "weakint", None), getattr(dtypes, "index", None)) if d is not None}
+
+def _scalar(u: UOp) -> Any: return getattr(u.dtype, "base", u.dtype)
+
+def _computes(u: UOp) -> bool:
+  """u computes a value a Tensor function asked for: not the index arithmetic and masks rangeify makes of movement ops, which recur alike
+  in every kernel of one shape (one UOp for all: an entry on it would be the first kernel's) and say nothing of what made a kernel. A
+  comparison of values is one (relu's x > 0)."""
+  if u.op not in _COMPUTE or (d := _scalar(u)) in _INDEX: return False
+  return d is not dtypes.bool or (u.op in GroupOp.Comparison and any(_scalar(s) not in _INDEX and _scalar(s) is not dtypes.bool for s in u.src))
+
+# ***** where a Tensor call came from *****
+
+@dataclass(frozen=True)
+class Site:
+  """Where an outermost Tensor call came from: the line of the model (the program's own, or a model shipped inside tinygrad), `via`
+  the tinygrad function that line called when not the Tensor function itself (an nn layer's __call__, an optimizer's step), `caller`
+  the program's line that ran a shipped model's, and `onnx` the node tinygrad's ONNX runner was computing (op, index, name, outputs)."""
+  file: str
+  line: int
+  via: str | None = None
+  caller: tuple[str, int] | None = None
+  onnx: tuple[str, int, str, tuple[str, ...]] | None = None
 
 @dataclass(frozen=True)
 class SitedMetadata(Metadata):
-  site: tuple[str, int, str | None] | None = dataclasses.field(default=None, compare=False)  # the user's (file, line) and `via`
+  site: Site | None = dataclasses.field(default=None, compare=False)
+  backward_site: tuple[str, int] | None = dataclasses.field(default=None, compare=False)  # the .backward() (or .gradient()) line
 
-def _user_site() -> tuple[str, int, str | None] | None:
-  """The first frame outside tinygrad and the explorer (the user's line that called the Tensor function), and `via`: the tinygrad
-  function that line called when it is not the Tensor function itself (an nn layer's __call__, an optimizer's step)."""
-  f: Any = sys._getframe(2)
-  callee = None
-  while f is not None and f.f_code.co_filename.startswith((_TINYGRAD_DIR, _EXPLORER_DIR, "<frozen")):
+_kinds: dict[str, str] = {}
+
+def _kind(filename: str) -> str:
+  """"inner" (tinygrad's own machinery, the explorer, the standard library: decorators and context managers included), "model" (a model
+  shipped inside tinygrad) or "user" (the program; packages it installed too)."""
+  if (k := _kinds.get(filename)) is None:
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    if path.startswith(_MODEL_DIRS): k = "model"
+    elif path.startswith((_TINYGRAD_DIR + os.sep, _EXPLORER_DIR + os.sep, "<frozen")): k = "inner"
+    elif path.startswith(_STDLIB) and not path.startswith(_SITE_PACKAGES): k = "inner"
+    else: k = "user"
+    _kinds[filename] = k
+  return k
+
+def _via(callee: Any) -> str | None:
+  """The tinygrad function a model's line called, when not the Tensor function itself."""
+  if callee is None: return None
+  fn = callee.f_code.co_filename
+  if not fn.startswith(_TINYGRAD_DIR) or fn.endswith("tensor.py"): return None
+  module = os.path.relpath(fn, _TINYGRAD_DIR).removesuffix(".py").removesuffix("/__init__").replace(os.sep, ".")
+  return f"{module}.{callee.f_code.co_qualname}"
+
+_onnx_names: weakref.WeakKeyDictionary[Any, tuple[str, ...]] = weakref.WeakKeyDictionary()  # an OnnxRunner -> its nodes' names
+
+def _onnx_node(frame: Any) -> tuple[str, int, str, tuple[str, ...]] | None:
+  """The node tinygrad's OnnxRunner.__call__ is computing in this frame: its op type, index, name and outputs."""
+  local = frame.f_locals
+  node, num, runner = local.get("node"), local.get("num"), local.get("self")
+  if node is None or not isinstance(num, int): return None
+  names = _onnx_names.get(runner, ()) if runner is not None else ()
+  return (str(node.op), num, names[num] if num < len(names) else "", tuple(str(o) for o in node.outputs)[:4])
+
+def _is_onnx_call(code: Any) -> bool: return code.co_name == "__call__" and code.co_qualname == "OnnxRunner.__call__"
+
+def _site_of(frame: Any) -> Site | None:
+  f, callee, onnx = frame, None, None
+  while f is not None and (kind := _kind(f.f_code.co_filename)) == "inner":
+    if onnx is None and _is_onnx_call(f.f_code): onnx = _onnx_node(f)
     f, callee = f.f_back, f
   if f is None: return None
-  via = None
-  if callee is not None and callee.f_code.co_filename.startswith(_TINYGRAD_DIR) and not callee.f_code.co_filename.endswith("tensor.py"):
-    module = os.path.relpath(callee.f_code.co_filename, _TINYGRAD_DIR).removesuffix(".py").removesuffix("/__init__").replace(os.sep, ".")
-    via = f"{module}.{callee.f_code.co_qualname}"
-  return (f.f_code.co_filename, f.f_lineno, via)
+  caller = None
+  if kind == "model":
+    g = f.f_back
+    while g is not None and _kind(g.f_code.co_filename) != "user": g = g.f_back
+    if g is not None: caller = (g.f_code.co_filename, g.f_lineno)
+  return Site(f.f_code.co_filename, f.f_lineno, _via(callee), caller, onnx)
 
 def user_site() -> tuple[str, int] | None:
-  """The user's line this call came from: the first frame outside tinygrad and the explorer."""
-  site = _user_site()
-  return None if site is None else (site[0], site[1])
+  """The program's line this call came from: the first frame outside tinygrad, the explorer and the standard library."""
+  site = _site_of(sys._getframe(1))
+  return None if site is None else (site.file, site.line)
+
+# ***** recording sites, and the .backward() line *****
+
+_backward_site: list[tuple[str, int] | None] = [None]  # the .backward() line of the gradient being computed
+
+class _GradientDataclasses(types.SimpleNamespace):
+  """tinygrad's gradient marks a forward entry backward with dataclasses.replace: here that replace also names the .backward() line."""
+  @staticmethod
+  def replace(obj: Any, /, **changes: Any) -> Any:
+    if isinstance(obj, SitedMetadata) and changes.get("backward") and _backward_site[0] is not None:
+      changes = {**changes, "backward_site": _backward_site[0]}
+    return dataclasses.replace(obj, **changes)
+
+def _gradient_module() -> Any:
+  for name in ("tinygrad.mixin.gradient", "tinygrad.gradient"):  # (0.14's; until 0.14 it was tinygrad/gradient.py)
+    with contextlib.suppress(ImportError): return importlib.import_module(name)
+  return None
 
 @contextlib.contextmanager
 def sited_metadata() -> Iterator[None]:
-  """While inside, each outermost Tensor function call records its caller's file and line with its metadata."""
+  """While inside, each outermost Tensor function call records where it came from with its metadata (a `Site`), a gradient names its
+  .backward() line on its entries, and the bodies of @function calls and their gradients keep their forward's metadata (their
+  rewrites carried, as a schedule's are). ONNX runners made inside also keep their nodes' names."""
   import tinygrad.tensor as tensor_module
   plain = tensor_module._METADATA
   class Sited(type(plain)):  # type: ignore[misc]
     def set(self, x: Any) -> Any:
-      return super().set(SitedMetadata(x.name, x.backward, _user_site()) if type(x) is Metadata else x)
-  sited = Sited(plain.get())
-  tensor_module._METADATA = sited
-  try: yield
-  finally: tensor_module._METADATA = plain
+      return super().set(SitedMetadata(x.name, x.backward, _site_of(sys._getframe(2))) if type(x) is Metadata else x)
+  tensor_module._METADATA = Sited(plain.get())
+  with contextlib.ExitStack() as stack:
+    stack.callback(setattr, tensor_module, "_METADATA", plain)
+    grad = _gradient_module()
+    if grad is not None and hasattr(grad, "dataclasses"):
+      stack.callback(setattr, grad, "dataclasses", grad.dataclasses)
+      grad.dataclasses = _GradientDataclasses()
+    _patch(stack, Tensor, "gradient", lambda plain_gradient: _recording_backward(plain_gradient))
+    with contextlib.suppress(ImportError):
+      from tinygrad.function import _function
+      _patch(stack, _function, "__call__", lambda call: _carried_call(call))
+    _patch_onnx(stack)
+    stack.enter_context(_watched_schedule_cache())
+    yield
 
-def _carry(rewrite: Callable[[Any, UOp], UOp]) -> Callable[[Any, UOp], UOp]:
-  def carried(ctx: Any, root: UOp) -> UOp:
-    ret, md, replace = rewrite(ctx, root), uop_ops.all_metadata, ctx.replace
+def _patch(stack: contextlib.ExitStack, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+  had, plain = name in owner.__dict__, getattr(owner, name)
+  setattr(owner, name, wrap(plain))
+  stack.callback(setattr, owner, name, plain) if had else stack.callback(delattr, owner, name)
+
+def _recording_backward(plain_gradient: Callable[..., Any]) -> Callable[..., Any]:
+  def gradient(self: Any, *targets: Any, gradient: Any = None) -> Any:
+    site, saved = _site_of(sys._getframe(1)), _backward_site[0]
+    _backward_site[0] = None if site is None else (site.file, site.line)
+    try:
+      with _carrying_outside_a_schedule(): return plain_gradient(self, *targets, gradient=gradient)
+    finally: _backward_site[0] = saved
+  return gradient
+
+def _carried_call(call: Callable[..., Any]) -> Callable[..., Any]:
+  def carried(self: Any, *args: Any, **kwargs: Any) -> Any:
+    with _carrying_outside_a_schedule(): return call(self, *args, **kwargs)
+  return carried
+
+def _patch_onnx(stack: contextlib.ExitStack) -> None:
+  """An OnnxRunner made while inside keeps its nodes' names (the runner itself keeps only their op types and outputs)."""
+  try: onnx = importlib.import_module("tinygrad.nn.onnx")
+  except Exception: return  # noqa: BLE001 - no ONNX runner in this tinygrad: nothing to name
+  runner = getattr(onnx, "OnnxRunner", None)
+  if runner is None or not hasattr(runner, "_init_from_graph"): return
+  def init(plain: Callable[..., Any]) -> Callable[..., Any]:
+    def named(self: Any, graph: dict, *args: Any, **kwargs: Any) -> Any:
+      ret = plain(self, graph, *args, **kwargs)
+      with contextlib.suppress(Exception): _onnx_names[self] = tuple(str(n.get("name") or "") for n in graph["node"])
+      return ret
+    return named
+  _patch(stack, runner, "_init_from_graph", init)
+
+# ***** carrying metadata through rewrites *****
+
+class _Carry:
+  """What carrying knows: the generation (a schedule is one), which UOps it wrote an entry on and in which generation, the tensor graph of
+  the schedule under way (its entries hold as they stand), each kernel's provenance by its CALL as split (and as the linear of its graph
+  names it: on the PARAMs of the graph, so one CALL for a kernel of two graphs alike: good only until the graph's linear is made), and
+  each linear tinygrad's schedule cache keeps, the provenance of its calls in order (`linears`)."""
+  def __init__(self) -> None:
+    self.gen, self.depth, self.patched = 0, 0, 0
+    self.written: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+    self.scope: set[UOp] | None = None
+    self.kernels: dict[UOp, list[Entry]] = {}
+    self.linears: weakref.WeakKeyDictionary[UOp, list[list[Entry] | None]] = weakref.WeakKeyDictionary()
+
+  def made(self, linear: UOp) -> None:
+    """A graph's linear, just made: its calls' provenance, from the kernels split off that graph (the latest with each CALL)."""
+    if self.scope is not None and linear.op is Ops.LINEAR: self.linears[linear] = [self.kernels.get(c) for c in linear.src]
+
+  def trusted(self, u: UOp) -> bool:
+    """An entry on u is this schedule's (or, outside one, this generation's or tinygrad's own)."""
+    return self.scope is None or u in self.scope or self.written.get(u) == self.gen
+
+  def holds(self, u: UOp) -> bool:
+    """u has an entry that a carry must not replace: one this generation wrote, or (in a schedule) one of its tensor graph."""
+    return u in uop_ops.all_metadata and (self.written.get(u) == self.gen or (self.scope is not None and u in self.scope))
+
+  def carry(self, replace: dict[UOp, UOp]) -> None:
+    md = uop_ops.all_metadata
     for old, new in replace.items():
-      if (m := md.get(old)) is None and (new.op not in _COMPUTE or new in md or (m := _beneath(old)) is None): continue
+      if new is old: continue
+      if new.op is Ops.CALL:
+        if old in self.kernels: self._kernel(new, self.kernels[old])
+        elif old.op in (Ops.STORE, Ops.END) and self.scope is not None: self._kernel(new, own_compute(old, self.trusted))
+      m = md.get(old) if self.trusted(old) else None
+      if m is None and (not _computes(new) or self.holds(new) or (m := self._beneath(old)) is None): continue
       for _ in range(64):  # a node rewritten to one that was rewritten again: each along the chain is the old one's
         if new is old: break
-        if new.op in _COMPUTE and new not in md: md[new] = m
+        if _computes(new) and not self.holds(new): md[new], self.written[new] = m, self.gen
         old, new = new, replace.get(new, new)
+
+  def _kernel(self, call: UOp, entries: list[Entry]) -> None:
+    """A kernel's CALL as split (and as its arguments are tidied), and the CALL the schedule's linear makes of it (its AST on the buffer
+    states of its arguments: tinygrad's create_schedule), both to its provenance."""
+    self.kernels[call] = entries
+    if call.src and call.src[0].op is Ops.SINK:
+      with contextlib.suppress(Exception): self.kernels[call.src[0].call(*_buffer_states(call))] = entries
+
+  def _beneath(self, u: UOp) -> tuple | None:
+    """The entry of the compute nearest below a view (a movement op a rewrite turned into compute: RESHAPE(REDUCE) -> REDUCE(RESHAPE))."""
+    frontier = list(u.src)
+    for _ in range(4):
+      for s in frontier:
+        if _computes(s) and self.trusted(s) and (m := uop_ops.all_metadata.get(s)) is not None: return m
+      frontier = [s for x in frontier if x.op in GroupOp.Movement for s in x.src]
+    return None
+
+_CARRY = _Carry()
+
+def _buffer_states(call: UOp) -> tuple[UOp, ...]:
+  """A kernel CALL's arguments as the linear names them: each one's buffer (tinygrad's create_schedule: _unwrap_src(s).buf_uop)."""
+  out = []
+  for s in call.src[1:]:
+    if s.is_bound_var: continue
+    while s.src and s.op not in (Ops.AFTER, Ops.BUFFER, PARAM, Ops.MSELECT, Ops.MSTACK): s = s.src[0]
+    out.append(s.buf_uop)
+  return tuple(out)
+
+def _carried(rewrite: Callable[[Any, UOp], UOp]) -> Callable[[Any, UOp], UOp]:
+  def carried(ctx: Any, root: UOp) -> UOp:
+    ret = rewrite(ctx, root)
+    if _CARRY.depth: _CARRY.carry(ctx.replace)
     return ret
   return carried
 
-def _beneath(u: UOp) -> tuple | None:
-  """The metadata of the compute nearest below a view (a movement op a rewrite turned into compute: RESHAPE(REDUCE) -> REDUCE(RESHAPE))."""
-  frontier = list(u.src)
-  for _ in range(4):
-    for s in frontier:
-      if s.op in _COMPUTE and (m := uop_ops.all_metadata.get(s)) is not None: return m
-    frontier = [s for x in frontier if x.op in GroupOp.Movement for s in x.src]
-  return None
-
 @contextlib.contextmanager
-def carrying_metadata() -> Iterator[None]:
-  """While inside (the schedule), a compute UOp a rewrite makes of another keeps the other's metadata. Only compute UOps: a constant or
-  a buffer is shared by every kernel that uses it, and would carry one kernel's functions into all of them."""
+def _rewrites_carried() -> Iterator[None]:
   ctx: Any = uop_ops.RewriteContext
   names = [n for n in ("walk_rewrite", "unified_rewrite") if hasattr(ctx, n)]  # (0.12 rewrote by unified_rewrite alone)
-  saved = {n: getattr(ctx, n) for n in names}
-  for n, fn in saved.items(): setattr(ctx, n, _carry(fn))
+  if _CARRY.patched == 0:
+    saved = {n: getattr(ctx, n) for n in names}
+    for n, fn in saved.items(): setattr(ctx, n, _carried(fn))
+  _CARRY.patched += 1
   try: yield
   finally:
-    for n, fn in saved.items(): setattr(ctx, n, fn)
+    _CARRY.patched -= 1
+    if _CARRY.patched == 0:
+      for n, fn in saved.items(): setattr(ctx, n, fn)
 
-def kernel_provenance(ast: UOp) -> list[dict[str, Any]]:
-  """The Tensor functions whose compute a kernel does, each with the user's file and line when recorded: the metadata of the compute
-  UOps its stores are computed from, not looking into what it loads (those values were computed by the kernels that stored them).
-  Deduplicated, in source order."""
-  out: dict[tuple, dict[str, Any]] = {}
+@contextlib.contextmanager
+def _carrying_outside_a_schedule() -> Iterator[None]:
+  """A @function's body made (its inputs become PARAMs) or differentiated: each rewritten compute UOp keeps its original's entry."""
+  with _rewrites_carried():
+    _CARRY.depth += 1
+    try: yield
+    finally: _CARRY.depth -= 1
+
+class _ScheduleCache(dict):
+  """tinygrad's schedule cache (a graph's linear by its key), watched: each linear made is kept with its calls' provenance
+  (`_Carry.made`), `last` is the linear the last lowering made or found (the outermost graph is lowered last), and when `fresh` none is
+  found, so that the graph is scheduled again (its passes and its kernels' provenance this realize's, not an earlier realize's)."""
+  fresh, last = False, None
+  def get(self, key: Any, default: Any = None) -> Any:
+    if self.fresh: return default
+    if (ret := super().get(key, default)) is not None: self.last = ret
+    return ret
+  def __setitem__(self, key: Any, value: Any) -> None:
+    super().__setitem__(key, value)
+    _CARRY.made(value)
+    self.last = value
+
+@contextlib.contextmanager
+def _watched_schedule_cache() -> Iterator[None]:
+  """tinygrad's schedule cache replaced by a watched one holding the same entries, for as long as a capture runs."""
+  module = sys.modules.get("tinygrad.schedule")
+  plain = getattr(module, "schedule_cache", None)
+  if not isinstance(plain, dict) or isinstance(plain, _ScheduleCache):
+    yield
+    return
+  watched = _ScheduleCache(plain)
+  setattr(module, "schedule_cache", watched)
+  try: yield
+  finally:
+    plain.update(watched)
+    setattr(module, "schedule_cache", plain)
+
+def _schedule_cache() -> _ScheduleCache | None:
+  cache = getattr(sys.modules.get("tinygrad.schedule"), "schedule_cache", None)
+  return cache if isinstance(cache, _ScheduleCache) else None
+
+class Carrying:
+  """One schedule's carrying, and what it learnt: `provenance(linear)`, each call's kernel provenance (None: not a kernel, or not found).
+  top: the linear tinygrad's last lowering made or found, the outermost graph's (read once the schedule is made)."""
+  top: UOp | None = None
+
+  def provenance(self, linear: UOp) -> list[list[Entry] | None]:
+    found = _expanded(self.top) if self.top is not None else None
+    return found if found is not None and len(found) == len(linear.src) else [None] * len(linear.src)
+
+def _expanded(linear: UOp) -> list[list[Entry] | None] | None:
+  """A cached linear's calls' provenance as the schedule runs them: a call of a nested linear (a precompiled @function's) in its place,
+  flattened. None where a linear's was not kept (made before the capture, or with tinygrad's schedule cache off)."""
+  if (own := _CARRY.linears.get(linear)) is None: return None
+  out: list[list[Entry] | None] = []
+  for c, entries in zip(linear.src, own):
+    if c.op is Ops.CALL and c.src and c.src[0].op is Ops.LINEAR:
+      if (inner := _expanded(c.src[0])) is None: return None
+      out += inner
+    else: out.append(entries)
+  return out
+
+@contextlib.contextmanager
+def carrying_metadata(sink: UOp, fresh: bool = False) -> Iterator[Carrying]:
+  """While inside (a schedule of the tensor graph `sink`), a compute UOp a rewrite makes of another keeps the other's metadata, and each
+  kernel split off the graph keeps the provenance of its own compute. Only compute UOps: a constant or a buffer is shared by every kernel
+  that uses it, and would carry one kernel's functions into all of them. fresh: the graph is scheduled again, not found in tinygrad's
+  schedule cache (this realize's passes and lines, where an earlier realize's of the same graph would be found)."""
+  carrying, cache = Carrying(), _schedule_cache()
+  if cache is not None: cache.fresh, cache.last = fresh, None
+  _CARRY.gen += 1
+  _CARRY.scope, _CARRY.kernels = set(sink.toposort()), {}
+  with _rewrites_carried():
+    _CARRY.depth += 1
+    try: yield carrying
+    finally:
+      _CARRY.depth -= 1
+      _CARRY.scope, _CARRY.kernels, _CARRY.gen = None, {}, _CARRY.gen + 1  # what is carried outside a schedule is the next one's
+      if cache is not None: carrying.top, cache.fresh = cache.last, False
+
+def site_signature(sink: UOp) -> frozenset:
+  """The Tensor functions and lines a tensor graph's metadata names: two realizes of one graph from other lines differ in it."""
+  md = uop_ops.all_metadata
+  return frozenset((m.name, m.backward, getattr(m, "site", None)) for u in sink.toposort() if (ms := md.get(u)) for m in ms)
+
+# ***** a kernel's provenance *****
+
+def _global(u: UOp) -> bool:
+  """A global buffer, or one after another kernel's store to it: what a kernel loads is computed elsewhere."""
+  while u.op is Ops.AFTER and u.src: u = u.src[0]
+  return u.op in (PARAM, Ops.BUFFER) and addrspace(u) in (AddrSpace.GLOBAL, None)
+
+def own_compute(root: UOp, trusted: Callable[[UOp], bool] = lambda u: True) -> list[Entry]:
+  """The Tensor functions whose compute a kernel does, each with where it came from when recorded: the entries of the compute UOps its
+  stores are computed from, not looking into what it loads (those values were computed by the kernels that stored them) nor into
+  another call. Deduplicated, in source order; metadata made before the recording began (a random seed's counter) has no line: noise
+  beside a kernel's recorded lines, left out where there are some."""
+  out: dict[tuple, Entry] = {}
   seen: set[UOp] = set()
-  stack = [u for u in ast.toposort() if u.op is Ops.STORE]
+  stack = [root]
   while stack:
     u = stack.pop()
-    if u in seen or (u.op is Ops.INDEX and u.src[0].op is PARAM): continue
+    if u in seen or u.op in (Ops.CALL, Ops.FUNCTION) or _global(u) or (u.op is Ops.INDEX and u.src and _global(u.src[0])): continue
     seen.add(u)
-    if u.op in _COMPUTE:
+    if _computes(u) and trusted(u):
       for m in uop_ops.all_metadata.get(u, ()):
-        site = getattr(m, "site", None)
-        key = (m.name, m.backward, site)
-        if key not in out: out[key] = {"fn": m.name, "file": site[0] if site else None, "line": site[1] if site else None, "backward": m.backward,
-                                       "via": site[2] if site else None}
+        key = (m.name, m.backward, getattr(m, "site", None), getattr(m, "backward_site", None))
+        if key not in out: out[key] = entry(m)
     stack.extend(u.src)
-  entries = sorted(out.values(), key=lambda e: (e["file"] or "", e["line"] or 0))
-  # metadata of UOps made before the recording began (a random seed's counter) has no line: noise beside a kernel's recorded lines
+  entries = sorted(out.values(), key=lambda e: (e["file"] or "", e["line"] or 0, e["fn"]))
   return [e for e in entries if e["file"] is not None] or entries
+
+def entry(m: Metadata) -> Entry:
+  """One metadata entry as the trace records it (schema.Provenance)."""
+  site: Site | None = getattr(m, "site", None)
+  e: Entry = {"fn": m.name, "file": site.file if site else None, "line": site.line if site else None, "backward": m.backward,
+              "via": site.via if site else None}
+  if site is not None and site.caller is not None: e["caller"] = {"file": site.caller[0], "line": site.caller[1]}
+  if site is not None and site.onnx is not None:
+    op, index, name, outputs = site.onnx
+    e["onnx"] = {"op": op, "index": index, "name": name, "outputs": list(outputs)}
+  if m.backward and (bw := getattr(m, "backward_site", None)) is not None: e["backward_line"] = {"file": bw[0], "line": bw[1]}
+  return e
+
+def kernel_provenance(ast: UOp) -> list[Entry]:
+  """A kernel's provenance read off its AST (where its schedule did not say it: `Carrying.provenance`): the compute its stores are
+  computed from, its loads' PARAMs the boundary."""
+  return own_compute(ast)

@@ -40,9 +40,12 @@ def query_names(dependant: Any) -> frozenset[str]:
   return frozenset(p.alias for p in dependant.query_params).union(*(query_names(d) for d in dependant.dependencies))
 
 class ResponseCache:
-  def __init__(self, app: Any, is_stored: Callable[[str], bool], state: Any = None, max_bytes: int = 64 << 20, max_entry_bytes: int = 8 << 20):
-    self.app, self.is_stored, self.max_bytes, self.max_entry_bytes = app, is_stored, max_bytes, max_entry_bytes
-    self.entries: collections.OrderedDict[Key, tuple[tuple[str, ...], list[Message]]] = collections.OrderedDict()
+  def __init__(self, app: Any, stored_at: Callable[[str], float | None], state: Any = None, max_bytes: int = 64 << 20,
+               max_entry_bytes: int = 8 << 20):
+    """stored_at: when a trace was stored, None where it is not (explorer.store's): an entry serves while its traces are the rows it
+    was rendered from (another process may store a trace again under its id: a capture from a notebook)."""
+    self.app, self.stored_at, self.max_bytes, self.max_entry_bytes = app, stored_at, max_bytes, max_entry_bytes
+    self.entries: collections.OrderedDict[Key, tuple[tuple[str, ...], list[Message], list[float | None]]] = collections.OrderedDict()
     self.size = 0
     self.hits = self.misses = 0
     self.generation: dict[str, int] = {}  # per trace, bumped by forget
@@ -54,10 +57,10 @@ class ResponseCache:
   def forget(self, trace_id: str) -> None:
     """Drop the trace's entries; a response being rendered from it meanwhile is not kept either (its generation is past)."""
     self.generation[trace_id] = self.generation.get(trace_id, 0) + 1
-    for key in [k for k, (ids, _) in self.entries.items() if trace_id in ids]: self._drop(key)
+    for key in [k for k, (ids, _, _) in self.entries.items() if trace_id in ids]: self._drop(key)
 
   def _drop(self, key: Key) -> None:
-    _, msgs = self.entries.pop(key)
+    _, msgs, _ = self.entries.pop(key)
     self.size -= sum(len(m.get("body", b"")) for m in msgs)
 
   def _render_slot(self, scope: Scope) -> asyncio.Semaphore:
@@ -94,13 +97,16 @@ class ResponseCache:
     gzip = any(k == b"accept-encoding" and b"gzip" in v for k, v in scope["headers"])
     query = self.query_key(scope)
     if query is not None and (rendering := self._rendering.get((path, query, gzip))) is not None: await rendering.wait()
+    stored = [self.stored_at(t) for t in ids]
     if query is not None and (hit := self.entries.get(key := (path, query, gzip))) is not None:
-      self.entries.move_to_end(key)
-      self.hits += 1
-      for msg in hit[1]: await send(msg)
-      return
+      if hit[2] == stored:
+        self.entries.move_to_end(key)
+        self.hits += 1
+        for msg in hit[1]: await send(msg)
+        return
+      self._drop(key)  # its trace was stored again since
     self.misses += 1
-    if not all(self.is_stored(t) for t in ids):  # a progress page stands in: never kept
+    if any(t is None for t in stored):  # a progress page stands in: never kept
       await self.app(scope, receive, send)
       return
     msgs: list[Message] = []
@@ -125,8 +131,8 @@ class ResponseCache:
     key = (path, query, gzip)
     body = kept[0]
     no_store = any(k.lower() == b"cache-control" and b"no-store" in v for k, v in msgs[0].get("headers", [])) if msgs else True
-    fresh = [self.generation.get(t, 0) for t in ids] == generations
+    fresh = [self.generation.get(t, 0) for t in ids] == generations and [self.stored_at(t) for t in ids] == stored
     if msgs and msgs[0].get("status") == 200 and fresh and not no_store and not msgs[-1].get("more_body") and body <= self.max_entry_bytes:
-      self.entries[key] = (ids, msgs)
+      self.entries[key] = (ids, msgs, stored)
       self.size += body
       while self.size > self.max_bytes and self.entries: self._drop(next(iter(self.entries)))

@@ -8,10 +8,10 @@ from fastapi.responses import HTMLResponse
 from explorer.present.graphs import fmt_seconds
 from explorer.present.render import rendered_targets
 from explorer.schema import KernelRecord, Pass, SpecCheck, TraceRecord, host_target
+from explorer.spec import STAGE_TITLES
 from explorer.web.http import deps
 from explorer.web.services.graphs import MAX_STEPS
 from explorer.web.services.registry import Services
-from explorer.web.services.traces import STAGE_TITLES
 from explorer.web.urls import kernel_url, trace_url
 
 async def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:

@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import ValidationError
 from explorer.analysis.diff import comparable, relation_label, time_verdict, verdict
 from explorer.schema import KernelRecord, TraceRecord
-from explorer.spec import PRESETS, TARGETS, TINYGRAD, TRACEABLE, SpecError, knobs
+from explorer.spec import PRESETS, STAGE_TITLES, TARGETS, TINYGRAD, TRACEABLE, SpecError, knobs
 from explorer.store import trace_key
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep
@@ -22,7 +22,6 @@ from explorer.web.services.diffs import MEASURES, fold, side_by_side
 from explorer.web.services.lifecycle import Busy
 from explorer.web.services.registry import Services
 from explorer.web.services.remote import queue_answers
-from explorer.web.services.traces import STAGE_TITLES
 from explorer.web.urls import diff_url
 
 router = APIRouter(include_in_schema=False)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 from explorer.schema import InterleavedTiming, TraceRecord, host_target, target_record
-from explorer.spec import ENRICH_ANALYSIS, ENRICH_TARGET, PRESETS, TARGETS, SpecError
+from explorer.spec import ENRICH_ANALYSIS, ENRICH_TARGET, PRESETS, STAGE_TITLES, TARGETS, SpecError
 from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, Step, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
 from explorer.web.http import deps
@@ -21,7 +21,6 @@ from explorer.web.services.enrichments import EnrichmentUnavailable
 from explorer.web.services.graphs import REF_RE
 from explorer.web.services.lifecycle import Busy
 from explorer.web.services.registry import Services
-from explorer.web.services.traces import STAGE_TITLES
 from explorer.web.urls import diff_url, kernel_url, pair_tour_url, trace_tour_url, trace_url, with_query
 
 router = APIRouter()

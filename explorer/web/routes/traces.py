@@ -10,13 +10,13 @@ from explorer.analysis.diff import time_verdict
 from explorer.present.render import compile_summary, rendered_targets
 from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
 from explorer.store import Store, documents
+from explorer.spec import STAGE_TITLES
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.templates import GZIPPED, Templates, accepts_gzip
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
 from explorer.web.routes.common import page, progress_page, so_far, trace_page
 from explorer.web.services.registry import TraceCache
-from explorer.web.services.traces import STAGE_TITLES
 from explorer.web.urls import diff_url, trace_url
 
 api = APIRouter(prefix="/api", tags=["api"])

@@ -24,9 +24,6 @@ STOPPED = "the server stopped before this trace finished; re-run it from its pag
 QUEUED_ELSEWHERE = ("this trace was queued on a job queue, which this server does not use: restart it with --queue URL to follow it there, "
                     "or re-run it here from its page (one click) or with POST /api/traces/{id}/rerun")
 
-STAGE_TITLES = {"queue": "Job queue",
-                "tensor_graph": "Tensor graph", "schedule": "Schedule (rangeify)", "kernel_graph": "Kernel graph", "codegen": "Codegen",
-                "render": "Render targets", "run": "Run + check", "timing": "Timing", "store": "Store"}
 
 MAX_REPORT = 4 << 20  # the largest report of a running trace kept (its schedule of a big program included)
 
