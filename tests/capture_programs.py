@@ -168,10 +168,21 @@ def kv_decode(db: str | None) -> dict:
           "variables": [r.get("variables") for r in t.data["realizes"]], "jits": t.data.get("jits", []), "realizes": len(t.data["realizes"]),
           "kernel_variables": [k.get("variables") for k in t.kernels], "kernel_names": [k["name"] for k in t.kernels], "printed": str(t)}
 
+def same_computation_two_lines(db: str) -> dict:
+  """One computation captured twice, from two lines of this file, each stored: two traces, not one replacing the other."""
+  from explorer import capture
+  x, w, b = inputs()
+  with capture(name="layer") as first: conv_bias_relu(x, w, b).realize()
+  with capture(name="layer") as second: x.conv2d(w, b, padding=1).relu().realize()  # the same kernels, another line
+  again = first.store(db)  # stored again: the same capture, the same id
+  return {"ids": [first.store(db), second.store(db), again], "kernels": [[k["ast_key"] for k in t.kernels] for t in (first, second)],
+          "lines": [sorted({e["line"] for k in t.kernels for e in k.get("provenance", [])}) for t in (first, second)]}
+
 if __name__ == "__main__":
   what = {"plain": lambda: tinygrads_own(), "captured": lambda: captured(sys.argv[2]), "contiguous": lambda: with_and_without_contiguous(sys.argv[2]),
           "program": lambda: program_captured(sys.argv[2], sys.argv[3]), "program-plain": lambda: program_plain(sys.argv[2]),
           "forward": lambda: forward_captured(sys.argv[2]),
           "steps": lambda: steps(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None, "every" in sys.argv[4:]),
-          "kv-decode": lambda: kv_decode(sys.argv[2] if len(sys.argv) > 2 else None)}
+          "kv-decode": lambda: kv_decode(sys.argv[2] if len(sys.argv) > 2 else None),
+          "two-lines": lambda: same_computation_two_lines(sys.argv[2])}
   print(json.dumps(what[sys.argv[1]]()))

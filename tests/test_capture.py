@@ -209,3 +209,21 @@ def test_a_capture_records_whole_passes_whatever_tracking_level_the_environment_
   assert r.returncode == 0, r.stderr[-3000:]
   got = json.loads(r.stdout.strip().splitlines()[-1])
   assert got["host"] > 10 and got["cuda"] > 10 and got["tracking"] is True
+
+def test_one_computation_captured_from_two_lines_is_two_traces_and_a_server_serves_what_is_stored_now(tmp_path):
+  """Ids of captured programs cover what the trace shows, the lines that made each kernel among it: the same kernels from two lines are
+  two stored traces, the same capture stored again one. And a trace stored again under its id by another process (a notebook's
+  capture) is what a running server serves next, its cached responses of the old row dropped."""
+  db = tmp_path / "s.sqlite3"
+  got = run_json("two-lines", str(db))
+  (first, second, again), (ka, kb), (la, lb) = got["ids"], got["kernels"], got["lines"]
+  assert ka == kb and la != lb and first != second and again == first, got
+  from fastapi.testclient import TestClient
+  from explorer.store import Store
+  with TestClient(app_over(str(db))) as client:
+    for _ in range(2): assert client.get(f"/t/{first}").status_code == 200  # rendered, then served from the response cache
+    assert client.app.state.response_cache.hits >= 1
+    trace = Store(db).get_trace(first)
+    Store(db).put_trace(first, {**trace, "label": "stored again elsewhere"}, Store(db).get_rewrites(first) or b"")
+    assert "stored again elsewhere" in client.get(f"/t/{first}").text
+    assert client.get(f"/api/traces/{first}").json()["label"] == "stored again elsewhere"

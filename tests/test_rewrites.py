@@ -96,10 +96,10 @@ def test_drop_end_fails_at_codegen_with_the_compilers_message(tmp_path):
   assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
   trace = json.loads(out.read_text())
   (f,) = trace["failures"]
-  assert trace["status"] == "error" and f["stage"] == "codegen"
+  assert trace["status"] == "partial" and f["stage"] == "codegen"
   assert "expected '}'" in f["error"] and "rejected the kernel" in f["error"]
   assert f["source"].count("{") == f["source"].count("}") + 1
-  assert "FAILED in codegen" in p.stdout
+  assert "FAILED in codegen" in p.stdout and p.stdout.splitlines()[1].startswith("PARTIAL TRACE: stage codegen failed: ")
 
 def test_rewrite_file_runs_from_the_cli(tmp_path):
   out = tmp_path / "t.json"

@@ -69,10 +69,11 @@ def test_wal_mode(tmp_path):
 def test_recent_lists_newest_first_with_summary(tmp_path):
   s = Store(tmp_path / "t.sqlite3")
   s.put_trace("one", fake_trace("first"), b"")
-  s.put_trace("two", fake_trace("second", status="error"), b"")
+  s.put_trace("two", fake_trace("second", status="partial"), b"")
+  s.put_trace("three", fake_trace("third", status="error"), b"")  # a trace with a failed stage, as an older explorer stored it
   rows = s.recent()
-  assert [r["id"] for r in rows] == ["two", "one"]
-  assert rows[0]["status"] == "error" and rows[1]["kernels"] == 1 and rows[1]["time_s"] == 1e-5
+  assert [r["id"] for r in rows] == ["three", "two", "one"]
+  assert rows[0]["status"] == rows[1]["status"] == "partial" and rows[2]["kernels"] == 1 and rows[2]["time_s"] == 1e-5
   assert len(s.recent(limit=1)) == 1
   assert listing_fields(fake_trace())["device"] == "CPU"
 

@@ -96,7 +96,7 @@ def test_fidelity_sources_are_what_tinygrad_compiles(algo, direct, wino):
 
 def test_stage_failure_is_recorded_not_raised():
   trace = run_trace(PRESETS["small"], Variant(device="NOSUCHDEVICE", time=False, targets=("cuda",))).trace
-  assert trace["status"] == "error"
+  assert trace["status"] == "partial"
   assert trace["failures"][0]["stage"] == "tensor_graph" and "NOSUCHDEVICE" in trace["failures"][0]["error"].upper()
 
 def test_worker_time_limit():

@@ -106,6 +106,8 @@ def runs(ast: UOp, renderer: Any, prg: UOp) -> None:
 # ops an older tinygrad names otherwise: a kernel's buffer argument (0.12: DEFINE_GLOBAL, its arg the slot) and rangeify's bufferize
 PARAM = Ops["PARAM"] if "PARAM" in Ops.__members__ else Ops["DEFINE_GLOBAL"]
 STAGE = Ops["STAGE"] if "STAGE" in Ops.__members__ else Ops["BUFFERIZE"]
+CALL = Ops.__members__.get("CALL")  # a kernel (or function) called on its arguments: none before 0.13, whose schedule was ExecItems
+CALLS = frozenset(Ops[n] for n in ("CALL", "FUNCTION") if n in Ops.__members__)
 
 def param_slot(u: UOp) -> int | None:
   """A PARAM's argument slot (0.14: its ParamArg's; before: its arg)."""

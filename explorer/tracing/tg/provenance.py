@@ -20,7 +20,7 @@ from tinygrad import Tensor, dtypes
 from tinygrad.helpers import Metadata
 from tinygrad.uop import ops as uop_ops
 from tinygrad.dtype import AddrSpace
-from explorer.tracing.tg.compat import PARAM, addrspace
+from explorer.tracing.tg.compat import CALL, CALLS, PARAM, addrspace
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 Entry = dict[str, Any]  # schema.Provenance
@@ -152,7 +152,6 @@ def sited_metadata() -> Iterator[None]:
       from tinygrad.function import _function
       _patch(stack, _function, "__call__", lambda call: _carried_call(call))
     _patch_onnx(stack)
-    stack.enter_context(_watched_schedule_cache())
     yield
 
 def _patch(stack: contextlib.ExitStack, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
@@ -200,25 +199,39 @@ class _Carry:
     self.written: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
     self.scope: set[UOp] | None = None
     self.kernels: dict[UOp, list[Entry]] = {}
+    self.calls: list[tuple[UOp, list[Entry] | None]] = []  # the schedule's CALLs in the order made, with their provenance then
     self.linears: weakref.WeakKeyDictionary[UOp, list[list[Entry] | None]] = weakref.WeakKeyDictionary()
 
-  def made(self, linear: UOp) -> None:
-    """A graph's linear, just made: its calls' provenance, from the kernels split off that graph (the latest with each CALL)."""
-    if self.scope is not None and linear.op is Ops.LINEAR: self.linears[linear] = [self.kernels.get(c) for c in linear.src]
+  def made(self, linears: list[UOp]) -> None:
+    """The linears the schedule just made, in the order it made them: each one's calls' provenance, as it stood when the linear's calls
+    were made (after that graph's kernels were split, before the next graph's), else (not seen made) from the latest split."""
+    at = 0
+    for linear in linears:
+      n, run = len(linear.src), None
+      for i in range(at, len(self.calls) - n + 1):
+        if all(self.calls[i + j][0] is c for j, c in enumerate(linear.src)):
+          run, at = [entries for _, entries in self.calls[i:i + n]], i + n
+          break
+      self.linears[linear] = run if run is not None else [self.kernels.get(c) for c in linear.src]
+
+  def called(self, call: UOp) -> None:
+    """A CALL just made (create_schedule makes each of a linear's so): it and its provenance as known now."""
+    self.calls.append((call, self.kernels.get(call)))
 
   def trusted(self, u: UOp) -> bool:
     """An entry on u is this schedule's (or, outside one, this generation's or tinygrad's own)."""
     return self.scope is None or u in self.scope or self.written.get(u) == self.gen
 
   def holds(self, u: UOp) -> bool:
-    """u has an entry that a carry must not replace: one this generation wrote, or (in a schedule) one of its tensor graph."""
+    """u has an entry that a carry must not replace: one this generation wrote (the first carried there: a UOp two kernels share, a relu
+    a max-pool also reads, keeps the first's), or, in a schedule, one of its tensor graph's."""
     return u in uop_ops.all_metadata and (self.written.get(u) == self.gen or (self.scope is not None and u in self.scope))
 
   def carry(self, replace: dict[UOp, UOp]) -> None:
     md = uop_ops.all_metadata
     for old, new in replace.items():
       if new is old: continue
-      if new.op is Ops.CALL:
+      if new.op is CALL:
         if old in self.kernels: self._kernel(new, self.kernels[old])
         elif old.op in (Ops.STORE, Ops.END) and self.scope is not None: self._kernel(new, own_compute(old, self.trusted))
       m = md.get(old) if self.trusted(old) else None
@@ -230,10 +243,12 @@ class _Carry:
 
   def _kernel(self, call: UOp, entries: list[Entry]) -> None:
     """A kernel's CALL as split (and as its arguments are tidied), and the CALL the schedule's linear makes of it (its AST on the buffer
-    states of its arguments: tinygrad's create_schedule), both to its provenance."""
+    states of its arguments: tinygrad's create_schedule), both to its provenance. That one is on the PARAMs of its graph, so two graphs
+    alike (a precompiled @function's and the one calling it) may split a kernel to the same CALL: `made` tells them apart."""
     self.kernels[call] = entries
     if call.src and call.src[0].op is Ops.SINK:
-      with contextlib.suppress(Exception): self.kernels[call.src[0].call(*_buffer_states(call))] = entries
+      try: self.kernels[_call_on(call.src[0], _buffer_states(call))] = entries
+      except Exception: pass  # noqa: BLE001 - not a kernel create_schedule would call so
 
   def _beneath(self, u: UOp) -> tuple | None:
     """The entry of the compute nearest below a view (a movement op a rewrite turned into compute: RESHAPE(REDUCE) -> REDUCE(RESHAPE))."""
@@ -245,6 +260,12 @@ class _Carry:
     return None
 
 _CARRY = _Carry()
+
+_plain_call = UOp.call
+
+def _call_on(ast: UOp, args: tuple[UOp, ...]) -> UOp:
+  """The CALL tinygrad's create_schedule makes of a kernel (UOp.call, not seen as made by the schedule: `_Carry.called`)."""
+  return _plain_call(ast, *args)
 
 def _buffer_states(call: UOp) -> tuple[UOp, ...]:
   """A kernel CALL's arguments as the linear names them: each one's buffer (tinygrad's create_schedule: _unwrap_src(s).buf_uop)."""
@@ -284,58 +305,40 @@ def _carrying_outside_a_schedule() -> Iterator[None]:
     try: yield
     finally: _CARRY.depth -= 1
 
-class _ScheduleCache(dict):
-  """tinygrad's schedule cache (a graph's linear by its key), watched: each linear made is kept with its calls' provenance
-  (`_Carry.made`), `last` is the linear the last lowering made or found (the outermost graph is lowered last), and when `fresh` none is
-  found, so that the graph is scheduled again (its passes and its kernels' provenance this realize's, not an earlier realize's)."""
-  fresh, last = False, None
-  def get(self, key: Any, default: Any = None) -> Any:
-    if self.fresh: return default
-    if (ret := super().get(key, default)) is not None: self.last = ret
-    return ret
-  def __setitem__(self, key: Any, value: Any) -> None:
-    super().__setitem__(key, value)
-    _CARRY.made(value)
-    self.last = value
-
-@contextlib.contextmanager
-def _watched_schedule_cache() -> Iterator[None]:
-  """tinygrad's schedule cache replaced by a watched one holding the same entries, for as long as a capture runs."""
-  module = sys.modules.get("tinygrad.schedule")
-  plain = getattr(module, "schedule_cache", None)
-  if not isinstance(plain, dict) or isinstance(plain, _ScheduleCache):
-    yield
-    return
-  watched = _ScheduleCache(plain)
-  setattr(module, "schedule_cache", watched)
-  try: yield
-  finally:
-    plain.update(watched)
-    setattr(module, "schedule_cache", plain)
-
-def _schedule_cache() -> _ScheduleCache | None:
+def _schedule_cache() -> dict | None:
+  """tinygrad's schedule cache (a graph's linear by its key), the dict itself: tinygrad's compiled patterns keep the globals their
+  functions name as they were when first compiled, so the dict is watched and emptied in place, never replaced."""
   cache = getattr(sys.modules.get("tinygrad.schedule"), "schedule_cache", None)
-  return cache if isinstance(cache, _ScheduleCache) else None
+  return cache if isinstance(cache, dict) else None
 
 class Carrying:
   """One schedule's carrying, and what it learnt: `provenance(linear)`, each call's kernel provenance (None: not a kernel, or not found).
-  top: the linear tinygrad's last lowering made or found, the outermost graph's (read once the schedule is made)."""
-  top: UOp | None = None
+  made: the linears tinygrad's schedule cache gained while it ran, in the order they were made (the outermost graph's last)."""
+  def __init__(self) -> None: self.made: list[UOp] = []
 
   def provenance(self, linear: UOp) -> list[list[Entry] | None]:
-    found = _expanded(self.top) if self.top is not None else None
-    return found if found is not None and len(found) == len(linear.src) else [None] * len(linear.src)
+    """The linear's calls' provenance, from the cached linear it was resolved from: one made now, else an earlier one of the same kernels
+    in the same order (a graph found in the cache)."""
+    want = [c.src[0] for c in linear.src]
+    for top in (*reversed(self.made), *list(_CARRY.linears.keys())):
+      if (calls := _expanded(top)) is not None and len(calls) == len(want) and all(_same_kernel(c, w) for (c, _), w in zip(calls, want)):
+        return [entries for _, entries in calls]
+    return [None] * len(linear.src)
 
-def _expanded(linear: UOp) -> list[list[Entry] | None] | None:
-  """A cached linear's calls' provenance as the schedule runs them: a call of a nested linear (a precompiled @function's) in its place,
-  flattened. None where a linear's was not kept (made before the capture, or with tinygrad's schedule cache off)."""
+def _same_kernel(cached: UOp, ast: UOp) -> bool:
+  """A cached linear's call and a resolved one's AST are the same kernel (a copy's call may have become a COPY since)."""
+  return not cached.src or cached.src[0] is ast or cached.src[0].op is not Ops.SINK or ast.op is not Ops.SINK
+
+def _expanded(linear: UOp) -> list[tuple[UOp, list[Entry] | None]] | None:
+  """A cached linear's calls, each with its provenance, as the schedule runs them: a call of a nested linear (a precompiled @function's)
+  in its place, flattened. None where a linear's was not kept (made before the capture, or with tinygrad's schedule cache off)."""
   if (own := _CARRY.linears.get(linear)) is None: return None
-  out: list[list[Entry] | None] = []
+  out: list[tuple[UOp, list[Entry] | None]] = []
   for c, entries in zip(linear.src, own):
-    if c.op is Ops.CALL and c.src and c.src[0].op is Ops.LINEAR:
+    if c.op is CALL and c.src and c.src[0].op is Ops.LINEAR:
       if (inner := _expanded(c.src[0])) is None: return None
       out += inner
-    else: out.append(entries)
+    else: out.append((c, entries))
   return out
 
 @contextlib.contextmanager
@@ -343,18 +346,29 @@ def carrying_metadata(sink: UOp, fresh: bool = False) -> Iterator[Carrying]:
   """While inside (a schedule of the tensor graph `sink`), a compute UOp a rewrite makes of another keeps the other's metadata, and each
   kernel split off the graph keeps the provenance of its own compute. Only compute UOps: a constant or a buffer is shared by every kernel
   that uses it, and would carry one kernel's functions into all of them. fresh: the graph is scheduled again, not found in tinygrad's
-  schedule cache (this realize's passes and lines, where an earlier realize's of the same graph would be found)."""
+  schedule cache (this realize's passes and lines, where an earlier realize's of the same graph would be found): the cache is emptied
+  while it runs, and holds what it held, and what was made, after."""
   carrying, cache = Carrying(), _schedule_cache()
-  if cache is not None: cache.fresh, cache.last = fresh, None
+  held = dict(cache) if cache is not None else {}
+  if fresh and cache is not None: cache.clear()
   _CARRY.gen += 1
-  _CARRY.scope, _CARRY.kernels = set(sink.toposort()), {}
+  _CARRY.scope, _CARRY.kernels, _CARRY.calls = set(sink.toposort()), {}, []
+  plain_call = UOp.call
+  def call(self: UOp, *args: Any, **kwargs: Any) -> UOp:
+    _CARRY.called(ret := plain_call(self, *args, **kwargs))
+    return ret
   with _rewrites_carried():
     _CARRY.depth += 1
+    UOp.call = call  # type: ignore[method-assign]
     try: yield carrying
     finally:
+      UOp.call = plain_call  # type: ignore[method-assign]
       _CARRY.depth -= 1
-      _CARRY.scope, _CARRY.kernels, _CARRY.gen = None, {}, _CARRY.gen + 1  # what is carried outside a schedule is the next one's
-      if cache is not None: carrying.top, cache.fresh = cache.last, False
+      if cache is not None:
+        carrying.made = [linear for key, linear in cache.items() if fresh or key not in held]
+        _CARRY.made(carrying.made)
+        if fresh: cache.update({**held, **cache})
+      _CARRY.scope, _CARRY.kernels, _CARRY.calls, _CARRY.gen = None, {}, [], _CARRY.gen + 1  # what is carried outside a schedule is the next one's
 
 def site_signature(sink: UOp) -> frozenset:
   """The Tensor functions and lines a tensor graph's metadata names: two realizes of one graph from other lines differ in it."""
@@ -378,7 +392,7 @@ def own_compute(root: UOp, trusted: Callable[[UOp], bool] = lambda u: True) -> l
   stack = [root]
   while stack:
     u = stack.pop()
-    if u in seen or u.op in (Ops.CALL, Ops.FUNCTION) or _global(u) or (u.op is Ops.INDEX and u.src and _global(u.src[0])): continue
+    if u in seen or u.op in CALLS or _global(u) or (u.op is Ops.INDEX and u.src and _global(u.src[0])): continue
     seen.add(u)
     if _computes(u) and trusted(u):
       for m in uop_ops.all_metadata.get(u, ()):
