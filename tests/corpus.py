@@ -32,7 +32,9 @@ def captured(name: str, db: str) -> dict:
                    for j in d.get("jits", [])],
           "repeats": sum(len(r.get("repeats", [])) for r in d["realizes"]),
           "provenance": [[_entry(e) for e in k.get("provenance", [])] for k in d["kernels"]],
-          "realize_of": [k.get("realize", 0) for k in d["kernels"]], "captured": [bool(r.get("captured")) for r in d["realizes"]]}
+          "realize_of": [k.get("realize", 0) for k in d["kernels"]], "captured": [bool(r.get("captured")) for r in d["realizes"]],
+          "symbolic": [s["symbolic"] for rows in ((d.get("scheduler") or {}).get("stages") or {}).values() if isinstance(rows, list)
+                       for s in rows if s.get("symbolic")]}
 
 def plain(name: str) -> dict: return {"outputs": importlib.import_module(f"programs.{name}").run()}
 

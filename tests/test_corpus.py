@@ -53,11 +53,11 @@ def test_a_program_is_captured_whole(name, tmp_path):
     (jit,) = got["jits"]
     assert jit["runs"] == want["jit_runs"] and jit["realizes"] and jit["kernels"] == jit["traced"], jit
   else: assert got["jits"] == []
-  if name in LINES: LINES[name](got, marks(name))
+  if name in LINES: LINES[name](got, marks(name), tmp_path / "t.sqlite3")
 
 def own(entries: list[dict]) -> list[dict]: return [e for e in entries if not e["inferred"]]
 
-def beautiful_mnist_lines(got: dict, mark: dict[str, str]) -> None:
+def beautiful_mnist_lines(got: dict, mark: dict[str, str], db: pathlib.Path) -> None:
   """The forward's kernels credited to the model's forward, the gradient's to the forward ops they differentiate and to the .backward()
   line, never to the batch sampler (whose lines are the randint kernels'), Adam's to its step, through nn.optim."""
   at = lambda w: mark.get(w or "", w)
@@ -82,10 +82,20 @@ def llm_line(code: str) -> str:
   (n,) = [i for i, line in enumerate(LLM_MODEL.read_text().splitlines(), 1) if code in line]
   return f"model.py:{n}"
 
-def llm_generate_lines(got: dict, mark: dict[str, str]) -> None:
+def llm_generate_lines(got: dict, mark: dict[str, str], db: pathlib.Path) -> None:
   """tinygrad's LLM: each kernel credited to the line of tinygrad/llm/model.py that made it, run from the program's line (generate's
   loop, or the model's construction for the weights' initialisers), never to a decorator's frame (TinyJit.__call__'s contextlib); the
-  attention to scaled_dot_product_attention's line, the projections to their Linear's, the sampler's random draw to forward's last line."""
+  attention to scaled_dot_product_attention's line, the projections to their Linear's, the sampler's random draw to forward's last line.
+  The prefill's symbolic token count goes through bufferize: its STAGE sizes as expressions of toks and start_pos, with their bounds and
+  the values the prefill bound, shown on the bufferize page."""
+  assert got["symbolic"] and all(set(s["variables"]) <= {"toks", "start_pos"} for s in got["symbolic"]), got["symbolic"]
+  assert {"toks": [1, 32]} in [{k: v for k, v in s["variables"].items() if k == "toks"} for s in got["symbolic"]]
+  assert all(s["at"] is not None and s["at"] > 0 for s in got["symbolic"])
+  from fastapi.testclient import TestClient
+  from support import app_over
+  with TestClient(app_over(str(db))) as client:
+    page = client.get(f"/t/{got['id']}/bufferize").text
+  assert 'data-symbolic="' in page and "toks ∈ [1, 32]" in page
   entries = [e for es in got["provenance"] for e in es]
   assert all(e["site"].startswith("model.py:") and mark.get(e["caller"] or "") in ("generate", "build") for e in entries), \
     [e for e in entries if not e["site"].startswith("model.py:") or mark.get(e["caller"] or "") not in ("generate", "build")][:3]
@@ -98,7 +108,7 @@ def llm_generate_lines(got: dict, mark: dict[str, str]) -> None:
   decode = [r for r, captured in enumerate(got["captured"]) if captured]
   assert decode and any(got["realize_of"][i] in decode for i, es in enumerate(got["provenance"]) if es)  # the decode JIT's capture, traced
 
-def onnx_runner_lines(got: dict, mark: dict[str, str]) -> None:
+def onnx_runner_lines(got: dict, mark: dict[str, str], db: pathlib.Path) -> None:
   """tinygrad's ONNX runner: each kernel names the ONNX nodes it computes, by op type and name, and the program's line that ran the
   runner: the direct call's, or the jitted lambda's for the TinyJit's calls."""
   nodes = {"Conv": "/features/conv1/Conv", "Relu": "/features/relu/Relu", "MaxPool": "/features/pool/MaxPool", "Gemm": "/classifier/fc/Gemm",

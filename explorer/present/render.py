@@ -106,7 +106,7 @@ def grouped_stages(rows: list[StageRow]) -> list[tuple[StageRow, int]]:
   count: collections.Counter[tuple[Any, ...]] = collections.Counter()
   for s in rows:
     key = (tuple(s["shape"]), s["dtype"], s["addrspace"], s["src_op"], s["nbytes"], s["removable"], s.get("buffer"),
-           tuple(s.get("reads") or ()), tuple(s.get("into") or ()))  # the rows' links to buffers are absent where none was found
+           tuple(s.get("reads") or ()), tuple(s.get("into") or ()), s["symbolic"]["nbytes"] if "symbolic" in s else None)  # links: absent where none
     first.setdefault(key, s)
     count[key] += 1
   return [(row, count[key]) for key, row in first.items()]

@@ -137,12 +137,11 @@ def nbytes_of(shape: Sequence[Any], itemsize: int, var_vals: dict[str, int] | No
   if isinstance(n, int): return n, None
   try: return int(n), None
   except Exception: pass  # noqa: BLE001 - symbolic
-  from tinygrad.uop.ops import sym_infer
-  variables = tuple(sorted({(str(v.expr), int(v.vmin), int(v.vmax)) for v in n.variables()}))
+  found = {v: (str(v.expr), int(v.vmin), int(v.vmax)) for v in n.variables()}
   at = None
-  if var_vals and all(name in var_vals for name, _, _ in variables):
-    with contextlib.suppress(Exception): at = int(sym_infer(n, var_vals))
-  return int(n.vmax), Symbolic(str(n.render()), variables, at)
+  if var_vals and all(name in var_vals for name, _, _ in found.values()):  # (tinygrad's sym_infer fails on a rangeify graph's variables)
+    with contextlib.suppress(Exception): at = int(n.substitute({v: v.const_like(var_vals[name]) for v, (name, _, _) in found.items()}).simplify())
+  return int(n.vmax), Symbolic(str(n.render()), tuple(sorted(set(found.values()))), at)
 
 @dataclass(frozen=True)
 class Stage:

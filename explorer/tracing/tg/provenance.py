@@ -261,10 +261,11 @@ class _Carry:
 
 _CARRY = _Carry()
 
-_plain_call = UOp.call
+_plain_call = getattr(UOp, "call", None)  # (none before 0.13: its schedule was ExecItems)
 
 def _call_on(ast: UOp, args: tuple[UOp, ...]) -> UOp:
   """The CALL tinygrad's create_schedule makes of a kernel (UOp.call, not seen as made by the schedule: `_Carry.called`)."""
+  assert _plain_call is not None
   return _plain_call(ast, *args)
 
 def _buffer_states(call: UOp) -> tuple[UOp, ...]:
@@ -318,7 +319,8 @@ class Carrying:
 
   def provenance(self, linear: UOp) -> list[list[Entry] | None]:
     """The linear's calls' provenance, from the cached linear it was resolved from: one made now, else an earlier one of the same kernels
-    in the same order (a graph found in the cache)."""
+    in the same order (a graph found in the cache). [] for a schedule that is no linear (0.12's ExecItems)."""
+    if not isinstance(linear, UOp): return []
     want = [c.src[0] for c in linear.src]
     for top in (*reversed(self.made), *list(_CARRY.linears.keys())):
       if (calls := _expanded(top)) is not None and len(calls) == len(want) and all(_same_kernel(c, w) for (c, _), w in zip(calls, want)):
@@ -353,16 +355,16 @@ def carrying_metadata(sink: UOp, fresh: bool = False) -> Iterator[Carrying]:
   if fresh and cache is not None: cache.clear()
   _CARRY.gen += 1
   _CARRY.scope, _CARRY.kernels, _CARRY.calls = set(sink.toposort()), {}, []
-  plain_call = UOp.call
   def call(self: UOp, *args: Any, **kwargs: Any) -> UOp:
-    _CARRY.called(ret := plain_call(self, *args, **kwargs))
+    assert _plain_call is not None
+    _CARRY.called(ret := _plain_call(self, *args, **kwargs))
     return ret
   with _rewrites_carried():
     _CARRY.depth += 1
-    UOp.call = call  # type: ignore[method-assign]
+    if _plain_call is not None: UOp.call = call  # type: ignore[method-assign]
     try: yield carrying
     finally:
-      UOp.call = plain_call  # type: ignore[method-assign]
+      if _plain_call is not None: UOp.call = _plain_call  # type: ignore[method-assign]
       _CARRY.depth -= 1
       if cache is not None:
         carrying.made = [linear for key, linear in cache.items() if fresh or key not in held]
