@@ -31,14 +31,49 @@ def inflate(data: bytes) -> bytes:
   return out
 
 def read_plain(blob: bytes) -> Any:
-  """The body of a blob in the data format, as plain data; BlobRefused for anything else."""
+  """The body of a blob in the data format, as plain data; BlobRefused for anything else. The body is the blob's last pickle; a dict
+  body may follow parts of its "fields" columns, each (name, list) a pickle of its own (PlainWriter.part), appended in order."""
   if not blob.startswith(MAGIC): raise refused("it lacks the data format's first bytes")
-  try: return PlainData(io.BytesIO(inflate(blob[len(MAGIC):]))).load()
+  try:
+    stream, parts = io.BytesIO(inflate(blob[len(MAGIC):])), list[Any]()
+    body = PlainData(stream).load()
+    while stream.tell() < len(stream.getbuffer()): parts, body = [*parts, body], PlainData(stream).load()
+    for part in parts: _add_part(body, part)
+    return body
   except BlobRefused: raise
   except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, RecursionError, MemoryError) as e:
     raise refused(f"{type(e).__name__}: {str(e)[:120]}") from None
 
-def write_plain(body: Any) -> bytes: return MAGIC + zlib.compress(pickle.dumps(body, protocol=5), 1)
+def _add_part(body: Any, part: Any) -> None:
+  if not (isinstance(body, dict) and isinstance(columns := body.get("fields"), dict)): raise refused("a part follows a body without columns")
+  if not (isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], list) and isinstance(columns.get(part[0]), list)):
+    raise refused("a part is not one of its body's columns")
+  columns[part[0]] += part[1]
+
+class PlainWriter:
+  """A blob in the data format, written as it comes: any number of parts of its body's columns, then its body (read_plain appends each
+  part to its column), each pickled and compressed as soon as it is given, so that a training step's log never exists whole, in
+  objects or in bytes. Pickled without a memo (fast mode: plain data has no cycles, and the memo of a big log's tuples would cost more memory
+  than the log)."""
+  def __init__(self) -> None: self.z, self.parts = zlib.compressobj(1), [MAGIC]
+
+  def write(self, b: bytes) -> int:
+    self.parts.append(self.z.compress(b))
+    return len(b)
+
+  def dump(self, x: Any) -> None:
+    pickler = pickle.Pickler(self, protocol=5)
+    pickler.fast = True
+    pickler.dump(x)
+
+  def part(self, column: str, values: list) -> None: self.dump((column, values))
+
+  def done(self) -> bytes: return b"".join([*self.parts, self.z.flush()])
+
+def write_plain(body: Any) -> bytes:
+  """body in the data format, whole."""
+  (w := PlainWriter()).dump(body)
+  return w.done()
 
 # ***** rule locations: data, never paths to open *****
 # A rewrite log names where each rule and each graph_rewrite call is (file, line). The blob keeps them package-relative

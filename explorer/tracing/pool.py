@@ -6,9 +6,10 @@ the server: a wall-clock limit per call counted from when a process takes it, a 
 past it). A pool whose process died (killed, out of memory, a segfault) or hung past the time limit is replaced: the call that was
 running fails with a clear message, later calls run on fresh processes."""
 from __future__ import annotations
-import asyncio, concurrent.futures, multiprocessing, os, pickle, sys, warnings
+import concurrent.futures, multiprocessing, os, pickle, sys, warnings
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+if TYPE_CHECKING: import asyncio  # (imported where a pool is awaited: a capture's render pool never is)
 from explorer.tracing.workers import SPAWN, Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
 
 FORK = multiprocessing.get_context("fork")
@@ -68,6 +69,7 @@ class WorkerPool:
 
   async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
     """fn(*args) in a pool process; at most `workers` run at once, so a call's time limit starts when it runs."""
+    import asyncio
     if self._slots is None: self._slots = asyncio.Semaphore(self.workers)
     if self._slots.locked() and self._waiting >= self.max_waiting:
       raise WorkersBusy(f"{self._waiting} calls are already waiting for a worker process; try again shortly")
@@ -78,6 +80,7 @@ class WorkerPool:
     finally: self._slots.release()
 
   async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    import asyncio
     try: fut = self.submit(fn, *args)
     except (BrokenProcessPool, RuntimeError):  # broken between the check and the submit, or shut down: one fresh pool
       self.kill()

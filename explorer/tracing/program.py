@@ -7,10 +7,8 @@ Used by the Python API (explorer.api.capture, in the user's own process) and by 
 from __future__ import annotations
 import contextlib, dataclasses, inspect, math, time, traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, cast
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
-from explorer.tracing.reference import error_stats
 from explorer.tracing.renders import RenderPool
 from explorer.clocks import timed
 from explorer.tracing.timeline import HostTimeline, timed_stage
@@ -18,7 +16,7 @@ from explorer.tracing.trace import (Program, Progress, Scheduled, _quiet, add_to
                                     schedule_ahead)
 from explorer.store import add_target_record
 from explorer.spec import Variant
-from explorer.schema import TraceRecord, bound_sets
+if TYPE_CHECKING: import numpy as np  # numpy (and pydantic) only where a capture needs them: a reference to check, kernels to time
 
 NOT_TRACKING = ("tinygrad was imported before the explorer with rewrite tracking off, so its passes' matches cannot be recorded "
                 "(tinygrad chooses its tracking at import). Restart the interpreter (the notebook's kernel) and import the explorer "
@@ -35,6 +33,8 @@ def kernel_role(s: dict, buffers: list[dict], call: Any) -> str:
 def reference_check(reference: Sequence[np.ndarray], rel_tolerance: float) -> Callable[[dict, list[np.ndarray]], None]:
   """The outputs against the user's reference arrays, in order: the largest error over all of them, judged against rel_tolerance."""
   def check(trace: dict, got: list[np.ndarray]) -> None:
+    import numpy as np
+    from explorer.tracing.reference import error_stats
     if len(got) != len(reference): raise ValueError(f"the program realized {len(got)} tensor(s) but {len(reference)} reference array(s) were given")
     stats = [error_stats(g.astype(np.float64), np.asarray(r, dtype=np.float64)) for g, r in zip(got, reference)]
     worst = max(stats, key=lambda e: e["max_rel"])
@@ -359,6 +359,7 @@ class Capturing:
   def _time_bound_values(self) -> None:
     """Each symbolic kernel timed alone at every set of values the program ran it with (its realize's, its repeats', its TinyJit's
     runs'), by the clock its trace's timing used: a decode step's attention at each position (KernelRecord.times_at)."""
+    from explorer.schema import TraceRecord, bound_sets
     from explorer.tracing.timing import time_at_values
     trace = self._program.trace
     clock = tg.clock_for(trace["env"]["device"])

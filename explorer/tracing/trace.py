@@ -8,15 +8,15 @@ import contextlib, datetime, json, platform, socket, threading, time, traceback,
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
-import numpy as np
 from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
-from explorer.tracing.reference import conv2d_error
 from explorer.tracing.handopts import beam_record
 from explorer.tracing.renders import RenderPool, make_target_record, pass_record
 from explorer.tracing.timeline import HostTimeline, timed_stage
 from explorer.spec import PARTIAL, REWRITES, TRACE_SCHEMA, ConvSpec, Progress, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
-if TYPE_CHECKING: from explorer.schema import KernelRecord, Storage  # types only: pydantic stays out of trace workers
+if TYPE_CHECKING:  # types only: pydantic stays out of trace workers, numpy out of a capture that checks nothing
+  import numpy as np
+  from explorer.schema import KernelRecord, Storage
 
 
 def _quiet(stage: str, status: str, detail: str) -> None: pass
@@ -211,6 +211,7 @@ def schedule_ahead(outs: list[Any], provenance: bool = False, fresh: bool = Fals
 def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool,
                 blobs: dict[str, bytes]) -> None:
   """The convolution: seeded inputs, the variant's algorithm, roles from its data flow, the float64 reference."""
+  import numpy as np
   Tensor, dtypes = tg.Tensor, tg.dtypes
   from explorer.tracing.algorithms import build_conv
   rng = np.random.default_rng(0)
@@ -410,6 +411,7 @@ def _run(rec: Recorder, linear: Any, program: Program) -> Any:
   return compiled
 
 def _check_conv(trace: dict, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, got: np.ndarray, dump_io: str | None) -> None:
+  from explorer.tracing.reference import conv2d_error
   trace["error"] = conv2d_error(got, x_np, w_np, spec.stride, spec.pad, spec.groups)
   tolerance, judged = error_tolerance(trace["variant"], spec.dtype)
   trace["error"].update(tolerance=tolerance, tolerance_for=judged, within=trace["error"]["max_rel"] <= tolerance)
@@ -417,6 +419,7 @@ def _check_conv(trace: dict, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray,
 
 def _dump_io(path: str, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
   import pathlib
+  import numpy as np
   p = pathlib.Path(path)
   p.mkdir(parents=True, exist_ok=True)
   for name, arr in (("input", x), ("weight", w), ("output", out)): np.save(p / f"{name}.npy", arr)

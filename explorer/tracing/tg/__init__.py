@@ -50,7 +50,7 @@ from explorer.tracing.tg.runtime import (call_at, compile_schedule, compile_seco
                                          synchronizer)
 from explorer.tracing.tg.specs import has_spec, schedule_calls, spec_check, tensor_spec_check
 from explorer.tracing.tg.compat import PRE_MATCHER, const_column, constant, linearized
-from explorer.tracing.tg.compat import at_least as _at_least
+from explorer.tracing.tg.compat import VERSION as _compat_version, at_least as _at_least
 if not _at_least(0, 13):  # tinygrad 0.12 schedules ExecItems, not a LINEAR of CALLs: its schedule and runtime under the same names
   from explorer.tracing.tg.v012 import (buffer_facts, buffer_key, call_at, calls, compile_schedule, compiled_sources, kernel_calls,  # type: ignore[assignment] # noqa: F811
                                         outputs_kept, replay, run_schedule, runnable, runnables, schedule, schedule_keys, schedule_with_vars,
@@ -89,7 +89,7 @@ __all__ = [
   "renderer_device", "without_beam", "fill_ptx", "nvrtc_compiler",
 ]
 
-TINYGRAD_VERSION = getattr(tinygrad, "__version__", None) or __import__("importlib.metadata").metadata.version("tinygrad")
+TINYGRAD_VERSION = getattr(tinygrad, "__version__", None) or _compat_version
 
 # with tracking on, tinygrad pickles every rewrite (and any profile) to /tmp at exit; the explorer keeps its own copy instead
 for _hook in (getattr(uop_ops, "print_match_stats", None), getattr(tinygrad.device, "finalize_profile", None)):

@@ -2,11 +2,20 @@
 version moved, renamed or lacks, as this worker's tinygrad has it, or a stand-in that does what that version does. The rest of the seam
 is written against the newest and imports these from here (what a version lacks outright, a stage leaves out: specs.has_spec)."""
 from __future__ import annotations
-import functools, importlib, importlib.metadata, re
+import functools, importlib, re
 from typing import TYPE_CHECKING, Any
 from tinygrad.uop.ops import Ops, UOp
 
-VERSION = importlib.metadata.version("tinygrad")
+def _version() -> str:
+  """The installed tinygrad's version, from the name of its dist-info beside the package (importlib.metadata would import the email
+  package to read it: a capture's process pays for what it imports)."""
+  import pathlib, tinygrad
+  found = list(pathlib.Path(str(tinygrad.__file__)).resolve().parent.parent.glob("tinygrad-*.dist-info"))
+  if len(found) == 1: return found[0].name.removeprefix("tinygrad-").removesuffix(".dist-info")
+  import importlib.metadata
+  return importlib.metadata.version("tinygrad")
+
+VERSION = _version()
 V = tuple(int(x) for x in re.findall(r"\d+", VERSION)[:3])  # (a build of tinygrad from source: 0.14.0.dev0)
 
 def at_least(*version: int) -> bool: return V >= version

@@ -12,7 +12,7 @@ from tinygrad.schedule.indexing import BufferizeOpts
 from tinygrad.uop.ops import AxisType, KernelInfo, Ops, RewriteTrace, TrackedGraphRewrite, UOp
 from explorer.tracing.tg.compat import FLAT_DTYPES, CallInfo, ConstFloat, ParamArg, ProgramInfo, Target, dtype_classes
 from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, location_key, package_path, read_plain, refused, stored_location
-from explorer.blob import write_plain
+from explorer.blob import PlainWriter
 
 def rebuild(fields: collections.abc.Mapping[int, tuple], num: int, built: dict[int, UOp]) -> UOp:
   """The UOp a rewrite log recorded as `num`, rebuilt from its fields (op, dtype, sources' numbers, arg, tag), as tinygrad's viewer
@@ -95,25 +95,28 @@ def encode_rewrite_log(log: RewriteTrace) -> bytes:
     if name == "matches": return [[a, b, loc_of(loc), t] for a, b, loc, t in r.matches]
     return loc_of(r.loc) if name == "loc" else enc.value(getattr(r, name))
   rewrites = [[[field_of(r, f.name) for f in dataclasses.fields(r)] for r in group] for group in log.rewrites]
-  columns: dict[str, list] = {"num": [], "op": [], "dtype": [], "src": [], "arg": [], "tag": [], "meta": []}
+  out = PlainWriter()
   done = 0
   while done < len(fields):  # a UOp in an arg is numbered (and recorded) as it is met: those are written in the next round
     nums = list(fields)[done:]
     done += len(nums)
-    # a column at a time, names bound locally: a training step records millions of UOps, and most args and tags are plain
+    # a column at a time, names bound locally (a training step records millions of UOps, and most args and tags are plain), each
+    # written as it is made and then dropped: the body that names the dtypes comes last
     rows = [fields[n] for n in nums]
     op_index, dtype, value, plain, dtypes = ops.__getitem__, enc.dtype, enc.value, _PLAIN, enc.dtypes
-    columns["num"] += nums
-    columns["op"] += [op_index(r[0]) for r in rows]
-    columns["dtype"] += [i if (i := dtypes.get(r[1])) is not None else dtype(r[1]) for r in rows]
-    columns["src"] += [r[2] for r in rows]
-    columns["arg"] += [a if type(a := r[3]) in plain else value(a) for r in rows]
-    columns["tag"] += [None if (t := r[4]) is None else value(t) for r in rows]
-    columns["meta"] += [value(r[5]) if len(r) > 5 else None for r in rows]
+    out.part("num", nums)
+    out.part("op", [op_index(r[0]) for r in rows])
+    out.part("dtype", [i if (i := dtypes.get(r[1])) is not None else dtype(r[1]) for r in rows])
+    out.part("src", [r[2] for r in rows])
+    out.part("arg", [a if type(a := r[3]) in plain else value(a) for r in rows])
+    out.part("tag", [None if (t := r[4]) is None else value(t) for r in rows])
+    out.part("meta", [value(r[5]) if len(r) > 5 else None for r in rows])
   if enc.unstored: ENCODER_UNSTORED.update(enc.unstored)
-  body = {"ops": [o.name for o in ops], "dtypes": [enc.dtype_row(d) for d in enc.dtypes], "keys": keys, "rewrites": rewrites,
-          "fields": columns, "rewrite_fields": [f.name for f in dataclasses.fields(TrackedGraphRewrite)], "sources": sources}
-  return write_plain(body)
+  out.dump({"ops": [o.name for o in ops], "dtypes": [enc.dtype_row(d) for d in enc.dtypes], "keys": keys, "rewrites": rewrites,
+            "fields": {c: [] for c in COLUMNS}, "rewrite_fields": [f.name for f in dataclasses.fields(TrackedGraphRewrite)], "sources": sources})
+  return out.done()
+
+COLUMNS = ("num", "op", "dtype", "src", "arg", "tag", "meta")  # a UOp's fields, a column each in the blob
 
 ENCODER_UNSTORED: collections.Counter[str] = collections.Counter()  # classes kept as their repr in this process (tests check it stays empty)
 
