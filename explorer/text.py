@@ -87,11 +87,13 @@ def trace_summary(trace: Mapping[str, Any]) -> str:
   return "\n".join(out)
 
 def provenance_sites(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
-  """A kernel's provenance grouped by the user's line, in source order: [("model.py:14", ["conv2d", "relu bw"]), ...]."""
+  """A kernel's provenance grouped by the model's line, in source order: [("model.py:14", ["conv2d", "relu bw"]), ...]; an entry
+  inferred from data flow "~"-marked where the kernel has entries of its own too (provenance_text marks a wholly inferred one)."""
   groups: dict[tuple[str, int], list[str]] = {}
+  all_inferred = all(e.get("inferred") for e in entries)
   for e in sorted(entries, key=lambda e: (e.get("file") or "", e.get("line") or 0)):
     site = (os.path.basename(e["file"]) if e.get("file") else "?", e.get("line") or 0)
-    fn = e["fn"] + (" bw" if e.get("backward") else "")
+    fn = ("~" if e.get("inferred") and not all_inferred else "") + e["fn"] + (" bw" if e.get("backward") else "")
     if (node := e.get("onnx")) is not None: fn += f" [ONNX {node['op']} {node['name'] or '#' + str(node['index'])}]"
     if fn not in (fns := groups.setdefault(site, [])): fns.append(fn)
   return [(f"{f}:{n}" if n else f, fns) for (f, n), fns in groups.items()]
