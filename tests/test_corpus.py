@@ -93,9 +93,13 @@ def llm_generate_lines(got: dict, mark: dict[str, str], db: pathlib.Path) -> Non
   assert all(s["at"] is not None and s["at"] > 0 for s in got["symbolic"])
   from fastapi.testclient import TestClient
   from support import app_over
+  attention_kernel = next(i for i, es in enumerate(got["provenance"]) if any(e["fn"] == "scaled_dot_product_attention" for e in own(es)))
   with TestClient(app_over(str(db))) as client:
     page = client.get(f"/t/{got['id']}/bufferize").text
+    made_by = client.get(f"/t/{got['id']}/k/{attention_kernel}").text
   assert 'data-symbolic="' in page and "toks ∈ [1, 32]" in page
+  panel = made_by[made_by.index('id="made-by"'):][:6000]
+  assert "model.py:" in panel and re.search(r"data-caller>[^<]*</span>\s*<(a|span)[^>]*>llm_generate\.py:\d+</(a|span)>", panel), panel
   entries = [e for es in got["provenance"] for e in es]
   assert all(e["site"].startswith("model.py:") and mark.get(e["caller"] or "") in ("generate", "build") for e in entries), \
     [e for e in entries if not e["site"].startswith("model.py:") or mark.get(e["caller"] or "") not in ("generate", "build")][:3]
@@ -119,6 +123,13 @@ def onnx_runner_lines(got: dict, mark: dict[str, str], db: pathlib.Path) -> None
   conv = next(es for k, es in zip(got["kernels"], got["provenance"]) if any(e["fn"] == "conv2d" for e in es))
   assert {e["onnx"][0] for e in conv} == {"Conv", "Relu"}  # the relu fused into the convolution's kernel
   assert {e["onnx"][0] for es in got["provenance"] for e in es} == set(nodes)
+  from fastapi.testclient import TestClient
+  from support import app_over
+  with TestClient(app_over(str(db))) as client:
+    page = client.get(f"/t/{got['id']}/k/0").text
+    found = client.get(f"/api/traces/{got['id']}/kernels", params={"q": "/features/conv1/Conv"}).json()
+  assert 'data-onnx="0"' in page and "/features/conv1/Conv" in page  # the kernel page names its nodes; a search finds them by name
+  assert [k["index"] for k in found] == [i for i, es in enumerate(got["provenance"]) if any(e["onnx"][0] == "Conv" for e in es)]
 
 LINES = {"beautiful_mnist": beautiful_mnist_lines, "beautiful_mnist_nofunction": beautiful_mnist_lines, "llm_generate": llm_generate_lines,
          "onnx_runner": onnx_runner_lines}
