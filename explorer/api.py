@@ -72,18 +72,23 @@ class Trace:
     return p
 
   def store(self, db: str | os.PathLike[str] | None = None) -> str:
-    """Into the explorer's store (the server's default, or db): returns the id, whose page is /t/{id}."""
-    from explorer.store import Store
-    if Store(db).put_trace(self.id, self.data, self.rewrites, self.target_rewrites):
+    """Into the explorer's store (the server's default, or db): returns the id, whose page is /t/{id}. Where one stored under the id
+    before (the same computation, recorded again) is replaced, it says so."""
+    if self._put(db):
       print(f"explorer: replaced the trace stored as {self.id}, the same computation recorded again (its measurements are this run's)",
             file=sys.stderr)
     return self.id
+
+  def _put(self, db: str | os.PathLike[str] | None) -> bool:
+    from explorer.store import Store
+    return Store(db).put_trace(self.id, self.data, self.rewrites, self.target_rewrites)
 
   def open(self, db: str | os.PathLike[str] | None = None, port: int = 8000, browser: bool = True) -> str:
     """Store, then show the trace's page: a server already answering on 127.0.0.1:port over the same store is reused (it has the
     trace), else one is started over that store, on port or, where a server of another store holds it, on a free one; it says where
     it listens and keeps running after this process until stop_server(its port). Returns the page's URL."""
-    trace_id = self.store(db)
+    self._put(db)  # (stored again, where it was: the trace being opened is the one stored)
+    trace_id = self.id
     base = ensure_server(port, db, trace_id)
     url = f"{base}/t/{trace_id}"
     if browser: webbrowser.open(url)

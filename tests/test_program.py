@@ -145,7 +145,7 @@ def test_print_shows_every_kernel_with_its_lines(cnn):
   assert "provenance" in printed and "realize" in printed and f"capture_programs.py:{model_line('features')}" in printed
   assert "conv2d bw" in printed and printed.count("\n") > cnn["kernels"]
 
-def test_the_program_view_and_its_search(cnn, db):
+def test_the_program_view_and_its_search(cnn, residual, db):
   from fastapi.testclient import TestClient
   tid, site = cnn["id"], f"capture_programs.py:{model_line('classifier')}"
   with TestClient(app_over(str(db))) as client:
@@ -166,9 +166,11 @@ def test_the_program_view_and_its_search(cnn, db):
     realized = re.search(r"realized <b>(.*?)</b>", page)
     assert realized and "dtypes." not in realized[1] and " float" in realized[1]  # the header names dtypes as tinygrad does: float
     assert {o["dtype"] for o in raw["program"]["outputs"]} <= {"float", "int", "uchar", "char", "bool", "half", "long"}
-  # by model line: a kernel made from several lines is listed under each, its time counted once (the lines' own plus shared = total)
+  # by model line: a kernel made from several lines (the residual's: its first conv's relu computed again in the second's kernel, an
+  # SGD update with the gradient it applies) is listed under each, its time counted once (the lines' own plus shared = total)
   from explorer.analysis import program
   from explorer.analysis.roofline import peaks_of_trace
+  with TestClient(app_over(str(db))) as client: raw = client.get(f"/api/traces/{residual['id']}/raw").json()
   peaks = peaks_of_trace(raw) or {"fp32": 1e12, "bw": 1e11}  # untimed on a host without roofs: estimated against these
   tl, lines = program.timeline(raw, peaks), program.by_line(raw, peaks)
   shared = [k for k in raw["kernels"] if len(program.provenance_sites(program.own_provenance(k))) > 1]

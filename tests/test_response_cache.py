@@ -33,10 +33,10 @@ def _facts_stored(client, trace_id: str, target: str) -> bool:
 def test_a_note_drops_the_traces_entries(web_client, small_trace):
   cache = web_client.app.state.response_cache
   web_client.get(f"/t/{small_trace}")
-  assert any(small_trace in ids for ids, _ in cache.entries.values())
+  assert any(small_trace in ids for ids, _, _ in cache.entries.values())
   r = web_client.post(f"/api/traces/{small_trace}/annotations", json={"anchor_kind": "line", "anchor": "0:uops:1", "text": "cache test"})
   assert r.status_code == 201, r.text
-  assert not any(small_trace in ids for ids, _ in cache.entries.values())
+  assert not any(small_trace in ids for ids, _, _ in cache.entries.values())
   web_client.delete(f"/api/traces/{small_trace}/annotations/{r.json()['id']}")
 
 def test_a_progress_page_is_never_kept(tmp_path):

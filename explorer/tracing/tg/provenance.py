@@ -12,7 +12,7 @@ backward) but keeps neither the line that called it nor the link to kernels, and
   for each call of the schedule's linear by its position in the schedule tinygrad made, or cached, for the graph.
 """
 from __future__ import annotations
-import contextlib, dataclasses, importlib, os, site, sys, sysconfig, types, weakref
+import contextlib, dataclasses, os, site, sys, sysconfig, types, weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 import tinygrad
@@ -126,9 +126,9 @@ class _GradientDataclasses(types.SimpleNamespace):
     return dataclasses.replace(obj, **changes)
 
 def _gradient_module() -> Any:
-  for name in ("tinygrad.mixin.gradient", "tinygrad.gradient"):  # (0.14's; until 0.14 it was tinygrad/gradient.py)
-    with contextlib.suppress(ImportError): return importlib.import_module(name)
-  return None
+  try: import tinygrad.mixin.gradient as grad  # (0.14's; until 0.14 it was tinygrad/gradient.py)
+  except ImportError: import tinygrad.gradient as grad  # type: ignore[no-redef]
+  return grad
 
 @contextlib.contextmanager
 def sited_metadata() -> Iterator[None]:
@@ -175,7 +175,7 @@ def _carried_call(call: Callable[..., Any]) -> Callable[..., Any]:
 
 def _patch_onnx(stack: contextlib.ExitStack) -> None:
   """An OnnxRunner made while inside keeps its nodes' names (the runner itself keeps only their op types and outputs)."""
-  try: onnx = importlib.import_module("tinygrad.nn.onnx")
+  try: import tinygrad.nn.onnx as onnx
   except Exception: return  # noqa: BLE001 - no ONNX runner in this tinygrad: nothing to name
   runner = getattr(onnx, "OnnxRunner", None)
   if runner is None or not hasattr(runner, "_init_from_graph"): return
