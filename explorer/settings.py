@@ -58,11 +58,17 @@ class Settings(BaseSettings):
                                     "long behind each thread rendering a page, several times a request")
   max_jobs_per_client: int = Field(4, ge=0, description="traces one client address may have running or waiting at once (0: no limit); "
                                    "past it a new trace gets 429 with a Retry-After, so one client cannot take every worker and queue slot")
-  max_waiting_work: int = Field(32, ge=0, description="work of one kind started by pages beside traces (a kernel's record on another target, "
-                                "its analysis or compile facts; hand schedules) waiting for a worker before more gets 503 with a Retry-After")
-  max_work_per_client: int = Field(4, ge=0, description="work of one kind (enrichments, hand schedules) one client address may have running "
+  max_waiting_work: int = Field(32, ge=0, description="work of one kind asked for beside traces (hand schedules, a diff's measurements) "
+                                "waiting for a worker before more gets 503 with a Retry-After")
+  max_work_per_client: int = Field(4, ge=0, description="work of one kind (hand schedules, measurements) one client address may have running "
                                    "or waiting at once (0: no limit); past it 429 with a Retry-After. A free worker goes to the client running the "
                                    "fewest; one client's traces and hand schedules run on all but one worker, so another client finds one at once")
+  max_page_work_per_client: int = Field(64, ge=0, description="a page's own lazy parts (a kernel's record on another target, its analysis "
+                                        "or compile facts) one client address may have running or waiting at once (0: no limit): they wait "
+                                        "their turn, the page saying how many are ahead, so a person reading pages is never refused; past it "
+                                        "(a flood) 429 with a Retry-After")
+  max_waiting_page_work: int = Field(256, ge=0, description="a page's lazy parts of every client waiting for a worker before more gets 503 "
+                                     "with a Retry-After")
   queue_wait_s: float = Field(900.0, ge=0, description="a queued trace that waited longer than this is dropped with a message")
   max_repeats: int = Field(1000, ge=0, description="largest timing repeats or warmup a request may ask for")
   max_beam: int = Field(8, ge=0, description="largest BEAM width a request may ask for")

@@ -205,6 +205,25 @@ def test_a_nul_in_a_search_matches_nothing(web_client, small_trace):
   assert web_client.get("/api/library", params={"q": "wino\x00"}).json()["total"] == 0
   assert web_client.get("/api/library", params={"q": "\x00"}).json()["total"] == 0
 
+def test_a_waiting_task_knows_how_many_are_ahead_of_it():
+  """A task waiting for a slot says how many get one before it, by the rule that hands slots on: the client running the fewest first,
+  then the oldest; another client's task is next although one client queued three before it."""
+  import asyncio
+  from explorer.web.services.lifecycle import Task, Tasks
+  async def scenario() -> list[int | None]:
+    gate = threading.Event()
+    tasks: Tasks[Task] = Tasks(parallel=1, per_client=8, what="things")
+    mine = [tasks.start(("a", i), Task(client="a"), lambda t, p: gate.wait(10)) for i in range(4)]
+    await asyncio.sleep(0.2)
+    theirs = tasks.start(("b", 0), Task(client="b"), lambda t, p: gate.wait(10))
+    await asyncio.sleep(0.1)
+    ahead = [tasks.ahead(t) for t in (*mine, theirs)]
+    gate.set()
+    while tasks.active(): await asyncio.sleep(0.05)
+    return ahead + [tasks.ahead(theirs)]
+  # a0 holds the slot; b0 goes first (b runs none), then a1, a2, a3 in turn; done, nothing waits
+  assert run_async(scenario()) == [None, 1, 2, 3, 0, None]
+
 def test_one_admission_rule():
   """Tasks admit new work by one rule: joining identical work is free; a client past its share gets ClientBusy (429), anyone past the
   kind's bound Busy (503), both with a Retry-After; a free slot goes to the client running the fewest; with `reserve` (traces) one

@@ -335,7 +335,7 @@ def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path, alone):
   store.put_trace("f100d00000000000", validate_trace(scaled(store.get_trace(cnn["id"]), 1000)), store.get_rewrites(cnn["id"]))
   big = "/api/traces/f100d00000000000"
   flooder, other = {"X-Forwarded-For": "198.51.100.1"}, {"X-Forwarded-For": "198.51.100.2"}
-  with running_server(flood_db, tmp_path, trusted_proxies="127.0.0.1", max_workers=2) as base:
+  with running_server(flood_db, tmp_path, trusted_proxies="127.0.0.1", max_workers=2, max_page_work_per_client=4) as base:
     proc = psutil.Process(server_pid(base))
     assert httpx.get(f"{base}{big}/kernels/0", headers=other, timeout=60).status_code == 200  # parsed once, before the flood
     rss0, peak, health, answers, stop = proc.memory_info().rss, 0, [], [], threading.Event()

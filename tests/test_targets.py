@@ -243,6 +243,45 @@ def test_a_local_trace_records_where_each_part_ran(tmp_path):
     assert client.get(f"/api/traces/{trace_id}").json()["env"]["ran_on"]["targets"] == {"metal": here}
     assert f"ran on <b>{here}</b> (every stage, Metal target)</span>" in client.get(f"/t/{trace_id}").text
 
+def test_a_persons_tabs_wait_their_turn_and_the_overview_reads_every_target_as_they_land(tmp_path):
+  """One person opens a kernel's five other target tabs at once, past their share of work running or waiting (3 here; 64 by default):
+  every tab answers its page (200), the first two rendering, the third next in line, the last two waiting for a place in it, and each
+  fills in; meanwhile the overview, read at every target in a loop, answers 200 with the totals as its rows show them (the kernels
+  without a record on that target yet counted by their own figures, saying how many)."""
+  import threading
+  from explorer.spec import TARGETS
+  app = app_over(str(tmp_path / "p.sqlite3"), max_page_work_per_client=3, background_workers=0)
+  body = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3},
+          "variant": {"algo": "winograd", "targets": ["cuda"], "repeats": 2}}
+  with TestClient(app) as client:
+    trace_id = trace_of(client, body)
+    tabs = [t for t in TARGETS if t not in ("cuda", "clang")]
+    assert len(tabs) == 5 and len(client.get(f"/api/traces/{trace_id}/kernels").json()) == 4
+    overview, stop = [], threading.Event()
+    def read_overview() -> None:
+      while not stop.is_set():
+        for target in TARGETS:
+          r = client.get(f"/t/{trace_id}", params={"target": target})
+          overview.append((r.status_code, target, r.text if r.status_code != 200 else ""))
+    reader = threading.Thread(target=read_overview, daemon=True)
+    reader.start()
+    pages = [client.get(f"/t/{trace_id}/k/0", params={"target": t}) for t in tabs]
+    assert [p.status_code for p in pages] == [200] * 5 and all(f'data-pending-target="{t}"' in p.text for p, t in zip(pages, tabs))
+    assert all("waits for a place in the line" not in p.text for p in pages[:2]), "the first two run at once"
+    assert "waits for a worker, next" in pages[2].text, pages[2].text
+    assert all("waits for a place in the line (this client has 3 enrichments running or waiting" in p.text for p in pages[3:])
+    deadline = time.monotonic() + 300
+    for t in tabs:  # each tab's script polls its record's URL (here without the Retry-After's pause) until it is stored
+      while (r := client.get(f"/api/traces/{trace_id}/kernels/0/targets/{t}")).status_code in (202, 429):
+        assert time.monotonic() < deadline, (t, r.text)
+        time.sleep(0.2)
+      assert r.status_code == 200 and r.json()["name"], r.text
+    stop.set()
+    reader.join(60)
+    assert overview and all(code == 200 for code, _, _ in overview), [o for o in overview if o[0] != 200][:3]
+    page = client.get(f"/t/{trace_id}", params={"target": "metal"}).text
+    assert "(3 of 4 not on Metal yet)" in page, "kernels 1-3 have no Metal record: their own figures are summed, and the total says so"
+
 def wait_for_target(client, url: str, timeout_s: float = 300) -> dict:
   r = computed(client, url, timeout_s, lambda answer: answer["status"] in ("queued", "running"))
   assert r.status_code == 200, r.text

@@ -672,20 +672,33 @@ async function swapIn(id, also = []) {  // the element of this id as the same pa
   }
 }
 
+function follow(url, { detail, done, failed }) {  // a lazy part's job, polled until it is stored (done), fails (failed) or while it waits
+  // (detail: the job's words as it goes); refused a place in the line (429, 503), the page waits as Retry-After says and asks again
+  const poll = async () => {
+    let wait = 700;
+    try {
+      const r = await fetch(url);
+      if (r.status === 200) { await done(r); return; }
+      const d = await r.json();
+      if (r.status === 202) detail(d.detail || d.status);
+      else if (r.status === 429 || r.status === 503) {
+        detail(`waits for a place in the line (${d.detail})`);
+        wait = 1000 * (Number(r.headers.get("Retry-After")) || 5);
+      } else { failed(d.detail || `${r.status}`); return; }
+    } catch (e) { /* try again */ }
+    setTimeout(poll, wait);
+  };
+  setTimeout(poll, 500);
+}
+
 function initPendingTarget(root = document) {
   const box = $("#pending-target", root);
   if (!box || box.classList.contains("err")) return;
-  const poll = async () => {
-    try {
-      const r = await fetch(box.dataset.poll);
-      if (r.status === 200) { await swapIn("kernel-body", ["nav.ribbon"]); return; }
-      const d = await r.json();
-      if (r.status === 202) { $("[data-pending-detail]", box).textContent = d.detail || d.status; }
-      else { box.className = "alert err"; box.textContent = d.detail || `${r.status}`; return; }
-    } catch (e) { /* try again */ }
-    setTimeout(poll, 700);
-  };
-  setTimeout(poll, 500);
+  follow(box.dataset.poll, {
+    done: () => swapIn("kernel-body", ["nav.ribbon"]),
+    detail: (text) => { $("[data-pending-detail]", box).textContent = text; },
+    failed: (text) => { box.className = "alert err"; box.textContent = text; },
+  });
 }
 
 /* ***** a record's analysis computed on first view: follow the job, then put the live values, spec checks and line map in place ***** */
@@ -693,24 +706,17 @@ function initPendingTarget(root = document) {
 function initPendingAnalysis(root = document) {
   const box = $("#analysis[data-analysis-poll]", root);
   if (!box) return;
-  const poll = async () => {
-    try {
-      const r = await fetch(box.dataset.analysisPoll);
-      if (r.status === 200) {
-        const got = new DOMParser().parseFromString(await (await fetch(box.dataset.analysisFragment)).text(), "text/html");
-        for (const id of ["analysis", "code-own"]) {
-          const now = document.getElementById(id), fresh = got.getElementById(id);
-          if (now && fresh) { const node = document.importNode(fresh, true); now.replaceWith(node); initLineMaps(node); }
-        }
-        return;
+  follow(box.dataset.analysisPoll, {
+    done: async () => {
+      const got = new DOMParser().parseFromString(await (await fetch(box.dataset.analysisFragment)).text(), "text/html");
+      for (const id of ["analysis", "code-own"]) {
+        const now = document.getElementById(id), fresh = got.getElementById(id);
+        if (now && fresh) { const node = document.importNode(fresh, true); now.replaceWith(node); initLineMaps(node); }
       }
-      const d = await r.json();
-      if (r.status === 202) { const at = $("[data-analysis-detail]", box); if (at) at.textContent = d.detail || d.status; }
-      else { box.replaceChildren(Object.assign(document.createElement("div"), { className: "small muted", textContent: `analysis: ${d.detail || r.status}` })); return; }
-    } catch (e) { /* try again */ }
-    setTimeout(poll, 700);
-  };
-  setTimeout(poll, 500);
+    },
+    detail: (text) => { const at = $("[data-analysis-detail]", box); if (at) at.textContent = text; },
+    failed: (text) => box.replaceChildren(Object.assign(document.createElement("div"), { className: "small muted", textContent: `analysis: ${text}` })),
+  });
 }
 
 /* ***** compile facts computed on first view: follow the job, then put the stored facts in place (no reload) ***** */
@@ -718,26 +724,17 @@ function initPendingAnalysis(root = document) {
 function initPendingFacts(root = document) {
   const box = $("#compile-facts[data-facts-poll]", root);
   if (!box) return;
-  const fail = (text) => { box.innerHTML = ""; box.append(Object.assign(document.createElement("span"), { className: "muted", textContent: `compile: ${text}` })); };
-  const fill = async () => {
-    const html = await (await fetch(box.dataset.factsFragment)).text();
-    const got = new DOMParser().parseFromString(html, "text/html");
-    for (const id of ["compile-facts", "compiled-pane"]) {
-      const now = document.getElementById(id), fresh = got.getElementById(id);
-      if (now && fresh) now.replaceWith(document.importNode(fresh, true));
-    }
-  };
-  const poll = async () => {
-    try {
-      const r = await fetch(box.dataset.factsPoll);
-      if (r.status === 200) { await fill(); return; }
-      const d = await r.json();
-      if (r.status === 202) { const at = $("[data-facts-detail]", box); if (at) at.textContent = d.detail || d.status; }
-      else { fail(d.detail || `${r.status}`); return; }
-    } catch (e) { /* try again */ }
-    setTimeout(poll, 700);
-  };
-  setTimeout(poll, 500);
+  follow(box.dataset.factsPoll, {
+    done: async () => {
+      const got = new DOMParser().parseFromString(await (await fetch(box.dataset.factsFragment)).text(), "text/html");
+      for (const id of ["compile-facts", "compiled-pane"]) {
+        const now = document.getElementById(id), fresh = got.getElementById(id);
+        if (now && fresh) now.replaceWith(document.importNode(fresh, true));
+      }
+    },
+    detail: (text) => { const at = $("[data-facts-detail]", box); if (at) at.textContent = text; },
+    failed: (text) => { box.innerHTML = ""; box.append(Object.assign(document.createElement("span"), { className: "muted", textContent: `compile: ${text}` })); },
+  });
 }
 
 /* ***** schedule it yourself: opts as chips, applied in a worker (POST), the result beside the original ***** */
@@ -869,17 +866,11 @@ const viewers = new Map();  // every graph viewer on the page, by element id
 function initSass(root = document) {
   const pending = $("#sass-pending[data-sass-poll]", root);
   if (pending) {
-    const poll = async () => {
-      try {
-        const r = await fetch(pending.dataset.sassPoll);
-        if (r.status === 200) { await swapIn("sass-body"); return; }
-        const d = await r.json();
-        if (r.status === 202) { $("[data-sass-detail]", pending).textContent = d.detail || d.status; }
-        else { pending.className = "alert err"; pending.textContent = `No SASS: ${d.detail || r.status}`; return; }
-      } catch (e) { /* try again */ }
-      setTimeout(poll, 700);
-    };
-    setTimeout(poll, 500);
+    follow(pending.dataset.sassPoll, {
+      done: () => swapIn("sass-body"),
+      detail: (text) => { $("[data-sass-detail]", pending).textContent = text; },
+      failed: (text) => { pending.className = "alert err"; pending.textContent = `No SASS: ${text}`; },
+    });
   }
   const split = $("#sass-split", root);
   if (!split) return;

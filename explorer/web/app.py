@@ -59,7 +59,8 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
   def changed(trace_id: str, merge: Any = None) -> None: svc.forget(trace_id, merge)  # a target, an enrichment or a study stored into a trace
   traces = TraceCache(store, freeze_over=int(settings.freeze_parsed_mb) << 20)
   enrichments = EnrichmentService(store, limits, on_stored=changed, read=traces.with_kernels, background_workers=int(settings.background_workers),
-                                  max_waiting=int(settings.max_waiting_work), per_client=int(settings.max_work_per_client))
+                                  max_waiting=int(settings.max_waiting_page_work), per_client=int(settings.max_page_work_per_client),
+                                  opts_waiting=int(settings.max_waiting_work), opts_per_client=int(settings.max_work_per_client))
   def stored(trace_id: str, trace: dict[str, Any]) -> None:  # a trace's records get their analyses in the background, at a lower priority
     fresh = cast(TraceRecord, trace)  # as this version's engine wrote it: the current schema
     for target in dict.fromkeys(t for k in fresh["kernels"] for t in k.get("targets", {})):

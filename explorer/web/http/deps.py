@@ -75,7 +75,7 @@ async def enrichment_job(svc: Services, trace_id: str, trace: TraceRecord, kind:
   if job.status == "error":
     svc.enrichments.forget(trace_id, kind, target, kernels)
     raise HTTPException(409, f"{WHAT.get(kind, 'the {kind} of kernel {n} on {target}').format(n=n, target=target, kind=kind)} failed: {job.error}")
-  return JSONResponse(job.view(), status_code=202)
+  return JSONResponse(svc.enrichments.view(job), status_code=202)
 
 def stages_of_trace(trace: TraceRecord) -> list[dict[str, str]]:
   failed = {f["stage"]: f["error"] for f in trace["failures"]}

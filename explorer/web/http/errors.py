@@ -36,7 +36,10 @@ def readable_errors(exc: RequestValidationError) -> str:
   return "; ".join(parts) or "invalid request"
 
 def wants_html(request: Request) -> bool:
-  return not request.url.path.startswith("/api/") and "text/html" in request.headers.get("accept", "text/html")
+  """A page's address answers its errors as a page, unless the client asks for JSON and not HTML; the API's, as JSON."""
+  if request.url.path.startswith("/api/"): return False
+  accept = request.headers.get("accept", "")
+  return "text/html" in accept or "application/json" not in accept
 
 def allowed_methods(app: FastAPI, path: str) -> list[str]:
   """The methods some route answers at this path. Starlette's 405 names only the first route whose path matched (GET /api/traces/{id}
@@ -88,8 +91,8 @@ def install_error_handlers(app: FastAPI, templates: Templates) -> None:
   async def service_error(request: Request, exc: Exception) -> Response: return await http_error(request, as_http(exc))
   async def refused(request: Request, exc: SpecError) -> Response: return await http_error(request, StarletteHTTPException(422, str(exc)))
   async def failed(request: Request, exc: Exception) -> Response:  # a bug, or the store failing
-    return JSONResponse({"detail": f"the server failed: {type(exc).__name__}: {one_line(exc)[:300]}"}, 500)
-  async def store_error(request: Request, exc: StoreError) -> Response: return JSONResponse({"detail": str(exc)}, 500)
+    return await http_error(request, StarletteHTTPException(500, f"the server failed: {type(exc).__name__}: {one_line(exc)[:300]}"))
+  async def store_error(request: Request, exc: StoreError) -> Response: return await http_error(request, StarletteHTTPException(500, str(exc)))
   async def store_write(request: Request, exc: sqlite3.OperationalError) -> Response: return await http_error(request, store_refused(exc))
   handlers: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] = {
     Busy: service_error, **{kind: service_error for kind in STATUS_OF}, SpecError: refused, StoreError: store_error,

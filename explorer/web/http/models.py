@@ -264,6 +264,7 @@ class EnrichmentJob(BaseModel):
   detail: str = ""
   error: str | None = None
   started: float
+  ahead: int | None = Field(None, description="while it waits for a worker: how many tasks are before it in the line (0: it is next)")
 
 class HandOptsRequest(BaseModel):
   """A kernel scheduled by hand: opts OP:AXIS:ARG (tinygrad's Opt), applied after the start's opts, on a target."""

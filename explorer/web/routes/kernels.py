@@ -16,6 +16,7 @@ from explorer.web.http import deps
 from explorer.web.http.deps import LightTrace, ServicesDep, templates_of
 from explorer.web.http.models import NOT_FOUND, Analysis, CompileFacts, EnrichmentJob, TargetRecord, documented
 from explorer.web.http.work import Work
+from explorer.web.services.lifecycle import Busy
 from explorer.web.routes.common import asked_pass, step_notices, stepper, trace_page
 from explorer.web.urls import trace_api_url
 
@@ -131,6 +132,7 @@ async def kernel_sass_page(request: Request, trace_id: str, n: int, svc: Service
     if (job := await sass_job(svc, trace_id, trace, n, target, work)) is not None: pending = json.loads(bytes(job.body))
     else: view = sass_or_409(target_records(k)[target])
   except HTTPException as e: error = e.detail
+  except Busy as e: pending = {"detail": f"waits for a place in the line ({e})"}  # its script asks again as Retry-After says
   resp = await trace_page(request, svc, trace_id, "sass.html", ("kernels", "sass"), light=True, kernel=k, rec=target_records(k).get(target),
                           target=target, sass=view, pending=pending, error=error, targets=SASS_TARGETS,
                           api=f"{trace_api_url(trace_id)}/kernels/{n}/targets/{target}/sass")
@@ -170,9 +172,9 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   k = await deps.whole_kernel(svc, trace_id, trace, n)
   records, host = target_records(k), host_target(k)
   if target is None and code in TARGETS and code not in records: target = code  # a source tab not rendered yet: render it, as ?target= does
-  pending, pending_error = (target if target in TARGETS and target not in records else None), None
+  pending, pending_error, pending_detail = (target if target in TARGETS and target not in records else None), None, ""
   if pending is not None:  # this kernel's record computed now, in a worker; the page puts it in place when it is stored
-    try: await deps.enrichment_job(svc, trace_id, trace, ENRICH_TARGET, pending, n, work)
+    try: pending_detail = (await lazy_part(svc, trace_id, trace, ENRICH_TARGET, pending, n, work)) or ""
     except HTTPException as e: pending_error = e.detail
   notices = []
   if target is not None and target not in TARGETS:  # nothing asked for is ignored in silence
@@ -182,7 +184,7 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   async def first_view(kind: str, needed: bool) -> tuple[bool, str | None]:
     """(pending, error) of an enrichment of this record: started on this first view (the page fills it in when stored)."""
     if not needed or pending: return False, None
-    try: await deps.enrichment_job(svc, trace_id, trace, kind, target, n, work)
+    try: await lazy_part(svc, trace_id, trace, kind, target, n, work)
     except HTTPException as e: return False, e.detail
     return True, None
   analysis_pending, analysis_error = await first_view(ENRICH_ANALYSIS, ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None)
@@ -201,11 +203,18 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   resp = await trace_page(request, svc, trace_id, "kernel.html", ("kernels", "source"), light=True, kernel=k, step=step,
                           api=f"{trace_api_url(trace_id)}/kernels/{n}", graph_mode="passes" if graph == "passes" else "ast", code=code,
                           code_tabs=tabs, target=target, rec=rec, records=records, all_targets=TARGETS, pending=pending,
-                          pending_error=pending_error, facts_pending=facts_pending, facts_error=facts_error, analysis_pending=analysis_pending,
-                          analysis_error=analysis_error, asked_opts=_asked_opts(opts, opts_from), asked_from=opts_from, notices=notices,
-                          bound=bound_values(trace, k))
+                          pending_error=pending_error, pending_detail=pending_detail, facts_pending=facts_pending, facts_error=facts_error,
+                          analysis_pending=analysis_pending, analysis_error=analysis_error, asked_opts=_asked_opts(opts, opts_from),
+                          asked_from=opts_from, notices=notices, bound=bound_values(trace, k))
   if pending or facts_pending or analysis_pending: resp.headers["Cache-Control"] = "no-store"  # it changes when they are stored
   return resp
+
+async def lazy_part(svc: Any, trace_id: str, trace: TraceRecord, kind: str, target: str, n: int, work: Any) -> str | None:
+  """A page's own lazy part started (or followed) as its API URL would: its job's words; a page is never refused for it, the line being
+  full (Busy) is what the page says it waits for, and its script asks again as Retry-After says. HTTPException where it cannot be."""
+  try: job = await deps.enrichment_job(svc, trace_id, trace, kind, target, n, work)
+  except Busy as e: return f"waits for a place in the line ({e})"
+  return str(json.loads(bytes(job.body))["detail"])
 
 def _asked_opts(opts: str | None, start: str) -> str | None:
   """A permalink's opts as the panel's script takes them (None: none asked, or text that is no opt list: the panel starts empty)."""

@@ -148,11 +148,11 @@ def table_facts(trace: TraceRecord) -> dict[str, Any]:
           "compiled": compile_summary(trace)}
 
 def table_total(trace: TraceRecord, target: str | None) -> dict[str, int]:
-  """The kernel table's footer: linear UOps, FLOPs and bytes of every kernel, on the table's target where the first kernel has a record
-  there (else the kernels' own figures)."""
-  views: list[Any] = [target_records(k).get(target or "", {}) for k in trace["kernels"]]
-  rows: list[Any] = views if views and views[0] else trace["kernels"]
-  return {f: sum(r[f] for r in rows) for f in ("linear_uops", "flops", "bytes")}
+  """The kernel table's footer, summed as its rows show them: linear UOps, FLOPs and bytes of each kernel's record on the table's
+  target, or the kernel's own figures where it has none there yet (`own`: how many; its neighbours' records land in the background)."""
+  rows: list[Any] = [target_records(k).get(target or "") or k for k in trace["kernels"]]
+  own = sum(1 for r, k in zip(rows, trace["kernels"]) if r is k)
+  return {**{f: sum(r[f] for r in rows) for f in ("linear_uops", "flops", "bytes")}, "own": own}
 
 def compared_in(store: Store, trace_id: str) -> list[dict[str, str]]:
   """The stored diffs that timed this trace interleaved with another: a link to each, in words from this trace's side ("as A: B is

@@ -23,6 +23,7 @@ from explorer.web.services.permit import WorkPermit
 
 NEIGHBOURS = 4  # after the kernel asked for, this many on either side are computed in the background
 STOPPED = "the server stopped before this was computed: viewing it again computes it"
+BACKGROUND_WAITING = 32  # background tasks waiting for their worker; past it a neighbour is left for its first view
 BACKGROUND_NICE = 5  # background work runs this much further below the server's CPU priority than the work a page waits for
 
 def ran_on(trace: TraceRecord, target: str, by: str) -> TraceRecord:
@@ -43,10 +44,11 @@ class EnrichTask(Task):
   background: bool = False
   started: float = field(default_factory=time.time)
 
-  def view(self) -> dict[str, Any]:
-    """The job as the API shows it while it runs (explorer.web.http.models.EnrichmentJob)."""
-    return {"kind": self.kind, "target": self.target, "kernels": list(self.kernels), "status": self.status, "detail": self.detail,
-            "error": self.error, "started": self.started}
+  def view(self, ahead: int | None = None) -> dict[str, Any]:
+    """The job as the API shows it while it runs (explorer.web.http.models.EnrichmentJob); ahead: the tasks waiting before it."""
+    detail = self.detail if ahead is None else f"{self.detail}, {ahead} ahead" if ahead else f"{self.detail}, next"
+    return {"kind": self.kind, "target": self.target, "kernels": list(self.kernels), "status": self.status, "detail": detail,
+            "error": self.error, "started": self.started, "ahead": ahead}
 
 OPTS = "opts"  # the enrichment kind of a hand schedule: "opts:{start}:{OP:AXIS:ARG,...}" per kernel and target
 
@@ -75,21 +77,24 @@ Merge = Callable[[TraceRecord], TraceRecord]  # a stored trace with what was jus
 
 class EnrichmentService:
   def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str, Merge | None], None],
-               read: Callable[[str, Iterable[int] | None], TraceRecord | None], background_workers: int = 1, max_waiting: int = 32,
-               per_client: int = 4):
+               read: Callable[[str, Iterable[int] | None], TraceRecord | None], background_workers: int = 1, max_waiting: int = 256,
+               per_client: int = 64, opts_waiting: int = 32, opts_per_client: int = 4):
     """on_stored(id, merge): something was stored into trace id (merge: how to put it into a parsed copy; None: read it again);
     read(id, kernels): the stored trace, parsed (the server's one copy), with these kernels whole (None: all of it; the others may be
-    read light: explorer.web.services.registry.TraceCache.with_kernels); max_waiting, per_client: the admission rule's bounds per kind."""
+    read light: explorer.web.services.registry.TraceCache.with_kernels); max_waiting, per_client: the admission rule's bounds of the
+    enrichments pages wait for (a person's pages queue, a flood is refused); opts_waiting, opts_per_client: those of hand schedules."""
     self.store, self.limits, self.on_stored, self.read = store, limits, on_stored, read
     self.background_limits = dataclasses.replace(limits, nice=limits.nice + BACKGROUND_NICE)
     # what a page or a request waits for
-    self.tasks: Tasks[EnrichTask] = Tasks(parallel=2, max_waiting=max_waiting, per_client=per_client, what="enrichments")
+    self.tasks: Tasks[EnrichTask] = Tasks(parallel=2, max_waiting=max_waiting, per_client=per_client, what="enrichments", client_retry_s=3)
     # the rest, at a lower priority: the server's own work, bounded (a neighbour left out is computed when it is viewed)
-    self.background: Tasks[EnrichTask] = Tasks(parallel=max(1, background_workers), max_waiting=max_waiting, what="background enrichments")
+    self.background: Tasks[EnrichTask] = Tasks(parallel=max(1, background_workers), max_waiting=BACKGROUND_WAITING,
+                                               what="background enrichments")
     self.background_workers = background_workers
     # two hand schedules at once (their timing on a device is one at a time: explorer.tracing.devicelock), one client's on one of
     # them (reserve): another client's schedule starts at once
-    self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=2, max_waiting=max_waiting, per_client=per_client, what="hand schedules", reserve=True)
+    self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=2, max_waiting=opts_waiting, per_client=opts_per_client, what="hand schedules",
+                                             reserve=True)
     self.journal, self.opts_journal = Journal(store, ENRICHMENT, STOPPED), Journal(store, OPTS_TASK, STOPPED)
     self._pins = threading.Lock()
     self.computed = 0  # worker runs for requests: tests check that concurrent and later requests compute nothing more
@@ -101,6 +106,10 @@ class EnrichmentService:
 
   def status(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> EnrichTask | None:
     return self.tasks.get(self._key(trace_id, kind, target, kernels))
+
+  def view(self, task: EnrichTask) -> dict[str, Any]:
+    """The task as the API shows it, with the tasks waiting for a worker before it while it waits."""
+    return task.view(self.tasks.ahead(task))
 
   def forget(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> None:
     self.tasks.forget(self._key(trace_id, kind, target, kernels))

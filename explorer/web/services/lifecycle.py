@@ -16,6 +16,7 @@ hand schedules), with one restart rule for every kind: a task its server left qu
 by the next server that opens the store, unless it was left on a job queue that this server follows."""
 from __future__ import annotations
 import asyncio, os, socket, threading, time, uuid
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Hashable, Iterable, TypeVar
@@ -92,12 +93,13 @@ Hook = Callable[[T], Awaitable[None]]
 class Tasks(Generic[T]):
   """Tasks by key, run in the background (start from the event loop), admitted by one rule (the module's docstring)."""
   def __init__(self, parallel: int | None = None, wait_s: float | None = None, max_waiting: int | None = None, per_client: int = 0,
-               what: str = "tasks", reserve: bool = False):
+               what: str = "tasks", reserve: bool = False, client_retry_s: int = 10):
     """parallel: how many run at once (None: no limit); wait_s: how long a task may wait for its turn before it fails, saying so;
     max_waiting: how many more may wait for a turn (None: no bound); per_client: one client's tasks queued or running at once (0: no
-    bound); what: the work, as refusals name it; reserve: one client's tasks hold at most parallel - 1 slots (long work)."""
+    bound); what: the work, as refusals name it; reserve: one client's tasks hold at most parallel - 1 slots (long work);
+    client_retry_s: the Retry-After of a client past its share (about how long one of its tasks takes)."""
     self.parallel, self.wait_s, self.max_waiting, self.per_client, self.what = parallel, wait_s, max_waiting, per_client, what
-    self.reserve = reserve
+    self.reserve, self.client_retry_s = reserve, client_retry_s
     self.tasks: dict[Hashable, T] = {}
     self.running: set[asyncio.Task[None]] = set()
     self._holding: list[T] = []  # the tasks holding a slot
@@ -110,9 +112,24 @@ class Tasks(Generic[T]):
     if self.max_waiting is not None and self.parallel is not None and len(active) >= self.parallel + self.max_waiting:
       raise Busy(f"{len(active)} {self.what} are running or waiting already; try again in a minute", 60)
     if client is not None and self.per_client and (mine := sum(1 for t in active if t.client == client)) >= self.per_client:
-      raise ClientBusy(f"this client has {mine} {self.what} running or waiting, its share; try again when one is done", 10)
+      raise ClientBusy(f"this client has {mine} {self.what} running or waiting, its share; try again when one is done", self.client_retry_s)
 
   def get(self, key: Hashable) -> T | None: return self.tasks.get(key)
+
+  def ahead(self, task: T) -> int | None:
+    """How many tasks get a slot before this one as the line stands (the rule of _hand_on, slots handed in turn); None when it is not
+    waiting, or will take a free slot at once (one just launched joins the line at its end)."""
+    line = [t for t, _ in self._waiting]
+    if task not in line:
+      if task.status != QUEUED or task in self._holding: return None
+      line.append(task)
+    free = len(line) if self.parallel is None else self.parallel - len(self._holding)
+    holds = Counter(t.client for t in self._holding)
+    for n in range(len(line)):
+      nxt = line.pop(min(range(len(line)), key=lambda i: (holds[line[i].client], i)))
+      if nxt is task: return n if n >= free else None
+      holds[nxt.client] += 1
+    return None
 
   def active(self) -> list[T]: return [t for t in self.tasks.values() if t.active]
 
