@@ -98,6 +98,33 @@ def test_a_full_disk_refuses_writes_with_507_and_reads_go_on(tmp_path):
     finally: s.stop()
     assert integrity(db) == "ok"
 
+def test_a_full_disk_leaves_a_stale_documents_readers_and_a_jobs_end_each_one_line(tmp_path):
+  """The disk fills (1) under a trace whose kept API document went stale since (an analysis merged into it): its readers, gzip or
+  plain, get the document made from the light parse, not a 507 for the write that would keep it; (2) while a trace runs: the job ends
+  in one line (its trace could not be stored) and so does its row's final write, never an unretrieved task's traceback."""
+  from explorer.spec import ENRICH_ANALYSIS
+  from support import minimal_trace
+  with small_filesystem(tmp_path) as mnt:
+    db, stale = mnt / "traces.sqlite3", "5a1e5a1e5a1e5a1e"
+    store = Store(db)
+    store.put_trace(stale, minimal_trace(), b"")
+    store.put_enrichments(stale, ENRICH_ANALYSIS, {(0, "clang"): {}})  # merged into it: the document kept at put_trace is stale
+    store.close()
+    s = Server(db, tmp_path / "server.log").start()
+    try:
+      trace_id = post(s.base, {**SLOW, "variant": {**SLOW["variant"], "repeats": 100}})  # a few seconds in its timing stage
+      wait_for("the trace runs", lambda: stage_started(s.base, trace_id, "timing"), 180)
+      fill(mnt / "filler")
+      for encoding in ("gzip", "identity"):
+        r = httpx.get(f"{s.base}/api/traces/{stale}", headers={"Accept-Encoding": encoding}, timeout=30)
+        assert r.status_code == 200 and r.json()["id"] == stale, r.text
+      got = wait_for("the job ends", lambda: (st := status(s.base, trace_id))["status"] in ("error", "done") and st, 180)
+      assert got["status"] == "error" and "full" in got["error"] and "\n" not in got["error"], got
+    finally: s.stop()
+    log = (tmp_path / "server.log").read_text()
+    assert "Traceback" not in log and "never retrieved" not in log, log[-3000:]
+    assert f"trace {trace_id} ended error, but its row could not be written" in log, log[-3000:]
+
 @pytest.mark.parametrize("how", ["truncated", "not a database", "read-only", "named by KERNEL_EXPLORER_DB"])
 def test_a_store_that_cannot_be_used_stops_serve_with_one_line(tmp_path, how):
   """serve checks the store it will serve: --db, else KERNEL_EXPLORER_DB (it checked the default path while serving the variable's)."""

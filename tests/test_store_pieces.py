@@ -4,7 +4,7 @@ SQLite's 1 GB for a value), it reads back byte for byte, a trace's size grows wi
 written before parts reads as it did. Over a real captured program: the golden store, made by the store of commit 4cea94d (before
 parts) from a trace of two layers, captured."""
 from __future__ import annotations
-import gzip, json, pathlib, sqlite3
+import gzip, json, pathlib, sqlite3, zlib
 import pytest
 from fastapi.testclient import TestClient
 from explorer.store import Store, StoreError
@@ -340,4 +340,12 @@ def test_a_programs_api_document_is_made_when_it_is_stored_and_served_without_a_
       with sqlite3.connect(db) as c: c.execute(damage, (KEY.format(tid),))
       client.app.state.services.forget(tid)
       assert client.get(f"/api/traces/{tid}").content == made_now() and Store(db).document(tid) is not None  # made from a parse: kept
+    for body in (b"not gzip at all", gzip.compress(b"x")[:12]):  # bytes that are no document (or cut short), with their CRC: refused too
+      with sqlite3.connect(db) as c:
+        (ref,) = c.execute("SELECT ref FROM graph_cache WHERE key = ?", (KEY.format(tid),)).fetchone()
+        crc = f"{ref.rsplit(':', 1)[0]}:{zlib.crc32(body):08x}"
+        c.execute("UPDATE graph_cache SET body = ?, ref = ? WHERE key = ?", (body, crc, KEY.format(tid)))
+      client.app.state.services.forget(tid)
+      for encoding in ("identity", "gzip"):
+        assert client.get(f"/api/traces/{tid}", headers={"accept-encoding": encoding}).content == made_now(), (body, encoding)
     assert client.get("/api/traces/" + "0" * 16).status_code == 404

@@ -72,12 +72,19 @@ def put(c: sqlite3.Connection, trace_id: str, row_length: int, version: tuple[An
   c.execute("INSERT OR REPLACE INTO graph_cache (key, trace_id, ref, kind, body, created) VALUES (?,?,?,?,?,?)",
             (KEY.format(trace_id), trace_id, _ref(row_length, version, doc), "document", doc, time.time()))
 
+GZIP_MAGIC = b"\x1f\x8b"
+
 def get(c: sqlite3.Connection, trace_id: str, row_length: int, version: tuple[Any, ...]) -> bytes | None:
   """The stored document (as `made` made it) where it is good for `version`; None where there is none, it is stale, or its bytes are
-  not those stored (a damaged row is dropped: it is made again)."""
+  not those stored or not gzip (a damaged row is dropped: it is made again)."""
   row = c.execute("SELECT ref, body FROM graph_cache WHERE key = ?", (KEY.format(trace_id),)).fetchone()
   if row is None or not isinstance(row[0], str) or not row[0].startswith(version_key(row_length, version) + ":"): return None
-  if not isinstance(row[1], bytes) or row[0] != _ref(row_length, version, row[1]):
-    c.execute("DELETE FROM graph_cache WHERE key = ?", (KEY.format(trace_id),))
+  if not isinstance(row[1], bytes) or row[0] != _ref(row_length, version, row[1]) or not row[1].startswith(GZIP_MAGIC):
+    drop(c, trace_id)
     return None
   return row[1]
+
+def drop(c: sqlite3.Connection, trace_id: str) -> None:
+  """Forget the kept document (a reader makes it again); a store that cannot be written now keeps it, and it is stale or refused anyway."""
+  try: c.execute("DELETE FROM graph_cache WHERE key = ?", (KEY.format(trace_id),))
+  except sqlite3.OperationalError: pass

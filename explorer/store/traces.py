@@ -78,6 +78,8 @@ class Traces(Connected):
     """Keep `doc`, the trace's document (documents.made) as read at `version` (trace_version)."""
     documents.put(self._conn(), trace_id, self._row_length(trace_id), version, doc)
 
+  def drop_document(self, trace_id: str) -> None: documents.drop(self._conn(), trace_id)
+
   def document(self, trace_id: str) -> bytes | None:
     """The trace's API document, gzipped (documents.made), where the one kept is good for the trace as it is now (its
     version, and its row's length: a row changed in place, as damage does, is not served from it); None where there is no trace, or

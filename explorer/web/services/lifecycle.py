@@ -15,7 +15,7 @@ Work that outlives a request is kept in the store's one tasks table, a row per k
 hand schedules), with one restart rule for every kind: a task its server left queued or running is marked interrupted, saying why,
 by the next server that opens the store, unless it was left on a job queue that this server follows."""
 from __future__ import annotations
-import asyncio, os, socket, threading, time, uuid
+import asyncio, logging, os, socket, sqlite3, threading, time, uuid
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +24,8 @@ from explorer.spec import Progress
 from explorer.tasks import ACTIVE as ACTIVE, DONE as DONE, ERROR as ERROR, INTERRUPTED as INTERRUPTED, QUEUED as QUEUED, RUNNING as RUNNING
 from explorer.tasks import TaskKind, TaskState
 if TYPE_CHECKING: from explorer.store import Store
+
+log = logging.getLogger(__name__)
 
 def one_line(e: BaseException) -> str:
   """An error as a page or a terminal shows it: its first line, never a traceback."""
@@ -281,8 +283,13 @@ class Journal:
   async def started(self, task: Task) -> None: await asyncio.wrap_future(self.write(self.store.task_started, self.kind, task.id))
 
   async def ended(self, task: Task, status: TaskState | None = None, result: Any = None) -> None:
-    """Its row says how it ended (status: the task's own unless given), with its result where one is kept there."""
-    await asyncio.wrap_future(self.write(self.store.task_finished, self.kind, task.id, status or task.status, task.error, result, task.detail))
+    """Its row says how it ended (status: the task's own unless given), with its result where one is kept there. A store that cannot
+    be written now (its disk full) leaves the row as it was, saying so in one line: the task ended all the same, and this server
+    answers for it from memory; the next server marks the row interrupted (its owner is gone)."""
+    try:
+      await asyncio.wrap_future(self.write(self.store.task_finished, self.kind, task.id, status or task.status, task.error, result, task.detail))
+    except sqlite3.OperationalError as e:
+      log.warning("kernel-explorer: %s %s ended %s, but its row could not be written: %s", self.kind, task.id, status or task.status, one_line(e))
 
   def interrupt(self, tasks: Iterable[Task]) -> None:
     """The server is stopping: its unfinished tasks are interrupted, saying so, in the store too (now, not in turn). Those on a job

@@ -1,7 +1,7 @@
 """Every stateful part of one app, in one typed place: explorer.web.app.create_app makes them, the routes reach them through one
 dependency (explorer.web.http.deps.ServicesDep)."""
 from __future__ import annotations
-import collections, threading
+import collections, logging, sqlite3, threading, zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, TypeVar, cast
 from explorer.schema import KernelRecord, TraceRecord
@@ -9,6 +9,7 @@ from explorer.settings import Settings
 from explorer.store import Store, StoreError, documents
 from explorer.store.collector import collector_paused
 from explorer.store.pieces import whole
+from explorer.web.services.lifecycle import one_line
 if TYPE_CHECKING:
   from explorer.web.services.devices import DeviceCatalog, QueueDevices
   from explorer.web.services.diffs import DiffService
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _MISSING = object()
+log = logging.getLogger(__name__)
 
+OPENED_KEPT = 256  # kept documents seen to open, by trace and CRC
 HEAVY_KEPT = 64  # kernels' heavy halves kept parsed (by part: content-addressed, the same for every trace that holds the part)
 
 class TraceCache:
@@ -46,6 +49,7 @@ class TraceCache:
     self._deriving: dict[tuple[str, bool, Hashable], threading.Lock] = {}
     self.derivations = 0  # values computed by derived() (tests count them)
     self._heavy: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()  # part hash -> its heavy half, parsed
+    self._opened: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()  # kept documents seen to open
 
   def derived(self, trace_id: str, trace: TraceRecord, what: Hashable, compute: Callable[[TraceRecord], T]) -> T:
     """compute(trace), once per parsed trace: what a page shows of a whole trace (a program's timeline, its kernels by line) is computed
@@ -95,15 +99,38 @@ class TraceCache:
 
   def document(self, trace_id: str) -> bytes | None:
     """The trace's API document, gzipped (explorer.store.documents): as the store keeps it where it is good for the trace
-    as it is (no parse: `documents_read` counts them); else made from the light parse and kept for the next reader, at the parse's
-    version. None where there is no trace."""
+    as it is (no parse: `documents_read` counts them; opened once per server to see that it is one: a kept one that is not is dropped);
+    else made from the light parse and kept for the next reader, at the parse's version. None where there is no trace."""
     if (doc := self.store.document(trace_id)) is not None:
-      self.documents_read += 1
-      return doc
+      if self._opens(trace_id, doc):
+        self.documents_read += 1
+        return doc
+      self.store.drop_document(trace_id)
+    return self._made(trace_id)
+
+  def _opens(self, trace_id: str, doc: bytes) -> bool:
+    """Whether a kept document is gzip that opens (each one checked once: a 10,000-kernel program's takes about 50 ms)."""
+    key = (trace_id, zlib.crc32(doc))
+    with self._lock:
+      if key in self._opened: return True
+    try: documents.opened(doc)
+    except (OSError, EOFError, zlib.error) as e:
+      log.warning("kernel-explorer: trace %s's kept document does not open (%s): made again", trace_id, one_line(e))
+      return False
+    with self._lock:
+      self._opened[key] = None
+      while len(self._opened) > OPENED_KEPT: self._opened.popitem(last=False)
+    return True
+
+  def _made(self, trace_id: str) -> bytes | None:
+    """The document made from the light parse, and kept for the next reader where the store can keep it now."""
     if (trace := self.get(trace_id, light=True)) is None: return None
     doc = documents.made(trace_id, trace)
     with self._lock: got = self._items.get((trace_id, True))
-    if got is not None and got[1] is trace and got[2]: self.store.put_document(trace_id, got[0], doc)  # (a parse, as stored then)
+    if got is not None and got[1] is trace and got[2]:  # (a parse, as stored then)
+      try: self.store.put_document(trace_id, got[0], doc)
+      except sqlite3.OperationalError as e:  # the disk full, say: readers go on, each making it
+        log.warning("kernel-explorer: trace %s's document not kept (%s): made again by its next reader", trace_id, one_line(e))
     return doc
 
   def kernel(self, trace_id: str, trace: TraceRecord, n: int) -> KernelRecord:
