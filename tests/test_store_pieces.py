@@ -214,6 +214,29 @@ def test_a_programs_stage_table_is_paged(v1, tmp_path):
     assert f"of {len(kept)} shown" in first and last.count('<tr data-fate="kept"') == 50 and "(401)" in last
     assert client.app.state.services.traces.whole_parses == 0
 
+def test_a_chunk_missing_at_the_end_or_holding_no_records_is_named_on_every_page(v1, tmp_path):
+  """The row keeps each chunked list's length, so a program whose last chunk of kernels, schedule or buffers is gone (the rows before
+  it all in place) is StoreError, not a shorter program: its pages and exports answer that in one line (500), never 500 of 600 rows
+  or a template's traceback (its API document, made whole when it was stored, still serves); a chunk of items that are not records is
+  refused the same way."""
+  from explorer.store.pieces import CHUNK
+  big = scaled(Store(v1).get_trace(PROGRAM), CHUNK + 3)
+  assert all(len(big[f]) > CHUNK for f in ("kernels", "schedule", "buffers")), {f: len(big[f]) for f in ("kernels", "schedule", "buffers")}
+  last = "(SELECT max(seq) FROM trace_chunks WHERE trace_id = ?1 AND field = ?2)"
+  cut, bad = f"DELETE FROM trace_chunks WHERE trace_id = ?1 AND field = ?2 AND seq = {last}", \
+             f"UPDATE trace_chunks SET body = '[1, 2, 3]' WHERE trace_id = ?1 AND field = ?2 AND seq = {last}"
+  for field, damage in [("kernels", cut), ("schedule", cut), ("buffers", cut), ("schedule", bad)]:
+    db = tmp_path / f"{field}-{len(damage)}.sqlite3"
+    store = Store(db)
+    store.put_trace(tid := "c" * 16, big, b"")
+    with sqlite3.connect(db) as c: c.execute(damage, (tid, field))
+    says = "a chunk is missing" if damage.startswith("DELETE") else "holds items that are not records"
+    with pytest.raises(StoreError, match=f"stored trace c{{16}} is corrupt: .*{says}"): store.get_trace(tid, light=True)
+    with TestClient(app_over(db), raise_server_exceptions=False) as client:
+      for url in (f"/t/{tid}", f"/t/{tid}/k/0", f"/t/{tid}/export.html", f"/api/traces/{tid}/raw", f"/t/{tid}/export.json"):
+        r = client.get(url)
+        assert r.status_code == 500 and "is corrupt" in r.text and says in r.text and "Traceback" not in r.text, (field, url, r.text[:300])
+
 def test_a_programs_json_export_streams_its_kernels_a_chunk_at_a_time(v1, tmp_path):
   """A program's export.json is the trace as stored with its annotations, its kernels read whole from the store a chunk at a time and
   streamed (no length known up front; gzipped where the client takes it, plain otherwise), with what was computed for a kernel since

@@ -79,14 +79,33 @@ def split(trace: Mapping[str, Any]) -> tuple[dict[str, Any], list[Ref]]:
     kernels.append({f: None if f in part else v for f, v in k.items()})
   return {**trace, "kernels": kernels}, refs
 
+COUNTS = "_chunked"  # the row's {field: its length} of the lists kept in chunks: a chunk missing at the end is seen
+
 def chunked(trace: Mapping[str, Any]) -> tuple[dict[str, Any], Chunks]:
-  """(the trace with its long lists emptied, their chunks): a list of more than CHUNK items is [] in the row, its items in chunks."""
-  rest, chunks = dict(trace), []
+  """(the trace with its long lists emptied, their chunks): a list of more than CHUNK items is [] in the row, its items in chunks,
+  and its length in the row's COUNTS."""
+  rest, chunks, counts = dict(trace), [], {}
   for f in CHUNKED:
     if isinstance(items := trace.get(f), list) and len(items) > CHUNK:
       chunks += [(f, i // CHUNK, json.dumps(items[i:i + CHUNK], default=str)) for i in range(0, len(items), CHUNK)]
-      rest[f] = []
+      rest[f], counts[f] = [], len(items)
+  if counts: rest[COUNTS] = counts
   return rest, chunks
+
+def _corrupt(trace_id: str, what: str) -> StoreError: return StoreError(f"stored trace {trace_id} is corrupt: {what}")
+
+def _checked_chunk(trace_id: str, f: str, seq: int, chunk: Any, before: int) -> list[Any]:
+  """A parsed chunk, in its place (`before` items of its list read ahead of it), a list of JSON objects; else StoreError."""
+  if f not in CHUNKED or not isinstance(chunk, list) or seq != before // CHUNK or before % CHUNK:
+    raise _corrupt(trace_id, f"chunk {seq} of its {f} is out of place or not a list")
+  if not all(isinstance(item, dict) for item in chunk): raise _corrupt(trace_id, f"chunk {seq} of its {f} holds items that are not records")
+  return chunk
+
+def counted(trace_id: str, f: str, got: int, counts: Any) -> None:
+  """StoreError where the row says its list `f` has another length than the `got` items its chunks hold (a row stored before
+  COUNTS says nothing)."""
+  if isinstance(counts, dict) and f in counts and counts[f] != got:
+    raise _corrupt(trace_id, f"{got} of its {counts[f]} {f} items are kept: a chunk is missing")
 
 def put(c: sqlite3.Connection, trace_id: str, refs: list[Ref], chunks: Chunks) -> None:
   """The trace's parts (a part already stored for any trace is not written again), its kernels' references to them, its chunks."""
@@ -101,16 +120,15 @@ def unchunked(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> di
   missing, out of order, or that does not parse to a list is StoreError."""
   from pydantic_core import from_json  # as get_trace parses the row: here, not at import (trace workers never load pydantic)
   got: dict[str, list[Any]] = {}
+  counts = trace.pop(COUNTS, None)
   for f, seq, body in c.execute("SELECT field, seq, body FROM trace_chunks WHERE trace_id = ? ORDER BY field, seq", (trace_id,)):
     items = got.setdefault(f, [])
     try: chunk = from_json(body)
-    except (ValueError, TypeError) as e:
-      raise StoreError(f"stored trace {trace_id} is corrupt: chunk {seq} of its {f} does not parse ({e})") from None
-    if f not in CHUNKED or not isinstance(chunk, list) or seq != len(items) // CHUNK or len(items) % CHUNK:
-      raise StoreError(f"stored trace {trace_id} is corrupt: chunk {seq} of its {f} is out of place or not a list")
-    items += chunk
+    except (ValueError, TypeError) as e: raise _corrupt(trace_id, f"chunk {seq} of its {f} does not parse ({e})") from None
+    items += _checked_chunk(trace_id, f, seq, chunk, len(items))
+  for f in CHUNKED: counted(trace_id, f, len(got.get(f, [])), counts)
   for f, items in got.items():
-    if trace.get(f): raise StoreError(f"stored trace {trace_id} is corrupt: its {f} is both in its row and in chunks")
+    if trace.get(f): raise _corrupt(trace_id, f"its {f} is both in its row and in chunks")
     trace[f] = items
   return trace
 
@@ -161,8 +179,13 @@ def joined(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any], light: b
   return trace
 
 def kernel_chunks(c: sqlite3.Connection, trace_id: str) -> list[int]:
-  """The positions of the trace's chunks of kernels, in order ([]: its kernels are in its row)."""
-  return [seq for (seq,) in c.execute("SELECT seq FROM trace_chunks WHERE trace_id = ? AND field = 'kernels' ORDER BY seq", (trace_id,))]
+  """The positions of the trace's chunks of kernels, in order ([]: its kernels are in its row); StoreError where the row says it
+  has more or fewer (a chunk missing at the end)."""
+  seqs = [seq for (seq,) in c.execute("SELECT seq FROM trace_chunks WHERE trace_id = ? AND field = 'kernels' ORDER BY seq", (trace_id,))]
+  row = c.execute(f"SELECT json_extract(trace, '$.{COUNTS}.kernels') FROM traces WHERE id = ?", (trace_id,)).fetchone()
+  if row is not None and isinstance(n := row[0], int) and len(seqs) != -(-n // CHUNK):
+    raise _corrupt(trace_id, f"its kernels keep {len(seqs)} of their {-(-n // CHUNK)} chunks")
+  return seqs
 
 def kernel_chunk(c: sqlite3.Connection, trace_id: str, seq: int) -> list[Any]:
   """Chunk `seq` of the trace's kernels as stored: their own fields, their parts' fields null."""
@@ -170,8 +193,8 @@ def kernel_chunk(c: sqlite3.Connection, trace_id: str, seq: int) -> list[Any]:
   row = c.execute("SELECT body FROM trace_chunks WHERE trace_id = ? AND field = 'kernels' AND seq = ?", (trace_id, seq)).fetchone()
   try: kernels = from_json(row[0]) if row is not None else None
   except (ValueError, TypeError): kernels = None
-  if not isinstance(kernels, list): raise StoreError(f"stored trace {trace_id} is corrupt: chunk {seq} of its kernels is missing or not a list")
-  return kernels
+  if not isinstance(kernels, list): raise _corrupt(trace_id, f"chunk {seq} of its kernels is missing or not a list")
+  return _checked_chunk(trace_id, "kernels", seq, kernels, seq * CHUNK)
 
 def whole_slice(c: sqlite3.Connection, trace_id: str, kernels: list[Any], first: int, parts: collections.OrderedDict[str, dict[str, Any]],
                 keep: int = 64) -> list[Any]:
