@@ -208,7 +208,9 @@ def hand_opts(opts: Sequence[str], start: str = "current") -> tuple[str, ...]:
   out = tuple(o.strip().upper() for o in opts if isinstance(o, str) and o.strip())
   if len(out) != len(opts): raise SpecError("an opt is empty or not text")
   for o in out:
-    if not HAND_OPT_RE.fullmatch(o): raise SpecError(f"{o[:40]!r} is not an opt: OP:AXIS:ARG with OP one of {', '.join(OPT_OPS)} (UPCAST:0:4)")
+    if not (m := HAND_OPT_RE.fullmatch(o)): raise SpecError(f"{o[:40]!r} is not an opt: OP:AXIS:ARG with OP one of {', '.join(OPT_OPS)} (UPCAST:0:4)")
+    if m.group(1) != "TC" and "-" in (m.group(3) or ""):  # tinygrad takes it as a size and fails inside (TC's -1 picks any tensor core)
+      raise SpecError(f"{o[:40]!r}: {m.group(1)}'s argument is a size, 0 or more (0: the whole axis; UPCAST:0:4)")
   return out
 
 # the largest error a trace's output may have against the float64 reference, relative to the reference's largest magnitude (error_stats'

@@ -81,6 +81,9 @@ def test_a_bad_opt_is_refused_with_tinygrads_reason(web_client, traced):
   assert "Traceback" not in r.text and "\x1b" not in r.text
   r = web_client.post(f"/api/traces/{traced}/kernels/0/opts", json={"target": "cuda", "opts": ["UPCAST:zero:4"]})
   assert r.status_code == 422 and "not an opt" in r.text
+  for negative in ("UPCAST:0:-1", "LOCAL:0:-4", "PADTO:0:-32"):  # a size below 0: refused as text, before any work (tinygrad fails inside)
+    r = web_client.post(f"/api/traces/{traced}/kernels/0/opts", json={"target": "cuda", "opts": [negative], "from": "none"})
+    assert r.status_code == 422 and "argument is a size, 0 or more" in r.json()["detail"], r.text
   r = web_client.post(f"/api/traces/{traced}/kernels/0/opts", json={"target": "fortran", "opts": []})
   assert r.status_code == 409 and "unknown target" in r.text
   assert web_client.get(f"/api/traces/{traced}/kernels/0/opts", params={"opts": "LOCAL:0:2"}).status_code == 404

@@ -290,7 +290,8 @@ def test_hand_opts_are_checked_as_text_and_split_as_urls_write_them():
   assert split_opts("UPCAST:0:4,TC:0:-1,2,1,local:1:8") == ["UPCAST:0:4", "TC:0:-1,2,1", "local:1:8"]
   assert hand_opts(split_opts("UPCAST:0:4,TC:0:-1,2,1,local:1:8"), "none") == ("UPCAST:0:4", "TC:0:-1,2,1", "LOCAL:1:8")
   assert hand_opts(["NOLOCALS::"]) == ("NOLOCALS::",) and split_opts(None) == []
-  for bad, says in ((["UPCAST:0"], "not an opt"), (["FOO:0:4"], "not an opt"), (["UPCAST:0:4"] * 17, "at most 16"), ([""], "empty")):
+  for bad, says in ((["UPCAST:0"], "not an opt"), (["FOO:0:4"], "not an opt"), (["UPCAST:0:4"] * 17, "at most 16"), ([""], "empty"),
+                     (["UPCAST:0:-1"], "UPCAST's argument is a size, 0 or more")):
     raises_one_line(lambda: hand_opts(bad), says)
   raises_one_line(lambda: hand_opts([], "beam"), "from must be one of current, none, heuristic")
   assert re.fullmatch(HAND_OPTS_QUERY, "UPCAST:0:4,TC:0:-1,2,1") and not re.fullmatch(HAND_OPTS_QUERY, "UPCAST:0:4;LOCAL:1:8")

@@ -76,7 +76,7 @@ def _scheduler(ast: UOp, renderer: Renderer, opts: Sequence[Opt]) -> Any:
     which = f"{opt_text(o)} (opt {i + 1} of {len(opts)})"
     try: k.apply_opt(o)
     except KernelOptError as e: raise OptRefused(f"{which}: {ansistrip(str(e)) or 'tinygrad refused it'}") from None
-    except (AssertionError, IndexError, ValueError) as e:  # an axis out of range fails before tinygrad's own checks
+    except (AssertionError, IndexError, TypeError, ValueError) as e:  # an axis or a size out of range fails before tinygrad's own checks
       raise OptRefused(f"{which}: {type(e).__name__}: {ansistrip(str(e))}") from None
   return k
 
