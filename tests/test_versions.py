@@ -37,8 +37,8 @@ def test_each_older_tinygrad_is_pinned_by_one_hash():
   assert sorted(p.name for p in versions.LOCKS.glob("*.txt")) == sorted(f"tinygrad-{v}.txt" for v in OLDER)
 
 def test_where_an_environment_stands_is_read_off_its_files(tmp_path, monkeypatch):
-  """missing (no venv), broken (no stamp: half made; or no interpreter), stale (made from another lock), ready; the server's own is
-  the server's interpreter."""
+  """missing (no venv), broken (no stamp: half made; no interpreter; a file its tinygrad's install recorded missing), stale (made from
+  another lock), ready; the server's own is the server's interpreter."""
   monkeypatch.setenv(versions.DIR_VAR, str(tmp_path))
   assert versions.environment(TINYGRAD) == versions.Environment(TINYGRAD, "server", sys.executable)
   v = OLDER[0]
@@ -48,10 +48,45 @@ def test_where_an_environment_stands_is_read_off_its_files(tmp_path, monkeypatch
   (tmp_path / v / versions.STAMP).write_text("0" * 64)
   assert versions.environment(v).state == "broken"  # no interpreter
   (venv / "python").symlink_to(sys.executable)
+  assert versions.environment(v).state == "broken"  # no tinygrad installed in it
+  site = pathlib.Path(versions.site_packages(tmp_path / v))
+  (site / f"tinygrad-{v}.dist-info").mkdir(parents=True)
+  (site / f"tinygrad-{v}.dist-info" / "RECORD").write_text(f"tinygrad/__init__.py,sha256=x,5\ntinygrad-{v}.dist-info/RECORD,,\n")
+  assert versions.environment(v).state == "broken"  # a file of its tinygrad missing
+  (site / "tinygrad").mkdir()
+  (site / "tinygrad" / "__init__.py").write_text("#1234")
   assert versions.environment(v).state == "stale"
   (tmp_path / v / versions.STAMP).write_text(versions.lock_hash(v) + "\n")
   assert versions.environment(v) == versions.Environment(v, "ready", str(venv / "python"), str(tmp_path / v))
   assert [e.version for e in versions.environments()] == list(TINYGRADS)
+
+@MADE
+def test_an_environment_missing_a_file_of_its_tinygrad_is_broken_and_nothing_runs_the_servers_in_its_place(tmp_path, monkeypatch):
+  """A copy of a made environment with one file of its tinygrad gone (or cut short) is listed broken, not ready; a worker asked for it
+  fails in one line saying how to make it again; and a worker process started on it anyway imports no tinygrad at all (never the
+  server's in its place), so no tinygrad writes its rewrites.pkl into the temporary folder."""
+  import shutil
+  from explorer.tracing.workers import WorkerFailed, call_in_worker
+  v = OLDER[0]
+  made = pathlib.Path(versions.environment(v).path or "")
+  shutil.copytree(made, tmp_path / v, symlinks=True)
+  monkeypatch.setenv(versions.DIR_VAR, str(tmp_path))
+  assert versions.environment(v).state == "ready"
+  tensor = pathlib.Path(versions.site_packages(tmp_path / v)) / "tinygrad" / "tensor.py"
+  for damage in (lambda: tensor.write_text(tensor.read_text()[:100]), tensor.unlink):
+    damage()
+    assert versions.environment(v).state == "broken", damage
+  with pytest.raises(WorkerFailed, match=rf"tinygrad {re.escape(v)}'s environment is broken .*versions --make {re.escape(v)}$"):
+    call_in_worker("explorer.tracing.versions:imported", {}, timeout_s=60, tinygrad=v)
+  (scratch := tmp_path / "tmp").mkdir()
+  python, path = str(tmp_path / v / "bin" / "python"), [versions.site_packages(tmp_path / v), *sys.path]
+  code = f"import sys; sys.path[:] = {path!r}; import explorer.tracing.tg"
+  env = {**os.environ, versions.TINYGRAD_VAR: v, "TMPDIR": str(scratch)}
+  done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+  said = done.stderr.strip().splitlines()[-1]
+  assert done.returncode != 0 and "broken" in said, done.stderr
+  assert said.startswith(f"ImportError: this worker was to run tinygrad {v} and would import "), said
+  assert not list(scratch.rglob("*")), list(scratch.rglob("*"))
 
 def test_the_cli_lists_them_and_refuses_a_version_it_does_not_support(tmp_path):
   env = {**os.environ, versions.DIR_VAR: str(tmp_path)}

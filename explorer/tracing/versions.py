@@ -17,7 +17,8 @@ BRIDGE = "kernel-explorer-server.pth"  # the server's environment behind the ven
 
 State = Literal["server", "ready", "missing", "stale", "broken"]
 STATES: dict[str, str] = {"server": "the server's own tinygrad", "ready": "made from its lock", "missing": "not made yet",
-                          "stale": "made from another lock: make it again", "broken": "half made or damaged: make it again"}
+                          "stale": "made from another lock: make it again",
+                          "broken": "half made, or a file of its tinygrad missing or changed: make it again"}
 
 @dataclasses.dataclass(frozen=True)
 class Environment:
@@ -49,8 +50,23 @@ def environment(version: str) -> Environment:
   if not venv.exists(): return Environment(version, "missing", None, str(venv))
   try: stamp = (venv / STAMP).read_text().strip()
   except OSError: return Environment(version, "broken", None, str(venv))
-  if not python.exists(): return Environment(version, "broken", None, str(venv))
+  if not python.exists() or damaged(venv, version) is not None: return Environment(version, "broken", None, str(venv))
   return Environment(version, "ready" if stamp == lock_hash(version) else "stale", str(python), str(venv))
+
+def damaged(venv: pathlib.Path, version: str) -> str | None:
+  """The first file of the venv's tinygrad that is missing or of another size than its install recorded (None: every one is as
+  installed; a few hundred stats). A worker of a venv missing one would import the server's tinygrad in its place."""
+  site = pathlib.Path(site_packages(venv))
+  try: record = (site / f"tinygrad-{version}.dist-info" / "RECORD").read_text()
+  except OSError: return f"tinygrad-{version}.dist-info/RECORD"
+  for line in record.splitlines():
+    path, _, rest = line.partition(",")
+    size = rest.rpartition(",")[2]
+    if not size.isdigit() or path.startswith("..") or "__pycache__" in path: continue  # (the RECORD has no size; bytecode is remade)
+    try:
+      if (site / path).stat().st_size != int(size): return path
+    except OSError: return path
+  return None
 
 def environments() -> list[Environment]: return [environment(v) for v in TINYGRADS]
 

@@ -27,7 +27,7 @@ from explorer.spec import PARTIAL, TINYGRAD, Progress
 from explorer.tracing import lifeline, template
 from explorer.tracing.boot import boot_code, start_python
 from explorer.tracing.template import TemplateChild
-from explorer.tracing.versions import TINYGRAD_VAR, EnvironmentFailed
+from explorer.tracing.versions import TINYGRAD_VAR, EnvironmentFailed, interpreter
 from explorer.tracing.devicelock import HeldLocks
 from explorer.tracing.lifeline import group_rss_mb
 
@@ -217,7 +217,10 @@ def call_in_worker(fn_path: str, kwargs: dict[str, Any], progress: Progress | No
   run (a measurement from start to end). Waiting for a device lock counts against the time limit. live: a dict that holds the
   worker process by pid while it runs (besides LIVE), for its owner to stop. tinygrad: the version the worker runs (None: the
   server's own; another in its environment, explorer.tracing.versions: WorkerFailed where that is not made)."""
-  if tinygrad is not None and tinygrad != TINYGRAD: env = {**(env or {}), TINYGRAD_VAR: tinygrad}
+  if tinygrad is not None and tinygrad != TINYGRAD:
+    try: interpreter(tinygrad)  # its environment as it is now (a template of it started earlier outlives its damage)
+    except EnvironmentFailed as e: raise WorkerFailed(str(e)) from None
+    env = {**(env or {}), TINYGRAD_VAR: tinygrad}
   limits = (limits if limits is not None else Limits.from_settings()).with_timeout(timeout_s)
   timeout_s = limits.timeout_s
   deadline = time.monotonic() + timeout_s

@@ -298,7 +298,7 @@ class DevicesOffered(BaseModel):
 
 class TinygradVersion(BaseModel):
   """A tinygrad a trace may run on and where its environment stands (explorer.tracing.versions): server (the server's own), ready
-  (made from its lock), missing (not made yet), stale (made from another lock) or broken (half made or damaged)."""
+  (made from its lock), missing (not made yet), stale (made from another lock) or broken (half made, or a file of its tinygrad missing or changed)."""
   version: str
   state: Literal["server", "ready", "missing", "stale", "broken"]
   meaning: str
