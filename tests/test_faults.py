@@ -10,7 +10,7 @@ import pytest
 from explorer.schema import validate_trace
 from explorer.store import Store
 from conftest import REPO
-from support import settings_free_env
+from support import minimal_trace, settings_free_env
 from servers import Server, post, status, wait_for, worker_groups
 
 TINY = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"targets": [], "repeats": 2}}
@@ -82,7 +82,7 @@ def fill(path: pathlib.Path) -> None:
       while True: f.write(b"\0" * (1 << 16)); f.flush()
 
 def test_a_full_disk_refuses_writes_with_507_and_reads_go_on(tmp_path):
-  from support import minimal_trace
+
   with small_filesystem(tmp_path) as mnt:
     db = mnt / "traces.sqlite3"
     Store(db).put_trace("a1b2c3d4e5f60718", minimal_trace(), b"")
@@ -103,7 +103,7 @@ def test_a_full_disk_leaves_a_stale_documents_readers_and_a_jobs_end_each_one_li
   plain, get the document made from the light parse, not a 507 for the write that would keep it; (2) while a trace runs: the job ends
   in one line (its trace could not be stored) and so does its row's final write, never an unretrieved task's traceback."""
   from explorer.spec import ENRICH_ANALYSIS
-  from support import minimal_trace
+
   with small_filesystem(tmp_path) as mnt:
     db, stale = mnt / "traces.sqlite3", "5a1e5a1e5a1e5a1e"
     store = Store(db)
@@ -144,6 +144,40 @@ def test_a_store_that_cannot_be_used_stops_serve_with_one_line(tmp_path, how):
   assert out.returncode == 2, out
   lines = out.stderr.strip().splitlines()
   assert len(lines) == 1 and "cannot be used" in lines[0] and str(db) in lines[0] and "Traceback" not in out.stderr, out.stderr
+
+CRASHED_WRITER = """import os, shutil, sys
+sys.path[:0] = [{repo!r}, {tests!r}]
+from explorer.store import Store
+from support import minimal_trace
+store = Store(sys.argv[1])
+store._conn().execute("PRAGMA wal_autocheckpoint=0")  # nothing folded into the file: all of it in the log
+store.put_trace(sys.argv[2], minimal_trace(label=sys.argv[2]), b"")
+os._exit(0)  # as a SIGKILLed server leaves its store: the log beside the file, no checkpoint
+"""
+
+def test_serve_refuses_a_log_that_is_not_its_stores_before_sqlite_replays_it(tmp_path):
+  """A write-ahead log copied beside a store from another one (SQLite would replay it on open and the store would be the other's for
+  good, its quick check saying ok): serve says so in one line before any connection, the store and the log untouched; the log a
+  crashed server left beside its own store replays as it should."""
+  from explorer.store import wal
+  mine, theirs = tmp_path / "mine.sqlite3", tmp_path / "theirs.sqlite3"
+  store = Store(mine)
+  store.put_trace("a" * 16, minimal_trace(), b"")
+  store.close()  # (a connection of this process would hold the store in use: its log left alone)
+  code = CRASHED_WRITER.format(repo=str(REPO), tests=str(REPO / "tests"))
+  subprocess.run([sys.executable, "-c", code, str(theirs), "b" * 16], check=True, env=settings_free_env(), timeout=60)
+  their_log = pathlib.Path(f"{theirs}-wal").read_bytes()
+  assert len(their_log) > 32 and wal.problem(theirs) is None  # its own: replayed when opened
+  pathlib.Path(f"{mine}-wal").write_bytes(their_log)
+  out = serve_once(mine)
+  lines = out.stderr.strip().splitlines()
+  assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+  assert "has a write-ahead log beside it (mine.sqlite3-wal" in lines[0] and "does not belong to it" in lines[0], lines[0]
+  assert "none of the 1 traces this database holds would remain" in lines[0] and "move mine.sqlite3-wal aside" in lines[0], lines[0]
+  assert pathlib.Path(f"{mine}-wal").read_bytes() == their_log  # nothing replayed
+  pathlib.Path(f"{mine}-wal").unlink()
+  assert Store(mine).get_trace("a" * 16) is not None and Store(mine).get_trace("b" * 16) is None
+  assert Store(theirs).get_trace("b" * 16)["label"] == "b" * 16  # a crashed server's log, replayed into its own store
 
 def serve_once(db: pathlib.Path, by_env: bool = False) -> subprocess.CompletedProcess:
   env = settings_free_env() | ({"KERNEL_EXPLORER_DB": str(db)} if by_env else {})

@@ -379,11 +379,13 @@ def cmd_repro(a: argparse.Namespace) -> int:
 
 def cmd_serve(a: argparse.Namespace) -> int:
   from explorer.settings import SETTINGS, Settings
-  from explorer.store import Store, StoreError
+  from explorer.store import Store, StoreError, wal
   from explorer.web.serving import serve
   try: db = a.db or Settings.load().db  # the store the server will open: --db, else KERNEL_EXPLORER_DB, else the default
   except ValueError as e: raise UsageError(str(e)) from None
-  try: Store(db).check_usable()  # a store that cannot be opened, read or written says so in one line before anything serves
+  try:
+    wal.check(db)  # before any connection: SQLite replays a log beside the file, whoever's, as it opens it
+    Store(db).check_usable()  # a store that cannot be opened, read or written says so in one line before anything serves
   except StoreError as e: raise UsageError(str(e)) from None
   try: serve(a.host, a.port, db, **{st.name: getattr(a, f"set_{st.name}") for st in SETTINGS if hasattr(a, f"set_{st.name}")})
   except ValueError as e: raise UsageError(str(e)) from None  # a KERNEL_EXPLORER_* variable that does not parse
