@@ -110,7 +110,8 @@ def test_the_opts_panel_applies_a_chip_and_shows_the_new_registers(live_server, 
   page.wait_for_selector("#opts-result[data-opts='UPCAST:0:4']", timeout=180_000)
   assert "UPCAST:0:4" in page.locator("#opts-chips").inner_text() and page.locator("#opts-result").inner_text() != first
   registers = page.locator("#opts-result [data-opts-registers]").inner_text()
-  if shutil.which("nvcc"): assert registers.isdigit(), registers
+  original = page.locator("#opts-result tr:has([data-opts-registers]) td").nth(1).inner_text()
+  if shutil.which("nvcc"): assert registers.isdigit() and original.isdigit(), (original, registers)
   assert page.locator("#opts-result .opts-diff").count() == 1
   assert not errors, errors
   page.fill("#opts-add", "UPCAST:0:7")
@@ -143,6 +144,9 @@ def test_the_cli_and_the_python_api_schedule_by_hand(tmp_path, capsys):
                "--json", str(out_json), "--quiet"]) == 0
   said = capsys.readouterr().out
   assert got["record"]["name"] in said and "registers" in said and "not timed" in said
+  if shutil.which("nvcc"):  # the original's registers too, compiled beside it (the trace keeps no compile facts yet): never "—"
+    (regs_row,) = [line.split() for line in said.splitlines() if line.startswith("registers")]
+    assert len(regs_row) == 3 and all(r.isdigit() for r in regs_row[1:]), regs_row
   assert json.loads(out_json.read_text())["record"]["source"] == got["record"]["source"]
   assert main(["opts", trace_id, "--db", str(db), "--opt", "UPCAST:0:2", "--quiet"]) == 0  # the host's own target: timed here
   said = capsys.readouterr().out

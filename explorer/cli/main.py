@@ -338,12 +338,14 @@ def _traced_again(trace: TraceRecord, source: str, timeout_s: float, quiet: bool
 def opts_summary(own: dict, got: dict) -> str:
   """The hand schedule beside the kernel's own record: a table, then the time ratio where it was timed."""
   rec = got["record"]
-  def regs(r: dict) -> str: return "—" if (n := (r.get("compile") or {}).get("registers")) is None else str(n)
+  def regs(r: dict, also: dict | None = None) -> str:  # also: facts compiled beside it, where the record keeps none
+    n = (r.get("compile") or {}).get("registers")
+    return str(n) if n is not None else str(m) if (m := (also or {}).get("registers")) is not None else "—"
   rows = [("kernel", own.get("name", "—"), rec["name"]), ("opts", ", ".join(own.get("opts") or []) or "none", ", ".join(got["opts"]) or "none"),
           ("global x local", f"{own.get('global_size')} x {own.get('local_size')}", f"{rec['global_size']} x {rec['local_size']}"),
           ("linear uops", own.get("linear_uops", "—"), rec["linear_uops"]),
           ("peak live values", (own.get("pressure") or {}).get("max_live", "—"), (rec.get("pressure") or {}).get("max_live", "—")),
-          ("registers", regs(own), regs(rec))]
+          ("registers", regs(own, got.get("original_compile")), regs(rec))]
   out = [f"{got['target']}: scheduled by hand", table(("", "original", "by hand"), rows)]
   if (t := got.get("timing")) is not None:
     clock = f", {how(t['a_s'], t['device'])}" if t.get("a_s") else ""
