@@ -260,12 +260,18 @@ def _free_port() -> int:
     return int(s.getsockname()[1])
 
 def _pid_file(port: int) -> pathlib.Path:
-  return pathlib.Path(os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp") / f"kernel-explorer-serve-{port}.pid"
+  from explorer.web.serving import runtime_dir
+  return runtime_dir() / f"kernel-explorer-serve-{port}.pid"
 
 def ensure_server(port: int = 8000, db: str | os.PathLike[str] | None = None, trace_id: str | None = None, wait_s: float = 60.0) -> str:
   """The base URL of a Kernel Explorer on 127.0.0.1 that shows the store db: the one answering on port where it has trace_id (or,
   without one, answers at all), else one started over db (detached: it outlives this process) on port, or on a free port where a
   server of another store holds it. A server it starts says on stderr where it listens and how to stop it (stop_server)."""
+  from explorer.store import default_db_path
+  from explorer.web.serving import serving
+  if (running := serving(db if db is not None else default_db_path())) is not None:  # a server of this store, on any port
+    at = f"http://127.0.0.1:{running}"
+    if _answers(at) and (trace_id is None or _shows(at, trace_id)): return at
   base = f"http://127.0.0.1:{port}"
   if _answers(base):
     if trace_id is None or _shows(base, trace_id): return base
@@ -279,7 +285,6 @@ def ensure_server(port: int = 8000, db: str | os.PathLike[str] | None = None, tr
       raise RuntimeError(f"started `{' '.join(cmd)}` but nothing answered on {base} within {wait_s:.0f}s")
     time.sleep(0.3)
   _pid_file(port).write_text(str(proc.pid))
-  from explorer.store import default_db_path
   print(f"kernel-explorer: serving {db if db is not None else default_db_path()} on {base} (pid {proc.pid}); it keeps running: stop it with "
         f"explorer.api.stop_server({port}), or `kill {proc.pid}`", file=sys.stderr)
   return base

@@ -58,6 +58,23 @@ def test_open_starts_a_server_when_none_answers_and_says_so(wino, tmp_path, caps
     time.sleep(0.2)
   assert not api.stop_server(port)  # stopped already
 
+def test_open_shows_the_page_on_the_server_already_serving_its_store_whatever_its_port(wino, tmp_path, capsys, monkeypatch):
+  """`kernel-explorer serve --port P` over a store, then t.open() (port 8000 by default) of a trace stored there: the running server's
+  page, nothing started on 8000; once it stops (its record of what it serves gone with it), open starts one."""
+  from conftest import running_server
+  from explorer.web.serving import served_record
+  monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # where servers say what they serve (the server below inherits it)
+  db, other_port = tmp_path / "served.sqlite3", free_port()
+  wino.store(db)
+  with running_server(db, tmp_path) as base:
+    assert served_record(db).exists()
+    assert wino.open(db=db, port=other_port, browser=False) == f"{base}/t/{wino.id}" and capsys.readouterr().err == ""
+    assert not httpx_answers(f"http://127.0.0.1:{other_port}")  # nothing started there
+  assert not served_record(db).exists()
+  url = wino.open(db=db, port=other_port, browser=False)
+  try: assert url == f"http://127.0.0.1:{other_port}/t/{wino.id}" and f"serving {db} on" in capsys.readouterr().err
+  finally: assert api.stop_server(other_port)
+
 def httpx_answers(base: str) -> bool:
   try: return httpx.get(f"{base}/api/health", timeout=2).status_code == 200
   except httpx.HTTPError: return False

@@ -108,8 +108,11 @@ def test_a_sigtermed_server_stops_its_workers_and_marks_its_jobs(server):
   slow, queued = post(s.base, SLOW), post(s.base, QUICK)
   pgid = running_worker(s, slow)
   s.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
-  s.proc.wait(timeout=20)  # type: ignore[union-attr]
+  # its whole shutdown ran (measurements stopped, its record of the store it served gone), then it ended as SIGTERM's says
+  assert s.proc.wait(timeout=20) == 128 + signal.SIGTERM  # type: ignore[union-attr]
   assert not group_members(pgid), "a worker outlived its server's SIGTERM"
+  from explorer.web.serving import served_record
+  assert not served_record(s.db).exists() and "Traceback" not in s.log.read_text(), s.log.read_text()[-2000:]
   store = Store(s.db)
   assert {store.get_task("trace", i)["status"] for i in (slow, queued)} == {"interrupted"}  # marked by the server itself as it stopped
 
