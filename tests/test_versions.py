@@ -351,9 +351,12 @@ def test_cut_store_range_cuts_a_padded_loop_on_0_12_and_the_tour_tells_it(tmp_pa
     assert not any(s["id"].endswith("-cut") for s in trace_tour(newer))
 
 @MADE
-def test_the_versions_tour_tells_one_convolution_on_two_tinygrads(tmp_path):
+@MADE
+def test_the_versions_tour_tells_one_convolution_on_two_tinygrads_timed_in_turns(tmp_path):
   """The built-in "versions" tour: the small preset on 0.12.0 and on the server's own, started with one POST; its compare step names
-  both tinygrads and sends to the diff, A's steps speak of 0.12's trace."""
+  both tinygrads and sends to the diff, A's steps speak of 0.12's trace. The diff times the two interleaved, each side in a worker of
+  its own tinygrad taking turns on the CPU by the host's clock (explorer.tracing.turns), and the tour quotes that ratio; their outputs
+  are not run in one worker (one tinygrad), and the diff says so."""
   from fastapi.testclient import TestClient
   from conftest import wait_done
   from support import app_over
@@ -365,15 +368,44 @@ def test_the_versions_tour_tells_one_convolution_on_two_tinygrads(tmp_path):
     assert "A ran on tinygrad 0.12.0, B on 0.14.0" in compare["text"] and compare["view"] == "diff"
     assert client.get(f"/api/traces/{tour['a']}/raw").json()["env"]["tinygrad"] == "0.12.0"
     assert client.get(tour["steps"][0]["url"]).status_code == 200
+    base = f"/api/diff/{tour['a']}/{tour['b']}"
+    assert client.post(f"{base}/timing", params={"repeats": 6, "warmup": 1}).status_code == 202
+    deadline = time.monotonic() + 240
+    while (measured := client.get(f"{base}/timing").json())["status"] in ("queued", "running"):
+      assert time.monotonic() < deadline, measured
+      time.sleep(0.3)
+    t = measured["result"]
+    assert t["compared"] and t["tinygrads"] == ["0.12.0", TINYGRAD] and t["method"] == "host" and t["device"] == "CPU", t
+    assert t["ratio"]["n"] == 6 and t["span_ratio"]["n"] == 6 and t["verdict"].startswith("B is "), t
+    assert client.post(f"{base}/numerics").status_code == 409
+    page = client.get(f"/diff/{tour['a']}/{tour['b']}").text
+    assert "each in a worker of its own tinygrad's environment, taking turns by one clock" in page
+    assert "Outputs not compared: they ran on different tinygrads (0.12.0 and 0.14.0)" in page
+    heads = next(s for s in client.get("/api/tours/versions").json()["steps"] if s["id"] == "compare")
+    assert "interleaved on CPU" in json.dumps(heads), heads
 
-def test_two_tinygrads_are_not_timed_against_each_other():
-  """A diff's interleaved timing rebuilds both sides in one worker, which runs one tinygrad: sides that asked for different ones are
-  not timed against each other, and it says why; a trace stored before the choice (no variant.tinygrad) is the server's own."""
+def test_two_tinygrads_are_timed_in_turns_and_their_outputs_compared_within_one():
+  """A diff's timing of sides that asked for different tinygrads runs them in turns (explorer.tracing.turns); their outputs, compared
+  in one worker of one tinygrad, are not, and it says why; a trace stored before the choice (no variant.tinygrad) is the server's own."""
   from explorer.analysis.diff import comparable
   side = {"spec": {"batch": 1}, "env": {"device": "CPU", "tinygrad": "0.14.0"}, "variant": {}}
   older = {**side, "env": {"device": "CPU", "tinygrad": "0.13.0"}, "variant": {"tinygrad": "0.13.0"}}
-  assert (comparable(side, older) or "").startswith("they asked for different tinygrads (0.14.0 and 0.13.0): each one's own timing is shown")
+  assert comparable(side, older, "timing") is None
+  assert (comparable(side, older) or "").startswith("they ran on different tinygrads (0.14.0 and 0.13.0): outputs are compared within one")
   assert comparable(side, {**side, "variant": {"tinygrad": TINYGRAD}}) is None and comparable(older, older) is None
+
+@MADE
+def test_a_side_that_fails_ends_the_turns_in_one_line():
+  """A side whose variant cannot be built fails the measurement with its worker's one line, at once: the other is not waited for."""
+  from explorer.spec import PRESETS, Variant
+  from explorer.tracing.turns import time_across
+  from explorer.tracing.workers import WorkerFailed
+  good = {**Variant().to_dict(), "device": "CPU"}
+  st = time.monotonic()
+  with pytest.raises(WorkerFailed) as failed:
+    time_across(PRESETS["small"].to_dict(), [good, {**good, "algo": "nosuch"}], [OLDER[0], None], "CPU", 1, 3, 120)
+  assert "nosuch" in str(failed.value).splitlines()[0], failed.value
+  assert time.monotonic() - st < 60
 
 @MADE
 def test_a_study_runs_its_cases_on_an_older_tinygrad():

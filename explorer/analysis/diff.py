@@ -562,18 +562,24 @@ def _attach_graphs(groups: list[dict[str, Any]], sa: Side, sb: Side, a_blob: byt
 
 # ***** measured: timing and outputs, each in one worker *****
 
-def comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
-  """Why the two cannot be timed or run against each other here (rebuilt from their specs, on one device), or None. A side may be a
-  queue job's (explorer.queue.jobs.measure), checked for its env's device only: its spec and env may be absent."""
+def comparable(a: Mapping[str, Any], b: Mapping[str, Any], kind: str = "numerics") -> str | None:
+  """Why the two cannot be measured against each other here (rebuilt from their specs, on one device), or None; kind: "timing" (two
+  tinygrads take turns, each in a worker of its own environment: explorer.tracing.turns) or "numerics" (both run in one worker, one
+  tinygrad). A side may be a queue job's (explorer.queue.jobs.measure), checked for its env's device only: its spec and env may be
+  absent."""
   if a.get("spec") is None or b.get("spec") is None:
     return "a captured program cannot be rebuilt here: time it when capturing it (capture(time=True), or trace --script without --no-time)"
   if a.get("spec") != b.get("spec"): return "the specs differ"
   da, db = (a.get("env") or {}).get("device"), (b.get("env") or {}).get("device")
   if da != db: return f"they ran on different devices ({da} and {db})"
-  # both are rebuilt from their variants in one worker, which runs one tinygrad: the one each asked for (none: the server's own)
-  ta, tb = ((t.get("variant") or {}).get("tinygrad") or TINYGRAD for t in (a, b))
-  if ta != tb: return f"they asked for different tinygrads ({ta} and {tb}): each one's own timing is shown, not timed against the other's"
+  ta, tb = tinygrads_of(a, b)
+  if ta != tb and kind != "timing": return f"they ran on different tinygrads ({ta} and {tb}): outputs are compared within one tinygrad"
   return None
+
+def tinygrads_of(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, str]:
+  """The tinygrad each side asked for (none: the server's own)."""
+  ta, tb = ((t.get("variant") or {}).get("tinygrad") or TINYGRAD for t in (a, b))
+  return ta, tb
 
 def _variant_on(t: Mapping[str, Any]) -> dict[str, Any]: return {**t["variant"], "device": t["env"]["device"]}
 
@@ -592,20 +598,32 @@ def ratio_stats(a: list[float], b: list[float]) -> RatioStats:
 
 def remeasure_interleaved(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any], repeats: int = 20, warmup: int = 3,
                           timeout_s: float = DEFAULT_TIMEOUT_S, progress: Any = None) -> dict[str, Any]:
-  """Time A and B interleaved (A, B, B, A...) in one fresh worker, tracking off; the ratio B/A with its spread.
+  """Time A and B interleaved (A, B, B, A...) in one fresh worker, tracking off; the ratio B/A with its spread. Two tinygrads take
+  turns instead, each side in a worker of its own environment (explorer.tracing.turns), by the clock both name.
   progress(stage, status, detail) hears the worker: compiling each variant, waiting for the device, the repeats."""
-  if (why := comparable(a_trace, b_trace)) is not None: return {"compared": False, "reason": f"not timed: {why}"}
+  if (why := comparable(a_trace, b_trace, "timing")) is not None: return {"compared": False, "reason": f"not timed: {why}"}
+  ta, tb = tinygrads_of(a_trace, b_trace)
+  variants = [_variant_on(a_trace), _variant_on(b_trace)]
   try:
-    args = {"spec": a_trace["spec"], "variants": [_variant_on(a_trace), _variant_on(b_trace)], "warmup": warmup, "repeats": repeats}
     timed: list[VariantTiming]
-    timed, _ = call_in_worker("explorer.tracing.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
+    if ta != tb:
+      from explorer.tracing import versions
+      from explorer.tracing.turns import time_across
+      timed = cast("list[VariantTiming]", time_across(a_trace["spec"], variants, [versions.older(ta), versions.older(tb)],
+                                                      a_trace["env"]["device"], warmup, repeats, timeout_s, progress))
+    else:
+      args = {"spec": a_trace["spec"], "variants": variants, "warmup": warmup, "repeats": repeats}
+      timed, _ = call_in_worker("explorer.tracing.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
   except WorkerFailed as e: return {"compared": False, "reason": f"timing failed: {e}"}
   ra, rb = timed
+  if ra.get("method") != rb.get("method"):
+    return {"compared": False, "reason": f"not timed: the two sides' clocks differ ({ra.get('method')} and {rb.get('method')})"}
   ma, mb = ra["total_s"]["median"], rb["total_s"]["median"]
   out: dict[str, Any] = {"compared": True, "device": ra["device"], "compiler": ra["compiler"], "fallback": ra["fallback"] or rb["fallback"],
                          "method": ra.get("method"), "notice": ra.get("notice"), "warmup": warmup, "repeats": repeats,
                          "a_total_s": ra["total_s"], "b_total_s": rb["total_s"], "ratio": paired_ratio(ra["samples"], rb["samples"]),
-                         "ratio_of_medians": mb / ma if ma > 0 else None, "headline": HEADLINE}
+                         "ratio_of_medians": mb / ma if ma > 0 else None, "headline": HEADLINE,
+                         **({"tinygrads": [ta, tb]} if ta != tb else {})}
   if "span_samples" in ra and "span_samples" in rb:
     out.update(a_span_s=ra["span_s"], b_span_s=rb["span_s"], span_ratio=paired_ratio(ra["span_samples"], rb["span_samples"]),
                replay=ra.get("replay"))

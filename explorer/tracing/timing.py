@@ -164,3 +164,30 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
                 "replay": replay.how, "method": clock.method, "notice": clock.notice, "device": device, "compiler": tg.compiler_name(device),
                 "fallback": tg.fallback_reason(device), "sampling": sampling, "compile_samples": cs})
   return out
+
+def time_in_turns(progress, spec: dict, variant: dict, socket_path: str, side: int) -> dict:
+  """One side of two tinygrads timed interleaved (explorer.tracing.turns: each in a worker of its own environment, on one device):
+  the variant compiled, then one repeat (Replay.sample) each time the coordinator's socket says "sample", answered with its kernels'
+  sum and its span, until it says "end". The device's lock is the coordinator's, held across both workers' turns: this worker never
+  asks for it. Returns what time_interleaved returns for a variant, less the samples (the coordinator has them)."""
+  import json, socket
+  s = ConvSpec.from_dict(spec)
+  rng = np.random.default_rng(0)
+  x_np, w_np = rng.standard_normal(s.input_shape).astype(s.dtype), rng.standard_normal(s.weight_shape).astype(s.dtype)
+  v = Variant.from_dict(variant).resolve(s)
+  device = v.device or tg.default_device()
+  progress("compile", "start", f"compiling side {'AB'[side]} on tinygrad {tg.TINYGRAD_VERSION}")
+  with tg.disable_gc(): replay, _ = _prepare(s, v, x_np, w_np)
+  clock = tg.clock_for(device)
+  with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    sock.connect(socket_path)
+    turns, answers = sock.makefile("r"), sock.makefile("w")
+    answers.write(json.dumps({"side": side, "ready": True}) + "\n"); answers.flush()
+    try:
+      for line in turns:
+        if line.strip() != "sample": break
+        alone, _, span = replay.sample(clock)
+        answers.write(json.dumps({"alone": sum(alone), "span": span}) + "\n"); answers.flush()
+    finally: clock.close()
+  return {"replay": replay.how, "method": clock.method, "l2": clock.l2, "notice": clock.notice, "device": device,
+          "compiler": tg.compiler_name(device), "fallback": tg.fallback_reason(device), "tinygrad": tg.TINYGRAD_VERSION}

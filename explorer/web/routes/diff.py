@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
-from explorer.analysis.diff import comparable, relation_label, time_verdict, verdict
+from explorer.analysis.diff import comparable, relation_label, time_verdict, tinygrads_of, verdict
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.spec import PRESETS, STAGE_TITLES, TARGETS, TINYGRAD, TRACEABLE, SpecError, knobs
 from explorer.store import trace_key
@@ -209,7 +209,8 @@ async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Wo
   timed = measures["timing"].get("result") if measures["timing"].get("status") == "done" else None
   def told() -> dict[str, Any]:
     return {"graph_of": {g["index"]: g for g in (gr or {}).get("groups") or []}, "verdict": verdict(d, timed),
-            "targets": targets_of(ta_trace, tb_trace), "comparable": comparable(ta_trace, tb_trace)}
+            "targets": targets_of(ta_trace, tb_trace), "comparable": {k: comparable(ta_trace, tb_trace, k) for k in MEASURES},
+            "tinygrads": tinygrads_of(ta_trace, tb_trace)}
   resp = await page(request, "diff.html", a=a, b=b, ta=ta_trace, tb=tb_trace, d=d, rows=rows, graphs=gr, measures=measures, target=ta,
                     shown=shown, offset=offset, per_page=GROUPS_PER_PAGE, timed=timed is not None and time_verdict(timed) is not None,
                     target_b=tb, diff_url=diff_url, rel_label=relation_label, **await asyncio.to_thread(told))
@@ -271,7 +272,7 @@ async def start_measure(request: Request, a: str, b: str, kind: str, svc: Servic
   """Runs in one worker off the event loop, one measurement at a time; poll GET for progress. The result is cached in the store."""
   if kind not in MEASURES: raise HTTPException(404, f"no measurement {kind!r}: timing or numerics")
   ta_trace, tb_trace = await deps.trace_of(svc, a), await deps.trace_of(svc, b)
-  if (why := comparable(ta_trace, tb_trace)) is not None: raise HTTPException(409, f"cannot measure these two together: {why}")
+  if (why := comparable(ta_trace, tb_trace, kind)) is not None: raise HTTPException(409, f"cannot measure these two together: {why}")
   max_repeats = int(svc.settings.max_repeats)
   if repeats > max_repeats or warmup > max_repeats: raise HTTPException(422, f"repeats and warmup are limited to {max_repeats}")
   await queue_answers(svc.diffs.queue)
