@@ -168,6 +168,11 @@ def test_a_diff_on_cuda_compares_cuda_kernels_registers_included():
   assert fused["metrics"]["a"]["registers"] < fused["metrics"]["b"]["registers"], fused["metrics"]
   assert fused["metrics"]["a"]["max_live"] < fused["metrics"]["b"]["max_live"]  # "did pressure go up?" answered in one view
   assert "registers" in fused["metrics"]["delta"]
+  for side, run in (("a", runs["staged"]), ("b", runs["fused"])):  # one name per kernel on the page: the memory row's are CUDA's too
+    cuda_names = [k["targets"]["cuda"]["name"] for k in run.trace["kernels"]]
+    stepped = [s["name"] for s in d["memory"][side]["steps"] if s["kind"] == "kernel"]
+    assert stepped == [cuda_names[r["kernel"]] for r in run.trace["schedule"] if r["kind"] == "kernel"] and set(stepped) <= set(cuda_names)
+    assert [g_k["name"] for g in d["groups"] for g_k in g[side]] and all(g_k["name"] in cuda_names for g in d["groups"] for g_k in g[side])
 
 def test_every_targets_codegen_steps_are_browsable(tmp_path):
   """Each target's codegen ran in its own process and kept its rewrite blob: its passes expand like the host's (codegen@T/...)."""

@@ -419,7 +419,8 @@ def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None,
           "groups": out_groups, "kernel_group": {"a": [ga[i] for i in range(len(sa.kernels))], "b": [gb[j] for j in range(len(sb.kernels))]},
           "fusions": [g["describe"] for g in out_groups if g["relation"] in ("fused", "folded", "regrouped")],
           "buffers": match_buffers(sa, sb, ga, gb), "totals": {"a": ta, "b": tb, "delta": _totals_delta(ta, tb)},
-          "memory": memory.compare(a, b), "sass": sass_mixes(sa.kernels, sb.kernels, target), "timing": None, "numerics": None, "notes": notes}
+          "memory": memory.compare(a, b, target), "sass": sass_mixes(sa.kernels, sb.kernels, target), "timing": None, "numerics": None,
+          "notes": notes}
 
 def pass_changes(ka: Sequence[KernelRecord], kb: Sequence[KernelRecord]) -> dict[str, Any]:
   """How the host codegen passes of a group's kernels differ, by pass name (two tinygrads' pipelines: a pass one has and the other has

@@ -5,13 +5,14 @@ The program's own buffers (input, weight, output) exist before and after the sch
 lives only between its writer and its last reader, and those are what fusing removes."""
 from __future__ import annotations
 from typing import Any
-from explorer.schema import TraceRecord, schedule_role
+from explorer.schema import TraceRecord, schedule_role, target_record
 
 HELD = ("input", "weight", "output")  # the program holds these for the whole schedule
 
-def timeline(trace: TraceRecord) -> dict[str, Any]:
+def timeline(trace: TraceRecord, target: str | None = None) -> dict[str, Any]:
   """{steps: [{index, kind, name, role, live_bytes}], buffers: [{index, name, role, nbytes, start, end}], peak_bytes, peak_step,
-  intermediate_bytes, held_bytes}. A step is one call of the schedule (a kernel or a copy); a buffer is alive at the steps start..end."""
+  intermediate_bytes, held_bytes}. A step is one call of the schedule (a kernel or a copy), a kernel's named as its record on `target`
+  names it where it has one (a diff on CUDA names its kernels CUDA's way throughout); a buffer is alive at the steps start..end."""
   sched, bufs = trace["schedule"], trace["buffers"]
   last = max(len(sched) - 1, 0)
   spans, delta = [], [0] * (len(sched) + 2)  # bytes that come alive at a step, minus those that died after the one before: one sweep
@@ -27,14 +28,20 @@ def timeline(trace: TraceRecord) -> dict[str, Any]:
   alive = 0
   for i, s in enumerate(sched):
     alive += delta[i]
-    steps.append({"index": s["index"], "kind": s["kind"], "name": s["name"] or s["kind"], "role": schedule_role(s), "live_bytes": alive})
+    steps.append({"index": s["index"], "kind": s["kind"], "name": _named(trace, s, target), "role": schedule_role(s), "live_bytes": alive})
   peak = max(steps, key=lambda s: s["live_bytes"], default=None)
   return {"steps": steps, "buffers": spans, "peak_bytes": peak["live_bytes"] if peak else 0, "peak_step": peak["index"] if peak else None,
           "intermediate_bytes": sum(x["nbytes"] for x in spans if x["role"] == "intermediate"),
           "held_bytes": sum(x["nbytes"] for x in spans if x["role"] in HELD)}
 
-def compare(a: TraceRecord, b: TraceRecord) -> dict[str, Any]:
-  """Two traces' timelines and what B saves against A (positive: B needs less)."""
-  ta, tb = timeline(a), timeline(b)
+def _named(trace: TraceRecord, row: Any, target: str | None) -> str:
+  kernels, k = trace["kernels"], row.get("kernel")
+  if target is not None and isinstance(k, int) and 0 <= k < len(kernels) and (rec := target_record(kernels[k], target)) is not None:
+    return str(rec["name"])
+  return str(row["name"] or row["kind"])
+
+def compare(a: TraceRecord, b: TraceRecord, target: str | None = None) -> dict[str, Any]:
+  """Two traces' timelines (kernels named on `target`) and what B saves against A (positive: B needs less)."""
+  ta, tb = timeline(a, target), timeline(b, target)
   return {"a": ta, "b": tb, "peak_saved": ta["peak_bytes"] - tb["peak_bytes"],
           "intermediate_saved": ta["intermediate_bytes"] - tb["intermediate_bytes"]}
