@@ -155,9 +155,16 @@ def test_diff_page_in_the_browser(pair, server, browser):
     page.wait_for_selector("#measure-timing [data-time-verdict]")
     assert page.locator("#measure-timing .badge.clock[data-clock='host']").count() == 1  # how the times were measured, beside them
     assert page.locator("#measure-timing [data-span-verdict]").inner_text().startswith("the schedule replayed back to back")
+    spread = page.locator("#measure-timing").inner_text()  # ratios written as ratios (0.98×), not as raw decimals (0.046–94.950)
+    assert re.search(r"IQR [0-9.]+×–[0-9.]+×, range [0-9.]+×–[0-9.]+×", spread) and re.search(r"median B/A [0-9.]+×", spread), spread
     assert verdict.startswith("staging fused: ") and " moved" in verdict and "peak live values" in verdict and "95% interval" in verdict, verdict
     box = page.locator("#diff-verdict").bounding_box()
     assert box is not None and box["y"] + box["height"] <= 950
+    page.set_viewport_size({"width": 1024, "height": 950})  # a laptop's window: every column of the groups table on the screen
+    wrap = page.locator(".groups-scroll").bounding_box()
+    assert wrap is not None and wrap["x"] + wrap["width"] <= 1024 and page.evaluate(
+      "() => { const w = document.querySelector('.groups-scroll'); return w.scrollWidth <= w.clientWidth + 1; }"), wrap
+    page.set_viewport_size({"width": 1500, "height": 950})
     rows = page.locator("#groups-table tbody tr")
     assert rows.count() == 3 and "fused" in rows.nth(2).inner_text() and "mhat+out" in rows.nth(2).inner_text()
     page.wait_for_function("() => !document.querySelector('.graph-pending')", timeout=120_000)

@@ -138,6 +138,9 @@ def test_presenter_mode_fits_a_projector(tour, browser):
     assert pg.locator("#tour-headline").bounding_box()["y"] < pg.locator("#tour-ab-table").bounding_box()["y"]
     table = pg.locator("#tour-ab-table").bounding_box()
     assert table["x"] + table["width"] <= 1024, table  # the comparison table is not cut off
+    targets = pg.locator("#tour-targets a")  # nor the target switcher: it wraps, every target's link on the screen
+    assert targets.count() >= 6 and all((box := targets.nth(i).bounding_box()) and box["x"] + box["width"] <= 1024 for i in range(targets.count()))
+    assert any(targets.nth(i).inner_text().endswith(" +") for i in range(targets.count()))  # a target not rendered yet, marked as on kernel pages
   finally: pg.close()
 
 def test_a_tour_on_another_target(tour, page):

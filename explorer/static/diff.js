@@ -52,6 +52,7 @@ async function loadGraphs(root) {
 /* ***** measurements ***** */
 
 const fmtS = (s) => (s == null ? "–" : s < 1e-3 ? `${(s * 1e6).toFixed(1)} µs` : s < 1 ? `${(s * 1e3).toFixed(3)} ms` : `${s.toFixed(2)} s`);
+const fmtX = (x) => (x == null ? "–" : `${x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2)}×`);  // a ratio
 const fmtG = (x) => (x == null ? "–" : Math.abs(x) >= 1e-3 && Math.abs(x) < 1e4 ? x.toPrecision(4) : x.toExponential(2));
 
 function resultHTML(kind, r) {
@@ -63,11 +64,12 @@ function resultHTML(kind, r) {
     const span = r.span_verdict ? `<div class="small" data-span-verdict>the schedule replayed back to back (its span, first start to last end): <b>${esc(r.span_verdict)}</b>` +
       ` · A ${fmtS(r.a_span_s.median)}, B ${fmtS(r.b_span_s.median)}</div>` : "";
     return `<div><span class="ratio" data-time-verdict>${esc(r.verdict || "not compared")}</span> ${badge} <span class="muted">the kernels each alone, summed: ` +
-      `median B/A ${q.median.toFixed(3)} of ${q.n} interleaved repeats</span></div>` + span +
-      `<div class="small">spread of B/A: IQR ${q.q1.toFixed(3)}–${q.q3.toFixed(3)}, range ${q.min.toFixed(3)}–${q.max.toFixed(3)} · ` +
+      `median B/A ${fmtX(q.median)} of ${q.n} interleaved repeats</span></div>` + span +
+      `<div class="small">spread of B/A: IQR ${fmtX(q.q1)}–${fmtX(q.q3)}, range ${fmtX(q.min)}–${fmtX(q.max)} · ` +
       `A ${fmtS(r.a_total_s.median)}, B ${fmtS(r.b_total_s.median)} on ${esc(r.device)} (${esc(r.compiler)})` +
       `${r.fallback ? ` · <span class="badge warn">${esc(r.fallback)}</span>` : ""}${r.notice ? ` · <span class="badge warn">${esc(r.notice)}</span>` : ""}` +
-      ` · ${r.warmup} warmup + ${r.repeats} repeats${when}</div>`;
+      ` · ${r.warmup} warmup + ${r.repeats} repeats` +
+      `${r.tinygrads ? ` · A on tinygrad ${esc(r.tinygrads[0])}, B on ${esc(r.tinygrads[1])}, each in its own worker, in turns` : ""}${when}</div>`;
   }
   return `<div><span class="ratio">max |A−B| = ${fmtG(r.max_abs)}</span> <span class="muted">(${fmtG(r.max_rel)} of the largest |output| ${fmtG(r.scale)})</span></div>` +
     `<div class="small">mean |A−B| ${fmtG(r.mean_abs)} · largest at [${(r.argmax || []).join(", ")}] of shape [${(r.shape || []).join(", ")}]${when}</div>`;

@@ -165,12 +165,13 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
 
 def target_links(traces: list[TraceRecord], target: str | None, url_of: Callable[[str | None], str]) -> list[dict[str, Any]]:
   """The tour's target switcher: each kernel's host (None) and every other target; one some kernel has no record of yet is computed
-  when chosen (its label says so)."""
+  when chosen (marked +, as the kernel page's target row marks one, its title saying so)."""
   hosts = sorted({host_target(k) for tr in traces for k in tr["kernels"]})
   offered = [t for t in TARGETS if t not in hosts]
-  def label(t: str) -> str: return t if all(tour_target(tr, t) is not None for tr in traces) else f"{t} (computed when chosen)"
-  return [{"label": f"host ({', '.join(hosts)})", "url": url_of(None), "active": target is None}] + \
-         [{"label": label(t), "url": url_of(t), "active": t == target} for t in offered]
+  def later(t: str) -> bool: return not all(tour_target(tr, t) is not None for tr in traces)
+  return [{"label": f"host ({', '.join(hosts)})", "url": url_of(None), "active": target is None, "title": None}] + \
+         [{"label": f"{t} +" if later(t) else t, "url": url_of(t), "active": t == target,
+           "title": "not rendered yet: computed when chosen" if later(t) else None} for t in offered]
 
 def note_key(step: Step, traces: dict[str, tuple[str, TraceRecord]]) -> tuple[str, str]:
   """(which trace, which step anchor) a step's notes are stored under: a pair tour's a-/b- steps under their own trace's step id,
