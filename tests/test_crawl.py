@@ -30,6 +30,7 @@ def served(tmp_path_factory):
 def test_every_address_a_reader_can_reach_answers_200_at_once(served, which):
   base, program, conv, log = served
   start = program if which == "program" else conv
+  if which == "program": tour_on_cuda_says_what_it_waits_for(base, program)
   st = time.perf_counter()
   got = crawl(base, f"/t/{start}", limit=600)
   took = time.perf_counter() - st
@@ -39,3 +40,19 @@ def test_every_address_a_reader_can_reach_answers_200_at_once(served, which):
   assert not got.failures(), got.failures()[:20]
   text = log.read_text()
   assert "Traceback" not in text, text[text.index("Traceback") - 2000:][:5000]
+
+def tour_on_cuda_says_what_it_waits_for(base: str, program: str) -> None:
+  """The program's tour on CUDA (its heaviest kernels' CUDA records and analyses are computed first: seconds) answers at once with
+  what it waits for, and comes back (its meta refresh) until the tour itself opens, telling CUDA's kernels."""
+  url = f"{base}/t/{program}/tour?target=cuda"
+  st = time.perf_counter()
+  first = httpx.get(url, timeout=60)
+  took = time.perf_counter() - st
+  assert first.status_code == 200 and 'id="tour-preparing"' in first.text and "CUDA records of" in first.text, first.text[-3000:]
+  assert took < 5 and 'http-equiv="refresh"' in first.text and first.headers["cache-control"] == "no-store", took
+  deadline = time.monotonic() + 180
+  while 'id="tour-preparing"' in (page := httpx.get(url, timeout=60)).text:
+    assert time.monotonic() < deadline, page.text[-2000:]
+    time.sleep(1)
+  raw = httpx.get(f"{base}/api/traces/{program}/raw", timeout=60).json()
+  assert page.status_code == 200 and any(k["targets"].get("cuda", {}).get("name", "?") in page.text for k in raw["kernels"])
