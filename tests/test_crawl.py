@@ -48,10 +48,10 @@ def tour_on_cuda_says_what_it_waits_for(base: str, program: str) -> None:
   st = time.perf_counter()
   first = httpx.get(url, timeout=60)
   took = time.perf_counter() - st
-  assert first.status_code == 200 and 'id="tour-preparing"' in first.text and "CUDA records of" in first.text, first.text[-3000:]
+  assert first.status_code == 200 and 'id="preparing"' in first.text and "CUDA records of" in first.text, first.text[-3000:]
   assert took < 5 and 'http-equiv="refresh"' in first.text and first.headers["cache-control"] == "no-store", took
   deadline = time.monotonic() + 180
-  while 'id="tour-preparing"' in (page := httpx.get(url, timeout=60)).text:
+  while 'id="preparing"' in (page := httpx.get(url, timeout=60)).text:
     assert time.monotonic() < deadline, page.text[-2000:]
     time.sleep(1)
   raw = httpx.get(f"{base}/api/traces/{program}/raw", timeout=60).json()

@@ -148,6 +148,8 @@ def test_a_tour_on_another_target(tour, page):
   target says so and tours the host."""
   b = tour["b"]
   page.goto(f"{tour['base']}/t/{b}/tour?step=k2-uops&target=cuda")  # the trace rendered its host only: the tour computes CUDA's records
+  # (past a moment, the page says what it waits for and comes back by itself until the tour opens)
+  page.wait_for_selector("#tour-targets a.active", timeout=180_000)
   raw = httpx.get(f"{tour['base']}/api/traces/{b}/raw", timeout=60).json()
   k = raw["kernels"][2]
   assert page.locator("#tour-targets a.active").inner_text() == "cuda"

@@ -1,7 +1,7 @@
 """What the pages share: rendering one (off the event loop), a trace's page with its pipeline ribbon (the progress page in its place
 while the trace runs), and the pass stepper of the rangeify and codegen pages."""
 from __future__ import annotations
-import asyncio, collections
+import asyncio, collections, time
 from typing import Any, Mapping, Sequence
 from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse
@@ -11,6 +11,9 @@ from explorer.schema import KernelRecord, Pass, SpecCheck, TraceRecord, host_tar
 from explorer.spec import STAGE_TITLES
 from explorer.web.http import deps
 from explorer.web.services.graphs import MAX_STEPS
+from explorer.web.http.work import WorkGate
+from explorer.web.services.enrichments import EnrichmentUnavailable, EnrichTask
+from explorer.web.services.lifecycle import DONE, ERROR, Busy
 from explorer.web.services.registry import Services
 from explorer.web.urls import kernel_url, trace_url
 
@@ -155,3 +158,34 @@ def asked_pass(request: Request) -> int | None:
   """?pass=N: not a parameter of its own (its name is Python's keyword)."""
   asked = request.query_params.get("pass")
   return int(asked) if asked and asked.isdigit() else None
+
+# ***** a page whose parts are computed on its first view: it waits a moment, then says what it waits for *****
+
+PAGE_WAIT_S = 1.5  # how long a page waits for what it shows before it says what it waits for, and comes back
+Preparing = list[EnrichTask]  # what a page waits for (records, analyses, compile facts being computed): it shows those
+
+async def prepared(svc: Services, work: WorkGate, trace_id: str, trace: TraceRecord, kind: str, target: str, kernels: list[int] | None,
+                   waiting: Preparing | None) -> TraceRecord:
+  """The trace with `kind` on `target` for these kernels (None: all), computed first where missing and the request may start work;
+  else as it is. waiting None (the API): until it is stored; else (a page) the task is started, waited for PAGE_WAIT_S, and where it
+  still runs added to `waiting`: the page says what it waits for and comes back (preparing_page), rather than hold its reader for the
+  seconds a program's kernels take."""
+  if not (missing := svc.enrichments.missing(trace, kind, target, kernels)) or (permit := work.permit_if_allowed()) is None: return trace
+  try:
+    if waiting is None: return await svc.enrichments.completed(trace_id, trace, kind, target, permit, kernels)
+    task = svc.enrichments.start(trace_id, trace, kind, target, tuple(missing), permit, neighbours=False)
+  except (EnrichmentUnavailable, Busy): return trace
+  until = time.monotonic() + PAGE_WAIT_S  # a small trace's are stored by then: its page comes whole, at once
+  while task.active and time.monotonic() < until: await asyncio.sleep(0.05)
+  if task.active and waiting is not None: waiting.append(task)
+  elif task.status == ERROR: svc.enrichments.forget(trace_id, kind, target, tuple(missing))  # its figures say "—"; asked again, tried again
+  elif task.status == DONE:  # read again as it was given: light, or whole
+    return await asyncio.to_thread(svc.enrichments.read, trace_id, () if any("light" in k for k in trace["kernels"]) else None) or trace
+  return trace
+
+async def preparing_page(request: Request, svc: Services, title: str, waiting: Preparing, what: str) -> HTMLResponse:
+  """A page while what it shows is computed (`what`, in words): each task with where it stands; it comes back until they are stored."""
+  resp = await page(request, "preparing.html", title=title, tasks=[svc.enrichments.view(t) for t in waiting], what=what)
+  resp.headers["Cache-Control"] = "no-store"
+  return resp
+

@@ -3,7 +3,7 @@ annotations (a teacher's notes pinned to a tour step, a UOp graph node or a sour
 
 Steps and their explanations come from explorer.present.tour (pure python, no tinygrad); each step shows its text next to the real view it names."""
 from __future__ import annotations
-import asyncio, re, time
+import asyncio, re
 from typing import Any, Callable, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -16,10 +16,8 @@ from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
 from explorer.web.http.work import Work, WorkGate
-from explorer.web.routes.common import page, pick_pass, rangeify_passes, trace_page
-from explorer.web.services.enrichments import EnrichmentUnavailable, EnrichTask
+from explorer.web.routes.common import Preparing, page, pick_pass, prepared, preparing_page, rangeify_passes, trace_page
 from explorer.web.services.graphs import REF_RE
-from explorer.web.services.lifecycle import DONE, ERROR, Busy
 from explorer.web.services.registry import Services
 from explorer.web.urls import diff_url, kernel_url, pair_tour_url, trace_tour_url, trace_url, with_query
 
@@ -118,35 +116,17 @@ async def get_trace_tour(trace_id: str, trace: StoredTrace, svc: ServicesDep, wo
   return {"trace_id": trace_id, "label": trace["label"], "target": target, "notices": notices,
           "steps": step_api(trace_id, trace, steps, lambda s: trace_tour_url(trace_id, s, target=target), target)}
 
+TOLD = ("The kernels this tour tells are being prepared in a worker: what its steps say is read off them (their records on the target "
+        "it speaks of, their analyses). The tour opens by itself when they are stored.")
+
 def big_asked(request: Request) -> bool: return request.query_params.get("big") == "1"
-
-PAGE_WAIT_S = 1.5  # how long a tour page waits for what it tells before it says what it waits for, and comes back
-Preparing = list[EnrichTask]  # what a tour page waits for (the told kernels' records or analyses being computed): it shows those
-
-async def prepared(svc: Services, work: WorkGate, trace_id: str, trace: TraceRecord, kind: str, target: str, wait: bool,
-                   waiting: Preparing | None) -> TraceRecord:
-  """The trace with `kind` on `target` for the kernels the tour tells, computed first where missing and the request may start work;
-  else as it is. wait: until it is stored (the API); else (a page) the task is started and added to `waiting`, and the page says what
-  it waits for and comes back, rather than hold its reader for the seconds a program's heaviest kernels take to render."""
-  told = told_kernels(trace)
-  if not (missing := svc.enrichments.missing(trace, kind, target, told)) or (permit := work.permit_if_allowed()) is None: return trace
-  try:
-    if wait: return await svc.enrichments.completed(trace_id, trace, kind, target, permit, told)
-    task = svc.enrichments.start(trace_id, trace, kind, target, tuple(missing), permit, neighbours=False)
-  except (EnrichmentUnavailable, Busy): return trace
-  until = time.monotonic() + PAGE_WAIT_S  # a small trace's are stored by then: its page comes whole, at once
-  while task.active and time.monotonic() < until: await asyncio.sleep(0.05)
-  if task.active and waiting is not None: waiting.append(task)
-  elif task.status == ERROR: svc.enrichments.forget(trace_id, kind, target, tuple(missing))  # its figures say "—"; asked again, tried again
-  elif task.status == DONE: return await asyncio.to_thread(svc.enrichments.read, trace_id, None) or trace
-  return trace
 
 async def rendered(svc: Services, work: WorkGate, trace_id: str, trace: TraceRecord, target: str | None,
                    waiting: Preparing | None = None) -> TraceRecord:
   """The trace with the told kernels' records on `target`, rendered first where missing (as a kernel page does when first opened on
   it) and the request may start work; else as it is (asked_target then says the tour speaks of the host). waiting: a page's (prepared)."""
   if target not in TARGETS: return trace
-  return await prepared(svc, work, trace_id, trace, ENRICH_TARGET, target, waiting is None, waiting)
+  return await prepared(svc, work, trace_id, trace, ENRICH_TARGET, target, told_kernels(trace), waiting)
 
 async def interleaved(svc: Services, a: str, b: str) -> InterleavedTiming | None:
   """The diff's interleaved timing of A and B, where it was measured (the diff page's "time interleaved"): the tour quotes it."""
@@ -157,13 +137,7 @@ async def analysed(svc: Services, work: WorkGate, trace_id: str, trace: TraceRec
   """The trace with its records' analyses on the tour's target (the pressure its kernel steps tell), computed first where missing and
   the request may start work; else as it is (those steps then leave the pressure out). waiting: a page's (prepared)."""
   if (t := target or next((host_target(k) for k in trace["kernels"]), None)) is None: return trace
-  return await prepared(svc, work, trace_id, trace, ENRICH_ANALYSIS, t, waiting is None, waiting)
-
-async def preparing_page(request: Request, svc: Services, title: str, waiting: Preparing) -> HTMLResponse:
-  """The tour page while what its steps tell is computed: each task with where it stands; it comes back until they are stored."""
-  resp = await page(request, "tour_preparing.html", title=title, tasks=[svc.enrichments.view(t) for t in waiting])
-  resp.headers["Cache-Control"] = "no-store"
-  return resp
+  return await prepared(svc, work, trace_id, trace, ENRICH_ANALYSIS, t, told_kernels(trace), waiting)
 
 async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: TraceRecord, target: str | None = None,
                        waiting: Preparing | None = None) -> list[Step]:
@@ -180,10 +154,10 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
   if trace is None: return await trace_page(request, svc, trace_id, "tour.html", ())
   waiting: Preparing = []
   trace = await rendered(svc, work, trace_id, trace, target, waiting)
-  if waiting: return await preparing_page(request, svc, f"Tour of {trace['label']}", waiting)
+  if waiting: return await preparing_page(request, svc, f"Tour of {trace['label']}", waiting, TOLD)
   target, notices = asked_target(target, [trace])
   steps = await _trace_steps(svc, work, trace_id, trace, target, waiting)
-  if waiting: return await preparing_page(request, svc, f"Tour of {trace['label']}", waiting)
+  if waiting: return await preparing_page(request, svc, f"Tour of {trace['label']}", waiting, TOLD)
   notes = await asyncio.to_thread(svc.store.annotations, trace_id)
   big = big_asked(request)
   ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, big, target), {"": (trace_id, trace)}, {"": notes}, target)
@@ -322,10 +296,10 @@ async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, work: Wo
     return await page(request, "tour_progress.html", kind=kind, tour=t, statuses=statuses, stage_titles=STAGE_TITLES)
   waiting: Preparing = []
   ta, tb = await rendered(svc, work, a, ta, target, waiting), await rendered(svc, work, b, tb, target, waiting)
-  if waiting: return await preparing_page(request, svc, t["title"], waiting)
+  if waiting: return await preparing_page(request, svc, t["title"], waiting, TOLD)
   target, notices = asked_target(target, [ta, tb])
   ta, tb = await analysed(svc, work, a, ta, target, waiting), await analysed(svc, work, b, tb, target, waiting)
-  if waiting: return await preparing_page(request, svc, t["title"], waiting)
+  if waiting: return await preparing_page(request, svc, t["title"], waiting, TOLD)
   steps = pair_steps(kind, ta, tb, target, await interleaved(svc, a, b))
   notes = {"a": await asyncio.to_thread(svc.store.annotations, a), "b": await asyncio.to_thread(svc.store.annotations, b)}
   big = big_asked(request)
