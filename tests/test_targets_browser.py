@@ -57,3 +57,24 @@ def test_a_nodes_pane_names_the_pass_and_rule_that_made_it(live_server, page, er
     if "split ranges" in said[-1]: break
   assert any(f"pass {split + 1} split ranges, match" in s and f"rule {rule} " in s for s in said), (said, rule)
   assert not errors, errors
+
+def test_a_tab_past_the_share_waits_its_turn_and_fills_in(browser, tmp_path):
+  """One person, a share of one lazy part at a time (max_page_work_per_client=1): the second target tab opened while the first renders
+  says it waits for a place in the line, then (its script asking again as the 429's Retry-After says) renders and fills in, no
+  reload, no error page; the first fills in too."""
+  from contextlib import closing
+  from conftest import running_server, watched_page
+  errors: list[str] = []
+  with running_server(tmp_path / "w.sqlite3", tmp_path, max_page_work_per_client=1) as base:
+    trace_id = trace_on(base, {"preset": "small", "variant": {"targets": [], "time": False}})
+    with closing(watched_page(browser, errors)) as first, closing(watched_page(browser, errors)) as second:
+      first.goto(f"{base}/t/{trace_id}/k/0?target=metal")
+      second.goto(f"{base}/t/{trace_id}/k/0?target=opencl")
+      assert "waits for a place in the line" in second.locator("#pending-target").inner_text()
+      second.evaluate("window.stillThisPage = true")
+      for pg, target in ((first, "metal"), (second, "opencl")):
+        pg.wait_for_selector(f"#target-facts[data-target={target}]", timeout=300_000)
+        assert not pg.locator("#pending-target").count() and f"{target} kernel" in pg.locator("#target-facts").inner_text().lower()
+      assert second.evaluate("window.stillThisPage === true")  # filled in, not reloaded
+  # a refused poll is logged by the browser as a failed load; nothing else may be
+  assert not [e for e in errors if "status of 429" not in e], errors
