@@ -67,7 +67,11 @@ def time_across(spec: dict, variants: list[dict], tinygrads: list[str | None], d
           alone, span = _sample(reader.readline() or "null")
           if r >= warmup: totals[i].append(alone); spans[i].append(span)
       for conn, _ in conns.values(): conn.sendall(b"end\n")
-    except (OSError, ValueError) as e: raise WorkerFailed(f"the two sides could not take turns: {e}") from None
+    except (OSError, ValueError, WorkerFailed) as e:
+      for conn, _ in conns.values(): conn.close()  # the other side's wait for a turn ends with it
+      for w in workers: w.join(5)
+      if failed := next((r for r in results if isinstance(r, WorkerFailed)), None): raise failed from None  # the side's own words
+      raise e if isinstance(e, WorkerFailed) else WorkerFailed(f"the two sides could not take turns: {e}") from None
     finally:
       held.release()
       for conn, _ in conns.values(): conn.close()
