@@ -183,7 +183,10 @@ OPT_RE = re.compile(r"heuristic|none|beam:[1-9][0-9]*")
 
 # ***** opts by hand (explorer.tracing.handopts): tinygrad's Opt(op, axis, arg) written OP:AXIS:ARG, UPCAST:0:4 *****
 OPT_OPS = ("TC", "UPCAST", "UNROLL", "LOCAL", "THREAD", "GROUP", "GROUPTOP", "NOLOCALS", "PADTO", "SWAP")  # tinygrad's OptOps
-HAND_OPT_RE = re.compile(rf"({'|'.join(OPT_OPS)}):([0-9]{{1,2}})?:(-?[0-9]{{1,5}}(,-?[0-9]{{1,5}}){{0,2}})?")
+# TC's argument may be negative (-1: any tensor core); every other op's is a size, 0 or more
+_AXIS, _SIZES, _SIGNED = r"([0-9]{1,2})?", r"([0-9]{1,5}(,[0-9]{1,5}){0,2})?", r"(-?[0-9]{1,5}(,-?[0-9]{1,5}){0,2})?"
+HAND_OPT_RE = re.compile(rf"(?:TC:{_AXIS}:{_SIGNED}|({'|'.join(o for o in OPT_OPS if o != 'TC')}):{_AXIS}:{_SIZES})")
+_SIGNED_OPT_RE = re.compile(rf"({'|'.join(OPT_OPS)}):([0-9]{{1,2}})?:-?[0-9,-]*")  # an opt but for its sign: said so, not "not an opt"
 MAX_HAND_OPTS = 16
 HAND_OPTS_QUERY = rf"^({HAND_OPT_RE.pattern}(,{HAND_OPT_RE.pattern}){{0,{MAX_HAND_OPTS - 1}}})?$"  # opts in a URL, comma separated
 _OPT_SPLIT = re.compile(rf",(?=(?:{'|'.join(OPT_OPS)}):)", re.IGNORECASE)  # a comma that starts an opt (TC's argument has commas too)
@@ -208,9 +211,10 @@ def hand_opts(opts: Sequence[str], start: str = "current") -> tuple[str, ...]:
   out = tuple(o.strip().upper() for o in opts if isinstance(o, str) and o.strip())
   if len(out) != len(opts): raise SpecError("an opt is empty or not text")
   for o in out:
-    if not (m := HAND_OPT_RE.fullmatch(o)): raise SpecError(f"{o[:40]!r} is not an opt: OP:AXIS:ARG with OP one of {', '.join(OPT_OPS)} (UPCAST:0:4)")
-    if m.group(1) != "TC" and "-" in (m.group(3) or ""):  # tinygrad takes it as a size and fails inside (TC's -1 picks any tensor core)
+    if HAND_OPT_RE.fullmatch(o): continue
+    if (m := _SIGNED_OPT_RE.fullmatch(o)) and "-" in o.split(":", 2)[2]:  # tinygrad would take it as a size and fail inside
       raise SpecError(f"{o[:40]!r}: {m.group(1)}'s argument is a size, 0 or more (0: the whole axis; UPCAST:0:4)")
+    raise SpecError(f"{o[:40]!r} is not an opt: OP:AXIS:ARG with OP one of {', '.join(OPT_OPS)} (UPCAST:0:4)")
   return out
 
 # the largest error a trace's output may have against the float64 reference, relative to the reference's largest magnitude (error_stats'
