@@ -3,7 +3,7 @@
 one place that says what status each one is:
   Busy (no room for the work now)                  its status (503, or 429 for one client's share) with Retry-After
   GraphNotFound (the reference names no graph)     404
-  GraphUnavailable, EnrichmentUnavailable, StudyBusy  409: it exists, or could, but not now or not here
+  GraphUnavailable, EnrichmentUnavailable, StudyRunning  409: it exists, or could, but not now or not here
   SpecError (a request the server refuses)         422
   the store's disk full (SQLite's SQLITE_FULL)     507: nothing of the request was kept; reads go on
   the store read-only or locked                    503 with Retry-After
@@ -21,10 +21,10 @@ from explorer.store import StoreError
 from explorer.web.http.templates import Templates
 from explorer.web.services.graphs import GraphNotFound, GraphUnavailable
 from explorer.web.services.lifecycle import Busy, one_line
-from explorer.web.services.studies import StudyBusy
+from explorer.web.services.studies import StudyRunning
 from explorer.web.services.enrichments import EnrichmentUnavailable
 
-STATUS_OF: dict[type[Exception], int] = {GraphNotFound: 404, GraphUnavailable: 409, EnrichmentUnavailable: 409, StudyBusy: 409}
+STATUS_OF: dict[type[Exception], int] = {GraphNotFound: 404, GraphUnavailable: 409, EnrichmentUnavailable: 409, StudyRunning: 409}
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 def readable_errors(exc: RequestValidationError) -> str:

@@ -46,7 +46,7 @@ async def start_study(body: StudyRequest, svc: ServicesDep) -> JSONResponse:
   await queue_answers(svc.studies.queue)
   cases = cases_of(body.kind, list(body.presets), specs)
   if (why := tile_problem(body.tile, cases)) is not None: raise SpecError(why)
-  run = svc.studies.start(body.kind, cases, body.model_dump(mode="json"), params)  # StudyBusy: 409 (explorer.web.http.errors)
+  run = svc.studies.start(body.kind, cases, body.model_dump(mode="json"), params)  # StudyRunning: 409 (explorer.web.http.errors)
   return JSONResponse(run.view(), status_code=202)
 
 @api.get("/studies/{study_id}", response_model=StudyStatus, summary="A study: its progress, then its result and the document's table",

@@ -22,7 +22,7 @@ STOPPED = "the server stopped before this study finished; start it again from th
 QUEUED_ELSEWHERE = ("this study was queued on a job queue, which this server does not use: restart it with --queue URL to follow it there, "
                     "or start it again here from the studies page")
 
-class StudyBusy(RuntimeError):
+class StudyRunning(RuntimeError):
   """A study is running already (409: studies run one at a time, or they would time each other)."""
   def __init__(self, study_id: str):
     super().__init__(f"study {study_id} is running ({study_url(study_id)}); one runs at a time: start this one when it ends")
@@ -92,9 +92,9 @@ class StudyService:
   def running(self) -> StudyRun | None: return next(iter(self.tasks.active()), None)
 
   def start(self, kind: str, cases: list[tuple[str, ConvSpec]], request: dict[str, Any], params: dict[str, Any]) -> StudyRun:
-    """Accept a study and start it (call from the event loop); StudyBusy while another one runs. params: run_studies's keywords."""
+    """Accept a study and start it (call from the event loop); StudyRunning while another one runs. params: run_studies's keywords."""
     with self._lock:
-      if (busy := self.running()) is not None: raise StudyBusy(busy.id)
+      if (busy := self.running()) is not None: raise StudyRunning(busy.id)
       run = StudyRun(kind=kind, label=label_of(kind, cases, params.get("tinygrad")), request=request,
                      steps=len(study_steps(kind, [s for _, s in cases])))
       self.journal.accept(run, run.label, {**request, "kind": kind}).result()  # written before it is answered: its permalink answers
