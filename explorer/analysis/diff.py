@@ -20,6 +20,7 @@ from explorer.analysis import memory
 from explorer.clocks import METHODS, ratio_words
 from explorer.analysis.sass import estimate, sass_in
 from explorer.spec import TINYGRAD
+from explorer.text import fmt_bytes, si, table
 from explorer.schema import (Buffer, CompileFacts, KernelRecord, RatioStats, ScheduleRow, TraceRecord, VariantTiming, registers_of, schedule_role,
                             stage_counts_of, target_record)
 from explorer.tracing import versions
@@ -608,7 +609,6 @@ def remeasure_interleaved(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any]
   try:
     timed: list[VariantTiming]
     if ta != tb:
-      from explorer.tracing import versions
       from explorer.tracing.turns import time_across
       timed = cast("list[VariantTiming]", time_across(a_trace["spec"], variants, [versions.older(ta), versions.older(tb)],
                                                       a_trace["env"]["device"], warmup, repeats, timeout_s, progress))
@@ -681,14 +681,9 @@ def _signed(x: float | None, fmt: Any = str) -> str:
   if x is None: return "-"
   return ("+" if x > 0 else "") + fmt(x) if x else "0"
 
-def _si_bytes(x: float) -> str:
-  from explorer.text import fmt_bytes
-  return fmt_bytes(x)  # binary units, as the pages write them
-
 def verdict(d: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
   """The diff in one line, B against A, what a reader wants first: bytes moved, FLOPs, peak live values and registers (the most any kernel
   of a side needs), and, once measured, the time ratio with its 95% interval."""
-  from explorer.text import fmt_bytes, si
   ta, tb = d["totals"]["a"], d["totals"]["b"]
   who = ", ".join(f"{k} {v[1]}" for k, v in d["variant_changes"].items()) or "B"
   moved = tb["bytes_moved"] - ta["bytes_moved"]
@@ -711,7 +706,6 @@ def time_verdict(t: Mapping[str, Any] | None, figure: str = "kernels") -> str | 
   return ratio_words(r["median"], ci)
 
 def summary(d: dict[str, Any]) -> str:
-  from explorer.text import si, table
   out = [verdict(d, d["timing"]), f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
   if d["variant_changes"]: out.append("changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d["variant_changes"].items()))
   if not d["specs_match"]: out.append("note: the specs differ (no timing or output comparison)")
@@ -726,7 +720,7 @@ def summary(d: dict[str, Any]) -> str:
     ma, mb = g["metrics"]["a"], g["metrics"]["b"]
     def a_to_b(key: str) -> str: return "-" if ma[key] is None or mb[key] is None else f"{ma[key]} -> {mb[key]}"
     rows.append((ks(g["a"]), ks(g["b"]), rel, _signed(dl["alu"]), _signed(dl["loads"]), _signed(dl["flops"], si),
-                 _signed(dl["bytes"], _si_bytes), a_to_b("max_live"), a_to_b("registers"), gr))
+                 _signed(dl["bytes"], fmt_bytes), a_to_b("max_live"), a_to_b("registers"), gr))
   out += ["", f"kernels, matched by role and data flow ({d['target']} figures):",
           table(("A kernel(s)", "B kernel(s)", "relation", "d ALU", "d loads", "d FLOPs", "d bytes", "peak live", "registers", "AST nodes only A/B"),
                 rows)]
@@ -741,11 +735,11 @@ def summary(d: dict[str, Any]) -> str:
     for b in d["buffers"][f"only_{side}"]: out.append(f"only in {side.upper()}: {b['name']} {b['what']}, {si(b['nbytes'], 'B')} on {b['device']}")
   out.append("")
   ta, tb = d["totals"]["a"], d["totals"]["b"]
-  for key, fmt in (("kernels", str), ("copies", str), ("buffers", str), ("flops", si), ("bytes_moved", _si_bytes)):
+  for key, fmt in (("kernels", str), ("copies", str), ("buffers", str), ("flops", si), ("bytes_moved", fmt_bytes)):
     out.append(f"{key.replace('_', ' ')}: {fmt(ta[key])} -> {fmt(tb[key])} ({_signed(tb[key] - ta[key], fmt)})")
   if (mm := d["memory"]) is not None:
-    out.append(f"memory peak: {_si_bytes(mm['a']['peak_bytes'])} -> {_si_bytes(mm['b']['peak_bytes'])} "
-               f"(intermediates {_si_bytes(mm['a']['intermediate_bytes'])} -> {_si_bytes(mm['b']['intermediate_bytes'])})")
+    out.append(f"memory peak: {fmt_bytes(mm['a']['peak_bytes'])} -> {fmt_bytes(mm['b']['peak_bytes'])} "
+               f"(intermediates {fmt_bytes(mm['a']['intermediate_bytes'])} -> {fmt_bytes(mm['b']['intermediate_bytes'])})")
   out += [line for line in (_timing_line(d["timing"]), _numerics_line(d["numerics"])) if line is not None]
   out += [f"note: {n}" for n in d["notes"]]
   return "\n".join(x for x in out if x is not None)
