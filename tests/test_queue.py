@@ -143,7 +143,7 @@ def test_a_job_whose_workers_all_die_fails_with_a_clear_message(broker, tmp_path
   here: QUICK_DEATH)."""
   from explorer.queue.client import ATTEMPTS
   with running_server(tmp_path / "s.sqlite3", tmp_path, queue=broker) as base:
-    trace_id = submit(base, tiny(cout=7, time=True, repeats=200))
+    trace_id = submit(base, tiny(cout=7, time=True, repeats=1000))  # long enough that no attempt ends before its worker is killed
     for attempt in range(ATTEMPTS):
       with worker(broker, f"doomed{attempt}", tmp_path, *QUICK_DEATH) as doomed:
         deadline = time.monotonic() + 120
