@@ -87,6 +87,11 @@ def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarra
     compiled = tg.compile_schedule(tg.schedule(build_conv(x, w, spec, variant)))
     return Replay(compiled, device), tg.compiled_sources(compiled)
 
+def _seeded_inputs(s: ConvSpec) -> tuple[np.ndarray, np.ndarray]:
+  """The input and weight every timed variant of a spec runs on: seeded, so that two workers time the same data."""
+  rng = np.random.default_rng(0)
+  return rng.standard_normal(s.input_shape).astype(s.dtype), rng.standard_normal(s.weight_shape).astype(s.dtype)
+
 def time_compiles(devices: list[str], sources: list[list[str]], repeats: int) -> list[list[float]]:
   """Each variant's kernel sources compiled afresh by its device's compiler, `repeats` times, interleaved and counterbalanced as the
   run times are: per variant, the seconds of each repeat (all its kernels)."""
@@ -126,8 +131,7 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   budget is spent or max_repeats are done; each result says how it ended (`sampling`). compile_repeats: then compile each variant's
   kernel sources that many times, interleaved the same way (`compile_samples`)."""
   s = ConvSpec.from_dict(spec)
-  rng = np.random.default_rng(0)
-  x_np, w_np = rng.standard_normal(s.input_shape).astype(s.dtype), rng.standard_normal(s.weight_shape).astype(s.dtype)
+  x_np, w_np = _seeded_inputs(s)
   vs = [Variant.from_dict(v).resolve(s) for v in variants]
   devices = [v.device or tg.default_device() for v in vs]
   replays, sources = [], []
@@ -172,8 +176,7 @@ def time_in_turns(progress, spec: dict, variant: dict, socket_path: str, side: i
   asks for it. Returns what time_interleaved returns for a variant, less the samples (the coordinator has them)."""
   import json, socket
   s = ConvSpec.from_dict(spec)
-  rng = np.random.default_rng(0)
-  x_np, w_np = rng.standard_normal(s.input_shape).astype(s.dtype), rng.standard_normal(s.weight_shape).astype(s.dtype)
+  x_np, w_np = _seeded_inputs(s)
   v = Variant.from_dict(variant).resolve(s)
   device = v.device or tg.default_device()
   progress("compile", "start", f"compiling side {'AB'[side]} on tinygrad {tg.TINYGRAD_VERSION}")
