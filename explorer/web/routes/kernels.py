@@ -132,7 +132,7 @@ async def kernel_sass_page(request: Request, trace_id: str, n: int, svc: Service
     if (job := await sass_job(svc, trace_id, trace, n, target, work)) is not None: pending = json.loads(bytes(job.body))
     else: view = sass_or_409(target_records(k)[target])
   except HTTPException as e: error = e.detail
-  except Busy as e: pending = {"detail": f"waits for a place in the line ({e})"}  # its script asks again as Retry-After says
+  except Busy as e: pending = {"detail": in_line(e)}  # its script asks again as Retry-After says
   resp = await trace_page(request, svc, trace_id, "sass.html", ("kernels", "sass"), light=True, kernel=k, rec=target_records(k).get(target),
                           target=target, sass=view, pending=pending, error=error, targets=SASS_TARGETS,
                           api=f"{trace_api_url(trace_id)}/kernels/{n}/targets/{target}/sass")
@@ -213,8 +213,10 @@ async def lazy_part(svc: Any, trace_id: str, trace: TraceRecord, kind: str, targ
   """A page's own lazy part started (or followed) as its API URL would: its job's words; a page is never refused for it, the line being
   full (Busy) is what the page says it waits for, and its script asks again as Retry-After says. HTTPException where it cannot be."""
   try: job = await deps.enrichment_job(svc, trace_id, trace, kind, target, n, work)
-  except Busy as e: return f"waits for a place in the line ({e})"
+  except Busy as e: return in_line(e)
   return str(json.loads(bytes(job.body))["detail"])
+
+def in_line(refused: Busy) -> str: return f"waits for a place in the line ({refused})"  # as the page's script says it on a 429
 
 def _asked_opts(opts: str | None, start: str) -> str | None:
   """A permalink's opts as the panel's script takes them (None: none asked, or text that is no opt list: the panel starts empty)."""
