@@ -30,8 +30,9 @@ Winograd; the large explorer fused variant under 30 s, or within 1.1x of tinygra
                                       [--first-views 3]
 """
 from __future__ import annotations
-import argparse, json, os, pathlib, re, statistics, subprocess, sys, tempfile, time
-from dataclasses import dataclass
+import argparse, json, os, pathlib, re, statistics, subprocess, sys, tempfile, threading, time
+from dataclasses import dataclass, field
+from typing import Any
 
 CASES = {"builtin": ["--algo", "winograd"], "direct": ["--algo", "direct"],
          "fused": ["--algo", "winograd", "--wino-impl", "explorer", "--staging", "fused"]}
@@ -57,11 +58,13 @@ def _tree(root: int) -> dict[int, int]:
   return depth
 
 def role(pid: int, depth: int) -> str:
-  """What a process of either side is, from its command line and its depth under the command."""
+  """What a process of either side is, from its command line and its depth under the command (a worker forked from a template has
+  the template's command line, one level further down)."""
   try: cmd = _read(f"/proc/{pid}/cmdline").split("\0")
   except OSError: return "?"
   if depth == 0: return "command"
   if any("resource_tracker" in c for c in cmd): return "resource tracker"
+  if any("explorer.tracing.template_process import serve" in c for c in cmd): return "template" if depth == 1 else "trace worker"
   if any("explorer.tracing.workers import _boot" in c for c in cmd): return "trace worker"
   if any("spawn_main" in c for c in cmd): return "render process"
   return "compilers (" + os.path.basename(cmd[0]) + ")" if cmd[0] else "?"
@@ -71,6 +74,7 @@ class Proc:
   role: str
   cpu_s: float = 0.0
   peak_mib: float = 0.0
+  peak_pss_mib: float = 0.0
 
 @dataclass
 class Run:
@@ -79,6 +83,15 @@ class Run:
   peak_pss_mib: float   # the same with each shared page divided among the processes that share it (smaps_rollup's Pss)
   cpu_s: float          # user + system time of the whole tree (the command's rusage: every process it and its children waited for)
   procs: dict[int, Proc]  # as last sampled: a process shorter than a tick may be missed, so these sum to a little less than cpu_s
+  stage_pss_mib: dict[str, float] = field(default_factory=dict)  # the tree's peak PSS while each stage ran (the command's progress lines)
+
+STAGE_LINE = re.compile(r"^  (\w+)\s+(start|done|error|skipped)\b")
+
+def _follow_stages(stream: Any, now: list[str]) -> None:
+  """The stage the command's progress lines (stderr, one per event) say is running, kept in now[0]; the rest kept for errors."""
+  for line in stream:
+    now.append(line)
+    if (m := STAGE_LINE.match(line)): now[0] = m.group(1) if m.group(2) == "start" else f"after {m.group(1)}"
 
 def _pss_kib(pid: int) -> int:
   m = re.search(r"^Pss:\s+(\d+) kB", _read(f"/proc/{pid}/smaps_rollup"), re.M)
@@ -89,6 +102,9 @@ def measure(cmd: list[str], env: dict[str, str]) -> Run:
   time it used (user + system, as last seen) and its peak resident memory."""
   st = time.perf_counter()
   proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  stage = ["start-up"]  # then the lines read
+  reader = threading.Thread(target=_follow_stages, args=(proc.stderr, stage), daemon=True)
+  reader.start()
   run, tick = Run(0.0, 0.0, 0.0, 0.0, {}), 0
   while True:
     tick += 1
@@ -99,18 +115,22 @@ def measure(cmd: list[str], env: dict[str, str]) -> Run:
     for pid, depth in _tree(proc.pid).items():
       try:
         stat, pages = _read(f"/proc/{pid}/stat"), int(_read(f"/proc/{pid}/statm").split()[1])
-        if with_pss: pss += _pss_kib(pid) / 1024
+        own = _pss_kib(pid) / 1024 if with_pss else 0.0
       except OSError: continue
+      pss += own
       p = run.procs.setdefault(pid, Proc(role(pid, depth)))
+      p.peak_pss_mib = max(p.peak_pss_mib, own)
       fields = stat[stat.rfind(")") + 2:].split()
       p.cpu_s = max(p.cpu_s, (int(fields[11]) + int(fields[12])) / TICK)  # its own user and system time
       p.peak_mib = max(p.peak_mib, pages * PAGE / 2**20)
       rss += pages * PAGE / 2**20
     run.peak_rss_mib, run.peak_pss_mib = max(run.peak_rss_mib, rss), max(run.peak_pss_mib, pss)
+    if with_pss: run.stage_pss_mib[stage[0]] = max(run.stage_pss_mib.get(stage[0], 0.0), pss)
     time.sleep(0.02)
   run.wall_s, run.cpu_s = time.perf_counter() - st, usage.ru_utime + usage.ru_stime
   proc.returncode = os.waitstatus_to_exitcode(status)
-  if proc.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.read()[-2000:]}")
+  reader.join(5)
+  if proc.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed: {''.join(stage[1:])[-2000:]}")
   return run
 
 def repro_for(preset: str, flags: list[str], env: dict[str, str], workdir: pathlib.Path) -> tuple[pathlib.Path, str]:
@@ -134,8 +154,9 @@ def commands(case: str, env: dict[str, str], workdir: pathlib.Path) -> tuple[lis
   script, device = repro_for(preset, flags, env, workdir)
   # the reproducer pins its device (DEV=...), so the explorer is told it too: neither side searches every backend for a default
   out = workdir / "out.json"
+  # not --quiet: its progress lines (stderr is no terminal: one line per event) say which stage each memory sample falls in
   ours = [sys.executable, "-m", "explorer", "trace", "--preset", preset, *flags, *(["--target", target] if target else []), "--no-time",
-          "--quiet", "--device", device, "--json", str(out)]
+          "--device", device, "--json", str(out)]
   return ours, [sys.executable, str(script)], viz, out
 
 def first_views(rounds: int) -> None:
@@ -184,8 +205,8 @@ def main() -> None:
   stages: dict[str, list[dict[str, float]]] = {}
   results: dict[str, dict[str, list[Run]]] = {}
   print("| case | explorer wall s | tinygrad VIZ=-1 wall s | wall ratio | explorer peak MiB | tinygrad peak MiB | memory ratio "
-        "| PSS ratio | explorer CPU s | tinygrad CPU s | floor wall ratio |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|")
+        "| explorer PSS MiB | tinygrad PSS MiB | PSS ratio (target) | explorer CPU s | tinygrad CPU s | floor wall ratio |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for case in a.cases.split(","):
     ours, theirs, theirs_env, out = commands(case, env, workdir)
     runs = results[case] = {"explorer": [], "tinygrad": []}
@@ -197,9 +218,11 @@ def main() -> None:
            for side, rs in runs.items()}
     e, t = med["explorer"], med["tinygrad"]
     print(f"| {case} | {e['wall_s']:.1f} | {t['wall_s']:.1f} | {e['wall_s'] / t['wall_s']:.2f} | {e['peak_rss_mib']:.0f} | "
-          f"{t['peak_rss_mib']:.0f} | {e['peak_rss_mib'] / t['peak_rss_mib']:.2f} | {e['peak_pss_mib'] / t['peak_pss_mib']:.2f} | "
+          f"{t['peak_rss_mib']:.0f} | {e['peak_rss_mib'] / t['peak_rss_mib']:.2f} | {e['peak_pss_mib']:.0f} | {t['peak_pss_mib']:.0f} | "
+          f"{(pr := e['peak_pss_mib'] / t['peak_pss_mib']):.2f} ({pss_target(case):.2f}: {'met' if pr <= pss_target(case) else 'NOT MET'}) | "
           f"{e['cpu_s']:.1f} | {t['cpu_s']:.1f} | {e['cpu_s'] / CORES / t['wall_s']:.2f} |", flush=True)
   print_stages(stages, {case: statistics.median(r.wall_s for r in rs["explorer"]) for case, rs in results.items()})
+  print_stage_memory(results)
   print_processes(results)
   if a.first_views: first_views(a.first_views)
 
@@ -214,12 +237,27 @@ def print_stages(stages: dict[str, list[dict[str, float]]], walls: dict[str, flo
     med = {k: statistics.median(r.get(k, 0.0) for r in rs) for k in names}
     print(f"| {case} | " + " | ".join(f"{med[k]:.2f}" for k in names) + f" | {walls[case] - sum(med.values()):.2f} |")
 
+def pss_target(case: str) -> float: return 1.5 if "+" in case else 1.25  # issue 76: 1.25x, 1.5x with an extra target asked for
+
+def print_stage_memory(results: dict[str, dict[str, list[Run]]]) -> None:
+  """Per case, the explorer's process tree's peak PSS while each stage ran (its progress lines say which), beside tinygrad's peak."""
+  cases = [c for c, sides in results.items() if any(r.stage_pss_mib for r in sides["explorer"])]
+  if not cases: return
+  print("\nwhere the explorer's memory goes, by stage (the process tree's peak PSS while each ran, medians, MiB; `after X`: between X "
+        "and the next stage; tinygrad: its whole run's peak PSS):\n")
+  for case in cases:
+    runs = results[case]["explorer"]
+    names = list(dict.fromkeys(k for r in runs for k in r.stage_pss_mib))
+    theirs = statistics.median(r.peak_pss_mib for r in results[case]["tinygrad"])
+    print(f"- {case}: " + ", ".join(f"{k} {statistics.median(r.stage_pss_mib.get(k, 0.0) for r in runs):.0f}" for k in names) +
+          f"; tinygrad VIZ=-1 {theirs:.0f}")
+
 def print_processes(results: dict[str, dict[str, list[Run]]]) -> None:
   """Per case, side and kind of process: CPU seconds and the largest peak resident memory of one such process (medians over rounds)."""
   print("\nwhere the CPU time and memory go, per kind of process (medians over rounds; CPU s summed over the processes of a kind, "
         "peak MiB of the largest; 2 cores, so the explorer's processes overlap):\n")
-  print("| case | side | process | CPU s | peak MiB |")
-  print("|---|---|---|---|---|")
+  print("| case | side | process | CPU s | peak MiB | peak PSS MiB |")
+  print("|---|---|---|---|---|---|")
   for case, sides in results.items():
     for side, rs in sides.items():
       kinds = list(dict.fromkeys(p.role.split(" (")[0] for r in rs for p in r.procs.values() if p.role != "?"))  # "?": gone when read
@@ -227,7 +265,8 @@ def print_processes(results: dict[str, dict[str, list[Run]]]) -> None:
         of = [[p for p in r.procs.values() if p.role.split(" (")[0] == kind] for r in rs]
         cpu = statistics.median(sum(p.cpu_s for p in ps) for ps in of)
         peak = statistics.median(max((p.peak_mib for p in ps), default=0.0) for ps in of)
-        if cpu or peak: print(f"| {case} | {side} | {kind} | {cpu:.2f} | {peak:.0f} |")
+        pss = statistics.median(max((p.peak_pss_mib for p in ps), default=0.0) for ps in of)
+        if cpu or peak: print(f"| {case} | {side} | {kind} | {cpu:.2f} | {peak:.0f} | {pss:.0f} |")
   print("\nthe floor wall ratio without any compiler process (its CPU time less its compilers', over every core; a cold trace runs only "
         "tinygrad's own host compile now, compile facts are computed when first viewed)\n")
   for case, sides in results.items():

@@ -84,7 +84,7 @@ def cmd_trace(a: argparse.Namespace) -> int:
     if a.script_fn is not None: raise UsageError("--fn names a function of --script")
     spec, variant = case_from_args(a)
     with StepBars(a.quiet) as bars:
-      res = run_trace(spec, variant, bars.bar("", STAGES), timeout_s=a.timeout, dump_io=a.dump_io, analysis=a.analysis)
+      res = run_trace(spec, variant, bars.bar("", STAGES), timeout_s=a.timeout, dump_io=a.dump_io, analysis=a.analysis, here=a.own_process)
   if a.facts:
     from explorer.tracing.enrich import add_facts
     with StepBars(a.quiet) as bars: res.trace = add_facts(res.trace, progress=bars.bar("compile facts", ("compile",)), timeout_s=a.timeout)
@@ -596,6 +596,7 @@ def _run(argv: Sequence[str] | None) -> int:
   args = sys.argv[1:] if argv is None else list(argv)
   try:
     a = build_parser(settings_flags=not args or args[0] in ("serve", "-h", "--help")).parse_args(args)
+    a.own_process = argv is None  # the process is this command, which ends with it: a trace may run in it (run_trace's `here`)
     return a.fn(a)
   except (UsageError, SpecError, argparse.ArgumentTypeError) as e:  # every refusal: one line (a message may quote a file name or its data)
     print(f"kernel-explorer: {joined_lines(e)}", file=sys.stderr)

@@ -1,12 +1,13 @@
 """A trace in a worker: run_trace is what the CLI, the web's jobs, the studies and the diff call; trace_in_worker is the function the
 worker runs (it imports tinygrad, through explorer.tracing.trace, for the first time in that process)."""
 from __future__ import annotations
-import os, socket
+import os, resource, shutil, socket, sys, tempfile, threading, time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from explorer.tracing import versions
-from explorer.tracing.workers import Limits, Live, Progress, WorkerFailed, call_in_worker
-from explorer.spec import STAGES, ConvSpec, Variant
+from explorer.tracing.devicelock import HeldLocks
+from explorer.tracing.workers import GATED_STAGE, Limits, Live, Progress, WorkerFailed, WorkerTimedOut, call_in_worker, scratch_dir
+from explorer.spec import PARTIAL, STAGES, TINYGRAD, ConvSpec, Variant
 if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
 
 @dataclass
@@ -29,20 +30,67 @@ def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str,
 
 def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
               dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None, facts: bool = False,
-              analysis: bool = False) -> TraceResult:
-  """Trace (spec, variant) in a fresh spawned process; progress is called in this process as each stage starts and ends. What is
+              analysis: bool = False, here: bool = False) -> TraceResult:
+  """Trace (spec, variant) in a fresh worker process; progress is called in this process as each stage starts and ends. What is
   otherwise computed when first viewed (explorer.tracing.enrich), asked for now: facts, every record's compile facts (in another
   worker, after); analysis, every record's analysis (line maps, live values, loop splits, program spec: in the trace's worker and
-  its render processes)."""
+  its render processes). here: in this process instead, where it can be (trace_here)."""
   environment_for(variant, progress)
-  (trace, blob, blobs), seen = call_in_worker("explorer.tracing.run:trace_in_worker", {"spec": spec.to_dict(), "variant": variant.to_dict(),
-                                       "dump_io": dump_io, "analysis": analysis}, progress, timeout_s, env=device_env(variant),
-                                       limits=limits, live=live, tinygrad=variant.tinygrad)
+  kwargs = {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": dump_io, "analysis": analysis}
+  if here and can_trace_here(variant):
+    whole = (limits if limits is not None else Limits.from_settings()).with_timeout(timeout_s)
+    (trace, blob, blobs), seen = trace_here(kwargs, progress, whole, device_env(variant))
+  else:
+    (trace, blob, blobs), seen = call_in_worker("explorer.tracing.run:trace_in_worker", kwargs, progress, timeout_s, env=device_env(variant),
+                                                limits=limits, live=live, tinygrad=variant.tinygrad)
   _learn_default_device(variant, trace)
   if facts:
     from explorer.tracing.enrich import add_facts
     trace = add_facts(trace, progress=progress, limits=limits)
   return TraceResult(record_ran_on(trace), blob, seen, blobs)
+
+def can_trace_here(variant: Variant) -> bool:
+  """This process has not imported tinygrad (whose tracking is set as it is imported) and the variant runs this process's tinygrad."""
+  return "tinygrad" not in sys.modules and variant.tinygrad in (None, TINYGRAD)
+
+def trace_here(kwargs: dict[str, Any], progress: Progress | None, limits: Limits,
+               env: dict[str, str]) -> tuple[Any, list[tuple[str, str, str]]]:
+  """trace_in_worker(**kwargs) in this process, for a command that traces one variant and exits: a worker keeps one variant's
+  tinygrad caches and context variables from the next one's, which such a command never runs, and costs a second interpreter, its
+  imports and the result pickled across (a medium trace's memory a third again: benchmarks/trace_overhead.py). It is held as a
+  worker is: its environment set before tinygrad is imported, the data limit (inherited by its render processes and compilers), the
+  wall-clock limit (past it the process ends, saying so), the device's timing lock, a scratch directory of its own, and a failure
+  is WorkerFailed in the worker's words."""
+  os.environ.update(env)
+  os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as a worker sets it (explorer.tracing.workers._child)
+  if limits.memory_mb: resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_mb << 20, limits.memory_mb << 20))
+  deadline, held, seen = time.monotonic() + limits.timeout_s, HeldLocks(), []
+  def relay(stage: str, status: str, detail: str) -> None:
+    if stage == GATED_STAGE and status == "start" and (busy := held.acquire(detail, deadline)) is not None:
+      raise WorkerTimedOut(f"the worker exceeded its time limit of {limits.timeout_s:.0f}s waiting for the {busy} device "
+                           "(other measurements held it)")
+    if stage != PARTIAL: seen.append((stage, status, detail))
+    if progress is not None: progress(stage, status, detail)
+    if stage == GATED_STAGE and status in ("done", "error"): held.release()
+  timer = threading.Timer(limits.timeout_s, _timed_out, (limits.timeout_s,))
+  timer.daemon = True
+  scratch, tmpdir = scratch_dir(), os.environ.get("TMPDIR")
+  os.environ["TMPDIR"], tempfile.tempdir = scratch, None
+  timer.start()
+  try: return trace_in_worker(relay, **kwargs), seen
+  except WorkerFailed: raise
+  except Exception as e: raise WorkerFailed(f"{type(e).__name__}: {e}".splitlines()[0]) from e
+  finally:
+    timer.cancel()
+    held.release()
+    if tmpdir is None: os.environ.pop("TMPDIR", None)
+    else: os.environ["TMPDIR"] = tmpdir
+    tempfile.tempdir = None
+    shutil.rmtree(scratch, ignore_errors=True)
+
+def _timed_out(timeout_s: float) -> None:
+  print(f"kernel-explorer: trace failed: the worker exceeded its time limit of {timeout_s:.0f}s", file=sys.stderr, flush=True)
+  os._exit(1)
 
 def ran_here(worker: str | None = None) -> dict[str, Any]:
   """This process as a trace or a result records where a part ran: the job queue's worker (None: a server's or a command's own
