@@ -1,5 +1,5 @@
 """Workers that crash, hang, run out of memory or answer too much give a clear error; the next worker is fine."""
-import os, signal
+import json, os, signal, subprocess, sys, time
 import pytest
 from explorer.spec import ConvSpec, Variant
 from explorer.tracing.workers import Limits, WorkerFailed, call_in_worker
@@ -97,3 +97,55 @@ def test_a_templates_children_count_in_its_parents_cpu():
   before = t.children_cpu_s
   spent = call_in_worker("tests.worker_faults:spin", {"n": 3_000_000})[0][1]
   assert t.children_cpu_s - before >= spent > 0 and template.children_cpu_s() >= t.children_cpu_s
+
+CLEAN = {k: v for k, v in os.environ.items() if k not in ("VIZ", "TRACK_MATCH_STATS", "DEBUG", "NOOPT", "BEAM", "WINO", "DEV")}
+WORKER_MARKS = ("explorer.tracing.template_process import serve", "explorer.tracing.workers import _boot")
+
+def _descendants(root: int) -> list[int]:
+  children: dict[int, list[int]] = {}
+  for d in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{d}/stat") as f: stat = f.read()
+    except OSError: continue
+    children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(d))
+  out, todo = [], [root]
+  while todo: out += (kids := children.get(todo.pop(), [])); todo += kids
+  return out
+
+def _cmdline(pid: int) -> str:
+  try:
+    with open(f"/proc/{pid}/cmdline") as f: return f.read().replace("\0", " ")
+  except OSError: return ""
+
+def _watched(cmd: list[str]) -> tuple[subprocess.Popen, dict[int, str]]:
+  """The command run to its end, and every process it started that was seen (polled every 10 ms), by pid, with its command line."""
+  proc, seen = subprocess.Popen(cmd, env=CLEAN, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), {}
+  while proc.poll() is None:
+    seen |= {p: _cmdline(p) for p in _descendants(proc.pid) if p not in seen}
+    time.sleep(0.01)
+  return proc, seen
+
+def test_a_command_traces_its_one_variant_in_its_own_process_as_a_worker_would(tmp_path):
+  out = tmp_path / "t.json"
+  proc, seen = _watched([sys.executable, "-m", "explorer", "trace", "--preset", "small", "--no-time", "--quiet", "--json", str(out)])
+  assert proc.returncode == 0, proc.stderr.read()
+  assert not [c for c in seen.values() if any(m in c for m in WORKER_MARKS)], seen  # no template, no worker: the command traced it
+  here = json.loads(out.read_text())
+  from explorer.spec import PRESETS
+  spec = PRESETS["small"]
+  worker = run_trace(spec, Variant(time=False).resolve(spec)).trace  # a worker's trace of the same variant: the same kernels, passes, sources
+  def kernels(t: dict) -> list:
+    return [(k["name"], k["sources"], [p["name"] for p in k["passes"]], k["linear_uops"]) for k in t["kernels"]]
+  assert here["status"] == worker["status"] == "ok" and kernels(here) == kernels(worker) and here["error"] == worker["error"]
+  assert here["stage_seconds"].keys() == worker["stage_seconds"].keys()
+
+def test_a_command_past_its_time_limit_says_so_in_one_line_and_leaves_nothing_running(tmp_path):
+  proc, started = _watched([sys.executable, "-m", "explorer", "trace", "--preset", "medium", "--target", "cuda", "--no-time", "--quiet",
+                      "--timeout", "1", "--json", str(tmp_path / "t.json")])
+  err = proc.stderr.read()
+  assert proc.returncode == 1 and "trace failed: the worker exceeded its time limit of 1s" in err and "Traceback" not in err, err
+  assert not (tmp_path / "t.json").exists()
+  assert started  # its render processes, which die with it (PR_SET_PDEATHSIG)
+  deadline = time.monotonic() + 5
+  while (left := [p for p, c in started.items() if _cmdline(p) == c]) and time.monotonic() < deadline: time.sleep(0.05)
+  assert not left, {p: started[p] for p in left}
