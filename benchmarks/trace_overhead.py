@@ -26,8 +26,11 @@ Winograd; the large explorer fused variant under 30 s, or within 1.1x of tinygra
 <= 1.5x with default targets (medium and large builtin, large fused); <= 1.5x and <= 2.0x for medium builtin with --target cuda;
 <= 1.25x and <= 1.5x for the CNN's training step.
 
+Then a server's memory: `kernel-explorer serve` on a fresh store, idle, tracing medium builtin Winograd, after, reading its pages,
+after (its process tree's peak PSS in each phase; target, issue 76: under 2x VIZ=-1's for the same trace).
+
   python benchmarks/trace_overhead.py [--cases medium:builtin,large:builtin,large:fused,medium:builtin+cuda,cnn] [--rounds 3]
-                                      [--first-views 3]
+                                      [--first-views 3] [--no-server-memory]
 """
 from __future__ import annotations
 import argparse, json, os, pathlib, re, statistics, subprocess, sys, tempfile, threading, time
@@ -190,12 +193,61 @@ def first_views(rounds: int) -> None:
       compiler = client.get(base + "/facts").json().get("compiler") or "-"
       print(f"| {i + 1} | {n} | {record_s:.2f} | {facts_s:.2f} | {compiler} |", flush=True)
 
+SERVER_PAGES = ("/t/{id}", "/t/{id}/k/0", "/t/{id}/k/1", "/t/{id}/bufferize", "/t/{id}/source", "/api/traces/{id}/graphs/kernels")
+
+def server_memory(theirs_pss_mib: float, env: dict[str, str]) -> None:
+  """A served trace's memory (issue 76: the server and its workers under 2x a plain VIZ=-1 run of the same trace): `kernel-explorer
+  serve` on a fresh store, its process tree's PSS (every process it started) sampled every 100 ms, its peak in each phase: idle, while
+  it traces medium builtin Winograd (its defaults), after, while its pages are read, after."""
+  import socket, httpx
+  with socket.socket() as sk: sk.bind(("127.0.0.1", 0)); port = sk.getsockname()[1]
+  db = pathlib.Path(tempfile.mkdtemp(prefix="ke-server-memory-")) / "traces.sqlite3"
+  server = subprocess.Popen([sys.executable, "-m", "explorer", "serve", "--db", str(db), "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  phase, peaks, stop = ["start-up"], {}, threading.Event()
+  def sample() -> None:
+    while not stop.is_set():
+      total = 0.0
+      for pid in _tree(server.pid):
+        try: total += _pss_kib(pid) / 1024
+        except OSError: pass
+      peaks[phase[0]] = max(peaks.get(phase[0], 0.0), total)
+      time.sleep(0.1)
+  sampler = threading.Thread(target=sample, daemon=True)
+  sampler.start()
+  base = f"http://127.0.0.1:{port}"
+  try:
+    with httpx.Client(base_url=base, timeout=120) as client:
+      while True:
+        try:
+          if client.get("/api/health").status_code == 200: break
+        except httpx.HTTPError: time.sleep(0.2)
+      phase[0] = "idle"; time.sleep(3)
+      phase[0] = "tracing"
+      r = client.post("/api/traces", json={"preset": "medium", "variant": {"algo": "winograd", "time": False}})
+      trace_id = r.json()["id"]
+      while client.get(f"/api/traces/{trace_id}/status").json()["status"] not in ("done", "error"): time.sleep(0.2)
+      phase[0] = "after the trace"; time.sleep(3)
+      phase[0] = "reading its pages"
+      for page in SERVER_PAGES: client.get(page.format(id=trace_id), headers={"accept": "text/html"})
+      time.sleep(2)  # their lazy parts (another target's records, analyses) in workers
+      phase[0] = "after its pages"; time.sleep(3)
+  finally:
+    stop.set(); sampler.join(2)
+    server.terminate(); server.wait(10)
+  target = 2.0 * theirs_pss_mib
+  print(f"\na server's memory (its process tree's peak PSS, MiB; target under 2x VIZ=-1's {theirs_pss_mib:.0f} MiB for the same trace: "
+        f"{target:.0f}):\n")
+  for name, peak in peaks.items():
+    print(f"- {name}: {peak:.0f} ({peak / theirs_pss_mib:.2f}x) {'met' if peak <= target else 'NOT MET'}")
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--cases", default="medium:builtin,large:builtin,large:fused,medium:builtin+cuda,cnn",
                   help="PRESET:builtin|direct|fused[+TARGET] or cnn, comma separated")
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--first-views", type=int, default=3, help="rounds of the first-view measurement (0: none)")
+  ap.add_argument("--server-memory", action=argparse.BooleanOptionalAction, default=True, help="a served trace's memory, by phase")
   a = ap.parse_args()
   env = {k: v for k, v in os.environ.items() if k not in CLEAN}
   # the explorer's modules compiled to bytecode once, as a wheel install leaves them (tinygrad's are, by pip): otherwise, where
@@ -224,6 +276,12 @@ def main() -> None:
   print_stages(stages, {case: statistics.median(r.wall_s for r in rs["explorer"]) for case, rs in results.items()})
   print_stage_memory(results)
   print_processes(results)
+  if a.server_memory:
+    viz = [r.peak_pss_mib for r in results.get("medium:builtin", {}).get("tinygrad", [])]
+    if not viz:  # the case was not run: tinygrad's side of it once
+      _, theirs, theirs_env, _ = commands("medium:builtin", env, workdir)
+      viz = [measure(theirs, theirs_env).peak_pss_mib]
+    server_memory(statistics.median(viz), env)
   if a.first_views: first_views(a.first_views)
 
 def print_stages(stages: dict[str, list[dict[str, float]]], walls: dict[str, float]) -> None:

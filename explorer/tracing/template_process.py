@@ -22,6 +22,9 @@ def serve(f: Any) -> None:
   with suppress(OSError, AttributeError): ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
   sock = socket.socket(fileno=sock_fd)
   import explorer.tracing.trace, explorer.tracing.workers  # noqa: F401 - tinygrad, numpy and the tracing engine, as a trace worker imports them
+  # and tinygrad's viewer, which every worker that rebuilds graphs from a rewrite blob imports (another target's records, a graph, a
+  # diff, an export): half a second of each such first view, 8 MiB shared by every child
+  import explorer.tracing.tg.viewer  # noqa: F401
   wake_r, wake_w = os.pipe()
   os.set_blocking(wake_w, False)
   signal.set_wakeup_fd(wake_w)
