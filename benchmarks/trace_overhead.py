@@ -60,12 +60,13 @@ def _tree(root: int) -> dict[int, int]:
     for c in children.get(pid, []): depth[c] = depth[pid] + 1; todo.append(c)
   return depth
 
-def role(pid: int, depth: int) -> str:
+def role(pid: int, depth: int, root: int) -> str:
   """What a process of either side is, from its command line and its depth under the command (a worker forked from a template has
   the template's command line, one level further down)."""
-  try: cmd = _read(f"/proc/{pid}/cmdline").split("\0")
+  try: cmd, root_cmd = _read(f"/proc/{pid}/cmdline").split("\0"), _read(f"/proc/{root}/cmdline").split("\0")
   except OSError: return "?"
   if depth == 0: return "command"
+  if cmd == root_cmd: return "render process"  # forked from the command (a trace in its process)
   if any("resource_tracker" in c for c in cmd): return "resource tracker"
   if any("explorer.tracing.template_process import serve" in c for c in cmd): return "template" if depth == 1 else "trace worker"
   if any("explorer.tracing.workers import _boot" in c for c in cmd): return "trace worker"
@@ -121,7 +122,7 @@ def measure(cmd: list[str], env: dict[str, str]) -> Run:
         own = _pss_kib(pid) / 1024 if with_pss else 0.0
       except OSError: continue
       pss += own
-      p = run.procs.setdefault(pid, Proc(role(pid, depth)))
+      p = run.procs.setdefault(pid, Proc(role(pid, depth, proc.pid)))
       p.peak_pss_mib = max(p.peak_pss_mib, own)
       fields = stat[stat.rfind(")") + 2:].split()
       p.cpu_s = max(p.cpu_s, (int(fields[11]) + int(fields[12])) / TICK)  # its own user and system time
@@ -307,7 +308,7 @@ def print_stage_memory(results: dict[str, dict[str, list[Run]]]) -> None:
     runs = results[case]["explorer"]
     names = list(dict.fromkeys(k for r in runs for k in r.stage_pss_mib))
     theirs = statistics.median(r.peak_pss_mib for r in results[case]["tinygrad"])
-    print(f"- {case}: " + ", ".join(f"{k} {statistics.median(r.stage_pss_mib.get(k, 0.0) for r in runs):.0f}" for k in names) +
+    print(f"- {case}: " + ", ".join(f"{k} {statistics.median(r.stage_pss_mib[k] for r in runs if k in r.stage_pss_mib):.0f}" for k in names) +
           f"; tinygrad VIZ=-1 {theirs:.0f}")
 
 def print_processes(results: dict[str, dict[str, list[Run]]]) -> None:
