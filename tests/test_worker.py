@@ -79,26 +79,6 @@ def test_workers_are_forked_from_a_template_per_environment_that_made_nothing():
   assert a["blob"] == 8 << 20 and a["tinygrad"] and a["tracked"] == 0 and a["opened"] == [], a
   assert {t.proc.pid for t in template._templates.values()} >= {a["ppid"], c["ppid"]}
 
-def test_a_template_compiles_tinygrads_patterns_while_it_waits_and_its_children_render_as_a_fresh_worker(monkeypatch):
-  """While no request waits, a template compiles tinygrad's patterns (explorer.tracing.tg.matchers), so its children find them made;
-  a target record rendered in such a child is the one a fresh `python -c` worker renders, every pass and its matches included."""
-  from explorer.tracing import enrich, template
-  def warm(env: dict[str, str]) -> dict:
-    deadline = time.monotonic() + 60
-    while (got := call_in_worker("tests.worker_faults:lineage", {}, env=env)[0])["lazy"] and time.monotonic() < deadline: time.sleep(0.5)
-    return got
-  own = {"KE_TEST_WARMING": "1"}  # a template of this test's own, new: its first child comes before any pattern is compiled
-  first = call_in_worker("tests.worker_faults:lineage", {}, env=own)[0]
-  later = warm(own)
-  assert later["ppid"] == first["ppid"] and later["lazy"] == 0 < first["lazy"] and later["tracked"] == 0, (first, later)
-  res = run_trace(ConvSpec(1, 2, 2, 8, 8, 3), Variant(time=False))
-  assert warm({})["lazy"] == 0
-  warmed, _, _ = enrich.compute_target(res.trace, res.rewrites, "cuda", [0])
-  monkeypatch.setattr(template, "supported", lambda: False)
-  fresh, _, _ = enrich.compute_target(res.trace, res.rewrites, "cuda", [0])
-  def seen(r: dict) -> tuple: return r["source"], r["linear_uops"], [(p["name"], p["depth"], p["matches"]) for p in r["passes"]]
-  assert seen(warmed[0]) == seen(fresh[0]) and warmed[0]["passes"]
-
 def test_a_dead_template_fails_its_workers_in_one_line_and_the_next_call_gets_a_new_one():
   first = call_in_worker("tests.worker_faults:lineage", {})[0]["ppid"]
   import threading, time

@@ -50,12 +50,5 @@ def lineage(progress, blob: bytes = b"") -> dict:
   if got["tinygrad"]:
     from tinygrad.device import Device
     from tinygrad.uop import ops
-    got.update(tracked=len(ops.tracked_keys), opened=sorted(Device._opened_devices), lazy=lazy_patterns())
+    got.update(tracked=len(ops.tracked_keys), opened=sorted(Device._opened_devices))
   return got
-
-def lazy_patterns() -> int:
-  """How many patterns of the PatternMatchers this process holds tinygrad would still compile on their first try."""
-  import gc
-  from tinygrad.uop.ops import PatternMatcher
-  return sum(getattr(e[1], "__name__", "") == "lazy_compile" for pm in gc.get_objects() if isinstance(pm, PatternMatcher)
-             for es in pm.pdict.values() for e in es)

@@ -25,8 +25,6 @@ def serve(f: Any) -> None:
   # and tinygrad's viewer, which every worker that rebuilds graphs from a rewrite blob imports (another target's records, a graph, a
   # diff, an export): half a second of each such first view, 8 MiB shared by every child
   import explorer.tracing.tg.viewer  # noqa: F401
-  from explorer.tracing import tg
-  warming: tg.PatternWarming | None = tg.PatternWarming()  # while no request waits: tinygrad's patterns compiled, 20 ms at a time
   wake_r, wake_w = os.pipe()
   os.set_blocking(wake_w, False)
   signal.set_wakeup_fd(wake_w)
@@ -35,10 +33,7 @@ def serve(f: Any) -> None:
     try: sock.send(pickle.dumps((kind, pid, status)))
     except OSError: os._exit(0)  # the parent is gone, or closed us: our children go with us
   while True:
-    ready, _, _ = select.select([sock.fileno(), wake_r], [], [], None if warming is None else 0.02)
-    if not ready and warming is not None:
-      if not warming.step(0.02): warming = None
-      continue
+    ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
     if wake_r in ready:
       with suppress(BlockingIOError, InterruptedError): os.read(wake_r, 512)
       _reap(send)

@@ -3,7 +3,7 @@ environment (tinygrad's settings, set before its import), rewritelog (tinygrad's
 recording (tracking switches, passes, the live log), graphs (a stored blob's graphs through tinygrad's viewer), provenance, pipeline
 (tensor graph, scheduler, the schedule's calls and buffers), opts (optimization settings, opts by hand), custom_rewrites, codegen,
 loops, specs, register_pressure, line_maps, kernel_analysis, runtime, clocks (how kernels and schedules are timed), profile (tinygrad's
-profiler: the host's work over time), devices (devices and renderers), nvrtc and matchers (tinygrad's patterns compiled ahead).
+profiler: the host's work over time), devices (devices and renderers) and nvrtc.
 Callers use the names re-exported here: `from explorer.tracing import tg`.
 
 Import it first in a fresh process: tinygrad swaps in its tracking PatternMatcher at import time, so the environment must be
@@ -33,7 +33,6 @@ from explorer.tracing.tg.devices import (available_devices, default_device, devi
                                          renderer_device, target_name, unopened_devices, without_beam)
 from explorer.tracing.tg.graphs import RewriteBlob
 from explorer.tracing.tg.kernel_analysis import blob_analysis, program_analysis
-from explorer.tracing.tg.matchers import Warming as PatternWarming
 from explorer.tracing.tg.nvrtc import nvrtc_compiler
 from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, kernel_axes, kernel_outputs, kernel_runnables, legal_opts, opt_context,
                                       opt_text, parse_opt, recording_beam, with_opts)
@@ -61,7 +60,6 @@ if not _at_least(0, 13):  # tinygrad 0.12 schedules ExecItems, not a LINEAR of C
 __all__ = [
   # tinygrad's own
   "AddrSpace", "Context", "Device", "disable_gc", "KernelInfo", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes", "TINYGRAD_VERSION",
-  "PatternWarming",
   # rewrite tracking and the rewrite log
   "tracking", "tracking_enabled", "tracking_possible", "tracking_mark", "forget_rewrites_since", "passes_since", "export_rewrites", "trace_num",
   "take_group_stacks",
