@@ -1,5 +1,5 @@
 """Worker processes forked from a template: a process that has imported tinygrad and the explorer's tracing, and made nothing with
-them (it compiles tinygrad's patterns while it waits: explorer.tracing.tg.matchers), which forks one child per call. Each child
+them (its viewer included), which forks one child per call. Each child
 starts where a fresh `python -c BOOT` worker (explorer.tracing.workers) would once its imports are done, without paying them again
 (about 0.5 CPU s a worker), and then runs as that worker does: a process group of its own, its limits entered first, its messages
 on the pipes its caller made.
