@@ -1,8 +1,7 @@
-"""Worker processes forked from a template: a process that has imported tinygrad and the explorer's tracing, and made nothing with
-them (its viewer included), which forks one child per call. Each child
-starts where a fresh `python -c BOOT` worker (explorer.tracing.workers) would once its imports are done, without paying them again
-(about 0.5 CPU s a worker), and then runs as that worker does: a process group of its own, its limits entered first, its messages
-on the pipes its caller made.
+"""Worker processes forked from a template: a process that has imported tinygrad (its viewer included) and the explorer's tracing,
+and made nothing with them, which forks one child per call. Each child starts where a fresh `python -c BOOT` worker
+(explorer.tracing.workers) would once its imports are done, without paying them again (about 0.5 CPU s a worker), and then runs as
+that worker does: a process group of its own, its limits entered first, its messages on the pipes its caller made.
 
 A template belongs to the process that started it (its parent, which sends it work on a socket pair only the two hold) and to one
 environment (tinygrad reads its settings when it is imported: a call with another environment gets another template). It dies with
