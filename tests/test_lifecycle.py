@@ -11,7 +11,7 @@ from explorer.tracing.lifeline import group_members
 from explorer.settings import Settings
 from explorer.store import Store
 from conftest import REPO, wait_done
-from servers import Server, post, status, wait_for, worker_groups
+from servers import Server, post, stat_of, status, wait_for, worker_groups
 from support import app_over, fake_result, minimal_trace, run_async
 
 # a trace that runs for a minute: a thousand timed repeats of the medium direct conv (killed long before)
@@ -116,15 +116,36 @@ def test_a_sigtermed_server_stops_its_workers_and_marks_its_jobs(server):
   store = Store(s.db)
   assert {store.get_task("trace", i)["status"] for i in (slow, queued)} == {"interrupted"}  # marked by the server itself as it stopped
 
-def test_a_sigtermed_cli_leaves_no_worker(tmp_path):
-  cmd = [sys.executable, "-m", "explorer.cli", "trace", "--preset", "medium", "--target", "cuda", "--warmup", "0", "--repeats", "1000", "--quiet"]
+# a script that realizes a small tensor every 0.1 s for a minute: what the command traces in a worker (killed long before)
+SLOW_SCRIPT = "import time\nfrom tinygrad import Tensor\nfor _ in range(600):\n  (Tensor.ones(4) + 1).realize()\n  time.sleep(0.1)\n"
+
+def descendants(root: int) -> set[int]:
+  """Every live process under `root` (children, their children...), zombies left out."""
+  stats = {int(d): st for d in os.listdir("/proc") if d.isdigit() and (st := stat_of(int(d))) is not None and st[0] != "Z"}
+  kids: dict[int, list[int]] = {}
+  for pid, st in stats.items(): kids.setdefault(int(st[1]), []).append(pid)
+  out, todo = set(), [root]
+  while todo: out |= set(k := kids.get(todo.pop(), [])); todo += k
+  return out
+
+@pytest.mark.parametrize("how", ["convolution in the command", "script in a worker"])
+def test_a_sigtermed_cli_leaves_no_process(tmp_path, how):
+  """SIGTERM mid-trace: the command exits as the signal says and nothing it started outlives it, neither the render processes of a
+  convolution it traces in its own process nor the worker (its own process group) of a script's trace."""
+  if how == "script in a worker":
+    (script := tmp_path / "slow.py").write_text(SLOW_SCRIPT)
+    what = ["--script", str(script), "--no-time"]
+  else: what = ["--preset", "medium", "--warmup", "0", "--repeats", "1000"]
+  cmd = [sys.executable, "-m", "explorer.cli", "trace", *what, "--target", "cuda", "--quiet"]
   cli = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
-  pgid = wait_for("the CLI starts a worker", lambda: (worker_groups(cli.pid) or [None])[0], 60)
-  members = wait_for("its render process is up", lambda: len(m := group_members(pgid)) >= 2 and m, 30)
+  if how == "script in a worker": started = {wait_for("the CLI starts a worker", lambda: (worker_groups(cli.pid) or [None])[0], 60)}
+  else: started = wait_for("the CLI starts its render process", lambda: descendants(cli.pid), 60)
+  time.sleep(1)  # mid-trace, past the start of what it started
+  started |= descendants(cli.pid)
   cli.send_signal(signal.SIGTERM)
-  assert cli.wait(timeout=10) == 128 + signal.SIGTERM
-  wait_for("every process of the worker's group is gone", lambda: not group_members(pgid), 5)
-  assert len(members) >= 1
+  assert cli.wait(timeout=10) == 128 + signal.SIGTERM, cli.stderr.read()  # type: ignore[union-attr]
+  alive = lambda: {p for p in started if (st := stat_of(p)) is not None and st[0] != "Z"}
+  wait_for("every process the CLI started is gone", lambda: not alive(), 5)
 
 def test_a_cli_that_ends_normally_leaves_no_process(tmp_path):
   """A trace command in a session of its own: once it has exited, no process of that session is left, not its worker, its renders,

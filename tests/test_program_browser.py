@@ -50,7 +50,9 @@ def test_a_pass_shows_the_stack_that_opened_it_and_links_the_programs_line(serve
   match.locator("td:last-child summary").click()
   assert match.locator("pre.diff span.add").count() > 0 and match.locator("pre.diff span.del").count() > 0
   page.click("[data-pass-python]")  # the graph the pass started from, as Python
-  page.wait_for_function("() => { const t = document.querySelector('[data-pass-python-text]').textContent; return t && t !== 'loading…'; }")
+  # 0.2 s here; a fresh expand worker on a loaded CI machine (the whole suite on two cores) took longer than the default 30 s once
+  page.wait_for_function("() => { const t = document.querySelector('[data-pass-python-text]').textContent; return t && t !== 'loading…'; }",
+                         timeout=120_000)
   assert "UOp" in page.locator("[data-pass-python-text]").inner_text()
   frame = stack.locator("li[data-frame]:has(a[href*='/source#L'])").last  # the program's innermost line: what opened the pass's group
   code, link = frame.locator("code").inner_text(), frame.locator("a")
