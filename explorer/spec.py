@@ -3,16 +3,15 @@ from __future__ import annotations
 import dataclasses, math, re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
+from explorer import targets
 
 DTYPES = {"float32": 4, "float16": 2}
-TARGET_DESCRIPTIONS = {"cuda": "CUDA C for sm_90 (H100)", "metal": "Metal for Apple9 (M3)", "opencl": "OpenCL C", "clang": "C for clang (x86_64)",
-                 "llvm": "LLVM IR (x86_64)", "ptx": "PTX for sm_90", "wgsl": "WGSL (WebGPU)"}
-TARGETS = tuple(TARGET_DESCRIPTIONS)
-# the architecture each target renders for, as its device would configure its renderer: CUDA and PTX follow Variant.cuda_arch, Metal
-# Variant.metal_arch (with that arch's tensor cores); OpenCL's is the device's extension string (none: half is emulated)
+TARGET_DESCRIPTIONS = {t.name: t.description for t in targets.ALL}
+TARGETS = targets.NAMES
+# the architectures a variant may name for the targets that follow one (explorer.targets: CUDA and PTX follow Variant.cuda_arch, Metal
+# Variant.metal_arch, with that arch's tensor cores)
 CUDA_ARCHES = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
 METAL_ARCHES = ("Apple7", "Apple8", "Apple9")
-FIXED_ARCHES = {"opencl": "", "clang": "x86_64", "llvm": "x86_64", "wgsl": ""}
 ALGOS = ("direct", "winograd")
 WINO_IMPLS = ("builtin", "explorer")
 TILES = ("F(4,3)", "F(2,3)", "F(2,5)", "F(4,5)")  # F(m,r): m x m outputs per tile of an r x r kernel; the 5x5 ones are generated
@@ -119,7 +118,7 @@ ENRICH_ANALYSIS = "analysis"  # a record's line map, live values, loop splits an
 ENRICH_TARGET = "target"      # a kernel's record on a target the trace did not render
 ENRICH_KINDS = (ENRICH_TARGET, ENRICH_ANALYSIS, ENRICH_FACTS)
 ANALYSIS_MARK = "pressure"    # a record with this field has its analysis
-SASS_TARGETS = ("cuda", "ptx")  # their compile facts carry SASS with lines and live registers (or say why not: sass_note)
+SASS_TARGETS = targets.SASS  # their compile facts carry SASS with lines and live registers (or say why not: sass_note)
 
 def lacks_facts(rec: Mapping[str, Any], target: str) -> bool:
   """Whether a record's compile facts are still to compute: none yet, or a CUDA or PTX compile stored before its facts had SASS."""
@@ -364,7 +363,8 @@ class Variant:
 
   def arch(self, target: str) -> str:
     """The architecture `target` renders for under this variant."""
-    return {"cuda": self.cuda_arch, "ptx": self.cuda_arch, "metal": self.metal_arch}.get(target, FIXED_ARCHES.get(target, ""))
+    if (t := targets.BY_NAME.get(target)) is None: return ""
+    return t.arch_for({"cuda_arch": self.cuda_arch, "metal_arch": self.metal_arch})
 
   def label(self) -> str:
     if self.algo == "direct": s = "direct"

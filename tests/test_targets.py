@@ -444,3 +444,58 @@ def test_loop_splits_are_recorded_with_the_rule_read_from_tinygrad(tmp_path):
     assert {o["rule"] for o in made} == {s["rule"] for s in host["loop_splits"]} and all(o["rule_source"] for o in made)
     first = client.get(f"/api/traces/00000000000000aa/rewrites/{split['group']}/origin/{out['ast_sink']}").json()
     assert first["kind"] in ("input", "start") and client.get("/api/traces/00000000000000aa/rewrites/999/origin/1").status_code == 404
+
+# ***** a target is declared once (explorer.targets): every table of targets derives from its rows *****
+
+def test_each_target_has_a_renderer_a_lexer_and_a_compiler_or_the_reason_it_has_none():
+  from pygments.lexer import Lexer
+  from explorer import targets
+  from explorer.present.render import LEXERS, TARGET_LABELS
+  from explorer.spec import SASS_TARGETS, TARGET_DESCRIPTIONS, TARGETS
+  from explorer.tracing import compilers
+  from explorer.tracing.tg.devices import RENDER_TARGETS, render_target, target_name
+  assert TARGETS == targets.NAMES and set(RENDER_TARGETS) == set(TARGETS) == set(LEXERS) == set(TARGET_DESCRIPTIONS)
+  variant = Variant(cuda_arch="sm_80", metal_arch="Apple8")
+  for t in targets.ALL:
+    renderer = render_target(t.name, arch := variant.arch(t.name))
+    assert target_name(renderer) == t.name and renderer.target.arch == arch, t  # the renderer is the target's, for its arch
+    assert issubclass(LEXERS[t.name], Lexer) and TARGET_LABELS[t.name] == t.label, t
+    assert (t.name in compilers.COMPILE) != bool(t.no_compiler), f"{t.name}: a compiler, or the reason it has none (not both)"
+    assert not t.sass or t.name in compilers.COMPILE, t
+    if t.no_compiler:
+      assert compilers.compile_target(t.name, "x", arch, None) == {"ok": None, "compiler": None, "message": t.no_compiler}
+  assert (variant.arch("cuda"), variant.arch("ptx"), variant.arch("metal"), variant.arch("clang")) == ("sm_80", "sm_80", "Apple8", "x86_64")
+  assert SASS_TARGETS == ("cuda", "ptx")
+
+ADDED_TARGET = '''  Target("c99", "C99 for clang (a test's target)", "C99 (test)", "CLexer", arch="x86_64",
+         no_compiler="a test's target: no compiler"),
+'''
+ADDED_RENDERER = ('class C99Renderer(ClangRenderer): pass  # a test\'s target\n\n',
+                  '  "c99": Renderable(C99Renderer, "CPU", "CLANG"),\n')
+
+def test_adding_a_target_is_one_row_and_its_renderer(tmp_path):
+  """ARCHITECTURE.md's walk, followed in a copy of the package: a row in explorer/targets.py and a renderer in
+  explorer/tracing/tg/devices.py, nothing else, and the CLI lists it, traces with it and renders it; a page labels and colours it."""
+  pkg = tmp_path / "explorer"
+  shutil.copytree(REPO / "explorer", pkg, ignore=shutil.ignore_patterns("__pycache__", "static"))
+  rows = (pkg / "targets.py").read_text()
+  (pkg / "targets.py").write_text(rows.replace("\n)\nBY_NAME", "\n" + ADDED_TARGET + ")\nBY_NAME", 1))
+  devices = (pkg / "tracing" / "tg" / "devices.py").read_text()
+  devices = devices.replace("class Renderable(NamedTuple):", ADDED_RENDERER[0] + "class Renderable(NamedTuple):", 1)
+  devices = devices.replace("\n}\nTARGET_OF_RENDERER", "\n" + ADDED_RENDERER[1] + "}\nTARGET_OF_RENDERER", 1)
+  (pkg / "tracing" / "tg" / "devices.py").write_text(devices)
+  env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+  run = lambda *args: subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  listed = run("-m", "explorer", "targets")
+  assert listed.returncode == 0 and "C99 for clang (a test's target)" in listed.stdout, listed.stdout + listed.stderr
+  got = run("-m", "explorer", "trace", "--shape", "1,1,1,4,4,3", "--target", "c99,clang", "--no-time", "--quiet", "--json", "t.json")
+  assert got.returncode == 0, got.stderr
+  kernels = json.loads((tmp_path / "t.json").read_text())["kernels"]
+  assert kernels and all(k["targets"]["c99"]["source"] == k["targets"]["clang"]["source"] for k in kernels)  # ClangRenderer's C
+  facts = run("-m", "explorer", "enrich", "t.json", "--target", "c99", "--facts", "--quiet")
+  assert facts.returncode == 0, facts.stderr
+  said = [k["targets"]["c99"]["compile"] for k in json.loads((tmp_path / "t.json").read_text())["kernels"]]
+  assert said == [{"ok": None, "compiler": None, "message": "a test's target: no compiler"}] * len(kernels)  # its row's reason
+  page = run("-c", "from explorer.present.render import LEXERS, TARGET_LABELS; print(TARGET_LABELS['c99'], LEXERS['c99'].__name__)")
+  assert page.stdout.split() == ["C99", "(test)", "CLexer"], page.stdout + page.stderr
+  assert run("-c", "import explorer; print(explorer.__file__)").stdout.strip() == str(pkg / "__init__.py")  # the copy ran, not the repo

@@ -7,7 +7,9 @@ from markupsafe import Markup
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
-from pygments.lexers import CLexer, CppLexer, CudaLexer, LlvmLexer, PtxLexer, TextLexer, WgslLexer
+import pygments.lexers
+from pygments.lexers import CLexer, LlvmLexer, TextLexer
+from explorer import targets
 from explorer.clocks import METHODS, how, method_of, ratio_words
 from explorer.present.beam import beam_plot
 from explorer.spec import HAND_OPT_RE, STAGE_TITLES, opt_label
@@ -19,10 +21,8 @@ from explorer.schema import KernelRecord, RanOn, StageRow, TraceRecord, host_tar
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"
 STATIC_DIR = pathlib.Path(__file__).resolve().parent.parent / "static"
 
-TARGET_LABELS = {"host": "Host", "cuda": "CUDA", "metal": "Metal", "opencl": "OpenCL", "clang": "C (clang)", "llvm": "LLVM IR", "ptx": "PTX",
-                 "wgsl": "WGSL"}
-LEXERS: dict[str, type[Lexer]] = {"cuda": CudaLexer, "metal": CppLexer, "opencl": CLexer, "clang": CLexer, "llvm": LlvmLexer, "ptx": PtxLexer,
-                                  "wgsl": WgslLexer}
+TARGET_LABELS = {"host": "Host", **{t.name: t.label for t in targets.ALL}}
+LEXERS: dict[str, type[Lexer]] = {t.name: getattr(pygments.lexers, t.lexer) for t in targets.ALL}
 # each line an anchor (#L-12, the permalink) inside a span (S-12, what the line map colours); a page's other sources prefix theirs
 # (cuda-L-12), so that no id is there twice
 @functools.cache

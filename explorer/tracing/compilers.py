@@ -13,13 +13,16 @@ call has a time limit) is a per-kernel result with its message, never a failed t
 occupancy for the kernel's block size on its arch (NVIDIA's occupancy calculator rules, cuda_occupancy.h)."""
 from __future__ import annotations
 import functools, importlib.util, math, os, pathlib, re, shutil, subprocess, tempfile
+from dataclasses import dataclass
 from typing import Any, Callable
+from explorer import targets
 from explorer.tracing import compile_cache, sass
 
 TIMEOUT_S = 60.0
 MAX_DISASM_LINES = 4000
 CLANG_C_FLAGS = ["-O2", "-fPIC", "-ffreestanding", "-fno-math-errno", "-nostdlib", "-fno-ident", "--target=x86_64-none-unknown-elf", "-march=native"]
 Facts = dict[str, Any]
+Nvrtc = Callable[[str, str], Facts]  # NVRTC's compile of (source, arch), where its library is here (explorer.tracing.tg.nvrtc)
 
 # ***** occupancy: resident warps over the SM's maximum, from registers, shared memory and the block size *****
 
@@ -109,7 +112,7 @@ def _cuda_facts(log: str, arch: str, block: int | None, compiler: str) -> Facts:
   elif not block: facts["message"] += "; the block size is chosen at run time (no local size), so no occupancy"
   return facts
 
-def compile_cuda(src: str, arch: str, block: int | None, nvrtc: Callable[[str, str], Facts] | None = None) -> Facts:
+def compile_cuda(src: str, arch: str, block: int | None, nvrtc: Nvrtc | None = None) -> Facts:
   """CUDA C through NVRTC (when the wheel's library loaded) or nvcc: ptxas' report, occupancy, the PTX, SASS where cuobjdump is."""
   if nvrtc is not None:
     got = nvrtc(src, arch)
@@ -169,23 +172,40 @@ def compile_llvm(src: str) -> Facts:
     facts["message"] += "\n(tinygrad's IR needs an LLVM with opaque pointers, 15 or newer; this clang is older)"
   return facts
 
-NOT_HERE = {"metal": {"ok": None, "compiler": None, "message": "Metal compiles only on macOS (Apple's Metal compiler); not on this machine"},
-            "wgsl": {"ok": None, "compiler": None, "message": "no WGSL compiler here: a WebGPU implementation validates WGSL when it builds "
-                                                                 "the pipeline"}}
+def _clang_tools(nvrtc: bool) -> dict[str, Any]: return {"clang": compile_cache.identity(shutil.which("clang"))}
+
+def _disassemblers() -> dict[str, Any]:
+  return {"cuobjdump": compile_cache.identity(tool("cuobjdump")), "nvdisasm": compile_cache.identity(tool("nvdisasm"))}
+
+def _cuda_tools(nvrtc: bool) -> dict[str, Any]:
+  if not nvrtc: return {"nvcc": compile_cache.identity(shutil.which("nvcc")), **_disassemblers()}
+  return {"nvrtc": compile_cache.identity(os.environ.get("NVRTC_PATH") or nvrtc_library()),
+          "include": os.environ.get("KERNEL_EXPLORER_CUDA_INCLUDE"), **_disassemblers()}
+
+def _ptx_tools(nvrtc: bool) -> dict[str, Any]: return {"ptxas": compile_cache.identity(tool("ptxas")), **_disassemblers()}
+
+@dataclass(frozen=True)
+class Compiler:
+  """How one target's source is compiled here: run(source, arch, block threads, filled PTX, NVRTC), and the tools that decide its
+  facts beside the source, each by its identity (explorer.tracing.compile_cache), given whether NVRTC compiles."""
+  run: Callable[[str, str, int | None, str | None, Nvrtc | None], Facts]
+  tools: Callable[[bool], dict[str, Any]]
+
+# the targets a compiler of this machine compiles (explorer.targets names the others' reason, `no_compiler`)
+COMPILE = {
+  "cuda": Compiler(lambda src, arch, block, ptx, nvrtc: compile_cuda(src, arch, block, nvrtc), _cuda_tools),
+  "ptx": Compiler(lambda src, arch, block, ptx, nvrtc: compile_ptx(ptx if ptx is not None else src, arch, block), _ptx_tools),
+  "opencl": Compiler(lambda src, *_: compile_opencl(src), _clang_tools),
+  "clang": Compiler(lambda src, *_: compile_c(src), _clang_tools),
+  "llvm": Compiler(lambda src, *_: compile_llvm(src), _clang_tools),
+}
 
 def _tools(target: str, nvrtc: bool) -> dict[str, Any]:
-  """What compiles `target` here, each tool by its identity (explorer.tracing.compile_cache): what decides its facts beside the source."""
-  ident = compile_cache.identity
-  if target in ("opencl", "clang", "llvm"): return {"clang": ident(shutil.which("clang"))}
-  if target not in ("cuda", "ptx"): return {}
-  disassemblers = {"cuobjdump": ident(tool("cuobjdump")), "nvdisasm": ident(tool("nvdisasm"))}
-  if target == "ptx": return {"ptxas": ident(tool("ptxas")), **disassemblers}
-  if not nvrtc: return {"nvcc": ident(shutil.which("nvcc")), **disassemblers}
-  return {"nvrtc": ident(os.environ.get("NVRTC_PATH") or nvrtc_library()), "include": os.environ.get("KERNEL_EXPLORER_CUDA_INCLUDE"),
-          **disassemblers}
+  """What compiles `target` here, each tool by its identity: what decides its facts beside the source."""
+  return c.tools(nvrtc) if (c := COMPILE.get(target)) is not None else {}
 
 def compile_target(target: str, source: str, arch: str, block: int | None, ptx: str | None = None,
-                   nvrtc: Callable[[str, str], Facts] | None = None) -> Facts:
+                   nvrtc: Nvrtc | None = None) -> Facts:
   """The compile facts of one kernel's source for `target` (ptx: the filled PTX for the ptx target), read from the compile cache where
   the same source was compiled by the same tools before. Never raises."""
   name = compile_cache.key(target=target, source=source, arch=arch, block=block, ptx=ptx, tools=_tools(target, nvrtc is not None))
@@ -193,14 +213,11 @@ def compile_target(target: str, source: str, arch: str, block: int | None, ptx: 
   compile_cache.put(name, facts := _compile(target, source, arch, block, ptx, nvrtc))
   return facts
 
-def _compile(target: str, source: str, arch: str, block: int | None, ptx: str | None, nvrtc: Callable[[str, str], Facts] | None) -> Facts:
+def _compile(target: str, source: str, arch: str, block: int | None, ptx: str | None, nvrtc: Nvrtc | None) -> Facts:
   try:
-    if target == "cuda": return compile_cuda(source, arch, block, nvrtc)
-    if target == "ptx": return compile_ptx(ptx if ptx is not None else source, arch, block)
-    if target == "opencl": return compile_opencl(source)
-    if target == "clang": return compile_c(source)
-    if target == "llvm": return compile_llvm(source)
-    return dict(NOT_HERE.get(target) or missing(f"{target} compiler", "none is known to the explorer"))
+    if (c := COMPILE.get(target)) is not None: return c.run(source, arch, block, ptx, nvrtc)
+    if (t := targets.BY_NAME.get(target)) is not None and t.no_compiler: return {"ok": None, "compiler": None, "message": t.no_compiler}
+    return missing(f"{target} compiler", "none is known to the explorer")
   except Exception as e:  # a compiler wrapper that breaks is one kernel's result, not a failed trace
     return {"ok": False, "compiler": None, "message": f"{type(e).__name__}: {e}"}
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import contextlib, ctypes, functools, glob, platform, re, subprocess
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable, NamedTuple
 from tinygrad import Device
 from tinygrad.codegen.opt import tc
 from tinygrad.device import Compiler
@@ -40,21 +40,29 @@ def _ptx_tensor_cores(arch: str) -> dict[str, Any]:
 def _metal_tensor_cores(arch: str) -> list:  # as MetalRenderer.__init__: Apple7 (M1) and later
   return tc.metal if arch.startswith("Apple") and arch[5:].isdigit() and int(arch[5:]) >= 7 else []
 
-# each target's renderer as its device would configure it for arch (keys: explorer.spec.TARGETS; arches: explorer.spec.TARGET_ARCHES).
-# CUDA keeps device "CUDA" in its Target: tinygrad's TF32 tensor-core rule checks it.
-RENDER_TARGETS: dict[str, Any] = {
-  "cuda": lambda arch: _deviceless(CUDARenderer, Target("CUDA", "CUDA", arch), **_cuda_tensor_cores(arch)),
-  "metal": lambda arch: _deviceless(MetalRenderer, Target("METAL", "METAL", arch), tensor_cores=_metal_tensor_cores(arch)),
-  "opencl": lambda arch: _deviceless(OpenCLRenderer, Target("CL", "CL", arch)),
-  "clang": lambda arch: _deviceless(ClangRenderer, Target("CPU", "CLANG", arch)),
-  "llvm": lambda arch: _deviceless(CPULLVMRenderer, Target("CPU", "LLVM", arch)),
-  "ptx": lambda arch: _deviceless(PTXRenderer, Target("CUDA", "PTX", arch), **_ptx_tensor_cores(arch)),
-  "wgsl": lambda arch: _deviceless(WGSLRenderer, Target("WEBGPU", "WGSL", arch)),
-}
-TARGET_OF_RENDERER = {ClangRenderer: "clang", CPULLVMRenderer: "llvm", CUDARenderer: "cuda", PTXRenderer: "ptx", MetalRenderer: "metal",
-                      OpenCLRenderer: "opencl", WGSLRenderer: "wgsl"}
+class Renderable(NamedTuple):
+  """A target's renderer as its device would configure it for an arch: tinygrad's class, the Target's device and renderer names, and
+  the attributes the device's __init__ would set for the arch (its tensor cores)."""
+  cls: type[Renderer]
+  device: str
+  renderer: str
+  attrs: Callable[[str], dict[str, Any]] = lambda arch: {}
 
-def render_target(name: str, arch: str) -> Renderer: return RENDER_TARGETS[name](arch)
+# each target's renderer (keys: explorer.targets.NAMES). CUDA keeps device "CUDA" in its Target: tinygrad's TF32 tensor-core rule checks it.
+RENDER_TARGETS = {
+  "cuda": Renderable(CUDARenderer, "CUDA", "CUDA", _cuda_tensor_cores),
+  "metal": Renderable(MetalRenderer, "METAL", "METAL", lambda arch: {"tensor_cores": _metal_tensor_cores(arch)}),
+  "opencl": Renderable(OpenCLRenderer, "CL", "CL"),
+  "clang": Renderable(ClangRenderer, "CPU", "CLANG"),
+  "llvm": Renderable(CPULLVMRenderer, "CPU", "LLVM"),
+  "ptx": Renderable(PTXRenderer, "CUDA", "PTX", _ptx_tensor_cores),
+  "wgsl": Renderable(WGSLRenderer, "WEBGPU", "WGSL"),
+}
+TARGET_OF_RENDERER = {r.cls: name for name, r in RENDER_TARGETS.items()}
+
+def render_target(name: str, arch: str) -> Renderer:
+  r = RENDER_TARGETS[name]
+  return _deviceless(r.cls, Target(r.device, r.renderer, arch), **r.attrs(arch))
 
 def target_name(renderer: Renderer) -> str:
   """The explorer's name for the target a renderer renders (the host's own renderer included): clang, cuda, ... (a subclass by its
