@@ -23,7 +23,7 @@ Everything runs on this machine (server, workers and clients share its cores), s
 from __future__ import annotations
 import argparse, asyncio, collections, concurrent.futures, json, multiprocessing, os, pathlib, random, shutil, socket, subprocess, sys, tempfile
 import statistics, threading, time
-from typing import Callable
+from collections.abc import Callable
 import httpx
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -60,7 +60,7 @@ def one_round(url: str, workdir: pathlib.Path, workers: int, n: int, round_: int
     try:
       while True:
         states = [httpx.get(f"{base}/api/traces/{i}/status", timeout=60).json()["status"] for i in ids]
-        if failed := [i for i, s in zip(ids, states) if s == "error"]: raise RuntimeError(f"traces failed: {failed}")
+        if failed := [i for i, s in zip(ids, states, strict=False) if s == "error"]: raise RuntimeError(f"traces failed: {failed}")
         if all(s == "done" for s in states): return time.monotonic() - start
         time.sleep(0.2)
     finally: os.killpg(proc.pid, signal.SIGKILL)

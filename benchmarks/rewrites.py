@@ -31,7 +31,7 @@ def main() -> int:
       base = Variant(targets=("cuda",), time=False, cuda_arch=a.cuda_arch, **fields)
       plain, rewritten = (run_trace(PRESETS[preset], v).trace for v in (base, dataclasses.replace(base, rewrites=(a.rewrite,))))
       for t in (plain, rewritten): assert t["status"] == "ok" and t["error"]["max_abs"] < 1e-3, (preset, case, t["failures"], t["error"])
-      for ka, kb in zip(plain["kernels"], rewritten["kernels"]):
+      for ka, kb in zip(plain["kernels"], rewritten["kernels"], strict=False):
         (pa, ra, sa), (pb, rb, sb) = _facts(ka["targets"]["cuda"]), _facts(kb["targets"]["cuda"])
         changed += pa != pb
         rows.append((preset, case, ka["role"], ka["name"], f"{pa} -> {pb}", f"{pb - pa:+d}", f"{ra} -> {rb}", f"{sa} -> {sb}"))

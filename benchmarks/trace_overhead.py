@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse, json, os, pathlib, re, statistics, subprocess, sys, tempfile, threading, time
 from dataclasses import dataclass, field
 from typing import Any
+import contextlib
 
 CASES = {"builtin": ["--algo", "winograd"], "direct": ["--algo", "direct"],
          "fused": ["--algo", "winograd", "--wino-impl", "explorer", "--staging", "fused"]}
@@ -210,8 +211,7 @@ def server_memory(theirs_pss_mib: float, env: dict[str, str]) -> None:
     while not stop.is_set():
       total = 0.0
       for pid in _tree(server.pid):
-        try: total += _pss_kib(pid) / 1024
-        except OSError: pass
+        with contextlib.suppress(OSError): total += _pss_kib(pid) / 1024
       peaks[phase[0]] = max(peaks.get(phase[0], 0.0), total)
       time.sleep(0.1)
   sampler = threading.Thread(target=sample, daemon=True)

@@ -6,7 +6,7 @@ before each side's figure is read).
   python benchmarks/worker_start.py [--calls 6] [--traces 3]"""
 from __future__ import annotations
 import argparse, resource, time
-from typing import Callable
+from collections.abc import Callable
 
 def cpu_s() -> float:
   kids = resource.getrusage(resource.RUSAGE_CHILDREN)

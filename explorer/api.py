@@ -296,7 +296,7 @@ def stop_server(port: int = 8000) -> bool:
   try: pid = int(path.read_text())
   except (OSError, ValueError): return False
   path.unlink(missing_ok=True)
-  try: cmd = open(f"/proc/{pid}/cmdline").read().split("\0")
+  try: cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_text().split("\0")
   except OSError: cmd = []
   if "serve" not in cmd or str(port) not in cmd: return False  # the pid is no longer that server's
   os.kill(pid, signal.SIGTERM)

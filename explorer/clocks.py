@@ -5,7 +5,8 @@ the pages badge each time with its method and the glossary explains each from ME
 never tinygrad."""
 from __future__ import annotations
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
+from collections.abc import Mapping, Sequence
 
 Method = Literal["host", "cupti", "events-held", "events"]
 L2State = Literal["flushed", "warm"]

@@ -4,9 +4,11 @@ worker's result, a trace file) as strictly as a request: every field's type, no 
 and device through their own validation. Imports nothing from the explorer but the model (explorer.spec)."""
 from __future__ import annotations
 import functools, math
-from typing import Annotated, Any, Callable, Iterable, Literal, cast
+from typing import Annotated, Any, Literal, cast
+from collections.abc import Callable, Iterable
 from pydantic import AfterValidator, ConfigDict, Field, Strict, StringConstraints, TypeAdapter, ValidationError, with_config
-from typing_extensions import NotRequired, Required, TypedDict
+from typing_extensions import TypedDict
+from typing import NotRequired, Required
 from explorer.spec import DEVICE_RE, STAGES, TARGETS, TRACE_SCHEMA, ConvSpec, SpecError, Variant
 
 
@@ -798,7 +800,7 @@ def check_references(t: TraceRecord, what: str = "the trace") -> None:
     refs(f"buffers[{i}].written_by", b["written_by"], ns, "schedule row")
     refs(f"buffers[{i}].read_by", b["read_by"], ns, "schedule row")
   stages = t["scheduler"].get("stages") if t["scheduler"] is not None else None
-  for fate, rows in zip(FATES, (stages["created"], stages["kept"], stages["fused"], stages["realized"]) if stages is not None else ()):
+  for fate, rows in zip(FATES, (stages["created"], stages["kept"], stages["fused"], stages["realized"]) if stages is not None else (), strict=False):
     for j, row in enumerate(rows):
       refs(f"scheduler.stages.{fate}[{j}].buffer", () if (into := row.get("buffer")) is None else (into,), nb, "buffer")
       refs(f"scheduler.stages.{fate}[{j}].reads", row.get("reads") or (), nb, "buffer")

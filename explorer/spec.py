@@ -2,7 +2,8 @@
 from __future__ import annotations
 import dataclasses, math, re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
 from explorer import targets
 
 DTYPES = {"float32": 4, "float16": 2}

@@ -2,7 +2,8 @@
 (rendered by rich, without colour or markup, so they read the same in a terminal, a log and a test)."""
 from __future__ import annotations
 import io, os, statistics
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 from explorer.clocks import how
 
 def si(x: float | None, unit: str = "") -> str:

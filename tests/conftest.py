@@ -3,7 +3,8 @@ trace_once: as the app's job makes it) and served through the app's own POST, a 
 server for the browser tests."""
 from __future__ import annotations
 import compileall, contextlib, os, pathlib, shutil, socket, subprocess, sys, tempfile, time
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 import httpx
 import pytest
 from support import COMPILE_CACHE_VAR, RUN_DIR_VAR, app_over, seeded, settings_free_env
@@ -211,7 +212,7 @@ def running_server(db: pathlib.Path, log_dir: pathlib.Path, log_name: str = "ser
   env = settings_free_env()
   settings = {"background_workers": 0, **settings}  # as app_over: background enrichment only where a test asks for it
   code = f"from explorer.web.serving import serve; serve('127.0.0.1', {port}, {str(db)!r}, **{settings!r})"
-  log = open(log_dir / log_name, "w+")
+  log = open(log_dir / log_name, "w+")  # noqa: SIM115 - the process's log, open while it runs
   proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
   base = f"http://127.0.0.1:{port}"
   SERVED[base] = db
@@ -284,7 +285,7 @@ def uops_beside_the_line(pg, box) -> None:
     const rows = [...b.querySelectorAll('.uop-row.lm-hot')].map(r => r.getBoundingClientRect());
     return {line: [l.left, l.top], rows: rows.map(r => [r.left, r.top, r.bottom]), h: window.innerHeight}; }""")
   lx, _ = got["line"]
-  assert any(x > lx + 100 and 0 <= top and bottom <= got["h"] for x, top, bottom in got["rows"]), got
+  assert any(x > lx + 100 and top >= 0 and bottom <= got["h"] for x, top, bottom in got["rows"]), got
 
 def duplicate_ids(pg) -> list[str]:
   """The element ids the page holds more than once."""

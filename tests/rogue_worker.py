@@ -28,8 +28,8 @@ def poisoned(body: dict) -> dict:
   return {**body, "sources": {}}
 
 def answer(spec: dict, variant: dict, timeout_s: float) -> dict:
-  trace = {**json.load(open(TRACE)), "spec": spec, "variant": variant}
-  blob = base64.b64decode(json.load(open(TRACE + ".blob")))
+  trace = {**json.loads(pathlib.Path(TRACE).read_text()), "spec": spec, "variant": variant}
+  blob = base64.b64decode(json.loads(pathlib.Path(TRACE + ".blob").read_text()))
   cout, secret = spec["cout"], SECRET
   if cout == 2: trace["spec"] = {**spec, "stride": f"1); __import__('pathlib').Path({MARKER!r}).touch(); dict(a=1"}
   if cout == 3: blob = zlib.compress(pickle.dumps(Touch()))

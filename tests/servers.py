@@ -41,7 +41,8 @@ class Server:
 
   def start(self) -> Server:
     cmd = [sys.executable, "-m", "explorer.cli", "serve", "--port", str(self.port), "--db", str(self.db)]
-    self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
+    self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=open(self.log, "a"),  # noqa: SIM115 - its log
+                                 stderr=subprocess.STDOUT)
     def up() -> bool:
       assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
       try: return httpx.get(f"{self.base}/api/health", timeout=2).status_code == 200

@@ -28,7 +28,7 @@ def stored_pair() -> tuple[pathlib.Path, str, str]:
     store = Store(db)
     with ThreadPoolExecutor(2) as pool:
       runs = list(pool.map(lambda v: made_once(trace_key(SPEC, v), lambda: run_trace(SPEC, v)), (STAGED, FUSED)))
-    for v, r in zip((STAGED, FUSED), runs): store.put_trace(trace_key(SPEC, v), r.trace, r.rewrites, r.target_rewrites)
+    for v, r in zip((STAGED, FUSED), runs, strict=False): store.put_trace(trace_key(SPEC, v), r.trace, r.rewrites, r.target_rewrites)
     _made.update(db=db, staged=trace_key(SPEC, STAGED), fused=trace_key(SPEC, FUSED))
   return _made["db"], _made["staged"], _made["fused"]  # type: ignore[return-value]
 

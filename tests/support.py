@@ -4,7 +4,8 @@ path filled with real arguments; and the traces a test run makes once for all it
 from __future__ import annotations
 import asyncio, contextlib, copy, fcntl, json, os, pathlib, re
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterator
 if TYPE_CHECKING: from explorer.settings import Settings
 
 def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, study_runner: Any = None, graph_workers: int = 1,
@@ -28,7 +29,7 @@ def minimal_trace(spec: Any = None, variant: Any = None, label: str | None = Non
   spec, variant = spec or PRESETS["small"], variant or Variant()
   return {"schema": 2, "spec": spec.to_dict(), "preset": None, "variant": variant.to_dict(), "label": label or f"{spec.label()} | {variant.label()}",
           "status": "ok", "env": {"device": "CPU", "tinygrad": "0.14.0", "host": "fake", "python": "3.11", "created": "now"}, "failures": [],
-          "notes": [], "stage_seconds": {s: 0.0 for s in STAGES}, "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [],
+          "notes": [], "stage_seconds": dict.fromkeys(STAGES, 0.0), "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [],
           "kernels": [], "totals": {"kernels": 0, "buffers": 0, "copies": 0, "flops": 0, "bytes": 0, "compile_s": 0, "codegen_s": 0, "time_s": None},
           "error": None}
 

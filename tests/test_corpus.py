@@ -46,7 +46,7 @@ def test_a_program_is_captured_whole(name, tmp_path):
   def of_the_program(e: dict) -> bool:  # that ran a model shipped inside tinygrad
     return any((w or "").rsplit(":", 1)[0] in files for w in (e["site"], e["caller"]))
   assert all(entries and all(of_the_program(e) for e in entries) for entries in got["provenance"]), \
-    [(k, es) for k, es in zip(got["kernels"], got["provenance"]) if not es or not all(of_the_program(e) for e in es)][:3]
+    [(k, es) for k, es in zip(got["kernels"], got["provenance"], strict=False) if not es or not all(of_the_program(e) for e in es)][:3]
   want = EXPECTED.get(name, {})
   assert got["repeats"] == want.get("repeats", got["repeats"])
   if "jit_runs" in want:
@@ -69,7 +69,7 @@ def beautiful_mnist_lines(got: dict, mark: dict[str, str], db: pathlib.Path) -> 
   assert {"conv2d", "relu", "max_pool2d", "batchnorm", "linear"} <= convs, convs
   forward = [own(es) for es in got["provenance"] if any(e["fn"] == "conv2d" and not e["backward"] for e in own(es))]
   assert forward and all(at(e["site"]) == "forward" for es in forward for e in es)
-  batch = [own(es) for k, es in zip(got["kernels"], got["provenance"]) if any(at(e["site"]) == "batch" for e in own(es))]
+  batch = [own(es) for k, es in zip(got["kernels"], got["provenance"], strict=False) if any(at(e["site"]) == "batch" for e in own(es))]
   assert batch and all(e["fn"] in ("_next_counter", "_threefry_random_bits", "_bits_to_rand", "_cumalu", "__add__", "__getitem__")
                        for es in batch for e in es if at(e["site"]) == "batch")
   step = [e for es in got["provenance"] for e in own(es) if at(e["site"]) == "step"]
@@ -117,10 +117,10 @@ def onnx_runner_lines(got: dict, mark: dict[str, str], db: pathlib.Path) -> None
   runner: the direct call's, or the jitted lambda's for the TinyJit's calls."""
   nodes = {"Conv": "/features/conv1/Conv", "Relu": "/features/relu/Relu", "MaxPool": "/features/pool/MaxPool", "Gemm": "/classifier/fc/Gemm",
            "Softmax": "/classifier/Softmax"}
-  for k, es, r in zip(got["kernels"], got["provenance"], got["realize_of"]):
+  for k, es, r in zip(got["kernels"], got["provenance"], got["realize_of"], strict=False):
     assert es and all(e["onnx"] is not None and nodes.get(e["onnx"][0]) == e["onnx"][1] for e in es), (k, es)
     assert {mark[e["site"]] for e in es} == {"direct" if r == 0 else "jitted"}, (k, r, es)
-  conv = next(es for k, es in zip(got["kernels"], got["provenance"]) if any(e["fn"] == "conv2d" for e in es))
+  conv = next(es for k, es in zip(got["kernels"], got["provenance"], strict=False) if any(e["fn"] == "conv2d" for e in es))
   assert {e["onnx"][0] for e in conv} == {"Conv", "Relu"}  # the relu fused into the convolution's kernel
   assert {e["onnx"][0] for es in got["provenance"] for e in es} == set(nodes)
   from fastapi.testclient import TestClient
@@ -141,7 +141,8 @@ def test_function_credits_kernels_as_without_it(tmp_path):
   def credited(name: str) -> collections.Counter:
     mark = marks(name)
     return collections.Counter((k, tuple(sorted((e["fn"], e["backward"], mark.get(e["site"], e["site"]), mark.get(e["backward_line"] or "", None),
-                                                  e["inferred"]) for e in es))) for k, es in zip(runs[name]["kernels"], runs[name]["provenance"]))
+                                                  e["inferred"]) for e in es))) for k, es in zip(runs[name]["kernels"], runs[name]["provenance"],
+                                                                                                               strict=False))
   assert runs["beautiful_mnist"]["outputs"] == runs["beautiful_mnist_nofunction"]["outputs"]
   assert credited("beautiful_mnist") == credited("beautiful_mnist_nofunction")
 

@@ -16,7 +16,7 @@ CASES = {"staged": WINO, "fused": dataclasses.replace(WINO, staging="fused"), "m
 
 @pytest.fixture(scope="module")
 def runs():
-  with ThreadPoolExecutor(2) as pool: return dict(zip(CASES, pool.map(lambda v: run_trace(SPEC, v.resolve(SPEC)), CASES.values())))
+  with ThreadPoolExecutor(2) as pool: return dict(zip(CASES, pool.map(lambda v: run_trace(SPEC, v.resolve(SPEC)), CASES.values()), strict=False))
 
 @pytest.fixture(scope="module")
 def staged_fused(runs):

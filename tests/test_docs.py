@@ -7,7 +7,7 @@ resolve and every page is in mkdocs.yml's nav. A block that cannot run here says
 from __future__ import annotations
 import functools, pathlib, re, shlex, subprocess, sys
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 import pytest
 from conftest import REPO
 from support import settings_free_env

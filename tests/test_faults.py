@@ -77,9 +77,8 @@ def small_filesystem(tmp_path: pathlib.Path, size: str = "8m") -> Iterator[pathl
 
 def fill(path: pathlib.Path) -> None:
   """Write into path until the filesystem has no room left."""
-  with open(path, "wb") as f:
-    with contextlib.suppress(OSError):
-      while True: f.write(b"\0" * (1 << 16)); f.flush()
+  with open(path, "wb") as f, contextlib.suppress(OSError):
+    while True: f.write(b"\0" * (1 << 16)); f.flush()
 
 def test_a_full_disk_refuses_writes_with_507_and_reads_go_on(tmp_path):
 

@@ -3,7 +3,8 @@ Every command that reads a trace file (export, diff, repro, enrich, opts) refuse
 traceback; validate_trace names the broken reference. A refused file never reaches tinygrad: nothing here runs a worker."""
 from __future__ import annotations
 import copy, json, pathlib
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 import pytest
 from explorer.store import files as store  # the trace-file reader: its module constant and its `open`
 from explorer.cli.main import main

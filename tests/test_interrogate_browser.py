@@ -171,7 +171,7 @@ def test_the_node_pane_stays_in_view(live_server, traced, page, errors):
   pane, canvas = page.locator("#ast-graph .viewer-detail"), page.locator("#ast-graph .viewer-canvas").bounding_box()
   pane.wait_for()
   box, vp = pane.bounding_box(), page.viewport_size
-  assert 0 <= box["y"] and box["y"] + min(box["height"], 200) <= vp["height"] and box["x"] + box["width"] <= vp["width"], (box, vp)
+  assert box["y"] >= 0 and box["y"] + min(box["height"], 200) <= vp["height"] and box["x"] + box["width"] <= vp["width"], (box, vp)
   assert canvas["y"] <= box["y"] < canvas["y"] + canvas["height"], (box, canvas)
   assert "STORE" in pane.inner_text()
   assert not errors, errors
@@ -192,7 +192,7 @@ def test_passes_can_be_filtered_scrubbed_and_a_node_followed(live_server, traced
   page.locator(f'[data-panel=cuda] [id="S-{line}"]').click()  # unpin
   # the filter box keeps the passes whose name has the text
   page.fill("[data-pass-filter]", "symbolic")
-  shown = [t for t in page.locator("#passes a[data-pass]:visible").all_inner_texts()]
+  shown = list(page.locator("#passes a[data-pass]:visible").all_inner_texts())
   assert shown and all("symbolic" in t for t in shown)
   page.fill("[data-pass-filter]", "")
   # a node selected in one pass stays selected in the next where it survives

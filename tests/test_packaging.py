@@ -32,8 +32,8 @@ def test_installed_alone_it_renders_and_runs(wheel, tmp_path):
   target = tmp_path / "site"
   subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True, timeout=300)
   env = {**os.environ, "PYTHONPATH": str(target)}
-  code = ("import explorer, explorer.present.render as r; assert explorer.__file__.startswith(%r), explorer.__file__; "
-          "print(r.environment().get_template('notebook.html').filename)") % str(target)
+  code = (f"import explorer, explorer.present.render as r; assert explorer.__file__.startswith({str(target)!r}), explorer.__file__; "
+          "print(r.environment().get_template('notebook.html').filename)")
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
   assert r.returncode == 0 and r.stdout.strip().startswith(str(target)), r.stderr
   help_ = subprocess.run([sys.executable, "-m", "explorer", "--help"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)

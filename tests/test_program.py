@@ -54,7 +54,7 @@ def test_a_training_step_is_one_program_of_tinygrads_own_kernels(model, cnn, res
   assert got["weights"] == plain["weights"]  # the step applied once, as plain tinygrad applies it: timing runs kernels again, not the step
   if model == "residual":  # timed: every kernel, and the program's total is its realizes' summed
     assert all(t and t["n"] == 3 for t in got["times"]) and got["timing"]["repeats"] == 3
-    sums = [sum(repeat) for repeat in zip(*(r["samples"] for r in got["realize_totals"]))]  # each repeat's realizes summed
+    sums = [sum(repeat) for repeat in zip(*(r["samples"] for r in got["realize_totals"]), strict=False)]  # each repeat's realizes summed
     assert got["timing"]["total_s"]["median"] == pytest.approx(statistics.median(sums)) and got["timing"]["total_s"]["method"] == "host"
     assert got["timing"]["total_s"]["ci_low"] <= got["timing"]["total_s"]["median"] <= got["timing"]["total_s"]["ci_high"]
     from fastapi.testclient import TestClient
@@ -87,7 +87,7 @@ def test_a_training_loop_reads_as_a_loop(db, plain_steps):
   steps holds the kernels of the first two, no more, and prints the repeats; the losses are plain tinygrad's."""
   two, four = run_json("steps", "2", str(db)), run_json("steps", "4", str(db))
   assert four["status"] == "ok" and four["losses"] == plain_steps["losses"]
-  more = [r4 - r2 for r4, r2 in zip(four["repeats"], two["repeats"])]  # two more steps: each realize of a step repeated twice more
+  more = [r4 - r2 for r4, r2 in zip(four["repeats"], two["repeats"], strict=False)]  # two more steps: each realize of a step repeated twice more
   assert four["kernels"] == two["kernels"] and len(four["repeats"]) == len(two["repeats"]) and set(more) == {0, 2}, (four, two)
   assert four["bytes"] < 1.05 * two["bytes"] and "more times, the same kernels (a loop's later steps)" in four["printed"]
   stages = [tuple(s) for s in four["timeline"]]  # the timeline: each realize's stages, then each repeat of it, as they ran
@@ -105,7 +105,7 @@ def test_a_symbolic_kv_cache_decode_under_tinyjit(db):
   got, plain = run_json("kv-decode", str(db)), run_json("kv-decode")
   assert got["status"] == "ok" and not got["failures"], got["failures"]
   assert got["outputs"] == plain["outputs"] and got["caches"] == plain["caches"] and got["kernels"] > 0
-  for variables, times in zip(got["kernel_variables"], got["times_at"]):  # every symbolic kernel, at each position it ran with
+  for variables, times in zip(got["kernel_variables"], got["times_at"], strict=False):  # every symbolic kernel, at each position it ran with
     if variables: assert times and all(t["time_s"]["n"] == 3 and t["time_s"]["method"] == "host" and t["time_s"]["median"] > 0 for t in times)
     else: assert times is None
   half = len(got["times_at"]) // 2
@@ -271,7 +271,7 @@ def test_a_long_programs_timeline_draws_runs_of_kernels():
   tl = {"kernels": rows, "total_s": sum(r["seconds"] for r in rows)}
   marks = program.marks(tl, at_most=1000)
   assert len(marks) <= 1000 and marks[0]["index"] == 0 and marks[-1]["last"] == 2499
-  assert all(b["index"] == a["last"] + 1 for a, b in zip(marks, marks[1:]))  # consecutive, none skipped, none twice
+  assert all(b["index"] == a["last"] + 1 for a, b in zip(marks, marks[1:], strict=False))  # consecutive, none skipped, none twice
   assert sum(m["seconds"] for m in marks) == pytest.approx(tl["total_s"]) and {m["phase"] for m in marks[:-1]} == {"backward"}  # 2 of 3
   assert [m["name"] for m in program.marks(tl, at_most=2500)] == [r["name"] for r in rows]  # a mark per kernel where they fit
   rows[5]["seconds"] = None
@@ -283,7 +283,7 @@ def test_a_long_schedules_memory_draws_runs_of_steps_keeping_the_peak():
   steps = [{"index": i, "name": f"k{i}", "live_bytes": (i * 7919) % 10007} for i in range(5000)]
   bars = memory_bars(steps, 1600)
   assert len(bars) <= 1600 and bars[0]["first"] == 0 and bars[-1]["last"] == 4999
-  assert all(b["first"] == a["last"] + 1 for a, b in zip(bars, bars[1:]))
+  assert all(b["first"] == a["last"] + 1 for a, b in zip(bars, bars[1:], strict=False))
   assert max(b["live_bytes"] for b in bars) == max(s["live_bytes"] for s in steps)  # the peak is drawn
   assert all(b["live_bytes"] == max(s["live_bytes"] for s in steps[b["first"]:b["last"] + 1]) for b in bars)
   assert [b["name"] for b in memory_bars(steps[:1600], 1600)] == [s["name"] for s in steps[:1600]]  # a bar per step where they fit

@@ -2,7 +2,8 @@
 is absent), real `kernel-explorer worker` processes and real servers started with --queue."""
 from __future__ import annotations
 import contextlib, os, pathlib, re, shutil, signal, socket, subprocess, sys, time
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 import httpx
 import pytest
 from conftest import REPO, free_port, needs_chromium, running_server
@@ -52,7 +53,7 @@ def worker(url: str, name: str, log_dir: pathlib.Path, *flags: str, env: dict[st
   """`kernel-explorer worker` in a session of its own (killing the session is a machine going away); registered before it yields.
   env: more environment variables (with KERNEL_EXPLORER_QUEUE the URL is not on the command line)."""
   from explorer.queue.client import QueueClient
-  log = open(log_dir / f"worker-{name}.log", "w")
+  log = open(log_dir / f"worker-{name}.log", "w")  # noqa: SIM115 - the worker's log, open while it runs
   where = [] if "KERNEL_EXPLORER_QUEUE" in (env or {}) else ["--queue", url]
   proc = subprocess.Popen([sys.executable, "-m", "explorer", "worker", *where, "--device", "CPU", "--name", name, *flags], cwd=REPO,
                           env={**ENV, **(env or {})}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -90,7 +91,7 @@ def test_a_trace_submitted_over_http_runs_on_a_worker_process(broker, tmp_path):
     assert wait_for(base, trace_id)["status"] == "done"
     where = ran_on(base, trace_id)
     assert where["worker"] == "w1" and where["host"] and where["pid"] and where["by"] == f"w1@{where['host']}"
-    assert where["stages"] == {s: f"w1@{where['host']}" for s in STAGES}  # every stage of the trace ran on the worker
+    assert where["stages"] == dict.fromkeys(STAGES, f"w1@{where['host']}")  # every stage of the trace ran on the worker
     assert httpx.get(f"{base}/api/traces/{trace_id}", timeout=60).json()["env"]["device"] == "CPU"
     assert f"ran on <b>w1@{where['host']}</b></span>" in httpx.get(f"{base}/t/{trace_id}", timeout=60).text  # the page says where
     r = httpx.get(f"{base}/api/traces/{trace_id}/kernels/0/targets/opencl", timeout=60)  # a target added later: on the server
@@ -342,7 +343,7 @@ def test_the_workers_study_bounds_are_the_servers():
   for name, (least, most) in STUDY_BOUNDS.items():
     bounds = next(b for b in fields[name].get("anyOf", [fields[name]]) if b.get("type") != "null")
     assert (bounds.get("minimum", bounds.get("exclusiveMinimum")), bounds["maximum"]) == (least, most), name
-  assert MAX_CASES == fields["presets"]["maxItems"] + fields["specs"]["maxItems"]
+  assert fields["presets"]["maxItems"] + fields["specs"]["maxItems"] == MAX_CASES
 
 def test_worker_processes_get_the_brokers_password_from_the_environment_not_their_command_line(tmp_path):
   """--concurrency N starts N child processes: the URL reaches them in KERNEL_EXPLORER_QUEUE, as docs/serving/queue.md says to give it, never
@@ -369,10 +370,9 @@ def session_pids(sid: int) -> list[int]:
 
 def test_a_broker_gone_gives_503_with_a_reason_and_keeps_what_is_stored(tmp_path):
   db = tmp_path / "s.sqlite3"
-  with redis_server(tmp_path) as url, running_server(db, tmp_path, queue=url) as base:
-    with worker(url, "w", tmp_path):
-      kept = submit(base, TINY)
-      assert wait_for(base, kept)["status"] == "done"
+  with redis_server(tmp_path) as url, running_server(db, tmp_path, queue=url) as base, worker(url, "w", tmp_path):
+    kept = submit(base, TINY)
+    assert wait_for(base, kept)["status"] == "done"
   with running_server(db, tmp_path, "after.log", queue=url) as base:  # the same server set-up, its broker gone
     r = httpx.post(f"{base}/api/traces", json=tiny(cout=9), timeout=60)
     assert r.status_code == 503 and "does not answer" in r.json()["detail"] and "redis://127.0.0.1" in r.json()["detail"]

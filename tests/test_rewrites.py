@@ -198,7 +198,7 @@ def test_line_map_covers_every_body_line_of_the_c_like_targets(wino8_runs):
       head = next(i for i, ln in enumerate(lines) if k["targets"][target]["name"] in ln and ln.rstrip().endswith("{"))
       end = max(i for i, ln in enumerate(lines) if ln.rstrip() == "}")  # the function's closing brace
       body = [i + 1 for i in range(head + 1, end) if lines[i].strip()]
-      mapped = {ln: ix for ln, ix in rec["line_map"]}
+      mapped = dict(rec["line_map"])
       assert set(body) <= set(mapped), (target, [lines[i - 1] for i in set(body) - set(mapped)][:5])
       assert all(0 <= i < rec["linear_uops"] and ix for ix in mapped.values() for i in ix)
       assert rec["pressure"]["max_live_line"] in mapped

@@ -62,7 +62,7 @@ def test_the_listing_is_cuobjdumps_with_nvdisasms_lines_and_ptxas_registers(web_
         theirs = cuobjdump_listing(cubin)
         ours = [(i["offset"], i["text"]) for i in got["instructions"]]
         assert len(ours) == len(theirs) == got["count"] and got["left_out"] == 0
-        for (o, t), (o2, t2) in zip(ours, theirs):  # the same instructions in order; nvdisasm names branch targets by label
+        for (o, t), (o2, t2) in zip(ours, theirs, strict=False):  # the same instructions in order; nvdisasm names branch targets by label
           assert o == o2 and (t == t2 if "`(" not in t else t.split()[0] == t2.split()[0]), (n, target, o, t, t2)
         lines = json_lines(cubin, "k.cu" if target == "cuda" else sass.PTX_FILE)
         assert [i["line"] for i in got["instructions"]] == lines and any(lines), (n, target)
@@ -73,7 +73,7 @@ def test_the_listing_is_cuobjdumps_with_nvdisasms_lines_and_ptxas_registers(web_
       # ptxas allocates up to the highest register named and reserves two; what is live at once is at most that (often much less)
       assert got["registers"] == rec["compile"]["registers"] == got["highest_register"] + 3 and 0 < got["peak_live"] <= got["registers"] - 2
       if target == "cuda":  # through the line map, each instruction's UOps are those of its line
-        by_line = {ln: ix for ln, ix in rec["line_map"]}
+        by_line = dict(rec["line_map"])
         assert got["uops_mapped"] and all(i["uops"] == by_line.get(i["line"], []) for i in got["instructions"])
         assert got["estimate"] == rec["pressure"]["max_live"] and got["heaviest"][0]["instructions"] >= got["heaviest"][-1]["instructions"]
       else: assert not got["uops_mapped"] and got["lines_of"] == "ptx"

@@ -55,12 +55,12 @@ def test_small_sizes():
 # ***** ConvSpec geometry *****
 
 @pytest.mark.parametrize("kw,out_hw", [
-  (dict(kernel=3), (32, 32)),
-  (dict(kernel=5), (32, 32)),
-  (dict(kernel=1), (32, 32)),
-  (dict(kernel=3, stride=2), (16, 16)),
-  (dict(kernel=3, padding=0), (30, 30)),
-  (dict(kernel=5, padding=0, stride=2), (14, 14)),
+  ({"kernel": 3}, (32, 32)),
+  ({"kernel": 5}, (32, 32)),
+  ({"kernel": 1}, (32, 32)),
+  ({"kernel": 3, "stride": 2}, (16, 16)),
+  ({"kernel": 3, "padding": 0}, (30, 30)),
+  ({"kernel": 5, "padding": 0, "stride": 2}, (14, 14)),
 ])
 def test_out_hw(kw, out_hw):
   assert ConvSpec(1, 4, 8, 32, 32, **kw).validate().out_hw == out_hw
@@ -176,7 +176,7 @@ def test_warmup_repeats(warmup, repeats, ok):
 def test_wino_impl_needs_winograd():
   raises_one_line(Variant(wino_impl="explorer").validate, "--wino-impl", "winograd")
 
-@pytest.mark.parametrize("kw", [dict(tile="F(2,3)"), dict(staging="fused"), dict(consts="materialized")])
+@pytest.mark.parametrize("kw", [{"tile": "F(2,3)"}, {"staging": "fused"}, {"consts": "materialized"}])
 def test_builtin_winograd_is_fixed(kw):
   raises_one_line(Variant(algo="winograd", **kw).validate, "builtin Winograd", "--wino-impl explorer")
   Variant(algo="winograd", wino_impl="explorer", **kw).validate()
@@ -218,7 +218,7 @@ def test_explorer_winograd_groups():
 @pytest.mark.parametrize("spec,match", [(PRESETS["k5"], "5x5"), (ConvSpec(1, 8, 8, 32, 32, 3, stride=2), "stride 2")])
 @pytest.mark.parametrize("impl", WINO_IMPLS)
 def test_winograd_fallback(spec, match, impl):
-  kw = dict(tile="F(2,3)", staging="fused", consts="materialized") if impl == "explorer" else {}
+  kw = {"tile": "F(2,3)", "staging": "fused", "consts": "materialized"} if impl == "explorer" else {}
   v = Variant(algo="winograd", wino_impl=impl, fallback=True, opt="beam:2", targets=("clang",), notes=("earlier",), **kw)
   r = v.resolve(spec)
   assert (r.algo, r.wino_impl, r.tile, r.staging, r.consts) == ("direct", "builtin", "F(4,3)", "staged", "symbolic")
@@ -292,7 +292,7 @@ def test_hand_opts_are_checked_as_text_and_split_as_urls_write_them():
   assert hand_opts(["NOLOCALS::"]) == ("NOLOCALS::",) and split_opts(None) == []
   for bad, says in ((["UPCAST:0"], "not an opt"), (["FOO:0:4"], "not an opt"), (["UPCAST:0:4"] * 17, "at most 16"), ([""], "empty"),
                      (["UPCAST:0:-1"], "UPCAST's argument is a size, 0 or more")):
-    raises_one_line(lambda: hand_opts(bad), says)
+    raises_one_line(lambda bad=bad: hand_opts(bad), says)
   raises_one_line(lambda: hand_opts([], "beam"), "from must be one of current, none, heuristic")
   assert re.fullmatch(HAND_OPTS_QUERY, "UPCAST:0:4,TC:0:-1,2,1") and not re.fullmatch(HAND_OPTS_QUERY, "UPCAST:0:4;LOCAL:1:8")
   assert opt_label("Opt(op=OptOps.UPCAST, axis=0, arg=4)") == "UPCAST:0:4" and opt_label("Opt(op=OptOps.TC, axis=0, arg=(-1, 2, 1))") == "TC:0:-1,2,1"

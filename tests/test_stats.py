@@ -29,7 +29,7 @@ def _exact_p(d: np.ndarray) -> float:
   """Two-sided signed-rank p-value by enumerating every sign assignment (no ties, no zeros)."""
   ranks = np.argsort(np.argsort(np.abs(d))) + 1
   w = ranks[d > 0].sum()
-  all_w = [sum(r for r, s in zip(ranks, signs) if s) for signs in itertools.product((0, 1), repeat=len(d))]
+  all_w = [sum(r for r, s in zip(ranks, signs, strict=False) if s) for signs in itertools.product((0, 1), repeat=len(d))]
   mean = len(d) * (len(d) + 1) / 4
   return sum(abs(x - mean) >= abs(w - mean) for x in all_w) / len(all_w)
 

@@ -271,7 +271,7 @@ def test_a_persons_tabs_wait_their_turn_and_the_overview_reads_every_target_as_t
     reader = threading.Thread(target=read_overview, daemon=True)
     reader.start()
     pages = [client.get(f"/t/{trace_id}/k/0", params={"target": t}) for t in tabs]
-    assert [p.status_code for p in pages] == [200] * 5 and all(f'data-pending-target="{t}"' in p.text for p, t in zip(pages, tabs))
+    assert [p.status_code for p in pages] == [200] * 5 and all(f'data-pending-target="{t}"' in p.text for p, t in zip(pages, tabs, strict=False))
     assert all("waits for a place in the line" not in p.text for p in pages[:2]), "the first two run at once"
     assert "waits for a worker, next" in pages[2].text, pages[2].text
     assert all("waits for a place in the line (this client has 3 enrichments running or waiting" in p.text for p in pages[3:])
@@ -424,7 +424,7 @@ def test_loop_splits_are_recorded_with_the_rule_read_from_tinygrad(tmp_path):
   bare = {**trace, "kernels": [{**k, "targets": {**k["targets"], "clang": {f: v for f, v in k["targets"]["clang"].items() if f not in fields}}}
                                for k in trace["kernels"]]}
   lazy = json.loads(json.dumps(add_analysis(bare, {"": run.rewrites}, ["clang"])))  # as the store keeps it (and shared_run's trace is)
-  for lk, k in zip(lazy["kernels"], trace["kernels"]):
+  for lk, k in zip(lazy["kernels"], trace["kernels"], strict=False):
     assert [lk["targets"]["clang"][f] for f in fields] == [k["targets"]["clang"][f] for f in fields]
   app = app_over(str(tmp_path / "s.sqlite3"))
   from explorer.store import Store

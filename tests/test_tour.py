@@ -22,7 +22,7 @@ def test_steps_cover_the_pipeline(traces):
   assert all(s["text"] and s["view"] for s in steps)
 
 def test_numbers_come_from_the_trace(traces):
-  for name, tr in traces.items():
+  for tr in traces.values():
     steps = trace_tour(tr)
     assert f"{tr['tensor_graph']['uops']} UOps" in text(steps, "tensor")
     k = tr["kernels"][0]

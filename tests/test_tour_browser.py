@@ -41,7 +41,7 @@ def test_walk_a_whole_tour_with_the_keyboard(tour, page):
   ids = page.eval_on_selector_all(".tour-steps a", "els => els.map(e => e.dataset.stepId)")
   assert ids[0] == "tensor" and ids[-1] == "timing" and len(ids) >= 7
   texts = set()
-  for i, key in zip(range(1, len(ids)), ["ArrowRight", "j"] * len(ids)):
+  for i, key in zip(range(1, len(ids)), ["ArrowRight", "j"] * len(ids), strict=False):
     page.keyboard.press(key)
     page.wait_for_function(f"() => new URL(location.href).searchParams.get('step') === {ids[i]!r}")
     assert page.locator(".tour-steps a.current").get_attribute("data-step-id") == ids[i]

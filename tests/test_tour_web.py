@@ -31,7 +31,7 @@ def steps_of(client, trace_id: str, target: str | None = None) -> dict[str, dict
 def test_tour_texts_come_from_each_traces_numbers(web_client, pair):
   direct, wino = steps_of(web_client, pair["a"]), steps_of(web_client, pair["b"])
   raw = {k: web_client.get(f"/api/traces/{pair[k]}/raw").json() for k in ("a", "b")}
-  for (steps, tr), tid in zip(((direct, raw["a"]), (wino, raw["b"])), (pair["a"], pair["b"])):
+  for (steps, tr), tid in zip(((direct, raw["a"]), (wino, raw["b"])), (pair["a"], pair["b"]), strict=False):
     assert all(s["url"] == f"/t/{tid}/tour?step={sid}" for sid, s in steps.items())
     assert f"{tr['tensor_graph']['uops']} UOps" in steps["tensor"]["text"]
     k0 = tr["kernels"][0]
@@ -78,7 +78,7 @@ def test_every_step_renders_its_view(web_client, pair):
 def test_builtin_tour_pair(web_client, pair):
   r = web_client.get(pair["url"] + "&step=compare")
   assert r.status_code == 200 and 'id="tour-ab-table"' in r.text and 'data-step="compare"' in r.text
-  assert 'href="/diff/%s/%s"' % (pair["a"], pair["b"]) in r.text
+  assert 'href="/diff/{}/{}"'.format(pair["a"], pair["b"]) in r.text
   first = web_client.get(pair["url"]).text  # the first step offers the comparison from its contents
   contents = first.split('id="tour-contents"')[1].split("</nav>")[0]
   assert 'id="tour-compare-link"' in contents and "step=compare" in contents and "direct" in contents and "winograd" in contents

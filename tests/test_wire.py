@@ -3,7 +3,7 @@ loaded as data; a trace file reaches a reproducer only as literals; slow bodies 
 starts nothing; one device, one name; workers outlive their broker. Real servers, a real redis-server, a real rogue RQ worker."""
 from __future__ import annotations
 import base64, contextlib, json, os, pathlib, pickle, socket, subprocess, sys, threading, time, zlib
-from typing import Iterator
+from collections.abc import Iterator
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -38,7 +38,7 @@ class Touch:
 @contextlib.contextmanager
 def rogue(url: str, trace: pathlib.Path, marker: pathlib.Path, secret: str, log_dir: pathlib.Path) -> Iterator[subprocess.Popen]:
   from explorer.queue.client import QueueClient
-  log = open(log_dir / "rogue.log", "w")
+  log = open(log_dir / "rogue.log", "w")  # noqa: SIM115 - its log, open while it runs
   proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "rogue_worker.py"), url, str(trace), str(marker), secret], cwd=REPO,
                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
   try:

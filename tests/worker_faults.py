@@ -1,5 +1,5 @@
 """Work that goes wrong on purpose, and a stand-in timing stage: run by tests/test_worker.py and tests/test_hardening.py in real workers."""
-import ctypes, os, signal, time
+import ctypes, os, pathlib, signal, time
 
 def segfault(progress) -> None: ctypes.string_at(0)
 def hang(progress) -> None: time.sleep(3600)
@@ -31,7 +31,7 @@ def scratch(progress) -> None:
   """A temporary directory made the usual way, then a hang: the worker is killed with its files still there."""
   import tempfile
   d = tempfile.mkdtemp()
-  open(os.path.join(d, "kept.ptx"), "w").write("x" * 1000)
+  pathlib.Path(d, "kept.ptx").write_text("x" * 1000)
   progress("scratch", "start", d)
   time.sleep(3600)
 

@@ -31,7 +31,7 @@ class Stack:
   def __init__(self, layers: int) -> None:
     self.dims = [8 + 2 * i for i in range(layers)]
     self.blocks = [Block(d) for d in self.dims]
-    self.widen = [nn.Linear(a, b) for a, b in zip(self.dims, self.dims[1:])]
+    self.widen = [nn.Linear(a, b) for a, b in zip(self.dims, self.dims[1:], strict=False)]
 
   def __call__(self, x: Tensor) -> Tensor:
     for i, block in enumerate(self.blocks):

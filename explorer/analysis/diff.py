@@ -14,7 +14,8 @@ from __future__ import annotations
 import difflib, functools, hashlib, itertools, re, statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence, cast
+from typing import Any, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from explorer import stats
 from explorer.analysis import memory
 from explorer.clocks import METHODS, ratio_words
@@ -81,7 +82,7 @@ def _equal_flows_paired(ias: list[int], jbs: list[int], flow_a: list[Flow], flow
   for j in jbs: by_b[flow_b[j]].append(j)
   paired_a, paired_b = set(), set()
   for flow, these in by_a.items():
-    for i, j in zip(these, by_b.get(flow, [])):
+    for i, j in zip(these, by_b.get(flow, []), strict=False):
       pair(i, j)
       paired_a.add(i); paired_b.add(j)
   return [i for i in ias if i not in paired_a], [j for j in jbs if j not in paired_b]
@@ -102,7 +103,7 @@ def match_kernels(sa: Side, sb: Side) -> list[tuple[list[int], list[int]]]:
     if len(ias) * len(jbs) > EXHAUSTIVE:  # a long program's thousands of one stage: equal flows paired in schedule order first
       ias, jbs = _equal_flows_paired(ias, jbs, flow_a, flow_b, pair)
       if len(ias) * len(jbs) > EXHAUSTIVE:
-        for i, j in zip(ias, jbs): pair(i, j)
+        for i, j in zip(ias, jbs, strict=False): pair(i, j)
         continue
     cands = sorted((_score(flow_a[i], flow_b[j]), abs(x - y), i, j) for x, i in enumerate(ias) for y, j in enumerate(jbs))
     for *_, i, j in cands:
@@ -351,7 +352,7 @@ def match_buffers(sa: Side, sb: Side, ga: dict[int, int], gb: dict[int, int]) ->
   matched, only_a, only_b = [], [], []
   for bas, bbs in keyed.values():
     bas, bbs = sorted(bas, key=lambda b: b["nbytes"]), sorted(bbs, key=lambda b: b["nbytes"])
-    for x, y in zip(bas, bbs):
+    for x, y in zip(bas, bbs, strict=False):
       matched.append({"a": _buffer_info(sa, x), "b": _buffer_info(sb, y), "nbytes_delta": y["nbytes"] - x["nbytes"]})
     only_a += [_buffer_info(sa, x) for x in bas[len(bbs):]]
     only_b += [_buffer_info(sb, y) for y in bbs[len(bas):]]
@@ -555,9 +556,9 @@ def _attach_graphs(groups: list[dict[str, Any]], sa: Side, sb: Side, a_blob: byt
   except WorkerFailed as e:
     notes.append(f"graph diff failed: {e}")
     return
-  fired_a = {(g, s): r for (g, s), r in zip(a_steps, got.rules_a)}
-  fired_b = {(g, s): r for (g, s), r in zip(b_steps, got.rules_b)}
-  for g, (wa, wb) in zip(groups, whole):
+  fired_a = {(g, s): r for (g, s), r in zip(a_steps, got.rules_a, strict=False)}
+  fired_b = {(g, s): r for (g, s), r in zip(b_steps, got.rules_b, strict=False)}
+  for g, (wa, wb) in zip(groups, whole, strict=False):
     g["graph"] = graph_diff([got.graphs_a[sa.kernels[k["index"]]["ast_sink"]] for k in g["a"]],
                             [got.graphs_b[sb.kernels[k["index"]]["ast_sink"]] for k in g["b"]])
     g["rules"] = rule_changes(wa, wb, fired_a, fired_b)
@@ -593,7 +594,7 @@ def _quantile(xs: list[float], q: float) -> float:
 
 def ratio_stats(a: list[float], b: list[float]) -> RatioStats:
   """B/A repeat by repeat (an interleaved repeat runs both): the median ratio with its quartiles and range."""
-  rs = [y / x for x, y in zip(a, b) if x > 0]
+  rs = [y / x for x, y in zip(a, b, strict=False) if x > 0]
   if not rs: return {"n": 0}
   q1, q3 = _quantile(rs, 0.25), _quantile(rs, 0.75)
   return {"median": statistics.median(rs), "q1": q1, "q3": q3, "iqr": q3 - q1, "min": min(rs), "max": max(rs), "n": len(rs)}
@@ -718,7 +719,8 @@ def summary(d: dict[str, Any]) -> str:
     rel = relation_label(g)
     gr = "-" if g["graph"] is None else f"{len(g['graph']['only_a'])}/{len(g['graph']['only_b'])}"
     ma, mb = g["metrics"]["a"], g["metrics"]["b"]
-    def a_to_b(key: str) -> str: return "-" if ma[key] is None or mb[key] is None else f"{ma[key]} -> {mb[key]}"
+    def a_to_b(key: str, ma: dict[str, Any] = ma, mb: dict[str, Any] = mb) -> str:
+      return "-" if ma[key] is None or mb[key] is None else f"{ma[key]} -> {mb[key]}"
     rows.append((ks(g["a"]), ks(g["b"]), rel, _signed(dl["alu"]), _signed(dl["loads"]), _signed(dl["flops"], si),
                  _signed(dl["bytes"], fmt_bytes), a_to_b("max_live"), a_to_b("registers"), gr))
   out += ["", f"kernels, matched by role and data flow ({d['target']} figures):",

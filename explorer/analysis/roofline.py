@@ -6,7 +6,8 @@ device facts and the probe run in a worker (explorer.tracing.probe).
 """
 from __future__ import annotations
 import html, json, math, os, pathlib, re, tempfile
-from typing import Any, Callable, Literal, cast
+from typing import Any, Literal, cast
+from collections.abc import Callable
 from typing_extensions import TypedDict
 from explorer.clocks import method_of
 from explorer.schema import DeviceInfo, DevicesFound, KernelRecord, Measured, TraceRecord, device_name, timing_of
@@ -230,7 +231,7 @@ def roofline(trace: TraceRecord, peaks: Peaks) -> dict[str, Any]:
   data of a roofline plot (roofs and points, log-log: x FLOP/byte, y FLOP/s)."""
   spec = trace["spec"]
   dtypes = [spec["dtype"] if spec is not None else kernel_dtype(trace, k) for k in trace["kernels"]]  # a program's: each kernel's own
-  rows = [kernel_point(k, dt, peaks) for k, dt in zip(trace["kernels"], dtypes)]
+  rows = [kernel_point(k, dt, peaks) for k, dt in zip(trace["kernels"], dtypes, strict=False)]
   dtype = spec["dtype"] if spec is not None else "/".join(sorted(set(dtypes))) or "float32"
   bw, keys = peaks["bw"], {r["roof_key"] for r in rows} | {"fp32"}
   roofs = [{"key": k, "label": LABELS[k], "flops_per_s": peak, "ridge": peak / bw if bw else None}

@@ -6,7 +6,8 @@ so that their ratios hold on a noisy machine.
 """
 from __future__ import annotations
 import dataclasses, statistics
-from typing import Any, Callable, Literal, Sequence, cast
+from typing import Any, Literal, cast
+from collections.abc import Callable, Sequence
 from explorer import stats
 from explorer.schema import Claim, Comparison, CountComparison, StudyCase, StudyResult, StudyRow, TraceRecord, VariantTiming, ast_key_of, setting_of
 from explorer.spec import STUDY_COMPILE_REPEATS, TINYGRAD, ConvSpec, SpecError, Variant
@@ -109,7 +110,7 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
                              progress=lambda _stage, _status, detail: step("timing", "running", detail), timeout_s=timeout_s,
                              env={"VIZ": "0", **device_env()}, tinygrad=tinygrad)
   step("timing", "done", "")
-  rows: list[StudyRow] = [{**_row(name, traces[name], t), "trace_id": kept[name]} for (name, _), t in zip(variants, timing)]
+  rows: list[StudyRow] = [{**_row(name, traces[name], t), "trace_id": kept[name]} for (name, _), t in zip(variants, timing, strict=False)]
   base = rows[0]["time_median_s"]
   for r in rows: r["slowdown_vs_first"] = r["time_median_s"] / base if base else None
   comparisons = [c for r in rows[1:] for c in _compare(rows[0], r, claim)]

@@ -1,7 +1,8 @@
 """`kernel-explorer`: trace a convolution from the command line, list presets and targets, serve the web app."""
 from __future__ import annotations
 import argparse, dataclasses, json, os, pathlib, signal, socket, sys, threading
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 from explorer.cli.progress import StepBars
 if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: a command's start stays light
 from explorer.clocks import how, ratio_words

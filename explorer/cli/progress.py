@@ -3,7 +3,8 @@ finishes), one plain line per event anywhere else (a log, CI, a test's captured 
 from __future__ import annotations
 import sys
 from types import TracebackType
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 from explorer.spec import PARTIAL
 from explorer.spec import Progress as Callback  # rich's Progress is the bars
 if TYPE_CHECKING: from rich.progress import Progress  # rich is imported only when bars are drawn: a command starts its work sooner

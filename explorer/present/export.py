@@ -9,8 +9,10 @@ from the store and expands the rest from the rewrite blob in a worker (explorer.
 """
 from __future__ import annotations
 import datetime, os, re
-from typing import Any, Callable, Iterable, Iterator, Mapping, cast
-from typing_extensions import NotRequired, TypedDict
+from typing import Any, cast
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing_extensions import TypedDict
+from typing import NotRequired
 from explorer.version import __version__
 from explorer.spec import TARGETS
 from explorer.present import graphs
@@ -139,7 +141,7 @@ def render_html(trace: TraceRecord, trace_id: str, graph_blocks: dict[str, Graph
   blocks = {ref: {**b, "svg": Markup(localize_svg(b["svg"], "g" + re.sub(r"\W", "-", ref))) if b["svg"] else None}
             for ref, b in graph_blocks.items()}
   assets = {k: Markup(v) for k, v in inline_assets().items()}
-  exported = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  exported = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
   shown, section, left_out = sections_of(trace)
   whole = sections if sections is not None else [trace["kernels"][i] for i in shown]
   return env.get_template("export.html").render(trace=trace, trace_id=trace_id, graphs=blocks, annotations=annotations or [],

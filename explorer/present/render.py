@@ -1,7 +1,8 @@
 """Templates, number formatting and source highlighting, shared by the web pages and the self-contained export (no FastAPI)."""
 from __future__ import annotations
 import collections, contextlib, functools, importlib.util, json, marshal, os, pathlib, re, tempfile, time
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 import jinja2
 from markupsafe import Markup
 from pygments import highlight
@@ -223,7 +224,8 @@ def environment() -> jinja2.Environment:
   """The Jinja environment of explorer/templates with the formatting filters and globals every page and the export use."""
   env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=jinja2.select_autoescape(), trim_blocks=True,
                            lstrip_blocks=True, bytecode_cache=COMPILED)
-  formats: dict[str, Callable[..., str]] = dict(bytes=fmt_bytes, seconds=fmt_seconds, count=fmt_count, flops=fmt_flops, size=fmt_size, ago=fmt_ago)
+  formats: dict[str, Callable[..., str]] = {"bytes": fmt_bytes, "seconds": fmt_seconds, "count": fmt_count, "flops": fmt_flops,
+                                             "size": fmt_size, "ago": fmt_ago}
   env.filters.update({k: defined(f) for k, f in formats.items()})
   env.filters["tojson_compact"] = tojson_compact
   env.filters["compact_uop"] = compact_uop

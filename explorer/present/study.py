@@ -3,7 +3,8 @@ the rank test's p-value and the verdict; and a server-rendered SVG per case of e
 with the paired B/A ratios, their interval, 1 (no difference) and the document's figure. Pure Python: no tinygrad, no JS."""
 from __future__ import annotations
 import html, math
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
+from collections.abc import Callable, Sequence
 import numpy as np
 from explorer.schema import CountComparison, StudyCase, StudyResult, StudyRow, setting_of
 from explorer.spec import ConvSpec
@@ -54,8 +55,9 @@ def document_rows(study: StudyResult) -> list[dict[str, Any]]:
     repeated = {c["b"] for c in case["comparisons"] if c["figure"] == "compile"}  # compile time with an interval: the claim is there
     def row(a: str, b: str, figure: str, measured: str, a_value: str, b_value: str, interval: str = "-", p: float | None = None,
             verdict: str = "-") -> dict[str, Any]:
-      says = _says(case, b, "compile") if figure == "build" and b not in repeated else _says(case, b, figure)
-      return {**where, "a": a, "b": b, "figure": FIGURES[figure], "document": says, "a_value": a_value, "b_value": b_value,
+      # (called in this iteration only: the loop's case, repeated and where are this row's)
+      says = _says(case, b, "compile") if figure == "build" and b not in repeated else _says(case, b, figure)  # noqa: B023
+      return {**where, "a": a, "b": b, "figure": FIGURES[figure], "document": says, "a_value": a_value, "b_value": b_value,  # noqa: B023
               "measured": measured, "interval": interval, "p_value": p, "verdict": verdict, "size": ""}
     def counted(c: CountComparison) -> dict[str, Any]:
       r = row(c["a"], c["b"], c["figure"], _ratio(c["ratio"]), str(c["a_count"]), str(c["b_count"]), "exact count", None, c["verdict"])
@@ -89,7 +91,7 @@ def _scale(lo: float, hi: float, x0: float, x1: float) -> Callable[[float], floa
 def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
   step = 10 ** math.floor(math.log10(((hi - lo) or abs(hi) or 1.0) / n))
   step *= next(m for m in (1, 2, 5, 10) if (hi - lo) / (step * m) <= n)
-  return [t for t in np.arange(math.ceil(lo / step) * step, hi + step / 2, step)]
+  return list(np.arange(math.ceil(lo / step) * step, hi + step / 2, step))
 
 def _whiskers(xs: Sequence[float] | np.ndarray) -> tuple[float, float]:
   """The furthest samples within 1.5 IQR of the quartiles: the plot's range (outliers would squeeze every box into a corner)."""
@@ -109,7 +111,7 @@ def _box(y: float, xs: Sequence[float], x_of: Callable[[float], float], cls: str
          f'<rect class="box {cls}" x="{x_of(q1):.1f}" y="{y - h / 2:.1f}" width="{max(x_of(q3) - x_of(q1), 1):.1f}" height="{h:.1f}"/>',
          f'<line class="median" x1="{x_of(med):.1f}" x2="{x_of(med):.1f}" y1="{y - h / 2:.1f}" y2="{y + h / 2:.1f}"/>']
   jitter = np.random.default_rng(0).uniform(-h / 2.5, h / 2.5, len(xs))
-  for x, j in zip(v, jitter):
+  for x, j in zip(v, jitter, strict=False):
     inside = lo <= x <= hi
     out.append(f'<circle class="sample{"" if inside else " out"}" cx="{x_of(min(max(x, lo), hi)):.1f}" cy="{y + j:.1f}" r="1.6">'
                f'<title>{x:.4g}</title></circle>')
@@ -139,7 +141,7 @@ def distribution_svg(case: StudyCase) -> str:
          f'<text class="title" x="8" y="16">time per repeat (ms), {sum(len(t) for t in times) // max(n_top, 1)} paired repeats</text>']
   lo, hi = min(_whiskers(t)[0] for t in times), max(_whiskers(t)[1] for t in times)
   x_of = _scale(lo, hi, LABEL_W, W - PAD)
-  for i, (variant, t) in enumerate(zip(rows, times)):
+  for i, (variant, t) in enumerate(zip(rows, times, strict=False)):
     y = PAD + 10 + i * ROW_H + ROW_H / 2
     out += [f'<text class="label" x="{LABEL_W - 8}" y="{y + 4:.1f}" text-anchor="end">{esc(variant["variant"])}</text>',
             *_box(y, list(t), x_of, f"v{i}", lo, hi)]
@@ -152,7 +154,7 @@ def distribution_svg(case: StudyCase) -> str:
   lo, hi = min(*(_whiskers(r)[0] for r in ratios), *marks), max(*(_whiskers(r)[1] for r in ratios), *marks)
   x_of = _scale(lo, hi, LABEL_W, W - PAD)
   top, bottom = base + 6, base + 6 + n_bot * ROW_H
-  for i, (r, c) in enumerate(zip(ratios, comps)):
+  for i, (r, c) in enumerate(zip(ratios, comps, strict=False)):
     y = base + 6 + i * ROW_H + ROW_H / 2
     band = max(x_of(c["ci_high"]) - x_of(c["ci_low"]), 1.5)
     why = f'median {c["ratio"]:.4f}, 95% interval {c["ci_low"]:.4f}–{c["ci_high"]:.4f}: {esc(c["verdict"])}'
@@ -189,7 +191,7 @@ def render_export(status: dict[str, Any], origin: str) -> str:
   from explorer.version import __version__
   from explorer.present.export import inline_assets
   from explorer.present.render import environment
-  exported = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  exported = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
   return environment().get_template("study_export.html").render(s=status, cases=case_views(status["result"]), css=Markup(inline_assets()["css"]),
                                                                  exported=exported, origin=origin, version=__version__)
 

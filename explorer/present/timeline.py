@@ -2,7 +2,8 @@
 nest inside their group), the kernel launches per device, memory in use per device as a step series, and where the seconds went."""
 from __future__ import annotations
 import re
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 from explorer.schema import Timeline
 
 LANE_TITLES = {"stages": "explorer stages", "tensor": "Tensor functions", "tinygrad": "tinygrad passes", "compile": "compiles"}
@@ -24,7 +25,7 @@ def _lane(name: str, kind: str, items: list[tuple[float, float, str, str | None]
   items = sorted(items, key=lambda x: (x[0], -(x[1] - x[0])))
   rows = nest([(st, en) for st, en, _, _ in items])
   return {"name": name, "title": LANE_TITLES.get(name, f"{name} launches" if kind == "device" else name), "kind": kind,
-          "rows": max(rows, default=0) + 1, "items": [[r, st, en, n, url] for r, (st, en, n, url) in zip(rows, items)]}
+          "rows": max(rows, default=0) + 1, "items": [[r, st, en, n, url] for r, (st, en, n, url) in zip(rows, items, strict=True)]}
 
 def timeline_view(tl: Timeline, stage_url: Callable[[str, int | None], str | None]) -> dict[str, Any]:
   """What the page's script draws (explorer/static/timeline.js). stage_url: the page of a stage (and a program's realize), if any."""

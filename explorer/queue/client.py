@@ -4,8 +4,9 @@ missing heartbeat), retry it once when its worker died, and hand back its result
 A job's RQ id is chosen by the caller (`trace-<trace id>` for traces) with its attempt appended, so a server that restarts finds
 the jobs it had enqueued and follows them again (`resume`)."""
 from __future__ import annotations
-import time
-from typing import Any, Callable, TypeVar
+import functools, time
+from typing import Any, TypeVar
+from collections.abc import Callable
 import redis
 from rq import Queue, Worker
 from rq.exceptions import NoSuchJobError
@@ -71,7 +72,7 @@ class QueueClient:
     attempt = self._when_up(latest, progress)
     if attempt is None: raise QueueJobFailed(f"the queue at {self.where} no longer holds job {job_id}")
     while True:
-      job = self._when_up(lambda: self._fetch(f"{job_id}-{attempt}"), progress)
+      job = self._when_up(functools.partial(self._fetch, f"{job_id}-{attempt}"), progress)
       if job is None: raise QueueJobFailed(f"the queue at {self.where} lost job {job_id}")
       outcome = self._follow(job, progress)
       if outcome is not WORKER_DIED: return outcome

@@ -4,7 +4,8 @@ limits), reports progress into the RQ job's meta while it runs, and returns JSON
 from __future__ import annotations
 import dataclasses, threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 from rq import get_current_job
 from explorer.queue.protocol import b64, seal
 from explorer.settings import Settings
@@ -130,6 +131,5 @@ def measure(kind: str, a: dict[str, Any], b: dict[str, Any], repeats: int, warmu
       if not isinstance(side, dict) or not isinstance(side.get("env"), dict): raise SpecError("a and b must be traces (spec, variant, env)")
       _device(side["env"].get("device"))
       if side.get("spec") is not None: _validated(side["spec"], side["variant"])
-    if kind == "timing": result = remeasure_interleaved(a, b, repeats, warmup, timeout_s, report)
-    else: result = compare_outputs(a, b, timeout_s, report)
+    result = remeasure_interleaved(a, b, repeats, warmup, timeout_s, report) if kind == "timing" else compare_outputs(a, b, timeout_s, report)
     return seal({**result, "ran_on": ran_here(worker_name())}, Settings.load().queue_secret)

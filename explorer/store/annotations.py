@@ -13,7 +13,7 @@ class Annotations(Connected):
   def annotations(self, trace_id: str) -> list[dict[str, Any]]:
     """The trace's notes, oldest first: {id, trace_id, anchor_kind (step|node|line), anchor, text, created}."""
     rows = self._conn().execute(f"SELECT {', '.join(FIELDS)} FROM annotations WHERE trace_id = ? ORDER BY created, id", (trace_id,)).fetchall()
-    return [dict(zip(FIELDS, r)) for r in rows]
+    return [dict(zip(FIELDS, r, strict=True)) for r in rows]
 
   def add_annotation(self, trace_id: str, anchor_kind: str, anchor: str, text: str, max_per_trace: int | None = None) -> dict[str, Any] | None:
     """Stores one note; None (and nothing stored) when the trace already has max_per_trace notes."""

@@ -7,7 +7,7 @@ later becomes cyclic garbage waits for the thaw: a process that runs many server
 from __future__ import annotations
 import gc, threading
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 _lock = threading.Lock()
 _paused, _was_enabled, _freeze, _frozen = 0, True, False, False

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import os, pathlib, sqlite3, threading
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (

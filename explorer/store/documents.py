@@ -5,10 +5,12 @@ trace, as a client that takes gzip is sent it, and good while the trace and what
 reader after it 0.1 s more to open, put its id first and gzip again."""
 from __future__ import annotations
 import gzip, sqlite3, time, uuid, zlib
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
 from explorer.store.keys import trace_path
 from explorer.store.pieces import HEAVY, LIGHT
 from explorer.version import __version__
+import contextlib
 if TYPE_CHECKING: from explorer.schema import KernelRecord, TraceRecord
 
 DOC_V = 2  # the document's layout (2: gzipped, its id and url in it): a change to it makes every stored one stale
@@ -86,5 +88,4 @@ def get(c: sqlite3.Connection, trace_id: str, row_length: int, version: tuple[An
 
 def drop(c: sqlite3.Connection, trace_id: str) -> None:
   """Forget the kept document (a reader makes it again); a store that cannot be written now keeps it, and it is stale or refused anyway."""
-  try: c.execute("DELETE FROM graph_cache WHERE key = ?", (KEY.format(trace_id),))
-  except sqlite3.OperationalError: pass
+  with contextlib.suppress(sqlite3.OperationalError): c.execute("DELETE FROM graph_cache WHERE key = ?", (KEY.format(trace_id),))

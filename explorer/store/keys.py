@@ -1,7 +1,8 @@
 """The ids traces are stored under: a content hash of what determines a trace, known before it runs (no tinygrad import here)."""
 from __future__ import annotations
 import hashlib, importlib.metadata, json, os
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 from explorer.spec import NOT_SET, ConvSpec, Variant, knobs
 
 _installed: list[tuple[str, str]] = []  # (the metadata directory tinygrad's version was read from, that version)

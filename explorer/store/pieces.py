@@ -11,7 +11,8 @@ the row, each parsed on its own: a reader parses a 10,000-kernel program in slic
 requests go on between them."""
 from __future__ import annotations
 import collections, hashlib, json, sqlite3
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 from explorer.store.connection import StoreError
 
 PART_FIELDS = ("targets", "uops_listing", "sources", "passes", "provenance", "ops", "spec")  # a kernel's fields kept in its part
@@ -45,7 +46,7 @@ def record(light: dict[str, Any], heavy: dict[str, Any] | None) -> dict[str, Any
   """A record whole again, its fields in their order: the light record's value where it has the field (what was merged into it since,
   an analysis's line map included, wins over what was stored), else the heavy half's."""
   if not heavy: return light
-  return {**{f: light[f] if f in light else v for f, v in heavy.items()}, **{f: v for f, v in light.items() if f not in heavy}}
+  return {**{f: light.get(f, v) for f, v in heavy.items()}, **{f: v for f, v in light.items() if f not in heavy}}
 
 def whole(light: dict[str, Any], heavy: dict[str, Any]) -> dict[str, Any]:
   """A kernel (or its part) whole again from its light fields and its heavy half: HEAVY put in their places (a light kernel's are

@@ -3,7 +3,8 @@ kind and id, written when accepted and again as it starts and ends (explorer.web
 are explorer.tasks's: queued -> running -> done | error | interrupted; ids of finished work keep answering after a restart."""
 from __future__ import annotations
 import json, sqlite3, time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 from explorer.store.connection import Connected, StoreError
 from explorer.tasks import ACTIVE, DONE, INTERRUPTED, QUEUED, RUNNING, STATES, STUDY, UNKNOWN, TaskKind, TaskState
 
@@ -35,7 +36,7 @@ def capped(text: Any, limit: int = MAX_LABEL) -> str:
 def _row(values: tuple[Any, ...]) -> dict[str, Any]:
   """A row read defensively, once: its request parsed (None where it does not parse: the work cannot run again from it), its label
   capped, and a state this version does not know read as `unknown`, its error saying what the row held."""
-  row = dict(zip(FIELDS, values))
+  row = dict(zip(FIELDS, values, strict=True))
   try: row["request"] = json.loads(row["request"]) if isinstance(row["request"], (str, bytes)) else None
   except json.JSONDecodeError: row["request"] = None
   if not isinstance(row["request"], dict): row["request"] = None

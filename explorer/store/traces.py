@@ -3,7 +3,8 @@ rewrite blob; a summary for listing), read back typed, whole, with what was comp
 over them."""
 from __future__ import annotations
 import collections, json, logging, time
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, cast
+from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Iterator, Mapping
 from explorer.store import annotations as notes, caches, documents, enrichments, pieces, rewrites as blobs, tasks
 from explorer.store.collector import collector_paused
 from explorer.store.rewrites import checked_locations

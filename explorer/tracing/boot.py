@@ -26,8 +26,7 @@ def start_python(boot: str, args: tuple[Any, ...], pass_fds: tuple[int, ...] = (
     raise
   finally:
     os.close(boot_r)
-  with open(boot_w, "wb") as f:
-    with suppress(BrokenPipeError):  # it died at once: its exit says why
-      pickle.dump(path, f)
-      pickle.dump(args, f)
+  with open(boot_w, "wb") as f, suppress(BrokenPipeError):  # it died at once: its exit says why
+    pickle.dump(path, f)
+    pickle.dump(args, f)
   return popen

@@ -14,7 +14,8 @@ occupancy for the kernel's block size on its arch (NVIDIA's occupancy calculator
 from __future__ import annotations
 import functools, importlib.util, math, os, pathlib, re, shutil, subprocess, tempfile
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 from explorer import targets
 from explorer.tracing import compile_cache, sass
 

@@ -4,7 +4,7 @@ host: the web server's jobs, and CLI runs beside it. The lock belongs to the pro
 the worker asks it before timing, and a worker that dies cannot leave its device locked."""
 from __future__ import annotations
 import fcntl, os, pathlib, re, time
-from typing import Callable
+from collections.abc import Callable
 
 POLL_S = 0.05
 

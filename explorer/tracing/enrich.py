@@ -7,7 +7,8 @@ records what tinygrad itself does; the kinds (explorer.spec.ENRICH_KINDS):
 - facts: a record's compile facts (a real compiler of this machine on its source: registers, spills, occupancy, disassembly)."""
 from __future__ import annotations
 import os, uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, cast
+from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable, Iterator
 from explorer.spec import ANALYSIS_MARK, lacks_facts
 from explorer.tracing import versions
 from explorer.tracing.workers import Limits, Progress, call_in_worker
@@ -62,7 +63,7 @@ def compute_facts(jobs: list[Job], progress: Progress | None = None, limits: Lim
   """The jobs' compile facts, computed in a fresh worker: {(kernel, target): facts}."""
   if not jobs: return {}
   got, _ = call_in_worker("explorer.tracing.enrich:facts_in_worker", {"jobs": jobs}, progress, timeout_s, limits=limits)
-  return {(j["kernel"], j["target"]): f for j, f in zip(jobs, got)}
+  return {(j["kernel"], j["target"]): f for j, f in zip(jobs, got, strict=False)}
 
 def with_facts(trace: TraceRecord, facts: dict[tuple[int, str], dict[str, Any]]) -> TraceRecord:
   """The trace with the facts on their records (kernels[kernel].targets[target].compile), a copy (with_values)."""
@@ -116,7 +117,7 @@ def compute_analysis(jobs: list[Job], blobs: dict[str, bytes], progress: Progres
   if not jobs: return {}
   got, _ = call_in_worker("explorer.tracing.enrich:analysis_in_worker", {"jobs": jobs, "blobs": blobs}, progress, timeout_s, limits=limits,
                           tinygrad=tinygrad)
-  return {(j["kernel"], j["target"]): a for j, a in zip(jobs, got)}
+  return {(j["kernel"], j["target"]): a for j, a in zip(jobs, got, strict=False)}
 
 def add_analysis(trace: TraceRecord, blobs: dict[str, bytes], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
                  progress: Progress | None = None, limits: Limits | None = None, timeout_s: float | None = None) -> TraceRecord:
@@ -144,7 +145,7 @@ def target_in_worker(progress: Progress, blob: bytes, sinks: dict[int, int], tar
   records, out_blob = _render_target([log.sink(sinks[n]) for n in order], target, arch, opt, tuple(rewrites), None,
                                      [beam_opts[n] for n in order] if beam_opts is not None else None)
   progress("render", "done", target)
-  return dict(zip(order, records)), out_blob
+  return dict(zip(order, records, strict=True)), out_blob
 
 def compute_target(trace: TraceRecord, blob: bytes, target: str, kernels: Iterable[int], progress: Progress | None = None,
                    limits: Limits | None = None, timeout_s: float | None = None) -> tuple[dict[int, dict[str, Any]], str, bytes]:

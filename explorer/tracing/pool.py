@@ -8,9 +8,12 @@ running fails with a clear message, later calls run on fresh processes."""
 from __future__ import annotations
 import concurrent.futures, multiprocessing, os, pickle, sys, warnings
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 if TYPE_CHECKING: import asyncio  # (imported where a pool is awaited: a capture's render pool never is)
 from explorer.tracing.workers import SPAWN, Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
+
+NO_LIMITS = Limits()  # a pool's default: its processes hold none of their own (frozen: one instance serves every pool)
 
 FORK = multiprocessing.get_context("fork")
 
@@ -32,7 +35,7 @@ def _capped(limits: Limits, fn: Callable[..., Any], *args: Any) -> Any:
   return result
 
 class WorkerPool:
-  def __init__(self, workers: int = 1, limits: Limits = Limits(), initializer: Callable[[], None] | None = None, max_waiting: int = 32,
+  def __init__(self, workers: int = 1, limits: Limits = NO_LIMITS, initializer: Callable[[], None] | None = None, max_waiting: int = 32,
                max_tasks_per_child: int | None = None, fork: bool = False):
     self.workers, self.limits, self.initializer, self.max_waiting = workers, limits, initializer, max_waiting
     self.max_tasks_per_child = max_tasks_per_child  # 1: a fresh process per call (nothing a call cached leaks into the next)
@@ -86,7 +89,7 @@ class WorkerPool:
       self.kill()
       fut = self.submit(fn, *args)
     try: return await asyncio.wait_for(asyncio.wrap_future(fut), self.limits.timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
       self.kill()
       raise WorkerTimedOut(f"it took over {self.limits.timeout_s:.0f}s; the worker process was stopped") from None
     except BrokenProcessPool:

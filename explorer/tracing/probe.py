@@ -2,7 +2,8 @@
 (explorer.tracing.workers.call_in_worker): they import tinygrad through explorer.tracing.tg, and opening a GPU creates a context on it."""
 from __future__ import annotations
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 from explorer.tracing import tg  # first: sets tinygrad's environment before tinygrad is imported
 
 def _safe(fn: Callable[[], Any]) -> Any:

@@ -5,9 +5,10 @@ and outputs are checked only against a reference the user passes.
 
 Used by the Python API (explorer.api.capture, in the user's own process) and by `kernel-explorer trace --script` (in a worker)."""
 from __future__ import annotations
-import contextlib, dataclasses, inspect, math, time, traceback
+import contextlib, dataclasses, inspect, math, pathlib, time, traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Sequence
 from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.renders import RenderPool
 from explorer.clocks import timed
@@ -36,7 +37,7 @@ def reference_check(reference: Sequence[np.ndarray], rel_tolerance: float) -> Ca
     import numpy as np
     from explorer.tracing.reference import error_stats
     if len(got) != len(reference): raise ValueError(f"the program realized {len(got)} tensor(s) but {len(reference)} reference array(s) were given")
-    stats = [error_stats(g.astype(np.float64), np.asarray(r, dtype=np.float64)) for g, r in zip(got, reference)]
+    stats = [error_stats(g.astype(np.float64), np.asarray(r, dtype=np.float64)) for g, r in zip(got, reference, strict=False)]
     worst = max(stats, key=lambda e: e["max_rel"])
     trace["error"] = {**worst, "tolerance": rel_tolerance, "tolerance_for": "the user's reference", "within": worst["max_rel"] <= rel_tolerance}
   return check
@@ -93,7 +94,7 @@ class ProgramTrace:
     p, r = self.trace, len(self.trace.setdefault("realizes", []))
     if r == 0: p["env"] = realize["env"]
     k0, s0 = len(p["kernels"]), len(p["schedule"])
-    bufs = [self._buffer(b, ref, s0) for b, ref in zip(realize["buffers"], refs)]
+    bufs = [self._buffer(b, ref, s0) for b, ref in zip(realize["buffers"], refs, strict=False)]
     def moved(xs: list[int]) -> list[int]: return sorted({bufs[i] for i in xs})
     for row in realize["schedule"]:
       p["schedule"].append({**row, "index": row["index"] + s0, "reads": moved(row["reads"]), "writes": moved(row["writes"]),
@@ -214,7 +215,7 @@ class ProgramTrace:
       for t, fut in renders.items():
         records, blobs[t] = fut.result()
         pool.done(t)
-        for k, got in zip(p["kernels"], records): add_target_record(k, t, got)
+        for k, got in zip(p["kernels"], records, strict=False): add_target_record(k, t, got)
     except Exception as e:  # noqa: BLE001 - recorded: the host's trace stands without the other targets
       p["failures"].append({"stage": "render", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)})
       p["status"] = "partial"
@@ -237,7 +238,7 @@ def _summed(xs: list[dict]) -> dict | None:
   minimums add up, spreads add as variances, no interval."""
   if not xs: return None
   if all(x.get("samples") for x in xs) and len({len(x["samples"]) for x in xs}) == 1:
-    sums = [sum(col) for col in zip(*(x["samples"] for x in xs))]
+    sums = [sum(col) for col in zip(*(x["samples"] for x in xs), strict=True)]
     return {**timed(sums, xs[0]["method"], xs[0]["l2"]), "samples": sums}
   return {"median": sum(x["median"] for x in xs), "mean": sum(x["mean"] for x in xs), "std": math.sqrt(sum(x["std"] ** 2 for x in xs)),
           "min": sum(x["min"] for x in xs), "n": min(x["n"] for x in xs)}
@@ -400,7 +401,7 @@ def script_in_worker(progress: Progress, path: str, fn: str | None, variant: dic
   """`kernel-explorer trace --script PATH [--fn NAME]`: run the script (as __main__ without --fn; else run it as a module and call
   NAME()) with every realize recorded. It runs in a namespace of its own, sys.modules untouched: the render processes this worker
   spawns must not import the script again (multiprocessing's spawn imports the __main__ module it finds there)."""
-  source = open(path).read()
+  source = pathlib.Path(path).read_text()
   code = compile(source, path, "exec")
   namespace: dict[str, Any] = {"__name__": "__main__" if fn is None else "explorer_script", "__file__": path, "__builtins__": __builtins__}
   with Capturing(fn or path.rsplit("/", 1)[-1], Variant.from_dict(variant), progress, source, origin={"kind": "script", "fn": fn},

@@ -10,7 +10,8 @@ gets heuristic opts, and its record says so."""
 from __future__ import annotations
 import contextlib, os, threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
 from explorer.tracing.pool import WorkerPool
 if TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of trace workers
   from explorer.schema import Pass, TargetRecord

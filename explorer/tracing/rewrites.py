@@ -4,7 +4,8 @@ rule and before/after graphs are recorded like any of tinygrad's passes. explore
 from __future__ import annotations
 import functools, itertools, runpy
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 from explorer.tracing.tg import PRE_MATCHER, Ops, PatternMatcher, Rewrite, UOp, UPat, constant, linearized
 from explorer.spec import SpecError, rewrite_file_name
 

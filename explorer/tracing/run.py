@@ -104,7 +104,7 @@ def record_ran_on(trace: TraceRecord | dict[str, Any], worker: str | None = None
   raw = cast(dict[str, Any], trace)
   here, failed = ran_here(worker), {f.get("stage") for f in raw.get("failures") or []}
   ran = [s for s in STAGES if s in (raw.get("stage_seconds") or {}) or s in failed]
-  raw.setdefault("env", {})["ran_on"] = {**here, "stages": {s: here["by"] for s in ran}}
+  raw.setdefault("env", {})["ran_on"] = {**here, "stages": dict.fromkeys(ran, here["by"])}
   return cast("TraceRecord", raw)  # the engine's JSON, typed from here on
 
 # this host's default device, as the first trace that named none found it (tinygrad tries every backend in turn for one)

@@ -8,7 +8,8 @@ leaves the code as it is (checked: the same instructions with and without); tiny
 instruction lines is given its own (`with_ptx_lines`), and SASS lines then number the PTX as tinygrad rendered it."""
 from __future__ import annotations
 import collections, pathlib, re
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 MAX_INSTRUCTIONS = 4000
 SPILL_OPCODES = ("LDL", "STL")  # local memory loads and stores: what ptxas' spills become
@@ -68,7 +69,7 @@ def parse_lives(listing: str) -> dict[int, dict[str, int]]:
       continue
     if (m := _INSTRUCTION.match(raw)) is None or not kinds: continue
     cells = [c.strip() for c in m.group(3).replace("//", "", 1).strip().strip("|").split("|")]
-    out[int(m.group(1), 16)] = {k: int(c) if c.isdigit() else 0 for k, c in zip(kinds, cells)}
+    out[int(m.group(1), 16)] = {k: int(c) if c.isdigit() else 0 for k, c in zip(kinds, cells, strict=False)}
   return out
 
 _REGISTER = re.compile(r"\bR(\d+)\b")  # a general register named by an instruction (RZ, the zero register, is none)

@@ -88,8 +88,7 @@ class Template:
     if child is None:
       os.close(boot_w)
       raise OSError("the worker template is gone")
-    with open(boot_w, "wb") as f:
-      with suppress(BrokenPipeError): pickle.dump(args, f)  # it died at once: its exit says why
+    with open(boot_w, "wb") as f, suppress(BrokenPipeError): pickle.dump(args, f)  # it died at once: its exit says why
     return child
 
   def _read(self) -> None:

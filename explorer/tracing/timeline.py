@@ -4,7 +4,7 @@ memory its buffers held). Stored as the trace's `timeline` (schema.Timeline): na
 from __future__ import annotations
 import contextlib
 import time
-from typing import Iterator
+from collections.abc import Iterator
 from explorer.tracing import tg
 
 MAX_RANGES = 40_000  # past it the shortest are left out (and counted): a long program's timeline stays a few MB at most

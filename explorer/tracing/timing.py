@@ -3,7 +3,8 @@ the whole schedule replayed back to back (`time_schedule`, a trace's timing), an
 diffs and studies). Run it in a fresh worker with tracking off (VIZ=0), or in a trace worker at its timing stage."""
 from __future__ import annotations
 import statistics, time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 import numpy as np
 from explorer.tracing import tg
 from explorer import stats
@@ -45,13 +46,13 @@ def _time_schedule(clock: tg.Clock, compiled: Any, device: str, warmup: int, rep
     if on_repeat is not None: on_repeat(i)
     alone, hot, span = r.sample(clock)
     if i < warmup: continue
-    for xs, t in zip(per, alone): xs.append(t)
-    for xs, w in zip(warm, hot):
+    for xs, t in zip(per, alone, strict=True): xs.append(t)
+    for xs, w in zip(warm, hot, strict=True):
       if w is not None: xs.append(w)
     totals.append(sum(alone))
     spans.append(span)
   kernels = []
-  for k, xs, ws in zip(r.kernels, per, warm):
+  for k, xs, ws in zip(r.kernels, per, warm, strict=True):
     rec: dict[str, Any] = {"call": k.call, "time_s": timed(xs, clock.method, clock.l2) if xs else None}
     if ws: rec["time_warm_s"] = timed(ws, clock.method, "warm")
     if xs and statistics.median(xs) < BATCH_BELOW_S and clock.batch(k, BATCH_LAUNCHES) is not None:
@@ -161,7 +162,7 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
   if compile_repeats: progress("compile timing", "start", f"every variant's kernels compiled {compile_repeats} times, interleaved")
   compiles = time_compiles(devices, sources, compile_repeats)
   out = []
-  for device, replay, xs, ss, cs in zip(devices, replays, totals, spans, compiles):
+  for device, replay, xs, ss, cs in zip(devices, replays, totals, spans, compiles, strict=False):
     clock = clocks[device]
     # samples: the per-repeat kernel sums (span_samples: the spans), so callers can take ratios repeat by repeat (explorer.analysis.diff)
     out.append({"total_s": timed(xs, clock.method, clock.l2), "samples": xs, "span_s": timed(ss, clock.method, clock.l2), "span_samples": ss,

@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib, datetime, json, platform, socket, threading, time, traceback, weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
 from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
 from explorer.tracing.handopts import beam_record
 from explorer.tracing.renders import RenderPool, make_target_record, pass_record
@@ -98,7 +99,7 @@ def new_trace(spec: ConvSpec | None, variant: Variant, device: str, program: dic
   return {"schema": TRACE_SCHEMA, "spec": spec.to_dict() if spec is not None else None, "preset": preset_of(spec) if spec is not None else None,
           "program": program, "variant": variant.to_dict(), "label": label,
           "env": {"tinygrad": tg.TINYGRAD_VERSION, "device": device, "host": socket.gethostname(), "python": platform.python_version(),
-                  "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "tracking": tg.tracking_enabled()},
+                  "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "tracking": tg.tracking_enabled()},
           "status": "ok", "failures": [], "notes": list(variant.notes), "stage_seconds": {},
           "tensor_graph": None, "scheduler": None, "schedule": [], "buffers": [], "kernels": [], "totals": {}, "error": None,
           "rewrites": _rewrites_record(variant)}
@@ -110,7 +111,8 @@ def _rewrites_record(variant: Variant) -> list[dict]:
   from explorer.tracing.catalogue import rewrite_source
   out = [{"name": r, "point": (i := REWRITES[r.split(":")[0]]).point, "summary": i.summary, "source": rewrite_source(r)} for r in variant.rewrites]
   if (path := variant.rewrite_file) is not None:
-    try: text = open(path).read(MAX_REWRITE_FILE)
+    try:
+      with open(path) as f: text = f.read(MAX_REWRITE_FILE)
     except OSError as e: text = f"(cannot read {path}: {e.strerror or e})"
     out.append({"name": rewrite_file_name(path), "point": "from the file", "summary": f"the user's rewrite file {path}", "source": text})
   return out
@@ -394,7 +396,7 @@ def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], pool:
   for t, fut in renders.items():
     records, blobs[t] = fut.result()
     pool.done(t)
-    for c, got in zip(kernels, records): add_target_record(by_call[c.index], t, got)
+    for c, got in zip(kernels, records, strict=False): add_target_record(by_call[c.index], t, got)
 
 def _run(rec: Recorder, linear: Any, program: Program) -> Any:
   trace, tinygrad, check = rec.trace, rec.tinygrad, program.check
@@ -453,7 +455,7 @@ def _link_stages(trace: dict, d: dict, arg_nums: list[int | None]) -> None:
   stages, buffers, schedule = trace["scheduler"]["stages"], trace["buffers"], trace["schedule"]
   by_num = {b["num"]: b["index"] for b in buffers if b.get("num") is not None}
   def slot_buffer(n: int) -> int | None: return by_num.get(arg_nums[n]) if 0 <= n < len(arg_nums) else None
-  for row, st in zip(stages["realized"], d["realized_rows"]):
+  for row, st in zip(stages["realized"], d["realized_rows"], strict=False):
     row["buffer"] = next((b for k, n in st.into if k == "slot" and (b := slot_buffer(n)) is not None), None)
   taken = {row["buffer"] for row in stages["realized"]}
   created = {st.num: st for st in d["created"]}
@@ -469,7 +471,7 @@ def _link_stages(trace: dict, d: dict, arg_nums: list[int | None]) -> None:
     out = {slot_buffer(n) if kind == "slot" else stages["kept"][d["kept_of"][n]]["buffer"] if n in d["kept_of"] else None for kind, n in flow}
     return sorted(b for b in out if b is not None)
   for fate in ("created", "fused"):
-    for row, st in zip(stages[fate], d[fate]): row["reads"], row["into"] = named(st.reads), named(st.into)
+    for row, st in zip(stages[fate], d[fate], strict=False): row["reads"], row["into"] = named(st.reads), named(st.into)
   for k, row in enumerate(stages["kept"]):
     if k in of_kept: row["reads"] = named(created[of_kept[k]].reads)
 

@@ -5,7 +5,8 @@ over a socket only it and its two workers know (explorer.tracing.timing.time_in_
 JSON, read as data. No tinygrad here: the server calls it."""
 from __future__ import annotations
 import json, os, socket, tempfile, threading, time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 from explorer.clocks import timed
 from explorer.tracing.devicelock import HeldLocks
 from explorer.tracing.workers import WorkerFailed, WorkerTimedOut, call_in_worker
@@ -45,8 +46,8 @@ def time_across(spec: dict, variants: list[dict], tinygrads: list[str | None], d
       while len(conns) < 2:  # each side connects once its variant is compiled
         server.settimeout(max(0.1, min(1.0, deadline - time.monotonic())))
         try: conn, _ = server.accept()
-        except socket.timeout:
-          if failed := next((r for r in results if isinstance(r, WorkerFailed)), None): raise failed
+        except TimeoutError:
+          if failed := next((r for r in results if isinstance(r, WorkerFailed)), None): raise failed from None
           if time.monotonic() > deadline: raise WorkerTimedOut(f"the two sides were not both ready within {timeout_s:.0f}s") from None
           continue
         conn.settimeout(max(1.0, deadline - time.monotonic()))
@@ -82,4 +83,4 @@ def time_across(spec: dict, variants: list[dict], tinygrads: list[str | None], d
   sampling = {"repeats": repeats, "ended": "repeats", "target_width": None, "budget_s": None}
   return [{**{k: r[k] for k in ("replay", "method", "notice", "device", "compiler", "fallback", "tinygrad")},
            "total_s": timed(xs, r["method"], r["l2"]), "samples": xs, "span_s": timed(ss, r["method"], r["l2"]), "span_samples": ss,
-           "sampling": sampling, "compile_samples": []} for r, xs, ss in zip(results, totals, spans)]
+           "sampling": sampling, "compile_samples": []} for r, xs, ss in zip(results, totals, spans, strict=False)]

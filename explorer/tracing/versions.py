@@ -5,7 +5,8 @@ A trace worker for that version runs that venv's interpreter; the server's proce
 module imports none. Where: KERNEL_EXPLORER_TINYGRADS (a directory), else $XDG_DATA_HOME/kernel-explorer/tinygrad."""
 from __future__ import annotations
 import dataclasses, hashlib, os, pathlib, shutil, subprocess, sys, sysconfig, threading
-from typing import Any, Callable, Literal
+from typing import Any, Literal
+from collections.abc import Callable
 from explorer.defaults import ENV_PREFIX
 from explorer.spec import TINYGRAD, TINYGRADS, TRACEABLE, SpecError, tinygrad_problem
 

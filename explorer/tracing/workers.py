@@ -22,7 +22,8 @@ from contextlib import suppress
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 from explorer.spec import PARTIAL, TINYGRAD, Progress
 from explorer.tracing import lifeline, template
 from explorer.tracing.boot import boot_code, start_python

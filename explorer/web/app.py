@@ -4,7 +4,8 @@ The server process never imports tinygrad: traces run in explorer.tracing.worker
 from __future__ import annotations
 import asyncio, threading
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Iterable, cast
+from typing import Any, cast
+from collections.abc import AsyncIterator, Iterable
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware

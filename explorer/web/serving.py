@@ -77,8 +77,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
   proxies = settings.proxies
   record = served_record(app.state.services.store.path)
   local = is_loopback(host) and not settings.token  # t.open() can show it a page
-  try: record.write_text(json.dumps({"port": port, "pid": os.getpid(), "local": local, "db": str(app.state.services.store.path)}))
-  except OSError: pass  # (t.open() then starts a server of its own)
+  with contextlib.suppress(OSError):  # (unwritten: t.open() then starts a server of its own)
+    record.write_text(json.dumps({"port": port, "pid": os.getpid(), "local": local, "db": str(app.state.services.store.path)}))
   # uvicorn stops on SIGTERM, then raises it again under the handler it found: ours, so that what follows the run runs too (the
   # default's would end the process there, leaving the measurements to die with it and this store's record behind)
   signal.signal(signal.SIGTERM, _stopped)

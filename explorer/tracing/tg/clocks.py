@@ -16,7 +16,8 @@ through the module `load_cupti` imports; both are parameters, so that their call
 from __future__ import annotations
 import ctypes, os, time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, cast
+from typing import Any, Protocol, cast
+from collections.abc import Callable, Sequence
 from explorer.clocks import HOST_DEVICES, L2State, Method
 
 @dataclass(frozen=True)

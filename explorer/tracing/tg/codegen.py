@@ -3,7 +3,8 @@ program."""
 from __future__ import annotations
 import collections, contextlib, dataclasses, os, sys, tempfile, time, typing
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
+from collections.abc import Iterator, Sequence
 from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import ansistrip
 from tinygrad.renderer import Renderer

@@ -18,7 +18,7 @@ def _version() -> str:
 VERSION = _version()
 V = tuple(int(x) for x in re.findall(r"\d+", VERSION)[:3])  # (a build of tinygrad from source: 0.14.0.dev0)
 
-def at_least(*version: int) -> bool: return V >= version
+def at_least(*version: int) -> bool: return version <= V
 
 if TYPE_CHECKING or at_least(0, 14):  # (the type checker reads the newest's)
   from tinygrad.codegen import to_program_key as to_program_key

@@ -2,7 +2,8 @@
 from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 from tinygrad.codegen import do_linearize, full_rewrite_to_sink, pm_to_program
 from tinygrad.helpers import Context, TracingKey
 from tinygrad.renderer import Renderer

@@ -1,8 +1,9 @@
 """Devices and renderers: the host's devices (best first, by name), and each target's renderer built for an arch without its device."""
 from __future__ import annotations
-import contextlib, ctypes, functools, glob, platform, re, subprocess
+import contextlib, ctypes, functools, glob, pathlib, platform, re, subprocess
 from dataclasses import replace
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Callable
 from tinygrad import Device
 from tinygrad.codegen.opt import tc
 from tinygrad.device import Compiler
@@ -129,7 +130,7 @@ def _cuda_name(dev: Any) -> str:
 
 def _nvidia_proc_model() -> str:
   for f in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
-    if (m := re.search(r"^Model:\s*(.+?)\s*$", open(f).read(), re.M)): return m.group(1)
+    if (m := re.search(r"^Model:\s*(.+?)\s*$", pathlib.Path(f).read_text(), re.M)): return m.group(1)
   raise LookupError("no /proc/driver/nvidia/gpus entry")
 
 def _metal_name(dev: Any) -> str:
@@ -138,7 +139,7 @@ def _metal_name(dev: Any) -> str:
 
 def cpu_model() -> str:
   with contextlib.suppress(OSError):
-    if (m := re.search(r"^model name\s*:\s*(.+?)\s*$", open("/proc/cpuinfo").read(), re.M)): return m.group(1)
+    if (m := re.search(r"^model name\s*:\s*(.+?)\s*$", pathlib.Path("/proc/cpuinfo").read_text(), re.M)): return m.group(1)
   with contextlib.suppress(Exception):
     if (name := subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True).stdout.strip()): return name
   return platform.processor() or platform.machine()

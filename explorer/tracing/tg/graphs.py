@@ -1,7 +1,8 @@
 """Graphs expanded lazily from a stored rewrite blob with tinygrad's own viewer (tinygrad.viz.serve, imported when first used)."""
 from __future__ import annotations
-import difflib, re
-from typing import Any, Iterator, Sequence
+import collections, contextlib, difflib, re
+from typing import Any
+from collections.abc import Iterator, Sequence
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, TrackedGraphRewrite, UOp
 from explorer.tracing.tg.recording import Pass
@@ -31,8 +32,7 @@ class RewriteBlob:
   def pass_output(self, p: Pass) -> UOp:
     """The graph a pass ended with (its start with every match applied)."""
     from explorer.tracing.tg.viewer import get_full_rewrite
-    last = None
-    for last in get_full_rewrite(self.data, self.data.trace.rewrites[p.group][p.step]): pass
+    last = next(iter(collections.deque(get_full_rewrite(self.data, self.data.trace.rewrites[p.group][p.step]), maxlen=1)), None)
     assert last is not None, f"pass {p.name} replayed no graph"
     return last["_sink"]
 
@@ -41,8 +41,7 @@ class RewriteBlob:
     rebuilding one of them gives the same object."""
     out = []
     for n in trace_nums:
-      try: out.append(str(id(self.sink(n))))
-      except (KeyError, IndexError): pass  # a UOp the blob does not hold
+      with contextlib.suppress(KeyError, IndexError): out.append(str(id(self.sink(n))))  # (a UOp the blob does not hold: left out)
     return out
 
   def pass_steps(self, group: int, step: int, limit: int) -> Iterator[dict]:

@@ -1,7 +1,7 @@
 """A program's analysis: what a page asks of a kernel's record beyond what tinygrad made (an enrichment, explorer.tracing.enrich)."""
 from __future__ import annotations
 import typing
-from typing import Sequence
+from collections.abc import Sequence
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import Ops, UOp
 from explorer.tracing.tg.graphs import RewriteBlob

@@ -40,7 +40,7 @@ def line_map(lin: list[UOp], source: str, renderer: Renderer) -> tuple[LineMap |
   starts = list(itertools.accumulate((e.count("\n") + 1 for e in tracker.kernel), initial=first))  # the first line of each entry
   ends = [n for _, n in tracker.turns[1:]] + [len(tracker.kernel)]
   lines: dict[UOp, set[int]] = {}
-  for (u, n), end in zip(tracker.turns, ends):
+  for (u, n), end in zip(tracker.turns, ends, strict=True):
     if n >= 0 and end > n: lines[u] = set(range(starts[n], starts[end]))
   users: dict[UOp, list[UOp]] = collections.defaultdict(list)
   for u in lin:

@@ -2,7 +2,8 @@
 the codegen notes' loop peeling on constant comparisons) or the explorer's peel:N cut a loop."""
 from __future__ import annotations
 import collections, typing
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 from tinygrad.uop.ops import Ops, UOp
 from explorer.tracing.tg.custom_rewrites import REWRITE_PASS
 from explorer.tracing.tg.graphs import RewriteBlob

@@ -1,7 +1,7 @@
 """NVRTC (NVIDIA's wheel), through tinygrad's own bindings: CUDA compile facts without a GPU."""
 from __future__ import annotations
 import ctypes, os
-from typing import Callable
+from collections.abc import Callable
 
 NVRTC_FILE = "kernel.cu"  # the name the program's source has: its SASS lines name it
 

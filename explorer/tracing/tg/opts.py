@@ -3,7 +3,8 @@ tinygrad's apply_opts and BEAM would)."""
 from __future__ import annotations
 import contextlib, functools, os
 from dataclasses import replace
-from typing import Any, Iterator, Sequence
+from typing import Any
+from collections.abc import Iterator, Sequence
 import tinygrad
 from tinygrad import UOp, dtypes
 from tinygrad.codegen import full_rewrite_to_sink
@@ -113,7 +114,7 @@ def kernel_outputs(asts: Sequence[UOp], renderer: Renderer, device: str, seed: i
     if start is None:
       start = [(rng.standard_normal(b.size) if dtypes.is_float(b.dtype) else rng.integers(0, 8, b.size)).astype(_to_np_dtype(b.dtype))
                for b in shapes]
-    bufs = [tinygrad.device.Buffer(device, b.size, b.dtype, initial_value=data.tobytes()) for b, data in zip(shapes, start)]
+    bufs = [tinygrad.device.Buffer(device, b.size, b.dtype, initial_value=data.tobytes()) for b, data in zip(shapes, start, strict=False)]
     timer(do_to_program(_on_device(ast, device), renderer).call(*[UOp.from_buffer(b) for b in bufs]), var_vals)()
     out.append([bufs[slots.index(s)].numpy().copy() for s in written])
   return out
@@ -179,4 +180,4 @@ def kernel_axes(ast: UOp, renderer: Renderer, opts: Sequence[Opt] = ()) -> list[
   def kind(t: AxisType) -> str: return "loop" if t in (AxisType.WEAK, AxisType.LOOP) else t.name.lower()
   return [{"axis": i, "size": s if isinstance(s, int) else ansistrip(s.render()), "kind": kind(t),
            "unroll": unroll.index(i) if i in unroll else None, "group": group.index(i) if i in group else None}
-          for i, (s, t) in enumerate(zip(k.full_shape, k.axis_types))]
+          for i, (s, t) in enumerate(zip(k.full_shape, k.axis_types, strict=True))]

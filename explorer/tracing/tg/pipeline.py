@@ -3,7 +3,8 @@ and the schedule's calls and buffers."""
 from __future__ import annotations
 import collections, contextlib, time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence, cast
+from typing import Any, cast
+from collections.abc import Callable, Iterator, Sequence
 from tinygrad import Tensor
 from tinygrad.dtype import AddrSpace
 from tinygrad.engine import jit as tiny_jit

@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 from tinygrad.device import Buffer, Compiled
 from tinygrad.helpers import PROFILE, Context, ProfilePointEvent, ProfileRangeEvent, TracingKey, ansistrip, cpu_events, perf_counter_us
 

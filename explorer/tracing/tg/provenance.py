@@ -14,7 +14,8 @@ backward) but keeps neither the line that called it nor the link to kernels, and
 from __future__ import annotations
 import contextlib, dataclasses, os, site, sys, sysconfig, types, weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 import tinygrad
 from tinygrad import Tensor, dtypes
 from tinygrad.helpers import Metadata
@@ -63,14 +64,15 @@ class SitedMetadata(Metadata):
 
 _kinds: dict[str, str] = {}
 
+def _in_stdlib(path: str) -> bool: return path.startswith(_STDLIB) and not path.startswith(_SITE_PACKAGES)
+
 def _kind(filename: str) -> str:
   """"inner" (tinygrad's own machinery, the explorer, the standard library: decorators and context managers included), "model" (a model
   shipped inside tinygrad) or "user" (the program; packages it installed too)."""
   if (k := _kinds.get(filename)) is None:
     path = os.path.abspath(filename) if not filename.startswith("<") else filename
     if path.startswith(_MODEL_DIRS): k = "model"
-    elif path.startswith((_TINYGRAD_DIR + os.sep, _EXPLORER_DIR + os.sep, "<frozen")): k = "inner"
-    elif path.startswith(_STDLIB) and not path.startswith(_SITE_PACKAGES): k = "inner"
+    elif path.startswith((_TINYGRAD_DIR + os.sep, _EXPLORER_DIR + os.sep, "<frozen")) or _in_stdlib(path): k = "inner"
     else: k = "user"
     _kinds[filename] = k
   return k
@@ -247,8 +249,8 @@ class _Carry:
     alike (a precompiled @function's and the one calling it) may split a kernel to the same CALL: `made` tells them apart."""
     self.kernels[call] = entries
     if call.src and call.src[0].op is Ops.SINK:
-      try: self.kernels[_call_on(call.src[0], _buffer_states(call))] = entries
-      except Exception: pass  # noqa: BLE001 - not a kernel create_schedule would call so
+      with contextlib.suppress(Exception):  # (not a kernel create_schedule would call so: left out)
+        self.kernels[_call_on(call.src[0], _buffer_states(call))] = entries
 
   def _beneath(self, u: UOp) -> tuple | None:
     """The entry of the compute nearest below a view (a movement op a rewrite turned into compute: RESHAPE(REDUCE) -> REDUCE(RESHAPE))."""
@@ -323,7 +325,7 @@ class Carrying:
     if not isinstance(linear, UOp): return []
     want = [c.src[0] for c in linear.src]
     for top in (*reversed(self.made), *list(_CARRY.linears.keys())):
-      if (calls := _expanded(top)) is not None and len(calls) == len(want) and all(_same_kernel(c, w) for (c, _), w in zip(calls, want)):
+      if (calls := _expanded(top)) is not None and len(calls) == len(want) and all(_same_kernel(c, w) for (c, _), w in zip(calls, want, strict=True)):
         return [entries for _, entries in calls]
     return [None] * len(linear.src)
 
@@ -336,7 +338,7 @@ def _expanded(linear: UOp) -> list[tuple[UOp, list[Entry] | None]] | None:
   in its place, flattened. None where a linear's was not kept (made before the capture, or with tinygrad's schedule cache off)."""
   if (own := _CARRY.linears.get(linear)) is None: return None
   out: list[tuple[UOp, list[Entry] | None]] = []
-  for c, entries in zip(linear.src, own):
+  for c, entries in zip(linear.src, own, strict=False):
     if c.op is CALL and c.src and c.src[0].op is Ops.LINEAR:
       if (inner := _expanded(c.src[0])) is None: return None
       out += inner

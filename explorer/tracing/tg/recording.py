@@ -1,8 +1,9 @@
 """Rewrite tracking: tinygrad's record of every named graph_rewrite in this process, its passes, and the log read in place."""
 from __future__ import annotations
-import contextlib, linecache, pathlib, sys
+import collections, contextlib, linecache, pathlib, sys
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 from tinygrad.helpers import Context, ansistrip
 from tinygrad.uop import ops as uop_ops
 from tinygrad.uop.ops import RewriteTrace, TrackedGraphRewrite, UOp
@@ -78,7 +79,7 @@ def passes_since(mark: int, base: int) -> list[tuple[str, list[Pass]]]:
   """Each rewrite group (tinygrad's top-level tracked call: 'Schedule ...', one per kernel codegen) opened since mark, with its passes.
   Group indices are relative to base, the mark the trace's rewrite blob starts from."""
   return [(ansistrip(k.display_name), [Pass(g - base, j, r.name, r.depth, len(r.matches), r.sink) for j, r in enumerate(ctxs)])
-          for g, (k, ctxs) in enumerate(zip(uop_ops.tracked_keys[mark:], uop_ops.tracked_ctxs[mark:]), start=mark)]
+          for g, (k, ctxs) in enumerate(zip(uop_ops.tracked_keys[mark:], uop_ops.tracked_ctxs[mark:], strict=False), start=mark)]
 
 def export_rewrites(base: int) -> bytes:
   """tinygrad's own RewriteTrace from base on, as data (encode_rewrite_log): enough to rebuild any intermediate graph later, in
@@ -107,7 +108,6 @@ class LiveLog:
     """The graph a pass ended with (its start with every match applied): replayed with tinygrad's viewer code (imported here)."""
     from explorer.tracing.tg.viewer import VizData, get_full_rewrite
     data = VizData(RewriteTrace(uop_ops.tracked_keys[self.base:], uop_ops.tracked_ctxs[self.base:], uop_ops.uop_fields))
-    last = None
-    for last in get_full_rewrite(data, data.trace.rewrites[p.group][p.step]): pass
+    last = next(iter(collections.deque(get_full_rewrite(data, data.trace.rewrites[p.group][p.step]), maxlen=1)), None)
     assert last is not None, f"pass {p.name} replayed no graph"
     return last["_sink"]

@@ -2,7 +2,8 @@
 wire), the pickled blobs of older traces, and the source of each rule a log names."""
 from __future__ import annotations
 import collections, collections.abc, dataclasses, enum, functools, io, linecache, pathlib, pickle
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
+from collections.abc import Callable, Iterator, Mapping
 import tinygrad
 from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.dtype import AddrSpace, DType, Invalid, InvalidType
@@ -223,7 +224,7 @@ def decode_rewrite_log(blob: bytes) -> RewriteTrace:
   _check(isinstance(body["rewrites"], list) and all(isinstance(g, list) and all(isinstance(r, list) and len(r) == len(names) for r in g)
                                                      for g in body["rewrites"]), "a rewrite is malformed")
   def rewrite(r: list) -> TrackedGraphRewrite:
-    got = dict(zip(names, r))
+    got = dict(zip(names, r, strict=False))
     _check(isinstance(got["matches"], list) and all(isinstance(m, list) and len(m) == 4 and m[0] in fields.row and m[1] in fields.row
                                                     and type(m[3]) in (int, float) for m in got["matches"]), "a rewrite's matches are malformed")
     _check(type(got["sink"]) is int and got["sink"] in fields.row, "a rewrite starts from a UOp the log lacks")

@@ -1,7 +1,8 @@
 """The runtime: a schedule compiled, run and timed as tinygrad runs it, and what a device's compiler is."""
 from __future__ import annotations
 import contextlib, functools, time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from tinygrad import Device, Tensor
 from tinygrad.device import Buffer
 from tinygrad.uop.ops import Ops, UOp

@@ -4,7 +4,8 @@ each to a runner found in engine.realize.method_cache (get_runner, get_program: 
 here is that list, a "compiled" one the same list lowered. explorer.tracing.tg imports these in place of the others on 0.12."""
 from __future__ import annotations
 import contextlib, functools, importlib
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 from tinygrad import Device
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, UOp

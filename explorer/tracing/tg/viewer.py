@@ -5,7 +5,8 @@ replayed (the viewer's import costs about a quarter of a second)."""
 from __future__ import annotations
 import difflib, traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 from tinygrad.uop.ops import Ops, RewriteTrace, TrackedGraphRewrite, UOp
 from explorer.tracing.tg.compat import at_least
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING or at_least(0, 13):
   from tinygrad.viz.serve import pystr as pystr, uop_to_json as uop_to_json
   if not at_least(0, 14):  # 0.13's replay draws a progress bar on stderr, which a worker shares with its server's log
     import tinygrad.viz.serve as serve
-    setattr(serve, "tqdm", lambda iterable, **_: iterable)
+    setattr(serve, "tqdm", lambda iterable, **_: iterable)  # noqa: B010 - mypy reads 0.14's serve, which has none
 else:
   import tinygrad.viz.serve as serve
   from tinygrad.helpers import printable

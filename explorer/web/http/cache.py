@@ -13,7 +13,8 @@ needs). A state-changing request that names a trace (a note, a delete, a diff's 
 does anything the server stores into a trace (explorer.web.app's forget)."""
 from __future__ import annotations
 import asyncio, collections, re, urllib.parse
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 from explorer.web.http.limits import Receive, Scope, Send, UNSAFE_METHODS
 
 Message = dict[str, Any]  # an ASGI message

@@ -2,7 +2,8 @@
 a trace or its job by id, its status, a request turned into a spec and a variant and submitted."""
 from __future__ import annotations
 import asyncio
-from typing import Annotated, Any, Sequence, cast
+from typing import Annotated, Any, cast
+from collections.abc import Sequence
 from fastapi import Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 from explorer.schema import KernelRecord, TraceRecord, target_records

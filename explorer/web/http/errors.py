@@ -10,7 +10,8 @@ one place that says what status each one is:
   StoreError, any other exception                  500, one line: never a traceback (the log has it)"""
 from __future__ import annotations
 import sqlite3
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -95,7 +96,7 @@ def install_error_handlers(app: FastAPI, templates: Templates) -> None:
   async def store_error(request: Request, exc: StoreError) -> Response: return await http_error(request, StarletteHTTPException(500, str(exc)))
   async def store_write(request: Request, exc: sqlite3.OperationalError) -> Response: return await http_error(request, store_refused(exc))
   handlers: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] = {
-    Busy: service_error, **{kind: service_error for kind in STATUS_OF}, SpecError: refused, StoreError: store_error,
+    Busy: service_error, **dict.fromkeys(STATUS_OF, service_error), SpecError: refused, StoreError: store_error,
     sqlite3.OperationalError: store_write,
     RequestValidationError: validation, StarletteHTTPException: http_error, Exception: failed}
   for kind, handler in handlers.items(): app.add_exception_handler(kind, handler)

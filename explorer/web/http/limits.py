@@ -16,7 +16,8 @@
 from __future__ import annotations
 import asyncio, json, logging, re
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 from fastapi import APIRouter, FastAPI
 from starlette.datastructures import Headers
@@ -158,7 +159,7 @@ class RequestLimits:
       return None
     self.receiving += 1
     try: return await asyncio.wait_for(read_body(receive, cfg.max_body_bytes), cfg.body_timeout_s or None)
-    except asyncio.TimeoutError: await respond(send, 408, f"the request body did not arrive within {cfg.body_timeout_s:g} s of its head")
+    except TimeoutError: await respond(send, 408, f"the request body did not arrive within {cfg.body_timeout_s:g} s of its head")
     except BodyTooLarge as e: await respond(send, 413, str(e.detail))
     except ClientGone: pass
     finally: self.receiving -= 1

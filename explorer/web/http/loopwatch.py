@@ -6,7 +6,8 @@ clock: a client's T is the server's)."""
 from __future__ import annotations
 import asyncio, collections, heapq, sysconfig, threading, time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 NOTED_MS = 5.0  # a step this long (held, or with its waits) is kept, with when it started and what ran it; shorter ones are counted
 NOTED = 4096  # the steps kept, the latest: a report's window is exact while its noted steps number fewer

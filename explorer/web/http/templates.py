@@ -1,7 +1,8 @@
 """The pages' templates for FastAPI: explorer.present.render's environment, rendered off the event loop."""
 from __future__ import annotations
 import asyncio, gzip
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, TypeVar, cast
+from collections.abc import Callable
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates

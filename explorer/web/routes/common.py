@@ -2,7 +2,8 @@
 while the trace runs), and the pass stepper of the rangeify and codegen pages."""
 from __future__ import annotations
 import asyncio, collections, time
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse
 from explorer.present.graphs import fmt_seconds

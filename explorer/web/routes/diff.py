@@ -4,7 +4,8 @@ POST /diff/variants, which lands on their diff), the permalink /diff/{a}/{b}?tar
 trace page lists quick picks (the same spec with one variant field flipped, or two targets of the same trace) and stored traces."""
 from __future__ import annotations
 import asyncio
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError

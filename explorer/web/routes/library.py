@@ -3,7 +3,8 @@ its JSON twin /api/library, DELETE /api/traces/{id}, and each trace's exports: /
 (one self-contained file, explorer.present.export)."""
 from __future__ import annotations
 import asyncio, math, socket, zlib
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel

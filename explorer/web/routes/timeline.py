@@ -2,7 +2,7 @@
 devices' buffers held, from tinygrad's own profiler (explorer.tracing.timeline)."""
 from __future__ import annotations
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from explorer.present.timeline import timeline_view

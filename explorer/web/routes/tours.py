@@ -4,7 +4,8 @@ annotations (a teacher's notes pinned to a tour step, a UOp graph node or a sour
 Steps and their explanations come from explorer.present.tour (pure python, no tinygrad); each step shows its text next to the real view it names."""
 from __future__ import annotations
 import asyncio, re
-from typing import Any, Callable, Literal
+from typing import Any, Literal
+from collections.abc import Callable
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field

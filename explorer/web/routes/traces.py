@@ -1,7 +1,8 @@
 """A trace: starting one (the API, and a stored request run again), its status and live progress, its overview page and its JSON."""
 from __future__ import annotations
 import asyncio, json, os
-from typing import Any, AsyncIterator
+from typing import Any
+from collections.abc import AsyncIterator
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from markupsafe import Markup
@@ -151,7 +152,7 @@ def table_total(trace: TraceRecord, target: str | None) -> dict[str, int]:
   """The kernel table's footer, summed as its rows show them: linear UOps, FLOPs and bytes of each kernel's record on the table's
   target, or the kernel's own figures where it has none there yet (`own`: how many; its neighbours' records land in the background)."""
   rows: list[Any] = [target_records(k).get(target or "") or k for k in trace["kernels"]]
-  own = sum(1 for r, k in zip(rows, trace["kernels"]) if r is k)
+  own = sum(1 for r, k in zip(rows, trace["kernels"], strict=True) if r is k)
   return {**{f: sum(r[f] for r in rows) for f in ("linear_uops", "flops", "bytes")}, "own": own}
 
 def compared_in(store: Store, trace_id: str) -> list[dict[str, str]]:

@@ -2,7 +2,7 @@
 Listing opens each device, which imports tinygrad (never in the server process), so it runs once in a worker and is kept."""
 from __future__ import annotations
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from explorer.queue.protocol import QueueUnavailable
 from explorer.spec import COMPUTE_DEVICES

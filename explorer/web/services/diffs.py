@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio, functools, time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Awaitable, Callable, Sequence
 from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -91,7 +92,7 @@ def fold(rows: list[dict[str, Any]], context: int = 3, min_run: int = 10) -> lis
     if r["kind"] != "same":
       for j in range(max(0, i - context), min(len(rows), i + context + 1)): near[j] = True
   segs: list[dict[str, Any]] = []
-  for r, keep in zip(rows, near):
+  for r, keep in zip(rows, near, strict=True):
     folded = r["kind"] == "same" and not keep
     if not segs or segs[-1]["folded"] != folded: segs.append({"folded": folded, "rows": []})
     segs[-1]["rows"].append(r)
@@ -195,7 +196,7 @@ class DiffService:
         got = await run_in_daemon_thread(lambda: kernel_graphs(a, b, a_blob, b_blob, sinks["a"], sinks["b"], self.timeout_s, *steps))
     except WorkerFailed as e: return {"error": f"this server could not rebuild the kernels' UOp graphs: {e}", "groups": []}
     gra, grb = got.graphs_a, got.graphs_b
-    fired = [{(gi, si): r for (gi, si), r in zip(st, rules)} for st, rules in zip(steps, (got.rules_a, got.rules_b))]
+    fired = [{(gi, si): r for (gi, si), r in zip(st, rules, strict=False)} for st, rules in zip(steps, (got.rules_a, got.rules_b), strict=False)]
     out = []
     for i, g in enumerate(groups):
       ka, kb = [a["kernels"][k["index"]] for k in g["a"]], [b["kernels"][k["index"]] for k in g["b"]]
@@ -210,7 +211,7 @@ class DiffService:
         for side, ks, gs in (("a", ka, ga), ("b", kb, gb)):
           only = gd[f"only_{side}"]
           starts, rest = {n["id"] for n in only if n["frontier"]}, {n["id"] for n in only if not n["frontier"]}
-          for i, (k, raw) in enumerate(zip(ks, gs)):
+          for i, (k, raw) in enumerate(zip(ks, gs, strict=False)):
             drawings[side].append(await self._draw(k, raw, starts, rest, f"d{g['index']}{side}{i}", side))
       out.append({"index": g["index"], "graph": gd, "drawings": drawings, "rules": rules})
     res = {"error": None, "groups": out}

@@ -11,7 +11,8 @@ Also here: kernels scheduled by hand (explorer.tracing.handopts: opts a user pic
 from __future__ import annotations
 import asyncio, dataclasses, threading, time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, cast
+from typing import Any, cast
+from collections.abc import Callable, Iterable
 from explorer.schema import RanOn, TraceRecord
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, Variant, lacks_facts
 from explorer.store import Store
@@ -182,7 +183,7 @@ class EnrichmentService:
         raise EnrichmentUnavailable("this trace ran a user's rewrite file, and the server never runs user code: render more targets with the CLI")
       Variant.from_dict(dict(trace["variant"]))  # a stored trace's variant still reads (it names the arch)
     elif kind in (ENRICH_ANALYSIS, ENRICH_FACTS):
-      if missing := [n for n in kernels if target not in ((ks[n].get("targets") or {}))]:
+      if missing := [n for n in kernels if target not in (ks[n].get("targets") or {})]:
         raise EnrichmentUnavailable(f"no {target} record for kernel(s) {', '.join(map(str, missing))}: compute the target first")
     else: raise EnrichmentUnavailable(f"no enrichment {kind!r}")
 

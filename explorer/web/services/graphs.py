@@ -9,7 +9,8 @@ reference (explorer.present.graphs) names one drawable graph of a trace, and is 
 """
 from __future__ import annotations
 import asyncio
-from typing import Any, Callable, cast
+from typing import Any, cast
+from collections.abc import Callable
 from explorer.present import graphs
 from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
                                      blob_of, blob_passes, find_pass, passes_of, spec_messages)

@@ -15,11 +15,12 @@ Work that outlives a request is kept in the store's one tasks table, a row per k
 hand schedules), with one restart rule for every kind: a task its server left queued or running is marked interrupted, saying why,
 by the next server that opens the store, unless it was left on a job queue that this server follows."""
 from __future__ import annotations
-import asyncio, logging, os, socket, sqlite3, threading, time, uuid
+import asyncio, contextlib, logging, os, socket, sqlite3, threading, time, uuid
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Hashable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from explorer.spec import Progress
 from explorer.tasks import ACTIVE as ACTIVE, DONE as DONE, ERROR as ERROR, INTERRUPTED as INTERRUPTED, QUEUED as QUEUED, RUNNING as RUNNING
 from explorer.tasks import TaskKind, TaskState
@@ -84,8 +85,7 @@ def run_in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
   def body() -> None:
     try: ret, ok = fn(), True
     except BaseException as e: ret, ok = e, False  # noqa: BLE001 - handed to the awaiting coroutine
-    try: loop.call_soon_threadsafe(deliver, ok, ret)
-    except RuntimeError: pass  # the loop closed while we ran
+    with contextlib.suppress(RuntimeError): loop.call_soon_threadsafe(deliver, ok, ret)  # (RuntimeError: the loop closed while we ran)
   threading.Thread(target=body, daemon=True, name="task").start()
   return fut
 
@@ -189,7 +189,7 @@ class Tasks(Generic[T]):
     self._hand_on()  # it may take a slot now (another client's queued work may not)
     if fut.done(): return True
     try: await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
-    except asyncio.TimeoutError: pass
+    except TimeoutError: pass
     except asyncio.CancelledError:
       if fut.done() and not fut.cancelled(): self._free_slot(task)  # given a slot as it was cancelled: handed on
       raise

@@ -3,7 +3,8 @@ dependency (explorer.web.http.deps.ServicesDep)."""
 from __future__ import annotations
 import collections, logging, sqlite3, threading, zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Callable, Hashable, Iterable
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.settings import Settings
 from explorer.store import Store, StoreError, documents

@@ -4,7 +4,8 @@ server keeps anything (explorer.queue.protocol: signed where the queue has a sec
 data, and the computation the one that was asked for), so a stored trace is never half-written and never a worker's invention."""
 from __future__ import annotations
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 from explorer.queue.protocol import QueueUnavailable, ResultRefused, plain_json, trace_result
 from explorer.schema import TraceRecord, study_problem
 from explorer.spec import ConvSpec, Progress, SpecError, Variant

@@ -5,7 +5,8 @@ keeps answering after a restart. Each variant's trace is stored too, so the stud
 from __future__ import annotations
 import threading, time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
 from explorer.tasks import TaskState
 from explorer.analysis.study import DEFAULT_PRESETS, STUDY_VARIANTS, run_studies, study_steps
 from explorer.present.study import document_rows
@@ -112,9 +113,15 @@ class StudyService:
       specs = [ConvSpec.from_dict(s) for s in row["request"].get("specs", [])]
       cases = cases_of(kind, list(row["request"].get("presets", [])), specs)
       run = StudyRun(id=row["id"], kind=kind, label=row["label"], request=row["request"], steps=len(study_steps(kind, [s for _, s in cases])))
-      queue = self.queue
-      self._launch(run, lambda run, progress: remote.resume_study(queue, run.id, progress, keep=self._keep, kind=kind, specs=[s for _, s in cases]))
+      self._launch(run, self._resumed(kind, [s for _, s in cases]))
     return len(rows)
+
+  def _resumed(self, kind: str, specs: list[ConvSpec]) -> Callable[[StudyRun, Progress], dict[str, Any]]:
+    """The work that follows a queued study of `kind` to its end, bound to its own row's kind and specs (a lambda in the loop over
+    rows would read the last row's when a run starts)."""
+    queue = self.queue
+    assert queue is not None  # (resumed only when this server has a queue)
+    return lambda run, progress: remote.resume_study(queue, run.id, progress, keep=self._keep, kind=kind, specs=specs)
 
   def _launch(self, run: StudyRun, work: Callable[[StudyRun, Progress], dict[str, Any]]) -> StudyRun:
     """work in a daemon thread; its outcome stored (a result can be megabytes: off the event loop)."""

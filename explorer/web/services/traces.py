@@ -9,7 +9,8 @@ interrupted one re-runs from its stored request with one click (POST /api/traces
 from __future__ import annotations
 import asyncio, json, time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 from explorer.spec import PARTIAL, STAGES, ConvSpec, SpecError, Variant
 from explorer.store import Store
 from explorer.tasks import TRACE, TaskState
