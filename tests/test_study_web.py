@@ -186,3 +186,33 @@ def test_the_forms_interval_width_is_the_clis_default(web_client):
   from explorer.spec import STUDY_CI_WIDTH
   page = web_client.get("/studies", headers={"accept": "text/html"})
   assert page.status_code == 200 and f'name="ci_width" value="{STUDY_CI_WIDTH}"' in page.text
+
+# ***** studies a server had on the job queue, followed again after its restart *****
+
+def test_queued_studies_resumed_after_a_restart_each_follow_their_own_row(tmp_path, monkeypatch):
+  """Two studies of different kinds and specs on the job queue when the server stopped: the restarted server follows each on the queue
+  with its own row's kind and specs (a closure in the loop over the rows once read the last row's for every run). The queue's side is
+  replaced here: what is checked is what the server asks it."""
+  import asyncio, dataclasses
+  from explorer.spec import PRESETS
+  from explorer.tasks import RUNNING, STUDY
+  from explorer.web.services import remote
+  from explorer.web.services.lifecycle import QUEUE_OWNER
+  from explorer.web.services.studies import StudyService
+  store = Store(str(tmp_path / "s.sqlite3"))
+  rows = {"a" * 12: {"kind": "constants", "presets": ["small"], "specs": []},
+          "b" * 12: {"kind": "fusion", "presets": [], "specs": [dataclasses.asdict(PRESETS["medium"])]}}
+  for study_id, request in rows.items(): store.put_task(STUDY, study_id, request["kind"], request, QUEUE_OWNER, status=RUNNING)
+  asked: dict[str, tuple[str, list[str]]] = {}
+  def resume_study(queue, study_id, progress, keep, kind=None, specs=None):
+    asked[study_id] = (kind, [s.label() for s in specs])
+    raise RuntimeError("the queue's side is not run here")
+  monkeypatch.setattr(remote, "resume_study", resume_study)
+  async def restart() -> int:
+    resumed = StudyService(store, queue=object()).resume_queued()  # type: ignore[arg-type]
+    for _ in range(200):
+      if len(asked) == len(rows): break
+      await asyncio.sleep(0.05)
+    return resumed
+  assert asyncio.run(restart()) == 2
+  assert asked == {"a" * 12: ("constants", [PRESETS["small"].label()]), "b" * 12: ("fusion", [PRESETS["medium"].label()])}
