@@ -66,7 +66,7 @@ class PlainWriter:
     pickler.fast = True
     pickler.dump(x)
 
-  def part(self, column: str, values: list) -> None: self.dump((column, values))
+  def part(self, column: str, values: list[Any]) -> None: self.dump((column, values))
 
   def done(self) -> bytes: return b"".join([*self.parts, self.z.flush()])
 

@@ -85,7 +85,7 @@ class ConvSpec:
     if self.groups != 1: s += f" g{self.groups}"
     return s + ("" if self.dtype == "float32" else f" {self.dtype}")
 
-  def to_dict(self) -> dict: return dataclasses.asdict(self)
+  def to_dict(self) -> dict[str, Any]: return dataclasses.asdict(self)
   @classmethod
   def from_dict(cls, d: Mapping[str, Any]) -> ConvSpec:
     return cls(**_checked_fields(cls, d, "spec"))
@@ -224,7 +224,7 @@ ERROR_TOLERANCE = {("direct", "float32"): 1e-5, ("F(2,3)", "float32"): 1e-4, ("F
                    ("direct", "float16"): 5e-3, ("F(2,3)", "float16"): 5e-3, ("F(4,3)", "float16"): 5e-2,
                    ("F(2,5)", "float16"): 2e-2, ("F(4,5)", "float16"): 5e-2}
 
-def error_tolerance(variant_dict: dict, dtype: str) -> tuple[float, str]:
+def error_tolerance(variant_dict: Mapping[str, Any], dtype: str) -> tuple[float, str]:
   """The tolerance a trace's error is judged against, and what it is for ("F(4,3) float32")."""
   if variant_dict.get("algo") != "winograd": kind = "direct"
   else: kind = "F(4,3)" if variant_dict.get("wino_impl") == "builtin" else variant_dict.get("tile", "F(4,3)")
@@ -374,7 +374,7 @@ class Variant:
     extra = [*self.rewrites, *([rewrite_file_name(self.rewrite_file)] if self.rewrite_file else [])]
     return f"{s} opt={self.opt}" + "".join(f" +{r}" for r in extra) + (f" tinygrad {self.tinygrad}" if self.tinygrad not in (None, TINYGRAD) else "")
 
-  def to_dict(self) -> dict:
+  def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
     d["targets"], d["notes"], d["rewrites"] = list(self.targets), list(self.notes), list(self.rewrites)
     return d

@@ -1,7 +1,7 @@
 """`kernel-explorer`: trace a convolution from the command line, list presets and targets, serve the web app."""
 from __future__ import annotations
 import argparse, dataclasses, json, os, pathlib, signal, socket, sys, threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Callable, Sequence
 from explorer.cli.progress import StepBars
 if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: a command's start stays light
@@ -275,8 +275,8 @@ def sass_summary(trace: TraceRecord, targets: list[str]) -> str:
   out = []
   for k in trace["kernels"]:
     for t in targets:
-      rec: dict = dict(target_records(k).get(t) or {})
-      facts: dict = dict(rec.get("compile") or {})
+      rec: dict[str, Any] = dict(target_records(k).get(t) or {})
+      facts: dict[str, Any] = dict(rec.get("compile") or {})
       if (s := facts.get("sass")) is None:
         out.append(f"{t} kernel {k['index']}: no SASS ({facts.get('sass_note') or facts.get('message') or 'no record'})")
         continue
@@ -336,10 +336,10 @@ def _traced_again(trace: TraceRecord, source: str, timeout_s: float, quiet: bool
     raise SpecError(f"tracing {source} again made other kernels (another tinygrad or explorer version?): pass a stored trace id")
   return again.trace, again.blobs
 
-def opts_summary(own: dict, got: dict) -> str:
+def opts_summary(own: dict[str, Any], got: dict[str, Any]) -> str:
   """The hand schedule beside the kernel's own record: a table, then the time ratio where it was timed."""
   rec = got["record"]
-  def regs(r: dict, also: dict | None = None) -> str:  # also: facts compiled beside it, where the record keeps none
+  def regs(r: dict[str, Any], also: dict[str, Any] | None = None) -> str:  # also: facts compiled beside it, where the record keeps none
     n = (r.get("compile") or {}).get("registers")
     return str(n) if n is not None else str(m) if (m := (also or {}).get("registers")) is not None else "—"
   rows = [("kernel", own.get("name", "—"), rec["name"]), ("opts", ", ".join(own.get("opts") or []) or "none", ", ".join(got["opts"]) or "none"),
@@ -355,7 +355,7 @@ def opts_summary(own: dict, got: dict) -> str:
                f"{t['a_median_s'] * 1e3:.4f} ms (the original) and {t['b_median_s'] * 1e3:.4f} ms (by hand)")
   else: out.append("not timed (only the trace's own target runs here, on its device; --no-time skips it)")
   if got.get("next"): out.append(f"tinygrad would let BEAM try next: {' '.join(got['next'])}")
-  def axes(xs: list) -> str: return ", ".join(f"{x['axis']}:{x['size']} {x['kind']}" for x in xs) or "none"
+  def axes(xs: list[Any]) -> str: return ", ".join(f"{x['axis']}:{x['size']} {x['kind']}" for x in xs) or "none"
   if got.get("axes"): out.append(f"axes (AXIS:size kind) before any opt: {axes(got['axes'])}; after these opts: {axes(got.get('axes_after') or [])}")
   return "\n".join(out)
 
@@ -598,7 +598,7 @@ def _run(argv: Sequence[str] | None) -> int:
   try:
     a = build_parser(settings_flags=not args or args[0] in ("serve", "-h", "--help")).parse_args(args)
     a.own_process = argv is None  # the process is this command, which ends with it: a trace may run in it (run_trace's `here`)
-    return a.fn(a)
+    return cast(int, a.fn(a))
   except (UsageError, SpecError, argparse.ArgumentTypeError) as e:  # every refusal: one line (a message may quote a file name or its data)
     print(f"kernel-explorer: {joined_lines(e)}", file=sys.stderr)
     return 2

@@ -136,7 +136,7 @@ class QueueClient:
 
   def _look(self, job: Job) -> tuple[JobStatus, bool, bool]:
     """The job refreshed (status, meta, worker): its status, whether its worker is alive, whether a live worker serves its queue."""
-    job.refresh()
+    job.refresh()  # type: ignore[no-untyped-call]  # (RQ's Job is untyped)
     status = job.get_status(refresh=False)
     serves = status != JobStatus.QUEUED or self._serves(job.meta.get("device"))
     return status, self._alive(job.worker_name), serves

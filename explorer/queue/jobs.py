@@ -28,12 +28,12 @@ def running() -> Iterator[Progress]:
   def report(stage: str, status: str, detail: str) -> None:
     with lock:
       job.meta.setdefault("progress", []).append([stage, status, detail])
-      job.save_meta()
+      job.save_meta()  # type: ignore[no-untyped-call]  # (RQ's Job is untyped)
   try: yield report
   except Exception as e:
     with lock:
       job.meta["error"] = (str(e).strip().splitlines() or [type(e).__name__])[0]
-      job.save_meta()
+      job.save_meta()  # type: ignore[no-untyped-call]  # (RQ's Job is untyped)
     raise
 
 # a study's bounds beside Variant's, as the server's StudyRequest declares them (a test checks they agree); repeats and warmup are

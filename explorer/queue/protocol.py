@@ -47,7 +47,7 @@ def unb64(text: str) -> bytes: return base64.b64decode(text.encode())
 class ResultRefused(QueueJobFailed):
   """A worker's result that is not what the job asked for (unsigned, malformed, another computation): nothing of it is kept."""
 
-def seal(result: Any, secret: str | None) -> Any:
+def seal(result: dict[str, Any], secret: str | None) -> dict[str, Any]:
   """A job's return value: as it is, or with a queue secret, its JSON text and that text's HMAC-SHA256 (the server refuses a result
   whose signature does not match: a worker without the secret, or a forged result written into the broker)."""
   if not secret: return result

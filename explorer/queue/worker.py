@@ -24,7 +24,7 @@ class ExplorerWorker(SimpleWorker):
   def perform_job(self, job: Job, queue: Queue) -> bool:
     if (why := refusal(job)) is None: return super().perform_job(job, queue)
     job.meta["error"] = why
-    job.save_meta()
+    job.save_meta()  # type: ignore[no-untyped-call]  # (RQ's Job is untyped)
     job.webhooks, job.retries_left, job.repeats_left = [], None, None  # refused: nothing RQ does after a failure either
     self.handle_job_failure(job=job, queue=queue, started_job_registry=queue.started_job_registry, exc_string=why)
     return False

@@ -3,6 +3,7 @@ merged into the trace when it is read."""
 from __future__ import annotations
 import json, sqlite3, time
 from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
 from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET
 from explorer.store.rewrites import checked_locations, put_target_blobs
 from explorer.store.connection import Connected, transaction
@@ -53,7 +54,9 @@ def merged(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[
       if "sources" in k or "light" not in k: k["sources"] = dict(k.get("sources") or {})
       add_target_record(k, target, rec)
     if isinstance(by := got.get("ran_by"), str): trace.setdefault("env", {}).setdefault("ran_on", {}).setdefault("targets", {})[target] = by
-  for kind, put in ((ENRICH_ANALYSIS, lambda rec, v: rec.update(v)), (ENRICH_FACTS, lambda rec, v: rec.__setitem__("compile", v))):
+  puts: tuple[tuple[str, Callable[[dict[str, Any], Any], None]], ...] = ((ENRICH_ANALYSIS, lambda rec, v: rec.update(v)),
+                                                                   (ENRICH_FACTS, lambda rec, v: rec.__setitem__("compile", v)))
+  for kind, put in puts:
     for (kernel, target), value in rows[kind].items():
       k = kernels.get(kernel) or {}
       if isinstance(rec := (k.get("targets") or {}).get(target), dict) and isinstance(value, dict) and _reads(adapters[kind], value):
@@ -63,7 +66,9 @@ def merged(c: sqlite3.Connection, trace_id: str, trace: dict[str, Any]) -> dict[
 
 def version(c: sqlite3.Connection, trace_id: str) -> tuple[int, float | None]:
   """The count and latest time of the enrichments merged into the trace (what a parsed copy of it is good for, with its row's time)."""
-  return c.execute("SELECT count(*), max(created) FROM enrichments WHERE trace_id = ? AND kind IN (?, ?, ?)", (trace_id, *MERGED_KINDS)).fetchone()
+  got: tuple[int, float | None] = c.execute("SELECT count(*), max(created) FROM enrichments WHERE trace_id = ? AND kind IN (?, ?, ?)",
+                                            (trace_id, *MERGED_KINDS)).fetchone()
+  return got
 
 def forget(c: sqlite3.Connection, trace_id: str) -> None:
   c.execute("DELETE FROM enrichments WHERE trace_id = ?", (trace_id,))

@@ -11,7 +11,7 @@ the row, each parsed on its own: a reader parses a 10,000-kernel program in slic
 requests go on between them."""
 from __future__ import annotations
 import collections, hashlib, json, sqlite3
-from typing import Any
+from typing import Any, cast
 from collections.abc import Mapping
 from explorer.store.connection import StoreError
 
@@ -215,7 +215,8 @@ def whole_slice(c: sqlite3.Connection, trace_id: str, kernels: list[Any], first:
 
 def part_of(c: sqlite3.Connection, trace_id: str, kernel: int) -> str | None:
   """The hash of kernel `kernel`'s part; None where the trace keeps no part for it."""
-  return (row := c.execute("SELECT hash FROM kernel_refs WHERE trace_id = ? AND kernel = ?", (trace_id, kernel)).fetchone()) and row[0]
+  row = c.execute("SELECT hash FROM kernel_refs WHERE trace_id = ? AND kernel = ?", (trace_id, kernel)).fetchone()
+  return cast("str | None", row and row[0])
 
 def heavy_half(c: sqlite3.Connection, trace_id: str, h: str) -> dict[str, Any]:
   """Part h's heavy half (`whole` puts it together with a kernel read light: the same for every kernel that shares the part)."""

@@ -23,7 +23,7 @@ def directory() -> pathlib.Path | None:
   if where: return pathlib.Path(where)
   return pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "kernel-explorer" / "compile"
 
-def identity(path: str | os.PathLike | None) -> list[Any] | None:
+def identity(path: str | os.PathLike[str] | None) -> list[Any] | None:
   """A tool or library as the key names it: its path, size and modification time (another build of it is another key)."""
   if path is None: return None
   try: st = os.stat(path)

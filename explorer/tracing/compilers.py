@@ -35,7 +35,7 @@ SM = {"sm_75": (1024, 16, 65536), "sm_80": (2048, 32, 167936), "sm_86": (1536, 1
 def occupancy(arch: str, registers: int, block: int, shared_bytes: int = 0) -> Facts:
   """Theoretical occupancy of a block of `block` threads. Agrees with cudaOccMaxActiveBlocksPerMultiprocessor (checked on 1620 cases)."""
   threads_sm, blocks_sm, smem_sm = SM[arch]
-  up = lambda x, u: -(-x // u) * u
+  def up(x: int, u: int) -> int: return -(-x // u) * u
   warps_block, max_warps = -(-block // 32), threads_sm // 32
   limits = {"blocks": blocks_sm, "warps": max_warps // warps_block if block <= 1024 else 0}
   regs_warp = up(max(registers, 1) * 32, 256)
@@ -222,5 +222,5 @@ def _compile(target: str, source: str, arch: str, block: int | None, ptx: str | 
   except Exception as e:  # a compiler wrapper that breaks is one kernel's result, not a failed trace
     return {"ok": False, "compiler": None, "message": f"{type(e).__name__}: {e}"}
 
-def block_threads(local_size: list | None) -> int | None:
+def block_threads(local_size: list[Any] | None) -> int | None:
   return math.prod(int(x) for x in local_size) if local_size and all(isinstance(x, int) for x in local_size) else None

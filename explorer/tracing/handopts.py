@@ -113,7 +113,7 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
     out["check"] = _same_outputs(ast, renderer, device, original, chosen)
   return out
 
-def _same_outputs(ast: Any, renderer: Any, device: str, original: list, chosen: list) -> dict[str, Any] | None:
+def _same_outputs(ast: Any, renderer: Any, device: str, original: list[Any], chosen: list[Any]) -> dict[str, Any] | None:
   """The original and the hand schedule run once over the same seeded inputs: does the schedule compute what the kernel computes?"""
   import numpy as np
   from explorer.tracing import tg
@@ -123,7 +123,7 @@ def _same_outputs(ast: Any, renderer: Any, device: str, original: list, chosen: 
   diff = float(np.max(np.abs(a - b))) if a.size else 0.0
   return {"values": int(a.size), "max_abs_diff": diff, "same": bool(np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True))}
 
-def _interleaved(ast: Any, renderer: Any, device: str, original: list, chosen: list) -> dict[str, Any]:
+def _interleaved(ast: Any, renderer: Any, device: str, original: list[Any], chosen: list[Any]) -> dict[str, Any]:
   """Original (A) and hand-scheduled (B) timed in pairs on the device by its clock (tg.clock_for), every other pair in reverse order:
   each side's timing record and B/A's median and interval. The original here is measured in this run, beside the new schedule, not
   taken from the trace (whose time was measured alone, at another moment)."""

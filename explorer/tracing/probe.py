@@ -10,14 +10,14 @@ def _safe(fn: Callable[[], Any]) -> Any:
   try: return fn()
   except Exception as e: return f"unavailable: {type(e).__name__}: {e}"
 
-def describe(progress: Any = None, device: str | None = None) -> dict:
+def describe(progress: Any = None, device: str | None = None) -> dict[str, Any]:
   """The device a trace would use (device or the best one present), with its hardware name."""
   import socket
   d = device or tg.default_device()
   return {"device": d, "name": _safe(lambda: tg.device_name(d)), "compiler": _safe(lambda: tg.compiler_name(d)),
           "fallback": _safe(lambda: tg.fallback_reason(d)), "host": socket.gethostname(), "tinygrad": tg.TINYGRAD_VERSION}
 
-def list_devices(progress: Any = None) -> dict:
+def list_devices(progress: Any = None) -> dict[str, Any]:
   """Every device this host can open, best first, and the one traces use by default."""
   devs = tg.available_devices()
   return {"default": tg.default_device(), "devices": [describe(device=d) for d in devs],
@@ -42,12 +42,12 @@ def _filled(n: int, device: str) -> Any:
   tg.realize_inputs(x)
   return x
 
-def bandwidth(device: str, n: int, budget_s: float) -> dict:
+def bandwidth(device: str, n: int, budget_s: float) -> dict[str, Any]:
   """out = x + 1 over n float32s: reads 4n bytes, writes 4n bytes, one FLOP per element."""
   t, runs, method = _best_time(_filled(n, device) + 1.0, budget_s)
   return {"elements": n, "bytes": 8 * n, "time_s": t, "runs": runs, "method": method, "bytes_per_s": 8 * n / t}
 
-def fma(device: str, n: int, chains: int, length: int, budget_s: float) -> dict:
+def fma(device: str, n: int, chains: int, length: int, budget_s: float) -> dict[str, Any]:
   """Independent multiply-add chains per element (y = y * a + b, length times), summed: enough independent work to hide the
   FMA latency, and 8 bytes moved per element against thousands of FLOPs, so compute bound on any device."""
   x = _filled(n, device)
@@ -59,7 +59,7 @@ def fma(device: str, n: int, chains: int, length: int, budget_s: float) -> dict:
   flops = n * (chains + 2 * chains * length + chains - 1)
   return {"elements": n, "chains": chains, "length": length, "flops": flops, "time_s": t, "runs": runs, "method": method, "flops_per_s": flops / t}
 
-def measure(progress: Any = None, device: str | None = None, budget_s: float = 0.5) -> dict:
+def measure(progress: Any = None, device: str | None = None, budget_s: float = 0.5) -> dict[str, Any]:
   """Measured peaks of the device: float32 FLOP/s (fma chain) and memory bandwidth (a large copy-add), with the runs behind them.
   progress hears each step ("probe", "running", what it measures now)."""
   def say(detail: str) -> None:

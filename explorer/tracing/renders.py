@@ -110,10 +110,10 @@ class RenderPool:
     with self._lock: return self.pools.setdefault(target, WorkerPool(1, initializer=_init))
 
   def submit(self, asts: list[Any], targets: dict[str, str], opt: str, rewrites: tuple[str, ...] = (), rewrite_file: str | None = None,
-             beam_opts: list[list[str]] | None = None, analysis: bool = False) -> dict[str, Future]:
+             beam_opts: list[list[str]] | None = None, analysis: bool = False) -> dict[str, Future[Any]]:
     """targets: name -> arch. Each target's records for every kernel, as futures; at most `processes` targets render at once.
     beam_opts: per kernel, the opts BEAM chose on the device (_render_target); analysis: the records' analysis now, not when viewed."""
-    futures: dict[str, Future] = {t: Future() for t in targets}
+    futures: dict[str, Future[Any]] = {t: Future() for t in targets}
     waiting = list(targets.items())
     def next_target() -> None:
       with self._lock:
@@ -123,7 +123,7 @@ class RenderPool:
       except Exception as e:  # a pool that cannot start a process: that target's error, the others go on
         futures[t].set_exception(e)
         return next_target()
-      def settle(f: Future, t: str = t) -> None:
+      def settle(f: Future[Any], t: str = t) -> None:
         _settle(futures[t], f)
         with contextlib.suppress(RuntimeError): self._launcher.submit(next_target)  # RuntimeError: the pool is closing
       fut.add_done_callback(settle)
@@ -138,7 +138,7 @@ class RenderPool:
     self._launcher.shutdown(wait=True, cancel_futures=True)
     for pool in list(self.pools.values()): pool.close(wait=True)  # let the processes exit cleanly: nothing leaks
 
-def _settle(into: Future, fut: Future) -> None:
+def _settle(into: Future[Any], fut: Future[Any]) -> None:
   if fut.cancelled(): into.cancel()
   elif (e := fut.exception()) is not None: into.set_exception(e)
   else: into.set_result(fut.result())

@@ -4,6 +4,7 @@ memory its buffers held). Stored as the trace's `timeline` (schema.Timeline): na
 from __future__ import annotations
 import contextlib
 import time
+from typing import Any
 from collections.abc import Iterator
 from explorer.tracing import tg
 
@@ -25,7 +26,7 @@ class HostTimeline:
     """Host work of the explorer's own measuring (each compile, timed by CompileTimer) on a lane of its own."""
     self.spans.append((lane, name, st, en))
 
-  def record(self) -> dict | None:
+  def record(self) -> dict[str, Any] | None:
     """The timeline as the trace stores it, and tinygrad's events taken back out of its lists; None when it never recorded."""
     if (p := self.profile) is None: return None
     ev = p.events()
@@ -50,7 +51,7 @@ class HostTimeline:
       "lanes": list(lanes), "names": list(names), "left_out": left_out,
     }
 
-def timed_stage(timeline: HostTimeline | None, name: str, realize: int | None = None) -> contextlib.AbstractContextManager:
+def timed_stage(timeline: HostTimeline | None, name: str, realize: int | None = None) -> contextlib.AbstractContextManager[None]:
   return _timed(timeline, name, realize) if timeline is not None else contextlib.nullcontext()
 
 @contextlib.contextmanager

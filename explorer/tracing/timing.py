@@ -9,7 +9,7 @@ import numpy as np
 from explorer.tracing import tg
 from explorer import stats
 from explorer.clocks import timed
-from explorer.spec import ConvSpec, Variant
+from explorer.spec import ConvSpec, Progress, Variant
 
 BATCH_BELOW_S = 5e-6  # a kernel this short also gets a batch figure where the clock has one (held events): host jitter is its size
 BATCH_LAUNCHES = 32   # launches in one held event pair for a batch figure
@@ -123,8 +123,9 @@ def converged(totals: list[list[float]], width: float) -> bool:
   1.00-1.02 around 1, 9.9-10.1 around 10: a tenfold slowdown needs no finer absolute resolution than a 1% effect)."""
   return all((c := stats.median_ratio(totals[0], t))["ci_high"] - c["ci_low"] <= width * c["ratio"] for t in totals[1:])
 
-def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, repeats: int, target_width: float | None = None,
-                     budget_s: float | None = None, max_repeats: int = 1000, compile_repeats: int = 0) -> list[dict]:
+def time_interleaved(progress: Progress, spec: dict[str, Any], variants: list[dict[str, Any]], warmup: int, repeats: int,
+                     target_width: float | None = None, budget_s: float | None = None, max_repeats: int = 1000,
+                     compile_repeats: int = 0) -> list[dict[str, Any]]:
   """A, B, C, C, B, A...: each repeat runs every variant's kernels once alone and once replayed back to back (Replay.sample), so drift
   on a shared machine hits all variants alike, and every other repeat in reverse, so running first (or right after another variant)
   favours none of them.
@@ -170,7 +171,7 @@ def time_interleaved(progress, spec: dict, variants: list[dict], warmup: int, re
                 "fallback": tg.fallback_reason(device), "sampling": sampling, "compile_samples": cs})
   return out
 
-def time_in_turns(progress, spec: dict, variant: dict, socket_path: str, side: int) -> dict:
+def time_in_turns(progress: Progress, spec: dict[str, Any], variant: dict[str, Any], socket_path: str, side: int) -> dict[str, Any]:
   """One side of two tinygrads timed interleaved (explorer.tracing.turns: each in a worker of its own environment, on one device):
   the variant compiled, then one repeat (Replay.sample) each time the coordinator's socket says "sample", answered with its kernels'
   sum and its span, until it says "end". The device's lock is the coordinator's, held across both workers' turns: this worker never

@@ -24,7 +24,7 @@ def _sample(line: str) -> tuple[float, float]:
   if not isinstance(got, dict): raise WorkerFailed(f"a worker answered its turn with {line[:80]!r}")
   return seconds(got.get("alone")), seconds(got.get("span"))
 
-def time_across(spec: dict, variants: list[dict], tinygrads: list[str | None], device: str, warmup: int, repeats: int,
+def time_across(spec: dict[str, Any], variants: list[dict[str, Any]], tinygrads: list[str | None], device: str, warmup: int, repeats: int,
                 timeout_s: float, progress: Progress | None = None) -> list[dict[str, Any]]:
   """What timing.time_interleaved returns for two variants (each one's kernels' sums per repeat and spans, by its clock), each side
   run by its tinygrad (None: the server's own). WorkerFailed, one line, where a side fails or the two cannot take turns."""

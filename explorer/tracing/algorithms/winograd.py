@@ -31,6 +31,7 @@ Constants:
 """
 from __future__ import annotations
 import math
+from typing import Any
 from collections.abc import Callable
 import numpy as np
 from explorer.tracing.tg import Tensor, const_column
@@ -56,10 +57,10 @@ def taps(tile: str) -> int: return int(tile.strip("F()").split(",")[1])  # F(4,3
 # a column source: k -> the k-th column of a matrix as a 1-D Tensor (length = the matrix's rows)
 Columns = Callable[[int], Tensor]
 
-def symbolic_columns(mat: Matrix, dtype) -> Columns:
+def symbolic_columns(mat: Matrix, dtype: Any) -> Columns:
   return lambda k: const_column(tuple(float(row[k]) for row in mat), dtype)
 
-def materialized_columns(mat: Matrix, device, dtype) -> Columns:
+def materialized_columns(mat: Matrix, device: Any, dtype: Any) -> Columns:
   # a fresh, unrealized tensor from host data each call, so the schedule shows its COPY and the kernels LOAD it
   buf = Tensor(np.array(mat, dtype=np.float64), device=device, dtype=dtype)
   return lambda k: buf[:, k]
@@ -94,7 +95,7 @@ def winograd_explorer(x: Tensor, w: Tensor, spec: ConvSpec, tile: str = "F(4,3)"
   mats = WINOGRAD_MATRICES[tile]
   m, a = len(mats[2]), len(mats[0])
   bt, g, at = (symbolic_columns(mat, x.dtype) if consts == "symbolic" else materialized_columns(mat, x.device, x.dtype) for mat in mats)
-  stage = (lambda t: t) if staging == "single" else (lambda t: t.contiguous())
+  def stage(t: Tensor) -> Tensor: return t if staging == "single" else t.contiguous()
 
   d, out_hw = input_tiles(x, m, spec.pad, r)
   (n, c), (th, tw), k = d.shape[2:4], d.shape[4:], w.shape[0]
