@@ -13,7 +13,7 @@ from explorer.tracing import tg  # first: sets tinygrad's tracking environment b
 from explorer.tracing.renders import RenderPool
 from explorer.clocks import timed
 from explorer.tracing.timeline import HostTimeline, timed_stage
-from explorer.tracing.trace import (Program, Progress, Scheduled, _quiet, add_totals, new_trace, other_targets, pipeline, record,
+from explorer.tracing.trace import (Program, Progress, Recorder, Scheduled, _quiet, add_totals, new_trace, other_targets, pipeline, record,
                                     schedule_ahead)
 from explorer.store import add_target_record
 from explorer.spec import Variant
@@ -26,14 +26,14 @@ NOT_TRACKING = ("tinygrad was imported before the explorer with rewrite tracking
 class CaptureUnavailable(RuntimeError):
   """This process cannot record rewrites (tinygrad was imported without tracking): the message says what to do."""
 
-def kernel_role(s: dict, buffers: list[dict], call: Any) -> str:
+def kernel_role(s: dict[str, Any], buffers: list[dict[str, Any]], call: Any) -> str:
   """What a program's kernel does, from what it is: a reduction or elementwise work, and whether it writes an output."""
   kind = "reduce" if tg.has_reduce(call.ast) else "elementwise"
   return kind + ("+out" if any(buffers[i]["role"] == "output" for i in s["writes"]) else "")
 
-def reference_check(reference: Sequence[np.ndarray], rel_tolerance: float) -> Callable[[dict, list[np.ndarray]], None]:
+def reference_check(reference: Sequence[np.ndarray], rel_tolerance: float) -> Callable[[dict[str, Any], list[np.ndarray]], None]:
   """The outputs against the user's reference arrays, in order: the largest error over all of them, judged against rel_tolerance."""
-  def check(trace: dict, got: list[np.ndarray]) -> None:
+  def check(trace: dict[str, Any], got: list[np.ndarray]) -> None:
     import numpy as np
     from explorer.tracing.reference import error_stats
     if len(got) != len(reference): raise ValueError(f"the program realized {len(got)} tensor(s) but {len(reference)} reference array(s) were given")
@@ -46,7 +46,7 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
                   reference: Sequence[np.ndarray] | None = None, rel_tolerance: float = 1e-5,
                   origin: dict[str, Any] | None = None, analysis: bool = False,
                   program: ProgramRealize | None = None, scheduled: Scheduled | None = None,
-                  runs: bool = True) -> tuple[dict, bytes, dict[str, bytes]]:
+                  runs: bool = True) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
   """Trace the realize of `outs` (tensors whose graphs are built, not yet realized). origin: how the program ran, for its reproducer
   ({"kind": "script", "fn": NAME or None} or {"kind": "capture", "line": the with statement's line in `source`}). program: this realize
   is one of a program's (its rewrite log, provenance and buffers are the program's; its other targets are rendered with the program's).
@@ -63,7 +63,7 @@ def trace_outputs(outs: list[Any], name: str, variant: Variant, progress: Progre
   plan = Program(outs, roles, kernel_role, check, provenance=program is not None, buffer_refs=None if program is None else program.refs,
                  asts=None if program is None else program.asts, scheduled=scheduled, runs=runs,
                  symbolic=None if program is None else program.symbolic)
-  def stages(rec, base, pool, blobs) -> None:  # the graph exists already: the user's code built it
+  def stages(rec: Recorder, base: int, pool: RenderPool, blobs: dict[str, bytes]) -> None:  # the graph exists already: the user's code built it
     with tg.opt_context(variant.opt): pipeline(rec, plan, variant, device, base, pool, blobs)
   if program is None: return record(trace, variant, device, progress, stages, analysis)
   return record(trace, variant, device, progress, stages, analysis, base=program.base, timeline=program.timeline, realize=program.index)
@@ -90,7 +90,7 @@ class ProgramTrace:
     self.trace["scheduler"] = {"seconds": 0.0, "groups": [], "passes": [], "stage_counts": {}}
     self._buffers: dict[int, tuple[Any, int]] = {}  # id of a live buffer UOp -> (its weak reference, program buffer index)
 
-  def add(self, realize: dict, refs: list[Any], asts: list[Any], runs: bool = True) -> None:
+  def add(self, realize: dict[str, Any], refs: list[Any], asts: list[Any], runs: bool = True) -> None:
     p, r = self.trace, len(self.trace.setdefault("realizes", []))
     if r == 0: p["env"] = realize["env"]
     k0, s0 = len(p["kernels"]), len(p["schedule"])
@@ -136,7 +136,8 @@ class ProgramTrace:
     jits = self.trace.setdefault("jits", [])
     if jit == len(jits): jits.append({"index": jit, "kernels": list(run.kernels), "realizes": self._realizes_running(run.kernels), "runs": []})
     jits[jit]["runs"].append({"seconds": run.seconds, **({"variables": run.variables} if run.variables else {})})
-    return jits[jit]["realizes"]
+    realizes: list[int] = jits[jit]["realizes"]
+    return realizes
 
   def _realizes_running(self, names: tuple[str, ...]) -> list[int]:
     """The latest realizes, in a row, whose kernels are these, in this order (a JIT's own capture, just before its first run, rather
@@ -150,7 +151,7 @@ class ProgramTrace:
       if names and tuple(got) == names: return [a, b + 1]
     return []
 
-  def _buffer(self, b: dict, ref: Any, s0: int) -> int:
+  def _buffer(self, b: dict[str, Any], ref: Any, s0: int) -> int:
     """The program's index of a realize's buffer: the same buffer UOp (alive, so not another at a reused address) is listed once."""
     blist, obj = self.trace["buffers"], ref()
     known = self._buffers.get(id(obj)) if obj is not None else None
@@ -166,7 +167,7 @@ class ProgramTrace:
     elif mine["role"] in ("constant", "host") and b["written_by"]: mine["role"] = "intermediate"  # written here: computed, not a constant
     return i
 
-  def _scheduler(self, s: dict | None, bufs: list[int]) -> None:
+  def _scheduler(self, s: dict[str, Any] | None, bufs: list[int]) -> None:
     if s is None: return
     mine = self.trace["scheduler"]
     first_pass = len(mine["passes"])
@@ -175,7 +176,7 @@ class ProgramTrace:
     mine["passes"] += s.get("passes", [])
     for name, n in (s.get("stage_counts") or {}).items(): mine["stage_counts"][name] = mine["stage_counts"].get(name, 0) + n
     if (stages := s.get("stages")) is None: return
-    def row(x: dict) -> dict:
+    def row(x: dict[str, Any]) -> dict[str, Any]:
       out = dict(x)
       if out.get("buffer") is not None: out["buffer"] = bufs[out["buffer"]]
       for f in ("reads", "into"):
@@ -184,7 +185,7 @@ class ProgramTrace:
     merged = mine.setdefault("stages", {"created": [], "kept": [], "fused": [], "realized": [], "debuf_pass": first_pass + stages["debuf_pass"]})
     for fate in ("created", "kept", "fused", "realized"): merged[fate] += [row(x) for x in stages[fate]]
 
-  def finish(self, base: int, device: str, analysis: bool) -> tuple[dict, bytes, dict[str, bytes]]:
+  def finish(self, base: int, device: str, analysis: bool) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
     """The program's kernels on the other targets (rendered now, all at once: one rewrite log per target), its totals and its rewrite
     log."""
     p, blobs = self.trace, dict[str, bytes]()
@@ -221,7 +222,7 @@ class ProgramTrace:
       p["status"] = "partial"
     finally: pool.close()
 
-def _merged_check(a: dict | None, b: dict) -> dict:
+def _merged_check(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
   if a is None: return dict(b)
   return {"spec": a["spec"], "ok": a["ok"] and b["ok"], "checked": a["checked"] + b["checked"],
           "violations": (a["violations"] + b["violations"])[:50], "violation_count": a["violation_count"] + b["violation_count"]}
@@ -232,7 +233,7 @@ def _counted(hists: list[dict[str, int]]) -> dict[str, int]:
     for k, n in h.items(): out[k] = out.get(k, 0) + n
   return out
 
-def _summed(xs: list[dict]) -> dict | None:
+def _summed(xs: list[dict[str, Any]]) -> dict[str, Any] | None:
   """Per-realize timing records as the program's: each realize's samples summed repeat by repeat (they were timed with the same
   repeats, by the same clock), a record of those sums with its interval; records without samples (older traces): medians, means and
   minimums add up, spreads add as variances, no interval."""
@@ -253,15 +254,15 @@ class Capturing:
     self.name, self.variant, self.progress, self.source, self.origin, self.analysis = name, variant, progress, source, origin, analysis
     self.every_step = every_step
     self.reference, self.rel_tolerance = reference, rel_tolerance
-    self.realizes: list[dict] = []
-    self.result: tuple[dict, bytes, dict[str, bytes]] | None = None
+    self.realizes: list[dict[str, Any]] = []
+    self.result: tuple[dict[str, Any], bytes, dict[str, bytes]] | None = None
     self._program = ProgramTrace(name, variant, source, origin, file)
     self._own_variant = dataclasses.replace(variant, targets=())  # a realize renders the host only: the program renders the rest at once
     self._stack = contextlib.ExitStack()
     self._base = 0
-    self._seen: dict[tuple[tuple[str, ...], frozenset], int] = {}  # the kernels a realize ran (their AST keys, in order) and the lines
+    self._seen: dict[tuple[tuple[str, ...], frozenset[Any]], int] = {}  # the kernels a realize ran (their AST keys, in order) and the lines
     # its graph was made at -> the first realize that ran them from there
-    self._signatures: set[frozenset] = set()  # the lines each realize's graph was made at (_lines)
+    self._signatures: set[frozenset[Any]] = set()  # the lines each realize's graph was made at (_lines)
     self._timeline = HostTimeline()
     self._jits: dict[int, int] = {}  # a TinyJit's captured schedule (its id) -> its index in the trace's `jits`
     self._jit_linears: list[tuple[Any, dict[str, int]]] = []  # what a TinyJit captured of the realize at hand
@@ -281,7 +282,7 @@ class Capturing:
     self._trace(outs, ahead)
     if kernels: self._seen.setdefault((kernels, lines[0]), n)
 
-  def _lines(self, sink: Any) -> tuple[frozenset, bool]:
+  def _lines(self, sink: Any) -> tuple[frozenset[Any], bool]:
     """The lines a realize's tensor graph was made at (tg.site_signature), and whether they are new to this program: a graph made at
     lines no realize before was is scheduled afresh (tinygrad's schedule cache would hand it an earlier realize's schedule, made at
     other lines: the ONNX runner called directly, then under TinyJit), and a realize of the same kernels from other lines is no repeat."""
@@ -371,20 +372,20 @@ class Capturing:
             k["times_at"] = time_at_values(clock, call, values, self.variant.warmup, self.variant.repeats)
     finally: clock.close()
 
-def infer_provenance(trace: dict) -> None:
+def infer_provenance(trace: dict[str, Any]) -> None:
   """A kernel whose own compute carries no metadata (a copy, a fill, or compute the scheduler rebuilt beyond tinygrad's reach) gets
   its provenance from data flow: that of the kernels that read what it writes (it was computed for them), else of those that wrote what
   it reads, each entry marked `inferred`."""
   kernels, buffers = trace["kernels"], trace["buffers"]
   by_call = {k["call"]: k for k in kernels}
   own = {k["index"]: [e for e in k.get("provenance") or [] if not e.get("inferred")] for k in kernels}
-  def neighbours(k: dict, downstream: bool) -> list[dict]:
+  def neighbours(k: dict[str, Any], downstream: bool) -> list[dict[str, Any]]:
     calls = {c for b in (k["writes"] if downstream else k["reads"]) for c in buffers[b]["read_by" if downstream else "written_by"]}
     return [by_call[c] for c in sorted(calls) if c in by_call and c != k["call"]]
   for k in kernels:
     if own[k["index"]] or "provenance" not in k: continue
     for downstream in (True, False):
-      seen, frontier, found = {k["index"]}, neighbours(k, downstream), list[dict]()
+      seen, frontier, found = {k["index"]}, neighbours(k, downstream), list[dict[str, Any]]()
       while frontier and not found:
         nxt = []
         for n in frontier:
@@ -396,8 +397,8 @@ def infer_provenance(trace: dict) -> None:
       if found: break
     if found: k["provenance"] = [{**e, "inferred": True} for e in {(e["fn"], e["backward"], e["file"], e["line"]): e for e in found}.values()]
 
-def script_in_worker(progress: Progress, path: str, fn: str | None, variant: dict,
-                     analysis: bool = False) -> tuple[tuple[dict, bytes, dict[str, bytes]], list[dict]]:
+def script_in_worker(progress: Progress, path: str, fn: str | None, variant: dict[str, Any],
+                     analysis: bool = False) -> tuple[tuple[dict[str, Any], bytes, dict[str, bytes]], list[dict[str, Any]]]:
   """`kernel-explorer trace --script PATH [--fn NAME]`: run the script (as __main__ without --fn; else run it as a module and call
   NAME()) with every realize recorded. It runs in a namespace of its own, sys.modules untouched: the render processes this worker
   spawns must not import the script again (multiprocessing's spawn imports the __main__ module it finds there)."""

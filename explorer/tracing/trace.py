@@ -28,7 +28,7 @@ class TinygradClock:
   """The seconds each stage spends inside tinygrad's own calls (building the graph, scheduling, codegen, compiling, running, timing):
   what tinygrad pays without the explorer too, under VIZ=-1 or not. The rest of a stage's seconds is the explorer's (its records, line
   maps, spec checks, the reference check, waiting for other targets), so a page can say which of the two a slow trace waited for."""
-  def __init__(self, trace: dict) -> None: self.seconds: dict[str, float] = trace.setdefault("tinygrad_seconds", {})
+  def __init__(self, trace: dict[str, Any]) -> None: self.seconds: dict[str, float] = trace.setdefault("tinygrad_seconds", {})
 
   @contextlib.contextmanager
   def __call__(self, stage: str) -> Iterator[None]:
@@ -40,7 +40,7 @@ class Recorder:
   """Runs the stages in order; a stage that raises is recorded (which stage, the error) and stops the trace there. Work of a stage that
   tinygrad does not wait for (the float64 reference check) may run beside the next ones (`beside`), and is settled before anything is
   timed and before the trace is returned."""
-  def __init__(self, trace: dict, progress: Progress, analysis: bool = False, timeline: HostTimeline | None = None,
+  def __init__(self, trace: dict[str, Any], progress: Progress, analysis: bool = False, timeline: HostTimeline | None = None,
                realize: int | None = None):
     """timeline: where each stage's start and end go (realize: which of a program's realizes this is)."""
     self.trace, self.progress, self.tinygrad, self.analysis = trace, progress, TinygradClock(trace), analysis
@@ -48,7 +48,7 @@ class Recorder:
     self.pending: list[tuple[str, threading.Thread, list[BaseException]]] = []
     self.eager_s: float | None = None  # the run stage's one run of the schedule, host wall clock
 
-  def partial(self, what: str, data: dict) -> None:
+  def partial(self, what: str, data: dict[str, Any]) -> None:
     """What the trace holds so far, for a page that shows it while it runs: `schedule` (its calls and buffers, once scheduled), then a
     `kernel` row as each kernel's codegen ends (explorer.web.services.traces.Partial reads them)."""
     self.progress(PARTIAL, what, json.dumps(data, default=str))
@@ -93,7 +93,7 @@ class Recorder:
     self.progress(stage, "done", f"{time.perf_counter() - st:.2f}s")
     return ret
 
-def new_trace(spec: ConvSpec | None, variant: Variant, device: str, program: dict | None = None) -> dict:
+def new_trace(spec: ConvSpec | None, variant: Variant, device: str, program: dict[str, Any] | None = None) -> dict[str, Any]:
   """A trace about to be recorded: of a convolution (spec), or of any tinygrad program (program: its name, source and outputs)."""
   label = f"{spec.label()} | {variant.label()}" if spec is not None else f"{program['name'] if program else 'program'} | opt={variant.opt}"
   return {"schema": TRACE_SCHEMA, "spec": spec.to_dict() if spec is not None else None, "preset": preset_of(spec) if spec is not None else None,
@@ -106,7 +106,7 @@ def new_trace(spec: ConvSpec | None, variant: Variant, device: str, program: dic
 
 MAX_REWRITE_FILE = 64 << 10
 
-def _rewrites_record(variant: Variant) -> list[dict]:
+def _rewrites_record(variant: Variant) -> list[dict[str, Any]]:
   """The variant's custom rewrites as the trace shows them: name, where in codegen, summary, and the source that ran."""
   from explorer.tracing.catalogue import rewrite_source
   out = [{"name": r, "point": (i := REWRITES[r.split(":")[0]]).point, "summary": i.summary, "source": rewrite_source(r)} for r in variant.rewrites]
@@ -118,7 +118,7 @@ def _rewrites_record(variant: Variant) -> list[dict]:
   return out
 
 def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_io: str | None = None,
-            analysis: bool = False, fork_renders: bool = False) -> tuple[dict, bytes, dict[str, bytes]]:
+            analysis: bool = False, fork_renders: bool = False) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
   """Trace one convolution. Returns the trace (JSON-ready), the compressed rewrite blob the host's graphs expand from, and each other
   target's (its codegen ran in a process of its own). analysis: the host's records with their analysis now (line maps, live values,
   loop splits, program spec), rather than when first viewed. fork_renders: this process has imported tinygrad and made nothing with
@@ -133,9 +133,9 @@ def render_processes(variant: Variant) -> int: return max(1, min(2, len(variant.
 
 StageRunner = Callable[[Recorder, int, RenderPool, dict[str, bytes]], None]
 
-def record(trace: dict, variant: Variant, device: str, progress: Progress, stages: StageRunner, analysis: bool = False,
+def record(trace: dict[str, Any], variant: Variant, device: str, progress: Progress, stages: StageRunner, analysis: bool = False,
            base: int | None = None, timeline: HostTimeline | None = None, realize: int | None = None,
-           pool: RenderPool | None = None) -> tuple[dict, bytes, dict[str, bytes]]:
+           pool: RenderPool | None = None) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
   """Run the stages into `trace`, the other targets' renders beside them; then the rewrite blob and the bufferize decisions.
   base: where the rewrite log of a trace begins, if before this one (a program's realizes share their program's log: their blob is
   left to the program, b"" here). timeline: the program's, which this realize's stages join (realize: its index); without one the
@@ -178,8 +178,8 @@ class Program:
   kernel computes, and how to check the outputs (None: no reference, nothing to check against)."""
   outs: list[Any]
   roles: Callable[[], dict[int, str]]                # buffer key -> input, weight, output...: asked once the schedule exists
-  kernel_role: Callable[[dict, list[dict], Any], str]  # (schedule row, buffers, call) -> role
-  check: Callable[[dict, list[np.ndarray]], None] | None = None
+  kernel_role: Callable[[dict[str, Any], list[dict[str, Any]], Any], str]  # (schedule row, buffers, call) -> role
+  check: Callable[[dict[str, Any], list[np.ndarray]], None] | None = None
   check_beside: bool = False  # the check computes its own reference (heavy numpy): it runs beside the rest of the trace
   provenance: bool = False    # each kernel's provenance (the Tensor functions and user lines it computes): a captured program's
   buffer_refs: list[Any] | None = None  # filled with a weak reference per trace buffer (a program merges its realizes' buffers by them)
@@ -277,11 +277,11 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
     rec.run("timing", lambda: _time(trace, compiled, variant, rec.tinygrad, rec.eager_s), detail=device)
   add_totals(trace)
 
-def _schedule(trace: dict, outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> tuple[Scheduled, Any]:
+def _schedule(trace: dict[str, Any], outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> tuple[Scheduled, Any]:
   with tinygrad("schedule"): ahead = schedule_ahead(outs, provenance)
   return ahead, _scheduler_record(trace, ahead, base)
 
-def _scheduler_record(trace: dict, ahead: Scheduled, base: int) -> Any:
+def _scheduler_record(trace: dict[str, Any], ahead: Scheduled, base: int) -> Any:
   """The schedule's record (its passes, since ahead.mark; its variables' values in this run); returns tinygrad's linear."""
   if ahead.var_vals: trace["variables"] = ahead.var_vals
   groups = tg.passes_since(ahead.mark, base)
@@ -290,11 +290,11 @@ def _scheduler_record(trace: dict, ahead: Scheduled, base: int) -> Any:
   return ahead.linear
 
 
-def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], kernel_role: Callable[[dict, list[dict], Any], str],
+def _record_schedule(trace: dict[str, Any], linear: Any, roles: dict[int, str], kernel_role: Callable[[dict[str, Any], list[dict[str, Any]], Any], str],
                      refs: list[Any] | None = None) -> list[tg.Call]:
   calls = tg.calls(linear)
   index: dict[int, int] = {}
-  blist: list[dict] = []
+  blist: list[dict[str, Any]] = []
   def buf(b: Any) -> int:
     if (k := tg.buffer_key(b)) not in index:
       index[k] = len(blist)
@@ -317,7 +317,7 @@ def _record_schedule(trace: dict, linear: Any, roles: dict[int, str], kernel_rol
   for s in trace["schedule"]: s["role"] = kernel_role(s, blist, calls[s["index"]]) if s["kind"] == "kernel" else s["kind"]
   return calls
 
-def _role(s: dict, buffers: list[dict], call: tg.Call, variant: Variant) -> str:
+def _role(s: dict[str, Any], buffers: list[dict[str, Any]], call: tg.Call, variant: Variant) -> str:
   """What a convolution's kernel computes, from data flow: which of input/weight it reads, whether it reduces, whether it writes the
   output."""
   read_roles = {buffers[i]["role"] for i in s["reads"]}
@@ -342,7 +342,7 @@ def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, varian
     mark = tg.tracking_mark()
     timer = tg.CompileTimer(renderer)
     st = time.perf_counter()
-    beam: contextlib.AbstractContextManager[list] = tg.recording_beam() if variant.opt.startswith("beam:") else contextlib.nullcontext([])
+    beam: contextlib.AbstractContextManager[list[Any]] = tg.recording_beam() if variant.opt.startswith("beam:") else contextlib.nullcontext([])
     try:
       with rec.tinygrad("codegen"), beam as timed: prg = tg.codegen_host(c.ast, renderer, custom)
     finally: timer.close()
@@ -385,7 +385,7 @@ def _kernel_notes(role: str, storage: Storage) -> list[str]:
     notes.append("MHAT never reaches global memory: the reduce accumulates it " + (f"in {' and '.join(where)}" if where else "in scalar registers"))
   return notes
 
-def _render(trace: dict, calls: list[tg.Call], renders: dict[str, Future], pool: RenderPool, blobs: dict[str, bytes]) -> None:
+def _render(trace: dict[str, Any], calls: list[tg.Call], renders: dict[str, Future[Any]], pool: RenderPool, blobs: dict[str, bytes]) -> None:
   """Every target's records (rendered beside codegen) and rewrite blob; `sources` keeps each target's source too."""
   kernels = [c for c in calls if c.kind == "kernel"]
   by_call = {k["call"]: k for k in trace["kernels"]}
@@ -412,7 +412,7 @@ def _run(rec: Recorder, linear: Any, program: Program) -> Any:
   elif check is not None: check(trace, outs)
   return compiled
 
-def _check_conv(trace: dict, spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, got: np.ndarray, dump_io: str | None) -> None:
+def _check_conv(trace: dict[str, Any], spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, got: np.ndarray, dump_io: str | None) -> None:
   from explorer.tracing.reference import conv2d_error
   trace["error"] = conv2d_error(got, x_np, w_np, spec.stride, spec.pad, spec.groups)
   tolerance, judged = error_tolerance(trace["variant"], spec.dtype)
@@ -426,7 +426,7 @@ def _dump_io(path: str, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
   p.mkdir(parents=True, exist_ok=True)
   for name, arr in (("input", x), ("weight", w), ("output", out)): np.save(p / f"{name}.npy", arr)
 
-def _time(trace: dict, compiled: Any, variant: Variant, tinygrad: TinygradClock, eager_s: float | None) -> None:
+def _time(trace: dict[str, Any], compiled: Any, variant: Variant, tinygrad: TinygradClock, eager_s: float | None) -> None:
   """The kernels each alone and the schedule replayed back to back, by the device's clock (explorer.tracing.timing.time_schedule)."""
   from explorer.tracing.timing import time_schedule
   device = trace["env"]["device"]
@@ -440,13 +440,13 @@ def _time(trace: dict, compiled: Any, variant: Variant, tinygrad: TinygradClock,
                      "method": got["method"], "notice": got["notice"], "span_s": got["span_s"], "replay": got["replay"],
                      "eager_s": eager_s}
 
-def add_totals(trace: dict) -> None:
+def add_totals(trace: dict[str, Any]) -> None:
   ks = trace["kernels"]
   trace["totals"] = {"kernels": len(ks), "copies": sum(1 for s in trace["schedule"] if s["kind"] == "copy"), "buffers": len(trace["buffers"]),
                      "flops": sum(k["flops"] for k in ks), "bytes": sum(k["bytes"] for k in ks), "compile_s": sum(k["compile_s"] for k in ks),
                      "codegen_s": sum(k["codegen_s"] for k in ks), "time_s": (trace.get("timing") or {}).get("total_s")}
 
-def _link_stages(trace: dict, d: dict, arg_nums: list[int | None]) -> None:
+def _link_stages(trace: dict[str, Any], d: dict[str, Any], arg_nums: list[int | None]) -> None:
   """The STAGE rows in terms of the schedule's buffers (indexes into trace.buffers), from rangeify's data flow (tg.pipeline.stages_in):
   a realized row's `buffer` is the argument it stores; a kept row's, the intermediate of its size written by the kernel that reads
   what its value is computed from; each created and inlined row gets `reads` (the buffers its value is computed from) and `into` (the
@@ -475,7 +475,7 @@ def _link_stages(trace: dict, d: dict, arg_nums: list[int | None]) -> None:
   for k, row in enumerate(stages["kept"]):
     if k in of_kept: row["reads"] = named(created[of_kept[k]].reads)
 
-def _record_stages(trace: dict, log: tg.LiveLog) -> None:
+def _record_stages(trace: dict[str, Any], log: tg.LiveLog) -> None:
   """Bufferize decisions, read off this process's rewrite log (rebuilding only the graphs needed)."""
   try:
     passes = [tg.Pass(p["group"], p["step"], p["name"], p["depth"], p["matches"], p["sink"]) for p in trace["scheduler"]["passes"]]
@@ -487,7 +487,7 @@ def _record_stages(trace: dict, log: tg.LiveLog) -> None:
   if "note" in d:  # no rangeify pass ran for this schedule: nothing decided here
     trace["scheduler"]["note"] = d["note"]
     return
-  def rows(xs: list) -> list[dict]:
+  def rows(xs: list[Any]) -> list[dict[str, Any]]:
     return [{k: v for k, v in s.__dict__.items() if k not in ("reads", "into", "symbolic")} | {"shape": list(s.shape)}
             | ({"symbolic": s.symbolic.record()} if s.symbolic is not None else {}) for s in xs]
   trace["scheduler"]["stages"] = {"created": rows(d["created"]), "kept": rows(d["kept"]), "fused": rows(d["fused"]),

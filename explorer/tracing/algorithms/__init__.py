@@ -8,7 +8,7 @@ def direct(x: Tensor, w: Tensor, spec: ConvSpec) -> Tensor:
 
 def winograd_builtin(x: Tensor, w: Tensor, spec: ConvSpec) -> Tensor:
   # tinygrad reads WINO when conv2d builds the graph, so the context only needs to span graph construction
-  with Context(WINO=1): return direct(x, w, spec)  # type: ignore[no-untyped-call]  # (tinygrad's Context is untyped)
+  with Context(WINO=1): return direct(x, w, spec)
 
 def build_conv(x: Tensor, w: Tensor, spec: ConvSpec, variant: Variant) -> Tensor:
   """The output Tensor for (spec, variant); variant must already be resolved against spec (Variant.resolve)."""

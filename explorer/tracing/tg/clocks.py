@@ -152,7 +152,8 @@ class CudaDriver:
     from tinygrad import Device
     from tinygrad.runtime.autogen import cuda
     from tinygrad.runtime.ops_cuda import check
-    self.cuda, self.check, self.dev = cuda, check, cast(Any, Device[device])  # a CUDADevice: its context and cu_device
+    self.cuda, self.dev = cuda, cast(Any, Device[device])  # a CUDADevice: its context and cu_device
+    self.check: Callable[[Any], None] = check  # tinygrad's: raises on a CUDA error
     check(cuda.cuCtxSetCurrent(self.dev.context))
     self.host = ctypes.c_void_p()
     check(cuda.cuMemHostAlloc(ctypes.byref(self.host), 4, 0x02))  # CU_MEMHOSTALLOC_DEVICEMAP

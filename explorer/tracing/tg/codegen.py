@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections, contextlib, dataclasses, os, sys, tempfile, time, typing
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import ansistrip
 from tinygrad.renderer import Renderer
@@ -74,8 +74,8 @@ def codegen_deviceless(ast: UOp, renderer: Renderer, rewrites: Sequence[Rewrite]
 @dataclass
 class ProgramFacts:
   name: str
-  global_size: list
-  local_size: list | None
+  global_size: list[Any]
+  local_size: list[Any] | None
   flops: int
   lds: int
   mem: int
@@ -87,7 +87,7 @@ class ProgramFacts:
   nums: list[int]           # each linear UOp's trace number in the rewrite blob: the graph pages find them by it
   sink: int                 # the program's SINK (what spec_program checks) by its trace number: an analysis rebuilds it from the blob
 
-UOP_CLASSES = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
+UOP_CLASSES: dict[str, Callable[[UOp], bool]] = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
                "consts": lambda u: u.op is Ops.CONST, "ranges": lambda u: u.op is Ops.RANGE}
 
 def uops_listing(lin: Sequence[UOp], device: str | None = None) -> list[str]:

@@ -38,7 +38,7 @@ def _cuda_tensor_cores(arch: str) -> dict[str, Any]: return {"tensor_cores": tc.
 def _ptx_tensor_cores(arch: str) -> dict[str, Any]:
   return {"tensor_cores": PTXRenderer.tc_sm80 if int(arch[3:]) >= 80 else []} if at_least(0, 13) else {}
 
-def _metal_tensor_cores(arch: str) -> list:  # as MetalRenderer.__init__: Apple7 (M1) and later
+def _metal_tensor_cores(arch: str) -> list[Any]:  # as MetalRenderer.__init__: Apple7 (M1) and later
   return tc.metal if arch.startswith("Apple") and arch[5:].isdigit() and int(arch[5:]) >= 7 else []
 
 class Renderable(NamedTuple):

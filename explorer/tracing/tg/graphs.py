@@ -21,7 +21,7 @@ class RewriteBlob:
     from explorer.tracing.tg.viewer import _reconstruct
     return _reconstruct(self.data, trace_num)
 
-  def graph_of(self, trace_num: int) -> dict: return uop_graph(self, self.sink(trace_num))
+  def graph_of(self, trace_num: int) -> dict[str, Any]: return uop_graph(self, self.sink(trace_num))
 
   def rewrite(self, group: int, step: int) -> TrackedGraphRewrite: return self.data.trace.rewrites[group][step]
 
@@ -44,7 +44,7 @@ class RewriteBlob:
       with contextlib.suppress(KeyError, IndexError): out.append(str(id(self.sink(n))))  # (a UOp the blob does not hold: left out)
     return out
 
-  def pass_steps(self, group: int, step: int, limit: int) -> Iterator[dict]:
+  def pass_steps(self, group: int, step: int, limit: int) -> Iterator[dict[str, Any]]:
     """The graph before a pass, then after each of its first `limit` matches (changed nodes and the matching rule named)."""
     from explorer.tracing.tg.viewer import get_full_rewrite
     for i, st in enumerate(get_full_rewrite(self.data, self.data.trace.rewrites[group][step])):
@@ -52,7 +52,7 @@ class RewriteBlob:
       yield {"graph": _with_nums(_graph_from_viz(st["graph"]), self.nums()), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
              "rule": None if st["upat"] is None else f"{st['upat'][0][0].split('/')[-1]}:{st['upat'][0][1]}"}
 
-  def rules_fired(self, group: int, step: int) -> list[dict]:
+  def rules_fired(self, group: int, step: int) -> list[dict[str, Any]]:
     """The rules a pass's matches went through, each once with its count, most first: its code as it stands in its file (the UPat's
     first line, spaces collapsed: what names a rule across tinygrad versions, whose line numbers move) and where it is (file:line)."""
     counts: dict[tuple[str, int], int] = {}
@@ -60,13 +60,13 @@ class RewriteBlob:
     return sorted(({"code": " ".join(rule_source(loc, self.sources).split("\n")[0].split()) or f"{rule_file(loc[0])}:{loc[1]}",
                     "at": f"{rule_file(loc[0])}:{loc[1]}", "count": n} for loc, n in counts.items()), key=lambda r: (-r["count"], r["at"]))
 
-  def pass_record(self, group: int, step: int) -> dict:
+  def pass_record(self, group: int, step: int) -> dict[str, Any]:
     """Where in tinygrad a pass was called (the graph_rewrite call's file:line and its code) and how many matches it recorded."""
     r = self.data.trace.rewrites[group][step]
     return {"name": r.name, "call": f"{rule_file(r.loc[0])}:{r.loc[1]}", "call_code": rule_source(r.loc, self.sources).split("\n")[0].strip(),
             "total": len(r.matches), "bottom_up": r.bottom_up, "depth": r.depth}
 
-  def matches(self, group: int, step: int, offset: int, limit: int, depth: int = 3) -> list[dict]:
+  def matches(self, group: int, step: int, offset: int, limit: int, depth: int = 3) -> list[dict[str, Any]]:
     """Matches offset+1..offset+limit of a pass (every one tinygrad recorded), each with its rule (file:line and the UPat's source as
     it stands in its file), the time the match took, and the rewritten UOp before and after: graphs `depth` sources deep and the
     text diff of their Python forms (tinygrad's pyrender, as its viewer diffs them). No replay of the pass: each match is rebuilt alone."""
@@ -80,12 +80,12 @@ class RewriteBlob:
                   "before": _graph_from_viz(uop_to_json(self.data, u0)), "after": _graph_from_viz(uop_to_json(self.data, u1))})
     return out
 
-  def origins(self, group: int, nums: Sequence[int]) -> list[dict]:
+  def origins(self, group: int, nums: Sequence[int]) -> list[dict[str, Any]]:
     """origin() of each of nums, sharing the replay's graphs."""
     seen: dict[int, set[int]] = {}
     return [self.origin(group, n, seen) for n in nums]
 
-  def origin(self, group: int, num: int, seen: dict[int, set[int]] | None = None) -> dict:
+  def origin(self, group: int, num: int, seen: dict[int, set[int]] | None = None) -> dict[str, Any]:
     """Which pass of a rewrite group made the UOp with trace number num, read from the log itself by replaying where it first appears:
     pass by pass in the order they ran, the graph the pass started from, then each match's result. The first match whose result holds
     it (and whose pass did not start with it) made it: that pass and that rule. A UOp first seen in the graph a pass starts from was
@@ -100,7 +100,7 @@ class RewriteBlob:
       r = rewrites[step]
       parent = next((q.name for q in reversed(rewrites[:step]) if q.depth < r.depth), None)
       return f"{r.name} (inside {parent})" if parent and r.depth > 0 else r.name
-    def found(kind: str, step: int | None, match: int | None = None, loc: Any = None) -> dict:
+    def found(kind: str, step: int | None, match: int | None = None, loc: Any = None) -> dict[str, Any]:
       return {"num": num, "kind": kind, "step": step, "name": None if step is None else name(step), "match": match,
               "depth": None if step is None else rewrites[step].depth, "rule": None if loc is None else f"{rule_file(loc[0])}:{loc[1]}",
               "rule_source": None if loc is None else rule_source(loc, self.sources)}
@@ -116,17 +116,17 @@ class RewriteBlob:
     lines = pystr(self.sink(trace_num)).splitlines()
     return "\n".join(lines[:max_lines]), len(lines) > max_lines
 
-def uop_graph(blob: RewriteBlob, sink: UOp) -> dict:
+def uop_graph(blob: RewriteBlob, sink: UOp) -> dict[str, Any]:
   from explorer.tracing.tg.viewer import uop_to_json
   return _with_nums(_graph_from_viz(uop_to_json(blob.data, sink)), blob.nums())
 
-def _with_nums(g: dict, nums: dict[int, int]) -> dict:
+def _with_nums(g: dict[str, Any], nums: dict[int, int]) -> dict[str, Any]:
   """Each node that is a recorded UOp gets its trace number (`num`): stable across graphs and processes, unlike the node ids."""
   for n in g["nodes"]:
     if (num := nums.get(int(n["id"]))) is not None: n["num"] = num
   return g
 
-def _graph_from_viz(g: dict[int, dict]) -> dict:
+def _graph_from_viz(g: dict[int, dict[str, Any]]) -> dict[str, Any]:
   nodes = [{"id": str(k), "label": plain(v["label"]), "op": v["label"].split("\n", 1)[0], "color": v["color"],
             "addrspace": v.get("addrspace")} for k, v in g.items() if not v.get("exclude")]  # (0.13 leaves the excluded out)
   keep = {n["id"] for n in nodes}

@@ -1,11 +1,12 @@
 """NVRTC (NVIDIA's wheel), through tinygrad's own bindings: CUDA compile facts without a GPU."""
 from __future__ import annotations
 import ctypes, os
+from typing import Any
 from collections.abc import Callable
 
 NVRTC_FILE = "kernel.cu"  # the name the program's source has: its SASS lines name it
 
-def nvrtc_compiler() -> Callable[[str, str], dict] | None:
+def nvrtc_compiler() -> Callable[[str, str], dict[str, Any]] | None:
   """A compile function (source, arch) -> {ok, compiler, log, ptx, cubin}, when NVRTC's library loads (NVRTC_PATH set before this
   package was imported; explorer.tracing.renders sets it from the wheel); None otherwise."""
   try:
@@ -16,7 +17,7 @@ def nvrtc_compiler() -> Callable[[str, str], dict] | None:
   except Exception: return None
   name = f"NVRTC {major.value}.{minor.value}"
   include = os.environ.get("KERNEL_EXPLORER_CUDA_INCLUDE")  # the wheel's cuda_fp16.h: NVRTC does not build it in
-  def compile(src: str, arch: str) -> dict:
+  def compile(src: str, arch: str) -> dict[str, Any]:
     opts = [f"--gpu-architecture={arch}", "--generate-line-info", "-Xptxas", "-v"] + ([f"-I{include}"] if include else [])
     nvrtc_check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog := nvrtc.nvrtcProgram()), src.encode(), NVRTC_FILE.encode(), 0, None, None))
     try:

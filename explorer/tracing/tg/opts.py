@@ -20,7 +20,7 @@ from explorer.tracing.tg.pipeline import kernel_reads_writes
 
 # ***** options: the variant's optimization setting as tinygrad context *****
 
-def opt_context(opt: str) -> contextlib.AbstractContextManager:
+def opt_context(opt: str) -> contextlib.AbstractContextManager[Any]:
   if opt == "none": return Context(NOOPT=1, BEAM=0)
   if opt.startswith("beam:"): return Context(NOOPT=0, BEAM=int(opt.split(":")[1]))
   return Context(NOOPT=0, BEAM=0)
@@ -62,7 +62,7 @@ def opts_start(ast: UOp, renderer: Renderer) -> UOp:
   finally: codegen.apply_opts = original
   raise RuntimeError("tinygrad's codegen did not reach apply_opts")
 
-_starts: dict[tuple, UOp] = {}  # opts_start by tinygrad's program key: a schedule's checks, heuristic and next opts share one
+_starts: dict[tuple[Any, ...], UOp] = {}  # opts_start by tinygrad's program key: a schedule's checks, heuristic and next opts share one
 
 def _scheduler(ast: UOp, renderer: Renderer, opts: Sequence[Opt]) -> Any:
   """tinygrad's Scheduler for the kernel, as apply_opts starts it, with these opts applied in order (OptRefused names the one refused)."""

@@ -238,7 +238,7 @@ def _is_variable(u: UOp) -> bool:
 # pass names of rangeify in get_kernel_graph: STAGEs exist after apply rangeify; removable ones are fused away in DEBUF
 RANGEIFY_PASS, DEBUF_PASS, STAGE_TO_STORE_PASS = "apply rangeify", "symbolic+reduce_collapse+debuf", "stage to store"
 
-def stage_decisions(blob: RewriteBlob | LiveLog, passes: list[Pass], var_vals: dict[str, int] | None = None) -> dict:
+def stage_decisions(blob: RewriteBlob | LiveLog, passes: list[Pass], var_vals: dict[str, int] | None = None) -> dict[str, Any]:
   """Which STAGEs rangeify created, which the debuf pass removed (fused) and which survived to become buffers.
   Read off the graphs tinygrad recorded at the start of the debuf pass and of the pass after it."""
   names = [p.name for p in passes]
@@ -290,7 +290,7 @@ def buffer_key(b: UOp) -> int:
   # the memory planner hands some kernels a view (e.g. a BITCAST) into a shared arena: each distinct view is one logical buffer
   return id(b if b.op is not Ops.BUFFER else b.buf_uop)
 
-def buffer_facts(b: UOp) -> dict:
+def buffer_facts(b: UOp) -> dict[str, Any]:
   arena = b.buf_uop
   facts = {"numel": max_numel(b), "dtype": b.dtype.name, "nbytes": max_numel(b) * b.dtype.itemsize,
            "device": arena.device if isinstance(arena.device, str) else ",".join(arena.device), "num": b.trace_num}

@@ -59,6 +59,6 @@ def profiling() -> Iterator[Profiling]:
   p = Profiling()
   with Context(PROFILE=max(1, PROFILE.value)): yield p
 
-def profiling_paused() -> contextlib.AbstractContextManager:
+def profiling_paused() -> contextlib.AbstractContextManager[Any]:
   """No events inside (the timing stage's thousands of runs are the timing record's, not the timeline's)."""
   return Context(PROFILE=0) if PROFILE.value else contextlib.nullcontext()

@@ -182,7 +182,7 @@ def _patch_onnx(stack: contextlib.ExitStack) -> None:
   runner = getattr(onnx, "OnnxRunner", None)
   if runner is None or not hasattr(runner, "_init_from_graph"): return
   def init(plain: Callable[..., Any]) -> Callable[..., Any]:
-    def named(self: Any, graph: dict, *args: Any, **kwargs: Any) -> Any:
+    def named(self: Any, graph: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
       ret = plain(self, graph, *args, **kwargs)
       with contextlib.suppress(Exception): _onnx_names[self] = tuple(str(n.get("name") or "") for n in graph["node"])
       return ret
@@ -252,7 +252,7 @@ class _Carry:
       with contextlib.suppress(Exception):  # (not a kernel create_schedule would call so: left out)
         self.kernels[_call_on(call.src[0], _buffer_states(call))] = entries
 
-  def _beneath(self, u: UOp) -> tuple | None:
+  def _beneath(self, u: UOp) -> tuple[Any, ...] | None:
     """The entry of the compute nearest below a view (a movement op a rewrite turned into compute: RESHAPE(REDUCE) -> REDUCE(RESHAPE))."""
     frontier = list(u.src)
     for _ in range(4):
@@ -308,7 +308,7 @@ def _carrying_outside_a_schedule() -> Iterator[None]:
     try: yield
     finally: _CARRY.depth -= 1
 
-def _schedule_cache() -> dict | None:
+def _schedule_cache() -> dict[str, Any] | None:
   """tinygrad's schedule cache (a graph's linear by its key), the dict itself: tinygrad's compiled patterns keep the globals their
   functions name as they were when first compiled, so the dict is watched and emptied in place, never replaced."""
   cache = getattr(sys.modules.get("tinygrad.schedule"), "schedule_cache", None)
@@ -374,7 +374,7 @@ def carrying_metadata(sink: UOp, fresh: bool = False) -> Iterator[Carrying]:
         if fresh: cache.update({**held, **cache})
       _CARRY.scope, _CARRY.kernels, _CARRY.calls, _CARRY.gen = None, {}, [], _CARRY.gen + 1  # what is carried outside a schedule is the next one's
 
-def site_signature(sink: UOp) -> frozenset:
+def site_signature(sink: UOp) -> frozenset[Any]:
   """The Tensor functions and lines a tensor graph's metadata names: two realizes of one graph from other lines differ in it."""
   md = uop_ops.all_metadata
   return frozenset((m.name, m.backward, getattr(m, "site", None)) for u in sink.toposort() if (ms := md.get(u)) for m in ms)
@@ -391,7 +391,7 @@ def own_compute(root: UOp, trusted: Callable[[UOp], bool] = lambda u: True) -> l
   stores are computed from, not looking into what it loads (those values were computed by the kernels that stored them) nor into
   another call. Deduplicated, in source order; metadata made before the recording began (a random seed's counter) has no line: noise
   beside a kernel's recorded lines, left out where there are some."""
-  out: dict[tuple, Entry] = {}
+  out: dict[tuple[Any, ...], Entry] = {}
   seen: set[UOp] = set()
   stack = [root]
   while stack:

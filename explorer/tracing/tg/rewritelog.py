@@ -15,7 +15,7 @@ from explorer.tracing.tg.compat import FLAT_DTYPES, CallInfo, ConstFloat, ParamA
 from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, location_key, package_path, read_plain, refused, stored_location
 from explorer.blob import PlainWriter
 
-def rebuild(fields: collections.abc.Mapping[int, tuple], num: int, built: dict[int, UOp]) -> UOp:
+def rebuild(fields: collections.abc.Mapping[int, tuple[Any, ...]], num: int, built: dict[int, UOp]) -> UOp:
   """The UOp a rewrite log recorded as `num`, rebuilt from its fields (op, dtype, sources' numbers, arg, tag), as tinygrad's viewer
   rebuilds it, without recursion (a deep graph would exhaust Python's stack). built caches what is rebuilt: UOps are interned, so a
   rebuilt graph shares its nodes with every other rebuilt from the same cache."""
@@ -124,7 +124,7 @@ ENCODER_UNSTORED: collections.Counter[str] = collections.Counter()  # classes ke
 def _check(ok: bool, why: str) -> None:
   if not ok: raise refused(why)
 
-class LogFields(collections.abc.Mapping):
+class LogFields(collections.abc.Mapping[int, Any]):
   """A rewrite log's UOp fields by trace number, each decoded when first read (tinygrad's viewer reads uop_fields[n] only)."""
   def __init__(self, body: dict[str, Any]):
     cols = body["fields"]
@@ -137,7 +137,7 @@ class LogFields(collections.abc.Mapping):
     _check(isinstance(body["dtypes"], list), "its dtypes are not a list")
     self.dtypes: list[DType] = []
     for d in body["dtypes"]: self.dtypes.append(self._dtype(d))
-    self.decoded: dict[int, tuple] = {}
+    self.decoded: dict[int, tuple[Any, ...]] = {}
     self.built: dict[int, UOp] = {}
     self.sources: dict[str, str] = {}  # each rule location's source, as the trace captured it (location_key -> text)
 
@@ -164,7 +164,7 @@ class LogFields(collections.abc.Mapping):
 
   def __len__(self) -> int: return len(self.row)
   def __iter__(self) -> Iterator[int]: return iter(self.row)
-  def __getitem__(self, num: int) -> tuple:
+  def __getitem__(self, num: int) -> tuple[Any, ...]:
     if (got := self.decoded.get(num)) is not None: return got
     i, c = self.row[num], self.cols
     op, dtype, src = c["op"][i], c["dtype"][i], c["src"][i]
@@ -223,7 +223,7 @@ def decode_rewrite_log(blob: bytes) -> RewriteTrace:
   keys = [TracingKey(name, tuple(fields.value(v)) if isinstance(v, list) else (), None, None) for name, v in body["keys"]]
   _check(isinstance(body["rewrites"], list) and all(isinstance(g, list) and all(isinstance(r, list) and len(r) == len(names) for r in g)
                                                      for g in body["rewrites"]), "a rewrite is malformed")
-  def rewrite(r: list) -> TrackedGraphRewrite:
+  def rewrite(r: list[Any]) -> TrackedGraphRewrite:
     got = dict(zip(names, r, strict=False))
     _check(isinstance(got["matches"], list) and all(isinstance(m, list) and len(m) == 4 and m[0] in fields.row and m[1] in fields.row
                                                     and type(m[3]) in (int, float) for m in got["matches"]), "a rewrite's matches are malformed")

@@ -45,7 +45,7 @@ def buffer_key(b: Any) -> int:
   """One logical buffer: a Buffer, or a UOp by the Buffer it holds (a tensor's)."""
   return id(b.buffer if isinstance(b, UOp) else b)
 
-def buffer_facts(b: Any) -> dict:
+def buffer_facts(b: Any) -> dict[str, Any]:
   u = _uop_of(b)
   facts = {"numel": b.size, "dtype": b.dtype.name, "nbytes": b.nbytes, "device": b.device, "num": u.trace_num if u is not None else None}
   if b._base is not None: facts["planned"] = f"view into a {b._base.nbytes}-byte buffer of the memory planner"
