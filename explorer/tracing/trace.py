@@ -290,8 +290,8 @@ def _scheduler_record(trace: dict[str, Any], ahead: Scheduled, base: int) -> Any
   return ahead.linear
 
 
-def _record_schedule(trace: dict[str, Any], linear: Any, roles: dict[int, str], kernel_role: Callable[[dict[str, Any], list[dict[str, Any]], Any], str],
-                     refs: list[Any] | None = None) -> list[tg.Call]:
+def _record_schedule(trace: dict[str, Any], linear: Any, roles: dict[int, str],
+                     kernel_role: Callable[[dict[str, Any], list[dict[str, Any]], Any], str], refs: list[Any] | None = None) -> list[tg.Call]:
   calls = tg.calls(linear)
   index: dict[int, int] = {}
   blist: list[dict[str, Any]] = []

@@ -87,8 +87,9 @@ class ProgramFacts:
   nums: list[int]           # each linear UOp's trace number in the rewrite blob: the graph pages find them by it
   sink: int                 # the program's SINK (what spec_program checks) by its trace number: an analysis rebuilds it from the blob
 
-UOP_CLASSES: dict[str, Callable[[UOp], bool]] = {"alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
-               "consts": lambda u: u.op is Ops.CONST, "ranges": lambda u: u.op is Ops.RANGE}
+UOP_CLASSES: dict[str, Callable[[UOp], bool]] = {
+  "alu": lambda u: u.op in GroupOp.ALU, "loads": lambda u: u.op is Ops.LOAD, "stores": lambda u: u.op is Ops.STORE,
+  "consts": lambda u: u.op is Ops.CONST, "ranges": lambda u: u.op is Ops.RANGE}
 
 def uops_listing(lin: Sequence[UOp], device: str | None = None) -> list[str]:
   """tinygrad's print_uops, line for line (without colour), in linear time: print_uops looks each source up in the list itself, which
