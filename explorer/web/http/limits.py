@@ -119,7 +119,7 @@ def replay(body: bytes, receive: Receive) -> Receive:
     return {"type": "http.request", "body": body, "more_body": False}
   return again
 
-def client_of(scope: Scope) -> str: return (scope.get("client") or ("?", 0))[0]
+def scope_client(scope: Scope) -> str: return (scope.get("client") or ("?", 0))[0]  # ("?": a test client without an address)
 
 class RequestLimits:
   def __init__(self, app: App, config: LimitConfig):
@@ -167,7 +167,7 @@ class RequestLimits:
 
   async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
     """An event stream, counted against the stream caps (in all and per client address), not against max_in_flight."""
-    cfg, client = self.config, client_of(scope)
+    cfg, client = self.config, scope_client(scope)
     if (cfg.max_streams and self.streams >= cfg.max_streams) or \
        (cfg.max_streams_per_client and self.streams_of.get(client, 0) >= cfg.max_streams_per_client):
       mine = self.streams_of.get(client, 0)
