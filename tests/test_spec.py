@@ -297,3 +297,9 @@ def test_hand_opts_are_checked_as_text_and_split_as_urls_write_them():
   assert re.fullmatch(HAND_OPTS_QUERY, "UPCAST:0:4,TC:0:-1,2,1") and not re.fullmatch(HAND_OPTS_QUERY, "UPCAST:0:4;LOCAL:1:8")
   assert opt_label("Opt(op=OptOps.UPCAST, axis=0, arg=4)") == "UPCAST:0:4" and opt_label("Opt(op=OptOps.TC, axis=0, arg=(-1, 2, 1))") == "TC:0:-1,2,1"
   assert opt_label("Opt(op=OptOps.NOLOCALS, axis=None, arg=None)") == "NOLOCALS::" and opt_label("LOCAL:1:8") == "LOCAL:1:8"
+
+def test_the_opt_syntax_names_tinygrads_opts():
+  """spec.OPT_OPS (what a request may write, checked without tinygrad) is the installed tinygrad's OptOps, in its order."""
+  from explorer.spec import OPT_OPS
+  from explorer.tracing.tg.opts import TINYGRAD_OPT_OPS
+  assert OPT_OPS == TINYGRAD_OPT_OPS

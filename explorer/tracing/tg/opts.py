@@ -27,7 +27,7 @@ def opt_context(opt: str) -> contextlib.AbstractContextManager[Any]:
 
 # ***** opts by hand: tinygrad's Opt(op, axis, arg), written "UPCAST:0:4", applied as apply_opts applies a kernel's opts_to_apply *****
 
-OPT_OPS = tuple(o.name for o in OptOps)
+TINYGRAD_OPT_OPS = tuple(o.name for o in OptOps)  # this tinygrad's (explorer.spec.OPT_OPS: the syntax a request may use)
 
 class OptRefused(ValueError):
   """Text that is no opt, or an opt tinygrad refuses for this kernel at this point (its KernelOptError's message)."""
@@ -40,7 +40,8 @@ def opt_text(o: Opt) -> str:
 def parse_opt(text: str) -> Opt:
   op, _, rest = text.strip().partition(":")
   axis, _, arg = rest.partition(":")
-  if op.upper() not in OPT_OPS: raise OptRefused(f"{text!r}: no such opt; tinygrad's are {', '.join(OPT_OPS)} (written OP:AXIS:ARG, UPCAST:0:4)")
+  if op.upper() not in TINYGRAD_OPT_OPS:
+    raise OptRefused(f"{text!r}: no such opt; tinygrad's are {', '.join(TINYGRAD_OPT_OPS)} (written OP:AXIS:ARG, UPCAST:0:4)")
   try:
     args = tuple(int(x) for x in arg.split(",")) if arg else ()
     return Opt(OptOps[op.upper()], int(axis) if axis else None, args if len(args) > 1 else args[0] if args else None)

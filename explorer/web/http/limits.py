@@ -119,7 +119,7 @@ def replay(body: bytes, receive: Receive) -> Receive:
     return {"type": "http.request", "body": body, "more_body": False}
   return again
 
-def scope_client(scope: Scope) -> str: return (scope.get("client") or ("?", 0))[0]  # ("?": a test client without an address)
+def scope_client(scope: Scope) -> str: return (scope.get("client") or ("?", 0))[0]  # ("?": none, over a unix socket or from a test)
 
 class RequestLimits:
   def __init__(self, app: App, config: LimitConfig):
