@@ -142,3 +142,21 @@ def test_every_page_is_in_the_nav():
   nav = (REPO / "mkdocs.yml").read_text()
   missing = [str(p.relative_to(REPO / "docs")) for p in PAGES[1:] if f" {p.relative_to(REPO / 'docs')}" not in nav]
   assert not missing, f"docs pages missing from mkdocs.yml's nav: {missing}"
+
+def test_the_architecture_is_a_map():
+  """ARCHITECTURE.md is a map, not a manual: at most 200 lines of at most 100 characters, what to read first and the entry points in
+  its first 50 lines, and each numbered invariant naming its check: a lint run, or tests that exist (each test file and test named)."""
+  lines = (REPO / "ARCHITECTURE.md").read_text().splitlines()
+  assert len(lines) <= 200 and not (long := [i + 1 for i, ln in enumerate(lines) if len(ln) > 100]), (len(lines), long)
+  assert {"## Read first", "## Entry points"} <= set(lines[:50])
+  section = "\n".join(lines[lines.index("## Invariants") + 1:lines.index("## Where to start")])
+  items = re.split(r"\n(?=\d+\. )", section.split("\n\n", 2)[-1].strip())
+  assert len(items) >= 10 and [int(it.split(".")[0]) for it in items] == list(range(1, len(items) + 1)), items
+  for item in items:
+    check = re.search(r"\*([^*]+)\*\s*$", item, re.S)
+    assert check, f"invariant without its check: {item[:80]}"
+    files = re.findall(r"`(tests/[\w/]+\.py)`", check.group(1))
+    assert files or re.search(r"`(lint-imports|make lint)`", check.group(1)), f"no test or lint rule named: {item[:80]}"
+    sources = "".join((REPO / f).read_text() for f in files)
+    for name in re.findall(r"`(test_\w+)`", check.group(1)):
+      assert f"def {name}(" in sources, f"{name} is in none of {files}"
