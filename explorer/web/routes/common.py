@@ -11,6 +11,7 @@ from explorer.present.render import rendered_targets
 from explorer.schema import KernelRecord, Pass, SpecCheck, TraceRecord, host_target
 from explorer.spec import STAGE_TITLES
 from explorer.web.http import deps
+from explorer.web.services import admission
 from explorer.web.services.graphs import MAX_STEPS
 from explorer.web.http.work import WorkGate
 from explorer.web.services.enrichments import EnrichmentUnavailable, EnrichTask
@@ -85,14 +86,14 @@ async def trace_page(request: Request, svc: Services, trace_id: str, template: s
                      **ctx: Any) -> HTMLResponse:
   """A trace view; while the trace runs (or if it failed before storing anything) the progress page stands in, at the same URL. light:
   the template reads the trace light (no kernel's sources, listing or passes: explorer.store.pieces), as the route did."""
-  trace = await deps.stored_trace(svc, trace_id, light)
+  trace = await admission.stored_trace(svc, trace_id, light)
   if trace is None: return await progress_page(request, svc, trace_id)
   rows = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "ribbon", lambda t: ribbon_rows(t, trace_id))  # a big program's: 30 ms
   return await page(request, template, trace=trace, trace_id=trace_id, ribbon=marked(rows, current), base=trace_url(trace_id), **ctx)
 
 async def progress_page(request: Request, svc: Services, trace_id: str) -> HTMLResponse:
   """What stands in for a trace that is not stored: its progress while it runs (or if it failed before storing anything); else 404."""
-  status = await deps.status_of(svc, trace_id)
+  status = await admission.status_of(svc, trace_id)
   if status is None: raise HTTPException(404, f"no trace {trace_id}")
   return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES, so_far=so_far(svc, trace_id))
 

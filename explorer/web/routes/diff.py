@@ -14,6 +14,7 @@ from explorer.schema import KernelRecord, TraceRecord
 from explorer.spec import PRESETS, STAGE_TITLES, TARGETS, TINYGRAD, TRACEABLE, SpecError, knobs
 from explorer.store import trace_key
 from explorer.web.http import deps
+from explorer.web.services import admission
 from explorer.web.http.deps import ServicesDep
 from explorer.web.http.models import TraceRequest, documented
 from explorer.web.http.templates import TARGET_LABELS
@@ -174,8 +175,8 @@ def targets_of(a: TraceRecord, b: TraceRecord) -> list[str]:
 async def side_or_progress(request: Request, svc: Services, trace_id: str) -> TraceRecord | HTMLResponse:
   """The stored trace read light (a group's kernels are read whole as it is diffed and shown), or (while it runs) the progress page in
   its place: it reloads this URL when the trace is done."""
-  if (trace := await deps.stored_trace(svc, trace_id, light=True)) is not None: return trace
-  status = await deps.status_of(svc, trace_id)
+  if (trace := await admission.stored_trace(svc, trace_id, light=True)) is not None: return trace
+  status = await admission.status_of(svc, trace_id)
   if status is None: raise HTTPException(404, f"no trace {trace_id}")
   return await page(request, "progress.html", trace_id=trace_id, status=status, stage_titles=STAGE_TITLES)
 

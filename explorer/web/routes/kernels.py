@@ -13,6 +13,7 @@ from explorer.store.documents import listed_kernel
 from explorer.spec import (ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, SASS_TARGETS, TARGETS, SpecError, hand_opts,
                            lacks_facts, split_opts)
 from explorer.web.http import deps
+from explorer.web.services import admission
 from explorer.web.http.deps import LightTrace, ServicesDep, templates_of
 from explorer.web.http.models import NOT_FOUND, Analysis, CompileFacts, EnrichmentJob, TargetRecord, documented
 from explorer.web.http.work import Work
@@ -123,7 +124,7 @@ async def get_kernel_sass(trace_id: str, trace: LightTrace, n: int, target: str,
 @router.get("/t/{trace_id}/k/{n}/sass", response_class=HTMLResponse)
 async def kernel_sass_page(request: Request, trace_id: str, n: int, svc: ServicesDep, work: Work, target: str = "cuda") -> HTMLResponse:
   """The kernel's source beside its SASS, coloured by line; a line, an instruction or a UOp clicked highlights the others."""
-  trace = await deps.stored_trace(svc, trace_id, light=True)
+  trace = await admission.stored_trace(svc, trace_id, light=True)
   if trace is None: return await trace_page(request, svc, trace_id, "sass.html", ("kernels", "sass"))
   k = await deps.whole_kernel(svc, trace_id, trace, n)
   target = target if target in SASS_TARGETS else SASS_TARGETS[0]
@@ -167,7 +168,7 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
                       at: str | None = None, target: str | None = None, opts: str | None = Query(None, max_length=400),
                       opts_from: str = Query("none", alias="from", max_length=16)) -> HTMLResponse:
   """opts (OP:AXIS:ARG,...) and from: a hand schedule's permalink: the Opts panel opens on it and (its script) asks for it."""
-  trace = await deps.stored_trace(svc, trace_id, light=True)
+  trace = await admission.stored_trace(svc, trace_id, light=True)
   if trace is None: return await trace_page(request, svc, trace_id, "kernel.html", "kernels")
   k = await deps.whole_kernel(svc, trace_id, trace, n)
   records, host = target_records(k), host_target(k)

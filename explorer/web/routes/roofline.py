@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from explorer.analysis import roofline as rf
-from explorer.web.http import deps
+from explorer.web.services import admission
 from explorer.web.http.deps import LightTrace, ServicesDep
 from explorer.web.http.models import NOT_FOUND, ProbeStatus, documented
 from explorer.web.routes.common import trace_page
@@ -42,7 +42,7 @@ async def probe_status(trace_id: str, trace: LightTrace, svc: ServicesDep) -> di
 
 @router.get("/t/{trace_id}/roofline", response_class=HTMLResponse, include_in_schema=False)
 async def roofline_page(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
-  trace = await deps.stored_trace(svc, trace_id, light=True)
+  trace = await admission.stored_trace(svc, trace_id, light=True)
   rl, why = roofline_of(trace) if trace is not None else (None, None)
   return await trace_page(request, svc, trace_id, "roofline.html", "roofline", light=True, rl=rl, why=why,
                           svg=rf.roofline_svg(rl) if rl is not None and rl["plot"]["points"] else None, rate=rf.rate,

@@ -9,7 +9,7 @@ from markupsafe import Markup
 from explorer.analysis import memory
 from explorer.present.render import stage_rows
 from explorer.schema import TraceRecord
-from explorer.web.http import deps
+from explorer.web.services import admission
 from explorer.web.http.deps import LightTrace, ServicesDep, templates_of
 from explorer.web.http.models import NOT_FOUND, documented
 from explorer.web.routes.common import asked_pass, rangeify_passes, stepper, trace_page
@@ -25,7 +25,7 @@ async def tensor_graph(request: Request, trace_id: str, svc: ServicesDep) -> HTM
 
 @router.get("/t/{trace_id}/rangeify", response_class=HTMLResponse)
 async def rangeify(request: Request, trace_id: str, svc: ServicesDep, at: str | None = None) -> HTMLResponse:
-  trace = await deps.stored_trace(svc, trace_id, light=True)
+  trace = await admission.stored_trace(svc, trace_id, light=True)
   passes = rangeify_passes(trace) if trace is not None else []
   step = stepper(passes, "rangeify", asked_pass(request), at, preferred="symbolic+reduce_collapse+debuf", trace_id=trace_id)
   return await trace_page(request, svc, trace_id, "rangeify.html", "rangeify", light=True, step=step, api=f"{trace_api_url(trace_id)}/rangeify")
@@ -45,7 +45,7 @@ async def bufferize(request: Request, trace_id: str, svc: ServicesDep, offset: i
                     stages: int = Query(0, ge=0, le=2**31)) -> HTMLResponse:
   """The kernel graph, the STAGE decisions, memory over the schedule and the buffers (paged: ?offset=, BUFFER_PAGE rows), and the STAGE
   table (paged: ?stages=, STAGE_PAGE rows: a program's thousands of STAGEs were a 4 MB page)."""
-  trace = await deps.stored_trace(svc, trace_id, light=True)
+  trace = await admission.stored_trace(svc, trace_id, light=True)
   drawn, rows = None, []
   if trace is not None:
     templates = templates_of(request)

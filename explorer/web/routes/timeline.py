@@ -7,7 +7,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from explorer.present.timeline import timeline_view
 from explorer.schema import Timeline, TraceRecord
-from explorer.web.http import deps
+from explorer.web.services import admission
 from explorer.web.http.deps import LightTrace, ServicesDep
 from explorer.web.http.models import NOT_FOUND, documented
 from explorer.web.routes.common import ribbon, trace_page
@@ -41,7 +41,7 @@ async def timeline_json(trace: LightTrace) -> Timeline:
 
 @router.get("/t/{trace_id}/timeline", response_class=HTMLResponse, include_in_schema=False)
 async def timeline_page(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
-  trace = await deps.stored_trace(svc, trace_id, light=True)
+  trace = await admission.stored_trace(svc, trace_id, light=True)
   tl = trace.get("timeline") if trace is not None else None
   view = None
   if trace is not None and tl is not None:  # off the event loop: the stages' links walk every kernel

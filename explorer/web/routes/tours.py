@@ -14,6 +14,7 @@ from explorer.spec import ENRICH_ANALYSIS, ENRICH_TARGET, PRESETS, STAGE_TITLES,
 from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, Step, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
 from explorer.web.http import deps
+from explorer.web.services import admission
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
 from explorer.web.http.work import Work, WorkGate
@@ -151,7 +152,7 @@ async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: Trac
 @router.get("/t/{trace_id}/tour", response_class=HTMLResponse, include_in_schema=False)
 async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, work: Work, step: str | None = None,
                           target: str | None = Query(None, max_length=40)) -> HTMLResponse:
-  trace = await deps.stored_trace(svc, trace_id)
+  trace = await admission.stored_trace(svc, trace_id)
   if trace is None: return await trace_page(request, svc, trace_id, "tour.html", ())
   waiting: Preparing = []
   trace = await rendered(svc, work, trace_id, trace, target, waiting)
@@ -291,9 +292,9 @@ async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, work: Wo
   if a is None or b is None:
     da, db = tour_ids(kind)
     return RedirectResponse(pair_tour_url(kind, a or da, b or db, step, big_asked(request), target), status_code=303)
-  ta, tb = await deps.stored_trace(svc, a), await deps.stored_trace(svc, b)
+  ta, tb = await admission.stored_trace(svc, a), await admission.stored_trace(svc, b)
   if ta is None or tb is None:
-    statuses = [await deps.status_of(svc, x) or {"id": x, "status": "error", "error": f"no trace {x}", "stages": []} for x in (a, b)]
+    statuses = [await admission.status_of(svc, x) or {"id": x, "status": "error", "error": f"no trace {x}", "stages": []} for x in (a, b)]
     return await page(request, "tour_progress.html", kind=kind, tour=t, statuses=statuses, stage_titles=STAGE_TITLES)
   waiting: Preparing = []
   ta, tb = await rendered(svc, work, a, ta, target, waiting), await rendered(svc, work, b, tb, target, waiting)

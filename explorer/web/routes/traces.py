@@ -13,6 +13,7 @@ from explorer.schema import KernelRecord, TraceRecord, host_target, target_recor
 from explorer.store import Store, documents
 from explorer.spec import STAGE_TITLES
 from explorer.web.http import deps
+from explorer.web.services import admission
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
 from explorer.web.http.templates import GZIPPED, Templates, accepts_gzip
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
@@ -77,7 +78,7 @@ async def get_raw_trace(trace: StoredTrace) -> dict[str, Any]: return dict(trace
 @api.get("/traces/{trace_id}/status", response_model=TraceStatus, summary="Job status with per-stage progress",
          responses=documented({404: NOT_FOUND[404]}))
 async def get_status(trace_id: str, svc: ServicesDep) -> dict[str, Any]:
-  if (status := await deps.status_of(svc, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
+  if (status := await admission.status_of(svc, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
   return status
 
 def sse(event: str, data: Any) -> ServerSentEvent: return ServerSentEvent(json.dumps(data), event=event)
@@ -91,7 +92,7 @@ async def events(trace_id: str, svc: ServicesDep) -> EventSourceResponse:
   """Events: `snapshot` (the whole status, first), `stage` (a stage started, finished or failed), `status`, `partial` (the trace reported
   more of itself: its schedule, or a kernel through codegen: GET /t/{id}/live shows it), then `done` (last); a comment every 10 s keeps
   idle connections open (sse-starlette, which also ends the stream when the client goes or the server stops)."""
-  if (status := await deps.status_of(svc, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
+  if (status := await admission.status_of(svc, trace_id)) is None: raise HTTPException(404, f"no trace {trace_id}")
   job = svc.jobs.get(trace_id)
   async def stream() -> AsyncIterator[ServerSentEvent]:
     yield sse("snapshot", status)
@@ -120,7 +121,7 @@ async def trace_overview(request: Request, trace_id: str, svc: ServicesDep, targ
   """The overview; ?target=T turns the kernel table's figures (names, dims, uops, Estimates, registers) to that target's records. A
   program's adds its program view (realizes, timeline, kernels by model line, top kernels, memory); its kernel table is searched
   (?q= a kernel name, a function, a file:line), narrowed to one realize (?realize=), and paged (?offset=, PAGE rows)."""
-  trace = await deps.stored_trace(svc, trace_id, light=True)
+  trace = await admission.stored_trace(svc, trace_id, light=True)
   if trace is None: return await progress_page(request, svc, trace_id)
   facts = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "kernel table", table_facts)  # a walk over every kernel: off the loop
   kernels, available = trace["kernels"], facts["targets"]
@@ -167,7 +168,7 @@ def compared_in(store: Store, trace_id: str) -> list[dict[str, str]]:
 @router.get("/t/{trace_id}/source", response_class=HTMLResponse)
 async def program_source(request: Request, trace_id: str, svc: ServicesDep) -> HTMLResponse:
   """A captured program's source as it ran, each line with the count of kernels whose provenance names it (#L<n> anchors)."""
-  trace = await deps.stored_trace(svc, trace_id, light=True)
+  trace = await admission.stored_trace(svc, trace_id, light=True)
   if trace is None: return await trace_page(request, svc, trace_id, "program_source.html", "overview")  # running, failed or none
   if (program := trace["program"]) is None: raise HTTPException(404, "a convolution's trace has no program source")
   file = program.get("file")  # absent where the program's source came from no file

@@ -37,6 +37,12 @@ class EnrichmentUnavailable(RuntimeError):
   """This enrichment cannot be computed for this trace (an unknown target, a kernel without a record for it, a trace recorded before
   per-target records or one that ran a user's rewrite file)."""
 
+class EnrichmentFailed(RuntimeError):
+  """The computation a request followed failed: its one-line error, said once (the next request tries again)."""
+
+# what a failed computation of one kernel was doing, in words (else: the {kind} of kernel {n} on {target})
+WHAT = {ENRICH_TARGET: "rendering kernel {n} for {target}", ENRICH_FACTS: "compiling kernel {n} for {target}"}
+
 @dataclass
 class EnrichTask(Task):
   kind: str = ""
@@ -137,6 +143,18 @@ class EnrichmentService:
       if neighbours and t.status == DONE: await self._then_neighbours(trace_id, kind, target, kernels)
     got = self.tasks.start(self._key(trace_id, kind, target, kernels), task, work[0], self.journal.started, work[1], ended)
     return self._accepted(got, task, trace_id)
+
+  def follow(self, trace_id: str, trace: TraceRecord, kind: str, target: str, n: int, permit: Callable[[], WorkPermit]) -> dict[str, Any]:
+    """The view of the task computing kernel n's `kind` on `target`: the one running, else one started now (only then is the
+    request's permit asked for). EnrichmentUnavailable where it cannot be computed; EnrichmentFailed where it failed (forgotten as it
+    is said: the next request tries again)."""
+    kernels = (n,)
+    if (task := self.status(trace_id, kind, target, kernels)) is None:  # (a done task the trace read here lacks: stored since)
+      task = self.start(trace_id, trace, kind, target, kernels, permit())
+    if task.status == ERROR:
+      self.forget(trace_id, kind, target, kernels)
+      raise EnrichmentFailed(f"{WHAT.get(kind, 'the {kind} of kernel {n} on {target}').format(n=n, target=target, kind=kind)} failed: {task.error}")
+    return self.view(task)
 
   def _accepted(self, got: EnrichTask, task: EnrichTask, trace_id: str) -> EnrichTask:
     """The task Tasks.start returned, its row written where it is the new one (not identical work joined)."""
