@@ -1,7 +1,7 @@
 """tinygrad's examples/beautiful_mnist.py as written upstream (@function on the model's __call__, a TinyJit train step under
 Context(TRAINING=1) that samples its batch with Tensor.randint and realizes Adam's schedule_step), scaled down: 8x8 digits of random
 data, 16 samples a batch, four steps; what it returns, the losses and a weight, is what the steps computed."""
-from collections.abc import Callable
+from typing import Callable
 from tinygrad import Context, Tensor, TinyJit, function, nn
 
 class Model:

@@ -1,6 +1,6 @@
 """beautiful_mnist.py with its @function taken off the model's __call__, nothing else changed: tinygrad computes the same kernels,
 which the same lines of the model made (the marks name them alike in both files)."""
-from collections.abc import Callable
+from typing import Callable
 from tinygrad import Context, Tensor, TinyJit, nn
 
 class Model:

@@ -31,8 +31,7 @@ Constants:
 """
 from __future__ import annotations
 import math
-from typing import Any
-from collections.abc import Callable
+from typing import Callable
 import numpy as np
 from explorer.tracing.tg import Tensor, const_column
 from explorer.tracing.algorithms.cook_toom import cook_toom
@@ -57,10 +56,10 @@ def taps(tile: str) -> int: return int(tile.strip("F()").split(",")[1])  # F(4,3
 # a column source: k -> the k-th column of a matrix as a 1-D Tensor (length = the matrix's rows)
 Columns = Callable[[int], Tensor]
 
-def symbolic_columns(mat: Matrix, dtype: Any) -> Columns:
+def symbolic_columns(mat: Matrix, dtype) -> Columns:
   return lambda k: const_column(tuple(float(row[k]) for row in mat), dtype)
 
-def materialized_columns(mat: Matrix, device: Any, dtype: Any) -> Columns:
+def materialized_columns(mat: Matrix, device, dtype) -> Columns:
   # a fresh, unrealized tensor from host data each call, so the schedule shows its COPY and the kernels LOAD it
   buf = Tensor(np.array(mat, dtype=np.float64), device=device, dtype=dtype)
   return lambda k: buf[:, k]
@@ -79,7 +78,7 @@ def input_tiles(x: Tensor, m: int, pad: int, r: int = 3) -> tuple[Tensor, tuple[
   """(a, a, N, C, th, tw) overlapping input tiles (a = m + r - 1); the input is padded by `pad` and then up to whole output tiles."""
   out_hw = tuple(d + 2 * pad - (r - 1) for d in x.shape[2:])
   tiles = tuple(math.ceil(o / m) for o in out_hw)
-  xp = x.pad(((0, 0), (0, 0), *((pad, pad + t * m - o) for t, o in zip(tiles, out_hw, strict=True))))
+  xp = x.pad(((0, 0), (0, 0), *((pad, pad + t * m - o) for t, o in zip(tiles, out_hw))))
   d = xp.unfold(2, m + r - 1, m).unfold(3, m + r - 1, m)  # unfold appends the window axis: (N, C, th, tw, a, a)
   return d.permute(4, 5, 0, 1, 2, 3), out_hw  # type: ignore[return-value]
 
@@ -95,14 +94,14 @@ def winograd_explorer(x: Tensor, w: Tensor, spec: ConvSpec, tile: str = "F(4,3)"
   mats = WINOGRAD_MATRICES[tile]
   m, a = len(mats[2]), len(mats[0])
   bt, g, at = (symbolic_columns(mat, x.dtype) if consts == "symbolic" else materialized_columns(mat, x.device, x.dtype) for mat in mats)
-  def stage(t: Tensor) -> Tensor: return t if staging == "single" else t.contiguous()
+  stage = (lambda t: t) if staging == "single" else (lambda t: t.contiguous())
 
   d, out_hw = input_tiles(x, m, spec.pad, r)
   (n, c), (th, tw), k = d.shape[2:4], d.shape[4:], w.shape[0]
   xhat = stage(apply_matrix(d, bt, a, a)).reshape(a, a, n, 1, c, th, tw)
   ghat = stage(apply_matrix(w.permute(2, 3, 0, 1), g, a, r)).reshape(a, a, 1, k, c, 1, 1)
-  # (m, m, N, K, th, tw); fused: the output transform inside the reduce over C
-  y = apply_matrix((xhat * ghat).sum(4).contiguous(), at, m, a) if staging == "staged" else apply_matrix(xhat * ghat, at, m, a).sum(4)
+  if staging == "staged": y = apply_matrix((xhat * ghat).sum(4).contiguous(), at, m, a)  # (m, m, N, K, th, tw)
+  else: y = apply_matrix(xhat * ghat, at, m, a).sum(4)  # the output transform inside the reduce over C
   # (m, m, N, K, th, tw) -> (N, K, th, m, tw, m) -> NCHW, cut to the output size
   y = y.permute(2, 3, 4, 0, 5, 1).reshape(n, k, th * m, tw * m)
   return y.shrink(((0, n), (0, k), (0, out_hw[0]), (0, out_hw[1]))).cast(x.dtype).contiguous()
