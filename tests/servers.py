@@ -19,15 +19,19 @@ def stat_of(pid: int) -> list[str] | None:
   except OSError: return None
   return stat[stat.rfind(")") + 2:].split()
 
+def descendants(root: int) -> set[int]:
+  """Every live process under `root` (children, their children...), zombies left out."""
+  stats = {int(d): st for d in os.listdir("/proc") if d.isdigit() and (st := stat_of(int(d))) is not None and st[0] != "Z"}
+  kids: dict[int, list[int]] = {}
+  for pid, st in stats.items(): kids.setdefault(int(st[1]), []).append(pid)
+  out, todo = set(), [root]
+  while todo: out |= set(k := kids.get(todo.pop(), [])); todo += k
+  return out
+
 def worker_groups(parent: int) -> list[int]:
   """Workers started by `parent`: its descendants that lead a process group of their own (forked by its worker template, a child of
   it, or started by it)."""
-  stats = {int(d): st for d in os.listdir("/proc") if d.isdigit() and (st := stat_of(int(d))) is not None}
-  def descends(pid: int) -> bool:
-    while pid in stats and pid > 1:
-      if (pid := int(stats[pid][1])) == parent: return True
-    return False
-  return [pid for pid, st in stats.items() if int(st[2]) == pid and st[0] != "Z" and descends(pid)]
+  return [pid for pid in descendants(parent) if (st := stat_of(pid)) is not None and int(st[2]) == pid]
 
 class Server:
   """`kernel-explorer serve` in a subprocess over one database; start() again after a kill is a restart."""

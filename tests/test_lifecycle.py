@@ -11,7 +11,7 @@ from explorer.tracing.lifeline import group_members
 from explorer.settings import Settings
 from explorer.store import Store
 from conftest import REPO, wait_done
-from servers import Server, post, stat_of, status, wait_for, worker_groups
+from servers import Server, descendants, post, stat_of, status, wait_for, worker_groups
 from support import app_over, fake_result, minimal_trace, run_async
 
 # a trace that runs for a minute: a thousand timed repeats of the medium direct conv (killed long before)
@@ -118,15 +118,6 @@ def test_a_sigtermed_server_stops_its_workers_and_marks_its_jobs(server):
 
 # a script that realizes a small tensor every 0.1 s for a minute: what the command traces in a worker (killed long before)
 SLOW_SCRIPT = "import time\nfrom tinygrad import Tensor\nfor _ in range(600):\n  (Tensor.ones(4) + 1).realize()\n  time.sleep(0.1)\n"
-
-def descendants(root: int) -> set[int]:
-  """Every live process under `root` (children, their children...), zombies left out."""
-  stats = {int(d): st for d in os.listdir("/proc") if d.isdigit() and (st := stat_of(int(d))) is not None and st[0] != "Z"}
-  kids: dict[int, list[int]] = {}
-  for pid, st in stats.items(): kids.setdefault(int(st[1]), []).append(pid)
-  out, todo = set(), [root]
-  while todo: out |= set(k := kids.get(todo.pop(), [])); todo += k
-  return out
 
 @pytest.mark.parametrize("how", ["convolution in the command", "script in a worker"])
 def test_a_sigtermed_cli_leaves_no_process(tmp_path, how):

@@ -1,6 +1,7 @@
 """Workers that crash, hang, run out of memory or answer too much give a clear error; the next worker is fine."""
 import json, os, signal, subprocess, sys, time
 import pytest
+from servers import descendants
 from explorer.spec import ConvSpec, Variant
 from explorer.tracing.workers import Limits, WorkerFailed, call_in_worker
 from explorer.tracing.run import run_trace
@@ -101,17 +102,6 @@ def test_a_templates_children_count_in_its_parents_cpu():
 CLEAN = {k: v for k, v in os.environ.items() if k not in ("VIZ", "TRACK_MATCH_STATS", "DEBUG", "NOOPT", "BEAM", "WINO", "DEV")}
 WORKER_MARKS = ("explorer.tracing.template_process import serve", "explorer.tracing.workers import _boot")
 
-def _descendants(root: int) -> list[int]:
-  children: dict[int, list[int]] = {}
-  for d in filter(str.isdigit, os.listdir("/proc")):
-    try:
-      with open(f"/proc/{d}/stat") as f: stat = f.read()
-    except OSError: continue
-    children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(d))
-  out, todo = [], [root]
-  while todo: out += (kids := children.get(todo.pop(), [])); todo += kids
-  return out
-
 def _cmdline(pid: int) -> str:
   try:
     with open(f"/proc/{pid}/cmdline") as f: return f.read().replace("\0", " ")
@@ -121,7 +111,7 @@ def _watched(cmd: list[str]) -> tuple[subprocess.Popen, dict[int, str]]:
   """The command run to its end, and every process it started that was seen (polled every 10 ms), by pid, with its command line."""
   proc, seen = subprocess.Popen(cmd, env=CLEAN, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), {}
   while proc.poll() is None:
-    seen |= {p: _cmdline(p) for p in _descendants(proc.pid) if p not in seen}
+    seen |= {p: _cmdline(p) for p in descendants(proc.pid) if p not in seen}
     time.sleep(0.01)
   return proc, seen
 
