@@ -1,6 +1,6 @@
 """Graphs expanded lazily from a stored rewrite blob with tinygrad's own viewer (tinygrad.viz.serve, imported when first used)."""
 from __future__ import annotations
-import collections, contextlib, difflib, re
+import contextlib, difflib, re
 from typing import Any
 from collections.abc import Iterator, Sequence
 from tinygrad.helpers import ansistrip
@@ -31,10 +31,8 @@ class RewriteBlob:
 
   def pass_output(self, p: Pass) -> UOp:
     """The graph a pass ended with (its start with every match applied)."""
-    from explorer.tracing.tg.viewer import get_full_rewrite
-    last = next(iter(collections.deque(get_full_rewrite(self.data, self.data.trace.rewrites[p.group][p.step]), maxlen=1)), None)
-    assert last is not None, f"pass {p.name} replayed no graph"
-    return last["_sink"]
+    from explorer.tracing.tg.viewer import replayed_output
+    return replayed_output(self.data, p.group, p.step, p.name)
 
   def node_ids(self, trace_nums: list[int]) -> list[str]:
     """The graph node ids (uop_graph's) of recorded UOps: rebuilt UOps are interned, so while a graph of this blob holds its UOps,

@@ -1,6 +1,6 @@
 """Rewrite tracking: tinygrad's record of every named graph_rewrite in this process, its passes, and the log read in place."""
 from __future__ import annotations
-import collections, contextlib, linecache, pathlib, sys
+import contextlib, linecache, pathlib, sys
 from dataclasses import dataclass, replace
 from typing import Any
 from collections.abc import Iterator, Mapping
@@ -106,8 +106,6 @@ class LiveLog:
 
   def pass_output(self, p: Pass) -> UOp:
     """The graph a pass ended with (its start with every match applied): replayed with tinygrad's viewer code (imported here)."""
-    from explorer.tracing.tg.viewer import VizData, get_full_rewrite
+    from explorer.tracing.tg.viewer import VizData, replayed_output
     data = VizData(RewriteTrace(uop_ops.tracked_keys[self.base:], uop_ops.tracked_ctxs[self.base:], uop_ops.uop_fields))
-    last = next(iter(collections.deque(get_full_rewrite(data, data.trace.rewrites[p.group][p.step]), maxlen=1)), None)
-    assert last is not None, f"pass {p.name} replayed no graph"
-    return last["_sink"]
+    return replayed_output(data, p.group, p.step, p.name)

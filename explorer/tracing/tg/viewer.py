@@ -62,3 +62,10 @@ else:
              "diff": list(difflib.unified_diff(pystr(u0).splitlines(), pystr(u1).splitlines())),
              "upat": (loc, f"# {seconds * 1e6:.2f} us\n" + printable(loc)), "_sink": new}
       if not ctx.bottom_up: sink = new
+
+def replayed_output(data: VizData, group: int, step: int, name: str) -> UOp:
+  """The graph pass `name` (rewrite group and step) ended with: its start with every match applied, replayed by the viewer."""
+  last = None
+  for last in get_full_rewrite(data, data.trace.rewrites[group][step]): pass  # noqa: B007 - the last step is the output
+  assert last is not None, f"pass {name} replayed no graph"
+  return last["_sink"]
