@@ -30,8 +30,7 @@ MAX_LABEL = 300  # a row's label as read: what a listing shows of it (labels are
 
 def capped(text: Any, limit: int = MAX_LABEL) -> str:
   """Free text from a row, as a page may show it: a string of at most `limit` characters (an ellipsis says it was cut)."""
-  text = text if isinstance(text, str) else "" if text is None else str(text)
-  said: str = text
+  said = text if isinstance(text, str) else "" if text is None else str(text)
   return said if len(said) <= limit else said[:limit - 1] + "…"
 
 def _row(values: tuple[Any, ...]) -> dict[str, Any]:
