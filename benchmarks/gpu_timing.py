@@ -66,7 +66,7 @@ def plain_cupti(preset: str, algo: str, repeats: int) -> dict[str, list[float]]:
 
 def explorer_times(preset: str, algo: str, repeats: int) -> dict:
   from explorer.spec import PRESETS, Variant
-  from explorer.tracing.run import run_trace
+  from explorer.tracing.pipeline.run import run_trace
   trace = run_trace(PRESETS[preset], Variant(algo=algo, targets=("cuda",), device="CUDA", repeats=repeats)).trace
   assert trace["status"] == "ok", trace["failures"]
   return trace

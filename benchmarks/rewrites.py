@@ -17,7 +17,7 @@ def _facts(rec: dict) -> tuple[int, str, str]:
   return rec["pressure"]["max_live"], regs, spills
 
 def main() -> int:
-  from explorer.tracing.run import run_trace
+  from explorer.tracing.pipeline.run import run_trace
   from explorer.spec import CUDA_ARCHES, PRESETS, Variant
   from explorer.text import table
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -11,7 +11,7 @@ import argparse, dataclasses, statistics, sys, time
 
 def main() -> int:
   from explorer.tracing.tg import default_device, host_renderer, target_name  # only to name the host's target (this process never traces)
-  from explorer.tracing.run import run_trace
+  from explorer.tracing.pipeline.run import run_trace
   from explorer.spec import PRESETS, TARGETS, Variant
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--preset", choices=sorted(PRESETS), default="wino8")

@@ -69,8 +69,8 @@ def role(pid: int, depth: int, root: int) -> str:
   if depth == 0: return "command"
   if cmd == root_cmd: return "render process"  # forked from the command (a trace in its process)
   if any("resource_tracker" in c for c in cmd): return "resource tracker"
-  if any("explorer.tracing.template_process import serve" in c for c in cmd): return "template" if depth == 1 else "trace worker"
-  if any("explorer.tracing.workers import _boot" in c for c in cmd): return "trace worker"
+  if any("explorer.tracing.workers.template_process import serve" in c for c in cmd): return "template" if depth == 1 else "trace worker"
+  if any("explorer.tracing.workers.process import _boot" in c for c in cmd): return "trace worker"
   if any("spawn_main" in c for c in cmd): return "render process"
   return "compilers (" + os.path.basename(cmd[0]) + ")" if cmd[0] else "?"
 

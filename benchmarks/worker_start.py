@@ -1,5 +1,5 @@
 """What a worker costs before its own work, side by side in one run: workers started afresh (`python -c BOOT`, every import paid
-again) against workers forked from this process's template (explorer.tracing.template), and a trace's renders spawned against forked
+again) against workers forked from this process's template (explorer.tracing.workers.template), and a trace's renders spawned against forked
 from their trace worker. CPU seconds of every process, from getrusage of the reaped children (templates are reaped, and counted,
 before each side's figure is read).
 
@@ -14,7 +14,8 @@ def cpu_s() -> float:
 
 def measured(work: Callable[[], object], n: int, forked: bool) -> tuple[float, float]:
   """(CPU seconds, wall seconds) of n calls of work, with workers forked from a template or started afresh."""
-  from explorer.tracing import renders, template
+  from explorer.tracing.pipeline import renders
+  from explorer.tracing.workers import template
   supported, imported_as = template.supported, renders._imported_as_a_render_would
   if not forked: template.supported, renders._imported_as_a_render_would = (lambda: False), (lambda: False)
   try:
@@ -30,9 +31,10 @@ def main() -> None:
   ap.add_argument("--traces", type=int, default=3, help="traces of the small preset with two other targets")
   args = ap.parse_args()
   from explorer.spec import PRESETS, Variant
-  from explorer.tracing.run import run_trace
-  from explorer.tracing.workers import call_in_worker
-  cases = {"a CPU device probe": (lambda: call_in_worker("explorer.tracing.probe:describe", {"device": "CPU"}, env={"VIZ": "0"}), args.calls),
+  from explorer.tracing.pipeline.run import run_trace
+  from explorer.tracing.workers.process import call_in_worker
+  def probe() -> object: return call_in_worker("explorer.tracing.pipeline.probe:describe", {"device": "CPU"}, env={"VIZ": "0"})
+  cases = {"a CPU device probe": (probe, args.calls),
            "a small trace, cuda and metal rendered": (lambda: run_trace(PRESETS["small"], Variant(targets=("cuda", "metal"), time=False)),
                                                       args.traces)}
   for name, (work, n) in cases.items():

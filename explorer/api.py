@@ -34,7 +34,7 @@ def trace(conv: str | ConvSpec | dict[str, Any], timeout_s: float = 600.0, analy
   """Trace one convolution (a preset name, a ConvSpec or its dict) computed as `variant` says (explorer.spec.Variant's fields:
   algo, wino_impl, tile, staging, consts, opt, targets, time, repeats, device, rewrites...). analysis: every record's line maps,
   live values, loop splits and program spec now (otherwise when a page or `Trace.diff` needs them)."""
-  from explorer.tracing.run import run_trace
+  from explorer.tracing.pipeline.run import run_trace
   spec = _spec_of(conv)
   v = Variant(**{**variant, "targets": tuple(variant.get("targets", Variant().targets)), "rewrites": tuple(variant.get("rewrites", ()))})
   result = run_trace(spec, v.resolve(spec), timeout_s=timeout_s, analysis=analysis)
@@ -104,7 +104,7 @@ class Trace:
   def analysed(self, targets: list[str] | None = None) -> schema.TraceRecord:
     """The trace's data with every record's analysis (line map, live values, loop splits, program spec) on these targets (default all),
     computed from its rewrite blobs where a record lacks one (kept for the next call)."""
-    from explorer.tracing.enrich import add_analysis
+    from explorer.tracing.enrichments.enrich import add_analysis
     self.data = add_analysis(self.data, {"": self.rewrites, **self.target_rewrites}, targets)
     return self.data
 
@@ -146,8 +146,8 @@ class Kernel:
     SpecError with tinygrad's reason when an opt does not apply."""
     from explorer.schema import host_target
     from explorer.spec import hand_opts
-    from explorer.tracing.handopts import Unschedulable, schedule
-    from explorer.tracing.workers import WorkerFailed
+    from explorer.tracing.enrichments.handopts import Unschedulable, schedule
+    from explorer.tracing.workers.process import WorkerFailed
     target = target or host_target(self.data)
     try: return schedule(self.trace.data, self.trace.rewrites, self.index, target, hand_opts(list(opts), start), start, time)
     except Unschedulable as e: raise SpecError(str(e)) from None
@@ -163,7 +163,7 @@ class Kernel:
     from explorer.analysis.sass import view
     from explorer.schema import target_record, target_records
     from explorer.spec import SASS_TARGETS
-    from explorer.tracing import enrich
+    from explorer.tracing.enrichments import enrich
     if target not in SASS_TARGETS: raise ValueError(f"SASS is for {' and '.join(SASS_TARGETS)} records, not {target!r}")
     if target_record(self.data, target) is None:
       raise LookupError(f"kernel {self.index} has no {target} record: trace with that target, or `kernel-explorer enrich --target {target}`")
@@ -227,7 +227,7 @@ class Captured(Trace):
     self._file = file
 
   def __enter__(self) -> Captured:
-    from explorer.tracing.program import Capturing
+    from explorer.tracing.pipeline.program import Capturing
     self._capturing = Capturing(self.name, self._variant, source=self._source, reference=self._reference, rel_tolerance=self._tolerance,
                                 origin=self._origin, analysis=self._analysis, file=self._file, every_step=self._every_step).__enter__()
     return self

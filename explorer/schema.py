@@ -1,4 +1,4 @@
-"""The trace, typed: every record the engine writes (explorer.tracing.trace) and every reader reads, as TypedDicts (a trace stays a plain
+"""The trace, typed: every record the engine writes (explorer.tracing.pipeline.trace) and every reader reads, as TypedDicts (a trace stays a plain
 dict: JSON in, JSON out, no conversion on the hot path), and `validate_trace`, which checks a trace from outside this process (a queue
 worker's result, a trace file) as strictly as a request: every field's type, no unknown field, bounded strings, and its spec, variant
 and device through their own validation. Imports nothing from the explorer but the model (explorer.spec)."""
@@ -76,7 +76,7 @@ class SassInstruction(TypedDict):
 
 @with_config(STRICT)
 class Sass(TypedDict):
-  """The compiled kernel's SASS with lines and live registers (explorer.tracing.sass): lines_of names what its lines number ("cuda":
+  """The compiled kernel's SASS with lines and live registers (explorer.tracing.compilers.nvdisasm): lines_of names what its lines number ("cuda":
   the CUDA C, "ptx": the PTX; None: no line information), count the instructions (the first 4,000 kept, left_out the rest),
   registers ptxas' count (what it allocates: the highest register named, highest_register, plus one and the two it reserves),
   peak_live the most general registers live at one instruction (at peak_offset, from line peak_line), spills the local loads and
@@ -511,7 +511,7 @@ class RewriteStack(TypedDict):
   group: Count
   frames: list[Frame]
 
-# ***** the host's work over time (explorer.tracing.timeline): the explorer's stages beside tinygrad's own profile *****
+# ***** the host's work over time (explorer.tracing.pipeline.host_timeline): the explorer's stages beside tinygrad's own profile *****
 
 Micros = Annotated[float, Strict(), Field(allow_inf_nan=False)]  # microseconds from the timeline's start
 Index = Annotated[int, Strict(), Field(ge=0)]
@@ -541,7 +541,7 @@ class Timeline(TypedDict):
 
 @with_config(STRICT)
 class Timing(TypedDict):
-  """How the trace's kernels were timed (explorer.tracing.trace._time): each kernel alone (kernels[i].time_s; total_s, their sum per
+  """How the trace's kernels were timed (explorer.tracing.pipeline.trace._time): each kernel alone (kernels[i].time_s; total_s, their sum per
   repeat) and the whole schedule replayed back to back as tinygrad's JIT replays it (span_s: first start to last end), by one clock
   (method; notice: why a better one was not used). eager_s: the one eager realize the run stage made, first launch to last end."""
   device: Device
@@ -608,7 +608,7 @@ class ProgramOrigin(TypedDict):
 
 @with_config(STRICT)
 class ProgramInfo(TypedDict):
-  """A captured program (explorer.tracing.program): its name, its source as it ran, how it ran, and the tensors it realized."""
+  """A captured program (explorer.tracing.pipeline.program): its name, its source as it ran, how it ran, and the tensors it realized."""
   name: Line
   source: Text | None
   origin: ProgramOrigin | None
@@ -696,7 +696,7 @@ class TraceRecord(TypedDict):
 @functools.cache
 def _trace_adapter() -> TypeAdapter[TraceRecord]: return TypeAdapter(TraceRecord)
 
-# ***** a trace while it runs: what it reports as it goes (explorer.tracing.trace.Recorder.partial) *****
+# ***** a trace while it runs: what it reports as it goes (explorer.tracing.pipeline.trace.Recorder.partial) *****
 
 @with_config(STRICT)
 class ScheduleSoFar(TypedDict):
@@ -805,7 +805,7 @@ def check_references(t: TraceRecord, what: str = "the trace") -> None:
       refs(f"scheduler.stages.{fate}[{j}].buffer", () if (into := row.get("buffer")) is None else (into,), nb, "buffer")
       refs(f"scheduler.stages.{fate}[{j}].reads", row.get("reads") or (), nb, "buffer")
       refs(f"scheduler.stages.{fate}[{j}].into", row.get("into") or (), nb, "buffer")
-  for i, r in enumerate(realizes):  # [first, end) of the program's kernels and schedule rows (explorer.tracing.program)
+  for i, r in enumerate(realizes):  # [first, end) of the program's kernels and schedule rows (explorer.tracing.pipeline.program)
     for f, span, n in (("kernels", r["kernels"], nk), ("schedule", r["schedule"], ns)):
       if len(span) != 2 or not 0 <= span[0] <= span[1] <= n:
         raise SpecError(f"{what}: realizes[{i}].{f} is {str(span)[:60]}, not a range [first, end) of the trace's {n} {f}")
@@ -832,7 +832,7 @@ def _record_references(rec: TargetRecord, where: str, refs: Callable[..., None])
     refs(f"{where}.pressure.longest[{j}].uop", (r["uop"],) if "uop" in r else (), n, "uop", has)
     refs(f"{where}.pressure.longest[{j}].until", (r["until"],), n, "uop", has)
 
-# ***** a device, as a worker describes and measures it (explorer.tracing.probe; the roofline's peaks cache keeps Measured) *****
+# ***** a device, as a worker describes and measures it (explorer.tracing.pipeline.probe; the roofline's peaks cache keeps Measured) *****
 
 class DeviceInfo(TypedDict):
   """A device this host opens: tinygrad's name, the driver's, its compiler, why tinygrad falls back (None: it does not), the host."""
@@ -859,14 +859,14 @@ class Measured(DeviceInfo):
   probe: dict[str, Any]
 
 class Sampling(TypedDict):
-  """How an interleaved timing ended: the repeats it timed and why it stopped (explorer.tracing.timing._stop)."""
+  """How an interleaved timing ended: the repeats it timed and why it stopped (explorer.tracing.pipeline.timing._stop)."""
   repeats: int
   ended: str
   target_width: float | None
   budget_s: float | None
 
 class VariantTiming(TypedDict):
-  """One variant's interleaved timing (explorer.tracing.timing.time_interleaved, in a worker): the per-repeat kernel sums (samples) and
+  """One variant's interleaved timing (explorer.tracing.pipeline.timing.time_interleaved, in a worker): the per-repeat kernel sums (samples) and
   spans (span_samples) and their stats by the device's clock (method), how the sampling ended, and the compile times of its kernels'
   sources ([] where none were asked for)."""
   total_s: TimeStats

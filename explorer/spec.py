@@ -104,7 +104,7 @@ PRESETS: dict[str, ConvSpec] = {
 
 def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.items() if p == spec), None)
 
-# the stages of a trace, in order: explorer.tracing.trace records them, the web's jobs and the CLI report their progress
+# the stages of a trace, in order: explorer.tracing.pipeline.trace records them, the web's jobs and the CLI report their progress
 TRACE_SCHEMA = 2  # a trace's layout: 2, kernels[i].targets[T], a whole record per target; 1, sources per target only (both are read)
 STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
 STAGE_TITLES = {"queue": "Job queue",
@@ -113,7 +113,7 @@ STAGE_TITLES = {"queue": "Job queue",
                 "bufferize": "Bufferize decisions"}  # a trace's stages, and what else can fail on its way: as pages name them
 Progress = Callable[[str, str, str], None]  # a report of work as it goes: (stage, "start" | "done" | "error", detail)
 PARTIAL = "partial"  # the progress "stage" of a running trace's data so far (trace.Recorder.partial): (PARTIAL, what, JSON), not a stage
-# enrichments (explorer.tracing.enrich): what is computed for a stored trace when first asked for, per kernel, target and kind
+# enrichments (explorer.tracing.enrichments.enrich): what is computed for a stored trace when first asked for, per kernel, target and kind
 ENRICH_FACTS = "facts"        # a record's compile facts
 ENRICH_ANALYSIS = "analysis"  # a record's line map, live values, loop splits and program spec (explorer.schema.Analysis)
 ENRICH_TARGET = "target"      # a kernel's record on a target the trace did not render
@@ -181,7 +181,7 @@ def device_problem(device: str, offered: Sequence[str] = COMPUTE_DEVICES) -> str
 
 OPT_RE = re.compile(r"heuristic|none|beam:[1-9][0-9]*")
 
-# ***** opts by hand (explorer.tracing.handopts): tinygrad's Opt(op, axis, arg) written OP:AXIS:ARG, UPCAST:0:4 *****
+# ***** opts by hand (explorer.tracing.enrichments.handopts): tinygrad's Opt(op, axis, arg) written OP:AXIS:ARG, UPCAST:0:4 *****
 OPT_OPS = ("TC", "UPCAST", "UNROLL", "LOCAL", "THREAD", "GROUP", "GROUPTOP", "NOLOCALS", "PADTO", "SWAP")  # tinygrad's OptOps
 # TC's argument may be negative (-1: any tensor core); every other op's is a size, 0 or more
 _AXIS, _SIZES, _SIGNED = r"([0-9]{1,2})?", r"([0-9]{1,5}(,[0-9]{1,5}){0,2})?", r"(-?[0-9]{1,5}(,-?[0-9]{1,5}){0,2})?"
@@ -236,7 +236,7 @@ class RewriteInfo:
   summary: str  # one line
   point: str    # where in codegen it runs: "sink" (the graph the linearizer is handed) or "linear" (the linearized order)
 
-# the custom rewrites a variant may add to codegen (explorer.tracing.rewrites implements them), after the codegen notes (seed 004)
+# the custom rewrites a variant may add to codegen (explorer.tracing.pipeline.rewrites implements them), after the codegen notes (seed 004)
 REWRITES = {
   "sink-loads": RewriteInfo("sink-loads", "move each LOAD down to just before its first use (never past a store, loop or branch mark), "
                             "shortening live ranges: the notes' load sinking, done on the linear order tinygrad's linearizer chose", "linear"),

@@ -2,7 +2,7 @@
 
 Adding a target is a row here and its renderer in `explorer/tracing/tg/devices.py` (`RENDER_TARGETS`: tinygrad's renderer for an
 arch, built without the device); a target with a compiler on this machine also names its compile function in
-`explorer/tracing/compilers.py` (`COMPILE`), and one without says why in its row (`no_compiler`). tests/test_targets.py checks
+`explorer/tracing/compilers/toolchain.py` (`COMPILE`), and one without says why in its row (`no_compiler`). tests/test_targets.py checks
 that every row has a renderer, a lexer, and exactly one of a compile function or that reason. No tinygrad, no pygments here: the
 seam and the presentation resolve the names."""
 from __future__ import annotations

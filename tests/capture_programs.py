@@ -37,7 +37,7 @@ def captured(db: str) -> dict:
           "program": t.data["program"]}
 
 def conv_ref(x, w, b):
-  from explorer.tracing.reference import conv2d_reference
+  from explorer.tracing.pipeline.reference import conv2d_reference
   return conv2d_reference(x.astype("float64"), w.astype("float64"), 1, 1, 1) + b.astype("float64")[None, :, None, None]
 
 def with_and_without_contiguous(db: str) -> dict:

@@ -44,7 +44,7 @@ _cpu: dict[str, float] = {}
 
 def _cpu_now() -> float:
   import resource
-  from explorer.tracing.template import children_cpu_s  # workers forked from this process's templates, reaped by them
+  from explorer.tracing.workers.template import children_cpu_s  # workers forked from this process's templates, reaped by them
   own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
   return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + children_cpu_s()
 
@@ -66,7 +66,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
       _cpu[key] = _cpu.get(key, 0.0) + spent
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-  from explorer.tracing.template import close_all
+  from explorer.tracing.workers.template import close_all
   close_all()  # reaped here, not left for an exit that might skip them: their CPU is the run's
   if not _cpu: return
   import json

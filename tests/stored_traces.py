@@ -20,7 +20,7 @@ def stored_pair() -> tuple[pathlib.Path, str, str]:
   first process to ask)."""
   if not _made:
     from explorer.store import Store, trace_key
-    from explorer.tracing.run import run_trace
+    from explorer.tracing.pipeline.run import run_trace
     from support import made_once
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-stored-"))
     atexit.register(shutil.rmtree, tmp, True)

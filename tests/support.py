@@ -34,8 +34,8 @@ def minimal_trace(spec: Any = None, variant: Any = None, label: str | None = Non
           "error": None}
 
 def fake_result(trace: dict[str, Any]) -> Any:
-  """A run's result as run_trace returns it (explorer.tracing.run.TraceResult), of this trace and no rewrite blob."""
-  from explorer.tracing.run import TraceResult
+  """A run's result as run_trace returns it (explorer.tracing.pipeline.run.TraceResult), of this trace and no rewrite blob."""
+  from explorer.tracing.pipeline.run import TraceResult
   return TraceResult(trace, b"")
 
 def routes(app: Any) -> Iterator[Any]:
@@ -63,7 +63,7 @@ def shared_run(preset: str, analysis: bool = False, **variant: Any) -> Any:
   TraceResult they must not change. analysis: every record's analysis now. The traces here are the suite's most expensive part."""
   from explorer.spec import PRESETS, Variant
   from explorer.store.keys import trace_key
-  from explorer.tracing.run import run_trace
+  from explorer.tracing.pipeline.run import run_trace
   name = trace_key(PRESETS[preset], v := Variant(**variant)) + ("-analysed" if analysis else "")
   if name not in _shared: _shared[name] = made_once(name, lambda: run_trace(PRESETS[preset], v, analysis=analysis))
   return _shared[name]
@@ -97,7 +97,7 @@ RUN_DIR_VAR = "KE_TEST_RUN_DIR"  # set by tests/conftest.py before the xdist wor
 def run_dir() -> pathlib.Path:
   return pathlib.Path(os.environ[RUN_DIR_VAR])
 
-COMPILE_CACHE_VAR = "KERNEL_EXPLORER_COMPILE_CACHE"  # explorer.tracing.compile_cache.CACHE_VAR, named without importing the engine
+COMPILE_CACHE_VAR = "KERNEL_EXPLORER_COMPILE_CACHE"  # explorer.tracing.compilers.compile_cache.CACHE_VAR, named without importing the engine
 TINYGRADS_VAR = "KERNEL_EXPLORER_TINYGRADS"  # explorer.tracing.versions.DIR_VAR: the older tinygrads' environments make test made
 
 T = TypeVar("T")
@@ -128,7 +128,7 @@ def trace_once(body: dict[str, Any]) -> tuple[str, Any]:
   """The trace of a POST /api/traces body, made once per test run as the app's job makes it (run_trace of the request's spec and
   variant, in a worker): its id, the store's key for the request, and its TraceResult (made_once)."""
   from explorer.store.keys import trace_key
-  from explorer.tracing.run import run_trace
+  from explorer.tracing.pipeline.run import run_trace
   from explorer.web.http.deps import stored_request
   spec, variant = stored_request(body)
   key = trace_key(spec, variant)
@@ -137,7 +137,7 @@ def trace_once(body: dict[str, Any]) -> tuple[str, Any]:
 def made_once(name: str, make: Callable[[], Any]) -> Any:
   """make()'s TraceResult, made by the first process of the test run to ask for `name` while the others wait on its lock, and kept as
   the store keeps a trace (its JSON, its rewrite blobs) for the others to read back: every process gets the same JSON-shaped copy."""
-  from explorer.tracing.run import TraceResult
+  from explorer.tracing.pipeline.run import TraceResult
   kept = run_dir() / "traces" / name
   with _locked(kept.with_suffix(".lock")):
     if not kept.exists():

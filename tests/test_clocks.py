@@ -164,7 +164,7 @@ def three_kernels() -> Any:
   return tg.compile_schedule(tg.schedule(y))
 
 def test_a_schedules_span_lies_between_its_longest_kernel_and_its_kernels_launched_alone():
-  from explorer.tracing.timing import Replay, time_schedule
+  from explorer.tracing.pipeline.timing import Replay, time_schedule
   compiled = three_kernels()
   clock = clock_for("CPU")
   got = time_schedule(clock, compiled, "CPU", warmup=2, repeats=15)

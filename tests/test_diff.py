@@ -6,7 +6,7 @@ import pytest
 from explorer.cli import main
 from explorer.analysis.diff import _relation, compare_outputs, diff_traces, full_diff, graph_diff, remeasure_interleaved, source_rows
 from explorer.spec import ConvSpec, Variant
-from explorer.tracing.run import run_trace
+from explorer.tracing.pipeline.run import run_trace
 
 SPEC = ConvSpec(1, 2, 2, 8, 8, 3)
 TINY = "--shape 1,2,2,8,8,3"

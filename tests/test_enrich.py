@@ -1,4 +1,4 @@
-"""Compile facts are an enrichment (explorer.tracing.enrich): a trace compiles nothing beyond what tinygrad runs; a kernel's facts on a
+"""Compile facts are an enrichment (explorer.tracing.enrichments.enrich): a trace compiles nothing beyond what tinygrad runs; a kernel's facts on a
 target are computed when its page or its API URL first asks, for that kernel alone, once however many ask at the same time, stored in
 the enrichments table and served from it after."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import computed
 from explorer.spec import ENRICH_FACTS
-from explorer.tracing.enrich import add_facts
+from explorer.tracing.enrichments.enrich import add_facts
 
 pytestmark = pytest.mark.traces({"preset": "small", "variant": {"targets": ["cuda", "ptx"], "time": False}})
 
@@ -60,7 +60,7 @@ def test_a_cross_site_view_starts_no_compile(web_client, traced):
 def test_the_cli_computes_facts_when_asked_and_enrich_fills_in_later(tmp_path, capsys):
   from explorer.cli.main import main
   from explorer.store import Store
-  from explorer.tracing.run import run_trace
+  from explorer.tracing.pipeline.run import run_trace
   from explorer.spec import PRESETS, Variant
   path = tmp_path / "t.json"
   assert main(["trace", "--preset", "small", "--no-time", "--target", "cuda", "--json", str(path), "--quiet"]) == 0

@@ -4,7 +4,7 @@ import glob, importlib.util, json, os, shutil, subprocess, sys, xml.etree.Elemen
 import pytest
 from explorer.analysis import roofline as R
 from explorer.spec import PRESETS, Variant
-from explorer.tracing.run import run_trace
+from explorer.tracing.pipeline.run import run_trace
 
 def _nvidia_devices() -> list[str]:
   """CUDA/NV devices tinygrad opens here; cheap signs of an NVIDIA driver first, so CPU hosts pay nothing."""

@@ -1,4 +1,4 @@
-"""Scheduling a kernel by hand (explorer.tracing.handopts): tinygrad's opts applied through its own apply_opts give what plain tinygrad's
+"""Scheduling a kernel by hand (explorer.tracing.enrichments.handopts): tinygrad's opts applied through its own apply_opts give what plain tinygrad's
 do_to_program gives for the same opts (in a subprocess, renderers built independently), a bad opt is refused with tinygrad's reason,
 the host target is timed against the original, and the kernel page's Opts panel applies a chip and shows the new registers."""
 from __future__ import annotations

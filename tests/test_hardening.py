@@ -6,12 +6,12 @@ from __future__ import annotations
 import ast, dataclasses, logging, os, pathlib, signal, sqlite3, threading, time
 import pytest
 from fastapi.testclient import TestClient
-from explorer.tracing.devicelock import DeviceLock
+from explorer.tracing.workers.devicelock import DeviceLock
 from explorer.settings import ENV_PREFIX, SETTINGS, Settings
 from explorer.spec import ConvSpec
 from explorer.store import Store
-from explorer.tracing.workers import Limits, WorkerFailed, call_in_worker
-from explorer.tracing.run import run_trace
+from explorer.tracing.workers.process import Limits, WorkerFailed, call_in_worker
+from explorer.tracing.pipeline.run import run_trace
 from conftest import REPO, wait_done
 from support import app_over
 
@@ -352,14 +352,14 @@ def test_settings_are_checked():
 
 DANGEROUS = {"eval", "exec", "compile", "__import__", "pickle.loads", "pickle.load", "marshal.loads", "yaml.load", "shelve.open", "dill.loads",
              "importlib.import_module", "os.system", "subprocess.getoutput"}
-ALLOWED = {("explorer/tracing/workers.py", "pickle.loads"),            # the result our own worker process sent back
-           ("explorer/tracing/workers.py", "pickle.load"),             # a worker's call, from its parent, on a pipe only the two hold
-           ("explorer/tracing/workers.py", "importlib.import_module"),  # the worker's target: a constant module path (checked below)
+ALLOWED = {("explorer/tracing/workers/process.py", "pickle.loads"),            # the result our own worker process sent back
+           ("explorer/tracing/workers/process.py", "pickle.load"),             # a worker's call, from its parent, on a pipe only the two hold
+           ("explorer/tracing/workers/process.py", "importlib.import_module"),  # the worker's target: a constant module path (checked below)
            # a worker forked from a template: the template's messages to its parent (pids, exit statuses), its own start and each
            # child's call, from its parent, on a socket pair and pipes only the two hold
-           ("explorer/tracing/template.py", "pickle.loads"), ("explorer/tracing/template_process.py", "pickle.load"),
+           ("explorer/tracing/workers/template.py", "pickle.loads"), ("explorer/tracing/workers/template_process.py", "pickle.load"),
            # `kernel-explorer trace --script`: the user's own script, in a worker, from the command line only (checked below)
-           ("explorer/tracing/program.py", "compile"), ("explorer/tracing/program.py", "exec"),
+           ("explorer/tracing/pipeline/program.py", "compile"), ("explorer/tracing/pipeline/program.py", "exec"),
            # the templates' compiled code, read back from this package's own __pycache__ as Python reads a .pyc: the same place and the
            # same trust as the code itself (a file that does not match its template's checksum and this Python is compiled again)
            ("explorer/present/render.py", "marshal.loads")}
@@ -402,9 +402,9 @@ def test_no_user_data_is_evaluated_or_unpickled():
         assert not any(k.arg == "shell" for k in node.keywords), f"{where}:{node.lineno} runs a shell"
     for node in ast.walk(ast.parse(p.read_text())):  # rewrite blobs reach the store only from our own workers or the user's own process
       if isinstance(node, ast.Attribute) and node.attr == "put_trace": assert where in STORES_TRACES, f"{where}:{node.lineno} stores a trace"
-      if isinstance(node, ast.Constant) and node.value == "explorer.tracing.program:script_in_worker":
-        assert where == "explorer/tracing/run.py", f"{where}:{node.lineno} runs a user's script"
-      if isinstance(node, ast.Name) and node.id == "run_script": assert where in ("explorer/tracing/run.py", "explorer/cli/main.py"), where
+      if isinstance(node, ast.Constant) and node.value == "explorer.tracing.pipeline.program:script_in_worker":
+        assert where == "explorer/tracing/pipeline/run.py", f"{where}:{node.lineno} runs a user's script"
+      if isinstance(node, ast.Name) and node.id == "run_script": assert where in ("explorer/tracing/pipeline/run.py", "explorer/cli/main.py"), where
 
 def test_no_endpoint_accepts_uploads(web_client):
   spec = web_client.get("/openapi.json").json()

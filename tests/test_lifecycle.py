@@ -7,7 +7,7 @@ import os, pathlib, signal, socket, subprocess, sys, threading, time
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from explorer.tracing.lifeline import group_members
+from explorer.tracing.workers.lifeline import group_members
 from explorer.settings import Settings
 from explorer.store import Store
 from conftest import REPO, wait_done

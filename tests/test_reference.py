@@ -1,7 +1,7 @@
 import itertools
 import numpy as np
 import pytest
-from explorer.tracing.reference import conv2d_reference, error_stats
+from explorer.tracing.pipeline.reference import conv2d_reference, error_stats
 
 def conv2d_loops(x: np.ndarray, w: np.ndarray, stride: int, padding: int, groups: int) -> np.ndarray:
   """The definition, one output element at a time."""
@@ -57,7 +57,7 @@ def test_the_reference_in_batch_chunks_equals_the_whole_batch_at_once(monkeypatc
   """Chunked over the batch (so the large preset's windows stay near CHUNK_BYTES instead of 1.2 GiB): the same numbers, to float64's
   last digits (einsum may sum in another order for another batch size)."""
   import numpy as np
-  from explorer.tracing import reference
+  from explorer.tracing.pipeline import reference
   rng = np.random.default_rng(3)
   x, w = rng.standard_normal((5, 4, 9, 7)), rng.standard_normal((6, 2, 3, 3))
   whole = reference.conv2d_reference(x, w, stride=2, padding=1, groups=2)
@@ -68,7 +68,7 @@ def test_the_reference_in_batch_chunks_equals_the_whole_batch_at_once(monkeypatc
 def test_conv2d_error_streams_the_reference_and_agrees_with_the_whole(monkeypatch):
   """The trace's check (conv2d_error) goes chunk by chunk over the batch and finds what error_stats finds against the whole reference:
   the same largest error, wherever in the batch it is, and a float32 output is compared without a float64 copy of it."""
-  from explorer.tracing import reference
+  from explorer.tracing.pipeline import reference
   rng = np.random.default_rng(3)
   x, w = rng.standard_normal((5, 4, 9, 9)).astype(np.float32), rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
   whole = reference.conv2d_reference(x.astype(np.float64), w.astype(np.float64), 2, 1, 2)

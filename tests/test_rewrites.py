@@ -1,4 +1,4 @@
-"""Custom codegen rewrites (explorer/tracing/rewrites.py): each runs as a named pass of real tinygrad codegen on every target and on the
+"""Custom codegen rewrites (explorer/tracing/pipeline/rewrites.py): each runs as a named pass of real tinygrad codegen on every target and on the
 host, whose rewritten programs then run and are checked against numpy; sink-loads lowers peak live values, peel:N splits a loop and
 keeps the output right, drop-end fails at a named stage with the compiler's own message; the server lists the catalogue and never
 runs a user's rewrite file."""
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json, os, shutil, subprocess, sys
 import pytest
 from fastapi.testclient import TestClient
-from explorer.tracing.run import TraceResult, run_trace
-from explorer.tracing.enrich import add_facts
+from explorer.tracing.pipeline.run import TraceResult, run_trace
+from explorer.tracing.enrichments.enrich import add_facts
 from explorer.spec import PRESETS, REWRITES, SpecError, Variant
 from explorer.store import Store
 from conftest import REPO
@@ -16,7 +16,7 @@ from support import WINO8_BUILTIN, app_over, shared_run
 SINK_LOADS_CHECK = r"""
 import json
 from explorer.tracing import tg
-from explorer.tracing.rewrites import FENCES, sink_loads
+from explorer.tracing.pipeline.rewrites import FENCES, sink_loads
 from explorer.spec import PRESETS
 s = PRESETS["wino8"]
 x, w = tg.Tensor.empty(s.batch, s.cin, s.height, s.width), tg.Tensor.empty(s.cout, s.cin, s.kernel, s.kernel)
@@ -82,7 +82,7 @@ def test_peel_splits_the_outer_loop_and_keeps_the_output_right(wino8_direct):
     assert len(peeled) == 1, rec["loop_splits"]
     (cut,), into = peeled[0]["ranges"], peeled[0]["into"]
     assert sorted(r["size"] for r in into) == sorted([2, cut["size"] - 2]), peeled[0]
-    assert peeled[0]["rule"].startswith("explorer/tracing/rewrites.py:") and "pm_peel" in peeled[0]["rule_source"]
+    assert peeled[0]["rule"].startswith("explorer/tracing/pipeline/rewrites.py:") and "pm_peel" in peeled[0]["rule_source"]
     spec = rec["spec"]
     assert spec["ok"] and rec["source"].count("for (") == _kernel(wino8_direct[""])["targets"][target]["source"].count("for (") + 1 + \
       (0 if target == "cuda" else 2)  # clang's two loops nested in the peeled one are copied with it

@@ -1,13 +1,14 @@
-"""SASS with its lines and live registers, without a GPU (explorer.tracing.sass, explorer.analysis.sass): the listing against cuobjdump's
+"""SASS with its lines and live registers, without a GPU (tracing.compilers.toolchain.nvdisasm, analysis.sass): the listing against cuobjdump's
 and against nvdisasm's own JSON line table of the same cubin compiled again here, the live-register peak against ptxas' count, a
 kernel that spills, the page's clicks in a real browser, the diff, the CLI, and a machine without nvdisasm."""
 from __future__ import annotations
 import json, pathlib, re, shutil, subprocess, tempfile
 import pytest
 from conftest import computed, trace_of
-from explorer.tracing import compilers, sass
+from explorer.tracing.compilers import toolchain
+from explorer.tracing.compilers import nvdisasm
 
-MISSING = [t for t in ("nvdisasm", "cuobjdump", "ptxas") if compilers.tool(t) is None] + ([] if shutil.which("nvcc") else ["nvcc"])
+MISSING = [t for t in ("nvdisasm", "cuobjdump", "ptxas") if toolchain.tool(t) is None] + ([] if shutil.which("nvcc") else ["nvcc"])
 needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"no {', '.join(MISSING)} here (make test installs NVIDIA's nvdisasm and cuobjdump "
                                  "wheels; nvcc and ptxas: the CUDA toolkit)")
 WINO = {"preset": "small", "variant": {"algo": "winograd", "targets": ["cuda", "ptx"], "time": False}}  # 4 kernels
@@ -27,18 +28,18 @@ def cubin_here(rec: dict, target: str, d: pathlib.Path) -> pathlib.Path:
     (d / "k.cu").write_text(rec["source"])
     cmd = ["nvcc", f"-arch={rec['arch']}", "-cubin", "-lineinfo", "-o", str(cubin), str(d / "k.cu")]
   else:
-    (d / sass.PTX_FILE).write_text(sass.with_ptx_lines(rec["compiled_source"]))
-    cmd = [str(compilers.tool("ptxas")), f"-arch={rec['arch']}", "-lineinfo", "-o", str(cubin), str(d / sass.PTX_FILE)]
+    (d / nvdisasm.PTX_FILE).write_text(nvdisasm.with_ptx_lines(rec["compiled_source"]))
+    cmd = [str(toolchain.tool("ptxas")), f"-arch={rec['arch']}", "-lineinfo", "-o", str(cubin), str(d / nvdisasm.PTX_FILE)]
   subprocess.run(cmd, check=True, capture_output=True, timeout=120)
   return cubin
 
 def cuobjdump_listing(cubin: pathlib.Path) -> list[tuple[int, str]]:
-  out = subprocess.run([str(compilers.tool("cuobjdump")), "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+  out = subprocess.run([str(toolchain.tool("cuobjdump")), "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
   return [(int(m.group(1), 16), " ".join(m.group(2).split())) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", out)]
 
 def json_lines(cubin: pathlib.Path, source_name: str) -> list[int | None]:
   """Each instruction's line in nvdisasm's JSON (a line holds until the next instruction names one), for lines of source_name."""
-  doc = json.loads(subprocess.run([str(compilers.tool("nvdisasm")), "-c", "-json", "-g", str(cubin)], check=True, capture_output=True,
+  doc = json.loads(subprocess.run([str(toolchain.tool("nvdisasm")), "-c", "-json", "-g", str(cubin)], check=True, capture_output=True,
                                   text=True).stdout)
   files = doc[-1]["files"]
   (fn,) = doc[1]
@@ -64,7 +65,7 @@ def test_the_listing_is_cuobjdumps_with_nvdisasms_lines_and_ptxas_registers(web_
         assert len(ours) == len(theirs) == got["count"] and got["left_out"] == 0
         for (o, t), (o2, t2) in zip(ours, theirs, strict=False):  # the same instructions in order; nvdisasm names branch targets by label
           assert o == o2 and (t == t2 if "`(" not in t else t.split()[0] == t2.split()[0]), (n, target, o, t, t2)
-        lines = json_lines(cubin, "k.cu" if target == "cuda" else sass.PTX_FILE)
+        lines = json_lines(cubin, "k.cu" if target == "cuda" else nvdisasm.PTX_FILE)
         assert [i["line"] for i in got["instructions"]] == lines and any(lines), (n, target)
       assert sum(got["mix"].values()) == got["count"] and got["spills"] == 0 and rec["compile"]["spill_store_bytes"] == 0
       assert all(i["op"] == "NOP" for i in got["instructions"] if i["live"] is None)  # the padding after the last branch: never run
@@ -84,7 +85,7 @@ def test_a_ptx_loc_per_line_changes_no_instruction(web_client, traced):
   with tempfile.TemporaryDirectory() as d:
     p = pathlib.Path(d)
     (p / "plain.ptx").write_text(rec["compiled_source"])
-    ptxas = str(compilers.tool("ptxas"))
+    ptxas = str(toolchain.tool("ptxas"))
     subprocess.run([ptxas, f"-arch={rec['arch']}", "-o", str(p / "plain.cubin"), str(p / "plain.ptx")], check=True, capture_output=True)
     lined = cubin_here(rec, "ptx", p)
     assert cuobjdump_listing(p / "plain.cubin") == cuobjdump_listing(lined)
@@ -100,7 +101,7 @@ def test_a_kernel_that_spills_has_its_local_loads_and_stores_marked(web_client):
   assert facts["spill_store_bytes"] > 0 and facts["registers"] == 255
   spilled = [i for i in got["instructions"] if i["op"].split(".")[0] in ("LDL", "STL")]
   assert got["spills"] >= len(spilled) > 0 and got["mix"].get("STL", 0) + got["mix"].get("LDL", 0) == got["spills"]
-  assert got["left_out"] == got["count"] - len(got["instructions"]) and len(got["instructions"]) <= sass.MAX_INSTRUCTIONS
+  assert got["left_out"] == got["count"] - len(got["instructions"]) and len(got["instructions"]) <= nvdisasm.MAX_INSTRUCTIONS
   page = web_client.get(f"/t/{tid}/k/{n}/sass", params={"target": "ptx"}).text
   assert page.count('class="spill') == len(spilled) and f'id="sass-spills">{got["spills"]}<' in page
   assert f"{got['left_out']:,} more are counted above" in page
@@ -136,9 +137,9 @@ def test_without_nvdisasm_the_page_says_what_to_install(web_client, traced, monk
   # with the CUDA record's rewrite blob: its line map is computed here where this worker's store has not computed it yet
   Store(db).put_trace("0000000000005a55", src.get_trace(traced), src.get_rewrites(traced), {"cuda": src.get_rewrites(traced, "cuda")})
   rec = Store(db).get_trace("0000000000005a55")["kernels"][0]["targets"]["cuda"]
-  found = compilers.tool
-  monkeypatch.setattr(compilers, "tool", lambda name: None if name == "nvdisasm" else found(name))
-  facts = compilers.compile_target("cuda", rec["source"], rec["arch"], compilers.block_threads(rec["local_size"]))
+  found = toolchain.tool
+  monkeypatch.setattr(toolchain, "tool", lambda name: None if name == "nvdisasm" else found(name))
+  facts = toolchain.compile_target("cuda", rec["source"], rec["arch"], toolchain.block_threads(rec["local_size"]))
   assert facts["ok"] and facts["sass"] is None and "pip install 'kernel-explorer[cuda]'" in facts["sass_note"]
   Store(db).put_enrichments("0000000000005a55", ENRICH_FACTS, {(0, "cuda"): facts})
   with TestClient(app_over(db)) as client:

@@ -175,7 +175,7 @@ def test_a_record_merged_into_a_kernel_read_light_goes_with_it():
   """A target's record merged into a parsed light trace (what a server does when a page computed it) is named in the kernel's `light`,
   on a copy of its own, and is there with its source once the kernel is put back together."""
   from explorer.store.pieces import whole
-  from explorer.tracing.enrich import with_target
+  from explorer.tracing.enrichments.enrich import with_target
   rec = {"name": "on cuda", "source": "// cuda", "passes": []}
   shared = {"sources": ["clang"], "passes": 3}
   trace = {"kernels": [{"index": 0, "targets": {"clang": {"name": "k"}}, "source_errors": {}, "light": shared},

@@ -131,7 +131,7 @@ def test_the_cli_writes_the_json_contract_the_documents_table_and_an_offline_pag
 def test_the_repeats_are_counterbalanced():
   """Every variant runs first as often as last: in a fixed order the second of two identical microsecond kernels timed steadily
   15-40% apart from the first on a CPU."""
-  from explorer.tracing.timing import _order
+  from explorer.tracing.pipeline.timing import _order
   orders = [_order(3, r) for r in range(4)]
   assert orders == [[0, 1, 2], [2, 1, 0], [0, 1, 2], [2, 1, 0]]
   assert all(sum(o.index(v) for o in orders) == sum(range(3)) * 4 // 3 for v in range(3))  # the same mean position for each

@@ -7,8 +7,9 @@ import json, os, pathlib, re, shutil, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
 import pytest
 from fastapi.testclient import TestClient
-from explorer.tracing.compilers import occupancy, parse_ptxas
-from explorer.tracing.run import run_trace
+from explorer.tracing.compilers.toolchain import occupancy, parse_ptxas
+from explorer.tracing.pipeline.run import run_trace
+from explorer.tracing.enrichments.enrich import add_facts
 from explorer.spec import PRESETS, Variant
 from conftest import REPO, computed, trace_of
 from support import WINO8_BUILTIN, app_over, shared_run
@@ -68,7 +69,7 @@ def test_the_opt_setting_reaches_every_target():
 BEAM_CHOICE = r"""
 import json
 from explorer.tracing import tg
-from explorer.tracing.renders import _beam_choice
+from explorer.tracing.pipeline.renders import _beam_choice
 x, w = tg.Tensor.empty(1, 2, 8, 8), tg.Tensor.empty(4, 2, 3, 3)
 ast = next(c.src[0] for c in x.conv2d(w, padding=1).schedule_linear().src if c.src[0].op is tg.Ops.SINK)
 cuda = tg.render_target("cuda", "sm_90")
@@ -121,7 +122,7 @@ def test_occupancy_follows_the_calculators_rules():
   assert occupancy("sm_80", 32, 256, 49153)["occupancy"] == 0  # over the 48 KB of static shared memory a block may have
 
 def test_compile_facts_say_what_ran_or_what_is_missing():
-  trace = run_trace(PRESETS["small"], Variant(targets=("metal", "wgsl", "opencl"), time=False), facts=True).trace
+  trace = add_facts(run_trace(PRESETS["small"], Variant(targets=("metal", "wgsl", "opencl"), time=False)).trace)
   k = trace["kernels"][0]["targets"]
   assert k["metal"]["compile"]["ok"] is None and "macOS" in k["metal"]["compile"]["message"]
   assert k["wgsl"]["compile"]["ok"] is None and k["wgsl"]["compile"]["message"]
@@ -293,61 +294,62 @@ def wait_for_target(client, url: str, timeout_s: float = 300) -> dict:
   return r.json()
 
 def test_a_compiler_that_hangs_or_crashes_is_one_kernels_result(tmp_path, monkeypatch):
-  from explorer.tracing import compilers
+  from explorer.tracing.compilers import toolchain
   for name, body in (("clang", "sleep 30"), ("nvcc", "kill -SEGV $$")):
     (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
     (tmp_path / name).chmod(0o755)
   monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-  monkeypatch.setattr(compilers, "TIMEOUT_S", 0.5)
-  compilers.version.cache_clear()
-  hung = compilers.compile_target("clang", "int main(){}", "x86_64", None)
+  monkeypatch.setattr(toolchain, "TIMEOUT_S", 0.5)
+  toolchain.version.cache_clear()
+  hung = toolchain.compile_target("clang", "int main(){}", "x86_64", None)
   assert hung["ok"] is False and "did not finish within" in hung["message"]
-  crashed = compilers.compile_target("cuda", "extern \"C\" __global__ void k() {}", "sm_90", 128)
+  crashed = toolchain.compile_target("cuda", "extern \"C\" __global__ void k() {}", "sm_90", 128)
   assert crashed["ok"] is False and crashed["message"]
-  compilers.version.cache_clear()
+  toolchain.version.cache_clear()
 
 def test_compile_facts_are_kept_by_what_decides_them_and_read_back_only_as_facts(tmp_path, monkeypatch):
-  """The compile cache (explorer.tracing.compile_cache): a kernel compiled again by the same tools is read back (no compiler runs),
+  """The compile cache (explorer.tracing.compilers.compile_cache): a kernel compiled again by the same tools is read back (no compiler runs),
   exactly the facts it had, SASS included; a kept file that does not read as facts is compiled again; a failure is never kept; another
   build of a tool is another key; "off" keeps nothing."""
-  from explorer.tracing import compile_cache, compilers
+  from explorer.tracing.compilers import compile_cache
+  from explorer.tracing.compilers import toolchain
   monkeypatch.setenv(compile_cache.CACHE_VAR, str(cache := tmp_path / "cache"))
-  real_run = compilers._run
+  real_run = toolchain._run
   def ran(cmd, stdin=None):
     calls.append(pathlib.Path(cmd[0]).name)
     return real_run(cmd, stdin)
-  monkeypatch.setattr(compilers, "_run", ran)
+  monkeypatch.setattr(toolchain, "_run", ran)
   sources = {"clang": "int twice(int x) { return 2 * x; }"}
-  if shutil.which("nvcc") and compilers.tool("nvdisasm"): sources["cuda"] = 'extern "C" __global__ void k(float* a) { a[threadIdx.x] *= 2.0f; }'
+  if shutil.which("nvcc") and toolchain.tool("nvdisasm"): sources["cuda"] = 'extern "C" __global__ void k(float* a) { a[threadIdx.x] *= 2.0f; }'
   for target, src in sources.items():
     calls: list[str] = []
-    fresh = compilers.compile_target(target, src, "sm_90", 32)
+    fresh = toolchain.compile_target(target, src, "sm_90", 32)
     assert fresh["ok"] and calls and (target != "cuda" or fresh["sass"]["instructions"]), fresh
     calls.clear()
-    assert compilers.compile_target(target, src, "sm_90", 32) == json.loads(json.dumps(fresh)) and calls == [], calls
+    assert toolchain.compile_target(target, src, "sm_90", 32) == json.loads(json.dumps(fresh)) and calls == [], calls
   assert len(list(cache.glob("*.json"))) == len(sources)
   monkeypatch.setenv(compile_cache.CACHE_VAR, str(one := tmp_path / "one"))
-  fresh = compilers.compile_target("clang", sources["clang"], "sm_90", 32)
+  fresh = toolchain.compile_target("clang", sources["clang"], "sm_90", 32)
   [kept] = one.glob("*.json")
   for garbage in (b"\x80not json", b'{"ok": "yes", "compiler": 1}', b"[]", b'{"ok": true}'):
     kept.write_bytes(garbage)
     calls = []
-    assert compilers.compile_target("clang", sources["clang"], "sm_90", 32) == fresh and calls == ["clang"]  # compiled again
+    assert toolchain.compile_target("clang", sources["clang"], "sm_90", 32) == fresh and calls == ["clang"]  # compiled again
     assert json.loads(kept.read_bytes()) == json.loads(json.dumps(fresh))  # and kept again
   monkeypatch.setenv(compile_cache.CACHE_VAR, str(cache))
   calls = []
-  bad = compilers.compile_target("clang", "int broken(", "sm_90", None)
+  bad = toolchain.compile_target("clang", "int broken(", "sm_90", None)
   assert bad["ok"] is False and calls and len(list(cache.glob("*.json"))) == len(sources)  # a failure is not kept
   (tmp_path / "bin").mkdir()
   (fake := tmp_path / "bin" / "clang").write_text(f"#!/bin/sh\nexec {shutil.which('clang')} \"$@\"\n")
   fake.chmod(0o755)
   monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
   calls = []
-  assert compilers.compile_target("clang", sources["clang"], "sm_90", 32)["ok"] and calls == ["clang"]  # another clang: compiled again
+  assert toolchain.compile_target("clang", sources["clang"], "sm_90", 32)["ok"] and calls == ["clang"]  # another clang: compiled again
   monkeypatch.setenv(compile_cache.CACHE_VAR, "off")
   for _ in range(2):
     calls = []
-    assert compilers.compile_target("clang", sources["clang"], "sm_90", 32)["ok"] and calls == ["clang"]  # off: nothing read back
+    assert toolchain.compile_target("clang", sources["clang"], "sm_90", 32)["ok"] and calls == ["clang"]  # off: nothing read back
   assert len(list(cache.glob("*.json"))) == len(sources) + 1 and not list(cache.glob("*.tmp"))
 
 def test_a_trace_of_the_previous_schema_still_opens(tmp_path):
@@ -368,7 +370,7 @@ def test_a_trace_of_the_previous_schema_still_opens(tmp_path):
 def test_register_pressure_picks_out_the_fused_kernel():
   """Liveness over the linear UOps (targets[T].pressure): on the medium preset the fused explorer Winograd's MHAT+out kernel holds more
   values at once than the staged variant's output kernel; the peak is where the curve says."""
-  from explorer.tracing.enrich import add_analysis
+  from explorer.tracing.enrichments.enrich import add_analysis
   peaks = {}
   for staging in ("staged", "fused"):
     run = shared_run("medium", **CASE_VARIANTS[f"medium explorer {staging}"])
@@ -419,7 +421,7 @@ def test_loop_splits_are_recorded_with_the_rule_read_from_tinygrad(tmp_path):
       assert s["rule_source"].splitlines()[0] == inspect.getsource(simplify).splitlines()[int(line) - 1]
   assert not any(k["targets"]["cuda"]["loop_splits"] for k in trace["kernels"] if k["role"] == "ghat")
   # the same analysis read back from the stored rewrite blob, as a page computes it when first viewed
-  from explorer.tracing.enrich import add_analysis
+  from explorer.tracing.enrichments.enrich import add_analysis
   fields = ("pressure", "line_map", "line_map_note", "loop_splits", "spec")
   bare = {**trace, "kernels": [{**k, "targets": {**k["targets"], "clang": {f: v for f, v in k["targets"]["clang"].items() if f not in fields}}}
                                for k in trace["kernels"]]}
@@ -452,7 +454,7 @@ def test_each_target_has_a_renderer_a_lexer_and_a_compiler_or_the_reason_it_has_
   from explorer import targets
   from explorer.present.render import LEXERS, TARGET_LABELS
   from explorer.spec import SASS_TARGETS, TARGET_DESCRIPTIONS, TARGETS
-  from explorer.tracing import compilers
+  from explorer.tracing.compilers import toolchain
   from explorer.tracing.tg.devices import RENDER_TARGETS, render_target, target_name
   assert TARGETS == targets.NAMES and set(RENDER_TARGETS) == set(TARGETS) == set(LEXERS) == set(TARGET_DESCRIPTIONS)
   variant = Variant(cuda_arch="sm_80", metal_arch="Apple8")
@@ -460,10 +462,10 @@ def test_each_target_has_a_renderer_a_lexer_and_a_compiler_or_the_reason_it_has_
     renderer = render_target(t.name, arch := variant.arch(t.name))
     assert target_name(renderer) == t.name and renderer.target.arch == arch, t  # the renderer is the target's, for its arch
     assert issubclass(LEXERS[t.name], Lexer) and TARGET_LABELS[t.name] == t.label, t
-    assert (t.name in compilers.COMPILE) != bool(t.no_compiler), f"{t.name}: a compiler, or the reason it has none (not both)"
-    assert not t.sass or t.name in compilers.COMPILE, t
+    assert (t.name in toolchain.COMPILE) != bool(t.no_compiler), f"{t.name}: a compiler, or the reason it has none (not both)"
+    assert not t.sass or t.name in toolchain.COMPILE, t
     if t.no_compiler:
-      assert compilers.compile_target(t.name, "x", arch, None) == {"ok": None, "compiler": None, "message": t.no_compiler}
+      assert toolchain.compile_target(t.name, "x", arch, None) == {"ok": None, "compiler": None, "message": t.no_compiler}
   assert (variant.arch("cuda"), variant.arch("ptx"), variant.arch("metal"), variant.arch("clang")) == ("sm_80", "sm_80", "Apple8", "x86_64")
   assert SASS_TARGETS == ("cuda", "ptx")
 

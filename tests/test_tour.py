@@ -2,7 +2,7 @@
 import pytest
 from explorer.spec import ConvSpec, Variant
 from explorer.present.tour import compare_tour, trace_tour
-from explorer.tracing.run import run_trace
+from explorer.tracing.pipeline.run import run_trace
 
 SPEC = ConvSpec(1, 2, 2, 8, 8, 3)
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from explorer.cli import main
 from explorer.spec import PRESETS, TARGETS, ConvSpec, Variant
-from explorer.tracing.workers import WorkerFailed
-from explorer.tracing.run import run_trace
+from explorer.tracing.workers.process import WorkerFailed
+from explorer.tracing.pipeline.run import run_trace
 
 SOURCE_MARKERS = {"host": "void", "cuda": "__global__", "metal": "kernel void", "opencl": "__kernel", "clang": "void", "llvm": "define",
                   "ptx": ".entry", "wgsl": "@compute"}
@@ -227,7 +227,7 @@ def test_tinygrads_own_seconds_per_stage_and_kernels_as_they_finish(wino):
 def test_a_trace_that_names_no_device_tells_the_next_workers_which_one_to_open(monkeypatch):
   """tinygrad tries every backend in turn for its default device in each new process; the first trace's answer is handed to the next
   workers as DEV (the same device, found once), unless DEV is set here."""
-  from explorer.tracing import run
+  from explorer.tracing.pipeline import run
   monkeypatch.delenv("DEV", raising=False)
   monkeypatch.setattr(run, "_default_device", {})
   assert run.device_env(Variant()) == {}

@@ -66,7 +66,7 @@ def test_an_environment_missing_a_file_of_its_tinygrad_is_broken_and_nothing_run
   fails in one line saying how to make it again; and a worker process started on it anyway imports no tinygrad at all (never the
   server's in its place), so no tinygrad writes its rewrites.pkl into the temporary folder."""
   import shutil
-  from explorer.tracing.workers import WorkerFailed, call_in_worker
+  from explorer.tracing.workers.process import WorkerFailed, call_in_worker
   v = OLDER[0]
   made = pathlib.Path(versions.environment(v).path or "")
   shutil.copytree(made, tmp_path / v, symlinks=True)
@@ -127,7 +127,7 @@ def test_the_server_lists_them_on_a_page_and_in_the_api(tmp_path, monkeypatch):
 def test_a_worker_runs_the_tinygrad_it_is_asked_for():
   """call_in_worker(tinygrad=V): the worker runs V's interpreter with V's tinygrad first (a template per version: the environment names
   it); the server's own by default and by name; a version not made is the call's failure, in a line."""
-  from explorer.tracing.workers import WorkerFailed, call_in_worker
+  from explorer.tracing.workers.process import WorkerFailed, call_in_worker
   def run(tinygrad: str | None) -> dict[str, str]:
     return call_in_worker("explorer.tracing.versions:imported", {}, timeout_s=120, tinygrad=tinygrad)[0]
   for v in (None, TINYGRAD): assert run(v) == {"tinygrad": TINYGRAD, "from": run(v)["from"], "python": sys.executable}
@@ -205,11 +205,11 @@ def test_a_trace_on_an_older_tinygrad_records_every_stage_as_that_tinygrad_makes
   Neither has spec_kernel_graph: that check is left out, not failed. Both have Renderer.pre_matcher, whose pass shows (the explorer sets the hook,
   empty); 0.12 also has cut_store_range's pass (which cuts nothing here: see the program test below)."""
   from explorer.spec import PRESETS, Variant
-  from explorer.tracing.workers import call_in_worker
+  from explorer.tracing.workers.process import call_in_worker
   spec = PRESETS["small"]
   variant = Variant(targets=(*COMPARED, "clang"), repeats=3, warmup=1)
   args = {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": None}
-  (trace, blob, _), _ = call_in_worker("explorer.tracing.run:trace_in_worker", args, timeout_s=600, env={"DEV": "CPU"}, tinygrad=version)
+  (trace, blob, _), _ = call_in_worker("explorer.tracing.pipeline.run:trace_in_worker", args, timeout_s=600, env={"DEV": "CPU"}, tinygrad=version)
   assert trace["env"]["tinygrad"] == version and trace["failures"] == [] and blob
   assert set(trace["stage_seconds"]) == {"tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing"}
   assert "kernel_graph" not in trace["spec_checks"] and trace["spec_checks"]["tensor_graph"]["ok"]
@@ -355,7 +355,7 @@ def test_cut_store_range_cuts_a_padded_loop_on_0_12_and_the_tour_tells_it(tmp_pa
 def test_the_versions_tour_tells_one_convolution_on_two_tinygrads_timed_in_turns(tmp_path):
   """The built-in "versions" tour: the small preset on 0.12.0 and on the server's own, started with one POST; its compare step names
   both tinygrads and sends to the diff, A's steps speak of 0.12's trace. The diff times the two interleaved, each side in a worker of
-  its own tinygrad taking turns on the CPU by the host's clock (explorer.tracing.turns), and the tour quotes that ratio; their outputs
+  its own tinygrad taking turns on the CPU by the host's clock (explorer.tracing.pipeline.turns), and the tour quotes that ratio; their outputs
   are not run in one worker (one tinygrad), and the diff says so."""
   from fastapi.testclient import TestClient
   from conftest import wait_done
@@ -385,7 +385,7 @@ def test_the_versions_tour_tells_one_convolution_on_two_tinygrads_timed_in_turns
     assert "interleaved on CPU" in json.dumps(heads), heads
 
 def test_two_tinygrads_are_timed_in_turns_and_their_outputs_compared_within_one():
-  """A diff's timing of sides that asked for different tinygrads runs them in turns (explorer.tracing.turns); their outputs, compared
+  """A diff's timing of sides that asked for different tinygrads runs them in turns (explorer.tracing.pipeline.turns); their outputs, compared
   in one worker of one tinygrad, are not, and it says why; a trace stored before the choice (no variant.tinygrad) is the server's own."""
   from explorer.analysis.diff import comparable
   side = {"spec": {"batch": 1}, "env": {"device": "CPU", "tinygrad": "0.14.0"}, "variant": {}}
@@ -398,8 +398,8 @@ def test_two_tinygrads_are_timed_in_turns_and_their_outputs_compared_within_one(
 def test_a_side_that_fails_ends_the_turns_in_one_line():
   """A side whose variant cannot be built fails the measurement with its worker's one line, at once: the other is not waited for."""
   from explorer.spec import PRESETS, Variant
-  from explorer.tracing.turns import time_across
-  from explorer.tracing.workers import WorkerFailed
+  from explorer.tracing.pipeline.turns import time_across
+  from explorer.tracing.workers.process import WorkerFailed
   good = {**Variant().to_dict(), "device": "CPU"}
   st = time.monotonic()
   with pytest.raises(WorkerFailed) as failed:
@@ -483,8 +483,8 @@ def test_a_trace_on_a_tinygrad_not_made_yet_makes_its_environment_first_and_says
   """The first trace asking for a version whose environment is missing makes it from its lock (seconds: PyPI's wheel, hash-checked),
   saying so as the trace's first progress, then traces there; one that cannot be made fails the trace in a line."""
   from explorer.spec import PRESETS, Variant
-  from explorer.tracing.run import run_trace
-  from explorer.tracing.workers import WorkerFailed
+  from explorer.tracing.pipeline.run import run_trace
+  from explorer.tracing.workers.process import WorkerFailed
   monkeypatch.setenv(versions.DIR_VAR, str(tmp_path / "fresh"))
   said: list[tuple[str, str, str]] = []
   result = run_trace(PRESETS["small"], Variant(tinygrad="0.13.0", time=False), progress=lambda *a: said.append(a), timeout_s=600)

@@ -35,9 +35,9 @@ def fake(tmp_path):
     finally: runner.release()
 
 def test_stages_match_the_engine():
-  """The stages the engine runs (rec.run("stage", ...) in explorer/tracing/trace.py, in source order: the convolution's tensor graph,
+  """The stages the engine runs (rec.run("stage", ...) in explorer/tracing/pipeline/trace.py, in source order: the convolution's tensor graph,
   then the pipeline's), in order, are the ones the jobs report."""
-  tree = ast.parse((REPO / "explorer" / "tracing" / "trace.py").read_text())
+  tree = ast.parse((REPO / "explorer" / "tracing" / "pipeline" / "trace.py").read_text())
   calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "run" and n.args
                   and isinstance(n.args[0], ast.Constant)), key=lambda n: n.lineno)
   runs = [n.args[0].value for n in calls]
@@ -100,7 +100,7 @@ def test_a_trace_queued_too_long_is_dropped_with_a_message(tmp_path):
     finally: runner.release()
 
 def test_failed_trace_shows_its_error(tmp_path):
-  from explorer.tracing.workers import WorkerFailed
+  from explorer.tracing.workers.process import WorkerFailed
   def failing(spec, variant, progress, timeout_s):
     progress("tensor_graph", "start", "")
     raise WorkerFailed("the worker was killed by SIGKILL (out of memory?)")

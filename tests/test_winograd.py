@@ -4,7 +4,7 @@ import pytest
 from tinygrad import Tensor, dtypes
 from explorer.tracing.algorithms import build_conv
 from explorer.tracing.algorithms.winograd import WINOGRAD_MATRICES, winograd_explorer
-from explorer.tracing.reference import conv2d_reference, error_stats
+from explorer.tracing.pipeline.reference import conv2d_reference, error_stats
 from explorer.spec import ERROR_TOLERANCE, ConvSpec, Variant
 
 # batch 2, cin != cout, H and W no multiple of either tile (so padding up to whole tiles and the final shrink are exercised)

@@ -21,7 +21,7 @@ def tiny(cout: int) -> dict: return {"spec": {**TINY_SPEC, "cout": cout}, "varia
 @pytest.fixture(scope="module")
 def real_trace(tmp_path_factory) -> pathlib.Path:
   """A real trace of the tiny direct convolution (its JSON, and its rewrite blob base64 in PATH.blob): what a worker would send."""
-  from explorer.tracing.run import run_trace
+  from explorer.tracing.pipeline.run import run_trace
   res = run_trace(ConvSpec(**TINY_SPEC), Variant())
   path = tmp_path_factory.mktemp("rogue") / "trace.json"
   path.write_text(json.dumps(res.trace))
@@ -96,7 +96,7 @@ def test_blobs_load_as_data_alone(tmp_path):
   code = f"""
 import pathlib, pickle, zlib
 from explorer.tracing import tg
-from explorer.tracing.trace import capture
+from explorer.tracing.pipeline.trace import capture
 from explorer.spec import ConvSpec, Variant
 from tinygrad.uop import ops
 class Touch:
@@ -356,7 +356,7 @@ def test_a_bug_answers_one_line_of_json(tmp_path):
     assert r.json()["detail"].startswith("the server failed: ") and "\n" not in r.json()["detail"] and "Traceback" not in r.text
 
 def test_a_killed_workers_scratch_files_go_with_it():
-  from explorer.tracing.workers import Limits, WorkerTimedOut, call_in_worker
+  from explorer.tracing.workers.process import Limits, WorkerTimedOut, call_in_worker
   seen: list[str] = []
   with pytest.raises(WorkerTimedOut):
     call_in_worker("tests.worker_faults:scratch", {}, lambda stage, status, detail: seen.append(detail), limits=Limits(timeout_s=8))

@@ -3,8 +3,8 @@ import json, os, signal, subprocess, sys, time
 import pytest
 from servers import descendants
 from explorer.spec import ConvSpec, Variant
-from explorer.tracing.workers import Limits, WorkerFailed, call_in_worker
-from explorer.tracing.run import run_trace
+from explorer.tracing.workers.process import Limits, WorkerFailed, call_in_worker
+from explorer.tracing.pipeline.run import run_trace
 
 @pytest.mark.parametrize("fn, limits, timeout, message", [
   ("segfault", Limits(), 60, "SIGSEGV"),
@@ -23,7 +23,7 @@ def test_trace_under_memory_limit():
   assert trace["status"] == "ok"
 
 def test_a_workers_numpy_runs_openblas_on_one_thread_unless_told_otherwise(monkeypatch):
-  """The float64 check compares its chunks on threads of its own (explorer.tracing.reference): OpenBLAS's threads, one per core by
+  """The float64 check compares its chunks on threads of its own (explorer.tracing.pipeline.reference): OpenBLAS's threads, one per core by
   default, would spin beside them and beside tinygrad. A setting from the caller's environment or the call's wins."""
   assert call_in_worker("tests.worker_faults:environ", {"name": "OPENBLAS_NUM_THREADS"})[0] == "1"
   assert call_in_worker("tests.worker_faults:environ", {"name": "OPENBLAS_NUM_THREADS"}, env={"OPENBLAS_NUM_THREADS": "3"})[0] == "3"
@@ -33,7 +33,7 @@ def test_a_workers_numpy_runs_openblas_on_one_thread_unless_told_otherwise(monke
 FORKED_RENDER = r"""
 import json
 from explorer.tracing import tg
-from explorer.tracing.renders import RenderPool
+from explorer.tracing.pipeline.renders import RenderPool
 forked = RenderPool.forked(["cuda"], 1)  # as a trace worker makes it: tinygrad imported, nothing made with it yet
 x, w = tg.Tensor.empty(1, 2, 8, 8), tg.Tensor.empty(4, 2, 3, 3)
 asts = [c.src[0] for c in x.conv2d(w, padding=1).relu().schedule_linear().src if c.src[0].op is tg.Ops.SINK]
@@ -44,7 +44,7 @@ print(json.dumps([[{k: v for k, v in rec.items()} for rec in recs] for recs in g
 """
 
 def test_a_forked_render_records_what_a_spawned_one_records():
-  """A trace worker forks its renders' processes before it opens a device (explorer.tracing.renders.RenderPool.forked): each starts
+  """A trace worker forks its renders' processes before it opens a device (explorer.tracing.pipeline.renders.RenderPool.forked): each starts
   where a spawned one does after importing tinygrad. Its record is the spawned one's, passes and their matches included."""
   import json, subprocess, sys
   out = subprocess.run([sys.executable, "-c", FORKED_RENDER], capture_output=True, text=True, timeout=300)
@@ -56,7 +56,7 @@ def test_a_forked_pool_forks_once_and_spawns_a_replacement():
   """Forked processes start from the state their creator was in when the pool started; a replacement for one that died would start
   from wherever the creator has got to since, so it is spawned."""
   import os, signal
-  from explorer.tracing.pool import WorkerPool
+  from explorer.tracing.workers.pool import WorkerPool
   from tests import worker_faults
   worker_faults.MARK = "parent"
   pool = WorkerPool(1, fork=True).start()
@@ -70,9 +70,9 @@ def test_a_forked_pool_forks_once_and_spawns_a_replacement():
     pool.close()
 
 def test_workers_are_forked_from_a_template_per_environment_that_made_nothing():
-  """A worker is forked from its caller's template for its environment (explorer.tracing.template): tinygrad imported, no rewrite
+  """A worker is forked from its caller's template for its environment (explorer.tracing.workers.template): tinygrad imported, no rewrite
   tracked, no device opened; the same environment reuses the template, another gets its own. Arguments of megabytes go through."""
-  from explorer.tracing import template
+  from explorer.tracing.workers import template
   a = call_in_worker("tests.worker_faults:lineage", {"blob": b"x" * (8 << 20)})[0]
   b = call_in_worker("tests.worker_faults:lineage", {})[0]
   c = call_in_worker("tests.worker_faults:lineage", {}, env={"KE_TEST_OTHER": "1"})[0]
@@ -92,15 +92,15 @@ def test_a_dead_template_fails_its_workers_in_one_line_and_the_next_call_gets_a_
 
 def test_a_templates_children_count_in_its_parents_cpu():
   """A template reaps its children: their CPU reaches this process's getrusage only when it reaps the template; it reports each one's
-  (explorer.tracing.template.children_cpu_s), which tests/conftest.py counts per test."""
-  from explorer.tracing import template
+  (explorer.tracing.workers.template.children_cpu_s), which tests/conftest.py counts per test."""
+  from explorer.tracing.workers import template
   t = template.template_for({})  # the one call_in_worker forks from (a worker's scratch directory aside, the same environment)
   before = t.children_cpu_s
   spent = call_in_worker("tests.worker_faults:spin", {"n": 3_000_000})[0][1]
   assert t.children_cpu_s - before >= spent > 0 and template.children_cpu_s() >= t.children_cpu_s
 
 CLEAN = {k: v for k, v in os.environ.items() if k not in ("VIZ", "TRACK_MATCH_STATS", "DEBUG", "NOOPT", "BEAM", "WINO", "DEV")}
-WORKER_MARKS = ("explorer.tracing.template_process import serve", "explorer.tracing.workers import _boot")
+WORKER_MARKS = ("explorer.tracing.workers.template_process import serve", "explorer.tracing.workers.process import _boot")
 
 def _cmdline(pid: int) -> str:
   try:

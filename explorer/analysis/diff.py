@@ -8,7 +8,7 @@ against `mhat` and `out`), `conv` against a chain is a fold; kernels that share 
 Buffers pair by role and by the kernel groups that write and read them, so an intermediate that lives inside a fused
 group (MHAT), or a materialized constant, shows on one side only.
 
-No tinygrad here: what needs it runs in a fresh worker (explorer.analysis.diff_worker, explorer.tracing.timing).
+No tinygrad here: what needs it runs in a fresh worker (explorer.analysis.diff_worker, explorer.tracing.pipeline.timing).
 """
 from __future__ import annotations
 import difflib, functools, hashlib, itertools, re, statistics
@@ -25,7 +25,7 @@ from explorer.text import fmt_bytes, si, table
 from explorer.schema import (Buffer, CompileFacts, KernelRecord, RatioStats, ScheduleRow, TraceRecord, VariantTiming, registers_of, schedule_role,
                             stage_counts_of, target_record)
 from explorer.tracing import versions
-from explorer.tracing.workers import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
+from explorer.tracing.workers.process import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
 
 CHAIN = ("xhat", "ghat", "mhat", "out")
 OP_KEYS = ("alu", "loads", "stores", "consts", "ranges", "total")
@@ -567,7 +567,7 @@ def _attach_graphs(groups: list[dict[str, Any]], sa: Side, sb: Side, a_blob: byt
 
 def comparable(a: Mapping[str, Any], b: Mapping[str, Any], kind: str = "numerics") -> str | None:
   """Why the two cannot be measured against each other here (rebuilt from their specs, on one device), or None; kind: "timing" (two
-  tinygrads take turns, each in a worker of its own environment: explorer.tracing.turns) or "numerics" (both run in one worker, one
+  tinygrads take turns, each in a worker of its own environment: explorer.tracing.pipeline.turns) or "numerics" (both run in one worker, one
   tinygrad). A side may be a queue job's (explorer.queue.jobs.measure), checked for its env's device only: its spec and env may be
   absent."""
   if a.get("spec") is None or b.get("spec") is None:
@@ -602,7 +602,7 @@ def ratio_stats(a: list[float], b: list[float]) -> RatioStats:
 def remeasure_interleaved(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any], repeats: int = 20, warmup: int = 3,
                           timeout_s: float = DEFAULT_TIMEOUT_S, progress: Any = None) -> dict[str, Any]:
   """Time A and B interleaved (A, B, B, A...) in one fresh worker, tracking off; the ratio B/A with its spread. Two tinygrads take
-  turns instead, each side in a worker of its own environment (explorer.tracing.turns), by the clock both name.
+  turns instead, each side in a worker of its own environment (explorer.tracing.pipeline.turns), by the clock both name.
   progress(stage, status, detail) hears the worker: compiling each variant, waiting for the device, the repeats."""
   if (why := comparable(a_trace, b_trace, "timing")) is not None: return {"compared": False, "reason": f"not timed: {why}"}
   ta, tb = tinygrads_of(a_trace, b_trace)
@@ -610,12 +610,12 @@ def remeasure_interleaved(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any]
   try:
     timed: list[VariantTiming]
     if ta != tb:
-      from explorer.tracing.turns import time_across
+      from explorer.tracing.pipeline.turns import time_across
       timed = cast("list[VariantTiming]", time_across(a_trace["spec"], variants, [versions.older(ta), versions.older(tb)],
                                                       a_trace["env"]["device"], warmup, repeats, timeout_s, progress))
     else:
       args = {"spec": a_trace["spec"], "variants": variants, "warmup": warmup, "repeats": repeats}
-      timed, _ = call_in_worker("explorer.tracing.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
+      timed, _ = call_in_worker("explorer.tracing.pipeline.timing:time_interleaved", args, progress, timeout_s=timeout_s, env={"VIZ": "0"})
   except WorkerFailed as e: return {"compared": False, "reason": f"timing failed: {e}"}
   ra, rb = timed
   if ra.get("method") != rb.get("method"):
@@ -659,8 +659,8 @@ def full_diff(a: TraceRecord, b: TraceRecord, a_blobs: dict[str, bytes] | None =
   """diff_traces, plus the interleaved timing and the output comparison; progress hears of each of DIFF_STEPS (done or skipped).
   a_blobs, b_blobs: each side's rewrite blobs by key ("" the host's; TraceResult.blobs). The target's analyses (peak live values) and
   compile facts (registers) are computed first where a side lacks them and keeps the blob they are computed from
-  (explorer.tracing.enrich)."""
-  from explorer.tracing.enrich import add_analysis, add_facts
+  (explorer.tracing.enrichments.enrich)."""
+  from explorer.tracing.enrichments.enrich import add_analysis, add_facts
   step = progress or (lambda stage, status, detail: None)
   step("structure", "start", f"{target} analyses and compile facts where missing, kernels matched, graphs rebuilt in a worker")
   a_blobs, b_blobs = a_blobs or {}, b_blobs or {}

@@ -1,4 +1,4 @@
-"""The halves of explorer.analysis.diff that need tinygrad, called through explorer.tracing.workers.call_in_worker (with VIZ=0)."""
+"""The halves of explorer.analysis.diff that need tinygrad, called through explorer.tracing.workers.process.call_in_worker (with VIZ=0)."""
 from __future__ import annotations
 import numpy as np
 from explorer.tracing import tg  # first: sets tinygrad's environment before tinygrad is imported
@@ -20,7 +20,7 @@ def side_graphs(progress: Progress, blob: bytes, sinks: list[int], steps: Steps 
   return {"graphs": [{n: b.graph_of(n) for n in sinks}], "rules": [[b.rules_fired(g, s) for g, s in steps or []]]}
 
 def seeded_inputs(spec: ConvSpec) -> tuple[np.ndarray, np.ndarray]:
-  """The input and weight every trace runs on (the same draws as explorer.tracing.trace._run_stages)."""
+  """The input and weight every trace runs on (the same draws as explorer.tracing.pipeline.trace._run_stages)."""
   rng = np.random.default_rng(0)
   x = rng.standard_normal(spec.input_shape).astype(spec.dtype)
   w = (rng.standard_normal(spec.weight_shape) / np.sqrt(np.prod(spec.weight_shape[1:]))).astype(spec.dtype)

@@ -1,4 +1,4 @@
-"""A captured program as a whole (explorer.tracing.program): its kernels by the model line that made them, forward, backward and optimizer
+"""A captured program as a whole (explorer.tracing.pipeline.program): its kernels by the model line that made them, forward, backward and optimizer
 told apart, the top kernels, a timeline and memory over the program, and search. Read off the trace's data alone (no tinygrad), in
 time linear in its kernels and buffers, once per parsed trace (explorer.web.services.registry.TraceCache.derived), and what a kernel's
 provenance decides once per distinct provenance (per_provenance)."""

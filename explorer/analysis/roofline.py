@@ -2,7 +2,7 @@
 
 Peaks come from vendor spec sheets for known GPUs (matched by the driver's device name) and, for anything else (every CPU,
 unlisted GPUs, MIG slices), from a probe measured on the device itself through tinygrad, cached per device. No tinygrad here:
-device facts and the probe run in a worker (explorer.tracing.probe).
+device facts and the probe run in a worker (explorer.tracing.pipeline.probe).
 """
 from __future__ import annotations
 import html, json, math, os, pathlib, re, tempfile
@@ -131,25 +131,25 @@ def _store_cache(key: str, value: Measured) -> None:
 
 def describe(device: str | None = None, timeout_s: float = 120.0) -> DeviceInfo:
   """Device, hardware name, compiler, host (in a worker: it opens the device)."""
-  from explorer.tracing.workers import call_in_worker
-  info: DeviceInfo = call_in_worker("explorer.tracing.probe:describe", {"device": device}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
+  from explorer.tracing.workers.process import call_in_worker
+  info: DeviceInfo = call_in_worker("explorer.tracing.pipeline.probe:describe", {"device": device}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
   return info
 
 def list_devices(timeout_s: float = 120.0) -> DevicesFound:
-  from explorer.tracing.workers import call_in_worker
-  found: DevicesFound = call_in_worker("explorer.tracing.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
+  from explorer.tracing.workers.process import call_in_worker
+  found: DevicesFound = call_in_worker("explorer.tracing.pipeline.probe:list_devices", {}, env={"VIZ": "0"}, timeout_s=timeout_s)[0]
   return found
 
 def measured_peaks(info: DeviceKey, refresh: bool = False, timeout_s: float = 300.0,
                    progress: Callable[[str, str, str], None] | None = None) -> Measured:
   """The probe's FP32 FLOP/s and bandwidth for the device info describes: from the cache, else measured in a worker and cached.
   progress(stage, status, detail) hears what the worker measures, and its wait for the device."""
-  from explorer.tracing.workers import call_in_worker
+  from explorer.tracing.workers.process import call_in_worker
   key = _cache_key(info)
   hit = None if refresh else _cached(info)
   if hit is not None: return hit
-  # a measurement: the device's lock for the whole run, so that no trace or study times on it meanwhile (explorer.tracing.devicelock)
-  got: Measured = call_in_worker("explorer.tracing.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},
+  # a measurement: the device's lock for the whole run, so that no trace or study times on it meanwhile (explorer.tracing.workers.devicelock)
+  got: Measured = call_in_worker("explorer.tracing.pipeline.probe:measure", {"device": info["device"]}, progress=progress, env={"VIZ": "0"},
                              timeout_s=timeout_s, exclusive=info["device"])[0]
   _store_cache(key, got)
   return got

@@ -1,4 +1,4 @@
-"""A record's SASS beside its UOps: each instruction's source line (explorer.tracing.sass) carried through the record's line map to
+"""A record's SASS beside its UOps: each instruction's source line (explorer.tracing.compilers.nvdisasm) carried through the record's line map to
 the UOps that wrote that line, the UOps with the most instructions, and two records' SASS side by side (the diff, the studies).
 
 A line the renderer wrote for several UOps gives its instructions to each of them: instructions per UOp count an instruction once for
@@ -60,7 +60,7 @@ def view(rec: TargetRecord) -> dict[str, Any] | None:
 
 def summary(rec: TargetRecord | None) -> Summary | None:
   """What a comparison needs of a record's SASS: instructions, peak live registers, ptxas' registers, spills, the mix, and the UOp-level
-  live-values estimate beside them (explorer.tracing.trace's pressure: values, not registers)."""
+  live-values estimate beside them (explorer.tracing.pipeline.trace's pressure: values, not registers)."""
   if rec is None or (sass := sass_of(rec)) is None: return None
   return {"count": sass["count"], "peak_live": sass["peak_live"], "registers": sass["registers"], "spills": sass["spills"],
           "mix": sass["mix"], "estimate": estimate(rec)}

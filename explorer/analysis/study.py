@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from explorer import stats
 from explorer.schema import Claim, Comparison, CountComparison, StudyCase, StudyResult, StudyRow, TraceRecord, VariantTiming, ast_key_of, setting_of
 from explorer.spec import STUDY_COMPILE_REPEATS, TINYGRAD, ConvSpec, SpecError, Variant
-from explorer.tracing.workers import Progress, call_in_worker
-from explorer.tracing.run import device_env, run_trace
+from explorer.tracing.workers.process import Progress, call_in_worker
+from explorer.tracing.pipeline.run import device_env, run_trace
 
 
 STUDY_VARIANTS: dict[str, list[tuple[str, Variant]]] = {
@@ -27,7 +27,7 @@ STUDY_VARIANTS: dict[str, list[tuple[str, Variant]]] = {
 # the documents' cases: seed 000 measured small, medium, large and a 5x5 kernel; seed 003 its three shapes
 DEFAULT_PRESETS = {"constants": ("small", "medium", "large", "k5"), "fusion": ("wino8", "wino16", "wino32")}
 # tinygrad's builtin Winograd does not apply to a 5x5 kernel: in seed 000's setting both constant modes ran the same direct kernels
-# called with each variant's finished trace (explorer.tracing.run.TraceResult); returns where it was kept (a stored trace's id), or None
+# called with each variant's finished trace (explorer.tracing.pipeline.run.TraceResult); returns where it was kept (a stored trace's id), or None
 KeepTrace = Callable[[ConvSpec, Variant, Any], str | None]
 NOISE_PAIR = [("builtin (falls back to direct)", Variant(algo="winograd", fallback=True)), ("direct", Variant(algo="direct"))]
 
@@ -104,9 +104,9 @@ def run_study(kind: str, spec: ConvSpec, repeats: int = 20, warmup: int = 3, til
     step(f"trace {name}", "done", traces[name]["status"])
   step("timing", "start", f"{len(variants)} variants interleaved, {warmup} warmup + {repeats} repeats")
   timing: list[VariantTiming]
-  timing, _ = call_in_worker("explorer.tracing.timing:time_interleaved", {"spec": spec.to_dict(), "variants": [v.to_dict() for _, v in variants],
-                             "warmup": warmup, "repeats": repeats, "target_width": ci_width, "budget_s": budget_s,
-                             "compile_repeats": compile_repeats},
+  timing, _ = call_in_worker("explorer.tracing.pipeline.timing:time_interleaved",
+                             {"spec": spec.to_dict(), "variants": [v.to_dict() for _, v in variants], "warmup": warmup, "repeats": repeats,
+                              "target_width": ci_width, "budget_s": budget_s, "compile_repeats": compile_repeats},
                              progress=lambda _stage, _status, detail: step("timing", "running", detail), timeout_s=timeout_s,
                              env={"VIZ": "0", **device_env()}, tinygrad=tinygrad)
   step("timing", "done", "")

@@ -74,7 +74,7 @@ def case_from_args(a: argparse.Namespace) -> tuple[ConvSpec, Variant]:
 # ***** output *****
 
 def cmd_trace(a: argparse.Namespace) -> int:
-  from explorer.tracing.run import run_script, run_trace
+  from explorer.tracing.pipeline.run import run_script, run_trace
   if a.script is not None:
     if a.preset or a.shape: raise UsageError("--script traces the script's own tensors: leave out --preset and --shape")
     if not os.path.isfile(a.script): raise SpecError(f"--script: no such file: {a.script}")
@@ -87,7 +87,7 @@ def cmd_trace(a: argparse.Namespace) -> int:
     with StepBars(a.quiet) as bars:
       res = run_trace(spec, variant, bars.bar("", STAGES), timeout_s=a.timeout, dump_io=a.dump_io, analysis=a.analysis, here=a.own_process)
   if a.facts:
-    from explorer.tracing.enrich import add_facts
+    from explorer.tracing.enrichments.enrich import add_facts
     with StepBars(a.quiet) as bars: res.trace = add_facts(res.trace, progress=bars.bar("compile facts", ("compile",)), timeout_s=a.timeout)
   print(summary(res.trace))
   if a.roofline:
@@ -125,7 +125,7 @@ def cmd_versions(a: argparse.Namespace) -> int:
   return 0
 
 def cmd_rewrites(a: argparse.Namespace) -> int:
-  from explorer.tracing.catalogue import catalogue
+  from explorer.tracing.pipeline.catalogue import catalogue
   rows = catalogue()
   print(table(("rewrite", "runs on", "what it does"), [(r["usage"], r["point"], r["summary"]) for r in rows], text_columns=3))
   for r in rows if a.source else []: print(f"\n# {r['usage']}\n{r['source']}")
@@ -177,7 +177,7 @@ def load_side(arg: str, target: str = "cuda", db: str | None = None, timeout_s: 
     from explorer.store import load_trace_file
     return load_trace_file(arg), {}, f"file {arg}"
   if arg.lstrip().startswith("-"):
-    from explorer.tracing.run import run_trace
+    from explorer.tracing.pipeline.run import run_trace
     p = Parser(prog="kernel-explorer diff (flag set)")
     add_case_args(p)
     tokens = shlex.split(arg)
@@ -199,7 +199,7 @@ def _load_stored(trace_id: str, target: str, db: str | None) -> tuple[TraceRecor
 
 def stored_blobs(store: Any, trace_id: str, trace: TraceRecord, blob: bytes | None, target: str) -> dict[str, bytes]:
   """A stored trace's rewrite blobs by key (TraceResult.blobs): its own, and those its records on `target` address."""
-  from explorer.tracing.enrich import blob_key
+  from explorer.tracing.enrichments.enrich import blob_key
   keys = {key for k in trace["kernels"] if target in (k.get("targets") or {}) and (key := blob_key(k, target)) is not None}
   blobs = {key: b for key in keys if (b := store.get_rewrites(trace_id, key)) is not None}
   return {"": blob, **blobs} if blob is not None else blobs
@@ -224,8 +224,9 @@ def cmd_enrich(a: argparse.Namespace) -> int:
   live values, loop splits, program spec) and compile facts. A trace file keeps no rewrite blob: its convolution is traced again for one."""
   from explorer.present.export import load
   from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS
-  from explorer.tracing import enrich, versions
-  from explorer.tracing.run import ran_here
+  from explorer.tracing.enrichments import enrich
+  from explorer.tracing import versions
+  from explorer.tracing.pipeline.run import ran_here
   trace, trace_id, blob, store = load(a.source, a.db)
   targets = [t.strip() for t in a.target.split(",") if t.strip()] if a.target else None
   if unknown := [t for t in targets or () if t not in TARGETS]:
@@ -299,9 +300,9 @@ def cmd_opts(a: argparse.Namespace) -> int:
   from explorer.present.export import load
   from explorer.schema import host_target, target_records
   from explorer.spec import hand_opts
-  from explorer.tracing.handopts import Unschedulable, schedule
-  from explorer.tracing.workers import WorkerFailed
-  from explorer.tracing.enrich import add_analysis
+  from explorer.tracing.enrichments.handopts import Unschedulable, schedule
+  from explorer.tracing.workers.process import WorkerFailed
+  from explorer.tracing.enrichments.enrich import add_analysis
   trace, trace_id, blob, store = load(a.source, a.db)
   if not 0 <= a.kernel < len(trace["kernels"]): raise SpecError(f"--kernel: the trace has kernels 0 to {len(trace['kernels']) - 1}")
   target, opts = a.target or host_target(trace["kernels"][a.kernel]), hand_opts(a.opt, a.start)
@@ -325,7 +326,7 @@ def cmd_opts(a: argparse.Namespace) -> int:
 def _traced_again(trace: TraceRecord, source: str, timeout_s: float, quiet: bool) -> tuple[TraceRecord, dict[str, bytes]]:
   """A trace file keeps no rewrite log: a convolution's is made again by tracing its spec and variant (the same tinygrad makes the same
   kernels: checked by their AST keys); a captured program's cannot be. Returns that trace and its rewrite blobs (TraceResult.blobs)."""
-  from explorer.tracing.run import run_trace
+  from explorer.tracing.pipeline.run import run_trace
   if (spec := trace.get("spec")) is None or trace.get("variant") is None:
     raise SpecError(f"{source} is a trace file of a captured program, which keeps no rewrite log to rebuild its kernels from: store it "
                     "(Trace.store()) and pass its id")
@@ -580,7 +581,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 def stop_on_signal(signum: int, frame: object) -> None:
   """Every running worker's process group is killed before the command exits (its `finally` blocks run too)."""
-  from explorer.tracing.workers import stop_all
+  from explorer.tracing.workers.process import stop_all
   stop_all()
   raise SystemExit(128 + signum)
 
@@ -590,10 +591,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   finally:
     for sig, handler in before.items(): signal.signal(sig, handler)
     # the process is this command (a caller passing argv may still hold pools of its own); no workers module loaded: no pool ran
-    if argv is None and (workers := sys.modules.get("explorer.tracing.workers")) is not None: workers.stop_own_resource_tracker()
+    if argv is None and (workers := sys.modules.get("explorer.tracing.workers.process")) is not None: workers.stop_own_resource_tracker()
 
 def _run(argv: Sequence[str] | None) -> int:
-  from explorer.tracing.workers import WorkerFailed
+  from explorer.tracing.workers.process import WorkerFailed
   args = sys.argv[1:] if argv is None else list(argv)
   try:
     a = build_parser(settings_flags=not args or args[0] in ("serve", "-h", "--help")).parse_args(args)

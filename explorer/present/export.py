@@ -181,7 +181,7 @@ def local_graphs(trace: TraceRecord, trace_id: str, blob: bytes | None, store: A
   if missing:
     say(f"expanding {len(missing)} graph(s) from the rewrite blob")
     from explorer.tracing import versions
-    from explorer.tracing.workers import WorkerFailed, call_in_worker
+    from explorer.tracing.workers.process import WorkerFailed, call_in_worker
     why = ""
     try:
       got, _ = call_in_worker("explorer.present.export_worker:sink_graphs", {"blob": blob, "sinks": sorted(set(missing.values()))},

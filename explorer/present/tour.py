@@ -22,7 +22,7 @@ ROLE_MEANING = {
   "ghat": "Winograd's weight transform: each 3x3 filter g becomes G·g·Gt",
   "mhat": "the batched elementwise product of transformed tiles and filters, reduced over the input channels",
   "out": "Winograd's output transform: At·m·A turns each transformed tile back into output pixels",
-  # a captured program's kernels (explorer.tracing.program): what they are, not which convolution step
+  # a captured program's kernels (explorer.tracing.pipeline.program): what they are, not which convolution step
   "reduce": "a reduction: each output accumulates over a loop", "elementwise": "elementwise work: each output from its own inputs",
 }
 PROGRAM_ROLE_MEANING = {"out": "it writes a tensor the program realized"}

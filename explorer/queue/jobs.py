@@ -14,7 +14,7 @@ from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, Progress, SpecError,
 DEVICES: list[str] = []  # this worker's devices, best first (explorer.queue.worker sets them): a job that names none runs on the first
 
 def worker_name() -> str | None:
-  """The name of the worker running this job: every trace and result a job returns records it (explorer.tracing.run.ran_here)."""
+  """The name of the worker running this job: every trace and result a job returns records it (explorer.tracing.pipeline.run.ran_here)."""
   job = get_current_job()
   return job.worker_name if job is not None else None
 
@@ -86,12 +86,12 @@ def _study_params(params: Any) -> dict[str, Any]:
   return {**params, "targets": tuple(params["targets"]), "device": _device(params["device"]) or (DEVICES[0] if DEVICES else None)}
 
 def _limits() -> Any:
-  from explorer.tracing.workers import Limits
+  from explorer.tracing.workers.process import Limits
   return Limits.from_settings(Settings.load())
 
 def trace(spec: dict[str, Any], variant: dict[str, Any], timeout_s: float) -> dict[str, Any]:
   """One trace, as the server's JobManager runs it: the trace JSON and its rewrite blobs."""
-  from explorer.tracing.run import record_ran_on, run_trace
+  from explorer.tracing.pipeline.run import record_ran_on, run_trace
   with running() as report:
     s, v = _validated(spec, variant)
     if v.device is None and DEVICES: v = dataclasses.replace(v, device=DEVICES[0])
@@ -104,7 +104,7 @@ def study(kind: str, cases: list[list[Any]], params: dict[str, Any]) -> dict[str
   """A whole study (explorer.analysis.study.run_studies) on this worker's device; each variant's trace comes back to be stored."""
   from explorer.analysis.study import DEFAULT_PRESETS, run_studies
   from explorer.store import trace_key
-  from explorer.tracing.run import ran_here, record_ran_on
+  from explorer.tracing.pipeline.run import ran_here, record_ran_on
   with running() as report:
     if kind not in DEFAULT_PRESETS: raise SpecError(f"unknown study {kind!r}")
     if not isinstance(cases, list) or not 1 <= len(cases) <= MAX_CASES: raise SpecError(f"a study has 1 to {MAX_CASES} cases")
@@ -122,7 +122,7 @@ def study(kind: str, cases: list[list[Any]], params: dict[str, Any]) -> dict[str
 def measure(kind: str, a: dict[str, Any], b: dict[str, Any], repeats: int, warmup: int, timeout_s: float) -> dict[str, Any]:
   """A diff's measurement (interleaved re-timing, or the outputs compared) of two traces' variants, rebuilt from their specs."""
   from explorer.analysis.diff import compare_outputs, remeasure_interleaved
-  from explorer.tracing.run import ran_here
+  from explorer.tracing.pipeline.run import ran_here
   with running() as report:
     if kind not in ("timing", "numerics"): raise SpecError(f"unknown measurement {kind!r}")
     Variant(warmup=warmup, repeats=repeats).validate(max_repeats=int(Settings.load().max_repeats))

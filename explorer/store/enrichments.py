@@ -1,4 +1,4 @@
-"""Enrichments: what was computed for a stored trace after it ran (explorer.tracing.enrich), a row per trace, kernel, target and kind,
+"""Enrichments: what was computed for a stored trace after it ran (explorer.tracing.enrichments.enrich), a row per trace, kernel, target and kind,
 merged into the trace when it is read."""
 from __future__ import annotations
 import json, sqlite3, time
@@ -76,7 +76,7 @@ def forget(c: sqlite3.Connection, trace_id: str) -> None:
 class Enrichments(Connected):
   def put_target_records(self, trace_id: str, target: str, records: dict[int, dict[str, Any]], key: str, rewrites: bytes,
                          ran_by: str | None = None) -> bool:
-    """Kernels' records on a target computed after the trace (an enrichment, explorer.tracing.enrich.compute_target: {kernel: record or
+    """Kernels' records on a target computed after the trace (an enrichment, explorer.tracing.enrichments.enrich.compute_target: {kernel: record or
     {"error"}}), the rewrite blob they address (under `key`, which the records name) and where they were computed (ran_by, NAME@HOST:
     env.ran_on.targets), in one transaction; False (nothing kept) when the trace is gone. StoreError for a blob naming files elsewhere."""
     checked_locations(rewrites)

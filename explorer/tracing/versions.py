@@ -11,7 +11,7 @@ from explorer.defaults import ENV_PREFIX
 from explorer.spec import TINYGRAD, TINYGRADS, TRACEABLE, SpecError, tinygrad_problem
 
 DIR_VAR = ENV_PREFIX + "TINYGRADS"
-TINYGRAD_VAR = ENV_PREFIX + "TINYGRAD"  # in a worker's environment: the tinygrad it runs (explorer.tracing.workers.call_in_worker)
+TINYGRAD_VAR = ENV_PREFIX + "TINYGRAD"  # in a worker's environment: the tinygrad it runs (explorer.tracing.workers.process.call_in_worker)
 LOCKS = pathlib.Path(__file__).parent / "locks"
 STAMP = "kernel-explorer-lock.sha256"  # an environment's last file: the hash of the lock it was made from
 BRIDGE = "kernel-explorer-server.pth"  # the server's environment behind the venv's own site-packages

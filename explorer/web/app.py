@@ -1,6 +1,7 @@
 """The FastAPI app: JSON API under /api, server-rendered pages, vendored static assets and offline OpenAPI docs.
 
-The server process never imports tinygrad: traces run in explorer.tracing.workers's processes, graphs expand in explorer.present.expand_worker's."""
+The server process never imports tinygrad: traces run in worker processes (explorer.tracing.workers), graphs expand in
+explorer.present.expand_worker's."""
 from __future__ import annotations
 import asyncio, threading
 from contextlib import asynccontextmanager
@@ -10,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware
 from explorer.version import __version__
-from explorer.tracing.workers import Limits  # imports no tinygrad
+from explorer.tracing.workers.process import Limits  # imports no tinygrad
 from explorer.settings import Settings
 from explorer.schema import TraceRecord, record_adapters
 from explorer.spec import ENRICH_ANALYSIS
@@ -85,7 +86,7 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
 
 def create_app(db_path: str | None = None, settings: Settings | None = None, runner: Any = None, graph_workers: int = 1,
                devices: DeviceCatalog | None = None, study_runner: Any = None) -> FastAPI:
-  """The app over one SQLite store. runner replaces explorer.tracing.run.run_trace, study_runner explorer.analysis.study.run_studies
+  """The app over one SQLite store. runner replaces explorer.tracing.pipeline.run.run_trace, study_runner explorer.analysis.study.run_studies
   (tests use them to count or fake runs).
   With settings.token set (KERNEL_EXPLORER_TOKEN) every request needs it."""
   settings = settings or Settings.load()

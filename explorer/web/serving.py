@@ -65,7 +65,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
   from explorer.web.app import create_app as _create_app
   from explorer.web.http.limits import redact_access_log, restrict_to_loopback
   from explorer.web.http.h11 import protocol_with
-  from explorer.tracing.workers import stop_all
+  from explorer.tracing.workers.process import stop_all
   app = _create_app(db_path, settings=settings)
   sys.setswitchinterval(float(settings.switch_interval_ms) / 1e3)  # the loop's waits behind rendering threads: docs/results.md
   if is_loopback(host): restrict_to_loopback(app, host)  # DNS rebinding: a page elsewhere cannot reach us under its own name

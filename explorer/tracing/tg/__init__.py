@@ -12,7 +12,7 @@ profiling and stack traces, which cost more than the tracking itself. A process 
 VIZ=0 is a plain, untracked tinygrad (renders for other targets, timing, benchmarks' baselines). PARALLEL=0 (compile in this
 process, where the rewrites are recorded) unless the user set it; a BEAM search alone compiles its candidates in tinygrad's pool of
 untracked processes, as plain tinygrad does (tg.opts.recording_beam). tinygrad's disk cache of compiles stays as tinygrad has it
-(CCACHE): a trace compiles what tinygrad would, and says which kernels came from the cache (explorer.tracing.trace); studies
+(CCACHE): a trace compiles what tinygrad would, and says which kernels came from the cache (explorer.tracing.pipeline.trace); studies
 time compiles afresh (compile_seconds).
 """
 import atexit

@@ -1,4 +1,4 @@
-"""Custom rewrites: extra named passes in codegen (explorer.tracing.rewrites holds the catalogue)."""
+"""Custom rewrites: extra named passes in codegen (explorer.tracing.pipeline.rewrites holds the catalogue)."""
 from __future__ import annotations
 import contextlib
 from dataclasses import dataclass

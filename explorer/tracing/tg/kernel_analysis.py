@@ -1,4 +1,4 @@
-"""A program's analysis: what a page asks of a kernel's record beyond what tinygrad made (an enrichment, explorer.tracing.enrich)."""
+"""A program's analysis: what a page asks of a kernel's record beyond what tinygrad made (an enrichment, explorer.tracing.enrichments.enrich)."""
 from __future__ import annotations
 import typing
 from collections.abc import Sequence

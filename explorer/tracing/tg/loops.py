@@ -25,7 +25,7 @@ def _loop_range(f: RangeFact) -> LoopRange: return {"axis": f[0], "size": f[1], 
 LOOP_CUTTING = ("split ranges", "cut store ranges")  # tinygrad's passes that cut loops (the second: 0.12's, on the CPU)
 
 def _splits_loops(pass_name: str) -> bool:
-  """tinygrad's loop cutting passes, and the explorer's peel:N rewrite (explorer.tracing.rewrites)."""
+  """tinygrad's loop cutting passes, and the explorer's peel:N rewrite (explorer.tracing.pipeline.rewrites)."""
   return pass_name in LOOP_CUTTING or pass_name.startswith(REWRITE_PASS.format("peel:"))
 
 def loop_splits(log: LiveLog | RewriteBlob, passes: Sequence[Pass]) -> list[LoopSplit]:

@@ -8,7 +8,7 @@ NVRTC_FILE = "kernel.cu"  # the name the program's source has: its SASS lines na
 
 def nvrtc_compiler() -> Callable[[str, str], dict[str, Any]] | None:
   """A compile function (source, arch) -> {ok, compiler, log, ptx, cubin}, when NVRTC's library loads (NVRTC_PATH set before this
-  package was imported; explorer.tracing.renders sets it from the wheel); None otherwise."""
+  package was imported; explorer.tracing.pipeline.renders sets it from the wheel); None otherwise."""
   try:
     from tinygrad.runtime.autogen import nvrtc
     from tinygrad.runtime.support.compiler_cuda import _get_bytes, nvrtc_check

@@ -291,7 +291,7 @@ def _read_rule_source(path: str, line: int) -> str:
   return "\n".join(out)
 
 def rule_file(path: str) -> str:
-  """tinygrad's rules by their path in tinygrad (codegen/simplify.py), the explorer's own by theirs (explorer/tracing/rewrites.py), any
+  """tinygrad's rules by their path in tinygrad (codegen/simplify.py), the explorer's own by theirs (explorer/tracing/pipeline/rewrites.py), any
   other by its file's name."""
   rel = stored_location(path)
   return rel.removeprefix("tinygrad/")

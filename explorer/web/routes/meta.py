@@ -8,7 +8,7 @@ from fastapi.responses import PlainTextResponse, Response
 from explorer.spec import PRESETS, TARGETS
 from explorer.store import tinygrad_version
 from explorer.tracing import versions
-from explorer.tracing.catalogue import catalogue
+from explorer.tracing.pipeline.catalogue import catalogue
 from explorer.version import __version__
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep

@@ -1,5 +1,5 @@
 """Timeline: when each stage, rewrite pass, Tensor function and kernel launch of a trace happened on the host, and the memory its
-devices' buffers held, from tinygrad's own profiler (explorer.tracing.timeline)."""
+devices' buffers held, from tinygrad's own profiler (explorer.tracing.pipeline.host_timeline)."""
 from __future__ import annotations
 import asyncio
 from collections.abc import Callable

@@ -17,7 +17,7 @@ from explorer.analysis.diff import Whole, as_it_is, compare_outputs, diff_traces
 from explorer.analysis.diff import RULE_KERNELS, kernel_graphs, pass_steps, rule_changes, time_verdict, unpacked
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.store import Store, tinygrad_version
-from explorer.tracing.run import ran_here
+from explorer.tracing.pipeline.run import ran_here
 from explorer.web.services import remote
 from explorer.web.services.lifecycle import ACTIVE, ERROR, Progress, Task, Tasks, run_in_daemon_thread
 from explorer.present.render import lexer_for
@@ -175,7 +175,7 @@ class DiffService:
     return cast(dict[str, Any], await self._once((a_id, b_id, GRAPHS), lambda: self._make_graphs(a_id, a, b_id, b, groups)))
 
   async def _make_graphs(self, a_id: str, a: TraceRecord, b_id: str, b: TraceRecord, groups: list[dict[str, Any]]) -> dict[str, Any]:
-    from explorer.tracing.workers import WorkerFailed
+    from explorer.tracing.workers.process import WorkerFailed
     a_blob, b_blob = await asyncio.to_thread(lambda: (self.store.get_rewrites(a_id), self.store.get_rewrites(b_id)))
     if not a_blob or not b_blob: return {"error": "a side has no stored rewrite blob: no UOp graph diff", "groups": []}
     # ast_sink: absent from a kernel of a trace that failed before its AST was recorded

@@ -1,5 +1,5 @@
 """Enrichments of stored traces: what a trace does not compute while tinygrad runs, computed when a page or the API first needs it
-(explorer.tracing.enrich), one mechanism for every kind (explorer.spec.ENRICH_KINDS): a kernel's record on another target, a record's
+(explorer.tracing.enrichments.enrich), one mechanism for every kind (explorer.spec.ENRICH_KINDS): a kernel's record on another target, a record's
 analysis (line map, live values, loop splits, program spec), a record's compile facts. The kernel asked for is computed first, alone,
 in a worker; then, at a lower priority, its neighbours (NEIGHBOURS kernels either side), which a user's request for one of them
 overtakes. Each computation is a Task, stored in its own transaction (a row per kernel, target and kind) and served from the store
@@ -7,7 +7,7 @@ after; identical requests share one task; a server that stops mid-way has stored
 (its row in the store's tasks table, kind "enrichment" or "opts", says it was interrupted).
 Each kind of work is bounded per client and in all (the lifecycle's admission rule, before any work starts); queued work holds the
 trace's id and reads the trace (the server's one parsed copy) when its turn comes; what is stored is merged into that copy.
-Also here: kernels scheduled by hand (explorer.tracing.handopts: opts a user picked, on a target, timed against the original)."""
+Also here: kernels scheduled by hand (explorer.tracing.enrichments.handopts: opts a user picked, on a target, timed against the original)."""
 from __future__ import annotations
 import asyncio, dataclasses, threading, time
 from dataclasses import dataclass, field
@@ -18,7 +18,7 @@ from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS,
 from explorer.store import Store
 from explorer.tasks import ENRICHMENT, OPTS as OPTS_TASK
 from explorer.tracing import versions
-from explorer.tracing.workers import Limits, WorkerFailed
+from explorer.tracing.workers.process import Limits, WorkerFailed
 from explorer.web.services.lifecycle import DONE, ERROR, Busy, Journal, Progress, Task, Tasks
 from explorer.web.services.permit import WorkPermit
 
@@ -80,7 +80,7 @@ class OptsTask(Task):
             "detail": self.detail, "error": self.error, "started": self.started}
 
 
-Merge = Callable[[TraceRecord], TraceRecord]  # a stored trace with what was just stored into it (copy-on-write: explorer.tracing.enrich.with_*)
+Merge = Callable[[TraceRecord], TraceRecord]  # a stored trace with what was just stored into it (copy-on-write: enrich.with_*)
 
 class EnrichmentService:
   def __init__(self, store: Store, limits: Limits, on_stored: Callable[[str, Merge | None], None],
@@ -98,7 +98,7 @@ class EnrichmentService:
     self.background: Tasks[EnrichTask] = Tasks(parallel=max(1, background_workers), max_waiting=BACKGROUND_WAITING,
                                                what="background enrichments")
     self.background_workers = background_workers
-    # two hand schedules at once (their timing on a device is one at a time: explorer.tracing.devicelock), one client's on one of
+    # two hand schedules at once (their timing on a device is one at a time: explorer.tracing.workers.devicelock), one client's on one of
     # them (reserve): another client's schedule starts at once
     self.opts_tasks: Tasks[OptsTask] = Tasks(parallel=2, max_waiting=opts_waiting, per_client=opts_per_client, what="hand schedules",
                                              reserve=True)
@@ -123,7 +123,7 @@ class EnrichmentService:
 
   def missing(self, trace: TraceRecord, kind: str, target: str, kernels: list[int] | None = None) -> list[int]:
     """The kernels (of these; default all) whose `kind` on `target` is not in the trace yet."""
-    from explorer.tracing import enrich
+    from explorer.tracing.enrichments import enrich
     if kind == ENRICH_TARGET: return enrich.lacking(trace, target, kernels)
     def lacks(k: Any, t: str, rec: Any) -> bool: return enrich.lacks_analysis(k, t, rec) if kind == ENRICH_ANALYSIS else lacks_facts(rec, t)
     return sorted({k["index"] for k, t, rec in enrich.each_record(trace, [target], kernels) if lacks(k, t, rec)})
@@ -209,8 +209,8 @@ class EnrichmentService:
             background: bool = False) -> tuple[Callable[[EnrichTask, Progress], Any], Callable[[EnrichTask, Any], Any]]:
     """(work, kept) of one computation (checked by _check): the worker's part, which reads the trace when its turn comes (work waiting
     for a worker holds an id, not a parsed trace), and what is stored of its result."""
-    from explorer.tracing import enrich
-    from explorer.tracing.run import ran_here
+    from explorer.tracing.enrichments import enrich
+    from explorer.tracing.pipeline.run import ran_here
     limits = self.background_limits if background else self.limits
     def trace_now() -> TraceRecord:
       if (trace := self.read(trace_id, kernels)) is None: raise WorkerFailed(f"trace {trace_id} was deleted")
@@ -284,14 +284,14 @@ class EnrichmentService:
                  on_device: bool = True) -> OptsTask:
     """The task scheduling kernel n by hand on `target` (opts checked as text: explorer.spec.hand_opts); on the trace's own target and
     device (on_device: this server runs that device) it is timed against the original too. EnrichmentUnavailable when it cannot be."""
-    from explorer.tracing.handopts import Unschedulable, opts_args
+    from explorer.tracing.enrichments.handopts import Unschedulable, opts_args
     try: args = opts_args(trace, n, target, start, opts, on_device)
     except Unschedulable as e: raise EnrichmentUnavailable(str(e)) from None
     def work(task: OptsTask, progress: Progress) -> Any:
-      from explorer.tracing.workers import WorkerFailed, call_in_worker
+      from explorer.tracing.workers.process import WorkerFailed, call_in_worker
       if (blob := self.store.get_rewrites(trace_id)) is None: raise WorkerFailed(f"trace {trace_id} has no stored rewrites to rebuild kernel {n}")
       self.computed += 1
-      try: got, _ = call_in_worker("explorer.tracing.handopts:opts_in_worker", {**args, "blob": blob}, progress, limits=self.limits,
+      try: got, _ = call_in_worker("explorer.tracing.enrichments.handopts:opts_in_worker", {**args, "blob": blob}, progress, limits=self.limits,
                                    exclusive=args["device"] if args["time"] else None)
       except WorkerFailed as e:
         if str(e).startswith("OptRefused: "): raise OptsRefused(str(e).removeprefix("OptRefused: ")) from None

@@ -17,9 +17,9 @@ from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNot
 from explorer.schema import Pass, TraceRecord
 from explorer.store import Store
 from explorer.present import expand_worker as expand
-from explorer.tracing.pool import WorkerPool
+from explorer.tracing.workers.pool import WorkerPool
 from explorer.tracing import versions
-from explorer.tracing.workers import Limits, WorkerFailed, WorkersBusy, call_in_worker
+from explorer.tracing.workers.process import Limits, WorkerFailed, WorkersBusy, call_in_worker
 from explorer.web.services.lifecycle import Busy
 from explorer.web.services.permit import WorkPermit
 from explorer.web.urls import trace_url
@@ -56,7 +56,7 @@ class GraphService:
     self._recorded: dict[str, str] = {}  # trace id -> the tinygrad that recorded it ("": none named)
     self._older_slots: asyncio.Semaphore | None = None  # expansions in an older tinygrad's workers at once (as many as the pool's)
 
-  # ***** worker processes (explorer.tracing.pool: limits, and a dead or hung worker replaced) *****
+  # ***** worker processes (explorer.tracing.workers.pool: limits, and a dead or hung worker replaced) *****
 
   def close(self) -> None: self.pool.close()
 

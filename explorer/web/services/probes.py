@@ -1,11 +1,11 @@
-"""Roofline probes: one run per device at a time of explorer.tracing.probe.measure (bandwidth and FP32, in a worker), its progress
+"""Roofline probes: one run per device at a time of explorer.tracing.pipeline.probe.measure (bandwidth and FP32, in a worker), its progress
 and then its peaks (cached for every trace of the device by explorer.analysis.roofline)."""
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 from explorer.analysis import roofline as rf
 from explorer.schema import TraceRecord
-from explorer.tracing.workers import GATED_STAGE  # no tinygrad: the pool and the workers' supervision
+from explorer.tracing.workers.process import GATED_STAGE  # no tinygrad: the pool and the workers' supervision
 from explorer.web.services.lifecycle import ACTIVE, QUEUED, RUNNING, Progress, Task, Tasks
 from explorer.web.urls import probe_url
 

@@ -14,8 +14,8 @@ _asked = False
 
 def _learn() -> None:
   global _device
-  from explorer.tracing.workers import call_in_worker  # imports no tinygrad; the worker does
-  try: info, _ = call_in_worker("explorer.tracing.probe:describe", {}, timeout_s=120.0, env={"VIZ": "0"})
+  from explorer.tracing.workers.process import call_in_worker  # imports no tinygrad; the worker does
+  try: info, _ = call_in_worker("explorer.tracing.pipeline.probe:describe", {}, timeout_s=120.0, env={"VIZ": "0"})
   except Exception: info = None
   with _lock: _device = info if isinstance(info, dict) else {"device": None}
 

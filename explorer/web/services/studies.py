@@ -155,7 +155,7 @@ class StudyService:
     return [{**row, "kind": (row["request"] or {}).get("kind")} for row in self.store.recent_tasks(STUDY, limit)]
 
   def shutdown(self) -> None:
-    """The server is stopping: a running study is marked interrupted (its workers die with this process: explorer.tracing.lifeline).
+    """The server is stopping: a running study is marked interrupted (its workers die with this process: explorer.tracing.workers.lifeline).
     One on the job queue goes on: the next server follows it."""
     self.journal.interrupt(self.tasks.active())
     self.journal.close()

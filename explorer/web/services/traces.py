@@ -1,4 +1,4 @@
-"""Trace jobs: POST returns at once; explorer.tracing.run.run_trace runs in a daemon thread (it spawns the tinygrad process itself),
+"""Trace jobs: POST returns at once; explorer.tracing.pipeline.run.run_trace runs in a daemon thread (it spawns the tinygrad process itself),
 progress reaches the event loop through call_soon_threadsafe, and the finished trace lands in the store.
 Identical requests share one job: the job id is the store key.
 
@@ -30,7 +30,7 @@ MAX_REPORT = 4 << 20  # the largest report of a running trace kept (its schedule
 
 @dataclass
 class SoFar:
-  """What a running trace has reported so far (explorer.tracing.trace.Recorder.partial), checked as data: the trace page shows it while
+  """What a running trace has reported so far (explorer.tracing.pipeline.trace.Recorder.partial), checked as data: the trace page shows it while
   codegen goes on (schedule, buffers, a row per kernel as its codegen ends)."""
   schedule: list[ScheduleRow] = field(default_factory=list)
   buffers: list[Buffer] = field(default_factory=list)
@@ -126,7 +126,7 @@ class JobManager:
     self.tasks: Tasks[Job] = Tasks(parallel, queue_wait_s, reserve=True)
     self.followed: Tasks[Job] = Tasks()  # jobs a restarted server follows on the job queue: their workers are the queue's
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
-    self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.tracing.workers registers them)
+    self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.tracing.workers.process registers them)
     self.journal = Journal(store, TRACE, STOPPED, QUEUED_ELSEWHERE, with_queue=queue is not None)
     self.owner, self.interrupted_at_start = self.journal.owner, self.journal.interrupted_at_start
     self._parallel = parallel
@@ -225,7 +225,7 @@ class JobManager:
     if self.queue is not None:
       if resume: return remote.resume_trace(self.queue, job.id, progress, job.spec, job.variant)
       return remote.run_trace(self.queue, job.id, job.spec, job.variant, progress, self.timeout_s)
-    from explorer.tracing.run import run_trace  # no tinygrad import: run_trace spawns the process that imports it
+    from explorer.tracing.pipeline.run import run_trace  # no tinygrad import: run_trace spawns the process that imports it
     return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s, limits=self.limits, live=self.live)
 
   def _forget_old(self) -> None:
@@ -240,7 +240,7 @@ class JobManager:
   def shutdown(self) -> None:
     """The server is stopping: unfinished jobs are marked interrupted (in the store too) and their workers' groups killed. Jobs on
     the queue go on: the next server follows them."""
-    from explorer.tracing.workers import stop
+    from explorer.tracing.workers.process import stop
     self.journal.interrupt(self._all())
     stop(list(self.live.values()))
     self.tasks.cancel_all()

@@ -1,4 +1,4 @@
-"""Warm worker processes for many short calls, under explorer.tracing.workers' Limits and error vocabulary: a spawn-context
+"""Warm worker processes for many short calls, under explorer.tracing.workers.process' Limits and error vocabulary: a spawn-context
 ProcessPoolExecutor (or a fork-context one, whose processes start where their creator stands: `fork`) whose processes enter their
 limits first (the data limit, a lower CPU priority, death with the parent) and whose results are capped. Two uses: `submit` (renders
 for other targets inside a trace worker, which the worker's own limits and process group already bound) and `call` (graph layout in
@@ -11,7 +11,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 if TYPE_CHECKING: import asyncio  # (imported where a pool is awaited: a capture's render pool never is)
-from explorer.tracing.workers import SPAWN, Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
+from explorer.tracing.workers.process import SPAWN, Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
 
 NO_LIMITS = Limits()  # a pool's default: its processes hold none of their own (frozen: one instance serves every pool)
 

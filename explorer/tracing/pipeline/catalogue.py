@@ -1,5 +1,5 @@
 """The custom rewrites' catalogue as data, for the server and the CLI: each rewrite's name, usage, summary and point in codegen
-(explorer.spec.REWRITES), and the source of its PatternMatcher and functions, read from the text of explorer/tracing/rewrites.py
+(explorer.spec.REWRITES), and the source of its PatternMatcher and functions, read from the text of explorer/tracing/pipeline/rewrites.py
 (importing that module would import tinygrad, which the server process never does)."""
 from __future__ import annotations
 import ast, functools, pathlib

@@ -1,8 +1,8 @@
-"""The template's side of explorer.tracing.template (its parent's side is there): a process started as `python -c BOOT` that imports
+"""The template's side of explorer.tracing.workers.template (its parent's side is there): a process started as `python -c BOOT` that imports
 tinygrad and the tracing engine, makes nothing with them, and forks a child per request of its parent. The request comes on a socket
 pair only the two hold, with the child's pipes (its arguments', its messages', its timing gate's, the resource tracker's); the
 template answers with the child's pid, reaps it when it ends (and, as a subreaper, whatever a killed worker left) and reports its exit
-status and CPU seconds. The child runs explorer.tracing.workers' _child, as a worker started afresh does."""
+status and CPU seconds. The child runs explorer.tracing.workers.process' _child, as a worker started afresh does."""
 from __future__ import annotations
 import ctypes, os, pickle, select, signal, socket
 from contextlib import suppress
@@ -15,13 +15,13 @@ def serve(f: Any) -> None:
   """The template's life (its BOOT line calls this): import, then fork a child per request until the parent goes."""
   sock_fd, parent_pid = pickle.load(f)  # our parent's own pickle
   f.close()
-  from explorer.tracing import lifeline
+  from explorer.tracing.workers import lifeline
   lifeline.die_with_parent(parent_pid)
   lifeline.watch(parent_pid)
   # what a killed worker leaves (its render processes, a compiler) comes to us, and is reaped, rather than to init as zombies
   with suppress(OSError, AttributeError): ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
   sock = socket.socket(fileno=sock_fd)
-  import explorer.tracing.trace, explorer.tracing.workers  # noqa: F401 - tinygrad, numpy and the tracing engine, as a trace worker imports them
+  import explorer.tracing.pipeline.trace, explorer.tracing.workers.process  # noqa: F401 - tinygrad, numpy and the tracing engine, as a trace worker imports them
   # and tinygrad's viewer, which every worker that rebuilds graphs from a rewrite blob imports (another target's records, a graph, a
   # diff, an export): half a second of each such first view, 8 MiB shared by every child
   import explorer.tracing.tg.viewer  # noqa: F401
@@ -61,7 +61,7 @@ def _run_child(sock: socket.socket, wake_r: int, wake_w: int, boot: int, out: in
     os.close(wake_r); os.close(wake_w)
     from multiprocessing import resource_tracker
     from multiprocessing.connection import Connection
-    from explorer.tracing.workers import _child
+    from explorer.tracing.workers.process import _child
     if tracker is not None: resource_tracker._resource_tracker._fd = tracker  # type: ignore[attr-defined]
     with os.fdopen(boot, "rb") as f: fn_path, kwargs, env, limits, deadline = pickle.load(f)  # our parent's own pickle
     _child(fn_path, kwargs, env, limits, Connection(out, readable=False), Connection(gate, writable=False), os.getppid(), deadline)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Callable, Iterable, Iterator
 from explorer.spec import ANALYSIS_MARK, lacks_facts
 from explorer.tracing import versions
-from explorer.tracing.workers import Limits, Progress, call_in_worker
+from explorer.tracing.workers.process import Limits, Progress, call_in_worker
 if TYPE_CHECKING: from explorer.schema import KernelRecord, TargetRecord, TraceRecord  # types only: pydantic stays out of trace workers
 
 Job = dict[str, Any]  # {"kernel", "target", "name", "source", "arch", "local_size", "ptx"}: what one kernel's compile needs
@@ -43,18 +43,18 @@ def facts_jobs(trace: TraceRecord, targets: Iterable[str] | None = None, kernels
           for k, t, rec in each_record(trace, targets, kernels) if lacks_facts(rec, t)]
 
 def facts_in_worker(progress: Progress, jobs: list[Job]) -> list[dict[str, Any]]:
-  """Each job's compile facts (explorer.tracing.compilers.compile_target), in order. tinygrad is imported only for NVRTC's bindings."""
-  from explorer.tracing import compilers
+  """Each job's compile facts (explorer.tracing.compilers.toolchain.compile_target), in order. tinygrad is imported only for NVRTC's bindings."""
+  from explorer.tracing.compilers import toolchain
   nvrtc = None
-  if any(j["target"] == "cuda" for j in jobs) and (lib := compilers.nvrtc_library()) is not None:
+  if any(j["target"] == "cuda" for j in jobs) and (lib := toolchain.nvrtc_library()) is not None:
     os.environ.setdefault("NVRTC_PATH", str(lib))  # read when tinygrad is imported
-    if (header := compilers.nvidia_file("*/include/cuda_fp16.h")) is not None: os.environ["KERNEL_EXPLORER_CUDA_INCLUDE"] = str(header.parent)
+    if (header := toolchain.nvidia_file("*/include/cuda_fp16.h")) is not None: os.environ["KERNEL_EXPLORER_CUDA_INCLUDE"] = str(header.parent)
     from explorer.tracing import tg
     nvrtc = tg.nvrtc_compiler()
   out = []
   for i, j in enumerate(jobs):
     progress("compile", "start", f"{i + 1} of {len(jobs)}: {j['name']} for {j['target']}")
-    out.append(compilers.compile_target(j["target"], j["source"], j["arch"], compilers.block_threads(j["local_size"]), j.get("ptx"), nvrtc))
+    out.append(toolchain.compile_target(j["target"], j["source"], j["arch"], toolchain.block_threads(j["local_size"]), j.get("ptx"), nvrtc))
   progress("compile", "done", f"{len(jobs)} compiled")
   return out
 
@@ -62,7 +62,7 @@ def compute_facts(jobs: list[Job], progress: Progress | None = None, limits: Lim
                   timeout_s: float | None = None) -> dict[tuple[int, str], dict[str, Any]]:
   """The jobs' compile facts, computed in a fresh worker: {(kernel, target): facts}."""
   if not jobs: return {}
-  got, _ = call_in_worker("explorer.tracing.enrich:facts_in_worker", {"jobs": jobs}, progress, timeout_s, limits=limits)
+  got, _ = call_in_worker("explorer.tracing.enrichments.enrich:facts_in_worker", {"jobs": jobs}, progress, timeout_s, limits=limits)
   return {(j["kernel"], j["target"]): f for j, f in zip(jobs, got, strict=False)}
 
 def with_facts(trace: TraceRecord, facts: dict[tuple[int, str], dict[str, Any]]) -> TraceRecord:
@@ -115,8 +115,8 @@ def compute_analysis(jobs: list[Job], blobs: dict[str, bytes], progress: Progres
   """The jobs' analyses, computed in a fresh worker: {(kernel, target): analysis}. blobs: every blob the jobs name ("" the trace's);
   tinygrad: the one that recorded them (versions.recorded)."""
   if not jobs: return {}
-  got, _ = call_in_worker("explorer.tracing.enrich:analysis_in_worker", {"jobs": jobs, "blobs": blobs}, progress, timeout_s, limits=limits,
-                          tinygrad=tinygrad)
+  got, _ = call_in_worker("explorer.tracing.enrichments.enrich:analysis_in_worker", {"jobs": jobs, "blobs": blobs}, progress, timeout_s,
+                          limits=limits, tinygrad=tinygrad)
   return {(j["kernel"], j["target"]): a for j, a in zip(jobs, got, strict=False)}
 
 def add_analysis(trace: TraceRecord, blobs: dict[str, bytes], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
@@ -135,10 +135,10 @@ def with_analysis(trace: TraceRecord, analyses: dict[tuple[int, str], dict[str, 
 def target_in_worker(progress: Progress, blob: bytes, sinks: dict[int, int], target: str, arch: str, opt: str, rewrites: list[str],
                      beam_opts: dict[int, list[str]] | None = None) -> tuple[dict[int, Any], bytes]:
   """Kernels' records on `target`, their ASTs rebuilt from the trace's rewrite blob (sinks: kernel -> its AST's trace number) and
-  rendered as an eager trace renders them (explorer.tracing.renders), in this fresh process: {kernel: record, or {"error": ...}} and
+  rendered as an eager trace renders them (explorer.tracing.pipeline.renders), in this fresh process: {kernel: record, or {"error": ...}} and
   this process's rewrite blob, which the records' passes address. beam_opts: under BEAM, each kernel's opts chosen on the device."""
   from explorer.tracing import tg
-  from explorer.tracing.renders import _render_target
+  from explorer.tracing.pipeline.renders import _render_target
   log = tg.RewriteBlob(blob)
   order = sorted(sinks)
   progress("render", "start", f"{len(order)} kernel(s) on {target}")
@@ -157,7 +157,7 @@ def compute_target(trace: TraceRecord, blob: bytes, target: str, kernels: Iterab
   beam = variant.opt.startswith("beam:")
   args = {"blob": blob, "sinks": {n: k["ast_sink"] for n, k in ks.items()}, "target": target, "arch": variant.arch(target), "opt": variant.opt,
           "rewrites": list(variant.rewrites), "beam_opts": {n: k.get("opts") or [] for n, k in ks.items()} if beam else None}
-  (records, out_blob), _ = call_in_worker("explorer.tracing.enrich:target_in_worker", args, progress, timeout_s, limits=limits,
+  (records, out_blob), _ = call_in_worker("explorer.tracing.enrichments.enrich:target_in_worker", args, progress, timeout_s, limits=limits,
                                           tinygrad=versions.recorded(trace))
   key = f"{target}@{uuid.uuid4().hex[:10]}"
   for rec in records.values():

@@ -1,6 +1,6 @@
 """Limits a worker process enforces on itself, so that they hold without its parent: it dies with its parent (PR_SET_PDEATHSIG,
 and a watchdog that sees the parent change), and the watchdog stops the worker's whole process group past its wall-clock deadline
-or its resident-memory limit. The parent's own supervision acts first and gives the clearer message (explorer.tracing.workers); the
+or its resident-memory limit. The parent's own supervision acts first and gives the clearer message (explorer.tracing.workers.process); the
 watchdog acts GRACE_S later, as the backstop for a parent that was SIGKILLed, hangs or is gone.
 
 Why a watchdog thread and not RLIMIT_CPU or RLIMIT_AS: CPU time is not wall time (a worker waiting for a device lock uses none,

@@ -1,15 +1,15 @@
 """Two tinygrads timed against each other on one device: each side's variant in a worker of its own environment (explorer.tracing.
 versions), the two taking turns, one repeat at a time, A B B A... as time_interleaved orders the variants it runs in one worker, so
 drift on a shared machine hits both alike. This process holds the device's lock for the whole measurement and says whose turn it is
-over a socket only it and its two workers know (explorer.tracing.timing.time_in_turns is the workers' side); each answer is a line of
+over a socket only it and its two workers know (explorer.tracing.pipeline.timing.time_in_turns is the workers' side); each answer is a line of
 JSON, read as data. No tinygrad here: the server calls it."""
 from __future__ import annotations
 import json, os, socket, tempfile, threading, time
 from typing import Any
 from collections.abc import Callable
 from explorer.clocks import timed
-from explorer.tracing.devicelock import HeldLocks
-from explorer.tracing.workers import WorkerFailed, WorkerTimedOut, call_in_worker
+from explorer.tracing.workers.devicelock import HeldLocks
+from explorer.tracing.workers.process import WorkerFailed, WorkerTimedOut, call_in_worker
 
 Progress = Callable[[str, str, str], None]
 
@@ -36,7 +36,7 @@ def time_across(spec: dict[str, Any], variants: list[dict[str, Any]], tinygrads:
     server.listen(2)
     results: list[Any] = [None, None]
     def side(i: int) -> None:
-      try: results[i] = call_in_worker("explorer.tracing.timing:time_in_turns", {"spec": spec, "variant": variants[i], "socket_path": path,
+      try: results[i] = call_in_worker("explorer.tracing.pipeline.timing:time_in_turns", {"spec": spec, "variant": variants[i], "socket_path": path,
                                        "side": i}, say, timeout_s=timeout_s, env={"VIZ": "0"}, tinygrad=tinygrads[i])[0]
       except WorkerFailed as e: results[i] = e
     workers = [threading.Thread(target=side, args=(i,), daemon=True, name=f"turns-{i}") for i in (0, 1)]

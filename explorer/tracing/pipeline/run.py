@@ -1,12 +1,12 @@
 """A trace in a worker: run_trace is what the CLI, the web's jobs, the studies and the diff call; trace_in_worker is the function the
-worker runs (it imports tinygrad, through explorer.tracing.trace, for the first time in that process)."""
+worker runs (it imports tinygrad, through explorer.tracing.pipeline.trace, for the first time in that process)."""
 from __future__ import annotations
 import os, resource, shutil, socket, sys, tempfile, threading, time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from explorer.tracing import versions
-from explorer.tracing.devicelock import HeldLocks
-from explorer.tracing.workers import GATED_STAGE, Limits, Live, Progress, WorkerFailed, WorkerTimedOut, call_in_worker, scratch_dir
+from explorer.tracing.workers.devicelock import HeldLocks
+from explorer.tracing.workers.process import GATED_STAGE, Limits, Live, Progress, WorkerFailed, WorkerTimedOut, call_in_worker, scratch_dir
 from explorer.spec import PARTIAL, STAGES, TINYGRAD, ConvSpec, Variant
 if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
 
@@ -20,33 +20,30 @@ class TraceResult:
 
   @property
   def blobs(self) -> dict[str, bytes]:
-    """Every rewrite blob by the key its records name ("" the host's): what an enrichment reads (explorer.tracing.enrich)."""
+    """Every rewrite blob by the key its records name ("" the host's): what an enrichment reads (explorer.tracing.enrichments.enrich)."""
     return {"": self.rewrites, **self.target_rewrites}
 
 def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str, Any], dump_io: str | None,
                     analysis: bool = False) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
-  from explorer.tracing.trace import capture
+  from explorer.tracing.pipeline.trace import capture
   return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io, analysis, fork_renders=True)  # a fresh worker
 
 def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
-              dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None, facts: bool = False,
+              dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None,
               analysis: bool = False, here: bool = False) -> TraceResult:
   """Trace (spec, variant) in a fresh worker process; progress is called in this process as each stage starts and ends. What is
-  otherwise computed when first viewed (explorer.tracing.enrich), asked for now: facts, every record's compile facts (in another
-  worker, after); analysis, every record's analysis (line maps, live values, loop splits, program spec: in the trace's worker and
-  its render processes). here: in this process instead, where it can be (trace_here)."""
+  otherwise computed when first viewed (explorer.tracing.enrichments.enrich), asked for now: analysis, every record's analysis (line
+  maps, live values, loop splits, program spec: in the trace's worker and its render processes). here: in this process instead,
+  where it can be (trace_here)."""
   environment_for(variant, progress)
   kwargs = {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": dump_io, "analysis": analysis}
   if here and can_trace_here(variant):
     whole = (limits if limits is not None else Limits.from_settings()).with_timeout(timeout_s)
     (trace, blob, blobs), seen = trace_here(kwargs, progress, whole, device_env(variant))
   else:
-    (trace, blob, blobs), seen = call_in_worker("explorer.tracing.run:trace_in_worker", kwargs, progress, timeout_s, env=device_env(variant),
+    (trace, blob, blobs), seen = call_in_worker("explorer.tracing.pipeline.run:trace_in_worker", kwargs, progress, timeout_s, env=device_env(variant),
                                                 limits=limits, live=live, tinygrad=variant.tinygrad)
   _learn_default_device(variant, trace)
-  if facts:
-    from explorer.tracing.enrich import add_facts
-    trace = add_facts(trace, progress=progress, limits=limits)
   return TraceResult(record_ran_on(trace), blob, seen, blobs)
 
 def can_trace_here(variant: Variant) -> bool:
@@ -62,7 +59,7 @@ def trace_here(kwargs: dict[str, Any], progress: Progress | None, limits: Limits
   wall-clock limit (past it the process ends, saying so), the device's timing lock, a scratch directory of its own, and a failure
   is WorkerFailed in the worker's words."""
   os.environ.update(env)
-  os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as a worker sets it (explorer.tracing.workers._child)
+  os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as a worker sets it (explorer.tracing.workers.process._child)
   if limits.memory_mb: resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_mb << 20, limits.memory_mb << 20))
   deadline, held, seen = time.monotonic() + limits.timeout_s, HeldLocks(), []
   def relay(stage: str, status: str, detail: str) -> None:
@@ -131,10 +128,10 @@ def _learn_default_device(variant: Variant, trace: dict[str, Any]) -> None:
 
 def run_script(path: str, fn: str | None, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
                limits: Limits | None = None, analysis: bool = False) -> TraceResult:
-  """Run a tinygrad script (or its function fn) in a fresh worker, every realize traced (explorer.tracing.program): the result is the
+  """Run a tinygrad script (or its function fn) in a fresh worker, every realize traced (explorer.tracing.pipeline.program): the result is the
   program's one trace, and `others` each realize's own, in order."""
   environment_for(variant, progress)
-  ((trace, blob, blobs), realizes), seen = call_in_worker("explorer.tracing.program:script_in_worker",
+  ((trace, blob, blobs), realizes), seen = call_in_worker("explorer.tracing.pipeline.program:script_in_worker",
                                                           {"path": path, "fn": fn, "variant": variant.to_dict(), "analysis": analysis},
                                                           progress, timeout_s, env=device_env(variant), limits=limits, tinygrad=variant.tinygrad)
   _learn_default_device(variant, trace)

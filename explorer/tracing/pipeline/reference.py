@@ -6,7 +6,7 @@ import numpy as np
 
 CHUNK_BYTES = 4 << 20  # a batch chunk's float64 working set (its padded input, one tap's copy of it, the output and a term)
 # chunks compared at once: numpy's matrix products release the GIL, so chunks on threads of their own run on two cores, where
-# OpenBLAS's own threads gain little on products this small and spin (a worker runs OpenBLAS single-threaded: explorer.tracing.workers)
+# OpenBLAS's own threads gain little on products this small and spin (a worker runs OpenBLAS single-threaded: explorer.tracing.workers.process)
 CHECK_THREADS = 2
 
 def conv2d_reference_chunks(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0,

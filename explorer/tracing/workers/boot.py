@@ -1,7 +1,7 @@
 """A Python process started as `python -c BOOT`, what it runs pickled down a pipe of its own: its parent's sys.path (after another
 tinygrad's, where it runs one: explorer.tracing.versions), then its arguments. Nothing else can write to that pipe, so what it
-unpickles is its parent's own (never a client's). A worker (explorer.tracing.workers) and a worker template
-(explorer.tracing.template) start this way."""
+unpickles is its parent's own (never a client's). A worker (explorer.tracing.workers.process) and a worker template
+(explorer.tracing.workers.template) start this way."""
 from __future__ import annotations
 import os, pickle, subprocess
 from contextlib import suppress

@@ -1,5 +1,5 @@
 """Device facts and a measured roofline probe, run on the device through tinygrad. Call these in a worker with VIZ=0
-(explorer.tracing.workers.call_in_worker): they import tinygrad through explorer.tracing.tg, and opening a GPU creates a context on it."""
+(explorer.tracing.workers.process.call_in_worker): they import tinygrad through explorer.tracing.tg, and opening a GPU creates a context on it."""
 from __future__ import annotations
 import time
 from typing import Any

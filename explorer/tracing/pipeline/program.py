@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Callable, Sequence
 from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
-from explorer.tracing.renders import RenderPool
+from explorer.tracing.pipeline.renders import RenderPool
 from explorer.clocks import timed
-from explorer.tracing.timeline import HostTimeline, timed_stage
-from explorer.tracing.trace import (Program, Progress, Recorder, Scheduled, _quiet, add_totals, new_trace, other_targets, pipeline, record,
+from explorer.tracing.pipeline.host_timeline import HostTimeline, timed_stage
+from explorer.tracing.pipeline.trace import (Program, Progress, Recorder, Scheduled, _quiet, add_totals, new_trace, other_targets, pipeline, record,
                                     schedule_ahead)
 from explorer.store import add_target_record
 from explorer.spec import Variant
@@ -35,7 +35,7 @@ def reference_check(reference: Sequence[np.ndarray], rel_tolerance: float) -> Ca
   """The outputs against the user's reference arrays, in order: the largest error over all of them, judged against rel_tolerance."""
   def check(trace: dict[str, Any], got: list[np.ndarray]) -> None:
     import numpy as np
-    from explorer.tracing.reference import error_stats
+    from explorer.tracing.pipeline.reference import error_stats
     if len(got) != len(reference): raise ValueError(f"the program realized {len(got)} tensor(s) but {len(reference)} reference array(s) were given")
     stats = [error_stats(g.astype(np.float64), np.asarray(r, dtype=np.float64)) for g, r in zip(got, reference, strict=False)]
     worst = max(stats, key=lambda e: e["max_rel"])
@@ -362,7 +362,7 @@ class Capturing:
     """Each symbolic kernel timed alone at every set of values the program ran it with (its realize's, its repeats', its TinyJit's
     runs'), by the clock its trace's timing used: a decode step's attention at each position (KernelRecord.times_at)."""
     from explorer.schema import TraceRecord, bound_sets
-    from explorer.tracing.timing import time_at_values
+    from explorer.tracing.pipeline.timing import time_at_values
     trace = self._program.trace
     clock = tg.clock_for(trace["env"]["device"])
     try:

@@ -2,19 +2,19 @@
 worker process under one set of Limits (wall-clock time, memory, output size, CPU priority) and fails with one vocabulary
 (WorkerFailed and its kinds). Two shapes: call_in_worker starts a fresh process per call (a trace: tinygrad's caches and context
 variables cannot leak between variants, and tracking is switched on before tinygrad is imported), forked from a template that has
-imported tinygrad and made nothing with it (explorer.tracing.template) where the platform allows, and explorer.tracing.pool
+imported tinygrad and made nothing with it (explorer.tracing.workers.template) where the platform allows, and explorer.tracing.workers.pool
 keeps warm processes for many short calls (renders inside a trace, graph layout in the server). Both enter their limits with
-enter_limits and die with their parent (explorer.tracing.lifeline).
+enter_limits and die with their parent (explorer.tracing.workers.lifeline).
 
 Memory: RLIMIT_DATA in each process (inherited by what it starts: render processes, compilers), so a big allocation fails there
 with MemoryError, plus a watch on the resident memory of the worker's whole process group. Not RLIMIT_AS: GPU runtimes (CUDA,
 tinygrad's NV) reserve terabytes of address space they never touch.
 
 Why our own supervision and not pebble or loky: a trace worker reports progress while it runs and stops at a gate until its
-parent holds the device's timing lock (explorer.tracing.devicelock: progress("timing", "start", DEVICE) waits for it); it leads a
+parent holds the device's timing lock (explorer.tracing.workers.devicelock: progress("timing", "start", DEVICE) waits for it); it leads a
 process group whose every member (render processes, a hung compiler) is killed with it and whose resident total is watched; and it
 must die when its parent does. Neither library offers a progress channel with a gate, group kill or group memory watch; the pool
-(explorer.tracing.pool) does build on the standard library's ProcessPoolExecutor."""
+(explorer.tracing.workers.pool) does build on the standard library's ProcessPoolExecutor."""
 from __future__ import annotations
 import multiprocessing.context
 import atexit, gc, glob, importlib, os, pickle, resource, shutil, signal, subprocess, sys, tempfile, threading, time, traceback, types
@@ -25,12 +25,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 from collections.abc import Callable
 from explorer.spec import PARTIAL, TINYGRAD, Progress
-from explorer.tracing import lifeline, template
-from explorer.tracing.boot import boot_code, start_python
-from explorer.tracing.template import TemplateChild
+from explorer.tracing.workers import lifeline
+from explorer.tracing.workers import template
+from explorer.tracing.workers.boot import boot_code, start_python
+from explorer.tracing.workers.template import TemplateChild
 from explorer.tracing.versions import TINYGRAD_VAR, EnvironmentFailed, interpreter
-from explorer.tracing.devicelock import HeldLocks
-from explorer.tracing.lifeline import group_rss_mb
+from explorer.tracing.workers.devicelock import HeldLocks
+from explorer.tracing.workers.lifeline import group_rss_mb
 
 DEFAULT_TIMEOUT_S = 600.0
 GATED_STAGE = "timing"  # its start waits for the device lock
@@ -111,11 +112,11 @@ def enter_limits(limits: Limits, parent_pid: int, deadline: float | None = None,
   if limits.memory_mb: resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_mb << 20, limits.memory_mb << 20))
   if limits.nice: os.nice(limits.nice)
 
-# ***** a worker process: forked from a template (explorer.tracing.template), or `python -c BOOT`; not multiprocessing's spawn (which
+# ***** a worker process: forked from a template (explorer.tracing.workers.template), or `python -c BOOT`; not multiprocessing's spawn (which
 # always starts a resource tracker process, 13 MiB, in whatever starts a worker, and imports the parent's __main__ again); what it
 # runs arrives pickled on a pipe, from its parent only *****
 
-BOOT = boot_code("explorer.tracing.workers", "_boot")
+BOOT = boot_code("explorer.tracing.workers.process", "_boot")
 
 class WorkerProcess:
   """A started worker, as its supervision sees it (multiprocessing.Process's names): pid, is_alive, join, kill, exitcode (negative:
@@ -134,7 +135,7 @@ Worker = WorkerProcess | TemplateChild  # started afresh, or forked from a templ
 def start_worker(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Limits,
                  deadline: float) -> tuple[Worker, Connection, Connection]:
   """A worker process running _child; returns it, the end its messages arrive on and the end its timing gate is opened with. It is
-  forked from this process's template for its environment (explorer.tracing.template: its imports paid once), else started afresh.
+  forked from this process's template for its environment (explorer.tracing.workers.template: its imports paid once), else started afresh.
   The worker shares this process's resource tracker where one runs (its render pools register their semaphores there), else it starts
   its own when it needs one."""
   out_r, out_w = os.pipe()
@@ -175,7 +176,7 @@ def _child(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Li
     enter_limits(limits, parent_pid, deadline, own_group=True)  # they hold if the parent is SIGKILLed or hangs
     os.environ.update(env)  # before the target's imports bring in tinygrad
     # and numpy: its only matrix products here are the float64 check's, which puts its chunks on threads of its own
-    # (explorer.tracing.reference); OpenBLAS's threads (one per core) would spin beside them and beside tinygrad
+    # (explorer.tracing.pipeline.reference); OpenBLAS's threads (one per core) would spin beside them and beside tinygrad
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     tempfile.tempdir = None  # read TMPDIR again: this worker's scratch directory
     module, name = fn_path.split(":")

@@ -1,6 +1,6 @@
 """One measurement per device at a time: a timing stage (a trace's, a study's or a diff's interleaved re-timing, the roofline probe)
 holds its device's lock, an flock on a file per device. File locks serialize every Kernel Explorer process of this user on this
-host: the web server's jobs, and CLI runs beside it. The lock belongs to the process that spawned the worker (explorer.tracing.workers):
+host: the web server's jobs, and CLI runs beside it. The lock belongs to the process that spawned the worker (explorer.tracing.workers.process):
 the worker asks it before timing, and a worker that dies cannot leave its device locked."""
 from __future__ import annotations
 import fcntl, os, pathlib, re, time

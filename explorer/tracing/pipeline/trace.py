@@ -1,6 +1,6 @@
 """The trace engine: run one (spec, variant) through tinygrad's pipeline and record every stage as plain data.
 
-Call `capture` in a fresh process (explorer.tracing.workers does): tinygrad's rewrite tracking must be switched on before it is imported,
+Call `capture` in a fresh process (explorer.tracing.workers.process does): tinygrad's rewrite tracking must be switched on before it is imported,
 and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator
 from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
-from explorer.tracing.handopts import beam_record
-from explorer.tracing.renders import RenderPool, make_target_record, pass_record
-from explorer.tracing.timeline import HostTimeline, timed_stage
+from explorer.tracing.pipeline.beam import beam_record
+from explorer.tracing.pipeline.renders import RenderPool, make_target_record, pass_record
+from explorer.tracing.pipeline.host_timeline import HostTimeline, timed_stage
 from explorer.spec import PARTIAL, REWRITES, TRACE_SCHEMA, ConvSpec, Progress, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.store import add_target_record
 if TYPE_CHECKING:  # types only: pydantic stays out of trace workers, numpy out of a capture that checks nothing
@@ -77,7 +77,7 @@ class Recorder:
     self.pending.clear()
 
   def run(self, stage: str, fn: Callable[[], Any], detail: str = "") -> Any:
-    """detail goes with the start: the timing stage names its device there (explorer.tracing.workers waits for that device's lock)."""
+    """detail goes with the start: the timing stage names its device there (explorer.tracing.workers.process waits for that device's lock)."""
     self.progress(stage, "start", detail)
     st = time.perf_counter()
     try:
@@ -108,7 +108,7 @@ MAX_REWRITE_FILE = 64 << 10
 
 def _rewrites_record(variant: Variant) -> list[dict[str, Any]]:
   """The variant's custom rewrites as the trace shows them: name, where in codegen, summary, and the source that ran."""
-  from explorer.tracing.catalogue import rewrite_source
+  from explorer.tracing.pipeline.catalogue import rewrite_source
   out = [{"name": r, "point": (i := REWRITES[r.split(":")[0]]).point, "summary": i.summary, "source": rewrite_source(r)} for r in variant.rewrites]
   if (path := variant.rewrite_file) is not None:
     try:
@@ -329,9 +329,9 @@ def _role(s: dict[str, Any], buffers: list[dict[str, Any]], call: tg.Call, varia
 
 def _codegen(rec: Recorder, calls: list[tg.Call], device: str, base: int, variant: Variant) -> None:
   """Each kernel through the host's codegen, recorded as tinygrad made it; what a page asks beyond that is an enrichment
-  (explorer.tracing.enrich: compile facts; the analysis, unless the trace was asked for it). The progress says each kernel as it is
+  (explorer.tracing.enrichments.enrich: compile facts; the analysis, unless the trace was asked for it). The progress says each kernel as it is
   done, with its seconds."""
-  from explorer.tracing.rewrites import build
+  from explorer.tracing.pipeline.rewrites import build
   trace, renderer, custom = rec.trace, tg.host_renderer(device), build(variant.rewrites, variant.rewrite_file)
   points = {r.name: r.point for r in custom}  # a rewrite file's point is its own: known once it ran
   for r in trace["rewrites"]: r["point"] = points.get(r["name"], r["point"])
@@ -413,7 +413,7 @@ def _run(rec: Recorder, linear: Any, program: Program) -> Any:
   return compiled
 
 def _check_conv(trace: dict[str, Any], spec: ConvSpec, x_np: np.ndarray, w_np: np.ndarray, got: np.ndarray, dump_io: str | None) -> None:
-  from explorer.tracing.reference import conv2d_error
+  from explorer.tracing.pipeline.reference import conv2d_error
   trace["error"] = conv2d_error(got, x_np, w_np, spec.stride, spec.pad, spec.groups)
   tolerance, judged = error_tolerance(trace["variant"], spec.dtype)
   trace["error"].update(tolerance=tolerance, tolerance_for=judged, within=trace["error"]["max_rel"] <= tolerance)
@@ -427,8 +427,8 @@ def _dump_io(path: str, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
   for name, arr in (("input", x), ("weight", w), ("output", out)): np.save(p / f"{name}.npy", arr)
 
 def _time(trace: dict[str, Any], compiled: Any, variant: Variant, tinygrad: TinygradClock, eager_s: float | None) -> None:
-  """The kernels each alone and the schedule replayed back to back, by the device's clock (explorer.tracing.timing.time_schedule)."""
-  from explorer.tracing.timing import time_schedule
+  """The kernels each alone and the schedule replayed back to back, by the device's clock (explorer.tracing.pipeline.timing.time_schedule)."""
+  from explorer.tracing.pipeline.timing import time_schedule
   device = trace["env"]["device"]
   clock = tg.clock_for(device)
   try:

@@ -1,6 +1,6 @@
 """The custom rewrites a variant may add to codegen (Variant.rewrites; explorer.spec.REWRITES describes them, in the codegen notes'
 terms): each is a tinygrad PatternMatcher run as a named pass of its own (explorer.tracing.tg.Rewrite says where), so its matches,
-rule and before/after graphs are recorded like any of tinygrad's passes. explorer.tracing.catalogue shows this file's source of each."""
+rule and before/after graphs are recorded like any of tinygrad's passes. explorer.tracing.pipeline.catalogue shows this file's source of each."""
 from __future__ import annotations
 import functools, itertools, runpy
 from dataclasses import dataclass

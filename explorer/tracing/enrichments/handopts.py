@@ -6,37 +6,13 @@ interleaved with its original opts. Run in a worker (it imports tinygrad)."""
 from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
-from explorer.clocks import default_method
-from explorer.tracing.workers import Progress
-if TYPE_CHECKING: from explorer.schema import BeamCandidate, BeamRecord, BeamRound, TraceRecord  # types only: pydantic stays out of trace workers
+from explorer.tracing.workers.process import Progress
+if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
 
 class Unschedulable(ValueError):
   """This kernel cannot be scheduled again here (no AST recorded, no record on the target to start from, a user's rewrite file)."""
 
-MIN_PROGRESS_US = 0.01  # tinygrad's BEAM_MIN_PROGRESS default: a round must beat the last by this much, or the search ends
 WARMUP, REPEATS = 3, 30  # the interleaved timing: warm-up runs, then timed pairs (original, hand-scheduled; every other pair reversed)
-
-BEAM_RECORD_NOTE = ("each time is the least of up to 3 runs at BEAM's test size (its global size capped at 65,536 threads), BEAM's own measure; "
-             "candidates whose code repeats an earlier one's, that fail to compile or need 1000x the least compute are not timed, as in "
-             "tinygrad; a round keeps the `width` fastest, and the search ends when no candidate is faster by 0.01 us (BEAM_MIN_PROGRESS)")
-
-def beam_record(timed: list[tuple[list[str], float]], width: int, chosen: list[str], device: str) -> BeamRecord:
-  """kernels[i].beam (explorer.schema.BeamRecord) from what tinygrad's beam_search timed (tg.recording_beam): a candidate's round
-  is its number of opts (each round adds one), and it was kept when a later round's candidate starts with its opts or it won."""
-  by_round: dict[int, list[tuple[list[str], float]]] = {}
-  for opts, t in timed: by_round.setdefault(len(opts), []).append((opts, t))
-  def kept(opts: list[str]) -> bool:
-    return opts == chosen[:len(opts)] or any(o[:len(opts)] == opts for o, _ in by_round.get(len(opts) + 1, []))
-  last = max(by_round, default=0)
-  def why(opts: list[str]) -> str | None:
-    if kept(opts): return None
-    if len(opts) == last: return f"the search ended: this round's best was not faster than the last round's by {MIN_PROGRESS_US} us"
-    return f"slower than the {width} kept in its round"
-  candidates: list[BeamCandidate] = [{"opts": o, "time_s": t, "round": len(o), "kept": kept(o), "why": why(o)} for o, t in timed]
-  rounds: list[BeamRound] = [{"round": r, "timed": len(cs), "best_s": min(t for _, t in cs), "kept": sum(1 for o, _ in cs if kept(o))}
-            for r, cs in sorted(by_round.items())]
-  return {"width": width, "rounds": rounds, "candidates": candidates, "chosen": chosen, "path": [chosen[:i] for i in range(1, len(chosen) + 1)],
-          "note": BEAM_RECORD_NOTE, "method": default_method(device)}  # BEAM times its candidates with tinygrad's own timer
 
 def opts_args(trace: TraceRecord, n: int, target: str, start: str, opts: tuple[str, ...], on_device: bool = True) -> dict[str, Any]:
   """What opts_in_worker needs for kernel n of this trace (but the rewrite blob); on the trace's own target, with on_device (this
@@ -66,10 +42,10 @@ def schedule(trace: TraceRecord, blob: bytes, n: int, target: str, opts: tuple[s
              progress: Progress | None = None, timeout_s: float | None = None) -> dict[str, Any]:
   """Kernel n of a trace (its rewrite blob beside it) scheduled by hand, in a worker: explorer.web.http.models.HandSchedule's fields.
   Raises Unschedulable, or WorkerFailed (OptRefused: tinygrad's reason in its message) when an opt does not apply."""
-  from explorer.tracing.workers import call_in_worker
+  from explorer.tracing.workers.process import call_in_worker
   args = opts_args(trace, n, target, start, opts)
   args["time"] = args["time"] and time
-  got, _ = call_in_worker("explorer.tracing.handopts:opts_in_worker", {**args, "blob": blob}, progress, timeout_s,
+  got, _ = call_in_worker("explorer.tracing.enrichments.handopts:opts_in_worker", {**args, "blob": blob}, progress, timeout_s,
                           exclusive=args["device"] if args["time"] else None)
   return dict(got)
 
@@ -79,9 +55,10 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   """The kernel (its AST rebuilt from the trace's rewrite blob) with opts = the start's opts (the kernel's current ones on this target,
   none, or the heuristic's) then `opts`, on `target`. device: the trace's device when target is its own (then it can run), else None.
   Raises OptRefused (tinygrad's reason) for an opt that does not apply."""
-  from explorer.tracing.renders import BEAM_NOTE, make_target_record, pass_record, tracking_passes
+  from explorer.tracing.pipeline.renders import BEAM_NOTE, make_target_record, pass_record, tracking_passes
   os.environ.update(tracking_passes(os.environ))  # the passes are recorded, as a trace's renders record them
-  from explorer.tracing import compilers, tg
+  from explorer.tracing.compilers import toolchain
+  from explorer.tracing import tg
   ast, _ = tg.without_beam(tg.RewriteBlob(blob).sink(sink))
   renderer = tg.host_renderer(device) if device is not None else tg.render_target(target, arch)
   original = [tg.parse_opt(o) for o in current]
@@ -98,10 +75,10 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   if rewrites: rec["notes"].append(f"the trace's custom rewrites ({', '.join(rewrites)}) are not applied here, nor to the original it is timed with")
   if target == "ptx": rec["compiled_source"] = tg.fill_ptx(rec["source"], arch)
   progress("compile", "start", f"compile facts on {target}")
-  facts: Any = compilers.compile_target(target, rec["source"], arch, compilers.block_threads(rec["local_size"]), rec.get("compiled_source"))
+  facts: Any = toolchain.compile_target(target, rec["source"], arch, toolchain.block_threads(rec["local_size"]), rec.get("compiled_source"))
   rec["compile"] = facts
-  original_compile = None if original_record is None else compilers.compile_target(  # the original's facts, compiled the same way
-    target, (src := original_record["source"]), arch, compilers.block_threads(original_record["local_size"]),
+  original_compile = None if original_record is None else toolchain.compile_target(  # the original's facts, compiled the same way
+    target, (src := original_record["source"]), arch, toolchain.block_threads(original_record["local_size"]),
     tg.fill_ptx(src, arch) if target == "ptx" else None)
   out: dict[str, Any] = {"target": target, "start": start, "opts": [tg.opt_text(o) for o in chosen], "record": rec,
                          "next": [tg.opt_text(o) for o in tg.legal_opts(ast, renderer, chosen)], "timing": None,

@@ -2,7 +2,7 @@
 
   cuda    NVRTC (NVIDIA's wheel: pip install 'kernel-explorer[cuda]') or nvcc on PATH, with `-Xptxas -v` and line information:
           registers, spills, shared memory, stack; the PTX it made, SASS where cuobjdump is, and where nvdisasm is, each SASS
-          instruction with its source line and the registers live there (explorer.tracing.sass)
+          instruction with its source line and the registers live there (explorer.tracing.compilers.nvdisasm)
   ptx     ptxas on PATH (or the wheel's), on the PTX tinygrad hands it (placeholders filled): the same facts, and SASS (its lines
           number the PTX)
   opencl  clang's OpenCL C front end; C and LLVM IR: clang, as tinygrad's CPU compiler calls it, with the assembly it makes
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable
 from explorer import targets
-from explorer.tracing import compile_cache, sass
+from explorer.tracing.compilers import compile_cache
+from explorer.tracing.compilers import nvdisasm
 
 TIMEOUT_S = 60.0
 MAX_DISASM_LINES = 4000
@@ -102,10 +103,10 @@ def _sass(cubin: pathlib.Path) -> Facts | None:
 NVDISASM_HOW = "pip install 'kernel-explorer[cuda]' (NVIDIA's nvdisasm wheel), or put the CUDA toolkit's nvdisasm on PATH"
 
 def _with_sass(facts: Facts, cubin: pathlib.Path, source_name: str, source: str) -> Facts:
-  """facts with `sass` (each instruction's line and live registers: explorer.tracing.sass), or None and `sass_note` saying why not."""
+  """facts with `sass` (each instruction's line and live registers: explorer.tracing.compilers.nvdisasm), or None and `sass_note` saying why not."""
   if (exe := tool("nvdisasm")) is None: return {**facts, "sass": None, "sass_note": f"no nvdisasm here: {NVDISASM_HOW}"}
-  try: return {**facts, "sass": sass.disassemble(exe, f"nvdisasm {version(exe)}", cubin, source_name, source, facts.get("registers"), _run)}
-  except sass.SassUnavailable as e: return {**facts, "sass": None, "sass_note": str(e)}
+  try: return {**facts, "sass": nvdisasm.disassemble(exe, f"nvdisasm {version(exe)}", cubin, source_name, source, facts.get("registers"), _run)}
+  except nvdisasm.SassUnavailable as e: return {**facts, "sass": None, "sass_note": str(e)}
 
 def _cuda_facts(log: str, arch: str, block: int | None, compiler: str) -> Facts:
   facts = {"ok": True, "compiler": compiler, "message": "compiled", **parse_ptxas(log)}
@@ -144,13 +145,13 @@ def compile_ptx(filled: str, arch: str, block: int | None) -> Facts:
     return missing("ptxas", "pip install nvidia-cuda-nvcc-cu12 (it ships ptxas), or put the CUDA toolkit's ptxas on PATH")
   with tempfile.TemporaryDirectory() as d:
     ptx, cubin = pathlib.Path(d) / "k.ptx", pathlib.Path(d) / "k.cubin"
-    ptx.write_text(sass.with_ptx_lines(filled))  # a .loc per line: the same code, each SASS instruction's PTX line
+    ptx.write_text(nvdisasm.with_ptx_lines(filled))  # a .loc per line: the same code, each SASS instruction's PTX line
     rc, _, err = _run([ptxas, f"-arch={arch}", "-v", "-lineinfo", "-o", str(cubin), str(ptx)])
     compiler = f"ptxas {version(ptxas)}"
     if rc != 0: return _failed(compiler, err)
     facts = _cuda_facts(err, arch, block, compiler)
     facts["disasm"] = _sass(cubin)
-    return _with_sass(facts, cubin, sass.PTX_FILE, "ptx")
+    return _with_sass(facts, cubin, nvdisasm.PTX_FILE, "ptx")
 
 def _clang(args: list[str], src: str, lang: str, asm_note: str) -> Facts:
   if (clang := shutil.which("clang")) is None: return missing("clang", "apt-get install clang")
@@ -188,7 +189,7 @@ def _ptx_tools(nvrtc: bool) -> dict[str, Any]: return {"ptxas": compile_cache.id
 @dataclass(frozen=True)
 class Compiler:
   """How one target's source is compiled here: run(source, arch, block threads, filled PTX, NVRTC), and the tools that decide its
-  facts beside the source, each by its identity (explorer.tracing.compile_cache), given whether NVRTC compiles."""
+  facts beside the source, each by its identity (explorer.tracing.compilers.compile_cache), given whether NVRTC compiles."""
   run: Callable[[str, str, int | None, str | None, Nvrtc | None], Facts]
   tools: Callable[[bool], dict[str, Any]]
 

@@ -1,6 +1,6 @@
 """Worker processes forked from a template: a process that has imported tinygrad (its viewer included) and the explorer's tracing,
 and made nothing with them, which forks one child per call. Each child starts where a fresh `python -c BOOT` worker
-(explorer.tracing.workers) would once its imports are done, without paying them again (about 0.5 CPU s a worker), and then runs as
+(explorer.tracing.workers.process) would once its imports are done, without paying them again (about 0.5 CPU s a worker), and then runs as
 that worker does: a process group of its own, its limits entered first, its messages on the pipes its caller made.
 
 A template belongs to the process that started it (its parent, which sends it work on a socket pair only the two hold) and to one
@@ -12,13 +12,13 @@ from __future__ import annotations
 import atexit, concurrent.futures, os, pickle, signal, socket, subprocess, sys, threading
 from contextlib import suppress
 from typing import Any
-from explorer.tracing.boot import boot_code, start_python
+from explorer.tracing.workers.boot import boot_code, start_python
 from explorer.tracing.versions import TINYGRAD_VAR
 
 # variables no import reads, which change from call to call: the worker's scratch directory (each child sets its own) and pytest's
 VOLATILE = frozenset({"TMPDIR", "PYTEST_CURRENT_TEST"})
 MAX_IDLE_TEMPLATES = 4  # per parent: an environment not asked for since is closed past this many
-BOOT = boot_code("explorer.tracing.template_process", "serve")  # the template's side
+BOOT = boot_code("explorer.tracing.workers.template_process", "serve")  # the template's side
 
 def supported() -> bool:
   return hasattr(os, "fork") and hasattr(socket, "send_fds") and hasattr(os, "pidfd_open") and sys.platform == "linux"
@@ -26,7 +26,7 @@ def supported() -> bool:
 # ***** the parent's side *****
 
 class TemplateChild:
-  """A template's child as the parent's supervision sees it (explorer.tracing.workers.WorkerProcess's names)."""
+  """A template's child as the parent's supervision sees it (explorer.tracing.workers.process.WorkerProcess's names)."""
   def __init__(self, pid: int) -> None:
     self.pid, self._exited, self._lock = pid, threading.Event(), threading.Lock()  # the lock: no signal on a pidfd closed meanwhile
     self.status: int | None = None
@@ -72,7 +72,7 @@ class Template:
   def busy(self) -> bool: return bool(self._children)
 
   def fork(self, args: tuple[Any, ...], out: int, gate: int, tracker: int | None) -> TemplateChild:
-    """A child running explorer.tracing.workers._child(*args) on copies of these fds (the caller closes its own). The arguments go
+    """A child running explorer.tracing.workers.process._child(*args) on copies of these fds (the caller closes its own). The arguments go
     down a pipe of the child's own, as a fresh worker's do (a trace's rewrite blobs can be megabytes)."""
     boot_r, boot_w = os.pipe()
     try:

@@ -74,7 +74,7 @@ def time_at_values(clock: tg.Clock, call: Any, values: list[dict[str, int]], war
   return out
 
 def _with_samples(t: dict[str, Any], xs: list[float]) -> dict[str, Any]:
-  """A schedule's record keeps its samples: a program sums its realizes' repeat by repeat (explorer.tracing.program)."""
+  """A schedule's record keeps its samples: a program sums its realizes' repeat by repeat (explorer.tracing.pipeline.program)."""
   return {**t, "samples": list(xs)}
 
 def _prepare(spec: ConvSpec, variant: Variant, x_np: np.ndarray, w_np: np.ndarray) -> tuple[Replay, list[str]]:
@@ -172,7 +172,7 @@ def time_interleaved(progress: Progress, spec: dict[str, Any], variants: list[di
   return out
 
 def time_in_turns(progress: Progress, spec: dict[str, Any], variant: dict[str, Any], socket_path: str, side: int) -> dict[str, Any]:
-  """One side of two tinygrads timed interleaved (explorer.tracing.turns: each in a worker of its own environment, on one device):
+  """One side of two tinygrads timed interleaved (explorer.tracing.pipeline.turns: each in a worker of its own environment, on one device):
   the variant compiled, then one repeat (Replay.sample) each time the coordinator's socket says "sample", answered with its kernels'
   sum and its span, until it says "end". The device's lock is the coordinator's, held across both workers' turns: this worker never
   asks for it. Returns what time_interleaved returns for a variant, less the samples (the coordinator has them)."""

@@ -2,7 +2,7 @@
 the target's renderer (configured for its arch, as its device would), under the variant's optimization setting, with rewrite tracking,
 . The record per kernel and target is
 what the host's is: name, opts, global and local size, linearized UOps, op histogram, Estimates, the codegen passes with their match
-counts, the source. Compile facts are not made here: they are an enrichment (explorer.tracing.enrich), computed when first asked for.
+counts, the source. Compile facts are not made here: they are an enrichment (explorer.tracing.enrichments.enrich), computed when first asked for.
 
 The renders share nothing with the host pipeline but the kernel ASTs (UOps pickle by value), so on a 2-core machine they overlap with
 scheduling, host codegen and the run instead of adding to them. BEAM needs the device to time its candidates: a deviceless target
@@ -12,7 +12,7 @@ import contextlib, os, threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable, Mapping
-from explorer.tracing.pool import WorkerPool
+from explorer.tracing.workers.pool import WorkerPool
 if TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of trace workers
   from explorer.schema import Pass, TargetRecord
 
@@ -48,11 +48,11 @@ def _render_target(asts: list[Any], target: str, arch: str, opt: str, rewrites: 
                    beam_opts: list[list[str]] | None = None, analysis: bool = True) -> tuple[list[TargetRecord | RenderFailed], bytes]:
   """Per kernel: its target record, or {"error": message} where codegen failed; and this process's rewrite blob, which the records'
   passes address (group, step, sink), so that every target's codegen steps can be expanded like the host's. `rewrites` (and a
-  rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.tracing.rewrites). beam_opts: each kernel's opts
+  rewrite file, from the CLI only) add the variant's custom passes to codegen (explorer.tracing.pipeline.rewrites). beam_opts: each kernel's opts
   that BEAM chose on the device, applied here where tinygrad accepts them for this target (else the heuristic's: the notes say which).
   analysis: each record's analysis too (a first view wants it whole; a trace's eager targets only when the trace was asked for it)."""
   from explorer.tracing import tg
-  from explorer.tracing.rewrites import build
+  from explorer.tracing.pipeline.rewrites import build
   renderer, base = tg.render_target(target, arch), tg.tracking_mark()
   out: list[TargetRecord | RenderFailed] = []
   custom = build(rewrites, rewrite_file)

@@ -1,0 +1,1 @@
+"""Enrichments: what a trace computes only when first asked (compile facts, analyses, other targets) and scheduling by hand."""
