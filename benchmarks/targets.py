@@ -11,8 +11,10 @@ import argparse, dataclasses, statistics, sys, time
 
 def main() -> int:
   from explorer.tracing.tg import default_device, host_renderer, target_name  # only to name the host's target (this process never traces)
+  from explorer.tracing.enrichments.enrich import add_facts
   from explorer.tracing.pipeline.run import run_trace
-  from explorer.spec import PRESETS, TARGETS, Variant
+  from explorer.spec import PRESETS, Variant
+  from explorer.targets import TARGETS
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--preset", choices=sorted(PRESETS), default="wino8")
   ap.add_argument("--algo", choices=("direct", "winograd"), default="winograd")
@@ -26,7 +28,8 @@ def main() -> int:
   for r in range(a.repeats):
     for name, v in variants.items():  # interleaved: drift and noise hit every variant alike
       st = time.perf_counter()
-      trace = run_trace(PRESETS[a.preset], v, facts=a.facts).trace
+      trace = run_trace(PRESETS[a.preset], v).trace
+      if a.facts: trace = add_facts(trace)
       times[name].append(time.perf_counter() - st)
       assert trace["status"] == "ok", trace["failures"]
     print(f"  repeat {r + 1}/{a.repeats} done", file=sys.stderr, flush=True)

@@ -32,9 +32,9 @@ def identity(path: str | os.PathLike[str] | None) -> list[Any] | None:
 
 @functools.cache
 def _code_hash() -> str:
-  """The explorer code that turns a compiler's output into facts (compilers.py, sass.py): an edit to either is another key."""
+  """The explorer code that turns a compiler's output into facts (toolchain.py, nvdisasm.py): an edit to either is another key."""
   h = hashlib.sha256()
-  for name in ("compilers.py", "sass.py"): h.update((pathlib.Path(__file__).parent / name).read_bytes())
+  for name in ("toolchain.py", "nvdisasm.py"): h.update((pathlib.Path(__file__).parent / name).read_bytes())
   return h.hexdigest()
 
 def key(**inputs: Any) -> str:
