@@ -162,7 +162,7 @@ class Kernel:
     target, a failed compile, or no nvdisasm here: the message says what to install)."""
     from explorer.analysis.sass import view
     from explorer.schema import target_record, target_records
-    from explorer.spec import SASS_TARGETS
+    from explorer.targets import SASS_TARGETS
     from explorer.tracing.enrichments import enrich
     if target not in SASS_TARGETS: raise ValueError(f"SASS is for {' and '.join(SASS_TARGETS)} records, not {target!r}")
     if target_record(self.data, target) is None:

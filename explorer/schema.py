@@ -9,9 +9,11 @@ from collections.abc import Callable, Iterable
 from pydantic import AfterValidator, ConfigDict, Field, Strict, StringConstraints, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 from typing import NotRequired, Required
-from explorer.spec import DEVICE_RE, STAGES, TARGETS, TRACE_SCHEMA, ConvSpec, SpecError, Variant
+from explorer.spec import DEVICE_RE, ConvSpec, SpecError, Variant
 
 
+from explorer.stages import STAGES, TRACE_SCHEMA
+from explorer.targets import TARGETS
 Name = Annotated[str, StringConstraints(max_length=256)]       # kernel, op, dtype, role, target and pass names
 Line = Annotated[str, StringConstraints(max_length=8192)]      # labels, notes, one-line messages, rules
 Text = Annotated[str, StringConstraints(max_length=64 << 20)]  # sources, listings, tracebacks, a program's source
@@ -519,7 +521,7 @@ _LIST_AS_TUPLE = Field(strict=False)  # a row is a JSON list: read as a tuple, e
 
 @with_config(STRICT)
 class TimelineStage(TypedDict):
-  """A stage of the explorer's pipeline (spec.STAGES), or work beside one (the reference check), or a program's repeated step."""
+  """A stage of the explorer's pipeline (stages.STAGES), or work beside one (the reference check), or a program's repeated step."""
   name: Name
   realize: int | None  # a program's realize it belongs to (a repeat: the realize it repeats); None in a single trace
   st: Micros

@@ -1,14 +1,15 @@
-"""The model: what convolution to trace (ConvSpec) and how to run it (Variant). No tinygrad imports here."""
+"""The model: what convolution to trace (ConvSpec) and how to run it (Variant), with what a variant or a request may name (devices,
+opts, custom rewrites) and the error a trace's output is judged against. No tinygrad imports here."""
 from __future__ import annotations
 import dataclasses, math, re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from explorer import targets
+from explorer.targets import TARGETS
+from explorer.tinygrads import TINYGRAD, TINYGRADS, TRACEABLE, tinygrad_problem
 
 DTYPES = {"float32": 4, "float16": 2}
-TARGET_DESCRIPTIONS = {t.name: t.description for t in targets.ALL}
-TARGETS = targets.NAMES
 # the architectures a variant may name for the targets that follow one (explorer.targets: CUDA and PTX follow Variant.cuda_arch, Metal
 # Variant.metal_arch, with that arch's tensor cores)
 CUDA_ARCHES = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
@@ -104,53 +105,6 @@ PRESETS: dict[str, ConvSpec] = {
 
 def preset_of(spec: ConvSpec) -> str | None: return next((n for n, p in PRESETS.items() if p == spec), None)
 
-# the stages of a trace, in order: explorer.tracing.pipeline.trace records them, the web's jobs and the CLI report their progress
-TRACE_SCHEMA = 2  # a trace's layout: 2, kernels[i].targets[T], a whole record per target; 1, sources per target only (both are read)
-STAGES = ("tensor_graph", "schedule", "kernel_graph", "codegen", "render", "run", "timing")
-STAGE_TITLES = {"queue": "Job queue",
-                "tensor_graph": "Tensor graph", "schedule": "Schedule (rangeify)", "kernel_graph": "Kernel graph", "codegen": "Codegen",
-                "render": "Render targets", "run": "Run + check", "timing": "Timing", "store": "Store",
-                "bufferize": "Bufferize decisions"}  # a trace's stages, and what else can fail on its way: as pages name them
-Progress = Callable[[str, str, str], None]  # a report of work as it goes: (stage, "start" | "done" | "error", detail)
-PARTIAL = "partial"  # the progress "stage" of a running trace's data so far (trace.Recorder.partial): (PARTIAL, what, JSON), not a stage
-# enrichments (explorer.tracing.enrichments.enrich): what is computed for a stored trace when first asked for, per kernel, target and kind
-ENRICH_FACTS = "facts"        # a record's compile facts
-ENRICH_ANALYSIS = "analysis"  # a record's line map, live values, loop splits and program spec (explorer.schema.Analysis)
-ENRICH_TARGET = "target"      # a kernel's record on a target the trace did not render
-ENRICH_KINDS = (ENRICH_TARGET, ENRICH_ANALYSIS, ENRICH_FACTS)
-ANALYSIS_MARK = "pressure"    # a record with this field has its analysis
-SASS_TARGETS = targets.SASS  # their compile facts carry SASS with lines and live registers (or say why not: sass_note)
-
-def lacks_facts(rec: Mapping[str, Any], target: str) -> bool:
-  """Whether a record's compile facts are still to compute: none yet, or a CUDA or PTX compile stored before its facts had SASS."""
-  facts = rec.get("compile")
-  return facts is None or (target in SASS_TARGETS and facts.get("ok") is True and "sass" not in facts)
-
-# the tinygrads a trace may run on: the server's own (pinned in pyproject.toml) and the older ones the seed documents were written
-# against, each in an environment of its own (explorer.tracing.versions); older than 0.12 is out of scope
-TINYGRAD = "0.14.0"
-TINYGRADS = (TINYGRAD, "0.13.0", "0.12.0")
-TRACEABLE = TINYGRADS  # the ones the explorer's seam speaks (explorer/tracing/tg/compat.py; 0.12's schedule and runtime: tg/v012.py)
-# what a trace on an older tinygrad does not show, in words (its pages say so)
-NOT_IN_TINYGRAD = {"0.13.0": ("a spec check of the kernel graph: spec_kernel_graph is tinygrad 0.14's",
-                              "BEAM: not built for tinygrad 0.13.0 yet (its search runs 0.14's worker pool)",
-                              "hand schedules (opts by hand on a kernel): not built for tinygrad 0.13.0 yet"),
-                   "0.12.0": ("a spec check of the kernel graph: spec_kernel_graph is tinygrad 0.14's",
-                              "BEAM: not built for tinygrad 0.12.0 yet (its search runs 0.14's worker pool)",
-                              "hand schedules (opts by hand on a kernel): not built for tinygrad 0.12.0 yet",
-                              "TinyJit's captures in a captured program: 0.12's TinyJit captures ExecItems, not a LINEAR")}
-# what a trace on an older tinygrad shows that 0.14 has not, in words
-PRE_MATCHER_PASS = ("Renderer.pre_matcher, the codegen notes' hook: each kernel's \"pre_matcher\" pass (the explorer sets the hook so "
-                    "that the pass shows where it runs; it matches nothing but a rewrite file placed there)")
-ONLY_IN_TINYGRAD = {"0.13.0": (PRE_MATCHER_PASS,),
-                    "0.12.0": (PRE_MATCHER_PASS, "cut_store_range (codegen/simplify.py), the codegen notes' loop peeling on constant "
-                               "comparisons: each kernel's \"cut store ranges\" pass, which cuts a loop on the CPU where its stores compare "
-                               "its range with constants")}
-
-def tinygrad_problem(version: str) -> str | None:
-  """Why a trace may not ask for tinygrad `version` (None: it may)."""
-  if version in TINYGRADS: return None
-  return f"tinygrad {version!r:.20} is not supported; the explorer runs tinygrad {', '.join(TINYGRADS)}"
 
 # tinygrad devices that compute on real hardware, best first (tinygrad's own order). Every other device is never offered to a web
 # request: DISK, TINYFS and NPY read and write files or open sockets, PYTHON emulates kernels in Python, NULL runs nothing.

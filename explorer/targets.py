@@ -35,5 +35,6 @@ ALL = (
          no_compiler="no WGSL compiler here: a WebGPU implementation validates WGSL when it builds the pipeline"),
 )
 BY_NAME = {t.name: t for t in ALL}
-NAMES = tuple(BY_NAME)
-SASS = tuple(t.name for t in ALL if t.sass)
+TARGETS = tuple(BY_NAME)
+TARGET_DESCRIPTIONS = {t.name: t.description for t in ALL}
+SASS_TARGETS = tuple(t.name for t in ALL if t.sass)  # their compile facts carry SASS with lines and live registers (or say why not)

@@ -25,7 +25,8 @@ def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, stu
 def minimal_trace(spec: Any = None, variant: Any = None, label: str | None = None) -> dict[str, Any]:
   """A stored trace of nothing: every stage done in no time, no kernels. What a fake runner returns, so that jobs finish at once and no
   test process imports tinygrad; spec and variant: a ConvSpec and a Variant (the small preset and the default variant otherwise)."""
-  from explorer.spec import PRESETS, STAGES, Variant
+  from explorer.spec import PRESETS, Variant
+  from explorer.stages import STAGES
   spec, variant = spec or PRESETS["small"], variant or Variant()
   return {"schema": 2, "spec": spec.to_dict(), "preset": None, "variant": variant.to_dict(), "label": label or f"{spec.label()} | {variant.label()}",
           "status": "ok", "env": {"device": "CPU", "tinygrad": "0.14.0", "host": "fake", "python": "3.11", "created": "now"}, "failures": [],

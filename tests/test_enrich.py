@@ -6,7 +6,7 @@ import copy, json, shutil
 from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import computed
-from explorer.spec import ENRICH_FACTS
+from explorer.stages import ENRICH_FACTS
 from explorer.tracing.enrichments.enrich import add_facts
 
 pytestmark = pytest.mark.traces({"preset": "small", "variant": {"targets": ["cuda", "ptx"], "time": False}})

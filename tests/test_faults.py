@@ -101,7 +101,7 @@ def test_a_full_disk_leaves_a_stale_documents_readers_and_a_jobs_end_each_one_li
   """The disk fills (1) under a trace whose kept API document went stale since (an analysis merged into it): its readers, gzip or
   plain, get the document made from the light parse, not a 507 for the write that would keep it; (2) while a trace runs: the job ends
   in one line (its trace could not be stored) and so does its row's final write, never an unretrieved task's traceback."""
-  from explorer.spec import ENRICH_ANALYSIS
+  from explorer.stages import ENRICH_ANALYSIS
 
   with small_filesystem(tmp_path) as mnt:
     db, stale = mnt / "traces.sqlite3", "5a1e5a1e5a1e5a1e"

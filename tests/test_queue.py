@@ -8,7 +8,7 @@ import httpx
 import pytest
 from conftest import REPO, free_port, needs_chromium, running_server
 from support import settings_free_env
-from explorer.spec import STAGES
+from explorer.stages import STAGES
 
 REDIS_SERVER = shutil.which("redis-server")
 NO_REDIS = "no redis-server on PATH (Debian: apt-get install redis-server; make test installs it)"

@@ -128,7 +128,7 @@ def test_the_page_and_the_diff_show_it(web_client, traced):
 def test_without_nvdisasm_the_page_says_what_to_install(web_client, traced, monkeypatch, tmp_path):
   """Facts compiled where nvdisasm is not (the compiler wrapper sees none): a note, and every page still answers."""
   if not shutil.which("nvcc"): pytest.skip("no nvcc here: nothing compiles CUDA C to show a note beside")
-  from explorer.spec import ENRICH_FACTS
+  from explorer.stages import ENRICH_FACTS
   from explorer.store import Store
   from support import app_over
   from fastapi.testclient import TestClient

@@ -1,8 +1,9 @@
 """Unit tests for explorer/spec.py: presets, validation messages, Winograd applicability, Variant options, round trips."""
 import dataclasses, json
 import pytest
-from explorer.spec import ALGOS, CONSTS, DEFAULT_MEMORY_BUDGET, PRESETS, STAGINGS, TARGETS, TILES, WINO_IMPLS, ConvSpec, SpecError, Variant, preset_of
+from explorer.spec import ALGOS, CONSTS, DEFAULT_MEMORY_BUDGET, PRESETS, STAGINGS, TILES, WINO_IMPLS, ConvSpec, SpecError, Variant, preset_of
 
+from explorer.targets import TARGETS
 def raises_one_line(fn, *match: str) -> str:
   """fn() raises SpecError with a one-line message containing every string in match."""
   with pytest.raises(SpecError) as ei: fn()

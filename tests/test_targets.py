@@ -100,8 +100,8 @@ needs_cuda_tools = pytest.mark.skipif(not (shutil.which("nvcc") and shutil.which
 def test_cuda_registers_are_what_ptxas_reports():
   """Every CUDA kernel of a trace, compiled here again by nvcc -ptx then ptxas -v for the same arch: the registers and spills the
   trace reports are ptxas' own."""
-  trace = run_trace(PRESETS["wino8"], Variant(algo="winograd", wino_impl="explorer", staging="fused", targets=("cuda",), time=False),
-                    facts=True).trace
+  trace = add_facts(run_trace(PRESETS["wino8"], Variant(algo="winograd", wino_impl="explorer", staging="fused", targets=("cuda",),
+                                                   time=False)).trace)
   for k in trace["kernels"]:
     rec = k["targets"]["cuda"]
     with tempfile.TemporaryDirectory() as d:
@@ -197,7 +197,7 @@ def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path
   from the stored rewrite blob, rendered in a worker as a trace renders it), the same record an eager trace makes; stored and served
   from the store after; then its neighbours in the background. Slow: an eager trace (two targets) to compare with, a served trace,
   then the lazy target's codegen in workers."""
-  from explorer.spec import ENRICH_TARGET
+  from explorer.stages import ENRICH_TARGET
   app = app_over(str(tmp_path / "l.sqlite3"), background_workers=1)
   body = {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}}
   eager = json.loads(json.dumps(shared_run("wino8", True, **WINO8_BUILTIN).trace))  # metal among its targets; as the API serves it (no tuples)
@@ -236,7 +236,7 @@ def test_a_local_trace_records_where_each_part_ran(tmp_path):
   """Without a job queue every part runs under the server's process: each stage the trace ran, and a target added on first request,
   name it as PID@HOST (a queue worker's traces name it as NAME@HOST: test_queue); the page's facts row says so in one place."""
   import socket
-  from explorer.spec import STAGES
+  from explorer.stages import STAGES
   app = app_over(str(tmp_path / "l.sqlite3"))
   body = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"targets": ["cuda"], "repeats": 2}}
   here = f"{os.getpid()}@{socket.gethostname()}"
@@ -255,7 +255,7 @@ def test_a_persons_tabs_wait_their_turn_and_the_overview_reads_every_target_as_t
   fills in; meanwhile the overview, read at every target in a loop, answers 200 with the totals as its rows show them (the kernels
   without a record on that target yet counted by their own figures, saying how many)."""
   import threading
-  from explorer.spec import TARGETS
+  from explorer.targets import TARGETS
   app = app_over(str(tmp_path / "p.sqlite3"), max_page_work_per_client=3, background_workers=0)
   body = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3},
           "variant": {"algo": "winograd", "targets": ["cuda"], "repeats": 2}}
@@ -453,10 +453,10 @@ def test_each_target_has_a_renderer_a_lexer_and_a_compiler_or_the_reason_it_has_
   from pygments.lexer import Lexer
   from explorer import targets
   from explorer.present.render import LEXERS, TARGET_LABELS
-  from explorer.spec import SASS_TARGETS, TARGET_DESCRIPTIONS, TARGETS
+  from explorer.targets import SASS_TARGETS, TARGETS, TARGET_DESCRIPTIONS
   from explorer.tracing.compilers import toolchain
   from explorer.tracing.tg.devices import RENDER_TARGETS, render_target, target_name
-  assert TARGETS == targets.NAMES and set(RENDER_TARGETS) == set(TARGETS) == set(LEXERS) == set(TARGET_DESCRIPTIONS)
+  assert TARGETS == targets.TARGETS and set(RENDER_TARGETS) == set(TARGETS) == set(LEXERS) == set(TARGET_DESCRIPTIONS)
   variant = Variant(cuda_arch="sm_80", metal_arch="Apple8")
   for t in targets.ALL:
     renderer = render_target(t.name, arch := variant.arch(t.name))

@@ -3,7 +3,8 @@ import json, os, subprocess, sys
 import numpy as np
 import pytest
 from explorer.cli import main
-from explorer.spec import PRESETS, TARGETS, ConvSpec, Variant
+from explorer.spec import PRESETS, ConvSpec, Variant
+from explorer.targets import TARGETS
 from explorer.tracing.workers.process import WorkerFailed
 from explorer.tracing.pipeline.run import run_trace
 

@@ -1,11 +1,12 @@
-"""The tinygrads a trace may run on (explorer.spec.TINYGRADS): each older one's environment made from its hash-checked lock
+"""The tinygrads a trace may run on (explorer.tinygrads.TINYGRADS): each older one's environment made from its hash-checked lock
 (explorer.tracing.versions; `make tinygrad-versions` makes them for the suite, in .tinygrads, kept between runs), where it stands,
 and what imports there."""
 from __future__ import annotations
 import json, os, pathlib, re, subprocess, sys, time
 from typing import Any
 import pytest
-from explorer.spec import TINYGRAD, TINYGRADS, SpecError, tinygrad_problem
+from explorer.spec import SpecError
+from explorer.tinygrads import TINYGRAD, TINYGRADS, tinygrad_problem
 from explorer.tracing import versions
 
 OLDER = [v for v in TINYGRADS if v != TINYGRAD]

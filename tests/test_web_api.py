@@ -5,7 +5,8 @@ import ast, json, pathlib, subprocess, sys, textwrap, threading, time
 import pytest
 from fastapi.testclient import TestClient
 from explorer.present import graphs
-from explorer.spec import PRESETS, STAGE_TITLES, STAGES
+from explorer.spec import PRESETS
+from explorer.stages import STAGES, STAGE_TITLES
 from explorer.store import Store
 from explorer.web.http.models import ValidationErrorBody
 from conftest import REPO, SMALL_WINO, wait_done

@@ -275,7 +275,7 @@ def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
       assert r.path.startswith("/api/") or got.headers["content-type"].startswith("text/html"), (r.path, got.headers["content-type"])
   assert gated >= 9
   kernel = web_client.get(f"/t/{fresh}/k/0?target=wgsl", headers=cross)
-  from explorer.spec import ENRICH_KINDS, ENRICH_TARGET
+  from explorer.stages import ENRICH_KINDS, ENRICH_TARGET
   assert kernel.status_code == 200 and "starts work" in kernel.text and st.enrichments.status(fresh, ENRICH_TARGET, "wgsl", (0,)) is None
   assert all(st.enrichments.status(fresh, kind, "clang", (0,)) is None for kind in ENRICH_KINDS) and counters() == before
   followed = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-user": "?1"}  # a person clicked a link

@@ -19,8 +19,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from explorer import stats
 from explorer.analysis import memory
 from explorer.clocks import METHODS, ratio_words
-from explorer.analysis.sass import estimate, sass_in
-from explorer.spec import TINYGRAD
+from explorer.analysis.sass import estimate
+from explorer.schema import sass_in
+from explorer.tinygrads import TINYGRAD
 from explorer.text import fmt_bytes, si, table
 from explorer.schema import (Buffer, CompileFacts, KernelRecord, RatioStats, ScheduleRow, TraceRecord, VariantTiming, registers_of, schedule_role,
                             stage_counts_of, target_record)

@@ -3,8 +3,9 @@ from __future__ import annotations
 import numpy as np
 from explorer.tracing import tg  # first: sets tinygrad's environment before tinygrad is imported
 from typing import Any
-from explorer.spec import ConvSpec, Progress, Variant
+from explorer.spec import ConvSpec, Variant
 
+from explorer.stages import Progress
 Steps = list[list[int]]  # [group, step] of passes in a rewrite blob
 
 def kernel_graphs(progress: Progress, a_blob: bytes, b_blob: bytes, a_sinks: list[int], b_sinks: list[int], a_steps: Steps | None = None,

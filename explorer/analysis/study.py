@@ -10,8 +10,10 @@ from typing import Any, Literal, cast
 from collections.abc import Callable, Sequence
 from explorer import stats
 from explorer.schema import Claim, Comparison, CountComparison, StudyCase, StudyResult, StudyRow, TraceRecord, VariantTiming, ast_key_of, setting_of
-from explorer.spec import STUDY_COMPILE_REPEATS, TINYGRAD, ConvSpec, SpecError, Variant
-from explorer.tracing.workers.process import Progress, call_in_worker
+from explorer.spec import STUDY_COMPILE_REPEATS, ConvSpec, SpecError, Variant
+from explorer.tinygrads import TINYGRAD
+from explorer.stages import Progress
+from explorer.tracing.workers.process import call_in_worker
 from explorer.tracing.pipeline.run import device_env, run_trace
 
 

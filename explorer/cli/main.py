@@ -7,8 +7,10 @@ from explorer.cli.progress import StepBars
 if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: a command's start stays light
 from explorer.clocks import how, ratio_words
 from explorer.text import compile_facts, si, table, trace_summary as summary
-from explorer.spec import (COMPUTE_DEVICES, PRESETS, SASS_TARGETS, STAGES, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TARGET_DESCRIPTIONS, TARGETS, TILES,
-                           ConvSpec, Knob, SpecError, Variant, device_problem, knobs, normalize_device)
+from explorer.spec import (COMPUTE_DEVICES, PRESETS, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TILES, ConvSpec, Knob, SpecError, Variant, device_problem,
+                           knobs, normalize_device)
+from explorer.stages import STAGES
+from explorer.targets import SASS_TARGETS, TARGET_DESCRIPTIONS, TARGETS
 
 class UsageError(Exception): pass
 
@@ -223,7 +225,7 @@ def cmd_enrich(a: argparse.Namespace) -> int:
   """Fill in what a trace computes only when asked: other targets' records (rebuilt from the rewrite blob), the analyses (line maps,
   live values, loop splits, program spec) and compile facts. A trace file keeps no rewrite blob: its convolution is traced again for one."""
   from explorer.present.export import load
-  from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS
+  from explorer.stages import ENRICH_ANALYSIS, ENRICH_FACTS
   from explorer.tracing.enrichments import enrich
   from explorer.tracing import versions
   from explorer.tracing.pipeline.run import ran_here

@@ -5,8 +5,8 @@ import sys
 from types import TracebackType
 from typing import TYPE_CHECKING
 from collections.abc import Sequence
-from explorer.spec import PARTIAL
-from explorer.spec import Progress as Callback  # rich's Progress is the bars
+from explorer.stages import PARTIAL
+from explorer.stages import Progress as Callback  # rich's Progress is the bars
 if TYPE_CHECKING: from rich.progress import Progress  # rich is imported only when bars are drawn: a command starts its work sooner
 
 FINISHED = ("done", "error", "skipped")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing_extensions import TypedDict
 from typing import NotRequired
 from explorer.version import __version__
-from explorer.spec import TARGETS
+from explorer.targets import TARGETS
 from explorer.present import graphs
 from explorer.present.tour import told_kernels
 from explorer.schema import KernelRecord, TraceRecord, target_record

@@ -13,10 +13,12 @@ from pygments.lexers import CLexer, LlvmLexer, TextLexer
 from explorer import targets
 from explorer.clocks import METHODS, how, method_of, ratio_words
 from explorer.present.beam import beam_plot
-from explorer.spec import HAND_OPT_RE, STAGE_TITLES, opt_label
+from explorer.spec import HAND_OPT_RE, opt_label
+from explorer.stages import STAGE_TITLES
 from explorer.stats import noisy
 from explorer.text import provenance_sites
-from explorer.present.graphs import fmt_bytes, fmt_seconds, kernel_time
+from explorer.present.graphs import fmt_seconds, kernel_time
+from explorer.text import fmt_bytes
 from explorer.schema import KernelRecord, RanOn, StageRow, TraceRecord, host_target, totals_of
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"

@@ -14,7 +14,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from explorer.queue.protocol import (BEAT_S, JOBS, RESULT_TTL_S, QueueJobFailed, QueueUnavailable, beat_key, device_of, queue_name,
                                      safe_url, unseal)
-from explorer.spec import Progress
+from explorer.stages import Progress
 
 POLL_S = 0.3
 BROKER_PATIENCE_S = 60.0  # a broker that stays away this long while a job runs fails the job (it can be re-run when it is back)

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from rq import get_current_job
 from explorer.queue.protocol import b64, seal
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, Progress, SpecError, Variant, checked_device, resolve_request, tinygrad_problem
+from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, SpecError, Variant, checked_device, resolve_request
 
+from explorer.stages import Progress
+from explorer.tinygrads import tinygrad_problem
 DEVICES: list[str] = []  # this worker's devices, best first (explorer.queue.worker sets them): a job that names none runs on the first
 
 def worker_name() -> str | None:

@@ -6,8 +6,9 @@ import base64, binascii, hashlib, hmac, json, urllib.parse
 from typing import Any
 from explorer.blob import BlobRefused, check_locations, read_plain
 from explorer.schema import TraceRecord, validate_trace
-from explorer.spec import TARGETS, SpecError
+from explorer.spec import SpecError
 
+from explorer.targets import TARGETS
 ANY = "any"  # the queue of jobs that name no device: every worker takes them, on its default device
 PREFIX = "explorer"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json, sqlite3, time
 from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Callable
-from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET
+from explorer.stages import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET
 from explorer.store.rewrites import checked_locations, put_target_blobs
 from explorer.store.connection import Connected, transaction
 if TYPE_CHECKING: from explorer.schema import KernelRecord, TargetRecord

@@ -1,4 +1,4 @@
-"""The tinygrads a trace may run on besides the server's own (explorer.spec.TINYGRADS), each in an environment of its own: a venv under
+"""The tinygrads a trace may run on besides the server's own (explorer.tinygrads.TINYGRADS), each in an environment of its own: a venv under
 the data directory with that tinygrad installed from its pinned, hash-checked lock (explorer/tracing/locks/) and the server's own
 environment behind it for everything else (tinygrad depends on nothing; the explorer's worker needs numpy and the explorer itself).
 A trace worker for that version runs that venv's interpreter; the server's process keeps importing only its own tinygrad, and this
@@ -8,8 +8,9 @@ import dataclasses, hashlib, os, pathlib, shutil, subprocess, sys, sysconfig, th
 from typing import Any, Literal
 from collections.abc import Callable
 from explorer.defaults import ENV_PREFIX
-from explorer.spec import TINYGRAD, TINYGRADS, TRACEABLE, SpecError, tinygrad_problem
+from explorer.spec import SpecError
 
+from explorer.tinygrads import TINYGRAD, TINYGRADS, TRACEABLE, tinygrad_problem
 DIR_VAR = ENV_PREFIX + "TINYGRADS"
 TINYGRAD_VAR = ENV_PREFIX + "TINYGRAD"  # in a worker's environment: the tinygrad it runs (explorer.tracing.workers.process.call_in_worker)
 LOCKS = pathlib.Path(__file__).parent / "locks"

@@ -14,7 +14,7 @@ from explorer.version import __version__
 from explorer.tracing.workers.process import Limits  # imports no tinygrad
 from explorer.settings import Settings
 from explorer.schema import TraceRecord, record_adapters
-from explorer.spec import ENRICH_ANALYSIS
+from explorer.stages import ENRICH_ANALYSIS
 from explorer.store import Store, collector
 from explorer.queue.protocol import NEEDS_EXTRA
 from explorer.web.http.access import install_token_check

@@ -1,6 +1,6 @@
 """Enrichments: what a trace does not compute while tinygrad runs, but when a page, the API or a command first asks for it, per kernel,
 target and kind, each in a worker, kept by whoever asked (the store's enrichments table, a trace file, the caller's trace). A cold trace
-records what tinygrad itself does; the kinds (explorer.spec.ENRICH_KINDS):
+records what tinygrad itself does; the kinds (explorer.stages.ENRICH_KINDS):
 - target: a kernel's record on another target than the trace's own (its AST rebuilt from the trace's rewrite blob, then that target's
   codegen with rewrite tracking, as an eager trace renders it; the record says which rewrite blob its passes address);
 - analysis: a record's line map, live values, loop splits and program spec, read from the rewrite blob its codegen was recorded in;
@@ -9,9 +9,10 @@ from __future__ import annotations
 import os, uuid
 from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Callable, Iterable, Iterator
-from explorer.spec import ANALYSIS_MARK, lacks_facts
+from explorer.stages import ANALYSIS_MARK, lacks_facts
 from explorer.tracing import versions
-from explorer.tracing.workers.process import Limits, Progress, call_in_worker
+from explorer.stages import Progress
+from explorer.tracing.workers.process import Limits, call_in_worker
 if TYPE_CHECKING: from explorer.schema import KernelRecord, TargetRecord, TraceRecord  # types only: pydantic stays out of trace workers
 
 Job = dict[str, Any]  # {"kernel", "target", "name", "source", "arch", "local_size", "ptx"}: what one kernel's compile needs

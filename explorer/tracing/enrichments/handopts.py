@@ -6,7 +6,7 @@ interleaved with its original opts. Run in a worker (it imports tinygrad)."""
 from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
-from explorer.tracing.workers.process import Progress
+from explorer.stages import Progress
 if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
 
 class Unschedulable(ValueError):
@@ -18,15 +18,17 @@ def opts_args(trace: TraceRecord, n: int, target: str, start: str, opts: tuple[s
   """What opts_in_worker needs for kernel n of this trace (but the rewrite blob); on the trace's own target, with on_device (this
   process can open the trace's device), it is timed too. Unschedulable says why it cannot be."""
   from explorer.schema import host_target, target_records
-  from explorer.spec import TARGETS, Variant, opt_label
+  from explorer.spec import Variant, opt_label
+  from explorer.targets import TARGETS
   if target not in TARGETS: raise Unschedulable(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
   kernel = next((k for k in trace.get("kernels") or [] if k.get("index") == n), None)
   if kernel is None or kernel.get("ast_sink") is None: raise Unschedulable(f"kernel {n} has no AST recorded to schedule again")
   variant = trace.get("variant") or {}
   if variant.get("rewrite_file"): raise Unschedulable("this trace ran a user's rewrite file, which a hand schedule does not run")
+  from explorer.tinygrads import TINYGRAD
   from explorer.tracing import versions
   if (older := versions.recorded(trace)) is not None:
-    raise Unschedulable(f"hand schedules on a trace of tinygrad {older} are not built yet: trace it on tinygrad {versions.TINYGRAD} to schedule it")
+    raise Unschedulable(f"hand schedules on a trace of tinygrad {older} are not built yet: trace it on tinygrad {TINYGRAD} to schedule it")
   rec: dict[str, Any] = dict(target_records(kernel).get(target) or {})
   if "opts" not in rec and start == "current": raise Unschedulable(f"kernel {n} has no {target} record to start from: compute that target first")
   own = target == host_target(kernel) and on_device

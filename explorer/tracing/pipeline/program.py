@@ -13,7 +13,8 @@ from explorer.tracing import tg  # first: sets tinygrad's tracking environment b
 from explorer.tracing.pipeline.renders import RenderPool
 from explorer.clocks import timed
 from explorer.tracing.pipeline.host_timeline import HostTimeline, timed_stage
-from explorer.tracing.pipeline.trace import (Program, Progress, Recorder, Scheduled, _quiet, add_totals, new_trace, other_targets, pipeline, record,
+from explorer.stages import Progress
+from explorer.tracing.pipeline.trace import (Program, Recorder, Scheduled, _quiet, add_totals, new_trace, other_targets, pipeline, record,
                                     schedule_ahead)
 from explorer.store import add_target_record
 from explorer.spec import Variant

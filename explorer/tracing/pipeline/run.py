@@ -6,8 +6,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from explorer.tracing import versions
 from explorer.tracing.workers.devicelock import HeldLocks
-from explorer.tracing.workers.process import GATED_STAGE, Limits, Live, Progress, WorkerFailed, WorkerTimedOut, call_in_worker, scratch_dir
-from explorer.spec import PARTIAL, STAGES, TINYGRAD, ConvSpec, Variant
+from explorer.stages import Progress
+from explorer.tracing.workers.process import GATED_STAGE, Limits, Live, WorkerFailed, WorkerTimedOut, call_in_worker, scratch_dir
+from explorer.spec import ConvSpec, Variant
+from explorer.stages import PARTIAL, STAGES
+from explorer.tinygrads import TINYGRAD
 if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
 
 @dataclass

@@ -9,8 +9,9 @@ import numpy as np
 from explorer.tracing import tg
 from explorer import stats
 from explorer.clocks import timed
-from explorer.spec import ConvSpec, Progress, Variant
+from explorer.spec import ConvSpec, Variant
 
+from explorer.stages import Progress
 BATCH_BELOW_S = 5e-6  # a kernel this short also gets a batch figure where the clock has one (held events): host jitter is its size
 BATCH_LAUNCHES = 32   # launches in one held event pair for a batch figure
 

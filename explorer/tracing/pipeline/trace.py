@@ -13,7 +13,8 @@ from explorer.tracing import tg  # first: sets tinygrad's tracking environment b
 from explorer.tracing.pipeline.beam import beam_record
 from explorer.tracing.pipeline.renders import RenderPool, make_target_record, pass_record
 from explorer.tracing.pipeline.host_timeline import HostTimeline, timed_stage
-from explorer.spec import PARTIAL, REWRITES, TRACE_SCHEMA, ConvSpec, Progress, Variant, error_tolerance, preset_of, rewrite_file_name
+from explorer.spec import REWRITES, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
+from explorer.stages import PARTIAL, TRACE_SCHEMA, Progress
 from explorer.store import add_target_record
 if TYPE_CHECKING:  # types only: pydantic stays out of trace workers, numpy out of a capture that checks nothing
   import numpy as np

@@ -1,4 +1,4 @@
-"""What differs between the tinygrads the explorer runs (explorer.spec.TINYGRADS), in one place: each name the seam uses that an older
+"""What differs between the tinygrads the explorer runs (explorer.tinygrads.TINYGRADS), in one place: each name the seam uses that an older
 version moved, renamed or lacks, as this worker's tinygrad has it, or a stand-in that does what that version does. The rest of the seam
 is written against the newest and imports these from here (what a version lacks outright, a stage leaves out: specs.has_spec)."""
 from __future__ import annotations

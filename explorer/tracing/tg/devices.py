@@ -49,7 +49,7 @@ class Renderable(NamedTuple):
   renderer: str
   attrs: Callable[[str], dict[str, Any]] = lambda arch: {}
 
-# each target's renderer (keys: explorer.targets.NAMES). CUDA keeps device "CUDA" in its Target: tinygrad's TF32 tensor-core rule checks it.
+# each target's renderer (keys: explorer.targets.TARGETS). CUDA keeps device "CUDA" in its Target: tinygrad's TF32 tensor-core rule checks it.
 RENDER_TARGETS = {
   "cuda": Renderable(CUDARenderer, "CUDA", "CUDA", _cuda_tensor_cores),
   "metal": Renderable(MetalRenderer, "METAL", "METAL", lambda arch: {"tensor_cores": _metal_tensor_cores(arch)}),

@@ -24,7 +24,8 @@ from multiprocessing.connection import Connection
 from dataclasses import dataclass, replace
 from typing import Any
 from collections.abc import Callable
-from explorer.spec import PARTIAL, TINYGRAD, Progress
+from explorer.stages import PARTIAL, Progress
+from explorer.tinygrads import TINYGRAD
 from explorer.tracing.workers import lifeline
 from explorer.tracing.workers import template
 from explorer.tracing.workers.boot import boot_code, start_python

@@ -9,7 +9,8 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 from explorer.schema import KernelRecord, TraceRecord, target_records
 from explorer.settings import Settings
-from explorer.spec import COMPUTE_DEVICES, TARGETS, ConvSpec, Variant, checked_device, resolve_request
+from explorer.spec import COMPUTE_DEVICES, ConvSpec, Variant, checked_device, resolve_request
+from explorer.targets import TARGETS
 from explorer.web.http.access import has_token, is_loopback
 from explorer.web.http.models import TraceRequest
 from explorer.web.http.templates import Templates

@@ -2,7 +2,9 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
-from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TARGETS, TILES, TRACEABLE, ConvSpec, Knob, Variant, knobs
+from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TILES, ConvSpec, Knob, Variant, knobs
+from explorer.targets import TARGETS
+from explorer.tinygrads import TRACEABLE
 from explorer.tasks import Recomputed, StartedAtOnce, TaskState
 # the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
 from explorer.schema import (Analysis as Analysis, CompileFacts as CompileFacts, Disassembly as Disassembly, LiveRange as LiveRange,

@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse
 from explorer.present.graphs import fmt_seconds
 from explorer.present.render import rendered_targets
 from explorer.schema import KernelRecord, Pass, SpecCheck, TraceRecord, host_target
-from explorer.spec import STAGE_TITLES
+from explorer.stages import STAGE_TITLES
 from explorer.web.http import deps
 from explorer.web.services import admission
 from explorer.web.services.graphs import MAX_STEPS

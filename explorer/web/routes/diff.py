@@ -11,7 +11,10 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import ValidationError
 from explorer.analysis.diff import comparable, relation_label, time_verdict, tinygrads_of, verdict
 from explorer.schema import KernelRecord, TraceRecord
-from explorer.spec import PRESETS, STAGE_TITLES, TARGETS, TINYGRAD, TRACEABLE, SpecError, knobs
+from explorer.spec import PRESETS, SpecError, knobs
+from explorer.stages import STAGE_TITLES
+from explorer.targets import TARGETS
+from explorer.tinygrads import TINYGRAD, TRACEABLE
 from explorer.store import trace_key
 from explorer.web.http import deps
 from explorer.web.services import admission

@@ -5,7 +5,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 from explorer.schema import TraceRecord, host_target
-from explorer.spec import TARGETS
+from explorer.targets import TARGETS
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, GraphView, Origin, PassMatches, documented

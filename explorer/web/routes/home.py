@@ -5,8 +5,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
-from explorer.spec import (ALGOS, CONSTS, DTYPES, PRESETS, REWRITES, STAGINGS, TARGETS, TILES, TINYGRAD, TINYGRADS, TRACEABLE, WINO_IMPLS,
-                           SpecError, Variant)
+from explorer.spec import ALGOS, CONSTS, DTYPES, PRESETS, REWRITES, STAGINGS, TILES, WINO_IMPLS, SpecError, Variant
+from explorer.targets import TARGETS
+from explorer.tinygrads import TINYGRAD, TINYGRADS, TRACEABLE
 from explorer.tracing import versions
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep

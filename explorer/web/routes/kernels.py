@@ -10,8 +10,9 @@ from explorer.analysis import sass
 from explorer.analysis.program import bound_values
 from explorer.schema import TraceRecord, host_target, target_records
 from explorer.store.documents import listed_kernel
-from explorer.spec import (ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, SASS_TARGETS, TARGETS, SpecError, hand_opts,
-                           lacks_facts, split_opts)
+from explorer.spec import SpecError, hand_opts, split_opts
+from explorer.stages import ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, lacks_facts
+from explorer.targets import SASS_TARGETS, TARGETS
 from explorer.web.http import deps
 from explorer.web.services import admission
 from explorer.web.http.deps import LightTrace, ServicesDep, templates_of

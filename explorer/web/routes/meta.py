@@ -5,7 +5,8 @@ import asyncio, functools, shutil, sys
 from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
-from explorer.spec import PRESETS, TARGETS
+from explorer.spec import PRESETS
+from explorer.targets import TARGETS
 from explorer.store import tinygrad_version
 from explorer.tracing import versions
 from explorer.tracing.pipeline.catalogue import catalogue

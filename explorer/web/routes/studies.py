@@ -8,7 +8,8 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from explorer.analysis.study import DEFAULT_PRESETS, tile_problem
 from explorer.present.study import case_views, render_export
-from explorer.spec import PRESETS, STUDY_CI_WIDTH, TRACEABLE, SpecError
+from explorer.spec import PRESETS, STUDY_CI_WIDTH, SpecError
+from explorer.tinygrads import TRACEABLE
 from explorer.tracing import versions
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep

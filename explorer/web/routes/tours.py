@@ -10,7 +10,9 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 from explorer.schema import InterleavedTiming, TraceRecord, host_target, target_record
-from explorer.spec import ENRICH_ANALYSIS, ENRICH_TARGET, PRESETS, STAGE_TITLES, TARGETS, SpecError
+from explorer.spec import PRESETS, SpecError
+from explorer.stages import ENRICH_ANALYSIS, ENRICH_TARGET, STAGE_TITLES
+from explorer.targets import TARGETS
 from explorer.store import trace_key
 from explorer.present.tour import BUILTIN_TOURS, Step, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
 from explorer.web.http import deps

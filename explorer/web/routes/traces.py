@@ -11,7 +11,7 @@ from explorer.analysis.diff import time_verdict
 from explorer.present.render import compile_summary, rendered_targets
 from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
 from explorer.store import Store, documents
-from explorer.spec import STAGE_TITLES
+from explorer.stages import STAGE_TITLES
 from explorer.web.http import deps
 from explorer.web.services import admission
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of

@@ -6,7 +6,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 from explorer.schema import TraceRecord
-from explorer.spec import COMPUTE_DEVICES, STAGES, ConvSpec, Variant, resolve_request
+from explorer.spec import COMPUTE_DEVICES, ConvSpec, Variant, resolve_request
+from explorer.stages import STAGES
 from explorer.store import trace_key
 from explorer.web.services.registry import Services
 from explorer.web.services.traces import Job, stored_job_status

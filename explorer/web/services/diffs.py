@@ -19,7 +19,8 @@ from explorer.schema import KernelRecord, TraceRecord
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.pipeline.run import ran_here
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import ACTIVE, ERROR, Progress, Task, Tasks, run_in_daemon_thread
+from explorer.stages import Progress
+from explorer.web.services.lifecycle import ACTIVE, ERROR, Task, Tasks, run_in_daemon_thread
 from explorer.present.render import lexer_for
 from explorer.web.services.permit import WorkPermit
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue

@@ -1,5 +1,5 @@
 """Enrichments of stored traces: what a trace does not compute while tinygrad runs, computed when a page or the API first needs it
-(explorer.tracing.enrichments.enrich), one mechanism for every kind (explorer.spec.ENRICH_KINDS): a kernel's record on another target, a record's
+(explorer.tracing.enrichments.enrich), one mechanism for every kind (explorer.stages.ENRICH_KINDS): a kernel's record on another target, a record's
 analysis (line map, live values, loop splits, program spec), a record's compile facts. The kernel asked for is computed first, alone,
 in a worker; then, at a lower priority, its neighbours (NEIGHBOURS kernels either side), which a user's request for one of them
 overtakes. Each computation is a Task, stored in its own transaction (a row per kernel, target and kind) and served from the store
@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 from collections.abc import Callable, Iterable
 from explorer.schema import RanOn, TraceRecord
-from explorer.spec import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, TARGETS, Variant, lacks_facts
+from explorer.spec import Variant
+from explorer.stages import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, lacks_facts
+from explorer.targets import TARGETS
 from explorer.store import Store
 from explorer.tasks import ENRICHMENT, OPTS as OPTS_TASK
 from explorer.tracing import versions
 from explorer.tracing.workers.process import Limits, WorkerFailed
-from explorer.web.services.lifecycle import DONE, ERROR, Busy, Journal, Progress, Task, Tasks
+from explorer.stages import Progress
+from explorer.web.services.lifecycle import DONE, ERROR, Busy, Journal, Task, Tasks
 from explorer.web.services.permit import WorkPermit
 
 NEIGHBOURS = 4  # after the kernel asked for, this many on either side are computed in the background

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from collections.abc import Awaitable, Callable, Hashable, Iterable
-from explorer.spec import Progress
+from explorer.stages import Progress
 from explorer.tasks import ACTIVE as ACTIVE, DONE as DONE, ERROR as ERROR, INTERRUPTED as INTERRUPTED, QUEUED as QUEUED, RUNNING as RUNNING
 from explorer.tasks import TaskKind, TaskState
 if TYPE_CHECKING: from explorer.store import Store

@@ -6,7 +6,8 @@ from typing import Any
 from explorer.analysis import roofline as rf
 from explorer.schema import TraceRecord
 from explorer.tracing.workers.process import GATED_STAGE  # no tinygrad: the pool and the workers' supervision
-from explorer.web.services.lifecycle import ACTIVE, QUEUED, RUNNING, Progress, Task, Tasks
+from explorer.stages import Progress
+from explorer.web.services.lifecycle import ACTIVE, QUEUED, RUNNING, Task, Tasks
 from explorer.web.urls import probe_url
 
 

@@ -3,7 +3,7 @@ default device (asked once of tinygrad in a worker process, in the background; D
 from __future__ import annotations
 import os, socket, threading
 from typing import TYPE_CHECKING, Any
-from explorer.spec import NOT_IN_TINYGRAD, ONLY_IN_TINYGRAD
+from explorer.tinygrads import NOT_IN_TINYGRAD, ONLY_IN_TINYGRAD
 from explorer.store import tinygrad_version
 from explorer.tracing import versions
 if TYPE_CHECKING: from explorer.schema import TraceRecord

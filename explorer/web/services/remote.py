@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Sequence
 from explorer.queue.protocol import QueueUnavailable, ResultRefused, plain_json, trace_result
 from explorer.schema import TraceRecord, study_problem
-from explorer.spec import ConvSpec, Progress, SpecError, Variant
+from explorer.spec import ConvSpec, SpecError, Variant
+from explorer.stages import Progress
 from explorer.tracing.pipeline.run import TraceResult
 from explorer.web.services.lifecycle import Busy
 if TYPE_CHECKING: from explorer.queue.client import QueueClient

@@ -15,7 +15,8 @@ from explorer.schema import study_problem
 from explorer.store import Store, StoreError, capped, trace_key
 from explorer.tasks import DONE, RUNNING, STUDY
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import ERROR, QUEUE_OWNER, Journal, Progress, Task, Tasks, one_line
+from explorer.stages import Progress
+from explorer.web.services.lifecycle import ERROR, QUEUE_OWNER, Journal, Task, Tasks, one_line
 from explorer.web.urls import study_url
 if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 

@@ -11,7 +11,8 @@ import asyncio, json, time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
-from explorer.spec import PARTIAL, STAGES, ConvSpec, SpecError, Variant
+from explorer.spec import ConvSpec, SpecError, Variant
+from explorer.stages import PARTIAL, STAGES
 from explorer.store import Store
 from explorer.tasks import TRACE, TaskState
 from explorer.web.services import remote
