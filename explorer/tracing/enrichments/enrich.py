@@ -15,7 +15,7 @@ from explorer.stages import Progress
 from explorer.tracing.workers.process import Limits, call_in_worker
 if TYPE_CHECKING: from explorer.schema import KernelRecord, TargetRecord, TraceRecord  # types only: pydantic stays out of trace workers
 
-Job = dict[str, Any]  # {"kernel", "target", "name", "source", "arch", "local_size", "ptx"}: what one kernel's compile needs
+KernelWork = dict[str, Any]  # {"kernel", "target", "name", "source", "arch", "local_size", "ptx"}: what one kernel's compile needs
 
 def each_record(trace: TraceRecord, targets: Iterable[str] | None = None,
                 kernels: Iterable[int] | None = None) -> Iterator[tuple[KernelRecord, str, TargetRecord]]:
@@ -37,13 +37,13 @@ def with_values(trace: TraceRecord, values: dict[tuple[int, str], Any], put: Cal
     kernels.append(k)
   return {**trace, "kernels": kernels}
 
-def facts_jobs(trace: TraceRecord, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
+def facts_jobs(trace: TraceRecord, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[KernelWork]:
   """The compiles these kernels' records need on these targets (default: every kernel, every target it has): those without facts."""
   return [{"kernel": k["index"], "target": t, "name": rec["name"], "source": rec["source"], "arch": rec.get("arch") or "",
            "local_size": rec.get("local_size"), "ptx": rec.get("compiled_source")}
           for k, t, rec in each_record(trace, targets, kernels) if lacks_facts(rec, t)]
 
-def facts_in_worker(progress: Progress, jobs: list[Job]) -> list[dict[str, Any]]:
+def facts_in_worker(progress: Progress, jobs: list[KernelWork]) -> list[dict[str, Any]]:
   """Each job's compile facts (explorer.tracing.compilers.toolchain.compile_target), in order. tinygrad is imported only for NVRTC's bindings."""
   from explorer.tracing.compilers import toolchain
   nvrtc = None
@@ -59,7 +59,7 @@ def facts_in_worker(progress: Progress, jobs: list[Job]) -> list[dict[str, Any]]
   progress("compile", "done", f"{len(jobs)} compiled")
   return out
 
-def compute_facts(jobs: list[Job], progress: Progress | None = None, limits: Limits | None = None,
+def compute_facts(jobs: list[KernelWork], progress: Progress | None = None, limits: Limits | None = None,
                   timeout_s: float | None = None) -> dict[tuple[int, str], dict[str, Any]]:
   """The jobs' compile facts, computed in a fresh worker: {(kernel, target): facts}."""
   if not jobs: return {}
@@ -83,7 +83,7 @@ def blob_key(kernel: KernelRecord, target: str) -> str | None:
   rec = kernel.get("targets", {}).get(target)
   return None if target == kernel.get("host_target") else str(rec is not None and rec.get("rewrites") or target)
 
-def analysis_jobs(trace: TraceRecord, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[Job]:
+def analysis_jobs(trace: TraceRecord, targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None) -> list[KernelWork]:
   """The analyses these kernels' records need on these targets (default: every kernel and target): those without one, recorded with
   the numbers an analysis rebuilds them by (trace schema 2 and later)."""
   return [{"kernel": k["index"], "target": t, "blob": blob_key(k, t), "arch": rec.get("arch") or "", "source": rec["source"],
@@ -97,7 +97,7 @@ def lacks_analysis(kernel: KernelRecord, target: str, rec: TargetRecord) -> bool
   if ANALYSIS_MARK in rec or rec.get("program_sink") is None: return False
   return target in kernel["light"].get("analysable", []) if "light" in kernel else rec.get("linear_nums") is not None
 
-def analysis_in_worker(progress: Progress, jobs: list[Job], blobs: dict[str, bytes]) -> list[Any]:
+def analysis_in_worker(progress: Progress, jobs: list[KernelWork], blobs: dict[str, bytes]) -> list[Any]:
   """Each job's analysis, in order, from the blob its record was recorded in (blobs: by key, "" the trace's own)."""
   from explorer.tracing import tg
   loaded: dict[str, Any] = {}
@@ -111,7 +111,7 @@ def analysis_in_worker(progress: Progress, jobs: list[Job], blobs: dict[str, byt
   progress("analysis", "done", f"{len(jobs)} analysed")
   return out
 
-def compute_analysis(jobs: list[Job], blobs: dict[str, bytes], progress: Progress | None = None, limits: Limits | None = None,
+def compute_analysis(jobs: list[KernelWork], blobs: dict[str, bytes], progress: Progress | None = None, limits: Limits | None = None,
                      timeout_s: float | None = None, tinygrad: str | None = None) -> dict[tuple[int, str], dict[str, Any]]:
   """The jobs' analyses, computed in a fresh worker: {(kernel, target): analysis}. blobs: every blob the jobs name ("" the trace's);
   tinygrad: the one that recorded them (versions.recorded)."""

@@ -10,7 +10,7 @@ from explorer.spec import COMPUTE_DEVICES, ConvSpec, Variant, resolve_request
 from explorer.stages import STAGES
 from explorer.store import trace_key
 from explorer.web.services.registry import Services
-from explorer.web.services.traces import Job, stored_job_status
+from explorer.web.services.traces import TraceTask, stored_job_status
 from explorer.web.urls import trace_url
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def stages_of_trace(trace: TraceRecord) -> list[dict[str, str]]:
     else: rows.append({"stage": s, "status": "skipped", "detail": ""})
   return rows
 
-def job_status(job: Job) -> dict[str, Any]: return {**job.view(), "url": trace_url(job.id), "cached": False}
+def job_status(job: TraceTask) -> dict[str, Any]: return {**job.view(), "url": trace_url(job.id), "cached": False}
 
 async def status_of(svc: Services, trace_id: str) -> dict[str, Any] | None:
   """queued/running (from the job), done (from the store) or error (a job that failed without a trace); None: unknown id."""

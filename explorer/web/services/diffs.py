@@ -107,7 +107,7 @@ def fold(rows: list[dict[str, Any]], context: int = 3, min_run: int = 10) -> lis
 # ***** measurements: background jobs *****
 
 @dataclass
-class MeasureJob(Task):
+class MeasureTask(Task):
   kind: str = ""
 
   def view(self) -> dict[str, Any]:
@@ -125,7 +125,7 @@ class DiffService:
     self.store, self.node_limit, self.dot_timeout_s, self.timeout_s, self.queue = store, node_limit, dot_timeout_s, timeout_s, queue
     self.with_facts, self.kernel = with_facts, kernel
     # one measurement at a time (two at once would time each other), the rest waiting, bounded per client
-    self.measures: Tasks[MeasureJob] = Tasks(parallel=1, max_waiting=max_waiting, per_client=per_client, what="measurements")
+    self.measures: Tasks[MeasureTask] = Tasks(parallel=1, max_waiting=max_waiting, per_client=per_client, what="measurements")
     self.graph_runs = 0  # worker calls for graph diffs: tests check the cache
     self.structural_runs = 0  # structural diffs computed (not served from the store)
     self._inflight: dict[tuple[str, ...], asyncio.Future[Any]] = {}
@@ -253,19 +253,19 @@ class DiffService:
 
   def start_measure(self, a_id: str, a: TraceRecord, b_id: str, b: TraceRecord, kind: str, repeats: int = 20, warmup: int = 3,
                     client: str | None = None) -> dict[str, Any]:
-    def work(job: MeasureJob, progress: Progress) -> dict[str, Any]:
+    def work(job: MeasureTask, progress: Progress) -> dict[str, Any]:
       if self.queue is not None:
         return remote.measure(self.queue, f"measure-{a_id}-{b_id}-{kind}", kind, a, b, repeats, warmup, self.timeout_s, progress)
       if kind == "timing": return remeasure_interleaved(a, b, repeats, warmup, self.timeout_s, progress)
       return compare_outputs(a, b, self.timeout_s, progress)
-    async def kept(job: MeasureJob, result: dict[str, Any]) -> dict[str, Any]:
+    async def kept(job: MeasureTask, result: dict[str, Any]) -> dict[str, Any]:
       result = {"ran_on": ran_here(), **result, "measured": time.time(), "tinygrad": tinygrad_version()}  # a worker's result names it
       if result.get("compared"): await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, result)
       return result
-    return self.measures.start((a_id, b_id, kind), MeasureJob(kind=kind, detail="waiting for the measurement slot", client=client), work,
+    return self.measures.start((a_id, b_id, kind), MeasureTask(kind=kind, detail="waiting for the measurement slot", client=client), work,
                                started=self._starting, kept=kept).view()
 
   @staticmethod
-  async def _starting(job: MeasureJob) -> None: job.detail = "starting a worker"
+  async def _starting(job: MeasureTask) -> None: job.detail = "starting a worker"
 
   def cancel_all(self) -> None: self.measures.cancel_all()

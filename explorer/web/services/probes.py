@@ -12,7 +12,7 @@ from explorer.web.urls import probe_url
 
 
 @dataclass
-class Probe(Task):
+class ProbeTask(Task):
   device: str = ""
 
   def note(self, stage: str, status: str, detail: str) -> None:
@@ -27,15 +27,15 @@ class Probes:
   """The latest probe of each device, this server's."""
   def __init__(self, timeout_s: float):
     self.timeout_s = timeout_s
-    self.tasks: Tasks[Probe] = Tasks()
+    self.tasks: Tasks[ProbeTask] = Tasks()
 
-  def latest(self, device: str) -> Probe | None: return self.tasks.get(device)
+  def latest(self, device: str) -> ProbeTask | None: return self.tasks.get(device)
 
-  def start(self, trace: TraceRecord) -> Probe:
+  def start(self, trace: TraceRecord) -> ProbeTask:
     """The device's running probe, or a new one (call from the event loop)."""
-    def work(probe: Probe, progress: Progress) -> Any: return rf.probe_for_trace(trace, self.timeout_s, progress)
+    def work(probe: ProbeTask, progress: Progress) -> Any: return rf.probe_for_trace(trace, self.timeout_s, progress)
     device = trace["env"]["device"]
-    return self.tasks.start(device, Probe(device=device, detail="starting a worker"), work)
+    return self.tasks.start(device, ProbeTask(device=device, detail="starting a worker"), work)
 
   def none(self, trace_id: str, device: str) -> dict[str, Any]:
     return {"id": None, "device": device, "status": "none", "detail": f"no probe of {device} has run on this server: POST starts one",

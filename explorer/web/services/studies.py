@@ -39,7 +39,7 @@ def label_of(kind: str, cases: list[tuple[str, ConvSpec]], tinygrad: str | None 
   return f"{kind}: {', '.join(name for name, _ in cases)}" + (f" on tinygrad {tinygrad}" if tinygrad else "")
 
 @dataclass
-class StudyRun(Task):
+class StudyTask(Task):
   """A study this server is running: its progress, from run_studies's callback (a study has no queue: it runs from the start)."""
   kind: str = ""
   label: str = ""
@@ -86,21 +86,21 @@ class StudyService:
     """runner replaces explorer.analysis.study.run_studies (the API's fuzz test answers at once without tinygrad); with queue, a
     study runs on a job queue worker that offers its device."""
     self.store, self.on_stored, self.runner, self.queue = store, on_stored, runner or run_studies, queue
-    self.tasks: Tasks[StudyRun] = Tasks()
+    self.tasks: Tasks[StudyTask] = Tasks()
     self.journal = Journal(store, STUDY, STOPPED, QUEUED_ELSEWHERE, with_queue=queue is not None, first=RUNNING)
     self.owner, self.interrupted_at_start = self.journal.owner, self.journal.interrupted_at_start
     self._lock = threading.Lock()
 
-  def running(self) -> StudyRun | None: return next(iter(self.tasks.active()), None)
+  def running(self) -> StudyTask | None: return next(iter(self.tasks.active()), None)
 
-  def start(self, kind: str, cases: list[tuple[str, ConvSpec]], request: dict[str, Any], params: dict[str, Any]) -> StudyRun:
+  def start(self, kind: str, cases: list[tuple[str, ConvSpec]], request: dict[str, Any], params: dict[str, Any]) -> StudyTask:
     """Accept a study and start it (call from the event loop); StudyRunning while another one runs. params: run_studies's keywords."""
     with self._lock:
       if (busy := self.running()) is not None: raise StudyRunning(busy.id)
-      run = StudyRun(kind=kind, label=label_of(kind, cases, params.get("tinygrad")), request=request,
+      run = StudyTask(kind=kind, label=label_of(kind, cases, params.get("tinygrad")), request=request,
                      steps=len(study_steps(kind, [s for _, s in cases])))
       self.journal.accept(run, run.label, {**request, "kind": kind}).result()  # written before it is answered: its permalink answers
-      def work(run: StudyRun, progress: Progress) -> dict[str, Any]:
+      def work(run: StudyTask, progress: Progress) -> dict[str, Any]:
         if self.queue is not None: return remote.run_study(self.queue, run.id, kind, cases, progress, self._keep, params)
         return dict(self.runner(kind, cases, progress=progress, keep=self._keep, **params))
       return self._launch(run, work)
@@ -113,24 +113,24 @@ class StudyService:
       kind = row["request"]["kind"]
       specs = [ConvSpec.from_dict(s) for s in row["request"].get("specs", [])]
       cases = cases_of(kind, list(row["request"].get("presets", [])), specs)
-      run = StudyRun(id=row["id"], kind=kind, label=row["label"], request=row["request"], steps=len(study_steps(kind, [s for _, s in cases])))
+      run = StudyTask(id=row["id"], kind=kind, label=row["label"], request=row["request"], steps=len(study_steps(kind, [s for _, s in cases])))
       self._launch(run, self._resumed(kind, [s for _, s in cases]))
     return len(rows)
 
-  def _resumed(self, kind: str, specs: list[ConvSpec]) -> Callable[[StudyRun, Progress], dict[str, Any]]:
+  def _resumed(self, kind: str, specs: list[ConvSpec]) -> Callable[[StudyTask, Progress], dict[str, Any]]:
     """The work that follows a queued study of `kind` to its end, bound to its own row's kind and specs (a lambda in the loop over
     rows would read the last row's when a run starts)."""
     queue = self.queue
     assert queue is not None  # (resumed only when this server has a queue)
     return lambda run, progress: remote.resume_study(queue, run.id, progress, keep=self._keep, kind=kind, specs=specs)
 
-  def _launch(self, run: StudyRun, work: Callable[[StudyRun, Progress], dict[str, Any]]) -> StudyRun:
+  def _launch(self, run: StudyTask, work: Callable[[StudyTask, Progress], dict[str, Any]]) -> StudyTask:
     """work in a daemon thread; its outcome stored (a result can be megabytes: off the event loop)."""
-    async def kept(run: StudyRun, result: dict[str, Any]) -> dict[str, Any]:
+    async def kept(run: StudyTask, result: dict[str, Any]) -> dict[str, Any]:
       await self.journal.ended(run, DONE, result)
       run.step = run.steps
       return result
-    async def ended(run: StudyRun) -> None:
+    async def ended(run: StudyTask) -> None:
       if run.status == ERROR: await self.journal.ended(run)
     return self.tasks.start(run.id, run, work, kept=kept, ended=ended)
 

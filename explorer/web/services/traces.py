@@ -60,7 +60,7 @@ class SoFar:
             "expected": sum(1 for s in self.schedule if s["kind"] == "kernel")}
 
 @dataclass
-class Job(Task):
+class TraceTask(Task):
   """A trace job: the lifecycle's task with the trace's stages (each pending, running, done, error or skipped) and its progress as
   events, for the live progress stream."""
   spec: ConvSpec = field(default_factory=lambda: ConvSpec(1, 1, 1, 1, 1, 1))
@@ -124,8 +124,8 @@ class JobManager:
     self.store, self.timeout_s, self.keep_s, self.max_queue, self.limits = store, timeout_s, keep_s, max_queue, limits
     self.max_per_client = max_per_client
     # the free workers take jobs at once, max_queue more may wait; a client's traces run on all but one worker (they can take minutes)
-    self.tasks: Tasks[Job] = Tasks(parallel, queue_wait_s, reserve=True)
-    self.followed: Tasks[Job] = Tasks()  # jobs a restarted server follows on the job queue: their workers are the queue's
+    self.tasks: Tasks[TraceTask] = Tasks(parallel, queue_wait_s, reserve=True)
+    self.followed: Tasks[TraceTask] = Tasks()  # jobs a restarted server follows on the job queue: their workers are the queue's
     self.runs = 0  # trace runs started: tests check that identical requests are not run twice
     self.live: dict[int, Any] = {}  # this manager's running worker processes by pid (explorer.tracing.workers.process registers them)
     self.journal = Journal(store, TRACE, STOPPED, QUEUED_ELSEWHERE, with_queue=queue is not None)
@@ -133,9 +133,9 @@ class JobManager:
     self._parallel = parallel
     self._runner = runner
 
-  def _all(self) -> list[Job]: return [*self.tasks.tasks.values(), *self.followed.tasks.values()]
+  def _all(self) -> list[TraceTask]: return [*self.tasks.tasks.values(), *self.followed.tasks.values()]
 
-  def get(self, job_id: str) -> Job | None:
+  def get(self, job_id: str) -> TraceTask | None:
     self._forget_old()
     return self.tasks.get(job_id) or self.followed.get(job_id)
 
@@ -151,19 +151,19 @@ class JobManager:
     for tasks in (self.tasks, self.followed):
       if (job := tasks.get(job_id)) is not None and not job.active: tasks.forget(job_id)
 
-  async def submit(self, job_id: str, spec: ConvSpec, variant: Variant, request: dict[str, Any], client: str | None = None) -> Job:
+  async def submit(self, job_id: str, spec: ConvSpec, variant: Variant, request: dict[str, Any], client: str | None = None) -> TraceTask:
     """The job for this id: the one already queued or running, else a new one, written to the store (with the request that
     re-runs it) before this returns (the caller checked the store for a finished trace first). client: the address that asked,
     held to max_per_client jobs running or waiting (ClientBusy past it; joining a running job is free)."""
     return (await self.submit_all([(job_id, spec, variant, request)], client))[0]
 
-  async def submit_all(self, wanted: list[tuple[str, ConvSpec, Variant, dict[str, Any]]], client: str | None = None) -> list[Job]:
+  async def submit_all(self, wanted: list[tuple[str, ConvSpec, Variant, dict[str, Any]]], client: str | None = None) -> list[TraceTask]:
     """Jobs for several traces at once (a diff's two variants), admitted together: each joins its identical job where one is queued or
     running; the new ones are admitted as one (QueueFull, ClientBusy: none of them is started) and registered in the same step, with
     nothing awaited between the check and the registration, so that requests arriving at the same instant join them or count against
     the bounds. Then each is written to the store, then launched."""
-    jobs: list[Job] = []
-    new: dict[str, Job] = {}
+    jobs: list[TraceTask] = []
+    new: dict[str, TraceTask] = {}
     for job_id, spec, variant, _ in wanted:
       if (job := self.get(job_id)) is not None and job.active: jobs.append(job)
       elif job_id in new: jobs.append(new[job_id])
@@ -189,8 +189,8 @@ class JobManager:
        (mine := sum(1 for j in self._all() if j.client == client and j.active)) + n > self.max_per_client:
       raise ClientBusy(f"this client has {mine} traces running or waiting, its share (max_jobs_per_client); try again when one is done")
 
-  def _new_job(self, job_id: str, spec: ConvSpec, variant: Variant, label: str, client: str | None = None) -> Job:
-    job = Job(id=job_id, spec=spec, variant=variant, label=label, client=client, running_on_turn=False)
+  def _new_job(self, job_id: str, spec: ConvSpec, variant: Variant, label: str, client: str | None = None) -> TraceTask:
+    job = TraceTask(id=job_id, spec=spec, variant=variant, label=label, client=client, running_on_turn=False)
     if self.queue is not None: job.stages = {"queue": {"stage": "queue", "status": "pending", "detail": ""}, **job.stages}
     return job
 
@@ -204,24 +204,24 @@ class JobManager:
       self._launch(self.followed, self._new_job(row["id"], spec, variant, row["label"]), resume=True)
     return len(rows)
 
-  def _launch(self, tasks: Tasks[Job], job: Job, resume: bool = False, claimed: bool = False) -> Job:
+  def _launch(self, tasks: Tasks[TraceTask], job: TraceTask, resume: bool = False, claimed: bool = False) -> TraceTask:
     """Run the trace (once a worker slot is free) and store it; a failure becomes the job's one-line error, every change its row."""
-    async def started(job: Job) -> None:
+    async def started(job: TraceTask) -> None:
       if self.queue is None: job.start_running()  # on the job queue it is queued until a worker takes it (its first stage's progress)
       self.runs += 1
       await self.journal.started(job)
-    async def kept(job: Job, result: Any) -> Any:
+    async def kept(job: TraceTask, result: Any) -> Any:
       job.note("store", "start", "writing the trace to the store")
       await asyncio.to_thread(self.store.put_trace, job.id, result.trace, result.rewrites, result.target_rewrites)
       job.note("store", "done", "")
       if failures := result.trace.get("failures") or []: job.failed = f"stage {failures[0]['stage']} failed: {failures[0]['error']}"
       if self.on_stored is not None: self.on_stored(job.id, result.trace)
       return None  # stored: the job keeps no copy
-    async def ended(job: Job) -> None: await self.journal.ended(job)
+    async def ended(job: TraceTask) -> None: await self.journal.ended(job)
     work = lambda job, progress: self._run_trace(job, progress, resume)
     return tasks.launch(job, work, started, kept, ended) if claimed else tasks.start(job.id, job, work, started, kept, ended)
 
-  def _run_trace(self, job: Job, progress: Callable[[str, str, str], None], resume: bool = False) -> Any:
+  def _run_trace(self, job: TraceTask, progress: Callable[[str, str, str], None], resume: bool = False) -> Any:
     if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
     if self.queue is not None:
       if resume: return remote.resume_trace(self.queue, job.id, progress, job.spec, job.variant)
