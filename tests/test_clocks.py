@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 import pytest
 from explorer import clocks
-from explorer.analysis.diff import time_verdict
+from explorer.analysis.diff import time_headline
 from explorer.tracing import tg
 from explorer.tracing.tg.clocks import CuptiClock, EventsClock, HeldEventsClock, HostClock, Runnable, clock_for
 
@@ -34,10 +34,10 @@ def test_a_speed_up_is_quoted_with_the_interval_of_the_speed_up():
   assert clocks.ratio_words(1.001, (0.99, 1.01)) == "B takes the same time (95% interval of the ratio 0.99-1.01)"
   assert clocks.ratio_words(0.5, None, "the hand schedule", "the original") == "the hand schedule is 2.00x faster than the original"
   stored = {"compared": True, "ratio": {"n": 20, "median": 0.885, "ci_low": 0.86, "ci_high": 0.91}}
-  assert time_verdict(stored) == "B is 1.13x faster (95% interval 1.10-1.16x)"
-  assert time_verdict({**stored, "span_ratio": {"n": 20, "median": 1.5, "ci_low": 1.4, "ci_high": 1.6}}, "span") == \
+  assert time_headline(stored) == "B is 1.13x faster (95% interval 1.10-1.16x)"
+  assert time_headline({**stored, "span_ratio": {"n": 20, "median": 1.5, "ci_low": 1.4, "ci_high": 1.6}}, "span") == \
     "B is 1.50x slower (95% interval 1.40-1.60x)"
-  assert time_verdict(stored, "span") is None  # a diff stored before spans were measured
+  assert time_headline(stored, "span") is None  # a diff stored before spans were measured
 
 # ***** the clock chosen per device *****
 

@@ -630,7 +630,7 @@ def remeasure_interleaved(a_trace: Mapping[str, Any], b_trace: Mapping[str, Any]
   if "span_samples" in ra and "span_samples" in rb:
     out.update(a_span_s=ra["span_s"], b_span_s=rb["span_s"], span_ratio=paired_ratio(ra["span_samples"], rb["span_samples"]),
                replay=ra.get("replay"))
-  return {**out, "verdict": time_verdict(out), "span_verdict": time_verdict(out, "span")}
+  return {**out, "verdict": time_headline(out), "span_verdict": time_headline(out, "span")}
 
 HEADLINE = "kernels"  # what a diff's and a study's headline ratio quotes: the kernels' times (each alone) summed, not the span
 
@@ -683,7 +683,7 @@ def _signed(x: float | None, fmt: Any = str) -> str:
   if x is None: return "-"
   return ("+" if x > 0 else "") + fmt(x) if x else "0"
 
-def verdict(d: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
+def headline(d: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
   """The diff in one line, B against A, what a reader wants first: bytes moved, FLOPs, peak live values and registers (the most any kernel
   of a side needs), and, once measured, the time ratio with its 95% interval."""
   ta, tb = d["totals"]["a"], d["totals"]["b"]
@@ -695,10 +695,10 @@ def verdict(d: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     sides = [[x for g in d["groups"] if (x := g["metrics"][s][key]) is not None] for s in ("a", "b")]
     if all(sides): parts.append(f"{label} {max(sides[0])} -> {max(sides[1])}")
   if (sm := d["sass"]) is not None: parts.append(f"SASS instructions {sm['a']['count']} -> {sm['b']['count']}")
-  if timing_text := time_verdict(timing): parts.append(timing_text)
+  if timing_text := time_headline(timing): parts.append(timing_text)
   return f"{who}: {', '.join(parts)}"
 
-def time_verdict(t: Mapping[str, Any] | None, figure: str = "kernels") -> str | None:
+def time_headline(t: Mapping[str, Any] | None, figure: str = "kernels") -> str | None:
   """B's time against A's in words, the interval running the same way as the words: "B is 2.20x slower (95% interval 2.17-2.22x)".
   figure: "kernels" (the kernels each alone, summed: the headline) or "span" (the schedule replayed back to back)."""
   if not t or not t["compared"]: return None
@@ -708,7 +708,7 @@ def time_verdict(t: Mapping[str, Any] | None, figure: str = "kernels") -> str | 
   return ratio_words(r["median"], ci)
 
 def summary(d: dict[str, Any]) -> str:
-  out = [verdict(d, d["timing"]), f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
+  out = [headline(d, d["timing"]), f"A: {d['a']['label']}   device={d['a']['device']}", f"B: {d['b']['label']}   device={d['b']['device']}"]
   if d["variant_changes"]: out.append("changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d["variant_changes"].items()))
   if not d["specs_match"]: out.append("note: the specs differ (no timing or output comparison)")
   for side in ("a", "b"):
@@ -751,9 +751,9 @@ def _timing_line(t: dict[str, Any] | None) -> str | None:
   if t is None: return None
   if not t["compared"]: return f"timing: {t['reason']}"
   r, method = t["ratio"], METHODS[m].label if (m := t.get("method")) in METHODS else "tinygrad's timer"
-  line = f"timing, the kernels each alone and summed ({method}, {r['n']} interleaved repeats): {time_verdict(t)}; " \
+  line = f"timing, the kernels each alone and summed ({method}, {r['n']} interleaved repeats): {time_headline(t)}; " \
          f"A {t['a_total_s']['median']*1e3:.4f} ms, B {t['b_total_s']['median']*1e3:.4f} ms on {t['device']}"
-  if (span := time_verdict(t, "span")) is not None:
+  if (span := time_headline(t, "span")) is not None:
     line += f"\ntiming, the schedule replayed back to back (its span): {span}; A {t['a_span_s']['median']*1e3:.4f} ms, " \
             f"B {t['b_span_s']['median']*1e3:.4f} ms"
   return line + (f" ({t['fallback']})" if t["fallback"] else "")

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
-from explorer.analysis.diff import comparable, relation_label, time_verdict, tinygrads_of, verdict
+from explorer.analysis.diff import comparable, headline, relation_label, time_headline, tinygrads_of
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.spec import PRESETS, SpecError, knobs
 from explorer.stages import STAGE_TITLES
@@ -213,11 +213,11 @@ async def diff_page(request: Request, a: str, b: str, svc: ServicesDep, work: Wo
   measures = {k: await asyncio.to_thread(diffs.measure_status, a, b, k) for k in MEASURES}
   timed = measures["timing"].get("result") if measures["timing"].get("status") == "done" else None
   def told() -> dict[str, Any]:
-    return {"graph_of": {g["index"]: g for g in (gr or {}).get("groups") or []}, "verdict": verdict(d, timed),
+    return {"graph_of": {g["index"]: g for g in (gr or {}).get("groups") or []}, "verdict": headline(d, timed),
             "targets": targets_of(ta_trace, tb_trace), "comparable": {k: comparable(ta_trace, tb_trace, k) for k in MEASURES},
             "tinygrads": tinygrads_of(ta_trace, tb_trace)}
   resp = await page(request, "diff.html", a=a, b=b, ta=ta_trace, tb=tb_trace, d=d, rows=rows, graphs=gr, measures=measures, target=ta,
-                    shown=shown, offset=offset, per_page=GROUPS_PER_PAGE, timed=timed is not None and time_verdict(timed) is not None,
+                    shown=shown, offset=offset, per_page=GROUPS_PER_PAGE, timed=timed is not None and time_headline(timed) is not None,
                     target_b=tb, diff_url=diff_url, rel_label=relation_label, **await asyncio.to_thread(told))
   if any(m.get("status") in ("queued", "running") for m in measures.values()): resp.headers["Cache-Control"] = "no-store"  # it changes then
   return resp

@@ -7,7 +7,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from markupsafe import Markup
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from explorer.analysis.diff import time_verdict
+from explorer.analysis.diff import time_headline
 from explorer.present.render import compile_summary, rendered_targets
 from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
 from explorer.store import Store, documents
@@ -161,7 +161,7 @@ def compared_in(store: Store, trace_id: str) -> list[dict[str, str]]:
   1.13x faster ..."). A ratio between two traces is quoted from these, never from their own separate timings."""
   out = []
   for a, b, timing in store.timings_of(trace_id):
-    words = time_verdict(timing) if timing.get("compared") else None
+    words = time_headline(timing) if timing.get("compared") else None
     if words: out.append({"url": diff_url(a, b), "words": f"a diff as {'A' if a == trace_id else 'B'}: {words}"})
   return out
 

@@ -14,7 +14,7 @@ from pygments.formatters import HtmlFormatter
 from explorer.version import __version__
 from explorer.present import graphs
 from explorer.analysis.diff import Whole, as_it_is, compare_outputs, diff_traces, graph_diff, packed, remeasure_interleaved, source_rows
-from explorer.analysis.diff import RULE_KERNELS, kernel_graphs, pass_steps, rule_changes, time_verdict, unpacked
+from explorer.analysis.diff import RULE_KERNELS, kernel_graphs, pass_steps, rule_changes, time_headline, unpacked
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.pipeline.run import ran_here
@@ -246,7 +246,7 @@ class DiffService:
     if job is not None and job.status in (*ACTIVE, ERROR): return job.view()
     if (cached := self.store.get_diff(a_id, b_id, kind)) is not None:
       if kind == "timing" and cached.get("compared"):  # the words made again: diffs stored before said an interval the other way round
-        cached = {**cached, "verdict": time_verdict(cached), "span_verdict": time_verdict(cached, "span")}
+        cached = {**cached, "verdict": time_headline(cached), "span_verdict": time_headline(cached, "span")}
       return {"kind": kind, "status": "done", "detail": "", "result": cached, "error": None, "elapsed_s": None}
     if job is not None: return job.view()  # done, but not comparable: the reason is in its result
     return {"kind": kind, "status": "none", "detail": "", "result": None, "error": None, "elapsed_s": None}
