@@ -16,6 +16,7 @@ from typing import NotRequired
 from explorer.version import __version__
 from explorer.targets import TARGETS
 from explorer.present import graphs
+from explorer.store.keys import trace_path
 from explorer.present.tour import told_kernels
 from explorer.schema import KernelRecord, TraceRecord, target_record
 
@@ -202,7 +203,7 @@ def _failed(ref: str, title: str, why: str) -> GraphBlock:
 
 def _laid_out(ref: str, title: str, raw: graphs.Graph, node_limit: int, trace_id: str) -> GraphBlock:
   shown, notes = graphs.simplify(raw, node_limit)
-  dot = graphs.kernel_graph_dot(shown, f"/t/{trace_id}") if ref == "kernels" else graphs.uop_dot(shown, set(), title)
+  dot = graphs.kernel_graph_dot(shown, trace_path(trace_id)) if ref == "kernels" else graphs.uop_dot(shown, set(), title)
   try: svg = graphs.layout_svg(dot)
   except graphs.LayoutError as e: return {**_failed(ref, title, str(e)), "total_nodes": len(raw["nodes"])}
   return {"ref": ref, "title": title, "svg": svg, "notes": notes, "error": None, "shown_nodes": len(shown["nodes"]), "total_nodes": len(raw["nodes"]),

@@ -27,8 +27,16 @@ def diff_url(a: str, b: str, target: str | None = None, target_b: str | None = N
 
 def study_url(study_id: str) -> str: return f"/studies/{study_id}"
 
+def library_url(deleted: str | None = None) -> str: return with_query("/traces", deleted=deleted)
+
 def trace_tour_url(trace_id: str, step: str | None = None, big: bool = False, target: str | None = None) -> str:
   return with_query(f"{trace_url(trace_id)}/tour", step=step, target=target, big=1 if big else None)
+
+def trace_tour_api_url(trace_id: str, target: str | None = None) -> str:
+  return with_query(f"{trace_api_url(trace_id)}/tour", target=target)
+
+def pair_tour_api_url(kind: str, a: str, b: str, target: str | None = None) -> str:
+  return with_query(f"/api/tours/{kind}", a=a, b=b, target=target)
 
 def pair_tour_url(kind: str, a: str, b: str, step: str | None = None, big: bool = False, target: str | None = None) -> str:
   return with_query(f"/tours/{kind}", a=a, b=b, step=step, target=target, big=1 if big else None)

@@ -21,7 +21,7 @@ from explorer.web.routes.common import attachment, page as render
 from explorer.web.services.graphs import GraphBusy, GraphNotFound, GraphUnavailable
 from explorer.web.services.permit import WorkPermit
 from explorer.web.services.registry import Services
-from explorer.web.urls import trace_url
+from explorer.web.urls import library_url, trace_url
 
 router = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api", tags=["library"])
@@ -122,7 +122,7 @@ async def delete_page(request: Request, trace_id: str, svc: ServicesDep) -> Resp
   form = (await request.body()).decode(errors="replace")
   if "confirm=yes" not in form.split("&"): raise HTTPException(422, "confirm the deletion: the form sends confirm=yes")
   await delete(svc, trace_id)
-  return RedirectResponse(f"/traces?deleted={trace_id}", status_code=303)
+  return RedirectResponse(library_url(deleted=trace_id), status_code=303)
 
 # ***** exports *****
 

@@ -23,7 +23,7 @@ from explorer.web.http.work import Work, WorkGate
 from explorer.web.routes.common import Preparing, page, pick_pass, prepared, preparing_page, rangeify_passes, trace_page
 from explorer.web.services.graphs import REF_RE
 from explorer.web.services.registry import Services
-from explorer.web.urls import diff_url, kernel_url, pair_tour_url, trace_tour_url, trace_url, with_query
+from explorer.web.urls import diff_url, kernel_url, pair_tour_api_url, pair_tour_url, trace_tour_api_url, trace_tour_url, trace_url
 
 router = APIRouter()
 MAX_NOTE_CHARS, MAX_NOTES_PER_TRACE = 2000, 200
@@ -167,7 +167,7 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
   ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, big, target), {"": (trace_id, trace)}, {"": notes}, target)
   ctx["notices"] = notices + ctx["notices"]
   links = target_links([trace], target, lambda t: trace_tour_url(trace_id, ctx["cur"]["id"], big, t))
-  return await trace_page(request, svc, trace_id, "tour.html", (), api=with_query(f"/api/traces/{trace_id}/tour", target=target), pair=None,
+  return await trace_page(request, svc, trace_id, "tour.html", (), api=trace_tour_api_url(trace_id, target), pair=None,
                           target_links=links, **ctx)
 
 def target_links(traces: list[TraceRecord], target: str | None, url_of: Callable[[str | None], str]) -> list[dict[str, Any]]:
@@ -311,7 +311,7 @@ async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, work: Wo
   ctx["notices"] = notices + ctx["notices"]
   links = target_links([ta, tb], target, lambda x: pair_tour_url(kind, a, b, ctx["cur"]["id"], big, x))
   return await page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
-                    api=with_query(f"/api/tours/{kind}", a=a, b=b, target=target), diff_url=diff_url(a, b, target),
+                    api=pair_tour_api_url(kind, a, b, target), diff_url=diff_url(a, b, target),
                     target_links=links, **ctx)
 
 # ***** annotations *****
