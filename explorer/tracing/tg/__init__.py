@@ -31,7 +31,7 @@ from explorer.tracing.tg.codegen import (CompileFailed, CompileTimer, ast_key, a
 from explorer.tracing.tg.custom_rewrites import Rewrite
 from explorer.tracing.tg.devices import (available_devices, default_device, device_name, fill_ptx, host_renderer, render_target, renderer_arch,
                                          renderer_device, target_name, unopened_devices, without_beam)
-from explorer.tracing.tg.graphs import RewriteBlob
+from explorer.tracing.tg.rewrite_blob import RewriteBlob
 from explorer.tracing.tg.kernel_analysis import blob_analysis, program_analysis
 from explorer.tracing.tg.nvrtc import nvrtc_compiler
 from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, kernel_axes, kernel_outputs, kernel_runnables, legal_opts, opt_context,

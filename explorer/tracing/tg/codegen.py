@@ -11,7 +11,7 @@ from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, UOp, multirange_str, sym_infer
 from explorer.tracing.tg.compat import ParamArg, at_least, const_text, do_to_program, launch, max_numel, onchip, runs, to_program
 from explorer.tracing.tg.custom_rewrites import Rewrite, pre_matcher_set, to_program_rewritten
-from explorer.tracing.tg.graphs import plain
+from explorer.tracing.tg.rewrite_blob import plain
 from explorer.tracing.tg.opts import opt_text
 from explorer.tracing.tg.recording import trace_num
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes

@@ -4,7 +4,7 @@ import typing
 from collections.abc import Sequence
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import Ops, UOp
-from explorer.tracing.tg.graphs import RewriteBlob
+from explorer.tracing.tg.rewrite_blob import RewriteBlob
 from explorer.tracing.tg.line_maps import line_map, with_lines
 from explorer.tracing.tg.loops import loop_splits
 from explorer.tracing.tg.recording import LiveLog, Pass

@@ -6,7 +6,7 @@ from typing import Any
 from collections.abc import Sequence
 from tinygrad.uop.ops import Ops, UOp
 from explorer.tracing.tg.custom_rewrites import REWRITE_PASS
-from explorer.tracing.tg.graphs import RewriteBlob
+from explorer.tracing.tg.rewrite_blob import RewriteBlob
 from explorer.tracing.tg.recording import LiveLog, Pass
 from explorer.tracing.tg.rewritelog import rule_file, rule_source
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes

@@ -12,7 +12,7 @@ from tinygrad.engine.realize import capturing
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, UOp
 from explorer.tracing.tg.compat import PARAM, STAGE, addrspace, at_least, max_numel, param_slot
-from explorer.tracing.tg.graphs import RewriteBlob
+from explorer.tracing.tg.rewrite_blob import RewriteBlob
 from explorer.tracing.tg.recording import LiveLog, Pass
 
 # ***** realizes: what a realize would compute, and a hook that takes it over *****
