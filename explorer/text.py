@@ -12,6 +12,12 @@ def si(x: float | None, unit: str = "") -> str:
     if abs(x) >= p: return f"{x/p:.2f}{s}{unit}"
   return f"{x:.0f}{unit}"
 
+def fmt_seconds(s: float | None) -> str:
+  if s is None: return "–"
+  if s < 1e-3: return f"{s*1e6:.1f} µs"
+  if s < 1: return f"{s*1e3:.2f} ms"
+  return f"{s:.2f} s"
+
 def fmt_bytes(n: float | None) -> str:
   """Bytes in binary units, as every page and every command writes them: 896 B, 144.0 KiB, 1.2 MiB."""
   if n is None: return "–"

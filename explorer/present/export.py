@@ -163,7 +163,7 @@ def load(arg: str, db: str | None = None) -> tuple[TraceRecord, str, bytes | Non
 def local_graphs(trace: TraceRecord, trace_id: str, blob: bytes | None, store: Any = None, node_limit: int = graphs.MAX_NODES,
                  timeout_s: float = 600.0, say: Callable[[str], None] = lambda s: None) -> dict[str, GraphBlock]:
   """Every export graph: the server's cached layout where the store has one, else built here (UOp graphs from the blob, in a worker)."""
-  from explorer.present.graphs import graph_title, parse_ref
+  from explorer.present.graph_refs import graph_title, parse_ref
   out: dict[str, GraphBlock] = {}
   missing: dict[str, int] = {}
   for ref in graph_refs(trace):

@@ -17,7 +17,8 @@ from explorer.spec import HAND_OPT_RE, opt_label
 from explorer.stages import STAGE_TITLES
 from explorer.stats import noisy
 from explorer.text import provenance_sites
-from explorer.present.graphs import fmt_seconds, kernel_time
+from explorer.present.graphs import kernel_time
+from explorer.text import fmt_seconds
 from explorer.text import fmt_bytes
 from explorer.schema import KernelRecord, RanOn, StageRow, TraceRecord, host_target, totals_of
 

@@ -20,7 +20,8 @@ from starlette.routing import Match
 from explorer.spec import SpecError
 from explorer.store import StoreError
 from explorer.web.http.templates import Templates
-from explorer.web.services.graphs import GraphNotFound, GraphUnavailable
+from explorer.present.graph_refs import GraphNotFound
+from explorer.web.services.graphs import GraphUnavailable
 from explorer.web.services.lifecycle import Busy, one_line
 from explorer.web.services.studies import StudyRunning
 from explorer.web.services.enrichments import EnrichmentUnavailable

@@ -6,7 +6,7 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse
-from explorer.present.graphs import fmt_seconds
+from explorer.text import fmt_seconds
 from explorer.present.render import rendered_targets
 from explorer.schema import KernelRecord, Pass, SpecCheck, TraceRecord, host_target
 from explorer.stages import STAGE_TITLES

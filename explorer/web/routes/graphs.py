@@ -10,7 +10,7 @@ from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, GraphView, Origin, PassMatches, documented
 from explorer.web.http.work import Work
-from explorer.web.services.graphs import REF_RE
+from explorer.present.graph_refs import REF_RE
 from explorer.web.urls import graph_api_url, trace_url
 
 api = APIRouter(prefix="/api", tags=["api"])

@@ -18,7 +18,8 @@ from explorer.web.http.templates import GZIPPED, accepts_gzip, gzipped_if
 from explorer.web.http.models import NOT_FOUND, documented
 from explorer.web.http.work import Work
 from explorer.web.routes.common import attachment, page as render
-from explorer.web.services.graphs import GraphBusy, GraphNotFound, GraphUnavailable
+from explorer.present.graph_refs import GraphNotFound
+from explorer.web.services.graphs import GraphBusy, GraphUnavailable
 from explorer.web.services.permit import WorkPermit
 from explorer.web.services.registry import Services
 from explorer.web.urls import library_url, trace_url

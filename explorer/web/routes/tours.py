@@ -21,7 +21,7 @@ from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
 from explorer.web.http.work import Work, WorkGate
 from explorer.web.routes.common import Preparing, page, pick_pass, prepared, preparing_page, rangeify_passes, trace_page
-from explorer.web.services.graphs import REF_RE
+from explorer.present.graph_refs import REF_RE
 from explorer.web.services.registry import Services
 from explorer.web.urls import diff_url, kernel_url, pair_tour_api_url, pair_tour_url, trace_tour_api_url, trace_tour_url, trace_url
 

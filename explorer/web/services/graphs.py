@@ -12,8 +12,8 @@ import asyncio
 from typing import Any, cast
 from collections.abc import Callable
 from explorer.present import graphs
-from explorer.present.graphs import (REF_RE as REF_RE, GraphNotFound as GraphNotFound, Ref, graph_title as graph_title, kernel_of, parse_ref,
-                                     blob_of, blob_passes, find_pass, passes_of, spec_messages)
+from explorer.present.graph_refs import (GraphNotFound, Ref, blob_of, blob_passes, find_pass, graph_title, kernel_of, parse_ref, passes_of,
+                                         spec_messages)
 from explorer.schema import Pass, TraceRecord
 from explorer.store import Store
 from explorer.present import expand_worker as expand
