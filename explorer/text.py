@@ -1,7 +1,8 @@
-"""Text for terminals and summaries, shared by the CLI and the analyses that print reports: SI units, milliseconds, tables
-(rendered by rich, without colour or markup, so they read the same in a terminal, a log and a test)."""
+"""Numbers and text, one home for how the explorer writes them: SI prefixes, bytes, seconds, counts, FLOPs, rates and ages (the pages'
+filters, the CLI's and the reports'), and tables for terminals and summaries (rendered by rich, without colour or markup, so they
+read the same in a terminal, a log and a test)."""
 from __future__ import annotations
-import io, os, statistics
+import io, math, os, statistics, time
 from typing import Any
 from collections.abc import Mapping, Sequence
 from explorer.clocks import how
@@ -29,6 +30,48 @@ def fmt_bytes(n: float | None) -> str:
 def ms(t: dict[str, float] | None) -> str:
   """A timing record's median in milliseconds."""
   return "-" if not t else f"{t['median']*1e3:.3f}"
+
+def fmt_count(n: Any) -> str: return "–" if n is None else f"{n:,}"
+
+def fmt_flops(n: float | None) -> str:
+  if n is None: return "–"
+  for unit, div in (("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+    if n >= div: return f"{n/div:.2f} {unit}"
+  return f"{n:.0f} FLOP"
+
+def fmt_rate(n: float | None, unit: str) -> str: return "–" if n is None else f"{n:.2f} {unit}" if n < 100 else f"{n:.0f} {unit}"
+
+def fmt_size(xs: list[int | str] | None) -> str: return "–" if not xs else "×".join(str(x) for x in xs)
+
+def fmt_ago(ts: float | None) -> str:
+  if ts is None: return "–"
+  d = max(0.0, time.time() - ts)
+  for unit, s in (("d", 86400), ("h", 3600), ("min", 60)):
+    if d >= s: return f"{d // s:.0f} {unit} ago"
+  return "just now"
+
+def si_prefix(x: float) -> str:
+  """x with an SI prefix and the space before the unit the caller writes after it: 1.23 G(FLOPs)."""
+  for p, s in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+    if abs(x) >= p: return f"{x/p:.2f} {s}"
+  return f"{x:.0f} "
+
+def fmt_ms(x: float | None) -> str:
+  """4 significant digits, never an exponent: 0.1217 ms, 368.4 ms, 39530 ms."""
+  return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.4g} ms" if x < 10 else f"{x * 1e3:.0f} ms"
+
+def fmt_tick_time(t: float) -> str:
+  """A chart's tick: 3 significant digits, in us below a millisecond, else in ms."""
+  return f"{t * 1e6:.3g} us" if t < 1e-3 else f"{t * 1e3:.3g} ms"
+
+def fmt_fixed(x: float | None, scale: float = 1.0, digits: int = 1) -> str:
+  """x / scale with a fixed number of digits (a table's column), "-" for none."""
+  return "-" if x is None else f"{x / scale:.{digits}f}"
+
+def fmt_signed(x: float | None, fmt: Any = str) -> str:
+  """A change with its sign (+3, -2, 0), each side written by fmt."""
+  if x is None: return "-"
+  return ("+" if x > 0 else "") + fmt(x) if x else "0"
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], text_columns: int = 1) -> str:
   """The first text_columns left-aligned, the rest (numbers) right-aligned; cells are plain text (a kernel name or an opt list is never

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pathlib, re, statistics, time
 from typing import Any
 import pytest
-from explorer.present.render import fmt_flops
+from explorer.text import fmt_flops
 from support import app_over, run_async, scaled
 from test_capture import run_json
 

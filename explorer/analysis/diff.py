@@ -22,7 +22,7 @@ from explorer.clocks import METHODS, ratio_words
 from explorer.analysis.sass import estimate
 from explorer.schema import sass_in
 from explorer.tinygrads import TINYGRAD
-from explorer.text import fmt_bytes, si, table
+from explorer.text import fmt_bytes, fmt_signed, si, table
 from explorer.schema import (Buffer, CompileFacts, KernelRecord, RatioStats, ScheduleRow, TraceRecord, VariantTiming, registers_of, schedule_role,
                             stage_counts_of, target_record)
 from explorer.tracing import versions
@@ -679,10 +679,6 @@ def full_diff(a: TraceRecord, b: TraceRecord, a_blobs: dict[str, bytes] | None =
 
 # ***** the printed summary *****
 
-def _signed(x: float | None, fmt: Any = str) -> str:
-  if x is None: return "-"
-  return ("+" if x > 0 else "") + fmt(x) if x else "0"
-
 def headline(d: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
   """The diff in one line, B against A, what a reader wants first: bytes moved, FLOPs, peak live values and registers (the most any kernel
   of a side needs), and, once measured, the time ratio with its 95% interval."""
@@ -722,8 +718,8 @@ def summary(d: dict[str, Any]) -> str:
     ma, mb = g["metrics"]["a"], g["metrics"]["b"]
     def a_to_b(key: str, ma: dict[str, Any] = ma, mb: dict[str, Any] = mb) -> str:
       return "-" if ma[key] is None or mb[key] is None else f"{ma[key]} -> {mb[key]}"
-    rows.append((ks(g["a"]), ks(g["b"]), rel, _signed(dl["alu"]), _signed(dl["loads"]), _signed(dl["flops"], si),
-                 _signed(dl["bytes"], fmt_bytes), a_to_b("max_live"), a_to_b("registers"), gr))
+    rows.append((ks(g["a"]), ks(g["b"]), rel, fmt_signed(dl["alu"]), fmt_signed(dl["loads"]), fmt_signed(dl["flops"], si),
+                 fmt_signed(dl["bytes"], fmt_bytes), a_to_b("max_live"), a_to_b("registers"), gr))
   out += ["", f"kernels, matched by role and data flow ({d['target']} figures):",
           table(("A kernel(s)", "B kernel(s)", "relation", "d ALU", "d loads", "d FLOPs", "d bytes", "peak live", "registers", "AST nodes only A/B"),
                 rows)]
@@ -739,7 +735,7 @@ def summary(d: dict[str, Any]) -> str:
   out.append("")
   ta, tb = d["totals"]["a"], d["totals"]["b"]
   for key, fmt in (("kernels", str), ("copies", str), ("buffers", str), ("flops", si), ("bytes_moved", fmt_bytes)):
-    out.append(f"{key.replace('_', ' ')}: {fmt(ta[key])} -> {fmt(tb[key])} ({_signed(tb[key] - ta[key], fmt)})")
+    out.append(f"{key.replace('_', ' ')}: {fmt(ta[key])} -> {fmt(tb[key])} ({fmt_signed(tb[key] - ta[key], fmt)})")
   if (mm := d["memory"]) is not None:
     out.append(f"memory peak: {fmt_bytes(mm['a']['peak_bytes'])} -> {fmt_bytes(mm['b']['peak_bytes'])} "
                f"(intermediates {fmt_bytes(mm['a']['intermediate_bytes'])} -> {fmt_bytes(mm['b']['intermediate_bytes'])})")

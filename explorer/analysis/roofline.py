@@ -10,6 +10,7 @@ from typing import Any, Literal, cast
 from collections.abc import Callable
 from typing_extensions import TypedDict
 from explorer.clocks import method_of
+from explorer.text import fmt_fixed
 from explorer.schema import DeviceInfo, DevicesFound, KernelRecord, Measured, TraceRecord, device_name, timing_of
 
 ComputeKey = Literal["fp32", "fp16", "tf32_tc", "fp16_tc"]
@@ -259,8 +260,6 @@ def export_block(trace: TraceRecord) -> dict[str, Any]:
 
 # ***** output *****
 
-def _fmt(x: float | None, scale: float = 1.0, digits: int = 1) -> str: return "-" if x is None else f"{x / scale:.{digits}f}"
-
 def rate(x: float | None, unit: str) -> str:
   """67e12, "FLOP/s" -> "67 TFLOP/s"."""
   if x is None: return "-"
@@ -273,8 +272,9 @@ def table_text(rl: dict[str, Any]) -> str:
   head = [f"roofline: {rl['name']} ({rl['device']}{', ' + rl['model'] if rl['model'] else ''}), {rl['dtype']}"]
   for r in rl["plot"]["roofs"]: head.append(f"  {r['label']}: {rate(r['flops_per_s'], 'FLOP/s')} [{src[r['key']]}]")
   head.append(f"  bandwidth: {rate(p['bw'], 'B/s')} [{src['bw'] if p['bw'] is not None else None}]")
-  rows = [(r["kernel"], r["role"], _fmt(r["time_s"], 1e-3, 3), _fmt(r["flops_per_s"], 1e9), _fmt(r["bytes_per_s"], 1e9), _fmt(r["intensity"], 1, 2),
-           _fmt(r["pct_compute"], 1, 2), _fmt(r["pct_bandwidth"], 1, 2), r["bound"] or "-", r["note"] or "") for r in rl["kernels"]]
+  rows = [(r["kernel"], r["role"], fmt_fixed(r["time_s"], 1e-3, 3), fmt_fixed(r["flops_per_s"], 1e9), fmt_fixed(r["bytes_per_s"], 1e9),
+           fmt_fixed(r["intensity"], 1, 2), fmt_fixed(r["pct_compute"], 1, 2), fmt_fixed(r["pct_bandwidth"], 1, 2), r["bound"] or "-",
+           r["note"] or "") for r in rl["kernels"]]
   return "\n".join(head + [table(("kernel", "role", "time ms", "GFLOP/s", "GB/s", "FLOP/B", "% peak FLOP", "% peak BW", "bound", "note"), rows)])
 
 def roofline_report(trace: TraceRecord, probe: str = "auto") -> str:

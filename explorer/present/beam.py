@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any
 from explorer.schema import BeamRecord
+from explorer.text import fmt_tick_time
 
 WIDTH, HEIGHT, PAD = 640, 240, 44
 
@@ -25,8 +26,7 @@ def beam_plot(beam: BeamRecord) -> dict[str, Any]:
   steps = [p for p in beam["path"] if tuple(p) in best]
   path = " ".join(f"{'M' if i == 0 else 'L'}{x(len(p)):.1f},{y(best[tuple(p)]):.1f}" for i, p in enumerate(steps))
   ticks = sorted({lo, hi, *(e for e in range(math.ceil(lo), math.floor(hi) + 1))})
-  y_ticks = [{"y": round(y(10 ** e), 1), "label": _us(10 ** e)} for e in ticks]
+  y_ticks = [{"y": round(y(10 ** e), 1), "label": fmt_tick_time(10 ** e)} for e in ticks]
   return {"width": WIDTH, "height": HEIGHT, "points": points, "path": path, "pad": PAD,
           "x_ticks": [{"x": round(x(r), 1), "label": str(r)} for r in range(1, rounds + 1)], "y_ticks": y_ticks}
 
-def _us(t: float) -> str: return f"{t * 1e6:.3g} us" if t < 1e-3 else f"{t * 1e3:.3g} ms"

@@ -1,6 +1,6 @@
 """Templates, number formatting and source highlighting, shared by the web pages and the self-contained export (no FastAPI)."""
 from __future__ import annotations
-import collections, contextlib, functools, importlib.util, json, marshal, os, pathlib, re, tempfile, time
+import collections, contextlib, functools, importlib.util, json, marshal, os, pathlib, re, tempfile
 from typing import Any
 from collections.abc import Callable, Mapping
 import jinja2
@@ -16,7 +16,7 @@ from explorer.present.beam import beam_plot
 from explorer.spec import HAND_OPT_RE, opt_label
 from explorer.stages import STAGE_TITLES
 from explorer.stats import noisy
-from explorer.text import provenance_sites
+from explorer.text import fmt_ago, fmt_count, fmt_flops, fmt_rate, fmt_size, provenance_sites
 from explorer.present.graphs import kernel_time
 from explorer.text import fmt_seconds
 from explorer.text import fmt_bytes
@@ -55,16 +55,6 @@ def pygments_css() -> str:
   """The highlighting style, scoped to .hl (pygments also emits global pre/td rules, which would restyle the whole page)."""
   return "\n".join(ln for ln in formatter().get_style_defs(".hl").splitlines() if ln.startswith(".hl"))
 
-def fmt_count(n: Any) -> str: return "–" if n is None else f"{n:,}"
-
-def fmt_flops(n: float | None) -> str:
-  if n is None: return "–"
-  for unit, div in (("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-    if n >= div: return f"{n/div:.2f} {unit}"
-  return f"{n:.0f} FLOP"
-
-def fmt_rate(n: float | None, unit: str) -> str: return "–" if n is None else f"{n:.2f} {unit}" if n < 100 else f"{n:.0f} {unit}"
-
 def gflops(k: KernelRecord, rec: Any = None) -> float | None:
   """The kernel's FLOP/s over its measured time, in GFLOP/s: its FLOPs as `rec` counts them (a target's record), else the host's."""
   t, flops = kernel_time(k), (rec or k)["flops"]
@@ -73,15 +63,6 @@ def gflops(k: KernelRecord, rec: Any = None) -> float | None:
 def gbps(k: KernelRecord, rec: Any = None) -> float | None:
   t, nbytes = kernel_time(k), (rec or k)["bytes"]
   return nbytes / t / 1e9 if t and nbytes else None
-
-def fmt_size(xs: list[int | str] | None) -> str: return "–" if not xs else "×".join(str(x) for x in xs)
-
-def fmt_ago(ts: float | None) -> str:
-  if ts is None: return "–"
-  d = max(0.0, time.time() - ts)
-  for unit, s in (("d", 86400), ("h", 3600), ("min", 60)):
-    if d >= s: return f"{d // s:.0f} {unit} ago"
-  return "just now"
 
 def defined(fn: Callable[..., str]) -> Callable[..., str]:
   """A formatting filter that reads a missing value (jinja's Undefined) as None: failed traces lack whole sections."""

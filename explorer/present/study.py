@@ -7,6 +7,7 @@ from typing import Any, Literal
 from collections.abc import Callable, Sequence
 import numpy as np
 from explorer.schema import CountComparison, StudyCase, StudyResult, StudyRow, setting_of
+from explorer.text import fmt_ms
 from explorer.spec import ConvSpec
 
 def _ratio(x: float | None) -> str: return "-" if x is None or not math.isfinite(x) else f"{x:.4g}x"
@@ -29,10 +30,6 @@ def _says(case: StudyCase, variant: str, figure: str) -> str:
 def _interval(lo: float | None, hi: float | None) -> str:
   return "-" if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) else f"{lo:.4g}–{hi:.4g}"
 
-def _ms(x: float | None) -> str:
-  """4 significant digits, never an exponent: 0.1217 ms, 368.4 ms, 39530 ms."""
-  return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.4g} ms" if x < 10 else f"{x * 1e3:.0f} ms"
-
 # what each paired figure's A and B columns show: the variant's own value behind the ratio (a row's key, in seconds)
 ABSOLUTE: dict[str, tuple[Literal["time_median_s", "span_median_s", "time_std_s", "compile_median_s"], str]] = {
   "time": ("time_median_s", "median "), "span": ("span_median_s", "median "), "spread": ("time_std_s", "std "),
@@ -41,7 +38,7 @@ ABSOLUTE: dict[str, tuple[Literal["time_median_s", "span_median_s", "time_std_s"
 def _absolute(row: StudyRow, figure: str) -> str:
   """A paired figure's own value of one variant ("-" where the row has none: compile_median_s, in older studies or without compiles)."""
   key, what = ABSOLUTE[figure]
-  return what + _ms(x) if (x := row.get(key)) is not None else "-"
+  return what + fmt_ms(x) if (x := row.get(key)) is not None else "-"
 
 def document_rows(study: StudyResult) -> list[dict[str, Any]]:
   """Every case's figures in one table, the document's words beside each, laid out as the documents' own tables: each variant's
@@ -70,7 +67,7 @@ def document_rows(study: StudyResult) -> list[dict[str, Any]]:
     first = case["rows"][0]
     for r in case["rows"][1:]:
       build_a, build_b = first["codegen_s"] + first["compile_s"], r["codegen_s"] + r["compile_s"]
-      rows.append(row(first["variant"], r["variant"], "build", _ratio(build_b / build_a if build_a else None), _ms(build_a), _ms(build_b),
+      rows.append(row(first["variant"], r["variant"], "build", _ratio(build_b / build_a if build_a else None), fmt_ms(build_a), fmt_ms(build_b),
                       "one trace each"))
       if "counts" not in case:  # a study stored before counts had verdicts: its rows as stored, a count absent where not yet counted
         a, b = dict[str, Any](first), dict[str, Any](r)

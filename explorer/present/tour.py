@@ -14,7 +14,7 @@ from explorer.schema import (InterleavedTiming, KernelRecord, ProgramInfo, Targe
                              totals_of)
 from explorer.stats import NOISY_SPREAD, noisy
 from explorer.spec import ConvSpec, Variant, opt_label
-from explorer.text import fmt_bytes, provenance_sites
+from explorer.text import fmt_bytes, provenance_sites, si_prefix
 
 ROLE_MEANING = {
   "conv": "the whole convolution: each output sums input x weight over the input channels and the kernel window",
@@ -32,11 +32,6 @@ OPT_MEANING = {
   "THREAD": "spreads an axis over CPU threads", "TC": "uses tensor cores", "PADTO": "pads an axis to a multiple", "SWAP": "swaps two axes",
   "NOLOCALS": "uses no local memory",
 }
-
-def _si(x: float) -> str:
-  for p, s in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-    if abs(x) >= p: return f"{x/p:.2f} {s}"
-  return f"{x:.0f} "
 
 def _plural(n: int, word: str, many: str | None = None) -> str: return f"{n} {word if n == 1 else many or word + 's'}"
 
@@ -107,7 +102,7 @@ def _tensor_step(trace: TraceRecord, spec: ConvSpec | None, variant: Variant | N
   top = ", ".join(f"{n} {op}" for op, n in sorted(g["ops"].items(), key=lambda kv: -kv[1])[:4])
   what = f"The convolution {spec.label()}" if spec is not None else f"The program {_program(trace)['name']}"
   direct = "" if variant is None or variant.algo == "direct" else " (the direct-equivalent count: Winograd's kernels do fewer)"
-  recipe = (f"the {_si(spec.direct_flops)}FLOPs of multiply-adds a direct convolution does (counted by formula, 2 per multiply-add){direct} "
+  recipe = (f"the {si_prefix(spec.direct_flops)}FLOPs of multiply-adds a direct convolution does (counted by formula, 2 per multiply-add){direct} "
             "are only a recipe at this point."
             if spec is not None else "what it computes is only a recipe at this point.")
   return _step("tensor", "Tensor graph", "graph/tensor",
@@ -155,8 +150,8 @@ def _kernel_steps(trace: TraceRecord, k: KernelRecord, spec: ConvSpec | None, ta
           f"Its AST has {k['ast_uops']} UOps{FOLDED}.")
   if k["role"] == "xhat" and spec is not None:
     total = sums["flops"] if (sums := totals_of(trace)) else 0
-    text += (f" The whole Winograd schedule counts {_si(total)}FLOPs (tinygrad's Estimates on the host's {host_target(k)} programs, index and "
-             f"mask arithmetic included) against {_si(spec.direct_flops)}FLOPs of multiply-adds for the direct convolution (by formula): "
+    text += (f" The whole Winograd schedule counts {si_prefix(total)}FLOPs (tinygrad's Estimates on the host's {host_target(k)} programs, index and "
+             f"mask arithmetic included) against {si_prefix(spec.direct_flops)}FLOPs of multiply-adds for the direct convolution (by formula): "
              f"{spec.direct_flops / total:.2f}x fewer." if total else "")
   text += "".join(f" {note}." for note in k["notes"])
   codegen = sorted(rec["passes"], key=lambda p: -p["matches"])[:3]
@@ -166,7 +161,7 @@ def _kernel_steps(trace: TraceRecord, k: KernelRecord, spec: ConvSpec | None, ta
   others = [f"{host_target(k)} (the host)" if t == "host" else t for t in sources if t != own]
   uops = _step(f"k{n}-uops", f"Kernel {n}: linearized uops", f"k/{n}/uops",
                f"For {on}, the linearizer ordered {rec['linear_uops']} uops: {o['alu']} ALU ops, {o['loads']} loads, {o['stores']} stores, "
-               f"{o['consts']} constants and {_plural(o['ranges'], 'loop')}. tinygrad estimates {_si(rec['flops'])}FLOPs and "
+               f"{o['consts']} constants and {_plural(o['ranges'], 'loop')}. tinygrad estimates {si_prefix(rec['flops'])}FLOPs and "
                f"{fmt_bytes(rec['bytes'])} of memory traffic on {on} (each target's program counts its own)." + _pressure_text(rec))
   source = _step(f"k{n}-source", f"Kernel {n}: source", f"k/{n}/source",
                  f"The {on} renderer turned those uops into {len(rec['source'].splitlines())} lines of source, the kernel "
@@ -324,7 +319,7 @@ def compare_tour(kind: str, a: TraceRecord, b: TraceRecord, target: str | None =
     return ", ".join(f"{n} {role}" for role, n in collections.Counter(k["role"] for k in tr["kernels"]).most_common())
   def side(t: Totals | dict[str, Any], tr: TraceRecord) -> str:
     return (f"{_plural(t['kernels'], 'kernel')} ({roles(tr)}), {_plural(t['copies'], 'copy', 'copies')}, "
-            f"{_plural(t['buffers'], 'buffer')}, {_si(t['flops'])}FLOPs, {sum(k['ops']['alu'] for k in tr['kernels'])} ALU uops, "
+            f"{_plural(t['buffers'], 'buffer')}, {si_prefix(t['flops'])}FLOPs, {sum(k['ops']['alu'] for k in tr['kernels'])} ALU uops, "
             f"{sum(k['ops']['loads'] for k in tr['kernels'])} loads")
   heads = headline(a, b, interleaved)
   top = "; ".join(f"{h['label']} {h['a']} -> {h['b']} ({h['change']})" for h in heads)
