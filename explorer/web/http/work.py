@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from explorer.web.http.limits import cross_site, followed_link
-from explorer.web.services.permit import WorkPermit
+from explorer.web.services.permit import CROSS_SITE_REFUSED, WorkPermit
 
 class WorkGate:
   def __init__(self, request: Request):
@@ -19,8 +19,7 @@ class WorkGate:
     """A permit for this request; 403 when it came from another site and no person followed a link to it."""
     headers = self.request.headers
     if cross_site(headers) and not followed_link(headers):
-      raise HTTPException(403, "cross-site request refused: this URL starts work (a target's codegen, a graph layout, a diff, an export); "
-                               "open it from this server's pages")
+      raise HTTPException(403, CROSS_SITE_REFUSED)
     self.permits += 1
     return WorkPermit(self.request.url.path, self.request.client.host if self.request.client else None)
 

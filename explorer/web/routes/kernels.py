@@ -19,6 +19,7 @@ from explorer.web.http.deps import LightTrace, ServicesDep, templates_of
 from explorer.web.http.models import NOT_FOUND, Analysis, CompileFacts, EnrichmentJob, TargetRecord, documented
 from explorer.web.http.work import Work
 from explorer.web.services.lifecycle import Busy
+from explorer.web.services.enrichments import Asked, in_line
 from explorer.web.routes.common import asked_pass, step_notices, stepper, trace_page
 from explorer.web.urls import trace_api_url
 
@@ -174,23 +175,18 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
   k = await deps.whole_kernel(svc, trace_id, trace, n)
   records, host = target_records(k), host_target(k)
   if target is None and code in TARGETS and code not in records: target = code  # a source tab not rendered yet: render it, as ?target= does
-  pending, pending_error, pending_detail = (target if target in TARGETS and target not in records else None), None, ""
-  if pending is not None:  # this kernel's record computed now, in a worker; the page puts it in place when it is stored
-    try: pending_detail = (await lazy_part(svc, trace_id, trace, ENRICH_TARGET, pending, n, work)) or ""
-    except HTTPException as e: pending_error = e.detail
   notices = []
   if target is not None and target not in TARGETS:  # nothing asked for is ignored in silence
     notices.append(f"There is no target {target[:40]!r}: the explorer renders {', '.join(TARGETS)}. Showing the host's, {host}.")
-  target = target if target in records else host
+  # the record computed now where the trace has none (the page puts it in place when it is stored), else its enrichments still to do
+  asked_target = target if target in TARGETS else None
+  first = svc.enrichments.first_view(trace_id, trace, k, n, asked_target, work.permit_if_allowed)
+  target, asked = first.shown, first.record or Asked()
+  pending = asked_target if first.record else None
+  pending_error, pending_detail = asked.error, asked.detail if asked.running else ""
   rec = records[target]
-  async def first_view(kind: str, needed: bool) -> tuple[bool, str | None]:
-    """(pending, error) of an enrichment of this record: started on this first view (the page fills it in when stored)."""
-    if not needed or pending: return False, None
-    try: await lazy_part(svc, trace_id, trace, kind, target, n, work)
-    except HTTPException as e: return False, e.detail
-    return True, None
-  analysis_pending, analysis_error = await first_view(ENRICH_ANALYSIS, ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None)
-  facts_pending, facts_error = await first_view(ENRICH_FACTS, lacks_facts(rec, target))
+  analysis_pending, analysis_error = bool(first.analysis and first.analysis.running), first.analysis and first.analysis.error
+  facts_pending, facts_error = bool(first.facts and first.facts.running), first.facts and first.facts.error
   browsable = target == host or all("group" in p for p in rec["passes"])  # trace schema 1: host passes only
   prefix, passes = (f"codegen/{n}", k["passes"]) if target == host else (f"codegen@{target}/{n}", rec["passes"])
   step = stepper(passes if browsable else [], prefix, asked_pass(request), at, trace_id=trace_id,
@@ -210,15 +206,6 @@ async def kernel_page(request: Request, trace_id: str, n: int, svc: ServicesDep,
                           asked_from=opts_from, notices=notices, bound=bound_values(trace, k))
   if pending or facts_pending or analysis_pending: resp.headers["Cache-Control"] = "no-store"  # it changes when they are stored
   return resp
-
-async def lazy_part(svc: Any, trace_id: str, trace: TraceRecord, kind: str, target: str, n: int, work: Any) -> str | None:
-  """A page's own lazy part started (or followed) as its API URL would: its job's words; a page is never refused for it, the line being
-  full (Busy) is what the page says it waits for, and its script asks again as Retry-After says. HTTPException where it cannot be."""
-  try: job = await deps.enrichment_job(svc, trace_id, trace, kind, target, n, work)
-  except Busy as e: return in_line(e)
-  return str(json.loads(bytes(job.body))["detail"])
-
-def in_line(refused: Busy) -> str: return f"waits for a place in the line ({refused})"  # as the page's script says it on a 429
 
 def _asked_opts(opts: str | None, start: str) -> str | None:
   """A permalink's opts as the panel's script takes them (None: none asked, or text that is no opt list: the panel starts empty)."""

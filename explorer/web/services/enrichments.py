@@ -13,9 +13,9 @@ import asyncio, dataclasses, threading, time
 from dataclasses import dataclass, field
 from typing import Any, cast
 from collections.abc import Callable, Iterable
-from explorer.schema import RanOn, TraceRecord
+from explorer.schema import KernelRecord, RanOn, TraceRecord, host_target, target_records
 from explorer.spec import Variant
-from explorer.stages import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, lacks_facts
+from explorer.stages import ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, lacks_facts
 from explorer.targets import TARGETS
 from explorer.store import Store
 from explorer.tasks import ENRICHMENT, OPTS as OPTS_TASK
@@ -23,7 +23,7 @@ from explorer.tracing import versions
 from explorer.tracing.workers.process import Limits, WorkerFailed
 from explorer.stages import Progress
 from explorer.web.services.lifecycle import DONE, ERROR, Busy, Journal, Task, Tasks
-from explorer.web.services.permit import WorkPermit
+from explorer.web.services.permit import CROSS_SITE_REFUSED, WorkPermit
 
 NEIGHBOURS = 4  # after the kernel asked for, this many on either side are computed in the background
 STOPPED = "the server stopped before this was computed: viewing it again computes it"
@@ -42,6 +42,24 @@ class EnrichmentUnavailable(RuntimeError):
 
 class EnrichmentFailed(RuntimeError):
   """The computation a request followed failed: its one-line error, said once (the next request tries again)."""
+
+def in_line(refused: Busy) -> str: return f"waits for a place in the line ({refused})"  # as a page's script says it on a 429
+
+@dataclass(frozen=True)
+class Asked:
+  """An enrichment a page's first view asked for: running (started now or followed), with the task's words; or why it is not."""
+  running: bool = False
+  detail: str = ""
+  error: str | None = None
+
+@dataclass(frozen=True)
+class FirstView:
+  """What a kernel page's first view of a target started: the kernel's record on it, where the trace has none (the page shows the
+  host's meanwhile, `shown`); else the shown record's analysis and compile facts, where they are still to compute."""
+  shown: str
+  record: Asked | None = None
+  analysis: Asked | None = None
+  facts: Asked | None = None
 
 # what a failed computation of one kernel was doing, in words (else: the {kind} of kernel {n} on {target})
 WHAT = {ENRICH_TARGET: "rendering kernel {n} for {target}", ENRICH_FACTS: "compiling kernel {n} for {target}"}
@@ -158,6 +176,28 @@ class EnrichmentService:
       self.forget(trace_id, kind, target, kernels)
       raise EnrichmentFailed(f"{WHAT.get(kind, 'the {kind} of kernel {n} on {target}').format(n=n, target=target, kind=kind)} failed: {task.error}")
     return self.view(task)
+
+  def asked(self, trace_id: str, trace: TraceRecord, kind: str, target: str, n: int, permit: Callable[[], WorkPermit | None]) -> Asked:
+    """follow, as a page's first view asks: never refused for it (a full line, Busy, is what the page says it waits for, and its
+    script asks again); where it cannot be, or the request may not start work (permit() is None), the reason in words."""
+    def allowed() -> WorkPermit:
+      if (p := permit()) is None: raise EnrichmentUnavailable(CROSS_SITE_REFUSED)
+      return p
+    try: return Asked(True, str(self.follow(trace_id, trace, kind, target, n, allowed)["detail"]))
+    except Busy as e: return Asked(True, in_line(e))
+    except (EnrichmentUnavailable, EnrichmentFailed) as e: return Asked(error=str(e))
+
+  def first_view(self, trace_id: str, trace: TraceRecord, kernel: KernelRecord, n: int, target: str | None,
+                 permit: Callable[[], WorkPermit | None]) -> FirstView:
+    """What kernel n's page shows of `target` (None: the host's) and the enrichments its first view starts for it (FirstView)."""
+    records = target_records(kernel)
+    if target is not None and target not in records:
+      return FirstView(host_target(kernel), record=self.asked(trace_id, trace, ENRICH_TARGET, target, n, permit))
+    shown = target or host_target(kernel)
+    rec = records[shown]
+    def ask(kind: str, needed: bool) -> Asked | None: return self.asked(trace_id, trace, kind, shown, n, permit) if needed else None
+    return FirstView(shown, analysis=ask(ENRICH_ANALYSIS, ANALYSIS_MARK not in rec and rec.get("linear_nums") is not None),
+                     facts=ask(ENRICH_FACTS, lacks_facts(rec, shown)))
 
   def _accepted(self, got: EnrichTask, task: EnrichTask, trace_id: str) -> EnrichTask:
     """The task Tasks.start returned, its row written where it is the new one (not identical work joined)."""
