@@ -12,7 +12,13 @@ warm caches move these figures a lot), the three sides interleaved round by roun
   python benchmarks/beam_overhead.py [--presets wino8,medium] [--beam 2] [--rounds 2]
 """
 from __future__ import annotations
-import argparse, os, pathlib, statistics, subprocess, sys, tempfile
+import argparse
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
 from trace_overhead import CLEAN, measure, repro_for
 
 def fresh_cache(env: dict[str, str], workdir: pathlib.Path) -> dict[str, str]:

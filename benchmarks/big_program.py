@@ -17,7 +17,20 @@ kernels, a transformer stack's training step (benchmarks/programs/transformer_st
 
   python benchmarks/big_program.py [--kernels 10000] [--layers 16]     (--layers 0: no real program)"""
 from __future__ import annotations
-import argparse, concurrent.futures, json, multiprocessing, pathlib, resource, shutil, sqlite3, statistics, subprocess, sys, tempfile, threading, time
+import argparse
+import concurrent.futures
+import json
+import multiprocessing
+import pathlib
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from typing import Any
 import httpx
 

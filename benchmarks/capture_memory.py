@@ -7,7 +7,12 @@ Target (issue 71): capture() at most 1.15x VIZ=-1's peak on each program.
 
   python benchmarks/capture_memory.py [--programs beautiful_mnist,llm_generate,onnx_runner,mnist] [--rounds 3]"""
 from __future__ import annotations
-import argparse, os, pathlib, statistics, sys
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from trace_overhead import CLEAN, measure  # noqa: E402 - a sibling benchmark's sampler of a process tree
 

@@ -9,7 +9,12 @@ it), and the schedule's span (first start to last end, replayed back to back). T
 Needs an NVIDIA GPU that tinygrad's CUDA device opens and NVIDIA's cupti-python (the [gpu] extra) for the reference; on a machine
 without one it says so and exits 0."""
 from __future__ import annotations
-import argparse, json, os, statistics, subprocess, sys
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
 
 CASES = {"medium-wino": ("medium", "winograd"), "large-wino": ("large", "winograd"), "medium-direct": ("medium", "direct"),
          "k5-direct": ("k5", "direct")}

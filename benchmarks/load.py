@@ -21,8 +21,23 @@
 Everything runs on this machine (server, workers and clients share its cores), so figures are for the whole box under load.
 """
 from __future__ import annotations
-import argparse, asyncio, collections, concurrent.futures, json, multiprocessing, os, pathlib, random, shutil, socket, subprocess, sys, tempfile
-import statistics, threading, time
+import argparse
+import asyncio
+import collections
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import pathlib
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from collections.abc import Callable
 import httpx
 

@@ -5,7 +5,13 @@ size of a few steps, not N).
 
   python benchmarks/loop_capture.py [--steps 100] [--rounds 2]"""
 from __future__ import annotations
-import argparse, json, pathlib, statistics, subprocess, sys, tempfile
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TARGET_RATIO = 1.5

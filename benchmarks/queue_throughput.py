@@ -8,7 +8,16 @@ cores: on 2 cores, two workers can at best halve the time (the server and Redis 
   python benchmarks/queue_throughput.py [--jobs 6] [--rounds 2]
 """
 from __future__ import annotations
-import argparse, os, pathlib, shutil, signal, statistics, subprocess, sys, tempfile, time
+import argparse
+import os
+import pathlib
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 import httpx
 from load import REPO, free_port
 

@@ -5,7 +5,9 @@ bytes are ptxas -v on the CUDA source, where ptxas is on this machine. The host'
   python benchmarks/rewrites.py [--presets wino8,wino16,small] [--rewrite sink-loads] [--cuda-arch sm_90]
 """
 from __future__ import annotations
-import argparse, dataclasses, sys
+import argparse
+import dataclasses
+import sys
 
 CASES = {"direct": {"algo": "direct"}, "winograd": {"algo": "winograd"},
          "wino fused": {"algo": "winograd", "wino_impl": "explorer", "staging": "fused"}}
@@ -17,9 +19,9 @@ def _facts(rec: dict) -> tuple[int, str, str]:
   return rec["pressure"]["max_live"], regs, spills
 
 def main() -> int:
-  from explorer.tracing.pipeline.run import run_trace
   from explorer.spec import CUDA_ARCHES, PRESETS, Variant
   from explorer.text import table
+  from explorer.tracing.pipeline.run import run_trace
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--presets", default="wino8,wino16,small")
   ap.add_argument("--rewrite", default="sink-loads")

@@ -4,7 +4,11 @@ caches, against its target (the probe under 10 s, so that a first view does not 
 
   python benchmarks/roofline_probe.py [--rounds 3]"""
 from __future__ import annotations
-import argparse, os, statistics, tempfile, time
+import argparse
+import os
+import statistics
+import tempfile
+import time
 
 TARGET_S = 10.0
 

@@ -6,7 +6,16 @@ count at its last teardown).
   python benchmarks/suite_cpu.py [PYTEST_ARGS...]      # default: the whole suite; e.g. --check for make check's loop
   python benchmarks/suite_cpu.py --read                # the last run's records only (test-artifacts/cpu/), no run"""
 from __future__ import annotations
-import ast, collections, functools, json, pathlib, resource, shutil, subprocess, sys, time
+import ast
+import collections
+import functools
+import json
+import pathlib
+import resource
+import shutil
+import subprocess
+import sys
+import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CPU_DIR = REPO / "test-artifacts" / "cpu"

@@ -7,14 +7,18 @@
 Everything shares this machine's cores: the extra target's process overlaps host codegen and the run, so on 2 cores the ratio is
 what a user waits, not the extra CPU time."""
 from __future__ import annotations
-import argparse, dataclasses, statistics, sys, time
+import argparse
+import dataclasses
+import statistics
+import sys
+import time
 
 def main() -> int:
-  from explorer.tracing.tg import default_device, host_renderer, target_name  # only to name the host's target (this process never traces)
-  from explorer.tracing.enrichments.enrich import add_facts
-  from explorer.tracing.pipeline.run import run_trace
   from explorer.spec import PRESETS, Variant
   from explorer.targets import TARGETS
+  from explorer.tracing.enrichments.enrich import add_facts
+  from explorer.tracing.pipeline.run import run_trace
+  from explorer.tracing.tg import default_device, host_renderer, target_name  # only to name the host's target (this process never traces)
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--preset", choices=sorted(PRESETS), default="wino8")
   ap.add_argument("--algo", choices=("direct", "winograd"), default="winograd")

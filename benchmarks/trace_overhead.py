@@ -33,10 +33,20 @@ after (its process tree's peak PSS in each phase; target, issue 76: under 2x VIZ
                                       [--first-views 3] [--no-server-memory]
 """
 from __future__ import annotations
-import argparse, json, os, pathlib, re, statistics, subprocess, sys, tempfile, threading, time
+import argparse
+import contextlib
+import json
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
-import contextlib
 
 CASES = {"builtin": ["--algo", "winograd"], "direct": ["--algo", "direct"],
          "fused": ["--algo", "winograd", "--wino-impl", "explorer", "--staging", "fused"]}
@@ -201,7 +211,8 @@ def server_memory(theirs_pss_mib: float, env: dict[str, str]) -> None:
   """A served trace's memory (issue 76: the server and its workers under 2x a plain VIZ=-1 run of the same trace): `kernel-explorer
   serve` on a fresh store, its process tree's PSS (every process it started) sampled every 100 ms, its peak in each phase: idle, while
   it traces medium builtin Winograd (its defaults), after, while its pages are read, after."""
-  import socket, httpx
+  import socket
+  import httpx
   with socket.socket() as sk: sk.bind(("127.0.0.1", 0)); port = sk.getsockname()[1]
   db = pathlib.Path(tempfile.mkdtemp(prefix="ke-server-memory-")) / "traces.sqlite3"
   server = subprocess.Popen([sys.executable, "-m", "explorer", "serve", "--db", str(db), "--port", str(port)], env=env,

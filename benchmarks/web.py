@@ -7,7 +7,12 @@
 The `large` Winograd trace takes tens of seconds to generate on a 2-core machine; pass --db to keep it between runs.
 """
 from __future__ import annotations
-import argparse, pathlib, statistics, sys, tempfile, time
+import argparse
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
 
 PAGE_TARGET_S, LAYOUT_TARGET_S = 0.050, 1.0
 

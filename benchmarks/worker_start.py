@@ -5,7 +5,9 @@ before each side's figure is read).
 
   python benchmarks/worker_start.py [--calls 6] [--traces 3]"""
 from __future__ import annotations
-import argparse, resource, time
+import argparse
+import resource
+import time
 from collections.abc import Callable
 
 def cpu_s() -> float:

@@ -14,14 +14,24 @@ process: tinygrad then keeps every rewrite it makes, which costs memory and abou
 process, PARALLEL=0, as tinygrad itself does whenever it tracks).
 """
 from __future__ import annotations
-import json, os, pathlib, subprocess, sys, time, urllib.request, webbrowser
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import urllib.request
+import webbrowser
+
 if "tinygrad" not in sys.modules and "VIZ" not in os.environ:
   os.environ.setdefault("TRACK_MATCH_STATS", "2")
   os.environ.setdefault("PARALLEL", "0")  # as tinygrad does whenever it tracks (VIZ): a compile pool's rewrites would not be recorded
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from explorer.spec import PRESETS, ConvSpec, SpecError, Variant
-if TYPE_CHECKING: from explorer import schema  # pydantic: loaded only where a trace is checked
+
+if TYPE_CHECKING:
+  from explorer import schema  # pydantic: loaded only where a trace is checked
 
 
 def _spec_of(conv: str | ConvSpec | dict[str, Any]) -> ConvSpec:
@@ -206,7 +216,8 @@ def capture(name: str | None = None, targets: tuple[str, ...] = (), time: bool =
 
   tinygrad decides at import whether it records rewrites: import the explorer before tinygrad (or set TRACK_MATCH_STATS=2), else
   entering the block fails at once and says so."""
-  import inspect, linecache
+  import inspect
+  import linecache
   caller = inspect.stack()[1]
   variant = Variant(targets=tuple(targets), time=time, opt=opt, warmup=warmup, repeats=repeats).validate()
   source = "".join(linecache.getlines(caller.filename)) or None  # the caller's file, or its notebook cell: for the reproducer

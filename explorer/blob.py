@@ -2,7 +2,9 @@
 tuples, dicts and sets) by an unpickler that admits no class or function at all. explorer.tracing.tg writes and decodes blobs
 with it; the server checks a blob that arrives from a queue worker with it before keeping it (explorer.queue.protocol)."""
 from __future__ import annotations
-import io, pickle, zlib
+import io
+import pickle
+import zlib
 from typing import Any
 
 MAGIC = b"kernel-explorer rewrite log 1\n"  # the data format's first bytes; the store's older blobs are pickles of objects and lack them

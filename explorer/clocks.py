@@ -4,9 +4,9 @@ was read in (`l2`), its samples and the 95% interval of its median. The clocks t
 the pages badge each time with its method and the glossary explains each from METHODS. It imports nothing else of the explorer, and
 never tinygrad."""
 from __future__ import annotations
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-from collections.abc import Mapping, Sequence
 
 Method = Literal["host", "cupti", "events-held", "events"]
 L2State = Literal["flushed", "warm"]

@@ -3,17 +3,16 @@ dict: JSON in, JSON out, no conversion on the hot path), and `validate_trace`, w
 worker's result, a trace file) as strictly as a request: every field's type, no unknown field, bounded strings, and its spec, variant
 and device through their own validation. Imports nothing from the explorer but the model (explorer.spec)."""
 from __future__ import annotations
-import functools, math
-from typing import Annotated, Any, Literal, cast
+import functools
+import math
 from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal, NotRequired, Required, cast
 from pydantic import AfterValidator, ConfigDict, Field, Strict, StringConstraints, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
-from typing import NotRequired, Required
 from explorer.spec import DEVICE_RE, ConvSpec, SpecError, Variant
-
-
 from explorer.stages import STAGES, TRACE_SCHEMA
 from explorer.targets import TARGETS
+
 Name = Annotated[str, StringConstraints(max_length=256)]       # kernel, op, dtype, role, target and pass names
 Line = Annotated[str, StringConstraints(max_length=8192)]      # labels, notes, one-line messages, rules
 Text = Annotated[str, StringConstraints(max_length=64 << 20)]  # sources, listings, tracebacks, a program's source

@@ -1,11 +1,12 @@
 """Every limit and knob in one declarative table (pydantic-settings): environment variables KERNEL_EXPLORER_<NAME>, overridable
 by CLI flags (`kernel-explorer serve` has one per setting). docs/reference/settings.md documents each one (a test checks that it does)."""
 from __future__ import annotations
-import ipaddress, os
+import ipaddress
+import os
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Mapping
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from explorer import defaults

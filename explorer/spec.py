@@ -1,10 +1,12 @@
 """The model: what convolution to trace (ConvSpec) and how to run it (Variant), with what a variant or a request may name (devices,
 opts, custom rewrites) and the error a trace's output is judged against. No tinygrad imports here."""
 from __future__ import annotations
-import dataclasses, math, re
+import dataclasses
+import math
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from collections.abc import Mapping, Sequence
 from explorer import targets
 from explorer.targets import TARGETS
 from explorer.tinygrads import TINYGRAD, TINYGRADS, TRACEABLE, tinygrad_problem

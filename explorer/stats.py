@@ -3,8 +3,8 @@ interval on the median ratio, a Wilcoxon signed-rank test, and a bootstrap inter
 claimed figure. numpy only (no tinygrad, no scipy)."""
 from __future__ import annotations
 import math
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 import numpy as np
 
 BOOTSTRAP = 4000

@@ -2,9 +2,13 @@
 filters, the CLI's and the reports'), and tables for terminals and summaries (rendered by rich, without colour or markup, so they
 read the same in a terminal, a log and a test)."""
 from __future__ import annotations
-import io, math, os, statistics, time
-from typing import Any
+import io
+import math
+import os
+import statistics
+import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 from explorer.clocks import how
 
 def si(x: float | None, unit: str = "") -> str:

@@ -1,6 +1,7 @@
 """Programs the capture tests run in fresh processes (the explorer imported before tinygrad, as a user's script does)."""
 from __future__ import annotations
-import json, sys
+import json
+import sys
 
 def conv_bias_relu(x, w, b): return x.conv2d(w, b, padding=1).relu()
 
@@ -14,16 +15,16 @@ def tinygrads_own() -> dict:
   """The same program through plain tinygrad (no tracking, no explorer): the programs compile_linear compiles, by name and source."""
   from tinygrad import Tensor
   from tinygrad.engine.realize import compile_linear
-  from tinygrad.uop.ops import Ops
   from tinygrad.helpers import ansistrip
+  from tinygrad.uop.ops import Ops
   x, w, b = inputs()
   compiled = compile_linear(Tensor.schedule_linear(conv_bias_relu(x, w, b)))
   prgs = [c.src[0] for c in compiled.src if c.src[0].op is Ops.PROGRAM]
   return {"names": [ansistrip(p.arg.name) for p in prgs], "sources": [next(s.arg for s in p.src if s.op is Ops.SOURCE) for p in prgs]}
 
 def captured(db: str) -> dict:
-  from explorer import capture  # before tinygrad: it turns tinygrad's rewrite tracking on
   import numpy as np
+  from explorer import capture  # before tinygrad: it turns tinygrad's rewrite tracking on
   x, w, b = inputs()
   ref = np.maximum(0, conv_ref(x.numpy(), w.numpy(), b.numpy()))
   with capture(name="conv+bias+relu", targets=("cuda", "metal"), time=True, repeats=3, reference=[ref], rel_tolerance=1e-4) as t:
@@ -111,7 +112,9 @@ def weights(opt) -> list[list[float]]:
 
 def program_plain(model: str) -> dict:
   """The same step in plain tinygrad: how many kernels it runs (GlobalCounters) and what DEBUG=4 prints (every source it compiles)."""
-  import contextlib, io, os
+  import contextlib
+  import io
+  import os
   os.environ["PARALLEL"] = "0"  # compile in this process, whose stdout DEBUG=4's sources go to (tinygrad not imported yet)
   from tinygrad import Context
   from tinygrad.helpers import GlobalCounters
@@ -132,7 +135,8 @@ def steps(n: int, db: str | None, every_step: bool = False) -> dict:
   """A training loop's first n steps, inside one capture (db given) or in plain tinygrad (None). every_step: each step traced whole
   (the later steps' schedules come from tinygrad's schedule cache: no rangeify pass runs for them)."""
   import json as json_
-  if db is not None: from explorer import capture  # before tinygrad: it turns tinygrad's rewrite tracking on
+  if db is not None:
+    from explorer import capture  # before tinygrad: it turns tinygrad's rewrite tracking on
   setup = training_setup("cnn")
   if db is None: return {"losses": [float(training_step(*setup).realize().numpy()) for _ in range(n)]}
   with capture(name=f"{n} training steps", every_step=every_step) as t: losses = [training_step(*setup).realize() for _ in range(n)]
@@ -146,7 +150,8 @@ KV_DIM, KV_MAX = 16, 32
 def kv_decode(db: str | None) -> dict:
   """A KV-cache decode loop as LLM inference runs it: a TinyJit step taking a bound Variable position, the cache shrunk to it and
   attended over; four steps, captured (db given) or in plain tinygrad (None)."""
-  if db is not None: from explorer import capture  # before tinygrad
+  if db is not None:
+    from explorer import capture  # before tinygrad
   from tinygrad import Tensor, TinyJit, Variable
   Tensor.manual_seed(0)
   cache_k, cache_v = Tensor.zeros(KV_MAX, KV_DIM).contiguous().realize(), Tensor.zeros(KV_MAX, KV_DIM).contiguous().realize()

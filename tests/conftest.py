@@ -2,9 +2,18 @@
 trace_once: as the app's job makes it) and served through the app's own POST, a TestClient over a real SQLite file, and a live uvicorn
 server for the browser tests."""
 from __future__ import annotations
-import compileall, contextlib, os, pathlib, shutil, socket, subprocess, sys, tempfile, time
-from typing import Any
+import compileall
+import contextlib
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 import httpx
 import pytest
 from support import COMPILE_CACHE_VAR, RUN_DIR_VAR, app_over, seeded, settings_free_env
@@ -122,7 +131,8 @@ def _own_ids(items: list[pytest.Item]) -> None:
 
 def _rename(item: pytest.Item, nodeid: str) -> None:
   """A node's id set anew: pytest 9 keeps it as a NodeId (item._id), older ones (the GPU machines' pytest) as a string (item._nodeid)."""
-  try: from _pytest.nodeid import coerce_node_id  # pytest 9
+  try:
+    from _pytest.nodeid import coerce_node_id  # pytest 9
   except ImportError: item._nodeid = nodeid  # type: ignore[attr-defined]
   else: item._id = coerce_node_id(nodeid)  # type: ignore[attr-defined]
 

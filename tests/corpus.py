@@ -5,7 +5,10 @@ process (tinygrad's metadata is kept per UOp: a second program in the process wo
   python tests/corpus.py captured DB NAME ...
   python tests/corpus.py plain NAME ..."""
 from __future__ import annotations
-import importlib, json, pathlib, sys
+import importlib
+import json
+import pathlib
+import sys
 
 PROGRAMS = ("cnn_loop", "cnn_jit", "mnist", "transformer", "kv_decode", "resnet_block", "lstm", "rand_init",
             "beautiful_mnist", "beautiful_mnist_nofunction", "llm_generate", "onnx_runner")  # the last four as tinygrad's own examples write them
@@ -40,7 +43,8 @@ def plain(name: str) -> dict: return {"outputs": importlib.import_module(f"progr
 
 if __name__ == "__main__":
   how, args = sys.argv[1], sys.argv[2:]
-  if how == "captured": import explorer  # noqa: F401 - before tinygrad: it turns tinygrad's rewrite tracking on
+  if how == "captured":
+    import explorer  # noqa: F401 - before tinygrad: it turns tinygrad's rewrite tracking on
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
   db, names = (args[0], args[1:]) if how == "captured" else (None, args)
   print(json.dumps({n: captured(n, db) if db is not None else plain(n) for n in names or PROGRAMS}))

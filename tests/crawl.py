@@ -1,7 +1,10 @@
 """A reader's crawl of a served trace: every address its pages link to or load (a href, src, a link's href), followed breadth-first
 from a start page as one client would, each asked for once, with no retry. What tests/test_crawl.py checks."""
 from __future__ import annotations
-import dataclasses, html.parser, time, urllib.parse
+import dataclasses
+import html.parser
+import time
+import urllib.parse
 import httpx
 
 class _Links(html.parser.HTMLParser):

@@ -7,10 +7,15 @@ What it sends depends on the asked spec's cout: 2, a spec whose stride is Python
 4, the same pickle behind the data format's first bytes; 5, a well-formed result signed with a secret other than SECRET; 6, the data
 format holding a string, not a rewrite log; 8, a rewrite log whose rule locations name /etc/hostname and /proc/self/environ;
 any other, a well-formed result signed with SECRET."""
-import base64, json, pathlib, pickle, sys, zlib
+import base64
+import json
+import pathlib
+import pickle
+import sys
+import zlib
+from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, read_plain, write_plain
 from explorer.queue import jobs, worker
 from explorer.queue.protocol import b64, seal
-from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, read_plain, write_plain
 
 URL, TRACE, MARKER, SECRET = sys.argv[1:5]
 

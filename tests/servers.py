@@ -1,7 +1,11 @@
 """Real servers in subprocesses, for the tests that signal, restart or starve them: `kernel-explorer serve` over one database
 (start() again after a kill is a restart), and the waits and calls those tests share."""
 from __future__ import annotations
-import os, pathlib, subprocess, sys, time
+import os
+import pathlib
+import subprocess
+import sys
+import time
 import httpx
 from conftest import REPO, free_port
 from support import settings_free_env

@@ -1,7 +1,11 @@
 """Real tiny traces in a real store, made once per test run (support.made_once) and shared by the library, export and diff tests:
 the explorer's Winograd F(4,3) on a 1x2->2 8x8 convolution, staged and fused (CUDA and Metal sources, 3 timed repeats)."""
 from __future__ import annotations
-import atexit, dataclasses, pathlib, shutil, tempfile
+import atexit
+import dataclasses
+import pathlib
+import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from explorer.spec import ConvSpec, Variant
 
@@ -19,9 +23,9 @@ def stored_pair() -> tuple[pathlib.Path, str, str]:
   """(database, staged id, fused id): a store of this process's own, with the run's two traces (traced in two workers at once by the
   first process to ask)."""
   if not _made:
+    from support import made_once
     from explorer.store import Store, trace_key
     from explorer.tracing.pipeline.run import run_trace
-    from support import made_once
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-stored-"))
     atexit.register(shutil.rmtree, tmp, True)
     db, store = tmp / "traces.sqlite3", None

@@ -2,11 +2,20 @@
 walked whole (FastAPI includes routers lazily, so app.routes alone lists them as _IncludedRouter wrappers, not as routes), each GET's
 path filled with real arguments; and the traces a test run makes once for all its processes."""
 from __future__ import annotations
-import asyncio, contextlib, copy, fcntl, json, os, pathlib, re
+import asyncio
+import contextlib
+import copy
+import fcntl
+import json
+import os
+import pathlib
+import re
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
-from collections.abc import Callable, Coroutine, Iterator
-if TYPE_CHECKING: from explorer.settings import Settings
+
+if TYPE_CHECKING:
+  from explorer.settings import Settings
 
 def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, study_runner: Any = None, graph_workers: int = 1,
              settings: Settings | None = None, **fields: Any) -> Any:

@@ -2,12 +2,13 @@
 them as a server's does) get the client's share and the server's bounds, no more; identical ones run one trace; a diff's two variants
 are admitted both or neither. The runner is gated (no tinygrad): what is counted is what was admitted and started."""
 from __future__ import annotations
-import threading, time
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from fastapi.testclient import TestClient
-from explorer.web.services.traces import STAGES
 from support import app_over, fake_result, minimal_trace
+from explorer.web.services.traces import STAGES
 
 class Gate:
   """A runner that holds every trace until released, counting the runs it started."""

@@ -1,7 +1,9 @@
 """The Python API (explorer.api) on a real tiny trace: its id is the store's key, it saves, stores, diffs, renders inline, and opens
 its page on a local server that it starts when none answers."""
 from __future__ import annotations
-import html, json, time
+import html
+import json
+import time
 import httpx
 import pytest
 from conftest import free_port
@@ -80,7 +82,8 @@ def httpx_answers(base: str) -> bool:
   except httpx.HTTPError: return False
 
 def test_the_api_is_importable_from_the_package_without_loading_tinygrad_until_used():
-  import subprocess, sys
+  import subprocess
+  import sys
   code = ("import sys, explorer; assert 'tinygrad' not in sys.modules and 'explorer.api' not in sys.modules\n"
           "from explorer import capture, trace, Trace; from explorer import api\n"
           "assert (capture, trace, Trace) == (api.capture, api.trace, api.Trace)\n"

@@ -3,7 +3,14 @@ kernels are tinygrad's own for the same program (names and host sources, against
 has the usual schema (passes with matches, other targets, the check against the user's reference) and every page serves it; what
 cannot work says so at once (tinygrad imported first without tracking, a script that raises or never ends, and no worker is left)."""
 from __future__ import annotations
-import json, os, pathlib, subprocess, sys, textwrap, time, uuid
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
 import pytest
 from conftest import computed
 from support import app_over

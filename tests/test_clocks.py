@@ -2,7 +2,8 @@
 CUDA clocks' calls checked against stand-ins for NVIDIA's CUPTI binding and for the driver (no GPU here: their order and what they
 return); the schedule's span measured on the CPU against real tinygrad kernels; ratios quoted in words whose interval runs their way."""
 from __future__ import annotations
-import statistics, time
+import statistics
+import time
 from types import SimpleNamespace
 from typing import Any
 import pytest

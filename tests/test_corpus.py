@@ -6,7 +6,16 @@ outputs bit for bit plain tinygrad's (golden data, tests/golden/corpus.py, one p
 launched (its own profiler's record) in the trace, every kernel credited to a line of the program, and the lines checked against the
 ones that made each kernel (the `# model:` marks name them), loops and TinyJit runs recorded as such."""
 from __future__ import annotations
-import collections, datetime, importlib.metadata, importlib.util, json, os, pathlib, re, subprocess, sys
+import collections
+import datetime
+import importlib.metadata
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
 import pytest
 from corpus import PROGRAMS
 from golden.corpus import GOLDEN, programs_hash

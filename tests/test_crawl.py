@@ -4,7 +4,10 @@ computes what those pages start (targets, analyses, compile facts, diffs, tours)
 server's log holds no traceback. Before, one client reading a program's pages was refused 429 for its share, and the overview at a
 target whose records were landing answered 500 (KeyError)."""
 from __future__ import annotations
-import pathlib, subprocess, sys, time
+import pathlib
+import subprocess
+import sys
+import time
 import httpx
 import pytest
 from conftest import running_server, trace_on

@@ -1,10 +1,11 @@
 """explorer/diff.py on real traces of a tiny shape: kernels matched by role and data flow, one-sided buffers, source and UOp graph
 diffs, interleaved re-timing, outputs compared, and `kernel-explorer diff` with flag sets, JSON files and stored ids."""
-import dataclasses, json
+import dataclasses
+import json
 from concurrent.futures import ThreadPoolExecutor
 import pytest
-from explorer.cli import main
 from explorer.analysis.diff import _relation, compare_outputs, diff_traces, full_diff, graph_diff, remeasure_interleaved, source_rows
+from explorer.cli import main
 from explorer.spec import ConvSpec, Variant
 from explorer.tracing.pipeline.run import run_trace
 

@@ -4,12 +4,12 @@ UOp graph diff with only where a change starts outlined red (a legend for the re
 from __future__ import annotations
 import re
 import pytest
-from fastapi.testclient import TestClient
-from explorer.spec import PRESETS, Variant
-from explorer.store import trace_key
 from conftest import wait_done
+from fastapi.testclient import TestClient
 from stored_traces import stored_pair
 from support import app_over, fake_result, minimal_trace
+from explorer.spec import PRESETS, Variant
+from explorer.store import trace_key
 
 @pytest.fixture(scope="module")
 def pair():

@@ -2,17 +2,19 @@
 (xhat with xhat, ghat with ghat, mhat and out against mhat+out), the UOp graph diff drawn and cached, sources per target and
 across two targets, the measurements as background jobs (cached), quick picks, and the page in a real browser."""
 from __future__ import annotations
-import os, re, socket, time
+import os
+import re
+import socket
+import time
 from contextlib import closing
 import httpx
 import pytest
-from fastapi.testclient import TestClient
-from explorer.store import Store
-from explorer.web.services.diffs import GRAPHS, structural_kind
 from conftest import ARTIFACTS, needs_chromium, running_server, wait_done
+from fastapi.testclient import TestClient
 from stored_traces import copy_trace, stored_pair
 from support import app_over
-
+from explorer.store import Store
+from explorer.web.services.diffs import GRAPHS, structural_kind
 
 @pytest.fixture(scope="module")
 def pair():

@@ -5,9 +5,14 @@ resolve and every page is in mkdocs.yml's nav. A block that cannot run here says
 `<!-- skip: the reason -->`, and is reported skipped with that reason; `<!-- continue -->` there joins a block to the one before it
 (one script). The training step's capture (once tests/test_readme.py) must also print what its comments say."""
 from __future__ import annotations
-import functools, pathlib, re, shlex, subprocess, sys
-from dataclasses import dataclass
+import functools
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 import pytest
 from conftest import REPO
 from support import settings_free_env

@@ -2,7 +2,9 @@
 target are computed when its page or its API URL first asks, for that kernel alone, once however many ask at the same time, stored in
 the enrichments table and served from it after."""
 from __future__ import annotations
-import copy, json, shutil
+import copy
+import json
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import computed
@@ -59,9 +61,9 @@ def test_a_cross_site_view_starts_no_compile(web_client, traced):
 
 def test_the_cli_computes_facts_when_asked_and_enrich_fills_in_later(tmp_path, capsys):
   from explorer.cli.main import main
+  from explorer.spec import PRESETS, Variant
   from explorer.store import Store
   from explorer.tracing.pipeline.run import run_trace
-  from explorer.spec import PRESETS, Variant
   path = tmp_path / "t.json"
   assert main(["trace", "--preset", "small", "--no-time", "--target", "cuda", "--json", str(path), "--quiet"]) == 0
   assert "compile facts" not in capsys.readouterr().out

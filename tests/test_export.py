@@ -1,15 +1,17 @@
 """Exports: the trace as JSON, and as ONE self-contained HTML file (inline CSS, JS and SVG) that a browser opens from a file:// URL
 with no server running and no network request; from the web app and from `kernel-explorer export`."""
 from __future__ import annotations
-import json, re, time
+import json
+import re
+import time
 from contextlib import closing
 import pytest
-from fastapi.testclient import TestClient
-from explorer.cli import main
-from explorer.store import Store
 from conftest import ARTIFACTS, needs_chromium
+from fastapi.testclient import TestClient
 from stored_traces import copy_trace, stored_pair
 from support import app_over
+from explorer.cli import main
+from explorer.store import Store
 
 @pytest.fixture(scope="module", autouse=True)
 def no_peaks(tmp_path_factory):

@@ -2,16 +2,22 @@
 fault is for has started; the kill has been seen), never on time alone: the server SIGKILLed while it stores a trace, a trace worker
 SIGKILLed mid-trace, the store's disk full, and a store that cannot be used at start."""
 from __future__ import annotations
-import json, os, pathlib, signal, sqlite3, subprocess, sys
-from collections.abc import Iterator
 import contextlib
+import json
+import os
+import pathlib
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
 import httpx
 import pytest
+from conftest import REPO
+from servers import Server, post, status, wait_for, worker_groups
+from support import minimal_trace, settings_free_env
 from explorer.schema import validate_trace
 from explorer.store import Store
-from conftest import REPO
-from support import minimal_trace, settings_free_env
-from servers import Server, post, status, wait_for, worker_groups
 
 TINY = {"spec": {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}, "variant": {"targets": [], "repeats": 2}}
 SLOW = {"preset": "medium", "variant": {"algo": "direct", "targets": [], "warmup": 0, "repeats": 1000}}  # a minute in its timing stage

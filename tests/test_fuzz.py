@@ -11,17 +11,21 @@ the file takes well under a few minutes on 2 cores. No trace runs for real: the 
 once, and the device list is fixed. The real-trace test pins {trace_id} to the session's real `small` trace (a copy of its store),
 so the GET operations see fuzzed refs, kernel numbers and queries on a real trace, expanding graphs in real workers."""
 from __future__ import annotations
-import pathlib, sqlite3, tempfile, time, tomllib
+import pathlib
+import sqlite3
+import tempfile
+import time
+import tomllib
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
+from support import app_over, fake_result, minimal_trace
 from explorer.settings import Settings
 from explorer.web.services.devices import DeviceCatalog
 from explorer.web.services.traces import STAGES
 
-from support import app_over, fake_result, minimal_trace
 EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 STATEFUL = settings(max_examples=50, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 CONFIG_FILE = pathlib.Path(__file__).parent.parent / "schemathesis.toml"

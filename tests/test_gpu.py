@@ -1,6 +1,13 @@
 """On an NVIDIA host: traces run and are timed on the GPU by default, and their roofline makes sense. Skipped where no NVIDIA GPU is.
 The device list comes from a subprocess: importing explorer.tracing.tg here would switch on tinygrad's tracking in the pytest process."""
-import glob, importlib.util, json, os, shutil, subprocess, sys, xml.etree.ElementTree as ET
+import glob
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
 import pytest
 from explorer.analysis import roofline as R
 from explorer.spec import PRESETS, Variant

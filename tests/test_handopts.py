@@ -2,7 +2,11 @@
 do_to_program gives for the same opts (in a subprocess, renderers built independently), a bad opt is refused with tinygrad's reason,
 the host target is timed against the original, and the kernel page's Opts panel applies a chip and shows the new registers."""
 from __future__ import annotations
-import json, re, shutil, subprocess, sys
+import json
+import re
+import shutil
+import subprocess
+import sys
 import pytest
 from conftest import ARTIFACTS, REPO, needs_chromium, scheduled
 

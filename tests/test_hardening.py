@@ -3,17 +3,25 @@ another trace completes and /api/health keeps answering; graph workers are repla
 device; every input is bounded; bodies, URLs, cross-site posts and foreign Host headers are refused; the token is required beyond
 loopback; annotations are escaped wherever they render; no user data is ever evaluated or unpickled; every setting is documented."""
 from __future__ import annotations
-import ast, dataclasses, logging, os, pathlib, signal, sqlite3, threading, time
+import ast
+import dataclasses
+import logging
+import os
+import pathlib
+import signal
+import sqlite3
+import threading
+import time
 import pytest
+from conftest import REPO, wait_done
 from fastapi.testclient import TestClient
-from explorer.tracing.workers.devicelock import DeviceLock
+from support import app_over
 from explorer.settings import ENV_PREFIX, SETTINGS, Settings
 from explorer.spec import ConvSpec
 from explorer.store import Store
-from explorer.tracing.workers.process import Limits, WorkerFailed, call_in_worker
 from explorer.tracing.pipeline.run import run_trace
-from conftest import REPO, wait_done
-from support import app_over
+from explorer.tracing.workers.devicelock import DeviceLock
+from explorer.tracing.workers.process import Limits, WorkerFailed, call_in_worker
 
 TINY = {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}
 FAST = {"targets": ["cuda"], "warmup": 1, "repeats": 3}

@@ -2,15 +2,17 @@
 Every command that reads a trace file (export, diff, repro, enrich, opts) refuses each with one line on stderr and exit 2, never a
 traceback; validate_trace names the broken reference. A refused file never reaches tinygrad: nothing here runs a worker."""
 from __future__ import annotations
-import copy, json, pathlib
-from typing import Any
+import copy
+import json
+import pathlib
 from collections.abc import Callable
+from typing import Any
 import pytest
-from explorer.store import files as store  # the trace-file reader: its module constant and its `open`
+from support import shared_run
 from explorer.cli.main import main
 from explorer.schema import validate_trace
 from explorer.spec import SpecError
-from support import shared_run
+from explorer.store import files as store  # the trace-file reader: its module constant and its `open`
 
 @pytest.fixture(scope="module")
 def real() -> dict[str, Any]:

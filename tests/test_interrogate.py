@@ -4,9 +4,9 @@ from __future__ import annotations
 import re
 import pytest
 from fastapi.testclient import TestClient
+from support import WINO8_BUILTIN, app_over, shared_run
 from explorer.store import Store
 from explorer.web.services.graphs import MAX_STEPS
-from support import WINO8_BUILTIN, app_over, shared_run
 
 TID = "00000000000000dd"
 

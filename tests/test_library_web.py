@@ -3,10 +3,10 @@
 from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
-from explorer.store import Store
-from explorer.web.services import provenance
 from stored_traces import copy_trace, stored_pair
 from support import app_over
+from explorer.store import Store
+from explorer.web.services import provenance
 
 @pytest.fixture(scope="module")
 def lib():

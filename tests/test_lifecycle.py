@@ -3,16 +3,23 @@ workers that outlived a SIGKILLed server or a SIGTERMed CLI, jobs forgotten acro
 priority, a queue that admitted fewer jobs than it should, and the small ones (paths in /api/health, cross-site GETs that start
 work, short tokens, NUL in a search). Real servers in subprocesses, real workers, real signals."""
 from __future__ import annotations
-import os, pathlib, signal, socket, subprocess, sys, threading, time
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 import httpx
 import pytest
-from fastapi.testclient import TestClient
-from explorer.tracing.workers.lifeline import group_members
-from explorer.settings import Settings
-from explorer.store import Store
 from conftest import REPO, wait_done
+from fastapi.testclient import TestClient
 from servers import Server, descendants, post, stat_of, status, wait_for, worker_groups
 from support import app_over, fake_result, minimal_trace, run_async
+from explorer.settings import Settings
+from explorer.store import Store
+from explorer.tracing.workers.lifeline import group_members
 
 # a trace that runs for a minute: a thousand timed repeats of the medium direct conv (killed long before)
 SLOW = {"preset": "medium", "variant": {"algo": "direct", "targets": ["cuda"], "warmup": 0, "repeats": 1000}}

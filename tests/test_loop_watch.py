@@ -1,7 +1,8 @@
 """The event loop's watch (explorer.web.http.loopwatch, settings.loop_watch): a step that computes on the loop is reported with its CPU
 time and where its handler stood; a step that only waits (a sleep, as a wait for the interpreter lock is) is not counted as holding it."""
 from __future__ import annotations
-import asyncio, time
+import asyncio
+import time
 from fastapi.testclient import TestClient
 from support import app_over
 

@@ -2,10 +2,10 @@
 from real traces; shown on the kernel-graph page and side by side in the diff."""
 from __future__ import annotations
 from fastapi.testclient import TestClient
-from explorer.analysis import memory
-from explorer.store import Store
 from stored_traces import stored_pair
 from support import app_over
+from explorer.analysis import memory
+from explorer.store import Store
 
 def _by_hand(trace: dict) -> tuple[int, int]:
   """Peak and the step it is at, counted plainly: at each call, every buffer already written (or the program's own) and still read."""

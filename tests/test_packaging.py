@@ -1,7 +1,13 @@
 """Packaging as the ecosystem expects: the wheel (built offline from this checkout) carries the templates, static files and vendored
 libraries, the `kernel-explorer` command and the extras; installed on its own, it renders a page and answers `python -m explorer`."""
 from __future__ import annotations
-import os, pathlib, shutil, subprocess, sys, textwrap, zipfile
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -2,9 +2,12 @@
 stage and the error in a line, the terminal's printout first of all, and the CLI's exit status 1 unless asked to accept it (a real
 failure: a device tinygrad does not have, at the tensor graph's stage)."""
 from __future__ import annotations
-import json, re, subprocess, sys
-from fastapi.testclient import TestClient
+import json
+import re
+import subprocess
+import sys
 from conftest import REPO
+from fastapi.testclient import TestClient
 from support import app_over
 
 PAGES = ("", "/bufferize", "/rangeify", "/timeline", "/roofline", "/tour")

@@ -3,12 +3,15 @@ captured as one program trace, against plain tinygrad running the same code in a
 it compiles, DEBUG=4); every kernel traced back to the lines of the model (tests/capture_programs.py marks them), backward kernels
 marked; the program view, its search and the kernel list of a 1,000-kernel program answer within a second."""
 from __future__ import annotations
-import pathlib, re, statistics, time
+import pathlib
+import re
+import statistics
+import time
 from typing import Any
 import pytest
-from explorer.text import fmt_flops
 from support import app_over, run_async, scaled
 from test_capture import run_json
+from explorer.text import fmt_flops
 
 PROGRAMS = pathlib.Path(__file__).resolve().parent / "capture_programs.py"
 
@@ -324,8 +327,12 @@ def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path, alone):
   gets 429 with Retry-After before any work starts; the server's memory stays bounded (one parsed copy of the trace, queued work holds
   ids); another client (its own address through a trusted proxy) meanwhile gets its first view computed at once and its health checks
   answered quickly."""
-  import shutil, sqlite3, statistics, threading
-  import httpx, psutil
+  import shutil
+  import sqlite3
+  import statistics
+  import threading
+  import httpx
+  import psutil
   from conftest import running_server
   from explorer.schema import validate_trace
   from explorer.store import Store
@@ -384,7 +391,8 @@ def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path, alone):
 def test_one_parse_per_trace(cnn, db, tmp_path, alone):
   """Ten concurrent cold views of a big program parse it once (light: explorer.store.pieces); an enrichment stored into it is merged into
   that parsed copy (no second parse), and a write by another process (a new version in the store) is seen."""
-  import asyncio, shutil
+  import asyncio
+  import shutil
   import httpx
   from explorer.schema import validate_trace
   from explorer.store import Store

@@ -1,9 +1,18 @@
 """Device workers over a job queue: a real redis-server (Debian's; `make test` installs it, and these tests skip, saying why, where it
 is absent), real `kernel-explorer worker` processes and real servers started with --queue."""
 from __future__ import annotations
-import contextlib, os, pathlib, re, shutil, signal, socket, subprocess, sys, time
-from typing import Any
+import contextlib
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from typing import Any
 import httpx
 import pytest
 from conftest import REPO, free_port, needs_chromium, running_server

@@ -2,7 +2,10 @@
 Run in a clean environment (no VIZ, no rewrite tracking), each script prints tinygrad's own DEBUG=2 line for every kernel: the names
 must be the trace's kernel names, in the same order of first appearance."""
 from __future__ import annotations
-import os, re, subprocess, sys
+import os
+import re
+import subprocess
+import sys
 import pytest
 from explorer.store import Store
 

@@ -1,9 +1,10 @@
 """The response cache: a stored trace's views are rendered once and served as bytes; a progress page is never kept; a note or a
 delete drops the trace's entries."""
 from __future__ import annotations
-import threading, time
-from fastapi.testclient import TestClient
+import threading
+import time
 from conftest import wait_done
+from fastapi.testclient import TestClient
 from support import app_over
 
 def test_a_stored_traces_views_are_served_from_memory(web_client, small_trace):

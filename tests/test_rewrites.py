@@ -3,15 +3,19 @@ host, whose rewritten programs then run and are checked against numpy; sink-load
 keeps the output right, drop-end fails at a named stage with the compiler's own message; the server lists the catalogue and never
 runs a user's rewrite file."""
 from __future__ import annotations
-import json, os, shutil, subprocess, sys
+import json
+import os
+import shutil
+import subprocess
+import sys
 import pytest
+from conftest import REPO
 from fastapi.testclient import TestClient
-from explorer.tracing.pipeline.run import TraceResult, run_trace
-from explorer.tracing.enrichments.enrich import add_facts
+from support import WINO8_BUILTIN, app_over, shared_run
 from explorer.spec import PRESETS, REWRITES, SpecError, Variant
 from explorer.store import Store
-from conftest import REPO
-from support import WINO8_BUILTIN, app_over, shared_run
+from explorer.tracing.enrichments.enrich import add_facts
+from explorer.tracing.pipeline.run import TraceResult, run_trace
 
 SINK_LOADS_CHECK = r"""
 import json
@@ -141,14 +145,15 @@ def test_the_server_lists_the_catalogue_and_refuses_user_code(tmp_path, wino8_ru
     assert 'id="longest-ranges"' in page
     assert 'name="rewrites" value="peel"' in client.get("/").text
     form = "preset=small&algo=direct&opt=heuristic&targets=cuda&warmup=0&repeats=1&rewrites=peel&peel=3&rewrites=sink-loads"
-    from explorer.web.routes.home import form_to_request
     import urllib.parse
+    from explorer.web.routes.home import form_to_request
     _, req = form_to_request(urllib.parse.parse_qs(form))
     assert req.variant.rewrites == ["peel:3", "sink-loads"]
 
 def test_stored_ids_without_rewrites_are_unchanged():
   """A variant without rewrites keys as it did before the fields existed (stored traces and permalinks keep their ids)."""
-  import dataclasses, hashlib
+  import dataclasses
+  import hashlib
   from explorer.store import device_key, tinygrad_version, trace_key
   v, spec = Variant(targets=("cuda",)), PRESETS["small"]
   before = {k: x for k, x in v.to_dict().items() if k not in ("notes", "device", "cuda_arch", "metal_arch", "rewrites", "rewrite_file", "tinygrad")}

@@ -1,6 +1,9 @@
 """Roofline: the spec-sheet table, the math on a synthetic trace, the SVG, and the measured probe on this host's CPU.
 Nothing here imports tinygrad: device facts and the probe run in worker processes."""
-import math, subprocess, sys, time
+import math
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 import pytest
 from explorer.analysis import roofline as R

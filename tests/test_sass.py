@@ -2,11 +2,15 @@
 and against nvdisasm's own JSON line table of the same cubin compiled again here, the live-register peak against ptxas' count, a
 kernel that spills, the page's clicks in a real browser, the diff, the CLI, and a machine without nvdisasm."""
 from __future__ import annotations
-import json, pathlib, re, shutil, subprocess, tempfile
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+import tempfile
 import pytest
 from conftest import computed, trace_of
-from explorer.tracing.compilers import toolchain
-from explorer.tracing.compilers import nvdisasm
+from explorer.tracing.compilers import nvdisasm, toolchain
 
 MISSING = [t for t in ("nvdisasm", "cuobjdump", "ptxas") if toolchain.tool(t) is None] + ([] if shutil.which("nvcc") else ["nvcc"])
 needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"no {', '.join(MISSING)} here (make test installs NVIDIA's nvdisasm and cuobjdump "
@@ -128,10 +132,10 @@ def test_the_page_and_the_diff_show_it(web_client, traced):
 def test_without_nvdisasm_the_page_says_what_to_install(web_client, traced, monkeypatch, tmp_path):
   """Facts compiled where nvdisasm is not (the compiler wrapper sees none): a note, and every page still answers."""
   if not shutil.which("nvcc"): pytest.skip("no nvcc here: nothing compiles CUDA C to show a note beside")
+  from fastapi.testclient import TestClient
+  from support import app_over
   from explorer.stages import ENRICH_FACTS
   from explorer.store import Store
-  from support import app_over
-  from fastapi.testclient import TestClient
   db = tmp_path / "t.sqlite3"
   src = web_client.app.state.services.store
   # with the CUDA record's rewrite blob: its line map is computed here where this worker's store has not computed it yet

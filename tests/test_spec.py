@@ -1,9 +1,10 @@
 """Unit tests for explorer/spec.py: presets, validation messages, Winograd applicability, Variant options, round trips."""
-import dataclasses, json
+import dataclasses
+import json
 import pytest
 from explorer.spec import ALGOS, CONSTS, DEFAULT_MEMORY_BUDGET, PRESETS, STAGINGS, TILES, WINO_IMPLS, ConvSpec, SpecError, Variant, preset_of
-
 from explorer.targets import TARGETS
+
 def raises_one_line(fn, *match: str) -> str:
   """fn() raises SpecError with a one-line message containing every string in match."""
   with pytest.raises(SpecError) as ei: fn()
@@ -286,8 +287,8 @@ def test_from_dict_does_not_mutate_input():
   assert d == {"targets": ["cuda"], "notes": ["x"]}
 
 def test_hand_opts_are_checked_as_text_and_split_as_urls_write_them():
-  from explorer.spec import HAND_OPTS_QUERY, hand_opts, opt_label, split_opts
   import re
+  from explorer.spec import HAND_OPTS_QUERY, hand_opts, opt_label, split_opts
   assert split_opts("UPCAST:0:4,TC:0:-1,2,1,local:1:8") == ["UPCAST:0:4", "TC:0:-1,2,1", "local:1:8"]
   assert hand_opts(split_opts("UPCAST:0:4,TC:0:-1,2,1,local:1:8"), "none") == ("UPCAST:0:4", "TC:0:-1,2,1", "LOCAL:1:8")
   assert hand_opts(["NOLOCALS::"]) == ("NOLOCALS::",) and split_opts(None) == []

@@ -2,7 +2,10 @@
 over its own op's fill) with the spec's message in its tooltip, and a stage's red dot says which UOp and why. The tensor graph is
 checked where tinygrad checks it: a healthy program with Tensor.rand (its counter copied from PYTHON) passes."""
 from __future__ import annotations
-import json, re, subprocess, sys
+import json
+import re
+import subprocess
+import sys
 from conftest import REPO
 from explorer.present import graphs
 

@@ -1,7 +1,8 @@
 """The study statistics against known answers: paired ratios and their intervals, the signed-rank test checked against exact
 enumeration on a small sample, and verdicts that follow the intervals."""
 from __future__ import annotations
-import itertools, math
+import itertools
+import math
 import numpy as np
 from explorer import stats
 

@@ -1,8 +1,12 @@
 """explorer/store/: keys known before running, round trips, restarts, corrupt rows, the graph cache, threads."""
-import importlib.metadata, json, os, sqlite3, threading
+import importlib.metadata
+import json
+import os
+import sqlite3
+import threading
 import pytest
 from explorer.spec import PRESETS, Variant
-from explorer.store import Store, StoreError, default_db_path, trace_key, listing_fields
+from explorer.store import Store, StoreError, default_db_path, listing_fields, trace_key
 
 def fake_trace(label: str = "1x3->16 32x32 k3 | direct opt=heuristic", status: str = "ok") -> dict:
   return {"spec": PRESETS["small"].to_dict(), "preset": "small", "variant": Variant().to_dict(), "label": label, "status": status,
@@ -20,7 +24,8 @@ def test_key_is_known_before_running_and_ignores_notes():
 
 def test_default_device_key_follows_dev():
   """A process started with DEV=CUDA (`DEV=CUDA kernel-explorer serve`) keys a request that names no device as CUDA."""
-  import subprocess, sys
+  import subprocess
+  import sys
   code = "from explorer.store import trace_key; from explorer.spec import PRESETS, Variant; print(trace_key(PRESETS['small'], Variant()))"
   def key_with(dev: str | None) -> str:
     env = {k: v for k, v in os.environ.items() if k != "DEV"} | ({"DEV": dev} if dev else {})
@@ -176,7 +181,8 @@ KNOWN_IDS = [
 ]
 
 def test_known_variants_keep_their_ids():
-  import subprocess, sys
+  import subprocess
+  import sys
   code = ("import json; from explorer.store import trace_key; from explorer.spec import PRESETS, ConvSpec, Variant\n"
           f"print(json.dumps([{', '.join(f'trace_key({case})' for case, _ in KNOWN_IDS)}]))")
   env = {k: v for k, v in os.environ.items() if k != "DEV"}  # ids keyed with no DEV override

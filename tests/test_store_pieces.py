@@ -4,11 +4,15 @@ SQLite's 1 GB for a value), it reads back byte for byte, a trace's size grows wi
 written before parts reads as it did. Over a real captured program: the golden store, made by the store of commit 4cea94d (before
 parts) from a trace of two layers, captured."""
 from __future__ import annotations
-import gzip, json, pathlib, sqlite3, zlib
+import gzip
+import json
+import pathlib
+import sqlite3
+import zlib
 import pytest
 from fastapi.testclient import TestClient
-from explorer.store import Store, StoreError
 from support import app_over, scaled
+from explorer.store import Store, StoreError
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "store_v1.sqlite3.gz"
 PROGRAM = "5fdf6bd857dee0fd"  # "layer, contiguous": a captured program of two kernels

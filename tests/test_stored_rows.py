@@ -5,9 +5,9 @@ from __future__ import annotations
 import sqlite3
 import pytest
 from fastapi.testclient import TestClient
+from support import app_over, minimal_trace
 from explorer.store import Store
 from explorer.tasks import DONE, STUDY, TRACE
-from support import app_over, minimal_trace
 
 STUDY_REQUEST = {"kind": "constants", "presets": ["small"], "specs": [], "repeats": 5}
 

@@ -1,8 +1,8 @@
 """The seed studies end to end on a tiny shape: traced variants, interleaved timing in one worker, the markdown table."""
 import numpy as np
 import pytest
-from explorer.spec import ConvSpec, Variant
 from explorer.analysis.study import markdown, run_study
+from explorer.spec import ConvSpec, Variant
 
 @pytest.fixture(scope="module")
 def constants():
@@ -110,7 +110,9 @@ def test_the_progress_bar_counts_every_case():
   assert len(study_steps("constants", [three, five])) == 3 + 3 + 3  # the 5x5 case brings its builtin-path case
 
 def test_the_cli_writes_the_json_contract_the_documents_table_and_an_offline_page(tmp_path):
-  import json, subprocess, sys
+  import json
+  import subprocess
+  import sys
   out, page = tmp_path / "s.json", tmp_path / "s.html"
   run = subprocess.run([sys.executable, "-m", "explorer", "study", "constants", "--preset", "small", "--repeats", "4", "--warmup", "1",
                         "--ci-width", "0", "--compile-repeats", "3", "--json", str(out), "--html", str(page), "--quiet"],

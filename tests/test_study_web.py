@@ -3,12 +3,14 @@ chromium against a live server: its progress page, the busy answer to a second s
 intervals and verdicts, a distribution plot per case, links to each variant's stored trace), the JSON contract and the offline export.
 Validation, the store's durability and the plot's drawing are checked without running a study."""
 from __future__ import annotations
-import re, socket, time
+import re
+import socket
+import time
 import httpx
 import pytest
 from conftest import ARTIFACTS, needs_chromium
-from explorer.store import Store
 from support import app_over
+from explorer.store import Store
 
 TINY = {"batch": 1, "cin": 2, "cout": 2, "height": 8, "width": 8, "kernel": 3}
 STUDY_ID = re.compile(r"/studies/([0-9a-f]{12})$")
@@ -193,7 +195,9 @@ def test_queued_studies_resumed_after_a_restart_each_follow_their_own_row(tmp_pa
   """Two studies of different kinds and specs on the job queue when the server stopped: the restarted server follows each on the queue
   with its own row's kind and specs (a closure in the loop over the rows once read the last row's for every run). The queue's side is
   replaced here: what is checked is what the server asks it."""
-  import asyncio, concurrent.futures, dataclasses
+  import asyncio
+  import concurrent.futures
+  import dataclasses
   from explorer.spec import PRESETS
   from explorer.tasks import RUNNING, STUDY
   from explorer.web.services import remote

@@ -3,19 +3,26 @@ renderer configured the same way (built in a subprocess, independently of the ex
 tests/golden/plain_codegen.py), the opt setting reaches every
 target, BEAM falls back to heuristic opts with a note, and the CUDA compile facts equal ptxas -v on the same source and arch."""
 from __future__ import annotations
-import json, os, pathlib, re, shutil, subprocess, sys, tempfile, time
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 import pytest
-from fastapi.testclient import TestClient
-from explorer.tracing.compilers.toolchain import occupancy, parse_ptxas
-from explorer.tracing.pipeline.run import run_trace
-from explorer.tracing.enrichments.enrich import add_facts
-from explorer.spec import PRESETS, Variant
 from conftest import REPO, computed, trace_of
-from support import WINO8_BUILTIN, app_over, shared_run
+from fastapi.testclient import TestClient
 from golden import plain_codegen as golden_codegen
 from golden.plain_codegen import CASE_VARIANTS, CASES
-
+from support import WINO8_BUILTIN, app_over, shared_run
+from explorer.spec import PRESETS, Variant
+from explorer.tracing.compilers.toolchain import occupancy, parse_ptxas
+from explorer.tracing.enrichments.enrich import add_facts
+from explorer.tracing.pipeline.run import run_trace
 
 def reference(case: str, trace: dict) -> dict:
   """Plain tinygrad's codegen for the case: the golden file (tests/golden/plain_codegen.py) where it was made on the trace's device
@@ -311,8 +318,7 @@ def test_compile_facts_are_kept_by_what_decides_them_and_read_back_only_as_facts
   """The compile cache (explorer.tracing.compilers.compile_cache): a kernel compiled again by the same tools is read back (no compiler runs),
   exactly the facts it had, SASS included; a kept file that does not read as facts is compiled again; a failure is never kept; another
   build of a tool is another key; "off" keeps nothing."""
-  from explorer.tracing.compilers import compile_cache
-  from explorer.tracing.compilers import toolchain
+  from explorer.tracing.compilers import compile_cache, toolchain
   monkeypatch.setenv(compile_cache.CACHE_VAR, str(cache := tmp_path / "cache"))
   real_run = toolchain._run
   def ran(cmd, stdin=None):
@@ -453,7 +459,7 @@ def test_each_target_has_a_renderer_a_lexer_and_a_compiler_or_the_reason_it_has_
   from pygments.lexer import Lexer
   from explorer import targets
   from explorer.present.render import LEXERS, TARGET_LABELS
-  from explorer.targets import SASS_TARGETS, TARGETS, TARGET_DESCRIPTIONS
+  from explorer.targets import SASS_TARGETS, TARGET_DESCRIPTIONS, TARGETS
   from explorer.tracing.compilers import toolchain
   from explorer.tracing.tg.devices import RENDER_TARGETS, render_target, target_name
   assert TARGETS == targets.TARGETS and set(RENDER_TARGETS) == set(TARGETS) == set(LEXERS) == set(TARGET_DESCRIPTIONS)

@@ -1,7 +1,9 @@
 """The kernel page's target switcher in a real browser (Debian's chromium): one click turns every figure to the target, and a target
 the trace did not ask for is computed while the page shows its progress, then shown."""
 from __future__ import annotations
-import re, shutil, time
+import re
+import shutil
+import time
 import httpx
 import pytest
 from conftest import ARTIFACTS, duplicate_ids, needs_chromium, trace_on, wait_graphs

@@ -2,15 +2,16 @@
 launch, the memory its buffers held), the API serves it, its page draws it (lanes, zoom, a stage that opens its page), an older trace
 without one says so, and a stored timeline is data checked like the rest of a trace."""
 from __future__ import annotations
-import copy, json
+import copy
+import json
 import pytest
+from conftest import ARTIFACTS, needs_chromium, running_server
 from fastapi.testclient import TestClient
+from stored_traces import copy_trace, stored_pair
+from support import app_over
 from explorer.present.timeline import busiest, kind_of, nest, timeline_view
 from explorer.schema import validate_trace
 from explorer.spec import SpecError
-from conftest import ARTIFACTS, needs_chromium, running_server
-from stored_traces import copy_trace, stored_pair
-from support import app_over
 
 @pytest.fixture(scope="module")
 def stored():

@@ -1,7 +1,7 @@
 """Tour texts are computed from the trace: change the variant and the sentences change with the numbers."""
 import pytest
-from explorer.spec import ConvSpec, Variant
 from explorer.present.tour import compare_tour, trace_tour
+from explorer.spec import ConvSpec, Variant
 from explorer.tracing.pipeline.run import run_trace
 
 SPEC = ConvSpec(1, 2, 2, 8, 8, 3)

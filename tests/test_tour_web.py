@@ -2,11 +2,14 @@
 tour (two traces through the job machinery), annotations (round trip, anchors, escaping, limits) and the glossary on every page.
 Real traces: the session's `small` Winograd trace and `small` direct (the built-in "winograd" tour is exactly that pair)."""
 from __future__ import annotations
-import re, subprocess, sys, textwrap
+import re
+import subprocess
+import sys
+import textwrap
 import pytest
+from conftest import REPO, trace_of, wait_done
 from explorer.store import Store
 from explorer.web.routes import tours
-from conftest import REPO, trace_of, wait_done
 
 @pytest.fixture(scope="module")
 def pair(web_client) -> dict:

@@ -1,12 +1,15 @@
 """The trace engine on real tinygrad kernels: what it records, and that it records what tinygrad really does."""
-import json, os, subprocess, sys
+import json
+import os
+import subprocess
+import sys
 import numpy as np
 import pytest
 from explorer.cli import main
 from explorer.spec import PRESETS, ConvSpec, Variant
 from explorer.targets import TARGETS
-from explorer.tracing.workers.process import WorkerFailed
 from explorer.tracing.pipeline.run import run_trace
+from explorer.tracing.workers.process import WorkerFailed
 
 SOURCE_MARKERS = {"host": "void", "cuda": "__global__", "metal": "kernel void", "opencl": "__kernel", "clang": "void", "llvm": "define",
                   "ptx": ".entry", "wgsl": "@compute"}
@@ -199,8 +202,8 @@ def test_beam_programs_shown_are_the_ones_that_run_and_what_it_tried_is_recorded
     assert applied == (cuda["opts"] == k["opts"]) and (applied or any("not legal here" in n for n in cuda["notes"])), cuda["notes"]
   # the kernel page draws it: a dot per candidate, each a link to it as a hand schedule, the winner's path
   from fastapi.testclient import TestClient
-  from explorer.store import Store
   from support import app_over
+  from explorer.store import Store
   Store(tmp_path / "b.sqlite3").put_trace("be00000000000001", beam, beam_run.rewrites, beam_run.target_rewrites)
   with TestClient(app_over(str(tmp_path / "b.sqlite3"))) as client:
     page = client.get("/t/be00000000000001/k/0").text

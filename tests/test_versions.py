@@ -2,7 +2,13 @@
 (explorer.tracing.versions; `make tinygrad-versions` makes them for the suite, in .tinygrads, kept between runs), where it stands,
 and what imports there."""
 from __future__ import annotations
-import json, os, pathlib, re, subprocess, sys, time
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
 from typing import Any
 import pytest
 from explorer.spec import SpecError
@@ -242,8 +248,8 @@ def test_a_server_traces_on_an_older_tinygrad_and_reads_it_there(tmp_path, versi
   answer, its graphs are rebuilt from its rewrite blob by a worker of that tinygrad (tensor, AST, a codegen pass, a match, a rangeify
   pass), and what it computes later (an analysis, another target's record) is computed there too; the diff against the server's own
   matches the kernels, says which passes each has and which rules fired where; the picker offers the convolution on that tinygrad."""
-  from fastapi.testclient import TestClient
   from conftest import wait_done
+  from fastapi.testclient import TestClient
   from support import app_over
   with TestClient(app_over(str(tmp_path / "s.sqlite3"))) as client:
     variant = {"targets": ["cuda"], "repeats": 3, "warmup": 1}
@@ -358,8 +364,8 @@ def test_the_versions_tour_tells_one_convolution_on_two_tinygrads_timed_in_turns
   both tinygrads and sends to the diff, A's steps speak of 0.12's trace. The diff times the two interleaved, each side in a worker of
   its own tinygrad taking turns on the CPU by the host's clock (explorer.tracing.pipeline.turns), and the tour quotes that ratio; their outputs
   are not run in one worker (one tinygrad), and the diff says so."""
-  from fastapi.testclient import TestClient
   from conftest import wait_done
+  from fastapi.testclient import TestClient
   from support import app_over
   with TestClient(app_over(str(tmp_path / "s.sqlite3"))) as client:
     started = client.post("/api/tours/versions").json()

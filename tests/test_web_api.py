@@ -1,16 +1,23 @@
 """The web app through FastAPI's TestClient: a real `small` trace in a real SQLite file (session fixture), jobs, progress,
 graphs, pages, invalid input, unknown ids, and the rule that the server process never imports tinygrad."""
 from __future__ import annotations
-import ast, json, pathlib, subprocess, sys, textwrap, threading, time
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 import pytest
+from conftest import REPO, SMALL_WINO, wait_done
 from fastapi.testclient import TestClient
+from support import app_over, fake_result, minimal_trace
 from explorer.present import graphs
 from explorer.spec import PRESETS
-from explorer.stages import STAGES, STAGE_TITLES
+from explorer.stages import STAGE_TITLES, STAGES
 from explorer.store import Store
 from explorer.web.http.models import ValidationErrorBody
-from conftest import REPO, SMALL_WINO, wait_done
-from support import app_over, fake_result, minimal_trace
 
 # ***** a fake runner: jobs without tinygrad, to see queueing, joining and live progress *****
 

@@ -1,11 +1,12 @@
-import math, re
+import math
+import re
 import numpy as np
 import pytest
 from tinygrad import Tensor, dtypes
+from explorer.spec import ERROR_TOLERANCE, ConvSpec, Variant
 from explorer.tracing.algorithms import build_conv
 from explorer.tracing.algorithms.winograd import WINOGRAD_MATRICES, winograd_explorer
 from explorer.tracing.pipeline.reference import conv2d_reference, error_stats
-from explorer.spec import ERROR_TOLERANCE, ConvSpec, Variant
 
 # batch 2, cin != cout, H and W no multiple of either tile (so padding up to whole tiles and the final shrink are exercised)
 SPEC = ConvSpec(2, 3, 5, 9, 11, 3)

@@ -2,14 +2,25 @@
 loaded as data; a trace file reaches a reproducer only as literals; slow bodies and open streams lock nobody out; a cross-site GET
 starts nothing; one device, one name; workers outlive their broker. Real servers, a real redis-server, a real rogue RQ worker."""
 from __future__ import annotations
-import base64, contextlib, json, os, pathlib, pickle, socket, subprocess, sys, threading, time, zlib
+import base64
+import contextlib
+import json
+import os
+import pathlib
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zlib
 from collections.abc import Iterator
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 from conftest import REPO, running_server
-from test_queue import NO_REDIS, REDIS_SERVER, broker as broker  # the module's real redis-server (a fixture)
+from fastapi.testclient import TestClient
 from support import app_over, filled, get_paths
+from test_queue import NO_REDIS, REDIS_SERVER, broker as broker  # the module's real redis-server (a fixture)
 from explorer.settings import Settings
 from explorer.spec import ConvSpec, Variant
 from explorer.store import Store
@@ -212,8 +223,8 @@ def test_slow_bodies_lock_nobody_out_and_meet_their_deadline(tmp_path):
 def test_event_streams_have_caps_of_their_own(tmp_path):
   """A trace that waits keeps its progress streams open: past max_streams_per_client a client's next stream gets 503 (its page polls
   instead), and pages and other clients' streams still answer; the streams do not count against max_connections."""
-  from test_web_api import GatedRunner
   import uvicorn
+  from test_web_api import GatedRunner
   runner = GatedRunner()
   app = app_over(str(tmp_path / "s.sqlite3"), max_streams_per_client=3, max_streams=5, max_connections=2, runner=runner)
   server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=(port := __import__("conftest").free_port()), log_level="warning"))
@@ -243,10 +254,10 @@ def test_no_route_starts_work_for_another_site(web_client, web_db, small_trace):
   """Every GET route, asked for a fresh copy of a trace (nothing cached) the way a page elsewhere would (an image, a fetch): nothing
   starts (no target, analysis, compile facts, graph expansion, diff or job), and each route that takes a work gate answers 403 saying
   why."""
+  import inspect
   from explorer.schema import ANALYSIS_FIELDS
   from explorer.store import Store
   from explorer.web.http.work import WorkGate
-  import inspect
   fresh, store = "cf0000000000000a", Store(web_db)
   def pristine(rec: dict) -> dict: return {**{k: v for k, v in rec.items() if k not in ANALYSIS_FIELDS}, "compile": None}
   trace = store.get_trace(small_trace)  # as it was traced: without what other tests of the session computed for it since
@@ -366,7 +377,8 @@ def test_a_killed_workers_scratch_files_go_with_it():
 
 def busy_kinds() -> list[type]:
   """Every Busy the services raise (each module imported, so each subclass is defined)."""
-  import importlib, pkgutil
+  import importlib
+  import pkgutil
   import explorer.web.services as services
   from explorer.web.services.lifecycle import Busy
   for m in pkgutil.iter_modules(services.__path__): importlib.import_module(f"explorer.web.services.{m.name}")

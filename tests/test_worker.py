@@ -1,10 +1,15 @@
 """Workers that crash, hang, run out of memory or answer too much give a clear error; the next worker is fine."""
-import json, os, signal, subprocess, sys, time
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import pytest
 from servers import descendants
 from explorer.spec import ConvSpec, Variant
-from explorer.tracing.workers.process import Limits, WorkerFailed, call_in_worker
 from explorer.tracing.pipeline.run import run_trace
+from explorer.tracing.workers.process import Limits, WorkerFailed, call_in_worker
 
 @pytest.mark.parametrize("fn, limits, timeout, message", [
   ("segfault", Limits(), 60, "SIGSEGV"),
@@ -46,7 +51,9 @@ print(json.dumps([[{k: v for k, v in rec.items()} for rec in recs] for recs in g
 def test_a_forked_render_records_what_a_spawned_one_records():
   """A trace worker forks its renders' processes before it opens a device (explorer.tracing.pipeline.renders.RenderPool.forked): each starts
   where a spawned one does after importing tinygrad. Its record is the spawned one's, passes and their matches included."""
-  import json, subprocess, sys
+  import json
+  import subprocess
+  import sys
   out = subprocess.run([sys.executable, "-c", FORKED_RENDER], capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
   forked, spawned = json.loads(out.stdout)
@@ -55,7 +62,8 @@ def test_a_forked_render_records_what_a_spawned_one_records():
 def test_a_forked_pool_forks_once_and_spawns_a_replacement():
   """Forked processes start from the state their creator was in when the pool started; a replacement for one that died would start
   from wherever the creator has got to since, so it is spawned."""
-  import os, signal
+  import os
+  import signal
   from explorer.tracing.workers.pool import WorkerPool
   from tests import worker_faults
   worker_faults.MARK = "parent"
@@ -82,7 +90,8 @@ def test_workers_are_forked_from_a_template_per_environment_that_made_nothing():
 
 def test_a_dead_template_fails_its_workers_in_one_line_and_the_next_call_gets_a_new_one():
   first = call_in_worker("tests.worker_faults:lineage", {})[0]["ppid"]
-  import threading, time
+  import threading
+  import time
   def kill_soon() -> None:
     time.sleep(1.0)
     os.kill(first, signal.SIGKILL)

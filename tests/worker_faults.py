@@ -1,5 +1,9 @@
 """Work that goes wrong on purpose, and a stand-in timing stage: run by tests/test_worker.py and tests/test_hardening.py in real workers."""
-import ctypes, os, pathlib, signal, time
+import ctypes
+import os
+import pathlib
+import signal
+import time
 
 def segfault(progress) -> None: ctypes.string_at(0)
 def hang(progress) -> None: time.sleep(3600)
@@ -20,7 +24,8 @@ def measure(progress, device: str, log: str, hold_s: float, name: str) -> str:
   return name
 def spawn_hog(progress, mb: int, n: int) -> None:
   """n child processes (in the worker's process group), each holding mb MiB of touched memory: each under the data limit, together over it."""
-  import subprocess, sys
+  import subprocess
+  import sys
   kids = [subprocess.Popen([sys.executable, "-c", f"import time; x = b'1' * ({mb} << 20); time.sleep(60)"]) for _ in range(n)]
   progress("hog", "start", ",".join(str(k.pid) for k in kids))
   time.sleep(60)

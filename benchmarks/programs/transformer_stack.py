@@ -8,7 +8,9 @@ that no two blocks share a kernel: a real program of thousands of distinct kerne
 Both seed tinygrad the same way, so both run the same kernels.
 """
 import sys
-if "--capture" in sys.argv: from explorer.api import capture  # before tinygrad: it switches on rewrite tracking at import
+
+if "--capture" in sys.argv:
+  from explorer.api import capture  # before tinygrad: it switches on rewrite tracking at import
 from tinygrad import Context, Tensor, nn
 from tinygrad.helpers import GlobalCounters
 

@@ -11,20 +11,36 @@ group (MHAT), or a materialized constant, shows on one side only.
 No tinygrad here: what needs it runs in a fresh worker (explorer.analysis.diff_worker, explorer.tracing.pipeline.timing).
 """
 from __future__ import annotations
-import difflib, functools, hashlib, itertools, re, statistics
+import difflib
+import functools
+import hashlib
+import itertools
+import re
+import statistics
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from explorer import stats
 from explorer.analysis import memory
-from explorer.clocks import METHODS, ratio_words
 from explorer.analysis.sass import estimate
-from explorer.schema import sass_in
-from explorer.tinygrads import TINYGRAD
+from explorer.clocks import METHODS, ratio_words
+from explorer.schema import (
+  Buffer,
+  CompileFacts,
+  KernelRecord,
+  RatioStats,
+  ScheduleRow,
+  TraceRecord,
+  VariantTiming,
+  registers_of,
+  sass_in,
+  schedule_role,
+  stage_counts_of,
+  target_record,
+)
 from explorer.text import fmt_bytes, fmt_signed, si, table
-from explorer.schema import (Buffer, CompileFacts, KernelRecord, RatioStats, ScheduleRow, TraceRecord, VariantTiming, registers_of, schedule_role,
-                            stage_counts_of, target_record)
+from explorer.tinygrads import TINYGRAD
 from explorer.tracing import versions
 from explorer.tracing.workers.process import DEFAULT_TIMEOUT_S, WorkerFailed, call_in_worker
 

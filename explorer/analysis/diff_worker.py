@@ -1,11 +1,11 @@
 """The halves of explorer.analysis.diff that need tinygrad, called through explorer.tracing.workers.process.call_in_worker (with VIZ=0)."""
 from __future__ import annotations
-import numpy as np
-from explorer.tracing import tg  # first: sets tinygrad's environment before tinygrad is imported
 from typing import Any
+import numpy as np
 from explorer.spec import ConvSpec, Variant
-
 from explorer.stages import Progress
+from explorer.tracing import tg  # (its package sets tinygrad's environment before it imports tinygrad)
+
 Steps = list[list[int]]  # [group, step] of passes in a rewrite blob
 
 def kernel_graphs(progress: Progress, a_blob: bytes, b_blob: bytes, a_sinks: list[int], b_sinks: list[int], a_steps: Steps | None = None,

@@ -4,8 +4,8 @@ time linear in its kernels and buffers, once per parsed trace (explorer.web.serv
 provenance decides once per distinct provenance (per_provenance)."""
 from __future__ import annotations
 import os
-from typing import Any, TypeVar
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 from explorer.analysis.roofline import Peaks
 from explorer.schema import KernelRecord, TraceRecord, kernel_runs, own_provenance, provenance_of, via_of
 from explorer.text import provenance_sites

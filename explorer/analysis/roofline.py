@@ -5,13 +5,19 @@ unlisted GPUs, MIG slices), from a probe measured on the device itself through t
 device facts and the probe run in a worker (explorer.tracing.pipeline.probe).
 """
 from __future__ import annotations
-import html, json, math, os, pathlib, re, tempfile
-from typing import Any, Literal, cast
+import html
+import json
+import math
+import os
+import pathlib
+import re
+import tempfile
 from collections.abc import Callable
+from typing import Any, Literal, cast
 from typing_extensions import TypedDict
 from explorer.clocks import method_of
-from explorer.text import fmt_fixed
 from explorer.schema import DeviceInfo, DevicesFound, KernelRecord, Measured, TraceRecord, device_name, timing_of
+from explorer.text import fmt_fixed
 
 ComputeKey = Literal["fp32", "fp16", "tf32_tc", "fp16_tc"]
 PeakKey = Literal[ComputeKey, "bw"]

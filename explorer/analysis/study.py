@@ -5,17 +5,17 @@ so that their ratios hold on a noisy machine.
   fusion     seed 003: staged vs fused vs single (and tinygrad's builtin) Winograd
 """
 from __future__ import annotations
-import dataclasses, statistics
-from typing import Any, Literal, cast
+import dataclasses
+import statistics
 from collections.abc import Callable, Sequence
+from typing import Any, Literal, cast
 from explorer import stats
 from explorer.schema import Claim, Comparison, CountComparison, StudyCase, StudyResult, StudyRow, TraceRecord, VariantTiming, ast_key_of, setting_of
 from explorer.spec import STUDY_COMPILE_REPEATS, ConvSpec, SpecError, Variant
-from explorer.tinygrads import TINYGRAD
 from explorer.stages import Progress
-from explorer.tracing.workers.process import call_in_worker
+from explorer.tinygrads import TINYGRAD
 from explorer.tracing.pipeline.run import device_env, run_trace
-
+from explorer.tracing.workers.process import call_in_worker
 
 STUDY_VARIANTS: dict[str, list[tuple[str, Variant]]] = {
   "constants": [("symbolic", Variant(algo="winograd", wino_impl="explorer", consts="symbolic")),

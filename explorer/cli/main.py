@@ -1,16 +1,38 @@
 """`kernel-explorer`: trace a convolution from the command line, list presets and targets, serve the web app."""
 from __future__ import annotations
-import argparse, dataclasses, json, os, pathlib, signal, socket, sys, threading
-from typing import TYPE_CHECKING, Any, cast
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import socket
+import sys
+import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 from explorer.cli.progress import StepBars
-if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: a command's start stays light
+
+if TYPE_CHECKING:
+  from explorer.schema import TraceRecord  # types only: a command's start stays light
 from explorer.clocks import how, ratio_words
-from explorer.text import compile_facts, si, table, trace_summary as summary
-from explorer.spec import (COMPUTE_DEVICES, PRESETS, STUDY_CI_WIDTH, STUDY_COMPILE_REPEATS, TILES, ConvSpec, Knob, SpecError, Variant, device_problem,
-                           knobs, normalize_device)
+from explorer.spec import (
+  COMPUTE_DEVICES,
+  PRESETS,
+  STUDY_CI_WIDTH,
+  STUDY_COMPILE_REPEATS,
+  TILES,
+  ConvSpec,
+  Knob,
+  SpecError,
+  Variant,
+  device_problem,
+  knobs,
+  normalize_device,
+)
 from explorer.stages import STAGES
 from explorer.targets import SASS_TARGETS, TARGET_DESCRIPTIONS, TARGETS
+from explorer.text import compile_facts, si, table, trace_summary as summary
 
 class UsageError(Exception): pass
 
@@ -226,8 +248,8 @@ def cmd_enrich(a: argparse.Namespace) -> int:
   live values, loop splits, program spec) and compile facts. A trace file keeps no rewrite blob: its convolution is traced again for one."""
   from explorer.present.export import load
   from explorer.stages import ENRICH_ANALYSIS, ENRICH_FACTS
-  from explorer.tracing.enrichments import enrich
   from explorer.tracing import versions
+  from explorer.tracing.enrichments import enrich
   from explorer.tracing.pipeline.run import ran_here
   trace, trace_id, blob, store = load(a.source, a.db)
   targets = [t.strip() for t in a.target.split(",") if t.strip()] if a.target else None
@@ -302,9 +324,9 @@ def cmd_opts(a: argparse.Namespace) -> int:
   from explorer.present.export import load
   from explorer.schema import host_target, target_records
   from explorer.spec import hand_opts
+  from explorer.tracing.enrichments.enrich import add_analysis
   from explorer.tracing.enrichments.handopts import Unschedulable, schedule
   from explorer.tracing.workers.process import WorkerFailed
-  from explorer.tracing.enrichments.enrich import add_analysis
   trace, trace_id, blob, store = load(a.source, a.db)
   if not 0 <= a.kernel < len(trace["kernels"]): raise SpecError(f"--kernel: the trace has kernels 0 to {len(trace['kernels']) - 1}")
   target, opts = a.target or host_target(trace["kernels"][a.kernel]), hand_opts(a.opt, a.start)

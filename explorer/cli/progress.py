@@ -2,12 +2,16 @@
 finishes), one plain line per event anywhere else (a log, CI, a test's captured stderr), nothing with --quiet."""
 from __future__ import annotations
 import sys
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
-from collections.abc import Sequence
-from explorer.stages import PARTIAL
-from explorer.stages import Progress as Callback  # rich's Progress is the bars
-if TYPE_CHECKING: from rich.progress import Progress  # rich is imported only when bars are drawn: a command starts its work sooner
+from explorer.stages import (
+  PARTIAL,
+  Progress as Callback,  # rich's Progress is the bars
+)
+
+if TYPE_CHECKING:
+  from rich.progress import Progress  # rich is imported only when bars are drawn: a command starts its work sooner
 
 FINISHED = ("done", "error", "skipped")
 

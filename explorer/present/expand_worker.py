@@ -2,9 +2,12 @@
 rebuilding a graph from a trace's rewrite blob imports tinygrad (through explorer.tracing.tg) and is CPU-heavy.
 Each worker keeps the last few loaded blobs, so stepping through one trace's passes loads its blob once."""
 from __future__ import annotations
-import collections, os
+import collections
+import os
 from typing import TYPE_CHECKING, Any
-if TYPE_CHECKING: from explorer.tracing.tg import RewriteBlob
+
+if TYPE_CHECKING:
+  from explorer.tracing.tg import RewriteBlob
 
 BLOBS_KEPT = 2
 _blobs: collections.OrderedDict[tuple[str, str, str | None], RewriteBlob] = collections.OrderedDict()
@@ -22,8 +25,8 @@ def _blob(db_path: str, trace_id: str, target: str | None = None) -> RewriteBlob
   if key in _blobs:
     _blobs.move_to_end(key)
     return _blobs[key]
-  from explorer.tracing.tg import TINYGRAD_VERSION, RewriteBlob
   from explorer.store import Store
+  from explorer.tracing.tg import TINYGRAD_VERSION, RewriteBlob
   data = Store(db_path).get_rewrites(trace_id, target)
   if data is None: raise LookupError(f"trace {trace_id} has no stored rewrites" + (f" for {target}" if target else ""))
   try: _blobs[key] = RewriteBlob(data)

@@ -8,17 +8,18 @@ No tinygrad here. The web server hands over graphs laid out by its GraphService 
 from the store and expands the rest from the rewrite blob in a worker (explorer.present.export_worker), laid out with the local graphviz.
 """
 from __future__ import annotations
-import datetime, os, re
-from typing import Any, cast
+import datetime
+import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, NotRequired, cast
 from typing_extensions import TypedDict
-from typing import NotRequired
-from explorer.version import __version__
-from explorer.targets import TARGETS
 from explorer.present import graphs
-from explorer.store.keys import trace_path
 from explorer.present.tour import told_kernels
 from explorer.schema import KernelRecord, TraceRecord, target_record
+from explorer.store.keys import trace_path
+from explorer.targets import TARGETS
+from explorer.version import __version__
 
 class GraphBlock(TypedDict):
   """One graph of an export: laid out (svg) or the reason it is not (error), what was left out of it (notes) and its node counts."""

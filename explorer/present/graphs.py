@@ -3,7 +3,13 @@
 Plain data in, SVG text out. No tinygrad imports: the web server lays graphs out, worker processes expand them.
 """
 from __future__ import annotations
-import collections, html, os, re, shutil, subprocess, tempfile
+import collections
+import html
+import os
+import re
+import shutil
+import subprocess
+import tempfile
 from typing import Any
 from explorer.schema import KernelRecord, TraceRecord, own_provenance, realizes_of
 from explorer.text import fmt_bytes, fmt_seconds, provenance_sites, si

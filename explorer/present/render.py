@@ -1,26 +1,33 @@
 """Templates, number formatting and source highlighting, shared by the web pages and the self-contained export (no FastAPI)."""
 from __future__ import annotations
-import collections, contextlib, functools, importlib.util, json, marshal, os, pathlib, re, tempfile
-from typing import Any
+import collections
+import contextlib
+import functools
+import importlib.util
+import json
+import marshal
+import os
+import pathlib
+import re
+import tempfile
 from collections.abc import Callable, Mapping
+from typing import Any
 import jinja2
+import pygments.lexers
 from markupsafe import Markup
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
-import pygments.lexers
 from pygments.lexers import CLexer, LlvmLexer, TextLexer
 from explorer import targets
 from explorer.clocks import METHODS, how, method_of, ratio_words
 from explorer.present.beam import beam_plot
+from explorer.present.graphs import kernel_time
+from explorer.schema import KernelRecord, RanOn, StageRow, TraceRecord, host_target, totals_of
 from explorer.spec import HAND_OPT_RE, opt_label
 from explorer.stages import STAGE_TITLES
 from explorer.stats import noisy
-from explorer.text import fmt_ago, fmt_count, fmt_flops, fmt_rate, fmt_size, provenance_sites
-from explorer.present.graphs import kernel_time
-from explorer.text import fmt_seconds
-from explorer.text import fmt_bytes
-from explorer.schema import KernelRecord, RanOn, StageRow, TraceRecord, host_target, totals_of
+from explorer.text import fmt_ago, fmt_bytes, fmt_count, fmt_flops, fmt_rate, fmt_seconds, fmt_size, provenance_sites
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent.parent / "templates"
 STATIC_DIR = pathlib.Path(__file__).resolve().parent.parent / "static"

@@ -10,7 +10,8 @@ their own validation (numbers, and names from fixed lists), every other value is
 (label, device, id) reaches the docstring and comments only through `docstring` and `comment`, which cannot be broken out of. A
 captured program's reproducer is that program's own source, as the trace recorded it: `program_script` says so at its top."""
 from __future__ import annotations
-import math, re
+import math
+import re
 from explorer.schema import ProgramOrigin, TraceRecord
 from explorer.spec import ConvSpec, SpecError, Variant, normalize_device
 

@@ -2,13 +2,14 @@
 the rank test's p-value and the verdict; and a server-rendered SVG per case of every variant's time distribution (box and samples)
 with the paired B/A ratios, their interval, 1 (no difference) and the document's figure. Pure Python: no tinygrad, no JS."""
 from __future__ import annotations
-import html, math
-from typing import Any, Literal
+import html
+import math
 from collections.abc import Callable, Sequence
+from typing import Any, Literal
 import numpy as np
 from explorer.schema import CountComparison, StudyCase, StudyResult, StudyRow, setting_of
-from explorer.text import fmt_ms
 from explorer.spec import ConvSpec
+from explorer.text import fmt_ms
 
 def _ratio(x: float | None) -> str: return "-" if x is None or not math.isfinite(x) else f"{x:.4g}x"
 
@@ -185,9 +186,9 @@ def render_export(status: dict[str, Any], origin: str) -> str:
   """A finished study as ONE self-contained HTML file: inline CSS and SVG, no script, no link that leaves it."""
   import datetime
   from markupsafe import Markup
-  from explorer.version import __version__
   from explorer.present.export import inline_assets
   from explorer.present.render import environment
+  from explorer.version import __version__
   exported = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
   return environment().get_template("study_export.html").render(s=status, cases=case_views(status["result"]), css=Markup(inline_assets()["css"]),
                                                                  exported=exported, origin=origin, version=__version__)

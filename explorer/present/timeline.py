@@ -2,8 +2,8 @@
 nest inside their group), the kernel launches per device, memory in use per device as a step series, and where the seconds went."""
 from __future__ import annotations
 import re
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 from explorer.schema import Timeline
 
 LANE_TITLES = {"stages": "explorer stages", "tensor": "Tensor functions", "tinygrad": "tinygrad passes", "compile": "compiles"}

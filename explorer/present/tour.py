@@ -9,11 +9,28 @@ from dataclasses import replace
 from typing import Any
 from explorer.clocks import how, ratio_words
 from explorer.present.graphs import kernel_time
-from explorer.schema import (InterleavedTiming, KernelRecord, ProgramInfo, TargetRecord, TimeStats, Totals, TraceRecord, ast_key_of, host_target,
-                             max_live_line, own_provenance, pressure_of, realizes_of, registers_of, stage_counts_of, target_record, timing_of,
-                             totals_of)
-from explorer.stats import NOISY_SPREAD, noisy
+from explorer.schema import (
+  InterleavedTiming,
+  KernelRecord,
+  ProgramInfo,
+  TargetRecord,
+  TimeStats,
+  Totals,
+  TraceRecord,
+  ast_key_of,
+  host_target,
+  max_live_line,
+  own_provenance,
+  pressure_of,
+  realizes_of,
+  registers_of,
+  stage_counts_of,
+  target_record,
+  timing_of,
+  totals_of,
+)
 from explorer.spec import ConvSpec, Variant, opt_label
+from explorer.stats import NOISY_SPREAD, noisy
 from explorer.text import fmt_bytes, provenance_sites, si_prefix
 
 ROLE_MEANING = {

@@ -4,16 +4,16 @@ missing heartbeat), retry it once when its worker died, and hand back its result
 A job's RQ id is chosen by the caller (`trace-<trace id>` for traces) with its attempt appended, so a server that restarts finds
 the jobs it had enqueued and follows them again (`resume`)."""
 from __future__ import annotations
-import functools, time
-from typing import Any, TypeVar
+import functools
+import time
 from collections.abc import Callable
+from typing import Any, TypeVar
 import redis
 from rq import Queue, Worker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
-from explorer.queue.protocol import (BEAT_S, JOBS, RESULT_TTL_S, QueueJobFailed, QueueUnavailable, beat_key, device_of, queue_name,
-                                     safe_url, unseal)
+from explorer.queue.protocol import BEAT_S, JOBS, RESULT_TTL_S, QueueJobFailed, QueueUnavailable, beat_key, device_of, queue_name, safe_url, unseal
 from explorer.stages import Progress
 
 POLL_S = 0.3

@@ -2,17 +2,18 @@
 the same function the server runs locally (the trace, study or measurement spawns its own tinygrad worker process with the usual
 limits), reports progress into the RQ job's meta while it runs, and returns JSON: bytes as base64."""
 from __future__ import annotations
-import dataclasses, threading
+import dataclasses
+import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from collections.abc import Iterator
 from rq import get_current_job
 from explorer.queue.protocol import b64, seal
 from explorer.settings import Settings
 from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, SpecError, Variant, checked_device, resolve_request
-
 from explorer.stages import Progress
 from explorer.tinygrads import tinygrad_problem
+
 DEVICES: list[str] = []  # this worker's devices, best first (explorer.queue.worker sets them): a job that names none runs on the first
 
 def worker_name() -> str | None:

@@ -2,13 +2,18 @@
 how bytes travel in JSON, how a result is signed, and what a result must be before the server keeps it. Imports neither rq nor
 tinygrad."""
 from __future__ import annotations
-import base64, binascii, hashlib, hmac, json, urllib.parse
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import urllib.parse
 from typing import Any
 from explorer.blob import BlobRefused, check_locations, read_plain
 from explorer.schema import TraceRecord, validate_trace
 from explorer.spec import SpecError
-
 from explorer.targets import TARGETS
+
 ANY = "any"  # the queue of jobs that name no device: every worker takes them, on its default device
 PREFIX = "explorer"
 

@@ -6,7 +6,14 @@ payloads with RQ's JSON serializer (never pickle), and runs each job in its own 
 tinygrad process with its limits). --concurrency N starts N such processes, the broker's URL in their environment (KERNEL_EXPLORER_QUEUE):
 a password on their command lines would show in ps."""
 from __future__ import annotations
-import contextlib, logging, os, signal, socket, subprocess, sys, threading
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
 from typing import Any
 import redis
 from rq import Queue, SimpleWorker

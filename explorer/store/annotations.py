@@ -1,6 +1,7 @@
 """Annotations: a teacher's notes pinned to a tour step, a graph node or a source line of a trace."""
 from __future__ import annotations
-import sqlite3, time
+import sqlite3
+import time
 from typing import Any
 from explorer.store.connection import Connected, transaction
 

@@ -1,7 +1,9 @@
 """What is cached beside the traces, computed again when gone: laid-out graphs (expanded graph JSON and SVG, per trace and graph
 reference) and diffs of two traces (structural diffs, graph diffs, timings and output comparisons)."""
 from __future__ import annotations
-import json, sqlite3, time
+import json
+import sqlite3
+import time
 from typing import Any
 from explorer.store.connection import Connected
 

@@ -5,9 +5,10 @@ and a server freezes what a big parse made (gc.freeze: kept out of every later c
 when the trace is dropped), having collected what was already garbage first; it thaws everything when it stops. What is frozen and
 later becomes cyclic garbage waits for the thaw: a process that runs many servers (the tests) freezes nothing."""
 from __future__ import annotations
-import gc, threading
-from contextlib import contextmanager
+import gc
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 _lock = threading.Lock()
 _paused, _was_enabled, _freeze, _frozen = 0, True, False, False

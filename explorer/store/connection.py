@@ -1,8 +1,11 @@
 """The SQLite file: where it is, its schema (every table, one version), the migrations to it, and one connection per thread."""
 from __future__ import annotations
-import os, pathlib, sqlite3, threading
-from contextlib import contextmanager
+import os
+import pathlib
+import sqlite3
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (

@@ -4,14 +4,20 @@ trace, as a client that takes gzip is sent it, and good while the trace and what
 (Traces.trace_version): a 10,000-kernel program's is 16 MB of JSON that took its first reader a parse and 0.26 s to make, and each
 reader after it 0.1 s more to open, put its id first and gzip again."""
 from __future__ import annotations
-import gzip, sqlite3, time, uuid, zlib
-from typing import TYPE_CHECKING, Any
+import contextlib
+import gzip
+import sqlite3
+import time
+import uuid
+import zlib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 from explorer.store.keys import trace_path
 from explorer.store.pieces import HEAVY, LIGHT
 from explorer.version import __version__
-import contextlib
-if TYPE_CHECKING: from explorer.schema import KernelRecord, TraceRecord
+
+if TYPE_CHECKING:
+  from explorer.schema import KernelRecord, TraceRecord
 
 DOC_V = 2  # the document's layout (2: gzipped, its id and url in it): a change to it makes every stored one stale
 

@@ -1,13 +1,17 @@
 """Enrichments: what was computed for a stored trace after it ran (explorer.tracing.enrichments.enrich), a row per trace, kernel, target and kind,
 merged into the trace when it is read."""
 from __future__ import annotations
-import json, sqlite3, time
-from typing import TYPE_CHECKING, Any, cast
+import json
+import sqlite3
+import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 from explorer.stages import ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET
-from explorer.store.rewrites import checked_locations, put_target_blobs
 from explorer.store.connection import Connected, transaction
-if TYPE_CHECKING: from explorer.schema import KernelRecord, TargetRecord
+from explorer.store.rewrites import checked_locations, put_target_blobs
+
+if TYPE_CHECKING:
+  from explorer.schema import KernelRecord, TargetRecord
 
 MERGED_KINDS = (ENRICH_TARGET, ENRICH_ANALYSIS, ENRICH_FACTS)  # the enrichments a stored trace is read with (merged)
 

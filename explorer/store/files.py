@@ -1,12 +1,18 @@
 """A trace named on the command line: a JSON file (data from elsewhere: checked as strictly as a request) or a stored id (both
 kernel-explorer diff and export take either)."""
 from __future__ import annotations
-import array, itertools, json, os, re
+import array
+import itertools
+import json
+import os
+import re
 from typing import TYPE_CHECKING, Any
 from explorer.spec import SpecError
 from explorer.store.connection import StoreError, default_db_path
 from explorer.store.db import Store
-if TYPE_CHECKING: from explorer.schema import TraceRecord
+
+if TYPE_CHECKING:
+  from explorer.schema import TraceRecord
 
 MAX_TRACE_FILE_BYTES = 256 << 20  # a trace file is refused above this, before it is read (a 1,000-kernel program's is tens of MiB)
 MAX_TRACE_DEPTH = 64              # JSON nesting a trace file may have (a trace's own is under 10)

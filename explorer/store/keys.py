@@ -1,8 +1,11 @@
 """The ids traces are stored under: a content hash of what determines a trace, known before it runs (no tinygrad import here)."""
 from __future__ import annotations
-import hashlib, importlib.metadata, json, os
-from typing import Any
+import hashlib
+import importlib.metadata
+import json
+import os
 from collections.abc import Mapping
+from typing import Any
 from explorer.spec import NOT_SET, ConvSpec, Variant, knobs
 
 _installed: list[tuple[str, str]] = []  # (the metadata directory tinygrad's version was read from, that version)

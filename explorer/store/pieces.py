@@ -10,9 +10,12 @@ an export or a diff reads), so that the pages of a program parse a tenth of it (
 the row, each parsed on its own: a reader parses a 10,000-kernel program in slices of a few milliseconds, and the server's other
 requests go on between them."""
 from __future__ import annotations
-import collections, hashlib, json, sqlite3
-from typing import Any, cast
+import collections
+import hashlib
+import json
+import sqlite3
 from collections.abc import Mapping
+from typing import Any, cast
 from explorer.store.connection import StoreError
 
 PART_FIELDS = ("targets", "uops_listing", "sources", "passes", "provenance", "ops", "spec")  # a kernel's fields kept in its part

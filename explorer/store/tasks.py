@@ -2,9 +2,11 @@
 kind and id, written when accepted and again as it starts and ends (explorer.web.services.lifecycle.Journal writes them). Its states
 are explorer.tasks's: queued -> running -> done | error | interrupted; ids of finished work keep answering after a restart."""
 from __future__ import annotations
-import json, sqlite3, time
-from typing import Any
+import json
+import sqlite3
+import time
 from collections.abc import Callable
+from typing import Any
 from explorer.store.connection import Connected, StoreError
 from explorer.tasks import ACTIVE, DONE, INTERRUPTED, QUEUED, RUNNING, STATES, STUDY, UNKNOWN, TaskKind, TaskState
 

@@ -2,16 +2,21 @@
 rewrite blob; a summary for listing), read back typed, whole, with what was computed for it since merged in; the library's search
 over them."""
 from __future__ import annotations
-import collections, json, logging, time
-from typing import TYPE_CHECKING, Any, cast
+import collections
+import json
+import logging
+import time
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, cast
 from explorer.store import annotations as notes, caches, documents, enrichments, pieces, rewrites as blobs, tasks
 from explorer.store.collector import collector_paused
-from explorer.store.rewrites import checked_locations
 from explorer.store.connection import Connected, StoreError, transaction
+from explorer.store.rewrites import checked_locations
 from explorer.store.tasks import capped
 from explorer.tasks import TRACE
-if TYPE_CHECKING: from explorer.schema import KernelRecord, TraceRecord
+
+if TYPE_CHECKING:
+  from explorer.schema import KernelRecord, TraceRecord
 
 log = logging.getLogger(__name__)
 

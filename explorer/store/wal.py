@@ -5,7 +5,15 @@ replaced a store's every table, and its quick check still said ok). So a log no 
 the two, and the store is opened only where that copy reads as this store: whole (SQLite's quick check), a Kernel Explorer store of a
 version this one reads, keeping some of the traces the file alone holds. A log a running process has open is its own: left alone."""
 from __future__ import annotations
-import contextlib, fcntl, os, pathlib, shutil, sqlite3, struct, tempfile, time
+import contextlib
+import fcntl
+import os
+import pathlib
+import shutil
+import sqlite3
+import struct
+import tempfile
+import time
 from explorer.store.connection import VERSION, StoreError, default_db_path, one_line_of
 
 WAL_MAGIC = (0x377F0682, 0x377F0683)  # the header's first word (its checksums' byte order)

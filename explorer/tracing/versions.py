@@ -4,13 +4,21 @@ environment behind it for everything else (tinygrad depends on nothing; the expl
 A trace worker for that version runs that venv's interpreter; the server's process keeps importing only its own tinygrad, and this
 module imports none. Where: KERNEL_EXPLORER_TINYGRADS (a directory), else $XDG_DATA_HOME/kernel-explorer/tinygrad."""
 from __future__ import annotations
-import dataclasses, hashlib, os, pathlib, shutil, subprocess, sys, sysconfig, threading
-from typing import Any, Literal
+import dataclasses
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
 from collections.abc import Callable
+from typing import Any, Literal
 from explorer.defaults import ENV_PREFIX
 from explorer.spec import SpecError
-
 from explorer.tinygrads import TINYGRAD, TINYGRADS, TRACEABLE, tinygrad_problem
+
 DIR_VAR = ENV_PREFIX + "TINYGRADS"
 TINYGRAD_VAR = ENV_PREFIX + "TINYGRAD"  # in a worker's environment: the tinygrad it runs (explorer.tracing.workers.process.call_in_worker)
 LOCKS = pathlib.Path(__file__).parent / "locks"
@@ -150,6 +158,7 @@ def recorded(trace: Any) -> str | None:
 def imported(progress: Callable[[str, str, str], None]) -> dict[str, str]:
   """What a worker would import (call_in_worker("explorer.tracing.versions:imported", {}, tinygrad=V)): its tinygrad's version and where
   from (found, not imported), and its interpreter."""
-  import importlib.metadata, importlib.util
+  import importlib.metadata
+  import importlib.util
   spec = importlib.util.find_spec("tinygrad")
   return {"tinygrad": importlib.metadata.version("tinygrad"), "from": (spec.origin or "") if spec else "", "python": sys.executable}

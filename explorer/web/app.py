@@ -3,20 +3,21 @@
 The server process never imports tinygrad: traces run in worker processes (explorer.tracing.workers), graphs expand in
 explorer.present.expand_worker's."""
 from __future__ import annotations
-import asyncio, threading
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, cast
-from collections.abc import AsyncIterator, Iterable
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware
-from explorer.version import __version__
-from explorer.tracing.workers.process import Limits  # imports no tinygrad
-from explorer.settings import Settings
+from explorer.queue.protocol import NEEDS_EXTRA
 from explorer.schema import TraceRecord, record_adapters
+from explorer.settings import Settings
 from explorer.stages import ENRICH_ANALYSIS
 from explorer.store import Store, collector
-from explorer.queue.protocol import NEEDS_EXTRA
+from explorer.tracing.workers.process import Limits  # imports no tinygrad
+from explorer.version import __version__
 from explorer.web.http.access import install_token_check
 from explorer.web.http.cache import ResponseCache
 from explorer.web.http.deps import stored_request
@@ -27,12 +28,12 @@ from explorer.web.http.templates import STATIC_DIR, make_templates
 from explorer.web.routes import diff, docs, graphs, home, kernels, library, meta, opts, roofline, schedule, studies, timeline, tours, traces
 from explorer.web.services.devices import DeviceCatalog, QueueDevices
 from explorer.web.services.diffs import DiffService
+from explorer.web.services.enrichments import EnrichmentService
 from explorer.web.services.graphs import GraphService
 from explorer.web.services.probes import Probes
 from explorer.web.services.provenance import provenance
 from explorer.web.services.registry import Services, TraceCache
 from explorer.web.services.studies import StudyService
-from explorer.web.services.enrichments import EnrichmentService
 from explorer.web.services.traces import JobManager
 
 ROUTERS = (meta.router, meta.assets, home.router, traces.api, traces.router, kernels.api, kernels.router, opts.api, opts.router,
@@ -40,7 +41,8 @@ ROUTERS = (meta.router, meta.assets, home.router, traces.api, traces.router, ker
            studies.api, library.router, diff.router, studies.router)
 
 def _queue_client(settings: Settings) -> Any:
-  try: from explorer.queue.client import QueueClient
+  try:
+    from explorer.queue.client import QueueClient
   except ImportError: raise ValueError(NEEDS_EXTRA) from None
   return QueueClient(str(settings.queue), secret=settings.queue_secret, max_result_bytes=int(settings.max_output_mb) << 20)
 

@@ -1,7 +1,15 @@
 """Serving the app: uvicorn on a host and port, loopback-only unless an access token is set, with the request limits and the start-up
 message; `kernel-explorer serve` calls `serve`."""
 from __future__ import annotations
-import contextlib, errno, hashlib, json, os, pathlib, signal, socket, sys
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import sys
 from typing import Any
 
 def runtime_dir() -> pathlib.Path:
@@ -62,10 +70,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000, db_path: str | None = None,
     raise SystemExit(f"kernel-explorer: listening on {host} (beyond loopback) needs an access token: set KERNEL_EXPLORER_TOKEN")
   if (taken := port_taken(host, port)) is not None: raise SystemExit(taken)
   os.environ.update({ENV_PREFIX + name.upper(): str(v) for name, v in overrides.items() if v is not None})
-  from explorer.web.app import create_app as _create_app
-  from explorer.web.http.limits import redact_access_log, restrict_to_loopback
-  from explorer.web.http.h11 import protocol_with
   from explorer.tracing.workers.process import stop_all
+  from explorer.web.app import create_app as _create_app
+  from explorer.web.http.h11 import protocol_with
+  from explorer.web.http.limits import redact_access_log, restrict_to_loopback
   app = _create_app(db_path, settings=settings)
   sys.setswitchinterval(float(settings.switch_interval_ms) / 1e3)  # the loop's waits behind rendering threads: docs/results.md
   if is_loopback(host): restrict_to_loopback(app, host)  # DNS rebinding: a page elsewhere cannot reach us under its own name

@@ -5,7 +5,12 @@ and the suite fails when either differs from what is here (regenerate: `make gol
 
   python tests/golden/corpus.py"""
 from __future__ import annotations
-import hashlib, importlib.metadata, json, pathlib, subprocess, sys
+import hashlib
+import importlib.metadata
+import json
+import pathlib
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 TESTS = pathlib.Path(__file__).resolve().parents[1]

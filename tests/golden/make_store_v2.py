@@ -5,11 +5,16 @@ computed since for kernel 0 (an enrichment). Run with that commit's explorer fir
   git worktree add /tmp/fb4ac21 fb4ac21
   PYTHONPATH=/tmp/fb4ac21 python tests/golden/make_store_v2.py tests/golden/store_v2.sqlite3.gz
 """
-import gzip, pathlib, sqlite3, sys, tempfile
+import gzip
+import pathlib
+import sqlite3
+import sys
+import tempfile
+
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
-from explorer.store import Store  # noqa: E402
 from support import scaled  # noqa: E402
+from explorer.store import Store  # noqa: E402
 
 PROGRAM = "5fdf6bd857dee0fd"
 

@@ -9,15 +9,22 @@ test). The reference changes only with tinygrad (or that builder), so the suite 
 Each file names the tinygrad that made it and a hash of the explorer's Winograd builder; tests/test_targets.py fails when either
 differs from what is installed (regenerate), and regenerates one case each run to compare it byte for byte with the stored file."""
 from __future__ import annotations
-import gzip, hashlib, importlib.metadata, json, os, pathlib, subprocess, sys
+import gzip
+import hashlib
+import importlib.metadata
+import json
+import os
+import pathlib
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "plain_codegen"
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
-from explorer.spec import PRESETS, Variant  # noqa: E402
 from support import GPU_TARGETS  # noqa: E402
+from explorer.spec import PRESETS, Variant  # noqa: E402
 
 PLAIN_CODEGEN = r"""
 import json, sys

@@ -1,7 +1,8 @@
 """Writes tests/programs/tiny_cnn.onnx (3.6 KB, checked in): a small CNN whose nodes are named as PyTorch's exporter names them (a
 scope path, then the op), for the ONNX program of the corpus (tests/programs/onnx_runner.py). Needs the `onnx` package, which the
 explorer does not: `pip install onnx && python tests/golden/tiny_cnn_onnx.py`."""
-import pathlib, sys
+import pathlib
+import sys
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper

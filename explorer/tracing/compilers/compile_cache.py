@@ -8,7 +8,12 @@ that say what a compiler made are kept (never a failure, a time-out or a tool th
 file read back is untrusted: it is used only where it reads as CompileFacts (explorer.schema), else computed and written again. The
 cache never fails a compile: a directory that cannot be read or written is a miss."""
 from __future__ import annotations
-import functools, hashlib, json, os, pathlib, tempfile
+import functools
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
 from typing import Any
 from explorer.schema import record_adapters
 from explorer.settings import ENV_PREFIX

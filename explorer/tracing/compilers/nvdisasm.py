@@ -7,9 +7,11 @@ there: general (GPR), uniform (UGPR) and predicates, the columns its header name
 leaves the code as it is (checked: the same instructions with and without); tinygrad's PTX carries no `.loc`, so each of its
 instruction lines is given its own (`with_ptx_lines`), and SASS lines then number the PTX as tinygrad rendered it."""
 from __future__ import annotations
-import collections, pathlib, re
-from typing import Any
+import collections
+import pathlib
+import re
 from collections.abc import Callable
+from typing import Any
 
 MAX_INSTRUCTIONS = 4000
 SPILL_OPCODES = ("LDL", "STL")  # local memory loads and stores: what ptxas' spills become

@@ -12,13 +12,20 @@ Every result says which compiler ran, or which is missing and how to install it;
 call has a time limit) is a per-kernel result with its message, never a failed trace. CUDA facts also give the theoretical
 occupancy for the kernel's block size on its arch (NVIDIA's occupancy calculator rules, cuda_occupancy.h)."""
 from __future__ import annotations
-import functools, importlib.util, math, os, pathlib, re, shutil, subprocess, tempfile
+import functools
+import importlib.util
+import math
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
 from explorer import targets
-from explorer.tracing.compilers import compile_cache
-from explorer.tracing.compilers import nvdisasm
+from explorer.tracing.compilers import compile_cache, nvdisasm
 
 TIMEOUT_S = 60.0
 MAX_DISASM_LINES = 4000

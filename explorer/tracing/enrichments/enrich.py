@@ -6,14 +6,16 @@ records what tinygrad itself does; the kinds (explorer.stages.ENRICH_KINDS):
 - analysis: a record's line map, live values, loop splits and program spec, read from the rewrite blob its codegen was recorded in;
 - facts: a record's compile facts (a real compiler of this machine on its source: registers, spills, occupancy, disassembly)."""
 from __future__ import annotations
-import os, uuid
-from typing import TYPE_CHECKING, Any, cast
+import os
+import uuid
 from collections.abc import Callable, Iterable, Iterator
-from explorer.stages import ANALYSIS_MARK, lacks_facts
+from typing import TYPE_CHECKING, Any, cast
+from explorer.stages import ANALYSIS_MARK, Progress, lacks_facts
 from explorer.tracing import versions
-from explorer.stages import Progress
 from explorer.tracing.workers.process import Limits, call_in_worker
-if TYPE_CHECKING: from explorer.schema import KernelRecord, TargetRecord, TraceRecord  # types only: pydantic stays out of trace workers
+
+if TYPE_CHECKING:
+  from explorer.schema import KernelRecord, TargetRecord, TraceRecord  # types only: pydantic stays out of trace workers
 
 KernelWork = dict[str, Any]  # {"kernel", "target", "name", "source", "arch", "local_size", "ptx"}: what one kernel's compile needs
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 from explorer.stages import Progress
-if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
+
+if TYPE_CHECKING:
+  from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
 
 class Unschedulable(ValueError):
   """This kernel cannot be scheduled again here (no AST recorded, no record on the target to start from, a user's rewrite file)."""
@@ -59,8 +61,8 @@ def opts_in_worker(progress: Progress, blob: bytes, sink: int, target: str, arch
   Raises OptRefused (tinygrad's reason) for an opt that does not apply."""
   from explorer.tracing.pipeline.renders import BEAM_NOTE, make_target_record, pass_record, tracking_passes
   os.environ.update(tracking_passes(os.environ))  # the passes are recorded, as a trace's renders record them
-  from explorer.tracing.compilers import toolchain
   from explorer.tracing import tg
+  from explorer.tracing.compilers import toolchain
   ast, _ = tg.without_beam(tg.RewriteBlob(blob).sink(sink))
   renderer = tg.host_renderer(device) if device is not None else tg.render_target(target, arch)
   original = [tg.parse_opt(o) for o in current]

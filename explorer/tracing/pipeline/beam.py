@@ -3,7 +3,9 @@ were dropped (explorer.schema.BeamRecord, a kernel's `beam`)."""
 from __future__ import annotations
 from typing import TYPE_CHECKING
 from explorer.clocks import default_method
-if TYPE_CHECKING: from explorer.schema import BeamCandidate, BeamRecord, BeamRound  # types only: pydantic stays out of trace workers
+
+if TYPE_CHECKING:
+  from explorer.schema import BeamCandidate, BeamRecord, BeamRound  # types only: pydantic stays out of trace workers
 
 MIN_PROGRESS_US = 0.01  # tinygrad's BEAM_MIN_PROGRESS default: a round must beat the last by this much, or the search ends
 

@@ -2,7 +2,9 @@
 (explorer.spec.REWRITES), and the source of its PatternMatcher and functions, read from the text of explorer/tracing/pipeline/rewrites.py
 (importing that module would import tinygrad, which the server process never does)."""
 from __future__ import annotations
-import ast, functools, pathlib
+import ast
+import functools
+import pathlib
 from explorer.spec import REWRITES
 
 REWRITES_FILE = pathlib.Path(__file__).with_name("rewrites.py")

@@ -4,8 +4,8 @@ memory its buffers held). Stored as the trace's `timeline` (schema.Timeline): na
 from __future__ import annotations
 import contextlib
 import time
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 from explorer.tracing import tg
 
 MAX_RANGES = 40_000  # past it the shortest are left out (and counted): a long program's timeline stays a few MB at most

@@ -2,9 +2,9 @@
 (explorer.tracing.workers.process.call_in_worker): they import tinygrad through explorer.tracing.tg, and opening a GPU creates a context on it."""
 from __future__ import annotations
 import time
-from typing import Any
 from collections.abc import Callable
-from explorer.tracing import tg  # first: sets tinygrad's environment before tinygrad is imported
+from typing import Any
+from explorer.tracing import tg  # (its package sets tinygrad's environment before it imports tinygrad)
 
 def _safe(fn: Callable[[], Any]) -> Any:
   try: return fn()

@@ -5,20 +5,38 @@ and outputs are checked only against a reference the user passes.
 
 Used by the Python API (explorer.api.capture, in the user's own process) and by `kernel-explorer trace --script` (in a worker)."""
 from __future__ import annotations
-import contextlib, dataclasses, inspect, math, pathlib, time, traceback
+import contextlib
+import dataclasses
+import inspect
+import math
+import pathlib
+import time
+import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
-from collections.abc import Callable, Sequence
-from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
-from explorer.tracing.pipeline.renders import RenderPool
 from explorer.clocks import timed
-from explorer.tracing.pipeline.host_timeline import HostTimeline, timed_stage
-from explorer.stages import Progress
-from explorer.tracing.pipeline.trace import (Program, Recorder, Scheduled, _quiet, add_totals, new_trace, other_targets, pipeline, record,
-                                    schedule_ahead)
-from explorer.store import add_target_record
 from explorer.spec import Variant
-if TYPE_CHECKING: import numpy as np  # numpy (and pydantic) only where a capture needs them: a reference to check, kernels to time
+from explorer.stages import Progress
+from explorer.store import add_target_record
+from explorer.tracing import tg  # (its package sets tinygrad's tracking environment before it imports tinygrad)
+from explorer.tracing.pipeline.host_timeline import HostTimeline, timed_stage
+from explorer.tracing.pipeline.renders import RenderPool
+from explorer.tracing.pipeline.trace import (
+  Program,
+  Recorder,
+  Scheduled,
+  _quiet,
+  add_totals,
+  new_trace,
+  other_targets,
+  pipeline,
+  record,
+  schedule_ahead,
+)
+
+if TYPE_CHECKING:
+  import numpy as np  # numpy (and pydantic) only where a capture needs them: a reference to check, kernels to time
 
 NOT_TRACKING = ("tinygrad was imported before the explorer with rewrite tracking off, so its passes' matches cannot be recorded "
                 "(tinygrad chooses its tracking at import). Restart the interpreter (the notebook's kernel) and import the explorer "

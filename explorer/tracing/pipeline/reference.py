@@ -1,7 +1,7 @@
 """A numpy-only float64 convolution to check every algorithm's numbers against. No tinygrad imports here."""
 from __future__ import annotations
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 CHUNK_BYTES = 4 << 20  # a batch chunk's float64 working set (its padded input, one tap's copy of it, the output and a term)

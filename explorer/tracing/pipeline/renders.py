@@ -8,11 +8,14 @@ The renders share nothing with the host pipeline but the kernel ASTs (UOps pickl
 scheduling, host codegen and the run instead of adding to them. BEAM needs the device to time its candidates: a deviceless target
 gets heuristic opts, and its record says so."""
 from __future__ import annotations
-import contextlib, os, threading
+import contextlib
+import os
+import threading
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterable, Mapping
 from explorer.tracing.workers.pool import WorkerPool
+
 if TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of trace workers
   from explorer.schema import Pass, TargetRecord
 

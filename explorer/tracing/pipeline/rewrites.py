@@ -2,12 +2,14 @@
 terms): each is a tinygrad PatternMatcher run as a named pass of its own (explorer.tracing.tg.Rewrite says where), so its matches,
 rule and before/after graphs are recorded like any of tinygrad's passes. explorer.tracing.pipeline.catalogue shows this file's source of each."""
 from __future__ import annotations
-import functools, itertools, runpy
+import functools
+import itertools
+import runpy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
-from explorer.tracing.tg import PRE_MATCHER, Ops, PatternMatcher, Rewrite, UOp, UPat, constant, linearized
 from explorer.spec import SpecError, rewrite_file_name
+from explorer.tracing.tg import PRE_MATCHER, Ops, PatternMatcher, Rewrite, UOp, UPat, constant, linearized
 
 # ***** sink-loads: each LOAD moved down to just before its first use, within its block *****
 

@@ -1,17 +1,25 @@
 """A trace in a worker: run_trace is what the CLI, the web's jobs, the studies and the diff call; trace_in_worker is the function the
 worker runs (it imports tinygrad, through explorer.tracing.pipeline.trace, for the first time in that process)."""
 from __future__ import annotations
-import os, resource, shutil, socket, sys, tempfile, threading, time
+import os
+import resource
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
+from explorer.spec import ConvSpec, Variant
+from explorer.stages import PARTIAL, STAGES, Progress
+from explorer.tinygrads import TINYGRAD
 from explorer.tracing import versions
 from explorer.tracing.workers.devicelock import HeldLocks
-from explorer.stages import Progress
 from explorer.tracing.workers.process import GATED_STAGE, Limits, Live, WorkerFailed, WorkerTimedOut, call_in_worker, scratch_dir
-from explorer.spec import ConvSpec, Variant
-from explorer.stages import PARTIAL, STAGES
-from explorer.tinygrads import TINYGRAD
-if TYPE_CHECKING: from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
+
+if TYPE_CHECKING:
+  from explorer.schema import TraceRecord  # types only: pydantic stays out of trace workers
 
 @dataclass
 class TraceResult:

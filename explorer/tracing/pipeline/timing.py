@@ -2,16 +2,17 @@
 the whole schedule replayed back to back (`time_schedule`, a trace's timing), and several variants interleaved (`time_interleaved`,
 diffs and studies). Run it in a fresh worker with tracking off (VIZ=0), or in a trace worker at its timing stage."""
 from __future__ import annotations
-import statistics, time
-from typing import Any
+import statistics
+import time
 from collections.abc import Callable
+from typing import Any
 import numpy as np
-from explorer.tracing import tg
 from explorer import stats
 from explorer.clocks import timed
 from explorer.spec import ConvSpec, Variant
-
 from explorer.stages import Progress
+from explorer.tracing import tg
+
 BATCH_BELOW_S = 5e-6  # a kernel this short also gets a batch figure where the clock has one (held events): host jitter is its size
 BATCH_LAUNCHES = 32   # launches in one held event pair for a batch figure
 
@@ -177,7 +178,8 @@ def time_in_turns(progress: Progress, spec: dict[str, Any], variant: dict[str, A
   the variant compiled, then one repeat (Replay.sample) each time the coordinator's socket says "sample", answered with its kernels'
   sum and its span, until it says "end". The device's lock is the coordinator's, held across both workers' turns: this worker never
   asks for it. Returns what time_interleaved returns for a variant, less the samples (the coordinator has them)."""
-  import json, socket
+  import json
+  import socket
   s = ConvSpec.from_dict(spec)
   x_np, w_np = _seeded_inputs(s)
   v = Variant.from_dict(variant).resolve(s)

@@ -4,18 +4,27 @@ Call `capture` in a fresh process (explorer.tracing.workers.process does): tinyg
 and its caches and context variables must not leak between variants.
 """
 from __future__ import annotations
-import contextlib, datetime, json, platform, socket, threading, time, traceback, weakref
+import contextlib
+import datetime
+import json
+import platform
+import socket
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Iterator
-from explorer.tracing import tg  # first: sets tinygrad's tracking environment before tinygrad is imported
-from explorer.tracing.pipeline.beam import beam_record
-from explorer.tracing.pipeline.renders import RenderPool, make_target_record, pass_record
-from explorer.tracing.pipeline.host_timeline import HostTimeline, timed_stage
 from explorer.spec import REWRITES, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.stages import PARTIAL, TRACE_SCHEMA, Progress
 from explorer.store import add_target_record
+from explorer.tracing import tg  # (its package sets tinygrad's tracking environment before it imports tinygrad)
+from explorer.tracing.pipeline.beam import beam_record
+from explorer.tracing.pipeline.host_timeline import HostTimeline, timed_stage
+from explorer.tracing.pipeline.renders import RenderPool, make_target_record, pass_record
+
 if TYPE_CHECKING:  # types only: pydantic stays out of trace workers, numpy out of a capture that checks nothing
   import numpy as np
   from explorer.schema import KernelRecord, Storage

@@ -4,9 +4,14 @@ drift on a shared machine hits both alike. This process holds the device's lock 
 over a socket only it and its two workers know (explorer.tracing.pipeline.timing.time_in_turns is the workers' side); each answer is a line of
 JSON, read as data. No tinygrad here: the server calls it."""
 from __future__ import annotations
-import json, os, socket, tempfile, threading, time
-from typing import Any
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
 from collections.abc import Callable
+from typing import Any
 from explorer.clocks import timed
 from explorer.tracing.workers.devicelock import HeldLocks
 from explorer.tracing.workers.process import WorkerFailed, WorkerTimedOut, call_in_worker

@@ -18,43 +18,134 @@ time compiles afresh (compile_seconds).
 import atexit
 from explorer.tracing.tg import environment  # noqa: F401 - first: tinygrad reads the settings it sets when it is imported
 
+# isort: split
 import tinygrad
+import tinygrad.device
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import Context, disable_gc
 from tinygrad.uop import ops as uop_ops
 from tinygrad.uop.ops import KernelInfo, Ops, PatternMatcher, UOp, UPat
-import tinygrad.device
 from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused
-from explorer.tracing.tg.codegen import (CompileFailed, CompileTimer, ast_key, ast_uop_count, ast_variables, codegen_deviceless, codegen_host,
-                                         program_facts)
+from explorer.tracing.tg.clocks import Clock, ClockFailed, Runnable, clock_for
+from explorer.tracing.tg.codegen import (
+  CompileFailed,
+  CompileTimer,
+  ast_key,
+  ast_uop_count,
+  ast_variables,
+  codegen_deviceless,
+  codegen_host,
+  program_facts,
+)
+from explorer.tracing.tg.compat import PRE_MATCHER, VERSION as _compat_version, at_least as _at_least, const_column, constant, linearized
 from explorer.tracing.tg.custom_rewrites import Rewrite
-from explorer.tracing.tg.devices import (available_devices, default_device, device_name, fill_ptx, host_renderer, render_target, renderer_arch,
-                                         renderer_device, target_name, unopened_devices, without_beam)
-from explorer.tracing.tg.rewrite_blob import RewriteBlob
+from explorer.tracing.tg.devices import (
+  available_devices,
+  default_device,
+  device_name,
+  fill_ptx,
+  host_renderer,
+  render_target,
+  renderer_arch,
+  renderer_device,
+  target_name,
+  unopened_devices,
+  without_beam,
+)
 from explorer.tracing.tg.kernel_analysis import blob_analysis, program_analysis
 from explorer.tracing.tg.nvrtc import nvrtc_compiler
-from explorer.tracing.tg.opts import (OptRefused, check_opts, heuristic_opts, kernel_axes, kernel_outputs, kernel_runnables, legal_opts, opt_context,
-                                      opt_text, parse_opt, recording_beam, with_opts)
-from explorer.tracing.tg.pipeline import (Call, JitRun, buffer_facts, dims, buffer_key, call_argument_nums, calls, copy_ins_outs, jit_capturing,
-                                          kernel_reads_writes, on_jit, on_realize, op_histogram, schedule, schedule_keys, schedule_with_vars,
-                                          stage_decisions, tensor_buffer, tensor_device, tensor_sink)
+from explorer.tracing.tg.opts import (
+  OptRefused,
+  check_opts,
+  heuristic_opts,
+  kernel_axes,
+  kernel_outputs,
+  kernel_runnables,
+  legal_opts,
+  opt_context,
+  opt_text,
+  parse_opt,
+  recording_beam,
+  with_opts,
+)
+from explorer.tracing.tg.pipeline import (
+  Call,
+  JitRun,
+  buffer_facts,
+  buffer_key,
+  call_argument_nums,
+  calls,
+  copy_ins_outs,
+  dims,
+  jit_capturing,
+  kernel_reads_writes,
+  on_jit,
+  on_realize,
+  op_histogram,
+  schedule,
+  schedule_keys,
+  schedule_with_vars,
+  stage_decisions,
+  tensor_buffer,
+  tensor_device,
+  tensor_sink,
+)
 from explorer.tracing.tg.profile import HostEvents, Profiling, profiling, profiling_paused
 from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance, site_signature, sited_metadata, user_site
-from explorer.tracing.tg.recording import (LiveLog, Pass, export_rewrites, forget_rewrites_since, passes_since, take_group_stacks, trace_num,
-                                           tracking, tracking_enabled, tracking_mark, tracking_possible)
+from explorer.tracing.tg.recording import (
+  LiveLog,
+  Pass,
+  export_rewrites,
+  forget_rewrites_since,
+  passes_since,
+  take_group_stacks,
+  trace_num,
+  tracking,
+  tracking_enabled,
+  tracking_mark,
+  tracking_possible,
+)
+from explorer.tracing.tg.rewrite_blob import RewriteBlob
 from explorer.tracing.tg.rewritelog import ENCODER_UNSTORED, decode_rewrite_log
-from explorer.tracing.tg.clocks import Clock, ClockFailed, Runnable, clock_for
-from explorer.tracing.tg.runtime import (call_at, compile_schedule, compile_seconds, compiled_sources, compiler_name, fallback_reason,
-                                         has_reduce, kernel_calls, outputs_kept, realize_inputs, replay, run_schedule, runnable, runnables,
-                                         synchronizer)
+from explorer.tracing.tg.runtime import (
+  call_at,
+  compile_schedule,
+  compile_seconds,
+  compiled_sources,
+  compiler_name,
+  fallback_reason,
+  has_reduce,
+  kernel_calls,
+  outputs_kept,
+  realize_inputs,
+  replay,
+  run_schedule,
+  runnable,
+  runnables,
+  synchronizer,
+)
 from explorer.tracing.tg.specs import has_spec, schedule_calls, spec_check, tensor_spec_check
-from explorer.tracing.tg.compat import PRE_MATCHER, const_column, constant, linearized
-from explorer.tracing.tg.compat import VERSION as _compat_version, at_least as _at_least
+
 if not _at_least(0, 13):  # tinygrad 0.12 schedules ExecItems, not a LINEAR of CALLs: its schedule and runtime under the same names
-  from explorer.tracing.tg.v012 import (buffer_facts, buffer_key, call_at, calls, compile_schedule, compiled_sources, kernel_calls,  # type: ignore[assignment] # noqa: F811
-                                        outputs_kept, replay, run_schedule, runnable, runnables, schedule, schedule_keys, schedule_with_vars,
-                                        tensor_buffer)
+  from explorer.tracing.tg.v012 import (  # type: ignore[assignment] # noqa: F811
+    buffer_facts,
+    buffer_key,
+    call_at,
+    calls,
+    compile_schedule,
+    compiled_sources,
+    kernel_calls,
+    outputs_kept,
+    replay,
+    run_schedule,
+    runnable,
+    runnables,
+    schedule,
+    schedule_keys,
+    schedule_with_vars,
+    tensor_buffer,
+  )
 
 # the public names the rest of the explorer uses: it imports tinygrad only through this package
 __all__ = [

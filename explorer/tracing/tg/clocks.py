@@ -14,10 +14,12 @@ makes them from a compiled schedule). The CUDA clocks reach the driver through `
 through the module `load_cupti` imports; both are parameters, so that their calls can be checked without a GPU.
 """
 from __future__ import annotations
-import ctypes, os, time
+import ctypes
+import os
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
-from collections.abc import Callable, Sequence
 from explorer.clocks import HOST_DEVICES, L2State, Method
 
 @dataclass(frozen=True)

@@ -1,19 +1,27 @@
 """Codegen: a kernel to a PROGRAM (tinygrad's to_program, or with custom rewrites), compiles timed, and what a trace records of a
 program."""
 from __future__ import annotations
-import collections, contextlib, dataclasses, os, sys, tempfile, time, typing
+import collections
+import contextlib
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+import typing
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterator, Sequence
 from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import ansistrip
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, UOp, multirange_str, sym_infer
 from explorer.tracing.tg.compat import ParamArg, at_least, const_text, do_to_program, launch, max_numel, onchip, runs, to_program
 from explorer.tracing.tg.custom_rewrites import Rewrite, pre_matcher_set, to_program_rewritten
-from explorer.tracing.tg.rewrite_blob import plain
 from explorer.tracing.tg.opts import opt_text
 from explorer.tracing.tg.recording import trace_num
+from explorer.tracing.tg.rewrite_blob import plain
+
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import Storage
 

@@ -2,14 +2,17 @@
 version moved, renamed or lacks, as this worker's tinygrad has it, or a stand-in that does what that version does. The rest of the seam
 is written against the newest and imports these from here (what a version lacks outright, a stage leaves out: specs.has_spec)."""
 from __future__ import annotations
-import functools, importlib, re
+import functools
+import importlib
+import re
 from typing import TYPE_CHECKING, Any
 from tinygrad.uop.ops import Ops, UOp
 
 def _version() -> str:
   """The installed tinygrad's version, from the name of its dist-info beside the package (importlib.metadata would import the email
   package to read it: a capture's process pays for what it imports)."""
-  import pathlib, tinygrad
+  import pathlib
+  import tinygrad
   found = list(pathlib.Path(str(tinygrad.__file__)).resolve().parent.parent.glob("tinygrad-*.dist-info"))
   if len(found) == 1: return found[0].name.removeprefix("tinygrad-").removesuffix(".dist-info")
   import importlib.metadata
@@ -25,9 +28,9 @@ if TYPE_CHECKING or at_least(0, 14):  # (the type checker reads the newest's)
   from tinygrad.helpers import NUM_CPU_THREADS as NUM_CPU_THREADS
   from tinygrad.uop.ops import ParamArg as ParamArg, rewrite_group as rewrite_group
 else:
+  import os
   from tinygrad.helpers import ContextVar
   from tinygrad.uop.ops import track_rewrites as rewrite_group  # noqa: F401 - its name until 0.14
-  import os
 
   class ParamArg:  # until 0.14 a PARAM's arg is its slot (an int); nothing is an instance of this
     slot: int
@@ -46,9 +49,9 @@ else:
 
 if TYPE_CHECKING or at_least(0, 13):
   from tinygrad.codegen import do_to_program as do_to_program, to_program as to_program, to_program_cache as to_program_cache
+  from tinygrad.dtype import ConstFloat as ConstFloat
   from tinygrad.helpers import Target as Target
   from tinygrad.renderer.llvmir import CPULLVMRenderer as CPULLVMRenderer
-  from tinygrad.dtype import ConstFloat as ConstFloat
   from tinygrad.uop.ops import CallInfo as CallInfo, ProgramInfo as ProgramInfo
 else:  # tinygrad 0.12: get_program returned a ProgramSpec, lowered kernels were cached as runners (engine.realize.method_cache)
   from dataclasses import dataclass

@@ -1,9 +1,9 @@
 """Custom rewrites: extra named passes in codegen (explorer.tracing.pipeline.rewrites holds the catalogue)."""
 from __future__ import annotations
 import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterator, Sequence
 from tinygrad.codegen import do_linearize, full_rewrite_to_sink, pm_to_program
 from tinygrad.helpers import Context, TracingKey
 from tinygrad.renderer import Renderer

@@ -1,9 +1,16 @@
 """Devices and renderers: the host's devices (best first, by name), and each target's renderer built for an arch without its device."""
 from __future__ import annotations
-import contextlib, ctypes, functools, glob, pathlib, platform, re, subprocess
+import contextlib
+import ctypes
+import functools
+import glob
+import pathlib
+import platform
+import re
+import subprocess
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NamedTuple
-from collections.abc import Callable
 from tinygrad import Device
 from tinygrad.codegen.opt import tc
 from tinygrad.device import Compiler

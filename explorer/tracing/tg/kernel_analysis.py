@@ -4,12 +4,13 @@ import typing
 from collections.abc import Sequence
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import Ops, UOp
-from explorer.tracing.tg.rewrite_blob import RewriteBlob
 from explorer.tracing.tg.line_maps import line_map, with_lines
 from explorer.tracing.tg.loops import loop_splits
 from explorer.tracing.tg.recording import LiveLog, Pass
 from explorer.tracing.tg.register_pressure import pressure
+from explorer.tracing.tg.rewrite_blob import RewriteBlob
 from explorer.tracing.tg.specs import spec_check
+
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import Analysis
 

@@ -1,9 +1,13 @@
 """Line maps: which linear UOps made each source line, captured from the renderer as it renders."""
 from __future__ import annotations
-import collections, itertools, sys, typing
+import collections
+import itertools
+import sys
+import typing
 from typing import Any
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import PatternMatcher, UOp
+
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import Pressure
 

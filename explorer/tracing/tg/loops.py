@@ -1,14 +1,16 @@
 """Loop splitting: where tinygrad's "split ranges" pass (pm_split_ranges, codegen/simplify.py), 0.12's "cut store ranges" (cut_store_range,
 the codegen notes' loop peeling on constant comparisons) or the explorer's peel:N cut a loop."""
 from __future__ import annotations
-import collections, typing
-from typing import Any
+import collections
+import typing
 from collections.abc import Sequence
+from typing import Any
 from tinygrad.uop.ops import Ops, UOp
 from explorer.tracing.tg.custom_rewrites import REWRITE_PASS
-from explorer.tracing.tg.rewrite_blob import RewriteBlob
 from explorer.tracing.tg.recording import LiveLog, Pass
+from explorer.tracing.tg.rewrite_blob import RewriteBlob
 from explorer.tracing.tg.rewritelog import rule_file, rule_source
+
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import LoopRange, LoopSplit
 

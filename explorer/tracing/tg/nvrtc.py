@@ -1,8 +1,9 @@
 """NVRTC (NVIDIA's wheel), through tinygrad's own bindings: CUDA compile facts without a GPU."""
 from __future__ import annotations
-import ctypes, os
-from typing import Any
+import ctypes
+import os
 from collections.abc import Callable
+from typing import Any
 
 NVRTC_FILE = "kernel.cu"  # the name the program's source has: its SASS lines name it
 
@@ -10,9 +11,9 @@ def nvrtc_compiler() -> Callable[[str, str], dict[str, Any]] | None:
   """A compile function (source, arch) -> {ok, compiler, log, ptx, cubin}, when NVRTC's library loads (NVRTC_PATH set before this
   package was imported; explorer.tracing.pipeline.renders sets it from the wheel); None otherwise."""
   try:
+    from tinygrad.helpers import to_char_p_p
     from tinygrad.runtime.autogen import nvrtc
     from tinygrad.runtime.support.compiler_cuda import _get_bytes, nvrtc_check
-    from tinygrad.helpers import to_char_p_p
     nvrtc.nvrtcVersion(major := ctypes.c_int(), minor := ctypes.c_int())
   except Exception: return None
   name = f"NVRTC {major.value}.{minor.value}"

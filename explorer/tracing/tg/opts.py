@@ -1,20 +1,22 @@
 """Opts: the variant's optimization setting as tinygrad context, and opts by hand (checked, applied, timed and compared as
 tinygrad's apply_opts and BEAM would)."""
 from __future__ import annotations
-import contextlib, functools, os
+import contextlib
+import functools
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
-from collections.abc import Iterator, Sequence
 import tinygrad
+import tinygrad.device
 from tinygrad import UOp, dtypes
 from tinygrad.codegen import full_rewrite_to_sink
 from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.helpers import Context, ansistrip, getenv
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisType, KernelInfo, Ops
-import tinygrad.device
-from explorer.tracing.tg.compat import NUM_CPU_THREADS, PARAM, do_to_program, param_slot, timer, to_program_key
 from explorer.tracing.tg.clocks import Runnable
+from explorer.tracing.tg.compat import NUM_CPU_THREADS, PARAM, do_to_program, param_slot, timer, to_program_key
 from explorer.tracing.tg.environment import USER_PARALLEL
 from explorer.tracing.tg.pipeline import kernel_reads_writes
 

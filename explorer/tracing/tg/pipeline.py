@@ -1,10 +1,12 @@
 """The tensor graph and the scheduler: realizes routed to the trace, tinygrad's schedule, rangeify's STAGEs and their data flow,
 and the schedule's calls and buffers."""
 from __future__ import annotations
-import collections, contextlib, time
+import collections
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
-from collections.abc import Callable, Iterator, Sequence
 from tinygrad import Tensor
 from tinygrad.dtype import AddrSpace
 from tinygrad.engine import jit as tiny_jit
@@ -12,8 +14,8 @@ from tinygrad.engine.realize import capturing
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, UOp
 from explorer.tracing.tg.compat import PARAM, STAGE, addrspace, at_least, max_numel, param_slot
-from explorer.tracing.tg.rewrite_blob import RewriteBlob
 from explorer.tracing.tg.recording import LiveLog, Pass
+from explorer.tracing.tg.rewrite_blob import RewriteBlob
 
 # ***** realizes: what a realize would compute, and a hook that takes it over *****
 

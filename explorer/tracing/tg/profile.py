@@ -4,10 +4,10 @@ its device), each buffer's allocation and free. The events are read back as plai
 the process asked for PROFILE itself (tinygrad then writes them to its profile.pkl at exit)."""
 from __future__ import annotations
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
-from collections.abc import Iterator
 from tinygrad.device import Buffer, Compiled
 from tinygrad.helpers import PROFILE, Context, ProfilePointEvent, ProfileRangeEvent, TracingKey, ansistrip, cpu_events, perf_counter_us
 

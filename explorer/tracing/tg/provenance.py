@@ -12,17 +12,24 @@ backward) but keeps neither the line that called it nor the link to kernels, and
   for each call of the schedule's linear by its position in the schedule tinygrad made, or cached, for the graph.
 """
 from __future__ import annotations
-import contextlib, dataclasses, os, site, sys, sysconfig, types, weakref
+import contextlib
+import dataclasses
+import os
+import site
+import sys
+import sysconfig
+import types
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterator
 import tinygrad
 from tinygrad import Tensor, dtypes
+from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import Metadata
 from tinygrad.uop import ops as uop_ops
-from tinygrad.dtype import AddrSpace
-from explorer.tracing.tg.compat import CALL, CALLS, PARAM, addrspace
 from tinygrad.uop.ops import GroupOp, Ops, UOp
+from explorer.tracing.tg.compat import CALL, CALLS, PARAM, addrspace
 
 Entry = dict[str, Any]  # schema.Provenance
 
@@ -128,8 +135,10 @@ class _GradientDataclasses(types.SimpleNamespace):
     return dataclasses.replace(obj, **changes)
 
 def _gradient_module() -> Any:
-  try: import tinygrad.mixin.gradient as grad  # (0.14's; until 0.14 it was tinygrad/gradient.py)
-  except ImportError: import tinygrad.gradient as grad  # type: ignore[no-redef]
+  try:
+    import tinygrad.mixin.gradient as grad  # (0.14's; until 0.14 it was tinygrad/gradient.py)
+  except ImportError:
+    import tinygrad.gradient as grad  # type: ignore[no-redef]
   return grad
 
 @contextlib.contextmanager
@@ -177,7 +186,8 @@ def _carried_call(call: Callable[..., Any]) -> Callable[..., Any]:
 
 def _patch_onnx(stack: contextlib.ExitStack) -> None:
   """An OnnxRunner made while inside keeps its nodes' names (the runner itself keeps only their op types and outputs)."""
-  try: import tinygrad.nn.onnx as onnx
+  try:
+    import tinygrad.nn.onnx as onnx
   except Exception: return  # noqa: BLE001 - no ONNX runner in this tinygrad: nothing to name
   runner = getattr(onnx, "OnnxRunner", None)
   if runner is None or not hasattr(runner, "_init_from_graph"): return

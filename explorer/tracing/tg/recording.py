@@ -1,9 +1,12 @@
 """Rewrite tracking: tinygrad's record of every named graph_rewrite in this process, its passes, and the log read in place."""
 from __future__ import annotations
-import contextlib, linecache, pathlib, sys
+import contextlib
+import linecache
+import pathlib
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
-from collections.abc import Iterator, Mapping
 from tinygrad.helpers import Context, ansistrip
 from tinygrad.uop import ops as uop_ops
 from tinygrad.uop.ops import RewriteTrace, TrackedGraphRewrite, UOp

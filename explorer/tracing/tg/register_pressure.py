@@ -5,6 +5,7 @@ from tinygrad import dtypes
 from tinygrad.dtype import AddrSpace
 from tinygrad.uop.ops import Ops, UOp
 from explorer.tracing.tg.compat import PARAM, addrspace, max_numel
+
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import Pressure
 

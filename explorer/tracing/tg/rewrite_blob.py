@@ -1,8 +1,10 @@
 """Graphs expanded lazily from a stored rewrite blob with tinygrad's own viewer (tinygrad.viz.serve, imported when first used)."""
 from __future__ import annotations
-import contextlib, difflib, re
-from typing import Any
+import contextlib
+import difflib
+import re
 from collections.abc import Iterator, Sequence
+from typing import Any
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, TrackedGraphRewrite, UOp
 from explorer.tracing.tg.recording import Pass

@@ -1,9 +1,17 @@
 """The rewrite log as data: tinygrad's RewriteTrace written and read as plain data (what a trace stores and what may cross a
 wire), the pickled blobs of older traces, and the source of each rule a log names."""
 from __future__ import annotations
-import collections, collections.abc, dataclasses, enum, functools, io, linecache, pathlib, pickle
-from typing import Any
+import collections
+import collections.abc
+import dataclasses
+import enum
+import functools
+import io
+import linecache
+import pathlib
+import pickle
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 import tinygrad
 from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.dtype import AddrSpace, DType, Invalid, InvalidType
@@ -11,9 +19,18 @@ from tinygrad.helpers import Metadata, TracingKey
 from tinygrad.renderer import Estimates
 from tinygrad.schedule.indexing import BufferizeOpts
 from tinygrad.uop.ops import AxisType, KernelInfo, Ops, RewriteTrace, TrackedGraphRewrite, UOp
+from explorer.blob import (
+  MAGIC as REWRITE_LOG_MAGIC,
+  BlobRefused,
+  PlainWriter,
+  inflate,
+  location_key,
+  package_path,
+  read_plain,
+  refused,
+  stored_location,
+)
 from explorer.tracing.tg.compat import FLAT_DTYPES, CallInfo, ConstFloat, ParamArg, ProgramInfo, Target, dtype_classes
-from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused, inflate, location_key, package_path, read_plain, refused, stored_location
-from explorer.blob import PlainWriter
 
 def rebuild(fields: collections.abc.Mapping[int, tuple[Any, ...]], num: int, built: dict[int, UOp]) -> UOp:
   """The UOp a rewrite log recorded as `num`, rebuilt from its fields (op, dtype, sources' numbers, arg, tag), as tinygrad's viewer

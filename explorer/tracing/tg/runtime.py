@@ -1,13 +1,16 @@
 """The runtime: a schedule compiled, run and timed as tinygrad runs it, and what a device's compiler is."""
 from __future__ import annotations
-import contextlib, functools, time
-from typing import TYPE_CHECKING, Any
+import contextlib
+import functools
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 from tinygrad import Device, Tensor
 from tinygrad.device import Buffer
 from tinygrad.uop.ops import Ops, UOp
-from explorer.tracing.tg.compat import at_least, copied, timer
 from explorer.tracing.tg.clocks import Runnable
+from explorer.tracing.tg.compat import at_least, copied, timer
+
 if TYPE_CHECKING or at_least(0, 13):  # (0.12 runs ExecItems: explorer.tracing.tg.v012 has its schedule's runtime)
   from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec, resolve_params, run_linear
 

@@ -1,10 +1,12 @@
 """Spec checks: tinygrad's own specs (tinygrad/uop/spec.py), every UOp checked, every violation kept."""
 from __future__ import annotations
-import itertools, typing
+import itertools
+import typing
 from tinygrad.helpers import Context
 from tinygrad.uop.ops import UOp
 from explorer.tracing.tg.compat import at_least
 from explorer.tracing.tg.recording import trace_num
+
 if typing.TYPE_CHECKING:  # types only: pydantic (the schema's validation) stays out of the worker processes
   from explorer.schema import SpecCheck, SpecViolation
 

@@ -3,9 +3,11 @@ have an Ops.LINEAR of CALLs (compile_linear, run_linear, time_call), 0.12 schedu
 each to a runner found in engine.realize.method_cache (get_runner, get_program: a ProgramSpec) and runs it (ExecItem.run). A "linear"
 here is that list, a "compiled" one the same list lowered. explorer.tracing.tg imports these in place of the others on 0.12."""
 from __future__ import annotations
-import contextlib, functools, importlib
-from typing import Any
+import contextlib
+import functools
+import importlib
 from collections.abc import Callable, Sequence
+from typing import Any
 from tinygrad import Device
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, UOp

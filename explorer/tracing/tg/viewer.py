@@ -3,16 +3,22 @@ uop_to_json and pystr, as 0.13 and 0.14 have them. 0.12's viewer kept one log in
 it, a get_full_rewrite of no data yielding no "_sink"): here the same over a VizData of the log given. Imported where a graph is first
 replayed (the viewer's import costs about a quarter of a second)."""
 from __future__ import annotations
-import difflib, traceback
+import difflib
+import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterator
 from tinygrad.uop.ops import Ops, RewriteTrace, TrackedGraphRewrite, UOp
 from explorer.tracing.tg.compat import at_least
 
 if TYPE_CHECKING or at_least(0, 13):
-  from tinygrad.viz.serve import VizData as VizData, _reconstruct as _reconstruct, get_full_rewrite as get_full_rewrite
-  from tinygrad.viz.serve import pystr as pystr, uop_to_json as uop_to_json
+  from tinygrad.viz.serve import (
+    VizData as VizData,
+    _reconstruct as _reconstruct,
+    get_full_rewrite as get_full_rewrite,
+    pystr as pystr,
+    uop_to_json as uop_to_json,
+  )
   if not at_least(0, 14):  # 0.13's replay draws a progress bar on stderr, which a worker shares with its server's log
     import tinygrad.viz.serve as serve
     setattr(serve, "tqdm", lambda iterable, **_: iterable)  # noqa: B010 - mypy reads 0.14's serve, which has none

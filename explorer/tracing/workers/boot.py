@@ -3,7 +3,9 @@ tinygrad's, where it runs one: explorer.tracing.versions), then its arguments. N
 unpickles is its parent's own (never a client's). A worker (explorer.tracing.workers.process) and a worker template
 (explorer.tracing.workers.template) start this way."""
 from __future__ import annotations
-import os, pickle, subprocess
+import os
+import pickle
+import subprocess
 from contextlib import suppress
 from typing import Any
 from explorer.tracing.versions import interpreter

@@ -3,7 +3,11 @@ holds its device's lock, an flock on a file per device. File locks serialize eve
 host: the web server's jobs, and CLI runs beside it. The lock belongs to the process that spawned the worker (explorer.tracing.workers.process):
 the worker asks it before timing, and a worker that dies cannot leave its device locked."""
 from __future__ import annotations
-import fcntl, os, pathlib, re, time
+import fcntl
+import os
+import pathlib
+import re
+import time
 from collections.abc import Callable
 
 POLL_S = 0.05

@@ -6,7 +6,11 @@ watchdog acts GRACE_S later, as the backstop for a parent that was SIGKILLed, ha
 Why a watchdog thread and not RLIMIT_CPU or RLIMIT_AS: CPU time is not wall time (a worker waiting for a device lock uses none,
 a threaded numpy uses several seconds a second), and GPU runtimes reserve terabytes of address space they never touch."""
 from __future__ import annotations
-import ctypes, os, signal, threading, time
+import ctypes
+import os
+import signal
+import threading
+import time
 from contextlib import suppress
 
 PR_SET_PDEATHSIG = 1

@@ -6,11 +6,18 @@ the server: a wall-clock limit per call counted from when a process takes it, a 
 past it). A pool whose process died (killed, out of memory, a segfault) or hung past the time limit is replaced: the call that was
 running fails with a clear message, later calls run on fresh processes."""
 from __future__ import annotations
-import concurrent.futures, multiprocessing, os, pickle, sys, warnings
+import concurrent.futures
+import multiprocessing
+import os
+import pickle
+import sys
+import warnings
+from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable
-if TYPE_CHECKING: import asyncio  # (imported where a pool is awaited: a capture's render pool never is)
+
+if TYPE_CHECKING:
+  import asyncio  # (imported where a pool is awaited: a capture's render pool never is)
 from explorer.tracing.workers.process import SPAWN, Limits, WorkerCrashed, WorkersBusy, WorkerTimedOut, enter_limits
 
 NO_LIMITS = Limits()  # a pool's default: its processes hold none of their own (frozen: one instance serves every pool)

@@ -16,23 +16,37 @@ process group whose every member (render processes, a hung compiler) is killed w
 must die when its parent does. Neither library offers a progress channel with a gate, group kill or group memory watch; the pool
 (explorer.tracing.workers.pool) does build on the standard library's ProcessPoolExecutor."""
 from __future__ import annotations
+import atexit
+import gc
+import glob
+import importlib
 import multiprocessing.context
-import atexit, gc, glob, importlib, os, pickle, resource, shutil, signal, subprocess, sys, tempfile, threading, time, traceback, types
+import os
+import pickle
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import types
+from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass, replace
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
-from dataclasses import dataclass, replace
 from typing import Any
-from collections.abc import Callable
 from explorer.stages import PARTIAL, Progress
 from explorer.tinygrads import TINYGRAD
-from explorer.tracing.workers import lifeline
-from explorer.tracing.workers import template
-from explorer.tracing.workers.boot import boot_code, start_python
-from explorer.tracing.workers.template import TemplateChild
 from explorer.tracing.versions import TINYGRAD_VAR, EnvironmentFailed, interpreter
+from explorer.tracing.workers import lifeline, template
+from explorer.tracing.workers.boot import boot_code, start_python
 from explorer.tracing.workers.devicelock import HeldLocks
 from explorer.tracing.workers.lifeline import group_rss_mb
+from explorer.tracing.workers.template import TemplateChild
 
 DEFAULT_TIMEOUT_S = 600.0
 GATED_STAGE = "timing"  # its start waits for the device lock

@@ -9,11 +9,19 @@ its parent, and its children with it. It reaps its children and reports each one
 it did not start as it would its own (`TemplateChild`: pid, is_alive, join, kill, exitcode; killed through a pidfd, never a reused
 pid)."""
 from __future__ import annotations
-import atexit, concurrent.futures, os, pickle, signal, socket, subprocess, sys, threading
+import atexit
+import concurrent.futures
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
 from contextlib import suppress
 from typing import Any
-from explorer.tracing.workers.boot import boot_code, start_python
 from explorer.tracing.versions import TINYGRAD_VAR
+from explorer.tracing.workers.boot import boot_code, start_python
 
 # variables no import reads, which change from call to call: the worker's scratch directory (each child sets its own) and pytest's
 VOLATILE = frozenset({"TMPDIR", "PYTEST_CURRENT_TEST"})

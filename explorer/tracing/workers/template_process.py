@@ -4,7 +4,12 @@ pair only the two hold, with the child's pipes (its arguments', its messages', i
 template answers with the child's pid, reaps it when it ends (and, as a subreaper, whatever a killed worker left) and reports its exit
 status and CPU seconds. The child runs explorer.tracing.workers.process' _child, as a worker started afresh does."""
 from __future__ import annotations
-import ctypes, os, pickle, select, signal, socket
+import ctypes
+import os
+import pickle
+import select
+import signal
+import socket
 from contextlib import suppress
 from typing import Any
 
@@ -21,10 +26,12 @@ def serve(f: Any) -> None:
   # what a killed worker leaves (its render processes, a compiler) comes to us, and is reaped, rather than to init as zombies
   with suppress(OSError, AttributeError): ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
   sock = socket.socket(fileno=sock_fd)
-  import explorer.tracing.pipeline.trace, explorer.tracing.workers.process  # noqa: F401 - tinygrad, numpy and the tracing engine, as a trace worker imports them
-  # and tinygrad's viewer, which every worker that rebuilds graphs from a rewrite blob imports (another target's records, a graph, a
-  # diff, an export): half a second of each such first view, 8 MiB shared by every child
+  # tinygrad, numpy and the tracing engine, as a trace worker imports them; and tinygrad's viewer, which every worker that rebuilds
+  # graphs from a rewrite blob imports (another target's records, a graph, a diff, an export): half a second of each such first
+  # view, 8 MiB shared by every child
+  import explorer.tracing.pipeline.trace  # noqa: F401
   import explorer.tracing.tg.viewer  # noqa: F401
+  import explorer.tracing.workers.process  # noqa: F401
   wake_r, wake_w = os.pipe()
   os.set_blocking(wake_w, False)
   signal.set_wakeup_fd(wake_w)

@@ -1,6 +1,7 @@
 """Who may use the server: the access token required beyond loopback, and who counts as trusted with server details."""
 from __future__ import annotations
-import hmac, ipaddress
+import hmac
+import ipaddress
 from collections.abc import Awaitable, Callable
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse

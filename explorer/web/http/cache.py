@@ -12,10 +12,13 @@ their turn here, costing nothing: ten searches of a big program from one client 
 needs). A state-changing request that names a trace (a note, a delete, a diff's measurement) drops that trace's entries first, and so
 does anything the server stores into a trace (explorer.web.app's forget)."""
 from __future__ import annotations
-import asyncio, collections, re, urllib.parse
-from typing import Any
+import asyncio
+import collections
+import re
+import urllib.parse
 from collections.abc import Callable
-from explorer.web.http.limits import Receive, Scope, Send, UNSAFE_METHODS
+from typing import Any
+from explorer.web.http.limits import UNSAFE_METHODS, Receive, Scope, Send
 
 Message = dict[str, Any]  # an ASGI message
 RENDERS_PER_CLIENT = 2

@@ -3,8 +3,8 @@ before the services take it: a stored trace by id or 404/409, a request body tur
 admits it), a stored request validated again for a rerun."""
 from __future__ import annotations
 import asyncio
-from typing import Annotated, Any, cast
 from collections.abc import Sequence
+from typing import Annotated, Any, cast
 from fastapi import Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 from explorer.schema import KernelRecord, TraceRecord, target_records
@@ -15,9 +15,9 @@ from explorer.web.http.access import has_token, is_loopback
 from explorer.web.http.models import TraceRequest
 from explorer.web.http.templates import Templates
 from explorer.web.http.work import WorkGate
-from explorer.web.services.registry import Services
 from explorer.web.services import admission
 from explorer.web.services.enrichments import EnrichmentFailed, EnrichmentUnavailable
+from explorer.web.services.registry import Services
 
 # async: FastAPI runs a plain `def` dependency in its thread pool, where every request would queue behind the pages being rendered
 async def services(request: Request) -> Services: return cast(Services, request.app.state.services)

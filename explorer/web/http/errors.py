@@ -10,21 +10,21 @@ one place that says what status each one is:
   StoreError, any other exception                  500, one line: never a traceback (the log has it)"""
 from __future__ import annotations
 import sqlite3
-from typing import Any
 from collections.abc import Awaitable, Callable
+from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from explorer.present.graph_refs import GraphNotFound
 from explorer.spec import SpecError
 from explorer.store import StoreError
 from explorer.web.http.templates import Templates
-from explorer.present.graph_refs import GraphNotFound
+from explorer.web.services.enrichments import EnrichmentUnavailable
 from explorer.web.services.graphs import GraphUnavailable
 from explorer.web.services.lifecycle import Busy, one_line
 from explorer.web.services.studies import StudyRunning
-from explorer.web.services.enrichments import EnrichmentUnavailable
 
 STATUS_OF: dict[type[Exception], int] = {GraphNotFound: 404, GraphUnavailable: 409, EnrichmentUnavailable: 409, StudyRunning: 409}
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

@@ -14,10 +14,13 @@
   reach it under a name of its own;
 - every response says nosniff, no framing, and sends no referrer to other sites."""
 from __future__ import annotations
-import asyncio, json, logging, re
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 from fastapi import APIRouter, FastAPI
 from starlette.datastructures import Headers

@@ -4,10 +4,15 @@ threads render pages, does not hold it (it is slowed by them), so the two are to
 with the waits. On with settings.loop_watch; /api/health?held_since=T reports the longest steps since T (time.monotonic, the system's
 clock: a client's T is the server's)."""
 from __future__ import annotations
-import asyncio, collections, heapq, sysconfig, threading, time
+import asyncio
+import collections
+import heapq
+import sysconfig
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 NOTED_MS = 5.0  # a step this long (held, or with its waits) is kept, with when it started and what ran it; shorter ones are counted
 NOTED = 4096  # the steps kept, the latest: a report's window is exact while its noted steps number fewer

@@ -2,15 +2,26 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+# the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
+from explorer.schema import (
+  Analysis as Analysis,
+  CompileFacts as CompileFacts,
+  Disassembly as Disassembly,
+  KernelAxis as KernelAxis,
+  LiveRange as LiveRange,
+  LoopRange as LoopRange,
+  LoopSplit as LoopSplit,
+  Occupancy as Occupancy,
+  Pass as Pass,
+  Pressure as Pressure,
+  SpecCheck as SpecCheck,
+  SpecViolation as SpecViolation,
+  TargetRecord as TargetRecord,
+)
 from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TILES, ConvSpec, Knob, Variant, knobs
 from explorer.targets import TARGETS
-from explorer.tinygrads import TRACEABLE
 from explorer.tasks import Recomputed, StartedAtOnce, TaskState
-# the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
-from explorer.schema import (Analysis as Analysis, CompileFacts as CompileFacts, Disassembly as Disassembly, LiveRange as LiveRange,
-                             LoopRange as LoopRange, LoopSplit as LoopSplit, Occupancy as Occupancy, Pass as Pass, Pressure as Pressure,
-                             SpecCheck as SpecCheck, SpecViolation as SpecViolation, TargetRecord as TargetRecord,
-                             KernelAxis as KernelAxis)
+from explorer.tinygrads import TRACEABLE
 
 if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings
   Tile = str; Target = str; Dtype = str; PresetName = str; TinygradName = str  # noqa: E702

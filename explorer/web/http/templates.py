@@ -1,14 +1,20 @@
 """The pages' templates for FastAPI: explorer.present.render's environment, rendered off the event loop."""
 from __future__ import annotations
-import asyncio, gzip
-from typing import Any, TypeVar, cast
+import asyncio
+import gzip
 from collections.abc import Callable
+from typing import Any, TypeVar, cast
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
-from explorer.present.render import STATIC_DIR as STATIC_DIR, TARGET_LABELS as TARGET_LABELS, environment
-from explorer.present.render import lexer_for as lexer_for, pygments_css as pygments_css
+from explorer.present.render import (
+  STATIC_DIR as STATIC_DIR,
+  TARGET_LABELS as TARGET_LABELS,
+  environment,
+  lexer_for as lexer_for,
+  pygments_css as pygments_css,
+)
 
 T = TypeVar("T")
 

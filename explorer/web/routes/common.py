@@ -1,20 +1,22 @@
 """What the pages share: rendering one (off the event loop), a trace's page with its pipeline ribbon (the progress page in its place
 while the trace runs), and the pass stepper of the rangeify and codegen pages."""
 from __future__ import annotations
-import asyncio, collections, time
-from typing import Any
+import asyncio
+import collections
+import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse
-from explorer.text import fmt_seconds
 from explorer.present.render import rendered_targets
 from explorer.schema import KernelRecord, Pass, SpecCheck, TraceRecord, host_target
 from explorer.stages import STAGE_TITLES
+from explorer.text import fmt_seconds
 from explorer.web.http import deps
-from explorer.web.services import admission
-from explorer.web.services.graphs import MAX_STEPS
 from explorer.web.http.work import WorkGate
+from explorer.web.services import admission
 from explorer.web.services.enrichments import EnrichmentUnavailable, EnrichTask
+from explorer.web.services.graphs import MAX_STEPS
 from explorer.web.services.lifecycle import DONE, ERROR, Busy
 from explorer.web.services.registry import Services
 from explorer.web.urls import kernel_url, trace_url

@@ -4,8 +4,8 @@ POST /diff/variants, which lands on their diff), the permalink /diff/{a}/{b}?tar
 trace page lists quick picks (the same spec with one variant field flipped, or two targets of the same trace) and stored traces."""
 from __future__ import annotations
 import asyncio
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
@@ -13,16 +13,16 @@ from explorer.analysis.diff import comparable, headline, relation_label, time_he
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.spec import PRESETS, SpecError, knobs
 from explorer.stages import STAGE_TITLES
+from explorer.store import trace_key
 from explorer.targets import TARGETS
 from explorer.tinygrads import TINYGRAD, TRACEABLE
-from explorer.store import trace_key
 from explorer.web.http import deps
-from explorer.web.services import admission
 from explorer.web.http.deps import ServicesDep
 from explorer.web.http.models import TraceRequest, documented
 from explorer.web.http.templates import TARGET_LABELS
 from explorer.web.http.work import Work
 from explorer.web.routes.common import page
+from explorer.web.services import admission
 from explorer.web.services.diffs import MEASURES, fold, side_by_side
 from explorer.web.services.lifecycle import Busy
 from explorer.web.services.registry import Services

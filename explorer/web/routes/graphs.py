@@ -4,13 +4,13 @@ from __future__ import annotations
 from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
+from explorer.present.graph_refs import REF_RE
 from explorer.schema import TraceRecord, host_target
 from explorer.targets import TARGETS
 from explorer.web.http import deps
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, GraphView, Origin, PassMatches, documented
 from explorer.web.http.work import Work
-from explorer.present.graph_refs import REF_RE
 from explorer.web.urls import graph_api_url, trace_url
 
 api = APIRouter(prefix="/api", tags=["api"])

@@ -1,6 +1,8 @@
 """The home page: the trace form (its POST starts a trace and follows it) and the recent traces."""
 from __future__ import annotations
-import asyncio, re, urllib.parse
+import asyncio
+import re
+import urllib.parse
 from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response

@@ -2,25 +2,26 @@
 (a kernel's record on another target, a record's analysis, its compile facts: explorer.web.services.enrichments) is computed when the
 page or its URL first asks for it (that starts work: the request's permit), and the page fills it in when it is stored."""
 from __future__ import annotations
-import asyncio, json
+import asyncio
+import json
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from explorer.analysis import sass
 from explorer.analysis.program import bound_values
 from explorer.schema import TraceRecord, host_target, target_records
-from explorer.store.documents import listed_kernel
 from explorer.spec import SpecError, hand_opts, split_opts
 from explorer.stages import ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, lacks_facts
+from explorer.store.documents import listed_kernel
 from explorer.targets import SASS_TARGETS, TARGETS
 from explorer.web.http import deps
-from explorer.web.services import admission
 from explorer.web.http.deps import LightTrace, ServicesDep, templates_of
 from explorer.web.http.models import NOT_FOUND, Analysis, CompileFacts, EnrichmentJob, TargetRecord, documented
 from explorer.web.http.work import Work
-from explorer.web.services.lifecycle import Busy
-from explorer.web.services.enrichments import Asked, in_line
 from explorer.web.routes.common import asked_pass, step_notices, stepper, trace_page
+from explorer.web.services import admission
+from explorer.web.services.enrichments import Asked, in_line
+from explorer.web.services.lifecycle import Busy
 from explorer.web.urls import trace_api_url
 
 api = APIRouter(prefix="/api", tags=["api"])

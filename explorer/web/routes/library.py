@@ -2,23 +2,26 @@
 its JSON twin /api/library, DELETE /api/traces/{id}, and each trace's exports: /t/{id}/export.json and /t/{id}/export.html
 (one self-contained file, explorer.present.export)."""
 from __future__ import annotations
-import asyncio, math, socket, zlib
-from typing import Any
+import asyncio
+import math
+import socket
+import zlib
 from collections.abc import Iterator
+from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel
 from explorer.analysis import roofline
 from explorer.present import export
+from explorer.present.graph_refs import GraphNotFound
 from explorer.present.repro import repro_script
 from explorer.schema import TraceRecord
 from explorer.store import VARIANT_FILTERS
 from explorer.web.http.deps import LightTrace, ServicesDep, StoredTrace, templates_of
-from explorer.web.http.templates import GZIPPED, accepts_gzip, gzipped_if
 from explorer.web.http.models import NOT_FOUND, documented
+from explorer.web.http.templates import GZIPPED, accepts_gzip, gzipped_if
 from explorer.web.http.work import Work
 from explorer.web.routes.common import attachment, page as render
-from explorer.present.graph_refs import GraphNotFound
 from explorer.web.services.graphs import GraphBusy, GraphUnavailable
 from explorer.web.services.permit import WorkPermit
 from explorer.web.services.registry import Services

@@ -1,13 +1,16 @@
 """What the server offers: its health, the presets, devices, targets and custom rewrites a trace may name, and the stylesheet of the
 highlighted sources."""
 from __future__ import annotations
-import asyncio, functools, shutil, sys
+import asyncio
+import functools
+import shutil
+import sys
 from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 from explorer.spec import PRESETS
-from explorer.targets import TARGETS
 from explorer.store import tinygrad_version
+from explorer.targets import TARGETS
 from explorer.tracing import versions
 from explorer.tracing.pipeline.catalogue import catalogue
 from explorer.version import __version__

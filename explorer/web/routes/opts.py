@@ -1,7 +1,8 @@
 """Scheduling a kernel by hand: POST its opts (a job, in a worker: tinygrad's own apply_opts), GET the result, and the kernel page's
 Opts panel fragment (the result beside the kernel's own record: name, dims, registers, peak live values, UOps, time ratio, source diff)."""
 from __future__ import annotations
-import asyncio, difflib
+import asyncio
+import difflib
 from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse

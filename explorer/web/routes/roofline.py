@@ -6,10 +6,10 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from explorer.analysis import roofline as rf
-from explorer.web.services import admission
 from explorer.web.http.deps import LightTrace, ServicesDep
 from explorer.web.http.models import NOT_FOUND, ProbeStatus, documented
 from explorer.web.routes.common import trace_page
+from explorer.web.services import admission
 
 router = APIRouter()
 

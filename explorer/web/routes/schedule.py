@@ -9,10 +9,10 @@ from markupsafe import Markup
 from explorer.analysis import memory
 from explorer.present.render import stage_rows
 from explorer.schema import TraceRecord
-from explorer.web.services import admission
 from explorer.web.http.deps import LightTrace, ServicesDep, templates_of
 from explorer.web.http.models import NOT_FOUND, documented
 from explorer.web.routes.common import asked_pass, rangeify_passes, stepper, trace_page
+from explorer.web.services import admission
 from explorer.web.services.graphs import MAX_STEPS
 from explorer.web.urls import graph_api_url, trace_api_url
 

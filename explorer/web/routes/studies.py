@@ -2,7 +2,8 @@
 API: POST /api/studies (202: it runs; 409: one runs already), GET /api/studies/{id} (progress, then the result and the document's table),
 GET /api/studies. Pages: /studies (form and list), /studies/{id} (progress, then tables and plots: the permalink), its export."""
 from __future__ import annotations
-import asyncio, socket
+import asyncio
+import socket
 from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response

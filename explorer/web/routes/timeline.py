@@ -7,10 +7,10 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from explorer.present.timeline import timeline_view
 from explorer.schema import Timeline, TraceRecord
-from explorer.web.services import admission
 from explorer.web.http.deps import LightTrace, ServicesDep
 from explorer.web.http.models import NOT_FOUND, documented
 from explorer.web.routes.common import ribbon, trace_page
+from explorer.web.services import admission
 from explorer.web.urls import kernel_url
 
 router = APIRouter()

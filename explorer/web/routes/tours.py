@@ -3,25 +3,26 @@ annotations (a teacher's notes pinned to a tour step, a UOp graph node or a sour
 
 Steps and their explanations come from explorer.present.tour (pure python, no tinygrad); each step shows its text next to the real view it names."""
 from __future__ import annotations
-import asyncio, re
-from typing import Any, Literal
+import asyncio
+import re
 from collections.abc import Callable
+from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
+from explorer.present.graph_refs import REF_RE
+from explorer.present.tour import BUILTIN_TOURS, Step, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
 from explorer.schema import InterleavedTiming, TraceRecord, host_target, target_record
 from explorer.spec import PRESETS, SpecError
 from explorer.stages import ENRICH_ANALYSIS, ENRICH_TARGET, STAGE_TITLES
-from explorer.targets import TARGETS
 from explorer.store import trace_key
-from explorer.present.tour import BUILTIN_TOURS, Step, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
+from explorer.targets import TARGETS
 from explorer.web.http import deps
-from explorer.web.services import admission
 from explorer.web.http.deps import ServicesDep, StoredTrace
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, VariantIn, documented
 from explorer.web.http.work import Work, WorkGate
 from explorer.web.routes.common import Preparing, page, pick_pass, prepared, preparing_page, rangeify_passes, trace_page
-from explorer.present.graph_refs import REF_RE
+from explorer.web.services import admission
 from explorer.web.services.registry import Services
 from explorer.web.urls import diff_url, kernel_url, pair_tour_api_url, pair_tour_url, trace_tour_api_url, trace_tour_url, trace_url
 

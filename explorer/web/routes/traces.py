@@ -1,8 +1,10 @@
 """A trace: starting one (the API, and a stored request run again), its status and live progress, its overview page and its JSON."""
 from __future__ import annotations
-import asyncio, json, os
-from typing import Any
+import asyncio
+import json
+import os
 from collections.abc import AsyncIterator
+from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from markupsafe import Markup
@@ -10,14 +12,14 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer.analysis.diff import time_headline
 from explorer.present.render import compile_summary, rendered_targets
 from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
-from explorer.store import Store, documents
 from explorer.stages import STAGE_TITLES
+from explorer.store import Store, documents
 from explorer.web.http import deps
-from explorer.web.services import admission
 from explorer.web.http.deps import ServicesDep, StoredTrace, templates_of
-from explorer.web.http.templates import GZIPPED, Templates, accepts_gzip
 from explorer.web.http.models import NOT_FOUND, TraceRequest, TraceStatus, TraceSummary, documented
+from explorer.web.http.templates import GZIPPED, Templates, accepts_gzip
 from explorer.web.routes.common import page, progress_page, so_far, trace_page
+from explorer.web.services import admission
 from explorer.web.services.registry import TraceCache
 from explorer.web.urls import diff_url, trace_url
 

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 from explorer.queue.protocol import QueueUnavailable
 from explorer.spec import COMPUTE_DEVICES
 from explorer.web.services.lifecycle import Busy, run_in_daemon_thread
-if TYPE_CHECKING: from explorer.queue.client import QueueClient
+
+if TYPE_CHECKING:
+  from explorer.queue.client import QueueClient
 
 class DevicesUnavailable(Busy):
   """The worker that lists the devices failed, or the job queue's broker does not answer (503: try again shortly)."""

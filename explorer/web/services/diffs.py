@@ -3,27 +3,45 @@ runs in a thread; the UOp graph diff rebuilds both sides' kernel ASTs in a worke
 kernel with the nodes only its side has highlighted; the two measurements (interleaved re-timing, outputs compared) are background
 jobs with progress, one at a time. Every result is cached in the store (Store.put_diff), keyed by the two trace ids."""
 from __future__ import annotations
-import asyncio, functools, time
+import asyncio
+import functools
+import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
-from collections.abc import Awaitable, Callable, Sequence
 from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
-from explorer.version import __version__
+from explorer.analysis.diff import (
+  RULE_KERNELS,
+  Whole,
+  as_it_is,
+  compare_outputs,
+  diff_traces,
+  graph_diff,
+  kernel_graphs,
+  packed,
+  pass_steps,
+  remeasure_interleaved,
+  rule_changes,
+  source_rows,
+  time_headline,
+  unpacked,
+)
 from explorer.present import graphs
-from explorer.analysis.diff import Whole, as_it_is, compare_outputs, diff_traces, graph_diff, packed, remeasure_interleaved, source_rows
-from explorer.analysis.diff import RULE_KERNELS, kernel_graphs, pass_steps, rule_changes, time_headline, unpacked
+from explorer.present.render import lexer_for
 from explorer.schema import KernelRecord, TraceRecord
+from explorer.stages import Progress
 from explorer.store import Store, tinygrad_version
 from explorer.tracing.pipeline.run import ran_here
+from explorer.version import __version__
 from explorer.web.services import remote
-from explorer.stages import Progress
 from explorer.web.services.lifecycle import ACTIVE, ERROR, Task, Tasks, run_in_daemon_thread
-from explorer.present.render import lexer_for
 from explorer.web.services.permit import WorkPermit
-if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
+
+if TYPE_CHECKING:
+  from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 MEASURES = ("timing", "numerics")
 WithFacts = Callable[[str, TraceRecord, str, WorkPermit], Awaitable[TraceRecord]]

@@ -9,19 +9,21 @@ Each kind of work is bounded per client and in all (the lifecycle's admission ru
 trace's id and reads the trace (the server's one parsed copy) when its turn comes; what is stored is merged into that copy.
 Also here: kernels scheduled by hand (explorer.tracing.enrichments.handopts: opts a user picked, on a target, timed against the original)."""
 from __future__ import annotations
-import asyncio, dataclasses, threading, time
+import asyncio
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
-from collections.abc import Callable, Iterable
 from explorer.schema import KernelRecord, RanOn, TraceRecord, host_target, target_records
 from explorer.spec import Variant
-from explorer.stages import ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, lacks_facts
-from explorer.targets import TARGETS
+from explorer.stages import ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, Progress, lacks_facts
 from explorer.store import Store
+from explorer.targets import TARGETS
 from explorer.tasks import ENRICHMENT, OPTS as OPTS_TASK
 from explorer.tracing import versions
 from explorer.tracing.workers.process import Limits, WorkerFailed
-from explorer.stages import Progress
 from explorer.web.services.lifecycle import DONE, ERROR, Busy, Journal, Task, Tasks
 from explorer.web.services.permit import CROSS_SITE_REFUSED, WorkPermit
 

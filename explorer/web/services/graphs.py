@@ -9,16 +9,25 @@ reference (explorer.present.graphs) names one drawable graph of a trace, and is 
 """
 from __future__ import annotations
 import asyncio
-from typing import Any, cast
 from collections.abc import Callable
-from explorer.present import graphs
-from explorer.present.graph_refs import (GraphNotFound, Ref, blob_of, blob_passes, find_pass, graph_title, kernel_of, parse_ref, passes_of,
-                                         spec_messages)
+from typing import Any, cast
+from explorer.present import expand_worker as expand, graphs
+from explorer.present.graph_refs import (
+  GraphNotFound,
+  Ref,
+  blob_of,
+  blob_passes,
+  find_pass,
+  graph_title,
+  kernel_of,
+  parse_ref,
+  passes_of,
+  spec_messages,
+)
 from explorer.schema import Pass, TraceRecord
 from explorer.store import Store
-from explorer.present import expand_worker as expand
-from explorer.tracing.workers.pool import WorkerPool
 from explorer.tracing import versions
+from explorer.tracing.workers.pool import WorkerPool
 from explorer.tracing.workers.process import Limits, WorkerFailed, WorkersBusy, call_in_worker
 from explorer.web.services.lifecycle import Busy
 from explorer.web.services.permit import WorkPermit

@@ -15,16 +15,34 @@ Work that outlives a request is kept in the store's one tasks table, a row per k
 hand schedules), with one restart rule for every kind: a task its server left queued or running is marked interrupted, saying why,
 by the next server that opens the store, unless it was left on a job queue that this server follows."""
 from __future__ import annotations
-import asyncio, contextlib, logging, os, socket, sqlite3, threading, time, uuid
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
-from collections.abc import Awaitable, Callable, Hashable, Iterable
 from explorer.stages import Progress
-from explorer.tasks import ACTIVE as ACTIVE, DONE as DONE, ERROR as ERROR, INTERRUPTED as INTERRUPTED, QUEUED as QUEUED, RUNNING as RUNNING
-from explorer.tasks import TaskKind, TaskState
-if TYPE_CHECKING: from explorer.store import Store
+from explorer.tasks import (
+  ACTIVE as ACTIVE,
+  DONE as DONE,
+  ERROR as ERROR,
+  INTERRUPTED as INTERRUPTED,
+  QUEUED as QUEUED,
+  RUNNING as RUNNING,
+  TaskKind,
+  TaskState,
+)
+
+if TYPE_CHECKING:
+  from explorer.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,10 @@ from dataclasses import dataclass
 from typing import Any
 from explorer.analysis import roofline as rf
 from explorer.schema import TraceRecord
-from explorer.tracing.workers.process import GATED_STAGE  # no tinygrad: the pool and the workers' supervision
 from explorer.stages import Progress
+from explorer.tracing.workers.process import GATED_STAGE  # no tinygrad: the pool and the workers' supervision
 from explorer.web.services.lifecycle import ACTIVE, QUEUED, RUNNING, Task, Tasks
 from explorer.web.urls import probe_url
-
 
 @dataclass
 class ProbeTask(Task):

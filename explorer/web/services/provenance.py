@@ -1,12 +1,16 @@
 """Where a stored trace came from, against what this server runs: its tinygrad version (known without importing tinygrad) and its
 default device (asked once of tinygrad in a worker process, in the background; DEV when set)."""
 from __future__ import annotations
-import os, socket, threading
+import os
+import socket
+import threading
 from typing import TYPE_CHECKING, Any
-from explorer.tinygrads import NOT_IN_TINYGRAD, ONLY_IN_TINYGRAD
 from explorer.store import tinygrad_version
+from explorer.tinygrads import NOT_IN_TINYGRAD, ONLY_IN_TINYGRAD
 from explorer.tracing import versions
-if TYPE_CHECKING: from explorer.schema import TraceRecord
+
+if TYPE_CHECKING:
+  from explorer.schema import TraceRecord
 
 _lock = threading.Lock()
 _device: dict[str, Any] | None = None  # the worker's answer, once it came ({"device": None} if it failed)

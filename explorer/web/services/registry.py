@@ -1,16 +1,21 @@
 """Every stateful part of one app, in one typed place: explorer.web.app.create_app makes them, the routes reach them through one
 dependency (explorer.web.http.deps.ServicesDep)."""
 from __future__ import annotations
-import collections, logging, sqlite3, threading, zlib
+import collections
+import logging
+import sqlite3
+import threading
+import zlib
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
-from collections.abc import Callable, Hashable, Iterable
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.settings import Settings
 from explorer.store import Store, StoreError, documents
 from explorer.store.collector import collector_paused
 from explorer.store.pieces import whole
 from explorer.web.services.lifecycle import one_line
+
 if TYPE_CHECKING:
   from explorer.web.services.devices import DeviceCatalog, QueueDevices
   from explorer.web.services.diffs import DiffService

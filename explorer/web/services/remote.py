@@ -4,15 +4,17 @@ server keeps anything (explorer.queue.protocol: signed where the queue has a sec
 data, and the computation the one that was asked for), so a stored trace is never half-written and never a worker's invention."""
 from __future__ import annotations
 import asyncio
-from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 from explorer.queue.protocol import QueueUnavailable, ResultRefused, plain_json, trace_result
 from explorer.schema import TraceRecord, study_problem
 from explorer.spec import ConvSpec, SpecError, Variant
 from explorer.stages import Progress
 from explorer.tracing.pipeline.run import TraceResult
 from explorer.web.services.lifecycle import Busy
-if TYPE_CHECKING: from explorer.queue.client import QueueClient
+
+if TYPE_CHECKING:
+  from explorer.queue.client import QueueClient
 
 
 class QueueDown(Busy):

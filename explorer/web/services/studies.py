@@ -3,22 +3,24 @@ explorer.analysis.study.run_studies, which spawns the trace and timing workers i
 again when it ends, with its result (a row of the store's tasks table, kind "study": lifecycle.Journal): the permalink /studies/{id}
 keeps answering after a restart. Each variant's trace is stored too, so the study's page links to the kernels it timed."""
 from __future__ import annotations
-import threading, time
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Mapping
-from explorer.tasks import TaskState
 from explorer.analysis.study import DEFAULT_PRESETS, STUDY_VARIANTS, run_studies, study_steps
 from explorer.present.study import document_rows
-from explorer.spec import PRESETS, ConvSpec, Variant
 from explorer.schema import study_problem
-from explorer.store import Store, StoreError, capped, trace_key
-from explorer.tasks import DONE, RUNNING, STUDY
-from explorer.web.services import remote
+from explorer.spec import PRESETS, ConvSpec, Variant
 from explorer.stages import Progress
+from explorer.store import Store, StoreError, capped, trace_key
+from explorer.tasks import DONE, RUNNING, STUDY, TaskState
+from explorer.web.services import remote
 from explorer.web.services.lifecycle import ERROR, QUEUE_OWNER, Journal, Task, Tasks, one_line
 from explorer.web.urls import study_url
-if TYPE_CHECKING: from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
+
+if TYPE_CHECKING:
+  from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
 
 STOPPED = "the server stopped before this study finished; start it again from the studies page"
 QUEUED_ELSEWHERE = ("this study was queued on a job queue, which this server does not use: restart it with --queue URL to follow it there, "

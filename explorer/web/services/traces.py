@@ -7,17 +7,19 @@ starts and ends (lifecycle.Journal). A server that stops (SIGTERM) marks its unf
 them marked by the next server that opens the store and finds their owner process gone. Every accepted id keeps answering, and an
 interrupted one re-runs from its stored request with one click (POST /api/traces/{id}/rerun)."""
 from __future__ import annotations
-import asyncio, json, time
+import asyncio
+import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable
 from explorer.spec import ConvSpec, SpecError, Variant
 from explorer.stages import PARTIAL, STAGES
 from explorer.store import Store
 from explorer.tasks import TRACE, TaskState
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import (ACTIVE, DONE, INTERRUPTED, QUEUE_OWNER, QUEUED, RUNNING, Busy, ClientBusy, Journal, Task, Tasks,
-                                             one_line)
+from explorer.web.services.lifecycle import ACTIVE, DONE, INTERRUPTED, QUEUE_OWNER, QUEUED, RUNNING, Busy, ClientBusy, Journal, Task, Tasks, one_line
+
 if TYPE_CHECKING:
   from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
   from explorer.schema import Buffer, KernelRow, ScheduleRow, TensorGraph
