@@ -1,6 +1,6 @@
 """How a time was measured, named once. Every time the explorer keeps (a kernel's, a schedule's span, a diff's or a study's
 interleaved totals, a hand schedule's pair) is a timing record that carries the clock it was read from (`method`), the cache state it
-was read in (`l2`), its samples and the 95% interval of its median. The clocks themselves run in workers (explorer.tracing.tg.clocks);
+was read in (`l2`), its samples and the 95% interval of its median. The clocks themselves run in workers (explorer.tracing.tg.device_clocks);
 the pages badge each time with its method and the glossary explains each from METHODS. It imports nothing else of the explorer, and
 never tinygrad."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One clock (explorer.clocks, explorer.tracing.tg.clocks): every kept time says how it was measured; the clock chosen per device; the
+"""One clock (explorer.clocks, explorer.tracing.tg.device_clocks): every kept time says how it was measured; the clock chosen per device; the
 CUDA clocks' calls checked against stand-ins for NVIDIA's CUPTI binding and for the driver (no GPU here: their order and what they
 return); the schedule's span measured on the CPU against real tinygrad kernels; ratios quoted in words whose interval runs their way."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from explorer import clocks
 from explorer.analysis.diff import time_headline
 from explorer.tracing import tg
-from explorer.tracing.tg.clocks import CuptiClock, EventsClock, HeldEventsClock, HostClock, Runnable, clock_for
+from explorer.tracing.tg.device_clocks import CuptiClock, EventsClock, HeldEventsClock, HostClock, Runnable, clock_for
 
 # ***** the records *****
 
@@ -153,7 +153,7 @@ def test_cupti_yields_the_recorded_kernel_durations():
   assert log[-2:] == ["cupti disable 10", "close"]
 
 def test_cupti_that_records_nothing_fails_loudly():
-  from explorer.tracing.tg.clocks import ClockFailed
+  from explorer.tracing.tg.device_clocks import ClockFailed
   clock = CuptiClock(Cupti([], []), Driver([]))
   with pytest.raises(ClockFailed, match="no kernel"): clock.kernel(Runnable("k", lambda: None, lambda: 0.0))
 

@@ -1,4 +1,4 @@
-"""Timing by the device's clock (explorer.tracing.tg.clocks; explorer.clocks names the methods): a schedule's kernels each alone and
+"""Timing by the device's clock (explorer.tracing.tg.device_clocks; explorer.clocks names the methods): a schedule's kernels each alone and
 the whole schedule replayed back to back (`time_schedule`, a trace's timing), and several variants interleaved (`time_interleaved`,
 diffs and studies). Run it in a fresh worker with tracking off (VIZ=0), or in a trace worker at its timing stage."""
 from __future__ import annotations

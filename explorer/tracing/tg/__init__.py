@@ -27,7 +27,6 @@ from tinygrad.helpers import Context, disable_gc
 from tinygrad.uop import ops as uop_ops
 from tinygrad.uop.ops import KernelInfo, Ops, PatternMatcher, UOp, UPat
 from explorer.blob import MAGIC as REWRITE_LOG_MAGIC, BlobRefused
-from explorer.tracing.tg.clocks import Clock, ClockFailed, Runnable, clock_for
 from explorer.tracing.tg.codegen import (
   CompileFailed,
   CompileTimer,
@@ -40,6 +39,7 @@ from explorer.tracing.tg.codegen import (
 )
 from explorer.tracing.tg.compat import PRE_MATCHER, VERSION as _compat_version, at_least as _at_least, const_column, constant, linearized
 from explorer.tracing.tg.custom_rewrites import Rewrite
+from explorer.tracing.tg.device_clocks import Clock, ClockFailed, Runnable, clock_for
 from explorer.tracing.tg.devices import (
   available_devices,
   default_device,

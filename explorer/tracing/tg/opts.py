@@ -15,8 +15,8 @@ from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.helpers import Context, ansistrip, getenv
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisType, KernelInfo, Ops
-from explorer.tracing.tg.clocks import Runnable
 from explorer.tracing.tg.compat import NUM_CPU_THREADS, PARAM, do_to_program, param_slot, timer, to_program_key
+from explorer.tracing.tg.device_clocks import Runnable
 from explorer.tracing.tg.environment import USER_PARALLEL
 from explorer.tracing.tg.pipeline import kernel_reads_writes
 
@@ -124,7 +124,7 @@ def kernel_outputs(asts: Sequence[UOp], renderer: Renderer, device: str, seed: i
 
 def kernel_runnables(asts: Sequence[UOp], renderer: Renderer, device: str) -> list[Runnable]:
   """Each of these variants of one kernel compiled for the device and run on the same fresh buffers of its parameters' sizes (as BEAM
-  times a candidate, at full size), as a clock times it (explorer.tracing.tg.clocks)."""
+  times a candidate, at full size), as a clock times it (explorer.tracing.tg.device_clocks)."""
   from tinygrad.codegen.opt.postrange import args_from_ast
   from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec
   rawbufs, var_vals = args_from_ast(asts[0], device)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from tinygrad import Device, Tensor
 from tinygrad.device import Buffer
 from tinygrad.uop.ops import Ops, UOp
-from explorer.tracing.tg.clocks import Runnable
 from explorer.tracing.tg.compat import at_least, copied, timer
+from explorer.tracing.tg.device_clocks import Runnable
 
 if TYPE_CHECKING or at_least(0, 13):  # (0.12 runs ExecItems: explorer.tracing.tg.v012 has its schedule's runtime)
   from tinygrad.engine.realize import ExecContext, compile_linear, pm_exec, resolve_params, run_linear
@@ -29,7 +29,7 @@ def _kernel_calls(compiled: UOp) -> list[UOp]: return [c for c in compiled.src i
 def kernel_calls(compiled: UOp) -> tuple[UOp, ...]: return compiled.src  # every call of a compiled schedule, kernels and copies
 
 def runnables(compiled: UOp, var_vals: dict[str, int] | None = None) -> list[Runnable]:
-  """Each kernel of a compiled schedule, in order, as a clock times it (explorer.tracing.tg.clocks): launched through tinygrad's own
+  """Each kernel of a compiled schedule, in order, as a clock times it (explorer.tracing.tg.device_clocks): launched through tinygrad's own
   executor without waiting, or run once under tinygrad's time_call; symbolic variables bound to var_vals."""
   return [runnable(c, var_vals, i) for i, c in enumerate(compiled.src) if c.src[0].op is Ops.PROGRAM]
 

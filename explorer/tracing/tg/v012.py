@@ -11,7 +11,7 @@ from typing import Any
 from tinygrad import Device
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, UOp
-from explorer.tracing.tg.clocks import Runnable
+from explorer.tracing.tg.device_clocks import Runnable
 from explorer.tracing.tg.pipeline import Call
 from explorer.tracing.tg.runtime import buffers_kept
 
