@@ -6,8 +6,8 @@ import sqlite3
 import pytest
 from fastapi.testclient import TestClient
 from support import app_over, minimal_trace
+from explorer.background import DONE, STUDY, TRACE
 from explorer.store import Store
-from explorer.tasks import DONE, STUDY, TRACE
 
 STUDY_REQUEST = {"kind": "constants", "presets": ["small"], "specs": [], "repeats": 5}
 

@@ -198,8 +198,8 @@ def test_queued_studies_resumed_after_a_restart_each_follow_their_own_row(tmp_pa
   import asyncio
   import concurrent.futures
   import dataclasses
+  from explorer.background import RUNNING, STUDY
   from explorer.spec import PRESETS
-  from explorer.tasks import RUNNING, STUDY
   from explorer.web.services import remote
   from explorer.web.services.lifecycle import QUEUE_OWNER
   from explorer.web.services.studies import StudyService

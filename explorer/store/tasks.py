@@ -1,14 +1,14 @@
 """The tasks table: every piece of background work a server accepted (a trace job, a study, an enrichment, a hand schedule), a row per
 kind and id, written when accepted and again as it starts and ends (explorer.web.services.lifecycle.Journal writes them). Its states
-are explorer.tasks's: queued -> running -> done | error | interrupted; ids of finished work keep answering after a restart."""
+are explorer.background's: queued -> running -> done | error | interrupted; ids of finished work keep answering after a restart."""
 from __future__ import annotations
 import json
 import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
+from explorer.background import ACTIVE, DONE, INTERRUPTED, QUEUED, RUNNING, STATES, STUDY, UNKNOWN, TaskKind, TaskState
 from explorer.store.connection import Connected, StoreError
-from explorer.tasks import ACTIVE, DONE, INTERRUPTED, QUEUED, RUNNING, STATES, STUDY, UNKNOWN, TaskKind, TaskState
 
 FIELDS = ("kind", "id", "status", "label", "request", "owner", "client", "detail", "error", "created", "started", "finished")
 _ACTIVE = f"status IN ({', '.join(repr(s) for s in ACTIVE)})"

@@ -8,12 +8,12 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
+from explorer.background import TRACE
 from explorer.store import annotations as notes, caches, documents, enrichments, pieces, rewrites as blobs, tasks
 from explorer.store.collector import collector_paused
 from explorer.store.connection import Connected, StoreError, transaction
 from explorer.store.rewrites import checked_locations
 from explorer.store.tasks import capped
-from explorer.tasks import TRACE
 
 if TYPE_CHECKING:
   from explorer.schema import KernelRecord, TraceRecord

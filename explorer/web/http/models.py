@@ -2,6 +2,8 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+from explorer.background import Recomputed, StartedAtOnce, TaskState
+
 # the trace's records are defined with the trace (explorer.schema): named here for the routes and the OpenAPI schema
 from explorer.schema import (
   Analysis as Analysis,
@@ -20,7 +22,6 @@ from explorer.schema import (
 )
 from explorer.spec import DTYPES, MAX_HAND_OPTS, PRESETS, STUDY_CI_WIDTH, TILES, ConvSpec, Knob, Variant, knobs
 from explorer.targets import TARGETS
-from explorer.tasks import Recomputed, StartedAtOnce, TaskState
 from explorer.tinygrads import TRACEABLE
 
 if TYPE_CHECKING:  # the choices live in explorer.spec; to a type checker they are strings

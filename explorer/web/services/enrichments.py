@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
+from explorer.background import ENRICHMENT, OPTS as OPTS_TASK
 from explorer.schema import KernelRecord, RanOn, TraceRecord, host_target, target_records
 from explorer.spec import Variant
 from explorer.stages import ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH_TARGET, Progress, lacks_facts
 from explorer.store import Store
 from explorer.targets import TARGETS
-from explorer.tasks import ENRICHMENT, OPTS as OPTS_TASK
 from explorer.tracing import versions
 from explorer.tracing.workers.process import Limits, WorkerFailed
 from explorer.web.services.lifecycle import DONE, ERROR, Busy, Journal, Task, Tasks

@@ -29,8 +29,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
-from explorer.stages import Progress
-from explorer.tasks import (
+from explorer.background import (
   ACTIVE as ACTIVE,
   DONE as DONE,
   ERROR as ERROR,
@@ -40,6 +39,7 @@ from explorer.tasks import (
   TaskKind,
   TaskState,
 )
+from explorer.stages import Progress
 
 if TYPE_CHECKING:
   from explorer.store import Store

@@ -9,12 +9,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from explorer.analysis.study import DEFAULT_PRESETS, STUDY_VARIANTS, run_studies, study_steps
+from explorer.background import DONE, RUNNING, STUDY, TaskState
 from explorer.present.study import document_rows
 from explorer.schema import study_problem
 from explorer.spec import PRESETS, ConvSpec, Variant
 from explorer.stages import Progress
 from explorer.store import Store, StoreError, capped, trace_key
-from explorer.tasks import DONE, RUNNING, STUDY, TaskState
 from explorer.web.services import remote
 from explorer.web.services.lifecycle import ERROR, QUEUE_OWNER, Journal, Task, Tasks, one_line
 from explorer.web.urls import study_url

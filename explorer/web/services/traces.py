@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from explorer.background import TRACE, TaskState
 from explorer.spec import ConvSpec, SpecError, Variant
 from explorer.stages import PARTIAL, STAGES
 from explorer.store import Store
-from explorer.tasks import TRACE, TaskState
 from explorer.web.services import remote
 from explorer.web.services.lifecycle import ACTIVE, DONE, INTERRUPTED, QUEUE_OWNER, QUEUED, RUNNING, Busy, ClientBusy, Journal, Task, Tasks, one_line
 
