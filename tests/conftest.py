@@ -302,6 +302,9 @@ def duplicate_ids(pg) -> list[str]:
   return pg.evaluate("() => { const n = {}; document.querySelectorAll('[id]').forEach(e => n[e.id] = (n[e.id] || 0) + 1);"
                      " return Object.keys(n).filter(k => n[k] > 1) }")
 
+# the page's graph viewers by element id (static/viewer.js's map, no global): import() of the URL the page loaded answers its module
+VIEWERS = "(await import('/static/viewer.js')).viewers"
+
 def wait_graphs(pg) -> None:
   """Every graph viewer on the page has its SVG (or its error) in place."""
   pg.wait_for_function("() => [...document.querySelectorAll('.viewer')].every(v => v.dataset.loaded)", timeout=GRAPH_TIMEOUT_MS)

@@ -4,7 +4,7 @@ fill means and what the spec's marking is, apart from REDUCE's red."""
 from __future__ import annotations
 import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, wait_graphs, watched_page
+from conftest import ARTIFACTS, VIEWERS, needs_chromium, wait_graphs, watched_page
 
 # small with the builtin Winograd: four kernel ASTs of 37 to 303 nodes (one with a REDUCE), a rangeify graph of hundreds
 pytestmark = [pytest.mark.browser, needs_chromium, pytest.mark.traces({"preset": "small", "variant": {"algo": "winograd", "time": False}})]
@@ -45,7 +45,7 @@ def test_a_huge_graph_opens_on_its_nodes(live_server, traced, laptop, errors, wh
   got = laptop.evaluate(IN_VIEW, sel)
   laptop.screenshot(path=str(ARTIFACTS / f"graph_opens_{where}.png"))
   assert got["nodes"] > 150 and got["inside"] >= 12, got
-  px = laptop.evaluate(f"() => viewers.get('{sel[1:]}').labelPx(document.querySelector('{sel} svg'))")
+  px = laptop.evaluate(f"async () => {VIEWERS}.get('{sel[1:]}').labelPx(document.querySelector('{sel} svg'))")
   assert px >= 11, px  # readable, as before
   assert not errors, errors
 

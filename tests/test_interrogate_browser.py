@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import httpx
 import pytest
-from conftest import ARTIFACTS, needs_chromium, uops_beside_the_line, wait_graphs
+from conftest import ARTIFACTS, VIEWERS, needs_chromium, uops_beside_the_line, wait_graphs
 
 # wino8 with the builtin Winograd, CUDA rendered: its xhat kernel's devectorize pass has over a thousand matches
 pytestmark = [pytest.mark.browser, needs_chromium,
@@ -197,14 +197,14 @@ def test_passes_can_be_filtered_scrubbed_and_a_node_followed(live_server, traced
   page.fill("[data-pass-filter]", "")
   # a node selected in one pass stays selected in the next where it survives
   page.locator("#pass-graph g.node.op-SINK").first.dispatch_event("click")  # the graph opens on its busiest part: the SINK may be off-canvas
-  num = page.evaluate("() => viewers.get('pass-graph').keepNum")
+  num = page.evaluate(f"async () => {VIEWERS}.get('pass-graph').keepNum")
   assert isinstance(num, int)
   assert re.search(r"made( by)?:", page.locator("#pass-graph .viewer-detail").inner_text())  # which pass made this UOp
   slider = page.locator("[data-pass-slider]")
   slider.evaluate(f"(s) => {{ s.value = {last - 1}; s.dispatchEvent(new Event('input')); }}")
   page.wait_for_url(re.compile(rf".*pass={last - 1}&.*"))
   wait_graphs(page)
-  still = page.evaluate("() => { const v = viewers.get('pass-graph'); return [...v.graph.byId.values()].some(n => n.num === v.keepNum); }")
+  still = page.evaluate(f"async () => {{ const v = {VIEWERS}.get('pass-graph'); return [...v.graph.byId.values()].some(n => n.num === v.keepNum); }}")
   assert still == (page.locator("#pass-graph g.node.selected").count() == 1)
   assert not errors, errors
 
@@ -222,7 +222,7 @@ def test_graph_labels_are_readable_and_follow_the_font_control(live_server, trac
   page.goto(f"{live_server}/t/{traced}/k/1?big=0")  # leave the mode off for the other tests
   assert not errors, errors
 
-STABLE_JS = """() => { const v = viewers.get('pass-graph'), out = {};
+STABLE_JS = "async () => { const v = " + VIEWERS + """.get('pass-graph'), out = {};
   for (const n of v.graph.byId.values()) { if (n.num == null) continue; const g = v.nodeEl(n.id); if (!g) continue;
     const r = g.getBoundingClientRect(); out[n.num] = [r.left + r.width / 2, r.top + r.height / 2]; }
   return out; }"""

@@ -1,6 +1,7 @@
 /* The diff page: folded source runs, the UOp graph diff (an HTML fragment computed in a worker), pan/zoom on its drawings, and the
-   two measurements (interleaved re-timing, outputs compared) as background jobs polled for progress. Uses explorer.js's $, $$, esc. */
-"use strict";
+   two measurements (interleaved re-timing, outputs compared) as background jobs polled for progress. */
+import { $, $$, esc, fetchJSON } from "./dom.js";
+import { clockBadge } from "./clocks.js";
 
 function panZoom(root) {
   $$(".diff-graph", root).forEach((box) => {
@@ -122,12 +123,11 @@ class Measure {
   }
 }
 
-document.addEventListener("DOMContentLoaded", () => {
-  $$("[data-unfold]").forEach((b) => b.addEventListener("click", () => {
-    const toggle = b.closest("tbody");
-    toggle.nextElementSibling.hidden = false; toggle.remove();
-  }));
-  $$(".measure").forEach((el) => new Measure(el));
-  const root = $("#diff-root");
-  if (root) loadGraphs(root);
-});
+// a module runs once the page is parsed
+$$("[data-unfold]").forEach((b) => b.addEventListener("click", () => {
+  const toggle = b.closest("tbody");
+  toggle.nextElementSibling.hidden = false; toggle.remove();
+}));
+$$(".measure").forEach((el) => new Measure(el));
+const root = $("#diff-root");
+if (root) loadGraphs(root);
