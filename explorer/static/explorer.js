@@ -1,6 +1,6 @@
 /* Kernel Explorer's pages, every one: the entry module (base.html) that brings to life what the page has. Each widget's code is the
    module of its name: viewer.js (graph viewers), stepper.js (the pass stepper), tabs.js, progress.js (a running trace), trace_form.js,
-   kernel.js (a kernel page's parts computed on first view), opts_panel.js, line_mapped.js, sass.js, trace_actions.js.
+   kernel.js (a kernel page's parts computed on first view), opts_panel.js, line_mapped.js, sass.js, trace_actions.js, tour.js, notes.js.
    Plain ES modules, no build step. State that matters lives in the URL (?code=, ?pass=&at=). */
 import { $$ } from "./dom.js";
 import { Viewer, viewers } from "./viewer.js";
@@ -13,6 +13,8 @@ import { initOpts } from "./opts_panel.js";
 import { initLineMaps } from "./line_mapped.js";
 import { initSass } from "./sass.js";
 import { initCompareMenus } from "./trace_actions.js";
+import { initTour } from "./tour.js";
+import { initNotes } from "./notes.js";
 
 function boot(root = document) {  // everything a page (or a part of it put in place later) brings to life
   const fresh = [];
@@ -28,7 +30,8 @@ function boot(root = document) {  // everything a page (or a part of it put in p
   initLineMaps(root); initSass(root);
 }
 
-// a module runs once the page is parsed: no DOMContentLoaded to wait for
+// a module runs once the page is parsed: no DOMContentLoaded to wait for. The tours' and notes' first, as when tour.js ran from <head>
+initTour(); initNotes();
 boot(document);
 initCompareMenus();
 document.addEventListener("swapped-in", (e) => boot(e.target));  // a part pending.js's swapIn put in place

@@ -1,36 +1,8 @@
-/* Teaching tours on every page: large-font mode (?big=1, remembered in localStorage), the "?" glossary panel, keyboard steps on tour pages,
-   the progress of a built-in tour's two traces, and annotations (notes on steps, graph nodes and source lines).
-   Loaded in <head>: the big-font class is set before the page paints. Note text is only ever set with textContent. */
-"use strict";
+/* Teaching tours on every page: large-font mode (?big=1, remembered in localStorage; big_font.js sets it before the page paints), the
+   "?" glossary panel, keyboard steps on tour pages, the progress of a built-in tour's two traces. The notes are notes.js's. */
+import { $, $$, el, api } from "./dom.js";
 
-(function () {
-  const BIG_KEY = "ke-big";
-  const asked = new URLSearchParams(window.location.search).get("big");
-  let stored = null;
-  try { stored = window.localStorage.getItem(BIG_KEY); } catch (e) { /* storage blocked */ }
-  if (asked === "1" || (asked !== "0" && stored === "1")) document.documentElement.classList.add("big");
-  if (asked === "1" || asked === "0") { try { window.localStorage.setItem(BIG_KEY, asked); } catch (e) { /* storage blocked */ } }
-})();
-
-const tq = (sel, root = document) => root.querySelector(sel);
-const tqa = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 const typing = (el) => !!(el && el.closest && el.closest("input, textarea, select, [contenteditable=''], [contenteditable=true]"));
-
-function el(tag, attrs = {}, text = null) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text !== null) e.textContent = text;
-  return e;
-}
-
-async function api(url, opts = {}) {
-  const r = await fetch(url, { headers: { Accept: "application/json", "Content-Type": "application/json" }, ...opts });
-  if (r.status === 204) return null;
-  let body = null;
-  try { body = await r.json(); } catch (e) { /* not JSON */ }
-  if (!r.ok) throw new Error((body && body.detail) || `${r.status} ${r.statusText}`);
-  return body;
-}
 
 /* ***** large-font mode: <html class="big">, in the URL while on ***** */
 
@@ -40,8 +12,8 @@ function setBig(on) {
   const url = new URL(window.location.href);
   if (on) url.searchParams.set("big", "1"); else url.searchParams.delete("big");
   history.replaceState(history.state, "", url);
-  tqa("[data-big-toggle]").forEach((b) => b.setAttribute("aria-pressed", String(on)));
-  tqa("a[href]").forEach((a) => {  // in-app links keep the mode, so a shared link opens the same way
+  $$("[data-big-toggle]").forEach((b) => b.setAttribute("aria-pressed", String(on)));
+  $$("a[href]").forEach((a) => {  // in-app links keep the mode, so a shared link opens the same way
     if (!a.getAttribute("href").startsWith("/") || a.getAttribute("href").startsWith("/api/") || a.getAttribute("href").startsWith("/static/")) return;
     const u = new URL(a.href);
     if (on) u.searchParams.set("big", "1"); else u.searchParams.delete("big");
@@ -53,11 +25,11 @@ function setBig(on) {
 /* ***** glossary panel ***** */
 
 function toggleGlossary(open) {
-  const panel = tq("#glossary-panel");
+  const panel = $("#glossary-panel");
   if (!panel) return;
   const show = open === undefined ? panel.hidden : open;
   panel.hidden = !show;
-  if (show) tq(".glossary-close", panel).focus();
+  if (show) $(".glossary-close", panel).focus();
 }
 
 /* ***** tour keyboard: → / j next, ← / k previous ***** */
@@ -68,13 +40,13 @@ function centerIn(box, item) {  // scroll box (not the page) so that item is in 
 }
 
 function initTourKeys() {
-  const tour = tq("[data-tour]");
+  const tour = $("[data-tour]");
   if (!tour) return;
-  centerIn(tq(".tour-steps ol"), tq(".tour-steps a.current"));  // the list only: the page stays at its top
-  centerIn(tq("#tour-uops"), tq("#tour-uops .uop-line.focus"));  // the uop the step's text discusses, in the middle of its listing
-  const src = tq("#tour-source[data-focus-line]");  // ...and the source line it discusses
+  centerIn($(".tour-steps ol"), $(".tour-steps a.current"));  // the list only: the page stays at its top
+  centerIn($("#tour-uops"), $("#tour-uops .uop-line.focus"));  // the uop the step's text discusses, in the middle of its listing
+  const src = $("#tour-source[data-focus-line]");  // ...and the source line it discusses
   if (src) {
-    const line = tq(`[id="S-${src.dataset.focusLine}"]`, src);
+    const line = $(`[id="S-${src.dataset.focusLine}"]`, src);
     if (line) { line.classList.add("tour-focus"); centerIn(src, line); }
   }
   document.addEventListener("keydown", (e) => {
@@ -90,26 +62,26 @@ function initTourKeys() {
 /* ***** a built-in tour's two traces: progress, then the tour ***** */
 
 function initTourProgress() {
-  const box = tq("[data-tour-progress]");
+  const box = $("[data-tour-progress]");
   if (!box) return;
-  const jobs = tqa("[data-job]", box);
+  const jobs = $$("[data-job]", box);
   const pending = () => jobs.filter((j) => ["queued", "running"].includes(j.dataset.status));
   async function poll() {
     for (const job of pending()) {
       try {
         const d = await api(`/api/traces/${job.dataset.job}/status`);
         job.dataset.status = d.status;
-        const badge = tq("[data-job-status]", job);
+        const badge = $("[data-job-status]", job);
         badge.textContent = d.status; badge.className = `badge ${d.status === "error" ? "err" : d.status === "done" ? "ok" : "info"}`;
         for (const s of d.stages || []) {
-          const li = tq(`li[data-stage="${s.stage}"]`, job);
+          const li = $(`li[data-stage="${s.stage}"]`, job);
           if (!li) continue;
           li.className = s.status;
           li.firstElementChild.replaceChildren(s.status === "running" ? el("span", { class: "spinner" }) : el("span", { class: `dot ${s.status}` }));
-          tq(".detail", li).textContent = s.detail || s.status;
+          $(".detail", li).textContent = s.detail || s.status;
         }
         if (d.status === "error") {
-          const err = tq("[data-job-error]", job);
+          const err = $("[data-job-error]", job);
           err.hidden = false; err.replaceChildren(el("b", {}, "The trace failed: "), document.createTextNode(d.error || "unknown error"));
         }
       } catch (e) { /* try again */ }
@@ -121,224 +93,20 @@ function initTourProgress() {
   if (pending().length) setTimeout(poll, 500);
 }
 
-/* ***** annotations ***** */
-
-const Notes = {
-  byTrace: new Map(),  // trace id -> Promise<list of notes>
-  load(trace) {
-    if (!this.byTrace.has(trace)) this.byTrace.set(trace, api(`/api/traces/${trace}/annotations`).catch(() => []));
-    return this.byTrace.get(trace);
-  },
-  async add(trace, note) {
-    const list = await this.load(trace);
-    list.push(note);
-    refreshAnchored(trace);
-  },
-  async remove(trace, id) {
-    await api(`/api/traces/${trace}/annotations/${id}`, { method: "DELETE" });
-    const list = await this.load(trace);
-    const i = list.findIndex((n) => n.id === id);
-    if (i >= 0) list.splice(i, 1);
-    refreshAnchored(trace);
-  },
-};
-
-function parseLine(anchor) { const m = /^(\d+):([a-z]+):(\d+)$/.exec(anchor); return m ? { kernel: +m[1], target: m[2], line: +m[3] } : null; }
-function parseNode(anchor) { const i = anchor.lastIndexOf("#"); return i < 0 ? null : { ref: anchor.slice(0, i), node: +anchor.slice(i + 1) }; }
-function describe(n, ops = []) {
-  if (n.anchor_kind === "node") { const p = parseNode(n.anchor); return p ? `node ${p.node}${ops[p.node] ? ` ${ops[p.node]}` : ""}` : n.anchor; }
-  if (n.anchor_kind === "line") { const p = parseLine(n.anchor); return p ? `${p.target === "uops" ? "UOps" : p.target} line ${p.line}` : n.anchor; }
-  return "step";
-}
-
-function noteItem(trace, n, where = "") {
-  const li = el("li", { "data-note-id": String(n.id) });
-  li.append(el("span", { class: "note-pin" }, "✎"));
-  if (where) li.append(el("span", { class: "note-where" }, where));
-  li.append(el("span", { class: "note-text" }, n.text));
-  const del = el("button", { type: "button", class: "small", "data-note-delete": "", title: "delete this note" }, "×");
-  li.append(del);
-  return li;
-}
-
-function onDelete(e) {
-  const btn = e.target.closest("[data-note-delete]");
-  if (!btn) return;
-  const li = btn.closest("li[data-note-id]"), list = btn.closest("[data-trace]");
-  btn.disabled = true;  // one DELETE per note: a second click while it is on its way would find the note gone
-  Notes.remove(list.dataset.trace, +li.dataset.noteId).then(() => {
-    tqa(`li[data-note-id="${li.dataset.noteId}"]`).forEach((x) => x.remove());
-  }).catch((err) => { btn.disabled = false; window.alert(err.message); });
-}
-
-/* A node anchor counts nodes in the graph view's own order (GET /api/traces/{id}/graphs/{ref}: nodes[i]), which does not change when the
-   graph is expanded again; graphviz draws them in another order, so the SVG's g#n{id} are looked up by the view's ids. */
-const views = new Map();  // "trace|ref" -> Promise<{ids, ops}>
-function viewNodes(trace, ref) {
-  const key = `${trace}|${ref}`;
-  if (!views.has(key)) {
-    views.set(key, api(`/api/traces/${trace}/graphs/${ref}`).then((v) => ({ ids: v.nodes.map((n) => n.id), ops: v.nodes.map((n) => n.op) }))
-      .catch(() => ({ ids: [], ops: [] })));
-  }
-  return views.get(key);
-}
-
-async function markGraph(viewer, notes) {
-  const ref = viewer.dataset.loaded, trace = viewer.dataset.trace;
-  if (!ref || ref === "error") return;
-  tqa("g.node.annotated", viewer).forEach((g) => { g.classList.remove("annotated"); tqa(".node-note", g).forEach((x) => x.remove()); });
-  const mine = notes.filter((n) => n.anchor_kind === "node" && parseNode(n.anchor) && parseNode(n.anchor).ref === ref);
-  if (!mine.length) return;
-  const { ids } = await viewNodes(trace, ref);
-  for (const n of mine) {
-    const i = parseNode(n.anchor).node, g = ids[i] !== undefined && tq(`g.node[id="n${ids[i]}"]`, viewer);
-    if (!g) continue;
-    const box = g.getBBox();
-    g.classList.add("annotated");
-    const pin = document.createElementNS("http://www.w3.org/2000/svg", "text");
-    pin.setAttribute("class", "node-note"); pin.setAttribute("x", String(box.x + box.width - 4)); pin.setAttribute("y", String(box.y + 4));
-    pin.textContent = "✎";
-    const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
-    title.textContent = n.text;
-    pin.append(title);
-    g.append(pin);
-  }
-}
-
-function markLines(kernel, notes) {
-  tqa(".line-note").forEach((x) => x.remove());
-  tqa(".tab-panel[data-panel] .noted").forEach((x) => x.classList.remove("noted"));
-  for (const n of notes) {
-    const p = n.anchor_kind === "line" && parseLine(n.anchor);
-    if (!p || p.kernel !== kernel) continue;
-    const panel = tq(`.tab-panel[data-panel="${p.target}"]`);
-    if (!panel) continue;
-    let at = tq(`a[id="L-${p.line}"], a[id$="-L-${p.line}"]`, panel);  // a tab other than the page's own prefixes its ids (cuda-L-6)
-    if (!at && p.target === "uops") at = uopsLine(panel, p.line);
-    if (!at) continue;
-    const pin = el("span", { class: "line-note", title: n.text, "data-note-id": String(n.id) }, `✎ ${n.text.length > 60 ? n.text.slice(0, 59) + "…" : n.text}`);
-    at.after(pin);
-    const gutter = tqa("td.linenos pre > span", panel)[p.line - 1];
-    if (gutter) { gutter.classList.add("noted"); gutter.title = n.text; }
-  }
-}
-
-function uopsLine(panel, line) {
-  // the UOp listing is plain text: split it into per-line anchors once (text nodes only, so nothing is parsed as HTML)
-  const pre = tq("pre.listing", panel);
-  if (!pre) return null;
-  if (!pre.dataset.split) {
-    const lines = pre.textContent.split("\n");
-    pre.replaceChildren(...lines.flatMap((ln, i) => [el("a", { id: `uops-L-${i + 1}` }), document.createTextNode(ln + (i < lines.length - 1 ? "\n" : ""))]));
-    pre.dataset.split = "1";  // ids of their own: the page's source holds L-1...
-  }
-  return tq(`a[id="uops-L-${line}"]`, pre);
-}
-
-async function refreshAnchored(trace) {
-  const notes = await Notes.load(trace);
-  tqa(`[data-anchored-notes][data-trace="${trace}"]`).forEach((ul) => {
-    const kernel = ul.dataset.kernel === undefined ? null : +ul.dataset.kernel, ref = ul.dataset.graphRef;
-    const mine = notes.filter((n) => (n.anchor_kind === "node" && ref && parseNode(n.anchor) && parseNode(n.anchor).ref === ref) ||
-                                     (n.anchor_kind === "line" && kernel !== null && parseLine(n.anchor) && parseLine(n.anchor).kernel === kernel));
-    const render = (ops) => ul.replaceChildren(...mine.map((n) => noteItem(trace, n, describe(n, ops))));
-    render([]);
-    if (ref && mine.some((n) => n.anchor_kind === "node")) viewNodes(trace, ref).then((v) => render(v.ops));
-    if (kernel !== null) markLines(kernel, notes);
-  });
-  tqa(`.viewer[data-trace="${trace}"]`).forEach((v) => markGraph(v, notes));
-}
-
-function initNoteForm(form) {
-  const trace = form.dataset.trace, kind = tq("[name=anchor_kind]", form), err = tq(".note-error", form);
-  const sync = () => tqa("[data-for]", form).forEach((x) => { x.hidden = x.dataset.for !== kind.value; });
-  kind.addEventListener("change", sync); sync();
-  const pick = async (viewer, g) => {  // clicking a node of the form's graph pins the note there
-    if (!form.dataset.graphRef || viewer.dataset.loaded !== form.dataset.graphRef || !tq("[name=node]", form)) return;
-    const i = (await viewNodes(trace, form.dataset.graphRef)).ids.indexOf(g.id.slice(1));
-    if (i < 0) return;
-    kind.value = "node"; sync();
-    tq("[name=node]", form).value = String(i);
-    tqa("g.node.picked", viewer).forEach((x) => x.classList.remove("picked"));
-    g.classList.add("picked");
-  };
-  tqa(`.viewer[data-trace="${trace}"]`).forEach((v) => v.addEventListener("click", (e) => {
-    const g = e.target.closest && e.target.closest("g.node");
-    if (g && !g.classList.contains("call")) pick(v, g);
-  }));
-  form.addEventListener("submit", async (e) => {
-    e.preventDefault();
-    err.textContent = "";
-    const text = tq("[name=text]", form).value.trim();
-    let anchor = form.dataset.stepAnchor;
-    if (kind.value === "node") anchor = `${form.dataset.graphRef}#${tq("[name=node]", form).value}`;
-    if (kind.value === "line") anchor = `${form.dataset.kernel}:${tq("[name=target]", form).value}:${tq("[name=line]", form).value}`;
-    if (!text) { err.textContent = "write the note first"; return; }
-    if (kind.value === "node" && !tq("[name=node]", form).value) { err.textContent = "click a node in the graph (or type its number)"; return; }
-    if (kind.value === "line" && !tq("[name=line]", form).value) { err.textContent = "give the line number"; return; }
-    try {
-      const note = await api(`/api/traces/${trace}/annotations`, { method: "POST", body: JSON.stringify({ anchor_kind: kind.value, anchor, text }) });
-      tq("[name=text]", form).value = "";
-      if (note.anchor_kind === "step") {
-        const list = tq(`[data-note-list][data-trace="${trace}"]`);
-        if (list) list.append(noteItem(trace, note));
-      }
-      await Notes.add(trace, note);
-    } catch (e2) { err.textContent = e2.message; }
-  });
-}
-
-function noteLink(trace, n) {
-  const base = `/t/${trace}`;
-  if (n.anchor_kind === "step") return `${base}/tour?step=${encodeURIComponent(n.anchor)}`;
-  if (n.anchor_kind === "line") { const p = parseLine(n.anchor); return p ? `${base}/k/${p.kernel}?code=${p.target}` : base; }
-  const p = parseNode(n.anchor), k = p && /^ast\/(\d+)$/.exec(p.ref);
-  if (k) return `${base}/k/${k[1]}`;
-  return p && p.ref === "tensor" ? `${base}/graph/tensor` : base;
-}
-
-async function initTraceNotes() {
-  const box = tq("[data-trace-notes]");
-  if (!box) return;
-  const trace = box.dataset.trace, notes = await Notes.load(trace);
-  if (!notes.length) return;
-  tq("[data-trace-notes-count]", box).textContent = String(notes.length);
-  tq("ul", box).replaceChildren(...notes.map((n) => {
-    const li = noteItem(trace, n), where = el("a", { class: "note-where", href: noteLink(trace, n) },
-      n.anchor_kind === "step" ? `step ${n.anchor}` : n.anchor_kind === "node" ? `node ${n.anchor}` : `line ${n.anchor}`);
-    li.insertBefore(where, li.children[1]);
-    return li;
-  }));
-  box.dataset.trace = trace;
-  box.hidden = false;
-}
-
-function initNotes() {
-  document.addEventListener("click", onDelete);
-  tqa("[data-note-form]").forEach(initNoteForm);
-  const traces = new Set(tqa("[data-anchored-notes]").map((x) => x.dataset.trace));
-  tqa(".viewer[data-trace]").forEach((v) => {
-    v.addEventListener("graph-loaded", () => Notes.load(v.dataset.trace).then((notes) => markGraph(v, notes)));
-    if (tq("[data-anchored-notes]") || tq("[data-note-form]")) traces.add(v.dataset.trace);
-  });
-  traces.forEach((t) => refreshAnchored(t));
-  initTraceNotes();
-}
-
 /* ***** boot ***** */
 
-document.addEventListener("DOMContentLoaded", () => {
-  tqa("[data-big-toggle]").forEach((b) => {
+export function initTour() {
+  $$("[data-big-toggle]").forEach((b) => {
     b.setAttribute("aria-pressed", String(document.documentElement.classList.contains("big")));
     b.addEventListener("click", () => setBig(!document.documentElement.classList.contains("big")));
   });
   if (document.documentElement.classList.contains("big")) setBig(true);  // links carry the mode
-  tqa("[data-glossary]").forEach((a) => a.addEventListener("click", (e) => { if (tq("#glossary-panel")) { e.preventDefault(); toggleGlossary(); } }));
-  tqa(".glossary-close").forEach((b) => b.addEventListener("click", () => toggleGlossary(false)));
+  $$("[data-glossary]").forEach((a) => a.addEventListener("click", (e) => { if ($("#glossary-panel")) { e.preventDefault(); toggleGlossary(); } }));
+  $$(".glossary-close").forEach((b) => b.addEventListener("click", () => toggleGlossary(false)));
   document.addEventListener("keydown", (e) => {
     if (typing(e.target) || e.metaKey || e.ctrlKey || e.altKey) return;
     if (e.key === "?") { e.preventDefault(); toggleGlossary(); }
     else if (e.key === "Escape") toggleGlossary(false);
   });
-  initTourKeys(); initTourProgress(); initNotes();
-});
+  initTourKeys(); initTourProgress();
+}
