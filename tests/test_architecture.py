@@ -1,6 +1,11 @@
 """The house rules a linter cannot state: the static import graph of explorer/ has no cycle (a package __init__ that its own modules
-import back, or two modules that need each other, make a cycle; import-linter's layer contract sees neither)."""
+import back, or two modules that need each other, make a cycle; import-linter's layer contract sees neither); the pages' ES modules
+(explorer/static/*.js, no bundler to check them) import only what exists, without a cycle, and each is loaded by a page."""
 from __future__ import annotations
+import pathlib, re
+
+STATIC = pathlib.Path(__file__).resolve().parent.parent / "explorer" / "static"
+TEMPLATES = STATIC.parent / "templates"
 
 def import_cycles(package: str) -> list[list[str]]:
   """Every strongly connected component of more than one module in the package's import graph (grimp's, as import-linter builds it:
@@ -48,3 +53,45 @@ def test_the_check_sees_a_cycle(tmp_path, monkeypatch):
   (pkg / "mod.py").write_text("from cyclic import helper\ndef f(): return helper()\n")
   monkeypatch.syspath_prepend(str(tmp_path))
   assert import_cycles("cyclic") == [["cyclic", "cyclic.mod"]]
+
+IMPORT = re.compile(r'^import \{ ([\w$, ]+) \} from "\./([\w.]+\.js)";$', re.M)
+EXPORT = re.compile(r"^export (?:async function|function|class|const) ([\w$]+)", re.M)
+SCRIPT = re.compile(r"""<script (type="module" )?src="\{\{ url_for\('static', path='([\w.]+\.js)'\) \}\}"></script>""")
+
+def js_imports() -> dict[str, list[str]]:
+  """Each page module's imports, by file name; every name it imports is exported by the module it names."""
+  texts = {p.name: p.read_text() for p in STATIC.glob("*.js")}
+  graph: dict[str, list[str]] = {}
+  for name, text in texts.items():
+    found = IMPORT.findall(text)
+    assert len(found) == len(re.findall(r"^import ", text, re.M)), f"{name}: an import of another form than import {{ a, b }} from \"./m.js\";"
+    for names, dep in found:
+      assert dep in texts, f"{name} imports {dep}, which is not there"
+      missing = set(names.split(", ")) - set(EXPORT.findall(texts[dep]))
+      assert not missing, f"{name} imports {sorted(missing)} from {dep}, which does not export them"
+    graph[name] = [dep for _, dep in found]
+  return graph
+
+def test_the_pages_modules_import_what_exists_without_a_cycle():
+  graph = js_imports()
+  done: set[str] = set()
+  def visit(name: str, path: list[str]) -> None:
+    assert name not in path, f"import cycle: {' -> '.join(path[path.index(name):] + [name])}"
+    if name in done: return
+    for dep in graph[name]: visit(dep, path + [name])
+    done.add(name)
+  for name in sorted(graph): visit(name, [])
+
+def test_each_page_module_is_loaded_by_a_page():
+  """A template loads a script that imports or exports as a module (as a classic script it is a syntax error), and every script in
+  static/ is a page's or imported by one."""
+  graph, loaded = js_imports(), set()
+  for tpl in TEMPLATES.rglob("*.html"):
+    for module, name in SCRIPT.findall(tpl.read_text()):
+      assert (STATIC / name).is_file(), f"{tpl.name} loads {name}, which is not there"
+      assert module or not (graph[name] or EXPORT.search((STATIC / name).read_text())), f"{tpl.name} loads {name} as a classic script"
+      loaded.add(name)
+  reached, todo = set(), sorted(loaded)
+  while todo:
+    if (name := todo.pop()) not in reached: reached.add(name); todo += graph[name]
+  assert reached == set(graph), f"in static/ but loaded by no page: {sorted(set(graph) - reached)}"

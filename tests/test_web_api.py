@@ -360,6 +360,12 @@ def test_docs_are_served_offline(web_client):
   spec = web_client.get("/openapi.json").json()
   assert "/api/traces/{trace_id}/graphs/{ref}" in spec["paths"] and "/api/traces/{trace_id}/events" in spec["paths"]
 
+def test_the_pages_scripts_are_served_as_javascript(web_client):
+  """A browser runs a module only under a JavaScript MIME type (under text/plain, as a misread system table may say, no page works)."""
+  for path in sorted((REPO / "explorer" / "static").glob("*.js")):
+    r = web_client.get(f"/static/{path.name}")
+    assert r.status_code == 200 and r.headers["content-type"].split(";")[0] in ("text/javascript", "application/javascript"), path.name
+
 def test_access_token(tmp_path):
   app = app_over(str(tmp_path / "t.sqlite3"), token="s3cret-token-0123456789")
   with TestClient(app) as client:
