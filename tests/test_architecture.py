@@ -2,7 +2,8 @@
 import back, or two modules that need each other, make a cycle; import-linter's layer contract sees neither); the pages' ES modules
 (explorer/static/*.js, no bundler to check them) import only what exists, without a cycle, and each is loaded by a page."""
 from __future__ import annotations
-import pathlib, re
+import pathlib
+import re
 
 STATIC = pathlib.Path(__file__).resolve().parent.parent / "explorer" / "static"
 TEMPLATES = STATIC.parent / "templates"
