@@ -20,7 +20,7 @@ def _by_hand(trace: dict) -> tuple[int, int]:
 def test_staged_against_fused():
   db, staged, fused = stored_pair()
   a, b = Store(db).get_trace(staged), Store(db).get_trace(fused)
-  ta, tb = memory.timeline(a), memory.timeline(b)
+  ta, tb = memory.over_schedule(a), memory.over_schedule(b)
   for t, m in ((a, ta), (b, tb)):
     assert (m["peak_bytes"], m["peak_step"]) == _by_hand(t)
     assert len(m["steps"]) == len(t["schedule"]) and {x["index"] for x in m["buffers"]} == {b_["index"] for b_ in t["buffers"]}

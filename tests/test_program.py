@@ -175,7 +175,7 @@ def test_the_program_view_and_its_search(cnn, residual, db):
   from explorer.analysis.roofline import peaks_of_trace
   with TestClient(app_over(str(db))) as client: raw = client.get(f"/api/traces/{residual['id']}/raw").json()
   peaks = peaks_of_trace(raw) or {"fp32": 1e12, "bw": 1e11}  # untimed on a host without roofs: estimated against these
-  tl, lines = program.timeline(raw, peaks), program.by_line(raw, peaks)
+  tl, lines = program.kernels_as_run(raw, peaks), program.by_line(raw, peaks)
   shared = [k for k in raw["kernels"] if len(program.provenance_sites(program.own_provenance(k))) > 1]
   assert shared and tl["known"] and sum(g["shared"] for g in lines) >= 2 * len(shared)
   once = sum(program.kernel_seconds(k, peaks)[0] or 0.0 for k in shared)

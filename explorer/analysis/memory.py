@@ -9,7 +9,7 @@ from explorer.schema import TraceRecord, schedule_role, target_record
 
 HELD = ("input", "weight", "output")  # the program holds these for the whole schedule
 
-def timeline(trace: TraceRecord, target: str | None = None) -> dict[str, Any]:
+def over_schedule(trace: TraceRecord, target: str | None = None) -> dict[str, Any]:
   """{steps: [{index, kind, name, role, live_bytes}], buffers: [{index, name, role, nbytes, start, end}], peak_bytes, peak_step,
   intermediate_bytes, held_bytes}. A step is one call of the schedule (a kernel or a copy), a kernel's named as its record on `target`
   names it where it has one (a diff on CUDA names its kernels CUDA's way throughout); a buffer is alive at the steps start..end."""
@@ -42,6 +42,6 @@ def _named(trace: TraceRecord, row: Any, target: str | None) -> str:
 
 def compare(a: TraceRecord, b: TraceRecord, target: str | None = None) -> dict[str, Any]:
   """Two traces' timelines (kernels named on `target`) and what B saves against A (positive: B needs less)."""
-  ta, tb = timeline(a, target), timeline(b, target)
+  ta, tb = over_schedule(a, target), over_schedule(b, target)
   return {"a": ta, "b": tb, "peak_saved": ta["peak_bytes"] - tb["peak_bytes"],
           "intermediate_saved": ta["intermediate_bytes"] - tb["intermediate_bytes"]}

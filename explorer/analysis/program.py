@@ -69,7 +69,7 @@ def kernel_seconds(k: KernelRecord, peaks: Peaks | None) -> tuple[float | None, 
   if peaks and peaks["fp32"] and peaks["bw"]: return max(k["flops"] / peaks["fp32"], k["bytes"] / peaks["bw"]), True
   return None, False
 
-def timeline(trace: TraceRecord, peaks: Peaks | None) -> dict[str, Any]:
+def kernels_as_run(trace: TraceRecord, peaks: Peaks | None) -> dict[str, Any]:
   """The kernels as they ran: each one's seconds (measured or estimated), start, phase and realize; the program's total."""
   rows, at, phase_of = [], 0.0, per_provenance(phase)
   for k in trace["kernels"]:
@@ -101,7 +101,7 @@ def summary(trace: TraceRecord, peaks: Peaks | None) -> dict[str, Any]:
   """What a program's overview shows of the whole program, whatever page of its kernel table or search it is on: the timeline (with its
   marks), kernels by model line, the top kernels, memory over the program and each kernel's phase. Computed once per stored trace by
   its reader (explorer.web.services.registry.TraceCache.derived), not per request."""
-  tl = timeline(trace, peaks)
+  tl = kernels_as_run(trace, peaks)
   return {"timeline": {**tl, "marks": marks(tl)}, "by_line": by_line(trace, peaks), "top": top(trace, 10, peaks), "memory": memory(trace),
           "phases": {r["index"]: r["phase"] for r in tl["kernels"]}}  # the timeline's rows have each kernel's phase already
 

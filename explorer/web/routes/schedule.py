@@ -50,7 +50,7 @@ async def bufferize(request: Request, trace_id: str, svc: ServicesDep, offset: i
   if trace is not None:
     templates = templates_of(request)
     def draw(t: TraceRecord) -> Markup | None:  # (a program's: a bar per step, 10,000 of them, 20 ms: once per parse, not per page)
-      over = svc.traces.derived(trace_id, t, "memory", memory.timeline)
+      over = svc.traces.derived(trace_id, t, "memory", memory.over_schedule)
       return templates.macro("_partials/memory.html", "memory_timeline", over) if over else None
     drawn = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "memory drawn", draw)
     rows = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "stage rows", stage_rows_of)
@@ -61,6 +61,6 @@ async def bufferize(request: Request, trace_id: str, svc: ServicesDep, offset: i
          responses=documented(NOT_FOUND))
 async def get_bufferize(trace_id: str, trace: LightTrace, svc: ServicesDep) -> dict[str, Any]:
   sched = trace["scheduler"]
-  over = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "memory", memory.timeline)  # the page's, computed once
+  over = await asyncio.to_thread(svc.traces.derived, trace_id, trace, "memory", memory.over_schedule)  # the page's, computed once
   return {"stages": sched.get("stages") if sched else None, "stage_counts": sched.get("stage_counts") if sched else None,  # older: absent
           "buffers": trace["buffers"], "schedule": trace["schedule"], "graph": "kernels", "memory": over}
