@@ -1,6 +1,6 @@
 /* Kernel Explorer's pages, every one: the entry module (base.html) that brings to life what the page has. Each widget's code is the
    module of its name: viewer.js (graph viewers), stepper.js (the pass stepper), tabs.js, progress.js (a running trace), trace_form.js,
-   kernel.js (a kernel page's parts computed on first view), opts_panel.js, line_mapped.js, sass.js, trace_actions.js, tour.js, notes.js.
+   kernel.js (a kernel page's parts computed on first view), opts_panel.js, line_mapped.js, sass.js, trace_actions.js, tour.js, notes.js, live_class.js (a live class).
    Plain ES modules, no build step. State that matters lives in the URL (?code=, ?pass=&at=). */
 import { $$ } from "./dom.js";
 import { Viewer, viewers } from "./viewer.js";
@@ -15,6 +15,7 @@ import { initSass } from "./sass.js";
 import { initCompareMenus } from "./trace_actions.js";
 import { initTour } from "./tour.js";
 import { initNotes } from "./notes.js";
+import { initLiveClass } from "./live_class.js";
 
 function boot(root = document) {  // everything a page (or a part of it put in place later) brings to life
   const fresh = [];
@@ -34,4 +35,5 @@ function boot(root = document) {  // everything a page (or a part of it put in p
 initTour(); initNotes();
 boot(document);
 initCompareMenus();
+initLiveClass();
 document.addEventListener("swapped-in", (e) => boot(e.target));  // a part pending.js's swapIn put in place

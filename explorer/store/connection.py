@@ -101,6 +101,15 @@ CREATE TABLE IF NOT EXISTS tasks (
   PRIMARY KEY (kind, id)
 );
 CREATE INDEX IF NOT EXISTS tasks_created ON tasks(kind, created);
+CREATE TABLE IF NOT EXISTS classes (
+  id TEXT PRIMARY KEY,
+  key_hash TEXT NOT NULL,
+  state TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  created REAL NOT NULL,
+  updated REAL NOT NULL,
+  ended REAL
+);
 """
 VERSION = 1  # PRAGMA user_version: 0, jobs and studies in tables of their own; 1, both in tasks
 

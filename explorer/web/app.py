@@ -25,7 +25,8 @@ from explorer.web.http.errors import install_error_handlers
 from explorer.web.http.limits import install_limits, stream_paths
 from explorer.web.http.loopwatch import LoopWatch
 from explorer.web.http.templates import STATIC_DIR, make_templates
-from explorer.web.routes import diff, docs, graphs, home, kernels, library, meta, opts, roofline, schedule, studies, timeline, tours, traces
+from explorer.web.routes import classes, diff, docs, graphs, home, kernels, library, meta, opts, roofline, schedule, studies, timeline, tours, traces
+from explorer.web.services.classes import ClassService
 from explorer.web.services.devices import DeviceCatalog, QueueDevices
 from explorer.web.services.diffs import DiffService
 from explorer.web.services.enrichments import EnrichmentService
@@ -38,7 +39,7 @@ from explorer.web.services.traces import JobManager
 
 ROUTERS = (meta.router, meta.assets, home.router, traces.api, traces.router, kernels.api, kernels.router, opts.api, opts.router,
            schedule.api, schedule.router, graphs.api, roofline.router, timeline.router, docs.router, tours.router, library.api, diff.api,
-           studies.api, library.router, diff.router, studies.router)
+           studies.api, library.router, diff.router, studies.router, classes.api, classes.router)
 
 def _queue_client(settings: Settings) -> Any:
   try:
@@ -83,7 +84,9 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
     enrichments=enrichments,
     studies=StudyService(store, on_stored=changed, runner=study_runner, queue=queue),
     devices=devices or (QueueDevices(queue) if queue is not None else DeviceCatalog(timeout_s=min(120.0, timeout_s))),
-    probes=Probes(timeout_s))
+    probes=Probes(timeout_s),
+    classes=ClassService(store, max_students=int(settings.class_max_students), max_classes=int(settings.max_classes),
+                         idle_s=float(settings.class_idle_hours) * 3600))
   return svc
 
 def create_app(db_path: str | None = None, settings: Settings | None = None, runner: Any = None, graph_workers: int = 1,
@@ -140,4 +143,5 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
   for router in ROUTERS: app.include_router(router)
   app.state.request_limits.stream_paths = stream_paths(ROUTERS)
+  app.state.request_limits.own_caps_paths = stream_paths(ROUTERS, own_caps=True)
   return app

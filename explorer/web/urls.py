@@ -27,6 +27,10 @@ def diff_url(a: str, b: str, target: str | None = None, target_b: str | None = N
 
 def study_url(study_id: str) -> str: return f"/studies/{study_id}"
 
+def class_url(class_id: str) -> str: return f"/c/{class_id}"  # the join URL a class's students open
+
+def class_api_url(class_id: str) -> str: return f"/api/classes/{class_id}"
+
 def library_url(deleted: str | None = None) -> str: return with_query("/traces", deleted=deleted)
 
 def trace_tour_url(trace_id: str, step: str | None = None, big: bool = False, target: str | None = None) -> str:

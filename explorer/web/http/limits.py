@@ -53,6 +53,7 @@ class LimitConfig:
   max_streams: int = 0  # event streams open at once; 0: no limit
   max_streams_per_client: int = 0
   stream_paths: re.Pattern[str] | None = None  # the paths that answer an event stream (install_limits reads them off the app's routes)
+  own_caps_paths: re.Pattern[str] | None = None  # event streams capped by what they follow (a live class: its student cap), not here
 
   @property
   def max_receiving(self) -> int:
@@ -142,6 +143,8 @@ class RequestLimits:
     headers, cfg = Headers(scope=scope), self.config
     if (why := refusal(scope, headers, cfg)) is not None: return await respond(send_with_headers, *why)
     if scope["path"] == HEALTH_PATH: return await self.app(scope, receive, send_with_headers)
+    if cfg.own_caps_paths is not None and scope["method"] == "GET" and cfg.own_caps_paths.fullmatch(scope["path"]):
+      return await self.app(scope, receive, send_with_headers)
     if cfg.stream_paths is not None and scope["method"] == "GET" and cfg.stream_paths.fullmatch(scope["path"]):
       return await self._stream(scope, receive, send_with_headers)
     if has_body(scope, headers):
@@ -195,14 +198,16 @@ class RequestLimits:
     except BodyTooLarge as e:  # read outside FastAPI's body parsing, and not answered there
       if not started(): await respond(send, 413, str(e.detail))
 
-def stream_paths(routers: tuple[APIRouter, ...]) -> re.Pattern[str] | None:
+OWN_CAPS_TAG = "classes"  # a live class's streams: one per student, capped by the class (a classroom shares one address), not per client
+
+def stream_paths(routers: tuple[APIRouter, ...], own_caps: bool = False) -> re.Pattern[str] | None:
   """The paths of the routes that answer an event stream (response_class EventSourceResponse), as one pattern, read off the routers
   an app includes as they are: the app's own view of them (fastapi.routing.iter_route_contexts) builds every route's context, about
-  0.4 s of CPU per app, which a request builds only for the routes it passes."""
+  0.4 s of CPU per app, which a request builds only for the routes it passes. own_caps: those tagged OWN_CAPS_TAG, else the others."""
   from fastapi.routing import APIRoute
   from sse_starlette import EventSourceResponse
   found = [re.sub(r"\(\?P<\w+>", "(?:", r.path_regex.pattern.removeprefix("^").removesuffix("$")) for router in routers for r in router.routes
-           if isinstance(r, APIRoute) and r.response_class is EventSourceResponse]
+           if isinstance(r, APIRoute) and r.response_class is EventSourceResponse and (OWN_CAPS_TAG in r.tags) == own_caps]
   return re.compile("|".join(f"(?:{p})" for p in found)) if found else None
 
 def install_limits(app: FastAPI, settings: Any) -> LimitConfig:

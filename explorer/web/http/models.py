@@ -400,3 +400,48 @@ class StudyStatus(BaseModel):
   table: list[dict[str, Any]] | None = None
   damaged: str | None = Field(default=None, description="a stored row that does not read as a study (an older or damaged database): "
                               "what is wrong; its result and table are then null")
+
+# ***** live classes (explorer.web.services.classes): a presenter drives its students' browsers *****
+
+class ClassStart(BaseModel):
+  """Start a class on the page at `url` (a path on this server, with its query: the page the teacher is on)."""
+  model_config = {"extra": "forbid"}
+  url: str = Field(max_length=2000, pattern=r"^/([^/].*)?$")
+
+class ClassState(BaseModel):
+  """What the presenter shows: the page's address (its state lives in its URL: the tour step, kernel, target tab, pass and match, the
+  selected node) and a small view beside it (a graph's pan and zoom, an opened panel: what the URL does not hold)."""
+  model_config = {"extra": "forbid"}
+  url: str = Field(max_length=2000, pattern=r"^/([^/].*)?$")
+  view: dict[str, Any] = Field(default_factory=dict)
+
+class ExploredPage(BaseModel):
+  page: str
+  students: int
+
+class ClassCounts(BaseModel):
+  """Who is in the class now: students following the presenter, students exploring, and the pages most of those are on."""
+  following: int
+  exploring: int
+  pages: list[ExploredPage]
+
+class ClassView(BaseModel):
+  """A live class: its state, how many moves made it (`seq`), and its students' counts."""
+  id: str
+  join_url: str
+  state: ClassState
+  seq: int
+  ended: bool
+  counts: ClassCounts
+
+class ClassStarted(ClassView):
+  """A class just started, with its presenter key: said once (the server keeps its hash), kept by the teacher's browser; send it as
+  X-Presenter-Key to move or end the class."""
+  presenter_key: str
+
+class Presence(BaseModel):
+  """A student's browser (`student`: an id it made, one per tab) follows the class, or explores on `page`."""
+  model_config = {"extra": "forbid"}
+  student: str = Field(pattern=r"^[A-Za-z0-9_-]{8,32}$")
+  following: bool
+  page: str = Field("", max_length=200)

@@ -17,6 +17,7 @@ from explorer.store.pieces import whole
 from explorer.web.services.lifecycle import one_line
 
 if TYPE_CHECKING:
+  from explorer.web.services.classes import ClassService
   from explorer.web.services.devices import DeviceCatalog, QueueDevices
   from explorer.web.services.diffs import DiffService
   from explorer.web.services.enrichments import EnrichmentService
@@ -200,4 +201,5 @@ class Services:
   studies: StudyService
   devices: DeviceCatalog | QueueDevices
   probes: Probes                            # roofline probes, one per device
+  classes: ClassService                     # live classes: a presenter drives its students' browsers
   forget: Any = field(default=lambda trace_id, merge=None: None)  # drop what was rendered from a stored trace that changed (merge: how)

@@ -1,0 +1,137 @@
+/* A live class in the browser, both sides (explorer.web.routes.classes). The teacher starts one from any page ("Teach"): its browser
+   keeps the presenter key (localStorage) and, on every page it opens and every change of its address (a page keeps its state in its
+   URL: the tour step, the kernel, the target tab, the pass and match), tells the class where it is. A student opens the join URL
+   (/c/ID) and follows over an event stream: each move brings its tab to the presenter's page. A student who goes elsewhere explores
+   freely under a banner and rejoins with F. The class a tab is in is kept in sessionStorage, so it holds across the tab's pages. */
+import { $, el, api } from "./dom.js";
+
+const SESSION = "ke-class";  // {id, role: "presenter" | "student", student, following, state, expect}
+const keyOf = (id) => localStorage.getItem(`ke-class-key:${id}`);
+const here = () => location.pathname + location.search;
+const QR_SCRIPT = "/static/vendor/qrcode-generator-1.4.4.js";
+
+function session() { try { return JSON.parse(sessionStorage.getItem(SESSION)); } catch (e) { return null; } }
+function save(s) { if (s) sessionStorage.setItem(SESSION, JSON.stringify(s)); else sessionStorage.removeItem(SESSION); }
+
+function onAddressChange(changed) {  // the pages change their address with history.replaceState/pushState: each is told
+  for (const name of ["pushState", "replaceState"]) {
+    const original = history[name];
+    history[name] = function (...args) { const r = original.apply(this, args); changed(); return r; };
+  }
+  window.addEventListener("popstate", changed);
+}
+
+function bar(cls) {
+  const b = el("div", { class: `class-bar ${cls}`, role: "status", "aria-live": "polite" });
+  document.body.prepend(b);
+  return b;
+}
+
+function countsText(c) {
+  const where = c.pages.length ? ` (on ${c.pages.map((p) => `${p.page} ×${p.students}`).join(", ")})` : "";
+  return `${c.following} following · ${c.exploring} exploring${where}`;
+}
+
+/* ***** the presenter ***** */
+
+async function qr(box, url) {
+  if (!window.qrcode) await new Promise((ok, fail) => document.head.appendChild(Object.assign(el("script", { src: QR_SCRIPT }), { onload: ok, onerror: fail })));
+  const code = window.qrcode(0, "M");
+  code.addData(url); code.make();
+  box.innerHTML = code.createSvgTag({ cellSize: 3, margin: 2, scalable: true });
+}
+
+function present(s) {
+  const key = keyOf(s.id), join = `${location.origin}/c/${s.id}`;
+  const b = bar("presenter");
+  b.innerHTML = `<span class="class-title">Class <b>${s.id}</b></span> <span>join: <a class="mono" href="${join}">${join}</a></span>
+    <span class="class-qr" title="the join URL as a QR code"></span> <span class="class-counts">…</span>
+    <button type="button" class="small" data-class-end>End class</button>`;
+  qr($(".class-qr", b), join).catch(() => {});
+  let told = null;
+  const tell = async () => {
+    if (here() === told) return;
+    told = here();
+    try { await api(`/api/classes/${s.id}/state`, { method: "PUT", headers: { "Content-Type": "application/json", "X-Presenter-Key": key }, body: JSON.stringify({ url: told, view: {} }) }); }
+    catch (e) { $(".class-counts", b).textContent = `not moved: ${e.message}`; }
+  };
+  onAddressChange(tell); tell();
+  const poll = async () => {
+    try { $(".class-counts", b).textContent = countsText((await api(`/api/classes/${s.id}`)).counts); }
+    catch (e) { $(".class-counts", b).textContent = e.message; if (/no live class/.test(e.message)) { save(null); return; } }
+    setTimeout(poll, 2000);
+  };
+  poll();
+  $("[data-class-end]", b).addEventListener("click", async () => {
+    await api(`/api/classes/${s.id}`, { method: "DELETE", headers: { "X-Presenter-Key": key } }).catch(() => {});
+    localStorage.removeItem(`ke-class-key:${s.id}`); save(null); b.remove();
+  });
+}
+
+async function startClass() {
+  const c = await api("/api/classes", { method: "POST", body: JSON.stringify({ url: here() }) });
+  localStorage.setItem(`ke-class-key:${c.id}`, c.presenter_key);
+  const s = { id: c.id, role: "presenter" };
+  save(s); present(s);
+}
+
+/* ***** a student ***** */
+
+function follow(s) {
+  const b = bar("student");
+  let counts = null;
+  const show = () => {
+    b.classList.toggle("exploring", !s.following);
+    b.innerHTML = s.following ? `Following class <b>${s.id}</b>${counts ? ` · ${countsText(counts)}` : ""}`
+      : `You left the class · <button type="button" class="small" data-class-rejoin>follow again: F</button>`;
+    const again = $("[data-class-rejoin]", b);
+    if (again) again.addEventListener("click", rejoin);
+  };
+  const tellPresence = () => api(`/api/classes/${s.id}/presence`, { method: "POST", body: JSON.stringify({ student: s.student, following: s.following, page: here().slice(0, 200) }) }).catch(() => {});
+  const go = (state) => {
+    if (!state || state.url === here()) return;
+    s.expect = state.url; save(s);
+    location.assign(state.url);
+  };
+  const explore = () => { if (s.following && s.state && here() !== s.state.url && here() !== s.expect) { s.following = false; save(s); show(); tellPresence(); } };
+  function rejoin() { s.following = true; save(s); show(); tellPresence(); go(s.state); }
+  if (s.expect && here() === s.expect) s.expect = null;  // arrived where the class sent this tab
+  else {  // this tab went somewhere of its own (a link, the address bar, back): it explores
+    s.expect = null;
+    if (s.following && s.state && here() !== s.state.url) s.following = false;
+  }
+  save(s); show();
+  const src = new EventSource(`/api/classes/${s.id}/events?student=${encodeURIComponent(s.student)}`);
+  src.addEventListener("state", (e) => {
+    s.state = JSON.parse(e.data).state; save(s);
+    if (s.following) go(s.state);
+  });
+  src.addEventListener("counts", (e) => { counts = JSON.parse(e.data); if (s.following) show(); });
+  src.addEventListener("ended", () => { src.close(); save(null); b.classList.add("ended"); b.textContent = "The class ended."; });
+  onAddressChange(explore);
+  if (!s.following) tellPresence();
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "f" && e.key !== "F") return;
+    if (e.ctrlKey || e.metaKey || e.altKey || /^(INPUT|TEXTAREA|SELECT)$/.test(e.target.tagName) || e.target.isContentEditable) return;
+    if (!s.following) { e.preventDefault(); rejoin(); }
+  });
+}
+
+export function joinClass(id, state) {  // the join page (/c/ID): this tab follows the class from now on, from its presenter's page
+  const student = Array.from(crypto.getRandomValues(new Uint8Array(12)), (x) => "abcdefghijklmnopqrstuvwxyz0123456789"[x % 36]).join("");
+  save({ id, role: "student", student, following: true, state, expect: state.url });
+  location.replace(state.url);
+}
+
+export function initLiveClass() {
+  const s = session();
+  if (s && s.role === "presenter" && keyOf(s.id)) present(s);
+  else if (s && s.role === "student") follow(s);
+  const teach = $("[data-class-start]");
+  if (teach) {
+    if (s) teach.hidden = true;
+    else teach.addEventListener("click", () => startClass().then(() => { teach.hidden = true; }).catch((e) => alert(`No class started: ${e.message}`)));
+  }
+  const join = $("[data-class-join]");
+  if (join) joinClass(join.dataset.classJoin, JSON.parse(join.dataset.state));
+}

@@ -1,0 +1,145 @@
+"""Live classes (explorer.web.routes.classes, static/live_class.js): against a real server, only the presenter's key moves a class,
+each move reaches every student's event stream, the class holds at most class_max_students, presence is counted, and a restarted
+server holds the class where it was; in real Chromium tabs, students follow the presenter from page to page, one explores (the banner
+says so, the presenter's counts too) and rejoins with F."""
+from __future__ import annotations
+import json
+import queue
+import threading
+import time
+import httpx
+import pytest
+from conftest import needs_chromium, running_server
+from servers import Server, wait_for
+
+def events(base: str, class_id: str, student: str, into: queue.Queue, stop: threading.Event) -> threading.Thread:
+  """A student's stream in a thread of its own: each (event, data, arrival time) put on `into`, until the stream ends or `stop`."""
+  def read() -> None:
+    try: stream(into)
+    except httpx.HTTPError: into.put(("closed", {}, time.time()))  # the server went (a restart)
+  def stream(into: queue.Queue) -> None:
+    with httpx.stream("GET", f"{base}/api/classes/{class_id}/events", params={"student": student}, timeout=30) as r:
+      if r.status_code != 200:
+        into.put(("refused", {"status": r.status_code, "retry_after": r.headers.get("retry-after"), "detail": r.read().decode()}, time.time()))
+        return
+      event = None
+      for line in r.iter_lines():
+        if stop.is_set(): return
+        if line.startswith("event:"): event = line.split(":", 1)[1].strip()
+        elif line.startswith("data:") and event:
+          into.put((event, json.loads(line.split(":", 1)[1]), time.time()))
+          if event == "ended": return
+  t = threading.Thread(target=read, daemon=True)
+  t.start()
+  return t
+
+def next_event(q: queue.Queue, kind: str, timeout_s: float = 10) -> tuple[dict, float]:
+  """The next `kind` event on q (others skipped): its data and arrival time."""
+  end = time.time() + timeout_s
+  while (left := end - time.time()) > 0:
+    event, data, at = q.get(timeout=left)
+    if event == kind: return data, at
+  raise AssertionError(f"no {kind} event within {timeout_s} s")
+
+def test_a_class_is_moved_by_its_key_alone_reaches_every_student_and_outlives_a_restart(tmp_path):
+  server = Server(tmp_path / "c.sqlite3", tmp_path / "server.log", KERNEL_EXPLORER_CLASS_MAX_STUDENTS="3").start()
+  stop = threading.Event()
+  try:
+    base = server.base
+    r = httpx.post(f"{base}/api/classes", json={"url": "/"})
+    assert r.status_code == 201, r.text
+    c = r.json()
+    cid, key = c["id"], c["presenter_key"]
+    assert c["join_url"] == f"/c/{cid}" and c["state"] == {"url": "/", "view": {}} and c["seq"] == 0 and len(key) >= 32
+    assert "presenter_key" not in httpx.get(f"{base}/api/classes/{cid}").json()  # said once, to the teacher
+    move = lambda body, k=key: httpx.put(f"{base}/api/classes/{cid}/state", json=body, headers={"X-Presenter-Key": k} if k else {})  # noqa: E731
+    assert move({"url": "/traces"}, None).status_code == 403 and move({"url": "/traces"}, "not-the-key").status_code == 403
+    for bad in ("//evil.example/", "https://evil.example/", "traces", "/" + "a" * 2000):
+      assert move({"url": bad}).status_code == 422, bad
+    assert move({"url": "/", "view": {"zoom": 2}, "script": "x"}).status_code == 422  # nothing but {url, view}
+
+    students = {name: queue.Queue() for name in ("student-aaaa", "student-bbbb", "student-cccc")}
+    for name, q in students.items(): events(base, cid, name, q, stop)
+    for q in students.values(): assert next_event(q, "state")[0] == {"state": {"url": "/", "view": {}}, "seq": 0}
+    full: queue.Queue = queue.Queue()
+    events(base, cid, "student-dddd", full, stop)
+    refused, _ = next_event(full, "refused")
+    assert refused["status"] == 503 and refused["retry_after"] and "3 students" in refused["detail"]
+    assert httpx.get(f"{base}/api/classes/{cid}/events", params={"student": "x"}).status_code == 422  # no id a browser makes
+
+    sent = time.time()
+    assert move({"url": "/traces", "view": {"panel": "notes"}}).json()["seq"] == 1
+    for q in students.values():
+      got, at = next_event(q, "state")
+      assert got == {"state": {"url": "/traces", "view": {"panel": "notes"}}, "seq": 1} and at - sent < 1.0, at - sent
+
+    assert httpx.post(f"{base}/api/classes/{cid}/presence", json={"student": "student-aaaa", "following": False, "page": "/docs"}).status_code == 204
+    wait_for("the exploring student counted", lambda: httpx.get(f"{base}/api/classes/{cid}").json()["counts"] ==
+             {"following": 2, "exploring": 1, "pages": [{"page": "/docs", "students": 1}]}, 10)
+    page = httpx.get(f"{base}/c/{cid}")
+    assert page.status_code == 200 and f'data-class-join="{cid}"' in page.text and "/traces" in page.text
+    assert httpx.get(f"{base}/c/no-such-class").status_code == 404
+
+    stop.set()
+    server.stop()
+    server.start()  # a restart: the class is where the presenter left it, the key still moves it
+    got = httpx.get(f"{server.base}/api/classes/{cid}").json()
+    assert got["state"] == {"url": "/traces", "view": {"panel": "notes"}} and got["seq"] == 1 and got["counts"]["following"] == 0
+    stop = threading.Event()
+    back: queue.Queue = queue.Queue()
+    events(server.base, cid, "student-aaaa", back, stop)
+    assert next_event(back, "state")[0]["state"]["url"] == "/traces"  # a student reconnecting lands on the current state
+    assert httpx.put(f"{server.base}/api/classes/{cid}/state", json={"url": "/studies"}, headers={"X-Presenter-Key": key}).json()["seq"] == 2
+    assert next_event(back, "state")[0] == {"state": {"url": "/studies", "view": {}}, "seq": 2}
+    assert httpx.delete(f"{server.base}/api/classes/{cid}", headers={"X-Presenter-Key": "wrong"}).status_code == 403
+    assert httpx.delete(f"{server.base}/api/classes/{cid}", headers={"X-Presenter-Key": key}).status_code == 204
+    next_event(back, "ended")
+    assert httpx.get(f"{server.base}/api/classes/{cid}").status_code == 404
+  finally:
+    stop.set()
+    server.stop()
+
+@pytest.fixture(scope="module")
+def class_server(tmp_path_factory):
+  with running_server(tmp_path_factory.mktemp("class") / "c.sqlite3", tmp_path_factory.mktemp("class-log")) as base: yield base
+
+def path_of(page) -> str: return page.evaluate("location.pathname + location.search")
+
+@pytest.mark.browser
+@needs_chromium
+def test_students_follow_the_presenter_and_one_explores_then_rejoins_with_f(class_server, browser):
+  base, errors = class_server, []
+  def opened(url: str):
+    p = browser.new_page(viewport={"width": 1024, "height": 768})
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    p.goto(url)
+    return p
+  teacher = opened(f"{base}/")
+  teacher.click("[data-class-start]")
+  teacher.wait_for_selector(".class-bar.presenter .class-qr svg")
+  cid = teacher.evaluate("JSON.parse(sessionStorage.getItem('ke-class')).id")
+  assert f"/c/{cid}" in teacher.inner_text(".class-bar.presenter")
+  alice, bob = opened(f"{base}/c/{cid}"), opened(f"{base}/c/{cid}")
+  for s in (alice, bob):
+    s.wait_for_function("location.pathname === '/'", timeout=5000)
+    s.wait_for_selector(".class-bar.student:not(.exploring)")
+  for where in ("/traces", "/studies", "/glossary"):
+    teacher.goto(f"{base}{where}")
+    for s in (alice, bob): s.wait_for_function(f"location.pathname === {where!r}", timeout=2000)  # within 2 s of the move
+  bob.goto(f"{base}/traces")  # bob explores on his own
+  bob.wait_for_selector(".class-bar.student.exploring")
+  assert "You left the class" in bob.inner_text(".class-bar")
+  teacher.wait_for_function("document.querySelector('.class-counts').textContent.startsWith('1 following · 1 exploring (on /traces')",
+                            timeout=10_000)
+  teacher.goto(f"{base}/studies")
+  alice.wait_for_function("location.pathname === '/studies'", timeout=2000)
+  time.sleep(0.5)
+  assert path_of(bob) == "/traces"  # exploring: the move did not take him along
+  bob.keyboard.press("f")
+  bob.wait_for_function("location.pathname === '/studies'", timeout=2000)
+  bob.wait_for_selector(".class-bar.student:not(.exploring)")
+  teacher.wait_for_function("document.querySelector('.class-counts').textContent.startsWith('2 following · 0 exploring')", timeout=10_000)
+  teacher.click("[data-class-end]")
+  alice.wait_for_function("document.querySelector('.class-bar').textContent.includes('The class ended')", timeout=5000)
+  assert not errors, errors
+  for p in (teacher, alice, bob): p.close()
