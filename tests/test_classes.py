@@ -1,7 +1,8 @@
 """Live classes (explorer.web.routes.classes, static/live_class.js): against a real server, only the presenter's key moves a class,
-each move reaches every student's event stream, the class holds at most class_max_students, presence is counted, and a restarted
-server holds the class where it was; in real Chromium tabs, students follow the presenter from page to page, one explores (the banner
-says so, the presenter's counts too) and rejoins with F."""
+each move reaches every student's event stream, the class holds at most class_max_students, presence is counted, a question's answers
+are counted exactly (one per student, only from its students, none after the reveal), and a restarted server holds the class where
+it was, answers included; in real Chromium tabs, students follow the presenter from page to page, one explores (the banner says so,
+the presenter's counts too) and rejoins with F, and a tour step's question is answered on the students' screens and revealed."""
 from __future__ import annotations
 import json
 import queue
@@ -11,6 +12,7 @@ import httpx
 import pytest
 from conftest import needs_chromium, running_server
 from servers import Server, wait_for
+from stored_traces import stored_pair
 
 def events(base: str, class_id: str, student: str, into: queue.Queue, stop: threading.Event) -> threading.Thread:
   """A student's stream in a thread of its own: each (event, data, arrival time) put on `into`, until the stream ends or `stop`."""
@@ -76,6 +78,23 @@ def test_a_class_is_moved_by_its_key_alone_reaches_every_student_and_outlives_a_
     assert httpx.post(f"{base}/api/classes/{cid}/presence", json={"student": "student-aaaa", "following": False, "page": "/docs"}).status_code == 204
     wait_for("the exploring student counted", lambda: httpx.get(f"{base}/api/classes/{cid}").json()["counts"] ==
              {"following": 2, "exploring": 1, "pages": [{"page": "/docs", "students": 1}]}, 10)
+    ask = lambda body, k=key: httpx.put(f"{base}/api/classes/{cid}/question", json=body, headers={"X-Presenter-Key": k} if k else {})  # noqa: E731
+    answer = lambda s, a, q="faster": httpx.post(f"{base}/api/classes/{cid}/answers", json={"student": s, "question": q, "answer": a})  # noqa: E731
+    question = {"id": "faster", "kind": "choice", "prompt": "Which is faster, A or B?", "choices": ["A", "B"]}
+    assert ask(question, None).status_code == 403 and answer("student-aaaa", "A").status_code == 409  # nothing asked yet
+    assert ask({**question, "choices": ["A"]}).status_code == 422 and ask({**question, "answer": "B"}).status_code == 422  # no answer in it
+    assert ask(question).json()["poll"] == {"question": question, "answers": [], "total": 0, "revealed": None}
+    assert next_event(students["student-bbbb"], "poll")[0]["question"] == question
+    given = (("student-aaaa", "A"), ("student-bbbb", "B"), ("student-cccc", "B"), ("student-bbbb", "A"))
+    assert [answer(s, a).status_code for s, a in given] == [204] * 4
+    assert answer("student-cccc", "C").status_code == 422 and answer("student-eeee", "A").status_code == 409  # not a choice; not a student
+    assert answer("student-aaaa", "A", "another").status_code == 409
+    polled = httpx.get(f"{base}/api/classes/{cid}").json()["poll"]
+    assert polled["answers"] == [{"answer": "A", "students": 2}, {"answer": "B", "students": 1}] and polled["total"] == 3  # bbbb changed
+    reveal = lambda k: httpx.post(f"{base}/api/classes/{cid}/reveal", json={"answer": "B"}, headers={"X-Presenter-Key": k})  # noqa: E731
+    assert reveal("wrong").status_code == 403 and reveal(key).json()["poll"]["revealed"] == "B"
+    wait_for("the reveal on a student's stream", lambda: next_event(students["student-cccc"], "poll")[0]["revealed"] == "B", 10)
+    assert answer("student-cccc", "A").status_code == 409  # revealed: answers are closed
     page = httpx.get(f"{base}/c/{cid}")
     assert page.status_code == 200 and f'data-class-join="{cid}"' in page.text and "/traces" in page.text
     assert httpx.get(f"{base}/c/no-such-class").status_code == 404
@@ -85,6 +104,7 @@ def test_a_class_is_moved_by_its_key_alone_reaches_every_student_and_outlives_a_
     server.start()  # a restart: the class is where the presenter left it, the key still moves it
     got = httpx.get(f"{server.base}/api/classes/{cid}").json()
     assert got["state"] == {"url": "/traces", "view": {"panel": "notes"}} and got["seq"] == 1 and got["counts"]["following"] == 0
+    assert got["poll"]["answers"] == polled["answers"] and got["poll"]["revealed"] == "B"  # answers kept, counted as before
     stop = threading.Event()
     back: queue.Queue = queue.Queue()
     events(server.base, cid, "student-aaaa", back, stop)
@@ -101,14 +121,15 @@ def test_a_class_is_moved_by_its_key_alone_reaches_every_student_and_outlives_a_
 
 @pytest.fixture(scope="module")
 def class_server(tmp_path_factory):
-  with running_server(tmp_path_factory.mktemp("class") / "c.sqlite3", tmp_path_factory.mktemp("class-log")) as base: yield base
+  db, staged, _ = stored_pair()  # a tour to teach: the staged Winograd trace's
+  with running_server(db, tmp_path_factory.mktemp("class-log")) as base: yield base, staged
 
 def path_of(page) -> str: return page.evaluate("location.pathname + location.search")
 
 @pytest.mark.browser
 @needs_chromium
-def test_students_follow_the_presenter_and_one_explores_then_rejoins_with_f(class_server, browser):
-  base, errors = class_server, []
+def test_students_follow_the_presenter_explore_rejoin_and_answer_a_tour_question(class_server, browser):
+  (base, staged), errors = class_server, []
   def opened(url: str):
     p = browser.new_page(viewport={"width": 1024, "height": 768})
     p.on("pageerror", lambda e: errors.append(str(e)))
@@ -139,6 +160,19 @@ def test_students_follow_the_presenter_and_one_explores_then_rejoins_with_f(clas
   bob.wait_for_function("location.pathname === '/studies'", timeout=2000)
   bob.wait_for_selector(".class-bar.student:not(.exploring)")
   teacher.wait_for_function("document.querySelector('.class-counts').textContent.startsWith('2 following · 0 exploring')", timeout=10_000)
+  teacher.goto(f"{base}/t/{staged}/tour?step=tensor")  # the tour's tensor step asks how many kernels the schedule will run
+  for s in (alice, bob): s.wait_for_function("location.search === '?step=tensor'", timeout=2000)
+  kernels = len(httpx.get(f"{base}/api/traces/{staged}/raw").json()["kernels"])
+  teacher.click("[data-class-ask]")
+  for s, given in ((alice, kernels), (bob, kernels + 3)):
+    s.wait_for_selector(".class-poll input[type=number]")
+    s.fill(".class-poll input[type=number]", str(given))
+    s.press(".class-poll input[type=number]", "Enter")
+  teacher.wait_for_function("document.querySelector('.class-poll').textContent.includes('2 answered')", timeout=10_000)
+  teacher.click("[data-class-reveal]")
+  for s, mine in ((alice, "yours too"), (bob, f"yours: {kernels + 3}")):
+    s.wait_for_function(f"document.querySelector('.class-poll .class-answer')?.textContent === 'Answer: {kernels} · {mine}'", timeout=5000)
+  assert f"Answer: {kernels}" in teacher.inner_text(".class-poll")
   teacher.click("[data-class-end]")
   alice.wait_for_function("document.querySelector('.class-bar').textContent.includes('The class ended')", timeout=5000)
   assert not errors, errors

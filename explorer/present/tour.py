@@ -64,7 +64,18 @@ def _opt_text(opts: list[str]) -> str:
 
 FOLDED = " (its graph draws fewer nodes: as in tinygrad's viewer, constants and devices are folded into the labels of the UOps that use them)"
 
-Step = dict[str, Any]  # {"id", "title", "view", "text"}, and what a step's view needs beside (focus, side, embed, headline)
+Step = dict[str, Any]  # {"id", "title", "view", "text"}, and what a step's view needs beside (focus, side, embed, headline, ask)
+SAME_TIME = "the same, within noise"
+
+def ask(qid: str, kind: str, prompt: str, answer: str, choices: tuple[str, ...] = ()) -> dict[str, Any]:
+  """A question a live class is asked at a step (explorer.web.services.classes), with the answer its presenter reveals."""
+  return {"id": qid, "kind": kind, "prompt": prompt, "choices": list(choices), "answer": answer}
+
+def faster_of(interleaved: InterleavedTiming) -> str:
+  """Which side the interleaved timing found faster: A, B, or neither where the ratio's 95% interval holds 1."""
+  r = interleaved["ratio"]
+  lo, hi = (r["ci_low"], r["ci_high"]) if r.get("ci_low") is not None else (r["median"], r["median"])
+  return "B" if hi < 1 else "A" if lo > 1 else SAME_TIME
 
 def _step(id: str, title: str, view: str, text: str) -> Step: return {"id": id, "title": title, "view": view, "text": text}
 
@@ -122,8 +133,10 @@ def _tensor_step(trace: TraceRecord, spec: ConvSpec | None, variant: Variant | N
   recipe = (f"the {si_prefix(spec.direct_flops)}FLOPs of multiply-adds a direct convolution does (counted by formula, 2 per multiply-add){direct} "
             "are only a recipe at this point."
             if spec is not None else "what it computes is only a recipe at this point.")
-  return _step("tensor", "Tensor graph", "graph/tensor",
+  step = _step("tensor", "Tensor graph", "graph/tensor",
                f"{what} starts as a lazy tensor graph of {g['uops']} UOps{FOLDED} (most common: {top}). Nothing has run yet: {recipe}")
+  return {**step, "ask": ask("kernels", "number", "Predict: how many kernels will tinygrad's schedule run for this graph?",
+                             str(len(trace["kernels"])))}
 
 def _scheduler_steps(trace: TraceRecord) -> list[Step]:
   sch = trace["scheduler"]  # None where the trace failed before its schedule
@@ -364,6 +377,10 @@ def compare_tour(kind: str, a: TraceRecord, b: TraceRecord, target: str | None =
   skip = {f"k{n}-{part}" for n in coded for part in ("codegen", "uops", "source")} | {f"k{n}-ast" for n in same}
   first = [dict(s, id=f"a-{s['id']}", side="a") for s in trace_tour(a, target)]
   second = [dict(s, id=f"b-{s['id']}", side="b") for s in trace_tour(b, target) if s["id"] not in skip]
-  compare = {"id": "compare", "title": f"{BUILTIN_TOURS[kind]['title']}: A against B", "view": "diff", "text": text, "side": "both",
-             "headline": heads}
+  compare: Step = {"id": "compare", "title": f"{BUILTIN_TOURS[kind]['title']}: A against B", "view": "diff", "text": text, "side": "both",
+                   "headline": heads}
+  if interleaved is not None and interleaved["compared"] and interleaved["ratio"].get("median") is not None:
+    compare["ask"] = ask("faster", "choice", f"Which is faster on {interleaved['device']}, A or B?", faster_of(interleaved),
+                         ("A", "B", SAME_TIME))
+  else: compare["ask"] = ask("kernels-b", "number", "Predict: how many kernels does B run?", str(tb["kernels"]))
   return [*first, compare, *second]

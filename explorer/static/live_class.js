@@ -2,8 +2,11 @@
    keeps the presenter key (localStorage) and, on every page it opens and every change of its address (a page keeps its state in its
    URL: the tour step, the kernel, the target tab, the pass and match), tells the class where it is. A student opens the join URL
    (/c/ID) and follows over an event stream: each move brings its tab to the presenter's page. A student who goes elsewhere explores
-   freely under a banner and rejoins with F. The class a tab is in is kept in sessionStorage, so it holds across the tab's pages. */
-import { $, el, api } from "./dom.js";
+   freely under a banner and rejoins with F. A tour step that asks a question (data-ask) gives the presenter "Ask the class": each
+   student answers on its own screen (a number, a choice, or a click on a node of the page's graph), the answers' distribution fills
+   in on every screen, and the presenter reveals the answer, which every screen shows beside the class's. The class a tab is in is
+   kept in sessionStorage, so it holds across the tab's pages. */
+import { $, $$, el, esc, api } from "./dom.js";
 
 const SESSION = "ke-class";  // {id, role: "presenter" | "student", student, following, state, expect}
 const keyOf = (id) => localStorage.getItem(`ke-class-key:${id}`);
@@ -32,6 +35,19 @@ function countsText(c) {
   return `${c.following} following · ${c.exploring} exploring${where}`;
 }
 
+function pollHtml(poll, mine = null) {  // the question, the class's answers (most first), the answer once revealed
+  const rows = poll.answers.map((a) => `<li class="${a.answer === poll.revealed ? "right" : ""}${a.answer === mine ? " mine" : ""}">` +
+    `<b>${esc(a.answer)}</b> <span class="n">${a.students}</span></li>`).join("");
+  const told = poll.revealed === null ? "" : `<p class="class-answer">Answer: <b>${esc(poll.revealed)}</b>${mine === null ? "" : mine === poll.revealed ? " · yours too" : ` · yours: ${esc(mine)}`}</p>`;
+  return `<p class="class-prompt">${esc(poll.question.prompt)}</p>${told}<p class="small">${poll.total} answered</p><ol class="class-answers">${rows}</ol>`;
+}
+
+function pollCard() {
+  let card = $(".class-poll");
+  if (!card) { card = el("aside", { class: "class-poll", "aria-live": "polite" }); document.body.appendChild(card); }
+  return card;
+}
+
 /* ***** the presenter ***** */
 
 async function qr(box, url) {
@@ -40,6 +56,8 @@ async function qr(box, url) {
   code.addData(url); code.make();
   box.innerHTML = code.createSvgTag({ cellSize: 3, margin: 2, scalable: true });
 }
+
+let presenterPoll = () => {};
 
 function present(s) {
   const key = keyOf(s.id), join = `${location.origin}/c/${s.id}`;
@@ -57,11 +75,31 @@ function present(s) {
   };
   onAddressChange(tell); tell();
   const poll = async () => {
-    try { $(".class-counts", b).textContent = countsText((await api(`/api/classes/${s.id}`)).counts); }
+    try { const c = await api(`/api/classes/${s.id}`); $(".class-counts", b).textContent = countsText(c.counts); presenterPoll(c.poll); }
     catch (e) { $(".class-counts", b).textContent = e.message; if (/no live class/.test(e.message)) { save(null); return; } }
     setTimeout(poll, 2000);
   };
   poll();
+  const step = $("#tour[data-ask]"), asks = step ? JSON.parse(step.dataset.ask) : null;
+  if (asks) {
+    const ask = el("button", { type: "button", class: "small", "data-class-ask": "" }, `Ask the class: ${asks.prompt}`);
+    $("[data-class-end]", b).before(ask);
+    ask.addEventListener("click", async () => {
+      const { answer, ...question } = asks;
+      showPoll((await api(`/api/classes/${s.id}/question`, { method: "PUT", headers: { "Content-Type": "application/json", "X-Presenter-Key": key }, body: JSON.stringify(question) })).poll);
+    });
+  }
+  const showPoll = (p) => {
+    if (!p) return;
+    const card = pollCard();
+    card.innerHTML = pollHtml(p) + (asks && p.question.id === asks.id && p.revealed === null
+      ? `<button type="button" class="small" data-class-reveal>Reveal: ${esc(asks.answer)}</button>` : "");
+    const reveal = $("[data-class-reveal]", card);
+    if (reveal) reveal.addEventListener("click", async () => {
+      showPoll((await api(`/api/classes/${s.id}/reveal`, { method: "POST", headers: { "Content-Type": "application/json", "X-Presenter-Key": key }, body: JSON.stringify({ answer: asks.answer }) })).poll);
+    });
+  };
+  presenterPoll = showPoll;
   $("[data-class-end]", b).addEventListener("click", async () => {
     await api(`/api/classes/${s.id}`, { method: "DELETE", headers: { "X-Presenter-Key": key } }).catch(() => {});
     localStorage.removeItem(`ke-class-key:${s.id}`); save(null); b.remove();
@@ -101,20 +139,43 @@ function follow(s) {
     if (s.following && s.state && here() !== s.state.url) s.following = false;
   }
   save(s); show();
-  const src = new EventSource(`/api/classes/${s.id}/events?student=${encodeURIComponent(s.student)}`);
+  const src = new EventSource(`/api/classes/${s.id}/events?` + new URLSearchParams({ student: s.student, following: s.following, page: here().slice(0, 200) }));
   src.addEventListener("state", (e) => {
     s.state = JSON.parse(e.data).state; save(s);
     if (s.following) go(s.state);
   });
   src.addEventListener("counts", (e) => { counts = JSON.parse(e.data); if (s.following) show(); });
+  src.addEventListener("poll", (e) => answerCard(s, JSON.parse(e.data)));
   src.addEventListener("ended", () => { src.close(); save(null); b.classList.add("ended"); b.textContent = "The class ended."; });
   onAddressChange(explore);
-  if (!s.following) tellPresence();
   document.addEventListener("keydown", (e) => {
     if (e.key !== "f" && e.key !== "F") return;
     if (e.ctrlKey || e.metaKey || e.altKey || /^(INPUT|TEXTAREA|SELECT)$/.test(e.target.tagName) || e.target.isContentEditable) return;
     if (!s.following) { e.preventDefault(); rejoin(); }
   });
+}
+
+function answerCard(s, poll) {  // the question on a student's screen: its answer given here, the class's filling in, then revealed
+  const card = pollCard(), q = poll.question, mine = (s.answers || {})[q.id] ?? null;
+  card.innerHTML = pollHtml(poll, mine);
+  if (poll.revealed !== null) return;
+  const send = (answer) => {
+    s.answers = { ...(s.answers || {}), [q.id]: String(answer) }; save(s);  // before the class's next distribution arrives
+    api(`/api/classes/${s.id}/answers`, { method: "POST", body: JSON.stringify({ student: s.student, question: q.id, answer: String(answer) }) })
+      .catch((e) => { delete s.answers[q.id]; save(s); $(".class-prompt", card).insertAdjacentText("afterend", ` (not counted: ${e.message})`); });
+  };
+  const form = el("div", { class: "class-form" });
+  if (q.kind === "choice") q.choices.forEach((c) => { const b = el("button", { type: "button", class: "small" }, c); b.addEventListener("click", () => send(c)); form.appendChild(b); });
+  else if (q.kind === "number") {
+    form.innerHTML = `<input type="number" step="any" aria-label="your answer" value="${mine === null ? "" : esc(mine)}"> <button type="button" class="small">Answer</button>`;
+    const input = $("input", form), go = () => { if (input.value !== "") send(input.value); };
+    $("button", form).addEventListener("click", go);
+    input.addEventListener("keydown", (e) => { if (e.key === "Enter") go(); });
+  } else {
+    form.textContent = "Click a node in the graph to answer.";
+    $$(".viewer-canvas").forEach((c) => c.addEventListener("click", (e) => { const g = e.target.closest("g.node"); if (g && g.id.startsWith("n")) send(g.id.slice(1)); }, { once: true }));
+  }
+  card.appendChild(form);
 }
 
 export function joinClass(id, state) {  // the join page (/c/ID): this tab follows the class from now on, from its presenter's page

@@ -106,6 +106,7 @@ CREATE TABLE IF NOT EXISTS classes (
   key_hash TEXT NOT NULL,
   state TEXT NOT NULL,
   seq INTEGER NOT NULL,
+  poll TEXT,
   created REAL NOT NULL,
   updated REAL NOT NULL,
   ended REAL

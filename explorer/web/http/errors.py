@@ -6,6 +6,7 @@ one place that says what status each one is:
   ClassNotFound (no live class of that id)         404
   NotPresenter (a move without the class's key)    403
   BadMove (a class state no page can be in)        422
+  NoOpenQuestion (an answer to what is not asked)  409
   GraphUnavailable, EnrichmentUnavailable, StudyRunning  409: it exists, or could, but not now or not here
   SpecError (a request the server refuses)         422
   the store's disk full (SQLite's SQLITE_FULL)     507: nothing of the request was kept; reads go on
@@ -24,14 +25,14 @@ from explorer.present.graph_refs import GraphNotFound
 from explorer.spec import SpecError
 from explorer.store import StoreError
 from explorer.web.http.templates import Templates
-from explorer.web.services.classes import BadMove, ClassNotFound, NotPresenter
+from explorer.web.services.classes import BadMove, ClassNotFound, NoOpenQuestion, NotPresenter
 from explorer.web.services.enrichments import EnrichmentUnavailable
 from explorer.web.services.graphs import GraphUnavailable
 from explorer.web.services.lifecycle import Busy, one_line
 from explorer.web.services.studies import StudyRunning
 
 STATUS_OF: dict[type[Exception], int] = {GraphNotFound: 404, GraphUnavailable: 409, EnrichmentUnavailable: 409, StudyRunning: 409,
-                                         ClassNotFound: 404, NotPresenter: 403, BadMove: 422}
+                                         ClassNotFound: 404, NotPresenter: 403, BadMove: 422, NoOpenQuestion: 409}
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 def readable_errors(exc: RequestValidationError) -> str:

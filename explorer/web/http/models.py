@@ -425,14 +425,46 @@ class ClassCounts(BaseModel):
   exploring: int
   pages: list[ExploredPage]
 
+class ClassQuestion(BaseModel):
+  """What the presenter asks the class: a number, one of `choices`, or a node of the page's graph (its number); its answer stays with
+  the presenter until revealed."""
+  model_config = {"extra": "forbid"}
+  id: str = Field(pattern=r"^[a-z0-9-]{1,40}$")
+  kind: Literal["number", "choice", "node"]
+  prompt: str = Field(min_length=1, max_length=300)
+  choices: list[Annotated[str, Field(min_length=1, max_length=80)]] = Field(default_factory=list, max_length=8)
+
+class GivenAnswer(BaseModel):
+  answer: str
+  students: int
+
+class Poll(BaseModel):
+  """The question asked now, how many students gave each answer (most first; never who gave which), and the answer once revealed."""
+  question: ClassQuestion
+  answers: list[GivenAnswer]
+  total: int
+  revealed: str | None
+
+class ClassAnswer(BaseModel):
+  """A student's answer to the question `question` (a new one replaces its last)."""
+  model_config = {"extra": "forbid"}
+  student: str = Field(pattern=r"^[A-Za-z0-9_-]{8,32}$")
+  question: str = Field(pattern=r"^[a-z0-9-]{1,40}$")
+  answer: str = Field(min_length=1, max_length=32)
+
+class ClassReveal(BaseModel):
+  model_config = {"extra": "forbid"}
+  answer: str = Field(min_length=1, max_length=32)
+
 class ClassView(BaseModel):
-  """A live class: its state, how many moves made it (`seq`), and its students' counts."""
+  """A live class: its state, how many moves made it (`seq`), its students' counts, and the question it asks (`poll`)."""
   id: str
   join_url: str
   state: ClassState
   seq: int
   ended: bool
   counts: ClassCounts
+  poll: Poll | None
 
 class ClassStarted(ClassView):
   """A class just started, with its presenter key: said once (the server keeps its hash), kept by the teacher's browser; send it as

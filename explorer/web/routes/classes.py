@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer.web.http.deps import ServicesDep
 from explorer.web.http.limits import OWN_CAPS_TAG
-from explorer.web.http.models import ClassStart, ClassStarted, ClassState, ClassView, Presence, documented
+from explorer.web.http.models import ClassAnswer, ClassQuestion, ClassReveal, ClassStart, ClassStarted, ClassState, ClassView, Presence, documented
 from explorer.web.routes.common import page
 from explorer.web.services.classes import LiveClass
 from explorer.web.urls import class_url
@@ -53,17 +53,39 @@ async def presence(class_id: str, body: Presence, svc: ServicesDep) -> Response:
   svc.classes.presence(class_id, body.student, body.following, body.page)
   return Response(status_code=204)
 
+@api.put("/classes/{class_id}/question", response_model=ClassView, summary="Ask the class a question (the one before goes)",
+         responses=documented({**NO_CLASS, 403: KEY, 422: "a malformed question"}))
+async def ask_class(class_id: str, body: ClassQuestion, svc: ServicesDep,
+                    presenter_key: str | None = Header(None, alias="X-Presenter-Key", max_length=64)) -> dict[str, Any]:
+  return class_view(svc.classes.ask(class_id, presenter_key, body.model_dump()))
+
+@api.post("/classes/{class_id}/answers", status_code=204, summary="A student answers the question asked",
+          responses=documented({**NO_CLASS, 409: "the class is not asking this question now (replaced, or revealed), or the student does not "
+                                "follow the class (its event stream is not open)", 422: "an answer that is none of the question's kind"}))
+async def answer_class(class_id: str, body: ClassAnswer, svc: ServicesDep) -> Response:
+  svc.classes.answer(class_id, body.student, body.question, body.answer)
+  return Response(status_code=204)
+
+@api.post("/classes/{class_id}/reveal", response_model=ClassView, summary="Reveal the answer: every screen shows it beside the class's",
+          responses=documented({**NO_CLASS, 403: KEY, 409: "the class asks nothing", 422: "an answer that is none of the question's kind"}))
+async def reveal_answer(class_id: str, body: ClassReveal, svc: ServicesDep,
+                        presenter_key: str | None = Header(None, alias="X-Presenter-Key", max_length=64)) -> dict[str, Any]:
+  return class_view(svc.classes.reveal(class_id, presenter_key, body.answer))
+
 def sse(event: str, data: Any) -> ServerSentEvent: return ServerSentEvent(json.dumps(data), event=event)
 
 @api.get("/classes/{class_id}/events", tags=[OWN_CAPS_TAG], summary="Follow a class: its moves as server-sent events",
          response_class=EventSourceResponse, responses={200: {"content": {"text/event-stream": {}}}, **documented({
            **NO_CLASS, 422: "student is not 8-32 letters, digits, - or _", 503: "the class has class_max_students students (Retry-After)"})})
-async def class_events(class_id: str, svc: ServicesDep, student: str = Query(max_length=32)) -> EventSourceResponse:
-  """Events: `state` ({state, seq}: first, then after each move), `counts` (who follows and who explores, as it changes), `ended`
-  (last). A student's stream counts it in the class while open; a comment every 10 s keeps idle connections open."""
-  live = svc.classes.join(class_id, student)
+async def class_events(class_id: str, svc: ServicesDep, student: str = Query(max_length=32), following: bool = True,
+                       page: str = Query("", max_length=200)) -> EventSourceResponse:
+  """Events: `state` ({state, seq}: first, then after each move), `counts` (who follows and who explores, as it changes), `poll`
+  (the question asked, its answers' distribution, the answer once revealed), `ended` (last). A student's stream counts it in the
+  class while open, following or exploring on `page` (its presence says when that changes); a comment every 10 s keeps idle
+  connections open."""
+  live = svc.classes.join(class_id, student, following, page)
   async def stream() -> AsyncIterator[ServerSentEvent]:
-    seq, counts = -1, None
+    seq, counts, poll = -1, None, None
     try:
       while True:
         waiter = live.changed
@@ -76,6 +98,9 @@ async def class_events(class_id: str, svc: ServicesDep, student: str = Query(max
         if (now := live.counts()) != counts:
           counts = now
           yield sse("counts", now)
+        if (asked := live.asked()) != poll:
+          poll = asked
+          yield sse("poll", asked)
         await waiter.wait()
     finally: svc.classes.leave(live, student)
   return EventSourceResponse(stream(), ping=10, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
