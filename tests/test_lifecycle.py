@@ -157,7 +157,7 @@ def test_a_cli_that_ends_normally_leaves_no_process(tmp_path):
 
 def test_a_worker_enforces_its_own_limits_without_its_parent(tmp_path):
   """The watchdog alone (no supervising parent): past its deadline, and past its memory limit, the worker stops its own group."""
-  code = ("import os, time, sys; from explorer.tracing import lifeline; os.setpgid(0, 0); "
+  code = ("import os, time, sys; from explorer.tracing.workers import lifeline; os.setpgid(0, 0); "
           "lifeline.watch(os.getppid(), deadline=time.monotonic() + {d}, memory_mb={m}, own_group=True); "
           "x = bytearray({b} << 20) if {b} else None; x and x.__setitem__(slice(None, None, 4096), b'1' * len(x[::4096])); time.sleep(60)")
   for d, m, b in ((1, 0, 0), (600, 200, 400)):

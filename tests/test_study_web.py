@@ -155,8 +155,8 @@ def test_the_table_puts_the_documents_words_beside_each_figure():
   assert (by_figure["standard deviation, B over A"]["a_value"], by_figure["standard deviation, B over A"]["b_value"]) == ("std 0.1 ms", "std 0.12 ms")
   build = by_figure["codegen + compile (one trace each), B over A"]
   assert (build["a_value"], build["b_value"], build["measured"]) == ("1000 ms", "2000 ms", "2x")
-  from explorer.present.study import _ms
-  assert [_ms(x) for x in (0.0001217, 0.3684, 39.53, None)] == ["0.1217 ms", "368.4 ms", "39530 ms", "-"]  # no 3.953e+04 ms
+  from explorer.text import fmt_ms
+  assert [fmt_ms(x) for x in (0.0001217, 0.3684, 39.53, None)] == ["0.1217 ms", "368.4 ms", "39530 ms", "-"]  # no 3.953e+04 ms
   graph = by_figure["tensor graph UOps, A -> B"]
   assert (graph["a_value"], graph["b_value"], graph["measured"]) == ("300", "30", "0.1x")
   from explorer.present.study import document_markdown

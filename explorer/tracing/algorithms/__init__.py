@@ -1,7 +1,7 @@
 """The tensor programs the explorer traces: each builds the convolution's output Tensor lazily (nothing is realized here)."""
 from __future__ import annotations
-from explorer.spec import ConvSpec, Variant
 from explorer.tracing.tg import Context, Tensor
+from explorer.spec import ConvSpec, Variant
 
 def direct(x: Tensor, w: Tensor, spec: ConvSpec) -> Tensor:
   return x.conv2d(w, stride=spec.stride, padding=spec.pad, groups=spec.groups)
