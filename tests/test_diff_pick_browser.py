@@ -2,6 +2,8 @@
 window (the groups table not clipped), says "identical" in a line, outlines only where the UOp graphs' change starts, and keeps
 each group's delta column beside the source diff, not under it, with large fonts at 1440x900 too."""
 from __future__ import annotations
+import json
+import re
 import pytest
 from conftest import ARTIFACTS, GRAPH_TIMEOUT_MS, needs_chromium, running_server
 from stored_traces import stored_pair
@@ -72,3 +74,25 @@ def test_home_to_picker_to_a_diff_that_fits_1024(server, browser):
   assert deltas_beside_sources(page) >= 1
   page.close()
   assert not errors, errors
+
+def test_a_tours_a_against_b_step_times_the_pair_interleaved_as_the_diff_page_does(server, browser):
+  """The fusion tour's A-against-B step over the staged and fused traces: it measures the pair interleaved on first view (the diff's
+  own measurement, reused where it ran) and shows the ratio with its interval and its clock, whole at 1024x768 and at the presenter's
+  big font, and asks the class which is faster once it is measured."""
+  base, staged, fused = server
+  page = browser.new_page(viewport={"width": 1024, "height": 768})
+  errors: list[str] = []
+  page.on("pageerror", lambda e: errors.append(str(e)))
+  for big in ("", "&big=1"):
+    page.goto(f"{base}/tours/fusion?a={staged}&b={fused}&step=compare{big}")
+    verdict = page.wait_for_selector("#tour-timing [data-time-verdict]", timeout=180_000)
+    assert re.search(r"B is \d+\.\d\dx (faster|slower) \(95% interval \d+\.\d\d-\d+\.\d\dx\)|takes the same time", verdict.inner_text())
+    assert page.locator("#tour-timing .badge.clock").count() == 1
+    width, client = page.evaluate("() => { const e = document.querySelector('#tour-timing'); return [e.scrollWidth, e.clientWidth]; }")
+    assert width <= client, (big, width, client)
+  page.reload()  # measured now: the tour quotes the ratio in its headline and asks the class which side is faster
+  ask = json.loads(page.get_attribute("#tour", "data-ask"))
+  assert ask["id"] == "faster" and ask["choices"] == ["A", "B", "the same, within noise"] and ask["answer"] in ask["choices"]
+  assert "interleaved" in page.inner_text("#tour-headline").lower()
+  assert not errors, errors
+  page.close()

@@ -1,6 +1,7 @@
 /* Kernel Explorer's pages, every one: the entry module (base.html) that brings to life what the page has. Each widget's code is the
    module of its name: viewer.js (graph viewers), stepper.js (the pass stepper), tabs.js, progress.js (a running trace), trace_form.js,
-   kernel.js (a kernel page's parts computed on first view), opts_panel.js, line_mapped.js, sass.js, trace_actions.js, tour.js, notes.js, live_class.js (a live class).
+   kernel.js (a kernel page's parts computed on first view), opts_panel.js, line_mapped.js, sass.js, trace_actions.js, tour.js, notes.js, measure.js (a
+   diff's measurements), live_class.js (a live class).
    Plain ES modules, no build step. State that matters lives in the URL (?code=, ?pass=&at=). */
 import { $$ } from "./dom.js";
 import { Viewer, viewers } from "./viewer.js";
@@ -16,6 +17,7 @@ import { initCompareMenus } from "./trace_actions.js";
 import { initTour } from "./tour.js";
 import { initNotes } from "./notes.js";
 import { initLiveClass } from "./live_class.js";
+import { initMeasures } from "./measure.js";
 
 function boot(root = document) {  // everything a page (or a part of it put in place later) brings to life
   const fresh = [];
@@ -28,7 +30,7 @@ function boot(root = document) {  // everything a page (or a part of it put in p
   });
   fresh.forEach((id) => { const v = viewers.get(id); if (!stepped.has(id)) v.show(v.el.dataset.ref); });
   initTabs(root); initProgress(root); initForm(root); initPendingTarget(root); initPendingAnalysis(root); initPendingFacts(root); initOpts(root);
-  initLineMaps(root); initSass(root);
+  initLineMaps(root); initSass(root); initMeasures(root);
 }
 
 // a module runs once the page is parsed: no DOMContentLoaded to wait for. The tours' and notes' first, as when tour.js ran from <head>

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
+from explorer.analysis.diff import comparable, tinygrads_of
 from explorer.present.graph_refs import REF_RE
 from explorer.present.tour import BUILTIN_TOURS, Step, compare_tour, hand_schedule_steps, told_kernels, tour_target, trace_tour
 from explorer.schema import InterleavedTiming, TraceRecord, host_target, target_record
@@ -311,7 +312,12 @@ async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, work: Wo
   ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, big, target), {"a": (a, ta), "b": (b, tb)}, notes, target)
   ctx["notices"] = notices + ctx["notices"]
   links = target_links([ta, tb], target, lambda x: pair_tour_url(kind, a, b, ctx["cur"]["id"], big, x))
+  timing = None
+  if ctx["cur"]["view"] == "diff":  # the A-against-B step times the pair interleaved, as the diff page does (or shows it timed)
+    timing = {"state": await asyncio.to_thread(svc.diffs.measure_status, a, b, "timing"), "comparable": comparable(ta, tb, "timing"),
+              "tinygrads": tinygrads_of(ta, tb)}
   return await page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
+                    timing=timing,
                     api=pair_tour_api_url(kind, a, b, target), diff_url=diff_url(a, b, target),
                     target_links=links, **ctx)
 
