@@ -157,12 +157,15 @@ function follow(s) {
 
 function answerCard(s, poll) {  // the question on a student's screen: its answer given here, the class's filling in, then revealed
   const card = pollCard(), q = poll.question, mine = (s.answers || {})[q.id] ?? null;
-  card.innerHTML = pollHtml(poll, mine);
-  if (poll.revealed !== null) return;
+  const fresh = card.dataset.question !== q.id || poll.revealed !== null || !$(".class-poll-view", card);
+  if (!fresh) { $(".class-poll-view", card).innerHTML = pollHtml(poll, mine); return; }  // the form kept: an answer may be half typed
+  card.dataset.question = q.id;
+  card.innerHTML = `<div class="class-poll-view">${pollHtml(poll, mine)}</div>`;
+  if (poll.revealed !== null) { delete card.dataset.question; return; }
   const send = (answer) => {
     s.answers = { ...(s.answers || {}), [q.id]: String(answer) }; save(s);  // before the class's next distribution arrives
     api(`/api/classes/${s.id}/answers`, { method: "POST", body: JSON.stringify({ student: s.student, question: q.id, answer: String(answer) }) })
-      .catch((e) => { delete s.answers[q.id]; save(s); $(".class-prompt", card).insertAdjacentText("afterend", ` (not counted: ${e.message})`); });
+      .catch((e) => { delete s.answers[q.id]; save(s); form.insertAdjacentText("beforeend", ` (not counted: ${e.message})`); });
   };
   const form = el("div", { class: "class-form" });
   if (q.kind === "choice") q.choices.forEach((c) => { const b = el("button", { type: "button", class: "small" }, c); b.addEventListener("click", () => send(c)); form.appendChild(b); });

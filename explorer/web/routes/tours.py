@@ -4,6 +4,7 @@ annotations (a teacher's notes pinned to a tour step, a UOp graph node or a sour
 Steps and their explanations come from explorer.present.tour (pure python, no tinygrad); each step shows its text next to the real view it names."""
 from __future__ import annotations
 import asyncio
+import json
 import re
 from collections.abc import Callable
 from typing import Any, Literal
@@ -151,7 +152,9 @@ async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: Trac
   with the analyses of the targets they speak of."""
   pinned = await asyncio.to_thread(svc.enrichments.tour_schedules, trace_id)
   for t in dict.fromkeys([target, *(s["target"] for s in pinned)]): trace = await analysed(svc, work, trace_id, trace, t, waiting)
-  return tour_steps(trace, target) + hand_schedule_steps(trace, pinned)
+  # told once per parsed trace, target and pinned schedules: a class of students opening the teacher's step asks for it at once
+  told = ("tour", target, json.dumps(pinned, sort_keys=True, default=str))
+  return await asyncio.to_thread(svc.traces.derived, trace_id, trace, told, lambda tr: tour_steps(tr, target) + hand_schedule_steps(tr, pinned))
 
 @router.get("/t/{trace_id}/tour", response_class=HTMLResponse, include_in_schema=False)
 async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, work: Work, step: str | None = None,
