@@ -150,9 +150,7 @@ def test_eight_students_follow_a_tour_answer_explore_rejoin_and_outlive_a_restar
     assert f"/c/{cid}" in teacher.inner_text(".class-bar.presenter")
     students = [opened(f"{base}/c/{cid}") for _ in range(STUDENTS)]
     def all_at(where: str, who=None, timeout_ms: int = 2000) -> None:
-      st = time.time()
-      for s in who or students: s.wait_for_function(f"location.pathname + location.search === {where!r}", timeout=timeout_ms * 5)
-      print("ALLAT", where[-20:], round(time.time() - st, 2))
+      for s in who or students: s.wait_for_function(f"location.pathname + location.search === {where!r}", timeout=timeout_ms)
     all_at(f"/t/{staged}/tour?step=tensor", timeout_ms=10_000)
     for s in students: s.wait_for_selector(".class-bar.student:not(.exploring)")
 
