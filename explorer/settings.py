@@ -88,7 +88,7 @@ class Settings(BaseSettings):
   max_streams_per_client: int = Field(8, ge=0, description="live progress streams one client address may hold open at once (0: no limit)")
   class_max_students: int = Field(300, ge=1, le=10_000, description="students one live class holds (each a browser tab following it over "
                                   "an event stream: a classroom behind one address shares no per-client cap); past it a student gets 503")
-  max_classes: int = Field(16, ge=1, le=1000, description="live classes at once; past it starting one gets 503")
+  max_classes: int = Field(16, ge=1, le=100_000, description="live classes at once; past it starting one gets 503")
   class_idle_hours: float = Field(4.0, gt=0, description="a live class nobody moved for this long ends (its page says so)")
   compile_cache: str = Field("", max_length=4096, description="directory where compile facts are kept, keyed by the kernel's source, "
                              "target, arch and the compilers' identities, so a kernel compiled before is read back instead of compiled "

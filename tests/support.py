@@ -59,9 +59,11 @@ def get_paths(app: Any) -> list[str]:
 
 def filled(path: str, trace_id: str, **more: str) -> str:
   """path with its parameters filled: the trace (and a diff's both sides) is trace_id, kernel 0, its tensor graph, pass 0/0, the WGSL
-  target (one no trace asks for), UOp 1, a diff's timing and the tour "constants"; `more` overrides any of them by name."""
+  target (one no trace asks for), UOp 1, a diff's timing, the tour "constants" and a class there is none of; `more` overrides any
+  of them by name."""
   values = {"trace_id": trace_id, "a": trace_id, "b": trace_id, "n": "0", "ref": "tensor", "group": "0", "step": "0", "target": "wgsl",
-            "num": "1", "study_id": "0", "note_id": "1", "kind": "timing" if path.startswith("/api/diff") else "constants", **more}
+            "num": "1", "study_id": "0", "note_id": "1", "kind": "timing" if path.startswith("/api/diff") else "constants",
+            "class_id": "no-such-class", **more}
   return re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: values[m.group(1)], path)
 
 _shared: dict[str, Any] = {}

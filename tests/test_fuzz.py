@@ -29,8 +29,9 @@ from explorer.web.services.traces import STAGES
 EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 STATEFUL = settings(max_examples=50, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 CONFIG_FILE = pathlib.Path(__file__).parent.parent / "schemathesis.toml"
-CONFIG = SchemathesisConfig.from_path(CONFIG_FILE)  # why three operations may answer 422
-SEMANTIC_OPS = ("POST /api/traces", "POST /api/traces/{trace_id}/annotations", "POST /api/studies")
+CONFIG = SchemathesisConfig.from_path(CONFIG_FILE)  # why five operations may answer 422
+SEMANTIC_OPS = ("POST /api/traces", "POST /api/traces/{trace_id}/annotations", "POST /api/studies", "POST /api/classes/{class_id}/answers",
+                "POST /api/classes/{class_id}/reveal")
 
 def stub_runner(spec, variant, progress, timeout_s):
   """Every stage reported, a minimal trace returned: jobs finish at once and nothing imports tinygrad."""
@@ -41,7 +42,7 @@ def stub_study(kind, cases, progress=None, **params):
   """A study that ends at once with no cases: the API's answers, not tinygrad's timings, are under test."""
   return {"study": kind, "cases": []}
 
-FUZZ_SETTINGS = Settings.load(env={}, max_queue=100000)
+FUZZ_SETTINGS = Settings.load(env={}, max_queue=100000, max_classes=100000)  # nothing refused for being full: the fuzz starts thousands
 
 def fuzz_app(db_path: str):
   return app_over(db_path, settings=FUZZ_SETTINGS, runner=stub_runner, devices=DeviceCatalog(lister=lambda timeout_s: ["CPU"]),

@@ -406,14 +406,17 @@ class StudyStatus(BaseModel):
 class ClassStart(BaseModel):
   """Start a class on the page at `url` (a path on this server, with its query: the page the teacher is on)."""
   model_config = {"extra": "forbid"}
-  url: str = Field(max_length=2000, pattern=r"^/([^/].*)?$")
+  url: str = Field(max_length=2000, pattern=r"^/([^/\x00-\x1f][^\x00-\x1f]*)?$")
+
+ViewKey = Annotated[str, Field(min_length=1, max_length=40)]
+ViewValue = Annotated[str, Field(max_length=200)] | Annotated[float, Field(allow_inf_nan=False)] | bool | None
 
 class ClassState(BaseModel):
   """What the presenter shows: the page's address (its state lives in its URL: the tour step, kernel, target tab, pass and match, the
   selected node) and a small view beside it (a graph's pan and zoom, an opened panel: what the URL does not hold)."""
   model_config = {"extra": "forbid"}
-  url: str = Field(max_length=2000, pattern=r"^/([^/].*)?$")
-  view: dict[str, Any] = Field(default_factory=dict)
+  url: str = Field(max_length=2000, pattern=r"^/([^/\x00-\x1f][^\x00-\x1f]*)?$")
+  view: dict[ViewKey, ViewValue] = Field(default_factory=dict, max_length=16)
 
 class ExploredPage(BaseModel):
   page: str
@@ -425,14 +428,24 @@ class ClassCounts(BaseModel):
   exploring: int
   pages: list[ExploredPage]
 
-class ClassQuestion(BaseModel):
-  """What the presenter asks the class: a number, one of `choices`, or a node of the page's graph (its number); its answer stays with
-  the presenter until revealed."""
+class AskedFor(BaseModel):
+  """A question that asks for a number typed, or a node of the page's graph clicked (its number)."""
   model_config = {"extra": "forbid"}
   id: str = Field(pattern=r"^[a-z0-9-]{1,40}$")
-  kind: Literal["number", "choice", "node"]
+  kind: Literal["number", "node"]
   prompt: str = Field(min_length=1, max_length=300)
-  choices: list[Annotated[str, Field(min_length=1, max_length=80)]] = Field(default_factory=list, max_length=8)
+  choices: list[str] = Field(default_factory=list, max_length=0)
+
+class AskedToChoose(BaseModel):
+  """A question that asks for one of its choices."""
+  model_config = {"extra": "forbid"}
+  id: str = Field(pattern=r"^[a-z0-9-]{1,40}$")
+  kind: Literal["choice"]
+  prompt: str = Field(min_length=1, max_length=300)
+  choices: list[Annotated[str, Field(min_length=1, max_length=80)]] = Field(min_length=2, max_length=8, json_schema_extra={"uniqueItems": True})
+
+# what the presenter asks the class; its answer stays with the presenter until revealed
+ClassQuestion = Annotated[AskedFor | AskedToChoose, Field(discriminator="kind")]
 
 class GivenAnswer(BaseModel):
   answer: str
@@ -440,7 +453,7 @@ class GivenAnswer(BaseModel):
 
 class Poll(BaseModel):
   """The question asked now, how many students gave each answer (most first; never who gave which), and the answer once revealed."""
-  question: ClassQuestion
+  question: AskedFor | AskedToChoose
   answers: list[GivenAnswer]
   total: int
   revealed: str | None

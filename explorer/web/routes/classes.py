@@ -41,7 +41,8 @@ async def move_class(class_id: str, body: ClassState, svc: ServicesDep,
                      presenter_key: str | None = Header(None, alias="X-Presenter-Key", max_length=64)) -> dict[str, Any]:
   return class_view(svc.classes.move(class_id, presenter_key, body.model_dump()))
 
-@api.delete("/classes/{class_id}", status_code=204, summary="End the class", responses=documented({**NO_CLASS, 403: KEY}))
+@api.delete("/classes/{class_id}", status_code=204, summary="End the class",
+            responses=documented({**NO_CLASS, 403: KEY, 422: "X-Presenter-Key over 64 characters"}))
 async def end_class(class_id: str, svc: ServicesDep,
                     presenter_key: str | None = Header(None, alias="X-Presenter-Key", max_length=64)) -> Response:
   svc.classes.end(class_id, presenter_key)
@@ -77,7 +78,7 @@ def sse(event: str, data: Any) -> ServerSentEvent: return ServerSentEvent(json.d
 @api.get("/classes/{class_id}/events", tags=[OWN_CAPS_TAG], summary="Follow a class: its moves as server-sent events",
          response_class=EventSourceResponse, responses={200: {"content": {"text/event-stream": {}}}, **documented({
            **NO_CLASS, 422: "student is not 8-32 letters, digits, - or _", 503: "the class has class_max_students students (Retry-After)"})})
-async def class_events(class_id: str, svc: ServicesDep, student: str = Query(max_length=32), following: bool = True,
+async def class_events(class_id: str, svc: ServicesDep, student: str = Query(pattern=r"^[A-Za-z0-9_-]{8,32}$"), following: bool = True,
                        page: str = Query("", max_length=200)) -> EventSourceResponse:
   """Events: `state` ({state, seq}: first, then after each move), `counts` (who follows and who explores, as it changes), `poll`
   (the question asked, its answers' distribution, the answer once revealed), `ended` (last). A student's stream counts it in the

@@ -12,7 +12,6 @@ import asyncio
 import collections
 import hashlib
 import hmac
-import json
 import math
 import re
 import secrets
@@ -24,7 +23,7 @@ from explorer.store.classes import ClassRow
 from explorer.web.services.lifecycle import Busy
 
 MAX_URL = 2000  # characters of a page's address a state may hold
-MAX_VIEW_BYTES = 4096  # the view beside it, as JSON
+MAX_VIEW_KEYS, MAX_VIEW_KEY, MAX_VIEW_TEXT = 16, 40, 200  # the view beside it: a few names, each a number, a flag or a short text
 MAX_PAGE = 200  # characters of a student's page, as its presence names it
 STUDENT_RE = re.compile(r"[A-Za-z0-9_-]{8,32}")  # a student's id: made by its browser, one per tab
 PAGES_SHOWN = 5  # the pages most students explore, as the presenter's counts name them
@@ -57,9 +56,15 @@ def checked_state(state: Any) -> dict[str, Any]:
   url, view = state.get("url"), state.get("view") or {}
   if not isinstance(url, str) or not url.startswith("/") or url.startswith("//") or len(url) > MAX_URL or any(ord(c) < 32 for c in url):
     raise BadMove(f"url must be a path on this server, at most {MAX_URL} characters (/t/ID/tour?step=...)")
-  if not isinstance(view, dict) or len(json.dumps(view)) > MAX_VIEW_BYTES:
-    raise BadMove(f"view must be a JSON object of at most {MAX_VIEW_BYTES} bytes")
+  if not isinstance(view, dict) or len(view) > MAX_VIEW_KEYS or not all(isinstance(k, str) and 0 < len(k) <= MAX_VIEW_KEY and view_value(v)
+                                                                       for k, v in view.items()):
+    raise BadMove(f"view must be a JSON object of at most {MAX_VIEW_KEYS} names of 1-{MAX_VIEW_KEY} characters, each a number, true, "
+                  f"false, null or text of at most {MAX_VIEW_TEXT} characters")
   return {"url": url, "view": view}
+
+def view_value(v: Any) -> bool:
+  if isinstance(v, str): return len(v) <= MAX_VIEW_TEXT
+  return v is None or isinstance(v, bool) or (isinstance(v, int | float) and math.isfinite(v))
 
 def checked_question(q: Any) -> dict[str, Any]:
   """A question as data: {id, kind, prompt, choices (a choice's)}; BadMove otherwise. Its answer is not in it: the presenter reveals it."""
