@@ -172,7 +172,7 @@ def preset_label(preset: str | None, algo: str | None) -> str:
   return preset or ("–" if algo == "program" else "custom")
 
 def clock_methods_json() -> Markup:
-  """METHODS for the pages' scripts (static/clocks.js's clockBadge)."""
+  """METHODS for the pages' scripts (static/clock_badge.js's clockBadge)."""
   return tojson_compact({k: {"label": m.label, "summary": m.summary} for k, m in METHODS.items()})
 
 class _CompiledTemplates(jinja2.BytecodeCache):

@@ -2,7 +2,7 @@
    re-timing (the ratio with its interval and clock) or the outputs compared. The diff page has both; a tour's A-against-B step the
    timing (data-auto: measured on first view where it was not yet, as the diff page does). */
 import { $, $$, esc, fetchJSON } from "./dom.js";
-import { clockBadge } from "./clocks.js";
+import { clockBadge } from "./clock_badge.js";
 
 const fmtS = (s) => (s == null ? "–" : s < 1e-3 ? `${(s * 1e6).toFixed(1)} µs` : s < 1 ? `${(s * 1e3).toFixed(3)} ms` : `${s.toFixed(2)} s`);
 const fmtX = (x) => (x == null ? "–" : `${x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2)}×`);  // a ratio
