@@ -8,6 +8,7 @@ under 100 ms meanwhile; every tab follows every tour step (the time until the la
 from __future__ import annotations
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TARGETS_S = {100: 1.0, 300: 2.0}  # p99 of a move's arrival, by class size
@@ -26,10 +28,24 @@ def free_port() -> int:
     s.bind(("127.0.0.1", 0))
     return int(s.getsockname()[1])
 
-def serve(db: pathlib.Path, port: int, students: int) -> subprocess.Popen[bytes]:
+@contextlib.contextmanager
+def served(students: int) -> Iterator[str]:
+  """A fresh `kernel-explorer serve` over an empty store, its classes holding `students`: its base URL once it answers."""
+  import httpx
+  port, db = free_port(), pathlib.Path(tempfile.mkdtemp(prefix="ke-class-")) / "c.sqlite3"
   env = {**os.environ, "KERNEL_EXPLORER_CLASS_MAX_STUDENTS": str(students)}
   cmd = [sys.executable, "-m", "explorer.cli", "serve", "--port", str(port), "--db", str(db)]
-  return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  base = f"http://127.0.0.1:{port}"
+  try:
+    for _ in range(300):
+      try:
+        if httpx.get(f"{base}/api/health", timeout=1).status_code == 200: break
+      except httpx.HTTPError: time.sleep(0.1)
+    yield base
+  finally:
+    proc.terminate()
+    proc.wait(timeout=10)
 
 async def student(client, base: str, cid: str, n: int, moves: int, arrived: dict[int, list[float]], joined: list[int]) -> None:
   """One student's stream: the class's first state counts it joined, each later one's arrival is kept by its move's seq."""
@@ -129,17 +145,9 @@ def main() -> int:
   ap.add_argument("--pages", type=int, default=30, help="Chromium tabs following a tour (0: none)")
   ap.add_argument("--steps", type=int, default=20, help="tour steps the teacher takes")
   a = ap.parse_args()
-  import httpx
   ok = True
   for students in (int(s) for s in a.students.split(",")):
-    port, db = free_port(), pathlib.Path(tempfile.mkdtemp(prefix="ke-class-")) / "c.sqlite3"
-    proc = serve(db, port, students)
-    base = f"http://127.0.0.1:{port}"
-    try:
-      for _ in range(300):
-        try:
-          if httpx.get(f"{base}/api/health", timeout=1).status_code == 200: break
-        except httpx.HTTPError: time.sleep(0.1)
+    with served(students) as base:
       lags, health = asyncio.run(one_class(base, students, a.moves))
       target = TARGETS_S.get(students, 2.0)
       p99, worst_health = pct(lags, 0.99), max(health)
@@ -148,27 +156,14 @@ def main() -> int:
             f"/api/health meanwhile: median {pct(health, 0.5) * 1e3:.1f} ms, max {worst_health * 1e3:.1f} ms over {len(health)} "
             f"(target {HEALTH_TARGET_S * 1e3:.0f} ms: {'met' if worst_health <= HEALTH_TARGET_S else 'NOT met'})")
       ok &= p99 <= target and worst_health <= HEALTH_TARGET_S
-    finally:
-      proc.terminate()
-      proc.wait(timeout=10)
   if a.pages:
-    port, db = free_port(), pathlib.Path(tempfile.mkdtemp(prefix="ke-class-")) / "c.sqlite3"
-    proc = serve(db, port, a.pages)
-    base = f"http://127.0.0.1:{port}"
-    try:
-      for _ in range(300):
-        try:
-          if httpx.get(f"{base}/api/health", timeout=1).status_code == 200: break
-        except httpx.HTTPError: time.sleep(0.1)
+    with served(a.pages) as base:
       lags, health = tour_pages(base, a.pages, a.steps)
       worst_health = max(health)
       print(f"{a.pages} Chromium tabs x {len(lags)} tour steps: every tab on the teacher's step after median {pct(lags, 0.5):.2f} s, "
             f"worst {max(lags):.2f} s; /api/health meanwhile: median {pct(health, 0.5) * 1e3:.1f} ms, max {worst_health * 1e3:.1f} ms "
             f"over {len(health)} (target {HEALTH_TARGET_S * 1e3:.0f} ms: {'met' if worst_health <= HEALTH_TARGET_S else 'NOT met'})")
       ok &= worst_health <= HEALTH_TARGET_S
-    finally:
-      proc.terminate()
-      proc.wait(timeout=10)
   return 0 if ok else 1
 
 if __name__ == "__main__": sys.exit(main())

@@ -5,7 +5,7 @@ keeps the classes; static/live_class.js is both sides in the browser."""
 from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import HTMLResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -19,6 +19,7 @@ from explorer.web.urls import class_url
 api = APIRouter(prefix="/api", tags=["classes"])
 router = APIRouter()
 NO_CLASS = {404: "no live class with this id (it ended, or never started)"}
+PresenterKey = Annotated[str | None, Header(alias="X-Presenter-Key", max_length=64)]  # what moves a class: its browser keeps it
 KEY = "only the class's presenter moves or ends it: X-Presenter-Key is missing or not the class's"
 
 def class_view(live: LiveClass) -> dict[str, Any]: return {**live.view(), "join_url": class_url(live.id)}
@@ -37,14 +38,12 @@ async def get_class(class_id: str, svc: ServicesDep) -> dict[str, Any]:
 
 @api.put("/classes/{class_id}/state", response_model=ClassView, summary="Move the class: every student's browser follows",
          responses=documented({**NO_CLASS, 403: KEY, 422: "a state that is not {url, view} with url a path on this server"}))
-async def move_class(class_id: str, body: ClassState, svc: ServicesDep,
-                     presenter_key: str | None = Header(None, alias="X-Presenter-Key", max_length=64)) -> dict[str, Any]:
+async def move_class(class_id: str, body: ClassState, svc: ServicesDep, presenter_key: PresenterKey = None) -> dict[str, Any]:
   return class_view(svc.classes.move(class_id, presenter_key, body.model_dump()))
 
 @api.delete("/classes/{class_id}", status_code=204, summary="End the class",
             responses=documented({**NO_CLASS, 403: KEY, 422: "X-Presenter-Key over 64 characters"}))
-async def end_class(class_id: str, svc: ServicesDep,
-                    presenter_key: str | None = Header(None, alias="X-Presenter-Key", max_length=64)) -> Response:
+async def end_class(class_id: str, svc: ServicesDep, presenter_key: PresenterKey = None) -> Response:
   svc.classes.end(class_id, presenter_key)
   return Response(status_code=204)
 
@@ -56,8 +55,7 @@ async def presence(class_id: str, body: Presence, svc: ServicesDep) -> Response:
 
 @api.put("/classes/{class_id}/question", response_model=ClassView, summary="Ask the class a question (the one before goes)",
          responses=documented({**NO_CLASS, 403: KEY, 422: "a malformed question"}))
-async def ask_class(class_id: str, body: ClassQuestion, svc: ServicesDep,
-                    presenter_key: str | None = Header(None, alias="X-Presenter-Key", max_length=64)) -> dict[str, Any]:
+async def ask_class(class_id: str, body: ClassQuestion, svc: ServicesDep, presenter_key: PresenterKey = None) -> dict[str, Any]:
   return class_view(svc.classes.ask(class_id, presenter_key, body.model_dump()))
 
 @api.post("/classes/{class_id}/answers", status_code=204, summary="A student answers the question asked",
@@ -69,8 +67,7 @@ async def answer_class(class_id: str, body: ClassAnswer, svc: ServicesDep) -> Re
 
 @api.post("/classes/{class_id}/reveal", response_model=ClassView, summary="Reveal the answer: every screen shows it beside the class's",
           responses=documented({**NO_CLASS, 403: KEY, 409: "the class asks nothing", 422: "an answer that is none of the question's kind"}))
-async def reveal_answer(class_id: str, body: ClassReveal, svc: ServicesDep,
-                        presenter_key: str | None = Header(None, alias="X-Presenter-Key", max_length=64)) -> dict[str, Any]:
+async def reveal_answer(class_id: str, body: ClassReveal, svc: ServicesDep, presenter_key: PresenterKey = None) -> dict[str, Any]:
   return class_view(svc.classes.reveal(class_id, presenter_key, body.answer))
 
 def sse(event: str, data: Any) -> ServerSentEvent: return ServerSentEvent(json.dumps(data), event=event)
