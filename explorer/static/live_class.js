@@ -61,6 +61,8 @@ let presenterPoll = () => {};
 
 function present(s) {
   const key = keyOf(s.id), join = `${location.origin}/c/${s.id}`;
+  const asPresenter = (method, path, body) => api(`/api/classes/${s.id}${path}`, { method, body: body === undefined ? undefined : JSON.stringify(body),
+    headers: { "Content-Type": "application/json", "X-Presenter-Key": key } });
   const b = bar("presenter");
   b.innerHTML = `<span class="class-title">Class <b>${s.id}</b></span> <span>join: <a class="mono" href="${join}">${join}</a></span>
     <span class="class-qr" title="the join URL as a QR code"></span> <span class="class-counts">…</span>
@@ -70,7 +72,7 @@ function present(s) {
   const tell = async () => {
     if (here() === told) return;
     told = here();
-    try { await api(`/api/classes/${s.id}/state`, { method: "PUT", headers: { "Content-Type": "application/json", "X-Presenter-Key": key }, body: JSON.stringify({ url: told, view: {} }) }); }
+    try { await asPresenter("PUT", "/state", { url: told, view: {} }); }
     catch (e) { $(".class-counts", b).textContent = `not moved: ${e.message}`; }
   };
   onAddressChange(tell); tell();
@@ -86,7 +88,7 @@ function present(s) {
     $("[data-class-end]", b).before(ask);
     ask.addEventListener("click", async () => {
       const { answer, ...question } = asks;
-      showPoll((await api(`/api/classes/${s.id}/question`, { method: "PUT", headers: { "Content-Type": "application/json", "X-Presenter-Key": key }, body: JSON.stringify(question) })).poll);
+      showPoll((await asPresenter("PUT", "/question", question)).poll);
     });
   }
   const showPoll = (p) => {
@@ -96,12 +98,12 @@ function present(s) {
       ? `<button type="button" class="small" data-class-reveal>Reveal: ${esc(asks.answer)}</button>` : "");
     const reveal = $("[data-class-reveal]", card);
     if (reveal) reveal.addEventListener("click", async () => {
-      showPoll((await api(`/api/classes/${s.id}/reveal`, { method: "POST", headers: { "Content-Type": "application/json", "X-Presenter-Key": key }, body: JSON.stringify({ answer: asks.answer }) })).poll);
+      showPoll((await asPresenter("POST", "/reveal", { answer: asks.answer })).poll);
     });
   };
   presenterPoll = showPoll;
   $("[data-class-end]", b).addEventListener("click", async () => {
-    await api(`/api/classes/${s.id}`, { method: "DELETE", headers: { "X-Presenter-Key": key } }).catch(() => {});
+    await asPresenter("DELETE", "").catch(() => {});
     localStorage.removeItem(`ke-class-key:${s.id}`); save(null); b.remove();
   });
 }
