@@ -11,6 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from explorer.clocks import how
 
+def one_line(e: BaseException) -> str:
+  """An error as a page or a terminal shows it: its first line, never a traceback; a SQLite error's with its extended code where
+  it has one (SQLITE_IOERR_SHMSIZE says what "disk I/O error" does not)."""
+  line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+  name = getattr(e, "sqlite_errorname", None)
+  return f"{line} ({name})" if isinstance(name, str) and "_" in name.removeprefix("SQLITE_") else line
+
 def si(x: float | None, unit: str = "") -> str:
   if x is None: return "-"
   for p, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):

@@ -6,6 +6,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from explorer.text import one_line
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -151,8 +152,6 @@ def migrate(c: sqlite3.Connection) -> None:
       c.execute(f"DROP TABLE {table}")
     c.execute(f"PRAGMA user_version = {VERSION}")
 
-def one_line_of(e: BaseException) -> str: return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
 class Connected:
   """One SQLite file (WAL mode); one connection per thread. Each part of the store (explorer.store.db.Store) keeps its tables over it."""
   def __init__(self, path: str | os.PathLike[str] | None = None):
@@ -167,7 +166,7 @@ class Connected:
 
   def _unusable(self, e: BaseException) -> StoreError:
     self.close()
-    return StoreError(f"the store {self.path} cannot be used: {one_line_of(e)} (a file that is read-only, truncated or not a SQLite "
+    return StoreError(f"the store {self.path} cannot be used: {one_line(e)} (a file that is read-only, truncated or not a SQLite "
                       "database: move it aside, or name another with --db, to start on an empty store)")
 
   def check_usable(self) -> None:

@@ -14,7 +14,8 @@ import sqlite3
 import struct
 import tempfile
 import time
-from explorer.store.connection import VERSION, StoreError, default_db_path, one_line_of
+from explorer.store.connection import VERSION, StoreError, default_db_path
+from explorer.text import one_line
 
 WAL_MAGIC = (0x377F0682, 0x377F0683)  # the header's first word (its checksums' byte order)
 SHM_DMS = 128  # the byte of the -shm file every connection holds a shared lock on while it is open (SQLite's unix VFS: UNIX_SHM_DMS)
@@ -60,8 +61,8 @@ def problem(db: pathlib.Path) -> str | None:
       shutil.copyfile(db, copy)
       shutil.copyfile(wal, f"{copy}-wal")
       replayed, version = _traces(copy, immutable=False)
-  except (sqlite3.Error, ValueError) as e: return one_line_of(e)
-  except OSError as e: return f"it could not be checked on a copy ({one_line_of(e)})"
+  except (sqlite3.Error, ValueError) as e: return one_line(e)
+  except OSError as e: return f"it could not be checked on a copy ({one_line(e)})"
   if version < 0: return "replayed, the database would not be a Kernel Explorer store"
   if version > VERSION: return f"replayed, the database would be of store version {version}, newer than this explorer's {VERSION}"
   if own and not own & replayed: return f"replayed, none of the {len(own)} traces this database holds would remain (another store's log?)"

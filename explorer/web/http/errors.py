@@ -24,11 +24,12 @@ from starlette.routing import Match
 from explorer.present.graph_refs import GraphNotFound
 from explorer.spec import SpecError
 from explorer.store import StoreError
+from explorer.text import one_line
 from explorer.web.http.templates import Templates
 from explorer.web.services.classes import BadMove, ClassNotFound, NoOpenQuestion, NotPresenter
 from explorer.web.services.enrichments import EnrichmentUnavailable
 from explorer.web.services.graphs import GraphUnavailable
-from explorer.web.services.lifecycle import Busy, one_line
+from explorer.web.services.lifecycle import Busy
 from explorer.web.services.studies import StudyRunning
 
 STATUS_OF: dict[type[Exception], int] = {GraphNotFound: 404, GraphUnavailable: 409, EnrichmentUnavailable: 409, StudyRunning: 409,

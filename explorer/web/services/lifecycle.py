@@ -40,15 +40,13 @@ from explorer.background import (
   TaskState,
 )
 from explorer.stages import Progress
+from explorer.text import one_line
 
 if TYPE_CHECKING:
   from explorer.store import Store
 
 log = logging.getLogger(__name__)
 
-def one_line(e: BaseException) -> str:
-  """An error as a page or a terminal shows it: its first line, never a traceback."""
-  return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 class Busy(RuntimeError):
   """No room for this work now: answered with `status` (503, or 429 for one client's share) and Retry-After `retry_after_s`."""

@@ -14,7 +14,7 @@ from explorer.settings import Settings
 from explorer.store import Store, StoreError, documents
 from explorer.store.collector import collector_paused
 from explorer.store.pieces import whole
-from explorer.web.services.lifecycle import one_line
+from explorer.text import one_line
 
 if TYPE_CHECKING:
   from explorer.web.services.classes import ClassService

@@ -15,8 +15,9 @@ from explorer.schema import study_problem
 from explorer.spec import PRESETS, ConvSpec, Variant
 from explorer.stages import Progress
 from explorer.store import Store, StoreError, capped, trace_key
+from explorer.text import one_line
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import ERROR, QUEUE_OWNER, Journal, Task, Tasks, one_line
+from explorer.web.services.lifecycle import ERROR, QUEUE_OWNER, Journal, Task, Tasks
 from explorer.web.urls import study_url
 
 if TYPE_CHECKING:

@@ -17,8 +17,9 @@ from explorer.background import TRACE, TaskState
 from explorer.spec import ConvSpec, SpecError, Variant
 from explorer.stages import PARTIAL, STAGES
 from explorer.store import Store
+from explorer.text import one_line
 from explorer.web.services import remote
-from explorer.web.services.lifecycle import ACTIVE, DONE, INTERRUPTED, QUEUE_OWNER, QUEUED, RUNNING, Busy, ClientBusy, Journal, Task, Tasks, one_line
+from explorer.web.services.lifecycle import ACTIVE, DONE, INTERRUPTED, QUEUE_OWNER, QUEUED, RUNNING, Busy, ClientBusy, Journal, Task, Tasks
 
 if TYPE_CHECKING:
   from explorer.queue.client import QueueClient  # the [queue] extra: imported only with a job queue
