@@ -1,6 +1,6 @@
 """Numbers and text, one home for how the explorer writes them: SI prefixes, bytes, seconds, counts, FLOPs, rates and ages (the pages'
-filters, the CLI's and the reports'), and tables for terminals and summaries (rendered by rich, without colour or markup, so they
-read the same in a terminal, a log and a test)."""
+filters, the CLI's and the reports'), an error's one line, and tables for terminals and summaries (rendered by rich, without colour
+or markup, so they read the same in a terminal, a log and a test)."""
 from __future__ import annotations
 import io
 import math

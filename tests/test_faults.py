@@ -188,3 +188,15 @@ def serve_once(db: pathlib.Path, by_env: bool = False) -> subprocess.CompletedPr
   env = settings_free_env() | ({"KERNEL_EXPLORER_DB": str(db)} if by_env else {})
   return subprocess.run([sys.executable, "-m", "explorer.cli", "serve", "--port", "0", *([] if by_env else ["--db", str(db)])], cwd=REPO,
                         capture_output=True, text=True, timeout=60, env=env)
+
+def test_a_sqlite_error_reads_in_one_line_with_its_extended_code():
+  """"disk I/O error" alone does not say which of SQLite's twenty-odd I/O failures it was: an error's one line carries the extended
+  code where SQLite gives one (SQLITE_IOERR_SHMMAP, SQLITE_CONSTRAINT_CHECK), and no more than the message where it gives the base."""
+  from explorer.text import one_line
+  c = sqlite3.connect(":memory:")
+  c.execute("CREATE TABLE t (n INTEGER CHECK (n > 0))")
+  with pytest.raises(sqlite3.IntegrityError) as checked: c.execute("INSERT INTO t VALUES (0)")
+  assert one_line(checked.value) == "CHECK constraint failed: n > 0 (SQLITE_CONSTRAINT_CHECK)"
+  with pytest.raises(sqlite3.OperationalError) as missing: c.execute("SELECT * FROM nowhere")
+  assert one_line(missing.value) == "no such table: nowhere"
+  assert one_line(ValueError("first\nsecond")) == "first" and one_line(ValueError()) == "ValueError"
