@@ -141,14 +141,26 @@ function follow(s) {
     if (s.following && s.state && here() !== s.state.url) s.following = false;
   }
   save(s); show();
-  const src = new EventSource(`/api/classes/${s.id}/events?` + new URLSearchParams({ student: s.student, following: s.following, page: here().slice(0, 200) }));
-  src.addEventListener("state", (e) => {
-    s.state = JSON.parse(e.data).state; save(s);
-    if (s.following) go(s.state);
-  });
-  src.addEventListener("counts", (e) => { counts = JSON.parse(e.data); if (s.following) show(); });
-  src.addEventListener("poll", (e) => answerCard(s, JSON.parse(e.data)));
-  src.addEventListener("ended", () => { src.close(); save(null); b.classList.add("ended"); b.textContent = "The class ended."; });
+  let src = null, retry = 1000;
+  const listen = () => {  // EventSource retries a dropped stream itself, but gives up for good on an answer that is not one (a 503
+    // while the server restarts, a 429): then this tab opens it again, a little later each time
+    src = new EventSource(`/api/classes/${s.id}/events?` + new URLSearchParams({ student: s.student, following: s.following, page: here().slice(0, 200) }));
+    src.addEventListener("open", () => { retry = 1000; });
+    src.addEventListener("error", () => {
+      if (src.readyState !== EventSource.CLOSED) return;
+      const again = () => { setTimeout(listen, retry); retry = Math.min(2 * retry, 10_000); };
+      api(`/api/classes/${s.id}`).then(again, (e) => (/no live class/.test(e.message) ? ended() : again()));
+    });
+    src.addEventListener("state", (e) => {
+      s.state = JSON.parse(e.data).state; save(s);
+      if (s.following) go(s.state);
+    });
+    src.addEventListener("counts", (e) => { counts = JSON.parse(e.data); if (s.following) show(); });
+    src.addEventListener("poll", (e) => answerCard(s, JSON.parse(e.data)));
+    src.addEventListener("ended", ended);
+  };
+  function ended() { src.close(); save(null); b.classList.add("ended"); b.textContent = "The class ended."; }
+  listen();
   onAddressChange(explore);
   document.addEventListener("keydown", (e) => {
     if (e.key !== "f" && e.key !== "F") return;
