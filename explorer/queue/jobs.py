@@ -12,6 +12,7 @@ from explorer.queue.protocol import b64, seal
 from explorer.settings import Settings
 from explorer.spec import COMPUTE_DEVICES, TILES, ConvSpec, SpecError, Variant, checked_device, resolve_request
 from explorer.stages import Progress
+from explorer.text import one_line
 from explorer.tinygrads import tinygrad_problem
 
 DEVICES: list[str] = []  # this worker's devices, best first (explorer.queue.worker sets them): a job that names none runs on the first
@@ -35,7 +36,7 @@ def running() -> Iterator[Progress]:
   try: yield report
   except Exception as e:
     with lock:
-      job.meta["error"] = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      job.meta["error"] = one_line(e)
       job.save_meta()  # type: ignore[no-untyped-call]  # (RQ's Job is untyped)
     raise
 

@@ -141,9 +141,10 @@ function follow(s) {
     if (s.following && s.state && here() !== s.state.url) s.following = false;
   }
   save(s); show();
+  // EventSource retries a dropped stream itself, but gives up for good on an answer that is not a stream (a 503 while the server
+  // restarts, a 429): then this tab opens it again, a little later each time, until the server says the class is gone
   let src = null, retry = 1000;
-  const listen = () => {  // EventSource retries a dropped stream itself, but gives up for good on an answer that is not one (a 503
-    // while the server restarts, a 429): then this tab opens it again, a little later each time
+  const listen = () => {
     src = new EventSource(`/api/classes/${s.id}/events?` + new URLSearchParams({ student: s.student, following: s.following, page: here().slice(0, 200) }));
     src.addEventListener("open", () => { retry = 1000; });
     src.addEventListener("error", () => {

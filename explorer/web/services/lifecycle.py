@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
 class Busy(RuntimeError):
   """No room for this work now: answered with `status` (503, or 429 for one client's share) and Retry-After `retry_after_s`."""
   status, retry_after_s = 503, 30
