@@ -31,6 +31,14 @@ def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, stu
   settings = settings or Settings.load(env={}, **{"background_workers": 0, "freeze_parsed_mb": 0, **fields})
   return create_app(str(db), settings=settings, runner=runner, devices=devices, study_runner=study_runner, graph_workers=graph_workers)
 
+def copy_store(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+  """A copy of the store src (its write-ahead log folded in) at dst, made by SQLite's backup. Never copy a store as a file: closing
+  any descriptor of a file drops every POSIX lock the process holds on it, so a process with the store open that copies it with
+  shutil loses its locks; another process closing its last connection then checkpoints and deletes the log under this one's
+  (SQLITE_IOERR_SHORT_READ, or writes into the deleted log lost: the CI failures of stop 80)."""
+  import sqlite3
+  with contextlib.closing(sqlite3.connect(src)) as source, contextlib.closing(sqlite3.connect(dst)) as copied: source.backup(copied)
+
 def minimal_trace(spec: Any = None, variant: Any = None, label: str | None = None) -> dict[str, Any]:
   """A stored trace of nothing: every stage done in no time, no kernels. What a fake runner returns, so that jobs finish at once and no
   test process imports tinygrad; spec and variant: a ConvSpec and a Variant (the small preset and the default variant otherwise)."""

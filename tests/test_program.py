@@ -9,7 +9,7 @@ import statistics
 import time
 from typing import Any
 import pytest
-from support import app_over, run_async, scaled
+from support import app_over, copy_store, run_async, scaled
 from test_capture import run_json
 from explorer.text import fmt_flops
 
@@ -327,7 +327,6 @@ def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path, alone):
   gets 429 with Retry-After before any work starts; the server's memory stays bounded (one parsed copy of the trace, queued work holds
   ids); another client (its own address through a trusted proxy) meanwhile gets its first view computed at once and its health checks
   answered quickly."""
-  import shutil
   import sqlite3
   import statistics
   import threading
@@ -337,7 +336,7 @@ def test_a_flood_of_first_views_is_bounded(cnn, db, tmp_path, alone):
   from explorer.schema import validate_trace
   from explorer.store import Store
   flood_db = tmp_path / "flood.sqlite3"
-  shutil.copy(db, flood_db)
+  copy_store(db, flood_db)
   store = Store(str(flood_db))
   store.put_trace("f100d00000000000", validate_trace(scaled(store.get_trace(cnn["id"]), 1000)), store.get_rewrites(cnn["id"]))
   big = "/api/traces/f100d00000000000"
@@ -392,12 +391,11 @@ def test_one_parse_per_trace(cnn, db, tmp_path, alone):
   """Ten concurrent cold views of a big program parse it once (light: explorer.store.pieces); an enrichment stored into it is merged into
   that parsed copy (no second parse), and a write by another process (a new version in the store) is seen."""
   import asyncio
-  import shutil
   import httpx
   from explorer.schema import validate_trace
   from explorer.store import Store
   one_db = tmp_path / "one.sqlite3"
-  shutil.copy(db, one_db)
+  copy_store(db, one_db)
   store = Store(str(one_db))
   store.put_trace("0e0a0e0000000000", validate_trace(scaled(store.get_trace(cnn["id"]), 1000)), store.get_rewrites(cnn["id"]))
   app = app_over(str(one_db))

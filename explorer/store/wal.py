@@ -70,7 +70,8 @@ def problem(db: pathlib.Path) -> str | None:
 
 def check(db: str | os.PathLike[str] | None) -> None:
   """StoreError, one line, where the log beside the store (None: the default one) must not be replayed into it: nothing of the store
-  is touched."""
+  is touched. Only before this process opens the store: the descriptors it opens on the store's files and closes would drop the
+  process's POSIX locks on them, SQLite's own."""
   path = pathlib.Path(db) if db is not None else default_db_path()
   if (why := problem(path)) is None: return
   wal = pathlib.Path(f"{path}-wal")
