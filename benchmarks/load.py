@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import collections
 import concurrent.futures
-import contextlib
 import json
 import multiprocessing
 import os
@@ -33,7 +32,6 @@ import pathlib
 import random
 import shutil
 import socket
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -273,7 +271,9 @@ def phase3(seconds: float, checkout: pathlib.Path | None = None) -> bool:
   tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-bounded-"))
   print("\nphase 3: bounded work on a 1,000-kernel program (capturing it first)")
   if (keep := os.environ.get("KE_BENCH_PROGRAM_DB")) and os.path.exists(keep):  # a rerun's, copied by SQLite (its log folded in)
-    with contextlib.closing(sqlite3.connect(keep)) as kept, contextlib.closing(sqlite3.connect(tmp / "traces.sqlite3")) as copy: kept.backup(copy)
+    sys.path.insert(0, str(REPO / "tests"))
+    from support import copy_store
+    copy_store(keep, tmp / "traces.sqlite3")
   else: big_program(tmp / "traces.sqlite3")
   port = free_port()
   proxies: dict[str, object] = {"trusted_proxies": "127.0.0.1"} if checkout is None else {}

@@ -12,7 +12,6 @@ once, and the device list is fixed. The real-trace test pins {trace_id} to the s
 so the GET operations see fuzzed refs, kernel numbers and queries on a real trace, expanding graphs in real workers."""
 from __future__ import annotations
 import pathlib
-import sqlite3
 import tempfile
 import time
 import tomllib
@@ -21,7 +20,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
-from support import app_over, fake_result, minimal_trace
+from support import app_over, copy_store, fake_result, minimal_trace
 from explorer.settings import Settings
 from explorer.web.services.devices import DeviceCatalog
 from explorer.web.services.traces import STAGES
@@ -71,7 +70,7 @@ def test_api_conforms_to_its_schema(case, app):
 def real_app(web_db, small_trace, tmp_path):
   """A fresh app per test (as app above) over a copy of the session's store."""
   path = tmp_path / "copy.sqlite3"
-  with sqlite3.connect(web_db) as src, sqlite3.connect(path) as dst: src.backup(dst)
+  copy_store(web_db, path)
   return fuzz_app(str(path)), small_trace
 
 # GET only: a POST on the real trace would start real probes and measurements (tinygrad workers, many seconds each), a DELETE would

@@ -9,13 +9,12 @@ import logging
 import os
 import pathlib
 import signal
-import sqlite3
 import threading
 import time
 import pytest
 from conftest import REPO, wait_done
 from fastapi.testclient import TestClient
-from support import app_over
+from support import app_over, copy_store
 from explorer.settings import ENV_PREFIX, SETTINGS, Settings
 from explorer.spec import ConvSpec
 from explorer.store import Store
@@ -135,7 +134,7 @@ def test_a_real_trace_job_waits_for_its_device(tmp_path):
 def copied(web_db, small_trace, tmp_path) -> tuple[str, str]:
   """A copy of the session's store (the real `small` trace) with no cached graphs: every graph request expands in a worker."""
   path = tmp_path / "copy.sqlite3"
-  with sqlite3.connect(web_db) as src, sqlite3.connect(path) as dst: src.backup(dst)
+  copy_store(web_db, path)
   Store(path).clear_cache()
   return str(path), small_trace
 
