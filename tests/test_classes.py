@@ -199,3 +199,51 @@ def test_eight_students_follow_a_tour_answer_explore_rejoin_and_outlive_a_restar
     assert not errors, errors
   finally:
     server.stop()
+
+@pytest.mark.browser
+@needs_chromium
+def test_students_follow_what_the_url_does_not_hold(browser, tmp_path):
+  """On a kernel page, each of the teacher's moves that its address does not hold reaches two students' tabs (one of another size)
+  within a second: the selected UOp of the AST graph, that graph's zoom and the point at its middle, a pinned source line, an opened
+  panel."""
+  db, staged, _ = stored_pair()
+  server = Server(db, tmp_path / "server.log").start()
+  errors: list[str] = []
+  def opened(url: str, width: int = 1024, height: int = 768):
+    p = browser.new_page(viewport={"width": width, "height": height})
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    p.goto(url)
+    return p
+  loaded = "document.querySelector('#ast-graph')?.dataset.loaded?.startsWith('ast/')"
+  placement = "(() => { const v = window.explorerViewers.get('ast-graph'); return v && v.placement(); })()"
+  try:
+    teacher = opened(f"{server.base}/t/{staged}/k/1")
+    teacher.click("[data-class-start]")
+    teacher.wait_for_selector(".class-bar.presenter .class-qr svg")
+    cid = teacher.evaluate("JSON.parse(sessionStorage.getItem('ke-class')).id")
+    students = [opened(f"{server.base}/c/{cid}"), opened(f"{server.base}/c/{cid}", 1280, 900)]
+    for s in students:
+      s.wait_for_function(f"location.pathname === '/t/{staged}/k/1'", timeout=10_000)
+      s.wait_for_function(loaded, timeout=10_000)
+    teacher.wait_for_function(loaded, timeout=10_000)
+    node = teacher.evaluate("document.querySelector('#ast-graph g.node').id")
+    teacher.evaluate(f"document.querySelector(\"#ast-graph g.node[id='{node}']\").dispatchEvent(new MouseEvent('click', {{bubbles: true}}))")  # wherever it is drawn
+    for s in students:
+      s.wait_for_function(f"document.querySelector('#ast-graph g.node.selected')?.id === '{node}'", timeout=1000)
+    teacher.click("#ast-graph [data-act=zoom-in]")
+    teacher.click("#ast-graph [data-act=zoom-in]")
+    teacher.evaluate("window.explorerViewers.get('ast-graph').pz.panBy({x: 40, y: -30})")
+    time.sleep(0.3)  # the teacher's pan is told a few times a second, not per frame
+    want = teacher.evaluate(placement)
+    for s in students:
+      s.wait_for_function(f"(() => {{ const p = {placement}, w = {json.dumps(want)}; return p && Math.abs(p.zoom / w.zoom - 1) < 0.01 && "
+                          "Math.abs(p.cx - w.cx) < 1 && Math.abs(p.cy - w.cy) < 1; })()", timeout=1000)
+    line = teacher.evaluate("document.querySelector('.line-mapped .lm-line').dataset.line")
+    teacher.click(f".line-mapped .lm-source [id='S-{line}']")
+    for s in students:
+      s.wait_for_function(f"document.querySelector('.line-mapped.lm-pinned [id=\"S-{line}\"].lm-hot') !== null", timeout=1000)
+    teacher.click("#opts-panel > summary")
+    for s in students: s.wait_for_function("document.querySelector('#opts-panel').open", timeout=1000)
+    assert not errors, errors
+  finally:
+    server.stop()

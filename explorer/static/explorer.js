@@ -35,6 +35,7 @@ function boot(root = document) {  // everything a page (or a part of it put in p
 
 // a module runs once the page is parsed: no DOMContentLoaded to wait for. The tours' and notes' first, as when tour.js ran from <head>
 initTour(); initNotes();
+window.explorerViewers = viewers;  // the page's graph viewers by element id: the console's (and the browser tests') way in
 boot(document);
 initCompareMenus();
 initLiveClass();
