@@ -227,7 +227,8 @@ def test_students_follow_what_the_url_does_not_hold(browser, tmp_path):
       s.wait_for_function(loaded, timeout=10_000)
     teacher.wait_for_function(loaded, timeout=10_000)
     node = teacher.evaluate("document.querySelector('#ast-graph g.node').id")
-    teacher.evaluate(f"document.querySelector(\"#ast-graph g.node[id='{node}']\").dispatchEvent(new MouseEvent('click', {{bubbles: true}}))")  # wherever it is drawn
+    clicked = f"document.querySelector(\"#ast-graph g.node[id='{node}']\").dispatchEvent(new MouseEvent('click', {{bubbles: true}}))"
+    teacher.evaluate(clicked)  # wherever it is drawn, in view or not
     for s in students:
       s.wait_for_function(f"document.querySelector('#ast-graph g.node.selected')?.id === '{node}'", timeout=1000)
     teacher.click("#ast-graph [data-act=zoom-in]")
