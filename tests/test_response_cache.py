@@ -1,6 +1,7 @@
 """The response cache: a stored trace's views are rendered once and served as bytes; a progress page is never kept; a note or a
 delete drops the trace's entries."""
 from __future__ import annotations
+import re
 import threading
 import time
 from conftest import wait_done
@@ -39,6 +40,25 @@ def test_a_note_drops_the_traces_entries(web_client, small_trace):
   assert r.status_code == 201, r.text
   assert not any(small_trace in ids for ids, _, _ in cache.entries.values())
   web_client.delete(f"/api/traces/{small_trace}/annotations/{r.json()['id']}")
+
+def test_a_tour_step_is_kept_until_a_note_on_it(web_client, small_trace):
+  """A class opens the teacher's tour step at once: rendered once, served as bytes; its big-font page is its own entry; a note on the
+  step drops it, and the step shows the note."""
+  cache = web_client.app.state.response_cache
+  url = f"/t/{small_trace}/tour?step=tensor"
+  deadline = time.monotonic() + 120
+  while 'id="preparing"' in (first := web_client.get(url)).text:  # its kernels' analyses, computed on first view (never kept)
+    assert time.monotonic() < deadline and first.headers["cache-control"] == "no-store"
+    time.sleep(0.2)
+  hits, misses = cache.hits, cache.misses
+  assert web_client.get(url).content == first.content and cache.hits == hits + 1
+  big = web_client.get(url + "&big=1")
+  step_link = re.compile(r'href="[^"]*/tour\?[^"]*big=1')  # its steps' links keep the mode
+  assert cache.misses == misses + 1 and step_link.search(big.text) and not step_link.search(first.text)
+  r = web_client.post(f"/api/traces/{small_trace}/annotations", json={"anchor_kind": "step", "anchor": "tensor", "text": "asked in class"})
+  assert r.status_code == 201, r.text
+  try: assert "asked in class" in web_client.get(url).text and cache.misses == misses + 2
+  finally: web_client.delete(f"/api/traces/{small_trace}/annotations/{r.json()['id']}")
 
 def test_a_progress_page_is_never_kept(tmp_path):
   release = threading.Event()

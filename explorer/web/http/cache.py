@@ -2,7 +2,8 @@
 gzipped) once and then served as bytes. Pure ASGI, between the request limits (outside) and GZip (inside).
 
 Only the views of a trace (or of two: a diff) that depend on those traces alone are kept (CACHEABLE); anything dynamic on those pages
-(notes, the compare-with menu, progress) is fetched by their scripts from URLs that are not kept, and a response that says
+(notes, the compare-with menu, progress) is fetched by their scripts from URLs that are not kept (a tour step shows its notes and
+the hand schedules pinned to the tour in its page: a note or a pin is a request that names the trace), and a response that says
 Cache-Control: no-store (a kernel page while a target is being computed for it) is never kept. A view is kept only when its traces
 were stored before the request began, so a progress page that stands in for a running trace is never kept. The key is the path and
 the query parameters its route reads (FastAPI's declaration of them, learnt from the route that answered the first request of a path's
@@ -25,7 +26,7 @@ RENDERS_PER_CLIENT = 2
 Key = tuple[str, str, bool]
 
 ID = r"[0-9a-f]{16}"
-CACHEABLE = re.compile(rf"/t/(?P<a>{ID})(/bufferize|/graph/tensor|/rangeify|/source|/export\.json|/export\.html|/k/\d+)?"
+CACHEABLE = re.compile(rf"/t/(?P<a>{ID})(/bufferize|/graph/tensor|/rangeify|/source|/export\.json|/export\.html|/k/\d+|/tour)?"
                        rf"|/api/traces/(?P<b>{ID})(/raw|/kernels(/\d+)?|/bufferize|/rangeify|/repro\.py|/graphs(/.+)?)?"
                        rf"|(/api)?/diff/(?P<c>{ID})/(?P<d>{ID})(/graphs)?")
 NAMES_TRACE = re.compile(rf"/(?:t|traces|api/traces)/({ID})(?:/|$)|(?:/api)?/diff/({ID})/({ID})(?:/|$)")

@@ -158,7 +158,8 @@ async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: Trac
 
 @router.get("/t/{trace_id}/tour", response_class=HTMLResponse, include_in_schema=False)
 async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, work: Work, step: str | None = None,
-                          target: str | None = Query(None, max_length=40)) -> HTMLResponse:
+                          target: str | None = Query(None, max_length=40), big: str | None = Query(None, max_length=8)) -> HTMLResponse:
+  # big: declared, though big_asked reads it, so that the response cache keeps a step's big-font page apart (its links keep ?big=1)
   trace = await admission.stored_trace(svc, trace_id)
   if trace is None: return await trace_page(request, svc, trace_id, "tour.html", ())
   waiting: Preparing = []
