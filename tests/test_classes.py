@@ -130,9 +130,10 @@ def step(page) -> None:
 @pytest.mark.browser
 @needs_chromium
 def test_eight_students_follow_a_tour_answer_explore_rejoin_and_outlive_a_restart(browser, tmp_path):
-  """A teacher and eight students, each a Chromium tab: every student's tour step is the teacher's within 2 s of each step; the
-  tensor step's question is answered on the students' screens, counted exactly and revealed; one student explores (its banner and
-  the teacher's counts say so) and rejoins with F; the server restarts mid-class and every tab carries on."""
+  """A teacher and eight students, each a Chromium tab: every student's tour step is the teacher's within 2 s of each step, put in
+  place on its tab (no page load); the tensor step's question is answered on the students' screens, counted exactly and revealed; one
+  student explores (its banner and the teacher's counts say so) and rejoins with F; the server restarts mid-class and every tab
+  carries on."""
   db, staged, _ = stored_pair()  # a tour to teach: the staged Winograd trace's
   server = Server(db, tmp_path / "server.log").start()
   errors: list[str] = []
@@ -169,9 +170,13 @@ def test_eight_students_follow_a_tour_answer_explore_rejoin_and_outlive_a_restar
       mine = "yours too" if n == kernels else f"yours: {n}"
       s.wait_for_function(f"document.querySelector('.class-poll .class-answer')?.textContent === 'Answer: {kernels} · {mine}'", timeout=5000)
 
+    for s in students: s.evaluate("window.sameDocument = true")
     for _ in range(3):  # the tour's next steps, by its own key
       step(teacher)
       all_at(path_of(teacher))
+      shown = teacher.evaluate("document.querySelector('#tour').dataset.step")
+      assert all(s.evaluate("document.querySelector('#tour').dataset.step") == shown for s in students)
+    assert all(s.evaluate("window.sameDocument === true") for s in students)  # each step put in place, not a page load per tab
     away = students[0]
     away.goto(f"{base}/traces")  # a student explores on its own
     away.wait_for_selector(".class-bar.student.exploring")

@@ -9,6 +9,7 @@
    kept in sessionStorage, so it holds across the tab's pages. */
 import { $, $$, el, esc, api } from "./dom.js";
 import { viewers } from "./viewer.js";
+import { goTo } from "./in_place.js";
 
 const SESSION = "ke-class";  // {id, role: "presenter" | "student", student, following, state, expect}
 const keyOf = (id) => localStorage.getItem(`ke-class-key:${id}`);
@@ -185,11 +186,16 @@ function follow(s) {
     if (again) again.addEventListener("click", rejoin);
   };
   const tellPresence = () => api(`/api/classes/${s.id}/presence`, { method: "POST", body: JSON.stringify({ student: s.student, following: s.following, page: here().slice(0, 200) }) }).catch(() => {});
-  const go = (state) => {
+  let moves = 0;  // the class's newest move: a step still being fetched when the next one comes gives way
+  const go = async (state) => {
     if (!state) return;
+    const move = ++moves;
     if (state.url === here()) { showView(state.view || {}); return; }
     s.expect = state.url; save(s);
-    location.assign(state.url);
+    if (await goTo(state.url, () => move !== moves || !s.following)) {  // a tour step, put in place: this tab is there
+      s.expect = null; save(s);
+      showView(state.view || {});
+    }
   };
   const explore = () => { if (s.following && s.state && here() !== s.state.url && here() !== s.expect) { s.following = false; save(s); show(); tellPresence(); } };
   function rejoin() { s.following = true; save(s); show(); tellPresence(); go(s.state); }

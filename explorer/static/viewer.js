@@ -21,7 +21,7 @@ export class Viewer {
     $("[data-act=zoom-out]", el).addEventListener("click", () => this.pz && this.pz.zoomOut());
     $("[data-act=fit]", el).addEventListener("click", () => this.fit());
     $("[data-act=full]", el).addEventListener("click", () => { this.full = true; this.show(this.ref); });
-    window.addEventListener("resize", () => { if (this.pz) this.pz.resize(); });  // keep the user's zoom and pan
+    window.addEventListener("resize", () => { if (this.pz && this.el.isConnected) this.pz.resize(); });  // keep the user's zoom and pan
     const index = $("[data-act=index]", el);
     if (index) index.addEventListener("change", () => this.show(this.ref, true));
     const search = $("[data-act=search]", el);
