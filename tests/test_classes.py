@@ -178,6 +178,10 @@ def test_eight_students_follow_a_tour_answer_explore_rejoin_and_outlive_a_restar
       assert all(s.evaluate("document.querySelector('#tour').dataset.step") == shown for s in students)
     assert all(s.evaluate("window.sameDocument === true") for s in students)  # each step put in place, not a page load per tab
     away = students[0]
+    away.go_back()  # Back from a step put in place: the step before, loaded (the URL and the page agree), and the tab explores
+    away.wait_for_function("window.sameDocument === undefined && !!document.querySelector('.class-bar.student.exploring')", timeout=10_000)
+    assert away.evaluate("new URL(location.href).searchParams.get('step') === document.querySelector('#tour').dataset.step")
+    assert path_of(away) != path_of(teacher)
     away.goto(f"{base}/traces")  # a student explores on its own
     away.wait_for_selector(".class-bar.student.exploring")
     assert "You left the class" in away.inner_text(".class-bar")

@@ -9,6 +9,12 @@ const pageParts = (doc) => [...doc.body.children].filter((e) => !e.matches(KEPT)
 const assets = (doc) => $$("link[rel=stylesheet], script[src]", doc).map((e) => e.getAttribute("href") || e.getAttribute("src")).join(" ");
 const isTourStep = (doc) => !!$("[data-tour]", doc);
 
+let shown = null;  // the address whose page this document shows, once one was put in place
+
+function onHistory() {  // Back or Forward to another address than the page shown (not a #fragment of it): that page, loaded
+  if (location.pathname + location.search !== shown) location.reload();
+}
+
 async function fetched(url) {  // the page at url as a document, or null where it is not a page to put in place
   try {
     const r = await fetch(url, { headers: { Accept: "text/html" } });
@@ -31,6 +37,8 @@ export async function goTo(url, stale = () => false) {
   const env = $("header.topbar .env"), newEnv = $("header.topbar .env", doc);
   if (env && newEnv) env.replaceWith(document.adoptNode(newEnv));
   history.pushState(null, "", url);
+  if (shown === null) window.addEventListener("popstate", onHistory);
+  shown = location.pathname + location.search;
   window.scrollTo(0, 0);
   document.dispatchEvent(new CustomEvent("page-swapped", { detail: { parts } }));
   return true;
