@@ -130,9 +130,10 @@ def step(page) -> None:
 @pytest.mark.browser
 @needs_chromium
 def test_eight_students_follow_a_tour_answer_explore_rejoin_and_outlive_a_restart(browser, tmp_path):
-  """A teacher and eight students, each a Chromium tab: every student's tour step is the teacher's within 2 s of each step; the
-  tensor step's question is answered on the students' screens, counted exactly and revealed; one student explores (its banner and
-  the teacher's counts say so) and rejoins with F; the server restarts mid-class and every tab carries on."""
+  """A teacher and eight students, each a Chromium tab: every student's tour step is the teacher's within 2 s of each step, put in
+  place on its tab (no page load); the tensor step's question is answered on the students' screens, counted exactly and revealed; one
+  student explores (its banner and the teacher's counts say so) and rejoins with F; the server restarts mid-class and every tab
+  carries on."""
   db, staged, _ = stored_pair()  # a tour to teach: the staged Winograd trace's
   server = Server(db, tmp_path / "server.log").start()
   errors: list[str] = []
@@ -169,10 +170,18 @@ def test_eight_students_follow_a_tour_answer_explore_rejoin_and_outlive_a_restar
       mine = "yours too" if n == kernels else f"yours: {n}"
       s.wait_for_function(f"document.querySelector('.class-poll .class-answer')?.textContent === 'Answer: {kernels} · {mine}'", timeout=5000)
 
+    for s in students: s.evaluate("window.sameDocument = true")
     for _ in range(3):  # the tour's next steps, by its own key
       step(teacher)
       all_at(path_of(teacher))
+      shown = teacher.evaluate("document.querySelector('#tour').dataset.step")
+      assert all(s.evaluate("document.querySelector('#tour').dataset.step") == shown for s in students)
+    assert all(s.evaluate("window.sameDocument === true") for s in students)  # each step put in place, not a page load per tab
     away = students[0]
+    away.go_back()  # Back from a step put in place: the step before, loaded (the URL and the page agree), and the tab explores
+    away.wait_for_function("window.sameDocument === undefined && !!document.querySelector('.class-bar.student.exploring')", timeout=10_000)
+    assert away.evaluate("new URL(location.href).searchParams.get('step') === document.querySelector('#tour').dataset.step")
+    assert path_of(away) != path_of(teacher)
     away.goto(f"{base}/traces")  # a student explores on its own
     away.wait_for_selector(".class-bar.student.exploring")
     assert "You left the class" in away.inner_text(".class-bar")
@@ -196,6 +205,55 @@ def test_eight_students_follow_a_tour_answer_explore_rejoin_and_outlive_a_restar
                               timeout=10_000)
     teacher.click("[data-class-end]")
     students[1].wait_for_function("document.querySelector('.class-bar').textContent.includes('The class ended')", timeout=5000)
+    assert not errors, errors
+  finally:
+    server.stop()
+
+@pytest.mark.browser
+@needs_chromium
+def test_students_follow_what_the_url_does_not_hold(browser, tmp_path):
+  """On a kernel page, each of the teacher's moves that its address does not hold reaches two students' tabs (one of another size)
+  within a second: the selected UOp of the AST graph, that graph's zoom and the point at its middle, a pinned source line, an opened
+  panel."""
+  db, staged, _ = stored_pair()
+  server = Server(db, tmp_path / "server.log").start()
+  errors: list[str] = []
+  def opened(url: str, width: int = 1024, height: int = 768):
+    p = browser.new_page(viewport={"width": width, "height": height})
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    p.goto(url)
+    return p
+  loaded = "document.querySelector('#ast-graph')?.dataset.loaded?.startsWith('ast/')"
+  placement = "(() => { const v = window.explorerViewers.get('ast-graph'); return v && v.placement(); })()"
+  try:
+    teacher = opened(f"{server.base}/t/{staged}/k/1")
+    teacher.click("[data-class-start]")
+    teacher.wait_for_selector(".class-bar.presenter .class-qr svg")
+    cid = teacher.evaluate("JSON.parse(sessionStorage.getItem('ke-class')).id")
+    students = [opened(f"{server.base}/c/{cid}"), opened(f"{server.base}/c/{cid}", 1280, 900)]
+    for s in students:
+      s.wait_for_function(f"location.pathname === '/t/{staged}/k/1'", timeout=10_000)
+      s.wait_for_function(loaded, timeout=10_000)
+    teacher.wait_for_function(loaded, timeout=10_000)
+    node = teacher.evaluate("document.querySelector('#ast-graph g.node').id")
+    clicked = f"document.querySelector(\"#ast-graph g.node[id='{node}']\").dispatchEvent(new MouseEvent('click', {{bubbles: true}}))"
+    teacher.evaluate(clicked)  # wherever it is drawn, in view or not
+    for s in students:
+      s.wait_for_function(f"document.querySelector('#ast-graph g.node.selected')?.id === '{node}'", timeout=1000)
+    teacher.click("#ast-graph [data-act=zoom-in]")
+    teacher.click("#ast-graph [data-act=zoom-in]")
+    teacher.evaluate("window.explorerViewers.get('ast-graph').pz.panBy({x: 40, y: -30})")
+    time.sleep(0.3)  # the teacher's pan is told a few times a second, not per frame
+    want = teacher.evaluate(placement)
+    for s in students:
+      s.wait_for_function(f"(() => {{ const p = {placement}, w = {json.dumps(want)}; return p && Math.abs(p.zoom / w.zoom - 1) < 0.01 && "
+                          "Math.abs(p.cx - w.cx) < 1 && Math.abs(p.cy - w.cy) < 1; })()", timeout=1000)
+    line = teacher.evaluate("document.querySelector('.line-mapped .lm-line').dataset.line")
+    teacher.click(f".line-mapped .lm-source [id='S-{line}']")
+    for s in students:
+      s.wait_for_function(f"document.querySelector('.line-mapped.lm-pinned [id=\"S-{line}\"].lm-hot') !== null", timeout=1000)
+    teacher.click("#opts-panel > summary")
+    for s in students: s.wait_for_function("document.querySelector('#opts-panel').open", timeout=1000)
     assert not errors, errors
   finally:
     server.stop()

@@ -1,11 +1,13 @@
 """The response cache: a stored trace's views are rendered once and served as bytes; a progress page is never kept; a note or a
-delete drops the trace's entries."""
+delete drops the trace's entries, and a pair's measurement its built-in tour's."""
 from __future__ import annotations
+import re
 import threading
 import time
 from conftest import wait_done
 from fastapi.testclient import TestClient
-from support import app_over
+from stored_traces import stored_pair
+from support import app_over, copy_store
 
 def test_a_stored_traces_views_are_served_from_memory(web_client, small_trace):
   cache = web_client.app.state.response_cache
@@ -39,6 +41,65 @@ def test_a_note_drops_the_traces_entries(web_client, small_trace):
   assert r.status_code == 201, r.text
   assert not any(small_trace in ids for ids, _, _ in cache.entries.values())
   web_client.delete(f"/api/traces/{small_trace}/annotations/{r.json()['id']}")
+
+def test_a_tour_step_is_kept_until_a_note_on_it(web_client, small_trace):
+  """A class opens the teacher's tour step at once: rendered once, served as bytes; its big-font page is its own entry; a note on the
+  step drops it, and the step shows the note."""
+  cache = web_client.app.state.response_cache
+  url = f"/t/{small_trace}/tour?step=tensor"
+  deadline = time.monotonic() + 120
+  while 'id="preparing"' in (first := web_client.get(url)).text:  # its kernels' analyses, computed on first view (never kept)
+    assert time.monotonic() < deadline and first.headers["cache-control"] == "no-store"
+    time.sleep(0.2)
+  if not any(path.endswith("/tour") for path, _, _ in cache.entries):  # what the first full view stored (its facts) made it stale
+    first = web_client.get(url)
+  assert [q for path, q, _ in cache.entries if path.endswith("/tour")] == ["step=tensor"]
+  hits, misses = cache.hits, cache.misses
+  assert web_client.get(url).content == first.content and cache.hits == hits + 1
+  big = web_client.get(url + "&big=1")
+  step_link = re.compile(r'href="[^"]*/tour\?[^"]*big=1')  # its steps' links keep the mode
+  assert cache.misses == misses + 1 and step_link.search(big.text) and not step_link.search(first.text)
+  r = web_client.post(f"/api/traces/{small_trace}/annotations", json={"anchor_kind": "step", "anchor": "tensor", "text": "asked in class"})
+  assert r.status_code == 201, r.text
+  try: assert "asked in class" in web_client.get(url).text and cache.misses == misses + 2
+  finally: web_client.delete(f"/api/traces/{small_trace}/annotations/{r.json()['id']}")
+
+def kept_render(client, url: str, timeout_s: float = 120) -> bytes:
+  """url's page once the cache keeps it: its first views prepare what it shows (never kept), and the first full one stores facts."""
+  deadline = time.monotonic() + timeout_s
+  while (r := client.get(url)).headers.get("cache-control") == "no-store" or client.get(url).content != r.content:
+    assert time.monotonic() < deadline, r.text[:500]
+    time.sleep(0.2)
+  return r.content
+
+def test_a_built_in_tours_steps_are_kept_until_the_pair_is_timed(tmp_path):
+  """A class following the staged-vs-fused tour costs one render per step; the step that times the pair is never kept (its
+  measurement's progress); once the pair is timed interleaved, the steps that quote it are rendered again."""
+  db, staged, fused = stored_pair()
+  copy_store(db, tmp_path / "pair.sqlite3")  # timed here: the run's shared pair stays untimed
+  with TestClient(app_over(str(tmp_path / "pair.sqlite3"))) as client:
+    cache = client.app.state.response_cache
+    tour = f"/tours/fusion?a={staged}&b={fused}"
+    steps = client.get(f"/api/tours/fusion?a={staged}&b={fused}").json()["steps"]
+    compare = next(s["id"] for s in steps if s["view"] == "diff")
+    step = f"{tour}&step={steps[0]['id']}"
+    page = kept_render(client, step)
+    hits = cache.hits
+    assert client.get(step + "&_=1").content == page and cache.hits == hits + 1  # a parameter the page ignores: the same entry
+    assert {ids for ids, _, _ in cache.entries.values()} == {(staged, fused)}
+    for _ in range(2): assert client.get(f"{tour}&step={compare}").headers["cache-control"] == "no-store"
+    assert not any(f"step={compare}" in q for _, q, _ in cache.entries)
+    assert client.post(f"/api/diff/{staged}/{fused}/timing", params={"repeats": 3, "warmup": 1}).status_code == 202  # drops them
+    kept_render(client, step)  # kept again while the pair is timed
+    deadline = time.monotonic() + 240
+    while client.get(f"/api/diff/{staged}/{fused}/timing").json()["status"] in ("queued", "running"):
+      assert time.monotonic() < deadline
+      time.sleep(0.3)
+    assert client.get(f"/api/diff/{staged}/{fused}/timing").json()["status"] == "done"
+    assert not cache.entries  # the measurement stored: the tour's steps quote it
+    misses = cache.misses
+    client.get(step)
+    assert cache.misses == misses + 1
 
 def test_a_progress_page_is_never_kept(tmp_path):
   release = threading.Event()

@@ -42,7 +42,7 @@ def test_walk_a_whole_tour_with_the_keyboard(tour, page):
   assert ids[0] == "tensor" and ids[-1] == "timing" and len(ids) >= 7
   texts = set()
   for i, key in zip(range(1, len(ids)), ["ArrowRight", "j"] * len(ids), strict=False):
-    page.keyboard.press(key)
+    with page.expect_navigation(): page.keyboard.press(key)  # loaded, its keys listened to, before the next key
     page.wait_for_function(f"() => new URL(location.href).searchParams.get('step') === {ids[i]!r}")
     assert page.locator(".tour-steps a.current").get_attribute("data-step-id") == ids[i]
     assert page.inner_text("#tour-pos") == f"{i + 1} / {len(ids)}"
@@ -51,7 +51,7 @@ def test_walk_a_whole_tour_with_the_keyboard(tour, page):
   page.keyboard.press("ArrowRight")  # the last step stays
   page.wait_for_timeout(300)
   assert step_of(page) == ids[-1]
-  page.keyboard.press("k")
+  with page.expect_navigation(): page.keyboard.press("k")
   page.wait_for_function(f"() => new URL(location.href).searchParams.get('step') === {ids[-2]!r}")
   page.keyboard.press("ArrowLeft")
   page.wait_for_function(f"() => new URL(location.href).searchParams.get('step') === {ids[-3]!r}")
@@ -189,7 +189,7 @@ def test_notes_on_a_step_a_node_and_a_line(tour, page):
   shot(page, "notes")
 
   page.goto(f"{base}/t/{b}/tour?step=k1-source&target=cuda")  # the tour on CUDA: its source step opens on the CUDA tab
-  assert page.locator(".tab-panel[data-panel=cuda]").is_visible()
+  page.wait_for_selector(".tab-panel[data-panel=cuda]", state="visible")  # (first opened alone: "preparing" its kernels, then the step)
   page.select_option(".note-form [name=anchor_kind]", "line")
   page.select_option(".note-form [name=target]", "cuda")
   page.fill(".note-form [name=line]", "6")

@@ -1,7 +1,7 @@
 /* Kernel Explorer's pages, every one: the entry module (base.html) that brings to life what the page has. Each widget's code is the
    module of its name: viewer.js (graph viewers), stepper.js (the pass stepper), tabs.js, progress.js (a running trace), trace_form.js,
    kernel.js (a kernel page's parts computed on first view), opts_panel.js, line_mapped.js, sass.js, trace_actions.js, tour.js, notes.js, measure.js (a
-   diff's measurements), live_class.js (a live class).
+   diff's measurements), live_class.js (a live class), in_place.js (a tour step put in place of another).
    Plain ES modules, no build step. State that matters lives in the URL (?code=, ?pass=&at=). */
 import { $$ } from "./dom.js";
 import { Viewer, viewers } from "./viewer.js";
@@ -35,7 +35,9 @@ function boot(root = document) {  // everything a page (or a part of it put in p
 
 // a module runs once the page is parsed: no DOMContentLoaded to wait for. The tours' and notes' first, as when tour.js ran from <head>
 initTour(); initNotes();
+window.explorerViewers = viewers;  // the page's graph viewers by element id: the console's (and the browser tests') way in
 boot(document);
 initCompareMenus();
 initLiveClass();
 document.addEventListener("swapped-in", (e) => boot(e.target));  // a part pending.js's swapIn put in place
+document.addEventListener("page-swapped", (e) => e.detail.parts.forEach((part) => boot(part)));  // a page in_place.js put in place

@@ -58,15 +58,21 @@ export function initLineMaps(root = document) {
     });
     box.addEventListener("mouseover", (e) => { if (!pinned) show(fromLine(e), fromUop(e), false); });
     box.addEventListener("mouseleave", () => { if (!pinned) light([], [], false); });
+    const pin = (key) => {  // "l12": source line 12, "u3": the fourth linear UOp, null: none
+      const line = key && key[0] === "l" ? +key.slice(1) : null, uop = key && key[0] === "u" ? +key.slice(1) : null;
+      pinned = key;
+      box.classList.toggle("lm-pinned", pinned !== null);
+      if (pinned) show(line, uop, true); else light([], [], false);
+      if (pinned && line !== null) origins(line); else $(".lm-origins", box).hidden = true;
+    };
     box.addEventListener("click", (e) => {
       const line = fromLine(e), uop = fromUop(e);
       if (line === null && uop === null) return;
       const key = line !== null ? `l${line}` : `u${uop}`;
-      pinned = pinned === key ? null : key;
-      box.classList.toggle("lm-pinned", pinned !== null);
-      if (pinned) show(line, uop, true); else light([], [], false);
-      if (pinned && line !== null) origins(line); else $(".lm-origins", box).hidden = true;
+      pin(pinned === key ? null : key);
+      box.dispatchEvent(new CustomEvent("line-pinned", { detail: pinned }));  // a live class's presenter tells its students
     });
+    box.addEventListener("pin-line", (e) => { if (e.detail !== pinned && (e.detail === null || /^[lu]\d+$/.test(e.detail))) pin(e.detail); });
     // line -> rule: the passes and rules that made a clicked line's UOps, read from the rewrite log by the server
     const origins = async (line) => {
       const all = uopsOf.get(line) || [], out = $(".lm-origins", box), uops = all.slice(0, 32);  // the API takes 32 at a time

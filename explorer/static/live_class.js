@@ -1,12 +1,15 @@
 /* A live class in the browser, both sides (explorer.web.routes.classes). The teacher starts one from any page ("Teach"): its browser
    keeps the presenter key (localStorage) and, on every page it opens and every change of its address (a page keeps its state in its
-   URL: the tour step, the kernel, the target tab, the pass and match), tells the class where it is. A student opens the join URL
-   (/c/ID) and follows over an event stream: each move brings its tab to the presenter's page. A student who goes elsewhere explores
+   URL: the tour step, the kernel, the target tab, the pass and match) and every change of what the URL does not hold (a graph's selected
+   node, pan and zoom, a pinned source line, the opened panels), tells the class where it is. A student opens the join URL
+   (/c/ID) and follows over an event stream: each move brings its tab to the presenter's page and view. A student who goes elsewhere explores
    freely under a banner and rejoins with F. A tour step that asks a question (data-ask) gives the presenter "Ask the class": each
    student answers on its own screen (a number, a choice, or a click on a node of the page's graph), the answers' distribution fills
    in on every screen, and the presenter reveals the answer, which every screen shows beside the class's. The class a tab is in is
    kept in sessionStorage, so it holds across the tab's pages. */
 import { $, $$, el, esc, api } from "./dom.js";
+import { viewers } from "./viewer.js";
+import { goTo } from "./in_place.js";
 
 const SESSION = "ke-class";  // {id, role: "presenter" | "student", student, following, state, expect}
 const keyOf = (id) => localStorage.getItem(`ke-class-key:${id}`);
@@ -48,6 +51,58 @@ function pollCard() {
   return card;
 }
 
+/* ***** what the URL does not hold: a graph's selected node, a graph's pan and zoom, a pinned source line, the opened panels ***** */
+
+function watchView(changed) {  // the presenter's view, kept up to date by the pages' own events (caught on their way down)
+  const view = {};
+  const on = (type, fn) => document.addEventListener(type, (e) => { if (fn(e) !== false) changed(view); }, true);
+  on("node-selected", (e) => { view.graph = e.target.id; view.node = e.detail ? e.detail.id : null; });
+  on("view-moved", (e) => {
+    const v = viewers.get(e.target.id), at = v && v.placement();
+    if (!at) return false;
+    Object.assign(view, { panned: e.target.id, ...at });
+  });
+  on("line-pinned", (e) => { view.lines = $$(".line-mapped").indexOf(e.target); view.pin = e.detail; });
+  on("toggle", (e) => {
+    if (e.target.tagName !== "DETAILS") return false;
+    view.open = $$("details").map((d, i) => (d.open ? i : null)).filter((i) => i !== null).slice(0, 40).join(",");  // the server takes 200 characters
+  });
+  return view;
+}
+
+function loadedViewer(id, until) {  // the viewer of that id once its graph is drawn (null: none comes, or the view moved on)
+  return new Promise((done) => {
+    const look = () => {
+      const v = viewers.get(id);
+      if (!v || until()) return done(null);
+      if (v.el.dataset.loaded === v.ref && v.pz) return done(v);
+      if (v.el.dataset.loaded === "error") return done(null);
+      setTimeout(look, 100);
+    };
+    look();
+  });
+}
+
+let shown = 0;  // the newest view a student's tab is putting in place: an older one still waiting for its graph gives way
+
+async function showView(view) {
+  const mine = ++shown, stale = () => mine !== shown;
+  if (typeof view.open === "string") {
+    const open = new Set(view.open.split(",").filter(Boolean).map(Number));
+    $$("details").forEach((d, i) => { if (d.open !== open.has(i)) d.open = open.has(i); });
+  }
+  const box = typeof view.lines === "number" ? $$(".line-mapped")[view.lines] : null;
+  if (box && "pin" in view) box.dispatchEvent(new CustomEvent("pin-line", { detail: view.pin }));
+  if (typeof view.graph === "string") {
+    const v = await loadedViewer(view.graph, stale);
+    if (v && (view.node === null || typeof view.node === "string")) v.select(view.node, false);
+  }
+  if (typeof view.panned === "string" && [view.zoom, view.cx, view.cy].every(Number.isFinite)) {
+    const v = await loadedViewer(view.panned, stale);
+    if (v) v.place(view);
+  }
+}
+
 /* ***** the presenter ***** */
 
 async function qr(box, url) {
@@ -68,13 +123,16 @@ function present(s) {
     <span class="class-qr" title="the join URL as a QR code"></span> <span class="class-counts">…</span>
     <button type="button" class="small" data-class-end>End class</button>`;
   qr($(".class-qr", b), join).catch(() => {});
-  let told = null;
-  const tell = async () => {
-    if (here() === told) return;
-    told = here();
-    try { await asPresenter("PUT", "/state", { url: told, view: {} }); }
+  let told = null, soon = null;
+  const tell = async () => {  // where this tab is and what it shows, when that changed: a pan is told a few times a second, not per frame
+    soon = null;
+    const state = { url: here(), view }, said = JSON.stringify(state);
+    if (said === told) return;
+    told = said;
+    try { await asPresenter("PUT", "/state", state); }
     catch (e) { $(".class-counts", b).textContent = `not moved: ${e.message}`; }
   };
+  const view = watchView(() => { if (!soon) soon = setTimeout(tell, 200); });
   onAddressChange(tell); tell();
   const poll = async () => {
     try { const c = await api(`/api/classes/${s.id}`); $(".class-counts", b).textContent = countsText(c.counts); presenterPoll(c.poll); }
@@ -128,10 +186,16 @@ function follow(s) {
     if (again) again.addEventListener("click", rejoin);
   };
   const tellPresence = () => api(`/api/classes/${s.id}/presence`, { method: "POST", body: JSON.stringify({ student: s.student, following: s.following, page: here().slice(0, 200) }) }).catch(() => {});
-  const go = (state) => {
-    if (!state || state.url === here()) return;
+  let moves = 0;  // the class's newest move: a step still being fetched when the next one comes gives way
+  const go = async (state) => {
+    if (!state) return;
+    const move = ++moves;
+    if (state.url === here()) { showView(state.view || {}); return; }
     s.expect = state.url; save(s);
-    location.assign(state.url);
+    if (await goTo(state.url, () => move !== moves || !s.following)) {  // a tour step, put in place: this tab is there
+      s.expect = null; save(s);
+      showView(state.view || {});
+    }
   };
   const explore = () => { if (s.following && s.state && here() !== s.state.url && here() !== s.expect) { s.following = false; save(s); show(); tellPresence(); } };
   function rejoin() { s.following = true; save(s); show(); tellPresence(); go(s.state); }
@@ -141,6 +205,7 @@ function follow(s) {
     if (s.following && s.state && here() !== s.state.url) s.following = false;
   }
   save(s); show();
+  if (s.following && s.state) go(s.state);  // on the class's page: its view put in place
   // EventSource retries a dropped stream itself, but gives up for good on an answer that is not a stream (a 503 while the server
   // restarts, a 429): then this tab opens it again, a little later each time, until the server says the class is gone
   let src = null, retry = 1000;

@@ -192,14 +192,23 @@ async function initTraceNotes() {
   box.hidden = false;
 }
 
-export function initNotes() {
-  document.addEventListener("click", onDelete);
-  $$("[data-note-form]").forEach(initNoteForm);
-  const traces = new Set($$("[data-anchored-notes]").map((x) => x.dataset.trace));
-  $$(".viewer[data-trace]").forEach((v) => {
+function notesIn(root) {
+  $$("[data-note-form]", root).forEach(initNoteForm);
+  const traces = new Set($$("[data-anchored-notes]", root).map((x) => x.dataset.trace));
+  $$(".viewer[data-trace]", root).forEach((v) => {
     v.addEventListener("graph-loaded", () => Notes.load(v.dataset.trace).then((notes) => markGraph(v, notes)));
     if ($("[data-anchored-notes]") || $("[data-note-form]")) traces.add(v.dataset.trace);
   });
   traces.forEach((t) => refreshAnchored(t));
+}
+
+export function initNotes() {
+  document.addEventListener("click", onDelete);
+  notesIn(document);
   initTraceNotes();
+  document.addEventListener("page-swapped", (e) => {  // a page put in place (in_place.js): its notes as they are now
+    Notes.byTrace.clear();
+    e.detail.parts.forEach(notesIn);
+    initTraceNotes();
+  });
 }

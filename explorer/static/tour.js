@@ -13,13 +13,17 @@ function setBig(on) {
   if (on) url.searchParams.set("big", "1"); else url.searchParams.delete("big");
   history.replaceState(history.state, "", url);
   $$("[data-big-toggle]").forEach((b) => b.setAttribute("aria-pressed", String(on)));
+  bigLinks(on);
+  window.dispatchEvent(new Event("resize"));  // graph viewers refit
+}
+
+function bigLinks(on = document.documentElement.classList.contains("big")) {
   $$("a[href]").forEach((a) => {  // in-app links keep the mode, so a shared link opens the same way
     if (!a.getAttribute("href").startsWith("/") || a.getAttribute("href").startsWith("/api/") || a.getAttribute("href").startsWith("/static/")) return;
     const u = new URL(a.href);
     if (on) u.searchParams.set("big", "1"); else u.searchParams.delete("big");
     a.setAttribute("href", u.pathname + u.search + u.hash);
   });
-  window.dispatchEvent(new Event("resize"));  // graph viewers refit
 }
 
 /* ***** glossary panel ***** */
@@ -39,9 +43,8 @@ function centerIn(box, item) {  // scroll box (not the page) so that item is in 
   box.scrollTop += item.getBoundingClientRect().top - box.getBoundingClientRect().top - (box.clientHeight - item.offsetHeight) / 2;
 }
 
-function initTourKeys() {
-  const tour = $("[data-tour]");
-  if (!tour) return;
+function placeTour() {  // a tour step's lists scrolled to what its text discusses (on load, and once a step is put in place)
+  if (!$("[data-tour]")) return;
   centerIn($(".tour-steps ol"), $(".tour-steps a.current"));  // the list only: the page stays at its top
   centerIn($("#tour-uops"), $("#tour-uops .uop-line.focus"));  // the uop the step's text discusses, in the middle of its listing
   const src = $("#tour-source[data-focus-line]");  // ...and the source line it discusses
@@ -49,8 +52,13 @@ function initTourKeys() {
     const line = $(`[id="S-${src.dataset.focusLine}"]`, src);
     if (line) { line.classList.add("tour-focus"); centerIn(src, line); }
   }
+}
+
+function initTourKeys() {
+  placeTour();
   document.addEventListener("keydown", (e) => {
-    if (typing(e.target) || e.metaKey || e.ctrlKey || e.altKey || e.defaultPrevented) return;
+    const tour = $("[data-tour]");  // read at each key: a step put in place (in_place.js) brings its own
+    if (!tour || typing(e.target) || e.metaKey || e.ctrlKey || e.altKey || e.defaultPrevented) return;
     const dir = { ArrowRight: "next", j: "next", ArrowLeft: "prev", k: "prev" }[e.key];
     const url = dir && tour.dataset[dir];
     if (!url) return;
@@ -109,4 +117,5 @@ export function initTour() {
     else if (e.key === "Escape") toggleGlossary(false);
   });
   initTourKeys(); initTourProgress();
+  document.addEventListener("page-swapped", () => { placeTour(); bigLinks(); });  // a step put in place (in_place.js)
 }

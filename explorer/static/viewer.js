@@ -21,7 +21,7 @@ export class Viewer {
     $("[data-act=zoom-out]", el).addEventListener("click", () => this.pz && this.pz.zoomOut());
     $("[data-act=fit]", el).addEventListener("click", () => this.fit());
     $("[data-act=full]", el).addEventListener("click", () => { this.full = true; this.show(this.ref); });
-    window.addEventListener("resize", () => { if (this.pz) this.pz.resize(); });  // keep the user's zoom and pan
+    window.addEventListener("resize", () => { if (this.pz && this.el.isConnected) this.pz.resize(); });  // keep the user's zoom and pan
     const index = $("[data-act=index]", el);
     if (index) index.addEventListener("change", () => this.show(this.ref, true));
     const search = $("[data-act=search]", el);
@@ -171,7 +171,8 @@ export class Viewer {
         this.canvas.style.height = `${Math.round(Math.min(Math.max(w * vb.height / vb.width + 24, 160), window.innerHeight * 0.7))}px`;
       }
       if (window.svgPanZoom && el) {
-        this.pz = window.svgPanZoom(el, { zoomScaleSensitivity: 0.3, minZoom: 0.02, maxZoom: 40, fit: true, center: true, dblClickZoomEnabled: true });
+        this.pz = window.svgPanZoom(el, { zoomScaleSensitivity: 0.3, minZoom: 0.02, maxZoom: 40, fit: true, center: true, dblClickZoomEnabled: true,
+          onUpdatedCTM: () => this.el.dispatchEvent(new CustomEvent("view-moved")) });
         this.fit();
         if (!(before && await this.restore(before))) await this.opening(el);
         if (seq !== this.seq) return;
@@ -207,6 +208,22 @@ export class Viewer {
     const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
     this.pz.panBy({ x: median(dx), y: median(dy) });
     return true;
+  }
+
+  /* the pan and zoom as any screen reads them: the zoom relative to the fit, and the graph's point (in its own units) at the canvas's
+     middle; place() puts another canvas of any size there */
+  placement() {
+    if (!this.pz) return null;
+    const s = this.pz.getSizes(), pan = this.pz.getPan();
+    const at = { zoom: this.pz.getZoom(), cx: (s.width / 2 - pan.x) / s.realZoom, cy: (s.height / 2 - pan.y) / s.realZoom };
+    return Object.values(at).every(Number.isFinite) ? at : null;
+  }
+
+  place({ zoom, cx, cy }) {
+    if (!this.pz) return;
+    this.pz.zoom(zoom);
+    const s = this.pz.getSizes();
+    this.pz.pan({ x: s.width / 2 - cx * s.realZoom, y: s.height / 2 - cy * s.realZoom });
   }
 
   fit() {

@@ -136,6 +136,10 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     else: svc.traces.forget(trace_id)
     if (cache := getattr(app.state, "response_cache", None)) is not None: cache.forget(trace_id)
   svc.forget = forget
+  def measured(a: str, b: str) -> None:  # a pair timed interleaved: the views that quote it (a built-in tour's steps) are rendered again
+    if (cache := getattr(app.state, "response_cache", None)) is not None:
+      for trace_id in (a, b): cache.forget(trace_id)
+  svc.diffs.on_measured = measured
   # body and URL size, requests in flight, cross-site posts, Host on loopback, safety headers
   install_limits(app, settings)
   install_error_handlers(app, templates)

@@ -1,9 +1,11 @@
 """Finished responses of stored traces, kept in memory: a stored trace never changes, so its pages and JSON are rendered (and
 gzipped) once and then served as bytes. Pure ASGI, between the request limits (outside) and GZip (inside).
 
-Only the views of a trace (or of two: a diff) that depend on those traces alone are kept (CACHEABLE); anything dynamic on those pages
-(notes, the compare-with menu, progress) is fetched by their scripts from URLs that are not kept, and a response that says
-Cache-Control: no-store (a kernel page while a target is being computed for it) is never kept. A view is kept only when its traces
+Only the views of a trace (or of two: a diff, a built-in tour) that depend on those traces alone are kept (kept_traces); anything
+dynamic on those pages (notes, the compare-with menu, progress) is fetched by their scripts from URLs that are not kept (a tour step
+shows its notes and the hand schedules pinned to the tour in its page: a note or a pin is a request that names the trace; it quotes
+the pair's interleaved timing: storing one drops the pair's entries), and a response that says Cache-Control: no-store (a kernel page
+while a target is being computed for it, a tour's step that times the pair) is never kept. A view is kept only when its traces
 were stored before the request began, so a progress page that stands in for a running trace is never kept. The key is the path and
 the query parameters its route reads (FastAPI's declaration of them, learnt from the route that answered the first request of a path's
 shape): `?_=N` or any other parameter the page ignores serves the same entry. Concurrent requests for one key render it once (ten
@@ -25,10 +27,19 @@ RENDERS_PER_CLIENT = 2
 Key = tuple[str, str, bool]
 
 ID = r"[0-9a-f]{16}"
-CACHEABLE = re.compile(rf"/t/(?P<a>{ID})(/bufferize|/graph/tensor|/rangeify|/source|/export\.json|/export\.html|/k/\d+)?"
+CACHEABLE = re.compile(rf"/t/(?P<a>{ID})(/bufferize|/graph/tensor|/rangeify|/source|/export\.json|/export\.html|/k/\d+|/tour)?"
                        rf"|/api/traces/(?P<b>{ID})(/raw|/kernels(/\d+)?|/bufferize|/rangeify|/repro\.py|/graphs(/.+)?)?"
                        rf"|(/api)?/diff/(?P<c>{ID})/(?P<d>{ID})(/graphs)?")
 NAMES_TRACE = re.compile(rf"/(?:t|traces|api/traces)/({ID})(?:/|$)|(?:/api)?/diff/({ID})/({ID})(?:/|$)")
+PAIR_TOUR = re.compile(r"/tours/[a-z0-9_-]{1,40}")  # a built-in tour of two traces, named by its query's a and b
+
+def kept_traces(path: str, query: bytes) -> tuple[str, ...]:
+  """The traces a view that may be kept depends on (one, or two), or () where it is not such a view."""
+  if PAIR_TOUR.fullmatch(path):
+    asked = dict(urllib.parse.parse_qsl(query.decode("latin-1")))
+    pair = (asked.get("a", ""), asked.get("b", ""))
+    return pair if all(re.fullmatch(ID, t) for t in pair) else ()
+  return traces_named(path, CACHEABLE) if CACHEABLE.fullmatch(path) else ()
 
 def traces_named(path: str, pattern: re.Pattern[str] = NAMES_TRACE) -> tuple[str, ...]:
   """The trace ids a path names (one, or a diff's two)."""
@@ -94,10 +105,9 @@ class ResponseCache:
     path = scope["path"]
     if scope["method"] in UNSAFE_METHODS:
       for trace_id in traces_named(path): self.forget(trace_id)
-    if scope["method"] != "GET" or not CACHEABLE.fullmatch(path):
+    if scope["method"] != "GET" or not (ids := kept_traces(path, scope["query_string"])):
       await self.app(scope, receive, send)
       return
-    ids = traces_named(path, CACHEABLE)
     gzip = any(k == b"accept-encoding" and b"gzip" in v for k, v in scope["headers"])
     query = self.query_key(scope)
     if query is not None and (rendering := self._rendering.get((path, query, gzip))) is not None: await rendering.wait()

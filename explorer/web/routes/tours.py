@@ -158,7 +158,8 @@ async def _trace_steps(svc: Services, work: WorkGate, trace_id: str, trace: Trac
 
 @router.get("/t/{trace_id}/tour", response_class=HTMLResponse, include_in_schema=False)
 async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, work: Work, step: str | None = None,
-                          target: str | None = Query(None, max_length=40)) -> HTMLResponse:
+                          target: str | None = Query(None, max_length=40), big: str | None = Query(None, max_length=8)) -> HTMLResponse:
+  # big: declared so that the response cache keeps a step's big-font page apart (its links keep ?big=1)
   trace = await admission.stored_trace(svc, trace_id)
   if trace is None: return await trace_page(request, svc, trace_id, "tour.html", ())
   waiting: Preparing = []
@@ -168,10 +169,10 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
   steps = await _trace_steps(svc, work, trace_id, trace, target, waiting)
   if waiting: return await preparing_page(request, svc, f"Tour of {trace['label']}", waiting, TOLD)
   notes = await asyncio.to_thread(svc.store.annotations, trace_id)
-  big = big_asked(request)
-  ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, big, target), {"": (trace_id, trace)}, {"": notes}, target)
+  wants_big = big == "1"
+  ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, wants_big, target), {"": (trace_id, trace)}, {"": notes}, target)
   ctx["notices"] = notices + ctx["notices"]
-  links = target_links([trace], target, lambda t: trace_tour_url(trace_id, ctx["cur"]["id"], big, t))
+  links = target_links([trace], target, lambda t: trace_tour_url(trace_id, ctx["cur"]["id"], wants_big, t))
   return await trace_page(request, svc, trace_id, "tour.html", (), api=trace_tour_api_url(trace_id, target), pair=None,
                           target_links=links, **ctx)
 
@@ -294,7 +295,8 @@ async def form_start_tour(request: Request, kind: str, svc: ServicesDep) -> Resp
 
 @router.get("/tours/{kind}", response_class=HTMLResponse, include_in_schema=False)
 async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, work: Work, a: str | None = None, b: str | None = None,
-                         step: str | None = None, target: str | None = Query(None, max_length=40)) -> Response:
+                         step: str | None = None, target: str | None = Query(None, max_length=40),
+                         big: str | None = Query(None, max_length=8)) -> Response:  # big: as trace_tour_page's
   t = tour_or_404(kind)
   if a is None or b is None:
     da, db = tour_ids(kind)
@@ -311,18 +313,18 @@ async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, work: Wo
   if waiting: return await preparing_page(request, svc, t["title"], waiting, TOLD)
   steps = pair_steps(kind, ta, tb, target, await interleaved(svc, a, b))
   notes = {"a": await asyncio.to_thread(svc.store.annotations, a), "b": await asyncio.to_thread(svc.store.annotations, b)}
-  big = big_asked(request)
-  ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, big, target), {"a": (a, ta), "b": (b, tb)}, notes, target)
+  wants_big = big == "1"
+  ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, wants_big, target), {"a": (a, ta), "b": (b, tb)}, notes, target)
   ctx["notices"] = notices + ctx["notices"]
-  links = target_links([ta, tb], target, lambda x: pair_tour_url(kind, a, b, ctx["cur"]["id"], big, x))
+  links = target_links([ta, tb], target, lambda x: pair_tour_url(kind, a, b, ctx["cur"]["id"], wants_big, x))
   timing = None
   if ctx["cur"]["view"] == "diff":  # the A-against-B step times the pair interleaved, as the diff page does (or shows it timed)
     timing = {"state": await asyncio.to_thread(svc.diffs.measure_status, a, b, "timing"), "comparable": comparable(ta, tb, "timing"),
               "tinygrads": tinygrads_of(ta, tb)}
-  return await page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
-                    timing=timing,
-                    api=pair_tour_api_url(kind, a, b, target), diff_url=diff_url(a, b, target),
-                    target_links=links, **ctx)
+  shown = await page(request, "tour.html", pair={"kind": kind, "title": t["title"], "a": (a, ta), "b": (b, tb)}, trace_id=ctx["step_trace_id"],
+                     timing=timing, api=pair_tour_api_url(kind, a, b, target), diff_url=diff_url(a, b, target), target_links=links, **ctx)
+  if timing is not None: shown.headers["Cache-Control"] = "no-store"  # its measurement's progress, as it stands now
+  return shown
 
 # ***** annotations *****
 

@@ -1,6 +1,7 @@
 """Live classes: a teacher's browser (the presenter, holding the class's key) drives its students' browsers. What the presenter shows
 now is the class's state: the page's address (a page's state lives in its URL: the tour step, the kernel, the target tab, the pass and
-match, the selected node) and a small view beside it (what the URL does not hold: a graph's pan and zoom, an opened panel). Each move
+match) and a small view beside it (what the URL does not hold: a graph's selected node, pan and zoom, a pinned source line, the
+opened panels; static/live_class.js names them). Each move
 is stored (explorer.store.classes), so a student who reconnects, or every student after a server restart, lands on it; each student
 follows over one event stream and says whether it follows or explores (and on which page), so the presenter sees the counts. The
 presenter may ask the class a question (a number, a choice, a node of a graph); each student answers once (a new answer replaces

@@ -142,6 +142,7 @@ class DiffService:
     kernel(id, trace, n): kernel n whole, of a trace read light (TraceCache.kernel): a group's sources are read as it is diffed."""
     self.store, self.node_limit, self.dot_timeout_s, self.timeout_s, self.queue = store, node_limit, dot_timeout_s, timeout_s, queue
     self.with_facts, self.kernel = with_facts, kernel
+    self.on_measured: Callable[[str, str], None] = lambda a_id, b_id: None  # a pair's measurement stored (the app drops its views)
     # one measurement at a time (two at once would time each other), the rest waiting, bounded per client
     self.measures: Tasks[MeasureTask] = Tasks(parallel=1, max_waiting=max_waiting, per_client=per_client, what="measurements")
     self.graph_runs = 0  # worker calls for graph diffs: tests check the cache
@@ -278,7 +279,9 @@ class DiffService:
       return compare_outputs(a, b, self.timeout_s, progress)
     async def kept(job: MeasureTask, result: dict[str, Any]) -> dict[str, Any]:
       result = {"ran_on": ran_here(), **result, "measured": time.time(), "tinygrad": tinygrad_version()}  # a worker's result names it
-      if result.get("compared"): await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, result)
+      if result.get("compared"):
+        await asyncio.to_thread(self.store.put_diff, a_id, b_id, kind, result)
+        self.on_measured(a_id, b_id)
       return result
     return self.measures.start((a_id, b_id, kind), MeasureTask(kind=kind, detail="waiting for the measurement slot", client=client), work,
                                started=self._starting, kept=kept).view()
