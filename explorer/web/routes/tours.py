@@ -169,7 +169,7 @@ async def trace_tour_page(request: Request, trace_id: str, svc: ServicesDep, wor
   steps = await _trace_steps(svc, work, trace_id, trace, target, waiting)
   if waiting: return await preparing_page(request, svc, f"Tour of {trace['label']}", waiting, TOLD)
   notes = await asyncio.to_thread(svc.store.annotations, trace_id)
-  wants_big = big == "1"
+  wants_big = big_asked(request)  # the one rule for ?big (its parameter is declared only for the response cache)
   ctx = tour_context(steps, step, lambda s: trace_tour_url(trace_id, s, wants_big, target), {"": (trace_id, trace)}, {"": notes}, target)
   ctx["notices"] = notices + ctx["notices"]
   links = target_links([trace], target, lambda t: trace_tour_url(trace_id, ctx["cur"]["id"], wants_big, t))
@@ -313,7 +313,7 @@ async def pair_tour_page(request: Request, kind: str, svc: ServicesDep, work: Wo
   if waiting: return await preparing_page(request, svc, t["title"], waiting, TOLD)
   steps = pair_steps(kind, ta, tb, target, await interleaved(svc, a, b))
   notes = {"a": await asyncio.to_thread(svc.store.annotations, a), "b": await asyncio.to_thread(svc.store.annotations, b)}
-  wants_big = big == "1"
+  wants_big = big_asked(request)  # the one rule for ?big (its parameter is declared only for the response cache)
   ctx = tour_context(steps, step, lambda s: pair_tour_url(kind, a, b, s, wants_big, target), {"a": (a, ta), "b": (b, tb)}, notes, target)
   ctx["notices"] = notices + ctx["notices"]
   links = target_links([ta, tb], target, lambda x: pair_tour_url(kind, a, b, ctx["cur"]["id"], wants_big, x))
