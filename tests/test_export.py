@@ -3,13 +3,14 @@ with no server running and no network request; from the web app and from `kernel
 from __future__ import annotations
 import json
 import re
+import sqlite3
 import time
 from contextlib import closing
 import pytest
 from conftest import ARTIFACTS, needs_chromium
 from fastapi.testclient import TestClient
 from stored_traces import copy_trace, stored_pair
-from support import app_over
+from support import app_over, copy_store
 from explorer.cli import main
 from explorer.store import Store
 
@@ -123,8 +124,10 @@ def test_the_export_holds_what_was_computed_since_and_says_so(exported, tmp_path
   web's and the CLI's), its header says which targets it holds for how many kernels and which are not computed, and it has the
   roofline once the device's peaks are known (measured here, by the roofline page's probe)."""
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-  db, copy = exported["db"], "00000000000e0e0e"
-  trace = copy_trace(db, exported["id"], copy)  # a trace of its own: the others' exports stay as they were
+  db, copy = tmp_path / "export.sqlite3", "00000000000e0e0e"
+  copy_store(exported["db"], db)  # a store of its own: the others' exports stay as they were
+  with closing(sqlite3.connect(db)) as c, c: c.execute("DELETE FROM enrichments WHERE trace_id = ?", (exported["id"],))  # others' since
+  trace = copy_trace(db, exported["id"], copy)  # the trace as it was traced: what this test computes is all it holds since
   host, n = trace["kernels"][0]["host_target"], len(trace["kernels"])
   with TestClient(app_over(str(db))) as client:
     assert client.post(f"/api/traces/{copy}/roofline/probe").status_code == 202
