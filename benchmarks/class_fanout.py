@@ -1,12 +1,14 @@
 """A live class at scale, on loopback (a real `kernel-explorer serve` in a subprocess): N students' event streams (asyncio httpx
-clients in this process) follow a presenter through M moves, while a probe asks /api/health every 50 ms; then P real Chromium tabs
+clients in a child process) follow a presenter through M moves, while a probe asks /api/health every 50 ms; then P real Chromium tabs
 (headless, Debian's chromium through playwright) join a class and follow a teacher's tab through the steps of a trace's tour.
 Printed against the targets: each move reaches every student within 1 s at p99 for 100 students, 2 s for 300; /api/health answers
 under 100 ms meanwhile; every tab follows every tour step (the time until the last tab shows it, printed).
 
 In a class the students' clients run on their own machines; here they share the server's two cores. So they run at a lower CPU
-priority than the server and the health probe (the streams' clients in a child process at nice 10, Chromium at nice 19), which is
-what the server would meet in a room: its own machine's time. --same-priority measures them all at one priority instead.
+priority than the server and the health probe (the clients, the streams' or playwright's, in a child process at nice 10, Chromium
+at nice 19 and its process groups too: see lower_chromiums_groups), which is what the server would meet in a room: its own
+machine's time. The probe runs alone in this process. --same-priority runs them all at the server's priority, Chromium's
+groups as playwright leaves them (each weighs as much as the server's).
 
   python benchmarks/class_fanout.py [--students 100,300] [--moves 20] [--pages 30] [--steps 20] [--same-priority]"""
 from __future__ import annotations
@@ -52,7 +54,7 @@ def served(students: int) -> Iterator[str]:
     proc.terminate()
     proc.wait(timeout=10)
 
-async def student(client, base: str, cid: str, n: int, moves: int, arrived: dict[int, list[float]], joined: list[int]) -> None:
+async def student(client: Any, base: str, cid: str, n: int, moves: int, arrived: dict[int, list[float]], joined: list[int]) -> None:
   """One student's stream: the class's first state counts it joined, each later one's arrival is kept by its move's seq."""
   async with client.stream("GET", f"{base}/api/classes/{cid}/events", params={"student": f"student-{n:06d}"}, timeout=None) as r:
     assert r.status_code == 200, (r.status_code, await r.aread())
@@ -65,16 +67,9 @@ async def student(client, base: str, cid: str, n: int, moves: int, arrived: dict
         else: arrived.setdefault(seq, []).append(time.perf_counter())
         if seq == moves: return
 
-async def health_probe(client, base: str, stop: asyncio.Event, out: list[float]) -> None:
-  while not stop.is_set():
-    st = time.perf_counter()
-    r = await client.get(f"{base}/api/health")
-    assert r.status_code == 200
-    out.append(time.perf_counter() - st)
-    await asyncio.sleep(0.05)
-
-async def one_class(base: str, students: int, moves: int, probing: Any = None) -> tuple[list[float], list[float]]:
-  """probing: a multiprocessing Event set once every student joined, where another process probes health (this one then does not)."""
+async def one_class(base: str, students: int, moves: int, probing: Any) -> list[float]:
+  """Each move's arrival at each student (seconds after the presenter sent it). probing: a multiprocessing Event, set once every
+  student joined (another process probes health from then on)."""
   import httpx
   limits = httpx.Limits(max_connections=students + 10, max_keepalive_connections=students + 10)
   async with httpx.AsyncClient(limits=limits, timeout=30) as client:
@@ -84,9 +79,7 @@ async def one_class(base: str, students: int, moves: int, probing: Any = None) -
     joined: list[int] = []
     tasks = [asyncio.create_task(student(client, base, cid, n, moves, arrived, joined)) for n in range(students)]
     while len(joined) < students: await asyncio.sleep(0.05)  # every stream open and at the class's first state
-    stop, health = asyncio.Event(), []
-    if probing is None: tasks.append(asyncio.create_task(health_probe(client, base, stop, health)))
-    else: probing.set()
+    probing.set()
     lags: list[float] = []
     for seq in range(1, moves + 1):
       sent = time.perf_counter()
@@ -95,25 +88,24 @@ async def one_class(base: str, students: int, moves: int, probing: Any = None) -
       while len(arrived.get(seq, [])) < students: await asyncio.sleep(0.005)
       lags += [t - sent for t in arrived[seq]]
       await asyncio.sleep(0.2)  # a presenter's pace, faster than any person's
-    stop.set()
     await asyncio.gather(*tasks)
     await client.delete(f"{base}/api/classes/{cid}", headers={"X-Presenter-Key": key})
-    return lags, health
+    return lags
 
-def _niced_class(base: str, students: int, moves: int, probing: Any, out: Any) -> None:
-  os.nice(10)
-  out.put(asyncio.run(one_class(base, students, moves, probing))[0])
+def _niced(fn: Any, args: tuple[Any, ...], nice: int, probing: Any, out: Any) -> None:
+  os.nice(nice)
+  out.put(fn(*args, probing))
 
-def class_apart(base: str, students: int, moves: int) -> tuple[list[float], list[float]]:
-  """one_class's students and presenter in a child process at nice 10, /api/health probed from this one (at its own priority) from
-  the moment every student joined until the last move arrived. Arrival times compare across the two: perf_counter is the system's
-  monotonic clock."""
+def apart(fn: Any, base: str, *args: Any, nice: int = 10) -> tuple[list[float], list[float]]:
+  """fn(base, *args, probing) (a class's clients: students and presenter) in a child process at `nice`, its lags back; /api/health
+  probed from this one (at its own priority, alone in it) from the moment fn sets `probing` (every student joined) until fn returns. Times
+  compare across the two: perf_counter is the system's monotonic clock."""
   import multiprocessing
   import threading
   import httpx
   ctx = multiprocessing.get_context("fork")
   probing, out = ctx.Event(), ctx.Queue()
-  child = ctx.Process(target=_niced_class, args=(base, students, moves, probing, out))
+  child = ctx.Process(target=_niced, args=(fn, (base, *args), nice, probing, out))
   child.start()
   health: list[float] = []
   done = threading.Event()
@@ -127,11 +119,13 @@ def class_apart(base: str, students: int, moves: int) -> tuple[list[float], list
         time.sleep(0.05)
   prober = threading.Thread(target=probe, daemon=True)
   prober.start()
-  lags = out.get(timeout=600)
+  lags = out.get(timeout=900)
   done.set()
   prober.join(30)
   child.join(30)
   return lags, health
+
+def streams(base: str, students: int, moves: int, probing: Any) -> list[float]: return asyncio.run(one_class(base, students, moves, probing))
 
 def niced_chromium() -> str:
   """A launcher of Debian's chromium at nice 19 (the students' tabs run on their own machines in a class)."""
@@ -140,25 +134,42 @@ def niced_chromium() -> str:
   path.chmod(0o755)
   return str(path)
 
-def tour_pages(base: str, pages: int, steps: int, chromium: str = "/usr/bin/chromium") -> tuple[list[float], list[float]]:
+def descendants(pid: int) -> list[pathlib.Path]:
+  """The /proc entries of pid's descendants (its children's children too)."""
+  children: dict[int, list[pathlib.Path]] = {}
+  for proc in pathlib.Path("/proc").glob("[0-9]*"):
+    with contextlib.suppress(OSError, ValueError):
+      children.setdefault(int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(proc)
+  found, todo = [], [pid]
+  while todo:
+    kids = children.get(todo.pop(), [])
+    found += kids
+    todo += [int(p.name) for p in kids]
+  return found
+
+def lower_chromiums_groups() -> int:
+  """This process's browsers' autogroups at nice 19: playwright starts Chromium in a session of its own and its zygote makes another,
+  and where the kernel groups by session (sched_autogroup_enabled) a process's nice weighs only inside its group, so the tabs' groups
+  would take as much CPU as the server's. The number of groups lowered (renderers started later join their zygote's, lowered)."""
+  mine, lowered = pathlib.Path("/proc/self/autogroup").read_text().split()[0], set[str]()
+  for proc in descendants(os.getpid()):
+    with contextlib.suppress(OSError, IndexError):
+      if (group := (proc / "autogroup").read_text().split()[0]) not in (mine, *lowered):
+        (proc / "autogroup").write_text("19")
+        lowered.add(group)
+  return len(lowered)
+
+def tour_pages(base: str, pages: int, steps: int, lowered: bool, probing: Any) -> list[float]:
   """A small trace traced here, its tour taught to `pages` Chromium tabs: per step, the seconds from the teacher's move until the
-  last tab shows that step; and /api/health's times, asked every 50 ms meanwhile from a thread."""
-  import threading
+  last tab shows that step. lowered: Chromium at nice 19, its process groups too; probing: set once every tab follows."""
   import httpx
   from playwright.sync_api import sync_playwright
   r = httpx.post(f"{base}/api/traces", json={"preset": "small", "variant": {"algo": "winograd"}}, timeout=60)
   trace_id = r.json()["id"]
   while httpx.get(f"{base}/api/traces/{trace_id}/status", timeout=30).json()["status"] not in ("done", "error"): time.sleep(0.5)
-  health: list[float] = []
-  stop = threading.Event()
-  def probe() -> None:
-    while not stop.is_set():
-      st = time.perf_counter()
-      httpx.get(f"{base}/api/health", timeout=10)
-      health.append(time.perf_counter() - st)
-      time.sleep(0.05)
   lags: list[float] = []
   with sync_playwright() as pw:
+    chromium = niced_chromium() if lowered else "/usr/bin/chromium"
     browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox", "--disable-gpu"])
     teacher = browser.new_page()
     teacher.goto(f"{base}/t/{trace_id}/tour")
@@ -169,8 +180,8 @@ def tour_pages(base: str, pages: int, steps: int, chromium: str = "/usr/bin/chro
     for tab in tabs: tab.goto(f"{base}/c/{cid}")
     here = "location.pathname + location.search"
     for tab in tabs: tab.wait_for_function(f"{here} === {teacher.evaluate(here)!r}", timeout=60_000)
-    prober = threading.Thread(target=probe, daemon=True)
-    prober.start()
+    if lowered: print(f"Chromium's process groups lowered to nice 19: {lower_chromiums_groups()}", flush=True)
+    probing.set()
     for _ in range(steps):
       if teacher.get_attribute("#tour", "data-next") is None: break
       sent = time.perf_counter()
@@ -178,10 +189,8 @@ def tour_pages(base: str, pages: int, steps: int, chromium: str = "/usr/bin/chro
       where = teacher.evaluate(here)
       for tab in tabs: tab.wait_for_function(f"{here} === {where!r}", timeout=60_000)
       lags.append(time.perf_counter() - sent)
-    stop.set()
-    prober.join()
     browser.close()
-  return lags, health
+  return lags
 
 def pct(xs: list[float], p: float) -> float: return sorted(xs)[min(len(xs) - 1, int(p * len(xs)))]
 
@@ -193,12 +202,12 @@ def main() -> int:
   ap.add_argument("--steps", type=int, default=20, help="tour steps the teacher takes")
   ap.add_argument("--same-priority", action="store_true", help="the students' clients and tabs at the server's CPU priority")
   a = ap.parse_args()
-  apart = "nice 10 (streams) and 19 (Chromium), the server at its own"
-  print(f"students' clients and tabs at {'the server CPU priority' if a.same_priority else apart}")
+  lowered = "nice 10 (streams) and 19 (Chromium), the server at its own"
+  print(f"students' clients and tabs at {'the server CPU priority' if a.same_priority else lowered}")
   ok = True
   for students in (int(s) for s in a.students.split(",")):
     with served(students) as base:
-      lags, health = asyncio.run(one_class(base, students, a.moves)) if a.same_priority else class_apart(base, students, a.moves)
+      lags, health = apart(streams, base, students, a.moves, nice=0 if a.same_priority else 10)
       target = TARGETS_S.get(students, 2.0)
       p99, worst_health = pct(lags, 0.99), max(health)
       print(f"{students} students x {a.moves} moves: arrival median {pct(lags, 0.5) * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms "
@@ -208,7 +217,7 @@ def main() -> int:
       ok &= p99 <= target and worst_health <= HEALTH_TARGET_S
   if a.pages:
     with served(a.pages) as base:
-      lags, health = tour_pages(base, a.pages, a.steps, "/usr/bin/chromium" if a.same_priority else niced_chromium())
+      lags, health = apart(tour_pages, base, a.pages, a.steps, not a.same_priority, nice=0 if a.same_priority else 10)
       worst_health = max(health)
       print(f"{a.pages} Chromium tabs x {len(lags)} tour steps: every tab on the teacher's step after median {pct(lags, 0.5):.2f} s, "
             f"worst {max(lags):.2f} s; /api/health meanwhile: median {pct(health, 0.5) * 1e3:.1f} ms, max {worst_health * 1e3:.1f} ms "
