@@ -1,16 +1,24 @@
-/* A graph too big for graphviz and SVG, drawn whole on a canvas: laid out in a worker (graph_worker.js: graph_layout.js's layered
-   layout, 20,000 nodes in a fraction of a second), drawn each frame from plain arrays (only what is on screen; labels only where
-   they are big enough to read), panned by dragging and zoomed by the wheel. Its selection, search hits and highlights are the SVG
-   viewer's (viewer.js drives it: the same node pane, the same colours as explorer.css gives g.node.selected, .parent, .child, .hit). */
+/* A graph too big for graphviz and SVG, drawn whole on a canvas. A tensor graph comes grouped by the model line that made each UOp
+   (the view's `groups`): it opens as one box per group beside the UOps no group holds; a click on a box opens the group in place
+   (its UOps laid out on their own, in a frame where the box was; only what the frame would cover is pushed out of it, and put back
+   when the group closes: a click on the frame's title). Layouts run in a worker (graph_worker.js: graph_layout.js's layered layout,
+   20,000 nodes in a fraction of a second); each frame draws only what is on screen, labels only where they are big enough to read.
+   viewer.js drives it: the same node pane, search and selection, in explorer.css's colours for g.node.selected, .parent, .child, .hit. */
 
-const FONT_PX = 9, CHAR_PX = 5.45, LINE_PX = 11, PAD_X = 6, PAD_Y = 5, MAX_CHARS = 30, LABEL_LINES = 3;
+const FONT_PX = 9, CHAR_PX = 5.45, LINE_PX = 11, PAD_X = 6, PAD_Y = 5, MAX_CHARS = 30, GROUP_CHARS = 52, LABEL_LINES = 3;
+const FRAME_PAD = 16, FRAME_HEAD = 22, GAP = 14;
 const MIN_TEXT_PX = 5;  // a label smaller than this on screen is not drawn: the boxes' colours still show
 const COLOR = { edge: "#8a8f98", text: "#111111", border: "#5c6370", changed: "#e5484d", spec: "#7c3aed", hit: "#d4a72c",
-                selected: "#0969da", parent: "#1a7f37", child: "#8250df" };
+                selected: "#0969da", parent: "#1a7f37", child: "#8250df", group: "#eef1f5", groupBorder: "#57606a", frame: "rgba(238,241,245,0.55)" };
 const WORKER = new URL("./graph_worker.js", import.meta.url);
 
-function labelLines(label) {  // the op and the first lines after it, each cut to MAX_CHARS
-  return label.split("\n").slice(0, LABEL_LINES).map((ln) => (ln.length > MAX_CHARS ? ln.slice(0, MAX_CHARS - 1) + "…" : ln));
+function cut(ln, most) { return ln.length > most ? ln.slice(0, most - 1) + "…" : ln; }
+
+function sized(item, lines, most = MAX_CHARS) {  // a box's lines and size, from its label
+  item.lines = lines.map((ln) => cut(ln, most));
+  item.w = Math.max(...item.lines.map((l) => l.length)) * CHAR_PX + 2 * PAD_X;
+  item.h = item.lines.length * LINE_PX + 2 * PAD_Y;
+  return item;
 }
 
 function textColor(fill) {  // graphs.text_color: dark text on light fills
@@ -20,38 +28,126 @@ function textColor(fill) {  // graphs.text_color: dark text on light fills
   return 0.299 * r + 0.587 * g + 0.114 * b < 140 ? "#ffffff" : COLOR.text;
 }
 
-export function laidOut(view) {  // the view's nodes and edges laid out in a worker: resolves to {x, y, width, height}
-  const nodes = view.nodes.map((n) => {
-    const lines = labelLines(n.label);
-    return { id: n.id, w: Math.max(...lines.map((l) => l.length)) * CHAR_PX + 2 * PAD_X, h: lines.length * LINE_PX + 2 * PAD_Y };
-  });
+export function layOut(items, edges) {  // items [{id, w, h}], edges [{src, dst}] by id: resolves to graph_layout.js's {x, y, width, height}
   return new Promise((resolve, reject) => {
     const worker = new Worker(WORKER, { type: "module" });
-    worker.onmessage = (e) => { worker.terminate(); resolve({ ...e.data, sizes: nodes }); };
+    worker.onmessage = (e) => { worker.terminate(); resolve(e.data); };
     worker.onerror = (e) => { worker.terminate(); reject(new Error(`laying the graph out failed: ${e.message || "the worker stopped"}`)); };
-    worker.postMessage({ nodes, edges: view.edges.map((e) => ({ src: e.src, dst: e.dst })) });
+    worker.postMessage({ nodes: items.map(({ id, w, h }) => ({ id, w, h })), edges });
   });
 }
 
+const overlaps = (a, b, gap = 0) => Math.abs(a.x - b.x) * 2 < a.w + b.w + 2 * gap && Math.abs(a.y - b.y) * 2 < a.h + b.h + 2 * gap;
+
 export class BigGraph {
-  /* box: the element to fill; view: the graph's view JSON (whole); at: laidOut(view); onPick(id | null): a click on a node or on
-     nothing */
-  constructor(box, view, at, onPick) {
+  /* box: the element to fill once laid out; view: the graph's whole view JSON; onPick(id | null): a click on a node or on nothing;
+     stale(): the page has since asked for another graph (then null, and the box is left as it is) */
+  static async create(box, view, onPick, stale = () => false) {
+    const g = new BigGraph(box, view, onPick);
+    return (await g.start(stale)) ? g : null;
+  }
+
+  constructor(box, view, onPick) {
     this.box = box; this.view = view; this.onPick = onPick;
-    this.nodes = view.nodes.map((n, i) => ({ ...n, x: at.x[i], y: at.y[i], w: at.sizes[i].w, h: at.sizes[i].h, lines: labelLines(n.label) }));
+    this.nodes = view.nodes.map((n) => sized({ ...n, key: n.id }, n.label.split("\n").slice(0, LABEL_LINES)));
     this.byId = new Map(this.nodes.map((n) => [n.id, n]));
-    this.edges = view.edges.map((e) => [this.byId.get(e.src), this.byId.get(e.dst), e.via]).filter(([s, d]) => s && d);
-    this.width = at.width; this.height = at.height;
-    this.mark = new Map();  // node id -> "selected" | "parent" | "child" | "hit"
-    this.lit = new Map();  // edge key -> "parent" | "child"
+    this.groups = (view.groups || []).map((g, i) => sized({ ...g, key: `group:${i}`, index: i, open: null, members: [] },
+      [g.label, `${g.nodes.toLocaleString()} UOps · ${Object.entries(g.ops).slice(0, 3).map(([op, c]) => `${c} ${op}`).join(" ")}`], GROUP_CHARS));
+    for (const n of this.nodes) if (n.group != null && this.groups[n.group]) this.groups[n.group].members.push(n);
+    this.mark = new Map(); this.lit = new Map();
     this.changed = new Set(view.highlight || []); this.spec = new Set(view.violations || []);
     this.canvas = document.createElement("canvas");
     this.canvas.className = "big-graph";
-    box.replaceChildren(this.canvas);
     this.k = 1; this.tx = 0; this.ty = 0; this.frame = null; this.frames = 0;
+  }
+
+  async start(stale) {
+    const top = [...this.nodes.filter((n) => !this.closedGroup(n)), ...this.groups];
+    const at = await layOut(top.map((t) => ({ id: t.key, w: t.w, h: t.h })), this.visibleEdges().map(([s, d]) => ({ src: s.key, dst: d.key })));
+    if (stale()) return false;
+    top.forEach((t, i) => { t.x = at.x[i]; t.y = at.y[i]; });
+    this.box.replaceChildren(this.canvas);
     this.wire();
     this.resize(); this.fit();
+    return true;
   }
+
+  closedGroup(n) { const g = n.group != null ? this.groups[n.group] : null; return g && !g.open ? g : null; }
+  end(n) { return this.closedGroup(n) || n; }  // where an edge to n is drawn: n, or its group's box while closed
+  shownNodes() { return this.nodes.filter((n) => !this.closedGroup(n)); }
+
+  visibleEdges() {  // [source box, user box, via], one per pair of boxes
+    const out = new Map();
+    for (const e of this.view.edges) {
+      const s = this.byId.get(e.src), d = this.byId.get(e.dst);
+      if (!s || !d) continue;
+      const a = this.end(s), b = this.end(d);
+      if (a !== b && !out.has(`${a.key}>${b.key}`)) out.set(`${a.key}>${b.key}`, [a, b, e.via]);
+    }
+    return [...out.values()];
+  }
+
+  items() {  // everything that takes room: nodes shown outside any group, closed groups' boxes, open groups' frames
+    return [...this.nodes.filter((n) => n.group == null || !this.groups[n.group]), ...this.groups.map((g) => g.open || g)];
+  }
+
+  refresh() { this.edges = this.visibleEdges(); this.setMarks(this.mark, this.litIds || new Map()); }
+
+  // ***** a group opened in place, and closed again *****
+
+  async openGroup(g) {
+    if (g.open) return;
+    const members = g.members, ids = new Set(members.map((n) => n.id));
+    const edges = this.view.edges.filter((e) => ids.has(e.src) && ids.has(e.dst)).map((e) => ({ src: e.src, dst: e.dst }));
+    const at = await layOut(members, edges);
+    if (g.open) return;
+    const frame = { key: `frame:${g.index}`, group: g, w: at.width + 2 * FRAME_PAD, h: at.height + 2 * FRAME_PAD + FRAME_HEAD, x: g.x, y: g.y };
+    const left = frame.x - frame.w / 2, top = frame.y - frame.h / 2;
+    members.forEach((n, i) => { n.x = left + FRAME_PAD + at.x[i]; n.y = top + FRAME_HEAD + FRAME_PAD + at.y[i]; });
+    frame.moved = this.pushedOut(frame);
+    g.open = frame;
+    this.refresh();
+  }
+
+  closeGroup(g) {
+    if (!g.open) return;
+    for (const [item, [x, y]] of g.open.moved) this.moveTo(item, x, y);
+    g.open = null;
+    this.refresh();
+  }
+
+  moveTo(item, x, y) {  // an open group's frame carries its UOps
+    if (item.group && item.group.open === item) for (const n of item.group.members) { n.x += x - item.x; n.y += y - item.y; }
+    item.x = x; item.y = y;
+  }
+
+  pushedOut(frame) {  // what the frame covers moved up or down out of it (and what that covers in turn): the rest stays put
+    const moved = new Map(), others = this.items().filter((t) => t !== frame.group), pending = [[frame, null]];
+    while (pending.length) {
+      const [by, dir] = pending.shift();
+      for (const t of others) {
+        if (t === by || !overlaps(t, by, GAP / 2)) continue;
+        if (!moved.has(t)) moved.set(t, [t.x, t.y]);
+        const down = dir !== null ? dir : t.y >= frame.y;
+        this.moveTo(t, t.x, down ? by.y + by.h / 2 + GAP + t.h / 2 : by.y - by.h / 2 - GAP - t.h / 2);
+        if (moved.size > others.length * 4) return moved;  // (never, short of a pathological graph: a bound, not a loop forever)
+        pending.push([t, down]);
+      }
+    }
+    return moved;
+  }
+
+  async reveal(id, freeWidth = this.w) {  // a node put in view, readable, its group opened first where it was closed
+    const n = this.byId.get(id);
+    if (!n) return;
+    const g = this.closedGroup(n);
+    if (g) await this.openGroup(g);
+    if (this.k * FONT_PX < 11) this.k = 11 / FONT_PX;
+    this.tx = freeWidth / 2 - n.x * this.k; this.ty = this.h / 2 - n.y * this.k;
+    this.draw();
+  }
+
+  // ***** input *****
 
   wire() {
     const c = this.canvas;
@@ -66,7 +162,9 @@ export class BigGraph {
     });
     c.addEventListener("pointerup", (e) => {
       drag = null;
-      if (!moved) { const r = c.getBoundingClientRect(), n = this.nodeAt(e.clientX - r.left, e.clientY - r.top); this.onPick(n ? n.id : null); }
+      if (moved) return;
+      const r = c.getBoundingClientRect();
+      this.click(e.clientX - r.left, e.clientY - r.top);
     });
     c.addEventListener("wheel", (e) => {
       e.preventDefault();
@@ -76,6 +174,22 @@ export class BigGraph {
     c.addEventListener("dblclick", (e) => { const r = c.getBoundingClientRect(); this.zoomAt(2, e.clientX - r.left, e.clientY - r.top); });
   }
 
+  click(px, py) {
+    const hit = this.itemAt(px, py);
+    if (hit && hit.members && !hit.open) this.openGroup(hit);
+    else if (hit && hit.group && hit.group.open === hit) this.closeGroup(hit.group);
+    else this.onPick(hit ? hit.id : null);
+  }
+
+  itemAt(px, py) {  // the node, closed group or open group's title under a canvas pixel
+    const p = { x: (px - this.tx) / this.k, y: (py - this.ty) / this.k, w: 0, h: 0 };
+    const node = this.shownNodes().find((n) => overlaps(n, p));
+    if (node) return node;
+    const box = this.groups.find((g) => !g.open && overlaps(g, p));
+    if (box) return box;
+    return this.groups.map((g) => g.open).find((f) => f && Math.abs(p.x - f.x) * 2 < f.w && p.y >= f.y - f.h / 2 && p.y <= f.y - f.h / 2 + FRAME_HEAD) || null;
+  }
+
   // ***** the view: graph point (gx, gy) is drawn at canvas pixel (gx * k + tx, gy * k + ty) *****
 
   resize() {
@@ -83,14 +197,21 @@ export class BigGraph {
     this.w = Math.max(1, r.width); this.h = Math.max(1, r.height);
     this.canvas.width = Math.round(this.w * dpr); this.canvas.height = Math.round(this.h * dpr);
     this.canvas.style.width = `${this.w}px`; this.canvas.style.height = `${this.h}px`;
-    this.draw();
+    this.refresh();
   }
 
-  fitZoom() { return Math.min(this.w / (this.width + 40), this.h / (this.height + 40)); }
+  bounds() {
+    let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+    for (const t of this.items()) { x0 = Math.min(x0, t.x - t.w / 2); y0 = Math.min(y0, t.y - t.h / 2); x1 = Math.max(x1, t.x + t.w / 2); y1 = Math.max(y1, t.y + t.h / 2); }
+    return x0 <= x1 ? { x0, y0, x1, y1 } : { x0: 0, y0: 0, x1: 1, y1: 1 };
+  }
+
+  fitZoom() { const b = this.bounds(); return Math.min(this.w / (b.x1 - b.x0 + 40), this.h / (b.y1 - b.y0 + 40)); }
 
   fit() {
+    const b = this.bounds();
     this.k = this.fitZoom();
-    this.tx = (this.w - this.width * this.k) / 2; this.ty = (this.h - this.height * this.k) / 2;
+    this.tx = (this.w - (b.x1 + b.x0) * this.k) / 2; this.ty = (this.h - (b.y1 + b.y0) * this.k) / 2;
     this.draw();
   }
 
@@ -99,14 +220,6 @@ export class BigGraph {
   zoomAt(f, px = this.w / 2, py = this.h / 2) {
     const k = Math.min(Math.max(this.k * f, this.fitZoom() / 4), 8);
     this.tx = px - (px - this.tx) * (k / this.k); this.ty = py - (py - this.ty) * (k / this.k); this.k = k;
-    this.draw();
-  }
-
-  centreOn(id, freeWidth = this.w) {  // a node to the middle of the canvas part the node pane leaves free, readable
-    const n = this.byId.get(id);
-    if (!n) return;
-    if (this.k * FONT_PX < 11) this.k = 11 / FONT_PX;
-    this.tx = freeWidth / 2 - n.x * this.k; this.ty = this.h / 2 - n.y * this.k;
     this.draw();
   }
 
@@ -119,19 +232,19 @@ export class BigGraph {
     this.draw();
   }
 
-  screenOf(id) {  // a node's centre in canvas pixels
-    const n = this.byId.get(id);
-    return n && { x: n.x * this.k + this.tx, y: n.y * this.k + this.ty };
+  screenOf(id) {  // where a node (or, while its group is closed, the group's box) is drawn, in canvas pixels
+    const n = this.byId.get(id), t = n && this.end(n);
+    return t && { x: t.x * this.k + this.tx, y: t.y * this.k + this.ty };
   }
 
-  nodeAt(px, py) {
-    const gx = (px - this.tx) / this.k, gy = (py - this.ty) / this.k;
-    return this.nodes.find((n) => Math.abs(n.x - gx) <= n.w / 2 && Math.abs(n.y - gy) <= n.h / 2) || null;
+  setMarks(mark, lit) {  // mark: node id -> its mark; lit: "src>dst" (node ids) -> "parent" | "child", drawn between the boxes shown
+    this.mark = mark; this.litIds = lit; this.lit = new Map();
+    for (const [pair, kind] of lit) {
+      const [s, d] = pair.split(">").map((id) => this.byId.get(id));
+      if (s && d) this.lit.set(`${this.end(s).key}>${this.end(d).key}`, kind);
+    }
+    this.draw();
   }
-
-  // ***** marks: what viewer.js selects, finds and lights *****
-
-  setMarks(mark, lit) { this.mark = mark; this.lit = lit; this.draw(); }
 
   // ***** drawing, at most once a frame *****
 
@@ -145,40 +258,65 @@ export class BigGraph {
     ctx.setTransform(1, 0, 0, 1, 0, 0);
     ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
     ctx.setTransform(dpr * k, 0, 0, dpr * k, dpr * this.tx, dpr * this.ty);
-    const x0 = -this.tx / k, y0 = -this.ty / k, x1 = x0 + this.w / k, y1 = y0 + this.h / k;
-    const seen = (n) => n.x + n.w / 2 >= x0 && n.x - n.w / 2 <= x1 && n.y + n.h / 2 >= y0 && n.y - n.h / 2 <= y1;
-    const edge = (s, d) => {
-      const sy = s.y + s.h / 2, dy = d.y - d.h / 2, bend = Math.max(12, (dy - sy) / 2);
+    const view = { x: (this.w / 2 - this.tx) / k, y: (this.h / 2 - this.ty) / k, w: this.w / k, h: this.h / k };
+    const text = k * FONT_PX >= MIN_TEXT_PX;
+    ctx.font = `${FONT_PX}px "DejaVu Sans Mono", monospace`; ctx.textBaseline = "top";
+    for (const g of this.groups) if (g.open && overlaps(g.open, view)) this.paintFrame(ctx, g.open, text);
+    this.paintEdges(ctx, view);
+    for (const g of this.groups) if (!g.open && overlaps(g, view)) this.paintBox(ctx, g, COLOR.group, this.groupMark(g), text, 1.6);
+    for (const n of this.shownNodes()) {
+      if (!overlaps(n, view)) continue;
+      const mark = this.mark.get(n.id), stroke = mark || (this.changed.has(n.id) ? "changed" : this.spec.has(n.id) ? "spec" : null);
+      this.paintBox(ctx, n, n.color || "#ffffff", stroke, text, 1, n.addrspace);
+    }
+  }
+
+  groupMark(g) {  // a closed group holding the selection or a search hit says so
+    let best = null;
+    for (const n of g.members) { const m = this.mark.get(n.id); if (m === "selected") return m; if (m) best = best || m; }
+    return best;
+  }
+
+  paintBox(ctx, t, fill, stroke, text, width, border = null) {
+    const left = t.x - t.w / 2, top = t.y - t.h / 2, k = this.k;
+    ctx.fillStyle = fill;
+    ctx.fillRect(left, top, t.w, t.h);
+    if (stroke || text) {
+      ctx.lineWidth = stroke ? (stroke === "selected" ? 4 : 3) / Math.max(k, 0.25) : width;
+      ctx.strokeStyle = stroke ? COLOR[stroke] : border || (t.members ? COLOR.groupBorder : COLOR.border);
+      ctx.strokeRect(left, top, t.w, t.h);
+    }
+    if (text) {
+      ctx.fillStyle = textColor(fill);
+      t.lines.forEach((ln, i) => ctx.fillText(ln, left + PAD_X, top + PAD_Y + i * LINE_PX));
+    }
+  }
+
+  paintFrame(ctx, f, text) {
+    const left = f.x - f.w / 2, top = f.y - f.h / 2;
+    ctx.fillStyle = COLOR.frame; ctx.fillRect(left, top, f.w, f.h);
+    ctx.setLineDash([6, 4]); ctx.lineWidth = 1.4; ctx.strokeStyle = COLOR.groupBorder; ctx.strokeRect(left, top, f.w, f.h); ctx.setLineDash([]);
+    ctx.fillStyle = COLOR.group; ctx.fillRect(left, top, f.w, FRAME_HEAD);
+    if (text) { ctx.fillStyle = COLOR.text; ctx.fillText(`${f.group.lines[0]}  (click to close)`, left + PAD_X, top + 6); }
+  }
+
+  paintEdges(ctx, view) {
+    const k = this.k;
+    const curve = (s, d) => {
+      const sy = s.y + s.h / 2, dy = d.y - d.h / 2, bend = Math.max(12, Math.abs(dy - sy) / 2);
       ctx.moveTo(s.x, sy); ctx.bezierCurveTo(s.x, sy + bend, d.x, dy - bend, d.x, dy);
     };
-    const between = (s, d) => Math.max(s.x, d.x) >= x0 && Math.min(s.x, d.x) <= x1 && Math.max(s.y, d.y) >= y0 && Math.min(s.y, d.y) <= y1;
+    const inView = (s, d) => Math.max(s.x, d.x) >= view.x - view.w / 2 && Math.min(s.x, d.x) <= view.x + view.w / 2
+      && Math.max(s.y, d.y) >= view.y - view.h / 2 && Math.min(s.y, d.y) <= view.y + view.h / 2;
     ctx.lineWidth = 0.8; ctx.strokeStyle = COLOR.edge; ctx.globalAlpha = k < 0.3 ? 0.45 : 0.8;
     ctx.beginPath();
-    for (const [s, d] of this.edges) if (between(s, d) && !this.lit.has(`${s.id}>${d.id}`)) edge(s, d);
+    for (const [s, d] of this.edges) if (inView(s, d) && !this.lit.has(`${s.key}>${d.key}`)) curve(s, d);
     ctx.stroke();
     ctx.globalAlpha = 1;
     for (const kind of ["parent", "child"]) {
       ctx.lineWidth = 2.5; ctx.strokeStyle = COLOR[kind]; ctx.beginPath();
-      for (const [s, d] of this.edges) if (this.lit.get(`${s.id}>${d.id}`) === kind) edge(s, d);
+      for (const [s, d] of this.edges) if (this.lit.get(`${s.key}>${d.key}`) === kind) curve(s, d);
       ctx.stroke();
-    }
-    const text = k * FONT_PX >= MIN_TEXT_PX;
-    ctx.font = `${FONT_PX}px "DejaVu Sans Mono", monospace`; ctx.textBaseline = "top";
-    for (const n of this.nodes) {
-      if (!seen(n)) continue;
-      const left = n.x - n.w / 2, top = n.y - n.h / 2, mark = this.mark.get(n.id);
-      ctx.fillStyle = n.color || "#ffffff";
-      ctx.fillRect(left, top, n.w, n.h);
-      const stroke = mark ? COLOR[mark] : this.changed.has(n.id) ? COLOR.changed : this.spec.has(n.id) ? COLOR.spec : null;
-      if (stroke || text) {
-        ctx.lineWidth = stroke ? (mark === "selected" ? 4 : 3) / Math.max(k, 0.25) : 1;
-        ctx.strokeStyle = stroke || n.addrspace || COLOR.border;
-        ctx.strokeRect(left, top, n.w, n.h);
-      }
-      if (text) {
-        ctx.fillStyle = textColor(n.color);
-        n.lines.forEach((ln, i) => ctx.fillText(ln, left + PAD_X, top + PAD_Y + i * LINE_PX));
-      }
     }
   }
 }

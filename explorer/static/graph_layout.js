@@ -13,7 +13,6 @@ function ranked(n, ins, outs) {  // longest path from the inputs, then each inpu
     const u = order[h];
     for (const v of outs[u]) { rank[v] = Math.max(rank[v], rank[u] + 1); if (!--indeg[v]) order.push(v); }
   }
-  if (order.length < n) for (let i = 0; i < n; i++) if (indeg[i]) order.push(i);  // a cycle (never in a UOp graph): its nodes as they come
   for (let h = order.length - 1; h >= 0; h--) {
     const u = order[h];
     if (!ins[u].length && outs[u].length) rank[u] = Math.min(...outs[u].map((v) => rank[v])) - 1;
@@ -58,14 +57,38 @@ function packed(layer, w, want, x) {  // x near `want` in the layer's order, no 
   }
 }
 
-/* nodes: [{id, w, h}]; edges: [{src, dst}] by id. Returns {x, y} (centres, by node index), the ranks, and the drawing's size. */
+function backEdges(n, outs) {  // the edges that close a cycle, found depth first (a graph of groups has cycles; a UOp graph none)
+  const state = new Uint8Array(n), back = new Set();  // 0 unseen, 1 on the path, 2 done
+  for (let root = 0; root < n; root++) {
+    if (state[root]) continue;
+    const stack = [[root, 0]];
+    state[root] = 1;
+    while (stack.length) {
+      const top = stack[stack.length - 1], [u, i] = top;
+      if (i === outs[u].length) { state[u] = 2; stack.pop(); continue; }
+      top[1]++;
+      const v = outs[u][i];
+      if (state[v] === 1) back.add(u * n + v);
+      else if (!state[v]) { state[v] = 1; stack.push([v, 0]); }
+    }
+  }
+  return back;
+}
+
+/* nodes: [{id, w, h}]; edges: [{src, dst}] by id. Returns {x, y} (centres, by node index), the ranks, and the drawing's size. An
+   edge that closes a cycle is laid out reversed. */
 export function layered(nodes, edges) {
   const n = nodes.length, index = new Map(nodes.map((nd, i) => [nd.id, i]));
-  const ins = Array.from({ length: n }, () => []), outs = Array.from({ length: n }, () => []);
+  const pairs = [], all = Array.from({ length: n }, () => []);
   for (const e of edges) {
     const s = index.get(e.src), d = index.get(e.dst);
     if (s === undefined || d === undefined || s === d) continue;
-    ins[d].push(s); outs[s].push(d);
+    pairs.push([s, d]); all[s].push(d);
+  }
+  const back = backEdges(n, all), ins = Array.from({ length: n }, () => []), outs = Array.from({ length: n }, () => []);
+  for (const [s, d] of pairs) {
+    const [a, b] = back.has(s * n + d) ? [d, s] : [s, d];
+    ins[b].push(a); outs[a].push(b);
   }
   const { rank, order } = ranked(n, ins, outs);
   let low = 0, high = 0;

@@ -1,6 +1,6 @@
 /* A graph viewer (templates/_partials/viewer.html): fetch the graph's view JSON, then its SVG; pan/zoom, search, a node's pane. */
 import { $, $$, esc, fetchJSON } from "./dom.js";
-import { BigGraph, laidOut } from "./big_graph.js";
+import { BigGraph } from "./big_graph.js";
 
 const MIN_FIT_PX = 2.5;  // label size (px) down to which a fitted graph still shows its nodes' shapes and colours
 const centre = (r) => ({ x: r.left + r.width / 2, y: r.top + r.height / 2 });
@@ -112,7 +112,7 @@ export class Viewer {
   panTo(g, id = null) {  // the node to the middle of the part of the graph the node pane leaves uncovered
     const c = this.canvas.getBoundingClientRect(), pane = $(".viewer-detail", this.el);
     const free = c.width - (pane && !pane.hidden ? pane.offsetWidth + 16 : 0);
-    if (this.big) { this.big.centreOn(id, free); return; }
+    if (this.big) { this.big.reveal(id, free); return; }
     if (!this.pz || !g) return;
     const t = g.getBoundingClientRect();
     this.pz.panBy({ x: c.left + free / 2 - (t.left + t.width / 2), y: c.top + c.height / 2 - (t.top + t.height / 2) });
@@ -223,15 +223,15 @@ export class Viewer {
     const view = await fetchJSON(`${base}?whole=1${mode === "hide" ? "&index=hide" : ""}`);
     if (seq !== this.seq) return;
     this.status(`<span class="spinner"></span> Laying out ${view.total_nodes.toLocaleString()} nodes…`);
-    const at = await laidOut(view);
-    if (seq !== this.seq) return;
+    const big = await BigGraph.create(this.canvas, view, (id) => this.select(id, false), () => seq !== this.seq);
+    if (!big) return;
+    this.big = big;
     this.describe(view);
     $(".viewer-notes", this.el).insertAdjacentHTML("afterbegin", `<p data-whole>All ${view.total_nodes.toLocaleString()} nodes, laid out in this ` +
       "browser and drawn on a canvas (too many for graphviz): scroll to zoom, drag to pan, click a node for its pane.</p>");
     $("[data-act=svg]", this.el).hidden = true;
     this.index(view);
-    this.big = new BigGraph(this.canvas, view, at, (id) => this.select(id, false));
-    this.openBig(view);
+    await this.openBig(view);
     this.el.dataset.loaded = view.ref;
     this.el.dataset.drawn = "canvas";
     const query = $("[data-act=search]", this.el).value;
@@ -243,12 +243,12 @@ export class Viewer {
     this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
   }
 
-  openBig(view) {  // fitted where its boxes still show, else readable over its first changed node or its output
+  async openBig(view) {  // fitted where its boxes still show, else readable over its first changed node or its output
     const big = this.big, readable = document.documentElement.classList.contains("big") ? 14 : 11;
     if (big.fitZoom() * 9 >= MIN_FIT_PX && !document.documentElement.classList.contains("big")) return;
     const consumed = new Set(view.edges.map((e) => e.src)), out = view.nodes.filter((n) => !consumed.has(n.id)).pop();
     const at = (view.highlight || [])[0] || (out && out.id);
-    if (at) { big.centreOn(at); big.zoomAt(readable / (big.k * 9)); }
+    if (at) { await big.reveal(at); big.zoomAt(readable / (big.k * 9)); }
   }
 
   async restore(before) {  // the previous zoom, panned so the UOps both graphs hold are where they were on screen (median shift)

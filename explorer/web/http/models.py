@@ -178,6 +178,8 @@ class GraphView(BaseModel):
   svg_url: str
   nodes: list[dict[str, Any]] | None = None
   edges: list[dict[str, Any]] | None = None
+  groups: list[dict[str, Any]] | None = Field(default=None, description="whole=1 on a tensor graph: the model lines (or Tensor functions) "
+                                              "that made its UOps, largest first; a node's `group` indexes them")
 
 class Match(BaseModel):
   """One match of a rewrite pass: the rule, the time tinygrad measured for it, the rewritten UOp before and after."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import Any, cast
-from explorer.present import expand_worker as expand, graphs
+from explorer.present import expand_worker as expand, graph_groups, graphs
 from explorer.present.graph_refs import (
   GraphNotFound,
   Ref,
@@ -182,13 +182,14 @@ class GraphService:
     limit = len(raw["nodes"]) if whole else graphs.HARD_MAX_NODES if full else self.node_limit
     def make() -> dict[str, Any]:  # a program's kernel graph has a node per kernel: simplified off the event loop (100 ms for 10,001)
       shown, simplify_notes = graphs.simplify(raw, limit, index, opened)
+      groups = graph_groups.tensor_groups(shown, trace["tensor_graph"]) if whole and ref.kind == "tensor" else None
       keep = {n["id"] for n in shown["nodes"]}
       view = {"ref": ref_text, "title": graph_title(trace, ref), "notes": notes + simplify_notes, "total_nodes": len(raw["nodes"]),
               "shown_nodes": len(shown["nodes"]), "highlight": [h for h in highlight if h in keep],
               "legend": graphs.kernel_graph_legend(shown) if ref.kind == "kernels" else graphs.legend(shown),
               "rule": extra.get("rule"), "diff": extra.get("diff"), "nodes": shown["nodes"], "edges": shown["edges"], "full": full,
               "violations": [v for v in extra.get("violations") or [] if v in keep],
-              "simplified": bool(simplify_notes), "index": index}
+              "simplified": bool(simplify_notes), "index": index, "groups": groups}
       self.store.put_cached(trace_id, self._cache_key(ref_text, full, index, opened, whole), "view", view)
       return view
     return await asyncio.to_thread(make)

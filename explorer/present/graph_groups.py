@@ -1,0 +1,65 @@
+"""Groups for graphs too big to read node by node: a tensor graph grouped by the model line (or, where no line was recorded, the
+Tensor function) that made each UOp, from the provenance the trace records (tensor_graph.sites, uop_sites). A page draws a group
+closed, as one box with its op counts, and opens it in place (static/big_graph.js).
+
+Plain data in and out: no tinygrad imports."""
+from __future__ import annotations
+import collections
+import os
+from typing import Any
+from explorer.schema import Provenance, TensorGraph
+
+Graph = dict[str, Any]
+
+def site_key(site: Provenance) -> tuple[Any, ...]:
+  """What one group stands for: a model line (forward and backward apart), else a Tensor function."""
+  return (site["file"], site["line"], site["backward"]) if site["file"] else (None, site["fn"], site["backward"])  # (None, op, None): by op
+
+def site_label(site: Provenance, fns: list[str]) -> str:
+  named = ", ".join(fns[:3]) + ("…" if len(fns) > 3 else "")
+  where = f"{os.path.basename(site['file'])}:{site['line']}" if site["file"] else "(no line)"
+  return f"{where} {named}" + (" (backward)" if site["backward"] else "")
+
+def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[str, Any]]:
+  """Set each node's `group` (an index into the returned list) where its UOp's provenance names one; a node without provenance (a
+  constant, a buffer, a reshape tinygrad made on its own) joins its users' group when they are all grouped and share one. Returns the groups:
+  {label, file, line, fn, backward, nodes, ops}, largest first. A graph of a trace recorded without sites gets none. Then a node
+  still without one joins its inputs' group where they share one (a STORE of a group's result, the AFTER that orders it), and the
+  rest are grouped by op (labelled "(no line)")."""
+  if not tensor_graph or not (sites := tensor_graph.get("sites")): return []
+  by_num = {num: i for num, i in tensor_graph.get("uop_sites", []) if 0 <= i < len(sites)}
+  key_of = [site_key(s) for s in sites]
+  keys = list(dict.fromkeys(key_of))
+  slot = {key: j for j, key in enumerate(keys)}
+  users: dict[str, list[str]] = collections.defaultdict(list)
+  inputs: dict[str, list[str]] = collections.defaultdict(list)
+  for e in graph["edges"]:
+    users[e["src"]].append(e["dst"])
+    inputs[e["dst"]].append(e["src"])
+  group: dict[str, int] = {}
+  def joined(n: dict[str, Any], near: dict[str, list[str]]) -> None:  # the one group all its grouped neighbours share, if there is one
+    if n["id"] not in group and len(mine := {group[m] for m in near[n["id"]] if m in group}) == 1: group[n["id"]] = mine.pop()
+  for n in reversed(graph["nodes"]):  # a UOp graph's nodes come inputs first: users are placed before their inputs
+    if (i := by_num.get(n.get("num", -1))) is not None: group[n["id"]] = slot[key_of[i]]
+    elif not any(m not in group for m in users[n["id"]]): joined(n, users)
+  for n in graph["nodes"]: joined(n, inputs)  # what only stores or orders a group's result (STORE, AFTER) is the group's too
+  left = collections.Counter(n["op"] for n in graph["nodes"] if n["id"] not in group)
+  for op in (op for op, count in left.items() if count > 1):  # the rest, by op: a program's buffers, the stores between lines
+    slot[key := (None, op, None)] = len(keys)
+    keys.append(key)
+    for n in graph["nodes"]:
+      if n["id"] not in group and n["op"] == op: group[n["id"]] = slot[key]
+  fns: dict[int, list[str]] = collections.defaultdict(list)
+  for i, s in enumerate(sites):
+    if s["fn"] not in fns[slot[key_of[i]]]: fns[slot[key_of[i]]].append(s["fn"])
+  first: dict[int, Provenance] = {slot[key]: sites[key_of.index(key)] for key in keys if key in key_of}
+  for key in keys[len(first):]: first[slot[key]], fns[slot[key]] = {"fn": key[1], "file": None, "line": None, "backward": False}, [key[1]]
+  ops: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+  for n in graph["nodes"]:
+    if (g := group.get(n["id"])) is not None: ops[g][n["op"]] += 1
+  used = sorted(ops, key=lambda g: -sum(ops[g].values()))
+  renumber = {g: j for j, g in enumerate(used)}
+  for n in graph["nodes"]:
+    if (g := group.get(n["id"])) is not None: n["group"] = renumber[g]
+  return [{"label": site_label(first[g], fns[g]), "file": first[g]["file"], "line": first[g]["line"], "fn": fns[g][0],
+           "backward": first[g]["backward"], "nodes": sum(ops[g].values()), "ops": dict(ops[g].most_common())} for g in used]
