@@ -18,7 +18,7 @@ def site_key(site: Provenance) -> tuple[Any, ...]:
 def site_label(site: Provenance, fns: list[str]) -> str:
   named = ", ".join(fns[:3]) + ("…" if len(fns) > 3 else "")
   where = f"{os.path.basename(site['file'])}:{site['line']}" if site["file"] else "(no line)"
-  return f"{where} {named}" + (" (backward)" if site["backward"] else "")
+  return f"{where} {'backward: ' if site['backward'] else ''}{named}"
 
 def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[str, Any]]:
   """Set each node's `group` (an index into the returned list) where its UOp's provenance names one; a node without provenance (a

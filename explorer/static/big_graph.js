@@ -232,6 +232,8 @@ export class BigGraph {
     this.draw();
   }
 
+  labelPx() { return FONT_PX * this.k; }  // a label's size on screen now
+
   screenOf(id) {  // where a node (or, while its group is closed, the group's box) is drawn, in canvas pixels
     const n = this.byId.get(id), t = n && this.end(n);
     return t && { x: t.x * this.k + this.tx, y: t.y * this.k + this.ty };

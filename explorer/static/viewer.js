@@ -243,12 +243,12 @@ export class Viewer {
     this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
   }
 
-  async openBig(view) {  // fitted where its boxes still show, else readable over its first changed node or its output
-    const big = this.big, readable = document.documentElement.classList.contains("big") ? 14 : 11;
-    if (big.fitZoom() * 9 >= MIN_FIT_PX && !document.documentElement.classList.contains("big")) return;
+  async openBig(view) {  // as opening() opens an SVG: fitted (it is) where its boxes still show, else readable over its first changed node or its output
+    const big = this.big, bigFont = document.documentElement.classList.contains("big");
+    if (big.labelPx() >= MIN_FIT_PX && !bigFont) return;
     const consumed = new Set(view.edges.map((e) => e.src)), out = view.nodes.filter((n) => !consumed.has(n.id)).pop();
     const at = (view.highlight || [])[0] || (out && out.id);
-    if (at) { await big.reveal(at); big.zoomAt(readable / (big.k * 9)); }
+    if (at) { await big.reveal(at); big.zoomAt((bigFont ? 14 : 11) / big.labelPx()); }
   }
 
   async restore(before) {  // the previous zoom, panned so the UOps both graphs hold are where they were on screen (median shift)
@@ -292,6 +292,7 @@ export class Viewer {
   }
 
   labelPx(el) {  // the on-screen size of a node label now: its font size in the SVG's units times the SVG's scale on screen
+    if (this.big) return this.big.labelPx();
     const t = $("g.node text", el), m = t && t.getScreenCTM();
     return t && m ? parseFloat(t.getAttribute("font-size") || "9") * Math.hypot(m.a, m.b) : null;
   }
