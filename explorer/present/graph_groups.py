@@ -1,15 +1,18 @@
 """Groups for graphs too big to read node by node: a tensor graph grouped by the model line (or, where no line was recorded, the
-Tensor function) that made each UOp, from the provenance the trace records (tensor_graph.sites, uop_sites). A page draws a group
-closed, as one box with its op counts, and opens it in place (static/big_graph.js).
+Tensor function) that made each UOp, from the provenance the trace records (tensor_graph.sites, uop_sites); a kernel's graphs (its
+AST, codegen's passes) by loop nest, the RANGEs tinygrad says each UOp is inside (nodes' `ranges`). A page draws a group closed, as
+one box with its op counts, and opens it in place (static/big_graph.js).
 
 Plain data in and out: no tinygrad imports."""
 from __future__ import annotations
 import collections
 import os
+import re
 from typing import Any
 from explorer.schema import Provenance, TensorGraph
 
 Graph = dict[str, Any]
+MIN_GROUP = 2  # a group of one UOp is drawn as the UOp
 
 def site_key(site: Provenance) -> tuple[Any, ...]:
   """What one group stands for: a model line (forward and backward apart), else a Tensor function."""
@@ -57,9 +60,35 @@ def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[s
   ops: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
   for n in graph["nodes"]:
     if (g := group.get(n["id"])) is not None: ops[g][n["op"]] += 1
-  used = sorted(ops, key=lambda g: -sum(ops[g].values()))
+  used = sorted((g for g in ops if sum(ops[g].values()) >= MIN_GROUP), key=lambda g: -sum(ops[g].values()))
   renumber = {g: j for j, g in enumerate(used)}
   for n in graph["nodes"]:
-    if (g := group.get(n["id"])) is not None: n["group"] = renumber[g]
+    if (g := group.get(n["id"])) in renumber: n["group"] = renumber[g]
   return [{"label": site_label(first[g], fns[g]), "file": first[g]["file"], "line": first[g]["line"], "fn": fns[g][0],
            "backward": first[g]["backward"], "nodes": sum(ops[g].values()), "ops": dict(ops[g].most_common())} for g in used]
+
+_RANGE_ARG = re.compile(r"^\((\d+),")
+_RANGE_SIZE = re.compile(r"^CONST0 (\d+)$", re.M)
+
+def loop_groups(graph: Graph) -> list[dict[str, Any]]:
+  """Set each node's `group` to its loop nest's (the RANGEs it is inside, as tinygrad's UOp.ranges names them: the nodes' `ranges`);
+  a node outside every loop (a buffer, a constant, the SINK) stays in none. Returns the groups: {label (each loop as tinygrad's END
+  labels it: axis(size)), ranges, nodes, ops}, largest first."""
+  ranges = {n["num"]: n for n in graph["nodes"] if n["op"] == "RANGE" and "num" in n}
+  def axis(num: int) -> tuple[int, str]:  # a loop's axis number and its name as END writes it, e.g. 4(6)
+    lines = ranges[num]["label"].split("\n") if num in ranges else []
+    arg = _RANGE_ARG.match(lines[1]) if len(lines) > 1 else None
+    size = _RANGE_SIZE.search(ranges[num]["label"]) if num in ranges else None
+    return (int(arg.group(1)), f"{arg.group(1)}({size.group(1) if size else '?'})") if arg else (1 << 30, f"#{num}")
+  nests: dict[tuple[int, ...], collections.Counter[str]] = collections.defaultdict(collections.Counter)
+  key_of: dict[str, tuple[int, ...]] = {}
+  for n in graph["nodes"]:
+    if rs := n.get("ranges"):
+      key_of[n["id"]] = key = tuple(sorted(rs, key=axis))
+      nests[key][n["op"]] += 1
+  used = sorted((k for k in nests if sum(nests[k].values()) >= MIN_GROUP), key=lambda k: (-sum(nests[k].values()), k))
+  slot = {key: i for i, key in enumerate(used)}
+  for n in graph["nodes"]:
+    if key_of.get(n["id"]) in slot: n["group"] = slot[key_of[n["id"]]]
+  return [{"label": "loops " + " ".join(axis(r)[1] for r in key), "ranges": list(key), "nodes": sum(nests[key].values()),
+           "ops": dict(nests[key].most_common())} for key in used]

@@ -182,7 +182,8 @@ class GraphService:
     limit = len(raw["nodes"]) if whole else graphs.HARD_MAX_NODES if full else self.node_limit
     def make() -> dict[str, Any]:  # a program's kernel graph has a node per kernel: simplified off the event loop (100 ms for 10,001)
       shown, simplify_notes = graphs.simplify(raw, limit, index, opened)
-      groups = graph_groups.tensor_groups(shown, trace["tensor_graph"]) if whole and ref.kind == "tensor" else None
+      groups = None if not whole else graph_groups.tensor_groups(shown, trace["tensor_graph"]) if ref.kind == "tensor" else \
+        graph_groups.loop_groups(shown) if ref.kind in ("ast", "codegen") else None
       keep = {n["id"] for n in shown["nodes"]}
       view = {"ref": ref_text, "title": graph_title(trace, ref), "notes": notes + simplify_notes, "total_nodes": len(raw["nodes"]),
               "shown_nodes": len(shown["nodes"]), "highlight": [h for h in highlight if h in keep],
