@@ -1,7 +1,8 @@
 """Groups for graphs too big to read node by node: a tensor graph grouped by the model line (or, where no line was recorded, the
 Tensor function) that made each UOp, from the provenance the trace records (tensor_graph.sites, uop_sites); a kernel's graphs (its
-AST, codegen's passes) by loop nest, the RANGEs tinygrad says each UOp is inside (nodes' `ranges`). A page draws a group closed, as
-one box with its op counts, and opens it in place (static/big_graph.js).
+AST, codegen's passes) by loop nest, the RANGEs tinygrad says each UOp is inside (nodes' `ranges`); a program's kernel graph by
+realize and model line, as its collapsed form (graphs.program_graph) groups it. A page draws a group closed, as one box with its op
+counts, and opens it in place (static/big_graph.js).
 
 Plain data in and out: no tinygrad imports."""
 from __future__ import annotations
@@ -9,7 +10,8 @@ import collections
 import os
 import re
 from typing import Any
-from explorer.schema import Provenance, TensorGraph
+from explorer.present.graphs import call_sites
+from explorer.schema import Provenance, TensorGraph, TraceRecord, realizes_of
 
 Graph = dict[str, Any]
 MIN_GROUP = 2  # a group of one UOp is drawn as the UOp
@@ -92,3 +94,35 @@ def loop_groups(graph: Graph) -> list[dict[str, Any]]:
     if key_of.get(n["id"]) in slot: n["group"] = slot[key_of[n["id"]]]
   return [{"label": "loops " + " ".join(axis(r)[1] for r in key), "ranges": list(key), "nodes": sum(nests[key].values()),
            "ops": dict(nests[key].most_common())} for key in used]
+
+def call_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
+  """A captured program's kernel graph (graphs.kernel_graph, whole) grouped by realize and the model line each call's kernel came
+  from (graphs.call_sites); a buffer joins its writers' group, or, never written (an input), its readers' where they share one, and
+  is otherwise grouped with the buffers of its role that lie between groups.
+  Returns the groups: {label, realize, site, nodes, ops}, largest first. A convolution's trace (no realizes) gets none."""
+  if not realizes_of(trace): return []
+  keyed = {f"c{s['index']}": site for s, site in zip(trace["schedule"], call_sites(trace), strict=True)}
+  key_of: dict[str, tuple[int, str]] = {node: key for node, (key, _) in keyed.items()}
+  fns: dict[tuple[int, str], list[str]] = collections.defaultdict(list)
+  for key, named in keyed.values(): fns[key] += [f for f in named if f not in fns[key]]
+  writers: dict[str, list[str]] = collections.defaultdict(list)
+  readers: dict[str, list[str]] = collections.defaultdict(list)
+  for e in graph["edges"]:
+    if e["src"] in key_of: writers[e["dst"]].append(e["src"])  # a call writes the buffer
+    else: readers[e["src"]].append(e["dst"])  # a call reads it
+  for n in graph["nodes"]:
+    if n["id"] in key_of: continue
+    near = writers[n["id"]] or readers[n["id"]]
+    if len(mine := {key_of[c] for c in near if c in key_of}) == 1: key_of[n["id"]] = mine.pop()
+    else: key_of[n["id"]] = (-1, f"{n.get('role') or n['kind']} buffers")  # between groups (a weight each realize writes): by role
+  count: dict[tuple[int, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
+  for n in graph["nodes"]:
+    if n["id"] in key_of: count[key_of[n["id"]]][n["op"]] += 1
+  used = sorted((k for k in count if sum(count[k].values()) >= MIN_GROUP), key=lambda k: (-sum(count[k].values()), k))
+  slot = {key: i for i, key in enumerate(used)}
+  for n in graph["nodes"]:
+    if key_of.get(n["id"]) in slot: n["group"] = slot[key_of[n["id"]]]
+  def label(key: tuple[int, str]) -> str:
+    named = ", ".join(fns[key][:3]) + ("…" if len(fns[key]) > 3 else "")
+    return f"realize {key[0]} · {key[1]} {named}".rstrip() if key[0] >= 0 else f"{key[1]} written or read by more than one group"
+  return [{"label": label(k), "realize": k[0], "site": k[1], "nodes": sum(count[k].values()), "ops": dict(count[k].most_common())} for k in used]

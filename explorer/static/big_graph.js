@@ -52,7 +52,7 @@ export class BigGraph {
     this.nodes = view.nodes.map((n) => sized({ ...n, key: n.id }, n.label.split("\n").slice(0, LABEL_LINES)));
     this.byId = new Map(this.nodes.map((n) => [n.id, n]));
     this.groups = (view.groups || []).map((g, i) => sized({ ...g, key: `group:${i}`, index: i, open: null, members: [] },
-      [g.label, `${g.nodes.toLocaleString()} UOps · ${Object.entries(g.ops).slice(0, 3).map(([op, c]) => `${c} ${op}`).join(" ")}`], GROUP_CHARS));
+      [g.label, `${g.nodes.toLocaleString()} nodes · ${Object.entries(g.ops).slice(0, 3).map(([op, c]) => `${c} ${op}`).join(" ")}`], GROUP_CHARS));
     for (const n of this.nodes) if (n.group != null && this.groups[n.group]) this.groups[n.group].members.push(n);
     this.mark = new Map(); this.lit = new Map();
     this.changed = new Set(view.highlight || []); this.spec = new Set(view.violations || []);

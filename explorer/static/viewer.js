@@ -179,7 +179,7 @@ export class Viewer {
     try {
       const view = await fetchJSON(base + q);
       if (seq !== this.seq) return;
-      if (view.shown_nodes < view.total_nodes && !this.full) { await this.showWhole(seq, base, mode); return; }
+      if (view.partial && !this.full) { await this.showWhole(seq, base, mode); return; }
       this.describe(view);
       this.index(view);
       const svgUrl = stableFrom && before ? `${view.svg_url}${view.svg_url.includes("?") ? "&" : "?"}stable_from=${encodeURIComponent(stableFrom)}` : view.svg_url;
@@ -223,6 +223,7 @@ export class Viewer {
     const view = await fetchJSON(`${base}?whole=1${mode === "hide" ? "&index=hide" : ""}`);
     if (seq !== this.seq) return;
     this.status(`<span class="spinner"></span> Laying out ${view.total_nodes.toLocaleString()} nodes…`);
+    if ("compact" in this.el.dataset) this.canvas.style.height = `${Math.round(window.innerHeight * 0.7)}px`;  // (a short, wide graph's canvas)
     const big = await BigGraph.create(this.canvas, view, (id) => this.select(id, false), () => seq !== this.seq);
     if (!big) return;
     this.big = big;

@@ -155,7 +155,8 @@ class GraphService:
     ref = parse_ref(ref_text)
     self._check(trace, ref)
     key = self._cache_key(ref_text, full, index, opened, whole)
-    if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cast(dict[str, Any], cached)
+    cached = await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")
+    if cached is not None and "partial" in cached: return cast(dict[str, Any], cached)  # (one cached before `partial` is made again)
     try: return cast(dict[str, Any], await self._once((trace_id, key, "view"), lambda: self._make_view(
       trace_id, trace, ref, ref_text, full, index=index, opened=opened, whole=whole)))
     except expand.BlobUnreadable as e: return await asyncio.to_thread(self._stored_view, trace_id, ref_text, str(e))
@@ -179,18 +180,21 @@ class GraphService:
   async def _make_view(self, trace_id: str, trace: TraceRecord, ref: Ref, ref_text: str, full: bool, got: Raw | None = None,
                        index: str = "auto", opened: frozenset[int] = frozenset(), whole: bool = False) -> dict[str, Any]:
     raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref)
+    if whole and ref.kind == "kernels": raw, notes = await asyncio.to_thread(graphs.kernel_graph, trace, trace_url(trace_id), True), []
     limit = len(raw["nodes"]) if whole else graphs.HARD_MAX_NODES if full else self.node_limit
     def make() -> dict[str, Any]:  # a program's kernel graph has a node per kernel: simplified off the event loop (100 ms for 10,001)
       shown, simplify_notes = graphs.simplify(raw, limit, index, opened)
       groups = None if not whole else graph_groups.tensor_groups(shown, trace["tensor_graph"]) if ref.kind == "tensor" else \
-        graph_groups.loop_groups(shown) if ref.kind in ("ast", "codegen") else None
+        graph_groups.loop_groups(shown) if ref.kind in ("ast", "codegen") else graph_groups.call_groups(shown, trace) if ref.kind == "kernels" \
+        else None
       keep = {n["id"] for n in shown["nodes"]}
       view = {"ref": ref_text, "title": graph_title(trace, ref), "notes": notes + simplify_notes, "total_nodes": len(raw["nodes"]),
               "shown_nodes": len(shown["nodes"]), "highlight": [h for h in highlight if h in keep],
               "legend": graphs.kernel_graph_legend(shown) if ref.kind == "kernels" else graphs.legend(shown),
               "rule": extra.get("rule"), "diff": extra.get("diff"), "nodes": shown["nodes"], "edges": shown["edges"], "full": full,
               "violations": [v for v in extra.get("violations") or [] if v in keep],
-              "simplified": bool(simplify_notes), "index": index, "groups": groups}
+              "simplified": bool(simplify_notes), "index": index, "groups": groups,
+              "partial": len(shown["nodes"]) < len(raw["nodes"]) or "grouped" in raw}
       self.store.put_cached(trace_id, self._cache_key(ref_text, full, index, opened, whole), "view", view)
       return view
     return await asyncio.to_thread(make)
