@@ -7,6 +7,7 @@ tensor graph whole on a canvas, grouped by the model line that made each UOp. Pr
   open a group    a click on the biggest closed group until its UOps are drawn in place                                       0.3 s
   open all        every group opened, one after another                                                                        5 s
   pan             frames drawn a second over a scripted 2 s pan (requestAnimationFrame), all groups open                     30 /s
+  zoom            the same over a scripted 2 s zoom, in and out around the middle                                            30 /s
   search hit      a UOp of a closed group typed into the search until it is selected, its group open and drawn               0.2 s
   tab memory      the tab's renderer processes' PSS, all groups open                                                        500 MB
   server CPU      the server's CPU time for the page's second view (its layout cached)                                      0.5 s
@@ -27,8 +28,8 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 PROGRAM = REPO / "benchmarks" / "programs" / "transformer_stack.py"
-TARGETS = {"first paint": (1.0, "s"), "open a group": (0.3, "s"), "open all": (5.0, "s"), "pan": (30.0, "fps"), "search hit": (0.2, "s"),
-           "tab memory": (500.0, "MB"), "server CPU": (0.5, "s")}
+TARGETS = {"first paint": (1.0, "s"), "open a group": (0.3, "s"), "open all": (5.0, "s"), "pan": (30.0, "fps"), "zoom": (30.0, "fps"),
+           "search hit": (0.2, "s"), "tab memory": (500.0, "MB"), "server CPU": (0.5, "s")}
 
 def captured(layers: int, stores: pathlib.Path) -> tuple[pathlib.Path, str]:
   """The store holding the stack's captured step (captured now unless `stores` has it) and the trace's id."""
@@ -82,7 +83,8 @@ OPEN_BY_CLICK = f"""async () => {{
   const r = big.canvas.getBoundingClientRect(), at = {{ x: r.left + g.x * big.k + big.tx, y: r.top + g.y * big.k + big.ty }};
   big.tx += r.width / 2 - (at.x - r.left); big.ty += r.height / 2 - (at.y - r.top); await {NEXT_FRAME};  // the box in view
   const x = r.left + r.width / 2, y = r.top + r.height / 2, t0 = performance.now();
-  for (const type of ["pointerdown", "pointerup"]) big.canvas.dispatchEvent(new PointerEvent(type, {{ clientX: x, clientY: y, bubbles: true, pointerId: 1 }}));
+  for (const type of ["pointerdown", "pointerup"])
+    big.canvas.dispatchEvent(new PointerEvent(type, {{ clientX: x, clientY: y, bubbles: true, pointerId: 1 }}));
   while (!g.open) await new Promise((r) => setTimeout(r, 2));
   await new Promise((r) => requestAnimationFrame(r));
   return {{ s: (performance.now() - t0) / 1000, uops: g.members.length }};
@@ -99,7 +101,25 @@ PAN = f"""async () => {{
   const big = ({VIEWER}).big;
   big.fit(); big.zoomAt(3); await {NEXT_FRAME};
   const frames = big.frames, t0 = performance.now();
-  await new Promise((done) => {{ const step = () => {{ big.panBy(3, 2); if (performance.now() - t0 < 2000) requestAnimationFrame(step); else done(); }}; requestAnimationFrame(step); }});
+  await new Promise((done) => {{
+    const step = () => {{ big.panBy(3, 2); if (performance.now() - t0 < 2000) requestAnimationFrame(step); else done(); }};
+    requestAnimationFrame(step);
+  }});
+  return (big.frames - frames) / ((performance.now() - t0) / 1000);
+}}"""
+
+ZOOM = f"""async () => {{
+  const big = ({VIEWER}).big;
+  big.fit(); big.zoomAt(3); await {NEXT_FRAME};
+  const frames = big.frames, t0 = performance.now();
+  await new Promise((done) => {{
+    const step = () => {{
+      const t = performance.now() - t0;
+      big.zoomAt(Math.floor(t / 500) % 2 ? 1 / 1.02 : 1.02);
+      if (t < 2000) requestAnimationFrame(step); else done();
+    }};
+    requestAnimationFrame(step);
+  }});
   return (big.frames - frames) / ((performance.now() - t0) / 1000);
 }}"""
 
@@ -134,7 +154,7 @@ def measured(base: str, server_pid: int, trace_id: str) -> dict[str, Any]:
     got["open a group"], got["group uops"] = opened["s"], opened["uops"]
     got["search hit"] = page.evaluate(SEARCH)
     got["open all"] = page.evaluate(OPEN_ALL)
-    got["pan"] = page.evaluate(PAN)
+    got["pan"], got["zoom"] = page.evaluate(PAN), page.evaluate(ZOOM)
     got["tab memory"] = pss_mb(renderers())
     browser.close()
   return got

@@ -7,6 +7,7 @@
 
 const FONT_PX = 9, CHAR_PX = 5.45, LINE_PX = 11, PAD_X = 6, PAD_Y = 5, MAX_CHARS = 30, GROUP_CHARS = 52, LABEL_LINES = 3;
 const FRAME_PAD = 16, FRAME_HEAD = 22, GAP = 14;
+const ZOOM_SETTLE_MS = 150;  // a zoom draws its frames scaled from the last sharp one, and sharp this long after it stops
 const MIN_TEXT_PX = 5;  // a label smaller than this on screen is not drawn: the boxes' colours still show
 const COLOR = { edge: "#8a8f98", text: "#111111", border: "#5c6370", changed: "#e5484d", spec: "#7c3aed", hit: "#d4a72c",
                 selected: "#0969da", parent: "#1a7f37", child: "#8250df", group: "#eef1f5", groupBorder: "#57606a", frame: "rgba(238,241,245,0.55)" };
@@ -28,12 +29,25 @@ function textColor(fill) {  // graphs.text_color: dark text on light fills
   return 0.299 * r + 0.587 * g + 0.114 * b < 140 ? "#ffffff" : COLOR.text;
 }
 
+let worker = null, asked = 0;
+const waiting = new Map();  // request number -> [resolve, reject]
+
+function layoutWorker() {  // one for the page, started on first use: a module worker takes a while to start
+  if (worker) return worker;
+  worker = new Worker(WORKER, { type: "module" });
+  worker.onmessage = (e) => { const [ok] = waiting.get(e.data.id) || []; waiting.delete(e.data.id); if (ok) ok(e.data); };
+  worker.onerror = (e) => {
+    for (const [, fail] of waiting.values()) fail(new Error(`laying the graph out failed: ${e.message || "the worker stopped"}`));
+    waiting.clear(); worker = null;
+  };
+  return worker;
+}
+
 export function layOut(items, edges) {  // items [{id, w, h}], edges [{src, dst}] by id: resolves to graph_layout.js's {x, y, width, height}
   return new Promise((resolve, reject) => {
-    const worker = new Worker(WORKER, { type: "module" });
-    worker.onmessage = (e) => { worker.terminate(); resolve(e.data); };
-    worker.onerror = (e) => { worker.terminate(); reject(new Error(`laying the graph out failed: ${e.message || "the worker stopped"}`)); };
-    worker.postMessage({ nodes: items.map(({ id, w, h }) => ({ id, w, h })), edges });
+    const id = ++asked;
+    waiting.set(id, [resolve, reject]);
+    layoutWorker().postMessage({ id, nodes: items.map(({ id: key, w, h }) => ({ id: key, w, h })), edges });
   });
 }
 
@@ -58,7 +72,7 @@ export class BigGraph {
     this.changed = new Set(view.highlight || []); this.spec = new Set(view.violations || []);
     this.canvas = document.createElement("canvas");
     this.canvas.className = "big-graph";
-    this.k = 1; this.tx = 0; this.ty = 0; this.frame = null; this.frames = 0;
+    this.k = 1; this.tx = 0; this.ty = 0; this.frame = null; this.frames = 0; this.cache = null;
   }
 
   async start(stale) {
@@ -91,7 +105,11 @@ export class BigGraph {
     return [...this.nodes.filter((n) => n.group == null || !this.groups[n.group]), ...this.groups.map((g) => g.open || g)];
   }
 
-  refresh() { this.edges = this.visibleEdges(); this.setMarks(this.mark, this.litIds || new Map()); }
+  refresh() {  // after a group opened or closed: what is drawn, by fill (a frame fills each colour's boxes in one path)
+    this.edges = this.visibleEdges(); this.shown = this.shownNodes(); this.byFill = new Map();
+    for (const n of this.shown) { const f = n.color || "#ffffff"; if (!this.byFill.has(f)) this.byFill.set(f, []); this.byFill.get(f).push(n); }
+    this.setMarks(this.mark, this.litIds || new Map());
+  }
 
   // ***** a group opened in place, and closed again *****
 
@@ -99,7 +117,7 @@ export class BigGraph {
     if (g.open) return;
     const members = g.members, ids = new Set(members.map((n) => n.id));
     const edges = this.view.edges.filter((e) => ids.has(e.src) && ids.has(e.dst)).map((e) => ({ src: e.src, dst: e.dst }));
-    const at = await layOut(members, edges);
+    const at = g.layout || (g.layout = await layOut(members, edges));  // laid out once: opened again, it comes back as it was
     if (g.open) return;
     const frame = { key: `frame:${g.index}`, group: g, w: at.width + 2 * FRAME_PAD, h: at.height + 2 * FRAME_PAD + FRAME_HEAD, x: g.x, y: g.y };
     const left = frame.x - frame.w / 2, top = frame.y - frame.h / 2;
@@ -183,7 +201,7 @@ export class BigGraph {
 
   itemAt(px, py) {  // the node, closed group or open group's title under a canvas pixel
     const p = { x: (px - this.tx) / this.k, y: (py - this.ty) / this.k, w: 0, h: 0 };
-    const node = this.shownNodes().find((n) => overlaps(n, p));
+    const node = this.shown.find((n) => overlaps(n, p));
     if (node) return node;
     const box = this.groups.find((g) => !g.open && overlaps(g, p));
     if (box) return box;
@@ -197,6 +215,7 @@ export class BigGraph {
     this.w = Math.max(1, r.width); this.h = Math.max(1, r.height);
     this.canvas.width = Math.round(this.w * dpr); this.canvas.height = Math.round(this.h * dpr);
     this.canvas.style.width = `${this.w}px`; this.canvas.style.height = `${this.h}px`;
+    this.cache = null;
     this.refresh();
   }
 
@@ -220,6 +239,9 @@ export class BigGraph {
   zoomAt(f, px = this.w / 2, py = this.h / 2) {
     const k = Math.min(Math.max(this.k * f, this.fitZoom() / 4), 8);
     this.tx = px - (px - this.tx) * (k / this.k); this.ty = py - (py - this.ty) * (k / this.k); this.k = k;
+    this.zooming = true;
+    clearTimeout(this.settled);
+    this.settled = setTimeout(() => { this.zooming = false; this.draw(); }, ZOOM_SETTLE_MS);
     this.draw();
   }
 
@@ -245,7 +267,7 @@ export class BigGraph {
       const [s, d] = pair.split(">").map((id) => this.byId.get(id));
       if (s && d) this.lit.set(`${this.end(s).key}>${this.end(d).key}`, kind);
     }
-    this.draw();
+    this.invalidate();
   }
 
   // ***** drawing, at most once a frame *****
@@ -254,22 +276,59 @@ export class BigGraph {
     if (this.frame === null) this.frame = requestAnimationFrame(() => { this.frame = null; this.paint(); });
   }
 
+  /* A frame is the scene drawn once into a bitmap (this.cache) a margin wider than the canvas, then copied: a pan copies it again at
+     its new offset until it leaves the margin, so that a pan over 10,000 boxes and their edges costs a copy a frame (their raster
+     is most of a frame's time). A zoom scales the last one (scaled) and draws anew once it stops; what changes the scene (marks, a
+     group opened) draws it anew at once: without the margin, then with it at the next pan. */
   paint() {
     this.frames++;
-    const ctx = this.canvas.getContext("2d"), dpr = window.devicePixelRatio || 1, k = this.k;
+    const dpr = window.devicePixelRatio || 1, c = this.cache;
+    if (c && c.k !== this.k && this.zooming) { this.scaled(c, dpr); return; }
+    const fits = c && c.k === this.k && Math.abs(this.tx - c.tx) <= c.m && Math.abs(this.ty - c.ty) <= c.m;
+    if (!fits) this.cache = this.rendered(c && c.k === this.k ? Math.max(this.w, this.h) / 2 : 0);
+    const ctx = this.canvas.getContext("2d"), got = this.cache;
     ctx.setTransform(1, 0, 0, 1, 0, 0);
     ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
-    ctx.setTransform(dpr * k, 0, 0, dpr * k, dpr * this.tx, dpr * this.ty);
-    const view = { x: (this.w / 2 - this.tx) / k, y: (this.h / 2 - this.ty) / k, w: this.w / k, h: this.h / k };
-    const text = k * FONT_PX >= MIN_TEXT_PX;
+    ctx.drawImage(got.canvas, Math.round((this.tx - got.tx - got.m) * dpr), Math.round((this.ty - got.ty - got.m) * dpr));
+  }
+
+  scaled(c, dpr) {  // while a zoom goes on: the last frame drawn, scaled to the zoom (drawn sharp once the zoom stops)
+    const f = this.k / c.k, ctx = this.canvas.getContext("2d");
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
+    ctx.drawImage(c.canvas, (this.tx - (c.tx + c.m) * f) * dpr, (this.ty - (c.ty + c.m) * f) * dpr, c.canvas.width * f, c.canvas.height * f);
+  }
+
+  invalidate() { this.cache = null; this.draw(); }
+
+  rendered(m) {  // the scene at the current zoom and pan, m pixels beyond each side of the canvas
+    const dpr = window.devicePixelRatio || 1, k = this.k, old = this.cache && this.cache.canvas;
+    const canvas = old || document.createElement("canvas"), w = Math.round((this.w + 2 * m) * dpr), h = Math.round((this.h + 2 * m) * dpr);
+    if (canvas.width !== w || canvas.height !== h) { canvas.width = w; canvas.height = h; }
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, w, h);
+    ctx.setTransform(dpr * k, 0, 0, dpr * k, dpr * (this.tx + m), dpr * (this.ty + m));
+    this.scene(ctx, { x: (this.w / 2 - this.tx) / k, y: (this.h / 2 - this.ty) / k, w: (this.w + 2 * m) / k, h: (this.h + 2 * m) / k });
+    return { canvas, k, tx: this.tx, ty: this.ty, m };
+  }
+
+  scene(ctx, view) {
+    const k = this.k, text = k * FONT_PX >= MIN_TEXT_PX;
     ctx.font = `${FONT_PX}px "DejaVu Sans Mono", monospace`; ctx.textBaseline = "top";
     for (const g of this.groups) if (g.open && overlaps(g.open, view)) this.paintFrame(ctx, g.open, text);
     this.paintEdges(ctx, view);
     for (const g of this.groups) if (!g.open && overlaps(g, view)) this.paintBox(ctx, g, COLOR.group, this.groupMark(g), text, 1.6);
-    for (const n of this.shownNodes()) {
-      if (!overlaps(n, view)) continue;
+    if (!text) {  // zoomed out: each fill's boxes in one path, only the marked outlined
+      for (const [fill, nodes] of this.byFill) {
+        ctx.fillStyle = fill; ctx.beginPath();
+        for (const n of nodes) if (overlaps(n, view)) ctx.rect(n.x - n.w / 2, n.y - n.h / 2, n.w, n.h);
+        ctx.fill();
+      }
+    }
+    for (const n of this.shown) {
       const mark = this.mark.get(n.id), stroke = mark || (this.changed.has(n.id) ? "changed" : this.spec.has(n.id) ? "spec" : null);
-      this.paintBox(ctx, n, n.color || "#ffffff", stroke, text, 1, n.addrspace);
+      if ((text || stroke) && overlaps(n, view)) this.paintBox(ctx, n, n.color || "#ffffff", stroke, text, 1, n.addrspace);
     }
   }
 
@@ -304,13 +363,14 @@ export class BigGraph {
 
   paintEdges(ctx, view) {
     const k = this.k;
-    const curve = (s, d) => {
-      const sy = s.y + s.h / 2, dy = d.y - d.h / 2, bend = Math.max(12, Math.abs(dy - sy) / 2);
-      ctx.moveTo(s.x, sy); ctx.bezierCurveTo(s.x, sy + bend, d.x, dy - bend, d.x, dy);
-    };
+    const curve = k < 0.3 ? (s, d) => { ctx.moveTo(s.x, s.y + s.h / 2); ctx.lineTo(d.x, d.y - d.h / 2); }  // too small to see a bend
+      : (s, d) => {
+        const sy = s.y + s.h / 2, dy = d.y - d.h / 2, bend = Math.max(12, Math.abs(dy - sy) / 2);
+        ctx.moveTo(s.x, sy); ctx.bezierCurveTo(s.x, sy + bend, d.x, dy - bend, d.x, dy);
+      };
     const inView = (s, d) => Math.max(s.x, d.x) >= view.x - view.w / 2 && Math.min(s.x, d.x) <= view.x + view.w / 2
       && Math.max(s.y, d.y) >= view.y - view.h / 2 && Math.min(s.y, d.y) <= view.y + view.h / 2;
-    ctx.lineWidth = 0.8; ctx.strokeStyle = COLOR.edge; ctx.globalAlpha = k < 0.3 ? 0.45 : 0.8;
+    ctx.lineWidth = Math.max(0.8, 1 / k); ctx.strokeStyle = COLOR.edge; ctx.globalAlpha = k < 0.3 ? 0.45 : 0.8;  // at least a pixel wide
     ctx.beginPath();
     for (const [s, d] of this.edges) if (inView(s, d) && !this.lit.has(`${s.key}>${d.key}`)) curve(s, d);
     ctx.stroke();
