@@ -1,7 +1,7 @@
 /* A graph too big for graphviz and SVG, drawn whole on a canvas. A tensor graph comes grouped by the model line that made each UOp
    (the view's `groups`): it opens as one box per group beside the UOps no group holds; a click on a box opens the group in place
-   (its UOps laid out on their own, in a frame where the box was; only what the frame would cover is pushed out of it, and put back
-   when the group closes: a click on the frame's title). Layouts run in a worker (graph_worker.js: graph_layout.js's layered layout,
+   (its UOps laid out on their own, in a frame whose top left is the box's, moved right past anything it would cover: nothing on
+   screen moves, as the small graphs' stable stepping keeps what was there); a click on the frame's title folds it back. Layouts run in a worker (graph_worker.js: graph_layout.js's layered layout,
    20,000 nodes in a fraction of a second); each frame draws only what is on screen, labels only where they are big enough to read.
    viewer.js drives it: the same node pane, search and selection, in explorer.css's colours for g.node.selected, .parent, .child, .hit. */
 
@@ -119,40 +119,24 @@ export class BigGraph {
     const edges = this.view.edges.filter((e) => ids.has(e.src) && ids.has(e.dst)).map((e) => ({ src: e.src, dst: e.dst }));
     const at = g.layout || (g.layout = await layOut(members, edges));  // laid out once: opened again, it comes back as it was
     if (g.open) return;
-    const frame = { key: `frame:${g.index}`, group: g, w: at.width + 2 * FRAME_PAD, h: at.height + 2 * FRAME_PAD + FRAME_HEAD, x: g.x, y: g.y };
+    const frame = { key: `frame:${g.index}`, group: g, w: at.width + 2 * FRAME_PAD, h: at.height + 2 * FRAME_PAD + FRAME_HEAD };
+    this.placedClear(frame, g);
     const left = frame.x - frame.w / 2, top = frame.y - frame.h / 2;
     members.forEach((n, i) => { n.x = left + FRAME_PAD + at.x[i]; n.y = top + FRAME_HEAD + FRAME_PAD + at.y[i]; });
-    frame.moved = this.pushedOut(frame);
     g.open = frame;
     this.refresh();
   }
 
   closeGroup(g) {
     if (!g.open) return;
-    for (const [item, [x, y]] of g.open.moved) this.moveTo(item, x, y);
     g.open = null;
     this.refresh();
   }
 
-  moveTo(item, x, y) {  // an open group's frame carries its UOps
-    if (item.group && item.group.open === item) for (const n of item.group.members) { n.x += x - item.x; n.y += y - item.y; }
-    item.x = x; item.y = y;
-  }
-
-  pushedOut(frame) {  // what the frame covers moved up or down out of it (and what that covers in turn): the rest stays put
-    const moved = new Map(), others = this.items().filter((t) => t !== frame.group), pending = [[frame, null]];
-    while (pending.length) {
-      const [by, dir] = pending.shift();
-      for (const t of others) {
-        if (t === by || !overlaps(t, by, GAP / 2)) continue;
-        if (!moved.has(t)) moved.set(t, [t.x, t.y]);
-        const down = dir !== null ? dir : t.y >= frame.y;
-        this.moveTo(t, t.x, down ? by.y + by.h / 2 + GAP + t.h / 2 : by.y - by.h / 2 - GAP - t.h / 2);
-        if (moved.size > others.length * 4) return moved;  // (never, short of a pathological graph: a bound, not a loop forever)
-        pending.push([t, down]);
-      }
-    }
-    return moved;
+  placedClear(frame, box) {  // the frame's top left at the box's, moved right past whatever it would cover: nothing else moves
+    const others = this.items().filter((t) => t !== box);
+    frame.x = box.x - box.w / 2 + frame.w / 2; frame.y = box.y - box.h / 2 + frame.h / 2;
+    for (let hit; (hit = others.find((t) => overlaps(t, frame, GAP / 2)));) frame.x = hit.x + hit.w / 2 + GAP + frame.w / 2;
   }
 
   async reveal(id, freeWidth = this.w) {  // a node put in view, readable, its group opened first where it was closed
