@@ -52,7 +52,7 @@ def test_a_6000_uop_tensor_graph_opens_whole_as_a_few_dozen_groups(stack, tensor
   assert drawn["top"] <= 60, drawn["top"]  # a few dozen things to read, not thousands
   for g, shown in zip(view["groups"], drawn["groups"], strict=True):  # a box's op counts are its UOps'
     assert g["nodes"] == len(shown["members"]) and g["ops"] == {op: shown["members"].count(op) for op in set(shown["members"])}
-  sites, line_of = trace["tensor_graph"]["sites"], {num: i for num, i in trace["tensor_graph"]["uop_sites"]}
+  sites, line_of = trace["tensor_graph"]["sites"], dict(trace["tensor_graph"]["uop_sites"])
   checked = 0
   for n in view["nodes"]:  # a UOp tinygrad's metadata names sits in the group of that line
     if (i := line_of.get(n.get("num"))) is not None and sites[i]["file"] and "group" in n:

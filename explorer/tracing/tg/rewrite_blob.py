@@ -53,7 +53,8 @@ class RewriteBlob:
     from explorer.tracing.tg.viewer import get_full_rewrite
     for i, st in enumerate(get_full_rewrite(self.data, self.data.trace.rewrites[group][step])):
       if i > limit: break
-      yield {"graph": _with_nums(_graph_from_viz(st["graph"]), self.nums(), self.by_id()), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
+      graph = _with_nums(_graph_from_viz(st["graph"]), self.nums(), self.by_id())
+      yield {"graph": graph, "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
              "rule": None if st["upat"] is None else f"{st['upat'][0][0].split('/')[-1]}:{st['upat'][0][1]}"}
 
   def rules_fired(self, group: int, step: int) -> list[dict[str, Any]]:
