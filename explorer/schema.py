@@ -441,6 +441,8 @@ class TensorGraph(TypedDict):
   uops: Count
   ops: dict[Name, Count]
   sink: int | None
+  sites: NotRequired[list[Provenance]]  # the Tensor functions (and model lines) that made the sink's UOps (traces before 2026-12: none)
+  uop_sites: NotRequired[list[list[Count]]]  # [trace number, index into sites] for each of the sink's UOps tinygrad's metadata names
 
 # ***** the run *****
 

@@ -59,8 +59,10 @@ IMPORT = re.compile(r'^import \{ ([\w$, ]+) \} from "\./([\w.]+\.js)";$', re.M)
 EXPORT = re.compile(r"^export (?:async function|function|class|const) ([\w$]+)", re.M)
 SCRIPT = re.compile(r"""<script (type="module" )?src="\{\{ url_for\('static', path='([\w.]+\.js)'\) \}\}"></script>""")
 
+WORKER = re.compile(r'new URL\("\./([\w.]+\.js)", import\.meta\.url\)')  # the script of a Worker a module starts (big_graph.js's)
+
 def js_imports() -> dict[str, list[str]]:
-  """Each page module's imports, by file name; every name it imports is exported by the module it names."""
+  """Each page module's imports (and the workers it starts), by file name; every name it imports is exported by the module it names."""
   texts = {p.name: p.read_text() for p in STATIC.glob("*.js")}
   graph: dict[str, list[str]] = {}
   for name, text in texts.items():
@@ -70,7 +72,7 @@ def js_imports() -> dict[str, list[str]]:
       assert dep in texts, f"{name} imports {dep}, which is not there"
       missing = set(names.split(", ")) - set(EXPORT.findall(texts[dep]))
       assert not missing, f"{name} imports {sorted(missing)} from {dep}, which does not export them"
-    graph[name] = [dep for _, dep in found]
+    graph[name] = [dep for _, dep in found] + WORKER.findall(text)  # a worker a module starts is that module's too
   return graph
 
 def test_the_pages_modules_import_what_exists_without_a_cycle():

@@ -114,7 +114,9 @@ def test_a_stage_row_leads_to_its_node(live_server, traced, page, errors):
   row.locator("a", has_text="graph").click()
   page.wait_for_url(re.compile(rf".*/rangeify\?pass={st['debuf_pass']}&at=after&node={st['kept'][0]['num']}"))
   wait_graphs(page)
-  page.wait_for_selector("#pass-graph g.node.selected")
+  selected = page.wait_for_function("""() => { const v = window.explorerViewers.get('pass-graph');  // an SVG's or a canvas's (big_graph.js)
+    return v && v.selected != null && (v.big || document.querySelector('#pass-graph g.node.selected')) && v.graph.byId.get(v.selected).num; }""")
+  assert selected.json_value() == st["kept"][0]["num"]
   detail = page.locator("#pass-graph .viewer-detail").inner_text()
   assert "STAGE" in detail, detail
   assert not errors, errors

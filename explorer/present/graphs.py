@@ -216,10 +216,11 @@ def kernel_time(k: KernelRecord) -> float | None:
 
 GROUP_ABOVE = 150  # a program with more calls than this shows its kernel graph collapsed by realize and model line
 
-def kernel_graph(trace: TraceRecord, trace_url: str | None = None) -> Graph:
+def kernel_graph(trace: TraceRecord, trace_url: str | None = None, whole: bool = False) -> Graph:
   """Kernels (and copies) and buffers as one graph: writer call -> buffer -> reader call. A program of more than GROUP_ABOVE calls:
-  one node per realize and model line (program_graph)."""
-  if realizes_of(trace) and len(trace["schedule"]) > GROUP_ABOVE: return program_graph(trace, trace_url or "")
+  one node per realize and model line (program_graph), unless whole (every call and buffer: a canvas draws it, grouped the same way:
+  explorer.present.graph_groups.call_groups)."""
+  if not whole and realizes_of(trace) and len(trace["schedule"]) > GROUP_ABOVE: return program_graph(trace, trace_url or "")
   nodes: list[dict[str, Any]] = []
   edges: list[dict[str, Any]] = []
   for b in trace["buffers"]:
@@ -237,6 +238,19 @@ def kernel_graph(trace: TraceRecord, trace_url: str | None = None) -> Graph:
     edges += [{"src": f"c{s['index']}", "dst": f"b{i}", "idx": j} for j, i in enumerate(s["writes"])]
   return {"nodes": nodes, "edges": edges}
 
+def call_sites(trace: TraceRecord) -> list[tuple[tuple[int, str], list[str]]]:
+  """Each schedule call's (realize, the model line its kernel's provenance names first) and the Tensor functions named there: what a
+  program's kernel graph groups by."""
+  kernels, out = trace["kernels"], []
+  sites_of: dict[int, list[tuple[str, list[str]]]] = {}  # by provenance list: a program's repeated kernels share theirs (the store's parts)
+  for s in trace["schedule"]:
+    k = kernels[s["kernel"]] if s["kernel"] is not None else None
+    if (sites := sites_of.get(shared := id(k.get("provenance")) if k else 0)) is None:
+      sites = sites_of[shared] = provenance_sites([dict(e) for e in own_provenance(k)] if k else [])
+    site, fns = sites[0] if sites else ("(no line)" if s["kind"] == "kernel" else s["kind"] + "s", [])
+    out.append(((s.get("realize", 0), site), fns))
+  return out
+
 def program_graph(trace: TraceRecord, trace_url: str) -> Graph:
   """A big program's kernel graph collapsed: a node per (realize, the model line its kernels' provenance names first), an edge where
   a group reads a buffer another wrote; each node links to the overview's kernel table narrowed to its kernels (the expansion)."""
@@ -244,13 +258,9 @@ def program_graph(trace: TraceRecord, trace_url: str) -> Graph:
   kernels = trace["kernels"]
   key_of: dict[int, tuple[int, str]] = {}
   groups: dict[tuple[int, str], dict[str, Any]] = {}
-  sites_of: dict[int, list[tuple[str, list[str]]]] = {}  # by provenance list: a program's repeated kernels share theirs (the store's parts)
-  for s in trace["schedule"]:
+  for s, (key, fns) in zip(trace["schedule"], call_sites(trace), strict=True):
     k = kernels[s["kernel"]] if s["kernel"] is not None else None
-    if (sites := sites_of.get(shared := id(k.get("provenance")) if k else 0)) is None:
-      sites = sites_of[shared] = provenance_sites([dict(e) for e in own_provenance(k)] if k else [])
-    site, fns = sites[0] if sites else ("(no line)" if s["kind"] == "kernel" else s["kind"] + "s", [])
-    key = key_of[s["index"]] = (s.get("realize", 0), site)
+    key_of[s["index"]] = key
     g = groups.setdefault(key, {"calls": 0, "fns": [], "flops": 0, "kinds": set()})
     g["calls"] += 1
     g["fns"] += [f for f in fns if f not in g["fns"]]

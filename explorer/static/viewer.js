@@ -1,5 +1,6 @@
 /* A graph viewer (templates/_partials/viewer.html): fetch the graph's view JSON, then its SVG; pan/zoom, search, a node's pane. */
 import { $, $$, esc, fetchJSON } from "./dom.js";
+import { BigGraph } from "./big_graph.js";
 
 const MIN_FIT_PX = 2.5;  // label size (px) down to which a fitted graph still shows its nodes' shapes and colours
 const centre = (r) => ({ x: r.left + r.width / 2, y: r.top + r.height / 2 });
@@ -17,11 +18,14 @@ function densest(nodes, w, h) {  // the middle of the nodes in the w x h window 
 export class Viewer {
   constructor(el) {
     this.el = el; this.trace = el.dataset.trace; this.canvas = $(".viewer-canvas", el); this.pz = null; this.seq = 0; this.full = false;
-    $("[data-act=zoom-in]", el).addEventListener("click", () => this.pz && this.pz.zoomIn());
-    $("[data-act=zoom-out]", el).addEventListener("click", () => this.pz && this.pz.zoomOut());
+    $("[data-act=zoom-in]", el).addEventListener("click", () => (this.big ? this.big.zoomAt(1.5) : this.pz && this.pz.zoomIn()));
+    $("[data-act=zoom-out]", el).addEventListener("click", () => (this.big ? this.big.zoomAt(1 / 1.5) : this.pz && this.pz.zoomOut()));
     $("[data-act=fit]", el).addEventListener("click", () => this.fit());
     $("[data-act=full]", el).addEventListener("click", () => { this.full = true; this.show(this.ref); });
-    window.addEventListener("resize", () => { if (this.pz && this.el.isConnected) this.pz.resize(); });  // keep the user's zoom and pan
+    window.addEventListener("resize", () => {  // keep the user's zoom and pan
+      if (!this.el.isConnected) return;
+      if (this.big) this.big.resize(); else if (this.pz) this.pz.resize();
+    });
     const index = $("[data-act=index]", el);
     if (index) index.addEventListener("change", () => this.show(this.ref, true));
     const search = $("[data-act=search]", el);
@@ -71,7 +75,19 @@ export class Viewer {
     if (q) this.find(q);
   }
 
-  nodeEl(id) { return this.canvas.querySelector(`g.node[id="n${CSS.escape(id)}"]`); }
+  nodeEl(id) { return this.big ? null : this.canvas.querySelector(`g.node[id="n${CSS.escape(id)}"]`); }
+
+  marked(select = null) {  // a canvas-drawn graph's marks: the search's hits, the selection with its parents and children
+    if (!this.big) return;
+    const mark = new Map(this.hits.map((id) => [id, "hit"])), lit = new Map();
+    const id = select !== null ? select : this.selected;
+    if (id != null && this.graph.byId.has(id)) {
+      for (const e of this.graph.parents.get(id) || []) { mark.set(e.src, "parent"); lit.set(`${e.src}>${id}`, "parent"); }
+      for (const e of this.graph.children.get(id) || []) { mark.set(e.dst, "child"); lit.set(`${id}>${e.dst}`, "child"); }
+      mark.set(id, "selected");
+    }
+    this.big.setMarks(mark, lit);
+  }
 
   find(q) {
     $$("g.node.hit", this.canvas).forEach((g) => g.classList.remove("hit"));
@@ -80,6 +96,7 @@ export class Viewer {
     if (!q || !this.graph) { this.hits = []; out.textContent = ""; return; }
     this.hits = [...this.graph.byId.values()].filter((n) => n.id === q || String(n.num) === q || n.label.toLowerCase().includes(q)).map((n) => n.id);
     this.hits.forEach((id) => { const g = this.nodeEl(id); if (g) g.classList.add("hit"); });
+    this.marked();
     this.hit = -1;
     out.textContent = this.hits.length ? `${this.hits.length} hit${this.hits.length === 1 ? "" : "s"}` : "no hit";
     if (this.hits.length) this.nextHit(1);
@@ -92,16 +109,20 @@ export class Viewer {
     this.select(this.hits[this.hit]);
   }
 
-  panTo(g) {  // the node to the middle of the part of the graph the node pane leaves uncovered
-    if (!this.pz || !g) return;
-    const c = this.canvas.getBoundingClientRect(), t = g.getBoundingClientRect(), pane = $(".viewer-detail", this.el);
+  panTo(g, id = null) {  // the node to the middle of the part of the graph the node pane leaves uncovered
+    const c = this.canvas.getBoundingClientRect(), pane = $(".viewer-detail", this.el);
     const free = c.width - (pane && !pane.hidden ? pane.offsetWidth + 16 : 0);
+    if (this.big) { this.big.reveal(id, free); return; }
+    if (!this.pz || !g) return;
+    const t = g.getBoundingClientRect();
     this.pz.panBy({ x: c.left + free / 2 - (t.left + t.width / 2), y: c.top + c.height / 2 - (t.top + t.height / 2) });
   }
 
   select(id, pan = true) {
     const n = this.graph && this.graph.byId.get(id);
     this.keepNum = n && n.num != null ? n.num : null;
+    this.selected = n ? id : null;
+    this.marked();
     this.el.dispatchEvent(new CustomEvent("node-selected", { detail: n || null }));
     $$(".selected, .parent, .child", this.canvas).forEach((x) => x.classList.remove("selected", "parent", "child"));
     const box = $(".viewer-detail", this.el);
@@ -123,7 +144,7 @@ export class Viewer {
     if (open) open.addEventListener("click", () => { (this.opened = this.opened || new Set()).add(n.num); this.show(this.ref, true); });
     $$("a[data-node]", box).forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); this.select(a.dataset.node); }));
     $("[data-close]", box).addEventListener("click", () => this.select(null));
-    if (pan) this.panTo(g);
+    if (pan) this.panTo(g, id);
   }
 
   status(html, cls = "") {
@@ -132,7 +153,7 @@ export class Viewer {
 
   /* where each recorded UOp is on screen now (by trace number), and the zoom: a stable step puts the survivors back there */
   screenState() {
-    if (!this.pz || !this.graph) return null;
+    if (!this.pz || !this.graph) return null;  // (a canvas-drawn graph steps without: its layout is its own)
     const at = new Map();
     for (const n of this.graph.byId.values()) {
       if (n.num == null) continue;
@@ -148,6 +169,7 @@ export class Viewer {
     const before = stableFrom ? this.screenState() : null;
     this.ref = ref; this.el.dataset.ref = ref; delete this.el.dataset.loaded;
     if (this.pz) { this.pz.destroy(); this.pz = null; }
+    this.big = null; this.selected = null;
     this.status('<span class="spinner"></span> Expanding and laying out the graph…');
     $(".viewer-notes", this.el).innerHTML = ""; $(".viewer-legend", this.el).innerHTML = ""; $(".viewer-rule", this.el).innerHTML = "";
     const idx = $("[data-act=index]", this.el), mode = idx ? idx.value : "auto";
@@ -157,6 +179,7 @@ export class Viewer {
     try {
       const view = await fetchJSON(base + q);
       if (seq !== this.seq) return;
+      if (view.partial && !this.full) { await this.showWhole(seq, base, mode); return; }
       this.describe(view);
       this.index(view);
       const svgUrl = stableFrom && before ? `${view.svg_url}${view.svg_url.includes("?") ? "&" : "?"}stable_from=${encodeURIComponent(stableFrom)}` : view.svg_url;
@@ -195,6 +218,40 @@ export class Viewer {
     }
   }
 
+  /* a graph over the server's node limit, whole: laid out here and drawn on a canvas (big_graph.js) */
+  async showWhole(seq, base, mode) {
+    const view = await fetchJSON(`${base}?whole=1${mode === "hide" ? "&index=hide" : ""}`);
+    if (seq !== this.seq) return;
+    this.status(`<span class="spinner"></span> Laying out ${view.total_nodes.toLocaleString()} nodes…`);
+    if ("compact" in this.el.dataset) this.canvas.style.height = `${Math.round(window.innerHeight * 0.7)}px`;  // (a short, wide graph's canvas)
+    const big = await BigGraph.create(this.canvas, view, (id) => this.select(id, false), () => seq !== this.seq);
+    if (!big) return;
+    this.big = big;
+    this.describe(view);
+    $(".viewer-notes", this.el).insertAdjacentHTML("afterbegin", `<p data-whole>All ${view.total_nodes.toLocaleString()} nodes, laid out in this ` +
+      "browser and drawn on a canvas (too many for graphviz): scroll to zoom, drag to pan, click a node for its pane.</p>");
+    $("[data-act=svg]", this.el).hidden = true;
+    this.index(view);
+    await this.openBig(view);
+    this.el.dataset.loaded = view.ref;
+    this.el.dataset.drawn = "canvas";
+    const query = $("[data-act=search]", this.el).value;
+    if (query) this.find(query);
+    const want = new URL(window.location.href).searchParams.get("node") || (this.keepNum != null ? String(this.keepNum) : null);
+    const n = want && [...this.graph.byId.values()].find((x) => String(x.num) === want);
+    if (n) this.select(n.id);
+    this.el.dataset.stable = "";
+    this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
+  }
+
+  async openBig(view) {  // as opening() opens an SVG: fitted (it is) where its boxes still show, else readable over its first changed node or its output
+    const big = this.big, bigFont = document.documentElement.classList.contains("big");
+    if (big.labelPx() >= MIN_FIT_PX && !bigFont) return;
+    const consumed = new Set(view.edges.map((e) => e.src)), out = view.nodes.filter((n) => !consumed.has(n.id)).pop();
+    const at = (view.highlight || [])[0] || (out && out.id);
+    if (at) { await big.reveal(at); big.zoomAt((bigFont ? 14 : 11) / big.labelPx()); }
+  }
+
   async restore(before) {  // the previous zoom, panned so the UOps both graphs hold are where they were on screen (median shift)
     const both = this.graph ? [...this.graph.byId.values()].filter((n) => n.num != null && before.at.has(n.num) && this.nodeEl(n.id)) : [];
     if (!both.length) return false;
@@ -213,6 +270,7 @@ export class Viewer {
   /* the pan and zoom as any screen reads them: the zoom relative to the fit, and the graph's point (in its own units) at the canvas's
      middle; place() puts another canvas of any size there */
   placement() {
+    if (this.big) return this.big.placement();
     if (!this.pz) return null;
     const s = this.pz.getSizes(), pan = this.pz.getPan();
     const at = { zoom: this.pz.getZoom(), cx: (s.width / 2 - pan.x) / s.realZoom, cy: (s.height / 2 - pan.y) / s.realZoom };
@@ -220,6 +278,7 @@ export class Viewer {
   }
 
   place({ zoom, cx, cy }) {
+    if (this.big) { this.big.place({ zoom, cx, cy }); return; }
     if (!this.pz) return;
     this.pz.zoom(zoom);
     const s = this.pz.getSizes();
@@ -227,12 +286,14 @@ export class Viewer {
   }
 
   fit() {
+    if (this.big) { this.big.fit(); return; }
     if (!this.pz) return;
     this.pz.resize(); this.pz.fit(); this.pz.center();
     if (this.pz.getZoom() > 1.6) this.pz.zoom(1.6);  // small graphs: do not blow them up
   }
 
   labelPx(el) {  // the on-screen size of a node label now: its font size in the SVG's units times the SVG's scale on screen
+    if (this.big) return this.big.labelPx();
     const t = $("g.node text", el), m = t && t.getScreenCTM();
     return t && m ? parseFloat(t.getAttribute("font-size") || "9") * Math.hypot(m.a, m.b) : null;
   }
@@ -256,7 +317,7 @@ export class Viewer {
     $(".viewer-stats", this.el).textContent = shown + (view.highlight && view.highlight.length ? ` · ${view.highlight.length} changed` : "");
     $(".viewer-notes", this.el).innerHTML = (view.notes || []).map((n) => `<p>${esc(n)}</p>`).join("");
     $("[data-act=full]", this.el).hidden = this.full || view.shown_nodes === view.total_nodes;
-    $("[data-act=svg]", this.el).href = view.svg_url;
+    $("[data-act=svg]", this.el).href = view.svg_url; $("[data-act=svg]", this.el).hidden = false;
     const rejected = (view.violations || []).length;
     $(".viewer-legend", this.el).innerHTML = (view.legend && view.legend.length && view.ref !== "kernels" ? '<span class="legend-head">fill: op family</span>' : "") +
       (view.legend || []).map((l) =>

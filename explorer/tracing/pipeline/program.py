@@ -211,8 +211,11 @@ class ProgramTrace:
     p["env"]["device"] = p["env"].get("device") or device
     graphs = [x["tensor_graph"] for x in p["realizes"] if x["tensor_graph"]]
     biggest = max(p["realizes"], key=lambda x: x["kernels"][1] - x["kernels"][0])
-    p["tensor_graph"] = {"uops": sum(g["uops"] for g in graphs), "ops": _counted([g["ops"] for g in graphs]),
-                         "sink": (biggest["tensor_graph"] or {}).get("sink")} if graphs else None
+    drawn = biggest["tensor_graph"] or {}  # the graph a program's tensor graph page draws: its biggest realize's
+    p["tensor_graph"] = {"uops": sum(g["uops"] for g in graphs), "ops": _counted([g["ops"] for g in graphs]), "sink": drawn.get("sink"),
+                         "sites": drawn.get("sites", []), "uop_sites": drawn.get("uop_sites", [])} if graphs else None
+    for g in graphs:  # kept once, on the program's: a realize's would repeat them
+      for key in ("sites", "uop_sites"): g.pop(key, None)
     if not p["scheduler"]["passes"]: p["scheduler"] = None
     self._render_targets(device, analysis, blobs)
     asked = p["variant"]["targets"]

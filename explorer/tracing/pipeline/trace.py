@@ -276,7 +276,9 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
   and its check, timing."""
   trace = rec.trace
   sink = program.scheduled.sink if program.scheduled is not None else tg.tensor_sink(*program.outs)
-  trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink)}
+  sites, uop_sites = tg.uop_sites(sink)
+  trace["tensor_graph"] = {"uops": len(sink.toposort()), "ops": tg.op_histogram(sink), "sink": tg.trace_num(sink), "sites": sites,
+                           "uop_sites": uop_sites}
   trace["spec_checks"] = {"tensor_graph": tg.tensor_spec_check(sink)}  # tinygrad's own specs, every UOp (schema.SpecCheck)
   with tg.disable_gc():  # as Tensor.realize runs them: schedule, codegen and the run with tinygrad's cyclic garbage collector off
     compiled = _realize(rec, program, variant, device, base, pool, blobs)

@@ -92,7 +92,7 @@ from explorer.tracing.tg.pipeline import (
   tensor_sink,
 )
 from explorer.tracing.tg.profile import HostEvents, Profiling, profiling, profiling_paused
-from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance, site_signature, sited_metadata, user_site
+from explorer.tracing.tg.provenance import carrying_metadata, kernel_provenance, site_signature, sited_metadata, uop_sites, user_site
 from explorer.tracing.tg.recording import (
   LiveLog,
   Pass,
@@ -160,7 +160,7 @@ __all__ = [
   "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_keys", "schedule_with_vars", "stage_decisions",
   "call_argument_nums", "Call", "calls", "dims",
   "buffer_key", "buffer_facts", "tensor_buffer", "copy_ins_outs", "kernel_reads_writes",
-  "kernel_provenance", "sited_metadata", "user_site", "carrying_metadata", "site_signature",
+  "kernel_provenance", "sited_metadata", "uop_sites", "user_site", "carrying_metadata", "site_signature",
   "CompileFailed", "CompileTimer", "codegen_host", "codegen_deviceless", "program_facts", "ast_uop_count", "ast_key", "ast_variables",
   "Rewrite", "compile_schedule", "run_schedule", "compiled_sources", "realize_inputs", "compile_seconds", "has_reduce",
   "compiler_name", "fallback_reason", "kernel_calls",

@@ -389,6 +389,22 @@ def site_signature(sink: UOp) -> frozenset[Any]:
   md = uop_ops.all_metadata
   return frozenset((m.name, m.backward, getattr(m, "site", None)) for u in sink.toposort() if (ms := md.get(u)) for m in ms)
 
+def uop_sites(sink: UOp) -> tuple[list[Entry], list[list[int]]]:
+  """Which Tensor function (and model line, where recorded) made each UOp of a tensor graph: the distinct entries, and [trace number,
+  entry index] for each UOp that has metadata (its first entry: tinygrad's outermost call). A graph viewer groups the graph by them."""
+  entries: dict[tuple[Any, ...], int] = {}
+  table: list[Entry] = []
+  pairs: list[list[int]] = []
+  for u in sink.toposort():
+    if not (ms := uop_ops.all_metadata.get(u)): continue
+    m = ms[0]
+    key = (m.name, m.backward, getattr(m, "site", None), getattr(m, "backward_site", None))
+    if (i := entries.get(key)) is None:
+      i = entries[key] = len(table)
+      table.append(entry(m))
+    pairs.append([u.trace_num, i])
+  return table, pairs
+
 # ***** a kernel's provenance *****
 
 def _global(u: UOp) -> bool:

@@ -31,6 +31,10 @@ class RewriteBlob:
     """id(UOp) -> trace number, for every UOp rebuilt so far (whole graphs rebuilt from the blob are kept by tinygrad's VizData)."""
     return {id(u): n for n, u in self.data.all_uops.items()}
 
+  def by_id(self) -> dict[int, UOp]:
+    """id(UOp) -> UOp, for every UOp rebuilt so far."""
+    return {id(u): u for u in self.data.all_uops.values()}
+
   def pass_output(self, p: Pass) -> UOp:
     """The graph a pass ended with (its start with every match applied)."""
     from explorer.tracing.tg.viewer import replayed_output
@@ -49,7 +53,8 @@ class RewriteBlob:
     from explorer.tracing.tg.viewer import get_full_rewrite
     for i, st in enumerate(get_full_rewrite(self.data, self.data.trace.rewrites[group][step])):
       if i > limit: break
-      yield {"graph": _with_nums(_graph_from_viz(st["graph"]), self.nums()), "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
+      graph = _with_nums(_graph_from_viz(st["graph"]), self.nums(), self.by_id())
+      yield {"graph": graph, "changed": [str(c) for c in (st["change"] or [])], "diff": st["diff"],
              "rule": None if st["upat"] is None else f"{st['upat'][0][0].split('/')[-1]}:{st['upat'][0][1]}"}
 
   def rules_fired(self, group: int, step: int) -> list[dict[str, Any]]:
@@ -118,12 +123,16 @@ class RewriteBlob:
 
 def uop_graph(blob: RewriteBlob, sink: UOp) -> dict[str, Any]:
   from explorer.tracing.tg.viewer import uop_to_json
-  return _with_nums(_graph_from_viz(uop_to_json(blob.data, sink)), blob.nums())
+  return _with_nums(_graph_from_viz(uop_to_json(blob.data, sink)), blob.nums(), blob.by_id())
 
-def _with_nums(g: dict[str, Any], nums: dict[int, int]) -> dict[str, Any]:
-  """Each node that is a recorded UOp gets its trace number (`num`): stable across graphs and processes, unlike the node ids."""
+def _with_nums(g: dict[str, Any], nums: dict[int, int], uops: dict[int, UOp] | None = None) -> dict[str, Any]:
+  """Each node that is a recorded UOp gets its trace number (`num`): stable across graphs and processes, unlike the node ids; and,
+  where uops (id -> UOp) has it inside loops, the trace numbers of the RANGEs it is inside (`ranges`, tinygrad's UOp.ranges, outer
+  first): its loop nest, by which a viewer groups a big kernel graph."""
   for n in g["nodes"]:
     if (num := nums.get(int(n["id"]))) is not None: n["num"] = num
+    if uops is not None and (u := uops.get(int(n["id"]))) is not None and (inside := getattr(u, "ranges", None)):
+      n["ranges"] = [r for r in (nums.get(id(x)) for x in inside) if r is not None]
   return g
 
 def _graph_from_viz(g: dict[int, dict[str, Any]]) -> dict[str, Any]:

@@ -178,6 +178,10 @@ class GraphView(BaseModel):
   svg_url: str
   nodes: list[dict[str, Any]] | None = None
   edges: list[dict[str, Any]] | None = None
+  partial: bool = Field(default=False, description="not every node is here (cut over the node limit, or a big program's calls "
+                        "collapsed by realize and line): whole=1 has them all")
+  groups: list[dict[str, Any]] | None = Field(default=None, description="whole=1 on a tensor graph: the model lines (or Tensor functions) "
+                                              "that made its UOps, largest first; a node's `group` indexes them")
 
 class Match(BaseModel):
   """One match of a rewrite pass: the rule, the time tinygrad measured for it, the rewritten UOp before and after."""

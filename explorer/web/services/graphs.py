@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import Any, cast
-from explorer.present import expand_worker as expand, graphs
+from explorer.present import expand_worker as expand, graph_groups, graphs
 from explorer.present.graph_refs import (
   GraphNotFound,
   Ref,
@@ -113,15 +113,16 @@ class GraphService:
 
   # ***** views: simplified graph + what to highlight + notes, cached as JSON *****
 
-  def _cache_key(self, ref: str, full: bool, index: str = "auto", opened: frozenset[int] = frozenset()) -> str:
-    return ref + ("+full" if full else "") + ("" if index == "auto" else f"+index={index}") + \
+  def _cache_key(self, ref: str, full: bool, index: str = "auto", opened: frozenset[int] = frozenset(), whole: bool = False) -> str:
+    return ref + ("+whole" if whole else "+full" if full else "") + ("" if index == "auto" else f"+index={index}") + \
       (f"+expand={','.join(map(str, sorted(opened)))}" if opened else "")
 
   # the public calls start work (a worker's expansion, a layout): each takes the request's WorkPermit (explorer.web.http.work)
 
   async def view(self, trace_id: str, trace: TraceRecord, ref_text: str, full: bool = False, index: str = "auto",
-                 opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> dict[str, Any]:
-    return await self._view(trace_id, trace, ref_text, full, index, opened)
+                 opened: frozenset[int] = frozenset(), *, permit: WorkPermit, whole: bool = False) -> dict[str, Any]:
+    """whole: every node, none cut and index arithmetic collapsed only where index="hide" (what a page draws on a canvas)."""
+    return await self._view(trace_id, trace, ref_text, full, index, opened, whole)
 
   async def svg(self, trace_id: str, trace: TraceRecord, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
                 stable_from: str | None = None, opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> str:
@@ -148,15 +149,16 @@ class GraphService:
                                                          lambda: self._expand(expand.pass_origins, trace_id, group, list(nums), target)))
 
   async def _view(self, trace_id: str, trace: TraceRecord, ref_text: str, full: bool = False, index: str = "auto",
-                  opened: frozenset[int] = frozenset()) -> dict[str, Any]:
+                  opened: frozenset[int] = frozenset(), whole: bool = False) -> dict[str, Any]:
     """index: collapse index arithmetic "auto" (over the node limit), "hide" (always) or "show" (never). opened: trace numbers of
     cut-off nodes to open (their inputs shown)."""
     ref = parse_ref(ref_text)
     self._check(trace, ref)
-    key = self._cache_key(ref_text, full, index, opened)
-    if (cached := await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")) is not None: return cast(dict[str, Any], cached)
-    try: return cast(dict[str, Any], await self._once((trace_id, key, "view"),
-                                                      lambda: self._make_view(trace_id, trace, ref, ref_text, full, index=index, opened=opened)))
+    key = self._cache_key(ref_text, full, index, opened, whole)
+    cached = await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")
+    if cached is not None and "partial" in cached: return cast(dict[str, Any], cached)  # (one cached before `partial` is made again)
+    try: return cast(dict[str, Any], await self._once((trace_id, key, "view"), lambda: self._make_view(
+      trace_id, trace, ref, ref_text, full, index=index, opened=opened, whole=whole)))
     except expand.BlobUnreadable as e: return await asyncio.to_thread(self._stored_view, trace_id, ref_text, str(e))
 
   def _stored_view(self, trace_id: str, ref_text: str, why: str) -> dict[str, Any]:
@@ -176,19 +178,24 @@ class GraphService:
         raise GraphNotFound(f"pass {ref.pass_index} has {passes[ref.pass_index]['matches']} matches, not {j}")  # type: ignore[index]
 
   async def _make_view(self, trace_id: str, trace: TraceRecord, ref: Ref, ref_text: str, full: bool, got: Raw | None = None,
-                       index: str = "auto", opened: frozenset[int] = frozenset()) -> dict[str, Any]:
+                       index: str = "auto", opened: frozenset[int] = frozenset(), whole: bool = False) -> dict[str, Any]:
     raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref)
-    limit = graphs.HARD_MAX_NODES if full else self.node_limit
+    if whole and ref.kind == "kernels": raw, notes = await asyncio.to_thread(graphs.kernel_graph, trace, trace_url(trace_id), True), []
+    limit = len(raw["nodes"]) if whole else graphs.HARD_MAX_NODES if full else self.node_limit
     def make() -> dict[str, Any]:  # a program's kernel graph has a node per kernel: simplified off the event loop (100 ms for 10,001)
       shown, simplify_notes = graphs.simplify(raw, limit, index, opened)
+      groups = None if not whole else graph_groups.tensor_groups(shown, trace["tensor_graph"]) if ref.kind == "tensor" else \
+        graph_groups.loop_groups(shown) if ref.kind in ("ast", "codegen") else graph_groups.call_groups(shown, trace) if ref.kind == "kernels" \
+        else None
       keep = {n["id"] for n in shown["nodes"]}
       view = {"ref": ref_text, "title": graph_title(trace, ref), "notes": notes + simplify_notes, "total_nodes": len(raw["nodes"]),
               "shown_nodes": len(shown["nodes"]), "highlight": [h for h in highlight if h in keep],
               "legend": graphs.kernel_graph_legend(shown) if ref.kind == "kernels" else graphs.legend(shown),
               "rule": extra.get("rule"), "diff": extra.get("diff"), "nodes": shown["nodes"], "edges": shown["edges"], "full": full,
               "violations": [v for v in extra.get("violations") or [] if v in keep],
-              "simplified": bool(simplify_notes), "index": index}
-      self.store.put_cached(trace_id, self._cache_key(ref_text, full, index, opened), "view", view)
+              "simplified": bool(simplify_notes), "index": index, "groups": groups,
+              "partial": len(shown["nodes"]) < len(raw["nodes"]) or "grouped" in raw}
+      self.store.put_cached(trace_id, self._cache_key(ref_text, full, index, opened, whole), "view", view)
       return view
     return await asyncio.to_thread(make)
 

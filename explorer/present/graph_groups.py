@@ -1,0 +1,128 @@
+"""Groups for graphs too big to read node by node: a tensor graph grouped by the model line (or, where no line was recorded, the
+Tensor function) that made each UOp, from the provenance the trace records (tensor_graph.sites, uop_sites); a kernel's graphs (its
+AST, codegen's passes) by loop nest, the RANGEs tinygrad says each UOp is inside (nodes' `ranges`); a program's kernel graph by
+realize and model line, as its collapsed form (graphs.program_graph) groups it. A page draws a group closed, as one box with its op
+counts, and opens it in place (static/big_graph.js).
+
+Plain data in and out: no tinygrad imports."""
+from __future__ import annotations
+import collections
+import os
+import re
+from typing import Any
+from explorer.present.graphs import call_sites
+from explorer.schema import Provenance, TensorGraph, TraceRecord, realizes_of
+
+Graph = dict[str, Any]
+MIN_GROUP = 2  # a group of one UOp is drawn as the UOp
+
+def site_key(site: Provenance) -> tuple[Any, ...]:
+  """What one group stands for: a model line (forward and backward apart), else a Tensor function."""
+  return (site["file"], site["line"], site["backward"]) if site["file"] else (None, site["fn"], site["backward"])  # (None, op, None): by op
+
+def site_label(site: Provenance, fns: list[str]) -> str:
+  named = ", ".join(fns[:3]) + ("…" if len(fns) > 3 else "")
+  where = f"{os.path.basename(site['file'])}:{site['line']}" if site["file"] else "(no line)"
+  return f"{where} {'backward: ' if site['backward'] else ''}{named}"
+
+def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[str, Any]]:
+  """Set each node's `group` (an index into the returned list) where its UOp's provenance names one; a node without provenance (a
+  constant, a buffer, a reshape tinygrad made on its own) joins its users' group when they are all grouped and share one. Returns the groups:
+  {label, file, line, fn, backward, nodes, ops}, largest first. A graph of a trace recorded without sites gets none. Then a node
+  still without one joins its inputs' group where they share one (a STORE of a group's result, the AFTER that orders it), and the
+  rest are grouped by op (labelled "(no line)")."""
+  if not tensor_graph or not (sites := tensor_graph.get("sites")): return []
+  by_num = {num: i for num, i in tensor_graph.get("uop_sites", []) if 0 <= i < len(sites)}
+  key_of = [site_key(s) for s in sites]
+  keys = list(dict.fromkeys(key_of))
+  slot = {key: j for j, key in enumerate(keys)}
+  users: dict[str, list[str]] = collections.defaultdict(list)
+  inputs: dict[str, list[str]] = collections.defaultdict(list)
+  for e in graph["edges"]:
+    users[e["src"]].append(e["dst"])
+    inputs[e["dst"]].append(e["src"])
+  group: dict[str, int] = {}
+  def joined(n: dict[str, Any], near: dict[str, list[str]]) -> None:  # the one group all its grouped neighbours share, if there is one
+    if n["id"] not in group and len(mine := {group[m] for m in near[n["id"]] if m in group}) == 1: group[n["id"]] = mine.pop()
+  for n in reversed(graph["nodes"]):  # a UOp graph's nodes come inputs first: users are placed before their inputs
+    if (i := by_num.get(n.get("num", -1))) is not None: group[n["id"]] = slot[key_of[i]]
+    elif not any(m not in group for m in users[n["id"]]): joined(n, users)
+  for n in graph["nodes"]: joined(n, inputs)  # what only stores or orders a group's result (STORE, AFTER) is the group's too
+  left = collections.Counter(n["op"] for n in graph["nodes"] if n["id"] not in group)
+  for op in (op for op, count in left.items() if count > 1):  # the rest, by op: a program's buffers, the stores between lines
+    slot[key := (None, op, None)] = len(keys)
+    keys.append(key)
+    for n in graph["nodes"]:
+      if n["id"] not in group and n["op"] == op: group[n["id"]] = slot[key]
+  fns: dict[int, list[str]] = collections.defaultdict(list)
+  for i, s in enumerate(sites):
+    if s["fn"] not in fns[slot[key_of[i]]]: fns[slot[key_of[i]]].append(s["fn"])
+  first: dict[int, Provenance] = {slot[key]: sites[key_of.index(key)] for key in keys if key in key_of}
+  for key in keys[len(first):]: first[slot[key]], fns[slot[key]] = {"fn": key[1], "file": None, "line": None, "backward": False}, [key[1]]
+  ops: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+  for n in graph["nodes"]:
+    if (g := group.get(n["id"])) is not None: ops[g][n["op"]] += 1
+  used = sorted((g for g in ops if sum(ops[g].values()) >= MIN_GROUP), key=lambda g: -sum(ops[g].values()))
+  renumber = {g: j for j, g in enumerate(used)}
+  for n in graph["nodes"]:
+    if (g := group.get(n["id"])) in renumber: n["group"] = renumber[g]
+  return [{"label": site_label(first[g], fns[g]), "file": first[g]["file"], "line": first[g]["line"], "fn": fns[g][0],
+           "backward": first[g]["backward"], "nodes": sum(ops[g].values()), "ops": dict(ops[g].most_common())} for g in used]
+
+_RANGE_ARG = re.compile(r"^\((\d+),")
+_RANGE_SIZE = re.compile(r"^CONST0 (\d+)$", re.M)
+
+def loop_groups(graph: Graph) -> list[dict[str, Any]]:
+  """Set each node's `group` to its loop nest's (the RANGEs it is inside, as tinygrad's UOp.ranges names them: the nodes' `ranges`);
+  a node outside every loop (a buffer, a constant, the SINK) stays in none. Returns the groups: {label (each loop as tinygrad's END
+  labels it: axis(size)), ranges, nodes, ops}, largest first."""
+  ranges = {n["num"]: n for n in graph["nodes"] if n["op"] == "RANGE" and "num" in n}
+  def axis(num: int) -> tuple[int, str]:  # a loop's axis number and its name as END writes it, e.g. 4(6)
+    lines = ranges[num]["label"].split("\n") if num in ranges else []
+    arg = _RANGE_ARG.match(lines[1]) if len(lines) > 1 else None
+    size = _RANGE_SIZE.search(ranges[num]["label"]) if num in ranges else None
+    return (int(arg.group(1)), f"{arg.group(1)}({size.group(1) if size else '?'})") if arg else (1 << 30, f"#{num}")
+  nests: dict[tuple[int, ...], collections.Counter[str]] = collections.defaultdict(collections.Counter)
+  key_of: dict[str, tuple[int, ...]] = {}
+  for n in graph["nodes"]:
+    if rs := n.get("ranges"):
+      key_of[n["id"]] = key = tuple(sorted(rs, key=axis))
+      nests[key][n["op"]] += 1
+  used = sorted((k for k in nests if sum(nests[k].values()) >= MIN_GROUP), key=lambda k: (-sum(nests[k].values()), k))
+  slot = {key: i for i, key in enumerate(used)}
+  for n in graph["nodes"]:
+    if key_of.get(n["id"]) in slot: n["group"] = slot[key_of[n["id"]]]
+  return [{"label": "loops " + " ".join(axis(r)[1] for r in key), "ranges": list(key), "nodes": sum(nests[key].values()),
+           "ops": dict(nests[key].most_common())} for key in used]
+
+def call_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
+  """A captured program's kernel graph (graphs.kernel_graph, whole) grouped by realize and the model line each call's kernel came
+  from (graphs.call_sites); a buffer joins its writers' group, or, never written (an input), its readers' where they share one, and
+  is otherwise grouped with the buffers of its role that lie between groups.
+  Returns the groups: {label, realize, site, nodes, ops}, largest first. A convolution's trace (no realizes) gets none."""
+  if not realizes_of(trace): return []
+  keyed = {f"c{s['index']}": site for s, site in zip(trace["schedule"], call_sites(trace), strict=True)}
+  key_of: dict[str, tuple[int, str]] = {node: key for node, (key, _) in keyed.items()}
+  fns: dict[tuple[int, str], list[str]] = collections.defaultdict(list)
+  for key, named in keyed.values(): fns[key] += [f for f in named if f not in fns[key]]
+  writers: dict[str, list[str]] = collections.defaultdict(list)
+  readers: dict[str, list[str]] = collections.defaultdict(list)
+  for e in graph["edges"]:
+    if e["src"] in key_of: writers[e["dst"]].append(e["src"])  # a call writes the buffer
+    else: readers[e["src"]].append(e["dst"])  # a call reads it
+  for n in graph["nodes"]:
+    if n["id"] in key_of: continue
+    near = writers[n["id"]] or readers[n["id"]]
+    if len(mine := {key_of[c] for c in near if c in key_of}) == 1: key_of[n["id"]] = mine.pop()
+    else: key_of[n["id"]] = (-1, f"{n.get('role') or n['kind']} buffers")  # between groups (a weight each realize writes): by role
+  count: dict[tuple[int, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
+  for n in graph["nodes"]:
+    if n["id"] in key_of: count[key_of[n["id"]]][n["op"]] += 1
+  used = sorted((k for k in count if sum(count[k].values()) >= MIN_GROUP), key=lambda k: (-sum(count[k].values()), k))
+  slot = {key: i for i, key in enumerate(used)}
+  for n in graph["nodes"]:
+    if key_of.get(n["id"]) in slot: n["group"] = slot[key_of[n["id"]]]
+  def label(key: tuple[int, str]) -> str:
+    named = ", ".join(fns[key][:3]) + ("…" if len(fns[key]) > 3 else "")
+    return f"realize {key[0]} · {key[1]} {named}".rstrip() if key[0] >= 0 else f"{key[1]} written or read by more than one group"
+  return [{"label": label(k), "realize": k[0], "site": k[1], "nodes": sum(count[k].values()), "ops": dict(count[k].most_common())} for k in used]

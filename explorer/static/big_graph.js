@@ -1,0 +1,368 @@
+/* A graph too big for graphviz and SVG, drawn whole on a canvas. A tensor graph comes grouped by the model line that made each UOp
+   (the view's `groups`): it opens as one box per group beside the UOps no group holds; a click on a box opens the group in place
+   (its UOps laid out on their own, in a frame whose top left is the box's, moved right past anything it would cover: nothing on
+   screen moves, as the small graphs' stable stepping keeps what was there); a click on the frame's title folds it back. Layouts run in a worker (graph_worker.js: graph_layout.js's layered layout,
+   20,000 nodes in a fraction of a second); each frame draws only what is on screen, labels only where they are big enough to read.
+   viewer.js drives it: the same node pane, search and selection, in explorer.css's colours for g.node.selected, .parent, .child, .hit. */
+
+const FONT_PX = 9, CHAR_PX = 5.45, LINE_PX = 11, PAD_X = 6, PAD_Y = 5, MAX_CHARS = 30, GROUP_CHARS = 52, LABEL_LINES = 3;
+const FRAME_PAD = 16, FRAME_HEAD = 22, GAP = 14;
+const ZOOM_SETTLE_MS = 150;  // a zoom draws its frames scaled from the last sharp one, and sharp this long after it stops
+const MIN_TEXT_PX = 5;  // a label smaller than this on screen is not drawn: the boxes' colours still show
+const COLOR = { edge: "#8a8f98", text: "#111111", border: "#5c6370", changed: "#e5484d", spec: "#7c3aed", hit: "#d4a72c",
+                selected: "#0969da", parent: "#1a7f37", child: "#8250df", group: "#eef1f5", groupBorder: "#57606a", frame: "rgba(238,241,245,0.55)" };
+const WORKER = new URL("./graph_worker.js", import.meta.url);
+
+function cut(ln, most) { return ln.length > most ? ln.slice(0, most - 1) + "…" : ln; }
+
+function sized(item, lines, most = MAX_CHARS) {  // a box's lines and size, from its label
+  item.lines = lines.map((ln) => cut(ln, most));
+  item.w = Math.max(...item.lines.map((l) => l.length)) * CHAR_PX + 2 * PAD_X;
+  item.h = item.lines.length * LINE_PX + 2 * PAD_Y;
+  return item;
+}
+
+function textColor(fill) {  // graphs.text_color: dark text on light fills
+  const m = /^#?([0-9a-f]{6})$/i.exec(fill || "");
+  if (!m) return COLOR.text;
+  const v = parseInt(m[1], 16), r = v >> 16, g = (v >> 8) & 255, b = v & 255;
+  return 0.299 * r + 0.587 * g + 0.114 * b < 140 ? "#ffffff" : COLOR.text;
+}
+
+let worker = null, asked = 0;
+const waiting = new Map();  // request number -> [resolve, reject]
+
+function layoutWorker() {  // one for the page, started on first use: a module worker takes a while to start
+  if (worker) return worker;
+  worker = new Worker(WORKER, { type: "module" });
+  worker.onmessage = (e) => { const [ok] = waiting.get(e.data.id) || []; waiting.delete(e.data.id); if (ok) ok(e.data); };
+  worker.onerror = (e) => {
+    for (const [, fail] of waiting.values()) fail(new Error(`laying the graph out failed: ${e.message || "the worker stopped"}`));
+    waiting.clear(); worker = null;
+  };
+  return worker;
+}
+
+export function layOut(items, edges) {  // items [{id, w, h}], edges [{src, dst}] by id: resolves to graph_layout.js's {x, y, width, height}
+  return new Promise((resolve, reject) => {
+    const id = ++asked;
+    waiting.set(id, [resolve, reject]);
+    layoutWorker().postMessage({ id, nodes: items.map(({ id: key, w, h }) => ({ id: key, w, h })), edges });
+  });
+}
+
+const overlaps = (a, b, gap = 0) => Math.abs(a.x - b.x) * 2 < a.w + b.w + 2 * gap && Math.abs(a.y - b.y) * 2 < a.h + b.h + 2 * gap;
+
+export class BigGraph {
+  /* box: the element to fill once laid out; view: the graph's whole view JSON; onPick(id | null): a click on a node or on nothing;
+     stale(): the page has since asked for another graph (then null, and the box is left as it is) */
+  static async create(box, view, onPick, stale = () => false) {
+    const g = new BigGraph(box, view, onPick);
+    return (await g.start(stale)) ? g : null;
+  }
+
+  constructor(box, view, onPick) {
+    this.box = box; this.view = view; this.onPick = onPick;
+    this.nodes = view.nodes.map((n) => sized({ ...n, key: n.id }, n.label.split("\n").slice(0, LABEL_LINES)));
+    this.byId = new Map(this.nodes.map((n) => [n.id, n]));
+    this.groups = (view.groups || []).map((g, i) => sized({ ...g, key: `group:${i}`, index: i, open: null, members: [] },
+      [g.label, `${g.nodes.toLocaleString()} nodes · ${Object.entries(g.ops).slice(0, 3).map(([op, c]) => `${c} ${op}`).join(" ")}`], GROUP_CHARS));
+    for (const n of this.nodes) if (n.group != null && this.groups[n.group]) this.groups[n.group].members.push(n);
+    this.mark = new Map(); this.lit = new Map();
+    this.changed = new Set(view.highlight || []); this.spec = new Set(view.violations || []);
+    this.canvas = document.createElement("canvas");
+    this.canvas.className = "big-graph";
+    this.k = 1; this.tx = 0; this.ty = 0; this.frame = null; this.frames = 0; this.cache = null;
+  }
+
+  async start(stale) {
+    const top = [...this.nodes.filter((n) => !this.closedGroup(n)), ...this.groups];
+    const at = await layOut(top.map((t) => ({ id: t.key, w: t.w, h: t.h })), this.visibleEdges().map(([s, d]) => ({ src: s.key, dst: d.key })));
+    if (stale()) return false;
+    top.forEach((t, i) => { t.x = at.x[i]; t.y = at.y[i]; });
+    this.box.replaceChildren(this.canvas);
+    this.wire();
+    this.resize(); this.fit();
+    return true;
+  }
+
+  closedGroup(n) { const g = n.group != null ? this.groups[n.group] : null; return g && !g.open ? g : null; }
+  end(n) { return this.closedGroup(n) || n; }  // where an edge to n is drawn: n, or its group's box while closed
+  shownNodes() { return this.nodes.filter((n) => !this.closedGroup(n)); }
+
+  visibleEdges() {  // [source box, user box, via], one per pair of boxes
+    const out = new Map();
+    for (const e of this.view.edges) {
+      const s = this.byId.get(e.src), d = this.byId.get(e.dst);
+      if (!s || !d) continue;
+      const a = this.end(s), b = this.end(d);
+      if (a !== b && !out.has(`${a.key}>${b.key}`)) out.set(`${a.key}>${b.key}`, [a, b, e.via]);
+    }
+    return [...out.values()];
+  }
+
+  items() {  // everything that takes room: nodes shown outside any group, closed groups' boxes, open groups' frames
+    return [...this.nodes.filter((n) => n.group == null || !this.groups[n.group]), ...this.groups.map((g) => g.open || g)];
+  }
+
+  refresh() {  // after a group opened or closed: what is drawn, by fill (a frame fills each colour's boxes in one path)
+    this.edges = this.visibleEdges(); this.shown = this.shownNodes(); this.byFill = new Map();
+    for (const n of this.shown) { const f = n.color || "#ffffff"; if (!this.byFill.has(f)) this.byFill.set(f, []); this.byFill.get(f).push(n); }
+    this.setMarks(this.mark, this.litIds || new Map());
+  }
+
+  // ***** a group opened in place, and closed again *****
+
+  async openGroup(g) {
+    if (g.open) return;
+    const members = g.members, ids = new Set(members.map((n) => n.id));
+    const edges = this.view.edges.filter((e) => ids.has(e.src) && ids.has(e.dst)).map((e) => ({ src: e.src, dst: e.dst }));
+    const at = g.layout || (g.layout = await layOut(members, edges));  // laid out once: opened again, it comes back as it was
+    if (g.open) return;
+    const frame = { key: `frame:${g.index}`, group: g, w: at.width + 2 * FRAME_PAD, h: at.height + 2 * FRAME_PAD + FRAME_HEAD };
+    this.placedClear(frame, g);
+    const left = frame.x - frame.w / 2, top = frame.y - frame.h / 2;
+    members.forEach((n, i) => { n.x = left + FRAME_PAD + at.x[i]; n.y = top + FRAME_HEAD + FRAME_PAD + at.y[i]; });
+    g.open = frame;
+    this.refresh();
+  }
+
+  closeGroup(g) {
+    if (!g.open) return;
+    g.open = null;
+    this.refresh();
+  }
+
+  placedClear(frame, box) {  // the frame's top left at the box's, moved right past whatever it would cover: nothing else moves
+    const others = this.items().filter((t) => t !== box);
+    frame.x = box.x - box.w / 2 + frame.w / 2; frame.y = box.y - box.h / 2 + frame.h / 2;
+    for (let hit; (hit = others.find((t) => overlaps(t, frame, GAP / 2)));) frame.x = hit.x + hit.w / 2 + GAP + frame.w / 2;
+  }
+
+  async reveal(id, freeWidth = this.w) {  // a node put in view, readable, its group opened first where it was closed
+    const n = this.byId.get(id);
+    if (!n) return;
+    const g = this.closedGroup(n);
+    if (g) await this.openGroup(g);
+    if (this.k * FONT_PX < 11) this.k = 11 / FONT_PX;
+    this.tx = freeWidth / 2 - n.x * this.k; this.ty = this.h / 2 - n.y * this.k;
+    this.draw();
+  }
+
+  // ***** input *****
+
+  wire() {
+    const c = this.canvas;
+    let drag = null, moved = false;
+    c.addEventListener("pointerdown", (e) => { drag = { x: e.clientX, y: e.clientY }; moved = false; c.setPointerCapture(e.pointerId); });
+    c.addEventListener("pointermove", (e) => {
+      if (!drag) return;
+      const dx = e.clientX - drag.x, dy = e.clientY - drag.y;
+      if (Math.abs(dx) + Math.abs(dy) > 2) moved = true;
+      drag = { x: e.clientX, y: e.clientY };
+      this.panBy(dx, dy);
+    });
+    c.addEventListener("pointerup", (e) => {
+      drag = null;
+      if (moved) return;
+      const r = c.getBoundingClientRect();
+      this.click(e.clientX - r.left, e.clientY - r.top);
+    });
+    c.addEventListener("wheel", (e) => {
+      e.preventDefault();
+      const r = c.getBoundingClientRect();
+      this.zoomAt(Math.exp(-e.deltaY * (e.deltaMode ? 0.05 : 0.002)), e.clientX - r.left, e.clientY - r.top);
+    }, { passive: false });
+    c.addEventListener("dblclick", (e) => { const r = c.getBoundingClientRect(); this.zoomAt(2, e.clientX - r.left, e.clientY - r.top); });
+  }
+
+  click(px, py) {
+    const hit = this.itemAt(px, py);
+    if (hit && hit.members && !hit.open) this.openGroup(hit);
+    else if (hit && hit.group && hit.group.open === hit) this.closeGroup(hit.group);
+    else this.onPick(hit ? hit.id : null);
+  }
+
+  itemAt(px, py) {  // the node, closed group or open group's title under a canvas pixel
+    const p = { x: (px - this.tx) / this.k, y: (py - this.ty) / this.k, w: 0, h: 0 };
+    const node = this.shown.find((n) => overlaps(n, p));
+    if (node) return node;
+    const box = this.groups.find((g) => !g.open && overlaps(g, p));
+    if (box) return box;
+    return this.groups.map((g) => g.open).find((f) => f && Math.abs(p.x - f.x) * 2 < f.w && p.y >= f.y - f.h / 2 && p.y <= f.y - f.h / 2 + FRAME_HEAD) || null;
+  }
+
+  // ***** the view: graph point (gx, gy) is drawn at canvas pixel (gx * k + tx, gy * k + ty) *****
+
+  resize() {
+    const r = this.box.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
+    this.w = Math.max(1, r.width); this.h = Math.max(1, r.height);
+    this.canvas.width = Math.round(this.w * dpr); this.canvas.height = Math.round(this.h * dpr);
+    this.canvas.style.width = `${this.w}px`; this.canvas.style.height = `${this.h}px`;
+    this.cache = null;
+    this.refresh();
+  }
+
+  bounds() {
+    let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+    for (const t of this.items()) { x0 = Math.min(x0, t.x - t.w / 2); y0 = Math.min(y0, t.y - t.h / 2); x1 = Math.max(x1, t.x + t.w / 2); y1 = Math.max(y1, t.y + t.h / 2); }
+    return x0 <= x1 ? { x0, y0, x1, y1 } : { x0: 0, y0: 0, x1: 1, y1: 1 };
+  }
+
+  fitZoom() { const b = this.bounds(); return Math.min(this.w / (b.x1 - b.x0 + 40), this.h / (b.y1 - b.y0 + 40)); }
+
+  fit() {
+    const b = this.bounds();
+    this.k = this.fitZoom();
+    this.tx = (this.w - (b.x1 + b.x0) * this.k) / 2; this.ty = (this.h - (b.y1 + b.y0) * this.k) / 2;
+    this.draw();
+  }
+
+  panBy(dx, dy) { this.tx += dx; this.ty += dy; this.draw(); }
+
+  zoomAt(f, px = this.w / 2, py = this.h / 2) {
+    const k = Math.min(Math.max(this.k * f, this.fitZoom() / 4), 8);
+    this.tx = px - (px - this.tx) * (k / this.k); this.ty = py - (py - this.ty) * (k / this.k); this.k = k;
+    this.zooming = true;
+    clearTimeout(this.settled);
+    this.settled = setTimeout(() => { this.zooming = false; this.draw(); }, ZOOM_SETTLE_MS);
+    this.draw();
+  }
+
+  placement() {  // viewer.js's placement(): the zoom relative to the fit, the graph point at the canvas middle
+    return { zoom: this.k / this.fitZoom(), cx: (this.w / 2 - this.tx) / this.k, cy: (this.h / 2 - this.ty) / this.k };
+  }
+
+  place({ zoom, cx, cy }) {
+    this.k = zoom * this.fitZoom(); this.tx = this.w / 2 - cx * this.k; this.ty = this.h / 2 - cy * this.k;
+    this.draw();
+  }
+
+  labelPx() { return FONT_PX * this.k; }  // a label's size on screen now
+
+  screenOf(id) {  // where a node (or, while its group is closed, the group's box) is drawn, in canvas pixels
+    const n = this.byId.get(id), t = n && this.end(n);
+    return t && { x: t.x * this.k + this.tx, y: t.y * this.k + this.ty };
+  }
+
+  setMarks(mark, lit) {  // mark: node id -> its mark; lit: "src>dst" (node ids) -> "parent" | "child", drawn between the boxes shown
+    this.mark = mark; this.litIds = lit; this.lit = new Map();
+    for (const [pair, kind] of lit) {
+      const [s, d] = pair.split(">").map((id) => this.byId.get(id));
+      if (s && d) this.lit.set(`${this.end(s).key}>${this.end(d).key}`, kind);
+    }
+    this.invalidate();
+  }
+
+  // ***** drawing, at most once a frame *****
+
+  draw() {
+    if (this.frame === null) this.frame = requestAnimationFrame(() => { this.frame = null; this.paint(); });
+  }
+
+  /* A frame is the scene drawn once into a bitmap (this.cache) a margin wider than the canvas, then copied: a pan copies it again at
+     its new offset until it leaves the margin, so that a pan over 10,000 boxes and their edges costs a copy a frame (their raster
+     is most of a frame's time). A zoom scales the last one (scaled) and draws anew once it stops; what changes the scene (marks, a
+     group opened) draws it anew at once: without the margin, then with it at the next pan. */
+  paint() {
+    this.frames++;
+    const dpr = window.devicePixelRatio || 1, c = this.cache;
+    if (c && c.k !== this.k && this.zooming) { this.scaled(c, dpr); return; }
+    const fits = c && c.k === this.k && Math.abs(this.tx - c.tx) <= c.m && Math.abs(this.ty - c.ty) <= c.m;
+    if (!fits) this.cache = this.rendered(c && c.k === this.k ? Math.max(this.w, this.h) / 2 : 0);
+    const ctx = this.canvas.getContext("2d"), got = this.cache;
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
+    ctx.drawImage(got.canvas, Math.round((this.tx - got.tx - got.m) * dpr), Math.round((this.ty - got.ty - got.m) * dpr));
+  }
+
+  scaled(c, dpr) {  // while a zoom goes on: the last frame drawn, scaled to the zoom (drawn sharp once the zoom stops)
+    const f = this.k / c.k, ctx = this.canvas.getContext("2d");
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
+    ctx.drawImage(c.canvas, (this.tx - (c.tx + c.m) * f) * dpr, (this.ty - (c.ty + c.m) * f) * dpr, c.canvas.width * f, c.canvas.height * f);
+  }
+
+  invalidate() { this.cache = null; this.draw(); }
+
+  rendered(m) {  // the scene at the current zoom and pan, m pixels beyond each side of the canvas
+    const dpr = window.devicePixelRatio || 1, k = this.k, old = this.cache && this.cache.canvas;
+    const canvas = old || document.createElement("canvas"), w = Math.round((this.w + 2 * m) * dpr), h = Math.round((this.h + 2 * m) * dpr);
+    if (canvas.width !== w || canvas.height !== h) { canvas.width = w; canvas.height = h; }
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, w, h);
+    ctx.setTransform(dpr * k, 0, 0, dpr * k, dpr * (this.tx + m), dpr * (this.ty + m));
+    this.scene(ctx, { x: (this.w / 2 - this.tx) / k, y: (this.h / 2 - this.ty) / k, w: (this.w + 2 * m) / k, h: (this.h + 2 * m) / k });
+    return { canvas, k, tx: this.tx, ty: this.ty, m };
+  }
+
+  scene(ctx, view) {
+    const k = this.k, text = k * FONT_PX >= MIN_TEXT_PX;
+    ctx.font = `${FONT_PX}px "DejaVu Sans Mono", monospace`; ctx.textBaseline = "top";
+    for (const g of this.groups) if (g.open && overlaps(g.open, view)) this.paintFrame(ctx, g.open, text);
+    this.paintEdges(ctx, view);
+    for (const g of this.groups) if (!g.open && overlaps(g, view)) this.paintBox(ctx, g, COLOR.group, this.groupMark(g), text, 1.6);
+    if (!text) {  // zoomed out: each fill's boxes in one path, only the marked outlined
+      for (const [fill, nodes] of this.byFill) {
+        ctx.fillStyle = fill; ctx.beginPath();
+        for (const n of nodes) if (overlaps(n, view)) ctx.rect(n.x - n.w / 2, n.y - n.h / 2, n.w, n.h);
+        ctx.fill();
+      }
+    }
+    for (const n of this.shown) {
+      const mark = this.mark.get(n.id), stroke = mark || (this.changed.has(n.id) ? "changed" : this.spec.has(n.id) ? "spec" : null);
+      if ((text || stroke) && overlaps(n, view)) this.paintBox(ctx, n, n.color || "#ffffff", stroke, text, 1, n.addrspace);
+    }
+  }
+
+  groupMark(g) {  // a closed group holding the selection or a search hit says so
+    let best = null;
+    for (const n of g.members) { const m = this.mark.get(n.id); if (m === "selected") return m; if (m) best = best || m; }
+    return best;
+  }
+
+  paintBox(ctx, t, fill, stroke, text, width, border = null) {
+    const left = t.x - t.w / 2, top = t.y - t.h / 2, k = this.k;
+    ctx.fillStyle = fill;
+    ctx.fillRect(left, top, t.w, t.h);
+    if (stroke || text) {
+      ctx.lineWidth = stroke ? (stroke === "selected" ? 4 : 3) / Math.max(k, 0.25) : width;
+      ctx.strokeStyle = stroke ? COLOR[stroke] : border || (t.members ? COLOR.groupBorder : COLOR.border);
+      ctx.strokeRect(left, top, t.w, t.h);
+    }
+    if (text) {
+      ctx.fillStyle = textColor(fill);
+      t.lines.forEach((ln, i) => ctx.fillText(ln, left + PAD_X, top + PAD_Y + i * LINE_PX));
+    }
+  }
+
+  paintFrame(ctx, f, text) {
+    const left = f.x - f.w / 2, top = f.y - f.h / 2;
+    ctx.fillStyle = COLOR.frame; ctx.fillRect(left, top, f.w, f.h);
+    ctx.setLineDash([6, 4]); ctx.lineWidth = 1.4; ctx.strokeStyle = COLOR.groupBorder; ctx.strokeRect(left, top, f.w, f.h); ctx.setLineDash([]);
+    ctx.fillStyle = COLOR.group; ctx.fillRect(left, top, f.w, FRAME_HEAD);
+    if (text) { ctx.fillStyle = COLOR.text; ctx.fillText(`${f.group.lines[0]}  (click to close)`, left + PAD_X, top + 6); }
+  }
+
+  paintEdges(ctx, view) {
+    const k = this.k;
+    const curve = k < 0.3 ? (s, d) => { ctx.moveTo(s.x, s.y + s.h / 2); ctx.lineTo(d.x, d.y - d.h / 2); }  // too small to see a bend
+      : (s, d) => {
+        const sy = s.y + s.h / 2, dy = d.y - d.h / 2, bend = Math.max(12, Math.abs(dy - sy) / 2);
+        ctx.moveTo(s.x, sy); ctx.bezierCurveTo(s.x, sy + bend, d.x, dy - bend, d.x, dy);
+      };
+    const inView = (s, d) => Math.max(s.x, d.x) >= view.x - view.w / 2 && Math.min(s.x, d.x) <= view.x + view.w / 2
+      && Math.max(s.y, d.y) >= view.y - view.h / 2 && Math.min(s.y, d.y) <= view.y + view.h / 2;
+    ctx.lineWidth = Math.max(0.8, 1 / k); ctx.strokeStyle = COLOR.edge; ctx.globalAlpha = k < 0.3 ? 0.45 : 0.8;  // at least a pixel wide
+    ctx.beginPath();
+    for (const [s, d] of this.edges) if (inView(s, d) && !this.lit.has(`${s.key}>${d.key}`)) curve(s, d);
+    ctx.stroke();
+    ctx.globalAlpha = 1;
+    for (const kind of ["parent", "child"]) {
+      ctx.lineWidth = 2.5; ctx.strokeStyle = COLOR[kind]; ctx.beginPath();
+      for (const [s, d] of this.edges) if (this.lit.get(`${s.key}>${d.key}`) === kind) curve(s, d);
+      ctx.stroke();
+    }
+  }
+}

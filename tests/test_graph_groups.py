@@ -1,0 +1,55 @@
+"""Whole graphs' groups (explorer.present.graph_groups) and the whole view (?whole=1): a tensor graph by the model line tinygrad's
+metadata names, a kernel's graphs by the loops tinygrad says each UOp is inside, every node kept."""
+from __future__ import annotations
+from explorer.present import graph_groups
+
+def uop(i: int, op: str, num: int | None = None) -> dict:
+  return {"id": str(i), "op": op, "label": op, **({"num": num} if num is not None else {})}
+
+def site(fn: str, line: int | None, backward: bool = False) -> dict:
+  return {"fn": fn, "file": "model.py" if line else None, "line": line, "backward": backward}
+
+def test_a_tensor_graph_is_grouped_by_the_line_that_made_each_uop():
+  """Each UOp with metadata goes to its line's group (forward and backward apart, two functions of one line together); a buffer
+  only that line reads, and the store of its result, join it; what lies between lines is grouped by op; a group of one UOp is none."""
+  nodes = [uop(0, "BUFFER"), uop(1, "BUFFER"), uop(2, "MUL", 20), uop(3, "ADD", 30), uop(4, "STORE"), uop(5, "SUM", 50),
+           uop(6, "MUL", 60), uop(7, "STORE"), uop(8, "STORE"), uop(9, "SINK")]
+  edges = [(0, 2), (1, 2), (2, 3), (3, 4), (1, 5), (3, 5), (5, 6), (6, 7), (3, 8), (6, 8), (4, 9), (7, 9), (8, 9)]
+  graph = {"nodes": nodes, "edges": [{"src": str(a), "dst": str(b), "idx": 0} for a, b in edges]}
+  sites = [site("linear", 10), site("relu", 10), site("sum", 11, backward=True)]
+  groups = graph_groups.tensor_groups(graph, {"uops": 10, "ops": {}, "sink": 9, "sites": sites, "uop_sites": [[20, 0], [30, 1], [50, 2], [60, 2]]})
+  by = {n["id"]: groups[n["group"]]["label"] if "group" in n else None for n in graph["nodes"]}
+  assert by["2"] == by["3"] == by["0"] == by["4"] == "model.py:10 linear, relu"  # its buffer, its compute, the store of its result
+  assert by["5"] == by["6"] == by["7"] == "model.py:11 backward: sum" and by["1"] is None  # read by two lines: between them, alone
+  assert by["8"] is None and by["9"] is None  # a store of both lines' results, the SINK: each alone of its op, in no group
+  assert [g["nodes"] for g in groups] == [4, 3] and groups[0]["ops"] == {"BUFFER": 1, "MUL": 1, "ADD": 1, "STORE": 1}
+  assert graph_groups.tensor_groups(graph, {"uops": 10, "ops": {}, "sink": 9}) == []  # a trace recorded before sites: no groups
+
+def test_a_kernels_graph_is_grouped_by_its_loop_nest(web_client, small_trace):
+  """Over a real kernel AST (the shared small trace's, whole): every node tinygrad says is inside loops (`ranges`, its UOp.ranges)
+  is in the group of exactly those loops, labelled as END labels them; nodes outside every loop in none; every node is in the view."""
+  kernels = web_client.get(f"/api/traces/{small_trace}/kernels").json()
+  k = max(kernels, key=lambda k: k["ast_uops"])
+  view = web_client.get(f"/api/traces/{small_trace}/graphs/ast/{k['index']}", params={"whole": 1}).json()
+  assert view["total_nodes"] == view["shown_nodes"] == len(view["nodes"]) and not view["partial"] and view["groups"]
+  ranges = {n["num"]: n for n in view["nodes"] if n["op"] == "RANGE"}
+  assert ranges and all(r["ranges"] == [num] for num, r in ranges.items())  # a RANGE is inside itself, as tinygrad says
+  for n in view["nodes"]:
+    if "group" in n: assert set(view["groups"][n["group"]]["ranges"]) == set(n["ranges"]), n
+    else: assert len(n.get("ranges", [])) == 0 or sum(1 for m in view["nodes"] if set(m.get("ranges", [])) == set(n["ranges"])) == 1, n
+  for g in view["groups"]:  # each loop named by its RANGE's axis, as END names it: 4(6)
+    names = g["label"].removeprefix("loops ").split()
+    axes = [ranges[r]["label"].split("\n")[1].strip("()").split(",")[0] for r in g["ranges"]]
+    assert len(names) == len(axes) and all(name.startswith(f"{axis}(") for name, axis in zip(names, axes, strict=True)), (g, axes)
+
+def test_a_graph_over_the_node_limit_is_partial_and_whole_on_asking(web_client, small_trace):
+  """The small trace's rangeify graph is over the 400-node limit: its view is cut (`partial`) and says so, its whole view keeps every
+  node and edge; a graph under the limit is whole either way."""
+  passes = web_client.get(f"/api/traces/{small_trace}/rangeify").json()["passes"]
+  debuf = next(p["index"] for p in passes if p["name"] == "symbolic+reduce_collapse+debuf")  # the rangeify page's first graph
+  base = f"/api/traces/{small_trace}/graphs/rangeify/{debuf}/before"
+  cut, whole = web_client.get(base).json(), web_client.get(base, params={"whole": 1}).json()
+  assert cut["partial"] and cut["shown_nodes"] < cut["total_nodes"] == whole["total_nodes"] == whole["shown_nodes"] == len(whole["nodes"])
+  assert not whole["partial"] and not any(n.get("truncated") for n in whole["nodes"])
+  small = web_client.get(f"/api/traces/{small_trace}/graphs/ast/0").json()
+  assert not small["partial"] and small["shown_nodes"] == small["total_nodes"]

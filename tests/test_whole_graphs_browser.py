@@ -1,0 +1,137 @@
+"""Whole graphs at program scale, in a real browser: a transformer stack's training step (benchmarks/programs/transformer_stack.py, as
+a tinygrad user writes it, captured once for the module in a process of its own) whose biggest realize's tensor graph has about 6,000
+UOps. Over the server's node limit a graph is drawn whole on a canvas, grouped by the model line that made each UOp (the provenance
+tinygrad's metadata gives, recorded at capture), every node found by search, a group opened in place without moving anything
+else; a program's kernel graph whole, grouped by realize and model line."""
+from __future__ import annotations
+import subprocess
+import sys
+from contextlib import closing
+import httpx
+import pytest
+from conftest import ARTIFACTS, REPO, needs_chromium, running_server, wait_graphs, watched_page
+
+pytestmark = [pytest.mark.browser, needs_chromium]
+BLOCKS = 8  # the biggest realize's tensor graph: about 6,000 UOps (5,700 nodes drawn: tinygrad's viewer folds constants in)
+PROGRAM = REPO / "benchmarks" / "programs" / "transformer_stack.py"
+BIG = "[...window.explorerViewers.values()].find((v) => v.big)"
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+  """The captured step in a store of its own, served: (base URL, trace id)."""
+  db = tmp_path_factory.mktemp("stack") / "stack.sqlite3"
+  out = subprocess.run([sys.executable, str(PROGRAM), str(BLOCKS), "--capture", str(db)], cwd=REPO, capture_output=True, text=True,
+                       timeout=900, check=True)
+  with running_server(db, tmp_path_factory.mktemp("stack-log")) as base: yield base, out.stdout.split()[0]
+
+@pytest.fixture(scope="module")
+def tensor_page(browser, errors, stack):
+  base, trace_id = stack
+  pg = watched_page(browser, errors, 1440, 900)
+  pg.goto(f"{base}/t/{trace_id}/graph/tensor")
+  wait_graphs(pg)
+  yield pg
+  pg.close()
+
+def whole_view(stack, ref: str) -> dict:
+  base, trace_id = stack
+  return httpx.get(f"{base}/api/traces/{trace_id}/graphs/{ref}", params={"whole": 1}, timeout=300).json()
+
+def test_a_6000_uop_tensor_graph_opens_whole_as_a_few_dozen_groups(stack, tensor_page, errors):
+  """Every UOp of the graph is on the page (no cut notice), drawn as its groups: each the model line that made its UOps, as tinygrad's
+  metadata named them (the trace's uop_sites), with the ops it holds counted."""
+  view, trace = whole_view(stack, "tensor"), httpx.get(f"{stack[0]}/api/traces/{stack[1]}/raw", timeout=60).json()
+  assert view["total_nodes"] == view["shown_nodes"] == len(view["nodes"]) >= 5000 and not view["partial"]
+  notes = tensor_page.inner_text("#tensor-graph .viewer-notes")
+  assert f"All {view['total_nodes']:,} nodes" in notes and "nearest the output" not in notes, notes
+  drawn = tensor_page.evaluate(f"""() => {{ const b = {BIG}.big;
+    return {{nodes: b.nodes.length, groups: b.groups.map((g) => ({{label: g.label, members: g.members.map((n) => n.op), open: !!g.open}})),
+             top: b.shownNodes().length}}; }}""")
+  assert drawn["nodes"] == view["total_nodes"] and 5 <= len(drawn["groups"]) <= 60 and not any(g["open"] for g in drawn["groups"])
+  assert drawn["top"] + sum(len(g["members"]) for g in drawn["groups"]) == view["total_nodes"]  # each node once: in a group or beside them
+  assert drawn["top"] <= 60, drawn["top"]  # a few dozen things to read, not thousands
+  for g, shown in zip(view["groups"], drawn["groups"], strict=True):  # a box's op counts are its UOps'
+    assert g["nodes"] == len(shown["members"]) and g["ops"] == {op: shown["members"].count(op) for op in set(shown["members"])}
+  sites, line_of = trace["tensor_graph"]["sites"], dict(trace["tensor_graph"]["uop_sites"])
+  checked = 0
+  for n in view["nodes"]:  # a UOp tinygrad's metadata names sits in the group of that line
+    if (i := line_of.get(n.get("num"))) is not None and sites[i]["file"] and "group" in n:
+      g = view["groups"][n["group"]]
+      assert (g["file"], g["line"], g["backward"]) == (sites[i]["file"], sites[i]["line"], sites[i]["backward"]), (n, g, sites[i])
+      checked += 1
+  assert checked > view["total_nodes"] / 2
+  assert {g["file"] for g in view["groups"] if g["file"]} == {str(PROGRAM)}  # the program's own lines
+  tensor_page.screenshot(path=str(ARTIFACTS / "whole_tensor_graph.png"))
+  assert not errors, errors
+
+def test_every_node_is_found_by_search_and_shown(tensor_page, errors):
+  """Each node, searched for by its trace number (or its id), is among the hits; shown, its group is opened and it is on screen."""
+  got = tensor_page.evaluate(f"""async () => {{
+    const v = {BIG}, b = v.big, missed = [], hidden = [];
+    for (const n of b.nodes) {{
+      const q = n.num != null ? String(n.num) : n.id;
+      v.find(q);
+      if (!v.hits.includes(n.id)) {{ missed.push(q); continue; }}
+      await b.reveal(n.id);
+      const p = b.screenOf(n.id);
+      if (b.closedGroup(n) || p.x < 0 || p.y < 0 || p.x > b.w || p.y > b.h) hidden.push(q);
+    }}
+    v.find("");
+    return {{n: b.nodes.length, missed: missed.slice(0, 5), hidden: hidden.slice(0, 5), open: b.groups.filter((g) => g.open).length,
+             groups: b.groups.length}};
+  }}""")
+  assert got["n"] >= 5000 and got["missed"] == [] and got["hidden"] == [], got
+  assert got["open"] == got["groups"]  # showing every node opened every group
+  tensor_page.reload()
+  wait_graphs(tensor_page)
+  assert not errors, errors
+
+def test_a_group_opens_in_place_without_moving_anything_else(tensor_page, errors):
+  """A click on a closed group's box lays its UOps out in a frame whose top left is the box's (moved right just past what it would
+  cover): nothing else on the canvas moves, the frame covers nothing, its UOps are inside it; a click on the frame's title folds it
+  back, everything where it was."""
+  tensor_page.reload()
+  wait_graphs(tensor_page)
+  before = tensor_page.evaluate(f"""async () => {{ const b = {BIG}.big, g = [...b.groups].sort((x, y) => y.members.length - x.members.length)[0];
+    b.tx += b.w / 2 - (g.x * b.k + b.tx); b.ty += b.h / 2 - (g.y * b.k + b.ty); b.draw();
+    await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+    return {{index: g.index, at: b.items().map((t) => [t.key, t.x, t.y]), box: [g.x - g.w / 2, g.y - g.h / 2]}}; }}""")
+  box = tensor_page.locator("#tensor-graph canvas.big-graph").bounding_box()
+  tensor_page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+  tensor_page.wait_for_function(f"() => !!{BIG}.big.groups[{before['index']}].open")
+  after = tensor_page.evaluate(f"""() => {{ const b = {BIG}.big, f = b.groups[{before['index']}].open;
+    const was = new Map({before['at']!r}.map(([k, x, y]) => [k, [x, y]]));
+    const others = b.items().filter((t) => t !== f);
+    const moved = others.filter((t) => t.x !== was.get(t.key)[0] || t.y !== was.get(t.key)[1]).map((t) => t.key);
+    const covered = others.filter((t) => Math.abs(t.x - f.x) * 2 < t.w + f.w && Math.abs(t.y - f.y) * 2 < t.h + f.h).map((t) => t.key);
+    const inside = b.groups[{before['index']}].members.every((n) => Math.abs(n.x - f.x) * 2 <= f.w && Math.abs(n.y - f.y) * 2 <= f.h);
+    return {{moved, covered, inside, others: others.length, left: f.x - f.w / 2, top: f.y - f.h / 2, shown: b.shown.length}}; }}""")
+  assert after["moved"] == [] and after["covered"] == [] and after["inside"] and after["others"] == len(before["at"]) - 1, after
+  assert after["top"] == before["box"][1] and after["left"] >= before["box"][0], (after, before["box"])  # where the box was
+  tensor_page.screenshot(path=str(ARTIFACTS / "whole_tensor_group_open.png"))
+  title = tensor_page.evaluate(f"""() => {{ const b = {BIG}.big, f = b.groups[{before['index']}].open;
+    return {{x: (f.x - f.w / 2 + 30) * b.k + b.tx, y: (f.y - f.h / 2 + 8) * b.k + b.ty}}; }}""")
+  tensor_page.mouse.click(box["x"] + title["x"], box["y"] + title["y"])
+  tensor_page.wait_for_function(f"() => !{BIG}.big.groups[{before['index']}].open")
+  folded = tensor_page.evaluate(f"() => {BIG}.big.items().map((t) => [t.key, t.x, t.y])")
+  assert sorted(folded) == sorted(before["at"])
+  assert not errors, errors
+
+def test_a_programs_kernel_graph_is_whole_and_grouped_by_realize_and_line(browser, errors, stack):
+  """Every call and buffer of the program's schedule is in its kernel graph, grouped by realize and model line (as the collapsed
+  graph groups them): a group's calls are the calls of that realize whose kernel's provenance names its line first."""
+  base, trace_id = stack
+  trace = httpx.get(f"{base}/api/traces/{trace_id}/raw", timeout=60).json()
+  view = whole_view(stack, "kernels")
+  assert view["total_nodes"] == len(trace["schedule"]) + len(trace["buffers"]) == len(view["nodes"]) and not view["partial"]
+  for n in view["nodes"]:
+    if n["id"].startswith("c") and "group" in n:
+      call, g = trace["schedule"][int(n["id"][1:])], view["groups"][n["group"]]
+      assert g["realize"] == call.get("realize", 0), (n, g)
+  with closing(watched_page(browser, errors, 1440, 900)) as pg:
+    pg.goto(f"{base}/t/{trace_id}/bufferize")
+    wait_graphs(pg)
+    drawn = pg.evaluate(f"() => {{ const b = {BIG}.big; return {{nodes: b.nodes.length, groups: b.groups.length}}; }}")
+    assert drawn == {"nodes": view["total_nodes"], "groups": len(view["groups"])}
+    pg.screenshot(path=str(ARTIFACTS / "whole_kernel_graph.png"))
+  assert not errors, errors
