@@ -224,14 +224,15 @@ def test_graph_labels_are_readable_and_follow_the_font_control(live_server, trac
   page.goto(f"{live_server}/t/{traced}/k/1?big=0")  # leave the mode off for the other tests
   assert not errors, errors
 
-STABLE_JS = "async () => { const v = " + VIEWERS + """.get('pass-graph'), out = {};
+# where each UOp is in the graph's canvas (not the window: a line of the stepper's text above it may wrap once the step is drawn)
+STABLE_JS = "async () => { const v = " + VIEWERS + """.get('pass-graph'), out = {}, c = v.canvas.getBoundingClientRect();
   for (const n of v.graph.byId.values()) { if (n.num == null) continue; const g = v.nodeEl(n.id); if (!g) continue;
-    const r = g.getBoundingClientRect(); out[n.num] = [r.left + r.width / 2, r.top + r.height / 2]; }
+    const r = g.getBoundingClientRect(); out[n.num] = [r.left + r.width / 2 - c.left, r.top + r.height / 2 - c.top]; }
   return out; }"""
 
 def test_stepping_keeps_surviving_uops_in_place(live_server, traced, page, errors):
-  """With the stable layout, the UOps two consecutive graphs share stay where they were on screen (iongraph's idea); new ones are
-  placed beside them. Measured over a step from one pass to the next."""
+  """With the stable layout, the UOps two consecutive graphs share stay where they were in the graph's canvas (iongraph's idea); new
+  ones are placed beside them. Measured over a step from one pass to the next."""
   rec = httpx.get(f"{live_server}/api/traces/{traced}/kernels/0/targets/cuda", timeout=60).json()
   p = next(i for i, q in enumerate(rec["passes"]) if q["name"] == "add gpudims")
   page.goto(f"{live_server}/t/{traced}/k/0?target=cuda&graph=passes&pass={p}&at=before")
@@ -245,4 +246,28 @@ def test_stepping_keeps_surviving_uops_in_place(live_server, traced, page, error
   moved = sorted(max(abs(before[k][0] - after[k][0]), abs(before[k][1] - after[k][1])) for k in shared)
   page.screenshot(path=str(ARTIFACTS / "stable_step.png"))
   assert len(shared) >= 5 and moved[len(moved) // 2] < 2 and moved[int(len(moved) * 0.9)] < 4, (len(shared), moved)
+  assert not errors, errors
+
+CANVAS_AT = """() => { const v = window.explorerViewers.get('pass-graph');  // a canvas-drawn graph's UOps in it, by trace number
+  return v.big ? Object.fromEntries([...v.big.screenState().at].filter(([k]) => typeof k === 'number').map(([k, p]) => [k, [p.x, p.y]]))
+    : null; }"""
+
+def test_stepping_keeps_surviving_uops_in_place_on_a_canvas(live_server, traced, page, errors):
+  """The same over graphs too big for graphviz, drawn whole on a canvas (rangeify's debuf pass, before and after, fitted): the UOps
+  both hold are drawn where they were, to the pixel, at the zoom the first was seen at."""
+  passes = httpx.get(f"{live_server}/api/traces/{traced}/rangeify", timeout=60).json()["passes"]
+  p = next(q["index"] for q in passes if q["name"] == "symbolic+reduce_collapse+debuf")
+  page.goto(f"{live_server}/t/{traced}/rangeify?pass={p}&at=before")
+  wait_graphs(page)
+  assert page.get_attribute("#pass-graph", "data-drawn") == "canvas"
+  page.click("#pass-graph [data-act=fit]")  # the whole graph on screen: its survivors are where the next one must keep them
+  before = page.evaluate(CANVAS_AT)
+  page.click("label:has([data-at-choice][value=after])")
+  page.wait_for_url(re.compile(r".*at=after.*"))
+  page.wait_for_function("() => document.querySelector('#pass-graph').dataset.loaded && document.querySelector('#pass-graph').dataset.stable === '1'")
+  after = page.evaluate(CANVAS_AT)
+  shared = [k for k in before if k in after]
+  moved = max(max(abs(before[k][0] - after[k][0]), abs(before[k][1] - after[k][1])) for k in shared)
+  page.screenshot(path=str(ARTIFACTS / "stable_step_canvas.png"))
+  assert len(shared) >= 30 and moved < 0.5, (len(shared), moved)  # (62 of its UOps survive the pass)
   assert not errors, errors

@@ -149,6 +149,59 @@ export class BigGraph {
     this.draw();
   }
 
+  // ***** stepping from one graph to the next: what both hold stays where it was in the canvas (viewer.js's screenState) *****
+
+  screenState() {  // where each UOp (by trace number) and each closed group (by label) is in the canvas, and the zoom
+    const at = new Map(), put = (key, t) => at.set(key, { x: t.x * this.k + this.tx, y: t.y * this.k + this.ty });
+    for (const n of this.shown) if (n.num != null) put(n.num, n);
+    for (const g of this.groups) if (!g.open) put(`group:${g.label}`, g);
+    return { realZoom: this.k, at };
+  }
+
+  keep(before) {  /* at the earlier zoom, each UOp and closed group the earlier graph showed where it was on screen; each new one
+    beside the nearest it is joined to that stayed (as far as its layout put it from that one), pushed right off those placed
+    before it. False where nothing stayed (then the graph keeps its own fitted view). */
+    const k = before.realZoom;
+    const items = [...this.shown, ...this.groups.filter((g) => !g.open)];  // (a graph just laid out: every group closed)
+    const keyOf = (t) => (t.members ? `group:${t.label}` : t.num), fresh = new Map(items.map((t) => [t, [t.x, t.y]]));
+    this.k = k; this.tx = 0; this.ty = 0;
+    const stayed = new Set();
+    for (const t of items) {
+      const p = before.at.get(keyOf(t));
+      if (p) { t.x = p.x / k; t.y = p.y / k; stayed.add(t); }
+    }
+    if (!stayed.size) { for (const [t, [x, y]] of fresh) { t.x = x; t.y = y; } this.fit(); return false; }
+    const near = new Map(items.map((t) => [t, []]));
+    for (const [s, d] of this.edges) if (near.has(s) && near.has(d)) { near.get(s).push(d); near.get(d).push(s); }
+    const shift = [0, 1].map((i) => [...stayed].reduce((a, t) => a + [t.x, t.y][i] - fresh.get(t)[i], 0) / stayed.size);
+    const placed = [...stayed];
+    for (const t of items.filter((u) => !stayed.has(u)).sort((a, b) => fresh.get(a)[1] - fresh.get(b)[1] || fresh.get(a)[0] - fresh.get(b)[0])) {
+      const anchor = this.nearestOf(t, near, stayed), [fx, fy] = fresh.get(t);
+      if (anchor) { t.x = anchor.x + fx - fresh.get(anchor)[0]; t.y = anchor.y + fy - fresh.get(anchor)[1]; }
+      else { t.x = fx + shift[0]; t.y = fy + shift[1]; }
+      for (let hit; (hit = placed.find((o) => overlaps(o, t, GAP / 2)));) t.x = hit.x + hit.w / 2 + GAP + t.w / 2;
+      placed.push(t);
+    }
+    const view = { x: this.w / 2 / k, y: this.h / 2 / k, w: this.w / k, h: this.h / k };
+    if (!items.some((t) => overlaps(t, view))) {  // nothing that stayed was on screen, nor is anything now: the nearest to the middle
+      const d = (t) => Math.hypot(t.x - view.x, t.y - view.y), near = items.reduce((a, t) => (d(t) < d(a) ? t : a));
+      this.tx = this.w / 2 - near.x * k; this.ty = this.h / 2 - near.y * k;
+    }
+    this.refresh();
+    return true;
+  }
+
+  nearestOf(t, near, stayed) {  // the nearest item joined to t that stayed, a few edges out at most
+    let frontier = [t];
+    const seen = new Set(frontier);
+    for (let step = 0; step < 4 && frontier.length; step++) {
+      frontier = frontier.flatMap((u) => near.get(u)).filter((u) => !seen.has(u) && seen.add(u));
+      const hit = frontier.find((u) => stayed.has(u));
+      if (hit) return hit;
+    }
+    return null;
+  }
+
   // ***** input *****
 
   wire() {

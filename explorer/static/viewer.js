@@ -153,12 +153,13 @@ export class Viewer {
 
   /* where each recorded UOp is on screen now (by trace number), and the zoom: a stable step puts the survivors back there */
   screenState() {
-    if (!this.pz || !this.graph) return null;  // (a canvas-drawn graph steps without: its layout is its own)
-    const at = new Map();
+    if (this.big) return this.big.screenState();
+    if (!this.pz || !this.graph) return null;
+    const at = new Map(), c = this.canvas.getBoundingClientRect();  // in the canvas: a note above it may push the whole canvas down
     for (const n of this.graph.byId.values()) {
       if (n.num == null) continue;
       const g = this.nodeEl(n.id);
-      if (g) { const r = g.getBoundingClientRect(); at.set(n.num, { x: r.left + r.width / 2, y: r.top + r.height / 2 }); }
+      if (g) { const r = g.getBoundingClientRect(); at.set(n.num, { x: r.left + r.width / 2 - c.left, y: r.top + r.height / 2 - c.top }); }
     }
     return { realZoom: this.pz.getSizes().realZoom, at };
   }
@@ -179,7 +180,7 @@ export class Viewer {
     try {
       const view = await fetchJSON(base + q);
       if (seq !== this.seq) return;
-      if (view.partial && !this.full) { await this.showWhole(seq, base, mode); return; }
+      if (view.partial && !this.full) { await this.showWhole(seq, base, mode, before); return; }
       this.describe(view);
       this.index(view);
       const svgUrl = stableFrom && before ? `${view.svg_url}${view.svg_url.includes("?") ? "&" : "?"}stable_from=${encodeURIComponent(stableFrom)}` : view.svg_url;
@@ -219,7 +220,7 @@ export class Viewer {
   }
 
   /* a graph over the server's node limit, whole: laid out here and drawn on a canvas (big_graph.js) */
-  async showWhole(seq, base, mode) {
+  async showWhole(seq, base, mode, before) {
     const view = await fetchJSON(`${base}?whole=1${mode === "hide" ? "&index=hide" : ""}`);
     if (seq !== this.seq) return;
     this.status(`<span class="spinner"></span> Laying out ${view.total_nodes.toLocaleString()} nodes…`);
@@ -232,7 +233,8 @@ export class Viewer {
       "browser and drawn on a canvas (too many for graphviz): scroll to zoom, drag to pan, click a node for its pane.</p>");
     $("[data-act=svg]", this.el).hidden = true;
     this.index(view);
-    await this.openBig(view);
+    const kept = before && big.keep(before);  // stepping: what both graphs hold where it was on screen
+    if (!kept) await this.openBig(view);
     this.el.dataset.loaded = view.ref;
     this.el.dataset.drawn = "canvas";
     const query = $("[data-act=search]", this.el).value;
@@ -240,7 +242,7 @@ export class Viewer {
     const want = new URL(window.location.href).searchParams.get("node") || (this.keepNum != null ? String(this.keepNum) : null);
     const n = want && [...this.graph.byId.values()].find((x) => String(x.num) === want);
     if (n) this.select(n.id);
-    this.el.dataset.stable = "";
+    this.el.dataset.stable = kept ? "1" : "";
     this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
   }
 
@@ -252,15 +254,15 @@ export class Viewer {
     if (at) { await big.reveal(at); big.zoomAt((bigFont ? 14 : 11) / big.labelPx()); }
   }
 
-  async restore(before) {  // the previous zoom, panned so the UOps both graphs hold are where they were on screen (median shift)
+  async restore(before) {  // the previous zoom, panned so the UOps both graphs hold are where they were in the canvas (median shift)
     const both = this.graph ? [...this.graph.byId.values()].filter((n) => n.num != null && before.at.has(n.num) && this.nodeEl(n.id)) : [];
     if (!both.length) return false;
     this.pz.zoom(this.pz.getZoom() * before.realZoom / this.pz.getSizes().realZoom);  // the same scale on screen (zoom is relative to the fit)
     await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
-    const dx = [], dy = [];
+    const dx = [], dy = [], c = this.canvas.getBoundingClientRect();
     for (const n of both) {
       const was = before.at.get(n.num), now = this.nodeEl(n.id).getBoundingClientRect();
-      dx.push(was.x - (now.left + now.width / 2)); dy.push(was.y - (now.top + now.height / 2));
+      dx.push(was.x - (now.left + now.width / 2 - c.left)); dy.push(was.y - (now.top + now.height / 2 - c.top));
     }
     const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
     this.pz.panBy({ x: median(dx), y: median(dy) });
