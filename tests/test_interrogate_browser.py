@@ -230,6 +230,14 @@ STABLE_JS = "async () => { const v = " + VIEWERS + """.get('pass-graph'), out = 
     const r = g.getBoundingClientRect(); out[n.num] = [r.left + r.width / 2 - c.left, r.top + r.height / 2 - c.top]; }
   return out; }"""
 
+def stepped_to_after(page, places: str) -> tuple[dict, dict]:
+  """The UOps' places (the script `places` reads) before and after the stepper's "after" of the pass shown, laid out stably."""
+  before = page.evaluate(places)
+  page.click("label:has([data-at-choice][value=after])")
+  page.wait_for_url(re.compile(r".*at=after.*"))
+  page.wait_for_function("() => document.querySelector('#pass-graph').dataset.loaded && document.querySelector('#pass-graph').dataset.stable === '1'")
+  return before, page.evaluate(places)
+
 def test_stepping_keeps_surviving_uops_in_place(live_server, traced, page, errors):
   """With the stable layout, the UOps two consecutive graphs share stay where they were in the graph's canvas (iongraph's idea); new
   ones are placed beside them. Measured over a step from one pass to the next."""
@@ -237,11 +245,7 @@ def test_stepping_keeps_surviving_uops_in_place(live_server, traced, page, error
   p = next(i for i, q in enumerate(rec["passes"]) if q["name"] == "add gpudims")
   page.goto(f"{live_server}/t/{traced}/k/0?target=cuda&graph=passes&pass={p}&at=before")
   wait_graphs(page)
-  before = page.evaluate(STABLE_JS)
-  page.click("label:has([data-at-choice][value=after])")
-  page.wait_for_url(re.compile(r".*at=after.*"))
-  page.wait_for_function("() => document.querySelector('#pass-graph').dataset.loaded && document.querySelector('#pass-graph').dataset.stable === '1'")
-  after = page.evaluate(STABLE_JS)
+  before, after = stepped_to_after(page, STABLE_JS)
   shared = [k for k in before if k in after]
   moved = sorted(max(abs(before[k][0] - after[k][0]), abs(before[k][1] - after[k][1])) for k in shared)
   page.screenshot(path=str(ARTIFACTS / "stable_step.png"))
@@ -261,11 +265,7 @@ def test_stepping_keeps_surviving_uops_in_place_on_a_canvas(live_server, traced,
   wait_graphs(page)
   assert page.get_attribute("#pass-graph", "data-drawn") == "canvas"
   page.click("#pass-graph [data-act=fit]")  # the whole graph on screen: its survivors are where the next one must keep them
-  before = page.evaluate(CANVAS_AT)
-  page.click("label:has([data-at-choice][value=after])")
-  page.wait_for_url(re.compile(r".*at=after.*"))
-  page.wait_for_function("() => document.querySelector('#pass-graph').dataset.loaded && document.querySelector('#pass-graph').dataset.stable === '1'")
-  after = page.evaluate(CANVAS_AT)
+  before, after = stepped_to_after(page, CANVAS_AT)
   shared = [k for k in before if k in after]
   moved = max(max(abs(before[k][0] - after[k][0]), abs(before[k][1] - after[k][1])) for k in shared)
   page.screenshot(path=str(ARTIFACTS / "stable_step_canvas.png"))
