@@ -53,3 +53,25 @@ def test_a_graph_over_the_node_limit_is_partial_and_whole_on_asking(web_client, 
   assert not whole["partial"] and not any(n.get("truncated") for n in whole["nodes"])
   small = web_client.get(f"/api/traces/{small_trace}/graphs/ast/0").json()
   assert not small["partial"] and small["shown_nodes"] == small["total_nodes"]
+
+def test_a_programs_kernel_graph_is_grouped_by_realize_jit_and_line():
+  """Each call goes to its realize's group of the line its kernel's provenance names first, named with the TinyJit that realize ran;
+  a buffer joins its writers' group, an input its readers' when they share one, and one between groups goes with its role's."""
+  from explorer.present.graphs import kernel_graph
+  line = lambda n: [{"fn": "conv2d", "file": "/m/model.py", "line": n, "backward": False}]
+  kernels = [{"index": i, "provenance": line(5 if i % 2 == 0 else 6), "linear_uops": 1, "time_s": None, "flops": 0} for i in range(4)]
+  call = lambda i, realize, reads, writes: {"index": i, "kernel": i, "kind": "kernel", "role": "r", "name": f"k{i}", "realize": realize,
+                                            "reads": reads, "writes": writes}
+  buffer = lambda i, role: {"index": i, "name": f"buf{i}", "role": role, "dtype": "float", "numel": 1, "nbytes": 4, "device": "CPU"}
+  trace = {"kernels": kernels, "buffers": [buffer(0, "input"), buffer(1, "intermediate"), buffer(2, "output"), buffer(3, "output")],
+           "schedule": [call(0, 0, [0], [1]), call(1, 0, [1], [2]), call(2, 1, [2], [3]), call(3, 1, [3], [2])],
+           "realizes": [{"index": 0}, {"index": 1}], "jits": [{"index": 0, "kernels": [], "realizes": [1, 2], "runs": []}]}
+  graph = kernel_graph(trace, "", whole=True)
+  groups = graph_groups.call_groups(graph, trace)
+  by = {n["id"]: groups[n["group"]]["label"] if "group" in n else None for n in graph["nodes"]}
+  assert by["c0"] == by["b0"] == by["b1"] == "realize 0 · model.py:5 conv2d"  # its input, and what it wrote
+  assert by["c1"] is None and by["c3"] is None  # line 6 in realize 0, and in realize 1: one call each, no group of one
+  assert by["c2"] == "TinyJit 0 · realize 1 · model.py:5 conv2d" and by["b3"] == by["c2"]
+  assert by["b2"] is None  # written in realize 0 and in realize 1: between groups (its role's, alone)
+  assert {g["jit"] for g in groups} == {None, 0}
+  assert graph_groups.call_groups(graph, {**trace, "realizes": []}) == []  # a convolution's trace: no groups

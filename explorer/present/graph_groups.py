@@ -99,7 +99,8 @@ def call_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
   """A captured program's kernel graph (graphs.kernel_graph, whole) grouped by realize and the model line each call's kernel came
   from (graphs.call_sites); a buffer joins its writers' group, or, never written (an input), its readers' where they share one, and
   is otherwise grouped with the buffers of its role that lie between groups.
-  Returns the groups: {label, realize, site, nodes, ops}, largest first. A convolution's trace (no realizes) gets none."""
+  Returns the groups: {label, realize, jit (the TinyJit whose captured schedule the realize ran, or None), site, nodes, ops},
+  largest first. A convolution's trace (no realizes) gets none."""
   if not realizes_of(trace): return []
   keyed = {f"c{s['index']}": site for s, site in zip(trace["schedule"], call_sites(trace), strict=True)}
   key_of: dict[str, tuple[int, str]] = {node: key for node, (key, _) in keyed.items()}
@@ -122,7 +123,10 @@ def call_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
   slot = {key: i for i, key in enumerate(used)}
   for n in graph["nodes"]:
     if key_of.get(n["id"]) in slot: n["group"] = slot[key_of[n["id"]]]
+  jit_of = {r: j["index"] for j in trace.get("jits") or [] if j["realizes"] for r in range(*j["realizes"])}  # a TinyJit's realizes
   def label(key: tuple[int, str]) -> str:
     named = ", ".join(fns[key][:3]) + ("…" if len(fns[key]) > 3 else "")
-    return f"realize {key[0]} · {key[1]} {named}".rstrip() if key[0] >= 0 else f"{key[1]} written or read by more than one group"
-  return [{"label": label(k), "realize": k[0], "site": k[1], "nodes": sum(count[k].values()), "ops": dict(count[k].most_common())} for k in used]
+    jit = f"TinyJit {jit_of[key[0]]} · " if key[0] in jit_of else ""
+    return f"{jit}realize {key[0]} · {key[1]} {named}".rstrip() if key[0] >= 0 else f"{key[1]} written or read by more than one group"
+  return [{"label": label(k), "realize": k[0], "jit": jit_of.get(k[0]), "site": k[1], "nodes": sum(count[k].values()),
+           "ops": dict(count[k].most_common())} for k in used]
