@@ -1,9 +1,11 @@
-/* A graph too big for graphviz and SVG, drawn whole on a canvas. A tensor graph comes grouped by the model line that made each UOp
-   (the view's `groups`): it opens as one box per group beside the UOps no group holds; a click on a box opens the group in place
-   (its UOps laid out on their own, in a frame whose top left is the box's, moved right past anything it would cover: nothing on
-   screen moves, as the small graphs' stable stepping keeps what was there); a click on the frame's title folds it back. Layouts run in a worker (graph_worker.js: graph_layout.js's layered layout,
-   20,000 nodes in a fraction of a second); each frame draws only what is on screen, labels only where they are big enough to read.
-   viewer.js drives it: the same node pane, search and selection, in explorer.css's colours for g.node.selected, .parent, .child, .hit. */
+/* A graph too big for graphviz and SVG, drawn whole on a canvas. It comes grouped (the view's `groups`: a tensor graph by the model
+   line that made each UOp, a kernel's by loop nest, a program's kernel graph by realize and line) and opens as one box per group
+   beside the nodes no group holds. A click on a box opens the group in place: its UOps laid out on their own, in a frame whose top
+   left is the box's, moved right past anything it would cover, so nothing on screen moves (as the small graphs' stable stepping
+   keeps what was there); a click on the frame's title folds it back. Layouts run in a worker (graph_worker.js: graph_layout.js's
+   layered layout, 20,000 nodes in a fraction of a second); a frame draws only what is on screen, labels only where they are big
+   enough to read. viewer.js drives it: the same node pane, search and selection, in explorer.css's colours for g.node.selected,
+   .parent, .child, .hit. */
 
 const FONT_PX = 9, CHAR_PX = 5.45, LINE_PX = 11, PAD_X = 6, PAD_Y = 5, MAX_CHARS = 30, GROUP_CHARS = 52, LABEL_LINES = 3;
 const FRAME_PAD = 16, FRAME_HEAD = 22, GAP = 14;
