@@ -9,28 +9,43 @@ from __future__ import annotations
 import collections
 import os
 import re
-from typing import Any
+from typing import Any, TypeVar
 from explorer.present.graphs import call_sites
 from explorer.schema import Provenance, TensorGraph, TraceRecord, realizes_of
 
 Graph = dict[str, Any]
+K = TypeVar("K", int, tuple[Any, ...])  # what a group stands for: a slot, a loop nest, a (realize, line)
 MIN_GROUP = 2  # a group of one UOp is drawn as the UOp
 
 def site_key(site: Provenance) -> tuple[Any, ...]:
   """What one group stands for: a model line (forward and backward apart), else a Tensor function."""
   return (site["file"], site["line"], site["backward"]) if site["file"] else (None, site["fn"], site["backward"])  # (None, op, None): by op
 
+def named(fns: list[str]) -> str: return ", ".join(fns[:3]) + ("…" if len(fns) > 3 else "")  # a group's first Tensor functions
+
 def site_label(site: Provenance, fns: list[str]) -> str:
-  named = ", ".join(fns[:3]) + ("…" if len(fns) > 3 else "")
   where = f"{os.path.basename(site['file'])}:{site['line']}" if site["file"] else "(no line)"
-  return f"{where} {'backward: ' if site['backward'] else ''}{named}"
+  return f"{where} {'backward: ' if site['backward'] else ''}{named(fns)}"
+
+def numbered(graph: Graph, key_of: dict[str, K], by_key: bool) -> list[tuple[K, collections.Counter[str]]]:
+  """Each node whose key_of names a group of at least MIN_GROUP nodes gets `group`, that group's index; the groups with their ops
+  counted, largest first (between equals: by key where by_key, else in the order of their first node)."""
+  ops: dict[K, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+  for n in graph["nodes"]:
+    if (key := key_of.get(n["id"])) is not None: ops[key][n["op"]] += 1
+  big = [k for k in ops if ops[k].total() >= MIN_GROUP]
+  used = sorted(big, key=lambda k: (-ops[k].total(), k)) if by_key else sorted(big, key=lambda k: -ops[k].total())
+  slot = {key: i for i, key in enumerate(used)}
+  for n in graph["nodes"]:
+    if key_of.get(n["id"]) in slot: n["group"] = slot[key_of[n["id"]]]
+  return [(k, ops[k]) for k in used]
 
 def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[str, Any]]:
-  """Set each node's `group` (an index into the returned list) where its UOp's provenance names one; a node without provenance (a
-  constant, a buffer, a reshape tinygrad made on its own) joins its users' group when they are all grouped and share one. Returns the groups:
-  {label, file, line, fn, backward, nodes, ops}, largest first. A graph of a trace recorded without sites gets none. Then a node
-  still without one joins its inputs' group where they share one (a STORE of a group's result, the AFTER that orders it), and the
-  rest are grouped by op (labelled "(no line)")."""
+  """Set each node's `group` (an index into the returned list) where its UOp's provenance names one. A node without provenance (a
+  constant, a buffer, a reshape tinygrad made on its own) joins its users' group when they are all grouped and share one, else its
+  inputs' where they share one (a STORE of a group's result, the AFTER that orders it); the rest are grouped by op (labelled
+  "(no line)"). Returns the groups: {label, file, line, fn, backward, nodes, ops}, largest first. A graph of a trace recorded
+  without sites gets none."""
   if not tensor_graph or not (sites := tensor_graph.get("sites")): return []
   by_num = {num: i for num, i in tensor_graph.get("uop_sites", []) if 0 <= i < len(sites)}
   key_of = [site_key(s) for s in sites]
@@ -59,15 +74,8 @@ def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[s
     if s["fn"] not in fns[slot[key_of[i]]]: fns[slot[key_of[i]]].append(s["fn"])
   first: dict[int, Provenance] = {slot[key]: sites[key_of.index(key)] for key in keys if key in key_of}
   for key in keys[len(first):]: first[slot[key]], fns[slot[key]] = {"fn": key[1], "file": None, "line": None, "backward": False}, [key[1]]
-  ops: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-  for n in graph["nodes"]:
-    if (g := group.get(n["id"])) is not None: ops[g][n["op"]] += 1
-  used = sorted((g for g in ops if sum(ops[g].values()) >= MIN_GROUP), key=lambda g: -sum(ops[g].values()))
-  renumber = {g: j for j, g in enumerate(used)}
-  for n in graph["nodes"]:
-    if (g := group.get(n["id"])) in renumber: n["group"] = renumber[g]
   return [{"label": site_label(first[g], fns[g]), "file": first[g]["file"], "line": first[g]["line"], "fn": fns[g][0],
-           "backward": first[g]["backward"], "nodes": sum(ops[g].values()), "ops": dict(ops[g].most_common())} for g in used]
+           "backward": first[g]["backward"], "nodes": ops.total(), "ops": dict(ops.most_common())} for g, ops in numbered(graph, group, False)]
 
 _RANGE_ARG = re.compile(r"^\((\d+),")
 _RANGE_SIZE = re.compile(r"^CONST0 (\d+)$", re.M)
@@ -82,18 +90,9 @@ def loop_groups(graph: Graph) -> list[dict[str, Any]]:
     arg = _RANGE_ARG.match(lines[1]) if len(lines) > 1 else None
     size = _RANGE_SIZE.search(ranges[num]["label"]) if num in ranges else None
     return (int(arg.group(1)), f"{arg.group(1)}({size.group(1) if size else '?'})") if arg else (1 << 30, f"#{num}")
-  nests: dict[tuple[int, ...], collections.Counter[str]] = collections.defaultdict(collections.Counter)
-  key_of: dict[str, tuple[int, ...]] = {}
-  for n in graph["nodes"]:
-    if rs := n.get("ranges"):
-      key_of[n["id"]] = key = tuple(sorted(rs, key=axis))
-      nests[key][n["op"]] += 1
-  used = sorted((k for k in nests if sum(nests[k].values()) >= MIN_GROUP), key=lambda k: (-sum(nests[k].values()), k))
-  slot = {key: i for i, key in enumerate(used)}
-  for n in graph["nodes"]:
-    if key_of.get(n["id"]) in slot: n["group"] = slot[key_of[n["id"]]]
-  return [{"label": "loops " + " ".join(axis(r)[1] for r in key), "ranges": list(key), "nodes": sum(nests[key].values()),
-           "ops": dict(nests[key].most_common())} for key in used]
+  key_of = {n["id"]: tuple(sorted(rs, key=axis)) for n in graph["nodes"] if (rs := n.get("ranges"))}
+  return [{"label": "loops " + " ".join(axis(r)[1] for r in key), "ranges": list(key), "nodes": ops.total(), "ops": dict(ops.most_common())}
+          for key, ops in numbered(graph, key_of, True)]
 
 def call_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
   """A captured program's kernel graph (graphs.kernel_graph, whole) grouped by realize and the model line each call's kernel came
@@ -105,7 +104,7 @@ def call_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
   keyed = {f"c{s['index']}": site for s, site in zip(trace["schedule"], call_sites(trace), strict=True)}
   key_of: dict[str, tuple[int, str]] = {node: key for node, (key, _) in keyed.items()}
   fns: dict[tuple[int, str], list[str]] = collections.defaultdict(list)
-  for key, named in keyed.values(): fns[key] += [f for f in named if f not in fns[key]]
+  for key, called in keyed.values(): fns[key] += [f for f in called if f not in fns[key]]
   writers: dict[str, list[str]] = collections.defaultdict(list)
   readers: dict[str, list[str]] = collections.defaultdict(list)
   for e in graph["edges"]:
@@ -116,17 +115,9 @@ def call_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
     near = writers[n["id"]] or readers[n["id"]]
     if len(mine := {key_of[c] for c in near if c in key_of}) == 1: key_of[n["id"]] = mine.pop()
     else: key_of[n["id"]] = (-1, f"{n.get('role') or n['kind']} buffers")  # between groups (a weight each realize writes): by role
-  count: dict[tuple[int, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
-  for n in graph["nodes"]:
-    if n["id"] in key_of: count[key_of[n["id"]]][n["op"]] += 1
-  used = sorted((k for k in count if sum(count[k].values()) >= MIN_GROUP), key=lambda k: (-sum(count[k].values()), k))
-  slot = {key: i for i, key in enumerate(used)}
-  for n in graph["nodes"]:
-    if key_of.get(n["id"]) in slot: n["group"] = slot[key_of[n["id"]]]
   jit_of = {r: j["index"] for j in trace.get("jits") or [] if j["realizes"] for r in range(*j["realizes"])}  # a TinyJit's realizes
   def label(key: tuple[int, str]) -> str:
-    named = ", ".join(fns[key][:3]) + ("…" if len(fns[key]) > 3 else "")
     jit = f"TinyJit {jit_of[key[0]]} · " if key[0] in jit_of else ""
-    return f"{jit}realize {key[0]} · {key[1]} {named}".rstrip() if key[0] >= 0 else f"{key[1]} written or read by more than one group"
-  return [{"label": label(k), "realize": k[0], "jit": jit_of.get(k[0]), "site": k[1], "nodes": sum(count[k].values()),
-           "ops": dict(count[k].most_common())} for k in used]
+    return f"{jit}realize {key[0]} · {key[1]} {named(fns[key])}".rstrip() if key[0] >= 0 else f"{key[1]} written or read by more than one group"
+  return [{"label": label(k), "realize": k[0], "jit": jit_of.get(k[0]), "site": k[1], "nodes": ops.total(), "ops": dict(ops.most_common())}
+          for k, ops in numbered(graph, key_of, True)]
