@@ -179,8 +179,7 @@ class GraphService:
 
   async def _make_view(self, trace_id: str, trace: TraceRecord, ref: Ref, ref_text: str, full: bool, got: Raw | None = None,
                        index: str = "auto", opened: frozenset[int] = frozenset(), whole: bool = False) -> dict[str, Any]:
-    raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref)
-    if whole and ref.kind == "kernels": raw, notes = await asyncio.to_thread(graphs.kernel_graph, trace, trace_url(trace_id), True), []
+    raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref, whole)
     limit = len(raw["nodes"]) if whole else graphs.HARD_MAX_NODES if full else self.node_limit
     def make() -> dict[str, Any]:  # a program's kernel graph has a node per kernel: simplified off the event loop (100 ms for 10,001)
       shown, simplify_notes = graphs.simplify(raw, limit, index, opened)
@@ -199,10 +198,10 @@ class GraphService:
       return view
     return await asyncio.to_thread(make)
 
-  async def _raw(self, trace_id: str, trace: TraceRecord, ref: Ref) -> Raw:
-    """(graph, highlighted ids, notes, extra) straight from the trace or a worker."""
+  async def _raw(self, trace_id: str, trace: TraceRecord, ref: Ref, whole: bool = False) -> Raw:
+    """(graph, highlighted ids, notes, extra) straight from the trace or a worker; whole: a big program's kernel graph not collapsed."""
     if ref.kind == "kernels":
-      graph = await asyncio.to_thread(graphs.kernel_graph, trace, trace_url(trace_id))
+      graph = await asyncio.to_thread(graphs.kernel_graph, trace, trace_url(trace_id), whole)
       return graph, [], [graph["grouped"]] if "grouped" in graph else [], {}
     says = spec_messages(trace, ref)
     async def marked(sink: int | None, target: str | None = None) -> Raw:
