@@ -201,17 +201,7 @@ export class Viewer {
         if (!(before && await this.restore(before))) await this.opening(el);
         if (seq !== this.seq) return;
       }
-      this.el.dataset.loaded = ref;
-      const query = $("[data-act=search]", this.el).value;
-      if (query) this.find(query);
-      // select by trace number: ?node= (STAGE table links), else the node selected in the previous graph where it survives
-      const want = new URL(window.location.href).searchParams.get("node") || (this.keepNum != null ? String(this.keepNum) : null);
-      if (want && this.graph) {
-        const n = [...this.graph.byId.values()].find((x) => String(x.num) === want);
-        if (n) this.select(n.id, !before);
-      }
-      this.el.dataset.stable = before ? "1" : "";
-      this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
+      this.drawn(view, !!before, !before);
     } catch (err) {
       if (seq !== this.seq) return;
       this.status(esc(err.message), "err");
@@ -235,14 +225,19 @@ export class Viewer {
     this.index(view);
     const kept = before && big.keep(before);  // stepping: what both graphs hold where it was on screen
     if (!kept) await this.openBig(view);
+    this.drawn(view, !!kept, true);
+  }
+
+  drawn(view, stable, pan) {  // a graph in place (SVG or canvas): the search asked again, the node to select selected, said so
     this.el.dataset.loaded = view.ref;
-    this.el.dataset.drawn = "canvas";
+    if (this.big) this.el.dataset.drawn = "canvas"; else delete this.el.dataset.drawn;
     const query = $("[data-act=search]", this.el).value;
     if (query) this.find(query);
+    // select by trace number: ?node= (STAGE table links), else the node selected in the previous graph where it survives
     const want = new URL(window.location.href).searchParams.get("node") || (this.keepNum != null ? String(this.keepNum) : null);
-    const n = want && [...this.graph.byId.values()].find((x) => String(x.num) === want);
-    if (n) this.select(n.id);
-    this.el.dataset.stable = kept ? "1" : "";
+    const n = want && this.graph && [...this.graph.byId.values()].find((x) => String(x.num) === want);
+    if (n) this.select(n.id, pan);
+    this.el.dataset.stable = stable ? "1" : "";
     this.el.dispatchEvent(new CustomEvent("graph-loaded", { detail: view }));
   }
 
