@@ -47,7 +47,8 @@ def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[s
   "(no line)"). Returns the groups: {label, file, line, fn, backward, nodes, ops}, largest first. A graph of a trace recorded
   without sites gets none."""
   if not tensor_graph or not (sites := tensor_graph.get("sites")): return []
-  by_num = {num: i for num, i in tensor_graph.get("uop_sites", []) if 0 <= i < len(sites)}
+  pairs = tensor_graph.get("uop_sites") or []  # a stored trace's: only well-formed [trace number, site index] pairs are read
+  by_num = {p[0]: p[1] for p in pairs if isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p) and 0 <= p[1] < len(sites)}
   key_of = [site_key(s) for s in sites]
   keys = list(dict.fromkeys(key_of))
   slot = {key: j for j, key in enumerate(keys)}
