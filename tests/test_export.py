@@ -171,3 +171,30 @@ def test_the_bufferize_tables_are_not_cut_at_1440(exported, browser):
     page.locator("#bufferize").screenshot(path=str(ARTIFACTS / "export_bufferize.png"))
   assert all(g["width"] <= g["room"] + 1 for g in got if g["sel"] == "#stage-table"), got  # at this width it fits whole
   assert all(g["width"] <= g["room"] + 1 or g["scrolls"] for g in got), got
+
+def test_a_graph_over_the_node_limit_is_exported_whole_with_its_groups(exported):
+  """From the command line (graphs expanded from the blob here): a graph over the node limit is not cut but kept whole for the file to
+  draw on a canvas: the same nodes as drawn under the default limit, each edge between them, an AST grouped by the loops its UOps are
+  in; a graph within the limit stays inline SVG. The file holds the drawings and the scripts that draw them, and nothing external."""
+  from explorer.present import export
+  store = Store(exported["db"])
+  trace, blob = store.get_trace(exported["id"]), store.get_rewrites(exported["id"])
+  small, drawn = 20, export.local_graphs(trace, exported["id"], blob)
+  cut = export.local_graphs(trace, exported["id"], blob, node_limit=small)
+  assert cut.keys() == drawn.keys() and any(b["total_nodes"] > small for b in drawn.values())
+  for ref, b in cut.items():
+    assert b["error"] is None and b["total_nodes"] == drawn[ref]["total_nodes"], ref
+    if b["total_nodes"] <= small:
+      assert b["svg"] and "whole" not in b
+      continue
+    whole = b["whole"]
+    assert b["svg"] is None and b["shown_nodes"] == len(whole["nodes"]) == b["total_nodes"]
+    ids = {n["id"] for n in whole["nodes"]}
+    assert all(e["src"] in ids and e["dst"] in ids for e in whole["edges"])
+    if ref.startswith("ast/"):
+      assert whole["groups"], ref
+      for n in whole["nodes"]:
+        if "group" in n: assert sorted(n["ranges"]) == sorted(whole["groups"][n["group"]]["ranges"]), (ref, n)
+  html = export.render_html(trace, exported["id"], cut)
+  assert html.count("<script type=\"application/json\" data-whole-view>") == sum("whole" in b for b in cut.values()) and "layOutInPage(layered)" in html
+  assert external_refs(html) == [] and "\nexport " not in html and 'from "./' not in html

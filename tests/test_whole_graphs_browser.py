@@ -135,3 +135,37 @@ def test_a_programs_kernel_graph_is_whole_and_grouped_by_realize_and_line(browse
     assert drawn == {"nodes": view["total_nodes"], "groups": len(view["groups"])}
     pg.screenshot(path=str(ARTIFACTS / "whole_kernel_graph.png"))
   assert not errors, errors
+
+def test_the_export_draws_the_whole_graphs_offline_as_the_pages_do(browser, errors, stack, tmp_path):
+  """The exported file (one HTML file, opened from disk: no server, no worker) draws each graph over the node limit whole on a canvas,
+  with the groups the page has: every node there, none cut; a search finds a node inside a closed group and opens it; a click on a
+  group's box opens it in place."""
+  base, trace_id = stack
+  file = tmp_path / "export.html"
+  file.write_bytes(httpx.get(f"{base}/t/{trace_id}/export.html", params={"download": False}, timeout=600).content)
+  page_view = whole_view(stack, "tensor")
+  with closing(watched_page(browser, errors, 1440, 900)) as pg:
+    pg.goto(file.as_uri())
+    pg.wait_for_function("() => [...document.querySelectorAll('.export-graph[data-whole]')].every((b) => b.dataset.drawn === 'canvas')",
+                         timeout=120_000)
+    box = pg.locator('.export-graph[data-ref="tensor"]')
+    assert box.get_attribute("data-drawn") == "canvas" and box.locator("svg").count() == 0
+    assert f"All {page_view['total_nodes']:,} nodes" in box.inner_text() and "nearest the output" not in box.inner_text()
+    drawn = pg.evaluate("""() => { const b = window.exportGraphs.get("tensor");
+      return {nodes: b.nodes.length, groups: b.groups.map((g) => [g.label, g.members.length]), open: b.groups.filter((g) => g.open).length}; }""")
+    assert drawn["nodes"] == page_view["total_nodes"] and drawn["open"] == 0
+    assert drawn["groups"] == [[g["label"], g["nodes"]] for g in page_view["groups"]]
+    inside = next(n for n in page_view["nodes"] if "group" in n)
+    box.locator("[data-act=search]").fill(inside["id"])  # (a trace number is also in other labels: CONST0 123)
+    pg.wait_for_function(f"""() => {{ const b = window.exportGraphs.get("tensor"), n = b.byId.get({inside['id']!r}), p = b.screenOf(n.id);
+      return !b.closedGroup(n) && b.mark.get(n.id) === "selected" && p.x >= 0 && p.y >= 0 && p.x <= b.w && p.y <= b.h; }}""")
+    assert inside["label"].split("\n")[0] in box.locator("[data-picked]").inner_text()
+    box.locator("[data-act=search]").fill("")
+    closed = pg.evaluate("""() => { const b = window.exportGraphs.get("tensor"), g = b.groups.find((x) => !x.open);
+      b.tx += b.w / 2 - (g.x * b.k + b.tx); b.ty += b.h / 2 - (g.y * b.k + b.ty); b.draw(); return g.index; }""")
+    box.locator("canvas.big-graph").scroll_into_view_if_needed()
+    canvas = box.locator("canvas.big-graph").bounding_box()
+    pg.mouse.click(canvas["x"] + canvas["width"] / 2, canvas["y"] + canvas["height"] / 2)
+    pg.wait_for_function(f"() => !!window.exportGraphs.get('tensor').groups[{closed}].open")
+    box.screenshot(path=str(ARTIFACTS / "whole_tensor_graph_export.png"))
+  assert not errors, errors

@@ -32,6 +32,20 @@ class GraphBlock(TypedDict):
   total_nodes: int
   legend: NotRequired[list[dict[str, Any]]]  # a drawn graph's
   rejected: NotRequired[int]                 # a cached view's: the UOps tinygrad's spec rejected
+  whole: NotRequired[dict[str, Any]]         # a graph over the node limit: every node, drawn on a canvas in the file (whole_drawing)
+
+WHOLE_FIELDS = ("nodes", "edges", "groups", "highlight", "violations")
+
+def whole_drawing(view: Mapping[str, Any]) -> dict[str, Any]:
+  """What a file needs to draw a graph whole as the pages do (static/big_graph.js): its nodes, edges, groups and marks."""
+  return {k: view.get(k) or [] for k in WHOLE_FIELDS}
+
+def whole_block(ref: str, title: str, view: Mapping[str, Any], legend: list[dict[str, Any]]) -> GraphBlock:
+  """An export graph over the node limit, whole: laid out when the file opens and drawn on a canvas, grouped (no SVG, nothing cut)."""
+  n = len(view["nodes"])
+  return {"ref": ref, "title": title, "svg": None, "error": None, "shown_nodes": n, "total_nodes": n, "legend": legend,
+          "rejected": len(view.get("violations") or []), "whole": whole_drawing(view),
+          "notes": [f"All {n:,} nodes, laid out when this file opens and drawn on a canvas, in groups: a click on a group opens it in place."]}
 
 def graph_refs(trace: TraceRecord) -> list[str]:
   """The graphs an export draws: the tensor graph (when recorded), the kernel graph, each kernel's AST (a big program's: the kernels its
@@ -95,9 +109,20 @@ def _static(name: str) -> str:
   from explorer.present.render import STATIC_DIR
   return (STATIC_DIR / name).read_text()
 
+WHOLE_MODULES = ("graph_layout.js", "big_graph.js", "whole_graph.js")  # in import order: each imports only those before it
+_IMPORT_RE = re.compile(r'^import \{[^}]*\} from "\./[\w.]+";\n', re.M)
+
+def inline_module(names: Iterable[str]) -> str:
+  """The pages' ES modules as one inline module script: their imports of each other dropped, their exports made plain names (a file
+  has no other module to load them from)."""
+  text = "\n".join(_IMPORT_RE.sub("", _static(n)).replace("\nexport ", "\n") for n in names)
+  assert "</script" not in text.lower(), "an inline script may not close its tag"
+  return text
+
 def inline_assets() -> dict[str, str]:
   from explorer.present.render import pygments_css
-  return {"css": _static("explorer.css") + "\n" + pygments_css(), "panzoom": _static("vendor/svg-pan-zoom-3.6.2.min.js")}
+  return {"css": _static("explorer.css") + "\n" + pygments_css(), "panzoom": _static("vendor/svg-pan-zoom-3.6.2.min.js"),
+          "whole": inline_module(WHOLE_MODULES)}
 
 MAX_SECTIONS = 200  # distinct kernels an HTML export gives a section (source per target, UOps, AST): its JSON export has every kernel
 
@@ -171,11 +196,13 @@ def local_graphs(trace: TraceRecord, trace_id: str, blob: bytes | None, store: A
     title = graph_title(trace, parse_ref(ref))
     view = store.get_cached_json(trace_id, ref, "view") if store is not None else None
     svg = store.get_cached(trace_id, ref, "svg") if store is not None else None
-    if view is not None and svg is not None:
+    whole = store.get_cached_json(trace_id, f"{ref}+whole", "view") if store is not None else None
+    if whole is not None and whole.get("groups") is not None: out[ref] = whole_block(ref, whole["title"], whole, whole.get("legend") or [])
+    elif view is not None and svg is not None and not view.get("partial"):
       out[ref] = {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None,
                   "shown_nodes": view["shown_nodes"], "total_nodes": view["total_nodes"], "legend": view.get("legend") or [],
                   "rejected": len(view.get("violations") or [])}
-    elif ref == "kernels": out[ref] = _laid_out(ref, title, graphs.kernel_graph(trace), node_limit, trace_id)
+    elif ref == "kernels": out[ref] = _laid_out(ref, title, graphs.kernel_graph(trace, whole=True), node_limit, trace_id, trace)
     elif blob is None: out[ref] = _failed(ref, title, "no rewrite blob (a JSON trace file keeps none): export a stored trace id for its UOp graphs")
     elif (sink := _sink(trace, ref)) is None:
       out[ref] = _failed(ref, title, "the trace recorded no graph here")
@@ -191,7 +218,7 @@ def local_graphs(trace: TraceRecord, trace_id: str, blob: bytes | None, store: A
     except WorkerFailed as e: got, why = {}, f"the rewrite blob could not be expanded here: {e}"
     for ref, sink in missing.items():
       title = graph_title(trace, parse_ref(ref))
-      out[ref] = _laid_out(ref, title, got[sink], node_limit, trace_id) if sink in got else _failed(ref, title, why)
+      out[ref] = _laid_out(ref, title, got[sink], node_limit, trace_id, trace) if sink in got else _failed(ref, title, why)
   return {ref: out[ref] for ref in graph_refs(trace)}
 
 def _sink(trace: TraceRecord, ref: str) -> int | None:
@@ -202,13 +229,19 @@ def _sink(trace: TraceRecord, ref: str) -> int | None:
 def _failed(ref: str, title: str, why: str) -> GraphBlock:
   return {"ref": ref, "title": title, "svg": None, "notes": [], "error": why, "shown_nodes": 0, "total_nodes": 0}
 
-def _laid_out(ref: str, title: str, raw: graphs.Graph, node_limit: int, trace_id: str) -> GraphBlock:
-  shown, notes = graphs.simplify(raw, node_limit)
-  dot = graphs.kernel_graph_dot(shown, trace_path(trace_id)) if ref == "kernels" else graphs.uop_dot(shown, set(), title)
+def _laid_out(ref: str, title: str, raw: graphs.Graph, node_limit: int, trace_id: str, trace: TraceRecord) -> GraphBlock:
+  """A graph laid out by graphviz as SVG, or, over the node limit, whole (as a page's ?whole=1 view: grouped, drawn in the file)."""
+  legend_of = graphs.kernel_graph_legend if ref == "kernels" else graphs.legend
+  if len(raw["nodes"]) > node_limit:
+    from explorer.present.graph_groups import grouped
+    from explorer.present.graph_refs import parse_ref
+    groups = grouped(parse_ref(ref).kind, raw, trace)
+    return whole_block(ref, title, {**raw, "groups": groups}, legend_of(raw))
+  dot = graphs.kernel_graph_dot(raw, trace_path(trace_id)) if ref == "kernels" else graphs.uop_dot(raw, set(), title)
   try: svg = graphs.layout_svg(dot)
   except graphs.LayoutError as e: return {**_failed(ref, title, str(e)), "total_nodes": len(raw["nodes"])}
-  return {"ref": ref, "title": title, "svg": svg, "notes": notes, "error": None, "shown_nodes": len(shown["nodes"]), "total_nodes": len(raw["nodes"]),
-          "legend": graphs.kernel_graph_legend(shown) if ref == "kernels" else graphs.legend(shown)}
+  return {"ref": ref, "title": title, "svg": svg, "notes": [], "error": None, "shown_nodes": len(raw["nodes"]), "total_nodes": len(raw["nodes"]),
+          "legend": legend_of(raw)}
 
 def export_file(arg: str, fmt: str = "html", db: str | None = None, timeout_s: float = 600.0, say: Callable[[str], None] = lambda s: None,
                 roofline: Callable[[TraceRecord], dict[str, Any]] | None = None) -> str:

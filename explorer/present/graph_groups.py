@@ -17,6 +17,12 @@ Graph = dict[str, Any]
 K = TypeVar("K", int, tuple[Any, ...])  # what a group stands for: a slot, a loop nest, a (realize, line)
 MIN_GROUP = 2  # a group of one UOp is drawn as the UOp
 
+def grouped(kind: str, graph: Graph, trace: TraceRecord) -> list[dict[str, Any]] | None:
+  """A whole graph's groups by what it draws (a graph reference's kind), each node given its `group`: None for a graph not grouped."""
+  if kind == "tensor": return tensor_groups(graph, trace["tensor_graph"])
+  if kind in ("ast", "codegen"): return loop_groups(graph)
+  return call_groups(graph, trace) if kind == "kernels" else None
+
 def site_key(site: Provenance) -> tuple[Any, ...]:
   """What one group stands for: a model line (forward and backward apart), else a Tensor function."""
   return (site["file"], site["line"], site["backward"]) if site["file"] else (None, site["fn"], site["backward"])  # (None, op, None): by op

@@ -11,7 +11,7 @@ const FONT_PX = 9, CHAR_PX = 5.45, LINE_PX = 11, PAD_X = 6, PAD_Y = 5, MAX_CHARS
 const FRAME_PAD = 16, FRAME_HEAD = 22, GAP = 14;
 const ZOOM_SETTLE_MS = 150;  // a zoom draws its frames scaled from the last sharp one, and sharp this long after it stops
 const MIN_TEXT_PX = 5;  // a label smaller than this on screen is not drawn: the boxes' colours still show
-const COLOR = { edge: "#8a8f98", text: "#111111", border: "#5c6370", changed: "#e5484d", spec: "#7c3aed", hit: "#d4a72c",
+const COLOR = { edge: "#8a8f98", text: "#111111", border: "#5c6370", changed: "#e5484d", downstream: "#d9931c", spec: "#7c3aed", hit: "#d4a72c",
                 selected: "#0969da", parent: "#1a7f37", child: "#8250df", group: "#eef1f5", groupBorder: "#57606a", frame: "rgba(238,241,245,0.55)" };
 const WORKER = new URL("./graph_worker.js", import.meta.url);
 
@@ -31,7 +31,7 @@ function textColor(fill) {  // graphs.text_color: dark text on light fills
   return 0.299 * r + 0.587 * g + 0.114 * b < 140 ? "#ffffff" : COLOR.text;
 }
 
-let worker = null, asked = 0;
+let worker = null, asked = 0, inPage = null;
 const waiting = new Map();  // request number -> [resolve, reject]
 
 function layoutWorker() {  // one for the page, started on first use: a module worker takes a while to start
@@ -45,7 +45,12 @@ function layoutWorker() {  // one for the page, started on first use: a module w
   return worker;
 }
 
+/* a page that cannot start a worker lays out on its own thread: an export opened from a file (its scripts are inline, and a file's
+   page may not start a worker from a file) */
+export function layOutInPage(layout) { inPage = layout; }
+
 export function layOut(items, edges) {  // items [{id, w, h}], edges [{src, dst}] by id: resolves to graph_layout.js's {x, y, width, height}
+  if (inPage) return Promise.resolve(inPage(items.map(({ id: key, w, h }) => ({ id: key, w, h })), edges));
   return new Promise((resolve, reject) => {
     const id = ++asked;
     waiting.set(id, [resolve, reject]);
@@ -71,7 +76,7 @@ export class BigGraph {
       [g.label, `${g.nodes.toLocaleString()} nodes · ${Object.entries(g.ops).slice(0, 3).map(([op, c]) => `${c} ${op}`).join(" ")}`], GROUP_CHARS));
     for (const n of this.nodes) if (n.group != null && this.groups[n.group]) this.groups[n.group].members.push(n);
     this.mark = new Map(); this.lit = new Map();
-    this.changed = new Set(view.highlight || []); this.spec = new Set(view.violations || []);
+    this.changed = new Set(view.highlight || []); this.spec = new Set(view.violations || []); this.downstream = new Set(view.downstream || []);
     this.canvas = document.createElement("canvas");
     this.canvas.className = "big-graph";
     this.k = 1; this.tx = 0; this.ty = 0; this.frame = null; this.frames = 0; this.cache = null;
@@ -300,6 +305,18 @@ export class BigGraph {
     return t && { x: t.x * this.k + this.tx, y: t.y * this.k + this.ty };
   }
 
+  select(hits, id) {  // the search's hits marked, and node id (or none: null) selected with its parents and children lit
+    const mark = new Map(hits.map((h) => [h, "hit"])), lit = new Map();
+    if (id != null && this.byId.has(id)) {
+      for (const e of this.view.edges) {
+        if (e.dst === id) { mark.set(e.src, "parent"); lit.set(`${e.src}>${id}`, "parent"); }
+        if (e.src === id) { mark.set(e.dst, "child"); lit.set(`${id}>${e.dst}`, "child"); }
+      }
+      mark.set(id, "selected");
+    }
+    this.setMarks(mark, lit);
+  }
+
   setMarks(mark, lit) {  // mark: node id -> its mark; lit: "src>dst" (node ids) -> "parent" | "child", drawn between the boxes shown
     this.mark = mark; this.litIds = lit; this.lit = new Map();
     for (const [pair, kind] of lit) {
@@ -366,7 +383,8 @@ export class BigGraph {
       }
     }
     for (const n of this.shown) {
-      const mark = this.mark.get(n.id), stroke = mark || (this.changed.has(n.id) ? "changed" : this.spec.has(n.id) ? "spec" : null);
+      const mark = this.mark.get(n.id), stroke = mark || (this.changed.has(n.id) ? "changed" : this.downstream.has(n.id) ? "downstream"
+        : this.spec.has(n.id) ? "spec" : null);
       if ((text || stroke) && overlaps(n, view)) this.paintBox(ctx, n, n.color || "#ffffff", stroke, text, 1, n.addrspace);
     }
   }

@@ -78,15 +78,7 @@ export class Viewer {
   nodeEl(id) { return this.big ? null : this.canvas.querySelector(`g.node[id="n${CSS.escape(id)}"]`); }
 
   marked(select = null) {  // a canvas-drawn graph's marks: the search's hits, the selection with its parents and children
-    if (!this.big) return;
-    const mark = new Map(this.hits.map((id) => [id, "hit"])), lit = new Map();
-    const id = select !== null ? select : this.selected;
-    if (id != null && this.graph.byId.has(id)) {
-      for (const e of this.graph.parents.get(id) || []) { mark.set(e.src, "parent"); lit.set(`${e.src}>${id}`, "parent"); }
-      for (const e of this.graph.children.get(id) || []) { mark.set(e.dst, "child"); lit.set(`${id}>${e.dst}`, "child"); }
-      mark.set(id, "selected");
-    }
-    this.big.setMarks(mark, lit);
+    if (this.big) this.big.select(this.hits, select !== null ? select : this.selected);
   }
 
   find(q) {

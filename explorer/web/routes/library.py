@@ -158,6 +158,9 @@ async def graph_block(svc: Services, trace_id: str, trace: TraceRecord, ref: str
   """One export graph through the server's GraphService: its cache, its node limit, its layout."""
   try:
     view = await svc.graphs.view(trace_id, trace, ref, permit=permit)
+    if view.get("partial"):  # over the node limit: the file draws it whole, as the page does
+      whole = await svc.graphs.view(trace_id, trace, ref, permit=permit, whole=True)
+      return dict(export.whole_block(ref, whole["title"], whole, whole.get("legend") or []))
     svg = await svc.graphs.svg(trace_id, trace, ref, False, trace_url(trace_id), permit=permit)
   except (GraphNotFound, GraphUnavailable, GraphBusy, KeyError, TypeError) as e:  # an export never fails over one graph (a failed trace lacks some)
     return {"ref": ref, "title": ref, "svg": None, "notes": [], "error": str(e), "shown_nodes": 0, "total_nodes": 0}

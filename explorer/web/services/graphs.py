@@ -183,9 +183,7 @@ class GraphService:
     limit = len(raw["nodes"]) if whole else graphs.HARD_MAX_NODES if full else self.node_limit
     def make() -> dict[str, Any]:  # a program's kernel graph has a node per kernel: simplified off the event loop (100 ms for 10,001)
       shown, simplify_notes = graphs.simplify(raw, limit, index, opened)
-      groups = None if not whole else graph_groups.tensor_groups(shown, trace["tensor_graph"]) if ref.kind == "tensor" else \
-        graph_groups.loop_groups(shown) if ref.kind in ("ast", "codegen") else graph_groups.call_groups(shown, trace) if ref.kind == "kernels" \
-        else None
+      groups = graph_groups.grouped(ref.kind, shown, trace) if whole else None
       keep = {n["id"] for n in shown["nodes"]}
       view = {"ref": ref_text, "title": graph_title(trace, ref), "notes": notes + simplify_notes, "total_nodes": len(raw["nodes"]),
               "shown_nodes": len(shown["nodes"]), "highlight": [h for h in highlight if h in keep],
