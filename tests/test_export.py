@@ -196,5 +196,6 @@ def test_a_graph_over_the_node_limit_is_exported_whole_with_its_groups(exported)
       for n in whole["nodes"]:
         if "group" in n: assert sorted(n["ranges"]) == sorted(whole["groups"][n["group"]]["ranges"]), (ref, n)
   html = export.render_html(trace, exported["id"], cut)
-  assert html.count("<script type=\"application/json\" data-whole-view>") == sum("whole" in b for b in cut.values()) and "layOutInPage(layered)" in html
+  views = html.count('<script type="application/json" data-whole-view>')
+  assert views == sum("whole" in b for b in cut.values()) and "layOutInPage(layered)" in html
   assert external_refs(html) == [] and "\nexport " not in html and 'from "./' not in html
