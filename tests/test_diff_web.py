@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sqlite3
 import time
 from contextlib import closing
 import httpx
@@ -12,7 +13,7 @@ import pytest
 from conftest import ARTIFACTS, needs_chromium, running_server, wait_done
 from fastapi.testclient import TestClient
 from stored_traces import copy_trace, stored_pair
-from support import app_over
+from support import app_over, copy_store
 from explorer.store import Store
 from explorer.web.services.diffs import GRAPHS, structural_kind
 
@@ -192,6 +193,36 @@ def test_diff_page_in_the_browser(pair, server, browser):
   for url in ("/traces", f"/t/{staged}/export.html", f"/api/diff/{staged}/{fused}", f"/diff/pick/{staged}"):
     assert httpx.get(server + url, timeout=120).status_code == 200, url
   assert httpx.get(f"{server}/api/health").json()["tinygrad_imported"] is False  # the graph diff and measurements ran in workers
+
+@pytest.mark.browser
+@needs_chromium
+def test_a_kernel_graph_over_the_node_limit_is_diffed_whole_on_a_canvas(pair, browser, tmp_path):
+  """Over the node limit (20 here) the diff draws each side's kernel graph whole, grouped by loop nest: every node, where the change
+  starts outlined as the graph diff found it (the frontier of the nodes only that side has), what differs downstream marked apart."""
+  _, db, staged, fused = pair
+  copy = tmp_path / "copy.sqlite3"
+  copy_store(db, copy)
+  with closing(sqlite3.connect(copy)) as c, c: c.execute("DELETE FROM diff_cache")  # the graph diff computed anew, under the small limit
+  with running_server(copy, tmp_path, graph_node_limit=20) as base, closing(browser.new_page(viewport={"width": 1500, "height": 950})) as page:
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/diff/{staged}/{fused}")
+    page.wait_for_function("() => !document.querySelector('.graph-pending')", timeout=180_000)
+    boxes = page.locator("#graph-diff-2 .diff-graph")
+    assert boxes.count() >= 2 and page.locator("#graph-diff-2 .diff-graph svg").count() == 0
+    page.wait_for_function("() => [...document.querySelectorAll('#graph-diff-2 .diff-graph')].every((b) => b.dataset.drawn === 'canvas')")
+    graph = httpx.get(f"{base}/api/diff/{staged}/{fused}", timeout=120).json()["groups"][2]["graph"]
+    for side in ("a", "b"):
+      drawn = page.evaluate(f"""() => [...document.querySelectorAll('#graph-diff-2 .graph-side.side-{side} .diff-graph')].map((b) => {{
+        const g = b.wholeGraph, total = Number(b.querySelector('.viewer-stats').textContent.split(' ')[0].replace(/,/g, ''));
+        return {{nodes: g.nodes.length, total, changed: [...g.changed], downstream: [...g.downstream], groups: g.groups.length}}; }})""")
+      only = graph[f"only_{side}"]
+      starts, rest = {n["id"] for n in only if n["frontier"]}, {n["id"] for n in only if not n["frontier"]}
+      assert set().union(*(d["changed"] for d in drawn)) == starts and set().union(*(d["downstream"] for d in drawn)) == rest, side
+      assert all(d["nodes"] == d["total"] > 20 and d["groups"] > 0 for d in drawn), drawn
+    page.locator("#graph-diff-2").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "diff_graphs_whole.png"))
+  assert not errors, errors
 
 def test_a_trace_that_failed_early_still_diffs_and_exports(pair):
   client, db, staged, fused = pair

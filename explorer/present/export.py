@@ -34,7 +34,7 @@ class GraphBlock(TypedDict):
   rejected: NotRequired[int]                 # a cached view's: the UOps tinygrad's spec rejected
   whole: NotRequired[dict[str, Any]]         # a graph over the node limit: every node, drawn on a canvas in the file (whole_drawing)
 
-WHOLE_FIELDS = ("nodes", "edges", "groups", "highlight", "violations")
+WHOLE_FIELDS = ("nodes", "edges", "groups", "highlight", "violations", "downstream")
 
 def whole_drawing(view: Mapping[str, Any]) -> dict[str, Any]:
   """What a file needs to draw a graph whole as the pages do (static/big_graph.js): its nodes, edges, groups and marks."""

@@ -389,10 +389,15 @@ export class BigGraph {
     }
   }
 
-  groupMark(g) {  // a closed group holding the selection or a search hit says so
-    let best = null;
-    for (const n of g.members) { const m = this.mark.get(n.id); if (m === "selected") return m; if (m) best = best || m; }
-    return best;
+  groupMark(g) {  // a closed group holding the selection or a search hit says so, else one holding a changed (or downstream) node
+    let best = null, changed = null;
+    for (const n of g.members) {
+      const m = this.mark.get(n.id);
+      if (m === "selected") return m;
+      if (m) best = best || m;
+      if (this.changed.has(n.id)) changed = "changed"; else if (!changed && this.downstream.has(n.id)) changed = "downstream";
+    }
+    return best || changed;
   }
 
   paintBox(ctx, t, fill, stroke, text, width, border = null) {

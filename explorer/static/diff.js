@@ -1,9 +1,16 @@
-/* The diff page: folded source runs, the UOp graph diff (an HTML fragment computed in a worker) and pan/zoom on its drawings; its
-   two measurements (interleaved re-timing, outputs compared) are measure.js's. */
+/* The diff page: folded source runs, the UOp graph diff (an HTML fragment computed in a worker) and pan/zoom on its drawings (a graph
+   over the node limit drawn whole on a canvas: whole_graph.js); its two measurements (interleaved re-timing, outputs compared) are
+   measure.js's. */
 import { $, $$ } from "./dom.js";
+import { drawWhole } from "./whole_graph.js";
 
 function panZoom(root) {
-  $$(".diff-graph", root).forEach((box) => {
+  $$(".diff-graph[data-whole]", root).forEach((box) => {  // a kernel's graph over the node limit, whole on a canvas
+    if (box.dataset.pz) return;
+    box.dataset.pz = "1";
+    drawWhole(box);
+  });
+  $$(".diff-graph:not([data-whole])", root).forEach((box) => {
     const svg = $("svg", box);
     if (!svg || !window.svgPanZoom || box.dataset.pz) return;
     box.dataset.pz = "1";

@@ -1,7 +1,8 @@
 /* A graph over the node limit drawn whole where there is no graph viewer (viewer.js): an export's graphs, drawn when the file opens,
    and the diff's. The box holds its view as JSON (script[data-whole-view]: nodes, edges, groups and marks, as a page's ?whole=1 view),
    a slot for the canvas ([data-whole-canvas]) and may hold a search field ([data-act=search]), a hit count ([data-hits]), zoom buttons
-   ([data-act=zoom-in|zoom-out|fit]) and a line that names the node picked ([data-picked]). Drawn, the box says data-drawn="canvas". */
+   ([data-act=zoom-in|zoom-out|fit]) and a line that names the node picked ([data-picked]). Drawn, the box says data-drawn="canvas" and
+   holds its BigGraph as box.wholeGraph. */
 import { BigGraph } from "./big_graph.js";
 
 const READABLE_PX = 11, MIN_FIT_PX = 2.5;  // as viewer.js opens a graph: fitted while its boxes show, else readable over its first mark
@@ -42,6 +43,7 @@ export async function drawWhole(box) {
   }
   const acts = { "zoom-in": () => big.zoomAt(1.25), "zoom-out": () => big.zoomAt(0.8), fit: () => big.fit() };
   box.querySelectorAll("[data-act]").forEach((b) => { if (acts[b.dataset.act]) b.addEventListener("click", acts[b.dataset.act]); });
+  box.wholeGraph = big;
   box.dataset.drawn = "canvas";
   return big;
 }

@@ -29,7 +29,7 @@ from explorer.analysis.diff import (
   time_headline,
   unpacked,
 )
-from explorer.present import graphs
+from explorer.present import graph_groups, graphs
 from explorer.present.render import lexer_for
 from explorer.schema import KernelRecord, TraceRecord
 from explorer.stages import Progress
@@ -242,6 +242,7 @@ class DiffService:
     """The kernel's graph with where the change starts (nodes only this side has, whose inputs both have) outlined red and the nodes
     that differ only because an input differs outlined amber: outlining all of them red marks most of a fused kernel."""
     from explorer.present.export import localize_svg
+    if len(raw["nodes"]) > self.node_limit: return self._whole(k, raw, starts, rest, side)
     shown, notes = graphs.simplify(raw, self.node_limit)
     keep, here = {n["id"] for n in shown["nodes"]}, {n["id"] for n in raw["nodes"]}
     mine = (starts | rest) & here
@@ -256,6 +257,20 @@ class DiffService:
       try: svg = await asyncio.to_thread(graphs.layout_svg, graphs.uop_dot(shown, hl, title, downstream=down), self.dot_timeout_s)
       except graphs.LayoutError as e: return {**info, "error": str(e)}
     return {**info, "svg": localize_svg(svg, prefix)}
+
+  @staticmethod
+  def _whole(k: KernelRecord, raw: graphs.Graph, starts: set[str], rest: set[str], side: str) -> dict[str, Any]:
+    """A kernel's graph over the node limit, whole, for the page to draw on a canvas (static/whole_graph.js): grouped by loop nest, with
+    where the change starts and what differs downstream marked as the SVG marks them."""
+    from explorer.present.export import whole_drawing
+    here = {n["id"] for n in raw["nodes"]}
+    graph = {**raw, "nodes": [dict(n) for n in raw["nodes"]]}  # (grouping writes `group` on each node: the diff's own graphs stay as they are)
+    groups = graph_groups.loop_groups(graph)
+    hl, down = sorted(starts & here), sorted(rest & here)
+    return {"kernel": k["index"], "name": k["name"], "role": k["role"], "title": f"{side.upper()}: {k['name']} ({k['role']})",
+            "notes": [f"All {len(raw['nodes']):,} nodes, drawn on a canvas in groups by loop nest: a click on a group opens it in place."],
+            "differing": len(hl) + len(down), "highlighted": len(hl), "downstream": len(down), "nodes": len(raw["nodes"]), "svg": None,
+            "error": None, "whole": whole_drawing({**graph, "groups": groups, "highlight": hl, "downstream": down})}
 
   # ***** measurements *****
 
