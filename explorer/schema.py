@@ -301,6 +301,12 @@ class OnnxNode(TypedDict):
   outputs: Annotated[list[Line], Field(max_length=4)]
 
 @with_config(STRICT)
+class Instance(TypedDict):
+  """A module object a model line ran inside: its class and which of that class's objects it is, in the order the capture met them."""
+  cls: Name
+  index: Count
+
+@with_config(STRICT)
 class Provenance(TypedDict):
   """A Tensor function whose UOps a kernel computes (tinygrad's metadata), and the model's line that called it (None where not
   recorded): the program's own, or that of a model shipped inside tinygrad (tinygrad.llm), with the program's line that ran it
@@ -314,6 +320,7 @@ class Provenance(TypedDict):
   caller: NotRequired[SourceLine]  # where file/line is a model shipped inside tinygrad: the program's line that ran it
   onnx: NotRequired[OnnxNode]      # the ONNX node it computes (tinygrad's OnnxRunner)
   backward_line: NotRequired[SourceLine]  # a backward entry's .backward() (or .gradient()) line
+  scope: NotRequired[Annotated[list[Instance], Field(max_length=64)]]  # a tensor graph's site: the module objects it ran inside, outermost first
 
 @with_config(STRICT)
 class LightHalf(TypedDict):

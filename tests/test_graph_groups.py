@@ -75,3 +75,23 @@ def test_a_programs_kernel_graph_is_grouped_by_realize_jit_and_line():
   assert by["b2"] is None  # written in realize 0 and in realize 1: between groups (its role's, alone)
   assert {g["jit"] for g in groups} == {None, 0}
   assert graph_groups.call_groups(graph, {**trace, "realizes": []}) == []  # a convolution's trace: no groups
+
+def test_a_line_run_inside_module_objects_is_grouped_within_them():
+  """Sites recorded inside module objects (Stack 0 holding Block 0 and Block 1, each running lines 10 and 11) give groups within
+  groups: each block inside the stack, in the order the capture met them, each line inside its block; a level that holds nothing but
+  one smaller group is not drawn (the stack, were there one block); every node sits in the deepest group holding it."""
+  stack = {"cls": "Stack", "index": 0}
+  def inside(fn: str, line: int, block: int) -> dict: return {**site(fn, line), "scope": [stack, {"cls": "Block", "index": block}]}
+  sites = [inside("linear", 10, 1), inside("relu", 11, 1), inside("linear", 10, 0), inside("relu", 11, 0)]
+  nodes = [uop(i, "MUL" if i % 2 else "ADD", 100 + i) for i in range(8)] + [uop(8, "SINK")]
+  edges = [{"src": str(a), "dst": str(b), "idx": 0} for a, b in [(0, 1), (1, 2), (2, 3), (4, 5), (5, 6), (6, 7), (3, 8), (7, 8)]]
+  pairs = [[100 + i, i // 2] for i in range(8)]  # two UOps per site: 0,1 line 10 of block 1; 2,3 line 11 of block 1; 4..7 block 0's
+  groups = graph_groups.tensor_groups({"nodes": nodes, "edges": edges}, {"uops": 9, "ops": {}, "sink": 8, "sites": sites, "uop_sites": pairs})
+  tree = [(g["label"], groups[g["parent"]]["label"] if g["parent"] is not None else None, g["nodes"]) for g in groups]
+  assert tree == [("Stack 0", None, 8), ("Block 0", "Stack 0", 4), ("model.py:10 linear", "Block 0", 2), ("model.py:11 relu", "Block 0", 2),
+                  ("Block 1", "Stack 0", 4), ("model.py:10 linear", "Block 1", 2), ("model.py:11 relu", "Block 1", 2)], tree
+  assert [groups[n["group"]]["scope"][-1]["index"] for n in nodes[:8]] == [1, 1, 1, 1, 0, 0, 0, 0] and "group" not in nodes[8]
+  one = [s for s in sites if s["scope"][1]["index"] == 1]
+  again = [uop(i, "ADD", 100 + i) for i in range(4)]
+  groups = graph_groups.tensor_groups({"nodes": again, "edges": []}, {"uops": 4, "ops": {}, "sink": 0, "sites": one, "uop_sites": pairs[:4]})
+  assert [(g["label"], g["parent"]) for g in groups] == [("Block 1", None), ("model.py:10 linear", 0), ("model.py:11 relu", 0)]

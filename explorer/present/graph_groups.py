@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from explorer.present.graphs import call_sites
 from explorer.schema import Provenance, TensorGraph, TraceRecord, realizes_of
@@ -46,43 +47,92 @@ def numbered(graph: Graph, key_of: dict[str, K], by_key: bool) -> list[tuple[K, 
     if key_of.get(n["id"]) in slot: n["group"] = slot[key_of[n["id"]]]
   return [(k, ops[k]) for k in used]
 
+@dataclass(frozen=True)
+class Instance:
+  """A module object in a group's path: the n-th instance of its class the capture met (schema.Instance)."""
+  cls: str
+  index: int
+
+def scope_of(site: Provenance) -> tuple[Instance, ...]:
+  """The module objects a site's line ran inside, outermost first (well-formed steps only: the trace comes from the store)."""
+  steps = site.get("scope") or []
+  return tuple(Instance(st["cls"], st["index"]) for st in steps if isinstance(st, dict) and isinstance(st.get("cls"), str)
+               and isinstance(st.get("index"), int))
+
+def nested(graph: Graph, path_of: dict[str, tuple[Any, ...]]) -> list[tuple[tuple[Any, ...], collections.Counter[str], int | None]]:
+  """Groups from each node's path (outermost first: the module objects, then the line): one per path prefix holding at least MIN_GROUP
+  nodes, except a prefix whose nodes all lie in one smaller prefix of it (a level that tells nothing apart). Each node gets `group`,
+  the index of the deepest group it is in. Returns (path, the ops of every node inside, parent's index or None) per group, each parent
+  before its children; siblings: module objects in the order met, then the rest largest first (between equals, as their first node)."""
+  ops: dict[tuple[Any, ...], collections.Counter[str]] = collections.defaultdict(collections.Counter)
+  for n in graph["nodes"]:
+    if path := path_of.get(n["id"]):
+      for i in range(1, len(path) + 1): ops[path[:i]][n["op"]] += 1
+  kept = {p for p, c in ops.items() if c.total() >= MIN_GROUP}
+  for p in list(kept):
+    for i in range(1, len(p)):
+      if ops[p[:i]].total() == ops[p].total(): kept.discard(p[:i])  # all of it is p: the level adds a box and tells nothing apart
+  def deepest(path: tuple[Any, ...], below: int) -> tuple[Any, ...] | None:
+    return next((path[:i] for i in range(below, 0, -1) if path[:i] in kept), None)
+  parent = {p: deepest(p, len(p) - 1) for p in kept}
+  children: dict[tuple[Any, ...] | None, list[tuple[Any, ...]]] = collections.defaultdict(list)
+  def sibling_order(p: tuple[Any, ...]) -> tuple[int, int]:  # module objects as the capture met them (Block 0, 1...), lines largest first
+    return (0, p[-1].index) if isinstance(p[-1], Instance) else (1, -ops[p].total())
+  for p in sorted((p for p in ops if p in kept), key=sibling_order): children[parent[p]].append(p)  # (ops: in the order met)
+  order: list[tuple[Any, ...]] = []
+  def visit(p: tuple[Any, ...] | None) -> None:
+    for c in children[p]:
+      order.append(c)
+      visit(c)
+  visit(None)
+  slot = {p: i for i, p in enumerate(order)}
+  for n in graph["nodes"]:
+    if (path := path_of.get(n["id"])) and (d := deepest(path, len(path))) is not None: n["group"] = slot[d]
+  return [(p, ops[p], slot[parent[p]] if parent[p] is not None else None) for p in order]
+
 def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[str, Any]]:
-  """Set each node's `group` (an index into the returned list) where its UOp's provenance names one. A node without provenance (a
-  constant, a buffer, a reshape tinygrad made on its own) joins its users' group when they are all grouped and share one, else its
-  inputs' where they share one (a STORE of a group's result, the AFTER that orders it); the rest are grouped by op (labelled
-  "(no line)"). Returns the groups: {label, file, line, fn, backward, nodes, ops}, largest first. A graph of a trace recorded
-  without sites gets none."""
+  """Set each node's `group` (an index into the returned list) where its UOp's provenance names one: the model line that made it, inside
+  the module objects that line ran in (Block 3, in Stack 0: groups within groups, where the capture recorded them). A node without
+  provenance (a constant, a buffer, a reshape tinygrad made on its own) joins its users' group when they are all grouped and share
+  one, else its inputs' where they share one (a STORE of a group's result, the AFTER that orders it); the rest are grouped by op
+  (labelled "(no line)"). Returns the groups: {label, file, line, fn, backward, scope, parent, nodes, ops}, each parent before its
+  children, siblings largest first. A graph of a trace recorded without sites gets none."""
   if not tensor_graph or not (sites := tensor_graph.get("sites")): return []
   pairs = tensor_graph.get("uop_sites") or []  # a stored trace's: only well-formed [trace number, site index] pairs are read
   by_num = {p[0]: p[1] for p in pairs if isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p) and 0 <= p[1] < len(sites)}
-  key_of = [site_key(s) for s in sites]
-  keys = list(dict.fromkeys(key_of))
-  slot = {key: j for j, key in enumerate(keys)}
+  path_of_site = [(*scope_of(s), site_key(s)) for s in sites]
   users: dict[str, list[str]] = collections.defaultdict(list)
   inputs: dict[str, list[str]] = collections.defaultdict(list)
   for e in graph["edges"]:
     users[e["src"]].append(e["dst"])
     inputs[e["dst"]].append(e["src"])
-  group: dict[str, int] = {}
+  group: dict[str, tuple[Any, ...]] = {}
   def joined(n: dict[str, Any], near: dict[str, list[str]]) -> None:  # the one group all its grouped neighbours share, if there is one
     if n["id"] not in group and len(mine := {group[m] for m in near[n["id"]] if m in group}) == 1: group[n["id"]] = mine.pop()
   for n in reversed(graph["nodes"]):  # a UOp graph's nodes come inputs first: users are placed before their inputs
-    if (i := by_num.get(n.get("num", -1))) is not None: group[n["id"]] = slot[key_of[i]]
+    if (i := by_num.get(n.get("num", -1))) is not None: group[n["id"]] = path_of_site[i]
     elif not any(m not in group for m in users[n["id"]]): joined(n, users)
   for n in graph["nodes"]: joined(n, inputs)  # what only stores or orders a group's result (STORE, AFTER) is the group's too
   left = collections.Counter(n["op"] for n in graph["nodes"] if n["id"] not in group)
-  for op in (op for op, count in left.items() if count > 1):  # the rest, by op: a program's buffers, the stores between lines
-    slot[key := (None, op, None)] = len(keys)
-    keys.append(key)
-    for n in graph["nodes"]:
-      if n["id"] not in group and n["op"] == op: group[n["id"]] = slot[key]
-  fns: dict[int, list[str]] = collections.defaultdict(list)
-  for i, s in enumerate(sites):
-    if s["fn"] not in fns[slot[key_of[i]]]: fns[slot[key_of[i]]].append(s["fn"])
-  first: dict[int, Provenance] = {slot[key]: sites[key_of.index(key)] for key in keys if key in key_of}
-  for key in keys[len(first):]: first[slot[key]], fns[slot[key]] = {"fn": key[1], "file": None, "line": None, "backward": False}, [key[1]]
-  return [{"label": site_label(first[g], fns[g]), "file": first[g]["file"], "line": first[g]["line"], "fn": fns[g][0],
-           "backward": first[g]["backward"], "nodes": ops.total(), "ops": dict(ops.most_common())} for g, ops in numbered(graph, group, False)]
+  for n in graph["nodes"]:  # the rest, by op: a program's buffers, the stores between lines
+    if n["id"] not in group and left[n["op"]] > 1: group[n["id"]] = ((None, n["op"], None),)
+  fns: dict[tuple[Any, ...], list[str]] = collections.defaultdict(list)
+  first: dict[tuple[Any, ...], Provenance] = {}
+  for s, path in zip(sites, path_of_site, strict=True):
+    first.setdefault(path[-1], s)
+    if s["fn"] not in fns[path[-1]]: fns[path[-1]].append(s["fn"])
+  out = []
+  for path, ops, parent in nested(graph, group):
+    last = path[-1]
+    if isinstance(last, Instance):
+      row = {"label": f"{last.cls} {last.index}", "file": None, "line": None, "fn": None, "backward": False}
+    else:
+      site = first.get(last) or {"fn": last[1], "file": None, "line": None, "backward": False}
+      names = fns.get(last) or [last[1]]
+      row = {"label": site_label(site, names), "file": site["file"], "line": site["line"], "fn": names[0], "backward": site["backward"]}
+    scope = [{"cls": st.cls, "index": st.index} for st in path if isinstance(st, Instance)]
+    out.append({**row, "scope": scope, "parent": parent, "nodes": ops.total(), "ops": dict(ops.most_common())})
+  return out
 
 _RANGE_ARG = re.compile(r"^\((\d+),")
 _RANGE_SIZE = re.compile(r"^CONST0 (\d+)$", re.M)

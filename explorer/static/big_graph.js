@@ -1,8 +1,9 @@
-/* A graph too big for graphviz and SVG, drawn whole on a canvas. It comes grouped (the view's `groups`: a tensor graph by the model
-   line that made each UOp, a kernel's by loop nest, a program's kernel graph by realize and line) and opens as one box per group
-   beside the nodes no group holds. A click on a box opens the group in place: its UOps laid out on their own, in a frame whose top
-   left is the box's, moved right past anything it would cover, so nothing on screen moves (as the small graphs' stable stepping
-   keeps what was there); a click on the frame's title folds it back. Layouts run in a worker (graph_worker.js: graph_layout.js's
+/* A graph too big for graphviz and SVG, drawn whole on a canvas. It comes grouped (the view's `groups`: a tensor graph by the module
+   objects and model line that made each UOp, groups within groups; a kernel's by loop nest, a program's kernel graph by realize and
+   line) and opens as one box per outermost group beside the nodes no group holds. A click on a box opens the group in place: its
+   UOps and the groups inside it laid out on their own, in a frame whose top left is the box's, moved right past anything it would
+   cover, so nothing on screen moves (as the small graphs' stable stepping keeps what was there; a frame around it grows to hold it);
+   a click on the frame's title folds it back. Layouts run in a worker (graph_worker.js: graph_layout.js's
    layered layout, 20,000 nodes in a fraction of a second); a frame draws only what is on screen, labels only where they are big
    enough to read. viewer.js drives it: the same node pane, search and selection, in explorer.css's colours for g.node.selected,
    .parent, .child, .hit. */
@@ -72,9 +73,20 @@ export class BigGraph {
     this.box = box; this.view = view; this.onPick = onPick;
     this.nodes = view.nodes.map((n) => sized({ ...n, key: n.id }, n.label.split("\n").slice(0, LABEL_LINES)));
     this.byId = new Map(this.nodes.map((n) => [n.id, n]));
-    this.groups = (view.groups || []).map((g, i) => sized({ ...g, key: `group:${i}`, index: i, open: null, members: [] },
+    this.groups = (view.groups || []).map((g, i) => sized({ ...g, key: `group:${i}`, index: i, open: null, members: [], children: [], all: [] },
       [g.label, `${g.nodes.toLocaleString()} nodes · ${Object.entries(g.ops).slice(0, 3).map(([op, c]) => `${c} ${op}`).join(" ")}`], GROUP_CHARS));
-    for (const n of this.nodes) if (n.group != null && this.groups[n.group]) this.groups[n.group].members.push(n);
+    this.groups.forEach((g, i) => {  // groups within groups: a parent comes before its children (graph_groups.nested)
+      g.up = g.parent != null && g.parent < i ? this.groups[g.parent] : null;
+      if (g.up) g.up.children.push(g);
+      g.path = g.up ? `${g.up.path} / ${g.label}` : g.label;
+    });
+    for (const n of this.nodes) {
+      const g = n.group != null ? this.groups[n.group] : null;
+      if (!g) continue;
+      g.members.push(n);
+      for (let a = g; a; a = a.up) a.all.push(n);
+    }
+    this.roots = this.groups.filter((g) => !g.up);
     this.mark = new Map(); this.lit = new Map();
     this.changed = new Set(view.highlight || []); this.spec = new Set(view.violations || []); this.downstream = new Set(view.downstream || []);
     this.canvas = document.createElement("canvas");
@@ -83,7 +95,7 @@ export class BigGraph {
   }
 
   async start(stale) {
-    const top = [...this.nodes.filter((n) => !this.closedGroup(n)), ...this.groups];
+    const top = [...this.nodes.filter((n) => !this.closedGroup(n)), ...this.roots];
     const at = await layOut(top.map((t) => ({ id: t.key, w: t.w, h: t.h })), this.visibleEdges().map(([s, d]) => ({ src: s.key, dst: d.key })));
     if (stale()) return false;
     top.forEach((t, i) => { t.x = at.x[i]; t.y = at.y[i]; });
@@ -93,7 +105,13 @@ export class BigGraph {
     return true;
   }
 
-  closedGroup(n) { const g = n.group != null ? this.groups[n.group] : null; return g && !g.open ? g : null; }
+  closedGroup(n) {  // the outermost closed group n is inside (its box stands for n), or null where every group around it is open
+    let out = null;
+    for (let g = n.group != null ? this.groups[n.group] : null; g; g = g.up) if (!g.open) out = g;
+    return out;
+  }
+
+  showing(g) { for (let a = g.up; a; a = a.up) if (!a.open) return false; return true; }  // every group around g is open
   end(n) { return this.closedGroup(n) || n; }  // where an edge to n is drawn: n, or its group's box while closed
   shownNodes() { return this.nodes.filter((n) => !this.closedGroup(n)); }
 
@@ -108,12 +126,14 @@ export class BigGraph {
     return [...out.values()];
   }
 
-  items() {  // everything that takes room: nodes shown outside any group, closed groups' boxes, open groups' frames
-    return [...this.nodes.filter((n) => n.group == null || !this.groups[n.group]), ...this.groups.map((g) => g.open || g)];
+  items() {  // what takes room at the top: nodes outside any group, the outermost groups' boxes or frames (what is inside a frame is in it)
+    return [...this.nodes.filter((n) => n.group == null || !this.groups[n.group]), ...this.roots.map((g) => g.open || g)];
   }
 
   refresh() {  // after a group opened or closed: what is drawn, by fill (a frame fills each colour's boxes in one path)
     this.edges = this.visibleEdges(); this.shown = this.shownNodes(); this.byFill = new Map();
+    this.boxes = this.groups.filter((g) => !g.open && this.showing(g));
+    this.opened = this.groups.filter((g) => g.open && this.showing(g)).map((g) => g.open);  // open frames shown, outer ones first: drawn under inner ones
     for (const n of this.shown) { const f = n.color || "#ffffff"; if (!this.byFill.has(f)) this.byFill.set(f, []); this.byFill.get(f).push(n); }
     this.setMarks(this.mark, this.litIds || new Map());
   }
@@ -122,26 +142,59 @@ export class BigGraph {
 
   async openGroup(g) {
     if (g.open) return;
-    const members = g.members, ids = new Set(members.map((n) => n.id));
-    const edges = this.view.edges.filter((e) => ids.has(e.src) && ids.has(e.dst)).map((e) => ({ src: e.src, dst: e.dst }));
-    const at = g.layout || (g.layout = await layOut(members, edges));  // laid out once: opened again, it comes back as it was
+    if (g.up && !g.up.open) await this.openGroup(g.up);
+    const inside = [...g.members, ...g.children], within = new Set(g.all);  // its frame holds its own UOps and its groups, closed
+    const standIn = (n) => {  // what stands for n inside g's frame: n, or the group of g's that holds it
+      let a = this.groups[n.group];
+      if (a === g) return n;
+      while (a && a.up !== g) a = a.up;
+      return a;
+    };
+    const edges = new Map();
+    for (const e of this.view.edges) {
+      const s = this.byId.get(e.src), d = this.byId.get(e.dst);
+      if (!within.has(s) || !within.has(d)) continue;
+      const a = standIn(s), b = standIn(d);
+      if (a && b && a !== b) edges.set(`${a.key}>${b.key}`, { src: a.key, dst: b.key });
+    }
+    const at = g.layout || (g.layout = await layOut(inside.map((t) => ({ id: t.key, w: t.w, h: t.h })), [...edges.values()]));  // laid out once
     if (g.open) return;
     const frame = { key: `frame:${g.index}`, group: g, w: at.width + 2 * FRAME_PAD, h: at.height + 2 * FRAME_PAD + FRAME_HEAD };
     this.placedClear(frame, g);
+    frame.base = { x: frame.x, y: frame.y, w: frame.w, h: frame.h };
     const left = frame.x - frame.w / 2, top = frame.y - frame.h / 2;
-    members.forEach((n, i) => { n.x = left + FRAME_PAD + at.x[i]; n.y = top + FRAME_HEAD + FRAME_PAD + at.y[i]; });
+    inside.forEach((t, i) => { t.x = left + FRAME_PAD + at.x[i]; t.y = top + FRAME_HEAD + FRAME_PAD + at.y[i]; });
     g.open = frame;
+    this.grow(g.up);
     this.refresh();
   }
 
-  closeGroup(g) {
+  closeGroup(g) {  // it folds back with every group inside it
     if (!g.open) return;
-    g.open = null;
+    const shut = (h) => { h.open = null; h.children.forEach(shut); };
+    shut(g);
+    this.grow(g.up);
     this.refresh();
+  }
+
+  grow(g) {  // each open frame from g out made to hold the frames opened inside it: what it held stays where it was
+    for (; g && g.open; g = g.up) {
+      const f = g.open, b = f.base;
+      let x0 = b.x - b.w / 2, y0 = b.y - b.h / 2, x1 = b.x + b.w / 2, y1 = b.y + b.h / 2;
+      for (const c of g.children) {
+        if (!c.open) continue;
+        const o = c.open;
+        x0 = Math.min(x0, o.x - o.w / 2 - FRAME_PAD); y0 = Math.min(y0, o.y - o.h / 2 - FRAME_PAD);
+        x1 = Math.max(x1, o.x + o.w / 2 + FRAME_PAD); y1 = Math.max(y1, o.y + o.h / 2 + FRAME_PAD);
+      }
+      f.w = x1 - x0; f.h = y1 - y0; f.x = (x0 + x1) / 2; f.y = (y0 + y1) / 2;
+    }
   }
 
   placedClear(frame, box) {  // the frame's top left at the box's, moved right past whatever it would cover: nothing else moves
-    const others = this.items().filter((t) => t !== box);
+    const around = new Set();
+    for (let a = box.up; a; a = a.up) around.add(a.open);  // (the frames it opens inside)
+    const others = [...this.shown, ...this.boxes, ...this.opened].filter((t) => t !== box && !around.has(t));
     frame.x = box.x - box.w / 2 + frame.w / 2; frame.y = box.y - box.h / 2 + frame.h / 2;
     for (let hit; (hit = others.find((t) => overlaps(t, frame, GAP / 2)));) frame.x = hit.x + hit.w / 2 + GAP + frame.w / 2;
   }
@@ -149,8 +202,7 @@ export class BigGraph {
   async reveal(id, freeWidth = this.w) {  // a node put in view, readable, its group opened first where it was closed
     const n = this.byId.get(id);
     if (!n) return;
-    const g = this.closedGroup(n);
-    if (g) await this.openGroup(g);
+    for (let g; (g = this.closedGroup(n));) await this.openGroup(g);
     if (this.k * FONT_PX < 11) this.k = 11 / FONT_PX;
     this.tx = freeWidth / 2 - n.x * this.k; this.ty = this.h / 2 - n.y * this.k;
     this.draw();
@@ -158,10 +210,10 @@ export class BigGraph {
 
   // ***** stepping from one graph to the next: what both hold stays where it was in the canvas (viewer.js's screenState) *****
 
-  screenState() {  // where each UOp (by trace number) and each closed group (by label) is in the canvas, and the zoom
+  screenState() {  // where each UOp (by trace number) and each closed group (by its labels from the outermost) is in the canvas, and the zoom
     const at = new Map(), put = (key, t) => at.set(key, { x: t.x * this.k + this.tx, y: t.y * this.k + this.ty });
     for (const n of this.shown) if (n.num != null) put(n.num, n);
-    for (const g of this.groups) if (!g.open) put(`group:${g.label}`, g);
+    for (const g of this.boxes) put(`group:${g.path}`, g);
     return { realZoom: this.k, at };
   }
 
@@ -169,8 +221,8 @@ export class BigGraph {
     beside the nearest it is joined to that stayed (as far as its layout put it from that one), pushed right off those placed
     before it. False where nothing stayed (then the graph keeps its own fitted view). */
     const k = before.realZoom;
-    const items = [...this.shown, ...this.groups.filter((g) => !g.open)];  // (a graph just laid out: every group closed)
-    const keyOf = (t) => (t.members ? `group:${t.label}` : t.num), fresh = new Map(items.map((t) => [t, [t.x, t.y]]));
+    const items = [...this.shown, ...this.boxes];  // (a graph just laid out: every group closed)
+    const keyOf = (t) => (t.members ? `group:${t.path}` : t.num), fresh = new Map(items.map((t) => [t, [t.x, t.y]]));
     this.k = k; this.tx = 0; this.ty = 0;
     const stayed = new Set();
     for (const t of items) {
@@ -247,9 +299,10 @@ export class BigGraph {
     const p = { x: (px - this.tx) / this.k, y: (py - this.ty) / this.k, w: 0, h: 0 };
     const node = this.shown.find((n) => overlaps(n, p));
     if (node) return node;
-    const box = this.groups.find((g) => !g.open && overlaps(g, p));
+    const box = this.boxes.find((g) => overlaps(g, p));
     if (box) return box;
-    return this.groups.map((g) => g.open).find((f) => f && Math.abs(p.x - f.x) * 2 < f.w && p.y >= f.y - f.h / 2 && p.y <= f.y - f.h / 2 + FRAME_HEAD) || null;
+    const title = (f) => Math.abs(p.x - f.x) * 2 < f.w && p.y >= f.y - f.h / 2 && p.y <= f.y - f.h / 2 + FRAME_HEAD;
+    return [...this.opened].reverse().find(title) || null;  // the innermost frame whose title is there
   }
 
   // ***** the view: graph point (gx, gy) is drawn at canvas pixel (gx * k + tx, gy * k + ty) *****
@@ -372,9 +425,9 @@ export class BigGraph {
   scene(ctx, view) {
     const k = this.k, text = k * FONT_PX >= MIN_TEXT_PX;
     ctx.font = `${FONT_PX}px "DejaVu Sans Mono", monospace`; ctx.textBaseline = "top";
-    for (const g of this.groups) if (g.open && overlaps(g.open, view)) this.paintFrame(ctx, g.open, text);
+    for (const f of this.opened) if (overlaps(f, view)) this.paintFrame(ctx, f, text);
     this.paintEdges(ctx, view);
-    for (const g of this.groups) if (!g.open && overlaps(g, view)) this.paintBox(ctx, g, COLOR.group, this.groupMark(g), text, 1.6);
+    for (const g of this.boxes) if (overlaps(g, view)) this.paintBox(ctx, g, COLOR.group, this.groupMark(g), text, 1.6);
     if (!text) {  // zoomed out: each fill's boxes in one path, only the marked outlined
       for (const [fill, nodes] of this.byFill) {
         ctx.fillStyle = fill; ctx.beginPath();
@@ -391,7 +444,7 @@ export class BigGraph {
 
   groupMark(g) {  // a closed group holding the selection or a search hit says so, else one holding a changed (or downstream) node
     let best = null, changed = null;
-    for (const n of g.members) {
+    for (const n of g.all) {
       const m = this.mark.get(n.id);
       if (m === "selected") return m;
       if (m) best = best || m;

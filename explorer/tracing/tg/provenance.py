@@ -12,6 +12,7 @@ backward) but keeps neither the line that called it nor the link to kernels, and
   for each call of the schedule's linear by its position in the schedule tinygrad made, or cached, for the graph.
 """
 from __future__ import annotations
+import collections
 import contextlib
 import dataclasses
 import os
@@ -63,6 +64,9 @@ class Site:
   via: str | None = None
   caller: tuple[str, int] | None = None
   onnx: tuple[str, int, str, tuple[str, ...]] | None = None
+  # the module instances the line ran inside, outermost first: (class, its n-th instance seen); not part of what a kernel's provenance
+  # tells apart (its entries name lines), only of the tensor graph's groups (uop_sites)
+  scope: tuple[tuple[str, int], ...] = dataclasses.field(default=(), compare=False)
 
 @dataclass(frozen=True)
 class SitedMetadata(Metadata):
@@ -104,7 +108,43 @@ def _onnx_node(frame: Any) -> tuple[str, int, str, tuple[str, ...]] | None:
 
 def _is_onnx_call(code: Any) -> bool: return code.co_name == "__call__" and code.co_qualname == "OnnxRunner.__call__"
 
-def _site_of(frame: Any) -> Site | None:
+class _Instances:
+  """Which instance of its class each module object is, in the order a capture first saw them: Block 0, Block 1... (the objects are
+  held while sited_metadata is on, so that an id is never another object's)."""
+  def __init__(self) -> None:
+    self.of: dict[int, tuple[str, int]] = {}
+    self.count: collections.Counter[str] = collections.Counter()
+    self.held: list[Any] = []
+
+  def name(self, obj: Any) -> tuple[str, int]:
+    if (got := self.of.get(id(obj))) is None:
+      cls = type(obj).__qualname__
+      got = self.of[id(obj)] = (cls, self.count[cls])
+      self.count[cls] += 1
+      self.held.append(obj)
+    return got
+
+_instances = [_Instances()]
+MAX_SCOPE = 16  # module objects kept per site, outermost first (schema.Provenance allows more)
+
+def _scope(frame: Any) -> tuple[tuple[str, int], ...]:
+  """The objects whose methods the program's (or a shipped model's) frames from this one out are running in, outermost first."""
+  out: list[tuple[str, int]] = []
+  last = None
+  for f in _frames(frame):
+    code = f.f_code
+    if code.co_argcount and code.co_varnames[0] == "self" and _kind(code.co_filename) != "inner":
+      if (obj := f.f_locals.get("self")) is not None and obj is not last and not isinstance(obj, type):
+        out.append(_instances[0].name(obj))
+        last = obj
+  return tuple(reversed(out))[:MAX_SCOPE]
+
+def _frames(f: Any) -> Iterator[Any]:
+  while f is not None:
+    yield f
+    f = f.f_back
+
+def _site_of(frame: Any, scoped: bool = False) -> Site | None:
   f, callee, onnx = frame, None, None
   while f is not None and (kind := _kind(f.f_code.co_filename)) == "inner":
     if onnx is None and _is_onnx_call(f.f_code): onnx = _onnx_node(f)
@@ -115,7 +155,7 @@ def _site_of(frame: Any) -> Site | None:
     g = f.f_back
     while g is not None and _kind(g.f_code.co_filename) != "user": g = g.f_back
     if g is not None: caller = (g.f_code.co_filename, g.f_lineno)
-  return Site(f.f_code.co_filename, f.f_lineno, _via(callee), caller, onnx)
+  return Site(f.f_code.co_filename, f.f_lineno, _via(callee), caller, onnx, _scope(f) if scoped else ())
 
 def user_site() -> tuple[str, int] | None:
   """The program's line this call came from: the first frame outside tinygrad, the explorer and the standard library."""
@@ -150,10 +190,12 @@ def sited_metadata() -> Iterator[None]:
   plain = tensor_module._METADATA
   class Sited(type(plain)):  # type: ignore[misc]
     def set(self, x: Any) -> Any:
-      return super().set(SitedMetadata(x.name, x.backward, _site_of(sys._getframe(2))) if type(x) is Metadata else x)
+      return super().set(SitedMetadata(x.name, x.backward, _site_of(sys._getframe(2), scoped=True)) if type(x) is Metadata else x)
   tensor_module._METADATA = Sited(plain.get())
   with contextlib.ExitStack() as stack:
     stack.callback(setattr, tensor_module, "_METADATA", plain)
+    _instances[0] = _Instances()
+    stack.callback(_instances.__setitem__, 0, _Instances())
     grad = _gradient_module()
     if grad is not None and hasattr(grad, "dataclasses"):
       stack.callback(setattr, grad, "dataclasses", grad.dataclasses)
@@ -398,10 +440,12 @@ def uop_sites(sink: UOp) -> tuple[list[Entry], list[list[int]]]:
   for u in sink.toposort():
     if not (ms := uop_ops.all_metadata.get(u)): continue
     m = ms[0]
-    key = (m.name, m.backward, getattr(m, "site", None), getattr(m, "backward_site", None))
+    site = getattr(m, "site", None)
+    key = (m.name, m.backward, site, getattr(m, "backward_site", None), site.scope if site else ())
     if (i := entries.get(key)) is None:
       i = entries[key] = len(table)
       table.append(entry(m))
+      if site is not None and site.scope: table[-1]["scope"] = [{"cls": cls, "index": n} for cls, n in site.scope]
     pairs.append([u.trace_num, i])
   return table, pairs
 
