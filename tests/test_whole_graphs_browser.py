@@ -109,7 +109,8 @@ def test_a_group_opens_in_place_without_moving_anything_else(tensor_page, errors
     const others = b.items().filter((t) => t !== f);
     const moved = others.filter((t) => t.x !== was.get(t.key)[0] || t.y !== was.get(t.key)[1]).map((t) => t.key);
     const covered = others.filter((t) => Math.abs(t.x - f.x) * 2 < t.w + f.w && Math.abs(t.y - f.y) * 2 < t.h + f.h).map((t) => t.key);
-    const g = b.groups[{before['index']}], inside = [...g.members, ...g.children].every((n) => Math.abs(n.x - f.x) * 2 <= f.w && Math.abs(n.y - f.y) * 2 <= f.h);
+    const g = b.groups[{before['index']}];
+    const inside = [...g.members, ...g.children].every((n) => Math.abs(n.x - f.x) * 2 <= f.w && Math.abs(n.y - f.y) * 2 <= f.h);
     return {{moved, covered, inside, others: others.length, left: f.x - f.w / 2, top: f.y - f.h / 2, shown: b.shown.length}}; }}""")
   assert after["moved"] == [] and after["covered"] == [] and after["inside"] and after["others"] == len(before["at"]) - 1, after
   assert abs(after["top"] - before["box"][1]) < 1e-6 and after["left"] > before["box"][0] - 1e-6, (after, before["box"])  # where the box was

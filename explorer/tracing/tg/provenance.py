@@ -133,10 +133,10 @@ def _scope(frame: Any) -> tuple[tuple[str, int], ...]:
   last = None
   for f in _frames(frame):
     code = f.f_code
-    if code.co_argcount and code.co_varnames[0] == "self" and _kind(code.co_filename) != "inner":
-      if (obj := f.f_locals.get("self")) is not None and obj is not last and not isinstance(obj, type):
-        out.append(_instances[0].name(obj))
-        last = obj
+    if not (code.co_argcount and code.co_varnames[0] == "self" and _kind(code.co_filename) != "inner"): continue
+    if (obj := f.f_locals.get("self")) is not None and obj is not last and not isinstance(obj, type):
+      out.append(_instances[0].name(obj))
+      last = obj
   return tuple(reversed(out))[:MAX_SCOPE]
 
 def _frames(f: Any) -> Iterator[Any]:
