@@ -88,7 +88,7 @@ def nested(graph: Graph, path_of: dict[str, tuple[Any, ...]]) -> list[tuple[tupl
   slot = {p: i for i, p in enumerate(order)}
   for n in graph["nodes"]:
     if (path := path_of.get(n["id"])) and (d := deepest(path, len(path))) is not None: n["group"] = slot[d]
-  return [(p, ops[p], slot[parent[p]] if parent[p] is not None else None) for p in order]
+  return [(p, ops[p], slot[up] if (up := parent[p]) is not None else None) for p in order]
 
 def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[str, Any]]:
   """Set each node's `group` (an index into the returned list) where its UOp's provenance names one: the model line that made it, inside
@@ -100,7 +100,7 @@ def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[s
   if not tensor_graph or not (sites := tensor_graph.get("sites")): return []
   pairs = tensor_graph.get("uop_sites") or []  # a stored trace's: only well-formed [trace number, site index] pairs are read
   by_num = {p[0]: p[1] for p in pairs if isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p) and 0 <= p[1] < len(sites)}
-  path_of_site = [(*scope_of(s), site_key(s)) for s in sites]
+  path_of_site: list[tuple[Any, ...]] = [(*scope_of(s), site_key(s)) for s in sites]
   users: dict[str, list[str]] = collections.defaultdict(list)
   inputs: dict[str, list[str]] = collections.defaultdict(list)
   for e in graph["edges"]:
@@ -116,14 +116,15 @@ def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[s
   left = collections.Counter(n["op"] for n in graph["nodes"] if n["id"] not in group)
   for n in graph["nodes"]:  # the rest, by op: a program's buffers, the stores between lines
     if n["id"] not in group and left[n["op"]] > 1: group[n["id"]] = ((None, n["op"], None),)
-  fns: dict[tuple[Any, ...], list[str]] = collections.defaultdict(list)
-  first: dict[tuple[Any, ...], Provenance] = {}
+  fns: dict[Any, list[str]] = collections.defaultdict(list)  # by a path's last step: a line
+  first: dict[Any, Provenance] = {}
   for s, path in zip(sites, path_of_site, strict=True):
     first.setdefault(path[-1], s)
     if s["fn"] not in fns[path[-1]]: fns[path[-1]].append(s["fn"])
   out = []
   for path, ops, parent in nested(graph, group):
     last = path[-1]
+    row: dict[str, Any]
     if isinstance(last, Instance):
       row = {"label": f"{last.cls} {last.index}", "file": None, "line": None, "fn": None, "backward": False}
     else:
