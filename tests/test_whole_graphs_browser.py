@@ -152,6 +152,35 @@ def test_each_module_object_is_a_group_that_opens_within_its_parent(stack, tenso
   tensor_page.screenshot(path=str(ARTIFACTS / "whole_tensor_block_open.png"))
   assert not errors, errors
 
+def test_a_class_follows_the_groups_the_teacher_opens_and_where_they_look(browser, errors, stack):
+  """In a live class on the whole tensor graph, a student's tab opens the groups the teacher opened, in the teacher's order (so each
+  frame is where the teacher's is), and shows the same point at the same zoom relative to its own canvas."""
+  base, trace_id = stack
+  big = "window.explorerViewers.get('tensor-graph').big"
+  with closing(watched_page(browser, errors, 1440, 900)) as teacher, closing(watched_page(browser, errors, 1280, 800)) as student:
+    teacher.goto(f"{base}/t/{trace_id}/graph/tensor")
+    wait_graphs(teacher)
+    teacher.click("[data-class-start]")
+    teacher.wait_for_selector(".class-bar.presenter .class-qr svg")
+    cid = teacher.evaluate("JSON.parse(sessionStorage.getItem('ke-class')).id")
+    student.goto(f"{base}/c/{cid}")
+    student.wait_for_function(f"location.pathname === '/t/{trace_id}/graph/tensor'", timeout=30_000)
+    wait_graphs(student)
+    opened = teacher.evaluate(f"""async () => {{ const b = {big}, stack = b.roots.find((g) => g.label === "Stack 0");
+      await b.openGroup(stack); await b.openGroup(stack.children[2]); b.zoomAt(1.6); b.panBy(40, -30);
+      return b.openOrder.map((g) => g.index); }}""")
+    assert len(opened) == 2
+    want = teacher.evaluate(f"() => {big}.placement()")
+    frames = teacher.evaluate(f"() => {big}.opened.map((f) => [f.key, f.x, f.y, f.w, f.h])")
+    student.wait_for_function(f"""() => {{ const b = {big}, p = b && b.placement(), w = {want!r};
+      return p && p.groups === w.groups && Math.abs(p.zoom / w.zoom - 1) < 0.01 && Math.abs(p.cx - w.cx) < 1 && Math.abs(p.cy - w.cy) < 1; }}""",
+                              timeout=10_000)
+    assert student.evaluate(f"() => {big}.opened.map((f) => [f.key, f.x, f.y, f.w, f.h])") == frames
+    teacher.evaluate(f"() => {big}.closeGroup({big}.groups[{opened[0]}])")
+    student.wait_for_function(f"() => {big}.openOrder.length === 0", timeout=10_000)
+    teacher.click("[data-class-end]")
+  assert not errors, errors
+
 def test_a_programs_kernel_graph_is_whole_and_grouped_by_realize_and_line(browser, errors, stack):
   """Every call and buffer of the program's schedule is in its kernel graph, grouped by realize and model line (as the collapsed
   graph groups them): a group's calls are the calls of that realize whose kernel's provenance names its line first."""

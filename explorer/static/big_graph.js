@@ -11,7 +11,8 @@
 const FONT_PX = 9, CHAR_PX = 5.45, LINE_PX = 11, PAD_X = 6, PAD_Y = 5, MAX_CHARS = 30, GROUP_CHARS = 52, LABEL_LINES = 3;
 const FRAME_PAD = 16, FRAME_HEAD = 22, GAP = 14;
 const ZOOM_SETTLE_MS = 150;  // a zoom draws its frames scaled from the last sharp one, and sharp this long after it stops
-const MIN_TEXT_PX = 5;  // a label smaller than this on screen is not drawn: the boxes' colours still show
+const MIN_TEXT_PX = 5;
+const MAX_GROUPS_TEXT = 190;  // placement()'s open groups, as a live class's view holds them (a value of at most 200 characters)  // a label smaller than this on screen is not drawn: the boxes' colours still show
 const COLOR = { edge: "#8a8f98", text: "#111111", border: "#5c6370", changed: "#e5484d", downstream: "#d9931c", spec: "#7c3aed", hit: "#d4a72c",
                 selected: "#0969da", parent: "#1a7f37", child: "#8250df", group: "#eef1f5", groupBorder: "#57606a", frame: "rgba(238,241,245,0.55)" };
 const WORKER = new URL("./graph_worker.js", import.meta.url);
@@ -92,6 +93,8 @@ export class BigGraph {
     this.canvas = document.createElement("canvas");
     this.canvas.className = "big-graph";
     this.k = 1; this.tx = 0; this.ty = 0; this.frame = null; this.frames = 0; this.cache = null;
+    this.openOrder = [];  // the open groups, in the order they opened: placement() hands it on, so that another screen opens them alike
+    this.onMoved = () => {};  // the pan, zoom or the groups open changed (viewer.js: its view-moved event, which a live class follows)
   }
 
   async start(stale) {
@@ -165,6 +168,7 @@ export class BigGraph {
     const left = frame.x - frame.w / 2, top = frame.y - frame.h / 2;
     inside.forEach((t, i) => { t.x = left + FRAME_PAD + at.x[i]; t.y = top + FRAME_HEAD + FRAME_PAD + at.y[i]; });
     g.open = frame;
+    this.openOrder.push(g);
     this.grow(g.up);
     this.refresh();
   }
@@ -173,6 +177,7 @@ export class BigGraph {
     if (!g.open) return;
     const shut = (h) => { h.open = null; h.children.forEach(shut); };
     shut(g);
+    this.openOrder = this.openOrder.filter((h) => h.open);
     this.grow(g.up);
     this.refresh();
   }
@@ -342,13 +347,23 @@ export class BigGraph {
     this.draw();
   }
 
-  placement() {  // viewer.js's placement(): the zoom relative to the fit, the graph point at the canvas middle
-    return { zoom: this.k / this.fitZoom(), cx: (this.w / 2 - this.tx) / this.k, cy: (this.h / 2 - this.ty) / this.k };
+  placement() {  // viewer.js's placement(): the zoom relative to the fit, the graph point at the canvas middle, the groups open in order
+    let groups = "";
+    for (const g of this.openOrder) if (groups.length + String(g.index).length < MAX_GROUPS_TEXT) groups += (groups ? "," : "") + g.index;
+    return { zoom: this.k / this.fitZoom(), cx: (this.w / 2 - this.tx) / this.k, cy: (this.h / 2 - this.ty) / this.k, groups };
   }
 
-  place({ zoom, cx, cy }) {
+  async place({ zoom, cx, cy, groups }) {  // another screen's placement(): its groups opened as it opened them, then its pan and zoom
+    if (typeof groups === "string") await this.openOnly(groups.split(",").filter(Boolean).map(Number));
     this.k = zoom * this.fitZoom(); this.tx = this.w / 2 - cx * this.k; this.ty = this.h / 2 - cy * this.k;
     this.draw();
+  }
+
+  async openOnly(indices) {  // these groups open, in this order (each where it opens after those before it), every other closed
+    const want = indices.map((i) => this.groups[i]).filter(Boolean);
+    if (want.length === this.openOrder.length && want.every((g, i) => g === this.openOrder[i])) return;
+    for (const g of [...this.openOrder].reverse()) this.closeGroup(g);
+    for (const g of want) await this.openGroup(g);
   }
 
   labelPx() { return FONT_PX * this.k; }  // a label's size on screen now
@@ -382,6 +397,7 @@ export class BigGraph {
   // ***** drawing, at most once a frame *****
 
   draw() {
+    this.onMoved();
     if (this.frame === null) this.frame = requestAnimationFrame(() => { this.frame = null; this.paint(); });
   }
 

@@ -75,7 +75,7 @@ function loadedViewer(id, until) {  // the viewer of that id once its graph is d
     const look = () => {
       const v = viewers.get(id);
       if (!v || until()) return done(null);
-      if (v.el.dataset.loaded === v.ref && v.pz) return done(v);
+      if (v.el.dataset.loaded === v.ref && (v.pz || v.big)) return done(v);
       if (v.el.dataset.loaded === "error") return done(null);
       setTimeout(look, 100);
     };
@@ -99,7 +99,7 @@ async function showView(view) {
   }
   if (typeof view.panned === "string" && [view.zoom, view.cx, view.cy].every(Number.isFinite)) {
     const v = await loadedViewer(view.panned, stale);
-    if (v) v.place(view);
+    if (v && !stale()) await v.place(view);
   }
 }
 

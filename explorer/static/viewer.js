@@ -210,6 +210,7 @@ export class Viewer {
     const big = await BigGraph.create(this.canvas, view, (id) => this.select(id, false), () => seq !== this.seq);
     if (!big) return;
     this.big = big;
+    big.onMoved = () => this.el.dispatchEvent(new CustomEvent("view-moved"));
     this.describe(view);
     $(".viewer-notes", this.el).insertAdjacentHTML("afterbegin", `<p data-whole>All ${view.total_nodes.toLocaleString()} nodes, laid out in this ` +
       "browser and drawn on a canvas (too many for graphviz): scroll to zoom, drag to pan, click a node for its pane.</p>");
@@ -257,7 +258,7 @@ export class Viewer {
   }
 
   /* the pan and zoom as any screen reads them: the zoom relative to the fit, and the graph's point (in its own units) at the canvas's
-     middle; place() puts another canvas of any size there */
+     middle (and a canvas-drawn graph's groups open); place() puts another canvas of any size there */
   placement() {
     if (this.big) return this.big.placement();
     if (!this.pz) return null;
@@ -266,8 +267,8 @@ export class Viewer {
     return Object.values(at).every(Number.isFinite) ? at : null;
   }
 
-  place({ zoom, cx, cy }) {
-    if (this.big) { this.big.place({ zoom, cx, cy }); return; }
+  async place({ zoom, cx, cy, groups }) {
+    if (this.big) { await this.big.place({ zoom, cx, cy, groups }); return; }
     if (!this.pz) return;
     this.pz.zoom(zoom);
     const s = this.pz.getSizes();
