@@ -1,18 +1,19 @@
 """Whole graphs at program scale, in a real browser: a transformer stack's training step (benchmarks/programs/transformer_stack.py) of
-1, 4 and 16 blocks, captured in a process of its own, served by a real `kernel-explorer serve`, and its tensor graph page opened in
-headless Chromium (Debian's, through playwright) beside the server on this machine. The page draws the program's biggest realize's
-tensor graph whole on a canvas, grouped by the model line that made each UOp. Printed against the targets:
+1, 4, 16 and 24 blocks, captured in a process of its own, served by a real `kernel-explorer serve`, and its tensor graph page opened
+in headless Chromium (Debian's, through playwright) beside the server on this machine. The page draws the program's biggest realize's
+tensor graph whole on a canvas, grouped by the module objects and model lines that made its UOps (groups within groups). Printed
+against the targets:
 
   first paint     navigation to the grouped graph drawn (the graph's expansion cached: its first expansion is printed apart)  1 s
-  open a group    a click on the biggest closed group until its UOps are drawn in place                                       0.3 s
-  open all        every group opened, one after another                                                                        5 s
+  open a group    a click on the biggest group shown closed until what it holds is drawn in place                             0.3 s
+  open all        every group opened, one after another (each inside its parent)                                               5 s
   pan             frames drawn a second over a scripted 2 s pan (requestAnimationFrame), all groups open                     30 /s
   zoom            the same over a scripted 2 s zoom, in and out around the middle                                            30 /s
   search hit      a UOp of a closed group typed into the search until it is selected, its group open and drawn               0.2 s
   tab memory      the tab's renderer processes' PSS, all groups open                                                        500 MB
   server CPU      the server's CPU time for the page's second view (its layout cached)                                      0.5 s
 
-  python benchmarks/whole_graphs.py [--layers 1,4,16] [--stores DIR]   (DIR keeps the captured stores for the next run)"""
+  python benchmarks/whole_graphs.py [--layers 1,4,16,24] [--stores DIR]   (DIR keeps the captured stores for the next run)"""
 from __future__ import annotations
 import argparse
 import contextlib
@@ -79,7 +80,7 @@ VIEWER = "[...window.explorerViewers.values()].find((v) => v.big)"
 NEXT_FRAME = "new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"
 
 OPEN_BY_CLICK = f"""async () => {{
-  const v = {VIEWER}, big = v.big, g = big.groups.filter((g) => !g.open).sort((a, b) => b.members.length - a.members.length)[0];
+  const v = {VIEWER}, big = v.big, g = [...big.boxes].sort((a, b) => b.all.length - a.all.length)[0];
   const r = big.canvas.getBoundingClientRect(), at = {{ x: r.left + g.x * big.k + big.tx, y: r.top + g.y * big.k + big.ty }};
   big.tx += r.width / 2 - (at.x - r.left); big.ty += r.height / 2 - (at.y - r.top); await {NEXT_FRAME};  // the box in view
   const x = r.left + r.width / 2, y = r.top + r.height / 2, t0 = performance.now();
@@ -87,7 +88,7 @@ OPEN_BY_CLICK = f"""async () => {{
     big.canvas.dispatchEvent(new PointerEvent(type, {{ clientX: x, clientY: y, bubbles: true, pointerId: 1 }}));
   while (!g.open) await new Promise((r) => setTimeout(r, 2));
   await new Promise((r) => requestAnimationFrame(r));
-  return {{ s: (performance.now() - t0) / 1000, uops: g.members.length }};
+  return {{ s: (performance.now() - t0) / 1000, uops: g.all.length }};
 }}"""
 
 OPEN_ALL = f"""async () => {{
@@ -118,7 +119,7 @@ SEARCH = f"""async () => {{
   const v = {VIEWER}, big = v.big, g = big.groups.filter((g) => !g.open && g.members.some((n) => n.num != null)).pop();
   if (!g) return null;
   const n = g.members.find((m) => m.num != null), box = v.el.querySelector("[data-act=search]"), t0 = performance.now();
-  box.value = String(n.num); box.dispatchEvent(new Event("input"));
+  box.value = n.id; box.dispatchEvent(new Event("input"));  // (its id: its trace number is in other labels too, CONST0 123)
   while (v.selected !== n.id || big.closedGroup(n)) await new Promise((r) => setTimeout(r, 2));
   await new Promise((r) => requestAnimationFrame(r));
   return (performance.now() - t0) / 1000;
@@ -152,7 +153,7 @@ def measured(base: str, server_pid: int, trace_id: str) -> dict[str, Any]:
 
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--layers", default="1,4,16", help="transformer blocks, comma separated")
+  ap.add_argument("--layers", default="1,4,16,24", help="transformer blocks, comma separated")
   ap.add_argument("--stores", type=pathlib.Path, default=None, help="a folder keeping the captured stores between runs")
   a = ap.parse_args()
   stores = a.stores or pathlib.Path(tempfile.mkdtemp(prefix="ke-whole-"))

@@ -88,6 +88,9 @@ export class BigGraph {
       for (let a = g; a; a = a.up) a.all.push(n);
     }
     this.roots = this.groups.filter((g) => !g.up);
+    [...this.nodes, ...this.groups].forEach((t, i) => { t.uid = i; });  // a pair of boxes is one number: uid * span + uid
+    this.span = this.nodes.length + this.groups.length;
+    this.links = view.edges.map((e) => [this.byId.get(e.src), this.byId.get(e.dst), e.via]).filter(([s, d]) => s && d);
     this.mark = new Map(); this.lit = new Map();
     this.changed = new Set(view.highlight || []); this.spec = new Set(view.violations || []); this.downstream = new Set(view.downstream || []);
     this.canvas = document.createElement("canvas");
@@ -105,6 +108,7 @@ export class BigGraph {
     this.box.replaceChildren(this.canvas);
     this.wire();
     this.resize(); this.fit();
+    this.prefetch();
     return true;
   }
 
@@ -118,13 +122,13 @@ export class BigGraph {
   end(n) { return this.closedGroup(n) || n; }  // where an edge to n is drawn: n, or its group's box while closed
   shownNodes() { return this.nodes.filter((n) => !this.closedGroup(n)); }
 
+  pair(a, b) { return a.uid * this.span + b.uid; }
+
   visibleEdges() {  // [source box, user box, via], one per pair of boxes
     const out = new Map();
-    for (const e of this.view.edges) {
-      const s = this.byId.get(e.src), d = this.byId.get(e.dst);
-      if (!s || !d) continue;
-      const a = this.end(s), b = this.end(d);
-      if (a !== b && !out.has(`${a.key}>${b.key}`)) out.set(`${a.key}>${b.key}`, [a, b, e.via]);
+    for (const [s, d, via] of this.links) {
+      const a = this.end(s), b = this.end(d), key = this.pair(a, b);
+      if (a !== b && !out.has(key)) out.set(key, [a, b, via]);
     }
     return [...out.values()];
   }
@@ -146,21 +150,7 @@ export class BigGraph {
   async openGroup(g) {
     if (g.open) return;
     if (g.up && !g.up.open) await this.openGroup(g.up);
-    const inside = [...g.members, ...g.children], within = new Set(g.all);  // its frame holds its own UOps and its groups, closed
-    const standIn = (n) => {  // what stands for n inside g's frame: n, or the group of g's that holds it
-      let a = this.groups[n.group];
-      if (a === g) return n;
-      while (a && a.up !== g) a = a.up;
-      return a;
-    };
-    const edges = new Map();
-    for (const e of this.view.edges) {
-      const s = this.byId.get(e.src), d = this.byId.get(e.dst);
-      if (!within.has(s) || !within.has(d)) continue;
-      const a = standIn(s), b = standIn(d);
-      if (a && b && a !== b) edges.set(`${a.key}>${b.key}`, { src: a.key, dst: b.key });
-    }
-    const at = g.layout || (g.layout = await layOut(inside.map((t) => ({ id: t.key, w: t.w, h: t.h })), [...edges.values()]));  // laid out once
+    const inside = [...g.members, ...g.children], at = await this.layoutOf(g);
     if (g.open) return;
     const frame = { key: `frame:${g.index}`, group: g, w: at.width + 2 * FRAME_PAD, h: at.height + 2 * FRAME_PAD + FRAME_HEAD };
     this.placedClear(frame, g);
@@ -171,6 +161,33 @@ export class BigGraph {
     this.openOrder.push(g);
     this.grow(g.up);
     this.refresh();
+    this.prefetch();  // (the groups it holds)
+  }
+
+  layoutOf(g) {  /* what g's frame holds (its own UOps and its groups, closed), laid out on its own once: a promise kept on the group
+    (a group opened again comes back as it was; one asked for while its layout runs waits for that one) */
+    if (g.layout) return g.layout;
+    const inside = [...g.members, ...g.children], within = new Set(g.all);
+    const standIn = (n) => {  // what stands for n inside g's frame: n, or the group of g's that holds it
+      let a = this.groups[n.group];
+      if (a === g) return n;
+      while (a && a.up !== g) a = a.up;
+      return a;
+    };
+    const edges = new Map();
+    for (const [s, d] of this.links) {
+      if (!within.has(s) || !within.has(d)) continue;
+      const a = standIn(s), b = standIn(d);
+      if (a && b && a !== b) edges.set(this.pair(a, b), { src: a.key, dst: b.key });
+    }
+    g.layout = layOut(inside.map((t) => ({ id: t.key, w: t.w, h: t.h })), [...edges.values()]);
+    g.layout.catch(() => { g.layout = null; });  // (a failed layout is asked again at the next click)
+    return g.layout;
+  }
+
+  prefetch() {  // the boxes shown laid out ahead in the worker, biggest first, so that a click on one only places it (none in a page
+    if (inPage) return;  // that lays out on its own thread: that would hold the page up)
+    for (const g of [...this.boxes].sort((a, b) => b.all.length - a.all.length)) this.layoutOf(g);
   }
 
   closeGroup(g) {  // it folds back with every group inside it
@@ -199,9 +216,10 @@ export class BigGraph {
   placedClear(frame, box) {  // the frame's top left at the box's, moved right past whatever it would cover: nothing else moves
     const around = new Set();
     for (let a = box.up; a; a = a.up) around.add(a.open);  // (the frames it opens inside)
-    const others = [...this.shown, ...this.boxes, ...this.opened].filter((t) => t !== box && !around.has(t));
     frame.x = box.x - box.w / 2 + frame.w / 2; frame.y = box.y - box.h / 2 + frame.h / 2;
-    for (let hit; (hit = others.find((t) => overlaps(t, frame, GAP / 2)));) frame.x = hit.x + hit.w / 2 + GAP + frame.w / 2;
+    const band = [...this.shown, ...this.boxes, ...this.opened].filter((t) => t !== box && !around.has(t)  // (it moves along its row)
+      && Math.abs(t.y - frame.y) * 2 < t.h + frame.h + GAP);
+    for (let hit; (hit = band.find((t) => overlaps(t, frame, GAP / 2)));) frame.x = hit.x + hit.w / 2 + GAP + frame.w / 2;
   }
 
   async reveal(id, freeWidth = this.w) {  // a node put in view, readable, its group opened first where it was closed
@@ -389,7 +407,7 @@ export class BigGraph {
     this.mark = mark; this.litIds = lit; this.lit = new Map();
     for (const [pair, kind] of lit) {
       const [s, d] = pair.split(">").map((id) => this.byId.get(id));
-      if (s && d) this.lit.set(`${this.end(s).key}>${this.end(d).key}`, kind);
+      if (s && d) this.lit.set(this.pair(this.end(s), this.end(d)), kind);
     }
     this.invalidate();
   }
@@ -503,12 +521,13 @@ export class BigGraph {
       && Math.max(s.y, d.y) >= view.y - view.h / 2 && Math.min(s.y, d.y) <= view.y + view.h / 2;
     ctx.lineWidth = Math.max(0.8, 1 / k); ctx.strokeStyle = COLOR.edge; ctx.globalAlpha = k < 0.3 ? 0.45 : 0.8;  // at least a pixel wide
     ctx.beginPath();
-    for (const [s, d] of this.edges) if (inView(s, d) && !this.lit.has(`${s.key}>${d.key}`)) curve(s, d);
+    const lit = this.lit.size ? this.lit : null;  // (most frames light nothing: no pair looked up)
+    for (const [s, d] of this.edges) if (inView(s, d) && !(lit && lit.has(this.pair(s, d)))) curve(s, d);
     ctx.stroke();
     ctx.globalAlpha = 1;
-    for (const kind of ["parent", "child"]) {
+    for (const kind of lit ? ["parent", "child"] : []) {
       ctx.lineWidth = 2.5; ctx.strokeStyle = COLOR[kind]; ctx.beginPath();
-      for (const [s, d] of this.edges) if (this.lit.get(`${s.key}>${d.key}`) === kind) curve(s, d);
+      for (const [s, d] of this.edges) if (lit.get(this.pair(s, d)) === kind) curve(s, d);
       ctx.stroke();
     }
   }
