@@ -55,8 +55,9 @@ def test_a_graph_over_the_node_limit_is_partial_and_whole_on_asking(web_client, 
   assert not small["partial"] and small["shown_nodes"] == small["total_nodes"]
 
 def test_a_programs_kernel_graph_is_grouped_by_realize_jit_and_line():
-  """Each call goes to its realize's group of the line its kernel's provenance names first, named with the TinyJit that realize ran;
-  a buffer joins its writers' group, an input its readers' when they share one, and one between groups goes with its role's."""
+  """Each call goes to its realize's group of the line its kernel's provenance names first, named with the TinyJit that realize ran,
+  inside its realize's group (a line of one call sits in its realize's); a buffer joins its writers' group, an input its readers'
+  when they share one, and one between groups goes with its role's."""
   from explorer.present.graphs import kernel_graph
   line = lambda n: [{"fn": "conv2d", "file": "/m/model.py", "line": n, "backward": False}]
   kernels = [{"index": i, "provenance": line(5 if i % 2 == 0 else 6), "linear_uops": 1, "time_s": None, "flops": 0} for i in range(4)]
@@ -70,7 +71,10 @@ def test_a_programs_kernel_graph_is_grouped_by_realize_jit_and_line():
   groups = graph_groups.call_groups(graph, trace)
   by = {n["id"]: groups[n["group"]]["label"] if "group" in n else None for n in graph["nodes"]}
   assert by["c0"] == by["b0"] == by["b1"] == "realize 0 · model.py:5 conv2d"  # its input, and what it wrote
-  assert by["c1"] is None and by["c3"] is None  # line 6 in realize 0, and in realize 1: one call each, no group of one
+  assert by["c1"] == "realize 0" and by["c3"] == "TinyJit 0 · realize 1"  # line 6: one call in each realize, in its realize's group
+  parent = {g["label"]: groups[g["parent"]]["label"] if g["parent"] is not None else None for g in groups}
+  assert parent == {"realize 0": None, "realize 0 · model.py:5 conv2d": "realize 0", "TinyJit 0 · realize 1": None,
+                    "TinyJit 0 · realize 1 · model.py:5 conv2d": "TinyJit 0 · realize 1"}, parent  # (TinyJit 0 holds only realize 1)
   assert by["c2"] == "TinyJit 0 · realize 1 · model.py:5 conv2d" and by["b3"] == by["c2"]
   assert by["b2"] is None  # written in realize 0 and in realize 1: between groups (its role's, alone)
   assert {g["jit"] for g in groups} == {None, 0}

@@ -156,8 +156,9 @@ def call_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
   """A captured program's kernel graph (graphs.kernel_graph, whole) grouped by realize and the model line each call's kernel came
   from (graphs.call_sites); a buffer joins its writers' group, or, never written (an input), its readers' where they share one, and
   is otherwise grouped with the buffers of its role that lie between groups.
-  Returns the groups: {label, realize, jit (the TinyJit whose captured schedule the realize ran, or None), site, nodes, ops},
-  largest first. A convolution's trace (no realizes) gets none."""
+  Groups within groups: a TinyJit's realizes inside it, a realize's lines inside it (a level holding nothing but one group is not
+  drawn). Returns the groups: {label, realize, jit (the TinyJit whose captured schedule the realize ran, or None), site, parent,
+  nodes, ops}, each parent before its children. A convolution's trace (no realizes) gets none."""
   if not realizes_of(trace): return []
   keyed = {f"c{s['index']}": site for s, site in zip(trace["schedule"], call_sites(trace), strict=True)}
   key_of: dict[str, tuple[int, str]] = {node: key for node, (key, _) in keyed.items()}
@@ -174,8 +175,15 @@ def call_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
     if len(mine := {key_of[c] for c in near if c in key_of}) == 1: key_of[n["id"]] = mine.pop()
     else: key_of[n["id"]] = (-1, f"{n.get('role') or n['kind']} buffers")  # between groups (a weight each realize writes): by role
   jit_of = {r: j["index"] for j in trace.get("jits") or [] if j["realizes"] for r in range(*j["realizes"])}  # a TinyJit's realizes
-  def label(key: tuple[int, str]) -> str:
-    jit = f"TinyJit {jit_of[key[0]]} · " if key[0] in jit_of else ""
-    return f"{jit}realize {key[0]} · {key[1]} {named(fns[key])}".rstrip() if key[0] >= 0 else f"{key[1]} written or read by more than one group"
-  return [{"label": label(k), "realize": k[0], "jit": jit_of.get(k[0]), "site": k[1], "nodes": ops.total(), "ops": dict(ops.most_common())}
-          for k, ops in numbered(graph, key_of, True)]
+  def path(key: tuple[int, str]) -> tuple[Any, ...]:  # TinyJit, then realize, then line: groups within groups (graph_groups.nested)
+    if key[0] < 0: return (key,)
+    return ((("jit", jit_of[key[0]]),) if key[0] in jit_of else ()) + ((key[0], ""), key)
+  def row(step: tuple[Any, ...]) -> dict[str, Any]:
+    if step[0] == "jit": return {"label": f"TinyJit {step[1]}", "realize": None, "jit": step[1], "site": None}
+    realize, site = step
+    jit = f"TinyJit {jit_of[realize]} · " if realize in jit_of else ""
+    label = f"{jit}realize {realize}" + (f" · {site} {named(fns[step])}".rstrip() if site else "") if realize >= 0 else \
+      f"{site} written or read by more than one group"
+    return {"label": label, "realize": realize, "jit": jit_of.get(realize), "site": site or None}
+  return [{**row(p[-1]), "parent": parent, "nodes": ops.total(), "ops": dict(ops.most_common())}
+          for p, ops, parent in nested(graph, {node: path(key) for node, key in key_of.items()})]
