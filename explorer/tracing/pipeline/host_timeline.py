@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 from explorer.tracing import tg
 
@@ -51,11 +52,18 @@ class HostTimeline:
       "lanes": list(lanes), "names": list(names), "left_out": left_out,
     }
 
-def timed_stage(timeline: HostTimeline | None, name: str, realize: int | None = None) -> contextlib.AbstractContextManager[None]:
-  return _timed(timeline, name, realize) if timeline is not None else contextlib.nullcontext()
+@dataclass
+class Span:
+  """A stage's start and end (perf_counter seconds): the one measurement its stage_seconds and its timeline range are both read from."""
+  st: float
+  en: float = 0.0
+  @property
+  def seconds(self) -> float: return self.en - self.st
 
 @contextlib.contextmanager
-def _timed(timeline: HostTimeline, name: str, realize: int | None) -> Iterator[None]:
-  st = time.perf_counter()
-  try: yield
-  finally: timeline.stage(name, realize, st, time.perf_counter())
+def timed_stage(timeline: HostTimeline | None, name: str, realize: int | None = None) -> Iterator[Span]:
+  span = Span(time.perf_counter())
+  try: yield span
+  finally:
+    span.en = time.perf_counter()
+    if timeline is not None: timeline.stage(name, realize, span.st, span.en)

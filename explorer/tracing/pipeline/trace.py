@@ -89,9 +89,9 @@ class Recorder:
   def run(self, stage: str, fn: Callable[[], Any], detail: str = "") -> Any:
     """detail goes with the start: the timing stage names its device there (explorer.tracing.workers.process waits for that device's lock)."""
     self.progress(stage, "start", detail)
-    st = time.perf_counter()
     try:
-      with timed_stage(self.timeline, stage, self.realize), tg.profiling_paused() if stage == "timing" else contextlib.nullcontext(): ret = fn()
+      with timed_stage(self.timeline, stage, self.realize) as span, tg.profiling_paused() if stage == "timing" else contextlib.nullcontext():
+        ret = fn()
     except Exception as e:
       failure = {"stage": stage, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}
       if isinstance(e, tg.CompileFailed): failure["source"] = e.source  # the kernel source the compiler rejected
@@ -99,8 +99,8 @@ class Recorder:
       self.trace["status"] = "partial"
       self.progress(stage, "error", f"{type(e).__name__}: {e}")
       raise StageFailed(stage) from e
-    self.trace["stage_seconds"][stage] = time.perf_counter() - st
-    self.progress(stage, "done", f"{time.perf_counter() - st:.2f}s")
+    self.trace["stage_seconds"][stage] = span.seconds  # (the timeline's range of the stage: one measurement, not two that drift apart)
+    self.progress(stage, "done", f"{span.seconds:.2f}s")
     return ret
 
 def new_trace(spec: ConvSpec | None, variant: Variant, device: str, program: dict[str, Any] | None = None) -> dict[str, Any]:
