@@ -44,6 +44,10 @@ def test_a_6000_uop_tensor_graph_opens_whole_as_a_few_dozen_groups(stack, tensor
   assert view["total_nodes"] == view["shown_nodes"] == len(view["nodes"]) >= 5000 and not view["partial"]
   notes = tensor_page.inner_text("#tensor-graph .viewer-notes")
   assert f"All {view['total_nodes']:,} nodes" in notes and "nearest the output" not in notes, notes
+  realizes = [r for r in trace["realizes"] if r["tensor_graph"]]  # which of the program's realizes is drawn, said
+  drawn_realize = next(r for r in realizes if r["tensor_graph"]["sink"] == trace["tensor_graph"]["sink"])
+  assert f"{len(realizes)} realizes made {trace['tensor_graph']['uops']:,} UOps in all" in notes, notes
+  assert f"realize {drawn_realize['index']}'s graph ({drawn_realize['tensor_graph']['uops']:,} UOps)" in notes, notes
   drawn = tensor_page.evaluate(f"""() => {{ const b = {BIG}.big;
     return {{nodes: b.nodes.length, groups: b.groups.map((g) => ({{label: g.label, members: g.members.length, all: g.all.map((n) => n.op),
              open: !!g.open}})), top: b.shownNodes().length, roots: b.roots.length}}; }}""")

@@ -24,7 +24,7 @@ from explorer.present.graph_refs import (
   passes_of,
   spec_messages,
 )
-from explorer.schema import Pass, TraceRecord
+from explorer.schema import Pass, TraceRecord, realizes_of
 from explorer.store import Store
 from explorer.tracing import versions
 from explorer.tracing.workers.pool import WorkerPool
@@ -52,6 +52,17 @@ def next_pass(passes: list[Pass], p: int) -> Pass | None:
   return next((q for q in passes[p+1:] if q["group"] == me["group"] and q["depth"] <= me["depth"]), None)
 
 def steppable(p: Pass) -> int: return min(p["matches"], MAX_STEPS)
+
+def drawn_realize(trace: TraceRecord) -> list[str]:
+  """What a program's tensor graph page draws of its realizes, said where it has more than one graph: the realize that ran the most
+  kernels (tensor_graph.sink, explorer.tracing.pipeline.program)."""
+  realizes = [r for r in realizes_of(trace) if r["tensor_graph"]]
+  if len(realizes) < 2 or (g := trace["tensor_graph"]) is None: return []
+  drawn = next((r for r in realizes if r["tensor_graph"] and r["tensor_graph"]["sink"] == g["sink"]), None)
+  if drawn is None: return []
+  mine = drawn["tensor_graph"]["uops"] if drawn["tensor_graph"] else 0
+  return [f"This program's {len(realizes)} realizes made {g['uops']:,} UOps in all; drawn here is realize {drawn['index']}'s graph "
+          f"({mine:,} UOps), the one that ran the most kernels."]
 
 class GraphService:
   """Expands graphs in worker processes (one by default: it keeps the loaded rewrite blob warm) and lays them out with dot."""
@@ -212,7 +223,8 @@ class GraphService:
       return got["graph"], [], note, {"violations": got.get("marked") or []}
     if ref.kind == "tensor":
       assert (g := trace["tensor_graph"]) is not None  # _check found it
-      return await marked(g["sink"])
+      graph, highlight, notes, extra = await marked(g["sink"])
+      return graph, highlight, drawn_realize(trace) + notes, extra
     if ref.kind == "ast": return await marked(kernel_of(trace, ref.kernel)["ast_sink"])
     passes = passes_of(trace, ref)
     p = passes[ref.pass_index]  # type: ignore[index]
