@@ -98,8 +98,9 @@ async def get_graph(trace_id: str, ref: str, svc: ServicesDep, work: Work, full:
                     whole: bool = Query(False, description="every node, none cut (index arithmetic collapsed only with index=hide): the "
                                         "graph a page draws on a canvas and lays out itself; its SVG stays the simplified one")) -> dict[str, Any]:
   """ref: tensor | kernels | ast/{k} | codegen/{k}/{p}/{before|after|m<j>} | rangeify/{p}/{before|after|m<j>}.
-  Graphs over the node limit are simplified (notes say how); full=1 lifts the limit to 1,000 nodes, whole=1 lifts it. nodes=0 leaves
-  nodes and edges out."""
+  Graphs over the node limit are simplified (notes say how); full=1 lifts the limit to 1,000 nodes, whole=1 lifts it and adds
+  `groups` (explorer.present.graph_groups: each {label, nodes, ops, parent (the index of the group holding it, or null), ...}, each
+  node's `group` the deepest holding it). nodes=0 leaves nodes and edges out."""
   opened = expand_nums(expand)
   trace = await graph_trace(svc, trace_id, ref)
   view = await svc.graphs.view(trace_id, trace, ref, full, index, opened, permit=work.permit(), whole=whole)
