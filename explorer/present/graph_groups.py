@@ -141,7 +141,7 @@ _RANGE_SIZE = re.compile(r"^CONST0 (\d+)$", re.M)
 def loop_groups(graph: Graph) -> list[dict[str, Any]]:
   """Set each node's `group` to its loop nest's (the RANGEs it is inside, as tinygrad's UOp.ranges names them: the nodes' `ranges`);
   a node outside every loop (a buffer, a constant, the SINK) stays in none. Returns the groups: {label (each loop as tinygrad's END
-  labels it: axis(size)), ranges, nodes, ops}, largest first."""
+  labels it: axis(size)), ranges, parent (None: loop nests are not nested here), nodes, ops}, largest first."""
   ranges = {n["num"]: n for n in graph["nodes"] if n["op"] == "RANGE" and "num" in n}
   def axis(num: int) -> tuple[int, str]:  # a loop's axis number and its name as END writes it, e.g. 4(6)
     lines = ranges[num]["label"].split("\n") if num in ranges else []
@@ -149,8 +149,8 @@ def loop_groups(graph: Graph) -> list[dict[str, Any]]:
     size = _RANGE_SIZE.search(ranges[num]["label"]) if num in ranges else None
     return (int(arg.group(1)), f"{arg.group(1)}({size.group(1) if size else '?'})") if arg else (1 << 30, f"#{num}")
   key_of = {n["id"]: tuple(sorted(rs, key=axis)) for n in graph["nodes"] if (rs := n.get("ranges"))}
-  return [{"label": "loops " + " ".join(axis(r)[1] for r in key), "ranges": list(key), "nodes": ops.total(), "ops": dict(ops.most_common())}
-          for key, ops in numbered(graph, key_of, True)]
+  return [{"label": "loops " + " ".join(axis(r)[1] for r in key), "ranges": list(key), "parent": None, "nodes": ops.total(),
+           "ops": dict(ops.most_common())} for key, ops in numbered(graph, key_of, True)]
 
 def call_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
   """A captured program's kernel graph (graphs.kernel_graph, whole) grouped by realize and the model line each call's kernel came
