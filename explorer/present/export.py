@@ -40,6 +40,11 @@ def whole_drawing(view: Mapping[str, Any]) -> dict[str, Any]:
   """What a file needs to draw a graph whole as the pages do (static/big_graph.js): its nodes, edges, groups and marks."""
   return {k: view.get(k) or [] for k in WHOLE_FIELDS}
 
+def drawable(view: Any) -> bool:
+  """A cached whole view fit to draw (it comes from the store: a damaged row is laid out anew instead)."""
+  return isinstance(view, dict) and isinstance(view.get("nodes"), list) and isinstance(view.get("edges"), list) and \
+    isinstance(view.get("groups"), list) and all(isinstance(n, dict) and "id" in n for n in view["nodes"])
+
 def whole_block(ref: str, title: str, view: Mapping[str, Any], legend: list[dict[str, Any]]) -> GraphBlock:
   """An export graph over the node limit, whole: laid out when the file opens and drawn on a canvas, grouped (no SVG, nothing cut)."""
   n = len(view["nodes"])
@@ -197,7 +202,7 @@ def local_graphs(trace: TraceRecord, trace_id: str, blob: bytes | None, store: A
     view = store.get_cached_json(trace_id, ref, "view") if store is not None else None
     svg = store.get_cached(trace_id, ref, "svg") if store is not None else None
     whole = store.get_cached_json(trace_id, f"{ref}+whole", "view") if store is not None else None
-    if whole is not None and whole.get("groups") is not None: out[ref] = whole_block(ref, whole["title"], whole, whole.get("legend") or [])
+    if whole is not None and drawable(whole): out[ref] = whole_block(ref, str(whole.get("title") or title), whole, whole.get("legend") or [])
     elif view is not None and svg is not None and not view.get("partial"):
       out[ref] = {"ref": ref, "title": view["title"], "svg": svg, "notes": view.get("notes", []), "error": None,
                   "shown_nodes": view["shown_nodes"], "total_nodes": view["total_nodes"], "legend": view.get("legend") or [],

@@ -76,8 +76,9 @@ def nested(graph: Graph, path_of: dict[str, tuple[Any, ...]]) -> list[tuple[tupl
     return next((path[:i] for i in range(below, 0, -1) if path[:i] in kept), None)
   parent = {p: deepest(p, len(p) - 1) for p in kept}
   children: dict[tuple[Any, ...] | None, list[tuple[Any, ...]]] = collections.defaultdict(list)
-  def sibling_order(p: tuple[Any, ...]) -> tuple[int, int]:  # module objects as the capture met them (Block 0, 1...), lines largest first
-    return (0, p[-1].index) if isinstance(p[-1], Instance) else (1, -ops[p].total())
+  classes = list(dict.fromkeys(p[-1].cls for p in ops if isinstance(p[-1], Instance)))
+  def sibling_order(p: tuple[Any, ...]) -> tuple[int, int, int]:  # module objects by class, each class's as the capture met them
+    return (0, classes.index(p[-1].cls), p[-1].index) if isinstance(p[-1], Instance) else (1, -ops[p].total(), 0)  # then lines, largest first
   for p in sorted((p for p in ops if p in kept), key=sibling_order): children[parent[p]].append(p)  # (ops: in the order met)
   order: list[tuple[Any, ...]] = []
   def visit(p: tuple[Any, ...] | None) -> None:

@@ -2,7 +2,8 @@
    objects and model line that made each UOp, groups within groups; a kernel's by loop nest, a program's kernel graph by realize and
    line) and opens as one box per outermost group beside the nodes no group holds. A click on a box opens the group in place: its
    UOps and the groups inside it laid out on their own, in a frame whose top left is the box's, moved right past anything it would
-   cover, so nothing on screen moves (as the small graphs' stable stepping keeps what was there; a frame around it grows to hold it);
+   cover, so nothing on screen moves (as the small graphs' stable stepping keeps what was there; a frame around it grows to hold it,
+   over what lies beside that frame, which stays where it is);
    a click on the frame's title folds it back. Layouts run in a worker (graph_worker.js: graph_layout.js's
    layered layout, 20,000 nodes in a fraction of a second); a frame draws only what is on screen, labels only where they are big
    enough to read. viewer.js drives it: the same node pane, search and selection, in explorer.css's colours for g.node.selected,
@@ -11,8 +12,8 @@
 const FONT_PX = 9, CHAR_PX = 5.45, LINE_PX = 11, PAD_X = 6, PAD_Y = 5, MAX_CHARS = 30, GROUP_CHARS = 52, LABEL_LINES = 3;
 const FRAME_PAD = 16, FRAME_HEAD = 22, GAP = 14;
 const ZOOM_SETTLE_MS = 150;  // a zoom draws its frames scaled from the last sharp one, and sharp this long after it stops
-const MIN_TEXT_PX = 5;
-const MAX_GROUPS_TEXT = 190;  // placement()'s open groups, as a live class's view holds them (a value of at most 200 characters)  // a label smaller than this on screen is not drawn: the boxes' colours still show
+const MIN_TEXT_PX = 5;  // a label smaller than this on screen is not drawn: the boxes' colours still show
+const MAX_GROUPS_TEXT = 190;  // placement()'s open groups, as a live class's view holds them (a value of at most 200 characters)
 const COLOR = { edge: "#8a8f98", text: "#111111", border: "#5c6370", changed: "#e5484d", downstream: "#d9931c", spec: "#7c3aed", hit: "#d4a72c",
                 selected: "#0969da", parent: "#1a7f37", child: "#8250df", group: "#eef1f5", groupBorder: "#57606a", frame: "rgba(238,241,245,0.55)" };
 const WORKER = new URL("./graph_worker.js", import.meta.url);
@@ -151,7 +152,7 @@ export class BigGraph {
     if (g.open) return;
     if (g.up && !g.up.open) await this.openGroup(g.up);
     const inside = [...g.members, ...g.children], at = await this.layoutOf(g);
-    if (g.open) return;
+    if (g.open || (g.up && !g.up.open)) return;  // opened meanwhile, or its parent closed while it was laid out
     const frame = { key: `frame:${g.index}`, group: g, w: at.width + 2 * FRAME_PAD, h: at.height + 2 * FRAME_PAD + FRAME_HEAD };
     this.placedClear(frame, g);
     frame.base = { x: frame.x, y: frame.y, w: frame.w, h: frame.h };
@@ -185,9 +186,17 @@ export class BigGraph {
     return g.layout;
   }
 
-  prefetch() {  // the boxes shown laid out ahead in the worker, biggest first, so that a click on one only places it (none in a page
-    if (inPage) return;  // that lays out on its own thread: that would hold the page up)
-    for (const g of [...this.boxes].sort((a, b) => b.all.length - a.all.length)) this.layoutOf(g);
+  prefetch() {  /* the boxes shown laid out ahead in the worker, biggest first, one at a time (a click's layout waits behind one at
+    most), so that a click on one only places it; none in a page that lays out on its own thread: that would hold the page up */
+    if (inPage) return;
+    this.ahead = [...this.boxes].filter((g) => !g.layout).sort((a, b) => b.all.length - a.all.length);
+    if (!this.pumping) this.pump();
+  }
+
+  pump() {
+    const g = (this.ahead || []).find((h) => !h.layout);
+    this.pumping = !!g;
+    if (g) this.layoutOf(g).then(() => this.pump(), () => { this.pumping = false; });
   }
 
   closeGroup(g) {  // it folds back with every group inside it
@@ -313,7 +322,7 @@ export class BigGraph {
 
   click(px, py) {
     const hit = this.itemAt(px, py);
-    if (hit && hit.members && !hit.open) this.openGroup(hit);
+    if (hit && hit.members && !hit.open) this.openGroup(hit).catch((e) => console.warn(e.message));  // (the worker failed: click again)
     else if (hit && hit.group && hit.group.open === hit) this.closeGroup(hit.group);
     else this.onPick(hit ? hit.id : null);
   }
@@ -367,21 +376,33 @@ export class BigGraph {
 
   placement() {  // viewer.js's placement(): the zoom relative to the fit, the graph point at the canvas middle, the groups open in order
     let groups = "";
-    for (const g of this.openOrder) if (groups.length + String(g.index).length < MAX_GROUPS_TEXT) groups += (groups ? "," : "") + g.index;
+    for (const g of this.openOrder) {  // (those that fit, from the first: a screen opens them in this order)
+      if (groups.length + String(g.index).length >= MAX_GROUPS_TEXT) break;
+      groups += (groups ? "," : "") + g.index;
+    }
     return { zoom: this.k / this.fitZoom(), cx: (this.w / 2 - this.tx) / this.k, cy: (this.h / 2 - this.ty) / this.k, groups };
   }
 
   async place({ zoom, cx, cy, groups }) {  // another screen's placement(): its groups opened as it opened them, then its pan and zoom
-    if (typeof groups === "string") await this.openOnly(groups.split(",").filter(Boolean).map(Number));
+    const mine = (this.placing = (this.placing || 0) + 1);  // a newer placement arriving meanwhile wins
+    if (typeof groups === "string" && !(await this.openOnly(groups.split(",").filter(Boolean).map(Number), () => mine !== this.placing))) return;
+    if (mine !== this.placing) return;
     this.k = zoom * this.fitZoom(); this.tx = this.w / 2 - cx * this.k; this.ty = this.h / 2 - cy * this.k;
     this.draw();
   }
 
-  async openOnly(indices) {  // these groups open, in this order (each where it opens after those before it), every other closed
-    const want = indices.map((i) => this.groups[i]).filter(Boolean);
-    if (want.length === this.openOrder.length && want.every((g, i) => g === this.openOrder[i])) return;
+  async openOnly(indices, stale = () => false) {  /* these groups open, in this order (each where it opens after those before it; a
+    group's parent before it), every other closed; false where stale() said a newer call took over */
+    const want = [];
+    const add = (g) => { if (g && !want.includes(g)) { add(g.up); want.push(g); } };
+    for (const i of indices) add(this.groups[i]);
+    if (want.length === this.openOrder.length && want.every((g, i) => g === this.openOrder[i])) return true;
     for (const g of [...this.openOrder].reverse()) this.closeGroup(g);
-    for (const g of want) await this.openGroup(g);
+    for (const g of want) {
+      await this.openGroup(g);
+      if (stale()) return false;
+    }
+    return true;
   }
 
   labelPx() { return FONT_PX * this.k; }  // a label's size on screen now

@@ -1,14 +1,14 @@
 /* The diff page: folded source runs, the UOp graph diff (an HTML fragment computed in a worker) and pan/zoom on its drawings (a graph
    over the node limit drawn whole on a canvas: whole_graph.js); its two measurements (interleaved re-timing, outputs compared) are
    measure.js's. */
-import { $, $$ } from "./dom.js";
+import { $, $$, esc } from "./dom.js";
 import { drawWhole } from "./whole_graph.js";
 
 function panZoom(root) {
   $$(".diff-graph[data-whole]", root).forEach((box) => {  // a kernel's graph over the node limit, whole on a canvas
     if (box.dataset.pz) return;
     box.dataset.pz = "1";
-    drawWhole(box);
+    drawWhole(box).catch((err) => { $("[data-whole-canvas]", box).innerHTML = `<div class="viewer-status err">Not drawn: ${esc(err.message)}</div>`; });
   });
   $$(".diff-graph:not([data-whole])", root).forEach((box) => {
     const svg = $("svg", box);

@@ -242,7 +242,7 @@ class DiffService:
     """The kernel's graph with where the change starts (nodes only this side has, whose inputs both have) outlined red and the nodes
     that differ only because an input differs outlined amber: outlining all of them red marks most of a fused kernel."""
     from explorer.present.export import localize_svg
-    if len(raw["nodes"]) > self.node_limit: return self._whole(k, raw, starts, rest, side)
+    if len(raw["nodes"]) > self.node_limit: return await asyncio.to_thread(self._whole, k, raw, starts, rest, side)
     shown, notes = graphs.simplify(raw, self.node_limit)
     keep, here = {n["id"] for n in shown["nodes"]}, {n["id"] for n in raw["nodes"]}
     mine = (starts | rest) & here

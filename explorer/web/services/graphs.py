@@ -56,13 +56,12 @@ def steppable(p: Pass) -> int: return min(p["matches"], MAX_STEPS)
 def drawn_realize(trace: TraceRecord) -> list[str]:
   """What a program's tensor graph page draws of its realizes, said where it has more than one graph: the realize that ran the most
   kernels (tensor_graph.sink, explorer.tracing.pipeline.program)."""
-  realizes = [r for r in realizes_of(trace) if r["tensor_graph"]]
+  realizes = [(r["index"], tg) for r in realizes_of(trace) if (tg := r["tensor_graph"]) is not None]
   if len(realizes) < 2 or (g := trace["tensor_graph"]) is None: return []
-  drawn = next((r for r in realizes if r["tensor_graph"] and r["tensor_graph"]["sink"] == g["sink"]), None)
+  drawn = next(((i, tg) for i, tg in realizes if tg["sink"] == g["sink"]), None)
   if drawn is None: return []
-  mine = drawn["tensor_graph"]["uops"] if drawn["tensor_graph"] else 0
-  return [f"This program's {len(realizes)} realizes made {g['uops']:,} UOps in all; drawn here is realize {drawn['index']}'s graph "
-          f"({mine:,} UOps), the one that ran the most kernels."]
+  return [f"This program's {len(realizes)} realizes made {g['uops']:,} UOps in all; drawn here is realize {drawn[0]}'s graph "
+          f"({drawn[1]['uops']:,} UOps), the one that ran the most kernels."]
 
 class GraphService:
   """Expands graphs in worker processes (one by default: it keeps the loaded rewrite blob warm) and lays them out with dot."""
