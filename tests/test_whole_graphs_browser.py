@@ -182,7 +182,7 @@ def test_a_class_follows_the_groups_the_teacher_opens_and_where_they_look(browse
     assert student.evaluate(f"() => {big}.opened.map((f) => [f.key, f.x, f.y, f.w, f.h])") == frames
     teacher.evaluate(f"() => {big}.closeGroup({big}.groups[{opened[0]}])")
     student.wait_for_function(f"() => {big}.openOrder.length === 0", timeout=10_000)
-    teacher.click("[data-class-end]")
+    # (not ended here: the student's next poll of an ended class is a 404 the shared error list would keep for the later tests)
   assert not errors, errors
 
 def test_a_programs_kernel_graph_is_whole_and_grouped_by_realize_and_line(browser, errors, stack):
