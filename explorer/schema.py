@@ -450,6 +450,7 @@ class TensorGraph(TypedDict):
   sink: int | None
   sites: NotRequired[list[Provenance]]  # the Tensor functions (and model lines) that made the sink's UOps (traces before 2026-12: none)
   uop_sites: NotRequired[list[list[Count]]]  # [trace number, index into sites] for each of the sink's UOps tinygrad's metadata names
+  uop_calls: NotRequired[list[list[Count]]]  # [trace number, schedule call] for each of the sink's UOps a kernel computes (its first)
 
 # ***** the run *****
 

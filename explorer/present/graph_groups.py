@@ -18,11 +18,19 @@ Graph = dict[str, Any]
 K = TypeVar("K", int, tuple[Any, ...])  # what a group stands for: a slot, a loop nest, a (realize, line)
 MIN_GROUP = 2  # a group of one UOp is drawn as the UOp
 
-def grouped(kind: str, graph: Graph, trace: TraceRecord) -> list[dict[str, Any]] | None:
-  """A whole graph's groups by what it draws (a graph reference's kind), each node given its `group`: None for a graph not grouped."""
-  if kind == "tensor": return tensor_groups(graph, trace["tensor_graph"])
+GROUPINGS = ("line", "kernel")  # a tensor graph's: by the module objects and model lines that made it, by the kernels that compute it
+
+def grouped(kind: str, graph: Graph, trace: TraceRecord, by: str = "line") -> list[dict[str, Any]] | None:
+  """A whole graph's groups by what it draws (a graph reference's kind), each node given its `group`: None for a graph not grouped.
+  by: a tensor graph's grouping (GROUPINGS)."""
+  if kind == "tensor": return kernel_groups(graph, trace) if by == "kernel" else tensor_groups(graph, trace["tensor_graph"])
   if kind in ("ast", "codegen"): return loop_groups(graph)
   return call_groups(graph, trace) if kind == "kernels" else None
+
+def groupings(kind: str, trace: TraceRecord) -> list[str] | None:
+  """The groupings a graph can be drawn in (GROUPINGS' that its trace recorded): None where it has one way only."""
+  if kind != "tensor" or not (g := trace["tensor_graph"]) or not g.get("sites"): return None
+  return list(GROUPINGS) if g.get("uop_calls") else None
 
 def site_key(site: Provenance) -> tuple[Any, ...]:
   """What one group stands for: a model line (forward and backward apart), else a Tensor function."""
@@ -53,17 +61,24 @@ class Instance:
   cls: str
   index: int
 
+@dataclass(frozen=True)
+class Call:
+  """A kernel (or a copy) of the schedule, as the first step of a tensor graph's path grouped by kernel."""
+  index: int
+
 def scope_of(site: Provenance) -> tuple[Instance, ...]:
   """The module objects a site's line ran inside, outermost first (well-formed steps only: the trace comes from the store)."""
   steps = site.get("scope") or []
   return tuple(Instance(st["cls"], st["index"]) for st in steps if isinstance(st, dict) and isinstance(st.get("cls"), str)
                and isinstance(st.get("index"), int))
 
-def nested(graph: Graph, path_of: dict[str, tuple[Any, ...]]) -> list[tuple[tuple[Any, ...], collections.Counter[str], int | None]]:
+def nested(graph: Graph, path_of: dict[str, tuple[Any, ...]], outer: bool = False) \
+    -> list[tuple[tuple[Any, ...], collections.Counter[str], int | None]]:
   """Groups from each node's path (outermost first: the module objects, then the line): one per path prefix holding at least MIN_GROUP
-  nodes, except a prefix whose nodes all lie in one smaller prefix of it (a level that tells nothing apart). Each node gets `group`,
-  the index of the deepest group it is in. Returns (path, the ops of every node inside, parent's index or None) per group, each parent
-  before its children; siblings: module objects in the order met, then the rest largest first (between equals, as their first node)."""
+  nodes, except a prefix whose nodes all lie in one smaller prefix of it (a level that tells nothing apart; outer: the smaller one is
+  dropped instead). Each node gets `group`, the index of the deepest group it is in. Returns (path, the ops of every node inside,
+  parent's index or None) per group, each parent before its children; siblings: calls in schedule order, module objects in the order
+  met, then the rest largest first (between equals, as their first node)."""
   ops: dict[tuple[Any, ...], collections.Counter[str]] = collections.defaultdict(collections.Counter)
   for n in graph["nodes"]:
     if path := path_of.get(n["id"]):
@@ -71,13 +86,14 @@ def nested(graph: Graph, path_of: dict[str, tuple[Any, ...]]) -> list[tuple[tupl
   kept = {p for p, c in ops.items() if c.total() >= MIN_GROUP}
   for p in list(kept):
     for i in range(1, len(p)):
-      if ops[p[:i]].total() == ops[p].total(): kept.discard(p[:i])  # all of it is p: the level adds a box and tells nothing apart
+      if ops[p[:i]].total() == ops[p].total(): kept.discard(p if outer else p[:i])  # all of it is p: the level tells nothing apart
   def deepest(path: tuple[Any, ...], below: int) -> tuple[Any, ...] | None:
     return next((path[:i] for i in range(below, 0, -1) if path[:i] in kept), None)
   parent = {p: deepest(p, len(p) - 1) for p in kept}
   children: dict[tuple[Any, ...] | None, list[tuple[Any, ...]]] = collections.defaultdict(list)
   classes = list(dict.fromkeys(p[-1].cls for p in ops if isinstance(p[-1], Instance)))
   def sibling_order(p: tuple[Any, ...]) -> tuple[int, int, int]:  # module objects by class, each class's as the capture met them
+    if isinstance(p[-1], Call): return (0, 0, p[-1].index)
     return (0, classes.index(p[-1].cls), p[-1].index) if isinstance(p[-1], Instance) else (1, -ops[p].total(), 0)  # then lines, largest first
   for p in sorted((p for p in ops if p in kept), key=sibling_order): children[parent[p]].append(p)  # (ops: in the order met)
   order: list[tuple[Any, ...]] = []
@@ -91,6 +107,30 @@ def nested(graph: Graph, path_of: dict[str, tuple[Any, ...]]) -> list[tuple[tupl
     if (path := path_of.get(n["id"])) and (d := deepest(path, len(path))) is not None: n["group"] = slot[d]
   return [(p, ops[p], slot[up] if (up := parent[p]) is not None else None) for p in order]
 
+def numbered_pairs(pairs: Any, bound: int) -> dict[int, int]:
+  """A stored trace's [trace number, index] pairs as a dict: only well-formed pairs whose index is below bound are read."""
+  return {p[0]: p[1] for p in pairs or [] if isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p) and 0 <= p[1] < bound}
+
+def spread(graph: Graph, group: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
+  """Groups for the nodes group leaves out (a constant, a buffer, a reshape tinygrad made on its own, a UOp a rewrite folded away):
+  a node joins its users' group when they are all grouped and share one, else its inputs' where they share one (a STORE of a group's
+  result, the AFTER that orders it); the rest are grouped by op, as ((None, op, None),). Returns group with them added."""
+  group = dict(group)
+  users: dict[str, list[str]] = collections.defaultdict(list)
+  inputs: dict[str, list[str]] = collections.defaultdict(list)
+  for e in graph["edges"]:
+    users[e["src"]].append(e["dst"])
+    inputs[e["dst"]].append(e["src"])
+  def joined(n: dict[str, Any], near: dict[str, list[str]]) -> None:  # the one group all its grouped neighbours share, if there is one
+    if n["id"] not in group and len(mine := {group[m] for m in near[n["id"]] if m in group}) == 1: group[n["id"]] = mine.pop()
+  for n in reversed(graph["nodes"]):  # a UOp graph's nodes come inputs first: users are placed before their inputs
+    if not any(m not in group for m in users[n["id"]]): joined(n, users)
+  for n in graph["nodes"]: joined(n, inputs)  # what only stores or orders a group's result (STORE, AFTER) is the group's too
+  left = collections.Counter(n["op"] for n in graph["nodes"] if n["id"] not in group)
+  for n in graph["nodes"]:  # the rest, by op: a program's buffers, the stores between lines
+    if n["id"] not in group and left[n["op"]] > 1: group[n["id"]] = ((None, n["op"], None),)
+  return group
+
 def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[str, Any]]:
   """Set each node's `group` (an index into the returned list) where its UOp's provenance names one: the model line that made it, inside
   the module objects that line ran in (Block 3, in Stack 0: groups within groups, where the capture recorded them). A node without
@@ -99,24 +139,9 @@ def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[s
   (labelled "(no line)"). Returns the groups: {label, file, line, fn, backward, scope, parent, nodes, ops}, each parent before its
   children, siblings largest first. A graph of a trace recorded without sites gets none."""
   if not tensor_graph or not (sites := tensor_graph.get("sites")): return []
-  pairs = tensor_graph.get("uop_sites") or []  # a stored trace's: only well-formed [trace number, site index] pairs are read
-  by_num = {p[0]: p[1] for p in pairs if isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p) and 0 <= p[1] < len(sites)}
+  by_num = numbered_pairs(tensor_graph.get("uop_sites"), len(sites))
   path_of_site: list[tuple[Any, ...]] = [(*scope_of(s), site_key(s)) for s in sites]
-  users: dict[str, list[str]] = collections.defaultdict(list)
-  inputs: dict[str, list[str]] = collections.defaultdict(list)
-  for e in graph["edges"]:
-    users[e["src"]].append(e["dst"])
-    inputs[e["dst"]].append(e["src"])
-  group: dict[str, tuple[Any, ...]] = {}
-  def joined(n: dict[str, Any], near: dict[str, list[str]]) -> None:  # the one group all its grouped neighbours share, if there is one
-    if n["id"] not in group and len(mine := {group[m] for m in near[n["id"]] if m in group}) == 1: group[n["id"]] = mine.pop()
-  for n in reversed(graph["nodes"]):  # a UOp graph's nodes come inputs first: users are placed before their inputs
-    if (i := by_num.get(n.get("num", -1))) is not None: group[n["id"]] = path_of_site[i]
-    elif not any(m not in group for m in users[n["id"]]): joined(n, users)
-  for n in graph["nodes"]: joined(n, inputs)  # what only stores or orders a group's result (STORE, AFTER) is the group's too
-  left = collections.Counter(n["op"] for n in graph["nodes"] if n["id"] not in group)
-  for n in graph["nodes"]:  # the rest, by op: a program's buffers, the stores between lines
-    if n["id"] not in group and left[n["op"]] > 1: group[n["id"]] = ((None, n["op"], None),)
+  group = spread(graph, {n["id"]: path_of_site[i] for n in graph["nodes"] if (i := by_num.get(n.get("num", -1))) is not None})
   fns: dict[Any, list[str]] = collections.defaultdict(list)  # by a path's last step: a line
   first: dict[Any, Provenance] = {}
   for s, path in zip(sites, path_of_site, strict=True):
@@ -135,6 +160,36 @@ def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[s
     scope = [{"cls": st.cls, "index": st.index} for st in path if isinstance(st, Instance)]
     out.append({**row, "scope": scope, "parent": parent, "nodes": ops.total(), "ops": dict(ops.most_common())})
   return out
+
+def kernel_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
+  """Set each node's `group` by the kernel its UOp ended up in (the schedule's call that computes it, as the trace recorded it from
+  tinygrad's rewrites: tensor_graph.uop_calls), and inside a kernel by the model line that made it (what the kernel fused, line by
+  line); the nodes no call names (a buffer, a constant, a UOp a rewrite folded into another) join their neighbours' as tensor_groups'
+  do. Returns the groups: {label, call, kernel (its index, or None for a copy), file, line, fn, backward, scope, parent, nodes, ops},
+  kernels in schedule order, each parent before its children. A trace recorded without uop_calls gets none."""
+  tensor_graph, schedule = trace["tensor_graph"], trace["schedule"]
+  if not tensor_graph or not (call_of := numbered_pairs(tensor_graph.get("uop_calls"), len(schedule))): return []
+  sites = tensor_graph.get("sites") or []
+  site_of = numbered_pairs(tensor_graph.get("uop_sites"), len(sites))
+  key_of = {n["id"]: (Call(call_of[num]),) for n in graph["nodes"] if (num := n.get("num", -1)) in call_of}
+  group = spread(graph, key_of)
+  for n in graph["nodes"]:
+    if (path := group.get(n["id"])) and isinstance(path[0], Call) and (i := site_of.get(n.get("num", -1))) is not None:
+      group[n["id"]] = (path[0], site_key(sites[i]))
+  kernels = {k["call"]: k for k in trace["kernels"]}
+  first: dict[Any, Provenance] = {}
+  for site in sites: first.setdefault(site_key(site), site)
+  def row(step: Any) -> dict[str, Any]:
+    if isinstance(step, Call):
+      k = kernels.get(step.index)
+      name = k["name"] if k else str(schedule[step.index].get("kind", "call"))
+      return {"label": f"{'kernel ' + str(k['index']) if k else 'call ' + str(step.index)} {name}", "call": step.index,
+              "kernel": k["index"] if k else None, "file": None, "line": None, "fn": None, "backward": False}
+    site = first.get(step) or {"fn": step[1], "file": None, "line": None, "backward": False}
+    return {"label": site_label(site, [site["fn"]]), "call": None, "kernel": None, "file": site["file"], "line": site["line"],
+            "fn": site["fn"], "backward": site["backward"]}
+  return [{**row(path[-1]), "scope": [], "parent": parent, "nodes": ops.total(), "ops": dict(ops.most_common())}
+          for path, ops, parent in nested(graph, group, outer=True)]
 
 _RANGE_ARG = re.compile(r"^\((\d+),")
 _RANGE_SIZE = re.compile(r"^CONST0 (\d+)$", re.M)

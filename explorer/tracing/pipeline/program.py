@@ -214,8 +214,10 @@ class ProgramTrace:
     drawn = biggest["tensor_graph"] or {}  # the graph a program's tensor graph page draws: its biggest realize's
     p["tensor_graph"] = {"uops": sum(g["uops"] for g in graphs), "ops": _counted([g["ops"] for g in graphs]), "sink": drawn.get("sink"),
                          "sites": drawn.get("sites", []), "uop_sites": drawn.get("uop_sites", [])} if graphs else None
+    if p["tensor_graph"] is not None and (calls := drawn.get("uop_calls")) is not None:  # in the program's schedule's numbering
+      p["tensor_graph"]["uop_calls"] = [[num, call + biggest["schedule"][0]] for num, call in calls]
     for g in graphs:  # kept once, on the program's: a realize's would repeat them
-      for key in ("sites", "uop_sites"): g.pop(key, None)
+      for key in ("sites", "uop_sites", "uop_calls"): g.pop(key, None)
     if not p["scheduler"]["passes"]: p["scheduler"] = None
     self._render_targets(device, analysis, blobs)
     asked = p["variant"]["targets"]
@@ -322,7 +324,8 @@ class Capturing:
     if not self._jit_linears: return
     (linear, var_vals), = self._jit_linears
     self._timeline.stage("schedule", len(self.realizes), st, now := time.perf_counter())
-    self._trace(outs, Scheduled(sink, linear, var_vals, mark, now - st, carrying.provenance(linear)), runs=False)
+    self._trace(outs, Scheduled(sink, linear, var_vals, mark, now - st, carrying.provenance(linear),
+                                       carrying.members(linear)), runs=False)
 
   def _trace(self, outs: list[Any], ahead: Scheduled, runs: bool = True) -> None:
     n = len(self.realizes)

@@ -202,23 +202,24 @@ class Program:
 class Scheduled:
   """A realize scheduled before its pipeline runs: its tensor graph's sink as it stood before (scheduling rebinds the tensors to
   buffers; UOps do not change), tinygrad's linear and the values it binds its variables to, where the rewrite log stood, its
-  seconds, and (with provenance) each call's kernel provenance as the schedule found it (None where it did not)."""
+  seconds, and (with provenance) each call's kernel provenance as the schedule found it (None where it did not) and the tensor UOps
+  (trace numbers) each call's kernel computes, where this schedule split it (tg.Carrying.members)."""
   sink: Any
   linear: Any
   var_vals: dict[str, int]
   mark: int
   seconds: float
   provenance: list[Any] | None = None
+  members: list[list[int] | None] | None = None
 
 def schedule_ahead(outs: list[Any], provenance: bool = False, fresh: bool = False) -> Scheduled:
   """tinygrad's schedule of outs, as Tensor.realize makes it (the collector off), ahead of the pipeline. provenance: each kernel's, its
   metadata carried through the schedule; fresh: scheduled again where tinygrad's schedule cache holds the graph (see carrying_metadata)."""
   sink, mark, st = tg.tensor_sink(*outs), tg.tracking_mark(), time.perf_counter()
-  found = None
   with tg.disable_gc(), tg.carrying_metadata(sink, fresh) if provenance else contextlib.nullcontext() as carrying:
     linear, var_vals = tg.schedule_with_vars(*outs)
-  if carrying is not None: found = carrying.provenance(linear)
-  return Scheduled(sink, linear, var_vals, mark, time.perf_counter() - st, found)
+  found, members = (carrying.provenance(linear), carrying.members(linear)) if carrying is not None else (None, None)
+  return Scheduled(sink, linear, var_vals, mark, time.perf_counter() - st, found, members)
 
 def _run_stages(rec: Recorder, spec: ConvSpec, variant: Variant, device: str, dump_io: str | None, base: int, pool: RenderPool,
                 blobs: dict[str, bytes]) -> None:
@@ -260,6 +261,7 @@ def _realize(rec: Recorder, program: Program, variant: Variant, device: str, bas
   renders = {} if beam else pool.submit(asts, targets, variant.opt, variant.rewrites, variant.rewrite_file, analysis=rec.analysis)
   rec.run("codegen", lambda: _codegen(rec, calls, device, base, variant))
   if program.provenance:
+    if (calls_of := uop_calls(ahead.members)) is not None and trace["tensor_graph"] is not None: trace["tensor_graph"]["uop_calls"] = calls_of
     found = ahead.provenance or []
     for k in trace["kernels"]:
       own = found[k["call"]] if k["call"] < len(found) else None
@@ -288,6 +290,12 @@ def pipeline(rec: Recorder, program: Program, variant: Variant, device: str, bas
     rec.settle()  # nothing else runs while kernels are timed
     rec.run("timing", lambda: _time(trace, compiled, variant, rec.tinygrad, rec.eager_s), detail=device)
   add_totals(trace)
+
+def uop_calls(members: list[list[int] | None] | None) -> list[list[int]] | None:
+  """[trace number, call index] for each tensor UOp in the kernel it ended up in (schema.TensorGraph.uop_calls); None where the
+  schedule was not split here (found in tinygrad's schedule cache)."""
+  if not members or all(m is None for m in members): return None
+  return [[num, call] for call, nums in enumerate(members) for num in nums or ()]
 
 def _schedule(trace: dict[str, Any], outs: list[Any], base: int, tinygrad: TinygradClock, provenance: bool = False) -> tuple[Scheduled, Any]:
   with tinygrad("schedule"): ahead = schedule_ahead(outs, provenance)

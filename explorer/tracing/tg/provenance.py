@@ -29,7 +29,7 @@ from tinygrad import Tensor, dtypes
 from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import Metadata
 from tinygrad.uop import ops as uop_ops
-from tinygrad.uop.ops import GroupOp, Ops, UOp
+from tinygrad.uop.ops import GroupOp, KernelInfo, Ops, UOp
 from explorer.tracing.tg.compat import CALL, CALLS, PARAM, addrspace
 
 Entry = dict[str, Any]  # schema.Provenance
@@ -41,6 +41,9 @@ _STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("s
 _SITE_PACKAGES = tuple({os.path.abspath(p) + os.sep for p in (*site.getsitepackages(), site.getusersitepackages(),
                                                               sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])})
 _COMPUTE = frozenset(GroupOp.ALU) | {Ops.REDUCE, Ops.CAST, Ops.BITCAST, Ops.WMMA, Ops.STORE}
+# what every kernel reading it shares (a buffer, a constant, a variable): no kernel's alone, so not followed into the one that reads it first
+_SHARED = {op for name in ("BUFFER", "UNIQUE", "LUNIQUE", "DEVICE", "CONST", "VCONST", "PARAM", "DEFINE_VAR", "BIND", "SINK", "NOOP")
+           if (op := getattr(Ops, name, None)) is not None}
 _INDEX = {d for d in (getattr(dtypes, "weakint", None), getattr(dtypes, "index", None)) if d is not None}
 
 def _scalar(u: UOp) -> Any: return getattr(u.dtype, "base", u.dtype)
@@ -243,6 +246,27 @@ def _patch_onnx(stack: contextlib.ExitStack) -> None:
 
 # ***** carrying metadata through rewrites *****
 
+@dataclass
+class Split:
+  """A kernel as the schedule split it: its provenance, the trace numbers of the tensor UOps it computes, and the generation (the
+  schedule) that split it."""
+  entries: list[Entry]
+  members: list[int]
+  gen: int
+
+def _last(replace: dict[UOp, UOp], u: UOp) -> UOp:
+  """What u finally became in one rewrite (a node rewritten to one that was rewritten again)."""
+  for _ in range(64):
+    if (nxt := replace.get(u, u)) is u: break
+    u = nxt
+  return u
+
+def _kept(form: UOp) -> UOp:
+  """Where a tensor UOp's value is followed to: a value stored into a buffer (an AFTER of the buffer and its store) is the store's,
+  whose kernel computes it (the AFTER becomes the loads of the kernels that read it)."""
+  if form.op is not Ops.AFTER: return form
+  return next((s for s in reversed(form.src[1:]) if s.op in (Ops.STORE, Ops.END)), form)
+
 class _Carry:
   """What carrying knows: the generation (a schedule is one), which UOps it wrote an entry on and in which generation, the tensor graph of
   the schedule under way (its entries hold as they stand), each kernel's provenance by its CALL as split (and as the linear of its graph
@@ -252,9 +276,11 @@ class _Carry:
     self.gen, self.depth, self.patched = 0, 0, 0
     self.written: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
     self.scope: set[UOp] | None = None
-    self.kernels: dict[UOp, list[Entry]] = {}
-    self.calls: list[tuple[UOp, list[Entry] | None]] = []  # the schedule's CALLs in the order made, with their provenance then
-    self.linears: weakref.WeakKeyDictionary[UOp, list[list[Entry] | None]] = weakref.WeakKeyDictionary()
+    self.owners: dict[UOp, list[int]] = {}  # in a schedule: what each tensor UOp has become so far -> the trace numbers of those UOps
+    self.claims: dict[UOp, list[tuple[UOp, list[int]]]] = {}  # a kernel's AST -> its CALLs as made, each with what it claimed then
+    self.kernels: dict[UOp, Split] = {}
+    self.calls: list[tuple[UOp, Split | None]] = []  # the schedule's CALLs in the order made, with their provenance then
+    self.linears: weakref.WeakKeyDictionary[UOp, list[Split | None]] = weakref.WeakKeyDictionary()
 
   def made(self, linears: list[UOp]) -> None:
     """The linears the schedule just made, in the order it made them: each one's calls' provenance, as it stood when the linear's calls
@@ -264,13 +290,26 @@ class _Carry:
       n, run = len(linear.src), None
       for i in range(at, len(self.calls) - n + 1):
         if all(self.calls[i + j][0] is c for j, c in enumerate(linear.src)):
-          run, at = [entries for _, entries in self.calls[i:i + n]], i + n
+          run, at = [split for _, split in self.calls[i:i + n]], i + n
           break
       self.linears[linear] = run if run is not None else [self.kernels.get(c) for c in linear.src]
 
   def called(self, call: UOp) -> None:
-    """A CALL just made (create_schedule makes each of a linear's so): it and its provenance as known now."""
+    """A CALL just made (create_schedule makes each of a linear's so): it and its provenance as known now. A kernel split off the
+    scheduled graph claims its tensor UOps as it is made, before the next kernel's body is rewritten: two kernels alike are one AST."""
     self.calls.append((call, self.kernels.get(call)))
+    if self.owners and call.src and call.src[0].op is Ops.SINK and isinstance(call.src[0].arg, KernelInfo):
+      self.claims.setdefault(call.src[0], []).append((call, self._claimed(call)))
+
+  def _claims_of(self, call: UOp, replace: dict[UOp, UOp]) -> list[int]:
+    """What the kernel `call` claimed as it was made: made as a CALL whose arguments this rewrite then rewrote into call's (a kernel
+    reading an earlier one's buffer, which that one's CALL rebuilt); two kernels alike share an AST, so they are told apart so."""
+    made = self.claims.get(call.src[0], [])
+    for i, (c, members) in enumerate(made):
+      if len(c.src) == len(call.src) and all(_last(replace, a) is b for a, b in zip(c.src[1:], call.src[1:], strict=True)):
+        del made[i]
+        return members
+    return self._claimed(call)
 
   def trusted(self, u: UOp) -> bool:
     """An entry on u is this schedule's (or, outside one, this generation's or tinygrad's own)."""
@@ -285,9 +324,13 @@ class _Carry:
     md = uop_ops.all_metadata
     for old, new in replace.items():
       if new is old: continue
+      if self.owners and (owned := self.owners.pop(old, []) + self._absorbed(old, to := _last(replace, new), replace)):
+        self.owners.setdefault(_kept(to), []).extend(owned)
       if new.op is CALL:
         if old in self.kernels: self._kernel(new, self.kernels[old])
-        elif old.op in (Ops.STORE, Ops.END) and self.scope is not None: self._kernel(new, own_compute(old, self.trusted))
+        elif old.op in (Ops.STORE, Ops.END) and self.scope is not None:
+          self._kernel(new, Split(own_compute(old, self.trusted), self._claims_of(new, replace), self.gen))
+        if new in self.kernels and (owned := self.owners.pop(new, [])): self.kernels[new].members += owned  # (folded into it)
       m = md.get(old) if self.trusted(old) else None
       if m is None and (not _computes(new) or self.holds(new) or (m := self._beneath(old)) is None): continue
       for _ in range(64):  # a node rewritten to one that was rewritten again: each along the chain is the old one's
@@ -295,14 +338,33 @@ class _Carry:
         if _computes(new) and not self.holds(new): md[new], self.written[new] = m, self.gen
         old, new = new, replace.get(new, new)
 
-  def _kernel(self, call: UOp, entries: list[Entry]) -> None:
+  def _absorbed(self, old: UOp, new: UOp, replace: dict[UOp, UOp]) -> list[int]:
+    """What a rule folded into old's replacement new without visiting it (RESHAPE(REDUCE) -> REDUCE(RESHAPE) made from the parent; a
+    kernel's body become its CALL): the tensor UOps whose forms lie beneath old, unvisited by this rewrite, short of another kernel's
+    stored value (an AFTER). Nothing is folded into a reference (a buffer become a PARAM)."""
+    if new.op in _SHARED or new.op is Ops.AFTER: return []
+    out: list[int] = []
+    stack, seen = list(old.src), set()
+    while stack:
+      if (u := stack.pop()) in replace or u in seen or u.op in _SHARED or u.op is Ops.AFTER: continue
+      seen.add(u)
+      if (owned := self.owners.pop(u, None)) is not None: out += owned
+      stack.extend(u.src)
+    return out
+
+  def _claimed(self, call: UOp) -> list[int]:
+    """The tensor UOps a kernel split off the scheduled graph computes: those whose rewritten forms its AST holds (each claimed by the
+    first kernel that holds it: a UOp two kernels share, a constant, stays the first's)."""
+    return [num for u in call.src[0].toposort() if (owned := self.owners.pop(u, None)) for num in owned] if call.src else []
+
+  def _kernel(self, call: UOp, split: Split) -> None:
     """A kernel's CALL as split (and as its arguments are tidied), and the CALL the schedule's linear makes of it (its AST on the buffer
     states of its arguments: tinygrad's create_schedule), both to its provenance. That one is on the PARAMs of its graph, so two graphs
     alike (a precompiled @function's and the one calling it) may split a kernel to the same CALL: `made` tells them apart."""
-    self.kernels[call] = entries
+    self.kernels[call] = split
     if call.src and call.src[0].op is Ops.SINK:
       with contextlib.suppress(Exception):  # (not a kernel create_schedule would call so: left out)
-        self.kernels[_call_on(call.src[0], _buffer_states(call))] = entries
+        self.kernels[_call_on(call.src[0], _buffer_states(call))] = split
 
   def _beneath(self, u: UOp) -> tuple[Any, ...] | None:
     """The entry of the compute nearest below a view (a movement op a rewrite turned into compute: RESHAPE(REDUCE) -> REDUCE(RESHAPE))."""
@@ -369,32 +431,42 @@ def _schedule_cache() -> dict[str, Any] | None:
 class Carrying:
   """One schedule's carrying, and what it learnt: `provenance(linear)`, each call's kernel provenance (None: not a kernel, or not found).
   made: the linears tinygrad's schedule cache gained while it ran, in the order they were made (the outermost graph's last)."""
-  def __init__(self) -> None: self.made: list[UOp] = []
+  def __init__(self, gen: int) -> None:
+    self.made: list[UOp] = []
+    self.gen = gen
 
   def provenance(self, linear: UOp) -> list[list[Entry] | None]:
     """The linear's calls' provenance, from the cached linear it was resolved from: one made now, else an earlier one of the same kernels
     in the same order (a graph found in the cache). [] for a schedule that is no linear (0.12's ExecItems)."""
+    return [split.entries if split is not None else None for split in self._splits(linear)]
+
+  def members(self, linear: UOp) -> list[list[int] | None]:
+    """The linear's calls' tensor UOps (trace numbers: each tensor-graph UOp in the kernel it ended up in), where this schedule split
+    them: None for a call found in tinygrad's schedule cache (its kernel was split from an earlier graph's UOps) or not a kernel."""
+    return [split.members if split is not None and split.gen == self.gen else None for split in self._splits(linear)]
+
+  def _splits(self, linear: UOp) -> list[Split | None]:
     if not isinstance(linear, UOp): return []
     want = [c.src[0] for c in linear.src]
     for top in (*reversed(self.made), *list(_CARRY.linears.keys())):
       if (calls := _expanded(top)) is not None and len(calls) == len(want) and all(_same_kernel(c, w) for (c, _), w in zip(calls, want, strict=True)):
-        return [entries for _, entries in calls]
+        return [split for _, split in calls]
     return [None] * len(linear.src)
 
 def _same_kernel(cached: UOp, ast: UOp) -> bool:
   """A cached linear's call and a resolved one's AST are the same kernel (a copy's call may have become a COPY since)."""
   return not cached.src or cached.src[0] is ast or cached.src[0].op is not Ops.SINK or ast.op is not Ops.SINK
 
-def _expanded(linear: UOp) -> list[tuple[UOp, list[Entry] | None]] | None:
+def _expanded(linear: UOp) -> list[tuple[UOp, Split | None]] | None:
   """A cached linear's calls, each with its provenance, as the schedule runs them: a call of a nested linear (a precompiled @function's)
   in its place, flattened. None where a linear's was not kept (made before the capture, or with tinygrad's schedule cache off)."""
   if (own := _CARRY.linears.get(linear)) is None: return None
-  out: list[tuple[UOp, list[Entry] | None]] = []
-  for c, entries in zip(linear.src, own, strict=False):
+  out: list[tuple[UOp, Split | None]] = []
+  for c, split in zip(linear.src, own, strict=False):
     if c.op is CALL and c.src and c.src[0].op is Ops.LINEAR:
       if (inner := _expanded(c.src[0])) is None: return None
       out += inner
-    else: out.append((c, entries))
+    else: out.append((c, split))
   return out
 
 @contextlib.contextmanager
@@ -404,11 +476,13 @@ def carrying_metadata(sink: UOp, fresh: bool = False) -> Iterator[Carrying]:
   that uses it, and would carry one kernel's functions into all of them. fresh: the graph is scheduled again, not found in tinygrad's
   schedule cache (this realize's passes and lines, where an earlier realize's of the same graph would be found): the cache is emptied
   while it runs, and holds what it held, and what was made, after."""
-  carrying, cache = Carrying(), _schedule_cache()
+  cache = _schedule_cache()
   held = dict(cache) if cache is not None else {}
   if fresh and cache is not None: cache.clear()
   _CARRY.gen += 1
+  carrying = Carrying(_CARRY.gen)
   _CARRY.scope, _CARRY.kernels, _CARRY.calls = set(sink.toposort()), {}, []
+  _CARRY.owners = {u: [u.trace_num] for u in _CARRY.scope if u.op not in _SHARED}
   def call(self: UOp, *args: Any, **kwargs: Any) -> UOp:
     assert _plain_call is not None
     _CARRY.called(ret := _plain_call(self, *args, **kwargs))
@@ -424,7 +498,8 @@ def carrying_metadata(sink: UOp, fresh: bool = False) -> Iterator[Carrying]:
         carrying.made = [linear for key, linear in cache.items() if fresh or key not in held]
         _CARRY.made(carrying.made)
         if fresh: cache.update({**held, **cache})
-      _CARRY.scope, _CARRY.kernels, _CARRY.calls, _CARRY.gen = None, {}, [], _CARRY.gen + 1  # what is carried outside a schedule is the next one's
+      _CARRY.scope, _CARRY.kernels, _CARRY.calls, _CARRY.owners, _CARRY.claims = None, {}, [], {}, {}
+      _CARRY.gen += 1  # what is carried outside a schedule is the next one's
 
 def site_signature(sink: UOp) -> frozenset[Any]:
   """The Tensor functions and lines a tensor graph's metadata names: two realizes of one graph from other lines differ in it."""

@@ -180,8 +180,11 @@ class GraphView(BaseModel):
   edges: list[dict[str, Any]] | None = None
   partial: bool = Field(default=False, description="not every node is here (cut over the node limit, or a big program's calls "
                         "collapsed by realize and line): whole=1 has them all")
-  groups: list[dict[str, Any]] | None = Field(default=None, description="whole=1 on a tensor graph: the model lines (or Tensor functions) "
-                                              "that made its UOps, largest first; a node's `group` indexes them")
+  groups: list[dict[str, Any]] | None = Field(default=None, description="whole=1: the graph's groups (explorer.present.graph_groups), each "
+                                              "parent before its children; a node's `group` indexes the deepest holding it")
+  groupings: list[str] | None = Field(default=None, description="whole=1 on a tensor graph: the groupings `by` may name (line: the module "
+                                      "objects and model lines that made each UOp; kernel: the kernel each UOp ended up in), where there are two")
+  by: str | None = Field(default=None, description="whole=1 on a tensor graph: the grouping drawn")
 
 class Match(BaseModel):
   """One match of a rewrite pass: the rule, the time tinygrad measured for it, the rewritten UOp before and after."""

@@ -91,19 +91,24 @@ async def get_graph_svg(trace_id: str, ref: str, svc: ServicesDep, work: Work, f
   svg = await svc.graphs.svg(trace_id, trace, ref, full, trace_url(trace_id), index, stable_from, expand_nums(expand), permit=work.permit())
   return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "no-store" if stable_from else "public, max-age=86400"})
 
+Grouping = Literal["line", "kernel"]  # graph_groups.GROUPINGS
+BY_QUERY = Query("line", description="whole=1 on a tensor graph: its groups, by the model line (inside the module objects) that made each "
+                 "UOp, or by the kernel it ended up in")
+
 @api.get("/traces/{trace_id}/graphs/{ref:path}", response_model=GraphView, response_model_exclude_none=True, summary="A graph as JSON",
          responses=documented(GRAPH_ERRORS))
 async def get_graph(trace_id: str, ref: str, svc: ServicesDep, work: Work, full: bool = False, nodes: bool = True,
                     index: IndexMode = "auto", expand: str | None = EXPAND_QUERY,
                     whole: bool = Query(False, description="every node, none cut (index arithmetic collapsed only with index=hide): the "
-                                        "graph a page draws on a canvas and lays out itself; its SVG stays the simplified one")) -> dict[str, Any]:
+                                        "graph a page draws on a canvas and lays out itself; its SVG stays the simplified one"),
+                    by: Grouping = BY_QUERY) -> dict[str, Any]:
   """ref: tensor | kernels | ast/{k} | codegen/{k}/{p}/{before|after|m<j>} | rangeify/{p}/{before|after|m<j>}.
   Graphs over the node limit are simplified (notes say how); full=1 lifts the limit to 1,000 nodes, whole=1 lifts it and adds
   `groups` (explorer.present.graph_groups: each {label, nodes, ops, parent (the index of the group holding it, or null), ...}, each
   node's `group` the deepest holding it). nodes=0 leaves nodes and edges out."""
   opened = expand_nums(expand)
   trace = await graph_trace(svc, trace_id, ref)
-  view = await svc.graphs.view(trace_id, trace, ref, full, index, opened, permit=work.permit(), whole=whole)
+  view = await svc.graphs.view(trace_id, trace, ref, full, index, opened, permit=work.permit(), whole=whole, by=by)
   query = "&".join(q for q in ("full=1" if full else "", "" if index == "auto" else f"index={index}",
                                f"expand={','.join(map(str, sorted(opened)))}" if opened else "") if q)  # commas as they are: ids
   svg_url = graph_api_url(trace_id, ref, svg=True) + (f"?{query}" if query else "")

@@ -123,16 +123,18 @@ class GraphService:
 
   # ***** views: simplified graph + what to highlight + notes, cached as JSON *****
 
-  def _cache_key(self, ref: str, full: bool, index: str = "auto", opened: frozenset[int] = frozenset(), whole: bool = False) -> str:
+  def _cache_key(self, ref: str, full: bool, index: str = "auto", opened: frozenset[int] = frozenset(), whole: bool = False,
+                 by: str = "line") -> str:
     return ref + ("+whole" if whole else "+full" if full else "") + ("" if index == "auto" else f"+index={index}") + \
-      (f"+expand={','.join(map(str, sorted(opened)))}" if opened else "")
+      (f"+expand={','.join(map(str, sorted(opened)))}" if opened else "") + (f"+by={by}" if whole and by != "line" else "")
 
   # the public calls start work (a worker's expansion, a layout): each takes the request's WorkPermit (explorer.web.http.work)
 
   async def view(self, trace_id: str, trace: TraceRecord, ref_text: str, full: bool = False, index: str = "auto",
-                 opened: frozenset[int] = frozenset(), *, permit: WorkPermit, whole: bool = False) -> dict[str, Any]:
-    """whole: every node, none cut and index arithmetic collapsed only where index="hide" (what a page draws on a canvas)."""
-    return await self._view(trace_id, trace, ref_text, full, index, opened, whole)
+                 opened: frozenset[int] = frozenset(), *, permit: WorkPermit, whole: bool = False, by: str = "line") -> dict[str, Any]:
+    """whole: every node, none cut and index arithmetic collapsed only where index="hide" (what a page draws on a canvas), grouped
+    (a tensor graph's: by one of graph_groups.GROUPINGS)."""
+    return await self._view(trace_id, trace, ref_text, full, index, opened, whole, by)
 
   async def svg(self, trace_id: str, trace: TraceRecord, ref_text: str, full: bool = False, trace_url: str = "", index: str = "auto",
                 stable_from: str | None = None, opened: frozenset[int] = frozenset(), *, permit: WorkPermit) -> str:
@@ -159,16 +161,16 @@ class GraphService:
                                                          lambda: self._expand(expand.pass_origins, trace_id, group, list(nums), target)))
 
   async def _view(self, trace_id: str, trace: TraceRecord, ref_text: str, full: bool = False, index: str = "auto",
-                  opened: frozenset[int] = frozenset(), whole: bool = False) -> dict[str, Any]:
+                  opened: frozenset[int] = frozenset(), whole: bool = False, by: str = "line") -> dict[str, Any]:
     """index: collapse index arithmetic "auto" (over the node limit), "hide" (always) or "show" (never). opened: trace numbers of
     cut-off nodes to open (their inputs shown)."""
     ref = parse_ref(ref_text)
     self._check(trace, ref)
-    key = self._cache_key(ref_text, full, index, opened, whole)
+    key = self._cache_key(ref_text, full, index, opened, whole, by)
     cached = await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")
     if cached is not None and "partial" in cached: return cast(dict[str, Any], cached)  # (one cached before `partial` is made again)
     try: return cast(dict[str, Any], await self._once((trace_id, key, "view"), lambda: self._make_view(
-      trace_id, trace, ref, ref_text, full, index=index, opened=opened, whole=whole)))
+      trace_id, trace, ref, ref_text, full, index=index, opened=opened, whole=whole, by=by)))
     except expand.BlobUnreadable as e: return await asyncio.to_thread(self._stored_view, trace_id, ref_text, str(e))
 
   def _stored_view(self, trace_id: str, ref_text: str, why: str) -> dict[str, Any]:
@@ -188,12 +190,13 @@ class GraphService:
         raise GraphNotFound(f"pass {ref.pass_index} has {passes[ref.pass_index]['matches']} matches, not {j}")  # type: ignore[index]
 
   async def _make_view(self, trace_id: str, trace: TraceRecord, ref: Ref, ref_text: str, full: bool, got: Raw | None = None,
-                       index: str = "auto", opened: frozenset[int] = frozenset(), whole: bool = False) -> dict[str, Any]:
+                       index: str = "auto", opened: frozenset[int] = frozenset(), whole: bool = False, by: str = "line") -> dict[str, Any]:
     raw, highlight, notes, extra = got if got is not None else await self._raw(trace_id, trace, ref, whole)
     limit = len(raw["nodes"]) if whole else graphs.HARD_MAX_NODES if full else self.node_limit
     def make() -> dict[str, Any]:  # a program's kernel graph has a node per kernel: simplified off the event loop (100 ms for 10,001)
       shown, simplify_notes = graphs.simplify(raw, limit, index, opened)
-      groups = graph_groups.grouped(ref.kind, shown, trace) if whole else None
+      if whole: shown = {**shown, "nodes": [dict(n) for n in shown["nodes"]]}  # each node's `group` is this grouping's alone
+      groups = graph_groups.grouped(ref.kind, shown, trace, by) if whole else None
       keep = {n["id"] for n in shown["nodes"]}
       view = {"ref": ref_text, "title": graph_title(trace, ref), "notes": notes + simplify_notes, "total_nodes": len(raw["nodes"]),
               "shown_nodes": len(shown["nodes"]), "highlight": [h for h in highlight if h in keep],
@@ -201,8 +204,9 @@ class GraphService:
               "rule": extra.get("rule"), "diff": extra.get("diff"), "nodes": shown["nodes"], "edges": shown["edges"], "full": full,
               "violations": [v for v in extra.get("violations") or [] if v in keep],
               "simplified": bool(simplify_notes), "index": index, "groups": groups,
+              "groupings": graph_groups.groupings(ref.kind, trace) if whole else None, "by": by if whole and ref.kind == "tensor" else None,
               "partial": len(shown["nodes"]) < len(raw["nodes"]) or "grouped" in raw}
-      self.store.put_cached(trace_id, self._cache_key(ref_text, full, index, opened, whole), "view", view)
+      self.store.put_cached(trace_id, self._cache_key(ref_text, full, index, opened, whole, by), "view", view)
       return view
     return await asyncio.to_thread(make)
 
