@@ -183,11 +183,43 @@ def same_computation_two_lines(db: str) -> dict:
   return {"ids": [first.store(db), second.store(db), again], "kernels": [[k["ast_key"] for k in t.kernels] for t in (first, second)],
           "lines": [sorted({e["line"] for k in t.kernels for e in k.get("provenance", [])}) for t in (first, second)]}
 
+def softmax_sqrt(x):  # three kernels: a max, a sum of exponentials, the quotient's square root (each its own reduce or op)
+  m = x.max(axis=1, keepdim=True).contiguous()
+  e = (x - m).exp()
+  return (e / e.sum(axis=1, keepdim=True)).sqrt()
+
+def softmax_input():
+  import numpy as np
+  from tinygrad import Tensor
+  return Tensor(np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)).realize()
+
+def kernel_ops(ast) -> list[str]:
+  """The ops a kernel's AST computes, a REDUCE by its reduction (REDUCE:ADD): what a tensor UOp grouped in that kernel must be."""
+  return sorted({f"REDUCE:{u.arg[0].name}" if u.op.name == "REDUCE" else u.op.name for u in ast.toposort()})
+
+def softmax_plain() -> dict:
+  """softmax_sqrt through plain tinygrad: its kernels' names and the ops each one's AST computes, in schedule order."""
+  from tinygrad import Tensor
+  from tinygrad.engine.realize import compile_linear
+  from tinygrad.helpers import ansistrip
+  from tinygrad.uop.ops import Ops
+  linear = Tensor.schedule_linear(softmax_sqrt(softmax_input()))
+  asts = [c.src[0] for c in linear.src if c.src[0].op is Ops.SINK]
+  prgs = [c.src[0] for c in compile_linear(linear).src if c.src[0].op is Ops.PROGRAM]
+  return {"names": [ansistrip(p.arg.name) for p in prgs], "ops": [kernel_ops(a) for a in asts]}
+
+def softmax_captured(db: str) -> dict:
+  from explorer import capture
+  x = softmax_input()
+  with capture(name="softmax sqrt") as t: softmax_sqrt(x).realize()
+  return {"id": t.store(db), "names": [k["name"] for k in t.kernels], "calls": [k["call"] for k in t.kernels]}
+
 if __name__ == "__main__":
   what = {"plain": lambda: tinygrads_own(), "captured": lambda: captured(sys.argv[2]), "contiguous": lambda: with_and_without_contiguous(sys.argv[2]),
           "program": lambda: program_captured(sys.argv[2], sys.argv[3]), "program-plain": lambda: program_plain(sys.argv[2]),
           "forward": lambda: forward_captured(sys.argv[2]),
           "steps": lambda: steps(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None, "every" in sys.argv[4:]),
           "kv-decode": lambda: kv_decode(sys.argv[2] if len(sys.argv) > 2 else None),
-          "two-lines": lambda: same_computation_two_lines(sys.argv[2])}
+          "two-lines": lambda: same_computation_two_lines(sys.argv[2]),
+          "softmax": lambda: softmax_captured(sys.argv[2]), "softmax-plain": lambda: softmax_plain()}
   print(json.dumps(what[sys.argv[1]]()))

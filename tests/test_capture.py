@@ -30,6 +30,37 @@ def db(tmp_path_factory) -> pathlib.Path: return tmp_path_factory.mktemp("captur
 @pytest.fixture(scope="module")
 def captured(db) -> dict: return run_json("captured", str(db))
 
+COMPUTE = {"ADD", "MUL", "EXP2", "RECIPROCAL", "SQRT", "MAX", "REDUCE:ADD", "REDUCE:MAX"}
+
+def op_of(node: dict) -> str:
+  """A tensor-graph node's op as capture_programs.kernel_ops names an AST's: a REDUCE by its reduction (its label's arg: (Ops.MAX, 1))."""
+  return f"REDUCE:{node['label'].split(chr(10))[1].split(',')[0].removeprefix('(Ops.')}" if node["op"] == "REDUCE" else node["op"]
+
+def test_a_tensor_graph_grouped_by_kernel_puts_each_uop_in_a_kernel_that_computes_it(db):
+  """by=kernel: every compute UOp of a softmax's tensor graph is in the group of a kernel whose AST computes its op, as plain tinygrad
+  schedules the same program in a process of its own: the max in the first kernel, the sum of exponentials in the second, the
+  reciprocal and the square root in the third (the exponential, recomputed there, stays the first kernel's that computes it). The
+  kernels are the top groups, in schedule order."""
+  from fastapi.testclient import TestClient
+  got, own = run_json("softmax", str(db)), run_json("softmax-plain")
+  assert got["names"] == own["names"] == ["r_4_16", "r_4_16", "E_4_4_4"]
+  with TestClient(app_over(str(db))) as client:
+    view = client.get(f"/api/traces/{got['id']}/graphs/tensor", params={"whole": 1, "by": "kernel"}).json()
+    lines = client.get(f"/api/traces/{got['id']}/graphs/tensor", params={"whole": 1}).json()
+  assert view["by"] == "kernel" and view["groupings"] == lines["groupings"] == ["line", "kernel"] and lines["by"] == "line"
+  groups = view["groups"]
+  def kernel_of(node: dict) -> int:
+    g = node["group"]
+    while groups[g]["parent"] is not None: g = groups[g]["parent"]
+    return groups[g]["kernel"]
+  tops = [g for g in groups if g["parent"] is None]
+  assert [(g["kernel"], g["label"]) for g in tops] == [(0, "kernel 0 r_4_16"), (1, "kernel 1 r_4_16"), (2, "kernel 2 E_4_4_4")]
+  compute = [n for n in view["nodes"] if op_of(n) in COMPUTE]
+  assert {op_of(n) for n in compute} >= {"REDUCE:MAX", "REDUCE:ADD", "EXP2", "RECIPROCAL", "SQRT"}
+  for n in compute: assert "group" in n and op_of(n) in own["ops"][kernel_of(n)], (n["op"], n["label"], kernel_of(n))
+  where = {op_of(n): kernel_of(n) for n in compute if op_of(n) in ("REDUCE:MAX", "REDUCE:ADD", "RECIPROCAL", "SQRT", "EXP2")}
+  assert where == {"REDUCE:MAX": 0, "REDUCE:ADD": 1, "EXP2": 1, "RECIPROCAL": 2, "SQRT": 2}
+
 def test_a_captured_program_runs_tinygrads_own_kernels(captured):
   own = run_json("plain")
   assert captured["names"] == own["names"] and captured["sources"] == own["sources"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import os
 import site
 import sys
@@ -261,6 +262,21 @@ def _last(replace: dict[UOp, UOp], u: UOp) -> UOp:
     u = nxt
   return u
 
+def _through(u: UOp, replace: dict[UOp, UOp], inner: dict[UOp, list[UOp]], alive: Callable[[], set[UOp]]) -> UOp:
+  """What u finally became in a rewrite whose rules ran rewrites of their own (inner: what each made of a UOp, in the order made): the
+  first of those that is in the rewrite's result (a removed STAGE's body substituted into its reader, then simplified there; a rule's
+  trial substitution it dropped is not), else u as this rewrite left it."""
+  u = _last(replace, u)
+  if u not in inner or u in alive(): return u
+  stack, seen = [u], {u}
+  while stack:
+    for made in inner.get(stack.pop(), ()):
+      if (made := _last(replace, made)) in alive(): return made
+      if made not in seen and len(seen) < 4096:
+        seen.add(made)
+        stack.append(made)
+  return u
+
 def _kept(form: UOp) -> UOp:
   """Where a tensor UOp's value is followed to: a value stored into a buffer (an AFTER of the buffer and its store) is the store's,
   whose kernel computes it (the AFTER becomes the loads of the kernels that read it)."""
@@ -277,6 +293,7 @@ class _Carry:
     self.written: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
     self.scope: set[UOp] | None = None
     self.owners: dict[UOp, list[int]] = {}  # in a schedule: what each tensor UOp has become so far -> the trace numbers of those UOps
+    self.nested: list[dict[UOp, list[UOp]]] = []  # per rewrite under way: what the rewrites run inside it so far made of each UOp
     self.claims: dict[UOp, list[tuple[UOp, list[int]]]] = {}  # a kernel's AST -> its CALLs as made, each with what it claimed then
     self.kernels: dict[UOp, Split] = {}
     self.calls: list[tuple[UOp, Split | None]] = []  # the schedule's CALLs in the order made, with their provenance then
@@ -320,12 +337,15 @@ class _Carry:
     a max-pool also reads, keeps the first's), or, in a schedule, one of its tensor graph's."""
     return u in uop_ops.all_metadata and (self.written.get(u) == self.gen or (self.scope is not None and u in self.scope))
 
-  def carry(self, replace: dict[UOp, UOp]) -> None:
+  def carry(self, replace: dict[UOp, UOp], inner: dict[UOp, list[UOp]] | None = None, result: UOp | None = None) -> None:
+    """After a rewrite (its replace map), each entry carried to what its UOp became, and each tensor UOp followed to its new form: through
+    the rewrites that rules ran inside it (`inner`: run before this one's map was known, on the forms it was making) into its result."""
     md = uop_ops.all_metadata
+    alive = functools.cache(lambda: set(result.toposort()) if result is not None else set())
     for old, new in replace.items():
       if new is old: continue
       if self.owners and (owned := self.owners.pop(old, []) + self._absorbed(old, to := _last(replace, new), replace)):
-        self.owners.setdefault(_kept(to), []).extend(owned)
+        self.owners.setdefault(_kept(_through(to, replace, inner, alive) if inner else to), []).extend(owned)
       if new.op is CALL:
         if old in self.kernels: self._kernel(new, self.kernels[old])
         elif old.op in (Ops.STORE, Ops.END) and self.scope is not None:
@@ -395,10 +415,23 @@ def _buffer_states(call: UOp) -> tuple[UOp, ...]:
 
 def _carried(rewrite: Callable[[Any, UOp], UOp]) -> Callable[[Any, UOp], UOp]:
   def carried(ctx: Any, root: UOp) -> UOp:
-    ret = rewrite(ctx, root)
-    if _CARRY.depth: _CARRY.carry(ctx.replace)
+    if not (_CARRY.depth and _CARRY.owners): return _plain_carried(rewrite, ctx, root)
+    _CARRY.nested.append({})  # what the rewrites a rule runs inside this one make (a removed STAGE's body substituted into its reader)
+    try: ret = rewrite(ctx, root)
+    finally: inner = _CARRY.nested.pop()
+    _CARRY.carry(ctx.replace, inner, ret)
+    if _CARRY.nested:  # this one ran inside a rule of another: the other follows its forms through it
+      outer = _CARRY.nested[-1]
+      for old, new in ctx.replace.items():
+        if new is not old: outer.setdefault(old, []).append(new)
+      for old, made in inner.items(): outer.setdefault(old, []).extend(made)
     return ret
   return carried
+
+def _plain_carried(rewrite: Callable[[Any, UOp], UOp], ctx: Any, root: UOp) -> UOp:
+  ret = rewrite(ctx, root)
+  if _CARRY.depth: _CARRY.carry(ctx.replace)
+  return ret
 
 @contextlib.contextmanager
 def _rewrites_carried() -> Iterator[None]:
