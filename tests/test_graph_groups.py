@@ -25,6 +25,31 @@ def test_a_tensor_graph_is_grouped_by_the_line_that_made_each_uop():
   assert [g["nodes"] for g in groups] == [4, 3] and groups[0]["ops"] == {"BUFFER": 1, "MUL": 1, "ADD": 1, "STORE": 1}
   assert graph_groups.tensor_groups(graph, {"uops": 10, "ops": {}, "sink": 9}) == []  # a trace recorded before sites: no groups
 
+def test_a_tensor_graph_is_grouped_by_the_kernel_each_uop_ended_up_in():
+  """by=kernel: each UOp the trace says a call computes (uop_calls) goes to that call's kernel, the kernels in schedule order, each
+  holding the lines it fused (a kernel of one line is the kernel's box alone); a buffer only one kernel reads joins it; a copy is
+  named by its call; a trace recorded without uop_calls gets none."""
+  nodes = [uop(0, "BUFFER"), uop(1, "MUL", 10), uop(2, "ADD", 11), uop(3, "REDUCE", 12), uop(4, "EXP2", 13), uop(5, "ADD", 14),
+           uop(6, "COPY", 15), uop(7, "COPY", 16), uop(8, "SINK")]
+  edges = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8)]
+  graph = {"nodes": nodes, "edges": [{"src": str(a), "dst": str(b), "idx": 0} for a, b in edges]}
+  sites = [site("mul", 20), site("add", 21), site("exp", 22)]
+  tensor_graph = {"uops": 9, "ops": {}, "sink": 8, "sites": sites, "uop_sites": [[10, 0], [11, 1], [12, 1], [13, 2], [14, 2]],
+                  "uop_calls": [[10, 1], [11, 1], [12, 1], [13, 0], [14, 0], [15, 2], [16, 2], [99, 0], [10, 7]]}
+  trace = {"tensor_graph": tensor_graph, "schedule": [{"index": 0, "kind": "kernel"}, {"index": 1, "kind": "kernel"}, {"index": 2, "kind": "copy"}],
+           "kernels": [{"index": 0, "call": 0, "name": "E_4"}, {"index": 1, "call": 1, "name": "r_4_4"}]}
+  groups = graph_groups.grouped("tensor", graph, trace, "kernel")
+  assert [(g["label"], g["parent"], g["nodes"]) for g in groups] == [("kernel 0 E_4", None, 2), ("kernel 1 r_4_4", None, 4),
+                                                                     ("model.py:21 add", 1, 2), ("call 2 copy", None, 3)]
+  by = {n["id"]: groups[n["group"]]["label"] for n in graph["nodes"]}
+  assert by["4"] == by["5"] == "kernel 0 E_4"  # one line's UOps: the kernel's box holds them, no box inside it
+  assert by["2"] == by["3"] == "model.py:21 add" and by["1"] == by["0"] == "kernel 1 r_4_4"  # a line of one UOp, its buffer: the kernel's
+  assert by["6"] == by["7"] == by["8"] == "call 2 copy"  # a copy by its call; the SINK of its result joins it
+  assert groups[1]["kernel"] == 1 and groups[1]["call"] == 1 and groups[3]["kernel"] is None and groups[3]["call"] == 2
+  assert graph_groups.groupings("tensor", trace) == ["line", "kernel"] and graph_groups.groupings("ast", trace) is None
+  del tensor_graph["uop_calls"]
+  assert graph_groups.grouped("tensor", graph, trace, "kernel") == [] and graph_groups.groupings("tensor", trace) is None
+
 def test_a_kernels_graph_is_grouped_by_its_loop_nest(web_client, small_trace):
   """Over a real kernel AST (the shared small trace's, whole): every node tinygrad says is inside loops (`ranges`, its UOp.ranges)
   is in the group of exactly those loops, labelled as END labels them; nodes outside every loop in none; every node is in the view."""

@@ -156,6 +156,42 @@ def test_each_module_object_is_a_group_that_opens_within_its_parent(stack, tenso
   tensor_page.screenshot(path=str(ARTIFACTS / "whole_tensor_block_open.png"))
   assert not errors, errors
 
+def test_the_tensor_graph_grouped_by_kernel_holds_each_uop_in_the_kernel_it_ended_up_in(stack, tensor_page, errors):
+  """"group: kernel" redraws the whole graph as the schedule's kernels, in schedule order, each holding the model lines it fused: a UOp
+  the schedule's rewrites carried into a kernel (the trace's uop_calls) is inside that kernel's box; the rest join their neighbours';
+  every node is still drawn, the link says by=kernel, and "group: model line" brings the lines back."""
+  base, trace_id = stack
+  by_kernel = httpx.get(f"{base}/api/traces/{trace_id}/graphs/tensor", params={"whole": 1, "by": "kernel"}, timeout=300).json()
+  trace = httpx.get(f"{base}/api/traces/{trace_id}/raw", timeout=60).json()
+  groups, call_of = by_kernel["groups"], dict(trace["tensor_graph"]["uop_calls"])
+  tops = [g for g in groups if g["parent"] is None and g["call"] is not None]
+  assert len(tops) >= 100 and [g["call"] for g in tops] == sorted(g["call"] for g in tops)
+  names = {s["index"]: f"call {s['index']} {s['kind']}" for s in trace["schedule"]}
+  names |= {k["call"]: f"kernel {k['index']} {k['name']}" for k in trace["kernels"]}
+  assert all(g["label"] == names[g["call"]] for g in tops) and sum(g["kernel"] is not None for g in tops) >= 100
+  def top_of(i: int) -> dict:
+    while groups[i]["parent"] is not None: i = groups[i]["parent"]
+    return groups[i]
+  carried = [n for n in by_kernel["nodes"] if n.get("num") in call_of and "group" in n]
+  assert len(carried) > len(by_kernel["nodes"]) / 2 and all(top_of(n["group"])["call"] == call_of[n["num"]] for n in carried)
+  tensor_page.reload()
+  wait_graphs(tensor_page)
+  tensor_page.select_option("#tensor-graph [data-act=group-by]", "kernel")
+  drawn_as = f"() => {BIG} && {BIG}.big.groups.length === {len(groups)} && {BIG}.big.groups[0].label === {groups[0]['label']!r}"
+  tensor_page.wait_for_function(drawn_as)
+  drawn = tensor_page.evaluate(f"""() => {{ const b = {BIG}.big;
+    return {{nodes: b.nodes.length, labels: b.groups.map((g) => g.label),
+             of: b.nodes.filter((n) => n.group != null).map((n) => [n.id, n.group])}}; }}""")
+  assert drawn["nodes"] == by_kernel["total_nodes"] and drawn["labels"] == [g["label"] for g in groups]
+  assert dict(drawn["of"]) == {n["id"]: n["group"] for n in by_kernel["nodes"] if "group" in n}
+  assert "by=kernel" in tensor_page.url
+  tensor_page.screenshot(path=str(ARTIFACTS / "whole_tensor_by_kernel.png"))
+  tensor_page.select_option("#tensor-graph [data-act=group-by]", "line")
+  lines = whole_view(stack, "tensor")["groups"]
+  tensor_page.wait_for_function(f"() => {BIG} && {BIG}.big.groups.length === {len(lines)} && {BIG}.big.groups[0].label === {lines[0]['label']!r}")
+  assert "by=kernel" not in tensor_page.url
+  assert not errors, errors
+
 def test_a_class_follows_the_groups_the_teacher_opens_and_where_they_look(browser, errors, stack):
   """In a live class on the whole tensor graph, a student's tab opens the groups the teacher opened, in the teacher's order (so each
   frame is where the teacher's is), and shows the same point at the same zoom relative to its own canvas."""
