@@ -27,7 +27,7 @@ def test_a_tensor_graph_is_grouped_by_the_line_that_made_each_uop():
 
 def test_a_tensor_graph_is_grouped_by_the_kernel_each_uop_ended_up_in():
   """by=kernel: each UOp the trace says a call computes (uop_calls) goes to that call's kernel, the kernels in schedule order, each
-  holding the lines it fused (a kernel of one line is the kernel's box alone); a buffer only one kernel reads joins it; a copy is
+  holding the lines it fused besides the one most of it came from (a kernel of one line is the kernel's box alone); a buffer only one kernel reads joins it; a copy is
   named by its call; a trace recorded without uop_calls gets none."""
   nodes = [uop(0, "BUFFER"), uop(1, "MUL", 10), uop(2, "ADD", 11), uop(3, "REDUCE", 12), uop(4, "EXP2", 13), uop(5, "ADD", 14),
            uop(6, "COPY", 15), uop(7, "COPY", 16), uop(8, "SINK")]
@@ -40,15 +40,42 @@ def test_a_tensor_graph_is_grouped_by_the_kernel_each_uop_ended_up_in():
            "kernels": [{"index": 0, "call": 0, "name": "E_4"}, {"index": 1, "call": 1, "name": "r_4_4"}]}
   groups = graph_groups.grouped("tensor", graph, trace, "kernel")
   assert [(g["label"], g["parent"], g["nodes"]) for g in groups] == [("kernel 0 E_4", None, 2), ("kernel 1 r_4_4", None, 4),
-                                                                     ("model.py:21 add", 1, 2), ("call 2 copy", None, 3)]
+                                                                     ("call 2 copy", None, 3)]
   by = {n["id"]: groups[n["group"]]["label"] for n in graph["nodes"]}
   assert by["4"] == by["5"] == "kernel 0 E_4"  # one line's UOps: the kernel's box holds them, no box inside it
-  assert by["2"] == by["3"] == "model.py:21 add" and by["1"] == by["0"] == "kernel 1 r_4_4"  # a line of one UOp, its buffer: the kernel's
+  assert by["2"] == by["3"] == by["1"] == by["0"] == "kernel 1 r_4_4"  # its home line's (most of it), a line of one UOp, its buffer
   assert by["6"] == by["7"] == by["8"] == "call 2 copy"  # a copy by its call; the SINK of its result joins it
-  assert groups[1]["kernel"] == 1 and groups[1]["call"] == 1 and groups[3]["kernel"] is None and groups[3]["call"] == 2
+  assert groups[1]["kernel"] == 1 and groups[1]["call"] == 1 and groups[2]["kernel"] is None and groups[2]["call"] == 2
   assert graph_groups.groupings("tensor", trace) == ["line", "kernel"] and graph_groups.groupings("ast", trace) is None
   del tensor_graph["uop_calls"]
   assert graph_groups.grouped("tensor", graph, trace, "kernel") == [] and graph_groups.groupings("tensor", trace) is None
+
+def test_a_tensor_graphs_kernels_sit_in_the_module_objects_their_lines_ran_in():
+  """by=kernel: a kernel is inside the module objects most of its UOps were made in (Block 1's in Block 1, inside Stack 0), one fused
+  half and half across two objects in what they share (the Stack); module objects first, then the kernels beside them, in schedule order; a level holding
+  one kernel alone is the kernel."""
+  def scoped(fn: str, line: int, *objects: tuple[str, int]) -> dict:
+    return {**site(fn, line), "scope": [{"cls": c, "index": i} for c, i in objects]}
+  stack, b0, b1 = ("Stack", 0), ("Block", 0), ("Block", 1)
+  sites = [scoped("mul", 20, stack, b0), scoped("add", 21, stack, b1), scoped("exp", 22, stack, b1)]
+  nodes = [uop(i, op, 10 + i) for i, op in enumerate(["MUL", "MUL", "ADD", "ADD", "EXP2", "EXP2"])]
+  graph = {"nodes": nodes, "edges": [{"src": str(i), "dst": str(i + 1), "idx": 0} for i in range(5)]}
+  trace = {"tensor_graph": {"uops": 6, "ops": {}, "sink": 15, "sites": sites,
+                            "uop_sites": [[10, 0], [11, 0], [12, 1], [13, 1], [14, 2], [15, 2]],
+                            "uop_calls": [[10, 1], [11, 1], [12, 0], [13, 0], [14, 0], [15, 2]]},
+           "schedule": [{"index": i, "kind": "kernel"} for i in range(3)],
+           "kernels": [{"index": i, "call": i, "name": f"k{i}"} for i in range(3)]}
+  groups = graph_groups.kernel_groups(graph, trace)
+  rows = [(g["label"], groups[g["parent"]]["label"] if g["parent"] is not None else None) for g in groups]
+  assert rows == [("Stack 0", None), ("Block 1", "Stack 0"), ("kernel 0 k0", "Block 1"), ("kernel 1 k1", "Stack 0")], rows
+  # (Block 0 holds one kernel alone: the kernel is drawn, in the Stack)
+  assert groups[2]["scope"] == [{"cls": "Stack", "index": 0}, {"cls": "Block", "index": 1}] and groups[2]["kernel"] == 0
+  by = {n["id"]: groups[n["group"]]["label"] for n in graph["nodes"]}
+  assert by["0"] == by["1"] == "kernel 1 k1" and by["2"] == by["3"] == by["4"] == "kernel 0 k0"  # its home line's, a line of one UOp
+  assert by["5"] == "Block 1"  # a kernel of one UOp is no box: the UOp sits in its object
+  s0, b_0, b_1 = graph_groups.Instance("Stack", 0), graph_groups.Instance("Block", 0), graph_groups.Instance("Block", 1)
+  assert graph_groups.most_prefix([(s0, b_0), (s0, b_1)]) == (s0,) and graph_groups.most_prefix([]) == ()  # fused across blocks: in both's
+  assert graph_groups.most_prefix([(s0, b_0), (s0, b_0), ("detach",)]) == (s0, b_0)  # most of it made in Block 0: there
 
 def test_a_kernels_graph_is_grouped_by_its_loop_nest(web_client, small_trace):
   """Over a real kernel AST (the shared small trace's, whole): every node tinygrad says is inside loops (`ranges`, its UOp.ranges)

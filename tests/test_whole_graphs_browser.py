@@ -164,16 +164,21 @@ def test_the_tensor_graph_grouped_by_kernel_holds_each_uop_in_the_kernel_it_ende
   by_kernel = httpx.get(f"{base}/api/traces/{trace_id}/graphs/tensor", params={"whole": 1, "by": "kernel"}, timeout=300).json()
   trace = httpx.get(f"{base}/api/traces/{trace_id}/raw", timeout=60).json()
   groups, call_of = by_kernel["groups"], dict(trace["tensor_graph"]["uop_calls"])
-  tops = [g for g in groups if g["parent"] is None and g["call"] is not None]
-  assert len(tops) >= 100 and [g["call"] for g in tops] == sorted(g["call"] for g in tops)
+  tops = [g for g in groups if g["call"] is not None]  # the kernels, each inside the module objects all its lines ran in
+  for up in {g["parent"] for g in tops}:  # beside each other in schedule order
+    assert [g["call"] for g in tops if g["parent"] == up] == sorted(g["call"] for g in tops if g["parent"] == up)
+  blocks = {g["label"] for g in groups if g["call"] is None and g["file"] is None and g["parent"] is not None}
+  assert {f"Block {i}" for i in range(BLOCKS)} <= blocks  # a block's kernels inside it
+  assert sum(1 for g in groups if g["parent"] is None) <= 60  # a few dozen boxes to read first
   names = {s["index"]: f"call {s['index']} {s['kind']}" for s in trace["schedule"]}
   names |= {k["call"]: f"kernel {k['index']} {k['name']}" for k in trace["kernels"]}
   assert all(g["label"] == names[g["call"]] for g in tops) and sum(g["kernel"] is not None for g in tops) >= 100
-  def top_of(i: int) -> dict:
-    while groups[i]["parent"] is not None: i = groups[i]["parent"]
-    return groups[i]
-  carried = [n for n in by_kernel["nodes"] if n.get("num") in call_of and "group" in n]
-  assert len(carried) > len(by_kernel["nodes"]) / 2 and all(top_of(n["group"])["call"] == call_of[n["num"]] for n in carried)
+  def kernel_of(n: dict) -> dict | None:  # the kernel a node's group is, or is inside (None: a kernel of one UOp is no box)
+    i = n.get("group")
+    while i is not None and groups[i]["call"] is None: i = groups[i]["parent"]
+    return groups[i] if i is not None else None
+  carried = [(n, k) for n in by_kernel["nodes"] if n.get("num") in call_of and (k := kernel_of(n)) is not None]
+  assert len(carried) > len(by_kernel["nodes"]) / 2 and all(k["call"] == call_of[n["num"]] for n, k in carried)
   tensor_page.reload()
   wait_graphs(tensor_page)
   tensor_page.select_option("#tensor-graph [data-act=group-by]", "kernel")
@@ -185,6 +190,8 @@ def test_the_tensor_graph_grouped_by_kernel_holds_each_uop_in_the_kernel_it_ende
   assert drawn["nodes"] == by_kernel["total_nodes"] and drawn["labels"] == [g["label"] for g in groups]
   assert dict(drawn["of"]) == {n["id"]: n["group"] for n in by_kernel["nodes"] if "group" in n}
   assert "by=kernel" in tensor_page.url
+  block = next(i for i, g in enumerate(groups) if g["label"] == "Block 1")  # its kernels, opened inside Stack 0
+  tensor_page.evaluate(f"async () => {{ const b = {BIG}.big, g = b.groups[{block}]; await b.openGroup(g); await b.reveal(g.all[0].id); b.zoomAt(0.8); }}")
   tensor_page.screenshot(path=str(ARTIFACTS / "whole_tensor_by_kernel.png"))
   tensor_page.select_option("#tensor-graph [data-act=group-by]", "line")
   lines = whole_view(stack, "tensor")["groups"]

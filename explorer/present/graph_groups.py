@@ -10,6 +10,7 @@ import collections
 import os
 import re
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 from explorer.present.graphs import call_sites
 from explorer.schema import Provenance, TensorGraph, TraceRecord, realizes_of
@@ -72,13 +73,13 @@ def scope_of(site: Provenance) -> tuple[Instance, ...]:
   return tuple(Instance(st["cls"], st["index"]) for st in steps if isinstance(st, dict) and isinstance(st.get("cls"), str)
                and isinstance(st.get("index"), int))
 
-def nested(graph: Graph, path_of: dict[str, tuple[Any, ...]], outer: bool = False) \
+def nested(graph: Graph, path_of: dict[str, tuple[Any, ...]], kept_over: Callable[[Any], bool] = lambda step: False) \
     -> list[tuple[tuple[Any, ...], collections.Counter[str], int | None]]:
   """Groups from each node's path (outermost first: the module objects, then the line): one per path prefix holding at least MIN_GROUP
-  nodes, except a prefix whose nodes all lie in one smaller prefix of it (a level that tells nothing apart; outer: the smaller one is
-  dropped instead). Each node gets `group`, the index of the deepest group it is in. Returns (path, the ops of every node inside,
-  parent's index or None) per group, each parent before its children; siblings: calls in schedule order, module objects in the order
-  met, then the rest largest first (between equals, as their first node)."""
+  nodes, except a prefix whose nodes all lie in one smaller prefix of it (a level that tells nothing apart; where kept_over(its last
+  step), the smaller one is dropped instead). Each node gets `group`, the index of the deepest group it is in. Returns (path, the ops
+  of every node inside, parent's index or None) per group, each parent before its children; siblings: calls in schedule order, module
+  objects in the order met, then the rest largest first (between equals, as their first node)."""
   ops: dict[tuple[Any, ...], collections.Counter[str]] = collections.defaultdict(collections.Counter)
   for n in graph["nodes"]:
     if path := path_of.get(n["id"]):
@@ -86,14 +87,14 @@ def nested(graph: Graph, path_of: dict[str, tuple[Any, ...]], outer: bool = Fals
   kept = {p for p, c in ops.items() if c.total() >= MIN_GROUP}
   for p in list(kept):
     for i in range(1, len(p)):
-      if ops[p[:i]].total() == ops[p].total(): kept.discard(p if outer else p[:i])  # all of it is p: the level tells nothing apart
+      if ops[p[:i]].total() == ops[p].total(): kept.discard(p if kept_over(p[i - 1]) else p[:i])  # all of it is p: one level says it
   def deepest(path: tuple[Any, ...], below: int) -> tuple[Any, ...] | None:
     return next((path[:i] for i in range(below, 0, -1) if path[:i] in kept), None)
   parent = {p: deepest(p, len(p) - 1) for p in kept}
   children: dict[tuple[Any, ...] | None, list[tuple[Any, ...]]] = collections.defaultdict(list)
   classes = list(dict.fromkeys(p[-1].cls for p in ops if isinstance(p[-1], Instance)))
   def sibling_order(p: tuple[Any, ...]) -> tuple[int, int, int]:  # module objects by class, each class's as the capture met them
-    if isinstance(p[-1], Call): return (0, 0, p[-1].index)
+    if isinstance(p[-1], Call): return (0, len(classes), p[-1].index)  # after the module objects beside it
     return (0, classes.index(p[-1].cls), p[-1].index) if isinstance(p[-1], Instance) else (1, -ops[p].total(), 0)  # then lines, largest first
   for p in sorted((p for p in ops if p in kept), key=sibling_order): children[parent[p]].append(p)  # (ops: in the order met)
   order: list[tuple[Any, ...]] = []
@@ -161,25 +162,38 @@ def tensor_groups(graph: Graph, tensor_graph: TensorGraph | None) -> list[dict[s
     out.append({**row, "scope": scope, "parent": parent, "nodes": ops.total(), "ops": dict(ops.most_common())})
   return out
 
+UNSITED = (None, "kernels of no model line", None)  # the group of the kernels whose UOps no line made
+
 def kernel_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
   """Set each node's `group` by the kernel its UOp ended up in (the schedule's call that computes it, as the trace recorded it from
-  tinygrad's rewrites: tensor_graph.uop_calls), and inside a kernel by the model line that made it (what the kernel fused, line by
-  line); the nodes no call names (a buffer, a constant, a UOp a rewrite folded into another) join their neighbours' as tensor_groups'
-  do. Returns the groups: {label, call, kernel (its index, or None for a copy), file, line, fn, backward, scope, parent, nodes, ops},
-  kernels in schedule order, each parent before its children. A trace recorded without uop_calls gets none."""
+  tinygrad's rewrites: tensor_graph.uop_calls), inside the module objects, and the line, that made most of its UOps (Block 3's kernels
+  in Block 3, one fused half and half across blocks in their Stack; an optimizer step's kernels in its line),
+  and inside a kernel by the model line that made it (what the kernel fused, line by line);
+  the nodes no call names (a buffer, a constant, a UOp a rewrite folded into another) join their neighbours' as tensor_groups' do.
+  Returns the groups: {label, call, kernel (its index, or None for a copy or a module object), file, line, fn, backward, scope,
+  parent, nodes, ops}, each parent before its children, kernels in schedule order. A trace recorded without uop_calls gets none."""
   tensor_graph, schedule = trace["tensor_graph"], trace["schedule"]
   if not tensor_graph or not (call_of := numbered_pairs(tensor_graph.get("uop_calls"), len(schedule))): return []
   sites = tensor_graph.get("sites") or []
   site_of = numbered_pairs(tensor_graph.get("uop_sites"), len(sites))
-  key_of = {n["id"]: (Call(call_of[num]),) for n in graph["nodes"] if (num := n.get("num", -1)) in call_of}
-  group = spread(graph, key_of)
+  group = spread(graph, {n["id"]: (Call(call_of[num]),) for n in graph["nodes"] if (num := n.get("num", -1)) in call_of})
+  scopes: dict[Any, list[tuple[Any, ...]]] = collections.defaultdict(list)  # each kernel's lines, inside their module objects
   for n in graph["nodes"]:
     if (path := group.get(n["id"])) and isinstance(path[0], Call) and (i := site_of.get(n.get("num", -1))) is not None:
       group[n["id"]] = (path[0], site_key(sites[i]))
+      scopes[path[0]].append((*scope_of(sites[i]), site_key(sites[i])))
+  held = {call: most_prefix(ss) for call, ss in scopes.items()}
+  held |= {Call(c): (UNSITED,) for c in set(call_of.values()) if Call(c) not in held}  # a kernel no line made (an optimizer's stores)
+  for node, path in group.items():  # (a kernel of one line is inside that line: no line inside it)
+    if isinstance(path[0], Call): group[node] = (*(up := held.get(path[0], ())), *path[:1 if up and up[-1] == path[-1] else 2])
   kernels = {k["call"]: k for k in trace["kernels"]}
   first: dict[Any, Provenance] = {}
   for site in sites: first.setdefault(site_key(site), site)
   def row(step: Any) -> dict[str, Any]:
+    if isinstance(step, Instance):
+      return {"label": f"{step.cls} {step.index}", "call": None, "kernel": None, "file": None, "line": None, "fn": None, "backward": False}
+    if step == UNSITED:
+      return {"label": "kernels of no model line", "call": None, "kernel": None, "file": None, "line": None, "fn": None, "backward": False}
     if isinstance(step, Call):
       k = kernels.get(step.index)
       name = k["name"] if k else str(schedule[step.index].get("kind", "call"))
@@ -188,8 +202,16 @@ def kernel_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
     site = first.get(step) or {"fn": step[1], "file": None, "line": None, "backward": False}
     return {"label": site_label(site, [site["fn"]]), "call": None, "kernel": None, "file": site["file"], "line": site["line"],
             "fn": site["fn"], "backward": site["backward"]}
-  return [{**row(path[-1]), "scope": [], "parent": parent, "nodes": ops.total(), "ops": dict(ops.most_common())}
-          for path, ops, parent in nested(graph, group, outer=True)]
+  return [{**row(path[-1]), "scope": [{"cls": st.cls, "index": st.index} for st in path if isinstance(st, Instance)], "parent": parent,
+           "nodes": ops.total(), "ops": dict(ops.most_common())} for path, ops, parent in nested(graph, group, lambda st: isinstance(st, Call))]
+
+def most_prefix(paths: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+  """The longest prefix more than half the paths start with (a kernel's home: where most of the UOps it computes were made)."""
+  out: tuple[Any, ...] = ()
+  while True:
+    counts = collections.Counter(p[:len(out) + 1] for p in paths if len(p) > len(out) and p[:len(out)] == out)
+    if not counts or (best := counts.most_common(1)[0])[1] * 2 <= len(paths): return out
+    out = best[0]
 
 _RANGE_ARG = re.compile(r"^\((\d+),")
 _RANGE_SIZE = re.compile(r"^CONST0 (\d+)$", re.M)
