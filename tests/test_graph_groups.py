@@ -27,8 +27,8 @@ def test_a_tensor_graph_is_grouped_by_the_line_that_made_each_uop():
 
 def test_a_tensor_graph_is_grouped_by_the_kernel_each_uop_ended_up_in():
   """by=kernel: each UOp the trace says a call computes (uop_calls) goes to that call's kernel, the kernels in schedule order, each
-  holding the lines it fused besides the one most of it came from (a kernel of one line is the kernel's box alone); a buffer only one kernel reads joins it; a copy is
-  named by its call; a trace recorded without uop_calls gets none."""
+  holding the lines it fused besides the one most of it came from (a kernel of one line is the kernel's box alone); a buffer only
+  one kernel reads joins it; a copy is named by its call; a trace recorded without uop_calls gets none."""
   nodes = [uop(0, "BUFFER"), uop(1, "MUL", 10), uop(2, "ADD", 11), uop(3, "REDUCE", 12), uop(4, "EXP2", 13), uop(5, "ADD", 14),
            uop(6, "COPY", 15), uop(7, "COPY", 16), uop(8, "SINK")]
   edges = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8)]

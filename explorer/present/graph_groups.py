@@ -9,8 +9,8 @@ from __future__ import annotations
 import collections
 import os
 import re
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from explorer.present.graphs import call_sites
 from explorer.schema import Provenance, TensorGraph, TraceRecord, realizes_of
