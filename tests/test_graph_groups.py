@@ -52,8 +52,8 @@ def test_a_tensor_graph_is_grouped_by_the_kernel_each_uop_ended_up_in():
 
 def test_a_tensor_graphs_kernels_sit_in_the_module_objects_their_lines_ran_in():
   """by=kernel: a kernel is inside the module objects most of its UOps were made in (Block 1's in Block 1, inside Stack 0), one fused
-  half and half across two objects in what they share (the Stack); module objects first, then the kernels beside them, in schedule order; a level holding
-  one kernel alone is the kernel."""
+  half and half across two objects in what they share (the Stack); module objects first, then the kernels beside them, in schedule
+  order; a level holding one kernel alone is the kernel."""
   def scoped(fn: str, line: int, *objects: tuple[str, int]) -> dict:
     return {**site(fn, line), "scope": [{"cls": c, "index": i} for c, i in objects]}
   stack, b0, b1 = ("Stack", 0), ("Block", 0), ("Block", 1)

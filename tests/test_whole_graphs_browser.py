@@ -191,7 +191,8 @@ def test_the_tensor_graph_grouped_by_kernel_holds_each_uop_in_the_kernel_it_ende
   assert dict(drawn["of"]) == {n["id"]: n["group"] for n in by_kernel["nodes"] if "group" in n}
   assert "by=kernel" in tensor_page.url
   block = next(i for i, g in enumerate(groups) if g["label"] == "Block 1")  # its kernels, opened inside Stack 0
-  tensor_page.evaluate(f"async () => {{ const b = {BIG}.big, g = b.groups[{block}]; await b.openGroup(g); await b.reveal(g.all[0].id); b.zoomAt(0.8); }}")
+  tensor_page.evaluate(f"""async () => {{ const b = {BIG}.big, g = b.groups[{block}];
+    await b.openGroup(g); await b.reveal(g.all[0].id); b.zoomAt(0.8); }}""")
   tensor_page.screenshot(path=str(ARTIFACTS / "whole_tensor_by_kernel.png"))
   tensor_page.select_option("#tensor-graph [data-act=group-by]", "line")
   lines = whole_view(stack, "tensor")["groups"]
