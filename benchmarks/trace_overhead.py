@@ -50,6 +50,8 @@ from typing import Any
 
 CASES = {"builtin": ["--algo", "winograd"], "direct": ["--algo", "direct"],
          "fused": ["--algo", "winograd", "--wino-impl", "explorer", "--staging", "fused"]}
+WALL_TARGET = 1.1  # issue 76: every case's wall within 1.1x VIZ=-1's
+FIRST_VIEW_TARGET_S = 0.5  # issue 76: another target's first view on a served trace (the compile cache cold only for the compile facts)
 CLEAN = ("VIZ", "TRACK_MATCH_STATS", "DEBUG", "WINO", "NOOPT", "BEAM", "DEV", "PROFILE")
 
 PAGE, TICK, CORES = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK"), len(os.sched_getaffinity(0))
@@ -188,7 +190,7 @@ def first_views(rounds: int) -> None:
     return time.perf_counter() - st
 
   print("\nfirst views on a served trace (medium builtin Winograd, default targets; a fresh server and store each round; s):\n")
-  print("| round | kernel | CUDA record | CUDA compile facts | compiler |")
+  print(f"| round | kernel | CUDA record (target {FIRST_VIEW_TARGET_S} s) | CUDA compile facts | compiler |")
   print("|---|---|---|---|---|")
   for i in range(rounds):
     db = pathlib.Path(tempfile.mkdtemp(prefix="ke-first-view-")) / "traces.sqlite3"
@@ -203,7 +205,8 @@ def first_views(rounds: int) -> None:
       base = f"/api/traces/{trace_id}/kernels/{n}/targets/cuda"
       record_s, facts_s = until_ready(client, base), until_ready(client, base + "/facts")
       compiler = client.get(base + "/facts").json().get("compiler") or "-"
-      print(f"| {i + 1} | {n} | {record_s:.2f} | {facts_s:.2f} | {compiler} |", flush=True)
+      met = "met" if record_s <= FIRST_VIEW_TARGET_S else "NOT MET"
+      print(f"| {i + 1} | {n} | {record_s:.2f} ({met}) | {facts_s:.2f} | {compiler} |", flush=True)
 
 SERVER_PAGES = ("/t/{id}", "/t/{id}/k/0", "/t/{id}/k/1", "/t/{id}/bufferize", "/t/{id}/source", "/api/traces/{id}/graphs/kernels")
 
@@ -268,7 +271,7 @@ def main() -> None:
   workdir = pathlib.Path(tempfile.mkdtemp(prefix="ke-overhead-"))
   stages: dict[str, list[dict[str, float]]] = {}
   results: dict[str, dict[str, list[Run]]] = {}
-  print("| case | explorer wall s | tinygrad VIZ=-1 wall s | wall ratio | explorer peak MiB | tinygrad peak MiB | memory ratio "
+  print("| case | explorer wall s | tinygrad VIZ=-1 wall s | wall ratio (target) | explorer peak MiB | tinygrad peak MiB | memory ratio "
         "| explorer PSS MiB | tinygrad PSS MiB | PSS ratio (target) | explorer CPU s | tinygrad CPU s | floor wall ratio |")
   print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for case in a.cases.split(","):
@@ -281,7 +284,9 @@ def main() -> None:
     med = {side: {f: statistics.median(getattr(r, f) for r in rs) for f in ("wall_s", "peak_rss_mib", "peak_pss_mib", "cpu_s")}
            for side, rs in runs.items()}
     e, t = med["explorer"], med["tinygrad"]
-    print(f"| {case} | {e['wall_s']:.1f} | {t['wall_s']:.1f} | {e['wall_s'] / t['wall_s']:.2f} | {e['peak_rss_mib']:.0f} | "
+    wr = e['wall_s'] / t['wall_s']
+    print(f"| {case} | {e['wall_s']:.1f} | {t['wall_s']:.1f} | {wr:.2f} ({WALL_TARGET:.2f}: {'met' if wr <= WALL_TARGET else 'NOT MET'}) | "
+          f"{e['peak_rss_mib']:.0f} | "
           f"{t['peak_rss_mib']:.0f} | {e['peak_rss_mib'] / t['peak_rss_mib']:.2f} | {e['peak_pss_mib']:.0f} | {t['peak_pss_mib']:.0f} | "
           f"{(pr := e['peak_pss_mib'] / t['peak_pss_mib']):.2f} ({pss_target(case):.2f}: {'met' if pr <= pss_target(case) else 'NOT MET'}) | "
           f"{e['cpu_s']:.1f} | {t['cpu_s']:.1f} | {e['cpu_s'] / CORES / t['wall_s']:.2f} |", flush=True)
