@@ -166,10 +166,10 @@ UNSITED = (None, "kernels of no model line", None)  # the group of the kernels w
 
 def kernel_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
   """Set each node's `group` by the kernel its UOp ended up in (the schedule's call that computes it, as the trace recorded it from
-  tinygrad's rewrites: tensor_graph.uop_calls), inside the module objects, and the line, that made most of its UOps (Block 3's kernels
-  in Block 3, one fused half and half across blocks in their Stack; an optimizer step's kernels in its line),
-  and inside a kernel by the model line that made it (what the kernel fused, line by line);
-  the nodes no call names (a buffer, a constant, a UOp a rewrite folded into another) join their neighbours' as tensor_groups' do.
+  tinygrad's rewrites: tensor_graph.uop_calls), each kernel inside the module objects and line that made most of its UOps (Block 3's
+  kernels in Block 3, one fused half and half across blocks in their Stack, an optimizer step's in its line), and inside a kernel by
+  the other lines it fused; the nodes no call names (a buffer, a constant, a UOp a rewrite folded into another) join their
+  neighbours' as tensor_groups' do.
   Returns the groups: {label, call, kernel (its index, or None for a copy or a module object), file, line, fn, backward, scope,
   parent, nodes, ops}, each parent before its children, kernels in schedule order. A trace recorded without uop_calls gets none."""
   tensor_graph, schedule = trace["tensor_graph"], trace["schedule"]
@@ -184,24 +184,24 @@ def kernel_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
       scopes[path[0]].append((*scope_of(sites[i]), site_key(sites[i])))
   held = {call: most_prefix(ss) for call, ss in scopes.items()}
   held |= {Call(c): (UNSITED,) for c in set(call_of.values()) if Call(c) not in held}  # a kernel no line made (an optimizer's stores)
-  for node, path in group.items():  # (a kernel of one line is inside that line: no line inside it)
-    if isinstance(path[0], Call): group[node] = (*(up := held.get(path[0], ())), *path[:1 if up and up[-1] == path[-1] else 2])
+  for node, path in group.items():
+    if not isinstance(path[0], Call): continue
+    home = held.get(path[0], ())
+    group[node] = (*home, *(path[:1] if home and home[-1] == path[-1] else path))  # a kernel at home in a line: no box of it inside
   kernels = {k["call"]: k for k in trace["kernels"]}
   first: dict[Any, Provenance] = {}
   for site in sites: first.setdefault(site_key(site), site)
   def row(step: Any) -> dict[str, Any]:
-    if isinstance(step, Instance):
-      return {"label": f"{step.cls} {step.index}", "call": None, "kernel": None, "file": None, "line": None, "fn": None, "backward": False}
-    if step == UNSITED:
-      return {"label": "kernels of no model line", "call": None, "kernel": None, "file": None, "line": None, "fn": None, "backward": False}
+    out: dict[str, Any] = {"call": None, "kernel": None, "file": None, "line": None, "fn": None, "backward": False}
+    if isinstance(step, Instance): return {**out, "label": f"{step.cls} {step.index}"}
+    if step == UNSITED: return {**out, "label": UNSITED[1]}
     if isinstance(step, Call):
       k = kernels.get(step.index)
-      name = k["name"] if k else str(schedule[step.index].get("kind", "call"))
-      return {"label": f"{'kernel ' + str(k['index']) if k else 'call ' + str(step.index)} {name}", "call": step.index,
-              "kernel": k["index"] if k else None, "file": None, "line": None, "fn": None, "backward": False}
+      label = f"kernel {k['index']} {k['name']}" if k else f"call {step.index} {schedule[step.index].get('kind', 'call')}"
+      return {**out, "label": label, "call": step.index, "kernel": k["index"] if k else None}
     site = first.get(step) or {"fn": step[1], "file": None, "line": None, "backward": False}
-    return {"label": site_label(site, [site["fn"]]), "call": None, "kernel": None, "file": site["file"], "line": site["line"],
-            "fn": site["fn"], "backward": site["backward"]}
+    return {**out, "label": site_label(site, [site["fn"]]), "file": site["file"], "line": site["line"], "fn": site["fn"],
+            "backward": site["backward"]}
   return [{**row(path[-1]), "scope": [{"cls": st.cls, "index": st.index} for st in path if isinstance(st, Instance)], "parent": parent,
            "nodes": ops.total(), "ops": dict(ops.most_common())} for path, ops, parent in nested(graph, group, lambda st: isinstance(st, Call))]
 
