@@ -5,6 +5,7 @@ template answers with the child's pid, reaps it when it ends (and, as a subreape
 status and CPU seconds. The child runs explorer.tracing.workers.process' _child, as a worker started afresh does."""
 from __future__ import annotations
 import ctypes
+import gc
 import os
 import pickle
 import select
@@ -32,6 +33,7 @@ def serve(f: Any) -> None:
   import explorer.tracing.pipeline.trace  # noqa: F401
   import explorer.tracing.tg.viewer  # noqa: F401
   import explorer.tracing.workers.process  # noqa: F401
+  gc.freeze()  # what the imports made, out of every child's collections: a collection would touch, and so copy, each page of it
   wake_r, wake_w = os.pipe()
   os.set_blocking(wake_w, False)
   signal.set_wakeup_fd(wake_w)
