@@ -180,8 +180,8 @@ def kernel_groups(graph: Graph, trace: TraceRecord) -> list[dict[str, Any]]:
   scopes: dict[Any, list[tuple[Any, ...]]] = collections.defaultdict(list)  # each kernel's lines, inside their module objects
   for n in graph["nodes"]:
     if (path := group.get(n["id"])) and isinstance(path[0], Call) and (i := site_of.get(n.get("num", -1))) is not None:
-      group[n["id"]] = (path[0], site_key(sites[i]))
-      scopes[path[0]].append((*scope_of(sites[i]), site_key(sites[i])))
+      group[n["id"]] = (path[0], line := site_key(sites[i]))
+      scopes[path[0]].append((*scope_of(sites[i]), line))
   held = {call: most_prefix(ss) for call, ss in scopes.items()}
   held |= {Call(c): (UNSITED,) for c in set(call_of.values()) if Call(c) not in held}  # a kernel no line made (an optimizer's stores)
   for node, path in group.items():

@@ -28,7 +28,7 @@ export class Viewer {
     });
     const index = $("[data-act=index]", el);
     if (index) index.addEventListener("change", () => this.show(this.ref, true));
-    const groupBy = $("[data-act=group-by]", el);  // a whole tensor graph's groups: by model line or by kernel (?by=kernel links to it)
+    const groupBy = this.groupBy = $("[data-act=group-by]", el);  // a whole tensor graph's groups: by model line or by kernel (?by=kernel)
     if (groupBy) {
       if (new URL(window.location.href).searchParams.get("by") === "kernel") groupBy.value = "kernel";
       groupBy.addEventListener("change", () => {
@@ -170,7 +170,7 @@ export class Viewer {
     const seq = ++this.seq;
     if (ref !== this.ref && !keepFull) { this.full = false; this.opened = new Set(); }
     const before = stableFrom ? this.screenState() : null;
-    if (ref !== this.ref && $("[data-act=group-by]", this.el)) $("[data-act=group-by]", this.el).hidden = true;  // (shown for a view grouped two ways)
+    if (ref !== this.ref && this.groupBy) this.groupBy.hidden = true;  // (shown for a view grouped two ways)
     this.ref = ref; this.el.dataset.ref = ref; delete this.el.dataset.loaded;
     if (this.pz) { this.pz.destroy(); this.pz = null; }
     this.big = null; this.selected = null;
@@ -214,10 +214,10 @@ export class Viewer {
 
   /* a graph over the server's node limit, whole: laid out here and drawn on a canvas (big_graph.js) */
   async showWhole(seq, base, mode, before) {
-    const groupBy = $("[data-act=group-by]", this.el), by = groupBy && this.ref === "tensor" && groupBy.value !== "line" ? `&by=${groupBy.value}` : "";
+    const gb = this.groupBy, by = gb && this.ref === "tensor" && gb.value !== "line" ? `&by=${gb.value}` : "";
     const view = await fetchJSON(`${base}?whole=1${mode === "hide" ? "&index=hide" : ""}${by}`);
     if (seq !== this.seq) return;
-    if (groupBy) groupBy.hidden = !view.groupings;
+    if (gb) gb.hidden = !view.groupings;
     this.status(`<span class="spinner"></span> Laying out ${view.total_nodes.toLocaleString()} nodes…`);
     if ("compact" in this.el.dataset) this.canvas.style.height = `${Math.round(window.innerHeight * 0.7)}px`;  // (a short, wide graph's canvas)
     const big = await BigGraph.create(this.canvas, view, (id) => this.select(id, false), () => seq !== this.seq);

@@ -324,8 +324,8 @@ class Capturing:
     if not self._jit_linears: return
     (linear, var_vals), = self._jit_linears
     self._timeline.stage("schedule", len(self.realizes), st, now := time.perf_counter())
-    self._trace(outs, Scheduled(sink, linear, var_vals, mark, now - st, carrying.provenance(linear),
-                                       carrying.members(linear)), runs=False)
+    ahead = Scheduled(sink, linear, var_vals, mark, now - st, carrying.provenance(linear), carrying.members(linear))
+    self._trace(outs, ahead, runs=False)
 
   def _trace(self, outs: list[Any], ahead: Scheduled, runs: bool = True) -> None:
     n = len(self.realizes)

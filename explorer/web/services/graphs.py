@@ -166,6 +166,7 @@ class GraphService:
     cut-off nodes to open (their inputs shown)."""
     ref = parse_ref(ref_text)
     self._check(trace, ref)
+    if ref.kind != "tensor": by = "line"  # only a tensor graph has two groupings: one view (and one cache entry) for the rest
     key = self._cache_key(ref_text, full, index, opened, whole, by)
     cached = await asyncio.to_thread(self.store.get_cached_json, trace_id, key, "view")
     if cached is not None and "partial" in cached: return cast(dict[str, Any], cached)  # (one cached before `partial` is made again)
