@@ -4,18 +4,22 @@ claimed figure. numpy only (no tinygrad, no scipy)."""
 from __future__ import annotations
 import math
 from collections.abc import Sequence
-from typing import Any
-import numpy as np
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+  import numpy as np
 
 BOOTSTRAP = 4000
 CONFIDENCE = 0.95
 
 def _interval(stat: np.ndarray) -> tuple[float, float]:
+  import numpy as np  # here, not at import: a server reads pages without it (15 MiB)
   lo, hi = np.quantile(stat, [(1 - CONFIDENCE) / 2, 1 - (1 - CONFIDENCE) / 2])
   return float(lo), float(hi)
 
 def median_ratio(a: Sequence[float], b: Sequence[float], seed: int = 0) -> dict[str, float]:
   """B/A per repeat (paired), its median and a percentile-bootstrap interval of that median."""
+  import numpy as np
   r = np.asarray(b, dtype=np.float64) / np.asarray(a, dtype=np.float64)
   idx = np.random.default_rng(seed).integers(0, len(r), size=(BOOTSTRAP, len(r)))
   lo, hi = _interval(np.median(r[idx], axis=1))
@@ -23,6 +27,7 @@ def median_ratio(a: Sequence[float], b: Sequence[float], seed: int = 0) -> dict[
 
 def spread_ratio(a: Sequence[float], b: Sequence[float], seed: int = 0) -> dict[str, float]:
   """std(B)/std(A), and a bootstrap interval (repeats resampled in pairs, as they were timed)."""
+  import numpy as np
   x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
   idx = np.random.default_rng(seed).integers(0, len(x), size=(BOOTSTRAP, len(x)))
   sx, sy = x[idx].std(axis=1, ddof=1), y[idx].std(axis=1, ddof=1)
@@ -34,6 +39,7 @@ def spread_ratio(a: Sequence[float], b: Sequence[float], seed: int = 0) -> dict[
 def signed_rank_p(a: Sequence[float], b: Sequence[float]) -> float:
   """Two-sided p-value of the Wilcoxon signed-rank test on the paired differences b - a (normal approximation with tie and zero
   corrections; fine from about 10 pairs)."""
+  import numpy as np
   d = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
   d = d[d != 0]
   n = len(d)

@@ -232,8 +232,9 @@ def test_a_trace_that_names_no_device_tells_the_next_workers_which_one_to_open(m
   """tinygrad tries every backend in turn for its default device in each new process; the first trace's answer is handed to the next
   workers as DEV (the same device, found once), unless DEV is set here."""
   from explorer.tracing.pipeline import run
+  from explorer.tracing.workers import process
   monkeypatch.delenv("DEV", raising=False)
-  monkeypatch.setattr(run, "_default_device", {})
+  monkeypatch.setattr(process, "DEFAULT_DEVICE", {})
   assert run.device_env(Variant()) == {}
   tiny, v = ConvSpec(1, 2, 2, 8, 8, 3), Variant(time=False, targets=())
   first = run_trace(tiny, v).trace["env"]["device"]
@@ -242,3 +243,24 @@ def test_a_trace_that_names_no_device_tells_the_next_workers_which_one_to_open(m
   assert run.device_env(Variant(device="CPU:0")) == {"DEV": "CPU"}
   monkeypatch.setenv("DEV", "CPU")
   assert run.device_env(Variant()) == {}
+
+def test_a_server_finds_its_default_device_as_it_starts_and_tells_every_worker(monkeypatch, tmp_path):
+  """A server looks for this host's default device as it starts, in a process of its own; every worker after is told it (DEV), its
+  first trace's too: the device a trace that is told none finds itself."""
+  import time
+  from fastapi.testclient import TestClient
+  from explorer.settings import Settings
+  from explorer.tracing.pipeline import run
+  from explorer.tracing.workers import process
+  from explorer.web.app import create_app
+  monkeypatch.delenv("DEV", raising=False)
+  monkeypatch.setattr(process, "DEFAULT_DEVICE", {})
+  with TestClient(create_app(str(tmp_path / "traces.sqlite3"), settings=Settings.load(env={}))):
+    deadline = time.monotonic() + 120
+    while "device" not in process.DEFAULT_DEVICE and time.monotonic() < deadline: time.sleep(0.1)
+  learned = process.DEFAULT_DEVICE.get("device")
+  assert learned, "the server did not find its default device as it started"
+  assert process.with_default_device({"VIZ": "0"}) == {"DEV": learned, "VIZ": "0"} and run.device_env(Variant()) == {"DEV": learned}
+  assert process.with_default_device({"DEV": "CPU:1"}) == {"DEV": "CPU:1"}  # a device asked for wins
+  monkeypatch.setattr(process, "DEFAULT_DEVICE", {})  # a trace told no device searches for itself
+  assert run_trace(ConvSpec(1, 2, 2, 8, 8, 3), Variant(time=False, targets=())).trace["env"]["device"].split(":")[0] == learned

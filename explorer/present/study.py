@@ -5,11 +5,13 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
-import numpy as np
+from typing import TYPE_CHECKING, Any, Literal
 from explorer.schema import CountComparison, StudyCase, StudyResult, StudyRow, setting_of
 from explorer.spec import ConvSpec
 from explorer.text import fmt_ms
+
+if TYPE_CHECKING:
+  import numpy as np
 
 def _ratio(x: float | None) -> str: return "-" if x is None or not math.isfinite(x) else f"{x:.4g}x"
 
@@ -87,12 +89,14 @@ def _scale(lo: float, hi: float, x0: float, x1: float) -> Callable[[float], floa
   return lambda v: x0 + (v - lo) / (hi - lo) * (x1 - x0)
 
 def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+  import numpy as np  # here, not at import: a server reads pages without it (15 MiB)
   step = 10 ** math.floor(math.log10(((hi - lo) or abs(hi) or 1.0) / n))
   step *= next(m for m in (1, 2, 5, 10) if (hi - lo) / (step * m) <= n)
   return list(np.arange(math.ceil(lo / step) * step, hi + step / 2, step))
 
 def _whiskers(xs: Sequence[float] | np.ndarray) -> tuple[float, float]:
   """The furthest samples within 1.5 IQR of the quartiles: the plot's range (outliers would squeeze every box into a corner)."""
+  import numpy as np
   v = np.asarray(xs, dtype=np.float64)
   q1, q3 = np.quantile(v, [0.25, 0.75])
   iqr = q3 - q1
@@ -101,6 +105,7 @@ def _whiskers(xs: Sequence[float] | np.ndarray) -> tuple[float, float]:
 def _box(y: float, xs: Sequence[float], x_of: Callable[[float], float], cls: str, lo: float, hi: float) -> list[str]:
   """A box from the quartiles, whiskers to the furthest sample within 1.5 IQR, every sample a dot (spread over the row's height);
   samples beyond the plot's range [lo, hi] sit hollow on its edge, counted."""
+  import numpy as np
   v = np.asarray(xs, dtype=np.float64)
   q1, med, q3 = np.quantile(v, [0.25, 0.5, 0.75])
   lo_w, hi_w = _whiskers(xs)
@@ -127,6 +132,7 @@ def _axis(y: float, x_of: Callable[[float], float], lo: float, hi: float, unit: 
 def distribution_svg(case: StudyCase) -> str:
   """Top: each variant's time per repeat (ms). Bottom: each B's ratio to A per repeat, the 95% interval of its median (band), 1 and
   the document's figure (dashed), so a verdict can be read off the picture."""
+  import numpy as np
   rows, esc = case["rows"], html.escape
   times = [np.asarray(r["samples"], dtype=np.float64) * 1e3 for r in rows]
   ratios = [np.asarray(r["samples"], dtype=np.float64) / np.asarray(rows[0]["samples"], dtype=np.float64) for r in rows[1:]]

@@ -17,6 +17,10 @@ def describe(progress: Any = None, device: str | None = None) -> dict[str, Any]:
   return {"device": d, "name": _safe(lambda: tg.device_name(d)), "compiler": _safe(lambda: tg.compiler_name(d)),
           "fallback": _safe(lambda: tg.fallback_reason(d)), "host": socket.gethostname(), "tinygrad": tg.TINYGRAD_VERSION}
 
+def default_device(progress: Any = None) -> str:
+  """The device a trace that names none opens: the first that opens of tinygrad's backends, in the explorer's order."""
+  return tg.default_device()
+
 def list_devices(progress: Any = None) -> dict[str, Any]:
   """Every device this host can open, best first, and the one traces use by default."""
   devs = tg.available_devices()

@@ -15,6 +15,7 @@ from explorer.spec import ConvSpec, Variant
 from explorer.stages import PARTIAL, STAGES, Progress
 from explorer.tinygrads import TINYGRAD
 from explorer.tracing import versions
+from explorer.tracing.workers import process
 from explorer.tracing.workers.devicelock import HeldLocks
 from explorer.tracing.workers.process import GATED_STAGE, Limits, Live, WorkerFailed, WorkerTimedOut, call_in_worker, scratch_dir
 
@@ -115,8 +116,6 @@ def record_ran_on(trace: TraceRecord | dict[str, Any], worker: str | None = None
   raw.setdefault("env", {})["ran_on"] = {**here, "stages": dict.fromkeys(ran, here["by"])}
   return cast("TraceRecord", raw)  # the engine's JSON, typed from here on
 
-# this host's default device, as the first trace that named none found it (tinygrad tries every backend in turn for one)
-_default_device: dict[str, str] = {}
 
 def environment_for(variant: Variant, progress: Progress | None) -> None:
   """The variant's tinygrad's environment, made first where it is not (its first trace: seconds, said as the first stage's progress);
@@ -127,15 +126,26 @@ def environment_for(variant: Variant, progress: Progress | None) -> None:
   except versions.EnvironmentFailed as e: raise WorkerFailed(f"tinygrad {variant.tinygrad}: {e}") from None
 
 def device_env(variant: Variant | None = None) -> dict[str, str]:
-  """DEV set to the variant's device (its name: DEV's own syntax reads "CUDA:1" differently), or, for a variant that names none, to the
-  default device an earlier trace of this process found: tinygrad then opens that device as its default instead of trying every backend
-  for one (about 0.5 s per process on a CPU-only machine), in the worker and its renders. DEV set in this process's environment wins."""
+  """DEV set to the variant's device (its name: DEV's own syntax reads "CUDA:1" differently), or, for a variant that names none, to
+  this host's default device once this process knows it (process.DEFAULT_DEVICE: found as a server starts, learn_default_device, or
+  by an earlier trace): tinygrad then opens that device as its default instead of trying every backend for one (about 0.5 s and 45
+  MiB per process on a CPU-only machine), in the worker and its renders. DEV set in this process's environment wins."""
   if variant is not None and variant.device: return {"DEV": variant.device.split(":")[0]}
-  return {"DEV": _default_device["device"]} if "DEV" not in os.environ and "device" in _default_device else {}
+  return process.with_default_device({})
 
 def _learn_default_device(variant: Variant, trace: dict[str, Any]) -> None:
   if not variant.device and isinstance(device := trace.get("env", {}).get("device"), str) and device:
-    _default_device.setdefault("device", device.split(":")[0])
+    process.DEFAULT_DEVICE.setdefault("device", device.split(":")[0])
+
+def learn_default_device(timeout_s: float = 120.0) -> str | None:
+  """This host's default device, found now in a process started afresh (the search opens every backend) where this process does not
+  know it yet and DEV does not name it; kept for every worker after (process.DEFAULT_DEVICE). A server calls it as it starts, so that
+  its first trace is as light as the next ones. None where the search failed (a trace then searches, as it would have)."""
+  if "DEV" in os.environ or "device" in process.DEFAULT_DEVICE: return process.DEFAULT_DEVICE.get("device")
+  try: found, _ = call_in_worker("explorer.tracing.pipeline.probe:default_device", {}, timeout_s=timeout_s, env={"VIZ": "0"}, fresh=True)
+  except WorkerFailed: return None
+  if isinstance(found, str) and found: process.DEFAULT_DEVICE.setdefault("device", found.split(":")[0])
+  return process.DEFAULT_DEVICE.get("device")
 
 def run_script(path: str, fn: str | None, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
                limits: Limits | None = None, analysis: bool = False) -> TraceResult:

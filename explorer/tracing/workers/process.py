@@ -148,7 +148,7 @@ class WorkerProcess:
 Worker = WorkerProcess | TemplateChild  # started afresh, or forked from a template
 
 def start_worker(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limits: Limits,
-                 deadline: float) -> tuple[Worker, Connection, Connection]:
+                 deadline: float, fresh: bool = False) -> tuple[Worker, Connection, Connection]:
   """A worker process running _child; returns it, the end its messages arrive on and the end its timing gate is opened with. It is
   forked from this process's template for its environment (explorer.tracing.workers.template: its imports paid once), else started afresh.
   The worker shares this process's resource tracker where one runs (its render pools register their semaphores there), else it starts
@@ -157,7 +157,7 @@ def start_worker(fn_path: str, kwargs: dict[str, Any], env: dict[str, str], limi
   gate_r, gate_w = os.pipe()
   tracker = getattr(resource_tracker._resource_tracker, "_fd", None)
   try:
-    forked = _from_template(fn_path, kwargs, env, limits, deadline, out_w, gate_r, tracker) if template.supported() else None
+    forked = _from_template(fn_path, kwargs, env, limits, deadline, out_w, gate_r, tracker) if template.supported() and not fresh else None
     proc: Worker = forked if forked is not None else _started(fn_path, kwargs, env, limits, deadline, out_w, gate_r, tracker)
   except BaseException:
     for fd in (out_r, gate_w): os.close(fd)
@@ -228,16 +228,20 @@ def stop_own_resource_tracker() -> None:
 
 def call_in_worker(fn_path: str, kwargs: dict[str, Any], progress: Progress | None = None, timeout_s: float | None = None,
                    env: dict[str, str] | None = None, limits: Limits | None = None,
-                   exclusive: str | None = None, live: Live | None = None, tinygrad: str | None = None) -> tuple[Any, list[tuple[str, str, str]]]:
+                   exclusive: str | None = None, live: Live | None = None, tinygrad: str | None = None,
+                   fresh: bool = False) -> tuple[Any, list[tuple[str, str, str]]]:
   """Call module:function(progress=..., **kwargs) in a fresh worker process (start_worker); progress is relayed to this process.
   limits: default Limits.from_settings(); timeout_s overrides its time limit. exclusive: a device whose lock is held for the whole
   run (a measurement from start to end). Waiting for a device lock counts against the time limit. live: a dict that holds the
   worker process by pid while it runs (besides LIVE), for its owner to stop. tinygrad: the version the worker runs (None: the
-  server's own; another in its environment, explorer.tracing.versions: WorkerFailed where that is not made)."""
+  server's own; another in its environment, explorer.tracing.versions: WorkerFailed where that is not made). fresh: a process started
+  afresh, never one forked from a template (one that opens every backend: the template would keep the environment it was made for).
+  A worker told no device is told this host's default one, once known (DEFAULT_DEVICE)."""
+  env = with_default_device(env or {})
   if tinygrad is not None and tinygrad != TINYGRAD:
     try: interpreter(tinygrad)  # its environment as it is now (a template of it started earlier outlives its damage)
     except EnvironmentFailed as e: raise WorkerFailed(str(e)) from None
-    env = {**(env or {}), TINYGRAD_VAR: tinygrad}
+    env = {**env, TINYGRAD_VAR: tinygrad}
   limits = (limits if limits is not None else Limits.from_settings()).with_timeout(timeout_s)
   timeout_s = limits.timeout_s
   deadline = time.monotonic() + timeout_s
@@ -249,9 +253,20 @@ def call_in_worker(fn_path: str, kwargs: dict[str, Any], progress: Progress | No
       raise WorkerTimedOut(f"the worker exceeded its time limit of {timeout_s:.0f}s waiting for the {busy} device (other measurements held it)")
   try:
     if exclusive: take(exclusive)
-    return _supervise(fn_path, kwargs, progress, timeout_s, deadline, env or {}, limits, held, take, keep=bool(exclusive), live=live)
+    return _supervise(fn_path, kwargs, progress, timeout_s, deadline, env, limits, held, take, keep=bool(exclusive), live=live, fresh=fresh)
   except EnvironmentFailed as e: raise WorkerFailed(str(e)) from None
   finally: held.release()
+
+# this host's default device, once found (explorer.tracing.pipeline.run: a server looks for it as it starts, or a trace that named no
+# device found it): tinygrad tries every backend in turn for one, in each process, importing each runtime on the way (NV's and AMD's
+# hold about 45 MiB of a worker on a CPU-only machine); told DEV, a worker opens that device alone, and every worker of this process
+# has one environment, so one template (explorer.tracing.workers.template: one per environment)
+DEFAULT_DEVICE: dict[str, str] = {}
+
+def with_default_device(env: dict[str, str]) -> dict[str, str]:
+  """env with DEV set to this host's default device where it is known and neither env nor this process's environment sets DEV."""
+  if "DEV" in env or "DEV" in os.environ or "device" not in DEFAULT_DEVICE: return env
+  return {"DEV": DEFAULT_DEVICE["device"], **env}
 
 SCRATCH_PREFIX = "kernel-explorer-worker-"
 
@@ -269,16 +284,17 @@ def scratch_dir() -> str:
 _swept = False
 
 def _supervise(fn_path: str, kwargs: dict[str, Any], progress: Progress | None, timeout_s: float, deadline: float, env: dict[str, str],
-               limits: Limits, held: HeldLocks, take: Callable[[str], None], keep: bool, live: Live | None) -> tuple[Any, list[tuple[str, str, str]]]:
+               limits: Limits, held: HeldLocks, take: Callable[[str], None], keep: bool, live: Live | None,
+               fresh: bool = False) -> tuple[Any, list[tuple[str, str, str]]]:
   scratch = scratch_dir()
-  try: return _supervised(fn_path, kwargs, progress, timeout_s, deadline, {**env, "TMPDIR": scratch}, limits, held, take, keep, live)
+  try: return _supervised(fn_path, kwargs, progress, timeout_s, deadline, {**env, "TMPDIR": scratch}, limits, held, take, keep, live, fresh)
   finally: shutil.rmtree(scratch, ignore_errors=True)
 
 def _supervised(fn_path: str, kwargs: dict[str, Any], progress: Progress | None, timeout_s: float, deadline: float, env: dict[str, str],
                 limits: Limits, held: HeldLocks, take: Callable[[str], None], keep: bool,
-                live: Live | None) -> tuple[Any, list[tuple[str, str, str]]]:
+                live: Live | None, fresh: bool = False) -> tuple[Any, list[tuple[str, str, str]]]:
   # pipes, not Queues: no semaphores for a killed worker to leak; its whole process group is killed below whatever happens
-  proc, recv, gate_send = start_worker(fn_path, kwargs, env, limits, deadline)
+  proc, recv, gate_send = start_worker(fn_path, kwargs, env, limits, deadline, fresh)
   for registry in (LIVE, live if live is not None else {}): registry[proc.pid] = proc
   seen: list[tuple[str, str, str]] = []
   next_watch = time.monotonic() + WATCH_S

@@ -224,6 +224,13 @@ class JobManager:
     work = lambda job, progress: self._run_trace(job, progress, resume)
     return tasks.launch(job, work, started, kept, ended) if claimed else tasks.start(job.id, job, work, started, kept, ended)
 
+  def learn_default_device(self) -> None:
+    """Where this server runs its traces itself, this host's default device found now, in a worker of its own, so that the first trace
+    opens it alone as the next ones do (explorer.tracing.pipeline.run.learn_default_device); a server starting calls it."""
+    if self._runner is None and self.queue is None:
+      from explorer.tracing.pipeline.run import learn_default_device
+      learn_default_device(self.timeout_s)
+
   def _run_trace(self, job: TraceTask, progress: Callable[[str, str, str], None], resume: bool = False) -> Any:
     if self._runner is not None: return self._runner(job.spec, job.variant, progress, self.timeout_s)
     if self.queue is not None:
