@@ -13,9 +13,10 @@ kernels, a transformer stack's training step (benchmarks/programs/transformer_st
            another client's /api/health every 20 ms meanwhile (what a request waits, the loop's waits for the interpreter lock behind
            rendering threads included). Then, one at a time, the program's exports (JSON, streamed; HTML) and its diff with itself
            (page), each with the server's peak RSS and the loop's longest step while it ran.
-           Targets: every page under 1 s, the server under 500 MiB, no step of the event loop longer than 50 ms
+           Targets: every page under 0.8 s in each of --runs runs (issue 76: with margin), the server under 500 MiB, no step of the
+           event loop longer than 50 ms; each run a fresh server over the same store
 
-  python benchmarks/big_program.py [--kernels 10000] [--layers 16]     (--layers 0: no real program)"""
+  python benchmarks/big_program.py [--kernels 10000] [--layers 16] [--runs 5]     (--layers 0: no real program)"""
 from __future__ import annotations
 import argparse
 import concurrent.futures
@@ -36,7 +37,7 @@ import httpx
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "benchmarks")]
-PAGE_S, RSS_MIB, LOOP_MS, BIG = 1.0, 500, 50, "b1g0program00000"
+PAGE_S, RSS_MIB, LOOP_MS, BIG = 0.8, 500, 50, "b1g0program00000"
 REAL = REPO / "benchmarks" / "programs" / "transformer_stack.py"
 
 def store_phase(db: pathlib.Path, kernels: int) -> None:
@@ -159,20 +160,27 @@ def whole_download(base: str, url: str, proc: Any) -> tuple[float, int, float]:
     watcher.join()
   return time.perf_counter() - st, size, peak[0] / 2**20
 
+def runs(n: int, phase: Any) -> bool:
+  """The readers' phase n times (each its own server), every run's targets met."""
+  met = [phase() for _ in range(n)]
+  print(f"readers: {sum(met)} of {n} runs met every target")
+  return all(met)
+
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--kernels", type=int, default=10_000)
   ap.add_argument("--layers", type=int, default=16, help="the real program's transformer blocks (0: none)")
+  ap.add_argument("--runs", type=int, default=5, help="readers' runs over each program, a fresh server each")
   args = ap.parse_args()
   tmp = pathlib.Path(tempfile.mkdtemp(prefix="ke-big-"))
   from test_program import model_line
   try:
     db = tmp / "traces.sqlite3"
     store_phase(db, args.kernels)
-    ok = readers_phase(db, tmp, BIG, f"capture_programs.py:{model_line('features')}")
+    ok = runs(args.runs, lambda: readers_phase(db, tmp, BIG, f"capture_programs.py:{model_line('features')}"))
     if args.layers:
       real = real_phase(db, args.layers)
-      ok = readers_phase(db, tmp, real, model_site(REAL, "scaled_dot_product_attention")) and ok
+      ok = runs(args.runs, lambda: readers_phase(db, tmp, real, model_site(REAL, "scaled_dot_product_attention"))) and ok
     return 0 if ok else 1
   finally: shutil.rmtree(tmp, ignore_errors=True)
 

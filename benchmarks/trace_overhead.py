@@ -177,8 +177,10 @@ def commands(case: str, env: dict[str, str], workdir: pathlib.Path) -> tuple[lis
   return ours, [sys.executable, str(script)], viz, out
 
 def first_views(rounds: int) -> None:
-  """Each round a fresh server and store: trace medium builtin Winograd with its defaults, then time a kernel's first CUDA record and
-  then its first CUDA compile facts, polled as a page polls them."""
+  """Each round a fresh server and store: trace medium builtin Winograd with its defaults (CUDA and Metal rendered ahead in the
+  background once the trace is stored: settings.render_ahead), then time, as a page polls them: a kernel's CUDA record asked for the
+  moment the trace is done (before the render ahead reached it: computed for the request), then its CUDA compile facts; then, once the
+  render ahead is done, another kernel's CUDA record (read from the store) and its compile facts."""
   from fastapi.testclient import TestClient
   from explorer.settings import Settings
   from explorer.web.app import create_app
@@ -189,9 +191,13 @@ def first_views(rounds: int) -> None:
     assert r.status_code == 200, (url, r.status_code, r.text[:300])
     return time.perf_counter() - st
 
-  print("\nfirst views on a served trace (medium builtin Winograd, default targets; a fresh server and store each round; s):\n")
-  print(f"| round | kernel | CUDA record (target {FIRST_VIEW_TARGET_S} s) | CUDA compile facts | compiler |")
-  print("|---|---|---|---|---|")
+  def met(s: float) -> str: return f"{s:.2f} ({'met' if s <= FIRST_VIEW_TARGET_S else 'NOT MET'})"
+
+  print("\nfirst views on a served trace (medium builtin Winograd, default targets, CUDA and Metal rendered ahead once it is stored; a fresh "
+        f"server and store each round; s; target {FIRST_VIEW_TARGET_S} s; the compile cache is the user's, warm after the first round):\n")
+  print("| round | asked at once: kernel | its CUDA record | its CUDA compile facts | render ahead done after | then: kernel | its CUDA record "
+        "| its CUDA compile facts | compiler |")
+  print("|---|---|---|---|---|---|---|---|---|")
   for i in range(rounds):
     db = pathlib.Path(tempfile.mkdtemp(prefix="ke-first-view-")) / "traces.sqlite3"
     with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
@@ -200,13 +206,18 @@ def first_views(rounds: int) -> None:
       trace_id = r.json()["id"]
       while (s := client.get(f"/api/traces/{trace_id}/status").json())["status"] not in ("done", "error"): time.sleep(0.2)
       assert s["status"] == "done", s
+      stored = time.perf_counter()
       kernels = client.get(f"/api/traces/{trace_id}/kernels").json()
-      n = kernels[i % len(kernels)]["index"]
-      base = f"/api/traces/{trace_id}/kernels/{n}/targets/cuda"
-      record_s, facts_s = until_ready(client, base), until_ready(client, base + "/facts")
-      compiler = client.get(base + "/facts").json().get("compiler") or "-"
-      met = "met" if record_s <= FIRST_VIEW_TARGET_S else "NOT MET"
-      print(f"| {i + 1} | {n} | {record_s:.2f} ({met}) | {facts_s:.2f} | {compiler} |", flush=True)
+      n, m = kernels[i % len(kernels)]["index"], kernels[(i + 1) % len(kernels)]["index"]
+      base = f"/api/traces/{trace_id}/kernels/{{}}/targets/cuda"
+      record_s, facts_s = until_ready(client, base.format(n)), until_ready(client, base.format(n) + "/facts")
+      background = client.app.state.services.enrichments.background  # type: ignore[attr-defined]
+      while background.active(): time.sleep(0.05)
+      ahead_s = time.perf_counter() - stored
+      then_s, then_facts_s = until_ready(client, base.format(m)), until_ready(client, base.format(m) + "/facts")
+      compiler = client.get(base.format(m) + "/facts").json().get("compiler") or "-"
+      print(f"| {i + 1} | {n} | {met(record_s)} | {facts_s:.2f} | {ahead_s:.1f} | {m} | {met(then_s)} | {then_facts_s:.2f} | {compiler} |",
+            flush=True)
 
 SERVER_PAGES = ("/t/{id}", "/t/{id}/k/0", "/t/{id}/k/1", "/t/{id}/bufferize", "/t/{id}/source", "/api/traces/{id}/graphs/kernels")
 

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from explorer import defaults
 from explorer.defaults import ENV_PREFIX as ENV_PREFIX
+from explorer.targets import TARGETS
 
 MIN_TOKEN_CHARS = 16
 _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("explorer_settings_environ", default=None)
@@ -49,6 +50,12 @@ class Settings(BaseSettings):
   background_workers: int = Field(1, ge=0, description="workers that compute, at a lower priority, what a stored trace lacks before a page asks "
                                   "for it: its host records' analyses once it is stored, a kernel's neighbours once the kernel is first viewed "
                                   "(0: none; what a page asks for is computed then)")
+  render_ahead: str = Field("cuda,metal", max_length=256, description="other targets a stored trace's kernels are rendered on in the "
+                            "background once it is stored (after its host records' analyses; comma separated; empty: none), so that a "
+                            "page's first view of one is read from the store rather than computed (about 0.7 s a kernel on this 2-core "
+                            "VM); the other targets are computed when first viewed. Needs background_workers")
+  render_ahead_kernels: int = Field(32, ge=0, description="the kernels rendered ahead on each of render_ahead's targets: the first ones in "
+                                    "the kernel table's order (a big program's others when first viewed, with their neighbours)")
   freeze_parsed_mb: int = Field(4, ge=0, description="a trace parsed from stored JSON past this many MiB is kept out of the garbage "
                                 "collector's walks (gc.freeze, thawed when the server stops): their full collections over a 10,000-kernel "
                                 "program held every request 70-110 ms (0: never, for a process that runs many servers, as the tests do)")
@@ -106,6 +113,17 @@ class Settings(BaseSettings):
       try: ipaddress.ip_network(p, strict=False)
       except ValueError: raise ValueError(f"{p!r} is not an IP address or network") from None
     return text
+
+  @field_validator("render_ahead")
+  @classmethod
+  def _targets(cls, text: str) -> str:
+    if unknown := [t for t in _entries(text) if t not in TARGETS]: raise ValueError(f"no target {unknown[0]!r}; known: {', '.join(TARGETS)}")
+    return text
+
+  @property
+  def ahead_targets(self) -> list[str]:
+    """render_ahead's targets, in order, each once."""
+    return list(dict.fromkeys(_entries(self.render_ahead)))
 
   @property
   def proxies(self) -> list[str]:

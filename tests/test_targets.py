@@ -205,13 +205,13 @@ def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path
   from the store after; then its neighbours in the background. Slow: an eager trace (two targets) to compare with, a served trace,
   then the lazy target's codegen in workers."""
   from explorer.stages import ENRICH_TARGET
-  app = app_over(str(tmp_path / "l.sqlite3"), background_workers=1)
+  app = app_over(str(tmp_path / "l.sqlite3"), background_workers=1, render_ahead="")  # its first views, not the render ahead
   body = {"preset": "wino8", "variant": {"algo": "winograd", "targets": ["cuda"], "time": False}}
   eager = json.loads(json.dumps(shared_run("wino8", True, **WINO8_BUILTIN).trace))  # metal among its targets; as the API serves it (no tuples)
   with TestClient(app) as client:  # a server stopped while it computes a kernel's record stores nothing of it
     trace_id = trace_of(client, body)
     assert client.get(f"/api/traces/{trace_id}/kernels/1/targets/metal").status_code == 202
-  app = app_over(str(tmp_path / "l.sqlite3"), background_workers=1)
+  app = app_over(str(tmp_path / "l.sqlite3"), background_workers=1, render_ahead="")  # its first views, not the render ahead
   with TestClient(app) as client:  # restarted: it serves the trace, and the next view computes the record again
     svc = app.state.services
     assert client.get(f"/api/traces/{trace_id}").status_code == 200
@@ -238,6 +238,46 @@ def test_a_target_not_asked_for_is_computed_on_first_request_and_stored(tmp_path
     while len(svc.store.enrichments(trace_id, ENRICH_TARGET)) < len(eager["kernels"]): assert time.monotonic() < deadline; time.sleep(0.5)
     later = client.get(f"/api/traces/{trace_id}/kernels/3/targets/metal").json()
     assert [later[f] for f in fields] == [eager["kernels"][3]["targets"]["metal"][f] for f in fields]
+
+@pytest.mark.slow
+def test_a_stored_trace_renders_its_first_kernels_ahead_and_stops_that_for_a_pages_work(tmp_path):
+  """Once a trace is stored its first kernels are rendered on the render-ahead targets in the background (render_ahead_kernels of
+  them, AHEAD_CHUNK a task): a page's first view of one is then read from the store, nothing computed for it; the records are those an
+  eager trace makes. Work a page waits for stops a background worker that runs (its task queued again, behind that work, which runs
+  with no background worker beside it) and the render ahead still ends with every kernel it was asked for. Slow: a served trace, and
+  the background's renders in workers."""
+  from explorer.stages import ENRICH_TARGET
+  app = app_over(str(tmp_path / "a.sqlite3"), background_workers=1, render_ahead="metal,opencl", render_ahead_kernels=3)
+  eager = json.loads(json.dumps(shared_run("wino8", True, **WINO8_BUILTIN).trace))  # metal and opencl among its targets
+  fields = ("name", "global_size", "local_size", "source", "opts", "linear_uops", "ops", "uops_listing", "pressure", "line_map")
+  with TestClient(app) as client:
+    svc = app.state.services.enrichments
+    trace_id = trace_of(client, {"preset": "wino8", "variant": {"algo": "winograd", "time": False}})
+    assert len(eager["kernels"]) > 3  # so that the render ahead stops short of the last kernels
+    deadline = time.monotonic() + 120
+    while not any(t.live for t in svc.background.active()):  # a background worker running (the host's analyses, then the renders)
+      assert time.monotonic() < deadline, "no background worker ran after the trace was stored"
+      time.sleep(0.02)
+    running = [t for t in svc.background.active() if t.live]
+    stopped = {pid for t in running for pid in t.live}
+    assert client.get(f"/api/traces/{trace_id}/kernels/{len(eager['kernels']) - 1}/targets/wgsl").status_code == 202  # a page's work
+    assert all(t.yielded for t in running)
+    while svc.tasks.active():  # (a stopped worker is held until its thread has read its end)
+      assert {pid for t in svc.background.active() for pid in t.live} <= stopped, "a background worker started beside a page's work"
+      time.sleep(0.02)
+    def ahead() -> set[tuple[int, str]]: return {k for k in svc.store.enrichments(trace_id, ENRICH_TARGET) if k[1] in ("metal", "opencl")}
+    while ahead() != {(n, t) for n in range(3) for t in ("metal", "opencl")}:
+      assert time.monotonic() < deadline + 240, f"the render ahead stored {sorted(ahead())}"
+      time.sleep(0.2)
+    while svc.background.active(): time.sleep(0.1)
+    assert ahead() == {(n, t) for n in range(3) for t in ("metal", "opencl")}  # the first three kernels only
+    computed = svc.computed
+    for n in range(3):
+      got = client.get(f"/api/traces/{trace_id}/kernels/{n}/targets/metal")
+      assert got.status_code == 200, got.text
+      assert [got.json()[f] for f in fields] == [eager["kernels"][n]["targets"]["metal"][f] for f in fields]
+    assert svc.computed == computed  # read from the store: nothing computed for these views
+    assert client.get(f"/api/traces/{trace_id}/kernels/3/targets/metal").status_code == 202  # past render_ahead_kernels: on first view
 
 def test_a_local_trace_records_where_each_part_ran(tmp_path):
   """Without a job queue every part runs under the server's process: each stage the trace ran, and a target added on first request,

@@ -103,7 +103,9 @@ def test_a_templates_children_count_in_its_parents_cpu():
   """A template reaps its children: their CPU reaches this process's getrusage only when it reaps the template; it reports each one's
   (explorer.tracing.workers.template.children_cpu_s), which tests/conftest.py counts per test."""
   from explorer.tracing.workers import template
-  t = template.template_for({})  # the one call_in_worker forks from (a worker's scratch directory aside, the same environment)
+  from explorer.tracing.workers.process import with_default_device
+  # the one call_in_worker forks from (a worker's scratch directory aside, the same environment: DEV where this host's default is known)
+  t = template.template_for(with_default_device({}))
   before = t.children_cpu_s
   spent = call_in_worker("tests.worker_faults:spin", {"n": 3_000_000})[0][1]
   assert t.children_cpu_s - before >= spent > 0 and template.children_cpu_s() >= t.children_cpu_s

@@ -66,10 +66,13 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
   enrichments = EnrichmentService(store, limits, on_stored=changed, read=traces.with_kernels, background_workers=int(settings.background_workers),
                                   max_waiting=int(settings.max_waiting_page_work), per_client=int(settings.max_page_work_per_client),
                                   opts_waiting=int(settings.max_waiting_work), opts_per_client=int(settings.max_work_per_client))
-  def stored(trace_id: str, trace: dict[str, Any]) -> None:  # a trace's records get their analyses in the background, at a lower priority
+  def stored(trace_id: str, trace: dict[str, Any]) -> None:
+    """In the background, at a lower priority: a stored trace's records get their analyses, then its first kernels their records on
+    the targets rendered ahead (settings.render_ahead), so that a page's first view of them is read, not computed."""
     fresh = cast(TraceRecord, trace)  # as this version's engine wrote it: the current schema
     for target in dict.fromkeys(t for k in fresh["kernels"] for t in k.get("targets", {})):
       enrichments.start_background(trace_id, ENRICH_ANALYSIS, target, enrichments.missing(fresh, ENRICH_ANALYSIS, target))
+    enrichments.render_ahead(trace_id, fresh, settings.ahead_targets, int(settings.render_ahead_kernels))
   svc = Services(
     settings=settings, store=store, traces=traces,
     jobs=JobManager(store, parallel=parallel, timeout_s=timeout_s, runner=runner, max_queue=int(settings.max_queue), limits=limits,
@@ -108,6 +111,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
       routes_made(app.router.routes)
       record_adapters()  # what an enrichment merged into a parse is checked with
     threading.Thread(target=warm, name="warm", daemon=True).start()
+    threading.Thread(target=svc.jobs.learn_default_device, name="default-device", daemon=True).start()
     app.state.loop_watch = watch = LoopWatch() if settings.loop_watch else None
     if watch is not None: watch.install()
     try: yield

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 from explorer.stages import ANALYSIS_MARK, Progress, lacks_facts
 from explorer.tracing import versions
-from explorer.tracing.workers.process import Limits, call_in_worker
+from explorer.tracing.workers.process import Limits, Live, call_in_worker
 
 if TYPE_CHECKING:
   from explorer.schema import KernelRecord, TargetRecord, TraceRecord  # types only: pydantic stays out of trace workers
@@ -62,10 +62,10 @@ def facts_in_worker(progress: Progress, jobs: list[KernelWork]) -> list[dict[str
   return out
 
 def compute_facts(jobs: list[KernelWork], progress: Progress | None = None, limits: Limits | None = None,
-                  timeout_s: float | None = None) -> dict[tuple[int, str], dict[str, Any]]:
-  """The jobs' compile facts, computed in a fresh worker: {(kernel, target): facts}."""
+                  timeout_s: float | None = None, live: Live | None = None) -> dict[tuple[int, str], dict[str, Any]]:
+  """The jobs' compile facts, computed in a fresh worker (held in live while it runs): {(kernel, target): facts}."""
   if not jobs: return {}
-  got, _ = call_in_worker("explorer.tracing.enrichments.enrich:facts_in_worker", {"jobs": jobs}, progress, timeout_s, limits=limits)
+  got, _ = call_in_worker("explorer.tracing.enrichments.enrich:facts_in_worker", {"jobs": jobs}, progress, timeout_s, limits=limits, live=live)
   return {(j["kernel"], j["target"]): f for j, f in zip(jobs, got, strict=False)}
 
 def with_facts(trace: TraceRecord, facts: dict[tuple[int, str], dict[str, Any]]) -> TraceRecord:
@@ -114,12 +114,12 @@ def analysis_in_worker(progress: Progress, jobs: list[KernelWork], blobs: dict[s
   return out
 
 def compute_analysis(jobs: list[KernelWork], blobs: dict[str, bytes], progress: Progress | None = None, limits: Limits | None = None,
-                     timeout_s: float | None = None, tinygrad: str | None = None) -> dict[tuple[int, str], dict[str, Any]]:
-  """The jobs' analyses, computed in a fresh worker: {(kernel, target): analysis}. blobs: every blob the jobs name ("" the trace's);
-  tinygrad: the one that recorded them (versions.recorded)."""
+                     timeout_s: float | None = None, tinygrad: str | None = None, live: Live | None = None) -> dict[tuple[int, str], dict[str, Any]]:
+  """The jobs' analyses, computed in a fresh worker (held in live while it runs): {(kernel, target): analysis}. blobs: every blob
+  the jobs name ("" the trace's); tinygrad: the one that recorded them (versions.recorded)."""
   if not jobs: return {}
   got, _ = call_in_worker("explorer.tracing.enrichments.enrich:analysis_in_worker", {"jobs": jobs, "blobs": blobs}, progress, timeout_s,
-                          limits=limits, tinygrad=tinygrad)
+                          limits=limits, tinygrad=tinygrad, live=live)
   return {(j["kernel"], j["target"]): a for j, a in zip(jobs, got, strict=False)}
 
 def add_analysis(trace: TraceRecord, blobs: dict[str, bytes], targets: Iterable[str] | None = None, kernels: Iterable[int] | None = None,
@@ -142,18 +142,18 @@ def target_in_worker(progress: Progress, blob: bytes, sinks: dict[int, int], tar
   this process's rewrite blob, which the records' passes address. beam_opts: under BEAM, each kernel's opts chosen on the device."""
   from explorer.tracing import tg
   from explorer.tracing.pipeline.renders import _render_target
-  log = tg.RewriteBlob(blob)
   order = sorted(sinks)
   progress("render", "start", f"{len(order)} kernel(s) on {target}")
-  records, out_blob = _render_target([log.sink(sinks[n]) for n in order], target, arch, opt, tuple(rewrites), None,
+  records, out_blob = _render_target(tg.recorded_sinks(blob, [sinks[n] for n in order]), target, arch, opt, tuple(rewrites), None,
                                      [beam_opts[n] for n in order] if beam_opts is not None else None)
   progress("render", "done", target)
   return dict(zip(order, records, strict=True)), out_blob
 
 def compute_target(trace: TraceRecord, blob: bytes, target: str, kernels: Iterable[int], progress: Progress | None = None,
-                   limits: Limits | None = None, timeout_s: float | None = None) -> tuple[dict[int, dict[str, Any]], str, bytes]:
-  """These kernels' records on `target`, computed in a fresh worker: ({kernel: record}, the key their rewrite blob is kept under,
-  that blob). Each record names the blob (`rewrites`)."""
+                   limits: Limits | None = None, timeout_s: float | None = None,
+                   live: Live | None = None) -> tuple[dict[int, dict[str, Any]], str, bytes]:
+  """These kernels' records on `target`, computed in a fresh worker (held in live while it runs): ({kernel: record}, the key their
+  rewrite blob is kept under, that blob). Each record names the blob (`rewrites`)."""
   from explorer.spec import Variant
   variant = Variant.from_dict(trace["variant"])
   ks = {n: trace["kernels"][n] for n in kernels}
@@ -161,7 +161,7 @@ def compute_target(trace: TraceRecord, blob: bytes, target: str, kernels: Iterab
   args = {"blob": blob, "sinks": {n: k["ast_sink"] for n, k in ks.items()}, "target": target, "arch": variant.arch(target), "opt": variant.opt,
           "rewrites": list(variant.rewrites), "beam_opts": {n: k.get("opts") or [] for n, k in ks.items()} if beam else None}
   (records, out_blob), _ = call_in_worker("explorer.tracing.enrichments.enrich:target_in_worker", args, progress, timeout_s, limits=limits,
-                                          tinygrad=versions.recorded(trace))
+                                          tinygrad=versions.recorded(trace), live=live)
   key = f"{target}@{uuid.uuid4().hex[:10]}"
   for rec in records.values():
     if "error" not in rec: rec["rewrites"] = key

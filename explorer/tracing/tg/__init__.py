@@ -106,7 +106,7 @@ from explorer.tracing.tg.recording import (
   tracking_mark,
   tracking_possible,
 )
-from explorer.tracing.tg.rewrite_blob import RewriteBlob
+from explorer.tracing.tg.rewrite_blob import RewriteBlob, recorded_sinks
 from explorer.tracing.tg.rewritelog import ENCODER_UNSTORED, decode_rewrite_log
 from explorer.tracing.tg.runtime import (
   call_at,
@@ -154,7 +154,7 @@ __all__ = [
   # rewrite tracking and the rewrite log
   "tracking", "tracking_enabled", "tracking_possible", "tracking_mark", "forget_rewrites_since", "passes_since", "export_rewrites", "trace_num",
   "take_group_stacks",
-  "Pass", "LiveLog", "RewriteBlob", "decode_rewrite_log", "ENCODER_UNSTORED", "REWRITE_LOG_MAGIC", "BlobRefused",
+  "Pass", "LiveLog", "RewriteBlob", "recorded_sinks", "decode_rewrite_log", "ENCODER_UNSTORED", "REWRITE_LOG_MAGIC", "BlobRefused",
   # the pipeline: tensor graph, schedule, codegen, runtime
   "on_realize", "on_jit", "jit_capturing", "JitRun",
   "tensor_device", "tensor_sink", "op_histogram", "schedule", "schedule_keys", "schedule_with_vars", "stage_decisions",

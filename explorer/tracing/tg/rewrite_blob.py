@@ -8,7 +8,17 @@ from typing import Any
 from tinygrad.helpers import ansistrip
 from tinygrad.uop.ops import Ops, TrackedGraphRewrite, UOp
 from explorer.tracing.tg.recording import Pass
-from explorer.tracing.tg.rewritelog import LogFields, decode_rewrite_log, rule_file, rule_source
+from explorer.tracing.tg.rewritelog import REWRITE_LOG_MAGIC, LogFields, decode_rewrite_log, log_fields, rule_file, rule_source
+
+def recorded_sinks(blob: bytes, nums: Sequence[int]) -> list[UOp]:
+  """The UOps a rewrite blob recorded as these numbers (kernels' ASTs), rebuilt from its UOp fields alone: none of its rewrites decoded
+  and no viewer index built (a medium trace's blob: 0.1 s and about 10 MiB less than RewriteBlob). A blob from before the data format
+  loads whole."""
+  if not blob.startswith(REWRITE_LOG_MAGIC):
+    log = RewriteBlob(blob)
+    return [log.sink(n) for n in nums]
+  fields = log_fields(blob)
+  return [fields.uop(n) for n in nums]
 
 class RewriteBlob:
   """A loaded rewrite trace. Rebuilding a graph replays tinygrad's recorded matches, so callers should cache results."""

@@ -223,6 +223,13 @@ class LogFields(collections.abc.Mapping[int, Any]):
       except (TypeError, ValueError) as e: raise refused(f"{x['c']} does not take those fields ({e})") from None
     raise refused(f"a value {x!r:.80} is not plain data")
 
+def log_fields(blob: bytes) -> LogFields:
+  """A rewrite blob's UOp fields alone (blob in the data format), checked as decode_rewrite_log checks them: no rewrite is decoded,
+  for a reader that rebuilds a few recorded UOps (a kernel's AST) and no graph of a pass."""
+  body = read_plain(blob)
+  _check(isinstance(body, dict) and {"ops", "dtypes", "fields"} <= set(body), "it lacks a part of the log")
+  return LogFields(body)
+
 def decode_rewrite_log(blob: bytes) -> RewriteTrace:
   """A rewrite blob back as tinygrad's RewriteTrace (UOp fields decoded as they are read); BlobRefused, one line, for anything that is not
   plain data of the shape encode_rewrite_log writes. A blob from before this format (a pickled RewriteTrace) loads through

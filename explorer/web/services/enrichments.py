@@ -23,11 +23,12 @@ from explorer.stages import ANALYSIS_MARK, ENRICH_ANALYSIS, ENRICH_FACTS, ENRICH
 from explorer.store import Store
 from explorer.targets import TARGETS
 from explorer.tracing import versions
-from explorer.tracing.workers.process import Limits, WorkerFailed
+from explorer.tracing.workers.process import Limits, Live, WorkerFailed, kill_group
 from explorer.web.services.lifecycle import DONE, ERROR, Busy, Journal, Task, Tasks
 from explorer.web.services.permit import CROSS_SITE_REFUSED, WorkPermit
 
 NEIGHBOURS = 4  # after the kernel asked for, this many on either side are computed in the background
+AHEAD_CHUNK = 2  # kernels per background task rendering a stored trace's kernels ahead (render_ahead): what a page's work stopping one loses
 STOPPED = "the server stopped before this was computed: viewing it again computes it"
 BACKGROUND_WAITING = 32  # background tasks waiting for their worker; past it a neighbour is left for its first view
 BACKGROUND_NICE = 5  # background work runs this much further below the server's CPU priority than the work a page waits for
@@ -73,6 +74,8 @@ class EnrichTask(Task):
   kernels: tuple[int, ...] = ()
   background: bool = False
   started: float = field(default_factory=time.time)
+  live: Live = field(default_factory=dict)  # a background task's worker while it runs, for the work a page waits for to stop it
+  yielded: bool = False  # a background task stopped for that work: it is queued again
 
   def view(self, ahead: int | None = None) -> dict[str, Any]:
     """The job as the API shows it while it runs (explorer.web.http.models.EnrichmentJob); ahead: the tasks waiting before it."""
@@ -127,6 +130,7 @@ class EnrichmentService:
                                              reserve=True)
     self.journal, self.opts_journal = Journal(store, ENRICHMENT, STOPPED), Journal(store, OPTS_TASK, STOPPED)
     self._pins = threading.Lock()
+    self._closing = False
     self.computed = 0  # worker runs for requests: tests check that concurrent and later requests compute nothing more
     self.computed_background = 0  # worker runs of background tasks
 
@@ -165,6 +169,7 @@ class EnrichmentService:
       await self.journal.ended(t)
       if neighbours and t.status == DONE: await self._then_neighbours(trace_id, kind, target, kernels)
     got = self.tasks.start(self._key(trace_id, kind, target, kernels), task, work[0], self.journal.started, work[1], ended)
+    if got is task: self._yield_background()
     return self._accepted(got, task, trace_id)
 
   def follow(self, trace_id: str, trace: TraceRecord, kind: str, target: str, n: int, permit: Callable[[], WorkPermit]) -> dict[str, Any]:
@@ -213,18 +218,47 @@ class EnrichmentService:
     if not kernels or not self.background_workers: return None
     key = self._key(trace_id, kind, target, ("background", *kernels))
     def work(task: EnrichTask, progress: Progress) -> Any:
+      self._wait_for_pages()
       trace = self.read(trace_id, kernels)
-      if trace is None or not (still := self.missing(trace, kind, target, kernels)): return None
+      if self._closing or trace is None or not (still := self.missing(trace, kind, target, kernels)): return None
       self._check(trace, kind, target, tuple(still))
       fn, keep = self._work(trace_id, kind, target, tuple(still), background=True)
       task.kernels = tuple(still)
-      return keep, fn(task, progress)
+      try: return keep, fn(task, progress)
+      except WorkerFailed:
+        if not task.yielded: raise
+        task.detail = f"{target} {kind} in the background: stopped for the work a page waits for, queued again"
+        return None
     async def kept(task: EnrichTask, got: Any) -> Any:
       if got is not None: await got[0](task, got[1])
+    async def ended(task: EnrichTask) -> None:
+      await self.journal.ended(task)
+      if task.yielded and not self._closing: self.start_background(trace_id, kind, target, kernels)
     task = EnrichTask(kind=kind, target=target, kernels=tuple(kernels), background=True, detail=f"{target} {kind} in the background")
-    try: got = self.background.start(key, task, work, self.journal.started, kept, self.journal.ended)
+    try: got = self.background.start(key, task, work, self.journal.started, kept, ended)
     except Busy: return None  # the background is full: what it would have done is computed when a page asks for it
     return self._accepted(got, task, trace_id)
+
+  def render_ahead(self, trace_id: str, trace: TraceRecord, targets: Iterable[str], at_most: int) -> None:
+    """The trace's first at_most kernels rendered on each of these targets in the background (AHEAD_CHUNK kernels a task, so that what
+    a page asks for meanwhile is left out of the tasks after it); nothing for a target the trace cannot be rendered on from its blob."""
+    for target in targets:
+      kernels = self.missing(trace, ENRICH_TARGET, target, list(range(min(at_most, len(trace.get("kernels") or [])))))
+      try: self._check(trace, ENRICH_TARGET, target, tuple(kernels))
+      except EnrichmentUnavailable: continue
+      for i in range(0, len(kernels), AHEAD_CHUNK): self.start_background(trace_id, ENRICH_TARGET, target, kernels[i:i + AHEAD_CHUNK])
+
+  def _wait_for_pages(self) -> None:
+    """Block (a background task's thread) while work a page waits for is queued or running: the background never runs beside it, on
+    a server's few cores or in its memory."""
+    while (self.tasks.active() or self.opts_tasks.active()) and not self._closing: time.sleep(0.1)
+
+  def _yield_background(self) -> None:
+    """Work a page waits for was queued: each background worker running is stopped (its task queued again, behind that work)."""
+    for task in self.background.active():
+      for proc in list(task.live.values()):
+        task.yielded = True
+        kill_group(proc)
 
   async def _then_neighbours(self, trace_id: str, kind: str, target: str, kernels: tuple[int, ...]) -> None:
     if (trace := await asyncio.to_thread(self.read, trace_id, ())) is None: return
@@ -257,6 +291,7 @@ class EnrichmentService:
     from explorer.tracing.enrichments import enrich
     from explorer.tracing.pipeline.run import ran_here
     limits = self.background_limits if background else self.limits
+    def live(task: EnrichTask) -> Live | None: return task.live if background else None  # a background worker, for a page's work to stop
     def trace_now() -> TraceRecord:
       if (trace := self.read(trace_id, kernels)) is None: raise WorkerFailed(f"trace {trace_id} was deleted")
       if background: self.computed_background += 1
@@ -266,7 +301,7 @@ class EnrichmentService:
       def render(task: EnrichTask, progress: Progress) -> Any:
         if (blob := self.store.get_rewrites(trace_id)) is None:
           raise WorkerFailed(f"trace {trace_id} has no stored rewrites to rebuild its kernels from")
-        return enrich.compute_target(trace_now(), blob, target, kernels, progress, limits)
+        return enrich.compute_target(trace_now(), blob, target, kernels, progress, limits, live=live(task))
       async def keep_records(task: EnrichTask, got: Any) -> str:
         records, key, blob = got
         by = ran_here()["by"]
@@ -282,10 +317,10 @@ class EnrichmentService:
           if (b := self.store.get_rewrites(trace_id, key or None)) is None:
             raise WorkerFailed(f"trace {trace_id} keeps no rewrite blob {key or 'of its own'}")
           blobs[key] = b
-        return enrich.compute_analysis(jobs, blobs, progress, limits, tinygrad=versions.recorded(trace_now()))
+        return enrich.compute_analysis(jobs, blobs, progress, limits, tinygrad=versions.recorded(trace_now()), live=live(task))
       return analyse, self._keeper(trace_id, ENRICH_ANALYSIS, target, enrich.with_analysis)
     def compile_(task: EnrichTask, progress: Progress) -> Any:
-      return enrich.compute_facts(enrich.facts_jobs(trace_now(), [target], kernels), progress, limits)
+      return enrich.compute_facts(enrich.facts_jobs(trace_now(), [target], kernels), progress, limits, live=live(task))
     return compile_, self._keeper(trace_id, ENRICH_FACTS, target, enrich.with_facts)
 
   def _keeper(self, trace_id: str, kind: str, target: str, merge: Callable[[TraceRecord, Any], TraceRecord]) -> Callable[[EnrichTask, Any], Any]:
@@ -348,7 +383,9 @@ class EnrichmentService:
     task = OptsTask(kernel=n, target=target, start=start, opts=opts, detail=f"{target} codegen waits for a worker", client=permit.client)
     got = self.opts_tasks.start((trace_id, n, target, opts_kind(start, opts)), task, work, self.opts_journal.started, kept, self.opts_journal.ended)
     request = {"trace_id": trace_id, "kernel": n, "target": target, "from": start, "opts": list(opts)}
-    if got is task: self.opts_journal.accept(task, f"{trace_id}: kernel {n} on {target}, {opts_kind(start, opts)}", request)
+    if got is task:
+      self._yield_background()
+      self.opts_journal.accept(task, f"{trace_id}: kernel {n} on {target}, {opts_kind(start, opts)}", request)
     return got
 
   def add_to_tour(self, trace_id: str, n: int, target: str, start: str, opts: tuple[str, ...]) -> list[list[Any]]:
@@ -371,6 +408,7 @@ class EnrichmentService:
 
   def cancel_all(self) -> None:
     """The server is stopping: what runs is interrupted (in the store too) and cancelled."""
+    self._closing = True
     self.journal.interrupt([*self.tasks.active(), *self.background.active()])
     self.opts_journal.interrupt(self.opts_tasks.active())
     for tasks in (self.tasks, self.background, self.opts_tasks): tasks.cancel_all()
