@@ -6,8 +6,8 @@
             user runs instead; and the same under VIZ=-1 (tinygrad's rewrite tracking on, no viewer), printed too
 
 Every run starts from an empty cache directory (CACHEDB and XDG_CACHE_HOME in a fresh folder: no compile or BEAM result is reused;
-warm caches move these figures a lot), the three sides interleaved round by round; medians. Target (issue 45): the explorer within
-1.25x of tinygrad's plain BEAM on wino8 and medium, BEAM=2.
+warm caches move these figures a lot), the three sides interleaved round by round; medians. Target (issues 45 and 76): the explorer
+within 1.25x of tinygrad's plain BEAM on wino8 and medium, BEAM=2. benchmarks/trace_overhead.py runs it too (--beam-presets).
 
   python benchmarks/beam_overhead.py [--presets wino8,medium] [--beam 2] [--rounds 2]
 """
@@ -25,6 +25,31 @@ def fresh_cache(env: dict[str, str], workdir: pathlib.Path) -> dict[str, str]:
   home = pathlib.Path(tempfile.mkdtemp(prefix="cache-", dir=workdir))
   return {**env, "XDG_CACHE_HOME": str(home), "CACHEDB": str(home / "tinygrad.db")}
 
+BEAM_TARGET = 1.25  # issues 45 and 76: a BEAM trace within 1.25x tinygrad's plain BEAM
+
+def beam_ratios(presets: list[str], beam: int, rounds: int, env: dict[str, str], workdir: pathlib.Path) -> dict[str, float]:
+  """Print the table (each side's wall and peak, the ratios against the target) and return each preset's explorer/plain wall ratio."""
+  print(f"| preset | BEAM | explorer wall s | tinygrad plain wall s | ratio (target {BEAM_TARGET}) | tinygrad VIZ=-1 wall s | ratio to VIZ=-1 "
+        "| explorer peak MiB | tinygrad plain peak MiB |")
+  print("|---|---|---|---|---|---|---|---|---|")
+  out = {}
+  for preset in presets:
+    script, device = repro_for(preset, ["--algo", "direct"], env, workdir)
+    ours = [sys.executable, "-m", "explorer", "trace", "--preset", preset, "--algo", "direct", "--opt", f"beam:{beam}", "--no-time",
+            "--quiet", "--device", device, "--json", str(workdir / "out.json")]
+    flags = {"BEAM": str(beam), "IGNORE_BEAM_CACHE": "1", "DEBUG": "0"}
+    runs: dict[str, list] = {"explorer": [], "plain": [], "viz": []}
+    for _ in range(rounds):
+      runs["explorer"].append(measure(ours, fresh_cache(env, workdir)))
+      runs["plain"].append(measure([sys.executable, str(script)], {**fresh_cache(env, workdir), **flags}))
+      runs["viz"].append(measure([sys.executable, str(script)], {**fresh_cache(env, workdir), **flags, "VIZ": "-1"}))
+    wall = {side: statistics.median(r.wall_s for r in rs) for side, rs in runs.items()}
+    mem = {side: statistics.median(r.peak_rss_mib for r in rs) for side, rs in runs.items()}
+    out[preset] = ratio = wall["explorer"] / wall["plain"]
+    print(f"| {preset} | {beam} | {wall['explorer']:.1f} | {wall['plain']:.1f} | {ratio:.2f} ({'met' if ratio <= BEAM_TARGET else 'NOT MET'}) | "
+          f"{wall['viz']:.1f} | {wall['explorer'] / wall['viz']:.2f} | {mem['explorer']:.0f} | {mem['plain']:.0f} |", flush=True)
+  return out
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--presets", default="wino8,medium")
@@ -33,23 +58,6 @@ def main() -> None:
   a = ap.parse_args()
   env = {k: v for k, v in os.environ.items() if k not in CLEAN}
   subprocess.run([sys.executable, "-m", "compileall", "-q", str(pathlib.Path(__file__).parents[1] / "explorer")], check=True)
-  workdir = pathlib.Path(tempfile.mkdtemp(prefix="ke-beam-"))
-  print("| preset | BEAM | explorer wall s | tinygrad plain wall s | ratio | tinygrad VIZ=-1 wall s | ratio to VIZ=-1 | explorer peak MiB "
-        "| tinygrad plain peak MiB |")
-  print("|---|---|---|---|---|---|---|---|---|")
-  for preset in a.presets.split(","):
-    script, device = repro_for(preset, ["--algo", "direct"], env, workdir)
-    ours = [sys.executable, "-m", "explorer", "trace", "--preset", preset, "--algo", "direct", "--opt", f"beam:{a.beam}", "--no-time",
-            "--quiet", "--device", device, "--json", str(workdir / "out.json")]
-    beam = {"BEAM": str(a.beam), "IGNORE_BEAM_CACHE": "1", "DEBUG": "0"}
-    runs: dict[str, list] = {"explorer": [], "plain": [], "viz": []}
-    for _ in range(a.rounds):
-      runs["explorer"].append(measure(ours, fresh_cache(env, workdir)))
-      runs["plain"].append(measure([sys.executable, str(script)], {**fresh_cache(env, workdir), **beam}))
-      runs["viz"].append(measure([sys.executable, str(script)], {**fresh_cache(env, workdir), **beam, "VIZ": "-1"}))
-    wall = {side: statistics.median(r.wall_s for r in rs) for side, rs in runs.items()}
-    mem = {side: statistics.median(r.peak_rss_mib for r in rs) for side, rs in runs.items()}
-    print(f"| {preset} | {a.beam} | {wall['explorer']:.1f} | {wall['plain']:.1f} | {wall['explorer'] / wall['plain']:.2f} | {wall['viz']:.1f} | "
-          f"{wall['explorer'] / wall['viz']:.2f} | {mem['explorer']:.0f} | {mem['plain']:.0f} |", flush=True)
+  beam_ratios(a.presets.split(","), a.beam, a.rounds, env, pathlib.Path(tempfile.mkdtemp(prefix="ke-beam-")))
 
 if __name__ == "__main__": main()

@@ -29,8 +29,10 @@ Winograd; the large explorer fused variant under 30 s, or within 1.1x of tinygra
 Then a server's memory: `kernel-explorer serve` on a fresh store, idle, tracing medium builtin Winograd, after, reading its pages,
 after (its process tree's peak PSS in each phase; target, issue 76: under 2x VIZ=-1's for the same trace).
 
+Then BEAM: a BEAM=2 trace against tinygrad's plain BEAM search of the same convolution (benchmarks/beam_overhead.py; target 1.25x).
+
   python benchmarks/trace_overhead.py [--cases medium:builtin,large:builtin,large:fused,medium:builtin+cuda,cnn] [--rounds 3]
-                                      [--first-views 3] [--no-server-memory]
+                                      [--first-views 3] [--no-server-memory] [--beam-presets wino8]
 """
 from __future__ import annotations
 import argparse
@@ -278,6 +280,7 @@ def main() -> None:
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--first-views", type=int, default=3, help="rounds of the first-view measurement (0: none)")
   ap.add_argument("--server-memory", action=argparse.BooleanOptionalAction, default=True, help="a served trace's memory, by phase")
+  ap.add_argument("--beam-presets", default="wino8", help="BEAM=2 traces against tinygrad's plain BEAM (benchmarks/beam_overhead.py; empty: none)")
   a = ap.parse_args()
   env = {k: v for k, v in os.environ.items() if k not in CLEAN}
   # the explorer's modules compiled to bytecode once, as a wheel install leaves them (tinygrad's are, by pip): otherwise, where
@@ -315,6 +318,10 @@ def main() -> None:
       viz = [measure(theirs, theirs_env).peak_pss_mib]
     server_memory(statistics.median(viz), env)
   if a.first_views: first_views(a.first_views)
+  if a.beam_presets:
+    from beam_overhead import beam_ratios
+    print("\nBEAM (each side from an empty cache; explorer/plain BEAM wall, target 1.25x):\n")
+    beam_ratios(a.beam_presets.split(","), 2, a.rounds, env, workdir)
 
 def print_stages(stages: dict[str, list[dict[str, float]]], walls: dict[str, float]) -> None:
   if not stages: return  # only the capture case: its trace runs in the program's own process, with no stage breakdown of the command

@@ -131,6 +131,8 @@ def device_env(variant: Variant | None = None) -> dict[str, str]:
   by an earlier trace): tinygrad then opens that device as its default instead of trying every backend for one (about 0.5 s and 45
   MiB per process on a CPU-only machine), in the worker and its renders. DEV set in this process's environment wins."""
   if variant is not None and variant.device: return {"DEV": variant.device.split(":")[0]}
+  if "device" not in process.DEFAULT_DEVICE and _searching.acquire(timeout=120):  # a search under way: its answer, not one of our own
+    _searching.release()
   return process.with_default_device({})
 
 def _learn_default_device(variant: Variant, trace: dict[str, Any]) -> None:
@@ -142,10 +144,15 @@ def learn_default_device(timeout_s: float = 120.0) -> str | None:
   know it yet and DEV does not name it; kept for every worker after (process.DEFAULT_DEVICE). A server calls it as it starts, so that
   its first trace is as light as the next ones. None where the search failed (a trace then searches, as it would have)."""
   if "DEV" in os.environ or "device" in process.DEFAULT_DEVICE: return process.DEFAULT_DEVICE.get("device")
-  try: found, _ = call_in_worker("explorer.tracing.pipeline.probe:default_device", {}, timeout_s=timeout_s, env={"VIZ": "0"}, fresh=True)
-  except WorkerFailed: return None
-  if isinstance(found, str) and found: process.DEFAULT_DEVICE.setdefault("device", found.split(":")[0])
+  with _searching:
+    try: found, _ = call_in_worker("explorer.tracing.pipeline.probe:default_device", {}, timeout_s=timeout_s, env={"VIZ": "0"}, fresh=True)
+    except WorkerFailed: return None
+    if isinstance(found, str) and found: process.DEFAULT_DEVICE.setdefault("device", found.split(":")[0])
   return process.DEFAULT_DEVICE.get("device")
+
+# held while learn_default_device searches: a trace that names no device meanwhile waits for its answer (device_env) rather than
+# searching itself in a worker of another environment (a template of its own: its imports again, and its memory beside the next one)
+_searching = threading.Lock()
 
 def run_script(path: str, fn: str | None, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
                limits: Limits | None = None, analysis: bool = False) -> TraceResult:
