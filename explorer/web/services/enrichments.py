@@ -32,6 +32,8 @@ AHEAD_CHUNK = 2  # kernels per background task rendering a stored trace's kernel
 STOPPED = "the server stopped before this was computed: viewing it again computes it"
 BACKGROUND_WAITING = 32  # background tasks waiting for their worker; past it a neighbour is left for its first view
 BACKGROUND_NICE = 5  # background work runs this much further below the server's CPU priority than the work a page waits for
+QUIET_S = 1.0  # a background worker starts once no work a page waits for has been queued for this long (a person clicking through
+               # pages would otherwise stop and restart the same render again and again)
 
 def ran_on(trace: TraceRecord, target: str, by: str) -> TraceRecord:
   """The trace saying where its records on `target` were computed (env.ran_on.targets), a copy along that path."""
@@ -131,6 +133,7 @@ class EnrichmentService:
     self.journal, self.opts_journal = Journal(store, ENRICHMENT, STOPPED), Journal(store, OPTS_TASK, STOPPED)
     self._pins = threading.Lock()
     self._closing = False
+    self._page_work_at = 0.0  # time.monotonic() when work a page waits for was last queued
     self.computed = 0  # worker runs for requests: tests check that concurrent and later requests compute nothing more
     self.computed_background = 0  # worker runs of background tasks
 
@@ -212,9 +215,10 @@ class EnrichmentService:
     if got is task: self.journal.accept(task, f"{trace_id}: {task.detail}", request)
     return got
 
-  def start_background(self, trace_id: str, kind: str, target: str, kernels: list[int]) -> EnrichTask | None:
+  def start_background(self, trace_id: str, kind: str, target: str, kernels: list[int],
+                       then: Callable[[], None] | None = None) -> EnrichTask | None:
     """Compute `kind` of these kernels on `target` at a lower priority, one background task at a time (what is stored meanwhile, by a
-    user's request, is left out when its turn comes); None when there is nothing to do."""
+    user's request, is left out when its turn comes); None when there is nothing to do. then: called once the task has ended."""
     if not kernels or not self.background_workers: return None
     key = self._key(trace_id, kind, target, ("background", *kernels))
     def work(task: EnrichTask, progress: Progress) -> Any:
@@ -233,28 +237,38 @@ class EnrichmentService:
       if got is not None: await got[0](task, got[1])
     async def ended(task: EnrichTask) -> None:
       await self.journal.ended(task)
-      if task.yielded and not self._closing: self.start_background(trace_id, kind, target, kernels)
+      if self._closing: return
+      if task.yielded: self.start_background(trace_id, kind, target, kernels, then)
+      elif then is not None: then()
     task = EnrichTask(kind=kind, target=target, kernels=tuple(kernels), background=True, detail=f"{target} {kind} in the background")
     try: got = self.background.start(key, task, work, self.journal.started, kept, ended)
     except Busy: return None  # the background is full: what it would have done is computed when a page asks for it
     return self._accepted(got, task, trace_id)
 
   def render_ahead(self, trace_id: str, trace: TraceRecord, targets: Iterable[str], at_most: int) -> None:
-    """The trace's first at_most kernels rendered on each of these targets in the background (AHEAD_CHUNK kernels a task, so that what
-    a page asks for meanwhile is left out of the tasks after it); nothing for a target the trace cannot be rendered on from its blob."""
+    """The trace's first at_most kernels rendered on each of these targets in the background; nothing for a target the trace cannot
+    be rendered on from its blob."""
+    kernels = list(range(min(at_most, len(trace.get("kernels") or []))))
     for target in targets:
-      kernels = self.missing(trace, ENRICH_TARGET, target, list(range(min(at_most, len(trace.get("kernels") or [])))))
       try: self._check(trace, ENRICH_TARGET, target, tuple(kernels))
       except EnrichmentUnavailable: continue
-      for i in range(0, len(kernels), AHEAD_CHUNK): self.start_background(trace_id, ENRICH_TARGET, target, kernels[i:i + AHEAD_CHUNK])
+      self._ahead(trace_id, target, self.missing(trace, ENRICH_TARGET, target, kernels))
+
+  def _ahead(self, trace_id: str, target: str, kernels: list[int]) -> None:
+    """AHEAD_CHUNK of these kernels in one background task, the rest once it has ended: a target holds one place in the background's
+    line at a time, and what a page asks for meanwhile is left out of the tasks after it."""
+    now, rest = kernels[:AHEAD_CHUNK], kernels[AHEAD_CHUNK:]
+    if now: self.start_background(trace_id, ENRICH_TARGET, target, now, lambda: self._ahead(trace_id, target, rest))
 
   def _wait_for_pages(self) -> None:
-    """Block (a background task's thread) while work a page waits for is queued or running: the background never runs beside it, on
-    a server's few cores or in its memory."""
-    while (self.tasks.active() or self.opts_tasks.active()) and not self._closing: time.sleep(0.1)
+    """Block (a background task's thread) while work a page waits for is queued or running, and QUIET_S after it was last queued: the
+    background never runs beside it, on a server's few cores or in its memory."""
+    while not self._closing and (self.tasks.active() or self.opts_tasks.active() or time.monotonic() - self._page_work_at < QUIET_S):
+      time.sleep(0.1)
 
   def _yield_background(self) -> None:
     """Work a page waits for was queued: each background worker running is stopped (its task queued again, behind that work)."""
+    self._page_work_at = time.monotonic()
     for task in self.background.active():
       for proc in list(task.live.values()):
         task.yielded = True
