@@ -116,7 +116,6 @@ def record_ran_on(trace: TraceRecord | dict[str, Any], worker: str | None = None
   raw.setdefault("env", {})["ran_on"] = {**here, "stages": dict.fromkeys(ran, here["by"])}
   return cast("TraceRecord", raw)  # the engine's JSON, typed from here on
 
-
 def environment_for(variant: Variant, progress: Progress | None) -> None:
   """The variant's tinygrad's environment, made first where it is not (its first trace: seconds, said as the first stage's progress);
   WorkerFailed where it cannot be."""
@@ -124,6 +123,10 @@ def environment_for(variant: Variant, progress: Progress | None) -> None:
     if progress is not None: progress(STAGES[0], "start", line)
   try: versions.ready(variant.tinygrad, say)
   except versions.EnvironmentFailed as e: raise WorkerFailed(f"tinygrad {variant.tinygrad}: {e}") from None
+
+# held while learn_default_device searches: a trace that names no device meanwhile waits for its answer (device_env) rather than
+# searching itself in a worker of another environment (a template of its own: its imports again, and its memory beside the next one)
+_searching = threading.Lock()
 
 def device_env(variant: Variant | None = None) -> dict[str, str]:
   """DEV set to the variant's device (its name: DEV's own syntax reads "CUDA:1" differently), or, for a variant that names none, to
@@ -137,7 +140,7 @@ def device_env(variant: Variant | None = None) -> dict[str, str]:
 
 def _learn_default_device(variant: Variant, trace: dict[str, Any]) -> None:
   if not variant.device and isinstance(device := trace.get("env", {}).get("device"), str) and device:
-    process.DEFAULT_DEVICE.setdefault("device", device.split(":")[0])
+    process.remember_default_device(device)
 
 def learn_default_device(timeout_s: float = 120.0) -> str | None:
   """This host's default device, found now in a process started afresh (the search opens every backend) where this process does not
@@ -147,12 +150,8 @@ def learn_default_device(timeout_s: float = 120.0) -> str | None:
   with _searching:
     try: found, _ = call_in_worker("explorer.tracing.pipeline.probe:default_device", {}, timeout_s=timeout_s, env={"VIZ": "0"}, fresh=True)
     except WorkerFailed: return None
-    if isinstance(found, str) and found: process.DEFAULT_DEVICE.setdefault("device", found.split(":")[0])
+    if isinstance(found, str) and found: process.remember_default_device(found)
   return process.DEFAULT_DEVICE.get("device")
-
-# held while learn_default_device searches: a trace that names no device meanwhile waits for its answer (device_env) rather than
-# searching itself in a worker of another environment (a template of its own: its imports again, and its memory beside the next one)
-_searching = threading.Lock()
 
 def run_script(path: str, fn: str | None, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
                limits: Limits | None = None, analysis: bool = False) -> TraceResult:

@@ -263,6 +263,10 @@ def call_in_worker(fn_path: str, kwargs: dict[str, Any], progress: Progress | No
 # has one environment, so one template (explorer.tracing.workers.template: one per environment)
 DEFAULT_DEVICE: dict[str, str] = {}
 
+def remember_default_device(device: str) -> None:
+  """Keep the first default device found (its name: DEV's own syntax reads "CUDA:1" differently)."""
+  DEFAULT_DEVICE.setdefault("device", device.split(":")[0])
+
 def with_default_device(env: dict[str, str]) -> dict[str, str]:
   """env with DEV set to this host's default device where it is known and neither env nor this process's environment sets DEV."""
   if "DEV" in env or "DEV" in os.environ or "device" not in DEFAULT_DEVICE: return env
