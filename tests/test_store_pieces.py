@@ -326,6 +326,34 @@ def test_a_programs_diff_keeps_what_its_groups_share_once(v1, tmp_path):
     assert "shared" in (kept := store.get_diff("t" * 16, "t" * 16, structural_kind("host", "host"))) and kept["shared"]
     assert client.get(f"/api/diff/{'t' * 16}/{'t' * 16}", params={"graphs": False}).json()["groups"][3]["source"]["rows"]
 
+def test_a_document_made_stale_by_what_a_server_stored_is_made_again_after_and_the_next_server_reads_it(v1, tmp_path):
+  """What a server stores into a trace (an enrichment: a target's record, here) makes its kept document stale; the server makes it
+  again from the store a moment after the last such write, once no more work may store into it (its `busy`), so that the next
+  server's first reader reads it, with no parse, as it would have made it then."""
+  import time
+  from pydantic_core import to_json
+  from explorer.store.documents import listed
+  store = Store(db := tmp_path / "a.sqlite3")
+  store.put_trace(tid := "s" * 16, scaled(Store(v1).get_trace(PROGRAM), 40), b"")
+  def remade(within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while Store(db).document(tid) is None and time.monotonic() < deadline: time.sleep(0.1)
+    return Store(db).document(tid) is not None
+  with TestClient(app_over(db)) as client:
+    svc, busy = client.app.state.services, [True]
+    svc.traces.busy = lambda: busy[0]
+    k0 = Store(db).get_trace(tid)["kernels"][0]
+    assert store.put_target_records(tid, "cuda", {0: {**k0["targets"][k0["host_target"]], "name": "on cuda"}}, "cuda", b"")
+    svc.forget(tid, lambda t: t)  # what the enrichment service calls once it stored a record
+    assert Store(db).document(tid) is None and not remade(3.0) and svc.traces.documents_made == 0  # while more may be stored: waits
+    busy[0] = False
+    assert remade(5.0) and svc.traces.documents_made == 1
+  light = Store(db).get_trace(tid, light=True)
+  assert light is not None and "cuda" in light["kernels"][0]["targets"]
+  with TestClient(app_over(db)) as client:
+    got, traces = client.get(f"/api/traces/{tid}"), client.app.state.services.traces
+    assert got.content == to_json({"id": tid, "url": f"/t/{tid}", **listed(light)}) and traces.parses == 0 and traces.documents_read == 1
+
 def test_a_programs_api_document_is_made_when_it_is_stored_and_served_without_a_parse(v1, tmp_path):
   """GET /api/traces/ID serves the document kept when the trace was stored (explorer.store.documents: a 10,000-kernel program's first
   reader parsed it and made 16 MB of JSON, 0.26 s), byte for byte what its light parse makes, with no parse; what is merged into the

@@ -23,7 +23,7 @@ from explorer import targets
 from explorer.clocks import METHODS, how, method_of, ratio_words
 from explorer.present.beam import beam_plot
 from explorer.present.graphs import kernel_time
-from explorer.schema import KernelRecord, RanOn, StageRow, TraceRecord, host_target, totals_of
+from explorer.schema import KernelRecord, RanOn, StageRow, TraceRecord, host_target, target_records, totals_of
 from explorer.spec import HAND_OPT_RE, opt_label
 from explorer.stages import STAGE_TITLES
 from explorer.stats import noisy
@@ -153,9 +153,17 @@ def compile_summary(trace: TraceRecord) -> str:
 
 def rendered_targets(trace: TraceRecord) -> list[str]:
   """Every target some kernel has a record of (the ones the trace asked for and the ones pages computed since), the host's first."""
-  seen = dict.fromkeys(host_target(k) for k in trace["kernels"])
-  seen.update(dict.fromkeys(trace["variant"]["targets"]))
-  for k in trace["kernels"]: seen.update(dict.fromkeys(k["targets"]))
+  kernels = trace["kernels"]
+  return list(dict.fromkeys([*dict.fromkeys(host_target(k) for k in kernels), *trace["variant"]["targets"], *recorded_targets(kernels)]))
+
+def recorded_targets(kernels: list[KernelRecord]) -> list[str]:
+  """The targets some kernel has a record of, in the order first met (a program's repeated kernels share their records' dict,
+  explorer.store.pieces: each dict is walked once)."""
+  seen, walked = dict[str, None](), set[int]()
+  for k in kernels:
+    if id(records := target_records(k)) not in walked:
+      walked.add(id(records))
+      seen.update(dict.fromkeys(records))
   return list(seen)
 
 def clock_badge(t: Any, device: str, what: str = "") -> Markup:

@@ -8,6 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, cast
+import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware
@@ -66,6 +67,7 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
   enrichments = EnrichmentService(store, limits, on_stored=changed, read=traces.with_kernels, background_workers=int(settings.background_workers),
                                   max_waiting=int(settings.max_waiting_page_work), per_client=int(settings.max_page_work_per_client),
                                   opts_waiting=int(settings.max_waiting_work), opts_per_client=int(settings.max_work_per_client))
+  traces.busy = lambda: bool(enrichments.tasks.active() or enrichments.background.active() or enrichments.opts_tasks.active())
   def stored(trace_id: str, trace: dict[str, Any]) -> None:
     """In the background, at a lower priority: a stored trace's records get their analyses, then its first kernels their records on
     the targets rendered ahead (settings.render_ahead), so that a page's first view of them is read, not computed."""
@@ -111,6 +113,8 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
       routes_made(app.router.routes)
       record_adapters()  # what an enrichment merged into a parse is checked with
     threading.Thread(target=warm, name="warm", daemon=True).start()
+    # GZip compresses a big body in AnyIO's worker threads: its backend imported and its pool started now, not on the loop in a first page's answer
+    await anyio.to_thread.run_sync(lambda: None)
     threading.Thread(target=svc.jobs.learn_default_device, name="default-device", daemon=True).start()
     app.state.loop_watch = watch = LoopWatch() if settings.loop_watch else None
     if watch is not None: watch.install()
@@ -121,6 +125,7 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
     svc.studies.shutdown()
     svc.diffs.cancel_all()
     svc.enrichments.cancel_all()
+    svc.traces.close()
     svc.probes.cancel_all()
     await asyncio.to_thread(svc.graphs.close)
     collector.thaw()  # what it froze of the traces it parsed
@@ -136,7 +141,9 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
   def forget(trace_id: str, merge: Any = None) -> None:
     """A stored trace changed (a target was added to it: merge puts it into the parsed trace) or went: what was rendered from it before
     is dropped, and the parsed trace too where no merge says how it changed."""
-    if merge is not None: svc.traces.update(trace_id, merge)
+    if merge is not None:
+      svc.traces.update(trace_id, merge)
+      svc.traces.stale_document(trace_id)
     else: svc.traces.forget(trace_id)
     if (cache := getattr(app.state, "response_cache", None)) is not None: cache.forget(trace_id)
   svc.forget = forget

@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from markupsafe import Markup
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from explorer.analysis.diff import time_headline
-from explorer.present.render import compile_summary, rendered_targets
+from explorer.present.render import compile_summary, recorded_targets, rendered_targets
 from explorer.schema import KernelRecord, TraceRecord, host_target, target_records
 from explorer.stages import STAGE_TITLES
 from explorer.store import Store, documents
@@ -147,7 +147,7 @@ def table_facts(trace: TraceRecord) -> dict[str, Any]:
   (its clock's badge) and the compile time in words."""
   kernels = trace["kernels"]
   timed = [t for k in kernels if (t := k.get("time_s"))]
-  return {"targets": list(dict.fromkeys(t for k in kernels for t in target_records(k))), "rendered": rendered_targets(trace),
+  return {"targets": recorded_targets(kernels), "rendered": rendered_targets(trace),
           "tmax": max((t["median"] for t in timed), default=0), "first_timed": timed[0] if timed else None,
           "compiled": compile_summary(trace)}
 

@@ -31,6 +31,7 @@ _MISSING = object()
 log = logging.getLogger(__name__)
 
 OPENED_KEPT = 256  # kept documents seen to open, by trace and CRC
+DOCUMENT_AFTER_S = 2.0  # a document made stale by what this server stored is made again this long after the last such write
 HEAVY_KEPT = 64  # kernels' heavy halves kept parsed (by part: content-addressed, the same for every trace that holds the part)
 
 class TraceCache:
@@ -57,6 +58,9 @@ class TraceCache:
     self.derivations = 0  # values computed by derived() (tests count them)
     self._heavy: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()  # part hash -> its heavy half, parsed
     self._opened: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()  # kept documents seen to open
+    self._remakes: dict[str, threading.Timer] = {}  # trace id -> the remake of its stale document, waiting (stale_document)
+    self.busy: Callable[[], bool] = lambda: False  # whether more may be stored into traces soon (their remakes wait for it to end)
+    self.documents_made = 0  # documents made again after this server stored into their traces (tests count them)
 
   def derived(self, trace_id: str, trace: TraceRecord, what: Hashable, compute: Callable[[TraceRecord], T]) -> T:
     """compute(trace), once per parsed trace: what a page shows of a whole trace (a program's timeline, its kernels by line) is computed
@@ -139,6 +143,36 @@ class TraceCache:
       except sqlite3.OperationalError as e:  # the disk full, say: readers go on, each making it
         log.warning("kernel-explorer: trace %s's document not kept (%s): made again by its next reader", trace_id, one_line(e))
     return doc
+
+  def stale_document(self, trace_id: str, after_s: float = DOCUMENT_AFTER_S) -> None:
+    """This server stored into the trace (an enrichment merged): its kept document, stale now, is made again from the store, in a
+    thread, `after_s` after the last such write and once nothing more may be stored soon (`busy`), so that the next server's first
+    reader of it, or this one's, does not make it (a 10,000-kernel program's light parse and document: 0.3 s that every reader
+    arriving with it waited on)."""
+    timer = threading.Timer(after_s, self._remake_document, (trace_id, after_s))
+    timer.daemon = True
+    with self._lock:
+      if (waiting := self._remakes.pop(trace_id, None)) is not None: waiting.cancel()
+      self._remakes[trace_id] = timer
+    timer.start()
+
+  def _remake_document(self, trace_id: str, after_s: float) -> None:
+    if self.busy():
+      self.stale_document(trace_id, after_s)
+      return
+    with self._lock:
+      if self._remakes.get(trace_id) is threading.current_thread(): del self._remakes[trace_id]
+    try:
+      if self.store.trace_version(trace_id) is None or self.store.document(trace_id) is not None: return  # gone, or made meanwhile
+      self.store.make_document(trace_id)
+      self.documents_made += 1
+    except (sqlite3.Error, StoreError) as e:  # (the disk full, say: its next reader makes it)
+      log.warning("kernel-explorer: trace %s's document not made again (%s): its next reader makes it", trace_id, one_line(e))
+
+  def close(self) -> None:
+    """Remakes still waiting are dropped (a stale document is made by its next reader)."""
+    with self._lock: waiting, self._remakes = list(self._remakes.values()), {}
+    for timer in waiting: timer.cancel()
 
   def kernel(self, trace_id: str, trace: TraceRecord, n: int) -> KernelRecord:
     """Kernel n of the trace (read whole or light), whole: a kernel read light put together with its heavy half (one row read, the last
