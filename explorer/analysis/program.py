@@ -3,6 +3,7 @@ told apart, the top kernels, a timeline and memory over the program, and search.
 time linear in its kernels and buffers, once per parsed trace (explorer.web.services.registry.TraceCache.derived), and what a kernel's
 provenance decides once per distinct provenance (per_provenance)."""
 from __future__ import annotations
+import heapq
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -110,25 +111,34 @@ def by_line(trace: TraceRecord, peaks: Peaks | None = None) -> list[dict[str, An
   line)". A kernel made from two lines is listed under each, but its seconds count as `shared_s` there, not `seconds`: the lines'
   `seconds` plus each shared kernel once add up to the timeline's total."""
   groups: dict[str, dict[str, Any]] = {}
-  own_sites, phase_of = per_provenance(lambda k: provenance_sites(own_provenance(k))), per_provenance(phase)
+  lines_of = per_provenance(_lines)
   for k in trace["kernels"]:
-    names = [s for s, _ in own_sites(k)] or ["(no line)"]
-    seconds = kernel_seconds(k, peaks)[0]
-    for site in names:
-      g = groups.setdefault(site, {"site": site, "kernels": [], "fns": [], "flops": 0, "bytes": 0, "seconds": 0.0, "shared": 0,
-                                   "shared_s": 0.0, "phases": dict.fromkeys(PHASES, 0)})
+    sites, phase_of_k, first = lines_of(k)
+    seconds = kernel_seconds(k, peaks)[0] or 0.0
+    for site, fns in sites:
+      if (g := groups.get(site)) is None:
+        g = groups[site] = {"site": site, "kernels": [], "fns": [], "flops": 0, "bytes": 0, "seconds": 0.0, "shared": 0, "shared_s": 0.0,
+                            "phases": dict.fromkeys(PHASES, 0)}
       g["kernels"].append(k["index"])
       g["flops"] += k["flops"]
       g["bytes"] += k["bytes"]
-      g["seconds" if len(names) == 1 else "shared_s"] += seconds or 0.0
-      g["shared"] += len(names) > 1
-      g["phases"][phase_of(k)] += 1
-      for s, fns in own_sites(k):
-        if s == site: g["fns"] += [f for f in fns if f not in g["fns"]]
+      g["seconds" if len(sites) == 1 else "shared_s"] += seconds
+      g["shared"] += len(sites) > 1
+      g["phases"][phase_of_k] += 1
+      if first.pop(site, False): g["fns"] += [f for f in fns if f not in g["fns"]]  # (a provenance's functions: once per line)
   def order(site: str) -> tuple[bool, str, int]:
     file, _, line = site.rpartition(":")
     return (site == "(no line)", file, int(line) if line.isdigit() else 0)
   return [groups[s] for s in sorted(groups, key=order)]
+
+def _lines(k: KernelRecord) -> tuple[list[tuple[str, list[str]]], str, dict[str, bool]]:
+  """What by_line reads of a kernel's provenance: its own lines with their functions (a line named twice, with each one's), its phase,
+  and the lines whose functions are not yet added to their group (by_line's, for this provenance)."""
+  own = provenance_sites(own_provenance(k))
+  sites: dict[str, list[str]] = {}
+  for site, fns in own: sites.setdefault(site, []).extend(fns)
+  listed = [(site, fns) for site, fns in sites.items()] or [("(no line)", [])]
+  return listed, phase(k), {site: True for site, _ in listed}
 
 def totals(kernels: Sequence[KernelRecord], peaks: Peaks | None) -> dict[str, Any]:
   """What a table of these kernels adds up to: FLOPs, bytes, linear UOps and seconds (measured or estimated, each kernel once)."""
@@ -141,7 +151,7 @@ def top(trace: TraceRecord, n: int = 10, peaks: Peaks | None = None) -> dict[str
   """The top n kernels by time (measured or estimated), FLOPs and bytes, like tinygrad's `viz.cli -t`."""
   ks = trace["kernels"]
   seconds = {k["index"]: kernel_seconds(k, peaks)[0] or 0.0 for k in ks}
-  def pick(key: Callable[[KernelRecord], float]) -> list[KernelRecord]: return sorted(ks, key=key, reverse=True)[:n]
+  def pick(key: Callable[[KernelRecord], float]) -> list[KernelRecord]: return heapq.nlargest(n, ks, key=key)  # sorted(...)[:n], ties included
   return {"time": pick(lambda k: seconds[k["index"]]), "flops": pick(lambda k: k["flops"]), "bytes": pick(lambda k: k["bytes"])}
 
 def memory(trace: TraceRecord) -> dict[str, Any]:

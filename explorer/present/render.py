@@ -219,6 +219,14 @@ class _CompiledTemplates(jinja2.BytecodeCache):
 
 COMPILED = _CompiledTemplates(pathlib.Path(__file__).resolve().parent / "__pycache__" / "templates")
 
+class PerIdentity:
+  """What a template makes of an object, made once per distinct object (by identity) in one rendering: a program's repeated kernels
+  share their provenance list (explorer.store.pieces), so a page of 200 of them draws a few cells, not 200."""
+  def __init__(self) -> None: self._made: dict[int, tuple[Any, Any]] = {}
+  def __call__(self, obj: Any, make: Callable[[Any], Any]) -> Any:
+    if (got := self._made.get(id(obj))) is None: got = self._made[id(obj)] = (obj, make(obj))  # obj held: its id stays its own
+    return got[1]
+
 def environment() -> jinja2.Environment:
   """The Jinja environment of explorer/templates with the formatting filters and globals every page and the export use."""
   env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=jinja2.select_autoescape(), trim_blocks=True,
@@ -234,6 +242,7 @@ def environment() -> jinja2.Environment:
   env.globals["preset_label"] = preset_label
   env.globals["hand_opt_pattern"] = HAND_OPT_RE.pattern  # the opts panel checks an opt as it is added, as the server will
   env.globals["noisy"] = noisy
+  env.globals["per_identity"] = PerIdentity
   env.globals["stage_rows"] = stage_rows
   env.globals["largest_buffers"] = largest_buffers
   env.globals["memory_bars"] = memory_bars
