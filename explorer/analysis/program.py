@@ -137,7 +137,7 @@ def _lines(k: KernelRecord) -> tuple[list[tuple[str, list[str]]], str, dict[str,
   own = provenance_sites(own_provenance(k))
   sites: dict[str, list[str]] = {}
   for site, fns in own: sites.setdefault(site, []).extend(fns)
-  listed = [(site, fns) for site, fns in sites.items()] or [("(no line)", [])]
+  listed = list(sites.items()) or [("(no line)", [])]
   return listed, phase(k), {site: True for site, _ in listed}
 
 def totals(kernels: Sequence[KernelRecord], peaks: Peaks | None) -> dict[str, Any]:
