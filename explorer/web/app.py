@@ -112,10 +112,10 @@ def create_app(db_path: str | None = None, settings: Settings | None = None, run
       templates.warm()
       routes_made(app.router.routes)
       record_adapters()  # what an enrichment merged into a parse is checked with
-    threading.Thread(target=warm, name="warm", daemon=True).start()
-    # GZip compresses a big body in AnyIO's worker threads: its backend imported and its pool started now, not on the loop in a first page's answer
-    await anyio.to_thread.run_sync(lambda: None)
     threading.Thread(target=svc.jobs.learn_default_device, name="default-device", daemon=True).start()
+    # before the first request, not beside it (0.3 s of the interpreter that eleven first views of a big program waited on), in AnyIO's
+    # worker threads, which GZip compresses a big body in: their backend imported now, not on the loop in a first page's answer
+    await anyio.to_thread.run_sync(warm)
     app.state.loop_watch = watch = LoopWatch() if settings.loop_watch else None
     if watch is not None: watch.install()
     try: yield
