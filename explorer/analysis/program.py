@@ -111,9 +111,9 @@ def by_line(trace: TraceRecord, peaks: Peaks | None = None) -> list[dict[str, An
   line)". A kernel made from two lines is listed under each, but its seconds count as `shared_s` there, not `seconds`: the lines'
   `seconds` plus each shared kernel once add up to the timeline's total."""
   groups: dict[str, dict[str, Any]] = {}
-  lines_of = per_provenance(_lines)
+  lines_of, named = per_provenance(_lines), set[tuple[int, str]]()  # (a provenance's lines, one of them): its functions added
   for k in trace["kernels"]:
-    sites, phase_of_k, first = lines_of(k)
+    sites, phase_of_k = lines_of(k)
     seconds = kernel_seconds(k, peaks)[0] or 0.0
     for site, fns in sites:
       if (g := groups.get(site)) is None:
@@ -125,20 +125,20 @@ def by_line(trace: TraceRecord, peaks: Peaks | None = None) -> list[dict[str, An
       g["seconds" if len(sites) == 1 else "shared_s"] += seconds
       g["shared"] += len(sites) > 1
       g["phases"][phase_of_k] += 1
-      if first.pop(site, False): g["fns"] += [f for f in fns if f not in g["fns"]]  # (a provenance's functions: once per line)
+      if (id(sites), site) not in named:  # (the same for every kernel of this provenance: once)
+        named.add((id(sites), site))
+        g["fns"] += [f for f in fns if f not in g["fns"]]
   def order(site: str) -> tuple[bool, str, int]:
     file, _, line = site.rpartition(":")
     return (site == "(no line)", file, int(line) if line.isdigit() else 0)
   return [groups[s] for s in sorted(groups, key=order)]
 
-def _lines(k: KernelRecord) -> tuple[list[tuple[str, list[str]]], str, dict[str, bool]]:
-  """What by_line reads of a kernel's provenance: its own lines with their functions (a line named twice, with each one's), its phase,
-  and the lines whose functions are not yet added to their group (by_line's, for this provenance)."""
-  own = provenance_sites(own_provenance(k))
+def _lines(k: KernelRecord) -> tuple[list[tuple[str, list[str]]], str]:
+  """What by_line reads of a kernel's provenance: its own lines with their functions (a line named twice, with each one's), and its
+  phase."""
   sites: dict[str, list[str]] = {}
-  for site, fns in own: sites.setdefault(site, []).extend(fns)
-  listed = list(sites.items()) or [("(no line)", [])]
-  return listed, phase(k), {site: True for site, _ in listed}
+  for site, fns in provenance_sites(own_provenance(k)): sites.setdefault(site, []).extend(fns)
+  return list(sites.items()) or [("(no line)", [])], phase(k)
 
 def totals(kernels: Sequence[KernelRecord], peaks: Peaks | None) -> dict[str, Any]:
   """What a table of these kernels adds up to: FLOPs, bytes, linear UOps and seconds (measured or estimated, each kernel once)."""

@@ -154,7 +154,7 @@ def compile_summary(trace: TraceRecord) -> str:
 def rendered_targets(trace: TraceRecord) -> list[str]:
   """Every target some kernel has a record of (the ones the trace asked for and the ones pages computed since), the host's first."""
   kernels = trace["kernels"]
-  return list(dict.fromkeys([*dict.fromkeys(host_target(k) for k in kernels), *trace["variant"]["targets"], *recorded_targets(kernels)]))
+  return list(dict.fromkeys([*(host_target(k) for k in kernels), *trace["variant"]["targets"], *recorded_targets(kernels)]))
 
 def recorded_targets(kernels: list[KernelRecord]) -> list[str]:
   """The targets some kernel has a record of, in the order first met (a program's repeated kernels share their records' dict,

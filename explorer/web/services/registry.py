@@ -163,8 +163,8 @@ class TraceCache:
     with self._lock:
       if self._remakes.get(trace_id) is threading.current_thread(): del self._remakes[trace_id]
     try:
-      if self.store.trace_version(trace_id) is None or self.store.document(trace_id) is not None: return  # gone, or made meanwhile
-      self.store.make_document(trace_id)
+      if self.store.document(trace_id) is not None: return  # made meanwhile
+      self.store.make_document(trace_id)  # (none where the trace is gone)
       self.documents_made += 1
     except (sqlite3.Error, StoreError) as e:  # (the disk full, say: its next reader makes it)
       log.warning("kernel-explorer: trace %s's document not made again (%s): its next reader makes it", trace_id, one_line(e))
