@@ -156,6 +156,21 @@ def test_trace_page_says_how_much_was_tinygrads_own(web_client, small_trace):
   before = environment().get_template("_partials/stage_seconds.html").render(tr={"stage_seconds": secs}, titles={})
   assert "tinygrad's own" not in before and f'<td class="num">{secs["codegen"]:.3f}</td></tr>' in before
 
+def test_the_pages_environment_looks_up_a_records_field_as_jinja_does():
+  """A dict's `.field` is looked up as the item at once (explorer.present.render.Environment): the same value as Jinja's own lookup
+  for a key, a key named like a dict method (Jinja's method wins), a missing key, a dict subclass and an object's attribute."""
+  import collections
+  import jinja2
+  from explorer.present.render import environment
+  source = ("{{ d.name }}|{{ d.items() | list | length }}|{{ d.nope is defined }}|{{ d.keys is callable }}|{{ o.name }}|{{ od.name }}|"
+            "{{ o.real }}|{{ d.get('name') }}")
+  values = {"d": {"name": "r_4", "items": 3, "keys": "k"}, "o": collections.namedtuple("K", "name")("E_2"), "od": collections.OrderedDict(name="od")}
+  ours, theirs = environment().from_string(source).render(**values), jinja2.Environment(autoescape=True).from_string(source).render(**values)
+  assert ours == theirs == "r_4|3|False|True|E_2|od||r_4"
+  with_strict = environment()
+  with_strict.undefined = jinja2.StrictUndefined
+  with pytest.raises(jinja2.UndefinedError): with_strict.from_string("{{ d.nope }}").render(d={})
+
 def test_the_overview_counts_what_was_rendered_and_says_cached_compiles(web_client, small_trace):
   """The ribbon and the Result panel count the targets the kernels have records of (asked for or computed since), and the Timings
   card's compile says "cached" as the kernel page does when tinygrad's disk cache had every binary."""

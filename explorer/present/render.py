@@ -227,9 +227,21 @@ class PerIdentity:
     if (got := self._made.get(id(obj))) is None: got = self._made[id(obj)] = (obj, make(obj))  # obj held: its id stays its own
     return got[1]
 
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+class Environment(jinja2.Environment):
+  """Jinja's environment, with `record.field` on a plain dict (what every page reads of a trace) looked up as the item straight away.
+  Jinja tries the attribute first and catches the AttributeError, 0.7 us of each of the 70,000 lookups of a big program's first views
+  (50 ms). The value is Jinja's: a dict's attributes are its class's, so a name that is none of them is never found as one."""
+  def getattr(self, obj: Any, attribute: str) -> Any:
+    if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+      try: return obj[attribute]
+      except KeyError: return self.undefined(obj=obj, name=attribute)
+    return super().getattr(obj, attribute)
+
 def environment() -> jinja2.Environment:
   """The Jinja environment of explorer/templates with the formatting filters and globals every page and the export use."""
-  env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=jinja2.select_autoescape(), trim_blocks=True,
+  env = Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=jinja2.select_autoescape(), trim_blocks=True,
                            lstrip_blocks=True, bytecode_cache=COMPILED)
   formats: dict[str, Callable[..., str]] = {"bytes": fmt_bytes, "seconds": fmt_seconds, "count": fmt_count, "flops": fmt_flops,
                                              "size": fmt_size, "ago": fmt_ago}
