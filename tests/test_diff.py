@@ -192,3 +192,21 @@ def test_a_long_programs_kernels_match_in_linear_time(monkeypatch):
   n = 3 * int(EXHAUSTIVE ** 0.5)
   assert match_kernels(Side(program(n)), Side(program(n))) == [([i], [i]) for i in range(n)] and not scored  # type: ignore[arg-type]
   assert match_kernels(Side(program(20)), Side(program(20))) == [([i], [i]) for i in range(20)] and len(scored) == 400  # type: ignore[arg-type]
+
+def test_a_structural_diff_holds_one_groups_whole_kernels_at_a_time(runs):
+  """Without rewrite blobs (the server's structural diff) each group's kernels read whole (their sources and passes: a big program's
+  were 600 MB of a server at once) go once the group is diffed; the diff is the one made from the kernels as they are."""
+  import weakref
+  a, b = runs["staged"].trace, runs["fused"].trace
+  class Whole(dict): pass
+  alive, most = [0], [0]
+  def gone() -> None: alive[0] -= 1
+  def whole(k: dict) -> dict:
+    weakref.finalize(w := Whole(k), gone)
+    alive[0] += 1
+    most[0] = max(most[0], alive[0])
+    return w
+  d = diff_traces(a, b, target="cuda", whole_a=whole, whole_b=whole)
+  assert d == diff_traces(a, b, target="cuda")
+  biggest = max(len(g["a"]) + len(g["b"]) for g in d["groups"])
+  assert len(d["groups"]) >= 3 and most[0] <= 2 * biggest < len(a["kernels"]) + len(b["kernels"]), (most, biggest)

@@ -416,12 +416,13 @@ def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None,
   ga = {i: g for g, (ias, _) in enumerate(groups) for i in ias}
   gb = {j: g for g, (_, jbs) in enumerate(groups) for j in jbs}
   out_groups, shared, whole = [], Shared(), []
+  graphs = a_rewrites is not None and b_rewrites is not None
   for g, (ias, jbs) in enumerate(groups):
     ka, kb = [sa.kernels[i] for i in ias], [sb.kernels[j] for j in jbs]
     relation, side, sentence = _relation([k["role"] for k in ka], [k["role"] for k in kb])
     ma, mb = _metrics(ka, target), _metrics(kb, target)
     wa, wb = [whole_a(k) for k in ka], [whole_b(k) for k in kb]
-    whole.append((wa, wb))
+    if graphs: whole.append((wa, wb))  # what the graph diff reads again; else they go with their group (a big program's: 600 MB at once)
     src = _source_diff(wa, wb, target, shared)
     identical = relation == "same" and {**ma, "time_s": 0} == {**mb, "time_s": 0} and all(r["kind"] == "same" for r in src["rows"])
     out_groups.append({"index": g, "relation": relation, "side": side, "describe": sentence, "identical": identical,
