@@ -242,7 +242,7 @@ class Environment(jinja2.Environment):
 def environment() -> jinja2.Environment:
   """The Jinja environment of explorer/templates with the formatting filters and globals every page and the export use."""
   env = Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=jinja2.select_autoescape(), trim_blocks=True,
-                           lstrip_blocks=True, bytecode_cache=COMPILED)
+                    lstrip_blocks=True, bytecode_cache=COMPILED)
   formats: dict[str, Callable[..., str]] = {"bytes": fmt_bytes, "seconds": fmt_seconds, "count": fmt_count, "flops": fmt_flops,
                                              "size": fmt_size, "ago": fmt_ago}
   env.filters.update({k: defined(f) for k, f in formats.items()})
