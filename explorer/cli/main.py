@@ -611,11 +611,14 @@ def stop_on_signal(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
   before = {sig: signal.signal(sig, stop_on_signal) for sig in STOP_SIGNALS} if threading.current_thread() is threading.main_thread() else {}
-  try: return _run(argv)  # `serve`: uvicorn takes the signals over while it runs, then gives them back
+  try: code = _run(argv)  # `serve`: uvicorn takes the signals over while it runs, then gives them back
   finally:
     for sig, handler in before.items(): signal.signal(sig, handler)
     # the process is this command (a caller passing argv may still hold pools of its own); no workers module loaded: no pool ran
     if argv is None and (workers := sys.modules.get("explorer.tracing.workers.process")) is not None: workers.stop_own_resource_tracker()
+  # a command that traced in its own process ends as a worker does, without the interpreter's teardown of what it traced
+  if argv is None and (workers := sys.modules.get("explorer.tracing.workers.process")) is not None: workers.exit_now(code, join_threads=True)
+  return code
 
 def _run(argv: Sequence[str] | None) -> int:
   from explorer.tracing.workers.process import WorkerFailed
