@@ -416,13 +416,13 @@ def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None,
   ga = {i: g for g, (ias, _) in enumerate(groups) for i in ias}
   gb = {j: g for g, (_, jbs) in enumerate(groups) for j in jbs}
   out_groups, shared, whole = [], Shared(), []
-  graphs = a_rewrites is not None and b_rewrites is not None
+  blobs = (a_rewrites, b_rewrites) if a_rewrites is not None and b_rewrites is not None else None
   for g, (ias, jbs) in enumerate(groups):
     ka, kb = [sa.kernels[i] for i in ias], [sb.kernels[j] for j in jbs]
     relation, side, sentence = _relation([k["role"] for k in ka], [k["role"] for k in kb])
     ma, mb = _metrics(ka, target), _metrics(kb, target)
     wa, wb = [whole_a(k) for k in ka], [whole_b(k) for k in kb]
-    if graphs: whole.append((wa, wb))  # what the graph diff reads again; else they go with their group (a big program's: 600 MB at once)
+    if blobs is not None: whole.append((wa, wb))  # what the graph diff reads again; else they go with their group (a big program's: 600 MB at once)
     src = _source_diff(wa, wb, target, shared)
     identical = relation == "same" and {**ma, "time_s": 0} == {**mb, "time_s": 0} and all(r["kind"] == "same" for r in src["rows"])
     out_groups.append({"index": g, "relation": relation, "side": side, "describe": sentence, "identical": identical,
@@ -430,7 +430,7 @@ def diff_traces(a: TraceRecord, b: TraceRecord, a_rewrites: bytes | None = None,
                        "metrics": shared.metrics(ma, mb), "source": src, "graph": None, "rules": None,
                        "passes": pass_changes(wa, wb)})
   notes: list[str] = []
-  if a_rewrites is not None and b_rewrites is not None: _attach_graphs(out_groups, sa, sb, a_rewrites, b_rewrites, timeout_s, notes, whole)
+  if blobs is not None: _attach_graphs(out_groups, sa, sb, *blobs, timeout_s, notes, whole)
   else: notes.append("no rewrite blobs: no structural graph diff")
   ta, tb = _totals(sa, target), _totals(sb, target)
   va, vb = _variant_as_run(a), _variant_as_run(b)

@@ -615,9 +615,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   finally:
     for sig, handler in before.items(): signal.signal(sig, handler)
     # the process is this command (a caller passing argv may still hold pools of its own); no workers module loaded: no pool ran
-    if argv is None and (workers := sys.modules.get("explorer.tracing.workers.process")) is not None: workers.stop_own_resource_tracker()
+    workers = sys.modules.get("explorer.tracing.workers.process") if argv is None else None
+    if workers is not None: workers.stop_own_resource_tracker()
   # a command that traced in its own process ends as a worker does, without the interpreter's teardown of what it traced
-  if argv is None and (workers := sys.modules.get("explorer.tracing.workers.process")) is not None: workers.exit_now(code, join_threads=True)
+  if workers is not None: workers.exit_now(code, join_threads=True)
   return code
 
 def _run(argv: Sequence[str] | None) -> int:
