@@ -9,8 +9,9 @@
             same script without it under VIZ=-1
 
 Then the first views on a served trace (in this process, as benchmarks/web.py serves): a fresh server traces medium builtin Winograd
-with its defaults, and the seconds until a kernel's CUDA record answers (GET .../targets/cuda: 202 while it is computed, then 200)
-and then its CUDA compile facts (GET .../targets/cuda/facts); targets 3 s and 5 s.
+with its defaults (CUDA rendered beside the trace), and again with render_beside=0, and the seconds until a kernel's CUDA record
+answers (GET .../targets/cuda: 202 while it is computed, then 200), its CUDA compile facts (GET .../targets/cuda/facts) and its Metal
+record, the moment the trace is stored; then another kernel's Metal record once the render ahead is done (target, issue 76: 0.5 s).
 
 Also printed per case: the PSS ratio (peak proportional set size summed over each side's processes: a page shared by several processes,
 the interpreter's and the libraries' code, counted once), the CPU time of each side (user + system, every process), and the floor wall
@@ -19,12 +20,13 @@ least wall ratio this much work allows here. Then where the explorer's wall time
 rest is interpreter start, imports, device init and the worker's start-up), and where the CPU time and memory go per kind of process
 (the command, the trace worker, the render process, the compilers it runs).
 
-Each side is a fresh command (interpreter start and imports included), the sides interleaved round by round so that drift on a
-shared machine hits both alike; medians. Memory is the peak, over the run, of the resident memory summed over the command's whole
-process tree (sampled every 20 ms from /proc; PSS every 100 ms). Targets (issue 18): wall <= 1.0x and memory <= 1.5x on medium and large builtin
-Winograd; the large explorer fused variant under 30 s, or within 1.1x of tinygrad alone. Targets (issue 28): wall <= 1.1x and memory
-<= 1.5x with default targets (medium and large builtin, large fused); <= 1.5x and <= 2.0x for medium builtin with --target cuda;
-<= 1.25x and <= 1.5x for the CNN's training step.
+Each side is a fresh command (interpreter start and imports included), the sides interleaved round by round so that drift on a shared
+machine hits both alike; medians. Each round runs each side twice: once sampled, for its memory, CPU and stages, and once plain, for its
+wall time (plain_wall: the sampler's reads take CPU from the explorer's processes on 2 cores). Memory is the peak, over the run, of the
+resident memory summed over the command's whole process tree (sampled every 20 ms from /proc; PSS every 100 ms). Targets (issue 18):
+wall <= 1.0x and memory <= 1.5x on medium and large builtin Winograd; the large explorer fused variant under 30 s, or within 1.1x of
+tinygrad alone. Targets (issue 28): wall <= 1.1x and memory <= 1.5x with default targets (medium and large builtin, large fused); <=
+1.5x and <= 2.0x for medium builtin with --target cuda; <= 1.25x and <= 1.5x for the CNN's training step.
 
 Then a server's memory: `kernel-explorer serve` on a fresh store, idle, tracing medium builtin Winograd, after, reading its pages,
 after (its process tree's peak PSS in each phase; target, issue 76: under 2x VIZ=-1's for the same trace).
@@ -61,8 +63,30 @@ PAGE, TICK, CORES = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK"), len(os
 def _read(path: str) -> str:
   with open(path) as f: return f.read()
 
+# the kernel lists each thread's children (CONFIG_PROC_CHILDREN): the sampler reads its few processes' lists, not every process's stat
+# (a walk of /proc every 20 ms cost the sampler about a tenth of a core, taken from the explorer's two busy processes on 2 cores)
+HAS_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
 def _tree(root: int) -> dict[int, int]:
   """root and all its descendants, each with its depth under root (Linux /proc)."""
+  if not HAS_CHILDREN: return _tree_by_scan(root)
+  depth, todo = {root: 0}, [root]
+  while todo:
+    pid = todo.pop()
+    for c in _children(pid): depth[c] = depth[pid] + 1; todo.append(c)
+  return depth
+
+def _children(pid: int) -> list[int]:
+  """pid's children, as each of its threads started them (a process, or a thread, that ended meanwhile has none)."""
+  try: threads = os.listdir(f"/proc/{pid}/task")
+  except OSError: return []
+  found: list[int] = []
+  for t in threads:
+    with contextlib.suppress(OSError): found += map(int, _read(f"/proc/{pid}/task/{t}/children").split())
+  return found
+
+def _tree_by_scan(root: int) -> dict[int, int]:
+  """_tree from every process's parent, where the kernel keeps no children lists."""
   children: dict[int, list[int]] = {}
   for d in os.listdir("/proc"):
     if not d.isdigit(): continue
@@ -152,6 +176,13 @@ def measure(cmd: list[str], env: dict[str, str]) -> Run:
   if proc.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed: {''.join(stage[1:])[-2000:]}")
   return run
 
+def plain_wall(cmd: list[str], env: dict[str, str]) -> float:
+  """One command run to its end, nothing sampled: its wall seconds. A sampler beside it (measure) reads /proc every 20 ms, which on 2
+  cores takes CPU from the explorer's two busy processes but not from tinygrad's one: medium + CUDA read 1.11x sampled, 1.02x plain."""
+  st = time.perf_counter()
+  subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+  return time.perf_counter() - st
+
 def repro_for(preset: str, flags: list[str], env: dict[str, str], workdir: pathlib.Path) -> tuple[pathlib.Path, str]:
   """tinygrad's side: the reproducer of a (quick, untimed, host-only) trace of the same program; and the device it pins."""
   trace_json = workdir / f"{preset}-{flags[-1]}.json"
@@ -179,10 +210,12 @@ def commands(case: str, env: dict[str, str], workdir: pathlib.Path) -> tuple[lis
   return ours, [sys.executable, str(script)], viz, out
 
 def first_views(rounds: int) -> None:
-  """Each round a fresh server and store: trace medium builtin Winograd with its defaults (CUDA and Metal rendered ahead in the
-  background once the trace is stored: settings.render_ahead), then time, as a page polls them: a kernel's CUDA record asked for the
-  moment the trace is done (before the render ahead reached it: computed for the request), then its CUDA compile facts; then, once the
-  render ahead is done, another kernel's CUDA record (read from the store) and its compile facts."""
+  """Each round two fresh servers and stores, one after the other: one with its defaults (render_ahead cuda,metal: CUDA rendered beside
+  the trace, render_beside 1, Metal in the background once the trace is stored), one with render_beside=0 (both once it is stored, as
+  before issue 76's last change). Each traces medium builtin Winograd; then, as a page polls them, the moment the trace is stored: a
+  kernel's CUDA record, its CUDA compile facts and its Metal record (before the render ahead reached it: computed for the request);
+  then, once the render ahead is done, another kernel's Metal record (read from the store). The trace's seconds, posted to stored,
+  say what rendering beside costs it."""
   from fastapi.testclient import TestClient
   from explorer.settings import Settings
   from explorer.web.app import create_app
@@ -195,31 +228,33 @@ def first_views(rounds: int) -> None:
 
   def met(s: float) -> str: return f"{s:.2f} ({'met' if s <= FIRST_VIEW_TARGET_S else 'NOT MET'})"
 
-  print("\nfirst views on a served trace (medium builtin Winograd, default targets, CUDA and Metal rendered ahead once it is stored; a fresh "
-        f"server and store each round; s; target {FIRST_VIEW_TARGET_S} s; the compile cache is the user's, warm after the first round):\n")
-  print("| round | asked at once: kernel | its CUDA record | its CUDA compile facts | render ahead done after | then: kernel | its CUDA record "
-        "| its CUDA compile facts | compiler |")
-  print("|---|---|---|---|---|---|---|---|---|")
+  print("\nfirst views on a served trace (medium builtin Winograd, render_ahead cuda,metal; a fresh server and store each; s; target "
+        f"{FIRST_VIEW_TARGET_S} s; the compile cache is the user's, warm after the first round):\n")
+  print("| round | render_beside | trace (posted to stored) | asked at once: kernel | its CUDA record | its CUDA compile facts | its Metal record "
+        "| render ahead done after | then: kernel | its Metal record |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
   for i in range(rounds):
-    db = pathlib.Path(tempfile.mkdtemp(prefix="ke-first-view-")) / "traces.sqlite3"
-    with TestClient(create_app(str(db), settings=Settings.load(env={}))) as client:
-      r = client.post("/api/traces", json={"preset": "medium", "variant": {"algo": "winograd", "time": False}})
-      assert r.status_code in (200, 202), r.text
-      trace_id = r.json()["id"]
-      while (s := client.get(f"/api/traces/{trace_id}/status").json())["status"] not in ("done", "error"): time.sleep(0.2)
-      assert s["status"] == "done", s
-      stored = time.perf_counter()
-      kernels = client.get(f"/api/traces/{trace_id}/kernels").json()
-      n, m = kernels[i % len(kernels)]["index"], kernels[(i + 1) % len(kernels)]["index"]
-      base = f"/api/traces/{trace_id}/kernels/{{}}/targets/cuda"
-      record_s, facts_s = until_ready(client, base.format(n)), until_ready(client, base.format(n) + "/facts")
-      background = client.app.state.services.enrichments.background  # type: ignore[attr-defined]
-      while background.active(): time.sleep(0.05)
-      ahead_s = time.perf_counter() - stored
-      then_s, then_facts_s = until_ready(client, base.format(m)), until_ready(client, base.format(m) + "/facts")
-      compiler = client.get(base.format(m) + "/facts").json().get("compiler") or "-"
-      print(f"| {i + 1} | {n} | {met(record_s)} | {facts_s:.2f} | {ahead_s:.1f} | {m} | {met(then_s)} | {then_facts_s:.2f} | {compiler} |",
-            flush=True)
+    for beside in (1, 0):
+      db = pathlib.Path(tempfile.mkdtemp(prefix="ke-first-view-")) / "traces.sqlite3"
+      with TestClient(create_app(str(db), settings=Settings.load(env={}, render_beside=beside))) as client:
+        posted = time.perf_counter()
+        r = client.post("/api/traces", json={"preset": "medium", "variant": {"algo": "winograd", "time": False}})
+        assert r.status_code in (200, 202), r.text
+        trace_id = r.json()["id"]
+        while (s := client.get(f"/api/traces/{trace_id}/status").json())["status"] not in ("done", "error"): time.sleep(0.05)
+        assert s["status"] == "done", s
+        stored = time.perf_counter()
+        kernels = client.get(f"/api/traces/{trace_id}/kernels").json()
+        n, m = kernels[i % len(kernels)]["index"], kernels[(i + 1) % len(kernels)]["index"]
+        url = f"/api/traces/{trace_id}/kernels/{{}}/targets/{{}}"
+        cuda_s, facts_s = until_ready(client, url.format(n, "cuda")), until_ready(client, url.format(n, "cuda") + "/facts")
+        metal_s = until_ready(client, url.format(n, "metal"))
+        background = client.app.state.services.enrichments.background  # type: ignore[attr-defined]
+        while background.active(): time.sleep(0.05)
+        ahead_s = time.perf_counter() - stored
+        then_s = until_ready(client, url.format(m, "metal"))
+        print(f"| {i + 1} | {beside} | {stored - posted:.2f} | {n} | {met(cuda_s)} | {facts_s:.2f} | {met(metal_s)} | {ahead_s:.1f} | {m} "
+              f"| {met(then_s)} |", flush=True)
 
 SERVER_PAGES = ("/t/{id}", "/t/{id}/k/0", "/t/{id}/k/1", "/t/{id}/bufferize", "/t/{id}/source", "/api/traces/{id}/graphs/kernels")
 
@@ -295,12 +330,15 @@ def main() -> None:
   for case in a.cases.split(","):
     ours, theirs, theirs_env, out = commands(case, env, workdir)
     runs = results[case] = {"explorer": [], "tinygrad": []}
+    walls: dict[str, list[float]] = {"explorer": [], "tinygrad": []}
     for _ in range(a.rounds):
       runs["explorer"].append(measure(ours, env))
       if out is not None: stages.setdefault(case, []).append(json.loads(out.read_text())["stage_seconds"])
       runs["tinygrad"].append(measure(theirs, theirs_env))
-    med = {side: {f: statistics.median(getattr(r, f) for r in rs) for f in ("wall_s", "peak_rss_mib", "peak_pss_mib", "cpu_s")}
-           for side, rs in runs.items()}
+      walls["explorer"].append(plain_wall(ours, env))
+      walls["tinygrad"].append(plain_wall(theirs, theirs_env))
+    med = {side: {f: statistics.median(getattr(r, f) for r in rs) for f in ("peak_rss_mib", "peak_pss_mib", "cpu_s")}
+           | {"wall_s": statistics.median(walls[side])} for side, rs in runs.items()}
     e, t = med["explorer"], med["tinygrad"]
     wr = e['wall_s'] / t['wall_s']
     print(f"| {case} | {e['wall_s']:.1f} | {t['wall_s']:.1f} | {wr:.2f} ({WALL_TARGET:.2f}: {'met' if wr <= WALL_TARGET else 'NOT MET'}) | "
