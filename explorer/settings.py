@@ -50,10 +50,16 @@ class Settings(BaseSettings):
   background_workers: int = Field(1, ge=0, description="workers that compute, at a lower priority, what a stored trace lacks before a page asks "
                                   "for it: its host records' analyses once it is stored, a kernel's neighbours once the kernel is first viewed "
                                   "(0: none; what a page asks for is computed then)")
-  render_ahead: str = Field("cuda,metal", max_length=256, description="other targets a stored trace's kernels are rendered on in the "
-                            "background once it is stored (after its host records' analyses; comma separated; empty: none), so that a "
-                            "page's first view of one is read from the store rather than computed (about 0.7 s a kernel on this 2-core "
-                            "VM); the other targets are computed when first viewed. Needs background_workers")
+  render_ahead: str = Field("cuda,metal", max_length=256, description="other targets a stored trace's kernels are rendered on ahead of "
+                            "a page's first view of them (comma separated; empty: none), so that it is read from the store rather than "
+                            "computed (about 0.7 s a kernel on this 2-core VM): the first render_beside of them with the trace, the others "
+                            "in the background once it is stored (after its host records' analyses; needs background_workers). Any "
+                            "other target is computed when first viewed")
+  render_beside: int = Field(1, ge=0, description="the first this many of render_ahead's targets are rendered beside the trace itself, a "
+                             "process each on another core while the host's codegen runs, so that their records are stored with the trace "
+                             "(render_ahead's others once it is stored, and a job queue's traces all of them then; 0: all of "
+                             "them then). Each costs the trace a render process's memory "
+                             "and, on a machine with no core to spare, some of its wall time")
   render_ahead_kernels: int = Field(32, ge=0, description="the kernels rendered ahead on each of render_ahead's targets: the first ones in "
                                     "the kernel table's order (a big program's others when first viewed, with their neighbours)")
   freeze_parsed_mb: int = Field(4, ge=0, description="a trace parsed from stored JSON past this many MiB is kept out of the garbage "
@@ -124,6 +130,11 @@ class Settings(BaseSettings):
   def ahead_targets(self) -> list[str]:
     """render_ahead's targets, in order, each once."""
     return list(dict.fromkeys(_entries(self.render_ahead)))
+
+  @property
+  def beside_targets(self) -> tuple[str, ...]:
+    """The targets a local trace renders beside itself: render_ahead's first render_beside."""
+    return tuple(self.ahead_targets[:int(self.render_beside)])
 
   @property
   def proxies(self) -> list[str]:

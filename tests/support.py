@@ -19,16 +19,16 @@ if TYPE_CHECKING:
 
 def app_over(db: str | os.PathLike, runner: Any = None, devices: Any = None, study_runner: Any = None, graph_workers: int = 1,
              settings: Settings | None = None, **fields: Any) -> Any:
-  """The app over the SQLite file db; fields: Settings fields (max_workers=1...), the rest their defaults whatever the environment
-  says, but no background enrichment (background_workers=0) unless a test asks for it: a worker after every stored trace would load
-  the suite's two cores for nothing; and no parse frozen out of the garbage collector (freeze_parsed_mb=0) unless a test asks for it:
-  a test process runs many apps, and what one froze of another's (its SQLite connections) would wait for its thaw. Or settings: the
-  app's whole Settings, as a test built it (one its runner reads too). runner and study_runner replace the trace and study runs (tests
-  count or fake them)."""
+  """The app over the SQLite file db; fields: Settings fields (max_workers=1...), the rest their defaults whatever the environment says,
+  but no background enrichment (background_workers=0) and no target rendered beside each trace (render_beside=0) unless a test asks
+  for it: a worker after every stored trace, or a render process beside it, would load the suite's two cores for nothing; and no parse
+  frozen out of the garbage collector (freeze_parsed_mb=0) unless a test asks for it: a test process runs many apps, and what one
+  froze of another's (its SQLite connections) would wait for its thaw. Or settings: the app's whole Settings, as a test built it (one
+  its runner reads too). runner and study_runner replace the trace and study runs (tests count or fake them)."""
   from explorer.settings import Settings
   from explorer.web.app import create_app
   assert settings is None or not fields, "app_over takes a Settings or its fields, not both"
-  settings = settings or Settings.load(env={}, **{"background_workers": 0, "freeze_parsed_mb": 0, **fields})
+  settings = settings or Settings.load(env={}, **{"background_workers": 0, "render_beside": 0, "freeze_parsed_mb": 0, **fields})
   return create_app(str(db), settings=settings, runner=runner, devices=devices, study_runner=study_runner, graph_workers=graph_workers)
 
 def copy_store(src: str | os.PathLike, dst: str | os.PathLike) -> None:

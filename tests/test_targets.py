@@ -279,6 +279,36 @@ def test_a_stored_trace_renders_its_first_kernels_ahead_and_stops_that_for_a_pag
     assert svc.computed == computed  # read from the store: nothing computed for these views
     assert client.get(f"/api/traces/{trace_id}/kernels/3/targets/metal").status_code == 202  # past render_ahead_kernels: on first view
 
+@pytest.mark.slow
+def test_a_servers_trace_renders_its_first_render_ahead_target_beside_itself(tmp_path):
+  """render_beside: the first of render_ahead's targets is rendered with the trace, in a process beside its host codegen, so that
+  every kernel's record on it is in the trace as it is stored, with no background worker (there is none here) and nothing computed for
+  its first view: the record an eager trace of that target makes, its codegen steps expanded from its own rewrite blob. The trace's
+  variant and id are the ones asked for, and render_ahead's other targets are left to the background (here: their first view).
+  Slow: a served trace with a render process beside it."""
+  from explorer.store.keys import trace_key
+  app = app_over(str(tmp_path / "b.sqlite3"), render_ahead="cuda,metal", render_beside=1)  # background_workers=0
+  eager = json.loads(json.dumps(shared_run("wino8", True, **WINO8_BUILTIN).trace))  # cuda among its targets
+  fields = ("name", "global_size", "local_size", "source", "opts", "linear_uops", "ops", "uops_listing", "passes")
+  variant = {"algo": "winograd", "time": False}
+  with TestClient(app) as client:
+    svc = app.state.services
+    trace_id = trace_of(client, {"preset": "wino8", "variant": variant})
+    assert trace_id == trace_key(PRESETS["wino8"], Variant(**variant))  # the id of the trace asked for
+    stored = svc.store.get_trace(trace_id)
+    assert stored["variant"]["targets"] == [] and len(stored["kernels"]) == len(eager["kernels"])
+    host = stored["kernels"][0]["host_target"]
+    assert all(set(k["targets"]) == {host, "cuda"} for k in stored["kernels"])  # cuda stored with the trace, metal not
+    for k, want in zip(stored["kernels"], eager["kernels"], strict=True):
+      assert [k["targets"]["cuda"][f] for f in fields] == [want["targets"]["cuda"][f] for f in fields], k["index"]
+    computed = svc.enrichments.computed
+    for n in range(len(stored["kernels"])):
+      got = client.get(f"/api/traces/{trace_id}/kernels/{n}/targets/cuda")
+      assert got.status_code == 200 and got.json()["source"] == eager["kernels"][n]["targets"]["cuda"]["source"], got.text[:300]
+    assert svc.enrichments.computed == computed  # read from the trace: nothing computed for these first views
+    assert client.get(f"/api/traces/{trace_id}/graphs/codegen@cuda/1/0/after?nodes=0").status_code == 200  # its own rewrite blob
+    assert client.get(f"/api/traces/{trace_id}/kernels/0/targets/metal").status_code == 202  # render_ahead's next: computed when asked
+
 def test_a_local_trace_records_where_each_part_ran(tmp_path):
   """Without a job queue every part runs under the server's process: each stage the trace ran, and a target added on first request,
   name it as PID@HOST (a queue worker's traces name it as NAME@HOST: test_queue); the page's facts row says so in one place."""

@@ -79,7 +79,7 @@ def make_services(settings: Settings, store: Store, runner: Any = None, graph_wo
     settings=settings, store=store, traces=traces,
     jobs=JobManager(store, parallel=parallel, timeout_s=timeout_s, runner=runner, max_queue=int(settings.max_queue), limits=limits,
                     queue_wait_s=float(settings.queue_wait_s), queue=queue, max_per_client=int(settings.max_jobs_per_client),
-                    on_stored=stored),
+                    on_stored=stored, beside=settings.beside_targets),
     graphs=GraphService(store, node_limit=int(settings.graph_node_limit), dot_timeout_s=float(settings.dot_timeout_s), workers=graph_workers,
                         expand_timeout_s=float(settings.graph_timeout_s), memory_mb=int(settings.worker_memory_mb),
                         max_output_mb=float(settings.max_output_mb), max_waiting=int(settings.max_graph_queue), nice=int(settings.worker_nice)),

@@ -36,19 +36,22 @@ class TraceResult:
     return {"": self.rewrites, **self.target_rewrites}
 
 def trace_in_worker(progress: Progress, spec: dict[str, Any], variant: dict[str, Any], dump_io: str | None,
-                    analysis: bool = False) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
+                    analysis: bool = False, beside: list[str] | None = None) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
   from explorer.tracing.pipeline.trace import capture
-  return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io, analysis, fork_renders=True)  # a fresh worker
+  return capture(ConvSpec.from_dict(spec), Variant.from_dict(variant), progress, dump_io, analysis, fork_renders=True,  # a fresh worker
+                 beside=tuple(beside or ()))
 
 def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None, timeout_s: float | None = None,
               dump_io: str | None = None, limits: Limits | None = None, live: Live | None = None,
-              analysis: bool = False, here: bool = False) -> TraceResult:
+              analysis: bool = False, here: bool = False, beside: tuple[str, ...] = ()) -> TraceResult:
   """Trace (spec, variant) in a fresh worker process; progress is called in this process as each stage starts and ends. What is
   otherwise computed when first viewed (explorer.tracing.enrichments.enrich), asked for now: analysis, every record's analysis (line
   maps, live values, loop splits, program spec: in the trace's worker and its render processes). here: in this process instead,
-  where it can be (trace_here)."""
+  where it can be (trace_here). beside: other targets rendered with the trace though its variant does not name them (a server's
+  settings.render_beside), their records in the trace."""
   environment_for(variant, progress)
-  kwargs = {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": dump_io, "analysis": analysis}
+  kwargs = {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": dump_io, "analysis": analysis,
+            **({"beside": list(beside)} if beside else {})}
   if here and can_trace_here(variant):
     whole = (limits if limits is not None else Limits.from_settings()).with_timeout(timeout_s)
     (trace, blob, blobs), seen = trace_here(kwargs, progress, whole, device_env(variant))

@@ -15,7 +15,7 @@ import traceback
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from explorer.spec import REWRITES, ConvSpec, Variant, error_tolerance, preset_of, rewrite_file_name
 from explorer.stages import PARTIAL, TRACE_SCHEMA, Progress
@@ -128,16 +128,19 @@ def _rewrites_record(variant: Variant) -> list[dict[str, Any]]:
   return out
 
 def capture(spec: ConvSpec, variant: Variant, progress: Progress = _quiet, dump_io: str | None = None,
-            analysis: bool = False, fork_renders: bool = False) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
+            analysis: bool = False, fork_renders: bool = False, beside: tuple[str, ...] = ()) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
   """Trace one convolution. Returns the trace (JSON-ready), the compressed rewrite blob the host's graphs expand from, and each other
   target's (its codegen ran in a process of its own). analysis: the host's records with their analysis now (line maps, live values,
   loop splits, program spec), rather than when first viewed. fork_renders: this process has imported tinygrad and made nothing with
-  it (a fresh trace worker): the renders' processes are forked from it now, before the trace opens a device (RenderPool.forked)."""
+  it (a fresh trace worker): the renders' processes are forked from it now, before the trace opens a device (RenderPool.forked).
+  beside: other targets rendered as the variant's are, though it did not ask for them (a server's settings.render_beside): the trace
+  keeps their records, and its variant (its id) stays the one asked for."""
   variant = variant.resolve(spec)
-  pool = RenderPool.forked(variant.targets, render_processes(variant)) if fork_renders and variant.targets else None
+  rendered = replace(variant, targets=(*variant.targets, *(t for t in beside if t not in variant.targets)))
+  pool = RenderPool.forked(rendered.targets, render_processes(rendered)) if fork_renders and rendered.targets else None
   device = variant.device or tg.default_device()
-  return record(new_trace(spec, variant, device), variant, device, progress,
-                lambda rec, base, pool, blobs: _run_stages(rec, spec, variant, device, dump_io, base, pool, blobs), analysis, pool=pool)
+  return record(new_trace(spec, variant, device), rendered, device, progress,
+                lambda rec, base, pool, blobs: _run_stages(rec, spec, rendered, device, dump_io, base, pool, blobs), analysis, pool=pool)
 
 def render_processes(variant: Variant) -> int: return max(1, min(2, len(variant.targets)))  # two at a time at most
 

@@ -119,11 +119,12 @@ class JobManager:
   """Runs at most `parallel` traces at once, queues up to `max_queue` more; finished jobs stay listed for `keep_s` seconds."""
   def __init__(self, store: Store, parallel: int = 1, timeout_s: float = 600.0, keep_s: float = 3600.0,
                runner: Callable[..., Any] | None = None, max_queue: int = 16, limits: Any = None, queue_wait_s: float = 900.0,
-               queue: QueueClient | None = None, max_per_client: int = 0, on_stored: Callable[[str, dict[str, Any]], None] | None = None):
+               queue: QueueClient | None = None, max_per_client: int = 0, on_stored: Callable[[str, dict[str, Any]], None] | None = None,
+               beside: tuple[str, ...] = ()):
     """With queue, traces run on the job queue's workers (explorer.web.services.remote) and outlive this server: they are followed again
     when it restarts (resume_queued) instead of being marked interrupted. on_stored(id, trace): a trace was stored (what may follow it in
-    the background starts there)."""
-    self.queue, self.on_stored = queue, on_stored
+    the background starts there). beside: other targets this server's own workers render with each trace (settings.render_beside)."""
+    self.queue, self.on_stored, self.beside = queue, on_stored, beside
     self.store, self.timeout_s, self.keep_s, self.max_queue, self.limits = store, timeout_s, keep_s, max_queue, limits
     self.max_per_client = max_per_client
     # the free workers take jobs at once, max_queue more may wait; a client's traces run on all but one worker (they can take minutes)
@@ -237,7 +238,8 @@ class JobManager:
       if resume: return remote.resume_trace(self.queue, job.id, progress, job.spec, job.variant)
       return remote.run_trace(self.queue, job.id, job.spec, job.variant, progress, self.timeout_s)
     from explorer.tracing.pipeline.run import run_trace  # no tinygrad import: run_trace spawns the process that imports it
-    return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s, limits=self.limits, live=self.live)
+    return run_trace(job.spec, job.variant, progress=progress, timeout_s=self.timeout_s, limits=self.limits, live=self.live,
+                     beside=self.beside)
 
   def _forget_old(self) -> None:
     now = time.time()
