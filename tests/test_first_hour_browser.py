@@ -37,12 +37,15 @@ def traced_from_home(live_server, narrow, errors) -> str:
 
 def test_trace_and_inspect(live_server, narrow, traced_from_home, errors):
   fits(narrow, "overview")
-  assert "1 target + host" not in narrow.inner_text(".ribbon") and "0 targets + host" in narrow.inner_text(".ribbon")
+  assert "0 targets + host" not in narrow.inner_text(".ribbon")  # CUDA rendered with the trace (render_beside)
   narrow.click("#kernel-table tbody tr:first-child a[href*='/k/0']")
   narrow.wait_for_url(re.compile(rf".*/t/{traced_from_home}/k/0.*"))
   wait_graphs(narrow)
   fits(narrow, "kernel")
-  narrow.goto(f"{live_server}/t/{traced_from_home}/k/0?code=cuda")  # a source tab not rendered yet (the ribbon's link): rendered, then shown
+  narrow.goto(f"{live_server}/t/{traced_from_home}/k/0?code=metal")  # render_ahead's next target: rendered then shown, or read if ahead
+  narrow.wait_for_selector(".tab-panel[data-panel=metal]", state="visible", timeout=TRACE_MS)
+  narrow.goto(f"{live_server}/t/{traced_from_home}/k/0?code=cuda")  # the ribbon's link: the source tab stored with the trace, at once
+  assert narrow.locator("[data-pending-target]").count() == 0
   narrow.wait_for_selector(".tab-panel[data-panel=cuda]", state="visible", timeout=TRACE_MS)
   narrow.click("#target-switcher a[data-target=cuda]")  # the kernel on CUDA: its source beside its linear UOps, line by line
   narrow.wait_for_selector("[data-panel=cuda] .line-mapped", timeout=TRACE_MS)
@@ -52,7 +55,7 @@ def test_trace_and_inspect(live_server, narrow, traced_from_home, errors):
   uops_beside_the_line(narrow, box)
   fits(narrow, "source")
   narrow.goto(f"{live_server}/t/{traced_from_home}")  # the ribbon counts what was rendered since
-  assert "1 target + host" in narrow.inner_text(".ribbon")
+  assert "2 targets + host" in narrow.inner_text(".ribbon")
   assert not errors, errors
 
 def test_diff_two_variants_from_the_home_page(live_server, narrow, traced_from_home, errors):
