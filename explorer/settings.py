@@ -57,9 +57,8 @@ class Settings(BaseSettings):
                             "other target is computed when first viewed")
   render_beside: int = Field(1, ge=0, description="the first this many of render_ahead's targets are rendered beside the trace itself, a "
                              "process each on another core while the host's codegen runs, so that their records are stored with the trace "
-                             "(render_ahead's others once it is stored, and a job queue's traces all of them then; 0: all of "
-                             "them then). Each costs the trace a render process's memory "
-                             "and, on a machine with no core to spare, some of its wall time")
+                             "(render_ahead's others once it is stored, and a job queue's traces all of them then; 0: all of them then). "
+                             "Each costs the trace a render process's memory and, on a machine with no core to spare, some of its wall time")
   render_ahead_kernels: int = Field(32, ge=0, description="the kernels rendered ahead on each of render_ahead's targets: the first ones in "
                                     "the kernel table's order (a big program's others when first viewed, with their neighbours)")
   freeze_parsed_mb: int = Field(4, ge=0, description="a trace parsed from stored JSON past this many MiB is kept out of the garbage "
