@@ -50,8 +50,7 @@ def run_trace(spec: ConvSpec, variant: Variant, progress: Progress | None = None
   where it can be (trace_here). beside: other targets rendered with the trace though its variant does not name them (a server's
   settings.render_beside), their records in the trace."""
   environment_for(variant, progress)
-  kwargs = {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": dump_io, "analysis": analysis,
-            **({"beside": list(beside)} if beside else {})}
+  kwargs = {"spec": spec.to_dict(), "variant": variant.to_dict(), "dump_io": dump_io, "analysis": analysis, "beside": list(beside)}
   if here and can_trace_here(variant):
     whole = (limits if limits is not None else Limits.from_settings()).with_timeout(timeout_s)
     (trace, blob, blobs), seen = trace_here(kwargs, progress, whole, device_env(variant))
